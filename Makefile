@@ -1,0 +1,80 @@
+# muser: one GNU Makefile, no configure step.
+#   make           build ./muser
+#   make test      build and run every test tier this machine supports
+#   make check     layering table and self-contained headers
+#   make asan      sanitizer build (ASan + UBSan) of muser and the unit tests
+#   make deps      install the Debian packages the build and tests need (root)
+
+CC      ?= gcc
+OPT     ?= -O2
+BUILD   ?= build
+SAN     ?=
+ARCH    := $(shell $(CC) -dumpmachine | cut -d- -f1)
+COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+
+CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
+           -D_GNU_SOURCE -pthread -fno-strict-aliasing -MMD -MP $(SAN) \
+           -DMU_COMMIT=\"$(COMMIT)\"
+LDLIBS  := -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit
+LDFLAGS := -pthread $(SAN)
+
+# ISA kernel files get their flags and nothing else does.
+ISA_x86_64  := src/kern/kern_avx2.c src/kern/kern_avx512.c
+ISA_aarch64 := src/kern/kern_neon.c
+ISA_ALL     := $(ISA_x86_64) $(ISA_aarch64)
+ISA_SRC     := $(wildcard $(ISA_$(ARCH)))
+FLAGS_src/kern/kern_avx2.c   := -mavx2 -mfma -mf16c
+FLAGS_src/kern/kern_avx512.c := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
+FLAGS_src/kern/kern_neon.c   := -march=armv8.2-a+dotprod+fp16
+
+LIB_SRC := $(filter-out $(ISA_ALL),$(wildcard src/*/*.c)) $(ISA_SRC)
+CMD_SRC := $(wildcard cmd/muser/*.c)
+LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
+CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
+LIB     := $(BUILD)/libmuser.a
+
+UNIT_SRC := $(wildcard tests/unit/test_*.c)
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all test check asan deps clean fuzz
+all: muser
+
+muser: $(BUILD)/muser
+	cp $< $@
+
+$(BUILD)/muser: $(CMD_OBJ) $(LIB)
+	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIB) $(LDLIBS)
+
+$(LIB): $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FLAGS_$<) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) -lcmocka $(LDLIBS)
+
+unit: $(UNIT_BIN)
+
+test: muser $(UNIT_BIN)
+	BUILD=$(BUILD) bash tests/run.sh
+
+check:
+	bash tools/check-layers.sh
+
+asan:
+	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build/asan/muser unit
+
+fuzz:
+	bash tests/fuzz/build.sh
+
+deps:
+	bash tools/install-deps.sh
+
+clean:
+	rm -rf build muser
+
+-include $(LIB_OBJ:.o=.d) $(CMD_OBJ:.o=.d)

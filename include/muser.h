@@ -1,0 +1,125 @@
+/* muser.h: the public engine API.
+ *
+ * Opaque handles, status codes (0 or negative, see src/base/err.h) and an
+ * error record last. Lifetimes:
+ *   mu_model   owns the GGUF mapping; weights are views into it.
+ *   mu_engine  a model bound to a backend (CPU kernels or GPU) and a thread
+ *              pool; must outlive its sessions.
+ *   mu_session one sequence's KV state and position; one owner thread.
+ * A forward call takes tokens of one or more sessions in a single batch
+ * (continuous batching); the engine never learns where tokens came from. */
+#ifndef MUSER_H
+#define MUSER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../src/base/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mu_model mu_model;
+typedef struct mu_engine mu_engine;
+typedef struct mu_session mu_session;
+
+/* ---- model ------------------------------------------------------------ */
+
+typedef struct {
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab;
+    int n_ctx_train, n_swa;       /* sliding window (keys p-n_swa+1 .. p) */
+    float rope_base, rope_base_swa, eps, logit_scale, softcap;
+    const bool *swa_layers;       /* [n_layer]: true = sliding (RoPE), false = full (NoPE) */
+    const char *name;             /* general.name or "" */
+    int32_t bos, eos, eot, eom;   /* -1 when absent */
+    bool add_bos;
+} mu_model_info;
+
+int mu_model_open(const char *path, mu_model **out, mu_err *err);
+void mu_model_close(mu_model *m);
+const mu_model_info *mu_model_get_info(const mu_model *m);
+/* True for tokens that end generation (eos, eot; never eom). */
+bool mu_model_is_stop(const mu_model *m, int32_t tok);
+
+/* ---- engine ----------------------------------------------------------- */
+
+typedef struct {
+    int n_threads;     /* 0 = all online cores */
+    const char *kern;  /* NULL = best for this CPU (MUSER_KERN overrides) */
+} mu_engine_opts;
+
+int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_err *err);
+void mu_engine_free(mu_engine *e);
+const mu_model *mu_engine_model(const mu_engine *e);
+const char *mu_engine_kern_name(const mu_engine *e);
+int mu_engine_n_threads(const mu_engine *e);
+
+/* ---- sessions --------------------------------------------------------- */
+
+/* n_ctx: the most positions this session may hold (<= the model's context). */
+int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err);
+void mu_session_free(mu_session *s);
+int mu_session_n_past(const mu_session *s);
+int mu_session_n_ctx(const mu_session *s);
+/* Forget everything after the first n positions. Fails with MU_E_STATE when
+ * a sliding layer's ring no longer holds rows that position n would need. */
+int mu_session_truncate(mu_session *s, int n, mu_err *err);
+void mu_session_reset(mu_session *s);
+
+/* One session's share of a batch. Tokens are appended at n_past. */
+typedef struct {
+    mu_session *s;
+    const int32_t *tokens;
+    int n_tokens;
+    bool all_logits;   /* logits for every token (speculative verify); else the last only */
+} mu_batch_item;
+
+/* Runs the model over all items as one batch. Afterwards each session holds
+ * its final logits (after logit scale and softcap). */
+int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err);
+
+/* Logits of the i-th token of the last forward (i = -1: the last token).
+ * Valid until the session's next forward; n_vocab floats. */
+const float *mu_session_logits(const mu_session *s, int i);
+
+/* KV state as bytes: exact, position-complete, bound to the model geometry.
+ * Layout (docs/kv-state.md): header, then per layer the K and V rows that
+ * the layer still holds. save() writes at most mu_session_state_bytes(s). */
+size_t mu_session_state_bytes(const mu_session *s);
+int mu_session_state_save(const mu_session *s, void *buf, size_t cap, size_t *written, mu_err *err);
+int mu_session_state_load(mu_session *s, const void *buf, size_t n, mu_err *err);
+
+/* Raw per-layer rows for external installers (KV packs, the prefill lane):
+ * F16 K and V rows of n_head_kv*head_dim each, for positions [pos0, pos0+n). */
+int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, mu_err *err);
+int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *k, const uint16_t *v, mu_err *err);
+/* Declare positions [0, n) present after kv_write of every layer. */
+int mu_session_kv_commit(mu_session *s, int n, mu_err *err);
+
+/* ---- sampling --------------------------------------------------------- */
+
+typedef struct {
+    float temp;        /* <= 0: greedy */
+    int top_k;         /* <= 0: off */
+    float top_p;       /* >= 1: off */
+    float min_p;       /* <= 0: off */
+    uint64_t seed;
+} mu_sample_params;
+
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05. */
+mu_sample_params mu_sample_defaults(void);
+
+typedef struct mu_sampler mu_sampler;
+int mu_sampler_new(const mu_sample_params *p, int n_vocab, mu_sampler **out, mu_err *err);
+void mu_sampler_free(mu_sampler *s);
+int32_t mu_sampler_sample(mu_sampler *s, const float *logits);
+
+/* Softmax of logits; writes the k most probable (id, prob) pairs, descending. */
+void mu_top_probs(const float *logits, int n_vocab, int k, int32_t *ids, float *probs);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,82 @@
+/* kern.h: the CPU kernel table.
+ * Owns: the signatures every ISA implements and the dispatch that picks a
+ * table at start-up. kern_ref.c is the specification and the test oracle;
+ * kern_avx2.c / kern_avx512.c / kern_neon.c fill what they accelerate and
+ * leave the rest NULL, which falls back to the next lower table.
+ *
+ * Numerics follow llama.cpp's CPU backend so results match it: a weight of
+ * type T is multiplied with activations first converted to T's "dot type"
+ * (F32->F32, F16->F16, BF16->BF16, Q8_0->Q8_0, Q4_K/Q5_K/Q6_K->Q8_K). */
+#ifndef MU_KERN_KERN_H
+#define MU_KERN_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant.h"
+
+/* dot(n, weight row, prepared activation row) -> float */
+typedef float (*mu_vec_dot_fn)(int n, const void *w, const void *a);
+/* activation f32 -> dot-type row of n elements */
+typedef void (*mu_quant_fn)(const float *x, void *y, int n);
+/* weight row -> f32 */
+typedef void (*mu_dequant_fn)(const void *w, float *y, int n);
+/* Y[t][r] = dot(W row r, A row t) for rows [r0, r1) and t in [0, n_t):
+ * W has row stride w_stride bytes, A rows a_stride bytes, Y row stride y_stride floats.
+ * The tiled matrix-matrix path for prefill; NULL means loop over vec_dot. */
+typedef void (*mu_gemm_fn)(int n, const void *w, size_t w_stride, int r0, int r1,
+                           const void *a, size_t a_stride, int n_t, float *y, int y_stride);
+
+typedef struct mu_kern {
+    const char *name;
+    mu_vec_dot_fn vec_dot[MU_T_COUNT];  /* indexed by weight type */
+    mu_gemm_fn gemm[MU_T_COUNT];        /* indexed by weight type */
+    mu_quant_fn quant[MU_T_COUNT];      /* indexed by dot type */
+    mu_dequant_fn dequant[MU_T_COUNT];  /* indexed by weight type */
+    /* attention pieces over the F16 cache */
+    float (*dot_f16)(int n, const mu_f16 *a, const mu_f16 *b);   /* f32 accumulation */
+    void (*axpy_f16)(int n, float a, const mu_f16 *x, float *y); /* y += a * x */
+} mu_kern;
+
+/* The dot type llama.cpp's CPU backend pairs with weight type t. */
+uint32_t mu_kern_dot_type(uint32_t t);
+
+/* Tables, each complete after dispatch fills gaps from the level below. */
+const mu_kern *mu_kern_ref(void);
+/* Best table for this CPU, or the one named by `name` / $MUSER_KERN
+ * ("ref", "avx2", "avx512", "neon"); NULL if the named one cannot run here. */
+const mu_kern *mu_kern_select(const char *name);
+/* Every table this CPU can run, for tests; returns the count. */
+int mu_kern_available(const mu_kern **out, int cap);
+
+/* Filled by ISA files (declared here, defined only where built). */
+void mu_kern_fill_avx2(mu_kern *k);
+void mu_kern_fill_avx512(mu_kern *k);
+void mu_kern_fill_neon(mu_kern *k);
+
+/* fp16 / bf16 conversions (round to nearest even), scalar. */
+float mu_f16_to_f32(mu_f16 h);
+mu_f16 mu_f32_to_f16(float f);
+float mu_bf16_to_f32(mu_bf16 h);
+mu_bf16 mu_f32_to_bf16(float f);
+
+/* Reference kernels, exported for the ISA files' tails and for tests. */
+float mu_vec_dot_f32_ref(int n, const void *w, const void *a);
+float mu_vec_dot_f16_ref(int n, const void *w, const void *a);
+float mu_vec_dot_bf16_ref(int n, const void *w, const void *a);
+float mu_vec_dot_q8_0_ref(int n, const void *w, const void *a);
+float mu_vec_dot_q4_K_ref(int n, const void *w, const void *a);
+float mu_vec_dot_q5_K_ref(int n, const void *w, const void *a);
+float mu_vec_dot_q6_K_ref(int n, const void *w, const void *a);
+void mu_quant_q8_0_ref(const float *x, void *y, int n);
+void mu_quant_q8_K_ref(const float *x, void *y, int n);
+void mu_dequant_q4_K_ref(const void *w, float *y, int n);
+void mu_dequant_q5_K_ref(const void *w, float *y, int n);
+void mu_dequant_q6_K_ref(const void *w, float *y, int n);
+void mu_dequant_q8_0_ref(const void *w, float *y, int n);
+
+/* Quantizers from f32 (for the generator and tests; llama.cpp-style
+ * reference quantization, not used on the inference path). */
+void mu_quantize_row(uint32_t type, const float *x, void *y, int n);
+
+#endif

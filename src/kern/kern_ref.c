@@ -1,0 +1,418 @@
+/* kern_ref.c: the reference kernels: plain C, the specification every ISA
+ * table is tested against.
+ * Owns: fp16/bf16 conversion, activation quantization (Q8_0, Q8_K),
+ * dequantization and dot products for every weight type muser computes with.
+ * Numerics follow llama.cpp's CPU backend (its x86 paths where the reference
+ * and the SIMD code differ, e.g. Q8_0 activation rounding), because matching
+ * llama.cpp's probabilities is the point. */
+#include <math.h>
+#include <string.h>
+
+#include "../base/err.h"
+#include "kern.h"
+
+/* ---- conversions ------------------------------------------------------- */
+
+float mu_f16_to_f32(mu_f16 h) {
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    uint32_t exp = (h >> 10) & 0x1f;
+    uint32_t man = h & 0x3ff;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else { /* subnormal: normalize */
+            int e = -1;
+            do {
+                e++;
+                man <<= 1;
+            } while (!(man & 0x400));
+            bits = sign | ((uint32_t)(127 - 15 - e) << 23) | ((man & 0x3ff) << 13);
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7f800000u | (man << 13);
+    } else {
+        bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+mu_f16 mu_f32_to_f16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    uint32_t sign = (x >> 16) & 0x8000;
+    uint32_t absx = x & 0x7fffffffu;
+    if (absx >= 0x7f800000u) /* inf or nan */
+        return (mu_f16)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+    if (absx >= 0x477ff000u) return (mu_f16)(sign | 0x7c00); /* rounds to inf */
+    if (absx < 0x38800000u) { /* result subnormal or zero */
+        if (absx < 0x33000000u) return (mu_f16)sign; /* < half the smallest subnormal */
+        uint32_t e = absx >> 23;
+        uint32_t m = (absx & 0x7fffff) | 0x800000;
+        uint32_t shift = 126 - e; /* value / 2^-24 = m * 2^(e-126) */
+        uint32_t r = m >> shift;
+        uint32_t rem = m & ((1u << shift) - 1);
+        uint32_t half = 1u << (shift - 1);
+        if (rem > half || (rem == half && (r & 1))) r++;
+        return (mu_f16)(sign | r);
+    }
+    uint32_t e = (absx >> 23) - 127 + 15;
+    uint32_t m = absx & 0x7fffff;
+    uint32_t r = (e << 10) | (m >> 13);
+    uint32_t rem = m & 0x1fff;
+    if (rem > 0x1000 || (rem == 0x1000 && (r & 1))) r++;
+    return (mu_f16)(sign | r);
+}
+
+float mu_bf16_to_f32(mu_bf16 h) {
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+mu_bf16 mu_f32_to_bf16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (mu_bf16)((x >> 16) | 64); /* quiet nan */
+    x += 0x7fff + ((x >> 16) & 1);
+    return (mu_bf16)(x >> 16);
+}
+
+/* Round to nearest, ties to even (llama.cpp's nearest_int and _mm_round_ps). */
+static inline int round_even(float v) { return (int)nearbyintf(v); }
+
+/* ---- activation quantization ------------------------------------------ */
+
+void mu_quant_q8_0_ref(const float *x, void *vy, int n) {
+    mu_block_q8_0 *y = vy;
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const float *xb = x + i * MU_QK8_0;
+        float amax = 0;
+        for (int j = 0; j < MU_QK8_0; j++) amax = fmaxf(amax, fabsf(xb[j]));
+        const float d = amax / 127.f;
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        y[i].d = mu_f32_to_f16(d);
+        for (int j = 0; j < MU_QK8_0; j++) y[i].qs[j] = (int8_t)round_even(xb[j] * id);
+    }
+}
+
+void mu_quant_q8_K_ref(const float *x, void *vy, int n) {
+    mu_block_q8_K *y = vy;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float *xb = x + i * MU_QK_K;
+        float max = 0, amax = 0;
+        for (int j = 0; j < MU_QK_K; j++) {
+            float ax = fabsf(xb[j]);
+            if (ax > amax) {
+                amax = ax;
+                max = xb[j];
+            }
+        }
+        if (amax == 0.f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        const float iscale = -127.f / max;
+        for (int j = 0; j < MU_QK_K; j++) {
+            int v = round_even(iscale * xb[j]);
+            y[i].qs[j] = (int8_t)(v > 127 ? 127 : v);
+        }
+        for (int j = 0; j < MU_QK_K / 16; j++) {
+            int sum = 0;
+            for (int l = 0; l < 16; l++) sum += y[i].qs[j * 16 + l];
+            y[i].bsums[j] = (int16_t)sum;
+        }
+        y[i].d = 1.f / iscale;
+    }
+}
+
+static void quant_f16_ref(const float *x, void *vy, int n) {
+    mu_f16 *y = vy;
+    for (int i = 0; i < n; i++) y[i] = mu_f32_to_f16(x[i]);
+}
+
+static void quant_bf16_ref(const float *x, void *vy, int n) {
+    mu_bf16 *y = vy;
+    for (int i = 0; i < n; i++) y[i] = mu_f32_to_bf16(x[i]);
+}
+
+static void quant_f32_ref(const float *x, void *vy, int n) { memcpy(vy, x, (size_t)n * sizeof(float)); }
+
+/* ---- dequantization ---------------------------------------------------- */
+
+/* 6-bit scale and min j (0..7) of a Q4_K/Q5_K block. */
+static inline void scale_min_k4(int j, const uint8_t *q, uint8_t *d, uint8_t *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (uint8_t)((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+        *m = (uint8_t)((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    }
+}
+
+static void dequant_f32_ref(const void *w, float *y, int n) { memcpy(y, w, (size_t)n * sizeof(float)); }
+
+static void dequant_f16_ref(const void *w, float *y, int n) {
+    const mu_f16 *x = w;
+    for (int i = 0; i < n; i++) y[i] = mu_f16_to_f32(x[i]);
+}
+
+static void dequant_bf16_ref(const void *w, float *y, int n) {
+    const mu_bf16 *x = w;
+    for (int i = 0; i < n; i++) y[i] = mu_bf16_to_f32(x[i]);
+}
+
+void mu_dequant_q8_0_ref(const void *w, float *y, int n) {
+    const mu_block_q8_0 *x = w;
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const float d = mu_f16_to_f32(x[i].d);
+        for (int j = 0; j < MU_QK8_0; j++) y[i * MU_QK8_0 + j] = x[i].qs[j] * d;
+    }
+}
+
+void mu_dequant_q4_K_ref(const void *w, float *y, int n) {
+    const mu_block_q4_K *x = w;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const uint8_t *q = x[i].qs;
+        const float d = mu_f16_to_f32(x[i].d);
+        const float dmin = mu_f16_to_f32(x[i].dmin);
+        int is = 0;
+        uint8_t sc, m;
+        for (int j = 0; j < MU_QK_K; j += 64) {
+            scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; ++l) *y++ = d1 * (q[l] & 0xF) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * (q[l] >> 4) - m2;
+            q += 32;
+            is += 2;
+        }
+    }
+}
+
+void mu_dequant_q5_K_ref(const void *w, float *y, int n) {
+    const mu_block_q5_K *x = w;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const uint8_t *ql = x[i].qs;
+        const uint8_t *qh = x[i].qh;
+        const float d = mu_f16_to_f32(x[i].d);
+        const float dmin = mu_f16_to_f32(x[i].dmin);
+        int is = 0;
+        uint8_t sc, m;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0; j < MU_QK_K; j += 64) {
+            scale_min_k4(is + 0, x[i].scales, &sc, &m);
+            const float d1 = d * sc, m1 = dmin * m;
+            scale_min_k4(is + 1, x[i].scales, &sc, &m);
+            const float d2 = d * sc, m2 = dmin * m;
+            for (int l = 0; l < 32; ++l) *y++ = d1 * ((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+            for (int l = 0; l < 32; ++l) *y++ = d2 * ((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+            ql += 32;
+            is += 2;
+            u1 <<= 2;
+            u2 <<= 2;
+        }
+    }
+}
+
+void mu_dequant_q6_K_ref(const void *w, float *y, int n) {
+    const mu_block_q6_K *x = w;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = mu_f16_to_f32(x[i].d);
+        const uint8_t *ql = x[i].ql;
+        const uint8_t *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (int h = 0; h < MU_QK_K; h += 128) {
+            for (int l = 0; l < 32; ++l) {
+                int is = l / 16;
+                const int8_t q1 = (int8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                const int8_t q2 = (int8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int8_t q3 = (int8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int8_t q4 = (int8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l + 0] = d * sc[is + 0] * q1;
+                y[l + 32] = d * sc[is + 2] * q2;
+                y[l + 64] = d * sc[is + 4] * q3;
+                y[l + 96] = d * sc[is + 6] * q4;
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+/* ---- dot products ------------------------------------------------------ */
+
+float mu_vec_dot_f32_ref(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)(x[i] * y[i]);
+    return (float)s;
+}
+
+float mu_vec_dot_f16_ref(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)(mu_f16_to_f32(x[i]) * mu_f16_to_f32(y[i]));
+    return (float)s;
+}
+
+float mu_vec_dot_bf16_ref(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    double s = 0;
+    for (int i = 0; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
+    return (float)s;
+}
+
+float mu_vec_dot_q8_0_ref(int n, const void *w, const void *a) {
+    const mu_block_q8_0 *x = w, *y = a;
+    float s = 0;
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        int sumi = 0;
+        for (int j = 0; j < MU_QK8_0; j++) sumi += x[i].qs[j] * y[i].qs[j];
+        s += sumi * (mu_f16_to_f32(x[i].d) * mu_f16_to_f32(y[i].d));
+    }
+    return s;
+}
+
+/* Unpacks the 8 six-bit scales and 8 mins of a Q4_K/Q5_K block. */
+static inline void unpack_k4_scales(const uint8_t *scales, uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 8; j++) scale_min_k4(j, scales, &sc[j], &mn[j]);
+}
+
+/* Shared tail of the K-quant dots: values a[256] (unsigned, before the
+ * per-sub-block min), 8 sub-blocks of 32. */
+static inline float dot_k4_block(const int8_t *a, const uint8_t sc[8], const uint8_t mn[8], float d, float dmin,
+                                 const mu_block_q8_K *y) {
+    int summ = 0;
+    for (int j = 0; j < 16; j++) summ += y->bsums[j] * mn[j / 2];
+    int sumi = 0;
+    for (int j = 0; j < 8; j++) {
+        int s = 0;
+        for (int l = 0; l < 32; l++) s += a[j * 32 + l] * y->qs[j * 32 + l];
+        sumi += sc[j] * s;
+    }
+    return d * y->d * (float)sumi - dmin * y->d * (float)summ;
+}
+
+float mu_vec_dot_q4_K_ref(int n, const void *w, const void *act) {
+    const mu_block_q4_K *x = w;
+    const mu_block_q8_K *y = act;
+    float s = 0;
+    int8_t a[MU_QK_K];
+    uint8_t sc[8], mn[8];
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const uint8_t *q = x[i].qs;
+        for (int j = 0; j < 4; j++) {
+            for (int l = 0; l < 32; l++) {
+                a[j * 64 + l] = (int8_t)(q[l] & 0xF);
+                a[j * 64 + 32 + l] = (int8_t)(q[l] >> 4);
+            }
+            q += 32;
+        }
+        unpack_k4_scales(x[i].scales, sc, mn);
+        s += dot_k4_block(a, sc, mn, mu_f16_to_f32(x[i].d), mu_f16_to_f32(x[i].dmin), &y[i]);
+    }
+    return s;
+}
+
+float mu_vec_dot_q5_K_ref(int n, const void *w, const void *act) {
+    const mu_block_q5_K *x = w;
+    const mu_block_q8_K *y = act;
+    float s = 0;
+    int8_t a[MU_QK_K];
+    uint8_t sc[8], mn[8];
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const uint8_t *q = x[i].qs;
+        const uint8_t *qh = x[i].qh;
+        uint8_t m = 1;
+        for (int j = 0; j < 4; j++) {
+            for (int l = 0; l < 32; l++) {
+                a[j * 64 + l] = (int8_t)((q[l] & 0xF) + (qh[l] & m ? 16 : 0));
+                a[j * 64 + 32 + l] = (int8_t)((q[l] >> 4) + (qh[l] & (m << 1) ? 16 : 0));
+            }
+            q += 32;
+            m <<= 2;
+        }
+        unpack_k4_scales(x[i].scales, sc, mn);
+        s += dot_k4_block(a, sc, mn, mu_f16_to_f32(x[i].d), mu_f16_to_f32(x[i].dmin), &y[i]);
+    }
+    return s;
+}
+
+float mu_vec_dot_q6_K_ref(int n, const void *w, const void *act) {
+    const mu_block_q6_K *x = w;
+    const mu_block_q8_K *y = act;
+    float s = 0;
+    int8_t a[MU_QK_K];
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const uint8_t *ql = x[i].ql;
+        const uint8_t *qh = x[i].qh;
+        int8_t *pa = a;
+        for (int h = 0; h < 2; h++) {
+            for (int l = 0; l < 32; l++) {
+                pa[l + 0] = (int8_t)(((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
+                pa[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
+                pa[l + 64] = (int8_t)(((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
+                pa[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+            }
+            pa += 128;
+            ql += 64;
+            qh += 32;
+        }
+        int sumi = 0;
+        for (int j = 0; j < 16; j++) {
+            int t = 0;
+            for (int l = 0; l < 16; l++) t += a[j * 16 + l] * y[i].qs[j * 16 + l];
+            sumi += x[i].scales[j] * t;
+        }
+        s += mu_f16_to_f32(x[i].d) * y[i].d * (float)sumi;
+    }
+    return s;
+}
+
+/* ---- attention pieces -------------------------------------------------- */
+
+static float dot_f16_ref(int n, const mu_f16 *a, const mu_f16 *b) { return mu_vec_dot_f16_ref(n, a, b); }
+
+static void axpy_f16_ref(int n, float a, const mu_f16 *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
+}
+
+/* ---- the table --------------------------------------------------------- */
+
+uint32_t mu_kern_dot_type(uint32_t t) {
+    switch (t) {
+    case MU_T_Q8_0: return MU_T_Q8_0;
+    case MU_T_Q4_K: case MU_T_Q5_K: case MU_T_Q6_K: return MU_T_Q8_K;
+    default: return t; /* F32, F16, BF16 */
+    }
+}
+
+static const mu_kern REF = {
+    .name = "ref",
+    .vec_dot = {
+        [MU_T_F32] = mu_vec_dot_f32_ref, [MU_T_F16] = mu_vec_dot_f16_ref, [MU_T_BF16] = mu_vec_dot_bf16_ref,
+        [MU_T_Q8_0] = mu_vec_dot_q8_0_ref, [MU_T_Q4_K] = mu_vec_dot_q4_K_ref, [MU_T_Q5_K] = mu_vec_dot_q5_K_ref,
+        [MU_T_Q6_K] = mu_vec_dot_q6_K_ref,
+    },
+    .quant = {
+        [MU_T_F32] = quant_f32_ref, [MU_T_F16] = quant_f16_ref, [MU_T_BF16] = quant_bf16_ref,
+        [MU_T_Q8_0] = mu_quant_q8_0_ref, [MU_T_Q8_K] = mu_quant_q8_K_ref,
+    },
+    .dequant = {
+        [MU_T_F32] = dequant_f32_ref, [MU_T_F16] = dequant_f16_ref, [MU_T_BF16] = dequant_bf16_ref,
+        [MU_T_Q8_0] = mu_dequant_q8_0_ref, [MU_T_Q4_K] = mu_dequant_q4_K_ref, [MU_T_Q5_K] = mu_dequant_q5_K_ref,
+        [MU_T_Q6_K] = mu_dequant_q6_K_ref,
+    },
+    .dot_f16 = dot_f16_ref,
+    .axpy_f16 = axpy_f16_ref,
+};
+
+const mu_kern *mu_kern_ref(void) { return &REF; }

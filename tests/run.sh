@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# The one test runner. Tiers, each skipped with a message when its resource
+# is missing:
+#   unit     cmocka unit tests (no model)               build/tests/test_*
+#   fuzz     replay of every fuzz corpus                tests/fuzz/corpus/*
+#   model    golden data from llama.cpp on generated models   tests/golden
+#   shared   the team's shared fixtures                 ../shared/fixtures
+#   e2e      end-to-end scripts (CLI, server on loopback)  tests/e2e/test_*.sh
+#   neon     ARM64 kernels under qemu-user              (cross compiler + qemu)
+#   gpu      CUDA backend                               (needs a CUDA device)
+# Usage: tests/run.sh [tier ...]   (default: all)
+set -u
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+export MUSER_BIN=${MUSER_BIN:-$PWD/muser}
+tiers=("$@")
+[ ${#tiers[@]} -eq 0 ] && tiers=(unit fuzz model shared e2e neon gpu)
+fail=0
+passed=()
+failed=()
+skipped=()
+
+run_tier() {
+  local name=$1
+  shift
+  echo "=== tier $name"
+  if "$@"; then passed+=("$name"); else failed+=("$name"); fail=1; fi
+}
+skip() { echo "=== tier $1: skipped: $2"; skipped+=("$1"); }
+
+tier_unit() {
+  local rc=0 t
+  for t in "$BUILD"/tests/test_*; do
+    [ -x "$t" ] || continue
+    echo "--- $(basename "$t")"
+    "$t" || rc=1
+  done
+  return $rc
+}
+
+tier_fuzz() { bash tests/fuzz/replay.sh; }
+
+tier_model() { bash tests/golden/run.sh; }
+
+tier_shared() { bash tests/golden/run-shared.sh; }
+
+tier_e2e() {
+  local rc=0 t
+  for t in tests/e2e/test_*.sh; do
+    [ -f "$t" ] || continue
+    echo "--- $t"
+    bash "$t" || { echo "FAIL: $t"; rc=1; }
+  done
+  return $rc
+}
+
+tier_neon() { bash tests/neon/run.sh; }
+
+for tier in "${tiers[@]}"; do
+  case $tier in
+    unit) run_tier unit tier_unit ;;
+    fuzz) run_tier fuzz tier_fuzz ;;
+    model) run_tier model tier_model ;;
+    shared)
+      if [ -d ../shared/fixtures ]; then run_tier shared tier_shared
+      else skip shared "../shared/fixtures is absent"; fi ;;
+    e2e) run_tier e2e tier_e2e ;;
+    neon)
+      if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null && [ -f tests/neon/run.sh ]; then
+        run_tier neon tier_neon
+      else skip neon "needs aarch64-linux-gnu-gcc and qemu-aarch64"; fi ;;
+    gpu)
+      if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && [ -f tests/gpu/run.sh ]; then
+        run_tier gpu bash tests/gpu/run.sh
+      else skip gpu "no CUDA device on this machine"; fi ;;
+    *) echo "unknown tier $tier"; exit 2 ;;
+  esac
+done
+
+echo "=== summary: passed: ${passed[*]:-none}; failed: ${failed[*]:-none}; skipped: ${skipped[*]:-none}"
+exit $fail
