@@ -1,0 +1,466 @@
+/* kern_avx2.c: the AVX2 + FMA + F16C kernel table.
+ * Owns: 256-bit versions of the dot products (every weight type), the
+ * activation quantizers, the dequantizers and the F16 attention pieces.
+ * Does not own: the numerics, which kern_ref.c defines; the quantizers and
+ * dequantizers here are bit-identical to it, the dots equal it up to float
+ * summation order (integer parts of the quantized dots are exact).
+ * Key design choice: quantized dots multiply unsigned weight codes with signed
+ * activation codes (maddubs), apply the per-sub-block scale with madd into
+ * int32, and only convert to float once per 256-value block. The tiled gemm
+ * lives in kern_avx512.c; this table leaves gemm to the vec_dot loop. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kern.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static inline float hsum_ps256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hsum_ps128(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
+
+/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K
+ * block, unpacked with 32-bit masks (same values as kern_ref.c's scale_min_k4). */
+static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+}
+
+/* ---- F32 / F16 / BF16 dots ---------------------------------------------- */
+
+static float vec_dot_f32_avx2(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), s1);
+    }
+    float s = hsum_ps256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+static float vec_dot_f16_avx2(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        __m256 y0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
+        __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
+        __m256 y1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8)));
+        s0 = _mm256_fmadd_ps(x0, y0, s0);
+        s1 = _mm256_fmadd_ps(x1, y1, s1);
+    }
+    float s = hsum_ps256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += f16_to_f32(x[i]) * f16_to_f32(y[i]);
+    return s;
+}
+
+static inline __m256 bf16x8_to_ps(const mu_bf16 *p) {
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+static float vec_dot_bf16_avx2(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(bf16x8_to_ps(x + i), bf16x8_to_ps(y + i), s0);
+        s1 = _mm256_fmadd_ps(bf16x8_to_ps(x + i + 8), bf16x8_to_ps(y + i + 8), s1);
+    }
+    float s = hsum_ps256(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s += mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]);
+    return s;
+}
+
+/* ---- quantized dots ---------------------------------------------------- */
+
+/* Signed int8 x signed int8 -> 8 int32 partial sums: |x| * (y with x's sign). */
+static inline __m256i dot_i8_256(__m256i x, __m256i y) {
+    const __m256i p16 = _mm256_maddubs_epi16(_mm256_sign_epi8(x, x), _mm256_sign_epi8(y, x));
+    return _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+}
+
+static float vec_dot_q8_0_avx2(int n, const void *w, const void *a) {
+    const mu_block_q8_0 *x = w, *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_256(qx, qy)), acc);
+    }
+    return hsum_ps256(acc);
+}
+
+/* Mins part shared by Q4_K and Q5_K: sum_j mn[j] * (bsums[2j] + bsums[2j+1]). */
+static inline __m128i k4_mins_dot(const uint32_t u[4], const int16_t *bsums) {
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&u[2]));
+    const __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
+    const __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
+    return _mm_madd_epi16(_mm_hadd_epi16(b0, b1), mins);
+}
+
+static float vec_dot_q4_K_avx2(int n, const void *w, const void *act) {
+    const mu_block_q4_K *x = w;
+    const mu_block_q8_K *y = act;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    uint32_t u[4];
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        const float dmin = -y[i].d * f16_to_f32(x[i].dmin);
+        k4_scales(x[i].scales, u);
+        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins_dot(u, y[i].bsums)), accm);
+        const uint8_t *sc = (const uint8_t *)u;
+        const uint8_t *q4 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(q4 + 32 * j));
+            const __m256i lo = _mm256_and_si256(bits, m4);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+            pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j]));
+            ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps256(acc) + hsum_ps128(accm);
+}
+
+static float vec_dot_q5_K_avx2(int n, const void *w, const void *act) {
+    const mu_block_q5_K *x = w;
+    const mu_block_q8_K *y = act;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i b16 = _mm256_set1_epi8(16);
+    __m256 acc = _mm256_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    uint32_t u[4];
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        const float dmin = -y[i].d * f16_to_f32(x[i].dmin);
+        k4_scales(x[i].scales, u);
+        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins_dot(u, y[i].bsums)), accm);
+        const uint8_t *sc = (const uint8_t *)u;
+        const uint8_t *q5 = x[i].qs;
+        const int8_t *q8 = y[i].qs;
+        const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+        __m256i sumi = _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(q5 + 32 * j));
+            /* bit 2j of qh adds 16 to the low nibble, bit 2j+1 to the high one */
+            const __m256i ml = _mm256_set1_epi8((char)(1 << (2 * j)));
+            const __m256i mh = _mm256_set1_epi8((char)(2 << (2 * j)));
+            const __m256i hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b16);
+            const __m256i hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b16);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), hl);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hh);
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+            pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j]));
+            ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps256(acc) + hsum_ps128(accm);
+}
+
+static float vec_dot_q6_K_avx2(int n, const void *w, const void *act) {
+    const mu_block_q6_K *x = w;
+    const mu_block_q8_K *y = act;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m3 = _mm256_set1_epi8(0x30);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        const __m128i sc8 = _mm_loadu_si128((const __m128i *)x[i].scales);
+        const __m256i sc16 = _mm256_cvtepi8_epi16(sc8);
+        /* codes are stored +32: subtract 32 * sum_k sc[k] * bsums[k] */
+        const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y[i].bsums));
+        __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+        const int8_t *sc = x[i].scales;
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *q8 = y[i].qs;
+        for (int h = 0; h < 2; h++) {
+            const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+            const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+            const __m256i hb = _mm256_loadu_si256((const __m256i *)qh);
+            __m256i q[4];
+            q[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m3));
+            q[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m3));
+            q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m3));
+            q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                   _mm256_and_si256(_mm256_srli_epi16(hb, 2), m3));
+            for (int k = 0; k < 4; k++) {
+                __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(q8 + 32 * k)));
+                /* 32 values = two sub-blocks of 16: scale per 128-bit lane */
+                const __m256i s = _mm256_setr_m128i(_mm_set1_epi16(sc[2 * k]), _mm_set1_epi16(sc[2 * k + 1]));
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+            }
+            ql += 64;
+            qh += 32;
+            q8 += 128;
+            sc += 8;
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    return hsum_ps256(acc);
+}
+
+/* ---- activation quantizers (bit-identical to kern_ref.c) --------------- */
+
+static const int ROUND = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+
+static void quant_q8_0_avx2(const float *x, void *vy, int n) {
+    mu_block_q8_0 *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const float *xb = x + i * MU_QK8_0;
+        __m256 v[4];
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 4; k++) {
+            v[k] = _mm256_loadu_ps(xb + 8 * k);
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+        }
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        const float d = amax / 127.f;
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        y[i].d = mu_f32_to_f16(d);
+        const __m256 mul = _mm256_set1_ps(id);
+        __m256i q[4];
+        for (int k = 0; k < 4; k++) q[k] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[k], mul), ROUND));
+        /* pack 4 x 8 int32 -> 32 int8 in order */
+        __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
+        __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+        __m256i p = _mm256_packs_epi16(p01, p23);
+        p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256((__m256i *)y[i].qs, p);
+    }
+}
+
+static void quant_q8_K_avx2(const float *x, void *vy, int n) {
+    mu_block_q8_K *y = vy;
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float *xb = x + i * MU_QK_K;
+        __m256 m = _mm256_setzero_ps();
+        for (int k = 0; k < 32; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)));
+        __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+        const float amax = _mm_cvtss_f32(m4);
+        if (amax == 0.f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float max = 0;
+        for (int j = 0; j < MU_QK_K; j++) /* first element of largest magnitude, as the ref */
+            if (fabsf(xb[j]) == amax) {
+                max = xb[j];
+                break;
+            }
+        const float iscale = -127.f / max;
+        const __m256 mul = _mm256_set1_ps(iscale);
+        const __m256i lim = _mm256_set1_epi32(127);
+        for (int k = 0; k < 8; k++) { /* 32 values per step */
+            __m256i q[4];
+            for (int l = 0; l < 4; l++) {
+                __m256 v = _mm256_mul_ps(_mm256_loadu_ps(xb + 32 * k + 8 * l), mul);
+                q[l] = _mm256_min_epi32(_mm256_cvtps_epi32(_mm256_round_ps(v, ROUND)), lim);
+            }
+            __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+            p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+            _mm256_storeu_si256((__m256i *)(y[i].qs + 32 * k), p);
+            /* bsums of the two groups of 16 */
+            const __m256i s16 = _mm256_maddubs_epi16(_mm256_set1_epi8(1), p);
+            const __m256i s32 = _mm256_madd_epi16(s16, _mm256_set1_epi16(1));
+            __m128i t = _mm256_castsi256_si128(s32);
+            __m128i u = _mm256_extracti128_si256(s32, 1);
+            t = _mm_hadd_epi32(t, u);   /* [a0+a1, a2+a3, b0+b1, b2+b3] */
+            t = _mm_hadd_epi32(t, t);   /* [a, b, a, b] */
+            y[i].bsums[2 * k] = (int16_t)_mm_cvtsi128_si32(t);
+            y[i].bsums[2 * k + 1] = (int16_t)_mm_extract_epi32(t, 1);
+        }
+        y[i].d = 1.f / iscale;
+    }
+}
+
+static void quant_f16_avx2(const float *x, void *vy, int n) {
+    mu_f16 *y = vy;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(x + i);
+        __m128i h = _mm256_cvtps_ph(v, ROUND);
+        /* NaN: the ref writes sign | 0x7e00 */
+        const __m256 nan = _mm256_cmp_ps(v, v, _CMP_UNORD_Q);
+        if (_mm256_movemask_ps(nan)) {
+            for (int k = 0; k < 8; k++) y[i + k] = mu_f32_to_f16(x[i + k]);
+            continue;
+        }
+        _mm_storeu_si128((__m128i *)(y + i), h);
+    }
+    for (; i < n; i++) y[i] = mu_f32_to_f16(x[i]);
+}
+
+static void quant_bf16_avx2(const float *x, void *vy, int n) {
+    mu_bf16 *y = vy;
+    int i = 0;
+    const __m256i one = _mm256_set1_epi32(1), r = _mm256_set1_epi32(0x7fff);
+    for (; i + 16 <= n; i += 16) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(x + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(x + i + 8));
+        const __m256 fa = _mm256_castsi256_ps(a), fb = _mm256_castsi256_ps(b);
+        if (_mm256_movemask_ps(_mm256_or_ps(_mm256_cmp_ps(fa, fa, _CMP_UNORD_Q), _mm256_cmp_ps(fb, fb, _CMP_UNORD_Q)))) {
+            for (int k = 0; k < 16; k++) y[i + k] = mu_f32_to_bf16(x[i + k]);
+            continue;
+        }
+        a = _mm256_srli_epi32(_mm256_add_epi32(a, _mm256_add_epi32(r, _mm256_and_si256(_mm256_srli_epi32(a, 16), one))), 16);
+        b = _mm256_srli_epi32(_mm256_add_epi32(b, _mm256_add_epi32(r, _mm256_and_si256(_mm256_srli_epi32(b, 16), one))), 16);
+        __m256i p = _mm256_permute4x64_epi64(_mm256_packus_epi32(a, b), 0xd8);
+        _mm256_storeu_si256((__m256i *)(y + i), p);
+    }
+    for (; i < n; i++) y[i] = mu_f32_to_bf16(x[i]);
+}
+
+/* ---- dequantizers (bit-identical to kern_ref.c: no fused multiply-add) -- */
+
+static void dequant_f16_avx2(const void *w, float *y, int n) {
+    const mu_f16 *x = w;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i))));
+    for (; i < n; i++) y[i] = mu_f16_to_f32(x[i]);
+}
+
+static void dequant_bf16_avx2(const void *w, float *y, int n) {
+    const mu_bf16 *x = w;
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, bf16x8_to_ps(x + i));
+    for (; i < n; i++) y[i] = mu_bf16_to_f32(x[i]);
+}
+
+static void dequant_q8_0_avx2(const void *w, float *y, int n) {
+    const mu_block_q8_0 *x = w;
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d));
+        for (int k = 0; k < 4; k++) {
+            const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(x[i].qs + 8 * k)));
+            _mm256_storeu_ps(y + i * MU_QK8_0 + 8 * k, _mm256_mul_ps(_mm256_cvtepi32_ps(q), d));
+        }
+    }
+}
+
+static void dequant_q4_K_avx2(const void *w, float *y, int n) {
+    const mu_block_q4_K *x = w;
+    uint32_t u[4];
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);
+        k4_scales(x[i].scales, u);
+        const uint8_t *sc = (const uint8_t *)u, *mn = sc + 8;
+        for (int j = 0; j < 4; j++) {
+            const uint8_t *q = x[i].qs + 32 * j;
+            const __m256 d1 = _mm256_set1_ps(d * sc[2 * j]), m1 = _mm256_set1_ps(dmin * mn[2 * j]);
+            const __m256 d2 = _mm256_set1_ps(d * sc[2 * j + 1]), m2 = _mm256_set1_ps(dmin * mn[2 * j + 1]);
+            for (int l = 0; l < 32; l += 8) {
+                const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(q + l)));
+                const __m256 lo = _mm256_cvtepi32_ps(_mm256_and_si256(b, _mm256_set1_epi32(0xf)));
+                const __m256 hi = _mm256_cvtepi32_ps(_mm256_srli_epi32(b, 4));
+                _mm256_storeu_ps(y + l, _mm256_sub_ps(_mm256_mul_ps(d1, lo), m1));
+                _mm256_storeu_ps(y + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d2, hi), m2));
+            }
+            y += 64;
+        }
+    }
+}
+
+static void dequant_q6_K_avx2(const void *w, float *y, int n) {
+    const mu_block_q6_K *x = w;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = f16_to_f32(x[i].d);
+        const uint8_t *ql = x[i].ql, *qh = x[i].qh;
+        const int8_t *sc = x[i].scales;
+        for (int h = 0; h < 2; h++) {
+            for (int l = 0; l < 32; l += 8) {
+                const __m256i a = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + l)));
+                const __m256i b = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(ql + 32 + l)));
+                const __m256i hb = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(qh + l)));
+                const __m256i m4 = _mm256_set1_epi32(0xf), m3 = _mm256_set1_epi32(0x30), c32 = _mm256_set1_epi32(32);
+                __m256i q[4];
+                q[0] = _mm256_or_si256(_mm256_and_si256(a, m4), _mm256_and_si256(_mm256_slli_epi32(hb, 4), m3));
+                q[1] = _mm256_or_si256(_mm256_and_si256(b, m4), _mm256_and_si256(_mm256_slli_epi32(hb, 2), m3));
+                q[2] = _mm256_or_si256(_mm256_srli_epi32(a, 4), _mm256_and_si256(hb, m3));
+                q[3] = _mm256_or_si256(_mm256_srli_epi32(b, 4), _mm256_and_si256(_mm256_srli_epi32(hb, 2), m3));
+                const int is = l / 16;
+                for (int k = 0; k < 4; k++) {
+                    const __m256 ds = _mm256_set1_ps(d * sc[is + 2 * k]);
+                    const __m256 qf = _mm256_cvtepi32_ps(_mm256_sub_epi32(q[k], c32));
+                    _mm256_storeu_ps(y + 32 * k + l, _mm256_mul_ps(ds, qf));
+                }
+            }
+            y += 128;
+            ql += 64;
+            qh += 32;
+            sc += 8;
+        }
+    }
+}
+
+/* ---- attention pieces -------------------------------------------------- */
+
+static float dot_f16_avx2(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx2(n, a, b); }
+
+static void axpy_f16_avx2(int n, float a, const mu_f16 *x, float *y) {
+    const __m256 va = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
+        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(y + i)));
+    }
+    for (; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
+}
+
+void mu_kern_fill_avx2(mu_kern *k) {
+    k->vec_dot[MU_T_F32] = vec_dot_f32_avx2;
+    k->vec_dot[MU_T_F16] = vec_dot_f16_avx2;
+    k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx2;
+    k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx2;
+    k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx2;
+    k->vec_dot[MU_T_Q5_K] = vec_dot_q5_K_avx2;
+    k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx2;
+    k->quant[MU_T_Q8_0] = quant_q8_0_avx2;
+    k->quant[MU_T_Q8_K] = quant_q8_K_avx2;
+    k->quant[MU_T_F16] = quant_f16_avx2;
+    k->quant[MU_T_BF16] = quant_bf16_avx2;
+    k->dequant[MU_T_F16] = dequant_f16_avx2;
+    k->dequant[MU_T_BF16] = dequant_bf16_avx2;
+    k->dequant[MU_T_Q8_0] = dequant_q8_0_avx2;
+    k->dequant[MU_T_Q4_K] = dequant_q4_K_avx2;
+    k->dequant[MU_T_Q6_K] = dequant_q6_K_avx2;
+    k->dot_f16 = dot_f16_avx2;
+    k->axpy_f16 = axpy_f16_avx2;
+}

@@ -1,0 +1,334 @@
+/* kern_avx512.c: the AVX-512 (F, BW, VL, DQ, VNNI, BF16) kernel table.
+ * Owns: 512-bit dots for the hot weight types (Q4_K, Q6_K, Q8_0, F16, F32,
+ * BF16), the Q8_K activation quantizer, and the tiled matrix-matrix kernels
+ * (gemm) used by prefill. Entries not set here keep the AVX2 ones (the table
+ * arrives as a copy of the AVX2 table).
+ * Does not own: numerics (kern_ref.c); the quantizer here is bit-identical to
+ * it, the dots equal it up to float summation order.
+ * Key design choice: one zmm holds two 32-value sub-blocks of a K-quant block
+ * in natural order, so the Q8_K activations load straight from their block;
+ * per-sub-block scales are applied with vpdpwssd (VNNI) on the 16-bit pair
+ * products, and floats appear only once per 256-value block. The gemm kernels
+ * decode a weight block once into registers and reuse it for a tile of
+ * activation rows, which is what makes prefill compute-bound instead of
+ * decode-bound. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "kern.h"
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps128(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+static inline float hsum_ps256(__m256 v) {
+    return hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+/* 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K block. */
+static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+}
+
+/* sum_j mn[j] * (bsums[2j] + bsums[2j+1]) as 4 int32 partial sums. */
+static inline __m128i k4_mins_dot(const uint32_t u[4], const int16_t *bsums) {
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&u[2]));
+    const __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
+    const __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
+    return _mm_madd_epi16(_mm_hadd_epi16(b0, b1), mins);
+}
+
+/* pshufb controls that spread 16-bit word a over the low 256 bits and word b
+ * over the high 256 bits (shuffles stay within 128-bit lanes, so the source
+ * holds the same 8 words in every lane). */
+static inline __m512i word_pair_ctrl(int a, int b) {
+    const __m256i lo = _mm256_set1_epi16((short)((2 * a + 1) << 8 | (2 * a)));
+    const __m256i hi = _mm256_set1_epi16((short)((2 * b + 1) << 8 | (2 * b)));
+    return _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+}
+
+/* Spread words a, a+1, a+2, a+3 over the four 128-bit lanes. */
+static inline __m512i word_quad_ctrl(int a) {
+    return _mm512_set_epi16(
+        (short)((2 * a + 7) << 8 | (2 * a + 6)), (short)((2 * a + 7) << 8 | (2 * a + 6)),
+        (short)((2 * a + 7) << 8 | (2 * a + 6)), (short)((2 * a + 7) << 8 | (2 * a + 6)),
+        (short)((2 * a + 7) << 8 | (2 * a + 6)), (short)((2 * a + 7) << 8 | (2 * a + 6)),
+        (short)((2 * a + 7) << 8 | (2 * a + 6)), (short)((2 * a + 7) << 8 | (2 * a + 6)),
+        (short)((2 * a + 5) << 8 | (2 * a + 4)), (short)((2 * a + 5) << 8 | (2 * a + 4)),
+        (short)((2 * a + 5) << 8 | (2 * a + 4)), (short)((2 * a + 5) << 8 | (2 * a + 4)),
+        (short)((2 * a + 5) << 8 | (2 * a + 4)), (short)((2 * a + 5) << 8 | (2 * a + 4)),
+        (short)((2 * a + 5) << 8 | (2 * a + 4)), (short)((2 * a + 5) << 8 | (2 * a + 4)),
+        (short)((2 * a + 3) << 8 | (2 * a + 2)), (short)((2 * a + 3) << 8 | (2 * a + 2)),
+        (short)((2 * a + 3) << 8 | (2 * a + 2)), (short)((2 * a + 3) << 8 | (2 * a + 2)),
+        (short)((2 * a + 3) << 8 | (2 * a + 2)), (short)((2 * a + 3) << 8 | (2 * a + 2)),
+        (short)((2 * a + 3) << 8 | (2 * a + 2)), (short)((2 * a + 3) << 8 | (2 * a + 2)),
+        (short)((2 * a + 1) << 8 | (2 * a)), (short)((2 * a + 1) << 8 | (2 * a)),
+        (short)((2 * a + 1) << 8 | (2 * a)), (short)((2 * a + 1) << 8 | (2 * a)),
+        (short)((2 * a + 1) << 8 | (2 * a)), (short)((2 * a + 1) << 8 | (2 * a)),
+        (short)((2 * a + 1) << 8 | (2 * a)), (short)((2 * a + 1) << 8 | (2 * a)));
+}
+
+/* ---- Q4_K: one decoded block --------------------------------------------
+ * q[p] = codes of sub-blocks 2p (low 256 bits) and 2p+1 (high), unsigned;
+ * s[p] = their scales as 16-bit words spread the same way. */
+typedef struct {
+    __m512i q[4], s[4];
+} q4k_dec;
+
+static inline void q4k_decode(const mu_block_q4_K *b, q4k_dec *o, uint32_t u[4]) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    k4_scales(b->scales, u);
+    const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u)));
+    for (int p = 0; p < 4; p++) {
+        const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * p)));
+        o->q[p] = _mm512_and_si512(_mm512_srlv_epi16(v, shift), m4);
+        o->s[p] = _mm512_shuffle_epi8(sc, word_pair_ctrl(2 * p, 2 * p + 1));
+    }
+}
+
+/* integer part of a Q4_K block dot (before the mins): 16 int32 partials */
+static inline __m512i q4k_sumi(const q4k_dec *o, const int8_t *q8) {
+    __m512i sumi = _mm512_setzero_si512();
+    for (int p = 0; p < 4; p++) {
+        const __m512i prod = _mm512_maddubs_epi16(o->q[p], _mm512_loadu_si512(q8 + 64 * p));
+        sumi = _mm512_dpwssd_epi32(sumi, prod, o->s[p]);
+    }
+    return sumi;
+}
+
+static float vec_dot_q4_K_avx512(int n, const void *w, const void *act) {
+    const mu_block_q4_K *x = w;
+    const mu_block_q8_K *y = act;
+    __m512 acc = _mm512_setzero_ps();
+    __m128 accm = _mm_setzero_ps();
+    uint32_t u[4];
+    q4k_dec dec;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        const float dmin = -y[i].d * f16_to_f32(x[i].dmin);
+        q4k_decode(&x[i], &dec, u);
+        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins_dot(u, y[i].bsums)), accm);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(q4k_sumi(&dec, y[i].qs)), acc);
+    }
+    return _mm512_reduce_add_ps(acc) + hsum_ps128(accm);
+}
+
+/* ---- Q6_K: one decoded block --------------------------------------------
+ * q[k] = unsigned codes (+32) of values 64k..64k+63, four sub-blocks of 16,
+ * one per 128-bit lane; s[k] = their scales spread the same way;
+ * corr = 32 * sum_j sc[j] * bsums[j] is subtracted per activation row. */
+typedef struct {
+    __m512i q[4], s[4];
+    __m256i sc16;
+} q6k_dec;
+
+static inline void q6k_decode(const mu_block_q6_K *b, q6k_dec *o) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f), m3 = _mm512_set1_epi8(0x30);
+    const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+    const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+    o->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    for (int h = 0; h < 2; h++) {
+        const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
+        const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
+        const __m512i ha = _mm512_and_si512(_mm512_sllv_epi16(hb, sl), m3);
+        const __m512i hc = _mm512_and_si512(_mm512_srlv_epi16(hb, sr), m3);
+        o->q[2 * h] = _mm512_or_si512(_mm512_and_si512(l, m4), ha);
+        o->q[2 * h + 1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), m4), hc);
+        const __m512i bc = _mm512_broadcast_i32x4(h ? _mm256_extracti128_si256(o->sc16, 1)
+                                                    : _mm256_castsi256_si128(o->sc16));
+        o->s[2 * h] = _mm512_shuffle_epi8(bc, word_quad_ctrl(0));
+        o->s[2 * h + 1] = _mm512_shuffle_epi8(bc, word_quad_ctrl(4));
+    }
+}
+
+static inline __m512i q6k_sumi(const q6k_dec *o, const mu_block_q8_K *y) {
+    const __m256i corr = _mm256_madd_epi16(o->sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+    __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
+    for (int k = 0; k < 4; k++) {
+        const __m512i prod = _mm512_maddubs_epi16(o->q[k], _mm512_loadu_si512(y->qs + 64 * k));
+        sumi = _mm512_dpwssd_epi32(sumi, prod, o->s[k]);
+    }
+    return sumi;
+}
+
+static float vec_dot_q6_K_avx512(int n, const void *w, const void *act) {
+    const mu_block_q6_K *x = w;
+    const mu_block_q8_K *y = act;
+    __m512 acc = _mm512_setzero_ps();
+    q6k_dec dec;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = y[i].d * f16_to_f32(x[i].d);
+        q6k_decode(&x[i], &dec);
+        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(q6k_sumi(&dec, &y[i])), acc);
+    }
+    return _mm512_reduce_add_ps(acc);
+}
+
+/* ---- Q8_0 --------------------------------------------------------------- */
+
+/* |x| (unsigned) times y with x's sign: exact for any x, y != -128. */
+static inline __m256i q8_0_dot(const mu_block_q8_0 *x, const int8_t *yq) {
+    const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)yq);
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+}
+
+static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
+    const mu_block_q8_0 *x = w, *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    const int nb = n / MU_QK8_0;
+    int i = 0;
+    for (; i + 2 <= nb; i += 2) {
+        const __m256 d0 = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        const __m256 d1 = _mm256_set1_ps(f16_to_f32(x[i + 1].d) * f16_to_f32(y[i + 1].d));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(q8_0_dot(&x[i], y[i].qs)), acc0);
+        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(q8_0_dot(&x[i + 1], y[i + 1].qs)), acc1);
+    }
+    for (; i < nb; i++) {
+        const __m256 d0 = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(q8_0_dot(&x[i], y[i].qs)), acc0);
+    }
+    return hsum_ps256(_mm256_add_ps(acc0, acc1));
+}
+
+/* ---- F32 / F16 / BF16 --------------------------------------------------- */
+
+static float vec_dot_f32_avx512(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), s0);
+        s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), s1);
+    }
+    if (i + 16 <= n) {
+        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), s0);
+        i += 16;
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+static inline __m512 f16x16_mask(const mu_f16 *p, __mmask16 m) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
+}
+
+static float vec_dot_f16_avx512(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(f16x16(x + i), f16x16(y + i), s0);
+        s1 = _mm512_fmadd_ps(f16x16(x + i + 16), f16x16(y + i + 16), s1);
+    }
+    if (i + 16 <= n) {
+        s0 = _mm512_fmadd_ps(f16x16(x + i), f16x16(y + i), s0);
+        i += 16;
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        s1 = _mm512_fmadd_ps(f16x16_mask(x + i, m), f16x16_mask(y + i, m), s1);
+    }
+    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+static inline __m512 bf16x16(const mu_bf16 *p) {
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
+}
+
+/* Widening to f32 (exact, keeps subnormals) rather than vdpbf16ps, which
+ * flushes them; the row is read from memory either way. */
+static float vec_dot_bf16_avx512(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 32 <= n; i += 32) {
+        s0 = _mm512_fmadd_ps(bf16x16(x + i), bf16x16(y + i), s0);
+        s1 = _mm512_fmadd_ps(bf16x16(x + i + 16), bf16x16(y + i + 16), s1);
+    }
+    float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    for (; i < n; i++) s += mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]);
+    return s;
+}
+
+static float dot_f16_avx512(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx512(n, a, b); }
+
+static void axpy_f16_avx512(int n, float a, const mu_f16 *x, float *y) {
+    const __m512 va = _mm512_set1_ps(a);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, f16x16(x + i), _mm512_loadu_ps(y + i)));
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, f16x16_mask(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
+    }
+}
+
+/* ---- Q8_K activation quantizer (bit-identical to kern_ref.c) ------------ */
+
+static void quant_q8_K_avx512(const float *x, void *vy, int n) {
+    mu_block_q8_K *y = vy;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float *xb = x + i * MU_QK_K;
+        __m512 m = _mm512_setzero_ps();
+        for (int k = 0; k < 16; k++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * k)));
+        const float amax = _mm512_reduce_max_ps(m);
+        if (amax == 0.f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        /* the ref takes the first element of largest magnitude, with its sign */
+        float max = 0;
+        const __m512 va = _mm512_set1_ps(amax);
+        for (int k = 0; k < 16; k++) {
+            const __mmask16 hit = _mm512_cmpeq_ps_mask(_mm512_abs_ps(_mm512_loadu_ps(xb + 16 * k)), va);
+            if (hit) {
+                max = xb[16 * k + __builtin_ctz(hit)];
+                break;
+            }
+        }
+        const float iscale = -127.f / max;
+        const __m512 mul = _mm512_set1_ps(iscale);
+        const __m512i lim = _mm512_set1_epi32(127);
+        for (int k = 0; k < 16; k++) {
+            const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(xb + 16 * k), mul);
+            const __m512i q = _mm512_min_epi32(_mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), lim);
+            _mm_storeu_si128((__m128i *)(y[i].qs + 16 * k), _mm512_cvtsepi32_epi8(q));
+            y[i].bsums[k] = (int16_t)_mm512_reduce_add_epi32(q);
+        }
+        y[i].d = 1.f / iscale;
+    }
+}
+
+/* ---- gemm: tiles of weight rows x activation rows ------------------------ */
+
+static void gemm_fill(mu_kern *k) { (void)k; }
+
+void mu_kern_fill_avx512(mu_kern *k) {
+    k->vec_dot[MU_T_F32] = vec_dot_f32_avx512;
+    k->vec_dot[MU_T_F16] = vec_dot_f16_avx512;
+    k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx512;
+    k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx512;
+    k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
+    k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
+    k->quant[MU_T_Q8_K] = quant_q8_K_avx512;
+    k->dot_f16 = dot_f16_avx512;
+    k->axpy_f16 = axpy_f16_avx512;
+    gemm_fill(k);
+}

@@ -1,0 +1,404 @@
+/* kern_checks.h: the kernel-table checks, shared by the cmocka unit test
+ * (tests/unit/test_kern.c, every table this x86 CPU runs) and the
+ * self-contained aarch64 driver run under qemu (tests/neon/driver.c).
+ * Plain C, no test framework: each check returns its failure count and
+ * prints what failed on stderr.
+ *
+ * Named tolerances (|got - ref| <= tol * sum_i |w_i| * |a_i|, the sum of the
+ * magnitudes of the terms, with the K-quant mins counted as separate terms):
+ *   TOL_DOT_QUANT  Q8_0, Q4_K, Q5_K, Q6_K: the integer parts are exact, only
+ *                  the float sum over blocks is reordered.
+ *   TOL_DOT_FLOAT  F32, F16, BF16 and dot_f16/axpy_f16: float accumulation in
+ *                  SIMD lanes against the ref's double sum (worst case about
+ *                  n/32 roundings of 6e-8 for n = 6656).
+ * Quantizers (activation f32 -> dot type) and dequantizers must be
+ * bit-identical to kern_ref.c. */
+#ifndef MU_TESTS_KERN_CHECKS_H
+#define MU_TESTS_KERN_CHECKS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/kern/kern.h"
+#include "../../src/kern/quant.h"
+
+#define TOL_DOT_QUANT 1e-5
+#define TOL_DOT_FLOAT 5e-5
+
+/* set to silence the failure lines (the self-test of the checks) */
+static int kc_quiet;
+#define KC_LOG(...) ((void)(kc_quiet || fprintf(stderr, __VA_ARGS__)))
+
+static uint64_t kc_state = 0x9e3779b97f4a7c15ull;
+static void kc_seed(uint64_t s) { kc_state = s * 0x9e3779b97f4a7c15ull + 1; }
+static uint32_t kc_u32(void) {
+    kc_state ^= kc_state << 13;
+    kc_state ^= kc_state >> 7;
+    kc_state ^= kc_state << 17;
+    return (uint32_t)(kc_state >> 16);
+}
+static double kc_unif(void) { return (kc_u32() + 0.5) / 4294967296.0; }
+static float kc_gauss(void) {
+    return (float)(sqrt(-2 * log(kc_unif())) * cos(6.283185307179586 * kc_unif()));
+}
+
+static const int KC_LENS[] = {256, 512, 2048, 6656};
+#define KC_NLENS ((int)(sizeof KC_LENS / sizeof KC_LENS[0]))
+static const uint32_t KC_WTYPES[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K};
+#define KC_NWTYPES ((int)(sizeof KC_WTYPES / sizeof KC_WTYPES[0]))
+static const uint32_t KC_DTYPES[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q8_K};
+#define KC_NDTYPES ((int)(sizeof KC_DTYPES / sizeof KC_DTYPES[0]))
+
+static size_t kc_row_bytes(uint32_t t, int n) {
+    switch (t) {
+    case MU_T_Q8_K: return (size_t)(n / MU_QK_K) * sizeof(mu_block_q8_K);
+    default: return mu_type_row_bytes(t, n);
+    }
+}
+
+/* Activation f32 rows of several shapes; `kind` picks the distribution. */
+#define KC_NKINDS 7
+static void kc_fill_act(float *x, int n, int kind) {
+    for (int i = 0; i < n; i++) {
+        switch (kind) {
+        case 0: x[i] = kc_gauss(); break;
+        case 1: x[i] = kc_gauss() * 1e-3f * (float)(1 + i % 7); break;
+        case 2: x[i] = kc_gauss() * (kc_u32() % 64 == 0 ? 300.f : 1.f); break; /* outliers */
+        case 3: /* exact rounding ties: amax 127 makes the scale exactly +-1 */
+            x[i] = (i % 32 == 0) ? ((i / 32) % 2 ? 127.f : -127.f) : (float)((int)(kc_u32() % 253) - 126) + 0.5f;
+            break;
+        case 4: x[i] = (i / 256) % 2 ? 0.f : kc_gauss(); break; /* zero blocks */
+        case 5: /* f16 edge cases: subnormals, midpoints, overflow */
+            switch (kc_u32() % 6) {
+            case 0: x[i] = kc_gauss() * 1e-6f; break;
+            case 1: x[i] = kc_gauss() * 3e-8f; break;
+            case 2: x[i] = (float)(kc_u32() % 2048) + 0.5f + 2048.f; break; /* f16 ties */
+            case 3: x[i] = kc_gauss() * 70000.f; break;
+            default: x[i] = kc_gauss(); break;
+            }
+            break;
+        default: x[i] = 0.25f * (float)((i % 5) - 2); break; /* repeated values, +-max ties */
+        }
+    }
+}
+
+static mu_f16 kc_f16_scale(int extreme) {
+    switch (extreme) {
+    case 1: return mu_f32_to_f16(65504.f * (kc_u32() % 2 ? 1 : -1));
+    case 2: return (mu_f16)(1 + kc_u32() % 1023); /* subnormal */
+    case 3: return 0;
+    default: return mu_f32_to_f16((float)(kc_unif() * 0.02 + 1e-4));
+    }
+}
+
+/* Weight rows: float types from Gaussians; quant types from random bytes
+ * (every code and scale pattern) with the f16 scales controlled. */
+static void kc_fill_weights(uint32_t t, void *w, int n, int extreme) {
+    uint8_t *b = w;
+    size_t bytes = kc_row_bytes(t, n);
+    for (size_t i = 0; i < bytes; i++) b[i] = (uint8_t)kc_u32();
+    int nb;
+    switch (t) {
+    case MU_T_F32:
+        for (int i = 0; i < n; i++) ((float *)w)[i] = kc_gauss() * (extreme ? 1e4f : 1.f);
+        break;
+    case MU_T_F16:
+        for (int i = 0; i < n; i++) ((mu_f16 *)w)[i] = mu_f32_to_f16(kc_gauss() * (extreme ? 1e4f : 1.f));
+        break;
+    case MU_T_BF16:
+        for (int i = 0; i < n; i++) ((mu_bf16 *)w)[i] = mu_f32_to_bf16(kc_gauss() * (extreme ? 1e20f : 1.f));
+        break;
+    case MU_T_Q8_0:
+        nb = n / MU_QK8_0;
+        for (int i = 0; i < nb; i++) {
+            mu_block_q8_0 *q = (mu_block_q8_0 *)w + i;
+            q->d = kc_f16_scale(extreme && i % 3 == 0 ? 1 + (int)(kc_u32() % 3) : 0);
+            /* -128 is legal in a file; activations never hold it */
+        }
+        break;
+    case MU_T_Q4_K: case MU_T_Q5_K:
+        nb = n / MU_QK_K;
+        for (int i = 0; i < nb; i++) {
+            mu_f16 *d = (mu_f16 *)(b + (size_t)i * mu_type_get(t)->type_bytes);
+            d[0] = kc_f16_scale(extreme ? 1 + (int)(kc_u32() % 3) : 0);
+            d[1] = kc_f16_scale(extreme ? 1 + (int)(kc_u32() % 3) : 0);
+            if (extreme && i % 2) memset(d + 2, 0xff, MU_K_SCALE_SIZE); /* all scales and mins 63 */
+        }
+        break;
+    case MU_T_Q6_K:
+        nb = n / MU_QK_K;
+        for (int i = 0; i < nb; i++) {
+            mu_block_q6_K *q = (mu_block_q6_K *)w + i;
+            q->d = kc_f16_scale(extreme ? 1 + (int)(kc_u32() % 3) : 0);
+            if (extreme && i % 2) memset(q->scales, i % 4 == 1 ? 0x80 : 0x7f, sizeof q->scales);
+        }
+        break;
+    }
+}
+
+/* Magnitudes of the terms of a dot product: dequantized weights with the
+ * K-quant min term counted with the same sign as the scale term. */
+static void kc_weight_mag(uint32_t t, const void *w, float *out, int n) {
+    const mu_kern *ref = mu_kern_ref();
+    if (t == MU_T_Q4_K || t == MU_T_Q5_K) {
+        const size_t bytes = kc_row_bytes(t, n);
+        uint8_t *c = malloc(bytes);
+        memcpy(c, w, bytes);
+        const int tb = mu_type_get(t)->type_bytes;
+        for (int i = 0; i < n / MU_QK_K; i++) {
+            mu_f16 *d = (mu_f16 *)(c + (size_t)i * tb);
+            d[1] = (mu_f16)((d[1] & 0x7fff) | ((~d[0]) & 0x8000)); /* dmin sign opposite to d */
+        }
+        ref->dequant[t](c, out, n);
+        free(c);
+    } else {
+        ref->dequant[t](w, out, n);
+    }
+    for (int i = 0; i < n; i++) out[i] = fabsf(out[i]);
+}
+
+static void kc_act_values(uint32_t dt, const void *a, float *out, int n) {
+    const mu_kern *ref = mu_kern_ref();
+    if (dt == MU_T_Q8_K) {
+        const mu_block_q8_K *q = a;
+        for (int i = 0; i < n; i++) out[i] = q[i / MU_QK_K].d * q[i / MU_QK_K].qs[i % MU_QK_K];
+    } else {
+        ref->dequant[dt](a, out, n);
+    }
+}
+
+static const char *kc_tname(uint32_t t) { return mu_type_get(t)->name; }
+
+static int check_quant(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int ti = 0; ti < KC_NDTYPES; ti++) {
+        const uint32_t t = KC_DTYPES[ti];
+        for (int li = 0; li < KC_NLENS; li++) {
+            const int n = KC_LENS[li];
+            const size_t bytes = kc_row_bytes(t, n);
+            float *x = malloc((size_t)n * sizeof *x);
+            uint8_t *y0 = malloc(bytes), *y1 = malloc(bytes);
+            for (int kind = 0; kind < KC_NKINDS; kind++) {
+                kc_seed((uint64_t)(1000 * ti + 10 * li + kind));
+                kc_fill_act(x, n, kind);
+                memset(y0, 0xa5, bytes);
+                memset(y1, 0x5a, bytes);
+                ref->quant[t](x, y0, n);
+                k->quant[t](x, y1, n);
+                if (memcmp(y0, y1, bytes)) {
+                    size_t at = 0;
+                    while (y0[at] == y1[at]) at++;
+                    KC_LOG("%s: quant %s n=%d kind=%d differs from ref at byte %zu (%02x vs %02x)\n", k->name,
+                            kc_tname(t), n, kind, at, y1[at], y0[at]);
+                    fails++;
+                }
+            }
+            free(x);
+            free(y0);
+            free(y1);
+        }
+    }
+    return fails;
+}
+
+static int check_dequant(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int ti = 0; ti < KC_NWTYPES; ti++) {
+        const uint32_t t = KC_WTYPES[ti];
+        for (int li = 0; li < KC_NLENS; li++) {
+            const int n = KC_LENS[li];
+            void *w = malloc(kc_row_bytes(t, n));
+            float *y0 = malloc((size_t)n * sizeof(float)), *y1 = malloc((size_t)n * sizeof(float));
+            for (int ext = 0; ext < 2; ext++) {
+                kc_seed((uint64_t)(7000 + 100 * ti + 10 * li + ext));
+                kc_fill_weights(t, w, n, ext);
+                ref->dequant[t](w, y0, n);
+                k->dequant[t](w, y1, n);
+                if (memcmp(y0, y1, (size_t)n * sizeof(float))) {
+                    int at = 0;
+                    while (!memcmp(&y0[at], &y1[at], sizeof(float))) at++;
+                    KC_LOG("%s: dequant %s n=%d extreme=%d differs at %d: %.9g vs ref %.9g\n", k->name,
+                            kc_tname(t), n, ext, at, y1[at], y0[at]);
+                    fails++;
+                }
+            }
+            free(w);
+            free(y0);
+            free(y1);
+        }
+    }
+    return fails;
+}
+
+static double kc_tol(uint32_t t) {
+    return (t == MU_T_F32 || t == MU_T_F16 || t == MU_T_BF16) ? TOL_DOT_FLOAT : TOL_DOT_QUANT;
+}
+
+static int check_vec_dot(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int ti = 0; ti < KC_NWTYPES; ti++) {
+        const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
+        for (int li = 0; li < KC_NLENS; li++) {
+            const int n = KC_LENS[li];
+            void *w = malloc(kc_row_bytes(t, n));
+            void *a = malloc(kc_row_bytes(dt, n));
+            float *x = malloc((size_t)n * sizeof(float)), *wm = malloc((size_t)n * sizeof(float));
+            for (int ext = 0; ext < 2; ext++) {
+                for (int kind = 0; kind < KC_NKINDS; kind++) {
+                    kc_seed((uint64_t)(20000 + 1000 * ti + 100 * li + 10 * ext + kind));
+                    kc_fill_weights(t, w, n, ext);
+                    kc_fill_act(x, n, kind);
+                    ref->quant[dt](x, a, n);
+                    const float r = ref->vec_dot[t](n, w, a);
+                    const float g = k->vec_dot[t](n, w, a);
+                    kc_weight_mag(t, w, wm, n);
+                    kc_act_values(dt, a, x, n);
+                    double mag = 0;
+                    for (int i = 0; i < n; i++) mag += (double)wm[i] * fabs((double)x[i]);
+                    if (!isfinite(mag) || !isfinite(r)) continue; /* overflowed inputs: nothing to compare */
+                    const double err = fabs((double)g - (double)r);
+                    if (!(err <= kc_tol(t) * mag)) {
+                        KC_LOG("%s: vec_dot %s n=%d extreme=%d kind=%d: %.9g vs ref %.9g (err %.3g, bound %.3g)\n",
+                                k->name, kc_tname(t), n, ext, kind, g, r, err, kc_tol(t) * mag);
+                        fails++;
+                    }
+                }
+            }
+            free(w);
+            free(a);
+            free(x);
+            free(wm);
+        }
+    }
+    return fails;
+}
+
+/* gemm against this table's own vec_dot loop; also checks it writes exactly
+ * Y[t][r0..r1) for t < n_t and nothing else. */
+static int check_gemm(const mu_kern *k) {
+    int fails = 0;
+    static const int NTS[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 21};
+    for (int ti = 0; ti < KC_NWTYPES; ti++) {
+        const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
+        if (!k->gemm[t]) continue;
+        for (int li = 0; li < 3; li++) {
+            const int n = KC_LENS[li];
+            const int rows = 19, maxt = 21, ys = rows + 3;
+            const size_t wrow = kc_row_bytes(t, n), arow = kc_row_bytes(dt, n);
+            uint8_t *w = malloc(wrow * rows), *a = malloc(arow * maxt);
+            float *x = malloc((size_t)n * sizeof(float));
+            float *y = malloc((size_t)maxt * ys * sizeof(float));
+            kc_seed((uint64_t)(50000 + 100 * ti + li));
+            for (int r = 0; r < rows; r++) kc_fill_weights(t, w + r * wrow, n, r % 5 == 4);
+            for (int tt = 0; tt < maxt; tt++) {
+                kc_fill_act(x, n, tt % KC_NKINDS == 5 ? 0 : tt % KC_NKINDS);
+                k->quant[dt](x, a + tt * arow, n);
+            }
+            for (size_t ni = 0; ni < sizeof NTS / sizeof NTS[0]; ni++) {
+                const int nt = NTS[ni];
+                const int r0 = (int)(ni % 3), r1 = rows - (int)(ni % 2);
+                for (int i = 0; i < maxt * ys; i++) y[i] = -12345.f;
+                k->gemm[t](n, w, wrow, r0, r1, a, arow, nt, y, ys);
+                for (int tt = 0; tt < maxt; tt++) {
+                    for (int r = 0; r < ys; r++) {
+                        const float g = y[tt * ys + r];
+                        if (tt >= nt || r < r0 || r >= r1) {
+                            if (g != -12345.f) {
+                                KC_LOG("%s: gemm %s wrote outside its tile at t=%d r=%d\n", k->name, kc_tname(t), tt, r);
+                                fails++;
+                                goto next;
+                            }
+                            continue;
+                        }
+                        const float e = k->vec_dot[t](n, w + r * wrow, a + tt * arow);
+                        const float e2 = mu_kern_ref()->vec_dot[t](n, w + r * wrow, a + tt * arow);
+                        /* bound: the tolerance relative to the largest of the two, times rows' magnitude proxy */
+                        float *wm = malloc((size_t)n * sizeof(float)), *av = malloc((size_t)n * sizeof(float));
+                        kc_weight_mag(t, w + r * wrow, wm, n);
+                        kc_act_values(dt, a + tt * arow, av, n);
+                        double mag = 0;
+                        for (int i = 0; i < n; i++) mag += (double)wm[i] * fabs((double)av[i]);
+                        free(wm);
+                        free(av);
+                        if (!isfinite(mag)) continue;
+                        if (!(fabs((double)g - e) <= kc_tol(t) * mag) || !(fabs((double)g - e2) <= kc_tol(t) * mag)) {
+                            KC_LOG("%s: gemm %s n=%d n_t=%d t=%d r=%d: %.9g vs vec_dot %.9g ref %.9g\n", k->name,
+                                    kc_tname(t), n, nt, tt, r, g, e, e2);
+                            fails++;
+                            goto next;
+                        }
+                    }
+                }
+            next:;
+            }
+            free(w);
+            free(a);
+            free(x);
+            free(y);
+        }
+    }
+    return fails;
+}
+
+static int check_attn(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    static const int NS[] = {1, 7, 16, 64, 100, 128, 256};
+    int fails = 0;
+    for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++) {
+        const int n = NS[ni];
+        mu_f16 *p = malloc((size_t)n * 2), *q = malloc((size_t)n * 2);
+        float *y0 = malloc((size_t)n * 4), *y1 = malloc((size_t)n * 4);
+        kc_seed(90000 + ni);
+        double mag = 0;
+        for (int i = 0; i < n; i++) {
+            p[i] = mu_f32_to_f16(kc_gauss());
+            q[i] = mu_f32_to_f16(kc_gauss() * 3.87f);
+            mag += fabs((double)mu_f16_to_f32(p[i]) * mu_f16_to_f32(q[i]));
+        }
+        const float r = ref->dot_f16(n, p, q), g = k->dot_f16(n, p, q);
+        if (!(fabs((double)g - r) <= TOL_DOT_FLOAT * mag)) {
+            KC_LOG("%s: dot_f16 n=%d: %.9g vs ref %.9g\n", k->name, n, g, r);
+            fails++;
+        }
+        for (int i = 0; i < n; i++) y0[i] = y1[i] = kc_gauss();
+        const float a = kc_gauss();
+        ref->axpy_f16(n, a, p, y0);
+        k->axpy_f16(n, a, p, y1);
+        for (int i = 0; i < n; i++) {
+            const double m = fabs((double)y0[i]) + fabs((double)a * mu_f16_to_f32(p[i]));
+            if (!(fabs((double)y1[i] - y0[i]) <= TOL_DOT_FLOAT * m + 1e-30)) {
+                KC_LOG("%s: axpy_f16 n=%d at %d: %.9g vs ref %.9g\n", k->name, n, i, y1[i], y0[i]);
+                fails++;
+                break;
+            }
+        }
+        free(p);
+        free(q);
+        free(y0);
+        free(y1);
+    }
+    return fails;
+}
+
+/* Every table entry the ref has is filled in every table. */
+static int check_complete(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int t = 0; t < MU_T_COUNT; t++) {
+        if ((ref->vec_dot[t] && !k->vec_dot[t]) || (ref->quant[t] && !k->quant[t]) ||
+            (ref->dequant[t] && !k->dequant[t])) {
+            KC_LOG("%s: entry for type %d missing\n", k->name, t);
+            fails++;
+        }
+    }
+    if (!k->dot_f16 || !k->axpy_f16) fails++;
+    return fails;
+}
+
+#endif

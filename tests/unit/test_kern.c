@@ -1,0 +1,75 @@
+/* test_kern.c: every kernel table this CPU can run (mu_kern_available)
+ * against kern_ref.c: quantizers and dequantizers bit-identical, dots and
+ * gemm tiles within the named tolerances of kern_checks.h, on seeded random
+ * inputs at block-boundary lengths (1, 2, 8 and 26 blocks of 256) including
+ * blocks with extreme scales and exact rounding ties. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "kern_checks.h"
+
+static const mu_kern *tables[8];
+static int n_tables;
+
+static void run_all(int (*check)(const mu_kern *)) {
+    for (int i = 0; i < n_tables; i++) {
+        const int f = check(tables[i]);
+        if (f) fail_msg("table %s: %d failures (see stderr)", tables[i]->name, f);
+    }
+}
+
+static void test_complete(void **st) { (void)st; run_all(check_complete); }
+static void test_quant(void **st) { (void)st; run_all(check_quant); }
+static void test_dequant(void **st) { (void)st; run_all(check_dequant); }
+static void test_vec_dot(void **st) { (void)st; run_all(check_vec_dot); }
+static void test_gemm(void **st) { (void)st; run_all(check_gemm); }
+static void test_attn(void **st) { (void)st; run_all(check_attn); }
+
+/* The checks must be able to fail: a deliberately broken table is caught. */
+static float broken_dot(int n, const void *w, const void *a) { return mu_vec_dot_q4_K_ref(n, w, a) * 1.0001f + 1e-3f; }
+static void broken_quant(const float *x, void *y, int n) {
+    mu_quant_q8_K_ref(x, y, n);
+    ((mu_block_q8_K *)y)[0].qs[17] ^= 1;
+}
+static void test_checks_catch_errors(void **st) {
+    (void)st;
+    mu_kern bad = *mu_kern_ref();
+    bad.name = "broken";
+    bad.vec_dot[MU_T_Q4_K] = broken_dot;
+    bad.quant[MU_T_Q8_K] = broken_quant;
+    kc_quiet = 1;
+    assert_true(check_vec_dot(&bad) > 0);
+    assert_true(check_quant(&bad) > 0);
+    kc_quiet = 0;
+}
+
+static void test_select(void **st) {
+    (void)st;
+    assert_non_null(mu_kern_select("ref"));
+    assert_string_equal(mu_kern_select("ref")->name, "ref");
+    assert_null(mu_kern_select("nonsense"));
+    for (int i = 0; i < n_tables; i++) assert_ptr_equal(mu_kern_select(tables[i]->name), tables[i]);
+}
+
+/* The dispatch declares the ISA fill functions weak, which does not pull
+ * their objects out of libmuser.a; a strong reference here does. */
+#if defined(__x86_64__)
+void (*const force_link[])(mu_kern *) = {mu_kern_fill_avx2, mu_kern_fill_avx512};
+#endif
+
+int main(void) {
+    n_tables = mu_kern_available(tables, 8);
+    fprintf(stderr, "test_kern: tables:");
+    for (int i = 0; i < n_tables; i++) fprintf(stderr, " %s", tables[i]->name);
+    fprintf(stderr, "\n");
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
+        cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),   cmocka_unit_test(test_attn),
+        cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
