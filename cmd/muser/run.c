@@ -1,0 +1,146 @@
+/* run.c: `muser run`: one-shot generation.
+ *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
+ *             [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+ *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
+ * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
+ * (prob = softmax of the final logits, after logit scale and softcap). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../include/muser.h"
+#include "cli.h"
+#include "prompt.h"
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [--temp T]\n"
+            "                 [--top-k K] [--top-p P] [--min-p P] [--seed S] [--json] [--top K]\n"
+            "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n");
+    return 1;
+}
+
+int cmd_run(int argc, char **argv) {
+    const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL;
+    long long n_gen = 64, top = 0, threads = 0, ctx = 0, seed = 0xFFFFFFFF, top_k = -1;
+    double temp = -1, top_p = -1, min_p = -1;
+    bool json = false, ignore_eos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                          \
+    do {                                                                \
+        if (!v) return cli_fail("muser run: option %s needs a value", a); \
+        i++;                                                            \
+    } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model = v; }
+        else if (!strcmp(a, "--prompt-ids")) { NEED(); ids_arg = v; }
+        else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) { NEED(); text = v; }
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) { NEED(); file = v; }
+        else if (!strcmp(a, "-n")) { NEED(); if (!cli_int(v, 0, 1 << 24, &n_gen)) return cli_fail("muser run: -n must be an integer >= 0: %s", v); }
+        else if (!strcmp(a, "--top")) { NEED(); if (!cli_int(v, 0, 1000, &top)) return cli_fail("muser run: --top must be 0..1000: %s", v); }
+        else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser run: --threads must be 1..512: %s", v); }
+        else if (!strcmp(a, "--ctx")) { NEED(); if (!cli_int(v, 1, 1 << 24, &ctx)) return cli_fail("muser run: --ctx must be a positive integer: %s", v); }
+        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_int(v, 0, (1LL << 62), &seed)) return cli_fail("muser run: --seed must be a non-negative integer: %s", v); }
+        else if (!strcmp(a, "--temp")) { NEED(); if (!cli_float(v, 0, 100, &temp)) return cli_fail("muser run: --temp must be 0..100: %s", v); }
+        else if (!strcmp(a, "--top-k")) { NEED(); if (!cli_int(v, 0, 1 << 24, &top_k)) return cli_fail("muser run: --top-k must be >= 0: %s", v); }
+        else if (!strcmp(a, "--top-p")) { NEED(); if (!cli_float(v, 0, 1, &top_p)) return cli_fail("muser run: --top-p must be 0..1: %s", v); }
+        else if (!strcmp(a, "--min-p")) { NEED(); if (!cli_float(v, 0, 1, &min_p)) return cli_fail("muser run: --min-p must be 0..1: %s", v); }
+        else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
+        else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else return cli_fail("muser run: unknown option '%s' (see muser run --help)", a);
+#undef NEED
+    }
+    if (!!ids_arg + !!text + !!file != 1) return cli_fail("muser run: give exactly one of --prompt-ids, -p, -f");
+    if (!model && !(model = cli_default_model())) return 1;
+
+    mu_err err = {0};
+    mu_model *m;
+    if (mu_model_open(model, &m, &err)) return cli_fail("muser run: %s", err.msg);
+    const mu_model_info *I = mu_model_get_info(m);
+    int rc = 1;
+    int32_t *prompt = NULL;
+    int n_prompt = 0;
+    mu_engine *e = NULL;
+    mu_session *s = NULL;
+    mu_sampler *smp = NULL;
+    cli_text *out = NULL;
+    if (ids_arg) {
+        if (!cli_ids(ids_arg, &prompt, &n_prompt)) {
+            cli_fail("muser run: --prompt-ids must be a comma-separated list of token ids");
+            goto done;
+        }
+        for (int i = 0; i < n_prompt; i++)
+            if (prompt[i] >= I->n_vocab) {
+                cli_fail("muser run: prompt token id %d is outside the vocabulary (%d)", prompt[i], I->n_vocab);
+                goto done;
+            }
+    } else if (cli_prompt_tokens(m, text, file, &prompt, &n_prompt)) {
+        goto done;
+    }
+    if (n_prompt == 0) {
+        cli_fail("muser run: the prompt is empty");
+        goto done;
+    }
+    int n_ctx = ctx ? (int)ctx : n_prompt + (int)n_gen;
+    if (n_ctx > I->n_ctx_train) n_ctx = I->n_ctx_train;
+    if (n_prompt + (int)n_gen > n_ctx) {
+        cli_fail("muser run: prompt (%d) + generation (%lld) exceed the context (%d)", n_prompt, n_gen, n_ctx);
+        goto done;
+    }
+    mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
+    if (mu_engine_new(m, &eo, &e, &err) || mu_session_new(e, n_ctx, &s, &err)) {
+        cli_fail("muser run: %s", err.msg);
+        goto done;
+    }
+    mu_sample_params sp = mu_sample_defaults();
+    if (temp >= 0) sp.temp = (float)temp;
+    if (top_k >= 0) sp.top_k = (int)top_k;
+    if (top_p >= 0) sp.top_p = (float)top_p;
+    if (min_p >= 0) sp.min_p = (float)min_p;
+    sp.seed = (uint64_t)seed;
+    if (mu_sampler_new(&sp, I->n_vocab, &smp, &err)) {
+        cli_fail("muser run: %s", err.msg);
+        goto done;
+    }
+    if (!json && !(out = cli_text_new(m))) goto done;
+    int32_t tok_ids[1000];
+    float probs[1000];
+    mu_batch_item it = {.s = s, .tokens = prompt, .n_tokens = n_prompt};
+    for (int step = 0; step < n_gen; step++) {
+        if (mu_forward(e, &it, 1, &err)) {
+            cli_fail("muser run: %s", err.msg);
+            goto done;
+        }
+        const float *logits = mu_session_logits(s, -1);
+        int32_t id = mu_sampler_sample(smp, logits);
+        if (json) {
+            printf("{\"id\": %d, \"top\": [", id);
+            if (top > 0) {
+                mu_top_probs(logits, I->n_vocab, (int)top, tok_ids, probs);
+                for (int k = 0; k < top && k < I->n_vocab; k++) printf("%s[%d, %.7g]", k ? ", " : "", tok_ids[k], probs[k]);
+            }
+            printf("]}\n");
+        } else {
+            cli_text_put(out, id);
+        }
+        fflush(stdout);
+        if (!ignore_eos && mu_model_is_stop(m, id)) break;
+        static int32_t next;
+        next = id;
+        it.tokens = &next;
+        it.n_tokens = 1;
+    }
+    if (out) cli_text_end(out);
+    rc = 0;
+done:
+    cli_text_free(out);
+    mu_sampler_free(smp);
+    mu_session_free(s);
+    mu_engine_free(e);
+    mu_model_close(m);
+    free(prompt);
+    return rc;
+}

@@ -1,0 +1,93 @@
+/* engine.c: binds a model to a kernel table and a thread pool and owns the
+ * per-chunk scratch buffers, so the decode hot path never allocates. */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/mem.h"
+
+static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+static void scratch_free(mu_scratch *s) {
+    mu_free(s->h); mu_free(s->a); mu_free(s->q); mu_free(s->k); mu_free(s->v); mu_free(s->g);
+    mu_free(s->o); mu_free(s->f1); mu_free(s->f2); mu_free(s->qa); mu_free(s->scores); mu_free(s->q16);
+    free(s->tok_sess); free(s->tok_pos); free(s->tok_out); free(s->out_tok); mu_free(s->lg);
+    memset(s, 0, sizeof *s);
+}
+
+static int scratch_init(mu_engine *e, mu_err *err) {
+    const mu_model_info *I = &e->m->info;
+    mu_scratch *s = &e->s;
+    size_t T = MU_UBATCH;
+    int wide = max3(I->n_embd, e->n_q, I->n_ff);
+    s->h = mu_alloc(T * (size_t)I->n_embd, sizeof(float));
+    s->a = mu_alloc(T * (size_t)(I->n_embd > e->n_q ? I->n_embd : e->n_q), sizeof(float));
+    s->q = mu_alloc(T * (size_t)e->n_q, sizeof(float));
+    s->k = mu_alloc(T * (size_t)e->n_kv, sizeof(float));
+    s->v = mu_alloc(T * (size_t)e->n_kv, sizeof(float));
+    s->g = mu_alloc(T * (size_t)e->n_q, sizeof(float));
+    s->o = mu_alloc(T * (size_t)I->n_embd, sizeof(float));
+    s->f1 = mu_alloc(T * (size_t)I->n_ff, sizeof(float));
+    s->f2 = mu_alloc(T * (size_t)I->n_ff, sizeof(float));
+    /* widest dot-type row: f32 (4 bytes per element) bounds every type */
+    s->qa_stride = ((size_t)wide * 4 + 63) & ~(size_t)63;
+    s->qa = mu_alloc(T * 2, s->qa_stride); /* two slots: two dot types at once */
+    s->q16 = mu_alloc((size_t)mu_pool_size(e->pool) * (size_t)I->head_dim, sizeof(mu_f16));
+    s->tok_sess = calloc(T, sizeof *s->tok_sess);
+    s->tok_pos = calloc(T, sizeof *s->tok_pos);
+    s->tok_out = calloc(T, sizeof *s->tok_out);
+    s->out_tok = calloc(T, sizeof *s->out_tok);
+    s->lg = mu_alloc((size_t)MU_LOGIT_ROWS * (size_t)I->n_vocab, sizeof(float));
+    if (!s->h || !s->a || !s->q || !s->k || !s->v || !s->g || !s->o || !s->f1 || !s->f2 || !s->qa || !s->q16 ||
+        !s->tok_sess || !s->tok_pos || !s->tok_out || !s->out_tok || !s->lg)
+        return mu_fail(err, MU_E_NOMEM, "engine: out of memory for scratch buffers");
+    return 0;
+}
+
+int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err) {
+    if (n_ctx <= e->s.max_ctx) return 0;
+    float *sc = mu_alloc((size_t)mu_pool_size(e->pool) * (size_t)n_ctx, sizeof(float));
+    if (!sc) return mu_fail(err, MU_E_NOMEM, "engine: out of memory for attention scores (%d positions)", n_ctx);
+    mu_free(e->s.scores);
+    e->s.scores = sc;
+    e->s.max_ctx = n_ctx;
+    return 0;
+}
+
+int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_err *err) {
+    mu_engine_opts o = opts ? *opts : (mu_engine_opts){0};
+    const mu_kern *k = mu_kern_select(o.kern);
+    if (!k) {
+        const char *want = o.kern && *o.kern ? o.kern : getenv("MUSER_KERN");
+        return mu_fail(err, MU_E_ARG, "engine: kernel table '%s' is unknown or cannot run on this CPU", want ? want : "?");
+    }
+    mu_engine *e = calloc(1, sizeof *e);
+    if (!e) return mu_fail(err, MU_E_NOMEM, "engine: out of memory");
+    e->m = m;
+    e->kern = k;
+    e->n_q = m->info.n_head * m->info.head_dim;
+    e->n_kv = m->info.n_head_kv * m->info.head_dim;
+    int rc = mu_pool_new(o.n_threads, &e->pool, err);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    if ((rc = scratch_init(e, err)) || (rc = mu_engine_reserve_ctx(e, 256, err))) {
+        mu_engine_free(e);
+        return rc;
+    }
+    *out = e;
+    return 0;
+}
+
+void mu_engine_free(mu_engine *e) {
+    if (!e) return;
+    scratch_free(&e->s);
+    mu_pool_free(e->pool);
+    free(e);
+}
+
+const mu_model *mu_engine_model(const mu_engine *e) { return e->m; }
+const char *mu_engine_kern_name(const mu_engine *e) { return e->kern->name; }
+int mu_engine_n_threads(const mu_engine *e) { return mu_pool_size(e->pool); }

@@ -1,0 +1,391 @@
+/* forward.c: the Muse Glimmer forward pass on the CPU.
+ * Owns: one batched pass over tokens of one or more sessions (continuous
+ * batching), split into chunks of at most MU_UBATCH tokens; the matmul
+ * dispatch onto the kernel table; attention over the F16 cache.
+ * Does not: sample, tokenize, or allocate (all buffers are in the engine's
+ * scratch and the sessions).
+ * Numerics mirror llama.cpp's CPU graph: activations are converted to each
+ * weight's dot type before a matmul; q is rounded to F16 for K.Q and the
+ * softmax weights to F16 for the V product (its non-flash-attention path);
+ * RMS norms sum squares in double. See HACKING.md, "critical details". */
+#include <math.h>
+#include <string.h>
+
+#include "../base/mem.h"
+#include "engine.h"
+
+/* ---- small vector helpers --------------------------------------------- */
+
+/* y = x / sqrt(mean(x^2) + eps) [* w]; llama.cpp sums the squares in double. */
+static void rms_norm(float *y, const float *x, const float *w, int n, float eps) {
+    double sum = 0;
+    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
+    const float mean = (float)(sum / n);
+    const float scale = 1.0f / sqrtf(mean + eps);
+    if (w)
+        for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
+    else
+        for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+}
+
+/* GPT-J style RoPE on adjacent pairs; theta advances by repeated
+ * multiplication in float, as llama.cpp's rope cache does. */
+static void rope(float *x, int hd, int pos, float base) {
+    const float theta_scale = powf(base, -2.0f / (float)hd);
+    float theta = (float)pos;
+    for (int i = 0; i < hd; i += 2) {
+        const float c = cosf(theta), s = sinf(theta);
+        const float x0 = x[i], x1 = x[i + 1];
+        x[i] = x0 * c - x1 * s;
+        x[i + 1] = x0 * s + x1 * c;
+        theta *= theta_scale;
+    }
+}
+
+/* ---- parallel jobs ----------------------------------------------------- */
+
+#define MAX_MM 4
+
+typedef struct {
+    const mu_gguf_tensor *w;
+    float *y;        /* [T][rows] */
+    int slot;        /* which quantized-activation slot feeds it */
+} mm_item;
+
+typedef struct {
+    mu_engine *e;
+    int T;
+    /* quantization of an f32 input into up to two dot types */
+    const float *x;
+    int x_cols;
+    uint32_t qtype[2];
+    int n_qtype;
+    /* matmuls sharing that input */
+    mm_item mm[MAX_MM];
+    int n_mm;
+} mm_job;
+
+static uint8_t *qa_slot(mu_engine *e, int slot) { return e->s.qa + (size_t)slot * MU_UBATCH * e->s.qa_stride; }
+
+static void job_quant(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    const mu_kern *k = j->e->kern;
+    int lo, hi;
+    mu_split(j->T, ith, nth, 1, &lo, &hi);
+    for (int s = 0; s < j->n_qtype; s++)
+        for (int t = lo; t < hi; t++)
+            k->quant[j->qtype[s]](j->x + (size_t)t * j->x_cols, qa_slot(j->e, s) + (size_t)t * j->e->s.qa_stride,
+                                  j->x_cols);
+}
+
+static void job_matmul(void *arg, int ith, int nth) {
+    mm_job *j = arg;
+    const mu_kern *k = j->e->kern;
+    for (int m = 0; m < j->n_mm; m++) {
+        const mu_gguf_tensor *w = j->mm[m].w;
+        int rows = (int)w->ne[1], cols = (int)w->ne[0];
+        size_t rb = w->bytes / (size_t)rows;
+        int lo, hi;
+        mu_split(rows, ith, nth, 16, &lo, &hi);
+        if (lo >= hi) continue;
+        const uint8_t *a = qa_slot(j->e, j->mm[m].slot);
+        size_t as = j->e->s.qa_stride;
+        float *y = j->mm[m].y;
+        if (k->gemm[w->type]) {
+            k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, j->T, y, rows);
+            continue;
+        }
+        mu_vec_dot_fn dot = k->vec_dot[w->type];
+        const uint8_t *wd = w->data;
+        for (int r0 = lo; r0 < hi; r0 += 16) {
+            int r1 = r0 + 16 < hi ? r0 + 16 : hi;
+            for (int t = 0; t < j->T; t++)
+                for (int r = r0; r < r1; r++)
+                    y[(size_t)t * rows + r] = dot(cols, wd + (size_t)r * rb, a + (size_t)t * as);
+        }
+    }
+}
+
+/* Y_m = X W_m^T for every m; X is [T][cols] f32. One quantization per dot type. */
+static void matmul(mu_engine *e, const float *x, int T, int n, const mu_gguf_tensor *const *ws, float *const *ys) {
+    mm_job j = {.e = e, .T = T, .x = x, .x_cols = (int)ws[0]->ne[0]};
+    MU_ASSERT(n <= MAX_MM);
+    for (int m = 0; m < n; m++) {
+        MU_ASSERT(ws[m]->ne[0] == j.x_cols);
+        uint32_t dt = mu_kern_dot_type(ws[m]->type);
+        int slot = -1;
+        for (int s = 0; s < j.n_qtype; s++)
+            if (j.qtype[s] == dt) slot = s;
+        if (slot < 0) {
+            MU_ASSERT(j.n_qtype < 2);
+            slot = j.n_qtype++;
+            j.qtype[slot] = dt;
+        }
+        j.mm[j.n_mm++] = (mm_item){ws[m], ys[m], slot};
+    }
+    mu_pool_run(e->pool, job_quant, &j);
+    mu_pool_run(e->pool, job_matmul, &j);
+}
+
+/* ---- attention --------------------------------------------------------- */
+
+typedef struct {
+    mu_engine *e;
+    int il, T;
+} layer_job;
+
+/* q/k norms, RoPE, and the cache write, per token. */
+static void job_qk(void *arg, int ith, int nth) {
+    layer_job *j = arg;
+    mu_engine *e = j->e;
+    const mu_model_info *I = &e->m->info;
+    const mu_layer_w *L = &e->m->layers[j->il];
+    const bool swa = I->swa_layers[j->il];
+    const int hd = I->head_dim;
+    const float *qn = L->q_norm->data, *kn = L->k_norm->data;
+    int lo, hi;
+    mu_split(j->T, ith, nth, 1, &lo, &hi);
+    for (int t = lo; t < hi; t++) {
+        const int pos = e->s.tok_pos[t];
+        float *q = e->s.q + (size_t)t * e->n_q;
+        float *k = e->s.k + (size_t)t * e->n_kv;
+        for (int h = 0; h < I->n_head; h++) {
+            rms_norm(q + h * hd, q + h * hd, qn, hd, I->eps);
+            if (swa) rope(q + h * hd, hd, pos, I->rope_base_swa);
+        }
+        for (int h = 0; h < I->n_head_kv; h++) {
+            rms_norm(k + h * hd, k + h * hd, kn, hd, I->eps);
+            if (swa) rope(k + h * hd, hd, pos, I->rope_base_swa);
+        }
+        mu_session *s = e->s.tok_sess[t];
+        size_t slot = (size_t)(pos % s->rows[j->il]);
+        mu_f16 *kc = s->kc[j->il] + slot * e->n_kv, *vc = s->vc[j->il] + slot * e->n_kv;
+        const float *v = e->s.v + (size_t)t * e->n_kv;
+        for (int i = 0; i < e->n_kv; i++) {
+            kc[i] = mu_f32_to_f16(k[i]);
+            vc[i] = mu_f32_to_f16(v[i]);
+        }
+    }
+}
+
+/* softmax(q.K / sqrt(hd)) V over the visible positions, then the sigmoid
+ * gate; one (token, head) pair per work item. Output into s.a. */
+static void job_attn(void *arg, int ith, int nth) {
+    layer_job *j = arg;
+    mu_engine *e = j->e;
+    const mu_kern *k = e->kern;
+    const mu_model_info *I = &e->m->info;
+    const bool swa = I->swa_layers[j->il];
+    const int hd = I->head_dim, group = I->n_head / I->n_head_kv;
+    const float scale = 1.0f / sqrtf((float)hd);
+    float *sc = e->s.scores + (size_t)ith * e->s.max_ctx;
+    mu_f16 *q16 = e->s.q16 + (size_t)ith * hd;
+    int lo, hi;
+    mu_split(j->T * I->n_head, ith, nth, 1, &lo, &hi);
+    for (int it = lo; it < hi; it++) {
+        const int t = it / I->n_head, h = it % I->n_head;
+        const mu_session *s = e->s.tok_sess[t];
+        const int pos = e->s.tok_pos[t], rows = s->rows[j->il];
+        const int p0 = swa && pos - I->n_swa + 1 > 0 ? pos - I->n_swa + 1 : 0;
+        const int n = pos - p0 + 1;
+        const float *q = e->s.q + (size_t)t * e->n_q + (size_t)h * hd;
+        const size_t koff = (size_t)(h / group) * hd;
+        const mu_f16 *kc = s->kc[j->il], *vc = s->vc[j->il];
+        for (int d = 0; d < hd; d++) q16[d] = mu_f32_to_f16(q[d]);
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            size_t slot = (size_t)((p0 + i) % rows);
+            float v = k->dot_f16(hd, kc + slot * e->n_kv + koff, q16) * scale;
+            sc[i] = v;
+            if (v > mx) mx = v;
+        }
+        double sum = 0;
+        for (int i = 0; i < n; i++) {
+            float v = expf(sc[i] - mx);
+            sum += (double)v;
+            sc[i] = v;
+        }
+        const float inv = (float)(1.0 / sum);
+        float *out = e->s.a + (size_t)t * e->n_q + (size_t)h * hd;
+        memset(out, 0, (size_t)hd * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            /* llama.cpp multiplies V by the F16-rounded weights */
+            float p = mu_f16_to_f32(mu_f32_to_f16(sc[i] * inv));
+            if (p == 0.f) continue;
+            size_t slot = (size_t)((p0 + i) % rows);
+            k->axpy_f16(hd, p, vc + slot * e->n_kv + koff, out);
+        }
+        const float *g = e->s.g + (size_t)t * e->n_q + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) out[d] *= 1.0f / (1.0f + expf(-g[d]));
+    }
+}
+
+/* ---- per-token elementwise steps -------------------------------------- */
+
+typedef struct {
+    mu_engine *e;
+    int T, step, il;
+} ew_job;
+
+enum { EW_ATTN_IN, EW_ATTN_OUT, EW_FFN_ACT, EW_FFN_OUT };
+
+static void job_ew(void *arg, int ith, int nth) {
+    ew_job *j = arg;
+    mu_engine *e = j->e;
+    const mu_model_info *I = &e->m->info;
+    const mu_layer_w *L = j->il >= 0 ? &e->m->layers[j->il] : NULL;
+    const int E = I->n_embd, F = I->n_ff;
+    int lo, hi;
+    mu_split(j->T, ith, nth, 1, &lo, &hi);
+    for (int t = lo; t < hi; t++) {
+        float *h = e->s.h + (size_t)t * E;
+        switch (j->step) {
+        case EW_ATTN_IN: /* a = rms(h) * attn_norm */
+            rms_norm(e->s.a + (size_t)t * E, h, L->attn_norm->data, E, I->eps);
+            break;
+        case EW_ATTN_OUT: { /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
+            float *o = e->s.o + (size_t)t * E;
+            rms_norm(o, o, L->post_attn_norm->data, E, MU_POST_NORM_EPS);
+            for (int i = 0; i < E; i++) h[i] += o[i];
+            rms_norm(e->s.a + (size_t)t * E, h, L->ffn_norm->data, E, I->eps);
+            break;
+        }
+        case EW_FFN_ACT: { /* f1 = silu(f1) * f2 */
+            float *g = e->s.f1 + (size_t)t * F, *u = e->s.f2 + (size_t)t * F;
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            break;
+        }
+        case EW_FFN_OUT: { /* h += rms(o, 1e-8) * post_ffw_norm */
+            float *o = e->s.o + (size_t)t * E;
+            rms_norm(o, o, L->post_ffw_norm->data, E, MU_POST_NORM_EPS);
+            for (int i = 0; i < E; i++) h[i] += o[i];
+            break;
+        }
+        }
+    }
+}
+
+static void ew(mu_engine *e, int T, int step, int il) {
+    ew_job j = {e, T, step, il};
+    mu_pool_run(e->pool, job_ew, &j);
+}
+
+/* ---- one chunk --------------------------------------------------------- */
+
+static void embed(mu_engine *e, const int32_t *tokens, int T) {
+    const mu_model_info *I = &e->m->info;
+    const mu_gguf_tensor *te = e->m->tok_embd;
+    size_t rb = te->bytes / (size_t)te->ne[1];
+    for (int t = 0; t < T; t++) {
+        float *h = e->s.h + (size_t)t * I->n_embd;
+        e->kern->dequant[te->type]((const uint8_t *)te->data + (size_t)tokens[t] * rb, h, I->n_embd);
+        rms_norm(h, h, NULL, I->n_embd, I->eps); /* unweighted norm after the lookup */
+    }
+}
+
+static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
+    const mu_model_info *I = &e->m->info;
+    mu_scratch *s = &e->s;
+    embed(e, tokens, T);
+    for (int il = 0; il < I->n_layer; il++) {
+        const mu_layer_w *L = &e->m->layers[il];
+        ew(e, T, EW_ATTN_IN, il);
+        const mu_gguf_tensor *w4[4] = {L->wq, L->wk, L->wv, L->wgate};
+        float *y4[4] = {s->q, s->k, s->v, s->g};
+        matmul(e, s->a, T, 4, w4, y4);
+        layer_job lj = {e, il, T};
+        mu_pool_run(e->pool, job_qk, &lj);
+        mu_pool_run(e->pool, job_attn, &lj);
+        matmul(e, s->a, T, 1, &L->wo, &s->o);
+        ew(e, T, EW_ATTN_OUT, il);
+        const mu_gguf_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
+        float *y2[2] = {s->f1, s->f2};
+        matmul(e, s->a, T, 2, w2, y2);
+        ew(e, T, EW_FFN_ACT, il);
+        matmul(e, s->f1, T, 1, &L->ffn_down, &s->o);
+        ew(e, T, EW_FFN_OUT, il);
+    }
+    /* final norm and logits for the tokens that want them, compacted into s.a */
+    int n_out = 0;
+    for (int t = 0; t < T; t++) {
+        if (s->tok_out[t] < 0) continue;
+        rms_norm(s->a + (size_t)n_out * I->n_embd, s->h + (size_t)t * I->n_embd, e->m->output_norm->data, I->n_embd,
+                 I->eps);
+        s->out_tok[n_out++] = t;
+    }
+    const size_t V = (size_t)I->n_vocab;
+    const float cap = I->softcap, inv_cap = cap > 0 ? 1.0f / cap : 0;
+    for (int r0 = 0; r0 < n_out; r0 += MU_LOGIT_ROWS) {
+        int n = n_out - r0 < MU_LOGIT_ROWS ? n_out - r0 : MU_LOGIT_ROWS;
+        matmul(e, s->a + (size_t)r0 * I->n_embd, n, 1, &e->m->output, &s->lg);
+        for (int r = 0; r < n; r++) {
+            int t = s->out_tok[r0 + r];
+            mu_session *ss = s->tok_sess[t];
+            float *dst = ss->logits + (size_t)s->tok_out[t] * V;
+            const float *src = s->lg + (size_t)r * V;
+            /* logit scale, then cap * tanh(l / cap) (0 = no softcap) */
+            for (size_t i = 0; i < V; i++) {
+                float l = src[i] * I->logit_scale;
+                if (cap > 0) l = tanhf(l * inv_cap) * cap;
+                dst[i] = l;
+            }
+        }
+    }
+}
+
+/* ---- public entry ------------------------------------------------------ */
+
+static int ensure_logits(mu_session *s, int n, mu_err *err) {
+    if (n <= s->n_logits_cap) return 0;
+    float *l = mu_alloc((size_t)n, (size_t)s->e->m->info.n_vocab * sizeof(float));
+    if (!l) return mu_fail(err, MU_E_NOMEM, "forward: out of memory for %d rows of logits", n);
+    mu_free(s->logits);
+    s->logits = l;
+    s->n_logits_cap = n;
+    return 0;
+}
+
+int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err) {
+    const mu_model_info *I = &e->m->info;
+    /* validate everything first: a bad item must not half-update others */
+    for (int i = 0; i < n_items; i++) {
+        const mu_batch_item *it = &items[i];
+        if (!it->s || it->s->e != e) return mu_fail(err, MU_E_ARG, "forward: item %d has no session of this engine", i);
+        if (it->n_tokens <= 0) return mu_fail(err, MU_E_ARG, "forward: item %d has no tokens", i);
+        if (it->n_tokens > it->s->n_ctx - it->s->n_past)
+            return mu_fail(err, MU_E_ARG, "forward: context full: %d + %d tokens exceed %d", it->s->n_past,
+                           it->n_tokens, it->s->n_ctx);
+        for (int j = 0; j < n_items; j++)
+            if (j != i && items[j].s == it->s) return mu_fail(err, MU_E_ARG, "forward: session appears twice in a batch");
+        for (int t = 0; t < it->n_tokens; t++)
+            if (it->tokens[t] < 0 || it->tokens[t] >= I->n_vocab)
+                return mu_fail(err, MU_E_ARG, "forward: token id out of range: %d (vocabulary %d)", it->tokens[t],
+                               I->n_vocab);
+    }
+    for (int i = 0; i < n_items; i++) {
+        int rc = ensure_logits(items[i].s, items[i].all_logits ? items[i].n_tokens : 1, err);
+        if (rc) return rc;
+        items[i].s->n_logits = 0;
+    }
+    /* walk the items in chunks of at most MU_UBATCH tokens */
+    int32_t chunk_tok[MU_UBATCH];
+    int T = 0;
+    for (int i = 0; i < n_items; i++) {
+        const mu_batch_item *it = &items[i];
+        for (int t = 0; t < it->n_tokens; t++) {
+            mu_session *s = it->s;
+            bool out = it->all_logits || t == it->n_tokens - 1;
+            e->s.tok_sess[T] = s;
+            e->s.tok_pos[T] = s->n_past;
+            e->s.tok_out[T] = out ? s->n_logits++ : -1;
+            chunk_tok[T++] = it->tokens[t];
+            s->n_past++; /* positions are assigned as tokens enter the chunk */
+            if (T == MU_UBATCH) {
+                run_chunk(e, chunk_tok, T);
+                T = 0;
+            }
+        }
+    }
+    if (T) run_chunk(e, chunk_tok, T);
+    return 0;
+}

@@ -1,0 +1,243 @@
+/* session.c: one sequence's KV cache and position.
+ * Owns: the F16 cache (a ring of n_swa + MU_UBATCH rows for sliding layers,
+ * n_ctx rows for full layers, all in one lazily committed anonymous mapping),
+ * truncation, and the exact state round trip (save/load, raw row access for
+ * external installers). Design: rows are addressed by position (pos % rows),
+ * so the forward pass never needs to know which layers slide. */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "../base/mem.h"
+
+int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err) {
+    const mu_model_info *I = &e->m->info;
+    if (n_ctx <= 0) n_ctx = I->n_ctx_train;
+    if (n_ctx > I->n_ctx_train)
+        return mu_fail(err, MU_E_ARG, "session: context %d exceeds the model's context length %d", n_ctx,
+                       I->n_ctx_train);
+    mu_session *s = calloc(1, sizeof *s);
+    if (!s) return mu_fail(err, MU_E_NOMEM, "session: out of memory");
+    s->e = e;
+    s->n_ctx = n_ctx;
+    s->rows = calloc((size_t)I->n_layer, sizeof *s->rows);
+    s->kc = calloc((size_t)I->n_layer, sizeof *s->kc);
+    s->vc = calloc((size_t)I->n_layer, sizeof *s->vc);
+    if (!s->rows || !s->kc || !s->vc) {
+        mu_session_free(s);
+        return mu_fail(err, MU_E_NOMEM, "session: out of memory");
+    }
+    size_t total = 0, row_bytes = (size_t)e->n_kv * sizeof(mu_f16);
+    int ring = I->n_swa + MU_UBATCH;
+    for (int il = 0; il < I->n_layer; il++) {
+        s->rows[il] = I->swa_layers[il] && ring < n_ctx ? ring : n_ctx;
+        size_t layer = 2 * (size_t)s->rows[il] * row_bytes;
+        if (!mu_add_ok(total, layer, &total)) {
+            mu_session_free(s);
+            return mu_fail(err, MU_E_NOMEM, "session: KV cache size overflows");
+        }
+    }
+    void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+        mu_session_free(s);
+        return mu_fail(err, MU_E_NOMEM, "session: cannot map %zu bytes of KV cache", total);
+    }
+    s->kv_map = map;
+    s->kv_map_bytes = total;
+    uint8_t *p = map;
+    for (int il = 0; il < I->n_layer; il++) {
+        s->kc[il] = (mu_f16 *)p;
+        p += (size_t)s->rows[il] * row_bytes;
+        s->vc[il] = (mu_f16 *)p;
+        p += (size_t)s->rows[il] * row_bytes;
+    }
+    int rc = mu_engine_reserve_ctx(e, n_ctx, err);
+    if (rc) {
+        mu_session_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void mu_session_free(mu_session *s) {
+    if (!s) return;
+    if (s->kv_map) munmap(s->kv_map, s->kv_map_bytes);
+    free(s->rows);
+    free(s->kc);
+    free(s->vc);
+    mu_free(s->logits);
+    free(s);
+}
+
+int mu_session_n_past(const mu_session *s) { return s->n_past; }
+int mu_session_n_ctx(const mu_session *s) { return s->n_ctx; }
+
+void mu_session_reset(mu_session *s) {
+    s->n_past = 0;
+    s->n_logits = 0;
+}
+
+/* Oldest position layer il still holds. */
+static int layer_lo(const mu_session *s, int il) {
+    int lo = s->n_past - s->rows[il];
+    return lo > 0 ? lo : 0;
+}
+
+int mu_session_truncate(mu_session *s, int n, mu_err *err) {
+    if (n < 0 || n > s->n_past)
+        return mu_fail(err, MU_E_ARG, "session: cannot truncate to %d (holds %d positions)", n, s->n_past);
+    const mu_model_info *I = &s->e->m->info;
+    int need = n - I->n_swa + 1; /* the next position's window starts here */
+    if (need < 0) need = 0;
+    for (int il = 0; il < I->n_layer; il++)
+        if (n < s->n_past && need < layer_lo(s, il))
+            return mu_fail(err, MU_E_STATE,
+                           "session: cannot truncate to %d: layer %d no longer holds position %d (holds %d..%d)", n,
+                           il, need, layer_lo(s, il), s->n_past - 1);
+    s->n_past = n;
+    s->n_logits = 0;
+    return 0;
+}
+
+const float *mu_session_logits(const mu_session *s, int i) {
+    if (i < 0) i = s->n_logits - 1;
+    if (i < 0 || i >= s->n_logits) return NULL;
+    return s->logits + (size_t)i * (size_t)s->e->m->info.n_vocab;
+}
+
+/* ---- raw rows ---------------------------------------------------------- */
+
+static int check_rows(const mu_session *s, int il, int pos0, int n, int hi, mu_err *err) {
+    const mu_model_info *I = &s->e->m->info;
+    if (il < 0 || il >= I->n_layer) return mu_fail(err, MU_E_ARG, "session: layer %d out of range", il);
+    if (pos0 < 0 || n < 0 || pos0 + n > hi || n > s->rows[il])
+        return mu_fail(err, MU_E_ARG, "session: positions %d..%d out of range for layer %d", pos0, pos0 + n - 1, il);
+    return 0;
+}
+
+int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
+    int rc = check_rows(s, il, pos0, n, s->n_past, err);
+    if (rc) return rc;
+    if (pos0 < layer_lo(s, il))
+        return mu_fail(err, MU_E_STATE, "session: layer %d no longer holds position %d", il, pos0);
+    size_t rb = (size_t)s->e->n_kv;
+    for (int i = 0; i < n; i++) {
+        size_t slot = (size_t)((pos0 + i) % s->rows[il]);
+        memcpy(k + i * rb, s->kc[il] + slot * rb, rb * sizeof(mu_f16));
+        memcpy(v + i * rb, s->vc[il] + slot * rb, rb * sizeof(mu_f16));
+    }
+    return 0;
+}
+
+int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *k, const uint16_t *v, mu_err *err) {
+    int rc = check_rows(s, il, pos0, n, s->n_ctx, err);
+    if (rc) return rc;
+    size_t rb = (size_t)s->e->n_kv;
+    for (int i = 0; i < n; i++) {
+        size_t slot = (size_t)((pos0 + i) % s->rows[il]);
+        memcpy(s->kc[il] + slot * rb, k + i * rb, rb * sizeof(mu_f16));
+        memcpy(s->vc[il] + slot * rb, v + i * rb, rb * sizeof(mu_f16));
+    }
+    return 0;
+}
+
+int mu_session_kv_commit(mu_session *s, int n, mu_err *err) {
+    if (n < 0 || n > s->n_ctx) return mu_fail(err, MU_E_ARG, "session: cannot commit %d positions", n);
+    s->n_past = n;
+    s->n_logits = 0;
+    return 0;
+}
+
+/* ---- state bytes ------------------------------------------------------- */
+/* Layout (little-endian): "MUKV" u32 version=1, u32 n_layer, u32 n_kv,
+ * u32 n_swa, u32 n_past, then per layer: u32 lo, u32 count, count K rows,
+ * count V rows (F16, n_kv each). Normative text: docs/kv-state.md. */
+
+#define STATE_VERSION 1u
+
+size_t mu_session_state_bytes(const mu_session *s) {
+    const mu_model_info *I = &s->e->m->info;
+    size_t n = 24, rb = (size_t)s->e->n_kv * sizeof(mu_f16);
+    for (int il = 0; il < I->n_layer; il++) n += 8 + 2 * (size_t)(s->n_past - layer_lo(s, il)) * rb;
+    return n;
+}
+
+static void put32(uint8_t **p, uint32_t v) {
+    memcpy(*p, &v, 4);
+    *p += 4;
+}
+
+static uint32_t get32(const uint8_t **p) {
+    uint32_t v;
+    memcpy(&v, *p, 4);
+    *p += 4;
+    return v;
+}
+
+int mu_session_state_save(const mu_session *s, void *buf, size_t cap, size_t *written, mu_err *err) {
+    const mu_model_info *I = &s->e->m->info;
+    size_t need = mu_session_state_bytes(s), rb = (size_t)s->e->n_kv;
+    if (cap < need) return mu_fail(err, MU_E_ARG, "session: state needs %zu bytes, buffer has %zu", need, cap);
+    uint8_t *p = buf;
+    memcpy(p, "MUKV", 4);
+    p += 4;
+    put32(&p, STATE_VERSION);
+    put32(&p, (uint32_t)I->n_layer);
+    put32(&p, (uint32_t)s->e->n_kv);
+    put32(&p, (uint32_t)I->n_swa);
+    put32(&p, (uint32_t)s->n_past);
+    for (int il = 0; il < I->n_layer; il++) {
+        int lo = layer_lo(s, il), cnt = s->n_past - lo;
+        put32(&p, (uint32_t)lo);
+        put32(&p, (uint32_t)cnt);
+        mu_session_kv_read(s, il, lo, cnt, (uint16_t *)p, (uint16_t *)(p + (size_t)cnt * rb * 2), NULL);
+        p += 2 * (size_t)cnt * rb * sizeof(mu_f16);
+    }
+    *written = (size_t)(p - (uint8_t *)buf);
+    return 0;
+}
+
+int mu_session_state_load(mu_session *s, const void *buf, size_t n, mu_err *err) {
+    const mu_model_info *I = &s->e->m->info;
+    const uint8_t *p = buf, *end = p + n;
+    size_t rb = (size_t)s->e->n_kv;
+    if (n < 24 || memcmp(p, "MUKV", 4) != 0) return mu_fail(err, MU_E_FORMAT, "session: state: bad magic");
+    p += 4;
+    uint32_t ver = get32(&p), nl = get32(&p), nkv = get32(&p), swa = get32(&p), past = get32(&p);
+    if (ver != STATE_VERSION) return mu_fail(err, MU_E_FORMAT, "session: state: unsupported version %u", ver);
+    if (nl != (uint32_t)I->n_layer || nkv != (uint32_t)s->e->n_kv || swa != (uint32_t)I->n_swa)
+        return mu_fail(err, MU_E_FORMAT, "session: state: geometry mismatch (layers %u, kv width %u, window %u)", nl,
+                       nkv, swa);
+    if (past > (uint32_t)s->n_ctx)
+        return mu_fail(err, MU_E_ARG, "session: state holds %u positions, session context is %d", past, s->n_ctx);
+    /* validate everything before touching the cache */
+    const uint8_t *q = p;
+    for (int il = 0; il < I->n_layer; il++) {
+        if (end - q < 8) return mu_fail(err, MU_E_FORMAT, "session: state: truncated at layer %d", il);
+        uint32_t lo = get32(&q), cnt = get32(&q);
+        /* a full layer needs every position; a sliding one the last window */
+        uint32_t need = 0;
+        if (I->swa_layers[il] && past >= (uint32_t)I->n_swa) need = past - (uint32_t)I->n_swa + 1;
+        if ((uint64_t)lo + cnt != past || lo > need)
+            return mu_fail(err, MU_E_FORMAT, "session: state: layer %d holds positions %u+%u, needs %u..%u", il, lo,
+                           cnt, need, past);
+        size_t bytes = 2 * (size_t)cnt * rb * sizeof(mu_f16);
+        if ((size_t)(end - q) < bytes) return mu_fail(err, MU_E_FORMAT, "session: state: truncated in layer %d", il);
+        q += bytes;
+    }
+    if (q != end) return mu_fail(err, MU_E_FORMAT, "session: state: %zu trailing bytes", (size_t)(end - q));
+    for (int il = 0; il < I->n_layer; il++) {
+        uint32_t lo = get32(&p), cnt = get32(&p);
+        uint32_t want_lo = past > (uint32_t)s->rows[il] ? past - (uint32_t)s->rows[il] : 0;
+        size_t skip = want_lo > lo ? want_lo - lo : 0; /* rows older than this session's ring can hold */
+        const uint16_t *k = (const uint16_t *)p, *v = (const uint16_t *)(p + (size_t)cnt * rb * 2);
+        mu_session_kv_write(s, il, (int)(lo + skip), (int)(cnt - skip), k + skip * rb, v + skip * rb, NULL);
+        p += 2 * (size_t)cnt * rb * sizeof(mu_f16);
+    }
+    s->n_past = (int)past;
+    s->n_logits = 0;
+    return 0;
+}
