@@ -1,0 +1,165 @@
+/* serve.c: `muser serve`: the HTTP server (OpenAI, llama.cpp and Ollama
+ * APIs) on one model.
+ *   muser serve [-m MODEL] [--host H] [--port P] [--parallel 1..4] [--ctx N]
+ *               [--queue N] [--threads N] [--api-key-file F]
+ *               [--tls-cert C --tls-key K]
+ * Owns: options, reading the key and TLS files, wiring model -> engine ->
+ * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
+ * in src/http. */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../include/muser.h"
+#include "../../src/http/api.h"
+#include "cli.h"
+
+static volatile sig_atomic_t stop_flag;
+static void on_signal(int sig) { (void)sig; stop_flag = 1; }
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: muser serve [-m MODEL] [--host H] [--port P] [--parallel 1..4] [--ctx N] [--queue N]\n"
+            "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K]\n"
+            "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
+            "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
+    return 1;
+}
+
+static char *read_file(const char *path, size_t max) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = malloc(max + 1);
+    size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
+    fclose(f);
+    if (!buf || n > max) {
+        free(buf);
+        return NULL;
+    }
+    buf[n] = 0;
+    return buf;
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+int cmd_serve(int argc, char **argv) {
+    const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *cert = NULL, *keyp = NULL;
+    long long port = 4949, parallel = 1, ctx = 0, queue = 16, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                              \
+    do {                                                                    \
+        if (!v) return cli_fail("muser serve: option %s needs a value", a); \
+        i++;                                                                \
+    } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model = v; }
+        else if (!strcmp(a, "--host")) { NEED(); host = v; }
+        else if (!strcmp(a, "--port")) { NEED(); if (!cli_int(v, 0, 65535, &port)) return cli_fail("muser serve: --port must be 0..65535: %s", v); }
+        else if (!strcmp(a, "--parallel")) { NEED(); if (!cli_int(v, 1, 4, &parallel)) return cli_fail("muser serve: --parallel must be 1..4: %s", v); }
+        else if (!strcmp(a, "--ctx")) { NEED(); if (!cli_int(v, 16, 1 << 24, &ctx)) return cli_fail("muser serve: --ctx must be 16..16777216: %s", v); }
+        else if (!strcmp(a, "--queue")) { NEED(); if (!cli_int(v, 0, 1024, &queue)) return cli_fail("muser serve: --queue must be 0..1024: %s", v); }
+        else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser serve: --threads must be 1..512: %s", v); }
+        else if (!strcmp(a, "--api-key-file")) { NEED(); key_file = v; }
+        else if (!strcmp(a, "--tls-cert")) { NEED(); cert = v; }
+        else if (!strcmp(a, "--tls-key")) { NEED(); keyp = v; }
+        else return cli_fail("muser serve: unknown option '%s' (see muser serve --help)", a);
+#undef NEED
+    }
+    if (!!cert != !!keyp) return cli_fail("muser serve: --tls-cert and --tls-key go together");
+    mu_err err = {0};
+    /* refuse a public bind before loading anything */
+    if (mu_http_bind_check(host, cert != NULL, key_file != NULL, NULL, &err)) return cli_fail("muser serve: %s", err.msg);
+    char api_key[256];
+    if (key_file && mu_http_read_key_file(key_file, api_key, sizeof api_key, &err))
+        return cli_fail("muser serve: %s", err.msg);
+    char *cert_pem = NULL, *key_pem = NULL;
+    if (cert) {
+        cert_pem = read_file(cert, 1 << 20);
+        key_pem = read_file(keyp, 1 << 20);
+        if (!cert_pem || !key_pem) {
+            free(cert_pem);
+            free(key_pem);
+            return cli_fail("muser serve: cannot read the TLS certificate or key (%s, %s)", cert, keyp);
+        }
+    }
+    if (!model && !(model = cli_default_model())) return 1;
+
+    int rc = 1;
+    mu_model *m = NULL;
+    mu_engine *e = NULL;
+    mu_sched *sched = NULL;
+    mu_http_server *srv = NULL;
+    mu_http_app app = {0};
+    if (mu_model_open(model, &m, &err)) {
+        cli_fail("muser serve: %s", err.msg);
+        goto done;
+    }
+    const mu_model_info *I = mu_model_get_info(m);
+    int n_ctx = ctx ? (int)ctx : (I->n_ctx_train < 4096 ? I->n_ctx_train : 4096);
+    if (n_ctx > I->n_ctx_train) {
+        cli_fail("muser serve: --ctx %d exceeds the model's context (%d)", n_ctx, I->n_ctx_train);
+        goto done;
+    }
+    mu_engine_opts eo = {.n_threads = (int)threads};
+    if (mu_engine_new(m, &eo, &e, &err) || mu_http_text_init(&app.text, m, &err)) {
+        cli_fail("muser serve: %s", err.msg);
+        goto done;
+    }
+    mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue};
+    if (mu_sched_new(e, &so, &sched, &err)) {
+        cli_fail("muser serve: %s", err.msg);
+        goto done;
+    }
+    struct stat st;
+    if (!stat(model, &st)) {
+        app.model_bytes = (uint64_t)st.st_size;
+        app.model_mtime = (int64_t)st.st_mtime;
+    }
+    app.sched = sched;
+    app.model = m;
+    app.info = I;
+    app.model_id = I->name && *I->name ? I->name : base_name(model);
+    app.model_path = model;
+    app.n_ctx = n_ctx;
+    app.n_slots = (int)parallel;
+    mu_http_opts ho = {.host = host,
+                       .port = (int)port,
+                       .tls_cert_pem = cert_pem,
+                       .tls_key_pem = key_pem,
+                       .api_key = key_file ? api_key : NULL,
+                       .routes = mu_http_routes,
+                       .app = &app};
+    if (mu_http_server_start(&ho, &srv, &err)) {
+        cli_fail("muser serve: %s", err.msg);
+        goto done;
+    }
+    app.server = srv;
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {.sa_handler = on_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    fprintf(stderr, "muser serve: %s on %s://%s:%d (model '%s', %d slot%s, context %d, kernels %s)\n", model,
+            cert ? "https" : "http", host, mu_http_server_port(srv), app.model_id, (int)parallel,
+            parallel > 1 ? "s" : "", n_ctx, mu_engine_kern_name(e));
+    while (!stop_flag) pause();
+    fprintf(stderr, "muser serve: shutting down\n");
+    rc = 0;
+done:
+    mu_http_server_stop(srv);
+    mu_sched_free(sched);
+    mu_http_text_deinit(&app.text);
+    mu_engine_free(e);
+    mu_model_close(m);
+    free(cert_pem);
+    free(key_pem);
+    memset(api_key, 0, sizeof api_key);
+    return rc;
+}

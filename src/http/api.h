@@ -1,0 +1,162 @@
+/* api.h: what the protocol adapters (api_openai.c, api_llamacpp.c,
+ * api_ollama.c) share: the application state handed to every handler, the
+ * text interface, and one generation driver that turns a job's tokens into
+ * text deltas (UTF-8 assembly, stop strings, the Muse channel split).
+ * The route table lives in api.c. */
+#ifndef MU_HTTP_API_H
+#define MU_HTTP_API_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../include/muser.h"
+#include "jcheck.h"
+#include "sched.h"
+#include "server.h"
+
+/* Text access. Filled by the caller of the server (cmd/muser/serve.c) from
+ * the tokenizer and chat-template modules, so the server never depends on
+ * how they are built. */
+typedef struct {
+    void *ctx;
+    /* Token ids of s[0..n) without BOS; *ids is malloc'ed (free()). */
+    int (*encode)(void *ctx, const char *s, size_t n, bool parse_special, int32_t **ids, int *n_ids, mu_err *err);
+    /* Raw bytes of one token (may be part of a UTF-8 character; special
+     * tokens give their text, e.g. "<|eot|>"). Returns the byte count, or
+     * <0 for an invalid id. */
+    int (*piece)(void *ctx, int32_t id, char *buf, size_t cap);
+    /* True for control/special tokens (hidden from plain text output). */
+    bool (*is_special)(void *ctx, int32_t id);
+    /* Renders messages (OpenAI shape: role, content string, optional
+     * tool_calls/name/tool_call_id) with the model's chat template; tools may
+     * be NULL. *out is malloc'ed. */
+    int (*render)(void *ctx, const json_t *messages, const json_t *tools, const char *reasoning, bool add_gen,
+                  char **out, mu_err *err);
+    const char *chat_template;  /* the GGUF's template text or NULL */
+} mu_http_text;
+
+/* Binds the interface to the model's tokenizer and chat template (text.c). */
+int mu_http_text_init(mu_http_text *out, const mu_model *m, mu_err *err);
+void mu_http_text_deinit(mu_http_text *t);
+
+typedef struct {
+    mu_sched *sched;
+    const mu_model *model;
+    const mu_model_info *info;
+    mu_http_text text;
+    const char *model_id;      /* general.name (or the file name) */
+    const char *model_path;
+    uint64_t model_bytes;
+    int64_t model_mtime;
+    int n_ctx, n_slots;
+    mu_http_server *server;    /* set after start; for /metrics */
+} mu_http_app;
+
+/* Route table: all three protocols. Ends with a NULL path. */
+extern const mu_http_route mu_http_routes[];
+
+/* ---- shared by the adapters ------------------------------------------- */
+
+/* Model id check: NULL/absent is fine; the served id (or "<id>:latest" for
+ * Ollama) is fine; anything else replies 404 and returns false. */
+bool api_model_ok(mu_http_req *r, const json_t *body, const char *key);
+
+/* Prompt tokens for text: BOS (when the model adds one) + encode(text). */
+int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, int32_t **ids, int *n, mu_err *err);
+
+enum { API_FINISH_NONE, API_FINISH_STOP, API_FINISH_LENGTH, API_FINISH_WORD, API_FINISH_CANCEL, API_FINISH_ERROR };
+
+#define API_MAX_STOPS 8
+
+typedef struct {
+    mu_http_app *app;
+    mu_job *job;
+    /* text state */
+    char *stops[API_MAX_STOPS];
+    int n_stops;
+    size_t max_stop;
+    bool chat;               /* split Muse channels (reasoning / content) */
+    const char *hold_marker; /* content from this marker on is never released (tool calls) */
+    mu_http_buf raw;         /* all generated text (specials as text) */
+    size_t raw_done;         /* bytes of raw already routed */
+    mu_http_buf content, reasoning;  /* routed text */
+    size_t content_sent, reasoning_sent;
+    int channel;             /* 0 header, 1 reasoning, 2 content, 3 other */
+    /* tokens */
+    int32_t *ids;
+    mu_sched_tok *toks;      /* when want_toks */
+    bool want_toks;
+    int n_ids, cap_ids;
+    int finish;
+    char stop_word[128];
+    mu_job_stats st;
+    char err[256];
+} api_gen;
+
+/* Submits the job. Owns prompt (frees it). On failure replies (400/429/...)
+ * and returns false. */
+bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt,
+                   const mu_sched_req *req, const json_t *stop);
+/* Waits for progress (up to ~100 ms) and routes new text; returns true while
+ * running, false when finished (g->finish set). Cancels on client hang-up. */
+bool api_gen_step(api_gen *g, int fd);
+/* Runs to the end (non-streaming); false if the client went away. */
+bool api_gen_run(api_gen *g, int fd);
+/* New text since the last call; *n bytes at the returned pointer. */
+const char *api_gen_take_content(api_gen *g, size_t *n);
+const char *api_gen_take_reasoning(api_gen *g, size_t *n);
+void api_gen_free(api_gen *g);
+
+/* Sampling parameters from a body with the given key names (NULL = not
+ * accepted by this protocol); omitted fields take llama.cpp's defaults. */
+mu_sample_params api_sample_params(const json_t *o, const char *seed_key);
+
+/* A token's text as a JSON string (invalid UTF-8 replaced by U+FFFD). */
+json_t *api_token_str(mu_http_app *a, int32_t id);
+json_t *api_token_bytes(mu_http_app *a, int32_t id);
+/* Valid-UTF-8 JSON string from bytes (replacing invalid sequences). */
+json_t *api_json_text(const char *s, size_t n);
+/* Length of the longest prefix of s[0..n) that ends on a UTF-8 boundary. */
+size_t api_utf8_complete(const char *s, size_t n);
+
+/* Time helpers. */
+int64_t api_unix_now(void);
+void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
+
+/* llama.cpp-style timings object from job stats. */
+json_t *api_timings(const mu_job_stats *st);
+
+/* Prompt builders; each replies (400/429/...) and returns false on failure. */
+bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
+                     int32_t **ids, int *n);
+/* prompt: a string (tokenized with BOS) or an array of token ids (as given).
+ * text (optional): the prompt as text, malloc'ed. */
+bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text);
+/* Parses a Muse tool-call block into [{name, arguments (object)}]. */
+json_t *api_tool_calls(const char *s, size_t n);
+#define API_TOOL_MARK "<atem:function_calls>"
+
+/* Handlers. */
+void api_openai_chat(mu_http_req *r, const json_t *body);
+void api_openai_completions(mu_http_req *r, const json_t *body);
+void api_openai_models(mu_http_req *r, const json_t *body);
+void api_llama_completion(mu_http_req *r, const json_t *body);
+void api_llama_tokenize(mu_http_req *r, const json_t *body);
+void api_llama_detokenize(mu_http_req *r, const json_t *body);
+void api_llama_apply_template(mu_http_req *r, const json_t *body);
+void api_llama_health(mu_http_req *r, const json_t *body);
+void api_llama_props(mu_http_req *r, const json_t *body);
+void api_llama_slots(mu_http_req *r, const json_t *body);
+void api_llama_metrics(mu_http_req *r, const json_t *body);
+void api_ollama_generate(mu_http_req *r, const json_t *body);
+void api_ollama_chat(mu_http_req *r, const json_t *body);
+void api_ollama_tags(mu_http_req *r, const json_t *body);
+void api_ollama_show(mu_http_req *r, const json_t *body);
+void api_ollama_version(mu_http_req *r, const json_t *body);
+
+/* Request schemas by route path (NULL for routes without a body); used by
+ * the handlers, the fuzz harness and the unit tests. */
+const jc_field *api_schema(const char *path);
+
+#endif

@@ -1,0 +1,397 @@
+/* api_gen.c: the generation driver and helpers the three adapters share.
+ * Owns: prompt tokenization (BOS rule), submitting a job and answering
+ * 400/429 when that fails, turning token ids into text (UTF-8 assembly,
+ * special tokens hidden, the Muse channel header " to=self" / " to=user"
+ * routed to reasoning or content), stop strings (the text after a match is
+ * cut and the job cancelled; bytes that may start a stop string are held
+ * back), sampling defaults, model-id checks, timings.
+ * Does not own: protocol shapes (api_openai.c, api_llamacpp.c, api_ollama.c).
+ * Design: the driver is pull-based so a streaming response and a blocking
+ * handler use the same code; every wait is short (100 ms) and followed by a
+ * hang-up check on the client socket. */
+#include "api.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+/* ---- small helpers ---------------------------------------------------- */
+
+int64_t api_unix_now(void) { return (int64_t)time(NULL); }
+
+void api_iso_time(char *buf, size_t cap) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    struct tm tm;
+    gmtime_r(&tv.tv_sec, &tm);
+    char d[32];
+    strftime(d, sizeof d, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(buf, cap, "%s.%06ldZ", d, (long)tv.tv_usec);
+}
+
+size_t api_utf8_complete(const char *s, size_t n) {
+    /* look back at most 3 bytes for an unfinished lead byte */
+    for (size_t back = 1; back <= 4 && back <= n; back++) {
+        unsigned char c = (unsigned char)s[n - back];
+        if ((c & 0xC0) == 0x80) continue;  /* continuation */
+        size_t need = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 1;
+        return need > back ? n - back : n;
+    }
+    return n;
+}
+
+json_t *api_json_text(const char *s, size_t n) {
+    json_t *j = json_stringn(s, n);
+    if (j) return j;
+    /* invalid UTF-8 (a token that splits a character): replace bad bytes */
+    char *o = malloc(n * 3 + 1);
+    if (!o) return json_string("");
+    size_t k = 0;
+    for (size_t i = 0; i < n;) {
+        unsigned char c = (unsigned char)s[i];
+        size_t len = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+        json_t *t = len && i + len <= n ? json_stringn(s + i, len) : NULL;
+        if (t) {
+            json_decref(t);
+            memcpy(o + k, s + i, len);
+            k += len;
+            i += len;
+        } else {
+            memcpy(o + k, "\xEF\xBF\xBD", 3);
+            k += 3;
+            i++;
+        }
+    }
+    j = json_stringn(o, k);
+    free(o);
+    return j ? j : json_string("");
+}
+
+json_t *api_token_str(mu_http_app *a, int32_t id) {
+    char buf[256];
+    int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof buf) n = sizeof buf;
+    return api_json_text(buf, (size_t)n);
+}
+
+json_t *api_token_bytes(mu_http_app *a, int32_t id) {
+    char buf[256];
+    int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof buf) n = sizeof buf;
+    json_t *arr = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer((unsigned char)buf[i]));
+    return arr;
+}
+
+json_t *api_timings(const mu_job_stats *st) {
+    double pn = st->n_prompt, gn = st->n_gen;
+    return json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "prompt_n", st->n_prompt, "prompt_ms", st->prompt_ms,
+                     "prompt_per_token_ms", pn > 0 ? st->prompt_ms / pn : 0.0, "prompt_per_second",
+                     st->prompt_ms > 0 ? pn * 1e3 / st->prompt_ms : 0.0, "predicted_n", st->n_gen, "predicted_ms",
+                     st->gen_ms, "predicted_per_token_ms", gn > 1 ? st->gen_ms / (gn - 1) : 0.0,
+                     "predicted_per_second", st->gen_ms > 0 && gn > 1 ? (gn - 1) * 1e3 / st->gen_ms : 0.0,
+                     "queue_ms", st->queue_ms);
+}
+
+bool api_model_ok(mu_http_req *r, const json_t *body, const char *key) {
+    mu_http_app *a = mu_http_req_app(r);
+    const char *id = body ? mu_jc_str(body, key, NULL) : NULL;
+    if (!id || !*id || !strcmp(id, a->model_id)) return true;
+    size_t n = strlen(a->model_id);
+    if (mu_http_req_proto(r) == MU_PROTO_OLLAMA && !strncmp(id, a->model_id, n) && !strcmp(id + n, ":latest"))
+        return true;
+    char m[400];
+    snprintf(m, sizeof m, "model '%.150s' not found; this server serves '%.150s'", id, a->model_id);
+    mu_http_reply_error(r, 404, m, "model");
+    return false;
+}
+
+int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, int32_t **ids, int *n, mu_err *err) {
+    int32_t *t = NULL;
+    int k = 0;
+    int rc = a->text.encode(a->text.ctx, text, strlen(text), parse_special, &t, &k, err);
+    if (rc) return rc;
+    bool bos = a->info->add_bos && a->info->bos >= 0 && !(k > 0 && t[0] == a->info->bos);
+    int32_t *o = malloc(((size_t)k + 1) * sizeof *o);
+    if (!o) {
+        free(t);
+        return mu_fail(err, MU_E_NOMEM, "server: out of memory");
+    }
+    int m = 0;
+    if (bos) o[m++] = a->info->bos;
+    if (k) memcpy(o + m, t, (size_t)k * sizeof *o);
+    free(t);
+    *ids = o;
+    *n = m + k;
+    return 0;
+}
+
+mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
+    mu_sample_params p = mu_sample_defaults();
+    p.temp = (float)mu_jc_num(o, "temperature", p.temp);
+    p.top_k = (int)mu_jc_int(o, "top_k", p.top_k);
+    p.top_p = (float)mu_jc_num(o, "top_p", p.top_p);
+    p.min_p = (float)mu_jc_num(o, "min_p", p.min_p);
+    long long seed = seed_key ? mu_jc_int(o, seed_key, -1) : -1;
+    if (seed < 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        p.seed = (uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 20);
+    } else {
+        p.seed = (uint64_t)seed;
+    }
+    return p;
+}
+
+/* ---- the driver ------------------------------------------------------- */
+
+bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt,
+                   const mu_sched_req *req, const json_t *stop) {
+    memset(g, 0, sizeof *g);
+    g->app = a;
+    if (json_is_string(stop)) {
+        if (json_string_length(stop)) g->stops[g->n_stops++] = strdup(json_string_value(stop));
+    } else if (json_is_array(stop)) {
+        size_t i;
+        json_t *x;
+        json_array_foreach(stop, i, x) {
+            if (g->n_stops == API_MAX_STOPS) break;
+            if (json_is_string(x) && json_string_length(x)) g->stops[g->n_stops++] = strdup(json_string_value(x));
+        }
+    }
+    for (int i = 0; i < g->n_stops; i++) {
+        if (!g->stops[i]) {
+            free(prompt);
+            api_gen_free(g);
+            mu_http_reply_error(r, 503, "server: out of memory", NULL);
+            return false;
+        }
+        size_t l = strlen(g->stops[i]);
+        if (l > g->max_stop) g->max_stop = l;
+    }
+    mu_sched_req q = *req;
+    q.prompt = prompt;
+    q.n_prompt = n_prompt;
+    mu_err err = {0};
+    int rc = mu_sched_submit(a->sched, &q, &g->job, &err);
+    free(prompt);
+    if (rc) {
+        api_gen_free(g);
+        mu_http_reply_status(r, rc, &err);
+        return false;
+    }
+    return true;
+}
+
+static void route(api_gen *g, const char *s, size_t n) {
+    if (g->channel == 1) mu_http_buf_add(&g->reasoning, s, n);
+    else if (g->channel == 2 || !g->chat) mu_http_buf_add(&g->content, s, n);
+}
+
+/* Channel header handling for chat output: " to=self<|message|>..." */
+static void header_text(api_gen *g, const char *s, size_t n) {
+    mu_http_buf_add(&g->raw, s, n);
+    const char *h = g->raw.p + g->raw_done;
+    size_t hn = g->raw.n - g->raw_done;
+    static const char pre[] = " to=";
+    size_t cmp = hn < 4 ? hn : 4;
+    if (memcmp(h, pre, cmp) || hn > 64) {
+        /* not the Muse header: everything is content */
+        g->channel = 2;
+        route(g, h, hn);
+        g->raw_done = g->raw.n;
+    }
+}
+
+static void header_end(api_gen *g) {
+    const char *h = g->raw.p ? g->raw.p + g->raw_done : "";
+    size_t hn = g->raw.n - g->raw_done;
+    if (hn >= 8 && !memcmp(h, " to=self", 8)) g->channel = 1;
+    else if (hn >= 8 && !memcmp(h, " to=user", 8)) g->channel = 2;
+    else g->channel = 2;  /* tool recipients: content (tool-call parsing reads it) */
+    g->raw_done = g->raw.n;
+}
+
+static void add_token(api_gen *g, int32_t id) {
+    mu_http_app *a = g->app;
+    char buf[256];
+    int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
+    if (n < 0) n = 0;
+    if (n > (int)sizeof buf) n = sizeof buf;
+    bool special = a->text.is_special && a->text.is_special(a->text.ctx, id);
+    if (!g->chat) {
+        if (!special) mu_http_buf_add(&g->content, buf, (size_t)n);
+        return;
+    }
+    if (special) {
+        if (n == 11 && !memcmp(buf, "<|message|>", 11) && g->channel == 0) header_end(g);
+        else if (n == 9 && !memcmp(buf, "<|start|>", 9)) {
+            g->channel = 0;
+            g->raw_done = g->raw.n;
+        } else if ((n == 7 && (!memcmp(buf, "<|eom|>", 7) || !memcmp(buf, "<|eot|>", 7)))) {
+            g->channel = 3;  /* until the next <|start|> */
+        }
+        return;
+    }
+    if (g->channel == 0) {
+        /* after <|start|> the role "assistant" comes first */
+        if (g->raw.n == g->raw_done && n >= 9 && !memcmp(buf, "assistant", 9)) {
+            header_text(g, buf + 9, (size_t)n - 9);
+            return;
+        }
+        header_text(g, buf, (size_t)n);
+        return;
+    }
+    route(g, buf, (size_t)n);
+}
+
+/* Looks for stop strings in content not yet sent; returns true on a match. */
+static bool find_stop(api_gen *g) {
+    if (!g->n_stops || !g->content.n) return false;
+    size_t from = g->content_sent;
+    size_t best = SIZE_MAX;
+    int which = -1;
+    for (int i = 0; i < g->n_stops; i++) {
+        size_t l = strlen(g->stops[i]);
+        if (g->content.n < l) continue;
+        size_t start = from > l ? from - l + 1 : 0;
+        for (size_t p = start; p + l <= g->content.n; p++)
+            if (!memcmp(g->content.p + p, g->stops[i], l)) {
+                if (p < best) {
+                    best = p;
+                    which = i;
+                }
+                break;
+            }
+    }
+    if (which < 0) return false;
+    snprintf(g->stop_word, sizeof g->stop_word, "%s", g->stops[which]);
+    g->content.n = best;
+    g->content.p[best] = 0;
+    return true;
+}
+
+static void finish_from_job(api_gen *g, int f) {
+    switch (f) {
+    case MU_FINISH_STOP: g->finish = API_FINISH_STOP; break;
+    case MU_FINISH_LENGTH:
+    case MU_FINISH_CTX: g->finish = API_FINISH_LENGTH; break;
+    case MU_FINISH_CANCEL: g->finish = API_FINISH_CANCEL; break;
+    default: g->finish = API_FINISH_ERROR; break;
+    }
+}
+
+bool api_gen_step(api_gen *g, int fd) {
+    if (g->finish) return false;
+    mu_sched_tok toks[16];
+    int f = MU_FINISH_NONE;
+    int n = mu_job_next(g->job, toks, 16, 100, &f);
+    for (int i = 0; i < n; i++) {
+        if (g->n_ids == g->cap_ids) {
+            int cap = g->cap_ids ? g->cap_ids * 2 : 64;
+            int32_t *ids = realloc(g->ids, (size_t)cap * sizeof *ids);
+            mu_sched_tok *t = g->want_toks ? realloc(g->toks, (size_t)cap * sizeof *t) : NULL;
+            if (ids) g->ids = ids;
+            if (t) g->toks = t;
+            if (!ids || (g->want_toks && !t)) {
+                mu_job_cancel(g->job);
+                g->finish = API_FINISH_ERROR;
+                snprintf(g->err, sizeof g->err, "server: out of memory");
+                return false;
+            }
+            g->cap_ids = cap;
+        }
+        if (g->want_toks) g->toks[g->n_ids] = toks[i];
+        g->ids[g->n_ids++] = toks[i].id;
+        add_token(g, toks[i].id);
+        if (find_stop(g)) {
+            mu_job_cancel(g->job);
+            g->finish = API_FINISH_WORD;
+            break;
+        }
+    }
+    if (!g->finish && f != MU_FINISH_NONE) finish_from_job(g, f);
+    if (!g->finish && !mu_http_fd_alive(fd)) {
+        mu_job_cancel(g->job);
+        g->finish = API_FINISH_CANCEL;
+    }
+    if (g->finish) {
+        mu_job_get_stats(g->job, &g->st);
+        g->st.n_gen = g->n_ids;
+        if (g->finish == API_FINISH_ERROR && !g->err[0])
+            snprintf(g->err, sizeof g->err, "%s", g->st.err[0] ? g->st.err : "engine: generation failed");
+        if (g->finish == API_FINISH_CANCEL && g->st.err[0]) snprintf(g->err, sizeof g->err, "%s", g->st.err);
+        return false;
+    }
+    return true;
+}
+
+bool api_gen_run(api_gen *g, int fd) {
+    while (api_gen_step(g, fd)) {
+    }
+    return g->finish != API_FINISH_CANCEL;
+}
+
+/* Bytes of buf after *sent that may be released: whole UTF-8 characters,
+ * and (for content) nothing that could still become a stop string. */
+static const char *take(api_gen *g, mu_http_buf *b, size_t *sent, bool is_content, size_t *n) {
+    size_t end = b->n;
+    if (!g->finish) {
+        end = api_utf8_complete(b->p ? b->p : "", b->n);
+        if (is_content && g->n_stops) {
+            size_t hold = 0;
+            for (int i = 0; i < g->n_stops; i++) {
+                size_t l = strlen(g->stops[i]);
+                for (size_t k = l - 1; k > hold; k--)
+                    if (k <= end && !memcmp(b->p + end - k, g->stops[i], k)) {
+                        hold = k;
+                        break;
+                    }
+            }
+            end -= hold;
+        }
+    }
+    if (is_content && g->hold_marker && b->p) {
+        size_t ml = strlen(g->hold_marker);
+        const char *m = memmem(b->p, b->n, g->hold_marker, ml);
+        if (m) {
+            if ((size_t)(m - b->p) < end) end = (size_t)(m - b->p);
+        } else if (!g->finish) {
+            for (size_t k = ml - 1; k > 0; k--)
+                if (k <= end && !memcmp(b->p + end - k, g->hold_marker, k)) {
+                    end -= k;
+                    break;
+                }
+        }
+    }
+    if (end < *sent) end = *sent;
+    *n = end - *sent;
+    const char *p = b->p ? b->p + *sent : "";
+    *sent = end;
+    return p;
+}
+
+const char *api_gen_take_content(api_gen *g, size_t *n) { return take(g, &g->content, &g->content_sent, true, n); }
+
+const char *api_gen_take_reasoning(api_gen *g, size_t *n) {
+    return take(g, &g->reasoning, &g->reasoning_sent, false, n);
+}
+
+void api_gen_free(api_gen *g) {
+    mu_job_free(g->job);
+    g->job = NULL;
+    for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
+    g->n_stops = 0;
+    mu_http_buf_free(&g->raw);
+    mu_http_buf_free(&g->content);
+    mu_http_buf_free(&g->reasoning);
+    free(g->ids);
+    free(g->toks);
+    g->ids = NULL;
+    g->toks = NULL;
+}

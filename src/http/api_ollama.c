@@ -1,0 +1,281 @@
+/* api_ollama.c: Ollama's protocol: /api/generate, /api/chat (NDJSON
+ * streaming, on by default as in Ollama), /api/tags, /api/show, /api/version.
+ * Owns: Ollama's shapes (created_at, response/message, done records with
+ * counts and durations in nanoseconds, done_reason), its options object.
+ * Does not own: validation tables (api.c), generation (api_gen.c). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+
+static bool check(mu_http_req *r, const json_t *body, const char *model_key) {
+    mu_err err = {0};
+    int rc = mu_jc_check(body, api_schema(mu_http_req_path(r)), &err);
+    if (rc) {
+        mu_http_reply_status(r, rc, &err);
+        return false;
+    }
+    return api_model_ok(r, body, model_key);
+}
+
+static char *tag_name(mu_http_app *a) {
+    size_t n = strlen(a->model_id) + 8;
+    char *s = malloc(n);
+    if (s) snprintf(s, n, "%s:latest", a->model_id);
+    return s;
+}
+
+typedef struct {
+    api_gen g;
+    mu_http_app *a;
+    bool chat, think, stream, done;
+    double t0_ms;
+} ol_state;
+
+static json_t *head(ol_state *s) {
+    char ts[48];
+    api_iso_time(ts, sizeof ts);
+    return json_pack("{s:s,s:s}", "model", s->a->model_id, "created_at", ts);
+}
+
+static json_t *delta_record(ol_state *s, const char *cs, size_t nc, const char *rs, size_t nr) {
+    json_t *o = head(s);
+    if (s->chat) {
+        json_t *m = json_pack("{s:s,s:o}", "role", "assistant", "content", api_json_text(cs, nc));
+        if (nr && s->think) json_object_set_new(m, "thinking", api_json_text(rs, nr));
+        json_object_set_new(o, "message", m);
+    } else {
+        json_object_set_new(o, "response", api_json_text(cs, nc));
+        if (nr && s->think) json_object_set_new(o, "thinking", api_json_text(rs, nr));
+    }
+    json_object_set_new(o, "done", json_false());
+    return o;
+}
+
+static json_t *done_record(ol_state *s, const char *cs, size_t nc, const char *rs, size_t nr) {
+    api_gen *g = &s->g;
+    json_t *o = delta_record(s, cs, nc, rs, nr);
+    if (s->chat && g->content.p) {
+        const char *m = memmem(g->content.p, g->content.n, API_TOOL_MARK, strlen(API_TOOL_MARK));
+        json_t *calls = m ? api_tool_calls(m, g->content.n - (size_t)(m - g->content.p)) : NULL;
+        if (json_array_size(calls)) {
+            json_t *arr = json_array();
+            size_t i;
+            json_t *c;
+            json_array_foreach(calls, i, c) json_array_append_new(arr, json_pack("{s:O}", "function", c));
+            json_object_set_new(json_object_get(o, "message"), "tool_calls", arr);
+        }
+        json_decref(calls);
+    }
+    const mu_job_stats *st = &g->st;
+    double total_ms = st->queue_ms + st->prompt_ms + st->gen_ms;
+    json_object_set_new(o, "done", json_true());
+    json_object_set_new(o, "done_reason", json_string(g->finish == API_FINISH_LENGTH ? "length" : "stop"));
+    json_object_set_new(o, "total_duration", json_integer((json_int_t)(total_ms * 1e6)));
+    json_object_set_new(o, "load_duration", json_integer(0));
+    json_object_set_new(o, "prompt_eval_count", json_integer(st->n_prompt));
+    json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)(st->prompt_ms * 1e6)));
+    json_object_set_new(o, "eval_count", json_integer(g->n_ids));
+    json_object_set_new(o, "eval_duration", json_integer((json_int_t)(st->gen_ms * 1e6)));
+    return o;
+}
+
+static void line(mu_http_buf *out, json_t *j) {
+    mu_http_buf_json(out, j);
+    mu_http_buf_str(out, "\n");
+    json_decref(j);
+}
+
+static int ol_produce(void *state, mu_http_buf *out, int fd) {
+    ol_state *s = state;
+    if (s->done) return 0;
+    for (;;) {
+        bool running = api_gen_step(&s->g, fd);
+        if (s->g.finish == API_FINISH_CANCEL) return -1;
+        size_t nc = 0, nr = 0;
+        const char *rs = api_gen_take_reasoning(&s->g, &nr);
+        const char *cs = api_gen_take_content(&s->g, &nc);
+        if (!running) {
+            if (s->g.finish == API_FINISH_ERROR) {
+                if (nc || nr) line(out, delta_record(s, cs, nc, rs, nr));
+                line(out, json_pack("{s:s}", "error", s->g.err));
+            } else {
+                line(out, done_record(s, cs, nc, rs, nr));
+            }
+            s->done = true;
+            return 1;
+        }
+        if (nc || (nr && s->think)) {
+            line(out, delta_record(s, cs, nc, rs, nr));
+            return 1;
+        }
+    }
+}
+
+static void ol_release(void *state) {
+    ol_state *s = state;
+    api_gen_free(&s->g);
+    free(s);
+}
+
+static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids, int n, bool chat, bool use_tools) {
+    json_t *opt = json_object_get(body, "options");
+    long long num_ctx = mu_jc_int(opt, "num_ctx", a->n_ctx);
+    if (num_ctx > a->n_ctx) {
+        free(ids);
+        char m[160];
+        snprintf(m, sizeof m, "field 'options.num_ctx': out of range: this server's context is %d (muser serve --ctx)",
+                 a->n_ctx);
+        mu_http_reply_error(r, 400, m, "options.num_ctx");
+        return;
+    }
+    mu_sched_req q = {0};
+    long long np = mu_jc_int(opt, "num_predict", -1);
+    q.n_predict = np < 0 ? -1 : (int)np;
+    q.sp = api_sample_params(opt ? opt : json_null(), "seed");
+    ol_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(ids);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    if (!api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(opt, "stop"))) {
+        free(s);
+        return;
+    }
+    s->a = a;
+    s->chat = chat;
+    s->g.chat = true;
+    s->g.hold_marker = use_tools ? API_TOOL_MARK : NULL;
+    s->think = mu_jc_bool(body, "think", true);
+    if (mu_jc_bool(body, "stream", true)) {
+        mu_http_reply_stream(r, "application/x-ndjson", ol_produce, ol_release, s);
+        return;
+    }
+    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == API_FINISH_ERROR) {
+        if (s->g.finish == API_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
+        else mu_http_reply_error(r, 499, "client closed the request", NULL);
+        ol_release(s);
+        return;
+    }
+    size_t nc, nr;
+    const char *rs = api_gen_take_reasoning(&s->g, &nr);
+    const char *cs = api_gen_take_content(&s->g, &nc);
+    json_t *o = done_record(s, cs, nc, rs, nr);
+    ol_release(s);
+    mu_http_reply_json(r, 200, o);
+}
+
+static void reply_loaded(mu_http_req *r, mu_http_app *a, bool chat) {
+    char ts[48];
+    api_iso_time(ts, sizeof ts);
+    json_t *o = json_pack("{s:s,s:s,s:b,s:s}", "model", a->model_id, "created_at", ts, "done", 1, "done_reason", "load");
+    if (chat) json_object_set_new(o, "message", json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
+    else json_object_set_new(o, "response", json_string(""));
+    mu_http_reply_json(r, 200, o);
+}
+
+void api_ollama_generate(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    if (!check(r, body, "model")) return;
+    const char *prompt = mu_jc_str(body, "prompt", "");
+    if (!*prompt) {
+        reply_loaded(r, a, false);
+        return;
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    if (mu_jc_bool(body, "raw", false)) {
+        mu_err err = {0};
+        int rc = api_tokenize_prompt(a, prompt, true, &ids, &n, &err);
+        if (rc) {
+            mu_http_reply_status(r, rc, &err);
+            return;
+        }
+    } else {
+        json_t *msgs = json_array();
+        const char *sys = mu_jc_str(body, "system", NULL);
+        if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt));
+        bool ok = api_chat_prompt(r, a, msgs, NULL, NULL, &ids, &n);
+        json_decref(msgs);
+        if (!ok) return;
+    }
+    run(r, a, body, ids, n, false, false);
+}
+
+void api_ollama_chat(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    if (!check(r, body, "model")) return;
+    json_t *in = json_object_get(body, "messages");
+    if (!json_array_size(in)) {
+        reply_loaded(r, a, true);
+        return;
+    }
+    /* Ollama messages -> template shape */
+    json_t *msgs = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(in, i, m) {
+        json_t *n = json_pack("{s:O,s:s}", "role", json_object_get(m, "role"), "content", mu_jc_str(m, "content", ""));
+        if (json_object_get(m, "thinking")) json_object_set(n, "reasoning_content", json_object_get(m, "thinking"));
+        json_t *tc = json_object_get(m, "tool_calls");
+        if (tc) {
+            json_t *calls = json_array();
+            size_t k;
+            json_t *c;
+            json_array_foreach(tc, k, c) json_array_append_new(
+                calls, json_pack("{s:s,s:O}", "type", "function", "function", json_object_get(c, "function")));
+            json_object_set_new(n, "tool_calls", calls);
+        }
+        if (json_object_get(m, "tool_name")) json_object_set(n, "name", json_object_get(m, "tool_name"));
+        json_array_append_new(msgs, n);
+    }
+    json_t *tools = json_object_get(body, "tools");
+    bool use_tools = json_array_size(tools) > 0;
+    int32_t *ids = NULL;
+    int n = 0;
+    bool ok = api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, NULL, &ids, &n);
+    json_decref(msgs);
+    if (!ok) return;
+    run(r, a, body, ids, n, true, use_tools);
+}
+
+static json_t *details(mu_http_app *a) {
+    return json_pack("{s:s,s:s,s:s,s:[s],s:s,s:s}", "parent_model", "", "format", "gguf", "family", "muse-glimmer",
+                     "families", "muse-glimmer", "parameter_size", "", "quantization_level", "");
+}
+
+void api_ollama_tags(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    char *name = tag_name(a);
+    char ts[48];
+    api_iso_time(ts, sizeof ts);
+    json_t *m = json_pack("{s:s,s:s,s:s,s:I,s:s,s:o}", "name", name ? name : a->model_id, "model",
+                          name ? name : a->model_id, "modified_at", ts, "size", (json_int_t)a->model_bytes, "digest", "",
+                          "details", details(a));
+    free(name);
+    mu_http_reply_json(r, 200, json_pack("{s:[o]}", "models", m));
+}
+
+void api_ollama_show(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    if (!check(r, body, "model") || !api_model_ok(r, body, "name")) return;
+    const mu_model_info *in = a->info;
+    json_t *info = json_pack("{s:s,s:s,s:i,s:i,s:i,s:i,s:i,s:i}", "general.architecture", "muse-glimmer", "general.name",
+                             a->model_id, "muse-glimmer.context_length", in->n_ctx_train,
+                             "muse-glimmer.embedding_length", in->n_embd, "muse-glimmer.block_count", in->n_layer,
+                             "muse-glimmer.attention.head_count", in->n_head, "muse-glimmer.attention.head_count_kv",
+                             in->n_head_kv, "muse-glimmer.vocab_size", in->n_vocab);
+    json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s,s,s]}", "modelfile", "", "parameters", "", "template",
+                          a->text.chat_template ? a->text.chat_template : "", "details", details(a), "model_info", info,
+                          "capabilities", "completion", "tools", "thinking");
+    mu_http_reply_json(r, 200, o);
+}
+
+void api_ollama_version(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_reply_json(r, 200, json_pack("{s:s}", "version", "0.9.0"));
+}

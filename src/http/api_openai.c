@@ -1,0 +1,514 @@
+/* api_openai.c: the OpenAI protocol: /v1/chat/completions, /v1/completions,
+ * /v1/models, and the Muse tool-call block parser shared with Ollama.
+ * Owns: request -> prompt (message normalization, template, tokenization),
+ * the response and SSE chunk shapes, usage and logprobs objects.
+ * Does not own: validation tables (api.c), the generation loop (api_gen.c).
+ * Design: a streaming response is a state machine pulled by the transport:
+ * each pull waits for new tokens and writes the SSE events they produce; the
+ * blocking variant drives the same api_gen to the end. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "api.h"
+
+#define TOOL_MARK API_TOOL_MARK
+
+static void new_id(char *buf, size_t cap, const char *prefix) {
+    static unsigned long long ctr;
+    unsigned long long c = __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED);
+    snprintf(buf, cap, "%s%llx%08llx", prefix, (unsigned long long)api_unix_now(), c);
+}
+
+/* ---- tool calls --------------------------------------------------------- */
+
+static const char *find(const char *s, const char *end, const char *what) {
+    size_t l = strlen(what);
+    if ((size_t)(end - s) < l) return NULL;
+    return memmem(s, (size_t)(end - s), what, l);
+}
+
+json_t *api_tool_calls(const char *s, size_t n) {
+    /* <atem:function_calls><atem:invoke name="F"><atem:parameter name="P">v</atem:parameter>...</atem:invoke>... */
+    json_t *calls = json_array();
+    const char *end = s + n, *p = s;
+    while (calls && (p = find(p, end, "<atem:invoke name=\"")) != NULL) {
+        p += strlen("<atem:invoke name=\"");
+        const char *q = memchr(p, '"', (size_t)(end - p));
+        if (!q) break;
+        json_t *args = json_object();
+        json_t *call = json_pack("{s:s%,s:o}", "name", p, (size_t)(q - p), "arguments", args);
+        if (!call) break;
+        const char *close = find(q, end, "</atem:invoke>");
+        const char *lim = close ? close : end;
+        const char *a = q;
+        while ((a = find(a, lim, "<atem:parameter name=\"")) != NULL) {
+            a += strlen("<atem:parameter name=\"");
+            const char *aq = memchr(a, '"', (size_t)(lim - a));
+            if (!aq || aq + 2 > lim || aq[1] != '>') break;
+            const char *v = aq + 2;
+            const char *ve = find(v, lim, "</atem:parameter>");
+            if (!ve) ve = lim;
+            json_t *val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
+            if (!val) val = api_json_text(v, (size_t)(ve - v));
+            char key[256];
+            snprintf(key, sizeof key, "%.*s", (int)(aq - a), a);
+            json_object_set_new(args, key, val);
+            a = ve;
+        }
+        json_array_append_new(calls, call);
+        p = lim;
+    }
+    return calls;
+}
+
+static json_t *openai_tool_calls(const json_t *calls) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *c;
+    json_array_foreach(calls, i, c) {
+        char id[48];
+        new_id(id, sizeof id, "call_");
+        char *args = json_dumps(json_object_get(c, "arguments"), JSON_COMPACT);
+        json_array_append_new(out, json_pack("{s:i,s:s,s:s,s:{s:O,s:s}}", "index", (int)i, "id", id, "type",
+                                             "function", "function", "name", json_object_get(c, "name"),
+                                             "arguments", args ? args : "{}"));
+        free(args);
+    }
+    return out;
+}
+
+/* ---- prompt ------------------------------------------------------------- */
+
+/* OpenAI messages -> the plain shape the template expects. */
+static json_t *normalize_messages(const json_t *msgs) {
+    json_t *out = json_array();
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        json_t *n = json_deep_copy(m);
+        json_t *c = json_object_get(m, "content");
+        if (json_is_array(c)) {
+            size_t len = 0, k;
+            json_t *part;
+            json_array_foreach(c, k, part) len += json_string_length(json_object_get(part, "text"));
+            char *buf = malloc(len + 1);
+            size_t off = 0;
+            if (buf) {
+                json_array_foreach(c, k, part) {
+                    json_t *t = json_object_get(part, "text");
+                    memcpy(buf + off, json_string_value(t), json_string_length(t));
+                    off += json_string_length(t);
+                }
+                json_object_set_new(n, "content", json_stringn(buf, off));
+                free(buf);
+            }
+        } else if (!c || json_is_null(c)) {
+            json_object_set_new(n, "content", json_string(""));
+        }
+        if (!strcmp(json_string_value(json_object_get(m, "role")), "developer"))
+            json_object_set_new(n, "role", json_string("system"));
+        json_t *tc = json_object_get(n, "tool_calls");
+        if (json_is_array(tc)) {
+            /* templates want arguments as objects */
+            size_t k;
+            json_t *call;
+            json_array_foreach(tc, k, call) {
+                json_t *fn = json_object_get(call, "function");
+                json_t *args = json_loads(json_string_value(json_object_get(fn, "arguments")), 0, NULL);
+                if (args) json_object_set_new(fn, "arguments", args);
+            }
+        }
+        json_array_append_new(out, n);
+    }
+    return out;
+}
+
+/* Renders and tokenizes a chat request; replies on failure. */
+bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
+                     int32_t **ids, int *n) {
+    mu_err err = {0};
+    char *text = NULL;
+    int rc = a->text.render(a->text.ctx, msgs, tools, effort, true, &text, &err);
+    if (!rc) rc = api_tokenize_prompt(a, text, true, ids, n, &err);
+    free(text);
+    if (rc) {
+        mu_http_reply_status(r, rc, &err);
+        return false;
+    }
+    return true;
+}
+
+/* ---- logprobs ------------------------------------------------------------ */
+
+static json_t *logprob_entry(mu_http_app *a, const mu_sched_tok *t) {
+    json_t *top = json_array();
+    for (int k = 0; k < t->n_top; k++)
+        json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", api_token_str(a, t->top_ids[k]), "logprob",
+                                             (double)t->top_logprobs[k], "bytes", api_token_bytes(a, t->top_ids[k])));
+    return json_pack("{s:o,s:f,s:o,s:o}", "token", api_token_str(a, t->id), "logprob", (double)t->logprob, "bytes",
+                     api_token_bytes(a, t->id), "top_logprobs", top);
+}
+
+static json_t *logprobs_range(api_gen *g, int from, int to) {
+    json_t *arr = json_array();
+    for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[i]));
+    return json_pack("{s:o}", "content", arr);
+}
+
+static const char *finish_name(int f, bool tools) {
+    if (tools) return "tool_calls";
+    return f == API_FINISH_LENGTH ? "length" : "stop";
+}
+
+static json_t *usage(const api_gen *g) {
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", g->st.n_prompt, "completion_tokens", g->n_ids, "total_tokens",
+                     g->st.n_prompt + g->n_ids);
+}
+
+/* ---- chat ----------------------------------------------------------------- */
+
+typedef struct {
+    api_gen g;
+    mu_http_app *a;
+    char id[64];
+    int64_t created;
+    bool chat, include_usage, logprobs, tools, echo_done;
+    int phase;          /* 0 first chunk, 1 running, 2 done */
+    int lp_sent;
+    char *echo;         /* completions: prompt text to echo first */
+} oa_stream;
+
+static void sse(mu_http_buf *out, json_t *j) {
+    mu_http_buf_str(out, "data: ");
+    mu_http_buf_json(out, j);
+    mu_http_buf_str(out, "\n\n");
+    json_decref(j);
+}
+
+static json_t *chunk(oa_stream *s, json_t *delta, json_t *finish, json_t *logprobs) {
+    json_t *choice;
+    if (s->chat)
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs",
+                           logprobs ? logprobs : json_null(), "finish_reason", finish ? finish : json_null());
+    else
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", delta, "logprobs",
+                           logprobs ? logprobs : json_null(), "finish_reason", finish ? finish : json_null());
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o]}", "id", s->id, "object",
+                     s->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)s->created,
+                     "model", s->a->model_id, "system_fingerprint", "muser", "choices", choice);
+}
+
+static json_t *completion_logprobs(api_gen *g, int from, int to);
+
+static int oa_produce(void *state, mu_http_buf *out, int fd) {
+    oa_stream *s = state;
+    if (s->phase == 2) return 0;
+    if (s->phase == 0) {
+        s->phase = 1;
+        if (s->chat) {
+            sse(out, chunk(s, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
+            return 1;
+        }
+        if (s->echo) {
+            sse(out, chunk(s, json_string(s->echo), NULL, NULL));
+            return 1;
+        }
+    }
+    for (;;) {
+        bool running = api_gen_step(&s->g, fd);
+        if (s->g.finish == API_FINISH_CANCEL) return -1;
+        size_t nr = 0, nc = 0;
+        const char *rs = s->chat ? api_gen_take_reasoning(&s->g, &nr) : NULL;
+        const char *cs = api_gen_take_content(&s->g, &nc);
+        json_t *lp = NULL;
+        if (s->logprobs && s->g.n_ids > s->lp_sent) {
+            lp = s->chat ? logprobs_range(&s->g, s->lp_sent, s->g.n_ids)
+                         : completion_logprobs(&s->g, s->lp_sent, s->g.n_ids);
+            s->lp_sent = s->g.n_ids;
+        }
+        if (nr) sse(out, chunk(s, json_pack("{s:o}", "reasoning_content", api_json_text(rs, nr)), NULL, NULL));
+        if (nc || lp) {
+            json_t *d = s->chat ? json_pack("{s:o}", "content", api_json_text(cs, nc)) : api_json_text(cs, nc);
+            sse(out, chunk(s, d, NULL, lp));
+        }
+        if (!running) {
+            if (s->g.finish == API_FINISH_ERROR) {
+                sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g.err, "type", "server_error"));
+                mu_http_buf_str(out, "data: [DONE]\n\n");
+                s->phase = 2;
+                return 1;
+            }
+            bool has_tools = false;
+            if (s->chat && s->tools) {
+                const char *m = s->g.content.p ? memmem(s->g.content.p, s->g.content.n, TOOL_MARK, strlen(TOOL_MARK)) : NULL;
+                if (m) {
+                    json_t *calls = api_tool_calls(m, s->g.content.n - (size_t)(m - s->g.content.p));
+                    if (json_array_size(calls)) {
+                        has_tools = true;
+                        sse(out, chunk(s, json_pack("{s:o}", "tool_calls", openai_tool_calls(calls)), NULL, NULL));
+                    }
+                    json_decref(calls);
+                }
+            }
+            json_t *fin = chunk(s, s->chat ? json_object() : json_string(""),
+                                json_string(finish_name(s->g.finish, has_tools)), NULL);
+            json_object_set_new(fin, "timings", api_timings(&s->g.st));
+            sse(out, fin);
+            if (s->include_usage) {
+                json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
+                                      s->chat ? "chat.completion.chunk" : "text_completion", "created",
+                                      (json_int_t)s->created, "model", s->a->model_id, "choices", "usage",
+                                      usage(&s->g));
+                sse(out, u);
+            }
+            mu_http_buf_str(out, "data: [DONE]\n\n");
+            s->phase = 2;
+            return 1;
+        }
+        if (out->n) return 1;
+    }
+}
+
+static void oa_release(void *state) {
+    oa_stream *s = state;
+    api_gen_free(&s->g);
+    free(s->echo);
+    free(s);
+}
+
+static bool check(mu_http_req *r, const json_t *body) {
+    mu_err err = {0};
+    int rc = mu_jc_check(body, api_schema(mu_http_req_path(r)), &err);
+    if (rc) {
+        mu_http_reply_status(r, rc, &err);
+        return false;
+    }
+    return api_model_ok(r, body, "model");
+}
+
+static void reply_failed(mu_http_req *r, api_gen *g) {
+    if (g->finish == API_FINISH_ERROR) mu_http_reply_error(r, 500, g->err, NULL);
+    else mu_http_reply_error(r, 499, "client closed the request", NULL);
+}
+
+void api_openai_chat(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    if (!check(r, body)) return;
+    json_t *tc = json_object_get(body, "tool_choice");
+    if (json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))) {
+        mu_http_reply_error(r, 400, "field 'tool_choice': only 'auto' and 'none' are supported", "tool_choice");
+        return;
+    }
+    json_t *tools = json_object_get(body, "tools");
+    bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
+    json_t *msgs = normalize_messages(json_object_get(body, "messages"));
+    int32_t *ids = NULL;
+    int n = 0;
+    bool ok = msgs && api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, mu_jc_str(body, "reasoning_effort", NULL),
+                                      &ids, &n);
+    json_decref(msgs);
+    if (!ok) {
+        if (!msgs) mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    mu_sched_req q = {0};
+    q.n_predict = (int)mu_jc_int(body, "max_completion_tokens", mu_jc_int(body, "max_tokens", -1));
+    q.sp = api_sample_params(body, "seed");
+    q.logprobs = mu_jc_bool(body, "logprobs", false);
+    q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
+    bool stream = mu_jc_bool(body, "stream", false);
+    oa_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(ids);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    if (!api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(body, "stop"))) {
+        free(s);
+        return;
+    }
+    s->a = a;
+    s->chat = true;
+    s->g.chat = true;
+    s->g.want_toks = q.logprobs;
+    s->g.hold_marker = use_tools ? TOOL_MARK : NULL;
+    s->logprobs = q.logprobs;
+    s->tools = use_tools;
+    s->created = api_unix_now();
+    new_id(s->id, sizeof s->id, "chatcmpl-");
+    if (stream) {
+        s->include_usage = mu_jc_bool(json_object_get(body, "stream_options"), "include_usage", false);
+        mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);
+        return;
+    }
+    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == API_FINISH_ERROR) {
+        reply_failed(r, &s->g);
+        oa_release(s);
+        return;
+    }
+    size_t nr, nc;
+    const char *rs = api_gen_take_reasoning(&s->g, &nr);
+    const char *cs = api_gen_take_content(&s->g, &nc);
+    json_t *msg = json_pack("{s:s}", "role", "assistant");
+    json_t *calls = NULL;
+    if (use_tools && s->g.content.p) {
+        const char *m = memmem(s->g.content.p, s->g.content.n, TOOL_MARK, strlen(TOOL_MARK));
+        if (m) calls = api_tool_calls(m, s->g.content.n - (size_t)(m - s->g.content.p));
+    }
+    bool has_calls = json_array_size(calls) > 0;
+    json_object_set_new(msg, "content", has_calls && nc == 0 ? json_null() : api_json_text(cs, nc));
+    if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
+    if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
+    json_decref(calls);
+    json_t *choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs",
+                               q.logprobs ? logprobs_range(&s->g, 0, s->g.n_ids) : json_null(), "finish_reason",
+                               finish_name(s->g.finish, has_calls));
+    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o,s:o}", "id", s->id, "object", "chat.completion",
+                             "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
+                             "choices", choice, "usage", usage(&s->g), "timings", api_timings(&s->g.st));
+    oa_release(s);
+    mu_http_reply_json(r, 200, resp);
+}
+
+/* ---- completions ------------------------------------------------------------ */
+
+static json_t *completion_logprobs(api_gen *g, int from, int to) {
+    json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
+    size_t off = 0;
+    for (int i = from; i < to; i++) {
+        const mu_sched_tok *t = &g->toks[i];
+        json_t *ts = api_token_str(g->app, t->id);
+        json_array_append_new(offs, json_integer((json_int_t)off));
+        off += json_string_length(ts);
+        json_array_append_new(toks, ts);
+        json_array_append_new(lps, json_real(t->logprob));
+        json_t *top = json_object();
+        for (int k = 0; k < t->n_top; k++) {
+            json_t *s = api_token_str(g->app, t->top_ids[k]);
+            json_object_set_new(top, json_string_value(s), json_real(t->top_logprobs[k]));
+            json_decref(s);
+        }
+        json_array_append_new(tops, top);
+    }
+    return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset",
+                     offs);
+}
+
+/* Prompt from a string or a token-id array; replies on failure. */
+bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text) {
+    mu_err err = {0};
+    if (json_is_string(prompt)) {
+        int rc = api_tokenize_prompt(a, json_string_value(prompt), true, ids, n, &err);
+        if (rc) {
+            mu_http_reply_status(r, rc, &err);
+            return false;
+        }
+        if (text) *text = strdup(json_string_value(prompt));
+        return true;
+    }
+    size_t k = json_array_size(prompt);
+    if (k == 0) {
+        mu_http_reply_error(r, 400, "field 'prompt': must not be empty", "prompt");
+        return false;
+    }
+    int32_t *o = malloc(k * sizeof *o);
+    if (!o) {
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return false;
+    }
+    mu_http_buf tb = {0};
+    for (size_t i = 0; i < k; i++) {
+        json_int_t v = (json_int_t)json_number_value(json_array_get(prompt, i));
+        if (v >= a->info->n_vocab) {
+            free(o);
+            mu_http_buf_free(&tb);
+            char m[128];
+            snprintf(m, sizeof m, "field 'prompt[%zu]': token id out of range: must be below %d", i, a->info->n_vocab);
+            mu_http_reply_error(r, 400, m, "prompt");
+            return false;
+        }
+        o[i] = (int32_t)v;
+        if (text && !(a->text.is_special && a->text.is_special(a->text.ctx, o[i]))) {
+            char buf[256];
+            int pn = a->text.piece(a->text.ctx, o[i], buf, sizeof buf);
+            if (pn > 0) mu_http_buf_add(&tb, buf, (size_t)pn);
+        }
+    }
+    *ids = o;
+    *n = (int)k;
+    if (text) {
+        json_t *s = api_json_text(tb.p ? tb.p : "", tb.n);
+        *text = strdup(json_string_value(s));
+        json_decref(s);
+    }
+    mu_http_buf_free(&tb);
+    return true;
+}
+
+void api_openai_completions(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    if (!check(r, body)) return;
+    bool echo = mu_jc_bool(body, "echo", false);
+    int32_t *ids = NULL;
+    int n = 0;
+    char *text = NULL;
+    if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, echo ? &text : NULL)) return;
+    mu_sched_req q = {0};
+    q.n_predict = (int)mu_jc_int(body, "max_tokens", 16);
+    q.sp = api_sample_params(body, "seed");
+    json_t *lpv = json_object_get(body, "logprobs");
+    q.logprobs = json_is_integer(lpv) || json_is_real(lpv);
+    q.n_top = q.logprobs ? (int)json_number_value(lpv) : 0;
+    oa_stream *s = calloc(1, sizeof *s);
+    if (!s) {
+        free(ids);
+        free(text);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    if (!api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(body, "stop"))) {
+        free(text);
+        free(s);
+        return;
+    }
+    s->a = a;
+    s->echo = text;
+    s->g.want_toks = q.logprobs;
+    s->logprobs = q.logprobs;
+    s->created = api_unix_now();
+    new_id(s->id, sizeof s->id, "cmpl-");
+    if (mu_jc_bool(body, "stream", false)) {
+        s->include_usage = mu_jc_bool(json_object_get(body, "stream_options"), "include_usage", false);
+        mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);
+        return;
+    }
+    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == API_FINISH_ERROR) {
+        reply_failed(r, &s->g);
+        oa_release(s);
+        return;
+    }
+    size_t nc;
+    const char *cs = api_gen_take_content(&s->g, &nc);
+    mu_http_buf all = {0};
+    if (text) mu_http_buf_str(&all, text);
+    mu_http_buf_add(&all, cs, nc);
+    json_t *choice = json_pack("{s:o,s:i,s:o,s:s}", "text", api_json_text(all.p ? all.p : "", all.n), "index", 0,
+                               "logprobs", q.logprobs ? completion_logprobs(&s->g, 0, s->g.n_ids) : json_null(),
+                               "finish_reason", finish_name(s->g.finish, false));
+    mu_http_buf_free(&all);
+    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o,s:o}", "id", s->id, "object", "text_completion",
+                             "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
+                             "choices", choice, "usage", usage(&s->g), "timings", api_timings(&s->g.st));
+    oa_release(s);
+    mu_http_reply_json(r, 200, resp);
+}
+
+void api_openai_models(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:{s:i,s:i,s:I}}", "id", a->model_id, "object", "model", "created",
+                          (json_int_t)a->model_mtime, "owned_by", "muser", "meta", "n_vocab", a->info->n_vocab,
+                          "n_ctx_train", a->info->n_ctx_train, "size", (json_int_t)a->model_bytes);
+    mu_http_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+}

@@ -1,0 +1,133 @@
+/* text.c: binds the server's text interface (api.h mu_http_text) to the
+ * model's tokenizer (model/tokenizer.h) and chat template (model/jinja.h).
+ * Owns: the template context the server renders (messages, tools,
+ * add_generation_prompt, bos/eos token texts, reasoning strength) and the
+ * built-in Muse format used when the GGUF has no template.
+ * Does not own: tokenization or template semantics.
+ * Design: a thin adapter, so a richer chat module (model/chat.h) replaces
+ * render() in one place. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../model/jinja.h"
+#include "../model/model.h"
+#include "../model/tokenizer.h"
+#include "api.h"
+#include "server.h"
+
+typedef struct {
+    mu_tok *tok;
+    char *tmpl;
+    size_t tmpl_len;
+    char bos[64], eos[64];
+} text_ctx;
+
+static int t_encode(void *ctx, const char *s, size_t n, bool parse_special, int32_t **ids, int *n_ids, mu_err *err) {
+    text_ctx *t = ctx;
+    int32_t *o = NULL;
+    int k = 0;
+    int rc = mu_tok_encode(t->tok, s, n, parse_special, &o, &k, err);
+    if (rc) return rc;
+    *ids = o;
+    *n_ids = k;
+    return 0;
+}
+
+static int t_piece(void *ctx, int32_t id, char *buf, size_t cap) {
+    text_ctx *t = ctx;
+    if (id < 0 || id >= mu_tok_n_vocab(t->tok)) return -1;
+    int n = mu_tok_piece(t->tok, id, true, buf, cap);
+    return n < 0 ? 0 : n;
+}
+
+static bool t_special(void *ctx, int32_t id) {
+    text_ctx *t = ctx;
+    return (mu_tok_attr(t->tok, id) & (MU_TOK_ATTR_CONTROL | MU_TOK_ATTR_UNKNOWN)) != 0;
+}
+
+static int builtin(text_ctx *t, const json_t *msgs, bool add_gen, char **out, mu_err *err) {
+    mu_http_buf b = {0};
+    mu_http_buf_str(&b, t->bos);
+    size_t i;
+    json_t *m;
+    json_array_foreach(msgs, i, m) {
+        mu_http_buf_fmt(&b, "<|start|>%s<|message|>", json_string_value(json_object_get(m, "role")));
+        json_t *c = json_object_get(m, "content");
+        if (json_is_string(c)) mu_http_buf_add(&b, json_string_value(c), json_string_length(c));
+        mu_http_buf_str(&b, "<|eot|>");
+    }
+    if (add_gen) mu_http_buf_str(&b, "<|start|>assistant");
+    if (b.oom) {
+        mu_http_buf_free(&b);
+        return mu_fail(err, MU_E_NOMEM, "chat: out of memory");
+    }
+    *out = b.p ? b.p : strdup("");
+    return *out ? 0 : mu_fail(err, MU_E_NOMEM, "chat: out of memory");
+}
+
+static int t_render(void *ctx, const json_t *msgs, const json_t *tools, const char *reasoning, bool add_gen, char **out,
+                    mu_err *err) {
+    text_ctx *t = ctx;
+    if (!t->tmpl) return builtin(t, msgs, add_gen, out, err);
+    json_t *c = json_pack("{s:O,s:b,s:s,s:s}", "messages", msgs, "add_generation_prompt", add_gen, "bos_token", t->bos,
+                          "eos_token", t->eos);
+    if (!c) return mu_fail(err, MU_E_NOMEM, "chat: out of memory");
+    if (tools) json_object_set(c, "tools", (json_t *)tools);
+    if (reasoning) json_object_set_new(c, "reasoning_effort", json_string(reasoning));
+    size_t len = 0;
+    int rc = mu_jinja_render(t->tmpl, t->tmpl_len, c, out, &len, err);
+    json_decref(c);
+    return rc;
+}
+
+static void token_text(const mu_tok *tok, int32_t id, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (id < 0) return;
+    size_t n = 0;
+    const char *s = mu_tok_text(tok, id, &n);
+    if (s && n < cap) {
+        memcpy(buf, s, n);
+        buf[n] = 0;
+    }
+}
+
+int mu_http_text_init(mu_http_text *out, const mu_model *m, mu_err *err) {
+    const mu_gguf *g = mu_model_gguf(m);
+    text_ctx *t = calloc(1, sizeof *t);
+    if (!t) return mu_fail(err, MU_E_NOMEM, "server: out of memory");
+    int rc = mu_tok_new(g, &t->tok, err);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    if (mu_gguf_find(g, "tokenizer.chat_template") >= 0) {
+        const char *s;
+        size_t n;
+        if (!mu_gguf_get_str(g, "tokenizer.chat_template", &s, &n, err)) {
+            t->tmpl = malloc(n + 1);
+            if (t->tmpl) {
+                memcpy(t->tmpl, s, n);
+                t->tmpl[n] = 0;
+                t->tmpl_len = n;
+            }
+        }
+    }
+    token_text(t->tok, mu_tok_bos(t->tok), t->bos, sizeof t->bos);
+    token_text(t->tok, mu_tok_eos(t->tok), t->eos, sizeof t->eos);
+    *out = (mu_http_text){.ctx = t,
+                          .encode = t_encode,
+                          .piece = t_piece,
+                          .is_special = t_special,
+                          .render = t_render,
+                          .chat_template = t->tmpl};
+    return 0;
+}
+
+void mu_http_text_deinit(mu_http_text *x) {
+    if (!x || !x->ctx) return;
+    text_ctx *t = x->ctx;
+    mu_tok_free(t->tok);
+    free(t->tmpl);
+    free(t);
+    x->ctx = NULL;
+}
