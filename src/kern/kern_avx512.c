@@ -92,6 +92,7 @@ static inline void q4k_decode(const mu_block_q4_K *b, q4k_dec *o, uint32_t u[4])
     const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     k4_scales(b->scales, u);
     const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u)));
+    #pragma GCC unroll 8
     for (int p = 0; p < 4; p++) {
         const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * p)));
         o->q[p] = _mm512_and_si512(_mm512_srlv_epi16(v, shift), m4);
@@ -102,6 +103,7 @@ static inline void q4k_decode(const mu_block_q4_K *b, q4k_dec *o, uint32_t u[4])
 /* integer part of a Q4_K block dot (before the mins): 16 int32 partials */
 static inline __m512i q4k_sumi(const q4k_dec *o, const int8_t *q8) {
     __m512i sumi = _mm512_setzero_si512();
+    #pragma GCC unroll 8
     for (int p = 0; p < 4; p++) {
         const __m512i prod = _mm512_maddubs_epi16(o->q[p], _mm512_loadu_si512(q8 + 64 * p));
         sumi = _mm512_dpwssd_epi32(sumi, prod, o->s[p]);
@@ -140,6 +142,7 @@ static inline void q6k_decode(const mu_block_q6_K *b, q6k_dec *o) {
     const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     o->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
+    #pragma GCC unroll 8
     for (int h = 0; h < 2; h++) {
         const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
         const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
@@ -157,6 +160,7 @@ static inline void q6k_decode(const mu_block_q6_K *b, q6k_dec *o) {
 static inline __m512i q6k_sumi(const q6k_dec *o, const mu_block_q8_K *y) {
     const __m256i corr = _mm256_madd_epi16(o->sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
     __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
+    #pragma GCC unroll 8
     for (int k = 0; k < 4; k++) {
         const __m512i prod = _mm512_maddubs_epi16(o->q[k], _mm512_loadu_si512(y->qs + 64 * k));
         sumi = _mm512_dpwssd_epi32(sumi, prod, o->s[k]);
@@ -316,9 +320,162 @@ static void quant_q8_K_avx512(const float *x, void *vy, int n) {
     }
 }
 
-/* ---- gemm: tiles of weight rows x activation rows ------------------------ */
+/* ---- gemm: tiles of weight rows x activation rows ------------------------
+ * For each tile of up to GT activation rows and each weight row, every weight
+ * block is decoded once into registers and dotted with the GT activation
+ * blocks; accumulators stay in registers for the whole row. The weight slice
+ * [r0, r1) is streamed once per activation tile (from L2/L3 for prefill-sized
+ * matrices). The tile width is a compile-time constant so the accumulators
+ * are registers: gemm_tile_* are always inlined with TN = 1..GT. */
 
-static void gemm_fill(mu_kern *k) { (void)k; }
+#define GT 8
+#define AI __attribute__((always_inline)) static inline
+
+AI void tile_q4_K(int nb, const mu_block_q4_K *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m512 acc[GT];
+    __m128 accm[GT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+        acc[t] = _mm512_setzero_ps();
+        accm[t] = _mm_setzero_ps();
+    }
+    uint32_t u[4];
+    q4k_dec dec;
+    for (int i = 0; i < nb; i++) {
+        q4k_decode(&x[i], &dec, u);
+        const float dx = f16_to_f32(x[i].d), mx = -f16_to_f32(x[i].dmin);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(b->d * dx), _mm512_cvtepi32_ps(q4k_sumi(&dec, b->qs)), acc[t]);
+            accm[t] = _mm_fmadd_ps(_mm_set1_ps(mx * b->d), _mm_cvtepi32_ps(k4_mins_dot(u, b->bsums)), accm[t]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]) + hsum_ps128(accm[t]);
+}
+
+AI void tile_q6_K(int nb, const mu_block_q6_K *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m512 acc[GT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    q6k_dec dec;
+    for (int i = 0; i < nb; i++) {
+        q6k_decode(&x[i], &dec);
+        const float dx = f16_to_f32(x[i].d);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(b->d * dx), _mm512_cvtepi32_ps(q6k_sumi(&dec, b)), acc[t]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
+}
+
+AI void tile_q8_0(int nb, const mu_block_q8_0 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m256 acc[GT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = f16_to_f32(x[i].d);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + i;
+            const __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), qx);
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, qy);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_to_f32(b->d)), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
+}
+
+/* F16 and F32 rows: n must be a multiple of 16 for the vector loop; the
+ * tail (never hit by model shapes) uses masked loads. */
+AI void tile_f16(int n, const mu_f16 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m512 acc[GT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 wv = f16x16(x + i);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++)
+            acc[t] = _mm512_fmadd_ps(wv, f16x16((const mu_f16 *)(a + (size_t)t * as) + i), acc[t]);
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 wv = f16x16_mask(x + i, m);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++)
+            acc[t] = _mm512_fmadd_ps(wv, f16x16_mask((const mu_f16 *)(a + (size_t)t * as) + i, m), acc[t]);
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
+}
+
+AI void tile_f32(int n, const float *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m512 acc[GT];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 wv = _mm512_loadu_ps(x + i);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++)
+            acc[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps((const float *)(a + (size_t)t * as) + i), acc[t]);
+    }
+    if (i < n) {
+        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
+        const __m512 wv = _mm512_maskz_loadu_ps(m, x + i);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++)
+            acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, (const float *)(a + (size_t)t * as) + i), acc[t]);
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
+}
+
+/* One gemm per weight type: token tiles of GT outside, weight rows inside. */
+#define GEMM(NAME, WT, LEN)                                                                                        \
+    static void gemm_##NAME##_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as,     \
+                                     int n_t, float *y, int ys) {                                                   \
+        for (int t0 = 0; t0 < n_t; t0 += GT) {                                                                      \
+            const int tn = n_t - t0 < GT ? n_t - t0 : GT;                                                           \
+            const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as;                                               \
+            for (int r = r0; r < r1; r++) {                                                                         \
+                const WT *x = (const WT *)((const uint8_t *)w + (size_t)r * ws);                                    \
+                float *yr = y + (size_t)t0 * ys + r;                                                                \
+                switch (tn) {                                                                                       \
+                case 8: tile_##NAME(LEN, x, at, as, yr, ys, 8); break;                                              \
+                case 7: tile_##NAME(LEN, x, at, as, yr, ys, 7); break;                                              \
+                case 6: tile_##NAME(LEN, x, at, as, yr, ys, 6); break;                                              \
+                case 5: tile_##NAME(LEN, x, at, as, yr, ys, 5); break;                                              \
+                case 4: tile_##NAME(LEN, x, at, as, yr, ys, 4); break;                                              \
+                case 3: tile_##NAME(LEN, x, at, as, yr, ys, 3); break;                                              \
+                case 2: tile_##NAME(LEN, x, at, as, yr, ys, 2); break;                                              \
+                default: tile_##NAME(LEN, x, at, as, yr, ys, 1); break;                                             \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    }
+
+GEMM(q4_K, mu_block_q4_K, n / MU_QK_K)
+GEMM(q6_K, mu_block_q6_K, n / MU_QK_K)
+GEMM(q8_0, mu_block_q8_0, n / MU_QK8_0)
+GEMM(f16, mu_f16, n)
+GEMM(f32, float, n)
+
+static void gemm_fill(mu_kern *k) {
+    k->gemm[MU_T_Q4_K] = gemm_q4_K_avx512;
+    k->gemm[MU_T_Q6_K] = gemm_q6_K_avx512;
+    k->gemm[MU_T_Q8_0] = gemm_q8_0_avx512;
+    k->gemm[MU_T_F16] = gemm_f16_avx512;
+    k->gemm[MU_T_F32] = gemm_f32_avx512;
+}
 
 void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_F32] = vec_dot_f32_avx512;

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Builds the benchmark helpers (not part of `make`): bench/membw (memory read
+# bandwidth) and bench/kernbench (kernel throughput against that bandwidth).
+# Output goes to $BUILD/bench (default build/bench).
+set -eu
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+mkdir -p "$BUILD/bench"
+gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -mavx2 -o "$BUILD/bench/membw" bench/membw.c
+if [ -f bench/kernbench.c ]; then
+  make -s BUILD="$BUILD" "$BUILD/libmuser.a"
+  gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/kernbench" bench/kernbench.c \
+    "$BUILD/libmuser.a" -lm
+fi
+echo "built $BUILD/bench"

@@ -1,0 +1,159 @@
+/* kernbench.c: kernel throughput, without the engine.
+ * Owns: two numbers per kernel table and weight type:
+ *   decode: vec_dot over a weight matrix far larger than the caches (one
+ *           activation row, like a decode step), in GB/s of weights read, to
+ *           compare with bench/membw;
+ *   gemm:   a 2048 x 2048 weight slice against 64 activation rows (prefill),
+ *           in GMAC/s, with the table's gemm or, when it has none, the
+ *           vec_dot loop the engine falls back to.
+ * Threads split the rows like the engine does. Not part of libmuser.
+ * Usage: kernbench [threads (default 2)] [MiB of weights (default 1024)] */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../src/kern/kern.h"
+
+/* see tests/unit/test_kern.c: the weak dispatch needs a strong reference */
+void (*const force_link[])(mu_kern *) = {mu_kern_fill_avx2, mu_kern_fill_avx512};
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    const mu_kern *k;
+    uint32_t t;
+    int n, r0, r1, n_t;
+    const uint8_t *w, *a;
+    size_t ws, as;
+    float *y;
+    int gemm;
+    pthread_barrier_t *bar;
+    double cpu; /* thread CPU seconds of the timed part */
+} job;
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void *run(void *arg) {
+    job *j = arg;
+    pthread_barrier_wait(j->bar);
+    const double c0 = cpu_now();
+    if (j->gemm && j->k->gemm[j->t]) {
+        j->k->gemm[j->t](j->n, j->w, j->ws, j->r0, j->r1, j->a, j->as, j->n_t, j->y, j->r1);
+    } else {
+        for (int t = 0; t < j->n_t; t++)
+            for (int r = j->r0; r < j->r1; r++)
+                j->y[(size_t)t * j->r1 + r] = j->k->vec_dot[j->t](j->n, j->w + (size_t)r * j->ws, j->a + (size_t)t * j->as);
+    }
+    j->cpu = cpu_now() - c0;
+    pthread_barrier_wait(j->bar);
+    return NULL;
+}
+
+/* Wall seconds; *cpu gets the slowest thread's CPU seconds, which excludes
+ * time the thread was descheduled (the machine may be shared). */
+static double timed(job *base, int nt, int rows, double *cpu) {
+    pthread_t th[16];
+    job jobs[16];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nt + 1);
+    for (int i = 0; i < nt; i++) {
+        jobs[i] = *base;
+        jobs[i].r0 = rows * i / nt;
+        jobs[i].r1 = rows * (i + 1) / nt;
+        jobs[i].y = malloc((size_t)base->n_t * rows * sizeof(float));
+        jobs[i].bar = &bar;
+        pthread_create(&th[i], NULL, run, &jobs[i]);
+    }
+    pthread_barrier_wait(&bar);
+    const double t0 = now();
+    pthread_barrier_wait(&bar);
+    const double dt = now() - t0;
+    *cpu = 0;
+    for (int i = 0; i < nt; i++) {
+        pthread_join(th[i], NULL);
+        *cpu = jobs[i].cpu > *cpu ? jobs[i].cpu : *cpu;
+        free(jobs[i].y);
+    }
+    pthread_barrier_destroy(&bar);
+    return dt;
+}
+
+int main(int argc, char **argv) {
+    const int nt = argc > 1 ? atoi(argv[1]) : 2;
+    const size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 1024;
+    static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_F16};
+    const mu_kern *tabs[8];
+    const int ntab = mu_kern_available(tabs, 8);
+    const int n = 2048;
+    float *x = malloc(64 * (size_t)n * sizeof(float));
+    srand(1);
+    for (int i = 0; i < 64 * n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti], dt = mu_kern_dot_type(t);
+        const size_t ws = mu_type_row_bytes(t, n);
+        const size_t as = dt == MU_T_Q8_K ? (size_t)(n / 256) * sizeof(mu_block_q8_K) : mu_type_row_bytes(dt, n);
+        const int rows = (int)((mib << 20) / ws);
+        uint8_t *w = malloc(ws * rows), *a = malloc(as * 64);
+        /* sane f16 scales: rewrite the row from a quantized Gaussian-ish row */
+        uint8_t *row = malloc(ws);
+        mu_quantize_row(t, x, row, n);
+        /* distinct rows (no page or cache-line repeats): flip code bits only */
+        const int bb = mu_type_get(t)->type_bytes, nb = (int)(ws / bb);
+        for (int r = 0; r < rows; r++) {
+            uint8_t *wr = w + (size_t)r * ws;
+            memcpy(wr, row, ws);
+            for (int b = 0; b < nb; b++) {
+                uint8_t *blk = wr + (size_t)b * bb;
+                const uint8_t z = (uint8_t)(r * 31 + b * 7);
+                switch (t) {
+                case MU_T_Q4_K: for (int i = 16; i < 144; i++) blk[i] ^= z; break;
+                case MU_T_Q6_K: for (int i = 0; i < 192; i++) blk[i] ^= z; break;
+                case MU_T_Q8_0: for (int i = 2; i < 34; i++) blk[i] ^= z & 0x3f; break;
+                default: blk[0] ^= z & 0x3f; break; /* f16: low mantissa byte */
+                }
+            }
+        }
+        for (int i = 0; i < 64; i++) mu_kern_ref()->quant[dt](x + (size_t)i * n, a + i * as, n);
+        for (int k = 0; k < ntab; k++) {
+            job j = {tabs[k], t, n, 0, 0, 1, w, a, ws, as, NULL, 0, NULL, 0};
+            double best = 1e9, cbest = 1e9, c;
+            for (int rep = 0; rep < 3; rep++) {
+                const double s = timed(&j, nt, rows, &c);
+                best = s < best ? s : best;
+                cbest = c < cbest ? c : cbest;
+            }
+            const double gbps = (double)ws * rows / best / 1e9;
+            j.n_t = 64;
+            j.gemm = 1;
+            const int grows = 2048;
+            double gbest = 1e9, gcbest = 1e9;
+            for (int rep = 0; rep < 3; rep++) {
+                const double s = timed(&j, nt, grows, &c);
+                gbest = s < gbest ? s : gbest;
+                gcbest = c < gcbest ? c : gcbest;
+            }
+            printf("{\"table\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"decode_gbps\": %.2f, \"gemm_gmacs\": %.2f, "
+                   "\"decode_gbps_cpu\": %.2f, \"gemm_gmacs_cpu\": %.2f, \"gemm\": %s}\n",
+                   tabs[k]->name, mu_type_get(t)->name, nt, gbps, 64.0 * n * grows / gbest / 1e9,
+                   (double)ws * rows / cbest / 1e9, 64.0 * n * grows / gcbest / 1e9,
+                   tabs[k]->gemm[t] ? "true" : "false");
+            fflush(stdout);
+        }
+        free(w);
+        free(a);
+        free(row);
+    }
+    free(x);
+    return 0;
+}
