@@ -68,6 +68,9 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
     e->kern = k;
     e->n_q = m->info.n_head * m->info.head_dim;
     e->n_kv = m->info.n_head_kv * m->info.head_dim;
+    e->ubatch = MU_UBATCH;
+    const char *ub = getenv("MUSER_UBATCH");
+    if (ub && atoi(ub) >= 1 && atoi(ub) < MU_UBATCH) e->ubatch = atoi(ub);
     int rc = mu_pool_new(o.n_threads, &e->pool, err);
     if (rc) {
         free(e);

@@ -40,6 +40,7 @@ struct mu_engine {
     mu_pool *pool;
     mu_scratch s;
     int n_q, n_kv;   /* n_head*head_dim, n_head_kv*head_dim */
+    int ubatch;      /* chunk size, MU_UBATCH unless $MUSER_UBATCH says less (tests) */
 };
 
 struct mu_session {

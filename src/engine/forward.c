@@ -380,7 +380,7 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
             e->s.tok_out[T] = out ? s->n_logits++ : -1;
             chunk_tok[T++] = it->tokens[t];
             s->n_past++; /* positions are assigned as tokens enter the chunk */
-            if (T == MU_UBATCH) {
+            if (T == e->ubatch) {
                 run_chunk(e, chunk_tok, T);
                 T = 0;
             }
