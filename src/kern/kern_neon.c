@@ -1,0 +1,294 @@
+/* kern_neon.c: the ARM NEON kernel table (AArch64).
+ * Owns: NEON dots for every weight type the engine computes with, the Q8_0
+ * and Q8_K activation quantizers (bit-identical to kern_ref.c), and the F16
+ * attention pieces. Dequantizers and gemm stay the reference ones / the
+ * vec_dot loop.
+ * Does not own: numerics (kern_ref.c); dots equal the ref up to float
+ * summation order.
+ * Key design choice: the file is built with +dotprod, but the int8 dots come
+ * in two variants chosen at fill time from the CPU's HWCAP: SDOT
+ * (vdotq_s32) where the CPU has the dot-product extension, widening
+ * multiplies (vmull_s8 + vpadalq_s16) where it does not, so the table runs
+ * on any ARMv8 CPU. The quantized dots share one block loop, parameterized
+ * by the 16-byte int8 dot primitive. */
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <math.h>
+#include <string.h>
+#include <sys/auxv.h>
+
+#include "kern.h"
+
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)
+#endif
+
+/* ---- int8 dot primitives: acc + sum of 4-byte groups of a*b ------------- */
+
+static inline int32x4_t dot16_sdot(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
+
+static inline int32x4_t dot16_mull(int32x4_t acc, int8x16_t a, int8x16_t b) {
+    const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
+    const int16x8_t hi = vmull_high_s8(a, b);
+    return vpadalq_s16(vpadalq_s16(acc, lo), hi);
+}
+
+static inline float f16_to_f32(mu_f16 h) { return mu_f16_to_f32(h); }
+
+static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+}
+
+/* sum_j mn[j] * (bsums[2j] + bsums[2j+1]) */
+static inline int32_t k4_mins(const uint32_t u[4], const int16_t *bsums) {
+    const int16x8_t pairs = vpaddq_s16(vld1q_s16(bsums), vld1q_s16(bsums + 8));
+    const int16x8_t mins = vreinterpretq_s16_u16(vmovl_u8(vld1_u8((const uint8_t *)&u[2])));
+    const int32x4_t p = vmlal_s16(vmull_s16(vget_low_s16(pairs), vget_low_s16(mins)), vget_high_s16(pairs),
+                                  vget_high_s16(mins));
+    return vaddvq_s32(p);
+}
+
+/* ---- quantized dots, one body per primitive ----------------------------- */
+
+#define DEFINE_QDOTS(SUF, DOT16)                                                                                   \
+    static float vec_dot_q8_0_##SUF(int n, const void *w, const void *a) {                                        \
+        const mu_block_q8_0 *x = w, *y = a;                                                                        \
+        float32x4_t acc = vdupq_n_f32(0);                                                                          \
+        for (int i = 0; i < n / MU_QK8_0; i++) {                                                                   \
+            int32x4_t s = vdupq_n_s32(0);                                                                          \
+            s = DOT16(s, vld1q_s8(x[i].qs), vld1q_s8(y[i].qs));                                                    \
+            s = DOT16(s, vld1q_s8(x[i].qs + 16), vld1q_s8(y[i].qs + 16));                                          \
+            acc = vmlaq_n_f32(acc, vcvtq_f32_s32(s), f16_to_f32(x[i].d) * f16_to_f32(y[i].d));                     \
+        }                                                                                                          \
+        return vaddvq_f32(acc);                                                                                    \
+    }                                                                                                              \
+                                                                                                                   \
+    static float vec_dot_q4_K_##SUF(int n, const void *w, const void *act) {                                      \
+        const mu_block_q4_K *x = w;                                                                                \
+        const mu_block_q8_K *y = act;                                                                              \
+        const uint8x16_t m4 = vdupq_n_u8(0x0f);                                                                    \
+        float s = 0;                                                                                               \
+        uint32_t u[4];                                                                                             \
+        for (int i = 0; i < n / MU_QK_K; i++) {                                                                    \
+            k4_scales(x[i].scales, u);                                                                             \
+            const uint8_t *sc = (const uint8_t *)u;                                                                \
+            const int32_t summ = k4_mins(u, y[i].bsums);                                                           \
+            int32x4_t sumi = vdupq_n_s32(0);                                                                       \
+            for (int j = 0; j < 4; j++) {                                                                          \
+                const uint8x16_t b0 = vld1q_u8(x[i].qs + 32 * j), b1 = vld1q_u8(x[i].qs + 32 * j + 16);            \
+                const int8_t *q8 = y[i].qs + 64 * j;                                                               \
+                int32x4_t pl = vdupq_n_s32(0), ph = vdupq_n_s32(0);                                                \
+                pl = DOT16(pl, vreinterpretq_s8_u8(vandq_u8(b0, m4)), vld1q_s8(q8));                                \
+                pl = DOT16(pl, vreinterpretq_s8_u8(vandq_u8(b1, m4)), vld1q_s8(q8 + 16));                           \
+                ph = DOT16(ph, vreinterpretq_s8_u8(vshrq_n_u8(b0, 4)), vld1q_s8(q8 + 32));                          \
+                ph = DOT16(ph, vreinterpretq_s8_u8(vshrq_n_u8(b1, 4)), vld1q_s8(q8 + 48));                          \
+                sumi = vmlaq_n_s32(sumi, pl, sc[2 * j]);                                                           \
+                sumi = vmlaq_n_s32(sumi, ph, sc[2 * j + 1]);                                                       \
+            }                                                                                                      \
+            const float d = y[i].d * f16_to_f32(x[i].d), dmin = y[i].d * f16_to_f32(x[i].dmin);                    \
+            s += d * (float)vaddvq_s32(sumi) - dmin * (float)summ;                                                 \
+        }                                                                                                          \
+        return s;                                                                                                  \
+    }                                                                                                              \
+                                                                                                                   \
+    static float vec_dot_q5_K_##SUF(int n, const void *w, const void *act) {                                      \
+        const mu_block_q5_K *x = w;                                                                                \
+        const mu_block_q8_K *y = act;                                                                              \
+        const uint8x16_t m4 = vdupq_n_u8(0x0f), b16 = vdupq_n_u8(16);                                              \
+        float s = 0;                                                                                               \
+        uint32_t u[4];                                                                                             \
+        for (int i = 0; i < n / MU_QK_K; i++) {                                                                    \
+            k4_scales(x[i].scales, u);                                                                             \
+            const uint8_t *sc = (const uint8_t *)u;                                                                \
+            const int32_t summ = k4_mins(u, y[i].bsums);                                                           \
+            const uint8x16_t h0 = vld1q_u8(x[i].qh), h1 = vld1q_u8(x[i].qh + 16);                                  \
+            int32x4_t sumi = vdupq_n_s32(0);                                                                       \
+            for (int j = 0; j < 4; j++) {                                                                          \
+                const uint8x16_t ml = vdupq_n_u8((uint8_t)(1 << (2 * j))), mh = vdupq_n_u8((uint8_t)(2 << (2 * j))); \
+                const uint8x16_t b0 = vld1q_u8(x[i].qs + 32 * j), b1 = vld1q_u8(x[i].qs + 32 * j + 16);            \
+                const uint8x16_t l0 = vorrq_u8(vandq_u8(b0, m4), vandq_u8(vtstq_u8(h0, ml), b16));                 \
+                const uint8x16_t l1 = vorrq_u8(vandq_u8(b1, m4), vandq_u8(vtstq_u8(h1, ml), b16));                 \
+                const uint8x16_t u0 = vorrq_u8(vshrq_n_u8(b0, 4), vandq_u8(vtstq_u8(h0, mh), b16));                \
+                const uint8x16_t u1 = vorrq_u8(vshrq_n_u8(b1, 4), vandq_u8(vtstq_u8(h1, mh), b16));                \
+                const int8_t *q8 = y[i].qs + 64 * j;                                                               \
+                int32x4_t pl = vdupq_n_s32(0), ph = vdupq_n_s32(0);                                                \
+                pl = DOT16(pl, vreinterpretq_s8_u8(l0), vld1q_s8(q8));                                             \
+                pl = DOT16(pl, vreinterpretq_s8_u8(l1), vld1q_s8(q8 + 16));                                        \
+                ph = DOT16(ph, vreinterpretq_s8_u8(u0), vld1q_s8(q8 + 32));                                        \
+                ph = DOT16(ph, vreinterpretq_s8_u8(u1), vld1q_s8(q8 + 48));                                        \
+                sumi = vmlaq_n_s32(sumi, pl, sc[2 * j]);                                                           \
+                sumi = vmlaq_n_s32(sumi, ph, sc[2 * j + 1]);                                                       \
+            }                                                                                                      \
+            const float d = y[i].d * f16_to_f32(x[i].d), dmin = y[i].d * f16_to_f32(x[i].dmin);                    \
+            s += d * (float)vaddvq_s32(sumi) - dmin * (float)summ;                                                 \
+        }                                                                                                          \
+        return s;                                                                                                  \
+    }                                                                                                              \
+                                                                                                                   \
+    static float vec_dot_q6_K_##SUF(int n, const void *w, const void *act) {                                      \
+        const mu_block_q6_K *x = w;                                                                                \
+        const mu_block_q8_K *y = act;                                                                              \
+        const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x30);                                             \
+        const int8x16_t c32 = vdupq_n_s8(32);                                                                      \
+        float s = 0;                                                                                               \
+        for (int i = 0; i < n / MU_QK_K; i++) {                                                                    \
+            const uint8_t *ql = x[i].ql, *qh = x[i].qh;                                                            \
+            const int8_t *sc = x[i].scales, *q8 = y[i].qs;                                                         \
+            int32x4_t sumi = vdupq_n_s32(0);                                                                       \
+            for (int h = 0; h < 2; h++) {                                                                          \
+                for (int half = 0; half < 2; half++) { /* l in [16*half, 16*half+16) */                            \
+                    const int o = 16 * half;                                                                       \
+                    const uint8x16_t a = vld1q_u8(ql + o), b = vld1q_u8(ql + 32 + o), hb = vld1q_u8(qh + o);       \
+                    int8x16_t q[4];                                                                                \
+                    q[0] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(a, m4), vandq_u8(vshlq_n_u8(hb, 4), m3))), c32); \
+                    q[1] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(b, m4), vandq_u8(vshlq_n_u8(hb, 2), m3))), c32); \
+                    q[2] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(a, 4), vandq_u8(hb, m3))), c32);     \
+                    q[3] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(b, 4), vandq_u8(vshrq_n_u8(hb, 2), m3))), c32); \
+                    for (int k = 0; k < 4; k++) {                                                                  \
+                        const int32x4_t p = DOT16(vdupq_n_s32(0), q[k], vld1q_s8(q8 + 32 * k + o));                \
+                        sumi = vmlaq_n_s32(sumi, p, sc[2 * k + half]);                                             \
+                    }                                                                                              \
+                }                                                                                                  \
+                ql += 64;                                                                                          \
+                qh += 32;                                                                                          \
+                q8 += 128;                                                                                         \
+                sc += 8;                                                                                           \
+            }                                                                                                      \
+            s += f16_to_f32(x[i].d) * y[i].d * (float)vaddvq_s32(sumi);                                            \
+        }                                                                                                          \
+        return s;                                                                                                  \
+    }
+
+DEFINE_QDOTS(sdot, dot16_sdot)
+DEFINE_QDOTS(mull, dot16_mull)
+
+/* ---- float dots --------------------------------------------------------- */
+
+static inline float32x4_t f16x4(const mu_f16 *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
+
+static float vec_dot_f16_neon(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s0 = vfmaq_f32(s0, f16x4(x + i), f16x4(y + i));
+        s1 = vfmaq_f32(s1, f16x4(x + i + 4), f16x4(y + i + 4));
+    }
+    float s = vaddvq_f32(vaddq_f32(s0, s1));
+    for (; i < n; i++) s += mu_f16_to_f32(x[i]) * mu_f16_to_f32(y[i]);
+    return s;
+}
+
+static float vec_dot_f32_neon(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s0 = vfmaq_f32(s0, vld1q_f32(x + i), vld1q_f32(y + i));
+        s1 = vfmaq_f32(s1, vld1q_f32(x + i + 4), vld1q_f32(y + i + 4));
+    }
+    float s = vaddvq_f32(vaddq_f32(s0, s1));
+    for (; i < n; i++) s += x[i] * y[i];
+    return s;
+}
+
+static inline float32x4_t bf16x4(const mu_bf16 *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
+
+static float vec_dot_bf16_neon(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        s0 = vfmaq_f32(s0, bf16x4(x + i), bf16x4(y + i));
+        s1 = vfmaq_f32(s1, bf16x4(x + i + 4), bf16x4(y + i + 4));
+    }
+    float s = vaddvq_f32(vaddq_f32(s0, s1));
+    for (; i < n; i++) s += mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]);
+    return s;
+}
+
+static float dot_f16_neon(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_neon(n, a, b); }
+
+static void axpy_f16_neon(int n, float a, const mu_f16 *x, float *y) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), f16x4(x + i), a));
+    for (; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
+}
+
+/* ---- activation quantizers (bit-identical to kern_ref.c) ---------------- */
+
+static void quant_q8_0_neon(const float *x, void *vy, int n) {
+    mu_block_q8_0 *y = vy;
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const float *xb = x + i * MU_QK8_0;
+        float32x4_t m = vdupq_n_f32(0);
+        for (int k = 0; k < 8; k++) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * k)));
+        const float amax = vmaxvq_f32(m);
+        const float d = amax / 127.f;
+        const float id = amax != 0.f ? 127.f / amax : 0.f;
+        y[i].d = mu_f32_to_f16(d);
+        for (int k = 0; k < 8; k++) {
+            const int32x4_t q = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(xb + 4 * k), id)); /* ties to even */
+            const int16x4_t q16 = vqmovn_s32(q);
+            const int8x8_t q8 = vqmovn_s16(vcombine_s16(q16, q16));
+            vst1_lane_s32((int32_t *)(void *)(y[i].qs + 4 * k), vreinterpret_s32_s8(q8), 0);
+        }
+    }
+}
+
+static void quant_q8_K_neon(const float *x, void *vy, int n) {
+    mu_block_q8_K *y = vy;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float *xb = x + i * MU_QK_K;
+        float32x4_t m = vdupq_n_f32(0);
+        for (int k = 0; k < 64; k++) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * k)));
+        const float amax = vmaxvq_f32(m);
+        if (amax == 0.f) {
+            memset(&y[i], 0, sizeof y[i]);
+            continue;
+        }
+        float max = 0;
+        for (int j = 0; j < MU_QK_K; j++) /* first element of largest magnitude, as the ref */
+            if (fabsf(xb[j]) == amax) {
+                max = xb[j];
+                break;
+            }
+        const float iscale = -127.f / max;
+        const int32x4_t lim = vdupq_n_s32(127);
+        for (int g = 0; g < 16; g++) {
+            int32x4_t q[4];
+            for (int k = 0; k < 4; k++)
+                q[k] = vminq_s32(vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(xb + 16 * g + 4 * k), iscale)), lim);
+            const int16x8_t a = vcombine_s16(vqmovn_s32(q[0]), vqmovn_s32(q[1]));
+            const int16x8_t b = vcombine_s16(vqmovn_s32(q[2]), vqmovn_s32(q[3]));
+            vst1q_s8(y[i].qs + 16 * g, vcombine_s8(vqmovn_s16(a), vqmovn_s16(b)));
+            y[i].bsums[g] = (int16_t)vaddvq_s32(vaddq_s32(vaddq_s32(q[0], q[1]), vaddq_s32(q[2], q[3])));
+        }
+        y[i].d = 1.f / iscale;
+    }
+}
+
+void mu_kern_fill_neon(mu_kern *k) {
+    const int sdot = (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+    k->vec_dot[MU_T_Q8_0] = sdot ? vec_dot_q8_0_sdot : vec_dot_q8_0_mull;
+    k->vec_dot[MU_T_Q4_K] = sdot ? vec_dot_q4_K_sdot : vec_dot_q4_K_mull;
+    k->vec_dot[MU_T_Q5_K] = sdot ? vec_dot_q5_K_sdot : vec_dot_q5_K_mull;
+    k->vec_dot[MU_T_Q6_K] = sdot ? vec_dot_q6_K_sdot : vec_dot_q6_K_mull;
+    k->vec_dot[MU_T_F16] = vec_dot_f16_neon;
+    k->vec_dot[MU_T_F32] = vec_dot_f32_neon;
+    k->vec_dot[MU_T_BF16] = vec_dot_bf16_neon;
+    k->quant[MU_T_Q8_0] = quant_q8_0_neon;
+    k->quant[MU_T_Q8_K] = quant_q8_K_neon;
+    k->dot_f16 = dot_f16_neon;
+    k->axpy_f16 = axpy_f16_neon;
+}
+
+/* 1 when the filled table uses SDOT (for the test driver's report). */
+int mu_kern_neon_has_sdot(void);
+int mu_kern_neon_has_sdot(void) { return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0; }
+#endif
