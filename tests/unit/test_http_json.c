@@ -1,0 +1,212 @@
+/* test_http_json.c: strict request validation (jcheck + every route schema),
+ * server policy helpers (bind rule, key file, key compare, status mapping),
+ * text helpers (UTF-8 boundary, tool-call parsing). No model needed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../src/http/api.h"
+#include "../src/http/jcheck.h"
+#include "../src/http/server.h"
+
+/* Validates body text against a route's schema; returns 0 or the code and
+ * leaves the message in err. */
+static int check_route(const char *path, const char *body, mu_err *err) {
+    json_t *j = NULL;
+    int rc = mu_jc_parse(body, strlen(body), &j, err);
+    if (rc) return rc;
+    rc = mu_jc_check(j, api_schema(path), err);
+    json_decref(j);
+    return rc;
+}
+
+static void expect_ok(const char *path, const char *body) {
+    mu_err err = {0};
+    int rc = check_route(path, body, &err);
+    if (rc) fprintf(stderr, "unexpected rejection of %s %s: %s\n", path, body, err.msg);
+    assert_int_equal(rc, 0);
+}
+
+static void expect_bad(const char *path, const char *body, const char *needle) {
+    mu_err err = {0};
+    int rc = check_route(path, body, &err);
+    assert_true(rc < 0);
+    if (!strstr(err.msg, needle)) fprintf(stderr, "message '%s' lacks '%s'\n", err.msg, needle);
+    assert_non_null(strstr(err.msg, needle));
+}
+
+static void test_parse(void **st) {
+    (void)st;
+    mu_err err;
+    json_t *j = NULL;
+    assert_int_equal(mu_jc_parse("{\"a\":1}", 7, &j, &err), 0);
+    json_decref(j);
+    assert_int_equal(mu_jc_parse("{\"a\":1,\"a\":2}", 13, &j, &err), MU_E_FORMAT);
+    assert_int_equal(mu_jc_parse("[1]", 3, &j, &err), MU_E_FORMAT);
+    assert_int_equal(mu_jc_parse("{\"a\":\"\xff\"}", 9, &j, &err), MU_E_FORMAT);
+    assert_int_equal(mu_jc_parse("{\"a\":\"\\u0000\"}", 14, &j, &err), MU_E_FORMAT);
+    assert_int_equal(mu_jc_parse("{\"a\":\"\\ud800\"}", 14, &j, &err), MU_E_FORMAT);
+    assert_int_equal(mu_jc_parse("", 0, &j, &err), MU_E_FORMAT);
+    assert_int_equal(mu_jc_parse("{} x", 4, &j, &err), MU_E_FORMAT);
+}
+
+static void test_openai_chat(void **st) {
+    (void)st;
+    const char *p = "/v1/chat/completions";
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    expect_ok(p, "{\"model\":\"m\",\"messages\":[{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"a\"}]},"
+                 "{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                 "\"max_tokens\":5,\"temperature\":0,\"top_p\":0.9,\"top_k\":3,\"min_p\":0.1,\"seed\":42,"
+                 "\"stop\":[\"a\",\"b\"],\"n\":1,\"logprobs\":true,\"top_logprobs\":5,"
+                 "\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\"}}}],"
+                 "\"tool_choice\":\"auto\",\"response_format\":{\"type\":\"text\"},\"frequency_penalty\":0}");
+    expect_ok(p, "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"id\":\"c\",\"type\":"
+                 "\"function\",\"function\":{\"name\":\"f\",\"arguments\":\"{}\"}}]},{\"role\":\"tool\","
+                 "\"tool_call_id\":\"c\",\"content\":\"1\"}]}");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"contnt\":\"hi\"}]}", "unknown field 'messages[0].contnt'");
+    expect_bad(p, "{\"mesages\":[]}", "unknown field 'mesages'");
+    expect_bad(p, "{}", "'messages': is required");
+    expect_bad(p, "{\"messages\":[]}", "must not be empty");
+    expect_bad(p, "{\"messages\":[{\"role\":\"robot\",\"content\":\"x\"}]}", "must be one of");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2.5}", "out of range");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.5}", "integer");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"5\"}", "must be integer");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "one choice");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":1}", "not supported");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usag\":true}}",
+               "stream_options.include_usag");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
+               "constrained sampling");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
+               "messages[0].content[0]");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+                  "\"function\":{\"name\":\"f\",\"parameters\":{},\"extra\":1}}]}",
+               "tools[0].function.extra");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
+               "too many items");
+}
+
+static void test_other_routes(void **st) {
+    (void)st;
+    expect_ok("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"logprobs\":2,\"echo\":true}");
+    expect_ok("/v1/completions", "{\"prompt\":[1,2,3]}");
+    expect_bad("/v1/completions", "{\"prompt\":[1,-2]}", "prompt[1]");
+    expect_bad("/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix");
+    expect_ok("/completion", "{\"prompt\":\"a\",\"n_predict\":-1,\"n_probs\":3,\"stream\":false,\"cache_prompt\":true,"
+                             "\"repeat_penalty\":1.0,\"stop\":[\"x\"]}");
+    expect_bad("/completion", "{\"prompt\":\"a\",\"n_predict\":-2}", "out of range");
+    expect_bad("/completion", "{\"prompt\":\"a\",\"repeat_penalty\":1.1}", "penalties");
+    expect_bad("/completion", "{\"promt\":\"a\"}", "unknown field 'promt'");
+    expect_ok("/tokenize", "{\"content\":\"a\",\"add_special\":true,\"with_pieces\":true}");
+    expect_bad("/tokenize", "{\"content\":5}", "must be string");
+    expect_ok("/detokenize", "{\"tokens\":[1,2]}");
+    expect_bad("/detokenize", "{\"tokens\":[\"a\"]}", "tokens[0]");
+    expect_ok("/apply-template", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    expect_ok("/api/generate", "{\"model\":\"m\",\"prompt\":\"hi\",\"stream\":false,\"options\":{\"temperature\":0,"
+                               "\"num_predict\":3,\"stop\":[\"x\"]},\"keep_alive\":\"5m\"}");
+    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"options\":{\"temprature\":0}}", "options.temprature");
+    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"format\":\"json\"}", "constrained sampling");
+    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"images\":[\"aGk=\"]}", "image input");
+    expect_ok("/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"images\":[]}],\"stream\":false}");
+    expect_bad("/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"image\":[]}]}", "messages[0].image");
+    expect_ok("/api/show", "{\"model\":\"m\"}");
+    expect_bad("/api/show", "{\"modle\":\"m\"}", "modle");
+    assert_null(api_schema("/health"));
+}
+
+static void test_depth(void **st) {
+    (void)st;
+    /* free-form objects (tool parameters) are depth-limited too */
+    char buf[4096];
+    char *p = buf;
+    p += sprintf(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
+                    "\"function\":{\"name\":\"f\",\"parameters\":");
+    for (int i = 0; i < 100; i++) p += sprintf(p, "{\"a\":");
+    p += sprintf(p, "1");
+    for (int i = 0; i < 100; i++) p += sprintf(p, "}");
+    sprintf(p, "}}]}");
+    expect_bad("/v1/chat/completions", buf, "nested too deeply");
+}
+
+static void test_policy(void **st) {
+    (void)st;
+    mu_err err;
+    bool lo = false;
+    assert_int_equal(mu_http_bind_check("127.0.0.1", false, false, &lo, &err), 0);
+    assert_true(lo);
+    assert_int_equal(mu_http_bind_check("127.0.0.2", false, false, &lo, &err), 0);
+    assert_int_equal(mu_http_bind_check("::1", false, false, &lo, &err), 0);
+    assert_int_equal(mu_http_bind_check("0.0.0.0", false, false, &lo, &err), MU_E_ARG);
+    assert_false(lo);
+    assert_int_equal(mu_http_bind_check("0.0.0.0", true, false, &lo, &err), MU_E_ARG);
+    assert_int_equal(mu_http_bind_check("0.0.0.0", false, true, &lo, &err), MU_E_ARG);
+    assert_int_equal(mu_http_bind_check("0.0.0.0", true, true, &lo, &err), 0);
+    assert_int_equal(mu_http_bind_check("::", false, false, &lo, &err), MU_E_ARG);
+
+    assert_true(mu_http_key_equal("secret", 6, "secret"));
+    assert_false(mu_http_key_equal("secreT", 6, "secret"));
+    assert_false(mu_http_key_equal("secret2", 7, "secret"));
+    assert_false(mu_http_key_equal("", 0, "secret"));
+
+    char path[] = "/tmp/mu_key_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, "k3y-value\n", 10), 10);
+    close(fd);
+    char key[64];
+    chmod(path, 0644);
+    assert_int_equal(mu_http_read_key_file(path, key, sizeof key, &err), MU_E_ARG);
+    assert_non_null(strstr(err.msg, "0600"));
+    chmod(path, 0600);
+    assert_int_equal(mu_http_read_key_file(path, key, sizeof key, &err), 0);
+    assert_string_equal(key, "k3y-value");
+    unlink(path);
+    assert_int_equal(mu_http_read_key_file(path, key, sizeof key, &err), MU_E_IO);
+
+    assert_int_equal(mu_http_status_of(MU_E_ARG), 400);
+    assert_int_equal(mu_http_status_of(MU_E_STATE), 429);
+    assert_int_equal(mu_http_status_of(MU_E_IO), 500);
+}
+
+static void test_text_helpers(void **st) {
+    (void)st;
+    assert_int_equal(api_utf8_complete("ab", 2), 2);
+    assert_int_equal(api_utf8_complete("a\xc3", 2), 1);
+    assert_int_equal(api_utf8_complete("a\xc3\xa9", 3), 3);
+    assert_int_equal(api_utf8_complete("\xe2\x82", 2), 0);
+    assert_int_equal(api_utf8_complete("\xf0\x9f\x98\x80", 4), 4);
+    json_t *s = api_json_text("a\xff" "b", 3);
+    assert_string_equal(json_string_value(s), "a\xEF\xBF\xBD" "b");
+    json_decref(s);
+
+    const char *blk = "<atem:function_calls><atem:invoke name=\"get_weather\"><atem:parameter name=\"city\">Paris"
+                      "</atem:parameter><atem:parameter name=\"days\">3</atem:parameter><atem:parameter name=\"o\">"
+                      "{\"a\":[1]}</atem:parameter></atem:invoke></atem:function_calls>";
+    json_t *calls = api_tool_calls(blk, strlen(blk));
+    assert_int_equal(json_array_size(calls), 1);
+    json_t *c = json_array_get(calls, 0);
+    assert_string_equal(json_string_value(json_object_get(c, "name")), "get_weather");
+    json_t *args = json_object_get(c, "arguments");
+    assert_string_equal(json_string_value(json_object_get(args, "city")), "Paris");
+    assert_int_equal(json_integer_value(json_object_get(args, "days")), 3);
+    assert_true(json_is_object(json_object_get(args, "o")));
+    json_decref(calls);
+    /* truncated blocks do not crash */
+    for (size_t n = 0; n < strlen(blk); n += 7) json_decref(api_tool_calls(blk, n));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),        cmocka_unit_test(test_openai_chat), cmocka_unit_test(test_other_routes),
+        cmocka_unit_test(test_depth),        cmocka_unit_test(test_policy),      cmocka_unit_test(test_text_helpers),
+    };
+    return cmocka_run_group_tests_name("http_json", tests, NULL, NULL);
+}
