@@ -747,7 +747,7 @@ static jv call_str_method(jrender *r, jv s, const char *m, jargs *a) {
         static const char *const P[] = {"sub", NULL};
         if (!bind(r, m, a, P, p)) return jv_none();
         if (!GIVEN(p[0])) return jr_fail(r, MU_E_ARG, "%s() takes at least 1 argument (0 given)", m);
-        return str_find(r, s, p[0], m[0] == 'r', m[0] == 'i' || m[1] == 'i');
+        return str_find(r, s, p[0], m[0] == 'r', !strcmp(m, "index") || !strcmp(m, "rindex"));
     }
     if (!strcmp(m, "count")) {
         static const char *const P[] = {"sub", NULL};

@@ -553,7 +553,10 @@ static bool json_str(jrender *r, jbuf *b, const char *s, size_t n) {
             snprintf(tmp, sizeof tmp, "\\u%04x", c);
             e = tmp;
         }
-        else if (c >= 0x80 && r->json_ascii) {
+        else if (c == 0x7f && r->json_ascii) {
+            snprintf(tmp, sizeof tmp, "\\u%04x", c);
+            e = tmp;
+        } else if (c >= 0x80 && r->json_ascii) {
             size_t adv;
             int cp = u8_decode(s + i, n - i, &adv);
             char tmp2[16];
