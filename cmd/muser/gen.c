@@ -162,6 +162,7 @@ typedef struct {
     int init;
     float a, b; /* NORMAL: std; UNIFORM: [a, b); CONST: a */
     uint64_t key; /* per-tensor stream key */
+    int64_t quiet0, quiet1; /* rows [quiet0, quiet1) get 1/20 of the std */
 } tdesc;
 
 /* llama.cpp's use_more_bits (llama-quant.cpp) for the Q4_K_M mix. */
@@ -216,7 +217,7 @@ static int add_desc(tdesc *d, int *n, const char *name, int n_dims, int64_t ne0,
  * scaled logits have a spread like the fixtures' (peaked but not one-hot);
  * pre-norm weights U(0.9,1.1); post-norms U(0.3,0.7) (damp the residual
  * growth over many layers); q_norm 3.87 and k_norm 1 as in real checkpoints. */
-static int build_tensors(const gen_cfg *c, tdesc *d, int *n) {
+static int build_tensors(const gen_cfg *c, const mu_vocab_gen *v, tdesc *d, int *n) {
     const int64_t E = c->n_embd, V = c->n_vocab, F = c->n_ff, Q = (int64_t)c->n_head * c->head_dim,
                   KV = (int64_t)c->n_kv * c->head_dim, HD = c->head_dim;
     uint32_t t;
@@ -229,6 +230,10 @@ static int build_tensors(const gen_cfg *c, tdesc *d, int *n) {
     MAT("token_embd.weight", "token_embd", 0, E, V, 1.0);
     add_desc(d, n, "output_norm.weight", 1, E, 1, MU_T_F32, INIT_UNIFORM, 0.9f, 1.1f);
     MAT("output.weight", "output", 0, E, V, 24.0 / sqrt((double)E));
+    /* reserved tokens are untrained in real checkpoints: damp their output
+     * rows so generation mostly produces real tokens */
+    d[*n - 1].quiet0 = 256 + v->n_learned;
+    d[*n - 1].quiet1 = V - MU_VOCAB_N_SPECIAL;
     char nm[64];
     for (int il = 0; il < c->n_layer; il++) {
 #define NAME(s) (snprintf(nm, sizeof nm, "blk.%d.%s.weight", il, s), nm)
@@ -272,7 +277,8 @@ static void gen_row(const tdesc *t, uint64_t seed, int64_t row, float *x) {
     const int64_t n = t->ne[0];
     switch (t->init) {
     case INIT_NORMAL: {
-        const float k = t->a / 37837.2273f; /* 65536 / sqrt(3) */
+        float k = t->a / 37837.2273f; /* 65536 / sqrt(3) */
+        if (row >= t->quiet0 && row < t->quiet1) k *= 0.05f;
         for (int64_t i = 0; i < n; i++) {
             uint64_t z = splitmix(&s);
             int32_t sum = (int32_t)(z & 0xffff) + (int32_t)((z >> 16) & 0xffff) + (int32_t)((z >> 32) & 0xffff) +
@@ -610,7 +616,6 @@ int cmd_gen(int argc, char **argv) {
         rc = cli_fail("muser gen: out of memory");
         goto out;
     }
-    if ((rc = build_tensors(&c, d, &n_t))) goto out;
     if (c.template_path) {
         if ((rc = read_file(c.template_path, 1 << 20, &tmpl, &tmpl_len))) goto out;
     } else if (!c.no_template) {
@@ -627,6 +632,7 @@ int cmd_gen(int argc, char **argv) {
         goto out;
     }
     double t_vocab = now_s() - t0;
+    if ((rc = build_tensors(&c, v, d, &n_t))) goto out;
     if (mu_gguf_writer_new(&w, &err) || set_keys(w, &c, v, tmpl, tmpl_len, &err)) {
         rc = cli_fail("muser gen: %s", err.msg);
         goto out;

@@ -18,7 +18,14 @@
 #include "../base/err.h"
 #include "kern.h"
 
-static inline int q_round(float v) { return (int)lrintf(v); }
+/* Round to nearest, ties to even, for |v| < 2^22 (every caller's range):
+ * adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits. */
+static inline int q_round(float v) {
+    float f = v + 12582912.0f;
+    int32_t i;
+    memcpy(&i, &f, 4);
+    return (i & 0x007fffff) - 0x00400000;
+}
 static inline int q_clamp(int v, int lo, int hi) { return v < lo ? lo : v > hi ? hi : v; }
 
 /* ---- plain types ------------------------------------------------------- */
@@ -34,7 +41,10 @@ static void quantize_bf16(const float *x, mu_bf16 *y, int n) {
 static void quantize_q8_0(const float *x, mu_block_q8_0 *y, int n) {
     for (int b = 0; b < n / MU_QK8_0; b++, x += MU_QK8_0) {
         float amax = 0;
-        for (int i = 0; i < MU_QK8_0; i++) amax = fmaxf(amax, fabsf(x[i]));
+        for (int i = 0; i < MU_QK8_0; i++) {
+            float a = fabsf(x[i]);
+            amax = a > amax ? a : amax;
+        }
         float d = amax / 127.0f;
         float id = d > 0 ? 1.0f / d : 0.0f;
         y[b].d = mu_f32_to_f16(d);
@@ -52,8 +62,8 @@ static float fit_min_scale(const float *x, const float *w, int n, int nmax, floa
                            int nstep, float *mn) {
     float lo = x[0], hi = x[0], sum_w = w[0], sum_x = w[0] * x[0];
     for (int i = 1; i < n; i++) {
-        lo = fminf(lo, x[i]);
-        hi = fmaxf(hi, x[i]);
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
         sum_w += w[i];
         sum_x += w[i] * x[i];
     }
@@ -106,8 +116,8 @@ static float fit_min_scale(const float *x, const float *w, int n, int nmax, floa
 static float fit_min_scale_fast(const float *x, int n, int nmax, float *mn) {
     float lo = x[0], hi = x[0];
     for (int i = 1; i < n; i++) {
-        lo = fminf(lo, x[i]);
-        hi = fmaxf(hi, x[i]);
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
     }
     if (lo > 0) lo = 0;
     *mn = -lo;
@@ -211,7 +221,13 @@ static void k4_block(const float *x, int nmax, int fast, mu_f16 *d_out, mu_f16 *
             continue;
         }
         float ids = 1 / ds;
-        for (int i = 0; i < 32; i++) L[32 * j + i] = (uint8_t)q_clamp(q_round((x[32 * j + i] + dm) * ids), 0, nmax);
+        const float *xs = x + 32 * j;
+        uint8_t *Ls = L + 32 * j;
+        for (int i = 0; i < 32; i++) {
+            int l = q_round((xs[i] + dm) * ids);
+            l = l < 0 ? 0 : l;
+            Ls[i] = (uint8_t)(l > nmax ? nmax : l);
+        }
     }
 }
 

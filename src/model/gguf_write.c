@@ -306,6 +306,7 @@ static int flush_buf(mu_gguf_writer *w, mu_err *err) {
 
 /* Buffered raw output. */
 static int out_put(mu_gguf_writer *w, const void *p, size_t n, mu_err *err) {
+    if (n == 0) return 0;
     if (w->buf_len + n > WBUF_BYTES) {
         int rc = flush_buf(w, err);
         if (rc) return rc;
