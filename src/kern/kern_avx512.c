@@ -272,7 +272,17 @@ static float vec_dot_bf16_avx512(int n, const void *w, const void *a) {
     return s;
 }
 
-static float dot_f16_avx512(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx512(n, a, b); }
+/* Attention scores: one 16-lane accumulator over chunks of 16 in order, then
+ * _mm512_reduce_add_ps, the summation order of llama.cpp's F16 x F16 matmul
+ * on AVX-512 (its tinyBLAS path, used for K.q when flash attention is off).
+ * Matching the order matters more than usual here: the F16 roundings of the
+ * softmax weights and of the KV cache amplify any difference in a score. */
+static float dot_f16_avx512(int n, const mu_f16 *a, const mu_f16 *b) {
+    if (n % 16) return vec_dot_f16_avx512(n, a, b);
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) acc = _mm512_fmadd_ps(f16x16(a + i), f16x16(b + i), acc);
+    return _mm512_reduce_add_ps(acc);
+}
 
 static void axpy_f16_avx512(int n, float a, const mu_f16 *x, float *y) {
     const __m512 va = _mm512_set1_ps(a);

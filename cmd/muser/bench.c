@@ -1,0 +1,227 @@
+/* bench.c: `muser bench`: prefill and decode speed at fixed context depths.
+ *   muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]
+ *               [--threads N] [--kern NAME] [--ubatch N] [--reps N]
+ * For each depth: a fresh session, a prompt of `depth` tokens (BOS, then a
+ * fixed LCG sequence, the same one bench/compare-llamacpp gives llama.cpp)
+ * prefilled in chunks of --ubatch tokens (llama.cpp's batch size, 512), then
+ * --gen greedy decode steps starting from token 5. Reports prompt tokens/s,
+ * generated tokens/s, peak RSS, kernel table, thread count and commit; with
+ * --json one JSON object per depth per line, including the greedy token ids
+ * (so a comparison can check they agree with llama.cpp's).
+ * Owns: timing and reporting only; it uses the public API (include/muser.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "../../include/muser.h"
+#include "../../src/kern/kern.h"
+#include "cli.h"
+
+#ifndef MU_COMMIT
+#define MU_COMMIT "unknown"
+#endif
+
+/* The dispatch (src/kern/kern_dispatch.c) declares the ISA fill functions
+ * weak, and a weak reference does not pull an object out of libmuser.a: this
+ * strong reference is what links the SIMD tables into ./muser. */
+#if defined(__x86_64__)
+void (*const mu_bench_force_link[])(mu_kern *) = {mu_kern_fill_avx2, mu_kern_fill_avx512};
+#elif defined(__aarch64__)
+void (*const mu_bench_force_link[])(mu_kern *) = {mu_kern_fill_neon};
+#endif
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]\n"
+            "                   [--threads N] [--kern ref|avx2|avx512|neon] [--ubatch 512] [--reps 1]\n");
+    return 1;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static double peak_rss_mib(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024.0;
+}
+
+/* BOS, then x = (x * 1103515245 + 12345) mod 2^31 from 12345, token x % 30000
+ * (capped below the vocabulary), as in bench/compare-llamacpp. */
+static void bench_prompt(int32_t *p, int n, int32_t bos, int n_vocab) {
+    const int mod = n_vocab < 30000 ? n_vocab : 30000;
+    unsigned long long x = 12345;
+    p[0] = bos >= 0 ? bos : 1;
+    for (int i = 1; i < n; i++) {
+        x = (x * 1103515245ull + 12345ull) % 2147483648ull;
+        p[i] = (int32_t)(x % (unsigned long long)mod);
+    }
+}
+
+static int32_t argmax(const float *v, int n) {
+    int32_t b = 0;
+    for (int i = 1; i < n; i++)
+        if (v[i] > v[b]) b = i;
+    return b;
+}
+
+typedef struct {
+    double prefill_s, decode_s;
+    int32_t *ids; /* [gen] */
+} bench_run;
+
+/* One depth: prefill `depth` prompt tokens, then `gen` greedy steps. */
+static int bench_depth(mu_engine *e, const int32_t *prompt, int depth, int gen, int ubatch, bench_run *r, mu_err *err) {
+    const mu_model_info *I = mu_model_get_info(mu_engine_model(e));
+    mu_session *s = NULL;
+    int rc = mu_session_new(e, depth + gen + 16, &s, err);
+    if (rc) return rc;
+    const double t0 = now_s();
+    for (int p = 0; p < depth && !rc; p += ubatch) {
+        mu_batch_item it = {.s = s, .tokens = prompt + p, .n_tokens = depth - p < ubatch ? depth - p : ubatch};
+        rc = mu_forward(e, &it, 1, err);
+    }
+    const double t1 = now_s();
+    int32_t tok = 5;
+    for (int g = 0; g < gen && !rc; g++) {
+        mu_batch_item it = {.s = s, .tokens = &tok, .n_tokens = 1};
+        rc = mu_forward(e, &it, 1, err);
+        if (!rc) tok = r->ids[g] = argmax(mu_session_logits(s, -1), I->n_vocab);
+    }
+    const double t2 = now_s();
+    mu_session_free(s);
+    r->prefill_s = t1 - t0;
+    r->decode_s = t2 - t1;
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model = NULL, *kern = NULL, *depths_arg = "512,2048,8192";
+    long long gen = 64, threads = 0, ubatch = 512, reps = 1;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                                \
+    do {                                                                      \
+        if (!v) return cli_fail("muser bench: option %s needs a value", a);   \
+        i++;                                                                  \
+    } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model = v; }
+        else if (!strcmp(a, "--depths")) { NEED(); depths_arg = v; }
+        else if (!strcmp(a, "--gen")) { NEED(); if (!cli_int(v, 1, 1 << 20, &gen)) return cli_fail("muser bench: --gen must be 1..1048576: %s", v); }
+        else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser bench: --threads must be 1..512: %s", v); }
+        else if (!strcmp(a, "--ubatch")) { NEED(); if (!cli_int(v, 1, 1 << 20, &ubatch)) return cli_fail("muser bench: --ubatch must be 1..1048576: %s", v); }
+        else if (!strcmp(a, "--reps")) { NEED(); if (!cli_int(v, 1, 1000, &reps)) return cli_fail("muser bench: --reps must be 1..1000: %s", v); }
+        else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
+        else if (!strcmp(a, "--json")) json = true;
+        else return cli_fail("muser bench: unknown option '%s' (see muser bench --help)", a);
+#undef NEED
+    }
+    int32_t *depths = NULL;
+    int n_depths = 0;
+    if (!cli_ids(depths_arg, &depths, &n_depths) || n_depths == 0)
+        return cli_fail("muser bench: --depths must be a comma-separated list of positive integers: %s", depths_arg);
+    for (int i = 0; i < n_depths; i++)
+        if (depths[i] < 1) {
+            free(depths);
+            return cli_fail("muser bench: --depths must be positive: %d", depths[i]);
+        }
+    if (!model && !(model = cli_default_model())) {
+        free(depths);
+        return 1;
+    }
+
+    mu_err err = {0};
+    mu_model *m = NULL;
+    mu_engine *e = NULL;
+    int32_t *prompt = NULL, *ids = NULL;
+    double *pre = NULL, *dec = NULL;
+    int rc = 1;
+    if (mu_model_open(model, &m, &err)) {
+        cli_fail("muser bench: %s", err.msg);
+        goto done;
+    }
+    const mu_model_info *I = mu_model_get_info(m);
+    int max_depth = 0;
+    for (int i = 0; i < n_depths; i++) max_depth = depths[i] > max_depth ? depths[i] : max_depth;
+    if (max_depth + gen + 16 > I->n_ctx_train) {
+        cli_fail("muser bench: depth %d + gen %lld exceed the model's context (%d)", max_depth, gen, I->n_ctx_train);
+        goto done;
+    }
+    mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
+    if (mu_engine_new(m, &eo, &e, &err)) {
+        cli_fail("muser bench: %s", err.msg);
+        goto done;
+    }
+    prompt = malloc((size_t)max_depth * sizeof *prompt);
+    ids = malloc((size_t)gen * sizeof *ids);
+    pre = malloc((size_t)reps * sizeof *pre);
+    dec = malloc((size_t)reps * sizeof *dec);
+    if (!prompt || !ids || !pre || !dec) {
+        cli_fail("muser bench: out of memory");
+        goto done;
+    }
+    bench_prompt(prompt, max_depth, I->bos, I->n_vocab);
+
+    /* warm-up: fault the weights in and spin up the pool */
+    {
+        bench_run w = {.ids = ids};
+        if (bench_depth(e, prompt, max_depth < 32 ? max_depth : 32, 2, (int)ubatch, &w, &err)) {
+            cli_fail("muser bench: %s", err.msg);
+            goto done;
+        }
+    }
+    if (!json)
+        printf("model %s\nkern %s, threads %d, ubatch %lld, commit %s\n", model, mu_engine_kern_name(e),
+               mu_engine_n_threads(e), ubatch, MU_COMMIT);
+    for (int di = 0; di < n_depths; di++) {
+        const int depth = depths[di];
+        for (int r = 0; r < reps; r++) {
+            bench_run br = {.ids = ids};
+            if (bench_depth(e, prompt, depth, (int)gen, (int)ubatch, &br, &err)) {
+                cli_fail("muser bench: %s", err.msg);
+                goto done;
+            }
+            pre[r] = br.prefill_s;
+            dec[r] = br.decode_s;
+        }
+        qsort(pre, (size_t)reps, sizeof *pre, cmp_double);
+        qsort(dec, (size_t)reps, sizeof *dec, cmp_double);
+        const double ps = pre[reps / 2], ds = dec[reps / 2];
+        if (json) {
+            printf("{\"model\": \"%s\", \"depth\": %d, \"gen\": %lld, \"prefill_s\": %.4f, \"decode_s\": %.4f, "
+                   "\"prefill_tps\": %.2f, \"decode_tps\": %.2f, \"peak_rss_mib\": %.1f, \"kern\": \"%s\", "
+                   "\"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", \"ids\": [",
+                   model, depth, gen, ps, ds, depth / ps, gen / ds, peak_rss_mib(), mu_engine_kern_name(e),
+                   mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
+            for (int g = 0; g < gen; g++) printf("%s%d", g ? ", " : "", ids[g]);
+            printf("]}\n");
+        } else {
+            printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %lld tokens)   peak RSS %.0f MiB\n",
+                   depth, depth / ps, ps, gen / ds, ds, gen, peak_rss_mib());
+        }
+        fflush(stdout);
+    }
+    rc = 0;
+done:
+    free(prompt);
+    free(ids);
+    free(pre);
+    free(dec);
+    free(depths);
+    mu_engine_free(e);
+    mu_model_close(m);
+    return rc;
+}
