@@ -101,6 +101,7 @@ typedef struct { int (*fn)(void *, const mu_chat_event *); void *user; } sink;
 /* Parses every <atem:invoke> of s[0..n); emits nothing unless all parse.
  * Returns 0 (events emitted), 1 (not a valid block), or the callback's value. */
 static int parse_atem(mu_chat_parser *p, const char *s, size_t n, sink *k) {
+    if (!s || n == 0) return 1;
     const char *end = s + n;
     static const char INV[] = "<atem:invoke name=\"", INV_END[] = "</atem:invoke>";
     static const char PAR[] = "<atem:parameter name=\"", PAR_END[] = "</atem:parameter>";

@@ -960,7 +960,14 @@ static const char *const TESTS[] = {"defined", "undefined", "none", "string", "n
 
 bool jinja_has_test(const char *name) { return in_names(TESTS, name, strlen(name)); }
 
+static const char *const TESTS_WITH_ARG[] = {"equalto", "eq", "==", "ne", "!=", "lt", "<", "le", "<=", "gt", ">",
+    "ge", ">=", "lessthan", "greaterthan", "in", "divisibleby", "sameas", NULL};
+
 int jinja_test(jrender *r, const char *t, jv v, jargs *a) {
+    if (!a->n_pos && !a->n_kw && in_names(TESTS_WITH_ARG, t, strlen(t))) {
+        jr_fail(r, MU_E_ARG, "test '%s' missing 1 required positional argument", t);
+        return -1;
+    }
     jv arg = a->n_pos ? a->pos[0] : (a->n_kw ? a->kw[0] : jv_undef(NULL, r));
     if (!strcmp(t, "defined")) return v.t != JV_UNDEF;
     if (!strcmp(t, "undefined")) return v.t == JV_UNDEF;
@@ -1111,7 +1118,10 @@ static jv select_impl(jrender *r, jv seq, jargs *a, bool attr_mode, bool want) {
     size_t k = 0;
     const char *attr = NULL;
     if (attr_mode) {
-        if (a->n_pos < 1 || a->pos[0].t != JV_STR) return jr_fail(r, MU_E_ARG, "Missing parameter for attribute name");
+        if (a->n_pos < 1 || a->pos[0].t != JV_STR) {
+            if (items.u.l->n == 0) return jv_list_new(r, 0); /* Jinja2 checks lazily */
+            return jr_fail(r, MU_E_ARG, "Missing parameter for attribute name");
+        }
         attr = a->pos[0].u.s->s;
         k = 1;
     }
@@ -1119,7 +1129,8 @@ static jv select_impl(jrender *r, jv seq, jargs *a, bool attr_mode, bool want) {
     if (a->n_pos > k) {
         if (a->pos[k].t != JV_STR) return jr_fail(r, MU_E_ARG, "test name must be a string");
         test = a->pos[k].u.s->s;
-        if (!jinja_has_test(test)) return jr_fail(r, MU_E_ARG, "No test named '%s'.", test);
+        /* like Jinja2, the test is looked up per item: an empty sequence never fails */
+        if (!jinja_has_test(test) && items.u.l->n) return jr_fail(r, MU_E_ARG, "No test named '%s'.", test);
     }
     jargs ta = {0};
     if (a->n_pos > k + 1) {
@@ -1481,7 +1492,7 @@ jv jinja_filter(jrender *r, const char *f, jv v, jargs *a) {
         }
         if (a->n_pos < 1 || a->pos[0].t != JV_STR) return jr_fail(r, MU_E_ARG, "map requires a filter argument");
         const char *fname = a->pos[0].u.s->s;
-        if (!jinja_has_filter(fname)) return jr_fail(r, MU_E_ARG, "No filter named '%s'.", fname);
+        if (!jinja_has_filter(fname) && items.u.l->n) return jr_fail(r, MU_E_ARG, "No filter named '%s'.", fname);
         jargs fa = {.pos = a->pos + 1, .n_pos = a->n_pos - 1, .kw_names = a->kw_names, .kw = a->kw, .n_kw = a->n_kw};
         for (size_t i = 0; i < items.u.l->n && !r->failed; i++)
             jv_list_push(r, out, jinja_filter(r, fname, items.u.l->v[i], &fa));

@@ -276,8 +276,33 @@ static bool eval_args(jrender *r, jframe *f, jnode *n, jargs *out) {
     return true;
 }
 
+/* Does the subtree read the name `nm`? (Jinja2 lets a macro take extra
+ * positional/keyword arguments only when its body reads varargs/kwargs.) */
+static bool reads_name(jnode *n, const char *nm, int depth) {
+    if (!n || depth > 400) return false;
+    if (n->kind == N_NAME && !strcmp(n->name, nm)) return true;
+    if (reads_name(n->a, nm, depth + 1) || reads_name(n->b, nm, depth + 1) || reads_name(n->c, nm, depth + 1) ||
+        reads_name(n->d, nm, depth + 1))
+        return true;
+    for (size_t i = 0; i < n->items.n; i++)
+        if (reads_name(n->items.v[i], nm, depth + 1)) return true;
+    for (size_t i = 0; i < n->items2.n; i++)
+        if (reads_name(n->items2.v[i], nm, depth + 1)) return true;
+    return false;
+}
+
 static jv call_macro(jrender *r, jfunc *fn, jargs *args) {
     jnode *m = fn->node;
+    if (!(m->op & 1)) { /* computed once per macro node */
+        m->op = 1 | (reads_name(m->a, "varargs", 0) ? 2 : 0) | (reads_name(m->a, "kwargs", 0) ? 4 : 0);
+    }
+    if (args->n_pos > m->n_names && !(m->op & 2))
+        return jr_fail(r, MU_E_ARG, "macro '%s' takes not more than %zu argument(s)", fn->name, m->n_names);
+    for (size_t i = 0; i < args->n_kw && !(m->op & 4); i++) {
+        bool known = !strcmp(args->kw_names[i], "caller") && fn->caller.t == JV_FUNC;
+        for (size_t j = 0; j < m->n_names; j++) known = known || !strcmp(m->names[j], args->kw_names[i]);
+        if (!known) return jr_fail(r, MU_E_ARG, "macro '%s' takes no keyword argument '%s'", fn->name, args->kw_names[i]);
+    }
     if (r->depth >= r->max_depth) return jr_fail(r, MU_E_NOMEM, "recursion limit of %d calls exceeded", r->max_depth);
     jframe *f = frame_new(r, fn->closure);
     if (!f) return jv_none();

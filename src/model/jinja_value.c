@@ -502,7 +502,7 @@ static bool repr_inner(jrender *r, jbuf *b, jv v, int depth) {
         if (v.flags & JF_NS) jb_puts(r, b, ">");
         return !r->failed;
     }
-    case JV_UNDEF: return true;
+    case JV_UNDEF: return depth ? jb_puts(r, b, "Undefined") : true;
     case JV_NONE: return jb_puts(r, b, "None");
     case JV_BOOL: return jb_puts(r, b, v.u.i ? "True" : "False");
     case JV_INT:
