@@ -7,7 +7,12 @@
  * Numerics mirror llama.cpp's CPU graph: activations are converted to each
  * weight's dot type before a matmul; q is rounded to F16 for K.Q and the
  * softmax weights to F16 for the V product (its non-flash-attention path);
- * RMS norms sum squares in double. See HACKING.md, "critical details". */
+ * RMS norms sum squares in double. See HACKING.md, "critical details".
+ * Bit-exact parity (x86 llama.cpp, zen4 CPU variant) also needs its kernel
+ * paths: which one a matmul takes depends on its row count (kern.h,
+ * vec_dot_batch), the last layer's FFN runs on the output rows only, the
+ * attention reproduces tinyBLAS / ggml_vec_dot_f16 lane order over KV cells,
+ * softmax and SiLU use ggml's expf, and RoPE the FMAs of its build. */
 #include <math.h>
 #include <string.h>
 
@@ -36,8 +41,9 @@ static void rope(float *x, int hd, int pos, float base) {
     for (int i = 0; i < hd; i += 2) {
         const float c = cosf(theta), s = sinf(theta);
         const float x0 = x[i], x1 = x[i + 1];
-        x[i] = x0 * c - x1 * s;
-        x[i + 1] = x0 * s + x1 * c;
+        /* llama.cpp's build contracts these into FMAs (GCC, -ffp-contract=fast) */
+        x[i] = fmaf(x0, c, -(x1 * s));
+        x[i + 1] = fmaf(x0, s, x1 * c);
         theta *= theta_scale;
     }
 }
@@ -55,6 +61,8 @@ typedef struct {
 typedef struct {
     mu_engine *e;
     int T;
+    int ll_rows;     /* activation rows of llama.cpp's matmul: picks its kernel path */
+    int ll_row0;     /* index of row 0 in that matmul */
     /* quantization of an f32 input into up to two dot types */
     const float *x;
     int x_cols;
@@ -91,24 +99,39 @@ static void job_matmul(void *arg, int ith, int nth) {
         const uint8_t *a = qa_slot(j->e, j->mm[m].slot);
         size_t as = j->e->s.qa_stride;
         float *y = j->mm[m].y;
-        if (k->gemm[w->type]) {
+        /* llama.cpp's kernel path, hence rounding, depends on its row count
+         * (see kern.h, vec_dot_batch) */
+        mu_vec_dot_fn dot = k->vec_dot[w->type], dotb = k->vec_dot_batch[w->type];
+        int t_b = 0; /* rows [0, t_b) use dotb */
+        if (dotb && j->ll_rows >= 2) {
+            if (w->type == MU_T_Q4_K)
+                t_b = (j->ll_rows & ~3) - j->ll_row0;
+            else if (cols % 16 == 0 && rows % 4 == 0)
+                t_b = j->T;
+            t_b = t_b < 0 ? 0 : t_b > j->T ? j->T : t_b;
+        }
+        if (j->ll_rows >= 2 && k->gemm[w->type]) { /* must round as the dots above */
             k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, j->T, y, rows);
             continue;
         }
-        mu_vec_dot_fn dot = k->vec_dot[w->type];
         const uint8_t *wd = w->data;
         for (int r0 = lo; r0 < hi; r0 += 16) {
             int r1 = r0 + 16 < hi ? r0 + 16 : hi;
-            for (int t = 0; t < j->T; t++)
-                for (int r = r0; r < r1; r++)
-                    y[(size_t)t * rows + r] = dot(cols, wd + (size_t)r * rb, a + (size_t)t * as);
+            for (int t = 0; t < j->T; t++) {
+                mu_vec_dot_fn d = t < t_b ? dotb : dot;
+                for (int r = r0; r < r1; r++) y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, a + (size_t)t * as);
+            }
         }
     }
 }
 
-/* Y_m = X W_m^T for every m; X is [T][cols] f32. One quantization per dot type. */
-static void matmul(mu_engine *e, const float *x, int T, int n, const mu_gguf_tensor *const *ws, float *const *ys) {
-    mm_job j = {.e = e, .T = T, .x = x, .x_cols = (int)ws[0]->ne[0]};
+/* Y_m = X W_m^T for every m; X is [T][cols] f32. One quantization per dot type.
+ * ll_rows: the row count of the same matmul in llama.cpp's graph (T, except
+ * for the logits, computed in pieces starting at its row ll_row0), which
+ * decides its rounding. */
+static void matmul(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0, int n,
+                   const mu_gguf_tensor *const *ws, float *const *ys) {
+    mm_job j = {.e = e, .T = T, .ll_rows = ll_rows, .ll_row0 = ll_row0, .x = x, .x_cols = (int)ws[0]->ne[0]};
     MU_ASSERT(n <= MAX_MM);
     for (int m = 0; m < n; m++) {
         MU_ASSERT(ws[m]->ne[0] == j.x_cols);
@@ -169,7 +192,25 @@ static void job_qk(void *arg, int ith, int nth) {
 }
 
 /* softmax(q.K / sqrt(hd)) V over the visible positions, then the sigmoid
- * gate; one (token, head) pair per work item. Output into s.a. */
+ * gate; one (token, head) pair per work item. Output into s.a.
+ *
+ * Rounding follows llama.cpp's non-flash-attention CPU graph exactly: K.Q
+ * (q in F16) by tinyBLAS when the sequence has >= 2 tokens in the ubatch,
+ * else by ggml_vec_dot_f16; softmax with ggml's expf, the sum of each 16
+ * cells reduced in float then added in double; weights rounded to F16; the
+ * V product with lanes given by the KV cell index (16 lanes for tinyBLAS,
+ * 4 x 16 for ggml_vec_dot_f16), cells in increasing order. llama.cpp puts
+ * position p of a full layer in cell p and of a sliding layer in cell
+ * p % (its SWA cache size), which is all that the lanes depend on. */
+#define ATTN_MAX_HD 256
+static _Thread_local float attn_acc[4 * 16 * ATTN_MAX_HD];
+
+/* cells of llama.cpp's SWA cache: padded to 256, window + ubatch */
+static int swa_cells(const mu_session *s, int n_swa) {
+    int n = n_swa + MU_UBATCH < s->n_ctx ? n_swa + MU_UBATCH : s->n_ctx;
+    return (n + 255) / 256 * 256;
+}
+
 static void job_attn(void *arg, int ith, int nth) {
     layer_job *j = arg;
     mu_engine *e = j->e;
@@ -180,43 +221,80 @@ static void job_attn(void *arg, int ith, int nth) {
     const float scale = 1.0f / sqrtf((float)hd);
     float *sc = e->s.scores + (size_t)ith * e->s.max_ctx;
     mu_f16 *q16 = e->s.q16 + (size_t)ith * hd;
+    MU_ASSERT(hd <= ATTN_MAX_HD);
     int lo, hi;
     mu_split(j->T * I->n_head, ith, nth, 1, &lo, &hi);
     for (int it = lo; it < hi; it++) {
         const int t = it / I->n_head, h = it % I->n_head;
         const mu_session *s = e->s.tok_sess[t];
+        int n_tok = 0; /* tokens of this sequence in the ubatch */
+        for (int u = 0; u < j->T; u++) n_tok += e->s.tok_sess[u] == s;
+        const bool batch = n_tok >= 2;
         const int pos = e->s.tok_pos[t], rows = s->rows[j->il];
         const int p0 = swa && pos - I->n_swa + 1 > 0 ? pos - I->n_swa + 1 : 0;
         const int n = pos - p0 + 1;
+        /* visible positions in llama.cpp's cell order: [p0 + n1, pos] then [p0, p0 + n1) */
+        const int ncell = swa ? swa_cells(s, I->n_swa) : pos + 1;
+        const int c0 = p0 % ncell;
+        const int n1 = c0 + n > ncell ? ncell - c0 : 0; /* positions before the wrap, if it wraps */
         const float *q = e->s.q + (size_t)t * e->n_q + (size_t)h * hd;
         const size_t koff = (size_t)(h / group) * hd;
         const mu_f16 *kc = s->kc[j->il], *vc = s->vc[j->il];
         for (int d = 0; d < hd; d++) q16[d] = mu_f32_to_f16(q[d]);
+        const bool kq_tb = batch && hd % 16 == 0 && k->vec_dot_batch[MU_T_F16];
         float mx = -INFINITY;
         for (int i = 0; i < n; i++) {
             size_t slot = (size_t)((p0 + i) % rows);
-            float v = k->dot_f16(hd, kc + slot * e->n_kv + koff, q16) * scale;
+            const mu_f16 *kr = kc + slot * e->n_kv + koff;
+            float v = (kq_tb ? k->vec_dot_batch[MU_T_F16](hd, kr, q16) : k->dot_f16(hd, kr, q16)) * scale;
             sc[i] = v;
             if (v > mx) mx = v;
         }
+        for (int i = 0; i < n; i++) sc[i] = mu_expf_ggml(sc[i] - mx);
+        /* sum: per 16-cell chunk a 16-lane reduction, chunks added in double */
         double sum = 0;
-        for (int i = 0; i < n; i++) {
-            float v = expf(sc[i] - mx);
-            sum += (double)v;
-            sc[i] = v;
+        float lane[16];
+        int chunk = -1;
+        for (int r = 0; r < n; r++) {
+            const int i = n1 ? (r < n - n1 ? n1 + r : r - (n - n1)) : r;
+            const int cell = (c0 + i) % ncell;
+            if (cell >> 4 != chunk) {
+                if (chunk >= 0) sum += (double)mu_hsum16(lane);
+                memset(lane, 0, sizeof lane);
+                chunk = cell >> 4;
+            }
+            lane[cell & 15] = sc[i];
         }
+        if (chunk >= 0) sum += (double)mu_hsum16(lane);
         const float inv = (float)(1.0 / sum);
-        float *out = e->s.a + (size_t)t * e->n_q + (size_t)h * hd;
-        memset(out, 0, (size_t)hd * sizeof(float));
-        for (int i = 0; i < n; i++) {
+        const int nacc = batch ? 1 : 4;
+        memset(attn_acc, 0, (size_t)nacc * 16 * hd * sizeof(float));
+        for (int r = 0; r < n; r++) {
+            const int i = n1 ? (r < n - n1 ? n1 + r : r - (n - n1)) : r;
+            const int cell = (c0 + i) % ncell;
             /* llama.cpp multiplies V by the F16-rounded weights */
             float p = mu_f16_to_f32(mu_f32_to_f16(sc[i] * inv));
             if (p == 0.f) continue;
             size_t slot = (size_t)((p0 + i) % rows);
-            k->axpy_f16(hd, p, vc + slot * e->n_kv + koff, out);
+            const int acc_i = batch ? (cell & 15) : ((cell >> 4) & 3) * 16 + (cell & 15);
+            k->axpy_f16(hd, p, vc + slot * e->n_kv + koff, attn_acc + (size_t)acc_i * hd);
         }
+        float *out = e->s.a + (size_t)t * e->n_q + (size_t)h * hd;
         const float *g = e->s.g + (size_t)t * e->n_q + (size_t)h * hd;
-        for (int d = 0; d < hd; d++) out[d] *= 1.0f / (1.0f + expf(-g[d]));
+        for (int d = 0; d < hd; d++) {
+            float l16[16];
+            for (int l = 0; l < 16; l++) {
+                const float *A = attn_acc + d;
+                if (batch) {
+                    l16[l] = A[(size_t)l * hd];
+                } else { /* accumulators 0+2, 1+3, then the two */
+                    float a02 = A[(size_t)l * hd] + A[(size_t)(32 + l) * hd];
+                    float a13 = A[(size_t)(16 + l) * hd] + A[(size_t)(48 + l) * hd];
+                    l16[l] = a02 + a13;
+                }
+            }
+            out[d] = mu_hsum16(l16) * (1.0f / (1.0f + expf(-g[d])));
+        }
     }
 }
 
@@ -252,7 +330,7 @@ static void job_ew(void *arg, int ith, int nth) {
         }
         case EW_FFN_ACT: { /* f1 = silu(f1) * f2 */
             float *g = e->s.f1 + (size_t)t * F, *u = e->s.f2 + (size_t)t * F;
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + mu_expf_ggml(-g[i])) * u[i]; /* ggml_v_silu */
             break;
         }
         case EW_FFN_OUT: { /* h += rms(o, 1e-8) * post_ffw_norm */
@@ -292,32 +370,46 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
         ew(e, T, EW_ATTN_IN, il);
         const mu_gguf_tensor *w4[4] = {L->wq, L->wk, L->wv, L->wgate};
         float *y4[4] = {s->q, s->k, s->v, s->g};
-        matmul(e, s->a, T, 4, w4, y4);
+        matmul(e, s->a, T, T, 0, 4, w4, y4);
         layer_job lj = {e, il, T};
         mu_pool_run(e->pool, job_qk, &lj);
         mu_pool_run(e->pool, job_attn, &lj);
-        matmul(e, s->a, T, 1, &L->wo, &s->o);
+        matmul(e, s->a, T, T, 0, 1, &L->wo, &s->o);
         ew(e, T, EW_ATTN_OUT, il);
+        int Tf = T;
+        if (il == I->n_layer - 1) {
+            /* llama.cpp runs the last FFN on the output rows only (inp_out_ids),
+             * which also decides its matmuls' kernel path: compact them */
+            Tf = 0;
+            for (int t = 0; t < T; t++) {
+                if (s->tok_out[t] < 0) continue;
+                if (Tf != t) {
+                    memcpy(s->h + (size_t)Tf * I->n_embd, s->h + (size_t)t * I->n_embd, (size_t)I->n_embd * sizeof(float));
+                    memcpy(s->a + (size_t)Tf * I->n_embd, s->a + (size_t)t * I->n_embd, (size_t)I->n_embd * sizeof(float));
+                }
+                s->out_tok[Tf++] = t;
+            }
+            if (Tf == 0) break;
+        }
         const mu_gguf_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
         float *y2[2] = {s->f1, s->f2};
-        matmul(e, s->a, T, 2, w2, y2);
-        ew(e, T, EW_FFN_ACT, il);
-        matmul(e, s->f1, T, 1, &L->ffn_down, &s->o);
-        ew(e, T, EW_FFN_OUT, il);
+        matmul(e, s->a, Tf, Tf, 0, 2, w2, y2);
+        ew(e, Tf, EW_FFN_ACT, il);
+        matmul(e, s->f1, Tf, Tf, 0, 1, &L->ffn_down, &s->o);
+        ew(e, Tf, EW_FFN_OUT, il);
     }
-    /* final norm and logits for the tokens that want them, compacted into s.a */
+    /* final norm and logits for the tokens that want them (their rows of s.h
+     * were compacted before the last FFN; s.out_tok maps them back) */
     int n_out = 0;
-    for (int t = 0; t < T; t++) {
-        if (s->tok_out[t] < 0) continue;
-        rms_norm(s->a + (size_t)n_out * I->n_embd, s->h + (size_t)t * I->n_embd, e->m->output_norm->data, I->n_embd,
+    for (int t = 0; t < T; t++) n_out += s->tok_out[t] >= 0;
+    for (int r = 0; r < n_out; r++)
+        rms_norm(s->a + (size_t)r * I->n_embd, s->h + (size_t)r * I->n_embd, e->m->output_norm->data, I->n_embd,
                  I->eps);
-        s->out_tok[n_out++] = t;
-    }
     const size_t V = (size_t)I->n_vocab;
     const float cap = I->softcap, inv_cap = cap > 0 ? 1.0f / cap : 0;
     for (int r0 = 0; r0 < n_out; r0 += MU_LOGIT_ROWS) {
         int n = n_out - r0 < MU_LOGIT_ROWS ? n_out - r0 : MU_LOGIT_ROWS;
-        matmul(e, s->a + (size_t)r0 * I->n_embd, n, 1, &e->m->output, &s->lg);
+        matmul(e, s->a + (size_t)r0 * I->n_embd, n, n_out, r0, 1, &e->m->output, &s->lg);
         for (int r = 0; r < n; r++) {
             int t = s->out_tok[r0 + r];
             mu_session *ss = s->tok_sess[t];

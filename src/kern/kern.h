@@ -36,7 +36,31 @@ typedef struct mu_kern {
     /* attention pieces over the F16 cache */
     float (*dot_f16)(int n, const mu_f16 *a, const mu_f16 *b);   /* f32 accumulation */
     void (*axpy_f16)(int n, float a, const mu_f16 *x, float *y); /* y += a * x */
+    /* Dots that llama.cpp's x86 CPU backend computes with other rounding
+     * in a matmul of two activation rows or more. NULL: same as vec_dot.
+     *  F16: llamafile tinyBLAS, one 16-lane FMA accumulator reduced as
+     *       _mm512_reduce_add_ps; every row, when n % 16 == 0 and the weight
+     *       has a multiple of 4 rows (else tinyBLAS declines: vec_dot).
+     *  Q4_K: the repack gemm (FMA per 64 elements, see kern_ref.c); only the
+     *       rows inside whole groups of 4 of the matmul, the rest use vec_dot
+     *       (the repack gemv). */
+    mu_vec_dot_fn vec_dot_batch[MU_T_COUNT];
 } mu_kern;
+
+/* llama.cpp's horizontal sums on x86: 8 lanes as hsum_float_8 (and
+ * tinyBLAS's hsum(__m256)), 16 lanes as GCC's _mm512_reduce_add_ps. */
+static inline float mu_hsum8(const float *a) {
+    float h0 = a[0] + a[4], h1 = a[1] + a[5], h2 = a[2] + a[6], h3 = a[3] + a[7];
+    return (h0 + h2) + (h1 + h3);
+}
+static inline float mu_hsum16(const float *a) {
+    float h[8];
+    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
+    return mu_hsum8(h);
+}
+/* ggml's vectorized expf (ggml_v_expf, AVX-512 variant), bit for bit in
+ * scalar code; used for the softmax and SiLU as llama.cpp does. */
+float mu_expf_ggml(float x);
 
 /* The dot type llama.cpp's CPU backend pairs with weight type t. */
 uint32_t mu_kern_dot_type(uint32_t t);

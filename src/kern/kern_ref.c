@@ -6,6 +6,7 @@
  * and the SIMD code differ, e.g. Q8_0 activation rounding), because matching
  * llama.cpp's probabilities is the point. */
 #include <math.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "../base/err.h"
@@ -256,11 +257,38 @@ float mu_vec_dot_f32_ref(int n, const void *w, const void *a) {
     return (float)s;
 }
 
+/* ggml_vec_dot_f16 on AVX-512: 4 accumulators of 16 lanes over steps of 64
+ * elements, combined (0+2, 1+3, then the two), the lanes reduced, the tail
+ * added in double. A product of two F16 values is exact in float, so
+ * "acc + x*y" rounds exactly like the FMA. */
 float mu_vec_dot_f16_ref(int n, const void *w, const void *a) {
     const mu_f16 *x = w, *y = a;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += (double)(mu_f16_to_f32(x[i]) * mu_f16_to_f32(y[i]));
+    float acc[4][16] = {{0}};
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++) {
+                const int k = i + 16 * j + l;
+                acc[j][l] += mu_f16_to_f32(x[k]) * mu_f16_to_f32(y[k]);
+            }
+    for (int l = 0; l < 16; l++) {
+        acc[0][l] += acc[2][l];
+        acc[1][l] += acc[3][l];
+        acc[0][l] += acc[1][l];
+    }
+    double s = mu_hsum16(acc[0]);
+    for (int i = np; i < n; i++) s += (double)(mu_f16_to_f32(x[i]) * mu_f16_to_f32(y[i]));
     return (float)s;
+}
+
+/* llamafile tinyBLAS F16 x F16 (AVX-512): one 16-lane accumulator per
+ * output, then reduced. n % 16 == 0. */
+static float vec_dot_f16_batch_ref(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += mu_f16_to_f32(x[i + l]) * mu_f16_to_f32(y[i + l]);
+    return mu_hsum16(acc);
 }
 
 float mu_vec_dot_bf16_ref(int n, const void *w, const void *a) {
@@ -270,15 +298,21 @@ float mu_vec_dot_bf16_ref(int n, const void *w, const void *a) {
     return (float)s;
 }
 
+/* ggml_vec_dot_q8_0_q8_0 on x86 (and tinyBLAS_Q0_AVX, the same rounding):
+ * lane l of 8 holds the integer sum of bytes 4l..4l+3 of each block, and
+ * accumulates d_x*d_y * that sum by FMA; the lanes are then summed. */
 float mu_vec_dot_q8_0_ref(int n, const void *w, const void *a) {
     const mu_block_q8_0 *x = w, *y = a;
-    float s = 0;
+    float acc[8] = {0};
     for (int i = 0; i < n / MU_QK8_0; i++) {
-        int sumi = 0;
-        for (int j = 0; j < MU_QK8_0; j++) sumi += x[i].qs[j] * y[i].qs[j];
-        s += sumi * (mu_f16_to_f32(x[i].d) * mu_f16_to_f32(y[i].d));
+        const float d = mu_f16_to_f32(x[i].d) * mu_f16_to_f32(y[i].d);
+        for (int l = 0; l < 8; l++) {
+            int s = 0;
+            for (int j = 4 * l; j < 4 * l + 4; j++) s += x[i].qs[j] * y[i].qs[j];
+            acc[l] = fmaf(d, (float)s, acc[l]);
+        }
     }
-    return s;
+    return mu_hsum8(acc);
 }
 
 /* Unpacks the 8 six-bit scales and 8 mins of a Q4_K/Q5_K block. */
@@ -301,26 +335,48 @@ static inline float dot_k4_block(const int8_t *a, const uint8_t sc[8], const uin
     return d * y->d * (float)sumi - dmin * y->d * (float)summ;
 }
 
-float mu_vec_dot_q4_K_ref(int n, const void *w, const void *act) {
+/* Q4_K weights go through llama.cpp's CPU_REPACK buffer on x86 (q4_K_8x8,
+ * Q8_K activations). Integer sums of scale*q.a and of min*bsum are turned
+ * into floats and accumulated by FMA with d_x*d_a (dmin_x*d_a), the min part
+ * subtracted at the end. gemv (vec_dot: rows past the last multiple of 4 of
+ * the matmul, so every row of a 1..3-row one) does this once per super-block;
+ * gemm (vec_dot_batch: rows in whole groups of 4) once per 64 elements. */
+static float dot_q4_K_repack(int n, const void *w, const void *act, bool per64) {
     const mu_block_q4_K *x = w;
     const mu_block_q8_K *y = act;
-    float s = 0;
-    int8_t a[MU_QK_K];
+    float acc = 0, accm = 0;
     uint8_t sc[8], mn[8];
     for (int i = 0; i < n / MU_QK_K; i++) {
         const uint8_t *q = x[i].qs;
+        const float d = mu_f16_to_f32(x[i].d) * y[i].d, dm = mu_f16_to_f32(x[i].dmin) * y[i].d;
+        unpack_k4_scales(x[i].scales, sc, mn);
+        int isum = 0, imin = 0;
         for (int j = 0; j < 4; j++) {
+            int s0 = 0, s1 = 0;
             for (int l = 0; l < 32; l++) {
-                a[j * 64 + l] = (int8_t)(q[l] & 0xF);
-                a[j * 64 + 32 + l] = (int8_t)(q[l] >> 4);
+                s0 += (q[l] & 0xF) * y[i].qs[j * 64 + l];
+                s1 += (q[l] >> 4) * y[i].qs[j * 64 + 32 + l];
             }
             q += 32;
+            isum += sc[2 * j] * s0 + sc[2 * j + 1] * s1;
+            imin += mn[2 * j] * (y[i].bsums[4 * j] + y[i].bsums[4 * j + 1]) +
+                    mn[2 * j + 1] * (y[i].bsums[4 * j + 2] + y[i].bsums[4 * j + 3]);
+            if (per64) {
+                acc = fmaf((float)isum, d, acc);
+                accm = fmaf((float)imin, dm, accm);
+                isum = imin = 0;
+            }
         }
-        unpack_k4_scales(x[i].scales, sc, mn);
-        s += dot_k4_block(a, sc, mn, mu_f16_to_f32(x[i].d), mu_f16_to_f32(x[i].dmin), &y[i]);
+        if (!per64) {
+            acc = fmaf((float)isum, d, acc);
+            accm = fmaf((float)imin, dm, accm);
+        }
     }
-    return s;
+    return acc - accm;
 }
+
+float mu_vec_dot_q4_K_ref(int n, const void *w, const void *act) { return dot_q4_K_repack(n, w, act, false); }
+static float vec_dot_q4_K_batch_ref(int n, const void *w, const void *act) { return dot_q4_K_repack(n, w, act, true); }
 
 float mu_vec_dot_q5_K_ref(int n, const void *w, const void *act) {
     const mu_block_q5_K *x = w;
@@ -346,35 +402,58 @@ float mu_vec_dot_q5_K_ref(int n, const void *w, const void *act) {
     return s;
 }
 
+/* ggml_vec_dot_q6_K_q8_K on x86 (AVX2; Q6_K is not repacked there): lane m
+ * of 8 holds, per super-block, the integer sum over its 8 chunks of 32 of
+ * scale * (q6 unsigned . a) on bytes 4m..4m+3, minus 32 * (the bsums of
+ * sub-blocks 2m, 2m+1 times their scales); then FMA by d_x*d_a, lanes summed. */
 float mu_vec_dot_q6_K_ref(int n, const void *w, const void *act) {
     const mu_block_q6_K *x = w;
     const mu_block_q8_K *y = act;
-    float s = 0;
-    int8_t a[MU_QK_K];
+    float acc[8] = {0};
+    uint8_t u[MU_QK_K];
     for (int i = 0; i < n / MU_QK_K; i++) {
         const uint8_t *ql = x[i].ql;
         const uint8_t *qh = x[i].qh;
-        int8_t *pa = a;
+        uint8_t *pu = u;
         for (int h = 0; h < 2; h++) {
             for (int l = 0; l < 32; l++) {
-                pa[l + 0] = (int8_t)(((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32);
-                pa[l + 32] = (int8_t)(((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32);
-                pa[l + 64] = (int8_t)(((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32);
-                pa[l + 96] = (int8_t)(((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32);
+                pu[l + 0] = (uint8_t)((ql[l + 0] & 0xF) | (((qh[l] >> 0) & 3) << 4));
+                pu[l + 32] = (uint8_t)((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4));
+                pu[l + 64] = (uint8_t)((ql[l + 0] >> 4) | (((qh[l] >> 4) & 3) << 4));
+                pu[l + 96] = (uint8_t)((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4));
             }
-            pa += 128;
+            pu += 128;
             ql += 64;
             qh += 32;
         }
-        int sumi = 0;
-        for (int j = 0; j < 16; j++) {
-            int t = 0;
-            for (int l = 0; l < 16; l++) t += a[j * 16 + l] * y[i].qs[j * 16 + l];
-            sumi += x[i].scales[j] * t;
+        const int8_t *sc = x[i].scales;
+        const float d = y[i].d * mu_f16_to_f32(x[i].d);
+        for (int m = 0; m < 8; m++) {
+            int s = 0;
+            for (int c = 0; c < 8; c++) {
+                int t = 0;
+                for (int b = 4 * m; b < 4 * m + 4; b++) t += u[32 * c + b] * y[i].qs[32 * c + b];
+                s += sc[2 * c + (m >= 4)] * t;
+            }
+            s -= 32 * (y[i].bsums[2 * m] * sc[2 * m] + y[i].bsums[2 * m + 1] * sc[2 * m + 1]);
+            acc[m] = fmaf(d, (float)s, acc[m]);
         }
-        s += mu_f16_to_f32(x[i].d) * y[i].d * (float)sumi;
     }
-    return s;
+    return mu_hsum8(acc);
+}
+
+/* ---- ggml's expf ------------------------------------------------------- */
+
+float mu_expf_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.f) return n <= 0.f ? 0.f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n); /* _mm512_scalef_ps */
 }
 
 /* ---- attention pieces -------------------------------------------------- */
@@ -413,6 +492,7 @@ static const mu_kern REF = {
     },
     .dot_f16 = dot_f16_ref,
     .axpy_f16 = axpy_f16_ref,
+    .vec_dot_batch = {[MU_T_F16] = vec_dot_f16_batch_ref, [MU_T_Q4_K] = vec_dot_q4_K_batch_ref},
 };
 
 const mu_kern *mu_kern_ref(void) { return &REF; }
