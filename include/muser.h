@@ -24,6 +24,7 @@ extern "C" {
 typedef struct mu_model mu_model;
 typedef struct mu_engine mu_engine;
 typedef struct mu_session mu_session;
+typedef struct mu_tok mu_tok; /* src/model/tokenizer.h */
 
 /* ---- model ------------------------------------------------------------ */
 
@@ -42,6 +43,12 @@ void mu_model_close(mu_model *m);
 const mu_model_info *mu_model_get_info(const mu_model *m);
 /* True for tokens that end generation (eos, eot; never eom). */
 bool mu_model_is_stop(const mu_model *m, int32_t tok);
+/* The GGUF's tokenizer (NULL when it has none); lives as long as m. */
+const mu_tok *mu_model_tokenizer(const mu_model *m);
+/* Text -> ids (malloc'ed), BOS first when add_bos and the model has one;
+ * parse_special splits out control-token texts. */
+int mu_tokenize(const mu_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t **ids,
+                int *n, mu_err *err);
 
 /* ---- engine ----------------------------------------------------------- */
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../kern/quant.h"
+#include "tokenizer.h"
 
 #define ARCH "muse-glimmer"
 
@@ -218,16 +219,32 @@ static int bind(mu_gguf *g, mu_model *m, mu_err *err) {
     I->eos = opt_token(g, "tokenizer.ggml.eos_token_id", V);
     I->eot = opt_token(g, "tokenizer.ggml.eot_token_id", V);
     I->eom = opt_token(g, "tokenizer.ggml.eom_token_id", V);
-    I->add_bos = true;
+    I->add_bos = false; /* llama.cpp's default for this vocabulary when the key is absent */
     if (mu_gguf_find(g, "tokenizer.ggml.add_bos_token") >= 0) {
         bool b;
         if ((rc = mu_gguf_get_bool(g, "tokenizer.ggml.add_bos_token", &b, err))) return rc;
         I->add_bos = b;
     }
+    /* The tokenizer is optional (a weights-only file still runs on ids), but
+     * a present and broken one fails the load. */
+    if (mu_gguf_find(g, "tokenizer.ggml.model") >= 0) {
+        mu_tok *tok;
+        if ((rc = mu_tok_new(g, &tok, err))) return rc;
+        m->tok = tok;
+        if (mu_tok_n_vocab(tok) != V)
+            return mu_fail(err, MU_E_MODEL, "model: tokenizer has %d tokens, token_embd.weight has %d rows",
+                           mu_tok_n_vocab(tok), V);
+        I->bos = mu_tok_bos(tok);
+        I->eos = mu_tok_eos(tok);
+        I->eot = mu_tok_eot(tok);
+        I->eom = mu_tok_eom(tok);
+        I->add_bos = mu_tok_add_bos(tok);
+    }
     return 0;
 }
 
 static void model_release(mu_model *m) {
+    mu_tok_free(m->tok);
     free(m->swa);
     free(m->layers);
     free(m->name);
@@ -268,6 +285,29 @@ void mu_model_close(mu_model *m) {
 
 const mu_model_info *mu_model_get_info(const mu_model *m) { return &m->info; }
 const mu_gguf *mu_model_gguf(const mu_model *m) { return m->g; }
+const mu_tok *mu_model_tokenizer(const mu_model *m) { return m->tok; }
+
+int mu_tokenize(const mu_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t **ids,
+                int *n, mu_err *err) {
+    if (!m->tok) return mu_fail(err, MU_E_UNSUPPORTED, "model: this GGUF has no tokenizer");
+    int32_t *body;
+    int nb;
+    int rc = mu_tok_encode(m->tok, text, len, parse_special, &body, &nb, err);
+    if (rc) return rc;
+    int32_t bos = mu_tok_bos(m->tok);
+    int extra = add_bos && bos >= 0 ? 1 : 0;
+    int32_t *all = malloc(((size_t)nb + (size_t)extra + 1) * sizeof *all);
+    if (!all) {
+        free(body);
+        return mu_fail(err, MU_E_NOMEM, "model: out of memory tokenizing %zu bytes", len);
+    }
+    if (extra) all[0] = bos;
+    if (nb) memcpy(all + extra, body, (size_t)nb * sizeof *all);
+    free(body);
+    *ids = all;
+    *n = nb + extra;
+    return 0;
+}
 
 bool mu_model_is_stop(const mu_model *m, int32_t tok) {
     return tok >= 0 && (tok == m->info.eos || tok == m->info.eot);

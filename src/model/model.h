@@ -5,6 +5,7 @@
 
 #include "../../include/muser.h"
 #include "gguf.h"
+#include "tokenizer.h"
 
 typedef struct {
     const mu_gguf_tensor *attn_norm, *wq, *wk, *wv, *q_norm, *k_norm, *wgate, *wo;
@@ -18,7 +19,7 @@ struct mu_model {
     mu_layer_w *layers;   /* [n_layer] */
     const mu_gguf_tensor *tok_embd, *output_norm, *output;
     char *name;
-    void *tok;            /* tokenizer (model/tokenizer.h), NULL if none */
+    mu_tok *tok;          /* NULL when the GGUF has no tokenizer */
 };
 
 /* Binds a GGUF already opened (takes ownership of g on success). */
