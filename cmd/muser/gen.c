@@ -626,7 +626,7 @@ int cmd_gen(int argc, char **argv) {
         }
     }
     if (c.corpus_path && (rc = read_file(c.corpus_path, (size_t)256 << 20, &corpus, &corpus_len))) goto out;
-    mu_vocab_gen_params vp = {c.n_vocab, c.merges, 2, corpus, corpus_len};
+    mu_vocab_gen_params vp = {c.n_vocab, c.merges, 2, corpus, corpus_len, 0};
     if (mu_vocab_gen_build(&vp, &v, &err)) {
         rc = cli_fail("muser gen: %s", err.msg);
         goto out;

@@ -435,6 +435,226 @@ static void sm_put(strmap *m, const char *s, int id) {
     m->id[h] = id;
 }
 
+/* ---- incremental trainer ------------------------------------------------------
+ * Same result as recounting every pair after each merge (the reference loop
+ * kept below for tests), in time proportional to the words a merge touches:
+ * a table of pair -> (count, words that may hold it) and a lazy max-heap of
+ * (count, pair) entries; an entry is current when its count equals the
+ * table's, stale ones are skipped when popped. Order: larger count first,
+ * then the smaller (left << 32 | right) key, as in the reference loop. */
+
+typedef struct {
+    uint64_t key, count;
+    uint32_t *words;
+    uint32_t n_words, cap_words;
+} pinfo;
+
+typedef struct {
+    uint64_t count, key;
+} hent;
+
+typedef struct {
+    pinfo *p;
+    size_t n_p, cap_p;
+    uint32_t *slot; /* pinfo index + 1 */
+    size_t n_slot;
+    hent *heap;
+    size_t n_heap, cap_heap;
+    uint32_t *touched;
+    size_t n_touched, cap_touched;
+    int oom;
+} trainer;
+
+static size_t tr_hash(uint64_t k, size_t mask) { return (size_t)((k * 0x9E3779B97F4A7C15ull) >> 17) & mask; }
+
+static int tr_rehash(trainer *t) {
+    size_t ns = t->n_slot ? t->n_slot * 2 : 1 << 12;
+    uint32_t *s = calloc(ns, sizeof *s);
+    if (!s) return -1;
+    for (size_t i = 0; i < t->n_p; i++) {
+        size_t h = tr_hash(t->p[i].key, ns - 1);
+        while (s[h]) h = (h + 1) & (ns - 1);
+        s[h] = (uint32_t)i + 1;
+    }
+    free(t->slot);
+    t->slot = s;
+    t->n_slot = ns;
+    return 0;
+}
+
+/* Index of `key`, created with count 0 when absent (-1 on OOM or absent and !create). */
+static long tr_find(trainer *t, uint64_t key, int create) {
+    if (t->n_slot) {
+        size_t h = tr_hash(key, t->n_slot - 1);
+        while (t->slot[h]) {
+            if (t->p[t->slot[h] - 1].key == key) return (long)t->slot[h] - 1;
+            h = (h + 1) & (t->n_slot - 1);
+        }
+    }
+    if (!create) return -1;
+    if ((t->n_p + 1) * 2 > t->n_slot && tr_rehash(t)) return -1;
+    if (t->n_p == t->cap_p) {
+        size_t cap = t->cap_p ? t->cap_p * 2 : 1024;
+        pinfo *np = realloc(t->p, cap * sizeof *np);
+        if (!np) return -1;
+        t->p = np;
+        t->cap_p = cap;
+    }
+    t->p[t->n_p] = (pinfo){key, 0, NULL, 0, 0};
+    size_t h = tr_hash(key, t->n_slot - 1);
+    while (t->slot[h]) h = (h + 1) & (t->n_slot - 1);
+    t->slot[h] = (uint32_t)t->n_p + 1;
+    return (long)t->n_p++;
+}
+
+static int hent_before(hent a, hent b) { return a.count > b.count || (a.count == b.count && a.key < b.key); }
+
+static int tr_push(trainer *t, uint64_t count, uint64_t key) {
+    if (t->n_heap == t->cap_heap) {
+        size_t cap = t->cap_heap ? t->cap_heap * 2 : 4096;
+        hent *nh = realloc(t->heap, cap * sizeof *nh);
+        if (!nh) return -1;
+        t->heap = nh;
+        t->cap_heap = cap;
+    }
+    size_t i = t->n_heap++;
+    hent e = {count, key};
+    while (i > 0 && hent_before(e, t->heap[(i - 1) / 2])) {
+        t->heap[i] = t->heap[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    t->heap[i] = e;
+    return 0;
+}
+
+static hent tr_pop(trainer *t) {
+    hent top = t->heap[0], e = t->heap[--t->n_heap];
+    size_t i = 0, n = t->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && hent_before(t->heap[c + 1], t->heap[c])) c++;
+        if (!hent_before(t->heap[c], e)) break;
+        t->heap[i] = t->heap[c];
+        i = c;
+    }
+    if (n) t->heap[i] = e;
+    return top;
+}
+
+/* Rebuilds the heap from the table when stale entries dominate. */
+static int tr_compact(trainer *t) {
+    if (t->n_heap < 4 * t->n_p + 4096) return 0;
+    t->n_heap = 0;
+    for (size_t i = 0; i < t->n_p; i++)
+        if (t->p[i].count && tr_push(t, t->p[i].count, t->p[i].key)) return -1;
+    return 0;
+}
+
+/* count += delta for pair (l, r); when delta > 0 remember that word w holds it. */
+static int tr_add(trainer *t, int32_t l, int32_t r, int64_t delta, uint32_t w) {
+    uint64_t key = (uint64_t)(uint32_t)l << 32 | (uint32_t)r;
+    long i = tr_find(t, key, 1);
+    if (i < 0) return -1;
+    pinfo *p = &t->p[i];
+    p->count = (uint64_t)((int64_t)p->count + delta);
+    if (delta > 0 && (p->n_words == 0 || p->words[p->n_words - 1] != w)) {
+        if (p->n_words == p->cap_words) {
+            uint32_t cap = p->cap_words ? p->cap_words * 2 : 4;
+            uint32_t *nw = realloc(p->words, cap * sizeof *nw);
+            if (!nw) return -1;
+            p->words = nw;
+            p->cap_words = cap;
+        }
+        p->words[p->n_words++] = w;
+    }
+    if (t->n_touched == t->cap_touched) {
+        size_t cap = t->cap_touched ? t->cap_touched * 2 : 256;
+        uint32_t *nt = realloc(t->touched, cap * sizeof *nt);
+        if (!nt) return -1;
+        t->touched = nt;
+        t->cap_touched = cap;
+    }
+    t->touched[t->n_touched++] = (uint32_t)i;
+    return 0;
+}
+
+static int tr_flush_touched(trainer *t) {
+    for (size_t k = 0; k < t->n_touched; k++) {
+        const pinfo *p = &t->p[t->touched[k]];
+        if (k > 0 && t->touched[k] == t->touched[k - 1]) continue;
+        if (p->count && tr_push(t, p->count, p->key)) return -1;
+    }
+    t->n_touched = 0;
+    return 0;
+}
+
+static int tr_init(trainer *t, const symtab *T) {
+    for (size_t i = 0; i < T->n_words; i++) {
+        const int32_t *s = T->sym + T->off[i];
+        for (size_t k = 0; k + 1 < T->len[i]; k++)
+            if (tr_add(t, s[k], s[k + 1], (int64_t)T->cnt[i], (uint32_t)i)) return -1;
+        t->n_touched = 0;
+    }
+    for (size_t i = 0; i < t->n_p; i++)
+        if (tr_push(t, t->p[i].count, t->p[i].key)) return -1;
+    return 0;
+}
+
+/* The current best pair, or count 0 when none is left. */
+static hent tr_best(trainer *t) {
+    while (t->n_heap) {
+        hent e = tr_pop(t);
+        long i = tr_find(t, e.key, 0);
+        if (i >= 0 && t->p[i].count == e.count && e.count) return e;
+    }
+    return (hent){0, 0};
+}
+
+/* Replaces (a, b) by id in every word that holds it, updating the counts. */
+static int tr_merge(trainer *t, symtab *T, int32_t a, int32_t b, int32_t id) {
+    uint64_t key = (uint64_t)(uint32_t)a << 32 | (uint32_t)b;
+    long pi = tr_find(t, key, 0);
+    if (pi < 0) return 0;
+    uint32_t *list = t->p[pi].words, n_list = t->p[pi].n_words;
+    t->p[pi].words = NULL;
+    t->p[pi].n_words = t->p[pi].cap_words = 0;
+    int rc = 0;
+    for (uint32_t li = 0; li < n_list && !rc; li++) {
+        uint32_t w = list[li];
+        int32_t *s = T->sym + T->off[w];
+        size_t n = T->len[w], k;
+        for (k = 0; k + 1 < n; k++)
+            if (s[k] == a && s[k + 1] == b) break;
+        if (k + 1 >= n) continue; /* already merged (duplicate list entry) */
+        int64_t c = (int64_t)T->cnt[w];
+        for (k = 0; k + 1 < n && !rc; k++) rc = tr_add(t, s[k], s[k + 1], -c, w);
+        size_t r = 0, o = 0;
+        while (r < n) {
+            if (r + 1 < n && s[r] == a && s[r + 1] == b) {
+                s[o++] = id;
+                r += 2;
+            } else {
+                s[o++] = s[r++];
+            }
+        }
+        T->len[w] = n = o;
+        for (k = 0; k + 1 < n && !rc; k++) rc = tr_add(t, s[k], s[k + 1], c, w);
+        if (!rc) rc = tr_flush_touched(t);
+    }
+    free(list);
+    if (!rc) rc = tr_compact(t);
+    return rc;
+}
+
+static void tr_free(trainer *t) {
+    for (size_t i = 0; i < t->n_p; i++) free(t->p[i].words);
+    free(t->p);
+    free(t->slot);
+    free(t->heap);
+    free(t->touched);
+}
+
 int mu_vocab_gen_build(const mu_vocab_gen_params *p, mu_vocab_gen **out, mu_err *err) {
     int n_vocab = p->n_vocab;
     if (n_vocab < 256 + MU_VOCAB_N_SPECIAL + 1 || n_vocab > (1 << 24))
@@ -457,6 +677,7 @@ int mu_vocab_gen_build(const mu_vocab_gen_params *p, mu_vocab_gen **out, mu_err 
     symtab T = {0};
     pairmap pm = {0};
     strmap sm = {0};
+    trainer tr = {0};
     if (!v) return mu_fail(err, MU_E_NOMEM, "vocab_gen: out of memory");
     v->n_vocab = n_vocab;
     v->tokens = calloc((size_t)n_vocab, sizeof *v->tokens);
@@ -497,23 +718,30 @@ int mu_vocab_gen_build(const mu_vocab_gen_params *p, mu_vocab_gen **out, mu_err 
         T.n_words = W.n;
         size_t pcap = 1024;
         while (pcap < total * 2) pcap <<= 1;
-        if (pm_init(&pm, pcap)) goto oom;
+        if (p->reference_trainer && pm_init(&pm, pcap)) goto oom;
     }
 
     int next_id = 256;
+    if (!p->reference_trainer && max_merges > 0 && tr_init(&tr, &T)) goto oom;
     while (v->n_merges < max_merges) {
-        pm_clear(&pm);
-        for (size_t i = 0; i < T.n_words; i++) {
-            const int32_t *s = T.sym + T.off[i];
-            for (size_t k = 0; k + 1 < T.len[i]; k++) pm_add(&pm, (uint64_t)s[k] << 32 | (uint32_t)s[k + 1], T.cnt[i]);
-        }
         uint64_t best_k = UINT64_MAX, best_v = 0;
-        for (size_t h = 0; h < pm.cap; h++) {
-            if (pm.key[h] == UINT64_MAX) continue;
-            if (pm.val[h] > best_v || (pm.val[h] == best_v && pm.key[h] < best_k)) {
-                best_v = pm.val[h];
-                best_k = pm.key[h];
+        if (p->reference_trainer) {
+            pm_clear(&pm);
+            for (size_t i = 0; i < T.n_words; i++) {
+                const int32_t *s = T.sym + T.off[i];
+                for (size_t k = 0; k + 1 < T.len[i]; k++) pm_add(&pm, (uint64_t)s[k] << 32 | (uint32_t)s[k + 1], T.cnt[i]);
             }
+            for (size_t h = 0; h < pm.cap; h++) {
+                if (pm.key[h] == UINT64_MAX) continue;
+                if (pm.val[h] > best_v || (pm.val[h] == best_v && pm.key[h] < best_k)) {
+                    best_v = pm.val[h];
+                    best_k = pm.key[h];
+                }
+            }
+        } else {
+            hent e = tr_best(&tr);
+            best_v = e.count;
+            best_k = e.key;
         }
         if (best_v < min_count) break;
         int a = (int)(best_k >> 32), b = (int)(uint32_t)best_k;
@@ -534,7 +762,11 @@ int mu_vocab_gen_build(const mu_vocab_gen_params *p, mu_vocab_gen **out, mu_err 
             free(merged);
         }
         v->merges[v->n_merges++] = pair;
-        /* apply the merge to every word, left to right */
+        if (!p->reference_trainer) {
+            if (tr_merge(&tr, &T, a, b, id)) goto oom;
+            continue;
+        }
+        /* reference: apply the merge to every word, left to right */
         for (size_t i = 0; i < T.n_words; i++) {
             int32_t *s = T.sym + T.off[i];
             size_t r = 0, w = 0, n = T.len[i];
@@ -582,6 +814,7 @@ done:
     free(T.cnt);
     free(pm.key);
     free(pm.val);
+    tr_free(&tr);
     free(sm.s);
     free(sm.id);
     if (rc) {

@@ -31,6 +31,7 @@ typedef struct {
     int min_pair_count;   /* stop when the best pair occurs fewer times (default 2 when <= 0) */
     const char *corpus;   /* NULL: the embedded corpus */
     size_t corpus_len;
+    int reference_trainer; /* 1: recount all pairs after every merge (slow; tests compare) */
 } mu_vocab_gen_params;
 
 typedef struct {

@@ -11,7 +11,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > (1 << 16)) return 0;
-    mu_vocab_gen_params p = {400, -1, 1, (const char *)data, size};
+    mu_vocab_gen_params p = {400, -1, 1, (const char *)data, size, 0};
     mu_vocab_gen *v = NULL;
     mu_err err;
     if (mu_vocab_gen_build(&p, &v, &err)) abort();
