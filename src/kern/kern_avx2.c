@@ -1,9 +1,10 @@
 /* kern_avx2.c: the AVX2 + FMA + F16C kernel table.
  * Owns: 256-bit versions of the dot products (every weight type), the
  * activation quantizers, the dequantizers and the F16 attention pieces.
- * Does not own: the numerics, which kern_ref.c defines; the quantizers and
- * dequantizers here are bit-identical to it, the dots equal it up to float
- * summation order (integer parts of the quantized dots are exact).
+ * Does not own: the numerics, which kern_ref.c defines (llama.cpp's x86
+ * summation orders); quantizers, dequantizers and the F16, Q8_0, Q4_K, Q5_K
+ * and Q6_K dots here are bit-identical to it, F32 and BF16 dots (a double
+ * sum in the ref) equal up to rounding.
  * Key design choice: quantized dots multiply unsigned weight codes with signed
  * activation codes (maddubs), apply the per-sub-block scale with madd into
  * int32, and only convert to float once per 256-value block. The tiled gemm
@@ -57,21 +58,24 @@ static float vec_dot_f32_avx2(int n, const void *w, const void *a) {
     return s;
 }
 
+static inline __m256 f16x8(const mu_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* The ref's ggml_vec_dot_f16 order (4 accumulators of 16 lanes over steps of
+ * 64, combined 0+2, 1+3, then the two; hsum16; tail in double), each 16-lane
+ * accumulator as two ymm. hsum16's first step adds lane i and i+8: lo + hi. */
 static float vec_dot_f16_avx2(int n, const void *w, const void *a) {
     const mu_f16 *x = w, *y = a;
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        __m256 x0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        __m256 y0 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i)));
-        __m256 x1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i + 8)));
-        __m256 y1 = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(y + i + 8)));
-        s0 = _mm256_fmadd_ps(x0, y0, s0);
-        s1 = _mm256_fmadd_ps(x1, y1, s1);
-    }
-    float s = hsum_ps256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += f16_to_f32(x[i]) * f16_to_f32(y[i]);
-    return s;
+    __m256 s[8];
+    for (int j = 0; j < 8; j++) s[j] = _mm256_setzero_ps();
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 8; j++) s[j] = _mm256_fmadd_ps(f16x8(x + i + 8 * j), f16x8(y + i + 8 * j), s[j]);
+    /* accumulator k = (s[2k], s[2k+1]) */
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(s[0], s[4]), _mm256_add_ps(s[2], s[6]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(s[1], s[5]), _mm256_add_ps(s[3], s[7]));
+    double r = hsum_ps256(_mm256_add_ps(lo, hi));
+    for (int i = np; i < n; i++) r += (double)(f16_to_f32(x[i]) * f16_to_f32(y[i]));
+    return (float)r;
 }
 
 static inline __m256 bf16x8_to_ps(const mu_bf16 *p) {
@@ -119,73 +123,85 @@ static inline __m128i k4_mins_dot(const uint32_t u[4], const int16_t *bsums) {
     return _mm_madd_epi16(_mm_hadd_epi16(b0, b1), mins);
 }
 
+static inline int hsum_epi32_256(__m256i v) {
+    __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+    return _mm_cvtsi128_si32(x);
+}
+
+static inline int hsum_epi32_128(__m128i x) {
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+    x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+    return _mm_cvtsi128_si32(x);
+}
+
+/* sum over the 8 sub-blocks of scale * (codes . q8), codes unsigned 0..31 */
+static inline int k4_isum(const __m256i lo[4], const __m256i hi[4], const uint8_t *sc, const int8_t *q8) {
+    __m256i sumi = _mm256_setzero_si256();
+    for (int j = 0; j < 4; j++) {
+        __m256i pl = _mm256_maddubs_epi16(lo[j], _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+        __m256i ph = _mm256_maddubs_epi16(hi[j], _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+        pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j]));
+        ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1]));
+        sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+    }
+    return hsum_epi32_256(sumi);
+}
+
+/* ref (llama.cpp's repack gemv): exact integer sums per super-block, then
+ * acc += isum * d and accm += imin * dmin by FMA, acc - accm at the end. */
 static float vec_dot_q4_K_avx2(int n, const void *w, const void *act) {
     const mu_block_q4_K *x = w;
     const mu_block_q8_K *y = act;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    float acc = 0, accm = 0;
     uint32_t u[4];
     for (int i = 0; i < n / MU_QK_K; i++) {
-        const float d = y[i].d * f16_to_f32(x[i].d);
-        const float dmin = -y[i].d * f16_to_f32(x[i].dmin);
+        const float d = f16_to_f32(x[i].d) * y[i].d, dm = f16_to_f32(x[i].dmin) * y[i].d;
         k4_scales(x[i].scales, u);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins_dot(u, y[i].bsums)), accm);
-        const uint8_t *sc = (const uint8_t *)u;
-        const uint8_t *q4 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(q4 + 32 * j));
-            const __m256i lo = _mm256_and_si256(bits, m4);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
-            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
-            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
-            pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j]));
-            ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+            lo[j] = _mm256_and_si256(bits, m4);
+            hi[j] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        const int isum = k4_isum(lo, hi, (const uint8_t *)u, y[i].qs);
+        const int imin = hsum_epi32_128(k4_mins_dot(u, y[i].bsums));
+        acc = fmaf((float)isum, d, acc);
+        accm = fmaf((float)imin, dm, accm);
     }
-    return hsum_ps256(acc) + hsum_ps128(accm);
+    return acc - accm;
 }
 
+/* ref (dot_k4_block): per block s += d*d8*isum - dmin*d8*imin, in float. */
 static float vec_dot_q5_K_avx2(int n, const void *w, const void *act) {
     const mu_block_q5_K *x = w;
     const mu_block_q8_K *y = act;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i b16 = _mm256_set1_epi8(16);
-    __m256 acc = _mm256_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    float s = 0;
     uint32_t u[4];
     for (int i = 0; i < n / MU_QK_K; i++) {
-        const float d = y[i].d * f16_to_f32(x[i].d);
-        const float dmin = -y[i].d * f16_to_f32(x[i].dmin);
         k4_scales(x[i].scales, u);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins_dot(u, y[i].bsums)), accm);
-        const uint8_t *sc = (const uint8_t *)u;
-        const uint8_t *q5 = x[i].qs;
-        const int8_t *q8 = y[i].qs;
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i sumi = _mm256_setzero_si256();
+        __m256i lo[4], hi[4];
         for (int j = 0; j < 4; j++) {
-            const __m256i bits = _mm256_loadu_si256((const __m256i *)(q5 + 32 * j));
+            const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             /* bit 2j of qh adds 16 to the low nibble, bit 2j+1 to the high one */
             const __m256i ml = _mm256_set1_epi8((char)(1 << (2 * j)));
             const __m256i mh = _mm256_set1_epi8((char)(2 << (2 * j)));
             const __m256i hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b16);
             const __m256i hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b16);
-            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), hl);
-            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hh);
-            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
-            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
-            pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j]));
-            ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1]));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+            lo[j] = _mm256_or_si256(_mm256_and_si256(bits, m4), hl);
+            hi[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hh);
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        const int sumi = k4_isum(lo, hi, (const uint8_t *)u, y[i].qs);
+        const int summ = hsum_epi32_128(k4_mins_dot(u, y[i].bsums));
+        const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);
+        s += d * y[i].d * (float)sumi - dmin * y[i].d * (float)summ;
     }
-    return hsum_ps256(acc) + hsum_ps128(accm);
+    return s;
 }
 
 static float vec_dot_q6_K_avx2(int n, const void *w, const void *act) {
@@ -433,6 +449,9 @@ static void dequant_q6_K_avx2(const void *w, float *y, int n) {
 /* ---- attention pieces -------------------------------------------------- */
 
 static float dot_f16_avx2(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx2(n, a, b); }
+
+/* y += a * x with FMA: the engine's a is F16-rounded, so a * x is exact and
+ * this rounds like the ref's multiply-then-add. */
 
 static void axpy_f16_avx2(int n, float a, const mu_f16 *x, float *y) {
     const __m256 va = _mm256_set1_ps(a);

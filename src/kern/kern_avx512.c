@@ -3,8 +3,11 @@
  * BF16), the Q8_K activation quantizer, and the tiled matrix-matrix kernels
  * (gemm) used by prefill. Entries not set here keep the AVX2 ones (the table
  * arrives as a copy of the AVX2 table).
- * Does not own: numerics (kern_ref.c); the quantizer here is bit-identical to
- * it, the dots equal it up to float summation order.
+ * Does not own: numerics (kern_ref.c). kern_ref.c spells out llama.cpp's x86
+ * summation orders, and every entry here reproduces them bit for bit (the
+ * integer parts of the quantized dots in any order, the float steps in
+ * exactly the ref's order); only F32 and BF16 (a double sum in the ref) are
+ * equal up to rounding.
  * Key design choice: one zmm holds two 32-value sub-blocks of a K-quant block
  * in natural order, so the Q8_K activations load straight from their block;
  * per-sub-block scales are applied with vpdpwssd (VNNI) on the 16-bit pair
@@ -92,7 +95,7 @@ static inline void q4k_decode(const mu_block_q4_K *b, q4k_dec *o, uint32_t u[4])
     const __m512i shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
     k4_scales(b->scales, u);
     const __m512i sc = _mm512_broadcast_i32x4(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u)));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int p = 0; p < 4; p++) {
         const __m512i v = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * p)));
         o->q[p] = _mm512_and_si512(_mm512_srlv_epi16(v, shift), m4);
@@ -103,7 +106,7 @@ static inline void q4k_decode(const mu_block_q4_K *b, q4k_dec *o, uint32_t u[4])
 /* integer part of a Q4_K block dot (before the mins): 16 int32 partials */
 static inline __m512i q4k_sumi(const q4k_dec *o, const int8_t *q8) {
     __m512i sumi = _mm512_setzero_si512();
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int p = 0; p < 4; p++) {
         const __m512i prod = _mm512_maddubs_epi16(o->q[p], _mm512_loadu_si512(q8 + 64 * p));
         sumi = _mm512_dpwssd_epi32(sumi, prod, o->s[p]);
@@ -111,21 +114,76 @@ static inline __m512i q4k_sumi(const q4k_dec *o, const int8_t *q8) {
     return sumi;
 }
 
+/* Integer sums of a block's 4 pairs of sub-blocks (64 values each):
+ * [sum over pair 0, 1, 2, 3] of scale * (q4 . q8). */
+static inline __m128i q4k_pair_sums(const q4k_dec *o, const int8_t *q8) {
+    __m512i z[4];
+#pragma GCC unroll 8
+    for (int p = 0; p < 4; p++)
+        z[p] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_maddubs_epi16(o->q[p], _mm512_loadu_si512(q8 + 64 * p)),
+                                   o->s[p]);
+    const __m512i x = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+    const __m512i y = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+    const __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(x, y), _mm512_unpackhi_epi64(x, y));
+    const __m256i h = _mm256_add_epi32(_mm512_castsi512_si256(w), _mm512_extracti64x4_epi64(w, 1));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+static inline int hsum_epi32_128(__m128i v) {
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0x4e));
+    v = _mm_add_epi32(v, _mm_shuffle_epi32(v, 0xb1));
+    return _mm_cvtsi128_si32(v);
+}
+
+/* ref: acc += (float)isum * d once per super-block (gemv). */
 static float vec_dot_q4_K_avx512(int n, const void *w, const void *act) {
     const mu_block_q4_K *x = w;
     const mu_block_q8_K *y = act;
-    __m512 acc = _mm512_setzero_ps();
-    __m128 accm = _mm_setzero_ps();
+    float acc = 0, accm = 0;
     uint32_t u[4];
     q4k_dec dec;
     for (int i = 0; i < n / MU_QK_K; i++) {
-        const float d = y[i].d * f16_to_f32(x[i].d);
-        const float dmin = -y[i].d * f16_to_f32(x[i].dmin);
+        const float d = f16_to_f32(x[i].d) * y[i].d, dm = f16_to_f32(x[i].dmin) * y[i].d;
         q4k_decode(&x[i], &dec, u);
-        accm = _mm_fmadd_ps(_mm_set1_ps(dmin), _mm_cvtepi32_ps(k4_mins_dot(u, y[i].bsums)), accm);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(q4k_sumi(&dec, y[i].qs)), acc);
+        const int isum = _mm512_reduce_add_epi32(q4k_sumi(&dec, y[i].qs));
+        const int imin = hsum_epi32_128(k4_mins_dot(u, y[i].bsums));
+        acc = fmaf((float)isum, d, acc);
+        accm = fmaf((float)imin, dm, accm);
     }
-    return _mm512_reduce_add_ps(acc) + hsum_ps128(accm);
+    return acc - accm;
+}
+
+/* One block in the per-64 order (ref vec_dot_batch, llama.cpp's repack gemm). */
+static inline void q4k_batch_step(const q4k_dec *dec, const uint32_t u[4], const mu_block_q8_K *b, float dx, float dmx,
+                                  float *acc, float *accm) {
+    const float d = dx * b->d, dm = dmx * b->d;
+    float fi[4], fm[4];
+    _mm_storeu_ps(fi, _mm_cvtepi32_ps(q4k_pair_sums(dec, b->qs)));
+    _mm_storeu_ps(fm, _mm_cvtepi32_ps(k4_mins_dot(u, b->bsums)));
+    float a = *acc, m = *accm;
+    a = fmaf(fi[0], d, a);
+    m = fmaf(fm[0], dm, m);
+    a = fmaf(fi[1], d, a);
+    m = fmaf(fm[1], dm, m);
+    a = fmaf(fi[2], d, a);
+    m = fmaf(fm[2], dm, m);
+    a = fmaf(fi[3], d, a);
+    m = fmaf(fm[3], dm, m);
+    *acc = a;
+    *accm = m;
+}
+
+static float vec_dot_q4_K_batch_avx512(int n, const void *w, const void *act) {
+    const mu_block_q4_K *x = w;
+    const mu_block_q8_K *y = act;
+    float acc = 0, accm = 0;
+    uint32_t u[4];
+    q4k_dec dec;
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        q4k_decode(&x[i], &dec, u);
+        q4k_batch_step(&dec, u, &y[i], f16_to_f32(x[i].d), f16_to_f32(x[i].dmin), &acc, &accm);
+    }
+    return acc - accm;
 }
 
 /* ---- Q6_K: one decoded block --------------------------------------------
@@ -142,7 +200,7 @@ static inline void q6k_decode(const mu_block_q6_K *b, q6k_dec *o) {
     const __m512i sl = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
     const __m512i sr = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
     o->sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)b->scales));
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int h = 0; h < 2; h++) {
         const __m512i l = _mm512_loadu_si512(b->ql + 64 * h);
         const __m512i hb = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qh + 32 * h)));
@@ -157,28 +215,33 @@ static inline void q6k_decode(const mu_block_q6_K *b, q6k_dec *o) {
     }
 }
 
-static inline __m512i q6k_sumi(const q6k_dec *o, const mu_block_q8_K *y) {
-    const __m256i corr = _mm256_madd_epi16(o->sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
-    __m512i sumi = _mm512_zextsi256_si512(_mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5)));
-    #pragma GCC unroll 8
+/* The ref's 8 integer lanes: lane m sums bytes 4m..4m+3 of every 32-value
+ * chunk (scaled), minus 32 * (bsums . scales) of sub-blocks 2m, 2m+1. Lane L
+ * of a zmm here covers bytes 4(L%8).. of chunk 2k + L/8, so the two 256-bit
+ * halves add up to those lanes. */
+static inline __m256i q6k_sumi(const q6k_dec *o, const mu_block_q8_K *y) {
+    __m512i sumi = _mm512_setzero_si512();
+#pragma GCC unroll 8
     for (int k = 0; k < 4; k++) {
         const __m512i prod = _mm512_maddubs_epi16(o->q[k], _mm512_loadu_si512(y->qs + 64 * k));
         sumi = _mm512_dpwssd_epi32(sumi, prod, o->s[k]);
     }
-    return sumi;
+    const __m256i corr = _mm256_madd_epi16(o->sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+    const __m256i s8 = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+    return _mm256_sub_epi32(s8, _mm256_slli_epi32(corr, 5));
 }
 
 static float vec_dot_q6_K_avx512(int n, const void *w, const void *act) {
     const mu_block_q6_K *x = w;
     const mu_block_q8_K *y = act;
-    __m512 acc = _mm512_setzero_ps();
+    __m256 acc = _mm256_setzero_ps();
     q6k_dec dec;
     for (int i = 0; i < n / MU_QK_K; i++) {
         const float d = y[i].d * f16_to_f32(x[i].d);
         q6k_decode(&x[i], &dec);
-        acc = _mm512_fmadd_ps(_mm512_set1_ps(d), _mm512_cvtepi32_ps(q6k_sumi(&dec, &y[i])), acc);
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q6k_sumi(&dec, &y[i])), acc);
     }
-    return _mm512_reduce_add_ps(acc);
+    return hsum_ps256(acc);
 }
 
 /* ---- Q8_0 --------------------------------------------------------------- */
@@ -190,22 +253,15 @@ static inline __m256i q8_0_dot(const mu_block_q8_0 *x, const int8_t *yq) {
     return _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
 }
 
+/* ref: one 8-lane FMA accumulator over the blocks, lanes summed as hsum8. */
 static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
     const mu_block_q8_0 *x = w, *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    const int nb = n / MU_QK8_0;
-    int i = 0;
-    for (; i + 2 <= nb; i += 2) {
-        const __m256 d0 = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        const __m256 d1 = _mm256_set1_ps(f16_to_f32(x[i + 1].d) * f16_to_f32(y[i + 1].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(q8_0_dot(&x[i], y[i].qs)), acc0);
-        acc1 = _mm256_fmadd_ps(d1, _mm256_cvtepi32_ps(q8_0_dot(&x[i + 1], y[i + 1].qs)), acc1);
+    __m256 acc = _mm256_setzero_ps();
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
+        acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(q8_0_dot(&x[i], y[i].qs)), acc);
     }
-    for (; i < nb; i++) {
-        const __m256 d0 = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
-        acc0 = _mm256_fmadd_ps(d0, _mm256_cvtepi32_ps(q8_0_dot(&x[i], y[i].qs)), acc0);
-    }
-    return hsum_ps256(_mm256_add_ps(acc0, acc1));
+    return hsum_ps256(acc);
 }
 
 /* ---- F32 / F16 / BF16 --------------------------------------------------- */
@@ -234,23 +290,33 @@ static inline __m512 f16x16_mask(const mu_f16 *p, __mmask16 m) {
     return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p));
 }
 
+/* ref (ggml_vec_dot_f16): 4 accumulators of 16 lanes over steps of 64,
+ * combined (0+2, 1+3, then the two), reduced as hsum16 (which is what
+ * _mm512_reduce_add_ps computes), the tail added in double. A product of two
+ * F16 values is exact in float, so the FMA rounds like the ref's add. */
 static float vec_dot_f16_avx512(int n, const void *w, const void *a) {
     const mu_f16 *x = w, *y = a;
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64) {
         s0 = _mm512_fmadd_ps(f16x16(x + i), f16x16(y + i), s0);
         s1 = _mm512_fmadd_ps(f16x16(x + i + 16), f16x16(y + i + 16), s1);
+        s2 = _mm512_fmadd_ps(f16x16(x + i + 32), f16x16(y + i + 32), s2);
+        s3 = _mm512_fmadd_ps(f16x16(x + i + 48), f16x16(y + i + 48), s3);
     }
-    if (i + 16 <= n) {
-        s0 = _mm512_fmadd_ps(f16x16(x + i), f16x16(y + i), s0);
-        i += 16;
-    }
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        s1 = _mm512_fmadd_ps(f16x16_mask(x + i, m), f16x16_mask(y + i, m), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    s0 = _mm512_add_ps(s0, s2);
+    s1 = _mm512_add_ps(s1, s3);
+    double s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    for (int i = np; i < n; i++) s += (double)(f16_to_f32(x[i]) * f16_to_f32(y[i]));
+    return (float)s;
+}
+
+/* ref vec_dot_batch (llamafile tinyBLAS): one 16-lane accumulator, hsum16. */
+static float vec_dot_f16_batch_avx512(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(f16x16(x + i), f16x16(y + i), acc);
+    return _mm512_reduce_add_ps(acc);
 }
 
 static inline __m512 bf16x16(const mu_bf16 *p) {
@@ -272,18 +338,10 @@ static float vec_dot_bf16_avx512(int n, const void *w, const void *a) {
     return s;
 }
 
-/* Attention scores: one 16-lane accumulator over chunks of 16 in order, then
- * _mm512_reduce_add_ps, the summation order of llama.cpp's F16 x F16 matmul
- * on AVX-512 (its tinyBLAS path, used for K.q when flash attention is off).
- * Matching the order matters more than usual here: the F16 roundings of the
- * softmax weights and of the KV cache amplify any difference in a score. */
-static float dot_f16_avx512(int n, const mu_f16 *a, const mu_f16 *b) {
-    if (n % 16) return vec_dot_f16_avx512(n, a, b);
-    __m512 acc = _mm512_setzero_ps();
-    for (int i = 0; i < n; i += 16) acc = _mm512_fmadd_ps(f16x16(a + i), f16x16(b + i), acc);
-    return _mm512_reduce_add_ps(acc);
-}
+static float dot_f16_avx512(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx512(n, a, b); }
 
+/* y += a * x with FMA: the engine's a is F16-rounded, so a * x is exact and
+ * this rounds like the ref's multiply-then-add. */
 static void axpy_f16_avx512(int n, float a, const mu_f16 *x, float *y) {
     const __m512 va = _mm512_set1_ps(a);
     int i = 0;
@@ -331,67 +389,65 @@ static void quant_q8_K_avx512(const float *x, void *vy, int n) {
 }
 
 /* ---- gemm: tiles of weight rows x activation rows ------------------------
- * For each tile of up to GT activation rows and each weight row, every weight
- * block is decoded once into registers and dotted with the GT activation
- * blocks; accumulators stay in registers for the whole row. The weight slice
- * [r0, r1) is streamed once per activation tile (from L2/L3 for prefill-sized
- * matrices). The tile width is a compile-time constant so the accumulators
- * are registers: gemm_tile_* are always inlined with TN = 1..GT. */
+ * Contract (kern.h gemm): every Y[t][r] is bit-identical to the ref's dot for
+ * a matmul of several rows: vec_dot_batch where the ref has one (Q4_K: the
+ * per-64 order; F16: tinyBLAS when n % 16 == 0), else vec_dot (Q6_K, Q8_0).
+ * So the engine must call gemm only for the activation rows llama.cpp treats
+ * as batch rows and vec_dot for the others (the Q4_K rows past the last
+ * multiple of 4). For each tile of up to GT activation rows and each weight
+ * row, every weight block is decoded once into registers and dotted with the
+ * GT activation blocks; the weight slice [r0, r1) is streamed once per tile.
+ * The tile width is a compile-time constant so the accumulators are
+ * registers: tile_* are always inlined with TN = 1..GT. */
 
 #define GT 8
 #define AI __attribute__((always_inline)) static inline
 
+/* vec_dot_batch order (per 64 values) for every activation row. */
 AI void tile_q4_K(int nb, const mu_block_q4_K *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
-    __m512 acc[GT];
-    __m128 accm[GT];
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) {
-        acc[t] = _mm512_setzero_ps();
-        accm[t] = _mm_setzero_ps();
-    }
+    float acc[GT], accm[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = accm[t] = 0;
     uint32_t u[4];
     q4k_dec dec;
     for (int i = 0; i < nb; i++) {
         q4k_decode(&x[i], &dec, u);
-        const float dx = f16_to_f32(x[i].d), mx = -f16_to_f32(x[i].dmin);
-        #pragma GCC unroll 8
-        for (int t = 0; t < TN; t++) {
-            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(b->d * dx), _mm512_cvtepi32_ps(q4k_sumi(&dec, b->qs)), acc[t]);
-            accm[t] = _mm_fmadd_ps(_mm_set1_ps(mx * b->d), _mm_cvtepi32_ps(k4_mins_dot(u, b->bsums)), accm[t]);
-        }
+        const float dx = f16_to_f32(x[i].d), dmx = f16_to_f32(x[i].dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++)
+            q4k_batch_step(&dec, u, (const mu_block_q8_K *)(a + (size_t)t * as) + i, dx, dmx, &acc[t], &accm[t]);
     }
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]) + hsum_ps128(accm[t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = acc[t] - accm[t];
 }
 
 AI void tile_q6_K(int nb, const mu_block_q6_K *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
-    __m512 acc[GT];
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    __m256 acc[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
     q6k_dec dec;
     for (int i = 0; i < nb; i++) {
         q6k_decode(&x[i], &dec);
         const float dx = f16_to_f32(x[i].d);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < TN; t++) {
             const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
-            acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(b->d * dx), _mm512_cvtepi32_ps(q6k_sumi(&dec, b)), acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * dx), _mm256_cvtepi32_ps(q6k_sumi(&dec, b)), acc[t]);
         }
     }
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
 }
 
 AI void tile_q8_0(int nb, const mu_block_q8_0 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
     __m256 acc[GT];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
     for (int i = 0; i < nb; i++) {
         const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
         const __m256i ax = _mm256_sign_epi8(qx, qx);
         const float dx = f16_to_f32(x[i].d);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < TN; t++) {
             const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + i;
             const __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), qx);
@@ -399,53 +455,22 @@ AI void tile_q8_0(int nb, const mu_block_q8_0 *x, const uint8_t *a, size_t as, f
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_to_f32(b->d)), _mm256_cvtepi32_ps(s), acc[t]);
         }
     }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
 }
 
-/* F16 and F32 rows: n must be a multiple of 16 for the vector loop; the
- * tail (never hit by model shapes) uses masked loads. */
-AI void tile_f16(int n, const mu_f16 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+/* F16: the vec_dot_batch order (tinyBLAS), n % 16 == 0 (see gemm_f16). */
+AI void tile_f16_tb(int n, const mu_f16 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
     __m512 acc[GT];
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
+    for (int i = 0; i + 16 <= n; i += 16) {
         const __m512 wv = f16x16(x + i);
-        #pragma GCC unroll 8
+#pragma GCC unroll 8
         for (int t = 0; t < TN; t++)
             acc[t] = _mm512_fmadd_ps(wv, f16x16((const mu_f16 *)(a + (size_t)t * as) + i), acc[t]);
     }
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        const __m512 wv = f16x16_mask(x + i, m);
-        #pragma GCC unroll 8
-        for (int t = 0; t < TN; t++)
-            acc[t] = _mm512_fmadd_ps(wv, f16x16_mask((const mu_f16 *)(a + (size_t)t * as) + i, m), acc[t]);
-    }
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
-}
-
-AI void tile_f32(int n, const float *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
-    __m512 acc[GT];
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        const __m512 wv = _mm512_loadu_ps(x + i);
-        #pragma GCC unroll 8
-        for (int t = 0; t < TN; t++)
-            acc[t] = _mm512_fmadd_ps(wv, _mm512_loadu_ps((const float *)(a + (size_t)t * as) + i), acc[t]);
-    }
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        const __m512 wv = _mm512_maskz_loadu_ps(m, x + i);
-        #pragma GCC unroll 8
-        for (int t = 0; t < TN; t++)
-            acc[t] = _mm512_fmadd_ps(wv, _mm512_maskz_loadu_ps(m, (const float *)(a + (size_t)t * as) + i), acc[t]);
-    }
-    #pragma GCC unroll 8
+#pragma GCC unroll 8
     for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
 }
 
@@ -476,15 +501,27 @@ AI void tile_f32(int n, const float *x, const uint8_t *a, size_t as, float *y, i
 GEMM(q4_K, mu_block_q4_K, n / MU_QK_K)
 GEMM(q6_K, mu_block_q6_K, n / MU_QK_K)
 GEMM(q8_0, mu_block_q8_0, n / MU_QK8_0)
-GEMM(f16, mu_f16, n)
-GEMM(f32, float, n)
+GEMM(f16_tb, mu_f16, n)
+
+/* tinyBLAS handles only n % 16 == 0; otherwise llama.cpp (and the ref) use
+ * vec_dot for every row. */
+static void gemm_f16_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                            float *y, int ys) {
+    if (n % 16 == 0) {
+        gemm_f16_tb_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    for (int t = 0; t < n_t; t++)
+        for (int r = r0; r < r1; r++)
+            y[(size_t)t * ys + r] =
+                vec_dot_f16_avx512(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+}
 
 static void gemm_fill(mu_kern *k) {
     k->gemm[MU_T_Q4_K] = gemm_q4_K_avx512;
     k->gemm[MU_T_Q6_K] = gemm_q6_K_avx512;
     k->gemm[MU_T_Q8_0] = gemm_q8_0_avx512;
     k->gemm[MU_T_F16] = gemm_f16_avx512;
-    k->gemm[MU_T_F32] = gemm_f32_avx512;
 }
 
 void mu_kern_fill_avx512(mu_kern *k) {
@@ -494,6 +531,8 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
+    k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx512;
+    k->vec_dot_batch[MU_T_Q4_K] = vec_dot_q4_K_batch_avx512;
     k->quant[MU_T_Q8_K] = quant_q8_K_avx512;
     k->dot_f16 = dot_f16_avx512;
     k->axpy_f16 = axpy_f16_avx512;

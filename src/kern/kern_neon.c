@@ -3,8 +3,11 @@
  * and Q8_K activation quantizers (bit-identical to kern_ref.c), and the F16
  * attention pieces. Dequantizers and gemm stay the reference ones / the
  * vec_dot loop.
- * Does not own: numerics (kern_ref.c); dots equal the ref up to float
- * summation order.
+ * Does not own: numerics (kern_ref.c, llama.cpp's x86 orders): the F16,
+ * Q8_0, Q4_K, Q5_K and Q6_K dots here reproduce them bit for bit (integer
+ * lanes grouped as the ref groups them, float steps in the ref's order); F32
+ * and BF16 dots (double sums in the ref) equal them up to rounding. The
+ * vec_dot_batch entries stay the ref's.
  * Key design choice: the file is built with +dotprod, but the int8 dots come
  * in two variants chosen at fill time from the CPU's HWCAP: SDOT
  * (vdotq_s32) where the CPU has the dot-product extension, widening
@@ -27,10 +30,13 @@
 
 static inline int32x4_t dot16_sdot(int32x4_t acc, int8x16_t a, int8x16_t b) { return vdotq_s32(acc, a, b); }
 
+/* Same lanes as SDOT (lane i = bytes 4i..4i+3): adjacent products paired in
+ * 16 bits (|pair| <= 2 * 128 * 127 < 2^15: activations are never -128), then
+ * pairs of pairs widened. */
 static inline int32x4_t dot16_mull(int32x4_t acc, int8x16_t a, int8x16_t b) {
     const int16x8_t lo = vmull_s8(vget_low_s8(a), vget_low_s8(b));
     const int16x8_t hi = vmull_high_s8(a, b);
-    return vpadalq_s16(vpadalq_s16(acc, lo), hi);
+    return vaddq_s32(acc, vpaddlq_s16(vpaddq_s16(lo, hi)));
 }
 
 static inline float f16_to_f32(mu_f16 h) { return mu_f16_to_f32(h); }
@@ -53,26 +59,35 @@ static inline int32_t k4_mins(const uint32_t u[4], const int16_t *bsums) {
     return vaddvq_s32(p);
 }
 
+/* The ref's hsum8 of lanes (a0 | a1). */
+static inline float hsum8_neon(float32x4_t a0, float32x4_t a1) {
+    float l[8];
+    vst1q_f32(l, a0);
+    vst1q_f32(l + 4, a1);
+    return mu_hsum8(l);
+}
+
 /* ---- quantized dots, one body per primitive ----------------------------- */
 
 #define DEFINE_QDOTS(SUF, DOT16)                                                                                   \
     static float vec_dot_q8_0_##SUF(int n, const void *w, const void *a) {                                        \
         const mu_block_q8_0 *x = w, *y = a;                                                                        \
-        float32x4_t acc = vdupq_n_f32(0);                                                                          \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0); /* the ref's lanes 0..3, 4..7 */                   \
         for (int i = 0; i < n / MU_QK8_0; i++) {                                                                   \
-            int32x4_t s = vdupq_n_s32(0);                                                                          \
-            s = DOT16(s, vld1q_s8(x[i].qs), vld1q_s8(y[i].qs));                                                    \
-            s = DOT16(s, vld1q_s8(x[i].qs + 16), vld1q_s8(y[i].qs + 16));                                          \
-            acc = vmlaq_n_f32(acc, vcvtq_f32_s32(s), f16_to_f32(x[i].d) * f16_to_f32(y[i].d));                     \
+            const int32x4_t s0 = DOT16(vdupq_n_s32(0), vld1q_s8(x[i].qs), vld1q_s8(y[i].qs));                      \
+            const int32x4_t s1 = DOT16(vdupq_n_s32(0), vld1q_s8(x[i].qs + 16), vld1q_s8(y[i].qs + 16));            \
+            const float d = f16_to_f32(x[i].d) * f16_to_f32(y[i].d);                                               \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(s0), d);                                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(s1), d);                                                            \
         }                                                                                                          \
-        return vaddvq_f32(acc);                                                                                    \
+        return hsum8_neon(a0, a1);                                                                                 \
     }                                                                                                              \
                                                                                                                    \
     static float vec_dot_q4_K_##SUF(int n, const void *w, const void *act) {                                      \
         const mu_block_q4_K *x = w;                                                                                \
         const mu_block_q8_K *y = act;                                                                              \
         const uint8x16_t m4 = vdupq_n_u8(0x0f);                                                                    \
-        float s = 0;                                                                                               \
+        float acc = 0, accm = 0;                                                                                   \
         uint32_t u[4];                                                                                             \
         for (int i = 0; i < n / MU_QK_K; i++) {                                                                    \
             k4_scales(x[i].scales, u);                                                                             \
@@ -90,10 +105,11 @@ static inline int32_t k4_mins(const uint32_t u[4], const int16_t *bsums) {
                 sumi = vmlaq_n_s32(sumi, pl, sc[2 * j]);                                                           \
                 sumi = vmlaq_n_s32(sumi, ph, sc[2 * j + 1]);                                                       \
             }                                                                                                      \
-            const float d = y[i].d * f16_to_f32(x[i].d), dmin = y[i].d * f16_to_f32(x[i].dmin);                    \
-            s += d * (float)vaddvq_s32(sumi) - dmin * (float)summ;                                                 \
+            const float d = f16_to_f32(x[i].d) * y[i].d, dm = f16_to_f32(x[i].dmin) * y[i].d;                      \
+            acc = fmaf((float)vaddvq_s32(sumi), d, acc);                                                           \
+            accm = fmaf((float)summ, dm, accm);                                                                    \
         }                                                                                                          \
-        return s;                                                                                                  \
+        return acc - accm;                                                                                         \
     }                                                                                                              \
                                                                                                                    \
     static float vec_dot_q5_K_##SUF(int n, const void *w, const void *act) {                                      \
@@ -124,34 +140,37 @@ static inline int32_t k4_mins(const uint32_t u[4], const int16_t *bsums) {
                 sumi = vmlaq_n_s32(sumi, pl, sc[2 * j]);                                                           \
                 sumi = vmlaq_n_s32(sumi, ph, sc[2 * j + 1]);                                                       \
             }                                                                                                      \
-            const float d = y[i].d * f16_to_f32(x[i].d), dmin = y[i].d * f16_to_f32(x[i].dmin);                    \
-            s += d * (float)vaddvq_s32(sumi) - dmin * (float)summ;                                                 \
+            const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);                                      \
+            s += d * y[i].d * (float)vaddvq_s32(sumi) - dmin * y[i].d * (float)summ;                               \
         }                                                                                                          \
         return s;                                                                                                  \
     }                                                                                                              \
                                                                                                                    \
+    /* ref lanes: m < 4 from the first 16 bytes of each 32-value chunk (scale                                    \
+     * 2c), m >= 4 from the second (scale 2c+1), unsigned codes; minus                                            \
+     * 32 * (bsums . scales) of sub-blocks 2m, 2m+1; FMA by d per lane. */                                        \
     static float vec_dot_q6_K_##SUF(int n, const void *w, const void *act) {                                      \
         const mu_block_q6_K *x = w;                                                                                \
         const mu_block_q8_K *y = act;                                                                              \
         const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x30);                                             \
-        const int8x16_t c32 = vdupq_n_s8(32);                                                                      \
-        float s = 0;                                                                                               \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);                                                      \
         for (int i = 0; i < n / MU_QK_K; i++) {                                                                    \
             const uint8_t *ql = x[i].ql, *qh = x[i].qh;                                                            \
             const int8_t *sc = x[i].scales, *q8 = y[i].qs;                                                         \
-            int32x4_t sumi = vdupq_n_s32(0);                                                                       \
+            int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);                                                    \
             for (int h = 0; h < 2; h++) {                                                                          \
-                for (int half = 0; half < 2; half++) { /* l in [16*half, 16*half+16) */                            \
+                for (int half = 0; half < 2; half++) {                                                             \
                     const int o = 16 * half;                                                                       \
                     const uint8x16_t a = vld1q_u8(ql + o), b = vld1q_u8(ql + 32 + o), hb = vld1q_u8(qh + o);       \
-                    int8x16_t q[4];                                                                                \
-                    q[0] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(a, m4), vandq_u8(vshlq_n_u8(hb, 4), m3))), c32); \
-                    q[1] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vandq_u8(b, m4), vandq_u8(vshlq_n_u8(hb, 2), m3))), c32); \
-                    q[2] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(a, 4), vandq_u8(hb, m3))), c32);     \
-                    q[3] = vsubq_s8(vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(b, 4), vandq_u8(vshrq_n_u8(hb, 2), m3))), c32); \
+                    uint8x16_t q[4];                                                                               \
+                    q[0] = vorrq_u8(vandq_u8(a, m4), vandq_u8(vshlq_n_u8(hb, 4), m3));                             \
+                    q[1] = vorrq_u8(vandq_u8(b, m4), vandq_u8(vshlq_n_u8(hb, 2), m3));                             \
+                    q[2] = vorrq_u8(vshrq_n_u8(a, 4), vandq_u8(hb, m3));                                           \
+                    q[3] = vorrq_u8(vshrq_n_u8(b, 4), vandq_u8(vshrq_n_u8(hb, 2), m3));                            \
                     for (int k = 0; k < 4; k++) {                                                                  \
-                        const int32x4_t p = DOT16(vdupq_n_s32(0), q[k], vld1q_s8(q8 + 32 * k + o));                \
-                        sumi = vmlaq_n_s32(sumi, p, sc[2 * k + half]);                                             \
+                        const int32x4_t p = DOT16(vdupq_n_s32(0), vreinterpretq_s8_u8(q[k]), vld1q_s8(q8 + 32 * k + o)); \
+                        if (half) hi = vmlaq_n_s32(hi, p, sc[2 * k + 1]);                                          \
+                        else lo = vmlaq_n_s32(lo, p, sc[2 * k]);                                                   \
                     }                                                                                              \
                 }                                                                                                  \
                 ql += 64;                                                                                          \
@@ -159,9 +178,19 @@ static inline int32_t k4_mins(const uint32_t u[4], const int16_t *bsums) {
                 q8 += 128;                                                                                         \
                 sc += 8;                                                                                           \
             }                                                                                                      \
-            s += f16_to_f32(x[i].d) * y[i].d * (float)vaddvq_s32(sumi);                                            \
+            const int16x8_t s0 = vmovl_s8(vld1_s8(x[i].scales)), s1 = vmovl_s8(vld1_s8(x[i].scales + 8));         \
+            const int16x8_t b0 = vld1q_s16(y[i].bsums), b1 = vld1q_s16(y[i].bsums + 8);                            \
+            const int32x4_t c0 = vpaddq_s32(vmull_s16(vget_low_s16(b0), vget_low_s16(s0)),                         \
+                                            vmull_high_s16(b0, s0));                                               \
+            const int32x4_t c1 = vpaddq_s32(vmull_s16(vget_low_s16(b1), vget_low_s16(s1)),                         \
+                                            vmull_high_s16(b1, s1));                                               \
+            lo = vsubq_s32(lo, vshlq_n_s32(c0, 5));                                                                \
+            hi = vsubq_s32(hi, vshlq_n_s32(c1, 5));                                                                \
+            const float d = y[i].d * f16_to_f32(x[i].d);                                                           \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(lo), d);                                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(hi), d);                                                            \
         }                                                                                                          \
-        return s;                                                                                                  \
+        return hsum8_neon(a0, a1);                                                                                 \
     }
 
 DEFINE_QDOTS(sdot, dot16_sdot)
@@ -171,17 +200,29 @@ DEFINE_QDOTS(mull, dot16_mull)
 
 static inline float32x4_t f16x4(const mu_f16 *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 
+/* ref (ggml_vec_dot_f16): 4 accumulators of 16 lanes (4 q-registers each)
+ * over steps of 64, combined 0+2, 1+3, then the two; hsum16; tail in double.
+ * F16 x F16 products are exact in float, so FMA rounds like the ref. */
 static float vec_dot_f16_neon(int n, const void *w, const void *a) {
     const mu_f16 *x = w, *y = a;
-    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        s0 = vfmaq_f32(s0, f16x4(x + i), f16x4(y + i));
-        s1 = vfmaq_f32(s1, f16x4(x + i + 4), f16x4(y + i + 4));
+    float32x4_t s[4][4];
+    for (int j = 0; j < 4; j++)
+        for (int q = 0; q < 4; q++) s[j][q] = vdupq_n_f32(0);
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int q = 0; q < 4; q++) {
+                const int o = i + 16 * j + 4 * q;
+                s[j][q] = vfmaq_f32(s[j][q], f16x4(x + o), f16x4(y + o));
+            }
+    float l[16];
+    for (int q = 0; q < 4; q++) {
+        const float32x4_t v = vaddq_f32(vaddq_f32(s[0][q], s[2][q]), vaddq_f32(s[1][q], s[3][q]));
+        vst1q_f32(l + 4 * q, v);
     }
-    float s = vaddvq_f32(vaddq_f32(s0, s1));
-    for (; i < n; i++) s += mu_f16_to_f32(x[i]) * mu_f16_to_f32(y[i]);
-    return s;
+    double r = mu_hsum16(l);
+    for (int i = np; i < n; i++) r += (double)(mu_f16_to_f32(x[i]) * mu_f16_to_f32(y[i]));
+    return (float)r;
 }
 
 static float vec_dot_f32_neon(int n, const void *w, const void *a) {

@@ -4,15 +4,16 @@
  * Plain C, no test framework: each check returns its failure count and
  * prints what failed on stderr.
  *
- * Named tolerances (|got - ref| <= tol * sum_i |w_i| * |a_i|, the sum of the
- * magnitudes of the terms, with the K-quant mins counted as separate terms):
- *   TOL_DOT_QUANT  Q8_0, Q4_K, Q5_K, Q6_K: the integer parts are exact, only
- *                  the float sum over blocks is reordered.
- *   TOL_DOT_FLOAT  F32, F16, BF16 and dot_f16/axpy_f16: float accumulation in
- *                  SIMD lanes against the ref's double sum (worst case about
- *                  n/32 roundings of 6e-8 for n = 6656).
- * Quantizers (activation f32 -> dot type) and dequantizers must be
- * bit-identical to kern_ref.c. */
+ * Bit-exact (kc_exact): quantizers (activation f32 -> dot type),
+ * dequantizers, and the dots whose float order kern_ref.c pins to llama.cpp's
+ * (F16, Q8_0, Q4_K, Q5_K, Q6_K: vec_dot, vec_dot_batch, gemm, dot_f16, and
+ * axpy_f16 with an F16-exact factor, as the engine calls it).
+ * Named tolerances for the rest (|got - ref| <= tol * sum_i |w_i| * |a_i|,
+ * the sum of the magnitudes of the terms):
+ *   TOL_DOT_FLOAT  F32 and BF16 dots (the ref sums in double; SIMD lanes in
+ *                  float: worst case about n/32 roundings of 6e-8, n = 6656)
+ *                  and axpy_f16 with an arbitrary factor.
+ *   TOL_DOT_QUANT  kept for tables that do not claim exactness (none now). */
 #ifndef MU_TESTS_KERN_CHECKS_H
 #define MU_TESTS_KERN_CHECKS_H
 
@@ -239,6 +240,13 @@ static double kc_tol(uint32_t t) {
     return (t == MU_T_F32 || t == MU_T_F16 || t == MU_T_BF16) ? TOL_DOT_FLOAT : TOL_DOT_QUANT;
 }
 
+/* Types whose dots must equal the ref bit for bit. */
+static int kc_exact(uint32_t t) {
+    return t == MU_T_F16 || t == MU_T_Q8_0 || t == MU_T_Q4_K || t == MU_T_Q5_K || t == MU_T_Q6_K;
+}
+
+static int kc_same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
+
 static int check_vec_dot(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     int fails = 0;
@@ -255,8 +263,20 @@ static int check_vec_dot(const mu_kern *k) {
                     kc_fill_weights(t, w, n, ext);
                     kc_fill_act(x, n, kind);
                     ref->quant[dt](x, a, n);
-                    const float r = ref->vec_dot[t](n, w, a);
-                    const float g = k->vec_dot[t](n, w, a);
+                    for (int batch = 0; batch < 2; batch++) {
+                    const mu_vec_dot_fn rf = batch ? ref->vec_dot_batch[t] : ref->vec_dot[t];
+                    const mu_vec_dot_fn gf = batch ? k->vec_dot_batch[t] : k->vec_dot[t];
+                    if (!rf) continue;
+                    const float r = rf(n, w, a);
+                    const float g = gf(n, w, a);
+                    if (kc_exact(t)) {
+                        if (!kc_same_bits(g, r)) {
+                            KC_LOG("%s: vec_dot%s %s n=%d extreme=%d kind=%d: %.9g vs ref %.9g (must be bit-identical)\n",
+                                   k->name, batch ? "_batch" : "", kc_tname(t), n, ext, kind, g, r);
+                            fails++;
+                        }
+                        continue;
+                    }
                     kc_weight_mag(t, w, wm, n);
                     kc_act_values(dt, a, x, n);
                     double mag = 0;
@@ -267,6 +287,7 @@ static int check_vec_dot(const mu_kern *k) {
                         KC_LOG("%s: vec_dot %s n=%d extreme=%d kind=%d: %.9g vs ref %.9g (err %.3g, bound %.3g)\n",
                                 k->name, kc_tname(t), n, ext, kind, g, r, err, kc_tol(t) * mag);
                         fails++;
+                    }
                     }
                 }
             }
@@ -279,8 +300,10 @@ static int check_vec_dot(const mu_kern *k) {
     return fails;
 }
 
-/* gemm against this table's own vec_dot loop; also checks it writes exactly
- * Y[t][r0..r1) for t < n_t and nothing else. */
+/* gemm against the ref's dot for a matmul of several rows (vec_dot_batch
+ * where the ref has one, else vec_dot): bit-identical for the exact types,
+ * else within tolerance of it and of this table's vec_dot. Also checks that
+ * it writes exactly Y[t][r0..r1) for t < n_t and nothing else. */
 static int check_gemm(const mu_kern *k) {
     int fails = 0;
     static const int NTS[] = {1, 2, 3, 4, 5, 7, 8, 13, 16, 21};
@@ -316,8 +339,19 @@ static int check_gemm(const mu_kern *k) {
                             }
                             continue;
                         }
+                        const mu_kern *rk = mu_kern_ref();
+                        const mu_vec_dot_fn rf = rk->vec_dot_batch[t] ? rk->vec_dot_batch[t] : rk->vec_dot[t];
+                        const float e2 = rf(n, w + r * wrow, a + tt * arow);
+                        if (kc_exact(t)) {
+                            if (!kc_same_bits(g, e2)) {
+                                KC_LOG("%s: gemm %s n=%d n_t=%d t=%d r=%d: %.9g vs ref %.9g (must be bit-identical)\n",
+                                       k->name, kc_tname(t), n, nt, tt, r, g, e2);
+                                fails++;
+                                goto next;
+                            }
+                            continue;
+                        }
                         const float e = k->vec_dot[t](n, w + r * wrow, a + tt * arow);
-                        const float e2 = mu_kern_ref()->vec_dot[t](n, w + r * wrow, a + tt * arow);
                         /* bound: the tolerance relative to the largest of the two, times rows' magnitude proxy */
                         float *wm = malloc((size_t)n * sizeof(float)), *av = malloc((size_t)n * sizeof(float));
                         kc_weight_mag(t, w + r * wrow, wm, n);
@@ -362,8 +396,17 @@ static int check_attn(const mu_kern *k) {
             mag += fabs((double)mu_f16_to_f32(p[i]) * mu_f16_to_f32(q[i]));
         }
         const float r = ref->dot_f16(n, p, q), g = k->dot_f16(n, p, q);
-        if (!(fabs((double)g - r) <= TOL_DOT_FLOAT * mag)) {
+        if (!kc_same_bits(g, r)) {
             KC_LOG("%s: dot_f16 n=%d: %.9g vs ref %.9g\n", k->name, n, g, r);
+            fails++;
+        }
+        for (int i = 0; i < n; i++) y0[i] = y1[i] = kc_gauss();
+        /* as the engine calls it: an F16-rounded factor, bit-identical */
+        const float a16 = mu_f16_to_f32(mu_f32_to_f16(kc_unif()));
+        ref->axpy_f16(n, a16, p, y0);
+        k->axpy_f16(n, a16, p, y1);
+        if (memcmp(y0, y1, (size_t)n * sizeof(float))) {
+            KC_LOG("%s: axpy_f16 n=%d with an F16 factor differs from ref\n", k->name, n);
             fails++;
         }
         for (int i = 0; i < n; i++) y0[i] = y1[i] = kc_gauss();
@@ -392,7 +435,7 @@ static int check_complete(const mu_kern *k) {
     int fails = 0;
     for (int t = 0; t < MU_T_COUNT; t++) {
         if ((ref->vec_dot[t] && !k->vec_dot[t]) || (ref->quant[t] && !k->quant[t]) ||
-            (ref->dequant[t] && !k->dequant[t])) {
+            (ref->dequant[t] && !k->dequant[t]) || (ref->vec_dot_batch[t] && !k->vec_dot_batch[t])) {
             KC_LOG("%s: entry for type %d missing\n", k->name, t);
             fails++;
         }
