@@ -62,13 +62,12 @@ struct mu_tok {
     uint32_t *text_off, *text_len;
     uint8_t *attr;
     size_t tok_cap;
-    int32_t *tok_slot; /* token hash: id or -1 */
-    uint32_t *tok_hash_lo;
+    uint64_t *tok_slot; /* token hash: (hash high 32 bits << 32) | (id + 1), 0 empty */
 
     char *merge_arena;
     merge_entry *merges;
     size_t n_merges, merge_cap;
-    int32_t *merge_slot; /* merge hash: index into merges or -1 */
+    uint64_t *merge_slot; /* merge hash: (hash high 32 bits << 32) | (index + 1), 0 empty */
 
     char *piece_arena; /* special=true pieces (llama.cpp's piece cache) */
     uint32_t *piece_off, *piece_len;
@@ -101,15 +100,19 @@ static void byte_map_init(mu_tok *t) {
     }
 }
 
+/* Slots pack the upper hash bits with id + 1, so a probe that misses costs
+ * one cache line and a hit compares text only when 32 more hash bits agree. */
+#define SLOT_HI(h) ((h) & 0xffffffff00000000ull)
+
 static int32_t tok_lookup(const mu_tok *t, const char *s, size_t n) {
     uint64_t h = hash_bytes(HASH_SEED, s, n);
     size_t mask = t->tok_cap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        int32_t id = t->tok_slot[i];
-        if (id < 0) return -1;
-        if (t->tok_hash_lo[i] == (uint32_t)h && t->text_len[id] == n &&
-            !memcmp(t->text_arena + t->text_off[id], s, n))
-            return id;
+        uint64_t v = t->tok_slot[i];
+        if (!v) return -1;
+        if ((v & 0xffffffff00000000ull) != SLOT_HI(h)) continue;
+        int32_t id = (int32_t)(uint32_t)v - 1;
+        if (t->text_len[id] == n && !memcmp(t->text_arena + t->text_off[id], s, n)) return id;
     }
 }
 
@@ -120,15 +123,14 @@ static int32_t tok_insert(mu_tok *t, int32_t id) {
     uint64_t h = hash_bytes(HASH_SEED, s, n);
     size_t mask = t->tok_cap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        int32_t o = t->tok_slot[i];
-        if (o < 0) {
-            t->tok_slot[i] = id;
-            t->tok_hash_lo[i] = (uint32_t)h;
+        uint64_t v = t->tok_slot[i];
+        if (!v) {
+            t->tok_slot[i] = SLOT_HI(h) | (uint32_t)(id + 1);
             return -1;
         }
-        if (t->tok_hash_lo[i] == (uint32_t)h && t->text_len[o] == n &&
-            !memcmp(t->text_arena + t->text_off[o], s, n))
-            return o;
+        if ((v & 0xffffffff00000000ull) != SLOT_HI(h)) continue;
+        int32_t o = (int32_t)(uint32_t)v - 1;
+        if (t->text_len[o] == n && !memcmp(t->text_arena + t->text_off[o], s, n)) return o;
     }
 }
 
@@ -136,9 +138,10 @@ static int32_t merge_rank(const mu_tok *t, const char *a, size_t na, const char 
     uint64_t h = hash_pair(a, na, b, nb);
     size_t mask = t->merge_cap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        int32_t m = t->merge_slot[i];
-        if (m < 0) return -1;
-        const merge_entry *e = &t->merges[m];
+        uint64_t v = t->merge_slot[i];
+        if (!v) return -1;
+        if ((v & 0xffffffff00000000ull) != SLOT_HI(h)) continue;
+        const merge_entry *e = &t->merges[(uint32_t)v - 1];
         if (e->l_len == na && e->r_len == nb && !memcmp(t->merge_arena + e->l_off, a, na) &&
             !memcmp(t->merge_arena + e->r_off, b, nb))
             return e->rank;
@@ -152,12 +155,13 @@ static void merge_insert(mu_tok *t, int32_t m) {
     uint64_t h = hash_pair(a, e->l_len, b, e->r_len);
     size_t mask = t->merge_cap - 1;
     for (size_t i = (size_t)h & mask;; i = (i + 1) & mask) {
-        int32_t o = t->merge_slot[i];
-        if (o < 0) {
-            t->merge_slot[i] = m;
+        uint64_t v = t->merge_slot[i];
+        if (!v) {
+            t->merge_slot[i] = SLOT_HI(h) | (uint32_t)(m + 1);
             return;
         }
-        const merge_entry *f = &t->merges[o];
+        if ((v & 0xffffffff00000000ull) != SLOT_HI(h)) continue;
+        const merge_entry *f = &t->merges[(uint32_t)v - 1];
         if (f->l_len == e->l_len && f->r_len == e->r_len && !memcmp(t->merge_arena + f->l_off, a, e->l_len) &&
             !memcmp(t->merge_arena + f->r_off, b, e->r_len))
             return;
@@ -171,7 +175,6 @@ void mu_tok_free(mu_tok *t) {
     free(t->text_len);
     free(t->attr);
     free(t->tok_slot);
-    free(t->tok_hash_lo);
     free(t->merge_arena);
     free(t->merges);
     free(t->merge_slot);
@@ -231,11 +234,9 @@ static int load_tokens(mu_tok *t, const mu_gguf *g, mu_err *err) {
     t->text_len = malloc((size_t)n * sizeof *t->text_len);
     t->attr = malloc((size_t)n);
     t->tok_cap = table_cap((size_t)n);
-    t->tok_slot = malloc(t->tok_cap * sizeof *t->tok_slot);
-    t->tok_hash_lo = malloc(t->tok_cap * sizeof *t->tok_hash_lo);
-    if (!t->text_arena || !t->text_off || !t->text_len || !t->attr || !t->tok_slot || !t->tok_hash_lo)
+    t->tok_slot = calloc(t->tok_cap, sizeof *t->tok_slot);
+    if (!t->text_arena || !t->text_off || !t->text_len || !t->attr || !t->tok_slot)
         return mu_fail(err, MU_E_NOMEM, "tokenizer: out of memory for %d tokens", n);
-    memset(t->tok_slot, 0xff, t->tok_cap * sizeof *t->tok_slot);
     size_t off = 0;
     for (int i = 0; i < n; i++) {
         const char *s;
@@ -305,10 +306,9 @@ static int load_merges(mu_tok *t, const mu_gguf *g, mu_err *err) {
     t->merge_arena = malloc(total ? total : 1);
     t->merges = malloc((a.n ? a.n : 1) * sizeof *t->merges);
     t->merge_cap = table_cap((size_t)a.n);
-    t->merge_slot = malloc(t->merge_cap * sizeof *t->merge_slot);
+    t->merge_slot = calloc(t->merge_cap, sizeof *t->merge_slot);
     if (!t->merge_arena || !t->merges || !t->merge_slot)
         return mu_fail(err, MU_E_NOMEM, "tokenizer: out of memory for %llu merges", (unsigned long long)a.n);
-    memset(t->merge_slot, 0xff, t->merge_cap * sizeof *t->merge_slot);
     size_t off = 0;
     for (uint64_t i = 0; i < a.n; i++) {
         const char *s;
