@@ -110,14 +110,17 @@ static void job_matmul(void *arg, int ith, int nth) {
                 t_b = j->T;
             t_b = t_b < 0 ? 0 : t_b > j->T ? j->T : t_b;
         }
-        if (j->ll_rows >= 2 && k->gemm[w->type]) { /* must round as the dots above */
-            k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, j->T, y, rows);
-            continue;
+        /* the tiled gemm (a matmul of >= 2 rows) must round as dotb, or as dot
+         * where dotb is NULL; it takes the rows up to t_g, vec_dot the rest */
+        int t_g = 0;
+        if (j->ll_rows >= 2 && k->gemm[w->type]) {
+            t_g = dotb ? t_b : j->T;
+            if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
         }
         const uint8_t *wd = w->data;
         for (int r0 = lo; r0 < hi; r0 += 16) {
             int r1 = r0 + 16 < hi ? r0 + 16 : hi;
-            for (int t = 0; t < j->T; t++) {
+            for (int t = t_g; t < j->T; t++) {
                 mu_vec_dot_fn d = t < t_b ? dotb : dot;
                 for (int r = r0; r < r1; r++) y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, a + (size_t)t * as);
             }
