@@ -21,3 +21,15 @@ if ! python3 tests/tokenizer/compare.py "$MUSER" "$dir/tok.gguf" tests/tokenizer
   fi
   exit 1
 fi
+
+# CLI contract: ids without BOS on one line; bad input is one stderr line, exit 1
+out=$("$MUSER" tokenize -m "$dir/tok.gguf" --special "<|eot|>")
+eot=$("$MUSER" tokenize -m "$dir/tok.gguf" --special "<|eot|><|eot|>")
+[ "$out" = "[4091]" ] && [ "$eot" = "[4091,4091]" ] || { echo "FAIL: tokenize <|eot|>: $out $eot"; exit 1; }
+[ "$("$MUSER" tokenize -m "$dir/tok.gguf" "")" = "[]" ] || { echo "FAIL: empty text"; exit 1; }
+for args in "" "--bogus x" "-m $dir/missing.gguf x" "-m $dir/tok.gguf -f $dir/missing.txt" "-m $dir/tok.gguf a b" \
+            "-m tests/tokenizer/corpus.json x"; do
+  if "$MUSER" tokenize $args >/dev/null 2>"$dir/err"; then echo "FAIL: tokenize $args succeeded"; exit 1; fi
+  [ "$(wc -l <"$dir/err")" = 1 ] || { echo "FAIL: tokenize $args: stderr is not one line"; exit 1; }
+done
+echo "tokenize CLI checks: ok"
