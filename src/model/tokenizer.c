@@ -468,7 +468,7 @@ static int build_pieces(mu_tok *t, mu_err *err) {
         size_t len;
         int rc = piece_of(t, i, NULL, &len, err);
         if (rc) return rc;
-        if (len > UINT32_MAX / 4 || total + len > UINT32_MAX)
+        if (total + len > ((size_t)1 << 30)) /* only a hostile vocabulary gets near this */
             return mu_fail(err, MU_E_MODEL, "tokenizer: token pieces too large at token %d", i);
         t->piece_off[i] = (uint32_t)total;
         t->piece_len[i] = (uint32_t)len;
@@ -882,7 +882,8 @@ nomem:
 int mu_tok_encode(const mu_tok *t, const char *text, size_t len, bool parse_special, int32_t **ids, int *n_ids,
                   mu_err *err) {
     if (!text && len) return mu_fail(err, MU_E_ARG, "tokenizer: text is NULL");
-    if (len > (size_t)INT_MAX / 2) return mu_fail(err, MU_E_ARG, "tokenizer: text too long: %zu bytes", len);
+    /* 256 MiB keeps every per-word offset (<= 8 bytes per input byte) in 32 bits */
+    if (len > ((size_t)1 << 28)) return mu_fail(err, MU_E_ARG, "tokenizer: text too long: %zu bytes", len);
     *ids = NULL;
     *n_ids = 0;
     if (len == 0) return 0;

@@ -46,7 +46,7 @@ void mu_tok_free(mu_tok *t);
  * does, see docs/tokenizer.md) into *ids (malloc'ed, free() it; NULL when
  * *n_ids is 0). No BOS is added. parse_special: also split out CONTROL and
  * UNKNOWN token texts (USER_DEFINED ones are always split out). Fails only
- * on MU_E_NOMEM or MU_E_ARG (text NULL with len > 0). */
+ * on MU_E_NOMEM or MU_E_ARG (text NULL with len > 0, or len > 256 MiB). */
 int mu_tok_encode(const mu_tok *t, const char *text, size_t len, bool parse_special, int32_t **ids,
                   int *n_ids, mu_err *err);
 
