@@ -23,37 +23,60 @@ static mu_kern T_AVX2, T_AVX512, T_NEON;
 static int ok_avx2, ok_avx512, ok_neon;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
-/* Weak so a build without an ISA file still links; the flag stays 0. */
-__attribute__((weak)) void mu_kern_fill_avx2(mu_kern *k);
-__attribute__((weak)) void mu_kern_fill_avx512(mu_kern *k);
-__attribute__((weak)) void mu_kern_fill_neon(mu_kern *k);
+#if HAVE_X86
+#include <cpuid.h>
+
+/* CPU and OS support (XSAVE-enabled register state) from cpuid/xgetbv, so the
+ * check does not depend on which feature names a compiler's
+ * __builtin_cpu_supports knows. */
+static unsigned long long xcr0(void) {
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    return ((unsigned long long)hi << 32) | lo;
+}
+
+static void x86_features(int *avx2, int *avx512) {
+    unsigned a, b, c, d;
+    *avx2 = *avx512 = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d)) return;
+    const int osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
+    if (!osxsave) return;
+    const unsigned long long x = xcr0();
+    const int ymm_os = (x & 0x6) == 0x6, zmm_os = (x & 0xe6) == 0xe6;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return;
+    const int avx2_cpu = (b >> 5) & 1;
+    const int f = (b >> 16) & 1, dq = (b >> 17) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1;
+    const int vnni = (c >> 11) & 1;
+    unsigned a1 = 0, b1, c1, d1;
+    __get_cpuid_count(7, 1, &a1, &b1, &c1, &d1);
+    const int bf16 = (a1 >> 5) & 1;
+    *avx2 = ymm_os && avx2_cpu && fma && f16c;
+    *avx512 = *avx2 && zmm_os && f && dq && bw && vl && vnni && bf16;
+}
+#endif
 
 static void init(void) {
 #if HAVE_X86
-    __builtin_cpu_init();
-    if (mu_kern_fill_avx2 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-        __builtin_cpu_supports("f16c")) {
+    int avx2, avx512;
+    x86_features(&avx2, &avx512);
+    if (avx2) {
         T_AVX2 = *mu_kern_ref();
         T_AVX2.name = "avx2";
         mu_kern_fill_avx2(&T_AVX2);
         ok_avx2 = 1;
-        if (mu_kern_fill_avx512 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-            __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bf16")) {
-            T_AVX512 = T_AVX2;
-            T_AVX512.name = "avx512";
-            mu_kern_fill_avx512(&T_AVX512);
-            ok_avx512 = 1;
-        }
+    }
+    if (avx512) {
+        T_AVX512 = T_AVX2;
+        T_AVX512.name = "avx512";
+        mu_kern_fill_avx512(&T_AVX512);
+        ok_avx512 = 1;
     }
 #endif
 #if HAVE_ARM
-    if (mu_kern_fill_neon) {
-        T_NEON = *mu_kern_ref();
-        T_NEON.name = "neon";
-        mu_kern_fill_neon(&T_NEON);
-        ok_neon = 1;
-    }
+    T_NEON = *mu_kern_ref();
+    T_NEON.name = "neon";
+    mu_kern_fill_neon(&T_NEON);
+    ok_neon = 1;
 #endif
 }
 
