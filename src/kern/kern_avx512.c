@@ -392,9 +392,9 @@ static void quant_q8_K_avx512(const float *x, void *vy, int n) {
  * Contract (kern.h gemm): every Y[t][r] is bit-identical to the ref's dot for
  * a matmul of several rows: vec_dot_batch where the ref has one (Q4_K: the
  * per-64 order; F16: tinyBLAS when n % 16 == 0), else vec_dot (Q6_K, Q8_0).
- * So the engine must call gemm only for the activation rows llama.cpp treats
- * as batch rows and vec_dot for the others (the Q4_K rows past the last
- * multiple of 4). For each tile of up to GT activation rows and each weight
+ * Q4_K is the exception: a call covers a whole matmul of n_t activation
+ * rows, the last n_t % 4 of which llama.cpp computes with its gemv, so those
+ * round as vec_dot (see gemm_q4_K_avx512). For each tile of up to GT activation rows and each weight
  * row, every weight block is decoded once into registers and dotted with the
  * GT activation blocks; the weight slice [r0, r1) is streamed once per tile.
  * The tile width is a compile-time constant so the accumulators are
@@ -498,7 +498,21 @@ AI void tile_f16_tb(int n, const mu_f16 *x, const uint8_t *a, size_t as, float *
         }                                                                                                           \
     }
 
-GEMM(q4_K, mu_block_q4_K, n / MU_QK_K)
+#define tile_q4_K_b tile_q4_K
+GEMM(q4_K_b, mu_block_q4_K, n / MU_QK_K)
+
+/* A Q4_K gemm call covers a whole matmul of n_t activation rows, and rounds
+ * as llama.cpp's repack path does for it: rows below n_t & ~3 in the
+ * per-64 order (its gemm), the last n_t % 4 rows as vec_dot (its gemv). */
+static void gemm_q4_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    const int nb4 = n_t & ~3;
+    if (nb4) gemm_q4_K_b_avx512(n, w, ws, r0, r1, a, as, nb4, y, ys);
+    for (int t = nb4; t < n_t; t++)
+        for (int r = r0; r < r1; r++)
+            y[(size_t)t * ys + r] =
+                vec_dot_q4_K_avx512(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+}
 GEMM(q6_K, mu_block_q6_K, n / MU_QK_K)
 GEMM(q8_0, mu_block_q8_0, n / MU_QK8_0)
 GEMM(f16_tb, mu_f16, n)

@@ -301,7 +301,8 @@ static int check_vec_dot(const mu_kern *k) {
 }
 
 /* gemm against the ref's dot for a matmul of several rows (vec_dot_batch
- * where the ref has one, else vec_dot): bit-identical for the exact types,
+ * where the ref has one, else vec_dot; for Q4_K the last n_t % 4 activation
+ * rows use vec_dot, llama.cpp's gemv): bit-identical for the exact types,
  * else within tolerance of it and of this table's vec_dot. Also checks that
  * it writes exactly Y[t][r0..r1) for t < n_t and nothing else. */
 static int check_gemm(const mu_kern *k) {
@@ -340,7 +341,9 @@ static int check_gemm(const mu_kern *k) {
                             continue;
                         }
                         const mu_kern *rk = mu_kern_ref();
-                        const mu_vec_dot_fn rf = rk->vec_dot_batch[t] ? rk->vec_dot_batch[t] : rk->vec_dot[t];
+                        mu_vec_dot_fn rf = rk->vec_dot_batch[t] ? rk->vec_dot_batch[t] : rk->vec_dot[t];
+                        /* Q4_K: the last n_t % 4 rows of a matmul are llama.cpp's gemv */
+                        if (t == MU_T_Q4_K && tt >= (nt & ~3)) rf = rk->vec_dot[t];
                         const float e2 = rf(n, w + r * wrow, a + tt * arow);
                         if (kc_exact(t)) {
                             if (!kc_same_bits(g, e2)) {
