@@ -127,6 +127,9 @@ int cmd_serve(int argc, char **argv) {
     app.model = m;
     app.info = I;
     app.model_id = I->name && *I->name ? I->name : base_name(model);
+    json_t *probe = json_string(app.model_id);   /* ids go into JSON: must be UTF-8 */
+    if (!probe) app.model_id = "model";
+    json_decref(probe);
     app.model_path = model;
     app.n_ctx = n_ctx;
     app.n_slots = (int)parallel;

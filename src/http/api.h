@@ -68,6 +68,7 @@ int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, in
 enum { API_FINISH_NONE, API_FINISH_STOP, API_FINISH_LENGTH, API_FINISH_WORD, API_FINISH_CANCEL, API_FINISH_ERROR };
 
 #define API_MAX_STOPS 8
+#define API_PIECE_MAX 1024  /* longest token text handled (bytes) */
 
 typedef struct {
     mu_http_app *app;
@@ -89,7 +90,7 @@ typedef struct {
     bool want_toks;
     int n_ids, cap_ids;
     int finish;
-    char stop_word[128];
+    char stop_word[264];
     mu_job_stats st;
     char err[256];
 } api_gen;

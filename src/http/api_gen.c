@@ -71,7 +71,7 @@ json_t *api_json_text(const char *s, size_t n) {
 }
 
 json_t *api_token_str(mu_http_app *a, int32_t id) {
-    char buf[256];
+    char buf[API_PIECE_MAX];
     int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
     if (n < 0) n = 0;
     if (n > (int)sizeof buf) n = sizeof buf;
@@ -79,7 +79,7 @@ json_t *api_token_str(mu_http_app *a, int32_t id) {
 }
 
 json_t *api_token_bytes(mu_http_app *a, int32_t id) {
-    char buf[256];
+    char buf[API_PIECE_MAX];
     int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
     if (n < 0) n = 0;
     if (n > (int)sizeof buf) n = sizeof buf;
@@ -219,7 +219,7 @@ static void header_end(api_gen *g) {
 
 static void add_token(api_gen *g, int32_t id) {
     mu_http_app *a = g->app;
-    char buf[256];
+    char buf[API_PIECE_MAX];
     int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
     if (n < 0) n = 0;
     if (n > (int)sizeof buf) n = sizeof buf;

@@ -204,7 +204,7 @@ void api_llama_tokenize(mu_http_req *r, const json_t *body) {
             json_array_append_new(arr, json_integer(ids[i]));
             continue;
         }
-        char buf[256];
+        char buf[API_PIECE_MAX];
         int pn = a->text.piece(a->text.ctx, ids[i], buf, sizeof buf);
         if (pn < 0) pn = 0;
         json_t *p = json_stringn(buf, (size_t)pn);
@@ -231,7 +231,7 @@ void api_llama_detokenize(mu_http_req *r, const json_t *body) {
             mu_http_reply_error(r, 400, m, "tokens");
             return;
         }
-        char buf[256];
+        char buf[API_PIECE_MAX];
         int pn = a->text.piece(a->text.ctx, (int32_t)id, buf, sizeof buf);
         if (pn > 0) mu_http_buf_add(&b, buf, (size_t)pn);
     }

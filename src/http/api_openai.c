@@ -430,7 +430,7 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
         }
         o[i] = (int32_t)v;
         if (text && !(a->text.is_special && a->text.is_special(a->text.ctx, o[i]))) {
-            char buf[256];
+            char buf[API_PIECE_MAX];
             int pn = a->text.piece(a->text.ctx, o[i], buf, sizeof buf);
             if (pn > 0) mu_http_buf_add(&tb, buf, (size_t)pn);
         }

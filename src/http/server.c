@@ -32,6 +32,8 @@
 
 #include "jcheck.h"
 
+#define GEN_TIMEOUT_S 900  /* idle limit once a request is complete and being answered */
+
 struct mu_http_server {
     struct MHD_Daemon *d;
     mu_http_opts o;
@@ -561,6 +563,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     json_t *body = NULL;
+    /* The request is complete: from here the connection waits on generation
+     * (queue, prefill), which may exceed the idle timeout; dead clients are
+     * caught by the hang-up polls instead. A stalled reader is still cut off
+     * after the generation limit. */
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)GEN_TIMEOUT_S);
     if (!strcmp(r->rt->method, "POST")) {
         mu_err err = {0};
         if (mu_jc_parse(r->body.p ? r->body.p : "", r->body.n, &body, &err)) {
