@@ -49,8 +49,10 @@ def read_safetensors(path, out):
         (n,) = struct.unpack("<Q", f.read(8))
         if n > 100 << 20:
             raise ConvertError("safetensors header too large: %s" % path)
-        header = json.loads(f.read(n))
-        base = 8 + n
+        try:
+            header = json.loads(f.read(n))
+        except ValueError:
+            raise ConvertError("%s: safetensors header is not valid JSON (truncated file?)" % path)
         data = f.read()
     for name, info in header.items():
         if name == "__metadata__":
@@ -59,8 +61,13 @@ def read_safetensors(path, out):
         if dt not in ST_DTYPES:
             raise ConvertError("tensor %s: unsupported dtype %s" % (name, dt))
         a, b = info["data_offsets"]
+        n_el = 1
+        for d in info["shape"]:
+            n_el *= d
+        if not (0 <= a <= b <= len(data)) or b - a != n_el * (4 if dt == "F32" else 2):
+            raise ConvertError("%s: tensor %s: data offsets %d..%d do not fit shape %s / file of %d data bytes"
+                               % (path, name, a, b, info["shape"], len(data)))
         out[name] = (list(info["shape"]), ST_DTYPES[dt], data[a:b])
-    del base
 
 
 class _StateDict(dict):
