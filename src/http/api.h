@@ -77,13 +77,11 @@ typedef struct {
     char *stops[API_MAX_STOPS];
     int n_stops;
     size_t max_stop;
-    bool chat;               /* split Muse channels (reasoning / content) */
-    const char *hold_marker; /* content from this marker on is never released (tool calls) */
-    mu_http_buf raw;         /* all generated text (specials as text) */
-    size_t raw_done;         /* bytes of raw already routed */
+    bool chat;               /* split the Muse channels (model/chat.h parser) */
+    struct mu_chat_parser *cp;
+    json_t *tool_calls;      /* [{name, arguments (object)}] parsed from tool messages */
     mu_http_buf content, reasoning;  /* routed text */
     size_t content_sent, reasoning_sent;
-    int channel;             /* 0 header, 1 reasoning, 2 content, 3 other */
     /* tokens */
     int32_t *ids;
     mu_sched_tok *toks;      /* when want_toks */

@@ -11,6 +11,8 @@
  * hang-up check on the client socket. */
 #include "api.h"
 
+#include "../model/chat.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -188,33 +190,17 @@ bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, 
     return true;
 }
 
-static void route(api_gen *g, const char *s, size_t n) {
-    if (g->channel == 1) mu_http_buf_add(&g->reasoning, s, n);
-    else if (g->channel == 2 || !g->chat) mu_http_buf_add(&g->content, s, n);
-}
-
-/* Channel header handling for chat output: " to=self<|message|>..." */
-static void header_text(api_gen *g, const char *s, size_t n) {
-    mu_http_buf_add(&g->raw, s, n);
-    const char *h = g->raw.p + g->raw_done;
-    size_t hn = g->raw.n - g->raw_done;
-    static const char pre[] = " to=";
-    size_t cmp = hn < 4 ? hn : 4;
-    if (memcmp(h, pre, cmp) || hn > 64) {
-        /* not the Muse header: everything is content */
-        g->channel = 2;
-        route(g, h, hn);
-        g->raw_done = g->raw.n;
+static int chat_event(void *user, const mu_chat_event *ev) {
+    api_gen *g = user;
+    if (ev->kind == MU_CHAT_REASONING) mu_http_buf_add(&g->reasoning, ev->text, ev->len);
+    else if (ev->kind == MU_CHAT_CONTENT) mu_http_buf_add(&g->content, ev->text, ev->len);
+    else if (ev->kind == MU_CHAT_TOOL_CALL) {
+        if (!g->tool_calls) g->tool_calls = json_array();
+        json_t *args = json_loads(ev->arguments, 0, NULL);
+        json_t *c = json_pack("{s:s,s:o}", "name", ev->name, "arguments", args ? args : json_object());
+        if (c) json_array_append_new(g->tool_calls, c);
     }
-}
-
-static void header_end(api_gen *g) {
-    const char *h = g->raw.p ? g->raw.p + g->raw_done : "";
-    size_t hn = g->raw.n - g->raw_done;
-    if (hn >= 8 && !memcmp(h, " to=self", 8)) g->channel = 1;
-    else if (hn >= 8 && !memcmp(h, " to=user", 8)) g->channel = 2;
-    else g->channel = 2;  /* tool recipients: content (tool-call parsing reads it) */
-    g->raw_done = g->raw.n;
+    return 0;
 }
 
 static void add_token(api_gen *g, int32_t id) {
@@ -228,26 +214,14 @@ static void add_token(api_gen *g, int32_t id) {
         if (!special) mu_http_buf_add(&g->content, buf, (size_t)n);
         return;
     }
-    if (special) {
-        if (n == 11 && !memcmp(buf, "<|message|>", 11) && g->channel == 0) header_end(g);
-        else if (n == 9 && !memcmp(buf, "<|start|>", 9)) {
-            g->channel = 0;
-            g->raw_done = g->raw.n;
-        } else if ((n == 7 && (!memcmp(buf, "<|eom|>", 7) || !memcmp(buf, "<|eot|>", 7)))) {
-            g->channel = 3;  /* until the next <|start|> */
-        }
+    /* chat: the parser sees special tokens as their text (markers) */
+    mu_err err;
+    if (!g->cp && mu_chat_parser_new(&g->cp, &err)) {
+        g->chat = false;  /* out of memory: plain text */
+        if (!special) mu_http_buf_add(&g->content, buf, (size_t)n);
         return;
     }
-    if (g->channel == 0) {
-        /* after <|start|> the role "assistant" comes first */
-        if (g->raw.n == g->raw_done && n >= 9 && !memcmp(buf, "assistant", 9)) {
-            header_text(g, buf + 9, (size_t)n - 9);
-            return;
-        }
-        header_text(g, buf, (size_t)n);
-        return;
-    }
-    route(g, buf, (size_t)n);
+    mu_chat_parser_feed(g->cp, buf, (size_t)n, chat_event, g, &err);
 }
 
 /* Looks for stop strings in content not yet sent; returns true on a match. */
@@ -321,6 +295,11 @@ bool api_gen_step(api_gen *g, int fd) {
         g->finish = API_FINISH_CANCEL;
     }
     if (g->finish) {
+        if (g->cp) {
+            mu_err err;
+            mu_chat_parser_finish(g->cp, chat_event, g, &err);
+            if (g->finish == API_FINISH_WORD) find_stop(g);
+        }
         mu_job_get_stats(g->job, &g->st);
         g->st.n_gen = g->n_ids;
         if (g->finish == API_FINISH_ERROR && !g->err[0])
@@ -356,19 +335,6 @@ static const char *take(api_gen *g, mu_http_buf *b, size_t *sent, bool is_conten
             end -= hold;
         }
     }
-    if (is_content && g->hold_marker && b->p) {
-        size_t ml = strlen(g->hold_marker);
-        const char *m = memmem(b->p, b->n, g->hold_marker, ml);
-        if (m) {
-            if ((size_t)(m - b->p) < end) end = (size_t)(m - b->p);
-        } else if (!g->finish) {
-            for (size_t k = ml - 1; k > 0; k--)
-                if (k <= end && !memcmp(b->p + end - k, g->hold_marker, k)) {
-                    end -= k;
-                    break;
-                }
-        }
-    }
     if (end < *sent) end = *sent;
     *n = end - *sent;
     const char *p = b->p ? b->p + *sent : "";
@@ -387,7 +353,10 @@ void api_gen_free(api_gen *g) {
     g->job = NULL;
     for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
     g->n_stops = 0;
-    mu_http_buf_free(&g->raw);
+    mu_chat_parser_free(g->cp);
+    g->cp = NULL;
+    json_decref(g->tool_calls);
+    g->tool_calls = NULL;
     mu_http_buf_free(&g->content);
     mu_http_buf_free(&g->reasoning);
     free(g->ids);

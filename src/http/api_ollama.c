@@ -56,17 +56,12 @@ static json_t *delta_record(ol_state *s, const char *cs, size_t nc, const char *
 static json_t *done_record(ol_state *s, const char *cs, size_t nc, const char *rs, size_t nr) {
     api_gen *g = &s->g;
     json_t *o = delta_record(s, cs, nc, rs, nr);
-    if (s->chat && g->content.p) {
-        const char *m = memmem(g->content.p, g->content.n, API_TOOL_MARK, strlen(API_TOOL_MARK));
-        json_t *calls = m ? api_tool_calls(m, g->content.n - (size_t)(m - g->content.p)) : NULL;
-        if (json_array_size(calls)) {
-            json_t *arr = json_array();
-            size_t i;
-            json_t *c;
-            json_array_foreach(calls, i, c) json_array_append_new(arr, json_pack("{s:O}", "function", c));
-            json_object_set_new(json_object_get(o, "message"), "tool_calls", arr);
-        }
-        json_decref(calls);
+    if (s->chat && json_array_size(g->tool_calls)) {
+        json_t *arr = json_array();
+        size_t i;
+        json_t *c;
+        json_array_foreach(g->tool_calls, i, c) json_array_append_new(arr, json_pack("{s:O}", "function", c));
+        json_object_set_new(json_object_get(o, "message"), "tool_calls", arr);
     }
     const mu_job_stats *st = &g->st;
     double total_ms = st->queue_ms + st->prompt_ms + st->gen_ms;
@@ -147,7 +142,6 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     s->a = a;
     s->chat = chat;
     s->g.chat = true;
-    s->g.hold_marker = use_tools ? API_TOOL_MARK : NULL;
     s->think = mu_jc_bool(body, "think", true);
     if (mu_jc_bool(body, "stream", true)) {
         mu_http_reply_stream(r, "application/x-ndjson", ol_produce, ol_release, s);

@@ -12,7 +12,6 @@
 
 #include "api.h"
 
-#define TOOL_MARK API_TOOL_MARK
 
 static void new_id(char *buf, size_t cap, const char *prefix) {
     static unsigned long long ctr;
@@ -240,16 +239,9 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
                 return 1;
             }
             bool has_tools = false;
-            if (s->chat && s->tools) {
-                const char *m = s->g.content.p ? memmem(s->g.content.p, s->g.content.n, TOOL_MARK, strlen(TOOL_MARK)) : NULL;
-                if (m) {
-                    json_t *calls = api_tool_calls(m, s->g.content.n - (size_t)(m - s->g.content.p));
-                    if (json_array_size(calls)) {
-                        has_tools = true;
-                        sse(out, chunk(s, json_pack("{s:o}", "tool_calls", openai_tool_calls(calls)), NULL, NULL));
-                    }
-                    json_decref(calls);
-                }
+            if (s->chat && json_array_size(s->g.tool_calls)) {
+                has_tools = true;
+                sse(out, chunk(s, json_pack("{s:o}", "tool_calls", openai_tool_calls(s->g.tool_calls)), NULL, NULL));
             }
             json_t *fin = chunk(s, s->chat ? json_object() : json_string(""),
                                 json_string(finish_name(s->g.finish, has_tools)), NULL);
@@ -332,7 +324,6 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     s->chat = true;
     s->g.chat = true;
     s->g.want_toks = q.logprobs;
-    s->g.hold_marker = use_tools ? TOOL_MARK : NULL;
     s->logprobs = q.logprobs;
     s->tools = use_tools;
     s->created = api_unix_now();
@@ -351,16 +342,11 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     const char *rs = api_gen_take_reasoning(&s->g, &nr);
     const char *cs = api_gen_take_content(&s->g, &nc);
     json_t *msg = json_pack("{s:s}", "role", "assistant");
-    json_t *calls = NULL;
-    if (use_tools && s->g.content.p) {
-        const char *m = memmem(s->g.content.p, s->g.content.n, TOOL_MARK, strlen(TOOL_MARK));
-        if (m) calls = api_tool_calls(m, s->g.content.n - (size_t)(m - s->g.content.p));
-    }
+    json_t *calls = s->g.tool_calls;
     bool has_calls = json_array_size(calls) > 0;
     json_object_set_new(msg, "content", has_calls && nc == 0 ? json_null() : api_json_text(cs, nc));
     if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
     if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
-    json_decref(calls);
     json_t *choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs",
                                q.logprobs ? logprobs_range(&s->g, 0, s->g.n_ids) : json_null(), "finish_reason",
                                finish_name(s->g.finish, has_calls));

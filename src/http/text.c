@@ -1,15 +1,15 @@
 /* text.c: binds the server's text interface (api.h mu_http_text) to the
  * model's tokenizer (model/tokenizer.h) and chat template (model/jinja.h).
- * Owns: the template context the server renders (messages, tools,
- * add_generation_prompt, bos/eos token texts, reasoning strength) and the
- * built-in Muse format used when the GGUF has no template.
- * Does not own: tokenization or template semantics.
+ * Owns: which tokenizer and template the server uses (the GGUF's template,
+ * or the built-in Muse template when it has none) and the bos/eos texts.
+ * Does not own: tokenization, template semantics or output parsing
+ * (model/tokenizer.h, model/chat.h).
  * Design: a thin adapter, so a richer chat module (model/chat.h) replaces
  * render() in one place. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/jinja.h"
+#include "../model/chat.h"
 #include "../model/model.h"
 #include "../model/tokenizer.h"
 #include "api.h"
@@ -45,39 +45,11 @@ static bool t_special(void *ctx, int32_t id) {
     return (mu_tok_attr(t->tok, id) & (MU_TOK_ATTR_CONTROL | MU_TOK_ATTR_UNKNOWN)) != 0;
 }
 
-static int builtin(text_ctx *t, const json_t *msgs, bool add_gen, char **out, mu_err *err) {
-    mu_http_buf b = {0};
-    mu_http_buf_str(&b, t->bos);
-    size_t i;
-    json_t *m;
-    json_array_foreach(msgs, i, m) {
-        mu_http_buf_fmt(&b, "<|start|>%s<|message|>", json_string_value(json_object_get(m, "role")));
-        json_t *c = json_object_get(m, "content");
-        if (json_is_string(c)) mu_http_buf_add(&b, json_string_value(c), json_string_length(c));
-        mu_http_buf_str(&b, "<|eot|>");
-    }
-    if (add_gen) mu_http_buf_str(&b, "<|start|>assistant");
-    if (b.oom) {
-        mu_http_buf_free(&b);
-        return mu_fail(err, MU_E_NOMEM, "chat: out of memory");
-    }
-    *out = b.p ? b.p : strdup("");
-    return *out ? 0 : mu_fail(err, MU_E_NOMEM, "chat: out of memory");
-}
-
 static int t_render(void *ctx, const json_t *msgs, const json_t *tools, const char *reasoning, bool add_gen, char **out,
                     mu_err *err) {
     text_ctx *t = ctx;
-    if (!t->tmpl) return builtin(t, msgs, add_gen, out, err);
-    json_t *c = json_pack("{s:O,s:b,s:s,s:s}", "messages", msgs, "add_generation_prompt", add_gen, "bos_token", t->bos,
-                          "eos_token", t->eos);
-    if (!c) return mu_fail(err, MU_E_NOMEM, "chat: out of memory");
-    if (tools) json_object_set(c, "tools", (json_t *)tools);
-    if (reasoning) json_object_set_new(c, "reasoning_effort", json_string(reasoning));
-    size_t len = 0;
-    int rc = mu_jinja_render(t->tmpl, t->tmpl_len, c, out, &len, err);
-    json_decref(c);
-    return rc;
+    return mu_chat_render(t->tmpl, msgs, tools, reasoning, add_gen, t->bos[0] ? t->bos : NULL,
+                          t->eos[0] ? t->eos : NULL, out, err);
 }
 
 static void token_text(const mu_tok *tok, int32_t id, char *buf, size_t cap) {
