@@ -40,7 +40,7 @@
 
 /* ---- configuration ------------------------------------------------------ */
 
-enum { FT_F32, FT_F16, FT_BF16, FT_Q8_0, FT_Q4_K, FT_Q5_K, FT_Q6_K, FT_Q4_K_M };
+enum { FT_F32, FT_F16, FT_BF16, FT_Q8_0, FT_Q4_K, FT_Q5_K, FT_Q6_K, FT_Q4_K_M, FT_Q4_K_S, FT_Q5_K_S, FT_Q5_K_M };
 static const struct {
     const char *name, *label;
     uint32_t type;     /* base tensor type */
@@ -50,6 +50,8 @@ static const struct {
     [FT_BF16] = {"bf16", "BF16", MU_T_BF16, 32},    [FT_Q8_0] = {"q8_0", "Q8_0", MU_T_Q8_0, 7},
     [FT_Q4_K] = {"q4_k", "Q4_K", MU_T_Q4_K, 14},    [FT_Q5_K] = {"q5_k", "Q5_K", MU_T_Q5_K, 16},
     [FT_Q6_K] = {"q6_k", "Q6_K", MU_T_Q6_K, 18},    [FT_Q4_K_M] = {"q4_k_m", "Q4_K_M", MU_T_Q4_K, 15},
+    [FT_Q4_K_S] = {"q4_k_s", "Q4_K_S", MU_T_Q4_K, 14}, [FT_Q5_K_S] = {"q5_k_s", "Q5_K_S", MU_T_Q5_K, 16},
+    [FT_Q5_K_M] = {"q5_k_m", "Q5_K_M", MU_T_Q5_K, 17},
 };
 #define N_FTYPES (int)(sizeof FTYPES / sizeof FTYPES[0])
 
@@ -94,7 +96,8 @@ static int usage(void) {
             "  --pattern N                     period: layer il slides iff il %% N < N-1, written as a scalar\n"
             "  --pattern-bools 1,1,1,0,...     one flag per layer (1 = sliding), written as a bool array\n"
             "                                  (default: bool array from period 4)\n"
-            "  --type f32|f16|bf16|q8_0|q4_k|q5_k|q6_k|q4_k_m   (q4_k_m)\n"
+            "  --type f32|f16|bf16|q8_0|q4_k|q5_k|q6_k   one type for every matrix\n"
+            "         q4_k_m|q4_k_s|q5_k_m|q5_k_s      llama.cpp's mixes (default q4_k_m)\n"
             "  --seed S                        (1)\n"
             "  --softcap X | --no-softcap      final logit softcap (20); --no-softcap omits the key\n"
             "  --logit-scale X                 (0.19611613)\n"
@@ -182,9 +185,20 @@ static uint64_t hash_str(const char *s) {
 /* Picks the stored type of a matrix; returns 0 or prints the error. */
 static int matrix_type(const gen_cfg *c, const char *role, int il, int64_t ne0, uint32_t *out) {
     uint32_t t = FTYPES[c->ftype].type;
-    if (c->ftype == FT_Q4_K_M) {
-        if (!strcmp(role, "output")) t = MU_T_Q6_K;
-        else if ((!strcmp(role, "attn_v") || !strcmp(role, "ffn_down")) && use_more_bits(il, c->n_layer)) t = MU_T_Q6_K;
+    bool output = !strcmp(role, "output"), attn_v = !strcmp(role, "attn_v"), ffn_down = !strcmp(role, "ffn_down");
+    /* llama.cpp's mixes (llama_tensor_get_type); the single types stay uniform, like llama-quantize --pure */
+    switch (c->ftype) {
+    case FT_Q4_K_M:
+    case FT_Q5_K_M:
+        if (output || ((attn_v || ffn_down) && use_more_bits(il, c->n_layer))) t = MU_T_Q6_K;
+        break;
+    case FT_Q4_K_S:
+        if (output) t = MU_T_Q6_K;
+        else if ((attn_v && il < 4) || (ffn_down && il < c->n_layer / 8)) t = MU_T_Q5_K;
+        break;
+    case FT_Q5_K_S:
+        if (output) t = MU_T_Q6_K;
+        break;
     }
     const mu_type_info *ti = mu_type_get(t);
     if (ne0 % ti->blck) {
@@ -566,7 +580,7 @@ static int parse_args(int argc, char **argv, gen_cfg *c) {
             custom = true;
         } else if (!strcmp(a, "--type")) {
             if ((c->ftype = parse_ftype(v)) < 0)
-                return cli_fail("muser gen: unknown type (f32 f16 bf16 q8_0 q4_k q5_k q6_k q4_k_m): %s", v);
+                return cli_fail("muser gen: unknown type (f32 f16 bf16 q8_0 q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q5_k_s): %s", v);
         } else if (!strcmp(a, "--seed")) {
             long long s;
             if (!cli_int(v, 0, INT64_MAX, &s)) return cli_fail("muser gen: --seed needs a non-negative integer: %s", v);
