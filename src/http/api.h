@@ -132,9 +132,6 @@ bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const j
 /* prompt: a string (tokenized with BOS) or an array of token ids (as given).
  * text (optional): the prompt as text, malloc'ed. */
 bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text);
-/* Parses a Muse tool-call block into [{name, arguments (object)}]. */
-json_t *api_tool_calls(const char *s, size_t n);
-#define API_TOOL_MARK "<atem:function_calls>"
 
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);

@@ -1,8 +1,9 @@
 /* api_gen.c: the generation driver and helpers the three adapters share.
  * Owns: prompt tokenization (BOS rule), submitting a job and answering
  * 400/429 when that fails, turning token ids into text (UTF-8 assembly,
- * special tokens hidden, the Muse channel header " to=self" / " to=user"
- * routed to reasoning or content), stop strings (the text after a match is
+ * special tokens hidden; for chat, the text with its markers goes through
+ * model/chat.h's streaming parser into reasoning, content and tool calls),
+ * stop strings (the text after a match is
  * cut and the job cancelled; bytes that may start a stop string are held
  * back), sampling defaults, model-id checks, timings.
  * Does not own: protocol shapes (api_openai.c, api_llamacpp.c, api_ollama.c).

@@ -1,5 +1,5 @@
 /* api_openai.c: the OpenAI protocol: /v1/chat/completions, /v1/completions,
- * /v1/models, and the Muse tool-call block parser shared with Ollama.
+ * /v1/models.
  * Owns: request -> prompt (message normalization, template, tokenization),
  * the response and SSE chunk shapes, usage and logprobs objects.
  * Does not own: validation tables (api.c), the generation loop (api_gen.c).
@@ -21,46 +21,7 @@ static void new_id(char *buf, size_t cap, const char *prefix) {
 
 /* ---- tool calls --------------------------------------------------------- */
 
-static const char *find(const char *s, const char *end, const char *what) {
-    size_t l = strlen(what);
-    if ((size_t)(end - s) < l) return NULL;
-    return memmem(s, (size_t)(end - s), what, l);
-}
-
-json_t *api_tool_calls(const char *s, size_t n) {
-    /* <atem:function_calls><atem:invoke name="F"><atem:parameter name="P">v</atem:parameter>...</atem:invoke>... */
-    json_t *calls = json_array();
-    const char *end = s + n, *p = s;
-    while (calls && (p = find(p, end, "<atem:invoke name=\"")) != NULL) {
-        p += strlen("<atem:invoke name=\"");
-        const char *q = memchr(p, '"', (size_t)(end - p));
-        if (!q) break;
-        json_t *args = json_object();
-        json_t *call = json_pack("{s:s%,s:o}", "name", p, (size_t)(q - p), "arguments", args);
-        if (!call) break;
-        const char *close = find(q, end, "</atem:invoke>");
-        const char *lim = close ? close : end;
-        const char *a = q;
-        while ((a = find(a, lim, "<atem:parameter name=\"")) != NULL) {
-            a += strlen("<atem:parameter name=\"");
-            const char *aq = memchr(a, '"', (size_t)(lim - a));
-            if (!aq || aq + 2 > lim || aq[1] != '>') break;
-            const char *v = aq + 2;
-            const char *ve = find(v, lim, "</atem:parameter>");
-            if (!ve) ve = lim;
-            json_t *val = json_loadb(v, (size_t)(ve - v), JSON_DECODE_ANY, NULL);
-            if (!val) val = api_json_text(v, (size_t)(ve - v));
-            char key[256];
-            snprintf(key, sizeof key, "%.*s", (int)(aq - a), a);
-            json_object_set_new(args, key, val);
-            a = ve;
-        }
-        json_array_append_new(calls, call);
-        p = lim;
-    }
-    return calls;
-}
-
+/* [{name, arguments (object)}] from the chat parser -> OpenAI tool_calls. */
 static json_t *openai_tool_calls(const json_t *calls) {
     json_t *out = json_array();
     size_t i;

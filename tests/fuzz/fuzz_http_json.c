@@ -1,6 +1,6 @@
 /* fuzz_http_json.c: request bodies through the strict parser and every
- * route's schema; raw bytes through the tool-call parser and the UTF-8
- * repair used for output text. None may crash, leak or read out of bounds. */
+ * route's schema; raw bytes through the UTF-8 boundary and repair helpers
+ * used for output text. None may crash, leak or read out of bounds. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +20,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) mu_jc_check(j, api_schema(paths[i]), &err);
         json_decref(j);
     }
-    json_decref(api_tool_calls((const char *)data, size));
     json_decref(api_json_text((const char *)data, size));
     (void)api_utf8_complete((const char *)data, size);
     return 0;

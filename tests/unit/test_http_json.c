@@ -1,6 +1,6 @@
 /* test_http_json.c: strict request validation (jcheck + every route schema),
  * server policy helpers (bind rule, key file, key compare, status mapping),
- * text helpers (UTF-8 boundary, tool-call parsing). No model needed. */
+ * text helpers (UTF-8 boundary, repair). No model needed. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -187,20 +187,6 @@ static void test_text_helpers(void **st) {
     assert_string_equal(json_string_value(s), "a\xEF\xBF\xBD" "b");
     json_decref(s);
 
-    const char *blk = "<atem:function_calls><atem:invoke name=\"get_weather\"><atem:parameter name=\"city\">Paris"
-                      "</atem:parameter><atem:parameter name=\"days\">3</atem:parameter><atem:parameter name=\"o\">"
-                      "{\"a\":[1]}</atem:parameter></atem:invoke></atem:function_calls>";
-    json_t *calls = api_tool_calls(blk, strlen(blk));
-    assert_int_equal(json_array_size(calls), 1);
-    json_t *c = json_array_get(calls, 0);
-    assert_string_equal(json_string_value(json_object_get(c, "name")), "get_weather");
-    json_t *args = json_object_get(c, "arguments");
-    assert_string_equal(json_string_value(json_object_get(args, "city")), "Paris");
-    assert_int_equal(json_integer_value(json_object_get(args, "days")), 3);
-    assert_true(json_is_object(json_object_get(args, "o")));
-    json_decref(calls);
-    /* truncated blocks do not crash */
-    for (size_t n = 0; n < strlen(blk); n += 7) json_decref(api_tool_calls(blk, n));
 }
 
 int main(void) {
