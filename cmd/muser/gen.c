@@ -87,8 +87,8 @@ static const char DEFAULT_TEMPLATE[] =
     "{{ bos_token }}{% for m in messages %}<|start|>{{ m['role'] }}<|message|>{{ m['content'] }}<|eot|>"
     "{% endfor %}{% if add_generation_prompt %}<|start|>assistant{% endif %}";
 
-static int usage(void) {
-    fprintf(stderr,
+static void usage(FILE *f) {
+    fprintf(f,
             "usage: muser gen -o OUT.gguf [options]\n"
             "  --preset tiny|fixture|1b|full   geometry defaults (tiny)\n"
             "  --layers N --embd N --ff N --heads N --kv-heads N --head-dim N --vocab N\n"
@@ -109,7 +109,6 @@ static int usage(void) {
             "  --eom-key                       also write tokenizer.ggml.eom_token_id (llama.cpp then stops on <|eom|>)\n"
             "  --quant auto|careful|fast       K-quant search (auto: careful up to 5e8 weights)\n"
             "  --threads N                     worker threads (all cores); output does not depend on it\n");
-    return 1;
 }
 
 static int parse_ftype(const char *s) {
@@ -546,7 +545,7 @@ static int parse_args(int argc, char **argv, gen_cfg *c) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage();
+            usage(stdout);
             return -1;
         }
         /* flags without a value */

@@ -61,6 +61,15 @@ hf=$(sha256sum <"$T/f.gguf" | cut -c1-64)
 [ "$hf" = c4a996da1040894524c2997b6243cc329902ea003957843ff106271c2f00e537 ] && [ "$hf" != "$ha" ] \
   && ok "--quant fast (pinned)" || bad "--quant fast: output changed or equals careful ($hf)"
 
+# llama.cpp's Q4_K_M rule: Q6_K attn_v/ffn_down where use_more_bits(il, n):
+# il < n/8 || il >= 7n/8 || (il - n/8) % 3 == 2; for 16 layers: 0 1 4 7 10 13 14 15
+if [ $has_info = 1 ]; then
+  "$MUSER" gen -o "$T/m.gguf" --layers 16 --embd 256 --ff 256 --heads 2 --kv-heads 1 --head-dim 128 --type q4_k_m 2>/dev/null
+  got=$("$MUSER" info -m "$T/m.gguf" --tensors | awk '$2 ~ /attn_v|ffn_down/ && $3 == "Q6_K" {split($2, a, "."); print a[2]}' | sort -n | uniq | tr '\n' ' ')
+  out=$("$MUSER" info -m "$T/m.gguf" --tensors | awk '$2 == "output.weight" {print $3}')
+  [ "$got" = "0 1 4 7 10 13 14 15 " ] && [ "$out" = Q6_K ] && ok "Q4_K_M layer rule" || bad "Q4_K_M layer rule: Q6_K layers '$got', output $out"
+fi
+
 # geometry and key options
 "$MUSER" gen -o "$T/p.gguf" --layers 3 --embd 256 --ff 256 --heads 2 --kv-heads 1 --head-dim 64 --vocab 300 \
   --pattern-bools 1,0,1 --no-softcap --type q8_0 2>/dev/null && ok "custom geometry" || bad "custom geometry"
