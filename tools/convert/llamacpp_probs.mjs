@@ -28,7 +28,8 @@ for (const t of spec.tokenize ?? []) {
 }
 const nPredict = spec.n_predict ?? 48, top = 2 * (spec.top ?? 8);  // twice the reference top-k, so the comparison sees all of it
 for (const g of spec.generate ?? []) {
-  const prompt = g.prompt_ids ?? g.ids ?? [model.tokens.bos, ...model.tokenize(g.text, false)];
+  // "special": true parses special-token texts in the prompt (chat prompts)
+  const prompt = g.prompt_ids ?? g.ids ?? [model.tokens.bos, ...model.tokenize(g.text, g.special === true)];
   const n = g.steps ? g.steps.length : nPredict;
   const ctx = await model.createContext({contextSize: 2048, batchSize: 512, flashAttention: false, threads: 2});
   const seq = ctx.getSequence();
