@@ -1,0 +1,910 @@
+/* chat.c: `muser chat`: an interactive terminal chat on one model.
+ *   muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh]
+ *              [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+ *              [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern NAME]
+ *              [--color auto|always|never] [--stats] [--ignore-eos]
+ * User guide: docs/chat.md.
+ *
+ * Owns: the conversation (a JSON array of OpenAI-shaped messages), the line
+ * editor (libedit, only when stdin is a terminal; plain lines otherwise), the
+ * slash commands, turning the model's output into terminal text (reasoning
+ * dim or between markers, answer plain, tool calls on their own line) and
+ * the SIGINT policy (Ctrl-C stops the answer being generated, clears the line
+ * at the prompt, never ends the program from a terminal).
+ * Does not own: templates, tokenization, output parsing (model/chat.h,
+ * model/tokenizer.h) or the forward pass (muser.h).
+ *
+ * Key design choice: every turn renders the WHOLE conversation with the chat
+ * template and tokenizes it, then keeps the longest common prefix of the
+ * tokens already in the session's KV cache and feeds only the rest. This is
+ * always exactly what a fresh session would compute (no drift between what
+ * the template says and what the cache holds), and costs only the new tokens
+ * when the template is stable. When the cache cannot be cut back (a sliding
+ * layer's ring has already dropped the rows, MU_E_STATE) the session is reset
+ * and the conversation fed again from scratch. */
+#include <errno.h>
+#include <histedit.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "../../include/muser.h"
+#include "../../src/model/chat.h"
+#include "../../src/model/model.h"
+#include "../../src/model/tokenizer.h"
+#include "cli.h"
+
+#define PREFILL_CHUNK 512   /* tokens per forward while feeding a prompt: Ctrl-C is checked between */
+#define MAX_LINE (1u << 20) /* bytes of one user message */
+
+static volatile sig_atomic_t g_interrupt;
+
+static void on_sigint(int sig) {
+    (void)sig;
+    g_interrupt = 1;
+}
+
+/* While reading input SIGINT must interrupt the blocked read (no SA_RESTART:
+ * el_gets/getline return EINTR); everywhere else system calls restart, so a
+ * Ctrl-C never cuts a write to the terminal short. */
+static void sigint_install(bool restart) {
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sa.sa_flags = restart ? SA_RESTART : 0;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, NULL);
+}
+
+/* ---- small growable string -------------------------------------------- */
+
+typedef struct {
+    char *p;
+    size_t n, cap;
+    bool oom;
+} sbuf;
+
+static void sb_add(sbuf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *q = realloc(b->p, cap);
+        if (!q) {
+            b->oom = true;
+            return;
+        }
+        b->p = q;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+static void sb_clear(sbuf *b) {
+    b->n = 0;
+    if (b->p) b->p[0] = 0;
+    b->oom = false;
+}
+
+static const char *sb_str(const sbuf *b) { return b->p ? b->p : ""; }
+
+/* ---- state ------------------------------------------------------------ */
+
+enum { SEC_NONE, SEC_REASONING, SEC_CONTENT, SEC_TOOL };
+enum { STOP_EOT, STOP_LIMIT, STOP_CONTEXT, STOP_INTERRUPT };
+static const char *stop_name[] = {"eot", "limit", "context", "interrupt"};
+
+typedef struct {
+    mu_model *m;
+    const mu_model_info *I;
+    const mu_tok *tok;
+    mu_engine *e;
+    mu_session *s;
+    mu_sampler *smp;
+    mu_detok *detok;
+    char *tmpl;              /* the GGUF's chat template or NULL (built-in Muse) */
+    char bos[64], eos[64];   /* token texts for the template */
+    char *reasoning;         /* NULL: the template's default */
+    char *system;            /* NULL: the template's default system text */
+    json_t *msgs;            /* the conversation after the system message */
+    int32_t *cache;          /* [n_ctx] the tokens the session holds (n_past of them) */
+    int n_ctx;
+    long long n_gen_max;     /* 0: until a stop token or the context is full */
+    bool color, stats;
+    bool tty_out;            /* stdout is a terminal: filter control characters */
+    bool ignore_eos;         /* tests and benchmarks: never stop on eos/eot */
+    int32_t *force;          /* tests: MUSER_CHAT_FORCE_OUTPUT tokens replace sampling */
+    int n_force;
+    /* the answer being generated */
+    int section;
+    char last;               /* last byte written to stdout ('\n' at line start) */
+    sbuf content, reasoning_text;
+    json_t *tool_calls;
+} chat;
+
+/* ---- output ----------------------------------------------------------- */
+
+#define DIM "\033[2m"
+#define CYAN "\033[36m"
+#define RESET "\033[0m"
+
+/* Writes text. On a terminal, control characters the model (or a file name)
+ * may contain are shown, not obeyed: C0 bytes other than \n and \t as ^X,
+ * DEL as ^?, C1 code points (U+0080..U+009F) as U+FFFD, and \r is dropped,
+ * so generated text can never move the cursor, clear the screen or retitle
+ * the window. Elsewhere the bytes pass through unchanged. */
+static void out(chat *c, const char *s, size_t n) {
+    if (!n) return;
+    if (!c->tty_out) {
+        fwrite(s, 1, n, stdout);
+        c->last = s[n - 1];
+        return;
+    }
+    size_t run = 0; /* start of the pending run of harmless bytes */
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)s[i];
+        bool c0 = (b < 0x20 && b != '\n' && b != '\t') || b == 0x7f;
+        bool c1 = b == 0xc2 && i + 1 < n && (unsigned char)s[i + 1] >= 0x80 && (unsigned char)s[i + 1] <= 0x9f;
+        if (!c0 && !c1) continue;
+        fwrite(s + run, 1, i - run, stdout);
+        if (c1) {
+            fputs("\xEF\xBF\xBD", stdout);
+            i++;
+        } else if (b != '\r') {
+            char caret[3] = {'^', b == 0x7f ? '?' : (char)(b + 64), 0};
+            fputs(caret, stdout);
+        }
+        run = i + 1;
+    }
+    fwrite(s + run, 1, n - run, stdout);
+    c->last = s[n - 1] == '\r' ? c->last : s[n - 1];
+}
+
+/* Our own escape sequences (colours), never filtered. */
+static void esc(const char *code) { fputs(code, stdout); }
+
+static void outs(chat *c, const char *s) { out(c, s, strlen(s)); }
+
+static void newline_if_needed(chat *c) {
+    if (c->last != '\n') outs(c, "\n");
+}
+
+/* Leaves the current section (closing its colour or marker). */
+static void section_end(chat *c) {
+    if (c->section == SEC_REASONING) {
+        if (c->color) {
+            esc(RESET);
+            newline_if_needed(c);
+        } else {
+            newline_if_needed(c);
+            outs(c, "[/reasoning]\n");
+        }
+    }
+    c->section = SEC_NONE;
+}
+
+static void section_begin(chat *c, int sec) {
+    if (c->section == sec) return;
+    section_end(c);
+    if (sec == SEC_REASONING) {
+        newline_if_needed(c);
+        if (c->color) esc(DIM);
+        else outs(c, "[reasoning]\n");
+    } else if (sec == SEC_CONTENT && c->last != '\n' && c->last != 0) {
+        outs(c, "\n");
+    }
+    c->section = sec;
+}
+
+/* A short note on its own line (stdout, dim on a terminal). */
+static void note(chat *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void note(chat *c, const char *fmt, ...) {
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    newline_if_needed(c);
+    if (c->color) esc(DIM);
+    outs(c, buf);
+    if (c->color) esc(RESET);
+    outs(c, "\n");
+    fflush(stdout);
+}
+
+static int on_event(void *user, const mu_chat_event *ev) {
+    chat *c = user;
+    if (ev->kind == MU_CHAT_REASONING) {
+        section_begin(c, SEC_REASONING);
+        out(c, ev->text, ev->len);
+        sb_add(&c->reasoning_text, ev->text, ev->len);
+    } else if (ev->kind == MU_CHAT_CONTENT) {
+        section_begin(c, SEC_CONTENT);
+        out(c, ev->text, ev->len);
+        sb_add(&c->content, ev->text, ev->len);
+    } else if (ev->kind == MU_CHAT_TOOL_CALL) {
+        section_begin(c, SEC_TOOL);
+        newline_if_needed(c);
+        if (c->color) esc(CYAN);
+        outs(c, "[tool call] ");
+        outs(c, ev->name);
+        outs(c, " ");
+        outs(c, ev->arguments);
+        if (c->color) esc(RESET);
+        outs(c, "\n");
+        char id[32];
+        snprintf(id, sizeof id, "call_%d", ev->index);
+        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", ev->name,
+                                 "arguments", ev->arguments);
+        if (call) json_array_append_new(c->tool_calls, call);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* ---- the conversation ------------------------------------------------- */
+
+/* The messages as the template sees them: the system message first when set. */
+static json_t *conversation(const chat *c) {
+    json_t *all = json_array();
+    if (!all) return NULL;
+    if (c->system) json_array_append_new(all, json_pack("{s:s,s:s}", "role", "system", "content", c->system));
+    json_array_extend(all, c->msgs);
+    return all;
+}
+
+static void chat_reset(chat *c) {
+    json_array_clear(c->msgs);
+    mu_session_reset(c->s);
+}
+
+/* Renders and tokenizes the conversation (with the generation prompt).
+ * Prints the error line and returns 1 on failure. */
+static int chat_prompt_tokens(chat *c, int32_t **ids, int *n) {
+    mu_err err = {0};
+    json_t *all = conversation(c);
+    if (!all) return cli_fail("muser chat: out of memory");
+    char *text = NULL;
+    int rc = mu_chat_render(c->tmpl, all, NULL, c->reasoning, true, c->bos, c->eos, &text, &err);
+    json_decref(all);
+    if (rc) return cli_fail("muser chat: %s", err.msg);
+    int32_t *t = NULL;
+    int k = 0;
+    rc = mu_tok_encode(c->tok, text, strlen(text), true, &t, &k, &err);
+    free(text);
+    if (rc) return cli_fail("muser chat: %s", err.msg);
+    bool bos = c->I->add_bos && c->I->bos >= 0 && !(k > 0 && t[0] == c->I->bos);
+    if (bos) {
+        int32_t *t2 = malloc(((size_t)k + 1) * sizeof *t2);
+        if (!t2) {
+            free(t);
+            return cli_fail("muser chat: out of memory");
+        }
+        t2[0] = c->I->bos;
+        if (k) memcpy(t2 + 1, t, (size_t)k * sizeof *t);
+        free(t);
+        t = t2;
+        k++;
+    }
+    *ids = t;
+    *n = k;
+    return 0;
+}
+
+/* Makes the session hold ids[0..n) and leaves the logits of the last one.
+ * *reused: tokens kept from the cache. Returns 0, 1 (error printed) or 2
+ * (interrupted; the session holds a prefix, c->cache says which). */
+static int chat_feed(chat *c, const int32_t *ids, int n, int *reused) {
+    mu_err err = {0};
+    int n_past = mu_session_n_past(c->s);
+    int keep = 0;
+    while (keep < n_past && keep < n && c->cache[keep] == ids[keep]) keep++;
+    if (keep == n) keep = n - 1; /* the last token must run to give logits */
+    if (keep < n_past && mu_session_truncate(c->s, keep, &err)) {
+        if (err.code != MU_E_STATE) return cli_fail("muser chat: %s", err.msg);
+        mu_session_reset(c->s); /* a sliding ring dropped rows: start over */
+        keep = 0;
+    }
+    *reused = keep;
+    for (int pos = keep; pos < n;) {
+        if (g_interrupt) return 2;
+        int k = n - pos < PREFILL_CHUNK ? n - pos : PREFILL_CHUNK;
+        mu_batch_item it = {.s = c->s, .tokens = ids + pos, .n_tokens = k};
+        if (mu_forward(c->e, &it, 1, &err)) {
+            mu_session_reset(c->s);
+            return cli_fail("muser chat: %s", err.msg);
+        }
+        memcpy(c->cache + pos, ids + pos, (size_t)k * sizeof *ids);
+        pos += k;
+    }
+    return 0;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* Feeds the decoded bytes of one token (or the detokenizer's tail) to the parser. */
+static int parse_text(chat *c, mu_chat_parser *p, const char *s, size_t n) {
+    mu_err err = {0};
+    if (n && mu_chat_parser_feed(p, s, n, on_event, c, &err)) return cli_fail("muser chat: %s", err.msg);
+    return 0;
+}
+
+/* One user message -> one streamed answer. Returns 0, or 1 after printing
+ * why (the user message is then dropped from the conversation). */
+static int chat_turn(chat *c, const char *text) {
+    mu_err err = {0};
+    json_t *content = json_string(text);
+    if (!content) return cli_fail("muser chat: the message is not valid UTF-8");
+    json_t *msg = json_pack("{s:s,s:o}", "role", "user", "content", content);
+    if (!msg || json_array_append_new(c->msgs, msg)) return cli_fail("muser chat: out of memory");
+    size_t n_msgs = json_array_size(c->msgs);
+
+    int32_t *ids = NULL;
+    int n = 0, reused = 0, rc = 1;
+    mu_chat_parser *p = NULL;
+    if (chat_prompt_tokens(c, &ids, &n)) goto drop;
+    if (n + 1 > c->n_ctx) {
+        cli_fail("muser chat: the conversation (%d tokens) does not fit the context (%d); /reset or a larger --ctx",
+                 n, c->n_ctx);
+        goto drop;
+    }
+    double t0 = now_s();
+    g_interrupt = 0;
+    int fr = chat_feed(c, ids, n, &reused);
+    if (fr == 1) goto drop;
+    if (fr == 2) {
+        note(c, "[stopped]");
+        rc = 0;
+        goto drop;
+    }
+    double t1 = now_s();
+
+    if (mu_chat_parser_new(&p, &err)) {
+        cli_fail("muser chat: %s", err.msg);
+        goto drop;
+    }
+    mu_detok_reset(c->detok);
+    sb_clear(&c->content);
+    sb_clear(&c->reasoning_text);
+    json_array_clear(c->tool_calls);
+    c->section = SEC_NONE;
+    c->last = '\n';
+
+    int stop = STOP_EOT, n_gen = 0;
+    for (;;) {
+        if (g_interrupt) {
+            stop = STOP_INTERRUPT;
+            break;
+        }
+        int32_t id = mu_sampler_sample(c->smp, mu_session_logits(c->s, -1));
+        if (c->force) {
+            if (n_gen >= c->n_force) break;
+            id = c->force[n_gen];
+        }
+        if (!c->ignore_eos && mu_model_is_stop(c->m, id)) break;
+        const char *piece;
+        size_t len;
+        if (mu_detok_push(c->detok, id, &piece, &len, &err)) {
+            cli_fail("muser chat: %s", err.msg);
+            goto drop_answer;
+        }
+        if (parse_text(c, p, piece, len)) goto drop_answer;
+        n_gen++;
+        if (!c->ignore_eos && mu_chat_parser_done(p)) break;
+        if (c->n_gen_max && n_gen >= c->n_gen_max) {
+            stop = STOP_LIMIT;
+            break;
+        }
+        int n_past = mu_session_n_past(c->s);
+        if (n_past >= c->n_ctx) {
+            stop = STOP_CONTEXT;
+            break;
+        }
+        mu_batch_item it = {.s = c->s, .tokens = &id, .n_tokens = 1};
+        if (mu_forward(c->e, &it, 1, &err)) {
+            mu_session_reset(c->s);
+            cli_fail("muser chat: %s", err.msg);
+            goto drop_answer;
+        }
+        c->cache[n_past] = id;
+    }
+    double t2 = now_s();
+    const char *tail;
+    size_t tail_len;
+    mu_detok_flush(c->detok, &tail, &tail_len);
+    if (parse_text(c, p, tail, tail_len)) goto drop_answer;
+    if (mu_chat_parser_finish(p, on_event, c, &err)) {
+        cli_fail("muser chat: %s", err.msg);
+        goto drop_answer;
+    }
+    section_end(c);
+    newline_if_needed(c);
+    if (stop == STOP_INTERRUPT) note(c, "[stopped]");
+    if (stop == STOP_CONTEXT) note(c, "[the context is full (%d tokens): /reset to start over]", c->n_ctx);
+    fflush(stdout);
+
+    json_t *a = json_pack("{s:s,s:s}", "role", "assistant", "content", sb_str(&c->content));
+    if (a && c->reasoning_text.n) json_object_set_new(a, "reasoning_content", json_string(sb_str(&c->reasoning_text)));
+    if (a && json_array_size(c->tool_calls)) json_object_set(a, "tool_calls", c->tool_calls);
+    if (!a || c->content.oom || c->reasoning_text.oom || json_array_append_new(c->msgs, a)) {
+        cli_fail("muser chat: out of memory");
+        goto drop_answer;
+    }
+    if (c->stats) {
+        double gen_s = t2 - t1;
+        fprintf(stderr, "[stats] answer %d tokens (%s) %.1f tok/s; prompt %d tokens (%d reused, %d fed) %.3f s\n",
+                n_gen, stop_name[stop], gen_s > 0 ? n_gen / gen_s : 0.0, n, reused, n - reused, t1 - t0);
+    }
+    g_interrupt = 0;
+    mu_chat_parser_free(p);
+    free(ids);
+    return 0;
+
+drop_answer:
+    section_end(c);
+    if (c->color) fputs(RESET, stdout);
+    newline_if_needed(c);
+    fflush(stdout);
+drop:
+    g_interrupt = 0;
+    mu_chat_parser_free(p);
+    free(ids);
+    if (json_array_size(c->msgs) == n_msgs) json_array_remove(c->msgs, n_msgs - 1);
+    return rc;
+}
+
+/* ---- commands --------------------------------------------------------- */
+
+static const char *help_text =
+    "commands:\n"
+    "  /reset            forget the conversation (the system prompt stays)\n"
+    "  /system [TEXT]    set the system prompt (none: the template's default) and reset\n"
+    "  /reasoning LEVEL  low, medium, high or xhigh (applies to the whole conversation)\n"
+    "  /save FILE        save the conversation as a JSON array of messages\n"
+    "  /load FILE        replace the conversation with a saved one\n"
+    "  /help             this text\n"
+    "  /quit             leave (Ctrl-D too)\n"
+    "keys: Ctrl-C stops an answer or clears the line; a line ending in \\ continues on the next;\n"
+    "      start a message with // to send a line that begins with /\n";
+
+static bool valid_reasoning(const char *s) {
+    return !strcmp(s, "low") || !strcmp(s, "medium") || !strcmp(s, "high") || !strcmp(s, "xhigh");
+}
+
+static char *dup_or_null(const char *s) {
+    if (!s || !*s) return NULL;
+    return strdup(s);
+}
+
+static void cmd_save(chat *c, const char *path) {
+    json_t *all = conversation(c);
+    if (!all || json_dump_file(all, path, JSON_INDENT(2) | JSON_ENSURE_ASCII) != 0)
+        cli_fail("muser chat: cannot write %s: %s", path, errno ? strerror(errno) : "out of memory");
+    else
+        note(c, "[saved %zu messages to %s]", json_array_size(all), path);
+    json_decref(all);
+}
+
+/* Loads a JSON array of {role, content, ...} messages; a leading system
+ * message becomes the system prompt. The KV cache is reset. */
+static void cmd_load(chat *c, const char *path) {
+    json_error_t je;
+    json_t *a = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!a) {
+        cli_fail("muser chat: cannot load %s: line %d: %s", path, je.line, je.text);
+        return;
+    }
+    if (!json_is_array(a)) {
+        cli_fail("muser chat: %s: expected a JSON array of messages", path);
+        json_decref(a);
+        return;
+    }
+    size_t i;
+    json_t *m;
+    json_array_foreach(a, i, m) {
+        json_t *role = json_object_get(m, "role"), *content = json_object_get(m, "content");
+        if (!json_is_object(m) || !json_is_string(role) || (content && !json_is_string(content) && !json_is_array(content) && !json_is_null(content))) {
+            cli_fail("muser chat: %s: message %zu needs a string \"role\" and a string or list \"content\"", path, i);
+            json_decref(a);
+            return;
+        }
+    }
+    char *sys = NULL;
+    json_t *first = json_array_get(a, 0);
+    bool has_sys = first && !strcmp(json_string_value(json_object_get(first, "role")), "system") &&
+                   json_is_string(json_object_get(first, "content"));
+    if (has_sys) {
+        sys = strdup(json_string_value(json_object_get(first, "content")));
+        json_array_remove(a, 0);
+    }
+    json_t *all = json_array();
+    if (!all || json_array_extend(all, a)) {
+        cli_fail("muser chat: out of memory");
+        json_decref(all);
+        json_decref(a);
+        free(sys);
+        return;
+    }
+    json_decref(a);
+    /* check that it renders before replacing the current conversation */
+    json_t *saved_msgs = c->msgs;
+    char *saved_sys = c->system;
+    c->msgs = all;
+    c->system = sys;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (chat_prompt_tokens(c, &ids, &n)) {
+        c->msgs = saved_msgs;
+        c->system = saved_sys;
+        json_decref(all);
+        free(sys);
+        return;
+    }
+    free(ids);
+    json_decref(saved_msgs);
+    free(saved_sys);
+    mu_session_reset(c->s);
+    note(c, "[loaded %zu messages from %s (%d tokens)]", json_array_size(c->msgs) + (sys ? 1 : 0), path, n);
+}
+
+/* Returns 1 to quit, 0 otherwise. */
+static int run_command(chat *c, const char *line) {
+    char name[32];
+    size_t k = strcspn(line, " \t");
+    const char *arg = line + k;
+    while (*arg == ' ' || *arg == '\t') arg++;
+    snprintf(name, sizeof name, "%.*s", (int)(k < 31 ? k : 31), line);
+    if (!strcmp(name, "/quit") || !strcmp(name, "/exit") || !strcmp(name, "/q")) return 1;
+    if (!strcmp(name, "/help") || !strcmp(name, "/?")) {
+        fputs(help_text, stdout);
+        c->last = '\n';
+    } else if (!strcmp(name, "/reset") || !strcmp(name, "/clear")) {
+        chat_reset(c);
+        note(c, "[conversation cleared]");
+    } else if (!strcmp(name, "/system")) {
+        free(c->system);
+        c->system = dup_or_null(arg);
+        chat_reset(c);
+        note(c, c->system ? "[system prompt set; conversation cleared]"
+                          : "[system prompt: the template's default; conversation cleared]");
+    } else if (!strcmp(name, "/reasoning")) {
+        if (!valid_reasoning(arg)) {
+            cli_fail("muser chat: /reasoning takes low, medium, high or xhigh");
+        } else {
+            free(c->reasoning);
+            c->reasoning = strdup(arg);
+            note(c, "[reasoning strength: %s]", arg);
+        }
+    } else if (!strcmp(name, "/save")) {
+        if (!*arg) cli_fail("muser chat: /save needs a file name");
+        else cmd_save(c, arg);
+    } else if (!strcmp(name, "/load")) {
+        if (!*arg) cli_fail("muser chat: /load needs a file name");
+        else cmd_load(c, arg);
+    } else {
+        cli_fail("muser chat: unknown command %s (/help lists them)", name);
+    }
+    fflush(stdout);
+    return 0;
+}
+
+/* ---- input ------------------------------------------------------------ */
+
+typedef struct {
+    bool tty;
+    EditLine *el;
+    History *hist;
+    char *line;       /* getline buffer (non-terminal input) */
+    size_t line_cap;
+} input;
+
+static const char *g_prompt = "> ";
+static char *prompt_fn(EditLine *el) {
+    (void)el;
+    return (char *)g_prompt;
+}
+
+static int input_open(input *in) {
+    memset(in, 0, sizeof *in);
+    in->tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
+    if (!in->tty) return 0;
+    in->el = el_init("muser", stdin, stdout, stderr);
+    in->hist = history_init();
+    if (!in->el || !in->hist) return cli_fail("muser chat: cannot start the line editor");
+    HistEvent ev;
+    history(in->hist, &ev, H_SETSIZE, 1000);
+    history(in->hist, &ev, H_SETUNIQUE, 1);
+    el_set(in->el, EL_PROMPT, prompt_fn);
+    el_set(in->el, EL_EDITOR, "emacs");
+    el_set(in->el, EL_HIST, history, in->hist);
+    el_source(in->el, NULL); /* the user's ~/.editrc, if any */
+    return 0;
+}
+
+static void input_close(input *in) {
+    if (in->el) el_end(in->el);
+    if (in->hist) history_end(in->hist);
+    free(in->line);
+}
+
+/* Reads one physical line without its newline into *b.
+ * Returns 1 (a line), 0 (end of input) or -1 (interrupted by Ctrl-C). */
+static int input_read1(input *in, const char *prompt, sbuf *b) {
+    sb_clear(b);
+    if (in->tty) {
+        g_prompt = prompt;
+        int n = 0;
+        sigint_install(false);
+        errno = 0;
+        const char *s = el_gets(in->el, &n);
+        int e = errno;
+        sigint_install(true);
+        errno = e;
+        if (!s) {
+            if (n < 0 && errno == EINTR) return -1;
+            return 0;
+        }
+        if (n > 0 && s[n - 1] == '\n') n--;
+        sb_add(b, s, (size_t)n);
+        return 1;
+    }
+    sigint_install(false);
+    errno = 0;
+    ssize_t n = getline(&in->line, &in->line_cap, stdin);
+    int e = errno;
+    sigint_install(true);
+    errno = e;
+    if (n < 0) {
+        if (errno == EINTR) {
+            clearerr(stdin);
+            return -1;
+        }
+        return 0;
+    }
+    if (n > 0 && in->line[n - 1] == '\n') n--;
+    if (n > 0 && in->line[n - 1] == '\r') n--;
+    sb_add(b, in->line, (size_t)n);
+    return 1;
+}
+
+/* Reads one message: lines ending in a backslash continue on the next.
+ * Returns 1, 0 (end of input) or -1 (Ctrl-C: the message is dropped). */
+static int input_message(input *in, sbuf *msg) {
+    sbuf part = {0};
+    sb_clear(msg);
+    int rc;
+    for (const char *prompt = "> ";; prompt = "... ") {
+        rc = input_read1(in, prompt, &part);
+        if (rc <= 0) break;
+        if (part.n && part.p[part.n - 1] == '\\') {
+            sb_add(msg, part.p, part.n - 1);
+            sb_add(msg, "\n", 1);
+            continue;
+        }
+        sb_add(msg, sb_str(&part), part.n);
+        break;
+    }
+    free(part.p);
+    if (rc == 0 && msg->n) rc = 1; /* end of input after a continued line: send what we have */
+    if (rc == 1 && msg->oom) {
+        cli_fail("muser chat: out of memory");
+        return -1;
+    }
+    if (rc == 1 && msg->n > MAX_LINE) {
+        cli_fail("muser chat: the message is longer than %u bytes", MAX_LINE);
+        return -1;
+    }
+    if (rc == 1 && in->tty && msg->n) {
+        HistEvent ev;
+        history(in->hist, &ev, H_ENTER, msg->p);
+    }
+    return rc;
+}
+
+/* ---- the command ------------------------------------------------------ */
+
+static int usage(void) {
+    fprintf(stderr,
+            "usage: muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh] [--temp T]\n"
+            "                  [--top-k K] [--top-p P] [--min-p P] [--seed S] [-n MAX_TOKENS_PER_ANSWER]\n"
+            "                  [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
+            "                  [--color auto|always|never] [--stats] [--ignore-eos]\n"
+            "Interactive chat; type /help inside for commands. Reads one message per line when\n"
+            "stdin is not a terminal. Details: docs/chat.md.\n");
+    return 1;
+}
+
+static void token_text(const mu_tok *tok, int32_t id, char *buf, size_t cap) {
+    buf[0] = 0;
+    if (id < 0) return;
+    size_t n = 0;
+    const char *s = mu_tok_text(tok, id, &n);
+    if (s && n < cap) {
+        memcpy(buf, s, n);
+        buf[n] = 0;
+    }
+}
+
+static int chat_loop(chat *c, input *in) {
+    sbuf msg = {0};
+    int rc = 0;
+    for (;;) {
+        g_interrupt = 0;
+        int r = input_message(in, &msg);
+        if (r == 0) {
+            if (in->tty) fputs("\n", stdout);
+            break;
+        }
+        if (r < 0) {
+            if (!in->tty) { /* Ctrl-C while a script feeds us: leave as a shell would */
+                rc = 130;
+                break;
+            }
+            fputs("\n", stdout); /* the typed line is dropped */
+            continue;
+        }
+        const char *text = msg.p;
+        size_t skip = strspn(text, " \t\n");
+        if (!text[skip]) continue;
+        if (text[0] == '/' && text[1] != '/') {
+            if (run_command(c, text)) break;
+            continue;
+        }
+        if (text[0] == '/') text++; /* "//x" sends "/x" */
+        chat_turn(c, text);
+    }
+    free(msg.p);
+    fflush(stdout);
+    return rc;
+}
+
+int cmd_chat(int argc, char **argv) {
+    const char *model = NULL, *system = NULL, *reasoning = NULL, *kern = NULL, *color = "auto";
+    long long n_gen = 0, threads = 0, ctx = 0, seed = -1, top_k = -1;
+    double temp = -1, top_p = -1, min_p = -1;
+    bool stats = false, ignore_eos = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+#define NEED()                                                               \
+    do {                                                                     \
+        if (!v) return cli_fail("muser chat: option %s needs a value", a); \
+        i++;                                                                 \
+    } while (0)
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
+        else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model = v; }
+        else if (!strcmp(a, "--system")) { NEED(); system = v; }
+        else if (!strcmp(a, "--reasoning")) { NEED(); reasoning = v; if (!valid_reasoning(v)) return cli_fail("muser chat: --reasoning must be low, medium, high or xhigh: %s", v); }
+        else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NEED(); if (!cli_int(v, 0, 1 << 24, &n_gen)) return cli_fail("muser chat: -n must be an integer >= 0 (0: no limit): %s", v); }
+        else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser chat: --threads must be 1..512: %s", v); }
+        else if (!strcmp(a, "--ctx")) { NEED(); if (!cli_int(v, 16, 1 << 24, &ctx)) return cli_fail("muser chat: --ctx must be an integer >= 16: %s", v); }
+        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_int(v, 0, (1LL << 62), &seed)) return cli_fail("muser chat: --seed must be a non-negative integer: %s", v); }
+        else if (!strcmp(a, "--temp")) { NEED(); if (!cli_float(v, 0, 100, &temp)) return cli_fail("muser chat: --temp must be 0..100: %s", v); }
+        else if (!strcmp(a, "--top-k")) { NEED(); if (!cli_int(v, 0, 1 << 24, &top_k)) return cli_fail("muser chat: --top-k must be >= 0: %s", v); }
+        else if (!strcmp(a, "--top-p")) { NEED(); if (!cli_float(v, 0, 1, &top_p)) return cli_fail("muser chat: --top-p must be 0..1: %s", v); }
+        else if (!strcmp(a, "--min-p")) { NEED(); if (!cli_float(v, 0, 1, &min_p)) return cli_fail("muser chat: --min-p must be 0..1: %s", v); }
+        else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
+        else if (!strcmp(a, "--color")) { NEED(); color = v; if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never")) return cli_fail("muser chat: --color must be auto, always or never: %s", v); }
+        else if (!strcmp(a, "--stats")) stats = true;
+        else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else return cli_fail("muser chat: unknown option '%s' (see muser chat --help)", a);
+#undef NEED
+    }
+    if (!model && !(model = cli_default_model())) return 1;
+
+    chat c = {0};
+    input in = {0};
+    int rc = 1;
+    mu_err err = {0};
+    if (mu_model_open(model, &c.m, &err)) return cli_fail("muser chat: %s", err.msg);
+    c.I = mu_model_get_info(c.m);
+    c.tok = mu_model_tokenizer(c.m);
+    if (!c.tok) {
+        cli_fail("muser chat: %s has no tokenizer", model);
+        goto done;
+    }
+    const mu_gguf *g = mu_model_gguf(c.m);
+    if (mu_gguf_find(g, "tokenizer.chat_template") >= 0) {
+        const char *s;
+        size_t n;
+        if (mu_gguf_get_str(g, "tokenizer.chat_template", &s, &n, &err)) {
+            cli_fail("muser chat: %s", err.msg);
+            goto done;
+        }
+        if (n && !(c.tmpl = strndup(s, n))) {
+            cli_fail("muser chat: out of memory");
+            goto done;
+        }
+    }
+    token_text(c.tok, c.I->bos, c.bos, sizeof c.bos);
+    token_text(c.tok, c.I->eos, c.eos, sizeof c.eos);
+
+    c.n_ctx = ctx ? (int)ctx : (c.I->n_ctx_train < 4096 ? c.I->n_ctx_train : 4096);
+    if (c.n_ctx > c.I->n_ctx_train) {
+        cli_fail("muser chat: --ctx %d exceeds the model's context (%d)", c.n_ctx, c.I->n_ctx_train);
+        goto done;
+    }
+    c.n_gen_max = n_gen;
+    c.stats = stats;
+    c.ignore_eos = ignore_eos;
+    c.tty_out = isatty(STDOUT_FILENO);
+    c.color = !strcmp(color, "always") ||
+              (!strcmp(color, "auto") && isatty(STDOUT_FILENO) && !getenv("NO_COLOR") &&
+               !(getenv("TERM") && !strcmp(getenv("TERM"), "dumb")));
+    c.system = dup_or_null(system);
+    c.reasoning = reasoning ? strdup(reasoning) : NULL;
+    c.msgs = json_array();
+    c.tool_calls = json_array();
+    c.cache = malloc((size_t)c.n_ctx * sizeof *c.cache);
+    if (!c.msgs || !c.tool_calls || !c.cache || (system && !c.system) || (reasoning && !c.reasoning)) {
+        cli_fail("muser chat: out of memory");
+        goto done;
+    }
+    mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
+    if (mu_engine_new(c.m, &eo, &c.e, &err) || mu_session_new(c.e, c.n_ctx, &c.s, &err) ||
+        mu_detok_new(c.tok, MU_DETOK_SPECIAL | MU_DETOK_VALID_UTF8, &c.detok, &err)) {
+        cli_fail("muser chat: %s", err.msg);
+        goto done;
+    }
+    mu_sample_params sp = mu_sample_defaults();
+    if (temp >= 0) sp.temp = (float)temp;
+    if (top_k >= 0) sp.top_k = (int)top_k;
+    if (top_p >= 0) sp.top_p = (float)top_p;
+    if (min_p >= 0) sp.min_p = (float)min_p;
+    if (seed >= 0) sp.seed = (uint64_t)seed;
+    if (mu_sampler_new(&sp, c.I->n_vocab, &c.smp, &err)) {
+        cli_fail("muser chat: %s", err.msg);
+        goto done;
+    }
+    const char *force = getenv("MUSER_CHAT_FORCE_OUTPUT");
+    if (force && *force && mu_tok_encode(c.tok, force, strlen(force), true, &c.force, &c.n_force, &err)) {
+        cli_fail("muser chat: MUSER_CHAT_FORCE_OUTPUT: %s", err.msg);
+        goto done;
+    }
+    /* check the template once before the first message */
+    int32_t *probe = NULL;
+    int n_probe = 0;
+    if (chat_prompt_tokens(&c, &probe, &n_probe)) goto done;
+    free(probe);
+
+    if (input_open(&in)) goto done;
+    struct sigaction old;
+    sigaction(SIGINT, NULL, &old);
+    sigint_install(true);
+    if (in.tty)
+        printf("muser chat: %s, context %d tokens, %s template. /help for commands, Ctrl-D to quit.\n",
+               *c.I->name ? c.I->name : model, c.n_ctx, c.tmpl ? "GGUF" : "built-in Muse");
+    fflush(stdout);
+    rc = chat_loop(&c, &in);
+    sigaction(SIGINT, &old, NULL);
+
+done:
+    input_close(&in);
+    mu_sampler_free(c.smp);
+    mu_detok_free(c.detok);
+    mu_session_free(c.s);
+    mu_engine_free(c.e);
+    mu_model_close(c.m);
+    json_decref(c.msgs);
+    json_decref(c.tool_calls);
+    free(c.cache);
+    free(c.force);
+    free(c.tmpl);
+    free(c.system);
+    free(c.reasoning);
+    free(c.content.p);
+    free(c.reasoning_text.p);
+    return rc;
+}
