@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -615,6 +616,15 @@ static int parse_args(int argc, char **argv, gen_cfg *c) {
 
 /* ---- entry -------------------------------------------------------------- */
 
+/* An interrupted run removes its OUT.tmp (the writer only renames on success). */
+static char tmp_path[4096];
+
+static void on_signal(int sig) {
+    if (tmp_path[0]) unlink(tmp_path);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
 int cmd_gen(int argc, char **argv) {
     gen_cfg c;
     int rc = parse_args(argc, argv, &c);
@@ -664,7 +674,16 @@ int cmd_gen(int argc, char **argv) {
         n_weights += (uint64_t)d[i].ne[0] * (uint64_t)d[i].ne[1];
     }
     int fast = c.quant_mode == QM_FAST || (c.quant_mode == QM_AUTO && n_weights > 500000000ull);
+    if (strlen(c.out) + 5 > sizeof tmp_path) {
+        rc = cli_fail("muser gen: output path too long: %s", c.out);
+        goto out;
+    }
+    snprintf(tmp_path, sizeof tmp_path, "%s.tmp", c.out);
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    signal(SIGHUP, on_signal);
     if (mu_gguf_writer_open(w, c.out, &err)) {
+        tmp_path[0] = 0;
         rc = cli_fail("muser gen: %s", err.msg);
         goto out;
     }
@@ -685,6 +704,7 @@ int cmd_gen(int argc, char **argv) {
                 v->n_merges, v->n_learned);
 out:
     mu_gguf_writer_free(w); /* removes OUT.tmp unless close succeeded */
+    tmp_path[0] = 0;
     mu_vocab_gen_free(v);
     free(d);
     free(tmpl);

@@ -101,6 +101,14 @@ expect_fail "missing template" -o "$T/x.gguf" --template "$T/nope.jinja"
 expect_fail "value missing" -o "$T/x.gguf" --seed
 expect_fail "negative seed" -o "$T/x.gguf" --seed -1
 rm -f "$T/x.gguf"
+# an interrupted run leaves neither OUT nor OUT.tmp
+"$MUSER" gen -o "$T/i.gguf" --preset 1b --type q8_0 2>/dev/null &
+pid=$!
+sleep 1
+kill -INT $pid 2>/dev/null
+wait $pid
+[ ! -e "$T/i.gguf.tmp" ] && ok "interrupted run removes OUT.tmp" || bad "interrupted run left OUT.tmp"
+rm -f "$T/i.gguf"
 "$MUSER" gen -o "$T/nodir/x.gguf" 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && ok "unwritable path: $(cat "$T/err")" || bad "unwritable path rc=$rc"
 
