@@ -646,6 +646,7 @@ static int input_read1(input *in, const char *prompt, sbuf *b) {
     if (in->tty) {
         g_prompt = prompt;
         int n = 0;
+        el_resize(in->el); /* the window may have changed size while the model wrote */
         sigint_install(false);
         errno = 0;
         const char *s = el_gets(in->el, &n);

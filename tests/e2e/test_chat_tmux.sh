@@ -70,6 +70,13 @@ for n in 12 1200; do
   else bad "greedy -n $n: cached and fresh answers differ: $(diff <(cat "$T/a2.json") <(cat "$T/b2.json") | head -c 600) $(cat "$T/err_a" "$T/err_b")"; fi
 done
 
+# the context: a full context ends the answer with a note; a conversation that no longer fits is refused
+printf 'Hello there my friend\nHi\n' | "${CHAT[@]}" -m "$T/tiny.gguf" --ctx 24 --ignore-eos --stats >"$T/out" 2>"$T/err"
+rc=$?
+if [ $rc = 0 ] && grep -q '(context)' "$T/err" && grep -q 'the context is full (24 tokens)' "$T/out" &&
+   grep -q 'does not fit the context (24)' "$T/err"; then ok "--ctx 24: the answer stops when the context is full, the next message is refused"
+else bad "context full: rc=$rc $(cat "$T/out" "$T/err")"; fi
+
 # /load errors keep the conversation
 printf '{"not": "a list"}' >"$T/bad.json"
 printf '[{"role": 3}]' >"$T/bad2.json"
@@ -93,6 +100,23 @@ if head -5 "$T/out" | cmp -s - "$T/want" && [ ! -s "$T/err" ] &&
    python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))[1]; assert a["content"]=="Hello **there**!" and a["reasoning_content"]=="Let me think." and a["tool_calls"][0]["function"]["name"]=="get_weather"' "$T/f.json" 2>/dev/null; then
   ok "plain output: reasoning between markers, answer, tool call; saved with reasoning_content and tool_calls"
 else bad "parser display: $(cat "$T/out" "$T/err")"; fi
+
+# the bundled trained model (when the checkout has it): real answers, stop on <|eot|>, KV reuse across turns
+DEF=$PWD/models/muser-default.gguf
+if [ -f "$DEF" ]; then
+  printf 'What does the tar command do?\n/save %s\nAnd the ls command?\n/save %s\n' "$T/d1.json" "$T/d2.json" |
+    "${CHAT[@]}" -m "$DEF" --temp 0 -n 200 --stats >"$T/out" 2>"$T/err"
+  rc=$?
+  printf '/load %s\nAnd the ls command?\n/save %s\n' "$T/d1.json" "$T/d3.json" |
+    "${CHAT[@]}" -m "$DEF" --temp 0 -n 200 >/dev/null 2>&1
+  reused=$(sed -n 2p "$T/err" | sed -n 's/.*prompt \([0-9]*\) tokens (\([0-9]*\) reused.*/\2 of \1/p')
+  if [ $rc = 0 ] && [ "$(grep -c '^\[stats\]' "$T/err")" = 2 ] && [ -n "$reused" ] && [ "${reused%% *}" -gt 20 ] &&
+     cmp -s "$T/d2.json" "$T/d3.json" && [ -s "$T/out" ]; then
+    ok "default model: two greedy turns ($(grep -o '([a-z]*)' "$T/err" | tr -d '\n')), turn 2 reuses $reused prompt tokens, same answer as from scratch"
+  else bad "default model: rc=$rc reused=$reused $(head -c 600 "$T/err")"; fi
+else
+  echo "skip default-model checks: $DEF is absent"
+fi
 
 # bad options and models: exit 1 with one line on stderr
 check_fail() {
