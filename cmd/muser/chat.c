@@ -355,6 +355,10 @@ static int chat_turn(chat *c, const char *text) {
     int n = 0, reused = 0, rc = 1;
     mu_chat_parser *p = NULL;
     if (chat_prompt_tokens(c, &ids, &n)) goto drop;
+    if (n == 0) {
+        cli_fail("muser chat: the template rendered an empty prompt");
+        goto drop;
+    }
     if (n + 1 > c->n_ctx) {
         cli_fail("muser chat: the conversation (%d tokens) does not fit the context (%d); /reset or a larger --ctx",
                  n, c->n_ctx);
@@ -435,10 +439,15 @@ static int chat_turn(chat *c, const char *text) {
     if (stop == STOP_CONTEXT) note(c, "[the context is full (%d tokens): /reset to start over]", c->n_ctx);
     fflush(stdout);
 
-    json_t *a = json_pack("{s:s,s:s}", "role", "assistant", "content", sb_str(&c->content));
-    if (a && c->reasoning_text.n) json_object_set_new(a, "reasoning_content", json_string(sb_str(&c->reasoning_text)));
-    if (a && json_array_size(c->tool_calls)) json_object_set(a, "tool_calls", c->tool_calls);
-    if (!a || c->content.oom || c->reasoning_text.oom || json_array_append_new(c->msgs, a)) {
+    /* the texts are valid UTF-8 (the detokenizer replaces invalid bytes) and may hold NUL bytes */
+    json_t *a = json_pack("{s:s,s:o}", "role", "assistant", "content", json_stringn(sb_str(&c->content), c->content.n));
+    bool bad = !a || c->content.oom || c->reasoning_text.oom;
+    if (!bad && c->reasoning_text.n)
+        bad = json_object_set_new(a, "reasoning_content", json_stringn(c->reasoning_text.p, c->reasoning_text.n));
+    if (!bad && json_array_size(c->tool_calls))
+        bad = json_object_set_new(a, "tool_calls", json_deep_copy(c->tool_calls));
+    if (bad) json_decref(a);
+    if (bad || json_array_append_new(c->msgs, a)) {
         cli_fail("muser chat: out of memory");
         goto drop_answer;
     }
@@ -488,6 +497,12 @@ static char *dup_or_null(const char *s) {
     return strdup(s);
 }
 
+static bool valid_utf8(const char *s) {
+    json_t *j = json_string(s);
+    json_decref(j);
+    return j != NULL;
+}
+
 static void cmd_save(chat *c, const char *path) {
     json_t *all = conversation(c);
     if (!all || json_dump_file(all, path, JSON_INDENT(2) | JSON_ENSURE_ASCII) != 0)
@@ -503,7 +518,8 @@ static void cmd_load(chat *c, const char *path) {
     json_error_t je;
     json_t *a = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!a) {
-        cli_fail("muser chat: cannot load %s: line %d: %s", path, je.line, je.text);
+        if (je.line > 0) cli_fail("muser chat: /load %s: line %d: %s", path, je.line, je.text);
+        else cli_fail("muser chat: /load: %s", je.text);
         return;
     }
     if (!json_is_array(a)) {
@@ -574,6 +590,10 @@ static int run_command(chat *c, const char *line) {
         chat_reset(c);
         note(c, "[conversation cleared]");
     } else if (!strcmp(name, "/system")) {
+        if (!valid_utf8(arg)) {
+            cli_fail("muser chat: the system prompt is not valid UTF-8");
+            return 0;
+        }
         free(c->system);
         c->system = dup_or_null(arg);
         chat_reset(c);
@@ -786,7 +806,7 @@ int cmd_chat(int argc, char **argv) {
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model = v; }
-        else if (!strcmp(a, "--system")) { NEED(); system = v; }
+        else if (!strcmp(a, "--system")) { NEED(); system = v; if (!valid_utf8(v)) return cli_fail("muser chat: --system is not valid UTF-8"); }
         else if (!strcmp(a, "--reasoning")) { NEED(); reasoning = v; if (!valid_reasoning(v)) return cli_fail("muser chat: --reasoning must be low, medium, high or xhigh: %s", v); }
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NEED(); if (!cli_int(v, 0, 1 << 24, &n_gen)) return cli_fail("muser chat: -n must be an integer >= 0 (0: no limit): %s", v); }
         else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser chat: --threads must be 1..512: %s", v); }

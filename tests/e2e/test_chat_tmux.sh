@@ -88,7 +88,7 @@ else bad "/load errors: $(cat "$T/err")"; fi
 
 # the output parser drives the display: reasoning, answer and tool calls (built-in Muse template)
 FORCE=' to=self<|message|>Let me think.<|eom|><|start|>assistant to=user<|message|>Hello **there**!<|eom|><|start|>assistant to=get_weather<|message|><atem:function_calls><atem:invoke name="get_weather"><atem:parameter name="city">Paris</atem:parameter></atem:invoke></atem:function_calls><|eot|>'
-printf 'Hi\n/save %s\n' "$T/f.json" | MUSER_CHAT_FORCE_OUTPUT=$FORCE "${CHAT[@]}" -m "$T/muse.gguf" --reasoning low >"$T/out" 2>"$T/err"
+printf 'Hi\nAgain\n/save %s\n' "$T/f.json" | MUSER_CHAT_FORCE_OUTPUT=$FORCE "${CHAT[@]}" -m "$T/muse.gguf" --reasoning low >"$T/out" 2>"$T/err"
 cat >"$T/want" <<'EOF'
 [reasoning]
 Let me think.
@@ -97,9 +97,16 @@ Hello **there**!
 [tool call] get_weather {"city":"Paris"}
 EOF
 if head -5 "$T/out" | cmp -s - "$T/want" && [ ! -s "$T/err" ] &&
-   python3 -c 'import json,sys; a=json.load(open(sys.argv[1]))[1]; assert a["content"]=="Hello **there**!" and a["reasoning_content"]=="Let me think." and a["tool_calls"][0]["function"]["name"]=="get_weather"' "$T/f.json" 2>/dev/null; then
+   python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert [x["role"] for x in m] == ["user", "assistant"] * 2
+for a in m[1::2]:
+    assert a["content"] == "Hello **there**!" and a["reasoning_content"] == "Let me think."
+    assert a["tool_calls"] == [{"id": "call_0", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\":\"Paris\"}"}}]
+' "$T/f.json" 2>"$T/perr"; then
   ok "plain output: reasoning between markers, answer, tool call; saved with reasoning_content and tool_calls"
-else bad "parser display: $(cat "$T/out" "$T/err")"; fi
+else bad "parser display: $(cat "$T/out" "$T/err" "$T/perr")"; fi
 
 # the bundled trained model (when the checkout has it): real answers, stop on <|eot|>, KV reuse across turns
 DEF=$PWD/models/muser-default.gguf
