@@ -773,7 +773,7 @@ static int chat_loop(chat *c, input *in) {
                 rc = 130;
                 break;
             }
-            fputs("\n", stdout); /* the typed line is dropped */
+            fputs("^C\n", stdout); /* the typed line is dropped */
             continue;
         }
         const char *text = msg.p;
