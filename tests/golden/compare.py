@@ -18,7 +18,7 @@ PROB_TOL = 2e-3
 
 def run_muser(bin_, model, prompt, n, kern, extra_env=None):
     cmd = [bin_, "run", "-m", model, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n),
-           "--temp", "0", "--json", "--top", "40", "--ignore-eos"]
+           "--temp", "0", "--json", "--top", "40", "--ignore-eos", "--ctx", str(len(prompt) + n)]
     if kern:
         cmd += ["--kern", kern]
     out = subprocess.run(cmd, capture_output=True, text=True)

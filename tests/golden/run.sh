@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The model tier: regenerates every golden model of models.txt with
+# `muser gen`, checks it is byte-identical to the file llama.cpp answered on
+# (SHA-256 in ref/<name>.sha256), and compares muser's greedy generation and
+# top-8 probabilities with ref/<name>.json under the tie-aware rule
+# (compare.py). MUSER_KERN, if set, picks the kernel table.
+set -u
+cd "$(dirname "$0")"
+root=$(cd ../.. && pwd)
+bin=${MUSER_BIN:-$root/muser}
+work=${GOLDEN_WORK:-$root/build/golden}
+mkdir -p "$work"
+rc=0
+while read -r name opts; do
+  case $name in ''|\#*) continue ;; esac
+  [ -f "ref/$name.json" ] || { echo "FAIL $name: no ref/$name.json (run make-golden.sh)"; rc=1; continue; }
+  # shellcheck disable=SC2086
+  if ! "$bin" gen -o "$work/$name.gguf" $opts --name "$name" >/dev/null 2>"$work/$name.gen.log"; then
+    echo "FAIL $name: muser gen failed: $(tail -1 "$work/$name.gen.log")"; rc=1; continue
+  fi
+  want=$(cut -d' ' -f1 "ref/$name.sha256")
+  got=$(sha256sum "$work/$name.gguf" | cut -d' ' -f1)
+  if [ "$want" != "$got" ]; then
+    echo "FAIL $name: generated model differs from the one llama.cpp answered on (sha256 $got, want $want): regenerate the goldens"
+    rc=1; continue
+  fi
+  echo "--- $name"
+  python3 compare.py "$bin" "$work/$name.gguf" "ref/$name.json" || rc=1
+done < models.txt
+exit $rc
