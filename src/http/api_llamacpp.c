@@ -62,9 +62,9 @@ typedef struct {
 } lc_state;
 
 static json_t *settings_of(mu_http_app *a, const mu_sched_req *q, const json_t *stop) {
-    return json_pack("{s:i,s:i,s:f,s:i,s:f,s:f,s:I,s:O,s:i,s:b,s:s}", "n_ctx", a->n_ctx, "n_predict", q->n_predict,
+    return json_pack("{s:i,s:i,s:f,s:i,s:f,s:f,s:I,s:o,s:i,s:b,s:s}", "n_ctx", a->n_ctx, "n_predict", q->n_predict,
                      "temperature", (double)q->sp.temp, "top_k", q->sp.top_k, "top_p", (double)q->sp.top_p, "min_p",
-                     (double)q->sp.min_p, "seed", (json_int_t)q->sp.seed, "stop", stop ? stop : json_array(), "n_probs",
+                     (double)q->sp.min_p, "seed", (json_int_t)q->sp.seed, "stop", stop ? json_incref((json_t *)stop) : json_array(), "n_probs",
                      q->n_top, "ignore_eos", q->ignore_eos, "model", a->model_id);
 }
 
