@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The one test runner. Tiers, each skipped with a message when its resource
 # is missing:
+#   check    layering table and self-contained headers
 #   unit     cmocka unit tests (no model)               build/tests/test_*
+#   asan     the unit tests built with ASan + UBSan
 #   fuzz     replay of every fuzz corpus                tests/fuzz/corpus/*
 #   model    golden data from llama.cpp on generated models   tests/golden
 #   shared   the team's shared fixtures                 ../shared/fixtures
@@ -14,7 +16,7 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 export MUSER_BIN=${MUSER_BIN:-$PWD/muser}
 tiers=("$@")
-[ ${#tiers[@]} -eq 0 ] && tiers=(unit fuzz model shared e2e neon gpu)
+[ ${#tiers[@]} -eq 0 ] && tiers=(check unit asan fuzz model shared e2e neon gpu)
 fail=0
 passed=()
 failed=()
@@ -40,6 +42,13 @@ tier_unit() {
 
 tier_fuzz() { bash tests/fuzz/replay.sh; }
 
+tier_check() { bash tools/check-layers.sh; }
+
+tier_asan() {
+  make -s BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" unit || return 1
+  BUILD=build/asan tier_unit
+}
+
 tier_model() { bash tests/golden/run.sh; }
 
 tier_shared() { bash tests/golden/run-shared.sh; }
@@ -58,7 +67,9 @@ tier_neon() { bash tests/neon/run.sh; }
 
 for tier in "${tiers[@]}"; do
   case $tier in
+    check) run_tier check tier_check ;;
     unit) run_tier unit tier_unit ;;
+    asan) run_tier asan tier_asan ;;
     fuzz) run_tier fuzz tier_fuzz ;;
     model) run_tier model tier_model ;;
     shared)
