@@ -1,0 +1,225 @@
+/* test_engine.c: sessions and the forward pass on a small generated model:
+ * state round trip, truncation, several sessions in one batch, argument
+ * errors, and the samplers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../include/muser.h"
+#include "mini_model.h"
+
+static char dir[] = "/tmp/mutest_engine_XXXXXX";
+static mu_model *M;
+static mu_engine *E;
+static int V;
+
+static int setup(void **state) {
+    (void)state;
+    if (!mkdtemp(dir)) return -1;
+    char path[256];
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    mini_cfg c = mini_default();
+    c.n_ctx = 1024;
+    if (mini_write(path, &c)) return -1;
+    mu_err err;
+    if (mu_model_open(path, &M, &err)) return -1;
+    unlink(path);
+    mu_engine_opts o = {.n_threads = 2};
+    if (mu_engine_new(M, &o, &E, &err)) return -1;
+    V = mu_model_get_info(M)->n_vocab;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    mu_engine_free(E);
+    mu_model_close(M);
+    rmdir(dir);
+    return 0;
+}
+
+static void prompt(int32_t *ids, int n, int seed) {
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + seed * 11 + 3) % 70);
+}
+
+static void feed(mu_session *s, const int32_t *ids, int n) {
+    mu_err err = {0};
+    mu_batch_item it = {.s = s, .tokens = ids, .n_tokens = n};
+    if (mu_forward(E, &it, 1, &err)) fail_msg("forward: %s", err.msg);
+}
+
+static double max_rel_diff(const float *a, const float *b, int n) {
+    double md = 0, mx = 1e-9;
+    for (int i = 0; i < n; i++) {
+        md = fmax(md, fabs((double)a[i] - b[i]));
+        mx = fmax(mx, fabs((double)a[i]));
+    }
+    return md / mx;
+}
+
+/* Saving a session's state and loading it into a new one continues exactly. */
+static void test_state_round_trip(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_session *a, *b;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    int32_t ids[20];
+    prompt(ids, 20, 1);
+    feed(a, ids, 19);
+    size_t n = mu_session_state_bytes(a), w;
+    uint8_t *buf = malloc(n);
+    assert_int_equal(mu_session_state_save(a, buf, n, &w, &err), 0);
+    assert_int_equal(w, n);
+    assert_int_equal(mu_session_state_load(b, buf, n, &err), 0);
+    assert_int_equal(mu_session_n_past(b), 19);
+    feed(a, ids + 19, 1);
+    feed(b, ids + 19, 1);
+    assert_memory_equal(mu_session_logits(a, -1), mu_session_logits(b, -1), (size_t)V * sizeof(float));
+    /* corrupted or truncated states are refused and leave the session alone */
+    buf[0] = 'X';
+    assert_int_equal(mu_session_state_load(b, buf, n, &err), MU_E_FORMAT);
+    buf[0] = 'M';
+    assert_int_equal(mu_session_state_load(b, buf, n - 1, &err), MU_E_FORMAT);
+    assert_int_equal(mu_session_n_past(b), 20);
+    free(buf);
+    mu_session_free(a);
+    mu_session_free(b);
+}
+
+/* Truncating and re-feeding gives the same next-token distribution (within
+ * rounding: chunking changes llama.cpp's summation order, and ours). */
+static void test_truncate(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_session *a, *b;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    int32_t ids[30], other[30];
+    prompt(ids, 30, 2);
+    prompt(other, 30, 5);
+    feed(a, ids, 30);
+    feed(b, ids, 12);
+    feed(b, other, 10);
+    assert_int_equal(mu_session_truncate(b, 12, &err), 0);
+    feed(b, ids + 12, 18);
+    assert_true(max_rel_diff(mu_session_logits(a, -1), mu_session_logits(b, -1), V) < 1e-4);
+    assert_int_equal(mu_session_truncate(b, 31, &err), MU_E_ARG);
+    mu_session_free(a);
+    mu_session_free(b);
+}
+
+/* Two sessions in one batch compute what each computes alone. */
+static void test_batch_of_sessions(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_session *a, *b, *c, *d;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &c, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &d, &err), 0);
+    int32_t p1[9], p2[14];
+    prompt(p1, 9, 3);
+    prompt(p2, 14, 4);
+    feed(a, p1, 9);
+    feed(b, p2, 14);
+    mu_batch_item items[2] = {{.s = c, .tokens = p1, .n_tokens = 9}, {.s = d, .tokens = p2, .n_tokens = 14}};
+    assert_int_equal(mu_forward(E, items, 2, &err), 0);
+    assert_true(max_rel_diff(mu_session_logits(a, -1), mu_session_logits(c, -1), V) < 1e-4);
+    assert_true(max_rel_diff(mu_session_logits(b, -1), mu_session_logits(d, -1), V) < 1e-4);
+    /* all_logits: one row per token */
+    int32_t t = 5;
+    mu_batch_item all = {.s = a, .tokens = p1, .n_tokens = 3, .all_logits = true};
+    assert_int_equal(mu_forward(E, &all, 1, &err), 0);
+    assert_non_null(mu_session_logits(a, 2));
+    assert_null(mu_session_logits(a, 3));
+    (void)t;
+    mu_session_free(a);
+    mu_session_free(b);
+    mu_session_free(c);
+    mu_session_free(d);
+}
+
+static void test_forward_errors(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_session *a;
+    assert_int_equal(mu_session_new(E, 8, &a, &err), 0);
+    int32_t bad = V, ids[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    mu_batch_item it = {.s = a, .tokens = &bad, .n_tokens = 1};
+    assert_int_equal(mu_forward(E, &it, 1, &err), MU_E_ARG);
+    assert_non_null(strstr(err.msg, "token id out of range"));
+    it = (mu_batch_item){.s = a, .tokens = ids, .n_tokens = 9};
+    assert_int_equal(mu_forward(E, &it, 1, &err), MU_E_ARG);
+    assert_non_null(strstr(err.msg, "context full"));
+    mu_batch_item twice[2] = {{.s = a, .tokens = ids, .n_tokens = 1}, {.s = a, .tokens = ids, .n_tokens = 1}};
+    assert_int_equal(mu_forward(E, twice, 2, &err), MU_E_ARG);
+    assert_int_equal(mu_session_n_past(a), 0); /* nothing half-done */
+    mu_session *big;
+    assert_int_equal(mu_session_new(E, 1 << 20, &big, &err), MU_E_ARG);
+    mu_session_free(a);
+}
+
+static void test_sampling(void **state) {
+    (void)state;
+    float l[8] = {0.1f, 2.0f, -1.0f, 1.9f, 0.0f, 0.5f, -3.0f, 1.0f};
+    mu_err err = {0};
+    mu_sampler *s;
+    mu_sample_params p = mu_sample_defaults();
+    p.temp = 0;
+    assert_int_equal(mu_sampler_new(&p, 8, &s, &err), 0);
+    assert_int_equal(mu_sampler_sample(s, l), 1);
+    mu_sampler_free(s);
+    /* top-k 1 is greedy at any temperature */
+    p = mu_sample_defaults();
+    p.temp = 5;
+    p.top_k = 1;
+    assert_int_equal(mu_sampler_new(&p, 8, &s, &err), 0);
+    for (int i = 0; i < 20; i++) assert_int_equal(mu_sampler_sample(s, l), 1);
+    mu_sampler_free(s);
+    /* no truncation, temperature 1: frequencies follow the softmax */
+    p = (mu_sample_params){.temp = 1, .top_k = 0, .top_p = 1, .min_p = 0, .seed = 42};
+    assert_int_equal(mu_sampler_new(&p, 8, &s, &err), 0);
+    int cnt[8] = {0};
+    const int N = 40000;
+    for (int i = 0; i < N; i++) cnt[mu_sampler_sample(s, l)]++;
+    mu_sampler_free(s);
+    int32_t ids[8];
+    float pr[8];
+    mu_top_probs(l, 8, 8, ids, pr);
+    for (int k = 0; k < 8; k++) {
+        double f = (double)cnt[ids[k]] / N;
+        assert_true(fabs(f - pr[k]) < 0.01);
+        if (k) assert_true(pr[k] <= pr[k - 1]);
+    }
+    /* min-p 0.5 keeps only tokens with p >= p_max / 2: ids 1 and 3 */
+    p = (mu_sample_params){.temp = 1, .top_k = 0, .top_p = 1, .min_p = 0.5f, .seed = 1};
+    assert_int_equal(mu_sampler_new(&p, 8, &s, &err), 0);
+    for (int i = 0; i < 200; i++) {
+        int32_t t = mu_sampler_sample(s, l);
+        assert_true(t == 1 || t == 3);
+    }
+    mu_sampler_free(s);
+    /* same seed, same sequence */
+    p = (mu_sample_params){.temp = 1.5f, .top_k = 0, .top_p = 1, .min_p = 0, .seed = 9};
+    mu_sampler *s2;
+    assert_int_equal(mu_sampler_new(&p, 8, &s, &err), 0);
+    assert_int_equal(mu_sampler_new(&p, 8, &s2, &err), 0);
+    for (int i = 0; i < 100; i++) assert_int_equal(mu_sampler_sample(s, l), mu_sampler_sample(s2, l));
+    mu_sampler_free(s);
+    mu_sampler_free(s2);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_state_round_trip),
+        cmocka_unit_test(test_truncate),
+        cmocka_unit_test(test_batch_of_sessions),
+        cmocka_unit_test(test_forward_errors),
+        cmocka_unit_test(test_sampling),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
