@@ -74,6 +74,19 @@ static void test_state_round_trip(void **state) {
     uint8_t *buf = malloc(n);
     assert_int_equal(mu_session_state_save(a, buf, n, &w, &err), 0);
     assert_int_equal(w, n);
+    /* header as docs/kv-state.md specifies it */
+    uint32_t h[6];
+    memcpy(h, buf, sizeof h);
+    assert_memory_equal(buf, "MUKV", 4);
+    assert_int_equal(h[1], 1);
+    assert_int_equal(h[2], 4);                  /* n_layer */
+    assert_int_equal(h[3], 2 * 32);             /* n_kv */
+    assert_int_equal(h[4], 5);                  /* n_swa */
+    assert_int_equal(h[5], 19);                 /* n_past */
+    uint32_t lo, cnt;
+    memcpy(&lo, buf + 24, 4);
+    memcpy(&cnt, buf + 28, 4);
+    assert_int_equal(lo + cnt, 19);
     assert_int_equal(mu_session_state_load(b, buf, n, &err), 0);
     assert_int_equal(mu_session_n_past(b), 19);
     feed(a, ids + 19, 1);
