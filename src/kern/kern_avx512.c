@@ -501,13 +501,93 @@ AI void tile_f16_tb(int n, const mu_f16 *x, const uint8_t *a, size_t as, float *
 #define tile_q4_K_b tile_q4_K
 GEMM(q4_K_b, mu_block_q4_K, n / MU_QK_K)
 
+/* Eight activation rows at once in the per-64 order, for speed: the integer
+ * pair sums of the 8 rows are reduced together (a transposing add tree) into
+ * one vector per pair index j whose lanes are the rows, so each lane runs
+ * exactly the ref's sequential chain acc = fma(isum_j, d, acc), j = 0..3. */
+#define Q4K_FAST_MAX_NB 128
+static void gemm_q4_K_8rows(int n, const void *w, size_t ws, int r0, int r1, const uint8_t *a, size_t as, float *y,
+                            int ys) {
+    const int nb = n / MU_QK_K;
+    float yd[Q4K_FAST_MAX_NB][8];
+    int32_t pm[Q4K_FAST_MAX_NB][4][8]; /* per block, pair j, row t: (P[2j], P[2j+1]) as two int16 */
+    for (int t = 0; t < 8; t++) {
+        const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as);
+        for (int i = 0; i < nb; i++) {
+            yd[i][t] = b[i].d;
+            const __m128i pr = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)b[i].bsums),
+                                              _mm_loadu_si128((const __m128i *)(b[i].bsums + 8)));
+            int32_t l[4];
+            _mm_storeu_si128((__m128i *)l, pr);
+            for (int j = 0; j < 4; j++) pm[i][j][t] = l[j];
+        }
+    }
+    const __m512i idx01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i idx23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    for (int r = r0; r < r1; r++) {
+        const mu_block_q4_K *x = (const mu_block_q4_K *)((const uint8_t *)w + (size_t)r * ws);
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+        uint32_t u[4];
+        q4k_dec dec;
+        for (int i = 0; i < nb; i++) {
+            q4k_decode(&x[i], &dec, u);
+            __m512i wt[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) {
+                const int8_t *q8 = ((const mu_block_q8_K *)(a + (size_t)t * as))[i].qs;
+                __m512i z[4];
+#pragma GCC unroll 8
+                for (int p = 0; p < 4; p++)
+                    z[p] = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                               _mm512_maddubs_epi16(dec.q[p], _mm512_loadu_si512(q8 + 64 * p)), dec.s[p]);
+                const __m512i x01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+                const __m512i x23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+                wt[t] = _mm512_add_epi32(_mm512_unpacklo_epi64(x01, x23), _mm512_unpackhi_epi64(x01, x23));
+            }
+            __m512i h[4];
+#pragma GCC unroll 8
+            for (int k = 0; k < 4; k++)
+                h[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(wt[2 * k], wt[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(wt[2 * k], wt[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+            const __m512i r03 = _mm512_add_epi32(_mm512_shuffle_i32x4(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_i32x4(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
+            const __m512i r47 = _mm512_add_epi32(_mm512_shuffle_i32x4(h[2], h[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_i32x4(h[2], h[3], _MM_SHUFFLE(3, 1, 3, 1)));
+            const __m512 j01 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(r03, idx01, r47));
+            const __m512 j23 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(r03, idx23, r47));
+            const __m256 ydv = _mm256_loadu_ps(yd[i]);
+            const __m256 d = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(x[i].d)), ydv);
+            const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(x[i].dmin)), ydv);
+            acc = _mm256_fmadd_ps(_mm512_castps512_ps256(j01), d, acc);
+            acc = _mm256_fmadd_ps(_mm512_extractf32x8_ps(j01, 1), d, acc);
+            acc = _mm256_fmadd_ps(_mm512_castps512_ps256(j23), d, acc);
+            acc = _mm256_fmadd_ps(_mm512_extractf32x8_ps(j23, 1), d, acc);
+            const uint8_t *mn = (const uint8_t *)u + 8;
+#pragma GCC unroll 8
+            for (int j = 0; j < 4; j++) {
+                const __m256i mm = _mm256_set1_epi32((int)((uint32_t)mn[2 * j] | (uint32_t)mn[2 * j + 1] << 16));
+                const __m256i im = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)pm[i][j]), mm);
+                accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
+            }
+        }
+        float out[8];
+        _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
+        for (int t = 0; t < 8; t++) y[(size_t)t * ys + r] = out[t];
+    }
+}
+
 /* A Q4_K gemm call covers a whole matmul of n_t activation rows, and rounds
  * as llama.cpp's repack path does for it: rows below n_t & ~3 in the
  * per-64 order (its gemm), the last n_t % 4 rows as vec_dot (its gemv). */
 static void gemm_q4_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
                              float *y, int ys) {
     const int nb4 = n_t & ~3;
-    if (nb4) gemm_q4_K_b_avx512(n, w, ws, r0, r1, a, as, nb4, y, ys);
+    int t0 = 0;
+    if (n / MU_QK_K <= Q4K_FAST_MAX_NB)
+        for (; t0 + 8 <= nb4; t0 += 8)
+            gemm_q4_K_8rows(n, w, ws, r0, r1, (const uint8_t *)a + (size_t)t0 * as, as, y + (size_t)t0 * ys, ys);
+    if (nb4 > t0)
+        gemm_q4_K_b_avx512(n, w, ws, r0, r1, (const uint8_t *)a + (size_t)t0 * as, as, nb4 - t0, y + (size_t)t0 * ys, ys);
     for (int t = nb4; t < n_t; t++)
         for (int r = r0; r < r1; r++)
             y[(size_t)t * ys + r] =
