@@ -27,4 +27,9 @@ while read -r name opts; do
   echo "--- $name"
   python3 compare.py "$bin" "$work/$name.gguf" "ref/$name.json" || rc=1
 done < models.txt
+# the bundled trained model (answers made by tools/train, see trained/README.md)
+if [ -f "$root/models/muser-default.gguf" ] && [ -f trained/llamacpp-q8_0.json ]; then
+  echo "--- muser-default (trained)"
+  python3 compare.py "$bin" "$root/models/muser-default.gguf" trained/llamacpp-q8_0.json || rc=1
+fi
 exit $rc
