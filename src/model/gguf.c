@@ -5,7 +5,6 @@
  * Design: parse everything up front with a bounds-checked cursor so that no
  * accessor can ever read outside the map; fail closed on the first problem
  * with one precise message. */
-#define _GNU_SOURCE
 #include "gguf.h"
 
 #include <errno.h>
@@ -64,7 +63,7 @@ static int cur_take(cursor *c, size_t n, const uint8_t **out, mu_err *err, const
 }
 
 static int cur_u32(cursor *c, uint32_t *v, mu_err *err, const char *what) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     int rc = cur_take(c, 4, &p, err, what);
     if (rc) return rc;
     memcpy(v, p, 4);
@@ -72,7 +71,7 @@ static int cur_u32(cursor *c, uint32_t *v, mu_err *err, const char *what) {
 }
 
 static int cur_u64(cursor *c, uint64_t *v, mu_err *err, const char *what) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     int rc = cur_take(c, 8, &p, err, what);
     if (rc) return rc;
     memcpy(v, p, 8);
@@ -89,7 +88,7 @@ static int cur_str(cursor *c, const uint8_t **s, uint64_t *len, mu_err *err, con
     return cur_take(c, (size_t)*len, s, err, what);
 }
 
-static size_t scalar_size(uint32_t t) {
+size_t mu_gguf_scalar_bytes(uint32_t t) {
     switch (t) {
     case MU_GGUF_U8: case MU_GGUF_I8: case MU_GGUF_BOOL: return 1;
     case MU_GGUF_U16: case MU_GGUF_I16: return 2;
@@ -147,7 +146,7 @@ static char *dup_name(const uint8_t *s, uint64_t len) {
 
 /* Reads one value of type t (t != ARR, or ARR with nesting forbidden). */
 static int parse_value(cursor *c, kv_entry *e, mu_err *err) {
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     int rc;
     if (e->type == MU_GGUF_STR) {
         uint64_t len;
@@ -179,7 +178,7 @@ static int parse_value(cursor *c, kv_entry *e, mu_err *err) {
                 if ((rc = cur_str(c, &p, &len, err, "array string"))) return rc;
             }
         } else {
-            size_t es = scalar_size(at);
+            size_t es = mu_gguf_scalar_bytes(at);
             if (es == 0)
                 return mu_fail(err, MU_E_FORMAT, "gguf: key '%s': unknown array element type %u", e->name, at);
             if (n > (uint64_t)(c->end - c->p) / es)
@@ -191,7 +190,7 @@ static int parse_value(cursor *c, kv_entry *e, mu_err *err) {
         e->val_bytes = (size_t)(c->p - e->val);
         return 0;
     }
-    size_t es = scalar_size(e->type);
+    size_t es = mu_gguf_scalar_bytes(e->type);
     if (es == 0) return mu_fail(err, MU_E_FORMAT, "gguf: key '%s': unknown value type %u", e->name, e->type);
     if ((rc = cur_take(c, es, &p, err, "value"))) return rc;
     if (e->type == MU_GGUF_BOOL && *p > 1)
@@ -203,7 +202,7 @@ static int parse_value(cursor *c, kv_entry *e, mu_err *err) {
 
 static int parse(mu_gguf *g, mu_err *err) {
     cursor c = {g->base, g->base + g->size, g->base};
-    const uint8_t *p;
+    const uint8_t *p = NULL;
     int rc;
     if (g->size < 4 || memcmp(g->base, "GGUF", 4) != 0) {
         if (g->size >= 4)
@@ -500,7 +499,7 @@ void mu_gguf_arr_str(const mu_gguf *g, const mu_gguf_arr *a, uint64_t i, const c
 
 int64_t mu_gguf_arr_i64(const mu_gguf_arr *a, uint64_t i) {
     MU_ASSERT(i < a->n);
-    size_t es = scalar_size(a->type);
+    size_t es = mu_gguf_scalar_bytes(a->type);
     int64_t v = 0;
     double d;
     if (scalar_i64(a->type, a->data + i * es, &v) == 0) return v;
@@ -510,7 +509,7 @@ int64_t mu_gguf_arr_i64(const mu_gguf_arr *a, uint64_t i) {
 
 double mu_gguf_arr_f64(const mu_gguf_arr *a, uint64_t i) {
     MU_ASSERT(i < a->n);
-    size_t es = scalar_size(a->type);
+    size_t es = mu_gguf_scalar_bytes(a->type);
     double d = 0;
     if (scalar_f64(a->type, a->data + i * es, &d) == 0) return d;
     int64_t v;

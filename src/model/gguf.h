@@ -72,6 +72,10 @@ void mu_gguf_arr_str(const mu_gguf *g, const mu_gguf_arr *a, uint64_t i, const c
 int64_t mu_gguf_arr_i64(const mu_gguf_arr *a, uint64_t i);
 double mu_gguf_arr_f64(const mu_gguf_arr *a, uint64_t i);
 
+/* Bytes of one value of a fixed-size type (MU_GGUF_U8 .. F64 except STR
+ * and ARR); 0 for any other type. */
+size_t mu_gguf_scalar_bytes(uint32_t type);
+
 /* Tensors. */
 int mu_gguf_n_tensors(const mu_gguf *g);
 const mu_gguf_tensor *mu_gguf_tensor_at(const mu_gguf *g, int i);

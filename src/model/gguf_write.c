@@ -168,19 +168,10 @@ int mu_gguf_writer_set_str(mu_gguf_writer *w, const char *key, const char *s, si
     return 0;
 }
 
-static size_t elem_bytes(uint32_t t) {
-    switch (t) {
-    case MU_GGUF_U8: case MU_GGUF_I8: case MU_GGUF_BOOL: return 1;
-    case MU_GGUF_U16: case MU_GGUF_I16: return 2;
-    case MU_GGUF_U32: case MU_GGUF_I32: case MU_GGUF_F32: return 4;
-    case MU_GGUF_U64: case MU_GGUF_I64: case MU_GGUF_F64: return 8;
-    }
-    return 0;
-}
 
 int mu_gguf_writer_set_arr(mu_gguf_writer *w, const char *key, uint32_t elem_type, const void *data,
                            uint64_t n, mu_err *err) {
-    size_t eb = elem_bytes(elem_type), bytes;
+    size_t eb = mu_gguf_scalar_bytes(elem_type), bytes;
     if (!eb) return mu_fail(err, MU_E_ARG, "gguf_write: bad array element type: %u", elem_type);
     if (n > SIZE_MAX || !mu_mul_ok((size_t)n, eb, &bytes) || bytes > SIZE_MAX - 16)
         return mu_fail(err, MU_E_NOMEM, "gguf_write: array too large: %s", key ? key : "?");
