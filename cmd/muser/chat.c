@@ -793,10 +793,13 @@ static int chat_loop(chat *c, input *in) {
 
 int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *reasoning = NULL, *kern = NULL, *color = "auto";
-    long long n_gen = 0, threads = 0, ctx = 0, seed = -1, top_k = -1;
-    double temp = -1, top_p = -1, min_p = -1;
+    long long n_gen = 0, threads = 0, ctx = 0;
+    mu_sample_params sp = mu_sample_defaults();
     bool stats = false, ignore_eos = false;
     for (int i = 1; i < argc; i++) {
+        int so = cli_sample_opt("muser chat", argc, argv, &i, &sp);
+        if (so < 0) return 1;
+        if (so) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                               \
@@ -811,11 +814,6 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "-n") || !strcmp(a, "--max-tokens")) { NEED(); if (!cli_int(v, 0, 1 << 24, &n_gen)) return cli_fail("muser chat: -n must be an integer >= 0 (0: no limit): %s", v); }
         else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser chat: --threads must be 1..512: %s", v); }
         else if (!strcmp(a, "--ctx")) { NEED(); if (!cli_int(v, 16, 1 << 24, &ctx)) return cli_fail("muser chat: --ctx must be an integer >= 16: %s", v); }
-        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_int(v, 0, (1LL << 62), &seed)) return cli_fail("muser chat: --seed must be a non-negative integer: %s", v); }
-        else if (!strcmp(a, "--temp")) { NEED(); if (!cli_float(v, 0, 100, &temp)) return cli_fail("muser chat: --temp must be 0..100: %s", v); }
-        else if (!strcmp(a, "--top-k")) { NEED(); if (!cli_int(v, 0, 1 << 24, &top_k)) return cli_fail("muser chat: --top-k must be >= 0: %s", v); }
-        else if (!strcmp(a, "--top-p")) { NEED(); if (!cli_float(v, 0, 1, &top_p)) return cli_fail("muser chat: --top-p must be 0..1: %s", v); }
-        else if (!strcmp(a, "--min-p")) { NEED(); if (!cli_float(v, 0, 1, &min_p)) return cli_fail("muser chat: --min-p must be 0..1: %s", v); }
         else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
         else if (!strcmp(a, "--color")) { NEED(); color = v; if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never")) return cli_fail("muser chat: --color must be auto, always or never: %s", v); }
         else if (!strcmp(a, "--stats")) stats = true;
@@ -879,12 +877,6 @@ int cmd_chat(int argc, char **argv) {
         cli_fail("muser chat: %s", err.msg);
         goto done;
     }
-    mu_sample_params sp = mu_sample_defaults();
-    if (temp >= 0) sp.temp = (float)temp;
-    if (top_k >= 0) sp.top_k = (int)top_k;
-    if (top_p >= 0) sp.top_p = (float)top_p;
-    if (min_p >= 0) sp.min_p = (float)min_p;
-    if (seed >= 0) sp.seed = (uint64_t)seed;
     if (mu_sampler_new(&sp, c.I->n_vocab, &c.smp, &err)) {
         cli_fail("muser chat: %s", err.msg);
         goto done;

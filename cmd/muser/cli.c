@@ -1,6 +1,8 @@
 /* cli.c: option parsing helpers and the error-line contract. */
 #include "cli.h"
 
+#include "../../include/muser.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -66,4 +68,40 @@ bool cli_ids(const char *s, int32_t **out, int *n) {
     *out = ids;
     *n = k;
     return true;
+}
+
+int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_params *p) {
+    const char *a = argv[*i];
+    static const char *names[] = {"--temp", "--top-k", "--top-p", "--min-p", "--seed"};
+    int which = -1;
+    for (int k = 0; k < 5; k++)
+        if (!strcmp(a, names[k])) which = k;
+    if (which < 0) return 0;
+    if (*i + 1 >= argc) return cli_fail("%s: option %s needs a value", cmd, a), -1;
+    const char *v = argv[++*i];
+    long long n;
+    double d;
+    switch (which) {
+    case 0:
+        if (!cli_float(v, 0, 100, &d)) return cli_fail("%s: --temp must be 0..100: %s", cmd, v), -1;
+        p->temp = (float)d;
+        break;
+    case 1:
+        if (!cli_int(v, 0, 1 << 24, &n)) return cli_fail("%s: --top-k must be >= 0 (0: off): %s", cmd, v), -1;
+        p->top_k = (int)n;
+        break;
+    case 2:
+        if (!cli_float(v, 0, 1, &d)) return cli_fail("%s: --top-p must be 0..1: %s", cmd, v), -1;
+        p->top_p = (float)d;
+        break;
+    case 3:
+        if (!cli_float(v, 0, 1, &d)) return cli_fail("%s: --min-p must be 0..1: %s", cmd, v), -1;
+        p->min_p = (float)d;
+        break;
+    case 4:
+        if (!cli_int(v, 0, 1LL << 62, &n)) return cli_fail("%s: --seed must be a non-negative integer: %s", cmd, v), -1;
+        p->seed = (uint64_t)n;
+        break;
+    }
+    return 1;
 }

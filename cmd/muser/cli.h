@@ -6,6 +6,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "../../include/muser.h"
+
 /* Prints "msg\n" to stderr and returns 1 (the exit code for every failure). */
 int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
@@ -14,6 +16,12 @@ bool cli_int(const char *s, long long lo, long long hi, long long *out);
 bool cli_float(const char *s, double lo, double hi, double *out);
 /* Comma-separated int32 list; *out is malloc'ed. */
 bool cli_ids(const char *s, int32_t **out, int *n);
+
+/* Parses one sampling option (--temp --top-k --top-p --min-p --seed) at
+ * argv[*i] into p, which starts as mu_sample_defaults(). Returns 1 when it
+ * consumed the option and its value (advancing *i), 0 when argv[*i] is not a
+ * sampling option, -1 after printing the error line ("CMD: ..."). */
+int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_params *p);
 
 /* The model used when -m is omitted (bundled, or generated on first use).
  * Returns a path or NULL after printing why. */

@@ -22,10 +22,13 @@ static int usage(void) {
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL;
-    long long n_gen = 64, top = 0, threads = 0, ctx = 0, seed = 0xFFFFFFFF, top_k = -1;
-    double temp = -1, top_p = -1, min_p = -1;
+    long long n_gen = 64, top = 0, threads = 0, ctx = 0;
+    mu_sample_params sp = mu_sample_defaults();
     bool json = false, ignore_eos = false;
     for (int i = 1; i < argc; i++) {
+        int so = cli_sample_opt("muser run", argc, argv, &i, &sp);
+        if (so < 0) return 1;
+        if (so) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                          \
@@ -42,11 +45,6 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--top")) { NEED(); if (!cli_int(v, 0, 1000, &top)) return cli_fail("muser run: --top must be 0..1000: %s", v); }
         else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser run: --threads must be 1..512: %s", v); }
         else if (!strcmp(a, "--ctx")) { NEED(); if (!cli_int(v, 1, 1 << 24, &ctx)) return cli_fail("muser run: --ctx must be a positive integer: %s", v); }
-        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_int(v, 0, (1LL << 62), &seed)) return cli_fail("muser run: --seed must be a non-negative integer: %s", v); }
-        else if (!strcmp(a, "--temp")) { NEED(); if (!cli_float(v, 0, 100, &temp)) return cli_fail("muser run: --temp must be 0..100: %s", v); }
-        else if (!strcmp(a, "--top-k")) { NEED(); if (!cli_int(v, 0, 1 << 24, &top_k)) return cli_fail("muser run: --top-k must be >= 0: %s", v); }
-        else if (!strcmp(a, "--top-p")) { NEED(); if (!cli_float(v, 0, 1, &top_p)) return cli_fail("muser run: --top-p must be 0..1: %s", v); }
-        else if (!strcmp(a, "--min-p")) { NEED(); if (!cli_float(v, 0, 1, &min_p)) return cli_fail("muser run: --min-p must be 0..1: %s", v); }
         else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
@@ -95,12 +93,6 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
-    mu_sample_params sp = mu_sample_defaults();
-    if (temp >= 0) sp.temp = (float)temp;
-    if (top_k >= 0) sp.top_k = (int)top_k;
-    if (top_p >= 0) sp.top_p = (float)top_p;
-    if (min_p >= 0) sp.min_p = (float)min_p;
-    sp.seed = (uint64_t)seed;
     if (mu_sampler_new(&sp, I->n_vocab, &smp, &err)) {
         cli_fail("muser run: %s", err.msg);
         goto done;
