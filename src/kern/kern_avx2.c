@@ -248,7 +248,7 @@ static float vec_dot_q6_K_avx2(int n, const void *w, const void *act) {
 
 /* ---- activation quantizers (bit-identical to kern_ref.c) --------------- */
 
-static const int ROUND = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+#define ROUND (_MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)
 
 static void quant_q8_0_avx2(const float *x, void *vy, int n) {
     mu_block_q8_0 *y = vy;
