@@ -2,9 +2,9 @@
  * Owns: 256-bit versions of the dot products (every weight type), the
  * activation quantizers, the dequantizers and the F16 attention pieces.
  * Does not own: the numerics, which kern_ref.c defines (llama.cpp's x86
- * summation orders); quantizers, dequantizers and the F16, Q8_0, Q4_K, Q5_K
- * and Q6_K dots here are bit-identical to it, F32 and BF16 dots (a double
- * sum in the ref) equal up to rounding.
+ * summation orders); quantizers, dequantizers and the F32, F16, Q8_0, Q4_K,
+ * Q5_K and Q6_K dots here are bit-identical to it. BF16 dots stay the ref's
+ * (an emulation of VDPBF16PS, which AVX2 does not have).
  * Key design choice: quantized dots multiply unsigned weight codes with signed
  * activation codes (maddubs), apply the per-sub-block scale with madd into
  * int32, and only convert to float once per 256-value block. The tiled gemm
@@ -45,17 +45,19 @@ static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
 
 /* ---- F32 / F16 / BF16 dots ---------------------------------------------- */
 
+/* ref (ggml_vec_dot_f32, AVX-512 layout): 4 accumulators of 16 lanes (two
+ * ymm each) over steps of 64, combined 0+2, 1+3, then the two; hsum16 in
+ * float. Rows with a tail (n % 64) take the ref's own code. */
 static float vec_dot_f32_avx2(int n, const void *w, const void *a) {
+    if (n % 64) return mu_vec_dot_f32_ref(n, w, a);
     const float *x = w, *y = a;
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), s1);
-    }
-    float s = hsum_ps256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += x[i] * y[i];
-    return s;
+    __m256 s[8];
+    for (int j = 0; j < 8; j++) s[j] = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 64)
+        for (int j = 0; j < 8; j++) s[j] = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8 * j), _mm256_loadu_ps(y + i + 8 * j), s[j]);
+    const __m256 lo = _mm256_add_ps(_mm256_add_ps(s[0], s[4]), _mm256_add_ps(s[2], s[6]));
+    const __m256 hi = _mm256_add_ps(_mm256_add_ps(s[1], s[5]), _mm256_add_ps(s[3], s[7]));
+    return hsum_ps256(_mm256_add_ps(lo, hi));
 }
 
 static inline __m256 f16x8(const mu_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
@@ -80,19 +82,6 @@ static float vec_dot_f16_avx2(int n, const void *w, const void *a) {
 
 static inline __m256 bf16x8_to_ps(const mu_bf16 *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
-}
-
-static float vec_dot_bf16_avx2(int n, const void *w, const void *a) {
-    const mu_bf16 *x = w, *y = a;
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(bf16x8_to_ps(x + i), bf16x8_to_ps(y + i), s0);
-        s1 = _mm256_fmadd_ps(bf16x8_to_ps(x + i + 8), bf16x8_to_ps(y + i + 8), s1);
-    }
-    float s = hsum_ps256(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s += mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]);
-    return s;
 }
 
 /* ---- quantized dots ---------------------------------------------------- */
@@ -174,18 +163,24 @@ static float vec_dot_q4_K_avx2(int n, const void *w, const void *act) {
     return acc - accm;
 }
 
-/* ref (dot_k4_block): per block s += d*d8*isum - dmin*d8*imin, in float. */
+/* ref (llama.cpp's AVX2 q5_K): 8 integer lanes (bytes 4m..4m+3 of every
+ * sub-block, scaled), acc = fma(d, lanes, acc) per super-block, hsum8; the
+ * mins in a scalar summs = fma(imin, -d8*dmin, summs); result acc + summs. */
 static float vec_dot_q5_K_avx2(int n, const void *w, const void *act) {
     const mu_block_q5_K *x = w;
     const mu_block_q8_K *y = act;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     const __m256i b16 = _mm256_set1_epi8(16);
-    float s = 0;
+    __m256 acc = _mm256_setzero_ps();
+    float summs = 0;
     uint32_t u[4];
     for (int i = 0; i < n / MU_QK_K; i++) {
         k4_scales(x[i].scales, u);
+        const uint8_t *sc = (const uint8_t *)u;
+        const float d = y[i].d * f16_to_f32(x[i].d), dmin = -y[i].d * f16_to_f32(x[i].dmin);
+        summs = fmaf((float)hsum_epi32_128(k4_mins_dot(u, y[i].bsums)), dmin, summs);
         const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
-        __m256i lo[4], hi[4];
+        __m256i sumi = _mm256_setzero_si256();
         for (int j = 0; j < 4; j++) {
             const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
             /* bit 2j of qh adds 16 to the low nibble, bit 2j+1 to the high one */
@@ -193,15 +188,17 @@ static float vec_dot_q5_K_avx2(int n, const void *w, const void *act) {
             const __m256i mh = _mm256_set1_epi8((char)(2 << (2 * j)));
             const __m256i hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b16);
             const __m256i hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b16);
-            lo[j] = _mm256_or_si256(_mm256_and_si256(bits, m4), hl);
-            hi[j] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hh);
+            const __m256i lo = _mm256_or_si256(_mm256_and_si256(bits, m4), hl);
+            const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hh);
+            __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j)));
+            __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(y[i].qs + 64 * j + 32)));
+            pl = _mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j]));
+            ph = _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1]));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        const int sumi = k4_isum(lo, hi, (const uint8_t *)u, y[i].qs);
-        const int summ = hsum_epi32_128(k4_mins_dot(u, y[i].bsums));
-        const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);
-        s += d * y[i].d * (float)sumi - dmin * y[i].d * (float)summ;
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
     }
-    return s;
+    return hsum_ps256(acc) + summs;
 }
 
 static float vec_dot_q6_K_avx2(int n, const void *w, const void *act) {
@@ -466,7 +463,6 @@ static void axpy_f16_avx2(int n, float a, const mu_f16 *x, float *y) {
 void mu_kern_fill_avx2(mu_kern *k) {
     k->vec_dot[MU_T_F32] = vec_dot_f32_avx2;
     k->vec_dot[MU_T_F16] = vec_dot_f16_avx2;
-    k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx2;
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx2;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx2;
     k->vec_dot[MU_T_Q5_K] = vec_dot_q5_K_avx2;

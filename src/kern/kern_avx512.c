@@ -6,8 +6,7 @@
  * Does not own: numerics (kern_ref.c). kern_ref.c spells out llama.cpp's x86
  * summation orders, and every entry here reproduces them bit for bit (the
  * integer parts of the quantized dots in any order, the float steps in
- * exactly the ref's order); only F32 and BF16 (a double sum in the ref) are
- * equal up to rounding.
+ * exactly the ref's order; BF16 with VDPBF16PS, which the ref emulates).
  * Key design choice: one zmm holds two 32-value sub-blocks of a K-quant block
  * in natural order, so the Q8_K activations load straight from their block;
  * per-sub-block scales are applied with vpdpwssd (VNNI) on the 16-bit pair
@@ -266,23 +265,28 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
 
 /* ---- F32 / F16 / BF16 --------------------------------------------------- */
 
+/* ref (ggml_vec_dot_f32): 4 accumulators of 16 lanes over steps of 64,
+ * combined 0+2, 1+3, then the two, hsum16 in float; rows with a tail
+ * (n % 64) take the ref's own code. */
 static float vec_dot_f32_avx512(int n, const void *w, const void *a) {
+    if (n % 64) return mu_vec_dot_f32_ref(n, w, a);
     const float *x = w, *y = a;
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (int i = 0; i < n; i += 64) {
         s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), s0);
         s1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 16), _mm512_loadu_ps(y + i + 16), s1);
+        s2 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 32), _mm512_loadu_ps(y + i + 32), s2);
+        s3 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i + 48), _mm512_loadu_ps(y + i + 48), s3);
     }
-    if (i + 16 <= n) {
-        s0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), s0);
-        i += 16;
-    }
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        s1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), _mm512_maskz_loadu_ps(m, y + i), s1);
-    }
-    return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+    return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)));
+}
+
+/* ref vec_dot_batch (tinyBLAS F32): one 16-lane FMA accumulator, hsum16. */
+static float vec_dot_f32_batch_avx512(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i), acc);
+    return _mm512_reduce_add_ps(acc);
 }
 
 static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
@@ -319,23 +323,34 @@ static float vec_dot_f16_batch_avx512(int n, const void *w, const void *a) {
     return _mm512_reduce_add_ps(acc);
 }
 
-static inline __m512 bf16x16(const mu_bf16 *p) {
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p)), 16));
-}
+/* ref (ggml_vec_dot_bf16 with AVX512BF16): VDPBF16PS itself, whose
+ * rounding, DAZ and FTZ the ref emulates: two accumulators (elements 0..31
+ * and 32..63 of every 64), each reduced in float, added in double, the tail
+ * in double. */
+static inline __m512bh bf16x32(const mu_bf16 *p) { return (__m512bh)_mm512_loadu_si512(p); }
 
-/* Widening to f32 (exact, keeps subnormals) rather than vdpbf16ps, which
- * flushes them; the row is read from memory either way. */
 static float vec_dot_bf16_avx512(int n, const void *w, const void *a) {
     const mu_bf16 *x = w, *y = a;
-    __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
-    int i = 0;
-    for (; i + 32 <= n; i += 32) {
-        s0 = _mm512_fmadd_ps(bf16x16(x + i), bf16x16(y + i), s0);
-        s1 = _mm512_fmadd_ps(bf16x16(x + i + 16), bf16x16(y + i + 16), s1);
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64) {
+        c0 = _mm512_dpbf16_ps(c0, bf16x32(x + i), bf16x32(y + i));
+        c1 = _mm512_dpbf16_ps(c1, bf16x32(x + i + 32), bf16x32(y + i + 32));
     }
-    float s = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
-    for (; i < n; i++) s += mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]);
-    return s;
+    double s = (double)_mm512_reduce_add_ps(c0);
+    s += (double)_mm512_reduce_add_ps(c1);
+    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
+    return (float)s;
+}
+
+/* ref vec_dot_batch (tinyBLAS BF16, KN 32): one accumulator; n % 32 != 0
+ * falls back to vec_dot as in the ref. */
+static float vec_dot_bf16_batch_avx512(int n, const void *w, const void *a) {
+    if (n % 32) return vec_dot_bf16_avx512(n, w, a);
+    const mu_bf16 *x = w, *y = a;
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 32) acc = _mm512_dpbf16_ps(acc, bf16x32(x + i), bf16x32(y + i));
+    return _mm512_reduce_add_ps(acc);
 }
 
 static float dot_f16_avx512(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx512(n, a, b); }
@@ -576,12 +591,104 @@ static void gemm_q4_K_8rows(int n, const void *w, size_t ws, int r0, int r1, con
     }
 }
 
+/* 16 weight rows at once, "vertically": the rows' codes are interleaved in
+ * 4-byte groups (lane r of a zmm = 4 codes of row r), so vpdpbusd with the
+ * activation's 4 bytes broadcast accumulates 16 row dots in 16 lanes and no
+ * horizontal sums are needed. Each lane then runs the ref's per-64 chain:
+ * isum_j = sc[2j]*s[2j] + sc[2j+1]*s[2j+1], acc = fma(isum_j, d, acc), same
+ * for the mins. The interleave costs a gather pass per 16 rows and block,
+ * amortized over all activation rows of the call (a 34 KiB-per-block
+ * scratch on the stack, per 16 rows: 8 KiB codes + scales). */
+typedef struct {
+    __m512i w[8][8];  /* [sub-block][step of 4 codes]: 16 rows */
+    __m512i sc[8];    /* sub-block scales, int32 per row */
+    __m512i mn[4];    /* (mn[2j], mn[2j+1]) as int16 pairs per row */
+    __m512 dx, dmx;   /* per row d and dmin */
+} q4k_vblock;
+
+static void q4k_vbuild(const uint8_t *w, size_t ws, int r, int i, q4k_vblock *o) {
+    uint8_t codes[16][MU_QK_K] __attribute__((aligned(64)));
+    uint32_t sc[8][16], mn[4][16];
+    float dx[16], dmx[16];
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    for (int k = 0; k < 16; k++) {
+        const mu_block_q4_K *b = (const mu_block_q4_K *)(w + (size_t)(r + k) * ws) + i;
+        for (int p = 0; p < 4; p++) {
+            const __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));
+            _mm256_store_si256((__m256i *)(codes[k] + 64 * p), _mm256_and_si256(v, _mm512_castsi512_si256(m4)));
+            _mm256_store_si256((__m256i *)(codes[k] + 64 * p + 32),
+                               _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm512_castsi512_si256(m4)));
+        }
+        uint32_t u[4];
+        k4_scales(b->scales, u);
+        const uint8_t *s8 = (const uint8_t *)u;
+        for (int j = 0; j < 8; j++) sc[j][k] = s8[j];
+        for (int j = 0; j < 4; j++) mn[j][k] = (uint32_t)s8[8 + 2 * j] | (uint32_t)s8[9 + 2 * j] << 16;
+        dx[k] = f16_to_f32(b->d);
+        dmx[k] = f16_to_f32(b->dmin);
+    }
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32(MU_QK_K));
+    for (int sb = 0; sb < 8; sb++)
+        for (int st = 0; st < 8; st++)
+            o->w[sb][st] = _mm512_i32gather_epi32(idx, &codes[0][32 * sb + 4 * st], 1);
+    for (int j = 0; j < 8; j++) o->sc[j] = _mm512_loadu_si512(sc[j]);
+    for (int j = 0; j < 4; j++) o->mn[j] = _mm512_loadu_si512(mn[j]);
+    o->dx = _mm512_loadu_ps(dx);
+    o->dmx = _mm512_loadu_ps(dmx);
+}
+
+#define Q4K_V_MAX_NB 96
+static void gemm_q4_K_16rows(int n, const uint8_t *w, size_t ws, int r, const uint8_t *a, size_t as, int n_t, float *y,
+                             int ys) {
+    const int nb = n / MU_QK_K;
+    static _Thread_local q4k_vblock vb[Q4K_V_MAX_NB];
+    for (int i = 0; i < nb; i++) q4k_vbuild(w, ws, r, i, &vb[i]);
+    for (int t = 0; t < n_t; t++) {
+        const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as);
+        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const q4k_vblock *v = &vb[i];
+            const __m512 yd = _mm512_set1_ps(b[i].d);
+            const __m512 d = _mm512_mul_ps(v->dx, yd), dm = _mm512_mul_ps(v->dmx, yd);
+            const int32_t *q8 = (const int32_t *)(const void *)b[i].qs;
+            int32_t pr[4];
+            _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)b[i].bsums),
+                                                           _mm_loadu_si128((const __m128i *)(b[i].bsums + 8))));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+                for (int st = 0; st < 8; st++) {
+                    s0 = _mm512_dpbusd_epi32(s0, v->w[2 * j][st], _mm512_set1_epi32(q8[16 * j + st]));
+                    s1 = _mm512_dpbusd_epi32(s1, v->w[2 * j + 1][st], _mm512_set1_epi32(q8[16 * j + 8 + st]));
+                }
+                const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(s0, v->sc[2 * j]), _mm512_mullo_epi32(s1, v->sc[2 * j + 1]));
+                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc);
+                const __m512i imin = _mm512_madd_epi16(v->mn[j], _mm512_set1_epi32(pr[j]));
+                accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dm, accm);
+            }
+        }
+        _mm512_storeu_ps(y + (size_t)t * ys + r, _mm512_sub_ps(acc, accm));
+    }
+}
+
 /* A Q4_K gemm call covers a whole matmul of n_t activation rows, and rounds
  * as llama.cpp's repack path does for it: rows below n_t & ~3 in the
  * per-64 order (its gemm), the last n_t % 4 rows as vec_dot (its gemv). */
 static void gemm_q4_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
                              float *y, int ys) {
     const int nb4 = n_t & ~3;
+    if (nb4 >= 16 && n / MU_QK_K <= Q4K_V_MAX_NB) { /* vertical path for whole groups of 16 rows */
+        int r = r0;
+        for (; r + 16 <= r1; r += 16) gemm_q4_K_16rows(n, w, ws, r, a, as, nb4, y, ys);
+        if (r < r1) gemm_q4_K_b_avx512(n, w, ws, r, r1, a, as, nb4, y, ys);
+        for (int t = nb4; t < n_t; t++)
+            for (int rr = r0; rr < r1; rr++)
+                y[(size_t)t * ys + rr] =
+                    vec_dot_q4_K_avx512(n, (const uint8_t *)w + (size_t)rr * ws, (const uint8_t *)a + (size_t)t * as);
+        return;
+    }
     int t0 = 0;
     if (n / MU_QK_K <= Q4K_FAST_MAX_NB)
         for (; t0 + 8 <= nb4; t0 += 8)
@@ -626,6 +733,8 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx512;
+    k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_avx512;
+    k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_avx512;
     k->vec_dot_batch[MU_T_Q4_K] = vec_dot_q4_K_batch_avx512;
     k->quant[MU_T_Q8_K] = quant_q8_K_avx512;
     k->dot_f16 = dot_f16_avx512;

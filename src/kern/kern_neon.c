@@ -5,9 +5,8 @@
  * vec_dot loop.
  * Does not own: numerics (kern_ref.c, llama.cpp's x86 orders): the F16,
  * Q8_0, Q4_K, Q5_K and Q6_K dots here reproduce them bit for bit (integer
- * lanes grouped as the ref groups them, float steps in the ref's order); F32
- * and BF16 dots (double sums in the ref) equal them up to rounding. The
- * vec_dot_batch entries stay the ref's.
+ * lanes grouped as the ref groups them, float steps in the ref's order). The
+ * F32 and BF16 dots and the vec_dot_batch entries stay the ref's.
  * Key design choice: the file is built with +dotprod, but the int8 dots come
  * in two variants chosen at fill time from the CPU's HWCAP: SDOT
  * (vdotq_s32) where the CPU has the dot-product extension, widening
@@ -112,40 +111,41 @@ static inline float hsum8_neon(float32x4_t a0, float32x4_t a1) {
         return acc - accm;                                                                                         \
     }                                                                                                              \
                                                                                                                    \
-    static float vec_dot_q5_K_##SUF(int n, const void *w, const void *act) {                                      \
-        const mu_block_q5_K *x = w;                                                                                \
-        const mu_block_q8_K *y = act;                                                                              \
-        const uint8x16_t m4 = vdupq_n_u8(0x0f), b16 = vdupq_n_u8(16);                                              \
-        float s = 0;                                                                                               \
-        uint32_t u[4];                                                                                             \
-        for (int i = 0; i < n / MU_QK_K; i++) {                                                                    \
-            k4_scales(x[i].scales, u);                                                                             \
-            const uint8_t *sc = (const uint8_t *)u;                                                                \
-            const int32_t summ = k4_mins(u, y[i].bsums);                                                           \
-            const uint8x16_t h0 = vld1q_u8(x[i].qh), h1 = vld1q_u8(x[i].qh + 16);                                  \
-            int32x4_t sumi = vdupq_n_s32(0);                                                                       \
-            for (int j = 0; j < 4; j++) {                                                                          \
+    /* ref lanes m (of 8): bytes 4m..4m+3 of every 32-value sub-block, scaled;              \
+     * acc = fma(d, lanes, acc); mins in a scalar fma chain; hsum8 + summs. */                  \
+    static float vec_dot_q5_K_##SUF(int n, const void *w, const void *act) {                      \
+        const mu_block_q5_K *x = w;                                                                \
+        const mu_block_q8_K *y = act;                                                              \
+        const uint8x16_t m4 = vdupq_n_u8(0x0f), b16 = vdupq_n_u8(16);                              \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);                                      \
+        float summs = 0;                                                                           \
+        uint32_t u[4];                                                                             \
+        for (int i = 0; i < n / MU_QK_K; i++) {                                                    \
+            k4_scales(x[i].scales, u);                                                             \
+            const uint8_t *sc = (const uint8_t *)u;                                                \
+            const float d = y[i].d * f16_to_f32(x[i].d), dmin = -y[i].d * f16_to_f32(x[i].dmin);   \
+            summs = fmaf((float)k4_mins(u, y[i].bsums), dmin, summs);                              \
+            const uint8x16_t h0 = vld1q_u8(x[i].qh), h1 = vld1q_u8(x[i].qh + 16);                  \
+            int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);                                    \
+            for (int j = 0; j < 4; j++) {                                                          \
                 const uint8x16_t ml = vdupq_n_u8((uint8_t)(1 << (2 * j))), mh = vdupq_n_u8((uint8_t)(2 << (2 * j))); \
-                const uint8x16_t b0 = vld1q_u8(x[i].qs + 32 * j), b1 = vld1q_u8(x[i].qs + 32 * j + 16);            \
-                const uint8x16_t l0 = vorrq_u8(vandq_u8(b0, m4), vandq_u8(vtstq_u8(h0, ml), b16));                 \
-                const uint8x16_t l1 = vorrq_u8(vandq_u8(b1, m4), vandq_u8(vtstq_u8(h1, ml), b16));                 \
-                const uint8x16_t u0 = vorrq_u8(vshrq_n_u8(b0, 4), vandq_u8(vtstq_u8(h0, mh), b16));                \
-                const uint8x16_t u1 = vorrq_u8(vshrq_n_u8(b1, 4), vandq_u8(vtstq_u8(h1, mh), b16));                \
-                const int8_t *q8 = y[i].qs + 64 * j;                                                               \
-                int32x4_t pl = vdupq_n_s32(0), ph = vdupq_n_s32(0);                                                \
-                pl = DOT16(pl, vreinterpretq_s8_u8(l0), vld1q_s8(q8));                                             \
-                pl = DOT16(pl, vreinterpretq_s8_u8(l1), vld1q_s8(q8 + 16));                                        \
-                ph = DOT16(ph, vreinterpretq_s8_u8(u0), vld1q_s8(q8 + 32));                                        \
-                ph = DOT16(ph, vreinterpretq_s8_u8(u1), vld1q_s8(q8 + 48));                                        \
-                sumi = vmlaq_n_s32(sumi, pl, sc[2 * j]);                                                           \
-                sumi = vmlaq_n_s32(sumi, ph, sc[2 * j + 1]);                                                       \
-            }                                                                                                      \
-            const float d = f16_to_f32(x[i].d), dmin = f16_to_f32(x[i].dmin);                                      \
-            s += d * y[i].d * (float)vaddvq_s32(sumi) - dmin * y[i].d * (float)summ;                               \
-        }                                                                                                          \
-        return s;                                                                                                  \
-    }                                                                                                              \
-                                                                                                                   \
+                const uint8x16_t b0 = vld1q_u8(x[i].qs + 32 * j), b1 = vld1q_u8(x[i].qs + 32 * j + 16); \
+                const uint8x16_t l0 = vorrq_u8(vandq_u8(b0, m4), vandq_u8(vtstq_u8(h0, ml), b16)); \
+                const uint8x16_t l1 = vorrq_u8(vandq_u8(b1, m4), vandq_u8(vtstq_u8(h1, ml), b16)); \
+                const uint8x16_t u0 = vorrq_u8(vshrq_n_u8(b0, 4), vandq_u8(vtstq_u8(h0, mh), b16)); \
+                const uint8x16_t u1 = vorrq_u8(vshrq_n_u8(b1, 4), vandq_u8(vtstq_u8(h1, mh), b16)); \
+                const int8_t *q8 = y[i].qs + 64 * j;                                               \
+                lo = vmlaq_n_s32(lo, DOT16(vdupq_n_s32(0), vreinterpretq_s8_u8(l0), vld1q_s8(q8)), sc[2 * j]); \
+                hi = vmlaq_n_s32(hi, DOT16(vdupq_n_s32(0), vreinterpretq_s8_u8(l1), vld1q_s8(q8 + 16)), sc[2 * j]); \
+                lo = vmlaq_n_s32(lo, DOT16(vdupq_n_s32(0), vreinterpretq_s8_u8(u0), vld1q_s8(q8 + 32)), sc[2 * j + 1]); \
+                hi = vmlaq_n_s32(hi, DOT16(vdupq_n_s32(0), vreinterpretq_s8_u8(u1), vld1q_s8(q8 + 48)), sc[2 * j + 1]); \
+            }                                                                                      \
+            a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(lo), d);                                            \
+            a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(hi), d);                                            \
+        }                                                                                          \
+        return hsum8_neon(a0, a1) + summs;                                                         \
+    }                                                                                              \
+                                                                                                   \
     /* ref lanes: m < 4 from the first 16 bytes of each 32-value chunk (scale                                    \
      * 2c), m >= 4 from the second (scale 2c+1), unsigned codes; minus                                            \
      * 32 * (bsums . scales) of sub-blocks 2m, 2m+1; FMA by d per lane. */                                        \
@@ -225,34 +225,6 @@ static float vec_dot_f16_neon(int n, const void *w, const void *a) {
     return (float)r;
 }
 
-static float vec_dot_f32_neon(int n, const void *w, const void *a) {
-    const float *x = w, *y = a;
-    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        s0 = vfmaq_f32(s0, vld1q_f32(x + i), vld1q_f32(y + i));
-        s1 = vfmaq_f32(s1, vld1q_f32(x + i + 4), vld1q_f32(y + i + 4));
-    }
-    float s = vaddvq_f32(vaddq_f32(s0, s1));
-    for (; i < n; i++) s += x[i] * y[i];
-    return s;
-}
-
-static inline float32x4_t bf16x4(const mu_bf16 *p) { return vreinterpretq_f32_u32(vshll_n_u16(vld1_u16(p), 16)); }
-
-static float vec_dot_bf16_neon(int n, const void *w, const void *a) {
-    const mu_bf16 *x = w, *y = a;
-    float32x4_t s0 = vdupq_n_f32(0), s1 = vdupq_n_f32(0);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        s0 = vfmaq_f32(s0, bf16x4(x + i), bf16x4(y + i));
-        s1 = vfmaq_f32(s1, bf16x4(x + i + 4), bf16x4(y + i + 4));
-    }
-    float s = vaddvq_f32(vaddq_f32(s0, s1));
-    for (; i < n; i++) s += mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]);
-    return s;
-}
-
 static float dot_f16_neon(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_neon(n, a, b); }
 
 static void axpy_f16_neon(int n, float a, const mu_f16 *x, float *y) {
@@ -321,8 +293,6 @@ void mu_kern_fill_neon(mu_kern *k) {
     k->vec_dot[MU_T_Q5_K] = sdot ? vec_dot_q5_K_sdot : vec_dot_q5_K_mull;
     k->vec_dot[MU_T_Q6_K] = sdot ? vec_dot_q6_K_sdot : vec_dot_q6_K_mull;
     k->vec_dot[MU_T_F16] = vec_dot_f16_neon;
-    k->vec_dot[MU_T_F32] = vec_dot_f32_neon;
-    k->vec_dot[MU_T_BF16] = vec_dot_bf16_neon;
     k->quant[MU_T_Q8_0] = quant_q8_0_neon;
     k->quant[MU_T_Q8_K] = quant_q8_K_neon;
     k->dot_f16 = dot_f16_neon;

@@ -5,9 +5,9 @@
  * prints what failed on stderr.
  *
  * Bit-exact (kc_exact): quantizers (activation f32 -> dot type),
- * dequantizers, and the dots whose float order kern_ref.c pins to llama.cpp's
- * (F16, Q8_0, Q4_K, Q5_K, Q6_K: vec_dot, vec_dot_batch, gemm, dot_f16, and
- * axpy_f16 with an F16-exact factor, as the engine calls it).
+ * dequantizers, and every dot, whose float order kern_ref.c pins to
+ * llama.cpp's (vec_dot, vec_dot_batch, gemm, dot_f16, and axpy_f16 with an
+ * F16-exact factor, as the engine calls it).
  * Named tolerances for the rest (|got - ref| <= tol * sum_i |w_i| * |a_i|,
  * the sum of the magnitudes of the terms):
  *   TOL_DOT_FLOAT  F32 and BF16 dots (the ref sums in double; SIMD lanes in
@@ -242,7 +242,8 @@ static double kc_tol(uint32_t t) {
 
 /* Types whose dots must equal the ref bit for bit. */
 static int kc_exact(uint32_t t) {
-    return t == MU_T_F16 || t == MU_T_Q8_0 || t == MU_T_Q4_K || t == MU_T_Q5_K || t == MU_T_Q6_K;
+    return t == MU_T_F32 || t == MU_T_F16 || t == MU_T_BF16 || t == MU_T_Q8_0 || t == MU_T_Q4_K || t == MU_T_Q5_K ||
+           t == MU_T_Q6_K;
 }
 
 static int kc_same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
