@@ -250,11 +250,46 @@ void mu_dequant_q6_K_ref(const void *w, float *y, int n) {
 
 /* ---- dot products ------------------------------------------------------ */
 
+/* ggml_vec_dot_f32 on AVX-512 (GCC 11 build): 4 accumulators of 16 lanes
+ * over steps of 64 elements, FMA, combined (0+2, 1+3, then the two) and
+ * reduced in float. The tail (n % 64) is added to that float as GCC
+ * vectorized the source's `sumf += x[i]*y[i]`: in groups of 16, then one of
+ * 8, rounded products added one by one in order; the last < 8 by FMA. */
 float mu_vec_dot_f32_ref(int n, const void *w, const void *a) {
     const float *x = w, *y = a;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += (double)(x[i] * y[i]);
-    return (float)s;
+    float acc[4][16] = {{0}};
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++) {
+                const int k = i + 16 * j + l;
+                acc[j][l] = fmaf(x[k], y[k], acc[j][l]);
+            }
+    for (int l = 0; l < 16; l++) {
+        acc[0][l] += acc[2][l];
+        acc[1][l] += acc[3][l];
+        acc[0][l] += acc[1][l];
+    }
+    float s = mu_hsum16(acc[0]);
+    int i = np, r = n - np;
+    const int grouped = r >= 16 ? (r & ~15) + ((r & 15) >= 8 ? 8 : 0) : (r >= 8 ? 8 : 0);
+    for (; i < np + grouped; i++) {
+        const float p = x[i] * y[i];
+        s += p;
+    }
+    for (; i < n; i++) s = fmaf(x[i], y[i], s);
+    return s;
+}
+
+/* llamafile tinyBLAS F32 (AVX-512, KN 16): one 16-lane FMA accumulator per
+ * output, then reduced as _mm512_reduce_add_ps. Taken when n % 16 == 0 and
+ * the weight has a multiple of 4 rows (forward.c checks both). */
+static float vec_dot_f32_batch_ref(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] = fmaf(x[i + l], y[i + l], acc[l]);
+    return mu_hsum16(acc);
 }
 
 /* ggml_vec_dot_f16 on AVX-512: 4 accumulators of 16 lanes over steps of 64
@@ -291,11 +326,50 @@ static float vec_dot_f16_batch_ref(int n, const void *w, const void *a) {
     return mu_hsum16(acc);
 }
 
+/* One element pair of VDPBF16PS (_mm512_dpbf16_ps), as measured on Zen 5:
+ * acc += x[1]*y[1], then acc += x[0]*y[0], each rounded once to nearest
+ * even (the bf16 products are exact: an FMA), with bf16 and accumulator
+ * denormals read as zero and denormal results flushed to zero. */
+static inline float bf16_daz(mu_bf16 h) { return (h & 0x7f80) ? mu_bf16_to_f32(h) : 0.f; }
+static inline float f32_ftz(float v) { return fabsf(v) < 0x1p-126f ? 0.f * v : v; }
+static inline float dpbf16_pair(float acc, const mu_bf16 *x, const mu_bf16 *y) {
+    acc = f32_ftz(acc);
+    acc = f32_ftz(fmaf(bf16_daz(x[1]), bf16_daz(y[1]), acc));
+    return f32_ftz(fmaf(bf16_daz(x[0]), bf16_daz(y[0]), acc));
+}
+
+/* ggml_vec_dot_bf16 with AVX512BF16: two 16-lane accumulators, the first
+ * over elements 0..31 of every 64, the second over 32..63; lane l takes the
+ * pair 2l, 2l+1 of its 32 (dpbf16_pair). Each is reduced in float, the two
+ * added in double, then the tail (n % 64) in double. */
 float mu_vec_dot_bf16_ref(int n, const void *w, const void *a) {
     const mu_bf16 *x = w, *y = a;
-    double s = 0;
-    for (int i = 0; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
+    float c[2][16] = {{0}};
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 16; l++) {
+                const int k = i + 32 * h + 2 * l;
+                c[h][l] = dpbf16_pair(c[h][l], x + k, y + k);
+            }
+    double s = (double)mu_hsum16(c[0]);
+    s += (double)mu_hsum16(c[1]);
+    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
     return (float)s;
+}
+
+/* llamafile tinyBLAS BF16 x BF16 with AVX512BF16 (KN 32): one 16-lane
+ * accumulator per output, lane l takes the pair 2l, 2l+1 of every 32
+ * elements (dpbf16_pair), reduced as _mm512_reduce_add_ps. tinyBLAS needs
+ * n % 32 == 0 (else ggml's vec_dot runs) and a multiple of 4 weight rows
+ * (forward.c checks that). */
+static float vec_dot_bf16_batch_ref(int n, const void *w, const void *a) {
+    if (n % 32) return mu_vec_dot_bf16_ref(n, w, a);
+    const mu_bf16 *x = w, *y = a;
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 32)
+        for (int l = 0; l < 16; l++) acc[l] = dpbf16_pair(acc[l], x + i + 2 * l, y + i + 2 * l);
+    return mu_hsum16(acc);
 }
 
 /* ggml_vec_dot_q8_0_q8_0 on x86 (and tinyBLAS_Q0_AVX, the same rounding):
@@ -318,21 +392,6 @@ float mu_vec_dot_q8_0_ref(int n, const void *w, const void *a) {
 /* Unpacks the 8 six-bit scales and 8 mins of a Q4_K/Q5_K block. */
 static inline void unpack_k4_scales(const uint8_t *scales, uint8_t sc[8], uint8_t mn[8]) {
     for (int j = 0; j < 8; j++) scale_min_k4(j, scales, &sc[j], &mn[j]);
-}
-
-/* Shared tail of the K-quant dots: values a[256] (unsigned, before the
- * per-sub-block min), 8 sub-blocks of 32. */
-static inline float dot_k4_block(const int8_t *a, const uint8_t sc[8], const uint8_t mn[8], float d, float dmin,
-                                 const mu_block_q8_K *y) {
-    int summ = 0;
-    for (int j = 0; j < 16; j++) summ += y->bsums[j] * mn[j / 2];
-    int sumi = 0;
-    for (int j = 0; j < 8; j++) {
-        int s = 0;
-        for (int l = 0; l < 32; l++) s += a[j * 32 + l] * y->qs[j * 32 + l];
-        sumi += sc[j] * s;
-    }
-    return d * y->d * (float)sumi - dmin * y->d * (float)summ;
 }
 
 /* Q4_K weights go through llama.cpp's CPU_REPACK buffer on x86 (q4_K_8x8,
@@ -378,11 +437,18 @@ static float dot_q4_K_repack(int n, const void *w, const void *act, bool per64) 
 float mu_vec_dot_q4_K_ref(int n, const void *w, const void *act) { return dot_q4_K_repack(n, w, act, false); }
 static float vec_dot_q4_K_batch_ref(int n, const void *w, const void *act) { return dot_q4_K_repack(n, w, act, true); }
 
+/* ggml_vec_dot_q5_K_q8_K on x86 (its AVX2 code; Q5_K is not repacked
+ * there): lane m of 8 holds, per super-block, the integer sum over the 8
+ * sub-blocks of scale * (q5 . a) on bytes 4m..4m+3 of the sub-block; then
+ * acc[m] = fma(d_a*d_x, lane, acc[m]). The mins go to a scalar:
+ * summs = fma(sum(min_j * (bsum_2j + bsum_2j+1)), -d_a*dmin_x, summs)
+ * (GCC contracted the source's `summs += dmin * isum`). Result
+ * hsum8(acc) + summs. */
 float mu_vec_dot_q5_K_ref(int n, const void *w, const void *act) {
     const mu_block_q5_K *x = w;
     const mu_block_q8_K *y = act;
-    float s = 0;
-    int8_t a[MU_QK_K];
+    float acc[8] = {0}, summs = 0;
+    int8_t u[MU_QK_K];
     uint8_t sc[8], mn[8];
     for (int i = 0; i < n / MU_QK_K; i++) {
         const uint8_t *q = x[i].qs;
@@ -390,16 +456,29 @@ float mu_vec_dot_q5_K_ref(int n, const void *w, const void *act) {
         uint8_t m = 1;
         for (int j = 0; j < 4; j++) {
             for (int l = 0; l < 32; l++) {
-                a[j * 64 + l] = (int8_t)((q[l] & 0xF) + (qh[l] & m ? 16 : 0));
-                a[j * 64 + 32 + l] = (int8_t)((q[l] >> 4) + (qh[l] & (m << 1) ? 16 : 0));
+                u[j * 64 + l] = (int8_t)((q[l] & 0xF) + (qh[l] & m ? 16 : 0));
+                u[j * 64 + 32 + l] = (int8_t)((q[l] >> 4) + (qh[l] & (m << 1) ? 16 : 0));
             }
             q += 32;
             m <<= 2;
         }
         unpack_k4_scales(x[i].scales, sc, mn);
-        s += dot_k4_block(a, sc, mn, mu_f16_to_f32(x[i].d), mu_f16_to_f32(x[i].dmin), &y[i]);
+        const float d = y[i].d * mu_f16_to_f32(x[i].d);
+        const float dmin = -y[i].d * mu_f16_to_f32(x[i].dmin);
+        int imin = 0;
+        for (int j = 0; j < 8; j++) imin += mn[j] * (y[i].bsums[2 * j] + y[i].bsums[2 * j + 1]);
+        summs = fmaf((float)imin, dmin, summs);
+        for (int l = 0; l < 8; l++) {
+            int s = 0;
+            for (int j = 0; j < 8; j++) {
+                int t = 0;
+                for (int b = 4 * l; b < 4 * l + 4; b++) t += u[32 * j + b] * y[i].qs[32 * j + b];
+                s += sc[j] * t;
+            }
+            acc[l] = fmaf(d, (float)s, acc[l]);
+        }
     }
-    return s;
+    return mu_hsum8(acc) + summs;
 }
 
 /* ggml_vec_dot_q6_K_q8_K on x86 (AVX2; Q6_K is not repacked there): lane m
@@ -492,7 +571,10 @@ static const mu_kern REF = {
     },
     .dot_f16 = dot_f16_ref,
     .axpy_f16 = axpy_f16_ref,
-    .vec_dot_batch = {[MU_T_F16] = vec_dot_f16_batch_ref, [MU_T_Q4_K] = vec_dot_q4_K_batch_ref},
+    .vec_dot_batch = {
+        [MU_T_F32] = vec_dot_f32_batch_ref, [MU_T_F16] = vec_dot_f16_batch_ref, [MU_T_BF16] = vec_dot_bf16_batch_ref,
+        [MU_T_Q4_K] = vec_dot_q4_K_batch_ref,
+    },
 };
 
 const mu_kern *mu_kern_ref(void) { return &REF; }
