@@ -22,7 +22,7 @@ static const char *const text_only[] = {"text", NULL};
 static const char *const function_only[] = {"function", NULL};
 static const char *const tool_choice_modes[] = {"none", "auto", "required", NULL};
 static const char *const effort[] = {"low", "medium", "high", "xhigh", NULL};
-static const char *const resp_types[] = {"text", NULL};
+static const char *const resp_types[] = {"text", "json_object", "json_schema", NULL};
 
 static const jc_field no_image = F_(NULL, 0, .note = " (image input is not supported)");
 static const jc_field int_tok_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
@@ -80,9 +80,16 @@ static const jc_field tool_choice_fields[] = {
     END,
 };
 static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL), END};
+static const jc_field json_schema_fields[] = {
+    F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 64),
+    F_("description", JC_STR),
+    F_("schema", JC_OBJ),   /* compiled by jsonc.c, which names unsupported keywords */
+    F_("strict", JC_BOOL | JC_NULL),
+    END,
+};
 static const jc_field resp_format_fields[] = {
-    F_("type", JC_STR, .required = true, .one_of = resp_types,
-       .note = " (json_object and json_schema need constrained sampling, which muser does not have yet)"),
+    F_("type", JC_STR, .required = true, .one_of = resp_types),
+    F_("json_schema", JC_OBJ, .fields = json_schema_fields),
     END,
 };
 
@@ -94,7 +101,7 @@ static const jc_field resp_format_fields[] = {
         F_("top_k", JC_INT | JC_NULL, RANGE(0, 1000000)), F_("min_p", JC_NUM | JC_NULL, RANGE(0, 1)),     \
         F_("seed", JC_INT | JC_NULL, RANGE(-1, 9007199254740991.0)),                                     \
         F_("stop", JC_STR | JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 4),                          \
-        F_("n", JC_INT | JC_NULL, RANGE(1, 1), .note = " (one choice per request)"),                     \
+        F_("n", JC_INT | JC_NULL, RANGE(1, API_MAX_CHOICES)),                                             \
         F_("frequency_penalty", JC_NUM | JC_NULL, RANGE(0, 0), .note = " (penalties are not supported)"), \
         F_("presence_penalty", JC_NUM | JC_NULL, RANGE(0, 0), .note = " (penalties are not supported)"),  \
         F_("user", JC_STR, .max_len = 256)
@@ -150,6 +157,7 @@ static const jc_field llama_completion[] = {
     F_("dynatemp_range", JC_NUM, RANGE(0, 0), .note = " (dynamic temperature is not supported)"),
     F_("xtc_probability", JC_NUM, RANGE(0, 0), .note = " (XTC is not supported)"),
     F_("dry_multiplier", JC_NUM, RANGE(0, 0), .note = " (DRY is not supported)"),
+    F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */
     END,
 };
 static const jc_field llama_tokenize[] = {
@@ -211,11 +219,11 @@ static const jc_field ollama_msg_fields[] = {
 };
 static const jc_field ollama_msg_elem = F_(NULL, JC_OBJ, .fields = ollama_msg_fields);
 static const char *const ollama_formats[] = {"", NULL};
+static const char *const ollama_json_formats[] = {"", "json", NULL};
 
 #define OLLAMA_COMMON                                                                                         \
     F_("model", JC_STR, .max_len = 256), F_("stream", JC_BOOL),                                              \
-        F_("format", JC_STR, .one_of = ollama_formats,                                                       \
-           .note = " (structured output needs constrained sampling, which muser does not have yet)"),        \
+        F_("format", JC_STR | JC_OBJ, .one_of = ollama_json_formats),                                         \
         F_("options", JC_OBJ, .fields = ollama_options), F_("keep_alive", JC_STR | JC_NUM),                   \
         F_("think", JC_BOOL)
 

@@ -97,9 +97,20 @@ typedef struct {
  * and returns false. */
 bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt,
                    const mu_sched_req *req, const json_t *stop);
+/* The n choices of one request: g[0..n) each get a job; choice k samples
+ * with seed + k; the scheduler evaluates the prompt once (sched.h). */
+#define API_MAX_CHOICES 16
+bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
+                     const mu_sched_req *req, const json_t *stop);
 /* Waits for progress (up to ~100 ms) and routes new text; returns true while
  * running, false when finished (g->finish set). Cancels on client hang-up. */
 bool api_gen_step(api_gen *g, int fd);
+bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms);
+/* Structured output requested by body[key] ("response_format" for OpenAI,
+ * "json_schema" for llama.cpp, "format" for Ollama): *out = NULL for free
+ * text, else a compiled schema (the caller unrefs it). -1 after replying
+ * 400 (unsupported keyword, named with its path) or 503. */
+int api_response_schema(mu_http_req *r, const json_t *body, const char *key, mu_jsonc_schema **out);
 /* Runs to the end (non-streaming); false if the client went away. */
 bool api_gen_run(api_gen *g, int fd);
 /* New text since the last call; *n bytes at the returned pointer. */

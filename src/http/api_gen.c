@@ -93,12 +93,55 @@ json_t *api_token_bytes(mu_http_app *a, int32_t id) {
 
 json_t *api_timings(const mu_job_stats *st) {
     double pn = st->n_prompt, gn = st->n_gen;
-    return json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "prompt_n", st->n_prompt, "prompt_ms", st->prompt_ms,
+    json_t *t = json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "prompt_n", st->n_prompt, "prompt_ms", st->prompt_ms,
                      "prompt_per_token_ms", pn > 0 ? st->prompt_ms / pn : 0.0, "prompt_per_second",
                      st->prompt_ms > 0 ? pn * 1e3 / st->prompt_ms : 0.0, "predicted_n", st->n_gen, "predicted_ms",
                      st->gen_ms, "predicted_per_token_ms", gn > 1 ? st->gen_ms / (gn - 1) : 0.0,
                      "predicted_per_second", st->gen_ms > 0 && gn > 1 ? (gn - 1) * 1e3 / st->gen_ms : 0.0,
                      "queue_ms", st->queue_ms);
+    if (t && st->constrain_ms > 0) json_object_set_new(t, "constrained_ms", json_real(st->constrain_ms));
+    if (t && st->prompt_shared) json_object_set_new(t, "prompt_shared", json_true());
+    return t;
+}
+
+int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_key, mu_jsonc_schema **out) {
+    *out = NULL;
+    const json_t *v = json_object_get(body, proto_key);
+    const json_t *schema = NULL;
+    bool object_only = false;
+    char where[96];
+    snprintf(where, sizeof where, "%s", proto_key);
+    if (!v || json_is_null(v)) return 0;
+    if (!strcmp(proto_key, "response_format")) { /* OpenAI */
+        const char *type = mu_jc_str(v, "type", "text");
+        if (!strcmp(type, "text")) return 0;
+        if (!strcmp(type, "json_object")) {
+            object_only = true;
+        } else {
+            const json_t *js = json_object_get(v, "json_schema");
+            if (!json_is_object(js)) {
+                mu_http_reply_error(r, 400, "field 'response_format.json_schema' is required for type 'json_schema'",
+                                    "response_format.json_schema");
+                return -1;
+            }
+            schema = json_object_get(js, "schema");
+            snprintf(where, sizeof where, "response_format.json_schema.schema");
+        }
+    } else if (json_is_string(v)) { /* Ollama format: "" or "json" */
+        if (!json_string_length(v)) return 0;
+        object_only = true;
+    } else { /* llama.cpp json_schema, Ollama format: a schema object */
+        schema = v;
+    }
+    mu_err err = {0};
+    int rc = mu_jsonc_schema_new(schema, object_only, where, out, &err);
+    if (rc) {
+        char m[300];
+        snprintf(m, sizeof m, "structured output: %s", err.msg);
+        mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, m, where);
+        return -1;
+    }
+    return 0;
 }
 
 bool api_model_ok(mu_http_req *r, const json_t *body, const char *key) {
@@ -153,8 +196,8 @@ mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
 
 /* ---- the driver ------------------------------------------------------- */
 
-bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt,
-                   const mu_sched_req *req, const json_t *stop) {
+/* Text state of one choice (stop strings); false when out of memory. */
+static bool gen_init(api_gen *g, mu_http_app *a, const json_t *stop) {
     memset(g, 0, sizeof *g);
     g->app = a;
     if (json_is_string(stop)) {
@@ -168,27 +211,46 @@ bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, 
         }
     }
     for (int i = 0; i < g->n_stops; i++) {
-        if (!g->stops[i]) {
-            free(prompt);
-            api_gen_free(g);
-            mu_http_reply_error(r, 503, "server: out of memory", NULL);
-            return false;
-        }
+        if (!g->stops[i]) return false;
         size_t l = strlen(g->stops[i]);
         if (l > g->max_stop) g->max_stop = l;
     }
-    mu_sched_req q = *req;
-    q.prompt = prompt;
-    q.n_prompt = n_prompt;
+    return true;
+}
+
+bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
+                     const mu_sched_req *req, const json_t *stop) {
+    mu_sched_req q[API_MAX_CHOICES];
+    mu_job *jobs[API_MAX_CHOICES];
+    bool ok = n >= 1 && n <= API_MAX_CHOICES;
+    for (int k = 0; k < n && ok; k++) {
+        ok = gen_init(&g[k], a, stop);
+        q[k] = *req;
+        q[k].prompt = prompt;
+        q[k].n_prompt = n_prompt;
+        q[k].sp.seed = req->sp.seed + (uint64_t)k; /* choice k: seed + k */
+    }
+    if (!ok) {
+        free(prompt);
+        for (int k = 0; k < n && k < API_MAX_CHOICES; k++) api_gen_free(&g[k]);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return false;
+    }
     mu_err err = {0};
-    int rc = mu_sched_submit(a->sched, &q, &g->job, &err);
+    int rc = mu_sched_submit_n(a->sched, q, n, jobs, &err);
     free(prompt);
     if (rc) {
-        api_gen_free(g);
+        for (int k = 0; k < n; k++) api_gen_free(&g[k]);
         mu_http_reply_status(r, rc, &err);
         return false;
     }
+    for (int k = 0; k < n; k++) g[k].job = jobs[k];
     return true;
+}
+
+bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt,
+                   const mu_sched_req *req, const json_t *stop) {
+    return api_gen_start_n(r, g, 1, a, prompt, n_prompt, req, stop);
 }
 
 static int chat_event(void *user, const mu_chat_event *ev) {
@@ -261,11 +323,13 @@ static void finish_from_job(api_gen *g, int f) {
     }
 }
 
-bool api_gen_step(api_gen *g, int fd) {
+bool api_gen_step(api_gen *g, int fd) { return api_gen_step_ms(g, fd, 100); }
+
+bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms) {
     if (g->finish) return false;
     mu_sched_tok toks[16];
     int f = MU_FINISH_NONE;
-    int n = mu_job_next(g->job, toks, 16, 100, &f);
+    int n = mu_job_next(g->job, toks, 16, timeout_ms, &f);
     for (int i = 0; i < n; i++) {
         if (g->n_ids == g->cap_ids) {
             int cap = g->cap_ids ? g->cap_ids * 2 : 64;

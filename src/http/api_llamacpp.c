@@ -131,11 +131,17 @@ static void lc_release(void *state) {
 void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
+    mu_jsonc_schema *schema = NULL;
+    if (api_response_schema(r, body, "json_schema", &schema)) return;
     int32_t *ids = NULL;
     int n = 0;
     char *text = NULL;
-    if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, &text)) return;
+    if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, &text)) {
+        mu_jsonc_schema_unref(schema);
+        return;
+    }
     mu_sched_req q = {0};
+    q.schema = schema;
     q.n_predict = (int)mu_jc_int(body, "n_predict", mu_jc_int(body, "max_tokens", -1));
     q.sp = api_sample_params(body, "seed");
     q.n_top = (int)mu_jc_int(body, "n_probs", 0);
@@ -145,11 +151,14 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     if (!s) {
         free(ids);
         free(text);
+        mu_jsonc_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
     json_t *stop = json_object_get(body, "stop");
-    if (!api_gen_start(r, &s->g, a, ids, n, &q, stop)) {
+    bool ok = api_gen_start(r, &s->g, a, ids, n, &q, stop);
+    mu_jsonc_schema_unref(schema); /* the job holds its own reference */
+    if (!ok) {
         free(text);
         free(s);
         return;

@@ -125,17 +125,27 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
         mu_http_reply_error(r, 400, m, "options.num_ctx");
         return;
     }
+    mu_jsonc_schema *schema = NULL;
+    if (api_response_schema(r, body, "format", &schema)) {
+        free(ids);
+        return;
+    }
     mu_sched_req q = {0};
+    q.schema = schema;
+    q.schema_chat = true;
     long long np = mu_jc_int(opt, "num_predict", -1);
     q.n_predict = np < 0 ? -1 : (int)np;
     q.sp = api_sample_params(opt ? opt : json_null(), "seed");
     ol_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
+        mu_jsonc_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
-    if (!api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(opt, "stop"))) {
+    bool ok = api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(opt, "stop"));
+    mu_jsonc_schema_unref(schema); /* the job holds its own reference */
+    if (!ok) {
         free(s);
         return;
     }

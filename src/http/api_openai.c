@@ -121,22 +121,27 @@ static const char *finish_name(int f, bool tools) {
     return f == API_FINISH_LENGTH ? "length" : "stop";
 }
 
-static json_t *usage(const api_gen *g) {
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", g->st.n_prompt, "completion_tokens", g->n_ids, "total_tokens",
-                     g->st.n_prompt + g->n_ids);
+/* usage over all choices: the prompt once, every choice's tokens */
+static json_t *usage(const api_gen *g, int n) {
+    int gen = 0;
+    for (int k = 0; k < n; k++) gen += g[k].n_ids;
+    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", g[0].st.n_prompt, "completion_tokens", gen, "total_tokens",
+                     g[0].st.n_prompt + gen);
 }
 
 /* ---- chat ----------------------------------------------------------------- */
 
 typedef struct {
-    api_gen g;
     mu_http_app *a;
     char id[64];
     int64_t created;
-    bool chat, include_usage, logprobs, tools, echo_done;
+    bool chat, include_usage, logprobs, tools;
     int phase;          /* 0 first chunk, 1 running, 2 done */
-    int lp_sent;
     char *echo;         /* completions: prompt text to echo first */
+    int n;              /* choices */
+    int lp_sent[API_MAX_CHOICES];
+    bool done[API_MAX_CHOICES];
+    api_gen g[API_MAX_CHOICES];
 } oa_stream;
 
 static void sse(mu_http_buf *out, json_t *j) {
@@ -146,13 +151,13 @@ static void sse(mu_http_buf *out, json_t *j) {
     json_decref(j);
 }
 
-static json_t *chunk(oa_stream *s, json_t *delta, json_t *finish, json_t *logprobs) {
+static json_t *chunk(oa_stream *s, int index, json_t *delta, json_t *finish, json_t *logprobs) {
     json_t *choice;
     if (s->chat)
-        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "delta", delta, "logprobs",
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", index, "delta", delta, "logprobs",
                            logprobs ? logprobs : json_null(), "finish_reason", finish ? finish : json_null());
     else
-        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", 0, "text", delta, "logprobs",
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", index, "text", delta, "logprobs",
                            logprobs ? logprobs : json_null(), "finish_reason", finish ? finish : json_null());
     return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o]}", "id", s->id, "object",
                      s->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)s->created,
@@ -161,60 +166,93 @@ static json_t *chunk(oa_stream *s, json_t *delta, json_t *finish, json_t *logpro
 
 static json_t *completion_logprobs(api_gen *g, int from, int to);
 
+/* New chunks of choice k; returns false when it ended with an error. */
+static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
+    api_gen *g = &s->g[k];
+    size_t nr = 0, nc = 0;
+    const char *rs = s->chat ? api_gen_take_reasoning(g, &nr) : NULL;
+    const char *cs = api_gen_take_content(g, &nc);
+    json_t *lp = NULL;
+    if (s->logprobs && g->n_ids > s->lp_sent[k]) {
+        lp = s->chat ? logprobs_range(g, s->lp_sent[k], g->n_ids) : completion_logprobs(g, s->lp_sent[k], g->n_ids);
+        s->lp_sent[k] = g->n_ids;
+    }
+    if (nr) sse(out, chunk(s, k, json_pack("{s:o}", "reasoning_content", api_json_text(rs, nr)), NULL, NULL));
+    if (nc || lp) {
+        json_t *d = s->chat ? json_pack("{s:o}", "content", api_json_text(cs, nc)) : api_json_text(cs, nc);
+        sse(out, chunk(s, k, d, NULL, lp));
+    }
+    if (running) return true;
+    s->done[k] = true;
+    if (g->finish == API_FINISH_ERROR) return false;
+    bool has_tools = false;
+    if (s->chat && json_array_size(g->tool_calls)) {
+        has_tools = true;
+        sse(out, chunk(s, k, json_pack("{s:o}", "tool_calls", openai_tool_calls(g->tool_calls)), NULL, NULL));
+    }
+    json_t *fin = chunk(s, k, s->chat ? json_object() : json_string(""), json_string(finish_name(g->finish, has_tools)),
+                        NULL);
+    json_object_set_new(fin, "timings", api_timings(&g->st));
+    sse(out, fin);
+    return true;
+}
+
 static int oa_produce(void *state, mu_http_buf *out, int fd) {
     oa_stream *s = state;
     if (s->phase == 2) return 0;
     if (s->phase == 0) {
         s->phase = 1;
         if (s->chat) {
-            sse(out, chunk(s, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
+            for (int k = 0; k < s->n; k++)
+                sse(out, chunk(s, k, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
             return 1;
         }
         if (s->echo) {
-            sse(out, chunk(s, json_string(s->echo), NULL, NULL));
+            for (int k = 0; k < s->n; k++) sse(out, chunk(s, k, json_string(s->echo), NULL, NULL));
             return 1;
         }
     }
     for (;;) {
-        bool running = api_gen_step(&s->g, fd);
-        if (s->g.finish == API_FINISH_CANCEL) return -1;
-        size_t nr = 0, nc = 0;
-        const char *rs = s->chat ? api_gen_take_reasoning(&s->g, &nr) : NULL;
-        const char *cs = api_gen_take_content(&s->g, &nc);
-        json_t *lp = NULL;
-        if (s->logprobs && s->g.n_ids > s->lp_sent) {
-            lp = s->chat ? logprobs_range(&s->g, s->lp_sent, s->g.n_ids)
-                         : completion_logprobs(&s->g, s->lp_sent, s->g.n_ids);
-            s->lp_sent = s->g.n_ids;
-        }
-        if (nr) sse(out, chunk(s, json_pack("{s:o}", "reasoning_content", api_json_text(rs, nr)), NULL, NULL));
-        if (nc || lp) {
-            json_t *d = s->chat ? json_pack("{s:o}", "content", api_json_text(cs, nc)) : api_json_text(cs, nc);
-            sse(out, chunk(s, d, NULL, lp));
-        }
-        if (!running) {
-            if (s->g.finish == API_FINISH_ERROR) {
-                sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g.err, "type", "server_error"));
-                mu_http_buf_str(out, "data: [DONE]\n\n");
-                s->phase = 2;
-                return 1;
+        /* every running choice without waiting, then one short wait */
+        bool all_done = true, failed = false;
+        int first = -1;
+        for (int k = 0; k < s->n; k++) {
+            if (s->done[k]) continue;
+            bool running = api_gen_step_ms(&s->g[k], fd, 0);
+            if (s->g[k].finish == API_FINISH_CANCEL) return -1;
+            if (!oa_choice(s, k, out, running)) failed = true;
+            if (!s->done[k]) {
+                all_done = false;
+                if (first < 0) first = k;
             }
-            bool has_tools = false;
-            if (s->chat && json_array_size(s->g.tool_calls)) {
-                has_tools = true;
-                sse(out, chunk(s, json_pack("{s:o}", "tool_calls", openai_tool_calls(s->g.tool_calls)), NULL, NULL));
-            }
-            json_t *fin = chunk(s, s->chat ? json_object() : json_string(""),
-                                json_string(finish_name(s->g.finish, has_tools)), NULL);
-            json_object_set_new(fin, "timings", api_timings(&s->g.st));
-            sse(out, fin);
+        }
+        if (failed) {
+            for (int k = 0; k < s->n; k++)
+                if (s->g[k].finish == API_FINISH_ERROR) {
+                    sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[k].err, "type", "server_error"));
+                    break;
+                }
+            mu_http_buf_str(out, "data: [DONE]\n\n");
+            s->phase = 2;
+            return 1;
+        }
+        if (all_done) {
             if (s->include_usage) {
                 json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
                                       s->chat ? "chat.completion.chunk" : "text_completion", "created",
                                       (json_int_t)s->created, "model", s->a->model_id, "choices", "usage",
-                                      usage(&s->g));
+                                      usage(s->g, s->n));
                 sse(out, u);
             }
+            mu_http_buf_str(out, "data: [DONE]\n\n");
+            s->phase = 2;
+            return 1;
+        }
+        if (out->n) return 1;
+        bool running = api_gen_step_ms(&s->g[first], fd, 50);
+        if (s->g[first].finish == API_FINISH_CANCEL) return -1;
+        if (!oa_choice(s, first, out, running)) {
+            sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[first].err, "type", "server_error"));
             mu_http_buf_str(out, "data: [DONE]\n\n");
             s->phase = 2;
             return 1;
@@ -225,7 +263,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
 
 static void oa_release(void *state) {
     oa_stream *s = state;
-    api_gen_free(&s->g);
+    for (int k = 0; k < s->n; k++) api_gen_free(&s->g[k]);
     free(s->echo);
     free(s);
 }
@@ -245,6 +283,16 @@ static void reply_failed(mu_http_req *r, api_gen *g) {
     else mu_http_reply_error(r, 499, "client closed the request", NULL);
 }
 
+/* Runs every choice to the end; false (after replying) on error/hang-up. */
+static bool run_all(mu_http_req *r, oa_stream *s) {
+    for (int k = 0; k < s->n; k++)
+        if (!api_gen_run(&s->g[k], mu_http_req_fd(r)) || s->g[k].finish == API_FINISH_ERROR) {
+            reply_failed(r, &s->g[k]);
+            return false;
+        }
+    return true;
+}
+
 void api_openai_chat(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
@@ -253,6 +301,8 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         mu_http_reply_error(r, 400, "field 'tool_choice': only 'auto' and 'none' are supported", "tool_choice");
         return;
     }
+    mu_jsonc_schema *schema = NULL;
+    if (api_response_schema(r, body, "response_format", &schema)) return;
     json_t *tools = json_object_get(body, "tools");
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
     json_t *msgs = normalize_messages(json_object_get(body, "messages"));
@@ -263,6 +313,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     json_decref(msgs);
     if (!ok) {
         if (!msgs) mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        mu_jsonc_schema_unref(schema);
         return;
     }
     mu_sched_req q = {0};
@@ -270,21 +321,29 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     q.sp = api_sample_params(body, "seed");
     q.logprobs = mu_jc_bool(body, "logprobs", false);
     q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
+    q.schema = schema;
+    q.schema_chat = true;
     bool stream = mu_jc_bool(body, "stream", false);
     oa_stream *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
+        mu_jsonc_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
-    if (!api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(body, "stop"))) {
+    s->n = (int)mu_jc_int(body, "n", 1);
+    ok = api_gen_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
+    mu_jsonc_schema_unref(schema); /* the jobs hold their own references */
+    if (!ok) {
         free(s);
         return;
     }
     s->a = a;
     s->chat = true;
-    s->g.chat = true;
-    s->g.want_toks = q.logprobs;
+    for (int k = 0; k < s->n; k++) {
+        s->g[k].chat = true;
+        s->g[k].want_toks = q.logprobs;
+    }
     s->logprobs = q.logprobs;
     s->tools = use_tools;
     s->created = api_unix_now();
@@ -294,26 +353,29 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);
         return;
     }
-    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == API_FINISH_ERROR) {
-        reply_failed(r, &s->g);
+    if (!run_all(r, s)) {
         oa_release(s);
         return;
     }
-    size_t nr, nc;
-    const char *rs = api_gen_take_reasoning(&s->g, &nr);
-    const char *cs = api_gen_take_content(&s->g, &nc);
-    json_t *msg = json_pack("{s:s}", "role", "assistant");
-    json_t *calls = s->g.tool_calls;
-    bool has_calls = json_array_size(calls) > 0;
-    json_object_set_new(msg, "content", has_calls && nc == 0 ? json_null() : api_json_text(cs, nc));
-    if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
-    if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
-    json_t *choice = json_pack("{s:i,s:o,s:o,s:s}", "index", 0, "message", msg, "logprobs",
-                               q.logprobs ? logprobs_range(&s->g, 0, s->g.n_ids) : json_null(), "finish_reason",
-                               finish_name(s->g.finish, has_calls));
-    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o,s:o}", "id", s->id, "object", "chat.completion",
+    json_t *choices = json_array();
+    for (int k = 0; k < s->n; k++) {
+        api_gen *g = &s->g[k];
+        size_t nr, nc;
+        const char *rs = api_gen_take_reasoning(g, &nr);
+        const char *cs = api_gen_take_content(g, &nc);
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        json_t *calls = g->tool_calls;
+        bool has_calls = json_array_size(calls) > 0;
+        json_object_set_new(msg, "content", has_calls && nc == 0 ? json_null() : api_json_text(cs, nc));
+        if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
+        if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
+        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs",
+                                                 q.logprobs ? logprobs_range(g, 0, g->n_ids) : json_null(),
+                                                 "finish_reason", finish_name(g->finish, has_calls)));
+    }
+    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "chat.completion",
                              "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
-                             "choices", choice, "usage", usage(&s->g), "timings", api_timings(&s->g.st));
+                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
     oa_release(s);
     mu_http_reply_json(r, 200, resp);
 }
@@ -414,14 +476,15 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
-    if (!api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(body, "stop"))) {
+    s->n = (int)mu_jc_int(body, "n", 1);
+    if (!api_gen_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"))) {
         free(text);
         free(s);
         return;
     }
     s->a = a;
     s->echo = text;
-    s->g.want_toks = q.logprobs;
+    for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->created = api_unix_now();
     new_id(s->id, sizeof s->id, "cmpl-");
@@ -430,23 +493,27 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
         mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);
         return;
     }
-    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == API_FINISH_ERROR) {
-        reply_failed(r, &s->g);
+    if (!run_all(r, s)) {
         oa_release(s);
         return;
     }
-    size_t nc;
-    const char *cs = api_gen_take_content(&s->g, &nc);
-    mu_http_buf all = {0};
-    if (text) mu_http_buf_str(&all, text);
-    mu_http_buf_add(&all, cs, nc);
-    json_t *choice = json_pack("{s:o,s:i,s:o,s:s}", "text", api_json_text(all.p ? all.p : "", all.n), "index", 0,
-                               "logprobs", q.logprobs ? completion_logprobs(&s->g, 0, s->g.n_ids) : json_null(),
-                               "finish_reason", finish_name(s->g.finish, false));
-    mu_http_buf_free(&all);
-    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o],s:o,s:o}", "id", s->id, "object", "text_completion",
+    json_t *choices = json_array();
+    for (int k = 0; k < s->n; k++) {
+        api_gen *g = &s->g[k];
+        size_t nc;
+        const char *cs = api_gen_take_content(g, &nc);
+        mu_http_buf all = {0};
+        if (text) mu_http_buf_str(&all, text);
+        mu_http_buf_add(&all, cs, nc);
+        json_array_append_new(choices,
+                              json_pack("{s:o,s:i,s:o,s:s}", "text", api_json_text(all.p ? all.p : "", all.n), "index",
+                                        k, "logprobs", q.logprobs ? completion_logprobs(g, 0, g->n_ids) : json_null(),
+                                        "finish_reason", finish_name(g->finish, false)));
+        mu_http_buf_free(&all);
+    }
+    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "text_completion",
                              "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
-                             "choices", choice, "usage", usage(&s->g), "timings", api_timings(&s->g.st));
+                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
     oa_release(s);
     mu_http_reply_json(r, 200, resp);
 }

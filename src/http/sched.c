@@ -9,7 +9,13 @@
  * decode token for every generating slot plus prompt chunks of slots that are
  * still prefilling (bounded per step so decoding slots keep their pace), and
  * calls mu_forward once. Per-token buffers are sized at submit, so the decode
- * loop does not allocate. */
+ * loop does not allocate.
+ * The n choices of one request are n jobs in a group: the first to reach a
+ * slot (the leader) evaluates the prompt; the others wait, then copy its KV
+ * state and final logits (mu_session_state_save/load) instead of evaluating
+ * the prompt again. Structured output (constrain.h) replaces the plain
+ * sampler call for jobs that carry a schema and ends them when the value
+ * is closed. */
 #include "sched.h"
 
 #include <math.h>
@@ -21,6 +27,25 @@
 #include <time.h>
 
 #include "../base/mem.h"
+#include "constrain.h"
+
+/* Shared by the jobs of one request (n choices). refs is touched by any
+ * thread; everything else only by the engine thread. */
+typedef struct {
+    atomic_int refs;
+    int leader;           /* slot evaluating the prompt, -1 when none */
+    bool ready, failed;   /* state saved / cannot be shared (each job evaluates) */
+    void *state;
+    size_t state_n;
+    float *logits;        /* [n_vocab] after the prompt */
+} group;
+
+static void group_unref(group *g) {
+    if (!g || atomic_fetch_sub(&g->refs, 1) != 1) return;
+    free(g->state);
+    free(g->logits);
+    free(g);
+}
 
 struct mu_job {
     pthread_mutex_t mu;
@@ -34,6 +59,9 @@ struct mu_job {
     mu_sample_params sp;
     bool logprobs, ignore_eos, max_by_ctx;
     int n_top;
+    mu_jsonc_schema *schema;
+    bool schema_chat;
+    group *grp;
     /* output, guarded by mu */
     mu_sched_tok *toks;   /* [max_new] */
     int n_toks, n_read;
@@ -48,6 +76,8 @@ typedef struct {
     mu_session *sess;
     mu_job *job;
     mu_sampler *smp;
+    mu_constrain *cons;   /* structured output, NULL for free text */
+    bool waiting;         /* a group member waiting for the leader's prompt state */
     int n_fed;            /* prompt tokens already in the session */
     int32_t last;         /* token to feed next when decoding */
 } slot;
@@ -88,6 +118,8 @@ static void job_unref(mu_job *j) {
     pthread_cond_destroy(&j->cv);
     free(j->prompt);
     free(j->toks);
+    mu_jsonc_schema_unref(j->schema);
+    group_unref(j->grp);
     free(j);
 }
 
@@ -120,6 +152,18 @@ static void slot_release(mu_sched *s, int i, int finish, const char *why) {
     mu_job *j = sl->job;
     mu_sampler_free(sl->smp);
     sl->smp = NULL;
+    if (sl->cons) {
+        uint64_t np, nc;
+        double sec;
+        mu_constrain_stats(sl->cons, &np, &nc, &sec);
+        pthread_mutex_lock(&j->mu);
+        j->st.constrain_ms = sec * 1e3;
+        pthread_mutex_unlock(&j->mu);
+        mu_constrain_free(sl->cons);
+        sl->cons = NULL;
+    }
+    sl->waiting = false;
+    if (j->grp && j->grp->leader == i) j->grp->leader = -1;
     pthread_mutex_lock(&s->mu);
     sl->job = NULL;
     s->info[i].busy = false;
@@ -144,6 +188,96 @@ static void fill_logprobs(mu_sched *s, mu_job *j, const float *lg, mu_sched_tok 
         for (int k = 0; k < j->n_top; k++) t->top_logprobs[k] = (float)(lg[t->top_ids[k]] - lse);
         t->n_top = j->n_top;
     }
+}
+
+/* Engine thread: samples slot i's next token from lg (the plain sampler,
+ * or under the job's structured-output constraint), publishes it and
+ * applies the stop rules. */
+static void emit(mu_sched *s, int i, const float *lg) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    mu_sched_tok t;
+    t.id = sl->cons ? mu_constrain_pick(sl->cons, sl->smp, &j->sp, lg) : mu_sampler_sample(sl->smp, lg);
+    if (t.id < 0) {
+        slot_release(s, i, MU_FINISH_ERROR, "structured output: no token can continue the value");
+        return;
+    }
+    if (sl->cons) mu_constrain_accept(sl->cons, t.id);
+    t.logprob = 0;
+    t.n_top = 0;
+    if (j->logprobs || j->n_top > 0) fill_logprobs(s, j, lg, &t);
+    double tn = now_ms();
+    pthread_mutex_lock(&j->mu);
+    if (j->t_first == 0) j->t_first = tn;
+    j->toks[j->n_toks++] = t;
+    int n_toks = j->n_toks;
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    sl->last = t.id;
+    pthread_mutex_lock(&s->mu);
+    s->m.n_gen_tokens++;
+    s->info[i].n_gen = n_toks;
+    s->info[i].n_past = mu_session_n_past(sl->sess);
+    pthread_mutex_unlock(&s->mu);
+
+    if (!j->ignore_eos && mu_model_is_stop(s->model, t.id))
+        slot_release(s, i, MU_FINISH_STOP, NULL);
+    else if (sl->cons && mu_constrain_done(sl->cons))
+        slot_release(s, i, MU_FINISH_STOP, NULL);
+    else if (n_toks >= j->max_new)
+        slot_release(s, i, j->max_by_ctx ? MU_FINISH_CTX : MU_FINISH_LENGTH, NULL);
+    else if (atomic_load(&j->cancel))
+        slot_release(s, i, MU_FINISH_CANCEL, NULL);
+}
+
+/* Engine thread: a group member in slot i takes the leader's prompt state
+ * (or becomes the leader, or waits). Returns false when the slot was
+ * released. */
+static bool group_join(mu_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    group *g = sl->job->grp;
+    sl->waiting = false;
+    if (!g || g->failed || sl->n_fed > 0) return true;
+    if (g->ready) {
+        mu_err err;
+        mu_session_reset(sl->sess);
+        if (mu_session_state_load(sl->sess, g->state, g->state_n, &err)) {
+            g->failed = true; /* evaluate the prompt like a lone job */
+            mu_session_reset(sl->sess);
+            return true;
+        }
+        sl->n_fed = sl->job->n_prompt;
+        pthread_mutex_lock(&sl->job->mu);
+        sl->job->st.prompt_shared = true;
+        pthread_mutex_unlock(&sl->job->mu);
+        pthread_mutex_lock(&s->mu);
+        s->info[i].n_past = mu_session_n_past(sl->sess);
+        pthread_mutex_unlock(&s->mu);
+        emit(s, i, g->logits);
+        return s->slots[i].job != NULL;
+    }
+    if (g->leader < 0) g->leader = i;
+    else if (g->leader != i) sl->waiting = true;
+    return true;
+}
+
+/* Engine thread: the leader of a group finished its prompt; keep its state
+ * and logits for the other members. */
+static void group_publish(mu_sched *s, int i, const float *lg) {
+    slot *sl = &s->slots[i];
+    group *g = sl->job->grp;
+    if (!g || g->ready || g->failed || g->leader != i) return;
+    size_t cap = mu_session_state_bytes(sl->sess), n = 0;
+    g->state = malloc(cap ? cap : 1);
+    g->logits = malloc((size_t)s->n_vocab * sizeof *g->logits);
+    mu_err err;
+    if (!g->state || !g->logits || mu_session_state_save(sl->sess, g->state, cap, &n, &err)) {
+        g->failed = true;
+        return;
+    }
+    memcpy(g->logits, lg, (size_t)s->n_vocab * sizeof *g->logits);
+    g->state_n = n;
+    g->ready = true;
 }
 
 static int admit(mu_sched *s) {
@@ -201,7 +335,14 @@ static void *engine_main(void *arg) {
                     slot_release(s, i, MU_FINISH_ERROR, err.msg);
                     continue;
                 }
+                if (sl->job->schema &&
+                    mu_constrain_new(s->model, sl->job->schema, sl->job->schema_chat, &sl->cons, &err)) {
+                    slot_release(s, i, MU_FINISH_ERROR, err.msg);
+                    continue;
+                }
+                sl->waiting = sl->job->grp != NULL;
             }
+            if (sl->waiting) group_join(s, i);
         }
 
         /* build one batch: decode tokens first, then prompt chunks */
@@ -209,7 +350,7 @@ static void *engine_main(void *arg) {
         for (int pass = 0; pass < 2; pass++) {
             for (int i = 0; i < s->o.n_slots; i++) {
                 slot *sl = &s->slots[i];
-                if (!sl->job) continue;
+                if (!sl->job || sl->waiting) continue;
                 bool decoding = sl->n_fed >= sl->job->n_prompt;
                 if (decoding != (pass == 0)) continue;
                 mu_batch_item *it = &s->items[n_items];
@@ -261,31 +402,8 @@ static void *engine_main(void *arg) {
                 if (!s->item_last[k]) continue;
             }
             const float *lg = mu_session_logits(sl->sess, -1);
-            mu_sched_tok t;
-            t.id = mu_sampler_sample(sl->smp, lg);
-            t.logprob = 0;
-            t.n_top = 0;
-            if (j->logprobs || j->n_top > 0) fill_logprobs(s, j, lg, &t);
-            double tn = now_ms();
-            pthread_mutex_lock(&j->mu);
-            if (j->t_first == 0) j->t_first = tn;
-            j->toks[j->n_toks++] = t;
-            int n_toks = j->n_toks;
-            pthread_cond_broadcast(&j->cv);
-            pthread_mutex_unlock(&j->mu);
-            sl->last = t.id;
-            pthread_mutex_lock(&s->mu);
-            s->m.n_gen_tokens++;
-            s->info[i].n_gen = n_toks;
-            s->info[i].n_past = mu_session_n_past(sl->sess);
-            pthread_mutex_unlock(&s->mu);
-
-            if (!j->ignore_eos && mu_model_is_stop(s->model, t.id))
-                slot_release(s, i, MU_FINISH_STOP, NULL);
-            else if (n_toks >= j->max_new)
-                slot_release(s, i, j->max_by_ctx ? MU_FINISH_CTX : MU_FINISH_LENGTH, NULL);
-            else if (atomic_load(&j->cancel))
-                slot_release(s, i, MU_FINISH_CANCEL, NULL);
+            if (prefilling) group_publish(s, i, lg);
+            emit(s, i, lg);
         }
     }
     /* shutting down: finish every running and queued job */
@@ -350,7 +468,8 @@ void mu_sched_free(mu_sched *s) {
     free(s);
 }
 
-int mu_sched_submit(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *err) {
+/* Validates r and builds an unlinked job holding both references. */
+static int job_build(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *err) {
     if (r->n_prompt < 1) return mu_fail(err, MU_E_ARG, "sched: the prompt is empty");
     if (r->n_prompt >= s->o.n_ctx)
         return mu_fail(err, MU_E_ARG, "sched: the prompt has %d tokens; the context holds %d", r->n_prompt, s->o.n_ctx);
@@ -385,6 +504,8 @@ int mu_sched_submit(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *er
     j->logprobs = r->logprobs;
     j->n_top = r->n_top;
     j->ignore_eos = r->ignore_eos;
+    j->schema = mu_jsonc_schema_ref(r->schema);
+    j->schema_chat = r->schema_chat;
     j->refs = 2;
     j->st.slot = -1;
     j->st.n_prompt = r->n_prompt;
@@ -392,29 +513,67 @@ int mu_sched_submit(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *er
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->t_submit = now_ms();
+    *out = j;
+    return 0;
+}
 
+int mu_sched_submit_n(mu_sched *s, const mu_sched_req *r, int n, mu_job **out, mu_err *err) {
+    if (n < 1 || n > 128) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..128: %d", n);
+    mu_job *jobs[128];
+    group *g = NULL;
+    if (n > 1) {
+        g = calloc(1, sizeof *g);
+        if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
+        atomic_init(&g->refs, n);
+        g->leader = -1;
+    }
+    for (int k = 0; k < n; k++) {
+        mu_sched_req q = r[k];
+        q.prompt = r[0].prompt;
+        q.n_prompt = r[0].n_prompt;
+        int rc = job_build(s, &q, &jobs[k], err);
+        if (rc) {
+            for (int m = 0; m < k; m++) {
+                jobs[m]->refs = 1;
+                job_unref(jobs[m]);
+            }
+            for (int m = k; m < n && g; m++) group_unref(g);
+            return rc;
+        }
+        jobs[k]->grp = g;
+    }
     pthread_mutex_lock(&s->mu);
     int n_free = 0;
     for (int i = 0; i < s->o.n_slots; i++) n_free += s->slots[i].job == NULL;
-    /* the queue holds jobs beyond the free slots; a free slot admits at once */
+    /* the queue holds jobs beyond the free slots; a free slot admits at
+     * once. The choices of one request count as one request here. */
     int waiting_ahead = s->n_queued;
     if (s->stop || waiting_ahead >= s->o.queue_max + n_free) {
         s->m.n_busy_rejects++;
         pthread_mutex_unlock(&s->mu);
-        j->refs = 1;
-        job_unref(j);
+        for (int k = 0; k < n; k++) {
+            jobs[k]->refs = 1;
+            job_unref(jobs[k]);
+        }
         return mu_fail(err, MU_E_STATE, "server: busy: %d requests are waiting", waiting_ahead);
     }
-    if (s->q_tail) s->q_tail->next = j;
-    else s->q_head = j;
-    s->q_tail = j;
-    s->n_queued++;
+    for (int k = 0; k < n; k++) {
+        mu_job *j = jobs[k];
+        if (s->q_tail) s->q_tail->next = j;
+        else s->q_head = j;
+        s->q_tail = j;
+        s->n_queued++;
+        out[k] = j;
+    }
     s->m.n_queued = s->n_queued;
     s->m.n_requests++;
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
-    *out = j;
     return 0;
+}
+
+int mu_sched_submit(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *err) {
+    return mu_sched_submit_n(s, r, 1, out, err);
 }
 
 int mu_job_next(mu_job *j, mu_sched_tok *out, int cap, int timeout_ms, int *finish) {

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../../include/muser.h"
+#include "jsonc.h"
 
 #define MU_SCHED_MAX_SLOTS 4
 #define MU_SCHED_MAX_TOP 20
@@ -33,6 +34,9 @@ typedef struct {
     bool logprobs;          /* fill logprob of each generated token */
     int n_top;              /* 0..MU_SCHED_MAX_TOP alternatives per token */
     bool ignore_eos;
+    /* structured output (NULL = free text): the job keeps its own reference */
+    mu_jsonc_schema *schema;
+    bool schema_chat;       /* the output may start with the Muse answer header */
 } mu_sched_req;
 
 typedef struct {
@@ -59,6 +63,8 @@ typedef struct {
     double queue_ms;      /* submit -> slot assigned */
     double prompt_ms;     /* slot assigned -> first token sampled */
     double gen_ms;        /* first token -> last token */
+    double constrain_ms;  /* of which structured-output token checks */
+    bool prompt_shared;   /* the prompt's KV state was copied from another choice of the request */
     char err[256];
 } mu_job_stats;
 
@@ -82,6 +88,15 @@ void mu_sched_free(mu_sched *s);
 /* MU_E_ARG for a prompt that does not fit or bad parameters; MU_E_STATE when
  * the queue is full (the caller answers 429). */
 int mu_sched_submit(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *err);
+
+/* Submits n jobs for one prompt (n choices of one request) all or none:
+ * MU_E_STATE when the free slots and the queue cannot take all n. The
+ * prompt of r[0] is used for all; the first job to reach a slot evaluates
+ * it and the others copy its KV state and last logits (when the engine can
+ * save the state; else each evaluates it). Other fields may differ per job
+ * (seeds). */
+int mu_sched_submit_n(mu_sched *s, const mu_sched_req *r, int n, mu_job **out, mu_err *err);
+#define MU_SCHED_MAX_CHOICES 128
 
 /* Waits up to timeout_ms for tokens not yet read; copies up to cap of them
  * into out and returns how many (0 on timeout). *finish is the job's finish
