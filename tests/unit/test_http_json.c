@@ -79,12 +79,19 @@ static void test_openai_chat(void **st) {
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":2.5}", "out of range");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.5}", "integer");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"5\"}", "must be integer");
-    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}", "one choice");
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":16}");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", "between 1 and 16");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":1}", "not supported");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usag\":true}}",
                "stream_options.include_usag");
-    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}",
-               "constrained sampling");
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}");
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+                 "\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+                  "\"json_schema\":{\"schema\":{}}}}",
+               "response_format.json_schema.name");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}",
+               "response_format.type");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
                "messages[0].content[0]");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
@@ -113,7 +120,11 @@ static void test_other_routes(void **st) {
     expect_ok("/api/generate", "{\"model\":\"m\",\"prompt\":\"hi\",\"stream\":false,\"options\":{\"temperature\":0,"
                                "\"num_predict\":3,\"stop\":[\"x\"]},\"keep_alive\":\"5m\"}");
     expect_bad("/api/generate", "{\"prompt\":\"hi\",\"options\":{\"temprature\":0}}", "options.temprature");
-    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"format\":\"json\"}", "constrained sampling");
+    expect_ok("/api/generate", "{\"prompt\":\"hi\",\"format\":\"json\"}");
+    expect_ok("/api/generate", "{\"prompt\":\"hi\",\"format\":{\"type\":\"object\"}}");
+    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"format\":\"yaml\"}", "'json'");
+    expect_ok("/completion", "{\"prompt\":\"a\",\"json_schema\":{\"type\":\"array\"}}");
+    expect_bad("/completion", "{\"prompt\":\"a\",\"json_schema\":[]}", "json_schema");
     expect_bad("/api/generate", "{\"prompt\":\"hi\",\"images\":[\"aGk=\"]}", "image input");
     expect_ok("/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"images\":[]}],\"stream\":false}");
     expect_bad("/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"image\":[]}]}", "messages[0].image");
