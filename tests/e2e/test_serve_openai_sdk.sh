@@ -2,7 +2,8 @@
 # test_serve_openai_sdk.sh: the official `openai` npm SDK (pinned in
 # tests/e2e/client/package-lock.json, installed with `npm ci` when
 # node_modules is absent) against `muser serve` on loopback: models, chat,
-# streaming chat, completions, streaming completions, error classes.
+# streaming chat, completions, streaming completions, structured output
+# (json_schema, json_object with n=2), error classes.
 SERVE_TEST_NAME=test_serve_openai_sdk
 source "$(dirname "$0")/serve_lib.sh"
 command -v node >/dev/null && command -v npm >/dev/null || { echo "test_serve_openai_sdk: skipped: node/npm unavailable"; exit 0; }

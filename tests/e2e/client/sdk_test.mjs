@@ -49,6 +49,53 @@ await check("completions.create stream", async () => {
   for await (const chunk of stream) n += chunk.choices.length;
   assert(n >= 1, "chunks");
 });
+await check("structured output: response_format json_schema (strict)", async () => {
+  const schema = {
+    type: "object",
+    properties: {
+      kind: { enum: ["command", "function", "file"] },
+      section: { type: "integer" },
+      ok: { type: "boolean" },
+      alt: { anyOf: [{ type: "integer" }, { type: "null" }] },
+    },
+    required: ["kind", "section", "ok", "alt"],
+    additionalProperties: false,
+  };
+  const r = await client.chat.completions.create({
+    model: modelId, messages: [{ role: "user", content: "What does tar do? Answer in JSON." }], max_tokens: 300, temperature: 0.7, seed: 3,
+    response_format: { type: "json_schema", json_schema: { name: "answer", strict: true, schema } },
+  });
+  assert(r.choices[0].finish_reason === "stop", "finish " + r.choices[0].finish_reason);
+  const v = JSON.parse(r.choices[0].message.content);
+  assert(["command", "function", "file"].includes(v.kind), "kind " + JSON.stringify(v));
+  assert(Number.isInteger(v.section) && typeof v.ok === "boolean", "types " + JSON.stringify(v));
+  assert(v.alt === null || Number.isInteger(v.alt), "alt " + JSON.stringify(v));
+  assert(Object.keys(v).sort().join() === "alt,kind,ok,section", "keys " + JSON.stringify(v));
+});
+await check("structured output: json_object, n=2", async () => {
+  const r = await client.chat.completions.create({
+    model: modelId, messages: [{ role: "user", content: "Give a JSON object." }], max_tokens: 300, temperature: 0, n: 2,
+    response_format: { type: "json_object" },
+  });
+  assert(r.choices.length === 2 && r.choices[1].index === 1, "choices " + r.choices.length);
+  assert(r.choices[0].message.content === r.choices[1].message.content, "greedy choices differ");
+  if (r.choices[0].finish_reason === "stop") {
+    const v = JSON.parse(r.choices[0].message.content);
+    assert(v && typeof v === "object" && !Array.isArray(v), "not an object");
+  } else {
+    assert(r.choices[0].message.content.trimStart().startsWith("{"), "does not start an object");
+  }
+});
+await check("structured output: unsupported keyword -> BadRequestError naming it", async () => {
+  try {
+    await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "x" }],
+      response_format: { type: "json_schema", json_schema: { name: "a", schema: { type: "string", pattern: "^a" } } } });
+    throw new Error("no error");
+  } catch (e) {
+    assert(e instanceof OpenAI.BadRequestError, "type " + e.constructor.name);
+    assert(String(e.message).includes("'pattern'"), e.message);
+  }
+});
 await check("unknown field -> BadRequestError naming it", async () => {
   try {
     await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "x" }], max_tokenz: 3 });
