@@ -32,7 +32,8 @@ int32_t mu_constrain_pick(mu_constrain *c, mu_sampler *smp, const mu_sample_para
 void mu_constrain_accept(mu_constrain *c, int32_t id);
 /* The value is closed: generation should end now. */
 bool mu_constrain_done(const mu_constrain *c);
-/* Cost so far: picks, tokens checked, seconds spent in pick(). */
+/* Cost so far: picks, tokens checked, seconds spent in pick() outside the
+ * sampler chain. */
 void mu_constrain_stats(const mu_constrain *c, uint64_t *n_picks, uint64_t *n_checked, double *seconds);
 
 #endif

@@ -854,6 +854,16 @@ bool mu_jsonc_feed(mu_jsonc *r, const char *bytes, size_t n) {
 
 bool mu_jsonc_alive(const mu_jsonc *r) { return r->n > 0; }
 
+bool mu_jsonc_in_plain_string(const mu_jsonc *r) {
+    for (int k = 0; k < r->n; k++) {
+        const cfg *g = &r->c[k];
+        if (!g->depth) return false;
+        const frame *f = &g->f[g->depth - 1];
+        if (f->kind != K_STR || f->sst != S_N) return false;
+    }
+    return r->n > 0;
+}
+
 bool mu_jsonc_closed(const mu_jsonc *r) {
     for (int k = 0; k < r->n; k++)
         if (r->c[k].depth == 0) return true;

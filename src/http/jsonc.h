@@ -52,6 +52,10 @@ bool mu_jsonc_complete(const mu_jsonc *r);
 bool mu_jsonc_closed(const mu_jsonc *r);
 /* False once a feed was rejected. */
 bool mu_jsonc_alive(const mu_jsonc *r);
+/* Every live configuration is inside a string value, outside an escape or
+ * a multi-byte character: any bytes >= 0x20 other than '"' and '\\' that
+ * form complete UTF-8 characters are accepted and keep it so. */
+bool mu_jsonc_in_plain_string(const mu_jsonc *r);
 /* The set of bytes that can come next: bit b of set[b >> 6]. */
 void mu_jsonc_next_bytes(const mu_jsonc *r, mu_jsonc *scratch, uint64_t set[4]);
 
