@@ -66,6 +66,7 @@ static jnode *node_alloc(mu_jsonc_schema *s) {
     n->types = T_ALL;
     n->max_items = 0xFFFF;
     n->addl_ok = true;
+    n->items = n->addl = s->any_node; /* NULL only for the any node itself, fixed by its creator */
     return n;
 }
 
@@ -103,6 +104,7 @@ typedef struct {
     struct {
         const char *ref;
         jnode *n;
+        bool done;
     } refs[64];
     int n_refs;
     int depth;
@@ -219,11 +221,18 @@ static jnode *resolve_ref(comp *c, const char *ref, const char *path) {
         mu_fail(c->err, MU_E_NOMEM, "%s: out of memory", path);
         return NULL;
     }
-    c->refs[c->n_refs].ref = ref;
-    c->refs[c->n_refs].n = n;
-    c->n_refs++;
+    int me = c->n_refs++;
+    c->refs[me].ref = ref;
+    c->refs[me].n = n;
+    c->refs[me].done = false;
     jnode *body = compile(c, target, path);
     if (!body) return NULL;
+    for (int i = 0; i < c->n_refs; i++)
+        if (body == c->refs[i].n && !c->refs[i].done) {
+            /* A: {$ref: B}, B: {$ref: A}: no schema between the references */
+            cfail(c, path, "'$ref' cycle that never reaches a schema", NULL);
+            return NULL;
+        }
     /* copy the compiled body into the registered node (shallow; arrays stay
      * owned by body, which stays allocated in s->all) */
     jnode *keep = n->next_alloc;
@@ -233,6 +242,7 @@ static jnode *resolve_ref(comp *c, const char *ref, const char *path) {
     body->names = (lits){0};
     body->pnode = NULL;
     body->any = NULL;
+    c->refs[me].done = true;
     return n;
 }
 

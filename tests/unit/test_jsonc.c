@@ -151,6 +151,8 @@ static void test_refusals(void **st) {
     refused("{\"required\":[\"x\"]}", "does not declare");
     refused("{\"$ref\":\"http://x/y\"}", "local references");
     refused("{\"$ref\":\"#/$defs/missing\"}", "missing definition");
+    refused("{\"$ref\":\"#\"}", "cycle");
+    refused("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", "cycle");
     refused("{\"items\":[{}]}", "tuple");
     refused("{\"anyOf\":[{}],\"type\":\"object\"}", "anyOf");
     refused("{\"minItems\":3,\"maxItems\":2}", "minItems");
