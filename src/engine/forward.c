@@ -333,7 +333,10 @@ static void job_ew(void *arg, int ith, int nth) {
         }
         case EW_FFN_ACT: { /* f1 = silu(f1) * f2 */
             float *g = e->s.f1 + (size_t)t * F, *u = e->s.f2 + (size_t)t * F;
-            for (int i = 0; i < F; i++) g[i] = g[i] / (1.0f + mu_expf_ggml(-g[i])) * u[i]; /* ggml_v_silu */
+            /* ggml_v_silu on whole groups of 16, libm's expf on the tail */
+            const int F16 = F & ~15;
+            for (int i = 0; i < F16; i++) g[i] = g[i] / (1.0f + mu_expf_ggml(-g[i])) * u[i];
+            for (int i = F16; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
             break;
         }
         case EW_FFN_OUT: { /* h += rms(o, 1e-8) * post_ffw_norm */

@@ -179,23 +179,29 @@ int32_t mu_sampler_sample(mu_sampler *s, const float *logits) {
     return s->ids[k - 1];
 }
 
+/* Probabilities as llama.cpp's sampler reports them (the reference the
+ * tests compare with): candidates sorted by logit, descending; expf(l - max)
+ * in float, summed in float in that order; each divided by the sum. */
 void mu_top_probs(const float *logits, int n_vocab, int k, int32_t *ids, float *probs) {
-    float mx = logits[0];
-    for (int i = 1; i < n_vocab; i++)
-        if (logits[i] > mx) mx = logits[i];
-    double sum = 0;
-    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
     if (k > n_vocab) k = n_vocab;
-    int m = 0;
-    for (int i = 0; i < n_vocab; i++) {
-        float v = logits[i];
-        if (m == k && v <= logits[ids[k - 1]]) continue;
-        int j = m < k ? m++ : k - 1;
-        while (j > 0 && logits[ids[j - 1]] < v) {
-            ids[j] = ids[j - 1];
-            j--;
-        }
-        ids[j] = i;
+    cand *c = malloc((size_t)n_vocab * sizeof *c);
+    if (!c) { /* fall back to an unsorted float sum: same values within rounding */
+        float mx = logits[0];
+        for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
+        float sum = 0;
+        for (int i = 0; i < n_vocab; i++) sum += expf(logits[i] - mx);
+        select_top(logits, n_vocab, k, ids, probs);
+        for (int i = 0; i < k; i++) probs[i] = expf(logits[ids[i]] - mx) / sum;
+        return;
     }
-    for (int i = 0; i < k; i++) probs[i] = (float)(exp((double)logits[ids[i]] - mx) / sum);
+    for (int i = 0; i < n_vocab; i++) c[i] = (cand){logits[i], i};
+    qsort(c, (size_t)n_vocab, sizeof *c, cand_cmp);
+    const float mx = c[0].v;
+    float sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += expf(c[i].v - mx);
+    for (int i = 0; i < k; i++) {
+        ids[i] = c[i].id;
+        probs[i] = expf(c[i].v - mx) / sum;
+    }
+    free(c);
 }

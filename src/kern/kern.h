@@ -43,7 +43,12 @@ typedef struct mu_kern {
      *       has a multiple of 4 rows (else tinyBLAS declines: vec_dot).
      *  Q4_K: the repack gemm (FMA per 64 elements, see kern_ref.c); only the
      *       rows inside whole groups of 4 of the matmul, the rest use vec_dot
-     *       (the repack gemv). */
+     *       (the repack gemv).
+     *  BF16: tinyBLAS (VDPBF16PS steps of 32) when n % 32 == 0 and rows % 4
+     *       == 0, else the function itself returns the vec_dot result.
+     *  F32: tinyBLAS, one 16-lane FMA accumulator, when n % 16 == 0 and
+     *       rows % 4 == 0.
+     * docs/llamacpp-numerics.md has the full facts. */
     mu_vec_dot_fn vec_dot_batch[MU_T_COUNT];
 } mu_kern;
 

@@ -4,6 +4,7 @@
 # llama.cpp (node-llama-cpp 3.22.1) for greedy continuations and top-8
 # probabilities on the prompts of make-spec.py.
 # Needs: ./muser built, node and npm, and once: (cd tests/golden && npm i -E node-llama-cpp@3.22.1)
+# usage: make-golden.sh [MODEL_NAME ...]   (default: every model of models.txt)
 set -euo pipefail
 cd "$(dirname "$0")"
 root=$(cd ../.. && pwd)
@@ -12,6 +13,7 @@ mkdir -p "$work" ref
 [ -d node_modules/node-llama-cpp ] || { echo "run: (cd tests/golden && npm i -E node-llama-cpp@3.22.1)"; exit 1; }
 grep -v '^#' models.txt | while read -r name opts; do
   [ -n "$name" ] || continue
+  if [ $# -gt 0 ] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
   # shellcheck disable=SC2086
   "$root/muser" gen -o "$work/$name.gguf" $opts --name "$name" >/dev/null
   sha=$(sha256sum "$work/$name.gguf" | cut -d' ' -f1)
