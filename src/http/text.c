@@ -16,7 +16,7 @@
 #include "server.h"
 
 typedef struct {
-    mu_tok *tok;
+    const mu_tok *tok; /* the model's; lives as long as the model */
     char *tmpl;
     size_t tmpl_len;
     char bos[64], eos[64];
@@ -65,13 +65,10 @@ static void token_text(const mu_tok *tok, int32_t id, char *buf, size_t cap) {
 
 int mu_http_text_init(mu_http_text *out, const mu_model *m, mu_err *err) {
     const mu_gguf *g = mu_model_gguf(m);
+    if (!mu_model_tokenizer(m)) return mu_fail(err, MU_E_MODEL, "server: the model has no tokenizer");
     text_ctx *t = calloc(1, sizeof *t);
     if (!t) return mu_fail(err, MU_E_NOMEM, "server: out of memory");
-    int rc = mu_tok_new(g, &t->tok, err);
-    if (rc) {
-        free(t);
-        return rc;
-    }
+    t->tok = mu_model_tokenizer(m);
     if (mu_gguf_find(g, "tokenizer.chat_template") >= 0) {
         const char *s;
         size_t n;
@@ -98,7 +95,6 @@ int mu_http_text_init(mu_http_text *out, const mu_model *m, mu_err *err) {
 void mu_http_text_deinit(mu_http_text *x) {
     if (!x || !x->ctx) return;
     text_ctx *t = x->ctx;
-    mu_tok_free(t->tok);
     free(t->tmpl);
     free(t);
     x->ctx = NULL;
