@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define SPIN_ITERS 200000
+#define YIELD_AFTER 20000
 
 struct mu_pool {
     int n;
@@ -41,9 +42,13 @@ static void *worker(void *va) {
         int spins = 0;
         while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen && !atomic_load(&p->stop)) {
             if (++spins < SPIN_ITERS) {
+                if (spins < YIELD_AFTER) {
 #if defined(__x86_64__)
-                __builtin_ia32_pause();
+                    __builtin_ia32_pause();
 #endif
+                } else {
+                    sched_yield();
+                }
                 continue;
             }
             pthread_mutex_lock(&p->mu);
@@ -117,10 +122,16 @@ void mu_pool_run(mu_pool *p, mu_pool_fn fn, void *arg) {
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     fn(arg, 0, p->n);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) {
+    /* spin while the others are likely running; yield once they seem
+     * descheduled (a loaded machine), so we do not steal their core */
+    for (int spins = 0; atomic_load_explicit(&p->pending, memory_order_acquire) > 0; spins++) {
+        if (spins < YIELD_AFTER) {
 #if defined(__x86_64__)
-        __builtin_ia32_pause();
+            __builtin_ia32_pause();
 #endif
+        } else {
+            sched_yield();
+        }
     }
 }
 
