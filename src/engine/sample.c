@@ -9,12 +9,19 @@
 
 #include "../../include/muser.h"
 
+/* A candidate: logit and token id. */
+typedef struct {
+    float v;
+    int32_t id;
+} cand;
+
 struct mu_sampler {
     mu_sample_params p;
     int n_vocab;
     uint64_t rng[4];
     int32_t *ids;
     float *vals;
+    cand *sorted; /* [n_vocab]: scratch for the full sort when top-k is off */
 };
 
 mu_sample_params mu_sample_defaults(void) {
@@ -51,7 +58,8 @@ int mu_sampler_new(const mu_sample_params *p, int n_vocab, mu_sampler **out, mu_
     s->n_vocab = n_vocab;
     s->ids = malloc((size_t)n_vocab * sizeof *s->ids);
     s->vals = malloc((size_t)n_vocab * sizeof *s->vals);
-    if (!s->ids || !s->vals) {
+    s->sorted = malloc((size_t)n_vocab * sizeof *s->sorted);
+    if (!s->ids || !s->vals || !s->sorted) {
         mu_sampler_free(s);
         return mu_fail(err, MU_E_NOMEM, "sample: out of memory");
     }
@@ -65,6 +73,7 @@ void mu_sampler_free(mu_sampler *s) {
     if (!s) return;
     free(s->ids);
     free(s->vals);
+    free(s->sorted);
     free(s);
 }
 
@@ -92,10 +101,6 @@ static void sort_desc(int32_t *ids, float *vals, int n) {
     }
 }
 
-typedef struct {
-    float v;
-    int32_t id;
-} cand;
 
 static int cand_cmp(const void *a, const void *b) {
     const cand *x = a, *y = b;
@@ -103,20 +108,17 @@ static int cand_cmp(const void *a, const void *b) {
     return x->id < y->id ? -1 : x->id > y->id;
 }
 
-/* Keeps the k largest logits at the front, sorted descending. */
-static int select_top(const float *l, int n, int k, int32_t *ids, float *vals) {
-    if (k > 256) { /* large k (top-k off): sort everything once */
-        cand *c = malloc((size_t)n * sizeof *c);
-        if (c) {
-            for (int i = 0; i < n; i++) c[i] = (cand){l[i], i};
-            qsort(c, (size_t)n, sizeof *c, cand_cmp);
-            for (int i = 0; i < k; i++) {
-                ids[i] = c[i].id;
-                vals[i] = c[i].v;
-            }
-            free(c);
-            return k;
+/* Keeps the k largest logits at the front, sorted descending. With
+ * scratch (n entries) and a large k, sorts everything once instead. */
+static int select_top(const float *l, int n, int k, int32_t *ids, float *vals, cand *scratch) {
+    if (k > 256 && scratch) {
+        for (int i = 0; i < n; i++) scratch[i] = (cand){l[i], i};
+        qsort(scratch, (size_t)n, sizeof *scratch, cand_cmp);
+        for (int i = 0; i < k; i++) {
+            ids[i] = scratch[i].id;
+            vals[i] = scratch[i].v;
         }
+        return k;
     }
     int m = 0;
     for (int i = 0; i < n; i++) {
@@ -146,7 +148,7 @@ int32_t mu_sampler_sample(mu_sampler *s, const float *logits) {
     int n = s->n_vocab;
     if (p->temp <= 0) return argmax(logits, n);
     int k = p->top_k > 0 && p->top_k < n ? p->top_k : n;
-    k = select_top(logits, n, k, s->ids, s->vals);
+    k = select_top(logits, n, k, s->ids, s->vals, s->sorted);
     /* top-p over the softmax of the remaining candidates */
     double sum = 0;
     float mx = s->vals[0];
@@ -190,7 +192,7 @@ void mu_top_probs(const float *logits, int n_vocab, int k, int32_t *ids, float *
         for (int i = 1; i < n_vocab; i++) mx = logits[i] > mx ? logits[i] : mx;
         float sum = 0;
         for (int i = 0; i < n_vocab; i++) sum += expf(logits[i] - mx);
-        select_top(logits, n_vocab, k, ids, probs);
+        select_top(logits, n_vocab, k, ids, probs, NULL);
         for (int i = 0; i < k; i++) probs[i] = expf(logits[ids[i]] - mx) / sum;
         return;
     }
