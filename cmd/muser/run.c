@@ -101,6 +101,7 @@ int cmd_run(int argc, char **argv) {
     int32_t tok_ids[1000];
     float probs[1000];
     mu_batch_item it = {.s = s, .tokens = prompt, .n_tokens = n_prompt};
+    int32_t next; /* the token fed back after each step */
     for (int step = 0; step < n_gen; step++) {
         if (mu_forward(e, &it, 1, &err)) {
             cli_fail("muser run: %s", err.msg);
@@ -120,7 +121,6 @@ int cmd_run(int argc, char **argv) {
         }
         fflush(stdout);
         if (!ignore_eos && mu_model_is_stop(m, id)) break;
-        static int32_t next;
         next = id;
         it.tokens = &next;
         it.n_tokens = 1;

@@ -144,12 +144,10 @@ static void test_batch_of_sessions(void **state) {
     assert_true(max_rel_diff(mu_session_logits(a, -1), mu_session_logits(c, -1), V) < 1e-4);
     assert_true(max_rel_diff(mu_session_logits(b, -1), mu_session_logits(d, -1), V) < 1e-4);
     /* all_logits: one row per token */
-    int32_t t = 5;
     mu_batch_item all = {.s = a, .tokens = p1, .n_tokens = 3, .all_logits = true};
     assert_int_equal(mu_forward(E, &all, 1, &err), 0);
     assert_non_null(mu_session_logits(a, 2));
     assert_null(mu_session_logits(a, 3));
-    (void)t;
     mu_session_free(a);
     mu_session_free(b);
     mu_session_free(c);
