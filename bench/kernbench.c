@@ -7,7 +7,10 @@
  *           in GMAC/s, with the table's gemm or, when it has none, the
  *           vec_dot loop the engine falls back to.
  * Threads split the rows like the engine does. Not part of libmuser.
- * Usage: kernbench [threads (default 2)] [MiB of weights (default 1024)] */
+ * Usage: kernbench [threads (default 2)] [MiB of weights (default 1024; 0
+ * skips the decode number)] [gemm activation rows (default 64)] [n (default
+ * 2048)] [types, comma-separated names, e.g. Q4_K,Q6_K (default all)] [table
+ * name (default all)] */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -95,16 +98,23 @@ int main(int argc, char **argv) {
     static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_F16};
     const mu_kern *tabs[8];
     const int ntab = mu_kern_available(tabs, 8);
-    const int n = 2048;
-    float *x = malloc(64 * (size_t)n * sizeof(float));
+    const int gnt = argc > 3 ? atoi(argv[3]) : 64;
+    const int n = argc > 4 ? atoi(argv[4]) : 2048;
+    const char *only = argc > 5 ? argv[5] : NULL;
+    const char *tab = argc > 6 ? argv[6] : NULL;
+    const int nx = gnt > 64 ? gnt : 64;
+    float *x = malloc((size_t)nx * n * sizeof(float));
     srand(1);
-    for (int i = 0; i < 64 * n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < nx * n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t t = types[ti], dt = mu_kern_dot_type(t);
+        if (only && !strstr(only, mu_type_get(t)->name)) continue;
         const size_t ws = mu_type_row_bytes(t, n);
         const size_t as = dt == MU_T_Q8_K ? (size_t)(n / 256) * sizeof(mu_block_q8_K) : mu_type_row_bytes(dt, n);
-        const int rows = (int)((mib << 20) / ws);
-        uint8_t *w = malloc(ws * rows), *a = malloc(as * 64);
+        const int grows = 2048;
+        int rows = (int)((mib << 20) / ws);
+        rows = rows < grows ? grows : rows;
+        uint8_t *w = malloc(ws * rows), *a = malloc(as * nx);
         /* sane f16 scales: rewrite the row from a quantized Gaussian-ish row */
         uint8_t *row = malloc(ws);
         mu_quantize_row(t, x, row, n);
@@ -124,19 +134,19 @@ int main(int argc, char **argv) {
                 }
             }
         }
-        for (int i = 0; i < 64; i++) mu_kern_ref()->quant[dt](x + (size_t)i * n, a + i * as, n);
+        for (int i = 0; i < nx; i++) mu_kern_ref()->quant[dt](x + (size_t)i * n, a + i * as, n);
         for (int k = 0; k < ntab; k++) {
+            if (tab && strcmp(tab, tabs[k]->name) != 0) continue;
             job j = {tabs[k], t, n, 0, 0, 1, w, a, ws, as, NULL, 0, NULL, 0};
             double best = 1e9, cbest = 1e9, c;
-            for (int rep = 0; rep < 3; rep++) {
+            for (int rep = 0; rep < (mib ? 3 : 0); rep++) {
                 const double s = timed(&j, nt, rows, &c);
                 best = s < best ? s : best;
                 cbest = c < cbest ? c : cbest;
             }
             const double gbps = (double)ws * rows / best / 1e9;
-            j.n_t = 64;
+            j.n_t = gnt;
             j.gemm = 1;
-            const int grows = 2048;
             double gbest = 1e9, gcbest = 1e9;
             for (int rep = 0; rep < 3; rep++) {
                 const double s = timed(&j, nt, grows, &c);
@@ -145,8 +155,8 @@ int main(int argc, char **argv) {
             }
             printf("{\"table\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"decode_gbps\": %.2f, \"gemm_gmacs\": %.2f, "
                    "\"decode_gbps_cpu\": %.2f, \"gemm_gmacs_cpu\": %.2f, \"gemm\": %s}\n",
-                   tabs[k]->name, mu_type_get(t)->name, nt, gbps, 64.0 * n * grows / gbest / 1e9,
-                   (double)ws * rows / cbest / 1e9, 64.0 * n * grows / gcbest / 1e9,
+                   tabs[k]->name, mu_type_get(t)->name, nt, gbps, (double)gnt * n * grows / gbest / 1e9,
+                   (double)ws * rows / cbest / 1e9, (double)gnt * n * grows / gcbest / 1e9,
                    tabs[k]->gemm[t] ? "true" : "false");
             fflush(stdout);
         }

@@ -597,8 +597,11 @@ static void gemm_q4_K_8rows(int n, const void *w, size_t ws, int r0, int r1, con
  * horizontal sums are needed. Each lane then runs the ref's per-64 chain:
  * isum_j = sc[2j]*s[2j] + sc[2j+1]*s[2j+1], acc = fma(isum_j, d, acc), same
  * for the mins. The interleave costs a gather pass per 16 rows and block,
- * amortized over all activation rows of the call (a 34 KiB-per-block
- * scratch on the stack, per 16 rows: 8 KiB codes + scales). */
+ * amortized over all activation rows of the call (a thread-local scratch of
+ * ~5 KiB per block: 4 KiB codes + scales). Activation rows go in register
+ * tiles of Q4K_VT: each interleaved weight vector is loaded once per tile,
+ * and the mins chain runs as its own pass (q4k_vmins) so that only acc and
+ * the two sub-block sums per activation row live in registers. */
 typedef struct {
     __m512i w[8][8];  /* [sub-block][step of 4 codes]: 16 rows */
     __m512i sc[8];    /* sub-block scales, int32 per row */
@@ -639,37 +642,91 @@ static void q4k_vbuild(const uint8_t *w, size_t ws, int r, int i, q4k_vblock *o)
 }
 
 #define Q4K_V_MAX_NB 96
+
+/* The mins chain of TN activation rows against the 16 rows of vb:
+ * accm = fma(imin_j, dmin_x * d_a, accm) for every block and pair j, as the
+ * ref does; stored to m[t] for the main pass to subtract. */
+AI void q4k_vmins(int nb, const q4k_vblock *vb, const uint8_t *a, size_t as, __m512 *m, const int TN) {
+    __m512 accm[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) accm[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q4k_vblock *v = &vb[i];
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512 dm = _mm512_mul_ps(v->dmx, _mm512_set1_ps(b->d));
+            int32_t pr[4];
+            _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)b->bsums),
+                                                           _mm_loadu_si128((const __m128i *)(b->bsums + 8))));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(v->mn[j], _mm512_set1_epi32(pr[j]))), dm,
+                                          accm[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) m[t] = accm[t];
+}
+
+/* The main chain of TN activation rows: for each block and pair j, the 16
+ * rows' sub-block dots by vpdpbusd (the weights loaded once for all TN
+ * rows), scaled, and acc = fma(isum_j, d_x * d_a, acc); y = acc - accm. */
+AI void q4k_vtile(int nb, const q4k_vblock *vb, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m512 m[8];
+    q4k_vmins(nb, vb, a, as, m, TN);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q4k_vblock *v = &vb[i];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i s0[8], s1[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) s0[t] = s1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int st = 0; st < 8; st++) {
+                const __m512i w0 = v->w[2 * j][st], w1 = v->w[2 * j + 1][st];
+#pragma GCC unroll 8
+                for (int t = 0; t < TN; t++) {
+                    const int32_t *q8 = (const int32_t *)(const void *)((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs;
+                    s0[t] = _mm512_dpbusd_epi32(s0[t], w0, _mm512_set1_epi32(q8[16 * j + st]));
+                    s1[t] = _mm512_dpbusd_epi32(s1[t], w1, _mm512_set1_epi32(q8[16 * j + 8 + st]));
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) {
+                const float yd = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->d;
+                const __m512i isum =
+                    _mm512_add_epi32(_mm512_mullo_epi32(s0[t], v->sc[2 * j]), _mm512_mullo_epi32(s1[t], v->sc[2 * j + 1]));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(v->dx, _mm512_set1_ps(yd)), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_sub_ps(acc[t], m[t]));
+}
+
+#ifndef Q4K_VT
+#define Q4K_VT 6
+#endif
 static void gemm_q4_K_16rows(int n, const uint8_t *w, size_t ws, int r, const uint8_t *a, size_t as, int n_t, float *y,
                              int ys) {
     const int nb = n / MU_QK_K;
     static _Thread_local q4k_vblock vb[Q4K_V_MAX_NB];
     for (int i = 0; i < nb; i++) q4k_vbuild(w, ws, r, i, &vb[i]);
-    for (int t = 0; t < n_t; t++) {
-        const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as);
-        __m512 acc = _mm512_setzero_ps(), accm = _mm512_setzero_ps();
-        for (int i = 0; i < nb; i++) {
-            const q4k_vblock *v = &vb[i];
-            const __m512 yd = _mm512_set1_ps(b[i].d);
-            const __m512 d = _mm512_mul_ps(v->dx, yd), dm = _mm512_mul_ps(v->dmx, yd);
-            const int32_t *q8 = (const int32_t *)(const void *)b[i].qs;
-            int32_t pr[4];
-            _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)b[i].bsums),
-                                                           _mm_loadu_si128((const __m128i *)(b[i].bsums + 8))));
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
-#pragma GCC unroll 8
-                for (int st = 0; st < 8; st++) {
-                    s0 = _mm512_dpbusd_epi32(s0, v->w[2 * j][st], _mm512_set1_epi32(q8[16 * j + st]));
-                    s1 = _mm512_dpbusd_epi32(s1, v->w[2 * j + 1][st], _mm512_set1_epi32(q8[16 * j + 8 + st]));
-                }
-                const __m512i isum = _mm512_add_epi32(_mm512_mullo_epi32(s0, v->sc[2 * j]), _mm512_mullo_epi32(s1, v->sc[2 * j + 1]));
-                acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc);
-                const __m512i imin = _mm512_madd_epi16(v->mn[j], _mm512_set1_epi32(pr[j]));
-                accm = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dm, accm);
-            }
-        }
-        _mm512_storeu_ps(y + (size_t)t * ys + r, _mm512_sub_ps(acc, accm));
+    int t = 0;
+    for (; t + Q4K_VT <= n_t; t += Q4K_VT) q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q4K_VT);
+    switch (n_t - t) {
+    case 7: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 7); break;
+    case 6: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 6); break;
+    case 5: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 5); break;
+    case 4: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 4); break;
+    case 3: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 3); break;
+    case 2: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 2); break;
+    case 1: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 1); break;
+    default: break;
     }
 }
 
