@@ -609,36 +609,78 @@ typedef struct {
     __m512 dx, dmx;   /* per row d and dmin */
 } q4k_vblock;
 
+/* r[k] lane e = X[k][e] (16 x 16 dwords) -> o[e] lane k = X[k][e]. */
+AI void transpose16_epi32(const __m512i r[16], __m512i o[16]) {
+    __m512i c[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m512i a0 = _mm512_unpacklo_epi32(r[4 * g], r[4 * g + 1]), b0 = _mm512_unpackhi_epi32(r[4 * g], r[4 * g + 1]);
+        const __m512i a1 = _mm512_unpacklo_epi32(r[4 * g + 2], r[4 * g + 3]),
+                      b1 = _mm512_unpackhi_epi32(r[4 * g + 2], r[4 * g + 3]);
+        c[g][0] = _mm512_unpacklo_epi64(a0, a1); /* 128-bit lane L: rows 4g..4g+3 at e = 4L */
+        c[g][1] = _mm512_unpackhi_epi64(a0, a1); /* e = 4L + 1 */
+        c[g][2] = _mm512_unpacklo_epi64(b0, b1);
+        c[g][3] = _mm512_unpackhi_epi64(b0, b1);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i u0 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0x44), u1 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0xee);
+        const __m512i u2 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0x44), u3 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0xee);
+        o[j] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+        o[4 + j] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
+        o[8 + j] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+        o[12 + j] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
+    }
+}
+
+/* Block i of rows r..r+15 into the vertical layout: the packed codes by two
+ * 16 x 16 dword transposes (dword e = 8p + st of a row holds step st of
+ * sub-blocks 2p (low nibbles) and 2p+1 (high)), the header (d, dmin, the 12
+ * scale bytes) by gathers, and k4_scales' unpacking done on 16 rows at once. */
 static void q4k_vbuild(const uint8_t *w, size_t ws, int r, int i, q4k_vblock *o) {
-    uint8_t codes[16][MU_QK_K] __attribute__((aligned(64)));
-    uint32_t sc[8][16], mn[4][16];
-    float dx[16], dmx[16];
+    const uint8_t *b0 = w + (size_t)r * ws + (size_t)i * sizeof(mu_block_q4_K);
     const __m512i m4 = _mm512_set1_epi8(0x0f);
-    for (int k = 0; k < 16; k++) {
-        const mu_block_q4_K *b = (const mu_block_q4_K *)(w + (size_t)(r + k) * ws) + i;
-        for (int p = 0; p < 4; p++) {
-            const __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));
-            _mm256_store_si256((__m256i *)(codes[k] + 64 * p), _mm256_and_si256(v, _mm512_castsi512_si256(m4)));
-            _mm256_store_si256((__m256i *)(codes[k] + 64 * p + 32),
-                               _mm256_and_si256(_mm256_srli_epi16(v, 4), _mm512_castsi512_si256(m4)));
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i rr[16], t[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+            rr[k] = _mm512_loadu_si512(b0 + (size_t)k * ws + offsetof(mu_block_q4_K, qs) + 64 * h);
+        transpose16_epi32(rr, t);
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++) {
+            const int p = 2 * h + e / 8, st = e % 8;
+            o->w[2 * p][st] = _mm512_and_si512(t[e], m4);
+            o->w[2 * p + 1][st] = _mm512_and_si512(_mm512_srli_epi32(t[e], 4), m4);
         }
-        uint32_t u[4];
-        k4_scales(b->scales, u);
-        const uint8_t *s8 = (const uint8_t *)u;
-        for (int j = 0; j < 8; j++) sc[j][k] = s8[j];
-        for (int j = 0; j < 4; j++) mn[j][k] = (uint32_t)s8[8 + 2 * j] | (uint32_t)s8[9 + 2 * j] << 16;
-        dx[k] = f16_to_f32(b->d);
-        dmx[k] = f16_to_f32(b->dmin);
     }
     const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32(MU_QK_K));
-    for (int sb = 0; sb < 8; sb++)
-        for (int st = 0; st < 8; st++)
-            o->w[sb][st] = _mm512_i32gather_epi32(idx, &codes[0][32 * sb + 4 * st], 1);
-    for (int j = 0; j < 8; j++) o->sc[j] = _mm512_loadu_si512(sc[j]);
-    for (int j = 0; j < 4; j++) o->mn[j] = _mm512_loadu_si512(mn[j]);
-    o->dx = _mm512_loadu_ps(dx);
-    o->dmx = _mm512_loadu_ps(dmx);
+                                           _mm512_set1_epi32((int)ws));
+    const __m512i hd = _mm512_i32gather_epi32(idx, b0, 1);
+    const __m512i u0 = _mm512_i32gather_epi32(idx, b0 + 4, 1);
+    const __m512i u1 = _mm512_i32gather_epi32(idx, b0 + 8, 1);
+    const __m512i u2 = _mm512_i32gather_epi32(idx, b0 + 12, 1);
+    const __m512i c3f = _mm512_set1_epi8(0x3f), c03 = _mm512_set1_epi8(0x03);
+    /* k4_scales on 16 lanes: sc = bytes of v0, v1; mn = bytes of v2, v3 */
+    const __m512i v3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), c03), 4));
+    const __m512i v2 = _mm512_and_si512(u1, c3f);
+    const __m512i v1 = _mm512_or_si512(_mm512_and_si512(u2, m4),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), c03), 4));
+    const __m512i v0 = _mm512_and_si512(u0, c3f);
+    const __m512i ff = _mm512_set1_epi32(0xff);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        o->sc[j] = _mm512_and_si512(_mm512_srli_epi32(v0, 8 * j), ff);
+        o->sc[4 + j] = _mm512_and_si512(_mm512_srli_epi32(v1, 8 * j), ff);
+    }
+    const __m512i lo = _mm512_set1_epi32(0x000000ff), hi = _mm512_set1_epi32(0x00ff0000);
+    o->mn[0] = _mm512_or_si512(_mm512_and_si512(v2, lo), _mm512_and_si512(_mm512_slli_epi32(v2, 8), hi));
+    o->mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v2, 16), lo), _mm512_and_si512(_mm512_srli_epi32(v2, 8), hi));
+    o->mn[2] = _mm512_or_si512(_mm512_and_si512(v3, lo), _mm512_and_si512(_mm512_slli_epi32(v3, 8), hi));
+    o->mn[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v3, 16), lo), _mm512_and_si512(_mm512_srli_epi32(v3, 8), hi));
+    o->dx = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd));
+    o->dmx = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16)));
 }
 
 #define Q4K_V_MAX_NB 96
@@ -711,13 +753,26 @@ AI void q4k_vtile(int nb, const q4k_vblock *vb, const uint8_t *a, size_t as, flo
 #ifndef Q4K_VT
 #define Q4K_VT 6
 #endif
+/* Rows r..r+15 against n_t activation rows; meanwhile the next group's
+ * pf_rows weight rows are prefetched into L2, spread over the tiles, so
+ * that its interleave does not wait on memory. */
 static void gemm_q4_K_16rows(int n, const uint8_t *w, size_t ws, int r, const uint8_t *a, size_t as, int n_t, float *y,
-                             int ys) {
+                             int ys, int pf_rows) {
     const int nb = n / MU_QK_K;
     static _Thread_local q4k_vblock vb[Q4K_V_MAX_NB];
     for (int i = 0; i < nb; i++) q4k_vbuild(w, ws, r, i, &vb[i]);
+    const uint8_t *pf = w + (size_t)(r + 16) * ws;
+    const size_t pf_lines = ((size_t)pf_rows * ws + 63) / 64;
+    const int tiles = (n_t + Q4K_VT - 1) / Q4K_VT;
+    const size_t pf_step = (pf_lines + (size_t)tiles - 1) / (size_t)tiles;
+    size_t pf_at = 0;
     int t = 0;
-    for (; t + Q4K_VT <= n_t; t += Q4K_VT) q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q4K_VT);
+    for (; t + Q4K_VT <= n_t; t += Q4K_VT) {
+        for (size_t e = pf_at + pf_step; pf_at < e && pf_at < pf_lines; pf_at++)
+            _mm_prefetch((const char *)pf + 64 * pf_at, _MM_HINT_T1);
+        q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q4K_VT);
+    }
+    for (; pf_at < pf_lines; pf_at++) _mm_prefetch((const char *)pf + 64 * pf_at, _MM_HINT_T1);
     switch (n_t - t) {
     case 7: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 7); break;
     case 6: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 6); break;
@@ -738,7 +793,10 @@ static void gemm_q4_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
     const int nb4 = n_t & ~3;
     if (nb4 >= 16 && n / MU_QK_K <= Q4K_V_MAX_NB) { /* vertical path for whole groups of 16 rows */
         int r = r0;
-        for (; r + 16 <= r1; r += 16) gemm_q4_K_16rows(n, w, ws, r, a, as, nb4, y, ys);
+        for (; r + 16 <= r1; r += 16) {
+            const int next = r1 - (r + 16);
+            gemm_q4_K_16rows(n, w, ws, r, a, as, nb4, y, ys, next < 16 ? next : 16);
+        }
         if (r < r1) gemm_q4_K_b_avx512(n, w, ws, r, r1, a, as, nb4, y, ys);
         for (int t = nb4; t < n_t; t++)
             for (int rr = r0; rr < r1; rr++)
