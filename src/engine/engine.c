@@ -11,7 +11,8 @@ static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ?
 
 static void scratch_free(mu_scratch *s) {
     mu_free(s->h); mu_free(s->a); mu_free(s->q); mu_free(s->k); mu_free(s->v); mu_free(s->g);
-    mu_free(s->o); mu_free(s->f1); mu_free(s->f2); mu_free(s->qa); mu_free(s->scores); mu_free(s->q16);
+    mu_free(s->o); mu_free(s->f1); mu_free(s->f2); mu_free(s->qa); mu_free(s->scores); mu_free(s->attn_q);
+    mu_free(s->attn_o); free(s->attn_items);
     free(s->tok_sess); free(s->tok_pos); free(s->tok_out); free(s->out_tok); mu_free(s->lg);
     memset(s, 0, sizeof *s);
 }
@@ -33,13 +34,17 @@ static int scratch_init(mu_engine *e, mu_err *err) {
     /* widest dot-type row: f32 (4 bytes per element) bounds every type */
     s->qa_stride = ((size_t)wide * 4 + 63) & ~(size_t)63;
     s->qa = mu_alloc(T * 2, s->qa_stride); /* two slots: two dot types at once */
-    s->q16 = mu_alloc((size_t)mu_pool_size(e->pool) * (size_t)I->head_dim, sizeof(mu_f16));
+    const size_t nth = (size_t)mu_pool_size(e->pool);
+    s->attn_q = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));
+    s->attn_o = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));
+    s->attn_items_cap = MU_UBATCH * I->n_head;
+    s->attn_items = calloc((size_t)s->attn_items_cap, sizeof *s->attn_items);
     s->tok_sess = calloc(T, sizeof *s->tok_sess);
     s->tok_pos = calloc(T, sizeof *s->tok_pos);
     s->tok_out = calloc(T, sizeof *s->tok_out);
     s->out_tok = calloc(T, sizeof *s->out_tok);
     s->lg = mu_alloc((size_t)MU_LOGIT_ROWS * (size_t)I->n_vocab, sizeof(float));
-    if (!s->h || !s->a || !s->q || !s->k || !s->v || !s->g || !s->o || !s->f1 || !s->f2 || !s->qa || !s->q16 ||
+    if (!s->h || !s->a || !s->q || !s->k || !s->v || !s->g || !s->o || !s->f1 || !s->f2 || !s->qa || !s->attn_q || !s->attn_o || !s->attn_items ||
         !s->tok_sess || !s->tok_pos || !s->tok_out || !s->out_tok || !s->lg)
         return mu_fail(err, MU_E_NOMEM, "engine: out of memory for scratch buffers");
     return 0;
@@ -47,10 +52,15 @@ static int scratch_init(mu_engine *e, mu_err *err) {
 
 int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err) {
     if (n_ctx <= e->s.max_ctx) return 0;
-    float *sc = mu_alloc((size_t)mu_pool_size(e->pool) * (size_t)n_ctx, sizeof(float));
+    const mu_model_info *I = &e->m->info;
+    /* one decode item's rows (a KV head's query heads) over every cell */
+    size_t cap = (size_t)(I->n_head / I->n_head_kv) * (size_t)((n_ctx + 255) / 256 * 256);
+    if (cap < (size_t)MU_ATTN_ROWS * 4096) cap = (size_t)MU_ATTN_ROWS * 4096;
+    float *sc = mu_alloc((size_t)mu_pool_size(e->pool) * cap, sizeof(float));
     if (!sc) return mu_fail(err, MU_E_NOMEM, "engine: out of memory for attention scores (%d positions)", n_ctx);
     mu_free(e->s.scores);
     e->s.scores = sc;
+    e->s.scores_cap = cap;
     e->s.max_ctx = n_ctx;
     return 0;
 }

@@ -11,6 +11,15 @@
 #define MU_UBATCH 512   /* most positions one forward chunk computes */
 #define MU_POST_NORM_EPS 1e-8f
 #define MU_LOGIT_ROWS 16 /* output-matrix rows computed per pass */
+#define MU_ATTN_ROWS 64  /* most (token, head) rows of one attention work item */
+
+/* An attention work item (attn.c). */
+typedef struct {
+    int t0, nt;  /* chunk tokens [t0, t0 + nt), one sequence, consecutive positions */
+    int g;       /* KV head */
+    int h0, nh;  /* query heads [h0, h0 + nh), all of KV head g */
+    int batch;   /* the sequence has >= 2 tokens in the chunk */
+} mu_attn_item;
 
 /* Scratch for one chunk of at most MU_UBATCH tokens. */
 typedef struct {
@@ -23,8 +32,12 @@ typedef struct {
     float *f1, *f2;  /* [T][n_ff] ffn gate / up */
     uint8_t *qa;     /* quantized activations, [T][row bytes of the widest input] per dot type slot */
     size_t qa_stride;
-    float *scores;   /* [n_threads][max_ctx] attention scores */
-    mu_f16 *q16;     /* [n_threads][head_dim] */
+    /* attention, per thread: scores [scores_cap], q and output rows
+     * [MU_ATTN_ROWS][head_dim]; the work items of one layer */
+    float *scores, *attn_q, *attn_o;
+    size_t scores_cap;
+    mu_attn_item *attn_items;
+    int attn_items_cap;
     int max_ctx;
     /* per token of the chunk */
     mu_session **tok_sess;
@@ -46,15 +59,23 @@ struct mu_engine {
 struct mu_session {
     mu_engine *e;
     int n_ctx, n_past;
-    int *rows;          /* [n_layer] cache rows of each layer (ring for sliding layers) */
-    mu_f16 **kc, **vc;  /* [n_layer] -> [rows][n_kv] */
+    int *rows;          /* [n_layer] cache cells of each layer: position p is in cell p % rows */
+    mu_f16 **kc;        /* [n_layer] -> [rows][n_kv] */
+    mu_f16 **vt;        /* [n_layer] -> [n_head_kv][head_dim][rows] (transposed) */
     size_t kv_map_bytes;
     void *kv_map;       /* one anonymous mapping holding every layer */
     float *logits;      /* [n_logits_cap][n_vocab] */
     int n_logits_cap, n_logits;
 };
 
-/* Grows the attention scratch to hold n_ctx scores per thread. */
+/* Grows the attention scratch for sessions of n_ctx positions. */
 int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err);
+
+/* Writes one position's K and V rows ([n_kv] F16 each) into the cache. */
+void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const uint16_t *v);
+
+/* Attention of layer il for the chunk's T tokens (q, k, v in scratch, the
+ * cache already holding this chunk's rows): gated output into s.a. */
+void mu_attn_layer(mu_engine *e, int il, int T);
 
 #endif

@@ -153,7 +153,7 @@ static void matmul(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0
     mu_pool_run(e->pool, job_matmul, &j);
 }
 
-/* ---- attention --------------------------------------------------------- */
+/* ---- attention inputs (the attention itself is attn.c) --------------- */
 
 typedef struct {
     mu_engine *e;
@@ -183,120 +183,14 @@ static void job_qk(void *arg, int ith, int nth) {
             rms_norm(k + h * hd, k + h * hd, kn, hd, I->eps);
             if (swa) rope(k + h * hd, hd, pos, I->rope_base_swa);
         }
+        /* K into its cell's row, V into its cell's column (session.c) */
         mu_session *s = e->s.tok_sess[t];
-        size_t slot = (size_t)(pos % s->rows[j->il]);
-        mu_f16 *kc = s->kc[j->il] + slot * e->n_kv, *vc = s->vc[j->il] + slot * e->n_kv;
+        const size_t nc = (size_t)s->rows[j->il], cell = (size_t)pos % nc;
+        mu_f16 *kc = s->kc[j->il] + cell * e->n_kv, *vt = s->vt[j->il] + cell;
         const float *v = e->s.v + (size_t)t * e->n_kv;
         for (int i = 0; i < e->n_kv; i++) {
             kc[i] = mu_f32_to_f16(k[i]);
-            vc[i] = mu_f32_to_f16(v[i]);
-        }
-    }
-}
-
-/* softmax(q.K / sqrt(hd)) V over the visible positions, then the sigmoid
- * gate; one (token, head) pair per work item. Output into s.a.
- *
- * Rounding follows llama.cpp's non-flash-attention CPU graph exactly: K.Q
- * (q in F16) by tinyBLAS when the sequence has >= 2 tokens in the ubatch,
- * else by ggml_vec_dot_f16; softmax with ggml's expf, the sum of each 16
- * cells reduced in float then added in double; weights rounded to F16; the
- * V product with lanes given by the KV cell index (16 lanes for tinyBLAS,
- * 4 x 16 for ggml_vec_dot_f16), cells in increasing order. llama.cpp puts
- * position p of a full layer in cell p and of a sliding layer in cell
- * p % (its SWA cache size), which is all that the lanes depend on. */
-#define ATTN_MAX_HD 256
-static _Thread_local float attn_acc[4 * 16 * ATTN_MAX_HD];
-
-/* cells of llama.cpp's SWA cache: padded to 256, window + ubatch */
-static int swa_cells(const mu_session *s, int n_swa) {
-    int n = n_swa + MU_UBATCH < s->n_ctx ? n_swa + MU_UBATCH : s->n_ctx;
-    return (n + 255) / 256 * 256;
-}
-
-static void job_attn(void *arg, int ith, int nth) {
-    layer_job *j = arg;
-    mu_engine *e = j->e;
-    const mu_kern *k = e->kern;
-    const mu_model_info *I = &e->m->info;
-    const bool swa = I->swa_layers[j->il];
-    const int hd = I->head_dim, group = I->n_head / I->n_head_kv;
-    const float scale = 1.0f / sqrtf((float)hd);
-    float *sc = e->s.scores + (size_t)ith * e->s.max_ctx;
-    mu_f16 *q16 = e->s.q16 + (size_t)ith * hd;
-    MU_ASSERT(hd <= ATTN_MAX_HD);
-    int lo, hi;
-    mu_split(j->T * I->n_head, ith, nth, 1, &lo, &hi);
-    for (int it = lo; it < hi; it++) {
-        const int t = it / I->n_head, h = it % I->n_head;
-        const mu_session *s = e->s.tok_sess[t];
-        int n_tok = 0; /* tokens of this sequence in the ubatch */
-        for (int u = 0; u < j->T; u++) n_tok += e->s.tok_sess[u] == s;
-        const bool batch = n_tok >= 2;
-        const int pos = e->s.tok_pos[t], rows = s->rows[j->il];
-        const int p0 = swa && pos - I->n_swa + 1 > 0 ? pos - I->n_swa + 1 : 0;
-        const int n = pos - p0 + 1;
-        /* visible positions in llama.cpp's cell order: [p0 + n1, pos] then [p0, p0 + n1) */
-        const int ncell = swa ? swa_cells(s, I->n_swa) : pos + 1;
-        const int c0 = p0 % ncell;
-        const int n1 = c0 + n > ncell ? ncell - c0 : 0; /* positions before the wrap, if it wraps */
-        const float *q = e->s.q + (size_t)t * e->n_q + (size_t)h * hd;
-        const size_t koff = (size_t)(h / group) * hd;
-        const mu_f16 *kc = s->kc[j->il], *vc = s->vc[j->il];
-        for (int d = 0; d < hd; d++) q16[d] = mu_f32_to_f16(q[d]);
-        const bool kq_tb = batch && hd % 16 == 0 && k->vec_dot_batch[MU_T_F16];
-        float mx = -INFINITY;
-        for (int i = 0; i < n; i++) {
-            size_t slot = (size_t)((p0 + i) % rows);
-            const mu_f16 *kr = kc + slot * e->n_kv + koff;
-            float v = (kq_tb ? k->vec_dot_batch[MU_T_F16](hd, kr, q16) : k->dot_f16(hd, kr, q16)) * scale;
-            sc[i] = v;
-            if (v > mx) mx = v;
-        }
-        for (int i = 0; i < n; i++) sc[i] = mu_expf_ggml(sc[i] - mx);
-        /* sum: per 16-cell chunk a 16-lane reduction, chunks added in double */
-        double sum = 0;
-        float lane[16];
-        int chunk = -1;
-        for (int r = 0; r < n; r++) {
-            const int i = n1 ? (r < n - n1 ? n1 + r : r - (n - n1)) : r;
-            const int cell = (c0 + i) % ncell;
-            if (cell >> 4 != chunk) {
-                if (chunk >= 0) sum += (double)mu_hsum16(lane);
-                memset(lane, 0, sizeof lane);
-                chunk = cell >> 4;
-            }
-            lane[cell & 15] = sc[i];
-        }
-        if (chunk >= 0) sum += (double)mu_hsum16(lane);
-        const float inv = (float)(1.0 / sum);
-        const int nacc = batch ? 1 : 4;
-        memset(attn_acc, 0, (size_t)nacc * 16 * hd * sizeof(float));
-        for (int r = 0; r < n; r++) {
-            const int i = n1 ? (r < n - n1 ? n1 + r : r - (n - n1)) : r;
-            const int cell = (c0 + i) % ncell;
-            /* llama.cpp multiplies V by the F16-rounded weights */
-            float p = mu_f16_to_f32(mu_f32_to_f16(sc[i] * inv));
-            if (p == 0.f) continue;
-            size_t slot = (size_t)((p0 + i) % rows);
-            const int acc_i = batch ? (cell & 15) : ((cell >> 4) & 3) * 16 + (cell & 15);
-            k->axpy_f16(hd, p, vc + slot * e->n_kv + koff, attn_acc + (size_t)acc_i * hd);
-        }
-        float *out = e->s.a + (size_t)t * e->n_q + (size_t)h * hd;
-        const float *g = e->s.g + (size_t)t * e->n_q + (size_t)h * hd;
-        for (int d = 0; d < hd; d++) {
-            float l16[16];
-            for (int l = 0; l < 16; l++) {
-                const float *A = attn_acc + d;
-                if (batch) {
-                    l16[l] = A[(size_t)l * hd];
-                } else { /* accumulators 0+2, 1+3, then the two */
-                    float a02 = A[(size_t)l * hd] + A[(size_t)(32 + l) * hd];
-                    float a13 = A[(size_t)(16 + l) * hd] + A[(size_t)(48 + l) * hd];
-                    l16[l] = a02 + a13;
-                }
-            }
-            out[d] = mu_hsum16(l16) * (1.0f / (1.0f + expf(-g[d])));
+            vt[(size_t)i * nc] = mu_f32_to_f16(v[i]);
         }
     }
 }
@@ -332,11 +226,7 @@ static void job_ew(void *arg, int ith, int nth) {
             break;
         }
         case EW_FFN_ACT: { /* f1 = silu(f1) * f2 */
-            float *g = e->s.f1 + (size_t)t * F, *u = e->s.f2 + (size_t)t * F;
-            /* ggml_v_silu on whole groups of 16, libm's expf on the tail */
-            const int F16 = F & ~15;
-            for (int i = 0; i < F16; i++) g[i] = g[i] / (1.0f + mu_expf_ggml(-g[i])) * u[i];
-            for (int i = F16; i < F; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+            e->kern->swiglu(F, e->s.f1 + (size_t)t * F, e->s.f2 + (size_t)t * F);
             break;
         }
         case EW_FFN_OUT: { /* h += rms(o, 1e-8) * post_ffw_norm */
@@ -379,7 +269,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
         matmul(e, s->a, T, T, 0, 4, w4, y4);
         layer_job lj = {e, il, T};
         mu_pool_run(e->pool, job_qk, &lj);
-        mu_pool_run(e->pool, job_attn, &lj);
+        mu_attn_layer(e, il, T);
         matmul(e, s->a, T, T, 0, 1, &L->wo, &s->o);
         ew(e, T, EW_ATTN_OUT, il);
         int Tf = T;

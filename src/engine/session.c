@@ -1,9 +1,13 @@
 /* session.c: one sequence's KV cache and position.
- * Owns: the F16 cache (a ring of n_swa + MU_UBATCH rows for sliding layers,
- * n_ctx rows for full layers, all in one lazily committed anonymous mapping),
- * truncation, and the exact state round trip (save/load, raw row access for
- * external installers). Design: rows are addressed by position (pos % rows),
- * so the forward pass never needs to know which layers slide. */
+ * Owns: the F16 cache (all layers in one lazily committed anonymous
+ * mapping), truncation, and the exact state round trip (save/load, raw row
+ * access for external installers).
+ * Design: the cache has llama.cpp's cells: position p lives in cell
+ * p % cells, with cells = n_ctx padded to 256 on full layers and llama.cpp's
+ * SWA cache size (window + ubatch, padded to 256) on sliding ones, because
+ * the attention's rounding depends on the cell index. K is [cell][n_kv];
+ * V is stored transposed, [kv head][dim][cell], as llama.cpp's non-flash
+ * cache does, so both attention products run along contiguous rows. */
 #include "engine.h"
 
 #include <stdlib.h>
@@ -24,15 +28,15 @@ int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err) {
     s->n_ctx = n_ctx;
     s->rows = calloc((size_t)I->n_layer, sizeof *s->rows);
     s->kc = calloc((size_t)I->n_layer, sizeof *s->kc);
-    s->vc = calloc((size_t)I->n_layer, sizeof *s->vc);
-    if (!s->rows || !s->kc || !s->vc) {
+    s->vt = calloc((size_t)I->n_layer, sizeof *s->vt);
+    if (!s->rows || !s->kc || !s->vt) {
         mu_session_free(s);
         return mu_fail(err, MU_E_NOMEM, "session: out of memory");
     }
     size_t total = 0, row_bytes = (size_t)e->n_kv * sizeof(mu_f16);
-    int ring = I->n_swa + MU_UBATCH;
+    const int full = (n_ctx + 255) / 256 * 256, ring = I->n_swa + MU_UBATCH < n_ctx ? I->n_swa + MU_UBATCH : n_ctx;
     for (int il = 0; il < I->n_layer; il++) {
-        s->rows[il] = I->swa_layers[il] && ring < n_ctx ? ring : n_ctx;
+        s->rows[il] = I->swa_layers[il] ? (ring + 255) / 256 * 256 : full;
         size_t layer = 2 * (size_t)s->rows[il] * row_bytes;
         if (!mu_add_ok(total, layer, &total)) {
             mu_session_free(s);
@@ -50,7 +54,7 @@ int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err) {
     for (int il = 0; il < I->n_layer; il++) {
         s->kc[il] = (mu_f16 *)p;
         p += (size_t)s->rows[il] * row_bytes;
-        s->vc[il] = (mu_f16 *)p;
+        s->vt[il] = (mu_f16 *)p;
         p += (size_t)s->rows[il] * row_bytes;
     }
     int rc = mu_engine_reserve_ctx(e, n_ctx, err);
@@ -67,7 +71,7 @@ void mu_session_free(mu_session *s) {
     if (s->kv_map) munmap(s->kv_map, s->kv_map_bytes);
     free(s->rows);
     free(s->kc);
-    free(s->vc);
+    free(s->vt);
     mu_free(s->logits);
     free(s);
 }
@@ -118,17 +122,26 @@ static int check_rows(const mu_session *s, int il, int pos0, int n, int hi, mu_e
     return 0;
 }
 
+/* Copies one position's K and V between the cache and [n_kv] rows. */
+static void row_get(const mu_session *s, int il, int pos, uint16_t *k, uint16_t *v) {
+    const size_t nkv = (size_t)s->e->n_kv, cells = (size_t)s->rows[il], c = (size_t)(pos % s->rows[il]);
+    memcpy(k, s->kc[il] + c * nkv, nkv * sizeof(mu_f16));
+    for (size_t i = 0; i < nkv; i++) v[i] = s->vt[il][i * cells + c];
+}
+
+void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const uint16_t *v) {
+    const size_t nkv = (size_t)s->e->n_kv, cells = (size_t)s->rows[il], c = (size_t)(pos % s->rows[il]);
+    memcpy(s->kc[il] + c * nkv, k, nkv * sizeof(mu_f16));
+    for (size_t i = 0; i < nkv; i++) s->vt[il][i * cells + c] = v[i];
+}
+
 int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
     int rc = check_rows(s, il, pos0, n, s->n_past, err);
     if (rc) return rc;
     if (pos0 < layer_lo(s, il))
         return mu_fail(err, MU_E_STATE, "session: layer %d no longer holds position %d", il, pos0);
     size_t rb = (size_t)s->e->n_kv;
-    for (int i = 0; i < n; i++) {
-        size_t slot = (size_t)((pos0 + i) % s->rows[il]);
-        memcpy(k + i * rb, s->kc[il] + slot * rb, rb * sizeof(mu_f16));
-        memcpy(v + i * rb, s->vc[il] + slot * rb, rb * sizeof(mu_f16));
-    }
+    for (int i = 0; i < n; i++) row_get(s, il, pos0 + i, k + i * rb, v + i * rb);
     return 0;
 }
 
@@ -136,11 +149,7 @@ int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *
     int rc = check_rows(s, il, pos0, n, s->n_ctx, err);
     if (rc) return rc;
     size_t rb = (size_t)s->e->n_kv;
-    for (int i = 0; i < n; i++) {
-        size_t slot = (size_t)((pos0 + i) % s->rows[il]);
-        memcpy(s->kc[il] + slot * rb, k + i * rb, rb * sizeof(mu_f16));
-        memcpy(s->vc[il] + slot * rb, v + i * rb, rb * sizeof(mu_f16));
-    }
+    for (int i = 0; i < n; i++) mu_session_row_put(s, il, pos0 + i, k + i * rb, v + i * rb);
     return 0;
 }
 

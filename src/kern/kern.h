@@ -36,6 +36,26 @@ typedef struct mu_kern {
     /* attention pieces over the F16 cache */
     float (*dot_f16)(int n, const mu_f16 *a, const mu_f16 *b);   /* f32 accumulation */
     void (*axpy_f16)(int n, float a, const mu_f16 *x, float *y); /* y += a * x */
+    /* Attention products in llama.cpp's rounding (its non-flash path, where
+     * K.Q and V.softmax are F16 matmuls): C[j * ldc + i] = dot(A row i,
+     * B row j) for i < na, j < nb over n values; A rows are F16 (the cache,
+     * lda elements apart), B rows floats that are exact F16 values (ldb
+     * apart). tb != 0: llamafile tinyBLAS, one 16-lane FMA accumulator over
+     * steps of 16, reduced as hsum16 (n % 16 == 0). tb == 0:
+     * ggml_vec_dot_f16, 4 accumulators of 16 lanes over steps of 64, combined
+     * 0+2, 1+3, then the two, reduced as hsum16, and the n % 64 tail added in
+     * double. */
+    void (*mm_f16)(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
+                   size_t ldc, int tb);
+    /* The softmax of one row of n % 16 == 0 scores with maximum mx, rounded
+     * to F16 (ggml_vec_soft_max_f32, then ggml_vec_scale_f32 by 1/sum, then
+     * the conversion to the V product's F16): e = expf_ggml(x - mx); sum =
+     * the 16-element chunks' hsum16 added in double, in order; x = f16(e *
+     * (float)(1 / sum)). -INFINITY scores become 0. */
+    void (*softmax_f16)(int n, float *x, float mx);
+    /* g = silu(g) * u (ggml_vec_swiglu_f32: ggml's vector silu on whole
+     * groups of 16, libm's expf on the tail). */
+    void (*swiglu)(int n, float *g, const float *u);
     /* Dots that llama.cpp's x86 CPU backend computes with other rounding
      * in a matmul of two activation rows or more. NULL: same as vec_dot.
      *  F16: llamafile tinyBLAS, one 16-lane FMA accumulator reduced as
@@ -82,6 +102,7 @@ int mu_kern_available(const mu_kern **out, int cap);
 void mu_kern_fill_avx2(mu_kern *k);
 void mu_kern_fill_avx512(mu_kern *k);
 void mu_kern_fill_neon(mu_kern *k);
+void mu_kern_fill_attn_avx512(mu_kern *k);
 
 /* fp16 / bf16 conversions (round to nearest even), scalar. */
 float mu_f16_to_f32(mu_f16 h);

@@ -543,6 +543,55 @@ static void axpy_f16_ref(int n, float a, const mu_f16 *x, float *y) {
     for (int i = 0; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
 }
 
+/* Both orders of kern.h's mm_f16. B holds exact F16 values, so every
+ * product is exact in float and "acc + x*y" rounds like the FMA. */
+static float dot_f16_tb(int n, const mu_f16 *x, const float *y) {
+    float acc[16] = {0};
+    for (int i = 0; i < n; i += 16)
+        for (int l = 0; l < 16; l++) acc[l] += mu_f16_to_f32(x[i + l]) * y[i + l];
+    return mu_hsum16(acc);
+}
+
+static float dot_f16_ggml(int n, const mu_f16 *x, const float *y) {
+    float acc[4][16] = {{0}};
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int l = 0; l < 16; l++) acc[j][l] += mu_f16_to_f32(x[i + 16 * j + l]) * y[i + 16 * j + l];
+    for (int l = 0; l < 16; l++) {
+        acc[0][l] += acc[2][l];
+        acc[1][l] += acc[3][l];
+        acc[0][l] += acc[1][l];
+    }
+    double s = mu_hsum16(acc[0]);
+    for (int i = np; i < n; i++) s += (double)(mu_f16_to_f32(x[i]) * y[i]);
+    return (float)s;
+}
+
+static void mm_f16_ref(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
+                       size_t ldc, int tb) {
+    for (int j = 0; j < nb; j++)
+        for (int i = 0; i < na; i++)
+            C[(size_t)j * ldc + i] = tb ? dot_f16_tb(n, A + (size_t)i * lda, B + (size_t)j * ldb)
+                                        : dot_f16_ggml(n, A + (size_t)i * lda, B + (size_t)j * ldb);
+}
+
+static void softmax_f16_ref(int n, float *x, float mx) {
+    double sum = 0;
+    for (int i = 0; i < n; i += 16) {
+        for (int l = 0; l < 16; l++) x[i + l] = mu_expf_ggml(x[i + l] - mx);
+        sum += (double)mu_hsum16(x + i);
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int i = 0; i < n; i++) x[i] = mu_f16_to_f32(mu_f32_to_f16(x[i] * inv));
+}
+
+static void swiglu_ref(int n, float *g, const float *u) {
+    const int n16 = n & ~15;
+    for (int i = 0; i < n16; i++) g[i] = g[i] / (1.0f + mu_expf_ggml(-g[i])) * u[i];
+    for (int i = n16; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
 /* ---- the table --------------------------------------------------------- */
 
 uint32_t mu_kern_dot_type(uint32_t t) {
@@ -571,6 +620,9 @@ static const mu_kern REF = {
     },
     .dot_f16 = dot_f16_ref,
     .axpy_f16 = axpy_f16_ref,
+    .mm_f16 = mm_f16_ref,
+    .softmax_f16 = softmax_f16_ref,
+    .swiglu = swiglu_ref,
     .vec_dot_batch = {
         [MU_T_F32] = vec_dot_f32_batch_ref, [MU_T_F16] = vec_dot_f16_batch_ref, [MU_T_BF16] = vec_dot_bf16_batch_ref,
         [MU_T_Q4_K] = vec_dot_q4_K_batch_ref,

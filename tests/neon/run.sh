@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 CFLAGS="-std=c11 -O2 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -pthread -fno-strict-aliasing"
 objs=()
 for f in src/base/*.c src/kern/*.c tests/neon/driver.c; do
-  case $f in src/kern/kern_avx2.c|src/kern/kern_avx512.c) continue ;; esac
+  case $f in src/kern/*avx2*.c|src/kern/*avx512*.c) continue ;; esac
   extra=""
   [ "$f" = src/kern/kern_neon.c ] && extra="-march=armv8.2-a+dotprod+fp16"
   o="$OUT/$(echo "$f" | tr / _).o"

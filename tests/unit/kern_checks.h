@@ -433,6 +433,115 @@ static int check_attn(const mu_kern *k) {
     return fails;
 }
 
+/* mm_f16 in both roundings: bit-identical to the ref, and the ref equal to
+ * the single-dot kernels it generalizes (vec_dot_f16 / its batch form with B
+ * rounded to F16). Shapes cover the register tiles' edges, the ggml tail and
+ * an A stride larger than n. */
+static int check_mm_f16(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    static const int NS[] = {16, 32, 48, 64, 100, 128, 256, 1088};
+    static const int NA[] = {1, 3, 4, 5, 9};
+    static const int NB[] = {1, 2, 4, 7, 8};
+    int fails = 0;
+    for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
+        for (size_t ai = 0; ai < sizeof NA / sizeof NA[0]; ai++)
+            for (int tb = 0; tb < 2; tb++) {
+                const int n = NS[ni], na = NA[ai], nb = NB[ai], lda = n + 32, ldb = n + 16, ldc = na + 3;
+                if (tb && n % 16) continue; /* tinyBLAS takes whole steps of 16 only */
+                mu_f16 *A = malloc((size_t)lda * na * 2), *b16 = malloc((size_t)n * 2);
+                float *B = malloc((size_t)ldb * nb * 4), *c0 = calloc((size_t)ldc * nb, 4),
+                      *c1 = calloc((size_t)ldc * nb, 4);
+                kc_seed(91000 + 97 * ni + 13 * ai + tb);
+                for (int i = 0; i < lda * na; i++) A[i] = mu_f32_to_f16(kc_gauss());
+                for (int i = 0; i < ldb * nb; i++) B[i] = mu_f16_to_f32(mu_f32_to_f16(kc_gauss() * 3.87f));
+                ref->mm_f16(n, A, (size_t)lda, na, B, (size_t)ldb, nb, c0, (size_t)ldc, tb);
+                k->mm_f16(n, A, (size_t)lda, na, B, (size_t)ldb, nb, c1, (size_t)ldc, tb);
+                for (int j = 0; j < nb; j++) {
+                    for (int l = 0; l < n; l++) b16[l] = mu_f32_to_f16(B[(size_t)j * ldb + l]);
+                    for (int i = 0; i < na; i++) {
+                        const float got = c1[(size_t)j * ldc + i], want = c0[(size_t)j * ldc + i];
+                        const float single = tb ? ref->vec_dot_batch[MU_T_F16](n, A + (size_t)i * lda, b16)
+                                                : ref->dot_f16(n, A + (size_t)i * lda, b16);
+                        if (!kc_same_bits(got, want) || !kc_same_bits(want, single)) {
+                            KC_LOG("%s: mm_f16 n=%d na=%d nb=%d tb=%d (%d,%d): %.9g vs ref %.9g vs dot %.9g\n",
+                                   k->name, n, na, nb, tb, i, j, got, want, single);
+                            fails++;
+                            goto next;
+                        }
+                    }
+                }
+            next:
+                free(A);
+                free(b16);
+                free(B);
+                free(c0);
+                free(c1);
+            }
+    return fails;
+}
+
+/* softmax_f16 and swiglu: bit-identical to the ref over inputs that reach
+ * ggml's expf special cases (masked -inf, results far below the smallest
+ * normal, overflow), and the ref close to the textbook formulas. */
+static int check_softmax_swiglu(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    static const int NS[] = {16, 32, 272, 2048, 4112};
+    int fails = 0;
+    for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++) {
+        const int n = NS[ni];
+        float *x0 = malloc((size_t)n * 4), *x1 = malloc((size_t)n * 4), *u = malloc((size_t)n * 4);
+        kc_seed(92000 + ni);
+        float mx = -INFINITY;
+        for (int i = 0; i < n; i++) {
+            const int kind = (int)(kc_u32() % 8);
+            x0[i] = kind == 0 ? -INFINITY : kind == 1 ? -90.f - 60.f * (float)kc_unif() : 4.f * kc_gauss();
+            if (x0[i] > mx) mx = x0[i];
+        }
+        memcpy(x1, x0, (size_t)n * 4);
+        double want_sum = 0;
+        for (int i = 0; i < n; i++) want_sum += exp((double)x0[i] - mx);
+        const float e0 = (float)(exp((double)x0[0] - mx) / want_sum);
+        ref->softmax_f16(n, x0, mx);
+        k->softmax_f16(n, x1, mx);
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += x0[i];
+        if (memcmp(x0, x1, (size_t)n * 4) || fabs(sum - 1) > 1e-3 * (1 + n / 256.0) || fabsf(x0[0] - e0) > 1e-3f) {
+            KC_LOG("%s: softmax_f16 n=%d differs from ref (or ref sum %.6f)\n", k->name, n, sum);
+            fails++;
+        }
+        for (int i = 0; i < n; i++) {
+            x0[i] = x1[i] = (float)(kc_unif() * 240 - 120) * (kc_u32() % 4 ? 0.05f : 1.f);
+            u[i] = kc_gauss();
+        }
+        x0[0] = x1[0] = -INFINITY;
+        x0[1] = x1[1] = 0.f;
+        ref->swiglu(n, x0, u);
+        k->swiglu(n, x1, u);
+        if (memcmp(x0, x1, (size_t)n * 4)) {
+            KC_LOG("%s: swiglu n=%d differs from ref\n", k->name, n);
+            fails++;
+        }
+        free(x0);
+        free(x1);
+        free(u);
+    }
+    /* the ref itself against double precision */
+    float g[17], u1[17];
+    for (int i = 0; i < 17; i++) {
+        g[i] = (float)i * 0.75f - 6.f;
+        u1[i] = 1.f;
+    }
+    ref->swiglu(17, g, u1);
+    for (int i = 0; i < 17; i++) {
+        const double x = (double)i * 0.75 - 6, want = x / (1 + exp(-x));
+        if (fabs(g[i] - want) > 1e-6 * (1 + fabs(want))) {
+            KC_LOG("ref swiglu(%g) = %.9g, want %.9g\n", x, g[i], want);
+            fails++;
+        }
+    }
+    return fails;
+}
+
 /* Every table entry the ref has is filled in every table. */
 static int check_complete(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
@@ -444,7 +553,7 @@ static int check_complete(const mu_kern *k) {
             fails++;
         }
     }
-    if (!k->dot_f16 || !k->axpy_f16) fails++;
+    if (!k->dot_f16 || !k->axpy_f16 || !k->mm_f16 || !k->softmax_f16 || !k->swiglu) fails++;
     return fails;
 }
 

@@ -1,0 +1,153 @@
+/* attn.c: attention of one layer over the sessions' F16 caches.
+ * Owns: splitting the chunk's (token, head) pairs into work items, the
+ * sliding-window and causal masks in cell space, and the gated output.
+ * Does not: write the cache (forward.c's job_qk) or compute products itself
+ * (the kernel table's mm_f16 and softmax_f16 do).
+ *
+ * Rounding follows llama.cpp's non-flash-attention CPU graph exactly: K.Q
+ * with q rounded to F16, by tinyBLAS when the sequence has >= 2 tokens in
+ * the ubatch, else by ggml_vec_dot_f16; the softmax with ggml's expf, each
+ * 16 cells' sum reduced in float and the chunks added in double; weights
+ * rounded to F16; the V product over the transposed cache with lanes given
+ * by the cell index. Those lanes are why the cache is laid out in llama.cpp's
+ * cells (session.c) and why a work item covers whole aligned cell chunks:
+ * cells outside a token's window are masked (weight 0), which adds exactly
+ * nothing, as in llama.cpp, which runs every product over all its cells.
+ *
+ * A work item is a block of tokens of one sequence times a block of the
+ * query heads sharing one KV head, so K and V are read once for all of them;
+ * items are taken from a shared counter, since their costs differ. */
+#include <math.h>
+#include <string.h>
+
+#include "../base/mem.h"
+#include "engine.h"
+
+typedef struct {
+    mu_engine *e;
+    int il;
+    const mu_attn_item *items;
+    int n_items;
+    int next; /* shared counter */
+} attn_job;
+
+static int align_up(int x, int a) { return (x + a - 1) / a * a; }
+
+/* Cells [*c_lo, *c_hi) covering positions [u0, u1] of a layer with nc
+ * cells, in whole chunks of al cells; the whole cache when they wrap. */
+static void cell_range(int u0, int u1, int nc, bool swa, int al, int *c_lo, int *c_hi) {
+    const int a = u0 % nc, span = u1 - u0 + 1;
+    if (!swa || a + span <= nc) {
+        *c_lo = a / al * al;
+        *c_hi = align_up(a + span, al);
+        if (*c_hi > nc) *c_hi = nc;
+    } else {
+        *c_lo = 0;
+        *c_hi = nc;
+    }
+}
+
+static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
+    const mu_kern *k = e->kern;
+    const mu_model_info *I = &e->m->info;
+    mu_scratch *S = &e->s;
+    const bool swa = I->swa_layers[il];
+    const int hd = I->head_dim, R = it->nt * it->nh;
+    const mu_session *s = S->tok_sess[it->t0];
+    const int nc = s->rows[il];
+    float *qb = S->attn_q + (size_t)ith * MU_ATTN_ROWS * hd;
+    float *ob = S->attn_o + (size_t)ith * MU_ATTN_ROWS * hd;
+    float *sc = S->scores + (size_t)ith * S->scores_cap;
+
+    /* q rounded to F16, one row per (token, head) */
+    for (int r = 0; r < R; r++) {
+        const int t = it->t0 + r / it->nh, h = it->h0 + r % it->nh;
+        const float *q = S->q + (size_t)t * e->n_q + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) qb[(size_t)r * hd + d] = mu_f16_to_f32(mu_f32_to_f16(q[d]));
+    }
+    const int pos_last = S->tok_pos[it->t0 + it->nt - 1];
+    const int u0 = swa && S->tok_pos[it->t0] - I->n_swa + 1 > 0 ? S->tok_pos[it->t0] - I->n_swa + 1 : 0;
+    int c_lo, c_hi;
+    cell_range(u0, pos_last, nc, swa, it->batch ? 16 : 64, &c_lo, &c_hi);
+    const int m = c_hi - c_lo;
+    MU_ASSERT((size_t)R * (size_t)m <= S->scores_cap);
+
+    /* K.Q for every row over the cells */
+    const mu_f16 *kc = s->kc[il] + (size_t)c_lo * e->n_kv + (size_t)it->g * hd;
+    k->mm_f16(hd, kc, (size_t)e->n_kv, m, qb, (size_t)hd, R, sc, (size_t)m, it->batch && hd % 16 == 0);
+
+    /* scale, mask, softmax; a cell's position is the one of [u0, u0 + nc) it holds */
+    const float scale = 1.0f / sqrtf((float)hd);
+    const int a0 = u0 % nc;
+    for (int r = 0; r < R; r++) {
+        const int pos = S->tok_pos[it->t0 + r / it->nh];
+        const int p0 = swa && pos - I->n_swa + 1 > 0 ? pos - I->n_swa + 1 : 0;
+        float *row = sc + (size_t)r * m, mx = -INFINITY;
+        for (int i = 0; i < m; i++) {
+            const int c = c_lo + i;
+            const int p = u0 + (c >= a0 ? c - a0 : c - a0 + nc);
+            const float v = p >= p0 && p <= pos ? row[i] * scale : -INFINITY;
+            row[i] = v;
+            if (v > mx) mx = v;
+        }
+        k->softmax_f16(m, row, mx);
+    }
+
+    /* V.softmax over the transposed cache, then the sigmoid gate */
+    const mu_f16 *vt = s->vt[il] + (size_t)it->g * hd * nc + c_lo;
+    k->mm_f16(m, vt, (size_t)nc, hd, sc, (size_t)m, R, ob, (size_t)hd, it->batch);
+    for (int r = 0; r < R; r++) {
+        const int t = it->t0 + r / it->nh, h = it->h0 + r % it->nh;
+        float *out = S->a + (size_t)t * e->n_q + (size_t)h * hd;
+        const float *gate = S->g + (size_t)t * e->n_q + (size_t)h * hd;
+        for (int d = 0; d < hd; d++) out[d] = ob[(size_t)r * hd + d] * (1.0f / (1.0f + expf(-gate[d])));
+    }
+}
+
+static void job_attn(void *arg, int ith, int nth) {
+    attn_job *j = arg;
+    for (;;) {
+        const int i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (i >= j->n_items) break;
+        run_item(j->e, j->il, &j->items[i], ith);
+    }
+}
+
+void mu_attn_layer(mu_engine *e, int il, int T) {
+    const mu_model_info *I = &e->m->info;
+    mu_scratch *S = &e->s;
+    const bool swa = I->swa_layers[il];
+    const int group = I->n_head / I->n_head_kv, nth = mu_pool_size(e->pool);
+    int n = 0;
+    for (int t0 = 0; t0 < T;) {
+        const mu_session *s = S->tok_sess[t0];
+        int t1 = t0 + 1;
+        while (t1 < T && S->tok_sess[t1] == s) t1++;
+        const int seg = t1 - t0;
+        /* rows per item: bounded by the scratch and by the cells they span */
+        const int m_max = swa ? s->rows[il] : align_up(S->tok_pos[t1 - 1] + 1, 64);
+        int rows = (int)(S->scores_cap / (size_t)m_max);
+        if (rows > MU_ATTN_ROWS) rows = MU_ATTN_ROWS;
+        MU_ASSERT(rows >= 1);
+        int nh = group < rows ? group : rows;
+        /* a single token: split the heads so that every thread has work */
+        if (seg == 1)
+            while (nh > 1 && I->n_head_kv * ((group + nh - 1) / nh) < nth) nh = (nh + 1) / 2;
+        const int nt = seg == 1 ? 1 : (rows / nh > 0 ? rows / nh : 1);
+        for (int g = 0; g < I->n_head_kv; g++)
+            for (int tb = t0; tb < t1; tb += nt)
+                for (int h = 0; h < group; h += nh) {
+                    MU_ASSERT(n < S->attn_items_cap);
+                    mu_attn_item *it = &S->attn_items[n++];
+                    it->t0 = tb;
+                    it->nt = t1 - tb < nt ? t1 - tb : nt;
+                    it->g = g;
+                    it->h0 = g * group + h;
+                    it->nh = group - h < nh ? group - h : nh;
+                    it->batch = seg >= 2;
+                }
+        t0 = t1;
+    }
+    attn_job j = {e, il, S->attn_items, n, 0};
+    mu_pool_run(e->pool, job_attn, &j);
+}

@@ -1,0 +1,211 @@
+/* attn_avx512.c: the attention and activation kernels of the AVX-512 table.
+ * Owns: mm_f16 (K.Q and V.softmax over the F16 cache in both of llama.cpp's
+ * roundings), softmax_f16 and swiglu with ggml's vector expf.
+ * Does not: decide which rounding a product takes (the engine does, as
+ * llama.cpp's graph would) or touch weights.
+ * Design: register tiles of 4 A rows x 4 B rows (tinyBLAS order) or 2 x 2
+ * with 4 accumulators each (ggml_vec_dot_f16 order); the 16 lane reductions
+ * of a tile run as one transpose tree whose every addition is the scalar
+ * hsum16's, so the results are bit-identical to kern_ref.c. */
+#include <immintrin.h>
+#include <math.h>
+
+#include "kern.h"
+
+static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* hsum16 of v[0..15], as 16 results in v's order: out[p] = hsum16(v[p]).
+ * Level by level the additions are hsum16's: lanes i + (i+8), then i + (i+4)
+ * of those, then (0+2) and (1+3), then the two. */
+static inline __m512 hsum16_x16(const __m512 v[16]) {
+    __m512 s[8], t[4], u[2];
+    for (int m = 0; m < 8; m++) /* [v(2m) h0..7 | v(2m+1) h0..7] */
+        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+    for (int m = 0; m < 4; m++) /* 128-bit lane L: the 4 sums of v(4m + L) */
+        t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
+                             _mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0xDD));
+    for (int m = 0; m < 2; m++) /* lane L: (0+2, 1+3) of v(8m + L), then of v(8m + 4 + L) */
+        u[m] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * m], t[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
+                             _mm512_shuffle_ps(t[2 * m], t[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
+    /* lane L, element m: the result of v(4m + L) */
+    const __m512 r = _mm512_add_ps(_mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                   _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+    return _mm512_permutexvar_ps(idx, r);
+}
+
+/* ---- mm_f16 ------------------------------------------------------------ */
+
+/* tinyBLAS: v[4j + i] = the accumulator of A row i . B row j. */
+static inline void tile_tb(int n, const mu_f16 *const a[4], const float *const b[4], __m512 v[16]) {
+    __m512 c[16];
+    for (int p = 0; p < 16; p++) c[p] = _mm512_setzero_ps();
+    for (int k = 0; k < n; k += 16) {
+        const __m512 a0 = f16x16(a[0] + k), a1 = f16x16(a[1] + k), a2 = f16x16(a[2] + k), a3 = f16x16(a[3] + k);
+        for (int j = 0; j < 4; j++) {
+            const __m512 bj = _mm512_loadu_ps(b[j] + k);
+            c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
+            c[4 * j + 1] = _mm512_fmadd_ps(a1, bj, c[4 * j + 1]);
+            c[4 * j + 2] = _mm512_fmadd_ps(a2, bj, c[4 * j + 2]);
+            c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
+        }
+    }
+    for (int p = 0; p < 16; p++) v[p] = c[p];
+}
+
+/* ggml_vec_dot_f16 on 2 A rows x 2 B rows, n % 64 == 0: v[2j + i] = the
+ * combined accumulator ((0+2) + (1+3)) of A row i . B row j. */
+static inline void tile_ggml(int n, const mu_f16 *const a[2], const float *const b[2], __m512 v[4]) {
+    __m512 c[4][4];
+    for (int p = 0; p < 4; p++)
+        for (int q = 0; q < 4; q++) c[p][q] = _mm512_setzero_ps();
+    for (int k = 0; k < n; k += 64)
+        for (int q = 0; q < 4; q++) {
+            const __m512 a0 = f16x16(a[0] + k + 16 * q), a1 = f16x16(a[1] + k + 16 * q);
+            const __m512 b0 = _mm512_loadu_ps(b[0] + k + 16 * q), b1 = _mm512_loadu_ps(b[1] + k + 16 * q);
+            c[0][q] = _mm512_fmadd_ps(a0, b0, c[0][q]);
+            c[1][q] = _mm512_fmadd_ps(a1, b0, c[1][q]);
+            c[2][q] = _mm512_fmadd_ps(a0, b1, c[2][q]);
+            c[3][q] = _mm512_fmadd_ps(a1, b1, c[3][q]);
+        }
+    for (int p = 0; p < 4; p++)
+        v[p] = _mm512_add_ps(_mm512_add_ps(c[p][0], c[p][2]), _mm512_add_ps(c[p][1], c[p][3]));
+}
+
+/* ggml_vec_dot_f16 for one pair with a tail (n % 64 != 0): the rare shapes. */
+static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64) {
+        s0 = _mm512_fmadd_ps(f16x16(x + i), _mm512_loadu_ps(y + i), s0);
+        s1 = _mm512_fmadd_ps(f16x16(x + i + 16), _mm512_loadu_ps(y + i + 16), s1);
+        s2 = _mm512_fmadd_ps(f16x16(x + i + 32), _mm512_loadu_ps(y + i + 32), s2);
+        s3 = _mm512_fmadd_ps(f16x16(x + i + 48), _mm512_loadu_ps(y + i + 48), s3);
+    }
+    __m512 v[16];
+    v[0] = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
+    for (int p = 1; p < 16; p++) v[p] = v[0];
+    float r[16];
+    _mm512_storeu_ps(r, hsum16_x16(v));
+    double s = r[0];
+    for (int i = np; i < n; i++) s += (double)(_cvtsh_ss(x[i]) * y[i]);
+    return (float)s;
+}
+
+static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
+                          size_t ldc, int tb) {
+    if (!tb && n % 64) {
+        for (int j = 0; j < nb; j++)
+            for (int i = 0; i < na; i++) C[(size_t)j * ldc + i] = dot_ggml_tail(n, A + (size_t)i * lda, B + (size_t)j * ldb);
+        return;
+    }
+    /* 16 pairs (4 A rows x 4 B rows) per reduction; rows past the end repeat
+     * the last one and their results are dropped */
+    for (int j0 = 0; j0 < nb; j0 += 4)
+        for (int i0 = 0; i0 < na; i0 += 4) {
+            __m512 v[16];
+            if (tb) {
+                const mu_f16 *a[4];
+                const float *b[4];
+                for (int q = 0; q < 4; q++) {
+                    a[q] = A + (size_t)(i0 + q < na ? i0 + q : na - 1) * lda;
+                    b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;
+                }
+                tile_tb(n, a, b, v);
+            } else {
+                for (int jj = 0; jj < 4; jj += 2)
+                    for (int ii = 0; ii < 4; ii += 2) {
+                        const mu_f16 *a[2];
+                        const float *b[2];
+                        for (int q = 0; q < 2; q++) {
+                            int i = i0 + ii + q, j = j0 + jj + q;
+                            a[q] = A + (size_t)(i < na ? i : na - 1) * lda;
+                            b[q] = B + (size_t)(j < nb ? j : nb - 1) * ldb;
+                        }
+                        __m512 w[4];
+                        tile_ggml(n, a, b, w);
+                        v[4 * jj + ii] = w[0];
+                        v[4 * jj + ii + 1] = w[1];
+                        v[4 * (jj + 1) + ii] = w[2];
+                        v[4 * (jj + 1) + ii + 1] = w[3];
+                    }
+            }
+            float r[16];
+            _mm512_storeu_ps(r, hsum16_x16(v));
+            for (int j = 0; j < 4 && j0 + j < nb; j++)
+                for (int i = 0; i < 4 && i0 + i < na; i++) C[(size_t)(j0 + j) * ldc + i0 + i] = r[4 * j + i];
+        }
+}
+
+/* ---- ggml's vector expf, softmax, swiglu -------------------------------- */
+
+/* ggml_v_expf (AVX-512): kern_ref.c's mu_expf_ggml is its scalar spelling. */
+static inline __m512 v_expf(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    if (!d) return res;
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(d, res, alt);
+}
+
+static inline float hsum16_one(__m512 v) {
+    __m512 w[16];
+    for (int p = 0; p < 16; p++) w[p] = v;
+    return _mm512_cvtss_f32(hsum16_x16(w));
+}
+
+static void softmax_f16_avx512(int n, float *x, float mx) {
+    const __m512 vm = _mm512_set1_ps(mx);
+    double sum = 0;
+    int i = 0;
+    /* 16 chunks share one reduction tree; their sums are added in order */
+    for (; i + 256 <= n; i += 256) {
+        __m512 e[16];
+        for (int c = 0; c < 16; c++) {
+            e[c] = v_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16 * c), vm));
+            _mm512_storeu_ps(x + i + 16 * c, e[c]);
+        }
+        float r[16];
+        _mm512_storeu_ps(r, hsum16_x16(e));
+        for (int c = 0; c < 16; c++) sum += (double)r[c];
+    }
+    for (; i < n; i += 16) {
+        const __m512 e = v_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+        _mm512_storeu_ps(x + i, e);
+        sum += (double)hsum16_one(e);
+    }
+    const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
+    for (i = 0; i < n; i += 16) {
+        const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + i), inv);
+        _mm512_storeu_ps(x + i, _mm512_cvtph_ps(_mm512_cvtps_ph(p, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    }
+}
+
+static void swiglu_avx512(int n, float *g, const float *u) {
+    const __m512 one = _mm512_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 x = _mm512_loadu_ps(g + i);
+        const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, v_expf(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        _mm512_storeu_ps(g + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
+    }
+    for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+}
+
+void mu_kern_fill_attn_avx512(mu_kern *k) {
+    k->mm_f16 = mm_f16_avx512;
+    k->softmax_f16 = softmax_f16_avx512;
+    k->swiglu = swiglu_avx512;
+}
