@@ -102,7 +102,9 @@ int mu_kern_available(const mu_kern **out, int cap);
 void mu_kern_fill_avx2(mu_kern *k);
 void mu_kern_fill_avx512(mu_kern *k);
 void mu_kern_fill_neon(mu_kern *k);
+void mu_kern_fill_attn_avx2(mu_kern *k);
 void mu_kern_fill_attn_avx512(mu_kern *k);
+void mu_kern_fill_attn_neon(mu_kern *k);
 
 /* fp16 / bf16 conversions (round to nearest even), scalar. */
 float mu_f16_to_f32(mu_f16 h);

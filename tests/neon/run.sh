@@ -14,7 +14,7 @@ objs=()
 for f in src/base/*.c src/kern/*.c tests/neon/driver.c; do
   case $f in src/kern/*avx2*.c|src/kern/*avx512*.c) continue ;; esac
   extra=""
-  [ "$f" = src/kern/kern_neon.c ] && extra="-march=armv8.2-a+dotprod+fp16"
+  case $f in src/kern/*neon*.c) extra="-march=armv8.2-a+dotprod+fp16" ;; esac
   o="$OUT/$(echo "$f" | tr / _).o"
   if [ ! -f "$o" ] || [ "$f" -nt "$o" ] || [ tests/unit/kern_checks.h -nt "$o" ] || [ src/kern/kern.h -nt "$o" ]; then
     $CC $CFLAGS $extra -c -o "$o" "$f"
