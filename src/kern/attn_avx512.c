@@ -19,12 +19,15 @@ static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loa
  * of those, then (0+2) and (1+3), then the two. */
 static inline __m512 hsum16_x16(const __m512 v[16]) {
     __m512 s[8], t[4], u[2];
+    #pragma GCC unroll 16
     for (int m = 0; m < 8; m++) /* [v(2m) h0..7 | v(2m+1) h0..7] */
         s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
                              _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+    #pragma GCC unroll 16
     for (int m = 0; m < 4; m++) /* 128-bit lane L: the 4 sums of v(4m + L) */
         t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
                              _mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0xDD));
+    #pragma GCC unroll 16
     for (int m = 0; m < 2; m++) /* lane L: (0+2, 1+3) of v(8m + L), then of v(8m + 4 + L) */
         u[m] = _mm512_add_ps(_mm512_shuffle_ps(t[2 * m], t[2 * m + 1], _MM_SHUFFLE(1, 0, 1, 0)),
                              _mm512_shuffle_ps(t[2 * m], t[2 * m + 1], _MM_SHUFFLE(3, 2, 3, 2)));
@@ -40,9 +43,11 @@ static inline __m512 hsum16_x16(const __m512 v[16]) {
 /* tinyBLAS: v[4j + i] = the accumulator of A row i . B row j. */
 static inline void tile_tb(int n, const mu_f16 *const a[4], const float *const b[4], __m512 v[16]) {
     __m512 c[16];
+    #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) c[p] = _mm512_setzero_ps();
     for (int k = 0; k < n; k += 16) {
         const __m512 a0 = f16x16(a[0] + k), a1 = f16x16(a[1] + k), a2 = f16x16(a[2] + k), a3 = f16x16(a[3] + k);
+        #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             const __m512 bj = _mm512_loadu_ps(b[j] + k);
             c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
@@ -51,6 +56,7 @@ static inline void tile_tb(int n, const mu_f16 *const a[4], const float *const b
             c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
         }
     }
+    #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) v[p] = c[p];
 }
 
@@ -58,9 +64,12 @@ static inline void tile_tb(int n, const mu_f16 *const a[4], const float *const b
  * combined accumulator ((0+2) + (1+3)) of A row i . B row j. */
 static inline void tile_ggml(int n, const mu_f16 *const a[2], const float *const b[2], __m512 v[4]) {
     __m512 c[4][4];
+    #pragma GCC unroll 16
     for (int p = 0; p < 4; p++)
+        #pragma GCC unroll 16
         for (int q = 0; q < 4; q++) c[p][q] = _mm512_setzero_ps();
     for (int k = 0; k < n; k += 64)
+        #pragma GCC unroll 16
         for (int q = 0; q < 4; q++) {
             const __m512 a0 = f16x16(a[0] + k + 16 * q), a1 = f16x16(a[1] + k + 16 * q);
             const __m512 b0 = _mm512_loadu_ps(b[0] + k + 16 * q), b1 = _mm512_loadu_ps(b[1] + k + 16 * q);
@@ -69,6 +78,7 @@ static inline void tile_ggml(int n, const mu_f16 *const a[2], const float *const
             c[2][q] = _mm512_fmadd_ps(a0, b1, c[2][q]);
             c[3][q] = _mm512_fmadd_ps(a1, b1, c[3][q]);
         }
+    #pragma GCC unroll 16
     for (int p = 0; p < 4; p++)
         v[p] = _mm512_add_ps(_mm512_add_ps(c[p][0], c[p][2]), _mm512_add_ps(c[p][1], c[p][3]));
 }
@@ -108,16 +118,20 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
             if (tb) {
                 const mu_f16 *a[4];
                 const float *b[4];
+                #pragma GCC unroll 16
                 for (int q = 0; q < 4; q++) {
                     a[q] = A + (size_t)(i0 + q < na ? i0 + q : na - 1) * lda;
                     b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;
                 }
                 tile_tb(n, a, b, v);
             } else {
+                #pragma GCC unroll 16
                 for (int jj = 0; jj < 4; jj += 2)
+                    #pragma GCC unroll 16
                     for (int ii = 0; ii < 4; ii += 2) {
                         const mu_f16 *a[2];
                         const float *b[2];
+                        #pragma GCC unroll 16
                         for (int q = 0; q < 2; q++) {
                             int i = i0 + ii + q, j = j0 + jj + q;
                             a[q] = A + (size_t)(i < na ? i : na - 1) * lda;
@@ -162,6 +176,7 @@ static inline __m512 v_expf(__m512 x) {
 
 static inline float hsum16_one(__m512 v) {
     __m512 w[16];
+    #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) w[p] = v;
     return _mm512_cvtss_f32(hsum16_x16(w));
 }
@@ -173,12 +188,14 @@ static void softmax_f16_avx512(int n, float *x, float mx) {
     /* 16 chunks share one reduction tree; their sums are added in order */
     for (; i + 256 <= n; i += 256) {
         __m512 e[16];
+        #pragma GCC unroll 16
         for (int c = 0; c < 16; c++) {
             e[c] = v_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16 * c), vm));
             _mm512_storeu_ps(x + i + 16 * c, e[c]);
         }
         float r[16];
         _mm512_storeu_ps(r, hsum16_x16(e));
+        #pragma GCC unroll 16
         for (int c = 0; c < 16; c++) sum += (double)r[c];
     }
     for (; i < n; i += 16) {
