@@ -33,18 +33,27 @@ static void rms_norm(float *y, const float *x, const float *w, int n, float eps)
         for (int i = 0; i < n; i++) y[i] = x[i] * scale;
 }
 
-/* GPT-J style RoPE on adjacent pairs; theta advances by repeated
- * multiplication in float, as llama.cpp's rope cache does. */
-static void rope(float *x, int hd, int pos, float base) {
+/* GPT-J style RoPE on adjacent pairs. The angles of one position, shared
+ * by all its heads: theta advances by repeated multiplication in float, as
+ * llama.cpp's rope cache does. */
+#define ROPE_MAX_HD 512
+static void rope_angles(float *cs, float *sn, int hd, int pos, float base) {
     const float theta_scale = powf(base, -2.0f / (float)hd);
     float theta = (float)pos;
+    for (int i = 0; i < hd / 2; i++) {
+        cs[i] = cosf(theta);
+        sn[i] = sinf(theta);
+        theta *= theta_scale;
+    }
+}
+
+static void rope(float *x, int hd, const float *cs, const float *sn) {
     for (int i = 0; i < hd; i += 2) {
-        const float c = cosf(theta), s = sinf(theta);
+        const float c = cs[i / 2], s = sn[i / 2];
         const float x0 = x[i], x1 = x[i + 1];
         /* llama.cpp's build contracts these into FMAs (GCC, -ffp-contract=fast) */
         x[i] = fmaf(x0, c, -(x1 * s));
         x[i + 1] = fmaf(x0, s, x1 * c);
-        theta *= theta_scale;
     }
 }
 
@@ -175,13 +184,15 @@ static void job_qk(void *arg, int ith, int nth) {
         const int pos = e->s.tok_pos[t];
         float *q = e->s.q + (size_t)t * e->n_q;
         float *k = e->s.k + (size_t)t * e->n_kv;
+        float cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
+        if (swa) rope_angles(cs, sn, hd, pos, I->rope_base_swa);
         for (int h = 0; h < I->n_head; h++) {
             rms_norm(q + h * hd, q + h * hd, qn, hd, I->eps);
-            if (swa) rope(q + h * hd, hd, pos, I->rope_base_swa);
+            if (swa) rope(q + h * hd, hd, cs, sn);
         }
         for (int h = 0; h < I->n_head_kv; h++) {
             rms_norm(k + h * hd, k + h * hd, kn, hd, I->eps);
-            if (swa) rope(k + h * hd, hd, pos, I->rope_base_swa);
+            if (swa) rope(k + h * hd, hd, cs, sn);
         }
         /* K into its cell's row, V into its cell's column (session.c) */
         mu_session *s = e->s.tok_sess[t];

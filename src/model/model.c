@@ -126,11 +126,12 @@ static int bind(mu_gguf *g, mu_model *m, mu_err *err) {
     int hd_default = I->n_embd / I->n_head, kl = hd_default, vl = hd_default;
     char key[128];
     snprintf(key, sizeof key, ARCH ".attention.key_length");
-    if (mu_gguf_find(g, key) >= 0 && (rc = get_int(g, "attention.key_length", 2, 4096, &kl, err))) return rc;
+    if (mu_gguf_find(g, key) >= 0 && (rc = get_int(g, "attention.key_length", 2, 512, &kl, err))) return rc;
     snprintf(key, sizeof key, ARCH ".attention.value_length");
-    if (mu_gguf_find(g, key) >= 0 && (rc = get_int(g, "attention.value_length", 2, 4096, &vl, err))) return rc;
+    if (mu_gguf_find(g, key) >= 0 && (rc = get_int(g, "attention.value_length", 2, 512, &vl, err))) return rc;
     if (kl != vl) return mu_fail(err, MU_E_MODEL, "model: key_length %d != value_length %d is not supported", kl, vl);
     if (kl % 2) return mu_fail(err, MU_E_MODEL, "model: head dimension %d is odd (RoPE rotates pairs)", kl);
+    if (kl > 512) return mu_fail(err, MU_E_MODEL, "model: head dimension %d is above the supported 512", kl);
     I->head_dim = kl;
     if (I->n_head % I->n_head_kv)
         return mu_fail(err, MU_E_MODEL, "model: head_count %d is not a multiple of head_count_kv %d", I->n_head,
