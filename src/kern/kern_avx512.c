@@ -685,6 +685,14 @@ static void q4k_vbuild(const uint8_t *w, size_t ws, int r, int i, q4k_vblock *o)
 
 #define Q4K_V_MAX_NB 96
 
+/* acc + u8 x s8 dot of w with the 4 bytes at p broadcast, with the
+ * broadcast folded into the instruction's memory operand ({1to16}), which
+ * GCC does not do by itself. */
+AI __m512i dpbusd_bcast(__m512i acc, __m512i w, const int32_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*p));
+    return acc;
+}
+
 /* The mins chain of TN activation rows against the 16 rows of vb:
  * accm = fma(imin_j, dmin_x * d_a, accm) for every block and pair j, as the
  * ref does; stored to m[t] for the main pass to subtract. */
@@ -733,8 +741,8 @@ AI void q4k_vtile(int nb, const q4k_vblock *vb, const uint8_t *a, size_t as, flo
 #pragma GCC unroll 8
                 for (int t = 0; t < TN; t++) {
                     const int32_t *q8 = (const int32_t *)(const void *)((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs;
-                    s0[t] = _mm512_dpbusd_epi32(s0[t], w0, _mm512_set1_epi32(q8[16 * j + st]));
-                    s1[t] = _mm512_dpbusd_epi32(s1[t], w1, _mm512_set1_epi32(q8[16 * j + 8 + st]));
+                    s0[t] = dpbusd_bcast(s0[t], w0, &q8[16 * j + st]);
+                    s1[t] = dpbusd_bcast(s1[t], w1, &q8[16 * j + 8 + st]);
                 }
             }
 #pragma GCC unroll 8
@@ -815,7 +823,124 @@ static void gemm_q4_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
             y[(size_t)t * ys + r] =
                 vec_dot_q4_K_avx512(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
 }
-GEMM(q6_K, mu_block_q6_K, n / MU_QK_K)
+#define tile_q6_K_b tile_q6_K
+GEMM(q6_K_b, mu_block_q6_K, n / MU_QK_K)
+
+/* Q6_K, two weight rows per zmm: the low 256 bits hold chunk c (32 values)
+ * of row r, the high 256 bits chunk c of row r + 1, so one broadcast of an
+ * activation chunk serves both, and the ref's 8 lanes of each row sit in
+ * the halves without a fold. Rows go in fours (two zmm pairs) against
+ * register tiles of Q6K_VT activation rows; a pair's blocks are decoded
+ * once per token block into q6k_pblock scratch. */
+typedef struct {
+    __m512i q[8], s[8]; /* chunk c: codes (+32, unsigned) and their scales as words */
+    __m512i corr;       /* -32 * scales as words, for bsums */
+    __m512 dx;          /* d of row r (low 8 lanes) and row r + 1 (high) */
+} q6k_pblock;
+
+static void q6k_pbuild(const mu_block_q6_K *x0, const mu_block_q6_K *x1, q6k_pblock *o) {
+    q6k_dec d0, d1;
+    q6k_decode(x0, &d0);
+    q6k_decode(x1, &d1);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        o->q[2 * k] = _mm512_shuffle_i64x2(d0.q[k], d1.q[k], 0x44);
+        o->q[2 * k + 1] = _mm512_shuffle_i64x2(d0.q[k], d1.q[k], 0xee);
+        o->s[2 * k] = _mm512_shuffle_i64x2(d0.s[k], d1.s[k], 0x44);
+        o->s[2 * k + 1] = _mm512_shuffle_i64x2(d0.s[k], d1.s[k], 0xee);
+    }
+    o->corr = _mm512_slli_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(d0.sc16), d1.sc16, 1), 5);
+    o->corr = _mm512_sub_epi16(_mm512_setzero_si512(), o->corr);
+    o->dx = _mm512_insertf32x8(_mm512_set1_ps(f16_to_f32(x0->d)), _mm256_set1_ps(f16_to_f32(x1->d)), 1);
+}
+
+/* Rows r..r+3 (pairs pa, pb) against TN activation rows; the ref's lane m
+ * of row r is lane m of acc a, row r + 1 lane 8 + m, summed as hsum_float_8. */
+AI void q6k_ptile(int nb, const q6k_pblock *pa, const q6k_pblock *pb, const uint8_t *a, size_t as, float *y, int ys,
+                  const int TN) {
+    __m512 acca[6], accb[6];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acca[t] = accb[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q6k_pblock *A = &pa[i], *B = &pb[i];
+        __m512i ia[6], ib[6];
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->bsums));
+            ia[t] = _mm512_madd_epi16(bs, A->corr);
+            ib[t] = _mm512_madd_epi16(bs, B->corr);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            const __m512i qa = A->q[c], sa = A->s[c], qb = B->q[c], sb = B->s[c];
+#pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) {
+                const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+                const __m512i av = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 32 * c)));
+                ia[t] = _mm512_dpwssd_epi32(ia[t], _mm512_maddubs_epi16(qa, av), sa);
+                ib[t] = _mm512_dpwssd_epi32(ib[t], _mm512_maddubs_epi16(qb, av), sb);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512 yd = _mm512_set1_ps(b->d);
+            acca[t] = _mm512_fmadd_ps(_mm512_mul_ps(yd, A->dx), _mm512_cvtepi32_ps(ia[t]), acca[t]);
+            accb[t] = _mm512_fmadd_ps(_mm512_mul_ps(yd, B->dx), _mm512_cvtepi32_ps(ib[t]), accb[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+        float *yt = y + (size_t)t * ys;
+        yt[0] = hsum_ps256(_mm512_castps512_ps256(acca[t]));
+        yt[1] = hsum_ps256(_mm512_extractf32x8_ps(acca[t], 1));
+        yt[2] = hsum_ps256(_mm512_castps512_ps256(accb[t]));
+        yt[3] = hsum_ps256(_mm512_extractf32x8_ps(accb[t], 1));
+    }
+}
+
+#ifndef Q6K_VT
+#define Q6K_VT 4
+#endif
+#define Q6K_P_MAX_NB 96
+static void gemm_q6_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    const int nb = n / MU_QK_K;
+    const int r4 = r0 + (r1 - r0) / 4 * 4;
+    if (nb > Q6K_P_MAX_NB || n_t < 2) {
+        gemm_q6_K_b_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    static _Thread_local q6k_pblock pb[2][Q6K_P_MAX_NB];
+    /* token blocks whose activations stay in L2 while the rows sweep them */
+    int tb = (int)((192u << 10) / ((unsigned)nb * sizeof(mu_block_q8_K)));
+    tb = tb < 4 * Q6K_VT ? 4 * Q6K_VT : tb / Q6K_VT * Q6K_VT;
+    for (int t0 = 0; t0 < n_t; t0 += tb) {
+        const int t1 = t0 + tb < n_t ? t0 + tb : n_t;
+        for (int r = r0; r < r4; r += 4) {
+            const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;
+            for (int i = 0; i < nb; i++) {
+                q6k_pbuild((const mu_block_q6_K *)wr + i, (const mu_block_q6_K *)(wr + ws) + i, &pb[0][i]);
+                q6k_pbuild((const mu_block_q6_K *)(wr + 2 * ws) + i, (const mu_block_q6_K *)(wr + 3 * ws) + i, &pb[1][i]);
+            }
+            int t = t0;
+            for (; t + Q6K_VT <= t1; t += Q6K_VT)
+                q6k_ptile(nb, pb[0], pb[1], (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q6K_VT);
+            const uint8_t *at = (const uint8_t *)a + (size_t)t * as;
+            float *yt = y + (size_t)t * ys + r;
+            switch (t1 - t) {
+            case 5: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 5); break;
+            case 4: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 4); break;
+            case 3: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 3); break;
+            case 2: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 2); break;
+            case 1: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 1); break;
+            default: break;
+            }
+        }
+    }
+    if (r4 < r1) gemm_q6_K_b_avx512(n, w, ws, r4, r1, a, as, n_t, y, ys);
+}
 GEMM(q8_0, mu_block_q8_0, n / MU_QK8_0)
 GEMM(f16_tb, mu_f16, n)
 
