@@ -10,7 +10,11 @@
  * Usage: kernbench [threads (default 2)] [MiB of weights (default 1024; 0
  * skips the decode number)] [gemm activation rows (default 64)] [n (default
  * 2048)] [types, comma-separated names, e.g. Q4_K,Q6_K (default all)] [table
- * name (default all)] */
+ * name (default all)]
+ *        kernbench attn [table name (default all)]: the attention kernels,
+ *        one thread: mm_f16 tinyBLAS (n 128, 2048 cache rows x 64 query
+ *        rows: K.Q) and ggml (n 2048, 128 rows x 8: V.softmax) in GFLOP/s,
+ *        softmax_f16 and swiglu over 2048 values in Gvalues/s. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -92,7 +96,71 @@ static double timed(job *base, int nt, int rows, double *cpu) {
     return dt;
 }
 
+/* ---- attn mode ---------------------------------------------------------- */
+
+static double attn_time(const mu_kern *k, int what, int n, int na, int nb, const mu_f16 *A, const float *B, float *C,
+                        float *x, const float *u) {
+    double best = 1e9;
+    for (int rep = 0; rep < 5; rep++) {
+        int iters = 0;
+        const double t0 = now();
+        double t;
+        do {
+            switch (what) {
+            case 0: k->mm_f16(n, A, (size_t)n, na, B, (size_t)n, nb, C, (size_t)na, 1); break;
+            case 1: k->mm_f16(n, A, (size_t)n, na, B, (size_t)n, nb, C, (size_t)na, 0); break;
+            case 2:
+                for (int i = 0; i < n; i++) x[i] = u[i] * 8.f;
+                k->softmax_f16(n, x, 8.f * 3.f);
+                break;
+            default:
+                for (int i = 0; i < n; i++) x[i] = u[i] * 4.f;
+                k->swiglu(n, x, u);
+                break;
+            }
+            iters++;
+            t = now() - t0;
+        } while (t < 0.05);
+        best = t / iters < best ? t / iters : best;
+    }
+    return best;
+}
+
+static int attn_bench(const char *tab) {
+    const mu_kern *tabs[8];
+    const int ntab = mu_kern_available(tabs, 8);
+    const size_t cnt = 2048 * 128;
+    mu_f16 *A = malloc(cnt * sizeof(mu_f16));
+    float *B = malloc(cnt * sizeof(float)), *C = malloc(2048 * 64 * sizeof(float));
+    float *x = malloc(2048 * sizeof(float)), *u = malloc(2048 * sizeof(float));
+    srand(1);
+    for (size_t i = 0; i < cnt; i++) {
+        A[i] = mu_f32_to_f16((float)rand() / RAND_MAX - 0.5f);
+        B[i] = mu_f16_to_f32(mu_f32_to_f16((float)rand() / RAND_MAX - 0.5f));
+    }
+    for (int i = 0; i < 2048; i++) u[i] = (float)rand() / RAND_MAX * 2.f - 1.f;
+    for (int k = 0; k < ntab; k++) {
+        if (tab && strcmp(tab, tabs[k]->name) != 0) continue;
+        const double tq = attn_time(tabs[k], 0, 128, 2048, 64, A, B, C, x, u);
+        const double tv = attn_time(tabs[k], 1, 2048, 128, 8, A, B, C, x, u);
+        const double ts = attn_time(tabs[k], 2, 2048, 0, 0, A, B, C, x, u);
+        const double tw = attn_time(tabs[k], 3, 2048, 0, 0, A, B, C, x, u);
+        printf("{\"table\": \"%s\", \"mm_f16_tb_gflops\": %.2f, \"mm_f16_ggml_gflops\": %.2f, "
+               "\"softmax_gvals\": %.3f, \"swiglu_gvals\": %.3f}\n",
+               tabs[k]->name, 2.0 * 128 * 2048 * 64 / tq / 1e9, 2.0 * 2048 * 128 * 8 / tv / 1e9, 2048 / ts / 1e9,
+               2048 / tw / 1e9);
+        fflush(stdout);
+    }
+    free(A);
+    free(B);
+    free(C);
+    free(x);
+    free(u);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "attn")) return attn_bench(argc > 2 ? argv[2] : NULL);
     const int nt = argc > 1 ? atoi(argv[1]) : 2;
     const size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 1024;
     static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_F16};

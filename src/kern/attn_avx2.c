@@ -51,16 +51,22 @@ static inline void chunk_2x4(int ns, int step, int off, const mu_f16 *a0, const 
     for (int s = 0; s < ns; s++) {
         const size_t k = (size_t)s * step;
         const __m256 x0 = f16x8(a0 + k), x1 = f16x8(a1 + k);
+        /* the empty asm keeps each B vector in a register: loaded once, not
+         * folded into both FMAs as a memory operand */
         __m256 y = _mm256_loadu_ps(b0 + k);
+        __asm__("" : "+x"(y));
         c0 = _mm256_fmadd_ps(x0, y, c0);
         c1 = _mm256_fmadd_ps(x1, y, c1);
         y = _mm256_loadu_ps(b1 + k);
+        __asm__("" : "+x"(y));
         c2 = _mm256_fmadd_ps(x0, y, c2);
         c3 = _mm256_fmadd_ps(x1, y, c3);
         y = _mm256_loadu_ps(b2 + k);
+        __asm__("" : "+x"(y));
         c4 = _mm256_fmadd_ps(x0, y, c4);
         c5 = _mm256_fmadd_ps(x1, y, c5);
         y = _mm256_loadu_ps(b3 + k);
+        __asm__("" : "+x"(y));
         c6 = _mm256_fmadd_ps(x0, y, c6);
         c7 = _mm256_fmadd_ps(x1, y, c7);
     }
