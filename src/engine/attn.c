@@ -76,20 +76,29 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     const mu_f16 *kc = s->kc[il] + (size_t)c_lo * e->n_kv + (size_t)it->g * hd;
     k->mm_f16(hd, kc, (size_t)e->n_kv, m, qb, (size_t)hd, R, sc, (size_t)m, it->batch && hd % 16 == 0);
 
-    /* scale, mask, softmax; a cell's position is the one of [u0, u0 + nc) it holds */
+    /* scale, mask, softmax. A row sees positions [p0, pos]: the cells from
+     * p0 % nc on, wrapping at most once (a window is shorter than nc). */
     const float scale = 1.0f / sqrtf((float)hd);
-    const int a0 = u0 % nc;
     for (int r = 0; r < R; r++) {
         const int pos = S->tok_pos[it->t0 + r / it->nh];
         const int p0 = swa && pos - I->n_swa + 1 > 0 ? pos - I->n_swa + 1 : 0;
+        const int f = p0 % nc, len = pos - p0 + 1;
+        /* in cell order: the wrapped part [0, f + len - nc) first, if any */
+        const int iv[2][2] = {{0, f + len > nc ? f + len - nc : 0}, {f, f + len < nc ? f + len : nc}};
         float *row = sc + (size_t)r * m, mx = -INFINITY;
-        for (int i = 0; i < m; i++) {
-            const int c = c_lo + i;
-            const int p = u0 + (c >= a0 ? c - a0 : c - a0 + nc);
-            const float v = p >= p0 && p <= pos ? row[i] * scale : -INFINITY;
-            row[i] = v;
-            if (v > mx) mx = v;
+        int done = 0; /* cells [0, done) of the row are final */
+        for (int v = 0; v < 2; v++) {
+            const int lo = iv[v][0] - c_lo, hi = iv[v][1] - c_lo;
+            if (hi <= lo) continue;
+            MU_ASSERT(lo >= done && hi <= m);
+            for (int i = done; i < lo; i++) row[i] = -INFINITY;
+            for (int i = lo; i < hi; i++) {
+                row[i] *= scale;
+                mx = row[i] > mx ? row[i] : mx;
+            }
+            done = hi;
         }
+        for (int i = done; i < m; i++) row[i] = -INFINITY;
         k->softmax_f16(m, row, mx);
     }
 
