@@ -799,7 +799,7 @@ static void gemm_q4_K_16rows(int n, const uint8_t *w, size_t ws, int r, const ui
 static void gemm_q4_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
                              float *y, int ys) {
     const int nb4 = n_t & ~3;
-    if (nb4 >= 16 && n / MU_QK_K <= Q4K_V_MAX_NB) { /* vertical path for whole groups of 16 rows */
+    if (nb4 >= 4 && n / MU_QK_K <= Q4K_V_MAX_NB) { /* vertical path for whole groups of 16 rows (its interleave pays off from 4 activation rows) */
         int r = r0;
         for (; r + 16 <= r1; r += 16) {
             const int next = r1 - (r + 16);
