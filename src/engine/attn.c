@@ -72,9 +72,22 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     const int m = c_hi - c_lo;
     MU_ASSERT((size_t)R * (size_t)m <= S->scores_cap);
 
-    /* K.Q for every row over the cells */
-    const mu_f16 *kc = s->kc[il] + (size_t)c_lo * e->n_kv + (size_t)it->g * hd;
-    k->mm_f16(hd, kc, (size_t)e->n_kv, m, qb, (size_t)hd, R, sc, (size_t)m, it->batch && hd % 16 == 0);
+    /* K.Q for every row over the cells; when the window wraps, only over
+     * the chunks either side of the gap (the mask below fills the rest) */
+    const mu_f16 *kc = s->kc[il] + (size_t)it->g * hd;
+    const int kq_tb = it->batch && hd % 16 == 0, al = it->batch ? 16 : 64;
+    int seg[2][2] = {{c_lo, c_hi}, {c_hi, c_hi}};
+    if (c_lo == 0 && c_hi == nc && swa) {
+        const int lo = u0 % nc / al * al, hi = align_up(pos_last % nc + 1, al);
+        if (hi < lo) {
+            seg[0][1] = hi;
+            seg[1][0] = lo;
+        }
+    }
+    for (int v = 0; v < 2; v++)
+        if (seg[v][1] > seg[v][0])
+            k->mm_f16(hd, kc + (size_t)seg[v][0] * e->n_kv, (size_t)e->n_kv, seg[v][1] - seg[v][0], qb, (size_t)hd,
+                      R, sc + seg[v][0] - c_lo, (size_t)m, kq_tb);
 
     /* scale, mask, softmax. A row sees positions [p0, pos]: the cells from
      * p0 % nc on, wrapping at most once (a window is shorter than nc). */
