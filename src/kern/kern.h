@@ -33,9 +33,6 @@ typedef struct mu_kern {
     mu_gemm_fn gemm[MU_T_COUNT];        /* indexed by weight type */
     mu_quant_fn quant[MU_T_COUNT];      /* indexed by dot type */
     mu_dequant_fn dequant[MU_T_COUNT];  /* indexed by weight type */
-    /* attention pieces over the F16 cache */
-    float (*dot_f16)(int n, const mu_f16 *a, const mu_f16 *b);   /* f32 accumulation */
-    void (*axpy_f16)(int n, float a, const mu_f16 *x, float *y); /* y += a * x */
     /* Attention products in llama.cpp's rounding (its non-flash path, where
      * K.Q and V.softmax are F16 matmuls): C[j * ldc + i] = dot(A row i,
      * B row j) for i < na, j < nb over n values; A rows are F16 (the cache,

@@ -443,23 +443,6 @@ static void dequant_q6_K_avx2(const void *w, float *y, int n) {
     }
 }
 
-/* ---- attention pieces -------------------------------------------------- */
-
-static float dot_f16_avx2(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx2(n, a, b); }
-
-/* y += a * x with FMA: the engine's a is F16-rounded, so a * x is exact and
- * this rounds like the ref's multiply-then-add. */
-
-static void axpy_f16_avx2(int n, float a, const mu_f16 *x, float *y) {
-    const __m256 va = _mm256_set1_ps(a);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 xv = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(x + i)));
-        _mm256_storeu_ps(y + i, _mm256_fmadd_ps(va, xv, _mm256_loadu_ps(y + i)));
-    }
-    for (; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
-}
-
 void mu_kern_fill_avx2(mu_kern *k) {
     k->vec_dot[MU_T_F32] = vec_dot_f32_avx2;
     k->vec_dot[MU_T_F16] = vec_dot_f16_avx2;
@@ -476,6 +459,4 @@ void mu_kern_fill_avx2(mu_kern *k) {
     k->dequant[MU_T_Q8_0] = dequant_q8_0_avx2;
     k->dequant[MU_T_Q4_K] = dequant_q4_K_avx2;
     k->dequant[MU_T_Q6_K] = dequant_q6_K_avx2;
-    k->dot_f16 = dot_f16_avx2;
-    k->axpy_f16 = axpy_f16_avx2;
 }

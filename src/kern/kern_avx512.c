@@ -353,20 +353,6 @@ static float vec_dot_bf16_batch_avx512(int n, const void *w, const void *a) {
     return _mm512_reduce_add_ps(acc);
 }
 
-static float dot_f16_avx512(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_avx512(n, a, b); }
-
-/* y += a * x with FMA: the engine's a is F16-rounded, so a * x is exact and
- * this rounds like the ref's multiply-then-add. */
-static void axpy_f16_avx512(int n, float a, const mu_f16 *x, float *y) {
-    const __m512 va = _mm512_set1_ps(a);
-    int i = 0;
-    for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _mm512_fmadd_ps(va, f16x16(x + i), _mm512_loadu_ps(y + i)));
-    if (i < n) {
-        const __mmask16 m = (__mmask16)((1u << (n - i)) - 1);
-        _mm512_mask_storeu_ps(y + i, m, _mm512_fmadd_ps(va, f16x16_mask(x + i, m), _mm512_maskz_loadu_ps(m, y + i)));
-    }
-}
-
 /* ---- Q8_K activation quantizer (bit-identical to kern_ref.c) ------------ */
 
 static void quant_q8_K_avx512(const float *x, void *vy, int n) {
@@ -987,7 +973,5 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_avx512;
     k->vec_dot_batch[MU_T_Q4_K] = vec_dot_q4_K_batch_avx512;
     k->quant[MU_T_Q8_K] = quant_q8_K_avx512;
-    k->dot_f16 = dot_f16_avx512;
-    k->axpy_f16 = axpy_f16_avx512;
     gemm_fill(k);
 }

@@ -225,14 +225,6 @@ static float vec_dot_f16_neon(int n, const void *w, const void *a) {
     return (float)r;
 }
 
-static float dot_f16_neon(int n, const mu_f16 *a, const mu_f16 *b) { return vec_dot_f16_neon(n, a, b); }
-
-static void axpy_f16_neon(int n, float a, const mu_f16 *x, float *y) {
-    int i = 0;
-    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vfmaq_n_f32(vld1q_f32(y + i), f16x4(x + i), a));
-    for (; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
-}
-
 /* ---- activation quantizers (bit-identical to kern_ref.c) ---------------- */
 
 static void quant_q8_0_neon(const float *x, void *vy, int n) {
@@ -295,8 +287,6 @@ void mu_kern_fill_neon(mu_kern *k) {
     k->vec_dot[MU_T_F16] = vec_dot_f16_neon;
     k->quant[MU_T_Q8_0] = quant_q8_0_neon;
     k->quant[MU_T_Q8_K] = quant_q8_K_neon;
-    k->dot_f16 = dot_f16_neon;
-    k->axpy_f16 = axpy_f16_neon;
 }
 
 /* 1 when the filled table uses SDOT (for the test driver's report). */

@@ -537,12 +537,6 @@ float mu_expf_ggml(float x) {
 
 /* ---- attention pieces -------------------------------------------------- */
 
-static float dot_f16_ref(int n, const mu_f16 *a, const mu_f16 *b) { return mu_vec_dot_f16_ref(n, a, b); }
-
-static void axpy_f16_ref(int n, float a, const mu_f16 *x, float *y) {
-    for (int i = 0; i < n; i++) y[i] += a * mu_f16_to_f32(x[i]);
-}
-
 /* Both orders of kern.h's mm_f16. B holds exact F16 values, so every
  * product is exact in float and "acc + x*y" rounds like the FMA. */
 static float dot_f16_tb(int n, const mu_f16 *x, const float *y) {
@@ -618,8 +612,6 @@ static const mu_kern REF = {
         [MU_T_Q8_0] = mu_dequant_q8_0_ref, [MU_T_Q4_K] = mu_dequant_q4_K_ref, [MU_T_Q5_K] = mu_dequant_q5_K_ref,
         [MU_T_Q6_K] = mu_dequant_q6_K_ref,
     },
-    .dot_f16 = dot_f16_ref,
-    .axpy_f16 = axpy_f16_ref,
     .mm_f16 = mm_f16_ref,
     .softmax_f16 = softmax_f16_ref,
     .swiglu = swiglu_ref,

@@ -6,13 +6,11 @@
  *
  * Bit-exact (kc_exact): quantizers (activation f32 -> dot type),
  * dequantizers, and every dot, whose float order kern_ref.c pins to
- * llama.cpp's (vec_dot, vec_dot_batch, gemm, dot_f16, and axpy_f16 with an
- * F16-exact factor, as the engine calls it).
+ * llama.cpp's (vec_dot, vec_dot_batch, gemm, mm_f16), softmax_f16, swiglu.
  * Named tolerances for the rest (|got - ref| <= tol * sum_i |w_i| * |a_i|,
  * the sum of the magnitudes of the terms):
  *   TOL_DOT_FLOAT  F32 and BF16 dots (the ref sums in double; SIMD lanes in
- *                  float: worst case about n/32 roundings of 6e-8, n = 6656)
- *                  and axpy_f16 with an arbitrary factor.
+ *                  float: worst case about n/32 roundings of 6e-8, n = 6656).
  *   TOL_DOT_QUANT  kept for tables that do not claim exactness (none now). */
 #ifndef MU_TESTS_KERN_CHECKS_H
 #define MU_TESTS_KERN_CHECKS_H
@@ -384,58 +382,9 @@ static int check_gemm(const mu_kern *k) {
     return fails;
 }
 
-static int check_attn(const mu_kern *k) {
-    const mu_kern *ref = mu_kern_ref();
-    static const int NS[] = {1, 7, 16, 64, 100, 128, 256};
-    int fails = 0;
-    for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++) {
-        const int n = NS[ni];
-        mu_f16 *p = malloc((size_t)n * 2), *q = malloc((size_t)n * 2);
-        float *y0 = malloc((size_t)n * 4), *y1 = malloc((size_t)n * 4);
-        kc_seed(90000 + ni);
-        double mag = 0;
-        for (int i = 0; i < n; i++) {
-            p[i] = mu_f32_to_f16(kc_gauss());
-            q[i] = mu_f32_to_f16(kc_gauss() * 3.87f);
-            mag += fabs((double)mu_f16_to_f32(p[i]) * mu_f16_to_f32(q[i]));
-        }
-        const float r = ref->dot_f16(n, p, q), g = k->dot_f16(n, p, q);
-        if (!kc_same_bits(g, r)) {
-            KC_LOG("%s: dot_f16 n=%d: %.9g vs ref %.9g\n", k->name, n, g, r);
-            fails++;
-        }
-        for (int i = 0; i < n; i++) y0[i] = y1[i] = kc_gauss();
-        /* as the engine calls it: an F16-rounded factor, bit-identical */
-        const float a16 = mu_f16_to_f32(mu_f32_to_f16(kc_unif()));
-        ref->axpy_f16(n, a16, p, y0);
-        k->axpy_f16(n, a16, p, y1);
-        if (memcmp(y0, y1, (size_t)n * sizeof(float))) {
-            KC_LOG("%s: axpy_f16 n=%d with an F16 factor differs from ref\n", k->name, n);
-            fails++;
-        }
-        for (int i = 0; i < n; i++) y0[i] = y1[i] = kc_gauss();
-        const float a = kc_gauss();
-        ref->axpy_f16(n, a, p, y0);
-        k->axpy_f16(n, a, p, y1);
-        for (int i = 0; i < n; i++) {
-            const double m = fabs((double)y0[i]) + fabs((double)a * mu_f16_to_f32(p[i]));
-            if (!(fabs((double)y1[i] - y0[i]) <= TOL_DOT_FLOAT * m + 1e-30)) {
-                KC_LOG("%s: axpy_f16 n=%d at %d: %.9g vs ref %.9g\n", k->name, n, i, y1[i], y0[i]);
-                fails++;
-                break;
-            }
-        }
-        free(p);
-        free(q);
-        free(y0);
-        free(y1);
-    }
-    return fails;
-}
-
 /* mm_f16 in both roundings: bit-identical to the ref, and the ref equal to
- * the single-dot kernels it generalizes (vec_dot_f16 / its batch form with B
- * rounded to F16). Shapes cover the register tiles' edges, the ggml tail and
+ * the single-dot kernels it generalizes (the F16 vec_dot / its batch form
+ * with B rounded to F16). Shapes cover the register tiles' edges, the ggml tail and
  * an A stride larger than n. */
 static int check_mm_f16(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
@@ -461,7 +410,7 @@ static int check_mm_f16(const mu_kern *k) {
                     for (int i = 0; i < na; i++) {
                         const float got = c1[(size_t)j * ldc + i], want = c0[(size_t)j * ldc + i];
                         const float single = tb ? ref->vec_dot_batch[MU_T_F16](n, A + (size_t)i * lda, b16)
-                                                : ref->dot_f16(n, A + (size_t)i * lda, b16);
+                                                : ref->vec_dot[MU_T_F16](n, A + (size_t)i * lda, b16);
                         if (!kc_same_bits(got, want) || !kc_same_bits(want, single)) {
                             KC_LOG("%s: mm_f16 n=%d na=%d nb=%d tb=%d (%d,%d): %.9g vs ref %.9g vs dot %.9g\n",
                                    k->name, n, na, nb, tb, i, j, got, want, single);
@@ -553,7 +502,7 @@ static int check_complete(const mu_kern *k) {
             fails++;
         }
     }
-    if (!k->dot_f16 || !k->axpy_f16 || !k->mm_f16 || !k->softmax_f16 || !k->swiglu) fails++;
+    if (!k->mm_f16 || !k->softmax_f16 || !k->swiglu) fails++;
     return fails;
 }
 

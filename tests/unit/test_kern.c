@@ -27,7 +27,6 @@ static void test_quant(void **st) { (void)st; run_all(check_quant); }
 static void test_dequant(void **st) { (void)st; run_all(check_dequant); }
 static void test_vec_dot(void **st) { (void)st; run_all(check_vec_dot); }
 static void test_gemm(void **st) { (void)st; run_all(check_gemm); }
-static void test_attn(void **st) { (void)st; run_all(check_attn); }
 static void test_mm_f16(void **st) { (void)st; run_all(check_mm_f16); }
 static void test_softmax_swiglu(void **st) { (void)st; run_all(check_softmax_swiglu); }
 
@@ -142,8 +141,7 @@ int main(void) {
     fprintf(stderr, "\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
-        cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),   cmocka_unit_test(test_attn),
-        cmocka_unit_test(test_gemm_wide),
+        cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide),
         cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),
     };
