@@ -80,6 +80,7 @@ typedef struct {
     /* matmuls sharing that input */
     mm_item mm[MAX_MM];
     int n_mm;
+    bool logits;     /* the output matrix: apply logit scale and softcap to the rows */
 } mm_job;
 
 static uint8_t *qa_slot(mu_engine *e, int slot) { return e->s.qa + (size_t)slot * MU_UBATCH * e->s.qa_stride; }
@@ -134,6 +135,18 @@ static void job_matmul(void *arg, int ith, int nth) {
                 for (int r = r0; r < r1; r++) y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, a + (size_t)t * as);
             }
         }
+        if (j->logits) {
+            /* logit scale, then cap * tanh(l / cap) (0 = no softcap), each
+             * thread on its own rows */
+            const mu_model_info *I = &j->e->m->info;
+            const float cap = I->softcap, inv_cap = cap > 0 ? 1.0f / cap : 0;
+            for (int t = 0; t < j->T; t++)
+                for (int r = lo; r < hi; r++) {
+                    float l = y[(size_t)t * rows + r] * I->logit_scale;
+                    if (cap > 0) l = tanhf(l * inv_cap) * cap;
+                    y[(size_t)t * rows + r] = l;
+                }
+        }
     }
 }
 
@@ -141,9 +154,10 @@ static void job_matmul(void *arg, int ith, int nth) {
  * ll_rows: the row count of the same matmul in llama.cpp's graph (T, except
  * for the logits, computed in pieces starting at its row ll_row0), which
  * decides its rounding. */
-static void matmul(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0, int n,
-                   const mu_gguf_tensor *const *ws, float *const *ys) {
-    mm_job j = {.e = e, .T = T, .ll_rows = ll_rows, .ll_row0 = ll_row0, .x = x, .x_cols = (int)ws[0]->ne[0]};
+static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0, int n,
+                      const mu_gguf_tensor *const *ws, float *const *ys, bool logits) {
+    mm_job j = {.e = e, .T = T, .ll_rows = ll_rows, .ll_row0 = ll_row0, .x = x, .x_cols = (int)ws[0]->ne[0],
+                .logits = logits};
     MU_ASSERT(n <= MAX_MM);
     for (int m = 0; m < n; m++) {
         MU_ASSERT(ws[m]->ne[0] == j.x_cols);
@@ -160,6 +174,11 @@ static void matmul(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0
     }
     mu_pool_run(e->pool, job_quant, &j);
     mu_pool_run(e->pool, job_matmul, &j);
+}
+
+static void matmul(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0, int n,
+                   const mu_gguf_tensor *const *ws, float *const *ys) {
+    matmul_ex(e, x, T, ll_rows, ll_row0, n, ws, ys, false);
 }
 
 /* ---- attention inputs (the attention itself is attn.c) --------------- */
@@ -313,21 +332,13 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
         rms_norm(s->a + (size_t)r * I->n_embd, s->h + (size_t)r * I->n_embd, e->m->output_norm->data, I->n_embd,
                  I->eps);
     const size_t V = (size_t)I->n_vocab;
-    const float cap = I->softcap, inv_cap = cap > 0 ? 1.0f / cap : 0;
     for (int r0 = 0; r0 < n_out; r0 += MU_LOGIT_ROWS) {
         int n = n_out - r0 < MU_LOGIT_ROWS ? n_out - r0 : MU_LOGIT_ROWS;
-        matmul(e, s->a + (size_t)r0 * I->n_embd, n, n_out, r0, 1, &e->m->output, &s->lg);
+        matmul_ex(e, s->a + (size_t)r0 * I->n_embd, n, n_out, r0, 1, &e->m->output, &s->lg, true);
         for (int r = 0; r < n; r++) {
             int t = s->out_tok[r0 + r];
             mu_session *ss = s->tok_sess[t];
-            float *dst = ss->logits + (size_t)s->tok_out[t] * V;
-            const float *src = s->lg + (size_t)r * V;
-            /* logit scale, then cap * tanh(l / cap) (0 = no softcap) */
-            for (size_t i = 0; i < V; i++) {
-                float l = src[i] * I->logit_scale;
-                if (cap > 0) l = tanhf(l * inv_cap) * cap;
-                dst[i] = l;
-            }
+            memcpy(ss->logits + (size_t)s->tok_out[t] * V, s->lg + (size_t)r * V, V * sizeof(float));
         }
     }
 }
