@@ -4,8 +4,9 @@
  * access for external installers).
  * Design: the cache has llama.cpp's cells: position p lives in cell
  * p % cells, with cells = n_ctx padded to 256 on full layers and llama.cpp's
- * SWA cache size (window + ubatch, padded to 256) on sliding ones, because
- * the attention's rounding depends on the cell index. K is [cell][n_kv];
+ * SWA cache size on sliding ones (window + 513, padded to 256: node-llama-cpp
+ * runs llama.cpp with ubatch 513 on sliding-window models), because the
+ * attention's rounding depends on the cell index and the cells' order. K is [cell][n_kv];
  * V is stored transposed, [kv head][dim][cell], as llama.cpp's non-flash
  * cache does, so both attention products run along contiguous rows. */
 #include "engine.h"
@@ -34,7 +35,9 @@ int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err) {
         return mu_fail(err, MU_E_NOMEM, "session: out of memory");
     }
     size_t total = 0, row_bytes = (size_t)e->n_kv * sizeof(mu_f16);
-    const int full = (n_ctx + 255) / 256 * 256, ring = I->n_swa + MU_UBATCH < n_ctx ? I->n_swa + MU_UBATCH : n_ctx;
+    /* llama.cpp sizes its SWA cache for window + ubatch cells; node-llama-cpp
+     * (the pinned reference) asks for ubatch 513 on sliding-window models */
+    const int full = (n_ctx + 255) / 256 * 256, want = I->n_swa + MU_UBATCH + 1, ring = want < n_ctx ? want : n_ctx;
     for (int il = 0; il < I->n_layer; il++) {
         s->rows[il] = I->swa_layers[il] ? (ring + 255) / 256 * 256 : full;
         size_t layer = 2 * (size_t)s->rows[il] * row_bytes;
