@@ -134,14 +134,130 @@ static inline int hsum_epi32_128(__m128i v) {
     return _mm_cvtsi128_si32(v);
 }
 
+/* ---- Q4_K decode dot: four super-blocks per step ------------------------
+ * Integer parts of four blocks are reduced together by one transpose tree
+ * (exact), their scales and mins unpacked together in one zmm (block b in
+ * 128-bit lane b: bytes 0-7 the 8 scales, 8-15 the 8 mins), and the float
+ * steps then run block by block in the ref's order, the pair (acc, accm) in
+ * the two low lanes of one xmm (a lane-wise FMA rounds like fmaf). */
+
+/* Lane b: the block's first 16 bytes (d, dmin, scales) -> 8 scales, 8 mins. */
+static inline __m512i q4k_scales4(__m512i v) {
+    /* dwords per lane: [ddm, u0, u1, u2] */
+    const __m512i p = _mm512_shuffle_epi32(v, _MM_SHUFFLE(3, 2, 3, 1)); /* u0 u2 u1 u2 */
+    const __m512i q = _mm512_shuffle_epi32(v, _MM_SHUFFLE(2, 2, 1, 1)); /* u0 u0 u1 u1 */
+    const __m512i ps = _mm512_srlv_epi32(p, _mm512_set_epi32(4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0, 4, 0, 0, 0));
+    const __m512i mp = _mm512_set4_epi32(0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f);
+    const __m512i mq = _mm512_set4_epi32(0x30303030, 0, 0x30303030, 0);
+    /* (ps & mp) | (q >> 2 & mq) */
+    return _mm512_ternarylogic_epi32(_mm512_and_si512(ps, mp), _mm512_srli_epi32(q, 2), mq, 0xF8);
+}
+
+/* Integer part of one block before the mins, as 8 int32 partial sums, plus
+ * a bias. Per 32-byte chunk p of codes (low nibbles: sub-block 2p, high:
+ * 2p+1), vpdpbusd gives 4-product sums r (-7680 <= r <= 7620) of each
+ * sub-block; t = (r_hi << 16) + 8192 + r_lo packs both exactly in one int32
+ * (its low 16-bit half r_lo + 8192 stays in 0..32767, so the high half is
+ * exactly r_hi), and one vpdpwssd against the scale pair sw[p] = sc[2p] |
+ * sc[2p+1] << 16 (a broadcast memory operand) applies both scales: 3
+ * multiplies per 64 values instead of 4. The 8 lanes then hold 8192 *
+ * sum_p sc[2p] each too much, which q4k_dot4 takes off. On Zen 4 a zmm op
+ * costs two ymm ops, so 256-bit vectors lose nothing. */
+static inline __m256i q4k_block_sumi(const mu_block_q4_K *b, const int8_t *q8, const uint32_t *sw) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 8
+    for (int p = 0; p < 4; p++) {
+        const __m256i v = _mm256_loadu_si256((const __m256i *)(b->qs + 32 * p));
+        const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+        __m256i t = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * p + 32)));
+        t = _mm256_dpbusd_epi32(_mm256_or_si256(_mm256_slli_epi32(t, 16), _mm256_set1_epi32(8192)), lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * p)));
+        if (p & 1)
+            s1 = _mm256_dpwssd_epi32(s1, t, _mm256_set1_epi32((int)sw[p]));
+        else
+            s0 = _mm256_dpwssd_epi32(s0, t, _mm256_set1_epi32((int)sw[p]));
+    }
+    return _mm256_add_epi32(s0, s1);
+}
+
+static inline __m512i lanes_01(__m512i a, __m512i b) { return _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)); }
+static inline __m512i lanes_23(__m512i a, __m512i b) { return _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)); }
+
+/* mn[j] * (bsums[2j] + bsums[2j+1]) of blocks b (low 256) and b+1 (high):
+ * sc01 holds block b's scales/mins in lanes 0-1 and block b+1's in 2-3. */
+static inline __m512i q4k_mins2(__m512i sc01, const mu_block_q8_K *y) {
+    const __m512i c = _mm512_set_epi8(
+        -1, 15, -1, 15, -1, 14, -1, 14, -1, 13, -1, 13, -1, 12, -1, 12, /* lane 3: mins 4-7 */
+        -1, 11, -1, 11, -1, 10, -1, 10, -1, 9, -1, 9, -1, 8, -1, 8,     /* lane 2: mins 0-3 */
+        -1, 15, -1, 15, -1, 14, -1, 14, -1, 13, -1, 13, -1, 12, -1, 12, /* lane 1 */
+        -1, 11, -1, 11, -1, 10, -1, 10, -1, 9, -1, 9, -1, 8, -1, 8);    /* lane 0 */
+    const __m512i mn = _mm512_shuffle_epi8(sc01, c);
+    const __m512i bs = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)y[0].bsums)),
+                                          _mm256_loadu_si256((const __m256i *)y[1].bsums), 1);
+    return _mm512_madd_epi16(bs, mn);
+}
+
+static inline void q4k_dot4(const mu_block_q4_K *x, const mu_block_q8_K *y, __m128 *accv) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)&x[0]));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[1]), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[2]), 2);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[3]), 3);
+    const __m512i sc = q4k_scales4(v);
+    /* the 32 scales as 16-bit words, 4 pairs per block, read back from
+     * memory: a broadcast load costs no shuffle */
+    uint32_t sw[16] __attribute__((aligned(64)));
+    const __m512i scw = _mm512_cvtepu8_epi16(
+        _mm512_castsi512_si256(_mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 0, 0, 0, 0), sc)));
+    _mm512_store_si512(sw, scw);
+    __asm__ volatile("" : : "m"(sw) : "memory");
+    __m512i z[4];
+    z[0] = _mm512_castsi256_si512(q4k_block_sumi(&x[0], y[0].qs, sw));
+    z[1] = _mm512_castsi256_si512(q4k_block_sumi(&x[1], y[1].qs, sw + 4));
+    z[2] = _mm512_castsi256_si512(q4k_block_sumi(&x[2], y[2].qs, sw + 8));
+    z[3] = _mm512_castsi256_si512(q4k_block_sumi(&x[3], y[3].qs, sw + 12));
+    const __m512i m01 = q4k_mins2(_mm512_shuffle_i32x4(sc, sc, _MM_SHUFFLE(1, 1, 0, 0)), &y[0]);
+    const __m512i m23 = q4k_mins2(_mm512_shuffle_i32x4(sc, sc, _MM_SHUFFLE(3, 3, 2, 2)), &y[2]);
+    /* the bias: -32768 * sc[2p] on lanes p and p + 4 of each block */
+    const __m512i nb = _mm512_set1_epi32(0x8000);
+    const __m512i b01 = _mm512_madd_epi16(
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 4, 5, 6, 7), scw), nb);
+    const __m512i b23 = _mm512_madd_epi16(
+        _mm512_permutexvar_epi32(_mm512_setr_epi32(8, 9, 10, 11, 8, 9, 10, 11, 12, 13, 14, 15, 12, 13, 14, 15), scw), nb);
+    const __m512i z01 = _mm512_add_epi32(_mm512_inserti64x4(z[0], _mm512_castsi512_si256(z[1]), 1), b01);
+    const __m512i z23 = _mm512_add_epi32(_mm512_inserti64x4(z[2], _mm512_castsi512_si256(z[3]), 1), b23);
+    const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z01, m01), _mm512_unpackhi_epi32(z01, m01));
+    const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(z23, m23), _mm512_unpackhi_epi32(z23, m23));
+    const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
+    /* lane L of u: [z, m, z', m'] of lane L's 256-bit half; add lanes 0+1, 2+3 */
+    const __m512i r = _mm512_add_epi32(_mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(3, 2, 2, 0)),
+                                       _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(3, 2, 3, 1)));
+    /* r lanes: 0 = [isum0, imin0, isum2, imin2], 1 = [isum1, imin1, isum3, imin3] */
+    const __m256 f = _mm256_cvtepi32_ps(_mm512_castsi512_si256(r));
+    const __m128i hd = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 4, 8, 0), v));
+    const __m128 yd = _mm_setr_ps(y[0].d, y[2].d, y[1].d, y[3].d);
+    const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(hd), _mm256_permutevar8x32_ps(_mm256_castps128_ps256(yd), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
+    const __m128 f0 = _mm256_castps256_ps128(f), f1 = _mm256_extractf128_ps(f, 1);
+    const __m128 d0 = _mm256_castps256_ps128(dd), d1 = _mm256_extractf128_ps(dd, 1);
+    __m128 a = *accv;
+    a = _mm_fmadd_ps(f0, d0, a);
+    a = _mm_fmadd_ps(f1, d1, a);
+    a = _mm_fmadd_ps(_mm_movehl_ps(f0, f0), _mm_movehl_ps(d0, d0), a);
+    a = _mm_fmadd_ps(_mm_movehl_ps(f1, f1), _mm_movehl_ps(d1, d1), a);
+    *accv = a;
+}
+
 /* ref: acc += (float)isum * d once per super-block (gemv). */
 static float vec_dot_q4_K_avx512(int n, const void *w, const void *act) {
     const mu_block_q4_K *x = w;
     const mu_block_q8_K *y = act;
-    float acc = 0, accm = 0;
+    const int nb = n / MU_QK_K;
+    __m128 accv = _mm_setzero_ps();
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) q4k_dot4(&x[i], &y[i], &accv);
+    float acc = _mm_cvtss_f32(accv), accm = _mm_cvtss_f32(_mm_movehdup_ps(accv));
     uint32_t u[4];
     q4k_dec dec;
-    for (int i = 0; i < n / MU_QK_K; i++) {
+    for (; i < nb; i++) {
         const float d = f16_to_f32(x[i].d) * y[i].d, dm = f16_to_f32(x[i].dmin) * y[i].d;
         q4k_decode(&x[i], &dec, u);
         const int isum = _mm512_reduce_add_epi32(q4k_sumi(&dec, y[i].qs));
