@@ -62,8 +62,7 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     /* q rounded to F16, one row per (token, head) */
     for (int r = 0; r < R; r++) {
         const int t = it->t0 + r / it->nh, h = it->h0 + r % it->nh;
-        const float *q = S->q + (size_t)t * e->n_q + (size_t)h * hd;
-        for (int d = 0; d < hd; d++) qb[(size_t)r * hd + d] = mu_f16_to_f32(mu_f32_to_f16(q[d]));
+        k->round_f16(hd, S->q + (size_t)t * e->n_q + (size_t)h * hd, qb + (size_t)r * hd);
     }
     const int pos_last = S->tok_pos[it->t0 + it->nt - 1];
     const int u0 = swa && S->tok_pos[it->t0] - I->n_swa + 1 > 0 ? S->tok_pos[it->t0] - I->n_swa + 1 : 0;

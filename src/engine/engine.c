@@ -12,7 +12,7 @@ static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ?
 static void scratch_free(mu_scratch *s) {
     mu_free(s->h); mu_free(s->a); mu_free(s->q); mu_free(s->k); mu_free(s->v); mu_free(s->g);
     mu_free(s->o); mu_free(s->f1); mu_free(s->f2); mu_free(s->qa); mu_free(s->scores); mu_free(s->attn_q);
-    mu_free(s->attn_o); free(s->attn_items);
+    mu_free(s->attn_o); free(s->attn_items); mu_free(s->v16);
     free(s->tok_sess); free(s->tok_pos); free(s->tok_out); free(s->out_tok); mu_free(s->lg);
     memset(s, 0, sizeof *s);
 }
@@ -37,6 +37,7 @@ static int scratch_init(mu_engine *e, mu_err *err) {
     const size_t nth = (size_t)mu_pool_size(e->pool);
     s->attn_q = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));
     s->attn_o = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));
+    s->v16 = mu_alloc(nth * (size_t)e->n_kv, sizeof(mu_f16));
     s->attn_items_cap = MU_UBATCH * I->n_head;
     s->attn_items = calloc((size_t)s->attn_items_cap, sizeof *s->attn_items);
     s->tok_sess = calloc(T, sizeof *s->tok_sess);
@@ -44,7 +45,7 @@ static int scratch_init(mu_engine *e, mu_err *err) {
     s->tok_out = calloc(T, sizeof *s->tok_out);
     s->out_tok = calloc(T, sizeof *s->out_tok);
     s->lg = mu_alloc((size_t)MU_LOGIT_ROWS * (size_t)I->n_vocab, sizeof(float));
-    if (!s->h || !s->a || !s->q || !s->k || !s->v || !s->g || !s->o || !s->f1 || !s->f2 || !s->qa || !s->attn_q || !s->attn_o || !s->attn_items ||
+    if (!s->h || !s->a || !s->q || !s->k || !s->v || !s->g || !s->o || !s->f1 || !s->f2 || !s->qa || !s->attn_q || !s->attn_o || !s->attn_items || !s->v16 ||
         !s->tok_sess || !s->tok_pos || !s->tok_out || !s->out_tok || !s->lg)
         return mu_fail(err, MU_E_NOMEM, "engine: out of memory for scratch buffers");
     return 0;

@@ -216,12 +216,10 @@ static void job_qk(void *arg, int ith, int nth) {
         /* K into its cell's row, V into its cell's column (session.c) */
         mu_session *s = e->s.tok_sess[t];
         const size_t nc = (size_t)s->rows[j->il], cell = (size_t)pos % nc;
-        mu_f16 *kc = s->kc[j->il] + cell * e->n_kv, *vt = s->vt[j->il] + cell;
-        const float *v = e->s.v + (size_t)t * e->n_kv;
-        for (int i = 0; i < e->n_kv; i++) {
-            kc[i] = mu_f32_to_f16(k[i]);
-            vt[(size_t)i * nc] = mu_f32_to_f16(v[i]);
-        }
+        mu_f16 *vt = s->vt[j->il] + cell, *v16 = e->s.v16 + (size_t)ith * e->n_kv;
+        e->kern->to_f16(e->n_kv, k, s->kc[j->il] + cell * e->n_kv);
+        e->kern->to_f16(e->n_kv, e->s.v + (size_t)t * e->n_kv, v16);
+        for (int i = 0; i < e->n_kv; i++) vt[(size_t)i * nc] = v16[i];
     }
 }
 

@@ -218,7 +218,25 @@ static void swiglu_avx2(int n, float *g, const float *u) {
     for (int i = n16; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void to_f16_avx2(int n, const float *x, mu_f16 *y) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+static void round_f16_avx2(int n, const float *x, float *y) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm256_cvtps_ph(_mm256_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
 void mu_kern_fill_attn_avx2(mu_kern *k) {
+    k->to_f16 = to_f16_avx2;
+    k->round_f16 = round_f16_avx2;
     k->mm_f16 = mm_f16_avx2;
     k->softmax_f16 = softmax_f16_avx2;
     k->swiglu = swiglu_avx2;

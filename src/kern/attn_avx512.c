@@ -221,7 +221,25 @@ static void swiglu_avx512(int n, float *g, const float *u) {
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void to_f16_avx512(int n, const float *x, mu_f16 *y) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm256_storeu_si256((__m256i *)(y + i),
+                            _mm512_cvtps_ph(_mm512_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++) y[i] = _cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+static void round_f16_avx512(int n, const float *x, float *y) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_cvtph_ps(_mm512_cvtps_ph(_mm512_loadu_ps(x + i),
+                                                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
 void mu_kern_fill_attn_avx512(mu_kern *k) {
+    k->to_f16 = to_f16_avx512;
+    k->round_f16 = round_f16_avx512;
     k->mm_f16 = mm_f16_avx512;
     k->softmax_f16 = softmax_f16_avx512;
     k->swiglu = swiglu_avx512;

@@ -197,7 +197,21 @@ static void swiglu_neon(int n, float *g, const float *u) {
     for (int i = n16; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+static void to_f16_neon(int n, const float *x, mu_f16 *y) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1_u16(y + i, vreinterpret_u16_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; i++) y[i] = mu_f32_to_f16(x[i]);
+}
+
+static void round_f16_neon(int n, const float *x, float *y) {
+    int i = 0;
+    for (; i + 4 <= n; i += 4) vst1q_f32(y + i, vcvt_f32_f16(vcvt_f16_f32(vld1q_f32(x + i))));
+    for (; i < n; i++) y[i] = mu_f16_to_f32(mu_f32_to_f16(x[i]));
+}
+
 void mu_kern_fill_attn_neon(mu_kern *k) {
+    k->to_f16 = to_f16_neon;
+    k->round_f16 = round_f16_neon;
     k->mm_f16 = mm_f16_neon;
     k->softmax_f16 = softmax_f16_neon;
     k->swiglu = swiglu_neon;

@@ -50,6 +50,9 @@ typedef struct mu_kern {
      * the 16-element chunks' hsum16 added in double, in order; x = f16(e *
      * (float)(1 / sum)). -INFINITY scores become 0. */
     void (*softmax_f16)(int n, float *x, float mx);
+    /* y = x rounded to F16 (nearest even), as F16 or back as floats */
+    void (*to_f16)(int n, const float *x, mu_f16 *y);
+    void (*round_f16)(int n, const float *x, float *y);
     /* g = silu(g) * u (ggml_vec_swiglu_f32: ggml's vector silu on whole
      * groups of 16, libm's expf on the tail). */
     void (*swiglu)(int n, float *g, const float *u);

@@ -580,6 +580,14 @@ static void softmax_f16_ref(int n, float *x, float mx) {
     for (int i = 0; i < n; i++) x[i] = mu_f16_to_f32(mu_f32_to_f16(x[i] * inv));
 }
 
+static void to_f16_ref(int n, const float *x, mu_f16 *y) {
+    for (int i = 0; i < n; i++) y[i] = mu_f32_to_f16(x[i]);
+}
+
+static void round_f16_ref(int n, const float *x, float *y) {
+    for (int i = 0; i < n; i++) y[i] = mu_f16_to_f32(mu_f32_to_f16(x[i]));
+}
+
 static void swiglu_ref(int n, float *g, const float *u) {
     const int n16 = n & ~15;
     for (int i = 0; i < n16; i++) g[i] = g[i] / (1.0f + mu_expf_ggml(-g[i])) * u[i];
@@ -615,6 +623,8 @@ static const mu_kern REF = {
     .mm_f16 = mm_f16_ref,
     .softmax_f16 = softmax_f16_ref,
     .swiglu = swiglu_ref,
+    .to_f16 = to_f16_ref,
+    .round_f16 = round_f16_ref,
     .vec_dot_batch = {
         [MU_T_F32] = vec_dot_f32_batch_ref, [MU_T_F16] = vec_dot_f16_batch_ref, [MU_T_BF16] = vec_dot_bf16_batch_ref,
         [MU_T_Q4_K] = vec_dot_q4_K_batch_ref,

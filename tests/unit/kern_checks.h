@@ -474,6 +474,40 @@ static int check_softmax_swiglu(const mu_kern *k) {
         free(x1);
         free(u);
     }
+    /* F16 rounding: every table as the scalar conversion, over normals,
+     * subnormals, overflow, infinities and NaN */
+    {
+        const int n = 1000;
+        float *x = malloc((size_t)n * 4), *r0 = malloc((size_t)n * 4), *r1 = malloc((size_t)n * 4);
+        mu_f16 *h0 = malloc((size_t)n * 2), *h1 = malloc((size_t)n * 2);
+        kc_seed(93000);
+        for (int i = 0; i < n; i++) {
+            const int kind = (int)(kc_u32() % 6);
+            x[i] = kind == 0 ? kc_gauss() * 1e-6f : kind == 1 ? kc_gauss() * 7e4f : kind == 2 ? ldexpf(kc_gauss(), -20) : kc_gauss() * 100.f;
+        }
+        x[0] = INFINITY;
+        x[1] = -INFINITY;
+        x[2] = 65520.f;
+        x[3] = 0x1p-25f;
+        x[4] = -0.f;
+        ref->to_f16(n, x, h0);
+        k->to_f16(n, x, h1);
+        ref->round_f16(n, x, r0);
+        k->round_f16(n, x, r1);
+        for (int i = 0; i < n; i++)
+            if (h0[i] != mu_f32_to_f16(x[i]) || h1[i] != h0[i] || !kc_same_bits(r0[i], mu_f16_to_f32(h0[i])) ||
+                !kc_same_bits(r1[i], r0[i])) {
+                KC_LOG("%s: f16 rounding of %.9g: %04x / %04x, ref %04x\n", k->name, x[i], h1[i], h0[i],
+                       mu_f32_to_f16(x[i]));
+                fails++;
+                break;
+            }
+        free(x);
+        free(r0);
+        free(r1);
+        free(h0);
+        free(h1);
+    }
     /* the ref itself against double precision */
     float g[17], u1[17];
     for (int i = 0; i < 17; i++) {
@@ -502,7 +536,7 @@ static int check_complete(const mu_kern *k) {
             fails++;
         }
     }
-    if (!k->mm_f16 || !k->softmax_f16 || !k->swiglu) fails++;
+    if (!k->mm_f16 || !k->softmax_f16 || !k->swiglu || !k->to_f16 || !k->round_f16) fails++;
     return fails;
 }
 
