@@ -10,7 +10,7 @@ OPT     ?= -O2
 BUILD   ?= build
 SAN     ?=
 ARCH    := $(shell $(CC) -dumpmachine | cut -d- -f1)
-COMMIT  := $(shell git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+COMMIT  := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -pthread -fno-strict-aliasing -MMD -MP $(SAN) \
@@ -51,6 +51,12 @@ $(BUILD)/muser: $(CMD_OBJ) $(LIB)
 $(LIB): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# the objects that print the commit are rebuilt when it changes
+COMMIT_STAMP := $(BUILD)/commit-$(COMMIT)
+$(COMMIT_STAMP):
+	@mkdir -p $(BUILD) && rm -f $(BUILD)/commit-* && touch $@
+$(BUILD)/cmd/muser/main.o $(BUILD)/cmd/muser/bench.o $(BUILD)/src/http/api_llamacpp.o: $(COMMIT_STAMP)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -4,7 +4,8 @@
 // Prints one JSON line: prefill and decode seconds and tokens/s, and the
 // greedy token ids. Prompt: BOS, then x = (x * 1103515245 + 12345) mod 2^31
 // from 12345, token x % min(30000, VOCAB_CAP); prefill in batches of 512;
-// decode starts from token 5, temperature 0 (greedy), GEN steps.
+// decode starts from token 5, temperature 0 (greedy), GEN steps or fewer when
+// the model picks an end-of-generation token (decode_tokens counts them).
 // Flash attention off and F16 KV cache (llama.cpp's defaults, as in the
 // project's fixtures).
 // Needs node-llama-cpp: `npm i -E node-llama-cpp@3.22.1` in bench/ (or set
@@ -49,8 +50,11 @@ for await (const t of seq.evaluate([5], {temperature: 0})) {
 }
 const t2 = performance.now();
 const ps = (t1 - t0) / 1000, ds = (t2 - t1) / 1000;
+// node-llama-cpp ends the generation at an end-of-generation token without
+// yielding it: that was one more forward pass
+const steps = ids.length < gen ? ids.length + 1 : ids.length;
 console.log(JSON.stringify({engine: "llama.cpp", depth, gen, threads, prefill_s: ps, decode_s: ds,
-    prefill_tps: depth / ps, decode_tps: gen / ds, ids}));
+    prefill_tps: depth / ps, decode_tokens: steps, decode_tps: steps / ds, ids}));
 await ctx.dispose();
 await model.dispose();
 await llama.dispose();

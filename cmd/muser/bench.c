@@ -72,10 +72,14 @@ static int32_t argmax(const float *v, int n) {
 
 typedef struct {
     double prefill_s, decode_s;
-    int32_t *ids; /* [gen] */
+    int32_t *ids;   /* [gen] greedy ids, without a final end-of-generation token */
+    int n_ids;
+    int n_steps;    /* decode forward passes: n_ids, plus one when generation ended */
 } bench_run;
 
-/* One depth: prefill `depth` prompt tokens, then `gen` greedy steps. */
+/* One depth: prefill `depth` prompt tokens, then `gen` greedy steps, or
+ * fewer when the model picks an end-of-generation token (llama.cpp stops
+ * there too, so both engines do the same work). */
 static int bench_depth(mu_engine *e, const int32_t *prompt, int depth, int gen, int ubatch, bench_run *r, mu_err *err) {
     const mu_model_info *I = mu_model_get_info(mu_engine_model(e));
     mu_session *s = NULL;
@@ -88,10 +92,15 @@ static int bench_depth(mu_engine *e, const int32_t *prompt, int depth, int gen, 
     }
     const double t1 = now_s();
     int32_t tok = 5;
+    r->n_ids = r->n_steps = 0;
     for (int g = 0; g < gen && !rc; g++) {
         mu_batch_item it = {.s = s, .tokens = &tok, .n_tokens = 1};
         rc = mu_forward(e, &it, 1, err);
-        if (!rc) tok = r->ids[g] = argmax(mu_session_logits(s, -1), I->n_vocab);
+        if (rc) break;
+        tok = argmax(mu_session_logits(s, -1), I->n_vocab);
+        r->n_steps++;
+        if (mu_model_is_stop(mu_engine_model(e), tok)) break;
+        r->ids[r->n_ids++] = tok;
     }
     const double t2 = now_s();
     mu_session_free(s);
@@ -148,7 +157,7 @@ int cmd_bench(int argc, char **argv) {
     mu_engine *e = NULL;
     int32_t *prompt = NULL, *ids = NULL;
     double *pre = NULL, *dec = NULL;
-    int rc = 1;
+    int rc = 1, n_ids = 0, n_steps = 0;
     if (mu_model_open(model, &m, &err)) {
         cli_fail("muser bench: %s", err.msg);
         goto done;
@@ -196,21 +205,25 @@ int cmd_bench(int argc, char **argv) {
             }
             pre[r] = br.prefill_s;
             dec[r] = br.decode_s;
+            n_ids = br.n_ids;
+            n_steps = br.n_steps;
         }
         qsort(pre, (size_t)reps, sizeof *pre, cmp_double);
         qsort(dec, (size_t)reps, sizeof *dec, cmp_double);
         const double ps = pre[reps / 2], ds = dec[reps / 2];
         if (json) {
             printf("{\"model\": \"%s\", \"depth\": %d, \"gen\": %lld, \"prefill_s\": %.4f, \"decode_s\": %.4f, "
-                   "\"prefill_tps\": %.2f, \"decode_tps\": %.2f, \"peak_rss_mib\": %.1f, \"kern\": \"%s\", "
-                   "\"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", \"ids\": [",
-                   model, depth, gen, ps, ds, depth / ps, gen / ds, peak_rss_mib(), mu_engine_kern_name(e),
-                   mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
-            for (int g = 0; g < gen; g++) printf("%s%d", g ? ", " : "", ids[g]);
+                   "\"prefill_tps\": %.2f, \"decode_tokens\": %d, \"decode_tps\": %.2f, \"peak_rss_mib\": %.1f, "
+                   "\"kern\": \"%s\", \"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", "
+                   "\"ids\": [",
+                   model, depth, gen, ps, ds, depth / ps, n_steps, n_steps / ds, peak_rss_mib(),
+                   mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
+            for (int g = 0; g < n_ids; g++) printf("%s%d", g ? ", " : "", ids[g]);
             printf("]}\n");
         } else {
-            printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %lld tokens)   peak RSS %.0f MiB\n",
-                   depth, depth / ps, ps, gen / ds, ds, gen, peak_rss_mib());
+            printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %d tokens%s)   peak RSS %.0f MiB\n",
+                   depth, depth / ps, ps, n_steps / ds, ds, n_steps, n_steps < gen ? ", stopped at end of generation" : "",
+                   peak_rss_mib());
         }
         fflush(stdout);
     }
