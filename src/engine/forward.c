@@ -128,11 +128,20 @@ static void job_matmul(void *arg, int ith, int nth) {
             if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
         }
         const uint8_t *wd = w->data;
+        mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
         for (int r0 = lo; r0 < hi; r0 += 16) {
             int r1 = r0 + 16 < hi ? r0 + 16 : hi;
             for (int t = t_g; t < j->T; t++) {
                 mu_vec_dot_fn d = t < t_b ? dotb : dot;
-                for (int r = r0; r < r1; r++) y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, a + (size_t)t * as);
+                int r = r0;
+                if (d == dot && dot2) /* the same rounding, two rows per pass */
+                    for (; r + 2 <= r1; r += 2) {
+                        float o[2];
+                        dot2(cols, wd + (size_t)r * rb, wd + (size_t)(r + 1) * rb, a + (size_t)t * as, o);
+                        y[(size_t)t * rows + r] = o[0];
+                        y[(size_t)t * rows + r + 1] = o[1];
+                    }
+                for (; r < r1; r++) y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, a + (size_t)t * as);
             }
         }
         if (j->logits) {

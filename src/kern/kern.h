@@ -17,6 +17,9 @@
 
 /* dot(n, weight row, prepared activation row) -> float */
 typedef float (*mu_vec_dot_fn)(int n, const void *w, const void *a);
+/* two weight rows (w0, w1) against one activation row: out[i] is exactly
+ * vec_dot(n, w_i, a); lets a decode step stream two rows at once */
+typedef void (*mu_vec_dot2_fn)(int n, const void *w0, const void *w1, const void *a, float out[2]);
 /* activation f32 -> dot-type row of n elements */
 typedef void (*mu_quant_fn)(const float *x, void *y, int n);
 /* weight row -> f32 */
@@ -70,6 +73,8 @@ typedef struct mu_kern {
      *       rows % 4 == 0.
      * docs/llamacpp-numerics.md has the full facts. */
     mu_vec_dot_fn vec_dot_batch[MU_T_COUNT];
+    /* vec_dot on two rows at once (decode); NULL: vec_dot twice */
+    mu_vec_dot2_fn vec_dot2[MU_T_COUNT];
 } mu_kern;
 
 /* llama.cpp's horizontal sums on x86: 8 lanes as hsum_float_8 (and

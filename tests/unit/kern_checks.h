@@ -299,6 +299,44 @@ static int check_vec_dot(const mu_kern *k) {
     return fails;
 }
 
+/* vec_dot2, where a table has it: both results bit-identical to the ref's
+ * vec_dot of each row (lengths with 1, 2, 8 and 26 super-blocks). */
+static int check_vec_dot2(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int ti = 0; ti < KC_NWTYPES; ti++) {
+        const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
+        if (!k->vec_dot2[t]) continue;
+        for (int li = 0; li < KC_NLENS; li++) {
+            const int n = KC_LENS[li];
+            void *w0 = malloc(kc_row_bytes(t, n)), *w1 = malloc(kc_row_bytes(t, n));
+            void *a = malloc(kc_row_bytes(dt, n));
+            float *x = malloc((size_t)n * sizeof(float));
+            for (int ext = 0; ext < 2; ext++)
+                for (int kind = 0; kind < KC_NKINDS; kind++) {
+                    kc_seed((uint64_t)(25000 + 1000 * ti + 100 * li + 10 * ext + kind));
+                    kc_fill_weights(t, w0, n, ext);
+                    kc_fill_weights(t, w1, n, !ext);
+                    kc_fill_act(x, n, kind);
+                    ref->quant[dt](x, a, n);
+                    float o[2];
+                    k->vec_dot2[t](n, w0, w1, a, o);
+                    const float r0 = ref->vec_dot[t](n, w0, a), r1 = ref->vec_dot[t](n, w1, a);
+                    if (!kc_same_bits(o[0], r0) || !kc_same_bits(o[1], r1)) {
+                        KC_LOG("%s: vec_dot2 %s n=%d extreme=%d kind=%d: %.9g %.9g vs ref %.9g %.9g\n", k->name,
+                               kc_tname(t), n, ext, kind, o[0], o[1], r0, r1);
+                        fails++;
+                    }
+                }
+            free(w0);
+            free(w1);
+            free(a);
+            free(x);
+        }
+    }
+    return fails;
+}
+
 /* gemm against the ref's dot for a matmul of several rows (vec_dot_batch
  * where the ref has one, else vec_dot; for Q4_K the last n_t % 4 activation
  * rows use vec_dot, llama.cpp's gemv): bit-identical for the exact types,

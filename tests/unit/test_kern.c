@@ -28,6 +28,7 @@ static void test_dequant(void **st) { (void)st; run_all(check_dequant); }
 static void test_vec_dot(void **st) { (void)st; run_all(check_vec_dot); }
 static void test_gemm(void **st) { (void)st; run_all(check_gemm); }
 static void test_mm_f16(void **st) { (void)st; run_all(check_mm_f16); }
+static void test_vec_dot2(void **st) { (void)st; run_all(check_vec_dot2); }
 static void test_softmax_swiglu(void **st) { (void)st; run_all(check_softmax_swiglu); }
 
 /* The prefill gemm at engine-like shapes, bit for bit: n = 256 .. 8192,
@@ -108,15 +109,23 @@ static void broken_quant(const float *x, void *y, int n) {
     mu_quant_q8_K_ref(x, y, n);
     ((mu_block_q8_K *)y)[0].qs[17] ^= 1;
 }
+/* swaps the two results: right numbers, wrong rows */
+static void broken_dot2(int n, const void *w0, const void *w1, const void *a, float out[2]) {
+    out[1] = mu_vec_dot_q6_K_ref(n, w0, a);
+    out[0] = mu_vec_dot_q6_K_ref(n, w1, a);
+}
+
 static void test_checks_catch_errors(void **st) {
     (void)st;
     mu_kern bad = *mu_kern_ref();
     bad.name = "broken";
     bad.vec_dot[MU_T_Q4_K] = broken_dot;
     bad.quant[MU_T_Q8_K] = broken_quant;
+    bad.vec_dot2[MU_T_Q6_K] = broken_dot2;
     kc_quiet = 1;
     assert_true(check_vec_dot(&bad) > 0);
     assert_true(check_quant(&bad) > 0);
+    assert_true(check_vec_dot2(&bad) > 0);
     kc_quiet = 0;
 }
 
@@ -142,7 +151,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
         cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide),
-        cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_softmax_swiglu),
+        cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
