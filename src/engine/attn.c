@@ -66,15 +66,16 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     }
     const int pos_last = S->tok_pos[it->t0 + it->nt - 1];
     const int u0 = swa && S->tok_pos[it->t0] - I->n_swa + 1 > 0 ? S->tok_pos[it->t0] - I->n_swa + 1 : 0;
+    const int al = it->batch ? 16 : 64; /* lanes x accumulators of the V product's order */
     int c_lo, c_hi;
-    cell_range(u0, pos_last, nc, swa, it->batch ? 16 : 64, &c_lo, &c_hi);
+    cell_range(u0, pos_last, nc, swa, al, &c_lo, &c_hi);
     const int m = c_hi - c_lo;
     MU_ASSERT((size_t)R * (size_t)m <= S->scores_cap);
 
     /* K.Q for every row over the cells; when the window wraps, only over
      * the chunks either side of the gap (the mask below fills the rest) */
     const mu_f16 *kc = s->kc[il] + (size_t)it->g * hd;
-    const int kq_tb = it->batch && hd % 16 == 0, al = it->batch ? 16 : 64;
+    const int kq_tb = it->batch && hd % 16 == 0;
     int seg[2][2] = {{c_lo, c_hi}, {c_hi, c_hi}};
     if (c_lo == 0 && c_hi == nc && swa) {
         const int lo = u0 % nc / al * al, hi = align_up(pos_last % nc + 1, al);
