@@ -3,6 +3,7 @@
  *   decode: vec_dot over a weight matrix far larger than the caches (one
  *           activation row, like a decode step), in GB/s of weights read, to
  *           compare with bench/membw;
+ *   decode2: the same with vec_dot2 (rows in pairs), where the table has it;
  *   gemm:   a 2048 x 2048 weight slice against 64 activation rows (prefill),
  *           in GMAC/s, with the table's gemm or, when it has none, the
  *           vec_dot loop the engine falls back to.
@@ -40,7 +41,7 @@ typedef struct {
     const uint8_t *w, *a;
     size_t ws, as;
     float *y;
-    int gemm;
+    int gemm; /* 0: vec_dot rows, 1: gemm, 2: vec_dot2 pairs (n_t 1) */
     pthread_barrier_t *bar;
     double cpu; /* thread CPU seconds of the timed part */
 } job;
@@ -55,7 +56,16 @@ static void *run(void *arg) {
     job *j = arg;
     pthread_barrier_wait(j->bar);
     const double c0 = cpu_now();
-    if (j->gemm && j->k->gemm[j->t]) {
+    if (j->gemm == 2) { /* vec_dot2: rows in pairs, like the engine's decode */
+        int r = j->r0;
+        for (; r + 2 <= j->r1; r += 2) {
+            float o[2];
+            j->k->vec_dot2[j->t](j->n, j->w + (size_t)r * j->ws, j->w + (size_t)(r + 1) * j->ws, j->a, o);
+            j->y[r] = o[0];
+            j->y[r + 1] = o[1];
+        }
+        for (; r < j->r1; r++) j->y[r] = j->k->vec_dot[j->t](j->n, j->w + (size_t)r * j->ws, j->a);
+    } else if (j->gemm && j->k->gemm[j->t]) {
         j->k->gemm[j->t](j->n, j->w, j->ws, j->r0, j->r1, j->a, j->as, j->n_t, j->y, j->r1);
     } else {
         for (int t = 0; t < j->n_t; t++)
@@ -213,6 +223,15 @@ int main(int argc, char **argv) {
                 cbest = c < cbest ? c : cbest;
             }
             const double gbps = (double)ws * rows / best / 1e9;
+            double best2 = 1e9, cbest2 = 1e9;
+            if (tabs[k]->vec_dot2[t]) {
+                j.gemm = 2;
+                for (int rep = 0; rep < (mib ? 3 : 0); rep++) {
+                    const double s = timed(&j, nt, rows, &c);
+                    best2 = s < best2 ? s : best2;
+                    cbest2 = c < cbest2 ? c : cbest2;
+                }
+            }
             j.n_t = gnt;
             j.gemm = 1;
             double gbest = 1e9, gcbest = 1e9;
@@ -226,6 +245,11 @@ int main(int argc, char **argv) {
                    tabs[k]->name, mu_type_get(t)->name, nt, gbps, (double)gnt * n * grows / gbest / 1e9,
                    (double)ws * rows / cbest / 1e9, (double)gnt * n * grows / gcbest / 1e9,
                    tabs[k]->gemm[t] ? "true" : "false");
+            if (tabs[k]->vec_dot2[t] && mib)
+                printf("{\"table\": \"%s\", \"type\": \"%s\", \"threads\": %d, \"decode2_gbps\": %.2f, "
+                       "\"decode2_gbps_cpu\": %.2f}\n",
+                       tabs[k]->name, mu_type_get(t)->name, nt, (double)ws * rows / best2 / 1e9,
+                       (double)ws * rows / cbest2 / 1e9);
             fflush(stdout);
         }
         free(w);

@@ -13,7 +13,8 @@
  * products, and floats appear only once per 256-value block. The gemm kernels
  * decode a weight block once into registers and reuse it for a tile of
  * activation rows, which is what makes prefill compute-bound instead of
- * decode-bound. */
+ * decode-bound. Decode reads Q4_K / Q6_K rows in pairs (vec_dot2) with a
+ * linear software prefetch, see dot2_pf_base. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -197,19 +198,10 @@ static inline __m512i q4k_mins2(__m512i sc01, const mu_block_q8_K *y) {
     return _mm512_madd_epi16(bs, mn);
 }
 
-static inline void q4k_dot4(const mu_block_q4_K *x, const mu_block_q8_K *y, __m128 *accv) {
-    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)&x[0]));
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[1]), 1);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[2]), 2);
-    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[3]), 3);
-    const __m512i sc = q4k_scales4(v);
-    /* the 32 scales as 16-bit words, 4 pairs per block, read back from
-     * memory: a broadcast load costs no shuffle */
-    uint32_t sw[16] __attribute__((aligned(64)));
-    const __m512i scw = _mm512_cvtepu8_epi16(
-        _mm512_castsi512_si256(_mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 0, 0, 0, 0), sc)));
-    _mm512_store_si512(sw, scw);
-    __asm__ volatile("" : : "m"(sw) : "memory");
+/* Integer parts of four blocks (sw, scw: their scales as 16-bit words, sc:
+ * q4k_scales4), reduced by one transpose tree: [isum, imin] per block. */
+static inline __m256i q4k_ints4(const mu_block_q4_K *x, const mu_block_q8_K *y, __m512i sc, const uint32_t *sw,
+                                __m512i scw) {
     __m512i z[4];
     z[0] = _mm512_castsi256_si512(q4k_block_sumi(&x[0], y[0].qs, sw));
     z[1] = _mm512_castsi256_si512(q4k_block_sumi(&x[1], y[1].qs, sw + 4));
@@ -228,11 +220,35 @@ static inline void q4k_dot4(const mu_block_q4_K *x, const mu_block_q8_K *y, __m1
     const __m512i t1 = _mm512_add_epi32(_mm512_unpacklo_epi32(z01, m01), _mm512_unpackhi_epi32(z01, m01));
     const __m512i t2 = _mm512_add_epi32(_mm512_unpacklo_epi32(z23, m23), _mm512_unpackhi_epi32(z23, m23));
     const __m512i u = _mm512_add_epi32(_mm512_unpacklo_epi64(t1, t2), _mm512_unpackhi_epi64(t1, t2));
-    /* lane L of u: [z, m, z', m'] of lane L's 256-bit half; add lanes 0+1, 2+3 */
+    /* lane L of u: [z, m, z', m'] of lane L's 256-bit half; lanes 0+1, 2+3 */
     const __m512i r = _mm512_add_epi32(_mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(3, 2, 2, 0)),
                                        _mm512_shuffle_i32x4(u, u, _MM_SHUFFLE(3, 2, 3, 1)));
-    /* r lanes: 0 = [isum0, imin0, isum2, imin2], 1 = [isum1, imin1, isum3, imin3] */
-    const __m256 f = _mm256_cvtepi32_ps(_mm512_castsi512_si256(r));
+    /* lanes: 0 = [isum0, imin0, isum2, imin2], 1 = [isum1, imin1, isum3, imin3] */
+    return _mm512_castsi512_si256(r);
+}
+
+static inline __m512i q4k_head4(const mu_block_q4_K *x) {
+    __m512i v = _mm512_castsi128_si512(_mm_loadu_si128((const __m128i *)&x[0]));
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[1]), 1);
+    v = _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[2]), 2);
+    return _mm512_inserti32x4(v, _mm_loadu_si128((const __m128i *)&x[3]), 3);
+}
+
+static inline __m512i q4k_scw(__m512i sc) {
+    return _mm512_cvtepu8_epi16(
+        _mm512_castsi512_si256(_mm512_permutexvar_epi64(_mm512_setr_epi64(0, 2, 4, 6, 0, 0, 0, 0), sc)));
+}
+
+static inline void q4k_dot4(const mu_block_q4_K *x, const mu_block_q8_K *y, __m128 *accv) {
+    const __m512i v = q4k_head4(x);
+    const __m512i sc = q4k_scales4(v);
+    /* the 32 scales as 16-bit words, 4 pairs per block, read back from
+     * memory: a broadcast load costs no shuffle */
+    uint32_t sw[16] __attribute__((aligned(64)));
+    const __m512i scw = q4k_scw(sc);
+    _mm512_store_si512(sw, scw);
+    __asm__ volatile("" : : "m"(sw) : "memory");
+    const __m256 f = _mm256_cvtepi32_ps(q4k_ints4(x, y, sc, sw, scw));
     const __m128i hd = _mm512_castsi512_si128(_mm512_permutexvar_epi32(_mm512_set_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 12, 4, 8, 0), v));
     const __m128 yd = _mm_setr_ps(y[0].d, y[2].d, y[1].d, y[3].d);
     const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(hd), _mm256_permutevar8x32_ps(_mm256_castps128_ps256(yd), _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3)));
@@ -246,15 +262,8 @@ static inline void q4k_dot4(const mu_block_q4_K *x, const mu_block_q8_K *y, __m1
     *accv = a;
 }
 
-/* ref: acc += (float)isum * d once per super-block (gemv). */
-static float vec_dot_q4_K_avx512(int n, const void *w, const void *act) {
-    const mu_block_q4_K *x = w;
-    const mu_block_q8_K *y = act;
-    const int nb = n / MU_QK_K;
-    __m128 accv = _mm_setzero_ps();
-    int i = 0;
-    for (; i + 4 <= nb; i += 4) q4k_dot4(&x[i], &y[i], &accv);
-    float acc = _mm_cvtss_f32(accv), accm = _mm_cvtss_f32(_mm_movehdup_ps(accv));
+/* The blocks after the last group of four, one at a time. */
+static inline float q4k_tail(int i, int nb, const mu_block_q4_K *x, const mu_block_q8_K *y, float acc, float accm) {
     uint32_t u[4];
     q4k_dec dec;
     for (; i < nb; i++) {
@@ -266,6 +275,87 @@ static float vec_dot_q4_K_avx512(int n, const void *w, const void *act) {
         accm = fmaf((float)imin, dm, accm);
     }
     return acc - accm;
+}
+
+/* ref: acc += (float)isum * d once per super-block (gemv). */
+static float vec_dot_q4_K_avx512(int n, const void *w, const void *act) {
+    const mu_block_q4_K *x = w;
+    const mu_block_q8_K *y = act;
+    const int nb = n / MU_QK_K;
+    __m128 accv = _mm_setzero_ps();
+    int i = 0;
+    for (; i + 4 <= nb; i += 4) q4k_dot4(&x[i], &y[i], &accv);
+    return q4k_tail(i, nb, x, y, _mm_cvtss_f32(accv), _mm_cvtss_f32(_mm_movehdup_ps(accv)));
+}
+
+/* Prefetch for two-row dots. Reading two rows side by side (a zig-zag
+ * within two row lengths) halves what this machine's DRAM delivers to a core
+ * (measured: 11 GB/s against 25-29 GB/s for one linear stream, pure loads;
+ * the two-row kernels without prefetch ran at 5-6 GB/s), and per-row
+ * prefetches do not help; one linear software prefetch stream does. When
+ * the rows are adjacent (the engine's case: a pair is one contiguous span of
+ * 2 * ws bytes), the kernel walks a prefetch pointer through the following
+ * spans at twice the read rate, 2 * ws + DOT2_PF_LEAD bytes ahead, into L2
+ * (prefetcht1: T0 and NTA left the kernels at 9-17 GB/s, T1 with about 3
+ * pairs of lead gave 19-26). Other rows get no prefetch. */
+#define DOT2_PF_LEAD 4096
+static inline uintptr_t dot2_pf_base(const void *x0, const void *x1, size_t ws) {
+    return (uintptr_t)x1 == (uintptr_t)x0 + ws ? (uintptr_t)x0 + 2 * ws + DOT2_PF_LEAD : 0;
+}
+static inline void dot2_pf(uintptr_t p) { _mm_prefetch((const char *)p, _MM_HINT_T1); }
+
+/* ---- Q4_K decode dot, two weight rows per pass -------------------------
+ * q4k_dot4 for rows x0 and x1 against one activation row: the activation
+ * loads, bsums and scales d are shared, the two rows' integer work
+ * interleaves (two independent streams), and the float steps of both rows
+ * run in one xmm, [acc0, accm0, acc1, accm1], each lane in the ref's order. */
+static inline void q4k_dot4x2(const mu_block_q4_K *x0, const mu_block_q4_K *x1, const mu_block_q8_K *y, __m128 *accv) {
+    const __m512i v0 = q4k_head4(x0), v1 = q4k_head4(x1);
+    const __m512i sc0 = q4k_scales4(v0), sc1 = q4k_scales4(v1);
+    uint32_t sw[32] __attribute__((aligned(64)));
+    const __m512i scw0 = q4k_scw(sc0), scw1 = q4k_scw(sc1);
+    _mm512_store_si512(sw, scw0);
+    _mm512_store_si512(sw + 16, scw1);
+    __asm__ volatile("" : : "m"(sw) : "memory");
+    const __m256i r0 = q4k_ints4(x0, y, sc0, sw, scw0);
+    const __m256i r1 = q4k_ints4(x1, y, sc1, sw + 16, scw1);
+    /* f: row 0 in the low 256 bits, row 1 in the high */
+    const __m512 f = _mm512_cvtepi32_ps(_mm512_inserti64x4(_mm512_castsi256_si512(r0), r1, 1));
+    const __m256i hd = _mm512_castsi512_si256(
+        _mm512_permutex2var_epi32(v0, _mm512_setr_epi32(0, 8, 4, 12, 16, 24, 20, 28, 0, 0, 0, 0, 0, 0, 0, 0), v1));
+    const __m512 yd = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3, 0, 0, 2, 2, 1, 1, 3, 3),
+                                            _mm512_castps128_ps512(_mm_setr_ps(y[0].d, y[1].d, y[2].d, y[3].d)));
+    const __m512 dd = _mm512_mul_ps(_mm512_cvtph_ps(hd), yd);
+    /* 64-bit pieces: f holds [b0 b2 | b1 b3 | b0' b2' | b1' b3']; lane k of
+     * the permuted vectors = [block k of row 0, block k of row 1] */
+    const __m512i pk = _mm512_setr_epi64(0, 4, 2, 6, 1, 5, 3, 7);
+    const __m512 fq = _mm512_castpd_ps(_mm512_permutexvar_pd(pk, _mm512_castps_pd(f)));
+    const __m512 dq = _mm512_castpd_ps(_mm512_permutexvar_pd(pk, _mm512_castps_pd(dd)));
+    __m128 a = *accv;
+    a = _mm_fmadd_ps(_mm512_castps512_ps128(fq), _mm512_castps512_ps128(dq), a);
+    a = _mm_fmadd_ps(_mm512_extractf32x4_ps(fq, 1), _mm512_extractf32x4_ps(dq, 1), a);
+    a = _mm_fmadd_ps(_mm512_extractf32x4_ps(fq, 2), _mm512_extractf32x4_ps(dq, 2), a);
+    a = _mm_fmadd_ps(_mm512_extractf32x4_ps(fq, 3), _mm512_extractf32x4_ps(dq, 3), a);
+    *accv = a;
+}
+
+static void vec_dot2_q4_K_avx512(int n, const void *w0, const void *w1, const void *act, float out[2]) {
+    const mu_block_q4_K *x0 = w0, *x1 = w1;
+    const mu_block_q8_K *y = act;
+    const int nb = n / MU_QK_K;
+    __m128 accv = _mm_setzero_ps();
+    int i = 0;
+    const uintptr_t pf = dot2_pf_base(x0, x1, (size_t)nb * sizeof(mu_block_q4_K));
+    for (; i + 4 <= nb; i += 4) {
+        if (pf)
+            for (int l = 0; l < 8 * (int)sizeof(mu_block_q4_K); l += 64)
+                dot2_pf(pf + 2 * (size_t)i * sizeof(mu_block_q4_K) + (size_t)l);
+        q4k_dot4x2(&x0[i], &x1[i], &y[i], &accv);
+    }
+    float a[4];
+    _mm_storeu_ps(a, accv);
+    out[0] = q4k_tail(i, nb, x0, y, a[0], a[1]);
+    out[1] = q4k_tail(i, nb, x1, y, a[2], a[3]);
 }
 
 /* One block in the per-64 order (ref vec_dot_batch, llama.cpp's repack gemm). */
@@ -357,6 +447,28 @@ static float vec_dot_q6_K_avx512(int n, const void *w, const void *act) {
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(q6k_sumi(&dec, &y[i])), acc);
     }
     return hsum_ps256(acc);
+}
+
+/* Two rows per pass: one activation block's loads serve both rows' decode
+ * and products; each row keeps its own 8-lane accumulator (ref order). */
+static void vec_dot2_q6_K_avx512(int n, const void *w0, const void *w1, const void *act, float out[2]) {
+    const mu_block_q6_K *x0 = w0, *x1 = w1;
+    const mu_block_q8_K *y = act;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    q6k_dec dec0, dec1;
+    const uintptr_t pf = dot2_pf_base(x0, x1, (size_t)(n / MU_QK_K) * sizeof(mu_block_q6_K));
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d0 = y[i].d * f16_to_f32(x0[i].d), d1 = y[i].d * f16_to_f32(x1[i].d);
+        if (pf)
+            for (int l = 0; l < 2 * (int)sizeof(mu_block_q6_K); l += 64)
+                dot2_pf(pf + 2 * (size_t)i * sizeof(mu_block_q6_K) + (size_t)l);
+        q6k_decode(&x0[i], &dec0);
+        q6k_decode(&x1[i], &dec1);
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d0), _mm256_cvtepi32_ps(q6k_sumi(&dec0, &y[i])), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d1), _mm256_cvtepi32_ps(q6k_sumi(&dec1, &y[i])), acc1);
+    }
+    out[0] = hsum_ps256(acc0);
+    out[1] = hsum_ps256(acc1);
 }
 
 /* ---- Q8_0 --------------------------------------------------------------- */
@@ -1084,6 +1196,8 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
+    k->vec_dot2[MU_T_Q4_K] = vec_dot2_q4_K_avx512;
+    k->vec_dot2[MU_T_Q6_K] = vec_dot2_q6_K_avx512;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx512;
     k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_avx512;
     k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_avx512;
