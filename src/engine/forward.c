@@ -1,18 +1,17 @@
 /* forward.c: the Muse Glimmer forward pass on the CPU.
  * Owns: one batched pass over tokens of one or more sessions (continuous
  * batching), split into chunks of at most MU_UBATCH tokens; the matmul
- * dispatch onto the kernel table; attention over the F16 cache.
- * Does not: sample, tokenize, or allocate (all buffers are in the engine's
- * scratch and the sessions).
+ * dispatch onto the kernel table; q/k norms, RoPE and the cache writes.
+ * Does not: attend (attn.c), sample, tokenize, or allocate (all buffers are
+ * in the engine's scratch and the sessions).
  * Numerics mirror llama.cpp's CPU graph: activations are converted to each
  * weight's dot type before a matmul; q is rounded to F16 for K.Q and the
  * softmax weights to F16 for the V product (its non-flash-attention path);
  * RMS norms sum squares in double. See HACKING.md, "critical details".
  * Bit-exact parity (x86 llama.cpp, zen4 CPU variant) also needs its kernel
  * paths: which one a matmul takes depends on its row count (kern.h,
- * vec_dot_batch), the last layer's FFN runs on the output rows only, the
- * attention reproduces tinyBLAS / ggml_vec_dot_f16 lane order over KV cells,
- * softmax and SiLU use ggml's expf, and RoPE the FMAs of its build. */
+ * vec_dot_batch), the last layer's FFN runs on the output rows only, SiLU
+ * uses ggml's expf, and RoPE the FMAs of its build. */
 #include <math.h>
 #include <string.h>
 
