@@ -1,7 +1,8 @@
 /* attn_avx2.c: the attention and activation kernels of the AVX2 table.
  * Owns: mm_f16 (K.Q and V.softmax over the F16 cache in both of llama.cpp's
- * roundings), softmax_f16 and swiglu with ggml's vector expf, for CPUs with
- * AVX2 + FMA + F16C.
+ * roundings), softmax_f16 and swiglu with ggml's vector expf, and the F16
+ * rounding of activations (to_f16, round_f16), for CPUs with AVX2 + FMA +
+ * F16C.
  * Does not: pick the rounding (the engine does) or define it: the numbers
  * are kern_ref.c's (llama.cpp's AVX-512 build), bit for bit, so a 16-lane
  * chain is two 8-lane ones here.

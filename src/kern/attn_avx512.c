@@ -1,6 +1,7 @@
 /* attn_avx512.c: the attention and activation kernels of the AVX-512 table.
  * Owns: mm_f16 (K.Q and V.softmax over the F16 cache in both of llama.cpp's
- * roundings), softmax_f16 and swiglu with ggml's vector expf.
+ * roundings), softmax_f16 and swiglu with ggml's vector expf, and the F16
+ * rounding of activations (to_f16, round_f16).
  * Does not: decide which rounding a product takes (the engine does, as
  * llama.cpp's graph would) or touch weights.
  * Design: register tiles of 4 A rows x 4 B rows (tinyBLAS order) or 2 x 2

@@ -1,6 +1,7 @@
 /* attn_neon.c: the attention and activation kernels of the NEON table.
  * Owns: mm_f16 (K.Q and V.softmax over the F16 cache in both of llama.cpp's
- * roundings), softmax_f16 and swiglu with ggml's vector expf, for AArch64
+ * roundings), softmax_f16 and swiglu with ggml's vector expf, the F16
+ * rounding of activations (to_f16, round_f16), for AArch64
  * (base NEON: the F16 conversions are FCVTL/FCVTN, no FP16 arithmetic).
  * Does not: pick the rounding (the engine does) or define it: the numbers
  * are kern_ref.c's (llama.cpp's x86 AVX-512 build), bit for bit, so a
