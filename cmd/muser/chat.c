@@ -747,17 +747,6 @@ static int usage(void) {
     return 1;
 }
 
-static void token_text(const mu_tok *tok, int32_t id, char *buf, size_t cap) {
-    buf[0] = 0;
-    if (id < 0) return;
-    size_t n = 0;
-    const char *s = mu_tok_text(tok, id, &n);
-    if (s && n < cap) {
-        memcpy(buf, s, n);
-        buf[n] = 0;
-    }
-}
-
 static int chat_loop(chat *c, input *in) {
     sbuf msg = {0};
     int rc = 0;
@@ -847,8 +836,8 @@ int cmd_chat(int argc, char **argv) {
             goto done;
         }
     }
-    token_text(c.tok, c.I->bos, c.bos, sizeof c.bos);
-    token_text(c.tok, c.I->eos, c.eos, sizeof c.eos);
+    mu_tok_text_copy(c.tok, c.I->bos, c.bos, sizeof c.bos);
+    mu_tok_text_copy(c.tok, c.I->eos, c.eos, sizeof c.eos);
 
     c.n_ctx = ctx ? (int)ctx : (c.I->n_ctx_train < 4096 ? c.I->n_ctx_train : 4096);
     if (c.n_ctx > c.I->n_ctx_train) {

@@ -52,17 +52,6 @@ static int t_render(void *ctx, const json_t *msgs, const json_t *tools, const ch
                           t->eos[0] ? t->eos : NULL, out, err);
 }
 
-static void token_text(const mu_tok *tok, int32_t id, char *buf, size_t cap) {
-    buf[0] = 0;
-    if (id < 0) return;
-    size_t n = 0;
-    const char *s = mu_tok_text(tok, id, &n);
-    if (s && n < cap) {
-        memcpy(buf, s, n);
-        buf[n] = 0;
-    }
-}
-
 int mu_http_text_init(mu_http_text *out, const mu_model *m, mu_err *err) {
     const mu_gguf *g = mu_model_gguf(m);
     if (!mu_model_tokenizer(m)) return mu_fail(err, MU_E_MODEL, "server: the model has no tokenizer");
@@ -81,8 +70,8 @@ int mu_http_text_init(mu_http_text *out, const mu_model *m, mu_err *err) {
             }
         }
     }
-    token_text(t->tok, mu_tok_bos(t->tok), t->bos, sizeof t->bos);
-    token_text(t->tok, mu_tok_eos(t->tok), t->eos, sizeof t->eos);
+    mu_tok_text_copy(t->tok, mu_tok_bos(t->tok), t->bos, sizeof t->bos);
+    mu_tok_text_copy(t->tok, mu_tok_eos(t->tok), t->eos, sizeof t->eos);
     *out = (mu_http_text){.ctx = t,
                           .encode = t_encode,
                           .piece = t_piece,

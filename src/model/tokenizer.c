@@ -605,6 +605,17 @@ const char *mu_tok_text(const mu_tok *t, int32_t id, size_t *len) {
     return t->text_arena + t->text_off[id];
 }
 
+void mu_tok_text_copy(const mu_tok *t, int32_t id, char *buf, size_t cap) {
+    size_t n = 0;
+    const char *s = mu_tok_text(t, id, &n);
+    if (!cap) return;
+    buf[0] = 0;
+    if (s && n < cap) {
+        memcpy(buf, s, n);
+        buf[n] = 0;
+    }
+}
+
 int32_t mu_tok_find_n(const mu_tok *t, const char *text, size_t len) {
     if (!text) return -1;
     return tok_lookup(t, text, len);

@@ -65,6 +65,9 @@ int mu_tok_attr(const mu_tok *t, int32_t id);
 /* Token text exactly as stored in the GGUF (byte-mapped for normal tokens),
  * NUL-terminated, or NULL for an id out of range. Lives as long as t. */
 const char *mu_tok_text(const mu_tok *t, int32_t id, size_t *len);
+/* The same text copied into buf (NUL-terminated); "" when id is out of range
+ * or the text does not fit in cap bytes. */
+void mu_tok_text_copy(const mu_tok *t, int32_t id, char *buf, size_t cap);
 /* Exact token text -> id, or -1. NUL-terminated text. */
 int32_t mu_tok_find(const mu_tok *t, const char *text);
 int32_t mu_tok_find_n(const mu_tok *t, const char *text, size_t len);

@@ -84,6 +84,16 @@ static void test_load_default(void **state) {
     size_t len;
     assert_string_equal(mu_tok_text(t, MG_UDX, &len), "<|ud|>x");
     assert_null(mu_tok_text(t, MG_N_VOCAB, &len));
+    char cp[8] = "junk";
+    mu_tok_text_copy(t, MG_UDX, cp, sizeof cp); /* 7 bytes + NUL fit */
+    assert_string_equal(cp, "<|ud|>x");
+    mu_tok_text_copy(t, MG_UDX, cp, 7); /* does not fit: empty, not cut */
+    assert_string_equal(cp, "");
+    strcpy(cp, "junk");
+    mu_tok_text_copy(t, MG_N_VOCAB, cp, sizeof cp);
+    assert_string_equal(cp, "");
+    mu_tok_text_copy(t, -1, cp, sizeof cp);
+    assert_string_equal(cp, "");
     fix_close(&f);
 }
 
