@@ -94,12 +94,8 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
         s2 = _mm512_fmadd_ps(f16x16(x + i + 32), _mm512_loadu_ps(y + i + 32), s2);
         s3 = _mm512_fmadd_ps(f16x16(x + i + 48), _mm512_loadu_ps(y + i + 48), s3);
     }
-    __m512 v[16];
-    v[0] = _mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3));
-    for (int p = 1; p < 16; p++) v[p] = v[0];
-    float r[16];
-    _mm512_storeu_ps(r, hsum16_x16(v));
-    double s = r[0];
+    /* GCC's reduction adds in hsum16's order (kern_avx512.c relies on it too) */
+    double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)));
     for (int i = np; i < n; i++) s += (double)(_cvtsh_ss(x[i]) * y[i]);
     return (float)s;
 }
@@ -175,13 +171,6 @@ static inline __m512 v_expf(__m512 x) {
     return _mm512_mask_blend_ps(d, res, alt);
 }
 
-static inline float hsum16_one(__m512 v) {
-    __m512 w[16];
-    #pragma GCC unroll 16
-    for (int p = 0; p < 16; p++) w[p] = v;
-    return _mm512_cvtss_f32(hsum16_x16(w));
-}
-
 static void softmax_f16_avx512(int n, float *x, float mx) {
     const __m512 vm = _mm512_set1_ps(mx);
     double sum = 0;
@@ -202,7 +191,7 @@ static void softmax_f16_avx512(int n, float *x, float mx) {
     for (; i < n; i += 16) {
         const __m512 e = v_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
         _mm512_storeu_ps(x + i, e);
-        sum += (double)hsum16_one(e);
+        sum += (double)_mm512_reduce_add_ps(e);
     }
     const __m512 inv = _mm512_set1_ps((float)(1.0 / sum));
     for (i = 0; i < n; i += 16) {
