@@ -107,8 +107,11 @@ static void mm_f16_avx2(int n, const mu_f16 *A, size_t lda, int na, const float 
     /* tiles of 2 A rows x 4 B rows; rows past the end repeat the last one
      * and their results are dropped. A rows outer: the B rows (queries or
      * probabilities) are the smaller operand and stay in cache. */
+    const int ahead = n >= 1024 ? 2 : 16; /* rows prefetched ahead: the cache comes from DRAM at depth */
     for (int i0 = 0; i0 < na; i0 += 2) {
         const mu_f16 *a0 = A + (size_t)i0 * lda, *a1 = A + (size_t)(i0 + 1 < na ? i0 + 1 : i0) * lda;
+        for (int i = i0 + ahead; i < i0 + ahead + 2 && i < na; i++)
+            for (int c = 0; c < n * 2; c += 64) _mm_prefetch((const char *)(A + (size_t)i * lda) + c, _MM_HINT_T0);
         for (int j0 = 0; j0 < nb; j0 += 4) {
             const float *b[4];
             for (int q = 0; q < 4; q++) b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;

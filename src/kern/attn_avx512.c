@@ -5,9 +5,13 @@
  * Does not: decide which rounding a product takes (the engine does, as
  * llama.cpp's graph would) or touch weights.
  * Design: register tiles of 4 A rows x 4 B rows (tinyBLAS order) or 2 x 2
- * with 4 accumulators each (ggml_vec_dot_f16 order); the 16 lane reductions
- * of a tile run as one transpose tree whose every addition is the scalar
- * hsum16's, so the results are bit-identical to kern_ref.c. */
+ * with 4 accumulators each (ggml_vec_dot_f16 order); for head-sized n (a
+ * decode step's K.Q) one converted A row stays in registers for 8 B rows.
+ * The 16 lane reductions of a tile run as one transpose tree whose every
+ * addition is the scalar hsum16's, so the results are bit-identical to
+ * kern_ref.c. The cache rows come from DRAM at depth: they are prefetched
+ * ahead in software (the hardware streams alone left the decode attention
+ * at half the kernel's in-cache speed). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -69,7 +73,12 @@ static inline void tile_ggml(int n, const mu_f16 *const a[2], const float *const
     for (int p = 0; p < 4; p++)
         #pragma GCC unroll 16
         for (int q = 0; q < 4; q++) c[p][q] = _mm512_setzero_ps();
-    for (int k = 0; k < n; k += 64)
+    for (int k = 0; k < n; k += 64) {
+        /* 2 KiB ahead in each row */
+        _mm_prefetch((const char *)(a[0] + k + 1024), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a[0] + k + 1056), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a[1] + k + 1024), _MM_HINT_T0);
+        _mm_prefetch((const char *)(a[1] + k + 1056), _MM_HINT_T0);
         #pragma GCC unroll 16
         for (int q = 0; q < 4; q++) {
             const __m512 a0 = f16x16(a[0] + k + 16 * q), a1 = f16x16(a[1] + k + 16 * q);
@@ -79,9 +88,61 @@ static inline void tile_ggml(int n, const mu_f16 *const a[2], const float *const
             c[2][q] = _mm512_fmadd_ps(a0, b1, c[2][q]);
             c[3][q] = _mm512_fmadd_ps(a1, b1, c[3][q]);
         }
+    }
     #pragma GCC unroll 16
     for (int p = 0; p < 4; p++)
         v[p] = _mm512_add_ps(_mm512_add_ps(c[p][0], c[p][2]), _mm512_add_ps(c[p][1], c[p][3]));
+}
+
+/* ggml_vec_dot_f16 of one A row of n = 64 or 128 (the head sizes) against 8
+ * B rows: v[j] = the combined accumulator of row j. The first product of an
+ * accumulator is a plain multiply (ggml adds it to +0: the two differ only in
+ * the sign of a zero, which the caller's final +0 removes; ggml never yields
+ * -0 from F16 data). */
+static inline void dots8_regs(int n, const mu_f16 *a, const float *const b[8], __m512 v[8]) {
+    __m512 x[8];
+    #pragma GCC unroll 8
+    for (int q = 0; q < n / 16; q++) x[q] = f16x16(a + 16 * q);
+    #pragma GCC unroll 8
+    for (int j = 0; j < 8; j++) {
+        __m512 c[4];
+        #pragma GCC unroll 4
+        for (int q = 0; q < 4; q++) c[q] = _mm512_mul_ps(x[q], _mm512_loadu_ps(b[j] + 16 * q));
+        if (n == 128)
+            #pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) c[q] = _mm512_fmadd_ps(x[4 + q], _mm512_loadu_ps(b[j] + 64 + 16 * q), c[q]);
+        v[j] = _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
+    }
+}
+
+/* K.Q of a decode step: half tiles of (one A row, 8 B rows), two per
+ * reduction; B rows past nb repeat the last one, an odd last half tile is
+ * computed twice, and those results are dropped. */
+static __attribute__((always_inline)) inline void mm_ggml_short(int n, const mu_f16 *A, size_t lda, int na,
+                                                                const float *B, size_t ldb, int nb, float *C,
+                                                                size_t ldc) {
+    const int nb8 = (nb + 7) / 8, H = na * nb8;
+    for (int h0 = 0; h0 < H; h0 += 2) {
+        __m512 v[16];
+        int hh[2], i[2], j0[2];
+        #pragma GCC unroll 2
+        for (int s = 0; s < 2; s++) {
+            hh[s] = h0 + s < H ? h0 + s : H - 1;
+            i[s] = hh[s] / nb8;
+            j0[s] = hh[s] % nb8 * 8;
+            const float *b[8];
+            #pragma GCC unroll 8
+            for (int j = 0; j < 8; j++) b[j] = B + (size_t)(j0[s] + j < nb ? j0[s] + j : nb - 1) * ldb;
+            if (i[s] + 16 < na) /* 16 rows ahead */
+                for (int c = 0; c < n * 2; c += 64)
+                    _mm_prefetch((const char *)(A + (size_t)(i[s] + 16) * lda) + c, _MM_HINT_T0);
+            dots8_regs(n, A + (size_t)i[s] * lda, b, v + 8 * s);
+        }
+        float r[16];
+        _mm512_storeu_ps(r, _mm512_add_ps(hsum16_x16(v), _mm512_setzero_ps()));
+        for (int s = 0; s < 2 && h0 + s < H; s++)
+            for (int j = 0; j < 8 && j0[s] + j < nb; j++) C[(size_t)(j0[s] + j) * ldc + i[s]] = r[8 * s + j];
+    }
 }
 
 /* ggml_vec_dot_f16 for one pair with a tail (n % 64 != 0): the rare shapes. */
@@ -107,41 +168,33 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
             for (int i = 0; i < na; i++) C[(size_t)j * ldc + i] = dot_ggml_tail(n, A + (size_t)i * lda, B + (size_t)j * ldb);
         return;
     }
+    if (!tb && n == 128) return mm_ggml_short(128, A, lda, na, B, ldb, nb, C, ldc);
+    if (!tb && n == 64) return mm_ggml_short(64, A, lda, na, B, ldb, nb, C, ldc);
     /* 16 pairs (4 A rows x 4 B rows) per reduction; rows past the end repeat
      * the last one and their results are dropped */
     for (int j0 = 0; j0 < nb; j0 += 4)
         for (int i0 = 0; i0 < na; i0 += 4) {
+            const mu_f16 *a[4];
+            const float *b[4];
+            for (int q = 0; q < 4; q++) {
+                a[q] = A + (size_t)(i0 + q < na ? i0 + q : na - 1) * lda;
+                b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;
+            }
             __m512 v[16];
-            if (tb) {
-                const mu_f16 *a[4];
-                const float *b[4];
-                #pragma GCC unroll 16
-                for (int q = 0; q < 4; q++) {
-                    a[q] = A + (size_t)(i0 + q < na ? i0 + q : na - 1) * lda;
-                    b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;
-                }
+            if (tb)
                 tile_tb(n, a, b, v);
-            } else {
+            else
                 #pragma GCC unroll 16
                 for (int jj = 0; jj < 4; jj += 2)
                     #pragma GCC unroll 16
                     for (int ii = 0; ii < 4; ii += 2) {
-                        const mu_f16 *a[2];
-                        const float *b[2];
-                        #pragma GCC unroll 16
-                        for (int q = 0; q < 2; q++) {
-                            int i = i0 + ii + q, j = j0 + jj + q;
-                            a[q] = A + (size_t)(i < na ? i : na - 1) * lda;
-                            b[q] = B + (size_t)(j < nb ? j : nb - 1) * ldb;
-                        }
                         __m512 w[4];
-                        tile_ggml(n, a, b, w);
+                        tile_ggml(n, a + ii, b + jj, w);
                         v[4 * jj + ii] = w[0];
                         v[4 * jj + ii + 1] = w[1];
                         v[4 * (jj + 1) + ii] = w[2];
                         v[4 * (jj + 1) + ii + 1] = w[3];
                     }
-            }
             float r[16];
             _mm512_storeu_ps(r, hsum16_x16(v));
             for (int j = 0; j < 4 && j0 + j < nb; j++)

@@ -92,9 +92,12 @@ static void mm_f16_neon(int n, const mu_f16 *A, size_t lda, int na, const float 
     /* tiles of 4 A rows x 4 B rows; rows past the end repeat the last one
      * and their results are dropped. A rows outer: the B rows (queries or
      * probabilities) are the smaller operand and stay in cache. */
+    const int ahead = n >= 1024 ? 4 : 16; /* rows prefetched ahead: the cache comes from DRAM at depth */
     for (int i0 = 0; i0 < na; i0 += 4) {
         const mu_f16 *a[4];
         for (int q = 0; q < 4; q++) a[q] = A + (size_t)(i0 + q < na ? i0 + q : na - 1) * lda;
+        for (int i = i0 + ahead; i < i0 + ahead + 4 && i < na; i++)
+            for (int c = 0; c < n * 2; c += 64) __builtin_prefetch((const char *)(A + (size_t)i * lda) + c);
         for (int j0 = 0; j0 < nb; j0 += 4) {
             const float *b[4];
             for (int q = 0; q < 4; q++) b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;

@@ -427,8 +427,8 @@ static int check_gemm(const mu_kern *k) {
 static int check_mm_f16(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     static const int NS[] = {16, 32, 48, 64, 100, 128, 256, 1088};
-    static const int NA[] = {1, 3, 4, 5, 9};
-    static const int NB[] = {1, 2, 4, 7, 8};
+    static const int NA[] = {1, 3, 4, 5, 9, 2, 3};
+    static const int NB[] = {1, 2, 4, 7, 8, 13, 9};
     int fails = 0;
     for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
         for (size_t ai = 0; ai < sizeof NA / sizeof NA[0]; ai++)
@@ -464,6 +464,24 @@ static int check_mm_f16(const mu_kern *k) {
                 free(c0);
                 free(c1);
             }
+    /* signed zeros: an A row of -0 against positive B makes every product
+     * -0; ggml's accumulators start at +0, so the dot is +0, not -0 */
+    for (int n = 64; n <= 128; n += 64) {
+        mu_f16 A[2 * 128];
+        float B[8 * 128], c0[16], c1[16];
+        for (int i = 0; i < 2 * n; i++) A[i] = i < n ? 0x8000 : mu_f32_to_f16(0.5f);
+        for (int i = 0; i < 8 * n; i++) B[i] = 0.25f;
+        for (int tb = 0; tb < 2; tb++) {
+            ref->mm_f16(n, A, (size_t)n, 2, B, (size_t)n, 8, c0, 2, tb);
+            k->mm_f16(n, A, (size_t)n, 2, B, (size_t)n, 8, c1, 2, tb);
+            for (int i = 0; i < 16; i++)
+                if (!kc_same_bits(c0[i], c1[i]) || (i % 2 == 0 && signbit(c0[i]))) {
+                    KC_LOG("%s: mm_f16 signed zero n=%d tb=%d [%d]: %g vs ref %g\n", k->name, n, tb, i, c1[i], c0[i]);
+                    fails++;
+                    break;
+                }
+        }
+    }
     return fails;
 }
 
