@@ -64,6 +64,7 @@ static void init(void) {
         T_AVX2.name = "avx2";
         mu_kern_fill_avx2(&T_AVX2);
         mu_kern_fill_attn_avx2(&T_AVX2);
+        mu_kern_fill_gemm_avx2(&T_AVX2);
         ok_avx2 = 1;
     }
     if (avx512) {
@@ -79,6 +80,7 @@ static void init(void) {
     T_NEON.name = "neon";
     mu_kern_fill_neon(&T_NEON);
     mu_kern_fill_attn_neon(&T_NEON);
+    mu_kern_fill_gemm_neon(&T_NEON);
     ok_neon = 1;
 #endif
 }
