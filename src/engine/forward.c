@@ -58,6 +58,15 @@ static void rope(float *x, int hd, const float *cs, const float *sn) {
 
 /* ---- parallel jobs ----------------------------------------------------- */
 
+/* Jobs split by token: a single token (a decode step) runs on the calling
+ * thread, without the pool's handshake, as the other threads would idle. */
+static void run_per_token(mu_engine *e, int T, mu_pool_fn fn, void *arg) {
+    if (T == 1)
+        fn(arg, 0, 1);
+    else
+        mu_pool_run(e->pool, fn, arg);
+}
+
 #define MAX_MM 4
 
 typedef struct {
@@ -180,7 +189,7 @@ static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_r
         }
         j.mm[j.n_mm++] = (mm_item){ws[m], ys[m], slot};
     }
-    mu_pool_run(e->pool, job_quant, &j);
+    run_per_token(e, T, job_quant, &j);
     mu_pool_run(e->pool, job_matmul, &j);
 }
 
@@ -277,7 +286,7 @@ static void job_ew(void *arg, int ith, int nth) {
 
 static void ew(mu_engine *e, int T, int step, int il) {
     ew_job j = {e, T, step, il};
-    mu_pool_run(e->pool, job_ew, &j);
+    run_per_token(e, T, job_ew, &j);
 }
 
 /* ---- one chunk --------------------------------------------------------- */
@@ -304,7 +313,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
         float *y4[4] = {s->q, s->k, s->v, s->g};
         matmul(e, s->a, T, T, 0, 4, w4, y4);
         layer_job lj = {e, il, T};
-        mu_pool_run(e->pool, job_qk, &lj);
+        run_per_token(e, T, job_qk, &lj);
         mu_attn_layer(e, il, T);
         matmul(e, s->a, T, T, 0, 1, &L->wo, &s->o);
         ew(e, T, EW_ATTN_OUT, il);
