@@ -17,6 +17,7 @@
 
 #include "../../include/muser.h"
 #include "../../src/kern/kern.h"
+#include "../../src/model/model.h"
 #include "cli.h"
 
 #ifndef MU_COMMIT
@@ -43,6 +44,17 @@ static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Weight bytes one decode step reads: every tensor but the token
+ * embedding (one row of it is read), unless the logits use it too. */
+static double step_weight_bytes(const mu_model *m) {
+    const mu_gguf *g = mu_model_gguf(m);
+    double total = 0;
+    for (int i = 0; i < mu_gguf_n_tensors(g); i++) total += (double)mu_gguf_tensor_at(g, i)->bytes;
+    const mu_gguf_tensor *te = mu_gguf_find_tensor(g, "token_embd.weight");
+    if (te && mu_gguf_find_tensor(g, "output.weight")) total -= (double)te->bytes;
+    return total;
 }
 
 static double peak_rss_mib(void) {
@@ -192,9 +204,10 @@ int cmd_bench(int argc, char **argv) {
             goto done;
         }
     }
+    const double wb = step_weight_bytes(m);
     if (!json)
-        printf("model %s\nkern %s, threads %d, ubatch %lld, commit %s\n", model, mu_engine_kern_name(e),
-               mu_engine_n_threads(e), ubatch, MU_COMMIT);
+        printf("model %s (%.1f MB of weights read per decode step)\nkern %s, threads %d, ubatch %lld, commit %s\n",
+               model, wb / 1e6, mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, MU_COMMIT);
     for (int di = 0; di < n_depths; di++) {
         const int depth = depths[di];
         for (int r = 0; r < reps; r++) {
@@ -214,16 +227,19 @@ int cmd_bench(int argc, char **argv) {
         if (json) {
             printf("{\"model\": \"%s\", \"depth\": %d, \"gen\": %lld, \"prefill_s\": %.4f, \"decode_s\": %.4f, "
                    "\"prefill_tps\": %.2f, \"decode_tokens\": %d, \"decode_tps\": %.2f, \"peak_rss_mib\": %.1f, "
+                   "\"step_weight_bytes\": %.0f, \"decode_weight_gbps\": %.2f, "
                    "\"kern\": \"%s\", \"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", "
                    "\"ids\": [",
-                   model, depth, gen, ps, ds, depth / ps, n_steps, n_steps / ds, peak_rss_mib(),
+                   model, depth, gen, ps, ds, depth / ps, n_steps, n_steps / ds, peak_rss_mib(), wb,
+                   n_steps * wb / ds / 1e9,
                    mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
             for (int g = 0; g < n_ids; g++) printf("%s%d", g ? ", " : "", ids[g]);
             printf("]}\n");
         } else {
-            printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %d tokens%s)   peak RSS %.0f MiB\n",
+            printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %d tokens%s, weights at "
+                   "%.1f GB/s)   peak RSS %.0f MiB\n",
                    depth, depth / ps, ps, n_steps / ds, ds, n_steps, n_steps < gen ? ", stopped at end of generation" : "",
-                   peak_rss_mib());
+                   n_steps * wb / ds / 1e9, peak_rss_mib());
         }
         fflush(stdout);
     }
