@@ -1,7 +1,302 @@
 /* gemm_avx2.c: the AVX2 table's matrix-matrix kernels (prefill).
  * Owns: gemm entries and the batch-path dots (vec_dot_batch) of the AVX2
- * table, in the rounding kern_ref.c defines.
- * Does not: decide which rows take which path (forward.c does). */
+ * table, in the rounding kern_ref.c defines, bit for bit (the integer parts
+ * of the quantized dots in any order, the float steps in exactly the ref's
+ * order), plus the BF16 vec_dot (VDPBF16PS emulated with FMA, DAZ and FTZ).
+ * Does not: decide which rows take which path (forward.c does).
+ * Key design choice: Q4_K runs "vertically": 8 weight rows are interleaved
+ * in 4-byte groups (lane r of a ymm = 4 codes of row r), so vpmaddubsw with
+ * 4 activation bytes broadcast gives 8 row dots in 8 lanes and no horizontal
+ * sums are needed; a sub-block's 8 steps are summed in int16 (|sum| <= 8 * 2
+ * * 15 * 128 < 2^15) and scaled once by vpmaddwd. Q6_K and Q8_0 run
+ * "horizontally" (one row's block in natural order, whose 8 int32 lanes are
+ * exactly the ref's 8 lanes) over register tiles of rows x activation rows. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdbool.h>
+#include <string.h>
+
 #include "kern.h"
 
-void mu_kern_fill_gemm_avx2(mu_kern *k) { (void)k; }
+#define AI static inline __attribute__((always_inline))
+
+/* ---- helpers ----------------------------------------------------------- */
+
+static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
+
+/* hsum8 of kern.h (llama.cpp's hsum_float_8) */
+static inline float hsum_ps256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* hsum16 of a 16-lane accumulator held as lanes 0-7 (lo) and 8-15 (hi) */
+static inline float hsum16_ps(__m256 lo, __m256 hi) { return hsum_ps256(_mm256_add_ps(lo, hi)); }
+
+static inline __m256i bcast32(const void *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K block. */
+static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+}
+
+/* [imin_0..3]: mn[2j] * (bsums[4j] + bsums[4j+1]) + mn[2j+1] * (bsums[4j+2] + bsums[4j+3]) */
+static inline __m128i k4_mins_dot(const uint32_t u[4], const int16_t *bsums) {
+    const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&u[2]));
+    const __m128i b0 = _mm_loadu_si128((const __m128i *)bsums);
+    const __m128i b1 = _mm_loadu_si128((const __m128i *)(bsums + 8));
+    return _mm_madd_epi16(_mm_hadd_epi16(b0, b1), mins);
+}
+
+/* The table's own vec_dot entries (set by kern_avx2.c before this fill). */
+static mu_vec_dot_fn dot_q4_K, dot_q6_K, dot_q8_0, dot_f16;
+
+/* ---- Q4_K batch dot (the repack gemm's per-64 order) -------------------- */
+
+/* [isum_0..3] of one block: isum_j = sc[2j] * (lo_j . q8) + sc[2j+1] * (hi_j . q8) */
+static inline __m128i q4k_pair_sums(const mu_block_q4_K *x, const uint8_t *sc, const int8_t *q8) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256i z[4];
+    #pragma GCC unroll 8
+    for (int j = 0; j < 4; j++) {
+        const __m256i bits = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        const __m256i lo = _mm256_and_si256(bits, m4), hi = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+        const __m256i pl = _mm256_maddubs_epi16(lo, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j)));
+        const __m256i ph = _mm256_maddubs_epi16(hi, _mm256_loadu_si256((const __m256i *)(q8 + 64 * j + 32)));
+        z[j] = _mm256_add_epi32(_mm256_madd_epi16(pl, _mm256_set1_epi16(sc[2 * j])),
+                                _mm256_madd_epi16(ph, _mm256_set1_epi16(sc[2 * j + 1])));
+    }
+    const __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(z[0], z[1]), _mm256_hadd_epi32(z[2], z[3]));
+    return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+static float vec_dot_q4_K_batch_avx2(int n, const void *w, const void *act) {
+    const mu_block_q4_K *x = w;
+    const mu_block_q8_K *y = act;
+    float acc = 0, accm = 0;
+    uint32_t u[4];
+    for (int i = 0; i < n / MU_QK_K; i++) {
+        const float d = f16_to_f32(x[i].d) * y[i].d, dm = f16_to_f32(x[i].dmin) * y[i].d;
+        k4_scales(x[i].scales, u);
+        int32_t is[4], im[4];
+        _mm_storeu_si128((__m128i *)is, q4k_pair_sums(&x[i], (const uint8_t *)u, y[i].qs));
+        _mm_storeu_si128((__m128i *)im, k4_mins_dot(u, y[i].bsums));
+        #pragma GCC unroll 8
+        for (int j = 0; j < 4; j++) {
+            acc = fmaf((float)is[j], d, acc);
+            accm = fmaf((float)im[j], dm, accm);
+        }
+    }
+    return acc - accm;
+}
+
+/* ---- Q4_K gemm: 8 rows interleaved -------------------------------------- */
+
+typedef struct {
+    __m256i w[8][8];       /* [sub-block][step of 4 codes]: lane r = row r's codes (0..15) */
+    uint32_t sc[8][8];     /* [sub-block][row]: scale as two equal int16 */
+    uint32_t mn[4][8];     /* [pair][row]: (mn[2j], mn[2j+1]) as int16 */
+    float dx[8], dmx[8];   /* per row d and dmin */
+} q4k_vb;
+
+/* 8x8 dword transpose: r[k] lane e -> o[e] lane k */
+AI void transpose8_epi32(const __m256i r[8], __m256i o[8]) {
+    __m256i a[8], b[8];
+    #pragma GCC unroll 8
+    for (int g = 0; g < 2; g++) {
+        const __m256i a0 = _mm256_unpacklo_epi32(r[4 * g], r[4 * g + 1]), a1 = _mm256_unpackhi_epi32(r[4 * g], r[4 * g + 1]);
+        const __m256i a2 = _mm256_unpacklo_epi32(r[4 * g + 2], r[4 * g + 3]),
+                      a3 = _mm256_unpackhi_epi32(r[4 * g + 2], r[4 * g + 3]);
+        a[4 * g + 0] = _mm256_unpacklo_epi64(a0, a2); /* rows 4g..4g+3, element 0 (lane 0) / 4 (lane 1) */
+        a[4 * g + 1] = _mm256_unpackhi_epi64(a0, a2); /* element 1 / 5 */
+        a[4 * g + 2] = _mm256_unpacklo_epi64(a1, a3); /* element 2 / 6 */
+        a[4 * g + 3] = _mm256_unpackhi_epi64(a1, a3); /* element 3 / 7 */
+    }
+    #pragma GCC unroll 8
+    for (int e = 0; e < 4; e++) {
+        b[e] = _mm256_permute2x128_si256(a[e], a[4 + e], 0x20);
+        b[4 + e] = _mm256_permute2x128_si256(a[e], a[4 + e], 0x31);
+    }
+    #pragma GCC unroll 8
+    for (int e = 0; e < 8; e++) o[e] = b[e];
+}
+
+/* Block i of rows rows[0..7] (pointers to the rows' block arrays) into the
+ * interleaved layout. */
+static void q4k_vbuild(const mu_block_q4_K *const rows[8], int i, q4k_vb *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    #pragma GCC unroll 8
+    for (int p = 0; p < 4; p++) {
+        __m256i r[8], t[8];
+        #pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) r[k] = _mm256_loadu_si256((const __m256i *)(rows[k][i].qs + 32 * p));
+        transpose8_epi32(r, t);
+        #pragma GCC unroll 8
+        for (int st = 0; st < 8; st++) {
+            o->w[2 * p][st] = _mm256_and_si256(t[st], m4);
+            o->w[2 * p + 1][st] = _mm256_and_si256(_mm256_srli_epi16(t[st], 4), m4);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) {
+        const mu_block_q4_K *b = &rows[k][i];
+        uint32_t u[4];
+        k4_scales(b->scales, u);
+        const uint8_t *sc = (const uint8_t *)u, *mn = sc + 8;
+        #pragma GCC unroll 8
+        for (int s = 0; s < 8; s++) o->sc[s][k] = (uint32_t)sc[s] * 0x10001u;
+        #pragma GCC unroll 8
+        for (int j = 0; j < 4; j++) o->mn[j][k] = (uint32_t)mn[2 * j] | (uint32_t)mn[2 * j + 1] << 16;
+        o->dx[k] = f16_to_f32(b->d);
+        o->dmx[k] = f16_to_f32(b->dmin);
+    }
+}
+
+/* (bsums[4j] + bsums[4j+1]) | (bsums[4j+2] + bsums[4j+3]) << 16, j = 0..3 */
+static inline void q8k_pair_bsums(const mu_block_q8_K *b, int32_t pr[4]) {
+    const __m128i h = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)b->bsums),
+                                     _mm_loadu_si128((const __m128i *)(b->bsums + 8)));
+    _mm_storeu_si128((__m128i *)pr, h);
+}
+
+/* TN activation rows against the 8 rows of vb: each lane runs the ref's
+ * per-64 chains acc = fma(isum_j, d_x * d_a, acc), accm likewise for the
+ * mins (its own pass, to keep registers for the main one). */
+AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 out[], const int TN) {
+    __m256 accm[6], acc[6];
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) accm[t] = acc[t] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q4k_vb *v = &vb[i];
+        const __m256 dmx = _mm256_load_ps(v->dmx);
+        #pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            int32_t pr[4];
+            q8k_pair_bsums(b, pr);
+            const __m256 dm = _mm256_mul_ps(dmx, _mm256_set1_ps(b->d));
+            #pragma GCC unroll 8
+            for (int j = 0; j < 4; j++) {
+                const __m256i im = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)v->mn[j]), _mm256_set1_epi32(pr[j]));
+                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm[t]);
+            }
+        }
+    }
+    for (int i = 0; i < nb; i++) {
+        const q4k_vb *v = &vb[i];
+        #pragma GCC unroll 8
+        for (int j = 0; j < 4; j++) {
+            __m256i sa[6], sb[6];
+            #pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) sa[t] = sb[t] = _mm256_setzero_si256();
+            #pragma GCC unroll 8
+            for (int st = 0; st < 8; st++) {
+                const __m256i wa = v->w[2 * j][st], wb = v->w[2 * j + 1][st];
+                #pragma GCC unroll 8
+                for (int t = 0; t < TN; t++) {
+                    const int8_t *q8 = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs + 64 * j + 4 * st;
+                    sa[t] = _mm256_add_epi16(sa[t], _mm256_maddubs_epi16(wa, bcast32(q8)));
+                    sb[t] = _mm256_add_epi16(sb[t], _mm256_maddubs_epi16(wb, bcast32(q8 + 32)));
+                }
+            }
+            const __m256i sca = _mm256_load_si256((const __m256i *)v->sc[2 * j]);
+            const __m256i scb = _mm256_load_si256((const __m256i *)v->sc[2 * j + 1]);
+            const __m256 dx = _mm256_load_ps(v->dx);
+            #pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) {
+                const float yd = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->d;
+                const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(sa[t], sca), _mm256_madd_epi16(sb[t], scb));
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dx, _mm256_set1_ps(yd)), acc[t]);
+            }
+        }
+    }
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) out[t] = _mm256_sub_ps(acc[t], accm[t]);
+}
+
+#ifndef Q4K_VT
+#define Q4K_VT 4
+#endif
+#define Q4K_V_MAX_NB 128
+
+static void q4k_store(float *y, int ys, int nr, const __m256 *v, int TN) {
+    #pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+        if (nr == 8) {
+            _mm256_storeu_ps(y + (size_t)t * ys, v[t]);
+        } else {
+            float tmp[8];
+            _mm256_storeu_ps(tmp, v[t]);
+            memcpy(y + (size_t)t * ys, tmp, (size_t)nr * sizeof(float));
+        }
+    }
+}
+
+/* Rows r..r+nr-1 (nr <= 8; missing rows repeat the last) against n_t rows. */
+static void gemm_q4_K_8rows(int n, const uint8_t *w, size_t ws, int r, int nr, const uint8_t *a, size_t as, int n_t,
+                            float *y, int ys) {
+    const int nb = n / MU_QK_K;
+    static _Thread_local q4k_vb vb[Q4K_V_MAX_NB];
+    const mu_block_q4_K *rows[8];
+    #pragma GCC unroll 8
+    for (int k = 0; k < 8; k++) rows[k] = (const mu_block_q4_K *)(w + (size_t)(r + (k < nr ? k : nr - 1)) * ws);
+    for (int i = 0; i < nb; i++) q4k_vbuild(rows, i, &vb[i]);
+    __m256 out[8];
+    int t = 0;
+    for (; t + Q4K_VT <= n_t; t += Q4K_VT) {
+        q4k_vtile(nb, vb, a + (size_t)t * as, as, out, Q4K_VT);
+        q4k_store(y + (size_t)t * ys + r, ys, nr, out, Q4K_VT);
+    }
+    const uint8_t *at = a + (size_t)t * as;
+    const int left = n_t - t;
+    switch (left) {
+    case 3: q4k_vtile(nb, vb, at, as, out, 3); break;
+    case 2: q4k_vtile(nb, vb, at, as, out, 2); break;
+    case 1: q4k_vtile(nb, vb, at, as, out, 1); break;
+    default: break;
+    }
+    if (left > 0) q4k_store(y + (size_t)t * ys + r, ys, nr, out, left);
+}
+
+/* A Q4_K gemm call covers a whole matmul of n_t activation rows, rounding as
+ * llama.cpp's repack path does: rows below n_t & ~3 in the per-64 order (its
+ * gemm), the last n_t % 4 rows as vec_dot (its gemv). */
+static void gemm_q4_K_avx2(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    const int nb4 = n_t & ~3;
+    const uint8_t *wb = w, *ab = a;
+    if (nb4 > 0) {
+        if (n / MU_QK_K <= Q4K_V_MAX_NB) {
+            for (int r = r0; r < r1; r += 8)
+                gemm_q4_K_8rows(n, wb, ws, r, r1 - r < 8 ? r1 - r : 8, ab, as, nb4, y, ys);
+        } else {
+            #pragma GCC unroll 8
+            for (int t = 0; t < nb4; t++)
+                for (int r = r0; r < r1; r++)
+                    y[(size_t)t * ys + r] = vec_dot_q4_K_batch_avx2(n, wb + (size_t)r * ws, ab + (size_t)t * as);
+        }
+    }
+    #pragma GCC unroll 8
+    for (int t = nb4; t < n_t; t++)
+        for (int r = r0; r < r1; r++) y[(size_t)t * ys + r] = dot_q4_K(n, wb + (size_t)r * ws, ab + (size_t)t * as);
+}
+
+void mu_kern_fill_gemm_avx2(mu_kern *k) {
+    dot_q4_K = k->vec_dot[MU_T_Q4_K];
+    dot_q6_K = k->vec_dot[MU_T_Q6_K];
+    dot_q8_0 = k->vec_dot[MU_T_Q8_0];
+    dot_f16 = k->vec_dot[MU_T_F16];
+    k->vec_dot_batch[MU_T_Q4_K] = vec_dot_q4_K_batch_avx2;
+    k->gemm[MU_T_Q4_K] = gemm_q4_K_avx2;
+}
