@@ -156,8 +156,9 @@ int cmd_bench(int argc, char **argv) {
         return cli_fail("muser bench: --depths must be a comma-separated list of positive integers: %s", depths_arg);
     for (int i = 0; i < n_depths; i++)
         if (depths[i] < 1) {
+            const int bad = depths[i];
             free(depths);
-            return cli_fail("muser bench: --depths must be positive: %d", depths[i]);
+            return cli_fail("muser bench: --depths must be positive: %d", bad);
         }
     if (!model && !(model = cli_default_model())) {
         free(depths);
@@ -225,7 +226,7 @@ int cmd_bench(int argc, char **argv) {
         qsort(dec, (size_t)reps, sizeof *dec, cmp_double);
         const double ps = pre[reps / 2], ds = dec[reps / 2];
         if (json) {
-            printf("{\"model\": \"%s\", \"depth\": %d, \"gen\": %lld, \"prefill_s\": %.4f, \"decode_s\": %.4f, "
+            printf("{\"model\": \"%s\", \"depth\": %d, \"gen\": %lld, \"prefill_s\": %.6f, \"decode_s\": %.6f, "
                    "\"prefill_tps\": %.2f, \"decode_tokens\": %d, \"decode_tps\": %.2f, \"peak_rss_mib\": %.1f, "
                    "\"step_weight_bytes\": %.0f, \"decode_weight_gbps\": %.2f, "
                    "\"kern\": \"%s\", \"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", "
