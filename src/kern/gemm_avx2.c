@@ -292,6 +292,128 @@ static void gemm_q4_K_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
         for (int r = r0; r < r1; r++) y[(size_t)t * ys + r] = dot_q4_K(n, wb + (size_t)r * ws, ab + (size_t)t * as);
 }
 
+/* ---- Q6_K gemm: rows x activation rows, the ref's 8 lanes per output ---- */
+
+/* One row's block decoded: chunk c (32 values, activation bytes 32c..) as
+ * unsigned codes (+32); its scale words (sc[2c] in the low 128 bits,
+ * sc[2c+1] in the high), so vpmaddwd's lane m is the ref's lane m; the
+ * -32 * sc correction words for the bsums; d. */
+typedef struct {
+    __m256i q[8], s[8], corr;
+    float d;
+} q6k_hb;
+
+static void q6k_hbuild(const mu_block_q6_K *x, q6k_hb *o) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m3 = _mm256_set1_epi8(0x30);
+    const uint8_t *ql = x->ql, *qh = x->qh;
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        const __m256i l0 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h));
+        const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(qh + 32 * h));
+        o->q[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m3));
+        o->q[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m3));
+        o->q[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m3));
+        o->q[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                          _mm256_and_si256(_mm256_srli_epi16(hb, 2), m3));
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++)
+        o->s[c] = _mm256_setr_m128i(_mm_set1_epi16(x->scales[2 * c]), _mm_set1_epi16(x->scales[2 * c + 1]));
+    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x->scales));
+    o->corr = _mm256_sub_epi16(_mm256_setzero_si256(), _mm256_slli_epi16(sc16, 5));
+    o->d = f16_to_f32(x->d);
+}
+
+/* Rows hb[0..R) (each nb decoded blocks) against TN activation rows. */
+AI void q6k_htile(int nb, const q6k_hb *const hb[], const uint8_t *a, size_t as, float *y, int ys, const int R,
+                  const int TN) {
+    __m256 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        __m256i sumi[4][4];
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)((const mu_block_q8_K *)(a + (size_t)t * as) + i)->bsums);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) sumi[r][t] = _mm256_madd_epi16(hb[r][i].corr, bs);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < 8; c++) {
+            __m256i av[4];
+#pragma GCC unroll 4
+            for (int t = 0; t < TN; t++)
+                av[t] = _mm256_loadu_si256((const __m256i *)(((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs + 32 * c));
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m256i wq = hb[r][i].q[c];
+#pragma GCC unroll 4
+                for (int t = 0; t < TN; t++)
+                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wq, av[t]), hb[r][i].s[c]));
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) {
+            const float yd = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->d;
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * hb[r][i].d), _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TN; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) y[(size_t)t * ys + r] = hsum_ps256(acc[r][t]);
+}
+
+#ifndef Q6K_R
+#define Q6K_R 2
+#endif
+#ifndef Q6K_T
+#define Q6K_T 3
+#endif
+#define Q6K_MAX_NB 64
+
+/* R rows at r against n_t activation rows. */
+AI void q6k_rows(int nb, const uint8_t *w, size_t ws, int r, const uint8_t *a, size_t as, int n_t, float *y, int ys,
+                 const int R) {
+    static _Thread_local q6k_hb buf[Q6K_R][Q6K_MAX_NB];
+    const q6k_hb *hb[Q6K_R];
+    for (int k = 0; k < R; k++) {
+        const mu_block_q6_K *x = (const mu_block_q6_K *)(w + (size_t)(r + k) * ws);
+        for (int i = 0; i < nb; i++) q6k_hbuild(&x[i], &buf[k][i]);
+        hb[k] = buf[k];
+    }
+    int t = 0;
+    for (; t + Q6K_T <= n_t; t += Q6K_T) q6k_htile(nb, hb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, R, Q6K_T);
+    const uint8_t *at = a + (size_t)t * as;
+    float *yt = y + (size_t)t * ys + r;
+    switch (n_t - t) {
+    case 3: q6k_htile(nb, hb, at, as, yt, ys, R, 3); break;
+    case 2: q6k_htile(nb, hb, at, as, yt, ys, R, 2); break;
+    case 1: q6k_htile(nb, hb, at, as, yt, ys, R, 1); break;
+    default: break;
+    }
+}
+
+/* Q6_K rounds as vec_dot in every row (llama.cpp does not repack it on x86). */
+static void gemm_q6_K_avx2(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    const int nb = n / MU_QK_K;
+    const uint8_t *wb = w, *ab = a;
+    if (nb > Q6K_MAX_NB || n_t < 2) {
+        for (int t = 0; t < n_t; t++)
+            for (int r = r0; r < r1; r++) y[(size_t)t * ys + r] = dot_q6_K(n, wb + (size_t)r * ws, ab + (size_t)t * as);
+        return;
+    }
+    int r = r0;
+    for (; r + Q6K_R <= r1; r += Q6K_R) q6k_rows(nb, wb, ws, r, ab, as, n_t, y, ys, Q6K_R);
+    for (; r < r1; r++) q6k_rows(nb, wb, ws, r, ab, as, n_t, y, ys, 1);
+}
+
 void mu_kern_fill_gemm_avx2(mu_kern *k) {
     dot_q4_K = k->vec_dot[MU_T_Q4_K];
     dot_q6_K = k->vec_dot[MU_T_Q6_K];
@@ -299,4 +421,5 @@ void mu_kern_fill_gemm_avx2(mu_kern *k) {
     dot_f16 = k->vec_dot[MU_T_F16];
     k->vec_dot_batch[MU_T_Q4_K] = vec_dot_q4_K_batch_avx2;
     k->gemm[MU_T_Q4_K] = gemm_q4_K_avx2;
+    k->gemm[MU_T_Q6_K] = gemm_q6_K_avx2;
 }
