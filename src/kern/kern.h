@@ -111,6 +111,7 @@ void mu_kern_fill_attn_avx2(mu_kern *k);
 void mu_kern_fill_attn_avx512(mu_kern *k);
 void mu_kern_fill_attn_neon(mu_kern *k);
 void mu_kern_fill_gemm_avx2(mu_kern *k);
+void mu_kern_fill_gemm_avx512(mu_kern *k);
 void mu_kern_fill_gemm_neon(mu_kern *k);
 
 /* fp16 / bf16 conversions (round to nearest even), scalar. */

@@ -72,6 +72,7 @@ static void init(void) {
         T_AVX512.name = "avx512";
         mu_kern_fill_avx512(&T_AVX512);
         mu_kern_fill_attn_avx512(&T_AVX512);
+        mu_kern_fill_gemm_avx512(&T_AVX512);
         ok_avx512 = 1;
     }
 #endif
