@@ -27,6 +27,13 @@
 
 #define AI __attribute__((always_inline)) static inline
 
+/* GCC's first scheduling pass hoists the loads of the unrolled tiles ahead
+ * of their use and spills registers to the stack (the Q6_K tile: 118 spill
+ * loads/stores in the SDOT variant, 307 in the other); without it, none. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("no-schedule-insns")
+#endif
+
 int mu_kern_neon_has_sdot(void); /* kern_neon.c */
 
 /* The table's own single dots for the paths that fall back to them. */
@@ -70,12 +77,14 @@ AI float hsum16_v(float32x4_t q0, float32x4_t q1, float32x4_t q2, float32x4_t q3
 AI void store_lanes(float32x4_t v, float *y, int ys, int tn) {
     float l[4];
     vst1q_f32(l, v);
+#pragma GCC unroll 4
     for (int t = 0; t < tn; t++) y[(size_t)t * ys] = l[t];
 }
 
 /* Pointers to 4 activation rows starting at row t0 of a; rows past the
  * last (t0 + tn) repeat it, so a partial quad computes valid data. */
 AI void quad_rows(const uint8_t *a, size_t as, int t0, int tn, const uint8_t *at[4]) {
+#pragma GCC unroll 4
     for (int t = 0; t < 4; t++) at[t] = a + (size_t)(t0 + (t < tn ? t : tn - 1)) * as;
 }
 
@@ -144,6 +153,7 @@ AI float q4k_batch_body(int n, const void *w, const void *act, const int sd) {
         k4_scales(x[i].scales, u);
         const uint8_t *sc = (const uint8_t *)u;
         int32x4_t v[4];
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             int8x16_t q[4];
             q4k_unpack(x[i].qs + 32 * j, q);
@@ -154,6 +164,7 @@ AI float q4k_batch_body(int n, const void *w, const void *act, const int sd) {
         vst1q_f32(im, vcvtq_f32_s32(q4k_imins(bsum_pairs(&y[i]), q4k_mins16(u))));
         const float32x2_t dd = f16x2(&x[i].d); /* d, dmin */
         const float d = vget_lane_f32(dd, 0) * y[i].d, dm = vget_lane_f32(dd, 1) * y[i].d;
+#pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             acc = fmaf(is[j], d, acc);
             accm = fmaf(im[j], dm, accm);
@@ -171,62 +182,72 @@ static float vec_dot_q4_K_batch_mull(int n, const void *w, const void *a) { retu
 AI void q4k_tile(int nb, const uint8_t *w, size_t ws, const uint8_t *const at[4], float *y, int ys, int tn,
                  const int RW, const int per64, const int sd) {
     float32x4_t acc[2], accm[2];
+#pragma GCC unroll 4
     for (int r = 0; r < RW; r++) acc[r] = accm[r] = vdupq_n_f32(0);
     for (int i = 0; i < nb; i++) {
         const mu_block_q8_K *b[4];
+#pragma GCC unroll 4
         for (int t = 0; t < 4; t++) b[t] = (const mu_block_q8_K *)at[t] + i;
         const float32x4_t yd = {b[0]->d, b[1]->d, b[2]->d, b[3]->d};
         int16x8_t pr[4];
+#pragma GCC unroll 4
         for (int t = 0; t < 4; t++) pr[t] = bsum_pairs(b[t]);
         const mu_block_q4_K *x[2];
         uint32_t u[2][4];
-        float32x4_t dv[2], dmv[2];
-        int32x4_t mj[2][4]; /* [row][j], lanes: activation rows */
+        float32x4_t dv[2];
+#pragma GCC unroll 4
         for (int r = 0; r < RW; r++) {
             x[r] = (const mu_block_q4_K *)(w + (size_t)r * ws) + i;
             k4_scales(x[r]->scales, u[r]);
+            const float32x2_t dd = f16x2(&x[r]->d);
+            dv[r] = vmulq_lane_f32(yd, dd, 0); /* d_x * d_a per lane, as the ref's product */
+            const float32x4_t dmv = vmulq_lane_f32(yd, dd, 1);
+            /* the mins: imin_j per activation row, transposed to rows j, lanes t */
             const int16x8_t mn = q4k_mins16(u[r]);
             const int32x4_t m0 = q4k_imins(pr[0], mn), m1 = q4k_imins(pr[1], mn);
             const int32x4_t m2 = q4k_imins(pr[2], mn), m3 = q4k_imins(pr[3], mn);
-            /* transpose: rows t, columns j -> rows j, lanes t */
             const int64x2_t t0 = vreinterpretq_s64_s32(vtrn1q_s32(m0, m1)), t1 = vreinterpretq_s64_s32(vtrn2q_s32(m0, m1));
             const int64x2_t t2 = vreinterpretq_s64_s32(vtrn1q_s32(m2, m3)), t3 = vreinterpretq_s64_s32(vtrn2q_s32(m2, m3));
-            mj[r][0] = vreinterpretq_s32_s64(vtrn1q_s64(t0, t2));
-            mj[r][1] = vreinterpretq_s32_s64(vtrn1q_s64(t1, t3));
-            mj[r][2] = vreinterpretq_s32_s64(vtrn2q_s64(t0, t2));
-            mj[r][3] = vreinterpretq_s32_s64(vtrn2q_s64(t1, t3));
-            const float32x2_t dd = f16x2(&x[r]->d);
-            dv[r] = vmulq_lane_f32(yd, dd, 0); /* d_x * d_a per lane, as the ref's product */
-            dmv[r] = vmulq_lane_f32(yd, dd, 1);
+            const int32x4_t mj[4] = {vreinterpretq_s32_s64(vtrn1q_s64(t0, t2)), vreinterpretq_s32_s64(vtrn1q_s64(t1, t3)),
+                                     vreinterpretq_s32_s64(vtrn2q_s64(t0, t2)), vreinterpretq_s32_s64(vtrn2q_s64(t1, t3))};
+            /* accm is its own chain: its FMAs can all run here, in the ref's order */
+            if (per64) {
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) accm[r] = vfmaq_f32(accm[r], vcvtq_f32_s32(mj[j]), dmv);
+            } else {
+                const int32x4_t mt = vaddq_s32(vaddq_s32(mj[0], mj[1]), vaddq_s32(mj[2], mj[3]));
+                accm[r] = vfmaq_f32(accm[r], vcvtq_f32_s32(mt), dmv);
+            }
         }
-        int32x4_t tot[2], totm[2];
-        for (int r = 0; r < RW; r++) tot[r] = totm[r] = vdupq_n_s32(0);
-        for (int j = 0; j < 4; j++) {
+        int32x4_t tot[2];
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++) tot[r] = vdupq_n_s32(0);
+#pragma GCC unroll 1
+        for (int j = 0; j < 4; j++) { /* kept a loop: the code of one j already fills the registers */
             int8x16_t q[2][4];
             int32x4_t v[2][4];
+#pragma GCC unroll 4
             for (int r = 0; r < RW; r++) q4k_unpack(x[r]->qs + 32 * j, q[r]);
+#pragma GCC unroll 4
             for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
                 for (int r = 0; r < RW; r++) {
                     const uint8_t *sc = (const uint8_t *)u[r];
                     v[r][t] = q4k_part(q[r], b[t]->qs + 64 * j, sc[2 * j], sc[2 * j + 1], sd);
                 }
+#pragma GCC unroll 4
             for (int r = 0; r < RW; r++) {
                 const int32x4_t s = hsum4x4(v[r][0], v[r][1], v[r][2], v[r][3]);
-                if (per64) {
-                    acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s), dv[r]);
-                    accm[r] = vfmaq_f32(accm[r], vcvtq_f32_s32(mj[r][j]), dmv[r]);
-                } else {
-                    tot[r] = vaddq_s32(tot[r], s);
-                    totm[r] = vaddq_s32(totm[r], mj[r][j]);
-                }
+                if (per64) acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(s), dv[r]);
+                else tot[r] = vaddq_s32(tot[r], s);
             }
         }
-        if (!per64)
-            for (int r = 0; r < RW; r++) {
-                acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(tot[r]), dv[r]);
-                accm[r] = vfmaq_f32(accm[r], vcvtq_f32_s32(totm[r]), dmv[r]);
-            }
+        if (!per64) {
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++) acc[r] = vfmaq_f32(acc[r], vcvtq_f32_s32(tot[r]), dv[r]);
+        }
     }
+#pragma GCC unroll 4
     for (int r = 0; r < RW; r++) store_lanes(vsubq_f32(acc[r], accm[r]), y + r, ys, tn);
 }
 
@@ -267,41 +288,52 @@ static void gemm_q4_K_mull(int n, const void *w, size_t ws, int r0, int r1, cons
 
 /* ---- Q6_K --------------------------------------------------------------- */
 
+/* Half `half` (bytes 16*half..+16 of every 32-value chunk) of one Q6_K
+ * block against 4 activation blocks: acc[t] += scale * (codes . q8) in the
+ * ref's lanes, scales 2c + half. */
+AI void q6k_half(const mu_block_q6_K *x, const mu_block_q8_K *const b[4], const int half, int32x4_t acc[4],
+                 const int sd) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x30);
+    const int o = 16 * half;
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *ql = x->ql + 64 * h, *qh = x->qh + 32 * h;
+        const int8_t *sc = x->scales + 8 * h + half;
+        const uint8x16_t qa = vld1q_u8(ql + o), qb = vld1q_u8(ql + 32 + o), hb = vld1q_u8(qh + o);
+        int8x16_t q[4];
+        q[0] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(qa, m4), vandq_u8(vshlq_n_u8(hb, 4), m3)));
+        q[1] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(qb, m4), vandq_u8(vshlq_n_u8(hb, 2), m3)));
+        q[2] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(qa, 4), vandq_u8(hb, m3)));
+        q[3] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(qb, 4), vandq_u8(vshrq_n_u8(hb, 2), m3)));
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const int8_t *q8 = b[t]->qs + 128 * h + o;
+#pragma GCC unroll 4
+            for (int k = 0; k < 4; k++)
+                acc[t] = vmlaq_n_s32(acc[t], dot16(vdupq_n_s32(0), q[k], vld1q_s8(q8 + 32 * k), sd), sc[2 * k]);
+        }
+    }
+}
+
 /* One weight row x 4 activation rows in the ref's vec_dot lanes: lanes m < 4
  * (lo) from the first 16 bytes of each 32-value chunk (scale 2c), m >= 4
  * (hi) from the second (scale 2c+1), unsigned codes, minus 32 * (bsums .
  * scales) of sub-blocks 2m, 2m+1; FMA by d per lane; hsum8. */
 AI void q6k_tile(int nb, const mu_block_q6_K *x, const uint8_t *const at[4], float *y, int ys, int tn, const int sd) {
-    const uint8x16_t m4 = vdupq_n_u8(0x0f), m3 = vdupq_n_u8(0x30);
     float32x4_t a0[4], a1[4];
+#pragma GCC unroll 4
     for (int t = 0; t < 4; t++) a0[t] = a1[t] = vdupq_n_f32(0);
     for (int i = 0; i < nb; i++) {
         const mu_block_q8_K *b[4];
+#pragma GCC unroll 4
         for (int t = 0; t < 4; t++) b[t] = (const mu_block_q8_K *)at[t] + i;
         int32x4_t lo[4], hi[4];
+#pragma GCC unroll 4
         for (int t = 0; t < 4; t++) lo[t] = hi[t] = vdupq_n_s32(0);
-        const int8_t *sc = x[i].scales;
-        for (int h = 0; h < 2; h++)
-            for (int half = 0; half < 2; half++) {
-                const int o = 16 * half;
-                const uint8_t *ql = x[i].ql + 64 * h, *qh = x[i].qh + 32 * h;
-                const uint8x16_t qa = vld1q_u8(ql + o), qb = vld1q_u8(ql + 32 + o), hb = vld1q_u8(qh + o);
-                int8x16_t q[4];
-                q[0] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(qa, m4), vandq_u8(vshlq_n_u8(hb, 4), m3)));
-                q[1] = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(qb, m4), vandq_u8(vshlq_n_u8(hb, 2), m3)));
-                q[2] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(qa, 4), vandq_u8(hb, m3)));
-                q[3] = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(qb, 4), vandq_u8(vshrq_n_u8(hb, 2), m3)));
-                for (int t = 0; t < 4; t++) {
-                    const int8_t *q8 = b[t]->qs + 128 * h + o;
-                    for (int k = 0; k < 4; k++) {
-                        const int32x4_t p = dot16(vdupq_n_s32(0), q[k], vld1q_s8(q8 + 32 * k), sd);
-                        if (half) hi[t] = vmlaq_n_s32(hi[t], p, sc[8 * h + 2 * k + 1]);
-                        else lo[t] = vmlaq_n_s32(lo[t], p, sc[8 * h + 2 * k]);
-                    }
-                }
-            }
-        const int16x8_t s0 = vmovl_s8(vld1_s8(sc)), s1 = vmovl_s8(vld1_s8(sc + 8));
+        q6k_half(&x[i], b, 0, lo, sd);
+        q6k_half(&x[i], b, 1, hi, sd);
+        const int16x8_t s0 = vmovl_s8(vld1_s8(x[i].scales)), s1 = vmovl_s8(vld1_s8(x[i].scales + 8));
         const float dx = f16_1(x[i].d);
+#pragma GCC unroll 4
         for (int t = 0; t < 4; t++) {
             const int16x8_t b0 = vld1q_s16(b[t]->bsums), b1 = vld1q_s16(b[t]->bsums + 8);
             const int32x4_t c0 = vpaddq_s32(vmull_s16(vget_low_s16(b0), vget_low_s16(s0)), vmull_high_s16(b0, s0));
@@ -311,7 +343,10 @@ AI void q6k_tile(int nb, const mu_block_q6_K *x, const uint8_t *const at[4], flo
             a1[t] = vfmaq_n_f32(a1[t], vcvtq_f32_s32(vsubq_s32(hi[t], vshlq_n_s32(c1, 5))), d);
         }
     }
-    for (int t = 0; t < tn; t++) y[(size_t)t * ys] = hsum8_v(a0[t], a1[t]);
+    float res[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) res[t] = hsum8_v(a0[t], a1[t]);
+    for (int t = 0; t < tn; t++) y[(size_t)t * ys] = res[t];
 }
 
 AI void gemm_q6_K_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
