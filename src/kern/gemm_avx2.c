@@ -414,6 +414,216 @@ static void gemm_q6_K_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
     for (; r < r1; r++) q6k_rows(nb, wb, ws, r, ab, as, n_t, y, ys, 1);
 }
 
+/* ---- F32 / F16 / BF16 batch dots (llamafile tinyBLAS orders) ------------ */
+
+static inline __m256 f16x8(const mu_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
+
+/* ref: one 16-lane FMA accumulator (lanes 0-7, 8-15 in two ymm), hsum16. */
+static float vec_dot_f32_batch_avx2(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i), lo);
+        hi = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8), hi);
+    }
+    return hsum16_ps(lo, hi);
+}
+
+/* ref: the same over F16 values (their products are exact in float). */
+static float vec_dot_f16_batch_avx2(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i + 16 <= n; i += 16) {
+        lo = _mm256_fmadd_ps(f16x8(x + i), f16x8(y + i), lo);
+        hi = _mm256_fmadd_ps(f16x8(x + i + 8), f16x8(y + i + 8), hi);
+    }
+    return hsum16_ps(lo, hi);
+}
+
+/* VDPBF16PS as kern_ref.c's dpbf16_pair defines it, on 8 lanes: v holds 8
+ * bf16 pairs of x, u of y (lane l: element 2l in the low half). Inputs with
+ * a zero exponent read as +0 (DAZ), results with one are flushed to a zero
+ * of their sign (FTZ); each FMA rounds once. */
+static inline __m256 bf16_even(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+static inline __m256 bf16_odd(__m256i v) {
+    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline __m256 f32_daz(__m256 f) {
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), _mm256_set1_epi32(0x7f800000));
+    return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())), f);
+}
+static inline __m256 f32_ftz(__m256 f) {
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), _mm256_set1_epi32(0x7f800000));
+    const __m256i m = _mm256_and_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(0x7fffffff));
+    return _mm256_andnot_ps(_mm256_castsi256_ps(m), f);
+}
+/* acc (already flushed) + the pairs: the odd element first, then the even */
+static inline __m256 dpbf16_8(__m256 acc, __m256i v, __m256i u) {
+    acc = f32_ftz(_mm256_fmadd_ps(f32_daz(bf16_odd(v)), f32_daz(bf16_odd(u)), acc));
+    return f32_ftz(_mm256_fmadd_ps(f32_daz(bf16_even(v)), f32_daz(bf16_even(u)), acc));
+}
+
+/* ref (ggml_vec_dot_bf16 with AVX512BF16): two 16-lane accumulators over
+ * elements 0..31 and 32..63 of every 64, each reduced as hsum16, added in
+ * double, the tail in double. */
+static float vec_dot_bf16_avx2(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    __m256 c[4];
+    for (int k = 0; k < 4; k++) c[k] = _mm256_setzero_ps();
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            c[k] = dpbf16_8(c[k], _mm256_loadu_si256((const __m256i *)(x + i + 16 * k)),
+                            _mm256_loadu_si256((const __m256i *)(y + i + 16 * k)));
+    double s = (double)hsum16_ps(c[0], c[1]);
+    s += (double)hsum16_ps(c[2], c[3]);
+    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
+    return (float)s;
+}
+
+/* ref (tinyBLAS BF16, steps of 32): one 16-lane accumulator; n % 32 != 0
+ * takes vec_dot, as llama.cpp does. */
+static float vec_dot_bf16_batch_avx2(int n, const void *w, const void *a) {
+    if (n % 32) return vec_dot_bf16_avx2(n, w, a);
+    const mu_bf16 *x = w, *y = a;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i < n; i += 32) {
+        lo = dpbf16_8(lo, _mm256_loadu_si256((const __m256i *)(x + i)), _mm256_loadu_si256((const __m256i *)(y + i)));
+        hi = dpbf16_8(hi, _mm256_loadu_si256((const __m256i *)(x + i + 16)),
+                      _mm256_loadu_si256((const __m256i *)(y + i + 16)));
+    }
+    return hsum16_ps(lo, hi);
+}
+
+/* ---- F16 gemm (the tinyBLAS order of vec_dot_batch) --------------------- */
+
+#define F16_MAX_N 16384
+#define F16_R 3
+#define F16_T 2
+
+/* R rows (as floats, n apart) against TN activation rows (F16). */
+AI void f16_tile(int n, const float *wf, const uint8_t *a, size_t as, float *y, int ys, const int R, const int TN) {
+    __m256 acc[F16_R][F16_T][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) acc[r][t][0] = acc[r][t][1] = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 16)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            __m256 av[F16_T];
+#pragma GCC unroll 4
+            for (int t = 0; t < TN; t++) av[t] = f16x8((const mu_f16 *)(a + (size_t)t * as) + i + 8 * h);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m256 wv = _mm256_loadu_ps(wf + (size_t)r * n + i + 8 * h);
+#pragma GCC unroll 4
+                for (int t = 0; t < TN; t++) acc[r][t][h] = _mm256_fmadd_ps(wv, av[t], acc[r][t][h]);
+            }
+        }
+#pragma GCC unroll 4
+    for (int t = 0; t < TN; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) y[(size_t)t * ys + r] = hsum16_ps(acc[r][t][0], acc[r][t][1]);
+}
+
+AI void f16_rows(int n, const uint8_t *w, size_t ws, int r, const uint8_t *a, size_t as, int n_t, float *y, int ys,
+                 const int R) {
+    static _Thread_local float wf[F16_R * F16_MAX_N];
+    for (int k = 0; k < R; k++) {
+        const mu_f16 *x = (const mu_f16 *)(w + (size_t)(r + k) * ws);
+        for (int i = 0; i < n; i += 8) _mm256_storeu_ps(wf + (size_t)k * n + i, f16x8(x + i));
+    }
+    int t = 0;
+    for (; t + F16_T <= n_t; t += F16_T) f16_tile(n, wf, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, R, F16_T);
+    if (t < n_t) f16_tile(n, wf, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, R, 1);
+}
+
+/* tinyBLAS handles only n % 16 == 0; otherwise llama.cpp (and the ref) use
+ * vec_dot for every row. */
+static void gemm_f16_avx2(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
+                          int ys) {
+    const uint8_t *wb = w, *ab = a;
+    if (n % 16 || n > F16_MAX_N) {
+        mu_vec_dot_fn d = n % 16 ? dot_f16 : vec_dot_f16_batch_avx2;
+        for (int t = 0; t < n_t; t++)
+            for (int r = r0; r < r1; r++) y[(size_t)t * ys + r] = d(n, wb + (size_t)r * ws, ab + (size_t)t * as);
+        return;
+    }
+    int r = r0;
+    for (; r + F16_R <= r1; r += F16_R) f16_rows(n, wb, ws, r, ab, as, n_t, y, ys, F16_R);
+    for (; r < r1; r++) f16_rows(n, wb, ws, r, ab, as, n_t, y, ys, 1);
+}
+
+/* ---- Q8_0 gemm (the vec_dot order: 8 lanes of 4-byte sums, FMA per block) */
+
+#ifndef Q80_R
+#define Q80_R 2
+#endif
+#ifndef Q80_T
+#define Q80_T 4
+#endif
+
+AI void q8_0_tile(int nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *y, int ys, const int R,
+                  const int TN) {
+    __m256 acc[Q80_R][Q80_T];
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) acc[r][t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    for (int i = 0; i < nb; i++) {
+        __m256i qy[Q80_T];
+        __m256 dy[Q80_T];
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + i;
+            qy[t] = _mm256_loadu_si256((const __m256i *)b->qs);
+            dy[t] = _mm256_set1_ps(f16_to_f32(b->d));
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const mu_block_q8_0 *x = (const mu_block_q8_0 *)(w + (size_t)r * ws) + i;
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)x->qs);
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            const __m256 dx = _mm256_set1_ps(f16_to_f32(x->d));
+#pragma GCC unroll 4
+            for (int t = 0; t < TN; t++) {
+                const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy[t], qx)), ones);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dx, dy[t]), _mm256_cvtepi32_ps(s), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TN; t++)
+#pragma GCC unroll 4
+        for (int r = 0; r < R; r++) y[(size_t)t * ys + r] = hsum_ps256(acc[r][t]);
+}
+
+AI void q8_0_rows(int nb, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, int n_t, float *y, int ys,
+                  const int R) {
+    int t = 0;
+    for (; t + Q80_T <= n_t; t += Q80_T) q8_0_tile(nb, w, ws, a + (size_t)t * as, as, y + (size_t)t * ys, ys, R, Q80_T);
+    const uint8_t *at = a + (size_t)t * as;
+    float *yt = y + (size_t)t * ys;
+    switch (n_t - t) {
+    case 3: q8_0_tile(nb, w, ws, at, as, yt, ys, R, 3); break;
+    case 2: q8_0_tile(nb, w, ws, at, as, yt, ys, R, 2); break;
+    case 1: q8_0_tile(nb, w, ws, at, as, yt, ys, R, 1); break;
+    default: break;
+    }
+}
+
+static void gemm_q8_0_avx2(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    const int nb = n / MU_QK8_0;
+    const uint8_t *wb = w, *ab = a;
+    int r = r0;
+    for (; r + Q80_R <= r1; r += Q80_R) q8_0_rows(nb, wb + (size_t)r * ws, ws, ab, as, n_t, y + r, ys, Q80_R);
+    for (; r < r1; r++) q8_0_rows(nb, wb + (size_t)r * ws, ws, ab, as, n_t, y + r, ys, 1);
+}
+
 void mu_kern_fill_gemm_avx2(mu_kern *k) {
     dot_q4_K = k->vec_dot[MU_T_Q4_K];
     dot_q6_K = k->vec_dot[MU_T_Q6_K];
@@ -422,4 +632,10 @@ void mu_kern_fill_gemm_avx2(mu_kern *k) {
     k->vec_dot_batch[MU_T_Q4_K] = vec_dot_q4_K_batch_avx2;
     k->gemm[MU_T_Q4_K] = gemm_q4_K_avx2;
     k->gemm[MU_T_Q6_K] = gemm_q6_K_avx2;
+    k->gemm[MU_T_F16] = gemm_f16_avx2;
+    k->gemm[MU_T_Q8_0] = gemm_q8_0_avx2;
+    k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_avx2;
+    k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx2;
+    k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_avx2;
+    k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx2;
 }
