@@ -37,7 +37,7 @@
 int mu_kern_neon_has_sdot(void); /* kern_neon.c */
 
 /* The table's own single dots for the paths that fall back to them. */
-static mu_vec_dot_fn vd_f16, vd_bf16;
+static mu_vec_dot_fn vd_f32, vd_f16, vd_bf16;
 
 /* ---- shared pieces ------------------------------------------------------ */
 
@@ -374,14 +374,288 @@ static void gemm_q6_K_mull(int n, const void *w, size_t ws, int r0, int r1, cons
     gemm_q6_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
 }
 
+/* ---- Q8_0 --------------------------------------------------------------- */
+
+/* RW (1 or 2) weight rows x 4 activation rows in the ref's vec_dot lanes:
+ * lane l of 8 = bytes 4l..4l+3 of each block, acc = fma(d_x*d_a, sum, acc),
+ * then hsum8. */
+AI void q80_tile(int nb, const uint8_t *w, size_t ws, const uint8_t *const at[4], float *y, int ys, int tn,
+                 const int RW, const int sd) {
+    float32x4_t acc[2][4][2];
+#pragma GCC unroll 4
+    for (int r = 0; r < RW; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) acc[r][t][0] = acc[r][t][1] = vdupq_n_f32(0);
+    for (int i = 0; i < nb; i++) {
+        const mu_block_q8_0 *b[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) b[t] = (const mu_block_q8_0 *)at[t] + i;
+        const uint16x4_t hd = {b[0]->d, b[1]->d, b[2]->d, b[3]->d};
+        const float32x4_t dy = vcvt_f32_f16(vreinterpret_f16_u16(hd));
+        int8x16_t xq[2][2];
+        float dl[2][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < RW; r++) {
+            const mu_block_q8_0 *x = (const mu_block_q8_0 *)(w + (size_t)r * ws) + i;
+            xq[r][0] = vld1q_s8(x->qs);
+            xq[r][1] = vld1q_s8(x->qs + 16);
+            vst1q_f32(dl[r], vmulq_n_f32(dy, f16_1(x->d))); /* d_x * d_a, as the ref's product */
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const int8x16_t y0 = vld1q_s8(b[t]->qs), y1 = vld1q_s8(b[t]->qs + 16);
+#pragma GCC unroll 4
+            for (int r = 0; r < RW; r++) {
+                const int32x4_t s0 = dot16(vdupq_n_s32(0), xq[r][0], y0, sd);
+                const int32x4_t s1 = dot16(vdupq_n_s32(0), xq[r][1], y1, sd);
+                acc[r][t][0] = vfmaq_n_f32(acc[r][t][0], vcvtq_f32_s32(s0), dl[r][t]);
+                acc[r][t][1] = vfmaq_n_f32(acc[r][t][1], vcvtq_f32_s32(s1), dl[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < RW; r++) {
+        float res[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) res[t] = hsum8_v(acc[r][t][0], acc[r][t][1]);
+        for (int t = 0; t < tn; t++) y[(size_t)t * ys + r] = res[t];
+    }
+}
+
+AI void gemm_q8_0_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
+                       int ys, const int sd) {
+    const int nb = n / MU_QK8_0, rc = rows_per_chunk(ws);
+    const uint8_t *wb = w, *ab = a;
+    for (int c0 = r0; c0 < r1; c0 += rc) {
+        const int c1 = c0 + rc < r1 ? c0 + rc : r1;
+        for (int t0 = 0; t0 < n_t; t0 += 4) {
+            const int tn = n_t - t0 < 4 ? n_t - t0 : 4;
+            const uint8_t *at[4];
+            quad_rows(ab, as, t0, tn, at);
+            float *yt = y + (size_t)t0 * ys;
+            int r = c0;
+            for (; r + 2 <= c1; r += 2) q80_tile(nb, wb + (size_t)r * ws, ws, at, yt + r, ys, tn, 2, sd);
+            if (r < c1) q80_tile(nb, wb + (size_t)r * ws, ws, at, yt + r, ys, tn, 1, sd);
+        }
+    }
+}
+
+static void gemm_q8_0_sdot(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    gemm_q8_0_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 1);
+}
+static void gemm_q8_0_mull(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    gemm_q8_0_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
+}
+
+/* ---- F32, F16, BF16: llamafile tinyBLAS orders --------------------------- */
+
+/* 16 lanes of a weight type from p (elements), as 4 quarters. */
+AI void f32x16(const float *p, float32x4_t q[4]) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) q[k] = vld1q_f32(p + 4 * k);
+}
+AI void f16x16(const mu_f16 *p, float32x4_t q[4]) {
+    const uint16x8_t a = vld1q_u16(p), b = vld1q_u16(p + 8);
+    q[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(a)));
+    q[1] = vcvt_high_f32_f16(vreinterpretq_f16_u16(a));
+    q[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(b)));
+    q[3] = vcvt_high_f32_f16(vreinterpretq_f16_u16(b));
+}
+
+/* The tail of a single-row tinyBLAS dot when n % 16 != 0 (forward.c never
+ * takes the batch path then, and the ref reads past the row): the lanes of
+ * the last partial step accumulate only the elements that exist. */
+static float tb_tail(float32x4_t q0, float32x4_t q1, float32x4_t q2, float32x4_t q3, const float *xf,
+                     const mu_f16 *xh, const float *yf, const mu_f16 *yh, int i, int n) {
+    float l[16];
+    vst1q_f32(l, q0);
+    vst1q_f32(l + 4, q1);
+    vst1q_f32(l + 8, q2);
+    vst1q_f32(l + 12, q3);
+    for (int k = i; k < n; k++)
+        l[k - i] = xf ? fmaf(xf[k], yf[k], l[k - i]) : fmaf(mu_f16_to_f32(xh[k]), mu_f16_to_f32(yh[k]), l[k - i]);
+    return mu_hsum16(l);
+}
+
+/* ref vec_dot_batch F32: one 16-lane FMA accumulator, hsum16. */
+static float vec_dot_f32_batch_neon(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float32x4_t xq[4], yq[4];
+        f32x16(x + i, xq);
+        f32x16(y + i, yq);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) acc[k] = vfmaq_f32(acc[k], xq[k], yq[k]);
+    }
+    if (i < n) return tb_tail(acc[0], acc[1], acc[2], acc[3], x, NULL, y, NULL, i, n);
+    return hsum16_v(acc[0], acc[1], acc[2], acc[3]);
+}
+
+/* ref vec_dot_batch F16: the same over F16 values (their products are exact
+ * in float, so the FMA rounds as the ref's add). */
+static float vec_dot_f16_batch_neon(int n, const void *w, const void *a) {
+    const mu_f16 *x = w, *y = a;
+    float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        float32x4_t xq[4], yq[4];
+        f16x16(x + i, xq);
+        f16x16(y + i, yq);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) acc[k] = vfmaq_f32(acc[k], xq[k], yq[k]);
+    }
+    if (i < n) return tb_tail(acc[0], acc[1], acc[2], acc[3], NULL, x, NULL, y, i, n);
+    return hsum16_v(acc[0], acc[1], acc[2], acc[3]);
+}
+
+/* BF16 (VDPBF16PS as the ref models it): inputs with a zero exponent read as
+ * +0, each FMA result below 2^-126 in magnitude flushed to a zero of its
+ * sign. */
+AI uint16x8_t bf16_daz(uint16x8_t h) { return vandq_u16(h, vtstq_u16(h, vdupq_n_u16(0x7f80))); }
+AI float32x4_t bf16_lo(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h), 16)); }
+AI float32x4_t bf16_hi(uint16x8_t h) { return vreinterpretq_f32_u32(vshll_high_n_u16(h, 16)); }
+AI float32x4_t ftz(float32x4_t v) {
+    const uint32x4_t tiny = vandq_u32(vcaltq_f32(v, vdupq_n_f32(0x1p-126f)), vdupq_n_u32(0x7fffffffu));
+    return vreinterpretq_f32_u32(vbicq_u32(vreinterpretq_u32_f32(v), tiny));
+}
+/* Lanes 8h..8h+7 of a 32-element step: pair 2l, 2l+1 per lane l, as
+ * (odd, even) quarters for lanes 8h..8h+3 and 8h+4..8h+7. */
+AI void bf16_pairs(const mu_bf16 *p, float32x4_t od[2], float32x4_t ev[2]) {
+    const uint16x8x2_t v = vld2q_u16(p);
+    const uint16x8_t e = bf16_daz(v.val[0]), o = bf16_daz(v.val[1]);
+    ev[0] = bf16_lo(e);
+    ev[1] = bf16_hi(e);
+    od[0] = bf16_lo(o);
+    od[1] = bf16_hi(o);
+}
+/* acc = ftz(fma(odd)), then ftz(fma(even)): the ref's dpbf16_pair (acc is
+ * already flushed). */
+AI float32x4_t dpbf16(float32x4_t acc, float32x4_t xo, float32x4_t yo, float32x4_t xe, float32x4_t ye) {
+    return ftz(vfmaq_f32(ftz(vfmaq_f32(acc, xo, yo)), xe, ye));
+}
+
+/* ref vec_dot_batch BF16: tinyBLAS, one 16-lane accumulator over steps of
+ * 32 when n % 32 == 0, else the vec_dot. */
+static float vec_dot_bf16_batch_neon(int n, const void *w, const void *a) {
+    if (n % 32) return vd_bf16(n, w, a);
+    const mu_bf16 *x = w, *y = a;
+    float32x4_t acc[4] = {vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0), vdupq_n_f32(0)};
+    for (int i = 0; i < n; i += 32)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            float32x4_t xo[2], xe[2], yo[2], ye[2];
+            bf16_pairs(x + i + 16 * h, xo, xe);
+            bf16_pairs(y + i + 16 * h, yo, ye);
+            acc[2 * h] = dpbf16(acc[2 * h], xo[0], yo[0], xe[0], ye[0]);
+            acc[2 * h + 1] = dpbf16(acc[2 * h + 1], xo[1], yo[1], xe[1], ye[1]);
+        }
+    return hsum16_v(acc[0], acc[1], acc[2], acc[3]);
+}
+
+/* One weight row x 4 activation rows of a tinyBLAS dot: per row a 16-lane
+ * accumulator (4 quarters); the weight's 16 values converted once. */
+#define TB_F32 0
+#define TB_F16 1
+#define TB_BF16 2
+AI void tb_tile(int n, const uint8_t *x, const uint8_t *const at[4], float *y, int ys, int tn, const int K) {
+    float32x4_t acc[4][4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) acc[t][k] = vdupq_n_f32(0);
+    if (K == TB_BF16) {
+        /* lanes 0..7 (h = 0) and 8..15 (h = 1) are independent chains over
+         * the two halves of every 32 values: one pass each keeps the live
+         * accumulators at 8 */
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++)
+            for (int i = 0; i < n; i += 32) {
+                float32x4_t xo[2], xe[2];
+                bf16_pairs((const mu_bf16 *)x + i + 16 * h, xo, xe);
+#pragma GCC unroll 4
+                for (int t = 0; t < 4; t++) {
+                    float32x4_t yo[2], ye[2];
+                    bf16_pairs((const mu_bf16 *)at[t] + i + 16 * h, yo, ye);
+                    acc[t][2 * h] = dpbf16(acc[t][2 * h], xo[0], yo[0], xe[0], ye[0]);
+                    acc[t][2 * h + 1] = dpbf16(acc[t][2 * h + 1], xo[1], yo[1], xe[1], ye[1]);
+                }
+            }
+    } else {
+        for (int i = 0; i < n; i += 16) {
+            float32x4_t xq[4];
+            if (K == TB_F32) f32x16((const float *)x + i, xq);
+            else f16x16((const mu_f16 *)x + i, xq);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                float32x4_t yq[4];
+                if (K == TB_F32) f32x16((const float *)at[t] + i, yq);
+                else f16x16((const mu_f16 *)at[t] + i, yq);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) acc[t][k] = vfmaq_f32(acc[t][k], xq[k], yq[k]);
+            }
+        }
+    }
+    float res[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) res[t] = hsum16_v(acc[t][0], acc[t][1], acc[t][2], acc[t][3]);
+    for (int t = 0; t < tn; t++) y[(size_t)t * ys] = res[t];
+}
+
+/* gemm of the tinyBLAS orders; n not a multiple of the step (16, BF16 32):
+ * tinyBLAS declines and llama.cpp runs vec_dot for every row, so does this. */
+AI void gemm_tb_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
+                     int ys, const int K, mu_vec_dot_fn single) {
+    const uint8_t *wb = w, *ab = a;
+    if (n % (K == TB_BF16 ? 32 : 16)) {
+        for (int t = 0; t < n_t; t++)
+            for (int r = r0; r < r1; r++) y[(size_t)t * ys + r] = single(n, wb + (size_t)r * ws, ab + (size_t)t * as);
+        return;
+    }
+    const int rc = rows_per_chunk(ws);
+    for (int c0 = r0; c0 < r1; c0 += rc) {
+        const int c1 = c0 + rc < r1 ? c0 + rc : r1;
+        for (int t0 = 0; t0 < n_t; t0 += 4) {
+            const int tn = n_t - t0 < 4 ? n_t - t0 : 4;
+            const uint8_t *at[4];
+            quad_rows(ab, as, t0, tn, at);
+            for (int r = c0; r < c1; r++) tb_tile(n, wb + (size_t)r * ws, at, y + (size_t)t0 * ys + r, ys, tn, K);
+        }
+    }
+}
+
+static void gemm_f32_neon(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                          float *y, int ys) {
+    gemm_tb_body(n, w, ws, r0, r1, a, as, n_t, y, ys, TB_F32, vd_f32);
+}
+static void gemm_f16_neon(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                          float *y, int ys) {
+    gemm_tb_body(n, w, ws, r0, r1, a, as, n_t, y, ys, TB_F16, vd_f16);
+}
+static void gemm_bf16_neon(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    gemm_tb_body(n, w, ws, r0, r1, a, as, n_t, y, ys, TB_BF16, vd_bf16);
+}
+
 /* ---- fill ---------------------------------------------------------------- */
 
 void mu_kern_fill_gemm_neon(mu_kern *k) {
     const int sd = mu_kern_neon_has_sdot();
+    vd_f32 = k->vec_dot[MU_T_F32];
     vd_f16 = k->vec_dot[MU_T_F16];
     vd_bf16 = k->vec_dot[MU_T_BF16];
     k->vec_dot_batch[MU_T_Q4_K] = sd ? vec_dot_q4_K_batch_sdot : vec_dot_q4_K_batch_mull;
     k->gemm[MU_T_Q4_K] = sd ? gemm_q4_K_sdot : gemm_q4_K_mull;
     k->gemm[MU_T_Q6_K] = sd ? gemm_q6_K_sdot : gemm_q6_K_mull;
+    k->gemm[MU_T_Q8_0] = sd ? gemm_q8_0_sdot : gemm_q8_0_mull;
+    k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_neon;
+    k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_neon;
+    k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_neon;
+    k->gemm[MU_T_F32] = gemm_f32_neon;
+    k->gemm[MU_T_F16] = gemm_f16_neon;
+    k->gemm[MU_T_BF16] = gemm_bf16_neon;
 }
 #endif
