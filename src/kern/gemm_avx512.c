@@ -1,8 +1,381 @@
 /* gemm_avx512.c: AVX-512 matrix-matrix kernels for the types kern_avx512.c
- * has no gemm for (prefill).
+ * has no gemm for (prefill): Q5_K, BF16 and F32 weights.
  * Owns: those gemm entries of the AVX-512 table, in the rounding kern_ref.c
- * defines.
- * Does not: decide which rows take which path (forward.c does). */
+ * defines: Q5_K as vec_dot (mu_vec_dot_q5_K_ref; llama.cpp has no other
+ * Q5_K order for batches), BF16 and F32 as vec_dot_batch (llamafile
+ * tinyBLAS; BF16 with n % 32 != 0 and F32 with n % 16 != 0 as vec_dot).
+ * Does not: decide which rows take which path (forward.c does), nor own the
+ * other types' gemm (kern_avx512.c).
+ * Key design choice: register tiles of several weight rows x several
+ * activation rows, the weight data loaded (Q5_K: decoded) once per tile and
+ * reused for every activation row, the integer sums in any (exact) order,
+ * every float step in exactly the ref's order. Q5_K keeps two weight rows
+ * per zmm (row r in the low 256 bits, row r + 1 in the high), so the ref's
+ * 8 integer lanes of each row sit in the two halves without a fold, and its
+ * mins chain (a scalar per output in the ref) runs as a separate pass with
+ * 16 activation rows per vector. A few static helpers (k4_scales, the
+ * horizontal sums) are copied from kern_avx512.c, which keeps them static. */
+#include <immintrin.h>
+#include <string.h>
+
 #include "kern.h"
 
-void mu_kern_fill_gemm_avx512(mu_kern *k) { (void)k; }
+#define AI __attribute__((always_inline)) static inline
+
+/* ---- helpers (copied from kern_avx512.c) -------------------------------- */
+
+static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
+
+static inline float hsum_ps128(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* mu_hsum8: (a0+a4 + a2+a6) + (a1+a5 + a3+a7) */
+static inline float hsum_ps256(__m256 v) {
+    return hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+/* 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K block. */
+static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+}
+
+/* ---- Q5_K ----------------------------------------------------------------
+ * The ref (ggml's AVX2 q5_K): per super-block, integer lane m of 8 holds
+ * sum_j sc[j] * (q5 . a) on bytes 4m..4m+3 of sub-block j; acc[m] =
+ * fma(d_a * d_x, lane, acc[m]); summs = fma(imin, -d_a * dmin_x, summs)
+ * with imin = sum_j mn[j] * (bsums[2j] + bsums[2j+1]); the result is
+ * hsum8(acc) + summs.
+ *
+ * Here a row pair's block is decoded once per token block into a
+ * q5k_pblock. The 4-byte dots of sub-blocks 2p and 2p + 1 (vpdpbusd,
+ * |dot| <= 4 * 31 * 127 < 2^15) are packed as the two int16 halves of each
+ * lane and scaled by one vpdpwssd against (sc[2p], sc[2p + 1]): three
+ * multiplies per 64 products of a row pair. */
+typedef struct {
+    __m512i q[8];  /* sub-block c: codes 0..31; row r low 256 bits, row r + 1 high */
+    __m512i s2[4]; /* per dword: sc[2p] | sc[2p + 1] << 16, row r low, row r + 1 high */
+    __m512 dx;     /* d of row r (low 8 lanes) and row r + 1 (high) */
+    uint32_t mn[2][4]; /* per row: mn[2k] | mn[2k + 1] << 16 */
+    float ndmx[2];     /* per row: -dmin */
+} q5k_pblock;
+
+static void q5k_pbuild(const mu_block_q5_K *x0, const mu_block_q5_K *x1, q5k_pblock *o) {
+    uint32_t u0[4], u1[4];
+    k4_scales(x0->scales, u0);
+    k4_scales(x1->scales, u1);
+    const uint8_t *s0 = (const uint8_t *)u0, *s1 = (const uint8_t *)u1;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(16);
+    const __m512i qh = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0->qh)),
+                                          _mm256_loadu_si256((const __m256i *)x1->qh), 1);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(x0->qs + 32 * j))),
+                                             _mm256_loadu_si256((const __m256i *)(x1->qs + 32 * j)), 1);
+        const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        const __mmask64 ml = _mm512_test_epi8_mask(qh, _mm512_set1_epi8((char)(1 << (2 * j))));
+        const __mmask64 mh = _mm512_test_epi8_mask(qh, _mm512_set1_epi8((char)(2 << (2 * j))));
+        o->q[2 * j] = _mm512_mask_add_epi8(lo, ml, lo, b16);
+        o->q[2 * j + 1] = _mm512_mask_add_epi8(hi, mh, hi, b16);
+    }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++)
+        o->s2[p] = _mm512_inserti64x4(_mm512_set1_epi32((int)((uint32_t)s0[2 * p] | (uint32_t)s0[2 * p + 1] << 16)),
+                                      _mm256_set1_epi32((int)((uint32_t)s1[2 * p] | (uint32_t)s1[2 * p + 1] << 16)), 1);
+    for (int k = 0; k < 4; k++) {
+        o->mn[0][k] = (uint32_t)s0[8 + 2 * k] | (uint32_t)s0[9 + 2 * k] << 16;
+        o->mn[1][k] = (uint32_t)s1[8 + 2 * k] | (uint32_t)s1[9 + 2 * k] << 16;
+    }
+    o->ndmx[0] = -f16_to_f32(x0->dmin);
+    o->ndmx[1] = -f16_to_f32(x1->dmin);
+    o->dx = _mm512_insertf32x8(_mm512_set1_ps(f16_to_f32(x0->d)), _mm256_set1_ps(f16_to_f32(x1->d)), 1);
+}
+
+/* Rows r..r+3 (pairs pa, pb) against TN activation rows; writes the first
+ * nr rows: y[t][k] = hsum8(acc of row k) + sm[k][t] (the mins chain). */
+AI void q5k_ptile(int nb, const q5k_pblock *pa, const q5k_pblock *pb, const uint8_t *a, size_t as, float *y, int ys,
+                  const float *sm, int sms, int nr, const int TN) {
+    __m512 acca[6], accb[6];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acca[t] = accb[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q5k_pblock *A = &pa[i], *B = &pb[i];
+        __m512i ia[6], ib[6];
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) ia[t] = ib[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const __m512i qa0 = A->q[2 * p], qa1 = A->q[2 * p + 1], qb0 = B->q[2 * p], qb1 = B->q[2 * p + 1];
+            const __m512i z = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) {
+                const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+                const __m512i av0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 64 * p)));
+                const __m512i av1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 64 * p + 32)));
+                const __m512i da = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_dpbusd_epi32(z, qa0, av0),
+                                                           _mm512_slli_epi32(_mm512_dpbusd_epi32(z, qa1, av1), 16));
+                const __m512i db = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_dpbusd_epi32(z, qb0, av0),
+                                                           _mm512_slli_epi32(_mm512_dpbusd_epi32(z, qb1, av1), 16));
+                ia[t] = _mm512_dpwssd_epi32(ia[t], da, A->s2[p]);
+                ib[t] = _mm512_dpwssd_epi32(ib[t], db, B->s2[p]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512 yd = _mm512_set1_ps(b->d);
+            acca[t] = _mm512_fmadd_ps(_mm512_mul_ps(yd, A->dx), _mm512_cvtepi32_ps(ia[t]), acca[t]);
+            accb[t] = _mm512_fmadd_ps(_mm512_mul_ps(yd, B->dx), _mm512_cvtepi32_ps(ib[t]), accb[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+        float *yt = y + (size_t)t * ys;
+        float o[4];
+        o[0] = hsum_ps256(_mm512_castps512_ps256(acca[t]));
+        o[1] = hsum_ps256(_mm512_extractf32x8_ps(acca[t], 1));
+        o[2] = hsum_ps256(_mm512_castps512_ps256(accb[t]));
+        o[3] = hsum_ps256(_mm512_extractf32x8_ps(accb[t], 1));
+        for (int k = 0; k < nr; k++) yt[k] = o[k] + sm[k * sms + t];
+    }
+}
+
+/* The mins chain of one row (pblock half h) for the 16 activation rows whose
+ * P (bsum pairs, packed as int16 pairs) and d sit at pm, yd (token-major):
+ * summs = fma(imin, d_a * -dmin_x, summs) block by block, as the ref. */
+static inline void q5k_mins16(int nb, const q5k_pblock *pbk, int h, const int32_t *pm, const float *yd, int tbp,
+                              float *out) {
+    __m512 s = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q5k_pblock *v = &pbk[i];
+        const int32_t *p = pm + (size_t)i * 4 * tbp;
+        __m512i im = _mm512_madd_epi16(_mm512_loadu_si512(p), _mm512_set1_epi32((int)v->mn[h][0]));
+        im = _mm512_add_epi32(im, _mm512_madd_epi16(_mm512_loadu_si512(p + tbp), _mm512_set1_epi32((int)v->mn[h][1])));
+        im = _mm512_add_epi32(im, _mm512_madd_epi16(_mm512_loadu_si512(p + 2 * tbp), _mm512_set1_epi32((int)v->mn[h][2])));
+        im = _mm512_add_epi32(im, _mm512_madd_epi16(_mm512_loadu_si512(p + 3 * tbp), _mm512_set1_epi32((int)v->mn[h][3])));
+        const __m512 dm = _mm512_mul_ps(_mm512_loadu_ps(yd + (size_t)i * tbp), _mm512_set1_ps(v->ndmx[h]));
+        s = _mm512_fmadd_ps(_mm512_cvtepi32_ps(im), dm, s);
+    }
+    _mm512_storeu_ps(out, s);
+}
+
+#define Q5K_VT 4
+#define Q5K_MAX_NB 96
+#define Q5K_PM_CAP 4096 /* blocks x padded activation rows of one token block */
+
+static void gemm_q5_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    const int nb = n / MU_QK_K;
+    if (nb > Q5K_MAX_NB) { /* no scratch for such rows: the ref itself */
+        for (int t = 0; t < n_t; t++)
+            for (int r = r0; r < r1; r++)
+                y[(size_t)t * ys + r] =
+                    mu_vec_dot_q5_K_ref(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+        return;
+    }
+    static _Thread_local q5k_pblock pb[2][Q5K_MAX_NB];
+    static _Thread_local int32_t pm[4 * Q5K_PM_CAP] __attribute__((aligned(64)));
+    static _Thread_local float pyd[Q5K_PM_CAP] __attribute__((aligned(64)));
+    static _Thread_local float sm[4][Q5K_PM_CAP / 16 * 16 + 16];
+    /* token blocks whose activations stay in L2 while the rows sweep them */
+    int tb = (int)((192u << 10) / ((unsigned)nb * sizeof(mu_block_q8_K)));
+    tb = tb < 4 * Q5K_VT ? 4 * Q5K_VT : tb / Q5K_VT * Q5K_VT;
+    while (tb > Q5K_VT && nb * ((tb + 15) & ~15) > Q5K_PM_CAP) tb -= Q5K_VT;
+    for (int t0 = 0; t0 < n_t; t0 += tb) {
+        const int t1 = t0 + tb < n_t ? t0 + tb : n_t;
+        const int tbp = (t1 - t0 + 15) & ~15;
+        /* the activation rows' bsum pairs and scales, token-major */
+        for (int tt = 0; tt < tbp; tt++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)((const uint8_t *)a + (size_t)(t0 + (tt < t1 - t0 ? tt : 0)) * as);
+            for (int i = 0; i < nb; i++) {
+                const int16_t *bs = b[i].bsums;
+                for (int k = 0; k < 4; k++) {
+                    const int p0 = bs[4 * k] + bs[4 * k + 1], p1 = bs[4 * k + 2] + bs[4 * k + 3];
+                    pm[((size_t)i * 4 + k) * tbp + tt] = (int32_t)((uint32_t)(uint16_t)p0 | (uint32_t)(uint16_t)p1 << 16);
+                }
+                pyd[(size_t)i * tbp + tt] = b[i].d;
+            }
+        }
+        for (int r = r0; r < r1; r += 4) {
+            const int nr = r1 - r < 4 ? r1 - r : 4;
+            const uint8_t *wr[4];
+            for (int k = 0; k < 4; k++) wr[k] = (const uint8_t *)w + (size_t)(r + (k < nr ? k : 0)) * ws;
+            for (int i = 0; i < nb; i++) {
+                q5k_pbuild((const mu_block_q5_K *)wr[0] + i, (const mu_block_q5_K *)wr[1] + i, &pb[0][i]);
+                q5k_pbuild((const mu_block_q5_K *)wr[2] + i, (const mu_block_q5_K *)wr[3] + i, &pb[1][i]);
+            }
+            for (int k = 0; k < nr; k++)
+                for (int c = 0; c < tbp; c += 16) q5k_mins16(nb, pb[k / 2], k % 2, pm + c, pyd + c, tbp, &sm[k][c]);
+            const int sms = (int)(sizeof sm[0] / sizeof sm[0][0]);
+            int t = t0;
+            for (; t + Q5K_VT <= t1; t += Q5K_VT)
+                q5k_ptile(nb, pb[0], pb[1], (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r, ys,
+                          &sm[0][t - t0], sms, nr, Q5K_VT);
+            const uint8_t *at = (const uint8_t *)a + (size_t)t * as;
+            float *yt = y + (size_t)t * ys + r;
+            const float *st = &sm[0][t - t0];
+            switch (t1 - t) {
+            case 3: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 3); break;
+            case 2: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 2); break;
+            case 1: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 1); break;
+            default: break;
+            }
+        }
+    }
+}
+
+/* ---- BF16 and F32 (tinyBLAS orders) ----------------------------------------
+ * One 16-lane accumulator per output over steps of 32 (BF16, VDPBF16PS) or
+ * 16 (F32, FMA), reduced as _mm512_reduce_add_ps (mu_hsum16). A tile is FR
+ * weight rows x TN activation rows of accumulators; token blocks of about
+ * 128 KiB of activations stay in L2 while each group of FR rows (in L1)
+ * sweeps them. */
+#define FR 4
+#define FT 6
+
+AI void ftile_bf16(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *y, int ys, const int RN,
+                   const int TN) {
+    __m512 acc[FR][FT];
+#pragma GCC unroll 8
+    for (int r = 0; r < RN; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 32) {
+        __m512bh wv[FR];
+#pragma GCC unroll 8
+        for (int r = 0; r < RN; r++) wv[r] = (__m512bh)_mm512_loadu_si512(w + (size_t)r * ws + 2 * (size_t)i);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const __m512bh av = (__m512bh)_mm512_loadu_si512(a + (size_t)t * as + 2 * (size_t)i);
+#pragma GCC unroll 8
+            for (int r = 0; r < RN; r++) acc[r][t] = _mm512_dpbf16_ps(acc[r][t], wv[r], av);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++)
+#pragma GCC unroll 8
+        for (int r = 0; r < RN; r++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+AI void ftile_f32(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *y, int ys, const int RN,
+                  const int TN) {
+    __m512 acc[FR][FT];
+#pragma GCC unroll 8
+    for (int r = 0; r < RN; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __m512 wv[FR];
+#pragma GCC unroll 8
+        for (int r = 0; r < RN; r++) wv[r] = _mm512_loadu_ps((const float *)(w + (size_t)r * ws) + i);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const __m512 av = _mm512_loadu_ps((const float *)(a + (size_t)t * as) + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < RN; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], av, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++)
+#pragma GCC unroll 8
+        for (int r = 0; r < RN; r++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#define FGEMM(NAME, ESZ)                                                                                            \
+    static void fgemm_##NAME(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,    \
+                             float *y, int ys) {                                                                    \
+        int tb = (int)((128u << 10) / ((unsigned)n * (ESZ)));                                                       \
+        tb = tb < 2 * FT ? 2 * FT : tb / FT * FT;                                                                   \
+        for (int t0 = 0; t0 < n_t; t0 += tb) {                                                                      \
+            const int t1 = t0 + tb < n_t ? t0 + tb : n_t;                                                           \
+            for (int r = r0; r < r1;) {                                                                             \
+                const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                                            \
+                if (r + FR <= r1) {                                                                                 \
+                    int t = t0;                                                                                     \
+                    for (; t + FT <= t1; t += FT)                                                                   \
+                        ftile_##NAME(n, wr, ws, (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r,    \
+                                     ys, FR, FT);                                                                   \
+                    const uint8_t *at = (const uint8_t *)a + (size_t)t * as;                                        \
+                    float *yt = y + (size_t)t * ys + r;                                                             \
+                    switch (t1 - t) {                                                                               \
+                    case 5: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 5); break;                                  \
+                    case 4: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 4); break;                                  \
+                    case 3: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 3); break;                                  \
+                    case 2: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 2); break;                                  \
+                    case 1: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 1); break;                                  \
+                    default: break;                                                                                 \
+                    }                                                                                               \
+                    r += FR;                                                                                        \
+                } else {                                                                                            \
+                    int t = t0;                                                                                     \
+                    for (; t + FT <= t1; t += FT)                                                                   \
+                        ftile_##NAME(n, wr, ws, (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r,    \
+                                     ys, 1, FT);                                                                    \
+                    for (; t < t1; t++)                                                                             \
+                        ftile_##NAME(n, wr, ws, (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r,    \
+                                     ys, 1, 1);                                                                     \
+                    r++;                                                                                            \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    }
+
+FGEMM(bf16, 2)
+FGEMM(f32, 4)
+
+/* ggml_vec_dot_bf16 with AVX512BF16 (kern_avx512.c's vec_dot, copied): two
+ * accumulators over elements 0..31 and 32..63 of every 64, each reduced in
+ * float, added in double, the tail in double. */
+static float vec_dot_bf16(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64) {
+        c0 = _mm512_dpbf16_ps(c0, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
+        c1 = _mm512_dpbf16_ps(c1, (__m512bh)_mm512_loadu_si512(x + i + 32), (__m512bh)_mm512_loadu_si512(y + i + 32));
+    }
+    double s = (double)_mm512_reduce_add_ps(c0);
+    s += (double)_mm512_reduce_add_ps(c1);
+    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
+    return (float)s;
+}
+
+/* tinyBLAS needs n % 32 == 0; otherwise llama.cpp (and the ref's
+ * vec_dot_batch) use vec_dot. */
+static void gemm_bf16_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    if (n % 32 == 0) {
+        fgemm_bf16(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    for (int t = 0; t < n_t; t++)
+        for (int r = r0; r < r1; r++)
+            y[(size_t)t * ys + r] = vec_dot_bf16(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+}
+
+/* tinyBLAS needs n % 16 == 0; otherwise llama.cpp uses vec_dot (and
+ * forward.c does not call the gemm). */
+static void gemm_f32_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                            float *y, int ys) {
+    if (n % 16 == 0) {
+        fgemm_f32(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    for (int t = 0; t < n_t; t++)
+        for (int r = r0; r < r1; r++)
+            y[(size_t)t * ys + r] =
+                mu_vec_dot_f32_ref(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+}
+
+void mu_kern_fill_gemm_avx512(mu_kern *k) {
+    k->gemm[MU_T_Q5_K] = gemm_q5_K_avx512;
+    k->gemm[MU_T_BF16] = gemm_bf16_avx512;
+    k->gemm[MU_T_F32] = gemm_f32_avx512;
+}
