@@ -1,23 +1,26 @@
 /* gemm_neon.c: the NEON table's matrix-matrix kernels (prefill).
  * Owns: gemm entries and the batch-path dots (vec_dot_batch) of the NEON
- * table, in the rounding kern_ref.c defines, bit for bit: Q4_K (per-64
- * "repack gemm" order, its last n_t % 4 activation rows in the vec_dot
- * order), Q6_K and Q8_0 (the vec_dot lanes), F16 (tinyBLAS order, n % 16 ==
- * 0), and the single-row vec_dot_batch of F32, F16, BF16 and Q4_K.
+ * table, in the rounding kern_ref.c defines, bit for bit: gemm for Q4_K
+ * (per-64 "repack gemm" order, its last n_t % 4 activation rows in the
+ * vec_dot order), Q5_K, Q6_K and Q8_0 (the vec_dot lanes), F32, F16 and BF16
+ * (llamafile tinyBLAS orders; BF16 with the ref's denormal flushing), and
+ * the single-row vec_dot_batch of F32, F16, BF16 and Q4_K.
  * Does not: decide which rows take which path (forward.c does), or define
  * numerics (kern_ref.c).
  * Design: a gemm pass is a tile of 1-2 weight rows x 4 activation rows. For
  * Q4_K the 4 activation rows are the 4 lanes of the float accumulators, so
  * each lane runs exactly the ref's sequential FMA chain for its row; the
  * integer pair sums of the 4 rows are reduced into those lanes by a pairwise
- * add tree. For Q6_K, Q8_0 and F16 the ref's own lanes (8 or 16 of them per
- * dot) are kept, one accumulator set per activation row. Each weight block
- * is decoded once per tile and used for all 4 rows; a chunk of weight rows
+ * add tree. For the other types the ref's own lanes (8 or 16 per dot) are
+ * kept, one accumulator set per activation row. Each weight block is
+ * decoded once per tile and used for all 4 rows; a chunk of weight rows
  * (about 32 KiB) is swept by every activation quad before the next chunk,
  * so the weights come from memory once per call. Like kern_neon.c, the int8
  * dots come in an SDOT variant and a widening-multiply one for CPUs without
  * the dot-product extension, chosen at fill time (mu_kern_neon_has_sdot);
- * here one always-inlined body takes the choice as a constant. */
+ * here one always-inlined body takes the choice as a constant.
+ * Speed: written for register tiling (no spills in the SDOT tiles with GCC
+ * 12), checked for exactness under qemu only; not measured on hardware. */
 #if defined(__aarch64__)
 #include <arm_neon.h>
 #include <math.h>
@@ -374,6 +377,98 @@ static void gemm_q6_K_mull(int n, const void *w, size_t ws, int r0, int r1, cons
     gemm_q6_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
 }
 
+/* ---- Q5_K --------------------------------------------------------------- */
+
+/* One weight row x 4 activation rows in the ref's vec_dot lanes: lanes m of
+ * 8 (lo: bytes 4m..4m+3 of the first 16 of each 32-value sub-block, hi: of
+ * the second 16), scaled per sub-block, acc = fma(d_a*d_x, lanes, acc); the
+ * mins in a chain summs = fma(imin, -d_a*dmin_x, summs) per activation row
+ * (the lanes of one vector); result hsum8(acc) + summs. */
+AI void q5k_tile(int nb, const mu_block_q5_K *x, const uint8_t *const at[4], float *y, int ys, int tn, const int sd) {
+    const uint8x16_t m4 = vdupq_n_u8(0x0f), b16 = vdupq_n_u8(16);
+    float32x4_t a0[4], a1[4], summs = vdupq_n_f32(0);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) a0[t] = a1[t] = vdupq_n_f32(0);
+    for (int i = 0; i < nb; i++) {
+        const mu_block_q8_K *b[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) b[t] = (const mu_block_q8_K *)at[t] + i;
+        uint32_t u[4];
+        k4_scales(x[i].scales, u);
+        const uint8_t *sc = (const uint8_t *)u;
+        const int16x8_t mn = q4k_mins16(u);
+        int32x4_t mt[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const int16x8_t pr = bsum_pairs(b[t]);
+            mt[t] = vmlal_high_s16(vmull_s16(vget_low_s16(pr), vget_low_s16(mn)), pr, mn);
+        }
+        const float32x4_t yd = {b[0]->d, b[1]->d, b[2]->d, b[3]->d};
+        const float32x2_t dd = f16x2(&x[i].d); /* d, dmin */
+        summs = vfmaq_f32(summs, vcvtq_f32_s32(hsum4x4(mt[0], mt[1], mt[2], mt[3])), vmulq_lane_f32(vnegq_f32(yd), dd, 1));
+        int32x4_t lo[4], hi[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) lo[t] = hi[t] = vdupq_n_s32(0);
+        const uint8x16_t h0 = vld1q_u8(x[i].qh), h1 = vld1q_u8(x[i].qh + 16);
+        for (int j = 0; j < 4; j++) {
+            const uint8x16_t ml = vdupq_n_u8((uint8_t)(1 << (2 * j))), mh = vdupq_n_u8((uint8_t)(2 << (2 * j)));
+            const uint8x16_t q0 = vld1q_u8(x[i].qs + 32 * j), q1 = vld1q_u8(x[i].qs + 32 * j + 16);
+            const int8x16_t l0 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q0, m4), vandq_u8(vtstq_u8(h0, ml), b16)));
+            const int8x16_t l1 = vreinterpretq_s8_u8(vorrq_u8(vandq_u8(q1, m4), vandq_u8(vtstq_u8(h1, ml), b16)));
+            const int8x16_t u0 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q0, 4), vandq_u8(vtstq_u8(h0, mh), b16)));
+            const int8x16_t u1 = vreinterpretq_s8_u8(vorrq_u8(vshrq_n_u8(q1, 4), vandq_u8(vtstq_u8(h1, mh), b16)));
+            const int s0 = sc[2 * j], s1 = sc[2 * j + 1];
+            const int32x4_t z = vdupq_n_s32(0);
+#pragma GCC unroll 4
+            for (int t = 0; t < 4; t++) {
+                const int8_t *q8 = b[t]->qs + 64 * j;
+                lo[t] = vmlaq_n_s32(lo[t], dot16(z, l0, vld1q_s8(q8), sd), s0);
+                hi[t] = vmlaq_n_s32(hi[t], dot16(z, l1, vld1q_s8(q8 + 16), sd), s0);
+                lo[t] = vmlaq_n_s32(lo[t], dot16(z, u0, vld1q_s8(q8 + 32), sd), s1);
+                hi[t] = vmlaq_n_s32(hi[t], dot16(z, u1, vld1q_s8(q8 + 48), sd), s1);
+            }
+        }
+        const float32x4_t dv = vmulq_lane_f32(yd, dd, 0);
+        float dl[4];
+        vst1q_f32(dl, dv);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            a0[t] = vfmaq_n_f32(a0[t], vcvtq_f32_s32(lo[t]), dl[t]);
+            a1[t] = vfmaq_n_f32(a1[t], vcvtq_f32_s32(hi[t]), dl[t]);
+        }
+    }
+    float res[4], sm[4];
+    vst1q_f32(sm, summs);
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) res[t] = hsum8_v(a0[t], a1[t]) + sm[t];
+    for (int t = 0; t < tn; t++) y[(size_t)t * ys] = res[t];
+}
+
+AI void gemm_q5_K_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
+                       int ys, const int sd) {
+    const int nb = n / MU_QK_K, rc = rows_per_chunk(ws);
+    const uint8_t *wb = w, *ab = a;
+    for (int c0 = r0; c0 < r1; c0 += rc) {
+        const int c1 = c0 + rc < r1 ? c0 + rc : r1;
+        for (int t0 = 0; t0 < n_t; t0 += 4) {
+            const int tn = n_t - t0 < 4 ? n_t - t0 : 4;
+            const uint8_t *at[4];
+            quad_rows(ab, as, t0, tn, at);
+            for (int r = c0; r < c1; r++)
+                q5k_tile(nb, (const mu_block_q5_K *)(wb + (size_t)r * ws), at, y + (size_t)t0 * ys + r, ys, tn, sd);
+        }
+    }
+}
+
+static void gemm_q5_K_sdot(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    gemm_q5_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 1);
+}
+static void gemm_q5_K_mull(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                           float *y, int ys) {
+    gemm_q5_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
+}
+
 /* ---- Q8_0 --------------------------------------------------------------- */
 
 /* RW (1 or 2) weight rows x 4 activation rows in the ref's vec_dot lanes:
@@ -651,6 +746,7 @@ void mu_kern_fill_gemm_neon(mu_kern *k) {
     k->gemm[MU_T_Q4_K] = sd ? gemm_q4_K_sdot : gemm_q4_K_mull;
     k->gemm[MU_T_Q6_K] = sd ? gemm_q6_K_sdot : gemm_q6_K_mull;
     k->gemm[MU_T_Q8_0] = sd ? gemm_q8_0_sdot : gemm_q8_0_mull;
+    k->gemm[MU_T_Q5_K] = sd ? gemm_q5_K_sdot : gemm_q5_K_mull;
     k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_neon;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_neon;
     k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_neon;
