@@ -63,6 +63,30 @@ const mu_model *mu_engine_model(const mu_engine *e);
 const char *mu_engine_kern_name(const mu_engine *e);
 int mu_engine_n_threads(const mu_engine *e);
 
+/* Wall-clock time of each phase of the forward passes, split into passes of
+ * one token (decode steps) and of more (prefill chunks, batched decoding of
+ * several sessions). Off by default; when on, a phase costs a clock read.
+ * A matmul phase includes quantizing its input. */
+enum {
+    MU_PH_NORMS,  /* embedding, norms, residuals, SwiGLU */
+    MU_PH_QKV,    /* the q, k, v and gate matmuls */
+    MU_PH_ROPE,   /* q/k norms, RoPE, cache writes */
+    MU_PH_ATTN,   /* attention over the cache */
+    MU_PH_WO,     /* attention output matmul */
+    MU_PH_FFN_UP, /* FFN gate and up matmuls */
+    MU_PH_FFN_DOWN,
+    MU_PH_LOGITS, /* final norm, output matmul, softcap */
+    MU_PH_COUNT
+};
+typedef struct {
+    double decode_s[MU_PH_COUNT], prefill_s[MU_PH_COUNT];
+    long decode_passes, prefill_passes;
+} mu_profile;
+extern const char *const mu_phase_names[MU_PH_COUNT];
+/* Turns the timers on or off; both zero them. */
+void mu_engine_profile(mu_engine *e, bool on);
+void mu_engine_profile_get(const mu_engine *e, mu_profile *out);
+
 /* ---- sessions --------------------------------------------------------- */
 
 /* n_ctx: the most positions this session may hold (<= the model's context). */

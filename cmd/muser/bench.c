@@ -1,13 +1,14 @@
 /* bench.c: `muser bench`: prefill and decode speed at fixed context depths.
  *   muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]
- *               [--threads N] [--kern NAME] [--ubatch N] [--reps N]
+ *               [--threads N] [--kern NAME] [--ubatch N] [--reps N] [--profile]
  * For each depth: a fresh session, a prompt of `depth` tokens (BOS, then a
  * fixed LCG sequence, the same one bench/compare-llamacpp gives llama.cpp)
  * prefilled in chunks of --ubatch tokens (llama.cpp's batch size, 512), then
  * --gen greedy decode steps starting from token 5. Reports prompt tokens/s,
  * generated tokens/s, peak RSS, kernel table, thread count and commit; with
  * --json one JSON object per depth per line, including the greedy token ids
- * (so a comparison can check they agree with llama.cpp's).
+ * (so a comparison can check they agree with llama.cpp's). --profile adds
+ * the engine's phase timers: ms per decode step and per prefill token.
  * Owns: timing and reporting only; it uses the public API (include/muser.h). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +37,8 @@ void (*const mu_bench_force_link[])(mu_kern *) = {mu_kern_fill_neon};
 static int usage(void) {
     fprintf(stderr,
             "usage: muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]\n"
-            "                   [--threads N] [--kern ref|avx2|avx512|neon] [--ubatch 512] [--reps 1]\n");
+            "                   [--threads N] [--kern ref|avx2|avx512|neon] [--ubatch 512] [--reps 1]\n"
+            "                   [--profile]\n");
     return 1;
 }
 
@@ -126,10 +128,33 @@ static int cmp_double(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+/* The phase timers of one depth's runs: ms per decode step, ms per prompt
+ * token (prefill), and each phase's share of the decode step. */
+static void print_profile(const mu_engine *e, int depth, long long reps, bool json) {
+    mu_profile p;
+    mu_engine_profile_get(e, &p);
+    const double nd = p.decode_passes > 0 ? (double)p.decode_passes : 1, np = (double)depth * (double)reps;
+    double total = 0;
+    for (int i = 0; i < MU_PH_COUNT; i++) total += p.decode_s[i];
+    if (json) {
+        printf(", \"profile_decode_ms_per_step\": {");
+        for (int i = 0; i < MU_PH_COUNT; i++) printf("%s\"%s\": %.4f", i ? ", " : "", mu_phase_names[i], p.decode_s[i] / nd * 1e3);
+        printf("}, \"profile_prefill_ms_per_token\": {");
+        for (int i = 0; i < MU_PH_COUNT; i++) printf("%s\"%s\": %.4f", i ? ", " : "", mu_phase_names[i], p.prefill_s[i] / np * 1e3);
+        printf("}");
+        return;
+    }
+    printf("  profile %-9s %12s %8s %18s\n", "phase", "decode ms/step", "share", "prefill ms/token");
+    for (int i = 0; i < MU_PH_COUNT; i++)
+        printf("  profile %-9s %12.3f %7.1f%% %18.4f\n", mu_phase_names[i], p.decode_s[i] / nd * 1e3,
+               total > 0 ? 100 * p.decode_s[i] / total : 0, p.prefill_s[i] / np * 1e3);
+    printf("  profile %-9s %12.3f %7.1f%%   (%ld decode steps)\n", "total", total / nd * 1e3, 100.0, p.decode_passes);
+}
+
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *kern = NULL, *depths_arg = "512,2048,8192";
     long long gen = 64, threads = 0, ubatch = 512, reps = 1;
-    bool json = false;
+    bool json = false, profile = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -140,6 +165,7 @@ int cmd_bench(int argc, char **argv) {
     } while (0)
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) return usage(), 0;
         else if (!strcmp(a, "-m") || !strcmp(a, "--model")) { NEED(); model = v; }
+        else if (!strcmp(a, "--profile")) profile = true;
         else if (!strcmp(a, "--depths")) { NEED(); depths_arg = v; }
         else if (!strcmp(a, "--gen")) { NEED(); if (!cli_int(v, 1, 1 << 20, &gen)) return cli_fail("muser bench: --gen must be 1..1048576: %s", v); }
         else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser bench: --threads must be 1..512: %s", v); }
@@ -211,6 +237,7 @@ int cmd_bench(int argc, char **argv) {
                model, wb / 1e6, mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, MU_COMMIT);
     for (int di = 0; di < n_depths; di++) {
         const int depth = depths[di];
+        if (profile) mu_engine_profile(e, true); /* zeroed per depth */
         for (int r = 0; r < reps; r++) {
             bench_run br = {.ids = ids};
             if (bench_depth(e, prompt, depth, (int)gen, (int)ubatch, &br, &err)) {
@@ -235,12 +262,15 @@ int cmd_bench(int argc, char **argv) {
                    n_steps * wb / ds / 1e9,
                    mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
             for (int g = 0; g < n_ids; g++) printf("%s%d", g ? ", " : "", ids[g]);
-            printf("]}\n");
+            printf("]");
+            if (profile) print_profile(e, depth, reps, true);
+            printf("}\n");
         } else {
             printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %d tokens%s, weights at "
                    "%.1f GB/s)   peak RSS %.0f MiB\n",
                    depth, depth / ps, ps, n_steps / ds, ds, n_steps, n_steps < gen ? ", stopped at end of generation" : "",
                    n_steps * wb / ds / 1e9, peak_rss_mib());
+            if (profile) print_profile(e, depth, reps, false);
         }
         fflush(stdout);
     }

@@ -104,4 +104,13 @@ void mu_engine_free(mu_engine *e) {
 
 const mu_model *mu_engine_model(const mu_engine *e) { return e->m; }
 const char *mu_engine_kern_name(const mu_engine *e) { return e->kern->name; }
+
+const char *const mu_phase_names[MU_PH_COUNT] = {"norms", "qkv", "rope", "attn", "wo", "ffn_up", "ffn_down", "logits"};
+
+void mu_engine_profile(mu_engine *e, bool on) {
+    e->prof_on = on;
+    memset(&e->prof, 0, sizeof e->prof);
+}
+
+void mu_engine_profile_get(const mu_engine *e, mu_profile *out) { *out = e->prof; }
 int mu_engine_n_threads(const mu_engine *e) { return mu_pool_size(e->pool); }

@@ -55,6 +55,8 @@ struct mu_engine {
     mu_scratch s;
     int n_q, n_kv;   /* n_head*head_dim, n_head_kv*head_dim */
     int ubatch;      /* chunk size, MU_UBATCH unless $MUSER_UBATCH says less (tests) */
+    bool prof_on;
+    mu_profile prof; /* mu_engine_profile */
 };
 
 struct mu_session {

@@ -14,6 +14,7 @@
  * uses ggml's expf, and RoPE the FMAs of its build. */
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 #include "../base/mem.h"
 #include "engine.h"
@@ -289,6 +290,34 @@ static void ew(mu_engine *e, int T, int step, int il) {
     run_per_token(e, T, job_ew, &j);
 }
 
+/* ---- phase timers (mu_engine_profile) ---------------------------------- */
+
+typedef struct {
+    mu_engine *e;
+    double *acc; /* the profile's decode or prefill row; NULL when off */
+    double t;
+} ph_clock;
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void ph_start(ph_clock *c, mu_engine *e, int T) {
+    c->e = e;
+    c->acc = !e->prof_on ? NULL : T == 1 ? e->prof.decode_s : e->prof.prefill_s;
+    c->t = c->acc ? mono_s() : 0;
+}
+
+/* the time since the last mark goes to phase ph */
+static void ph_mark(ph_clock *c, int ph) {
+    if (!c->acc) return;
+    const double now = mono_s();
+    c->acc[ph] += now - c->t;
+    c->t = now;
+}
+
 /* ---- one chunk --------------------------------------------------------- */
 
 static void embed(mu_engine *e, const int32_t *tokens, int T) {
@@ -305,17 +334,24 @@ static void embed(mu_engine *e, const int32_t *tokens, int T) {
 static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
     const mu_model_info *I = &e->m->info;
     mu_scratch *s = &e->s;
+    ph_clock pc;
+    ph_start(&pc, e, T);
     embed(e, tokens, T);
     for (int il = 0; il < I->n_layer; il++) {
         const mu_layer_w *L = &e->m->layers[il];
         ew(e, T, EW_ATTN_IN, il);
+        ph_mark(&pc, MU_PH_NORMS);
         const mu_gguf_tensor *w4[4] = {L->wq, L->wk, L->wv, L->wgate};
         float *y4[4] = {s->q, s->k, s->v, s->g};
         matmul(e, s->a, T, T, 0, 4, w4, y4);
+        ph_mark(&pc, MU_PH_QKV);
         layer_job lj = {e, il, T};
         run_per_token(e, T, job_qk, &lj);
+        ph_mark(&pc, MU_PH_ROPE);
         mu_attn_layer(e, il, T);
+        ph_mark(&pc, MU_PH_ATTN);
         matmul(e, s->a, T, T, 0, 1, &L->wo, &s->o);
+        ph_mark(&pc, MU_PH_WO);
         ew(e, T, EW_ATTN_OUT, il);
         int Tf = T;
         if (il == I->n_layer - 1) {
@@ -332,12 +368,17 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
             }
             if (Tf == 0) break;
         }
+        ph_mark(&pc, MU_PH_NORMS);
         const mu_gguf_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
         float *y2[2] = {s->f1, s->f2};
         matmul(e, s->a, Tf, Tf, 0, 2, w2, y2);
+        ph_mark(&pc, MU_PH_FFN_UP);
         ew(e, Tf, EW_FFN_ACT, il);
+        ph_mark(&pc, MU_PH_NORMS);
         matmul(e, s->f1, Tf, Tf, 0, 1, &L->ffn_down, &s->o);
+        ph_mark(&pc, MU_PH_FFN_DOWN);
         ew(e, Tf, EW_FFN_OUT, il);
+        ph_mark(&pc, MU_PH_NORMS);
     }
     /* final norm and logits for the tokens that want them (their rows of s.h
      * were compacted before the last FFN; s.out_tok maps them back) */
@@ -356,6 +397,8 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
             memcpy(ss->logits + (size_t)s->tok_out[t] * V, s->lg + (size_t)r * V, V * sizeof(float));
         }
     }
+    ph_mark(&pc, MU_PH_LOGITS);
+    if (pc.acc) ++*(T == 1 ? &e->prof.decode_passes : &e->prof.prefill_passes);
 }
 
 /* ---- public entry ------------------------------------------------------ */

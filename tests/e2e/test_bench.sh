@@ -2,7 +2,8 @@
 # test_bench.sh: `muser bench` end to end on a generated tiny model: the text
 # and --json reports (one object per depth, every field the docs promise, the
 # greedy ids and decode steps consistent, the weight bytes per step those of
-# the file's tensors minus the token embedding), the same ids across kernel
+# the file's tensors minus the token embedding), --profile's phase timers
+# (present, summing to the decode step), the same ids across kernel
 # tables and runs, and bad options (exit 1, one line on stderr).
 set -u
 cd "$(dirname "$0")/../.."
@@ -50,6 +51,25 @@ if "$MUSER" bench -m "$T/tiny.gguf" --depths 24 --gen 4 --threads 1 >"$T/t" 2>"$
   grep -Eq '^depth +24: prefill +[0-9.]+ tok/s .* decode +[0-9.]+ tok/s .*GB/s\)   peak RSS [0-9]+ MiB$' "$T/t"; then
   ok "bench text report"
 else bad "bench text report: $(cat "$T/t" "$T/err")"; fi
+
+# --profile: the phase timers account for the decode step's time
+if "$MUSER" bench -m "$T/tiny.gguf" --depths 40 --gen 6 --threads 2 --profile --json >"$T/p" 2>"$T/err" &&
+  python3 - "$T/p" <<'EOF'
+import json, sys
+l = json.loads(open(sys.argv[1]).readline())
+phases = ["norms", "qkv", "rope", "attn", "wo", "ffn_up", "ffn_down", "logits"]
+d, p = l["profile_decode_ms_per_step"], l["profile_prefill_ms_per_token"]
+assert list(d) == phases and list(p) == phases, (d, p)
+assert all(v >= 0 for v in d.values()) and all(v >= 0 for v in p.values())
+step_ms = l["decode_s"] / l["decode_tokens"] * 1e3
+assert 0.3 * step_ms <= sum(d.values()) <= 1.05 * step_ms, (sum(d.values()), step_ms)
+assert d["qkv"] > 0 and d["ffn_up"] > 0 and p["qkv"] > 0 and p["logits"] >= 0
+EOF
+then ok "bench --profile: phases present, summing to the decode step"
+else bad "bench --profile: $(cat "$T/p" "$T/err")"; fi
+if "$MUSER" bench -m "$T/tiny.gguf" --depths 24 --gen 4 --profile >"$T/t" 2>"$T/err" &&
+  [ "$(grep -c '^  profile ' "$T/t")" = 10 ] && grep -q '^  profile total ' "$T/t"; then ok "bench --profile text table"
+else bad "bench --profile text: $(cat "$T/t" "$T/err")"; fi
 
 # greedy ids do not depend on the kernel table or the thread count
 ids() { "$MUSER" bench -m "$T/tiny.gguf" --depths 40 --gen 6 --json "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["ids"])'; }
