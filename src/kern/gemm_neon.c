@@ -63,8 +63,6 @@ AI float32x2_t f16x2(const void *p) {
 
 AI float f16_1(mu_f16 h) { return vget_lane_f32(vget_low_f32(vcvt_f32_f16(vreinterpret_f16_u16(vdup_n_u16(h)))), 0); }
 
-AI float32x4_t f16x4(const mu_f16 *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
-
 /* The ref's hsum8 of lanes (a0 | a1): ((l0+l4) + (l2+l6)) + ((l1+l5) + (l3+l7)). */
 AI float hsum8_v(float32x4_t a0, float32x4_t a1) {
     const float32x4_t h = vaddq_f32(a0, a1);
