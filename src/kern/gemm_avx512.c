@@ -166,7 +166,9 @@ static inline void q5k_mins16(int nb, const q5k_pblock *pbk, int h, const int32_
     _mm512_storeu_ps(out, s);
 }
 
+#ifndef Q5K_VT
 #define Q5K_VT 4
+#endif
 #define Q5K_MAX_NB 96
 #define Q5K_PM_CAP 4096 /* blocks x padded activation rows of one token block */
 
@@ -222,6 +224,12 @@ static void gemm_q5_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
             float *yt = y + (size_t)t * ys + r;
             const float *st = &sm[0][t - t0];
             switch (t1 - t) {
+#if Q5K_VT > 5
+            case 5: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 5); break;
+#endif
+#if Q5K_VT > 4
+            case 4: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 4); break;
+#endif
             case 3: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 3); break;
             case 2: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 2); break;
             case 1: q5k_ptile(nb, pb[0], pb[1], at, as, yt, ys, st, sms, nr, 1); break;
@@ -235,10 +243,17 @@ static void gemm_q5_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
  * One 16-lane accumulator per output over steps of 32 (BF16, VDPBF16PS) or
  * 16 (F32, FMA), reduced as _mm512_reduce_add_ps (mu_hsum16). A tile is FR
  * weight rows x TN activation rows of accumulators; token blocks of about
- * 128 KiB of activations stay in L2 while each group of FR rows (in L1)
+ * 256 KiB of activations stay in L2 while each group of FR rows (in L1)
  * sweeps them. */
-#define FR 4
-#define FT 6
+#ifndef FR
+#define FR 6
+#endif
+#ifndef FT
+#define FT 4
+#endif
+#ifndef F_TB_KIB
+#define F_TB_KIB 256
+#endif
 
 AI void ftile_bf16(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *y, int ys, const int RN,
                    const int TN) {
@@ -291,7 +306,7 @@ AI void ftile_f32(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t a
 #define FGEMM(NAME, ESZ)                                                                                            \
     static void fgemm_##NAME(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,    \
                              float *y, int ys) {                                                                    \
-        int tb = (int)((128u << 10) / ((unsigned)n * (ESZ)));                                                       \
+        int tb = (int)((F_TB_KIB << 10) / ((unsigned)n * (ESZ)));                                                       \
         tb = tb < 2 * FT ? 2 * FT : tb / FT * FT;                                                                   \
         for (int t0 = 0; t0 < n_t; t0 += tb) {                                                                      \
             const int t1 = t0 + tb < n_t ? t0 + tb : n_t;                                                           \
@@ -302,16 +317,9 @@ AI void ftile_f32(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t a
                     for (; t + FT <= t1; t += FT)                                                                   \
                         ftile_##NAME(n, wr, ws, (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r,    \
                                      ys, FR, FT);                                                                   \
-                    const uint8_t *at = (const uint8_t *)a + (size_t)t * as;                                        \
-                    float *yt = y + (size_t)t * ys + r;                                                             \
-                    switch (t1 - t) {                                                                               \
-                    case 5: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 5); break;                                  \
-                    case 4: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 4); break;                                  \
-                    case 3: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 3); break;                                  \
-                    case 2: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 2); break;                                  \
-                    case 1: ftile_##NAME(n, wr, ws, at, as, yt, ys, FR, 1); break;                                  \
-                    default: break;                                                                                 \
-                    }                                                                                               \
+                    for (; t < t1; t++) /* FT is small: the rest one activation row at a time */                    \
+                        ftile_##NAME(n, wr, ws, (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r,    \
+                                     ys, FR, 1);                                                                    \
                     r += FR;                                                                                        \
                 } else {                                                                                            \
                     int t = t0;                                                                                     \
