@@ -581,6 +581,114 @@ static int check_softmax_swiglu(const mu_kern *k) {
     return fails;
 }
 
+/* The prefill gemm at engine-like shapes, bit for bit: n = 256 .. 8192,
+ * every n_t from 1 to 70 (all token-tile remainders and the Q4_K gemv tail),
+ * row ranges that are whole, odd, or not multiples of 16, Y rows wider than
+ * the slice. The ref answers are computed once per (token, row). */
+static int check_gemm_wide(const mu_kern *k) {
+    static const int LENS[] = {256, 2048, 6144, 8192};
+    static const int RANGES[][2] = {{0, 40}, {3, 37}, {16, 32}, {5, 6}, {1, 34}, {8, 40}};
+    enum { ROWS = 40, MAXT = 70, YS = ROWS + 5 };
+    const mu_kern *rk = mu_kern_ref();
+    int fails = 0;
+    if (!strcmp(k->name, "ref")) return 0;
+    for (int ti = 0; ti < KC_NWTYPES; ti++) {
+        const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
+        if (!k->gemm[t]) continue;
+        for (size_t li = 0; li < sizeof LENS / sizeof LENS[0]; li++) {
+            const int n = LENS[li];
+            const size_t wrow = kc_row_bytes(t, n), arow = kc_row_bytes(dt, n);
+            uint8_t *w = malloc(wrow * ROWS), *a = malloc(arow * MAXT);
+            float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)MAXT * YS * sizeof(float));
+            float *eb = malloc((size_t)MAXT * ROWS * sizeof(float)), *ed = malloc((size_t)MAXT * ROWS * sizeof(float));
+            kc_seed((uint64_t)(70000 + 100 * ti + li));
+            for (int r = 0; r < ROWS; r++) kc_fill_weights(t, w + r * wrow, n, r % 13 == 12);
+            for (int tt = 0; tt < MAXT; tt++) {
+                kc_fill_act(x, n, tt % 11 == 10 ? tt % KC_NKINDS : 0);
+                k->quant[dt](x, a + tt * arow, n);
+            }
+            mu_vec_dot_fn rb = rk->vec_dot_batch[t] ? rk->vec_dot_batch[t] : rk->vec_dot[t];
+            for (int tt = 0; tt < MAXT; tt++)
+                for (int r = 0; r < ROWS; r++) {
+                    eb[tt * ROWS + r] = rb(n, w + r * wrow, a + tt * arow);
+                    ed[tt * ROWS + r] = rk->vec_dot[t](n, w + r * wrow, a + tt * arow);
+                }
+            for (int nt = 1; nt <= MAXT; nt++) {
+                const int r0 = RANGES[nt % 6][0], r1 = RANGES[nt % 6][1];
+                for (int i = 0; i < MAXT * YS; i++) y[i] = -12345.f;
+                k->gemm[t](n, w, wrow, r0, r1, a, arow, nt, y, YS);
+                for (int tt = 0; tt < MAXT; tt++)
+                    for (int r = 0; r < YS; r++) {
+                        const float g = y[tt * YS + r];
+                        if (tt >= nt || r < r0 || r >= r1) {
+                            if (g != -12345.f) {
+                                KC_LOG("%s: gemm %s n=%d n_t=%d wrote outside its tile at t=%d r=%d\n", k->name,
+                                       kc_tname(t), n, nt, tt, r);
+                                fails++;
+                                goto next;
+                            }
+                            continue;
+                        }
+                        /* Q4_K: the last n_t % 4 rows of a matmul are llama.cpp's gemv */
+                        const float e = (t == MU_T_Q4_K && tt >= (nt & ~3)) ? ed[tt * ROWS + r] : eb[tt * ROWS + r];
+                        if (!kc_same_bits(g, e)) {
+                            KC_LOG("%s: gemm %s n=%d n_t=%d rows [%d,%d) t=%d r=%d: %.9g vs ref %.9g\n", k->name,
+                                   kc_tname(t), n, nt, r0, r1, tt, r, g, e);
+                            fails++;
+                            goto next;
+                        }
+                    }
+            next:;
+            }
+            free(w);
+            free(a);
+            free(x);
+            free(y);
+            free(eb);
+            free(ed);
+        }
+    }
+    return fails;
+}
+/* BF16 at the bottom of the range: the ref follows VDPBF16PS, which reads
+ * subnormal inputs as zero and flushes subnormal results, in vec_dot,
+ * vec_dot_batch and the gemm. Every third element pairs a subnormal weight
+ * with an activation near 2^100 (read as it is, the product would be
+ * normal); the others pair values near 2^-63 (products and sums near the
+ * smallest normal). */
+static int check_bf16_tiny(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    enum { N = 256, ROWS = 8, NT = 4 };
+    mu_bf16 w[ROWS * N], a[NT * N];
+    float y[NT * ROWS];
+    int fails = 0;
+    kc_seed(93000);
+    for (int i = 0; i < ROWS * N; i++) {
+        const uint32_t m = kc_u32() % 128, sgn = (kc_u32() & 1) << 15;
+        w[i] = (mu_bf16)(sgn | (i % N % 3 == 0 ? m : ((uint32_t)(127 - 63 + (int)(kc_u32() % 3)) << 7 | m)));
+    }
+    for (int i = 0; i < NT * N; i++) {
+        const uint32_t m = kc_u32() % 128, sgn = (kc_u32() & 1) << 15;
+        const int e = i % N % 3 == 0 ? 127 + 100 : 127 - 63 - (int)(kc_u32() % 2);
+        a[i] = (mu_bf16)(sgn | (uint32_t)e << 7 | m);
+    }
+    if (k->gemm[MU_T_BF16]) k->gemm[MU_T_BF16](N, w, N * 2, 0, ROWS, a, N * 2, NT, y, ROWS);
+    for (int t = 0; t < NT; t++)
+        for (int r = 0; r < ROWS; r++) {
+            const float d = k->vec_dot[MU_T_BF16](N, w + r * N, a + t * N);
+            const float dr = ref->vec_dot[MU_T_BF16](N, w + r * N, a + t * N);
+            const float b = k->vec_dot_batch[MU_T_BF16](N, w + r * N, a + t * N);
+            const float br = ref->vec_dot_batch[MU_T_BF16](N, w + r * N, a + t * N);
+            if (!kc_same_bits(d, dr) || !kc_same_bits(b, br) ||
+                (k->gemm[MU_T_BF16] && !kc_same_bits(y[t * ROWS + r], br))) {
+                KC_LOG("%s: bf16 tiny t=%d r=%d: dot %g vs ref %g, batch %g vs ref %g, gemm %g\n", k->name, t, r, d,
+                       dr, b, br, k->gemm[MU_T_BF16] ? y[t * ROWS + r] : 0.f);
+                fails++;
+            }
+        }
+    return fails;
+}
+
 /* Every table entry the ref has is filled in every table. */
 static int check_complete(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();

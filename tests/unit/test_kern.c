@@ -31,77 +31,8 @@ static void test_mm_f16(void **st) { (void)st; run_all(check_mm_f16); }
 static void test_vec_dot2(void **st) { (void)st; run_all(check_vec_dot2); }
 static void test_softmax_swiglu(void **st) { (void)st; run_all(check_softmax_swiglu); }
 
-/* The prefill gemm at engine-like shapes, bit for bit: n = 256 .. 8192,
- * every n_t from 1 to 70 (all token-tile remainders and the Q4_K gemv tail),
- * row ranges that are whole, odd, or not multiples of 16, Y rows wider than
- * the slice. The ref answers are computed once per (token, row). */
-static int check_gemm_wide(const mu_kern *k) {
-    static const uint32_t TYPES[] = {MU_T_Q4_K, MU_T_Q6_K};
-    static const int LENS[] = {256, 2048, 6144, 8192};
-    static const int RANGES[][2] = {{0, 40}, {3, 37}, {16, 32}, {5, 6}, {1, 34}, {8, 40}};
-    enum { ROWS = 40, MAXT = 70, YS = ROWS + 5 };
-    const mu_kern *rk = mu_kern_ref();
-    int fails = 0;
-    if (!strcmp(k->name, "ref")) return 0;
-    for (size_t ti = 0; ti < sizeof TYPES / sizeof TYPES[0]; ti++) {
-        const uint32_t t = TYPES[ti], dt = mu_kern_dot_type(t);
-        if (!k->gemm[t]) continue;
-        for (size_t li = 0; li < sizeof LENS / sizeof LENS[0]; li++) {
-            const int n = LENS[li];
-            const size_t wrow = kc_row_bytes(t, n), arow = kc_row_bytes(dt, n);
-            uint8_t *w = malloc(wrow * ROWS), *a = malloc(arow * MAXT);
-            float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)MAXT * YS * sizeof(float));
-            float *eb = malloc((size_t)MAXT * ROWS * sizeof(float)), *ed = malloc((size_t)MAXT * ROWS * sizeof(float));
-            kc_seed((uint64_t)(70000 + 100 * ti + li));
-            for (int r = 0; r < ROWS; r++) kc_fill_weights(t, w + r * wrow, n, r % 13 == 12);
-            for (int tt = 0; tt < MAXT; tt++) {
-                kc_fill_act(x, n, tt % 11 == 10 ? tt % KC_NKINDS : 0);
-                k->quant[dt](x, a + tt * arow, n);
-            }
-            mu_vec_dot_fn rb = rk->vec_dot_batch[t] ? rk->vec_dot_batch[t] : rk->vec_dot[t];
-            for (int tt = 0; tt < MAXT; tt++)
-                for (int r = 0; r < ROWS; r++) {
-                    eb[tt * ROWS + r] = rb(n, w + r * wrow, a + tt * arow);
-                    ed[tt * ROWS + r] = rk->vec_dot[t](n, w + r * wrow, a + tt * arow);
-                }
-            for (int nt = 1; nt <= MAXT; nt++) {
-                const int r0 = RANGES[nt % 6][0], r1 = RANGES[nt % 6][1];
-                for (int i = 0; i < MAXT * YS; i++) y[i] = -12345.f;
-                k->gemm[t](n, w, wrow, r0, r1, a, arow, nt, y, YS);
-                for (int tt = 0; tt < MAXT; tt++)
-                    for (int r = 0; r < YS; r++) {
-                        const float g = y[tt * YS + r];
-                        if (tt >= nt || r < r0 || r >= r1) {
-                            if (g != -12345.f) {
-                                KC_LOG("%s: gemm %s n=%d n_t=%d wrote outside its tile at t=%d r=%d\n", k->name,
-                                       kc_tname(t), n, nt, tt, r);
-                                fails++;
-                                goto next;
-                            }
-                            continue;
-                        }
-                        /* Q4_K: the last n_t % 4 rows of a matmul are llama.cpp's gemv */
-                        const float e = (t == MU_T_Q4_K && tt >= (nt & ~3)) ? ed[tt * ROWS + r] : eb[tt * ROWS + r];
-                        if (!kc_same_bits(g, e)) {
-                            KC_LOG("%s: gemm %s n=%d n_t=%d rows [%d,%d) t=%d r=%d: %.9g vs ref %.9g\n", k->name,
-                                   kc_tname(t), n, nt, r0, r1, tt, r, g, e);
-                            fails++;
-                            goto next;
-                        }
-                    }
-            next:;
-            }
-            free(w);
-            free(a);
-            free(x);
-            free(y);
-            free(eb);
-            free(ed);
-        }
-    }
-    return fails;
-}
 static void test_gemm_wide(void **st) { (void)st; run_all(check_gemm_wide); }
+static void test_bf16_tiny(void **st) { (void)st; run_all(check_bf16_tiny); }
 
 /* The checks must be able to fail: a deliberately broken table is caught. */
 static float broken_dot(int n, const void *w, const void *a) { return mu_vec_dot_q4_K_ref(n, w, a) * 1.0001f + 1e-3f; }
@@ -115,6 +46,14 @@ static void broken_dot2(int n, const void *w0, const void *w1, const void *a, fl
     out[0] = mu_vec_dot_q6_K_ref(n, w1, a);
 }
 
+/* a BF16 dot in plain float arithmetic: no flushing of subnormals */
+static float unflushed_bf16_dot(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    float s = 0;
+    for (int i = 0; i < n; i++) s += mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]);
+    return s;
+}
+
 static void test_checks_catch_errors(void **st) {
     (void)st;
     mu_kern bad = *mu_kern_ref();
@@ -123,6 +62,10 @@ static void test_checks_catch_errors(void **st) {
     bad.quant[MU_T_Q8_K] = broken_quant;
     bad.vec_dot2[MU_T_Q6_K] = broken_dot2;
     kc_quiet = 1;
+    mu_kern bad_bf16 = *mu_kern_ref();
+    bad_bf16.name = "unflushed-bf16";
+    bad_bf16.vec_dot_batch[MU_T_BF16] = unflushed_bf16_dot;
+    assert_true(check_bf16_tiny(&bad_bf16) > 0);
     assert_true(check_vec_dot(&bad) > 0);
     assert_true(check_quant(&bad) > 0);
     assert_true(check_vec_dot2(&bad) > 0);
@@ -150,7 +93,7 @@ int main(void) {
     fprintf(stderr, "\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
-        cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide),
+        cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide), cmocka_unit_test(test_bf16_tiny),
         cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),
     };
