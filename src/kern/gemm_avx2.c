@@ -200,7 +200,7 @@ AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 
             __m256i sa[6], sb[6];
             #pragma GCC unroll 8
             for (int t = 0; t < TN; t++) sa[t] = sb[t] = _mm256_setzero_si256();
-            #pragma GCC unroll 8
+            #pragma GCC unroll 1
             for (int st = 0; st < 8; st++) {
                 const __m256i wa = v->w[2 * j][st], wb = v->w[2 * j + 1][st];
                 #pragma GCC unroll 8
@@ -229,6 +229,9 @@ AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 
 #define Q4K_VT 4
 #endif
 #define Q4K_V_MAX_NB 128
+#ifndef Q4K_TB_BYTES
+#define Q4K_TB_BYTES (512u << 10)
+#endif
 
 static void q4k_store(float *y, int ys, int nr, const __m256 *v, int TN) {
     #pragma GCC unroll 8
@@ -278,10 +281,16 @@ static void gemm_q4_K_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
     const uint8_t *wb = w, *ab = a;
     if (nb4 > 0) {
         if (n / MU_QK_K <= Q4K_V_MAX_NB) {
-            for (int r = r0; r < r1; r += 8)
-                gemm_q4_K_8rows(n, wb, ws, r, r1 - r < 8 ? r1 - r : 8, ab, as, nb4, y, ys);
+            /* token blocks whose activations stay in L2 while the rows sweep them */
+            int tb = (int)((size_t)Q4K_TB_BYTES / ((size_t)(n / MU_QK_K) * sizeof(mu_block_q8_K)));
+            tb = tb < 8 * Q4K_VT ? 8 * Q4K_VT : tb / Q4K_VT * Q4K_VT;
+            for (int t0 = 0; t0 < nb4; t0 += tb) {
+                const int tn = nb4 - t0 < tb ? nb4 - t0 : tb;
+                for (int r = r0; r < r1; r += 8)
+                    gemm_q4_K_8rows(n, wb, ws, r, r1 - r < 8 ? r1 - r : 8, ab + (size_t)t0 * as, as, tn,
+                                    y + (size_t)t0 * ys, ys);
+            }
         } else {
-            #pragma GCC unroll 8
             for (int t = 0; t < nb4; t++)
                 for (int r = r0; r < r1; r++)
                     y[(size_t)t * ys + r] = vec_dot_q4_K_batch_avx2(n, wb + (size_t)r * ws, ab + (size_t)t * as);
