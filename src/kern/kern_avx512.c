@@ -352,6 +352,9 @@ static void vec_dot2_q4_K_avx512(int n, const void *w0, const void *w1, const vo
                 dot2_pf(pf + 2 * (size_t)i * sizeof(mu_block_q4_K) + (size_t)l);
         q4k_dot4x2(&x0[i], &x1[i], &y[i], &accv);
     }
+    if (pf) /* the tail blocks' share of the stream (rows of 26 blocks: 9 lines per pair) */
+        for (size_t l = 2 * (size_t)i * sizeof(mu_block_q4_K); l < 2 * (size_t)nb * sizeof(mu_block_q4_K); l += 64)
+            dot2_pf(pf + l);
     float a[4];
     _mm_storeu_ps(a, accv);
     out[0] = q4k_tail(i, nb, x0, y, a[0], a[1]);
