@@ -170,34 +170,18 @@ static inline void q8k_pair_bsums(const mu_block_q8_K *b, int32_t pr[4]) {
     _mm_storeu_si128((__m128i *)pr, h);
 }
 
-/* TN activation rows against the 8 rows of vb: each lane runs the ref's
- * per-64 chains acc = fma(isum_j, d_x * d_a, acc), accm likewise for the
- * mins (its own pass, to keep registers for the main one). */
-AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 out[], const int TN) {
-    __m256 accm[6], acc[6];
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) accm[t] = acc[t] = _mm256_setzero_ps();
+/* TN activation rows against the 8 rows of vb, in two passes so that the
+ * integer pass keeps only the sub-block sums in registers: (1) isum_j of
+ * every block and pair into ib; (2) per activation row, each lane runs the
+ * ref's per-64 chains acc = fma(isum_j, d_x * d_a, acc) and accm likewise
+ * for the mins. */
+#define Q4K_VT_MAX 8
+AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 out[], __m256i *ib, const int TN) {
     for (int i = 0; i < nb; i++) {
         const q4k_vb *v = &vb[i];
-        const __m256 dmx = _mm256_load_ps(v->dmx);
-        #pragma GCC unroll 8
-        for (int t = 0; t < TN; t++) {
-            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
-            int32_t pr[4];
-            q8k_pair_bsums(b, pr);
-            const __m256 dm = _mm256_mul_ps(dmx, _mm256_set1_ps(b->d));
-            #pragma GCC unroll 8
-            for (int j = 0; j < 4; j++) {
-                const __m256i im = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)v->mn[j]), _mm256_set1_epi32(pr[j]));
-                accm[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm[t]);
-            }
-        }
-    }
-    for (int i = 0; i < nb; i++) {
-        const q4k_vb *v = &vb[i];
-        #pragma GCC unroll 8
+        #pragma GCC unroll 1
         for (int j = 0; j < 4; j++) {
-            __m256i sa[6], sb[6];
+            __m256i sa[Q4K_VT_MAX], sb[Q4K_VT_MAX];
             #pragma GCC unroll 8
             for (int t = 0; t < TN; t++) sa[t] = sb[t] = _mm256_setzero_si256();
             #pragma GCC unroll 1
@@ -212,17 +196,30 @@ AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 
             }
             const __m256i sca = _mm256_load_si256((const __m256i *)v->sc[2 * j]);
             const __m256i scb = _mm256_load_si256((const __m256i *)v->sc[2 * j + 1]);
-            const __m256 dx = _mm256_load_ps(v->dx);
             #pragma GCC unroll 8
-            for (int t = 0; t < TN; t++) {
-                const float yd = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->d;
-                const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(sa[t], sca), _mm256_madd_epi16(sb[t], scb));
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(dx, _mm256_set1_ps(yd)), acc[t]);
-            }
+            for (int t = 0; t < TN; t++)
+                ib[(4 * i + j) * TN + t] = _mm256_add_epi32(_mm256_madd_epi16(sa[t], sca), _mm256_madd_epi16(sb[t], scb));
         }
     }
-    #pragma GCC unroll 8
-    for (int t = 0; t < TN; t++) out[t] = _mm256_sub_ps(acc[t], accm[t]);
+    #pragma GCC unroll 1
+    for (int t = 0; t < TN; t++) {
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const q4k_vb *v = &vb[i];
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            int32_t pr[4];
+            q8k_pair_bsums(b, pr);
+            const __m256 yd = _mm256_set1_ps(b->d);
+            const __m256 d = _mm256_mul_ps(_mm256_load_ps(v->dx), yd), dm = _mm256_mul_ps(_mm256_load_ps(v->dmx), yd);
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ib[(4 * i + j) * TN + t]), d, acc);
+                const __m256i im = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)v->mn[j]), _mm256_set1_epi32(pr[j]));
+                accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
+            }
+        }
+        out[t] = _mm256_sub_ps(acc, accm);
+    }
 }
 
 #ifndef Q4K_VT
@@ -251,22 +248,26 @@ static void gemm_q4_K_8rows(int n, const uint8_t *w, size_t ws, int r, int nr, c
                             float *y, int ys) {
     const int nb = n / MU_QK_K;
     static _Thread_local q4k_vb vb[Q4K_V_MAX_NB];
+    static _Thread_local __m256i ib[Q4K_V_MAX_NB * 4 * Q4K_VT_MAX];
     const mu_block_q4_K *rows[8];
-    #pragma GCC unroll 8
     for (int k = 0; k < 8; k++) rows[k] = (const mu_block_q4_K *)(w + (size_t)(r + (k < nr ? k : nr - 1)) * ws);
     for (int i = 0; i < nb; i++) q4k_vbuild(rows, i, &vb[i]);
-    __m256 out[8];
+    __m256 out[Q4K_VT_MAX];
     int t = 0;
     for (; t + Q4K_VT <= n_t; t += Q4K_VT) {
-        q4k_vtile(nb, vb, a + (size_t)t * as, as, out, Q4K_VT);
+        q4k_vtile(nb, vb, a + (size_t)t * as, as, out, ib, Q4K_VT);
         q4k_store(y + (size_t)t * ys + r, ys, nr, out, Q4K_VT);
     }
     const uint8_t *at = a + (size_t)t * as;
     const int left = n_t - t;
     switch (left) {
-    case 3: q4k_vtile(nb, vb, at, as, out, 3); break;
-    case 2: q4k_vtile(nb, vb, at, as, out, 2); break;
-    case 1: q4k_vtile(nb, vb, at, as, out, 1); break;
+    case 7: q4k_vtile(nb, vb, at, as, out, ib, 7); break;
+    case 6: q4k_vtile(nb, vb, at, as, out, ib, 6); break;
+    case 5: q4k_vtile(nb, vb, at, as, out, ib, 5); break;
+    case 4: q4k_vtile(nb, vb, at, as, out, ib, 4); break;
+    case 3: q4k_vtile(nb, vb, at, as, out, ib, 3); break;
+    case 2: q4k_vtile(nb, vb, at, as, out, ib, 2); break;
+    case 1: q4k_vtile(nb, vb, at, as, out, ib, 1); break;
     default: break;
     }
     if (left > 0) q4k_store(y + (size_t)t * ys + r, ys, nr, out, left);
