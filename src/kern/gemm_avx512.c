@@ -255,9 +255,7 @@ static void gemm_q5_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
  * this Zen 4 (kernbench-style, 1 thread, 64 activation rows): 6 x 4 and
  * row blocks in L2 beat 4 x 6 and token blocks in L2 for n = 6656 and
  * 19968 (token blocks re-read the weights from memory every few rows). */
-#ifndef FR
-#define FR 6
-#endif
+#define FR 6 /* the remainder switch in FGEMM assumes 6 */
 #ifndef FT
 #define FT 4
 #endif
@@ -344,9 +342,17 @@ AI void ftile_f32(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t a
                 for (; r + FR <= b1; r += FR)                                                                       \
                     FTILE_N(NAME, FR, tn, n, (const uint8_t *)w + (size_t)r * ws, ws, at, as, y + (size_t)t * ys + r, \
                             ys);                                                                                    \
-                for (; r < b1; r++)                                                                                 \
-                    FTILE_N(NAME, 1, tn, n, (const uint8_t *)w + (size_t)r * ws, ws, at, as, y + (size_t)t * ys + r, \
-                            ys);                                                                                    \
+                if (r < b1) {                                                                                       \
+                    const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                                        \
+                    float *yr = y + (size_t)t * ys + r;                                                             \
+                    switch (b1 - r) { /* the last rows of the slice (fewer than FR = 6) */                          \
+                    case 5: FTILE_N(NAME, 5, tn, n, wr, ws, at, as, yr, ys); break;                                 \
+                    case 4: FTILE_N(NAME, 4, tn, n, wr, ws, at, as, yr, ys); break;                                 \
+                    case 3: FTILE_N(NAME, 3, tn, n, wr, ws, at, as, yr, ys); break;                                 \
+                    case 2: FTILE_N(NAME, 2, tn, n, wr, ws, at, as, yr, ys); break;                                 \
+                    default: FTILE_N(NAME, 1, tn, n, wr, ws, at, as, yr, ys); break;                                \
+                    }                                                                                               \
+                }                                                                                                   \
             }                                                                                                       \
         }                                                                                                           \
     }
