@@ -170,6 +170,44 @@ static inline void q8k_pair_bsums(const mu_block_q8_K *b, int32_t pr[4]) {
     _mm_storeu_si128((__m128i *)pr, h);
 }
 
+/* One step of 4 codes for 4 activation rows: sa[t] += maddubs(wa, the 4
+ * bytes at q_t broadcast), sb[t] likewise with the bytes 32 further. Written
+ * in asm because GCC rotated the eight accumulators through extra register
+ * moves (and a spill), which made this loop front-end bound. */
+AI void q4k_step4(__m256i wa, __m256i wb, const int8_t *q0, const int8_t *q1, const int8_t *q2, const int8_t *q3,
+                  __m256i sa[], __m256i sb[]) {
+    __asm__("vpbroadcastd (%[p0]), %%ymm14\n\t"
+            "vpbroadcastd 32(%[p0]), %%ymm15\n\t"
+            "vpmaddubsw %%ymm14, %[wa], %%ymm14\n\t"
+            "vpmaddubsw %%ymm15, %[wb], %%ymm15\n\t"
+            "vpaddw %%ymm14, %[a0], %[a0]\n\t"
+            "vpaddw %%ymm15, %[b0], %[b0]\n\t"
+            "vpbroadcastd (%[p1]), %%ymm14\n\t"
+            "vpbroadcastd 32(%[p1]), %%ymm15\n\t"
+            "vpmaddubsw %%ymm14, %[wa], %%ymm14\n\t"
+            "vpmaddubsw %%ymm15, %[wb], %%ymm15\n\t"
+            "vpaddw %%ymm14, %[a1], %[a1]\n\t"
+            "vpaddw %%ymm15, %[b1], %[b1]\n\t"
+            "vpbroadcastd (%[p2]), %%ymm14\n\t"
+            "vpbroadcastd 32(%[p2]), %%ymm15\n\t"
+            "vpmaddubsw %%ymm14, %[wa], %%ymm14\n\t"
+            "vpmaddubsw %%ymm15, %[wb], %%ymm15\n\t"
+            "vpaddw %%ymm14, %[a2], %[a2]\n\t"
+            "vpaddw %%ymm15, %[b2], %[b2]\n\t"
+            "vpbroadcastd (%[p3]), %%ymm14\n\t"
+            "vpbroadcastd 32(%[p3]), %%ymm15\n\t"
+            "vpmaddubsw %%ymm14, %[wa], %%ymm14\n\t"
+            "vpmaddubsw %%ymm15, %[wb], %%ymm15\n\t"
+            "vpaddw %%ymm14, %[a3], %[a3]\n\t"
+            "vpaddw %%ymm15, %[b3], %[b3]"
+            : [a0] "+x"(sa[0]), [a1] "+x"(sa[1]), [a2] "+x"(sa[2]), [a3] "+x"(sa[3]), [b0] "+x"(sb[0]),
+              [b1] "+x"(sb[1]), [b2] "+x"(sb[2]), [b3] "+x"(sb[3])
+            : [wa] "x"(wa), [wb] "x"(wb), [p0] "r"(q0), [p1] "r"(q1), [p2] "r"(q2), [p3] "r"(q3),
+              "m"(*(const int8_t(*)[36])q0), "m"(*(const int8_t(*)[36])q1), "m"(*(const int8_t(*)[36])q2),
+              "m"(*(const int8_t(*)[36])q3)
+            : "xmm14", "xmm15");
+}
+
 /* TN activation rows against the 8 rows of vb, in two passes so that the
  * integer pass keeps only the sub-block sums in registers: (1) isum_j of
  * every block and pair into ib; (2) per activation row, each lane runs the
@@ -184,14 +222,25 @@ AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 
             __m256i sa[Q4K_VT_MAX], sb[Q4K_VT_MAX];
             #pragma GCC unroll 8
             for (int t = 0; t < TN; t++) sa[t] = sb[t] = _mm256_setzero_si256();
-            #pragma GCC unroll 1
-            for (int st = 0; st < 8; st++) {
-                const __m256i wa = v->w[2 * j][st], wb = v->w[2 * j + 1][st];
-                #pragma GCC unroll 8
-                for (int t = 0; t < TN; t++) {
-                    const int8_t *q8 = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs + 64 * j + 4 * st;
-                    sa[t] = _mm256_add_epi16(sa[t], _mm256_maddubs_epi16(wa, bcast32(q8)));
-                    sb[t] = _mm256_add_epi16(sb[t], _mm256_maddubs_epi16(wb, bcast32(q8 + 32)));
+            if (TN == 4) {
+                const int8_t *q0 = ((const mu_block_q8_K *)a + i)->qs + 64 * j;
+                const int8_t *q1 = ((const mu_block_q8_K *)(a + as) + i)->qs + 64 * j;
+                const int8_t *q2 = ((const mu_block_q8_K *)(a + 2 * as) + i)->qs + 64 * j;
+                const int8_t *q3 = ((const mu_block_q8_K *)(a + 3 * as) + i)->qs + 64 * j;
+                #pragma GCC unroll 1
+                for (int st = 0; st < 8; st++)
+                    q4k_step4(v->w[2 * j][st], v->w[2 * j + 1][st], q0 + 4 * st, q1 + 4 * st, q2 + 4 * st,
+                              q3 + 4 * st, sa, sb);
+            } else {
+                #pragma GCC unroll 1
+                for (int st = 0; st < 8; st++) {
+                    const __m256i wa = v->w[2 * j][st], wb = v->w[2 * j + 1][st];
+                    #pragma GCC unroll 8
+                    for (int t = 0; t < TN; t++) {
+                        const int8_t *q8 = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs + 64 * j + 4 * st;
+                        sa[t] = _mm256_add_epi16(sa[t], _mm256_maddubs_epi16(wa, bcast32(q8)));
+                        sb[t] = _mm256_add_epi16(sb[t], _mm256_maddubs_epi16(wb, bcast32(q8 + 32)));
+                    }
                 }
             }
             const __m256i sca = _mm256_load_si256((const __m256i *)v->sc[2 * j]);
