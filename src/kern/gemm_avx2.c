@@ -384,62 +384,63 @@ static void q6k_hbuild(const mu_block_q6_K *x, q6k_hb *o) {
     o->d = f16_to_f32(x->d);
 }
 
-/* Rows hb[0..R) (each nb decoded blocks) against TN activation rows. */
-AI void q6k_htile(int nb, const q6k_hb *const hb[], const uint8_t *a, size_t as, float *y, int ys, const int R,
-                  const int TN) {
-    __m256 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < R; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < TN; t++) acc[r][t] = _mm256_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        __m256i sumi[4][4];
-#pragma GCC unroll 4
-        for (int t = 0; t < TN; t++) {
-            const __m256i bs = _mm256_loadu_si256((const __m256i *)((const mu_block_q8_K *)(a + (size_t)t * as) + i)->bsums);
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) sumi[r][t] = _mm256_madd_epi16(hb[r][i].corr, bs);
-        }
-#pragma GCC unroll 8
-        for (int c = 0; c < 8; c++) {
-            __m256i av[4];
-#pragma GCC unroll 4
-            for (int t = 0; t < TN; t++)
-                av[t] = _mm256_loadu_si256((const __m256i *)(((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs + 32 * c));
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++) {
-                const __m256i wq = hb[r][i].q[c];
-#pragma GCC unroll 4
-                for (int t = 0; t < TN; t++)
-                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wq, av[t]), hb[r][i].s[c]));
-            }
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < TN; t++) {
-            const float yd = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->d;
-#pragma GCC unroll 4
-            for (int r = 0; r < R; r++)
-                acc[r][t] = _mm256_fmadd_ps(_mm256_set1_ps(yd * hb[r][i].d), _mm256_cvtepi32_ps(sumi[r][t]), acc[r][t]);
-        }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < TN; t++)
-#pragma GCC unroll 4
-        for (int r = 0; r < R; r++) y[(size_t)t * ys + r] = hsum_ps256(acc[r][t]);
-}
-
+/* Rows hb[0..R) (each nb decoded blocks) against TN activation rows, in two
+ * passes: the integer lanes of every block into ib (activation codes as
+ * memory operands, so only the R x TN sums live in registers), then per
+ * output the ref's chain acc = fma(d_a * d_x, lanes, acc) and hsum8. */
 #ifndef Q6K_R
 #define Q6K_R 2
 #endif
 #ifndef Q6K_T
-#define Q6K_T 3
+#define Q6K_T 4
 #endif
 #define Q6K_MAX_NB 64
+AI void q6k_htile(int nb, const q6k_hb *const hb[], const uint8_t *a, size_t as, float *y, int ys, __m256i *ib,
+                  const int R, const int TN) {
+    for (int i = 0; i < nb; i++) {
+        __m256i sumi[Q6K_R][Q6K_T];
+        #pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) {
+            const __m256i bs = _mm256_loadu_si256((const __m256i *)((const mu_block_q8_K *)(a + (size_t)t * as) + i)->bsums);
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; r++) sumi[r][t] = _mm256_madd_epi16(hb[r][i].corr, bs);
+        }
+        #pragma GCC unroll 1
+        for (int c = 0; c < 8; c++) {
+            #pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const __m256i wq = hb[r][i].q[c];
+                #pragma GCC unroll 4
+                for (int t = 0; t < TN; t++) {
+                    const __m256i av = _mm256_loadu_si256(
+                        (const __m256i *)(((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs + 32 * c));
+                    sumi[r][t] = _mm256_add_epi32(sumi[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(wq, av), hb[r][i].s[c]));
+                }
+            }
+        }
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++)
+            #pragma GCC unroll 4
+            for (int t = 0; t < TN; t++) ib[(i * R + r) * TN + t] = sumi[r][t];
+    }
+    #pragma GCC unroll 1
+    for (int t = 0; t < TN; t++)
+        #pragma GCC unroll 1
+        for (int r = 0; r < R; r++) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int i = 0; i < nb; i++) {
+                const float yd = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->d;
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(yd * hb[r][i].d), _mm256_cvtepi32_ps(ib[(i * R + r) * TN + t]), acc);
+            }
+            y[(size_t)t * ys + r] = hsum_ps256(acc);
+        }
+}
 
 /* R rows at r against n_t activation rows. */
 AI void q6k_rows(int nb, const uint8_t *w, size_t ws, int r, const uint8_t *a, size_t as, int n_t, float *y, int ys,
                  const int R) {
     static _Thread_local q6k_hb buf[Q6K_R][Q6K_MAX_NB];
+    static _Thread_local __m256i ib[Q6K_MAX_NB * Q6K_R * Q6K_T];
     const q6k_hb *hb[Q6K_R];
     for (int k = 0; k < R; k++) {
         const mu_block_q6_K *x = (const mu_block_q6_K *)(w + (size_t)(r + k) * ws);
@@ -447,13 +448,14 @@ AI void q6k_rows(int nb, const uint8_t *w, size_t ws, int r, const uint8_t *a, s
         hb[k] = buf[k];
     }
     int t = 0;
-    for (; t + Q6K_T <= n_t; t += Q6K_T) q6k_htile(nb, hb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, R, Q6K_T);
+    for (; t + Q6K_T <= n_t; t += Q6K_T)
+        q6k_htile(nb, hb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, ib, R, Q6K_T);
     const uint8_t *at = a + (size_t)t * as;
     float *yt = y + (size_t)t * ys + r;
     switch (n_t - t) {
-    case 3: q6k_htile(nb, hb, at, as, yt, ys, R, 3); break;
-    case 2: q6k_htile(nb, hb, at, as, yt, ys, R, 2); break;
-    case 1: q6k_htile(nb, hb, at, as, yt, ys, R, 1); break;
+    case 3: q6k_htile(nb, hb, at, as, yt, ys, ib, R, 3); break;
+    case 2: q6k_htile(nb, hb, at, as, yt, ys, ib, R, 2); break;
+    case 1: q6k_htile(nb, hb, at, as, yt, ys, ib, R, 1); break;
     default: break;
     }
 }
@@ -468,9 +470,17 @@ static void gemm_q6_K_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
             for (int r = r0; r < r1; r++) y[(size_t)t * ys + r] = dot_q6_K(n, wb + (size_t)r * ws, ab + (size_t)t * as);
         return;
     }
-    int r = r0;
-    for (; r + Q6K_R <= r1; r += Q6K_R) q6k_rows(nb, wb, ws, r, ab, as, n_t, y, ys, Q6K_R);
-    for (; r < r1; r++) q6k_rows(nb, wb, ws, r, ab, as, n_t, y, ys, 1);
+    /* token blocks whose activations stay in L2 while the rows sweep them */
+    int tb = (int)((size_t)Q4K_TB_BYTES / ((size_t)nb * sizeof(mu_block_q8_K)));
+    tb = tb < 8 * Q6K_T ? 8 * Q6K_T : tb / Q6K_T * Q6K_T;
+    for (int t0 = 0; t0 < n_t; t0 += tb) {
+        const int tn = n_t - t0 < tb ? n_t - t0 : tb;
+        const uint8_t *at = ab + (size_t)t0 * as;
+        float *yt = y + (size_t)t0 * ys;
+        int r = r0;
+        for (; r + Q6K_R <= r1; r += Q6K_R) q6k_rows(nb, wb, ws, r, at, as, tn, yt, ys, Q6K_R);
+        for (; r < r1; r++) q6k_rows(nb, wb, ws, r, at, as, tn, yt, ys, 1);
+    }
 }
 
 /* ---- F32 / F16 / BF16 batch dots (llamafile tinyBLAS orders) ------------ */
