@@ -252,15 +252,22 @@ static void gemm_q5_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
  * 16 (F32, FMA), reduced as _mm512_reduce_add_ps (mu_hsum16). A tile is FR
  * weight rows x TN activation rows of accumulators (6 x 4: 24 accumulators,
  * 6 weight vectors and one activation vector in registers). Measured on
- * this Zen 4 (kernbench-style, 1 thread, 64 activation rows): 6 x 4 and
- * row blocks in L2 beat 4 x 6 and token blocks in L2 for n = 6656 and
- * 19968 (token blocks re-read the weights from memory every few rows). */
+ * this Zen 4 (kernbench-style, 1 thread, 64 activation rows): 6 x 4 beat
+ * 4 x 6 and 5 x 5; row blocks in L2 beat token blocks in L2 for n = 6656
+ * and 19968 (there token blocks re-read the weights from memory every few
+ * activation rows), token blocks won for BF16 n = 2048 (89 vs 76 GMAC/s). */
 #define FR 6 /* the remainder switch in FGEMM assumes 6 */
 #ifndef FT
 #define FT 4
 #endif
 #ifndef F_RB_KIB
 #define F_RB_KIB 512
+#endif
+#ifndef F_TB_KIB
+#define F_TB_KIB 256
+#endif
+#ifndef F_SHORT_ROW
+#define F_SHORT_ROW 4096
 #endif
 
 AI void ftile_bf16(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t as, float *y, int ys, const int RN,
@@ -324,34 +331,57 @@ AI void ftile_f32(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t a
         }                                                                                                           \
     } while (0)
 
-/* Row blocks of about F_RB_KIB of weights stay in L2 while every activation
- * row passes them in tiles of FT (each tile read once from L3 or memory,
- * then reused by every group of FR rows of the block): the weights are read
- * from memory once per call, whatever n_t is. */
+/* nr (1..FR) weight rows x tn (1..FT) activation rows, both constants inside */
+#define FTILE_RT(NAME, nr, tn, ...)                                                                                 \
+    do {                                                                                                            \
+        switch (nr) {                                                                                               \
+        case 6: FTILE_N(NAME, 6, tn, __VA_ARGS__); break;                                                           \
+        case 5: FTILE_N(NAME, 5, tn, __VA_ARGS__); break;                                                           \
+        case 4: FTILE_N(NAME, 4, tn, __VA_ARGS__); break;                                                           \
+        case 3: FTILE_N(NAME, 3, tn, __VA_ARGS__); break;                                                           \
+        case 2: FTILE_N(NAME, 2, tn, __VA_ARGS__); break;                                                           \
+        default: FTILE_N(NAME, 1, tn, __VA_ARGS__); break;                                                          \
+        }                                                                                                           \
+    } while (0)
+
+/* Two loop orders, by row length. Short rows (n * size <= F_SHORT_ROW):
+ * token blocks of about F_TB_KIB of activations stay in L2 while each group
+ * of FR weight rows, in L1, passes over them (the weights are read from
+ * memory once per token block of at least 32 rows). Long rows: row blocks
+ * of about F_RB_KIB of weights stay in L2 while every activation row passes
+ * them in tiles of FT (each tile read once from L3 or memory, then reused by
+ * every row group of the block), so the weights are read once per call. */
 #define FGEMM(NAME, ESZ)                                                                                            \
     static void fgemm_##NAME(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,    \
                              float *y, int ys) {                                                                    \
-        int rb = (int)((F_RB_KIB << 10) / ((unsigned)n * (ESZ)));                                                   \
+        const size_t rowb = (size_t)n * (ESZ);                                                                      \
+        if (rowb <= F_SHORT_ROW) {                                                                                  \
+            int tb = (int)(((size_t)F_TB_KIB << 10) / rowb);                                                        \
+            tb = tb < FT ? FT : tb / FT * FT;                                                                       \
+            for (int t0 = 0; t0 < n_t; t0 += tb) {                                                                  \
+                const int t1 = t0 + tb < n_t ? t0 + tb : n_t;                                                       \
+                for (int r = r0; r < r1; r += FR) {                                                                 \
+                    const int nr = r1 - r < FR ? r1 - r : FR;                                                       \
+                    const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                                        \
+                    for (int t = t0; t < t1; t += FT) {                                                             \
+                        const int tn = t1 - t < FT ? t1 - t : FT;                                                   \
+                        FTILE_RT(NAME, nr, tn, n, wr, ws, (const uint8_t *)a + (size_t)t * as, as,                  \
+                                 y + (size_t)t * ys + r, ys);                                                       \
+                    }                                                                                               \
+                }                                                                                                   \
+            }                                                                                                       \
+            return;                                                                                                 \
+        }                                                                                                           \
+        int rb = (int)(((size_t)F_RB_KIB << 10) / rowb);                                                            \
         rb = rb < FR ? FR : rb / FR * FR;                                                                           \
         for (int b0 = r0; b0 < r1; b0 += rb) {                                                                      \
             const int b1 = b0 + rb < r1 ? b0 + rb : r1;                                                             \
             for (int t = 0; t < n_t; t += FT) {                                                                     \
                 const int tn = n_t - t < FT ? n_t - t : FT;                                                         \
-                const uint8_t *at = (const uint8_t *)a + (size_t)t * as;                                            \
-                int r = b0;                                                                                         \
-                for (; r + FR <= b1; r += FR)                                                                       \
-                    FTILE_N(NAME, FR, tn, n, (const uint8_t *)w + (size_t)r * ws, ws, at, as, y + (size_t)t * ys + r, \
-                            ys);                                                                                    \
-                if (r < b1) {                                                                                       \
-                    const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;                                        \
-                    float *yr = y + (size_t)t * ys + r;                                                             \
-                    switch (b1 - r) { /* the last rows of the slice (fewer than FR = 6) */                          \
-                    case 5: FTILE_N(NAME, 5, tn, n, wr, ws, at, as, yr, ys); break;                                 \
-                    case 4: FTILE_N(NAME, 4, tn, n, wr, ws, at, as, yr, ys); break;                                 \
-                    case 3: FTILE_N(NAME, 3, tn, n, wr, ws, at, as, yr, ys); break;                                 \
-                    case 2: FTILE_N(NAME, 2, tn, n, wr, ws, at, as, yr, ys); break;                                 \
-                    default: FTILE_N(NAME, 1, tn, n, wr, ws, at, as, yr, ys); break;                                \
-                    }                                                                                               \
+                for (int r = b0; r < b1; r += FR) {                                                                 \
+                    const int nr = b1 - r < FR ? b1 - r : FR;                                                       \
+                    FTILE_RT(NAME, nr, tn, n, (const uint8_t *)w + (size_t)r * ws, ws,                              \
+                             (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r, ys);                  \
                 }                                                                                                   \
             }                                                                                                       \
         }                                                                                                           \
