@@ -14,7 +14,8 @@
  * 8 integer lanes of each row sit in the two halves without a fold, and its
  * mins chain (a scalar per output in the ref) runs as a separate pass with
  * 16 activation rows per vector. A few static helpers (k4_scales, the
- * horizontal sums) are copied from kern_avx512.c, which keeps them static. */
+ * horizontal sums, the BF16 vec_dot used when n % 32 != 0) are copied from
+ * kern_avx512.c, which keeps them static. */
 #include <immintrin.h>
 #include <string.h>
 
