@@ -171,11 +171,24 @@ static int attn_bench(const char *tab) {
     return 0;
 }
 
+/* name is one of the comma-separated entries of list (exactly: "BF16" is not "F16") */
+static int in_list(const char *list, const char *name) {
+    const size_t n = strlen(name);
+    for (const char *p = list; *p;) {
+        const char *e = strchr(p, ',');
+        const size_t len = e ? (size_t)(e - p) : strlen(p);
+        if (len == n && !strncmp(p, name, n)) return 1;
+        if (!e) break;
+        p = e + 1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "attn")) return attn_bench(argc > 2 ? argv[2] : NULL);
     const int nt = argc > 1 ? atoi(argv[1]) : 2;
     const size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 1024;
-    static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_F16};
+    static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_F16, MU_T_BF16, MU_T_F32};
     const mu_kern *tabs[8];
     const int ntab = mu_kern_available(tabs, 8);
     const int gnt = argc > 3 ? atoi(argv[3]) : 64;
@@ -188,7 +201,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nx * n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
         const uint32_t t = types[ti], dt = mu_kern_dot_type(t);
-        if (only && !strstr(only, mu_type_get(t)->name)) continue;
+        if (only && !in_list(only, mu_type_get(t)->name)) continue;
         const size_t ws = mu_type_row_bytes(t, n);
         const size_t as = dt == MU_T_Q8_K ? (size_t)(n / 256) * sizeof(mu_block_q8_K) : mu_type_row_bytes(dt, n);
         const int grows = 2048;
@@ -208,9 +221,10 @@ int main(int argc, char **argv) {
                 const uint8_t z = (uint8_t)(r * 31 + b * 7);
                 switch (t) {
                 case MU_T_Q4_K: for (int i = 16; i < 144; i++) blk[i] ^= z; break;
+                case MU_T_Q5_K: for (int i = 48; i < 176; i++) blk[i] ^= z; break;
                 case MU_T_Q6_K: for (int i = 0; i < 192; i++) blk[i] ^= z; break;
                 case MU_T_Q8_0: for (int i = 2; i < 34; i++) blk[i] ^= z & 0x3f; break;
-                default: blk[0] ^= z & 0x3f; break; /* f16: low mantissa byte */
+                default: blk[0] ^= z & 0x3f; break; /* f16, bf16, f32: low mantissa byte */
                 }
             }
         }
