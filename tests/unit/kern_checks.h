@@ -348,8 +348,12 @@ static int check_gemm(const mu_kern *k) {
     for (int ti = 0; ti < KC_NWTYPES; ti++) {
         const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
         if (!k->gemm[t]) continue;
-        for (int li = 0; li < 3; li++) {
-            const int n = KC_LENS[li];
+        /* float types also at lengths that are whole 16s but not 32s / 64s
+         * (the BF16 batch path's fallback to vec_dot, the tile tails) */
+        static const int FLOAT_LENS[] = {80, 272};
+        const int is_float = t == MU_T_F32 || t == MU_T_F16 || t == MU_T_BF16;
+        for (int li = 0; li < (is_float ? 5 : 3); li++) {
+            const int n = li < 3 ? KC_LENS[li] : FLOAT_LENS[li - 3];
             const int rows = 19, maxt = 21, ys = rows + 3;
             const size_t wrow = kc_row_bytes(t, n), arow = kc_row_bytes(dt, n);
             uint8_t *w = malloc(wrow * rows), *a = malloc(arow * maxt);
