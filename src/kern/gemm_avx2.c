@@ -214,8 +214,7 @@ AI void q4k_step4(__m256i wa, __m256i wb, const int8_t *q0, const int8_t *q1, co
  * ref's per-64 chains acc = fma(isum_j, d_x * d_a, acc) and accm likewise
  * for the mins. */
 #define Q4K_VT_MAX 8
-AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, const int32_t *pr, __m256 out[], __m256i *ib,
-                  const int TN) {
+AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, __m256 out[], __m256i *ib, const int TN) {
     for (int i = 0; i < nb; i++) {
         const q4k_vb *v = &vb[i];
         #pragma GCC unroll 1
@@ -257,13 +256,14 @@ AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, const i
         for (int i = 0; i < nb; i++) {
             const q4k_vb *v = &vb[i];
             const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
-            const int32_t *pt = pr + 4 * ((size_t)t * nb + i);
+            int32_t pr[4];
+            q8k_pair_bsums(b, pr);
             const __m256 yd = _mm256_set1_ps(b->d);
             const __m256 d = _mm256_mul_ps(_mm256_load_ps(v->dx), yd), dm = _mm256_mul_ps(_mm256_load_ps(v->dmx), yd);
             #pragma GCC unroll 4
             for (int j = 0; j < 4; j++) {
                 acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(ib[(4 * i + j) * TN + t]), d, acc);
-                const __m256i im = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)v->mn[j]), _mm256_set1_epi32(pt[j]));
+                const __m256i im = _mm256_madd_epi16(_mm256_load_si256((const __m256i *)v->mn[j]), _mm256_set1_epi32(pr[j]));
                 accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
             }
         }
@@ -275,13 +275,9 @@ AI void q4k_vtile(int nb, const q4k_vb *vb, const uint8_t *a, size_t as, const i
 #define Q4K_VT 4
 #endif
 #define Q4K_V_MAX_NB 128
-/* entries of the bsum-pair table: a token block holds at most
- * max(Q4K_TB_BYTES / sizeof(mu_block_q8_K), 8 * Q4K_VT * nb) blocks */
-#define Q4K_PR_CAP (8 * Q4K_VT * Q4K_V_MAX_NB)
 #ifndef Q4K_TB_BYTES
 #define Q4K_TB_BYTES (512u << 10)
 #endif
-_Static_assert(Q4K_TB_BYTES / sizeof(mu_block_q8_K) <= Q4K_PR_CAP, "Q4K_PR_CAP");
 
 static void q4k_store(float *y, int ys, int nr, const __m256 *v, int TN) {
     #pragma GCC unroll 8
@@ -297,8 +293,8 @@ static void q4k_store(float *y, int ys, int nr, const __m256 *v, int TN) {
 }
 
 /* Rows r..r+nr-1 (nr <= 8; missing rows repeat the last) against n_t rows. */
-static void gemm_q4_K_8rows(int n, const uint8_t *w, size_t ws, int r, int nr, const uint8_t *a, size_t as,
-                            const int32_t *pr, int n_t, float *y, int ys) {
+static void gemm_q4_K_8rows(int n, const uint8_t *w, size_t ws, int r, int nr, const uint8_t *a, size_t as, int n_t,
+                            float *y, int ys) {
     const int nb = n / MU_QK_K;
     static _Thread_local q4k_vb vb[Q4K_V_MAX_NB];
     static _Thread_local __m256i ib[Q4K_V_MAX_NB * 4 * Q4K_VT_MAX];
@@ -308,20 +304,19 @@ static void gemm_q4_K_8rows(int n, const uint8_t *w, size_t ws, int r, int nr, c
     __m256 out[Q4K_VT_MAX];
     int t = 0;
     for (; t + Q4K_VT <= n_t; t += Q4K_VT) {
-        q4k_vtile(nb, vb, a + (size_t)t * as, as, pr + 4 * (size_t)t * nb, out, ib, Q4K_VT);
+        q4k_vtile(nb, vb, a + (size_t)t * as, as, out, ib, Q4K_VT);
         q4k_store(y + (size_t)t * ys + r, ys, nr, out, Q4K_VT);
     }
     const uint8_t *at = a + (size_t)t * as;
-    const int32_t *pt = pr + 4 * (size_t)t * nb;
     const int left = n_t - t;
     switch (left) {
-    case 7: q4k_vtile(nb, vb, at, as, pt, out, ib, 7); break;
-    case 6: q4k_vtile(nb, vb, at, as, pt, out, ib, 6); break;
-    case 5: q4k_vtile(nb, vb, at, as, pt, out, ib, 5); break;
-    case 4: q4k_vtile(nb, vb, at, as, pt, out, ib, 4); break;
-    case 3: q4k_vtile(nb, vb, at, as, pt, out, ib, 3); break;
-    case 2: q4k_vtile(nb, vb, at, as, pt, out, ib, 2); break;
-    case 1: q4k_vtile(nb, vb, at, as, pt, out, ib, 1); break;
+    case 7: q4k_vtile(nb, vb, at, as, out, ib, 7); break;
+    case 6: q4k_vtile(nb, vb, at, as, out, ib, 6); break;
+    case 5: q4k_vtile(nb, vb, at, as, out, ib, 5); break;
+    case 4: q4k_vtile(nb, vb, at, as, out, ib, 4); break;
+    case 3: q4k_vtile(nb, vb, at, as, out, ib, 3); break;
+    case 2: q4k_vtile(nb, vb, at, as, out, ib, 2); break;
+    case 1: q4k_vtile(nb, vb, at, as, out, ib, 1); break;
     default: break;
     }
     if (left > 0) q4k_store(y + (size_t)t * ys + r, ys, nr, out, left);
@@ -339,16 +334,11 @@ static void gemm_q4_K_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
             /* token blocks whose activations stay in L2 while the rows sweep them */
             int tb = (int)((size_t)Q4K_TB_BYTES / ((size_t)(n / MU_QK_K) * sizeof(mu_block_q8_K)));
             tb = tb < 8 * Q4K_VT ? 8 * Q4K_VT : tb / Q4K_VT * Q4K_VT;
-            const int nb = n / MU_QK_K;
-            static _Thread_local int32_t pr[Q4K_PR_CAP][4];
             for (int t0 = 0; t0 < nb4; t0 += tb) {
                 const int tn = nb4 - t0 < tb ? nb4 - t0 : tb;
-                const uint8_t *at = ab + (size_t)t0 * as;
-                for (int t = 0; t < tn; t++) /* the activations' bsum pairs, once per token block */
-                    for (int i = 0; i < nb; i++)
-                        q8k_pair_bsums((const mu_block_q8_K *)(at + (size_t)t * as) + i, pr[t * nb + i]);
                 for (int r = r0; r < r1; r += 8)
-                    gemm_q4_K_8rows(n, wb, ws, r, r1 - r < 8 ? r1 - r : 8, at, as, pr[0], tn, y + (size_t)t0 * ys, ys);
+                    gemm_q4_K_8rows(n, wb, ws, r, r1 - r < 8 ? r1 - r : 8, ab + (size_t)t0 * as, as, tn,
+                                    y + (size_t)t0 * ys, ys);
             }
         } else {
             for (int t = 0; t < nb4; t++)
