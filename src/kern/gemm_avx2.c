@@ -13,7 +13,6 @@
  * exactly the ref's 8 lanes) over register tiles of rows x activation rows. */
 #include <immintrin.h>
 #include <math.h>
-#include <stdbool.h>
 #include <string.h>
 
 #include "kern.h"
@@ -346,7 +345,6 @@ static void gemm_q4_K_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
                     y[(size_t)t * ys + r] = vec_dot_q4_K_batch_avx2(n, wb + (size_t)r * ws, ab + (size_t)t * as);
         }
     }
-    #pragma GCC unroll 8
     for (int t = nb4; t < n_t; t++)
         for (int r = r0; r < r1; r++) y[(size_t)t * ys + r] = dot_q4_K(n, wb + (size_t)r * ws, ab + (size_t)t * as);
 }
