@@ -44,7 +44,8 @@ typedef struct {
     float *y;
     int gemm; /* 0: vec_dot rows, 1: gemm, 2: vec_dot2 pairs (n_t 1) */
     pthread_barrier_t *bar;
-    double cpu; /* thread CPU seconds of the timed part */
+    double cpu;          /* thread CPU seconds of the timed part */
+    double wall0, wall1; /* its wall-clock start and end */
 } job;
 
 static double cpu_now(void) {
@@ -56,6 +57,7 @@ static double cpu_now(void) {
 static void *run(void *arg) {
     job *j = arg;
     pthread_barrier_wait(j->bar);
+    j->wall0 = now();
     const double c0 = cpu_now();
     if (j->gemm == 2) { /* vec_dot2: rows in pairs, like the engine's decode */
         int r = j->r0;
@@ -74,12 +76,15 @@ static void *run(void *arg) {
                 j->y[(size_t)t * j->r1 + r] = j->k->vec_dot[j->t](j->n, j->w + (size_t)r * j->ws, j->a + (size_t)t * j->as);
     }
     j->cpu = cpu_now() - c0;
+    j->wall1 = now();
     pthread_barrier_wait(j->bar);
     return NULL;
 }
 
-/* Wall seconds; *cpu gets the slowest thread's CPU seconds, which excludes
- * time the thread was descheduled (the machine may be shared). */
+/* Wall seconds from the first thread's start to the last one's end (taken by
+ * the workers: the calling thread may be descheduled between the barriers);
+ * *cpu gets the slowest thread's CPU seconds, which excludes time the thread
+ * was descheduled (the machine may be shared). */
 static double timed(job *base, int nt, int rows, double *cpu) {
     pthread_t th[16];
     job jobs[16];
@@ -94,15 +99,17 @@ static double timed(job *base, int nt, int rows, double *cpu) {
         pthread_create(&th[i], NULL, run, &jobs[i]);
     }
     pthread_barrier_wait(&bar);
-    const double t0 = now();
     pthread_barrier_wait(&bar);
-    const double dt = now() - t0;
+    double w0 = 1e300, w1 = 0;
     *cpu = 0;
     for (int i = 0; i < nt; i++) {
         pthread_join(th[i], NULL);
         *cpu = jobs[i].cpu > *cpu ? jobs[i].cpu : *cpu;
+        w0 = jobs[i].wall0 < w0 ? jobs[i].wall0 : w0;
+        w1 = jobs[i].wall1 > w1 ? jobs[i].wall1 : w1;
         free(jobs[i].y);
     }
+    const double dt = w1 - w0;
     pthread_barrier_destroy(&bar);
     return dt;
 }
@@ -231,7 +238,7 @@ int main(int argc, char **argv) {
         for (int i = 0; i < nx; i++) mu_kern_ref()->quant[dt](x + (size_t)i * n, a + i * as, n);
         for (int k = 0; k < ntab; k++) {
             if (tab && strcmp(tab, tabs[k]->name) != 0) continue;
-            job j = {tabs[k], t, n, 0, 0, 1, w, a, ws, as, NULL, 0, NULL, 0};
+            job j = {.k = tabs[k], .t = t, .n = n, .n_t = 1, .w = w, .a = a, .ws = ws, .as = as};
             double best = 1e9, cbest = 1e9, c;
             for (int rep = 0; rep < (mib ? 3 : 0); rep++) {
                 const double s = timed(&j, nt, rows, &c);
