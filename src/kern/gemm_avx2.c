@@ -16,20 +16,11 @@
 #include <string.h>
 
 #include "kern.h"
+#include "simd_x86.h"
 
 #define AI static inline __attribute__((always_inline))
 
 /* ---- helpers ----------------------------------------------------------- */
-
-static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
-
-/* hsum8 of kern.h (llama.cpp's hsum_float_8) */
-static inline float hsum_ps256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* hsum16 of a 16-lane accumulator held as lanes 0-7 (lo) and 8-15 (hi) */
 static inline float hsum16_ps(__m256 lo, __m256 hi) { return hsum_ps256(_mm256_add_ps(lo, hi)); }
@@ -38,16 +29,6 @@ static inline __m256i bcast32(const void *p) {
     int32_t v;
     memcpy(&v, p, 4);
     return _mm256_set1_epi32(v);
-}
-
-/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K block. */
-static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
-    memcpy(u, scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = mins_lo;
-    u[0] &= 0x3f3f3f3fu;
 }
 
 /* [imin_0..3]: mn[2j] * (bsums[4j] + bsums[4j+1]) + mn[2j+1] * (bsums[4j+2] + bsums[4j+3]) */

@@ -13,40 +13,15 @@
  * per zmm (row r in the low 256 bits, row r + 1 in the high), so the ref's
  * 8 integer lanes of each row sit in the two halves without a fold, and its
  * mins chain (a scalar per output in the ref) runs as a separate pass with
- * 16 activation rows per vector. A few static helpers (k4_scales, the
- * horizontal sums, the BF16 vec_dot used when n % 32 != 0) are copied from
- * kern_avx512.c, which keeps them static. */
+ * 16 activation rows per vector. Where tinyBLAS declines (n % 32 or n % 16),
+ * the rows go through the table's own vec_dot, taken at fill time. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kern.h"
+#include "simd_x86.h"
 
 #define AI __attribute__((always_inline)) static inline
-
-/* ---- helpers (copied from kern_avx512.c) -------------------------------- */
-
-static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
-
-static inline float hsum_ps128(__m128 s) {
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-/* mu_hsum8: (a0+a4 + a2+a6) + (a1+a5 + a3+a7) */
-static inline float hsum_ps256(__m256 v) {
-    return hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
-}
-
-/* 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K block. */
-static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
-    memcpy(u, scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = mins_lo;
-    u[0] &= 0x3f3f3f3fu;
-}
 
 /* ---- Q5_K ----------------------------------------------------------------
  * The ref (ggml's AVX2 q5_K): per super-block, integer lane m of 8 holds
@@ -391,22 +366,8 @@ AI void ftile_f32(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t a
 FGEMM(bf16, 2)
 FGEMM(f32, 4)
 
-/* ggml_vec_dot_bf16 with AVX512BF16 (kern_avx512.c's vec_dot, copied): two
- * accumulators over elements 0..31 and 32..63 of every 64, each reduced in
- * float, added in double, the tail in double. */
-static float vec_dot_bf16(int n, const void *w, const void *a) {
-    const mu_bf16 *x = w, *y = a;
-    __m512 c0 = _mm512_setzero_ps(), c1 = _mm512_setzero_ps();
-    const int np = n & ~63;
-    for (int i = 0; i < np; i += 64) {
-        c0 = _mm512_dpbf16_ps(c0, (__m512bh)_mm512_loadu_si512(x + i), (__m512bh)_mm512_loadu_si512(y + i));
-        c1 = _mm512_dpbf16_ps(c1, (__m512bh)_mm512_loadu_si512(x + i + 32), (__m512bh)_mm512_loadu_si512(y + i + 32));
-    }
-    double s = (double)_mm512_reduce_add_ps(c0);
-    s += (double)_mm512_reduce_add_ps(c1);
-    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
-    return (float)s;
-}
+/* the table's vec_dot for BF16 and F32 (kern_avx512.c fills them first) */
+static mu_vec_dot_fn table_dot_bf16, table_dot_f32;
 
 /* tinyBLAS needs n % 32 == 0; otherwise llama.cpp (and the ref's
  * vec_dot_batch) use vec_dot. */
@@ -418,7 +379,8 @@ static void gemm_bf16_avx512(int n, const void *w, size_t ws, int r0, int r1, co
     }
     for (int t = 0; t < n_t; t++)
         for (int r = r0; r < r1; r++)
-            y[(size_t)t * ys + r] = vec_dot_bf16(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+            y[(size_t)t * ys + r] =
+                table_dot_bf16(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
 }
 
 /* tinyBLAS needs n % 16 == 0; otherwise llama.cpp uses vec_dot (and
@@ -432,10 +394,12 @@ static void gemm_f32_avx512(int n, const void *w, size_t ws, int r0, int r1, con
     for (int t = 0; t < n_t; t++)
         for (int r = r0; r < r1; r++)
             y[(size_t)t * ys + r] =
-                mu_vec_dot_f32_ref(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+                table_dot_f32(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
 }
 
 void mu_kern_fill_gemm_avx512(mu_kern *k) {
+    table_dot_bf16 = k->vec_dot[MU_T_BF16];
+    table_dot_f32 = k->vec_dot[MU_T_F32];
     k->gemm[MU_T_Q5_K] = gemm_q5_K_avx512;
     k->gemm[MU_T_BF16] = gemm_bf16_avx512;
     k->gemm[MU_T_F32] = gemm_f32_avx512;

@@ -14,34 +14,7 @@
 #include <string.h>
 
 #include "kern.h"
-
-/* ---- helpers ----------------------------------------------------------- */
-
-static inline float hsum_ps256(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float hsum_ps128(__m128 s) {
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
-
-static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
-
-/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K
- * block, unpacked with 32-bit masks (same values as kern_ref.c's scale_min_k4). */
-static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
-    memcpy(u, scales, 12);
-    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
-    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-    u[2] = mins_lo;
-    u[0] &= 0x3f3f3f3fu;
-}
+#include "simd_x86.h"
 
 /* ---- F32 / F16 / BF16 dots ---------------------------------------------- */
 

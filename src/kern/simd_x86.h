@@ -1,0 +1,41 @@
+/* simd_x86.h: small helpers shared by the x86 kernel files (kern_avx2.c,
+ * kern_avx512.c, gemm_avx2.c, gemm_avx512.c). Include only from files built
+ * with at least -mavx2 -mfma -mf16c.
+ * Owns: the horizontal sums in llama.cpp's order, the F16 scalar conversion,
+ * the Q4_K/Q5_K scale unpacking. */
+#ifndef MU_KERN_SIMD_X86_H
+#define MU_KERN_SIMD_X86_H
+
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "kern.h"
+
+static inline float f16_to_f32(mu_f16 h) { return _cvtsh_ss(h); }
+
+/* (a0 + a2) + (a1 + a3) */
+static inline float hsum_ps128(__m128 s) {
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+/* hsum8 of kern.h (llama.cpp's hsum_float_8): (a0+a4 + a2+a6) + (a1+a5 + a3+a7) */
+static inline float hsum_ps256(__m256 v) {
+    return hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
+}
+
+/* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K
+ * block, unpacked with 32-bit masks (the values of kern_ref.c's
+ * scale_min_k4). */
+static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
+    memcpy(u, scales, 12);
+    u[3] = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
+    const uint32_t mins_lo = u[1] & 0x3f3f3f3fu;
+    u[1] = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
+    u[2] = mins_lo;
+    u[0] &= 0x3f3f3f3fu;
+}
+
+#endif
