@@ -350,30 +350,35 @@ AI void q6k_tile(int nb, const mu_block_q6_K *x, const uint8_t *const at[4], flo
     for (int t = 0; t < tn; t++) y[(size_t)t * ys] = res[t];
 }
 
-AI void gemm_q6_K_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
-                       int ys, const int sd) {
-    const int nb = n / MU_QK_K, rc = rows_per_chunk(ws);
-    const uint8_t *wb = w, *ab = a;
-    for (int c0 = r0; c0 < r1; c0 += rc) {
-        const int c1 = c0 + rc < r1 ? c0 + rc : r1;
-        for (int t0 = 0; t0 < n_t; t0 += 4) {
-            const int tn = n_t - t0 < 4 ? n_t - t0 : 4;
-            const uint8_t *at[4];
-            quad_rows(ab, as, t0, tn, at);
-            for (int r = c0; r < c1; r++)
-                q6k_tile(nb, (const mu_block_q6_K *)(wb + (size_t)r * ws), at, y + (size_t)t0 * ys + r, ys, tn, sd);
-        }
+/* A gemm over weight rows one at a time (chunks of about 32 KiB of rows, 4
+ * activation rows per tile) in both dot variants, for a tile function
+ * TILE(nb, row, at, y, ys, tn, sd). */
+#define ROW_GEMM(T, BLK, TILE)                                                                                  \
+    AI void gemm_##T##_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, \
+                            float *y, int ys, const int sd) {                                                   \
+        const int nb = n / MU_QK_K, rc = rows_per_chunk(ws);                                                    \
+        const uint8_t *wb = w, *ab = a;                                                                         \
+        for (int c0 = r0; c0 < r1; c0 += rc) {                                                                  \
+            const int c1 = c0 + rc < r1 ? c0 + rc : r1;                                                         \
+            for (int t0 = 0; t0 < n_t; t0 += 4) {                                                               \
+                const int tn = n_t - t0 < 4 ? n_t - t0 : 4;                                                     \
+                const uint8_t *at[4];                                                                           \
+                quad_rows(ab, as, t0, tn, at);                                                                  \
+                for (int r = c0; r < c1; r++)                                                                   \
+                    TILE(nb, (const BLK *)(wb + (size_t)r * ws), at, y + (size_t)t0 * ys + r, ys, tn, sd);      \
+            }                                                                                                   \
+        }                                                                                                       \
+    }                                                                                                           \
+    static void gemm_##T##_sdot(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as,      \
+                                int n_t, float *y, int ys) {                                                    \
+        gemm_##T##_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 1);                                                \
+    }                                                                                                           \
+    static void gemm_##T##_mull(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as,      \
+                                int n_t, float *y, int ys) {                                                    \
+        gemm_##T##_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);                                                \
     }
-}
 
-static void gemm_q6_K_sdot(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
-                           float *y, int ys) {
-    gemm_q6_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 1);
-}
-static void gemm_q6_K_mull(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
-                           float *y, int ys) {
-    gemm_q6_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
-}
+ROW_GEMM(q6_K, mu_block_q6_K, q6k_tile)
 
 /* ---- Q5_K --------------------------------------------------------------- */
 
@@ -442,30 +447,7 @@ AI void q5k_tile(int nb, const mu_block_q5_K *x, const uint8_t *const at[4], flo
     for (int t = 0; t < tn; t++) y[(size_t)t * ys] = res[t];
 }
 
-AI void gemm_q5_K_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
-                       int ys, const int sd) {
-    const int nb = n / MU_QK_K, rc = rows_per_chunk(ws);
-    const uint8_t *wb = w, *ab = a;
-    for (int c0 = r0; c0 < r1; c0 += rc) {
-        const int c1 = c0 + rc < r1 ? c0 + rc : r1;
-        for (int t0 = 0; t0 < n_t; t0 += 4) {
-            const int tn = n_t - t0 < 4 ? n_t - t0 : 4;
-            const uint8_t *at[4];
-            quad_rows(ab, as, t0, tn, at);
-            for (int r = c0; r < c1; r++)
-                q5k_tile(nb, (const mu_block_q5_K *)(wb + (size_t)r * ws), at, y + (size_t)t0 * ys + r, ys, tn, sd);
-        }
-    }
-}
-
-static void gemm_q5_K_sdot(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
-                           float *y, int ys) {
-    gemm_q5_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 1);
-}
-static void gemm_q5_K_mull(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
-                           float *y, int ys) {
-    gemm_q5_K_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
-}
+ROW_GEMM(q5_K, mu_block_q5_K, q5k_tile)
 
 /* ---- Q8_0 --------------------------------------------------------------- */
 
