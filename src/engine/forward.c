@@ -293,7 +293,6 @@ static void ew(mu_engine *e, int T, int step, int il) {
 /* ---- phase timers (mu_engine_profile) ---------------------------------- */
 
 typedef struct {
-    mu_engine *e;
     double *acc; /* the profile's decode or prefill row; NULL when off */
     double t;
 } ph_clock;
@@ -305,7 +304,6 @@ static double mono_s(void) {
 }
 
 static void ph_start(ph_clock *c, mu_engine *e, int T) {
-    c->e = e;
     c->acc = !e->prof_on ? NULL : T == 1 ? e->prof.decode_s : e->prof.prefill_s;
     c->t = c->acc ? mono_s() : 0;
 }
