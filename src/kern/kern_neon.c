@@ -5,8 +5,9 @@
  * vec_dot loop.
  * Does not own: numerics (kern_ref.c, llama.cpp's x86 orders): the F16,
  * Q8_0, Q4_K, Q5_K and Q6_K dots here reproduce them bit for bit (integer
- * lanes grouped as the ref groups them, float steps in the ref's order). The
- * F32 and BF16 dots and the vec_dot_batch entries stay the ref's.
+ * lanes grouped as the ref groups them, float steps in the ref's order), and
+ * so do the F32 and BF16 dots (the BF16 one with VDPBF16PS's DAZ/FTZ done
+ * by masks). The vec_dot_batch entries stay the ref's.
  * Key design choice: the file is built with +dotprod, but the int8 dots come
  * in two variants chosen at fill time from the CPU's HWCAP: SDOT
  * (vdotq_s32) where the CPU has the dot-product extension, widening
@@ -225,6 +226,88 @@ static float vec_dot_f16_neon(int n, const void *w, const void *a) {
     return (float)r;
 }
 
+/* ref (mu_vec_dot_f32_ref, ggml_vec_dot_f32 on AVX-512): 4 accumulators of
+ * 16 lanes (4 q-registers each) over steps of 64, FMA, combined 0+2, 1+3,
+ * then the two; hsum16 in float; the tail added to that float as the ref
+ * does (rounded products one by one over the grouped part, FMA after). */
+static float vec_dot_f32_neon(int n, const void *w, const void *a) {
+    const float *x = w, *y = a;
+    float32x4_t s[4][4];
+    for (int j = 0; j < 4; j++)
+        for (int q = 0; q < 4; q++) s[j][q] = vdupq_n_f32(0);
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int j = 0; j < 4; j++)
+            for (int q = 0; q < 4; q++) {
+                const int o = i + 16 * j + 4 * q;
+                s[j][q] = vfmaq_f32(s[j][q], vld1q_f32(x + o), vld1q_f32(y + o));
+            }
+    float l[16];
+    for (int q = 0; q < 4; q++) {
+        const float32x4_t v = vaddq_f32(vaddq_f32(s[0][q], s[2][q]), vaddq_f32(s[1][q], s[3][q]));
+        vst1q_f32(l + 4 * q, v);
+    }
+    float r = mu_hsum16(l);
+    int i = np;
+    const int rem = n - np;
+    const int grouped = rem >= 16 ? (rem & ~15) + ((rem & 15) >= 8 ? 8 : 0) : (rem >= 8 ? 8 : 0);
+    for (; i < np + grouped; i++) {
+        const float p = x[i] * y[i];
+        r += p;
+    }
+    for (; i < n; i++) r = fmaf(x[i], y[i], r);
+    return r;
+}
+
+/* bf16 -> f32 with denormals (zero exponent) read as +0, as VDPBF16PS */
+static inline float32x4_t bf16_daz4(uint16x4_t h) {
+    const uint32x4_t u = vshll_n_u16(h, 16);
+    return vreinterpretq_f32_u32(vandq_u32(u, vtstq_u32(u, vdupq_n_u32(0x7f800000u))));
+}
+
+/* denormal results flushed to zero of the same sign (ref f32_ftz) */
+static inline float32x4_t ftz4(float32x4_t v) {
+    const uint32x4_t tiny = vcaltq_f32(v, vdupq_n_f32(0x1p-126f));
+    const uint32x4_t sgn = vandq_u32(vreinterpretq_u32_f32(v), vdupq_n_u32(0x80000000u));
+    return vreinterpretq_f32_u32(vbslq_u32(tiny, sgn, vreinterpretq_u32_f32(v)));
+}
+
+/* ref (mu_vec_dot_bf16_ref, ggml_vec_dot_bf16 with AVX512BF16): two 16-lane
+ * accumulators (4 q-registers each), the first over elements 0..31 of every
+ * 64, the second over 32..63; lane l takes the pair 2l, 2l+1 (vld2q_u16
+ * splits evens and odds): acc += odd product, then even, each one FMA with
+ * inputs DAZ and results FTZ. Each reduced as hsum16, added in double, the
+ * tail in double. */
+static float vec_dot_bf16_neon(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    float32x4_t c[2][4];
+    for (int h = 0; h < 2; h++)
+        for (int q = 0; q < 4; q++) c[h][q] = vdupq_n_f32(0);
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+        for (int h = 0; h < 2; h++)
+            for (int p = 0; p < 2; p++) { /* lanes 8p..8p+7 */
+                const int o = i + 32 * h + 16 * p;
+                const uint16x8x2_t xv = vld2q_u16(x + o), yv = vld2q_u16(y + o);
+                for (int hi = 0; hi < 2; hi++) {
+                    const int q = 2 * p + hi;
+                    const uint16x4_t xe = hi ? vget_high_u16(xv.val[0]) : vget_low_u16(xv.val[0]);
+                    const uint16x4_t xo = hi ? vget_high_u16(xv.val[1]) : vget_low_u16(xv.val[1]);
+                    const uint16x4_t ye = hi ? vget_high_u16(yv.val[0]) : vget_low_u16(yv.val[0]);
+                    const uint16x4_t yo = hi ? vget_high_u16(yv.val[1]) : vget_low_u16(yv.val[1]);
+                    float32x4_t acc = ftz4(vfmaq_f32(c[h][q], bf16_daz4(xo), bf16_daz4(yo)));
+                    c[h][q] = ftz4(vfmaq_f32(acc, bf16_daz4(xe), bf16_daz4(ye)));
+                }
+            }
+    float l[2][16];
+    for (int h = 0; h < 2; h++)
+        for (int q = 0; q < 4; q++) vst1q_f32(l[h] + 4 * q, c[h][q]);
+    double s = (double)mu_hsum16(l[0]);
+    s += (double)mu_hsum16(l[1]);
+    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
+    return (float)s;
+}
+
 /* ---- activation quantizers (bit-identical to kern_ref.c) ---------------- */
 
 static void quant_q8_0_neon(const float *x, void *vy, int n) {
@@ -285,6 +368,8 @@ void mu_kern_fill_neon(mu_kern *k) {
     k->vec_dot[MU_T_Q5_K] = sdot ? vec_dot_q5_K_sdot : vec_dot_q5_K_mull;
     k->vec_dot[MU_T_Q6_K] = sdot ? vec_dot_q6_K_sdot : vec_dot_q6_K_mull;
     k->vec_dot[MU_T_F16] = vec_dot_f16_neon;
+    k->vec_dot[MU_T_F32] = vec_dot_f32_neon;
+    k->vec_dot[MU_T_BF16] = vec_dot_bf16_neon;
     k->quant[MU_T_Q8_0] = quant_q8_0_neon;
     k->quant[MU_T_Q8_K] = quant_q8_K_neon;
 }
