@@ -201,6 +201,12 @@ DEFINE_QDOTS(mull, dot16_mull)
 
 static inline float32x4_t f16x4(const mu_f16 *p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 
+/* ggml's combination of 4 accumulators of 16 lanes: (0+2) + (1+3), per lane */
+static inline void combine4x16(float32x4_t s[4][4], float l[16]) {
+    for (int q = 0; q < 4; q++)
+        vst1q_f32(l + 4 * q, vaddq_f32(vaddq_f32(s[0][q], s[2][q]), vaddq_f32(s[1][q], s[3][q])));
+}
+
 /* ref (ggml_vec_dot_f16): 4 accumulators of 16 lanes (4 q-registers each)
  * over steps of 64, combined 0+2, 1+3, then the two; hsum16; tail in double.
  * F16 x F16 products are exact in float, so FMA rounds like the ref. */
@@ -217,10 +223,7 @@ static float vec_dot_f16_neon(int n, const void *w, const void *a) {
                 s[j][q] = vfmaq_f32(s[j][q], f16x4(x + o), f16x4(y + o));
             }
     float l[16];
-    for (int q = 0; q < 4; q++) {
-        const float32x4_t v = vaddq_f32(vaddq_f32(s[0][q], s[2][q]), vaddq_f32(s[1][q], s[3][q]));
-        vst1q_f32(l + 4 * q, v);
-    }
+    combine4x16(s, l);
     double r = mu_hsum16(l);
     for (int i = np; i < n; i++) r += (double)(mu_f16_to_f32(x[i]) * mu_f16_to_f32(y[i]));
     return (float)r;
@@ -243,10 +246,7 @@ static float vec_dot_f32_neon(int n, const void *w, const void *a) {
                 s[j][q] = vfmaq_f32(s[j][q], vld1q_f32(x + o), vld1q_f32(y + o));
             }
     float l[16];
-    for (int q = 0; q < 4; q++) {
-        const float32x4_t v = vaddq_f32(vaddq_f32(s[0][q], s[2][q]), vaddq_f32(s[1][q], s[3][q]));
-        vst1q_f32(l + 4 * q, v);
-    }
+    combine4x16(s, l);
     float r = mu_hsum16(l);
     int i = np;
     const int rem = n - np;
