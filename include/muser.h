@@ -24,7 +24,7 @@ extern "C" {
 typedef struct mu_model mu_model;
 typedef struct mu_engine mu_engine;
 typedef struct mu_session mu_session;
-typedef struct mu_tok mu_tok; /* src/model/tokenizer.h */
+typedef struct mu_tok mu_tok; /* src/tok/tokenizer.h */
 
 /* ---- model ------------------------------------------------------------ */
 

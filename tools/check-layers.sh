@@ -1,45 +1,55 @@
 #!/usr/bin/env bash
-# Enforces STYLE.md's layering: a file may include only headers of its own
-# level or lower, and every header compiles on its own.
-#   base < kern < model, gpu < engine < kv, net < http < cmd
+# Enforces the layering table of HACKING.md:
+#   1. a file under src/ includes only headers of a lower level, or of its
+#      own directory (directories of one level never include each other);
+#   2. src/http and cmd/ are clients of the public API: they include only
+#      include/, src/base and headers of their own directory;
+#   3. every header compiles on its own.
+# Levels: base < kern < gguf, gpu < tok, chat < model < engine, synth
+#         < kv, net < gen < http < cmd
 set -u
 cd "$(dirname "$0")/.."
 level() {
   case $1 in
-    base) echo 0 ;; kern) echo 1 ;; model|gpu) echo 2 ;; engine) echo 3 ;;
-    kv|net) echo 4 ;; http) echo 5 ;; cmd|include) echo 6 ;; *) echo 99 ;;
+    base) echo 0 ;; kern) echo 1 ;; gguf|gpu) echo 2 ;; tok|chat) echo 3 ;;
+    model) echo 4 ;; engine|synth) echo 5 ;; kv|net) echo 6 ;; gen) echo 7 ;;
+    http) echo 8 ;; cmd) echo 9 ;; *) echo 99 ;;
   esac
 }
 rc=0
-for f in $(find src -name '*.c' -o -name '*.h' -o -name '*.cu'); do
+for f in $(find src cmd -name '*.c' -o -name '*.h' -o -name '*.cu'); do
   dir=$(echo "$f" | cut -d/ -f2)
+  [ "${f%%/*}" = cmd ] && dir=cmd
   mine=$(level "$dir")
+  [ "$mine" = 99 ] && { echo "layering: $f is in a directory without a level ($dir)"; rc=1; continue; }
+  client=0
+  [ "$dir" = http ] || [ "$dir" = cmd ] && client=1
   while IFS= read -r inc; do
-    # resolve the include relative to the file
     target=$(realpath -m --relative-to=. "$(dirname "$f")/$inc")
     case $target in
+      include/*) continue ;; # the public API: muser.h depends on base only
       src/*) tdir=$(echo "$target" | cut -d/ -f2) ;;
-      include/*) tdir=include ;;
-      *) continue ;;
+      cmd/*) tdir=cmd ;;
+      *) echo "layering: $f includes $inc, outside src/, cmd/ and include/"; rc=1; continue ;;
     esac
+    [ "$tdir" = "$dir" ] && continue
+    if [ $client = 1 ] && [ "$tdir" != base ]; then
+      echo "layering: $f includes $inc (src/http and cmd/ use include/ and src/base only)"; rc=1; continue
+    fi
     tl=$(level "$tdir")
-    if [ "$tdir" = include ]; then
-      # the public header declares model-level and higher functions and only
-      # depends on base: model and everything above may include it
-      [ "$mine" -ge 2 ] && continue
-    fi
-    if [ "$tl" -gt "$mine" ] || { [ "$tl" -eq "$mine" ] && [ "$tdir" != "$dir" ] && [ "$mine" -ne 2 ] && [ "$mine" -ne 4 ]; }; then
+    if [ "$tl" -ge "$mine" ]; then
       echo "layering: $f includes $inc ($tdir is not below $dir)"; rc=1
-    fi
-    if [ "$mine" -eq 2 ] || [ "$mine" -eq 4 ]; then
-      if [ "$tl" -eq "$mine" ] && [ "$tdir" != "$dir" ]; then
-        echo "layering: $f includes $inc ($tdir and $dir are siblings)"; rc=1
-      fi
     fi
   done < <(grep -oE '^#include "[^"]+"' "$f" | sed -E 's/#include "(.*)"/\1/')
 done
+# The public headers depend on src/base only.
+for h in include/*.h; do
+  if grep -oE '^#include "[^"]+"' "$h" | grep -v '"\.\./src/base/' >/dev/null; then
+    echo "layering: $h includes more than src/base"; rc=1
+  fi
+done
 # Each header compiles alone.
-for h in $(find src include -name '*.h'); do
+for h in $(find src include cmd -name '*.h'); do
   if ! echo "#include \"$PWD/$h\"" | gcc -std=c11 -D_GNU_SOURCE -fsyntax-only -x c - 2>/tmp/hdr.$$; then
     echo "header does not compile alone: $h"; cat /tmp/hdr.$$; rc=1
   fi

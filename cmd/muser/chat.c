@@ -11,8 +11,8 @@
  * dim or between markers, answer plain, tool calls on their own line) and
  * the SIGINT policy (Ctrl-C stops the answer being generated, clears the line
  * at the prompt, never ends the program from a terminal).
- * Does not own: templates, tokenization, output parsing (model/chat.h,
- * model/tokenizer.h) or the forward pass (muser.h).
+ * Does not own: templates, tokenization, output parsing (chat/chat.h,
+ * tok/tokenizer.h) or the forward pass (muser.h).
  *
  * Key design choice: every turn renders the WHOLE conversation with the chat
  * template and tokenizes it, then keeps the longest common prefix of the
@@ -35,9 +35,9 @@
 #include <jansson.h>
 
 #include "../../include/muser.h"
-#include "../../src/model/chat.h"
+#include "../../src/chat/chat.h"
 #include "../../src/model/model.h"
-#include "../../src/model/tokenizer.h"
+#include "../../src/tok/tokenizer.h"
 #include "cli.h"
 
 #define PREFILL_CHUNK 512   /* tokens per forward while feeding a prompt: Ctrl-C is checked between */

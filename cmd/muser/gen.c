@@ -2,8 +2,8 @@
  * Owns: presets and geometry options, the per-tensor type choice (including
  * llama.cpp's Q4_K_M mix), the weight distributions, the parallel
  * generate-quantize-write pipeline and its progress line.
- * Does not own: the GGUF byte format (src/model/gguf_write.c), quantizers
- * (src/kern/quantize.c), the vocabulary (src/model/vocab_gen.c).
+ * Does not own: the GGUF byte format (src/synth/gguf_write.c), quantizers
+ * (src/synth/quantize.c), the vocabulary (src/synth/vocab_gen.c).
  * Key design choice: every row of every tensor gets its own random stream
  * seeded from (seed, tensor name, row), so the file's bytes depend only on
  * the options, never on the thread count or batching; worker threads fill
@@ -23,10 +23,10 @@
 #include "../../src/base/err.h"
 #include "../../src/kern/kern.h"
 #include "../../src/kern/quant.h"
-#include "../../src/kern/quantize.h"
-#include "../../src/model/gguf.h"
-#include "../../src/model/gguf_write.h"
-#include "../../src/model/vocab_gen.h"
+#include "../../src/synth/quantize.h"
+#include "../../src/gguf/gguf.h"
+#include "../../src/synth/gguf_write.h"
+#include "../../src/synth/vocab_gen.h"
 #include "cli.h"
 
 /* Output bytes are pinned by golden tests: no fma contraction (see quantize.c). */

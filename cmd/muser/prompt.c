@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/model/tokenizer.h"
+#include "../../src/tok/tokenizer.h"
 #include "cli.h"
 
 #define MAX_PROMPT_FILE (256u << 20)

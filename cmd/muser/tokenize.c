@@ -1,7 +1,7 @@
 /* tokenize.c: `muser tokenize`: print the token ids of a text as one JSON
  * array on one line (no BOS), the way llama.cpp's tokenizer would produce
  * them. Owns only argument handling and output; the tokenizer is
- * src/model/tokenizer.c. Opens the GGUF directly (no engine), so it works on
+ * src/tok/tokenizer.c. Opens the GGUF directly (no engine), so it works on
  * any GGUF with a llama4 tokenizer. */
 #include <errno.h>
 #include <jansson.h>
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/model/gguf.h"
-#include "../../src/model/tokenizer.h"
+#include "../../src/gguf/gguf.h"
+#include "../../src/tok/tokenizer.h"
 #include "cli.h"
 
 static const char USAGE[] =

@@ -77,7 +77,7 @@ typedef struct {
     char *stops[API_MAX_STOPS];
     int n_stops;
     size_t max_stop;
-    bool chat;               /* split the Muse channels (model/chat.h parser) */
+    bool chat;               /* split the Muse channels (chat/chat.h parser) */
     struct mu_chat_parser *cp;
     json_t *tool_calls;      /* [{name, arguments (object)}] parsed from tool messages */
     mu_http_buf content, reasoning;  /* routed text */

@@ -2,7 +2,7 @@
  * Owns: prompt tokenization (BOS rule), submitting a job and answering
  * 400/429 when that fails, turning token ids into text (UTF-8 assembly,
  * special tokens hidden; for chat, the text with its markers goes through
- * model/chat.h's streaming parser into reasoning, content and tool calls),
+ * chat/chat.h's streaming parser into reasoning, content and tool calls),
  * stop strings (the text after a match is
  * cut and the job cancelled; bytes that may start a stop string are held
  * back), sampling defaults, model-id checks, timings.
@@ -12,7 +12,7 @@
  * hang-up check on the client socket. */
 #include "api.h"
 
-#include "../model/chat.h"
+#include "../chat/chat.h"
 
 #include <math.h>
 #include <stdio.h>

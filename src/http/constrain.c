@@ -25,7 +25,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../model/tokenizer.h"
+#include "../tok/tokenizer.h"
 
 static const char HDR[] = " to=user";
 #define HDR_LEN 8

@@ -1,17 +1,17 @@
 /* text.c: binds the server's text interface (api.h mu_http_text) to the
- * model's tokenizer (model/tokenizer.h) and chat template (model/jinja.h).
+ * model's tokenizer (tok/tokenizer.h) and chat template (chat/jinja.h).
  * Owns: which tokenizer and template the server uses (the GGUF's template,
  * or the built-in Muse template when it has none) and the bos/eos texts.
  * Does not own: tokenization, template semantics or output parsing
- * (model/tokenizer.h, model/chat.h).
- * Design: a thin adapter, so a richer chat module (model/chat.h) replaces
+ * (tok/tokenizer.h, chat/chat.h).
+ * Design: a thin adapter, so a richer chat module (chat/chat.h) replaces
  * render() in one place. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "../model/chat.h"
+#include "../chat/chat.h"
 #include "../model/model.h"
-#include "../model/tokenizer.h"
+#include "../tok/tokenizer.h"
 #include "api.h"
 #include "server.h"
 

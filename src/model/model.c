@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "../kern/quant.h"
-#include "tokenizer.h"
+#include "../tok/tokenizer.h"
 
 #define ARCH "muse-glimmer"
 

@@ -4,8 +4,8 @@
 #define MU_MODEL_MODEL_H
 
 #include "../../include/muser.h"
-#include "gguf.h"
-#include "tokenizer.h"
+#include "../gguf/gguf.h"
+#include "../tok/tokenizer.h"
 
 typedef struct {
     const mu_gguf_tensor *attn_norm, *wq, *wk, *wv, *q_norm, *k_norm, *wgate, *wo;

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/model/gguf.h"
+#include "../../src/gguf/gguf.h"
 #include "../../src/model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

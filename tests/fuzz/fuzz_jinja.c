@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/model/chat.h"
-#include "../../src/model/jinja.h"
+#include "../../src/chat/chat.h"
+#include "../../src/chat/jinja.h"
 
 static const char CTX[] =
     "{\"messages\": [{\"role\": \"system\", \"content\": \"sys\"}, {\"role\": \"user\", \"content\": \"h\\u00e9llo\"},"

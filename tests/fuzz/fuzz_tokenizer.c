@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/model/gguf.h"
-#include "../../src/model/tokenizer.h"
+#include "../../src/gguf/gguf.h"
+#include "../../src/tok/tokenizer.h"
 #include "../tokenizer/mini_gguf.h"
 
 static mu_tok *tok;

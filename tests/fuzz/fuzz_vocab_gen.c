@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "../../src/base/err.h"
-#include "../../src/model/vocab_gen.h"
+#include "../../src/synth/vocab_gen.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size > (1 << 16)) return 0;

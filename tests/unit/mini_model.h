@@ -10,8 +10,8 @@
 #include <string.h>
 
 #include "../../src/kern/kern.h"
-#include "../../src/model/gguf.h"
-#include "../../src/model/gguf_write.h"
+#include "../../src/gguf/gguf.h"
+#include "../../src/synth/gguf_write.h"
 
 typedef struct {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_swa, n_ctx;

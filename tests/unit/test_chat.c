@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/model/chat.h"
+#include "../src/chat/chat.h"
 
 static char *slurp(const char *path, size_t *n) {
     FILE *f = fopen(path, "rb");

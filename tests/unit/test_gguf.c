@@ -13,8 +13,8 @@
 #include <cmocka.h>
 
 #include "../../src/kern/quant.h"
-#include "../../src/model/gguf.h"
-#include "../../src/model/gguf_write.h"
+#include "../../src/gguf/gguf.h"
+#include "../../src/synth/gguf_write.h"
 
 static char tmpdir[] = "/tmp/mutest_gguf_XXXXXX";
 

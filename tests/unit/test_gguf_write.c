@@ -1,5 +1,5 @@
 /* test_gguf_write.c: the GGUF writer round-trips through the reader
- * (src/model/gguf.c): every key type, string and numeric arrays, tensor
+ * (src/gguf/gguf.c): every key type, string and numeric arrays, tensor
  * infos, 32-byte aligned offsets, data bytes; failures leave no files. */
 #include <math.h>
 #include <setjmp.h>
@@ -15,8 +15,8 @@
 #include <cmocka.h>
 
 #include "../src/kern/quant.h"
-#include "../src/model/gguf.h"
-#include "../src/model/gguf_write.h"
+#include "../src/gguf/gguf.h"
+#include "../src/synth/gguf_write.h"
 
 static char dir[64];
 

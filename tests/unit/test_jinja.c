@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../src/model/jinja.h"
+#include "../src/chat/jinja.h"
 
 #define CORPUS "tests/jinja"
 #define NOW_2024_07_26 1721952000 /* 2024-07-26 00:00:00 UTC, as make-expected.py */

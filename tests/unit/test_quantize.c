@@ -14,7 +14,7 @@
 
 #include "../src/kern/kern.h"
 #include "../src/kern/quant.h"
-#include "../src/kern/quantize.h"
+#include "../src/synth/quantize.h"
 
 /* Relative RMS error bounds on Gaussian data (measured values are about
  * 60% of these; see docs/gen.md). */

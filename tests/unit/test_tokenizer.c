@@ -12,8 +12,8 @@
 
 #include <cmocka.h>
 
-#include "../src/model/gguf.h"
-#include "../src/model/tokenizer.h"
+#include "../src/gguf/gguf.h"
+#include "../src/tok/tokenizer.h"
 #include "tokenizer/mini_gguf.h"
 
 typedef struct {

@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "../src/model/vocab_gen.h"
+#include "../src/synth/vocab_gen.h"
 
 static mu_vocab_gen *build(int n_vocab, int max_merges, int min_count, const char *corpus, size_t len, int ref) {
     mu_vocab_gen_params p = {n_vocab, max_merges, min_count, corpus, len, ref};

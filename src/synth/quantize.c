@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "../base/err.h"
-#include "kern.h"
+#include "../kern/kern.h"
 
 /* Round to nearest, ties to even, for |v| < 2^22 (every caller's range):
  * adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits. */

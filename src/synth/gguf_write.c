@@ -18,7 +18,7 @@
 
 #include "../base/mem.h"
 #include "../kern/quant.h"
-#include "gguf.h"
+#include "../gguf/gguf.h"
 
 #define WBUF_BYTES (4u << 20)
 

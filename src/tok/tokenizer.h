@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "../base/err.h"
-#include "gguf.h"
+#include "../gguf/gguf.h"
 
 typedef struct mu_tok mu_tok;
 
