@@ -17,21 +17,11 @@
 #include <time.h>
 
 #include "../../include/muser.h"
-#include "../../src/kern/kern.h"
 #include "../../src/model/model.h"
 #include "cli.h"
 
 #ifndef MU_COMMIT
 #define MU_COMMIT "unknown"
-#endif
-
-/* The dispatch (src/kern/kern_dispatch.c) declares the ISA fill functions
- * weak, and a weak reference does not pull an object out of libmuser.a: this
- * strong reference is what links the SIMD tables into ./muser. */
-#if defined(__x86_64__)
-void (*const mu_bench_force_link[])(mu_kern *) = {mu_kern_fill_avx2, mu_kern_fill_avx512};
-#elif defined(__aarch64__)
-void (*const mu_bench_force_link[])(mu_kern *) = {mu_kern_fill_neon};
 #endif
 
 static int usage(void) {
