@@ -50,6 +50,73 @@ const mu_tok *mu_model_tokenizer(const mu_model *m);
 int mu_tokenize(const mu_model *m, const char *text, size_t len, bool add_bos, bool parse_special, int32_t **ids,
                 int *n, mu_err *err);
 
+/* The GGUF file behind m: format version, size, and its tensors in file
+ * order. */
+typedef struct {
+    const char *name;
+    const char *type;   /* "Q4_K", "F16", ... */
+    int n_dims;
+    int64_t ne[4];      /* ne[0] is the row length */
+    int64_t n_elems;
+    uint64_t bytes;
+} mu_tensor_info;
+uint32_t mu_model_gguf_version(const mu_model *m);
+uint64_t mu_model_file_bytes(const mu_model *m);
+int mu_model_n_tensors(const mu_model *m);
+/* Tensor i (0 .. n_tensors-1); MU_E_ARG for another i. Strings live as
+ * long as m. */
+int mu_model_tensor(const mu_model *m, int i, mu_tensor_info *out, mu_err *err);
+/* A string metadata value (NULL when the key is absent or not a string);
+ * not NUL-terminated inside the file: *len is its length. */
+const char *mu_model_meta_str(const mu_model *m, const char *key, size_t *len);
+
+/* ---- tokenizer -------------------------------------------------------- */
+
+/* Token attributes (llama.cpp's llama_token_attr bits, after llama.cpp's
+ * load-time fix-ups; see docs/tokenizer.md "Token attributes"). */
+enum {
+    MU_TOK_ATTR_UNDEFINED = 0,
+    MU_TOK_ATTR_UNKNOWN = 1 << 0,
+    MU_TOK_ATTR_UNUSED = 1 << 1,
+    MU_TOK_ATTR_NORMAL = 1 << 2,
+    MU_TOK_ATTR_CONTROL = 1 << 3,
+    MU_TOK_ATTR_USER_DEFINED = 1 << 4,
+    MU_TOK_ATTR_BYTE = 1 << 5,
+};
+
+/* A GGUF's tokenizer alone (vocabulary-only files too), without binding a
+ * model; free with mu_tok_free. */
+int mu_tok_open(const char *path, mu_tok **out, mu_err *err);
+void mu_tok_free(mu_tok *t);
+int mu_tok_n_vocab(const mu_tok *t);
+/* Text -> ids without BOS; *ids is malloc'ed. */
+int mu_tok_encode(const mu_tok *t, const char *text, size_t len, bool parse_special, int32_t **ids, int *n_ids,
+                  mu_err *err);
+/* Attribute bits of id (MU_TOK_ATTR_*), 0 for an id out of range. */
+int mu_tok_attr(const mu_tok *t, int32_t id);
+/* The bytes a token renders as (llama_token_to_piece): normal tokens
+ * byte-decoded, CONTROL/UNKNOWN tokens as their text only when special is
+ * true, USER_DEFINED tokens always as their text. Returns the length
+ * written, -(needed) when cap is too small, and 0 for an id out of range.
+ * A piece may be part of a UTF-8 character. */
+int mu_tok_piece(const mu_tok *t, int32_t id, bool special, char *buf, size_t cap);
+/* Special token ids, -1 when absent. */
+int32_t mu_tok_bos(const mu_tok *t);
+int32_t mu_tok_eos(const mu_tok *t);
+
+/* ---- chat template ---------------------------------------------------- */
+
+/* The GGUF's tokenizer.chat_template (NUL-terminated, lives as long as m),
+ * or NULL when it has none (the built-in Muse template is used then). */
+const char *mu_model_chat_template(const mu_model *m);
+/* Renders a conversation with the model's chat template (docs/chat-format.md).
+ * messages_json: a JSON array of {role, content, tool_calls, name,
+ * tool_call_id, reasoning_content}; tools_json: a JSON array of tool
+ * definitions or NULL; reasoning: "low", "medium", "high", "xhigh" or NULL.
+ * *out is malloc'ed. MU_E_ARG for bad messages or a template error. */
+int mu_chat_apply(const mu_model *m, const char *messages_json, const char *tools_json, const char *reasoning,
+                  bool add_generation_prompt, char **out, mu_err *err);
+
 /* ---- engine ----------------------------------------------------------- */
 
 typedef struct {
@@ -149,6 +216,14 @@ int32_t mu_sampler_sample(mu_sampler *s, const float *logits);
 
 /* Softmax of logits; writes the k most probable (id, prob) pairs, descending. */
 void mu_top_probs(const float *logits, int n_vocab, int k, int32_t *ids, float *probs);
+
+/* Probabilities of one sampled token from the logits it was sampled from:
+ * *logprob = log-softmax of id (in double), and the k most probable tokens
+ * (descending) with their softmax probabilities (llama.cpp's sampler
+ * softmax, what `muser run --json` prints) and log-probabilities. Any of
+ * the output arrays may be NULL. k <= n_vocab. */
+void mu_token_probs(const float *logits, int n_vocab, int32_t id, int k, float *logprob, int32_t *top_ids,
+                    float *top_probs, float *top_logprobs);
 
 #ifdef __cplusplus
 }

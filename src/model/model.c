@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../kern/quant.h"
+#include "../chat/chat.h"
 #include "../tok/tokenizer.h"
 
 #define ARCH "muse-glimmer"
@@ -241,6 +242,16 @@ static int bind(mu_gguf *g, mu_model *m, mu_err *err) {
         I->eom = mu_tok_eom(tok);
         I->add_bos = mu_tok_add_bos(tok);
     }
+    /* the chat template, copied so it is NUL-terminated */
+    const char *tp;
+    size_t tn;
+    if (mu_gguf_find(g, "tokenizer.chat_template") >= 0 &&
+        mu_gguf_get_str(g, "tokenizer.chat_template", &tp, &tn, NULL) == 0) {
+        m->chat_template = malloc(tn + 1);
+        if (!m->chat_template) return mu_fail(err, MU_E_NOMEM, "model: out of memory");
+        memcpy(m->chat_template, tp, tn);
+        m->chat_template[tn] = 0;
+    }
     return 0;
 }
 
@@ -249,6 +260,7 @@ static void model_release(mu_model *m) {
     free(m->swa);
     free(m->layers);
     free(m->name);
+    free(m->chat_template);
     free(m);
 }
 
@@ -308,6 +320,60 @@ int mu_tokenize(const mu_model *m, const char *text, size_t len, bool add_bos, b
     *ids = all;
     *n = nb + extra;
     return 0;
+}
+
+uint32_t mu_model_gguf_version(const mu_model *m) { return mu_gguf_version(m->g); }
+uint64_t mu_model_file_bytes(const mu_model *m) { return mu_gguf_file_bytes(m->g); }
+int mu_model_n_tensors(const mu_model *m) { return mu_gguf_n_tensors(m->g); }
+
+int mu_model_tensor(const mu_model *m, int i, mu_tensor_info *out, mu_err *err) {
+    if (i < 0 || i >= mu_gguf_n_tensors(m->g))
+        return mu_fail(err, MU_E_ARG, "model: tensor index %d outside 0..%d", i, mu_gguf_n_tensors(m->g) - 1);
+    const mu_gguf_tensor *t = mu_gguf_tensor_at(m->g, i);
+    *out = (mu_tensor_info){.name = t->name, .type = mu_type_get(t->type)->name, .n_dims = t->n_dims,
+                            .n_elems = t->n_elems, .bytes = t->bytes};
+    for (int d = 0; d < 4; d++) out->ne[d] = d < MU_GGUF_MAX_DIMS ? t->ne[d] : 1;
+    return 0;
+}
+
+const char *mu_model_meta_str(const mu_model *m, const char *key, size_t *len) {
+    const char *s;
+    size_t n;
+    mu_err err;
+    if (mu_gguf_find(m->g, key) < 0 || mu_gguf_get_str(m->g, key, &s, &n, &err)) return NULL;
+    if (len) *len = n;
+    return s;
+}
+
+const char *mu_model_chat_template(const mu_model *m) { return m->chat_template; }
+
+int mu_chat_apply(const mu_model *m, const char *messages_json, const char *tools_json, const char *reasoning,
+                  bool add_generation_prompt, char **out, mu_err *err) {
+    json_error_t je;
+    json_t *msgs = json_loads(messages_json ? messages_json : "", 0, &je);
+    if (!json_is_array(msgs)) {
+        json_decref(msgs);
+        return mu_fail(err, MU_E_ARG, "chat: messages must be a JSON array");
+    }
+    json_t *tools = NULL;
+    if (tools_json) {
+        tools = json_loads(tools_json, 0, &je);
+        if (!json_is_array(tools)) {
+            json_decref(msgs);
+            json_decref(tools);
+            return mu_fail(err, MU_E_ARG, "chat: tools must be a JSON array");
+        }
+    }
+    char bos[64] = "", eos[64] = "";
+    if (m->tok) {
+        mu_tok_text_copy(m->tok, mu_tok_bos(m->tok), bos, sizeof bos);
+        mu_tok_text_copy(m->tok, mu_tok_eos(m->tok), eos, sizeof eos);
+    }
+    int rc = mu_chat_render(m->chat_template, msgs, tools, reasoning, add_generation_prompt, bos[0] ? bos : NULL,
+                            eos[0] ? eos : NULL, out, err);
+    json_decref(msgs);
+    json_decref(tools);
+    return rc;
 }
 
 bool mu_model_is_stop(const mu_model *m, int32_t tok) {

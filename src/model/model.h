@@ -20,6 +20,7 @@ struct mu_model {
     const mu_gguf_tensor *tok_embd, *output_norm, *output;
     char *name;
     mu_tok *tok;          /* NULL when the GGUF has no tokenizer */
+    char *chat_template;  /* tokenizer.chat_template, NULL when absent */
 };
 
 /* Binds a GGUF already opened (takes ownership of g on success). */

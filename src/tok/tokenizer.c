@@ -539,6 +539,15 @@ static int build_specials(mu_tok *t, mu_err *err) {
     return 0;
 }
 
+int mu_tok_open(const char *path, mu_tok **out, mu_err *err) {
+    mu_gguf *g;
+    int rc = mu_gguf_open(path, &g, err);
+    if (rc) return rc;
+    rc = mu_tok_new(g, out, err); /* the tokenizer copies what it needs */
+    mu_gguf_close(g);
+    return rc;
+}
+
 int mu_tok_new(const mu_gguf *g, mu_tok **out, mu_err *err) {
     const char *s;
     size_t len;

@@ -18,22 +18,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../include/muser.h"
 #include "../base/err.h"
 #include "../gguf/gguf.h"
 
-typedef struct mu_tok mu_tok;
-
-/* Token attributes (llama.cpp's llama_token_attr bits, after llama.cpp's
- * load-time fix-ups; see docs/tokenizer.md "Token attributes"). */
-enum {
-    MU_TOK_ATTR_UNDEFINED = 0,
-    MU_TOK_ATTR_UNKNOWN = 1 << 0,
-    MU_TOK_ATTR_UNUSED = 1 << 1,
-    MU_TOK_ATTR_NORMAL = 1 << 2,
-    MU_TOK_ATTR_CONTROL = 1 << 3,
-    MU_TOK_ATTR_USER_DEFINED = 1 << 4,
-    MU_TOK_ATTR_BYTE = 1 << 5,
-};
+/* mu_tok, the MU_TOK_ATTR_* bits and the functions a client needs
+ * (mu_tok_open, encode, piece, attr, bos/eos) are declared in
+ * include/muser.h; the rest is internal. */
 
 /* Reads tokenizer.ggml.{model,pre,tokens,token_type,merges,*_token_id,
  * add_bos_token}. MU_E_UNSUPPORTED for another tokenizer model or

@@ -1,0 +1,165 @@
+/* muser_gen.h: the public generation API: the scheduler and the events of
+ * a job, from logits to text. Implemented in src/gen; the server and the
+ * programs generate only through it. */
+#ifndef MUSER_GEN_H
+#define MUSER_GEN_H
+
+#include "muser.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- generation ------------------------------------------------------- */
+/*
+ * One pipeline from logits to text (src/gen): a scheduler owns sessions
+ * (slots) and one engine thread; each step it runs ONE mu_forward over the
+ * decode tokens of every generating job plus prompt chunks of jobs still
+ * prefilling (continuous batching), then, for each job that has logits,
+ * samples (under the structured-output constraint when it has one),
+ * detokenizes, splits the Muse channels, applies stop tokens, stop strings
+ * and limits, and appends events to the job. Readers (HTTP threads, the
+ * programs) only read events: a token goes one way, from the sampler to the
+ * reader, and everything about it is decided on the engine thread.
+ */
+
+typedef enum {
+    MU_FINISH_NONE = 0, /* still running */
+    MU_FINISH_STOP,     /* an end-of-generation token, or the structured value is complete */
+    MU_FINISH_WORD,     /* a stop string matched; the text ends before it */
+    MU_FINISH_LENGTH,   /* n_predict tokens generated */
+    MU_FINISH_CTX,      /* the context is full */
+    MU_FINISH_CANCEL,   /* the reader cancelled (hang-up, Ctrl-C) or the scheduler shut down */
+    MU_FINISH_ERROR,    /* the engine failed; the finish event says why */
+} mu_finish;
+
+/* A compiled structured-output schema (reference counted, immutable). */
+typedef struct mu_schema mu_schema;
+/* schema_json: a JSON Schema (the supported subset is in docs/api.md), or
+ * NULL for "any JSON object" (json_object mode). where names the request
+ * field in error messages ("response_format.json_schema.schema").
+ * MU_E_ARG with the keyword's path for what is not supported. */
+int mu_schema_new(const char *schema_json, const char *where, mu_schema **out, mu_err *err);
+mu_schema *mu_schema_ref(mu_schema *s);
+void mu_schema_unref(mu_schema *s);
+
+#define MU_GEN_MAX_TOP 20    /* alternatives per token */
+#define MU_GEN_MAX_STOPS 8   /* stop strings per request */
+#define MU_GEN_MAX_CHOICES 16
+
+typedef struct {
+    const int32_t *prompt;  /* copied at submit; BOS included when wanted */
+    int n_prompt;
+    int n_predict;          /* most tokens to generate; < 0: until the context is full */
+    mu_sample_params sp;
+    bool ignore_eos;        /* do not stop at end-of-generation tokens */
+    const char *const *stops; /* stop strings (copied), matched in the answer text */
+    int n_stops;            /* 0..MU_GEN_MAX_STOPS */
+    bool chat;              /* split the Muse channels: reasoning, answer, tool calls */
+    bool no_text;           /* token events only (bench, --json) */
+    bool logprobs;          /* each token's log-probability */
+    int n_top;              /* 0..MU_GEN_MAX_TOP most probable alternatives per token */
+    mu_schema *schema;      /* structured output, NULL for free text (the job takes a reference) */
+    bool schema_chat;       /* the output may start with the Muse answer header */
+    bool keep_prefix;       /* reuse the slot's KV state for the longest common prefix of the
+                               previous job's tokens (chat turns); off: a fresh session */
+    const int32_t *forced;  /* the first n_forced generated tokens are these, not sampled (bench) */
+    int n_forced;
+} mu_gen_req;
+
+typedef enum {
+    MU_EV_TOKEN,     /* a generated token (id, probabilities) */
+    MU_EV_TEXT,      /* a text delta of one channel: whole UTF-8 characters, never part of a stop string */
+    MU_EV_TOOL_CALL, /* a complete tool call: name, arguments (JSON text) */
+    MU_EV_FINISH,    /* the last event of a job */
+} mu_event_kind;
+
+typedef enum { MU_CH_CONTENT, MU_CH_REASONING } mu_channel;
+
+typedef struct {
+    int32_t id;
+    float logprob;                     /* when logprobs or n_top */
+    int n_top;
+    int32_t top_ids[MU_GEN_MAX_TOP];
+    float top_probs[MU_GEN_MAX_TOP];    /* softmax probabilities (mu_token_probs) */
+    float top_logprobs[MU_GEN_MAX_TOP];
+} mu_gen_token;
+
+typedef struct {
+    int slot;
+    int n_prompt, n_gen;
+    int n_reused;         /* prompt tokens whose KV state was kept from the previous job */
+    double queue_ms;      /* submit -> slot assigned */
+    double prompt_ms;     /* slot assigned -> first token sampled */
+    double gen_ms;        /* first token -> last token */
+    double constrain_ms;  /* of which structured-output token checks */
+    bool prompt_shared;   /* the prompt's KV state was copied from another choice of the request */
+} mu_gen_stats;
+
+typedef struct {
+    mu_event_kind kind;
+    mu_channel channel;     /* TEXT */
+    const char *text;       /* TEXT: the delta; TOOL_CALL: the arguments (JSON text, NUL-terminated) */
+    size_t len;
+    const char *name;       /* TOOL_CALL: the function name (NUL-terminated) */
+    mu_gen_token tok;       /* TOKEN */
+    mu_finish finish;       /* FINISH */
+    const char *stop_word;  /* FINISH with MU_FINISH_WORD: the string that matched */
+    const char *err;        /* FINISH with MU_FINISH_ERROR or CANCEL: why ("" when nothing to say) */
+    mu_gen_stats stats;     /* FINISH */
+} mu_gen_event;
+
+typedef struct mu_sched mu_sched;
+typedef struct mu_job mu_job;
+
+#define MU_SCHED_MAX_SLOTS 4
+
+typedef struct {
+    int n_slots;       /* 1..MU_SCHED_MAX_SLOTS */
+    int n_ctx;         /* positions per slot */
+    int queue_max;     /* jobs waiting for a slot before submit answers busy */
+    int prefill_chunk; /* most prompt tokens per step (all slots together); 0 = 512 */
+    int hold_until;    /* test hook: start no job until this many are queued (0 = off) */
+} mu_sched_opts;
+
+/* The engine must outlive the scheduler. Starts the engine thread. */
+int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *err);
+/* Cancels everything, joins the thread, frees sessions. NULL is fine. */
+void mu_sched_free(mu_sched *s);
+
+/* Submits n jobs for one prompt (the n choices of one request), all or
+ * none; r[k] may differ in sampling (seeds) but shares r[0]'s prompt. The
+ * first job to reach a slot evaluates the prompt and the others copy its KV
+ * state and last logits. MU_E_ARG for a prompt that does not fit or bad
+ * parameters; MU_E_STATE when the free slots and the queue cannot take all
+ * n (the caller answers 429). */
+int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err);
+
+/* Waits up to timeout_ms (< 0: without limit) for the job's next event.
+ * Returns 1 with *ev filled (its strings valid until the next call on j),
+ * 0 on timeout. After the FINISH event it returns 0 at once. */
+int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms);
+/* Asks the engine to stop this job at its next step (idempotent; any thread). */
+void mu_job_cancel(mu_job *j);
+/* Cancels and drops the reader's reference. NULL is fine. */
+void mu_job_free(mu_job *j);
+
+typedef struct {
+    uint64_t n_requests, n_prompt_tokens, n_gen_tokens, n_forward, n_busy_rejects;
+    double prompt_s, gen_s;
+    int n_processing, n_queued, n_slots, n_ctx;
+} mu_sched_metrics;
+
+typedef struct {
+    bool busy;
+    int n_past;
+    int n_prompt, n_gen;
+} mu_sched_slot_info;
+
+void mu_sched_get_metrics(mu_sched *s, mu_sched_metrics *m);
+void mu_sched_get_slot(mu_sched *s, int i, mu_sched_slot_info *info);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
