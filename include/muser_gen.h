@@ -36,14 +36,14 @@ typedef enum {
 /* A compiled structured-output schema (reference counted, immutable). */
 typedef struct mu_schema mu_schema;
 /* schema_json: a JSON Schema (the supported subset is in docs/api.md), or
- * NULL for "any JSON object" (json_object mode). where names the request
- * field in error messages ("response_format.json_schema.schema").
- * MU_E_ARG with the keyword's path for what is not supported. */
-int mu_schema_new(const char *schema_json, const char *where, mu_schema **out, mu_err *err);
+ * NULL for any JSON value; object_only: the value must be an object
+ * (json_object mode). where names the request field in error messages
+ * ("response_format.json_schema.schema"). MU_E_ARG with the keyword's path
+ * for what is not supported, MU_E_NOMEM. */
+int mu_schema_new(const char *schema_json, bool object_only, const char *where, mu_schema **out, mu_err *err);
 mu_schema *mu_schema_ref(mu_schema *s);
 void mu_schema_unref(mu_schema *s);
 
-#define MU_GEN_MAX_TOP 20    /* alternatives per token */
 #define MU_GEN_MAX_STOPS 8   /* stop strings per request */
 #define MU_GEN_MAX_CHOICES 16
 
@@ -58,7 +58,7 @@ typedef struct {
     bool chat;              /* split the Muse channels: reasoning, answer, tool calls */
     bool no_text;           /* token events only (bench, --json) */
     bool logprobs;          /* each token's log-probability */
-    int n_top;              /* 0..MU_GEN_MAX_TOP most probable alternatives per token */
+    int n_top;              /* most probable alternatives per token (0..n_vocab) */
     mu_schema *schema;      /* structured output, NULL for free text (the job takes a reference) */
     bool schema_chat;       /* the output may start with the Muse answer header */
     bool keep_prefix;       /* reuse the slot's KV state for the longest common prefix of the
@@ -78,11 +78,11 @@ typedef enum { MU_CH_CONTENT, MU_CH_REASONING } mu_channel;
 
 typedef struct {
     int32_t id;
-    float logprob;                     /* when logprobs or n_top */
-    int n_top;
-    int32_t top_ids[MU_GEN_MAX_TOP];
-    float top_probs[MU_GEN_MAX_TOP];    /* softmax probabilities (mu_token_probs) */
-    float top_logprobs[MU_GEN_MAX_TOP];
+    float logprob;               /* when logprobs or n_top */
+    int n_top;                   /* the n_top most probable tokens, descending: */
+    const int32_t *top_ids;
+    const float *top_probs;      /* softmax probabilities (mu_token_probs) */
+    const float *top_logprobs;
 } mu_gen_token;
 
 typedef struct {

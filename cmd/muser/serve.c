@@ -10,11 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../include/muser.h"
-#include "../../src/http/api.h"
+#include "../../include/muser_serve.h"
 #include "cli.h"
 
 static volatile sig_atomic_t stop_flag;
@@ -43,9 +41,12 @@ static char *read_file(const char *path, size_t max) {
     return buf;
 }
 
-static const char *base_name(const char *p) {
-    const char *s = strrchr(p, '/');
-    return s ? s + 1 : p;
+/* The id the server answers to (as src/http derives it), for the banner. */
+static const char *model_id(const mu_model *m, const char *path) {
+    const char *name = mu_model_get_info(m)->name;
+    if (name && *name) return name;
+    const char *s = strrchr(path, '/');
+    return s ? s + 1 : path;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -76,9 +77,9 @@ int cmd_serve(int argc, char **argv) {
     if (!!cert != !!keyp) return cli_fail("muser serve: --tls-cert and --tls-key go together");
     mu_err err = {0};
     /* refuse a public bind before loading anything */
-    if (mu_http_bind_check(host, cert != NULL, key_file != NULL, NULL, &err)) return cli_fail("muser serve: %s", err.msg);
+    if (mu_serve_bind_check(host, cert != NULL, key_file != NULL, &err)) return cli_fail("muser serve: %s", err.msg);
     char api_key[256];
-    if (key_file && mu_http_read_key_file(key_file, api_key, sizeof api_key, &err))
+    if (key_file && mu_serve_read_key_file(key_file, api_key, sizeof api_key, &err))
         return cli_fail("muser serve: %s", err.msg);
     char *cert_pem = NULL, *key_pem = NULL;
     if (cert) {
@@ -96,8 +97,7 @@ int cmd_serve(int argc, char **argv) {
     mu_model *m = NULL;
     mu_engine *e = NULL;
     mu_sched *sched = NULL;
-    mu_http_server *srv = NULL;
-    mu_http_app app = {0};
+    mu_server *srv = NULL;
     if (mu_model_open(model, &m, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
@@ -109,56 +109,42 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     mu_engine_opts eo = {.n_threads = (int)threads};
-    if (mu_engine_new(m, &eo, &e, &err) || mu_http_text_init(&app.text, m, &err)) {
+    if (mu_engine_new(m, &eo, &e, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
-    mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue};
+    /* MUSER_TEST_HOLD=N (tests only): the scheduler starts no job until N
+     * are queued, so a test of batching does not depend on timing */
+    const char *hold = getenv("MUSER_TEST_HOLD");
+    mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue,
+                        .hold_until = hold ? atoi(hold) : 0};
     if (mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
-    struct stat st;
-    if (!stat(model, &st)) {
-        app.model_bytes = (uint64_t)st.st_size;
-        app.model_mtime = (int64_t)st.st_mtime;
-    }
-    app.sched = sched;
-    app.model = m;
-    app.info = I;
-    app.model_id = I->name && *I->name ? I->name : base_name(model);
-    json_t *probe = json_string(app.model_id);   /* ids go into JSON: must be UTF-8 */
-    if (!probe) app.model_id = "model";
-    json_decref(probe);
-    app.model_path = model;
-    app.n_ctx = n_ctx;
-    app.n_slots = (int)parallel;
-    mu_http_opts ho = {.host = host,
-                       .port = (int)port,
-                       .tls_cert_pem = cert_pem,
-                       .tls_key_pem = key_pem,
-                       .api_key = key_file ? api_key : NULL,
-                       .routes = mu_http_routes,
-                       .app = &app};
-    if (mu_http_server_start(&ho, &srv, &err)) {
+    mu_serve_opts ho = {.host = host,
+                        .port = (int)port,
+                        .tls_cert_pem = cert_pem,
+                        .tls_key_pem = key_pem,
+                        .api_key = key_file ? api_key : NULL,
+                        .model_path = model};
+    if (mu_serve_start(sched, m, &ho, &srv, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
-    app.server = srv;
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
     fprintf(stderr, "muser serve: %s on %s://%s:%d (model '%s', %d slot%s, context %d, kernels %s)\n", model,
-            cert ? "https" : "http", host, mu_http_server_port(srv), app.model_id, (int)parallel,
+            cert ? "https" : "http", host, mu_serve_port(srv), model_id(m, model), (int)parallel,
             parallel > 1 ? "s" : "", n_ctx, mu_engine_kern_name(e));
     while (!stop_flag) pause();
     fprintf(stderr, "muser serve: shutting down\n");
     rc = 0;
 done:
-    mu_http_server_stop(srv);
+    mu_serve_stop(srv);
     mu_sched_free(sched);
-    mu_http_text_deinit(&app.text);
     mu_engine_free(e);
     mu_model_close(m);
     free(cert_pem);

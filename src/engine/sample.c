@@ -207,3 +207,28 @@ void mu_top_probs(const float *logits, int n_vocab, int k, int32_t *ids, float *
     }
     free(c);
 }
+
+void mu_token_probs(const float *logits, int n_vocab, int32_t id, int k, float *logprob, int32_t *top_ids,
+                    float *top_probs, float *top_logprobs) {
+    /* log-softmax in double: lse = max + log(sum exp(l - max)) */
+    float mx = logits[0];
+    for (int i = 1; i < n_vocab; i++)
+        if (logits[i] > mx) mx = logits[i];
+    double sum = 0;
+    for (int i = 0; i < n_vocab; i++) sum += exp((double)logits[i] - mx);
+    const double lse = mx + log(sum);
+    if (logprob) *logprob = id >= 0 && id < n_vocab ? (float)(logits[id] - lse) : -INFINITY;
+    if (k <= 0) return;
+    if (k > n_vocab) k = n_vocab;
+    int32_t ids_local[64];
+    float probs_local[64];
+    int32_t *ids = top_ids ? top_ids : k <= 64 ? ids_local : malloc((size_t)k * sizeof *ids);
+    float *probs = top_probs ? top_probs : k <= 64 ? probs_local : malloc((size_t)k * sizeof *probs);
+    if (ids && probs) {
+        mu_top_probs(logits, n_vocab, k, ids, probs);
+        if (top_logprobs)
+            for (int i = 0; i < k; i++) top_logprobs[i] = (float)(logits[ids[i]] - lse);
+    }
+    if (ids != top_ids && ids != ids_local) free(ids);
+    if (probs != top_probs && probs != probs_local) free(probs);
+}

@@ -1,8 +1,8 @@
 /* api.h: what the protocol adapters (api_openai.c, api_llamacpp.c,
- * api_ollama.c) share: the application state handed to every handler, the
- * text interface, and one generation driver that turns a job's tokens into
- * text deltas (UTF-8 assembly, stop strings, the Muse channel split).
- * The route table lives in api.c. */
+ * api_ollama.c) share: the application state handed to every handler and
+ * the reader of a job's events (api_gen.c), which collects what the
+ * adapters turn into their protocol's shapes. The route table lives in
+ * api.c. */
 #ifndef MU_HTTP_API_H
 #define MU_HTTP_API_H
 
@@ -10,41 +10,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../include/muser.h"
+#include "../../include/muser_gen.h"
 #include "jcheck.h"
-#include "sched.h"
 #include "server.h"
-
-/* Text access. Filled by the caller of the server (cmd/muser/serve.c) from
- * the tokenizer and chat-template modules, so the server never depends on
- * how they are built. */
-typedef struct {
-    void *ctx;
-    /* Token ids of s[0..n) without BOS; *ids is malloc'ed (free()). */
-    int (*encode)(void *ctx, const char *s, size_t n, bool parse_special, int32_t **ids, int *n_ids, mu_err *err);
-    /* Raw bytes of one token (may be part of a UTF-8 character; special
-     * tokens give their text, e.g. "<|eot|>"). Returns the byte count, or
-     * <0 for an invalid id. */
-    int (*piece)(void *ctx, int32_t id, char *buf, size_t cap);
-    /* True for control/special tokens (hidden from plain text output). */
-    bool (*is_special)(void *ctx, int32_t id);
-    /* Renders messages (OpenAI shape: role, content string, optional
-     * tool_calls/name/tool_call_id) with the model's chat template; tools may
-     * be NULL. *out is malloc'ed. */
-    int (*render)(void *ctx, const json_t *messages, const json_t *tools, const char *reasoning, bool add_gen,
-                  char **out, mu_err *err);
-    const char *chat_template;  /* the GGUF's template text or NULL */
-} mu_http_text;
-
-/* Binds the interface to the model's tokenizer and chat template (text.c). */
-int mu_http_text_init(mu_http_text *out, const mu_model *m, mu_err *err);
-void mu_http_text_deinit(mu_http_text *t);
 
 typedef struct {
     mu_sched *sched;
     const mu_model *model;
     const mu_model_info *info;
-    mu_http_text text;
+    const mu_tok *tok;         /* the model's tokenizer */
+    const char *chat_template; /* the GGUF's template text or NULL */
     const char *model_id;      /* general.name (or the file name) */
     const char *model_path;
     uint64_t model_bytes;
@@ -65,44 +40,47 @@ bool api_model_ok(mu_http_req *r, const json_t *body, const char *key);
 /* Prompt tokens for text: BOS (when the model adds one) + encode(text). */
 int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, int32_t **ids, int *n, mu_err *err);
 
-enum { API_FINISH_NONE, API_FINISH_STOP, API_FINISH_LENGTH, API_FINISH_WORD, API_FINISH_CANCEL, API_FINISH_ERROR };
-
-#define API_MAX_STOPS 8
 #define API_PIECE_MAX 1024  /* longest token text handled (bytes) */
 
+/* A generated token as the adapters report it. */
+#define API_MAX_TOP 20
+typedef struct {
+    int32_t id;
+    float logprob;
+    int n_top;
+    int32_t top_ids[API_MAX_TOP];
+    float top_logprobs[API_MAX_TOP];
+} api_tok;
+
+/* The reader of one job: collects its events into what the adapters send
+ * (text per channel, tool calls, tokens) and keeps what is not sent yet. */
 typedef struct {
     mu_http_app *app;
     mu_job *job;
-    /* text state */
-    char *stops[API_MAX_STOPS];
-    int n_stops;
-    size_t max_stop;
-    bool chat;               /* split the Muse channels (chat/chat.h parser) */
-    struct mu_chat_parser *cp;
-    json_t *tool_calls;      /* [{name, arguments (object)}] parsed from tool messages */
-    mu_http_buf content, reasoning;  /* routed text */
+    mu_http_buf content, reasoning;  /* text so far */
     size_t content_sent, reasoning_sent;
-    /* tokens */
+    json_t *tool_calls;      /* [{name, arguments (object)}] */
     int32_t *ids;
-    mu_sched_tok *toks;      /* when want_toks */
+    api_tok *toks;           /* when want_toks */
     bool want_toks;
     int n_ids, cap_ids;
-    int finish;
+    mu_finish finish;        /* MU_FINISH_CTX is reported as MU_FINISH_LENGTH */
     char stop_word[264];
-    mu_job_stats st;
+    mu_gen_stats st;
     char err[256];
 } api_gen;
 
-/* Submits the job. Owns prompt (frees it). On failure replies (400/429/...)
- * and returns false. */
-bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt,
-                   const mu_sched_req *req, const json_t *stop);
+/* Submits the job: req's stops are taken from the JSON stop field (a
+ * string or an array of strings). Owns prompt (frees it). On failure
+ * replies (400/429/...) and returns false. */
+bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
+                   const json_t *stop);
 /* The n choices of one request: g[0..n) each get a job; choice k samples
- * with seed + k; the scheduler evaluates the prompt once (sched.h). */
-#define API_MAX_CHOICES 16
+ * with seed + k; the scheduler evaluates the prompt once. */
+#define API_MAX_CHOICES MU_GEN_MAX_CHOICES
 bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
-                     const mu_sched_req *req, const json_t *stop);
-/* Waits for progress (up to ~100 ms) and routes new text; returns true while
+                     const mu_gen_req *req, const json_t *stop);
+/* Waits for events (up to ~100 ms) and collects them; returns true while
  * running, false when finished (g->finish set). Cancels on client hang-up. */
 bool api_gen_step(api_gen *g, int fd);
 bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms);
@@ -110,7 +88,7 @@ bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms);
  * "json_schema" for llama.cpp, "format" for Ollama): *out = NULL for free
  * text, else a compiled schema (the caller unrefs it). -1 after replying
  * 400 (unsupported keyword, named with its path) or 503. */
-int api_response_schema(mu_http_req *r, const json_t *body, const char *key, mu_jsonc_schema **out);
+int api_response_schema(mu_http_req *r, const json_t *body, const char *key, mu_schema **out);
 /* Runs to the end (non-streaming); false if the client went away. */
 bool api_gen_run(api_gen *g, int fd);
 /* New text since the last call; *n bytes at the returned pointer. */
@@ -121,6 +99,16 @@ void api_gen_free(api_gen *g);
 /* Sampling parameters from a body with the given key names (NULL = not
  * accepted by this protocol); omitted fields take llama.cpp's defaults. */
 mu_sample_params api_sample_params(const json_t *o, const char *seed_key);
+
+/* Token text (control tokens as their text; see mu_tok_piece): the byte
+ * count written, 0 for an id out of range or a piece longer than cap. */
+int api_piece(mu_http_app *a, int32_t id, char *buf, size_t cap);
+/* Control and unknown tokens, hidden from plain text. */
+bool api_is_special(mu_http_app *a, int32_t id);
+/* The model's chat template over messages (OpenAI shape) and tools (may be
+ * NULL); *out is malloc'ed. */
+int api_render(mu_http_app *a, const json_t *msgs, const json_t *tools, const char *reasoning, bool add_gen,
+               char **out, mu_err *err);
 
 /* A token's text as a JSON string (invalid UTF-8 replaced by U+FFFD). */
 json_t *api_token_str(mu_http_app *a, int32_t id);
@@ -135,7 +123,7 @@ int64_t api_unix_now(void);
 void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
 
 /* llama.cpp-style timings object from job stats. */
-json_t *api_timings(const mu_job_stats *st);
+json_t *api_timings(const mu_gen_stats *st);
 
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,

@@ -73,25 +73,41 @@ json_t *api_json_text(const char *s, size_t n) {
     return j ? j : json_string("");
 }
 
+int api_piece(mu_http_app *a, int32_t id, char *buf, size_t cap) {
+    int n = mu_tok_piece(a->tok, id, true, buf, cap);
+    return n < 0 ? 0 : n;
+}
+
+bool api_is_special(mu_http_app *a, int32_t id) {
+    return (mu_tok_attr(a->tok, id) & (MU_TOK_ATTR_CONTROL | MU_TOK_ATTR_UNKNOWN)) != 0;
+}
+
+int api_render(mu_http_app *a, const json_t *msgs, const json_t *tools, const char *reasoning, bool add_gen,
+               char **out, mu_err *err) {
+    char *m = json_dumps(msgs, JSON_COMPACT);
+    char *t = tools ? json_dumps(tools, JSON_COMPACT) : NULL;
+    int rc = !m || (tools && !t) ? mu_fail(err, MU_E_NOMEM, "server: out of memory")
+                                 : mu_chat_apply(a->model, m, t, reasoning, add_gen, out, err);
+    free(m);
+    free(t);
+    return rc;
+}
+
 json_t *api_token_str(mu_http_app *a, int32_t id) {
     char buf[API_PIECE_MAX];
-    int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
-    if (n < 0) n = 0;
-    if (n > (int)sizeof buf) n = sizeof buf;
+    int n = api_piece(a, id, buf, sizeof buf);
     return api_json_text(buf, (size_t)n);
 }
 
 json_t *api_token_bytes(mu_http_app *a, int32_t id) {
     char buf[API_PIECE_MAX];
-    int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
-    if (n < 0) n = 0;
-    if (n > (int)sizeof buf) n = sizeof buf;
+    int n = api_piece(a, id, buf, sizeof buf);
     json_t *arr = json_array();
     for (int i = 0; i < n; i++) json_array_append_new(arr, json_integer((unsigned char)buf[i]));
     return arr;
 }
 
-json_t *api_timings(const mu_job_stats *st) {
+json_t *api_timings(const mu_gen_stats *st) {
     double pn = st->n_prompt, gn = st->n_gen;
     json_t *t = json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "prompt_n", st->n_prompt, "prompt_ms", st->prompt_ms,
                      "prompt_per_token_ms", pn > 0 ? st->prompt_ms / pn : 0.0, "prompt_per_second",
@@ -104,7 +120,7 @@ json_t *api_timings(const mu_job_stats *st) {
     return t;
 }
 
-int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_key, mu_jsonc_schema **out) {
+int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_key, mu_schema **out) {
     *out = NULL;
     const json_t *v = json_object_get(body, proto_key);
     const json_t *schema = NULL;
@@ -134,7 +150,10 @@ int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_ke
         schema = v;
     }
     mu_err err = {0};
-    int rc = mu_jsonc_schema_new(schema, object_only, where, out, &err);
+    char *text = schema ? json_dumps(schema, JSON_COMPACT | JSON_ENCODE_ANY) : NULL;
+    int rc = schema && !text ? mu_fail(&err, MU_E_NOMEM, "out of memory")
+                             : mu_schema_new(text, object_only, where, out, &err);
+    free(text);
     if (rc) {
         char m[300];
         snprintf(m, sizeof m, "structured output: %s", err.msg);
@@ -160,7 +179,7 @@ bool api_model_ok(mu_http_req *r, const json_t *body, const char *key) {
 int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, int32_t **ids, int *n, mu_err *err) {
     int32_t *t = NULL;
     int k = 0;
-    int rc = a->text.encode(a->text.ctx, text, strlen(text), parse_special, &t, &k, err);
+    int rc = mu_tok_encode(a->tok, text, strlen(text), parse_special, &t, &k, err);
     if (rc) return rc;
     bool bos = a->info->add_bos && a->info->bos >= 0 && !(k > 0 && t[0] == a->info->bos);
     int32_t *o = malloc(((size_t)k + 1) * sizeof *o);
@@ -194,53 +213,43 @@ mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
     return p;
 }
 
-/* ---- the driver ------------------------------------------------------- */
+/* ---- the reader ------------------------------------------------------- */
 
-/* Text state of one choice (stop strings); false when out of memory. */
-static bool gen_init(api_gen *g, mu_http_app *a, const json_t *stop) {
-    memset(g, 0, sizeof *g);
-    g->app = a;
+bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
+                     const mu_gen_req *req, const json_t *stop) {
+    mu_gen_req q[API_MAX_CHOICES];
+    mu_job *jobs[API_MAX_CHOICES];
+    const char *stops[MU_GEN_MAX_STOPS];
+    int n_stops = 0;
     if (json_is_string(stop)) {
-        if (json_string_length(stop)) g->stops[g->n_stops++] = strdup(json_string_value(stop));
+        if (json_string_length(stop)) stops[n_stops++] = json_string_value(stop);
     } else if (json_is_array(stop)) {
         size_t i;
         json_t *x;
         json_array_foreach(stop, i, x) {
-            if (g->n_stops == API_MAX_STOPS) break;
-            if (json_is_string(x) && json_string_length(x)) g->stops[g->n_stops++] = strdup(json_string_value(x));
+            if (n_stops == MU_GEN_MAX_STOPS) break;
+            if (json_is_string(x) && json_string_length(x)) stops[n_stops++] = json_string_value(x);
         }
     }
-    for (int i = 0; i < g->n_stops; i++) {
-        if (!g->stops[i]) return false;
-        size_t l = strlen(g->stops[i]);
-        if (l > g->max_stop) g->max_stop = l;
+    if (n < 1 || n > API_MAX_CHOICES) {
+        free(prompt);
+        mu_http_reply_error(r, 400, "field 'n': out of range", "n");
+        return false;
     }
-    return true;
-}
-
-bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
-                     const mu_sched_req *req, const json_t *stop) {
-    mu_sched_req q[API_MAX_CHOICES];
-    mu_job *jobs[API_MAX_CHOICES];
-    bool ok = n >= 1 && n <= API_MAX_CHOICES;
-    for (int k = 0; k < n && ok; k++) {
-        ok = gen_init(&g[k], a, stop);
+    for (int k = 0; k < n; k++) {
+        memset(&g[k], 0, sizeof g[k]);
+        g[k].app = a;
         q[k] = *req;
         q[k].prompt = prompt;
         q[k].n_prompt = n_prompt;
+        q[k].stops = stops;
+        q[k].n_stops = n_stops;
         q[k].sp.seed = req->sp.seed + (uint64_t)k; /* choice k: seed + k */
     }
-    if (!ok) {
-        free(prompt);
-        for (int k = 0; k < n && k < API_MAX_CHOICES; k++) api_gen_free(&g[k]);
-        mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        return false;
-    }
     mu_err err = {0};
-    int rc = mu_sched_submit_n(a->sched, q, n, jobs, &err);
+    int rc = mu_sched_submit(a->sched, q, n, jobs, &err);
     free(prompt);
     if (rc) {
-        for (int k = 0; k < n; k++) api_gen_free(&g[k]);
         mu_http_reply_status(r, rc, &err);
         return false;
     }
@@ -248,178 +257,105 @@ bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t 
     return true;
 }
 
-bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt,
-                   const mu_sched_req *req, const json_t *stop) {
+bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
+                   const json_t *stop) {
     return api_gen_start_n(r, g, 1, a, prompt, n_prompt, req, stop);
 }
 
-static int chat_event(void *user, const mu_chat_event *ev) {
-    api_gen *g = user;
-    if (ev->kind == MU_CHAT_REASONING) mu_http_buf_add(&g->reasoning, ev->text, ev->len);
-    else if (ev->kind == MU_CHAT_CONTENT) mu_http_buf_add(&g->content, ev->text, ev->len);
-    else if (ev->kind == MU_CHAT_TOOL_CALL) {
-        if (!g->tool_calls) g->tool_calls = json_array();
-        json_t *args = json_loads(ev->arguments, 0, NULL);
-        json_t *c = json_pack("{s:s,s:o}", "name", ev->name, "arguments", args ? args : json_object());
-        if (c) json_array_append_new(g->tool_calls, c);
+static bool add_id(api_gen *g, const mu_gen_token *t) {
+    if (g->n_ids == g->cap_ids) {
+        int cap = g->cap_ids ? g->cap_ids * 2 : 64;
+        int32_t *ids = realloc(g->ids, (size_t)cap * sizeof *ids);
+        if (ids) g->ids = ids;
+        api_tok *tk = g->want_toks ? realloc(g->toks, (size_t)cap * sizeof *tk) : NULL;
+        if (tk) g->toks = tk;
+        if (!ids || (g->want_toks && !tk)) return false;
+        g->cap_ids = cap;
     }
-    return 0;
-}
-
-static void add_token(api_gen *g, int32_t id) {
-    mu_http_app *a = g->app;
-    char buf[API_PIECE_MAX];
-    int n = a->text.piece(a->text.ctx, id, buf, sizeof buf);
-    if (n < 0) n = 0;
-    if (n > (int)sizeof buf) n = sizeof buf;
-    bool special = a->text.is_special && a->text.is_special(a->text.ctx, id);
-    if (!g->chat) {
-        if (!special) mu_http_buf_add(&g->content, buf, (size_t)n);
-        return;
+    if (g->want_toks) {
+        api_tok *o = &g->toks[g->n_ids];
+        o->id = t->id;
+        o->logprob = t->logprob;
+        o->n_top = t->n_top < API_MAX_TOP ? t->n_top : API_MAX_TOP;
+        for (int k = 0; k < o->n_top; k++) {
+            o->top_ids[k] = t->top_ids[k];
+            o->top_logprobs[k] = t->top_logprobs[k];
+        }
     }
-    /* chat: the parser sees special tokens as their text (markers) */
-    mu_err err;
-    if (!g->cp && mu_chat_parser_new(&g->cp, &err)) {
-        g->chat = false;  /* out of memory: plain text */
-        if (!special) mu_http_buf_add(&g->content, buf, (size_t)n);
-        return;
-    }
-    mu_chat_parser_feed(g->cp, buf, (size_t)n, chat_event, g, &err);
-}
-
-/* Looks for stop strings in content not yet sent; returns true on a match. */
-static bool find_stop(api_gen *g) {
-    if (!g->n_stops || !g->content.n) return false;
-    size_t from = g->content_sent;
-    size_t best = SIZE_MAX;
-    int which = -1;
-    for (int i = 0; i < g->n_stops; i++) {
-        size_t l = strlen(g->stops[i]);
-        if (g->content.n < l) continue;
-        size_t start = from > l ? from - l + 1 : 0;
-        for (size_t p = start; p + l <= g->content.n; p++)
-            if (!memcmp(g->content.p + p, g->stops[i], l)) {
-                if (p < best) {
-                    best = p;
-                    which = i;
-                }
-                break;
-            }
-    }
-    if (which < 0) return false;
-    snprintf(g->stop_word, sizeof g->stop_word, "%s", g->stops[which]);
-    g->content.n = best;
-    g->content.p[best] = 0;
+    g->ids[g->n_ids++] = t->id;
     return true;
 }
 
-static void finish_from_job(api_gen *g, int f) {
-    switch (f) {
-    case MU_FINISH_STOP: g->finish = API_FINISH_STOP; break;
-    case MU_FINISH_LENGTH:
-    case MU_FINISH_CTX: g->finish = API_FINISH_LENGTH; break;
-    case MU_FINISH_CANCEL: g->finish = API_FINISH_CANCEL; break;
-    default: g->finish = API_FINISH_ERROR; break;
+/* One event into the collected state; false when out of memory. */
+static bool collect(api_gen *g, const mu_gen_event *ev) {
+    switch (ev->kind) {
+    case MU_EV_TOKEN: return add_id(g, &ev->tok);
+    case MU_EV_TEXT:
+        mu_http_buf_add(ev->channel == MU_CH_REASONING ? &g->reasoning : &g->content, ev->text, ev->len);
+        return true;
+    case MU_EV_TOOL_CALL: {
+        if (!g->tool_calls) g->tool_calls = json_array();
+        json_t *args = json_loads(ev->text, 0, NULL);
+        json_t *c = json_pack("{s:s,s:o}", "name", ev->name, "arguments", args ? args : json_object());
+        if (c) json_array_append_new(g->tool_calls, c);
+        return c != NULL;
     }
+    case MU_EV_FINISH:
+        g->finish = ev->finish == MU_FINISH_CTX ? MU_FINISH_LENGTH : ev->finish;
+        g->st = ev->stats;
+        g->st.n_gen = g->n_ids;
+        if (ev->stop_word) snprintf(g->stop_word, sizeof g->stop_word, "%s", ev->stop_word);
+        if (g->finish == MU_FINISH_ERROR && !g->err[0])
+            snprintf(g->err, sizeof g->err, "%s", ev->err && ev->err[0] ? ev->err : "engine: generation failed");
+        if (g->finish == MU_FINISH_CANCEL && ev->err && ev->err[0]) snprintf(g->err, sizeof g->err, "%s", ev->err);
+        return true;
+    }
+    return true;
 }
 
 bool api_gen_step(api_gen *g, int fd) { return api_gen_step_ms(g, fd, 100); }
 
 bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms) {
     if (g->finish) return false;
-    mu_sched_tok toks[16];
-    int f = MU_FINISH_NONE;
-    int n = mu_job_next(g->job, toks, 16, timeout_ms, &f);
-    for (int i = 0; i < n; i++) {
-        if (g->n_ids == g->cap_ids) {
-            int cap = g->cap_ids ? g->cap_ids * 2 : 64;
-            int32_t *ids = realloc(g->ids, (size_t)cap * sizeof *ids);
-            mu_sched_tok *t = g->want_toks ? realloc(g->toks, (size_t)cap * sizeof *t) : NULL;
-            if (ids) g->ids = ids;
-            if (t) g->toks = t;
-            if (!ids || (g->want_toks && !t)) {
-                mu_job_cancel(g->job);
-                g->finish = API_FINISH_ERROR;
-                snprintf(g->err, sizeof g->err, "server: out of memory");
-                return false;
-            }
-            g->cap_ids = cap;
-        }
-        if (g->want_toks) g->toks[g->n_ids] = toks[i];
-        g->ids[g->n_ids++] = toks[i].id;
-        add_token(g, toks[i].id);
-        if (find_stop(g)) {
+    mu_gen_event ev;
+    /* wait for the first event, then take what is ready */
+    for (int got = 0; !g->finish && mu_job_next(g->job, &ev, got ? 0 : timeout_ms) == 1; got++) {
+        if (!collect(g, &ev)) {
             mu_job_cancel(g->job);
-            g->finish = API_FINISH_WORD;
-            break;
+            g->finish = MU_FINISH_ERROR;
+            snprintf(g->err, sizeof g->err, "server: out of memory");
+            return false;
         }
     }
-    if (!g->finish && f != MU_FINISH_NONE) finish_from_job(g, f);
     if (!g->finish && !mu_http_fd_alive(fd)) {
         mu_job_cancel(g->job);
-        g->finish = API_FINISH_CANCEL;
+        g->finish = MU_FINISH_CANCEL;
     }
-    if (g->finish) {
-        if (g->cp) {
-            mu_err err;
-            mu_chat_parser_finish(g->cp, chat_event, g, &err);
-            if (g->finish == API_FINISH_WORD) find_stop(g);
-        }
-        mu_job_get_stats(g->job, &g->st);
-        g->st.n_gen = g->n_ids;
-        if (g->finish == API_FINISH_ERROR && !g->err[0])
-            snprintf(g->err, sizeof g->err, "%s", g->st.err[0] ? g->st.err : "engine: generation failed");
-        if (g->finish == API_FINISH_CANCEL && g->st.err[0]) snprintf(g->err, sizeof g->err, "%s", g->st.err);
-        return false;
-    }
-    return true;
+    return !g->finish;
 }
 
 bool api_gen_run(api_gen *g, int fd) {
     while (api_gen_step(g, fd)) {
     }
-    return g->finish != API_FINISH_CANCEL;
+    return g->finish != MU_FINISH_CANCEL;
 }
 
-/* Bytes of buf after *sent that may be released: whole UTF-8 characters,
- * and (for content) nothing that could still become a stop string. */
-static const char *take(api_gen *g, mu_http_buf *b, size_t *sent, bool is_content, size_t *n) {
-    size_t end = b->n;
-    if (!g->finish) {
-        end = api_utf8_complete(b->p ? b->p : "", b->n);
-        if (is_content && g->n_stops) {
-            size_t hold = 0;
-            for (int i = 0; i < g->n_stops; i++) {
-                size_t l = strlen(g->stops[i]);
-                for (size_t k = l - 1; k > hold; k--)
-                    if (k <= end && !memcmp(b->p + end - k, g->stops[i], k)) {
-                        hold = k;
-                        break;
-                    }
-            }
-            end -= hold;
-        }
-    }
-    if (end < *sent) end = *sent;
-    *n = end - *sent;
+/* Bytes of buf after *sent not yet taken: the generation side releases
+ * whole UTF-8 characters and nothing that may become a stop string. */
+static const char *take(mu_http_buf *b, size_t *sent, size_t *n) {
+    *n = b->n - *sent;
     const char *p = b->p ? b->p + *sent : "";
-    *sent = end;
+    *sent = b->n;
     return p;
 }
 
-const char *api_gen_take_content(api_gen *g, size_t *n) { return take(g, &g->content, &g->content_sent, true, n); }
+const char *api_gen_take_content(api_gen *g, size_t *n) { return take(&g->content, &g->content_sent, n); }
 
-const char *api_gen_take_reasoning(api_gen *g, size_t *n) {
-    return take(g, &g->reasoning, &g->reasoning_sent, false, n);
-}
+const char *api_gen_take_reasoning(api_gen *g, size_t *n) { return take(&g->reasoning, &g->reasoning_sent, n); }
 
 void api_gen_free(api_gen *g) {
     mu_job_free(g->job);
     g->job = NULL;
-    for (int i = 0; i < g->n_stops; i++) free(g->stops[i]);
-    g->n_stops = 0;
-    mu_chat_parser_free(g->cp);
-    g->cp = NULL;
     json_decref(g->tool_calls);
     g->tool_calls = NULL;
     mu_http_buf_free(&g->content);

@@ -33,7 +33,7 @@ static json_t *prob_entry(mu_http_app *a, int32_t id, float lp) {
 static json_t *probs_range(api_gen *g, int from, int to) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) {
-        const mu_sched_tok *t = &g->toks[i];
+        const api_tok *t = &g->toks[i];
         json_t *e = prob_entry(g->app, t->id, t->logprob);
         json_t *top = json_array();
         for (int k = 0; k < t->n_top; k++) json_array_append_new(top, prob_entry(g->app, t->top_ids[k], t->top_logprobs[k]));
@@ -45,9 +45,9 @@ static json_t *probs_range(api_gen *g, int from, int to) {
 
 static const char *stop_type(int f) {
     switch (f) {
-    case API_FINISH_STOP: return "eos";
-    case API_FINISH_LENGTH: return "limit";
-    case API_FINISH_WORD: return "word";
+    case MU_FINISH_STOP: return "eos";
+    case MU_FINISH_LENGTH: return "limit";
+    case MU_FINISH_WORD: return "word";
     default: return "none";
     }
 }
@@ -61,7 +61,7 @@ typedef struct {
     char *prompt_text;
 } lc_state;
 
-static json_t *settings_of(mu_http_app *a, const mu_sched_req *q, const json_t *stop) {
+static json_t *settings_of(mu_http_app *a, const mu_gen_req *q, const json_t *stop) {
     return json_pack("{s:i,s:i,s:f,s:i,s:f,s:f,s:I,s:o,s:i,s:b,s:s}", "n_ctx", a->n_ctx, "n_predict", q->n_predict,
                      "temperature", (double)q->sp.temp, "top_k", q->sp.top_k, "top_p", (double)q->sp.top_p, "min_p",
                      (double)q->sp.min_p, "seed", (json_int_t)q->sp.seed, "stop", stop ? json_incref((json_t *)stop) : json_array(), "n_probs",
@@ -87,7 +87,7 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
     if (s->done) return 0;
     for (;;) {
         bool running = api_gen_step(g, fd);
-        if (g->finish == API_FINISH_CANCEL) return -1;
+        if (g->finish == MU_FINISH_CANCEL) return -1;
         size_t nc = 0;
         const char *cs = api_gen_take_content(g, &nc);
         if (nc || g->n_ids > s->sent_tokens) {
@@ -105,7 +105,7 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
         }
         if (!running) {
             json_t *f;
-            if (g->finish == API_FINISH_ERROR)
+            if (g->finish == MU_FINISH_ERROR)
                 f = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type", "server_error");
             else
                 f = final_object(s, "", 0);
@@ -131,16 +131,16 @@ static void lc_release(void *state) {
 void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
-    mu_jsonc_schema *schema = NULL;
+    mu_schema *schema = NULL;
     if (api_response_schema(r, body, "json_schema", &schema)) return;
     int32_t *ids = NULL;
     int n = 0;
     char *text = NULL;
     if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, &text)) {
-        mu_jsonc_schema_unref(schema);
+        mu_schema_unref(schema);
         return;
     }
-    mu_sched_req q = {0};
+    mu_gen_req q = {0};
     q.schema = schema;
     q.n_predict = (int)mu_jc_int(body, "n_predict", mu_jc_int(body, "max_tokens", -1));
     q.sp = api_sample_params(body, "seed");
@@ -151,13 +151,13 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     if (!s) {
         free(ids);
         free(text);
-        mu_jsonc_schema_unref(schema);
+        mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
     json_t *stop = json_object_get(body, "stop");
     bool ok = api_gen_start(r, &s->g, a, ids, n, &q, stop);
-    mu_jsonc_schema_unref(schema); /* the job holds its own reference */
+    mu_schema_unref(schema); /* the job holds its own reference */
     if (!ok) {
         free(text);
         free(s);
@@ -173,8 +173,8 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
         mu_http_reply_stream(r, "text/event-stream", lc_produce, lc_release, s);
         return;
     }
-    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == API_FINISH_ERROR) {
-        if (s->g.finish == API_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
+    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
+        if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
         else mu_http_reply_error(r, 499, "client closed the request", NULL);
         lc_release(s);
         return;
@@ -202,7 +202,7 @@ void api_llama_tokenize(mu_http_req *r, const json_t *body) {
     int n = 0;
     mu_err err = {0};
     int rc = add_special ? api_tokenize_prompt(a, content, parse_special, &ids, &n, &err)
-                         : a->text.encode(a->text.ctx, content, strlen(content), parse_special, &ids, &n, &err);
+                         : mu_tok_encode(a->tok, content, strlen(content), parse_special, &ids, &n, &err);
     if (rc) {
         mu_http_reply_status(r, rc, &err);
         return;
@@ -214,7 +214,7 @@ void api_llama_tokenize(mu_http_req *r, const json_t *body) {
             continue;
         }
         char buf[API_PIECE_MAX];
-        int pn = a->text.piece(a->text.ctx, ids[i], buf, sizeof buf);
+        int pn = api_piece(a, ids[i], buf, sizeof buf);
         if (pn < 0) pn = 0;
         json_t *p = json_stringn(buf, (size_t)pn);
         if (!p) p = api_token_bytes(a, ids[i]);
@@ -241,7 +241,7 @@ void api_llama_detokenize(mu_http_req *r, const json_t *body) {
             return;
         }
         char buf[API_PIECE_MAX];
-        int pn = a->text.piece(a->text.ctx, (int32_t)id, buf, sizeof buf);
+        int pn = api_piece(a, (int32_t)id, buf, sizeof buf);
         if (pn > 0) mu_http_buf_add(&b, buf, (size_t)pn);
     }
     json_t *s = api_json_text(b.p ? b.p : "", b.n);
@@ -255,7 +255,7 @@ void api_llama_apply_template(mu_http_req *r, const json_t *body) {
     mu_err err = {0};
     char *text = NULL;
     json_t *tools = json_object_get(body, "tools");
-    int rc = a->text.render(a->text.ctx, json_object_get(body, "messages"), json_array_size(tools) ? tools : NULL,
+    int rc = api_render(a, json_object_get(body, "messages"), json_array_size(tools) ? tools : NULL,
                             mu_jc_str(body, "reasoning_effort", NULL), true, &text, &err);
     if (rc) {
         mu_http_reply_status(r, rc, &err);
@@ -279,7 +279,7 @@ void api_llama_props(mu_http_req *r, const json_t *body) {
                           "n_ctx", a->n_ctx, "params", "temperature", (double)d.temp, "top_k", d.top_k, "top_p",
                           (double)d.top_p, "min_p", (double)d.min_p, "n_predict", -1, "total_slots", a->n_slots,
                           "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
-                          a->text.chat_template ? a->text.chat_template : "", "modalities", "vision", 0, "build_info",
+                          a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "build_info",
                           "muser " MU_COMMIT);
     mu_http_reply_json(r, 200, o);
 }

@@ -63,10 +63,10 @@ static json_t *done_record(ol_state *s, const char *cs, size_t nc, const char *r
         json_array_foreach(g->tool_calls, i, c) json_array_append_new(arr, json_pack("{s:O}", "function", c));
         json_object_set_new(json_object_get(o, "message"), "tool_calls", arr);
     }
-    const mu_job_stats *st = &g->st;
+    const mu_gen_stats *st = &g->st;
     double total_ms = st->queue_ms + st->prompt_ms + st->gen_ms;
     json_object_set_new(o, "done", json_true());
-    json_object_set_new(o, "done_reason", json_string(g->finish == API_FINISH_LENGTH ? "length" : "stop"));
+    json_object_set_new(o, "done_reason", json_string(g->finish == MU_FINISH_LENGTH ? "length" : "stop"));
     json_object_set_new(o, "total_duration", json_integer((json_int_t)(total_ms * 1e6)));
     json_object_set_new(o, "load_duration", json_integer(0));
     json_object_set_new(o, "prompt_eval_count", json_integer(st->n_prompt));
@@ -87,12 +87,12 @@ static int ol_produce(void *state, mu_http_buf *out, int fd) {
     if (s->done) return 0;
     for (;;) {
         bool running = api_gen_step(&s->g, fd);
-        if (s->g.finish == API_FINISH_CANCEL) return -1;
+        if (s->g.finish == MU_FINISH_CANCEL) return -1;
         size_t nc = 0, nr = 0;
         const char *rs = api_gen_take_reasoning(&s->g, &nr);
         const char *cs = api_gen_take_content(&s->g, &nc);
         if (!running) {
-            if (s->g.finish == API_FINISH_ERROR) {
+            if (s->g.finish == MU_FINISH_ERROR) {
                 if (nc || nr) line(out, delta_record(s, cs, nc, rs, nr));
                 line(out, json_pack("{s:s}", "error", s->g.err));
             } else {
@@ -125,40 +125,40 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
         mu_http_reply_error(r, 400, m, "options.num_ctx");
         return;
     }
-    mu_jsonc_schema *schema = NULL;
+    mu_schema *schema = NULL;
     if (api_response_schema(r, body, "format", &schema)) {
         free(ids);
         return;
     }
-    mu_sched_req q = {0};
+    mu_gen_req q = {0};
     q.schema = schema;
     q.schema_chat = true;
+    q.chat = true;
     long long np = mu_jc_int(opt, "num_predict", -1);
     q.n_predict = np < 0 ? -1 : (int)np;
     q.sp = api_sample_params(opt ? opt : json_null(), "seed");
     ol_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
-        mu_jsonc_schema_unref(schema);
+        mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
     bool ok = api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(opt, "stop"));
-    mu_jsonc_schema_unref(schema); /* the job holds its own reference */
+    mu_schema_unref(schema); /* the job holds its own reference */
     if (!ok) {
         free(s);
         return;
     }
     s->a = a;
     s->chat = chat;
-    s->g.chat = true;
     s->think = mu_jc_bool(body, "think", true);
     if (mu_jc_bool(body, "stream", true)) {
         mu_http_reply_stream(r, "application/x-ndjson", ol_produce, ol_release, s);
         return;
     }
-    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == API_FINISH_ERROR) {
-        if (s->g.finish == API_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
+    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
+        if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
         else mu_http_reply_error(r, 499, "client closed the request", NULL);
         ol_release(s);
         return;
@@ -274,7 +274,7 @@ void api_ollama_show(mu_http_req *r, const json_t *body) {
                              "muse-glimmer.attention.head_count", in->n_head, "muse-glimmer.attention.head_count_kv",
                              in->n_head_kv, "muse-glimmer.vocab_size", in->n_vocab);
     json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s,s,s]}", "modelfile", "", "parameters", "", "template",
-                          a->text.chat_template ? a->text.chat_template : "", "details", details(a), "model_info", info,
+                          a->chat_template ? a->chat_template : "", "details", details(a), "model_info", info,
                           "capabilities", "completion", "tools", "thinking");
     mu_http_reply_json(r, 200, o);
 }

@@ -89,7 +89,7 @@ bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const j
                      int32_t **ids, int *n) {
     mu_err err = {0};
     char *text = NULL;
-    int rc = a->text.render(a->text.ctx, msgs, tools, effort, true, &text, &err);
+    int rc = api_render(a, msgs, tools, effort, true, &text, &err);
     if (!rc) rc = api_tokenize_prompt(a, text, true, ids, n, &err);
     free(text);
     if (rc) {
@@ -101,7 +101,7 @@ bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const j
 
 /* ---- logprobs ------------------------------------------------------------ */
 
-static json_t *logprob_entry(mu_http_app *a, const mu_sched_tok *t) {
+static json_t *logprob_entry(mu_http_app *a, const api_tok *t) {
     json_t *top = json_array();
     for (int k = 0; k < t->n_top; k++)
         json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", api_token_str(a, t->top_ids[k]), "logprob",
@@ -118,7 +118,7 @@ static json_t *logprobs_range(api_gen *g, int from, int to) {
 
 static const char *finish_name(int f, bool tools) {
     if (tools) return "tool_calls";
-    return f == API_FINISH_LENGTH ? "length" : "stop";
+    return f == MU_FINISH_LENGTH ? "length" : "stop";
 }
 
 /* usage over all choices: the prompt once, every choice's tokens */
@@ -184,7 +184,7 @@ static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
     }
     if (running) return true;
     s->done[k] = true;
-    if (g->finish == API_FINISH_ERROR) return false;
+    if (g->finish == MU_FINISH_ERROR) return false;
     bool has_tools = false;
     if (s->chat && json_array_size(g->tool_calls)) {
         has_tools = true;
@@ -219,7 +219,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
         for (int k = 0; k < s->n; k++) {
             if (s->done[k]) continue;
             bool running = api_gen_step_ms(&s->g[k], fd, 0);
-            if (s->g[k].finish == API_FINISH_CANCEL) return -1;
+            if (s->g[k].finish == MU_FINISH_CANCEL) return -1;
             if (!oa_choice(s, k, out, running)) failed = true;
             if (!s->done[k]) {
                 all_done = false;
@@ -228,7 +228,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
         }
         if (failed) {
             for (int k = 0; k < s->n; k++)
-                if (s->g[k].finish == API_FINISH_ERROR) {
+                if (s->g[k].finish == MU_FINISH_ERROR) {
                     sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[k].err, "type", "server_error"));
                     break;
                 }
@@ -250,7 +250,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
         }
         if (out->n) return 1;
         bool running = api_gen_step_ms(&s->g[first], fd, 50);
-        if (s->g[first].finish == API_FINISH_CANCEL) return -1;
+        if (s->g[first].finish == MU_FINISH_CANCEL) return -1;
         if (!oa_choice(s, first, out, running)) {
             sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[first].err, "type", "server_error"));
             mu_http_buf_str(out, "data: [DONE]\n\n");
@@ -279,14 +279,14 @@ static bool check(mu_http_req *r, const json_t *body) {
 }
 
 static void reply_failed(mu_http_req *r, api_gen *g) {
-    if (g->finish == API_FINISH_ERROR) mu_http_reply_error(r, 500, g->err, NULL);
+    if (g->finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, g->err, NULL);
     else mu_http_reply_error(r, 499, "client closed the request", NULL);
 }
 
 /* Runs every choice to the end; false (after replying) on error/hang-up. */
 static bool run_all(mu_http_req *r, oa_stream *s) {
     for (int k = 0; k < s->n; k++)
-        if (!api_gen_run(&s->g[k], mu_http_req_fd(r)) || s->g[k].finish == API_FINISH_ERROR) {
+        if (!api_gen_run(&s->g[k], mu_http_req_fd(r)) || s->g[k].finish == MU_FINISH_ERROR) {
             reply_failed(r, &s->g[k]);
             return false;
         }
@@ -301,7 +301,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         mu_http_reply_error(r, 400, "field 'tool_choice': only 'auto' and 'none' are supported", "tool_choice");
         return;
     }
-    mu_jsonc_schema *schema = NULL;
+    mu_schema *schema = NULL;
     if (api_response_schema(r, body, "response_format", &schema)) return;
     json_t *tools = json_object_get(body, "tools");
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
@@ -313,37 +313,35 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     json_decref(msgs);
     if (!ok) {
         if (!msgs) mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        mu_jsonc_schema_unref(schema);
+        mu_schema_unref(schema);
         return;
     }
-    mu_sched_req q = {0};
+    mu_gen_req q = {0};
     q.n_predict = (int)mu_jc_int(body, "max_completion_tokens", mu_jc_int(body, "max_tokens", -1));
     q.sp = api_sample_params(body, "seed");
     q.logprobs = mu_jc_bool(body, "logprobs", false);
     q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
     q.schema = schema;
     q.schema_chat = true;
+    q.chat = true;
     bool stream = mu_jc_bool(body, "stream", false);
     oa_stream *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
-        mu_jsonc_schema_unref(schema);
+        mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
     s->n = (int)mu_jc_int(body, "n", 1);
     ok = api_gen_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
-    mu_jsonc_schema_unref(schema); /* the jobs hold their own references */
+    mu_schema_unref(schema); /* the jobs hold their own references */
     if (!ok) {
         free(s);
         return;
     }
     s->a = a;
     s->chat = true;
-    for (int k = 0; k < s->n; k++) {
-        s->g[k].chat = true;
-        s->g[k].want_toks = q.logprobs;
-    }
+    for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->tools = use_tools;
     s->created = api_unix_now();
@@ -386,7 +384,7 @@ static json_t *completion_logprobs(api_gen *g, int from, int to) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     size_t off = 0;
     for (int i = from; i < to; i++) {
-        const mu_sched_tok *t = &g->toks[i];
+        const api_tok *t = &g->toks[i];
         json_t *ts = api_token_str(g->app, t->id);
         json_array_append_new(offs, json_integer((json_int_t)off));
         off += json_string_length(ts);
@@ -438,9 +436,9 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
             return false;
         }
         o[i] = (int32_t)v;
-        if (text && !(a->text.is_special && a->text.is_special(a->text.ctx, o[i]))) {
+        if (text && !api_is_special(a, o[i])) {
             char buf[API_PIECE_MAX];
-            int pn = a->text.piece(a->text.ctx, o[i], buf, sizeof buf);
+            int pn = api_piece(a, o[i], buf, sizeof buf);
             if (pn > 0) mu_http_buf_add(&tb, buf, (size_t)pn);
         }
     }
@@ -463,7 +461,7 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     int n = 0;
     char *text = NULL;
     if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, echo ? &text : NULL)) return;
-    mu_sched_req q = {0};
+    mu_gen_req q = {0};
     q.n_predict = (int)mu_jc_int(body, "max_tokens", 16);
     q.sp = api_sample_params(body, "seed");
     json_t *lpv = json_object_get(body, "logprobs");

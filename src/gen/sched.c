@@ -1,22 +1,21 @@
-/* sched.c: slots, the bounded queue and the engine thread.
- * Owns: job lifetime (reference counted between the submitting HTTP thread
- * and the engine thread), slot assignment, batching, sampling, stop rules on
- * token ids (stop tokens, length, context), and aggregate metrics.
- * Does not own: text. Stop strings, detokenization and protocol shapes live
- * in the adapters, which cancel the job when a stop string matches.
+/* sched.c: slots, the bounded queue and the engine thread (include/muser_gen.h).
+ * Owns: job lifetime (reference counted between the reader and the engine
+ * thread), slot assignment, batching, KV prefix reuse between the jobs of
+ * one slot, the n choices of a request, the events queue of each job, and
+ * aggregate metrics.
+ * Does not own: what happens to a token (gen.c decides it: sampling,
+ * constraints, text, stop rules); this file only drives gen steps.
  * Design: a single engine thread is the only thread that ever touches a
- * mu_session or a mu_sampler. Each step it builds one batch holding one
+ * mu_session or a job's mu_gen. Each step it builds one batch holding one
  * decode token for every generating slot plus prompt chunks of slots that are
  * still prefilling (bounded per step so decoding slots keep their pace), and
- * calls mu_forward once. Per-token buffers are sized at submit, so the decode
- * loop does not allocate.
+ * calls mu_forward once; then each slot with logits takes one gen step, and
+ * the events it emits are queued on the job for the reader (mu_job_next).
  * The n choices of one request are n jobs in a group: the first to reach a
  * slot (the leader) evaluates the prompt; the others wait, then copy its KV
  * state and final logits (mu_session_state_save/load) instead of evaluating
- * the prompt again. Structured output (constrain.h) replaces the plain
- * sampler call for jobs that carry a schema and ends them when the value
- * is closed. */
-#include "sched.h"
+ * the prompt again. */
+#include "../../include/muser_gen.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -27,7 +26,7 @@
 #include <time.h>
 
 #include "../base/mem.h"
-#include "constrain.h"
+#include "gen.h"
 
 /* Shared by the jobs of one request (n choices). refs is touched by any
  * thread; everything else only by the engine thread. */
@@ -47,6 +46,13 @@ static void group_unref(group *g) {
     free(g);
 }
 
+/* A queued event: the record with its strings and arrays as offsets into
+ * the job's arena (which may move as it grows). */
+typedef struct {
+    mu_gen_event ev;
+    size_t text, name, stop_word, err, top_ids, top_probs, top_logprobs;
+} qev;
+
 struct mu_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -55,19 +61,22 @@ struct mu_job {
     /* input (immutable after submit) */
     int32_t *prompt;
     int n_prompt;
-    int max_new;
-    mu_sample_params sp;
-    bool logprobs, ignore_eos, max_by_ctx;
-    int n_top;
-    mu_jsonc_schema *schema;
-    bool schema_chat;
+    bool keep_prefix;
     group *grp;
-    /* output, guarded by mu */
-    mu_sched_tok *toks;   /* [max_new] */
-    int n_toks, n_read;
-    int finish;
-    mu_job_stats st;
-    /* timing (engine thread) */
+    mu_gen *gen;          /* engine thread only after submit */
+    /* events, guarded by mu */
+    qev *evs;
+    int n_ev, cap_ev, n_read;
+    char *arena;
+    size_t n_arena, cap_arena;
+    bool ended;           /* FINISH queued */
+    bool finish_read;     /* FINISH handed to the reader */
+    /* reader-owned copy of the last event's strings */
+    char *rbuf;
+    size_t cap_rbuf;
+    /* engine thread */
+    mu_gen_stats st;
+    int n_gen;
     double t_submit, t_start, t_first;
     mu_job *next;         /* queue link */
 };
@@ -75,11 +84,12 @@ struct mu_job {
 typedef struct {
     mu_session *sess;
     mu_job *job;
-    mu_sampler *smp;
-    mu_constrain *cons;   /* structured output, NULL for free text */
+    bool started;         /* the job's session is prepared */
     bool waiting;         /* a group member waiting for the leader's prompt state */
     int n_fed;            /* prompt tokens already in the session */
     int32_t last;         /* token to feed next when decoding */
+    int32_t *hist;        /* [n_ctx] tokens whose KV the session holds (prefix reuse) */
+    int n_hist;
 } slot;
 
 struct mu_sched {
@@ -94,6 +104,7 @@ struct mu_sched {
     bool stop;
     mu_job *q_head, *q_tail;
     int n_queued;
+    int hold_until;       /* test hook, cleared once reached */
     mu_sched_metrics m;
     mu_sched_slot_info info[MU_SCHED_MAX_SLOTS];
     /* batch scratch, sized once */
@@ -117,148 +128,204 @@ static void job_unref(mu_job *j) {
     pthread_mutex_destroy(&j->mu);
     pthread_cond_destroy(&j->cv);
     free(j->prompt);
-    free(j->toks);
-    mu_jsonc_schema_unref(j->schema);
+    mu_gen_free(j->gen);
+    free(j->evs);
+    free(j->arena);
+    free(j->rbuf);
     group_unref(j->grp);
     free(j);
 }
 
-/* Engine thread: record the end of a job and drop the engine's reference. */
-static void job_finish(mu_sched *s, mu_job *j, int finish, const char *why) {
-    double t = now_ms();
-    pthread_mutex_lock(&j->mu);
-    j->finish = finish;
-    j->st.finish = finish;
-    j->st.n_gen = j->n_toks;
-    if (j->t_start > 0) j->st.queue_ms = j->t_start - j->t_submit;
-    if (j->t_first > 0) {
-        j->st.prompt_ms = j->t_first - j->t_start;
-        j->st.gen_ms = t - j->t_first;
-    } else if (j->t_start > 0) {
-        j->st.prompt_ms = t - j->t_start;
+/* ---- the events queue ------------------------------------------------- */
+
+/* Appends n bytes to the arena (with a NUL after them); SIZE_MAX when out
+ * of memory. Called with j->mu held. */
+static size_t arena_put(mu_job *j, const void *p, size_t n) {
+    size_t need = j->n_arena + n + 1;
+    if (need > j->cap_arena) {
+        size_t cap = need * 2 + 256;
+        char *a = realloc(j->arena, cap);
+        if (!a) return SIZE_MAX;
+        j->arena = a;
+        j->cap_arena = cap;
     }
-    if (why) snprintf(j->st.err, sizeof j->st.err, "%s", why);
+    size_t off = j->n_arena;
+    if (n) memcpy(j->arena + off, p, n);
+    j->arena[off + n] = 0;
+    j->n_arena = off + n + 1;
+    return off;
+}
+
+static size_t arena_str(mu_job *j, const char *s) { return s ? arena_put(j, s, strlen(s)) : SIZE_MAX; }
+
+/* The emit target of gen.c: queue one event for the reader. Out of memory
+ * loses the event; a lost FINISH is answered by the reader as an error. */
+static void push_event(void *user, const mu_gen_event *ev) {
+    mu_job *j = user;
+    pthread_mutex_lock(&j->mu);
+    if (ev->kind == MU_EV_FINISH) j->ended = true;
+    if (j->n_read == j->n_ev) { /* everything was read: start over */
+        j->n_ev = j->n_read = 0;
+        j->n_arena = 0;
+    }
+    if (j->n_ev == j->cap_ev) {
+        int cap = j->cap_ev ? j->cap_ev * 2 : 16;
+        qev *e = realloc(j->evs, (size_t)cap * sizeof *e);
+        if (e) {
+            j->evs = e;
+            j->cap_ev = cap;
+        }
+    }
+    if (j->n_ev < j->cap_ev) {
+        qev q = {.ev = *ev};
+        q.text = ev->text ? arena_put(j, ev->text, ev->len) : SIZE_MAX;
+        q.name = arena_str(j, ev->name);
+        q.stop_word = arena_str(j, ev->stop_word);
+        q.err = arena_str(j, ev->err);
+        q.top_ids = q.top_probs = q.top_logprobs = SIZE_MAX;
+        if (ev->kind == MU_EV_TOKEN && ev->tok.n_top > 0) {
+            size_t k = (size_t)ev->tok.n_top;
+            q.top_ids = arena_put(j, ev->tok.top_ids, k * sizeof(int32_t));
+            q.top_probs = arena_put(j, ev->tok.top_probs, k * sizeof(float));
+            q.top_logprobs = arena_put(j, ev->tok.top_logprobs, k * sizeof(float));
+        }
+        bool lost = (ev->text && q.text == SIZE_MAX) || (ev->name && q.name == SIZE_MAX) ||
+                    (ev->stop_word && q.stop_word == SIZE_MAX) || (ev->err && q.err == SIZE_MAX) ||
+                    (ev->kind == MU_EV_TOKEN && ev->tok.n_top > 0 && q.top_logprobs == SIZE_MAX);
+        if (!lost) j->evs[j->n_ev++] = q;
+    }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+}
+
+/* Reader side: copies the strings and arrays of q into the reader's buffer
+ * so they stay valid while the engine thread goes on. */
+static bool copy_out(mu_job *j, const qev *q, mu_gen_event *ev) {
+    *ev = q->ev;
+    const size_t offs[4] = {q->text, q->name, q->stop_word, q->err};
+    const size_t k = q->ev.kind == MU_EV_TOKEN && q->ev.tok.n_top > 0 ? (size_t)q->ev.tok.n_top * 4 : 0;
+    size_t need = 3 * k + 8;
+    for (int i = 0; i < 4; i++)
+        if (offs[i] != SIZE_MAX) need += (i == 0 ? q->ev.len : strlen(j->arena + offs[i])) + 1;
+    if (need > j->cap_rbuf) {
+        char *b = realloc(j->rbuf, need * 2);
+        if (!b) return false;
+        j->rbuf = b;
+        j->cap_rbuf = need * 2;
+    }
+    size_t at = 0;
+    if (k) { /* the arrays first, where rbuf is aligned */
+        memcpy(j->rbuf, j->arena + q->top_ids, k);
+        memcpy(j->rbuf + k, j->arena + q->top_probs, k);
+        memcpy(j->rbuf + 2 * k, j->arena + q->top_logprobs, k);
+        ev->tok.top_ids = (const int32_t *)(void *)j->rbuf;
+        ev->tok.top_probs = (const float *)(void *)(j->rbuf + k);
+        ev->tok.top_logprobs = (const float *)(void *)(j->rbuf + 2 * k);
+        at = 3 * k;
+    }
+    const char **strs[4] = {&ev->text, &ev->name, &ev->stop_word, &ev->err};
+    for (int i = 0; i < 4; i++) {
+        if (offs[i] == SIZE_MAX) {
+            *strs[i] = i == 3 ? "" : NULL;
+            continue;
+        }
+        size_t n = i == 0 ? q->ev.len : strlen(j->arena + offs[i]);
+        memcpy(j->rbuf + at, j->arena + offs[i], n);
+        j->rbuf[at + n] = 0;
+        *strs[i] = j->rbuf + at;
+        at += n + 1;
+    }
+    return true;
+}
+
+/* ---- the engine thread ------------------------------------------------ */
+
+/* Engine thread: end the job: its FINISH event (after gen.c's flush), the
+ * metrics, and the engine's reference. */
+static void job_finish(mu_sched *s, mu_job *j, mu_finish f, const char *why) {
+    double t = now_ms();
+    mu_gen_stats *st = &j->st;
+    st->n_gen = j->n_gen;
+    if (j->t_start > 0) st->queue_ms = j->t_start - j->t_submit;
+    if (j->t_first > 0) {
+        st->prompt_ms = j->t_first - j->t_start;
+        st->gen_ms = t - j->t_first;
+    } else if (j->t_start > 0) {
+        st->prompt_ms = t - j->t_start;
+    }
+    st->constrain_ms = mu_gen_constrain_s(j->gen) * 1e3;
+    mu_gen_end(j->gen, f, why, st, push_event, j);
     pthread_mutex_lock(&s->mu);
-    s->m.prompt_s += j->st.prompt_ms / 1e3;
-    s->m.gen_s += j->st.gen_ms / 1e3;
+    s->m.prompt_s += st->prompt_ms / 1e3;
+    s->m.gen_s += st->gen_ms / 1e3;
     pthread_mutex_unlock(&s->mu);
     job_unref(j);
 }
 
-static void slot_release(mu_sched *s, int i, int finish, const char *why) {
+static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    mu_sampler_free(sl->smp);
-    sl->smp = NULL;
-    if (sl->cons) {
-        uint64_t np, nc;
-        double sec;
-        mu_constrain_stats(sl->cons, &np, &nc, &sec);
-        pthread_mutex_lock(&j->mu);
-        j->st.constrain_ms = sec * 1e3;
-        pthread_mutex_unlock(&j->mu);
-        mu_constrain_free(sl->cons);
-        sl->cons = NULL;
-    }
     sl->waiting = false;
+    sl->started = false;
     if (j->grp && j->grp->leader == i) j->grp->leader = -1;
     pthread_mutex_lock(&s->mu);
     sl->job = NULL;
     s->info[i].busy = false;
     s->m.n_processing--;
     pthread_mutex_unlock(&s->mu);
-    job_finish(s, j, finish, why);
+    job_finish(s, j, f, why);
 }
 
-/* Engine thread: log-softmax bits for one step. */
-static void fill_logprobs(mu_sched *s, mu_job *j, const float *lg, mu_sched_tok *t) {
-    int nv = s->n_vocab;
-    float mx = lg[0];
-    for (int k = 1; k < nv; k++) if (lg[k] > mx) mx = lg[k];
-    double sum = 0;
-    for (int k = 0; k < nv; k++) sum += exp((double)lg[k] - mx);
-    double lse = mx + log(sum);
-    t->logprob = (float)(lg[t->id] - lse);
-    t->n_top = 0;
-    if (j->n_top > 0) {
-        float probs[MU_SCHED_MAX_TOP];
-        mu_top_probs(lg, nv, j->n_top, t->top_ids, probs);
-        for (int k = 0; k < j->n_top; k++) t->top_logprobs[k] = (float)(lg[t->top_ids[k]] - lse);
-        t->n_top = j->n_top;
-    }
-}
-
-/* Engine thread: samples slot i's next token from lg (the plain sampler,
- * or under the job's structured-output constraint), publishes it and
- * applies the stop rules. */
-static void emit(mu_sched *s, int i, const float *lg) {
+/* Engine thread: one gen step for slot i from logits lg. */
+static void step(mu_sched *s, int i, const float *lg) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    mu_sched_tok t;
-    t.id = sl->cons ? mu_constrain_pick(sl->cons, sl->smp, &j->sp, lg) : mu_sampler_sample(sl->smp, lg);
-    if (t.id < 0) {
+    int32_t id = mu_gen_pick(j->gen, lg);
+    if (id < 0) {
         slot_release(s, i, MU_FINISH_ERROR, "structured output: no token can continue the value");
         return;
     }
-    if (sl->cons) mu_constrain_accept(sl->cons, t.id);
-    t.logprob = 0;
-    t.n_top = 0;
-    if (j->logprobs || j->n_top > 0) fill_logprobs(s, j, lg, &t);
-    double tn = now_ms();
-    pthread_mutex_lock(&j->mu);
-    if (j->t_first == 0) j->t_first = tn;
-    j->toks[j->n_toks++] = t;
-    int n_toks = j->n_toks;
-    pthread_cond_broadcast(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    sl->last = t.id;
+    if (j->t_first == 0) j->t_first = now_ms();
+    mu_finish f = mu_gen_accept(j->gen, id, lg, push_event, j);
+    j->n_gen++;
+    sl->last = id;
     pthread_mutex_lock(&s->mu);
     s->m.n_gen_tokens++;
-    s->info[i].n_gen = n_toks;
+    s->info[i].n_gen = j->n_gen;
     s->info[i].n_past = mu_session_n_past(sl->sess);
     pthread_mutex_unlock(&s->mu);
-
-    if (!j->ignore_eos && mu_model_is_stop(s->model, t.id))
-        slot_release(s, i, MU_FINISH_STOP, NULL);
-    else if (sl->cons && mu_constrain_done(sl->cons))
-        slot_release(s, i, MU_FINISH_STOP, NULL);
-    else if (n_toks >= j->max_new)
-        slot_release(s, i, j->max_by_ctx ? MU_FINISH_CTX : MU_FINISH_LENGTH, NULL);
-    else if (atomic_load(&j->cancel))
-        slot_release(s, i, MU_FINISH_CANCEL, NULL);
+    if (f == MU_FINISH_NONE && atomic_load(&j->cancel)) f = MU_FINISH_CANCEL;
+    if (f != MU_FINISH_NONE) slot_release(s, i, f, NULL);
 }
 
 /* Engine thread: a group member in slot i takes the leader's prompt state
- * (or becomes the leader, or waits). Returns false when the slot was
- * released. */
-static bool group_join(mu_sched *s, int i) {
+ * (or becomes the leader, or waits). */
+static void group_join(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     group *g = sl->job->grp;
     sl->waiting = false;
-    if (!g || g->failed || sl->n_fed > 0) return true;
+    if (!g || g->failed || sl->n_fed > 0) return;
     if (g->ready) {
         mu_err err;
         mu_session_reset(sl->sess);
+        sl->n_hist = 0;
         if (mu_session_state_load(sl->sess, g->state, g->state_n, &err)) {
             g->failed = true; /* evaluate the prompt like a lone job */
             mu_session_reset(sl->sess);
-            return true;
+            return;
         }
         sl->n_fed = sl->job->n_prompt;
-        pthread_mutex_lock(&sl->job->mu);
         sl->job->st.prompt_shared = true;
-        pthread_mutex_unlock(&sl->job->mu);
+        memcpy(sl->hist, sl->job->prompt, (size_t)sl->job->n_prompt * sizeof *sl->hist);
+        sl->n_hist = sl->job->n_prompt;
         pthread_mutex_lock(&s->mu);
         s->info[i].n_past = mu_session_n_past(sl->sess);
         pthread_mutex_unlock(&s->mu);
-        emit(s, i, g->logits);
-        return s->slots[i].job != NULL;
+        step(s, i, g->logits);
+        return;
     }
     if (g->leader < 0) g->leader = i;
     else if (g->leader != i) sl->waiting = true;
-    return true;
 }
 
 /* Engine thread: the leader of a group finished its prompt; keep its state
@@ -280,26 +347,66 @@ static void group_publish(mu_sched *s, int i, const float *lg) {
     g->ready = true;
 }
 
-static int admit(mu_sched *s) {
-    /* called with s->mu held */
-    int admitted = 0;
-    for (int i = 0; i < s->o.n_slots && s->q_head; i++) {
-        slot *sl = &s->slots[i];
-        if (sl->job) continue;
+static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
+    int n = 0;
+    while (n < na && n < nb && a[n] == b[n]) n++;
+    return n;
+}
+
+/* Engine thread: a new job in slot i: keep the longest common prefix of the
+ * session when the job asks for it (at least one prompt token is evaluated
+ * again, for its logits), else start from an empty session. */
+static void slot_start(mu_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    sl->started = true;
+    sl->n_fed = 0;
+    int keep = 0;
+    if (j->keep_prefix && !j->grp) {
+        keep = common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt);
+        if (keep > j->n_prompt - 1) keep = j->n_prompt - 1;
+        mu_err err;
+        if (keep > 0 && mu_session_truncate(sl->sess, keep, &err)) keep = 0;
+    }
+    if (keep == 0) mu_session_reset(sl->sess);
+    sl->n_fed = keep;
+    sl->n_hist = keep;
+    j->st.n_reused = keep;
+    sl->waiting = j->grp != NULL;
+}
+
+/* Called with s->mu held. A job that keeps its prefix goes to the free slot
+ * whose history shares most with its prompt. */
+static void admit(mu_sched *s) {
+    if (s->hold_until > 0) {
+        if (s->n_queued < s->hold_until) return;
+        s->hold_until = 0;
+    }
+    while (s->q_head) {
         mu_job *j = s->q_head;
+        int best = -1, best_n = -1;
+        for (int i = 0; i < s->o.n_slots; i++) {
+            slot *sl = &s->slots[i];
+            if (sl->job) continue;
+            int n = j->keep_prefix ? common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt) : 0;
+            if (n > best_n) {
+                best = i;
+                best_n = n;
+            }
+        }
+        if (best < 0) break;
         s->q_head = j->next;
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
+        slot *sl = &s->slots[best];
         sl->job = j;
-        sl->n_fed = 0;
+        sl->started = false;
         j->t_start = now_ms();
-        j->st.slot = i;
-        s->info[i] = (mu_sched_slot_info){.busy = true, .n_prompt = j->n_prompt};
+        j->st.slot = best;
+        s->info[best] = (mu_sched_slot_info){.busy = true, .n_prompt = j->n_prompt};
         s->m.n_processing++;
-        admitted++;
     }
     s->m.n_queued = s->n_queued;
-    return admitted;
 }
 
 static void *engine_main(void *arg) {
@@ -320,8 +427,6 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (stop) break;
 
-        /* new slots: fresh session and sampler (sampler allocation happens
-         * once per job, not per token) */
         for (int i = 0; i < s->o.n_slots; i++) {
             slot *sl = &s->slots[i];
             if (!sl->job) continue;
@@ -329,19 +434,7 @@ static void *engine_main(void *arg) {
                 slot_release(s, i, MU_FINISH_CANCEL, NULL);
                 continue;
             }
-            if (!sl->smp) {
-                mu_session_reset(sl->sess);
-                if (mu_sampler_new(&sl->job->sp, s->n_vocab, &sl->smp, &err)) {
-                    slot_release(s, i, MU_FINISH_ERROR, err.msg);
-                    continue;
-                }
-                if (sl->job->schema &&
-                    mu_constrain_new(s->model, sl->job->schema, sl->job->schema_chat, &sl->cons, &err)) {
-                    slot_release(s, i, MU_FINISH_ERROR, err.msg);
-                    continue;
-                }
-                sl->waiting = sl->job->grp != NULL;
-            }
+            if (!sl->started) slot_start(s, i);
             if (sl->waiting) group_join(s, i);
         }
 
@@ -382,7 +475,9 @@ static void *engine_main(void *arg) {
         pthread_mutex_unlock(&s->mu);
         if (rc) {
             for (int k = 0; k < n_items; k++) {
-                mu_session_reset(s->slots[s->item_slot[k]].sess);
+                slot *sl = &s->slots[s->item_slot[k]];
+                mu_session_reset(sl->sess);
+                sl->n_hist = 0;
                 slot_release(s, s->item_slot[k], MU_FINISH_ERROR, err.msg);
             }
             continue;
@@ -392,6 +487,8 @@ static void *engine_main(void *arg) {
             int i = s->item_slot[k];
             slot *sl = &s->slots[i];
             mu_job *j = sl->job;
+            memcpy(sl->hist + sl->n_hist, s->items[k].tokens, (size_t)s->item_n[k] * sizeof *sl->hist);
+            sl->n_hist += s->item_n[k];
             bool prefilling = sl->n_fed < j->n_prompt;
             if (prefilling) {
                 sl->n_fed += s->item_n[k];
@@ -403,7 +500,7 @@ static void *engine_main(void *arg) {
             }
             const float *lg = mu_session_logits(sl->sess, -1);
             if (prefilling) group_publish(s, i, lg);
-            emit(s, i, lg);
+            step(s, i, lg);
         }
     }
     /* shutting down: finish every running and queued job */
@@ -421,23 +518,34 @@ static void *engine_main(void *arg) {
     return NULL;
 }
 
+static void slots_free(mu_sched *s) {
+    for (int i = 0; i < s->o.n_slots; i++) {
+        mu_session_free(s->slots[i].sess);
+        free(s->slots[i].hist);
+    }
+}
+
 int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *err) {
     if (o->n_slots < 1 || o->n_slots > MU_SCHED_MAX_SLOTS)
         return mu_fail(err, MU_E_ARG, "sched: slots must be 1..%d: %d", MU_SCHED_MAX_SLOTS, o->n_slots);
     if (o->n_ctx < 2) return mu_fail(err, MU_E_ARG, "sched: context too small: %d", o->n_ctx);
     if (o->queue_max < 0) return mu_fail(err, MU_E_ARG, "sched: bad queue size: %d", o->queue_max);
+    if (o->hold_until < 0) return mu_fail(err, MU_E_ARG, "sched: bad hold count: %d", o->hold_until);
     mu_sched *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
     s->eng = e;
     s->model = mu_engine_model(e);
     s->n_vocab = mu_model_get_info(s->model)->n_vocab;
     s->o = *o;
+    s->hold_until = o->hold_until;
     s->m.n_slots = o->n_slots;
     s->m.n_ctx = o->n_ctx;
     for (int i = 0; i < o->n_slots; i++) {
         int rc = mu_session_new(e, o->n_ctx, &s->slots[i].sess, err);
+        if (!rc && !(s->slots[i].hist = malloc((size_t)o->n_ctx * sizeof(int32_t))))
+            rc = mu_fail(err, MU_E_NOMEM, "sched: out of memory");
         if (rc) {
-            for (int k = 0; k < i; k++) mu_session_free(s->slots[k].sess);
+            slots_free(s);
             free(s);
             return rc;
         }
@@ -445,7 +553,7 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     if (pthread_create(&s->thr, NULL, engine_main, s)) {
-        for (int k = 0; k < o->n_slots; k++) mu_session_free(s->slots[k].sess);
+        slots_free(s);
         pthread_mutex_destroy(&s->mu);
         pthread_cond_destroy(&s->cv);
         free(s);
@@ -462,50 +570,43 @@ void mu_sched_free(mu_sched *s) {
     pthread_cond_broadcast(&s->cv);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thr, NULL);
-    for (int i = 0; i < s->o.n_slots; i++) mu_session_free(s->slots[i].sess);
+    slots_free(s);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
 }
 
-/* Validates r and builds an unlinked job holding both references. */
-static int job_build(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *err) {
+/* Validates r and builds an unlinked job holding both references; its gen
+ * (sampler, constraint, text state) is built here, on the caller's thread. */
+static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err) {
     if (r->n_prompt < 1) return mu_fail(err, MU_E_ARG, "sched: the prompt is empty");
     if (r->n_prompt >= s->o.n_ctx)
         return mu_fail(err, MU_E_ARG, "sched: the prompt has %d tokens; the context holds %d", r->n_prompt, s->o.n_ctx);
-    if (r->n_top < 0 || r->n_top > MU_SCHED_MAX_TOP)
-        return mu_fail(err, MU_E_ARG, "sched: top logprobs must be 0..%d: %d", MU_SCHED_MAX_TOP, r->n_top);
-    int n_vocab = s->n_vocab;
     for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= n_vocab)
+        if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
             return mu_fail(err, MU_E_ARG, "sched: token id out of range: %d", (int)r->prompt[i]);
+    for (int i = 0; i < r->n_forced; i++)
+        if (r->forced[i] < 0 || r->forced[i] >= s->n_vocab)
+            return mu_fail(err, MU_E_ARG, "sched: forced token id out of range: %d", (int)r->forced[i]);
     int room = s->o.n_ctx - r->n_prompt;
     int max_new = r->n_predict < 0 || r->n_predict > room ? room : r->n_predict;
     if (max_new < 1) max_new = 1;
+    bool by_ctx = max_new == room && (r->n_predict < 0 || r->n_predict > room);
     mu_job *j = calloc(1, sizeof *j);
-    size_t pb, tb;
-    if (!j || !mu_mul_ok((size_t)r->n_prompt, sizeof(int32_t), &pb) || !mu_mul_ok((size_t)max_new, sizeof(mu_sched_tok), &tb)) {
-        free(j);
-        return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
-    }
-    j->prompt = malloc(pb);
-    j->toks = malloc(tb);
-    if (!j->prompt || !j->toks) {
-        free(j->prompt);
-        free(j->toks);
+    size_t pb;
+    if (!j || !mu_mul_ok((size_t)r->n_prompt, sizeof(int32_t), &pb) || !(j->prompt = malloc(pb))) {
         free(j);
         return mu_fail(err, MU_E_NOMEM, "sched: out of memory for a request");
     }
+    int rc = mu_gen_new(s->model, r, max_new, by_ctx, &j->gen, err);
+    if (rc) {
+        free(j->prompt);
+        free(j);
+        return rc;
+    }
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
-    j->max_new = max_new;
-    j->max_by_ctx = max_new == room && (r->n_predict < 0 || r->n_predict > room);
-    j->sp = r->sp;
-    j->logprobs = r->logprobs;
-    j->n_top = r->n_top;
-    j->ignore_eos = r->ignore_eos;
-    j->schema = mu_jsonc_schema_ref(r->schema);
-    j->schema_chat = r->schema_chat;
+    j->keep_prefix = r->keep_prefix;
     j->refs = 2;
     j->st.slot = -1;
     j->st.n_prompt = r->n_prompt;
@@ -517,9 +618,9 @@ static int job_build(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *e
     return 0;
 }
 
-int mu_sched_submit_n(mu_sched *s, const mu_sched_req *r, int n, mu_job **out, mu_err *err) {
-    if (n < 1 || n > 128) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..128: %d", n);
-    mu_job *jobs[128];
+int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
+    if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);
+    mu_job *jobs[MU_GEN_MAX_CHOICES];
     group *g = NULL;
     if (n > 1) {
         g = calloc(1, sizeof *g);
@@ -528,7 +629,7 @@ int mu_sched_submit_n(mu_sched *s, const mu_sched_req *r, int n, mu_job **out, m
         g->leader = -1;
     }
     for (int k = 0; k < n; k++) {
-        mu_sched_req q = r[k];
+        mu_gen_req q = r[k];
         q.prompt = r[0].prompt;
         q.n_prompt = r[0].n_prompt;
         int rc = job_build(s, &q, &jobs[k], err);
@@ -572,41 +673,48 @@ int mu_sched_submit_n(mu_sched *s, const mu_sched_req *r, int n, mu_job **out, m
     return 0;
 }
 
-int mu_sched_submit(mu_sched *s, const mu_sched_req *r, mu_job **out, mu_err *err) {
-    return mu_sched_submit_n(s, r, 1, out, err);
-}
-
-int mu_job_next(mu_job *j, mu_sched_tok *out, int cap, int timeout_ms, int *finish) {
+int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
     pthread_mutex_lock(&j->mu);
-    if (j->n_read == j->n_toks && !j->finish && timeout_ms > 0) {
+    if (j->n_read == j->n_ev && !j->ended && timeout_ms != 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += timeout_ms / 1000;
-        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
+        if (timeout_ms > 0) {
+            ts.tv_sec += timeout_ms / 1000;
+            ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
         }
-        while (j->n_read == j->n_toks && !j->finish)
-            if (pthread_cond_timedwait(&j->cv, &j->mu, &ts)) break;
+        while (j->n_read == j->n_ev && !j->ended) {
+            if (timeout_ms < 0) pthread_cond_wait(&j->cv, &j->mu);
+            else if (pthread_cond_timedwait(&j->cv, &j->mu, &ts)) break;
+        }
     }
-    int n = j->n_toks - j->n_read;
-    if (n > cap) n = cap;
-    if (n > 0) memcpy(out, j->toks + j->n_read, (size_t)n * sizeof *out);
-    j->n_read += n;
-    *finish = j->n_read == j->n_toks ? j->finish : MU_FINISH_NONE;
+    int got = 0;
+    if (j->finish_read) {
+        got = 0;
+    } else if (j->n_read < j->n_ev) {
+        const qev *q = &j->evs[j->n_read];
+        if (copy_out(j, q, ev)) {
+            j->n_read++;
+            got = 1;
+        } else if (q->ev.kind != MU_EV_FINISH) {
+            j->n_read++; /* out of memory: this event is lost, as in push_event */
+        }
+    }
+    if (!got && !j->finish_read && j->ended && j->n_read == j->n_ev) {
+        /* the FINISH record itself was lost to out of memory */
+        *ev = (mu_gen_event){.kind = MU_EV_FINISH, .finish = MU_FINISH_ERROR, .err = "out of memory"};
+        ev->stats = j->st;
+        got = 1;
+    }
+    if (got && ev->kind == MU_EV_FINISH) j->finish_read = true;
     pthread_mutex_unlock(&j->mu);
-    return n;
+    return got;
 }
 
 void mu_job_cancel(mu_job *j) { atomic_store(&j->cancel, true); }
-
-void mu_job_get_stats(mu_job *j, mu_job_stats *st) {
-    pthread_mutex_lock(&j->mu);
-    *st = j->st;
-    st->n_gen = j->n_toks;
-    pthread_mutex_unlock(&j->mu);
-}
 
 void mu_job_free(mu_job *j) {
     if (!j) return;

@@ -21,6 +21,8 @@
  * copy of a few dozen bytes plus its piece length in transitions. */
 #include "jsonc.h"
 
+#include "../../include/muser_gen.h"
+
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,7 +54,7 @@ struct jnode {
     jnode *next_alloc;
 };
 
-struct mu_jsonc_schema {
+struct mu_schema {
     atomic_int refs;
     jnode *root, *any_node;
     jnode *all;          /* every allocated node */
@@ -462,6 +464,22 @@ mu_jsonc_schema *mu_jsonc_schema_ref(mu_jsonc_schema *s) {
 void mu_jsonc_schema_unref(mu_jsonc_schema *s) {
     if (s && atomic_fetch_sub(&s->refs, 1) == 1) schema_free(s);
 }
+
+/* The public face (include/muser_gen.h): the schema as JSON text. */
+int mu_schema_new(const char *schema_json, bool object_only, const char *where, mu_schema **out, mu_err *err) {
+    json_t *j = NULL;
+    if (schema_json) {
+        json_error_t je;
+        j = json_loads(schema_json, JSON_DECODE_ANY, &je);
+        if (!j) return mu_fail(err, MU_E_ARG, "%s: not valid JSON: %s", where, je.text);
+    }
+    int rc = mu_jsonc_schema_new(j, object_only, where, out, err);
+    json_decref(j);
+    return rc;
+}
+
+mu_schema *mu_schema_ref(mu_schema *s) { return mu_jsonc_schema_ref(s); }
+void mu_schema_unref(mu_schema *s) { mu_jsonc_schema_unref(s); }
 
 /* ---- the recognizer --------------------------------------------------- */
 

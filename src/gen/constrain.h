@@ -6,13 +6,13 @@
  * value (chat), the candidate walk and the logit mask.
  * Does not own: the schema or the byte automaton (jsonc.h), the sampler
  * chain (engine). Used only by the scheduler's engine thread. */
-#ifndef MU_HTTP_CONSTRAIN_H
-#define MU_HTTP_CONSTRAIN_H
+#ifndef MU_GEN_CONSTRAIN_H
+#define MU_GEN_CONSTRAIN_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../../include/muser.h"
+#include "../../include/muser_gen.h"
 #include "jsonc.h"
 
 typedef struct mu_constrain mu_constrain;

@@ -6,8 +6,8 @@
  * Does not own: tokens, sampling, HTTP (constrain.h maps tokens onto it).
  * docs/api.md ("Structured output") is the normative description of the
  * accepted schema keywords and of the text the recognizer lets through. */
-#ifndef MU_HTTP_JSONC_H
-#define MU_HTTP_JSONC_H
+#ifndef MU_GEN_JSONC_H
+#define MU_GEN_JSONC_H
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -16,7 +16,7 @@
 
 #include "../base/err.h"
 
-typedef struct mu_jsonc_schema mu_jsonc_schema;
+typedef struct mu_schema mu_jsonc_schema; /* public name: mu_schema (include/muser_gen.h) */
 typedef struct mu_jsonc mu_jsonc;
 
 #define MU_JSONC_MAX_DEPTH 32   /* open containers + the value being read */

@@ -1,0 +1,40 @@
+/* muser_serve.h: the public face of the HTTP server (src/http): the
+ * OpenAI, llama.cpp server and Ollama APIs over one scheduler. */
+#ifndef MUSER_SERVE_H
+#define MUSER_SERVE_H
+
+#include "muser_gen.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct mu_server mu_server;
+
+typedef struct {
+    const char *host;          /* default "127.0.0.1" */
+    int port;                  /* 0 = any free port */
+    const char *tls_cert_pem;  /* both or neither (PEM text) */
+    const char *tls_key_pem;
+    const char *api_key;       /* NULL: none (only allowed on loopback) */
+    const char *model_path;    /* the served file (shown by /props, /api/show) */
+} mu_serve_opts;
+
+/* The bind policy, checked before anything is loaded: a non-loopback host
+ * needs TLS and an API key. MU_E_ARG with the reason. */
+int mu_serve_bind_check(const char *host, bool has_tls, bool has_key, mu_err *err);
+/* Reads an API key file: a regular file of mode 0600 or stricter, non-empty,
+ * at most cap-1 bytes; a trailing newline is dropped. */
+int mu_serve_read_key_file(const char *path, char *key, size_t cap, mu_err *err);
+
+/* Starts serving the scheduler's model; on success the server accepts
+ * connections. The scheduler (and its engine and model) must outlive it. */
+int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, mu_server **out, mu_err *err);
+int mu_serve_port(const mu_server *s);
+/* Stops accepting, finishes the connections and frees s. NULL is fine. */
+void mu_serve_stop(mu_server *s);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

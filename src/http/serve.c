@@ -1,0 +1,77 @@
+/* serve.c: the public face of the server (include/muser_serve.h): builds
+ * the application state every handler sees from the scheduler and the
+ * model, and starts the transport with the route table. */
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../../include/muser_serve.h"
+#include "api.h"
+
+struct mu_server {
+    mu_http_app app;
+    mu_http_server *srv;
+};
+
+int mu_serve_bind_check(const char *host, bool has_tls, bool has_key, mu_err *err) {
+    return mu_http_bind_check(host, has_tls, has_key, NULL, err);
+}
+
+int mu_serve_read_key_file(const char *path, char *key, size_t cap, mu_err *err) {
+    return mu_http_read_key_file(path, key, cap, err);
+}
+
+static const char *base_name(const char *p) {
+    const char *s = strrchr(p, '/');
+    return s ? s + 1 : p;
+}
+
+int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, mu_server **out, mu_err *err) {
+    if (!mu_model_tokenizer(m)) return mu_fail(err, MU_E_MODEL, "server: the model has no tokenizer");
+    mu_server *s = calloc(1, sizeof *s);
+    if (!s) return mu_fail(err, MU_E_NOMEM, "server: out of memory");
+    mu_http_app *a = &s->app;
+    mu_sched_metrics sm;
+    mu_sched_get_metrics(sched, &sm);
+    const char *path = o->model_path ? o->model_path : "";
+    struct stat st;
+    if (*path && !stat(path, &st)) {
+        a->model_bytes = (uint64_t)st.st_size;
+        a->model_mtime = (int64_t)st.st_mtime;
+    }
+    a->sched = sched;
+    a->model = m;
+    a->info = mu_model_get_info(m);
+    a->tok = mu_model_tokenizer(m);
+    a->chat_template = mu_model_chat_template(m);
+    a->model_id = a->info->name && *a->info->name ? a->info->name : base_name(path);
+    json_t *probe = json_string(a->model_id); /* ids go into JSON: must be UTF-8 */
+    if (!probe || !*a->model_id) a->model_id = "model";
+    json_decref(probe);
+    a->model_path = path;
+    a->n_ctx = sm.n_ctx;
+    a->n_slots = sm.n_slots;
+    mu_http_opts ho = {.host = o->host,
+                       .port = o->port,
+                       .tls_cert_pem = o->tls_cert_pem,
+                       .tls_key_pem = o->tls_key_pem,
+                       .api_key = o->api_key,
+                       .routes = mu_http_routes,
+                       .app = a};
+    int rc = mu_http_server_start(&ho, &s->srv, err);
+    if (rc) {
+        free(s);
+        return rc;
+    }
+    a->server = s->srv;
+    *out = s;
+    return 0;
+}
+
+int mu_serve_port(const mu_server *s) { return mu_http_server_port(s->srv); }
+
+void mu_serve_stop(mu_server *s) {
+    if (!s) return;
+    mu_http_server_stop(s->srv);
+    free(s);
+}
