@@ -1,23 +1,26 @@
 /* bench.c: `muser bench`: prefill and decode speed at fixed context depths.
  *   muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]
  *               [--threads N] [--kern NAME] [--ubatch N] [--reps N] [--profile]
- * For each depth: a fresh session, a prompt of `depth` tokens (BOS, then a
- * fixed LCG sequence, the same one bench/compare-llamacpp gives llama.cpp)
- * prefilled in chunks of --ubatch tokens (llama.cpp's batch size, 512), then
- * --gen greedy decode steps starting from token 5. Reports prompt tokens/s,
+ * For each depth: one job on a fresh session, a prompt of `depth` tokens
+ * (BOS, then a fixed LCG sequence, the same one bench/compare-llamacpp gives
+ * llama.cpp) prefilled in chunks of --ubatch tokens (llama.cpp's batch size,
+ * 512), then --gen greedy decode steps starting from token 5 (the job's one
+ * forced token). Reports prompt tokens/s,
  * generated tokens/s, peak RSS, kernel table, thread count and commit; with
  * --json one JSON object per depth per line, including the greedy token ids
  * (so a comparison can check they agree with llama.cpp's). --profile adds
  * the engine's phase timers: ms per decode step and per prefill token.
- * Owns: timing and reporting only; it uses the public API (include/muser.h). */
+ * Owns: timing and reporting only; generation runs through the scheduler
+ * (include/muser_gen.h) like every other program, and the times are the
+ * job's own (prompt: slot assigned -> first token; decode: first token ->
+ * last). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
 
-#include "../../include/muser.h"
-#include "../../src/model/model.h"
+#include "../../include/muser_gen.h"
 #include "cli.h"
 
 #ifndef MU_COMMIT
@@ -32,21 +35,19 @@ static int usage(void) {
     return 1;
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
 /* Weight bytes one decode step reads: every tensor but the token
  * embedding (one row of it is read), unless the logits use it too. */
 static double step_weight_bytes(const mu_model *m) {
-    const mu_gguf *g = mu_model_gguf(m);
-    double total = 0;
-    for (int i = 0; i < mu_gguf_n_tensors(g); i++) total += (double)mu_gguf_tensor_at(g, i)->bytes;
-    const mu_gguf_tensor *te = mu_gguf_find_tensor(g, "token_embd.weight");
-    if (te && mu_gguf_find_tensor(g, "output.weight")) total -= (double)te->bytes;
-    return total;
+    double total = 0, embd = 0;
+    bool has_output = false;
+    mu_tensor_info t;
+    for (int i = 0; i < mu_model_n_tensors(m); i++) {
+        if (mu_model_tensor(m, i, &t, NULL)) continue;
+        total += (double)t.bytes;
+        if (!strcmp(t.name, "token_embd.weight")) embd = (double)t.bytes;
+        if (!strcmp(t.name, "output.weight")) has_output = true;
+    }
+    return has_output ? total - embd : total;
 }
 
 static double peak_rss_mib(void) {
@@ -67,13 +68,6 @@ static void bench_prompt(int32_t *p, int n, int32_t bos, int n_vocab) {
     }
 }
 
-static int32_t argmax(const float *v, int n) {
-    int32_t b = 0;
-    for (int i = 1; i < n; i++)
-        if (v[i] > v[b]) b = i;
-    return b;
-}
-
 typedef struct {
     double prefill_s, decode_s;
     int32_t *ids;   /* [gen] greedy ids, without a final end-of-generation token */
@@ -84,32 +78,27 @@ typedef struct {
 /* One depth: prefill `depth` prompt tokens, then `gen` greedy steps, or
  * fewer when the model picks an end-of-generation token (llama.cpp stops
  * there too, so both engines do the same work). */
-static int bench_depth(mu_engine *e, const int32_t *prompt, int depth, int gen, int ubatch, bench_run *r, mu_err *err) {
-    const mu_model_info *I = mu_model_get_info(mu_engine_model(e));
-    mu_session *s = NULL;
-    int rc = mu_session_new(e, depth + gen + 16, &s, err);
+static int bench_depth(mu_sched *sched, const int32_t *prompt, int depth, int gen, bench_run *r, mu_err *err) {
+    static const int32_t first = 5;
+    mu_gen_req q = {.prompt = prompt, .n_prompt = depth, .n_predict = 1 + gen, .sp = {.temp = 0},
+                    .no_text = true, .forced = &first, .n_forced = 1};
+    mu_job *job;
+    int rc = mu_sched_submit(sched, &q, 1, &job, err);
     if (rc) return rc;
-    const double t0 = now_s();
-    for (int p = 0; p < depth && !rc; p += ubatch) {
-        mu_batch_item it = {.s = s, .tokens = prompt + p, .n_tokens = depth - p < ubatch ? depth - p : ubatch};
-        rc = mu_forward(e, &it, 1, err);
-    }
-    const double t1 = now_s();
-    int32_t tok = 5;
+    mu_gen_event ev;
+    int n_tok = 0;
     r->n_ids = r->n_steps = 0;
-    for (int g = 0; g < gen && !rc; g++) {
-        mu_batch_item it = {.s = s, .tokens = &tok, .n_tokens = 1};
-        rc = mu_forward(e, &it, 1, err);
-        if (rc) break;
-        tok = argmax(mu_session_logits(s, -1), I->n_vocab);
-        r->n_steps++;
-        if (mu_model_is_stop(mu_engine_model(e), tok)) break;
-        r->ids[r->n_ids++] = tok;
+    while (mu_job_next(job, &ev, -1) == 1) {
+        if (ev.kind == MU_EV_TOKEN && n_tok++ > 0) r->ids[r->n_steps++] = ev.tok.id;
+        if (ev.kind != MU_EV_FINISH) continue;
+        if (ev.finish == MU_FINISH_ERROR || ev.finish == MU_FINISH_CANCEL)
+            rc = mu_fail(err, MU_E_STATE, "%s", ev.err[0] ? ev.err : "generation failed");
+        r->n_ids = ev.finish == MU_FINISH_STOP ? r->n_steps - 1 : r->n_steps;
+        r->prefill_s = ev.stats.prompt_ms / 1e3;
+        r->decode_s = ev.stats.gen_ms / 1e3;
+        break;
     }
-    const double t2 = now_s();
-    mu_session_free(s);
-    r->prefill_s = t1 - t0;
-    r->decode_s = t2 - t1;
+    mu_job_free(job);
     return rc;
 }
 
@@ -184,6 +173,7 @@ int cmd_bench(int argc, char **argv) {
     mu_err err = {0};
     mu_model *m = NULL;
     mu_engine *e = NULL;
+    mu_sched *sched = NULL;
     int32_t *prompt = NULL, *ids = NULL;
     double *pre = NULL, *dec = NULL;
     int rc = 1, n_ids = 0, n_steps = 0;
@@ -199,12 +189,13 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
-    if (mu_engine_new(m, &eo, &e, &err)) {
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = max_depth + (int)gen + 16, .prefill_chunk = (int)ubatch};
+    if (mu_engine_new(m, &eo, &e, &err) || mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser bench: %s", err.msg);
         goto done;
     }
     prompt = malloc((size_t)max_depth * sizeof *prompt);
-    ids = malloc((size_t)gen * sizeof *ids);
+    ids = malloc(((size_t)gen + 1) * sizeof *ids);
     pre = malloc((size_t)reps * sizeof *pre);
     dec = malloc((size_t)reps * sizeof *dec);
     if (!prompt || !ids || !pre || !dec) {
@@ -216,7 +207,7 @@ int cmd_bench(int argc, char **argv) {
     /* warm-up: fault the weights in and spin up the pool */
     {
         bench_run w = {.ids = ids};
-        if (bench_depth(e, prompt, max_depth < 32 ? max_depth : 32, 2, (int)ubatch, &w, &err)) {
+        if (bench_depth(sched, prompt, max_depth < 32 ? max_depth : 32, 2, &w, &err)) {
             cli_fail("muser bench: %s", err.msg);
             goto done;
         }
@@ -230,7 +221,7 @@ int cmd_bench(int argc, char **argv) {
         if (profile) mu_engine_profile(e, true); /* zeroed per depth */
         for (int r = 0; r < reps; r++) {
             bench_run br = {.ids = ids};
-            if (bench_depth(e, prompt, depth, (int)gen, (int)ubatch, &br, &err)) {
+            if (bench_depth(sched, prompt, depth, (int)gen, &br, &err)) {
                 cli_fail("muser bench: %s", err.msg);
                 goto done;
             }
@@ -271,6 +262,7 @@ done:
     free(pre);
     free(dec);
     free(depths);
+    mu_sched_free(sched);
     mu_engine_free(e);
     mu_model_close(m);
     return rc;

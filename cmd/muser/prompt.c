@@ -1,6 +1,6 @@
-/* prompt.c: CLI text handling: prompt text or file -> ids with the model's
+/* prompt.c: CLI prompts: prompt text or file -> ids with the model's
  * tokenizer (BOS per tokenizer.ggml.add_bos_token, special tokens not parsed,
- * as llama.cpp's completion tools do), and streaming UTF-8-safe output. */
+ * as llama.cpp's completion tools do). */
 #include "prompt.h"
 
 #include <errno.h>
@@ -8,14 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/tok/tokenizer.h"
 #include "cli.h"
 
 #define MAX_PROMPT_FILE (256u << 20)
-
-struct cli_text {
-    mu_detok *d;
-};
 
 static int read_file(const char *path, char **out, size_t *n) {
     FILE *f = fopen(path, "rb");
@@ -59,40 +54,4 @@ int cli_prompt_tokens(const mu_model *m, const char *text, const char *file, int
     free(owned);
     if (rc) return cli_fail("muser: %s", err.msg);
     return 0;
-}
-
-cli_text *cli_text_new(const mu_model *m) {
-    const mu_tok *tok = mu_model_tokenizer(m);
-    if (!tok) {
-        cli_fail("muser: the model has no tokenizer; use --json for token ids");
-        return NULL;
-    }
-    cli_text *t = calloc(1, sizeof *t);
-    mu_err err = {0};
-    if (!t || mu_detok_new(tok, 0, &t->d, &err)) {
-        cli_fail("muser: %s", t ? err.msg : "out of memory");
-        free(t);
-        return NULL;
-    }
-    return t;
-}
-
-void cli_text_put(cli_text *t, int32_t id) {
-    const char *out;
-    size_t n;
-    if (mu_detok_push(t->d, id, &out, &n, NULL) == 0 && n) fwrite(out, 1, n, stdout);
-}
-
-void cli_text_end(cli_text *t) {
-    const char *out;
-    size_t n;
-    mu_detok_flush(t->d, &out, &n);
-    if (n) fwrite(out, 1, n, stdout);
-    putchar('\n');
-}
-
-void cli_text_free(cli_text *t) {
-    if (!t) return;
-    mu_detok_free(t->d);
-    free(t);
 }

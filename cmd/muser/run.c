@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../include/muser.h"
+#include "../../include/muser_gen.h"
 #include "cli.h"
 #include "prompt.h"
 
@@ -62,9 +62,8 @@ int cmd_run(int argc, char **argv) {
     int32_t *prompt = NULL;
     int n_prompt = 0;
     mu_engine *e = NULL;
-    mu_session *s = NULL;
-    mu_sampler *smp = NULL;
-    cli_text *out = NULL;
+    mu_sched *sched = NULL;
+    mu_job *job = NULL;
     if (ids_arg) {
         if (!cli_ids(ids_arg, &prompt, &n_prompt)) {
             cli_fail("muser run: --prompt-ids must be a comma-separated list of token ids");
@@ -89,48 +88,48 @@ int cmd_run(int argc, char **argv) {
         goto done;
     }
     mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
-    if (mu_engine_new(m, &eo, &e, &err) || mu_session_new(e, n_ctx, &s, &err)) {
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = n_ctx};
+    if (mu_engine_new(m, &eo, &e, &err) || (n_gen > 0 && mu_sched_new(e, &so, &sched, &err))) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
-    if (mu_sampler_new(&sp, I->n_vocab, &smp, &err)) {
-        cli_fail("muser run: %s", err.msg);
+    if (!json && !mu_model_tokenizer(m)) {
+        cli_fail("muser: the model has no tokenizer; use --json for token ids");
         goto done;
     }
-    if (!json && !(out = cli_text_new(m))) goto done;
-    int32_t tok_ids[1000];
-    float probs[1000];
-    mu_batch_item it = {.s = s, .tokens = prompt, .n_tokens = n_prompt};
-    int32_t next; /* the token fed back after each step */
-    for (int step = 0; step < n_gen; step++) {
-        if (mu_forward(e, &it, 1, &err)) {
+    if (n_gen > 0) {
+        mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
+                        .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0};
+        if (q.n_top > I->n_vocab) q.n_top = I->n_vocab;
+        if (mu_sched_submit(sched, &q, 1, &job, &err)) {
             cli_fail("muser run: %s", err.msg);
             goto done;
         }
-        const float *logits = mu_session_logits(s, -1);
-        int32_t id = mu_sampler_sample(smp, logits);
-        if (json) {
-            printf("{\"id\": %d, \"top\": [", id);
-            if (top > 0) {
-                mu_top_probs(logits, I->n_vocab, (int)top, tok_ids, probs);
-                for (int k = 0; k < top && k < I->n_vocab; k++) printf("%s[%d, %.7g]", k ? ", " : "", tok_ids[k], probs[k]);
-            }
-            printf("]}\n");
-        } else {
-            cli_text_put(out, id);
-        }
-        fflush(stdout);
-        if (!ignore_eos && mu_model_is_stop(m, id)) break;
-        next = id;
-        it.tokens = &next;
-        it.n_tokens = 1;
     }
-    if (out) cli_text_end(out);
+    mu_gen_event ev;
+    while (job && mu_job_next(job, &ev, -1) == 1) {
+        if (ev.kind == MU_EV_TOKEN && json) {
+            printf("{\"id\": %d, \"top\": [", ev.tok.id);
+            for (int k = 0; k < ev.tok.n_top; k++)
+                printf("%s[%d, %.7g]", k ? ", " : "", ev.tok.top_ids[k], ev.tok.top_probs[k]);
+            printf("]}\n");
+            fflush(stdout);
+        } else if (ev.kind == MU_EV_TEXT) {
+            fwrite(ev.text, 1, ev.len, stdout);
+            fflush(stdout);
+        } else if (ev.kind == MU_EV_FINISH) {
+            if (ev.finish == MU_FINISH_ERROR) {
+                cli_fail("muser run: %s", ev.err);
+                goto done;
+            }
+            break;
+        }
+    }
+    if (!json) putchar('\n');
     rc = 0;
 done:
-    cli_text_free(out);
-    mu_sampler_free(smp);
-    mu_session_free(s);
+    mu_job_free(job);
+    mu_sched_free(sched);
     mu_engine_free(e);
     mu_model_close(m);
     free(prompt);
