@@ -8,11 +8,39 @@
 SERVE_TEST_NAME=test_serve_api
 source "$(dirname "$0")/serve_lib.sh"
 
-start_server --parallel 2 --queue 1 --ctx 1024 --threads 1 || { bad "server start"; exit 1; }
+MUSER_TEST_HOLD=2 start_server --parallel 2 --queue 1 --ctx 1024 --threads 1 || { bad "server start"; exit 1; }
 J='Content-Type: application/json'
 req() { # req METHOD PATH BODY -> $T/out, prints status
   curl -s -o "$T/out" -w '%{http_code}' -X "$1" "$BASE$2" -H "$J" ${3:+--data-binary "$3"}
 }
+
+# ---- continuous batching: two concurrent greedy requests with different
+# prompt lengths share forward calls and still produce exactly the tokens of
+# `muser run`. The server runs with MUSER_TEST_HOLD=2 (its scheduler starts
+# no job until two are queued), so the two requests always overlap however
+# busy the machine is; these are the server's first two jobs.
+N=12
+PA=1,2,3,4,5
+PB=7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40
+run_ids() { "$MUSER" run -m "$MODEL" --prompt-ids "$1" -n $N --temp 0 --json --threads 1 --ignore-eos 2>/dev/null |
+  python3 -c "import sys,json; print(','.join(str(json.loads(l)['id']) for l in sys.stdin if l.strip()))"; }
+dec0=$(curl -s "$BASE/metrics" | sed -n 's/^llamacpp:n_decode_total //p')
+ppids=()
+for p in A B; do
+  eval "prompt=\$P$p"
+  curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$prompt],\"n_predict\":$N,\"temperature\":0,\"return_tokens\":true,\"ignore_eos\":true}" >"$T/par$p" &
+  ppids+=($!)
+done
+wait "${ppids[@]}"
+dec1=$(curl -s "$BASE/metrics" | sed -n 's/^llamacpp:n_decode_total //p')
+RA=$(run_ids $PA); RB=$(run_ids $PB)
+QA=$(jget "$T/parA" "','.join(map(str,j['tokens']))"); QB=$(jget "$T/parB" "','.join(map(str,j['tokens']))")
+if [ -n "$RA" ] && [ "$QA" = "$RA" ] && [ -n "$RB" ] && [ "$QB" = "$RB" ]; then ok "two concurrent greedy requests (prompts of 5 and 34 tokens) == muser run"
+else bad "concurrent parity: run [$RA] [$RB] api [$QA] [$QB]"; fi
+steps=$(python3 -c "print(int(float('$dec1') - float('$dec0')))")
+# one request after the other would need 2 x N forward calls
+[ "$steps" -lt $((2 * N)) ] && ok "continuous batching: $((2 * N)) tokens in $steps forward calls" || bad "no batching: $steps forward calls for $((2 * N)) tokens"
+
 
 # ---- basics
 [ "$(req GET /health)" = 200 ] && [ "$(jget "$T/out" "j['status']")" = ok ] && ok "GET /health" || bad "GET /health"
@@ -44,30 +72,6 @@ else bad "greedy parity: run [$RUN_IDS] api [$API_IDS]"; fi
 req POST /v1/completions "{\"prompt\":[1,2,3,4,5],\"max_tokens\":$N,\"temperature\":0,\"logprobs\":2}" >/dev/null
 [ "$(jget "$T/out" "j['usage']['completion_tokens']")" -ge 1 ] 2>/dev/null &&
   [ "$(jget "$T/out" "len(j['choices'][0]['logprobs']['top_logprobs'][0])")" = 2 ] && ok "POST /v1/completions with logprobs" || bad "v1/completions: $(head -c 300 "$T/out")"
-
-# ---- continuous batching: two concurrent greedy requests with different
-# prompt lengths share forward calls (one's prefill next to the other's
-# decode) and still produce exactly the tokens of `muser run`
-PA=1,2,3,4,5
-PB=7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40
-run_ids() { "$MUSER" run -m "$MODEL" --prompt-ids "$1" -n $N --temp 0 --json --threads 1 --ignore-eos 2>/dev/null |
-  python3 -c "import sys,json; print(','.join(str(json.loads(l)['id']) for l in sys.stdin if l.strip()))"; }
-dec0=$(curl -s "$BASE/metrics" | sed -n 's/^llamacpp:n_decode_total //p')
-ppids=()
-for p in A B; do
-  eval "prompt=\$P$p"
-  curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$prompt],\"n_predict\":$N,\"temperature\":0,\"return_tokens\":true,\"ignore_eos\":true}" >"$T/par$p" &
-  ppids+=($!)
-done
-wait "${ppids[@]}"
-dec1=$(curl -s "$BASE/metrics" | sed -n 's/^llamacpp:n_decode_total //p')
-RA=$(run_ids $PA); RB=$(run_ids $PB)
-QA=$(jget "$T/parA" "','.join(map(str,j['tokens']))"); QB=$(jget "$T/parB" "','.join(map(str,j['tokens']))")
-if [ -n "$RA" ] && [ "$QA" = "$RA" ] && [ -n "$RB" ] && [ "$QB" = "$RB" ]; then ok "two concurrent greedy requests (prompts of 5 and 34 tokens) == muser run"
-else bad "concurrent parity: run [$RA] [$RB] api [$QA] [$QB]"; fi
-steps=$(python3 -c "print(int(float('$dec1') - float('$dec0')))")
-# one request after the other would need 2 x N forward calls
-[ "$steps" -lt $((2 * N)) ] && ok "continuous batching: $((2 * N)) tokens in $steps forward calls" || bad "no batching: $steps forward calls for $((2 * N)) tokens"
 
 # ---- chat, non-streaming and streaming
 req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"temperature":0,"logprobs":true,"top_logprobs":2}' >/dev/null
