@@ -1,11 +1,44 @@
-/* info.c: `muser info -m MODEL`: geometry, tensor types and sizes. */
+/* info.c: `muser info -m MODEL`: geometry, tensor types and sizes, from
+ * the public model API only. */
 #include <stdio.h>
 #include <string.h>
 
 #include "../../include/muser.h"
-#include "../../src/kern/quant.h"
-#include "../../src/model/model.h"
 #include "cli.h"
+
+/* The per-type totals print in the order of the GGUF type ids (F32 0, F16 1,
+ * ... BF16 30), as they always have; a type not listed here follows them in
+ * the order it first appears. */
+static const char *const TYPE_ORDER[] = {"F32",  "F16",  "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q8_1",
+                                         "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K", "BF16"};
+#define N_ORDER (int)(sizeof TYPE_ORDER / sizeof TYPE_ORDER[0])
+#define MAX_TYPES 64
+
+typedef struct {
+    const char *name;
+    int rank;
+    size_t n, bytes;
+} type_total;
+
+static int type_rank(const char *name, int n_seen) {
+    for (int i = 0; i < N_ORDER; i++)
+        if (!strcmp(name, TYPE_ORDER[i])) return i;
+    return N_ORDER + n_seen;
+}
+
+/* Adds a tensor to its type's total; false when there are too many types. */
+static bool type_add(type_total *tt, int *n, const char *name, uint64_t bytes) {
+    int i = 0;
+    while (i < *n && strcmp(tt[i].name, name)) i++;
+    if (i == *n) {
+        if (*n == MAX_TYPES) return false;
+        tt[i] = (type_total){name, type_rank(name, *n), 0, 0};
+        (*n)++;
+    }
+    tt[i].n++;
+    tt[i].bytes += bytes;
+    return true;
+}
 
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
@@ -23,10 +56,10 @@ int cmd_info(int argc, char **argv) {
     mu_model *m;
     if (mu_model_open(path, &m, &err)) return cli_fail("muser info: %s", err.msg);
     const mu_model_info *I = mu_model_get_info(m);
-    const mu_gguf *g = mu_model_gguf(m);
     int n_swa = 0;
     for (int il = 0; il < I->n_layer; il++) n_swa += I->swa_layers[il];
-    printf("file         %s (%zu bytes, GGUF v%u)\n", path, mu_gguf_file_bytes(g), mu_gguf_version(g));
+    printf("file         %s (%llu bytes, GGUF v%u)\n", path, (unsigned long long)mu_model_file_bytes(m),
+           mu_model_gguf_version(m));
     printf("name         %s\n", I->name);
     printf("layers       %d (%d sliding, %d full)\n", I->n_layer, n_swa, I->n_layer - n_swa);
     printf("pattern      ");
@@ -39,23 +72,34 @@ int cmd_info(int argc, char **argv) {
     printf("rms eps      %g\nlogit scale  %g\nsoftcap      %g\n", I->eps, I->logit_scale, I->softcap);
     printf("tokens       bos %d eos %d eot %d eom %d add_bos %s\n", I->bos, I->eos, I->eot, I->eom,
            I->add_bos ? "true" : "false");
-    size_t by_type[MU_T_COUNT] = {0}, n_by_type[MU_T_COUNT] = {0}, total = 0;
+    type_total tt[MAX_TYPES];
+    int n_tt = 0;
+    size_t total = 0;
     long long params = 0;
-    for (int i = 0; i < mu_gguf_n_tensors(g); i++) {
-        const mu_gguf_tensor *t = mu_gguf_tensor_at(g, i);
-        by_type[t->type] += t->bytes;
-        n_by_type[t->type]++;
-        total += t->bytes;
-        params += t->n_elems;
+    for (int i = 0; i < mu_model_n_tensors(m); i++) {
+        mu_tensor_info t;
+        int rc = mu_model_tensor(m, i, &t, &err) ? cli_fail("muser info: %s", err.msg)
+                 : !type_add(tt, &n_tt, t.type, t.bytes) ? cli_fail("muser info: more than %d tensor types", MAX_TYPES)
+                                                          : 0;
+        if (rc) {
+            mu_model_close(m);
+            return rc;
+        }
+        total += t.bytes;
+        params += t.n_elems;
         if (tensors)
-            printf("tensor       %-32s %-5s {%lld, %lld} %zu bytes\n", t->name, mu_type_get(t->type)->name,
-                   (long long)t->ne[0], (long long)t->ne[1], t->bytes);
+            printf("tensor       %-32s %-5s {%lld, %lld} %llu bytes\n", t.name, t.type, (long long)t.ne[0],
+                   (long long)t.ne[1], (unsigned long long)t.bytes);
     }
     printf("parameters   %lld\n", params);
-    for (int t = 0; t < MU_T_COUNT; t++)
-        if (n_by_type[t])
-            printf("type %-7s %zu tensors, %.2f MiB\n", mu_type_get((uint32_t)t)->name, n_by_type[t],
-                   by_type[t] / 1048576.0);
+    for (int i = 1; i < n_tt; i++) /* insertion sort by rank (ranks are distinct) */
+        for (int k = i; k > 0 && tt[k - 1].rank > tt[k].rank; k--) {
+            type_total x = tt[k];
+            tt[k] = tt[k - 1];
+            tt[k - 1] = x;
+        }
+    for (int k = 0; k < n_tt; k++)
+        printf("type %-7s %zu tensors, %.2f MiB\n", tt[k].name, tt[k].n, tt[k].bytes / 1048576.0);
     printf("weights      %.2f MiB\n", total / 1048576.0);
     mu_model_close(m);
     return 0;
