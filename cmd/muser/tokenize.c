@@ -1,16 +1,16 @@
 /* tokenize.c: `muser tokenize`: print the token ids of a text as one JSON
  * array on one line (no BOS), the way llama.cpp's tokenizer would produce
  * them. Owns only argument handling and output; the tokenizer is
- * src/tok/tokenizer.c. Opens the GGUF directly (no engine), so it works on
- * any GGUF with a llama4 tokenizer. */
+ * src/tok/tokenizer.c behind mu_tok_open (include/muser.h), which reads the
+ * tokenizer alone (no model binding, no engine), so it works on any GGUF
+ * with a llama4 tokenizer. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/gguf/gguf.h"
-#include "../../src/tok/tokenizer.h"
+#include "../../include/muser.h"
 #include "cli.h"
 
 static const char USAGE[] =
@@ -114,10 +114,9 @@ int cmd_tokenize(int argc, char **argv) {
     }
 
     mu_err err = {0};
-    mu_gguf *g = NULL;
     mu_tok *t = NULL;
     int rc = 0;
-    if (mu_gguf_open(model, &g, &err) || mu_tok_new(g, &t, &err)) {
+    if (mu_tok_open(model, &t, &err)) {
         rc = cli_fail("muser tokenize: %s: %s", model, err.msg);
     } else if (text) {
         rc = print_ids(t, text, strlen(text), special);
@@ -131,7 +130,6 @@ int cmd_tokenize(int argc, char **argv) {
     }
     if (fflush(stdout)) rc = cli_fail("muser tokenize: cannot write output");
     mu_tok_free(t);
-    mu_gguf_close(g);
     free(buf);
     json_decref(arr);
     return rc;
