@@ -42,10 +42,10 @@ for f in $(find src cmd -name '*.c' -o -name '*.h' -o -name '*.cu'); do
     fi
   done < <(grep -oE '^#include "[^"]+"' "$f" | sed -E 's/#include "(.*)"/\1/')
 done
-# The public headers depend on src/base only.
+# The public headers depend on src/base and each other only.
 for h in include/*.h; do
-  if grep -oE '^#include "[^"]+"' "$h" | grep -v '"\.\./src/base/' >/dev/null; then
-    echo "layering: $h includes more than src/base"; rc=1
+  if grep -oE '^#include "[^"]+"' "$h" | grep -vE '"(\.\./src/base/[^/"]+|[^/"]+)"' >/dev/null; then
+    echo "layering: $h includes more than src/base and include/"; rc=1
   fi
 done
 # Each header compiles alone.

@@ -12,7 +12,6 @@
  * hang-up check on the client socket. */
 #include "api.h"
 
-#include "../chat/chat.h"
 
 #include <math.h>
 #include <stdio.h>

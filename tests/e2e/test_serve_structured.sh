@@ -5,7 +5,7 @@
 # bundled trained models/muser-default.gguf (it writes " to=user<|message|>"
 # first). Checks: json_object output parses as a JSON object; json_schema
 # output validates against its schema (a small validator below, independent
-# of src/http/jsonc.c); llama.cpp json_schema and Ollama format (json and a
+# of src/gen/jsonc.c); llama.cpp json_schema and Ollama format (json and a
 # schema); n=3 gives 3 choices (plain and streamed, usage counts all);
 # greedy n=2 gives identical choices equal to n=1; the prompt of an n=3
 # request is evaluated once (/metrics).

@@ -1,4 +1,4 @@
-/* fuzz_jsonc.c: the structured-output recognizer (src/http/jsonc.h).
+/* fuzz_jsonc.c: the structured-output recognizer (src/gen/jsonc.h).
  * Input: a schema line, then the text. The first line is a JSON Schema, or
  * empty (any value), or "object" (json_object mode). The schema goes
  * through the compiler (refusals must be clean errors); the text is fed in
@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../src/http/jsonc.h"
+#include "../../src/gen/jsonc.h"
 #include "../unit/jsonc_check.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

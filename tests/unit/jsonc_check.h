@@ -1,5 +1,5 @@
 /* jsonc_check.h: a small, independent JSON Schema validator for the subset
- * src/http/jsonc.c accepts (type, properties, required,
+ * src/gen/jsonc.c accepts (type, properties, required,
  * additionalProperties, items, minItems, maxItems, enum, const, anyOf, local
  * $ref), used by test_jsonc and fuzz_jsonc to check that every text the
  * recognizer calls complete parses and validates. Header-only (static). */

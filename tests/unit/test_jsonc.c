@@ -1,4 +1,4 @@
-/* test_jsonc.c: the constrained-decoding JSON recognizer (src/http/jsonc.h):
+/* test_jsonc.c: the constrained-decoding JSON recognizer (src/gen/jsonc.h):
  * schema compilation (accepted and refused keywords), accepted and rejected
  * texts, completeness, and random walks that only ever pick allowed bytes:
  * the recognizer must never get stuck, and every walk it calls closed must
@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../src/http/jsonc.h"
+#include "../src/gen/jsonc.h"
 #include "jsonc_check.h"
 
 enum { DEAD = 0, ALIVE = 1, COMPLETE = 2, CLOSED = 3 };
