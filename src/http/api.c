@@ -1,8 +1,8 @@
 /* api.c: the route table and every route's request schema.
  * Owns: which paths exist, under which protocol, with which method, and the
  * exact set of fields each body may carry (types, ranges, nesting).
- * docs/api.md mirrors these tables; tests/unit/test_http_api.c keeps them in
- * step with the docs.
+ * docs/api.md mirrors these tables (by hand: no test compares the two);
+ * tests/unit/test_http_json.c checks the validation of every route.
  * Design: fields a protocol defines but muser does not implement are still
  * listed, restricted to their neutral value, with a note, so a client that
  * sends the default works and one that asks for the feature gets a 400

@@ -1,6 +1,6 @@
 /* api.h: what the protocol adapters (api_openai.c, api_llamacpp.c,
  * api_ollama.c) share: the application state handed to every handler and
- * the reader of a job's events (api_gen.c), which collects what the
+ * the reader of a job's events (api_job.c), which collects what the
  * adapters turn into their protocol's shapes. The route table lives in
  * api.c. */
 #ifndef MU_HTTP_API_H
@@ -68,33 +68,33 @@ typedef struct {
     char stop_word[264];
     mu_gen_stats st;
     char err[256];
-} api_gen;
+} api_job;
 
 /* Submits the job: req's stops are taken from the JSON stop field (a
  * string or an array of strings). Owns prompt (frees it). On failure
  * replies (400/429/...) and returns false. */
-bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
+bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
                    const json_t *stop);
 /* The n choices of one request: g[0..n) each get a job; choice k samples
  * with seed + k; the scheduler evaluates the prompt once. */
 #define API_MAX_CHOICES MU_GEN_MAX_CHOICES
-bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
+bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
                      const mu_gen_req *req, const json_t *stop);
 /* Waits for events (up to ~100 ms) and collects them; returns true while
  * running, false when finished (g->finish set). Cancels on client hang-up. */
-bool api_gen_step(api_gen *g, int fd);
-bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms);
+bool api_job_step(api_job *g, int fd);
+bool api_job_step_ms(api_job *g, int fd, int timeout_ms);
 /* Structured output requested by body[key] ("response_format" for OpenAI,
  * "json_schema" for llama.cpp, "format" for Ollama): *out = NULL for free
  * text, else a compiled schema (the caller unrefs it). -1 after replying
  * 400 (unsupported keyword, named with its path) or 503. */
 int api_response_schema(mu_http_req *r, const json_t *body, const char *key, mu_schema **out);
 /* Runs to the end (non-streaming); false if the client went away. */
-bool api_gen_run(api_gen *g, int fd);
+bool api_job_run(api_job *g, int fd);
 /* New text since the last call; *n bytes at the returned pointer. */
-const char *api_gen_take_content(api_gen *g, size_t *n);
-const char *api_gen_take_reasoning(api_gen *g, size_t *n);
-void api_gen_free(api_gen *g);
+const char *api_job_take_content(api_job *g, size_t *n);
+const char *api_job_take_reasoning(api_job *g, size_t *n);
+void api_job_free(api_job *g);
 
 /* Sampling parameters from a body with the given key names (NULL = not
  * accepted by this protocol); omitted fields take llama.cpp's defaults. */

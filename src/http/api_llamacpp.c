@@ -4,7 +4,7 @@
  * Owns: llama.cpp's field names and shapes (content/stop/stop_type/timings,
  * completion_probabilities, SSE chunks without a [DONE] line) and the
  * Prometheus text of /metrics.
- * Does not own: validation tables (api.c), generation (api_gen.c). */
+ * Does not own: validation tables (api.c), reading a job's events (api_job.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +30,7 @@ static json_t *prob_entry(mu_http_app *a, int32_t id, float lp) {
                      "logprob", (double)lp);
 }
 
-static json_t *probs_range(api_gen *g, int from, int to) {
+static json_t *probs_range(api_job *g, int from, int to) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) {
         const api_tok *t = &g->toks[i];
@@ -53,7 +53,7 @@ static const char *stop_type(int f) {
 }
 
 typedef struct {
-    api_gen g;
+    api_job g;
     mu_http_app *a;
     bool probs, return_tokens, done;
     int sent_tokens;
@@ -69,7 +69,7 @@ static json_t *settings_of(mu_http_app *a, const mu_gen_req *q, const json_t *st
 }
 
 static json_t *final_object(lc_state *s, const char *content, size_t n) {
-    api_gen *g = &s->g;
+    api_job *g = &s->g;
     json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", 0, "content",
                           api_json_text(content, n), "stop", 1, "model", s->a->model_id, "id_slot", g->st.slot,
                           "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt, "generation_settings",
@@ -83,13 +83,13 @@ static json_t *final_object(lc_state *s, const char *content, size_t n) {
 
 static int lc_produce(void *state, mu_http_buf *out, int fd) {
     lc_state *s = state;
-    api_gen *g = &s->g;
+    api_job *g = &s->g;
     if (s->done) return 0;
     for (;;) {
-        bool running = api_gen_step(g, fd);
+        bool running = api_job_step(g, fd);
         if (g->finish == MU_FINISH_CANCEL) return -1;
         size_t nc = 0;
-        const char *cs = api_gen_take_content(g, &nc);
+        const char *cs = api_job_take_content(g, &nc);
         if (nc || g->n_ids > s->sent_tokens) {
             json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", 0, "content", api_json_text(cs, nc), "stop", 0,
                                   "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt);
@@ -122,7 +122,7 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
 
 static void lc_release(void *state) {
     lc_state *s = state;
-    api_gen_free(&s->g);
+    api_job_free(&s->g);
     json_decref(s->settings);
     free(s->prompt_text);
     free(s);
@@ -156,7 +156,7 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
         return;
     }
     json_t *stop = json_object_get(body, "stop");
-    bool ok = api_gen_start(r, &s->g, a, ids, n, &q, stop);
+    bool ok = api_job_start(r, &s->g, a, ids, n, &q, stop);
     mu_schema_unref(schema); /* the job holds its own reference */
     if (!ok) {
         free(text);
@@ -173,14 +173,14 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
         mu_http_reply_stream(r, "text/event-stream", lc_produce, lc_release, s);
         return;
     }
-    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
+    if (!api_job_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
         if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
         else mu_http_reply_error(r, 499, "client closed the request", NULL);
         lc_release(s);
         return;
     }
     size_t nc;
-    const char *cs = api_gen_take_content(&s->g, &nc);
+    const char *cs = api_job_take_content(&s->g, &nc);
     json_t *o = final_object(s, cs, nc);
     json_t *toks = json_array();
     if (s->return_tokens)

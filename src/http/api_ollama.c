@@ -2,7 +2,7 @@
  * streaming, on by default as in Ollama), /api/tags, /api/show, /api/version.
  * Owns: Ollama's shapes (created_at, response/message, done records with
  * counts and durations in nanoseconds, done_reason), its options object.
- * Does not own: validation tables (api.c), generation (api_gen.c). */
+ * Does not own: validation tables (api.c), reading a job's events (api_job.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +27,7 @@ static char *tag_name(mu_http_app *a) {
 }
 
 typedef struct {
-    api_gen g;
+    api_job g;
     mu_http_app *a;
     bool chat, think, stream, done;
     double t0_ms;
@@ -54,7 +54,7 @@ static json_t *delta_record(ol_state *s, const char *cs, size_t nc, const char *
 }
 
 static json_t *done_record(ol_state *s, const char *cs, size_t nc, const char *rs, size_t nr) {
-    api_gen *g = &s->g;
+    api_job *g = &s->g;
     json_t *o = delta_record(s, cs, nc, rs, nr);
     if (s->chat && json_array_size(g->tool_calls)) {
         json_t *arr = json_array();
@@ -86,11 +86,11 @@ static int ol_produce(void *state, mu_http_buf *out, int fd) {
     ol_state *s = state;
     if (s->done) return 0;
     for (;;) {
-        bool running = api_gen_step(&s->g, fd);
+        bool running = api_job_step(&s->g, fd);
         if (s->g.finish == MU_FINISH_CANCEL) return -1;
         size_t nc = 0, nr = 0;
-        const char *rs = api_gen_take_reasoning(&s->g, &nr);
-        const char *cs = api_gen_take_content(&s->g, &nc);
+        const char *rs = api_job_take_reasoning(&s->g, &nr);
+        const char *cs = api_job_take_content(&s->g, &nc);
         if (!running) {
             if (s->g.finish == MU_FINISH_ERROR) {
                 if (nc || nr) line(out, delta_record(s, cs, nc, rs, nr));
@@ -110,7 +110,7 @@ static int ol_produce(void *state, mu_http_buf *out, int fd) {
 
 static void ol_release(void *state) {
     ol_state *s = state;
-    api_gen_free(&s->g);
+    api_job_free(&s->g);
     free(s);
 }
 
@@ -144,7 +144,7 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
-    bool ok = api_gen_start(r, &s->g, a, ids, n, &q, json_object_get(opt, "stop"));
+    bool ok = api_job_start(r, &s->g, a, ids, n, &q, json_object_get(opt, "stop"));
     mu_schema_unref(schema); /* the job holds its own reference */
     if (!ok) {
         free(s);
@@ -157,15 +157,15 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
         mu_http_reply_stream(r, "application/x-ndjson", ol_produce, ol_release, s);
         return;
     }
-    if (!api_gen_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
+    if (!api_job_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
         if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
         else mu_http_reply_error(r, 499, "client closed the request", NULL);
         ol_release(s);
         return;
     }
     size_t nc, nr;
-    const char *rs = api_gen_take_reasoning(&s->g, &nr);
-    const char *cs = api_gen_take_content(&s->g, &nc);
+    const char *rs = api_job_take_reasoning(&s->g, &nr);
+    const char *cs = api_job_take_content(&s->g, &nc);
     json_t *o = done_record(s, cs, nc, rs, nr);
     ol_release(s);
     mu_http_reply_json(r, 200, o);

@@ -2,10 +2,11 @@
  * /v1/models.
  * Owns: request -> prompt (message normalization, template, tokenization),
  * the response and SSE chunk shapes, usage and logprobs objects.
- * Does not own: validation tables (api.c), the generation loop (api_gen.c).
+ * Does not own: validation tables (api.c), generation (src/gen) or reading
+ * a job's events (api_job.c).
  * Design: a streaming response is a state machine pulled by the transport:
- * each pull waits for new tokens and writes the SSE events they produce; the
- * blocking variant drives the same api_gen to the end. */
+ * each pull waits for new events and writes the SSE chunks they produce; the
+ * blocking variant reads the same api_job to the end. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -110,7 +111,7 @@ static json_t *logprob_entry(mu_http_app *a, const api_tok *t) {
                      api_token_bytes(a, t->id), "top_logprobs", top);
 }
 
-static json_t *logprobs_range(api_gen *g, int from, int to) {
+static json_t *logprobs_range(api_job *g, int from, int to) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[i]));
     return json_pack("{s:o}", "content", arr);
@@ -122,7 +123,7 @@ static const char *finish_name(int f, bool tools) {
 }
 
 /* usage over all choices: the prompt once, every choice's tokens */
-static json_t *usage(const api_gen *g, int n) {
+static json_t *usage(const api_job *g, int n) {
     int gen = 0;
     for (int k = 0; k < n; k++) gen += g[k].n_ids;
     return json_pack("{s:i,s:i,s:i}", "prompt_tokens", g[0].st.n_prompt, "completion_tokens", gen, "total_tokens",
@@ -141,7 +142,7 @@ typedef struct {
     int n;              /* choices */
     int lp_sent[API_MAX_CHOICES];
     bool done[API_MAX_CHOICES];
-    api_gen g[API_MAX_CHOICES];
+    api_job g[API_MAX_CHOICES];
 } oa_stream;
 
 static void sse(mu_http_buf *out, json_t *j) {
@@ -164,14 +165,14 @@ static json_t *chunk(oa_stream *s, int index, json_t *delta, json_t *finish, jso
                      "model", s->a->model_id, "system_fingerprint", "muser", "choices", choice);
 }
 
-static json_t *completion_logprobs(api_gen *g, int from, int to);
+static json_t *completion_logprobs(api_job *g, int from, int to);
 
 /* New chunks of choice k; returns false when it ended with an error. */
 static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
-    api_gen *g = &s->g[k];
+    api_job *g = &s->g[k];
     size_t nr = 0, nc = 0;
-    const char *rs = s->chat ? api_gen_take_reasoning(g, &nr) : NULL;
-    const char *cs = api_gen_take_content(g, &nc);
+    const char *rs = s->chat ? api_job_take_reasoning(g, &nr) : NULL;
+    const char *cs = api_job_take_content(g, &nc);
     json_t *lp = NULL;
     if (s->logprobs && g->n_ids > s->lp_sent[k]) {
         lp = s->chat ? logprobs_range(g, s->lp_sent[k], g->n_ids) : completion_logprobs(g, s->lp_sent[k], g->n_ids);
@@ -218,7 +219,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
         int first = -1;
         for (int k = 0; k < s->n; k++) {
             if (s->done[k]) continue;
-            bool running = api_gen_step_ms(&s->g[k], fd, 0);
+            bool running = api_job_step_ms(&s->g[k], fd, 0);
             if (s->g[k].finish == MU_FINISH_CANCEL) return -1;
             if (!oa_choice(s, k, out, running)) failed = true;
             if (!s->done[k]) {
@@ -249,7 +250,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
             return 1;
         }
         if (out->n) return 1;
-        bool running = api_gen_step_ms(&s->g[first], fd, 50);
+        bool running = api_job_step_ms(&s->g[first], fd, 50);
         if (s->g[first].finish == MU_FINISH_CANCEL) return -1;
         if (!oa_choice(s, first, out, running)) {
             sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[first].err, "type", "server_error"));
@@ -263,7 +264,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
 
 static void oa_release(void *state) {
     oa_stream *s = state;
-    for (int k = 0; k < s->n; k++) api_gen_free(&s->g[k]);
+    for (int k = 0; k < s->n; k++) api_job_free(&s->g[k]);
     free(s->echo);
     free(s);
 }
@@ -278,7 +279,7 @@ static bool check(mu_http_req *r, const json_t *body) {
     return api_model_ok(r, body, "model");
 }
 
-static void reply_failed(mu_http_req *r, api_gen *g) {
+static void reply_failed(mu_http_req *r, api_job *g) {
     if (g->finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, g->err, NULL);
     else mu_http_reply_error(r, 499, "client closed the request", NULL);
 }
@@ -286,7 +287,7 @@ static void reply_failed(mu_http_req *r, api_gen *g) {
 /* Runs every choice to the end; false (after replying) on error/hang-up. */
 static bool run_all(mu_http_req *r, oa_stream *s) {
     for (int k = 0; k < s->n; k++)
-        if (!api_gen_run(&s->g[k], mu_http_req_fd(r)) || s->g[k].finish == MU_FINISH_ERROR) {
+        if (!api_job_run(&s->g[k], mu_http_req_fd(r)) || s->g[k].finish == MU_FINISH_ERROR) {
             reply_failed(r, &s->g[k]);
             return false;
         }
@@ -333,7 +334,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         return;
     }
     s->n = (int)mu_jc_int(body, "n", 1);
-    ok = api_gen_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
+    ok = api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
     mu_schema_unref(schema); /* the jobs hold their own references */
     if (!ok) {
         free(s);
@@ -357,10 +358,10 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     }
     json_t *choices = json_array();
     for (int k = 0; k < s->n; k++) {
-        api_gen *g = &s->g[k];
+        api_job *g = &s->g[k];
         size_t nr, nc;
-        const char *rs = api_gen_take_reasoning(g, &nr);
-        const char *cs = api_gen_take_content(g, &nc);
+        const char *rs = api_job_take_reasoning(g, &nr);
+        const char *cs = api_job_take_content(g, &nc);
         json_t *msg = json_pack("{s:s}", "role", "assistant");
         json_t *calls = g->tool_calls;
         bool has_calls = json_array_size(calls) > 0;
@@ -380,7 +381,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
 
 /* ---- completions ------------------------------------------------------------ */
 
-static json_t *completion_logprobs(api_gen *g, int from, int to) {
+static json_t *completion_logprobs(api_job *g, int from, int to) {
     json_t *toks = json_array(), *lps = json_array(), *tops = json_array(), *offs = json_array();
     size_t off = 0;
     for (int i = from; i < to; i++) {
@@ -475,7 +476,7 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
         return;
     }
     s->n = (int)mu_jc_int(body, "n", 1);
-    if (!api_gen_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"))) {
+    if (!api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"))) {
         free(text);
         free(s);
         return;
@@ -497,9 +498,9 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     }
     json_t *choices = json_array();
     for (int k = 0; k < s->n; k++) {
-        api_gen *g = &s->g[k];
+        api_job *g = &s->g[k];
         size_t nc;
-        const char *cs = api_gen_take_content(g, &nc);
+        const char *cs = api_job_take_content(g, &nc);
         mu_http_buf all = {0};
         if (text) mu_http_buf_str(&all, text);
         mu_http_buf_add(&all, cs, nc);

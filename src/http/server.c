@@ -3,7 +3,7 @@
  * route lookup, the checks every request passes before a handler sees it
  * (path, method, bearer key, Content-Type, size, timeouts), the one mapping
  * from MU_E_* codes to HTTP statuses, error bodies per protocol, streaming.
- * Does not own: request semantics (api_*.c) or generation (sched.c).
+ * Does not own: request semantics (api_*.c) or generation (src/gen).
  * Design: one thread per connection. Handlers block while their job runs and
  * poll the socket for hang-up (POLLRDHUP) between waits, so a client that
  * disconnects cancels only its own job. TLS is libmicrohttpd's transport;

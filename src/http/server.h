@@ -4,7 +4,7 @@
  * header/body/idle timeouts, connection cap), Content-Type and bearer-key
  * checks, the bind policy (loopback only unless TLS and a key are set), error
  * bodies in each protocol's shape, and chunked streaming responses.
- * Does not own: what a route means (api_*.c) or generation (sched.c). */
+ * Does not own: what a route means (api_*.c) or generation (src/gen). */
 #ifndef MU_HTTP_SERVER_H
 #define MU_HTTP_SERVER_H
 

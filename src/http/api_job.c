@@ -1,4 +1,4 @@
-/* api_gen.c: the generation driver and helpers the three adapters share.
+/* api_job.c: the generation driver and helpers the three adapters share.
  * Owns: prompt tokenization (BOS rule), submitting a job and answering
  * 400/429 when that fails, turning token ids into text (UTF-8 assembly,
  * special tokens hidden; for chat, the text with its markers goes through
@@ -214,7 +214,7 @@ mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
 
 /* ---- the reader ------------------------------------------------------- */
 
-bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
+bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
                      const mu_gen_req *req, const json_t *stop) {
     mu_gen_req q[API_MAX_CHOICES];
     mu_job *jobs[API_MAX_CHOICES];
@@ -256,12 +256,12 @@ bool api_gen_start_n(mu_http_req *r, api_gen *g, int n, mu_http_app *a, int32_t 
     return true;
 }
 
-bool api_gen_start(mu_http_req *r, api_gen *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
+bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
                    const json_t *stop) {
-    return api_gen_start_n(r, g, 1, a, prompt, n_prompt, req, stop);
+    return api_job_start_n(r, g, 1, a, prompt, n_prompt, req, stop);
 }
 
-static bool add_id(api_gen *g, const mu_gen_token *t) {
+static bool add_id(api_job *g, const mu_gen_token *t) {
     if (g->n_ids == g->cap_ids) {
         int cap = g->cap_ids ? g->cap_ids * 2 : 64;
         int32_t *ids = realloc(g->ids, (size_t)cap * sizeof *ids);
@@ -286,7 +286,7 @@ static bool add_id(api_gen *g, const mu_gen_token *t) {
 }
 
 /* One event into the collected state; false when out of memory. */
-static bool collect(api_gen *g, const mu_gen_event *ev) {
+static bool collect(api_job *g, const mu_gen_event *ev) {
     switch (ev->kind) {
     case MU_EV_TOKEN: return add_id(g, &ev->tok);
     case MU_EV_TEXT:
@@ -312,9 +312,9 @@ static bool collect(api_gen *g, const mu_gen_event *ev) {
     return true;
 }
 
-bool api_gen_step(api_gen *g, int fd) { return api_gen_step_ms(g, fd, 100); }
+bool api_job_step(api_job *g, int fd) { return api_job_step_ms(g, fd, 100); }
 
-bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms) {
+bool api_job_step_ms(api_job *g, int fd, int timeout_ms) {
     if (g->finish) return false;
     mu_gen_event ev;
     /* wait for the first event, then take what is ready */
@@ -333,8 +333,8 @@ bool api_gen_step_ms(api_gen *g, int fd, int timeout_ms) {
     return !g->finish;
 }
 
-bool api_gen_run(api_gen *g, int fd) {
-    while (api_gen_step(g, fd)) {
+bool api_job_run(api_job *g, int fd) {
+    while (api_job_step(g, fd)) {
     }
     return g->finish != MU_FINISH_CANCEL;
 }
@@ -348,11 +348,11 @@ static const char *take(mu_http_buf *b, size_t *sent, size_t *n) {
     return p;
 }
 
-const char *api_gen_take_content(api_gen *g, size_t *n) { return take(&g->content, &g->content_sent, n); }
+const char *api_job_take_content(api_job *g, size_t *n) { return take(&g->content, &g->content_sent, n); }
 
-const char *api_gen_take_reasoning(api_gen *g, size_t *n) { return take(&g->reasoning, &g->reasoning_sent, n); }
+const char *api_job_take_reasoning(api_job *g, size_t *n) { return take(&g->reasoning, &g->reasoning_sent, n); }
 
-void api_gen_free(api_gen *g) {
+void api_job_free(api_job *g) {
     mu_job_free(g->job);
     g->job = NULL;
     json_decref(g->tool_calls);
