@@ -1,27 +1,601 @@
-/* gemm_avx512.c: AVX-512 matrix-matrix kernels for the types kern_avx512.c
- * has no gemm for (prefill): Q5_K, BF16 and F32 weights.
- * Owns: those gemm entries of the AVX-512 table, in the rounding kern_ref.c
- * defines: Q5_K as vec_dot (mu_vec_dot_q5_K_ref; llama.cpp has no other
- * Q5_K order for batches), BF16 and F32 as vec_dot_batch (llamafile
- * tinyBLAS; BF16 with n % 32 != 0 and F32 with n % 16 != 0 as vec_dot).
+/* gemm_avx512.c: the AVX-512 table's matrix-matrix kernels (prefill).
+ * Owns: every gemm entry of the AVX-512 table, in the rounding kern_ref.c
+ * defines: Q4_K (the per-64 "repack gemm" order, the last n_t % 4
+ * activation rows of a matmul as vec_dot), Q6_K and Q8_0 (the vec_dot
+ * lanes), F16 (tinyBLAS when n % 16 == 0, else vec_dot), Q5_K as vec_dot
+ * (mu_vec_dot_q5_K_ref; llama.cpp has no other Q5_K order for batches),
+ * BF16 and F32 as vec_dot_batch (llamafile tinyBLAS; BF16 with n % 32 != 0
+ * and F32 with n % 16 != 0 as vec_dot).
  * Does not: decide which rows take which path (forward.c does), nor own the
- * other types' gemm (kern_avx512.c).
- * Key design choice: register tiles of several weight rows x several
- * activation rows, the weight data loaded (Q5_K: decoded) once per tile and
- * reused for every activation row, the integer sums in any (exact) order,
- * every float step in exactly the ref's order. Q5_K keeps two weight rows
- * per zmm (row r in the low 256 bits, row r + 1 in the high), so the ref's
- * 8 integer lanes of each row sit in the two halves without a fold, and its
- * mins chain (a scalar per output in the ref) runs as a separate pass with
- * 16 activation rows per vector. Where tinyBLAS declines (n % 32 or n % 16),
- * the rows go through the table's own vec_dot, taken at fill time. */
+ * dots (kern_avx512.c) or the block decoders it shares with them
+ * (simd_avx512.h).
+ * Key design choice: register tiles of weight rows x activation rows, each
+ * weight block loaded (quantized types: decoded) once per tile and reused
+ * for every activation row, which is what makes prefill compute-bound
+ * instead of decode-bound; the integer sums in any (exact) order, every
+ * float step in exactly the ref's order. Q4_K runs 16 weight rows
+ * "vertically" (interleaved, one row per lane); Q5_K and Q6_K keep two
+ * weight rows per zmm (row r in the low 256 bits, row r + 1 in the high), so
+ * the ref's 8 integer lanes of each row sit in the two halves without a
+ * fold; Q5_K's mins chain (a scalar per output in the ref) runs as a
+ * separate pass with 16 activation rows per vector. Where a gemm leaves rows
+ * to vec_dot, they go through the table's own vec_dot, taken at fill time. */
 #include <immintrin.h>
 #include <string.h>
 
 #include "kern.h"
+#include "simd_avx512.h"
 #include "simd_x86.h"
 
 #define AI __attribute__((always_inline)) static inline
+
+/* the table's vec_dot for Q4_K, F16, BF16 and F32 (kern_avx512.c fills them
+ * first): the rows a gemm leaves to vec_dot */
+static mu_vec_dot_fn table_dot_q4_K, table_dot_f16, table_dot_bf16, table_dot_f32;
+
+/* ---- Q4_K, Q6_K, Q8_0, F16: tiles of weight rows x activation rows ------
+ * Contract (kern.h gemm): every Y[t][r] is bit-identical to the ref's dot for
+ * a matmul of several rows: vec_dot_batch where the ref has one (Q4_K: the
+ * per-64 order; F16: tinyBLAS when n % 16 == 0), else vec_dot (Q6_K, Q8_0).
+ * Q4_K is the exception: a call covers a whole matmul of n_t activation
+ * rows, the last n_t % 4 of which llama.cpp computes with its gemv, so those
+ * round as vec_dot (see gemm_q4_K_avx512). For each tile of up to GT activation rows and each weight
+ * row, every weight block is decoded once into registers and dotted with the
+ * GT activation blocks; the weight slice [r0, r1) is streamed once per tile.
+ * The tile width is a compile-time constant so the accumulators are
+ * registers: tile_* are always inlined with TN = 1..GT. */
+
+#define GT 8
+
+/* vec_dot_batch order (per 64 values) for every activation row. */
+AI void tile_q4_K(int nb, const mu_block_q4_K *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    float acc[GT], accm[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = accm[t] = 0;
+    uint32_t u[4];
+    q4k_dec dec;
+    for (int i = 0; i < nb; i++) {
+        q4k_decode(&x[i], &dec, u);
+        const float dx = f16_to_f32(x[i].d), dmx = f16_to_f32(x[i].dmin);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++)
+            q4k_batch_step(&dec, u, (const mu_block_q8_K *)(a + (size_t)t * as) + i, dx, dmx, &acc[t], &accm[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = acc[t] - accm[t];
+}
+
+AI void tile_q6_K(int nb, const mu_block_q6_K *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m256 acc[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
+    q6k_dec dec;
+    for (int i = 0; i < nb; i++) {
+        q6k_decode(&x[i], &dec);
+        const float dx = f16_to_f32(x[i].d);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(b->d * dx), _mm256_cvtepi32_ps(q6k_sumi(&dec, b)), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
+}
+
+AI void tile_q8_0(int nb, const mu_block_q8_0 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m256 acc[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = f16_to_f32(x[i].d);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + i;
+            const __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), qx);
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, qy);
+            acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_to_f32(b->d)), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
+}
+
+/* F16: the vec_dot_batch order (tinyBLAS), n % 16 == 0 (see gemm_f16). */
+AI void tile_f16_tb(int n, const mu_f16 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m512 acc[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    for (int i = 0; i + 16 <= n; i += 16) {
+        const __m512 wv = f16x16(x + i);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++)
+            acc[t] = _mm512_fmadd_ps(wv, f16x16((const mu_f16 *)(a + (size_t)t * as) + i), acc[t]);
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = _mm512_reduce_add_ps(acc[t]);
+}
+
+/* One gemm per weight type: token tiles of GT outside, weight rows inside. */
+#define GEMM(NAME, WT, LEN)                                                                                        \
+    static void gemm_##NAME##_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as,     \
+                                     int n_t, float *y, int ys) {                                                   \
+        for (int t0 = 0; t0 < n_t; t0 += GT) {                                                                      \
+            const int tn = n_t - t0 < GT ? n_t - t0 : GT;                                                           \
+            const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as;                                               \
+            for (int r = r0; r < r1; r++) {                                                                         \
+                const WT *x = (const WT *)((const uint8_t *)w + (size_t)r * ws);                                    \
+                float *yr = y + (size_t)t0 * ys + r;                                                                \
+                switch (tn) {                                                                                       \
+                case 8: tile_##NAME(LEN, x, at, as, yr, ys, 8); break;                                              \
+                case 7: tile_##NAME(LEN, x, at, as, yr, ys, 7); break;                                              \
+                case 6: tile_##NAME(LEN, x, at, as, yr, ys, 6); break;                                              \
+                case 5: tile_##NAME(LEN, x, at, as, yr, ys, 5); break;                                              \
+                case 4: tile_##NAME(LEN, x, at, as, yr, ys, 4); break;                                              \
+                case 3: tile_##NAME(LEN, x, at, as, yr, ys, 3); break;                                              \
+                case 2: tile_##NAME(LEN, x, at, as, yr, ys, 2); break;                                              \
+                default: tile_##NAME(LEN, x, at, as, yr, ys, 1); break;                                             \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+    }
+
+#define tile_q4_K_b tile_q4_K
+GEMM(q4_K_b, mu_block_q4_K, n / MU_QK_K)
+
+/* Eight activation rows at once in the per-64 order, for speed: the integer
+ * pair sums of the 8 rows are reduced together (a transposing add tree) into
+ * one vector per pair index j whose lanes are the rows, so each lane runs
+ * exactly the ref's sequential chain acc = fma(isum_j, d, acc), j = 0..3. */
+#define Q4K_FAST_MAX_NB 128
+static void gemm_q4_K_8rows(int n, const void *w, size_t ws, int r0, int r1, const uint8_t *a, size_t as, float *y,
+                            int ys) {
+    const int nb = n / MU_QK_K;
+    float yd[Q4K_FAST_MAX_NB][8];
+    int32_t pm[Q4K_FAST_MAX_NB][4][8]; /* per block, pair j, row t: (P[2j], P[2j+1]) as two int16 */
+    for (int t = 0; t < 8; t++) {
+        const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as);
+        for (int i = 0; i < nb; i++) {
+            yd[i][t] = b[i].d;
+            const __m128i pr = _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)b[i].bsums),
+                                              _mm_loadu_si128((const __m128i *)(b[i].bsums + 8)));
+            int32_t l[4];
+            _mm_storeu_si128((__m128i *)l, pr);
+            for (int j = 0; j < 4; j++) pm[i][j][t] = l[j];
+        }
+    }
+    const __m512i idx01 = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 1, 5, 9, 13, 17, 21, 25, 29);
+    const __m512i idx23 = _mm512_setr_epi32(2, 6, 10, 14, 18, 22, 26, 30, 3, 7, 11, 15, 19, 23, 27, 31);
+    for (int r = r0; r < r1; r++) {
+        const mu_block_q4_K *x = (const mu_block_q4_K *)((const uint8_t *)w + (size_t)r * ws);
+        __m256 acc = _mm256_setzero_ps(), accm = _mm256_setzero_ps();
+        uint32_t u[4];
+        q4k_dec dec;
+        for (int i = 0; i < nb; i++) {
+            q4k_decode(&x[i], &dec, u);
+            __m512i wt[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < 8; t++) {
+                const int8_t *q8 = ((const mu_block_q8_K *)(a + (size_t)t * as))[i].qs;
+                __m512i z[4];
+#pragma GCC unroll 8
+                for (int p = 0; p < 4; p++)
+                    z[p] = _mm512_dpwssd_epi32(_mm512_setzero_si512(),
+                                               _mm512_maddubs_epi16(dec.q[p], _mm512_loadu_si512(q8 + 64 * p)), dec.s[p]);
+                const __m512i x01 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[0], z[1]));
+                const __m512i x23 = _mm512_add_epi32(_mm512_unpacklo_epi32(z[2], z[3]), _mm512_unpackhi_epi32(z[2], z[3]));
+                wt[t] = _mm512_add_epi32(_mm512_unpacklo_epi64(x01, x23), _mm512_unpackhi_epi64(x01, x23));
+            }
+            __m512i h[4];
+#pragma GCC unroll 8
+            for (int k = 0; k < 4; k++)
+                h[k] = _mm512_add_epi32(_mm512_shuffle_i32x4(wt[2 * k], wt[2 * k + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(wt[2 * k], wt[2 * k + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+            const __m512i r03 = _mm512_add_epi32(_mm512_shuffle_i32x4(h[0], h[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_i32x4(h[0], h[1], _MM_SHUFFLE(3, 1, 3, 1)));
+            const __m512i r47 = _mm512_add_epi32(_mm512_shuffle_i32x4(h[2], h[3], _MM_SHUFFLE(2, 0, 2, 0)),
+                                                 _mm512_shuffle_i32x4(h[2], h[3], _MM_SHUFFLE(3, 1, 3, 1)));
+            const __m512 j01 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(r03, idx01, r47));
+            const __m512 j23 = _mm512_cvtepi32_ps(_mm512_permutex2var_epi32(r03, idx23, r47));
+            const __m256 ydv = _mm256_loadu_ps(yd[i]);
+            const __m256 d = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(x[i].d)), ydv);
+            const __m256 dm = _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(x[i].dmin)), ydv);
+            acc = _mm256_fmadd_ps(_mm512_castps512_ps256(j01), d, acc);
+            acc = _mm256_fmadd_ps(_mm512_extractf32x8_ps(j01, 1), d, acc);
+            acc = _mm256_fmadd_ps(_mm512_castps512_ps256(j23), d, acc);
+            acc = _mm256_fmadd_ps(_mm512_extractf32x8_ps(j23, 1), d, acc);
+            const uint8_t *mn = (const uint8_t *)u + 8;
+#pragma GCC unroll 8
+            for (int j = 0; j < 4; j++) {
+                const __m256i mm = _mm256_set1_epi32((int)((uint32_t)mn[2 * j] | (uint32_t)mn[2 * j + 1] << 16));
+                const __m256i im = _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)pm[i][j]), mm);
+                accm = _mm256_fmadd_ps(_mm256_cvtepi32_ps(im), dm, accm);
+            }
+        }
+        float out[8];
+        _mm256_storeu_ps(out, _mm256_sub_ps(acc, accm));
+        for (int t = 0; t < 8; t++) y[(size_t)t * ys + r] = out[t];
+    }
+}
+
+/* 16 weight rows at once, "vertically": the rows' codes are interleaved in
+ * 4-byte groups (lane r of a zmm = 4 codes of row r), so vpdpbusd with the
+ * activation's 4 bytes broadcast accumulates 16 row dots in 16 lanes and no
+ * horizontal sums are needed. Each lane then runs the ref's per-64 chain:
+ * isum_j = sc[2j]*s[2j] + sc[2j+1]*s[2j+1], acc = fma(isum_j, d, acc), same
+ * for the mins. The interleave costs a gather pass per 16 rows and block,
+ * amortized over all activation rows of the call (a thread-local scratch of
+ * ~5 KiB per block: 4 KiB codes + scales). Activation rows go in register
+ * tiles of Q4K_VT: each interleaved weight vector is loaded once per tile,
+ * and the mins chain runs as its own pass (q4k_vmins) so that only acc and
+ * the two sub-block sums per activation row live in registers. */
+typedef struct {
+    __m512i w[8][8];  /* [sub-block][step of 4 codes]: 16 rows */
+    __m512i sc[8];    /* sub-block scales, int32 per row */
+    __m512i mn[4];    /* (mn[2j], mn[2j+1]) as int16 pairs per row */
+    __m512 dx, dmx;   /* per row d and dmin */
+} q4k_vblock;
+
+/* r[k] lane e = X[k][e] (16 x 16 dwords) -> o[e] lane k = X[k][e]. */
+AI void transpose16_epi32(const __m512i r[16], __m512i o[16]) {
+    __m512i c[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m512i a0 = _mm512_unpacklo_epi32(r[4 * g], r[4 * g + 1]), b0 = _mm512_unpackhi_epi32(r[4 * g], r[4 * g + 1]);
+        const __m512i a1 = _mm512_unpacklo_epi32(r[4 * g + 2], r[4 * g + 3]),
+                      b1 = _mm512_unpackhi_epi32(r[4 * g + 2], r[4 * g + 3]);
+        c[g][0] = _mm512_unpacklo_epi64(a0, a1); /* 128-bit lane L: rows 4g..4g+3 at e = 4L */
+        c[g][1] = _mm512_unpackhi_epi64(a0, a1); /* e = 4L + 1 */
+        c[g][2] = _mm512_unpacklo_epi64(b0, b1);
+        c[g][3] = _mm512_unpackhi_epi64(b0, b1);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i u0 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0x44), u1 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0xee);
+        const __m512i u2 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0x44), u3 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0xee);
+        o[j] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+        o[4 + j] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
+        o[8 + j] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+        o[12 + j] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
+    }
+}
+
+/* Block i of rows r..r+15 into the vertical layout: the packed codes by two
+ * 16 x 16 dword transposes (dword e = 8p + st of a row holds step st of
+ * sub-blocks 2p (low nibbles) and 2p+1 (high)), the header (d, dmin, the 12
+ * scale bytes) by gathers, and k4_scales' unpacking done on 16 rows at once. */
+static void q4k_vbuild(const uint8_t *w, size_t ws, int r, int i, q4k_vblock *o) {
+    const uint8_t *b0 = w + (size_t)r * ws + (size_t)i * sizeof(mu_block_q4_K);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; h++) {
+        __m512i rr[16], t[16];
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; k++)
+            rr[k] = _mm512_loadu_si512(b0 + (size_t)k * ws + offsetof(mu_block_q4_K, qs) + 64 * h);
+        transpose16_epi32(rr, t);
+#pragma GCC unroll 16
+        for (int e = 0; e < 16; e++) {
+            const int p = 2 * h + e / 8, st = e % 8;
+            o->w[2 * p][st] = _mm512_and_si512(t[e], m4);
+            o->w[2 * p + 1][st] = _mm512_and_si512(_mm512_srli_epi32(t[e], 4), m4);
+        }
+    }
+    const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)ws));
+    const __m512i hd = _mm512_i32gather_epi32(idx, b0, 1);
+    const __m512i u0 = _mm512_i32gather_epi32(idx, b0 + 4, 1);
+    const __m512i u1 = _mm512_i32gather_epi32(idx, b0 + 8, 1);
+    const __m512i u2 = _mm512_i32gather_epi32(idx, b0 + 12, 1);
+    const __m512i c3f = _mm512_set1_epi8(0x3f), c03 = _mm512_set1_epi8(0x03);
+    /* k4_scales on 16 lanes: sc = bytes of v0, v1; mn = bytes of v2, v3 */
+    const __m512i v3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(u2, 4), m4),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u1, 6), c03), 4));
+    const __m512i v2 = _mm512_and_si512(u1, c3f);
+    const __m512i v1 = _mm512_or_si512(_mm512_and_si512(u2, m4),
+                                       _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(u0, 6), c03), 4));
+    const __m512i v0 = _mm512_and_si512(u0, c3f);
+    const __m512i ff = _mm512_set1_epi32(0xff);
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        o->sc[j] = _mm512_and_si512(_mm512_srli_epi32(v0, 8 * j), ff);
+        o->sc[4 + j] = _mm512_and_si512(_mm512_srli_epi32(v1, 8 * j), ff);
+    }
+    const __m512i lo = _mm512_set1_epi32(0x000000ff), hi = _mm512_set1_epi32(0x00ff0000);
+    o->mn[0] = _mm512_or_si512(_mm512_and_si512(v2, lo), _mm512_and_si512(_mm512_slli_epi32(v2, 8), hi));
+    o->mn[1] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v2, 16), lo), _mm512_and_si512(_mm512_srli_epi32(v2, 8), hi));
+    o->mn[2] = _mm512_or_si512(_mm512_and_si512(v3, lo), _mm512_and_si512(_mm512_slli_epi32(v3, 8), hi));
+    o->mn[3] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(v3, 16), lo), _mm512_and_si512(_mm512_srli_epi32(v3, 8), hi));
+    o->dx = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(hd));
+    o->dmx = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(hd, 16)));
+}
+
+#define Q4K_V_MAX_NB 96
+
+/* acc + u8 x s8 dot of w with the 4 bytes at p broadcast, with the
+ * broadcast folded into the instruction's memory operand ({1to16}), which
+ * GCC does not do by itself. */
+AI __m512i dpbusd_bcast(__m512i acc, __m512i w, const int32_t *p) {
+    __asm__("vpdpbusd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*p));
+    return acc;
+}
+
+/* The mins chain of TN activation rows against the 16 rows of vb:
+ * accm = fma(imin_j, dmin_x * d_a, accm) for every block and pair j, as the
+ * ref does; stored to m[t] for the main pass to subtract. */
+AI void q4k_vmins(int nb, const q4k_vblock *vb, const uint8_t *a, size_t as, __m512 *m, const int TN) {
+    __m512 accm[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) accm[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q4k_vblock *v = &vb[i];
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512 dm = _mm512_mul_ps(v->dmx, _mm512_set1_ps(b->d));
+            int32_t pr[4];
+            _mm_storeu_si128((__m128i *)pr, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)b->bsums),
+                                                           _mm_loadu_si128((const __m128i *)(b->bsums + 8))));
+#pragma GCC unroll 4
+            for (int j = 0; j < 4; j++)
+                accm[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_madd_epi16(v->mn[j], _mm512_set1_epi32(pr[j]))), dm,
+                                          accm[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) m[t] = accm[t];
+}
+
+/* The main chain of TN activation rows: for each block and pair j, the 16
+ * rows' sub-block dots by vpdpbusd (the weights loaded once for all TN
+ * rows), scaled, and acc = fma(isum_j, d_x * d_a, acc); y = acc - accm. */
+AI void q4k_vtile(int nb, const q4k_vblock *vb, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m512 m[8];
+    q4k_vmins(nb, vb, a, as, m, TN);
+    __m512 acc[8];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q4k_vblock *v = &vb[i];
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            __m512i s0[8], s1[8];
+#pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) s0[t] = s1[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int st = 0; st < 8; st++) {
+                const __m512i w0 = v->w[2 * j][st], w1 = v->w[2 * j + 1][st];
+#pragma GCC unroll 8
+                for (int t = 0; t < TN; t++) {
+                    const int32_t *q8 = (const int32_t *)(const void *)((const mu_block_q8_K *)(a + (size_t)t * as) + i)->qs;
+                    s0[t] = dpbusd_bcast(s0[t], w0, &q8[16 * j + st]);
+                    s1[t] = dpbusd_bcast(s1[t], w1, &q8[16 * j + 8 + st]);
+                }
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) {
+                const float yd = ((const mu_block_q8_K *)(a + (size_t)t * as) + i)->d;
+                const __m512i isum =
+                    _mm512_add_epi32(_mm512_mullo_epi32(s0[t], v->sc[2 * j]), _mm512_mullo_epi32(s1[t], v->sc[2 * j + 1]));
+                acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(v->dx, _mm512_set1_ps(yd)), acc[t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) _mm512_storeu_ps(y + (size_t)t * ys, _mm512_sub_ps(acc[t], m[t]));
+}
+
+#ifndef Q4K_VT
+#define Q4K_VT 6
+#endif
+/* Rows r..r+15 against n_t activation rows; meanwhile the next group's
+ * pf_rows weight rows are prefetched into L2, spread over the tiles, so
+ * that its interleave does not wait on memory. */
+static void gemm_q4_K_16rows(int n, const uint8_t *w, size_t ws, int r, const uint8_t *a, size_t as, int n_t, float *y,
+                             int ys, int pf_rows) {
+    const int nb = n / MU_QK_K;
+    static _Thread_local q4k_vblock vb[Q4K_V_MAX_NB];
+    for (int i = 0; i < nb; i++) q4k_vbuild(w, ws, r, i, &vb[i]);
+    const uint8_t *pf = w + (size_t)(r + 16) * ws;
+    const size_t pf_lines = ((size_t)pf_rows * ws + 63) / 64;
+    const int tiles = (n_t + Q4K_VT - 1) / Q4K_VT;
+    const size_t pf_step = (pf_lines + (size_t)tiles - 1) / (size_t)tiles;
+    size_t pf_at = 0;
+    int t = 0;
+    for (; t + Q4K_VT <= n_t; t += Q4K_VT) {
+        for (size_t e = pf_at + pf_step; pf_at < e && pf_at < pf_lines; pf_at++)
+            _mm_prefetch((const char *)pf + 64 * pf_at, _MM_HINT_T1);
+        q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q4K_VT);
+    }
+    for (; pf_at < pf_lines; pf_at++) _mm_prefetch((const char *)pf + 64 * pf_at, _MM_HINT_T1);
+    switch (n_t - t) {
+    case 7: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 7); break;
+    case 6: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 6); break;
+    case 5: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 5); break;
+    case 4: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 4); break;
+    case 3: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 3); break;
+    case 2: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 2); break;
+    case 1: q4k_vtile(nb, vb, a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, 1); break;
+    default: break;
+    }
+}
+
+/* A Q4_K gemm call covers a whole matmul of n_t activation rows, and rounds
+ * as llama.cpp's repack path does for it: rows below n_t & ~3 in the
+ * per-64 order (its gemm), the last n_t % 4 rows as vec_dot (its gemv). */
+static void gemm_q4_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    const int nb4 = n_t & ~3;
+    if (nb4 >= 4 && n / MU_QK_K <= Q4K_V_MAX_NB) { /* vertical path for whole groups of 16 rows (its interleave pays off from 4 activation rows) */
+        int r = r0;
+        for (; r + 16 <= r1; r += 16) {
+            const int next = r1 - (r + 16);
+            gemm_q4_K_16rows(n, w, ws, r, a, as, nb4, y, ys, next < 16 ? next : 16);
+        }
+        if (r < r1) gemm_q4_K_b_avx512(n, w, ws, r, r1, a, as, nb4, y, ys);
+        for (int t = nb4; t < n_t; t++)
+            for (int rr = r0; rr < r1; rr++)
+                y[(size_t)t * ys + rr] =
+                    table_dot_q4_K(n, (const uint8_t *)w + (size_t)rr * ws, (const uint8_t *)a + (size_t)t * as);
+        return;
+    }
+    int t0 = 0;
+    if (n / MU_QK_K <= Q4K_FAST_MAX_NB)
+        for (; t0 + 8 <= nb4; t0 += 8)
+            gemm_q4_K_8rows(n, w, ws, r0, r1, (const uint8_t *)a + (size_t)t0 * as, as, y + (size_t)t0 * ys, ys);
+    if (nb4 > t0)
+        gemm_q4_K_b_avx512(n, w, ws, r0, r1, (const uint8_t *)a + (size_t)t0 * as, as, nb4 - t0, y + (size_t)t0 * ys, ys);
+    for (int t = nb4; t < n_t; t++)
+        for (int r = r0; r < r1; r++)
+            y[(size_t)t * ys + r] =
+                table_dot_q4_K(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+}
+#define tile_q6_K_b tile_q6_K
+GEMM(q6_K_b, mu_block_q6_K, n / MU_QK_K)
+
+/* Q6_K, two weight rows per zmm: the low 256 bits hold chunk c (32 values)
+ * of row r, the high 256 bits chunk c of row r + 1, so one broadcast of an
+ * activation chunk serves both, and the ref's 8 lanes of each row sit in
+ * the halves without a fold. Rows go in fours (two zmm pairs) against
+ * register tiles of Q6K_VT activation rows; a pair's blocks are decoded
+ * once per token block into q6k_pblock scratch. The 4-byte dots of two
+ * chunks (vpdpbusd, |dot| <= 4 * 63 * 128 < 2^15) are packed as the two
+ * int16 halves of each lane and scaled by one vpdpwssd: three multiplies
+ * per 128 products instead of four (vpmaddubsw + vpdpwssd per chunk). */
+typedef struct {
+    __m512i q[8];  /* chunk c: codes (+32, unsigned) */
+    __m512i s2[4]; /* per dword lane: (scale of chunk 2p, scale of chunk 2p + 1) as words */
+    __m512i corr;       /* -32 * scales as words, for bsums */
+    __m512 dx;          /* d of row r (low 8 lanes) and row r + 1 (high) */
+} q6k_pblock;
+
+static void q6k_pbuild(const mu_block_q6_K *x0, const mu_block_q6_K *x1, q6k_pblock *o) {
+    q6k_dec d0, d1;
+    q6k_decode(x0, &d0);
+    q6k_decode(x1, &d1);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        o->q[2 * k] = _mm512_shuffle_i64x2(d0.q[k], d1.q[k], 0x44);
+        o->q[2 * k + 1] = _mm512_shuffle_i64x2(d0.q[k], d1.q[k], 0xee);
+        o->s2[k] = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_shuffle_i64x2(d0.s[k], d1.s[k], 0x44),
+                                           _mm512_shuffle_i64x2(d0.s[k], d1.s[k], 0xee));
+    }
+    o->corr = _mm512_slli_epi16(_mm512_inserti64x4(_mm512_castsi256_si512(d0.sc16), d1.sc16, 1), 5);
+    o->corr = _mm512_sub_epi16(_mm512_setzero_si512(), o->corr);
+    o->dx = _mm512_insertf32x8(_mm512_set1_ps(f16_to_f32(x0->d)), _mm256_set1_ps(f16_to_f32(x1->d)), 1);
+}
+
+/* Rows r..r+3 (pairs pa, pb) against TN activation rows; the ref's lane m
+ * of row r is lane m of acc a, row r + 1 lane 8 + m, summed as hsum_float_8. */
+AI void q6k_ptile(int nb, const q6k_pblock *pa, const q6k_pblock *pb, const uint8_t *a, size_t as, float *y, int ys,
+                  const int TN) {
+    __m512 acca[6], accb[6];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acca[t] = accb[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const q6k_pblock *A = &pa[i], *B = &pb[i];
+        __m512i ia[6], ib[6];
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512i bs = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->bsums));
+            ia[t] = _mm512_madd_epi16(bs, A->corr);
+            ib[t] = _mm512_madd_epi16(bs, B->corr);
+        }
+        /* chunks 2p, 2p + 1: the 4-byte dots (|.| < 2^15) by vpdpbusd, packed
+         * as the two words of each lane, scaled and summed by vpdpwssd */
+#pragma GCC unroll 4
+        for (int p = 0; p < 4; p++) {
+            const __m512i qa0 = A->q[2 * p], qa1 = A->q[2 * p + 1], qb0 = B->q[2 * p], qb1 = B->q[2 * p + 1];
+            const __m512i z = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int t = 0; t < TN; t++) {
+                const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+                const __m512i av0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 64 * p)));
+                const __m512i av1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(b->qs + 64 * p + 32)));
+                const __m512i da = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_dpbusd_epi32(z, qa0, av0), _mm512_slli_epi32(_mm512_dpbusd_epi32(z, qa1, av1), 16));
+                const __m512i db = _mm512_mask_blend_epi16(0xaaaaaaaau, _mm512_dpbusd_epi32(z, qb0, av0), _mm512_slli_epi32(_mm512_dpbusd_epi32(z, qb1, av1), 16));
+                ia[t] = _mm512_dpwssd_epi32(ia[t], da, A->s2[p]);
+                ib[t] = _mm512_dpwssd_epi32(ib[t], db, B->s2[p]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_K *b = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512 yd = _mm512_set1_ps(b->d);
+            acca[t] = _mm512_fmadd_ps(_mm512_mul_ps(yd, A->dx), _mm512_cvtepi32_ps(ia[t]), acca[t]);
+            accb[t] = _mm512_fmadd_ps(_mm512_mul_ps(yd, B->dx), _mm512_cvtepi32_ps(ib[t]), accb[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+        float *yt = y + (size_t)t * ys;
+        yt[0] = hsum_ps256(_mm512_castps512_ps256(acca[t]));
+        yt[1] = hsum_ps256(_mm512_extractf32x8_ps(acca[t], 1));
+        yt[2] = hsum_ps256(_mm512_castps512_ps256(accb[t]));
+        yt[3] = hsum_ps256(_mm512_extractf32x8_ps(accb[t], 1));
+    }
+}
+
+#ifndef Q6K_VT
+#define Q6K_VT 4
+#endif
+#define Q6K_P_MAX_NB 96
+static void gemm_q6_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    const int nb = n / MU_QK_K;
+    const int r4 = r0 + (r1 - r0) / 4 * 4;
+    if (nb > Q6K_P_MAX_NB || n_t < 2) {
+        gemm_q6_K_b_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    static _Thread_local q6k_pblock pb[2][Q6K_P_MAX_NB];
+    /* token blocks whose activations stay in L2 while the rows sweep them */
+    int tb = (int)((192u << 10) / ((unsigned)nb * sizeof(mu_block_q8_K)));
+    tb = tb < 4 * Q6K_VT ? 4 * Q6K_VT : tb / Q6K_VT * Q6K_VT;
+    for (int t0 = 0; t0 < n_t; t0 += tb) {
+        const int t1 = t0 + tb < n_t ? t0 + tb : n_t;
+        for (int r = r0; r < r4; r += 4) {
+            const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;
+            for (int i = 0; i < nb; i++) {
+                q6k_pbuild((const mu_block_q6_K *)wr + i, (const mu_block_q6_K *)(wr + ws) + i, &pb[0][i]);
+                q6k_pbuild((const mu_block_q6_K *)(wr + 2 * ws) + i, (const mu_block_q6_K *)(wr + 3 * ws) + i, &pb[1][i]);
+            }
+            int t = t0;
+            for (; t + Q6K_VT <= t1; t += Q6K_VT)
+                q6k_ptile(nb, pb[0], pb[1], (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q6K_VT);
+            const uint8_t *at = (const uint8_t *)a + (size_t)t * as;
+            float *yt = y + (size_t)t * ys + r;
+            switch (t1 - t) {
+            case 5: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 5); break;
+            case 4: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 4); break;
+            case 3: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 3); break;
+            case 2: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 2); break;
+            case 1: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 1); break;
+            default: break;
+            }
+        }
+    }
+    if (r4 < r1) gemm_q6_K_b_avx512(n, w, ws, r4, r1, a, as, n_t, y, ys);
+}
+GEMM(q8_0, mu_block_q8_0, n / MU_QK8_0)
+GEMM(f16_tb, mu_f16, n)
+
+/* tinyBLAS handles only n % 16 == 0; otherwise llama.cpp (and the ref) use
+ * vec_dot for every row. */
+static void gemm_f16_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                            float *y, int ys) {
+    if (n % 16 == 0) {
+        gemm_f16_tb_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    for (int t = 0; t < n_t; t++)
+        for (int r = r0; r < r1; r++)
+            y[(size_t)t * ys + r] =
+                table_dot_f16(n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)t * as);
+}
 
 /* ---- Q5_K ----------------------------------------------------------------
  * The ref (ggml's AVX2 q5_K): per super-block, integer lane m of 8 holds
@@ -366,9 +940,6 @@ AI void ftile_f32(int n, const uint8_t *w, size_t ws, const uint8_t *a, size_t a
 FGEMM(bf16, 2)
 FGEMM(f32, 4)
 
-/* the table's vec_dot for BF16 and F32 (kern_avx512.c fills them first) */
-static mu_vec_dot_fn table_dot_bf16, table_dot_f32;
-
 /* tinyBLAS needs n % 32 == 0; otherwise llama.cpp (and the ref's
  * vec_dot_batch) use vec_dot. */
 static void gemm_bf16_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
@@ -398,8 +969,14 @@ static void gemm_f32_avx512(int n, const void *w, size_t ws, int r0, int r1, con
 }
 
 void mu_kern_fill_gemm_avx512(mu_kern *k) {
+    table_dot_q4_K = k->vec_dot[MU_T_Q4_K];
+    table_dot_f16 = k->vec_dot[MU_T_F16];
     table_dot_bf16 = k->vec_dot[MU_T_BF16];
     table_dot_f32 = k->vec_dot[MU_T_F32];
+    k->gemm[MU_T_Q4_K] = gemm_q4_K_avx512;
+    k->gemm[MU_T_Q6_K] = gemm_q6_K_avx512;
+    k->gemm[MU_T_Q8_0] = gemm_q8_0_avx512;
+    k->gemm[MU_T_F16] = gemm_f16_avx512;
     k->gemm[MU_T_Q5_K] = gemm_q5_K_avx512;
     k->gemm[MU_T_BF16] = gemm_bf16_avx512;
     k->gemm[MU_T_F32] = gemm_f32_avx512;
