@@ -1,9 +1,10 @@
 /* gemm_avx2.c: the AVX2 table's matrix-matrix kernels (prefill).
- * Owns: gemm entries and the batch-path dots (vec_dot_batch) of the AVX2
- * table, in the rounding kern_ref.c defines, bit for bit (the integer parts
- * of the quantized dots in any order, the float steps in exactly the ref's
- * order), plus the BF16 vec_dot (VDPBF16PS emulated with FMA, DAZ and FTZ).
- * Does not: decide which rows take which path (forward.c does).
+ * Owns: the gemm entries (Q4_K, Q6_K, Q8_0, F16) and the batch-path dots
+ * (vec_dot_batch) of Q4_K, F32 and F16 of the AVX2 table, in the rounding
+ * kern_ref.c defines, bit for bit (the integer parts of the quantized dots
+ * in any order, the float steps in exactly the ref's order).
+ * Does not: decide which rows take which path (forward.c), or own the BF16
+ * dots (kern_avx2.c, with the other vec_dot entries).
  * Key design choice: Q4_K runs "vertically": 8 weight rows are interleaved
  * in 4-byte groups (lane r of a ymm = 4 codes of row r), so vpmaddubsw with
  * 4 activation bytes broadcast gives 8 row dots in 8 lanes and no horizontal
@@ -21,9 +22,6 @@
 #define AI static inline __attribute__((always_inline))
 
 /* ---- helpers ----------------------------------------------------------- */
-
-/* hsum16 of a 16-lane accumulator held as lanes 0-7 (lo) and 8-15 (hi) */
-static inline float hsum16_ps(__m256 lo, __m256 hi) { return hsum_ps256(_mm256_add_ps(lo, hi)); }
 
 static inline __m256i bcast32(const void *p) {
     int32_t v;
@@ -462,7 +460,7 @@ static void gemm_q6_K_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
     }
 }
 
-/* ---- F32 / F16 / BF16 batch dots (llamafile tinyBLAS orders) ------------ */
+/* ---- F32 / F16 batch dots (llamafile tinyBLAS orders) ------------------- */
 
 static inline __m256 f16x8(const mu_f16 *p) { return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)p)); }
 
@@ -484,62 +482,6 @@ static float vec_dot_f16_batch_avx2(int n, const void *w, const void *a) {
     for (int i = 0; i + 16 <= n; i += 16) {
         lo = _mm256_fmadd_ps(f16x8(x + i), f16x8(y + i), lo);
         hi = _mm256_fmadd_ps(f16x8(x + i + 8), f16x8(y + i + 8), hi);
-    }
-    return hsum16_ps(lo, hi);
-}
-
-/* VDPBF16PS as kern_ref.c's dpbf16_pair defines it, on 8 lanes: v holds 8
- * bf16 pairs of x, u of y (lane l: element 2l in the low half). Inputs with
- * a zero exponent read as +0 (DAZ), results with one are flushed to a zero
- * of their sign (FTZ); each FMA rounds once. */
-static inline __m256 bf16_even(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
-static inline __m256 bf16_odd(__m256i v) {
-    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
-}
-static inline __m256 f32_daz(__m256 f) {
-    const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), _mm256_set1_epi32(0x7f800000));
-    return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())), f);
-}
-static inline __m256 f32_ftz(__m256 f) {
-    const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), _mm256_set1_epi32(0x7f800000));
-    const __m256i m = _mm256_and_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(0x7fffffff));
-    return _mm256_andnot_ps(_mm256_castsi256_ps(m), f);
-}
-/* acc (already flushed) + the pairs: the odd element first, then the even */
-static inline __m256 dpbf16_8(__m256 acc, __m256i v, __m256i u) {
-    acc = f32_ftz(_mm256_fmadd_ps(f32_daz(bf16_odd(v)), f32_daz(bf16_odd(u)), acc));
-    return f32_ftz(_mm256_fmadd_ps(f32_daz(bf16_even(v)), f32_daz(bf16_even(u)), acc));
-}
-
-/* ref (ggml_vec_dot_bf16 with AVX512BF16): two 16-lane accumulators over
- * elements 0..31 and 32..63 of every 64, each reduced as hsum16, added in
- * double, the tail in double. */
-static float vec_dot_bf16_avx2(int n, const void *w, const void *a) {
-    const mu_bf16 *x = w, *y = a;
-    __m256 c[4];
-    for (int k = 0; k < 4; k++) c[k] = _mm256_setzero_ps();
-    const int np = n & ~63;
-    for (int i = 0; i < np; i += 64)
-#pragma GCC unroll 4
-        for (int k = 0; k < 4; k++)
-            c[k] = dpbf16_8(c[k], _mm256_loadu_si256((const __m256i *)(x + i + 16 * k)),
-                            _mm256_loadu_si256((const __m256i *)(y + i + 16 * k)));
-    double s = (double)hsum16_ps(c[0], c[1]);
-    s += (double)hsum16_ps(c[2], c[3]);
-    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
-    return (float)s;
-}
-
-/* ref (tinyBLAS BF16, steps of 32): one 16-lane accumulator; n % 32 != 0
- * takes vec_dot, as llama.cpp does. */
-static float vec_dot_bf16_batch_avx2(int n, const void *w, const void *a) {
-    if (n % 32) return vec_dot_bf16_avx2(n, w, a);
-    const mu_bf16 *x = w, *y = a;
-    __m256 lo = _mm256_setzero_ps(), hi = lo;
-    for (int i = 0; i < n; i += 32) {
-        lo = dpbf16_8(lo, _mm256_loadu_si256((const __m256i *)(x + i)), _mm256_loadu_si256((const __m256i *)(y + i)));
-        hi = dpbf16_8(hi, _mm256_loadu_si256((const __m256i *)(x + i + 16)),
-                      _mm256_loadu_si256((const __m256i *)(y + i + 16)));
     }
     return hsum16_ps(lo, hi);
 }
@@ -684,6 +626,4 @@ void mu_kern_fill_gemm_avx2(mu_kern *k) {
     k->gemm[MU_T_Q8_0] = gemm_q8_0_avx2;
     k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_avx2;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx2;
-    k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_avx2;
-    k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx2;
 }

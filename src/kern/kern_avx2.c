@@ -1,14 +1,16 @@
 /* kern_avx2.c: the AVX2 + FMA + F16C kernel table.
- * Owns: 256-bit versions of the dot products (every weight type), the
- * activation quantizers, the dequantizers and the F16 attention pieces.
+ * Owns: 256-bit versions of the dot products (every weight type; BF16's
+ * batch-path dot too), the activation quantizers and the dequantizers of
+ * F16, BF16, Q8_0, Q4_K and Q6_K.
  * Does not own: the numerics, which kern_ref.c defines (llama.cpp's x86
- * summation orders); quantizers, dequantizers and the F32, F16, Q8_0, Q4_K,
- * Q5_K and Q6_K dots here are bit-identical to it. BF16 dots stay the ref's
- * (an emulation of VDPBF16PS, which AVX2 does not have).
+ * summation orders); quantizers, dequantizers and the dots here are
+ * bit-identical to it, the BF16 ones by emulating VDPBF16PS (which AVX2
+ * does not have) with FMA, DAZ and FTZ as the ref does. Nor the tiled gemm
+ * and the other batch-path dots (gemm_avx2.c) or the F16 attention pieces
+ * (attn_avx2.c).
  * Key design choice: quantized dots multiply unsigned weight codes with signed
  * activation codes (maddubs), apply the per-sub-block scale with madd into
- * int32, and only convert to float once per 256-value block. The tiled gemm
- * lives in kern_avx512.c; this table leaves gemm to the vec_dot loop. */
+ * int32, and only convert to float once per 256-value block. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -55,6 +57,62 @@ static float vec_dot_f16_avx2(int n, const void *w, const void *a) {
 
 static inline __m256 bf16x8_to_ps(const mu_bf16 *p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)p)), 16));
+}
+
+/* VDPBF16PS as kern_ref.c's dpbf16_pair defines it, on 8 lanes: v holds 8
+ * bf16 pairs of x, u of y (lane l: element 2l in the low half). Inputs with
+ * a zero exponent read as +0 (DAZ), results with one are flushed to a zero
+ * of their sign (FTZ); each FMA rounds once. */
+static inline __m256 bf16_even(__m256i v) { return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16)); }
+static inline __m256 bf16_odd(__m256i v) {
+    return _mm256_castsi256_ps(_mm256_and_si256(v, _mm256_set1_epi32((int)0xffff0000u)));
+}
+static inline __m256 f32_daz(__m256 f) {
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), _mm256_set1_epi32(0x7f800000));
+    return _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(e, _mm256_setzero_si256())), f);
+}
+static inline __m256 f32_ftz(__m256 f) {
+    const __m256i e = _mm256_and_si256(_mm256_castps_si256(f), _mm256_set1_epi32(0x7f800000));
+    const __m256i m = _mm256_and_si256(_mm256_cmpeq_epi32(e, _mm256_setzero_si256()), _mm256_set1_epi32(0x7fffffff));
+    return _mm256_andnot_ps(_mm256_castsi256_ps(m), f);
+}
+/* acc (already flushed) + the pairs: the odd element first, then the even */
+static inline __m256 dpbf16_8(__m256 acc, __m256i v, __m256i u) {
+    acc = f32_ftz(_mm256_fmadd_ps(f32_daz(bf16_odd(v)), f32_daz(bf16_odd(u)), acc));
+    return f32_ftz(_mm256_fmadd_ps(f32_daz(bf16_even(v)), f32_daz(bf16_even(u)), acc));
+}
+
+/* ref (ggml_vec_dot_bf16 with AVX512BF16): two 16-lane accumulators over
+ * elements 0..31 and 32..63 of every 64, each reduced as hsum16, added in
+ * double, the tail in double. */
+static float vec_dot_bf16_avx2(int n, const void *w, const void *a) {
+    const mu_bf16 *x = w, *y = a;
+    __m256 c[4];
+    for (int k = 0; k < 4; k++) c[k] = _mm256_setzero_ps();
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64)
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++)
+            c[k] = dpbf16_8(c[k], _mm256_loadu_si256((const __m256i *)(x + i + 16 * k)),
+                            _mm256_loadu_si256((const __m256i *)(y + i + 16 * k)));
+    double s = (double)hsum16_ps(c[0], c[1]);
+    s += (double)hsum16_ps(c[2], c[3]);
+    for (int i = np; i < n; i++) s += (double)(mu_bf16_to_f32(x[i]) * mu_bf16_to_f32(y[i]));
+    return (float)s;
+}
+
+/* ref (tinyBLAS BF16, steps of 32): one 16-lane accumulator; n % 32 != 0
+ * takes vec_dot, as llama.cpp does. */
+static float vec_dot_bf16_batch_avx2(int n, const void *w, const void *a) {
+    if (n % 32) return vec_dot_bf16_avx2(n, w, a);
+    const mu_bf16 *x = w, *y = a;
+    __m256 lo = _mm256_setzero_ps(), hi = lo;
+    for (int i = 0; i < n; i += 32) {
+        lo = dpbf16_8(lo, _mm256_loadu_si256((const __m256i *)(x + i)), _mm256_loadu_si256((const __m256i *)(y + i)));
+        hi = dpbf16_8(hi, _mm256_loadu_si256((const __m256i *)(x + i + 16)),
+                      _mm256_loadu_si256((const __m256i *)(y + i + 16)));
+    }
+    return hsum16_ps(lo, hi);
 }
 
 /* ---- quantized dots ---------------------------------------------------- */
@@ -423,6 +481,8 @@ void mu_kern_fill_avx2(mu_kern *k) {
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx2;
     k->vec_dot[MU_T_Q5_K] = vec_dot_q5_K_avx2;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx2;
+    k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx2;
+    k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_avx2;
     k->quant[MU_T_Q8_0] = quant_q8_0_avx2;
     k->quant[MU_T_Q8_K] = quant_q8_K_avx2;
     k->quant[MU_T_F16] = quant_f16_avx2;

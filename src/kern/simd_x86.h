@@ -26,6 +26,10 @@ static inline float hsum_ps256(__m256 v) {
     return hsum_ps128(_mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)));
 }
 
+/* hsum16 of kern.h for a 16-lane accumulator held as lanes 0-7 (lo) and
+ * 8-15 (hi) */
+static inline float hsum16_ps(__m256 lo, __m256 hi) { return hsum_ps256(_mm256_add_ps(lo, hi)); }
+
 /* The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K
  * block, unpacked with 32-bit masks (the values of kern_ref.c's
  * scale_min_k4). */
