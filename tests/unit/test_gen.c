@@ -1,0 +1,316 @@
+/* test_gen.c: the generation pipeline (src/gen) against plain references:
+ * the scheduler's greedy tokens and log-probabilities against a direct
+ * mu_forward + argmax loop (mini model, no tokenizer); forced tokens,
+ * length and context limits, cancellation, the hold hook; and, on the
+ * bundled model (it has a tokenizer), text events, stop strings cut and
+ * held back at every position, and KV prefix reuse. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "../../include/muser_gen.h"
+#include "mini_model.h"
+
+static char dir[] = "/tmp/mutest_gen_XXXXXX";
+static mu_model *M, *D;  /* mini model; the bundled model (NULL when absent) */
+static mu_engine *E, *ED;
+static int V;
+
+static int setup(void **state) {
+    (void)state;
+    if (!mkdtemp(dir)) return -1;
+    char path[256];
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    mini_cfg c = mini_default();
+    c.n_ctx = 1024;
+    if (mini_write(path, &c)) return -1;
+    mu_err err;
+    if (mu_model_open(path, &M, &err)) return -1;
+    unlink(path);
+    mu_engine_opts o = {.n_threads = 2};
+    if (mu_engine_new(M, &o, &E, &err)) return -1;
+    V = mu_model_get_info(M)->n_vocab;
+    if (mu_model_open("models/muser-default.gguf", &D, &err) == 0 && mu_engine_new(D, &o, &ED, &err)) return -1;
+    return 0;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    mu_engine_free(ED);
+    mu_model_close(D);
+    mu_engine_free(E);
+    mu_model_close(M);
+    rmdir(dir);
+    return 0;
+}
+
+static void prompt(int32_t *ids, int n, int seed) {
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + seed * 11 + 3) % 70);
+}
+
+/* What one job produced. */
+typedef struct {
+    int32_t ids[600];
+    float logprob[600];
+    int n;
+    char text[8192], reasoning[256];
+    size_t n_text;
+    int n_text_events;
+    mu_finish finish;
+    char stop_word[64];
+    mu_gen_stats st;
+} result;
+
+static void read_job(mu_job *j, result *r) {
+    memset(r, 0, sizeof *r);
+    mu_gen_event ev;
+    int got;
+    while ((got = mu_job_next(j, &ev, -1)) == 1) {
+        if (ev.kind == MU_EV_TOKEN) {
+            assert_true(r->n < 600);
+            r->logprob[r->n] = ev.tok.logprob;
+            r->ids[r->n++] = ev.tok.id;
+        } else if (ev.kind == MU_EV_TEXT && ev.channel == MU_CH_CONTENT) {
+            assert_true(r->n_text + ev.len < sizeof r->text);
+            memcpy(r->text + r->n_text, ev.text, ev.len);
+            r->n_text += ev.len;
+            r->n_text_events++;
+        } else if (ev.kind == MU_EV_FINISH) {
+            r->finish = ev.finish;
+            r->st = ev.stats;
+            if (ev.stop_word) snprintf(r->stop_word, sizeof r->stop_word, "%s", ev.stop_word);
+            break;
+        }
+    }
+    assert_int_equal(got, 1);
+    assert_int_equal(mu_job_next(j, &ev, 0), 0); /* nothing after FINISH */
+}
+
+static void run_job(mu_sched *s, const mu_gen_req *q, result *r) {
+    mu_job *j;
+    mu_err err = {0};
+    if (mu_sched_submit(s, q, 1, &j, &err)) fail_msg("submit: %s", err.msg);
+    read_job(j, r);
+    mu_job_free(j);
+}
+
+/* The scheduler's greedy tokens and log-probabilities equal a direct loop
+ * over mu_forward with argmax and mu_token_probs, prompt chunks included. */
+static void test_greedy_matches_plain_loop(void **state) {
+    (void)state;
+    mu_err err = {0};
+    static int32_t p[600];
+    const int lens[] = {1, 9, 530};
+    for (int li = 0; li < 3; li++) {
+        int np = lens[li], ng = 12;
+        prompt(p, np, li);
+        mu_sched *s;
+        mu_sched_opts so = {.n_slots = 1, .n_ctx = np + ng};
+        assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = ng, .sp = {.temp = 0}, .ignore_eos = true,
+                        .no_text = true, .logprobs = true};
+        result r;
+        run_job(s, &q, &r);
+        mu_sched_free(s);
+        assert_int_equal(r.finish, MU_FINISH_LENGTH);
+        assert_int_equal(r.n, ng);
+        assert_int_equal(r.st.n_prompt, np);
+        /* the reference */
+        mu_session *ss;
+        assert_int_equal(mu_session_new(E, np + ng, &ss, &err), 0);
+        mu_batch_item it = {.s = ss, .tokens = p, .n_tokens = np};
+        int32_t tok;
+        for (int k = 0; k < ng; k++) {
+            assert_int_equal(mu_forward(E, &it, 1, &err), 0);
+            const float *lg = mu_session_logits(ss, -1);
+            tok = 0;
+            for (int v = 1; v < V; v++)
+                if (lg[v] > lg[tok]) tok = v;
+            float lp;
+            mu_token_probs(lg, V, tok, 0, &lp, NULL, NULL, NULL);
+            assert_int_equal(r.ids[k], tok);
+            assert_memory_equal(&r.logprob[k], &lp, sizeof lp);
+            it.tokens = &tok;
+            it.n_tokens = 1;
+        }
+        mu_session_free(ss);
+    }
+}
+
+/* Forced tokens come first; the context cap ends with MU_FINISH_CTX. */
+static void test_forced_and_limits(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t p[8];
+    prompt(p, 8, 3);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 20};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    const int32_t forced[3] = {11, 12, 13};
+    mu_gen_req q = {.prompt = p, .n_prompt = 8, .n_predict = 5, .sp = {.temp = 0}, .ignore_eos = true,
+                    .no_text = true, .forced = forced, .n_forced = 3};
+    result r;
+    run_job(s, &q, &r);
+    assert_int_equal(r.n, 5);
+    assert_int_equal(r.ids[0], 11);
+    assert_int_equal(r.ids[1], 12);
+    assert_int_equal(r.ids[2], 13);
+    assert_int_equal(r.finish, MU_FINISH_LENGTH);
+    q.n_predict = -1; /* until the context is full: 20 - 8 */
+    q.n_forced = 0;
+    run_job(s, &q, &r);
+    assert_int_equal(r.n, 12);
+    assert_int_equal(r.finish, MU_FINISH_CTX);
+    /* bad requests fail at submit */
+    mu_job *j;
+    q.n_prompt = 20;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), MU_E_ARG);
+    q.n_prompt = 8;
+    int32_t bad = V;
+    q.forced = &bad;
+    q.n_forced = 1;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), MU_E_ARG);
+    mu_sched_free(s);
+}
+
+/* hold_until: no job starts until two are queued, so both share every
+ * forward pass; a job cancelled before it starts ends with CANCEL. */
+static void test_hold_and_cancel(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t pa[5], pb[30];
+    prompt(pa, 5, 1);
+    prompt(pb, 30, 2);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 2, .n_ctx = 64, .queue_max = 4, .hold_until = 2};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_gen_req qa = {.prompt = pa, .n_prompt = 5, .n_predict = 10, .sp = {.temp = 0}, .ignore_eos = true, .no_text = true};
+    mu_gen_req qb = qa;
+    qb.prompt = pb;
+    qb.n_prompt = 30;
+    mu_job *ja, *jb;
+    assert_int_equal(mu_sched_submit(s, &qa, 1, &ja, &err), 0);
+    mu_gen_event ev;
+    assert_int_equal(mu_job_next(ja, &ev, 50), 0); /* held: nothing happens */
+    assert_int_equal(mu_sched_submit(s, &qb, 1, &jb, &err), 0);
+    result ra, rb;
+    read_job(ja, &ra);
+    read_job(jb, &rb);
+    mu_sched_metrics m;
+    mu_sched_get_metrics(s, &m);
+    assert_int_equal(ra.n, 10);
+    assert_int_equal(rb.n, 10);
+    assert_int_equal((int)m.n_forward, 10); /* both prompts in the first pass, then 9 shared decode passes */
+    mu_job_free(ja);
+    mu_job_free(jb);
+    mu_sched_free(s);
+
+    so.n_slots = 1;
+    so.hold_until = 2;
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    assert_int_equal(mu_sched_submit(s, &qa, 1, &ja, &err), 0);
+    mu_job_cancel(ja);
+    assert_int_equal(mu_sched_submit(s, &qb, 1, &jb, &err), 0);
+    read_job(ja, &ra);
+    read_job(jb, &rb);
+    assert_int_equal(ra.finish, MU_FINISH_CANCEL);
+    assert_int_equal(ra.n, 0);
+    assert_int_equal(rb.finish, MU_FINISH_LENGTH);
+    mu_job_free(ja);
+    mu_job_free(jb);
+    mu_sched_free(s);
+}
+
+/* Text, stop strings and prefix reuse on the bundled model. */
+static void test_text_and_stops(void **state) {
+    (void)state;
+    if (!D) skip();
+    mu_err err = {0};
+    int32_t *p;
+    int np;
+    const char *text = "The tar command";
+    assert_int_equal(mu_tokenize(D, text, strlen(text), mu_model_get_info(D)->add_bos, false, &p, &np, &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 256};
+    assert_int_equal(mu_sched_new(ED, &so, &s, &err), 0);
+    mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 40, .sp = {.temp = 0}, .ignore_eos = true};
+    result full;
+    run_job(s, &q, &full);
+    assert_int_equal(full.n, 40);
+    assert_true(full.n_text > 30);
+    /* the text is the concatenation of the tokens' pieces */
+    char pieces[8192];
+    size_t np_ = 0;
+    for (int i = 0; i < full.n; i++) {
+        int k = mu_tok_piece(mu_model_tokenizer(D), full.ids[i], false, pieces + np_, sizeof pieces - np_);
+        assert_true(k >= 0);
+        np_ += (size_t)k;
+    }
+    assert_int_equal(np_, full.n_text);
+    assert_memory_equal(pieces, full.text, np_);
+
+    /* a stop string cut at every position of the text: the answer ends right
+     * before its first occurrence, no TEXT event ever carries it, and the
+     * generation ends there (fewer tokens) */
+    static result r;
+    for (size_t at = 1; at + 4 <= full.n_text; at += 3) {
+        char stop[8];
+        memcpy(stop, full.text + at, 4);
+        stop[4] = 0;
+        const char *first = memmem(full.text, full.n_text, stop, 4);
+        size_t cut = (size_t)(first - full.text);
+        const char *stops[2] = {"\x01never", stop};
+        q.stops = stops;
+        q.n_stops = 2;
+        run_job(s, &q, &r);
+        assert_int_equal(r.finish, MU_FINISH_WORD);
+        assert_string_equal(r.stop_word, stop);
+        assert_int_equal(r.n_text, cut);
+        assert_memory_equal(r.text, full.text, cut);
+        assert_memory_equal(r.ids, full.ids, (size_t)r.n * sizeof *r.ids);
+        assert_true(r.n <= full.n);
+    }
+    /* a stop string that never matches holds nothing back at the end */
+    const char *never[1] = {"\x02\x03"};
+    q.stops = never;
+    q.n_stops = 1;
+    run_job(s, &q, &r);
+    assert_int_equal(r.finish, MU_FINISH_LENGTH);
+    assert_int_equal(r.n_text, full.n_text);
+    assert_memory_equal(r.text, full.text, full.n_text);
+    q.stops = NULL;
+    q.n_stops = 0;
+
+    /* prefix reuse: the second turn's prompt extends the first job's
+     * tokens; all of them but the last are reused */
+    q.keep_prefix = true;
+    q.n_predict = 8;
+    run_job(s, &q, &r);
+    assert_int_equal(r.st.n_reused, np - 1); /* the slot still holds the last job's tokens */
+    static int32_t p2[128];
+    memcpy(p2, p, (size_t)np * sizeof *p);
+    memcpy(p2 + np, r.ids, 8 * sizeof *p2);
+    p2[np + 8] = 42;
+    mu_gen_req q2 = q;
+    q2.prompt = p2;
+    q2.n_prompt = np + 9;
+    result r2;
+    run_job(s, &q2, &r2);
+    assert_int_equal(r2.st.n_reused, np + 7); /* the last generated token was never fed */
+    assert_int_equal(r2.n, 8);
+    mu_sched_free(s);
+    free(p);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_greedy_matches_plain_loop),
+        cmocka_unit_test(test_forced_and_limits),
+        cmocka_unit_test(test_hold_and_cancel),
+        cmocka_unit_test(test_text_and_stops),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
