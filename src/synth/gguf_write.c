@@ -2,7 +2,7 @@
  * Owns: metadata serialization (kept as one growing byte buffer in insertion
  * order), tensor infos and their aligned offsets, buffered streaming of the
  * data section, the "<path>.tmp then rename" discipline.
- * Does not own: which keys or tensors a model has (cmd gen), reading (gguf.c).
+ * Does not own: which keys or tensors a model has (synth.c), reading (gguf.c).
  * Key design choice: tensor data is never held in memory; callers stream it
  * in tensor order through a 4 MiB buffer (writes at least that large go
  * straight to the file), and the writer inserts the alignment padding, so a

@@ -1,7 +1,7 @@
 /* gguf_write.h: write GGUF v3 files (the counterpart of gguf.h).
  * Owns: serializing metadata (every GGUF value type, arrays included), tensor
  * infos with 32-byte aligned offsets, and streaming tensor data to disk with
- * large buffered writes. Knows nothing about any model (cmd gen decides the
+ * large buffered writes. Knows nothing about any model (synth.c decides the
  * keys and tensors).
  *
  * Use: new -> set_* / add_tensor (any order; keys and tensors keep their

@@ -1,5 +1,5 @@
 /* quantize.c: f32 rows -> F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K rows.
- * Owns: the weight quantizers used by the model generator (cmd gen) and the
+ * Owns: the weight quantizers used by the model generator (synth.c) and the
  * kernel tests. Does not own the block layouts (quant.h), fp16 conversion or
  * dequantization (kern_ref.c), and is never used on the inference path.
  * Key design choice: the careful path follows the spirit of llama.cpp's
