@@ -1,7 +1,7 @@
 # muser: one GNU Makefile, no configure step.
 #   make           build ./muser
 #   make test      build and run every test tier this machine supports
-#   make check     layering table and self-contained headers
+#   make check     layering table, self-contained headers, cited paths exist
 #   make asan      sanitizer build (ASan + UBSan) of muser and the unit tests
 #   make deps      install the Debian packages the build and tests need (root)
 
@@ -75,8 +75,9 @@ unit: $(UNIT_BIN)
 test: muser $(UNIT_BIN)
 	BUILD=$(BUILD) bash tests/run.sh
 
+# both scripts run even when the first fails
 check:
-	bash tools/check-layers.sh
+	@rc=0; bash tools/check-layers.sh || rc=1; bash tools/check-paths.sh || rc=1; exit $$rc
 
 asan:
 	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build/asan/muser unit

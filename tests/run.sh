@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one test runner. Tiers, each skipped with a message when its resource
 # is missing:
-#   check    layering table and self-contained headers
+#   check    layering table, self-contained headers, cited paths exist
 #   unit     cmocka unit tests (no model)               build/tests/test_*
 #   asan     the unit tests built with ASan + UBSan
 #   fuzz     replay of every fuzz corpus                tests/fuzz/corpus/*
@@ -9,7 +9,7 @@
 #   shared   the team's shared fixtures                 ../shared/fixtures
 #   e2e      end-to-end scripts (CLI, server on loopback)  tests/e2e/test_*.sh
 #   neon     ARM64 kernels under qemu-user              (cross compiler + qemu)
-#   gpu      CUDA backend                               (needs a CUDA device)
+#   gpu      CUDA backend (not written yet: skipped)    (a CUDA device)
 # Usage: tests/run.sh [tier ...]   (default: all)
 set -u
 cd "$(dirname "$0")/.."
@@ -42,7 +42,12 @@ tier_unit() {
 
 tier_fuzz() { bash tests/fuzz/replay.sh; }
 
-tier_check() { bash tools/check-layers.sh; }
+tier_check() {
+  local rc=0
+  bash tools/check-layers.sh || rc=1
+  bash tools/check-paths.sh || rc=1
+  return $rc
+}
 
 tier_asan() {
   make -s BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" unit || return 1
@@ -81,8 +86,8 @@ for tier in "${tiers[@]}"; do
         run_tier neon tier_neon
       else skip neon "needs aarch64-linux-gnu-gcc and qemu-aarch64"; fi ;;
     gpu)
-      if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1 && [ -f tests/gpu/run.sh ]; then
-        run_tier gpu bash tests/gpu/run.sh
+      if [ ! -f tests/gpu/run.sh ]; then skip gpu "no CUDA backend yet (src/gpu has only gpu_none.c)"
+      elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then run_tier gpu bash tests/gpu/run.sh
       else skip gpu "no CUDA device on this machine"; fi ;;
     *) echo "unknown tier $tier"; exit 2 ;;
   esac
