@@ -2,7 +2,7 @@
  * Owns: two numbers per kernel table and weight type:
  *   decode: vec_dot over a weight matrix far larger than the caches (one
  *           activation row, like a decode step), in GB/s of weights read, to
- *           compare with bench/membw;
+ *           compare with build/bench/membw (bench/membw.c);
  *   decode2: the same with vec_dot2 (rows in pairs), where the table has it;
  *   gemm:   a 2048 x 2048 weight slice against 64 activation rows (prefill),
  *           in GMAC/s, with the table's gemm or, when it has none, the
@@ -25,9 +25,6 @@
 #include <time.h>
 
 #include "../src/kern/kern.h"
-
-/* see tests/unit/test_kern.c: the weak dispatch needs a strong reference */
-void (*const force_link[])(mu_kern *) = {mu_kern_fill_avx2, mu_kern_fill_avx512};
 
 static double now(void) {
     struct timespec ts;

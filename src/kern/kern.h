@@ -1,8 +1,11 @@
 /* kern.h: the CPU kernel table.
  * Owns: the signatures every ISA implements and the dispatch that picks a
  * table at start-up. kern_ref.c is the specification and the test oracle;
- * kern_avx2.c / kern_avx512.c / kern_neon.c fill what they accelerate and
- * leave the rest NULL, which falls back to the next lower table.
+ * per ISA, kern_<isa>.c (dots, quantizers, dequantizers), gemm_<isa>.c (the
+ * tiled matrix-matrix kernels; for AVX2 and NEON also most batch-path dots)
+ * and attn_<isa>.c (attention and activation pieces) fill what they
+ * accelerate; the table they fill starts as a copy of the next lower one
+ * (kern_dispatch.c), so the rest falls back to it.
  *
  * Numerics follow llama.cpp's CPU backend so results match it: a weight of
  * type T is multiplied with activations first converted to T's "dot type"
@@ -103,7 +106,8 @@ const mu_kern *mu_kern_select(const char *name);
 /* Every table this CPU can run, for tests; returns the count. */
 int mu_kern_available(const mu_kern **out, int cap);
 
-/* Filled by ISA files (declared here, defined only where built). */
+/* Filled by ISA files (declared here, defined only where built: x86-64 or
+ * AArch64); kern_dispatch.c calls them. */
 void mu_kern_fill_avx2(mu_kern *k);
 void mu_kern_fill_avx512(mu_kern *k);
 void mu_kern_fill_neon(mu_kern *k);
@@ -136,7 +140,9 @@ void mu_dequant_q6_K_ref(const void *w, float *y, int n);
 void mu_dequant_q8_0_ref(const void *w, float *y, int n);
 
 /* Quantizers from f32 (for the generator and tests; llama.cpp-style
- * reference quantization, not used on the inference path). */
+ * reference quantization, not used on the inference path). Defined in
+ * src/synth/quantize.c, not in src/kern: only programs that link the
+ * generator can call it. */
 void mu_quantize_row(uint32_t type, const float *x, void *y, int n);
 
 #endif

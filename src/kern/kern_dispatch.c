@@ -1,7 +1,10 @@
 /* kern_dispatch.c: picks the kernel table at start-up.
  * Owns: CPU feature detection and the fill-from-below rule: each ISA table
  * starts as a copy of the next lower one, so entries an ISA file leaves
- * untouched fall back automatically. $MUSER_KERN forces a table. */
+ * untouched fall back automatically. $MUSER_KERN forces a table.
+ * The ISA fill functions are called directly (strong references, under
+ * HAVE_X86 / HAVE_ARM), so a static link of libmuser.a keeps the SIMD
+ * tables without help from the program. */
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>

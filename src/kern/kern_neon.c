@@ -1,13 +1,13 @@
 /* kern_neon.c: the ARM NEON kernel table (AArch64).
- * Owns: NEON dots for every weight type the engine computes with, the Q8_0
- * and Q8_K activation quantizers (bit-identical to kern_ref.c), and the F16
- * attention pieces. Dequantizers and gemm stay the reference ones / the
- * vec_dot loop.
+ * Owns: NEON dots (vec_dot) for every weight type the engine computes with
+ * and the Q8_0 and Q8_K activation quantizers (bit-identical to kern_ref.c).
+ * The dequantizers stay the reference ones.
  * Does not own: numerics (kern_ref.c, llama.cpp's x86 orders): the F16,
  * Q8_0, Q4_K, Q5_K and Q6_K dots here reproduce them bit for bit (integer
  * lanes grouped as the ref groups them, float steps in the ref's order), and
  * so do the F32 and BF16 dots (the BF16 one with VDPBF16PS's DAZ/FTZ done
- * by masks). The vec_dot_batch entries stay the ref's.
+ * by masks). Nor the gemm entries and the batch-path dots (gemm_neon.c) or
+ * the F16 attention pieces (attn_neon.c).
  * Key design choice: the file is built with +dotprod, but the int8 dots come
  * in two variants chosen at fill time from the CPU's HWCAP: SDOT
  * (vdotq_s32) where the CPU has the dot-product extension, widening

@@ -6,8 +6,6 @@
 #include "../unit/kern_checks.h"
 
 int mu_kern_neon_has_sdot(void);
-/* strong reference: the dispatch's weak one does not pull the object in */
-void (*const force_link[])(mu_kern *) = {mu_kern_fill_neon};
 
 int main(void) {
     const mu_kern *tabs[8];

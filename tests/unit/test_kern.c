@@ -80,12 +80,6 @@ static void test_select(void **st) {
     for (int i = 0; i < n_tables; i++) assert_ptr_equal(mu_kern_select(tables[i]->name), tables[i]);
 }
 
-/* The dispatch declares the ISA fill functions weak, which does not pull
- * their objects out of libmuser.a; a strong reference here does. */
-#if defined(__x86_64__)
-void (*const force_link[])(mu_kern *) = {mu_kern_fill_avx2, mu_kern_fill_avx512};
-#endif
-
 int main(void) {
     n_tables = mu_kern_available(tables, 8);
     fprintf(stderr, "test_kern: tables:");
