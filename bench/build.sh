@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the benchmark helpers (not part of `make`): bench/membw (memory read
-# bandwidth) and bench/kernbench (kernel throughput against that bandwidth).
-# Output goes to $BUILD/bench (default build/bench).
+# Builds the benchmark helpers (not part of `make`): membw (memory read
+# bandwidth, bench/membw.c) and kernbench (kernel throughput against that
+# bandwidth, bench/kernbench.c), into $BUILD/bench (default build/bench).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}

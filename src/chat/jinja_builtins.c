@@ -5,8 +5,10 @@
  * environment: mutating methods (list.append, dict.pop, ...) are refused as
  * unsafe, `tojson` is json.dumps(ensure_ascii=False), range is capped at
  * 100000 items. Does not: parse or evaluate statements.
- * Key choice: one table per kind (filter/test/method) dispatched by name, with
- * Python's argument binding (positional or keyword) done by a small helper. */
+ * Key choice: per kind (filter, test, method) a list of the known names (for
+ * the `filter` and `test` tests and attribute access) and one function that
+ * dispatches by name through a chain of strcmp, with Python's argument binding
+ * (positional or keyword) done by a small helper (bind). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>

@@ -1,13 +1,14 @@
-/* gpu.h: the GPU boundary, in pure C. The engine sees only this header; one
- * implementation per build: gpu_cuda.cu (the only file that sees CUDA) or
- * gpu_none.c (CPU-only builds, every call answers MU_E_UNSUPPORTED).
+/* gpu.h: the GPU boundary, in pure C: device discovery, opening a device,
+ * buffers uploaded from the host. Only gpu_none.c implements it today
+ * (CPU-only builds: no devices, every call that would need one answers
+ * MU_E_UNSUPPORTED); the CUDA implementation (gpu_cuda.cu, to be the only
+ * file that sees CUDA) is not written, and nothing calls this header yet.
  *
- * The split of work follows the engine's forward pass: a device holds
- * weights uploaded once (copies of the GGUF views, owned here, never by the
- * model) and the KV rows of the sessions it serves; the engine asks it to run
- * a chunk of tokens and reads back logits. Sessions' KV rows cross the
- * boundary only as F16 rows (mu_session_kv_read/write), which is also how
- * the two-node prefill lane hands KV over. */
+ * The intended split of work follows the engine's forward pass: a device
+ * holds weights uploaded once (copies of the GGUF views, owned here, never
+ * by the model) and the KV rows of the sessions it serves; the engine asks
+ * it to run a chunk of tokens and reads back logits. Sessions' KV rows
+ * would cross the boundary only as F16 rows (mu_session_kv_read/write). */
 #ifndef MU_GPU_GPU_H
 #define MU_GPU_GPU_H
 
