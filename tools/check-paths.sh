@@ -5,8 +5,8 @@
 #   and the whole text of the Markdown docs (README.md, HACKING.md,
 #   docs/*.md, tests/**/README.md).
 #   A cited path is a word that starts with src/, include/, cmd/, tests/,
-#   tools/, bench/ or docs/ right after a space, a quote, a backtick or a
-#   bracket (so build/tests/x, $BUILD/tests/x, ../shared/x and URLs are not
+#   tools/, bench/, docs/ or models/ right after a space, a quote, a
+#   backtick or a bracket (so build/tests/x, $BUILD/tests/x, ../shared/x and URLs are not
 #   citations), or the target of a relative Markdown link (resolved against
 #   the doc's directory; links that leave the repository, like ../shared,
 #   are not checked). Trailing punctuation is dropped.
@@ -22,7 +22,7 @@
 set -u
 cd "$(dirname "$0")/.."
 
-ROOTS='src|include|cmd|tests|tools|bench|docs'
+ROOTS='src|include|cmd|tests|tools|bench|docs|models'
 # a root, then path characters, <placeholders> and {a,b} alternatives
 TOKEN="(${ROOTS})/([A-Za-z0-9_.*?+/-]|<[A-Za-z0-9_-]+>|\\{[A-Za-z0-9_.,*/-]*\\})*"
 BEFORE='(^|[][[:space:]"'"'"'`(<>|=,;:*])'

@@ -155,7 +155,7 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
         s2 = _mm512_fmadd_ps(f16x16(x + i + 32), _mm512_loadu_ps(y + i + 32), s2);
         s3 = _mm512_fmadd_ps(f16x16(x + i + 48), _mm512_loadu_ps(y + i + 48), s3);
     }
-    /* GCC's reduction adds in hsum16's order (kern_avx512.c relies on it too) */
+    /* GCC's reduction adds in hsum16's order (kern_avx512.c and gemm_avx512.c rely on it too) */
     double s = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s2), _mm512_add_ps(s1, s3)));
     for (int i = np; i < n; i++) s += (double)(_cvtsh_ss(x[i]) * y[i]);
     return (float)s;

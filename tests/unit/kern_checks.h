@@ -4,14 +4,14 @@
  * Plain C, no test framework: each check returns its failure count and
  * prints what failed on stderr.
  *
- * Bit-exact (kc_exact): quantizers (activation f32 -> dot type),
- * dequantizers, and every dot, whose float order kern_ref.c pins to
- * llama.cpp's (vec_dot, vec_dot_batch, gemm, mm_f16), softmax_f16, swiglu.
- * Named tolerances for the rest (|got - ref| <= tol * sum_i |w_i| * |a_i|,
- * the sum of the magnitudes of the terms):
- *   TOL_DOT_FLOAT  F32 and BF16 dots (the ref sums in double; SIMD lanes in
- *                  float: worst case about n/32 roundings of 6e-8, n = 6656).
- *   TOL_DOT_QUANT  kept for tables that do not claim exactness (none now). */
+ * Bit-exact: quantizers (activation f32 -> dot type), dequantizers, and
+ * every dot of every weight type checked (kc_exact: all of KC_WTYPES),
+ * whose float order kern_ref.c pins to llama.cpp's (vec_dot, vec_dot2,
+ * vec_dot_batch, gemm, mm_f16), softmax_f16, swiglu.
+ * Named tolerances remain for a weight type outside kc_exact (none now):
+ * |got - ref| <= tol * sum_i |w_i| * |a_i|, the sum of the magnitudes of
+ * the terms, with TOL_DOT_FLOAT for F32, F16 and BF16 and TOL_DOT_QUANT
+ * for the quantized types. */
 #ifndef MU_TESTS_KERN_CHECKS_H
 #define MU_TESTS_KERN_CHECKS_H
 

@@ -1,8 +1,8 @@
 /* test_kern.c: every kernel table this CPU can run (mu_kern_available)
- * against kern_ref.c: quantizers and dequantizers bit-identical, dots and
- * gemm tiles within the named tolerances of kern_checks.h, on seeded random
- * inputs at block-boundary lengths (1, 2, 8 and 26 blocks of 256) including
- * blocks with extreme scales and exact rounding ties. */
+ * against kern_ref.c, bit for bit (quantizers, dequantizers, dots, gemm
+ * tiles, attention pieces: kern_checks.h), on seeded random inputs at
+ * block-boundary lengths (1, 2, 8 and 26 blocks of 256) including blocks
+ * with extreme scales and exact rounding ties. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
