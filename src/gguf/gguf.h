@@ -1,6 +1,7 @@
 /* gguf.h: read-only GGUF v3 files through a memory map.
  * Owns: parsing and validating the header, key/value metadata and tensor
- * infos; lookups by name. Does not interpret any key (model.c does).
+ * infos; lookups by name. Does not interpret any key (src/model and the
+ * tokenizer, src/tok, do).
  * Every length and offset is bounds-checked on open; after a successful open
  * all accessors are safe on the returned views, which live as long as the
  * mu_gguf handle. */

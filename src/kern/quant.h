@@ -1,4 +1,5 @@
-/* quant.h: ggml tensor type ids and quant block layouts, shared by C and CUDA.
+/* quant.h: ggml tensor type ids and quant block layouts, in plain C that
+ * CUDA code can share (there is none yet).
  * Owns: the byte layout of every block type muser reads, and the type table
  * (block size, bytes per block). The layouts are the GGUF on-disk format and
  * must never change; static asserts pin their sizes. */

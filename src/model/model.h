@@ -1,5 +1,6 @@
-/* model.h: a validated binding of a muse-glimmer GGUF: geometry and weight
- * views. Internal to the engine; the public face is include/muser.h. */
+/* model.h: a validated binding of a muse-glimmer GGUF: geometry, weight
+ * views, the tokenizer and the chat template. Internal to the library (the
+ * engine reads the struct); the public face is include/muser.h. */
 #ifndef MU_MODEL_MODEL_H
 #define MU_MODEL_MODEL_H
 
