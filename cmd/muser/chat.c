@@ -7,41 +7,40 @@
  *
  * Owns: the conversation (a JSON array of OpenAI-shaped messages), the line
  * editor (libedit, only when stdin is a terminal; plain lines otherwise), the
- * slash commands, turning the model's output into terminal text (reasoning
- * dim or between markers, answer plain, tool calls on their own line) and
- * the SIGINT policy (Ctrl-C stops the answer being generated, clears the line
- * at the prompt, never ends the program from a terminal).
- * Does not own: templates, tokenization, output parsing (chat/chat.h,
- * tok/tokenizer.h) or the forward pass (muser.h).
+ * slash commands, turning the events of a generation job into terminal text
+ * (reasoning dim or between markers, answer plain, tool calls on their own
+ * line) and the SIGINT policy (Ctrl-C stops the answer being generated,
+ * clears the line at the prompt, never ends the program from a terminal).
+ * Does not own: templates and tokenization (mu_chat_apply, mu_tokenize) or
+ * generation: a scheduler with one slot (include/muser_gen.h) samples,
+ * detokenizes, splits the Muse channels and applies the stop rules on its
+ * engine thread; this file only reads the events of each turn's job.
  *
  * Key design choice: every turn renders the WHOLE conversation with the chat
- * template and tokenizes it, then keeps the longest common prefix of the
- * tokens already in the session's KV cache and feeds only the rest. This is
- * always exactly what a fresh session would compute (no drift between what
- * the template says and what the cache holds), and costs only the new tokens
- * when the template is stable. When the cache cannot be cut back (a sliding
- * layer's ring has already dropped the rows, MU_E_STATE) the session is reset
- * and the conversation fed again from scratch. */
+ * template and tokenizes it, and submits it with keep_prefix: the scheduler
+ * keeps the longest common prefix of the tokens its slot already holds and
+ * feeds only the rest. This is always exactly what a fresh session would
+ * compute (no drift between what the template says and what the cache
+ * holds), and costs only the new tokens when the template is stable. When
+ * the cache cannot be cut back (a sliding layer's ring has already dropped
+ * the rows) the scheduler starts the slot over and feeds everything. */
 #include <errno.h>
 #include <histedit.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
-#include "../../include/muser.h"
-#include "../../src/chat/chat.h"
-#include "../../src/model/model.h"
-#include "../../src/tok/tokenizer.h"
+#include "../../include/muser_gen.h"
 #include "cli.h"
 
-#define PREFILL_CHUNK 512   /* tokens per forward while feeding a prompt: Ctrl-C is checked between */
 #define MAX_LINE (1u << 20) /* bytes of one user message */
+#define POLL_MS 50          /* how often a running answer looks at the Ctrl-C flag */
 
 static volatile sig_atomic_t g_interrupt;
 
@@ -96,6 +95,61 @@ static void sb_clear(sbuf *b) {
 
 static const char *sb_str(const sbuf *b) { return b->p ? b->p : ""; }
 
+/* ---- valid UTF-8 ------------------------------------------------------ */
+
+/* Length of the UTF-8 sequence at s[0..n): > 0 a complete character, -k
+ * an invalid unit (k >= 1 its maximal valid prefix, or the rest of s when s
+ * ends inside a character). Strict UTF-8, the detokenizer's rule. */
+static int utf8_unit(const unsigned char *s, size_t n) {
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    int need;
+    unsigned lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 2;
+    else if (c >= 0xE0 && c <= 0xEF) {
+        need = 3;
+        if (c == 0xE0) lo = 0xA0;
+        if (c == 0xED) hi = 0x9F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        need = 4;
+        if (c == 0xF0) lo = 0x90;
+        if (c == 0xF4) hi = 0x8F;
+    } else
+        return -1;
+    for (int i = 1; i < need; i++) {
+        if ((size_t)i >= n) return -i;
+        unsigned b = s[i];
+        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return -i;
+    }
+    return need;
+}
+
+/* The text of an event with each invalid unit replaced by U+FFFD (what the
+ * streaming detokenizer's MU_DETOK_VALID_UTF8 does: the events carry whole
+ * characters, and bytes that can never become one verbatim). Returns s when
+ * it is valid, else tmp's text; *n is updated. */
+static const char *utf8_fix(sbuf *tmp, const char *s, size_t *n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0;
+    while (i < *n) {
+        int k = utf8_unit(u + i, *n - i);
+        if (k < 0) break;
+        i += (size_t)k;
+    }
+    if (i == *n) return s;
+    sb_clear(tmp);
+    sb_add(tmp, s, i);
+    while (i < *n) {
+        int k = utf8_unit(u + i, *n - i);
+        if (k > 0) sb_add(tmp, s + i, (size_t)k);
+        else sb_add(tmp, "\xEF\xBF\xBD", 3);
+        i += (size_t)(k > 0 ? k : -k);
+    }
+    if (tmp->oom) return s; /* out of memory: show it as it is; storing it fails later */
+    *n = tmp->n;
+    return sb_str(tmp);
+}
+
 /* ---- state ------------------------------------------------------------ */
 
 enum { SEC_NONE, SEC_REASONING, SEC_CONTENT, SEC_TOOL };
@@ -105,28 +159,24 @@ static const char *stop_name[] = {"eot", "limit", "context", "interrupt"};
 typedef struct {
     mu_model *m;
     const mu_model_info *I;
-    const mu_tok *tok;
     mu_engine *e;
-    mu_session *s;
-    mu_sampler *smp;
-    mu_detok *detok;
-    char *tmpl;              /* the GGUF's chat template or NULL (built-in Muse) */
-    char bos[64], eos[64];   /* token texts for the template */
+    mu_sched *sched;         /* one slot: the conversation's KV state */
+    mu_sample_params sp;
     char *reasoning;         /* NULL: the template's default */
     char *system;            /* NULL: the template's default system text */
     json_t *msgs;            /* the conversation after the system message */
-    int32_t *cache;          /* [n_ctx] the tokens the session holds (n_past of them) */
     int n_ctx;
     long long n_gen_max;     /* 0: until a stop token or the context is full */
     bool color, stats;
     bool tty_out;            /* stdout is a terminal: filter control characters */
     bool ignore_eos;         /* tests and benchmarks: never stop on eos/eot */
+    bool fresh;              /* the next turn starts from an empty session (/reset, /system, /load) */
     int32_t *force;          /* tests: MUSER_CHAT_FORCE_OUTPUT tokens replace sampling */
     int n_force;
     /* the answer being generated */
     int section;
     char last;               /* last byte written to stdout ('\n' at line start) */
-    sbuf content, reasoning_text;
+    sbuf content, reasoning_text, fix;
     json_t *tool_calls;
 } chat;
 
@@ -220,34 +270,52 @@ static void note(chat *c, const char *fmt, ...) {
     fflush(stdout);
 }
 
-static int on_event(void *user, const mu_chat_event *ev) {
-    chat *c = user;
-    if (ev->kind == MU_CHAT_REASONING) {
-        section_begin(c, SEC_REASONING);
-        out(c, ev->text, ev->len);
-        sb_add(&c->reasoning_text, ev->text, ev->len);
-    } else if (ev->kind == MU_CHAT_CONTENT) {
-        section_begin(c, SEC_CONTENT);
-        out(c, ev->text, ev->len);
-        sb_add(&c->content, ev->text, ev->len);
-    } else if (ev->kind == MU_CHAT_TOOL_CALL) {
+/* Text stored in the conversation: NUL bytes dropped (the conversation goes
+ * to the template as JSON text, where a NUL cannot be). */
+static void keep_text(sbuf *b, const char *s, size_t n) {
+    for (const char *z; n && (z = memchr(s, 0, n));) {
+        sb_add(b, s, (size_t)(z - s));
+        n -= (size_t)(z - s) + 1;
+        s = z + 1;
+    }
+    sb_add(b, s, n);
+}
+
+/* One TEXT or TOOL_CALL event of the answer: shown, and kept for the
+ * assistant message. */
+static void on_event(chat *c, const mu_gen_event *ev) {
+    if (ev->kind == MU_EV_TEXT) {
+        size_t n = ev->len;
+        const char *s = utf8_fix(&c->fix, ev->text, &n);
+        bool r = ev->channel == MU_CH_REASONING;
+        section_begin(c, r ? SEC_REASONING : SEC_CONTENT);
+        out(c, s, n);
+        keep_text(r ? &c->reasoning_text : &c->content, s, n);
+    } else if (ev->kind == MU_EV_TOOL_CALL) {
+        size_t n = strlen(ev->name);
+        char *name = strndup(utf8_fix(&c->fix, ev->name, &n), n);
+        n = ev->len;
+        const char *args = utf8_fix(&c->fix, ev->text, &n);
         section_begin(c, SEC_TOOL);
         newline_if_needed(c);
         if (c->color) esc(CYAN);
         outs(c, "[tool call] ");
-        outs(c, ev->name);
+        outs(c, name ? name : "");
         outs(c, " ");
-        outs(c, ev->arguments);
+        out(c, args, n);
         if (c->color) esc(RESET);
         outs(c, "\n");
         char id[32];
-        snprintf(id, sizeof id, "call_%d", ev->index);
-        json_t *call = json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name", ev->name,
-                                 "arguments", ev->arguments);
+        snprintf(id, sizeof id, "call_%zu", json_array_size(c->tool_calls));
+        json_t *call = name ? json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", id, "type", "function", "function", "name",
+                                        name, "arguments", args)
+                            : NULL;
         if (call) json_array_append_new(c->tool_calls, call);
+        free(name);
+    } else {
+        return;
     }
     fflush(stdout);
-    return 0;
 }
 
 /* ---- the conversation ------------------------------------------------- */
@@ -263,7 +331,7 @@ static json_t *conversation(const chat *c) {
 
 static void chat_reset(chat *c) {
     json_array_clear(c->msgs);
-    mu_session_reset(c->s);
+    c->fresh = true;
 }
 
 /* Renders and tokenizes the conversation (with the generation prompt).
@@ -271,14 +339,16 @@ static void chat_reset(chat *c) {
 static int chat_prompt_tokens(chat *c, int32_t **ids, int *n) {
     mu_err err = {0};
     json_t *all = conversation(c);
-    if (!all) return cli_fail("muser chat: out of memory");
-    char *text = NULL;
-    int rc = mu_chat_render(c->tmpl, all, NULL, c->reasoning, true, c->bos, c->eos, &text, &err);
+    char *js = all ? json_dumps(all, JSON_COMPACT) : NULL;
     json_decref(all);
+    if (!js) return cli_fail("muser chat: out of memory");
+    char *text = NULL;
+    int rc = mu_chat_apply(c->m, js, NULL, c->reasoning, true, &text, &err);
+    free(js);
     if (rc) return cli_fail("muser chat: %s", err.msg);
     int32_t *t = NULL;
     int k = 0;
-    rc = mu_tok_encode(c->tok, text, strlen(text), true, &t, &k, &err);
+    rc = mu_tokenize(c->m, text, strlen(text), false, true, &t, &k, &err);
     free(text);
     if (rc) return cli_fail("muser chat: %s", err.msg);
     bool bos = c->I->add_bos && c->I->bos >= 0 && !(k > 0 && t[0] == c->I->bos);
@@ -299,48 +369,6 @@ static int chat_prompt_tokens(chat *c, int32_t **ids, int *n) {
     return 0;
 }
 
-/* Makes the session hold ids[0..n) and leaves the logits of the last one.
- * *reused: tokens kept from the cache. Returns 0, 1 (error printed) or 2
- * (interrupted; the session holds a prefix, c->cache says which). */
-static int chat_feed(chat *c, const int32_t *ids, int n, int *reused) {
-    mu_err err = {0};
-    int n_past = mu_session_n_past(c->s);
-    int keep = 0;
-    while (keep < n_past && keep < n && c->cache[keep] == ids[keep]) keep++;
-    if (keep == n) keep = n - 1; /* the last token must run to give logits */
-    if (keep < n_past && mu_session_truncate(c->s, keep, &err)) {
-        if (err.code != MU_E_STATE) return cli_fail("muser chat: %s", err.msg);
-        mu_session_reset(c->s); /* a sliding ring dropped rows: start over */
-        keep = 0;
-    }
-    *reused = keep;
-    for (int pos = keep; pos < n;) {
-        if (g_interrupt) return 2;
-        int k = n - pos < PREFILL_CHUNK ? n - pos : PREFILL_CHUNK;
-        mu_batch_item it = {.s = c->s, .tokens = ids + pos, .n_tokens = k};
-        if (mu_forward(c->e, &it, 1, &err)) {
-            mu_session_reset(c->s);
-            return cli_fail("muser chat: %s", err.msg);
-        }
-        memcpy(c->cache + pos, ids + pos, (size_t)k * sizeof *ids);
-        pos += k;
-    }
-    return 0;
-}
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-/* Feeds the decoded bytes of one token (or the detokenizer's tail) to the parser. */
-static int parse_text(chat *c, mu_chat_parser *p, const char *s, size_t n) {
-    mu_err err = {0};
-    if (n && mu_chat_parser_feed(p, s, n, on_event, c, &err)) return cli_fail("muser chat: %s", err.msg);
-    return 0;
-}
-
 /* One user message -> one streamed answer. Returns 0, or 1 after printing
  * why (the user message is then dropped from the conversation). */
 static int chat_turn(chat *c, const char *text) {
@@ -352,8 +380,8 @@ static int chat_turn(chat *c, const char *text) {
     size_t n_msgs = json_array_size(c->msgs);
 
     int32_t *ids = NULL;
-    int n = 0, reused = 0, rc = 1;
-    mu_chat_parser *p = NULL;
+    int n = 0, rc = 1;
+    mu_job *job = NULL;
     if (chat_prompt_tokens(c, &ids, &n)) goto drop;
     if (n == 0) {
         cli_fail("muser chat: the template rendered an empty prompt");
@@ -364,82 +392,71 @@ static int chat_turn(chat *c, const char *text) {
                  n, c->n_ctx);
         goto drop;
     }
-    double t0 = now_s();
+    /* MUSER_CHAT_FORCE_OUTPUT: the answer is the forced tokens and ends after the last */
+    int n_predict = c->n_gen_max ? (int)c->n_gen_max : -1;
+    bool force_ends = c->force && (n_predict < 0 || n_predict > c->n_force);
+    if (force_ends) n_predict = c->n_force;
+    mu_gen_req q = {.prompt = ids,
+                    .n_prompt = n,
+                    .n_predict = n_predict,
+                    .sp = c->sp,
+                    .ignore_eos = c->ignore_eos,
+                    .chat = true,
+                    .keep_prefix = !c->fresh,
+                    .forced = c->force,
+                    .n_forced = c->force ? c->n_force : 0};
     g_interrupt = 0;
-    int fr = chat_feed(c, ids, n, &reused);
-    if (fr == 1) goto drop;
-    if (fr == 2) {
-        note(c, "[stopped]");
-        rc = 0;
-        goto drop;
-    }
-    double t1 = now_s();
-
-    if (mu_chat_parser_new(&p, &err)) {
+    if (mu_sched_submit(c->sched, &q, 1, &job, &err)) {
         cli_fail("muser chat: %s", err.msg);
         goto drop;
     }
-    mu_detok_reset(c->detok);
+    c->fresh = false;
+
     sb_clear(&c->content);
     sb_clear(&c->reasoning_text);
     json_array_clear(c->tool_calls);
     c->section = SEC_NONE;
     c->last = '\n';
 
-    int stop = STOP_EOT, n_gen = 0;
+    /* read the job's events until FINISH; Ctrl-C cancels it */
+    mu_gen_event ev;
+    int32_t last_id = -1;
+    bool cancelled = false;
     for (;;) {
-        if (g_interrupt) {
-            stop = STOP_INTERRUPT;
-            break;
+        if (g_interrupt && !cancelled) {
+            mu_job_cancel(job);
+            cancelled = true;
         }
-        int32_t id = mu_sampler_sample(c->smp, mu_session_logits(c->s, -1));
-        if (c->force) {
-            if (n_gen >= c->n_force) break;
-            id = c->force[n_gen];
-        }
-        if (!c->ignore_eos && mu_model_is_stop(c->m, id)) break;
-        const char *piece;
-        size_t len;
-        if (mu_detok_push(c->detok, id, &piece, &len, &err)) {
-            cli_fail("muser chat: %s", err.msg);
-            goto drop_answer;
-        }
-        if (parse_text(c, p, piece, len)) goto drop_answer;
-        n_gen++;
-        if (!c->ignore_eos && mu_chat_parser_done(p)) break;
-        if (c->n_gen_max && n_gen >= c->n_gen_max) {
-            stop = STOP_LIMIT;
-            break;
-        }
-        int n_past = mu_session_n_past(c->s);
-        if (n_past >= c->n_ctx) {
-            stop = STOP_CONTEXT;
-            break;
-        }
-        mu_batch_item it = {.s = c->s, .tokens = &id, .n_tokens = 1};
-        if (mu_forward(c->e, &it, 1, &err)) {
-            mu_session_reset(c->s);
-            cli_fail("muser chat: %s", err.msg);
-            goto drop_answer;
-        }
-        c->cache[n_past] = id;
+        if (mu_job_next(job, &ev, POLL_MS) != 1) continue;
+        if (ev.kind == MU_EV_TOKEN) last_id = ev.tok.id;
+        else if (ev.kind == MU_EV_FINISH) break;
+        else on_event(c, &ev);
     }
-    double t2 = now_s();
-    const char *tail;
-    size_t tail_len;
-    mu_detok_flush(c->detok, &tail, &tail_len);
-    if (parse_text(c, p, tail, tail_len)) goto drop_answer;
-    if (mu_chat_parser_finish(p, on_event, c, &err)) {
-        cli_fail("muser chat: %s", err.msg);
+    const mu_gen_stats st = ev.stats;
+    if (ev.finish == MU_FINISH_ERROR) {
+        cli_fail("muser chat: %s", *ev.err ? ev.err : "generation failed");
         goto drop_answer;
     }
+    if (ev.finish == MU_FINISH_CANCEL && st.n_gen == 0) { /* stopped while the prompt was fed */
+        note(c, "[stopped]");
+        rc = 0;
+        goto drop;
+    }
+    int stop = STOP_EOT;
+    if (ev.finish == MU_FINISH_CANCEL) stop = STOP_INTERRUPT;
+    else if (ev.finish == MU_FINISH_CTX) stop = STOP_CONTEXT;
+    else if (ev.finish == MU_FINISH_LENGTH && !force_ends) stop = STOP_LIMIT;
+    /* the stop token ends the answer; it is not part of it */
+    int n_gen = st.n_gen;
+    if (ev.finish == MU_FINISH_STOP && n_gen > 0 && mu_model_is_stop(c->m, last_id)) n_gen--;
+
     section_end(c);
     newline_if_needed(c);
     if (stop == STOP_INTERRUPT) note(c, "[stopped]");
     if (stop == STOP_CONTEXT) note(c, "[the context is full (%d tokens): /reset to start over]", c->n_ctx);
     fflush(stdout);
 
-    /* the texts are valid UTF-8 (the detokenizer replaces invalid bytes) and may hold NUL bytes */
+    /* the texts are valid UTF-8 (utf8_fix) */
     json_t *a = json_pack("{s:s,s:o}", "role", "assistant", "content", json_stringn(sb_str(&c->content), c->content.n));
     bool bad = !a || c->content.oom || c->reasoning_text.oom;
     if (!bad && c->reasoning_text.n)
@@ -452,12 +469,14 @@ static int chat_turn(chat *c, const char *text) {
         goto drop_answer;
     }
     if (c->stats) {
-        double gen_s = t2 - t1;
+        double gen_s = st.gen_ms / 1e3;
+        int n_fed = st.n_prompt - st.n_reused;
         fprintf(stderr, "[stats] answer %d tokens (%s) %.1f tok/s; prompt %d tokens (%d reused, %d fed) %.3f s\n",
-                n_gen, stop_name[stop], gen_s > 0 ? n_gen / gen_s : 0.0, n, reused, n - reused, t1 - t0);
+                n_gen, stop_name[stop], gen_s > 0 && st.n_gen > 1 ? (st.n_gen - 1) / gen_s : 0.0, st.n_prompt,
+                st.n_reused, n_fed, (st.queue_ms + st.prompt_ms) / 1e3);
     }
     g_interrupt = 0;
-    mu_chat_parser_free(p);
+    mu_job_free(job);
     free(ids);
     return 0;
 
@@ -468,7 +487,7 @@ drop_answer:
     fflush(stdout);
 drop:
     g_interrupt = 0;
-    mu_chat_parser_free(p);
+    mu_job_free(job);
     free(ids);
     if (json_array_size(c->msgs) == n_msgs) json_array_remove(c->msgs, n_msgs - 1);
     return rc;
@@ -571,7 +590,7 @@ static void cmd_load(chat *c, const char *path) {
     free(ids);
     json_decref(saved_msgs);
     free(saved_sys);
-    mu_session_reset(c->s);
+    c->fresh = true;
     note(c, "[loaded %zu messages from %s (%d tokens)]", json_array_size(c->msgs) + (sys ? 1 : 0), path, n);
 }
 
@@ -818,32 +837,18 @@ int cmd_chat(int argc, char **argv) {
     mu_err err = {0};
     if (mu_model_open(model, &c.m, &err)) return cli_fail("muser chat: %s", err.msg);
     c.I = mu_model_get_info(c.m);
-    c.tok = mu_model_tokenizer(c.m);
-    if (!c.tok) {
+    if (!mu_model_tokenizer(c.m)) {
         cli_fail("muser chat: %s has no tokenizer", model);
         goto done;
     }
-    const mu_gguf *g = mu_model_gguf(c.m);
-    if (mu_gguf_find(g, "tokenizer.chat_template") >= 0) {
-        const char *s;
-        size_t n;
-        if (mu_gguf_get_str(g, "tokenizer.chat_template", &s, &n, &err)) {
-            cli_fail("muser chat: %s", err.msg);
-            goto done;
-        }
-        if (n && !(c.tmpl = strndup(s, n))) {
-            cli_fail("muser chat: out of memory");
-            goto done;
-        }
-    }
-    mu_tok_text_copy(c.tok, c.I->bos, c.bos, sizeof c.bos);
-    mu_tok_text_copy(c.tok, c.I->eos, c.eos, sizeof c.eos);
+    const char *tmpl = mu_model_chat_template(c.m);
 
     c.n_ctx = ctx ? (int)ctx : (c.I->n_ctx_train < 4096 ? c.I->n_ctx_train : 4096);
     if (c.n_ctx > c.I->n_ctx_train) {
         cli_fail("muser chat: --ctx %d exceeds the model's context (%d)", c.n_ctx, c.I->n_ctx_train);
         goto done;
     }
+    c.sp = sp;
     c.n_gen_max = n_gen;
     c.stats = stats;
     c.ignore_eos = ignore_eos;
@@ -855,23 +860,30 @@ int cmd_chat(int argc, char **argv) {
     c.reasoning = reasoning ? strdup(reasoning) : NULL;
     c.msgs = json_array();
     c.tool_calls = json_array();
-    c.cache = malloc((size_t)c.n_ctx * sizeof *c.cache);
-    if (!c.msgs || !c.tool_calls || !c.cache || (system && !c.system) || (reasoning && !c.reasoning)) {
+    if (!c.msgs || !c.tool_calls || (system && !c.system) || (reasoning && !c.reasoning)) {
         cli_fail("muser chat: out of memory");
         goto done;
     }
     mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
-    if (mu_engine_new(c.m, &eo, &c.e, &err) || mu_session_new(c.e, c.n_ctx, &c.s, &err) ||
-        mu_detok_new(c.tok, MU_DETOK_SPECIAL | MU_DETOK_VALID_UTF8, &c.detok, &err)) {
+    if (mu_engine_new(c.m, &eo, &c.e, &err)) {
         cli_fail("muser chat: %s", err.msg);
         goto done;
     }
-    if (mu_sampler_new(&sp, c.I->n_vocab, &c.smp, &err)) {
+    /* the engine thread never takes SIGINT: it must reach this thread, to
+     * interrupt a blocked read at the prompt */
+    sigset_t block, prev;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &prev);
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = c.n_ctx, .queue_max = 1};
+    int src = mu_sched_new(c.e, &so, &c.sched, &err);
+    pthread_sigmask(SIG_SETMASK, &prev, NULL);
+    if (src) {
         cli_fail("muser chat: %s", err.msg);
         goto done;
     }
     const char *force = getenv("MUSER_CHAT_FORCE_OUTPUT");
-    if (force && *force && mu_tok_encode(c.tok, force, strlen(force), true, &c.force, &c.n_force, &err)) {
+    if (force && *force && mu_tokenize(c.m, force, strlen(force), false, true, &c.force, &c.n_force, &err)) {
         cli_fail("muser chat: MUSER_CHAT_FORCE_OUTPUT: %s", err.msg);
         goto done;
     }
@@ -887,26 +899,23 @@ int cmd_chat(int argc, char **argv) {
     sigint_install(true);
     if (in.tty)
         printf("muser chat: %s, context %d tokens, %s template. /help for commands, Ctrl-D to quit.\n",
-               *c.I->name ? c.I->name : model, c.n_ctx, c.tmpl ? "GGUF" : "built-in Muse");
+               *c.I->name ? c.I->name : model, c.n_ctx, tmpl && *tmpl ? "GGUF" : "built-in Muse");
     fflush(stdout);
     rc = chat_loop(&c, &in);
     sigaction(SIGINT, &old, NULL);
 
 done:
     input_close(&in);
-    mu_sampler_free(c.smp);
-    mu_detok_free(c.detok);
-    mu_session_free(c.s);
+    mu_sched_free(c.sched);
     mu_engine_free(c.e);
     mu_model_close(c.m);
     json_decref(c.msgs);
     json_decref(c.tool_calls);
-    free(c.cache);
     free(c.force);
-    free(c.tmpl);
     free(c.system);
     free(c.reasoning);
     free(c.content.p);
     free(c.reasoning_text.p);
+    free(c.fix.p);
     return rc;
 }
