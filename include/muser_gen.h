@@ -57,6 +57,7 @@ typedef struct {
     int n_stops;            /* 0..MU_GEN_MAX_STOPS */
     bool chat;              /* split the Muse channels: reasoning, answer, tool calls */
     bool no_text;           /* token events only (bench, --json) */
+    bool valid_utf8;        /* text events carry U+FFFD for invalid UTF-8 (else the bytes as they are) */
     bool logprobs;          /* each token's log-probability */
     int n_top;              /* most probable alternatives per token (0..n_vocab) */
     mu_schema *schema;      /* structured output, NULL for free text (the job takes a reference) */

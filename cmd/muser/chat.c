@@ -95,61 +95,6 @@ static void sb_clear(sbuf *b) {
 
 static const char *sb_str(const sbuf *b) { return b->p ? b->p : ""; }
 
-/* ---- valid UTF-8 ------------------------------------------------------ */
-
-/* Length of the UTF-8 sequence at s[0..n): > 0 a complete character, -k
- * an invalid unit (k >= 1 its maximal valid prefix, or the rest of s when s
- * ends inside a character). Strict UTF-8, the detokenizer's rule. */
-static int utf8_unit(const unsigned char *s, size_t n) {
-    unsigned c = s[0];
-    if (c < 0x80) return 1;
-    int need;
-    unsigned lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) need = 2;
-    else if (c >= 0xE0 && c <= 0xEF) {
-        need = 3;
-        if (c == 0xE0) lo = 0xA0;
-        if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        need = 4;
-        if (c == 0xF0) lo = 0x90;
-        if (c == 0xF4) hi = 0x8F;
-    } else
-        return -1;
-    for (int i = 1; i < need; i++) {
-        if ((size_t)i >= n) return -i;
-        unsigned b = s[i];
-        if (i == 1 ? (b < lo || b > hi) : (b < 0x80 || b > 0xBF)) return -i;
-    }
-    return need;
-}
-
-/* The text of an event with each invalid unit replaced by U+FFFD (what the
- * streaming detokenizer's MU_DETOK_VALID_UTF8 does: the events carry whole
- * characters, and bytes that can never become one verbatim). Returns s when
- * it is valid, else tmp's text; *n is updated. */
-static const char *utf8_fix(sbuf *tmp, const char *s, size_t *n) {
-    const unsigned char *u = (const unsigned char *)s;
-    size_t i = 0;
-    while (i < *n) {
-        int k = utf8_unit(u + i, *n - i);
-        if (k < 0) break;
-        i += (size_t)k;
-    }
-    if (i == *n) return s;
-    sb_clear(tmp);
-    sb_add(tmp, s, i);
-    while (i < *n) {
-        int k = utf8_unit(u + i, *n - i);
-        if (k > 0) sb_add(tmp, s + i, (size_t)k);
-        else sb_add(tmp, "\xEF\xBF\xBD", 3);
-        i += (size_t)(k > 0 ? k : -k);
-    }
-    if (tmp->oom) return s; /* out of memory: show it as it is; storing it fails later */
-    *n = tmp->n;
-    return sb_str(tmp);
-}
-
 /* ---- state ------------------------------------------------------------ */
 
 enum { SEC_NONE, SEC_REASONING, SEC_CONTENT, SEC_TOOL };
@@ -176,7 +121,7 @@ typedef struct {
     /* the answer being generated */
     int section;
     char last;               /* last byte written to stdout ('\n' at line start) */
-    sbuf content, reasoning_text, fix;
+    sbuf content, reasoning_text;
     json_t *tool_calls;
 } chat;
 
@@ -285,17 +230,16 @@ static void keep_text(sbuf *b, const char *s, size_t n) {
  * assistant message. */
 static void on_event(chat *c, const mu_gen_event *ev) {
     if (ev->kind == MU_EV_TEXT) {
+        const char *s = ev->text; /* valid UTF-8: the job asks for it */
         size_t n = ev->len;
-        const char *s = utf8_fix(&c->fix, ev->text, &n);
         bool r = ev->channel == MU_CH_REASONING;
         section_begin(c, r ? SEC_REASONING : SEC_CONTENT);
         out(c, s, n);
         keep_text(r ? &c->reasoning_text : &c->content, s, n);
     } else if (ev->kind == MU_EV_TOOL_CALL) {
-        size_t n = strlen(ev->name);
-        char *name = strndup(utf8_fix(&c->fix, ev->name, &n), n);
-        n = ev->len;
-        const char *args = utf8_fix(&c->fix, ev->text, &n);
+        char *name = strdup(ev->name);
+        size_t n = ev->len;
+        const char *args = ev->text;
         section_begin(c, SEC_TOOL);
         newline_if_needed(c);
         if (c->color) esc(CYAN);
@@ -402,6 +346,7 @@ static int chat_turn(chat *c, const char *text) {
                     .sp = c->sp,
                     .ignore_eos = c->ignore_eos,
                     .chat = true,
+                    .valid_utf8 = true,
                     .keep_prefix = !c->fresh,
                     .forced = c->force,
                     .n_forced = c->force ? c->n_force : 0};
@@ -456,7 +401,7 @@ static int chat_turn(chat *c, const char *text) {
     if (stop == STOP_CONTEXT) note(c, "[the context is full (%d tokens): /reset to start over]", c->n_ctx);
     fflush(stdout);
 
-    /* the texts are valid UTF-8 (utf8_fix) */
+    /* the texts are valid UTF-8 (the job asks for valid_utf8) */
     json_t *a = json_pack("{s:s,s:o}", "role", "assistant", "content", json_stringn(sb_str(&c->content), c->content.n));
     bool bad = !a || c->content.oom || c->reasoning_text.oom;
     if (!bad && c->reasoning_text.n)
@@ -916,6 +861,5 @@ done:
     free(c.reasoning);
     free(c.content.p);
     free(c.reasoning_text.p);
-    free(c.fix.p);
     return rc;
 }

@@ -79,7 +79,9 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
     const mu_tok *tok = mu_model_tokenizer(m);
     if (!rc && !r->no_text) {
         if (!tok) rc = mu_fail(err, MU_E_UNSUPPORTED, "gen: the model has no tokenizer; ask for token ids only");
-        else rc = mu_detok_new(tok, r->chat ? MU_DETOK_SPECIAL : 0, &g->detok, err);
+        else
+            rc = mu_detok_new(tok, (r->chat ? MU_DETOK_SPECIAL : 0) | (r->valid_utf8 ? MU_DETOK_VALID_UTF8 : 0),
+                              &g->detok, err);
         if (!rc && r->chat) rc = mu_chat_parser_new(&g->cp, err);
     }
     if (!rc && r->n_top > 0) {
