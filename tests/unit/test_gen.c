@@ -256,7 +256,7 @@ static void test_text_and_stops(void **state) {
      * before its first occurrence, no TEXT event ever carries it, and the
      * generation ends there (fewer tokens) */
     static result r;
-    for (size_t at = 1; at + 4 <= full.n_text; at += 3) {
+    for (size_t at = 1; at + 4 <= full.n_text; at += 4) {
         char stop[8];
         memcpy(stop, full.text + at, 4);
         stop[4] = 0;
