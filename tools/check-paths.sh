@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
 # Fails when a comment or a doc cites a repository path that does not exist.
 #   Scanned: the comments of the source files under src, include, cmd, tests,
-#   tools and bench (C-like files: /* */ and //; scripts and the Makefile: #),
-#   and the whole text of the Markdown docs (README.md, HACKING.md,
-#   docs/*.md, tests/**/README.md).
+#   tools and bench (C-like files and node scripts: /* */ and //; shell
+#   scripts and the Makefile: #; Python: # and triple-quoted strings), and
+#   the whole text of the Markdown docs (README.md, HACKING.md, docs/*.md,
+#   tests/**/README.md).
 #   A cited path is a word that starts with src/, include/, cmd/, tests/,
 #   tools/, bench/, docs/ or models/ right after a space, a quote, a
-#   backtick or a bracket (so build/tests/x, $BUILD/tests/x, ../shared/x and URLs are not
-#   citations), or the target of a relative Markdown link (resolved against
-#   the doc's directory; links that leave the repository, like ../shared,
-#   are not checked). Trailing punctuation is dropped.
+#   backtick or a bracket (so build/tests/x, $BUILD/tests/x, ../shared/x and
+#   URLs are not citations), or the target of a relative Markdown link
+#   (resolved against the doc's directory; links that leave the repository,
+#   like ../shared, are not checked). Trailing punctuation is dropped.
 #   Globs count as one: `tests/unit/test_*.c`, `<name>` placeholders and
 #   {a,b} alternatives must match at least one path.
 #   A path exists when git tracks it, or it is a new file git would add
@@ -66,7 +67,8 @@ exists() {
 # normalize PATH: a/./b -> a/b, a/x/../b -> a/b; prints nothing when the
 # path leaves the repository
 normalize() {
-  local IFS=/ part out=()
+  local - IFS=/ part out=()
+  set -f # no globbing of the parts
   for part in $1; do
     case $part in
       '' | .) ;;
