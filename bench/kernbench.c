@@ -25,6 +25,7 @@
 #include <time.h>
 
 #include "../src/kern/kern.h"
+#include "../src/synth/quantize.h"
 
 static double now(void) {
     struct timespec ts;

@@ -3,8 +3,8 @@
  * Opaque handles, status codes (0 or negative, see src/base/err.h) and an
  * error record last. Lifetimes:
  *   mu_model   owns the GGUF mapping; weights are views into it.
- *   mu_engine  a model bound to a backend (CPU kernels or GPU) and a thread
- *              pool; must outlive its sessions.
+ *   mu_engine  a model bound to the CPU kernels and a thread pool; must
+ *              outlive its sessions.
  *   mu_session one sequence's KV state and position; one owner thread.
  * A forward call takes tokens of one or more sessions in a single batch
  * (continuous batching); the engine never learns where tokens came from. */

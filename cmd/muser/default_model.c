@@ -11,7 +11,7 @@
 
 #include "cli.h"
 
-extern int cmd_gen(int argc, char **argv) __attribute__((weak));
+int cmd_gen(int argc, char **argv);
 
 static bool exe_dir(char *out, size_t cap) {
     ssize_t n = readlink("/proc/self/exe", out, cap - 1);
@@ -40,10 +40,6 @@ const char *cli_default_model(void) {
     }
     snprintf(path, sizeof path, "%s/build/default-tiny.gguf", dir);
     if (access(path, R_OK) == 0) return path;
-    if (!cmd_gen) {
-        cli_fail("muser: no model given (-m) and no bundled models/muser-default.gguf");
-        return NULL;
-    }
     char build[PATH_MAX];
     snprintf(build, sizeof build, "%s/build", dir);
     mkdir(build, 0755);

@@ -139,10 +139,4 @@ void mu_dequant_q5_K_ref(const void *w, float *y, int n);
 void mu_dequant_q6_K_ref(const void *w, float *y, int n);
 void mu_dequant_q8_0_ref(const void *w, float *y, int n);
 
-/* Quantizers from f32 (for the generator and tests; llama.cpp-style
- * reference quantization, not used on the inference path). Defined in
- * src/synth/quantize.c, not in src/kern: only programs that link the
- * generator can call it. */
-void mu_quantize_row(uint32_t type, const float *x, void *y, int n);
-
 #endif

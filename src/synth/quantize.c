@@ -1,6 +1,7 @@
 /* quantize.c: f32 rows -> F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K rows.
- * Owns: the weight quantizers used by the model generator (synth.c) and the
- * kernel tests. Does not own the block layouts (quant.h), fp16 conversion or
+ * Owns: the weight quantizers used by the model generator (synth.c), the
+ * quantizer tests (tests/unit/test_quantize.c) and the kernel benchmark
+ * (bench/kernbench.c). Does not own the block layouts (quant.h), fp16 conversion or
  * dequantization (kern_ref.c), and is never used on the inference path.
  * Key design choice: the careful path follows the spirit of llama.cpp's
  * reference quantizers (weighted least-squares search of each sub-block's

@@ -1,12 +1,16 @@
 /* quantize.h: f32 -> weight-type row quantizers (the model generator's side;
- * never on the inference path). mu_quantize_row itself is declared in kern.h;
- * this header adds the fast variant the generator uses for large models. */
-#ifndef MU_KERN_QUANTIZE_H
-#define MU_KERN_QUANTIZE_H
+ * never on the inference path). */
+#ifndef MU_SYNTH_QUANTIZE_H
+#define MU_SYNTH_QUANTIZE_H
 
 #include <stdint.h>
 
-/* Same contract as mu_quantize_row (kern.h): n must be a multiple of the
+/* llama.cpp-style reference quantization of one row: n must be a multiple
+ * of the type's block size; y receives mu_type_row_bytes(type, n) bytes
+ * (src/kern/quant.h). */
+void mu_quantize_row(uint32_t type, const float *x, void *y, int n);
+
+/* Same contract as mu_quantize_row: n must be a multiple of the
  * type's block size; y receives mu_type_row_bytes(type, n) bytes.
  * The fast variant skips the iterative scale search of the K-quants (one
  * min/max pass per sub-block, then the same packing and final rounding with
