@@ -3,8 +3,9 @@
 # and --json reports (one object per depth, every field the docs promise, the
 # greedy ids and decode steps consistent, the weight bytes per step those of
 # the file's tensors minus the token embedding), --profile's phase timers
-# (present, summing to the decode step), the same ids across kernel
-# tables and runs, and bad options (exit 1, one line on stderr).
+# (present, within the decode step, one timing per decode step), the same
+# ids across kernel tables and runs, and bad options (exit 1, one line on
+# stderr).
 set -u
 cd "$(dirname "$0")/../.."
 MUSER=${MUSER_BIN:-$PWD/muser}
@@ -52,7 +53,14 @@ if "$MUSER" bench -m "$T/tiny.gguf" --depths 24 --gen 4 --threads 1 >"$T/t" 2>"$
   ok "bench text report"
 else bad "bench text report: $(cat "$T/t" "$T/err")"; fi
 
-# --profile: the phase timers account for the decode step's time
+# --profile: the phase timers lie inside the decode steps. A step's phases are
+# timed on the engine thread within the interval the step's time is measured
+# over, with the same clock, so their sum never exceeds it (5% and 1 us for
+# the printed rounding). No lower bound: the time between the timed phases
+# (sampling, events) grows without limit when the machine preempts the engine
+# thread there, so "the phases cover X% of the step" would depend on how busy
+# the machine is; the text table's count of timed decode steps (below) shows
+# instead that every step was timed.
 if "$MUSER" bench -m "$T/tiny.gguf" --depths 40 --gen 6 --threads 2 --profile --json >"$T/p" 2>"$T/err" &&
   python3 - "$T/p" <<'EOF'
 import json, sys
@@ -62,13 +70,18 @@ d, p = l["profile_decode_ms_per_step"], l["profile_prefill_ms_per_token"]
 assert list(d) == phases and list(p) == phases, (d, p)
 assert all(v >= 0 for v in d.values()) and all(v >= 0 for v in p.values())
 step_ms = l["decode_s"] / l["decode_tokens"] * 1e3
-assert 0.3 * step_ms <= sum(d.values()) <= 1.05 * step_ms, (sum(d.values()), step_ms)
+assert 0 < sum(d.values()) <= 1.05 * step_ms + 0.001, (sum(d.values()), step_ms)
 assert d["qkv"] > 0 and d["ffn_up"] > 0 and p["qkv"] > 0 and p["logits"] >= 0
 EOF
-then ok "bench --profile: phases present, summing to the decode step"
+then ok "bench --profile: phases present, their sum within the decode step"
 else bad "bench --profile: $(cat "$T/p" "$T/err")"; fi
+# the text table: 8 phases and a total over as many timed decode steps as the
+# depth line reports decoded tokens
 if "$MUSER" bench -m "$T/tiny.gguf" --depths 24 --gen 4 --profile >"$T/t" 2>"$T/err" &&
-  [ "$(grep -c '^  profile ' "$T/t")" = 10 ] && grep -q '^  profile total ' "$T/t"; then ok "bench --profile text table"
+  [ "$(grep -c '^  profile ' "$T/t")" = 10 ] && grep -q '^  profile total ' "$T/t" &&
+  n_dec=$(sed -nE 's/^depth .* decode .*\(.* s, ([0-9]+) tokens.*/\1/p' "$T/t") && [ -n "$n_dec" ] &&
+  grep -Eq "^  profile total .*\(${n_dec} decode steps\)$" "$T/t"; then
+  ok "bench --profile text table ($n_dec decode steps timed, as many as decoded)"
 else bad "bench --profile text: $(cat "$T/t" "$T/err")"; fi
 
 # greedy ids do not depend on the kernel table or the thread count
