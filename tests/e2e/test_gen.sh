@@ -101,14 +101,33 @@ expect_fail "missing template" -o "$T/x.gguf" --template "$T/nope.jinja"
 expect_fail "value missing" -o "$T/x.gguf" --seed
 expect_fail "negative seed" -o "$T/x.gguf" --seed -1
 rm -f "$T/x.gguf"
-# an interrupted run leaves neither OUT nor OUT.tmp
+# an interrupted run leaves neither OUT nor OUT.tmp. Events, not a sleep: wait
+# until OUT.tmp exists (the handler is installed before it is created), stop
+# the process, check it is still writing, then SIGINT and SIGCONT (the signal
+# is delivered on resume), so the signal always lands mid-write. The wait only
+# guards against a hang (600 s).
 "$MUSER" gen -o "$T/i.gguf" --preset 1b --type q8_0 2>/dev/null &
 pid=$!
-sleep 1
-kill -INT $pid 2>/dev/null
-wait $pid
-[ ! -e "$T/i.gguf.tmp" ] && ok "interrupted run removes OUT.tmp" || bad "interrupted run left OUT.tmp"
-rm -f "$T/i.gguf"
+for ((i = 0; i < 12000; i++)); do
+  [ -e "$T/i.gguf.tmp" ] && break
+  kill -0 $pid 2>/dev/null || break
+  sleep 0.05
+done
+kill -STOP $pid 2>/dev/null
+if [ -e "$T/i.gguf.tmp" ] && [ ! -e "$T/i.gguf" ] && kill -0 $pid 2>/dev/null; then
+  kill -INT $pid
+  kill -CONT $pid
+  wait $pid
+  rc=$?
+  [ $rc = 130 ] && [ ! -e "$T/i.gguf.tmp" ] && [ ! -e "$T/i.gguf" ] && ok "interrupted run removes OUT.tmp (exit $rc)" ||
+    bad "interrupted run: exit $rc, left $(ls "$T" | grep '^i\.gguf' | tr '\n' ' ')"
+else
+  # gen ended (or never wrote OUT.tmp) before it could be stopped: 1b takes
+  # far longer than one poll, so this is a failure of gen, not of timing
+  kill -CONT $pid 2>/dev/null; kill $pid 2>/dev/null; wait $pid; rc=$?
+  bad "interrupted run: gen exited ($rc) before writing OUT.tmp or stopping: $(ls "$T" | grep '^i\.gguf' | tr '\n' ' ')"
+fi
+rm -f "$T/i.gguf" "$T/i.gguf.tmp"
 "$MUSER" gen -o "$T/nodir/x.gguf" 2>"$T/err"; rc=$?
 [ $rc -eq 1 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && ok "unwritable path: $(cat "$T/err")" || bad "unwritable path rc=$rc"
 
