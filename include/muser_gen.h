@@ -121,6 +121,7 @@ typedef struct {
     int queue_max;     /* jobs waiting for a slot before submit answers busy */
     int prefill_chunk; /* most prompt tokens per step (all slots together); 0 = 512 */
     int hold_until;    /* test hook: start no job until this many are queued (0 = off) */
+    int stall_after;   /* test hook: a job generates this many tokens, then waits for its cancel (0 = off) */
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */
@@ -140,13 +141,15 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
  * Returns 1 with *ev filled (its strings valid until the next call on j),
  * 0 on timeout. After the FINISH event it returns 0 at once. */
 int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms);
-/* Asks the engine to stop this job at its next step (idempotent; any thread). */
+/* Asks the engine to stop this job at its next step; a job still waiting
+ * in the queue ends at once (idempotent; any thread). */
 void mu_job_cancel(mu_job *j);
 /* Cancels and drops the reader's reference. NULL is fine. */
 void mu_job_free(mu_job *j);
 
 typedef struct {
     uint64_t n_requests, n_prompt_tokens, n_gen_tokens, n_forward, n_busy_rejects;
+    uint64_t n_cancelled;  /* jobs ended by a cancel (hang-up, Ctrl-C, shutdown) */
     double prompt_s, gen_s;
     int n_processing, n_queued, n_slots, n_ctx;
 } mu_sched_metrics;

@@ -113,11 +113,12 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
-    /* MUSER_TEST_HOLD=N (tests only): the scheduler starts no job until N
-     * are queued, so a test of batching does not depend on timing */
-    const char *hold = getenv("MUSER_TEST_HOLD");
+    /* test hooks, so tests need no timing: MUSER_TEST_HOLD=N, the scheduler
+     * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
+     * generates N tokens and then waits for its cancel */
+    const char *hold = getenv("MUSER_TEST_HOLD"), *stall = getenv("MUSER_TEST_STALL_AFTER");
     mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue,
-                        .hold_until = hold ? atoi(hold) : 0};
+                        .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0};
     if (mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;

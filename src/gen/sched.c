@@ -63,7 +63,9 @@ struct mu_job {
     int n_prompt;
     bool keep_prefix;
     group *grp;
-    mu_gen *gen;          /* engine thread only after submit */
+    mu_sched *sched;
+    bool queued;          /* in the queue (guarded by sched->mu) */
+    mu_gen *gen;          /* engine thread only after submit (or the canceller of a queued job) */
     /* events, guarded by mu */
     qev *evs;
     int n_ev, cap_ev, n_read;
@@ -102,6 +104,7 @@ struct mu_sched {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool stop;
+    bool kick;            /* a stalled job may have been cancelled: look again */
     mu_job *q_head, *q_tail;
     int n_queued;
     int hold_until;       /* test hook, cleared once reached */
@@ -258,6 +261,7 @@ static void job_finish(mu_sched *s, mu_job *j, mu_finish f, const char *why) {
     pthread_mutex_lock(&s->mu);
     s->m.prompt_s += st->prompt_ms / 1e3;
     s->m.gen_s += st->gen_ms / 1e3;
+    if (f == MU_FINISH_CANCEL) s->m.n_cancelled++;
     pthread_mutex_unlock(&s->mu);
     job_unref(j);
 }
@@ -398,6 +402,7 @@ static void admit(mu_sched *s) {
         s->q_head = j->next;
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
+        j->queued = false;
         slot *sl = &s->slots[best];
         sl->job = j;
         sl->started = false;
@@ -440,12 +445,17 @@ static void *engine_main(void *arg) {
 
         /* build one batch: decode tokens first, then prompt chunks */
         int n_items = 0, budget = chunk;
+        bool stalled = false;
         for (int pass = 0; pass < 2; pass++) {
             for (int i = 0; i < s->o.n_slots; i++) {
                 slot *sl = &s->slots[i];
                 if (!sl->job || sl->waiting) continue;
                 bool decoding = sl->n_fed >= sl->job->n_prompt;
                 if (decoding != (pass == 0)) continue;
+                if (decoding && s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after) {
+                    stalled = true; /* test hook: waits for its cancel */
+                    continue;
+                }
                 mu_batch_item *it = &s->items[n_items];
                 it->s = sl->sess;
                 it->all_logits = false;
@@ -467,7 +477,15 @@ static void *engine_main(void *arg) {
                 n_items++;
             }
         }
-        if (n_items == 0) continue;
+        if (n_items == 0) {
+            if (stalled) { /* only stalled jobs: sleep until a cancel or a new job */
+                pthread_mutex_lock(&s->mu);
+                while (!s->stop && !s->kick && !s->q_head) pthread_cond_wait(&s->cv, &s->mu);
+                s->kick = false;
+                pthread_mutex_unlock(&s->mu);
+            }
+            continue;
+        }
 
         int rc = mu_forward(s->eng, s->items, n_items, &err);
         pthread_mutex_lock(&s->mu);
@@ -509,6 +527,9 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     mu_job *q = s->q_head;
     s->q_head = s->q_tail = NULL;
+    for (mu_job *k = q; k; k = k->next) k->queued = false;
+    s->n_queued = 0;
+    s->m.n_queued = 0;
     pthread_mutex_unlock(&s->mu);
     while (q) {
         mu_job *n = q->next;
@@ -660,6 +681,8 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     }
     for (int k = 0; k < n; k++) {
         mu_job *j = jobs[k];
+        j->sched = s;
+        j->queued = true;
         if (s->q_tail) s->q_tail->next = j;
         else s->q_head = j;
         s->q_tail = j;
@@ -714,7 +737,38 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
     return got;
 }
 
-void mu_job_cancel(mu_job *j) { atomic_store(&j->cancel, true); }
+void mu_job_cancel(mu_job *j) {
+    if (atomic_exchange(&j->cancel, true) || !j->sched) return;
+    pthread_mutex_lock(&j->mu);
+    bool ended = j->ended;
+    pthread_mutex_unlock(&j->mu);
+    if (ended) return; /* its scheduler may be gone */
+    /* a job still in the queue ends now (and frees its queue place); the
+     * engine thread never saw it, so this thread may end its gen */
+    mu_sched *s = j->sched;
+    pthread_mutex_lock(&s->mu);
+    s->kick = true;
+    pthread_cond_signal(&s->cv);
+    bool dequeued = false;
+    if (j->queued) {
+        mu_job **pp = &s->q_head, *prev = NULL;
+        while (*pp && *pp != j) {
+            prev = *pp;
+            pp = &(*pp)->next;
+        }
+        if (*pp) {
+            *pp = j->next;
+            if (s->q_tail == j) s->q_tail = prev;
+            j->next = NULL;
+            j->queued = false;
+            s->n_queued--;
+            s->m.n_queued = s->n_queued;
+            dequeued = true;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (dequeued) job_finish(s, j, MU_FINISH_CANCEL, NULL);
+}
 
 void mu_job_free(mu_job *j) {
     if (!j) return;

@@ -319,6 +319,8 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
     COUNTER("n_decode_total", "Total number of batched forward calls.", m.n_forward);
     COUNTER("requests_total", "Generation requests accepted.", m.n_requests);
     COUNTER("requests_rejected_busy_total", "Generation requests answered 429.", m.n_busy_rejects);
+    COUNTER("requests_cancelled_total", "Generation requests ended by a cancel (client hang-up, shutdown).",
+            m.n_cancelled);
     COUNTER("http_requests_total", "HTTP requests received.", c.requests);
     COUNTER("http_errors_4xx_total", "HTTP 4xx answers.", c.errors_4xx);
     COUNTER("http_errors_5xx_total", "HTTP 5xx answers.", c.errors_5xx);
