@@ -820,7 +820,10 @@ int cmd_chat(int argc, char **argv) {
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     pthread_sigmask(SIG_BLOCK, &block, &prev);
-    mu_sched_opts so = {.n_slots = 1, .n_ctx = c.n_ctx, .queue_max = 1};
+    /* MUSER_TEST_STALL_AFTER=N (tests only): an answer stops after N tokens
+     * and waits for Ctrl-C, so a test of streaming needs no timing */
+    const char *stall = getenv("MUSER_TEST_STALL_AFTER");
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = c.n_ctx, .queue_max = 1, .stall_after = stall ? atoi(stall) : 0};
     int src = mu_sched_new(c.e, &so, &c.sched, &err);
     pthread_sigmask(SIG_SETMASK, &prev, NULL);
     if (src) {

@@ -152,9 +152,10 @@ fi
 TM=(tmux -L "$TMUX_SOCK" -f /dev/null)
 pane() { "${TM[@]}" capture-pane -p -J -S - -t chat "$@" 2>/dev/null; }
 screen() { pane | grep -v '^$' | tail -n "${1:-6}" | cut -c1-200; } # for failure messages
-# wait_for REGEX [SECONDS]: poll the pane (with its history) until grep -E matches
+# wait_for REGEX [SECONDS]: poll the pane (with its history) until grep -E
+# matches. The limits only catch hangs: every verdict waits for an event.
 wait_for() {
-  local re=$1 limit=${2:-10} i
+  local re=$1 limit=${2:-300} i
   for ((i = 0; i < limit * 10; i++)); do
     pane | grep -Eq -- "$re" && return 0
     sleep 0.1
@@ -168,74 +169,71 @@ start() { # start CMD...: muser chat in a fresh 120x40 pane; EXIT=rc is printed 
 }
 
 start env HOME="$T" "${CHAT[@]}" -m "$T/tiny.gguf" --ctx 65536 --stats --ignore-eos -n 24
-if wait_for '^> $' 10 && wait_for 'muser chat: .*context 65536' 1; then ok "tmux: banner and prompt"
+if wait_for '^> $' && wait_for 'muser chat: .*context 65536'; then ok "tmux: banner and prompt"
 else bad "tmux: no prompt: $(screen)"; fi
 
 "${TM[@]}" send-keys -t chat "Hello" Enter
-if wait_for '^\[stats\] answer 24 tokens' 20 && [ "$(count '^> ')" -ge 2 ]; then ok "tmux: a line gets an answer and a new prompt"
+if wait_for '^\[stats\] answer 24 tokens' && [ "$(count '^> ')" -ge 2 ]; then ok "tmux: a line gets an answer and a new prompt"
 else bad "tmux: no answer: $(screen 8)"; fi
 
 "${TM[@]}" send-keys -t chat "/reset" Enter
-if wait_for '^\[conversation cleared\]' 5; then ok "tmux: /reset"; else bad "tmux: /reset: $(screen)"; fi
+if wait_for '^\[conversation cleared\]'; then ok "tmux: /reset"; else bad "tmux: /reset: $(screen)"; fi
 
 # history: Up recalls the last line (/reset); a second /reset shows up twice
 "${TM[@]}" send-keys -t chat Up Enter
-for ((i = 0; i < 50; i++)); do [ "$(count '^\[conversation cleared\]')" = 2 ] && break; sleep 0.1; done
+for ((i = 0; i < 3000; i++)); do [ "$(count '^\[conversation cleared\]')" = 2 ] && break; sleep 0.1; done
 if [ "$(count '^\[conversation cleared\]')" = 2 ] && [ "$(count '^> /reset$')" = 2 ]; then ok "tmux: Up recalls history"
 else bad "tmux: history: $(screen)"; fi
 
 # Ctrl-C at the prompt drops the typed text
 "${TM[@]}" send-keys -t chat "garbage text"
-sleep 0.3
+wait_for '^> garbage text'
 "${TM[@]}" send-keys -t chat C-c
 sleep 0.3
 "${TM[@]}" send-keys -t chat "/help" Enter
-if wait_for '^  /reset ' 5 && ! pane | grep -q 'unknown command'; then ok "tmux: Ctrl-C at the prompt clears the line"
+if wait_for '^  /reset ' && ! pane | grep -q 'unknown command'; then ok "tmux: Ctrl-C at the prompt clears the line"
 else bad "tmux: Ctrl-C at the prompt: $(screen)"; fi
 
 # Ctrl-C during a long answer: the answer stops, the process lives on. The
 # answer is forced (random weights hide most of their output in what the parser
-# takes for message headers); it still costs one forward pass per token.
+# takes for message headers); MUSER_TEST_STALL_AFTER=200 stops it after 200
+# tokens until Ctrl-C, so it is still running whenever the test looks.
 "${TM[@]}" send-keys -t chat "/reset" Enter
-wait_for '^\[conversation cleared\]' 5
+wait_for '^\[conversation cleared\]'
 "${TM[@]}" kill-server >/dev/null 2>&1
 export MUSER_CHAT_FORCE_OUTPUT=" to=user<|message|>$(printf 'lorem ipsum %.0s' $(seq 6000))"
-start env HOME="$T" "${CHAT[@]}" -m "$T/tiny.gguf" --ctx 65536 --stats
+start env HOME="$T" MUSER_TEST_STALL_AFTER=200 "${CHAT[@]}" -m "$T/tiny.gguf" --ctx 65536 --stats
 unset MUSER_CHAT_FORCE_OUTPUT
-wait_for '^> $' 10
+wait_for '^> $'
 "${TM[@]}" send-keys -t chat "Tell me a very long story" Enter
-sleep 1.5
-s1=$(pane | wc -c)
-sleep 1
-s2=$(pane | wc -c)
-if [ "$s2" -gt $((s1 + 100)) ] && ! pane | grep -q '^\[stats\]'; then ok "tmux: the answer streams ($s1 -> $s2 bytes on screen while generating)"
-else bad "tmux: no streaming: $s1 -> $s2: $(screen)"; fi
+if wait_for '(lorem ipsum ){20}' && ! pane | grep -q '^\[stats\]'; then ok "tmux: the answer streams (text on screen while the answer runs)"
+else bad "tmux: no streaming: $(screen)"; fi
 "${TM[@]}" send-keys -t chat C-c
-if wait_for '^\[stats\] answer [0-9]+ tokens \(interrupt\)' 10 && wait_for '^> $' 5 && ! pane | grep -q '^EXIT='; then
+if wait_for '^\[stats\] answer [0-9]+ tokens \(interrupt\)' && wait_for '^> $' && ! pane | grep -q '^EXIT='; then
   ok "tmux: Ctrl-C stops the answer ($(pane | grep -o 'answer [0-9]* tokens (interrupt)'))"
 else bad "tmux: Ctrl-C during the answer: $(screen)"; fi
 pid=$("${TM[@]}" list-panes -t chat -F '#{pane_pid}')
 if pgrep -P "$pid" -f 'muser chat' >/dev/null 2>&1 || ps -o args= --ppid "$pid" | grep -q 'chat'; then ok "tmux: the process is still alive"
 else bad "tmux: the process is gone"; fi
 "${TM[@]}" send-keys -t chat "/help" Enter
-if wait_for '^  /quit ' 5; then ok "tmux: still answering commands after Ctrl-C"; else bad "tmux: dead after Ctrl-C: $(screen)"; fi
+if wait_for '^  /quit '; then ok "tmux: still answering commands after Ctrl-C"; else bad "tmux: dead after Ctrl-C: $(screen)"; fi
 
 "${TM[@]}" send-keys -t chat C-d
-if wait_for '^EXIT=0$' 10; then ok "tmux: Ctrl-D exits with code 0"; else bad "tmux: Ctrl-D: $(screen)"; fi
+if wait_for '^EXIT=0$'; then ok "tmux: Ctrl-D exits with code 0"; else bad "tmux: Ctrl-D: $(screen)"; fi
 
 # reasoning is drawn dim on a terminal (SGR 2), the answer is not
 "${TM[@]}" kill-server >/dev/null 2>&1
 export MUSER_CHAT_FORCE_OUTPUT=$FORCE
 start env HOME="$T" "${CHAT[@]}" -m "$T/muse.gguf"
 unset MUSER_CHAT_FORCE_OUTPUT
-wait_for '^> $' 10
+wait_for '^> $'
 "${TM[@]}" send-keys -t chat "Hi" Enter
-wait_for '^\[tool call\] get_weather' 10
+wait_for '^\[tool call\] get_weather'
 if pane -e | grep -q $'\e\\[2mLet me think\\.' && pane | grep -q '^Hello \*\*there\*\*!$' && ! pane | grep -q '\[reasoning\]'; then
   ok "tmux: reasoning dim (no plain markers), answer plain"
 else bad "tmux: reasoning display: $(pane -e | grep -v "^$" | tail -6 | cat -v)"; fi
 "${TM[@]}" send-keys -t chat "/quit" Enter
-if wait_for '^EXIT=0$' 10; then ok "tmux: /quit exits with code 0"; else bad "tmux: /quit: $(screen)"; fi
+if wait_for '^EXIT=0$'; then ok "tmux: /quit exits with code 0"; else bad "tmux: /quit: $(screen)"; fi
 
 [ $fail = 0 ] && echo "test_chat: all passed" || echo "test_chat: FAILED"
 exit $fail
