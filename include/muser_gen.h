@@ -141,6 +141,9 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
  * Returns 1 with *ev filled (its strings valid until the next call on j),
  * 0 on timeout. After the FINISH event it returns 0 at once. */
 int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms);
+/* Waits until the job has ended, without waking for each event (a reader
+ * that wants only the result: the events are all there afterwards). */
+void mu_job_wait_end(mu_job *j);
 /* Asks the engine to stop this job at its next step; a job still waiting
  * in the queue ends at once (idempotent; any thread). */
 void mu_job_cancel(mu_job *j);

@@ -88,7 +88,8 @@ static int bench_depth(mu_sched *sched, const int32_t *prompt, int depth, int ge
     mu_gen_event ev;
     int n_tok = 0;
     r->n_ids = r->n_steps = 0;
-    while (mu_job_next(job, &ev, -1) == 1) {
+    mu_job_wait_end(job); /* no wake-up per token while timing */
+    while (mu_job_next(job, &ev, 0) == 1) {
         if (ev.kind == MU_EV_TOKEN && n_tok++ > 0) r->ids[r->n_steps++] = ev.tok.id;
         if (ev.kind != MU_EV_FINISH) continue;
         if (ev.finish == MU_FINISH_ERROR || ev.finish == MU_FINISH_CANCEL)

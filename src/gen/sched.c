@@ -72,6 +72,7 @@ struct mu_job {
     char *arena;
     size_t n_arena, cap_arena;
     bool ended;           /* FINISH queued */
+    int n_waiting;        /* readers blocked in mu_job_next (wake them per event) */
     bool finish_read;     /* FINISH handed to the reader */
     /* reader-owned copy of the last event's strings */
     char *rbuf;
@@ -197,7 +198,9 @@ static void push_event(void *user, const mu_gen_event *ev) {
                     (ev->kind == MU_EV_TOKEN && ev->tok.n_top > 0 && q.top_logprobs == SIZE_MAX);
         if (!lost) j->evs[j->n_ev++] = q;
     }
-    pthread_cond_broadcast(&j->cv);
+    /* wake a reader only when one waits for events, or at the end (a reader
+     * in mu_job_wait_end sleeps through the tokens) */
+    if (j->n_waiting > 0 || ev->kind == MU_EV_FINISH) pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -709,10 +712,12 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
                 ts.tv_nsec -= 1000000000L;
             }
         }
+        j->n_waiting++;
         while (j->n_read == j->n_ev && !j->ended) {
             if (timeout_ms < 0) pthread_cond_wait(&j->cv, &j->mu);
             else if (pthread_cond_timedwait(&j->cv, &j->mu, &ts)) break;
         }
+        j->n_waiting--;
     }
     int got = 0;
     if (j->finish_read) {
@@ -735,6 +740,12 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
     if (got && ev->kind == MU_EV_FINISH) j->finish_read = true;
     pthread_mutex_unlock(&j->mu);
     return got;
+}
+
+void mu_job_wait_end(mu_job *j) {
+    pthread_mutex_lock(&j->mu);
+    while (!j->ended) pthread_cond_wait(&j->cv, &j->mu);
+    pthread_mutex_unlock(&j->mu);
 }
 
 void mu_job_cancel(mu_job *j) {
