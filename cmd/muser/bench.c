@@ -77,14 +77,24 @@ typedef struct {
 
 /* One depth: prefill `depth` prompt tokens, then `gen` greedy steps, or
  * fewer when the model picks an end-of-generation token (llama.cpp stops
- * there too, so both engines do the same work). */
-static int bench_depth(mu_sched *sched, const int32_t *prompt, int depth, int gen, bench_run *r, mu_err *err) {
+ * there too, so both engines do the same work). Each run gets a scheduler
+ * with a fresh session of just the context it needs (depth + gen + 16), as
+ * a fresh llama.cpp context has: the KV cache's size shapes the attention's
+ * memory access. */
+static int bench_depth(mu_engine *e, const int32_t *prompt, int depth, int gen, int ubatch, bench_run *r,
+                       mu_err *err) {
     static const int32_t first = 5;
     mu_gen_req q = {.prompt = prompt, .n_prompt = depth, .n_predict = 1 + gen, .sp = {.temp = 0},
                     .no_text = true, .forced = &first, .n_forced = 1};
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = depth + gen + 16, .prefill_chunk = ubatch};
+    mu_sched *sched;
     mu_job *job;
-    int rc = mu_sched_submit(sched, &q, 1, &job, err);
+    int rc = mu_sched_new(e, &so, &sched, err);
     if (rc) return rc;
+    if ((rc = mu_sched_submit(sched, &q, 1, &job, err))) {
+        mu_sched_free(sched);
+        return rc;
+    }
     mu_gen_event ev;
     int n_tok = 0;
     r->n_ids = r->n_steps = 0;
@@ -100,6 +110,7 @@ static int bench_depth(mu_sched *sched, const int32_t *prompt, int depth, int ge
         break;
     }
     mu_job_free(job);
+    mu_sched_free(sched);
     return rc;
 }
 
@@ -174,7 +185,6 @@ int cmd_bench(int argc, char **argv) {
     mu_err err = {0};
     mu_model *m = NULL;
     mu_engine *e = NULL;
-    mu_sched *sched = NULL;
     int32_t *prompt = NULL, *ids = NULL;
     double *pre = NULL, *dec = NULL;
     int rc = 1, n_ids = 0, n_steps = 0;
@@ -190,8 +200,7 @@ int cmd_bench(int argc, char **argv) {
         goto done;
     }
     mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
-    mu_sched_opts so = {.n_slots = 1, .n_ctx = max_depth + (int)gen + 16, .prefill_chunk = (int)ubatch};
-    if (mu_engine_new(m, &eo, &e, &err) || mu_sched_new(e, &so, &sched, &err)) {
+    if (mu_engine_new(m, &eo, &e, &err)) {
         cli_fail("muser bench: %s", err.msg);
         goto done;
     }
@@ -208,7 +217,7 @@ int cmd_bench(int argc, char **argv) {
     /* warm-up: fault the weights in and spin up the pool */
     {
         bench_run w = {.ids = ids};
-        if (bench_depth(sched, prompt, max_depth < 32 ? max_depth : 32, 2, &w, &err)) {
+        if (bench_depth(e, prompt, max_depth < 32 ? max_depth : 32, 2, (int)ubatch, &w, &err)) {
             cli_fail("muser bench: %s", err.msg);
             goto done;
         }
@@ -222,7 +231,7 @@ int cmd_bench(int argc, char **argv) {
         if (profile) mu_engine_profile(e, true); /* zeroed per depth */
         for (int r = 0; r < reps; r++) {
             bench_run br = {.ids = ids};
-            if (bench_depth(sched, prompt, depth, (int)gen, &br, &err)) {
+            if (bench_depth(e, prompt, depth, (int)gen, (int)ubatch, &br, &err)) {
                 cli_fail("muser bench: %s", err.msg);
                 goto done;
             }
@@ -263,7 +272,6 @@ done:
     free(pre);
     free(dec);
     free(depths);
-    mu_sched_free(sched);
     mu_engine_free(e);
     mu_model_close(m);
     return rc;
