@@ -7,6 +7,7 @@
  * when complete. */
 #include "gen.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,10 +125,20 @@ double mu_gen_constrain_s(const mu_gen *g) {
     return s;
 }
 
-int32_t mu_gen_pick(mu_gen *g, const float *logits) {
-    if (g->n_acc < g->r.n_forced) return g->forced[g->n_acc];
-    if (g->cons) return mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
-    return mu_sampler_sample(g->smp, logits);
+int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
+    /* NaN or infinity in the logits comes from broken weights (or a broken
+     * kernel): end with an error, never sample garbage */
+    for (int i = 0; i < g->n_vocab; i++)
+        if (!isfinite(logits[i])) {
+            *why = "engine: the model produced a non-finite logit (broken weights?)";
+            return -1;
+        }
+    int32_t id;
+    if (g->n_acc < g->r.n_forced) id = g->forced[g->n_acc];
+    else if (g->cons) id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
+    else id = mu_sampler_sample(g->smp, logits);
+    if (id < 0) *why = "structured output: no token can continue the value";
+    return id;
 }
 
 /* ---- text ------------------------------------------------------------- */

@@ -26,8 +26,9 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
 void mu_gen_free(mu_gen *g);
 
 /* The next token from the logits: forced, constrained or sampled. -1 when
- * structured output allows no token (the job must end with an error). */
-int32_t mu_gen_pick(mu_gen *g, const float *logits);
+ * there is none, *why saying why (the job must end with an error): a
+ * non-finite logit (broken weights), or structured output allowing no token. */
+int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why);
 
 /* Accepts id (picked from logits): emits its TOKEN and any TEXT / TOOL_CALL
  * events it releases. Returns MU_FINISH_NONE to go on, or why the job ends

@@ -287,9 +287,10 @@ static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
 static void step(mu_sched *s, int i, const float *lg) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    int32_t id = mu_gen_pick(j->gen, lg);
+    const char *why = NULL;
+    int32_t id = mu_gen_pick(j->gen, lg, &why);
     if (id < 0) {
-        slot_release(s, i, MU_FINISH_ERROR, "structured output: no token can continue the value");
+        slot_release(s, i, MU_FINISH_ERROR, why);
         return;
     }
     if (j->t_first == 0) j->t_first = now_ms();

@@ -24,6 +24,7 @@ typedef struct {
     const char *skip_tensor;   /* tensor to leave out */
     const char *extra_tensor;  /* an unexpected tensor to add */
     const char *bad_shape;     /* tensor written with a wrong row count */
+    const char *nan_tensor;    /* tensor whose first value is written as NaN */
     uint64_t seed;
 } mini_cfg;
 
@@ -132,6 +133,7 @@ static inline int mini_write(const char *path, const mini_cfg *c) {
         if (!strcmp(ts[i].name, "token_embd.weight")) scale = 1.0f;
         for (size_t j = 0; j < n; j++) {
             float v = ts[i].norm ? 1.0f + scale * mini_rand(&s) : scale * 1.7f * mini_rand(&s);
+            if (j == 0 && c->nan_tensor && !strcmp(c->nan_tensor, ts[i].name)) v = NAN;
             if (ts[i].type == MU_T_F16) {
                 mu_f16 h = mu_f32_to_f16(v);
                 mu_gguf_writer_write(w, &h, 2, &err);

@@ -208,20 +208,66 @@ static void test_hold_and_cancel(void **state) {
     mu_job_free(jb);
     mu_sched_free(s);
 
+    /* a job cancelled while it waits in the queue ends at once (the hold
+     * keeps it there) and leaves its place */
     so.n_slots = 1;
     so.hold_until = 2;
     assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
     assert_int_equal(mu_sched_submit(s, &qa, 1, &ja, &err), 0);
     mu_job_cancel(ja);
-    assert_int_equal(mu_sched_submit(s, &qb, 1, &jb, &err), 0);
     read_job(ja, &ra);
-    read_job(jb, &rb);
     assert_int_equal(ra.finish, MU_FINISH_CANCEL);
     assert_int_equal(ra.n, 0);
+    mu_sched_get_metrics(s, &m);
+    assert_int_equal(m.n_queued, 0);
+    assert_int_equal((int)m.n_cancelled, 1);
+    mu_job *jc;
+    assert_int_equal(mu_sched_submit(s, &qa, 1, &jb, &err), 0);
+    assert_int_equal(mu_sched_submit(s, &qb, 1, &jc, &err), 0);
+    read_job(jb, &ra);
+    read_job(jc, &rb);
+    assert_int_equal(ra.finish, MU_FINISH_LENGTH);
     assert_int_equal(rb.finish, MU_FINISH_LENGTH);
     mu_job_free(ja);
     mu_job_free(jb);
+    mu_job_free(jc);
     mu_sched_free(s);
+}
+
+/* Broken weights (a NaN in the output matrix) end the job with an error
+ * naming the cause instead of sampling garbage. */
+static void test_nonfinite_logits(void **state) {
+    (void)state;
+    char path[256];
+    snprintf(path, sizeof path, "%s/nan.gguf", dir);
+    mini_cfg c = mini_default();
+    c.nan_tensor = "output.weight";
+    assert_int_equal(mini_write(path, &c), 0);
+    mu_err err = {0};
+    mu_model *m;
+    mu_engine *e;
+    mu_sched *s;
+    assert_int_equal(mu_model_open(path, &m, &err), 0);
+    unlink(path);
+    mu_engine_opts o = {.n_threads = 1};
+    assert_int_equal(mu_engine_new(m, &o, &e, &err), 0);
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 32};
+    assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+    int32_t p[4] = {1, 2, 3, 4};
+    mu_gen_req q = {.prompt = p, .n_prompt = 4, .n_predict = 4, .sp = {.temp = 0}, .no_text = true};
+    mu_job *j;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    mu_gen_event ev;
+    int n_tok = 0;
+    while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) n_tok += ev.kind == MU_EV_TOKEN;
+    assert_int_equal(ev.kind, MU_EV_FINISH);
+    assert_int_equal(ev.finish, MU_FINISH_ERROR);
+    assert_non_null(strstr(ev.err, "non-finite"));
+    assert_int_equal(n_tok, 0);
+    mu_job_free(j);
+    mu_sched_free(s);
+    mu_engine_free(e);
+    mu_model_close(m);
 }
 
 /* Text, stop strings and prefix reuse on the bundled model. */
@@ -310,6 +356,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_matches_plain_loop),
         cmocka_unit_test(test_forced_and_limits),
         cmocka_unit_test(test_hold_and_cancel),
+        cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_text_and_stops),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
