@@ -327,6 +327,13 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
     COUNTER("http_requests_total", "HTTP requests received.", c.requests);
     COUNTER("http_errors_4xx_total", "HTTP 4xx answers.", c.errors_4xx);
     COUNTER("http_errors_5xx_total", "HTTP 5xx answers.", c.errors_5xx);
+    COUNTER("http_connections_refused_total", "Connections closed at once: over the connection limit.",
+            c.conns_refused);
+    COUNTER("http_head_timeouts_total", "Connections closed: request head not complete by its deadline.",
+            c.closed_head_timeout);
+    COUNTER("http_body_timeouts_total", "Connections closed: request body not complete by its deadline.",
+            c.closed_body_timeout);
+    GAUGE("http_connections_open", "Connections open now.", c.conns_open);
     GAUGE("prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
           m.prompt_s > 0 ? m.n_prompt_tokens / m.prompt_s : 0);
     GAUGE("predicted_tokens_seconds", "Average generation throughput in tokens/s.",
