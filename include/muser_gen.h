@@ -152,7 +152,8 @@ void mu_job_cancel(mu_job *j);
  * the thread that queued it (the engine thread, or the thread whose
  * mu_job_cancel ended a queued job), outside the job's event lock. fn must be
  * quick and must not call any mu_job_* function on j. Events queued before
- * the call are not notified (read them after setting fn). When
+ * the call are not notified (read them after setting fn); a reader may take
+ * an event before its notify runs (a later wake then finds nothing new). When
  * mu_job_set_notify or mu_job_free returns, no call of the previous fn is
  * running or will start: so do not call them while holding a lock fn takes. */
 void mu_job_set_notify(mu_job *j, void (*fn)(void *user), void *user);
