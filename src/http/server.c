@@ -747,8 +747,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (!r) return MHD_NO;  /* allocation failed in uri_log */
     if (!r->first_done) {
         r->first_done = true;
-        /* the head is complete: from here the body deadline runs (GET: none) */
-        set_phase(r, strcmp(method, "POST") && strcmp(method, "PUT") ? PH_BUSY : PH_BODY);
+        /* the head is complete: the body deadline runs until the final call */
+        set_phase(r, PH_BODY);
         if (now_s() - r->t_head0 > s->o.header_timeout_s)
             return early_error(r, 408, "http: request headers took too long");
         const mu_http_route *match = NULL;

@@ -15,6 +15,10 @@ Modes (each prints "ok ..." / "FAIL ..." lines; exit 1 on any failure):
                  every slow client's connection must end with a close by the
                  server (all 50 counted; the idle ones too), then /health and
                  chat must succeed.
+  PORT body      20 clients send a complete POST head, then one byte of the
+                 body a second, on a server with a short --body-timeout: all
+                 20 are closed by the body deadline; then /health and chat
+                 succeed.
   PORT limit MAX N   N > MAX idle connections on a server with --max-conns
                  MAX: exactly N - MAX are closed by the server and MAX stay
                  open; after they close /health succeeds.
@@ -264,6 +268,28 @@ def main():
             slow.close()
             for s in idle:
                 s.close()
+    elif mode == "body":
+        n = 20
+        head = (b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 100000\r\n\r\n")
+        slow = Slow(port, 0)
+        with slow.lock:
+            for _ in range(n):
+                s = connect(port)
+                s.sendall(head)
+                slow.socks.append(s)
+                slow.sent.append(len(head))
+                slow.closed.append(False)
+            slow.HEAD = head + b" " * 100000  # then one byte of the body a second
+        end = time.monotonic() + HANG
+        while slow.n_closed() < n and time.monotonic() < end:
+            time.sleep(0.1)
+        k = slow.n_closed()
+        (ok if k == n else bad)("%d of %d slow bodies closed by the body deadline" % (k, n))
+        v = metric(port, "http_body_timeouts_total")
+        (ok if v is not None and v >= n else bad)("/metrics http_body_timeouts_total = %r (>= %d)" % (v, n))
+        check_service(port, "after the body deadline closed them")
+        slow.close()
     elif mode in ("limit", "perip"):
         mx, n = int(sys.argv[3]), int(sys.argv[4])
         src = "127.0.0.2" if mode == "perip" else None

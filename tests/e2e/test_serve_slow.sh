@@ -8,8 +8,10 @@
 #  2. the same on a server with --head-timeout 2: every slow (and idle)
 #     connection is closed by the head deadline (counted, not timed), then
 #     /health and chat succeed;
-#  3. --max-conns 20: 25 connections, 5 closed at once, 20 stay open;
-#  4. --max-conns-per-ip 10: 12 connections from 127.0.0.2, 2 closed, and
+#  3. --body-timeout 2: 20 clients trickling a body one byte a second are
+#     all closed by the body deadline;
+#  4. --max-conns 20: 25 connections, 5 closed at once, 20 stay open;
+#  5. --max-conns-per-ip 10: 12 connections from 127.0.0.2, 2 closed, and
 #     127.0.0.1 is served meanwhile.
 # Counts decide; every wait ends on its condition (600 s hang detectors).
 SERVE_TEST_NAME=test_serve_slow
@@ -34,6 +36,7 @@ phase() {
 
 PHASE_ARGS=(hold);          phase hold --head-timeout 600 --idle-timeout 600
 PHASE_ARGS=(deadline);      phase deadline --head-timeout 2
+PHASE_ARGS=(body);          phase body --body-timeout 2 --head-timeout 600
 PHASE_ARGS=(limit 20 25);   phase limit --max-conns 20
 PHASE_ARGS=(perip 10 12);   phase perip --max-conns-per-ip 10
 
