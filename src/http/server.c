@@ -554,6 +554,11 @@ static mu_http_proto proto_of_path(const char *p) {
 
 static void *uri_log(void *cls, const char *uri, struct MHD_Connection *mc) {
     mu_http_server *s = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    hconn *c = ci ? ci->socket_context : NULL;
+    /* a connection refused over the limit (shut down, but a request it sent
+     * may still be buffered): no request object, so the handler closes it */
+    if (!c) return NULL;
     mu_http_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->srv = s;
@@ -562,17 +567,13 @@ static void *uri_log(void *cls, const char *uri, struct MHD_Connection *mc) {
     pthread_mutex_init(&r->wmu, NULL);
     r->t_head0 = now_s();
     r->fd = -1;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) r->fd = ci->connect_fd;
-    ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    hconn *c = ci ? ci->socket_context : NULL;
-    if (c) {
-        pthread_mutex_lock(&s->cmu);
-        r->c = c;
-        c->req = r;
-        r->t_head0 = c->t_phase;
-        pthread_mutex_unlock(&s->cmu);
-    }
+    pthread_mutex_lock(&s->cmu);
+    r->c = c;
+    c->req = r;
+    r->t_head0 = c->t_phase;
+    pthread_mutex_unlock(&s->cmu);
     /* path without the query string */
     size_t n = strcspn(uri ? uri : "", "?");
     if (n >= sizeof r->path) n = sizeof r->path - 1;
@@ -678,9 +679,8 @@ static void *sweeper_main(void *p) {
         if (atomic_load(&s->stopping)) break;
         double t = now_s();
         for (hconn *c = s->conns; c; c = c->next) {
-            if (c->shut) continue;
-            if ((c->phase == PH_HEAD && t - c->t_phase > s->o.header_timeout_s) ||
-                (c->phase == PH_BODY && t - c->t_phase > s->o.body_timeout_s)) {
+            if (!c->shut && ((c->phase == PH_HEAD && t - c->t_phase > s->o.header_timeout_s) ||
+                             (c->phase == PH_BODY && t - c->t_phase > s->o.body_timeout_s))) {
                 if (c->phase == PH_HEAD) s->n_head_closed++;
                 else s->n_body_closed++;
                 c->shut = true;
@@ -744,7 +744,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     mu_http_server *s = cls;
     mu_http_req *r = *con_cls;
-    if (!r) return MHD_NO;  /* allocation failed in uri_log */
+    if (!r) return MHD_NO;  /* a refused connection, or allocation failed in uri_log */
     if (!r->first_done) {
         r->first_done = true;
         /* the head is complete: the body deadline runs until the final call */
@@ -820,7 +820,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (r->later) return run_later(r);  /* called again after a resume */
     if (!r->body_done) {
         r->body_done = true;
-        set_phase(r, PH_BUSY);
+        pthread_mutex_lock(&s->cmu);
+        bool shut = r->c && r->c->shut;
+        if (r->c) {
+            r->c->phase = PH_BUSY;
+            r->c->t_phase = now_s();
+        }
+        pthread_mutex_unlock(&s->cmu);
+        /* the sweeper shut it (its deadline passed) while the rest of the
+         * request was still buffered: start nothing */
+        if (shut) return MHD_NO;
     }
     if (r->responded) return MHD_YES;
     if (r->too_big) {
