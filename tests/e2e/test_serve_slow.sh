@@ -16,8 +16,14 @@
 # Counts decide; every wait ends on its condition (600 s hang detectors).
 SERVE_TEST_NAME=test_serve_slow
 source "$(dirname "$0")/serve_lib.sh"
-# this process's own descriptors: 1050 client sockets
-ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+# this process's own descriptors: 1050 client sockets (the server raises its
+# own limit to the hard one)
+hard=$(ulimit -Hn)
+if [ "$hard" != unlimited ] && [ "$hard" -lt 1200 ]; then
+  echo "test_serve_slow: skipped: the hard open-file limit ($hard) is below 1200"
+  exit 0
+fi
+ulimit -n "$hard" 2>/dev/null || true
 
 phase() {
   local what=$1
