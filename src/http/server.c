@@ -662,8 +662,8 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
 /* Every SWEEP_MS: closes connections past their head or body deadline
  * (shutdown: MHD then sees the end of the stream and closes them), and
  * resumes suspended requests whose client hung up (their handler then
- * cancels the jobs). MHD does not poll suspended connections, and its idle
- * timeout restarts with every byte, so neither does this by itself. */
+ * frees, thus cancels, the jobs). MHD catches neither: it does not poll
+ * suspended connections, and its idle timeout restarts with every byte. */
 static void *sweeper_main(void *p) {
     mu_http_server *s = p;
     pthread_mutex_lock(&s->cmu);
