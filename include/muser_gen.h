@@ -147,7 +147,18 @@ void mu_job_wait_end(mu_job *j);
 /* Asks the engine to stop this job at its next step; a job still waiting
  * in the queue ends at once (idempotent; any thread). */
 void mu_job_cancel(mu_job *j);
-/* Cancels and drops the reader's reference. NULL is fine. */
+/* Sets the reader's notification (fn NULL: none): fn(user) is called after
+ * each event is queued for j, once the event is readable by mu_job_next, by
+ * the thread that queued it (the engine thread, or the thread whose
+ * mu_job_cancel ended a queued job), outside the job's event lock. fn must be
+ * quick and must not call any mu_job_* function on j. Events queued before
+ * the call are not notified (read them after setting fn); a reader may take
+ * an event before its notify runs (a later wake then finds nothing new). When
+ * mu_job_set_notify or mu_job_free returns, no call of the previous fn is
+ * running or will start: so do not call them while holding a lock fn takes. */
+void mu_job_set_notify(mu_job *j, void (*fn)(void *user), void *user);
+/* Clears the notification, cancels and drops the reader's reference. NULL is
+ * fine. */
 void mu_job_free(mu_job *j);
 
 typedef struct {

@@ -18,6 +18,14 @@ typedef struct {
     const char *tls_key_pem;
     const char *api_key;       /* NULL: none (only allowed on loopback) */
     const char *model_path;    /* the served file (shown by /props, /api/show) */
+    /* limits (docs/api.md, "Transport"); 0 = the default */
+    int max_connections;       /* open connections in all; 0: 4096, lowered to fit the open-file limit */
+    int max_conns_per_ip;      /* per client address; 0: off on a loopback bind, 256 otherwise; -1: off */
+    int head_timeout_s;        /* request line + headers complete, from connect or the last reply; 0: 10 */
+    int body_timeout_s;        /* whole body, from the end of the head; 0: 30 */
+    int idle_timeout_s;        /* no traffic while not waiting for generation; 0: 60 */
+    size_t max_body_bytes;     /* 0: 8 MiB */
+    int http_threads;          /* event threads serving all connections; 0: 4 */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host
@@ -31,6 +39,9 @@ int mu_serve_read_key_file(const char *path, char *key, size_t cap, mu_err *err)
  * connections. The scheduler (and its engine and model) must outlive it. */
 int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, mu_server **out, mu_err *err);
 int mu_serve_port(const mu_server *s);
+/* The connection limit in effect; *requested (may be NULL) gets the one
+ * asked for (they differ when the open-file limit is too low). */
+int mu_serve_max_connections(const mu_server *s, int *requested);
 /* Stops accepting, finishes the connections and frees s. NULL is fine. */
 void mu_serve_stop(mu_server *s);
 

@@ -2,11 +2,14 @@
  * APIs) on one model.
  *   muser serve [-m MODEL] [--host H] [--port P] [--parallel 1..4] [--ctx N]
  *               [--queue N] [--threads N] [--api-key-file F]
- *               [--tls-cert C --tls-key K]
+ *               [--tls-cert C --tls-key K] [--max-conns N] [--max-conns-per-ip N]
+ *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
+ *               [--max-body-mb N] [--http-threads N]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: muser serve [-m MODEL] [--host H] [--port P] [--parallel 1..4] [--ctx N] [--queue N]\n"
             "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K]\n"
+            "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
+            "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -52,6 +57,7 @@ static const char *model_id(const mu_model *m, const char *path) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *cert = NULL, *keyp = NULL;
     long long port = 4949, parallel = 1, ctx = 0, queue = 16, threads = 0;
+    long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -68,6 +74,13 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--ctx")) { NEED(); if (!cli_int(v, 16, 1 << 24, &ctx)) return cli_fail("muser serve: --ctx must be 16..16777216: %s", v); }
         else if (!strcmp(a, "--queue")) { NEED(); if (!cli_int(v, 0, 1024, &queue)) return cli_fail("muser serve: --queue must be 0..1024: %s", v); }
         else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser serve: --threads must be 1..512: %s", v); }
+        else if (!strcmp(a, "--max-conns")) { NEED(); if (!cli_int(v, 1, 1 << 20, &max_conns)) return cli_fail("muser serve: --max-conns must be 1..1048576: %s", v); }
+        else if (!strcmp(a, "--max-conns-per-ip")) { NEED(); if (!cli_int(v, 0, 1 << 20, &per_ip)) return cli_fail("muser serve: --max-conns-per-ip must be 0..1048576 (0 = off): %s", v); }
+        else if (!strcmp(a, "--head-timeout")) { NEED(); if (!cli_int(v, 1, 86400, &head_to)) return cli_fail("muser serve: --head-timeout must be 1..86400 seconds: %s", v); }
+        else if (!strcmp(a, "--body-timeout")) { NEED(); if (!cli_int(v, 1, 86400, &body_to)) return cli_fail("muser serve: --body-timeout must be 1..86400 seconds: %s", v); }
+        else if (!strcmp(a, "--idle-timeout")) { NEED(); if (!cli_int(v, 1, 86400, &idle_to)) return cli_fail("muser serve: --idle-timeout must be 1..86400 seconds: %s", v); }
+        else if (!strcmp(a, "--max-body-mb")) { NEED(); if (!cli_int(v, 1, 4096, &body_mb)) return cli_fail("muser serve: --max-body-mb must be 1..4096: %s", v); }
+        else if (!strcmp(a, "--http-threads")) { NEED(); if (!cli_int(v, 1, 64, &http_threads)) return cli_fail("muser serve: --http-threads must be 1..64: %s", v); }
         else if (!strcmp(a, "--api-key-file")) { NEED(); key_file = v; }
         else if (!strcmp(a, "--tls-cert")) { NEED(); cert = v; }
         else if (!strcmp(a, "--tls-key")) { NEED(); keyp = v; }
@@ -128,11 +141,33 @@ int cmd_serve(int argc, char **argv) {
                         .tls_cert_pem = cert_pem,
                         .tls_key_pem = key_pem,
                         .api_key = key_file ? api_key : NULL,
-                        .model_path = model};
+                        .model_path = model,
+                        .max_connections = (int)max_conns,
+                        .max_conns_per_ip = per_ip < 0 ? 0 : per_ip == 0 ? -1 : (int)per_ip,
+                        .head_timeout_s = (int)head_to,
+                        .body_timeout_s = (int)body_to,
+                        .idle_timeout_s = (int)idle_to,
+                        .max_body_bytes = (size_t)body_mb << 20,
+                        .http_threads = (int)http_threads};
+    /* connections need descriptors: raise the soft open-file limit to the
+     * hard one (the server lowers its connection limit to what fits) */
+    struct rlimit rl;
+    if (!getrlimit(RLIMIT_NOFILE, &rl) && rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) && want > (1u << 20)) {
+            rl.rlim_cur = 1u << 20; /* an unlimited hard limit may exceed fs.nr_open */
+            setrlimit(RLIMIT_NOFILE, &rl);
+        }
+    }
     if (mu_serve_start(sched, m, &ho, &srv, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
+    int requested = 0, eff = mu_serve_max_connections(srv, &requested);
+    if (eff < requested)
+        fprintf(stderr, "muser serve: --max-conns lowered from %d to %d: the open-file limit is %llu\n", requested,
+                eff, getrlimit(RLIMIT_NOFILE, &rl) ? 0ULL : (unsigned long long)rl.rlim_cur);
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);

@@ -74,6 +74,12 @@ struct mu_job {
     bool ended;           /* FINISH queued */
     int n_waiting;        /* readers blocked in mu_job_next (wake them per event) */
     bool finish_read;     /* FINISH handed to the reader */
+    /* the reader's wake-up (mu_job_set_notify): nmu is held while fn runs,
+     * so clearing it waits for a call in progress */
+    pthread_mutex_t nmu;
+    atomic_bool has_notify;
+    void (*notify)(void *user);
+    void *notify_user;
     /* reader-owned copy of the last event's strings */
     char *rbuf;
     size_t cap_rbuf;
@@ -130,6 +136,7 @@ static void job_unref(mu_job *j) {
     pthread_mutex_unlock(&j->mu);
     if (r) return;
     pthread_mutex_destroy(&j->mu);
+    pthread_mutex_destroy(&j->nmu);
     pthread_cond_destroy(&j->cv);
     free(j->prompt);
     mu_gen_free(j->gen);
@@ -202,6 +209,12 @@ static void push_event(void *user, const mu_gen_event *ev) {
      * in mu_job_wait_end sleeps through the tokens) */
     if (j->n_waiting > 0 || ev->kind == MU_EV_FINISH) pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    /* the reader's notify, outside the event lock (the event is readable) */
+    if (atomic_load(&j->has_notify)) {
+        pthread_mutex_lock(&j->nmu);
+        if (j->notify) j->notify(j->notify_user);
+        pthread_mutex_unlock(&j->nmu);
+    }
 }
 
 /* Reader side: copies the strings and arrays of q into the reader's buffer
@@ -637,6 +650,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     j->st.n_prompt = r->n_prompt;
     atomic_init(&j->cancel, false);
     pthread_mutex_init(&j->mu, NULL);
+    pthread_mutex_init(&j->nmu, NULL);
     pthread_cond_init(&j->cv, NULL);
     j->t_submit = now_ms();
     *out = j;
@@ -782,8 +796,17 @@ void mu_job_cancel(mu_job *j) {
     if (dequeued) job_finish(s, j, MU_FINISH_CANCEL, NULL);
 }
 
+void mu_job_set_notify(mu_job *j, void (*fn)(void *user), void *user) {
+    pthread_mutex_lock(&j->nmu);
+    j->notify = fn;
+    j->notify_user = user;
+    atomic_store(&j->has_notify, fn != NULL);
+    pthread_mutex_unlock(&j->nmu);
+}
+
 void mu_job_free(mu_job *j) {
     if (!j) return;
+    mu_job_set_notify(j, NULL, NULL);
     mu_job_cancel(j);
     job_unref(j);
 }

@@ -70,7 +70,7 @@ typedef struct {
     char err[256];
 } api_job;
 
-/* Submits the job: req's stops are taken from the JSON stop field (a
+/* Submits the job (its notify wakes r: mu_http_req_wake): req's stops are taken from the JSON stop field (a
  * string or an array of strings). Owns prompt (frees it). On failure
  * replies (400/429/...) and returns false. */
 bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
@@ -80,17 +80,16 @@ bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, 
 #define API_MAX_CHOICES MU_GEN_MAX_CHOICES
 bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
                      const mu_gen_req *req, const json_t *stop);
-/* Waits for events (up to ~100 ms) and collects them; returns true while
- * running, false when finished (g->finish set). Cancels on client hang-up. */
-bool api_job_step(api_job *g, int fd);
-bool api_job_step_ms(api_job *g, int fd, int timeout_ms);
+/* Collects the events that are ready, without waiting; returns true while
+ * running, false when finished (g->finish set). Cancels on client hang-up
+ * (fd polled). The job's notify (set by api_job_start_n) wakes the request
+ * when more is ready. */
+bool api_job_poll(api_job *g, int fd);
 /* Structured output requested by body[key] ("response_format" for OpenAI,
  * "json_schema" for llama.cpp, "format" for Ollama): *out = NULL for free
  * text, else a compiled schema (the caller unrefs it). -1 after replying
  * 400 (unsupported keyword, named with its path) or 503. */
 int api_response_schema(mu_http_req *r, const json_t *body, const char *key, mu_schema **out);
-/* Runs to the end (non-streaming); false if the client went away. */
-bool api_job_run(api_job *g, int fd);
 /* New text since the last call; *n bytes at the returned pointer. */
 const char *api_job_take_content(api_job *g, size_t *n);
 const char *api_job_take_reasoning(api_job *g, size_t *n);

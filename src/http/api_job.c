@@ -7,9 +7,11 @@
  * cut and the job cancelled; bytes that may start a stop string are held
  * back), sampling defaults, model-id checks, timings.
  * Does not own: protocol shapes (api_openai.c, api_llamacpp.c, api_ollama.c).
- * Design: the driver is pull-based so a streaming response and a blocking
- * handler use the same code; every wait is short (100 ms) and followed by a
- * hang-up check on the client socket. */
+ * Design: the driver is pull-based and never waits: api_job_poll takes what
+ * is ready (then checks the client socket for a hang-up), and the job's
+ * notify wakes the request's suspended connection when more is ready
+ * (server.h), so a streaming reader and a waiting handler use the same
+ * code. */
 #include "api.h"
 
 
@@ -252,7 +254,10 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
         mu_http_reply_status(r, rc, &err);
         return false;
     }
-    for (int k = 0; k < n; k++) g[k].job = jobs[k];
+    for (int k = 0; k < n; k++) {
+        g[k].job = jobs[k];
+        mu_job_set_notify(jobs[k], mu_http_req_wake, r);
+    }
     return true;
 }
 
@@ -312,13 +317,10 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
     return true;
 }
 
-bool api_job_step(api_job *g, int fd) { return api_job_step_ms(g, fd, 100); }
-
-bool api_job_step_ms(api_job *g, int fd, int timeout_ms) {
+bool api_job_poll(api_job *g, int fd) {
     if (g->finish) return false;
     mu_gen_event ev;
-    /* wait for the first event, then take what is ready */
-    for (int got = 0; !g->finish && mu_job_next(g->job, &ev, got ? 0 : timeout_ms) == 1; got++) {
+    while (!g->finish && mu_job_next(g->job, &ev, 0) == 1) {
         if (!collect(g, &ev)) {
             mu_job_cancel(g->job);
             g->finish = MU_FINISH_ERROR;
@@ -331,12 +333,6 @@ bool api_job_step_ms(api_job *g, int fd, int timeout_ms) {
         g->finish = MU_FINISH_CANCEL;
     }
     return !g->finish;
-}
-
-bool api_job_run(api_job *g, int fd) {
-    while (api_job_step(g, fd)) {
-    }
-    return g->finish != MU_FINISH_CANCEL;
 }
 
 /* Bytes of buf after *sent not yet taken: the generation side releases

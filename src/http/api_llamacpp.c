@@ -85,39 +85,57 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
     lc_state *s = state;
     api_job *g = &s->g;
     if (s->done) return 0;
-    for (;;) {
-        bool running = api_job_step(g, fd);
-        if (g->finish == MU_FINISH_CANCEL) return -1;
-        size_t nc = 0;
-        const char *cs = api_job_take_content(g, &nc);
-        if (nc || g->n_ids > s->sent_tokens) {
-            json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", 0, "content", api_json_text(cs, nc), "stop", 0,
-                                  "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt);
-            json_t *toks = json_array();
-            for (int i = s->sent_tokens; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
-            json_object_set_new(c, "tokens", toks);
-            if (s->probs) json_object_set_new(c, "completion_probabilities", probs_range(g, s->sent_tokens, g->n_ids));
-            s->sent_tokens = g->n_ids;
-            mu_http_buf_str(out, "data: ");
-            mu_http_buf_json(out, c);
-            mu_http_buf_str(out, "\n\n");
-            json_decref(c);
-        }
-        if (!running) {
-            json_t *f;
-            if (g->finish == MU_FINISH_ERROR)
-                f = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type", "server_error");
-            else
-                f = final_object(s, "", 0);
-            mu_http_buf_str(out, "data: ");
-            mu_http_buf_json(out, f);
-            mu_http_buf_str(out, "\n\n");
-            json_decref(f);
-            s->done = true;
-            return 1;
-        }
-        if (out->n) return 1;
+    bool running = api_job_poll(g, fd);
+    if (g->finish == MU_FINISH_CANCEL) return -1;
+    size_t nc = 0;
+    const char *cs = api_job_take_content(g, &nc);
+    if (nc || g->n_ids > s->sent_tokens) {
+        json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", 0, "content", api_json_text(cs, nc), "stop", 0,
+                              "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt);
+        json_t *toks = json_array();
+        for (int i = s->sent_tokens; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
+        json_object_set_new(c, "tokens", toks);
+        if (s->probs) json_object_set_new(c, "completion_probabilities", probs_range(g, s->sent_tokens, g->n_ids));
+        s->sent_tokens = g->n_ids;
+        mu_http_buf_str(out, "data: ");
+        mu_http_buf_json(out, c);
+        mu_http_buf_str(out, "\n\n");
+        json_decref(c);
     }
+    if (!running) {
+        json_t *f;
+        if (g->finish == MU_FINISH_ERROR)
+            f = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type", "server_error");
+        else
+            f = final_object(s, "", 0);
+        mu_http_buf_str(out, "data: ");
+        mu_http_buf_json(out, f);
+        mu_http_buf_str(out, "\n\n");
+        json_decref(f);
+        s->done = true;
+    }
+    return 1; /* out may be empty: nothing ready yet */
+}
+
+/* Non-streaming: replies once the job ended. */
+static bool lc_poll(void *state, mu_http_req *r) {
+    lc_state *s = state;
+    if (api_job_poll(&s->g, mu_http_req_fd(r))) return false;
+    if (s->g.finish == MU_FINISH_ERROR || s->g.finish == MU_FINISH_CANCEL) {
+        if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
+        else mu_http_reply_error(r, 499, "client closed the request", NULL);
+        return true;
+    }
+    size_t nc;
+    const char *cs = api_job_take_content(&s->g, &nc);
+    json_t *o = final_object(s, cs, nc);
+    json_t *toks = json_array();
+    if (s->return_tokens)
+        for (int i = 0; i < s->g.n_ids; i++) json_array_append_new(toks, json_integer(s->g.ids[i]));
+    json_object_set_new(o, "tokens", toks);
+    if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(&s->g, 0, s->g.n_ids));
+    mu_http_reply_json(r, 200, o);
+    return true;
 }
 
 static void lc_release(void *state) {
@@ -173,22 +191,7 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
         mu_http_reply_stream(r, "text/event-stream", lc_produce, lc_release, s);
         return;
     }
-    if (!api_job_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
-        if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
-        else mu_http_reply_error(r, 499, "client closed the request", NULL);
-        lc_release(s);
-        return;
-    }
-    size_t nc;
-    const char *cs = api_job_take_content(&s->g, &nc);
-    json_t *o = final_object(s, cs, nc);
-    json_t *toks = json_array();
-    if (s->return_tokens)
-        for (int i = 0; i < s->g.n_ids; i++) json_array_append_new(toks, json_integer(s->g.ids[i]));
-    json_object_set_new(o, "tokens", toks);
-    if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(&s->g, 0, s->g.n_ids));
-    lc_release(s);
-    mu_http_reply_json(r, 200, o);
+    mu_http_reply_later(r, lc_poll, lc_release, s);
 }
 
 void api_llama_tokenize(mu_http_req *r, const json_t *body) {
@@ -324,6 +327,13 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
     COUNTER("http_requests_total", "HTTP requests received.", c.requests);
     COUNTER("http_errors_4xx_total", "HTTP 4xx answers.", c.errors_4xx);
     COUNTER("http_errors_5xx_total", "HTTP 5xx answers.", c.errors_5xx);
+    COUNTER("http_connections_refused_total", "Connections closed at once: over the connection limit.",
+            c.conns_refused);
+    COUNTER("http_head_timeouts_total", "Connections closed: request head not complete by its deadline.",
+            c.closed_head_timeout);
+    COUNTER("http_body_timeouts_total", "Connections closed: request body not complete by its deadline.",
+            c.closed_body_timeout);
+    GAUGE("http_connections_open", "Connections open now.", c.conns_open);
     GAUGE("prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
           m.prompt_s > 0 ? m.n_prompt_tokens / m.prompt_s : 0);
     GAUGE("predicted_tokens_seconds", "Average generation throughput in tokens/s.",

@@ -85,33 +85,45 @@ static void line(mu_http_buf *out, json_t *j) {
 static int ol_produce(void *state, mu_http_buf *out, int fd) {
     ol_state *s = state;
     if (s->done) return 0;
-    for (;;) {
-        bool running = api_job_step(&s->g, fd);
-        if (s->g.finish == MU_FINISH_CANCEL) return -1;
-        size_t nc = 0, nr = 0;
-        const char *rs = api_job_take_reasoning(&s->g, &nr);
-        const char *cs = api_job_take_content(&s->g, &nc);
-        if (!running) {
-            if (s->g.finish == MU_FINISH_ERROR) {
-                if (nc || nr) line(out, delta_record(s, cs, nc, rs, nr));
-                line(out, json_pack("{s:s}", "error", s->g.err));
-            } else {
-                line(out, done_record(s, cs, nc, rs, nr));
-            }
-            s->done = true;
-            return 1;
+    bool running = api_job_poll(&s->g, fd);
+    if (s->g.finish == MU_FINISH_CANCEL) return -1;
+    size_t nc = 0, nr = 0;
+    const char *rs = api_job_take_reasoning(&s->g, &nr);
+    const char *cs = api_job_take_content(&s->g, &nc);
+    if (!running) {
+        if (s->g.finish == MU_FINISH_ERROR) {
+            if (nc || nr) line(out, delta_record(s, cs, nc, rs, nr));
+            line(out, json_pack("{s:s}", "error", s->g.err));
+        } else {
+            line(out, done_record(s, cs, nc, rs, nr));
         }
-        if (nc || (nr && s->think)) {
-            line(out, delta_record(s, cs, nc, rs, nr));
-            return 1;
-        }
+        s->done = true;
+        return 1;
     }
+    if (nc || (nr && s->think)) line(out, delta_record(s, cs, nc, rs, nr));
+    return 1; /* out may be empty: nothing ready yet */
 }
 
 static void ol_release(void *state) {
     ol_state *s = state;
     api_job_free(&s->g);
     free(s);
+}
+
+/* Non-streaming: replies once the job ended. */
+static bool ol_poll(void *state, mu_http_req *r) {
+    ol_state *s = state;
+    if (api_job_poll(&s->g, mu_http_req_fd(r))) return false;
+    if (s->g.finish == MU_FINISH_ERROR || s->g.finish == MU_FINISH_CANCEL) {
+        if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
+        else mu_http_reply_error(r, 499, "client closed the request", NULL);
+        return true;
+    }
+    size_t nc, nr;
+    const char *rs = api_job_take_reasoning(&s->g, &nr);
+    const char *cs = api_job_take_content(&s->g, &nc);
+    mu_http_reply_json(r, 200, done_record(s, cs, nc, rs, nr));
+    return true;
 }
 
 static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids, int n, bool chat, bool use_tools) {
@@ -157,18 +169,7 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
         mu_http_reply_stream(r, "application/x-ndjson", ol_produce, ol_release, s);
         return;
     }
-    if (!api_job_run(&s->g, mu_http_req_fd(r)) || s->g.finish == MU_FINISH_ERROR) {
-        if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
-        else mu_http_reply_error(r, 499, "client closed the request", NULL);
-        ol_release(s);
-        return;
-    }
-    size_t nc, nr;
-    const char *rs = api_job_take_reasoning(&s->g, &nr);
-    const char *cs = api_job_take_content(&s->g, &nc);
-    json_t *o = done_record(s, cs, nc, rs, nr);
-    ol_release(s);
-    mu_http_reply_json(r, 200, o);
+    mu_http_reply_later(r, ol_poll, ol_release, s);
 }
 
 static void reply_loaded(mu_http_req *r, mu_http_app *a, bool chat) {

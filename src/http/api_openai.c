@@ -5,8 +5,9 @@
  * Does not own: validation tables (api.c), generation (src/gen) or reading
  * a job's events (api_job.c).
  * Design: a streaming response is a state machine pulled by the transport:
- * each pull waits for new events and writes the SSE chunks they produce; the
- * blocking variant reads the same api_job to the end. */
+ * each pull takes the events that are ready and writes the SSE chunks they
+ * produce (never waiting); the non-streaming variant polls the same api_job
+ * each time the request is woken and replies once every choice ended. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -213,53 +214,38 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
             return 1;
         }
     }
-    for (;;) {
-        /* every running choice without waiting, then one short wait */
-        bool all_done = true, failed = false;
-        int first = -1;
-        for (int k = 0; k < s->n; k++) {
-            if (s->done[k]) continue;
-            bool running = api_job_step_ms(&s->g[k], fd, 0);
-            if (s->g[k].finish == MU_FINISH_CANCEL) return -1;
-            if (!oa_choice(s, k, out, running)) failed = true;
-            if (!s->done[k]) {
-                all_done = false;
-                if (first < 0) first = k;
-            }
-        }
-        if (failed) {
-            for (int k = 0; k < s->n; k++)
-                if (s->g[k].finish == MU_FINISH_ERROR) {
-                    sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[k].err, "type", "server_error"));
-                    break;
-                }
-            mu_http_buf_str(out, "data: [DONE]\n\n");
-            s->phase = 2;
-            return 1;
-        }
-        if (all_done) {
-            if (s->include_usage) {
-                json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
-                                      s->chat ? "chat.completion.chunk" : "text_completion", "created",
-                                      (json_int_t)s->created, "model", s->a->model_id, "choices", "usage",
-                                      usage(s->g, s->n));
-                sse(out, u);
-            }
-            mu_http_buf_str(out, "data: [DONE]\n\n");
-            s->phase = 2;
-            return 1;
-        }
-        if (out->n) return 1;
-        bool running = api_job_step_ms(&s->g[first], fd, 50);
-        if (s->g[first].finish == MU_FINISH_CANCEL) return -1;
-        if (!oa_choice(s, first, out, running)) {
-            sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[first].err, "type", "server_error"));
-            mu_http_buf_str(out, "data: [DONE]\n\n");
-            s->phase = 2;
-            return 1;
-        }
-        if (out->n) return 1;
+    /* every running choice, taking what is ready; nothing ready: return
+     * with out empty (the transport waits for the next wake) */
+    bool all_done = true, failed = false;
+    for (int k = 0; k < s->n; k++) {
+        if (s->done[k]) continue;
+        bool running = api_job_poll(&s->g[k], fd);
+        if (s->g[k].finish == MU_FINISH_CANCEL) return -1;
+        if (!oa_choice(s, k, out, running)) failed = true;
+        if (!s->done[k]) all_done = false;
     }
+    if (failed) {
+        for (int k = 0; k < s->n; k++)
+            if (s->g[k].finish == MU_FINISH_ERROR) {
+                sse(out, json_pack("{s:{s:s,s:s}}", "error", "message", s->g[k].err, "type", "server_error"));
+                break;
+            }
+        mu_http_buf_str(out, "data: [DONE]\n\n");
+        s->phase = 2;
+        return 1;
+    }
+    if (all_done) {
+        if (s->include_usage) {
+            json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
+                                  s->chat ? "chat.completion.chunk" : "text_completion", "created",
+                                  (json_int_t)s->created, "model", s->a->model_id, "choices", "usage",
+                                  usage(s->g, s->n));
+            sse(out, u);
+        }
+        mu_http_buf_str(out, "data: [DONE]\n\n");
+        s->phase = 2;
+    }
+    return 1;
 }
 
 static void oa_release(void *state) {
@@ -284,13 +270,49 @@ static void reply_failed(mu_http_req *r, api_job *g) {
     else mu_http_reply_error(r, 499, "client closed the request", NULL);
 }
 
-/* Runs every choice to the end; false (after replying) on error/hang-up. */
-static bool run_all(mu_http_req *r, oa_stream *s) {
-    for (int k = 0; k < s->n; k++)
-        if (!api_job_run(&s->g[k], mu_http_req_fd(r)) || s->g[k].finish == MU_FINISH_ERROR) {
-            reply_failed(r, &s->g[k]);
-            return false;
+/* Non-streaming: takes what is ready of every choice; false while one
+ * still runs; true once every choice ended (or one failed: replied). */
+static bool poll_all(mu_http_req *r, oa_stream *s, bool *failed) {
+    bool running = false;
+    *failed = false;
+    for (int k = 0; k < s->n; k++) {
+        api_job *g = &s->g[k];
+        if (api_job_poll(g, mu_http_req_fd(r))) running = true;
+        else if (g->finish == MU_FINISH_CANCEL || g->finish == MU_FINISH_ERROR) {
+            reply_failed(r, g);
+            *failed = true;
+            return true;
         }
+    }
+    return !running;
+}
+
+static bool oa_chat_poll(void *state, mu_http_req *r) {
+    oa_stream *s = state;
+    bool failed;
+    if (!poll_all(r, s, &failed)) return false;
+    if (failed) return true;
+    mu_http_app *a = s->a;
+    json_t *choices = json_array();
+    for (int k = 0; k < s->n; k++) {
+        api_job *g = &s->g[k];
+        size_t nr, nc;
+        const char *rs = api_job_take_reasoning(g, &nr);
+        const char *cs = api_job_take_content(g, &nc);
+        json_t *msg = json_pack("{s:s}", "role", "assistant");
+        json_t *calls = g->tool_calls;
+        bool has_calls = json_array_size(calls) > 0;
+        json_object_set_new(msg, "content", has_calls && nc == 0 ? json_null() : api_json_text(cs, nc));
+        if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
+        if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
+        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs",
+                                                 s->logprobs ? logprobs_range(g, 0, g->n_ids) : json_null(),
+                                                 "finish_reason", finish_name(g->finish, has_calls)));
+    }
+    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "chat.completion",
+                             "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
+                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
+    mu_http_reply_json(r, 200, resp);
     return true;
 }
 
@@ -352,31 +374,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);
         return;
     }
-    if (!run_all(r, s)) {
-        oa_release(s);
-        return;
-    }
-    json_t *choices = json_array();
-    for (int k = 0; k < s->n; k++) {
-        api_job *g = &s->g[k];
-        size_t nr, nc;
-        const char *rs = api_job_take_reasoning(g, &nr);
-        const char *cs = api_job_take_content(g, &nc);
-        json_t *msg = json_pack("{s:s}", "role", "assistant");
-        json_t *calls = g->tool_calls;
-        bool has_calls = json_array_size(calls) > 0;
-        json_object_set_new(msg, "content", has_calls && nc == 0 ? json_null() : api_json_text(cs, nc));
-        if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
-        if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
-        json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs",
-                                                 q.logprobs ? logprobs_range(g, 0, g->n_ids) : json_null(),
-                                                 "finish_reason", finish_name(g->finish, has_calls)));
-    }
-    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "chat.completion",
-                             "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
-                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
-    oa_release(s);
-    mu_http_reply_json(r, 200, resp);
+    mu_http_reply_later(r, oa_chat_poll, oa_release, s);
 }
 
 /* ---- completions ------------------------------------------------------------ */
@@ -454,6 +452,32 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
     return true;
 }
 
+static bool oa_completions_poll(void *state, mu_http_req *r) {
+    oa_stream *s = state;
+    bool failed;
+    if (!poll_all(r, s, &failed)) return false;
+    if (failed) return true;
+    json_t *choices = json_array();
+    for (int k = 0; k < s->n; k++) {
+        api_job *g = &s->g[k];
+        size_t nc;
+        const char *cs = api_job_take_content(g, &nc);
+        mu_http_buf all = {0};
+        if (s->echo) mu_http_buf_str(&all, s->echo);
+        mu_http_buf_add(&all, cs, nc);
+        json_array_append_new(choices,
+                              json_pack("{s:o,s:i,s:o,s:s}", "text", api_json_text(all.p ? all.p : "", all.n), "index",
+                                        k, "logprobs", s->logprobs ? completion_logprobs(g, 0, g->n_ids) : json_null(),
+                                        "finish_reason", finish_name(g->finish, false)));
+        mu_http_buf_free(&all);
+    }
+    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "text_completion",
+                             "created", (json_int_t)s->created, "model", s->a->model_id, "system_fingerprint", "muser",
+                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
+    mu_http_reply_json(r, 200, resp);
+    return true;
+}
+
 void api_openai_completions(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
@@ -492,29 +516,7 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
         mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);
         return;
     }
-    if (!run_all(r, s)) {
-        oa_release(s);
-        return;
-    }
-    json_t *choices = json_array();
-    for (int k = 0; k < s->n; k++) {
-        api_job *g = &s->g[k];
-        size_t nc;
-        const char *cs = api_job_take_content(g, &nc);
-        mu_http_buf all = {0};
-        if (text) mu_http_buf_str(&all, text);
-        mu_http_buf_add(&all, cs, nc);
-        json_array_append_new(choices,
-                              json_pack("{s:o,s:i,s:o,s:s}", "text", api_json_text(all.p ? all.p : "", all.n), "index",
-                                        k, "logprobs", q.logprobs ? completion_logprobs(g, 0, g->n_ids) : json_null(),
-                                        "finish_reason", finish_name(g->finish, false)));
-        mu_http_buf_free(&all);
-    }
-    json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "text_completion",
-                             "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
-                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
-    oa_release(s);
-    mu_http_reply_json(r, 200, resp);
+    mu_http_reply_later(r, oa_completions_poll, oa_release, s);
 }
 
 void api_openai_models(mu_http_req *r, const json_t *body) {

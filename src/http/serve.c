@@ -56,6 +56,13 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
                        .tls_cert_pem = o->tls_cert_pem,
                        .tls_key_pem = o->tls_key_pem,
                        .api_key = o->api_key,
+                       .max_connections = o->max_connections,
+                       .max_per_ip = o->max_conns_per_ip,
+                       .header_timeout_s = o->head_timeout_s,
+                       .body_timeout_s = o->body_timeout_s,
+                       .idle_timeout_s = o->idle_timeout_s,
+                       .max_body_bytes = o->max_body_bytes,
+                       .threads = o->http_threads,
                        .routes = mu_http_routes,
                        .app = a};
     int rc = mu_http_server_start(&ho, &s->srv, err);
@@ -69,6 +76,13 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
 }
 
 int mu_serve_port(const mu_server *s) { return mu_http_server_port(s->srv); }
+
+int mu_serve_max_connections(const mu_server *s, int *requested) {
+    mu_http_opts o;
+    mu_http_server_limits(s->srv, &o);
+    if (requested) *requested = o.requested_connections;
+    return o.max_connections;
+}
 
 void mu_serve_stop(mu_server *s) {
     if (!s) return;

@@ -1,14 +1,26 @@
 /* server.c: HTTP transport on libmicrohttpd.
- * Owns: the daemon, per-request state (body accumulation under a size cap),
- * route lookup, the checks every request passes before a handler sees it
- * (path, method, bearer key, Content-Type, size, timeouts), the one mapping
- * from MU_E_* codes to HTTP statuses, error bodies per protocol, streaming.
+ * Owns: the daemon, per-connection state (phase and deadlines, the open
+ * count), per-request state (body accumulation under a size cap, the
+ * suspend/resume handshake), route lookup, the checks every request passes
+ * before a handler sees it (path, method, bearer key, Content-Type, size),
+ * the one mapping from MU_E_* codes to HTTP statuses, error bodies per
+ * protocol, streaming, and the sweeper thread.
  * Does not own: request semantics (api_*.c) or generation (src/gen).
- * Design: one thread per connection. Handlers block while their job runs and
- * poll the socket for hang-up (POLLRDHUP) between waits, so a client that
- * disconnects cancels only its own job. TLS is libmicrohttpd's transport;
- * the bearer key is compared with OpenSSL's CRYPTO_memcmp over SHA-256
- * digests so the time does not depend on where or whether the keys differ. */
+ * Design: events, not threads. MHD runs epoll with a small pool of threads
+ * shared by every connection, so idle or slow clients cost a descriptor and
+ * a little memory, never a thread. No callback blocks on generation: a
+ * request that waits suspends its connection (MHD_suspend_connection) and
+ * its job's notify (mu_http_req_wake, on the engine thread) resumes it; a
+ * per-request mutex with a pending flag makes a wake that comes before the
+ * suspend stop the suspend, and resume is only called on a suspended
+ * connection. MHD does not watch suspended connections, and its idle timeout
+ * restarts with every byte, so a sweeper thread (every SWEEP_MS) shuts down
+ * connections past their head or body deadline and resumes suspended
+ * requests whose client hung up (their handler then frees, thus cancels,
+ * their jobs). Over the connection limit the newest connection is closed
+ * at once. TLS is libmicrohttpd's transport; the bearer key is compared with
+ * OpenSSL's CRYPTO_memcmp over SHA-256 digests so the time does not depend
+ * on where or whether the keys differ. */
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -20,11 +32,14 @@
 #include <openssl/sha.h>
 #include <poll.h>
 #include <pthread.h>
+#include <limits.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -33,6 +48,24 @@
 #include "jcheck.h"
 
 #define GEN_TIMEOUT_S 900  /* idle limit once a request is complete and being answered */
+#define SWEEP_MS 100       /* the sweeper's interval (server-internal, not a test verdict) */
+#define FD_RESERVE 64      /* descriptors kept for everything but connections */
+
+/* What a connection is waiting for; the sweeper enforces the deadlines. */
+typedef enum { PH_HEAD, PH_BODY, PH_BUSY } conn_phase;
+
+/* One TCP connection (MHD's socket context), from NOTIFY_CONNECTION STARTED
+ * to CLOSED. Everything but fd and mc is guarded by the server's cmu. */
+typedef struct hconn {
+    struct hconn *prev, *next;
+    struct MHD_Connection *mc;
+    int fd;
+    conn_phase phase;
+    double t_phase;       /* when the phase began (head: connect, or the end of the last request) */
+    bool listed;          /* counted and in the list (false: refused over the limit) */
+    bool shut;            /* the sweeper shut it down */
+    mu_http_req *req;     /* the request in progress, if any */
+} hconn;
 
 struct mu_http_server {
     struct MHD_Daemon *d;
@@ -40,24 +73,44 @@ struct mu_http_server {
     char key[256];
     bool has_key;
     int port;
-    pthread_mutex_t mu;
+    pthread_mutex_t mu;   /* c */
     mu_http_counters c;
+    pthread_mutex_t cmu;  /* the connection list, each conn's phase and req, the sweeper's counters */
+    pthread_cond_t ccv;   /* wakes the sweeper when stopping */
+    hconn *conns;
+    int n_open;
+    uint64_t n_refused, n_head_closed, n_body_closed;
+    atomic_bool stopping;
+    bool sweeper_on;
+    pthread_t sweeper;
 };
 
 struct mu_http_req {
     mu_http_server *srv;
     struct MHD_Connection *conn;
+    hconn *c;              /* guarded by srv->cmu; NULL once the request ended */
+    atomic_int refs;      /* MHD's (until completed) + a streaming response's */
     const mu_http_route *rt;
     mu_http_proto proto;
     char path[256];
-    double t_line;        /* request line received */
-    double t_headers;     /* headers complete (first handler call) */
+    double t_head0;       /* when the connection began waiting for this request's head */
     bool first_done;
+    bool body_done;
     bool responded;
     bool discard;         /* an error was queued early; drop the body */
     bool too_big;
     mu_http_buf body;
     int fd;
+    /* suspend / resume: wmu guards these three */
+    pthread_mutex_t wmu;
+    bool suspended;       /* MHD_suspend_connection was called and no resume yet */
+    bool pending;         /* a wake came while not suspended */
+    bool hangup;          /* the sweeper saw the client go (or the server stops) */
+    /* a reply that waits for generation (mu_http_reply_later) */
+    bool later;
+    mu_http_poll_fn poll;
+    void (*release)(void *);
+    void *state;
 };
 
 /* ---- buffers ---------------------------------------------------------- */
@@ -332,6 +385,94 @@ void mu_http_reply_busy(mu_http_req *r, const char *msg, int retry_after_s) {
     queue(r, 429, resp);
 }
 
+/* ---- waiting without blocking ------------------------------------------ */
+
+static void req_unref(mu_http_req *r) {
+    if (atomic_fetch_sub(&r->refs, 1) != 1) return;
+    pthread_mutex_destroy(&r->wmu);
+    mu_http_buf_free(&r->body);
+    free(r);
+}
+
+void mu_http_req_wake(void *p) {
+    mu_http_req *r = p;
+    pthread_mutex_lock(&r->wmu);
+    if (r->suspended) {
+        r->suspended = false;
+        MHD_resume_connection(r->conn);
+    } else {
+        r->pending = true;
+    }
+    pthread_mutex_unlock(&r->wmu);
+}
+
+/* True when the client is gone or the server stops: stop waiting. */
+static bool req_gone(mu_http_req *r) {
+    pthread_mutex_lock(&r->wmu);
+    bool g = r->hangup || atomic_load(&r->srv->stopping);
+    pthread_mutex_unlock(&r->wmu);
+    return g;
+}
+
+/* Called before reading what is ready: a wake from here on is not lost. */
+static void req_unpend(mu_http_req *r) {
+    pthread_mutex_lock(&r->wmu);
+    r->pending = false;
+    pthread_mutex_unlock(&r->wmu);
+}
+
+/* Suspends the connection unless a wake came since req_unpend (or the
+ * client is gone / the server stops); false means: look again now. */
+static bool req_suspend(mu_http_req *r) {
+    bool done = false;
+    pthread_mutex_lock(&r->wmu);
+    if (!r->pending && !r->hangup && !atomic_load(&r->srv->stopping)) {
+        r->suspended = true;
+        MHD_suspend_connection(r->conn);
+        done = true;
+    }
+    r->pending = false;
+    pthread_mutex_unlock(&r->wmu);
+    return done;
+}
+
+void mu_http_reply_later(mu_http_req *r, mu_http_poll_fn poll, void (*release)(void *), void *state) {
+    MU_ASSERT(!r->responded && !r->later);
+    r->later = true;
+    r->poll = poll;
+    r->release = release;
+    r->state = state;
+}
+
+static void later_end(mu_http_req *r) {
+    if (!r->later) return;
+    r->later = false;
+    if (r->release) r->release(r->state);
+    r->state = NULL;
+}
+
+/* A request whose reply waits for generation: poll what is ready; reply,
+ * or suspend until the next wake. Runs on the connection's thread, now and
+ * each time MHD calls the handler after a resume. */
+static enum MHD_Result run_later(mu_http_req *r) {
+    for (;;) {
+        if (req_gone(r)) {
+            later_end(r);
+            if (atomic_load(&r->srv->stopping)) mu_http_reply_error(r, 503, "server: shutting down", NULL);
+            else mu_http_reply_error(r, 499, "client closed the request", NULL);
+            return MHD_YES;
+        }
+        req_unpend(r);
+        bool done = r->poll(r->state, r);
+        if (done || r->responded) {
+            later_end(r);
+            if (!r->responded) mu_http_reply_error(r, 500, "server: the handler gave no reply", NULL);
+            return MHD_YES;
+        }
+        if (req_suspend(r)) return MHD_YES;
+    }
+}
+
 typedef struct {
     mu_http_produce_fn produce;
     void (*release)(void *);
@@ -340,30 +481,40 @@ typedef struct {
     size_t off;
     bool done;
     int fd;
+    mu_http_req *req;     /* a reference: the wake target */
 } stream_state;
 
+/* MHD's content reader: never blocks. Returns what is ready, or suspends
+ * the connection and returns 0 (MHD calls again after the resume). */
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
     (void)pos;
     stream_state *st = cls;
-    while (st->off == st->buf.n) {
+    for (;;) {
+        if (st->off < st->buf.n) {
+            size_t n = st->buf.n - st->off;
+            if (n > max) n = max;
+            memcpy(out, st->buf.p + st->off, n);
+            st->off += n;
+            return (ssize_t)n;
+        }
         if (st->done) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (req_gone(st->req)) return MHD_CONTENT_READER_END_WITH_ERROR;
+        req_unpend(st->req);
         st->buf.n = 0;
         st->off = 0;
         int rc = st->produce(st->state, &st->buf, st->fd);
         if (rc < 0 || st->buf.oom) return MHD_CONTENT_READER_END_WITH_ERROR;
         if (rc == 0) st->done = true;
+        if (st->buf.n || st->done) continue;
+        if (req_suspend(st->req)) return 0;
     }
-    size_t n = st->buf.n - st->off;
-    if (n > max) n = max;
-    memcpy(out, st->buf.p + st->off, n);
-    st->off += n;
-    return (ssize_t)n;
 }
 
 static void stream_free(void *cls) {
     stream_state *st = cls;
     if (st->release) st->release(st->state);
     mu_http_buf_free(&st->buf);
+    if (st->req) req_unref(st->req);
     free(st);
 }
 
@@ -379,6 +530,8 @@ void mu_http_reply_stream(mu_http_req *r, const char *ct, mu_http_produce_fn pro
     st->release = release;
     st->state = state;
     st->fd = r->fd;
+    st->req = r;
+    atomic_fetch_add(&r->refs, 1);
     struct MHD_Response *resp = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free);
     if (!resp) {
         stream_free(st);
@@ -399,16 +552,28 @@ static mu_http_proto proto_of_path(const char *p) {
     return MU_PROTO_LLAMACPP;
 }
 
-static void *uri_log(void *cls, const char *uri, struct MHD_Connection *conn) {
+static void *uri_log(void *cls, const char *uri, struct MHD_Connection *mc) {
     mu_http_server *s = cls;
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    hconn *c = ci ? ci->socket_context : NULL;
+    /* a connection refused over the limit (shut down, but a request it sent
+     * may still be buffered): no request object, so the handler closes it */
+    if (!c) return NULL;
     mu_http_req *r = calloc(1, sizeof *r);
     if (!r) return NULL;
     r->srv = s;
-    r->conn = conn;
-    r->t_line = now_s();
+    r->conn = mc;
+    atomic_init(&r->refs, 1);
+    pthread_mutex_init(&r->wmu, NULL);
+    r->t_head0 = now_s();
     r->fd = -1;
-    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci) r->fd = ci->connect_fd;
+    pthread_mutex_lock(&s->cmu);
+    r->c = c;
+    c->req = r;
+    r->t_head0 = c->t_phase;
+    pthread_mutex_unlock(&s->cmu);
     /* path without the query string */
     size_t n = strcspn(uri ? uri : "", "?");
     if (n >= sizeof r->path) n = sizeof r->path - 1;
@@ -421,15 +586,120 @@ static void *uri_log(void *cls, const char *uri, struct MHD_Connection *conn) {
     return r;
 }
 
-static void completed(void *cls, struct MHD_Connection *conn, void **con_cls, enum MHD_RequestTerminationCode toe) {
-    (void)cls;
-    (void)conn;
+/* The connection's phase (deadlines restart with each phase). */
+static void set_phase(mu_http_req *r, conn_phase ph) {
+    pthread_mutex_lock(&r->srv->cmu);
+    if (r->c) {
+        r->c->phase = ph;
+        r->c->t_phase = now_s();
+    }
+    pthread_mutex_unlock(&r->srv->cmu);
+}
+
+static void completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode toe) {
+    mu_http_server *s = cls;
+    (void)mc;
     (void)toe;
     mu_http_req *r = *con_cls;
     if (!r) return;
-    mu_http_buf_free(&r->body);
-    free(r);
     *con_cls = NULL;
+    pthread_mutex_lock(&s->cmu);
+    if (r->c) {
+        /* a kept-alive connection waits for its next head from now */
+        r->c->req = NULL;
+        r->c->phase = PH_HEAD;
+        r->c->t_phase = now_s();
+        r->c = NULL;
+    }
+    pthread_mutex_unlock(&s->cmu);
+    later_end(r);  /* the client left before the reply: cancels the jobs */
+    req_unref(r);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    mu_http_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        int fd = ci ? ci->connect_fd : -1;
+        hconn *c = calloc(1, sizeof *c);
+        pthread_mutex_lock(&s->cmu);
+        if (!c || s->n_open >= s->o.max_connections) {
+            /* over the limit (or out of memory): the newest connection is
+             * closed; MHD sees the end of the stream at its first read */
+            s->n_refused++;
+            if (fd >= 0) shutdown(fd, SHUT_RDWR);
+        } else {
+            c->mc = mc;
+            c->fd = fd;
+            c->phase = PH_HEAD;
+            c->t_phase = now_s();
+            c->listed = true;
+            c->next = s->conns;
+            if (s->conns) s->conns->prev = c;
+            s->conns = c;
+            s->n_open++;
+        }
+        pthread_mutex_unlock(&s->cmu);
+        *socket_context = c;
+        return;
+    }
+    hconn *c = *socket_context;
+    if (!c) return;
+    pthread_mutex_lock(&s->cmu);
+    if (c->listed) {
+        if (c->prev) c->prev->next = c->next;
+        else s->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        s->n_open--;
+    }
+    if (c->req) c->req->c = NULL;
+    pthread_mutex_unlock(&s->cmu);
+    free(c);
+    *socket_context = NULL;
+}
+
+/* Every SWEEP_MS: closes connections past their head or body deadline
+ * (shutdown: MHD then sees the end of the stream and closes them), and
+ * resumes suspended requests whose client hung up (their handler then
+ * frees, thus cancels, the jobs). MHD catches neither: it does not poll
+ * suspended connections, and its idle timeout restarts with every byte. */
+static void *sweeper_main(void *p) {
+    mu_http_server *s = p;
+    pthread_mutex_lock(&s->cmu);
+    while (!atomic_load(&s->stopping)) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        ts.tv_nsec += SWEEP_MS * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&s->ccv, &s->cmu, &ts);
+        if (atomic_load(&s->stopping)) break;
+        double t = now_s();
+        for (hconn *c = s->conns; c; c = c->next) {
+            if (!c->shut && ((c->phase == PH_HEAD && t - c->t_phase > s->o.header_timeout_s) ||
+                             (c->phase == PH_BODY && t - c->t_phase > s->o.body_timeout_s))) {
+                if (c->phase == PH_HEAD) s->n_head_closed++;
+                else s->n_body_closed++;
+                c->shut = true;
+                shutdown(c->fd, SHUT_RDWR);
+                continue;
+            }
+            mu_http_req *r = c->req;
+            if (c->phase != PH_BUSY || !r) continue;
+            pthread_mutex_lock(&r->wmu);
+            if (r->suspended && !mu_http_fd_alive(c->fd)) {
+                r->hangup = true;
+                r->suspended = false;
+                MHD_resume_connection(r->conn);
+            }
+            pthread_mutex_unlock(&r->wmu);
+        }
+    }
+    pthread_mutex_unlock(&s->cmu);
+    return NULL;
 }
 
 static bool content_type_json(const char *ct) {
@@ -474,11 +744,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     mu_http_server *s = cls;
     mu_http_req *r = *con_cls;
-    if (!r) return MHD_NO;  /* allocation failed in uri_log */
+    if (!r) return MHD_NO;  /* a refused connection, or allocation failed in uri_log */
     if (!r->first_done) {
         r->first_done = true;
-        r->t_headers = now_s();
-        if (s->o.header_timeout_s > 0 && r->t_headers - r->t_line > s->o.header_timeout_s)
+        /* the head is complete: the body deadline runs until the final call */
+        set_phase(r, PH_BODY);
+        if (now_s() - r->t_head0 > s->o.header_timeout_s)
             return early_error(r, 408, "http: request headers took too long");
         const mu_http_route *match = NULL;
         bool path_known = false;
@@ -534,22 +805,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (*upload_size) {
+        /* (the body deadline is the sweeper's) */
         if (!r->discard) {
-            if (s->o.body_timeout_s > 0 && now_s() - r->t_headers > s->o.body_timeout_s) {
-                r->discard = true;
-                return MHD_NO;   /* slow body: drop the connection */
-            }
             if (r->body.n + *upload_size > s->o.max_body_bytes) {
                 r->too_big = true;
                 r->discard = true;
             } else {
                 mu_http_buf_add(&r->body, upload, *upload_size);
             }
-        } else if (r->too_big && s->o.body_timeout_s > 0 && now_s() - r->t_headers > s->o.body_timeout_s) {
-            return MHD_NO;
         }
         *upload_size = 0;
         return MHD_YES;
+    }
+    if (r->later) return run_later(r);  /* called again after a resume */
+    if (!r->body_done) {
+        r->body_done = true;
+        pthread_mutex_lock(&s->cmu);
+        bool shut = r->c && r->c->shut;
+        if (r->c) {
+            r->c->phase = PH_BUSY;
+            r->c->t_phase = now_s();
+        }
+        pthread_mutex_unlock(&s->cmu);
+        /* the sweeper shut it (its deadline passed) while the rest of the
+         * request was still buffered: start nothing */
+        if (shut) return MHD_NO;
     }
     if (r->responded) return MHD_YES;
     if (r->too_big) {
@@ -564,9 +844,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     json_t *body = NULL;
     /* The request is complete: from here the connection waits on generation
-     * (queue, prefill), which may exceed the idle timeout; dead clients are
-     * caught by the hang-up polls instead. A stalled reader is still cut off
-     * after the generation limit. */
+     * (queue, prefill), suspended (MHD does not time suspended connections
+     * out; the sweeper catches clients that hang up). A stalled reader of a
+     * response is still cut off after the generation limit of idleness. */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)GEN_TIMEOUT_S);
     if (!strcmp(r->rt->method, "POST")) {
         mu_err err = {0};
@@ -577,8 +857,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     }
     r->rt->fn(r, body);
     json_decref(body);
+    if (r->later) return run_later(r);
     if (!r->responded) mu_http_reply_error(r, 500, "server: the handler gave no reply", NULL);
     return MHD_YES;
+}
+
+/* The most connections the open-file limit leaves room for. */
+static int fd_budget(int threads) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl)) return INT_MAX;
+    if (rl.rlim_cur == RLIM_INFINITY) return INT_MAX;
+    long long b = (long long)rl.rlim_cur - FD_RESERVE - 4LL * threads;
+    return b < 1 ? 1 : b > INT_MAX ? INT_MAX : (int)b;
 }
 
 int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *err) {
@@ -587,10 +877,15 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     s->o = *o;
     if (!s->o.host) s->o.host = "127.0.0.1";
     if (!s->o.max_body_bytes) s->o.max_body_bytes = 8u << 20;
-    if (!s->o.header_timeout_s) s->o.header_timeout_s = 10;
-    if (!s->o.body_timeout_s) s->o.body_timeout_s = 30;
-    if (!s->o.idle_timeout_s) s->o.idle_timeout_s = 60;
-    if (!s->o.max_connections) s->o.max_connections = 128;
+    if (s->o.header_timeout_s <= 0) s->o.header_timeout_s = 10;
+    if (s->o.body_timeout_s <= 0) s->o.body_timeout_s = 30;
+    if (s->o.idle_timeout_s <= 0) s->o.idle_timeout_s = 60;
+    if (s->o.max_connections <= 0) s->o.max_connections = 4096;
+    if (s->o.threads <= 0) s->o.threads = 4;
+    if (s->o.threads > 64) s->o.threads = 64;
+    s->o.requested_connections = s->o.max_connections;
+    int budget = fd_budget(s->o.threads);
+    if (s->o.max_connections > budget) s->o.max_connections = budget;
     bool tls = o->tls_cert_pem && o->tls_key_pem;
     if (!!o->tls_cert_pem != !!o->tls_key_pem) {
         free(s);
@@ -604,7 +899,8 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
         snprintf(s->key, sizeof s->key, "%s", o->api_key);
         s->has_key = true;
     }
-    int rc = mu_http_bind_check(s->o.host, tls, s->has_key, NULL, err);
+    bool loopback = true;
+    int rc = mu_http_bind_check(s->o.host, tls, s->has_key, &loopback, err);
     struct sockaddr_storage ss;
     socklen_t sl;
     if (!rc) rc = resolve(s->o.host, o->port, &ss, &sl, err);
@@ -613,32 +909,71 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
         free(s);
         return rc;
     }
+    /* per client address: off on a loopback bind (every client is 127.0.0.1
+     * there), 256 otherwise; -1 = off */
+    if (s->o.max_per_ip == 0) s->o.max_per_ip = loopback ? -1 : 256;
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         free(s);
         return mu_fail(err, MU_E_UNSUPPORTED, "http: this libmicrohttpd has no TLS support");
     }
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
+        free(s);
+        return mu_fail(err, MU_E_UNSUPPORTED, "http: this libmicrohttpd has no epoll support");
+    }
     pthread_mutex_init(&s->mu, NULL);
-    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL;
+    pthread_mutex_init(&s->cmu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->ccv, &ca);
+    pthread_condattr_destroy(&ca);
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
     if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     if (tls) flags |= MHD_USE_TLS;
+    /* MHD's own limit (split among its threads) stays above ours, so the
+     * accept loop never stalls: on_connection refuses over our limit */
+    unsigned mhd_limit = (unsigned)s->o.max_connections * 2u + 64u;
     struct MHD_OptionItem opts[] = {
         {MHD_OPTION_SOCK_ADDR, 0, &ss},
-        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)s->o.max_connections, NULL},
+        {MHD_OPTION_CONNECTION_LIMIT, (intptr_t)mhd_limit, NULL},
         {MHD_OPTION_CONNECTION_TIMEOUT, (intptr_t)s->o.idle_timeout_s, NULL},
         {MHD_OPTION_URI_LOG_CALLBACK, (intptr_t)uri_log, s},
         {MHD_OPTION_NOTIFY_COMPLETED, (intptr_t)completed, s},
+        {MHD_OPTION_NOTIFY_CONNECTION, (intptr_t)on_connection, s},
         {MHD_OPTION_CONNECTION_MEMORY_LIMIT, 64 * 1024, NULL},
-        {tls ? MHD_OPTION_HTTPS_MEM_KEY : MHD_OPTION_END, 0, (void *)o->tls_key_pem},
-        {tls ? MHD_OPTION_HTTPS_MEM_CERT : MHD_OPTION_END, 0, (void *)o->tls_cert_pem},
+        {MHD_OPTION_LISTEN_BACKLOG_SIZE, 4096, NULL},
+        {s->o.max_per_ip > 0 ? MHD_OPTION_PER_IP_CONNECTION_LIMIT : MHD_OPTION_END, (intptr_t)s->o.max_per_ip, NULL},
+        {MHD_OPTION_END, 0, NULL}, /* replaced below */
+        {MHD_OPTION_END, 0, NULL},
+        {MHD_OPTION_END, 0, NULL},
         {MHD_OPTION_END, 0, NULL},
     };
+    size_t k = 0;
+    while (opts[k].option != MHD_OPTION_END) k++;
+    if (s->o.threads > 1) opts[k++] = (struct MHD_OptionItem){MHD_OPTION_THREAD_POOL_SIZE, s->o.threads, NULL};
+    if (tls) {
+        opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)o->tls_key_pem};
+        opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)o->tls_cert_pem};
+    }
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!s->d) {
         pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->cmu);
+        pthread_cond_destroy(&s->ccv);
         OPENSSL_cleanse(s->key, sizeof s->key);
         free(s);
         return mu_fail(err, MU_E_IO, "http: cannot listen on %s port %d (in use, or bad TLS files)", o->host ? o->host : "127.0.0.1", o->port);
     }
+    if (pthread_create(&s->sweeper, NULL, sweeper_main, s)) {
+        MHD_stop_daemon(s->d);
+        pthread_mutex_destroy(&s->mu);
+        pthread_mutex_destroy(&s->cmu);
+        pthread_cond_destroy(&s->ccv);
+        OPENSSL_cleanse(s->key, sizeof s->key);
+        free(s);
+        return mu_fail(err, MU_E_NOMEM, "http: cannot start the connection sweeper thread");
+    }
+    s->sweeper_on = true;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
     s->port = di ? di->port : o->port;
     *out = s;
@@ -647,10 +982,34 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
 
 int mu_http_server_port(const mu_http_server *s) { return s->port; }
 
+void mu_http_server_limits(const mu_http_server *s, mu_http_opts *eff) { *eff = s->o; }
+
 void mu_http_server_stop(mu_http_server *s) {
     if (!s) return;
+    /* no request suspends from here; resume every suspended one (MHD must
+     * not be stopped with suspended connections): their handlers end them */
+    atomic_store(&s->stopping, true);
+    pthread_mutex_lock(&s->cmu);
+    pthread_cond_broadcast(&s->ccv);
+    pthread_mutex_unlock(&s->cmu);
+    if (s->sweeper_on) pthread_join(s->sweeper, NULL);
+    pthread_mutex_lock(&s->cmu);
+    for (hconn *c = s->conns; c; c = c->next) {
+        mu_http_req *r = c->req;
+        if (!r) continue;
+        pthread_mutex_lock(&r->wmu);
+        r->hangup = true;
+        if (r->suspended) {
+            r->suspended = false;
+            MHD_resume_connection(r->conn);
+        }
+        pthread_mutex_unlock(&r->wmu);
+    }
+    pthread_mutex_unlock(&s->cmu);
     MHD_stop_daemon(s->d);
     pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->cmu);
+    pthread_cond_destroy(&s->ccv);
     OPENSSL_cleanse(s->key, sizeof s->key);
     free(s);
 }
@@ -659,4 +1018,10 @@ void mu_http_server_counters(mu_http_server *s, mu_http_counters *c) {
     pthread_mutex_lock(&s->mu);
     *c = s->c;
     pthread_mutex_unlock(&s->mu);
+    pthread_mutex_lock(&s->cmu);
+    c->conns_open = (uint64_t)s->n_open;
+    c->conns_refused = s->n_refused;
+    c->closed_head_timeout = s->n_head_closed;
+    c->closed_body_timeout = s->n_body_closed;
+    pthread_mutex_unlock(&s->cmu);
 }

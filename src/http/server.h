@@ -1,9 +1,12 @@
 /* server.h: the HTTP transport of `muser serve`.
- * Owns: the libmicrohttpd daemon (one thread per connection, so a handler may
- * block while its job runs), the route table walk, request limits (body size,
- * header/body/idle timeouts, connection cap), Content-Type and bearer-key
- * checks, the bind policy (loopback only unless TLS and a key are set), error
- * bodies in each protocol's shape, and chunked streaming responses.
+ * Owns: the libmicrohttpd daemon (epoll, a few event threads shared by all
+ * connections; a request that waits for generation suspends its connection
+ * and is resumed by its job's notify, so no thread ever blocks on
+ * generation), the route table walk, request limits (body size, head and
+ * body deadlines, idle timeout, total and per-address connection caps),
+ * Content-Type and bearer-key checks, the bind policy (loopback only unless
+ * TLS and a key are set), error bodies in each protocol's shape, and chunked
+ * streaming responses.
  * Does not own: what a route means (api_*.c) or generation (src/gen). */
 #ifndef MU_HTTP_SERVER_H
 #define MU_HTTP_SERVER_H
@@ -47,11 +50,16 @@ typedef struct {
     const char *tls_cert_pem;    /* both or neither (PEM text) */
     const char *tls_key_pem;
     const char *api_key;         /* NULL: none (only allowed on loopback) */
-    size_t max_body_bytes;       /* default 8 MiB */
-    int header_timeout_s;        /* request line + headers; default 10 */
-    int body_timeout_s;          /* whole body; default 30 */
-    int idle_timeout_s;          /* no traffic on a connection; default 60 */
-    int max_connections;         /* default 128 */
+    size_t max_body_bytes;       /* 0: 8 MiB */
+    int header_timeout_s;        /* 0: 10; the head (request line + headers) must be complete this long
+                                  * after the connection opened (or after the last request ended) */
+    int body_timeout_s;          /* 0: 30; the whole body, from the end of the head */
+    int idle_timeout_s;          /* 0: 60; no traffic on a connection that is not waiting for generation */
+    int max_connections;         /* 0: 4096; lowered to what the open-file limit allows */
+    int max_per_ip;              /* connections per client address; 0: off on a loopback bind, 256
+                                  * otherwise; -1: off */
+    int threads;                 /* 0: 4; libmicrohttpd's event threads (1..64) */
+    int requested_connections;   /* out (mu_http_server_limits): max_connections before lowering */
     const mu_http_route *routes; /* ends with a NULL path */
     void *app;                   /* handed to handlers via mu_http_req_app */
 } mu_http_opts;
@@ -60,6 +68,11 @@ typedef struct {
  * taken. On success the server is accepting connections. */
 int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *err);
 int mu_http_server_port(const mu_http_server *s);
+/* The options in effect (defaults filled in, max_connections as lowered to
+ * the open-file limit; requested_connections as asked). */
+void mu_http_server_limits(const mu_http_server *s, mu_http_opts *eff);
+/* Stops accepting, ends every request (waiting ones are resumed and their
+ * jobs released) and frees s. */
 void mu_http_server_stop(mu_http_server *s);
 
 /* Bind policy, exposed for tests: 0 if (host, has_tls, has_key) may be
@@ -91,10 +104,33 @@ void mu_http_reply_status(mu_http_req *r, int code, const mu_err *err);
 /* 429 with Retry-After. */
 void mu_http_reply_busy(mu_http_req *r, const char *msg, int retry_after_s);
 
-/* Streaming: produce() appends the next bytes to out, blocking as long as it
- * needs (checking fd with mu_http_fd_alive); returns 1 for more, 0 at the
- * end, <0 to abort the connection. release(state) runs exactly once when the
- * response is done or the client is gone. */
+/* Nothing a handler or a callback below does may block waiting for
+ * generation: a connection thread serves many connections.
+ *
+ * Replies that wait for generation. The handler submits its jobs, sets each
+ * job's notify to mu_http_req_wake(r) (mu_job_set_notify), hands the
+ * transport a poll function and returns. The transport calls poll(state, r)
+ * on a connection thread at once and again after every wake; in between the
+ * connection is suspended (MHD_suspend_connection). poll must not block: it
+ * takes what is ready and either replies (mu_http_reply_*) and returns true,
+ * or returns false to wait for the next wake. release(state) runs exactly
+ * once: after the reply, or when the client hung up or the server stops
+ * (then the transport replies 499 / 503 itself); it must free the jobs
+ * (mu_job_free, which also stops their notifications). */
+typedef bool (*mu_http_poll_fn)(void *state, mu_http_req *r);
+void mu_http_reply_later(mu_http_req *r, mu_http_poll_fn poll, void (*release)(void *state), void *state);
+/* The wake-up for a request's jobs (the job notify fn, user = r): resumes
+ * the request's connection if it is suspended, else marks a pending wake so
+ * the next suspend does not happen. Quick; callable from any thread. */
+void mu_http_req_wake(void *r);
+
+/* Streaming: produce() appends what is ready to out without blocking (fd:
+ * the client socket, for mu_http_fd_alive) and returns 1 for more (out may
+ * stay empty: nothing ready yet; the connection is suspended until the next
+ * mu_http_req_wake(r) of the request that queued the stream), 0 at the end
+ * (out may hold the last bytes), <0 to abort the connection. release(state)
+ * runs exactly once when the response is done or the client is gone, and
+ * must free the jobs (mu_job_free). */
 typedef int (*mu_http_produce_fn)(void *state, mu_http_buf *out, int fd);
 void mu_http_reply_stream(mu_http_req *r, const char *content_type, mu_http_produce_fn produce,
                           void (*release)(void *state), void *state);
@@ -106,6 +142,10 @@ int mu_http_status_of(int code);
 /* Counters for /metrics. */
 typedef struct {
     uint64_t requests, errors_4xx, errors_5xx, rejected_busy;
+    uint64_t conns_open;           /* gauge: connections open now */
+    uint64_t conns_refused;        /* closed at once: over max_connections */
+    uint64_t closed_head_timeout;  /* closed: head not complete by its deadline */
+    uint64_t closed_body_timeout;  /* closed: body not complete by its deadline */
 } mu_http_counters;
 void mu_http_server_counters(mu_http_server *s, mu_http_counters *c);
 

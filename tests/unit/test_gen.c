@@ -4,9 +4,11 @@
  * length and context limits, cancellation, the hold hook; and, on the
  * bundled model (it has a tokenizer), text events, stop strings cut and
  * held back at every position, and KV prefix reuse. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -234,6 +236,86 @@ static void test_hold_and_cancel(void **state) {
     mu_sched_free(s);
 }
 
+/* mu_job_set_notify: one call per event queued after it is set, each after
+ * the event is readable; a queued job's cancel notifies on the cancelling
+ * thread; after mu_job_set_notify(NULL) returns no call runs. */
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int calls;
+    pthread_t last;
+} notes;
+
+static void on_note(void *user) {
+    notes *n = user;
+    pthread_mutex_lock(&n->mu);
+    n->calls++;
+    n->last = pthread_self();
+    pthread_cond_broadcast(&n->cv);
+    pthread_mutex_unlock(&n->mu);
+}
+
+/* Waits until n has at least k calls (600 s: a hang detector only). */
+static int wait_calls(notes *n, int k) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += 600;
+    pthread_mutex_lock(&n->mu);
+    while (n->calls < k && !pthread_cond_timedwait(&n->cv, &n->mu, &ts)) {
+    }
+    int c = n->calls;
+    pthread_mutex_unlock(&n->mu);
+    return c;
+}
+
+static void test_notify(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t pa[5];
+    prompt(pa, 5, 1);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 2, .n_ctx = 64, .queue_max = 4, .hold_until = 2};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_gen_req qa = {.prompt = pa, .n_prompt = 5, .n_predict = 7, .sp = {.temp = 0}, .ignore_eos = true, .no_text = true};
+    notes na = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    notes nb = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+    mu_job *ja, *jb;
+    assert_int_equal(mu_sched_submit(s, &qa, 1, &ja, &err), 0);
+    mu_job_set_notify(ja, on_note, &na); /* held: no event yet */
+    assert_int_equal(mu_sched_submit(s, &qa, 1, &jb, &err), 0);
+    int n_ev = 0, n_tok = 0;
+    mu_gen_event ev;
+    for (;;) {
+        assert_int_equal(mu_job_next(ja, &ev, -1), 1);
+        n_ev++;
+        n_tok += ev.kind == MU_EV_TOKEN;
+        if (ev.kind == MU_EV_FINISH) break;
+    }
+    assert_int_equal(n_tok, 7);
+    /* the engine thread notifies after an event is readable: the last call
+     * may come after the reader took the event */
+    assert_int_equal(wait_calls(&na, n_ev), n_ev);
+    mu_job_set_notify(ja, NULL, NULL);
+    assert_int_equal(na.calls, n_ev);
+    mu_job_free(ja);
+    mu_job_free(jb);
+    mu_sched_free(s);
+
+    /* a queued job's cancel: FINISH, notified on this thread */
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    assert_int_equal(mu_sched_submit(s, &qa, 1, &ja, &err), 0);
+    mu_job_set_notify(ja, on_note, &nb);
+    mu_job_cancel(ja);
+    assert_int_equal(nb.calls, 1);
+    assert_true(pthread_equal(nb.last, pthread_self()));
+    assert_int_equal(mu_job_next(ja, &ev, 0), 1);
+    assert_int_equal(ev.kind, MU_EV_FINISH);
+    assert_int_equal(ev.finish, MU_FINISH_CANCEL);
+    mu_job_free(ja);
+    assert_int_equal(nb.calls, 1);
+    mu_sched_free(s);
+}
+
 /* Broken weights (a NaN in the output matrix) end the job with an error
  * naming the cause instead of sampling garbage. */
 static void test_nonfinite_logits(void **state) {
@@ -356,6 +438,7 @@ int main(void) {
         cmocka_unit_test(test_greedy_matches_plain_loop),
         cmocka_unit_test(test_forced_and_limits),
         cmocka_unit_test(test_hold_and_cancel),
+        cmocka_unit_test(test_notify),
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_text_and_stops),
     };
