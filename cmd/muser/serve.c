@@ -21,7 +21,7 @@ static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 static int usage(void) {
     fprintf(stderr,
             "usage: muser serve [-m MODEL] [--host H] [--port P] [--parallel 1..4] [--ctx N] [--queue N]\n"
-            "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K]\n"
+            "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K] [--check-tensors]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -52,6 +52,7 @@ static const char *model_id(const mu_model *m, const char *path) {
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *cert = NULL, *keyp = NULL;
     long long port = 4949, parallel = 1, ctx = 0, queue = 16, threads = 0;
+    bool check = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -71,6 +72,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key-file")) { NEED(); key_file = v; }
         else if (!strcmp(a, "--tls-cert")) { NEED(); cert = v; }
         else if (!strcmp(a, "--tls-key")) { NEED(); keyp = v; }
+        else if (!strcmp(a, "--check-tensors")) check = true;
         else return cli_fail("muser serve: unknown option '%s' (see muser serve --help)", a);
 #undef NEED
     }
@@ -102,6 +104,7 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
+    if (check && cli_check_model("muser serve", m, (int)threads, false)) goto done;
     const mu_model_info *I = mu_model_get_info(m);
     int n_ctx = ctx ? (int)ctx : (I->n_ctx_train < 4096 ? I->n_ctx_train : 4096);
     if (n_ctx > I->n_ctx_train) {
