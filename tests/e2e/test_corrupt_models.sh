@@ -4,7 +4,7 @@
 # every outcome a normal run or exactly one valid-UTF-8 error line
 # (tests/e2e/corrupt_models.py). Uses the ASan + UBSan build build/asan/muser
 # when it exists (the asan tier of tests/run.sh builds it), else ./muser.
-# CORRUPT_N trials (default 240), CORRUPT_SEED (default 21).
+# CORRUPT_N trials (default 1200, about 70 s on 2 cores), CORRUPT_SEED (default 21).
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 bin=${MUSER_BIN:-$root/muser}
@@ -17,7 +17,7 @@ command -v python3 >/dev/null || { echo "skip: no python3"; exit 0; }
 run=$bin
 if [ -x "$san" ]; then run=$san; else echo "note: build/asan/muser not built (make asan): running $bin without sanitizers"; fi
 echo "binary: $run"
-if python3 "$root/tests/e2e/corrupt_models.py" "$run" "$tmp/work" "${CORRUPT_N:-240}" "${CORRUPT_SEED:-21}" \
+if python3 "$root/tests/e2e/corrupt_models.py" "$run" "$tmp/work" "${CORRUPT_N:-1200}" "${CORRUPT_SEED:-21}" \
     "$tmp/q4.gguf" "$tmp/f16.gguf"; then
   echo "ok   corrupt models"
 else
