@@ -14,6 +14,27 @@ trap 'rm -rf "$tmp"' EXIT
 command -v python3 >/dev/null || { echo "skip: no python3"; exit 0; }
 "$bin" gen -o "$tmp/q4.gguf" --preset tiny --type q4_k_m --seed 5 --merges 200 >/dev/null 2>&1 || { echo "FAIL gen q4_k_m"; exit 1; }
 "$bin" gen -o "$tmp/f16.gguf" --preset tiny --type f16 --seed 6 --merges 200 >/dev/null 2>&1 || { echo "FAIL gen f16"; exit 1; }
+# the weight check: a NaN in the last value of the file (the F32
+# blk.3.post_ffw_norm.weight of the tiny model) named by info --check and
+# refused by run --check-tensors with one line; a run without the check
+# still ends normally (all-NaN Q8_K blocks quantize to zeros, as llama.cpp's)
+python3 - "$tmp/q4.gguf" "$tmp/nan.gguf" <<'PY'
+import sys
+b = bytearray(open(sys.argv[1], "rb").read())
+b[-4:] = b"\x00\x00\xc0\x7f"
+open(sys.argv[2], "wb").write(b)
+PY
+want="tensor 'blk.3.post_ffw_norm.weight' (F32): value 255 (row 0, column 255) is not finite: nan"
+"$bin" info -m "$tmp/q4.gguf" --check >"$tmp/out" 2>"$tmp/err" && grep -q '^check *ok' "$tmp/out" \
+  && echo "ok   info --check on a sound model" || { echo "FAIL info --check on a sound model: $(cat "$tmp/err")"; exit 1; }
+"$bin" info -m "$tmp/nan.gguf" --check >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 1 ] && [ "$(tail -1 "$tmp/err")" = "muser info: model: $want" ]; then echo "ok   info --check names the tensor"
+else echo "FAIL info --check: exit $rc: $(tail -2 "$tmp/err")"; exit 1; fi
+"$bin" run -m "$tmp/nan.gguf" --check-tensors -p hi -n 2 >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ "$(cat "$tmp/err")" = "muser run: model: $want" ] && [ ! -s "$tmp/out" ]; then
+  echo "ok   run --check-tensors refuses it"
+else echo "FAIL run --check-tensors: exit $rc: $(head -2 "$tmp/err")"; exit 1; fi
+
 run=$bin
 if [ -x "$san" ]; then run=$san; else echo "note: build/asan/muser not built (make asan): running $bin without sanitizers"; fi
 echo "binary: $run"
