@@ -2,9 +2,10 @@
  * (ggml_validate_row_data): F32/F16/BF16 values and the block scales of the
  * quantized types must be finite.
  * Owns: the per-type rules and the parallel pass over the tensor data.
- * Does not: judge magnitudes (llama.cpp does not either), or check types
- * muser cannot run (binding already refuses them). NVFP4, which newer
- * llama.cpp also checks, is not a type muser knows.
+ * Does not: judge magnitudes (llama.cpp does not either). The scales of
+ * the types muser reads but cannot run (Q4_0 .. Q3_K, Q8_K) are checked as
+ * llama.cpp does, for a complete report; NVFP4 (newer llama.cpp, whose
+ * UE4M3 scales are all valid) is not a type muser knows.
  * Design: the tensors are cut into chunks of whole blocks (about 4 MiB);
  * threads take chunks in file order from an atomic counter, and a chunk
  * after the earliest bad one found so far is skipped, so the error names
@@ -50,8 +51,11 @@ static int f16_bad(const uint8_t *p) {
  * float types (checked per element). */
 static int scale_offsets(uint32_t type, int off[2]) {
     switch (type) {
-    case MU_T_Q8_0: off[0] = 0; return 1;          /* d */
+    case MU_T_Q8_0: case MU_T_Q4_0: case MU_T_Q5_0: off[0] = 0; return 1; /* d */
+    case MU_T_Q4_1: case MU_T_Q5_1: case MU_T_Q8_1: off[0] = 0, off[1] = 2; return 2; /* d, m (s) */
     case MU_T_Q4_K: case MU_T_Q5_K: off[0] = 0, off[1] = 2; return 2; /* d, dmin */
+    case MU_T_Q2_K: off[0] = 80, off[1] = 82; return 2; /* scales[16] qs[64] d dmin */
+    case MU_T_Q3_K: off[0] = 108; return 1;        /* hmask[32] qs[64] scales[12] d */
     case MU_T_Q6_K: off[0] = 208; return 1;        /* ql[128] qh[64] scales[16] d */
     default: return 0;
     }
@@ -83,13 +87,20 @@ static uint64_t scan(const mu_gguf_tensor *t, uint64_t b0, uint64_t b1, const ch
             if ((h & 0x7f80) == 0x7f80) return *what = (h & 0x7f) ? "nan" : "inf", i;
         }
         return UINT64_MAX;
+    case MU_T_Q8_K: /* d is a float */
+        for (uint64_t i = b0; i < b1; i++) {
+            uint32_t u;
+            memcpy(&u, d + i * (size_t)ti->type_bytes, 4);
+            if ((u & 0x7f800000u) == 0x7f800000u) return *what = "d", i;
+        }
+        return UINT64_MAX;
     default: {
         int off[2];
         const int n_sc = scale_offsets(t->type, off);
         for (uint64_t i = b0; i < b1; i++)
             for (int s = 0; s < n_sc; s++)
                 if (f16_bad(d + i * (size_t)ti->type_bytes + off[s])) {
-                    *what = s ? "dmin" : "d";
+                    *what = !s ? "d" : t->type == MU_T_Q8_1 ? "s" : (t->type == MU_T_Q4_1 || t->type == MU_T_Q5_1) ? "m" : "dmin";
                     return i;
                 }
         return UINT64_MAX;
