@@ -35,6 +35,14 @@ if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ "$(cat "$tmp/err")" = 
   echo "ok   run --check-tensors refuses it"
 else echo "FAIL run --check-tensors: exit $rc: $(head -2 "$tmp/err")"; exit 1; fi
 
+# untrusted bytes in a message: a file name with an invalid byte and an
+# escape sequence comes back escaped, as one valid UTF-8 line
+bad_name=$(printf '%s/x\377\033[2J.gguf' "$tmp")
+"$bin" run -m "$bad_name" -p hi -n 1 >"$tmp/out" 2>"$tmp/err"; rc=$?
+if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -qF 'x\xff\x1b[2J.gguf' "$tmp/err" \
+   && python3 -c 'import sys; sys.stdin.buffer.read().decode("utf-8")' <"$tmp/err"; then echo "ok   file name escaped: $(cat "$tmp/err")"
+else echo "FAIL file name not escaped: exit $rc: $(od -c "$tmp/err" | head -3)"; exit 1; fi
+
 run=$bin
 if [ -x "$san" ]; then run=$san; else echo "note: build/asan/muser not built (make asan): running $bin without sanitizers"; fi
 echo "binary: $run"
