@@ -35,6 +35,21 @@ if [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && [ "$(cat "$tmp/err")" = 
   echo "ok   run --check-tensors refuses it"
 else echo "FAIL run --check-tensors: exit $rc: $(head -2 "$tmp/err")"; exit 1; fi
 
+# block scales: Q4_K d of block 3 of token_embd (144-byte blocks, d first),
+# Q6_K d (offset 208) of block 0 of blk.3.attn_v (f16 +inf, NaN)
+poke() { python3 "$root/tests/e2e/gguf_poke.py" "$tmp/q4.gguf" "$tmp/poked.gguf" "$@"; }
+expect_check() {
+  "$bin" info -m "$tmp/poked.gguf" --check >/dev/null 2>"$tmp/err"; local rc=$?
+  if [ $rc -eq 1 ] && [ "$(tail -1 "$tmp/err")" = "muser info: model: $1" ]; then echo "ok   info --check: $1"
+  else echo "FAIL info --check: exit $rc: $(tail -1 "$tmp/err") (want $1)"; exit 1; fi
+}
+poke token_embd.weight $((3 * 144)) 007c
+expect_check "tensor 'token_embd.weight' (Q4_K): block 3 (row 3) has a non-finite scale d"
+poke token_embd.weight $((5 * 144 + 2)) 01fe
+expect_check "tensor 'token_embd.weight' (Q4_K): block 5 (row 5) has a non-finite scale dmin"
+poke blk.3.attn_v.weight 208 007e
+expect_check "tensor 'blk.3.attn_v.weight' (Q6_K): block 0 (row 0) has a non-finite scale d"
+
 # untrusted bytes in a message: a file name with an invalid byte and an
 # escape sequence comes back escaped, as one valid UTF-8 line
 bad_name=$(printf '%s/x\377\033[2J.gguf' "$tmp")
