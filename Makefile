@@ -80,7 +80,7 @@ check:
 	@rc=0; bash tools/check-layers.sh || rc=1; bash tools/check-paths.sh || rc=1; exit $$rc
 
 asan:
-	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build/asan/muser unit
+	$(MAKE) BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build/asan/muser unit
 
 fuzz:
 	bash tests/fuzz/build.sh

@@ -70,6 +70,16 @@ int mu_model_tensor(const mu_model *m, int i, mu_tensor_info *out, mu_err *err);
  * not NUL-terminated inside the file: *len is its length. */
 const char *mu_model_meta_str(const mu_model *m, const char *key, size_t *len);
 
+/* Weight validation, as llama.cpp's --check-tensors (ggml_validate_row_data):
+ * every F32, F16 and BF16 value finite, every block scale finite (Q8_0 d;
+ * Q4_K and Q5_K d and dmin; Q6_K d). Reads every weight byte (a full pass
+ * over the file), on n_threads threads (0: one per CPU). fn (may be NULL)
+ * is called on the calling thread with the bytes checked so far, now and
+ * then and once at the end; a nonzero return stops the check (MU_E_STATE).
+ * MU_E_MODEL names the first bad tensor (file order) and block. */
+typedef int (*mu_check_progress_fn)(void *user, uint64_t done, uint64_t total);
+int mu_model_check(const mu_model *m, int n_threads, mu_check_progress_fn fn, void *user, mu_err *err);
+
 /* ---- tokenizer -------------------------------------------------------- */
 
 /* Token attributes (llama.cpp's llama_token_attr bits, after llama.cpp's

@@ -3,7 +3,8 @@
 # is missing:
 #   check    layering table, self-contained headers, cited paths exist
 #   unit     cmocka unit tests (no model)               build/tests/test_*
-#   asan     the unit tests built with ASan + UBSan
+#   asan     the unit tests built with ASan + UBSan (and build/asan/muser, which
+#            the e2e corrupt-model test runs)
 #   fuzz     replay of every fuzz corpus                tests/fuzz/corpus/*
 #   model    golden data from llama.cpp on generated models   tests/golden
 #   shared   the team's shared fixtures                 ../shared/fixtures
@@ -50,7 +51,7 @@ tier_check() {
 }
 
 tier_asan() {
-  make -s BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" unit || return 1
+  make -s BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build/asan/muser unit || return 1
   BUILD=build/asan tier_unit
 }
 

@@ -2,7 +2,7 @@
  *   muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh]
  *              [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *              [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern NAME]
- *              [--color auto|always|never] [--stats] [--ignore-eos]
+ *              [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]
  * User guide: docs/chat.md.
  *
  * Owns: the conversation (a JSON array of OpenAI-shaped messages), the line
@@ -705,7 +705,7 @@ static int usage(void) {
             "usage: muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh] [--temp T]\n"
             "                  [--top-k K] [--top-p P] [--min-p P] [--seed S] [-n MAX_TOKENS_PER_ANSWER]\n"
             "                  [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
-            "                  [--color auto|always|never] [--stats] [--ignore-eos]\n"
+            "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
             "Interactive chat; type /help inside for commands. Reads one message per line when\n"
             "stdin is not a terminal. Details: docs/chat.md.\n");
     return 1;
@@ -748,7 +748,7 @@ int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *reasoning = NULL, *kern = NULL, *color = "auto";
     long long n_gen = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
-    bool stats = false, ignore_eos = false;
+    bool stats = false, ignore_eos = false, check = false;
     for (int i = 1; i < argc; i++) {
         int so = cli_sample_opt("muser chat", argc, argv, &i, &sp);
         if (so < 0) return 1;
@@ -770,6 +770,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
         else if (!strcmp(a, "--color")) { NEED(); color = v; if (strcmp(v, "auto") && strcmp(v, "always") && strcmp(v, "never")) return cli_fail("muser chat: --color must be auto, always or never: %s", v); }
         else if (!strcmp(a, "--stats")) stats = true;
+        else if (!strcmp(a, "--check-tensors")) check = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else return cli_fail("muser chat: unknown option '%s' (see muser chat --help)", a);
 #undef NEED
@@ -782,6 +783,7 @@ int cmd_chat(int argc, char **argv) {
     mu_err err = {0};
     if (mu_model_open(model, &c.m, &err)) return cli_fail("muser chat: %s", err.msg);
     c.I = mu_model_get_info(c.m);
+    if (check && cli_check_model("muser chat", c.m, (int)threads, false)) goto done;
     if (!mu_model_tokenizer(c.m)) {
         cli_fail("muser chat: %s has no tokenizer", model);
         goto done;

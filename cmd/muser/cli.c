@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include "../../include/muser.h"
+#include "../../src/base/esc.h"
 
 #include <errno.h>
 #include <math.h>
@@ -10,12 +11,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The line embeds file names and user-given strings: it is escaped (mu_esc)
+ * into valid UTF-8 without control characters, so it stays one line. */
 int cli_fail(const char *fmt, ...) {
+    char raw[2048], line[4096];
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    int n = vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
+    size_t len = n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1;
+    fprintf(stderr, "%s\n", mu_esc(line, sizeof line, raw, len));
     return 1;
 }
 
@@ -104,4 +109,48 @@ int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_par
         break;
     }
     return 1;
+}
+
+/* ---- weight check (--check, --check-tensors) ------------------------------ */
+
+#include <time.h>
+#include <unistd.h>
+
+typedef struct {
+    bool tty, lines;
+    double t0, last;
+    int last_quarter;
+} check_progress;
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int on_check_progress(void *user, uint64_t done, uint64_t total) {
+    check_progress *p = user;
+    const double now = mono_s(), dt = now - p->t0;
+    const double pct = total ? 100.0 * (double)done / (double)total : 100.0;
+    if (p->tty) {
+        if (now - p->last < 0.1 && done < total) return 0;
+        p->last = now;
+        fprintf(stderr, "\rcheck: %3.0f%% %.2f of %.2f GB, %.0f MB/s ", pct, done / 1e9, total / 1e9,
+                dt > 0 ? done / 1e6 / dt : 0.0);
+    } else if (p->lines) {
+        const int q = total ? (int)(4 * done / total) : 4;
+        if (q <= p->last_quarter) return 0;
+        p->last_quarter = q;
+        fprintf(stderr, "check: %3.0f%% %llu of %llu bytes\n", pct, (unsigned long long)done, (unsigned long long)total);
+    }
+    return 0;
+}
+
+int cli_check_model(const char *cmd, const mu_model *m, int n_threads, bool lines) {
+    check_progress p = {.tty = isatty(2) == 1, .lines = lines, .t0 = mono_s(), .last_quarter = 0};
+    mu_err err = {0};
+    const int rc = mu_model_check(m, n_threads, on_check_progress, &p, &err);
+    if (p.tty) fprintf(stderr, "\r%60s\r", "");
+    if (rc) return cli_fail("%s: %s", cmd, err.msg);
+    return 0;
 }

@@ -23,6 +23,11 @@ bool cli_ids(const char *s, int32_t **out, int *n);
  * sampling option, -1 after printing the error line ("CMD: ..."). */
 int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_params *p);
 
+/* Runs mu_model_check on m with progress on stderr (a rewritten line with
+ * bytes and rate when stderr is a terminal; else, with `lines`, a plain line
+ * per quarter). Returns 0, or 1 after printing "CMD: <error>". */
+int cli_check_model(const char *cmd, const mu_model *m, int n_threads, bool lines);
+
 /* The model used when -m is omitted (bundled, or generated on first use).
  * Returns a path or NULL after printing why. */
 const char *cli_default_model(void);

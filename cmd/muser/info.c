@@ -1,5 +1,5 @@
 /* info.c: `muser info -m MODEL`: geometry, tensor types and sizes, from
- * the public model API only. */
+ * the public model API only; --check validates every weight (mu_model_check). */
 #include <stdio.h>
 #include <string.h>
 
@@ -42,12 +42,14 @@ static bool type_add(type_total *tt, int *n, const char *name, uint64_t bytes) {
 
 int cmd_info(int argc, char **argv) {
     const char *path = NULL;
-    bool tensors = false;
+    bool tensors = false, check = false;
     for (int i = 1; i < argc; i++) {
         if ((!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model")) && i + 1 < argc) path = argv[++i];
         else if (!strcmp(argv[i], "--tensors")) tensors = true;
+        else if (!strcmp(argv[i], "--check")) check = true;
         else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: muser info [-m MODEL] [--tensors]\n");
+            printf("usage: muser info [-m MODEL] [--tensors] [--check]\n"
+                   "  --check  read every weight: F32/F16/BF16 values and block scales must be finite\n");
             return 0;
         } else return cli_fail("muser info: unknown option '%s'", argv[i]);
     }
@@ -101,6 +103,14 @@ int cmd_info(int argc, char **argv) {
     for (int k = 0; k < n_tt; k++)
         printf("type %-7s %zu tensors, %.2f MiB\n", tt[k].name, tt[k].n, tt[k].bytes / 1048576.0);
     printf("weights      %.2f MiB\n", total / 1048576.0);
+    if (check) {
+        fflush(stdout);
+        if (cli_check_model("muser info", m, 0, true)) {
+            mu_model_close(m);
+            return 1;
+        }
+        printf("check        ok: every weight value and block scale is finite\n");
+    }
     mu_model_close(m);
     return 0;
 }

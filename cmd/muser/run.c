@@ -2,6 +2,7 @@
  *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
  *             [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
+ *             [--check-tensors]
  * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
  * (prob = softmax of the final logits, after logit scale and softcap). */
 #include <stdio.h>
@@ -16,7 +17,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [--temp T]\n"
             "                 [--top-k K] [--top-p P] [--min-p P] [--seed S] [--json] [--top K]\n"
-            "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n");
+            "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
+            "                 [--check-tensors]\n");
     return 1;
 }
 
@@ -24,7 +26,7 @@ int cmd_run(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL;
     long long n_gen = 64, top = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
-    bool json = false, ignore_eos = false;
+    bool json = false, ignore_eos = false, check = false;
     for (int i = 1; i < argc; i++) {
         int so = cli_sample_opt("muser run", argc, argv, &i, &sp);
         if (so < 0) return 1;
@@ -48,6 +50,7 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else if (!strcmp(a, "--check-tensors")) check = true;
         else return cli_fail("muser run: unknown option '%s' (see muser run --help)", a);
 #undef NEED
     }
@@ -57,6 +60,10 @@ int cmd_run(int argc, char **argv) {
     mu_err err = {0};
     mu_model *m;
     if (mu_model_open(model, &m, &err)) return cli_fail("muser run: %s", err.msg);
+    if (check && cli_check_model("muser run", m, (int)threads, false)) {
+        mu_model_close(m);
+        return 1;
+    }
     const mu_model_info *I = mu_model_get_info(m);
     int rc = 1;
     int32_t *prompt = NULL;

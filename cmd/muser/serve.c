@@ -24,7 +24,7 @@ static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 static int usage(void) {
     fprintf(stderr,
             "usage: muser serve [-m MODEL] [--host H] [--port P] [--parallel 1..4] [--ctx N] [--queue N]\n"
-            "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K]\n"
+            "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K] [--check-tensors]\n"
             "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
@@ -58,6 +58,7 @@ int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *cert = NULL, *keyp = NULL;
     long long port = 4949, parallel = 1, ctx = 0, queue = 16, threads = 0;
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
+    bool check = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -84,6 +85,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--api-key-file")) { NEED(); key_file = v; }
         else if (!strcmp(a, "--tls-cert")) { NEED(); cert = v; }
         else if (!strcmp(a, "--tls-key")) { NEED(); keyp = v; }
+        else if (!strcmp(a, "--check-tensors")) check = true;
         else return cli_fail("muser serve: unknown option '%s' (see muser serve --help)", a);
 #undef NEED
     }
@@ -115,6 +117,7 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
+    if (check && cli_check_model("muser serve", m, (int)threads, false)) goto done;
     const mu_model_info *I = mu_model_get_info(m);
     int n_ctx = ctx ? (int)ctx : (I->n_ctx_train < 4096 ? I->n_ctx_train : 4096);
     if (n_ctx > I->n_ctx_train) {

@@ -1,6 +1,11 @@
 /* err.c: error records and the always-on assert. No allocation, no I/O
- * other than the assert's final message on stderr. */
+ * other than the assert's final message on stderr. Every message is passed
+ * through mu_esc (esc.h): messages embed file names, GGUF keys, strings and
+ * tensor names, so they are made valid UTF-8 without control characters
+ * here, once, for every caller. */
 #include "err.h"
+
+#include "esc.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,8 +15,11 @@ int mu_fail(mu_err *err, int code, const char *fmt, ...) {
         va_list ap;
         va_start(ap, fmt);
         err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        char raw[1024];
+        int n = vsnprintf(raw, sizeof raw, fmt, ap);
         va_end(ap);
+        size_t len = n < 0 ? 0 : (size_t)n < sizeof raw ? (size_t)n : sizeof raw - 1;
+        mu_esc(err->msg, sizeof err->msg, raw, len);
     }
     return code;
 }

@@ -287,7 +287,7 @@ static void quant_q8_0_avx2(const float *x, void *vy, int n) {
         __m256 m = _mm256_setzero_ps();
         for (int k = 0; k < 4; k++) {
             v[k] = _mm256_loadu_ps(xb + 8 * k);
-            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[k]));
+            m = _mm256_max_ps(_mm256_andnot_ps(sign, v[k]), m); /* a NaN operand yields m: NaN ignored, as fmaxf */
         }
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
@@ -314,7 +314,17 @@ static void quant_q8_K_avx2(const float *x, void *vy, int n) {
     for (int i = 0; i < n / MU_QK_K; i++) {
         const float *xb = x + i * MU_QK_K;
         __m256 m = _mm256_setzero_ps();
-        for (int k = 0; k < 32; k++) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k)));
+        __m256 bad = _mm256_setzero_ps();
+        const __m256 inf = _mm256_set1_ps(INFINITY);
+        for (int k = 0; k < 32; k++) {
+            const __m256 a = _mm256_andnot_ps(sign, _mm256_loadu_ps(xb + 8 * k));
+            m = _mm256_max_ps(m, a);
+            bad = _mm256_or_ps(bad, _mm256_cmp_ps(a, inf, _CMP_NLT_UQ)); /* NaN or inf */
+        }
+        if (_mm256_movemask_ps(bad)) { /* non-finite: the ref defines it */
+            mu_quant_q8_K_ref(xb, &y[i], MU_QK_K);
+            continue;
+        }
         __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
         m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
         m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -330,6 +340,10 @@ static void quant_q8_K_avx2(const float *x, void *vy, int n) {
                 break;
             }
         const float iscale = -127.f / max;
+        if (isinf(iscale)) { /* |max| below ~3.7e-37: products overflow, the ref defines them */
+            mu_quant_q8_K_ref(xb, &y[i], MU_QK_K);
+            continue;
+        }
         const __m256 mul = _mm256_set1_ps(iscale);
         const __m256i lim = _mm256_set1_epi32(127);
         for (int k = 0; k < 8; k++) { /* 32 values per step */

@@ -434,7 +434,17 @@ static void quant_q8_K_avx512(const float *x, void *vy, int n) {
     for (int i = 0; i < n / MU_QK_K; i++) {
         const float *xb = x + i * MU_QK_K;
         __m512 m = _mm512_setzero_ps();
-        for (int k = 0; k < 16; k++) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * k)));
+        __mmask16 bad = 0;
+        const __m512 inf = _mm512_set1_ps(INFINITY);
+        for (int k = 0; k < 16; k++) {
+            const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(xb + 16 * k));
+            m = _mm512_max_ps(m, a);
+            bad |= _mm512_cmp_ps_mask(a, inf, _CMP_NLT_UQ); /* NaN or inf */
+        }
+        if (bad) { /* non-finite: the ref defines it */
+            mu_quant_q8_K_ref(xb, &y[i], MU_QK_K);
+            continue;
+        }
         const float amax = _mm512_reduce_max_ps(m);
         if (amax == 0.f) {
             memset(&y[i], 0, sizeof y[i]);
@@ -451,6 +461,10 @@ static void quant_q8_K_avx512(const float *x, void *vy, int n) {
             }
         }
         const float iscale = -127.f / max;
+        if (isinf(iscale)) { /* |max| below ~3.7e-37: products overflow, the ref defines them */
+            mu_quant_q8_K_ref(xb, &y[i], MU_QK_K);
+            continue;
+        }
         const __m512 mul = _mm512_set1_ps(iscale);
         const __m512i lim = _mm512_set1_epi32(127);
         for (int k = 0; k < 16; k++) {

@@ -315,13 +315,16 @@ static void quant_q8_0_neon(const float *x, void *vy, int n) {
     for (int i = 0; i < n / MU_QK8_0; i++) {
         const float *xb = x + i * MU_QK8_0;
         float32x4_t m = vdupq_n_f32(0);
-        for (int k = 0; k < 8; k++) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * k)));
-        const float amax = vmaxvq_f32(m);
+        for (int k = 0; k < 8; k++) m = vmaxnmq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * k))); /* NaN ignored, as fmaxf */
+        const float amax = vmaxnmvq_f32(m);
         const float d = amax / 127.f;
         const float id = amax != 0.f ? 127.f / amax : 0.f;
         y[i].d = mu_f32_to_f16(d);
         for (int k = 0; k < 8; k++) {
-            const int32x4_t q = vcvtnq_s32_f32(vmulq_n_f32(vld1q_f32(xb + 4 * k), id)); /* ties to even */
+            const float32x4_t v = vmulq_n_f32(vld1q_f32(xb + 4 * k), id);
+            /* ties to even; NaN and |v| >= 2^31 give INT32_MIN as x86 does (the ref) */
+            const uint32x4_t ok = vcaltq_f32(v, vdupq_n_f32(2147483648.f));
+            const int32x4_t q = vbslq_s32(ok, vcvtnq_s32_f32(v), vdupq_n_s32(INT32_MIN));
             const int16x4_t q16 = vqmovn_s32(q);
             const int8x8_t q8 = vqmovn_s16(vcombine_s16(q16, q16));
             vst1_lane_s32((int32_t *)(void *)(y[i].qs + 4 * k), vreinterpret_s32_s8(q8), 0);
@@ -334,7 +337,16 @@ static void quant_q8_K_neon(const float *x, void *vy, int n) {
     for (int i = 0; i < n / MU_QK_K; i++) {
         const float *xb = x + i * MU_QK_K;
         float32x4_t m = vdupq_n_f32(0);
-        for (int k = 0; k < 64; k++) m = vmaxq_f32(m, vabsq_f32(vld1q_f32(xb + 4 * k)));
+        uint32x4_t bad = vdupq_n_u32(0);
+        for (int k = 0; k < 64; k++) {
+            const float32x4_t a = vabsq_f32(vld1q_f32(xb + 4 * k));
+            m = vmaxq_f32(m, a);
+            bad = vorrq_u32(bad, vmvnq_u32(vcltq_f32(a, vdupq_n_f32(INFINITY)))); /* NaN or inf */
+        }
+        if (vmaxvq_u32(bad)) { /* non-finite: the ref defines it */
+            mu_quant_q8_K_ref(xb, &y[i], MU_QK_K);
+            continue;
+        }
         const float amax = vmaxvq_f32(m);
         if (amax == 0.f) {
             memset(&y[i], 0, sizeof y[i]);
@@ -347,6 +359,10 @@ static void quant_q8_K_neon(const float *x, void *vy, int n) {
                 break;
             }
         const float iscale = -127.f / max;
+        if (isinf(iscale)) { /* |max| below ~3.7e-37: products overflow, the ref defines them */
+            mu_quant_q8_K_ref(xb, &y[i], MU_QK_K);
+            continue;
+        }
         const int32x4_t lim = vdupq_n_s32(127);
         for (int g = 0; g < 16; g++) {
             int32x4_t q[4];

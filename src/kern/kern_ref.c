@@ -87,6 +87,18 @@ static inline int round_even(float v) { return (int)nearbyintf(v); }
 
 /* ---- activation quantization ------------------------------------------ */
 
+/* Q8_0 (x86 quantize_row_q8_0: _mm256_round_ps, _mm256_cvtps_epi32, then
+ * saturating packs): a product that is NaN or outside the int32 range
+ * converts to x86's "integer indefinite" INT32_MIN and so packs to -128;
+ * amax ignores NaN (fmaxf). Finite products are within +-127 unless 127/amax
+ * overflows (amax < ~3.7e-37), where they become +-inf or NaN, i.e. -128 as
+ * on x86. docs/llamacpp-numerics.md "Non-finite activations". */
+static inline int8_t q8_0_conv(float v) {
+    if (!(v >= -2147483648.f && v < 2147483648.f)) return -128;
+    const int r = round_even(v);
+    return (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
+}
+
 void mu_quant_q8_0_ref(const float *x, void *vy, int n) {
     mu_block_q8_0 *y = vy;
     for (int i = 0; i < n / MU_QK8_0; i++) {
@@ -96,10 +108,29 @@ void mu_quant_q8_0_ref(const float *x, void *vy, int n) {
         const float d = amax / 127.f;
         const float id = amax != 0.f ? 127.f / amax : 0.f;
         y[i].d = mu_f32_to_f16(d);
-        for (int j = 0; j < MU_QK8_0; j++) y[i].qs[j] = (int8_t)round_even(xb[j] * id);
+        for (int j = 0; j < MU_QK8_0; j++) y[i].qs[j] = q8_0_conv(xb[j] * id);
     }
 }
 
+/* llama.cpp's nearest_int (ggml-quants.c), which quantize_row_q8_K_ref uses
+ * and x86 runs: round to nearest even by adding 1.5 * 2^23 and reading the
+ * low mantissa bits. Exact for |v| <= 4194303; for NaN, +-inf and larger
+ * values it is still defined (bit operations), and this is what it gives. */
+static inline int nearest_int(float v) {
+    const float t = v + 12582912.f;
+    uint32_t i;
+    memcpy(&i, &t, 4);
+    return (int)(i & 0x007fffffu) - 0x00400000;
+}
+
+/* (int8_t) of an int, as GCC defines it (the low byte), without relying on
+ * implementation-defined conversion. */
+static inline int8_t low_byte(int v) { return (int8_t)((int)(((unsigned)v & 0xffu) ^ 0x80u) - 0x80); }
+
+/* Q8_K (quantize_row_q8_K_ref, which x86 runs): the first element of largest
+ * magnitude (NaN never compares larger), iscale = -127/max, nearest_int,
+ * MIN(127, v), stored as its low byte; bsums from the stored bytes. For
+ * finite inputs with a finite iscale every product is within +-127. */
 void mu_quant_q8_K_ref(const float *x, void *vy, int n) {
     mu_block_q8_K *y = vy;
     for (int i = 0; i < n / MU_QK_K; i++) {
@@ -118,8 +149,8 @@ void mu_quant_q8_K_ref(const float *x, void *vy, int n) {
         }
         const float iscale = -127.f / max;
         for (int j = 0; j < MU_QK_K; j++) {
-            int v = round_even(iscale * xb[j]);
-            y[i].qs[j] = (int8_t)(v > 127 ? 127 : v);
+            int v = nearest_int(iscale * xb[j]);
+            y[i].qs[j] = low_byte(v > 127 ? 127 : v);
         }
         for (int j = 0; j < MU_QK_K / 16; j++) {
             int sum = 0;

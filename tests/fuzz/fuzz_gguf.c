@@ -1,10 +1,15 @@
 /* fuzz_gguf.c: the GGUF reader and the muse-glimmer model binding (which
  * also builds the tokenizer) over arbitrary bytes. Every accessor is
- * exercised on accepted files; nothing may read outside the input. */
+ * exercised on accepted files; nothing may read outside the input. When the
+ * input binds as a model, the tensor-data paths run too: mu_model_check,
+ * then (small models only, to keep iterations fast) one forward pass of
+ * two tokens on a 4-position context through the public API, whatever
+ * garbage the weights hold (non-finite values included). */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../include/muser.h"
 #include "../../src/gguf/gguf.h"
 #include "../../src/model/model.h"
 
@@ -40,6 +45,24 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (mu_model_bind(g, &m, &err) == 0) {
         const mu_model_info *I = mu_model_get_info(m);
         sink += (uint64_t)I->n_layer;
+        mu_err cerr;
+        sink += (uint64_t)mu_model_check(m, 1 + (int)(size % 3), NULL, NULL, &cerr);
+        mu_engine *e;
+        mu_engine_opts eo = {.n_threads = 1, .kern = NULL};
+        if ((uint64_t)I->n_layer * (uint64_t)I->n_embd * (uint64_t)(I->n_ff + I->n_embd) <= ((uint64_t)1 << 24) &&
+            mu_engine_new(m, &eo, &e, &cerr) == 0) {
+            mu_session *s;
+            if (mu_session_new(e, 4, &s, &cerr) == 0) {
+                const int32_t toks[2] = {0, I->n_vocab > 1 ? 1 : 0};
+                mu_batch_item it = {.s = s, .tokens = toks, .n_tokens = 2, .all_logits = false};
+                if (mu_forward(e, &it, 1, &cerr) == 0) {
+                    const float *l = mu_session_logits(s, -1);
+                    if (l) sink += (uint64_t)(l[0] == l[0]);
+                }
+                mu_session_free(s);
+            }
+            mu_engine_free(e);
+        }
         mu_model_close(m); /* owns g now */
     } else {
         mu_gguf_close(g);

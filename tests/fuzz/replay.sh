@@ -3,14 +3,14 @@
 # ASan + UBSan) and runs it over tests/fuzz/corpus/<name>/*.
 set -eu
 cd "$(dirname "$0")/../.."
-make -s BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build/asan/libmuser.a
+make -s BUILD=build/asan OPT=-O1 SAN="-fsanitize=address,undefined,float-cast-overflow -fno-omit-frame-pointer -fno-sanitize-recover=undefined" build/asan/libmuser.a
 mkdir -p build/fuzz
 rc=0
 for h in tests/fuzz/fuzz_*.c; do
   [ -f "$h" ] || continue
   name=$(basename "$h" .c); name=${name#fuzz_}
   bin=build/fuzz/replay_$name
-  gcc -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=address,undefined -fno-sanitize-recover=undefined \
+  gcc -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined \
     -o "$bin" "$h" tests/fuzz/replay_main.c build/asan/libmuser.a \
     -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit
   files=(tests/fuzz/corpus/"$name"/*)

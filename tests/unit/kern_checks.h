@@ -204,6 +204,70 @@ static int check_quant(const mu_kern *k) {
     return fails;
 }
 
+/* Non-finite and extreme activations (a model with garbage weights makes
+ * them): every table gives the ref's bytes for the activation quantizers
+ * (defined results, docs/llamacpp-numerics.md "Non-finite activations").
+ * Block kinds: one NaN, one +inf, one -inf, +inf and -inf, all NaN, NaN with
+ * a payload, huge finite values, a tiny (subnormal) maximum, NaN and inf. */
+#define KC_NF_KINDS 10
+static void kc_fill_nonfinite(float *x, int n, int kind) {
+    kc_fill_act(x, n, 0);
+    const float nanp = (float)NAN;
+    uint32_t payload = 0x7fc00123u;
+    float pnan;
+    memcpy(&pnan, &payload, 4);
+    for (int b = 0; b < n / 32; b++) {
+        float *xb = x + 32 * b;
+        const int at = (int)(kc_u32() % 32), at2 = (at + 1 + (int)(kc_u32() % 31)) % 32;
+        switch ((kind + b) % KC_NF_KINDS) {
+        case 0: xb[at] = nanp; break;
+        case 1: xb[at] = INFINITY; break;
+        case 2: xb[at] = -INFINITY; break;
+        case 3: xb[at] = INFINITY; xb[at2] = -INFINITY; break;
+        case 4: for (int j = 0; j < 32; j++) xb[j] = nanp; break;
+        case 5: xb[at] = pnan; xb[at2] = -nanp; break;
+        case 6: for (int j = 0; j < 32; j++) xb[j] = kc_gauss() * 3e38f; xb[at] = 3.4e38f; break;
+        case 7: for (int j = 0; j < 32; j++) xb[j] = kc_u32() % 2 ? 0.f : -0.f; xb[at] = 1e-40f; xb[at2] = -1.4e-45f; break;
+        case 8: xb[at] = nanp; xb[at2] = -INFINITY; break;
+        default: break; /* finite */
+        }
+    }
+}
+
+static int check_quant_nonfinite(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    static const uint32_t types[] = {MU_T_Q8_0, MU_T_Q8_K};
+    int fails = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t t = types[ti];
+        for (int li = 0; li < KC_NLENS; li++) {
+            const int n = KC_LENS[li];
+            const size_t bytes = kc_row_bytes(t, n);
+            float *x = malloc((size_t)n * sizeof *x);
+            uint8_t *y0 = malloc(bytes), *y1 = malloc(bytes);
+            for (int kind = 0; kind < KC_NF_KINDS; kind++) {
+                kc_seed((uint64_t)(7000 + 1000 * ti + 10 * li + kind));
+                kc_fill_nonfinite(x, n, kind);
+                memset(y0, 0xa5, bytes);
+                memset(y1, 0x5a, bytes);
+                ref->quant[t](x, y0, n);
+                k->quant[t](x, y1, n);
+                if (memcmp(y0, y1, bytes)) {
+                    size_t at = 0;
+                    while (y0[at] == y1[at]) at++;
+                    KC_LOG("%s: quant %s n=%d non-finite kind=%d differs from ref at byte %zu (%02x vs %02x)\n",
+                           k->name, kc_tname(t), n, kind, at, y1[at], y0[at]);
+                    fails++;
+                }
+            }
+            free(x);
+            free(y0);
+            free(y1);
+        }
+    }
+    return fails;
+}
+
 static int check_dequant(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     int fails = 0;

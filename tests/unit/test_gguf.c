@@ -193,6 +193,20 @@ static void test_duplicates_and_types(void **state) {
     uint64_t ne0 = 33; /* not a multiple of the Q8_0 block */
     memcpy(q + 4 + 4, &ne0, 8);
     expect_fail(c, n, "not a multiple");
+    /* a key name with invalid UTF-8 and a control character, made a
+     * duplicate of "a.u32": the message escapes it */
+    memcpy(c, b, n);
+    p = memmem(c, n, "a.i32", 5);
+    memcpy(p, "a\xff\n32", 5);
+    q = memmem(c, n, "a.u32", 5);
+    memcpy(q, "a\xff\n32", 5);
+    expect_fail(c, n, "duplicate key: a\\xff\\x0a32");
+    /* a tensor name likewise, with a bad type */
+    memcpy(c, b, n);
+    q = memmem(c, n, "t.q8", 4);
+    memcpy(q, "\xc0\xaf\x07q", 4);
+    memcpy(q + 4 + 4 + 16, &bad, 4);
+    expect_fail(c, n, "tensor '\\xc0\\xaf\\x07q': unknown type 77");
     free(c);
     free(b);
 }

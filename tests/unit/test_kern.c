@@ -24,6 +24,7 @@ static void run_all(int (*check)(const mu_kern *)) {
 
 static void test_complete(void **st) { (void)st; run_all(check_complete); }
 static void test_quant(void **st) { (void)st; run_all(check_quant); }
+static void test_quant_nonfinite(void **st) { (void)st; run_all(check_quant_nonfinite); }
 static void test_dequant(void **st) { (void)st; run_all(check_dequant); }
 static void test_vec_dot(void **st) { (void)st; run_all(check_vec_dot); }
 static void test_gemm(void **st) { (void)st; run_all(check_gemm); }
@@ -72,6 +73,39 @@ static void test_checks_catch_errors(void **st) {
     kc_quiet = 0;
 }
 
+/* The ref's defined results for non-finite activations
+ * (docs/llamacpp-numerics.md "Non-finite activations"). */
+static void test_quant_nonfinite_values(void **st) {
+    (void)st;
+    const mu_kern *ref = mu_kern_ref();
+    float x[256];
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 7) - 3.f;
+    /* Q8_0, +inf in the block: scale f16(inf), id 0: finite -> 0, inf -> -128 */
+    mu_block_q8_0 b0[8];
+    x[5] = INFINITY;
+    x[40] = NAN; /* second block: NaN ignored by amax (3), NaN * id -> -128 */
+    ref->quant[MU_T_Q8_0](x, b0, 256);
+    assert_int_equal(b0[0].d, 0x7c00);
+    assert_int_equal(b0[0].qs[5], -128);
+    assert_int_equal(b0[0].qs[4], 0);
+    assert_int_equal(b0[1].d, mu_f32_to_f16(3.f / 127.f));
+    assert_int_equal(b0[1].qs[8], -128);
+    assert_int_equal(b0[1].qs[9], 127 * ((float)(41 % 7) - 3.f) / 3);
+    /* Q8_K (nearest_int of llama.cpp): NaN -> 0, max inf -> iscale -0, d -inf */
+    mu_block_q8_K bk;
+    ref->quant[MU_T_Q8_K](x, &bk, 256);
+    assert_true(isinf(bk.d) && bk.d < 0);
+    for (int i = 0; i < 256; i++) assert_int_equal(bk.qs[i], 0);
+    x[5] = 1.f;
+    ref->quant[MU_T_Q8_K](x, &bk, 256); /* max -3 (x[0]): iscale 127/3 */
+    assert_int_equal(bk.qs[40], 0);
+    assert_int_equal(bk.qs[6], 127);
+    /* every value NaN: amax 0, an all-zero block */
+    for (int i = 0; i < 256; i++) x[i] = NAN;
+    ref->quant[MU_T_Q8_K](x, &bk, 256);
+    assert_true(bk.d == 0.f && bk.qs[0] == 0 && bk.bsums[0] == 0);
+}
+
 static void test_select(void **st) {
     (void)st;
     assert_non_null(mu_kern_select("ref"));
@@ -89,6 +123,7 @@ int main(void) {
         cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
         cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide), cmocka_unit_test(test_bf16_tiny),
         cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_softmax_swiglu),
+        cmocka_unit_test(test_quant_nonfinite), cmocka_unit_test(test_quant_nonfinite_values),
         cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -90,6 +90,52 @@ static void test_rejections(void **state) {
     expect_reject(c, "not a multiple of head_count_kv");
 }
 
+static int check_progress_calls;
+static int count_progress(void *user, uint64_t done, uint64_t total) {
+    (void)user;
+    assert_true(done <= total);
+    check_progress_calls++;
+    return 0;
+}
+static int stop_progress(void *user, uint64_t done, uint64_t total) { return 1; }
+
+/* mu_model_check (llama.cpp's --check-tensors rules): the first bad tensor
+ * and value named; F32 and F16; any thread count gives the same answer. */
+static void test_check(void **state) {
+    (void)state;
+    mu_model *m = NULL;
+    mu_err err = {0};
+    mini_cfg c = mini_default();
+    assert_int_equal(open_cfg(&c, &m, &err), 0);
+    check_progress_calls = 0;
+    assert_int_equal(mu_model_check(m, 3, count_progress, NULL, &err), 0);
+    assert_true(check_progress_calls >= 1);
+    assert_int_equal(mu_model_check(m, 2, stop_progress, NULL, &err), MU_E_STATE);
+    mu_model_close(m);
+    const uint32_t types[2] = {MU_T_F32, MU_T_F16};
+    for (int t = 0; t < 2; t++) {
+        c = mini_default();
+        c.wtype = types[t];
+        c.nan_tensor = "blk.2.ffn_up.weight";
+        assert_int_equal(open_cfg(&c, &m, &err), 0);
+        for (int nth = 1; nth <= 4; nth++) {
+            assert_int_equal(mu_model_check(m, nth, NULL, NULL, &err), MU_E_MODEL);
+            const char *want = t ? "model: tensor 'blk.2.ffn_up.weight' (F16): value 0 (row 0, column 0) is not finite: nan"
+                                 : "model: tensor 'blk.2.ffn_up.weight' (F32): value 0 (row 0, column 0) is not finite: nan";
+            assert_string_equal(err.msg, want);
+        }
+        mu_model_close(m);
+    }
+}
+
+/* A tensor name that is not UTF-8 is escaped in the message. */
+static void test_non_utf8_tensor_name(void **state) {
+    (void)state;
+    mini_cfg c = mini_default();
+    c.extra_tensor = "bad\xff\x1b[2Jname";
+    expect_reject(c, "model: unexpected tensor: bad\\xff\\x1b[2Jname");
+}
+
 static void test_garbage_files(void **state) {
     (void)state;
     char path[256];
@@ -112,6 +158,8 @@ int main(void) {
         cmocka_unit_test(test_defaults_and_scalar_pattern),
         cmocka_unit_test(test_rejections),
         cmocka_unit_test(test_garbage_files),
+        cmocka_unit_test(test_check),
+        cmocka_unit_test(test_non_utf8_tensor_name),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(dir);
