@@ -871,6 +871,15 @@ static int fd_budget(int threads) {
     return b < 1 ? 1 : b > INT_MAX ? INT_MAX : (int)b;
 }
 
+/* The server's own state, once the daemon is stopped (or never started). */
+static void server_free(mu_http_server *s) {
+    pthread_mutex_destroy(&s->mu);
+    pthread_mutex_destroy(&s->cmu);
+    pthread_cond_destroy(&s->ccv);
+    OPENSSL_cleanse(s->key, sizeof s->key);
+    free(s);
+}
+
 int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *err) {
     mu_http_server *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(err, MU_E_NOMEM, "http: out of memory");
@@ -957,20 +966,12 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     }
     s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
     if (!s->d) {
-        pthread_mutex_destroy(&s->mu);
-        pthread_mutex_destroy(&s->cmu);
-        pthread_cond_destroy(&s->ccv);
-        OPENSSL_cleanse(s->key, sizeof s->key);
-        free(s);
+        server_free(s);
         return mu_fail(err, MU_E_IO, "http: cannot listen on %s port %d (in use, or bad TLS files)", o->host ? o->host : "127.0.0.1", o->port);
     }
     if (pthread_create(&s->sweeper, NULL, sweeper_main, s)) {
         MHD_stop_daemon(s->d);
-        pthread_mutex_destroy(&s->mu);
-        pthread_mutex_destroy(&s->cmu);
-        pthread_cond_destroy(&s->ccv);
-        OPENSSL_cleanse(s->key, sizeof s->key);
-        free(s);
+        server_free(s);
         return mu_fail(err, MU_E_NOMEM, "http: cannot start the connection sweeper thread");
     }
     s->sweeper_on = true;
@@ -1007,11 +1008,7 @@ void mu_http_server_stop(mu_http_server *s) {
     }
     pthread_mutex_unlock(&s->cmu);
     MHD_stop_daemon(s->d);
-    pthread_mutex_destroy(&s->mu);
-    pthread_mutex_destroy(&s->cmu);
-    pthread_cond_destroy(&s->ccv);
-    OPENSSL_cleanse(s->key, sizeof s->key);
-    free(s);
+    server_free(s);
 }
 
 void mu_http_server_counters(mu_http_server *s, mu_http_counters *c) {
