@@ -85,6 +85,9 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
  * (fd polled). The job's notify (set by api_job_start_n) wakes the request
  * when more is ready. */
 bool api_job_poll(api_job *g, int fd);
+/* The reply of a job that ended with an error (500 with its message) or a
+ * cancel (499). */
+void api_job_reply_failed(mu_http_req *r, const api_job *g);
 /* Structured output requested by body[key] ("response_format" for OpenAI,
  * "json_schema" for llama.cpp, "format" for Ollama): *out = NULL for free
  * text, else a compiled schema (the caller unrefs it). -1 after replying

@@ -317,6 +317,11 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
     return true;
 }
 
+void api_job_reply_failed(mu_http_req *r, const api_job *g) {
+    if (g->finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, g->err, NULL);
+    else mu_http_reply_error(r, 499, "client closed the request", NULL);
+}
+
 bool api_job_poll(api_job *g, int fd) {
     if (g->finish) return false;
     mu_gen_event ev;

@@ -115,8 +115,7 @@ static bool ol_poll(void *state, mu_http_req *r) {
     ol_state *s = state;
     if (api_job_poll(&s->g, mu_http_req_fd(r))) return false;
     if (s->g.finish == MU_FINISH_ERROR || s->g.finish == MU_FINISH_CANCEL) {
-        if (s->g.finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, s->g.err, NULL);
-        else mu_http_reply_error(r, 499, "client closed the request", NULL);
+        api_job_reply_failed(r, &s->g);
         return true;
     }
     size_t nc, nr;

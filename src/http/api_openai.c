@@ -265,11 +265,6 @@ static bool check(mu_http_req *r, const json_t *body) {
     return api_model_ok(r, body, "model");
 }
 
-static void reply_failed(mu_http_req *r, api_job *g) {
-    if (g->finish == MU_FINISH_ERROR) mu_http_reply_error(r, 500, g->err, NULL);
-    else mu_http_reply_error(r, 499, "client closed the request", NULL);
-}
-
 /* Non-streaming: takes what is ready of every choice; false while one
  * still runs; true once every choice ended (or one failed: replied). */
 static bool poll_all(mu_http_req *r, oa_stream *s, bool *failed) {
@@ -279,7 +274,7 @@ static bool poll_all(mu_http_req *r, oa_stream *s, bool *failed) {
         api_job *g = &s->g[k];
         if (api_job_poll(g, mu_http_req_fd(r))) running = true;
         else if (g->finish == MU_FINISH_CANCEL || g->finish == MU_FINISH_ERROR) {
-            reply_failed(r, g);
+            api_job_reply_failed(r, g);
             *failed = true;
             return true;
         }
