@@ -253,6 +253,9 @@ const mu_http_route mu_http_routes[] = {
     {"POST", "/v1/chat/completions", MU_PROTO_OPENAI, api_openai_chat, false},
     {"POST", "/v1/completions", MU_PROTO_OPENAI, api_openai_completions, false},
     {"GET", "/v1/models", MU_PROTO_OPENAI, api_openai_models, false},
+    /* the OpenAI routes without /v1, as llama.cpp's server answers them */
+    {"POST", "/chat/completions", MU_PROTO_OPENAI, api_openai_chat, false},
+    {"GET", "/models", MU_PROTO_OPENAI, api_openai_models, false},
     {"POST", "/completion", MU_PROTO_LLAMACPP, api_llama_completion, false},
     {"POST", "/completions", MU_PROTO_LLAMACPP, api_llama_completion, false},
     {"POST", "/tokenize", MU_PROTO_LLAMACPP, api_llama_tokenize, false},
@@ -276,6 +279,7 @@ const jc_field *api_schema(const char *path) {
         const jc_field *f;
     } t[] = {
         {"/v1/chat/completions", openai_chat}, {"/v1/completions", openai_completions},
+        {"/chat/completions", openai_chat},
         {"/completion", llama_completion},     {"/completions", llama_completion},
         {"/tokenize", llama_tokenize},         {"/detokenize", llama_detokenize},
         {"/apply-template", llama_apply_template}, {"/api/generate", ollama_generate},

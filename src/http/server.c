@@ -547,7 +547,7 @@ void mu_http_reply_stream(mu_http_req *r, const char *ct, mu_http_produce_fn pro
 /* ---- request pipeline ------------------------------------------------- */
 
 static mu_http_proto proto_of_path(const char *p) {
-    if (!strncmp(p, "/v1/", 4)) return MU_PROTO_OPENAI;
+    if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/chat/completions") || !strcmp(p, "/models")) return MU_PROTO_OPENAI;
     if (!strncmp(p, "/api/", 5)) return MU_PROTO_OLLAMA;
     return MU_PROTO_LLAMACPP;
 }

@@ -46,6 +46,11 @@ steps=$(python3 -c "print(int(float('$dec1') - float('$dec0')))")
 [ "$(req GET /health)" = 200 ] && [ "$(jget "$T/out" "j['status']")" = ok ] && ok "GET /health" || bad "GET /health"
 ID=$(req GET /v1/models >/dev/null; jget "$T/out" "j['data'][0]['id']")
 [ -n "$ID" ] && ok "GET /v1/models: $ID" || bad "GET /v1/models"
+[ "$(req GET /models)" = 200 ] && [ "$(jget "$T/out" "j['data'][0]['id']")" = "$ID" ] && ok "GET /models (OpenAI without /v1)" || bad "GET /models: $(cat "$T/out")"
+[ "$(req POST /chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}')" = 200 ] &&
+  [ "$(jget "$T/out" "j['object']")" = chat.completion ] && ok "POST /chat/completions (OpenAI without /v1)" || bad "POST /chat/completions: $(cat "$T/out")"
+[ "$(req POST /chat/completions '{"messages":[],"bogus":1}')" = 400 ] && [ -n "$(jget "$T/out" "j['error']['type']")" ] &&
+  ok "POST /chat/completions errors in OpenAI's shape" || bad "/chat/completions error shape: $(cat "$T/out")"
 [ "$(req GET /api/tags)" = 200 ] && [ "$(jget "$T/out" "j['models'][0]['model']")" = "$ID:latest" ] && ok "GET /api/tags" || bad "GET /api/tags"
 [ "$(req POST /api/show "{\"model\":\"$ID\"}")" = 200 ] && [ "$(jget "$T/out" "j['details']['format']")" = gguf ] && ok "POST /api/show" || bad "POST /api/show"
 [ "$(req GET /props)" = 200 ] && [ "$(jget "$T/out" "j['total_slots']")" = 2 ] && ok "GET /props" || bad "GET /props"
