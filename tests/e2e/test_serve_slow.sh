@@ -43,8 +43,8 @@ phase() {
 PHASE_ARGS=(hold);          phase hold --head-timeout 600 --idle-timeout 600
 PHASE_ARGS=(deadline);      phase deadline --head-timeout 2
 PHASE_ARGS=(body);          phase body --body-timeout 2 --head-timeout 600
-PHASE_ARGS=(limit 20 25);   phase limit --max-conns 20
-PHASE_ARGS=(perip 10 12);   phase perip --max-conns-per-ip 10
+PHASE_ARGS=(limit 20 25);   phase limit --max-conns 20 --head-timeout 600 --idle-timeout 600
+PHASE_ARGS=(perip 10 12);   phase perip --max-conns-per-ip 10 --head-timeout 600 --idle-timeout 600
 
 echo "test_serve_slow: $npass passed, $nfail failed"
 exit $fail
