@@ -34,7 +34,7 @@ struct mu_gen {
     char *held;
     size_t n_held, cap_held;
     bool cut;                  /* a stop string matched: nothing more is released */
-    char stop_word[256];
+    const char *stop_word;     /* the stop string that matched (one of stops) */
     /* probability scratch for TOKEN events */
     int32_t *top_ids;
     float *top_probs, *top_logprobs;
@@ -63,7 +63,7 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
     int rc = 0;
     for (int i = 0; i < r->n_stops && !rc; i++) {
         size_t l = r->stops[i] ? strlen(r->stops[i]) : 0;
-        if (l == 0 || l >= sizeof g->stop_word) rc = mu_fail(err, MU_E_ARG, "gen: a stop string must have 1..%zu bytes", sizeof g->stop_word - 1);
+        if (l == 0) rc = mu_fail(err, MU_E_ARG, "gen: a stop string is empty");
         else if (!(g->stops[i] = strdup(r->stops[i]))) rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
     }
     g->r.stops = (const char *const *)g->stops;
@@ -197,7 +197,7 @@ static void answer_text(mu_gen *g, const char *s, size_t n, bool final) {
     }
     if (which >= 0) {
         emit_text(g, MU_CH_CONTENT, g->held, best);
-        snprintf(g->stop_word, sizeof g->stop_word, "%s", g->stops[which]);
+        g->stop_word = g->stops[which];
         g->n_held = 0;
         g->cut = true;
         g->finish = MU_FINISH_WORD;
