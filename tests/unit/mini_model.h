@@ -8,7 +8,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "../../include/muser.h"
 #include "../../src/kern/kern.h"
 #include "../../src/gguf/gguf.h"
 #include "../../src/synth/gguf_write.h"
@@ -145,6 +147,22 @@ static inline int mini_write(const char *path, const mini_cfg *c) {
     int rc = mu_gguf_writer_close(w, &err);
     mu_gguf_writer_free(w);
     return rc;
+}
+
+/* Writes c as dir/m.gguf, opens it (the file is removed at once) and binds
+ * an engine of n_threads: 0, or -1 on any failure. */
+static inline int mini_open(const char *dir, const mini_cfg *c, int n_threads, mu_model **m, mu_engine **e) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/m.gguf", dir);
+    mu_err err;
+    if (mini_write(path, c) || mu_model_open(path, m, &err)) return -1;
+    unlink(path);
+    mu_engine_opts o = {.n_threads = n_threads};
+    if (mu_engine_new(*m, &o, e, &err)) {
+        mu_model_close(*m);
+        return -1;
+    }
+    return 0;
 }
 
 #endif

@@ -19,16 +19,9 @@ static int V;
 static int setup(void **state) {
     (void)state;
     if (!mkdtemp(dir)) return -1;
-    char path[256];
-    snprintf(path, sizeof path, "%s/m.gguf", dir);
     mini_cfg c = mini_default();
     c.n_ctx = 1024;
-    if (mini_write(path, &c)) return -1;
-    mu_err err;
-    if (mu_model_open(path, &M, &err)) return -1;
-    unlink(path);
-    mu_engine_opts o = {.n_threads = 2};
-    if (mu_engine_new(M, &o, &E, &err)) return -1;
+    if (mini_open(dir, &c, 2, &M, &E)) return -1;
     V = mu_model_get_info(M)->n_vocab;
     return 0;
 }

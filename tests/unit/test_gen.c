@@ -24,17 +24,12 @@ static int V;
 static int setup(void **state) {
     (void)state;
     if (!mkdtemp(dir)) return -1;
-    char path[256];
-    snprintf(path, sizeof path, "%s/m.gguf", dir);
     mini_cfg c = mini_default();
     c.n_ctx = 1024;
-    if (mini_write(path, &c)) return -1;
-    mu_err err;
-    if (mu_model_open(path, &M, &err)) return -1;
-    unlink(path);
-    mu_engine_opts o = {.n_threads = 2};
-    if (mu_engine_new(M, &o, &E, &err)) return -1;
+    if (mini_open(dir, &c, 2, &M, &E)) return -1;
     V = mu_model_get_info(M)->n_vocab;
+    mu_err err;
+    mu_engine_opts o = {.n_threads = 2};
     if (mu_model_open("models/muser-default.gguf", &D, &err) == 0 && mu_engine_new(D, &o, &ED, &err)) return -1;
     return 0;
 }
@@ -320,19 +315,13 @@ static void test_notify(void **state) {
  * naming the cause instead of sampling garbage. */
 static void test_nonfinite_logits(void **state) {
     (void)state;
-    char path[256];
-    snprintf(path, sizeof path, "%s/nan.gguf", dir);
     mini_cfg c = mini_default();
     c.nan_tensor = "output.weight";
-    assert_int_equal(mini_write(path, &c), 0);
     mu_err err = {0};
     mu_model *m;
     mu_engine *e;
     mu_sched *s;
-    assert_int_equal(mu_model_open(path, &m, &err), 0);
-    unlink(path);
-    mu_engine_opts o = {.n_threads = 1};
-    assert_int_equal(mu_engine_new(m, &o, &e, &err), 0);
+    assert_int_equal(mini_open(dir, &c, 1, &m, &e), 0);
     mu_sched_opts so = {.n_slots = 1, .n_ctx = 32};
     assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
     int32_t p[4] = {1, 2, 3, 4};
