@@ -208,21 +208,61 @@ int mu_session_kv_commit(mu_session *s, int n, mu_err *err);
 
 /* ---- sampling --------------------------------------------------------- */
 
+/* One logit bias: bias is added to the token's logit (-INFINITY bans it). */
+typedef struct {
+    int32_t id;
+    float bias;
+} mu_logit_bias;
+
+/* llama.cpp's sampler chain and its parameters (common_params_sampling):
+ * logit bias -> penalties -> DRY -> top-n-sigma -> top-k -> typical-p ->
+ * top-p -> min-p -> XTC -> temperature (dynamic when dynatemp_range > 0) ->
+ * draw; mirostat 1 or 2 replaces everything after temperature. Zero is
+ * "off" for every field after seed, so a literal that names only the first
+ * five is the plain chain. The fields after seed are NOT yet implemented by
+ * the sampler (issue 17): a sampler built with any of them on is refused
+ * with MU_E_UNSUPPORTED until it is. */
 typedef struct {
     float temp;        /* <= 0: greedy */
     int top_k;         /* <= 0: off */
     float top_p;       /* >= 1: off */
     float min_p;       /* <= 0: off */
     uint64_t seed;
+    int min_keep;              /* 0 */
+    float typical_p;           /* <= 0 or >= 1: off */
+    float top_n_sigma;         /* <= 0: off (llama.cpp's -1) */
+    float xtc_probability;     /* 0: off */
+    float xtc_threshold;       /* 0.1 */
+    float dynatemp_range;      /* 0: off */
+    float dynatemp_exponent;   /* 1 */
+    int penalty_last_n;        /* 64; 0: off; -1: the whole context */
+    float penalty_repeat;      /* 0 or 1: off */
+    float penalty_freq;        /* 0: off */
+    float penalty_present;     /* 0: off */
+    float dry_multiplier;      /* 0: off */
+    float dry_base;            /* 1.75 */
+    int dry_allowed_length;    /* 2 */
+    int dry_penalty_last_n;    /* -1: the whole context */
+    const char *const *dry_breakers; /* NULL: llama.cpp's "\n", ":", "\"", "*" */
+    int n_dry_breakers;
+    int mirostat;              /* 0 off, 1, 2 */
+    float mirostat_tau;        /* 5 */
+    float mirostat_eta;        /* 0.1 */
+    const mu_logit_bias *logit_bias; /* not owned; copied by mu_sampler_new */
+    int n_logit_bias;
 } mu_sample_params;
 
-/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05. */
+/* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, and the
+ * rest as commented above. */
 mu_sample_params mu_sample_defaults(void);
 
 typedef struct mu_sampler mu_sampler;
 int mu_sampler_new(const mu_sample_params *p, int n_vocab, mu_sampler **out, mu_err *err);
 void mu_sampler_free(mu_sampler *s);
 int32_t mu_sampler_sample(mu_sampler *s, const float *logits);
+/* Feeds a token into the sampler's history (penalties, DRY): every prompt
+ * token and every generated one, in order, as llama.cpp's server does. */
+void mu_sampler_accept(mu_sampler *s, int32_t tok);
 
 /* Softmax of logits; writes the k most probable (id, prob) pairs, descending. */
 void mu_top_probs(const float *logits, int n_vocab, int k, int32_t *ids, float *probs);

@@ -25,7 +25,30 @@ struct mu_sampler {
 };
 
 mu_sample_params mu_sample_defaults(void) {
-    return (mu_sample_params){.temp = 0.8f, .top_k = 40, .top_p = 0.95f, .min_p = 0.05f, .seed = 0xFFFFFFFFu};
+    return (mu_sample_params){.temp = 0.8f,
+                              .top_k = 40,
+                              .top_p = 0.95f,
+                              .min_p = 0.05f,
+                              .seed = 0xFFFFFFFFu,
+                              .typical_p = 1,
+                              .top_n_sigma = -1,
+                              .xtc_threshold = 0.1f,
+                              .dynatemp_exponent = 1,
+                              .penalty_last_n = 64,
+                              .penalty_repeat = 1,
+                              .dry_base = 1.75f,
+                              .dry_allowed_length = 2,
+                              .dry_penalty_last_n = -1,
+                              .mirostat_tau = 5,
+                              .mirostat_eta = 0.1f};
+}
+
+/* True when p asks for a stage of llama.cpp's chain this sampler lacks. */
+static bool wants_unbuilt(const mu_sample_params *p) {
+    bool pen = p->penalty_last_n != 0 &&
+               ((p->penalty_repeat != 0 && p->penalty_repeat != 1) || p->penalty_freq != 0 || p->penalty_present != 0);
+    return pen || (p->typical_p > 0 && p->typical_p < 1) || p->top_n_sigma > 0 || p->xtc_probability > 0 ||
+           p->dynatemp_range > 0 || p->dry_multiplier > 0 || p->mirostat != 0 || p->n_logit_bias > 0;
 }
 
 static uint64_t splitmix(uint64_t *x) {
@@ -52,6 +75,10 @@ int mu_sampler_new(const mu_sample_params *p, int n_vocab, mu_sampler **out, mu_
     if (n_vocab <= 0) return mu_fail(err, MU_E_ARG, "sample: bad vocabulary size %d", n_vocab);
     if (!(p->temp >= 0 || p->temp < 0) || !(p->top_p >= 0) || !(p->min_p >= 0) || p->min_p > 1)
         return mu_fail(err, MU_E_ARG, "sample: parameters out of range");
+    if (wants_unbuilt(p))
+        return mu_fail(err, MU_E_UNSUPPORTED,
+                       "sample: penalties, DRY, typical-p, top-n-sigma, XTC, dynamic temperature, mirostat and "
+                       "logit bias are not implemented yet");
     mu_sampler *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(err, MU_E_NOMEM, "sample: out of memory");
     s->p = *p;
@@ -67,6 +94,11 @@ int mu_sampler_new(const mu_sample_params *p, int n_vocab, mu_sampler **out, mu_
     for (int i = 0; i < 4; i++) s->rng[i] = splitmix(&x);
     *out = s;
     return 0;
+}
+
+void mu_sampler_accept(mu_sampler *s, int32_t tok) {
+    (void)s;
+    (void)tok;
 }
 
 void mu_sampler_free(mu_sampler *s) {
