@@ -351,6 +351,167 @@ k_mm_q(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size
     }
 }
 
+/* ---- K-quant matmul for few tokens (decode) -----------------------------
+ * The kernel above gives a whole super-block to one lane, so a row of 26
+ * blocks keeps 26 lanes busy with long serial work. Here eight lanes share
+ * a super-block (four per warp pass) and each computes the CPU's integer
+ * sums for its slice; the integers are added across the eight by shuffles
+ * (exact), and every lane folds the blocks' results into the float chains
+ * in block order, so the rounding is the CPU's, as above. */
+
+#define DEC_MAX_T 4 /* tokens per warp (a decode batch) */
+
+/* Q4_K, lane g of 8: the 16 bytes g&1 of the 32 of group j = g >> 1 (the
+ * low nibbles are 16 elements of sub-block 2j, the high ones of 2j + 1).
+ * isum: the scale-weighted sum of those 32 elements; imin: the min part of
+ * group j (lanes with g&1 == 0 only). */
+__device__ __forceinline__ void lane_q4_K(const mu_block_q4_K *x, const mu_block_q8_K *a, int g, int *isum,
+                                          int *imin) {
+    const int j = g >> 1, hf = g & 1;
+    int sc0, m0, sc1, m1;
+    scale_min_k4(2 * j, x->scales, &sc0, &m0);
+    scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
+    const int4 q4 = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
+    const int qv[4] = {q4.x, q4.y, q4.z, q4.w};
+    const int8_t *alo = a->qs + 64 * j + 16 * hf, *ahi = alo + 32;
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s0 = __dp4a(qv[i] & 0x0F0F0F0F, ld32(alo + 4 * i), s0);
+        s1 = __dp4a((qv[i] >> 4) & 0x0F0F0F0F, ld32(ahi + 4 * i), s1);
+    }
+    *isum = sc0 * s0 + sc1 * s1;
+    *imin = hf ? 0 : m0 * (a->bsums[4 * j] + a->bsums[4 * j + 1]) + m1 * (a->bsums[4 * j + 2] + a->bsums[4 * j + 3]);
+}
+
+/* Q5_K / Q6_K, lane g of 8: the CPU's lane sum g (bytes 4g..4g+3 of every
+ * 32-element chunk), complete; Q5_K's min sum on lane 0. */
+__device__ __forceinline__ int lane_q5_K(const mu_block_q5_K *x, const mu_block_q8_K *a, int g, int *imin) {
+    int r = 0;
+    const int h = ld32(x->qh + 4 * g);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int sc0, m0, sc1, m1;
+        scale_min_k4(2 * j, x->scales, &sc0, &m0);
+        scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
+        const int q = ld32(x->qs + 32 * j + 4 * g);
+        const int lo = (q & 0x0F0F0F0F) | (((h >> (2 * j)) & 0x01010101) << 4);
+        const int hi = ((q >> 4) & 0x0F0F0F0F) | (((h >> (2 * j + 1)) & 0x01010101) << 4);
+        r += sc0 * __dp4a(lo, ld32(a->qs + 64 * j + 4 * g), 0) + sc1 * __dp4a(hi, ld32(a->qs + 64 * j + 32 + 4 * g), 0);
+    }
+    int mn = 0;
+    if (g == 0)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min_k4(j, x->scales, &sc, &m);
+            mn += m * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+        }
+    *imin = mn;
+    return r;
+}
+
+__device__ __forceinline__ int lane_q6_K(const dq6_K *x, const mu_block_q8_K *a, int g) {
+    int r = 0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        const int h = c >> 2, k = c & 3;
+        const int q = (ld32(x->ql + 64 * h + (k & 1) * 32 + 4 * g) >> ((k >> 1) * 4)) & 0x0F0F0F0F;
+        const int hb = (ld32(x->qh + 32 * h + 4 * g) >> (2 * k)) & 0x03030303;
+        r += x->scales[2 * c + (g >= 4)] * __dp4a(q | (hb << 4), ld32(a->qs + 32 * c + 4 * g), 0);
+    }
+    return r - 32 * (a->bsums[2 * g] * x->scales[2 * g] + a->bsums[2 * g + 1] * x->scales[2 * g + 1]);
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(MM_WARPS * 32)
+k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch,
+         float *y, bool logits, float lscale, float cap) {
+    typedef typename qt<TYPE>::W W;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = lane >> 3, g = lane & 7;
+    const int row = blockIdx.x * MM_WARPS + warp;
+    if (row >= rows) return;
+    const W *xr = (const W *)(w + (size_t)row * w_rb);
+    /* Q4_K: c0 = sum chain, c1 = min chain; Q5_K/Q6_K: c0 = the chain of
+     * lane sum g, c1 = Q5_K's min chain */
+    float c0[DEC_MAX_T], c1[DEC_MAX_T];
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) c0[t] = c1[t] = 0;
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+        const int b = b0 + q;
+        const bool have = b < nb;
+        const W *x = xr + (have ? b : 0);
+#pragma unroll
+        for (int t = 0; t < DEC_MAX_T; t++) {
+            if (t >= T) break;
+            const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)t * act_stride) + (have ? b : 0);
+            int v0 = 0, v1 = 0;
+            float d = 0, dm = 0;
+            if (have) {
+                if constexpr (TYPE == MU_T_Q4_K) {
+                    lane_q4_K((const mu_block_q4_K *)x, ab, g, &v0, &v1);
+                    d = h2f(((const mu_block_q4_K *)x)->d) * ab->d;
+                    dm = h2f(((const mu_block_q4_K *)x)->dmin) * ab->d;
+                } else if constexpr (TYPE == MU_T_Q5_K) {
+                    v0 = lane_q5_K((const mu_block_q5_K *)x, ab, g, &v1);
+                    d = ab->d * h2f(((const mu_block_q5_K *)x)->d);
+                    dm = -ab->d * h2f(((const mu_block_q5_K *)x)->dmin);
+                } else {
+                    v0 = lane_q6_K((const dq6_K *)x, ab, g);
+                    d = ab->d * h2f(((const dq6_K *)x)->d);
+                }
+            }
+            if constexpr (TYPE == MU_T_Q4_K) {
+                /* pair sums: lane 2j of each group holds group j's (isum, imin) */
+                v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+                v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+                if (t < n_batch) { /* per 64 elements: four steps per block */
+                    for (int qq = 0; qq < 4 && b0 + qq < nb; qq++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            const int src = 8 * qq + 2 * j;
+                            const float dd = __shfl_sync(0xffffffffu, d, src), ddm = __shfl_sync(0xffffffffu, dm, src);
+                            c0[t] = fmaf((float)__shfl_sync(0xffffffffu, v0, src), dd, c0[t]);
+                            c1[t] = fmaf((float)__shfl_sync(0xffffffffu, v1, src), ddm, c1[t]);
+                        }
+                } else {
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 4);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 4);
+                    for (int qq = 0; qq < 4 && b0 + qq < nb; qq++) {
+                        const int src = 8 * qq;
+                        c0[t] = fmaf((float)__shfl_sync(0xffffffffu, v0, src), __shfl_sync(0xffffffffu, d, src), c0[t]);
+                        c1[t] = fmaf((float)__shfl_sync(0xffffffffu, v1, src), __shfl_sync(0xffffffffu, dm, src), c1[t]);
+                    }
+                }
+            } else {
+                for (int qq = 0; qq < 4 && b0 + qq < nb; qq++) {
+                    const float dd = __shfl_sync(0xffffffffu, d, 8 * qq);
+                    c0[t] = fmaf(dd, (float)__shfl_sync(0xffffffffu, v0, 8 * qq + g), c0[t]);
+                    if constexpr (TYPE == MU_T_Q5_K)
+                        c1[t] = fmaf((float)__shfl_sync(0xffffffffu, v1, 8 * qq), __shfl_sync(0xffffffffu, dm, 8 * qq), c1[t]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) {
+        if (t >= T) break;
+        float ch[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) ch[k] = __shfl_sync(0xffffffffu, c0[t], k);
+        if (lane == 0) {
+            float v;
+            if constexpr (TYPE == MU_T_Q4_K) v = c0[t] - c1[t];
+            else if constexpr (TYPE == MU_T_Q5_K) v = hsum8(ch) + c1[t];
+            else v = hsum8(ch);
+            if (logits) v = logit_post(v, lscale, cap);
+            y[(size_t)t * rows + row] = v;
+        }
+    }
+}
+
 /* ---- float matmuls ------------------------------------------------------ */
 
 /* One warp per (row, token). F32 / F16: lane j holds the CPU's accumulator
@@ -467,6 +628,16 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     const dim3 gq((rows + MM_WARPS - 1) / MM_WARPS, (T + MM_TILE - 1) / MM_TILE);
     const dim3 gf((rows + MM_WARPS - 1) / MM_WARPS, T);
+    if (T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K)) {
+        const unsigned gr = (unsigned)((rows + MM_WARPS - 1) / MM_WARPS);
+        if (w->type == MU_T_Q4_K)
+            k_mm_dec<MU_T_Q4_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        else if (w->type == MU_T_Q5_K)
+            k_mm_dec<MU_T_Q5_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        else
+            k_mm_dec<MU_T_Q6_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        return;
+    }
     switch (w->type) {
     case MU_T_Q4_K:
         k_mm_q<MU_T_Q4_K><<<gq, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
