@@ -9,6 +9,7 @@
  * shared memory, and a few "chain" lanes then fold them in block order.
  * The float types (F32, F16, BF16) give each lane the CPU's accumulator
  * lanes, so the sums run in the CPU's order too. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda.cuh"
@@ -512,6 +513,122 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
     }
 }
 
+/* ---- Q4_K prefill on int8 tensor cores ----------------------------------
+ * The CPU's Q4_K arithmetic is made of exact integer dot products over
+ * sub-blocks of 32 (nibble x Q8_K byte), then float chains per (row, token)
+ * in block order. An int8 mma (m16n8k32) computes exactly those sub-block
+ * products for 16 rows x 8 tokens at once, so the chains stay the CPU's.
+ * A warp: 16 rows x 64 tokens; a thread block: 64 rows. Fragment layouts
+ * of mma.m16n8k32.s8 (PTX ISA): A reg i: row g (+8 for odd i), columns
+ * 4q..4q+3 (+16 for i >= 2); B reg i: column g, rows 4q..4q+3 (+16 for
+ * i = 1); C reg i: row g (+8 for i >= 2), column 2q + (i & 1); g = lane/4,
+ * q = lane%4. */
+
+#define MMA_TOK 64
+
+__device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__global__ void __launch_bounds__(128)
+k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
+             int n_batch, float *y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int r0 = blockIdx.x * 64 + warp * 16, t0 = blockIdx.y * MMA_TOK;
+    if (r0 >= rows) return;
+    const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1); /* clamped: results of extra rows unused */
+    const mu_block_q4_K *xa = (const mu_block_q4_K *)(w + (size_t)ra * w_rb);
+    const mu_block_q4_K *xb = (const mu_block_q4_K *)(w + (size_t)rb * w_rb);
+    float acc[8][4], accm[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) acc[n][k] = accm[n][k] = 0;
+    for (int b = 0; b < nb; b++) {
+        int sc[2][8], mn[2][8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            scale_min_k4(j, xa[b].scales, &sc[0][j], &mn[0][j]);
+            scale_min_k4(j, xb[b].scales, &sc[1][j], &mn[1][j]);
+        }
+        const float dxa = h2f(xa[b].d), dxb = h2f(xb[b].d), mxa = h2f(xa[b].dmin), mxb = h2f(xb[b].dmin);
+        int isum[8][4], imin[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) isum[n][k] = imin[n][k] = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int qa0 = ld32(xa[b].qs + 32 * j + 4 * q), qa1 = ld32(xa[b].qs + 32 * j + 16 + 4 * q);
+            const int qb0 = ld32(xb[b].qs + 32 * j + 4 * q), qb1 = ld32(xb[b].qs + 32 * j + 16 + 4 * q);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                const int sb = 2 * j + hi, sh = 4 * hi;
+                const int A[4] = {(qa0 >> sh) & 0x0F0F0F0F, (qb0 >> sh) & 0x0F0F0F0F, (qa1 >> sh) & 0x0F0F0F0F,
+                                  (qb1 >> sh) & 0x0F0F0F0F};
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    const int tn = t0 + 8 * n + g; /* this thread's B column */
+                    int B[2] = {0, 0};
+                    if (tn < T) {
+                        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)tn * act_stride) + b;
+                        B[0] = ld32(ab->qs + 32 * sb + 4 * q);
+                        B[1] = ld32(ab->qs + 32 * sb + 16 + 4 * q);
+                    }
+                    int C[4] = {0, 0, 0, 0};
+                    mma_s8(C, A, B);
+                    isum[n][0] += sc[0][sb] * C[0];
+                    isum[n][1] += sc[0][sb] * C[1];
+                    isum[n][2] += sc[1][sb] * C[2];
+                    isum[n][3] += sc[1][sb] * C[3];
+                }
+            }
+            /* the min part of the 64 elements j, and the per-64 chain steps */
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int t = t0 + 8 * n + 2 * q + (k & 1);
+                    if (t >= T) continue;
+                    const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)t * act_stride) + b;
+                    const int *m = mn[k >> 1];
+                    const int im = m[2 * j] * (ab->bsums[4 * j] + ab->bsums[4 * j + 1]) +
+                                   m[2 * j + 1] * (ab->bsums[4 * j + 2] + ab->bsums[4 * j + 3]);
+                    if (t < n_batch) {
+                        const float d = (k >> 1 ? dxb : dxa) * ab->d, dm = (k >> 1 ? mxb : mxa) * ab->d;
+                        acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
+                        accm[n][k] = fmaf((float)im, dm, accm[n][k]);
+                        isum[n][k] = 0;
+                    } else {
+                        imin[n][k] += im;
+                    }
+                }
+        }
+        /* the per-super-block chain steps (rows t >= n_batch) */
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int t = t0 + 8 * n + 2 * q + (k & 1);
+                if (t >= T || t < n_batch) continue;
+                const float ad = ((const mu_block_q8_K *)(act + (size_t)t * act_stride))[b].d;
+                const float d = (k >> 1 ? dxb : dxa) * ad, dm = (k >> 1 ? mxb : mxa) * ad;
+                acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
+                accm[n][k] = fmaf((float)imin[n][k], dm, accm[n][k]);
+            }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
+            if (t < T && r < rows) y[(size_t)t * rows + r] = acc[n][k] - accm[n][k];
+        }
+}
+
 /* ---- float matmuls ------------------------------------------------------ */
 
 /* One warp per (row, token). F32 / F16: lane j holds the CPU's accumulator
@@ -612,6 +729,20 @@ __global__ void k_mm_bf16(const uint8_t *w, size_t w_rb, int rows, int n, const 
     if (lane == 0) y[(size_t)t * rows + row] = logits ? logit_post(v, lscale, cap) : v;
 }
 
+/* int8 mma needs compute capability 8.0; MUSER_CUDA_NO_MMA=1 turns it off
+ * (to compare the two paths) */
+static bool mma_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        const char *no = getenv("MUSER_CUDA_NO_MMA");
+        ok = major >= 8 && !(no && *no == '1');
+    }
+    return ok;
+}
+
 int cu_batch_rows(const dtensor *w, int ll_rows) {
     if (ll_rows < 2) return 0;
     switch (w->type) {
@@ -636,6 +767,10 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
             k_mm_dec<MU_T_Q5_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
         else
             k_mm_dec<MU_T_Q6_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        return;
+    }
+    if (w->type == MU_T_Q4_K && !logits && T > DEC_MAX_T && mma_ok()) {
+        k_mm_q4K_mma<<<dim3((rows + 63) / 64, (T + MMA_TOK - 1) / MMA_TOK), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         return;
     }
     switch (w->type) {
