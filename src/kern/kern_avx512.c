@@ -1,8 +1,8 @@
 /* kern_avx512.c: the AVX-512 (F, BW, VL, DQ, VNNI, BF16) kernel table.
  * Owns: 512-bit dots for the hot weight types (Q4_K, Q6_K, Q8_0, F16, F32,
- * BF16), their two-row (vec_dot2, Q4_K and Q6_K) and batch-path
- * (vec_dot_batch, Q4_K, F16, F32, BF16) variants, and the Q8_K activation
- * quantizer. Entries not set here keep the AVX2 ones (the table arrives as a
+ * BF16; NVFP4 with 256-bit VNNI), their two-row (vec_dot2, Q4_K, Q6_K and
+ * NVFP4) and batch-path (vec_dot_batch, Q4_K, F16, F32, BF16) variants, and
+ * the Q8_K activation quantizer. Entries not set here keep the AVX2 ones (the table arrives as a
  * copy of the AVX2 table).
  * Does not own: numerics (kern_ref.c); the tiled matrix-matrix kernels
  * (gemm_avx512.c) or the attention pieces (attn_avx512.c); the block
@@ -338,6 +338,50 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
     return hsum_ps256(acc);
 }
 
+/* ---- NVFP4 --------------------------------------------------------------- */
+
+/* the 8 lane sums of one half of an NVFP4 block (codes c) against a Q8_0
+ * block, with the sign trick (exact unless an activation is -128, where it
+ * is what llama.cpp and the ref compute) */
+static inline __m256 nvfp4_half(__m256i c, const mu_block_q8_0 *yb) {
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(c, c), _mm256_sign_epi8(qy, c)));
+}
+
+/* ref: one 8-lane FMA accumulator, two steps per block, hsum8. */
+static float vec_dot_nvfp4_avx512(int n, const void *w, const void *a) {
+    const mu_block_nvfp4 *x = w;
+    const mu_block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    __m256i c[2];
+    for (int i = 0; i < n / MU_QK_NVFP4; i++) {
+        nvfp4_codes(&x[i], c);
+        const float dy0 = f16_to_f32(y[2 * i].d), dy1 = f16_to_f32(y[2 * i + 1].d);
+        acc = _mm256_fmadd_ps(nvfp4_lane_scales(&x[i], 0, dy0), nvfp4_half(c[0], &y[2 * i]), acc);
+        acc = _mm256_fmadd_ps(nvfp4_lane_scales(&x[i], 1, dy1), nvfp4_half(c[1], &y[2 * i + 1]), acc);
+    }
+    return hsum_ps256(acc);
+}
+
+/* two rows against one activation row (decode), each in the ref's order */
+static void vec_dot2_nvfp4_avx512(int n, const void *w0, const void *w1, const void *a, float out[2]) {
+    const mu_block_nvfp4 *x0 = w0, *x1 = w1;
+    const mu_block_q8_0 *y = a;
+    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+    __m256i c0[2], c1[2];
+    for (int i = 0; i < n / MU_QK_NVFP4; i++) {
+        nvfp4_codes(&x0[i], c0);
+        nvfp4_codes(&x1[i], c1);
+        const float dy0 = f16_to_f32(y[2 * i].d), dy1 = f16_to_f32(y[2 * i + 1].d);
+        acc0 = _mm256_fmadd_ps(nvfp4_lane_scales(&x0[i], 0, dy0), nvfp4_half(c0[0], &y[2 * i]), acc0);
+        acc1 = _mm256_fmadd_ps(nvfp4_lane_scales(&x1[i], 0, dy0), nvfp4_half(c1[0], &y[2 * i]), acc1);
+        acc0 = _mm256_fmadd_ps(nvfp4_lane_scales(&x0[i], 1, dy1), nvfp4_half(c0[1], &y[2 * i + 1]), acc0);
+        acc1 = _mm256_fmadd_ps(nvfp4_lane_scales(&x1[i], 1, dy1), nvfp4_half(c1[1], &y[2 * i + 1]), acc1);
+    }
+    out[0] = hsum_ps256(acc0);
+    out[1] = hsum_ps256(acc1);
+}
+
 /* ---- F32 / F16 / BF16 --------------------------------------------------- */
 
 /* ref (ggml_vec_dot_f32): 4 accumulators of 16 lanes over steps of 64,
@@ -484,6 +528,8 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
+    k->vec_dot[MU_T_NVFP4] = vec_dot_nvfp4_avx512;
+    k->vec_dot2[MU_T_NVFP4] = vec_dot2_nvfp4_avx512;
     k->vec_dot2[MU_T_Q4_K] = vec_dot2_q4_K_avx512;
     k->vec_dot2[MU_T_Q6_K] = vec_dot2_q6_K_avx512;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx512;

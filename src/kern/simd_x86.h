@@ -42,4 +42,25 @@ static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
     u[0] &= 0x3f3f3f3fu;
 }
 
+/* The 64 codes of an NVFP4 block (quant.h) in natural order as signed
+ * bytes: c[0] the values dotted with the first Q8_0 activation block
+ * (sub-blocks 0, 1), c[1] with the second (2, 3). */
+static inline void nvfp4_codes(const mu_block_nvfp4 *b, __m256i c[2]) {
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mu_fp4_codes));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)b->qs);
+    const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    const __m256i ul = _mm256_unpacklo_epi64(lo, hi), uh = _mm256_unpackhi_epi64(lo, hi);
+    c[0] = _mm256_shuffle_epi8(tbl, _mm256_permute2x128_si256(ul, uh, 0x20));
+    c[1] = _mm256_shuffle_epi8(tbl, _mm256_permute2x128_si256(ul, uh, 0x31));
+}
+
+/* The per-lane scales of one half of an NVFP4 block: lanes 0-3 take
+ * sub-block 2h, lanes 4-7 sub-block 2h + 1, each scale times the
+ * activation block's d (one float multiply, as the ref). */
+static inline __m256 nvfp4_lane_scales(const mu_block_nvfp4 *b, int h, float dy) {
+    return _mm256_set_m128(_mm_set1_ps(mu_nvfp4_scale(b->d[2 * h + 1]) * dy),
+                           _mm_set1_ps(mu_nvfp4_scale(b->d[2 * h]) * dy));
+}
+
 #endif
