@@ -321,7 +321,7 @@ static int check_nvfp4_nonfinite(const mu_kern *k) {
  * activations whose second Q8_0 block is the first negated: each block's two
  * FMAs cancel, so the accumulator keeps the rounding of every product and a
  * kernel that rounds the product before adding (mul + add) or reorders the
- * steps gives other bits. */
+ * steps gives other bits. vec_dot, vec_dot2 and gemm. */
 static int check_nvfp4_cancel(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     int fails = 0;
@@ -341,11 +341,19 @@ static int check_nvfp4_cancel(const mu_kern *k) {
             }
             ref->quant[MU_T_Q8_0](x, a, n);
             const float r = ref->vec_dot[MU_T_NVFP4](n, w, a), g = k->vec_dot[MU_T_NVFP4](n, w, a);
-            float o[2] = {r, r};
+            float o[2] = {r, r}, gm[3] = {r, r, r};
             if (k->vec_dot2[MU_T_NVFP4]) k->vec_dot2[MU_T_NVFP4](n, w, w, a, o);
-            if (!kc_same_bits(r, g) || !kc_same_bits(r, o[0]) || !kc_same_bits(r, o[1])) {
-                KC_LOG("%s: vec_dot NVFP4 n=%d cancelling rep=%d: %.9g (dot2 %.9g) vs ref %.9g\n", k->name, n, rep, g,
-                       o[0], r);
+            if (k->gemm[MU_T_NVFP4]) { /* one weight row, three copies of the activation row */
+                const size_t arow = kc_row_bytes(MU_T_Q8_0, n);
+                uint8_t *a3 = malloc(3 * arow);
+                for (int t = 0; t < 3; t++) memcpy(a3 + t * arow, a, arow);
+                k->gemm[MU_T_NVFP4](n, w, kc_row_bytes(MU_T_NVFP4, n), 0, 1, a3, arow, 3, gm, 1);
+                free(a3);
+            }
+            if (!kc_same_bits(r, g) || !kc_same_bits(r, o[0]) || !kc_same_bits(r, o[1]) || !kc_same_bits(r, gm[0]) ||
+                !kc_same_bits(r, gm[2])) {
+                KC_LOG("%s: vec_dot NVFP4 n=%d cancelling rep=%d: %.9g (dot2 %.9g, gemm %.9g) vs ref %.9g\n", k->name,
+                       n, rep, g, o[0], gm[2], r);
                 fails++;
             }
         }
