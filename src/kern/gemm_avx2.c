@@ -627,7 +627,8 @@ AI void nvfp4_tile(int nb, const mu_block_nvfp4 *x, const uint8_t *a, size_t as,
     for (int i = 0; i < nb; i++) {
         nvfp4_codes(&x[i], c);
         const __m256i ac0 = _mm256_sign_epi8(c[0], c[0]), ac1 = _mm256_sign_epi8(c[1], c[1]);
-        const __m256 s01 = nvfp4_lane_scales(&x[i], 0, 1.0f), s23 = nvfp4_lane_scales(&x[i], 1, 1.0f);
+        const __m128 s4 = nvfp4_scale4(&x[i]);
+        const __m256 s01 = nvfp4_expand(s4, 0), s23 = nvfp4_expand(s4, 1);
 #pragma GCC unroll 4
         for (int t = 0; t < TN; t++) {
             const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + 2 * i;

@@ -143,12 +143,13 @@ static float vec_dot_nvfp4_avx2(int n, const void *w, const void *a) {
     const mu_block_q8_0 *y = a;
     __m256 acc = _mm256_setzero_ps();
     __m256i c[2];
+    __m256 s[2];
     for (int i = 0; i < n / MU_QK_NVFP4; i++) {
         nvfp4_codes(&x[i], c);
+        nvfp4_lane_scales(&x[i], y[2 * i].d, y[2 * i + 1].d, s);
         for (int h = 0; h < 2; h++) {
-            const mu_block_q8_0 *yb = &y[2 * i + h];
-            const __m256i p = dot_i8_256(c[h], _mm256_loadu_si256((const __m256i *)yb->qs));
-            acc = _mm256_fmadd_ps(nvfp4_lane_scales(&x[i], h, f16_to_f32(yb->d)), _mm256_cvtepi32_ps(p), acc);
+            const __m256i p = dot_i8_256(c[h], _mm256_loadu_si256((const __m256i *)y[2 * i + h].qs));
+            acc = _mm256_fmadd_ps(s[h], _mm256_cvtepi32_ps(p), acc);
         }
     }
     return hsum_ps256(acc);
@@ -447,9 +448,11 @@ static void dequant_nvfp4_avx2(const void *w, float *y, int n) {
     __m256i c[2];
     for (int i = 0; i < n / MU_QK_NVFP4; i++, y += MU_QK_NVFP4) {
         nvfp4_codes(&x[i], c);
+        float sc[4];
+        _mm_storeu_ps(sc, nvfp4_scale4(&x[i]));
         for (int s = 0; s < 4; s++) {
             const __m128i cs = s & 1 ? _mm256_extracti128_si256(c[s / 2], 1) : _mm256_castsi256_si128(c[s / 2]);
-            const __m256 d = _mm256_set1_ps(mu_nvfp4_scale(x[i].d[s]));
+            const __m256 d = _mm256_set1_ps(sc[s]);
             _mm256_storeu_ps(y + 16 * s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(cs)), d));
             _mm256_storeu_ps(y + 16 * s + 8,
                              _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(cs, 8))), d));

@@ -354,32 +354,61 @@ static float vec_dot_nvfp4_avx512(int n, const void *w, const void *a) {
     const mu_block_q8_0 *y = a;
     __m256 acc = _mm256_setzero_ps();
     __m256i c[2];
+    __m256 s[2];
     for (int i = 0; i < n / MU_QK_NVFP4; i++) {
         nvfp4_codes(&x[i], c);
-        const float dy0 = f16_to_f32(y[2 * i].d), dy1 = f16_to_f32(y[2 * i + 1].d);
-        acc = _mm256_fmadd_ps(nvfp4_lane_scales(&x[i], 0, dy0), nvfp4_half(c[0], &y[2 * i]), acc);
-        acc = _mm256_fmadd_ps(nvfp4_lane_scales(&x[i], 1, dy1), nvfp4_half(c[1], &y[2 * i + 1]), acc);
+        nvfp4_lane_scales(&x[i], y[2 * i].d, y[2 * i + 1].d, s);
+        acc = _mm256_fmadd_ps(s[0], nvfp4_half(c[0], &y[2 * i]), acc);
+        acc = _mm256_fmadd_ps(s[1], nvfp4_half(c[1], &y[2 * i + 1]), acc);
     }
     return hsum_ps256(acc);
 }
 
-/* two rows against one activation row (decode), each in the ref's order */
+/* Two rows against one activation row (decode). One zmm holds the same half
+ * of a block for both rows (row 0 in the low 256 bits, row 1 in the high),
+ * against the activation block broadcast to both, so one 16-lane FMA runs
+ * both rows' 8-lane chains, each exactly the ref's. */
 static void vec_dot2_nvfp4_avx512(int n, const void *w0, const void *w1, const void *a, float out[2]) {
     const mu_block_nvfp4 *x0 = w0, *x1 = w1;
     const mu_block_q8_0 *y = a;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-    __m256i c0[2], c1[2];
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)mu_fp4_codes));
+    const __m512i m4 = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+    /* 128-bit lanes per row: (sub 0 | sub 1 as unpacklo/unpackhi of bytes 0-15), then bytes 16-31 */
+    const __m512i h0 = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), h1 = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    const __m512i s0i = _mm512_set_epi32(5, 5, 5, 5, 4, 4, 4, 4, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i s1i = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 3, 3, 3, 3, 2, 2, 2, 2);
+    __m512 acc = _mm512_setzero_ps();
     for (int i = 0; i < n / MU_QK_NVFP4; i++) {
-        nvfp4_codes(&x0[i], c0);
-        nvfp4_codes(&x1[i], c1);
-        const float dy0 = f16_to_f32(y[2 * i].d), dy1 = f16_to_f32(y[2 * i + 1].d);
-        acc0 = _mm256_fmadd_ps(nvfp4_lane_scales(&x0[i], 0, dy0), nvfp4_half(c0[0], &y[2 * i]), acc0);
-        acc1 = _mm256_fmadd_ps(nvfp4_lane_scales(&x1[i], 0, dy0), nvfp4_half(c1[0], &y[2 * i]), acc1);
-        acc0 = _mm256_fmadd_ps(nvfp4_lane_scales(&x0[i], 1, dy1), nvfp4_half(c0[1], &y[2 * i + 1]), acc0);
-        acc1 = _mm256_fmadd_ps(nvfp4_lane_scales(&x1[i], 1, dy1), nvfp4_half(c1[1], &y[2 * i + 1]), acc1);
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0[i].qs)),
+                                             _mm256_loadu_si256((const __m256i *)x1[i].qs), 1);
+        const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        const __m512i ul = _mm512_unpacklo_epi64(lo, hi), uh = _mm512_unpackhi_epi64(lo, hi);
+        __m512 p[2];
+        for (int h = 0; h < 2; h++) {
+            const __m512i c = _mm512_shuffle_epi8(tbl, _mm512_permutex2var_epi64(ul, h ? h1 : h0, uh));
+            const __m512i ya = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y[2 * i + h].qs));
+            const __m512i sy = _mm512_mask_sub_epi8(ya, _mm512_movepi8_mask(c), zero, ya); /* the sign trick */
+            p[h] = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_abs_epi8(c), sy));
+        }
+        /* scales: lanes 0-3 row 0's sub-blocks, 4-7 row 1's, times [dy0 dy0 dy1 dy1] */
+        uint32_t u0, u1;
+        memcpy(&u0, x0[i].d, 4);
+        memcpy(&u1, x1[i].d, 4);
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_insert_epi32(_mm_cvtsi32_si128((int)u0), (int)u1, 1));
+        const __m256i xv = _mm256_and_si256(v, _mm256_set1_epi32(0x7f));
+        const __m256 nrm = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(xv, 20), _mm256_set1_epi32(119 << 23)));
+        const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(7))), _mm256_set1_ps(0x1p-10f));
+        const __m256i is_sub = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x78)), _mm256_setzero_si256());
+        __m256 sc = _mm256_blendv_ps(nrm, sub, _mm256_castsi256_ps(is_sub));
+        sc = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, _mm256_set1_epi32(0x7f))), sc);
+        const __m128 dy =
+            _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)(y[2 * i + 1].d * 0x10001u), (int)(y[2 * i].d * 0x10001u)));
+        const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(sc, _mm256_set_m128(dy, dy)));
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(s0i, sd), p[0], acc);
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(s1i, sd), p[1], acc);
     }
-    out[0] = hsum_ps256(acc0);
-    out[1] = hsum_ps256(acc1);
+    out[0] = hsum_ps256(_mm512_castps512_ps256(acc));
+    out[1] = hsum_ps256(_mm512_extractf32x8_ps(acc, 1));
 }
 
 /* ---- F32 / F16 / BF16 --------------------------------------------------- */
