@@ -193,7 +193,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "attn")) return attn_bench(argc > 2 ? argv[2] : NULL);
     const int nt = argc > 1 ? atoi(argv[1]) : 2;
     const size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 1024;
-    static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_F16, MU_T_BF16, MU_T_F32};
+    static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_NVFP4, MU_T_F16, MU_T_BF16, MU_T_F32};
     const mu_kern *tabs[8];
     const int ntab = mu_kern_available(tabs, 8);
     const int gnt = argc > 3 ? atoi(argv[3]) : 64;
@@ -229,6 +229,7 @@ int main(int argc, char **argv) {
                 case MU_T_Q5_K: for (int i = 48; i < 176; i++) blk[i] ^= z; break;
                 case MU_T_Q6_K: for (int i = 0; i < 192; i++) blk[i] ^= z; break;
                 case MU_T_Q8_0: for (int i = 2; i < 34; i++) blk[i] ^= z & 0x3f; break;
+                case MU_T_NVFP4: for (int i = 4; i < 36; i++) blk[i] ^= z; break;
                 default: blk[0] ^= z & 0x3f; break; /* f16, bf16, f32: low mantissa byte */
                 }
             }

@@ -72,7 +72,8 @@ const char *mu_model_meta_str(const mu_model *m, const char *key, size_t *len);
 
 /* Weight validation, as llama.cpp's --check-tensors (ggml_validate_row_data):
  * every F32, F16 and BF16 value finite, every block scale finite (Q8_0 d;
- * Q4_K and Q5_K d and dmin; Q6_K d). Reads every weight byte (a full pass
+ * Q4_K and Q5_K d and dmin; Q6_K d; NVFP4's scales are finite by
+ * construction). Reads every weight byte (a full pass
  * over the file), on n_threads threads (0: one per CPU). fn (may be NULL)
  * is called on the calling thread with the bytes checked so far, now and
  * then and once at the end; a nonzero return stops the check (MU_E_STATE).

@@ -44,6 +44,7 @@ typedef enum {
     MU_SYNTH_Q4_K_S,
     MU_SYNTH_Q5_K_S,
     MU_SYNTH_Q5_K_M,
+    MU_SYNTH_NVFP4,
     MU_SYNTH_N_TYPES
 } mu_synth_type;
 

@@ -29,7 +29,7 @@ static void usage(FILE *f) {
             "  --pattern N                     period: layer il slides iff il %% N < N-1, written as a scalar\n"
             "  --pattern-bools 1,1,1,0,...     one flag per layer (1 = sliding), written as a bool array\n"
             "                                  (default: bool array from period 4)\n"
-            "  --type f32|f16|bf16|q8_0|q4_k|q5_k|q6_k   one type for every matrix\n"
+            "  --type f32|f16|bf16|q8_0|q4_k|q5_k|q6_k|nvfp4   one type for every matrix\n"
             "         q4_k_m|q4_k_s|q5_k_m|q5_k_s      llama.cpp's mixes (default q4_k_m)\n"
             "  --seed S                        (1)\n"
             "  --softcap X | --no-softcap      final logit softcap (20); --no-softcap omits the key\n"
@@ -138,7 +138,7 @@ static int parse_args(int argc, char **argv, gen_cfg *c) {
         } else if (!strcmp(a, "--type")) {
             int t = mu_synth_type_parse(v);
             if (t < 0)
-                return cli_fail("muser gen: unknown type (f32 f16 bf16 q8_0 q4_k q5_k q6_k q4_k_m q4_k_s q5_k_m q5_k_s): %s", v);
+                return cli_fail("muser gen: unknown type (f32 f16 bf16 q8_0 q4_k q5_k q6_k nvfp4 q4_k_m q4_k_s q5_k_m q5_k_s): %s", v);
             o->type = (mu_synth_type)t;
         } else if (!strcmp(a, "--seed")) {
             long long s;

@@ -1,5 +1,5 @@
 /* gemm_avx2.c: the AVX2 table's matrix-matrix kernels (prefill).
- * Owns: the gemm entries (Q4_K, Q6_K, Q8_0, F16) and the batch-path dots
+ * Owns: the gemm entries (Q4_K, Q6_K, Q8_0, F16, NVFP4) and the batch-path dots
  * (vec_dot_batch) of Q4_K, F32 and F16 of the AVX2 table, in the rounding
  * kern_ref.c defines, bit for bit (the integer parts of the quantized dots
  * in any order, the float steps in exactly the ref's order).
@@ -9,7 +9,7 @@
  * in 4-byte groups (lane r of a ymm = 4 codes of row r), so vpmaddubsw with
  * 4 activation bytes broadcast gives 8 row dots in 8 lanes and no horizontal
  * sums are needed; a sub-block's 8 steps are summed in int16 (|sum| <= 8 * 2
- * * 15 * 128 < 2^15) and scaled once by vpmaddwd. Q6_K and Q8_0 run
+ * * 15 * 128 < 2^15) and scaled once by vpmaddwd. Q6_K, Q8_0 and NVFP4 run
  * "horizontally" (one row's block in natural order, whose 8 int32 lanes are
  * exactly the ref's 8 lanes) over register tiles of rows x activation rows. */
 #include <immintrin.h>
@@ -614,6 +614,54 @@ static void gemm_q8_0_avx2(int n, const void *w, size_t ws, int r0, int r1, cons
     for (; r < r1; r++) q8_0_rows(nb, wb + (size_t)r * ws, ws, ab, as, n_t, y + r, ys, 1);
 }
 
+/* ---- NVFP4 gemm (the vec_dot order: 8 lanes, two FMAs per block) -------- */
+
+#define NV_T 4
+
+AI void nvfp4_tile(int nb, const mu_block_nvfp4 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m256 acc[NV_T];
+#pragma GCC unroll 4
+    for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i c[2];
+    for (int i = 0; i < nb; i++) {
+        nvfp4_codes(&x[i], c);
+        const __m256i ac0 = _mm256_sign_epi8(c[0], c[0]), ac1 = _mm256_sign_epi8(c[1], c[1]);
+        const __m128 s4 = nvfp4_scale4(&x[i]);
+        const __m256 s01 = nvfp4_expand(s4, 0), s23 = nvfp4_expand(s4, 1);
+#pragma GCC unroll 4
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + 2 * i;
+            const __m256i q0 = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b[0].qs), c[0]);
+            const __m256i q1 = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b[1].qs), c[1]);
+            const __m256 p0 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ac0, q0), ones));
+            const __m256 p1 = _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(ac1, q1), ones));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(s01, _mm256_set1_ps(f16_to_f32(b[0].d))), p0, acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(s23, _mm256_set1_ps(f16_to_f32(b[1].d))), p1, acc[t]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
+}
+
+static void gemm_nvfp4_avx2(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                            float *y, int ys) {
+    const int nb = n / MU_QK_NVFP4;
+    for (int t0 = 0; t0 < n_t; t0 += NV_T) {
+        const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as;
+        for (int r = r0; r < r1; r++) {
+            const mu_block_nvfp4 *x = (const mu_block_nvfp4 *)((const uint8_t *)w + (size_t)r * ws);
+            float *yr = y + (size_t)t0 * ys + r;
+            switch (n_t - t0 < NV_T ? n_t - t0 : NV_T) {
+            case 4: nvfp4_tile(nb, x, at, as, yr, ys, 4); break;
+            case 3: nvfp4_tile(nb, x, at, as, yr, ys, 3); break;
+            case 2: nvfp4_tile(nb, x, at, as, yr, ys, 2); break;
+            default: nvfp4_tile(nb, x, at, as, yr, ys, 1); break;
+            }
+        }
+    }
+}
+
 void mu_kern_fill_gemm_avx2(mu_kern *k) {
     dot_q4_K = k->vec_dot[MU_T_Q4_K];
     dot_q6_K = k->vec_dot[MU_T_Q6_K];
@@ -624,6 +672,7 @@ void mu_kern_fill_gemm_avx2(mu_kern *k) {
     k->gemm[MU_T_Q6_K] = gemm_q6_K_avx2;
     k->gemm[MU_T_F16] = gemm_f16_avx2;
     k->gemm[MU_T_Q8_0] = gemm_q8_0_avx2;
+    k->gemm[MU_T_NVFP4] = gemm_nvfp4_avx2;
     k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_avx2;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx2;
 }

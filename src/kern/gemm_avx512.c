@@ -1,7 +1,7 @@
 /* gemm_avx512.c: the AVX-512 table's matrix-matrix kernels (prefill).
  * Owns: every gemm entry of the AVX-512 table, in the rounding kern_ref.c
  * defines: Q4_K (the per-64 "repack gemm" order, the last n_t % 4
- * activation rows of a matmul as vec_dot), Q6_K and Q8_0 (the vec_dot
+ * activation rows of a matmul as vec_dot), Q6_K, Q8_0 and NVFP4 (the vec_dot
  * lanes), F16 (tinyBLAS when n % 16 == 0, else vec_dot), Q5_K as vec_dot
  * (mu_vec_dot_q5_K_ref; llama.cpp has no other Q5_K order for batches),
  * BF16 and F32 as vec_dot_batch (llamafile tinyBLAS; BF16 with n % 32 != 0
@@ -97,6 +97,34 @@ AI void tile_q8_0(int nb, const mu_block_q8_0 *x, const uint8_t *a, size_t as, f
             const __m256i qy = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b->qs), qx);
             const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, qy);
             acc[t] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_to_f32(b->d)), _mm256_cvtepi32_ps(s), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
+}
+
+/* NVFP4: the vec_dot order (8 lanes, two FMAs per block: the first half's
+ * scales, then the second's); each block's codes decoded once per tile. */
+AI void tile_nvfp4(int nb, const mu_block_nvfp4 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
+    __m256 acc[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm256_setzero_ps();
+    __m256i c[2];
+    for (int i = 0; i < nb; i++) {
+        nvfp4_codes(&x[i], c);
+        const __m256i ac0 = _mm256_sign_epi8(c[0], c[0]), ac1 = _mm256_sign_epi8(c[1], c[1]);
+        /* lane scales before the activation's d: [d0 x4, d1 x4], [d2 x4, d3 x4] */
+        const __m128 s4 = nvfp4_scale4(&x[i]);
+        const __m256 s01 = nvfp4_expand(s4, 0), s23 = nvfp4_expand(s4, 1);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + 2 * i;
+            const __m256i q0 = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b[0].qs), c[0]);
+            const __m256i q1 = _mm256_sign_epi8(_mm256_loadu_si256((const __m256i *)b[1].qs), c[1]);
+            const __m256 p0 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ac0, q0));
+            const __m256 p1 = _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), ac1, q1));
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(s01, _mm256_set1_ps(f16_to_f32(b[0].d))), p0, acc[t]);
+            acc[t] = _mm256_fmadd_ps(_mm256_mul_ps(s23, _mm256_set1_ps(f16_to_f32(b[1].d))), p1, acc[t]);
         }
     }
 #pragma GCC unroll 8
@@ -581,6 +609,7 @@ static void gemm_q6_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
     if (r4 < r1) gemm_q6_K_b_avx512(n, w, ws, r4, r1, a, as, n_t, y, ys);
 }
 GEMM(q8_0, mu_block_q8_0, n / MU_QK8_0)
+GEMM(nvfp4, mu_block_nvfp4, n / MU_QK_NVFP4)
 GEMM(f16_tb, mu_f16, n)
 
 /* tinyBLAS handles only n % 16 == 0; otherwise llama.cpp (and the ref) use
@@ -976,6 +1005,7 @@ void mu_kern_fill_gemm_avx512(mu_kern *k) {
     k->gemm[MU_T_Q4_K] = gemm_q4_K_avx512;
     k->gemm[MU_T_Q6_K] = gemm_q6_K_avx512;
     k->gemm[MU_T_Q8_0] = gemm_q8_0_avx512;
+    k->gemm[MU_T_NVFP4] = gemm_nvfp4_avx512;
     k->gemm[MU_T_F16] = gemm_f16_avx512;
     k->gemm[MU_T_Q5_K] = gemm_q5_K_avx512;
     k->gemm[MU_T_BF16] = gemm_bf16_avx512;

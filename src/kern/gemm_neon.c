@@ -2,8 +2,9 @@
  * Owns: gemm entries and the batch-path dots (vec_dot_batch) of the NEON
  * table, in the rounding kern_ref.c defines, bit for bit: gemm for Q4_K
  * (per-64 "repack gemm" order, its last n_t % 4 activation rows in the
- * vec_dot order), Q5_K, Q6_K and Q8_0 (the vec_dot lanes), F32, F16 and BF16
- * (llamafile tinyBLAS orders; BF16 with the ref's denormal flushing), and
+ * vec_dot order), Q5_K, Q6_K, Q8_0 and NVFP4 (the vec_dot lanes), F32, F16
+ * and BF16 (llamafile tinyBLAS orders; BF16 with the ref's denormal
+ * flushing), and
  * the single-row vec_dot_batch of F32, F16, BF16 and Q4_K.
  * Does not: decide which rows take which path (forward.c does), or define
  * numerics (kern_ref.c).
@@ -524,6 +525,80 @@ static void gemm_q8_0_mull(int n, const void *w, size_t ws, int r0, int r1, cons
     gemm_q8_0_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
 }
 
+/* ---- NVFP4 ---------------------------------------------------------------- */
+
+/* One weight row x 4 activation rows in the ref's vec_dot order: lanes 0-3
+ * sub-blocks 0 then 2, lanes 4-7 sub-blocks 1 then 3, acc = fma(scale * d_a,
+ * sum, acc) per half block; each block's codes decoded once for the 4 rows.
+ * The byte products use x86's sign trick (|c| times a negated where c < 0,
+ * wrapping), as the ref. */
+AI void nvfp4_tile(int nb, const mu_block_nvfp4 *x, const uint8_t *const at[4], float *y, int ys, int tn,
+                   const int sd) {
+    const int8x16_t tbl = vld1q_s8(mu_fp4_codes);
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    float32x4_t acc[4][2];
+#pragma GCC unroll 4
+    for (int t = 0; t < 4; t++) acc[t][0] = acc[t][1] = vdupq_n_f32(0);
+    for (int i = 0; i < nb; i++) {
+        int8x16_t c[4], ac[4];
+        uint8x16_t neg[4];
+        float sc[4];
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; k++) {
+            const uint8x16_t q = vld1q_u8(x[i].qs + 16 * k);
+            const uint8x16_t lo = vandq_u8(q, m4), hi = vshrq_n_u8(q, 4);
+            c[2 * k] = vqtbl1q_s8(tbl, vcombine_u8(vget_low_u8(lo), vget_low_u8(hi)));
+            c[2 * k + 1] = vqtbl1q_s8(tbl, vcombine_u8(vget_high_u8(lo), vget_high_u8(hi)));
+        }
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) {
+            ac[k] = vabsq_s8(c[k]);
+            neg[k] = vcltzq_s8(c[k]);
+            sc[k] = mu_nvfp4_scale(x[i].d[k]);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)at[t] + 2 * i;
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; h++) {
+                const float dy = f16_1(b[h].d);
+                const int8x16_t y0 = vld1q_s8(b[h].qs), y1 = vld1q_s8(b[h].qs + 16);
+                const int32x4_t p0 = dot16(vdupq_n_s32(0), ac[2 * h], vbslq_s8(neg[2 * h], vnegq_s8(y0), y0), sd);
+                const int32x4_t p1 =
+                    dot16(vdupq_n_s32(0), ac[2 * h + 1], vbslq_s8(neg[2 * h + 1], vnegq_s8(y1), y1), sd);
+                acc[t][0] = vfmaq_n_f32(acc[t][0], vcvtq_f32_s32(p0), sc[2 * h] * dy);
+                acc[t][1] = vfmaq_n_f32(acc[t][1], vcvtq_f32_s32(p1), sc[2 * h + 1] * dy);
+            }
+        }
+    }
+    for (int t = 0; t < tn; t++) y[(size_t)t * ys] = hsum8_v(acc[t][0], acc[t][1]);
+}
+
+AI void gemm_nvfp4_body(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                        float *y, int ys, const int sd) {
+    const int nb = n / MU_QK_NVFP4, rc = rows_per_chunk(ws);
+    const uint8_t *wb = w, *ab = a;
+    for (int c0 = r0; c0 < r1; c0 += rc) {
+        const int c1 = c0 + rc < r1 ? c0 + rc : r1;
+        for (int t0 = 0; t0 < n_t; t0 += 4) {
+            const int tn = n_t - t0 < 4 ? n_t - t0 : 4;
+            const uint8_t *at[4];
+            quad_rows(ab, as, t0, tn, at);
+            for (int r = c0; r < c1; r++)
+                nvfp4_tile(nb, (const mu_block_nvfp4 *)(wb + (size_t)r * ws), at, y + (size_t)t0 * ys + r, ys, tn, sd);
+        }
+    }
+}
+
+static void gemm_nvfp4_sdot(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                            float *y, int ys) {
+    gemm_nvfp4_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 1);
+}
+static void gemm_nvfp4_mull(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                            float *y, int ys) {
+    gemm_nvfp4_body(n, w, ws, r0, r1, a, as, n_t, y, ys, 0);
+}
+
 /* ---- F32, F16, BF16: llamafile tinyBLAS orders --------------------------- */
 
 /* 16 lanes of a weight type from p (elements), as 4 quarters. */
@@ -726,6 +801,7 @@ void mu_kern_fill_gemm_neon(mu_kern *k) {
     k->gemm[MU_T_Q4_K] = sd ? gemm_q4_K_sdot : gemm_q4_K_mull;
     k->gemm[MU_T_Q6_K] = sd ? gemm_q6_K_sdot : gemm_q6_K_mull;
     k->gemm[MU_T_Q8_0] = sd ? gemm_q8_0_sdot : gemm_q8_0_mull;
+    k->gemm[MU_T_NVFP4] = sd ? gemm_nvfp4_sdot : gemm_nvfp4_mull;
     k->gemm[MU_T_Q5_K] = sd ? gemm_q5_K_sdot : gemm_q5_K_mull;
     k->vec_dot_batch[MU_T_F32] = vec_dot_f32_batch_neon;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_neon;

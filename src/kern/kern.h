@@ -9,7 +9,8 @@
  *
  * Numerics follow llama.cpp's CPU backend so results match it: a weight of
  * type T is multiplied with activations first converted to T's "dot type"
- * (F32->F32, F16->F16, BF16->BF16, Q8_0->Q8_0, Q4_K/Q5_K/Q6_K->Q8_K). */
+ * (F32->F32, F16->F16, BF16->BF16, Q8_0->Q8_0, Q4_K/Q5_K/Q6_K->Q8_K,
+ * NVFP4->Q8_0). */
 #ifndef MU_KERN_KERN_H
 #define MU_KERN_KERN_H
 
@@ -124,6 +125,21 @@ mu_f16 mu_f32_to_f16(float f);
 float mu_bf16_to_f32(mu_bf16 h);
 mu_bf16 mu_f32_to_bf16(float f);
 
+/* NVFP4 (ggml's kvalues_fp4 and ggml_ue4m3_to_fp32): the E2M1 codes as
+ * doubled values (so they are integers), and the sub-block scale as half the
+ * UE4M3 value, so value = code * scale exactly. UE4M3: bits 6..3 the
+ * exponent (bias 7), 2..0 the mantissa, exponent 0 subnormal (man * 2^-9);
+ * bit 7 is ignored, 0x7f (E4M3's NaN) reads as 0, 0xff as 240. Every byte
+ * is a finite scale. */
+extern const int8_t mu_fp4_codes[16];
+static inline float mu_nvfp4_scale(uint8_t x) {
+    if (x == 0x7f) return 0.f;
+    const uint32_t e = (x >> 3) & 15, m = x & 7;
+    if (!e) return (float)m * 0x1p-10f;
+    union { uint32_t u; float f; } v = {((e + 119) << 23) | (m << 20)}; /* (1 + m/8) 2^(e-7) / 2 */
+    return v.f;
+}
+
 /* Reference kernels, exported for the ISA files' tails and for tests. */
 float mu_vec_dot_f32_ref(int n, const void *w, const void *a);
 float mu_vec_dot_f16_ref(int n, const void *w, const void *a);
@@ -132,11 +148,13 @@ float mu_vec_dot_q8_0_ref(int n, const void *w, const void *a);
 float mu_vec_dot_q4_K_ref(int n, const void *w, const void *a);
 float mu_vec_dot_q5_K_ref(int n, const void *w, const void *a);
 float mu_vec_dot_q6_K_ref(int n, const void *w, const void *a);
+float mu_vec_dot_nvfp4_ref(int n, const void *w, const void *a);
 void mu_quant_q8_0_ref(const float *x, void *y, int n);
 void mu_quant_q8_K_ref(const float *x, void *y, int n);
 void mu_dequant_q4_K_ref(const void *w, float *y, int n);
 void mu_dequant_q5_K_ref(const void *w, float *y, int n);
 void mu_dequant_q6_K_ref(const void *w, float *y, int n);
 void mu_dequant_q8_0_ref(const void *w, float *y, int n);
+void mu_dequant_nvfp4_ref(const void *w, float *y, int n);
 
 #endif

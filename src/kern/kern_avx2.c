@@ -1,7 +1,7 @@
 /* kern_avx2.c: the AVX2 + FMA + F16C kernel table.
  * Owns: 256-bit versions of the dot products (every weight type; BF16's
  * batch-path dot too), the activation quantizers and the dequantizers of
- * F16, BF16, Q8_0, Q4_K and Q6_K.
+ * F16, BF16, Q8_0, Q4_K, Q6_K and NVFP4.
  * Does not own: the numerics, which kern_ref.c defines (llama.cpp's x86
  * summation orders); quantizers, dequantizers and the dots here are
  * bit-identical to it, the BF16 ones by emulating VDPBF16PS (which AVX2
@@ -131,6 +131,26 @@ static float vec_dot_q8_0_avx2(int n, const void *w, const void *a) {
         const __m256i qy = _mm256_loadu_si256((const __m256i *)y[i].qs);
         const __m256 d = _mm256_set1_ps(f16_to_f32(x[i].d) * f16_to_f32(y[i].d));
         acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(dot_i8_256(qx, qy)), acc);
+    }
+    return hsum_ps256(acc);
+}
+
+/* ref: an NVFP4 block against two Q8_0 blocks, 8 lanes of 4-byte sums, two
+ * FMAs per block (the first half's scales, then the second's). The byte
+ * products use the sign trick as llama.cpp (and the ref). */
+static float vec_dot_nvfp4_avx2(int n, const void *w, const void *a) {
+    const mu_block_nvfp4 *x = w;
+    const mu_block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    __m256i c[2];
+    __m256 s[2];
+    for (int i = 0; i < n / MU_QK_NVFP4; i++) {
+        nvfp4_codes(&x[i], c);
+        nvfp4_lane_scales(&x[i], y[2 * i].d, y[2 * i + 1].d, s);
+        for (int h = 0; h < 2; h++) {
+            const __m256i p = dot_i8_256(c[h], _mm256_loadu_si256((const __m256i *)y[2 * i + h].qs));
+            acc = _mm256_fmadd_ps(s[h], _mm256_cvtepi32_ps(p), acc);
+        }
     }
     return hsum_ps256(acc);
 }
@@ -422,6 +442,24 @@ static void dequant_bf16_avx2(const void *w, float *y, int n) {
     for (; i < n; i++) y[i] = mu_bf16_to_f32(x[i]);
 }
 
+/* code * scale, exact (as the ref) */
+static void dequant_nvfp4_avx2(const void *w, float *y, int n) {
+    const mu_block_nvfp4 *x = w;
+    __m256i c[2];
+    for (int i = 0; i < n / MU_QK_NVFP4; i++, y += MU_QK_NVFP4) {
+        nvfp4_codes(&x[i], c);
+        float sc[4];
+        _mm_storeu_ps(sc, nvfp4_scale4(&x[i]));
+        for (int s = 0; s < 4; s++) {
+            const __m128i cs = s & 1 ? _mm256_extracti128_si256(c[s / 2], 1) : _mm256_castsi256_si128(c[s / 2]);
+            const __m256 d = _mm256_set1_ps(sc[s]);
+            _mm256_storeu_ps(y + 16 * s, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(cs)), d));
+            _mm256_storeu_ps(y + 16 * s + 8,
+                             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(cs, 8))), d));
+        }
+    }
+}
+
 static void dequant_q8_0_avx2(const void *w, float *y, int n) {
     const mu_block_q8_0 *x = w;
     for (int i = 0; i < n / MU_QK8_0; i++) {
@@ -496,6 +534,7 @@ void mu_kern_fill_avx2(mu_kern *k) {
     k->vec_dot[MU_T_Q5_K] = vec_dot_q5_K_avx2;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx2;
     k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx2;
+    k->vec_dot[MU_T_NVFP4] = vec_dot_nvfp4_avx2;
     k->vec_dot_batch[MU_T_BF16] = vec_dot_bf16_batch_avx2;
     k->quant[MU_T_Q8_0] = quant_q8_0_avx2;
     k->quant[MU_T_Q8_K] = quant_q8_K_avx2;
@@ -506,4 +545,5 @@ void mu_kern_fill_avx2(mu_kern *k) {
     k->dequant[MU_T_Q8_0] = dequant_q8_0_avx2;
     k->dequant[MU_T_Q4_K] = dequant_q4_K_avx2;
     k->dequant[MU_T_Q6_K] = dequant_q6_K_avx2;
+    k->dequant[MU_T_NVFP4] = dequant_nvfp4_avx2;
 }

@@ -1,8 +1,8 @@
 /* kern_avx512.c: the AVX-512 (F, BW, VL, DQ, VNNI, BF16) kernel table.
  * Owns: 512-bit dots for the hot weight types (Q4_K, Q6_K, Q8_0, F16, F32,
- * BF16), their two-row (vec_dot2, Q4_K and Q6_K) and batch-path
- * (vec_dot_batch, Q4_K, F16, F32, BF16) variants, and the Q8_K activation
- * quantizer. Entries not set here keep the AVX2 ones (the table arrives as a
+ * BF16; NVFP4 with 256-bit VNNI), their two-row (vec_dot2, Q4_K, Q6_K and
+ * NVFP4) and batch-path (vec_dot_batch, Q4_K, F16, F32, BF16) variants, and
+ * the Q8_K activation quantizer. Entries not set here keep the AVX2 ones (the table arrives as a
  * copy of the AVX2 table).
  * Does not own: numerics (kern_ref.c); the tiled matrix-matrix kernels
  * (gemm_avx512.c) or the attention pieces (attn_avx512.c); the block
@@ -338,6 +338,79 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
     return hsum_ps256(acc);
 }
 
+/* ---- NVFP4 --------------------------------------------------------------- */
+
+/* the 8 lane sums of one half of an NVFP4 block (codes c) against a Q8_0
+ * block, with the sign trick (exact unless an activation is -128, where it
+ * is what llama.cpp and the ref compute) */
+static inline __m256 nvfp4_half(__m256i c, const mu_block_q8_0 *yb) {
+    const __m256i qy = _mm256_loadu_si256((const __m256i *)yb->qs);
+    return _mm256_cvtepi32_ps(_mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_sign_epi8(c, c), _mm256_sign_epi8(qy, c)));
+}
+
+/* ref: one 8-lane FMA accumulator, two steps per block, hsum8. */
+static float vec_dot_nvfp4_avx512(int n, const void *w, const void *a) {
+    const mu_block_nvfp4 *x = w;
+    const mu_block_q8_0 *y = a;
+    __m256 acc = _mm256_setzero_ps();
+    __m256i c[2];
+    __m256 s[2];
+    for (int i = 0; i < n / MU_QK_NVFP4; i++) {
+        nvfp4_codes(&x[i], c);
+        nvfp4_lane_scales(&x[i], y[2 * i].d, y[2 * i + 1].d, s);
+        acc = _mm256_fmadd_ps(s[0], nvfp4_half(c[0], &y[2 * i]), acc);
+        acc = _mm256_fmadd_ps(s[1], nvfp4_half(c[1], &y[2 * i + 1]), acc);
+    }
+    return hsum_ps256(acc);
+}
+
+/* Two rows against one activation row (decode). One zmm holds the same half
+ * of a block for both rows (row 0 in the low 256 bits, row 1 in the high),
+ * against the activation block broadcast to both, so one 16-lane FMA runs
+ * both rows' 8-lane chains, each exactly the ref's. */
+static void vec_dot2_nvfp4_avx512(int n, const void *w0, const void *w1, const void *a, float out[2]) {
+    const mu_block_nvfp4 *x0 = w0, *x1 = w1;
+    const mu_block_q8_0 *y = a;
+    const __m512i tbl = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)mu_fp4_codes));
+    const __m512i m4 = _mm512_set1_epi8(0x0f), zero = _mm512_setzero_si512();
+    /* 128-bit lanes per row: (sub 0 | sub 1 as unpacklo/unpackhi of bytes 0-15), then bytes 16-31 */
+    const __m512i h0 = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), h1 = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    const __m512i s0i = _mm512_set_epi32(5, 5, 5, 5, 4, 4, 4, 4, 1, 1, 1, 1, 0, 0, 0, 0);
+    const __m512i s1i = _mm512_set_epi32(7, 7, 7, 7, 6, 6, 6, 6, 3, 3, 3, 3, 2, 2, 2, 2);
+    __m512 acc = _mm512_setzero_ps();
+    for (int i = 0; i < n / MU_QK_NVFP4; i++) {
+        const __m512i q = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0[i].qs)),
+                                             _mm256_loadu_si256((const __m256i *)x1[i].qs), 1);
+        const __m512i lo = _mm512_and_si512(q, m4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), m4);
+        const __m512i ul = _mm512_unpacklo_epi64(lo, hi), uh = _mm512_unpackhi_epi64(lo, hi);
+        __m512 p[2];
+        for (int h = 0; h < 2; h++) {
+            const __m512i c = _mm512_shuffle_epi8(tbl, _mm512_permutex2var_epi64(ul, h ? h1 : h0, uh));
+            const __m512i ya = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)y[2 * i + h].qs));
+            const __m512i sy = _mm512_mask_sub_epi8(ya, _mm512_movepi8_mask(c), zero, ya); /* the sign trick */
+            p[h] = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(zero, _mm512_abs_epi8(c), sy));
+        }
+        /* scales: lanes 0-3 row 0's sub-blocks, 4-7 row 1's, times [dy0 dy0 dy1 dy1] */
+        uint32_t u0, u1;
+        memcpy(&u0, x0[i].d, 4);
+        memcpy(&u1, x1[i].d, 4);
+        const __m256i v = _mm256_cvtepu8_epi32(_mm_insert_epi32(_mm_cvtsi32_si128((int)u0), (int)u1, 1));
+        const __m256i xv = _mm256_and_si256(v, _mm256_set1_epi32(0x7f));
+        const __m256 nrm = _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(xv, 20), _mm256_set1_epi32(119 << 23)));
+        const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(7))), _mm256_set1_ps(0x1p-10f));
+        const __m256i is_sub = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x78)), _mm256_setzero_si256());
+        __m256 sc = _mm256_blendv_ps(nrm, sub, _mm256_castsi256_ps(is_sub));
+        sc = _mm256_andnot_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(v, _mm256_set1_epi32(0x7f))), sc);
+        const __m128 dy =
+            _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)(y[2 * i + 1].d * 0x10001u), (int)(y[2 * i].d * 0x10001u)));
+        const __m512 sd = _mm512_castps256_ps512(_mm256_mul_ps(sc, _mm256_set_m128(dy, dy)));
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(s0i, sd), p[0], acc);
+        acc = _mm512_fmadd_ps(_mm512_permutexvar_ps(s1i, sd), p[1], acc);
+    }
+    out[0] = hsum_ps256(_mm512_castps512_ps256(acc));
+    out[1] = hsum_ps256(_mm512_extractf32x8_ps(acc, 1));
+}
+
 /* ---- F32 / F16 / BF16 --------------------------------------------------- */
 
 /* ref (ggml_vec_dot_f32): 4 accumulators of 16 lanes over steps of 64,
@@ -484,6 +557,8 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
+    k->vec_dot[MU_T_NVFP4] = vec_dot_nvfp4_avx512;
+    k->vec_dot2[MU_T_NVFP4] = vec_dot2_nvfp4_avx512;
     k->vec_dot2[MU_T_Q4_K] = vec_dot2_q4_K_avx512;
     k->vec_dot2[MU_T_Q6_K] = vec_dot2_q6_K_avx512;
     k->vec_dot_batch[MU_T_F16] = vec_dot_f16_batch_avx512;

@@ -3,7 +3,7 @@
  * and the Q8_0 and Q8_K activation quantizers (bit-identical to kern_ref.c).
  * The dequantizers stay the reference ones.
  * Does not own: numerics (kern_ref.c, llama.cpp's x86 orders): the F16,
- * Q8_0, Q4_K, Q5_K and Q6_K dots here reproduce them bit for bit (integer
+ * Q8_0, Q4_K, Q5_K, Q6_K and NVFP4 dots here reproduce them bit for bit (integer
  * lanes grouped as the ref groups them, float steps in the ref's order), and
  * so do the F32 and BF16 dots (the BF16 one with VDPBF16PS's DAZ/FTZ done
  * by masks). Nor the gemm entries and the batch-path dots (gemm_neon.c) or
@@ -67,6 +67,22 @@ static inline float hsum8_neon(float32x4_t a0, float32x4_t a1) {
     return mu_hsum8(l);
 }
 
+/* The codes of NVFP4 sub-blocks 0..3 (quant.h) as signed bytes. */
+static inline void nvfp4_codes(const mu_block_nvfp4 *b, int8x16_t c[4]) {
+    const int8x16_t tbl = vld1q_s8(mu_fp4_codes);
+    const uint8x16_t m4 = vdupq_n_u8(0x0f);
+    for (int k = 0; k < 2; k++) {
+        const uint8x16_t q = vld1q_u8(b->qs + 16 * k);
+        const uint8x16_t lo = vandq_u8(q, m4), hi = vshrq_n_u8(q, 4);
+        c[2 * k] = vqtbl1q_s8(tbl, vcombine_u8(vget_low_u8(lo), vget_low_u8(hi)));
+        c[2 * k + 1] = vqtbl1q_s8(tbl, vcombine_u8(vget_high_u8(lo), vget_high_u8(hi)));
+    }
+}
+
+/* x86's sign trick (kern_ref.c fp4_mul): a negated (wrapping) where c < 0,
+ * to be multiplied by |c| */
+static inline int8x16_t fp4_sign(int8x16_t a, int8x16_t c) { return vbslq_s8(vcltzq_s8(c), vnegq_s8(a), a); }
+
 /* ---- quantized dots, one body per primitive ----------------------------- */
 
 #define DEFINE_QDOTS(SUF, DOT16)                                                                                   \
@@ -79,6 +95,27 @@ static inline float hsum8_neon(float32x4_t a0, float32x4_t a1) {
             const float d = f16_to_f32(x[i].d) * f16_to_f32(y[i].d);                                               \
             a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(s0), d);                                                            \
             a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(s1), d);                                                            \
+        }                                                                                                          \
+        return hsum8_neon(a0, a1);                                                                                 \
+    }                                                                                                              \
+                                                                                                                   \
+    /* the ref's lanes: sub-blocks 0 and 2 in a0, 1 and 3 in a1, FMA per half */                                 \
+    static float vec_dot_nvfp4_##SUF(int n, const void *w, const void *a) {                                       \
+        const mu_block_nvfp4 *x = w;                                                                               \
+        const mu_block_q8_0 *y = a;                                                                                \
+        float32x4_t a0 = vdupq_n_f32(0), a1 = vdupq_n_f32(0);                                                      \
+        int8x16_t c[4];                                                                                            \
+        for (int i = 0; i < n / MU_QK_NVFP4; i++) {                                                                \
+            nvfp4_codes(&x[i], c);                                                                                 \
+            for (int h = 0; h < 2; h++) {                                                                          \
+                const mu_block_q8_0 *yb = &y[2 * i + h];                                                           \
+                const float dy = f16_to_f32(yb->d);                                                                \
+                const int32x4_t s0 = DOT16(vdupq_n_s32(0), vabsq_s8(c[2 * h]), fp4_sign(vld1q_s8(yb->qs), c[2 * h])); \
+                const int32x4_t s1 =                                                                               \
+                    DOT16(vdupq_n_s32(0), vabsq_s8(c[2 * h + 1]), fp4_sign(vld1q_s8(yb->qs + 16), c[2 * h + 1]));   \
+                a0 = vfmaq_n_f32(a0, vcvtq_f32_s32(s0), mu_nvfp4_scale(x[i].d[2 * h]) * dy);                      \
+                a1 = vfmaq_n_f32(a1, vcvtq_f32_s32(s1), mu_nvfp4_scale(x[i].d[2 * h + 1]) * dy);                  \
+            }                                                                                                      \
         }                                                                                                          \
         return hsum8_neon(a0, a1);                                                                                 \
     }                                                                                                              \
@@ -383,6 +420,7 @@ void mu_kern_fill_neon(mu_kern *k) {
     k->vec_dot[MU_T_Q4_K] = sdot ? vec_dot_q4_K_sdot : vec_dot_q4_K_mull;
     k->vec_dot[MU_T_Q5_K] = sdot ? vec_dot_q5_K_sdot : vec_dot_q5_K_mull;
     k->vec_dot[MU_T_Q6_K] = sdot ? vec_dot_q6_K_sdot : vec_dot_q6_K_mull;
+    k->vec_dot[MU_T_NVFP4] = sdot ? vec_dot_nvfp4_sdot : vec_dot_nvfp4_mull;
     k->vec_dot[MU_T_F16] = vec_dot_f16_neon;
     k->vec_dot[MU_T_F32] = vec_dot_f32_neon;
     k->vec_dot[MU_T_BF16] = vec_dot_bf16_neon;

@@ -279,6 +279,23 @@ void mu_dequant_q6_K_ref(const void *w, float *y, int n) {
     }
 }
 
+const int8_t mu_fp4_codes[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+/* value j of an NVFP4 sub-block s (quant.h): low nibbles first, then high */
+static inline int nvfp4_code(const mu_block_nvfp4 *b, int e) {
+    const int s = e / MU_QK_NVFP4_SUB, j = e % MU_QK_NVFP4_SUB;
+    const uint8_t q = b->qs[s * 8 + (j & 7)];
+    return mu_fp4_codes[j < 8 ? q & 0xF : q >> 4];
+}
+
+/* dequantize_row_nvfp4: code * scale, exact in float. */
+void mu_dequant_nvfp4_ref(const void *w, float *y, int n) {
+    const mu_block_nvfp4 *x = w;
+    for (int i = 0; i < n / MU_QK_NVFP4; i++)
+        for (int e = 0; e < MU_QK_NVFP4; e++)
+            y[i * MU_QK_NVFP4 + e] = (float)nvfp4_code(&x[i], e) * mu_nvfp4_scale(x[i].d[e / MU_QK_NVFP4_SUB]);
+}
+
 /* ---- dot products ------------------------------------------------------ */
 
 /* ggml_vec_dot_f32 on AVX-512 (GCC 11 build): 4 accumulators of 16 lanes
@@ -415,6 +432,37 @@ float mu_vec_dot_q8_0_ref(int n, const void *w, const void *a) {
             int s = 0;
             for (int j = 4 * l; j < 4 * l + 4; j++) s += x[i].qs[j] * y[i].qs[j];
             acc[l] = fmaf(d, (float)s, acc[l]);
+        }
+    }
+    return mu_hsum8(acc);
+}
+
+/* ggml_vec_dot_nvfp4_q8_0 on x86 (its AVX2 code; NVFP4 is neither repacked
+ * nor in tinyBLAS, so every matmul runs it): an NVFP4 block meets two Q8_0
+ * activation blocks. Lane l of 8 holds the integer sum of elements
+ * 4l..4l+3 of each 32 (lanes 0-3: sub-block 0 resp. 2, lanes 4-7: 1 resp.
+ * 3); per block, acc[l] = fma(s01[l], sum over the first 32, acc[l]), then
+ * acc[l] = fma(s23[l], sum over the second 32, acc[l]), where s_k =
+ * scale(d[k]) * f16(d_a) of the activation block k / 2 (one float
+ * multiply). The lanes are summed as hsum8. The byte products are x86's
+ * sign trick (fp4_mul), which differs from c * a only for a = -128, an
+ * activation only a NaN or inf makes. */
+static inline int fp4_mul(int c, int8_t a) { return c < 0 ? -c * low_byte(-a) : c * a; }
+
+float mu_vec_dot_nvfp4_ref(int n, const void *w, const void *a) {
+    const mu_block_nvfp4 *x = w;
+    const mu_block_q8_0 *y = a;
+    float acc[8] = {0};
+    for (int i = 0; i < n / MU_QK_NVFP4; i++) {
+        for (int h = 0; h < 2; h++) {
+            const mu_block_q8_0 *yb = &y[2 * i + h];
+            const float dy = mu_f16_to_f32(yb->d);
+            const float s0 = mu_nvfp4_scale(x[i].d[2 * h]) * dy, s1 = mu_nvfp4_scale(x[i].d[2 * h + 1]) * dy;
+            for (int l = 0; l < 8; l++) {
+                int s = 0;
+                for (int j = 4 * l; j < 4 * l + 4; j++) s += fp4_mul(nvfp4_code(&x[i], 32 * h + j), yb->qs[j]);
+                acc[l] = fmaf(l < 4 ? s0 : s1, (float)s, acc[l]);
+            }
         }
     }
     return mu_hsum8(acc);
@@ -629,7 +677,7 @@ static void swiglu_ref(int n, float *g, const float *u) {
 
 uint32_t mu_kern_dot_type(uint32_t t) {
     switch (t) {
-    case MU_T_Q8_0: return MU_T_Q8_0;
+    case MU_T_Q8_0: case MU_T_NVFP4: return MU_T_Q8_0;
     case MU_T_Q4_K: case MU_T_Q5_K: case MU_T_Q6_K: return MU_T_Q8_K;
     default: return t; /* F32, F16, BF16 */
     }
@@ -640,7 +688,7 @@ static const mu_kern REF = {
     .vec_dot = {
         [MU_T_F32] = mu_vec_dot_f32_ref, [MU_T_F16] = mu_vec_dot_f16_ref, [MU_T_BF16] = mu_vec_dot_bf16_ref,
         [MU_T_Q8_0] = mu_vec_dot_q8_0_ref, [MU_T_Q4_K] = mu_vec_dot_q4_K_ref, [MU_T_Q5_K] = mu_vec_dot_q5_K_ref,
-        [MU_T_Q6_K] = mu_vec_dot_q6_K_ref,
+        [MU_T_Q6_K] = mu_vec_dot_q6_K_ref, [MU_T_NVFP4] = mu_vec_dot_nvfp4_ref,
     },
     .quant = {
         [MU_T_F32] = quant_f32_ref, [MU_T_F16] = quant_f16_ref, [MU_T_BF16] = quant_bf16_ref,
@@ -649,7 +697,7 @@ static const mu_kern REF = {
     .dequant = {
         [MU_T_F32] = dequant_f32_ref, [MU_T_F16] = dequant_f16_ref, [MU_T_BF16] = dequant_bf16_ref,
         [MU_T_Q8_0] = mu_dequant_q8_0_ref, [MU_T_Q4_K] = mu_dequant_q4_K_ref, [MU_T_Q5_K] = mu_dequant_q5_K_ref,
-        [MU_T_Q6_K] = mu_dequant_q6_K_ref,
+        [MU_T_Q6_K] = mu_dequant_q6_K_ref, [MU_T_NVFP4] = mu_dequant_nvfp4_ref,
     },
     .mm_f16 = mm_f16_ref,
     .softmax_f16 = softmax_f16_ref,

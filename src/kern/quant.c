@@ -17,6 +17,7 @@ static const mu_type_info TYPES[MU_T_COUNT] = {
     [MU_T_Q6_K] = {"Q6_K", 256, 210, 1},
     [MU_T_Q8_K] = {"Q8_K", 256, 292, 0},
     [MU_T_BF16] = {"BF16", 1, 2, 1},
+    [MU_T_NVFP4] = {"NVFP4", 64, 36, 1},
 };
 
 static const mu_type_info UNKNOWN = {"unknown", 0, 0, 0};

@@ -18,13 +18,15 @@ enum {
     MU_T_F32 = 0, MU_T_F16 = 1, MU_T_Q4_0 = 2, MU_T_Q4_1 = 3,
     MU_T_Q5_0 = 6, MU_T_Q5_1 = 7, MU_T_Q8_0 = 8, MU_T_Q8_1 = 9,
     MU_T_Q2_K = 10, MU_T_Q3_K = 11, MU_T_Q4_K = 12, MU_T_Q5_K = 13,
-    MU_T_Q6_K = 14, MU_T_Q8_K = 15, MU_T_BF16 = 30,
-    MU_T_COUNT = 40,
+    MU_T_Q6_K = 14, MU_T_Q8_K = 15, MU_T_BF16 = 30, MU_T_NVFP4 = 40,
+    MU_T_COUNT = 41,
 };
 
 #define MU_QK8_0 32
 #define MU_QK_K 256
 #define MU_K_SCALE_SIZE 12
+#define MU_QK_NVFP4 64
+#define MU_QK_NVFP4_SUB 16
 
 typedef uint16_t mu_f16;  /* IEEE half, raw bits */
 typedef uint16_t mu_bf16; /* bfloat16, raw bits */
@@ -35,6 +37,12 @@ typedef struct { mu_f16 d, dmin; uint8_t scales[MU_K_SCALE_SIZE]; uint8_t qs[MU_
 typedef struct { mu_f16 d, dmin; uint8_t scales[MU_K_SCALE_SIZE]; uint8_t qh[MU_QK_K / 8]; uint8_t qs[MU_QK_K / 2]; } mu_block_q5_K;
 /* 16 sub-blocks of 16: low 4 bits in ql, high 2 bits in qh, int8 scales. */
 typedef struct { uint8_t ql[MU_QK_K / 2]; uint8_t qh[MU_QK_K / 4]; int8_t scales[MU_QK_K / 16]; mu_f16 d; } mu_block_q6_K;
+/* NVFP4: 4 sub-blocks of 16 values, each with an unsigned E4M3 scale (bias
+ * 7, no sign; see mu_ue4m3_to_f32 in kern.h) and 4-bit E2M1 codes. Sub-block
+ * s holds its values j < 8 in the low nibbles of qs[8s + j] and j >= 8 in the
+ * high nibbles of qs[8s + j - 8]. The dot type is Q8_0 (two blocks per
+ * NVFP4 block). */
+typedef struct { uint8_t d[MU_QK_NVFP4 / MU_QK_NVFP4_SUB]; uint8_t qs[MU_QK_NVFP4 / 2]; } mu_block_nvfp4;
 /* Activation block for K-quant dot products (what llama.cpp's CPU backend uses). */
 typedef struct { float d; int8_t qs[MU_QK_K]; int16_t bsums[MU_QK_K / 16]; } mu_block_q8_K;
 
@@ -44,6 +52,7 @@ _Static_assert(sizeof(mu_block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(mu_block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(mu_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(mu_block_q8_K) == 292, "q8_K layout");
+_Static_assert(sizeof(mu_block_nvfp4) == 36, "nvfp4 layout");
 #endif
 
 typedef struct {

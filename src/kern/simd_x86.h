@@ -42,4 +42,49 @@ static inline void k4_scales(const uint8_t *scales, uint32_t u[4]) {
     u[0] &= 0x3f3f3f3fu;
 }
 
+/* The 64 codes of an NVFP4 block (quant.h) in natural order as signed
+ * bytes: c[0] the values dotted with the first Q8_0 activation block
+ * (sub-blocks 0, 1), c[1] with the second (2, 3). */
+static inline void nvfp4_codes(const mu_block_nvfp4 *b, __m256i c[2]) {
+    const __m256i tbl = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)mu_fp4_codes));
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i q = _mm256_loadu_si256((const __m256i *)b->qs);
+    const __m256i lo = _mm256_and_si256(q, m4), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+    const __m256i ul = _mm256_unpacklo_epi64(lo, hi), uh = _mm256_unpackhi_epi64(lo, hi);
+    c[0] = _mm256_shuffle_epi8(tbl, _mm256_permute2x128_si256(ul, uh, 0x20));
+    c[1] = _mm256_shuffle_epi8(tbl, _mm256_permute2x128_si256(ul, uh, 0x31));
+}
+
+/* The 4 sub-block scales of an NVFP4 block (kern.h mu_nvfp4_scale, without
+ * branches): exponent 0 gives man * 2^-10, else the bits (e + 119) << 23 |
+ * man << 20; bit 7 ignored, the byte 0x7f gives 0. */
+static inline __m128 nvfp4_scale4(const mu_block_nvfp4 *b) {
+    uint32_t u;
+    memcpy(&u, b->d, 4);
+    const __m128i v = _mm_cvtepu8_epi32(_mm_cvtsi32_si128((int)u));
+    const __m128i x = _mm_and_si128(v, _mm_set1_epi32(0x7f));
+    const __m128 nrm = _mm_castsi128_ps(_mm_add_epi32(_mm_slli_epi32(x, 20), _mm_set1_epi32(119 << 23)));
+    const __m128 sub = _mm_mul_ps(_mm_cvtepi32_ps(_mm_and_si128(v, _mm_set1_epi32(7))), _mm_set1_ps(0x1p-10f));
+    const __m128i is_sub = _mm_cmpeq_epi32(_mm_and_si128(v, _mm_set1_epi32(0x78)), _mm_setzero_si128());
+    const __m128 r = _mm_blendv_ps(nrm, sub, _mm_castsi128_ps(is_sub));
+    return _mm_andnot_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(v, _mm_set1_epi32(0x7f))), r);
+}
+
+/* Lanes 0-3 take element 2h of s4, lanes 4-7 element 2h + 1: the ref's
+ * scale of each of the 8 lanes in half h of a block. */
+static inline __m256 nvfp4_expand(__m128 s4, int h) {
+    const __m256i idx = h ? _mm256_set_epi32(3, 3, 3, 3, 2, 2, 2, 2) : _mm256_set_epi32(1, 1, 1, 1, 0, 0, 0, 0);
+    return _mm256_permutevar8x32_ps(_mm256_castps128_ps256(s4), idx);
+}
+
+/* The lane scales of both halves of a block against activation blocks with
+ * scales d0, d1 (F16): scale(d[k]) * f16(d_{k/2}), one float multiply each,
+ * as the ref. */
+static inline void nvfp4_lane_scales(const mu_block_nvfp4 *b, mu_f16 d0, mu_f16 d1, __m256 s[2]) {
+    const __m128 dy = _mm_cvtph_ps(_mm_set_epi32(0, 0, (int)(d1 * 0x10001u), (int)(d0 * 0x10001u)));
+    const __m128 sd = _mm_mul_ps(nvfp4_scale4(b), dy);
+    s[0] = nvfp4_expand(sd, 0);
+    s[1] = nvfp4_expand(sd, 1);
+}
+
 #endif

@@ -4,8 +4,9 @@
  * Owns: the per-type rules and the parallel pass over the tensor data.
  * Does not: judge magnitudes (llama.cpp does not either). The scales of
  * the types muser reads but cannot run (Q4_0 .. Q3_K, Q8_K) are checked as
- * llama.cpp does, for a complete report; NVFP4 (newer llama.cpp, whose
- * UE4M3 scales are all valid) is not a type muser knows.
+ * llama.cpp does, for a complete report. NVFP4 has nothing to check: its
+ * UE4M3 scales decode to a finite value from every byte (kern.h
+ * mu_nvfp4_scale), and llama.cpp accepts every block.
  * Design: the tensors are cut into chunks of whole blocks (about 4 MiB);
  * threads take chunks in file order from an atomic counter, and a chunk
  * after the earliest bad one found so far is skipped, so the error names
@@ -57,7 +58,7 @@ static int scale_offsets(uint32_t type, int off[2]) {
     case MU_T_Q2_K: off[0] = 80, off[1] = 82; return 2; /* scales[16] qs[64] d dmin */
     case MU_T_Q3_K: off[0] = 108; return 1;        /* hmask[32] qs[64] scales[12] d */
     case MU_T_Q6_K: off[0] = 208; return 1;        /* ql[128] qh[64] scales[16] d */
-    default: return 0;
+    default: return 0; /* NVFP4 too: every scale byte is finite */
     }
 }
 

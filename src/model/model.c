@@ -74,7 +74,7 @@ static int bind_tensor(const mu_gguf *g, const char *name, int n_dims, int64_t n
         if (t->type != MU_T_F32)
             return mu_fail(err, MU_E_MODEL, "model: tensor %s has type %s, norm weights must be F32", name, ti->name);
     } else if (!ti->supported) {
-        return mu_fail(err, MU_E_MODEL, "model: tensor %s has unsupported type %s (supported: F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K)",
+        return mu_fail(err, MU_E_MODEL, "model: tensor %s has unsupported type %s (supported: F32 F16 BF16 Q8_0 Q4_K Q5_K Q6_K NVFP4)",
                        name, ti->name);
     }
     *out = t;

@@ -1,4 +1,4 @@
-/* quantize.c: f32 rows -> F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K rows.
+/* quantize.c: f32 rows -> F32, F16, BF16, Q8_0, Q4_K, Q5_K, Q6_K, NVFP4 rows.
  * Owns: the weight quantizers used by the model generator (synth.c), the
  * quantizer tests (tests/unit/test_quantize.c) and the kernel benchmark
  * (bench/kernbench.c). Does not own the block layouts (quant.h), fp16 conversion or
@@ -8,6 +8,8 @@
  * scale and min for Q4_K/Q5_K, an RMSE search over 19 candidate scales for
  * Q6_K); the file's bytes define the model, so bit-exactness with llama.cpp's
  * quantizer is not a goal, only exact ggml layouts and a faithful round trip.
+ * NVFP4 is the exception: its quantizer has no search, and muser's is
+ * llama.cpp's quantize_row_nvfp4_ref byte for byte.
  * The fast path (mu_quantize_row_fast) keeps the same layouts and the same
  * final rounding against the stored (fp16/6-bit) scales, and only replaces
  * the search by one min/max pass; the generator uses it for huge models. */
@@ -317,12 +319,68 @@ static void quantize_q6_K(const float *x, mu_block_q6_K *y, int n, int fast) {
     }
 }
 
+/* ---- NVFP4 -------------------------------------------------------------- */
+
+/* ggml_fp32_to_ue4m3: 0 for x <= 0 or NaN, clamped to 448; normal values
+ * round half up on fp32 bit 19 alone (not to nearest even), a carry into the
+ * exponent included, and 0x7e (448) past the top; values below 2^-6 become
+ * subnormal codes (int)(x * 512 + 0.5), at most 7, 0 below 1. */
+static uint8_t ue4m3_from_f32(float x) {
+    if (!(x > 0.0f)) return 0;
+    if (x > 448.0f) x = 448.0f;
+    uint32_t bits;
+    memcpy(&bits, &x, 4);
+    int e = (int)((bits >> 23) & 0xff) - 127 + 7;
+    int m = (int)((bits >> 20) & 7);
+    if (e <= 0) {
+        int sub = (int)(x * 512.0f + 0.5f);
+        if (sub > 7) sub = 7;
+        return sub < 1 ? 0 : (uint8_t)sub;
+    }
+    if (e >= 15) return 0x7e;
+    m += (int)((bits >> 19) & 1);
+    if (m > 7) {
+        m = 0;
+        if (++e >= 15) return 0x7e;
+    }
+    return (uint8_t)((e << 3) | m);
+}
+
+/* best_index_mxfp4: the first code whose value (doubled code * d, d half the
+ * scale) is nearest to v */
+static int fp4_best(float v, float d) {
+    int best = 0;
+    float best_err = fabsf((float)mu_fp4_codes[0] * d - v);
+    for (int i = 1; i < 16; i++) {
+        const float err = fabsf((float)mu_fp4_codes[i] * d - v);
+        if (err < best_err) best = i, best_err = err;
+    }
+    return best;
+}
+
+/* quantize_row_nvfp4_ref, byte for byte: per sub-block of 16, the scale
+ * ue4m3(amax / 6) (6 is E2M1's largest value), then every value's nearest
+ * code against the scale as stored. No search: the fast path is the same. */
+static void quantize_nvfp4(const float *x, mu_block_nvfp4 *y, int n) {
+    for (int b = 0; b < n / MU_QK_NVFP4; b++)
+        for (int s = 0; s < 4; s++) {
+            const float *xb = x + b * MU_QK_NVFP4 + s * MU_QK_NVFP4_SUB;
+            float amax = 0;
+            for (int j = 0; j < MU_QK_NVFP4_SUB; j++)
+                if (amax < fabsf(xb[j])) amax = fabsf(xb[j]);
+            y[b].d[s] = ue4m3_from_f32(amax / 6.0f);
+            const float d = mu_nvfp4_scale(y[b].d[s]);
+            for (int j = 0; j < 8; j++)
+                y[b].qs[8 * s + j] = (uint8_t)(fp4_best(xb[j], d) | fp4_best(xb[8 + j], d) << 4);
+        }
+}
+
 /* ---- entry points ------------------------------------------------------ */
 
 int mu_quantize_supported(uint32_t type) {
     switch (type) {
     case MU_T_F32: case MU_T_F16: case MU_T_BF16: case MU_T_Q8_0:
-    case MU_T_Q4_K: case MU_T_Q5_K: case MU_T_Q6_K:
+    case MU_T_Q4_K: case MU_T_Q5_K: case MU_T_Q6_K: case MU_T_NVFP4:
         return 1;
     }
     return 0;
@@ -339,6 +397,7 @@ static void quantize_any(uint32_t type, const float *x, void *y, int n, int fast
     case MU_T_Q4_K: quantize_q4_K(x, y, n, fast); break;
     case MU_T_Q5_K: quantize_q5_K(x, y, n, fast); break;
     case MU_T_Q6_K: quantize_q6_K(x, y, n, fast); break;
+    case MU_T_NVFP4: quantize_nvfp4(x, y, n); break;
     }
 }
 

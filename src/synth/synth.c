@@ -55,6 +55,7 @@ static const struct {
     [MU_SYNTH_Q4_K_S] = {"q4_k_s", "Q4_K_S", MU_T_Q4_K, 14},
     [MU_SYNTH_Q5_K_S] = {"q5_k_s", "Q5_K_S", MU_T_Q5_K, 16},
     [MU_SYNTH_Q5_K_M] = {"q5_k_m", "Q5_K_M", MU_T_Q5_K, 17},
+    [MU_SYNTH_NVFP4] = {"nvfp4", "NVFP4", MU_T_NVFP4, 39},
 };
 
 static const struct {

@@ -2,9 +2,11 @@
 # End-to-end test of tools/convert/hf_to_gguf.py (Hugging Face Muse Glimmer
 # checkpoint -> muse-glimmer GGUF) without torch, numpy or a GPU:
 #  1. writes a tiny seeded-random HF checkpoint (tools/convert/make_tiny_hf.py),
-#  2. converts it to F32, BF16 and Q8_0 GGUF (and a BF16-stored checkpoint),
+#  2. converts it to F32, BF16 and Q8_0 GGUF (and a BF16-stored checkpoint;
+#     NVFP4 from one with FFN 128, whose rows are whole NVFP4 blocks),
 #  3. checks keys, tensor names/dims/types, the norm "+1" folding, the q/k
-#     norm synthesis, the RoPE row permutation, Q8_0 blocks and BF16 rounding,
+#     norm synthesis, the RoPE row permutation, Q8_0 blocks, BF16 rounding and
+#     NVFP4 bytes (hand-checked rules of llama.cpp's quantize_row_nvfp4_ref),
 #  4. runs two independent plain-Python forward passes (transformers'
 #     semantics on the HF checkpoint, llama.cpp's on the GGUF) and requires
 #     the same logits (F32: 1e-4; quantized: loose bounds),
@@ -22,6 +24,9 @@ for t in f32 bf16 q8_0; do
 done
 python3 $C/hf_to_gguf.py "$tmp/hfb" "$tmp/mb-bf16.gguf" --outtype bf16 >/dev/null
 python3 $C/hf_to_gguf.py "$tmp/hfb" "$tmp/mb-f32.gguf" --outtype f32 >/dev/null
+python3 $C/make_tiny_hf.py "$tmp/hf128" 9 --ff 128
+python3 $C/hf_to_gguf.py "$tmp/hf128" "$tmp/m128-nvfp4.gguf" --outtype nvfp4 >/dev/null
+python3 $C/hf_to_gguf.py "$tmp/hf128" "$tmp/m128-f32.gguf" --outtype f32 >/dev/null
 
 python3 - "$tmp" <<'PY'
 import json, math, struct, sys
@@ -138,6 +143,34 @@ for t in ("bf16", "f32"):  # a bf16 checkpoint converts exactly to BF16 and F32
     diff = max(abs(x - y) for ra, rb in zip(refb, got) for x, y in zip(ra, rb))
     print("forward bf16-checkpoint -> %s max |logit diff| %.2e" % (t, diff))
     check(diff < 1e-4, "bf16 checkpoint -> %s forward diff %.3g" % (t, diff))
+# NVFP4: keys and types, bytes as quantize_row_nvfp4_ref, the forward pass
+r = gguf.Reader(tmp + "/m128-nvfp4.gguf")
+check(r.kv["general.file_type"] == 39 and r.kv["general.quantization_version"] == 2, "nvfp4: file type keys")
+hf128 = hf_to_gguf.read_weights(tmp + "/hf128")
+for n, (d, ty, raw) in r.tensors.items():
+    check(ty == (gguf.F32 if len(d) == 1 else gguf.NVFP4), "nvfp4: %s type %d" % (n, ty))
+for il in range(L):
+    for g, h in (("attn_v", "self_attn.v_proj"), ("ffn_down", "mlp.down_proj"), ("ffn_up", "mlp.up_proj")):
+        shape, dt, hraw = hf128["model.language_model.layers.%d.%s.weight" % (il, h)]
+        check(r.tensors["blk.%d.%s.weight" % (il, g)][2] == gguf.encode_nvfp4(gguf.f32_values(hraw, dt)),
+              "nvfp4: blk.%d.%s bytes" % (il, g))
+def nv_block(vals16):  # one sub-block (the first of a block of 64 zeros): scale byte, codes
+    b = gguf.encode_nvfp4(list(vals16) + [0.0] * 48)
+    return b[0], [b[4 + j] & 15 for j in range(8)] + [b[4 + j] >> 4 for j in range(8)]
+for amax, want in ((6.0, 0x38), (6.375, 0x39), (6.3, 0x38), (11.625, 0x40), (3000.0, 0x7e), (18 * 2.0 ** -9, 0x03),
+                   (9 * 2.0 ** -6, 0x0c), (6 * 2.0 ** -11, 0x00), (0.0, 0x00)):
+    got = nv_block([0.0] * 3 + [-amax] + [0.0] * 12)
+    check(got[0] == want and got[1][3] == (15 if want else 0), "nvfp4: amax %g -> scale %#x, got %#x" % (amax, want, got[0]))
+vals = [6, 5, -5, 0.25, -0.25, -0.0, 2.5, 1.75, 0.7, -6, 3.5, 6, -6, 0.5, 1.25, -2.9]
+got = nv_block(vals)
+check(got == (0x38, [7, 6, 14, 0, 0, 0, 4, 3, 1, 15, 5, 7, 15, 1, 2, 13]), "nvfp4: codes (first nearest wins) %r" % (got,))
+check(gguf.ue4m3_half(0xff) == 240.0 and gguf.ue4m3_half(0x7f) == 0.0 and gguf.ue4m3_half(0x01) == 2.0 ** -10,
+      "nvfp4: scale bytes")
+ref = R.gguf_logits(tmp + "/m128-f32.gguf", ids)
+got = R.gguf_logits(tmp + "/m128-nvfp4.gguf", ids)
+diff = max(abs(x - y) for ra, rb in zip(ref, got) for x, y in zip(ra, rb))
+print("forward nvfp4 max |logit diff| vs f32 %.2e" % diff)
+check(diff < 6.0, "nvfp4 forward: max |logit diff| %.3g" % diff)
 print("test_convert checks:", "FAIL (%d)" % len(fails) if fails else "all passed")
 sys.exit(1 if fails else 0)
 PY
@@ -172,4 +205,5 @@ json.dump(c, open(sys.argv[1], "w"))
 PY
 expect_fail "shape mismatch" "$tmp/bad3" "$tmp/x.gguf"
 expect_fail "missing directory" "$tmp/nothing" "$tmp/x.gguf"
+expect_fail "NVFP4 rows of 96" "$tmp/hf" "$tmp/x.gguf" --outtype nvfp4
 echo "test_convert: PASS"

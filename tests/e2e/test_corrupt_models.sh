@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Corrupt-model corpus (issue 21): seeded mutations of generated tiny models
-# (q4_k_m and f16) through `muser run`: no sanitizer report, no hang, and
+# (q4_k_m, f16 and nvfp4) through `muser run`: no sanitizer report, no hang, and
 # every outcome a normal run or exactly one valid-UTF-8 error line
 # (tests/e2e/corrupt_models.py). Uses the ASan + UBSan build build/asan/muser
 # when it exists (the asan tier of tests/run.sh builds it), else ./muser.
@@ -14,6 +14,7 @@ trap 'rm -rf "$tmp"' EXIT
 command -v python3 >/dev/null || { echo "skip: no python3"; exit 0; }
 "$bin" gen -o "$tmp/q4.gguf" --preset tiny --type q4_k_m --seed 5 --merges 200 >/dev/null 2>&1 || { echo "FAIL gen q4_k_m"; exit 1; }
 "$bin" gen -o "$tmp/f16.gguf" --preset tiny --type f16 --seed 6 --merges 200 >/dev/null 2>&1 || { echo "FAIL gen f16"; exit 1; }
+"$bin" gen -o "$tmp/nv.gguf" --preset tiny --type nvfp4 --seed 7 --merges 200 >/dev/null 2>&1 || { echo "FAIL gen nvfp4"; exit 1; }
 # the weight check: a NaN in the last value of the file (the F32
 # blk.3.post_ffw_norm.weight of the tiny model) named by info --check and
 # refused by run --check-tensors with one line; a run without the check
@@ -50,6 +51,12 @@ expect_check "tensor 'token_embd.weight' (Q4_K): block 5 (row 5) has a non-finit
 poke blk.3.attn_v.weight 208 007e
 expect_check "tensor 'blk.3.attn_v.weight' (Q6_K): block 0 (row 0) has a non-finite scale d"
 
+# NVFP4 scale bytes are all valid (llama.cpp's rule): 0x7f (E4M3's NaN, read
+# as 0) and 0xff (240) in block 0 of blk.0.ffn_up pass the check
+python3 "$root/tests/e2e/gguf_poke.py" "$tmp/nv.gguf" "$tmp/poked.gguf" blk.0.ffn_up.weight 0 7fff7f80
+"$bin" info -m "$tmp/poked.gguf" --check >"$tmp/out" 2>"$tmp/err" && grep -q '^check *ok' "$tmp/out" \
+  && echo "ok   info --check accepts every NVFP4 scale byte" || { echo "FAIL info --check on NVFP4 scales: $(cat "$tmp/err")"; exit 1; }
+
 # untrusted bytes in a message: a file name with an invalid byte and an
 # escape sequence comes back escaped, as one valid UTF-8 line
 bad_name=$(printf '%s/x\377\033[2J.gguf' "$tmp")
@@ -62,7 +69,7 @@ run=$bin
 if [ -x "$san" ]; then run=$san; else echo "note: build/asan/muser not built (make asan): running $bin without sanitizers"; fi
 echo "binary: $run"
 if python3 "$root/tests/e2e/corrupt_models.py" "$run" "$tmp/work" "${CORRUPT_N:-1200}" "${CORRUPT_SEED:-21}" \
-    "$tmp/q4.gguf" "$tmp/f16.gguf"; then
+    "$tmp/q4.gguf" "$tmp/f16.gguf" "$tmp/nv.gguf"; then
   echo "ok   corrupt models"
 else
   keep=${CORRUPT_KEEP:-/tmp/muser-corrupt-failures}

@@ -31,8 +31,9 @@ declare -A PIN=(
   [q4_k_s]=72c9b94932e3fc4c60b2827befc16dd182daafb6a7cc3602f577f2928d205669
   [q5_k_s]=fb23216e11666cdbda6768930966bfd77c99eae6769c53bbbd93d79082b89ebd
   [q5_k_m]=0d9091b9df6ab3a3d6fece6c081067d98919f7630c54ae4870a15bafc216daeb
+  [nvfp4]=c08bd4a552c99012a58f6fe417c6d588cb7aa41622b5ab6f6b7afed701a2b519
 )
-for t in f32 f16 bf16 q8_0 q4_k q5_k q6_k q4_k_m q4_k_s q5_k_s q5_k_m; do
+for t in f32 f16 bf16 q8_0 q4_k q5_k q6_k q4_k_m q4_k_s q5_k_s q5_k_m nvfp4; do
   f=$T/tiny-$t.gguf
   if "$MUSER" gen -o "$f" --preset tiny --type "$t" --seed 3 2>"$T/err"; then
     if [ "$(head -c 4 "$f")" = GGUF ] && [ ! -e "$f.tmp" ]; then ok "gen tiny $t ($(stat -c %s "$f") bytes)"

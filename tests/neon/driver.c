@@ -18,6 +18,7 @@ int main(void) {
             const char *name;
             int (*fn)(const mu_kern *);
         } checks[] = {{"complete", check_complete}, {"quant", check_quant}, {"quant_nonfinite", check_quant_nonfinite}, {"dequant", check_dequant},
+                      {"nvfp4_nonfinite", check_nvfp4_nonfinite}, {"nvfp4_cancel", check_nvfp4_cancel},
                       {"vec_dot", check_vec_dot},   {"gemm", check_gemm},         {"gemm_wide", check_gemm_wide},
                       {"bf16_tiny", check_bf16_tiny},
                       {"vec_dot2", check_vec_dot2}, {"mm_f16", check_mm_f16},     {"softmax_swiglu", check_softmax_swiglu}};

@@ -46,7 +46,11 @@ static float kc_gauss(void) {
 
 static const int KC_LENS[] = {256, 512, 2048, 6656};
 #define KC_NLENS ((int)(sizeof KC_LENS / sizeof KC_LENS[0]))
-static const uint32_t KC_WTYPES[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K};
+static const uint32_t KC_WTYPES[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_NVFP4};
+/* lengths of 1, 3 and 7 NVFP4 blocks, checked for NVFP4 on top of KC_LENS */
+static const int KC_LENS_NVFP4[] = {64, 192, 448};
+#define KC_NLENS_OF(t) (KC_NLENS + ((t) == MU_T_NVFP4 ? 3 : 0))
+#define KC_LEN(t, li) ((li) < KC_NLENS ? KC_LENS[li] : KC_LENS_NVFP4[(li) - KC_NLENS])
 #define KC_NWTYPES ((int)(sizeof KC_WTYPES / sizeof KC_WTYPES[0]))
 static const uint32_t KC_DTYPES[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q8_K};
 #define KC_NDTYPES ((int)(sizeof KC_DTYPES / sizeof KC_DTYPES[0]))
@@ -127,6 +131,14 @@ static void kc_fill_weights(uint32_t t, void *w, int n, int extreme) {
             if (extreme && i % 2) memset(d + 2, 0xff, MU_K_SCALE_SIZE); /* all scales and mins 63 */
         }
         break;
+    case MU_T_NVFP4: /* random bytes cover every scale byte; extreme: the largest scales and codes */
+        nb = n / MU_QK_NVFP4;
+        for (int i = 0; extreme && i < nb; i++) {
+            mu_block_nvfp4 *q = (mu_block_nvfp4 *)w + i;
+            for (int s = 0; s < 4; s++) q->d[s] = (uint8_t)(i % 3 == 0 ? 0x7e : i % 3 == 1 ? 0xff : 0x7f - s);
+            if (i % 2) memset(q->qs, (i % 4 == 1) ? 0x77 : 0xff, sizeof q->qs); /* all +12 / all -12 */
+        }
+        break;
     case MU_T_Q6_K:
         nb = n / MU_QK_K;
         for (int i = 0; i < nb; i++) {
@@ -170,6 +182,7 @@ static void kc_act_values(uint32_t dt, const void *a, float *out, int n) {
 }
 
 static const char *kc_tname(uint32_t t) { return mu_type_get(t)->name; }
+static int kc_same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
 
 static int check_quant(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
@@ -268,13 +281,96 @@ static int check_quant_nonfinite(const mu_kern *k) {
     return fails;
 }
 
+/* NVFP4 dots on activations quantized from non-finite and extreme values
+ * (a NaN makes a -128, where the sign trick is not the plain product):
+ * every table gives the ref's bits (or NaN where the ref gives NaN). */
+static int check_nvfp4_nonfinite(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int li = 0; li < KC_NLENS; li++) {
+        const int n = KC_LENS[li];
+        void *w = malloc(kc_row_bytes(MU_T_NVFP4, n)), *a = malloc(kc_row_bytes(MU_T_Q8_0, n));
+        float *x = malloc((size_t)n * sizeof *x);
+        for (int kind = 0; kind < KC_NF_KINDS; kind++) {
+            kc_seed((uint64_t)(9000 + 10 * li + kind));
+            kc_fill_weights(MU_T_NVFP4, w, n, kind % 2);
+            kc_fill_nonfinite(x, n, kind);
+            ref->quant[MU_T_Q8_0](x, a, n);
+            const float r = ref->vec_dot[MU_T_NVFP4](n, w, a), g = k->vec_dot[MU_T_NVFP4](n, w, a);
+            if (!(isnan(r) && isnan(g)) && memcmp(&r, &g, sizeof r)) {
+                KC_LOG("%s: vec_dot NVFP4 n=%d non-finite kind=%d: %.9g vs ref %.9g\n", k->name, n, kind, g, r);
+                fails++;
+            }
+            if (k->vec_dot2[MU_T_NVFP4]) {
+                float o[2];
+                k->vec_dot2[MU_T_NVFP4](n, w, w, a, o);
+                if (!(isnan(r) && isnan(o[0])) && memcmp(&r, &o[0], sizeof r)) {
+                    KC_LOG("%s: vec_dot2 NVFP4 n=%d non-finite kind=%d: %.9g vs ref %.9g\n", k->name, n, kind, o[0], r);
+                    fails++;
+                }
+            }
+        }
+        free(w);
+        free(a);
+        free(x);
+    }
+    return fails;
+}
+
+/* NVFP4 rows whose second half of every block mirrors the first against
+ * activations whose second Q8_0 block is the first negated: each block's two
+ * FMAs cancel, so the accumulator keeps the rounding of every product and a
+ * kernel that rounds the product before adding (mul + add) or reorders the
+ * steps gives other bits. vec_dot, vec_dot2 and gemm. */
+static int check_nvfp4_cancel(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int li = 0; li < KC_NLENS_OF(MU_T_NVFP4); li++) {
+        const int n = KC_LEN(MU_T_NVFP4, li);
+        mu_block_nvfp4 *w = malloc(kc_row_bytes(MU_T_NVFP4, n));
+        void *a = malloc(kc_row_bytes(MU_T_Q8_0, n));
+        float *x = malloc((size_t)n * sizeof *x);
+        for (int rep = 0; rep < 8; rep++) {
+            kc_seed((uint64_t)(9500 + 10 * li + rep));
+            kc_fill_weights(MU_T_NVFP4, w, n, 0);
+            kc_fill_act(x, n, rep % 3);
+            for (int i = 0; i < n / MU_QK_NVFP4; i++) {
+                w[i].d[2] = w[i].d[0], w[i].d[3] = w[i].d[1];
+                memcpy(w[i].qs + 16, w[i].qs, 16);
+                for (int j = 0; j < 32; j++) x[64 * i + 32 + j] = -x[64 * i + j];
+            }
+            ref->quant[MU_T_Q8_0](x, a, n);
+            const float r = ref->vec_dot[MU_T_NVFP4](n, w, a), g = k->vec_dot[MU_T_NVFP4](n, w, a);
+            float o[2] = {r, r}, gm[3] = {r, r, r};
+            if (k->vec_dot2[MU_T_NVFP4]) k->vec_dot2[MU_T_NVFP4](n, w, w, a, o);
+            if (k->gemm[MU_T_NVFP4]) { /* one weight row, three copies of the activation row */
+                const size_t arow = kc_row_bytes(MU_T_Q8_0, n);
+                uint8_t *a3 = malloc(3 * arow);
+                for (int t = 0; t < 3; t++) memcpy(a3 + t * arow, a, arow);
+                k->gemm[MU_T_NVFP4](n, w, kc_row_bytes(MU_T_NVFP4, n), 0, 1, a3, arow, 3, gm, 1);
+                free(a3);
+            }
+            if (!kc_same_bits(r, g) || !kc_same_bits(r, o[0]) || !kc_same_bits(r, o[1]) || !kc_same_bits(r, gm[0]) ||
+                !kc_same_bits(r, gm[2])) {
+                KC_LOG("%s: vec_dot NVFP4 n=%d cancelling rep=%d: %.9g (dot2 %.9g, gemm %.9g) vs ref %.9g\n", k->name,
+                       n, rep, g, o[0], gm[2], r);
+                fails++;
+            }
+        }
+        free(w);
+        free(a);
+        free(x);
+    }
+    return fails;
+}
+
 static int check_dequant(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     int fails = 0;
     for (int ti = 0; ti < KC_NWTYPES; ti++) {
         const uint32_t t = KC_WTYPES[ti];
-        for (int li = 0; li < KC_NLENS; li++) {
-            const int n = KC_LENS[li];
+        for (int li = 0; li < KC_NLENS_OF(t); li++) {
+            const int n = KC_LEN(t, li);
             void *w = malloc(kc_row_bytes(t, n));
             float *y0 = malloc((size_t)n * sizeof(float)), *y1 = malloc((size_t)n * sizeof(float));
             for (int ext = 0; ext < 2; ext++) {
@@ -305,18 +401,17 @@ static double kc_tol(uint32_t t) {
 /* Types whose dots must equal the ref bit for bit. */
 static int kc_exact(uint32_t t) {
     return t == MU_T_F32 || t == MU_T_F16 || t == MU_T_BF16 || t == MU_T_Q8_0 || t == MU_T_Q4_K || t == MU_T_Q5_K ||
-           t == MU_T_Q6_K;
+           t == MU_T_Q6_K || t == MU_T_NVFP4;
 }
 
-static int kc_same_bits(float a, float b) { return !memcmp(&a, &b, sizeof a); }
 
 static int check_vec_dot(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     int fails = 0;
     for (int ti = 0; ti < KC_NWTYPES; ti++) {
         const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
-        for (int li = 0; li < KC_NLENS; li++) {
-            const int n = KC_LENS[li];
+        for (int li = 0; li < KC_NLENS_OF(t); li++) {
+            const int n = KC_LEN(t, li);
             void *w = malloc(kc_row_bytes(t, n));
             void *a = malloc(kc_row_bytes(dt, n));
             float *x = malloc((size_t)n * sizeof(float)), *wm = malloc((size_t)n * sizeof(float));
@@ -371,8 +466,8 @@ static int check_vec_dot2(const mu_kern *k) {
     for (int ti = 0; ti < KC_NWTYPES; ti++) {
         const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
         if (!k->vec_dot2[t]) continue;
-        for (int li = 0; li < KC_NLENS; li++) {
-            const int n = KC_LENS[li];
+        for (int li = 0; li < KC_NLENS_OF(t); li++) {
+            const int n = KC_LEN(t, li);
             void *w0 = malloc(kc_row_bytes(t, n)), *w1 = malloc(kc_row_bytes(t, n));
             void *a = malloc(kc_row_bytes(dt, n));
             float *x = malloc((size_t)n * sizeof(float));

@@ -26,6 +26,8 @@ static void test_complete(void **st) { (void)st; run_all(check_complete); }
 static void test_quant(void **st) { (void)st; run_all(check_quant); }
 static void test_quant_nonfinite(void **st) { (void)st; run_all(check_quant_nonfinite); }
 static void test_dequant(void **st) { (void)st; run_all(check_dequant); }
+static void test_nvfp4_nonfinite(void **st) { (void)st; run_all(check_nvfp4_nonfinite); }
+static void test_nvfp4_cancel(void **st) { (void)st; run_all(check_nvfp4_cancel); }
 static void test_vec_dot(void **st) { (void)st; run_all(check_vec_dot); }
 static void test_gemm(void **st) { (void)st; run_all(check_gemm); }
 static void test_mm_f16(void **st) { (void)st; run_all(check_mm_f16); }
@@ -106,6 +108,50 @@ static void test_quant_nonfinite_values(void **st) {
     assert_true(bk.d == 0.f && bk.qs[0] == 0 && bk.bsums[0] == 0);
 }
 
+/* NVFP4 against values decoded by hand from ggml's definition: UE4M3 scales
+ * (bias 7, 0x7f read as 0, bit 7 ignored) held as half their value, E2M1
+ * codes doubled; sub-block s takes the low nibbles of qs[8s..8s+7], then the
+ * high ones. */
+static void test_nvfp4_values(void **st) {
+    (void)st;
+    assert_true(mu_nvfp4_scale(0x38) == 0.5f);         /* 1.0 */
+    assert_true(mu_nvfp4_scale(0x40) == 1.0f);         /* 2.0 */
+    assert_true(mu_nvfp4_scale(0x7e) == 224.0f);       /* 448, the largest */
+    assert_true(mu_nvfp4_scale(0x01) == 0x1p-10f);     /* 2^-9, the smallest subnormal */
+    assert_true(mu_nvfp4_scale(0x07) == 7 * 0x1p-10f);
+    assert_true(mu_nvfp4_scale(0x08) == 0x1p-7f);      /* 2^-6, the smallest normal */
+    assert_true(mu_nvfp4_scale(0x7f) == 0.0f && mu_nvfp4_scale(0x00) == 0.0f);
+    assert_true(mu_nvfp4_scale(0xb8) == 0.5f && mu_nvfp4_scale(0xff) == 240.0f && mu_nvfp4_scale(0x80) == 0.0f);
+    const mu_kern *ref = mu_kern_ref();
+    mu_block_nvfp4 b;
+    memset(&b, 0, sizeof b);
+    b.d[0] = 0x38, b.d[1] = 0x40, b.d[2] = 0x30, b.d[3] = 0x01; /* 1.0, 2.0, 0.5, 2^-9 */
+    b.qs[0] = 0x1f;  /* value 0: -6.0 * 1.0; value 8: 0.5 * 1.0 */
+    b.qs[7] = 0x5a;  /* value 7: -1.0; value 15: 3.0 */
+    b.qs[8] = 0x07;  /* sub-block 1, value 0: 6.0 * 2.0 */
+    b.qs[20] = 0xc3; /* sub-block 2, value 4: 1.5 * 0.5; value 12: -2.0 * 0.5 */
+    b.qs[31] = 0x09; /* sub-block 3, value 7: -0.5 * 2^-9 */
+    float y[64];
+    ref->dequant[MU_T_NVFP4](&b, y, 64);
+    float want[64] = {0};
+    want[0] = -6.0f, want[8] = 0.5f, want[7] = -1.0f, want[15] = 3.0f, want[16] = 12.0f;
+    want[32 + 4] = 0.75f, want[32 + 12] = -1.0f, want[48 + 7] = -0x1p-10f;
+    for (int i = 0; i < 64; i++) assert_true(y[i] == want[i]);
+    /* the dot against two Q8_0 blocks (d 1 and 0.5): all sums are exact */
+    mu_block_q8_0 a[2];
+    a[0].d = mu_f32_to_f16(1.0f), a[1].d = mu_f32_to_f16(0.5f);
+    for (int j = 0; j < 32; j++) a[0].qs[j] = (int8_t)(j + 1), a[1].qs[j] = (int8_t)(-2 * j);
+    double dot = 0;
+    for (int i = 0; i < 64; i++) dot += (double)want[i] * (i < 32 ? a[0].qs[i] : 0.5 * a[1].qs[i - 32]);
+    assert_true(ref->vec_dot[MU_T_NVFP4](64, &b, a) == (float)dot);
+    /* an activation of -128 (a NaN's) against a negative code: x86's sign
+     * trick makes |c| * -128, not c * -128 */
+    a[0].qs[7] = -128;
+    const float with_trick = (float)(dot - (double)want[7] * 8 + (double)want[7] * 128);
+    assert_true(ref->vec_dot[MU_T_NVFP4](64, &b, a) == with_trick);
+    assert_int_equal(mu_kern_dot_type(MU_T_NVFP4), MU_T_Q8_0);
+}
+
 static void test_select(void **st) {
     (void)st;
     assert_non_null(mu_kern_select("ref"));
@@ -124,6 +170,7 @@ int main(void) {
         cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide), cmocka_unit_test(test_bf16_tiny),
         cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_quant_nonfinite), cmocka_unit_test(test_quant_nonfinite_values),
+        cmocka_unit_test(test_nvfp4_nonfinite), cmocka_unit_test(test_nvfp4_cancel), cmocka_unit_test(test_nvfp4_values),
         cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -16,6 +16,8 @@
 
 #include "../include/muser.h"
 #include "../include/muser_synth.h"
+#include "../src/gguf/gguf.h"
+#include "../src/kern/quant.h"
 
 static char dir[64];
 
@@ -101,7 +103,7 @@ static void test_names(void **state) {
     assert_int_equal(mu_synth_preset(&o, "huge", &err), MU_E_ARG);
     assert_string_equal(o.preset, "full"); /* unchanged */
     assert_non_null(strstr(err.msg, "huge"));
-    const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q4_k_s", "q5_k_s", "q5_k_m"};
+    const char *names[] = {"f32", "f16", "bf16", "q8_0", "q4_k", "q5_k", "q6_k", "q4_k_m", "q4_k_s", "q5_k_s", "q5_k_m", "nvfp4"};
     assert_int_equal(sizeof names / sizeof *names, MU_SYNTH_N_TYPES);
     for (int i = 0; i < MU_SYNTH_N_TYPES; i++) {
         int t = mu_synth_type_parse(names[i]);
@@ -222,6 +224,44 @@ static void test_keys(void **state) {
     mu_model_close(m);
 }
 
+/* --type nvfp4: every matrix NVFP4, norms F32; the model opens, and
+ * mu_model_check accepts every scale byte as llama.cpp does (0x7f, E4M3's
+ * NaN, reads as 0; 0xff as 240). */
+static void test_nvfp4(void **state) {
+    (void)state;
+    char path[128];
+    path_of(path, sizeof path, "nvfp4.gguf");
+    mu_synth_opts o;
+    small(&o);
+    o.type = MU_SYNTH_NVFP4;
+    mu_err err = {0};
+    assert_int_equal(mu_synth_write(&o, path, NULL, NULL, &err), 0);
+    mu_gguf *g;
+    assert_int_equal(mu_gguf_open(path, &g, &err), 0);
+    const mu_gguf_tensor *t = mu_gguf_find_tensor(g, "blk.1.ffn_up.weight");
+    assert_non_null(t);
+    assert_int_equal(t->type, MU_T_NVFP4);
+    assert_int_equal(t->bytes, (size_t)(t->n_elems / 64 * 36));
+    const long at = (long)((const uint8_t *)t->data - (const uint8_t *)mu_gguf_bytes(g));
+    mu_gguf_close(g);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    const uint8_t odd[4] = {0x7f, 0xff, 0x80, 0x7e};
+    assert_int_equal(fseek(f, at, SEEK_SET), 0);
+    assert_int_equal(fwrite(odd, 1, 4, f), 4);
+    assert_int_equal(fclose(f), 0);
+    mu_model *m;
+    assert_int_equal(mu_model_open(path, &m, &err), 0);
+    assert_string_equal(mu_model_get_info(m)->name, "muse-glimmer-custom-s1-NVFP4");
+    for (int i = 0; i < mu_model_n_tensors(m); i++) {
+        mu_tensor_info ti;
+        assert_int_equal(mu_model_tensor(m, i, &ti, &err), 0);
+        assert_string_equal(ti.type, ti.n_dims == 1 ? "F32" : "NVFP4");
+    }
+    assert_int_equal(mu_model_check(m, 2, NULL, NULL, &err), 0);
+    mu_model_close(m);
+}
+
 static void expect_fail(const mu_synth_opts *o, const char *name, int code, const char *msg) {
     char path[128], tmp[140];
     path_of(path, sizeof path, name);
@@ -243,6 +283,10 @@ static void test_errors(void **state) {
     expect_fail(&o, "rows.gguf", MU_E_ARG,
                 "token_embd rows of 200 are not a multiple of Q4_K's block of 256; choose sizes that are or --type "
                 "q8_0/f16");
+    small(&o);
+    o.n_embd = 224;
+    o.type = MU_SYNTH_NVFP4;
+    expect_fail(&o, "rows64.gguf", MU_E_ARG, "token_embd rows of 224 are not a multiple of NVFP4's block of 64");
     small(&o);
     o.n_head = 5;
     expect_fail(&o, "heads.gguf", MU_E_ARG, "not a multiple of n_head_kv");
@@ -282,6 +326,7 @@ int main(void) {
         cmocka_unit_test(test_deterministic),
         cmocka_unit_test(test_keys),
         cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_nvfp4),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

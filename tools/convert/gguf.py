@@ -1,14 +1,15 @@
 """Minimal GGUF v3 writer and reader plus the tensor encodings muser's
-converter emits (F32, F16, BF16, Q8_0), in pure Python 3 (struct and array
+converter emits (F32, F16, BF16, Q8_0, NVFP4), in pure Python 3 (struct and array
 only, no numpy): the converter must run on a machine with nothing but python3.
 
 Owns: the GGUF byte layout (header, typed metadata, tensor table, 32-byte
 aligned data) and the element encodings. Does not own: which keys and
 tensors a model has (hf_to_gguf.py). Key design choice: tensors are carried
 as raw little-endian bytes plus a ggml type; values are only materialized as
-Python floats where an encoding needs arithmetic (F16, BF16 from F32, Q8_0).
+Python floats where an encoding needs arithmetic (F16, BF16 from F32, Q8_0,
+NVFP4).
 """
-import array, math, struct, sys
+import array, bisect, math, struct, sys
 
 GGUF_MAGIC = b"GGUF"
 GGUF_VERSION = 3
@@ -20,11 +21,12 @@ _SCALAR = {T_U8: "B", T_I8: "b", T_U16: "H", T_I16: "h", T_U32: "I", T_I32: "i",
            T_BOOL: "?", T_U64: "Q", T_I64: "q", T_F64: "d"}
 
 # ggml tensor types
-F32, F16, Q8_0, BF16 = 0, 1, 8, 30
-TYPE_NAMES = {F32: "F32", F16: "F16", Q8_0: "Q8_0", BF16: "BF16"}
+F32, F16, Q8_0, BF16, NVFP4 = 0, 1, 8, 30, 40
+TYPE_NAMES = {F32: "F32", F16: "F16", Q8_0: "Q8_0", BF16: "BF16", NVFP4: "NVFP4"}
 # llama_ftype values for general.file_type
-FTYPE = {F32: 0, F16: 1, Q8_0: 7, BF16: 32}
+FTYPE = {F32: 0, F16: 1, Q8_0: 7, BF16: 32, NVFP4: 39}
 QK8_0 = 32
+QK_NVFP4 = 64  # 4 sub-blocks of 16: 4 UE4M3 scale bytes, then 32 bytes of E2M1 codes
 
 assert sys.byteorder == "little", "gguf.py assumes a little-endian host"
 
@@ -112,19 +114,135 @@ def decode_q8_0(raw):
     return vals
 
 
+# NVFP4 (ggml's block_nvfp4): E2M1 codes as doubled values, sub-block scale
+# half the UE4M3 value, so value = code * scale. Values by code index.
+FP4_CODES = (0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12)
+# the codes ordered by value, each value at its first index (0 at index 0)
+_FP4_BY_VALUE = sorted({c: i for i, c in reversed(list(enumerate(FP4_CODES)))}.items())
+_FP4_IDS = [i for _, i in _FP4_BY_VALUE]
+
+
+def ue4m3_half(b):
+    """ggml_ue4m3_to_fp32: a scale byte -> half its UE4M3 value (bit 7
+    ignored, 0x7f reads as 0)."""
+    if b == 0x7f:
+        return 0.0
+    e, m = (b >> 3) & 15, b & 7
+    return m * 2.0 ** -10 if e == 0 else (8 + m) * 2.0 ** (e - 11)
+
+
+def ue4m3_from(x):
+    """ggml_fp32_to_ue4m3 for a float32 value x: the mantissa rounded half up
+    on one bit, clamped to 448 (0x7e), subnormals as int(x * 512 + 0.5)."""
+    if not x > 0.0:
+        return 0
+    x = min(x, 448.0)
+    (bits,) = struct.unpack("<I", struct.pack("<f", x))
+    e, m = ((bits >> 23) & 0xff) - 127 + 7, (bits >> 20) & 7
+    if e <= 0:
+        sub = int(_f32(x * 512.0 + 0.5))
+        return 0 if sub < 1 else min(sub, 7)
+    if e >= 15:
+        return 0x7e
+    m += (bits >> 19) & 1
+    if m > 7:
+        m, e = 0, e + 1
+        if e >= 15:
+            return 0x7e
+    return (e << 3) | m
+
+
+def _fp4_scan(x, d):
+    """ggml's best_index_mxfp4: the first code whose float32 |code * d - x|
+    is smallest, all 16 compared (NaN and inf give 0)."""
+    best, best_err = 0, abs(_f32(FP4_CODES[0] * d - x))
+    for i in range(1, 16):
+        err = abs(_f32(FP4_CODES[i] * d - x))
+        if err < best_err:
+            best, best_err = i, err
+    return best
+
+
+def _fp4_nearest(x, vs, ids):
+    """The same for a finite x and a scale not clamped: only the two codes
+    around x (vs: the code values ascending, ids: their first indices) can
+    win, every other being at least d farther; their float32 errors decide,
+    a tie goes to the lower index."""
+    lo = bisect.bisect_right(vs, x) - 1
+    if lo < 0:
+        return ids[0]
+    if lo + 1 == len(vs):
+        return ids[lo]
+    vl, il, vu, iu = vs[lo], ids[lo], vs[lo + 1], ids[lo + 1]
+    el, eu = x - vl, vu - x
+    if el * (1 + 2.0 ** -20) < eu:
+        return il
+    if eu * (1 + 2.0 ** -20) < el:
+        return iu
+    el, eu = _f32(el), _f32(eu)
+    if el != eu:
+        return il if el < eu else iu
+    return min(il, iu)
+
+
+def encode_nvfp4(vals):
+    """ggml block_nvfp4, byte for byte as quantize_row_nvfp4_ref: per 16
+    values the scale byte ue4m3(amax / 6), then each value's nearest code
+    against the stored scale."""
+    n = len(vals)
+    if n % QK_NVFP4:
+        raise ValueError("gguf: NVFP4 needs a multiple of 64 values per row, got %d" % n)
+    out = bytearray()
+    for i in range(0, n, QK_NVFP4):
+        d4, qs = bytearray(4), bytearray(32)
+        for s in range(4):
+            xb = vals[i + 16 * s:i + 16 * s + 16]
+            amax = 0.0
+            for v in xb:
+                if amax < abs(v):
+                    amax = abs(v)
+            six = _f32(amax / 6.0)
+            d4[s] = ue4m3_from(six)
+            d = ue4m3_half(d4[s])
+            fast = d > 0 and six <= 448.0 and all(math.isfinite(v) for v in xb)
+            if fast:
+                vs = [c * d for c, _ in _FP4_BY_VALUE]
+                codes = [_fp4_nearest(v, vs, _FP4_IDS) for v in xb]
+            else:
+                codes = [_fp4_scan(v, d) for v in xb]
+            for j in range(8):
+                qs[8 * s + j] = codes[j] | (codes[8 + j] << 4)
+        out += d4 + qs
+    return bytes(out)
+
+
+def decode_nvfp4(raw):
+    vals = array.array("f")
+    for o in range(0, len(raw), 36):
+        for s in range(4):
+            d = ue4m3_half(raw[o + s])
+            q = raw[o + 4 + 8 * s:o + 12 + 8 * s]
+            vals.extend([FP4_CODES[b & 15] * d for b in q] + [FP4_CODES[b >> 4] * d for b in q])
+    return vals
+
+
 def decode(raw, ttype):
     if ttype == Q8_0:
         return decode_q8_0(raw)
+    if ttype == NVFP4:
+        return decode_nvfp4(raw)
     return f32_values(raw, ttype)
 
 
 def encode(vals, ttype):
-    return {F32: encode_f32, F16: encode_f16, BF16: encode_bf16, Q8_0: encode_q8_0}[ttype](vals)
+    return {F32: encode_f32, F16: encode_f16, BF16: encode_bf16, Q8_0: encode_q8_0, NVFP4: encode_nvfp4}[ttype](vals)
 
 
 def nbytes(n_elems, ttype):
     if ttype == Q8_0:
         return n_elems // QK8_0 * 34
+    if ttype == NVFP4:
+        return n_elems // QK_NVFP4 * 36
     return n_elems * {F32: 4, F16: 2, BF16: 2}[ttype]
 
 

@@ -25,7 +25,10 @@ architecture; docs/default-model.md explains each):
   token types (added special tokens CONTROL, other added tokens USER_DEFINED),
   bos/eos/eot/eom/pad/mask ids, add_bos_token, the chat template.
 - the vision tower, adapter and projection are not converted (text model only).
-usage: hf_to_gguf.py HF_DIR OUT.gguf [--outtype f32|f16|bf16|q8_0] [--name NAME]
+usage: hf_to_gguf.py HF_DIR OUT.gguf [--outtype f32|f16|bf16|q8_0|nvfp4] [--name NAME]
+(nvfp4: every matrix NVFP4, quantized byte for byte as llama.cpp's
+quantize_row_nvfp4_ref, without a per-tensor scale; rows must be a multiple
+of 64)
 """
 import argparse, json, os, pickle, struct, sys, time, zipfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -176,6 +179,8 @@ def emit(w, name, shape, dtype, raw, outtype, add=0.0):
         return
     if outtype == gguf.Q8_0 and shape[-1] % gguf.QK8_0:
         raise ConvertError("%s: row length %d is not a multiple of 32 (Q8_0)" % (name, shape[-1]))
+    if outtype == gguf.NVFP4 and shape[-1] % gguf.QK_NVFP4:
+        raise ConvertError("%s: row length %d is not a multiple of 64 (NVFP4)" % (name, shape[-1]))
     w.add_tensor(name, dims, outtype, gguf.encode(gguf.f32_values(raw, dtype), outtype))
 
 
@@ -335,7 +340,7 @@ def convert(src, dst, outtype, name=None, log=print):
     w.add("general.type", gguf.T_STR, "model")
     w.add("general.name", gguf.T_STR, name or os.path.basename(os.path.abspath(src)))
     w.add("general.file_type", gguf.T_U32, gguf.FTYPE[outtype])
-    if outtype == gguf.Q8_0:
+    if outtype in (gguf.Q8_0, gguf.NVFP4):
         w.add("general.quantization_version", gguf.T_U32, 2)
     a = ARCH + "."
     w.add(a + "context_length", gguf.T_U32, h["max_position_embeddings"])
@@ -396,10 +401,10 @@ def main():
     ap = argparse.ArgumentParser(description="Hugging Face Muse Glimmer -> muse-glimmer GGUF")
     ap.add_argument("src")
     ap.add_argument("dst")
-    ap.add_argument("--outtype", default="q8_0", choices=["f32", "f16", "bf16", "q8_0"])
+    ap.add_argument("--outtype", default="q8_0", choices=["f32", "f16", "bf16", "q8_0", "nvfp4"])
     ap.add_argument("--name")
     a = ap.parse_args()
-    outtype = {"f32": gguf.F32, "f16": gguf.F16, "bf16": gguf.BF16, "q8_0": gguf.Q8_0}[a.outtype]
+    outtype = {"f32": gguf.F32, "f16": gguf.F16, "bf16": gguf.BF16, "q8_0": gguf.Q8_0, "nvfp4": gguf.NVFP4}[a.outtype]
     try:
         convert(a.src, a.dst, outtype, a.name)
     except (ConvertError, OSError, ValueError, KeyError) as e:

@@ -6,7 +6,7 @@ tokenizer_config.json) so that the converter can be tested without torch.
 Geometry: 4 layers (3 sliding + 1 NoPE full), hidden 64, 4 query / 2 KV
 heads of 16 (attention width 64), FFN 96, window 3, vocab 280 (256 bytes, 14
 merges, 10 specials). Norm weights are random so that the "+1" folding shows.
-usage: make_tiny_hf.py OUT_DIR [seed] [--dtype F32|BF16]"""
+usage: make_tiny_hf.py OUT_DIR [seed] [--dtype F32|BF16] [--ff N (96)]"""
 import json, os, random, struct, sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gguf
@@ -34,6 +34,7 @@ def main():
     out = sys.argv[1]
     seed = int(sys.argv[2]) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else 7
     dtype = sys.argv[sys.argv.index("--dtype") + 1] if "--dtype" in sys.argv else "F32"
+    ff = int(sys.argv[sys.argv.index("--ff") + 1]) if "--ff" in sys.argv else 96
     rnd = random.Random(seed)
     os.makedirs(out, exist_ok=True)
     vocab = {c: i for i, c in enumerate(byte_chars())}
@@ -63,7 +64,7 @@ def main():
     json.dump({"bos_token": SPECIALS[0], "eos_token": SPECIALS[1], "pad_token": SPECIALS[1],
                "mask_token": SPECIALS[9], "chat_template": TEMPLATE},
               open(os.path.join(out, "tokenizer_config.json"), "w"))
-    E, L, nh, nkv, hd, F = 64, 4, 4, 2, 16, 96
+    E, L, nh, nkv, hd, F = 64, 4, 4, 2, 16, ff
     text = {"vocab_size": V, "hidden_size": E, "intermediate_size": F, "num_hidden_layers": L,
             "num_attention_heads": nh, "num_key_value_heads": nkv, "head_dim": hd,
             "max_position_embeddings": 256, "sliding_window": 3, "rms_norm_eps": 1e-5, "post_norm_eps": 1e-8,
