@@ -46,6 +46,7 @@ static inline int dev_block_bytes(uint32_t t) {
     case MU_T_Q4_K: return 144;
     case MU_T_Q5_K: return 176;
     case MU_T_Q6_K: return 212;
+    case MU_T_NVFP4: return 36;
     default: return 0;
     }
 }
@@ -53,6 +54,7 @@ static inline int dev_block_elems(uint32_t t) {
     switch (t) {
     case MU_T_F32: case MU_T_F16: case MU_T_BF16: return 1;
     case MU_T_Q8_0: return 32;
+    case MU_T_NVFP4: return 64;
     default: return 256;
     }
 }
@@ -60,7 +62,7 @@ static inline int dev_block_elems(uint32_t t) {
 /* The dot type of weight type t (kern.h: llama.cpp's vec_dot_type). */
 static inline uint32_t dev_dot_type(uint32_t t) {
     switch (t) {
-    case MU_T_Q8_0: return MU_T_Q8_0;
+    case MU_T_Q8_0: case MU_T_NVFP4: return MU_T_Q8_0;
     case MU_T_Q4_K: case MU_T_Q5_K: case MU_T_Q6_K: return MU_T_Q8_K;
     default: return t;
     }

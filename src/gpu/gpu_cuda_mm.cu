@@ -132,12 +132,14 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *d, in
     }
 }
 
-/* Results of one block against one activation block: up to 9 integers
- * and the two float factors of its chain steps. */
+/* Results of one block against its activation block(s): up to 16
+ * integers and the float factors of its chain steps (d, dm; NVFP4 has four:
+ * f[0..3]). */
 typedef struct {
-    int r[9];
-    float d, dm;
+    int r[16];
+    float f[4];
 } blk_res;
+
 
 /* Q4_K: r[2j] = scale-weighted sum of sub-blocks 2j, 2j+1 (the 64 elements
  * j), r[2j+1] = their min part; d = d_x*d_a, dm = dmin_x*d_a. */
@@ -158,8 +160,8 @@ __device__ __forceinline__ void res_q4_K(const mu_block_q4_K *x, const mu_block_
         o->r[2 * j + 1] = mn[2 * j] * (a->bsums[4 * j] + a->bsums[4 * j + 1]) +
                           mn[2 * j + 1] * (a->bsums[4 * j + 2] + a->bsums[4 * j + 3]);
     }
-    o->d = h2f(x->d) * a->d;
-    o->dm = h2f(x->dmin) * a->d;
+    o->f[0] = h2f(x->d) * a->d;
+    o->f[1] = h2f(x->dmin) * a->d;
 }
 
 /* Q5_K: r[l] (l < 8) the lane sums of kern_ref.c, r[8] the min sum;
@@ -187,8 +189,8 @@ __device__ __forceinline__ void res_q5_K(const mu_block_q5_K *x, const mu_block_
             o->r[l] += sc[2 * j] * t0 + sc[2 * j + 1] * t1;
         }
     }
-    o->d = a->d * h2f(x->d);
-    o->dm = -a->d * h2f(x->dmin);
+    o->f[0] = a->d * h2f(x->d);
+    o->f[1] = -a->d * h2f(x->dmin);
 }
 
 /* Q6_K: r[m] (m < 8) the lane sums of kern_ref.c; d = d_a*d_x. */
@@ -213,14 +215,52 @@ __device__ __forceinline__ void res_q6_K(const dq6_K *x, const mu_block_q8_K *a,
 #pragma unroll
     for (int m = 0; m < 8; m++)
         o->r[m] -= 32 * (a->bsums[2 * m] * x->scales[2 * m] + a->bsums[2 * m + 1] * x->scales[2 * m + 1]);
-    o->d = a->d * h2f(x->d);
+    o->f[0] = a->d * h2f(x->d);
+}
+
+/* NVFP4 (gpu.h: the CPU's mu_vec_dot_nvfp4_ref): one block of 64 meets two
+ * Q8_0 activation blocks h; r[8h + l] = the products of elements 4l..4l+3
+ * of the 32 of half h, with x86's sign trick for an activation of -128;
+ * f[2h + k] = scale(d[2h + k]) * d_a of block h. */
+__device__ const int8_t c_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+__device__ __forceinline__ float nvfp4_scale(uint8_t x) {
+    if (x == 0x7f) return 0.f;
+    const uint32_t e = (x >> 3) & 15, m = x & 7;
+    if (!e) return (float)m * 0x1p-10f;
+    return __uint_as_float(((e + 119) << 23) | (m << 20));
+}
+__device__ __forceinline__ int nvfp4_code(const mu_block_nvfp4 *b, int e) {
+    const int sb = e / 16, j = e % 16;
+    const uint8_t q = b->qs[sb * 8 + (j & 7)];
+    return c_fp4[j < 8 ? q & 0xF : q >> 4];
+}
+__device__ __forceinline__ int fp4_mul(int c, int8_t a) {
+    return c < 0 ? -c * (int)(int8_t)(uint8_t)(-(int)a) : c * a;
+}
+typedef struct {
+    dq8_0 h[2];
+} dq8_0x2;
+__device__ __forceinline__ void res_nvfp4(const mu_block_nvfp4 *x, const dq8_0x2 *a, blk_res *o) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const float dy = h2f(a->h[h].d);
+        o->f[2 * h] = nvfp4_scale(x->d[2 * h]) * dy;
+        o->f[2 * h + 1] = nvfp4_scale(x->d[2 * h + 1]) * dy;
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            int sum = 0;
+#pragma unroll
+            for (int j = 4 * l; j < 4 * l + 4; j++) sum += fp4_mul(nvfp4_code(x, 32 * h + j), a->h[h].qs[j]);
+            o->r[8 * h + l] = sum;
+        }
+    }
 }
 
 /* Q8_0: r[l] = bytes 4l..4l+3 of the block; d = d_x*d_a. */
 __device__ __forceinline__ void res_q8_0(const dq8_0 *x, const dq8_0 *a, blk_res *o) {
 #pragma unroll
     for (int l = 0; l < 8; l++) o->r[l] = __dp4a(ld32(x->qs + 4 * l), ld32(a->qs + 4 * l), 0);
-    o->d = h2f(x->d) * h2f(a->d);
+    o->f[0] = h2f(x->d) * h2f(a->d);
 }
 
 /* ---- quantized matmul --------------------------------------------------- */
@@ -243,20 +283,29 @@ template <> struct qt<MU_T_Q8_0> {
     typedef dq8_0 W; typedef dq8_0 A;
     enum { QK = 32, NCH = 8 };
 };
+template <> struct qt<MU_T_NVFP4> {
+    typedef mu_block_nvfp4 W; typedef dq8_0x2 A;
+    enum { QK = 64, NCH = 8 };
+};
 
 template <int TYPE>
 __device__ __forceinline__ void block_res(const typename qt<TYPE>::W *x, const typename qt<TYPE>::A *a, blk_res *o) {
     if constexpr (TYPE == MU_T_Q4_K) res_q4_K(x, a, o);
     else if constexpr (TYPE == MU_T_Q5_K) res_q5_K(x, a, o);
     else if constexpr (TYPE == MU_T_Q6_K) res_q6_K(x, a, o);
+    else if constexpr (TYPE == MU_T_NVFP4) res_nvfp4(x, a, o);
     else res_q8_0(x, a, o);
 }
 
 /* One chain step of chain c over block result e (per64: Q4_K's batch
  * rounding, four steps per block). */
 template <int TYPE>
-__device__ __forceinline__ float chain_step(float acc, int c, const int *r, float d, float dm, bool per64) {
-    if constexpr (TYPE == MU_T_Q4_K) {
+__device__ __forceinline__ float chain_step(float acc, int c, const int *r, const float *f, bool per64) {
+    const float d = f[0], dm = f[1];
+    if constexpr (TYPE == MU_T_NVFP4) {
+        acc = fmaf(f[c >= 4], (float)r[c], acc);
+        return fmaf(f[2 + (c >= 4)], (float)r[8 + c], acc);
+    } else if constexpr (TYPE == MU_T_Q4_K) {
         /* chain 0: sum of scale parts by d; chain 1: min parts by dm */
         if (per64) {
 #pragma unroll
@@ -305,8 +354,8 @@ k_mm_q(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size
     typedef typename qt<TYPE>::W W;
     typedef typename qt<TYPE>::A A;
     constexpr int NCH = qt<TYPE>::NCH;
-    __shared__ int s_r[MM_WARPS][32][9];
-    __shared__ float s_d[MM_WARPS][32][2];
+    __shared__ int s_r[MM_WARPS][32][16];
+    __shared__ float s_d[MM_WARPS][32][4];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int row = blockIdx.x * MM_WARPS + warp;
     const int t0 = blockIdx.y * MM_TILE;
@@ -326,15 +375,15 @@ k_mm_q(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size
                 blk_res o;
                 block_res<TYPE>(&xb, (const A *)(act + (size_t)t * act_stride) + b, &o);
 #pragma unroll
-                for (int k = 0; k < 9; k++) s_r[warp][lane][k] = o.r[k];
-                s_d[warp][lane][0] = o.d;
-                s_d[warp][lane][1] = o.dm;
+                for (int k = 0; k < 16; k++) s_r[warp][lane][k] = o.r[k];
+#pragma unroll
+                for (int k = 0; k < 4; k++) s_d[warp][lane][k] = o.f[k];
             }
             __syncwarp();
             if (lane < NCH) {
                 const bool per64 = TYPE == MU_T_Q4_K && t < n_batch;
                 float a = acc[i];
-                for (int e = 0; e < n_in; e++) a = chain_step<TYPE>(a, lane, s_r[warp][e], s_d[warp][e][0], s_d[warp][e][1], per64);
+                for (int e = 0; e < n_in; e++) a = chain_step<TYPE>(a, lane, s_r[warp][e], s_d[warp][e], per64);
                 acc[i] = a;
             }
             __syncwarp();
@@ -786,6 +835,9 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
     case MU_T_Q8_0:
         k_mm_q<MU_T_Q8_0><<<gq, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 32, a, act_stride, T, n_batch, y, logits, lscale, cap);
         break;
+    case MU_T_NVFP4:
+        k_mm_q<MU_T_NVFP4><<<gq, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 64, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
     case MU_T_F32:
         k_mm_f<MU_T_F32><<<gf, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n, a, act_stride, T, n_batch, y, logits, lscale, cap);
         break;
@@ -828,6 +880,10 @@ __device__ float deq_elem(uint32_t type, const uint8_t *row, int i) {
         scale_min_k4(2 * g + hi, scales, &sc, &m);
         const float d1 = h2f(d16) * (float)sc, m1 = h2f(m16) * (float)m;
         return d1 * (float)qv - m1;
+    }
+    case MU_T_NVFP4: {
+        const mu_block_nvfp4 *b = (const mu_block_nvfp4 *)row + i / 64;
+        return (float)nvfp4_code(b, i % 64) * nvfp4_scale(b->d[(i % 64) / 16]);
     }
     case MU_T_Q6_K: {
         const dq6_K *b = (const dq6_K *)row + i / 256;
