@@ -24,6 +24,20 @@ void kv_sha256v(const void *const *parts, const size_t *lens, int n, uint8_t out
     EVP_MD_CTX_free(c);
 }
 
+kv_sha *kv_sha_new(void) {
+    EVP_MD_CTX *c = EVP_MD_CTX_new();
+    MU_ASSERT(c && EVP_DigestInit_ex(c, EVP_sha256(), NULL));
+    return (kv_sha *)c;
+}
+
+void kv_sha_put(kv_sha *c, const void *p, size_t n) { MU_ASSERT(EVP_DigestUpdate((EVP_MD_CTX *)c, p, n)); }
+
+void kv_sha_end(kv_sha *c, uint8_t out[32]) {
+    unsigned len = 32;
+    MU_ASSERT(EVP_DigestFinal_ex((EVP_MD_CTX *)c, out, &len));
+    EVP_MD_CTX_free((EVP_MD_CTX *)c);
+}
+
 void kv_sha256(const void *p, size_t n, uint8_t out[32]) {
     const void *parts[1] = {p};
     size_t lens[1] = {n};

@@ -196,6 +196,11 @@ int kv_key_schedule(const uint8_t root[32], const uint8_t tenant[32], uint64_t e
 void kv_keys_wipe(kv_keys *k);
 
 void kv_sha256(const void *p, size_t n, uint8_t out[32]);
+/* Incremental SHA-256 (allocation failure is an abort: a few bytes). */
+typedef struct kv_sha kv_sha;
+kv_sha *kv_sha_new(void);
+void kv_sha_put(kv_sha *c, const void *p, size_t n);
+void kv_sha_end(kv_sha *c, uint8_t out[32]); /* frees c */
 /* SHA-256 / HMAC-SHA-256 over n parts. */
 void kv_sha256v(const void *const *parts, const size_t *lens, int n, uint8_t out[32]);
 /* HKDF-SHA-256 (RFC 5869) with one 32-byte output block. */
