@@ -91,6 +91,10 @@ echo "$out" | grep -q "^muser pack verify: io: " && ok "missing chunk: $out" || 
 out=$(line run -m "$T/m.gguf" --pack "$T/p100" --prompt-ids "$REST" --ctx 300 -n 2 --json)
 echo "$out" | grep -q "identity" && ok "another ring size (--ctx) refused: $out" || bad "--ctx 64: $out"
 
+# the weights digest is computed once per file: one cache line per model file
+n=$(wc -l <"$MUSER_HOME/kvpack/weights.digests")
+[ "$n" = 2 ] && ok "weights digests cached: one line per model file" || bad "weights digest cache has $n lines"
+
 # SIGKILL at every counted point of a publication
 kill_loop() { # $1 = destination, $2 = the generation that must survive (token_root) or "" for none
   local dst=$1 prev=$2 k rc root killed=0 done_ok=0
