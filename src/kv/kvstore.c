@@ -29,6 +29,11 @@
 
 static long kill_at = -1, n_ops;
 
+void kv_test_kill_at(long n) {
+    kill_at = n;
+    n_ops = 0;
+}
+
 static void op_done(void) {
     if (kill_at < 0) {
         const char *e = getenv("MUSER_TEST_KILL_AT");

@@ -24,6 +24,11 @@ int kv_writer_publish(kv_writer *w, mu_err *err);
 /* Removes the partial directory; fine after a failed or no publish. */
 void kv_writer_abort(kv_writer *w);
 
+/* Test hook: SIGKILL right after the n-th write, fsync, rename or unlink
+ * of publications from now on (0: off). MUSER_TEST_KILL_AT sets it for
+ * whole processes. */
+void kv_test_kill_at(long n);
+
 /* Reads dir/name whole (malloc'ed), at most max bytes. */
 int kv_read_file(const char *dir, const char *name, size_t max, uint8_t **out, size_t *n, mu_err *err);
 
