@@ -132,6 +132,14 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: the prompt is empty");
         goto done;
     }
+    if (pack && !ids_arg && I->add_bos && n_prompt > 0 && prompt[0] == I->bos) {
+        /* the text continues the pack's prompt: no second BOS */
+        memmove(prompt, prompt + 1, (size_t)--n_prompt * sizeof *prompt);
+        if (n_prompt == 0) {
+            cli_fail("muser run: the prompt is empty");
+            goto done;
+        }
+    }
     if (pack) {
         /* the restored positions stand first; their ids are not in the pack */
         int32_t *all = calloc((size_t)n_packed + (size_t)n_prompt, sizeof *all);

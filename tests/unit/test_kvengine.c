@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -227,6 +228,43 @@ static void test_kill_writer(void **state) {
     }
 }
 
+/* A disk that fills mid-write (a file size limit here) is a clean error:
+ * the previous generation stays, no partial directory is left. */
+static void test_full_disk(void **state) {
+    (void)state;
+    mu_err err = {0};
+    char pack[512], cmd[700];
+    snprintf(pack, sizeof pack, "%s/full", dir);
+    int32_t t[40];
+    ids(t, 40, 4);
+    mu_session *a;
+    assert_int_equal(mu_session_new(E, 1024, &a, &err), 0);
+    feed(a, t, 40);
+    assert_int_equal(mu_kv_pack_save(a, ID, t, 40, KEY, NULL, pack, &err), 0);
+    char before[65], after[65];
+    root_of(pack, before);
+    t[0] ^= 1; /* another cut */
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {6000, 6000}; /* the first chunk file (8 KiB) cannot be written whole */
+        setrlimit(RLIMIT_FSIZE, &rl);
+        mu_err e2 = {0};
+        int rc = mu_kv_pack_save(a, ID, t, 40, KEY, NULL, pack, &e2);
+        _exit(rc == MU_E_IO && strstr(e2.msg, "kvpack: write ") ? 0 : 1);
+    }
+    int st;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    assert_int_equal(mu_kv_pack_verify(pack, KEY, ID, 1024, &err), 0);
+    root_of(pack, after);
+    assert_string_equal(before, after);
+    snprintf(cmd, sizeof cmd, "! ls -a %s | grep -q '^\\.full\\.partial-'", dir);
+    assert_int_equal(system(cmd), 0);
+    mu_session_free(a);
+}
+
 static void test_root_key(void **state) {
     (void)state;
     mu_err err;
@@ -259,6 +297,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_kill_writer),
+        cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_root_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
