@@ -486,6 +486,52 @@ static void test_damage_encrypted(void **state) {
     damage(DATA "fixture-lossless-encrypted-encrypted.tsv");
 }
 
+/* ---- TailWindow (MANIFEST_V1.md; muser's extension over the reference) -- */
+
+/* A full manifest of 10 tokens whose one state keeps the last `count` */
+static int tail_manifest(uint64_t count, uint64_t start, int kind, mu_err *err) {
+    setup_keys();
+    kv_fstate st = fstate(KV_CODEC_RAW);
+    st.axis_rule = KV_AXIS_TAIL;
+    kv_family f = family(&st);
+    kv_span span = {start, count, start * 4, (uint32_t)(count * 4)};
+    kv_rstate rs = {.key = KEY, .full = {2, {count, 4}}, .segment = {2, {count, 4}}, .n_strides = 2,
+                    .strides = {4, 1}, .logical_start = start, .logical_count = count, .phys_off = 0,
+                    .phys_span = count * 4, .phys_complete = count * 4, .abs_pos = 10, .n_spans = 1, .spans = &span};
+    kv_key gk = KEY;
+    kv_group g = {1, 1, &gk};
+    kv_schema s = {.kind = (uint8_t)kind, .depth = (uint8_t)kind, .n_states = 1, .states = &rs, .n_groups = 1,
+                   .groups = &g, .segment_bytes = count * 4, .complete_bytes = count * 4};
+    kv_ref ref = {.epoch = 7, .plain_bytes = (uint32_t)(count * 4), .object_bytes = 8192};
+    memset(ref.chunk_id, 1, 32);
+    memset(ref.object_key, 2, 32);
+    memset(ref.digest, 3, 32);
+    kv_pstate ps = {KEY, 1, &ref};
+    kv_manifest m = {.epoch = 7, .model = model(), .family = f, .schema = s, .n_states = 1, .states = &ps};
+    memcpy(m.tenant, tenant, 32);
+    memset(m.cut.token_root, 5, 32);
+    memset(m.cut.aux_root, 6, 32);
+    m.cut.token_count = 10;
+    if (kind) {
+        memset(m.schema.parent, 7, 32);
+        m.schema.parent_cut = m.cut;
+        m.schema.parent_cut.token_count = 4;
+    }
+    return kv_validate_manifest(&m, err);
+}
+
+static void test_tail_window(void **state) {
+    (void)state;
+    mu_err err;
+    assert_int_equal(tail_manifest(3, 7, 0, &err), 0);   /* the last 3 of 10 */
+    assert_int_equal(tail_manifest(10, 0, 0, &err), 0);  /* all of them */
+    assert_int_not_equal(tail_manifest(3, 6, 0, &err), 0); /* not trailing */
+    assert_string_equal(kv_category(&err), "semantics");
+    assert_int_not_equal(tail_manifest(3, 7, 1, &err), 0); /* in a delta */
+    assert_string_equal(kv_category(&err), "semantics");
+    assert_int_not_equal(tail_manifest(11, 0, 0, &err), 0); /* more than the cut */
+}
+
 /* ---- the lossless codec ------------------------------------------------ */
 
 static void test_lossless(void **state) {
@@ -520,6 +566,7 @@ int main(void) {
         cmocka_unit_test(test_fixtures),         cmocka_unit_test(test_delta_chains),
         cmocka_unit_test(test_rejection_corpus), cmocka_unit_test(test_damage_plain),
         cmocka_unit_test(test_damage_encrypted), cmocka_unit_test(test_lossless),
+        cmocka_unit_test(test_tail_window),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
