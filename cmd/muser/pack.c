@@ -1,15 +1,18 @@
 /* pack.c: `muser pack`: KV packs (kvpack v1, docs/kvpack.md).
  *   muser pack save -m MODEL (--prompt-ids 1,2,3 | -p TEXT | -f FILE) -o DIR
  *                   [--key-file F] [--codec raw|lossless] [--plain] [--ctx N]
- *                   [--threads N] [--kern NAME]
+ *                   [--threads N] [--kern NAME] [--backend auto|cpu|cuda] [--gpu N]
  *   muser pack verify [-m MODEL] DIR [--key-file F] [--ctx N] [--kern NAME]
+ *                     [--backend auto|cpu|cuda] [--gpu N]
  *   muser pack inspect DIR [--json] [--key-file F]
  * save prefills the prompt and writes the session's KV state as a pack
  * directory, atomically. verify prints `ok` (exit 0) or one line
  * `muser pack verify: CATEGORY: reason` (exit 1), CATEGORY being the
  * kvpack verdict category, `identity` for a pack of another model, engine
  * or context (with -m), or `io`. The root key is <muser home>/kvpack.key
- * (created on first use) unless --key-file names one. */
+ * (created on first use) unless --key-file names one. The backend defaults
+ * to run's (auto): the kernel class that computed the rows is part of a
+ * pack's identity, so save and run --pack must compute on the same one. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +27,8 @@ static int usage(void) {
     fprintf(stderr,
             "usage: muser pack save -m MODEL (--prompt-ids 1,2,3 | -p TEXT | -f FILE) -o DIR [--key-file F]\n"
             "                       [--codec raw|lossless] [--plain] [--ctx N] [--threads N] [--kern NAME]\n"
-            "       muser pack verify [-m MODEL] DIR [--key-file F] [--ctx N] [--kern NAME]\n"
+            "                       " CLI_BACKEND_USAGE "\n"
+            "       muser pack verify [-m MODEL] DIR [--key-file F] [--ctx N] [--kern NAME] " CLI_BACKEND_USAGE "\n"
             "       muser pack inspect DIR [--json] [--key-file F]\n");
     return 1;
 }
@@ -34,11 +38,16 @@ typedef struct {
     long long ctx, threads;
     int codec;
     bool plain, json;
+    cli_backend backend;
 } opts;
 
 static int parse(const char *cmd, int argc, char **argv, opts *o) {
     memset(o, 0, sizeof *o);
+    o->backend = CLI_BACKEND_DEFAULT;
     for (int i = 1; i < argc; i++) {
+        int bo = cli_backend_opt(cmd, argc, argv, &i, &o->backend);
+        if (bo < 0) return -1;
+        if (bo) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                                   \
     do {                                                                         \
@@ -124,7 +133,7 @@ static int pack_save(int argc, char **argv) {
         cli_fail("%s: the prompt (%d tokens) exceeds the context (%d)", cmd, n, n_ctx);
         goto done;
     }
-    mu_engine_opts eo = {.n_threads = (int)o.threads, .kern = o.kern};
+    mu_engine_opts eo = cli_engine_opts(&o.backend, (int)o.threads, o.kern);
     if (mu_engine_new(m, &eo, &e, &err) || mu_session_new(e, n_ctx, &s, &err) ||
         mu_kv_ident_new(e, o.model, &id, &err)) {
         cli_fail("%s: %s", cmd, err.msg);
@@ -174,7 +183,7 @@ static int pack_verify(int argc, char **argv) {
     mu_kv_ident *id = NULL;
     int rc = 1;
     if (o.model) {
-        mu_engine_opts eo = {.n_threads = 1, .kern = o.kern};
+        mu_engine_opts eo = cli_engine_opts(&o.backend, 1, o.kern);
         if (mu_model_open(o.model, &m, &err) || mu_engine_new(m, &eo, &e, &err) ||
             mu_kv_ident_new(e, o.model, &id, &err)) {
             cli_fail("%s: %s", cmd, err.msg);

@@ -169,9 +169,13 @@ static void position_digest(const mu_model *m, uint8_t out[32]) {
 
 /* The kernel class whose numerics produced the rows: every x86 table
  * reproduces the reference table's rounding (HACKING.md), so they are one
- * class; NEON and anything else are their own. */
+ * class; NEON, CUDA and anything else are their own. */
 static void kernel_class(const mu_engine *e, char *out, size_t cap) {
     const char *k = mu_engine_kern_name(e);
+    if (strcmp(mu_engine_backend(e), "cpu")) { /* the GPU's rows are its own class */
+        snprintf(out, cap, "%s", mu_engine_backend(e));
+        return;
+    }
 #if defined(__x86_64__)
     if (!strcmp(k, "ref") || !strcmp(k, "avx2") || !strcmp(k, "avx512")) {
         snprintf(out, cap, "x86-exact");
