@@ -66,6 +66,15 @@ typedef struct {
                                previous job's tokens (chat turns); off: a fresh session */
     const int32_t *forced;  /* the first n_forced generated tokens are these, not sampled (bench) */
     int n_forced;
+    /* KV state installed instead of evaluating prompt[0, n_installed) (KV
+     * packs): called once on the engine thread with the slot's empty
+     * session; returns 0 after committing exactly n_installed positions
+     * (0 < n_installed < n_prompt; the ids stand for them in the history);
+     * an error ends the job with MU_FINISH_ERROR and its message, the
+     * session reset. Not with n > 1 choices or keep_prefix. */
+    int (*install)(void *user, mu_session *s, mu_err *err);
+    void *install_user;
+    int n_installed;
 } mu_gen_req;
 
 typedef enum {

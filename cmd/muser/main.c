@@ -13,6 +13,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
 
 typedef struct {
     const char *name;
@@ -28,6 +29,7 @@ static const subcommand table[] = {
     {"tokenize", cmd_tokenize, "print the token ids of a text"},
     {"info", cmd_info, "model geometry, tensor types and sizes"},
     {"gen", cmd_gen, "write a Muse Glimmer GGUF with seeded random weights"},
+    {"pack", cmd_pack, "KV packs: save a prompt's KV state, verify, inspect"},
     {NULL, NULL, NULL},
 };
 

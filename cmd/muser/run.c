@@ -2,14 +2,19 @@
  *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
  *             [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
- *             [--check-tensors]
+ *             [--check-tensors] [--pack DIR [--key-file F]]
+ * With --pack, the KV state of a pack directory (muser pack save) is
+ * restored first and the prompt is what follows it (docs/kvpack.md).
  * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
  * (prob = softmax of the final logits, after logit scale and softcap). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <jansson.h>
+
 #include "../../include/muser_gen.h"
+#include "../../include/muser_kv.h"
 #include "cli.h"
 #include "prompt.h"
 
@@ -19,12 +24,40 @@ static int usage(void) {
             "                 [--top-k K] [--top-p P] [--min-p P] [--seed S] [--json] [--top K]\n"
             "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
             "                 " CLI_BACKEND_USAGE "\n"
-            "                 [--check-tensors]\n");
+            "                 [--check-tensors] [--pack DIR [--key-file F]]\n");
     return 1;
 }
 
+/* --pack: the scheduler's install hook restores the pack into the slot */
+typedef struct {
+    const mu_kv_ident *id;
+    const char *dir;
+    uint8_t key[32];
+} pack_src;
+
+static int install_pack(void *user, mu_session *s, mu_err *err) {
+    pack_src *p = user;
+    return mu_kv_pack_restore(s, p->id, p->dir, p->key, NULL, err);
+}
+
+/* The pack's token count (authenticated with key), or -1 after the error line. */
+static int pack_tokens(const char *dir, const uint8_t key[32]) {
+    mu_err err = {0};
+    char *js = NULL;
+    if (mu_kv_pack_inspect(dir, key, &js, &err)) return cli_fail("muser run: %s", err.msg), -1;
+    json_t *j = json_loads(js, 0, NULL);
+    free(js);
+    json_t *n = json_object_get(j, "tokens"), *v = json_object_get(j, "verdict");
+    int r = json_is_integer(n) ? (int)json_integer_value(n) : -1;
+    if (r < 0) cli_fail("muser run: %s: kvpack: %s: the manifest does not authenticate with this key", dir,
+                        json_is_string(v) ? json_string_value(v) : "error");
+    json_decref(j);
+    return r;
+}
+
 int cmd_run(int argc, char **argv) {
-    const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL;
+    const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL, *pack = NULL,
+               *key_file = NULL;
     long long n_gen = 64, top = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
     cli_backend backend = CLI_BACKEND_DEFAULT;
@@ -53,6 +86,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--threads")) { NEED(); if (!cli_int(v, 1, 512, &threads)) return cli_fail("muser run: --threads must be 1..512: %s", v); }
         else if (!strcmp(a, "--ctx")) { NEED(); if (!cli_int(v, 1, 1 << 24, &ctx)) return cli_fail("muser run: --ctx must be a positive integer: %s", v); }
         else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
+        else if (!strcmp(a, "--pack")) { NEED(); pack = v; }
+        else if (!strcmp(a, "--key-file")) { NEED(); key_file = v; }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--check-tensors")) check = true;
@@ -61,6 +96,15 @@ int cmd_run(int argc, char **argv) {
     }
     if (!!ids_arg + !!text + !!file != 1) return cli_fail("muser run: give exactly one of --prompt-ids, -p, -f");
     if (!model && !(model = cli_default_model())) return 1;
+    if (key_file && !pack) return cli_fail("muser run: --key-file goes with --pack");
+    pack_src src = {.dir = pack};
+    mu_kv_ident *kid = NULL;
+    int n_packed = 0;
+    if (pack) {
+        mu_err kerr = {0};
+        if (mu_kv_root_key(key_file, src.key, &kerr)) return cli_fail("muser run: %s", kerr.msg);
+        if ((n_packed = pack_tokens(pack, src.key)) < 0) return 1;
+    }
 
     mu_err err = {0};
     mu_model *m;
@@ -93,7 +137,28 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: the prompt is empty");
         goto done;
     }
-    int n_ctx = ctx ? (int)ctx : n_prompt + (int)n_gen;
+    if (pack && !ids_arg && I->add_bos && n_prompt > 0 && prompt[0] == I->bos) {
+        /* the text continues the pack's prompt: no second BOS */
+        memmove(prompt, prompt + 1, (size_t)--n_prompt * sizeof *prompt);
+        if (n_prompt == 0) {
+            cli_fail("muser run: the prompt is empty");
+            goto done;
+        }
+    }
+    if (pack) {
+        /* the restored positions stand first; their ids are not in the pack */
+        int32_t *all = calloc((size_t)n_packed + (size_t)n_prompt, sizeof *all);
+        if (!all) {
+            cli_fail("muser run: out of memory");
+            goto done;
+        }
+        memcpy(all + n_packed, prompt, (size_t)n_prompt * sizeof *all);
+        free(prompt);
+        prompt = all;
+        n_prompt += n_packed;
+    }
+    /* with a pack, the context that fixes the ring size of its identity */
+    int n_ctx = ctx ? (int)ctx : pack ? mu_kv_default_ctx(m) : n_prompt + (int)n_gen;
     if (n_ctx > I->n_ctx_train) n_ctx = I->n_ctx_train;
     if (n_prompt + (int)n_gen > n_ctx) {
         cli_fail("muser run: prompt (%d) + generation (%lld) exceed the context (%d)", n_prompt, n_gen, n_ctx);
@@ -101,7 +166,8 @@ int cmd_run(int argc, char **argv) {
     }
     mu_engine_opts eo = cli_engine_opts(&backend, (int)threads, kern);
     mu_sched_opts so = {.n_slots = 1, .n_ctx = n_ctx};
-    if (mu_engine_new(m, &eo, &e, &err) || (n_gen > 0 && mu_sched_new(e, &so, &sched, &err))) {
+    if (mu_engine_new(m, &eo, &e, &err) || (pack && mu_kv_ident_new(e, model, &kid, &err)) ||
+        (n_gen > 0 && mu_sched_new(e, &so, &sched, &err))) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
@@ -112,6 +178,12 @@ int cmd_run(int argc, char **argv) {
     if (n_gen > 0) {
         mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
                         .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0};
+        if (pack) {
+            src.id = kid;
+            q.install = install_pack;
+            q.install_user = &src;
+            q.n_installed = n_packed;
+        }
         if (q.n_top > I->n_vocab) q.n_top = I->n_vocab;
         if (mu_sched_submit(sched, &q, 1, &job, &err)) {
             cli_fail("muser run: %s", err.msg);
@@ -142,6 +214,8 @@ int cmd_run(int argc, char **argv) {
 done:
     mu_job_free(job);
     mu_sched_free(sched);
+    mu_kv_ident_free(kid);
+    mu_kv_key_wipe(src.key);
     mu_engine_free(e);
     mu_model_close(m);
     free(prompt);

@@ -62,6 +62,9 @@ struct mu_job {
     int32_t *prompt;
     int n_prompt;
     bool keep_prefix;
+    int (*install)(void *user, mu_session *s, mu_err *err); /* mu_gen_req.install */
+    void *install_user;
+    int n_installed;
     group *grp;
     mu_sched *sched;
     bool queued;          /* in the queue (guarded by sched->mu) */
@@ -376,13 +379,34 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
 
 /* Engine thread: a new job in slot i: keep the longest common prefix of the
  * session when the job asks for it (at least one prompt token is evaluated
- * again, for its logits), else start from an empty session. */
-static void slot_start(mu_sched *s, int i) {
+ * again, for its logits), or install the job's KV state, else start from an
+ * empty session. False when the install failed and ended the job. */
+static bool slot_start(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     sl->started = true;
     sl->n_fed = 0;
     int keep = 0;
+    if (j->install) {
+        mu_err err = {0};
+        mu_session_reset(sl->sess);
+        int rc = j->install(j->install_user, sl->sess, &err);
+        if (!rc && mu_session_n_past(sl->sess) != j->n_installed)
+            rc = mu_fail(&err, MU_E_STATE, "sched: the install committed %d positions, not %d",
+                         mu_session_n_past(sl->sess), j->n_installed);
+        if (rc) {
+            mu_session_reset(sl->sess);
+            sl->n_hist = 0;
+            slot_release(s, i, MU_FINISH_ERROR, err.msg);
+            return false;
+        }
+        keep = j->n_installed;
+        memcpy(sl->hist, j->prompt, (size_t)keep * sizeof *sl->hist);
+        sl->n_fed = sl->n_hist = keep;
+        j->st.n_reused = keep;
+        sl->waiting = false;
+        return true;
+    }
     if (j->keep_prefix && !j->grp) {
         keep = common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt);
         if (keep > j->n_prompt - 1) keep = j->n_prompt - 1;
@@ -394,6 +418,7 @@ static void slot_start(mu_sched *s, int i) {
     sl->n_hist = keep;
     j->st.n_reused = keep;
     sl->waiting = j->grp != NULL;
+    return true;
 }
 
 /* Called with s->mu held. A job that keeps its prefix goes to the free slot
@@ -456,7 +481,7 @@ static void *engine_main(void *arg) {
                 slot_release(s, i, MU_FINISH_CANCEL, NULL);
                 continue;
             }
-            if (!sl->started) slot_start(s, i);
+            if (!sl->started && !slot_start(s, i)) continue;
             if (sl->waiting) group_join(s, i);
         }
 
@@ -626,6 +651,9 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     for (int i = 0; i < r->n_forced; i++)
         if (r->forced[i] < 0 || r->forced[i] >= s->n_vocab)
             return mu_fail(err, MU_E_ARG, "sched: forced token id out of range: %d", (int)r->forced[i]);
+    if (r->install && (r->n_installed < 1 || r->n_installed >= r->n_prompt || r->keep_prefix))
+        return mu_fail(err, MU_E_ARG, "sched: installed state must cover 1..%d of the prompt's tokens (and no keep_prefix)",
+                       r->n_prompt - 1);
     int room = s->o.n_ctx - r->n_prompt;
     int max_new = r->n_predict < 0 || r->n_predict > room ? room : r->n_predict;
     if (max_new < 1) max_new = 1;
@@ -645,6 +673,9 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
     j->keep_prefix = r->keep_prefix;
+    j->install = r->install;
+    j->install_user = r->install_user;
+    j->n_installed = r->n_installed;
     j->refs = 2;
     j->st.slot = -1;
     j->st.n_prompt = r->n_prompt;
@@ -661,6 +692,7 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);
     mu_job *jobs[MU_GEN_MAX_CHOICES];
     group *g = NULL;
+    if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
     if (n > 1) {
         g = calloc(1, sizeof *g);
         if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");

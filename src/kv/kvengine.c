@@ -1,0 +1,611 @@
+/* kvengine.c: Muse Glimmer sessions as kvpack v1 packs (include/muser_kv.h).
+ * Owns: the identity a pack binds (docs/kvpack.md "Identity"), the state
+ * layout (one state per layer and role, (il, "attention.k") and
+ * (il, "attention.v"), F16 rows [token][n_head_kv][head_dim]; full layers
+ * "direct" over positions 0..n-1, sliding layers "TailWindow" over the last
+ * min(n, n_swa) positions), export, verification and restore.
+ * Does not own: the wire format (kvwire.c, kvobj.c, kvcrypt.c) or files
+ * (kvstore.c).
+ * Design: restore checks the identity first, then installs each layer's
+ * rows chunk by chunk, as each verifies, into a session that holds no
+ * positions (rows beyond n_past are not state), and commits n_past only
+ * when every chunk has verified; any failure resets the session, so nothing
+ * half-installed is ever visible. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../include/muser_kv.h"
+#include "../engine/engine.h"
+#include "../gguf/gguf.h"
+#include "../model/model.h"
+#include "kvpack.h"
+#include "kvstore.h"
+
+#define EPOCH 1
+#define CHUNK_TOKENS 256 /* tokens per chunk at most; also the family's page size */
+#define MAX_MANIFEST_FILE (2 * KV_ALIGN + KV_MAX_MANIFEST + 16)
+
+static const uint8_t NAME_K[] = "attention.k", NAME_V[] = "attention.v";
+
+struct mu_kv_ident {
+    const mu_engine *e;
+    kv_semantic sem;
+    char kclass[48];
+};
+
+static void sha_text(const char *domain, const char *text, uint8_t out[32]) {
+    const void *parts[2] = {domain, text};
+    size_t lens[2] = {strlen(domain) + 1, strlen(text)};
+    kv_sha256v(parts, lens, 2, out);
+}
+
+/* The fixed tenant of local packs: the root key, not the tenant, is the
+ * secret that separates users. */
+static void tenant_id(uint8_t out[32]) { sha_text("muser/kvpack/v1/tenant", "local", out); }
+
+/* ---- identity ---------------------------------------------------------- */
+
+/* The weights: SHA-256 of the whole GGUF (metadata and tensor data), cached
+ * per file in <home>/kvpack/weights.digests, one line per file:
+ * "dev ino size mtime_s mtime_ns <hex> <realpath>". */
+static void weights_digest(const mu_model *m, const char *path, uint8_t out[32]) {
+    const mu_gguf *g = mu_model_gguf(m);
+    char home[PATH_MAX - 64], cache[PATH_MAX], real[PATH_MAX], key[256];
+    struct stat st;
+    bool cacheable = path && realpath(path, real) && !stat(real, &st) &&
+                     (uint64_t)st.st_size == (uint64_t)mu_gguf_file_bytes(g) &&
+                     !mu_kv_home(home, sizeof home, true, NULL);
+    size_t kl = 0;
+    if (cacheable) {
+        snprintf(cache, sizeof cache, "%s/kvpack", home);
+        mkdir(cache, 0700);
+        snprintf(cache, sizeof cache, "%s/kvpack/weights.digests", home);
+        snprintf(key, sizeof key, "%llu %llu %llu %lld %ld ", (unsigned long long)st.st_dev,
+                 (unsigned long long)st.st_ino, (unsigned long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                 (long)st.st_mtim.tv_nsec);
+        kl = strlen(key);
+        FILE *f = fopen(cache, "r");
+        static char line[PATH_MAX + 512];
+        while (f && fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\n")] = 0;
+            if (strncmp(line, key, kl) || strlen(line) < kl + 65 || line[kl + 64] != ' ' || strcmp(line + kl + 65, real))
+                continue;
+            bool ok = true;
+            for (int i = 0; i < 32 && ok; i++) {
+                unsigned v;
+                ok = sscanf(line + kl + 2 * i, "%2x", &v) == 1;
+                out[i] = (uint8_t)v;
+            }
+            if (ok) {
+                fclose(f);
+                return;
+            }
+        }
+        if (f) fclose(f);
+    }
+    static const char d[] = "muser/kvpack/v1/weights: SHA-256 of the GGUF file";
+    const void *parts[2] = {d, mu_gguf_bytes(g)};
+    size_t lens[2] = {sizeof d, mu_gguf_file_bytes(g)};
+    kv_sha256v(parts, lens, 2, out);
+    if (cacheable) {
+        int fd = open(cache, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+            static char line[PATH_MAX + 512];
+            int n = snprintf(line, sizeof line, "%s", key);
+            for (int i = 0; i < 32; i++) n += snprintf(line + n, sizeof line - (size_t)n, "%02x", out[i]);
+            n += snprintf(line + n, sizeof line - (size_t)n, " %s\n", real);
+            if (n < (int)sizeof line) {
+                ssize_t w = write(fd, line, (size_t)n); /* a failed write is a cache miss next time */
+                (void)w;
+            }
+            close(fd);
+        }
+    }
+}
+
+static void put_u32(kv_sha *h, uint32_t v) {
+    uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    kv_sha_put(h, b, 4);
+}
+
+/* Tokenizer and chat template: every token's text (with specials) and
+ * attributes, the special ids, the BOS rule and the template text. */
+static void tokenizer_digest(const mu_model *m, uint8_t out[32]) {
+    static const char d[] = "muser/kvpack/v1/tokenizer+template";
+    kv_sha *h = kv_sha_new();
+    kv_sha_put(h, d, sizeof d);
+    const mu_tok *t = mu_model_tokenizer(m);
+    const mu_model_info *I = mu_model_get_info(m);
+    if (t) {
+        int nv = mu_tok_n_vocab(t);
+        put_u32(h, (uint32_t)nv);
+        char piece[512];
+        for (int id = 0; id < nv; id++) {
+            int n = mu_tok_piece(t, id, true, piece, sizeof piece);
+            char *big = NULL;
+            if (n < 0) {
+                big = malloc((size_t)-n);
+                n = big ? mu_tok_piece(t, id, true, big, (size_t)-n) : 0;
+            }
+            put_u32(h, (uint32_t)mu_tok_attr(t, id));
+            put_u32(h, (uint32_t)(n > 0 ? n : 0));
+            if (n > 0) kv_sha_put(h, big ? big : piece, (size_t)n);
+            free(big);
+        }
+    } else {
+        put_u32(h, 0xFFFFFFFFu);
+    }
+    put_u32(h, (uint32_t)I->bos);
+    put_u32(h, (uint32_t)I->eos);
+    put_u32(h, (uint32_t)I->eot);
+    put_u32(h, (uint32_t)I->eom);
+    put_u32(h, I->add_bos);
+    const char *tmpl = mu_model_chat_template(m);
+    put_u32(h, tmpl ? (uint32_t)strlen(tmpl) : 0xFFFFFFFFu);
+    if (tmpl) kv_sha_put(h, tmpl, strlen(tmpl));
+    kv_sha_end(h, out);
+}
+
+/* Position semantics: what gives a position its rows: geometry, which
+ * layers slide, the window, RoPE on sliding layers only. */
+static void position_digest(const mu_model *m, uint8_t out[32]) {
+    const mu_model_info *I = mu_model_get_info(m);
+    char text[512 + 8 * 1024];
+    int n = snprintf(text, 512,
+                     "muse-glimmer n_layer=%d n_embd=%d n_head=%d n_head_kv=%d head_dim=%d n_swa=%d "
+                     "rope_base=%a rope_base_swa=%a rope=normal-adjacent-sliding-only full=nope sliding=",
+                     I->n_layer, I->n_embd, I->n_head, I->n_head_kv, I->head_dim, I->n_swa, (double)I->rope_base,
+                     (double)I->rope_base_swa);
+    for (int il = 0; il < I->n_layer && n < (int)sizeof text - 2; il++) text[n++] = I->swa_layers[il] ? '1' : '0';
+    text[n] = 0;
+    sha_text("muser/kvpack/v1/position", text, out);
+}
+
+/* The kernel class whose numerics produced the rows: every x86 table
+ * reproduces the reference table's rounding (HACKING.md), so they are one
+ * class; NEON, CUDA and anything else are their own. */
+static void kernel_class(const mu_engine *e, char *out, size_t cap) {
+    const char *k = mu_engine_kern_name(e);
+    if (strcmp(mu_engine_backend(e), "cpu")) { /* the GPU's rows are its own class */
+        snprintf(out, cap, "%s", mu_engine_backend(e));
+        return;
+    }
+#if defined(__x86_64__)
+    if (!strcmp(k, "ref") || !strcmp(k, "avx2") || !strcmp(k, "avx512")) {
+        snprintf(out, cap, "x86-exact");
+        return;
+    }
+#endif
+    snprintf(out, cap, "%s", !strcmp(k, "neon") ? "neon" : k);
+}
+
+int mu_kv_ident_new(const mu_engine *e, const char *model_path, mu_kv_ident **out, mu_err *err) {
+    mu_kv_ident *id = calloc(1, sizeof *id);
+    if (!id) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    const mu_model *m = mu_engine_model(e);
+    id->e = e;
+    weights_digest(m, model_path, id->sem.weights);
+    sha_text("muser/kvpack/v1/adapters", "none", id->sem.adapters);
+    tokenizer_digest(m, id->sem.tokenizer);
+    position_digest(m, id->sem.position);
+    kernel_class(e, id->kclass, sizeof id->kclass);
+    char text[256];
+    snprintf(text, sizeof text, "class=%s ubatch=%d kv=f16 attention=non-flash f16-softmax-weights", id->kclass,
+             e->ubatch);
+    sha_text("muser/kvpack/v1/math", text, id->sem.math);
+    *out = id;
+    return 0;
+}
+
+void mu_kv_ident_free(mu_kv_ident *id) { free(id); }
+
+int mu_kv_default_ctx(const mu_model *m) {
+    int n = mu_model_get_info(m)->n_ctx_train;
+    return n < 8192 ? n : 8192;
+}
+
+/* Cells of the sliding layers' ring for a session of n_ctx positions, as
+ * mu_session_new sizes them (0 when no layer slides). */
+static int ring_for_ctx(const mu_model *m, int n_ctx) {
+    const mu_model_info *I = mu_model_get_info(m);
+    bool any = false;
+    for (int il = 0; il < I->n_layer; il++) any |= I->swa_layers[il];
+    if (!any) return 0;
+    int want = I->n_swa + MU_UBATCH + 1, ring = want < n_ctx ? want : n_ctx;
+    return (ring + 255) / 256 * 256;
+}
+
+static int ring_of(const mu_session *s) {
+    const mu_model_info *I = mu_model_get_info(s->e->m);
+    for (int il = 0; il < I->n_layer; il++)
+        if (I->swa_layers[il]) return s->rows[il];
+    return 0;
+}
+
+/* ---- the family: the static layout of the states ---------------------- */
+
+typedef struct {
+    kv_fstate st[2 * 512];
+    kv_family f;
+} family_buf;
+
+static int make_family(const mu_engine *e, int ring, unsigned codec, family_buf *fb, mu_err *err) {
+    const mu_model_info *I = mu_model_get_info(e->m);
+    if (I->n_layer > 512) return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: more than 512 layers");
+    memset(fb, 0, sizeof *fb);
+    for (int il = 0; il < I->n_layer; il++)
+        for (int r = 0; r < 2; r++) {
+            kv_fstate *s = &fb->st[2 * il + r];
+            s->key = (kv_key){(uint32_t)il, 11, r ? NAME_V : NAME_K};
+            s->cache_kind = KV_CACHE_ORDINARY;
+            s->dtype = KV_DTYPE_F16;
+            s->codec = (uint16_t)codec;
+            s->codec_version = 1;
+            s->layout = KV_LAYOUT_CONTIGUOUS;
+            s->axis_rule = I->swa_layers[il] ? KV_AXIS_TAIL : KV_AXIS_DIRECT;
+            s->token_axis = 0;
+            s->rank = 3;
+            s->dims[0] = 0;
+            s->dims[1] = (uint64_t)I->n_head_kv;
+            s->dims[2] = (uint64_t)I->head_dim;
+            s->elements = (uint64_t)I->n_head_kv * (uint64_t)I->head_dim;
+        }
+    kv_family *f = &fb->f;
+    char text[256];
+    snprintf(text, sizeof text,
+             "muser kv cache v1: f16 rows [pos][n_head_kv][head_dim]; full layers cell=pos; sliding layers "
+             "ring of %d cells, cell=pos%%%d; chunks of %d positions",
+             ring, ring ? ring : 1, MU_UBATCH);
+    sha_text("muser/kvpack/v1/engine-cache-abi", text, f->abi);
+    sha_text("muser/kvpack/v1/topology", "one host, one process, no tensor parallelism", f->topology);
+    sha_text("muser/kvpack/v1/shard-map", "unsharded", f->shard_map);
+    f->mode = KV_MODE_NATIVE;
+    f->page_tokens = CHUNK_TOKENS;
+    f->n_states = (uint32_t)(2 * I->n_layer);
+    f->states = fb->st;
+    return 0;
+}
+
+static int ident_fail(mu_err *err, const char *what) {
+    return mu_fail(err, MU_E_MODEL, "kvpack: identity: %s", what);
+}
+
+/* A pack is restorable here only when every identity field matches. */
+static int check_ident(const kv_manifest *m, const mu_kv_ident *id, int ring, mu_err *err) {
+    if (memcmp(m->model.weights, id->sem.weights, 32)) return ident_fail(err, "the pack was made from other weights (GGUF digest differs)");
+    if (memcmp(m->model.adapters, id->sem.adapters, 32)) return ident_fail(err, "adapters differ");
+    if (memcmp(m->model.tokenizer, id->sem.tokenizer, 32)) return ident_fail(err, "tokenizer or chat template differs");
+    if (memcmp(m->model.position, id->sem.position, 32)) return ident_fail(err, "position semantics (geometry, window, RoPE) differ");
+    if (memcmp(m->model.math, id->sem.math, 32))
+        return ident_fail(err, "the rows were computed by another kernel class or chunk size");
+    family_buf *fb = malloc(sizeof *fb);
+    if (!fb) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    int rc = make_family(id->e, ring, m->family.states[0].codec, fb, err);
+    if (!rc && memcmp(m->family.abi, fb->f.abi, 32))
+        rc = ident_fail(err, "engine cache ABI differs (the sliding layers' ring size depends on --ctx)");
+    if (!rc) {
+        kv_buf a = {0}, b = {0};
+        kv_encode_family(&a, &m->family);
+        kv_encode_family(&b, &fb->f);
+        if (a.oom || b.oom) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        else if (a.n != b.n || memcmp(a.p, b.p, a.n)) rc = ident_fail(err, "state layout (dtype, shapes, rules) differs");
+        kv_buf_free(&a);
+        kv_buf_free(&b);
+    }
+    free(fb);
+    return rc;
+}
+
+static void chunk_name(const uint8_t okey[32], char out[80]) {
+    for (int i = 0; i < 32; i++) snprintf(out + 2 * i, 3, "%02x", okey[i]);
+    strcpy(out + 64, ".kvchk");
+}
+
+/* ---- save --------------------------------------------------------------- */
+
+int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *tokens, int n, const uint8_t root[32],
+                    const mu_kv_save_opts *o, const char *dir, mu_err *err) {
+    if (s->e != id->e) return mu_fail(err, MU_E_ARG, "kvpack: the identity belongs to another engine");
+    if (n <= 0 || n != s->n_past)
+        return mu_fail(err, MU_E_ARG, "kvpack: the session holds %d positions, not the %d tokens given", s->n_past, n);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0) return mu_fail(err, MU_E_ARG, "kvpack: negative token id at %d", i);
+    unsigned codec = o && o->codec == MU_KV_CODEC_LOSSLESS ? KV_CODEC_LOSSLESS : KV_CODEC_RAW;
+    bool enc = !(o && o->plain);
+    const mu_model_info *I = mu_model_get_info(s->e->m);
+    const int L = I->n_layer, nkv = s->e->n_kv;
+    const uint64_t bpt = (uint64_t)nkv * 2;
+    int T = CHUNK_TOKENS;
+    if ((uint64_t)T * bpt > KV_MAX_PLAIN) T = (int)(KV_MAX_PLAIN / bpt);
+    if (T < 1) return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: one position's row exceeds a chunk");
+    kv_keys keys;
+    uint8_t tenant[32];
+    tenant_id(tenant);
+    kv_key_schedule(root, tenant, EPOCH, &keys, err);
+    family_buf *fb = malloc(sizeof *fb);
+    kv_mem *mem = kv_mem_new();
+    uint16_t *kb = malloc((size_t)T * bpt), *vb = malloc((size_t)T * bpt);
+    kv_writer w;
+    bool writing = false;
+    int rc = 0;
+    if (!fb || !mem || !kb || !vb) {
+        rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        goto done;
+    }
+    if ((rc = make_family(s->e, ring_of(s), codec, fb, err))) goto done;
+    kv_manifest m = {.epoch = EPOCH, .model = id->sem, .family = fb->f};
+    memcpy(m.tenant, tenant, 32);
+    if ((rc = kv_input_cut(keys.prefix, tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)tokens, (size_t)n,
+                           &m.cut, NULL, err)))
+        goto done;
+    kv_rstate *rs = kv_alloc(mem, (size_t)2 * L, sizeof *rs);
+    kv_pstate *ps = kv_alloc(mem, (size_t)2 * L, sizeof *ps);
+    kv_key *gkeys = kv_alloc(mem, (size_t)2 * L, sizeof *gkeys);
+    kv_group *grp = kv_alloc(mem, 1, sizeof *grp);
+    if (!rs || !ps || !gkeys || !grp) {
+        rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        goto done;
+    }
+    if ((rc = kv_writer_begin(&w, dir, err))) goto done;
+    writing = true;
+    uint64_t total = 0;
+    for (int il = 0; il < L; il++) {
+        int lo = I->swa_layers[il] && n > I->n_swa ? n - I->n_swa : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
+        kv_span *spans = kv_alloc(mem, (size_t)nch, sizeof *spans);
+        kv_ref *refs[2] = {kv_alloc(mem, (size_t)nch, sizeof(kv_ref)), kv_alloc(mem, (size_t)nch, sizeof(kv_ref))};
+        if (!spans || !refs[0] || !refs[1]) {
+            rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+            goto done;
+        }
+        for (int c = 0; c < nch; c++) {
+            int t0 = lo + c * T, tc = n - t0 < T ? n - t0 : T;
+            if ((rc = mu_session_kv_read(s, il, t0, tc, kb, vb, err))) goto done;
+            spans[c] = (kv_span){(uint64_t)t0, (uint64_t)tc, (uint64_t)t0 * bpt, (uint32_t)((uint64_t)tc * bpt)};
+            for (int r = 0; r < 2; r++) {
+                kv_chunk ch;
+                const kv_key *key = &fb->st[2 * il + r].key;
+                if ((rc = kv_chunk_encode((const uint8_t *)(r ? vb : kb), (size_t)tc * bpt, tenant, &m.family, key,
+                                          &spans[c], EPOCH, enc, &keys, NULL, NULL, &ch, err)))
+                    goto done;
+                char name[80];
+                chunk_name(ch.object_key, name);
+                rc = kv_writer_put(&w, name, ch.data.p, ch.data.n, err);
+                kv_ref *f = &refs[r][c];
+                memcpy(f->chunk_id, ch.chunk_id, 32);
+                memcpy(f->object_key, ch.object_key, 32);
+                memcpy(f->digest, ch.digest, 32);
+                f->epoch = EPOCH;
+                f->plain_bytes = ch.plain_bytes;
+                f->object_bytes = (uint32_t)ch.data.n;
+                kv_buf_free(&ch.data);
+                if (rc) goto done;
+            }
+        }
+        for (int r = 0; r < 2; r++) {
+            kv_rstate *R = &rs[2 * il + r];
+            R->key = fb->st[2 * il + r].key;
+            R->full = R->segment = (kv_shape){3, {(uint64_t)cnt, (uint64_t)I->n_head_kv, (uint64_t)I->head_dim}};
+            R->n_strides = 3;
+            R->strides[0] = (uint64_t)nkv;
+            R->strides[1] = (uint64_t)I->head_dim;
+            R->strides[2] = 1;
+            R->logical_start = (uint64_t)lo;
+            R->logical_count = (uint64_t)cnt;
+            R->phys_off = 0;
+            R->phys_span = R->phys_complete = (uint64_t)cnt * bpt;
+            R->abs_pos = (uint64_t)n;
+            R->n_spans = (uint32_t)nch;
+            R->spans = spans;
+            ps[2 * il + r] = (kv_pstate){R->key, (uint32_t)nch, refs[r]};
+            gkeys[2 * il + r] = R->key;
+            total += (uint64_t)cnt * bpt;
+        }
+    }
+    *grp = (kv_group){1, (uint32_t)(2 * L), gkeys};
+    m.schema = (kv_schema){.kind = 0, .n_states = (uint32_t)(2 * L), .states = rs, .n_groups = 1, .groups = grp,
+                           .segment_bytes = total, .complete_bytes = total};
+    m.n_states = (uint32_t)(2 * L);
+    m.states = ps;
+    kv_buf pack = {0};
+    if ((rc = kv_pack_encode(&m, &keys, enc, NULL, NULL, &pack, NULL, err))) goto done;
+    rc = kv_writer_put(&w, "manifest.kvpk", pack.p, pack.n, err);
+    kv_buf_free(&pack);
+    if (!rc) rc = kv_writer_publish(&w, err);
+done:
+    if (writing) kv_writer_abort(&w);
+    kv_keys_wipe(&keys);
+    free(kb);
+    free(vb);
+    free(fb);
+    kv_mem_free(mem);
+    return rc;
+}
+
+/* ---- reading ------------------------------------------------------------ */
+
+static int load_manifest(const char *dir, const kv_keys *keys, kv_mem *mem, kv_manifest *m, mu_err *err) {
+    uint8_t *p;
+    size_t n;
+    int rc = kv_read_file(dir, "manifest.kvpk", MAX_MANIFEST_FILE, &p, &n, err);
+    if (rc) return rc;
+    rc = kv_pack_decode(p, n, keys, mem, m, err);
+    free(p);
+    return rc;
+}
+
+static int load_chunk(const char *dir, const kv_manifest *m, uint32_t si, uint32_t c, const kv_keys *keys,
+                      uint8_t *out, mu_err *err) {
+    const kv_ref *ref = &m->states[si].chunks[c];
+    char name[80];
+    chunk_name(ref->object_key, name);
+    uint8_t *p;
+    size_t n;
+    int rc = kv_read_file(dir, name, KV_MAX_OBJECT, &p, &n, err);
+    if (rc) return rc;
+    rc = kv_chunk_decode(p, n, ref, &m->schema.states[si].spans[c], m->tenant, &m->family, &m->states[si].key, keys,
+                         out, err);
+    free(p);
+    return rc;
+}
+
+static void schedule(const uint8_t root[32], kv_keys *keys) {
+    uint8_t tenant[32];
+    tenant_id(tenant);
+    kv_key_schedule(root, tenant, EPOCH, keys, NULL);
+}
+
+int mu_kv_pack_verify(const char *dir, const uint8_t root[32], const mu_kv_ident *id, int n_ctx, mu_err *err) {
+    kv_keys keys;
+    schedule(root, &keys);
+    kv_mem *mem = kv_mem_new();
+    if (!mem) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    kv_manifest m;
+    int rc = load_manifest(dir, &keys, mem, &m, err);
+    if (!rc && id) {
+        const mu_model *model = mu_engine_model(id->e);
+        rc = check_ident(&m, id, ring_for_ctx(model, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(model)), err);
+    }
+    uint8_t *buf = NULL;
+    for (uint32_t si = 0; !rc && si < m.n_states; si++)
+        for (uint32_t c = 0; !rc && c < m.states[si].n_chunks; c++) {
+            free(buf);
+            buf = malloc(m.schema.states[si].spans[c].plain_bytes);
+            if (!buf) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+            else rc = load_chunk(dir, &m, si, c, &keys, buf, err);
+        }
+    free(buf);
+    kv_keys_wipe(&keys);
+    kv_mem_free(mem);
+    return rc;
+}
+
+int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t root[32], int *n_restored,
+                       mu_err *err) {
+    if (s->e != id->e) return mu_fail(err, MU_E_ARG, "kvpack: the identity belongs to another engine");
+    if (s->n_past) return mu_fail(err, MU_E_STATE, "kvpack: restore needs an empty session (it holds %d positions)", s->n_past);
+    const mu_model_info *I = mu_model_get_info(s->e->m);
+    kv_keys keys;
+    schedule(root, &keys);
+    kv_mem *mem = kv_mem_new();
+    uint8_t *kb = NULL, *vb = NULL;
+    kv_manifest m;
+    int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    if (!rc) rc = check_ident(&m, id, ring_of(s), err);
+    if (!rc && m.schema.kind != 0)
+        rc = mu_fail(err, MU_E_UNSUPPORTED, "kvpack: a delta pack restores only through its base (not built yet)");
+    uint64_t n = rc ? 0 : m.cut.token_count;
+    if (!rc && n > (uint64_t)s->n_ctx)
+        rc = mu_fail(err, MU_E_ARG, "kvpack: the pack holds %llu positions, the session's context is %d",
+                     (unsigned long long)n, s->n_ctx);
+    for (int il = 0; !rc && il < I->n_layer; il++) {
+        const kv_rstate *R = &m.schema.states[2 * il];
+        /* the ring must hold the window; a full layer every position */
+        uint64_t need = I->swa_layers[il] ? (n < (uint64_t)I->n_swa ? n : (uint64_t)I->n_swa) : n;
+        if (R->logical_count < need || R->logical_count > (uint64_t)s->rows[il]) {
+            rc = kv_fail(err, KV_SEMANTICS, "layer %d holds %llu positions, the session needs %llu..%d", il,
+                         (unsigned long long)R->logical_count, (unsigned long long)need, s->rows[il]);
+            break;
+        }
+        for (uint32_t c = 0; !rc && c < R->n_spans; c++) {
+            const kv_span *sp = &R->spans[c];
+            free(kb);
+            free(vb);
+            kb = malloc(sp->plain_bytes);
+            vb = malloc(sp->plain_bytes);
+            if (!kb || !vb) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+            if (!rc) rc = load_chunk(dir, &m, (uint32_t)(2 * il), c, &keys, kb, err);
+            if (!rc) rc = load_chunk(dir, &m, (uint32_t)(2 * il + 1), c, &keys, vb, err);
+            if (!rc)
+                rc = mu_session_kv_write(s, il, (int)sp->token_start, (int)sp->token_count, (const uint16_t *)kb,
+                                         (const uint16_t *)vb, err);
+        }
+    }
+    if (!rc) rc = mu_session_kv_commit(s, (int)n, err);
+    if (rc) mu_session_reset(s);
+    else if (n_restored) *n_restored = (int)n;
+    free(kb);
+    free(vb);
+    kv_keys_wipe(&keys);
+    kv_mem_free(mem);
+    return rc;
+}
+
+/* ---- inspect -------------------------------------------------------------- */
+
+static int hex(char *o, const uint8_t *p) {
+    for (int i = 0; i < 32; i++) snprintf(o + 2 * i, 3, "%02x", p[i]);
+    return 64;
+}
+
+int mu_kv_pack_inspect(const char *dir, const uint8_t *root, char **json, mu_err *err) {
+    uint8_t *p;
+    size_t n;
+    int rc = kv_read_file(dir, "manifest.kvpk", MAX_MANIFEST_FILE, &p, &n, err);
+    if (rc) return rc;
+    kv_pack_header h;
+    if ((rc = kv_pack_header_read(p, n, &h, err))) {
+        free(p);
+        return rc;
+    }
+    size_t cap = 4096;
+    char *o = malloc(cap), id[65];
+    if (!o) {
+        free(p);
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    }
+    hex(id, h.manifest_id);
+    int k = snprintf(o, cap,
+                     "{\"format\": \"kvpack-v1\", \"manifest_id\": \"%s\", \"encrypted\": %s, \"key_epoch\": %llu, "
+                     "\"manifest_file_bytes\": %zu",
+                     id, h.encrypted ? "true" : "false", (unsigned long long)h.epoch, n);
+    if (root) {
+        kv_keys keys;
+        schedule(root, &keys);
+        kv_mem *mem = kv_mem_new();
+        kv_manifest m;
+        mu_err e2 = {0};
+        if (mem && !kv_pack_decode(p, n, &keys, mem, &m, &e2)) {
+            uint64_t chunks = 0, obj = 0;
+            for (uint32_t i = 0; i < m.n_states; i++)
+                for (uint32_t c = 0; c < m.states[i].n_chunks; c++) chunks++, obj += m.states[i].chunks[c].object_bytes;
+            char w[65], t[65], ps[65], mt[65], root_hex[65];
+            hex(w, m.model.weights);
+            hex(t, m.model.tokenizer);
+            hex(ps, m.model.position);
+            hex(mt, m.model.math);
+            hex(root_hex, m.cut.token_root);
+            const char *codec = m.family.states[0].codec == KV_CODEC_LOSSLESS ? "lossless" : "raw";
+            k += snprintf(o + k, cap - (size_t)k,
+                          ", \"authenticated\": true, \"kind\": \"%s\", \"tokens\": %llu, \"states\": %u, "
+                          "\"layers\": %u, \"codec\": \"%s\", \"chunks\": %llu, \"chunk_bytes\": %llu, "
+                          "\"restored_bytes\": %llu, \"token_root\": \"%s\", \"identity\": {\"weights\": \"%s\", "
+                          "\"tokenizer_template\": \"%s\", \"position\": \"%s\", \"math\": \"%s\"}",
+                          m.schema.kind ? "delta" : "full", (unsigned long long)m.cut.token_count, m.n_states,
+                          m.n_states / 2, codec, (unsigned long long)chunks, (unsigned long long)obj,
+                          (unsigned long long)m.schema.complete_bytes, root_hex, w, t, ps, mt);
+        } else {
+            const char *cat = kv_category(&e2);
+            k += snprintf(o + k, cap - (size_t)k, ", \"authenticated\": false, \"verdict\": \"%s\"",
+                          cat ? cat : "error");
+        }
+        kv_mem_free(mem);
+        kv_keys_wipe(&keys);
+    }
+    snprintf(o + k, cap - (size_t)k, "}");
+    free(p);
+    *json = o;
+    return 0;
+}
+
+const char *mu_kv_verdict(const mu_err *err) {
+    const char *c = kv_category(err);
+    if (c) return c;
+    if (err && !strncmp(err->msg, "kvpack: identity:", 17)) return "identity";
+    return NULL;
+}

@@ -1,0 +1,325 @@
+/* kvstore.c: pack directories on disk: crash-safe publication (private
+ * partial directory, fsync of every file and of the directory, one atomic
+ * rename into place, fsync of the parent), whole-file reads, the muser home
+ * and the root key file.
+ * Does not own: what the files contain (kvobj.c, kvengine.c).
+ * Design: a torn or killed writer never replaces the last good generation:
+ * until the rename nothing is visible under the destination name, and the
+ * rename (or RENAME_EXCHANGE with the previous pack) is atomic. Leftover
+ * partials of writers that died are removed by the next writer of the same
+ * destination.
+ * Test hook: MUSER_TEST_KILL_AT=N raises SIGKILL right after the N-th
+ * write, fsync, rename or unlink of a publication (counted, not timed). */
+#include "kvstore.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../include/muser_kv.h"
+#include "kvpack.h"
+
+/* ---- the kill hook ----------------------------------------------------- */
+
+static long kill_at = -1, n_ops;
+
+void kv_test_kill_at(long n) {
+    kill_at = n;
+    n_ops = 0;
+}
+
+static void op_done(void) {
+    if (kill_at < 0) {
+        const char *e = getenv("MUSER_TEST_KILL_AT");
+        kill_at = e && *e ? atol(e) : 0;
+    }
+    if (kill_at > 0 && ++n_ops == kill_at) raise(SIGKILL);
+}
+
+/* ---- paths ------------------------------------------------------------- */
+
+static int split(const char *dir, char *parent, size_t cap, const char **base, mu_err *err) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    if (n == 0 || n >= cap) return mu_fail(err, MU_E_ARG, "kvpack: bad pack directory name: %s", dir);
+    memcpy(parent, dir, n);
+    parent[n] = 0;
+    char *slash = strrchr(parent, '/');
+    if (!slash) {
+        *base = dir;
+        memmove(parent + 2, parent, n + 1);
+        parent[0] = '.';
+        parent[1] = 0;
+        *base = parent + 2;
+    } else if (slash == parent) {
+        memmove(parent + 2, slash + 1, strlen(slash + 1) + 1);
+        parent[0] = '/';
+        parent[1] = 0;
+        *base = parent + 2;
+    } else {
+        *slash = 0;
+        *base = slash + 1;
+    }
+    if (!**base || !strcmp(*base, ".") || !strcmp(*base, ".."))
+        return mu_fail(err, MU_E_ARG, "kvpack: bad pack directory name: %s", dir);
+    return 0;
+}
+
+static void rm_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            char p[PATH_MAX];
+            if (snprintf(p, sizeof p, "%s/%s", path, e->d_name) < (int)sizeof p) unlink(p);
+        }
+        closedir(d);
+    }
+    rmdir(path);
+}
+
+static int fsync_dir(const char *path, mu_err *err) {
+    int fd = open(path, O_RDONLY | O_DIRECTORY);
+    if (fd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open directory %s: %s", path, strerror(errno));
+    int rc = fsync(fd);
+    int e = errno;
+    close(fd);
+    op_done();
+    if (rc) return mu_fail(err, MU_E_IO, "kvpack: fsync %s: %s", path, strerror(e));
+    return 0;
+}
+
+/* ---- the writer -------------------------------------------------------- */
+
+int kv_writer_begin(kv_writer *w, const char *dir, mu_err *err) {
+    memset(w, 0, sizeof *w);
+    w->dfd = -1;
+    const char *base = NULL;
+    int rc = split(dir, w->parent, sizeof w->parent, &base, err);
+    if (rc) return rc;
+    if ((size_t)snprintf(w->final, sizeof w->final, "%s/%s", w->parent, base) >= sizeof w->final)
+        return mu_fail(err, MU_E_ARG, "kvpack: pack directory name too long");
+    /* partials of dead writers of this destination */
+    char prefix[PATH_MAX];
+    snprintf(prefix, sizeof prefix, ".%s.partial-", base);
+    DIR *d = opendir(w->parent);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open directory %s: %s", w->parent, strerror(errno));
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t pl = strlen(prefix);
+        if (strncmp(e->d_name, prefix, pl)) continue;
+        long pid = atol(e->d_name + pl);
+        if (pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH) {
+            char p[PATH_MAX];
+            if (snprintf(p, sizeof p, "%s/%s", w->parent, e->d_name) < (int)sizeof p) rm_tree(p);
+        }
+    }
+    closedir(d);
+    for (int i = 0; i < 100; i++) {
+        if ((size_t)snprintf(w->tmp, sizeof w->tmp, "%s/%s%ld-%d", w->parent, prefix, (long)getpid(), i) >=
+            sizeof w->tmp)
+            return mu_fail(err, MU_E_ARG, "kvpack: pack directory name too long");
+        if (!mkdir(w->tmp, 0700)) {
+            w->dfd = open(w->tmp, O_RDONLY | O_DIRECTORY);
+            if (w->dfd < 0) {
+                rc = mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", w->tmp, strerror(errno));
+                rmdir(w->tmp);
+                w->tmp[0] = 0;
+                return rc;
+            }
+            return 0;
+        }
+        if (errno != EEXIST) return mu_fail(err, MU_E_IO, "kvpack: cannot create %s: %s", w->tmp, strerror(errno));
+    }
+    return mu_fail(err, MU_E_IO, "kvpack: cannot create a partial directory next to %s", w->final);
+}
+
+int kv_writer_put(kv_writer *w, const char *name, const void *p, size_t n, mu_err *err) {
+    int fd = openat(w->dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot create %s/%s: %s", w->tmp, name, strerror(errno));
+    const uint8_t *q = p;
+    size_t left = n;
+    while (left) {
+        size_t piece = left < (1u << 20) ? left : (1u << 20);
+        ssize_t k = write(fd, q, piece);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) {
+            int e = k < 0 ? errno : ENOSPC;
+            close(fd);
+            return mu_fail(err, MU_E_IO, "kvpack: write %s/%s: %s", w->tmp, name, strerror(e));
+        }
+        op_done();
+        q += k;
+        left -= (size_t)k;
+    }
+    if (fsync(fd)) {
+        int e = errno;
+        close(fd);
+        return mu_fail(err, MU_E_IO, "kvpack: fsync %s/%s: %s", w->tmp, name, strerror(e));
+    }
+    op_done();
+    if (close(fd)) return mu_fail(err, MU_E_IO, "kvpack: close %s/%s: %s", w->tmp, name, strerror(errno));
+    return 0;
+}
+
+/* A destination that exists must be a pack directory (or empty): never
+ * swap away someone's unrelated directory. */
+static int replaceable(const char *path, mu_err *err) {
+    DIR *d = opendir(path);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: %s exists and is not a directory", path);
+    struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) && !rc) {
+        const char *n = e->d_name;
+        size_t l = strlen(n);
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest.kvpk")) continue;
+        if (l == 64 + 6 && !strcmp(n + 64, ".kvchk")) continue;
+        rc = mu_fail(err, MU_E_ARG, "kvpack: %s exists and is not a pack directory (it holds %s)", path, n);
+    }
+    closedir(d);
+    return rc;
+}
+
+int kv_writer_publish(kv_writer *w, mu_err *err) {
+    int rc = fsync_dir(w->tmp, err);
+    if (rc) return rc;
+    close(w->dfd);
+    w->dfd = -1;
+    struct stat st;
+    if (!lstat(w->final, &st)) {
+        if ((rc = replaceable(w->final, err))) return rc;
+        if (renameat2(AT_FDCWD, w->tmp, AT_FDCWD, w->final, RENAME_EXCHANGE))
+            return mu_fail(err, MU_E_IO, "kvpack: cannot swap %s into place: %s", w->final, strerror(errno));
+        op_done();
+        /* the previous generation is at tmp now */
+        if ((rc = fsync_dir(w->parent, err))) return rc;
+        rm_tree(w->tmp);
+        op_done();
+    } else {
+        if (rename(w->tmp, w->final))
+            return mu_fail(err, MU_E_IO, "kvpack: cannot publish %s: %s", w->final, strerror(errno));
+        op_done();
+        if ((rc = fsync_dir(w->parent, err))) return rc;
+    }
+    w->tmp[0] = 0;
+    return 0;
+}
+
+void kv_writer_abort(kv_writer *w) {
+    if (w->dfd >= 0) close(w->dfd);
+    w->dfd = -1;
+    if (w->tmp[0]) rm_tree(w->tmp);
+    w->tmp[0] = 0;
+}
+
+int kv_read_file(const char *dir, const char *name, size_t max, uint8_t **out, size_t *n, mu_err *err) {
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", dir, name) >= sizeof path)
+        return mu_fail(err, MU_E_ARG, "kvpack: path too long: %s", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return mu_fail(err, MU_E_IO, "kvpack: %s is not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return kv_fail(err, KV_BOUNDS, "%s has %lld bytes, more than any valid object", name, (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    uint8_t *p = malloc(len ? len : 1);
+    if (!p) {
+        close(fd);
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory reading %s", path);
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(fd, p + got, len - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != len) {
+        free(p);
+        return mu_fail(err, MU_E_IO, "kvpack: short read of %s", path);
+    }
+    *out = p;
+    *n = len;
+    return 0;
+}
+
+/* ---- the muser home and the root key ---------------------------------- */
+
+int mu_kv_home(char *out, size_t cap, bool create, mu_err *err) {
+    const char *h = getenv("MUSER_HOME");
+    int n;
+    if (h && *h) n = snprintf(out, cap, "%s", h);
+    else {
+        const char *home = getenv("HOME");
+        if (!home || !*home) return mu_fail(err, MU_E_ARG, "kvpack: neither MUSER_HOME nor HOME is set");
+        n = snprintf(out, cap, "%s/.muser", home);
+    }
+    if (n < 0 || (size_t)n >= cap) return mu_fail(err, MU_E_ARG, "kvpack: the muser home path is too long");
+    if (create && mkdir(out, 0700) && errno != EEXIST)
+        return mu_fail(err, MU_E_IO, "kvpack: cannot create the muser home %s: %s", out, strerror(errno));
+    return 0;
+}
+
+void mu_kv_key_wipe(uint8_t key[32]) {
+    volatile uint8_t *p = key;
+    for (int i = 0; i < 32; i++) p[i] = 0;
+}
+
+static int key_read(const char *path, uint8_t key[32], mu_err *err) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open key file %s: %s", path, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size != 32) {
+        close(fd);
+        return mu_fail(err, MU_E_ARG, "kvpack: key file %s must hold exactly 32 bytes", path);
+    }
+    if (st.st_mode & 077) {
+        close(fd);
+        return mu_fail(err, MU_E_ARG, "kvpack: key file %s is readable by others (mode %03o; chmod 600)", path,
+                       (unsigned)(st.st_mode & 0777));
+    }
+    ssize_t k = read(fd, key, 32);
+    close(fd);
+    if (k != 32) return mu_fail(err, MU_E_IO, "kvpack: cannot read key file %s", path);
+    return 0;
+}
+
+int mu_kv_root_key(const char *key_file, uint8_t key[32], mu_err *err) {
+    if (key_file) return key_read(key_file, key, err);
+    char home[PATH_MAX - 32], path[PATH_MAX];
+    int rc = mu_kv_home(home, sizeof home, true, err);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/kvpack.key", home);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd >= 0) {
+        uint8_t k[32];
+        int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        ssize_t got = rfd >= 0 ? read(rfd, k, 32) : -1;
+        if (rfd >= 0) close(rfd);
+        bool ok = got == 32 && write(fd, k, 32) == 32 && !fsync(fd);
+        close(fd);
+        mu_kv_key_wipe(k);
+        if (!ok) {
+            unlink(path);
+            return mu_fail(err, MU_E_IO, "kvpack: cannot create key file %s", path);
+        }
+        fsync_dir(home, NULL);
+    } else if (errno != EEXIST) {
+        return mu_fail(err, MU_E_IO, "kvpack: cannot create key file %s: %s", path, strerror(errno));
+    }
+    return key_read(path, key, err);
+}
