@@ -182,10 +182,14 @@ typedef struct {
     const int32_t *tokens;
     int n_tokens;
     bool all_logits;   /* logits for every token (speculative verify); else the last only */
+    float *embd;       /* embeddings: when set, [n_tokens][n_embd] receives the hidden state of
+                          every token after the final norm (llama.cpp's t_embd), and the item
+                          gets no logits (all_logits is ignored) */
 } mu_batch_item;
 
 /* Runs the model over all items as one batch. Afterwards each session holds
- * its final logits (after logit scale and softcap). */
+ * its final logits (after logit scale and softcap), except the sessions of
+ * items with embd, whose rows went there instead. */
 int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err);
 
 /* Logits of the i-th token of the last forward (i = -1: the last token).

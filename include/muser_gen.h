@@ -44,6 +44,16 @@ int mu_schema_new(const char *schema_json, bool object_only, const char *where, 
 mu_schema *mu_schema_ref(mu_schema *s);
 void mu_schema_unref(mu_schema *s);
 
+/* Embedding jobs: how the final-norm hidden states of the prompt's tokens
+ * become the answer (llama.cpp's pooling types). */
+typedef enum {
+    MU_EMBD_OFF = 0, /* not an embedding job: generate */
+    MU_EMBD_NONE,    /* every token's row */
+    MU_EMBD_MEAN,    /* the mean of the rows */
+    MU_EMBD_CLS,     /* the first token's row */
+    MU_EMBD_LAST,    /* the last token's row */
+} mu_embd_pooling;
+
 #define MU_GEN_MAX_STOPS 8   /* stop strings per request */
 #define MU_GEN_MAX_CHOICES 16
 
@@ -66,6 +76,12 @@ typedef struct {
                                previous job's tokens (chat turns); off: a fresh session */
     const int32_t *forced;  /* the first n_forced generated tokens are these, not sampled (bench) */
     int n_forced;
+    mu_embd_pooling embd;   /* not OFF: evaluate the prompt, pool its final-norm rows, end with
+                               MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
+                               Pooling other than LAST needs the whole prompt in one step
+                               (at most prefill_chunk tokens) */
+    int embd_normalize;     /* pooled rows: llama.cpp's embd_normalize (-1 none, 0 max-abs scaled
+                               to int16, 2 Euclidean, p > 0 p-norm); the server's default is 2 */
 } mu_gen_req;
 
 typedef enum {
@@ -157,6 +173,10 @@ void mu_job_cancel(mu_job *j);
  * mu_job_set_notify or mu_job_free returns, no call of the previous fn is
  * running or will start: so do not call them while holding a lock fn takes. */
 void mu_job_set_notify(mu_job *j, void (*fn)(void *user), void *user);
+/* The result of an embedding job, once its FINISH (MU_FINISH_STOP) was read:
+ * [*n_rows][*n_embd] floats (one row when pooled, one per prompt token for
+ * MU_EMBD_NONE), valid until mu_job_free. NULL before that or for other jobs. */
+const float *mu_job_embedding(mu_job *j, int *n_rows, int *n_embd);
 /* Clears the notification, cancels and drops the reader's reference. NULL is
  * fine. */
 void mu_job_free(mu_job *j);
