@@ -249,6 +249,39 @@ static const jc_field ollama_show[] = {
     END,
 };
 
+/* embeddings (api_embed.c) */
+static const char *const embd_formats[] = {"float", "base64", NULL};
+static const jc_field embd_ids_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
+static const jc_field embd_input_elem = F_(NULL, JC_STR | JC_INT | JC_ARR, RANGE(0, 2147483647),
+                                           .elem = &embd_ids_elem, .max_len = 1048576);
+#define EMBD_INPUT(n) F_(n, JC_STR | JC_ARR, .elem = &embd_input_elem, .max_len = 1048576)
+static const jc_field openai_embeddings[] = {
+    EMBD_INPUT("input"),
+    EMBD_INPUT("content"), /* llama.cpp's form */
+    F_("model", JC_STR, .max_len = 256),
+    F_("encoding_format", JC_STR, .one_of = embd_formats),
+    F_("dimensions", JC_INT | JC_NULL, RANGE(1, 1048576)), /* must equal the model's width */
+    F_("user", JC_STR, .max_len = 256),
+    F_("embd_normalize", JC_INT, RANGE(-1, 100)),
+    END,
+};
+static const jc_field ollama_embed[] = {
+    F_("model", JC_STR, .max_len = 256),
+    EMBD_INPUT("input"),
+    F_("truncate", JC_BOOL),
+    F_("dimensions", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("options", JC_OBJ, .fields = ollama_options),
+    F_("keep_alive", JC_STR | JC_NUM),
+    END,
+};
+static const jc_field ollama_embeddings[] = {
+    F_("model", JC_STR, .max_len = 256),
+    F_("prompt", JC_STR, .required = true, .max_len = 1048576),
+    F_("options", JC_OBJ, .fields = ollama_options),
+    F_("keep_alive", JC_STR | JC_NUM),
+    END,
+};
+
 const mu_http_route mu_http_routes[] = {
     {"POST", "/v1/chat/completions", MU_PROTO_OPENAI, api_openai_chat, false},
     {"POST", "/v1/completions", MU_PROTO_OPENAI, api_openai_completions, false},
@@ -270,8 +303,29 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/api/tags", MU_PROTO_OLLAMA, api_ollama_tags, false},
     {"POST", "/api/show", MU_PROTO_OLLAMA, api_ollama_show, false},
     {"GET", "/api/version", MU_PROTO_OLLAMA, api_ollama_version, false},
+    /* embeddings (api_embed.c) */
+    {"POST", "/v1/embeddings", MU_PROTO_OPENAI, api_embeddings, false},
+    {"POST", "/embeddings", MU_PROTO_LLAMACPP, api_embeddings, false},
+    {"POST", "/embedding", MU_PROTO_LLAMACPP, api_embeddings, false},
+    {"POST", "/api/embed", MU_PROTO_OLLAMA, api_embeddings, false},
+    {"POST", "/api/embeddings", MU_PROTO_OLLAMA, api_embeddings, false},
+    /* model routes (api_openai.c, api_ollama.c) and the root */
+    {"GET", "/v1/models/*", MU_PROTO_OPENAI, api_openai_model, false},
+    {"GET", "/api/ps", MU_PROTO_OLLAMA, api_ollama_ps, false},
+    {"GET", "/", MU_PROTO_LLAMACPP, api_root, false},
     {NULL, NULL, 0, NULL, false},
 };
+
+/* GET /: a small JSON answer (llama.cpp serves its web UI here; muser has
+ * none): the server, the model and the API families, so a person or a
+ * probe sees what answers. Needs the key when one is set (it names the
+ * model); /health is the open probe. */
+void api_root(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    mu_http_reply_json(r, 200, json_pack("{s:s,s:s,s:[s,s,s],s:s}", "server", "muser", "model", a->model_id, "apis",
+                                         "openai", "llamacpp", "ollama", "health", "/health"));
+}
 
 const jc_field *api_schema(const char *path) {
     static const struct {
@@ -284,6 +338,9 @@ const jc_field *api_schema(const char *path) {
         {"/tokenize", llama_tokenize},         {"/detokenize", llama_detokenize},
         {"/apply-template", llama_apply_template}, {"/api/generate", ollama_generate},
         {"/api/chat", ollama_chat},            {"/api/show", ollama_show},
+        {"/v1/embeddings", openai_embeddings}, {"/embeddings", openai_embeddings},
+        {"/embedding", openai_embeddings},     {"/api/embed", ollama_embed},
+        {"/api/embeddings", ollama_embeddings},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].path, path)) return t[i].f;

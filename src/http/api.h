@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../../include/muser_gen.h"
+#include "../../include/muser_serve.h"
 #include "jcheck.h"
 #include "server.h"
 
@@ -25,6 +26,11 @@ typedef struct {
     uint64_t model_bytes;
     int64_t model_mtime;
     int n_ctx, n_slots;
+    mu_embd_pooling pooling;   /* embeddings (--pooling); MU_EMBD_NONE by default, as llama.cpp */
+    const char *aliases[MU_SERVE_MAX_ALIASES]; /* more names the model answers to (--alias; they live
+                                                  as long as the server) */
+    int n_aliases;
+    bool any_model;            /* every model name is this model (--any-model) */
     mu_http_server *server;    /* set after start; for /metrics */
 } mu_http_app;
 
@@ -36,6 +42,9 @@ extern const mu_http_route mu_http_routes[];
 /* Model id check: NULL/absent is fine; the served id (or "<id>:latest" for
  * Ollama) is fine; anything else replies 404 and returns false. */
 bool api_model_ok(mu_http_req *r, const json_t *body, const char *key);
+/* True when name is the served id or an alias (Ollama: also "<name>:latest"),
+ * or any name with --any-model. */
+bool api_model_name_ok(mu_http_app *a, const char *name, bool ollama);
 
 /* Prompt tokens for text: BOS (when the model adds one) + encode(text). */
 int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, int32_t **ids, int *n, mu_err *err);
@@ -138,6 +147,7 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
 void api_openai_chat(mu_http_req *r, const json_t *body);
 void api_openai_completions(mu_http_req *r, const json_t *body);
 void api_openai_models(mu_http_req *r, const json_t *body);
+void api_openai_model(mu_http_req *r, const json_t *body);   /* GET /v1/models/{id} */
 void api_llama_completion(mu_http_req *r, const json_t *body);
 void api_llama_tokenize(mu_http_req *r, const json_t *body);
 void api_llama_detokenize(mu_http_req *r, const json_t *body);
@@ -151,6 +161,11 @@ void api_ollama_chat(mu_http_req *r, const json_t *body);
 void api_ollama_tags(mu_http_req *r, const json_t *body);
 void api_ollama_show(mu_http_req *r, const json_t *body);
 void api_ollama_version(mu_http_req *r, const json_t *body);
+void api_ollama_ps(mu_http_req *r, const json_t *body);
+/* GET /: what this server is and serves (api.c) */
+void api_root(mu_http_req *r, const json_t *body);
+/* /v1/embeddings, /embedding, /embeddings, /api/embed, /api/embeddings (api_embed.c) */
+void api_embeddings(mu_http_req *r, const json_t *body);
 
 /* Request schemas by route path (NULL for routes without a body); used by
  * the handlers, the fuzz harness and the unit tests. */

@@ -164,13 +164,23 @@ int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_ke
     return 0;
 }
 
+static bool name_is(const char *id, const char *name, bool ollama) {
+    if (!strcmp(id, name)) return true;
+    size_t n = strlen(name);
+    return ollama && !strncmp(id, name, n) && !strcmp(id + n, ":latest");
+}
+
+bool api_model_name_ok(mu_http_app *a, const char *id, bool ollama) {
+    if (a->any_model || name_is(id, a->model_id, ollama)) return true;
+    for (int i = 0; i < a->n_aliases; i++)
+        if (name_is(id, a->aliases[i], ollama)) return true;
+    return false;
+}
+
 bool api_model_ok(mu_http_req *r, const json_t *body, const char *key) {
     mu_http_app *a = mu_http_req_app(r);
     const char *id = body ? mu_jc_str(body, key, NULL) : NULL;
-    if (!id || !*id || !strcmp(id, a->model_id)) return true;
-    size_t n = strlen(a->model_id);
-    if (mu_http_req_proto(r) == MU_PROTO_OLLAMA && !strncmp(id, a->model_id, n) && !strcmp(id + n, ":latest"))
-        return true;
+    if (!id || !*id || api_model_name_ok(a, id, mu_http_req_proto(r) == MU_PROTO_OLLAMA)) return true;
     char m[400];
     snprintf(m, sizeof m, "model '%.150s' not found; this server serves '%.150s'", id, a->model_id);
     mu_http_reply_error(r, 404, m, "model");

@@ -283,3 +283,16 @@ void api_ollama_version(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_reply_json(r, 200, json_pack("{s:s}", "version", "0.9.0"));
 }
+
+/* GET /api/ps: the one model, always loaded. */
+void api_ollama_ps(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    char *name = tag_name(a);
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o,s:s,s:I,s:i}", "name", name ? name : a->model_id, "model",
+                          name ? name : a->model_id, "size", (json_int_t)a->model_bytes, "digest", "", "details",
+                          details(a), "expires_at", "2318-01-01T00:00:00Z", "size_vram", (json_int_t)0,
+                          "context_length", a->n_ctx);
+    free(name);
+    mu_http_reply_json(r, 200, json_pack("{s:[o]}", "models", m));
+}

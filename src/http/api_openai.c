@@ -8,6 +8,7 @@
  * each pull takes the events that are ready and writes the SSE chunks they
  * produce (never waiting); the non-streaming variant polls the same api_job
  * each time the request is woken and replies once every choice ended. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -514,11 +515,58 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     mu_http_reply_later(r, oa_completions_poll, oa_release, s);
 }
 
+/* The model object (llama.cpp's shape: OpenAI's id, object, created,
+ * owned_by, plus aliases and meta). */
+static json_t *model_object(mu_http_app *a, const char *id) {
+    json_t *aliases = json_array();
+    for (int i = 0; i < a->n_aliases; i++) json_array_append_new(aliases, json_string(a->aliases[i]));
+    return json_pack("{s:s,s:o,s:s,s:I,s:s,s:{s:i,s:i,s:i,s:i,s:I}}", "id", id, "aliases", aliases, "object", "model",
+                     "created", (json_int_t)a->model_mtime, "owned_by", "muser", "meta", "n_vocab", a->info->n_vocab,
+                     "n_ctx", a->n_ctx, "n_ctx_train", a->info->n_ctx_train, "n_embd", a->info->n_embd, "size",
+                     (json_int_t)a->model_bytes);
+}
+
 void api_openai_models(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:{s:i,s:i,s:I}}", "id", a->model_id, "object", "model", "created",
-                          (json_int_t)a->model_mtime, "owned_by", "muser", "meta", "n_vocab", a->info->n_vocab,
-                          "n_ctx_train", a->info->n_ctx_train, "size", (json_int_t)a->model_bytes);
-    mu_http_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    mu_http_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(a, a->model_id)));
+}
+
+/* Percent-decodes s[0..n) into out (cap bytes); false on a bad escape, a
+ * NUL, or no room. */
+static bool pct_decode(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            if (i + 2 >= n || !isxdigit((unsigned char)s[i + 1]) || !isxdigit((unsigned char)s[i + 2])) return false;
+            char hex[3] = {s[i + 1], s[i + 2], 0};
+            c = (int)strtol(hex, NULL, 16);
+            i += 2;
+        }
+        if (c == 0 || k + 1 >= cap) return false;
+        out[k++] = (char)c;
+    }
+    out[k] = 0;
+    return true;
+}
+
+void api_openai_model(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    const char *p = mu_http_req_path(r) + strlen("/v1/models/");
+    char id[256];
+    json_t *probe = NULL;
+    if (!pct_decode(p, strlen(p), id, sizeof id) || !(probe = json_string(id))) {
+        mu_http_reply_error(r, 400, "model id in the path: bad percent-encoding or not UTF-8", "model");
+        return;
+    }
+    json_decref(probe);
+    if (!api_model_name_ok(a, id, false)) {
+        char m[400];
+        snprintf(m, sizeof m, "model '%.150s' not found; this server serves '%.150s'", id, a->model_id);
+        mu_http_reply_error(r, 404, m, "model");
+        return;
+    }
+    mu_http_reply_json(r, 200, model_object(a, id));
 }

@@ -51,6 +51,22 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->model_path = path;
     a->n_ctx = sm.n_ctx;
     a->n_slots = sm.n_slots;
+    a->pooling = o->pooling == MU_EMBD_OFF ? MU_EMBD_NONE : o->pooling;
+    if (o->n_aliases < 0 || o->n_aliases > MU_SERVE_MAX_ALIASES) {
+        free(s);
+        return mu_fail(err, MU_E_ARG, "server: at most %d aliases: %d", MU_SERVE_MAX_ALIASES, o->n_aliases);
+    }
+    for (int i = 0; i < o->n_aliases; i++) {
+        json_t *p = json_string(o->aliases[i]);
+        json_decref(p);
+        if (!p || !*o->aliases[i]) {
+            free(s);
+            return mu_fail(err, MU_E_ARG, "server: a model alias must be non-empty UTF-8");
+        }
+        a->aliases[i] = o->aliases[i];
+    }
+    a->n_aliases = o->n_aliases;
+    a->any_model = o->any_model;
     mu_http_opts ho = {.host = o->host,
                        .port = o->port,
                        .tls_cert_pem = o->tls_cert_pem,
@@ -63,6 +79,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
                        .idle_timeout_s = o->idle_timeout_s,
                        .max_body_bytes = o->max_body_bytes,
                        .threads = o->http_threads,
+                       .cors_origins = o->cors_origins,
                        .routes = mu_http_routes,
                        .app = a};
     int rc = mu_http_server_start(&ho, &s->srv, err);

@@ -41,7 +41,7 @@ typedef struct {
     const char *path;
     mu_http_proto proto;
     void (*fn)(mu_http_req *req, const json_t *body);   /* body NULL for GET */
-    bool public_route;    /* no API key needed (health) */
+    bool public_route;    /* no API key needed (health, /) */
 } mu_http_route;
 
 typedef struct {
@@ -60,7 +60,9 @@ typedef struct {
                                   * otherwise; -1: off */
     int threads;                 /* 0: 4; libmicrohttpd's event threads (1..64) */
     int requested_connections;   /* out (mu_http_server_limits): max_connections before lowering */
-    const mu_http_route *routes; /* ends with a NULL path */
+    const char *cors_origins;    /* NULL: no CORS; "*" or a comma-separated list of origins */
+    const mu_http_route *routes; /* ends with a NULL path; a path ending in '*' matches any
+                                  * path that starts with what precedes the '*' */
     void *app;                   /* handed to handlers via mu_http_req_app */
 } mu_http_opts;
 
