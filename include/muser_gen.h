@@ -89,6 +89,9 @@ typedef enum {
     MU_EV_TEXT,      /* a text delta of one channel: whole UTF-8 characters, never part of a stop string */
     MU_EV_TOOL_CALL, /* a complete tool call: name, arguments (JSON text) */
     MU_EV_FINISH,    /* the last event of a job */
+    MU_EV_CONTENT_TOKEN, /* chat jobs with logprobs or n_top: token tok_index is part of the answer
+                            text (not a channel header, reasoning or a tool call); sent just before
+                            the TEXT event that holds its first byte */
 } mu_event_kind;
 
 typedef enum { MU_CH_CONTENT, MU_CH_REASONING } mu_channel;
@@ -120,6 +123,7 @@ typedef struct {
     size_t len;
     const char *name;       /* TOOL_CALL: the function name (NUL-terminated) */
     mu_gen_token tok;       /* TOKEN */
+    int tok_index;          /* CONTENT_TOKEN: 0-based, in generation order (the TOKEN events' order) */
     mu_finish finish;       /* FINISH */
     const char *stop_word;  /* FINISH with MU_FINISH_WORD: the string that matched */
     const char *err;        /* FINISH with MU_FINISH_ERROR or CANCEL: why ("" when nothing to say) */

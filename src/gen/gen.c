@@ -42,6 +42,16 @@ struct mu_gen {
     mu_gen_emit_fn emit;
     void *user;
     mu_finish finish;          /* set when a stop string matched */
+    /* which tokens are answer text (chat jobs with logprobs): tok_start[i]
+     * is where token i's bytes begin in the decoded output, tok_cpos[i]
+     * where they begin in the answer text (-1: not answer text) */
+    bool track;
+    size_t *tok_start;
+    long long *tok_cpos;
+    int cap_tok;
+    int n_assigned, n_shown;   /* tokens placed by the parser's events; tokens reported */
+    size_t raw_out;            /* decoded bytes fed to the chat parser */
+    size_t content_in, content_out; /* answer bytes received from the parser; released */
 };
 
 int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx, mu_gen **out, mu_err *err) {
@@ -84,6 +94,7 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
             rc = mu_detok_new(tok, (r->chat ? MU_DETOK_SPECIAL : 0) | (r->valid_utf8 ? MU_DETOK_VALID_UTF8 : 0),
                               &g->detok, err);
         if (!rc && r->chat) rc = mu_chat_parser_new(&g->cp, err);
+        g->track = r->chat && (r->logprobs || r->n_top > 0);
     }
     if (!rc && r->n_top > 0) {
         g->top_ids = malloc((size_t)r->n_top * sizeof *g->top_ids);
@@ -112,6 +123,8 @@ void mu_gen_free(mu_gen *g) {
     free(g->top_ids);
     free(g->top_probs);
     free(g->top_logprobs);
+    free(g->tok_start);
+    free(g->tok_cpos);
     free(g);
 }
 
@@ -145,8 +158,36 @@ int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
 
 static void emit_text(mu_gen *g, mu_channel ch, const char *s, size_t n) {
     if (!n) return;
+    if (g->track && ch == MU_CH_CONTENT) {
+        /* the answer tokens whose first byte is in this text */
+        size_t end = g->content_out + n;
+        while (g->n_shown < g->n_assigned) {
+            long long c = g->tok_cpos[g->n_shown];
+            if (c >= 0 && (size_t)c >= end) break;
+            if (c >= 0) {
+                mu_gen_event t = {.kind = MU_EV_CONTENT_TOKEN, .tok_index = g->n_shown};
+                g->emit(g->user, &t);
+            }
+            g->n_shown++;
+        }
+        g->content_out = end;
+    }
     mu_gen_event ev = {.kind = MU_EV_TEXT, .channel = ch, .text = s, .len = n};
     g->emit(g->user, &ev);
+}
+
+/* The parser released answer bytes [o, o + n) of its input: the tokens
+ * that start there are answer tokens (with their place in the answer
+ * text); tokens passed over before o are not. */
+static void place_tokens(mu_gen *g, size_t o, size_t n) {
+    if (o != SIZE_MAX) {
+        while (g->n_assigned < g->n_acc && g->tok_start[g->n_assigned] < o + n) {
+            size_t s = g->tok_start[g->n_assigned];
+            g->tok_cpos[g->n_assigned] = s >= o ? (long long)(g->content_in + (s - o)) : -1;
+            g->n_assigned++;
+        }
+    }
+    g->content_in += n;
 }
 
 /* Longest k < the stop's length such that the last k bytes of s[0..n) are
@@ -214,6 +255,7 @@ static int chat_event(void *user, const mu_chat_event *ev) {
     if (ev->kind == MU_CHAT_REASONING) {
         emit_text(g, MU_CH_REASONING, ev->text, ev->len);
     } else if (ev->kind == MU_CHAT_CONTENT) {
+        if (g->track) place_tokens(g, ev->offset, ev->len);
         answer_text(g, ev->text, ev->len, false);
     } else if (ev->kind == MU_CHAT_TOOL_CALL && !g->cut) {
         mu_gen_event e = {.kind = MU_EV_TOOL_CALL, .name = ev->name, .text = ev->arguments,
@@ -227,6 +269,7 @@ static int chat_event(void *user, const mu_chat_event *ev) {
 static void out_text(mu_gen *g, const char *s, size_t n) {
     if (!n) return;
     if (g->cp) {
+        g->raw_out += n;
         mu_err err;
         mu_chat_parser_feed(g->cp, s, n, chat_event, g, &err);
     } else {
@@ -252,6 +295,21 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
         ev.tok.top_logprobs = g->top_logprobs;
     }
     emit(user, &ev);
+    if (g->track) { /* token n_acc - 1 starts where the decoded output is now */
+        if (g->n_acc > g->cap_tok) {
+            int cap = g->cap_tok ? g->cap_tok * 2 : 256;
+            size_t *st = realloc(g->tok_start, (size_t)cap * sizeof *st);
+            if (st) g->tok_start = st;
+            long long *cp = st ? realloc(g->tok_cpos, (size_t)cap * sizeof *cp) : NULL;
+            if (cp) g->tok_cpos = cp;
+            if (!st || !cp) g->track = false; /* out of memory: no more answer tokens are reported */
+            else g->cap_tok = cap;
+        }
+        if (g->track) {
+            g->tok_start[g->n_acc - 1] = g->raw_out;
+            g->tok_cpos[g->n_acc - 1] = -1;
+        }
+    }
     if (g->detok) {
         const char *s;
         size_t n;

@@ -73,6 +73,8 @@ typedef struct {
     api_tok *toks;           /* when want_toks */
     bool want_toks;
     int n_ids, cap_ids;
+    int *ctoks;              /* chat with logprobs: indexes of the answer's tokens (MU_EV_CONTENT_TOKEN) */
+    int n_ctoks, cap_ctoks;
     mu_finish finish;        /* MU_FINISH_CTX is reported as MU_FINISH_LENGTH */
     char stop_word[264];
     mu_gen_stats st;

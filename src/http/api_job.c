@@ -314,6 +314,17 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         if (c) json_array_append_new(g->tool_calls, c);
         return c != NULL;
     }
+    case MU_EV_CONTENT_TOKEN:
+        if (ev->tok_index < 0 || ev->tok_index >= g->n_ids) return true;
+        if (g->n_ctoks == g->cap_ctoks) {
+            int cap = g->cap_ctoks ? g->cap_ctoks * 2 : 64;
+            int *c = realloc(g->ctoks, (size_t)cap * sizeof *c);
+            if (!c) return false;
+            g->ctoks = c;
+            g->cap_ctoks = cap;
+        }
+        g->ctoks[g->n_ctoks++] = ev->tok_index;
+        return true;
     case MU_EV_FINISH:
         g->finish = ev->finish == MU_FINISH_CTX ? MU_FINISH_LENGTH : ev->finish;
         g->st = ev->stats;
@@ -372,6 +383,8 @@ void api_job_free(api_job *g) {
     mu_http_buf_free(&g->reasoning);
     free(g->ids);
     free(g->toks);
+    free(g->ctoks);
+    g->ctoks = NULL;
     g->ids = NULL;
     g->toks = NULL;
 }

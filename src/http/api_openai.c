@@ -113,9 +113,12 @@ static json_t *logprob_entry(mu_http_app *a, const api_tok *t) {
                      api_token_bytes(a, t->id), "top_logprobs", top);
 }
 
+/* Chat logprobs over answer tokens [from, to) (g->ctoks): the tokens whose
+ * texts join to message.content, never channel headers, reasoning or tool
+ * calls. */
 static json_t *logprobs_range(api_job *g, int from, int to) {
     json_t *arr = json_array();
-    for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[i]));
+    for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[g->ctoks[i]]));
     return json_pack("{s:o}", "content", arr);
 }
 
@@ -176,9 +179,10 @@ static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
     const char *rs = s->chat ? api_job_take_reasoning(g, &nr) : NULL;
     const char *cs = api_job_take_content(g, &nc);
     json_t *lp = NULL;
-    if (s->logprobs && g->n_ids > s->lp_sent[k]) {
-        lp = s->chat ? logprobs_range(g, s->lp_sent[k], g->n_ids) : completion_logprobs(g, s->lp_sent[k], g->n_ids);
-        s->lp_sent[k] = g->n_ids;
+    int n_lp = s->chat ? g->n_ctoks : g->n_ids;
+    if (s->logprobs && n_lp > s->lp_sent[k]) {
+        lp = s->chat ? logprobs_range(g, s->lp_sent[k], n_lp) : completion_logprobs(g, s->lp_sent[k], n_lp);
+        s->lp_sent[k] = n_lp;
     }
     if (nr) sse(out, chunk(s, k, json_pack("{s:o}", "reasoning_content", api_json_text(rs, nr)), NULL, NULL));
     if (nc || lp) {
@@ -302,7 +306,7 @@ static bool oa_chat_poll(void *state, mu_http_req *r) {
         if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
         if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
         json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs",
-                                                 s->logprobs ? logprobs_range(g, 0, g->n_ids) : json_null(),
+                                                 s->logprobs ? logprobs_range(g, 0, g->n_ctoks) : json_null(),
                                                  "finish_reason", finish_name(g->finish, has_calls)));
     }
     json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "chat.completion",

@@ -96,6 +96,67 @@ static void run_job(mu_sched *s, const mu_gen_req *q, result *r) {
     mu_job_free(j);
 }
 
+/* Chat logprobs cover the answer's tokens only: forced output with a
+ * reasoning message, headers and an answer; the CONTENT_TOKEN events name
+ * exactly the tokens whose pieces join to the answer text, each before the
+ * TEXT event holding its first byte; with a stop string, none past the cut. */
+static void test_content_tokens(void **state) {
+    (void)state;
+    if (!D) skip();
+    mu_err err = {0};
+    const mu_tok *tk = mu_model_tokenizer(D);
+    const char *out = " to=self<|message|>Let me think.<|eom|><|start|>assistant to=user<|message|>Hello there, "
+                      "world!<|eot|>";
+    int32_t *f, *p;
+    int nf, np;
+    assert_int_equal(mu_tok_encode(tk, out, strlen(out), true, &f, &nf, &err), 0);
+    const char *pr = "Hi";
+    assert_int_equal(mu_tokenize(D, pr, strlen(pr), true, false, &p, &np, &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 256};
+    assert_int_equal(mu_sched_new(ED, &so, &s, &err), 0);
+    for (int with_stop = 0; with_stop < 2; with_stop++) {
+        const char *stops[1] = {"world"};
+        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = nf, .sp = {.temp = 0}, .forced = f, .n_forced = nf,
+                        .chat = true, .logprobs = true, .stops = stops, .n_stops = with_stop};
+        mu_job *j;
+        assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+        mu_gen_event ev;
+        char text[256] = "", joined[256] = "";
+        size_t nt = 0, nj = 0, pending = 0;
+        int n_tok = 0, n_ct = 0;
+        while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) {
+            if (ev.kind == MU_EV_TOKEN) n_tok++;
+            if (ev.kind == MU_EV_CONTENT_TOKEN) {
+                assert_true(ev.tok_index >= 0 && ev.tok_index < n_tok);
+                int k = mu_tok_piece(tk, f[ev.tok_index], false, joined + nj, sizeof joined - nj - 1);
+                assert_true(k > 0);
+                pending = nj; /* this token's first byte must be in the next TEXT */
+                nj += (size_t)k;
+                n_ct++;
+            }
+            if (ev.kind == MU_EV_TEXT && ev.channel == MU_CH_CONTENT) {
+                assert_true(pending >= nt && pending < nt + ev.len);
+                memcpy(text + nt, ev.text, ev.len);
+                nt += ev.len;
+            }
+        }
+        mu_job_free(j);
+        const char *want = with_stop ? "Hello there, " : "Hello there, world!";
+        assert_int_equal(nt, strlen(want));
+        assert_memory_equal(text, want, nt);
+        /* the answer's tokens, joined: the answer (with the stop, the token
+         * holding the cut may run past it) */
+        assert_true(n_ct > 0);
+        assert_true(nj >= nt);
+        assert_memory_equal(joined, want, nt);
+        if (!with_stop) assert_int_equal(nj, nt);
+    }
+    mu_sched_free(s);
+    free(f);
+    free(p);
+}
+
 /* An embedding job's result (one job, waited for). */
 static int embd_job(mu_sched *s, const int32_t *p, int n, mu_embd_pooling pool, int norm, float *out, int cap,
                     int *rows, mu_err *err) {
@@ -529,6 +590,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_text_and_stops),
         cmocka_unit_test(test_embedding_jobs),
+        cmocka_unit_test(test_content_tokens),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
