@@ -56,6 +56,7 @@ typedef enum {
 
 #define MU_GEN_MAX_STOPS 8   /* stop strings per request */
 #define MU_GEN_MAX_CHOICES 16
+#define MU_GEN_MAX_CALLS 128 /* functions a forced call may choose from */
 
 typedef struct {
     const int32_t *prompt;  /* copied at submit; BOS included when wanted */
@@ -80,6 +81,11 @@ typedef struct {
                                MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
                                Pooling other than LAST needs the whole prompt in one step
                                (at most prefill_chunk tokens) */
+    const char *const *call_one_of; /* chat: the output must be a call of one of these functions
+                               (OpenAI tool_choice "required" or a named function): the header
+                               " to=NAME<|message|>" with NAME constrained to the list, then the
+                               call block opened for NAME; the arguments are the model's (copied) */
+    int n_call_one_of;      /* 0: off; at most MU_GEN_MAX_CALLS */
     int embd_normalize;     /* pooled rows: llama.cpp's embd_normalize (-1 none, 0 max-abs scaled
                                to int16, 2 Euclidean, p > 0 p-norm); the server's default is 2 */
 } mu_gen_req;

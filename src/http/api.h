@@ -86,6 +86,9 @@ typedef struct {
  * replies (400/429/...) and returns false. */
 bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
                    const json_t *stop);
+/* 400 for a prompt that does not fit: llama.cpp's exceed_context_size_error
+ * (with n_prompt_tokens and n_ctx), Ollama's plain error. */
+void api_reply_exceed(mu_http_req *r, int n_prompt, int n_ctx);
 /* The n choices of one request: g[0..n) each get a job; choice k samples
  * with seed + k; the scheduler evaluates the prompt once. */
 #define API_MAX_CHOICES MU_GEN_MAX_CHOICES

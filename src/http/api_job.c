@@ -109,8 +109,11 @@ json_t *api_token_bytes(mu_http_app *a, int32_t id) {
 }
 
 json_t *api_timings(const mu_gen_stats *st) {
-    double pn = st->n_prompt, gn = st->n_gen;
-    json_t *t = json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "prompt_n", st->n_prompt, "prompt_ms", st->prompt_ms,
+    /* llama.cpp's: prompt_n counts the evaluated prompt tokens, cache_n the
+     * ones whose KV state was kept */
+    double pn = st->n_prompt - st->n_reused, gn = st->n_gen;
+    json_t *t = json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "cache_n", st->n_reused, "prompt_n",
+                     st->n_prompt - st->n_reused, "prompt_ms", st->prompt_ms,
                      "prompt_per_token_ms", pn > 0 ? st->prompt_ms / pn : 0.0, "prompt_per_second",
                      st->prompt_ms > 0 ? pn * 1e3 / st->prompt_ms : 0.0, "predicted_n", st->n_gen, "predicted_ms",
                      st->gen_ms, "predicted_per_token_ms", gn > 1 ? st->gen_ms / (gn - 1) : 0.0,
@@ -226,8 +229,25 @@ mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
 
 /* ---- the reader ------------------------------------------------------- */
 
+void api_reply_exceed(mu_http_req *r, int n_prompt, int n_ctx) {
+    char m[200];
+    snprintf(m, sizeof m, "request (%d tokens) exceeds the available context size (%d tokens), try increasing it",
+             n_prompt, n_ctx);
+    if (mu_http_req_proto(r) == MU_PROTO_OLLAMA) {
+        mu_http_reply_error(r, 400, m, NULL);
+        return;
+    }
+    mu_http_reply_json(r, 400, json_pack("{s:{s:i,s:s,s:s,s:i,s:i}}", "error", "code", 400, "message", m, "type",
+                                         "exceed_context_size_error", "n_prompt_tokens", n_prompt, "n_ctx", n_ctx));
+}
+
 bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
                      const mu_gen_req *req, const json_t *stop) {
+    if (n_prompt >= a->n_ctx) {
+        free(prompt);
+        api_reply_exceed(r, n_prompt, a->n_ctx);
+        return false;
+    }
     mu_gen_req q[API_MAX_CHOICES];
     mu_job *jobs[API_MAX_CHOICES];
     const char *stops[MU_GEN_MAX_STOPS];

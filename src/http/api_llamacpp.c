@@ -273,16 +273,46 @@ void api_llama_health(mu_http_req *r, const json_t *body) {
     mu_http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* A request's sampling and generation settings under llama.cpp's names
+ * (its task params), from muser's defaults. */
+static json_t *default_params(void) {
+    mu_sample_params d = mu_sample_defaults();
+    json_t *p = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f}", "seed", (json_int_t)4294967295LL,
+                          "temperature", (double)d.temp, "dynatemp_range", (double)d.dynatemp_range,
+                          "dynatemp_exponent", (double)d.dynatemp_exponent, "top_k", d.top_k, "top_p", (double)d.top_p,
+                          "min_p", (double)d.min_p, "top_n_sigma", d.top_n_sigma > 0 ? (double)d.top_n_sigma : -1.0,
+                          "xtc_probability", (double)d.xtc_probability, "xtc_threshold", (double)d.xtc_threshold,
+                          "typical_p", d.typical_p > 0 ? (double)d.typical_p : 1.0);
+    json_t *q = json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:i,s:f,s:f}", "repeat_last_n", d.penalty_last_n,
+                          "repeat_penalty", d.penalty_repeat > 0 ? (double)d.penalty_repeat : 1.0, "presence_penalty",
+                          (double)d.penalty_present, "frequency_penalty", (double)d.penalty_freq, "dry_multiplier",
+                          (double)d.dry_multiplier, "dry_base", (double)d.dry_base, "dry_allowed_length",
+                          d.dry_allowed_length, "dry_penalty_last_n", d.dry_penalty_last_n, "mirostat", d.mirostat,
+                          "mirostat_tau", (double)d.mirostat_tau, "mirostat_eta", (double)d.mirostat_eta);
+    json_t *r = json_pack("{s:i,s:i,s:i,s:i,s:b,s:b,s:i,s:i,s:[s,s,s,s,s,s,s,s,s],s:b,s:b}", "max_tokens", -1,
+                          "n_predict", -1, "n_keep", 0, "n_discard", 0, "ignore_eos", 0, "stream", 1, "n_probs", 0,
+                          "min_keep", d.min_keep, "samplers", "penalties", "dry", "top_n_sigma", "top_k", "typ_p",
+                          "top_p", "min_p", "xtc", "temperature", "timings_per_token", 0, "post_sampling_probs", 0);
+    if (p && q) json_object_update(p, q);
+    if (p && r) json_object_update(p, r);
+    json_decref(q);
+    json_decref(r);
+    return p;
+}
+
 void api_llama_props(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
-    mu_sample_params d = mu_sample_defaults();
-    json_t *o = json_pack("{s:{s:i,s:{s:f,s:i,s:f,s:f,s:i}},s:i,s:s,s:s,s:s,s:{s:b},s:s}", "default_generation_settings",
-                          "n_ctx", a->n_ctx, "params", "temperature", (double)d.temp, "top_k", d.top_k, "top_p",
-                          (double)d.top_p, "min_p", (double)d.min_p, "n_predict", -1, "total_slots", a->n_slots,
-                          "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
-                          a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "build_info",
-                          "muser " MU_COMMIT);
+    char bos[API_PIECE_MAX] = "", eos[API_PIECE_MAX] = "";
+    if (a->info->bos >= 0) bos[api_piece(a, a->info->bos, bos, sizeof bos - 1)] = 0;
+    if (a->info->eos >= 0) eos[api_piece(a, a->info->eos, eos, sizeof eos - 1)] = 0;
+    json_t *o = json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:{s:b,s:b,s:b},s:o,s:o,s:s,s:b,s:b,s:b,s:b}",
+                          "default_generation_settings", "n_ctx", a->n_ctx, "params", default_params(), "total_slots",
+                          a->n_slots, "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
+                          a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "video", 0, "audio", 0,
+                          "bos_token", api_json_text(bos, strlen(bos)), "eos_token", api_json_text(eos, strlen(eos)),
+                          "build_info", "muser " MU_COMMIT, "is_sleeping", 0, "endpoint_slots", 1, "endpoint_props", 1,
+                          "endpoint_metrics", 1);
     mu_http_reply_json(r, 200, o);
 }
 
@@ -293,9 +323,13 @@ void api_llama_slots(mu_http_req *r, const json_t *body) {
     for (int i = 0; i < a->n_slots; i++) {
         mu_sched_slot_info si;
         mu_sched_get_slot(a->sched, i, &si);
-        json_array_append_new(arr, json_pack("{s:i,s:i,s:b,s:i,s:{s:i,s:i}}", "id", i, "n_ctx", a->n_ctx,
-                                             "is_processing", si.busy, "n_past", si.n_past, "next_token", "n_decoded",
-                                             si.n_gen, "n_prompt", si.n_prompt));
+        /* llama.cpp's slot object (next_token is an array of one), plus n_past */
+        json_array_append_new(
+            arr, json_pack("{s:i,s:i,s:b,s:b,s:i,s:i,s:i,s:i,s:o,s:[{s:b,s:b,s:i,s:i}]}", "id", i, "n_ctx", a->n_ctx,
+                           "speculative", 0, "is_processing", si.busy, "n_past", si.n_past, "n_prompt_tokens",
+                           si.n_prompt, "n_prompt_tokens_processed", si.n_past < si.n_prompt ? si.n_past : si.n_prompt,
+                           "n_prompt_tokens_cache", 0, "params", default_params(), "next_token", "has_next_token",
+                           si.busy, "has_new_line", 0, "n_remain", -1, "n_decoded", si.n_gen));
     }
     mu_http_reply_json(r, 200, arr);
 }

@@ -131,8 +131,9 @@ static const char *finish_name(int f, bool tools) {
 static json_t *usage(const api_job *g, int n) {
     int gen = 0;
     for (int k = 0; k < n; k++) gen += g[k].n_ids;
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", g[0].st.n_prompt, "completion_tokens", gen, "total_tokens",
-                     g[0].st.n_prompt + gen);
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", g[0].st.n_prompt, "completion_tokens", gen,
+                     "total_tokens", g[0].st.n_prompt + gen, "prompt_tokens_details", "cached_tokens",
+                     g[0].st.n_reused);
 }
 
 /* ---- chat ----------------------------------------------------------------- */
@@ -320,13 +321,34 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
     json_t *tc = json_object_get(body, "tool_choice");
+    json_t *tools = json_object_get(body, "tools");
+    /* tool_choice "required" or a named function: the answer is a call of
+     * one of those functions (mu_gen_req.call_one_of) */
+    const char *call_names[MU_GEN_MAX_CALLS];
+    int n_call = 0;
     if (json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))) {
-        mu_http_reply_error(r, 400, "field 'tool_choice': only 'auto' and 'none' are supported", "tool_choice");
-        return;
+        const char *want = json_is_object(tc) ? mu_jc_str(json_object_get(tc, "function"), "name", "") : NULL;
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            const char *nm = mu_jc_str(json_object_get(t, "function"), "name", "");
+            if ((!want || !strcmp(want, nm)) && n_call < MU_GEN_MAX_CALLS) call_names[n_call++] = nm;
+        }
+        if (!n_call) {
+            mu_http_reply_error(r, 400,
+                                want ? "field 'tool_choice.function.name': no tool of that name in 'tools'"
+                                     : "field 'tool_choice': 'required' needs at least one tool in 'tools'",
+                                want ? "tool_choice.function.name" : "tool_choice");
+            return;
+        }
+        if (json_object_get(body, "response_format") && strcmp(mu_jc_str(json_object_get(body, "response_format"), "type", "text"), "text")) {
+            mu_http_reply_error(r, 400, "field 'tool_choice': a forced tool call cannot be combined with a JSON response_format",
+                                "tool_choice");
+            return;
+        }
     }
     mu_schema *schema = NULL;
     if (api_response_schema(r, body, "response_format", &schema)) return;
-    json_t *tools = json_object_get(body, "tools");
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
     json_t *msgs = normalize_messages(json_object_get(body, "messages"));
     int32_t *ids = NULL;
@@ -347,6 +369,8 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     q.schema = schema;
     q.schema_chat = true;
     q.chat = true;
+    q.call_one_of = n_call ? call_names : NULL;
+    q.n_call_one_of = n_call;
     bool stream = mu_jc_bool(body, "stream", false);
     oa_stream *s = calloc(1, sizeof *s);
     if (!s) {

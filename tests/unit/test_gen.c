@@ -157,6 +157,54 @@ static void test_content_tokens(void **state) {
     free(p);
 }
 
+/* A forced call (call_one_of): the output starts with " to=NAME<|message|>"
+ * for a listed NAME and the call block opened for it, greedy or sampled,
+ * for one name or several (with names that share a prefix). */
+static void test_forced_call(void **state) {
+    (void)state;
+    if (!D) skip();
+    mu_err err = {0};
+    const mu_tok *tk = mu_model_tokenizer(D);
+    int32_t *p;
+    int np;
+    const char *pr = "What is the weather in Paris?";
+    assert_int_equal(mu_tokenize(D, pr, strlen(pr), true, false, &p, &np, &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 256};
+    assert_int_equal(mu_sched_new(ED, &so, &s, &err), 0);
+    const char *one[] = {"get_weather"};
+    const char *many[] = {"get_time", "get_timezone", "get_weather", "search"};
+    for (int c = 0; c < 4; c++) {
+        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 40, .sp = mu_sample_defaults(), .chat = true,
+                        .call_one_of = c < 2 ? one : many, .n_call_one_of = c < 2 ? 1 : 4};
+        q.sp.seed = (uint64_t)c;
+        if (c % 2 == 0) q.sp.temp = 0;
+        result r;
+        run_job(s, &q, &r);
+        char out[4096];
+        size_t n = 0;
+        for (int i = 0; i < r.n; i++) {
+            int k = mu_tok_piece(tk, r.ids[i], true, out + n, sizeof out - n - 1);
+            assert_true(k >= 0);
+            n += (size_t)k;
+        }
+        out[n] = 0;
+        bool found = false;
+        for (int i = 0; i < q.n_call_one_of && !found; i++) {
+            char want[200];
+            snprintf(want, sizeof want, " to=%s<|message|><atem:function_calls><atem:invoke name=\"%s\">",
+                     q.call_one_of[i], q.call_one_of[i]);
+            found = !strncmp(out, want, strlen(want));
+        }
+        if (!found) fail_msg("forced call %d: output starts '%.80s'", c, out);
+    }
+    mu_gen_req bad = {.prompt = p, .n_prompt = np, .n_predict = 4, .call_one_of = one, .n_call_one_of = 1};
+    mu_job *j;
+    assert_int_equal(mu_sched_submit(s, &bad, 1, &j, &err), MU_E_ARG); /* not a chat job */
+    mu_sched_free(s);
+    free(p);
+}
+
 /* An embedding job's result (one job, waited for). */
 static int embd_job(mu_sched *s, const int32_t *p, int n, mu_embd_pooling pool, int norm, float *out, int cap,
                     int *rows, mu_err *err) {
@@ -591,6 +639,7 @@ int main(void) {
         cmocka_unit_test(test_text_and_stops),
         cmocka_unit_test(test_embedding_jobs),
         cmocka_unit_test(test_content_tokens),
+        cmocka_unit_test(test_forced_call),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
