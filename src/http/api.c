@@ -27,6 +27,9 @@ static const char *const resp_types[] = {"text", "json_object", "json_schema", N
 static const jc_field no_image = F_(NULL, 0, .note = " (image input is not supported)");
 static const jc_field int_tok_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
 static const jc_field stop_elem = F_(NULL, JC_STR, .max_len = 256);
+/* a prompt: a string or token ids; a batch: an array of those */
+static const jc_field prompt_elem = F_(NULL, JC_INT | JC_STR | JC_ARR, RANGE(0, 2147483647), .elem = &int_tok_elem,
+                                       .max_len = 1048576);
 
 /* OpenAI messages */
 static const jc_field part_fields[] = {
@@ -79,7 +82,25 @@ static const jc_field tool_choice_fields[] = {
     F_("function", JC_OBJ, .required = true, .fields = tc_fn_fields),
     END,
 };
-static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL), END};
+static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL),
+                                             F_("include_obfuscation", JC_BOOL | JC_NULL), /* no effect */ END};
+static const char *const service_tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
+static const char *const no_grammar[] = {"", NULL};
+static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
+
+/* Fields OpenAI defines that change nothing here (docs/api.md, "Accepted
+ * without effect"), and llama.cpp's extensions its server reads on every
+ * generation route (docs/api.md says what each does in muser). */
+#define OPENAI_ACCEPTED                                                                                        \
+    F_("store", JC_BOOL | JC_NULL), F_("metadata", JC_OBJ | JC_NULL),                                          \
+        F_("service_tier", JC_STR | JC_NULL, .one_of = service_tiers)
+#define LLAMA_EXTENSIONS                                                                                       \
+    F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
+        F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
+        F_("grammar", JC_STR, .one_of = no_grammar,                                                            \
+           .note = " (GBNF grammars are not supported: use json_schema or response_format)"),                  \
+        F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1))
+
 static const jc_field json_schema_fields[] = {
     F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 64),
     F_("description", JC_STR),
@@ -117,22 +138,31 @@ static const jc_field openai_chat[] = {
     F_("parallel_tool_calls", JC_BOOL | JC_NULL),
     F_("response_format", JC_OBJ | JC_NULL, .fields = resp_format_fields),
     F_("reasoning_effort", JC_STR | JC_NULL, .one_of = effort),
+    OPENAI_ACCEPTED,
+    LLAMA_EXTENSIONS,
+    F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
+    F_("json_schema", JC_OBJ),
+    F_("chat_template_kwargs", JC_OBJ),
     END,
 };
 
 static const jc_field openai_completions[] = {
     OPENAI_SAMPLING,
-    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &int_tok_elem, .max_len = 1048576),
+    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &prompt_elem, .max_len = 1048576),
     F_("logprobs", JC_INT | JC_NULL, RANGE(0, 5)),
     F_("echo", JC_BOOL | JC_NULL),
     F_("best_of", JC_INT | JC_NULL, RANGE(1, 1), .note = " (one candidate per request)"),
     F_("suffix", JC_NULL, .note = " (suffix is not supported)"),
+    OPENAI_ACCEPTED,
+    LLAMA_EXTENSIONS,
+    F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
+    F_("json_schema", JC_OBJ),
     END,
 };
 
 /* llama.cpp */
 static const jc_field llama_completion[] = {
-    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &int_tok_elem, .max_len = 1048576),
+    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &prompt_elem, .max_len = 1048576),
     F_("model", JC_STR, .max_len = 256),
     F_("n_predict", JC_INT, RANGE(-1, 1048576)),
     F_("max_tokens", JC_INT, RANGE(-1, 1048576)),
@@ -144,8 +174,6 @@ static const jc_field llama_completion[] = {
     F_("stop", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
     F_("stream", JC_BOOL),
     F_("n_probs", JC_INT, RANGE(0, 20)),
-    F_("cache_prompt", JC_BOOL),
-    F_("id_slot", JC_INT, RANGE(-1, -1), .note = " (slots are assigned by the scheduler)"),
     F_("ignore_eos", JC_BOOL),
     F_("return_tokens", JC_BOOL),
     F_("repeat_penalty", JC_NUM, RANGE(1, 1), .note = " (penalties are not supported)"),
@@ -158,6 +186,8 @@ static const jc_field llama_completion[] = {
     F_("xtc_probability", JC_NUM, RANGE(0, 0), .note = " (XTC is not supported)"),
     F_("dry_multiplier", JC_NUM, RANGE(0, 0), .note = " (DRY is not supported)"),
     F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */
+    LLAMA_EXTENSIONS,
+    F_("response_fields", JC_ARR, .elem = &response_field_elem, .max_len = 64),
     END,
 };
 static const jc_field llama_tokenize[] = {

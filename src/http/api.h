@@ -148,6 +148,17 @@ bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const j
  * text (optional): the prompt as text, malloc'ed. */
 bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text);
 
+/* The prompts of a completion request: a string or an array of token ids
+ * is one prompt; an array of strings and token-id arrays is several
+ * (llama.cpp's and OpenAI's batch form). Fills out[] (borrowed from
+ * prompt) and returns the count, or 0 after replying 400 (mixed ids and
+ * strings, more than max). */
+int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, int max);
+/* llama.cpp's extensions every generation route accepts (LLAMA_EXTENSIONS
+ * in api.c): replies 400 and returns false for what muser does not do
+ * (post_sampling_probs true); sets keep_prefix from cache_prompt. */
+bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q);
+
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);
 void api_openai_completions(mu_http_req *r, const json_t *body);

@@ -227,6 +227,58 @@ mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
     return p;
 }
 
+int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, int max) {
+    if (!json_is_array(prompt)) {
+        out[0] = prompt;
+        return 1;
+    }
+    size_t n = json_array_size(prompt), n_num = 0, i;
+    json_t *x;
+    json_array_foreach(prompt, i, x) n_num += json_is_number(x);
+    if (n == 0 || n_num == n) {
+        out[0] = prompt;
+        return 1;
+    }
+    char m[160];
+    if (n_num) {
+        mu_http_reply_error(r, 400, "field 'prompt': mixed token ids and strings are not supported (give a string, "
+                            "an array of ids, or an array of those)", "prompt");
+        return 0;
+    }
+    if (n > (size_t)max) {
+        snprintf(m, sizeof m, "field 'prompt': at most %d prompts per request (with n choices each: prompts * n <= %d)",
+                 max, API_MAX_CHOICES);
+        mu_http_reply_error(r, 400, m, "prompt");
+        return 0;
+    }
+    json_array_foreach(prompt, i, x) {
+        size_t k;
+        json_t *y;
+        if (json_is_array(x)) json_array_foreach(x, k, y) if (!json_is_number(y)) {
+            snprintf(m, sizeof m, "field 'prompt[%zu][%zu]': must be a token id", i, k);
+            mu_http_reply_error(r, 400, m, "prompt");
+            return 0;
+        }
+        out[i] = x;
+    }
+    return (int)n;
+}
+
+bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
+    if (mu_jc_bool(body, "post_sampling_probs", false)) {
+        mu_http_reply_error(r, 400,
+                            "field 'post_sampling_probs': not supported: probabilities are the model's (before the "
+                            "sampler chain)",
+                            "post_sampling_probs");
+        return false;
+    }
+    /* llama.cpp's prompt cache: keep the KV state of the longest common
+     * prefix with the slot's previous request (off unless asked, so answers
+     * equal `muser run`'s; llama.cpp's default is on) */
+    q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
+    return true;
+}
+
 /* ---- the reader ------------------------------------------------------- */
 
 void api_reply_exceed(mu_http_req *r, int n_prompt, int n_ctx) {

@@ -52,13 +52,18 @@ static const char *stop_type(int f) {
     }
 }
 
+/* One /completion request: one job per prompt (llama.cpp's batch form
+ * gives several; their results carry "index"). */
 typedef struct {
-    api_job g;
     mu_http_app *a;
-    bool probs, return_tokens, done;
-    int sent_tokens;
+    int n;
+    bool probs, return_tokens, many;
     json_t *settings;
-    char *prompt_text;
+    json_t *fields;          /* response_fields (borrowed copy), or NULL */
+    bool done[API_MAX_CHOICES];
+    int sent_tokens[API_MAX_CHOICES];
+    char *prompt_text[API_MAX_CHOICES];
+    api_job g[API_MAX_CHOICES];
 } lc_state;
 
 static json_t *settings_of(mu_http_app *a, const mu_gen_req *q, const json_t *stop) {
@@ -68,95 +73,137 @@ static json_t *settings_of(mu_http_app *a, const mu_gen_req *q, const json_t *st
                      q->n_top, "ignore_eos", q->ignore_eos, "model", a->model_id);
 }
 
-static json_t *final_object(lc_state *s, const char *content, size_t n) {
-    api_job *g = &s->g;
-    json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", 0, "content",
+static json_t *final_object(lc_state *s, int k, const char *content, size_t n) {
+    api_job *g = &s->g[k];
+    json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", k, "content",
                           api_json_text(content, n), "stop", 1, "model", s->a->model_id, "id_slot", g->st.slot,
                           "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt, "generation_settings",
-                          s->settings, "prompt", s->prompt_text ? s->prompt_text : "", "truncated", 0, "stop_type",
-                          stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
+                          s->settings, "prompt", s->prompt_text[k] ? s->prompt_text[k] : "", "truncated", 0,
+                          "stop_type", stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
                           g->st.n_prompt + g->n_ids, "timings", api_timings(&g->st));
     if (!o) return NULL;
     json_object_set_new(o, "has_new_line", json_boolean(g->content.p && memchr(g->content.p, '\n', g->content.n)));
     return o;
 }
 
-static int lc_produce(void *state, mu_http_buf *out, int fd) {
-    lc_state *s = state;
-    api_job *g = &s->g;
-    if (s->done) return 0;
-    bool running = api_job_poll(g, fd);
-    if (g->finish == MU_FINISH_CANCEL) return -1;
-    size_t nc = 0;
-    const char *cs = api_job_take_content(g, &nc);
-    if (nc || g->n_ids > s->sent_tokens) {
-        json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", 0, "content", api_json_text(cs, nc), "stop", 0,
-                              "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt);
-        json_t *toks = json_array();
-        for (int i = s->sent_tokens; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
-        json_object_set_new(c, "tokens", toks);
-        if (s->probs) json_object_set_new(c, "completion_probabilities", probs_range(g, s->sent_tokens, g->n_ids));
-        s->sent_tokens = g->n_ids;
-        mu_http_buf_str(out, "data: ");
-        mu_http_buf_json(out, c);
-        mu_http_buf_str(out, "\n\n");
-        json_decref(c);
-    }
-    if (!running) {
-        json_t *f;
-        if (g->finish == MU_FINISH_ERROR)
-            f = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type", "server_error");
-        else
-            f = final_object(s, "", 0);
-        mu_http_buf_str(out, "data: ");
-        mu_http_buf_json(out, f);
-        mu_http_buf_str(out, "\n\n");
-        json_decref(f);
-        s->done = true;
-    }
-    return 1; /* out may be empty: nothing ready yet */
+static void sse_data(mu_http_buf *out, json_t *j) {
+    mu_http_buf_str(out, "data: ");
+    mu_http_buf_json(out, j);
+    mu_http_buf_str(out, "\n\n");
+    json_decref(j);
 }
 
-/* Non-streaming: replies once the job ended. */
+static int lc_produce(void *state, mu_http_buf *out, int fd) {
+    lc_state *s = state;
+    bool all_done = true;
+    for (int k = 0; k < s->n; k++) {
+        if (s->done[k]) continue;
+        api_job *g = &s->g[k];
+        bool running = api_job_poll(g, fd);
+        if (g->finish == MU_FINISH_CANCEL) return -1;
+        size_t nc = 0;
+        const char *cs = api_job_take_content(g, &nc);
+        if (nc || g->n_ids > s->sent_tokens[k]) {
+            json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", k, "content", api_json_text(cs, nc), "stop", 0,
+                                  "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated",
+                                  g->st.n_prompt);
+            json_t *toks = json_array();
+            for (int i = s->sent_tokens[k]; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
+            json_object_set_new(c, "tokens", toks);
+            if (s->probs)
+                json_object_set_new(c, "completion_probabilities", probs_range(g, s->sent_tokens[k], g->n_ids));
+            s->sent_tokens[k] = g->n_ids;
+            sse_data(out, c);
+        }
+        if (!running) {
+            if (g->finish == MU_FINISH_ERROR)
+                sse_data(out, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type",
+                                        "server_error"));
+            else
+                sse_data(out, final_object(s, k, "", 0));
+            s->done[k] = true;
+        } else {
+            all_done = false;
+        }
+    }
+    return all_done ? 0 : 1; /* out may be empty: nothing ready yet */
+}
+
+/* llama.cpp's response_fields: only the named fields ("a/b" for a nested
+ * one), each under its full name. */
+static json_t *pick_fields(json_t *o, const json_t *fields) {
+    json_t *r = json_object();
+    size_t i;
+    json_t *f;
+    json_array_foreach(fields, i, f) {
+        const char *path = json_string_value(f);
+        char key[260];
+        snprintf(key, sizeof key, "%s", path);
+        json_t *v = o;
+        for (char *save = NULL, *part = strtok_r(key, "/", &save); part && v; part = strtok_r(NULL, "/", &save))
+            v = json_is_object(v) ? json_object_get(v, part) : NULL;
+        if (v) json_object_set(r, path, v);
+    }
+    json_decref(o);
+    return r;
+}
+
+/* Non-streaming: replies once every job ended. */
 static bool lc_poll(void *state, mu_http_req *r) {
     lc_state *s = state;
-    if (api_job_poll(&s->g, mu_http_req_fd(r))) return false;
-    if (s->g.finish == MU_FINISH_ERROR || s->g.finish == MU_FINISH_CANCEL) {
-        api_job_reply_failed(r, &s->g);
-        return true;
+    bool running = false;
+    for (int k = 0; k < s->n; k++) {
+        api_job *g = &s->g[k];
+        if (api_job_poll(g, mu_http_req_fd(r))) running = true;
+        else if (g->finish == MU_FINISH_ERROR || g->finish == MU_FINISH_CANCEL) {
+            api_job_reply_failed(r, g);
+            return true;
+        }
     }
-    size_t nc;
-    const char *cs = api_job_take_content(&s->g, &nc);
-    json_t *o = final_object(s, cs, nc);
-    json_t *toks = json_array();
-    if (s->return_tokens)
-        for (int i = 0; i < s->g.n_ids; i++) json_array_append_new(toks, json_integer(s->g.ids[i]));
-    json_object_set_new(o, "tokens", toks);
-    if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(&s->g, 0, s->g.n_ids));
-    mu_http_reply_json(r, 200, o);
+    if (running) return false;
+    json_t *all = json_array();
+    for (int k = 0; k < s->n; k++) {
+        api_job *g = &s->g[k];
+        size_t nc;
+        const char *cs = api_job_take_content(g, &nc);
+        json_t *o = final_object(s, k, cs, nc);
+        json_t *toks = json_array();
+        if (s->return_tokens)
+            for (int i = 0; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
+        json_object_set_new(o, "tokens", toks);
+        if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(g, 0, g->n_ids));
+        if (s->fields) o = pick_fields(o, s->fields);
+        json_array_append_new(all, o);
+    }
+    if (s->many) {
+        mu_http_reply_json(r, 200, all);
+    } else {
+        json_t *one = json_incref(json_array_get(all, 0));
+        json_decref(all);
+        mu_http_reply_json(r, 200, one);
+    }
     return true;
 }
 
 static void lc_release(void *state) {
     lc_state *s = state;
-    api_job_free(&s->g);
+    for (int k = 0; k < s->n; k++) {
+        api_job_free(&s->g[k]);
+        free(s->prompt_text[k]);
+    }
     json_decref(s->settings);
-    free(s->prompt_text);
+    json_decref(s->fields);
     free(s);
 }
 
 void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
+    const json_t *prompts[API_MAX_CHOICES];
+    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES);
+    if (!n_prompts) return;
     mu_schema *schema = NULL;
     if (api_response_schema(r, body, "json_schema", &schema)) return;
-    int32_t *ids = NULL;
-    int n = 0;
-    char *text = NULL;
-    if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, &text)) {
-        mu_schema_unref(schema);
-        return;
-    }
     mu_gen_req q = {0};
     q.schema = schema;
     q.n_predict = (int)mu_jc_int(body, "n_predict", mu_jc_int(body, "max_tokens", -1));
@@ -165,27 +212,35 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     q.logprobs = q.n_top > 0;
     q.ignore_eos = mu_jc_bool(body, "ignore_eos", false);
     lc_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        free(ids);
-        free(text);
-        mu_schema_unref(schema);
-        mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        return;
-    }
-    json_t *stop = json_object_get(body, "stop");
-    bool ok = api_job_start(r, &s->g, a, ids, n, &q, stop);
-    mu_schema_unref(schema); /* the job holds its own reference */
-    if (!ok) {
-        free(text);
+    if (!s || !api_extensions(r, body, &q)) {
+        if (!s) mu_http_reply_error(r, 503, "server: out of memory", NULL);
         free(s);
+        mu_schema_unref(schema);
         return;
     }
     s->a = a;
-    s->prompt_text = text;
+    json_t *stop = json_object_get(body, "stop");
+    for (int p = 0; p < n_prompts; p++) {
+        int32_t *ids = NULL;
+        int n = 0;
+        if (!api_prompt_ids(r, a, prompts[p], &ids, &n, &s->prompt_text[p]) ||
+            !api_job_start(r, &s->g[p], a, ids, n, &q, stop)) {
+            s->n = p;
+            free(s->prompt_text[p]);
+            s->prompt_text[p] = NULL;
+            mu_schema_unref(schema);
+            lc_release(s);
+            return;
+        }
+        s->n = p + 1;
+        s->g[p].want_toks = q.logprobs;
+    }
+    mu_schema_unref(schema); /* the jobs hold their own references */
+    s->many = n_prompts > 1;
     s->probs = q.logprobs;
-    s->g.want_toks = q.logprobs;
     s->return_tokens = mu_jc_bool(body, "return_tokens", false);
     s->settings = settings_of(a, &q, stop);
+    s->fields = json_incref(json_object_get(body, "response_fields"));
     if (mu_jc_bool(body, "stream", false)) {
         mu_http_reply_stream(r, "text/event-stream", lc_produce, lc_release, s);
         return;

@@ -128,12 +128,17 @@ static const char *finish_name(int f, bool tools) {
 }
 
 /* usage over all choices: the prompt once, every choice's tokens */
-static json_t *usage(const api_job *g, int n) {
-    int gen = 0;
-    for (int k = 0; k < n; k++) gen += g[k].n_ids;
-    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", g[0].st.n_prompt, "completion_tokens", gen,
-                     "total_tokens", g[0].st.n_prompt + gen, "prompt_tokens_details", "cached_tokens",
-                     g[0].st.n_reused);
+static json_t *usage(const api_job *g, int n, int per) {
+    int gen = 0, prompt = 0, cached = 0;
+    for (int k = 0; k < n; k++) {
+        gen += g[k].n_ids;
+        if (k % per == 0) { /* each prompt once */
+            prompt += g[k].st.n_prompt;
+            cached += g[k].st.n_reused;
+        }
+    }
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", prompt, "completion_tokens", gen, "total_tokens",
+                     prompt + gen, "prompt_tokens_details", "cached_tokens", cached);
 }
 
 /* ---- chat ----------------------------------------------------------------- */
@@ -144,8 +149,9 @@ typedef struct {
     int64_t created;
     bool chat, include_usage, logprobs, tools;
     int phase;          /* 0 first chunk, 1 running, 2 done */
-    char *echo;         /* completions: prompt text to echo first */
-    int n;              /* choices */
+    char *echo[API_MAX_CHOICES]; /* completions: prompt text to echo first, per prompt */
+    int n;              /* choices in all */
+    int per;            /* choices per prompt (completions with several prompts) */
     int lp_sent[API_MAX_CHOICES];
     bool done[API_MAX_CHOICES];
     api_job g[API_MAX_CHOICES];
@@ -215,8 +221,8 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
                 sse(out, chunk(s, k, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
             return 1;
         }
-        if (s->echo) {
-            for (int k = 0; k < s->n; k++) sse(out, chunk(s, k, json_string(s->echo), NULL, NULL));
+        if (s->echo[0]) {
+            for (int k = 0; k < s->n; k++) sse(out, chunk(s, k, json_string(s->echo[k / s->per]), NULL, NULL));
             return 1;
         }
     }
@@ -245,7 +251,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
             json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
                                   s->chat ? "chat.completion.chunk" : "text_completion", "created",
                                   (json_int_t)s->created, "model", s->a->model_id, "choices", "usage",
-                                  usage(s->g, s->n));
+                                  usage(s->g, s->n, s->per));
             sse(out, u);
         }
         mu_http_buf_str(out, "data: [DONE]\n\n");
@@ -257,7 +263,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
 static void oa_release(void *state) {
     oa_stream *s = state;
     for (int k = 0; k < s->n; k++) api_job_free(&s->g[k]);
-    free(s->echo);
+    for (int k = 0; k < API_MAX_CHOICES; k++) free(s->echo[k]);
     free(s);
 }
 
@@ -312,7 +318,8 @@ static bool oa_chat_poll(void *state, mu_http_req *r) {
     }
     json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "chat.completion",
                              "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
-                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
+                             "choices", choices, "usage", usage(s->g, s->n, s->per), "timings",
+                             api_timings(&s->g[0].st));
     mu_http_reply_json(r, 200, resp);
     return true;
 }
@@ -348,13 +355,33 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         }
     }
     mu_schema *schema = NULL;
-    if (api_response_schema(r, body, "response_format", &schema)) return;
+    /* llama.cpp's json_schema when there is no response_format */
+    if (api_response_schema(r, body, json_object_get(body, "response_format") ? "response_format" : "json_schema",
+                            &schema))
+        return;
+    /* chat_template_kwargs: muser's renderer takes reasoning_effort (the
+     * field of that name wins); other keys have no effect */
+    const char *effort = mu_jc_str(body, "reasoning_effort", NULL);
+    const json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (!effort && json_is_string(json_object_get(kw, "reasoning_effort"))) {
+        static const char *const ok[] = {"low", "medium", "high", "xhigh"};
+        effort = json_string_value(json_object_get(kw, "reasoning_effort"));
+        bool known = false;
+        for (int i = 0; i < 4; i++) known |= !strcmp(effort, ok[i]);
+        if (!known) {
+            mu_schema_unref(schema);
+            mu_http_reply_error(r, 400,
+                                "field 'chat_template_kwargs.reasoning_effort': must be one of 'low', 'medium', "
+                                "'high', 'xhigh'",
+                                "chat_template_kwargs.reasoning_effort");
+            return;
+        }
+    }
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
     json_t *msgs = normalize_messages(json_object_get(body, "messages"));
     int32_t *ids = NULL;
     int n = 0;
-    bool ok = msgs && api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, mu_jc_str(body, "reasoning_effort", NULL),
-                                      &ids, &n);
+    bool ok = msgs && api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, effort, &ids, &n);
     json_decref(msgs);
     if (!ok) {
         if (!msgs) mu_http_reply_error(r, 503, "server: out of memory", NULL);
@@ -362,7 +389,13 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         return;
     }
     mu_gen_req q = {0};
-    q.n_predict = (int)mu_jc_int(body, "max_completion_tokens", mu_jc_int(body, "max_tokens", -1));
+    q.n_predict = (int)mu_jc_int(body, "max_completion_tokens",
+                                 mu_jc_int(body, "max_tokens", mu_jc_int(body, "n_predict", -1)));
+    if (!api_extensions(r, body, &q)) {
+        free(ids);
+        mu_schema_unref(schema);
+        return;
+    }
     q.sp = api_sample_params(body, "seed");
     q.logprobs = mu_jc_bool(body, "logprobs", false);
     q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
@@ -380,6 +413,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         return;
     }
     s->n = (int)mu_jc_int(body, "n", 1);
+    s->per = s->n;
     ok = api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
     mu_schema_unref(schema); /* the jobs hold their own references */
     if (!ok) {
@@ -487,7 +521,7 @@ static bool oa_completions_poll(void *state, mu_http_req *r) {
         size_t nc;
         const char *cs = api_job_take_content(g, &nc);
         mu_http_buf all = {0};
-        if (s->echo) mu_http_buf_str(&all, s->echo);
+        if (s->echo[k / s->per]) mu_http_buf_str(&all, s->echo[k / s->per]);
         mu_http_buf_add(&all, cs, nc);
         json_array_append_new(choices,
                               json_pack("{s:o,s:i,s:o,s:s}", "text", api_json_text(all.p ? all.p : "", all.n), "index",
@@ -497,7 +531,8 @@ static bool oa_completions_poll(void *state, mu_http_req *r) {
     }
     json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "text_completion",
                              "created", (json_int_t)s->created, "model", s->a->model_id, "system_fingerprint", "muser",
-                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
+                             "choices", choices, "usage", usage(s->g, s->n, s->per), "timings",
+                             api_timings(&s->g[0].st));
     mu_http_reply_json(r, 200, resp);
     return true;
 }
@@ -506,31 +541,43 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
     bool echo = mu_jc_bool(body, "echo", false);
-    int32_t *ids = NULL;
-    int n = 0;
-    char *text = NULL;
-    if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, echo ? &text : NULL)) return;
+    int per = (int)mu_jc_int(body, "n", 1);
+    const json_t *prompts[API_MAX_CHOICES];
+    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES / per);
+    if (!n_prompts) return;
+    mu_schema *schema = NULL;
+    if (api_response_schema(r, body, "json_schema", &schema)) return;
     mu_gen_req q = {0};
-    q.n_predict = (int)mu_jc_int(body, "max_tokens", 16);
+    q.schema = schema;
+    q.n_predict = (int)mu_jc_int(body, "max_tokens", mu_jc_int(body, "n_predict", 16));
     q.sp = api_sample_params(body, "seed");
     json_t *lpv = json_object_get(body, "logprobs");
     q.logprobs = json_is_integer(lpv) || json_is_real(lpv);
     q.n_top = q.logprobs ? (int)json_number_value(lpv) : 0;
     oa_stream *s = calloc(1, sizeof *s);
-    if (!s) {
-        free(ids);
-        free(text);
-        mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        return;
-    }
-    s->n = (int)mu_jc_int(body, "n", 1);
-    if (!api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"))) {
-        free(text);
+    if (!s || !api_extensions(r, body, &q)) {
+        if (!s) mu_http_reply_error(r, 503, "server: out of memory", NULL);
         free(s);
+        mu_schema_unref(schema);
         return;
     }
+    s->per = per;
+    /* each prompt: its own jobs (n choices), choice index p * n + k */
+    for (int p = 0; p < n_prompts; p++) {
+        int32_t *ids = NULL;
+        int n = 0;
+        bool ok = api_prompt_ids(r, a, prompts[p], &ids, &n, echo ? &s->echo[p] : NULL) &&
+                  api_job_start_n(r, &s->g[p * per], per, a, ids, n, &q, json_object_get(body, "stop"));
+        if (!ok) {
+            s->n = p * per;
+            mu_schema_unref(schema);
+            oa_release(s);
+            return;
+        }
+    }
+    mu_schema_unref(schema); /* the jobs hold their own references */
+    s->n = n_prompts * per;
     s->a = a;
-    s->echo = text;
     for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->created = api_unix_now();
