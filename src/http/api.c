@@ -312,6 +312,85 @@ static const jc_field ollama_embeddings[] = {
     END,
 };
 
+/* Anthropic Messages (api_anthropic.c) */
+static const char *const an_roles[] = {"user", "assistant", NULL};
+static const char *const an_block_types[] = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking",
+                                             "image", "document", NULL};
+static const char *const an_inner_types[] = {"text", "image", NULL};
+static const char *const an_text_type[] = {"text", NULL};
+static const char *const an_tool_types[] = {"custom", NULL};
+static const char *const an_choice_types[] = {"auto", "any", "tool", "none", NULL};
+static const char *const an_thinking_types[] = {"enabled", "disabled", NULL};
+static const char *const an_tiers[] = {"auto", "standard_only", NULL};
+static const jc_field an_inner_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_inner_types),
+    F_("text", JC_STR), F_("source", JC_OBJ), F_("cache_control", JC_OBJ | JC_NULL),
+    F_("citations", JC_ARR | JC_NULL),
+    END,
+};
+static const jc_field an_inner_elem = F_(NULL, JC_OBJ, .fields = an_inner_fields);
+static const jc_field an_block_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_block_types),
+    F_("text", JC_STR), F_("cache_control", JC_OBJ | JC_NULL), F_("citations", JC_ARR | JC_NULL),
+    F_("id", JC_STR, .max_len = 256), F_("name", JC_STR, .max_len = 256), F_("input", JC_OBJ),
+    F_("tool_use_id", JC_STR, .max_len = 256), F_("content", JC_STR | JC_ARR, .elem = &an_inner_elem),
+    F_("is_error", JC_BOOL), F_("thinking", JC_STR), F_("signature", JC_STR), F_("data", JC_STR),
+    F_("source", JC_OBJ), F_("title", JC_STR | JC_NULL), F_("context", JC_STR | JC_NULL),
+    END,
+};
+static const jc_field an_block_elem = F_(NULL, JC_OBJ, .fields = an_block_fields);
+static const jc_field an_msg_fields[] = {
+    F_("role", JC_STR, .required = true, .one_of = an_roles),
+    F_("content", JC_STR | JC_ARR, .required = true, .elem = &an_block_elem, .max_len = 4096),
+    END,
+};
+static const jc_field an_msg_elem = F_(NULL, JC_OBJ, .fields = an_msg_fields);
+static const jc_field an_text_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_text_type),
+    F_("text", JC_STR, .required = true), F_("cache_control", JC_OBJ | JC_NULL), F_("citations", JC_ARR | JC_NULL),
+    END,
+};
+static const jc_field an_text_elem = F_(NULL, JC_OBJ, .fields = an_text_fields);
+static const jc_field an_tool_fields[] = {
+    F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 256),
+    F_("description", JC_STR), F_("input_schema", JC_OBJ, .required = true),
+    F_("type", JC_STR | JC_NULL, .one_of = an_tool_types, .note = " (server tools are not supported)"),
+    F_("cache_control", JC_OBJ | JC_NULL),
+    END,
+};
+static const jc_field an_tool_elem = F_(NULL, JC_OBJ, .fields = an_tool_fields);
+static const jc_field an_choice_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_choice_types),
+    F_("name", JC_STR, .max_len = 256), F_("disable_parallel_tool_use", JC_BOOL),
+    END,
+};
+static const jc_field an_thinking_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_thinking_types),
+    F_("budget_tokens", JC_INT, RANGE(0, 1048576)), /* no effect: the model ends its reasoning itself */
+    END,
+};
+static const jc_field an_metadata_fields[] = {F_("user_id", JC_STR | JC_NULL, .max_len = 256), END};
+#define ANTHROPIC_PROMPT                                                                                      \
+    F_("model", JC_STR, .max_len = 256),                                                                      \
+        F_("messages", JC_ARR, .required = true, .min_len = 1, .elem = &an_msg_elem, .max_len = 4096),        \
+        F_("system", JC_STR | JC_ARR, .elem = &an_text_elem, .max_len = 1024),                                \
+        F_("tools", JC_ARR, .elem = &an_tool_elem, .max_len = 128),                                           \
+        F_("tool_choice", JC_OBJ, .fields = an_choice_fields),                                                \
+        F_("thinking", JC_OBJ, .fields = an_thinking_fields)
+static const jc_field anthropic_messages[] = {
+    ANTHROPIC_PROMPT,
+    F_("max_tokens", JC_INT, .required = true, RANGE(1, 1048576)),
+    F_("stop_sequences", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
+    F_("stream", JC_BOOL),
+    F_("temperature", JC_NUM, RANGE(0, 1)),
+    F_("top_p", JC_NUM, RANGE(0, 1)),
+    F_("top_k", JC_INT, RANGE(0, 1000000)),
+    F_("metadata", JC_OBJ, .fields = an_metadata_fields),
+    F_("service_tier", JC_STR, .one_of = an_tiers),
+    END,
+};
+static const jc_field anthropic_count_tokens[] = {ANTHROPIC_PROMPT, END};
+
 const mu_http_route mu_http_routes[] = {
     {"POST", "/v1/chat/completions", MU_PROTO_OPENAI, api_openai_chat, false},
     {"POST", "/v1/completions", MU_PROTO_OPENAI, api_openai_completions, false},
@@ -343,6 +422,9 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/v1/models/*", MU_PROTO_OPENAI, api_openai_model, false},
     {"GET", "/api/ps", MU_PROTO_OLLAMA, api_ollama_ps, false},
     {"GET", "/", MU_PROTO_LLAMACPP, api_root, false},
+    /* Anthropic Messages (api_anthropic.c) */
+    {"POST", "/v1/messages", MU_PROTO_ANTHROPIC, api_anthropic_messages, false},
+    {"POST", "/v1/messages/count_tokens", MU_PROTO_ANTHROPIC, api_anthropic_count_tokens, false},
     {NULL, NULL, 0, NULL, false},
 };
 
@@ -371,6 +453,7 @@ const jc_field *api_schema(const char *path) {
         {"/v1/embeddings", openai_embeddings}, {"/embeddings", openai_embeddings},
         {"/embedding", openai_embeddings},     {"/api/embed", ollama_embed},
         {"/api/embeddings", ollama_embeddings},
+        {"/v1/messages", anthropic_messages},  {"/v1/messages/count_tokens", anthropic_count_tokens},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].path, path)) return t[i].f;

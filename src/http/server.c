@@ -367,6 +367,9 @@ static const char *error_type(int status) {
 
 static json_t *error_body(mu_http_proto proto, int status, const char *msg, const char *param) {
     if (proto == MU_PROTO_OLLAMA) return json_pack("{s:s}", "error", msg);
+    if (proto == MU_PROTO_ANTHROPIC)
+        return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                         status >= 500 && status != 503 ? "api_error" : error_type(status), "message", msg);
     if (proto == MU_PROTO_LLAMACPP)
         return json_pack("{s:{s:i,s:s,s:s}}", "error", "code", status, "message", msg, "type", error_type(status));
     json_t *e = json_pack("{s:s,s:s,s:o,s:o}", "message", msg, "type", error_type(status), "param",
@@ -570,6 +573,7 @@ void mu_http_reply_stream(mu_http_req *r, const char *ct, mu_http_produce_fn pro
 /* ---- request pipeline ------------------------------------------------- */
 
 static mu_http_proto proto_of_path(const char *p) {
+    if (!strncmp(p, "/v1/messages", 12)) return MU_PROTO_ANTHROPIC;
     if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/chat/completions") || !strcmp(p, "/models")) return MU_PROTO_OPENAI;
     if (!strncmp(p, "/api/", 5)) return MU_PROTO_OLLAMA;
     return MU_PROTO_LLAMACPP;

@@ -18,7 +18,7 @@
 
 #include "../base/err.h"
 
-typedef enum { MU_PROTO_OPENAI, MU_PROTO_LLAMACPP, MU_PROTO_OLLAMA } mu_http_proto;
+typedef enum { MU_PROTO_OPENAI, MU_PROTO_LLAMACPP, MU_PROTO_OLLAMA, MU_PROTO_ANTHROPIC } mu_http_proto;
 
 typedef struct mu_http_server mu_http_server;
 typedef struct mu_http_req mu_http_req;
