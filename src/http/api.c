@@ -391,6 +391,89 @@ static const jc_field anthropic_messages[] = {
 };
 static const jc_field anthropic_count_tokens[] = {ANTHROPIC_PROMPT, END};
 
+/* OpenAI Responses (api_responses.c) */
+static const char *const rs_item_types[] = {"message", "function_call", "function_call_output", "reasoning", NULL};
+static const char *const rs_roles[] = {"user", "assistant", "system", "developer", NULL};
+static const char *const rs_part_types[] = {"input_text", "output_text", "text", "input_image", "input_file",
+                                            "refusal", NULL};
+static const char *const rs_status[] = {"in_progress", "completed", "incomplete", NULL};
+static const char *const rs_choice_modes[] = {"none", "auto", "required", NULL};
+static const char *const rs_efforts[] = {"minimal", "low", "medium", "high", "xhigh", NULL};
+static const char *const rs_summaries[] = {"auto", "concise", "detailed", NULL};
+static const char *const rs_truncation[] = {"auto", "disabled", NULL};
+static const char *const rs_verbosity[] = {"low", "medium", "high", NULL};
+static const jc_field rs_part_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = rs_part_types),
+    F_("text", JC_STR), F_("annotations", JC_ARR), F_("logprobs", JC_ARR), F_("refusal", JC_STR),
+    F_("image_url", JC_STR | JC_NULL), F_("file_id", JC_STR | JC_NULL), F_("detail", JC_STR),
+    END,
+};
+static const jc_field rs_part_elem = F_(NULL, JC_OBJ, .fields = rs_part_fields);
+static const jc_field rs_summary_fields[] = {F_("type", JC_STR, .required = true), F_("text", JC_STR), END};
+static const jc_field rs_summary_elem = F_(NULL, JC_OBJ, .fields = rs_summary_fields);
+static const jc_field rs_item_fields[] = {
+    F_("type", JC_STR, .one_of = rs_item_types),
+    F_("role", JC_STR, .one_of = rs_roles),
+    F_("content", JC_STR | JC_ARR, .elem = &rs_part_elem, .max_len = 4096),
+    F_("id", JC_STR, .max_len = 256), F_("status", JC_STR | JC_NULL, .one_of = rs_status),
+    F_("call_id", JC_STR, .max_len = 256), F_("name", JC_STR, .max_len = 256), F_("arguments", JC_STR),
+    F_("output", JC_STR | JC_ARR, .elem = &rs_part_elem),
+    F_("summary", JC_ARR, .elem = &rs_summary_elem), F_("encrypted_content", JC_STR | JC_NULL),
+    END,
+};
+static const jc_field rs_item_elem = F_(NULL, JC_OBJ, .fields = rs_item_fields);
+static const jc_field rs_tool_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = function_only, .note = " (only function tools are supported)"),
+    F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 256),
+    F_("description", JC_STR | JC_NULL), F_("parameters", JC_OBJ | JC_NULL), F_("strict", JC_BOOL | JC_NULL),
+    END,
+};
+static const jc_field rs_tool_elem = F_(NULL, JC_OBJ, .fields = rs_tool_fields);
+static const jc_field rs_choice_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = function_only),
+    F_("name", JC_STR, .required = true, .max_len = 256),
+    END,
+};
+static const jc_field rs_format_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = resp_types),
+    F_("name", JC_STR, .max_len = 64), F_("schema", JC_OBJ), F_("strict", JC_BOOL | JC_NULL),
+    F_("description", JC_STR),
+    END,
+};
+static const jc_field rs_text_fields[] = {
+    F_("format", JC_OBJ, .fields = rs_format_fields), F_("verbosity", JC_STR | JC_NULL, .one_of = rs_verbosity), END,
+};
+static const jc_field rs_reasoning_fields[] = {
+    F_("effort", JC_STR | JC_NULL, .one_of = rs_efforts),
+    F_("summary", JC_STR | JC_NULL, .one_of = rs_summaries), /* no effect: reasoning is returned whole */
+    F_("generate_summary", JC_STR | JC_NULL, .one_of = rs_summaries),
+    END,
+};
+static const jc_field openai_responses[] = {
+    F_("model", JC_STR, .max_len = 256),
+    F_("input", JC_STR | JC_ARR, .required = true, .elem = &rs_item_elem, .max_len = 4096),
+    F_("instructions", JC_STR | JC_NULL),
+    F_("max_output_tokens", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("temperature", JC_NUM | JC_NULL, RANGE(0, 2)),
+    F_("top_p", JC_NUM | JC_NULL, RANGE(0, 1)),
+    F_("stream", JC_BOOL | JC_NULL),
+    F_("stream_options", JC_OBJ | JC_NULL, .fields = stream_opt_fields),
+    F_("tools", JC_ARR | JC_NULL, .elem = &rs_tool_elem, .max_len = 128),
+    F_("tool_choice", JC_STR | JC_OBJ | JC_NULL, .one_of = rs_choice_modes, .fields = rs_choice_fields),
+    F_("parallel_tool_calls", JC_BOOL | JC_NULL),
+    F_("text", JC_OBJ | JC_NULL, .fields = rs_text_fields),
+    F_("reasoning", JC_OBJ | JC_NULL, .fields = rs_reasoning_fields),
+    F_("previous_response_id", JC_STR | JC_NULL), /* refused when set: nothing is stored */
+    F_("truncation", JC_STR | JC_NULL, .one_of = rs_truncation),
+    F_("include", JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 16), /* no effect */
+    F_("user", JC_STR, .max_len = 256), F_("prompt_cache_key", JC_STR, .max_len = 256),
+    F_("safety_identifier", JC_STR, .max_len = 256),
+    F_("max_tool_calls", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("background", JC_BOOL | JC_NULL, .one_of = NULL),
+    OPENAI_ACCEPTED,
+    END,
+};
+
 const mu_http_route mu_http_routes[] = {
     {"POST", "/v1/chat/completions", MU_PROTO_OPENAI, api_openai_chat, false},
     {"POST", "/v1/completions", MU_PROTO_OPENAI, api_openai_completions, false},
@@ -422,6 +505,9 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/v1/models/*", MU_PROTO_OPENAI, api_openai_model, false},
     {"GET", "/api/ps", MU_PROTO_OLLAMA, api_ollama_ps, false},
     {"GET", "/", MU_PROTO_LLAMACPP, api_root, false},
+    /* OpenAI Responses (api_responses.c) */
+    {"POST", "/v1/responses", MU_PROTO_OPENAI, api_responses, false},
+    {"POST", "/responses", MU_PROTO_OPENAI, api_responses, false},
     /* Anthropic Messages (api_anthropic.c) */
     {"POST", "/v1/messages", MU_PROTO_ANTHROPIC, api_anthropic_messages, false},
     {"POST", "/v1/messages/count_tokens", MU_PROTO_ANTHROPIC, api_anthropic_count_tokens, false},
@@ -453,6 +539,7 @@ const jc_field *api_schema(const char *path) {
         {"/v1/embeddings", openai_embeddings}, {"/embeddings", openai_embeddings},
         {"/embedding", openai_embeddings},     {"/api/embed", ollama_embed},
         {"/api/embeddings", ollama_embeddings},
+        {"/v1/responses", openai_responses},   {"/responses", openai_responses},
         {"/v1/messages", anthropic_messages},  {"/v1/messages/count_tokens", anthropic_count_tokens},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)

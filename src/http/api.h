@@ -181,6 +181,8 @@ void api_ollama_ps(mu_http_req *r, const json_t *body);
 /* Anthropic Messages (api_anthropic.c) */
 void api_anthropic_messages(mu_http_req *r, const json_t *body);
 void api_anthropic_count_tokens(mu_http_req *r, const json_t *body);
+/* OpenAI Responses (api_responses.c) */
+void api_responses(mu_http_req *r, const json_t *body);
 /* GET /: what this server is and serves (api.c) */
 void api_root(mu_http_req *r, const json_t *body);
 /* /v1/embeddings, /embedding, /embeddings, /api/embed, /api/embeddings (api_embed.c) */
