@@ -253,6 +253,7 @@ static const char *const ollama_json_formats[] = {"", "json", NULL};
 
 #define OLLAMA_COMMON                                                                                         \
     F_("model", JC_STR, .max_len = 256), F_("stream", JC_BOOL),                                              \
+        F_("logprobs", JC_BOOL), F_("top_logprobs", JC_INT, RANGE(0, API_MAX_TOP)),                           \
         F_("format", JC_STR | JC_OBJ, .one_of = ollama_json_formats),                                         \
         F_("options", JC_OBJ, .fields = ollama_options), F_("keep_alive", JC_STR | JC_NUM),                   \
         F_("think", JC_BOOL)
