@@ -506,6 +506,7 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/v1/models/*", MU_PROTO_OPENAI, api_openai_model, false},
     {"GET", "/api/ps", MU_PROTO_OLLAMA, api_ollama_ps, false},
     {"GET", "/", MU_PROTO_LLAMACPP, api_root, false},
+    {"POST", "/infill", MU_PROTO_LLAMACPP, api_llama_infill, false},
     /* OpenAI Responses (api_responses.c) */
     {"POST", "/v1/responses", MU_PROTO_OPENAI, api_responses, false},
     {"POST", "/responses", MU_PROTO_OPENAI, api_responses, false},

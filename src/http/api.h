@@ -166,6 +166,7 @@ void api_openai_models(mu_http_req *r, const json_t *body);
 void api_openai_model(mu_http_req *r, const json_t *body);   /* GET /v1/models/{id} */
 void api_llama_completion(mu_http_req *r, const json_t *body);
 void api_llama_tokenize(mu_http_req *r, const json_t *body);
+void api_llama_infill(mu_http_req *r, const json_t *body);
 void api_llama_detokenize(mu_http_req *r, const json_t *body);
 void api_llama_apply_template(mu_http_req *r, const json_t *body);
 void api_llama_health(mu_http_req *r, const json_t *body);

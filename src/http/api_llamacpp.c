@@ -248,6 +248,45 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_http_reply_later(r, lc_poll, lc_release, s);
 }
 
+/* True when text is one special token of the vocabulary. */
+static bool has_special(mu_http_app *a, const char *text) {
+    int32_t *ids = NULL;
+    int n = 0;
+    mu_err err;
+    if (mu_tok_encode(a->tok, text, strlen(text), true, &ids, &n, &err)) return false;
+    bool one = n == 1 && (mu_tok_attr(a->tok, ids[0]) & (MU_TOK_ATTR_CONTROL | MU_TOK_ATTR_USER_DEFINED));
+    free(ids);
+    return one;
+}
+
+/* POST /infill: llama.cpp's fill-in-the-middle needs the vocabulary's FIM
+ * prefix, suffix and middle tokens. The Muse Glimmer vocabulary has none:
+ * then this answers what llama.cpp's server answers for such a model
+ * (checked before the body, as there); muser does not build FIM prompts
+ * for vocabularies that have them either (501 saying so). */
+void api_llama_infill(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    static const char *const pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", NULL};
+    static const char *const suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", NULL};
+    static const char *const mid[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", NULL};
+    const char *const *sets[3] = {pre, suf, mid};
+    static const char *const what[3] = {"prefix", "suffix", "middle"};
+    char m[300] = "Infill is not supported by this model: ";
+    bool missing = false;
+    for (int k = 0; k < 3; k++) {
+        bool found = false;
+        for (const char *const *t = sets[k]; *t && !found; t++) found = has_special(a, *t);
+        if (!found) {
+            size_t l = strlen(m);
+            snprintf(m + l, sizeof m - l, "%s token is missing. ", what[k]);
+            missing = true;
+        }
+    }
+    if (!missing) snprintf(m, sizeof m, "infill: fill-in-the-middle prompts are not implemented in muser");
+    mu_http_reply_error(r, 501, m, NULL);
+}
+
 void api_llama_tokenize(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
