@@ -27,8 +27,9 @@ typedef struct {
     int64_t model_mtime;
     int n_ctx, n_slots;
     mu_embd_pooling pooling;   /* embeddings (--pooling); MU_EMBD_NONE by default, as llama.cpp */
-    const char *aliases[MU_SERVE_MAX_ALIASES]; /* more names the model answers to (--alias; they live
-                                                  as long as the server) */
+    const char *aliases[MU_SERVE_MAX_ALIASES + 1]; /* other names the model answers to: the --alias
+                                                      options after the first, and the GGUF's name
+                                                      (they live as long as the server) */
     int n_aliases;
     bool any_model;            /* every model name is this model (--any-model) */
     mu_http_server *server;    /* set after start; for /metrics */

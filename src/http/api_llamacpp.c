@@ -418,12 +418,15 @@ void api_llama_slots(mu_http_req *r, const json_t *body) {
         mu_sched_slot_info si;
         mu_sched_get_slot(a->sched, i, &si);
         /* llama.cpp's slot object (next_token is an array of one), plus n_past */
-        json_array_append_new(
-            arr, json_pack("{s:i,s:i,s:b,s:b,s:i,s:i,s:i,s:i,s:o,s:[{s:b,s:b,s:i,s:i}]}", "id", i, "n_ctx", a->n_ctx,
-                           "speculative", 0, "is_processing", si.busy, "n_past", si.n_past, "n_prompt_tokens",
-                           si.n_prompt, "n_prompt_tokens_processed", si.n_past < si.n_prompt ? si.n_past : si.n_prompt,
-                           "n_prompt_tokens_cache", 0, "params", default_params(), "next_token", "has_next_token",
-                           si.busy, "has_new_line", 0, "n_remain", -1, "n_decoded", si.n_gen));
+        json_t *o = json_pack("{s:i,s:i,s:b,s:b,s:i}", "id", i, "n_ctx", a->n_ctx, "speculative", 0,
+                              "is_processing", si.busy, "n_past", si.n_past);
+        if (si.busy) /* llama.cpp adds these for a slot that has a task */
+            json_object_update_new(
+                o, json_pack("{s:i,s:i,s:i,s:o,s:[{s:b,s:b,s:i,s:i}]}", "n_prompt_tokens", si.n_prompt,
+                             "n_prompt_tokens_processed", si.n_past < si.n_prompt ? si.n_past : si.n_prompt,
+                             "n_prompt_tokens_cache", 0, "params", default_params(), "next_token", "has_next_token", 1,
+                             "has_new_line", 0, "n_remain", -1, "n_decoded", si.n_gen));
+        json_array_append_new(arr, o);
     }
     mu_http_reply_json(r, 200, arr);
 }

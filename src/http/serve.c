@@ -63,9 +63,15 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
             free(s);
             return mu_fail(err, MU_E_ARG, "server: a model alias must be non-empty UTF-8");
         }
-        a->aliases[i] = o->aliases[i];
     }
-    a->n_aliases = o->n_aliases;
+    /* as llama.cpp's --alias: the first alias is the id the server reports;
+     * the GGUF's name and the other aliases are still answered to */
+    if (o->n_aliases > 0) {
+        const char *gguf_name = a->model_id;
+        a->model_id = o->aliases[0];
+        for (int i = 1; i < o->n_aliases; i++) a->aliases[a->n_aliases++] = o->aliases[i];
+        if (strcmp(gguf_name, a->model_id)) a->aliases[a->n_aliases++] = gguf_name;
+    }
     a->any_model = o->any_model;
     mu_http_opts ho = {.host = o->host,
                        .port = o->port,

@@ -28,12 +28,13 @@ expect() { # expect NAME STATUS PYEXPR METHOD PATH BODY [HEADER...]
 }
 
 start_server --parallel 1 --ctx 256 --threads 1 --pooling mean --alias comp-alias || { bad "server start"; exit 1; }
-ID=$(req GET /v1/models "" >/dev/null; py "j['data'][0]['id']")
+ID=comp-alias
+GGUF_ID=$("$MUSER" info -m "$MODEL" | sed -n 's/^name *//p')
 
 # ---- routes
 expect "GET / says what answers" 200 "j['server'] == 'muser' and j['model'] == '$ID'" GET / ""
-expect "GET /v1/models lists the alias" 200 "j['data'][0]['aliases'] == ['comp-alias']" GET /v1/models ""
-expect "GET /v1/models/{id}" 200 "j['id'] == '$ID' and j['object'] == 'model'" GET "/v1/models/$ID" ""
+expect "GET /v1/models: the alias is the id (as llama.cpp), the GGUF name an alias" 200 "j['data'][0]['id'] == 'comp-alias' and j['data'][0]['aliases'] == ['$GGUF_ID']" GET /v1/models ""
+expect "GET /v1/models/{the GGUF name}" 200 "j['id'] == '$GGUF_ID' and j['object'] == 'model'" GET "/v1/models/$GGUF_ID" ""
 expect "GET /v1/models/{alias}" 200 "j['id'] == 'comp-alias'" GET /v1/models/comp-alias ""
 expect "GET /v1/models/{unknown} -> 404 model_not_found" 404 "j['error']['code'] == 'model_not_found'" GET /v1/models/gpt-4o ""
 expect "the alias is served" 200 "j['object'] == 'chat.completion'" POST /v1/chat/completions '{"model":"comp-alias","messages":[{"role":"user","content":"Hi"}],"max_tokens":2}'
@@ -97,7 +98,7 @@ expect "without cache_prompt: cache_n 0, usage.prompt_tokens_details.cached_toke
   POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":2}'
 
 # ---- /slots and /props in llama.cpp's shapes
-expect "/slots: next_token is an array of one" 200 "isinstance(j[0]['next_token'], list) and 'n_decoded' in j[0]['next_token'][0] and 'params' in j[0]" GET /slots ""
+expect "/slots: an idle slot has no task fields" 200 "j[0]['id'] == 0 and j[0]['is_processing'] is False and 'next_token' not in j[0]" GET /slots ""
 expect "/props: params under llama.cpp's names" 200 "all(k in j['default_generation_settings']['params'] for k in ('temperature','repeat_penalty','samplers','n_predict'))" GET /props ""
 
 # ---- a forced tool call (tool_choice named): the answer is that call
@@ -192,6 +193,8 @@ if wait_metric requests_rejected_busy_total 1 && wait_metric requests_deferred 6
    [ "$(cat "$T"/burst* | grep -c 429)" = 1 ]; then
   ok "default queue: 1 running + 64 waiting of 66 concurrent requests, exactly one 429"
 else bad "burst: busy $(metric requests_rejected_busy_total) deferred $(metric requests_deferred) processing $(metric requests_processing)"; fi
+expect "/slots: a busy slot has llama.cpp's task fields (next_token an array of one)" 200 \
+  "j[0]['is_processing'] is True and j[0]['next_token'][0]['n_decoded'] == 1 and 'params' in j[0] and j[0]['n_prompt_tokens'] == 2" GET /slots ""
 stop_server
 wait "${bpids[@]}" 2>/dev/null
 
