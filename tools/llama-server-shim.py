@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """llama-server-shim.py: runs `muser serve` where llama.cpp's server test
-suite (tools/server/tests in llama.cpp's source) starts `llama-server`, so
+suite (the server tests of llama.cpp's source: tools, server, tests) starts `llama-server`, so
 the suite can judge muser's compatibility. Point the suite at it:
 
     LLAMA_SERVER_BIN_PATH=/path/to/tools/llama-server-shim.py \\
     MUSER_SHIM_MODEL=models/muser-default.gguf MUSER_BIN=./muser \\
-    python3 -m pytest -q unit/...        (in llama.cpp's tools/server/tests)
+    python3 -m pytest -q unit/...        (in that tests folder of llama.cpp's server)
 
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
 --pooling, --cors-origins (-> --cors) carry over; --ctx-size is llama.cpp's
