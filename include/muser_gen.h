@@ -194,6 +194,9 @@ void mu_job_free(mu_job *j);
 typedef struct {
     uint64_t n_requests, n_prompt_tokens, n_gen_tokens, n_forward, n_busy_rejects;
     uint64_t n_cancelled;  /* jobs ended by a cancel (hang-up, Ctrl-C, shutdown) */
+    uint64_t n_prompt_cached;  /* prompt tokens whose KV state a job kept (keep_prefix) */
+    uint64_t n_tokens_max;     /* the longest sequence seen in a slot (prompt + generated) */
+    uint64_t n_busy_sum;       /* sessions in each forward call, summed (/ n_forward: slots busy per call) */
     double prompt_s, gen_s;
     int n_processing, n_queued, n_slots, n_ctx;
 } mu_sched_metrics;

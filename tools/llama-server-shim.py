@@ -10,14 +10,16 @@ the suite can judge muser's compatibility. Point the suite at it:
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
 --pooling, --cors-origins (-> --cors) carry over; --ctx-size is llama.cpp's
 total context, split over the slots as llama.cpp does (muser's --ctx is per
-slot); --api-key K becomes a mode-0600 key file for --api-key-file. The
+slot) and capped at the model's training context (muser refuses more); --api-key K becomes a mode-0600 key file for --api-key-file. The
 model flags (--model, --hf-repo, --hf-file, --model-url) are ignored: muser
 serves MUSER_SHIM_MODEL (a Muse Glimmer GGUF), so tests that expect a
 particular model's text fail by design. Everything else (--temp, --seed,
 --batch-size, --n-predict, --jinja, --metrics, --slots, ...) has no muser
 equivalent and is dropped (listed on stderr)."""
 import os
+import re
 import stat
+import subprocess
 import sys
 import tempfile
 
@@ -55,7 +57,15 @@ def main():
     out += ["--parallel", str(par)]
     ctx = opts.get("--ctx-size", opts.get("-c"))
     if ctx and int(ctx) > 0:
-        out += ["--ctx", str(max(16, int(ctx) // par))]
+        # llama.cpp runs a context past the model's training length; muser
+        # refuses one: cap it at the model's (`muser info`)
+        train = 1 << 30
+        try:
+            info = subprocess.run([muser, "info", "-m", model], capture_output=True, text=True).stdout
+            train = int(re.search(r"^context\s+(\d+)", info, re.M).group(1))
+        except (OSError, AttributeError, ValueError):
+            pass
+        out += ["--ctx", str(max(16, min(int(ctx) // par, train)))]
     th = opts.get("--threads", opts.get("-t"))
     if th:
         out += ["--threads", th]

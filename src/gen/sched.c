@@ -322,6 +322,7 @@ static void step(mu_sched *s, int i, const float *lg) {
     s->m.n_gen_tokens++;
     s->info[i].n_gen = j->n_gen;
     s->info[i].n_past = mu_session_n_past(sl->sess);
+    if ((uint64_t)s->info[i].n_past > s->m.n_tokens_max) s->m.n_tokens_max = (uint64_t)s->info[i].n_past;
     pthread_mutex_unlock(&s->mu);
     if (f == MU_FINISH_NONE && atomic_load(&j->cancel)) f = MU_FINISH_CANCEL;
     if (f != MU_FINISH_NONE) slot_release(s, i, f, NULL);
@@ -401,6 +402,9 @@ static void slot_start(mu_sched *s, int i) {
     sl->n_fed = keep;
     sl->n_hist = keep;
     j->st.n_reused = keep;
+    pthread_mutex_lock(&s->mu);
+    s->m.n_prompt_cached += (uint64_t)keep;
+    pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
 }
 
@@ -527,6 +531,7 @@ static void *engine_main(void *arg) {
         int rc = mu_forward(s->eng, s->items, n_items, &err);
         pthread_mutex_lock(&s->mu);
         s->m.n_forward++;
+        s->m.n_busy_sum += (uint64_t)n_items;
         pthread_mutex_unlock(&s->mu);
         if (rc) {
             for (int k = 0; k < n_items; k++) {

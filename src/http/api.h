@@ -33,6 +33,7 @@ typedef struct {
     int n_aliases;
     bool any_model;            /* every model name is this model (--any-model) */
     mu_http_server *server;    /* set after start; for /metrics */
+    int64_t t_start;           /* when the server started (unix seconds; /metrics Process-Start-Time-Unix) */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */

@@ -445,11 +445,17 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
 #define GAUGE(name, help, v)                                                                      \
     mu_http_buf_fmt(&b, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s gauge\nllamacpp:%s %.17g\n", name, help, name, \
                     name, (double)(v))
-    COUNTER("prompt_tokens_total", "Number of prompt tokens processed.", m.n_prompt_tokens);
+    COUNTER("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens.", m.n_prompt_tokens);
+    COUNTER("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache.", m.n_prompt_cached);
     COUNTER("prompt_seconds_total", "Prompt process time.", m.prompt_s);
     COUNTER("tokens_predicted_total", "Number of generation tokens processed.", m.n_gen_tokens);
     COUNTER("tokens_predicted_seconds_total", "Predict process time.", m.gen_s);
     COUNTER("n_decode_total", "Total number of batched forward calls.", m.n_forward);
+    COUNTER("n_tokens_max", "Largest observed sequence length (prompt + generation).", m.n_tokens_max);
+    /* muser has no speculative decoding yet: llama.cpp's counters, at zero */
+    COUNTER("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated.", 0);
+    COUNTER("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model.", 0);
+    COUNTER("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps.", 0);
     COUNTER("requests_total", "Generation requests accepted.", m.n_requests);
     COUNTER("requests_rejected_busy_total", "Generation requests answered 429.", m.n_busy_rejects);
     COUNTER("requests_cancelled_total", "Generation requests ended by a cancel (client hang-up, shutdown).",
@@ -471,6 +477,8 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
     GAUGE("requests_processing", "Number of requests processing.", m.n_processing);
     GAUGE("requests_deferred", "Number of requests deferred.", m.n_queued);
     GAUGE("n_slots", "Number of slots.", m.n_slots);
+    GAUGE("n_busy_slots_per_decode", "Average number of busy slots per forward call.",
+          m.n_forward ? (double)m.n_busy_sum / (double)m.n_forward : 0);
 #undef COUNTER
 #undef GAUGE
     if (b.oom) {
@@ -478,6 +486,8 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
-    mu_http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n);
+    char t0[32];
+    snprintf(t0, sizeof t0, "%lld", (long long)a->t_start);
+    mu_http_reply_text_hdr(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n, "Process-Start-Time-Unix", t0);
     mu_http_buf_free(&b);
 }

@@ -595,7 +595,7 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
 static json_t *model_object(mu_http_app *a, const char *id) {
     json_t *aliases = json_array();
     for (int i = 0; i < a->n_aliases; i++) json_array_append_new(aliases, json_string(a->aliases[i]));
-    return json_pack("{s:s,s:o,s:s,s:I,s:s,s:{s:i,s:i,s:i,s:i,s:I}}", "id", id, "aliases", aliases, "object", "model",
+    return json_pack("{s:s,s:o,s:[],s:s,s:I,s:s,s:{s:i,s:i,s:i,s:i,s:I}}", "id", id, "aliases", aliases, "tags", "object", "model",
                      "created", (json_int_t)a->model_mtime, "owned_by", "muser", "meta", "n_vocab", a->info->n_vocab,
                      "n_ctx", a->n_ctx, "n_ctx_train", a->info->n_ctx_train, "n_embd", a->info->n_embd, "size",
                      (json_int_t)a->model_bytes);

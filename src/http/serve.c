@@ -51,6 +51,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->model_path = path;
     a->n_ctx = sm.n_ctx;
     a->n_slots = sm.n_slots;
+    a->t_start = api_unix_now();
     a->pooling = o->pooling == MU_EMBD_OFF ? MU_EMBD_NONE : o->pooling;
     if (o->n_aliases < 0 || o->n_aliases > MU_SERVE_MAX_ALIASES) {
         free(s);

@@ -332,10 +332,16 @@ static void queue(mu_http_req *r, int status, struct MHD_Response *resp) {
     MHD_destroy_response(resp);
 }
 
-void mu_http_reply_text(mu_http_req *r, int status, const char *ct, const char *text, size_t n) {
+void mu_http_reply_text_hdr(mu_http_req *r, int status, const char *ct, const char *text, size_t n, const char *name,
+                            const char *value) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)text, MHD_RESPMEM_MUST_COPY);
     if (resp) MHD_add_response_header(resp, "Content-Type", ct);
+    if (resp && name) MHD_add_response_header(resp, name, value);
     queue(r, status, resp);
+}
+
+void mu_http_reply_text(mu_http_req *r, int status, const char *ct, const char *text, size_t n) {
+    mu_http_reply_text_hdr(r, status, ct, text, n, NULL, NULL);
 }
 
 void mu_http_reply_json(mu_http_req *r, int status, json_t *j) {

@@ -98,6 +98,9 @@ int mu_http_req_fd(const mu_http_req *r);
 /* Exactly one reply per request. The json is consumed. */
 void mu_http_reply_json(mu_http_req *r, int status, json_t *j);
 void mu_http_reply_text(mu_http_req *r, int status, const char *content_type, const char *text, size_t n);
+/* The same with one more header (name: value). */
+void mu_http_reply_text_hdr(mu_http_req *r, int status, const char *content_type, const char *text, size_t n,
+                            const char *name, const char *value);
 /* An error body in the request's protocol shape; message must not contain
  * secrets or prompt text. param names the offending field (may be NULL). */
 void mu_http_reply_error(mu_http_req *r, int status, const char *msg, const char *param);
