@@ -69,6 +69,9 @@ int mu_model_tensor(const mu_model *m, int i, mu_tensor_info *out, mu_err *err);
 /* A string metadata value (NULL when the key is absent or not a string);
  * not NUL-terminated inside the file: *len is its length. */
 const char *mu_model_meta_str(const mu_model *m, const char *key, size_t *len);
+/* An integer metadata value (any GGUF integer type) into *out; MU_E_ARG when
+ * the key is absent, another code when it is not an integer. */
+int mu_model_meta_int(const mu_model *m, const char *key, int64_t *out);
 
 /* Weight validation, as llama.cpp's --check-tensors (ggml_validate_row_data):
  * every F32, F16 and BF16 value finite, every block scale finite (Q8_0 d;

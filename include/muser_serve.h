@@ -28,8 +28,8 @@ typedef struct {
     int idle_timeout_s;        /* no traffic while not waiting for generation; 0: 60 */
     size_t max_body_bytes;     /* 0: 8 MiB */
     int http_threads;          /* event threads serving all connections; 0: 4 */
-    mu_embd_pooling pooling;   /* embeddings; MU_EMBD_OFF (0) means MU_EMBD_NONE, llama.cpp's default
-                                  for this architecture */
+    mu_embd_pooling pooling;   /* embeddings; MU_EMBD_OFF (0): the GGUF's muse-glimmer.pooling_type,
+                                  else MU_EMBD_NONE (llama.cpp's default for this architecture) */
     const char *const *aliases; /* more model names the server answers to (--alias) */
     int n_aliases;             /* 0..MU_SERVE_MAX_ALIASES */
     bool any_model;            /* accept any model name (clients that hard-code one) */

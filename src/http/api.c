@@ -27,8 +27,9 @@ static const char *const resp_types[] = {"text", "json_object", "json_schema", N
 static const jc_field no_image = F_(NULL, 0, .note = " (image input is not supported)");
 static const jc_field int_tok_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
 static const jc_field stop_elem = F_(NULL, JC_STR, .max_len = 256);
-/* a prompt: a string or token ids; a batch: an array of those */
-static const jc_field prompt_elem = F_(NULL, JC_INT | JC_STR | JC_ARR, RANGE(0, 2147483647), .elem = &int_tok_elem,
+/* a prompt: a string, token ids, or both mixed; a batch: an array of those */
+static const jc_field mixed_elem = F_(NULL, JC_INT | JC_STR, RANGE(0, 2147483647), .max_len = 1048576);
+static const jc_field prompt_elem = F_(NULL, JC_INT | JC_STR | JC_ARR, RANGE(0, 2147483647), .elem = &mixed_elem,
                                        .max_len = 1048576);
 
 /* OpenAI messages */
@@ -282,9 +283,8 @@ static const jc_field ollama_show[] = {
 
 /* embeddings (api_embed.c) */
 static const char *const embd_formats[] = {"float", "base64", NULL};
-static const jc_field embd_ids_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
 static const jc_field embd_input_elem = F_(NULL, JC_STR | JC_INT | JC_ARR, RANGE(0, 2147483647),
-                                           .elem = &embd_ids_elem, .max_len = 1048576);
+                                           .elem = &mixed_elem, .max_len = 1048576);
 #define EMBD_INPUT(n) F_(n, JC_STR | JC_ARR, .elem = &embd_input_elem, .max_len = 1048576)
 static const jc_field openai_embeddings[] = {
     EMBD_INPUT("input"),

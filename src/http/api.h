@@ -146,15 +146,20 @@ json_t *api_timings(const mu_gen_stats *st);
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
                      int32_t **ids, int *n);
-/* prompt: a string (tokenized with BOS) or an array of token ids (as given).
- * text (optional): the prompt as text, malloc'ed. */
+/* prompt: a string (tokenized with BOS), an array of token ids (as given),
+ * or an array mixing strings and ids (llama.cpp's tokenize_mixed: BOS only
+ * when a string comes first). text (optional): the prompt as text,
+ * malloc'ed. field names the field in error messages. */
+bool api_prompt_tokens(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, int32_t **ids,
+                       int *n, char **text);
+/* api_prompt_tokens for the field "prompt". */
 bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text);
 
-/* The prompts of a completion request: a string or an array of token ids
- * is one prompt; an array of strings and token-id arrays is several
- * (llama.cpp's and OpenAI's batch form). Fills out[] (borrowed from
- * prompt) and returns the count, or 0 after replying 400 (mixed ids and
- * strings, more than max). */
+/* The prompts of a completion request, as llama.cpp's server splits them:
+ * a string, or an array holding any token id (ids, or ids mixed with
+ * strings), is one prompt; an array of strings and arrays is several
+ * (each a string, ids, or a mix). Fills out[] (borrowed from prompt) and
+ * returns the count, or 0 after replying 400 (more than max). */
 int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, int max);
 /* llama.cpp's extensions every generation route accepts (LLAMA_EXTENSIONS
  * in api.c): replies 400 and returns false for what muser does not do

@@ -1,7 +1,7 @@
 /* api_embed.c: embeddings in three protocols' shapes: OpenAI
  * /v1/embeddings, llama.cpp /embedding and /embeddings, Ollama /api/embed
  * and the older /api/embeddings.
- * Owns: input forms (a string, token ids, or a list of either), which
+ * Owns: input forms (a string, token ids, a mix, or a list of those), which
  * pooling and normalization each route applies, and the response shapes
  * (floats or OpenAI's base64 of little-endian float32).
  * Does not own: computing the rows and pooling them (src/gen: an embedding
@@ -190,37 +190,12 @@ static bool em_poll(void *state, mu_http_req *r) {
     return false;
 }
 
-/* Tokens of one input (a string: BOS by the model's rule + its tokens with
- * special texts parsed, as llama.cpp's server; token ids: as given). */
+/* Tokens of one input: a string (BOS by the model's rule + its tokens with
+ * special texts parsed, as llama.cpp's server), token ids (as given), or a
+ * mix (api_prompt_tokens); then the length rule. */
 static bool em_tokens(mu_http_req *r, em_state *s, int k, const json_t *in, const char *field) {
-    mu_http_app *a = s->a;
     char m[200];
-    if (json_is_string(in)) {
-        mu_err err = {0};
-        int rc = api_tokenize_prompt(a, json_string_value(in), true, &s->ids[k], &s->n_ids[k], &err);
-        if (rc) {
-            mu_http_reply_status(r, rc, &err);
-            return false;
-        }
-    } else {
-        size_t n = json_array_size(in);
-        s->ids[k] = malloc((n ? n : 1) * sizeof(int32_t));
-        if (!s->ids[k]) {
-            mu_http_reply_error(r, 503, "server: out of memory", NULL);
-            return false;
-        }
-        for (size_t i = 0; i < n; i++) {
-            const json_t *x = json_array_get(in, i);
-            json_int_t v = json_is_integer(x) ? json_integer_value(x) : (json_int_t)json_number_value(x);
-            if (!json_is_number(x) || v < 0 || v >= a->info->n_vocab) {
-                snprintf(m, sizeof m, "field '%s': token ids must be integers below %d", field, a->info->n_vocab);
-                mu_http_reply_error(r, 400, m, field);
-                return false;
-            }
-            s->ids[k][i] = (int32_t)v;
-        }
-        s->n_ids[k] = (int)n;
-    }
+    if (!api_prompt_tokens(r, s->a, in, field, &s->ids[k], &s->n_ids[k], NULL)) return false;
     if (s->n_ids[k] == 0) {
         snprintf(m, sizeof m, "field '%s': input content cannot be empty", field);
         mu_http_reply_error(r, 400, m, field);
@@ -239,11 +214,12 @@ static bool em_tokens(mu_http_req *r, em_state *s, int k, const json_t *in, cons
     return true;
 }
 
-static bool all_ints(const json_t *arr) {
+/* Any token id in the array (then it is one prompt, as llama.cpp splits). */
+static bool has_number(const json_t *arr) {
     size_t i;
     json_t *x;
-    json_array_foreach(arr, i, x) if (!json_is_number(x)) return false;
-    return true;
+    json_array_foreach(arr, i, x) if (json_is_number(x)) return true;
+    return false;
 }
 
 void api_embeddings(mu_http_req *r, const json_t *body) {
@@ -306,20 +282,8 @@ void api_embeddings(mu_http_req *r, const json_t *body) {
     s->limit = s->pool == MU_EMBD_LAST ? a->n_ctx - 1 : (chunk < a->n_ctx - 1 ? chunk : a->n_ctx - 1);
     snprintf(s->model, sizeof s->model, "%s", mu_jc_str(body, "model", ""));
     /* one input, or a list of inputs */
-    bool many = json_is_array(in) && json_array_size(in) > 0 && !all_ints(in);
+    bool many = json_is_array(in) && json_array_size(in) > 0 && !has_number(in);
     s->n_in = many ? (int)json_array_size(in) : 1;
-    if (many) {
-        size_t i;
-        json_t *x;
-        json_array_foreach(in, i, x) if (!json_is_string(x) && !(json_is_array(x) && all_ints(x))) {
-            free(s);
-            char m[200];
-            snprintf(m, sizeof m, "field '%s[%zu]': each input must be a string or an array of token ids (mixed "
-                     "strings and ids are not supported)", field, i);
-            mu_http_reply_error(r, 400, m, field);
-            return;
-        }
-    }
     if (s->n_in > EM_MAX_INPUTS) {
         free(s);
         char m[128];

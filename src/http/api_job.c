@@ -235,32 +235,18 @@ int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, in
     size_t n = json_array_size(prompt), n_num = 0, i;
     json_t *x;
     json_array_foreach(prompt, i, x) n_num += json_is_number(x);
-    if (n == 0 || n_num == n) {
+    if (n == 0 || n_num) { /* ids, or ids mixed with strings: one prompt */
         out[0] = prompt;
         return 1;
     }
     char m[160];
-    if (n_num) {
-        mu_http_reply_error(r, 400, "field 'prompt': mixed token ids and strings are not supported (give a string, "
-                            "an array of ids, or an array of those)", "prompt");
-        return 0;
-    }
     if (n > (size_t)max) {
         snprintf(m, sizeof m, "field 'prompt': at most %d prompts per request (with n choices each: prompts * n <= %d)",
                  max, API_MAX_CHOICES);
         mu_http_reply_error(r, 400, m, "prompt");
         return 0;
     }
-    json_array_foreach(prompt, i, x) {
-        size_t k;
-        json_t *y;
-        if (json_is_array(x)) json_array_foreach(x, k, y) if (!json_is_number(y)) {
-            snprintf(m, sizeof m, "field 'prompt[%zu][%zu]': must be a token id", i, k);
-            mu_http_reply_error(r, 400, m, "prompt");
-            return 0;
-        }
-        out[i] = x;
-    }
+    json_array_foreach(prompt, i, x) out[i] = x;
     return (int)n;
 }
 

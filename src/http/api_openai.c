@@ -459,9 +459,14 @@ static json_t *completion_logprobs(api_job *g, int from, int to) {
                      offs);
 }
 
-/* Prompt from a string or a token-id array; replies on failure. */
-bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text) {
+/* Prompt from a string, token ids, or a mix of both (llama.cpp's
+ * tokenize_mixed: strings are tokenized with special texts parsed, BOS by
+ * the model's rule only before a string that comes first; ids are used as
+ * given); replies on failure. field names the JSON field in messages. */
+bool api_prompt_tokens(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, int32_t **ids,
+                       int *n, char **text) {
     mu_err err = {0};
+    char m[200];
     if (json_is_string(prompt)) {
         int rc = api_tokenize_prompt(a, json_string_value(prompt), true, ids, n, &err);
         if (rc) {
@@ -473,34 +478,66 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
     }
     size_t k = json_array_size(prompt);
     if (k == 0) {
-        mu_http_reply_error(r, 400, "field 'prompt': must not be empty", "prompt");
+        snprintf(m, sizeof m, "field '%s': must not be empty", field);
+        mu_http_reply_error(r, 400, m, field);
         return false;
     }
-    int32_t *o = malloc(k * sizeof *o);
-    if (!o) {
-        mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        return false;
-    }
+    int32_t *o = NULL;
+    size_t no = 0, cap = 0;
     mu_http_buf tb = {0};
     for (size_t i = 0; i < k; i++) {
-        json_int_t v = (json_int_t)json_number_value(json_array_get(prompt, i));
-        if (v >= a->info->n_vocab) {
-            free(o);
-            mu_http_buf_free(&tb);
-            char m[128];
-            snprintf(m, sizeof m, "field 'prompt[%zu]': token id out of range: must be below %d", i, a->info->n_vocab);
-            mu_http_reply_error(r, 400, m, "prompt");
-            return false;
+        const json_t *x = json_array_get(prompt, i);
+        int32_t *t = NULL, one;
+        int nt = 0;
+        if (json_is_string(x)) {
+            int rc = i == 0 ? api_tokenize_prompt(a, json_string_value(x), true, &t, &nt, &err)
+                            : mu_tok_encode(a->tok, json_string_value(x), json_string_length(x), true, &t, &nt, &err);
+            if (rc) {
+                free(o);
+                mu_http_buf_free(&tb);
+                mu_http_reply_status(r, rc, &err);
+                return false;
+            }
+        } else {
+            json_int_t v = (json_int_t)json_number_value(x);
+            if (v < 0 || v >= a->info->n_vocab) {
+                free(o);
+                mu_http_buf_free(&tb);
+                snprintf(m, sizeof m, "field '%s[%zu]': token id out of range: must be below %d", field, i,
+                         a->info->n_vocab);
+                mu_http_reply_error(r, 400, m, field);
+                return false;
+            }
+            one = (int32_t)v;
+            nt = 1;
         }
-        o[i] = (int32_t)v;
-        if (text && !api_is_special(a, o[i])) {
+        const int32_t *src = t ? t : &one;
+        if (no + (size_t)nt > cap) {
+            size_t nc = (no + (size_t)nt) * 2 + 16;
+            int32_t *p = realloc(o, nc * sizeof *p);
+            if (!p) {
+                free(t);
+                free(o);
+                mu_http_buf_free(&tb);
+                mu_http_reply_error(r, 503, "server: out of memory", NULL);
+                return false;
+            }
+            o = p;
+            cap = nc;
+        }
+        memcpy(o + no, src, (size_t)nt * sizeof *o);
+        no += (size_t)nt;
+        free(t);
+    }
+    if (text)
+        for (size_t i = 0; i < no; i++) {
+            if (api_is_special(a, o[i])) continue;
             char buf[API_PIECE_MAX];
             int pn = api_piece(a, o[i], buf, sizeof buf);
             if (pn > 0) mu_http_buf_add(&tb, buf, (size_t)pn);
         }
-    }
     *ids = o;
-    *n = (int)k;
+    *n = (int)no;
     if (text) {
         json_t *s = api_json_text(tb.p ? tb.p : "", tb.n);
         *text = strdup(json_string_value(s));
@@ -508,6 +545,10 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
     }
     mu_http_buf_free(&tb);
     return true;
+}
+
+bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text) {
+    return api_prompt_tokens(r, a, prompt, "prompt", ids, n, text);
 }
 
 static bool oa_completions_poll(void *state, mu_http_req *r) {

@@ -52,7 +52,13 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->n_ctx = sm.n_ctx;
     a->n_slots = sm.n_slots;
     a->t_start = api_unix_now();
-    a->pooling = o->pooling == MU_EMBD_OFF ? MU_EMBD_NONE : o->pooling;
+    /* pooling: --pooling, else the GGUF's <arch>.pooling_type (llama.cpp's
+     * enum: 0 none, 1 mean, 2 cls, 3 last), else none, as llama.cpp */
+    a->pooling = o->pooling;
+    int64_t pt = -1;
+    if (a->pooling == MU_EMBD_OFF && !mu_model_meta_int(m, "muse-glimmer.pooling_type", &pt) && pt >= 0 && pt <= 3)
+        a->pooling = (mu_embd_pooling)(MU_EMBD_NONE + pt);
+    if (a->pooling == MU_EMBD_OFF) a->pooling = MU_EMBD_NONE;
     if (o->n_aliases < 0 || o->n_aliases > MU_SERVE_MAX_ALIASES) {
         free(s);
         return mu_fail(err, MU_E_ARG, "server: at most %d aliases: %d", MU_SERVE_MAX_ALIASES, o->n_aliases);

@@ -55,7 +55,9 @@ expect "POST /embeddings with token ids and a batch of id arrays" 200 "len(j) ==
 expect "POST /api/embed (Ollama)" 200 "len(j['embeddings']) == 2 and j['prompt_eval_count'] > 0" POST /api/embed '{"input":["a","b"]}'
 expect "POST /api/embeddings (Ollama, older)" 200 "len(j['embedding']) > 8" POST /api/embeddings '{"prompt":"a"}'
 expect "embeddings: dimensions other than the model's -> 400" 400 "'dimensions' in j['error']['message']" POST /v1/embeddings '{"input":"a","dimensions":3}'
-expect "embeddings: mixed ids and strings -> 400" 400 "'input[1]' in j['error']['message']" POST /v1/embeddings '{"input":["a",[1,"x"]]}'
+expect "embeddings: a batch with ids mixed with strings (llama.cpp's mixed prompt)" 200 "len(j['data']) == 2" POST /v1/embeddings '{"input":["a",[1,"x",2]]}'
+expect "embeddings: one input of ids mixed with strings" 200 "len(j['data']) == 1" POST /v1/embeddings '{"input":[1,"x",2]}'
+expect "embeddings: an object in a prompt -> 400 naming it" 400 "'input[1][0]' in j['error']['message']" POST /v1/embeddings '{"input":["a",[{"b":1}]]}'
 expect "embeddings: empty input -> 400" 400 "'empty' in j['error']['message']" POST /v1/embeddings '{"input":[]}'
 LONG=$(python3 -c "print('{\"input\":[' + ','.join(['5'] * 600) + ']}')")
 expect "embeddings: mean pooling over more than a batch -> 400" 400 "'too large' in j['error']['message']" POST /v1/embeddings "$LONG"

@@ -145,7 +145,8 @@ static void test_compat_routes(void **st) {
     expect_ok("/api/embeddings", "{\"prompt\":\"a\"}");
     expect_bad("/api/embeddings", "{}", "'prompt': is required");
     expect_bad("/v1/embeddings", "{\"input\":\"a\",\"encoding_format\":\"hex\"}", "must be one of");
-    expect_bad("/v1/embeddings", "{\"input\":[[1,\"x\"]]}", "input[0][1]");
+    expect_ok("/v1/embeddings", "{\"input\":[[1,\"x\"],[2]]}");
+    expect_bad("/v1/embeddings", "{\"input\":[[1,{}]]}", "input[0][1]");
     expect_bad("/v1/embeddings", "{\"input\":\"a\",\"pooling\":\"mean\"}", "unknown field 'pooling'");
     const char *m = "/v1/messages";
     expect_ok(m, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
@@ -184,7 +185,8 @@ static void test_compat_routes(void **st) {
                "service_tier");
     expect_ok("/completion", "{\"prompt\":[\"a\",[1,2]],\"response_fields\":[\"content\"],\"cache_prompt\":true}");
     expect_ok("/v1/completions", "{\"prompt\":[[1],[2,3]],\"store\":false}");
-    expect_bad("/completion", "{\"prompt\":[[\"a\"]]}", "prompt[0][0]");
+    expect_ok("/completion", "{\"prompt\":[[\"a\",1]]}");
+    expect_bad("/completion", "{\"prompt\":[[[1]]]}", "prompt[0][0]");
 }
 
 static void test_depth(void **st) {
