@@ -8,7 +8,9 @@ the suite can judge muser's compatibility. Point the suite at it:
     python3 -m pytest -q unit/...        (in that tests folder of llama.cpp's server)
 
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
---pooling, --cors-origins (-> --cors) carry over; --ctx-size is llama.cpp's
+--pooling, --cors-origins (-> --cors) carry over (--alias a,b,c as three);
+--embedding without --pooling adds --pooling mean (the suite's embedding
+models carry a pooling type; the substitute model has none); --ctx-size is llama.cpp's
 total context, split over the slots as llama.cpp does (muser's --ctx is per
 slot) and capped at the model's training context (muser refuses more); --api-key K becomes a mode-0600 key file for --api-key-file. The
 model flags (--model, --hf-repo, --hf-file, --model-url) are ignored: muser
@@ -74,6 +76,10 @@ def main():
             out += ["--alias", a]
     if "--pooling" in opts:
         out += ["--pooling", opts["--pooling"]]
+    elif "--embedding" in dropped or "--embeddings" in dropped:
+        # the embedding models the suite loads carry a pooling type; the
+        # substitute Muse Glimmer model does not: give it mean pooling
+        out += ["--pooling", "mean"]
     if "--cors-origins" in opts:
         out += ["--cors", opts["--cors-origins"]]
     if "--api-key" in opts:

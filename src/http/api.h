@@ -27,10 +27,11 @@ typedef struct {
     int64_t model_mtime;
     int n_ctx, n_slots;
     mu_embd_pooling pooling;   /* embeddings (--pooling); MU_EMBD_NONE by default, as llama.cpp */
-    const char *aliases[MU_SERVE_MAX_ALIASES + 1]; /* other names the model answers to: the --alias
-                                                      options after the first, and the GGUF's name
-                                                      (they live as long as the server) */
+    const char *aliases[MU_SERVE_MAX_ALIASES]; /* the --alias names, sorted, without duplicates;
+                                                  model_id is the first (they live as long as the
+                                                  server) */
     int n_aliases;
+    const char *gguf_name;     /* with aliases: the GGUF's name, still answered to; else NULL */
     bool any_model;            /* every model name is this model (--any-model) */
     mu_http_server *server;    /* set after start; for /metrics */
     int64_t t_start;           /* when the server started (unix seconds; /metrics Process-Start-Time-Unix) */
@@ -78,6 +79,7 @@ typedef struct {
     int *ctoks;              /* chat with logprobs: indexes of the answer's tokens (MU_EV_CONTENT_TOKEN) */
     int n_ctoks, cap_ctoks;
     mu_finish finish;        /* MU_FINISH_CTX is reported as MU_FINISH_LENGTH */
+    bool ctx_full;           /* it ended because the context was full (llama.cpp's "truncated") */
     char stop_word[264];
     mu_gen_stats st;
     char err[256];

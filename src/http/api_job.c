@@ -175,6 +175,7 @@ static bool name_is(const char *id, const char *name, bool ollama) {
 
 bool api_model_name_ok(mu_http_app *a, const char *id, bool ollama) {
     if (a->any_model || name_is(id, a->model_id, ollama)) return true;
+    if (a->gguf_name && name_is(id, a->gguf_name, ollama)) return true;
     for (int i = 0; i < a->n_aliases; i++)
         if (name_is(id, a->aliases[i], ollama)) return true;
     return false;
@@ -385,6 +386,7 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         return true;
     case MU_EV_FINISH:
         g->finish = ev->finish == MU_FINISH_CTX ? MU_FINISH_LENGTH : ev->finish;
+        g->ctx_full = ev->finish == MU_FINISH_CTX;
         g->st = ev->stats;
         g->st.n_gen = g->n_ids;
         if (ev->stop_word) snprintf(g->stop_word, sizeof g->stop_word, "%s", ev->stop_word);

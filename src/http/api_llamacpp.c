@@ -78,7 +78,7 @@ static json_t *final_object(lc_state *s, int k, const char *content, size_t n) {
     json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", k, "content",
                           api_json_text(content, n), "stop", 1, "model", s->a->model_id, "id_slot", g->st.slot,
                           "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt, "generation_settings",
-                          s->settings, "prompt", s->prompt_text[k] ? s->prompt_text[k] : "", "truncated", 0,
+                          s->settings, "prompt", s->prompt_text[k] ? s->prompt_text[k] : "", "truncated", g->ctx_full,
                           "stop_type", stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
                           g->st.n_prompt + g->n_ids, "timings", api_timings(&g->st));
     if (!o) return NULL;

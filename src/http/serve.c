@@ -71,13 +71,25 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
             return mu_fail(err, MU_E_ARG, "server: a model alias must be non-empty UTF-8");
         }
     }
-    /* as llama.cpp's --alias: the first alias is the id the server reports;
-     * the GGUF's name and the other aliases are still answered to */
+    /* as llama.cpp's --alias: the aliases are a set (sorted, no
+     * duplicates) whose first member is the id the server reports; the
+     * GGUF's name is still answered to (listed last when no alias is it) */
     if (o->n_aliases > 0) {
         const char *gguf_name = a->model_id;
-        a->model_id = o->aliases[0];
-        for (int i = 1; i < o->n_aliases; i++) a->aliases[a->n_aliases++] = o->aliases[i];
-        if (strcmp(gguf_name, a->model_id)) a->aliases[a->n_aliases++] = gguf_name;
+        for (int i = 0; i < o->n_aliases; i++) {
+            int at = a->n_aliases;
+            bool dup = false;
+            for (int k = 0; k < a->n_aliases && !dup; k++) dup = !strcmp(a->aliases[k], o->aliases[i]);
+            if (dup) continue;
+            while (at > 0 && strcmp(a->aliases[at - 1], o->aliases[i]) > 0) {
+                a->aliases[at] = a->aliases[at - 1];
+                at--;
+            }
+            a->aliases[at] = o->aliases[i];
+            a->n_aliases++;
+        }
+        a->model_id = a->aliases[0];
+        a->gguf_name = gguf_name;
     }
     a->any_model = o->any_model;
     mu_http_opts ho = {.host = o->host,

@@ -33,7 +33,7 @@ GGUF_ID=$("$MUSER" info -m "$MODEL" | sed -n 's/^name *//p')
 
 # ---- routes
 expect "GET / says what answers" 200 "j['server'] == 'muser' and j['model'] == '$ID'" GET / ""
-expect "GET /v1/models: the alias is the id (as llama.cpp), the GGUF name an alias" 200 "j['data'][0]['id'] == 'comp-alias' and j['data'][0]['aliases'] == ['$GGUF_ID']" GET /v1/models ""
+expect "GET /v1/models: the alias is the id (as llama.cpp)" 200 "j['data'][0]['id'] == 'comp-alias' and j['data'][0]['aliases'] == ['comp-alias']" GET /v1/models ""
 expect "GET /v1/models/{the GGUF name}" 200 "j['id'] == '$GGUF_ID' and j['object'] == 'model'" GET "/v1/models/$GGUF_ID" ""
 expect "GET /v1/models/{alias}" 200 "j['id'] == 'comp-alias'" GET /v1/models/comp-alias ""
 expect "GET /v1/models/{unknown} -> 404 model_not_found" 404 "j['error']['code'] == 'model_not_found'" GET /v1/models/gpt-4o ""
