@@ -9,7 +9,8 @@ the suite can judge muser's compatibility. Point the suite at it:
 
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
 --pooling, --cors-origins (-> --cors) carry over (--alias a,b,c as three);
---embedding without --pooling adds --pooling mean (the suite's embedding
+--any-model is always on (llama-server ignores the model name when it serves
+one model); --embedding without --pooling adds --pooling mean (the suite's embedding
 models carry a pooling type; the substitute model has none); --ctx-size is llama.cpp's
 total context, split over the slots as llama.cpp does (muser's --ctx is per
 slot) and capped at the model's training context (muser refuses more); --api-key K becomes a mode-0600 key file for --api-key-file. The
@@ -54,7 +55,9 @@ def main():
     model = os.environ.get("MUSER_SHIM_MODEL")
     if not model:
         sys.exit("llama-server-shim: set MUSER_SHIM_MODEL to a Muse Glimmer GGUF")
-    out = [muser, "serve", "-m", model, "--port", opts.get("--port", "8080"), "--host", opts.get("--host", "127.0.0.1")]
+    # llama-server answers any model name when it serves one model: --any-model
+    out = [muser, "serve", "-m", model, "--port", opts.get("--port", "8080"), "--host", opts.get("--host", "127.0.0.1"),
+           "--any-model"]
     par = min(int(opts.get("--parallel", opts.get("-np", "1"))), 4)
     out += ["--parallel", str(par)]
     ctx = opts.get("--ctx-size", opts.get("-c"))

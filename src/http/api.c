@@ -373,7 +373,7 @@ static const jc_field an_thinking_fields[] = {
 static const jc_field an_metadata_fields[] = {F_("user_id", JC_STR | JC_NULL, .max_len = 256), END};
 #define ANTHROPIC_PROMPT                                                                                      \
     F_("model", JC_STR, .max_len = 256),                                                                      \
-        F_("messages", JC_ARR, .required = true, .min_len = 1, .elem = &an_msg_elem, .max_len = 4096),        \
+        F_("messages", JC_ARR, .required = true, .elem = &an_msg_elem, .max_len = 4096),                      \
         F_("system", JC_STR | JC_ARR, .elem = &an_text_elem, .max_len = 1024),                                \
         F_("tools", JC_ARR, .elem = &an_tool_elem, .max_len = 128),                                           \
         F_("tool_choice", JC_OBJ, .fields = an_choice_fields),                                                \

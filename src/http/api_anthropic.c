@@ -303,6 +303,13 @@ static int an_produce(void *state, mu_http_buf *out, int fd) {
                                       g->err));
         return 1;
     }
+    if (s->index == 0 && !s->open && !json_array_size(g->tool_calls)) {
+        /* no text at all: an empty text block, as the plain answer has */
+        event(out, "content_block_start",
+              json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0, "content_block", "type",
+                        "text", "text", ""));
+        s->open = 2;
+    }
     close_block(s, out);
     size_t i;
     json_t *c;
