@@ -69,6 +69,9 @@ int mu_model_tensor(const mu_model *m, int i, mu_tensor_info *out, mu_err *err);
 /* A string metadata value (NULL when the key is absent or not a string);
  * not NUL-terminated inside the file: *len is its length. */
 const char *mu_model_meta_str(const mu_model *m, const char *key, size_t *len);
+/* An integer metadata value (any GGUF integer type) into *out; MU_E_ARG when
+ * the key is absent, another code when it is not an integer. */
+int mu_model_meta_int(const mu_model *m, const char *key, int64_t *out);
 
 /* Weight validation, as llama.cpp's --check-tensors (ggml_validate_row_data):
  * every F32, F16 and BF16 value finite, every block scale finite (Q8_0 d;
@@ -203,10 +206,14 @@ typedef struct {
     const int32_t *tokens;
     int n_tokens;
     bool all_logits;   /* logits for every token (speculative verify); else the last only */
+    float *embd;       /* embeddings: when set, [n_tokens][n_embd] receives the hidden state of
+                          every token after the final norm (llama.cpp's t_embd), and the item
+                          gets no logits (all_logits is ignored) */
 } mu_batch_item;
 
 /* Runs the model over all items as one batch. Afterwards each session holds
- * its final logits (after logit scale and softcap). */
+ * its final logits (after logit scale and softcap), except the sessions of
+ * items with embd, whose rows went there instead. */
 int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err);
 
 /* Logits of the i-th token of the last forward (i = -1: the last token).

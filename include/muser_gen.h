@@ -44,8 +44,19 @@ int mu_schema_new(const char *schema_json, bool object_only, const char *where, 
 mu_schema *mu_schema_ref(mu_schema *s);
 void mu_schema_unref(mu_schema *s);
 
+/* Embedding jobs: how the final-norm hidden states of the prompt's tokens
+ * become the answer (llama.cpp's pooling types). */
+typedef enum {
+    MU_EMBD_OFF = 0, /* not an embedding job: generate */
+    MU_EMBD_NONE,    /* every token's row */
+    MU_EMBD_MEAN,    /* the mean of the rows */
+    MU_EMBD_CLS,     /* the first token's row */
+    MU_EMBD_LAST,    /* the last token's row */
+} mu_embd_pooling;
+
 #define MU_GEN_MAX_STOPS 8   /* stop strings per request */
 #define MU_GEN_MAX_CHOICES 16
+#define MU_GEN_MAX_CALLS 128 /* functions a forced call may choose from */
 
 typedef struct {
     const int32_t *prompt;  /* copied at submit; BOS included when wanted */
@@ -75,6 +86,17 @@ typedef struct {
     int (*install)(void *user, mu_session *s, mu_err *err);
     void *install_user;
     int n_installed;
+    mu_embd_pooling embd;   /* not OFF: evaluate the prompt, pool its final-norm rows, end with
+                               MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
+                               Pooling other than LAST needs the whole prompt in one step
+                               (at most prefill_chunk tokens) */
+    const char *const *call_one_of; /* chat: the output must be a call of one of these functions
+                               (OpenAI tool_choice "required" or a named function): the header
+                               " to=NAME<|message|>" with NAME constrained to the list, then the
+                               call block opened for NAME; the arguments are the model's (copied) */
+    int n_call_one_of;      /* 0: off; at most MU_GEN_MAX_CALLS */
+    int embd_normalize;     /* pooled rows: llama.cpp's embd_normalize (-1 none, 0 max-abs scaled
+                               to int16, 2 Euclidean, p > 0 p-norm); the server's default is 2 */
 } mu_gen_req;
 
 typedef enum {
@@ -82,6 +104,9 @@ typedef enum {
     MU_EV_TEXT,      /* a text delta of one channel: whole UTF-8 characters, never part of a stop string */
     MU_EV_TOOL_CALL, /* a complete tool call: name, arguments (JSON text) */
     MU_EV_FINISH,    /* the last event of a job */
+    MU_EV_CONTENT_TOKEN, /* chat jobs with logprobs or n_top: token tok_index is part of the answer
+                            text (not a channel header, reasoning or a tool call); sent just before
+                            the TEXT event that holds its first byte */
 } mu_event_kind;
 
 typedef enum { MU_CH_CONTENT, MU_CH_REASONING } mu_channel;
@@ -113,6 +138,7 @@ typedef struct {
     size_t len;
     const char *name;       /* TOOL_CALL: the function name (NUL-terminated) */
     mu_gen_token tok;       /* TOKEN */
+    int tok_index;          /* CONTENT_TOKEN: 0-based, in generation order (the TOKEN events' order) */
     mu_finish finish;       /* FINISH */
     const char *stop_word;  /* FINISH with MU_FINISH_WORD: the string that matched */
     const char *err;        /* FINISH with MU_FINISH_ERROR or CANCEL: why ("" when nothing to say) */
@@ -166,6 +192,10 @@ void mu_job_cancel(mu_job *j);
  * mu_job_set_notify or mu_job_free returns, no call of the previous fn is
  * running or will start: so do not call them while holding a lock fn takes. */
 void mu_job_set_notify(mu_job *j, void (*fn)(void *user), void *user);
+/* The result of an embedding job, once its FINISH (MU_FINISH_STOP) was read:
+ * [*n_rows][*n_embd] floats (one row when pooled, one per prompt token for
+ * MU_EMBD_NONE), valid until mu_job_free. NULL before that or for other jobs. */
+const float *mu_job_embedding(mu_job *j, int *n_rows, int *n_embd);
 /* Clears the notification, cancels and drops the reader's reference. NULL is
  * fine. */
 void mu_job_free(mu_job *j);
@@ -173,6 +203,9 @@ void mu_job_free(mu_job *j);
 typedef struct {
     uint64_t n_requests, n_prompt_tokens, n_gen_tokens, n_forward, n_busy_rejects;
     uint64_t n_cancelled;  /* jobs ended by a cancel (hang-up, Ctrl-C, shutdown) */
+    uint64_t n_prompt_cached;  /* prompt tokens whose KV state a job kept (keep_prefix) */
+    uint64_t n_tokens_max;     /* the longest sequence seen in a slot (prompt + generated) */
+    uint64_t n_busy_sum;       /* sessions in each forward call, summed (/ n_forward: slots busy per call) */
     double prompt_s, gen_s;
     int n_processing, n_queued, n_slots, n_ctx;
 } mu_sched_metrics;

@@ -11,6 +11,8 @@ extern "C" {
 
 typedef struct mu_server mu_server;
 
+#define MU_SERVE_MAX_ALIASES 16
+
 typedef struct {
     const char *host;          /* default "127.0.0.1" */
     int port;                  /* 0 = any free port */
@@ -26,6 +28,12 @@ typedef struct {
     int idle_timeout_s;        /* no traffic while not waiting for generation; 0: 60 */
     size_t max_body_bytes;     /* 0: 8 MiB */
     int http_threads;          /* event threads serving all connections; 0: 4 */
+    mu_embd_pooling pooling;   /* embeddings; MU_EMBD_OFF (0): the GGUF's muse-glimmer.pooling_type,
+                                  else MU_EMBD_NONE (llama.cpp's default for this architecture) */
+    const char *const *aliases; /* more model names the server answers to (--alias) */
+    int n_aliases;             /* 0..MU_SERVE_MAX_ALIASES */
+    bool any_model;            /* accept any model name (clients that hard-code one) */
+    const char *cors_origins;  /* NULL: no CORS headers; "*" or comma-separated origins (--cors) */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

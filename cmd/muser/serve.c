@@ -4,7 +4,8 @@
  *               [--queue N] [--threads N] [--api-key-file F]
  *               [--tls-cert C --tls-key K] [--max-conns N] [--max-conns-per-ip N]
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
- *               [--max-body-mb N] [--http-threads N]
+ *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
+ *               [--any-model] [--cors ORIGINS]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -28,6 +29,7 @@ static int usage(void) {
             "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K] [--check-tensors]\n"
             "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
+            "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -57,7 +59,11 @@ static const char *model_id(const mu_model *m, const char *path) {
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *cert = NULL, *keyp = NULL;
-    long long port = 4949, parallel = 1, ctx = 0, queue = 16, threads = 0;
+    long long port = 4949, parallel = 1, ctx = 0, queue = 64, threads = 0;
+    const char *aliases[MU_SERVE_MAX_ALIASES], *cors = NULL;
+    int n_aliases = 0;
+    bool any_model = false;
+    mu_embd_pooling pooling = MU_EMBD_OFF;
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     bool check = false;
     cli_backend backend = CLI_BACKEND_DEFAULT;
@@ -91,6 +97,22 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--tls-cert")) { NEED(); cert = v; }
         else if (!strcmp(a, "--tls-key")) { NEED(); keyp = v; }
         else if (!strcmp(a, "--check-tensors")) check = true;
+        else if (!strcmp(a, "--any-model")) any_model = true;
+        else if (!strcmp(a, "--cors")) { NEED(); cors = v; }
+        else if (!strcmp(a, "--alias")) {
+            NEED();
+            if (!*v || strlen(v) > 256) return cli_fail("muser serve: --alias must be 1..256 bytes: %s", v);
+            if (n_aliases == MU_SERVE_MAX_ALIASES) return cli_fail("muser serve: at most %d --alias options", MU_SERVE_MAX_ALIASES);
+            aliases[n_aliases++] = v;
+        }
+        else if (!strcmp(a, "--pooling")) {
+            NEED();
+            static const char *const names[] = {"none", "mean", "cls", "last"};
+            pooling = MU_EMBD_OFF;
+            for (int k = 0; k < 4; k++)
+                if (!strcmp(v, names[k])) pooling = (mu_embd_pooling)(MU_EMBD_NONE + k);
+            if (pooling == MU_EMBD_OFF) return cli_fail("muser serve: --pooling must be none, mean, cls or last: %s", v);
+        }
         else return cli_fail("muser serve: unknown option '%s' (see muser serve --help)", a);
 #undef NEED
     }
@@ -156,7 +178,12 @@ int cmd_serve(int argc, char **argv) {
                         .body_timeout_s = (int)body_to,
                         .idle_timeout_s = (int)idle_to,
                         .max_body_bytes = (size_t)body_mb << 20,
-                        .http_threads = (int)http_threads};
+                        .http_threads = (int)http_threads,
+                        .pooling = pooling,
+                        .aliases = aliases,
+                        .n_aliases = n_aliases,
+                        .any_model = any_model,
+                        .cors_origins = cors};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;

@@ -45,6 +45,9 @@ typedef struct mu_chat_event {
     const char *name;      /* TOOL_CALL: function name (NUL-terminated) */
     const char *arguments; /* TOOL_CALL: arguments as compact JSON object text */
     int index;             /* TOOL_CALL: 0-based index within the assistant turn */
+    size_t offset;         /* REASONING / CONTENT: where text[0] is in the parser's whole input (bytes
+                              fed since new), or SIZE_MAX for text that is not a copy of the input
+                              (a tool message that did not parse, given back as content) */
 } mu_chat_event;
 
 /* Called for each event; pointers live until the callback returns. A non-zero

@@ -10,6 +10,7 @@
  * suffix of the pending text that is a proper prefix of a marker is held
  * back until the next chunk decides it, so any chunking (even byte by byte)
  * yields the same concatenated result. */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,7 @@ struct mu_chat_parser {
     int state, channel;
     char *buf; /* pending, not yet processed text */
     size_t n, cap;
+    size_t base; /* input bytes before buf[0] (consumed) */
     char *tool; /* body of the current tool message */
     size_t tool_n, tool_cap;
     int n_calls;
@@ -70,6 +72,7 @@ static const char *find(const char *s, size_t n, const char *m) { return memmem(
 static void consume(mu_chat_parser *p, size_t k) {
     memmove(p->buf, p->buf + k, p->n - k);
     p->n -= k;
+    p->base += k;
 }
 
 /* ---- ATEM tool-call blocks ---- */
@@ -157,9 +160,11 @@ bad:
     return 1;
 }
 
-static int emit_text(int kind, const char *s, size_t n, sink *k) {
+/* s is either in p->buf (its input offset is known) or not (SIZE_MAX). */
+static int emit_text(mu_chat_parser *p, int kind, const char *s, size_t n, sink *k) {
     if (n == 0) return 0;
-    mu_chat_event ev = {.kind = kind, .text = s, .len = n};
+    size_t off = p->buf && s >= p->buf && s < p->buf + p->n ? p->base + (size_t)(s - p->buf) : SIZE_MAX;
+    mu_chat_event ev = {.kind = kind, .text = s, .len = n, .offset = off};
     return k->fn(k->user, &ev);
 }
 
@@ -171,7 +176,7 @@ static int deliver(mu_chat_parser *p, const char *s, size_t n, sink *k, mu_err *
         p->tool_n += n;
         return 0;
     }
-    return emit_text(p->channel == CH_REASONING ? MU_CHAT_REASONING : MU_CHAT_CONTENT, s, n, k);
+    return emit_text(p, p->channel == CH_REASONING ? MU_CHAT_REASONING : MU_CHAT_CONTENT, s, n, k);
 }
 
 /* End of one message: a tool message's block becomes tool calls (or, when it
@@ -180,7 +185,7 @@ static int end_message(mu_chat_parser *p, sink *k) {
     int rc = 0;
     if (p->channel == CH_TOOL) {
         rc = parse_atem(p, p->tool, p->tool_n, k);
-        if (rc == 1) rc = emit_text(MU_CHAT_CONTENT, p->tool, p->tool_n, k);
+        if (rc == 1) rc = emit_text(p, MU_CHAT_CONTENT, p->tool, p->tool_n, k);
         p->tool_n = 0;
     }
     p->channel = CH_CONTENT;
@@ -227,7 +232,7 @@ static int process(mu_chat_parser *p, sink *k, mu_err *err) {
     for (;;) {
         int rc;
         switch (p->state) {
-        case ST_DONE: p->n = 0; return 0;
+        case ST_DONE: p->base += p->n; p->n = 0; return 0;
         case ST_AFTER_EOM: {
             size_t ml = sizeof M_START_ASSISTANT - 1;
             if (p->n >= ml && !memcmp(p->buf, M_START_ASSISTANT, ml)) {
@@ -265,7 +270,7 @@ static int process(mu_chat_parser *p, sink *k, mu_err *err) {
             }
             if (stop) { /* a message without header: an answer */
                 size_t hl = (size_t)(stop - p->buf);
-                if (!looks_like_header(p->buf, hl) && (rc = emit_text(MU_CHAT_CONTENT, p->buf, hl, k))) return rc;
+                if (!looks_like_header(p->buf, hl) && (rc = emit_text(p, MU_CHAT_CONTENT, p->buf, hl, k))) return rc;
                 bool eom = stop_len == 7 && !memcmp(stop, "<|eom|>", 7);
                 consume(p, hl + stop_len);
                 p->state = eom ? ST_AFTER_EOM : ST_DONE;
@@ -324,7 +329,7 @@ int mu_chat_parser_finish(mu_chat_parser *p, mu_chat_event_fn fn, void *user, mu
     sink k = {fn, user};
     int rc = 0;
     if (p->state == ST_HEADER && p->n && !looks_like_header(p->buf, p->n))
-        rc = emit_text(MU_CHAT_CONTENT, p->buf, p->n, &k);
+        rc = emit_text(p, MU_CHAT_CONTENT, p->buf, p->n, &k);
     else if (p->state == ST_BODY) {
         rc = deliver(p, p->buf, p->n, &k, err);
         if (!rc) rc = end_message(p, &k);

@@ -386,6 +386,23 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
     for (int r = 0; r < n_out; r++)
         rms_norm(s->a + (size_t)r * I->n_embd, s->h + (size_t)r * I->n_embd, e->m->output_norm->data, I->n_embd,
                  I->eps);
+    /* embedding rows leave here (mu_batch_item.embd); the others are
+     * compacted for the output matrix */
+    int n_lg = 0;
+    for (int r = 0; r < n_out; r++) {
+        const int t = s->out_tok[r];
+        float *row = s->a + (size_t)r * I->n_embd;
+        if (s->tok_embd[t]) {
+            memcpy(s->tok_embd[t], row, (size_t)I->n_embd * sizeof(float));
+            continue;
+        }
+        if (n_lg != r) {
+            memmove(s->a + (size_t)n_lg * I->n_embd, row, (size_t)I->n_embd * sizeof(float));
+            s->out_tok[n_lg] = t;
+        }
+        n_lg++;
+    }
+    n_out = n_lg;
     const size_t V = (size_t)I->n_vocab;
     for (int r0 = 0; r0 < n_out; r0 += MU_LOGIT_ROWS) {
         int n = n_out - r0 < MU_LOGIT_ROWS ? n_out - r0 : MU_LOGIT_ROWS;
@@ -430,7 +447,7 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
                                I->n_vocab);
     }
     for (int i = 0; i < n_items; i++) {
-        int rc = ensure_logits(items[i].s, items[i].all_logits ? items[i].n_tokens : 1, err);
+        int rc = items[i].embd ? 0 : ensure_logits(items[i].s, items[i].all_logits ? items[i].n_tokens : 1, err);
         if (rc) return rc;
         items[i].s->n_logits = 0;
     }
@@ -442,10 +459,11 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
         const mu_batch_item *it = &items[i];
         for (int t = 0; t < it->n_tokens; t++) {
             mu_session *s = it->s;
-            bool out = it->all_logits || t == it->n_tokens - 1;
+            bool out = it->embd || it->all_logits || t == it->n_tokens - 1;
             e->s.tok_sess[T] = s;
             e->s.tok_pos[T] = s->n_past;
-            e->s.tok_out[T] = out ? s->n_logits++ : -1;
+            e->s.tok_embd[T] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;
+            e->s.tok_out[T] = !out ? -1 : it->embd ? 0 : s->n_logits++;
             chunk_tok[T++] = it->tokens[t];
             s->n_past++; /* positions are assigned as tokens enter the chunk */
             if (T == e->ubatch) {

@@ -42,7 +42,31 @@ struct mu_gen {
     mu_gen_emit_fn emit;
     void *user;
     mu_finish finish;          /* set when a stop string matched */
+    /* which tokens are answer text (chat jobs with logprobs): tok_start[i]
+     * is where token i's bytes begin in the decoded output, tok_cpos[i]
+     * where they begin in the answer text (-1: not answer text) */
+    bool track;
+    size_t *tok_start;
+    long long *tok_cpos;
+    int cap_tok;
+    int n_assigned, n_shown;   /* tokens placed by the parser's events; tokens reported */
+    size_t raw_out;            /* decoded bytes fed to the chat parser */
+    size_t content_in, content_out; /* answer bytes received from the parser; released */
+    /* a forced call (call_one_of): " to=" forced, then the name (masked to
+     * the names' prefixes, <|message|> once one is complete), then the call
+     * block's opening forced; afterwards the model writes */
+    char **calls;
+    int n_calls;
+    int call_phase;            /* CALL_* */
+    char call_name[264];
+    size_t n_call_name;
+    int32_t *call_forced;      /* the tokens being forced now */
+    int n_call_forced, call_pos;
+    int32_t msg_id;
+    float *masked;             /* [n_vocab] */
 };
+
+enum { CALL_OFF, CALL_PREFIX, CALL_NAME, CALL_BODY, CALL_FREE };
 
 int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx, mu_gen **out, mu_err *err) {
     if (r->n_stops < 0 || r->n_stops > MU_GEN_MAX_STOPS)
@@ -84,6 +108,25 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
             rc = mu_detok_new(tok, (r->chat ? MU_DETOK_SPECIAL : 0) | (r->valid_utf8 ? MU_DETOK_VALID_UTF8 : 0),
                               &g->detok, err);
         if (!rc && r->chat) rc = mu_chat_parser_new(&g->cp, err);
+        g->track = r->chat && (r->logprobs || r->n_top > 0);
+    }
+    if (!rc && r->n_call_one_of) {
+        if (r->n_call_one_of < 0 || r->n_call_one_of > MU_GEN_MAX_CALLS || !tok || !r->chat)
+            rc = mu_fail(err, MU_E_ARG, "gen: a forced call needs a chat job, a tokenizer and 1..%d names",
+                         MU_GEN_MAX_CALLS);
+        else if ((g->msg_id = mu_tok_find(tok, "<|message|>")) < 0)
+            rc = mu_fail(err, MU_E_UNSUPPORTED, "gen: the vocabulary has no <|message|> token: cannot force a call");
+        else if (!(g->calls = calloc((size_t)r->n_call_one_of, sizeof *g->calls)) ||
+                 !(g->masked = malloc((size_t)g->n_vocab * sizeof *g->masked)))
+            rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
+        for (int i = 0; !rc && i < r->n_call_one_of; i++) {
+            size_t l = r->call_one_of[i] ? strlen(r->call_one_of[i]) : 0;
+            if (l == 0 || l >= sizeof g->call_name) rc = mu_fail(err, MU_E_ARG, "gen: a function name is empty or too long");
+            else if (!(g->calls[i] = strdup(r->call_one_of[i]))) rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
+            else g->n_calls = i + 1;
+        }
+        if (!rc) rc = mu_tok_encode(tok, " to=", 4, false, &g->call_forced, &g->n_call_forced, err);
+        if (!rc) g->call_phase = g->n_call_forced ? CALL_PREFIX : CALL_NAME;
     }
     if (!rc && r->n_top > 0) {
         g->top_ids = malloc((size_t)r->n_top * sizeof *g->top_ids);
@@ -112,6 +155,12 @@ void mu_gen_free(mu_gen *g) {
     free(g->top_ids);
     free(g->top_probs);
     free(g->top_logprobs);
+    free(g->tok_start);
+    free(g->tok_cpos);
+    for (int i = 0; i < g->n_calls; i++) free(g->calls[i]);
+    free(g->calls);
+    free(g->call_forced);
+    free(g->masked);
     free(g);
 }
 
@@ -125,6 +174,66 @@ double mu_gen_constrain_s(const mu_gen *g) {
     return s;
 }
 
+/* ---- a forced call ----------------------------------------------------- */
+
+/* The next token of the function name: one whose bytes keep the name a
+ * prefix of a listed name, or <|message|> once it is one. */
+static int32_t call_name_pick(mu_gen *g, const float *logits) {
+    const mu_tok *tok = mu_model_tokenizer(g->model);
+    bool any = false;
+    for (int v = 0; v < g->n_vocab; v++) {
+        bool ok = false;
+        if (v == g->msg_id) {
+            for (int i = 0; i < g->n_calls && !ok; i++)
+                ok = strlen(g->calls[i]) == g->n_call_name && !memcmp(g->calls[i], g->call_name, g->n_call_name);
+        } else if (!(mu_tok_attr(tok, v) & (MU_TOK_ATTR_CONTROL | MU_TOK_ATTR_UNKNOWN))) {
+            char piece[64];
+            int n = mu_tok_piece(tok, v, false, piece, sizeof piece);
+            for (int i = 0; n > 0 && i < g->n_calls && !ok; i++) {
+                size_t l = strlen(g->calls[i]);
+                ok = g->n_call_name + (size_t)n <= l && !memcmp(g->calls[i], g->call_name, g->n_call_name) &&
+                     !memcmp(g->calls[i] + g->n_call_name, piece, (size_t)n);
+            }
+        }
+        g->masked[v] = ok ? logits[v] : -INFINITY;
+        any |= ok;
+    }
+    return any ? mu_sampler_sample(g->smp, g->masked) : -1;
+}
+
+/* Advances the forced call past id. */
+static void call_accept(mu_gen *g, int32_t id) {
+    if (g->call_phase == CALL_PREFIX || g->call_phase == CALL_BODY) {
+        if (++g->call_pos < g->n_call_forced) return;
+        free(g->call_forced);
+        g->call_forced = NULL;
+        g->call_pos = g->n_call_forced = 0;
+        g->call_phase = g->call_phase == CALL_PREFIX ? CALL_NAME : CALL_FREE;
+        return;
+    }
+    if (g->call_phase != CALL_NAME) return;
+    const mu_tok *tok = mu_model_tokenizer(g->model);
+    if (id != g->msg_id) {
+        int n = mu_tok_piece(tok, id, false, g->call_name + g->n_call_name, sizeof g->call_name - 1 - g->n_call_name);
+        if (n > 0) g->n_call_name += (size_t)n;
+        return;
+    }
+    /* the header is complete: open the call block for the chosen name */
+    char open[sizeof g->call_name + 64];
+    int n = snprintf(open, sizeof open, "<atem:function_calls><atem:invoke name=\"%.*s\">", (int)g->n_call_name,
+                     g->call_name);
+    mu_err err;
+    if (mu_tok_encode(tok, open, (size_t)n, false, &g->call_forced, &g->n_call_forced, &err) || !g->n_call_forced) {
+        free(g->call_forced);
+        g->call_forced = NULL;
+        g->n_call_forced = 0;
+        g->call_phase = CALL_FREE;
+        return;
+    }
+    g->call_pos = 0;
+    g->call_phase = CALL_BODY;
+}
+
 int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
     /* NaN or infinity in the logits comes from broken weights (or a broken
      * kernel): end with an error, never sample garbage */
@@ -135,9 +244,12 @@ int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
         }
     int32_t id;
     if (g->n_acc < g->r.n_forced) id = g->forced[g->n_acc];
+    else if (g->call_phase == CALL_PREFIX || g->call_phase == CALL_BODY) id = g->call_forced[g->call_pos];
+    else if (g->call_phase == CALL_NAME) id = call_name_pick(g, logits);
     else if (g->cons) id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
     else id = mu_sampler_sample(g->smp, logits);
-    if (id < 0) *why = "structured output: no token can continue the value";
+    if (id < 0) *why = g->call_phase == CALL_NAME ? "tool call: no token can continue a function name"
+                                                  : "structured output: no token can continue the value";
     return id;
 }
 
@@ -145,8 +257,36 @@ int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
 
 static void emit_text(mu_gen *g, mu_channel ch, const char *s, size_t n) {
     if (!n) return;
+    if (g->track && ch == MU_CH_CONTENT) {
+        /* the answer tokens whose first byte is in this text */
+        size_t end = g->content_out + n;
+        while (g->n_shown < g->n_assigned) {
+            long long c = g->tok_cpos[g->n_shown];
+            if (c >= 0 && (size_t)c >= end) break;
+            if (c >= 0) {
+                mu_gen_event t = {.kind = MU_EV_CONTENT_TOKEN, .tok_index = g->n_shown};
+                g->emit(g->user, &t);
+            }
+            g->n_shown++;
+        }
+        g->content_out = end;
+    }
     mu_gen_event ev = {.kind = MU_EV_TEXT, .channel = ch, .text = s, .len = n};
     g->emit(g->user, &ev);
+}
+
+/* The parser released answer bytes [o, o + n) of its input: the tokens
+ * that start there are answer tokens (with their place in the answer
+ * text); tokens passed over before o are not. */
+static void place_tokens(mu_gen *g, size_t o, size_t n) {
+    if (o != SIZE_MAX) {
+        while (g->n_assigned < g->n_acc && g->tok_start[g->n_assigned] < o + n) {
+            size_t s = g->tok_start[g->n_assigned];
+            g->tok_cpos[g->n_assigned] = s >= o ? (long long)(g->content_in + (s - o)) : -1;
+            g->n_assigned++;
+        }
+    }
+    g->content_in += n;
 }
 
 /* Longest k < the stop's length such that the last k bytes of s[0..n) are
@@ -214,6 +354,7 @@ static int chat_event(void *user, const mu_chat_event *ev) {
     if (ev->kind == MU_CHAT_REASONING) {
         emit_text(g, MU_CH_REASONING, ev->text, ev->len);
     } else if (ev->kind == MU_CHAT_CONTENT) {
+        if (g->track) place_tokens(g, ev->offset, ev->len);
         answer_text(g, ev->text, ev->len, false);
     } else if (ev->kind == MU_CHAT_TOOL_CALL && !g->cut) {
         mu_gen_event e = {.kind = MU_EV_TOOL_CALL, .name = ev->name, .text = ev->arguments,
@@ -227,6 +368,7 @@ static int chat_event(void *user, const mu_chat_event *ev) {
 static void out_text(mu_gen *g, const char *s, size_t n) {
     if (!n) return;
     if (g->cp) {
+        g->raw_out += n;
         mu_err err;
         mu_chat_parser_feed(g->cp, s, n, chat_event, g, &err);
     } else {
@@ -240,6 +382,7 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
     g->emit = emit;
     g->user = user;
     if (g->cons) mu_constrain_accept(g->cons, id);
+    if (g->call_phase != CALL_OFF && g->n_acc >= g->r.n_forced) call_accept(g, id);
     g->n_acc++;
     mu_gen_event ev = {.kind = MU_EV_TOKEN};
     ev.tok.id = id;
@@ -252,6 +395,21 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
         ev.tok.top_logprobs = g->top_logprobs;
     }
     emit(user, &ev);
+    if (g->track) { /* token n_acc - 1 starts where the decoded output is now */
+        if (g->n_acc > g->cap_tok) {
+            int cap = g->cap_tok ? g->cap_tok * 2 : 256;
+            size_t *st = realloc(g->tok_start, (size_t)cap * sizeof *st);
+            if (st) g->tok_start = st;
+            long long *cp = st ? realloc(g->tok_cpos, (size_t)cap * sizeof *cp) : NULL;
+            if (cp) g->tok_cpos = cp;
+            if (!st || !cp) g->track = false; /* out of memory: no more answer tokens are reported */
+            else g->cap_tok = cap;
+        }
+        if (g->track) {
+            g->tok_start[g->n_acc - 1] = g->raw_out;
+            g->tok_cpos[g->n_acc - 1] = -1;
+        }
+    }
     if (g->detok) {
         const char *s;
         size_t n;

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "../base/mem.h"
+#include "embed.h"
 #include "gen.h"
 
 /* Shared by the jobs of one request (n choices). refs is touched by any
@@ -86,6 +87,12 @@ struct mu_job {
     /* reader-owned copy of the last event's strings */
     char *rbuf;
     size_t cap_rbuf;
+    /* embedding jobs: the final chunk's rows [n_embd_cap][n_embd] (engine
+     * thread), then the result (read after FINISH) */
+    mu_embd_pooling embd_pool;
+    int embd_norm, n_embd, n_embd_cap, n_embd_rows;
+    float *embd_rows;
+    const float *embd;
     /* engine thread */
     mu_gen_stats st;
     int n_gen;
@@ -146,6 +153,7 @@ static void job_unref(mu_job *j) {
     free(j->evs);
     free(j->arena);
     free(j->rbuf);
+    free(j->embd_rows);
     group_unref(j->grp);
     free(j);
 }
@@ -317,6 +325,7 @@ static void step(mu_sched *s, int i, const float *lg) {
     s->m.n_gen_tokens++;
     s->info[i].n_gen = j->n_gen;
     s->info[i].n_past = mu_session_n_past(sl->sess);
+    if ((uint64_t)s->info[i].n_past > s->m.n_tokens_max) s->m.n_tokens_max = (uint64_t)s->info[i].n_past;
     pthread_mutex_unlock(&s->mu);
     if (f == MU_FINISH_NONE && atomic_load(&j->cancel)) f = MU_FINISH_CANCEL;
     if (f != MU_FINISH_NONE) slot_release(s, i, f, NULL);
@@ -417,6 +426,9 @@ static bool slot_start(mu_sched *s, int i) {
     sl->n_fed = keep;
     sl->n_hist = keep;
     j->st.n_reused = keep;
+    pthread_mutex_lock(&s->mu);
+    s->m.n_prompt_cached += (uint64_t)keep;
+    pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
     return true;
 }
@@ -454,6 +466,14 @@ static void admit(mu_sched *s) {
         s->m.n_processing++;
     }
     s->m.n_queued = s->n_queued;
+}
+
+/* Engine thread: an embedding job's final chunk (n rows) is in; pool and end. */
+static void embd_finish(mu_sched *s, int i, int n) {
+    mu_job *j = s->slots[i].job;
+    j->n_embd_rows = mu_embd_pool(j->embd_rows, n, j->n_embd, j->embd_pool, j->embd_norm, j->embd_rows);
+    j->embd = j->embd_rows;
+    slot_release(s, i, MU_FINISH_STOP, NULL);
 }
 
 static void *engine_main(void *arg) {
@@ -501,6 +521,7 @@ static void *engine_main(void *arg) {
                 mu_batch_item *it = &s->items[n_items];
                 it->s = sl->sess;
                 it->all_logits = false;
+                it->embd = NULL;
                 if (decoding) {
                     it->tokens = &sl->last;
                     it->n_tokens = 1;
@@ -508,11 +529,14 @@ static void *engine_main(void *arg) {
                 } else {
                     if (budget <= 0) continue;
                     int left = sl->job->n_prompt - sl->n_fed;
+                    /* pooling over the whole prompt: in one step */
+                    if (sl->job->embd_pool && sl->job->embd_pool != MU_EMBD_LAST && left > budget) continue;
                     int n = left < budget ? left : budget;
                     budget -= n;
                     it->tokens = sl->job->prompt + sl->n_fed;
                     it->n_tokens = n;
                     s->item_last[n_items] = n == left;
+                    if (sl->job->embd_pool && n == left) it->embd = sl->job->embd_rows;
                 }
                 s->item_slot[n_items] = i;
                 s->item_n[n_items] = it->n_tokens;
@@ -532,6 +556,7 @@ static void *engine_main(void *arg) {
         int rc = mu_forward(s->eng, s->items, n_items, &err);
         pthread_mutex_lock(&s->mu);
         s->m.n_forward++;
+        s->m.n_busy_sum += (uint64_t)n_items;
         pthread_mutex_unlock(&s->mu);
         if (rc) {
             for (int k = 0; k < n_items; k++) {
@@ -557,6 +582,10 @@ static void *engine_main(void *arg) {
                 s->info[i].n_past = mu_session_n_past(sl->sess);
                 pthread_mutex_unlock(&s->mu);
                 if (!s->item_last[k]) continue;
+                if (j->embd_pool) {
+                    embd_finish(s, i, s->item_n[k]);
+                    continue;
+                }
             }
             const float *lg = mu_session_logits(sl->sess, -1);
             if (prefilling) group_publish(s, i, lg);
@@ -643,6 +672,15 @@ void mu_sched_free(mu_sched *s) {
  * (sampler, constraint, text state) is built here, on the caller's thread. */
 static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err) {
     if (r->n_prompt < 1) return mu_fail(err, MU_E_ARG, "sched: the prompt is empty");
+    if (r->embd) {
+        int chunk = s->o.prefill_chunk > 0 ? s->o.prefill_chunk : 512;
+        if (r->embd < MU_EMBD_NONE || r->embd > MU_EMBD_LAST)
+            return mu_fail(err, MU_E_ARG, "sched: bad pooling type: %d", (int)r->embd);
+        if (r->embd != MU_EMBD_LAST && r->n_prompt > chunk)
+            return mu_fail(err, MU_E_ARG,
+                           "sched: input (%d tokens) is too large to process: pooling needs it in one batch of at "
+                           "most %d tokens", r->n_prompt, chunk);
+    }
     if (r->n_prompt >= s->o.n_ctx)
         return mu_fail(err, MU_E_ARG, "sched: the prompt has %d tokens; the context holds %d", r->n_prompt, s->o.n_ctx);
     for (int i = 0; i < r->n_prompt; i++)
@@ -670,6 +708,22 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         free(j);
         return rc;
     }
+    if (r->embd) {
+        /* the final chunk's rows: the whole prompt, or for LAST at most a step's tokens */
+        int chunk = s->o.prefill_chunk > 0 ? s->o.prefill_chunk : 512;
+        j->embd_pool = r->embd;
+        j->embd_norm = r->embd_normalize;
+        j->n_embd = mu_model_get_info(s->model)->n_embd;
+        j->n_embd_cap = r->n_prompt < chunk ? r->n_prompt : chunk;
+        size_t eb;
+        if (!mu_mul_ok((size_t)j->n_embd_cap * (size_t)j->n_embd, sizeof(float), &eb) ||
+            !(j->embd_rows = malloc(eb))) {
+            mu_gen_free(j->gen);
+            free(j->prompt);
+            free(j);
+            return mu_fail(err, MU_E_NOMEM, "sched: out of memory for embeddings");
+        }
+    }
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
     j->keep_prefix = r->keep_prefix;
@@ -690,6 +744,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
 
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
     if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);
+    if (n > 1 && r[0].embd) return mu_fail(err, MU_E_ARG, "sched: an embedding job has one choice");
     mu_job *jobs[MU_GEN_MAX_CHOICES];
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
@@ -826,6 +881,15 @@ void mu_job_cancel(mu_job *j) {
     }
     pthread_mutex_unlock(&s->mu);
     if (dequeued) job_finish(s, j, MU_FINISH_CANCEL, NULL);
+}
+
+const float *mu_job_embedding(mu_job *j, int *n_rows, int *n_embd) {
+    pthread_mutex_lock(&j->mu);
+    const float *e = j->finish_read ? j->embd : NULL;
+    pthread_mutex_unlock(&j->mu);
+    if (n_rows) *n_rows = e ? j->n_embd_rows : 0;
+    if (n_embd) *n_embd = e ? j->n_embd : 0;
+    return e;
 }
 
 void mu_job_set_notify(mu_job *j, void (*fn)(void *user), void *user) {

@@ -27,6 +27,10 @@ static const char *const resp_types[] = {"text", "json_object", "json_schema", N
 static const jc_field no_image = F_(NULL, 0, .note = " (image input is not supported)");
 static const jc_field int_tok_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
 static const jc_field stop_elem = F_(NULL, JC_STR, .max_len = 256);
+/* a prompt: a string, token ids, or both mixed; a batch: an array of those */
+static const jc_field mixed_elem = F_(NULL, JC_INT | JC_STR, RANGE(0, 2147483647), .max_len = 1048576);
+static const jc_field prompt_elem = F_(NULL, JC_INT | JC_STR | JC_ARR, RANGE(0, 2147483647), .elem = &mixed_elem,
+                                       .max_len = 1048576);
 
 /* OpenAI messages */
 static const jc_field part_fields[] = {
@@ -79,7 +83,25 @@ static const jc_field tool_choice_fields[] = {
     F_("function", JC_OBJ, .required = true, .fields = tc_fn_fields),
     END,
 };
-static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL), END};
+static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL),
+                                             F_("include_obfuscation", JC_BOOL | JC_NULL), /* no effect */ END};
+static const char *const service_tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
+static const char *const no_grammar[] = {"", NULL};
+static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
+
+/* Fields OpenAI defines that change nothing here (docs/api.md, "Accepted
+ * without effect"), and llama.cpp's extensions its server reads on every
+ * generation route (docs/api.md says what each does in muser). */
+#define OPENAI_ACCEPTED                                                                                        \
+    F_("store", JC_BOOL | JC_NULL), F_("metadata", JC_OBJ | JC_NULL),                                          \
+        F_("service_tier", JC_STR | JC_NULL, .one_of = service_tiers)
+#define LLAMA_EXTENSIONS                                                                                       \
+    F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
+        F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
+        F_("grammar", JC_STR, .one_of = no_grammar,                                                            \
+           .note = " (GBNF grammars are not supported: use json_schema or response_format)"),                  \
+        F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1))
+
 static const jc_field json_schema_fields[] = {
     F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 64),
     F_("description", JC_STR),
@@ -117,22 +139,31 @@ static const jc_field openai_chat[] = {
     F_("parallel_tool_calls", JC_BOOL | JC_NULL),
     F_("response_format", JC_OBJ | JC_NULL, .fields = resp_format_fields),
     F_("reasoning_effort", JC_STR | JC_NULL, .one_of = effort),
+    OPENAI_ACCEPTED,
+    LLAMA_EXTENSIONS,
+    F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
+    F_("json_schema", JC_OBJ),
+    F_("chat_template_kwargs", JC_OBJ),
     END,
 };
 
 static const jc_field openai_completions[] = {
     OPENAI_SAMPLING,
-    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &int_tok_elem, .max_len = 1048576),
+    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &prompt_elem, .max_len = 1048576),
     F_("logprobs", JC_INT | JC_NULL, RANGE(0, 5)),
     F_("echo", JC_BOOL | JC_NULL),
     F_("best_of", JC_INT | JC_NULL, RANGE(1, 1), .note = " (one candidate per request)"),
     F_("suffix", JC_NULL, .note = " (suffix is not supported)"),
+    OPENAI_ACCEPTED,
+    LLAMA_EXTENSIONS,
+    F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
+    F_("json_schema", JC_OBJ),
     END,
 };
 
 /* llama.cpp */
 static const jc_field llama_completion[] = {
-    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &int_tok_elem, .max_len = 1048576),
+    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &prompt_elem, .max_len = 1048576),
     F_("model", JC_STR, .max_len = 256),
     F_("n_predict", JC_INT, RANGE(-1, 1048576)),
     F_("max_tokens", JC_INT, RANGE(-1, 1048576)),
@@ -144,8 +175,6 @@ static const jc_field llama_completion[] = {
     F_("stop", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
     F_("stream", JC_BOOL),
     F_("n_probs", JC_INT, RANGE(0, 20)),
-    F_("cache_prompt", JC_BOOL),
-    F_("id_slot", JC_INT, RANGE(-1, -1), .note = " (slots are assigned by the scheduler)"),
     F_("ignore_eos", JC_BOOL),
     F_("return_tokens", JC_BOOL),
     F_("repeat_penalty", JC_NUM, RANGE(1, 1), .note = " (penalties are not supported)"),
@@ -158,6 +187,8 @@ static const jc_field llama_completion[] = {
     F_("xtc_probability", JC_NUM, RANGE(0, 0), .note = " (XTC is not supported)"),
     F_("dry_multiplier", JC_NUM, RANGE(0, 0), .note = " (DRY is not supported)"),
     F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */
+    LLAMA_EXTENSIONS,
+    F_("response_fields", JC_ARR, .elem = &response_field_elem, .max_len = 64),
     END,
 };
 static const jc_field llama_tokenize[] = {
@@ -223,6 +254,7 @@ static const char *const ollama_json_formats[] = {"", "json", NULL};
 
 #define OLLAMA_COMMON                                                                                         \
     F_("model", JC_STR, .max_len = 256), F_("stream", JC_BOOL),                                              \
+        F_("logprobs", JC_BOOL), F_("top_logprobs", JC_INT, RANGE(0, API_MAX_TOP)),                           \
         F_("format", JC_STR | JC_OBJ, .one_of = ollama_json_formats),                                         \
         F_("options", JC_OBJ, .fields = ollama_options), F_("keep_alive", JC_STR | JC_NUM),                   \
         F_("think", JC_BOOL)
@@ -249,6 +281,200 @@ static const jc_field ollama_show[] = {
     END,
 };
 
+/* embeddings (api_embed.c) */
+static const char *const embd_formats[] = {"float", "base64", NULL};
+static const jc_field embd_input_elem = F_(NULL, JC_STR | JC_INT | JC_ARR, RANGE(0, 2147483647),
+                                           .elem = &mixed_elem, .max_len = 1048576);
+#define EMBD_INPUT(n) F_(n, JC_STR | JC_ARR, .elem = &embd_input_elem, .max_len = 1048576)
+static const jc_field openai_embeddings[] = {
+    EMBD_INPUT("input"),
+    EMBD_INPUT("content"), /* llama.cpp's form */
+    F_("model", JC_STR, .max_len = 256),
+    F_("encoding_format", JC_STR, .one_of = embd_formats),
+    F_("dimensions", JC_INT | JC_NULL, RANGE(1, 1048576)), /* must equal the model's width */
+    F_("user", JC_STR, .max_len = 256),
+    F_("embd_normalize", JC_INT, RANGE(-1, 100)),
+    END,
+};
+static const jc_field ollama_embed[] = {
+    F_("model", JC_STR, .max_len = 256),
+    EMBD_INPUT("input"),
+    F_("truncate", JC_BOOL),
+    F_("dimensions", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("options", JC_OBJ, .fields = ollama_options),
+    F_("keep_alive", JC_STR | JC_NUM),
+    END,
+};
+static const jc_field ollama_embeddings[] = {
+    F_("model", JC_STR, .max_len = 256),
+    F_("prompt", JC_STR, .required = true, .max_len = 1048576),
+    F_("options", JC_OBJ, .fields = ollama_options),
+    F_("keep_alive", JC_STR | JC_NUM),
+    END,
+};
+
+/* Anthropic Messages (api_anthropic.c) */
+static const char *const an_roles[] = {"user", "assistant", NULL};
+static const char *const an_block_types[] = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking",
+                                             "image", "document", NULL};
+static const char *const an_inner_types[] = {"text", "image", NULL};
+static const char *const an_text_type[] = {"text", NULL};
+static const char *const an_tool_types[] = {"custom", NULL};
+static const char *const an_choice_types[] = {"auto", "any", "tool", "none", NULL};
+static const char *const an_thinking_types[] = {"enabled", "disabled", NULL};
+static const char *const an_tiers[] = {"auto", "standard_only", NULL};
+static const jc_field an_inner_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_inner_types),
+    F_("text", JC_STR), F_("source", JC_OBJ), F_("cache_control", JC_OBJ | JC_NULL),
+    F_("citations", JC_ARR | JC_NULL),
+    END,
+};
+static const jc_field an_inner_elem = F_(NULL, JC_OBJ, .fields = an_inner_fields);
+static const jc_field an_block_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_block_types),
+    F_("text", JC_STR), F_("cache_control", JC_OBJ | JC_NULL), F_("citations", JC_ARR | JC_NULL),
+    F_("id", JC_STR, .max_len = 256), F_("name", JC_STR, .max_len = 256), F_("input", JC_OBJ),
+    F_("tool_use_id", JC_STR, .max_len = 256), F_("content", JC_STR | JC_ARR, .elem = &an_inner_elem),
+    F_("is_error", JC_BOOL), F_("thinking", JC_STR), F_("signature", JC_STR), F_("data", JC_STR),
+    F_("source", JC_OBJ), F_("title", JC_STR | JC_NULL), F_("context", JC_STR | JC_NULL),
+    END,
+};
+static const jc_field an_block_elem = F_(NULL, JC_OBJ, .fields = an_block_fields);
+static const jc_field an_msg_fields[] = {
+    F_("role", JC_STR, .required = true, .one_of = an_roles),
+    F_("content", JC_STR | JC_ARR, .required = true, .elem = &an_block_elem, .max_len = 4096),
+    END,
+};
+static const jc_field an_msg_elem = F_(NULL, JC_OBJ, .fields = an_msg_fields);
+static const jc_field an_text_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_text_type),
+    F_("text", JC_STR, .required = true), F_("cache_control", JC_OBJ | JC_NULL), F_("citations", JC_ARR | JC_NULL),
+    END,
+};
+static const jc_field an_text_elem = F_(NULL, JC_OBJ, .fields = an_text_fields);
+static const jc_field an_tool_fields[] = {
+    F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 256),
+    F_("description", JC_STR), F_("input_schema", JC_OBJ, .required = true),
+    F_("type", JC_STR | JC_NULL, .one_of = an_tool_types, .note = " (server tools are not supported)"),
+    F_("cache_control", JC_OBJ | JC_NULL),
+    END,
+};
+static const jc_field an_tool_elem = F_(NULL, JC_OBJ, .fields = an_tool_fields);
+static const jc_field an_choice_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_choice_types),
+    F_("name", JC_STR, .max_len = 256), F_("disable_parallel_tool_use", JC_BOOL),
+    END,
+};
+static const jc_field an_thinking_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = an_thinking_types),
+    F_("budget_tokens", JC_INT, RANGE(0, 1048576)), /* no effect: the model ends its reasoning itself */
+    END,
+};
+static const jc_field an_metadata_fields[] = {F_("user_id", JC_STR | JC_NULL, .max_len = 256), END};
+#define ANTHROPIC_PROMPT                                                                                      \
+    F_("model", JC_STR, .max_len = 256),                                                                      \
+        F_("messages", JC_ARR, .required = true, .elem = &an_msg_elem, .max_len = 4096),                      \
+        F_("system", JC_STR | JC_ARR, .elem = &an_text_elem, .max_len = 1024),                                \
+        F_("tools", JC_ARR, .elem = &an_tool_elem, .max_len = 128),                                           \
+        F_("tool_choice", JC_OBJ, .fields = an_choice_fields),                                                \
+        F_("thinking", JC_OBJ, .fields = an_thinking_fields)
+static const jc_field anthropic_messages[] = {
+    ANTHROPIC_PROMPT,
+    F_("max_tokens", JC_INT, .required = true, RANGE(1, 1048576)),
+    F_("stop_sequences", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
+    F_("stream", JC_BOOL),
+    F_("temperature", JC_NUM, RANGE(0, 1)),
+    F_("top_p", JC_NUM, RANGE(0, 1)),
+    F_("top_k", JC_INT, RANGE(0, 1000000)),
+    F_("metadata", JC_OBJ, .fields = an_metadata_fields),
+    F_("service_tier", JC_STR, .one_of = an_tiers),
+    END,
+};
+static const jc_field anthropic_count_tokens[] = {ANTHROPIC_PROMPT, END};
+
+/* OpenAI Responses (api_responses.c) */
+static const char *const rs_item_types[] = {"message", "function_call", "function_call_output", "reasoning", NULL};
+static const char *const rs_roles[] = {"user", "assistant", "system", "developer", NULL};
+static const char *const rs_part_types[] = {"input_text", "output_text", "text", "input_image", "input_file",
+                                            "refusal", NULL};
+static const char *const rs_status[] = {"in_progress", "completed", "incomplete", NULL};
+static const char *const rs_choice_modes[] = {"none", "auto", "required", NULL};
+static const char *const rs_efforts[] = {"minimal", "low", "medium", "high", "xhigh", NULL};
+static const char *const rs_summaries[] = {"auto", "concise", "detailed", NULL};
+static const char *const rs_truncation[] = {"auto", "disabled", NULL};
+static const char *const rs_verbosity[] = {"low", "medium", "high", NULL};
+static const jc_field rs_part_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = rs_part_types),
+    F_("text", JC_STR), F_("annotations", JC_ARR), F_("logprobs", JC_ARR), F_("refusal", JC_STR),
+    F_("image_url", JC_STR | JC_NULL), F_("file_id", JC_STR | JC_NULL), F_("detail", JC_STR),
+    END,
+};
+static const jc_field rs_part_elem = F_(NULL, JC_OBJ, .fields = rs_part_fields);
+static const jc_field rs_summary_fields[] = {F_("type", JC_STR, .required = true), F_("text", JC_STR), END};
+static const jc_field rs_summary_elem = F_(NULL, JC_OBJ, .fields = rs_summary_fields);
+static const jc_field rs_item_fields[] = {
+    F_("type", JC_STR, .one_of = rs_item_types),
+    F_("role", JC_STR, .one_of = rs_roles),
+    F_("content", JC_STR | JC_ARR, .elem = &rs_part_elem, .max_len = 4096),
+    F_("id", JC_STR, .max_len = 256), F_("status", JC_STR | JC_NULL, .one_of = rs_status),
+    F_("call_id", JC_STR, .max_len = 256), F_("name", JC_STR, .max_len = 256), F_("arguments", JC_STR),
+    F_("output", JC_STR | JC_ARR, .elem = &rs_part_elem),
+    F_("summary", JC_ARR, .elem = &rs_summary_elem), F_("encrypted_content", JC_STR | JC_NULL),
+    END,
+};
+static const jc_field rs_item_elem = F_(NULL, JC_OBJ, .fields = rs_item_fields);
+static const jc_field rs_tool_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = function_only, .note = " (only function tools are supported)"),
+    F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 256),
+    F_("description", JC_STR | JC_NULL), F_("parameters", JC_OBJ | JC_NULL), F_("strict", JC_BOOL | JC_NULL),
+    END,
+};
+static const jc_field rs_tool_elem = F_(NULL, JC_OBJ, .fields = rs_tool_fields);
+static const jc_field rs_choice_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = function_only),
+    F_("name", JC_STR, .required = true, .max_len = 256),
+    END,
+};
+static const jc_field rs_format_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = resp_types),
+    F_("name", JC_STR, .max_len = 64), F_("schema", JC_OBJ), F_("strict", JC_BOOL | JC_NULL),
+    F_("description", JC_STR),
+    END,
+};
+static const jc_field rs_text_fields[] = {
+    F_("format", JC_OBJ, .fields = rs_format_fields), F_("verbosity", JC_STR | JC_NULL, .one_of = rs_verbosity), END,
+};
+static const jc_field rs_reasoning_fields[] = {
+    F_("effort", JC_STR | JC_NULL, .one_of = rs_efforts),
+    F_("summary", JC_STR | JC_NULL, .one_of = rs_summaries), /* no effect: reasoning is returned whole */
+    F_("generate_summary", JC_STR | JC_NULL, .one_of = rs_summaries),
+    END,
+};
+static const jc_field openai_responses[] = {
+    F_("model", JC_STR, .max_len = 256),
+    F_("input", JC_STR | JC_ARR, .required = true, .elem = &rs_item_elem, .max_len = 4096),
+    F_("instructions", JC_STR | JC_NULL),
+    F_("max_output_tokens", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("temperature", JC_NUM | JC_NULL, RANGE(0, 2)),
+    F_("top_p", JC_NUM | JC_NULL, RANGE(0, 1)),
+    F_("stream", JC_BOOL | JC_NULL),
+    F_("stream_options", JC_OBJ | JC_NULL, .fields = stream_opt_fields),
+    F_("tools", JC_ARR | JC_NULL, .elem = &rs_tool_elem, .max_len = 128),
+    F_("tool_choice", JC_STR | JC_OBJ | JC_NULL, .one_of = rs_choice_modes, .fields = rs_choice_fields),
+    F_("parallel_tool_calls", JC_BOOL | JC_NULL),
+    F_("text", JC_OBJ | JC_NULL, .fields = rs_text_fields),
+    F_("reasoning", JC_OBJ | JC_NULL, .fields = rs_reasoning_fields),
+    F_("previous_response_id", JC_STR | JC_NULL), /* refused when set: nothing is stored */
+    F_("truncation", JC_STR | JC_NULL, .one_of = rs_truncation),
+    F_("include", JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 16), /* no effect */
+    F_("user", JC_STR, .max_len = 256), F_("prompt_cache_key", JC_STR, .max_len = 256),
+    F_("safety_identifier", JC_STR, .max_len = 256),
+    F_("max_tool_calls", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("background", JC_BOOL | JC_NULL, .one_of = NULL),
+    OPENAI_ACCEPTED,
+    END,
+};
+
 const mu_http_route mu_http_routes[] = {
     {"POST", "/v1/chat/completions", MU_PROTO_OPENAI, api_openai_chat, false},
     {"POST", "/v1/completions", MU_PROTO_OPENAI, api_openai_completions, false},
@@ -270,8 +496,36 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/api/tags", MU_PROTO_OLLAMA, api_ollama_tags, false},
     {"POST", "/api/show", MU_PROTO_OLLAMA, api_ollama_show, false},
     {"GET", "/api/version", MU_PROTO_OLLAMA, api_ollama_version, false},
+    /* embeddings (api_embed.c) */
+    {"POST", "/v1/embeddings", MU_PROTO_OPENAI, api_embeddings, false},
+    {"POST", "/embeddings", MU_PROTO_LLAMACPP, api_embeddings, false},
+    {"POST", "/embedding", MU_PROTO_LLAMACPP, api_embeddings, false},
+    {"POST", "/api/embed", MU_PROTO_OLLAMA, api_embeddings, false},
+    {"POST", "/api/embeddings", MU_PROTO_OLLAMA, api_embeddings, false},
+    /* model routes (api_openai.c, api_ollama.c) and the root */
+    {"GET", "/v1/models/*", MU_PROTO_OPENAI, api_openai_model, false},
+    {"GET", "/api/ps", MU_PROTO_OLLAMA, api_ollama_ps, false},
+    {"GET", "/", MU_PROTO_LLAMACPP, api_root, false},
+    {"POST", "/infill", MU_PROTO_LLAMACPP, api_llama_infill, false},
+    /* OpenAI Responses (api_responses.c) */
+    {"POST", "/v1/responses", MU_PROTO_OPENAI, api_responses, false},
+    {"POST", "/responses", MU_PROTO_OPENAI, api_responses, false},
+    /* Anthropic Messages (api_anthropic.c) */
+    {"POST", "/v1/messages", MU_PROTO_ANTHROPIC, api_anthropic_messages, false},
+    {"POST", "/v1/messages/count_tokens", MU_PROTO_ANTHROPIC, api_anthropic_count_tokens, false},
     {NULL, NULL, 0, NULL, false},
 };
+
+/* GET /: a small JSON answer (llama.cpp serves its web UI here; muser has
+ * none): the server, the model and the API families, so a person or a
+ * probe sees what answers. Needs the key when one is set (it names the
+ * model); /health is the open probe. */
+void api_root(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    mu_http_reply_json(r, 200, json_pack("{s:s,s:s,s:[s,s,s],s:s}", "server", "muser", "model", a->model_id, "apis",
+                                         "openai", "llamacpp", "ollama", "health", "/health"));
+}
 
 const jc_field *api_schema(const char *path) {
     static const struct {
@@ -284,6 +538,11 @@ const jc_field *api_schema(const char *path) {
         {"/tokenize", llama_tokenize},         {"/detokenize", llama_detokenize},
         {"/apply-template", llama_apply_template}, {"/api/generate", ollama_generate},
         {"/api/chat", ollama_chat},            {"/api/show", ollama_show},
+        {"/v1/embeddings", openai_embeddings}, {"/embeddings", openai_embeddings},
+        {"/embedding", openai_embeddings},     {"/api/embed", ollama_embed},
+        {"/api/embeddings", ollama_embeddings},
+        {"/v1/responses", openai_responses},   {"/responses", openai_responses},
+        {"/v1/messages", anthropic_messages},  {"/v1/messages/count_tokens", anthropic_count_tokens},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].path, path)) return t[i].f;

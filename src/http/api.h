@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "../../include/muser_gen.h"
+#include "../../include/muser_serve.h"
 #include "jcheck.h"
 #include "server.h"
 
@@ -25,7 +26,15 @@ typedef struct {
     uint64_t model_bytes;
     int64_t model_mtime;
     int n_ctx, n_slots;
+    mu_embd_pooling pooling;   /* embeddings (--pooling); MU_EMBD_NONE by default, as llama.cpp */
+    const char *aliases[MU_SERVE_MAX_ALIASES]; /* the --alias names, sorted, without duplicates;
+                                                  model_id is the first (they live as long as the
+                                                  server) */
+    int n_aliases;
+    const char *gguf_name;     /* with aliases: the GGUF's name, still answered to; else NULL */
+    bool any_model;            /* every model name is this model (--any-model) */
     mu_http_server *server;    /* set after start; for /metrics */
+    int64_t t_start;           /* when the server started (unix seconds; /metrics Process-Start-Time-Unix) */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -36,6 +45,9 @@ extern const mu_http_route mu_http_routes[];
 /* Model id check: NULL/absent is fine; the served id (or "<id>:latest" for
  * Ollama) is fine; anything else replies 404 and returns false. */
 bool api_model_ok(mu_http_req *r, const json_t *body, const char *key);
+/* True when name is the served id or an alias (Ollama: also "<name>:latest"),
+ * or any name with --any-model. */
+bool api_model_name_ok(mu_http_app *a, const char *name, bool ollama);
 
 /* Prompt tokens for text: BOS (when the model adds one) + encode(text). */
 int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, int32_t **ids, int *n, mu_err *err);
@@ -64,7 +76,10 @@ typedef struct {
     api_tok *toks;           /* when want_toks */
     bool want_toks;
     int n_ids, cap_ids;
+    int *ctoks;              /* chat with logprobs: indexes of the answer's tokens (MU_EV_CONTENT_TOKEN) */
+    int n_ctoks, cap_ctoks;
     mu_finish finish;        /* MU_FINISH_CTX is reported as MU_FINISH_LENGTH */
+    bool ctx_full;           /* it ended because the context was full (llama.cpp's "truncated") */
     char stop_word[264];
     mu_gen_stats st;
     char err[256];
@@ -75,6 +90,9 @@ typedef struct {
  * replies (400/429/...) and returns false. */
 bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
                    const json_t *stop);
+/* 400 for a prompt that does not fit: llama.cpp's exceed_context_size_error
+ * (with n_prompt_tokens and n_ctx), Ollama's plain error. */
+void api_reply_exceed(mu_http_req *r, int n_prompt, int n_ctx);
 /* The n choices of one request: g[0..n) each get a job; choice k samples
  * with seed + k; the scheduler evaluates the prompt once. */
 #define API_MAX_CHOICES MU_GEN_MAX_CHOICES
@@ -130,16 +148,34 @@ json_t *api_timings(const mu_gen_stats *st);
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
                      int32_t **ids, int *n);
-/* prompt: a string (tokenized with BOS) or an array of token ids (as given).
- * text (optional): the prompt as text, malloc'ed. */
+/* prompt: a string (tokenized with BOS), an array of token ids (as given),
+ * or an array mixing strings and ids (llama.cpp's tokenize_mixed: BOS only
+ * when a string comes first). text (optional): the prompt as text,
+ * malloc'ed. field names the field in error messages. */
+bool api_prompt_tokens(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, int32_t **ids,
+                       int *n, char **text);
+/* api_prompt_tokens for the field "prompt". */
 bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text);
+
+/* The prompts of a completion request, as llama.cpp's server splits them:
+ * a string, or an array holding any token id (ids, or ids mixed with
+ * strings), is one prompt; an array of strings and arrays is several
+ * (each a string, ids, or a mix). Fills out[] (borrowed from prompt) and
+ * returns the count, or 0 after replying 400 (more than max). */
+int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, int max);
+/* llama.cpp's extensions every generation route accepts (LLAMA_EXTENSIONS
+ * in api.c): replies 400 and returns false for what muser does not do
+ * (post_sampling_probs true); sets keep_prefix from cache_prompt. */
+bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q);
 
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);
 void api_openai_completions(mu_http_req *r, const json_t *body);
 void api_openai_models(mu_http_req *r, const json_t *body);
+void api_openai_model(mu_http_req *r, const json_t *body);   /* GET /v1/models/{id} */
 void api_llama_completion(mu_http_req *r, const json_t *body);
 void api_llama_tokenize(mu_http_req *r, const json_t *body);
+void api_llama_infill(mu_http_req *r, const json_t *body);
 void api_llama_detokenize(mu_http_req *r, const json_t *body);
 void api_llama_apply_template(mu_http_req *r, const json_t *body);
 void api_llama_health(mu_http_req *r, const json_t *body);
@@ -151,6 +187,16 @@ void api_ollama_chat(mu_http_req *r, const json_t *body);
 void api_ollama_tags(mu_http_req *r, const json_t *body);
 void api_ollama_show(mu_http_req *r, const json_t *body);
 void api_ollama_version(mu_http_req *r, const json_t *body);
+void api_ollama_ps(mu_http_req *r, const json_t *body);
+/* Anthropic Messages (api_anthropic.c) */
+void api_anthropic_messages(mu_http_req *r, const json_t *body);
+void api_anthropic_count_tokens(mu_http_req *r, const json_t *body);
+/* OpenAI Responses (api_responses.c) */
+void api_responses(mu_http_req *r, const json_t *body);
+/* GET /: what this server is and serves (api.c) */
+void api_root(mu_http_req *r, const json_t *body);
+/* /v1/embeddings, /embedding, /embeddings, /api/embed, /api/embeddings (api_embed.c) */
+void api_embeddings(mu_http_req *r, const json_t *body);
 
 /* Request schemas by route path (NULL for routes without a body); used by
  * the handlers, the fuzz harness and the unit tests. */

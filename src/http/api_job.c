@@ -109,8 +109,11 @@ json_t *api_token_bytes(mu_http_app *a, int32_t id) {
 }
 
 json_t *api_timings(const mu_gen_stats *st) {
-    double pn = st->n_prompt, gn = st->n_gen;
-    json_t *t = json_pack("{s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "prompt_n", st->n_prompt, "prompt_ms", st->prompt_ms,
+    /* llama.cpp's: prompt_n counts the evaluated prompt tokens, cache_n the
+     * ones whose KV state was kept */
+    double pn = st->n_prompt - st->n_reused, gn = st->n_gen;
+    json_t *t = json_pack("{s:i,s:i,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f}", "cache_n", st->n_reused, "prompt_n",
+                     st->n_prompt - st->n_reused, "prompt_ms", st->prompt_ms,
                      "prompt_per_token_ms", pn > 0 ? st->prompt_ms / pn : 0.0, "prompt_per_second",
                      st->prompt_ms > 0 ? pn * 1e3 / st->prompt_ms : 0.0, "predicted_n", st->n_gen, "predicted_ms",
                      st->gen_ms, "predicted_per_token_ms", gn > 1 ? st->gen_ms / (gn - 1) : 0.0,
@@ -164,13 +167,24 @@ int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_ke
     return 0;
 }
 
+static bool name_is(const char *id, const char *name, bool ollama) {
+    if (!strcmp(id, name)) return true;
+    size_t n = strlen(name);
+    return ollama && !strncmp(id, name, n) && !strcmp(id + n, ":latest");
+}
+
+bool api_model_name_ok(mu_http_app *a, const char *id, bool ollama) {
+    if (a->any_model || name_is(id, a->model_id, ollama)) return true;
+    if (a->gguf_name && name_is(id, a->gguf_name, ollama)) return true;
+    for (int i = 0; i < a->n_aliases; i++)
+        if (name_is(id, a->aliases[i], ollama)) return true;
+    return false;
+}
+
 bool api_model_ok(mu_http_req *r, const json_t *body, const char *key) {
     mu_http_app *a = mu_http_req_app(r);
     const char *id = body ? mu_jc_str(body, key, NULL) : NULL;
-    if (!id || !*id || !strcmp(id, a->model_id)) return true;
-    size_t n = strlen(a->model_id);
-    if (mu_http_req_proto(r) == MU_PROTO_OLLAMA && !strncmp(id, a->model_id, n) && !strcmp(id + n, ":latest"))
-        return true;
+    if (!id || !*id || api_model_name_ok(a, id, mu_http_req_proto(r) == MU_PROTO_OLLAMA)) return true;
     char m[400];
     snprintf(m, sizeof m, "model '%.150s' not found; this server serves '%.150s'", id, a->model_id);
     mu_http_reply_error(r, 404, m, "model");
@@ -214,10 +228,65 @@ mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
     return p;
 }
 
+int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, int max) {
+    if (!json_is_array(prompt)) {
+        out[0] = prompt;
+        return 1;
+    }
+    size_t n = json_array_size(prompt), n_num = 0, i;
+    json_t *x;
+    json_array_foreach(prompt, i, x) n_num += json_is_number(x);
+    if (n == 0 || n_num) { /* ids, or ids mixed with strings: one prompt */
+        out[0] = prompt;
+        return 1;
+    }
+    char m[160];
+    if (n > (size_t)max) {
+        snprintf(m, sizeof m, "field 'prompt': at most %d prompts per request (with n choices each: prompts * n <= %d)",
+                 max, API_MAX_CHOICES);
+        mu_http_reply_error(r, 400, m, "prompt");
+        return 0;
+    }
+    json_array_foreach(prompt, i, x) out[i] = x;
+    return (int)n;
+}
+
+bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
+    if (mu_jc_bool(body, "post_sampling_probs", false)) {
+        mu_http_reply_error(r, 400,
+                            "field 'post_sampling_probs': not supported: probabilities are the model's (before the "
+                            "sampler chain)",
+                            "post_sampling_probs");
+        return false;
+    }
+    /* llama.cpp's prompt cache: keep the KV state of the longest common
+     * prefix with the slot's previous request (off unless asked, so answers
+     * equal `muser run`'s; llama.cpp's default is on) */
+    q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
+    return true;
+}
+
 /* ---- the reader ------------------------------------------------------- */
+
+void api_reply_exceed(mu_http_req *r, int n_prompt, int n_ctx) {
+    char m[200];
+    snprintf(m, sizeof m, "request (%d tokens) exceeds the available context size (%d tokens), try increasing it",
+             n_prompt, n_ctx);
+    if (mu_http_req_proto(r) == MU_PROTO_OLLAMA) {
+        mu_http_reply_error(r, 400, m, NULL);
+        return;
+    }
+    mu_http_reply_json(r, 400, json_pack("{s:{s:i,s:s,s:s,s:i,s:i}}", "error", "code", 400, "message", m, "type",
+                                         "exceed_context_size_error", "n_prompt_tokens", n_prompt, "n_ctx", n_ctx));
+}
 
 bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
                      const mu_gen_req *req, const json_t *stop) {
+    if (n_prompt >= a->n_ctx) {
+        free(prompt);
+        api_reply_exceed(r, n_prompt, a->n_ctx);
+        return false;
+    }
     mu_gen_req q[API_MAX_CHOICES];
     mu_job *jobs[API_MAX_CHOICES];
     const char *stops[MU_GEN_MAX_STOPS];
@@ -304,8 +373,20 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         if (c) json_array_append_new(g->tool_calls, c);
         return c != NULL;
     }
+    case MU_EV_CONTENT_TOKEN:
+        if (ev->tok_index < 0 || ev->tok_index >= g->n_ids) return true;
+        if (g->n_ctoks == g->cap_ctoks) {
+            int cap = g->cap_ctoks ? g->cap_ctoks * 2 : 64;
+            int *c = realloc(g->ctoks, (size_t)cap * sizeof *c);
+            if (!c) return false;
+            g->ctoks = c;
+            g->cap_ctoks = cap;
+        }
+        g->ctoks[g->n_ctoks++] = ev->tok_index;
+        return true;
     case MU_EV_FINISH:
         g->finish = ev->finish == MU_FINISH_CTX ? MU_FINISH_LENGTH : ev->finish;
+        g->ctx_full = ev->finish == MU_FINISH_CTX;
         g->st = ev->stats;
         g->st.n_gen = g->n_ids;
         if (ev->stop_word) snprintf(g->stop_word, sizeof g->stop_word, "%s", ev->stop_word);
@@ -362,6 +443,8 @@ void api_job_free(api_job *g) {
     mu_http_buf_free(&g->reasoning);
     free(g->ids);
     free(g->toks);
+    free(g->ctoks);
+    g->ctoks = NULL;
     g->ids = NULL;
     g->toks = NULL;
 }

@@ -52,13 +52,18 @@ static const char *stop_type(int f) {
     }
 }
 
+/* One /completion request: one job per prompt (llama.cpp's batch form
+ * gives several; their results carry "index"). */
 typedef struct {
-    api_job g;
     mu_http_app *a;
-    bool probs, return_tokens, done;
-    int sent_tokens;
+    int n;
+    bool probs, return_tokens, many;
     json_t *settings;
-    char *prompt_text;
+    json_t *fields;          /* response_fields (borrowed copy), or NULL */
+    bool done[API_MAX_CHOICES];
+    int sent_tokens[API_MAX_CHOICES];
+    char *prompt_text[API_MAX_CHOICES];
+    api_job g[API_MAX_CHOICES];
 } lc_state;
 
 static json_t *settings_of(mu_http_app *a, const mu_gen_req *q, const json_t *stop) {
@@ -68,95 +73,137 @@ static json_t *settings_of(mu_http_app *a, const mu_gen_req *q, const json_t *st
                      q->n_top, "ignore_eos", q->ignore_eos, "model", a->model_id);
 }
 
-static json_t *final_object(lc_state *s, const char *content, size_t n) {
-    api_job *g = &s->g;
-    json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", 0, "content",
+static json_t *final_object(lc_state *s, int k, const char *content, size_t n) {
+    api_job *g = &s->g[k];
+    json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", k, "content",
                           api_json_text(content, n), "stop", 1, "model", s->a->model_id, "id_slot", g->st.slot,
                           "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt, "generation_settings",
-                          s->settings, "prompt", s->prompt_text ? s->prompt_text : "", "truncated", 0, "stop_type",
-                          stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
+                          s->settings, "prompt", s->prompt_text[k] ? s->prompt_text[k] : "", "truncated", g->ctx_full,
+                          "stop_type", stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
                           g->st.n_prompt + g->n_ids, "timings", api_timings(&g->st));
     if (!o) return NULL;
     json_object_set_new(o, "has_new_line", json_boolean(g->content.p && memchr(g->content.p, '\n', g->content.n)));
     return o;
 }
 
-static int lc_produce(void *state, mu_http_buf *out, int fd) {
-    lc_state *s = state;
-    api_job *g = &s->g;
-    if (s->done) return 0;
-    bool running = api_job_poll(g, fd);
-    if (g->finish == MU_FINISH_CANCEL) return -1;
-    size_t nc = 0;
-    const char *cs = api_job_take_content(g, &nc);
-    if (nc || g->n_ids > s->sent_tokens) {
-        json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", 0, "content", api_json_text(cs, nc), "stop", 0,
-                              "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt);
-        json_t *toks = json_array();
-        for (int i = s->sent_tokens; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
-        json_object_set_new(c, "tokens", toks);
-        if (s->probs) json_object_set_new(c, "completion_probabilities", probs_range(g, s->sent_tokens, g->n_ids));
-        s->sent_tokens = g->n_ids;
-        mu_http_buf_str(out, "data: ");
-        mu_http_buf_json(out, c);
-        mu_http_buf_str(out, "\n\n");
-        json_decref(c);
-    }
-    if (!running) {
-        json_t *f;
-        if (g->finish == MU_FINISH_ERROR)
-            f = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type", "server_error");
-        else
-            f = final_object(s, "", 0);
-        mu_http_buf_str(out, "data: ");
-        mu_http_buf_json(out, f);
-        mu_http_buf_str(out, "\n\n");
-        json_decref(f);
-        s->done = true;
-    }
-    return 1; /* out may be empty: nothing ready yet */
+static void sse_data(mu_http_buf *out, json_t *j) {
+    mu_http_buf_str(out, "data: ");
+    mu_http_buf_json(out, j);
+    mu_http_buf_str(out, "\n\n");
+    json_decref(j);
 }
 
-/* Non-streaming: replies once the job ended. */
+static int lc_produce(void *state, mu_http_buf *out, int fd) {
+    lc_state *s = state;
+    bool all_done = true;
+    for (int k = 0; k < s->n; k++) {
+        if (s->done[k]) continue;
+        api_job *g = &s->g[k];
+        bool running = api_job_poll(g, fd);
+        if (g->finish == MU_FINISH_CANCEL) return -1;
+        size_t nc = 0;
+        const char *cs = api_job_take_content(g, &nc);
+        if (nc || g->n_ids > s->sent_tokens[k]) {
+            json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", k, "content", api_json_text(cs, nc), "stop", 0,
+                                  "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated",
+                                  g->st.n_prompt);
+            json_t *toks = json_array();
+            for (int i = s->sent_tokens[k]; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
+            json_object_set_new(c, "tokens", toks);
+            if (s->probs)
+                json_object_set_new(c, "completion_probabilities", probs_range(g, s->sent_tokens[k], g->n_ids));
+            s->sent_tokens[k] = g->n_ids;
+            sse_data(out, c);
+        }
+        if (!running) {
+            if (g->finish == MU_FINISH_ERROR)
+                sse_data(out, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type",
+                                        "server_error"));
+            else
+                sse_data(out, final_object(s, k, "", 0));
+            s->done[k] = true;
+        } else {
+            all_done = false;
+        }
+    }
+    return all_done ? 0 : 1; /* out may be empty: nothing ready yet */
+}
+
+/* llama.cpp's response_fields: only the named fields ("a/b" for a nested
+ * one), each under its full name. */
+static json_t *pick_fields(json_t *o, const json_t *fields) {
+    json_t *r = json_object();
+    size_t i;
+    json_t *f;
+    json_array_foreach(fields, i, f) {
+        const char *path = json_string_value(f);
+        char key[260];
+        snprintf(key, sizeof key, "%s", path);
+        json_t *v = o;
+        for (char *save = NULL, *part = strtok_r(key, "/", &save); part && v; part = strtok_r(NULL, "/", &save))
+            v = json_is_object(v) ? json_object_get(v, part) : NULL;
+        if (v) json_object_set(r, path, v);
+    }
+    json_decref(o);
+    return r;
+}
+
+/* Non-streaming: replies once every job ended. */
 static bool lc_poll(void *state, mu_http_req *r) {
     lc_state *s = state;
-    if (api_job_poll(&s->g, mu_http_req_fd(r))) return false;
-    if (s->g.finish == MU_FINISH_ERROR || s->g.finish == MU_FINISH_CANCEL) {
-        api_job_reply_failed(r, &s->g);
-        return true;
+    bool running = false;
+    for (int k = 0; k < s->n; k++) {
+        api_job *g = &s->g[k];
+        if (api_job_poll(g, mu_http_req_fd(r))) running = true;
+        else if (g->finish == MU_FINISH_ERROR || g->finish == MU_FINISH_CANCEL) {
+            api_job_reply_failed(r, g);
+            return true;
+        }
     }
-    size_t nc;
-    const char *cs = api_job_take_content(&s->g, &nc);
-    json_t *o = final_object(s, cs, nc);
-    json_t *toks = json_array();
-    if (s->return_tokens)
-        for (int i = 0; i < s->g.n_ids; i++) json_array_append_new(toks, json_integer(s->g.ids[i]));
-    json_object_set_new(o, "tokens", toks);
-    if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(&s->g, 0, s->g.n_ids));
-    mu_http_reply_json(r, 200, o);
+    if (running) return false;
+    json_t *all = json_array();
+    for (int k = 0; k < s->n; k++) {
+        api_job *g = &s->g[k];
+        size_t nc;
+        const char *cs = api_job_take_content(g, &nc);
+        json_t *o = final_object(s, k, cs, nc);
+        json_t *toks = json_array();
+        if (s->return_tokens)
+            for (int i = 0; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
+        json_object_set_new(o, "tokens", toks);
+        if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(g, 0, g->n_ids));
+        if (s->fields) o = pick_fields(o, s->fields);
+        json_array_append_new(all, o);
+    }
+    if (s->many) {
+        mu_http_reply_json(r, 200, all);
+    } else {
+        json_t *one = json_incref(json_array_get(all, 0));
+        json_decref(all);
+        mu_http_reply_json(r, 200, one);
+    }
     return true;
 }
 
 static void lc_release(void *state) {
     lc_state *s = state;
-    api_job_free(&s->g);
+    for (int k = 0; k < s->n; k++) {
+        api_job_free(&s->g[k]);
+        free(s->prompt_text[k]);
+    }
     json_decref(s->settings);
-    free(s->prompt_text);
+    json_decref(s->fields);
     free(s);
 }
 
 void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
+    const json_t *prompts[API_MAX_CHOICES];
+    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES);
+    if (!n_prompts) return;
     mu_schema *schema = NULL;
     if (api_response_schema(r, body, "json_schema", &schema)) return;
-    int32_t *ids = NULL;
-    int n = 0;
-    char *text = NULL;
-    if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, &text)) {
-        mu_schema_unref(schema);
-        return;
-    }
     mu_gen_req q = {0};
     q.schema = schema;
     q.n_predict = (int)mu_jc_int(body, "n_predict", mu_jc_int(body, "max_tokens", -1));
@@ -165,32 +212,79 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     q.logprobs = q.n_top > 0;
     q.ignore_eos = mu_jc_bool(body, "ignore_eos", false);
     lc_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        free(ids);
-        free(text);
-        mu_schema_unref(schema);
-        mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        return;
-    }
-    json_t *stop = json_object_get(body, "stop");
-    bool ok = api_job_start(r, &s->g, a, ids, n, &q, stop);
-    mu_schema_unref(schema); /* the job holds its own reference */
-    if (!ok) {
-        free(text);
+    if (!s || !api_extensions(r, body, &q)) {
+        if (!s) mu_http_reply_error(r, 503, "server: out of memory", NULL);
         free(s);
+        mu_schema_unref(schema);
         return;
     }
     s->a = a;
-    s->prompt_text = text;
+    json_t *stop = json_object_get(body, "stop");
+    for (int p = 0; p < n_prompts; p++) {
+        int32_t *ids = NULL;
+        int n = 0;
+        if (!api_prompt_ids(r, a, prompts[p], &ids, &n, &s->prompt_text[p]) ||
+            !api_job_start(r, &s->g[p], a, ids, n, &q, stop)) {
+            s->n = p;
+            free(s->prompt_text[p]);
+            s->prompt_text[p] = NULL;
+            mu_schema_unref(schema);
+            lc_release(s);
+            return;
+        }
+        s->n = p + 1;
+        s->g[p].want_toks = q.logprobs;
+    }
+    mu_schema_unref(schema); /* the jobs hold their own references */
+    s->many = n_prompts > 1;
     s->probs = q.logprobs;
-    s->g.want_toks = q.logprobs;
     s->return_tokens = mu_jc_bool(body, "return_tokens", false);
     s->settings = settings_of(a, &q, stop);
+    s->fields = json_incref(json_object_get(body, "response_fields"));
     if (mu_jc_bool(body, "stream", false)) {
         mu_http_reply_stream(r, "text/event-stream", lc_produce, lc_release, s);
         return;
     }
     mu_http_reply_later(r, lc_poll, lc_release, s);
+}
+
+/* True when text is one special token of the vocabulary. */
+static bool has_special(mu_http_app *a, const char *text) {
+    int32_t *ids = NULL;
+    int n = 0;
+    mu_err err;
+    if (mu_tok_encode(a->tok, text, strlen(text), true, &ids, &n, &err)) return false;
+    bool one = n == 1 && (mu_tok_attr(a->tok, ids[0]) & (MU_TOK_ATTR_CONTROL | MU_TOK_ATTR_USER_DEFINED));
+    free(ids);
+    return one;
+}
+
+/* POST /infill: llama.cpp's fill-in-the-middle needs the vocabulary's FIM
+ * prefix, suffix and middle tokens. The Muse Glimmer vocabulary has none:
+ * then this answers what llama.cpp's server answers for such a model
+ * (checked before the body, as there); muser does not build FIM prompts
+ * for vocabularies that have them either (501 saying so). */
+void api_llama_infill(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    static const char *const pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", NULL};
+    static const char *const suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", NULL};
+    static const char *const mid[] = {"<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<MID>", NULL};
+    const char *const *sets[3] = {pre, suf, mid};
+    static const char *const what[3] = {"prefix", "suffix", "middle"};
+    char m[300] = "Infill is not supported by this model: ";
+    bool missing = false;
+    for (int k = 0; k < 3; k++) {
+        bool found = false;
+        for (const char *const *t = sets[k]; *t && !found; t++) found = has_special(a, *t);
+        if (!found) {
+            size_t l = strlen(m);
+            snprintf(m + l, sizeof m - l, "%s token is missing. ", what[k]);
+            missing = true;
+        }
+    }
+    if (!missing) snprintf(m, sizeof m, "infill: fill-in-the-middle prompts are not implemented in muser");
+    mu_http_reply_error(r, 501, m, NULL);
 }
 
 void api_llama_tokenize(mu_http_req *r, const json_t *body) {
@@ -273,16 +367,46 @@ void api_llama_health(mu_http_req *r, const json_t *body) {
     mu_http_reply_json(r, 200, json_pack("{s:s}", "status", "ok"));
 }
 
+/* A request's sampling and generation settings under llama.cpp's names
+ * (its task params), from muser's defaults. */
+static json_t *default_params(void) {
+    mu_sample_params d = mu_sample_defaults();
+    json_t *p = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f}", "seed", (json_int_t)4294967295LL,
+                          "temperature", (double)d.temp, "dynatemp_range", (double)d.dynatemp_range,
+                          "dynatemp_exponent", (double)d.dynatemp_exponent, "top_k", d.top_k, "top_p", (double)d.top_p,
+                          "min_p", (double)d.min_p, "top_n_sigma", d.top_n_sigma > 0 ? (double)d.top_n_sigma : -1.0,
+                          "xtc_probability", (double)d.xtc_probability, "xtc_threshold", (double)d.xtc_threshold,
+                          "typical_p", d.typical_p > 0 ? (double)d.typical_p : 1.0);
+    json_t *q = json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:i,s:f,s:f}", "repeat_last_n", d.penalty_last_n,
+                          "repeat_penalty", d.penalty_repeat > 0 ? (double)d.penalty_repeat : 1.0, "presence_penalty",
+                          (double)d.penalty_present, "frequency_penalty", (double)d.penalty_freq, "dry_multiplier",
+                          (double)d.dry_multiplier, "dry_base", (double)d.dry_base, "dry_allowed_length",
+                          d.dry_allowed_length, "dry_penalty_last_n", d.dry_penalty_last_n, "mirostat", d.mirostat,
+                          "mirostat_tau", (double)d.mirostat_tau, "mirostat_eta", (double)d.mirostat_eta);
+    json_t *r = json_pack("{s:i,s:i,s:i,s:i,s:b,s:b,s:i,s:i,s:[s,s,s,s,s,s,s,s,s],s:b,s:b}", "max_tokens", -1,
+                          "n_predict", -1, "n_keep", 0, "n_discard", 0, "ignore_eos", 0, "stream", 1, "n_probs", 0,
+                          "min_keep", d.min_keep, "samplers", "penalties", "dry", "top_n_sigma", "top_k", "typ_p",
+                          "top_p", "min_p", "xtc", "temperature", "timings_per_token", 0, "post_sampling_probs", 0);
+    if (p && q) json_object_update(p, q);
+    if (p && r) json_object_update(p, r);
+    json_decref(q);
+    json_decref(r);
+    return p;
+}
+
 void api_llama_props(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
-    mu_sample_params d = mu_sample_defaults();
-    json_t *o = json_pack("{s:{s:i,s:{s:f,s:i,s:f,s:f,s:i}},s:i,s:s,s:s,s:s,s:{s:b},s:s}", "default_generation_settings",
-                          "n_ctx", a->n_ctx, "params", "temperature", (double)d.temp, "top_k", d.top_k, "top_p",
-                          (double)d.top_p, "min_p", (double)d.min_p, "n_predict", -1, "total_slots", a->n_slots,
-                          "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
-                          a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "build_info",
-                          "muser " MU_COMMIT);
+    char bos[API_PIECE_MAX] = "", eos[API_PIECE_MAX] = "";
+    if (a->info->bos >= 0) bos[api_piece(a, a->info->bos, bos, sizeof bos - 1)] = 0;
+    if (a->info->eos >= 0) eos[api_piece(a, a->info->eos, eos, sizeof eos - 1)] = 0;
+    json_t *o = json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:{s:b,s:b,s:b},s:o,s:o,s:s,s:b,s:b,s:b,s:b}",
+                          "default_generation_settings", "n_ctx", a->n_ctx, "params", default_params(), "total_slots",
+                          a->n_slots, "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
+                          a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "video", 0, "audio", 0,
+                          "bos_token", api_json_text(bos, strlen(bos)), "eos_token", api_json_text(eos, strlen(eos)),
+                          "build_info", "muser " MU_COMMIT, "is_sleeping", 0, "endpoint_slots", 1, "endpoint_props", 1,
+                          "endpoint_metrics", 1);
     mu_http_reply_json(r, 200, o);
 }
 
@@ -293,9 +417,16 @@ void api_llama_slots(mu_http_req *r, const json_t *body) {
     for (int i = 0; i < a->n_slots; i++) {
         mu_sched_slot_info si;
         mu_sched_get_slot(a->sched, i, &si);
-        json_array_append_new(arr, json_pack("{s:i,s:i,s:b,s:i,s:{s:i,s:i}}", "id", i, "n_ctx", a->n_ctx,
-                                             "is_processing", si.busy, "n_past", si.n_past, "next_token", "n_decoded",
-                                             si.n_gen, "n_prompt", si.n_prompt));
+        /* llama.cpp's slot object (next_token is an array of one), plus n_past */
+        json_t *o = json_pack("{s:i,s:i,s:b,s:b,s:i}", "id", i, "n_ctx", a->n_ctx, "speculative", 0,
+                              "is_processing", si.busy, "n_past", si.n_past);
+        if (si.busy) /* llama.cpp adds these for a slot that has a task */
+            json_object_update_new(
+                o, json_pack("{s:i,s:i,s:i,s:o,s:[{s:b,s:b,s:i,s:i}]}", "n_prompt_tokens", si.n_prompt,
+                             "n_prompt_tokens_processed", si.n_past < si.n_prompt ? si.n_past : si.n_prompt,
+                             "n_prompt_tokens_cache", 0, "params", default_params(), "next_token", "has_next_token", 1,
+                             "has_new_line", 0, "n_remain", -1, "n_decoded", si.n_gen));
+        json_array_append_new(arr, o);
     }
     mu_http_reply_json(r, 200, arr);
 }
@@ -314,11 +445,17 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
 #define GAUGE(name, help, v)                                                                      \
     mu_http_buf_fmt(&b, "# HELP llamacpp:%s %s\n# TYPE llamacpp:%s gauge\nllamacpp:%s %.17g\n", name, help, name, \
                     name, (double)(v))
-    COUNTER("prompt_tokens_total", "Number of prompt tokens processed.", m.n_prompt_tokens);
+    COUNTER("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens.", m.n_prompt_tokens);
+    COUNTER("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache.", m.n_prompt_cached);
     COUNTER("prompt_seconds_total", "Prompt process time.", m.prompt_s);
     COUNTER("tokens_predicted_total", "Number of generation tokens processed.", m.n_gen_tokens);
     COUNTER("tokens_predicted_seconds_total", "Predict process time.", m.gen_s);
     COUNTER("n_decode_total", "Total number of batched forward calls.", m.n_forward);
+    COUNTER("n_tokens_max", "Largest observed sequence length (prompt + generation).", m.n_tokens_max);
+    /* muser has no speculative decoding yet: llama.cpp's counters, at zero */
+    COUNTER("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated.", 0);
+    COUNTER("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model.", 0);
+    COUNTER("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps.", 0);
     COUNTER("requests_total", "Generation requests accepted.", m.n_requests);
     COUNTER("requests_rejected_busy_total", "Generation requests answered 429.", m.n_busy_rejects);
     COUNTER("requests_cancelled_total", "Generation requests ended by a cancel (client hang-up, shutdown).",
@@ -340,6 +477,8 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
     GAUGE("requests_processing", "Number of requests processing.", m.n_processing);
     GAUGE("requests_deferred", "Number of requests deferred.", m.n_queued);
     GAUGE("n_slots", "Number of slots.", m.n_slots);
+    GAUGE("n_busy_slots_per_decode", "Average number of busy slots per forward call.",
+          m.n_forward ? (double)m.n_busy_sum / (double)m.n_forward : 0);
 #undef COUNTER
 #undef GAUGE
     if (b.oom) {
@@ -347,6 +486,8 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
-    mu_http_reply_text(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n);
+    char t0[32];
+    snprintf(t0, sizeof t0, "%lld", (long long)a->t_start);
+    mu_http_reply_text_hdr(r, 200, "text/plain; version=0.0.4; charset=utf-8", b.p, b.n, "Process-Start-Time-Unix", t0);
     mu_http_buf_free(&b);
 }

@@ -30,8 +30,29 @@ typedef struct {
     api_job g;
     mu_http_app *a;
     bool chat, think, stream, done;
+    bool logprobs;
+    int n_top, lp_sent;      /* answer tokens whose logprobs were sent */
     double t0_ms;
 } ol_state;
+
+/* Ollama's logprobs of the answer tokens not sent yet: [{token, logprob,
+ * bytes, top_logprobs: [{token, logprob, bytes}]}]. */
+static json_t *take_logprobs(ol_state *s) {
+    api_job *g = &s->g;
+    json_t *arr = json_array();
+    for (; s->lp_sent < g->n_ctoks; s->lp_sent++) {
+        const api_tok *t = &g->toks[g->ctoks[s->lp_sent]];
+        json_t *top = json_array();
+        for (int k = 0; k < t->n_top && k < s->n_top; k++)
+            json_array_append_new(top, json_pack("{s:o,s:f,s:o}", "token", api_token_str(s->a, t->top_ids[k]),
+                                                 "logprob", (double)t->top_logprobs[k], "bytes",
+                                                 api_token_bytes(s->a, t->top_ids[k])));
+        json_array_append_new(arr, json_pack("{s:o,s:f,s:o,s:o}", "token", api_token_str(s->a, t->id), "logprob",
+                                             (double)t->logprob, "bytes", api_token_bytes(s->a, t->id),
+                                             "top_logprobs", top));
+    }
+    return arr;
+}
 
 static json_t *head(ol_state *s) {
     char ts[48];
@@ -50,6 +71,7 @@ static json_t *delta_record(ol_state *s, const char *cs, size_t nc, const char *
         if (nr && s->think) json_object_set_new(o, "thinking", api_json_text(rs, nr));
     }
     json_object_set_new(o, "done", json_false());
+    if (s->logprobs) json_object_set_new(o, "logprobs", take_logprobs(s));
     return o;
 }
 
@@ -100,7 +122,7 @@ static int ol_produce(void *state, mu_http_buf *out, int fd) {
         s->done = true;
         return 1;
     }
-    if (nc || (nr && s->think)) line(out, delta_record(s, cs, nc, rs, nr));
+    if (nc || (nr && s->think) || (s->logprobs && s->lp_sent < s->g.n_ctoks)) line(out, delta_record(s, cs, nc, rs, nr));
     return 1; /* out may be empty: nothing ready yet */
 }
 
@@ -148,6 +170,8 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     long long np = mu_jc_int(opt, "num_predict", -1);
     q.n_predict = np < 0 ? -1 : (int)np;
     q.sp = api_sample_params(opt ? opt : json_null(), "seed");
+    q.logprobs = mu_jc_bool(body, "logprobs", false);
+    q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
     ol_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
@@ -163,6 +187,9 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     }
     s->a = a;
     s->chat = chat;
+    s->logprobs = q.logprobs;
+    s->n_top = q.n_top;
+    s->g.want_toks = q.logprobs;
     s->think = mu_jc_bool(body, "think", true);
     if (mu_jc_bool(body, "stream", true)) {
         mu_http_reply_stream(r, "application/x-ndjson", ol_produce, ol_release, s);
@@ -282,4 +309,17 @@ void api_ollama_show(mu_http_req *r, const json_t *body) {
 void api_ollama_version(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_reply_json(r, 200, json_pack("{s:s}", "version", "0.9.0"));
+}
+
+/* GET /api/ps: the one model, always loaded. */
+void api_ollama_ps(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    char *name = tag_name(a);
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:o,s:s,s:I,s:i}", "name", name ? name : a->model_id, "model",
+                          name ? name : a->model_id, "size", (json_int_t)a->model_bytes, "digest", "", "details",
+                          details(a), "expires_at", "2318-01-01T00:00:00Z", "size_vram", (json_int_t)0,
+                          "context_length", a->n_ctx);
+    free(name);
+    mu_http_reply_json(r, 200, json_pack("{s:[o]}", "models", m));
 }

@@ -8,6 +8,7 @@
  * each pull takes the events that are ready and writes the SSE chunks they
  * produce (never waiting); the non-streaming variant polls the same api_job
  * each time the request is woken and replies once every choice ended. */
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,9 +113,12 @@ static json_t *logprob_entry(mu_http_app *a, const api_tok *t) {
                      api_token_bytes(a, t->id), "top_logprobs", top);
 }
 
+/* Chat logprobs over answer tokens [from, to) (g->ctoks): the tokens whose
+ * texts join to message.content, never channel headers, reasoning or tool
+ * calls. */
 static json_t *logprobs_range(api_job *g, int from, int to) {
     json_t *arr = json_array();
-    for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[i]));
+    for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[g->ctoks[i]]));
     return json_pack("{s:o}", "content", arr);
 }
 
@@ -124,11 +128,17 @@ static const char *finish_name(int f, bool tools) {
 }
 
 /* usage over all choices: the prompt once, every choice's tokens */
-static json_t *usage(const api_job *g, int n) {
-    int gen = 0;
-    for (int k = 0; k < n; k++) gen += g[k].n_ids;
-    return json_pack("{s:i,s:i,s:i}", "prompt_tokens", g[0].st.n_prompt, "completion_tokens", gen, "total_tokens",
-                     g[0].st.n_prompt + gen);
+static json_t *usage(const api_job *g, int n, int per) {
+    int gen = 0, prompt = 0, cached = 0;
+    for (int k = 0; k < n; k++) {
+        gen += g[k].n_ids;
+        if (k % per == 0) { /* each prompt once */
+            prompt += g[k].st.n_prompt;
+            cached += g[k].st.n_reused;
+        }
+    }
+    return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens", prompt, "completion_tokens", gen, "total_tokens",
+                     prompt + gen, "prompt_tokens_details", "cached_tokens", cached);
 }
 
 /* ---- chat ----------------------------------------------------------------- */
@@ -139,8 +149,9 @@ typedef struct {
     int64_t created;
     bool chat, include_usage, logprobs, tools;
     int phase;          /* 0 first chunk, 1 running, 2 done */
-    char *echo;         /* completions: prompt text to echo first */
-    int n;              /* choices */
+    char *echo[API_MAX_CHOICES]; /* completions: prompt text to echo first, per prompt */
+    int n;              /* choices in all */
+    int per;            /* choices per prompt (completions with several prompts) */
     int lp_sent[API_MAX_CHOICES];
     bool done[API_MAX_CHOICES];
     api_job g[API_MAX_CHOICES];
@@ -175,9 +186,10 @@ static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
     const char *rs = s->chat ? api_job_take_reasoning(g, &nr) : NULL;
     const char *cs = api_job_take_content(g, &nc);
     json_t *lp = NULL;
-    if (s->logprobs && g->n_ids > s->lp_sent[k]) {
-        lp = s->chat ? logprobs_range(g, s->lp_sent[k], g->n_ids) : completion_logprobs(g, s->lp_sent[k], g->n_ids);
-        s->lp_sent[k] = g->n_ids;
+    int n_lp = s->chat ? g->n_ctoks : g->n_ids;
+    if (s->logprobs && n_lp > s->lp_sent[k]) {
+        lp = s->chat ? logprobs_range(g, s->lp_sent[k], n_lp) : completion_logprobs(g, s->lp_sent[k], n_lp);
+        s->lp_sent[k] = n_lp;
     }
     if (nr) sse(out, chunk(s, k, json_pack("{s:o}", "reasoning_content", api_json_text(rs, nr)), NULL, NULL));
     if (nc || lp) {
@@ -209,8 +221,8 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
                 sse(out, chunk(s, k, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
             return 1;
         }
-        if (s->echo) {
-            for (int k = 0; k < s->n; k++) sse(out, chunk(s, k, json_string(s->echo), NULL, NULL));
+        if (s->echo[0]) {
+            for (int k = 0; k < s->n; k++) sse(out, chunk(s, k, json_string(s->echo[k / s->per]), NULL, NULL));
             return 1;
         }
     }
@@ -239,7 +251,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
             json_t *u = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", s->id, "object",
                                   s->chat ? "chat.completion.chunk" : "text_completion", "created",
                                   (json_int_t)s->created, "model", s->a->model_id, "choices", "usage",
-                                  usage(s->g, s->n));
+                                  usage(s->g, s->n, s->per));
             sse(out, u);
         }
         mu_http_buf_str(out, "data: [DONE]\n\n");
@@ -251,7 +263,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
 static void oa_release(void *state) {
     oa_stream *s = state;
     for (int k = 0; k < s->n; k++) api_job_free(&s->g[k]);
-    free(s->echo);
+    for (int k = 0; k < API_MAX_CHOICES; k++) free(s->echo[k]);
     free(s);
 }
 
@@ -301,12 +313,13 @@ static bool oa_chat_poll(void *state, mu_http_req *r) {
         if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
         if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
         json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs",
-                                                 s->logprobs ? logprobs_range(g, 0, g->n_ids) : json_null(),
+                                                 s->logprobs ? logprobs_range(g, 0, g->n_ctoks) : json_null(),
                                                  "finish_reason", finish_name(g->finish, has_calls)));
     }
     json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "chat.completion",
                              "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
-                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
+                             "choices", choices, "usage", usage(s->g, s->n, s->per), "timings",
+                             api_timings(&s->g[0].st));
     mu_http_reply_json(r, 200, resp);
     return true;
 }
@@ -315,19 +328,60 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
     json_t *tc = json_object_get(body, "tool_choice");
+    json_t *tools = json_object_get(body, "tools");
+    /* tool_choice "required" or a named function: the answer is a call of
+     * one of those functions (mu_gen_req.call_one_of) */
+    const char *call_names[MU_GEN_MAX_CALLS];
+    int n_call = 0;
     if (json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))) {
-        mu_http_reply_error(r, 400, "field 'tool_choice': only 'auto' and 'none' are supported", "tool_choice");
-        return;
+        const char *want = json_is_object(tc) ? mu_jc_str(json_object_get(tc, "function"), "name", "") : NULL;
+        size_t i;
+        json_t *t;
+        json_array_foreach(tools, i, t) {
+            const char *nm = mu_jc_str(json_object_get(t, "function"), "name", "");
+            if ((!want || !strcmp(want, nm)) && n_call < MU_GEN_MAX_CALLS) call_names[n_call++] = nm;
+        }
+        if (!n_call) {
+            mu_http_reply_error(r, 400,
+                                want ? "field 'tool_choice.function.name': no tool of that name in 'tools'"
+                                     : "field 'tool_choice': 'required' needs at least one tool in 'tools'",
+                                want ? "tool_choice.function.name" : "tool_choice");
+            return;
+        }
+        if (json_object_get(body, "response_format") && strcmp(mu_jc_str(json_object_get(body, "response_format"), "type", "text"), "text")) {
+            mu_http_reply_error(r, 400, "field 'tool_choice': a forced tool call cannot be combined with a JSON response_format",
+                                "tool_choice");
+            return;
+        }
     }
     mu_schema *schema = NULL;
-    if (api_response_schema(r, body, "response_format", &schema)) return;
-    json_t *tools = json_object_get(body, "tools");
+    /* llama.cpp's json_schema when there is no response_format */
+    if (api_response_schema(r, body, json_object_get(body, "response_format") ? "response_format" : "json_schema",
+                            &schema))
+        return;
+    /* chat_template_kwargs: muser's renderer takes reasoning_effort (the
+     * field of that name wins); other keys have no effect */
+    const char *effort = mu_jc_str(body, "reasoning_effort", NULL);
+    const json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (!effort && json_is_string(json_object_get(kw, "reasoning_effort"))) {
+        static const char *const ok[] = {"low", "medium", "high", "xhigh"};
+        effort = json_string_value(json_object_get(kw, "reasoning_effort"));
+        bool known = false;
+        for (int i = 0; i < 4; i++) known |= !strcmp(effort, ok[i]);
+        if (!known) {
+            mu_schema_unref(schema);
+            mu_http_reply_error(r, 400,
+                                "field 'chat_template_kwargs.reasoning_effort': must be one of 'low', 'medium', "
+                                "'high', 'xhigh'",
+                                "chat_template_kwargs.reasoning_effort");
+            return;
+        }
+    }
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
     json_t *msgs = normalize_messages(json_object_get(body, "messages"));
     int32_t *ids = NULL;
     int n = 0;
-    bool ok = msgs && api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, mu_jc_str(body, "reasoning_effort", NULL),
-                                      &ids, &n);
+    bool ok = msgs && api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, effort, &ids, &n);
     json_decref(msgs);
     if (!ok) {
         if (!msgs) mu_http_reply_error(r, 503, "server: out of memory", NULL);
@@ -335,13 +389,21 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         return;
     }
     mu_gen_req q = {0};
-    q.n_predict = (int)mu_jc_int(body, "max_completion_tokens", mu_jc_int(body, "max_tokens", -1));
+    q.n_predict = (int)mu_jc_int(body, "max_completion_tokens",
+                                 mu_jc_int(body, "max_tokens", mu_jc_int(body, "n_predict", -1)));
+    if (!api_extensions(r, body, &q)) {
+        free(ids);
+        mu_schema_unref(schema);
+        return;
+    }
     q.sp = api_sample_params(body, "seed");
     q.logprobs = mu_jc_bool(body, "logprobs", false);
     q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
     q.schema = schema;
     q.schema_chat = true;
     q.chat = true;
+    q.call_one_of = n_call ? call_names : NULL;
+    q.n_call_one_of = n_call;
     bool stream = mu_jc_bool(body, "stream", false);
     oa_stream *s = calloc(1, sizeof *s);
     if (!s) {
@@ -351,6 +413,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         return;
     }
     s->n = (int)mu_jc_int(body, "n", 1);
+    s->per = s->n;
     ok = api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
     mu_schema_unref(schema); /* the jobs hold their own references */
     if (!ok) {
@@ -396,9 +459,14 @@ static json_t *completion_logprobs(api_job *g, int from, int to) {
                      offs);
 }
 
-/* Prompt from a string or a token-id array; replies on failure. */
-bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text) {
+/* Prompt from a string, token ids, or a mix of both (llama.cpp's
+ * tokenize_mixed: strings are tokenized with special texts parsed, BOS by
+ * the model's rule only before a string that comes first; ids are used as
+ * given); replies on failure. field names the JSON field in messages. */
+bool api_prompt_tokens(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, int32_t **ids,
+                       int *n, char **text) {
     mu_err err = {0};
+    char m[200];
     if (json_is_string(prompt)) {
         int rc = api_tokenize_prompt(a, json_string_value(prompt), true, ids, n, &err);
         if (rc) {
@@ -410,34 +478,66 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
     }
     size_t k = json_array_size(prompt);
     if (k == 0) {
-        mu_http_reply_error(r, 400, "field 'prompt': must not be empty", "prompt");
+        snprintf(m, sizeof m, "field '%s': must not be empty", field);
+        mu_http_reply_error(r, 400, m, field);
         return false;
     }
-    int32_t *o = malloc(k * sizeof *o);
-    if (!o) {
-        mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        return false;
-    }
+    int32_t *o = NULL;
+    size_t no = 0, cap = 0;
     mu_http_buf tb = {0};
     for (size_t i = 0; i < k; i++) {
-        json_int_t v = (json_int_t)json_number_value(json_array_get(prompt, i));
-        if (v >= a->info->n_vocab) {
-            free(o);
-            mu_http_buf_free(&tb);
-            char m[128];
-            snprintf(m, sizeof m, "field 'prompt[%zu]': token id out of range: must be below %d", i, a->info->n_vocab);
-            mu_http_reply_error(r, 400, m, "prompt");
-            return false;
+        const json_t *x = json_array_get(prompt, i);
+        int32_t *t = NULL, one;
+        int nt = 0;
+        if (json_is_string(x)) {
+            int rc = i == 0 ? api_tokenize_prompt(a, json_string_value(x), true, &t, &nt, &err)
+                            : mu_tok_encode(a->tok, json_string_value(x), json_string_length(x), true, &t, &nt, &err);
+            if (rc) {
+                free(o);
+                mu_http_buf_free(&tb);
+                mu_http_reply_status(r, rc, &err);
+                return false;
+            }
+        } else {
+            json_int_t v = (json_int_t)json_number_value(x);
+            if (v < 0 || v >= a->info->n_vocab) {
+                free(o);
+                mu_http_buf_free(&tb);
+                snprintf(m, sizeof m, "field '%s[%zu]': token id out of range: must be below %d", field, i,
+                         a->info->n_vocab);
+                mu_http_reply_error(r, 400, m, field);
+                return false;
+            }
+            one = (int32_t)v;
+            nt = 1;
         }
-        o[i] = (int32_t)v;
-        if (text && !api_is_special(a, o[i])) {
+        const int32_t *src = t ? t : &one;
+        if (no + (size_t)nt > cap) {
+            size_t nc = (no + (size_t)nt) * 2 + 16;
+            int32_t *p = realloc(o, nc * sizeof *p);
+            if (!p) {
+                free(t);
+                free(o);
+                mu_http_buf_free(&tb);
+                mu_http_reply_error(r, 503, "server: out of memory", NULL);
+                return false;
+            }
+            o = p;
+            cap = nc;
+        }
+        memcpy(o + no, src, (size_t)nt * sizeof *o);
+        no += (size_t)nt;
+        free(t);
+    }
+    if (text)
+        for (size_t i = 0; i < no; i++) {
+            if (api_is_special(a, o[i])) continue;
             char buf[API_PIECE_MAX];
             int pn = api_piece(a, o[i], buf, sizeof buf);
             if (pn > 0) mu_http_buf_add(&tb, buf, (size_t)pn);
         }
-    }
     *ids = o;
-    *n = (int)k;
+    *n = (int)no;
     if (text) {
         json_t *s = api_json_text(tb.p ? tb.p : "", tb.n);
         *text = strdup(json_string_value(s));
@@ -445,6 +545,10 @@ bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_
     }
     mu_http_buf_free(&tb);
     return true;
+}
+
+bool api_prompt_ids(mu_http_req *r, mu_http_app *a, const json_t *prompt, int32_t **ids, int *n, char **text) {
+    return api_prompt_tokens(r, a, prompt, "prompt", ids, n, text);
 }
 
 static bool oa_completions_poll(void *state, mu_http_req *r) {
@@ -458,7 +562,7 @@ static bool oa_completions_poll(void *state, mu_http_req *r) {
         size_t nc;
         const char *cs = api_job_take_content(g, &nc);
         mu_http_buf all = {0};
-        if (s->echo) mu_http_buf_str(&all, s->echo);
+        if (s->echo[k / s->per]) mu_http_buf_str(&all, s->echo[k / s->per]);
         mu_http_buf_add(&all, cs, nc);
         json_array_append_new(choices,
                               json_pack("{s:o,s:i,s:o,s:s}", "text", api_json_text(all.p ? all.p : "", all.n), "index",
@@ -468,7 +572,8 @@ static bool oa_completions_poll(void *state, mu_http_req *r) {
     }
     json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "text_completion",
                              "created", (json_int_t)s->created, "model", s->a->model_id, "system_fingerprint", "muser",
-                             "choices", choices, "usage", usage(s->g, s->n), "timings", api_timings(&s->g[0].st));
+                             "choices", choices, "usage", usage(s->g, s->n, s->per), "timings",
+                             api_timings(&s->g[0].st));
     mu_http_reply_json(r, 200, resp);
     return true;
 }
@@ -477,31 +582,43 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
     bool echo = mu_jc_bool(body, "echo", false);
-    int32_t *ids = NULL;
-    int n = 0;
-    char *text = NULL;
-    if (!api_prompt_ids(r, a, json_object_get(body, "prompt"), &ids, &n, echo ? &text : NULL)) return;
+    int per = (int)mu_jc_int(body, "n", 1);
+    const json_t *prompts[API_MAX_CHOICES];
+    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES / per);
+    if (!n_prompts) return;
+    mu_schema *schema = NULL;
+    if (api_response_schema(r, body, "json_schema", &schema)) return;
     mu_gen_req q = {0};
-    q.n_predict = (int)mu_jc_int(body, "max_tokens", 16);
+    q.schema = schema;
+    q.n_predict = (int)mu_jc_int(body, "max_tokens", mu_jc_int(body, "n_predict", 16));
     q.sp = api_sample_params(body, "seed");
     json_t *lpv = json_object_get(body, "logprobs");
     q.logprobs = json_is_integer(lpv) || json_is_real(lpv);
     q.n_top = q.logprobs ? (int)json_number_value(lpv) : 0;
     oa_stream *s = calloc(1, sizeof *s);
-    if (!s) {
-        free(ids);
-        free(text);
-        mu_http_reply_error(r, 503, "server: out of memory", NULL);
-        return;
-    }
-    s->n = (int)mu_jc_int(body, "n", 1);
-    if (!api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"))) {
-        free(text);
+    if (!s || !api_extensions(r, body, &q)) {
+        if (!s) mu_http_reply_error(r, 503, "server: out of memory", NULL);
         free(s);
+        mu_schema_unref(schema);
         return;
     }
+    s->per = per;
+    /* each prompt: its own jobs (n choices), choice index p * n + k */
+    for (int p = 0; p < n_prompts; p++) {
+        int32_t *ids = NULL;
+        int n = 0;
+        bool ok = api_prompt_ids(r, a, prompts[p], &ids, &n, echo ? &s->echo[p] : NULL) &&
+                  api_job_start_n(r, &s->g[p * per], per, a, ids, n, &q, json_object_get(body, "stop"));
+        if (!ok) {
+            s->n = p * per;
+            mu_schema_unref(schema);
+            oa_release(s);
+            return;
+        }
+    }
+    mu_schema_unref(schema); /* the jobs hold their own references */
+    s->n = n_prompts * per;
     s->a = a;
-    s->echo = text;
     for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->created = api_unix_now();
@@ -514,11 +631,58 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     mu_http_reply_later(r, oa_completions_poll, oa_release, s);
 }
 
+/* The model object (llama.cpp's shape: OpenAI's id, object, created,
+ * owned_by, plus aliases and meta). */
+static json_t *model_object(mu_http_app *a, const char *id) {
+    json_t *aliases = json_array();
+    for (int i = 0; i < a->n_aliases; i++) json_array_append_new(aliases, json_string(a->aliases[i]));
+    return json_pack("{s:s,s:o,s:[],s:s,s:I,s:s,s:{s:i,s:i,s:i,s:i,s:I}}", "id", id, "aliases", aliases, "tags", "object", "model",
+                     "created", (json_int_t)a->model_mtime, "owned_by", "muser", "meta", "n_vocab", a->info->n_vocab,
+                     "n_ctx", a->n_ctx, "n_ctx_train", a->info->n_ctx_train, "n_embd", a->info->n_embd, "size",
+                     (json_int_t)a->model_bytes);
+}
+
 void api_openai_models(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
-    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:{s:i,s:i,s:I}}", "id", a->model_id, "object", "model", "created",
-                          (json_int_t)a->model_mtime, "owned_by", "muser", "meta", "n_vocab", a->info->n_vocab,
-                          "n_ctx_train", a->info->n_ctx_train, "size", (json_int_t)a->model_bytes);
-    mu_http_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", m));
+    mu_http_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(a, a->model_id)));
+}
+
+/* Percent-decodes s[0..n) into out (cap bytes); false on a bad escape, a
+ * NUL, or no room. */
+static bool pct_decode(const char *s, size_t n, char *out, size_t cap) {
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        int c = (unsigned char)s[i];
+        if (c == '%') {
+            if (i + 2 >= n || !isxdigit((unsigned char)s[i + 1]) || !isxdigit((unsigned char)s[i + 2])) return false;
+            char hex[3] = {s[i + 1], s[i + 2], 0};
+            c = (int)strtol(hex, NULL, 16);
+            i += 2;
+        }
+        if (c == 0 || k + 1 >= cap) return false;
+        out[k++] = (char)c;
+    }
+    out[k] = 0;
+    return true;
+}
+
+void api_openai_model(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_app *a = mu_http_req_app(r);
+    const char *p = mu_http_req_path(r) + strlen("/v1/models/");
+    char id[256];
+    json_t *probe = NULL;
+    if (!pct_decode(p, strlen(p), id, sizeof id) || !(probe = json_string(id))) {
+        mu_http_reply_error(r, 400, "model id in the path: bad percent-encoding or not UTF-8", "model");
+        return;
+    }
+    json_decref(probe);
+    if (!api_model_name_ok(a, id, false)) {
+        char m[400];
+        snprintf(m, sizeof m, "model '%.150s' not found; this server serves '%.150s'", id, a->model_id);
+        mu_http_reply_error(r, 404, m, "model");
+        return;
+    }
+    mu_http_reply_json(r, 200, model_object(a, id));
 }

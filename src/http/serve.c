@@ -51,6 +51,47 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->model_path = path;
     a->n_ctx = sm.n_ctx;
     a->n_slots = sm.n_slots;
+    a->t_start = api_unix_now();
+    /* pooling: --pooling, else the GGUF's <arch>.pooling_type (llama.cpp's
+     * enum: 0 none, 1 mean, 2 cls, 3 last), else none, as llama.cpp */
+    a->pooling = o->pooling;
+    int64_t pt = -1;
+    if (a->pooling == MU_EMBD_OFF && !mu_model_meta_int(m, "muse-glimmer.pooling_type", &pt) && pt >= 0 && pt <= 3)
+        a->pooling = (mu_embd_pooling)(MU_EMBD_NONE + pt);
+    if (a->pooling == MU_EMBD_OFF) a->pooling = MU_EMBD_NONE;
+    if (o->n_aliases < 0 || o->n_aliases > MU_SERVE_MAX_ALIASES) {
+        free(s);
+        return mu_fail(err, MU_E_ARG, "server: at most %d aliases: %d", MU_SERVE_MAX_ALIASES, o->n_aliases);
+    }
+    for (int i = 0; i < o->n_aliases; i++) {
+        json_t *p = json_string(o->aliases[i]);
+        json_decref(p);
+        if (!p || !*o->aliases[i]) {
+            free(s);
+            return mu_fail(err, MU_E_ARG, "server: a model alias must be non-empty UTF-8");
+        }
+    }
+    /* as llama.cpp's --alias: the aliases are a set (sorted, no
+     * duplicates) whose first member is the id the server reports; the
+     * GGUF's name is still answered to (listed last when no alias is it) */
+    if (o->n_aliases > 0) {
+        const char *gguf_name = a->model_id;
+        for (int i = 0; i < o->n_aliases; i++) {
+            int at = a->n_aliases;
+            bool dup = false;
+            for (int k = 0; k < a->n_aliases && !dup; k++) dup = !strcmp(a->aliases[k], o->aliases[i]);
+            if (dup) continue;
+            while (at > 0 && strcmp(a->aliases[at - 1], o->aliases[i]) > 0) {
+                a->aliases[at] = a->aliases[at - 1];
+                at--;
+            }
+            a->aliases[at] = o->aliases[i];
+            a->n_aliases++;
+        }
+        a->model_id = a->aliases[0];
+        a->gguf_name = gguf_name;
+    }
+    a->any_model = o->any_model;
     mu_http_opts ho = {.host = o->host,
                        .port = o->port,
                        .tls_cert_pem = o->tls_cert_pem,
@@ -63,6 +104,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
                        .idle_timeout_s = o->idle_timeout_s,
                        .max_body_bytes = o->max_body_bytes,
                        .threads = o->http_threads,
+                       .cors_origins = o->cors_origins,
                        .routes = mu_http_routes,
                        .app = a};
     int rc = mu_http_server_start(&ho, &s->srv, err);

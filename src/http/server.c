@@ -300,19 +300,48 @@ static void count_status(mu_http_server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The Origin a CORS answer allows: "*", the request's Origin when it is in
+ * the configured list, or NULL (no CORS header). */
+static const char *cors_origin(mu_http_req *r) {
+    const char *list = r->srv->o.cors_origins;
+    if (!list) return NULL;
+    if (!strcmp(list, "*")) return "*";
+    const char *o = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (!o || !*o) return NULL;
+    size_t n = strlen(o);
+    for (const char *p = list; *p;) {
+        size_t k = strcspn(p, ",");
+        if (k == n && !strncmp(p, o, n)) return o;
+        p += k;
+        if (*p == ',') p++;
+    }
+    return NULL;
+}
+
 static void queue(mu_http_req *r, int status, struct MHD_Response *resp) {
     MU_ASSERT(!r->responded);
     r->responded = true;
     if (!resp) return;  /* out of memory: MHD closes the connection */
+    const char *origin = cors_origin(r);
+    if (origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", origin);
+        if (strcmp(origin, "*")) MHD_add_response_header(resp, "Vary", "Origin");
+    }
     count_status(r->srv, status);
     MHD_queue_response(r->conn, (unsigned)status, resp);
     MHD_destroy_response(resp);
 }
 
-void mu_http_reply_text(mu_http_req *r, int status, const char *ct, const char *text, size_t n) {
+void mu_http_reply_text_hdr(mu_http_req *r, int status, const char *ct, const char *text, size_t n, const char *name,
+                            const char *value) {
     struct MHD_Response *resp = MHD_create_response_from_buffer(n, (void *)text, MHD_RESPMEM_MUST_COPY);
     if (resp) MHD_add_response_header(resp, "Content-Type", ct);
+    if (resp && name) MHD_add_response_header(resp, name, value);
     queue(r, status, resp);
+}
+
+void mu_http_reply_text(mu_http_req *r, int status, const char *ct, const char *text, size_t n) {
+    mu_http_reply_text_hdr(r, status, ct, text, n, NULL, NULL);
 }
 
 void mu_http_reply_json(mu_http_req *r, int status, json_t *j) {
@@ -344,6 +373,9 @@ static const char *error_type(int status) {
 
 static json_t *error_body(mu_http_proto proto, int status, const char *msg, const char *param) {
     if (proto == MU_PROTO_OLLAMA) return json_pack("{s:s}", "error", msg);
+    if (proto == MU_PROTO_ANTHROPIC)
+        return json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+                         status >= 500 && status != 503 ? "api_error" : error_type(status), "message", msg);
     if (proto == MU_PROTO_LLAMACPP)
         return json_pack("{s:{s:i,s:s,s:s}}", "error", "code", status, "message", msg, "type", error_type(status));
     json_t *e = json_pack("{s:s,s:s,s:o,s:o}", "message", msg, "type", error_type(status), "param",
@@ -547,6 +579,7 @@ void mu_http_reply_stream(mu_http_req *r, const char *ct, mu_http_produce_fn pro
 /* ---- request pipeline ------------------------------------------------- */
 
 static mu_http_proto proto_of_path(const char *p) {
+    if (!strncmp(p, "/v1/messages", 12)) return MU_PROTO_ANTHROPIC;
     if (!strncmp(p, "/v1/", 4) || !strcmp(p, "/chat/completions") || !strcmp(p, "/models")) return MU_PROTO_OPENAI;
     if (!strncmp(p, "/api/", 5)) return MU_PROTO_OLLAMA;
     return MU_PROTO_LLAMACPP;
@@ -725,9 +758,16 @@ static bool content_type_json(const char *ct) {
 static bool check_auth(mu_http_req *r) {
     mu_http_server *s = r->srv;
     if (!s->has_key || r->rt->public_route) return true;
+    /* Authorization: Bearer KEY, or X-Api-Key: KEY (Anthropic's header; llama.cpp accepts both) */
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncasecmp(h, "Bearer ", 7)) return false;
-    h += 7;
+    if (!h) {
+        h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Api-Key");
+        if (!h) return false;
+    } else if (strncasecmp(h, "Bearer ", 7)) {
+        return false;
+    } else {
+        h += 7;
+    }
     while (*h == ' ') h++;
     return mu_http_key_equal(h, strlen(h), s->key);
 }
@@ -754,12 +794,28 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         const mu_http_route *match = NULL;
         bool path_known = false;
         for (const mu_http_route *rt = s->o.routes; rt->path; rt++) {
-            if (strcmp(rt->path, r->path)) continue;
+            size_t pl = strlen(rt->path);
+            if (pl && rt->path[pl - 1] == '*' ? strncmp(rt->path, r->path, pl - 1) || !r->path[pl - 1]
+                                              : strcmp(rt->path, r->path))
+                continue;
             path_known = true;
             if (!strcmp(rt->method, method) || (!strcmp(method, "HEAD") && !strcmp(rt->method, "GET"))) {
                 match = rt;
                 break;
             }
+        }
+        if (!match && path_known && !strcmp(method, "OPTIONS") && s->o.cors_origins) {
+            /* a CORS preflight: answered before the key check (browsers send no key with it) */
+            r->discard = true;
+            struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+            if (resp) {
+                MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                MHD_add_response_header(resp, "Access-Control-Allow-Headers",
+                                        "Authorization, Content-Type, X-Api-Key, Anthropic-Version");
+                MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+            }
+            queue(r, 204, resp);
+            return MHD_YES;
         }
         if (!match) {
             char m[300];

@@ -18,7 +18,7 @@
 
 #include "../base/err.h"
 
-typedef enum { MU_PROTO_OPENAI, MU_PROTO_LLAMACPP, MU_PROTO_OLLAMA } mu_http_proto;
+typedef enum { MU_PROTO_OPENAI, MU_PROTO_LLAMACPP, MU_PROTO_OLLAMA, MU_PROTO_ANTHROPIC } mu_http_proto;
 
 typedef struct mu_http_server mu_http_server;
 typedef struct mu_http_req mu_http_req;
@@ -41,7 +41,7 @@ typedef struct {
     const char *path;
     mu_http_proto proto;
     void (*fn)(mu_http_req *req, const json_t *body);   /* body NULL for GET */
-    bool public_route;    /* no API key needed (health) */
+    bool public_route;    /* no API key needed (health, /) */
 } mu_http_route;
 
 typedef struct {
@@ -60,7 +60,9 @@ typedef struct {
                                   * otherwise; -1: off */
     int threads;                 /* 0: 4; libmicrohttpd's event threads (1..64) */
     int requested_connections;   /* out (mu_http_server_limits): max_connections before lowering */
-    const mu_http_route *routes; /* ends with a NULL path */
+    const char *cors_origins;    /* NULL: no CORS; "*" or a comma-separated list of origins */
+    const mu_http_route *routes; /* ends with a NULL path; a path ending in '*' matches any
+                                  * path that starts with what precedes the '*' */
     void *app;                   /* handed to handlers via mu_http_req_app */
 } mu_http_opts;
 
@@ -96,6 +98,9 @@ int mu_http_req_fd(const mu_http_req *r);
 /* Exactly one reply per request. The json is consumed. */
 void mu_http_reply_json(mu_http_req *r, int status, json_t *j);
 void mu_http_reply_text(mu_http_req *r, int status, const char *content_type, const char *text, size_t n);
+/* The same with one more header (name: value). */
+void mu_http_reply_text_hdr(mu_http_req *r, int status, const char *content_type, const char *text, size_t n,
+                            const char *name, const char *value);
 /* An error body in the request's protocol shape; message must not contain
  * secrets or prompt text. param names the offending field (may be NULL). */
 void mu_http_reply_error(mu_http_req *r, int status, const char *msg, const char *param);

@@ -345,6 +345,12 @@ const char *mu_model_meta_str(const mu_model *m, const char *key, size_t *len) {
     return s;
 }
 
+int mu_model_meta_int(const mu_model *m, const char *key, int64_t *out) {
+    mu_err err;
+    if (mu_gguf_find(m->g, key) < 0) return MU_E_ARG;
+    return mu_gguf_get_i64(m->g, key, out, &err);
+}
+
 const char *mu_model_chat_template(const mu_model *m) { return m->chat_template; }
 
 int mu_chat_apply(const mu_model *m, const char *messages_json, const char *tools_json, const char *reasoning,

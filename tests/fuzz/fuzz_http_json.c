@@ -11,6 +11,8 @@
 static const char *const paths[] = {
     "/v1/chat/completions", "/v1/completions", "/completion", "/tokenize", "/detokenize",
     "/apply-template",      "/api/generate",   "/api/chat",   "/api/show",
+    "/v1/embeddings",       "/embedding",      "/api/embed",  "/api/embeddings",
+    "/v1/messages",         "/v1/messages/count_tokens",      "/v1/responses",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

@@ -27,6 +27,22 @@ while read -r name opts; do
   echo "--- $name"
   python3 compare.py "$bin" "$work/$name.gguf" "ref/$name.json" || rc=1
 done < models.txt
+# embeddings: llama.cpp's vectors on golden models (embd-cases.txt,
+# made by make-embd.sh), compared by compare-embd.py (cosine >= 1 - 1e-4)
+while read -r case model key pooling maxlen; do
+  case $case in ''|\#*) continue ;; esac
+  [ -f "embd/$case.json" ] || { echo "FAIL $case: no embd/$case.json (run make-embd.sh)"; rc=1; continue; }
+  [ -f "$work/$model.gguf" ] || { echo "FAIL $case: no $work/$model.gguf"; rc=1; continue; }
+  if [ "$key" = "-" ]; then cp "$work/$model.gguf" "$work/$case.gguf"
+  else python3 gguf_set_u32.py "$work/$model.gguf" "$work/$case.gguf" muse-glimmer.pooling_type "$key"; fi
+  want=$(cut -d' ' -f1 "embd/$case.sha256")
+  got=$(sha256sum "$work/$case.gguf" | cut -d' ' -f1)
+  if [ "$want" != "$got" ]; then
+    echo "FAIL $case: model differs from the one llama.cpp answered on (sha256 $got, want $want)"; rc=1; continue
+  fi
+  echo "--- $case (embeddings, --pooling $pooling)"
+  python3 compare-embd.py "$bin" "$work/$case.gguf" "$pooling" "embd/$case.json" || rc=1
+done < embd-cases.txt
 # the bundled trained model (answers made by tools/train, see trained/README.md)
 if [ -f "$root/models/muser-default.gguf" ] && [ -f trained/llamacpp-q8_0.json ]; then
   echo "--- muser-default (trained)"

@@ -147,6 +147,49 @@ static void test_batch_of_sessions(void **state) {
     mu_session_free(d);
 }
 
+/* Embedding rows (mu_batch_item.embd): the same rows alone or next to a
+ * generating session, no logits for their session, and the other session's
+ * logits as when it runs alone. */
+static void test_embd_rows(void **state) {
+    (void)state;
+    mu_err err = {0};
+    const int D = mu_model_get_info(M)->n_embd;
+    mu_session *a, *b, *c, *d;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &c, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &d, &err), 0);
+    int32_t p1[9], p2[14];
+    prompt(p1, 9, 5);
+    prompt(p2, 14, 6);
+    float *e1 = calloc((size_t)9 * D, sizeof(float)), *e2 = calloc((size_t)9 * D, sizeof(float));
+    assert_non_null(e1);
+    assert_non_null(e2);
+    mu_batch_item one = {.s = a, .tokens = p1, .n_tokens = 9, .embd = e1};
+    assert_int_equal(mu_forward(E, &one, 1, &err), 0);
+    assert_null(mu_session_logits(a, -1));
+    assert_int_equal(mu_session_n_past(a), 9);
+    feed(c, p2, 14);
+    mu_batch_item two[2] = {{.s = b, .tokens = p1, .n_tokens = 9, .embd = e2}, {.s = d, .tokens = p2, .n_tokens = 14}};
+    assert_int_equal(mu_forward(E, two, 2, &err), 0);
+    assert_null(mu_session_logits(b, -1));
+    assert_true(max_rel_diff(e1, e2, 9 * D) < 1e-5);
+    assert_true(max_rel_diff(mu_session_logits(c, -1), mu_session_logits(d, -1), V) < 1e-4);
+    /* every row was written, and each is RMS-normed times the norm weights:
+     * not all zero */
+    for (int t = 0; t < 9; t++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)e1[(size_t)t * D + i] * e1[(size_t)t * D + i];
+        assert_true(ss > 0 && isfinite(ss));
+    }
+    free(e1);
+    free(e2);
+    mu_session_free(a);
+    mu_session_free(b);
+    mu_session_free(c);
+    mu_session_free(d);
+}
+
 static void test_forward_errors(void **state) {
     (void)state;
     mu_err err = {0};
@@ -222,6 +265,7 @@ int main(void) {
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_truncate),
         cmocka_unit_test(test_batch_of_sessions),
+        cmocka_unit_test(test_embd_rows),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_sampling),
     };

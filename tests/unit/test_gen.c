@@ -4,10 +4,12 @@
  * length and context limits, cancellation, the hold hook; and, on the
  * bundled model (it has a tokenizer), text events, stop strings cut and
  * held back at every position, and KV prefix reuse. */
+#include <math.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -92,6 +94,211 @@ static void run_job(mu_sched *s, const mu_gen_req *q, result *r) {
     if (mu_sched_submit(s, q, 1, &j, &err)) fail_msg("submit: %s", err.msg);
     read_job(j, r);
     mu_job_free(j);
+}
+
+/* Chat logprobs cover the answer's tokens only: forced output with a
+ * reasoning message, headers and an answer; the CONTENT_TOKEN events name
+ * exactly the tokens whose pieces join to the answer text, each before the
+ * TEXT event holding its first byte; with a stop string, none past the cut. */
+static void test_content_tokens(void **state) {
+    (void)state;
+    if (!D) skip();
+    mu_err err = {0};
+    const mu_tok *tk = mu_model_tokenizer(D);
+    const char *out = " to=self<|message|>Let me think.<|eom|><|start|>assistant to=user<|message|>Hello there, "
+                      "world!<|eot|>";
+    int32_t *f, *p;
+    int nf, np;
+    assert_int_equal(mu_tok_encode(tk, out, strlen(out), true, &f, &nf, &err), 0);
+    const char *pr = "Hi";
+    assert_int_equal(mu_tokenize(D, pr, strlen(pr), true, false, &p, &np, &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 256};
+    assert_int_equal(mu_sched_new(ED, &so, &s, &err), 0);
+    for (int with_stop = 0; with_stop < 2; with_stop++) {
+        const char *stops[1] = {"world"};
+        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = nf, .sp = {.temp = 0}, .forced = f, .n_forced = nf,
+                        .chat = true, .logprobs = true, .stops = stops, .n_stops = with_stop};
+        mu_job *j;
+        assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+        mu_gen_event ev;
+        char text[256] = "", joined[256] = "";
+        size_t nt = 0, nj = 0, pending = 0;
+        int n_tok = 0, n_ct = 0;
+        while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) {
+            if (ev.kind == MU_EV_TOKEN) n_tok++;
+            if (ev.kind == MU_EV_CONTENT_TOKEN) {
+                assert_true(ev.tok_index >= 0 && ev.tok_index < n_tok);
+                int k = mu_tok_piece(tk, f[ev.tok_index], false, joined + nj, sizeof joined - nj - 1);
+                assert_true(k > 0);
+                pending = nj; /* this token's first byte must be in the next TEXT */
+                nj += (size_t)k;
+                n_ct++;
+            }
+            if (ev.kind == MU_EV_TEXT && ev.channel == MU_CH_CONTENT) {
+                assert_true(pending >= nt && pending < nt + ev.len);
+                memcpy(text + nt, ev.text, ev.len);
+                nt += ev.len;
+            }
+        }
+        mu_job_free(j);
+        const char *want = with_stop ? "Hello there, " : "Hello there, world!";
+        assert_int_equal(nt, strlen(want));
+        assert_memory_equal(text, want, nt);
+        /* the answer's tokens, joined: the answer (with the stop, the token
+         * holding the cut may run past it) */
+        assert_true(n_ct > 0);
+        assert_true(nj >= nt);
+        assert_memory_equal(joined, want, nt);
+        if (!with_stop) assert_int_equal(nj, nt);
+    }
+    mu_sched_free(s);
+    free(f);
+    free(p);
+}
+
+/* A forced call (call_one_of): the output starts with " to=NAME<|message|>"
+ * for a listed NAME and the call block opened for it, greedy or sampled,
+ * for one name or several (with names that share a prefix). */
+static void test_forced_call(void **state) {
+    (void)state;
+    if (!D) skip();
+    mu_err err = {0};
+    const mu_tok *tk = mu_model_tokenizer(D);
+    int32_t *p;
+    int np;
+    const char *pr = "What is the weather in Paris?";
+    assert_int_equal(mu_tokenize(D, pr, strlen(pr), true, false, &p, &np, &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 256};
+    assert_int_equal(mu_sched_new(ED, &so, &s, &err), 0);
+    const char *one[] = {"get_weather"};
+    const char *many[] = {"get_time", "get_timezone", "get_weather", "search"};
+    for (int c = 0; c < 4; c++) {
+        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 40, .sp = mu_sample_defaults(), .chat = true,
+                        .call_one_of = c < 2 ? one : many, .n_call_one_of = c < 2 ? 1 : 4};
+        q.sp.seed = (uint64_t)c;
+        if (c % 2 == 0) q.sp.temp = 0;
+        result r;
+        run_job(s, &q, &r);
+        char out[4096];
+        size_t n = 0;
+        for (int i = 0; i < r.n; i++) {
+            int k = mu_tok_piece(tk, r.ids[i], true, out + n, sizeof out - n - 1);
+            assert_true(k >= 0);
+            n += (size_t)k;
+        }
+        out[n] = 0;
+        bool found = false;
+        for (int i = 0; i < q.n_call_one_of && !found; i++) {
+            char want[200];
+            snprintf(want, sizeof want, " to=%s<|message|><atem:function_calls><atem:invoke name=\"%s\">",
+                     q.call_one_of[i], q.call_one_of[i]);
+            found = !strncmp(out, want, strlen(want));
+        }
+        if (!found) fail_msg("forced call %d: output starts '%.80s'", c, out);
+    }
+    mu_gen_req bad = {.prompt = p, .n_prompt = np, .n_predict = 4, .call_one_of = one, .n_call_one_of = 1};
+    mu_job *j;
+    assert_int_equal(mu_sched_submit(s, &bad, 1, &j, &err), MU_E_ARG); /* not a chat job */
+    mu_sched_free(s);
+    free(p);
+}
+
+/* An embedding job's result (one job, waited for). */
+static int embd_job(mu_sched *s, const int32_t *p, int n, mu_embd_pooling pool, int norm, float *out, int cap,
+                    int *rows, mu_err *err) {
+    mu_gen_req q = {.prompt = p, .n_prompt = n, .n_predict = 1, .sp = {.temp = 0}, .no_text = true, .embd = pool,
+                    .embd_normalize = norm};
+    mu_job *j;
+    int rc = mu_sched_submit(s, &q, 1, &j, err);
+    if (rc) return rc;
+    mu_gen_event ev;
+    int n_tok = 0;
+    while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) n_tok += ev.kind == MU_EV_TOKEN;
+    assert_int_equal(ev.kind, MU_EV_FINISH);
+    assert_int_equal(ev.finish, MU_FINISH_STOP);
+    assert_int_equal(n_tok, 0);
+    assert_int_equal(ev.stats.n_prompt, n);
+    int dim = 0;
+    const float *e = mu_job_embedding(j, rows, &dim);
+    assert_non_null(e);
+    assert_int_equal(dim, mu_model_get_info(M)->n_embd);
+    assert_true(*rows * dim <= cap);
+    memcpy(out, e, (size_t)*rows * dim * sizeof(float));
+    mu_job_free(j);
+    return 0;
+}
+
+/* Embedding jobs: the pooling types against the per-token rows, llama.cpp's
+ * normalizations, the one-batch rule and its LAST exception, one choice. */
+static void test_embedding_jobs(void **state) {
+    (void)state;
+    mu_err err = {0};
+    const int W = mu_model_get_info(M)->n_embd;
+    static int32_t p[40];
+    prompt(p, 40, 9);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 2, .n_ctx = 64, .queue_max = 4, .prefill_chunk = 16};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    float *rows = calloc((size_t)16 * W, sizeof(float)), *v = calloc((size_t)16 * W, sizeof(float));
+    assert_non_null(rows);
+    assert_non_null(v);
+    int n = 0;
+    assert_int_equal(embd_job(s, p, 12, MU_EMBD_NONE, 2, rows, 16 * W, &n, &err), 0);
+    assert_int_equal(n, 12); /* per token, never normalized */
+    assert_int_equal(embd_job(s, p, 12, MU_EMBD_LAST, -1, v, 16 * W, &n, &err), 0);
+    assert_int_equal(n, 1);
+    assert_memory_equal(v, rows + (size_t)11 * W, (size_t)W * sizeof(float));
+    assert_int_equal(embd_job(s, p, 12, MU_EMBD_CLS, -1, v, 16 * W, &n, &err), 0);
+    assert_memory_equal(v, rows, (size_t)W * sizeof(float));
+    assert_int_equal(embd_job(s, p, 12, MU_EMBD_MEAN, -1, v, 16 * W, &n, &err), 0);
+    for (int i = 0; i < W; i++) {
+        double m = 0;
+        for (int t = 0; t < 12; t++) m += rows[(size_t)t * W + i];
+        assert_true(fabs(v[i] - m / 12) <= 1e-5 * (1 + fabs(m / 12)));
+    }
+    /* L2 (2), max-abs in the int16 range (0), p-norm (3) */
+    assert_int_equal(embd_job(s, p, 12, MU_EMBD_LAST, 2, v, 16 * W, &n, &err), 0);
+    double l2 = 0;
+    for (int i = 0; i < W; i++) l2 += (double)v[i] * v[i];
+    assert_true(fabs(l2 - 1) < 1e-5);
+    assert_int_equal(embd_job(s, p, 12, MU_EMBD_LAST, 0, v, 16 * W, &n, &err), 0);
+    double mx = 0;
+    for (int i = 0; i < W; i++) mx = fmax(mx, fabs(v[i]));
+    assert_true(fabs(mx - 32760) < 1e-2);
+    assert_int_equal(embd_job(s, p, 12, MU_EMBD_LAST, 3, v, 16 * W, &n, &err), 0);
+    double p3 = 0;
+    for (int i = 0; i < W; i++) p3 += pow(fabs(v[i]), 3);
+    assert_true(fabs(p3 - 1) < 1e-4);
+    /* pooling over more than one step's tokens is refused, except LAST,
+     * whose last row comes from the final chunk (chunking changes the bits:
+     * compared with a tolerance against a whole evaluation) */
+    assert_int_equal(embd_job(s, p, 17, MU_EMBD_MEAN, 2, v, 16 * W, &n, &err), MU_E_ARG);
+    assert_non_null(strstr(err.msg, "too large"));
+    assert_int_equal(embd_job(s, p, 40, MU_EMBD_LAST, -1, v, 16 * W, &n, &err), 0);
+    mu_sched *s2;
+    mu_sched_opts so2 = {.n_slots = 1, .n_ctx = 64};
+    assert_int_equal(mu_sched_new(E, &so2, &s2, &err), 0);
+    float *all = calloc((size_t)40 * W, sizeof(float));
+    assert_non_null(all);
+    assert_int_equal(embd_job(s2, p, 40, MU_EMBD_NONE, -1, all, 40 * W, &n, &err), 0);
+    assert_int_equal(n, 40);
+    double md = 0, mv = 1e-9;
+    for (int i = 0; i < W; i++) {
+        md = fmax(md, fabs((double)v[i] - all[(size_t)39 * W + i]));
+        mv = fmax(mv, fabs((double)v[i]));
+    }
+    assert_true(md / mv < 1e-4);
+    free(all);
+    mu_sched_free(s2);
+    /* one choice only */
+    mu_gen_req q[2] = {{.prompt = p, .n_prompt = 4, .embd = MU_EMBD_LAST}, {.prompt = p, .n_prompt = 4, .embd = MU_EMBD_LAST}};
+    mu_job *js[2];
+    assert_int_equal(mu_sched_submit(s, q, 2, js, &err), MU_E_ARG);
+    mu_sched_free(s);
+    free(rows);
+    free(v);
 }
 
 /* The scheduler's greedy tokens and log-probabilities equal a direct loop
@@ -430,6 +637,9 @@ int main(void) {
         cmocka_unit_test(test_notify),
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_text_and_stops),
+        cmocka_unit_test(test_embedding_jobs),
+        cmocka_unit_test(test_content_tokens),
+        cmocka_unit_test(test_forced_call),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -133,6 +133,62 @@ static void test_other_routes(void **st) {
     assert_null(api_schema("/health"));
 }
 
+/* The routes and fields of issue 17: embeddings, Anthropic Messages, OpenAI
+ * Responses, llama.cpp extensions, batch prompts; names nobody defines are
+ * still refused with their path. */
+static void test_compat_routes(void **st) {
+    (void)st;
+    expect_ok("/v1/embeddings", "{\"input\":\"a\"}");
+    expect_ok("/v1/embeddings", "{\"input\":[\"a\",[1,2]],\"encoding_format\":\"base64\",\"embd_normalize\":2}");
+    expect_ok("/embedding", "{\"content\":[1,2,3]}");
+    expect_ok("/api/embed", "{\"model\":\"m\",\"input\":[\"a\"],\"truncate\":false,\"keep_alive\":\"5m\"}");
+    expect_ok("/api/embeddings", "{\"prompt\":\"a\"}");
+    expect_bad("/api/embeddings", "{}", "'prompt': is required");
+    expect_bad("/v1/embeddings", "{\"input\":\"a\",\"encoding_format\":\"hex\"}", "must be one of");
+    expect_ok("/v1/embeddings", "{\"input\":[[1,\"x\"],[2]]}");
+    expect_bad("/v1/embeddings", "{\"input\":[[1,{}]]}", "input[0][1]");
+    expect_bad("/v1/embeddings", "{\"input\":\"a\",\"pooling\":\"mean\"}", "unknown field 'pooling'");
+    const char *m = "/v1/messages";
+    expect_ok(m, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    expect_ok(m, "{\"model\":\"claude\",\"max_tokens\":5,\"system\":[{\"type\":\"text\",\"text\":\"s\"}],"
+                 "\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\","
+                 "\"cache_control\":{\"type\":\"ephemeral\"}}]}],\"stop_sequences\":[\"x\"],\"top_k\":5,"
+                 "\"metadata\":{\"user_id\":\"u\"},\"tool_choice\":{\"type\":\"auto\"},\"thinking\":{\"type\":\"disabled\"}}");
+    expect_bad(m, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", "'max_tokens': is required");
+    expect_bad(m, "{\"max_tokens\":5,\"messages\":[{\"role\":\"system\",\"content\":\"hi\"}]}", "must be one of");
+    expect_bad(m, "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"video\"}]}]}",
+               "messages[0].content[0].type");
+    expect_bad(m, "{\"max_tokens\":5,\"temperature\":1.5,\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}",
+               "temperature");
+    expect_bad(m, "{\"max_tokens\":5,\"tools\":[{\"type\":\"web_search_20250305\",\"name\":\"w\",\"input_schema\":{}}],"
+                  "\"messages\":[{\"role\":\"user\",\"content\":\"x\"}]}", "server tools");
+    expect_ok("/v1/messages/count_tokens", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    const char *rp = "/v1/responses";
+    expect_ok(rp, "{\"input\":\"hi\"}");
+    expect_ok(rp, "{\"input\":[{\"role\":\"user\",\"content\":\"hi\"},{\"type\":\"function_call_output\","
+                  "\"call_id\":\"c\",\"output\":\"1\"}],\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],"
+                  "\"tool_choice\":\"required\",\"text\":{\"format\":{\"type\":\"json_object\"}},\"reasoning\":"
+                  "{\"effort\":\"minimal\"},\"store\":true,\"metadata\":{},\"include\":[\"x\"],\"truncation\":\"auto\"}");
+    expect_bad(rp, "{}", "'input': is required");
+    expect_bad(rp, "{\"input\":\"x\",\"tools\":[{\"type\":\"web_search\",\"name\":\"w\"}]}", "function tools");
+    expect_bad(rp, "{\"input\":[{\"type\":\"item_reference\",\"id\":\"x\"}]}", "input[0].type");
+    /* llama.cpp's extensions and OpenAI's accepted fields */
+    expect_ok("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"store\":true,"
+                                      "\"metadata\":{\"a\":\"b\"},\"service_tier\":\"flex\",\"n_predict\":-1,"
+                                      "\"cache_prompt\":true,\"id_slot\":3,\"chat_template_kwargs\":{},"
+                                      "\"timings_per_token\":true,\"return_progress\":true,\"post_sampling_probs\":false,"
+                                      "\"json_schema\":{},\"grammar\":\"\",\"tool_choice\":{\"type\":\"function\","
+                                      "\"function\":{\"name\":\"f\"}}}");
+    expect_bad("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root\"}", "GBNF");
+    expect_bad("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"id_slot\":4}", "id_slot");
+    expect_bad("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"service_tier\":\"x\"}",
+               "service_tier");
+    expect_ok("/completion", "{\"prompt\":[\"a\",[1,2]],\"response_fields\":[\"content\"],\"cache_prompt\":true}");
+    expect_ok("/v1/completions", "{\"prompt\":[[1],[2,3]],\"store\":false}");
+    expect_ok("/completion", "{\"prompt\":[[\"a\",1]]}");
+    expect_bad("/completion", "{\"prompt\":[[[1]]]}", "prompt[0][0]");
+}
+
 static void test_depth(void **st) {
     (void)st;
     /* free-form objects (tool parameters) are depth-limited too */
@@ -203,6 +259,7 @@ static void test_text_helpers(void **st) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),        cmocka_unit_test(test_openai_chat), cmocka_unit_test(test_other_routes),
+        cmocka_unit_test(test_compat_routes),
         cmocka_unit_test(test_depth),        cmocka_unit_test(test_policy),      cmocka_unit_test(test_text_helpers),
     };
     return cmocka_run_group_tests_name("http_json", tests, NULL, NULL);

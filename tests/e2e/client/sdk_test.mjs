@@ -113,5 +113,60 @@ await check("unknown model -> NotFoundError", async () => {
     throw new Error("no error");
   } catch (e) { assert(e instanceof OpenAI.NotFoundError, "type " + e.constructor.name); }
 });
+// the routes issue 17 added (the server runs with --pooling mean --alias sdk-alias)
+await check("models.retrieve (id and alias)", async () => {
+  const m = await client.models.retrieve(modelId);
+  assert(m.id === modelId && m.object === "model", JSON.stringify(m));
+  const a = await client.models.retrieve("sdk-alias");
+  assert(a.id === "sdk-alias", JSON.stringify(a));
+  try { await client.models.retrieve("gpt-4o"); throw new Error("no error"); }
+  catch (e) { assert(e instanceof OpenAI.NotFoundError, "type " + e.constructor.name); }
+});
+await check("embeddings.create (the SDK's default base64, and float, batched)", async () => {
+  const b = await client.embeddings.create({ model: modelId, input: "The tar command" });
+  const v = b.data[0].embedding;
+  assert(Array.isArray(v) && v.length > 8, "length " + (v && v.length));
+  const norm = Math.sqrt(v.reduce((s, x) => s + x * x, 0));
+  assert(Math.abs(norm - 1) < 1e-5, "L2 norm " + norm);
+  const f = await client.embeddings.create({ model: modelId, input: ["The tar command", "ls lists files"], encoding_format: "float" });
+  assert(f.data.length === 2 && f.data[1].index === 1, "data " + f.data.length);
+  const d = Math.max(...f.data[0].embedding.map((x, i) => Math.abs(x - v[i])));
+  assert(d < 1e-6, "base64 and float differ by " + d);
+  assert(f.usage.prompt_tokens > 0 && f.usage.total_tokens === f.usage.prompt_tokens, JSON.stringify(f.usage));
+});
+await check("chat logprobs join to the content", async () => {
+  const r = await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "Hello" }], max_tokens: 12, temperature: 0, logprobs: true, top_logprobs: 2 });
+  const c = r.choices[0];
+  const joined = c.logprobs.content.map((t) => t.token).join("");
+  assert(joined === c.message.content, JSON.stringify(joined) + " vs " + JSON.stringify(c.message.content));
+  assert(c.logprobs.content.every((t) => t.top_logprobs.length === 2), "top_logprobs");
+});
+await check("responses.create", async () => {
+  const r = await client.responses.create({ model: modelId, input: "Hello", instructions: "Be brief.", max_output_tokens: 8, temperature: 0 });
+  assert(r.object === "response", r.object);
+  assert(r.status === "completed" || r.status === "incomplete", r.status);
+  assert(typeof r.output_text === "string", "output_text");
+  assert(r.usage.output_tokens >= 1 && r.usage.output_tokens <= 8, JSON.stringify(r.usage));
+  const chat = await client.chat.completions.create({ model: modelId, messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "Hello" }], max_tokens: 8, temperature: 0 });
+  assert(r.output_text === chat.choices[0].message.content, JSON.stringify(r.output_text) + " vs chat " + JSON.stringify(chat.choices[0].message.content));
+});
+await check("responses.create stream", async () => {
+  const stream = await client.responses.create({ model: modelId, input: "Hello", instructions: "Be brief.", max_output_tokens: 8, temperature: 0, stream: true });
+  let text = "", types = [], last = null, seq = -1;
+  for await (const ev of stream) {
+    types.push(ev.type);
+    assert(ev.sequence_number === seq + 1, "sequence " + ev.sequence_number);
+    seq = ev.sequence_number;
+    if (ev.type === "response.output_text.delta") text += ev.delta;
+    if (ev.type === "response.completed" || ev.type === "response.incomplete") last = ev.response;
+  }
+  assert(types[0] === "response.created" && last, "events " + types.join(","));
+  const r = await client.responses.create({ model: modelId, input: "Hello", instructions: "Be brief.", max_output_tokens: 8, temperature: 0 });
+  assert(text === r.output_text, JSON.stringify(text) + " vs " + JSON.stringify(r.output_text));
+});
+await check("responses: previous_response_id -> BadRequestError", async () => {
+  try { await client.responses.create({ model: modelId, input: "x", previous_response_id: "resp_1" }); throw new Error("no error"); }
+  catch (e) { assert(e instanceof OpenAI.BadRequestError, "type " + e.constructor.name); }
+});
 console.log(`openai sdk: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

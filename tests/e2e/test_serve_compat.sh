@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# test_serve_compat.sh: `muser serve` with curl: the routes and fields
+# clients of llama.cpp, OpenAI, Ollama and Anthropic send (issue 17):
+# GET /, /v1/models/{id} and --alias, /api/ps, embeddings on every route
+# (pooling mean and none, base64, batches), llama.cpp's
+# exceed_context_size_error, batch prompts, response_fields, accepted and
+# refused fields, the prompt cache (timings.cache_n, cached_tokens), /slots
+# and /props shapes, a forced tool call, Anthropic Messages and OpenAI
+# Responses (plain and streamed), X-Api-Key, --any-model, CORS, and the
+# default queue (64 requests wait; the next one is answered 429).
+SERVE_TEST_NAME=test_serve_compat
+source "$(dirname "$0")/serve_lib.sh"
+
+J='Content-Type: application/json'
+req() { # req METHOD PATH BODY [HEADER...] -> $T/out, prints status
+  local m=$1 p=$2 b=$3
+  shift 3
+  curl -s -o "$T/out" -w '%{http_code}' -X "$m" "$BASE$p" -H "$J" "$@" ${b:+--data-binary "$b"}
+}
+# py EXPR: a Python check on $T/out (j = its JSON); prints True/False
+py() { jget "$T/out" "$1"; }
+expect() { # expect NAME STATUS PYEXPR METHOD PATH BODY [HEADER...]
+  local name=$1 st=$2 ex=$3
+  shift 3
+  local got
+  got=$(req "$@")
+  if [ "$got" = "$st" ] && [ "$(py "$ex")" = True ]; then ok "$name"; else bad "$name: $got $(head -c 400 "$T/out")"; fi
+}
+
+start_server --parallel 1 --ctx 256 --threads 1 --pooling mean --alias comp-alias || { bad "server start"; exit 1; }
+ID=comp-alias
+GGUF_ID=$("$MUSER" info -m "$MODEL" | sed -n 's/^name *//p')
+
+# ---- routes
+expect "GET / says what answers" 200 "j['server'] == 'muser' and j['model'] == '$ID'" GET / ""
+expect "GET /v1/models: the alias is the id (as llama.cpp)" 200 "j['data'][0]['id'] == 'comp-alias' and j['data'][0]['aliases'] == ['comp-alias']" GET /v1/models ""
+expect "GET /v1/models/{the GGUF name}" 200 "j['id'] == '$GGUF_ID' and j['object'] == 'model'" GET "/v1/models/$GGUF_ID" ""
+expect "GET /v1/models/{alias}" 200 "j['id'] == 'comp-alias'" GET /v1/models/comp-alias ""
+expect "GET /v1/models/{unknown} -> 404 model_not_found" 404 "j['error']['code'] == 'model_not_found'" GET /v1/models/gpt-4o ""
+expect "the alias is served" 200 "j['object'] == 'chat.completion'" POST /v1/chat/completions '{"model":"comp-alias","messages":[{"role":"user","content":"Hi"}],"max_tokens":2}'
+expect "GET /api/ps" 200 "j['models'][0]['name'] == '$ID:latest'" GET /api/ps ""
+
+# ---- embeddings (--pooling mean)
+expect "POST /v1/embeddings: a batch, L2-normalized, usage" 200 \
+  "len(j['data']) == 2 and j['data'][1]['index'] == 1 and abs(sum(x*x for x in j['data'][0]['embedding']) - 1) < 1e-5 and j['usage']['prompt_tokens'] > 0" \
+  POST /v1/embeddings '{"input":["The tar command","ls"]}'
+cp "$T/out" "$T/emb_float"
+expect "POST /v1/embeddings base64 = float" 200 \
+  "__import__('struct').unpack('<%df' % (len(__import__('base64').b64decode(j['data'][0]['embedding'])) // 4), __import__('base64').b64decode(j['data'][0]['embedding'])) == tuple(__import__('struct').unpack('<%df' % len(json.load(open('$T/emb_float'))['data'][0]['embedding']), __import__('struct').pack('<%df' % len(json.load(open('$T/emb_float'))['data'][0]['embedding']), *json.load(open('$T/emb_float'))['data'][0]['embedding'])))" \
+  POST /v1/embeddings '{"input":"The tar command","encoding_format":"base64"}'
+expect "POST /embedding (llama.cpp: [{index, embedding: [row]}], raw with embd_normalize -1)" 200 \
+  "len(j) == 1 and len(j[0]['embedding']) == 1 and abs(sum(x*x for x in j[0]['embedding'][0]) - 1) > 1e-3" \
+  POST /embedding '{"content":"The tar command","embd_normalize":-1}'
+expect "POST /embeddings with token ids and a batch of id arrays" 200 "len(j) == 2" POST /embeddings '{"input":[[1,2,3],[4,5]]}'
+expect "POST /api/embed (Ollama)" 200 "len(j['embeddings']) == 2 and j['prompt_eval_count'] > 0" POST /api/embed '{"input":["a","b"]}'
+expect "POST /api/embeddings (Ollama, older)" 200 "len(j['embedding']) > 8" POST /api/embeddings '{"prompt":"a"}'
+expect "embeddings: dimensions other than the model's -> 400" 400 "'dimensions' in j['error']['message']" POST /v1/embeddings '{"input":"a","dimensions":3}'
+expect "embeddings: a batch with ids mixed with strings (llama.cpp's mixed prompt)" 200 "len(j['data']) == 2" POST /v1/embeddings '{"input":["a",[1,"x",2]]}'
+expect "embeddings: one input of ids mixed with strings" 200 "len(j['data']) == 1" POST /v1/embeddings '{"input":[1,"x",2]}'
+expect "embeddings: an object in a prompt -> 400 naming it" 400 "'input[1][0]' in j['error']['message']" POST /v1/embeddings '{"input":["a",[{"b":1}]]}'
+expect "embeddings: empty input -> 400" 400 "'empty' in j['error']['message']" POST /v1/embeddings '{"input":[]}'
+LONG=$(python3 -c "print('{\"input\":[' + ','.join(['5'] * 600) + ']}')")
+expect "embeddings: mean pooling over more than a batch -> 400" 400 "'too large' in j['error']['message']" POST /v1/embeddings "$LONG"
+
+# ---- context overflow: llama.cpp's exceed_context_size_error
+OVER=$(python3 -c "print('{\"prompt\":[' + ','.join(['5'] * 300) + '],\"n_predict\":1}')")
+expect "/completion: exceed_context_size_error with n_prompt_tokens and n_ctx" 400 \
+  "j['error']['type'] == 'exceed_context_size_error' and j['error']['n_prompt_tokens'] == 300 and j['error']['n_ctx'] == 256" \
+  POST /completion "$OVER"
+expect "/v1/completions: the same error" 400 "j['error']['type'] == 'exceed_context_size_error'" POST /v1/completions "$OVER"
+OVERO=$(python3 -c "print('{\"prompt\":\"' + 'a b ' * 300 + '\",\"raw\":true,\"stream\":false}')")
+expect "/api/generate: Ollama's plain error" 400 "'exceeds the available context' in j['error']" POST /api/generate "$OVERO"
+
+# ---- batch prompts, response_fields
+expect "/completion with [\"a\",\"b\"]: an array of results with index" 200 \
+  "[x['index'] for x in j] == [0, 1] and all(x['tokens_predicted'] == 2 for x in j)" \
+  POST /completion '{"prompt":["Once","Twice"],"n_predict":2,"temperature":0}'
+expect "/completion with [[ids],[ids]]" 200 "len(j) == 2" POST /completion '{"prompt":[[1,2,3],[4,5]],"n_predict":1}'
+expect "/v1/completions with 2 prompts x n=2: 4 choices, prompts counted once each" 200 \
+  "[c['index'] for c in j['choices']] == [0,1,2,3] and j['choices'][0]['text'] == j['choices'][1]['text']" \
+  POST /v1/completions '{"prompt":["Once","Twice"],"n":2,"max_tokens":2,"temperature":0}'
+expect "/completion response_fields (nested a/b)" 200 "sorted(j) == ['content', 'timings/prompt_n']" \
+  POST /completion '{"prompt":"Once","n_predict":2,"response_fields":["content","timings/prompt_n"]}'
+
+# ---- fields: accepted, refused precisely, unknown
+expect "OpenAI store/metadata/service_tier/user and llama.cpp extensions accepted on /v1/chat/completions" 200 "j['object'] == 'chat.completion'" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"store":false,"metadata":{"k":"v"},"service_tier":"auto","user":"u","parallel_tool_calls":true,"n_predict":3,"cache_prompt":false,"id_slot":-1,"timings_per_token":false,"return_progress":false,"chat_template_kwargs":{"reasoning_effort":"low"},"stream_options":null}'
+expect "llama.cpp json_schema on /v1/chat/completions" 200 "j['choices'][0]['message']['content'].lstrip()[:1] in '{'" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":30,"temperature":0,"json_schema":{"type":"object"}}'
+expect "grammar -> 400 saying GBNF is not supported" 400 "'GBNF' in j['error']['message']" POST /completion '{"prompt":"x","grammar":"root ::= \"a\""}'
+expect "post_sampling_probs true -> 400" 400 "'post_sampling_probs' in j['error']['message']" POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"post_sampling_probs":true}'
+expect "a name nobody defines still -> 400 naming it" 400 "j['error']['param'] == 'stor'" POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"stor":true}'
+
+# ---- prompt cache: the second identical request keeps the prefix
+CP='{"prompt":[1,2,3,4,5,6,7,8,9,10],"n_predict":2,"temperature":0,"cache_prompt":true}'
+req POST /completion "$CP" >/dev/null
+expect "cache_prompt: timings.cache_n = the kept prefix" 200 "j['timings']['cache_n'] == 9 and j['timings']['prompt_n'] == 1" POST /completion "$CP"
+expect "without cache_prompt: cache_n 0, usage.prompt_tokens_details.cached_tokens 0" 200 \
+  "j['timings']['cache_n'] == 0 and j['usage']['prompt_tokens_details']['cached_tokens'] == 0" \
+  POST /v1/completions '{"prompt":[1,2,3,4,5,6,7,8,9,10],"max_tokens":2}'
+
+# ---- /slots and /props in llama.cpp's shapes
+expect "/slots: an idle slot has no task fields" 200 "j[0]['id'] == 0 and j[0]['is_processing'] is False and 'next_token' not in j[0]" GET /slots ""
+expect "/props: params under llama.cpp's names" 200 "all(k in j['default_generation_settings']['params'] for k in ('temperature','repeat_penalty','samplers','n_predict'))" GET /props ""
+
+# ---- a forced tool call (tool_choice named): the answer is that call
+TOOLS='[{"type":"function","function":{"name":"get_time","parameters":{"type":"object"}}},{"type":"function","function":{"name":"search","parameters":{"type":"object"}}}]'
+expect "tool_choice named: a call of that function" 200 \
+  "(j['choices'][0]['message'].get('tool_calls') or [{'function':{'name':''}}])[0]['function']['name'] == 'search' or (j['choices'][0]['message']['content'] or '').startswith('<atem:function_calls><atem:invoke name=\"search\">')" \
+  POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"search\"}},\"max_tokens\":120,\"temperature\":0}"
+expect "tool_choice naming no tool -> 400" 400 "'tool_choice' in j['error']['message']" POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}"
+
+# ---- Anthropic Messages
+expect "/v1/messages" 200 "j['type'] == 'message' and j['content'][0]['type'] == 'text' and j['stop_reason'] in ('end_turn','max_tokens') and j['usage']['output_tokens'] <= 5" \
+  POST /v1/messages '{"max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"Hi"}],"temperature":0}'
+cp "$T/out" "$T/an_plain"
+curl -s "$BASE/v1/messages" -H "$J" -d '{"max_tokens":5,"system":"Be brief.","messages":[{"role":"user","content":"Hi"}],"temperature":0,"stream":true}' >"$T/an_sse"
+if python3 - "$T/an_sse" "$T/an_plain" <<'EOF'
+import json, sys
+evs = []
+for block in open(sys.argv[1]).read().split("\n\n"):
+    lines = block.strip().split("\n")
+    if len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "):
+        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:]; evs.append(d)
+kinds = [e["type"] for e in evs]
+assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"], kinds
+text = "".join(e["delta"]["text"] for e in evs if e["type"] == "content_block_delta")
+plain = json.load(open(sys.argv[2]))["content"][0]["text"]
+assert text == plain, (text, plain)
+EOF
+then ok "/v1/messages stream: event sequence, text equals the plain answer"; else bad "/v1/messages stream: $(head -c 600 "$T/an_sse")"; fi
+expect "/v1/messages with tool_use and tool_result history" 200 "j['type'] == 'message'" POST /v1/messages \
+  '{"max_tokens":3,"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"f","input":{"a":1}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"42"}]}],"tools":[{"name":"f","input_schema":{"type":"object"}}]}'
+expect "/v1/messages errors in Anthropic's shape" 400 "j['type'] == 'error' and j['error']['type'] == 'invalid_request_error' and 'contnt' in j['error']['message']" \
+  POST /v1/messages '{"max_tokens":3,"messages":[{"role":"user","contnt":"x"}]}'
+expect "/v1/messages/count_tokens" 200 "j['input_tokens'] > 0" POST /v1/messages/count_tokens '{"messages":[{"role":"user","content":"Hi"}]}'
+
+# ---- OpenAI Responses
+expect "/v1/responses" 200 "j['object'] == 'response' and j['output'][-1]['content'][0]['type'] == 'output_text' and j['usage']['output_tokens'] <= 5" \
+  POST /v1/responses '{"input":"Hi","max_output_tokens":5,"temperature":0}'
+cp "$T/out" "$T/rs_plain"
+curl -s "$BASE/responses" -H "$J" -d '{"input":"Hi","max_output_tokens":5,"temperature":0,"stream":true}' >"$T/rs_sse"
+if python3 - "$T/rs_sse" "$T/rs_plain" <<'EOF'
+import json, sys
+evs = []
+for block in open(sys.argv[1]).read().split("\n\n"):
+    lines = block.strip().split("\n")
+    if len(lines) == 2 and lines[0].startswith("event: "):
+        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:]; evs.append(d)
+assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
+assert evs[0]["type"] == "response.created" and evs[-1]["type"] in ("response.completed", "response.incomplete")
+text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
+plain = json.load(open(sys.argv[2]))["output"][-1]["content"][0]["text"]
+assert text == plain, (text, plain)
+EOF
+then ok "/responses stream: typed events in sequence, text equals the plain answer"; else bad "/responses stream: $(head -c 600 "$T/rs_sse")"; fi
+stop_server
+
+# ---- pooling none (the default, as llama.cpp for this architecture)
+start_server --parallel 1 --ctx 256 --threads 1 || { bad "server start"; exit 1; }
+expect "pooling none: /embedding gives one row per token" 200 "len(j[0]['embedding']) == 3" POST /embedding '{"content":[1,2,3]}'
+expect "pooling none: /v1/embeddings -> 400 naming --pooling" 400 "'--pooling' in j['error']['message']" POST /v1/embeddings '{"input":"a"}'
+expect "pooling none: /api/embed takes the last token's row" 200 "len(j['embeddings']) == 1" POST /api/embed '{"input":"a"}'
+stop_server
+
+# ---- a key (X-Api-Key as well as Bearer), --any-model, CORS
+umask 077
+echo "k3y-for-compat" >"$T/key"
+start_server --parallel 1 --ctx 256 --threads 1 --api-key-file "$T/key" --any-model --cors "http://app.example" || { bad "server start"; exit 1; }
+expect "X-Api-Key is accepted" 200 "j['object'] == 'list'" GET /v1/models "" -H "X-Api-Key: k3y-for-compat"
+expect "a wrong X-Api-Key -> 401" 401 "'error' in j" GET /v1/models "" -H "X-Api-Key: nope"
+expect "Anthropic with X-Api-Key and a hard-coded model name (--any-model)" 200 "j['type'] == 'message'" \
+  POST /v1/messages '{"model":"claude-sonnet-4-5","max_tokens":2,"messages":[{"role":"user","content":"Hi"}]}' -H "X-Api-Key: k3y-for-compat"
+code=$(curl -s -o /dev/null -D "$T/hdr" -w '%{http_code}' -X OPTIONS "$BASE/v1/chat/completions" -H "Origin: http://app.example" -H "Access-Control-Request-Method: POST")
+if [ "$code" = 204 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" && grep -qi '^Access-Control-Allow-Headers:.*Authorization' "$T/hdr"; then
+  ok "CORS preflight from an allowed origin: 204 without a key"; else bad "CORS preflight: $code $(cat "$T/hdr")"; fi
+curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://evil.example"
+grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS header for an origin not listed" || ok "no CORS header for an origin not listed"
+stop_server
+
+# ---- the default queue: 64 requests wait for the one slot, the next is
+# 429. MUSER_TEST_STALL_AFTER=1 keeps the first job in the slot after one
+# token (until it is cancelled), so the slot stays busy and the queue fills:
+# of 66 concurrent requests exactly one is refused (counted, not timed).
+metric() { curl -s "$BASE/metrics" | sed -n "s/^llamacpp:$1 //p" | cut -d. -f1; }
+wait_metric() { # NAME VALUE: until the metric has the value (a hang detector, 600 s)
+  for _ in $(seq 1 3000); do [ "$(metric "$1")" = "$2" ] && return 0; sleep 0.2; done; return 1; }
+MUSER_TEST_STALL_AFTER=1 start_server --parallel 1 --ctx 64 --threads 1 || { bad "server start"; exit 1; }
+bpids=()
+for i in $(seq 1 66); do
+  curl -s -o /dev/null -w '%{http_code}\n' "$BASE/completion" -H "$J" -d '{"prompt":[1,2],"n_predict":4}' >"$T/burst$i" &
+  bpids+=($!)
+done
+if wait_metric requests_rejected_busy_total 1 && wait_metric requests_deferred 64 && wait_metric requests_processing 1 &&
+   [ "$(cat "$T"/burst* | grep -c 429)" = 1 ]; then
+  ok "default queue: 1 running + 64 waiting of 66 concurrent requests, exactly one 429"
+else bad "burst: busy $(metric requests_rejected_busy_total) deferred $(metric requests_deferred) processing $(metric requests_processing)"; fi
+expect "/slots: a busy slot has llama.cpp's task fields (next_token an array of one)" 200 \
+  "j[0]['is_processing'] is True and j[0]['next_token'][0]['n_decoded'] == 1 and 'params' in j[0] and j[0]['n_prompt_tokens'] == 2" GET /slots ""
+stop_server
+wait "${bpids[@]}" 2>/dev/null
+
+echo "test_serve_compat: $npass passed, $nfail failed"
+exit $fail

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""llama-server-shim.py: runs `muser serve` where llama.cpp's server test
+suite (the server tests of llama.cpp's source: tools, server, tests) starts `llama-server`, so
+the suite can judge muser's compatibility. Point the suite at it:
+
+    LLAMA_SERVER_BIN_PATH=/path/to/tools/llama-server-shim.py \\
+    MUSER_SHIM_MODEL=models/muser-default.gguf MUSER_BIN=./muser \\
+    python3 -m pytest -q unit/...        (in that tests folder of llama.cpp's server)
+
+Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
+--pooling, --cors-origins (-> --cors) carry over (--alias a,b,c as three);
+--any-model is always on (llama-server ignores the model name when it serves
+one model); --embedding without --pooling adds --pooling mean (the suite's embedding
+models carry a pooling type; the substitute model has none); --ctx-size is llama.cpp's
+total context, split over the slots as llama.cpp does (muser's --ctx is per
+slot) and capped at the model's training context (muser refuses more); --api-key K becomes a mode-0600 key file for --api-key-file. The
+model flags (--model, --hf-repo, --hf-file, --model-url) are ignored: muser
+serves MUSER_SHIM_MODEL (a Muse Glimmer GGUF), so tests that expect a
+particular model's text fail by design. Everything else (--temp, --seed,
+--batch-size, --n-predict, --jinja, --metrics, --slots, ...) has no muser
+equivalent and is dropped (listed on stderr)."""
+import os
+import re
+import stat
+import subprocess
+import sys
+import tempfile
+
+TAKES_VALUE = {
+    "--port", "--host", "--temp", "--seed", "--model", "-m", "--model-url", "--model-draft", "--hf-repo",
+    "--hf-file", "--models-dir", "--models-max", "--models-preset", "--cors-origins", "--batch-size", "-b",
+    "--ubatch-size", "-ub", "--threads", "-t", "--n-gpu-layers", "-ngl", "--pooling", "--alias", "--tags",
+    "--ctx-size", "-c", "--parallel", "-np", "-ctk", "-ctv", "-fa", "--n-predict", "-n", "--slot-save-path",
+    "--grp-attn-n", "--grp-attn-w", "--lora", "--spec-type", "--api-key", "--spec-draft-n-max",
+    "--spec-draft-n-min", "--spec-synth-len", "--spec-synth-rates", "--reasoning-format", "--reasoning",
+    "--chat-template", "--chat-template-file", "--mmproj-url", "--media-path", "--sleep-idle-seconds",
+    "--cache-ram", "--tools", "--tools-runtime", "--mcp-servers-config", "--mcp-servers-json", "--draft",
+    "--draft-max", "--draft-min", "--keep", "--n-probs",
+}
+
+
+def main():
+    args = sys.argv[1:]
+    opts, dropped = {}, []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in TAKES_VALUE and i + 1 < len(args):
+            opts[a] = args[i + 1]
+            i += 2
+        else:
+            dropped.append(a)
+            i += 1
+    muser = os.environ.get("MUSER_BIN", "muser")
+    model = os.environ.get("MUSER_SHIM_MODEL")
+    if not model:
+        sys.exit("llama-server-shim: set MUSER_SHIM_MODEL to a Muse Glimmer GGUF")
+    # llama-server answers any model name when it serves one model: --any-model
+    out = [muser, "serve", "-m", model, "--port", opts.get("--port", "8080"), "--host", opts.get("--host", "127.0.0.1"),
+           "--any-model"]
+    par = min(int(opts.get("--parallel", opts.get("-np", "1"))), 4)
+    out += ["--parallel", str(par)]
+    ctx = opts.get("--ctx-size", opts.get("-c"))
+    if ctx and int(ctx) > 0:
+        # llama.cpp runs a context past the model's training length; muser
+        # refuses one: cap it at the model's (`muser info`)
+        train = 1 << 30
+        try:
+            info = subprocess.run([muser, "info", "-m", model], capture_output=True, text=True).stdout
+            train = int(re.search(r"^context\s+(\d+)", info, re.M).group(1))
+        except (OSError, AttributeError, ValueError):
+            pass
+        out += ["--ctx", str(max(16, min(int(ctx) // par, train)))]
+    th = opts.get("--threads", opts.get("-t"))
+    if th:
+        out += ["--threads", th]
+    for a in opts.get("--alias", "").split(","):
+        if a:
+            out += ["--alias", a]
+    if "--pooling" in opts:
+        out += ["--pooling", opts["--pooling"]]
+    elif "--embedding" in dropped or "--embeddings" in dropped:
+        # the embedding models the suite loads carry a pooling type; the
+        # substitute Muse Glimmer model does not: give it mean pooling
+        out += ["--pooling", "mean"]
+    if "--cors-origins" in opts:
+        out += ["--cors", opts["--cors-origins"]]
+    if "--api-key" in opts:
+        fd, path = tempfile.mkstemp(prefix="muser-shim-key-")
+        os.write(fd, opts["--api-key"].encode())
+        os.close(fd)
+        os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
+        out += ["--api-key-file", path]
+    ignored = [k for k in opts if k not in ("--port", "--host", "--parallel", "-np", "--ctx-size", "-c", "--threads",
+                                            "-t", "--alias", "--pooling", "--cors-origins", "--api-key")]
+    sys.stderr.write("llama-server-shim: %s (dropped: %s)\n" % (" ".join(out), " ".join(ignored + dropped)))
+    sys.stderr.flush()
+    os.execvp(out[0], out)
+
+
+if __name__ == "__main__":
+    main()
