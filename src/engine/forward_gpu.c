@@ -49,6 +49,7 @@ typedef struct {
     mu_gpu_sess *sess[MU_UBATCH];
     bool out[MU_UBATCH];
     float *logits[MU_UBATCH];
+    float *embd[MU_UBATCH];
     int T, n_out;
     bool rope;
 } gchunk;
@@ -68,7 +69,8 @@ static int run(mu_engine *e, gchunk *c, mu_err *err) {
     }
     double *prof = !e->prof_on ? NULL : c->T == 1 ? e->prof.decode_s : e->prof.prefill_s;
     mu_gpu_chunk g = {.T = c->T, .tokens = c->tok, .pos = c->pos, .sess = c->sess, .out = c->out,
-                      .n_out = c->n_out, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .prof = prof};
+                      .n_out = c->n_out, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .embd = c->embd,
+                      .prof = prof};
     int rc = mu_gpu_forward(e->gpu, &g, err);
     if (!rc && prof) ++*(c->T == 1 ? &e->prof.decode_passes : &e->prof.prefill_passes);
     c->T = c->n_out = 0;
@@ -86,12 +88,16 @@ int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err
         const mu_batch_item *it = &items[i];
         mu_session *s = it->s;
         for (int t = 0; t < it->n_tokens && !rc; t++) {
-            const bool out = it->all_logits || t == it->n_tokens - 1;
+            const bool out = it->embd || it->all_logits || t == it->n_tokens - 1;
             c.tok[c.T] = it->tokens[t];
             c.pos[c.T] = s->n_past + t;
             c.sess[c.T] = s->gs;
             c.out[c.T] = out;
-            if (out) c.logits[c.n_out++] = s->logits + (size_t)s->n_logits++ * V;
+            if (out) {
+                /* an embedding row leaves after the final norm, a logits row after the output matmul */
+                c.embd[c.n_out] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;
+                c.logits[c.n_out++] = it->embd ? NULL : s->logits + (size_t)s->n_logits++ * V;
+            }
             if (++c.T == e->ubatch) rc = run(e, &c, err);
         }
     }

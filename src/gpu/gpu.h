@@ -67,7 +67,8 @@ typedef struct {
     const bool *out;              /* [T]: the token wants logits */
     int n_out;                    /* number of true entries in out */
     const float *rope;            /* [T][head_dim / 2][2] cos, sin of the sliding layers' RoPE */
-    float *const *logits;         /* [n_out] host rows of n_vocab, in token order */
+    float *const *logits;         /* [n_out] host rows of n_vocab, in token order (NULL: not wanted) */
+    float *const *embd;           /* [n_out] host rows of n_embd for the final-norm state, or NULL */
     /* NULL, or seconds per phase added in (device time, CUDA events), in
      * the engine's phase order: norms, qkv, rope, attn, wo, ffn_up,
      * ffn_down, logits */

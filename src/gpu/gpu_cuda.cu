@@ -606,9 +606,10 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, bool pr
         mark(m, prof, PH_NORMS);
     }
     if (n_out > 0) {
-        k_rms<<<n_out, 256, 0, st>>>(h, m->output_norm, a, E, D->eps);
+        /* the final-norm state in a2 (h2 or h holds the rows): embeddings leave from there */
+        k_rms<<<n_out, 256, 0, st>>>(h, m->output_norm, m->a2, E, D->eps);
         const uint32_t dt = dev_dot_type(m->output.type);
-        cu_quantize(st, dt, a, n_out, E, m->qa, m->qa_stride);
+        cu_quantize(st, dt, m->a2, n_out, E, m->qa, m->qa_stride);
         cu_matmul(st, &m->output, m->qa, m->qa_stride, n_out, cu_batch_rows(&m->output, n_out), m->lg, true,
                   D->logit_scale, D->softcap);
     }
@@ -703,6 +704,15 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     if (n_out > 0)
         CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * D->n_vocab * 4, cudaMemcpyDeviceToHost, st),
            "logits download");
+    bool any_embd = false;
+    for (int r = 0; c->embd && r < n_out; r++) any_embd |= c->embd[r] != NULL;
+    if (any_embd) {
+        CK(cudaStreamSynchronize(st), "forward");
+        for (int r = 0; r < n_out; r++)
+            if (c->embd[r])
+                CK(cudaMemcpy(c->embd[r], m->a2 + (size_t)r * D->n_embd, (size_t)D->n_embd * 4, cudaMemcpyDeviceToHost),
+                   "embedding download");
+    }
     CK(cudaGetLastError(), "kernel launch");
     CK(cudaStreamSynchronize(st), "forward");
     for (int i = 1; prof && i < m->n_ev; i++) {
@@ -710,7 +720,8 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         cudaEventElapsedTime(&ms, m->ev[i - 1], m->ev[i]);
         c->prof[m->ev_ph[i]] += ms * 1e-3;
     }
-    for (int r = 0; r < n_out; r++) memcpy(c->logits[r], m->lg_h + (size_t)r * D->n_vocab, (size_t)D->n_vocab * 4);
+    for (int r = 0; r < n_out; r++)
+        if (c->logits[r]) memcpy(c->logits[r], m->lg_h + (size_t)r * D->n_vocab, (size_t)D->n_vocab * 4);
     return 0;
 }
 

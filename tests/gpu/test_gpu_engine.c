@@ -152,6 +152,21 @@ int main(int argc, char **argv) {
         mu_session_free(g4[j]);
         mu_session_free(c4[j]);
     }
+    /* embeddings: the final-norm rows of every token of a prompt */
+    {
+        float *ec_rows = malloc((size_t)30 * I->n_embd * 4), *eg_rows = malloc((size_t)30 * I->n_embd * 4);
+        mu_session *c1, *g1;
+        CK(mu_session_new(ec, 128, &c1, &err));
+        CK(mu_session_new(eg, 128, &g1, &err));
+        mu_batch_item be = {c1, p4[1], 30, false, ec_rows}, bge = {g1, p4[1], 30, false, eg_rows};
+        CK(mu_forward(ec, &be, 1, &err));
+        CK(mu_forward(eg, &bge, 1, &err));
+        cmp("embedding rows", ec_rows, eg_rows, 30 * I->n_embd);
+        mu_session_free(c1);
+        mu_session_free(g1);
+        free(ec_rows);
+        free(eg_rows);
+    }
     /* 3. KV rows both ways: copy every layer's held rows, then one step */
     mu_session *c2, *g2;
     CK(mu_session_new(ec, n_ctx, &c2, &err));
