@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
     CK(mu_session_new(ec, n_ctx, &sc, &err));
     CK(mu_session_new(eg, n_ctx, &sg, &err));
     /* 1. prefill in one batch (two chunks), then greedy steps */
-    mu_batch_item bc = {sc, prompt, n_prompt, false}, bg = {sg, prompt, n_prompt, false};
+    mu_batch_item bc = {sc, prompt, n_prompt, false, NULL}, bg = {sg, prompt, n_prompt, false, NULL};
     CK(mu_forward(ec, &bc, 1, &err));
     CK(mu_forward(eg, &bg, 1, &err));
     cmp("prefill logits", mu_session_logits(sc, -1), mu_session_logits(sg, -1), V);
@@ -106,8 +106,8 @@ int main(int argc, char **argv) {
     }
     int32_t tok = argmax(mu_session_logits(sc, -1), V);
     for (int s = 0; s < 24; s++) {
-        bc = (mu_batch_item){sc, &tok, 1, false};
-        bg = (mu_batch_item){sg, &tok, 1, false};
+        bc = (mu_batch_item){sc, &tok, 1, false, NULL};
+        bg = (mu_batch_item){sg, &tok, 1, false, NULL};
         CK(mu_forward(ec, &bc, 1, &err));
         CK(mu_forward(eg, &bg, 1, &err));
         char what[64];
@@ -125,8 +125,8 @@ int main(int argc, char **argv) {
         CK(mu_session_new(eg, 128, &g4[j], &err));
         CK(mu_session_new(ec, 128, &c4[j], &err));
         for (int i = 0; i < 40; i++) p4[j][i] = (int32_t)((i * 31 + j * 101 + 5) % V);
-        bg4[j] = (mu_batch_item){g4[j], p4[j], 10 + 10 * j, j == 2};
-        bc4[j] = (mu_batch_item){c4[j], p4[j], 10 + 10 * j, j == 2};
+        bg4[j] = (mu_batch_item){g4[j], p4[j], 10 + 10 * j, j == 2, NULL};
+        bc4[j] = (mu_batch_item){c4[j], p4[j], 10 + 10 * j, j == 2, NULL};
     }
     CK(mu_forward(eg, bg4, 4, &err));
     CK(mu_forward(ec, bc4, 4, &err));
@@ -140,8 +140,8 @@ int main(int argc, char **argv) {
     int32_t t4[4];
     for (int j = 0; j < 4; j++) {
         t4[j] = argmax(mu_session_logits(c4[j], -1), V);
-        bg4[j] = (mu_batch_item){g4[j], &t4[j], 1, false};
-        bc4[j] = (mu_batch_item){c4[j], &t4[j], 1, false};
+        bg4[j] = (mu_batch_item){g4[j], &t4[j], 1, false, NULL};
+        bc4[j] = (mu_batch_item){c4[j], &t4[j], 1, false, NULL};
     }
     CK(mu_forward(eg, bg4, 4, &err));
     CK(mu_forward(ec, bc4, 4, &err));
@@ -179,9 +179,9 @@ int main(int argc, char **argv) {
     CK(mu_session_state_load(c2, buf, wr, &err));
     CK(mu_session_state_save(sc, buf, cap, &wr, &err));
     CK(mu_session_state_load(g2, buf, wr, &err));
-    bc = (mu_batch_item){c2, &tok, 1, false};
-    bg = (mu_batch_item){g2, &tok, 1, false};
-    mu_batch_item bs = {sc, &tok, 1, false};
+    bc = (mu_batch_item){c2, &tok, 1, false, NULL};
+    bg = (mu_batch_item){g2, &tok, 1, false, NULL};
+    mu_batch_item bs = {sc, &tok, 1, false, NULL};
     CK(mu_forward(ec, &bc, 1, &err));
     CK(mu_forward(eg, &bg, 1, &err));
     CK(mu_forward(ec, &bs, 1, &err));
