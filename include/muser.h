@@ -182,6 +182,12 @@ typedef struct {
     const int32_t *tokens;
     int n_tokens;
     bool all_logits;   /* logits for every token (speculative verify); else the last only */
+    bool solo;         /* round every token as a forward of that token alone (a decode step)
+                          would: verifying a drafted block then yields, bit for bit, the
+                          logits plain decoding yields. The matmuls take the one-row kernel
+                          path for these rows (slower than the batched one on long blocks).
+                          Items after a solo item in the batch round the same way: put solo
+                          items last. */
 } mu_batch_item;
 
 /* Runs the model over all items as one batch. Afterwards each session holds

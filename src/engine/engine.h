@@ -45,6 +45,7 @@ typedef struct {
     int *tok_pos;
     int *tok_out;    /* logits row in its session, or -1 */
     int *out_tok;    /* [T] chunk token of each output row */
+    int t_solo;      /* chunk tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
     float *lg;       /* [MU_LOGIT_ROWS][n_vocab] raw logits */
 } mu_scratch;
 
