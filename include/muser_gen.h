@@ -45,6 +45,20 @@ mu_schema *mu_schema_ref(mu_schema *s);
 void mu_schema_unref(mu_schema *s);
 
 #define MU_GEN_MAX_STOPS 8   /* stop strings per request */
+
+/* Speculative decoding (docs/speculative.md): a job drafts tokens that
+ * continue its output, and one forward of the target verifies the block;
+ * the answer is exactly the one plain decoding gives (same tokens, same
+ * probabilities, same samples for the same seed). */
+typedef enum {
+    MU_SPEC_NONE = 0,
+    MU_SPEC_NGRAM,  /* prompt lookup + the job's n-gram cache (llama.cpp's ngram-cache) */
+    MU_SPEC_SCRIPT, /* test hook: the draft at output position i is spec_script[i..] */
+} mu_spec;
+#define MU_SPEC_DRAFT_MAX 64         /* most drafted tokens per step */
+#define MU_SPEC_NGRAM_DRAFT_DEFAULT 8 /* llama.cpp's ngram-cache drafts at most 8 */
+const char *mu_spec_name(mu_spec s);  /* "none", "ngram", "script" */
+int mu_spec_parse(const char *name);  /* -1 for an unknown name */
 #define MU_GEN_MAX_CHOICES 16
 
 typedef struct {
@@ -66,6 +80,11 @@ typedef struct {
                                previous job's tokens (chat turns); off: a fresh session */
     const int32_t *forced;  /* the first n_forced generated tokens are these, not sampled (bench) */
     int n_forced;
+    mu_spec spec;           /* speculative decoding (MU_SPEC_NONE: off) */
+    int draft_max;          /* most drafted tokens per step, 1..MU_SPEC_DRAFT_MAX; 0: the method's default */
+    int draft_min;          /* a draft shorter than this is not verified (a plain step instead) */
+    const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
+    int n_spec_script;
 } mu_gen_req;
 
 typedef enum {
@@ -95,6 +114,9 @@ typedef struct {
     double gen_ms;        /* first token -> last token */
     double constrain_ms;  /* of which structured-output token checks */
     bool prompt_shared;   /* the prompt's KV state was copied from another choice of the request */
+    int n_draft;          /* speculative decoding: tokens drafted and verified */
+    int n_draft_accepted; /* of which the target accepted */
+    int n_spec_steps;     /* verification steps (forwards with a draft) */
 } mu_gen_stats;
 
 typedef struct {
@@ -164,6 +186,7 @@ void mu_job_free(mu_job *j);
 typedef struct {
     uint64_t n_requests, n_prompt_tokens, n_gen_tokens, n_forward, n_busy_rejects;
     uint64_t n_cancelled;  /* jobs ended by a cancel (hang-up, Ctrl-C, shutdown) */
+    uint64_t n_draft_tokens, n_draft_accepted, n_spec_steps; /* speculative decoding, all jobs */
     double prompt_s, gen_s;
     int n_processing, n_queued, n_slots, n_ctx;
 } mu_sched_metrics;
