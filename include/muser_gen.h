@@ -144,6 +144,8 @@ typedef struct {
     int prefill_chunk; /* most prompt tokens per step (all slots together); 0 = 512 */
     int hold_until;    /* test hook: start no job until this many are queued (0 = off) */
     int stall_after;   /* test hook: a job generates this many tokens, then waits for its cancel (0 = off) */
+    mu_spec spec;      /* speculative decoding for requests that name none (the server's --spec) */
+    int draft_max, draft_min; /* with spec, for those requests (mu_gen_req's meaning) */
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */

@@ -2,9 +2,11 @@
  *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
  *             [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
- *             [--check-tensors]
+ *             [--check-tensors] [--spec none|ngram] [--draft-max N] [--draft-min N]
  * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
- * (prob = softmax of the final logits, after logit scale and softcap). */
+ * (prob = softmax of the final logits, after logit scale and softcap); with
+ * any --spec option also a last line {"timings": {...}} with the draft counts
+ * (llama.cpp's draft_n, draft_n_accepted). Without --json they go to stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,7 +20,7 @@ static int usage(void) {
             "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [--temp T]\n"
             "                 [--top-k K] [--top-p P] [--min-p P] [--seed S] [--json] [--top K]\n"
             "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
-            "                 [--check-tensors]\n");
+            "                 [--check-tensors] [--spec none|ngram] [--draft-max N] [--draft-min N]\n");
     return 1;
 }
 
@@ -27,8 +29,11 @@ int cmd_run(int argc, char **argv) {
     long long n_gen = 64, top = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
     bool json = false, ignore_eos = false, check = false;
+    cli_spec spec = {0};
+    bool spec_given = false; /* any --spec option: report the draft counts */
     for (int i = 1; i < argc; i++) {
         int so = cli_sample_opt("muser run", argc, argv, &i, &sp);
+        if (so == 0 && (so = cli_spec_opt("muser run", argc, argv, &i, &spec)) > 0) spec_given = true;
         if (so < 0) return 1;
         if (so) continue;
         const char *a = argv[i];
@@ -106,7 +111,8 @@ int cmd_run(int argc, char **argv) {
     }
     if (n_gen > 0) {
         mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
-                        .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0};
+                        .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0,
+                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
         if (q.n_top > I->n_vocab) q.n_top = I->n_vocab;
         if (mu_sched_submit(sched, &q, 1, &job, &err)) {
             cli_fail("muser run: %s", err.msg);
@@ -128,6 +134,17 @@ int cmd_run(int argc, char **argv) {
             if (ev.finish == MU_FINISH_ERROR) {
                 cli_fail("muser run: %s", ev.err);
                 goto done;
+            }
+            const mu_gen_stats *st = &ev.stats;
+            if (spec_given && json) {
+                printf("{\"timings\": {\"predicted_n\": %d, \"predicted_ms\": %.3f, \"draft_n\": %d, "
+                       "\"draft_n_accepted\": %d, \"spec_steps\": %d}}\n",
+                       st->n_gen, st->gen_ms, st->n_draft, st->n_draft_accepted, st->n_spec_steps);
+            } else if (spec_given) {
+                fprintf(stderr, "\nspec %s: drafted %d, accepted %d (%.1f%%) in %d verification steps (%.2f per step)\n",
+                        mu_spec_name((mu_spec)spec.spec), st->n_draft, st->n_draft_accepted,
+                        st->n_draft ? 100.0 * st->n_draft_accepted / st->n_draft : 0.0, st->n_spec_steps,
+                        st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0);
             }
             break;
         }

@@ -683,6 +683,10 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     if (o->n_ctx < 2) return mu_fail(err, MU_E_ARG, "sched: context too small: %d", o->n_ctx);
     if (o->queue_max < 0) return mu_fail(err, MU_E_ARG, "sched: bad queue size: %d", o->queue_max);
     if (o->hold_until < 0) return mu_fail(err, MU_E_ARG, "sched: bad hold count: %d", o->hold_until);
+    if (o->spec < MU_SPEC_NONE || o->spec > MU_SPEC_NGRAM || o->draft_max < 0 || o->draft_max > MU_SPEC_DRAFT_MAX ||
+        o->draft_min < 0)
+        return mu_fail(err, MU_E_ARG, "sched: bad speculative decoding default (draft max 0..%d: %d, draft min: %d)",
+                       MU_SPEC_DRAFT_MAX, o->draft_max, o->draft_min);
     mu_sched *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
     s->eng = e;
@@ -749,6 +753,14 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     if (!j || !mu_mul_ok((size_t)r->n_prompt, sizeof(int32_t), &pb) || !(j->prompt = malloc(pb))) {
         free(j);
         return mu_fail(err, MU_E_NOMEM, "sched: out of memory for a request");
+    }
+    mu_gen_req rs;
+    if (r->spec == MU_SPEC_NONE && s->o.spec != MU_SPEC_NONE) { /* the scheduler's default */
+        rs = *r;
+        rs.spec = s->o.spec;
+        rs.draft_max = s->o.draft_max;
+        rs.draft_min = s->o.draft_min;
+        r = &rs;
     }
     if (r->spec < MU_SPEC_NONE || r->spec > MU_SPEC_SCRIPT || r->draft_max < 0 || r->draft_max > MU_SPEC_DRAFT_MAX ||
         r->draft_min < 0 || r->n_spec_script < 0 || (r->n_spec_script > 0 && !r->spec_script)) {
