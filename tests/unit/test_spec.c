@@ -430,6 +430,57 @@ static void test_sched_text(void **state) {
     mu_model_close(m);
 }
 
+/* Structured output (the constraint picks each row's token in turn) and
+ * the n choices of one request (the others copy the leader's prompt
+ * state) with speculation: the events of plain decoding. */
+static void test_sched_schema_choices(void **state) {
+    (void)state;
+    mu_model *m;
+    mu_engine *e;
+    mu_err err = {0};
+    if (mu_model_open("models/muser-default.gguf", &m, &err)) skip();
+    mu_engine_opts eo = {.n_threads = 1};
+    assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+    const char *text = "{\"name\": \"ls\", \"name\": \"ls\", \"name\":";
+    int32_t *p;
+    int np;
+    assert_int_equal(mu_tokenize(m, text, strlen(text), mu_model_get_info(m)->add_bos, false, &p, &np, &err), 0);
+    mu_schema *sc;
+    assert_int_equal(mu_schema_new("{\"type\": \"object\", \"properties\": {\"name\": {\"type\": \"string\"}}}", true,
+                                   "schema", &sc, &err),
+                     0);
+    mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 40, .logprobs = true, .schema = sc};
+    check_request(e, 512, &q, 0, ALL);
+    mu_schema_unref(sc);
+    /* two choices, greedy and sampled: each is the single plain job */
+    for (int sampled = 0; sampled < 2; sampled++) {
+        mu_gen_req one = {.prompt = p, .n_prompt = np, .n_predict = 32, .logprobs = true, .ignore_eos = true};
+        one.sp.temp = sampled ? 0.8f : 0;
+        one.sp.seed = 3;
+        mu_sched *s;
+        mu_sched_opts so = {.n_slots = 2, .n_ctx = 512, .queue_max = 2};
+        assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+        static trace ref, t;
+        run_trace(s, &one, &ref);
+        mu_gen_req two[2] = {one, one};
+        two[0].spec = two[1].spec = MU_SPEC_NGRAM;
+        mu_job *j[2];
+        assert_int_equal(mu_sched_submit(s, two, 2, j, &err), 0);
+        for (int k = 0; k < 2; k++) {
+            read_trace(j[k], &t);
+            mu_job_free(j[k]);
+            same(&ref, &t, "two choices, n-gram drafts", k);
+        }
+        mu_sched_free(s);
+        free(ref.buf);
+        free(t.buf);
+        ref.buf = t.buf = NULL;
+    }
+    free(p);
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 /* Four speculating jobs sharing every batch: whatever the drafts, each
  * job's events are the same (a speculating job's decode steps round solo,
  * and the prompts are evaluated in the same first batch both times). */
@@ -524,6 +575,7 @@ int main(void) {
         cmocka_unit_test(test_ngram),
         cmocka_unit_test(test_sched_mini),
         cmocka_unit_test(test_sched_text),
+        cmocka_unit_test(test_sched_schema_choices),
         cmocka_unit_test(test_sched_shared),
         cmocka_unit_test(test_sched_args),
     };
