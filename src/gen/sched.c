@@ -75,6 +75,10 @@ struct mu_job {
     int draft_max, draft_min;
     int32_t *script;      /* MU_SPEC_SCRIPT drafts */
     int n_script;
+    /* the draft length that pays (draft()): per draft position, how often it
+     * was verified after an accepted prefix and how often it was accepted */
+    int pos_n[MU_SPEC_DRAFT_MAX], pos_acc[MU_SPEC_DRAFT_MAX];
+    int n_paused;         /* plain steps since the estimate stopped drafting */
     group *grp;
     mu_sched *sched;
     bool queued;          /* in the queue (guarded by sched->mu) */
@@ -355,9 +359,39 @@ static void step(mu_sched *s, int i, const float *lg) {
     take(s, i, lg, -1, &id);
 }
 
+/* A drafted token pays for its share of the verification when it is
+ * accepted (with every draft before it) more often than this: a drafted
+ * token costs about 0.3 of a decode step in a block on the CPU
+ * (bench/verifybench.c, docs/speculative.md). */
+#define SPEC_P_MIN 0.3
+#define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
+
+/* Engine thread: the longest draft length, at most k, whose last token the
+ * job's history says is accepted with probability >= SPEC_P_MIN: the
+ * acceptance rate of each position after an accepted prefix, multiplied
+ * along; a position's rate starts from the one before it (the first from
+ * 0.75) as a prior worth two observations, so a new job drafts 4 tokens.
+ * While that is 0 the job decodes plainly and probes with one drafted token
+ * now and then, so the estimate can recover. */
+static int draft_pays(mu_job *j, int k) {
+    double p = 1, q = 0.75;
+    int n = 0;
+    while (n < k) {
+        q = (j->pos_acc[n] + 2 * q) / (j->pos_n[n] + 2.0);
+        p *= q;
+        if (p < SPEC_P_MIN) break;
+        n++;
+    }
+    if (n == 0 && k > 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
+        j->n_paused = 0;
+        n = 1;
+    }
+    return n;
+}
+
 /* Engine thread: drafts for slot i's next step into sl->blk[1..]; the
  * count (0: a plain step). The block must fit the context and the job's
- * remaining tokens. */
+ * remaining tokens, and pay (draft_pays). */
 static int draft(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -365,6 +399,8 @@ static int draft(mu_sched *s, int i) {
     int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1, left = j->max_new - j->n_gen - 1;
     if (k > room) k = room;
     if (k > left) k = left;
+    if (k <= 0) return 0;
+    if (j->spec != MU_SPEC_SCRIPT) k = draft_pays(j, k); /* the test hook drafts what it is told */
     if (k <= 0) return 0;
     int n = 0;
     if (j->spec == MU_SPEC_NGRAM) {
@@ -389,6 +425,10 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
     for (int r = 0; r < n_blk; r++) {
         int32_t id, want = r < n_dr ? sl->blk[r + 1] : -1;
         if (!take(s, i, mu_session_logits(sl->sess, r), want, &id)) return;
+        if (r < n_dr) {
+            j->pos_n[r]++;
+            j->pos_acc[r] += id == want;
+        }
         if (id != want) break;
         acc++;
     }
