@@ -481,6 +481,50 @@ static void test_sched_schema_choices(void **state) {
     mu_model_close(m);
 }
 
+/* Chat turns (keep_prefix): the second turn reuses the first turn's KV,
+ * rejected drafts included in neither; plain and speculating sessions give
+ * the same events and reuse the same prefix. */
+static void test_sched_turns(void **state) {
+    (void)state;
+    mini_cfg c = mini_default();
+    c.n_ctx = 1024;
+    mu_model *m;
+    mu_engine *e;
+    assert_int_equal(mini_open(dir, &c, 1, &m, &e), 0);
+    const int V = mu_model_get_info(m)->n_vocab;
+    mu_err err = {0};
+    static trace t1[2], t2[2];
+    static int32_t p1[100], p2[200];
+    mk_prompt(p1, 60, V, 77, true);
+    for (int sp = 0; sp < 2; sp++) {
+        mu_sched *s;
+        mu_sched_opts so = {.n_slots = 1, .n_ctx = 1024, .spec = sp ? MU_SPEC_NGRAM : MU_SPEC_NONE};
+        assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+        mu_gen_req q = {.prompt = p1, .n_prompt = 60, .n_predict = 40, .ignore_eos = true, .no_text = true,
+                        .logprobs = true, .keep_prefix = true};
+        run_trace(s, &q, &t1[sp]);
+        memcpy(p2, p1, 60 * sizeof *p2);
+        memcpy(p2 + 60, t1[sp].ids, 40 * sizeof *p2);
+        mk_prompt(p2 + 100, 30, V, 78, true);
+        q.prompt = p2;
+        q.n_prompt = 130;
+        run_trace(s, &q, &t2[sp]);
+        mu_sched_free(s);
+    }
+    same(&t1[0], &t1[1], "first turn, server default --spec ngram", 0);
+    same(&t2[0], &t2[1], "second turn, server default --spec ngram", 1);
+    assert_int_equal(t2[0].st.n_reused, 99);
+    assert_int_equal(t2[1].st.n_reused, 99);
+    assert_true(t1[1].st.n_spec_steps > 0);
+    for (int k = 0; k < 2; k++) {
+        free(t1[k].buf);
+        free(t2[k].buf);
+        t1[k].buf = t2[k].buf = NULL;
+    }
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 /* Four speculating jobs sharing every batch: whatever the drafts, each
  * job's events are the same (a speculating job's decode steps round solo,
  * and the prompts are evaluated in the same first batch both times). */
@@ -576,6 +620,7 @@ int main(void) {
         cmocka_unit_test(test_sched_mini),
         cmocka_unit_test(test_sched_text),
         cmocka_unit_test(test_sched_schema_choices),
+        cmocka_unit_test(test_sched_turns),
         cmocka_unit_test(test_sched_shared),
         cmocka_unit_test(test_sched_args),
     };
