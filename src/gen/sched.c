@@ -21,7 +21,8 @@
  * placed last in the batch; the target's own pick at each row is compared
  * with the draft (llama.cpp's sample-and-compare), the agreeing prefix and
  * the first pick after it are accepted one by one through gen.c, and the
- * session is truncated back past the rejected drafts. */
+ * session is truncated back past the rejected drafts. While drafting does
+ * not pay (draft_pays), the job's steps are ordinary decode items. */
 #include "../../include/muser_gen.h"
 
 #include <math.h>
@@ -118,6 +119,7 @@ typedef struct {
     int n_hist;
     mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
     int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
+    int n_drafted;        /* this step's draft() result (speculating jobs) */
 } slot;
 
 struct mu_sched {
@@ -389,22 +391,27 @@ static int draft_pays(mu_job *j, int k) {
     return n;
 }
 
-/* Engine thread: drafts for slot i's next step into sl->blk[1..]; the
- * count (0: a plain step). The block must fit the context and the job's
- * remaining tokens, and pay (draft_pays). */
+/* Engine thread: drafts for slot i's next step into sl->blk[1..]. Returns
+ * the count (the step is a solo block, maybe of the last token alone), or
+ * -1 while the estimate says drafting does not pay: then the step is an
+ * ordinary decode item, batched with other jobs' as plain decoding's (so a
+ * paused job costs what a plain one does). The block must fit the context
+ * and the job's remaining tokens. A step where the drafter finds nothing
+ * counts against the first position's estimate. The test hook drafts what
+ * it is told and never pauses. */
 static int draft(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    int k = j->draft_max;
+    int k = j->spec == MU_SPEC_SCRIPT ? j->draft_max : draft_pays(j, j->draft_max);
+    if (k <= 0) return -1;
     int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1, left = j->max_new - j->n_gen - 1;
     if (k > room) k = room;
     if (k > left) k = left;
     if (k <= 0) return 0;
-    if (j->spec != MU_SPEC_SCRIPT) k = draft_pays(j, k); /* the test hook drafts what it is told */
-    if (k <= 0) return 0;
     int n = 0;
     if (j->spec == MU_SPEC_NGRAM) {
         n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
+        if (n == 0 || n < j->draft_min) j->pos_n[0]++; /* a miss */
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
     }
@@ -598,14 +605,21 @@ static void *engine_main(void *arg) {
         }
 
         /* build one batch: decode tokens first, then prompt chunks, then the
-         * decode steps of speculating jobs (solo items go last) */
+         * verification blocks of speculating jobs (solo items go last) */
         int n_items = 0, budget = chunk;
         bool stalled = false;
+        for (int i = 0; i < s->o.n_slots; i++) {
+            slot *sl = &s->slots[i];
+            sl->n_drafted = -1;
+            if (!sl->job || sl->waiting || sl->n_fed < sl->job->n_prompt || sl->job->spec == MU_SPEC_NONE) continue;
+            if (s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after) continue;
+            sl->n_drafted = draft(s, i);
+        }
         for (int pass = 0; pass < 3; pass++) {
             for (int i = 0; i < s->o.n_slots; i++) {
                 slot *sl = &s->slots[i];
                 if (!sl->job || sl->waiting) continue;
-                bool decoding = sl->n_fed >= sl->job->n_prompt, spec = sl->job->spec != MU_SPEC_NONE;
+                bool decoding = sl->n_fed >= sl->job->n_prompt, spec = sl->n_drafted >= 0;
                 if (decoding != (pass != 1) || (decoding && spec != (pass == 2))) continue;
                 if (decoding && s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after) {
                     stalled = true; /* test hook: waits for its cancel */
@@ -617,11 +631,10 @@ static void *engine_main(void *arg) {
                 it->solo = false;
                 s->item_spec[n_items] = false;
                 if (decoding && spec) {
-                    /* a speculating job always rounds solo, drafts or not, so its
-                     * output never depends on the batch it shares */
+                    /* while drafting is on, every step rounds solo, drafts or not */
                     sl->blk[0] = sl->last;
                     it->tokens = sl->blk;
-                    it->n_tokens = 1 + draft(s, i);
+                    it->n_tokens = 1 + sl->n_drafted;
                     it->all_logits = it->solo = true;
                     s->item_last[n_items] = true;
                     s->item_spec[n_items] = true;

@@ -10,7 +10,8 @@
  * speculation as without, for drafts that are always right, always wrong,
  * random, half right, and the n-gram drafter; greedy and sampled (same
  * seed, same samples); at length and context limits; several speculating
- * jobs sharing batches; and the step counts say the drafts were used. */
+ * jobs sharing batches (with drafting on, the same events whatever the
+ * drafts); and the step counts say the drafts were used. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -526,8 +527,10 @@ static void test_sched_turns(void **state) {
 }
 
 /* Four speculating jobs sharing every batch: whatever the drafts, each
- * job's events are the same (a speculating job's decode steps round solo,
- * and the prompts are evaluated in the same first batch both times). */
+ * job's events are the same (a job whose drafting is on rounds solo on
+ * every step, and the prompts are evaluated in the same first batch both
+ * times). The scripted drafts never pause, unlike the n-gram drafter, whose
+ * paused steps round with the batch as plain decoding does. */
 static void run_shared(mu_engine *e, mu_gen_req *q, const int *kinds, trace *ref, trace *t) {
     const int V = mu_model_get_info(mu_engine_model(e))->n_vocab;
     static int32_t scripts[4][4096 + 16];
@@ -563,7 +566,7 @@ static void test_sched_shared(void **state) {
         q[k] = (mu_gen_req){.prompt = p[k], .n_prompt = 20 + 30 * k, .n_predict = 40, .ignore_eos = true,
                             .no_text = true, .logprobs = true};
     }
-    const int wrong[4] = {D_WRONG, D_WRONG, D_WRONG, D_WRONG}, mixed[4] = {D_RIGHT, D_NGRAM, D_HALF, D_RANDOM};
+    const int wrong[4] = {D_WRONG, D_WRONG, D_WRONG, D_WRONG}, mixed[4] = {D_RIGHT, D_SHORT, D_HALF, D_RANDOM};
     run_shared(e, q, wrong, none, a);     /* scripts from an empty trace: drafts of token 1 */
     run_shared(e, q, mixed, a, b);        /* "right" is a's output */
     for (int k = 0; k < 4; k++) {
