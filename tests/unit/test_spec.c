@@ -483,8 +483,8 @@ static void test_sched_schema_choices(void **state) {
 }
 
 /* Chat turns (keep_prefix): the second turn reuses the first turn's KV,
- * rejected drafts included in neither; plain and speculating sessions give
- * the same events and reuse the same prefix. */
+ * where rejected drafts were rolled back; plain and speculating sessions
+ * (half-right drafts) give the same events and reuse the same prefix. */
 static void test_sched_turns(void **state) {
     (void)state;
     mini_cfg c = mini_default();
@@ -495,33 +495,70 @@ static void test_sched_turns(void **state) {
     const int V = mu_model_get_info(m)->n_vocab;
     mu_err err = {0};
     static trace t1[2], t2[2];
-    static int32_t p1[100], p2[200];
+    static int32_t p1[100], p2[2][200], script[4096 + 16];
     mk_prompt(p1, 60, V, 77, true);
     for (int sp = 0; sp < 2; sp++) {
         mu_sched *s;
-        mu_sched_opts so = {.n_slots = 1, .n_ctx = 1024, .spec = sp ? MU_SPEC_NGRAM : MU_SPEC_NONE};
+        mu_sched_opts so = {.n_slots = 1, .n_ctx = 1024};
         assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
         mu_gen_req q = {.prompt = p1, .n_prompt = 60, .n_predict = 40, .ignore_eos = true, .no_text = true,
                         .logprobs = true, .keep_prefix = true};
-        run_trace(s, &q, &t1[sp]);
-        memcpy(p2, p1, 60 * sizeof *p2);
-        memcpy(p2 + 60, t1[sp].ids, 40 * sizeof *p2);
-        mk_prompt(p2 + 100, 30, V, 78, true);
-        q.prompt = p2;
+        mu_gen_req r = sp ? with_drafts(&q, D_HALF, &t1[0], script, V, 3) : q;
+        run_trace(s, &r, &t1[sp]);
+        memcpy(p2[sp], p1, 60 * sizeof *p1);
+        memcpy(p2[sp] + 60, t1[sp].ids, 40 * sizeof *p1);
+        mk_prompt(p2[sp] + 100, 30, V, 78, true);
+        q.prompt = p2[sp];
         q.n_prompt = 130;
-        run_trace(s, &q, &t2[sp]);
+        r = sp ? with_drafts(&q, D_HALF, &t2[0], script, V, 4) : q;
+        run_trace(s, &r, &t2[sp]);
         mu_sched_free(s);
     }
-    same(&t1[0], &t1[1], "first turn, server default --spec ngram", 0);
-    same(&t2[0], &t2[1], "second turn, server default --spec ngram", 1);
+    same(&t1[0], &t1[1], "first turn, half-right drafts", 0);
+    same(&t2[0], &t2[1], "second turn, half-right drafts", 1);
     assert_int_equal(t2[0].st.n_reused, 99);
     assert_int_equal(t2[1].st.n_reused, 99);
-    assert_true(t1[1].st.n_spec_steps > 0);
+    assert_true(t1[1].st.n_draft_accepted < t1[1].st.n_draft); /* drafts were rejected and rolled back */
     for (int k = 0; k < 2; k++) {
         free(t1[k].buf);
         free(t2[k].buf);
         t1[k].buf = t2[k].buf = NULL;
     }
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
+/* The scheduler's default (the server's --spec) applies to requests that
+ * name no method, and not to those that do. */
+static void test_sched_default(void **state) {
+    (void)state;
+    mu_model *m;
+    mu_engine *e;
+    mu_err err = {0};
+    if (mu_model_open("models/muser-default.gguf", &m, &err)) skip();
+    mu_engine_opts eo = {.n_threads = 1};
+    assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+    const char *text = "ls -la lists files. ls -la lists files. ls -la lists files. ls -la";
+    int32_t *p;
+    int np;
+    assert_int_equal(mu_tokenize(m, text, strlen(text), mu_model_get_info(m)->add_bos, false, &p, &np, &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 256, .spec = MU_SPEC_NGRAM, .draft_max = 4};
+    assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+    mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 32, .ignore_eos = true, .no_text = true};
+    static trace t;
+    run_trace(s, &q, &t);
+    assert_true(t.st.n_spec_steps > 0);
+    assert_true(t.st.n_draft <= 4 * t.st.n_spec_steps);
+    q.spec = MU_SPEC_SCRIPT; /* names a method: the default does not apply */
+    run_trace(s, &q, &t);
+    assert_int_equal(t.st.n_draft, 0);
+    mu_sched_free(s);
+    so.draft_max = MU_SPEC_DRAFT_MAX + 1;
+    assert_int_equal(mu_sched_new(e, &so, &s, &err), MU_E_ARG);
+    free(t.buf);
+    t.buf = NULL;
+    free(p);
     mu_engine_free(e);
     mu_model_close(m);
 }
@@ -624,6 +661,7 @@ int main(void) {
         cmocka_unit_test(test_sched_text),
         cmocka_unit_test(test_sched_schema_choices),
         cmocka_unit_test(test_sched_turns),
+        cmocka_unit_test(test_sched_default),
         cmocka_unit_test(test_sched_shared),
         cmocka_unit_test(test_sched_args),
     };
