@@ -216,6 +216,7 @@ typedef struct {
 } trace;
 
 static void put(trace *t, const void *p, size_t n) {
+    if (n == 0) return; /* p may be NULL then */
     if (t->n + n > t->cap) {
         t->cap = (t->n + n) * 2 + 4096;
         t->buf = realloc(t->buf, t->cap);
