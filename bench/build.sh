@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Builds the benchmark helpers (not part of `make`): membw (memory read
-# bandwidth, bench/membw.c) and kernbench (kernel throughput against that
-# bandwidth, bench/kernbench.c), into $BUILD/bench (default build/bench).
+# bandwidth, bench/membw.c), kernbench (kernel throughput against that
+# bandwidth, bench/kernbench.c) and verifybench (the cost of a speculative
+# verification block, bench/verifybench.c), into $BUILD/bench (default
+# build/bench).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -11,5 +13,10 @@ if [ -f bench/kernbench.c ]; then
   make -s BUILD="$BUILD" "$BUILD/libmuser.a"
   gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/kernbench" bench/kernbench.c \
     "$BUILD/libmuser.a" -lm
+fi
+if [ -f bench/verifybench.c ]; then
+  make -s BUILD="$BUILD" "$BUILD/libmuser.a"
+  gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/verifybench" bench/verifybench.c \
+    "$BUILD/libmuser.a" -lm -lutf8proc -ljansson
 fi
 echo "built $BUILD/bench"

@@ -209,6 +209,12 @@ typedef struct {
     float *embd;       /* embeddings: when set, [n_tokens][n_embd] receives the hidden state of
                           every token after the final norm (llama.cpp's t_embd), and the item
                           gets no logits (all_logits is ignored) */
+    bool solo;         /* round every token as a forward of that token alone (a decode step)
+                          would: verifying a drafted block then yields, bit for bit, the
+                          logits plain decoding yields. The matmuls take the one-row kernel
+                          path for these rows (slower than the batched one on long blocks).
+                          Items after a solo item in the batch round the same way: put solo
+                          items last. */
 } mu_batch_item;
 
 /* Runs the model over all items as one batch. Afterwards each session holds

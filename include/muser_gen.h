@@ -55,6 +55,20 @@ typedef enum {
 } mu_embd_pooling;
 
 #define MU_GEN_MAX_STOPS 8   /* stop strings per request */
+
+/* Speculative decoding (docs/speculative.md): a job drafts tokens that
+ * continue its output, and one forward of the target verifies the block;
+ * the answer is exactly the one plain decoding gives (same tokens, same
+ * probabilities, same samples for the same seed). */
+typedef enum {
+    MU_SPEC_NONE = 0,
+    MU_SPEC_NGRAM,  /* prompt lookup + the job's n-gram cache (llama.cpp's ngram-cache) */
+    MU_SPEC_SCRIPT, /* test hook: the draft at output position i is spec_script[i..] */
+} mu_spec;
+#define MU_SPEC_DRAFT_MAX 64         /* most drafted tokens per step */
+#define MU_SPEC_NGRAM_DRAFT_DEFAULT 8 /* llama.cpp's ngram-cache drafts at most 8 */
+const char *mu_spec_name(mu_spec s);  /* "none", "ngram", "script" */
+int mu_spec_parse(const char *name);  /* -1 for an unknown name */
 #define MU_GEN_MAX_CHOICES 16
 #define MU_GEN_MAX_CALLS 128 /* functions a forced call may choose from */
 
@@ -97,6 +111,11 @@ typedef struct {
     int n_call_one_of;      /* 0: off; at most MU_GEN_MAX_CALLS */
     int embd_normalize;     /* pooled rows: llama.cpp's embd_normalize (-1 none, 0 max-abs scaled
                                to int16, 2 Euclidean, p > 0 p-norm); the server's default is 2 */
+    mu_spec spec;           /* speculative decoding (MU_SPEC_NONE: off) */
+    int draft_max;          /* most drafted tokens per step, 1..MU_SPEC_DRAFT_MAX; 0: the method's default */
+    int draft_min;          /* a draft shorter than this is not verified (a plain step instead) */
+    const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
+    int n_spec_script;
 } mu_gen_req;
 
 typedef enum {
@@ -129,6 +148,9 @@ typedef struct {
     double gen_ms;        /* first token -> last token */
     double constrain_ms;  /* of which structured-output token checks */
     bool prompt_shared;   /* the prompt's KV state was copied from another choice of the request */
+    int n_draft;          /* speculative decoding: tokens drafted and verified */
+    int n_draft_accepted; /* of which the target accepted */
+    int n_spec_steps;     /* verification steps (forwards with a draft) */
 } mu_gen_stats;
 
 typedef struct {
@@ -157,6 +179,8 @@ typedef struct {
     int prefill_chunk; /* most prompt tokens per step (all slots together); 0 = 512 */
     int hold_until;    /* test hook: start no job until this many are queued (0 = off) */
     int stall_after;   /* test hook: a job generates this many tokens, then waits for its cancel (0 = off) */
+    mu_spec spec;      /* speculative decoding for requests that name none (the server's --spec) */
+    int draft_max, draft_min; /* with spec, for those requests (mu_gen_req's meaning) */
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */
@@ -206,6 +230,7 @@ typedef struct {
     uint64_t n_prompt_cached;  /* prompt tokens whose KV state a job kept (keep_prefix) */
     uint64_t n_tokens_max;     /* the longest sequence seen in a slot (prompt + generated) */
     uint64_t n_busy_sum;       /* sessions in each forward call, summed (/ n_forward: slots busy per call) */
+    uint64_t n_draft_tokens, n_draft_accepted, n_spec_steps; /* speculative decoding, all jobs */
     double prompt_s, gen_s;
     int n_processing, n_queued, n_slots, n_ctx;
 } mu_sched_metrics;

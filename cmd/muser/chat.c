@@ -3,6 +3,7 @@
  *              [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *              [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern NAME]
  *              [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]
+ *              [--spec none|ngram] [--draft-max N] [--draft-min N]
  * User guide: docs/chat.md.
  *
  * Owns: the conversation (a JSON array of OpenAI-shaped messages), the line
@@ -419,6 +420,10 @@ static int chat_turn(chat *c, const char *text) {
         fprintf(stderr, "[stats] answer %d tokens (%s) %.1f tok/s; prompt %d tokens (%d reused, %d fed) %.3f s\n",
                 n_gen, stop_name[stop], gen_s > 0 && st.n_gen > 1 ? (st.n_gen - 1) / gen_s : 0.0, st.n_prompt,
                 st.n_reused, n_fed, (st.queue_ms + st.prompt_ms) / 1e3);
+        if (st.n_spec_steps > 0)
+            fprintf(stderr, "[stats] drafts %d, accepted %d (%.1f%%), %.2f per verification step\n", st.n_draft,
+                    st.n_draft_accepted, st.n_draft ? 100.0 * st.n_draft_accepted / st.n_draft : 0.0,
+                    (double)st.n_draft_accepted / st.n_spec_steps);
     }
     g_interrupt = 0;
     mu_job_free(job);
@@ -707,6 +712,7 @@ static int usage(void) {
             "                  [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
             "                  " CLI_BACKEND_USAGE "\n"
             "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
+            "                  [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
             "Interactive chat; type /help inside for commands. Reads one message per line when\n"
             "stdin is not a terminal. Details: docs/chat.md.\n");
     return 1;
@@ -751,8 +757,10 @@ int cmd_chat(int argc, char **argv) {
     mu_sample_params sp = mu_sample_defaults();
     cli_backend backend = CLI_BACKEND_DEFAULT;
     bool stats = false, ignore_eos = false, check = false;
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         int so = cli_sample_opt("muser chat", argc, argv, &i, &sp);
+        if (so == 0) so = cli_spec_opt("muser chat", argc, argv, &i, &spec);
         if (so < 0) return 1;
         if (so) continue;
         int bo = cli_backend_opt("muser chat", argc, argv, &i, &backend);
@@ -830,7 +838,8 @@ int cmd_chat(int argc, char **argv) {
     /* MUSER_TEST_STALL_AFTER=N (tests only): an answer stops after N tokens
      * and waits for Ctrl-C, so a test of streaming needs no timing */
     const char *stall = getenv("MUSER_TEST_STALL_AFTER");
-    mu_sched_opts so = {.n_slots = 1, .n_ctx = c.n_ctx, .queue_max = 1, .stall_after = stall ? atoi(stall) : 0};
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = c.n_ctx, .queue_max = 1, .stall_after = stall ? atoi(stall) : 0,
+                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
     int src = mu_sched_new(c.e, &so, &c.sched, &err);
     pthread_sigmask(SIG_SETMASK, &prev, NULL);
     if (src) {

@@ -1,7 +1,7 @@
 /* cli.c: option parsing helpers and the error-line contract. */
 #include "cli.h"
 
-#include "../../include/muser.h"
+#include "../../include/muser_gen.h"
 #include "../../src/base/esc.h"
 
 #include <errno.h>
@@ -107,6 +107,32 @@ int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_par
         if (!cli_int(v, 0, 1LL << 62, &n)) return cli_fail("%s: --seed must be a non-negative integer: %s", cmd, v), -1;
         p->seed = (uint64_t)n;
         break;
+    }
+    return 1;
+}
+
+int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
+    const char *a = argv[*i];
+    int which = !strcmp(a, "--spec") || !strcmp(a, "--spec-type")                ? 0
+                : !strcmp(a, "--draft-max") || !strcmp(a, "--spec-draft-n-max") ? 1
+                : !strcmp(a, "--draft-min") || !strcmp(a, "--spec-draft-n-min") ? 2
+                                                                                 : -1;
+    if (which < 0) return 0;
+    if (*i + 1 >= argc) return cli_fail("%s: option %s needs a value", cmd, a), -1;
+    const char *v = argv[++*i];
+    long long n;
+    if (which == 0) {
+        int sp = mu_spec_parse(v);
+        if (sp < 0) return cli_fail("%s: --spec must be none or ngram: %s", cmd, v), -1;
+        p->spec = sp;
+    } else if (which == 1) {
+        if (!cli_int(v, 1, MU_SPEC_DRAFT_MAX, &n))
+            return cli_fail("%s: --draft-max must be 1..%d: %s", cmd, MU_SPEC_DRAFT_MAX, v), -1;
+        p->draft_max = (int)n;
+    } else {
+        if (!cli_int(v, 0, MU_SPEC_DRAFT_MAX, &n))
+            return cli_fail("%s: --draft-min must be 0..%d: %s", cmd, MU_SPEC_DRAFT_MAX, v), -1;
+        p->draft_min = (int)n;
     }
     return 1;
 }

@@ -36,6 +36,18 @@ int cli_backend_opt(const char *cmd, int argc, char **argv, int *i, cli_backend 
 mu_engine_opts cli_engine_opts(const cli_backend *b, int n_threads, const char *kern);
 /* "BACKEND_USAGE" text for the commands' --help. */
 #define CLI_BACKEND_USAGE "[--backend auto|cpu|cuda] [--gpu N]"
+/* Speculative decoding options, as a request carries them (mu_gen_req). */
+typedef struct {
+    int spec;       /* mu_spec */
+    int draft_max;  /* 0: the method's default */
+    int draft_min;
+} cli_spec;
+
+/* Parses one speculative decoding option at argv[*i] into p: --spec
+ * none|ngram (alias --spec-type), --draft-max N (alias --spec-draft-n-max),
+ * --draft-min N (alias --spec-draft-n-min). Returns 1, 0 or -1 as
+ * cli_sample_opt. */
+int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p);
 
 /* Runs mu_model_check on m with progress on stderr (a rewritten line with
  * bytes and rate when stderr is a terminal; else, with `lines`, a plain line

@@ -2,11 +2,13 @@
  *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
  *             [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
- *             [--check-tensors] [--pack DIR [--key-file F]]
+ *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]
  * With --pack, the KV state of a pack directory (muser pack save) is
  * restored first and the prompt is what follows it (docs/kvpack.md).
  * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
- * (prob = softmax of the final logits, after logit scale and softcap). */
+ * (prob = softmax of the final logits, after logit scale and softcap); with
+ * any --spec option also a last line {"timings": {...}} with the draft counts
+ * (llama.cpp's draft_n, draft_n_accepted). Without --json they go to stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +26,8 @@ static int usage(void) {
             "                 [--top-k K] [--top-p P] [--min-p P] [--seed S] [--json] [--top K]\n"
             "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
             "                 " CLI_BACKEND_USAGE "\n"
-            "                 [--check-tensors] [--pack DIR [--key-file F]]\n");
+            "                 [--check-tensors] [--pack DIR [--key-file F]]\n"
+            "                 [--spec none|ngram] [--draft-max N] [--draft-min N]\n");
     return 1;
 }
 
@@ -62,8 +65,11 @@ int cmd_run(int argc, char **argv) {
     mu_sample_params sp = mu_sample_defaults();
     cli_backend backend = CLI_BACKEND_DEFAULT;
     bool json = false, ignore_eos = false, check = false;
+    cli_spec spec = {0};
+    bool spec_given = false; /* any --spec option: report the draft counts */
     for (int i = 1; i < argc; i++) {
         int so = cli_sample_opt("muser run", argc, argv, &i, &sp);
+        if (so == 0 && (so = cli_spec_opt("muser run", argc, argv, &i, &spec)) > 0) spec_given = true;
         if (so < 0) return 1;
         if (so) continue;
         int bo = cli_backend_opt("muser run", argc, argv, &i, &backend);
@@ -177,7 +183,8 @@ int cmd_run(int argc, char **argv) {
     }
     if (n_gen > 0) {
         mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
-                        .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0};
+                        .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0,
+                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
         if (pack) {
             src.id = kid;
             q.install = install_pack;
@@ -205,6 +212,17 @@ int cmd_run(int argc, char **argv) {
             if (ev.finish == MU_FINISH_ERROR) {
                 cli_fail("muser run: %s", ev.err);
                 goto done;
+            }
+            const mu_gen_stats *st = &ev.stats;
+            if (spec_given && json) {
+                printf("{\"timings\": {\"predicted_n\": %d, \"predicted_ms\": %.3f, \"draft_n\": %d, "
+                       "\"draft_n_accepted\": %d, \"spec_steps\": %d}}\n",
+                       st->n_gen, st->gen_ms, st->n_draft, st->n_draft_accepted, st->n_spec_steps);
+            } else if (spec_given) {
+                fprintf(stderr, "\nspec %s: drafted %d, accepted %d (%.1f%%) in %d verification steps (%.2f per step)\n",
+                        mu_spec_name((mu_spec)spec.spec), st->n_draft, st->n_draft_accepted,
+                        st->n_draft ? 100.0 * st->n_draft_accepted / st->n_draft : 0.0, st->n_spec_steps,
+                        st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0);
             }
             break;
         }

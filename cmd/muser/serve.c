@@ -30,6 +30,7 @@ static int usage(void) {
             "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
+            "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -67,10 +68,14 @@ int cmd_serve(int argc, char **argv) {
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     bool check = false;
     cli_backend backend = CLI_BACKEND_DEFAULT;
+    cli_spec spec = {0};
     for (int i = 1; i < argc; i++) {
         int bo = cli_backend_opt("muser serve", argc, argv, &i, &backend);
         if (bo < 0) return 1;
         if (bo) continue;
+        int so = cli_spec_opt("muser serve", argc, argv, &i, &spec);
+        if (so < 0) return 1;
+        if (so) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                              \
@@ -161,7 +166,8 @@ int cmd_serve(int argc, char **argv) {
      * generates N tokens and then waits for its cancel */
     const char *hold = getenv("MUSER_TEST_HOLD"), *stall = getenv("MUSER_TEST_STALL_AFTER");
     mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue,
-                        .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0};
+                        .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0,
+                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
     if (mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;

@@ -166,7 +166,7 @@ void mu_attn_layer(mu_engine *e, int il, int T) {
                     it->g = g;
                     it->h0 = g * group + h;
                     it->nh = group - h < nh ? group - h : nh;
-                    it->batch = seg >= 2;
+                    it->batch = seg >= 2 && t0 < S->t_solo; /* solo tokens round as decode steps */
                 }
         t0 = t1;
     }

@@ -47,6 +47,7 @@ typedef struct {
     int *tok_out;    /* logits row in its session, or -1 */
     int *out_tok;    /* [T] chunk token of each output row */
     float **tok_embd; /* [T] where the token's final-norm row goes (mu_batch_item.embd), or NULL */
+    int t_solo;      /* chunk tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
     float *lg;       /* [MU_LOGIT_ROWS][n_vocab] raw logits */
 } mu_scratch;
 

@@ -82,6 +82,7 @@ typedef struct {
     int T;
     int ll_rows;     /* activation rows of llama.cpp's matmul: picks its kernel path */
     int ll_row0;     /* index of row 0 in that matmul */
+    int t_solo;      /* rows [t_solo, T) round as one-row matmuls (mu_batch_item.solo) */
     /* quantization of an f32 input into up to two dot types */
     const float *x;
     int x_cols;
@@ -128,13 +129,13 @@ static void job_matmul(void *arg, int ith, int nth) {
                 t_b = (j->ll_rows & ~3) - j->ll_row0;
             else if (cols % 16 == 0 && rows % 4 == 0)
                 t_b = j->T;
-            t_b = t_b < 0 ? 0 : t_b > j->T ? j->T : t_b;
+            t_b = t_b < 0 ? 0 : t_b > j->t_solo ? j->t_solo : t_b;
         }
         /* the tiled gemm (a matmul of >= 2 rows) must round as dotb, or as dot
          * where dotb is NULL; it takes the rows up to t_g, vec_dot the rest */
         int t_g = 0;
         if (j->ll_rows >= 2 && k->gemm[w->type]) {
-            t_g = dotb ? t_b : j->T;
+            t_g = dotb ? t_b : j->t_solo;
             if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
         }
         const uint8_t *wd = w->data;
@@ -172,11 +173,12 @@ static void job_matmul(void *arg, int ith, int nth) {
 /* Y_m = X W_m^T for every m; X is [T][cols] f32. One quantization per dot type.
  * ll_rows: the row count of the same matmul in llama.cpp's graph (T, except
  * for the logits, computed in pieces starting at its row ll_row0), which
- * decides its rounding. */
-static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0, int n,
+ * decides its rounding; rows [t_solo, T) round as a matmul of one row. */
+static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0, int t_solo, int n,
                       const mu_gguf_tensor *const *ws, float *const *ys, bool logits) {
     mm_job j = {.e = e, .T = T, .ll_rows = ll_rows, .ll_row0 = ll_row0, .x = x, .x_cols = (int)ws[0]->ne[0],
                 .logits = logits};
+    j.t_solo = t_solo < 0 ? 0 : t_solo > T ? T : t_solo;
     MU_ASSERT(n <= MAX_MM);
     for (int m = 0; m < n; m++) {
         MU_ASSERT(ws[m]->ne[0] == j.x_cols);
@@ -195,9 +197,9 @@ static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_r
     mu_pool_run(e->pool, job_matmul, &j);
 }
 
-static void matmul(mu_engine *e, const float *x, int T, int ll_rows, int ll_row0, int n,
-                   const mu_gguf_tensor *const *ws, float *const *ys) {
-    matmul_ex(e, x, T, ll_rows, ll_row0, n, ws, ys, false);
+static void matmul(mu_engine *e, const float *x, int T, int t_solo, int n, const mu_gguf_tensor *const *ws,
+                   float *const *ys) {
+    matmul_ex(e, x, T, T, 0, t_solo, n, ws, ys, false);
 }
 
 /* ---- attention inputs (the attention itself is attn.c) --------------- */
@@ -330,11 +332,12 @@ static void embed(mu_engine *e, const int32_t *tokens, int T) {
     }
 }
 
-static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
+static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
     const mu_model_info *I = &e->m->info;
     mu_scratch *s = &e->s;
     ph_clock pc;
     ph_start(&pc, e, T);
+    s->t_solo = t_solo;
     embed(e, tokens, T);
     for (int il = 0; il < I->n_layer; il++) {
         const mu_layer_w *L = &e->m->layers[il];
@@ -342,27 +345,28 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
         ph_mark(&pc, MU_PH_NORMS);
         const mu_gguf_tensor *w4[4] = {L->wq, L->wk, L->wv, L->wgate};
         float *y4[4] = {s->q, s->k, s->v, s->g};
-        matmul(e, s->a, T, T, 0, 4, w4, y4);
+        matmul(e, s->a, T, s->t_solo, 4, w4, y4);
         ph_mark(&pc, MU_PH_QKV);
         layer_job lj = {e, il, T};
         run_per_token(e, T, job_qk, &lj);
         ph_mark(&pc, MU_PH_ROPE);
         mu_attn_layer(e, il, T);
         ph_mark(&pc, MU_PH_ATTN);
-        matmul(e, s->a, T, T, 0, 1, &L->wo, &s->o);
+        matmul(e, s->a, T, s->t_solo, 1, &L->wo, &s->o);
         ph_mark(&pc, MU_PH_WO);
         ew(e, T, EW_ATTN_OUT, il);
-        int Tf = T;
+        int Tf = T, Tf_solo = s->t_solo;
         if (il == I->n_layer - 1) {
             /* llama.cpp runs the last FFN on the output rows only (inp_out_ids),
              * which also decides its matmuls' kernel path: compact them */
-            Tf = 0;
+            Tf = Tf_solo = 0;
             for (int t = 0; t < T; t++) {
                 if (s->tok_out[t] < 0) continue;
                 if (Tf != t) {
                     memcpy(s->h + (size_t)Tf * I->n_embd, s->h + (size_t)t * I->n_embd, (size_t)I->n_embd * sizeof(float));
                     memcpy(s->a + (size_t)Tf * I->n_embd, s->a + (size_t)t * I->n_embd, (size_t)I->n_embd * sizeof(float));
                 }
+                if (t < s->t_solo) Tf_solo = Tf + 1;
                 s->out_tok[Tf++] = t;
             }
             if (Tf == 0) break;
@@ -370,19 +374,22 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
         ph_mark(&pc, MU_PH_NORMS);
         const mu_gguf_tensor *w2[2] = {L->ffn_gate, L->ffn_up};
         float *y2[2] = {s->f1, s->f2};
-        matmul(e, s->a, Tf, Tf, 0, 2, w2, y2);
+        matmul(e, s->a, Tf, Tf_solo, 2, w2, y2);
         ph_mark(&pc, MU_PH_FFN_UP);
         ew(e, Tf, EW_FFN_ACT, il);
         ph_mark(&pc, MU_PH_NORMS);
-        matmul(e, s->f1, Tf, Tf, 0, 1, &L->ffn_down, &s->o);
+        matmul(e, s->f1, Tf, Tf_solo, 1, &L->ffn_down, &s->o);
         ph_mark(&pc, MU_PH_FFN_DOWN);
         ew(e, Tf, EW_FFN_OUT, il);
         ph_mark(&pc, MU_PH_NORMS);
     }
     /* final norm and logits for the tokens that want them (their rows of s.h
      * were compacted before the last FFN; s.out_tok maps them back) */
-    int n_out = 0;
-    for (int t = 0; t < T; t++) n_out += s->tok_out[t] >= 0;
+    int n_out = 0, out_solo = 0; /* output rows [out_solo, n_out) are solo */
+    for (int t = 0; t < T; t++) {
+        n_out += s->tok_out[t] >= 0;
+        if (t < s->t_solo) out_solo = n_out;
+    }
     for (int r = 0; r < n_out; r++)
         rms_norm(s->a + (size_t)r * I->n_embd, s->h + (size_t)r * I->n_embd, e->m->output_norm->data, I->n_embd,
                  I->eps);
@@ -406,7 +413,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T) {
     const size_t V = (size_t)I->n_vocab;
     for (int r0 = 0; r0 < n_out; r0 += MU_LOGIT_ROWS) {
         int n = n_out - r0 < MU_LOGIT_ROWS ? n_out - r0 : MU_LOGIT_ROWS;
-        matmul_ex(e, s->a + (size_t)r0 * I->n_embd, n, n_out, r0, 1, &e->m->output, &s->lg, true);
+        matmul_ex(e, s->a + (size_t)r0 * I->n_embd, n, n_out, r0, out_solo - r0, 1, &e->m->output, &s->lg, true);
         for (int r = 0; r < n; r++) {
             int t = s->out_tok[r0 + r];
             mu_session *ss = s->tok_sess[t];
@@ -454,10 +461,15 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
     if (e->gpu) return mu_forward_gpu(e, items, n_items, err);
     /* walk the items in chunks of at most MU_UBATCH tokens */
     int32_t chunk_tok[MU_UBATCH];
-    int T = 0;
+    int T = 0, t_solo = e->ubatch; /* from the first solo item on, every token is solo */
+    bool seen_solo = false;
     for (int i = 0; i < n_items; i++) {
         const mu_batch_item *it = &items[i];
         for (int t = 0; t < it->n_tokens; t++) {
+            if (it->solo && !seen_solo) {
+                seen_solo = true;
+                t_solo = T;
+            }
             mu_session *s = it->s;
             bool out = it->embd || it->all_logits || t == it->n_tokens - 1;
             e->s.tok_sess[T] = s;
@@ -467,11 +479,12 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
             chunk_tok[T++] = it->tokens[t];
             s->n_past++; /* positions are assigned as tokens enter the chunk */
             if (T == e->ubatch) {
-                run_chunk(e, chunk_tok, T);
+                run_chunk(e, chunk_tok, T, t_solo);
                 T = 0;
+                t_solo = seen_solo ? 0 : e->ubatch;
             }
         }
     }
-    if (T) run_chunk(e, chunk_tok, T);
+    if (T) run_chunk(e, chunk_tok, T, t_solo);
     return 0;
 }

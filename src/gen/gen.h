@@ -6,9 +6,9 @@
  * Does not own: sessions, batching, threads or the events' delivery
  * (sched.c drives it from the engine thread and queues what it emits).
  * Design: pick() and accept() are separate so a step may accept several
- * tokens (what speculative decoding, not written yet, needs: verify a block
- * and accept a prefix of it); every decision about a token is made here,
- * once, on one thread. */
+ * tokens (speculative decoding in sched.c verifies a block and accepts a
+ * prefix of it); every decision about a token is made here, once, on one
+ * thread. */
 #ifndef MU_GEN_GEN_H
 #define MU_GEN_GEN_H
 

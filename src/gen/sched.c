@@ -14,7 +14,15 @@
  * The n choices of one request are n jobs in a group: the first to reach a
  * slot (the leader) evaluates the prompt; the others wait, then copy its KV
  * state and final logits (mu_session_state_save/load) instead of evaluating
- * the prompt again. */
+ * the prompt again.
+ * Speculative decoding (docs/speculative.md): a job with a draft method
+ * feeds its last token and up to draft_max drafted ones as one solo item
+ * (mu_batch_item.solo: logits bit-identical to one decode step per token),
+ * placed last in the batch; the target's own pick at each row is compared
+ * with the draft (llama.cpp's sample-and-compare), the agreeing prefix and
+ * the first pick after it are accepted one by one through gen.c, and the
+ * session is truncated back past the rejected drafts. While drafting does
+ * not pay (draft_pays), the job's steps are ordinary decode items. */
 #include "../../include/muser_gen.h"
 
 #include <math.h>
@@ -28,6 +36,7 @@
 #include "../base/mem.h"
 #include "embed.h"
 #include "gen.h"
+#include "ngram.h"
 
 /* Shared by the jobs of one request (n choices). refs is touched by any
  * thread; everything else only by the engine thread. */
@@ -66,6 +75,15 @@ struct mu_job {
     int (*install)(void *user, mu_session *s, mu_err *err); /* mu_gen_req.install */
     void *install_user;
     int n_installed;
+    int max_new;          /* most tokens the job may generate */
+    mu_spec spec;
+    int draft_max, draft_min;
+    int32_t *script;      /* MU_SPEC_SCRIPT drafts */
+    int n_script;
+    /* the draft length that pays (draft()): per draft position, how often it
+     * was verified after an accepted prefix and how often it was accepted */
+    int pos_n[MU_SPEC_DRAFT_MAX], pos_acc[MU_SPEC_DRAFT_MAX];
+    int n_paused;         /* plain steps since the estimate stopped drafting */
     group *grp;
     mu_sched *sched;
     bool queued;          /* in the queue (guarded by sched->mu) */
@@ -109,6 +127,9 @@ typedef struct {
     int32_t last;         /* token to feed next when decoding */
     int32_t *hist;        /* [n_ctx] tokens whose KV the session holds (prefix reuse) */
     int n_hist;
+    mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
+    int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
+    int n_drafted;        /* this step's draft() result (speculating jobs) */
 } slot;
 
 struct mu_sched {
@@ -132,6 +153,7 @@ struct mu_sched {
     int item_slot[MU_SCHED_MAX_SLOTS];
     bool item_last[MU_SCHED_MAX_SLOTS];
     int item_n[MU_SCHED_MAX_SLOTS];
+    bool item_spec[MU_SCHED_MAX_SLOTS]; /* a verification block (solo, all logits) */
 };
 
 static double now_ms(void) {
@@ -149,6 +171,7 @@ static void job_unref(mu_job *j) {
     pthread_mutex_destroy(&j->nmu);
     pthread_cond_destroy(&j->cv);
     free(j->prompt);
+    free(j->script);
     mu_gen_free(j->gen);
     free(j->evs);
     free(j->arena);
@@ -284,12 +307,16 @@ static void job_finish(mu_sched *s, mu_job *j, mu_finish f, const char *why) {
         st->prompt_ms = t - j->t_start;
     }
     st->constrain_ms = mu_gen_constrain_s(j->gen) * 1e3;
-    mu_gen_end(j->gen, f, why, st, push_event, j);
+    /* the metrics first: a reader woken by FINISH finds its job counted */
     pthread_mutex_lock(&s->mu);
+    s->m.n_draft_tokens += (uint64_t)st->n_draft;
+    s->m.n_draft_accepted += (uint64_t)st->n_draft_accepted;
+    s->m.n_spec_steps += (uint64_t)st->n_spec_steps;
     s->m.prompt_s += st->prompt_ms / 1e3;
     s->m.gen_s += st->gen_ms / 1e3;
     if (f == MU_FINISH_CANCEL) s->m.n_cancelled++;
     pthread_mutex_unlock(&s->mu);
+    mu_gen_end(j->gen, f, why, st, push_event, j);
     job_unref(j);
 }
 
@@ -307,20 +334,25 @@ static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
     job_finish(s, j, f, why);
 }
 
-/* Engine thread: one gen step for slot i from logits lg. */
-static void step(mu_sched *s, int i, const float *lg) {
+/* Engine thread: picks and accepts one token of slot i from logits lg;
+ * *id is the token, counted as an accepted draft when it equals want (-1:
+ * no draft). Returns false when the job ended (the slot is released, the
+ * job may be gone). */
+static bool take(mu_sched *s, int i, const float *lg, int32_t want, int32_t *id) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     const char *why = NULL;
-    int32_t id = mu_gen_pick(j->gen, lg, &why);
-    if (id < 0) {
+    *id = mu_gen_pick(j->gen, lg, &why);
+    if (*id < 0) {
         slot_release(s, i, MU_FINISH_ERROR, why);
-        return;
+        return false;
     }
     if (j->t_first == 0) j->t_first = now_ms();
-    mu_finish f = mu_gen_accept(j->gen, id, lg, push_event, j);
+    if (*id == want) j->st.n_draft_accepted++;
+    mu_finish f = mu_gen_accept(j->gen, *id, lg, push_event, j);
     j->n_gen++;
-    sl->last = id;
+    sl->last = *id;
+    if (j->spec == MU_SPEC_NGRAM) mu_ngram_push(sl->ng, *id);
     pthread_mutex_lock(&s->mu);
     s->m.n_gen_tokens++;
     s->info[i].n_gen = j->n_gen;
@@ -328,7 +360,111 @@ static void step(mu_sched *s, int i, const float *lg) {
     if ((uint64_t)s->info[i].n_past > s->m.n_tokens_max) s->m.n_tokens_max = (uint64_t)s->info[i].n_past;
     pthread_mutex_unlock(&s->mu);
     if (f == MU_FINISH_NONE && atomic_load(&j->cancel)) f = MU_FINISH_CANCEL;
-    if (f != MU_FINISH_NONE) slot_release(s, i, f, NULL);
+    if (f != MU_FINISH_NONE) {
+        slot_release(s, i, f, NULL);
+        return false;
+    }
+    return true;
+}
+
+/* Engine thread: one gen step for slot i from logits lg. */
+static void step(mu_sched *s, int i, const float *lg) {
+    int32_t id;
+    take(s, i, lg, -1, &id);
+}
+
+/* A drafted token pays for its share of the verification when it is
+ * accepted (with every draft before it) more often than it costs: 0.5 to
+ * 0.7 of a decode step in a solo block on the CPU, in CPU time, on the
+ * bundled model and the 1B shape (bench/verifybench.c, docs/speculative.md;
+ * 0.5 beat 0.3 on every prompt of bench/spec-ngram). */
+#define SPEC_P_MIN 0.5
+#define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
+
+/* Engine thread: the longest draft length, at most k, whose last token the
+ * job's history says is accepted with probability >= SPEC_P_MIN: the
+ * acceptance rate of each position after an accepted prefix, multiplied
+ * along; a position's rate starts from the one before it (the first from
+ * 0.75) as a prior worth two observations, so a new job drafts 2 tokens.
+ * While that is 0 the job decodes plainly and probes with one drafted token
+ * now and then, so the estimate can recover. */
+static int draft_pays(mu_job *j, int k) {
+    double p = 1, q = 0.75;
+    int n = 0;
+    while (n < k) {
+        q = (j->pos_acc[n] + 2 * q) / (j->pos_n[n] + 2.0);
+        p *= q;
+        if (p < SPEC_P_MIN) break;
+        n++;
+    }
+    if (n == 0 && k > 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
+        j->n_paused = 0;
+        n = 1;
+    }
+    return n;
+}
+
+/* Engine thread: drafts for slot i's next step into sl->blk[1..]. Returns
+ * the count (the step is a solo block, maybe of the last token alone), or
+ * -1 while the estimate says drafting does not pay: then the step is an
+ * ordinary decode item, batched with other jobs' as plain decoding's (so a
+ * paused job costs what a plain one does). The block must fit the context
+ * and the job's remaining tokens. A step where the drafter finds nothing
+ * counts against the first position's estimate. The test hook drafts what
+ * it is told and never pauses. */
+static int draft(mu_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    int k = j->spec == MU_SPEC_SCRIPT ? j->draft_max : draft_pays(j, j->draft_max);
+    if (k <= 0) return -1;
+    int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1, left = j->max_new - j->n_gen - 1;
+    if (k > room) k = room;
+    if (k > left) k = left;
+    if (k <= 0) return 0;
+    int n = 0;
+    if (j->spec == MU_SPEC_NGRAM) {
+        n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
+        if (n == 0 || n < j->draft_min) j->pos_n[0]++; /* a miss */
+    } else if (j->spec == MU_SPEC_SCRIPT) {
+        for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
+    }
+    return n < j->draft_min ? 0 : n;
+}
+
+/* Engine thread: slot i fed its last token and n_blk - 1 drafts with all
+ * logits, starting at position p0. Accepts the target's picks while they
+ * agree with the drafts, plus the first that does not (or the one after the
+ * last draft), then drops the rejected drafts' KV. */
+static void verify(mu_sched *s, int i, int n_blk, int p0) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    const int n_dr = n_blk - 1;
+    j->st.n_draft += n_dr;
+    j->st.n_spec_steps += n_dr > 0;
+    int acc = 0;
+    for (int r = 0; r < n_blk; r++) {
+        int32_t id, want = r < n_dr ? sl->blk[r + 1] : -1;
+        if (!take(s, i, mu_session_logits(sl->sess, r), want, &id)) return;
+        if (r < n_dr) {
+            j->pos_n[r]++;
+            j->pos_acc[r] += id == want;
+        }
+        if (id != want) break;
+        acc++;
+    }
+    /* keep the last token's and the accepted drafts' rows */
+    mu_err err;
+    int keep = p0 + 1 + acc;
+    if (mu_session_truncate(sl->sess, keep, &err)) { /* the ring lost rows: cannot happen for a block <= 64 */
+        mu_session_reset(sl->sess);
+        sl->n_hist = 0;
+        slot_release(s, i, MU_FINISH_ERROR, err.msg);
+        return;
+    }
+    sl->n_hist = keep;
+    pthread_mutex_lock(&s->mu);
+    s->info[i].n_past = keep;
+    pthread_mutex_unlock(&s->mu);
 }
 
 /* Engine thread: a group member in slot i takes the leader's prompt state
@@ -390,6 +526,19 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
  * session when the job asks for it (at least one prompt token is evaluated
  * again, for its logits), or install the job's KV state, else start from an
  * empty session. False when the install failed and ended the job. */
+/* The n-gram drafter of a speculating job learns its prompt (then its
+ * output, as tokens are accepted). Out of memory: the job decodes plainly. */
+static void spec_learn_prompt(slot *sl, mu_job *j) {
+    if (j->spec != MU_SPEC_NGRAM) return;
+    if (!sl->ng) sl->ng = mu_ngram_new();
+    if (!sl->ng) {
+        j->spec = MU_SPEC_NONE;
+        return;
+    }
+    mu_ngram_reset(sl->ng);
+    for (int k = 0; k < j->n_prompt; k++) mu_ngram_push(sl->ng, j->prompt[k]);
+}
+
 static bool slot_start(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -414,6 +563,7 @@ static bool slot_start(mu_sched *s, int i) {
         sl->n_fed = sl->n_hist = keep;
         j->st.n_reused = keep;
         sl->waiting = false;
+        spec_learn_prompt(sl, j);
         return true;
     }
     if (j->keep_prefix && !j->grp) {
@@ -430,6 +580,7 @@ static bool slot_start(mu_sched *s, int i) {
     s->m.n_prompt_cached += (uint64_t)keep;
     pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
+    spec_learn_prompt(sl, j);
     return true;
 }
 
@@ -505,15 +656,23 @@ static void *engine_main(void *arg) {
             if (sl->waiting) group_join(s, i);
         }
 
-        /* build one batch: decode tokens first, then prompt chunks */
+        /* build one batch: decode tokens first, then prompt chunks, then the
+         * verification blocks of speculating jobs (solo items go last) */
         int n_items = 0, budget = chunk;
         bool stalled = false;
-        for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < s->o.n_slots; i++) {
+            slot *sl = &s->slots[i];
+            sl->n_drafted = -1;
+            if (!sl->job || sl->waiting || sl->n_fed < sl->job->n_prompt || sl->job->spec == MU_SPEC_NONE) continue;
+            if (s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after) continue;
+            sl->n_drafted = draft(s, i);
+        }
+        for (int pass = 0; pass < 3; pass++) {
             for (int i = 0; i < s->o.n_slots; i++) {
                 slot *sl = &s->slots[i];
                 if (!sl->job || sl->waiting) continue;
-                bool decoding = sl->n_fed >= sl->job->n_prompt;
-                if (decoding != (pass == 0)) continue;
+                bool decoding = sl->n_fed >= sl->job->n_prompt, spec = sl->n_drafted >= 0;
+                if (decoding != (pass != 1) || (decoding && spec != (pass == 2))) continue;
                 if (decoding && s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after) {
                     stalled = true; /* test hook: waits for its cancel */
                     continue;
@@ -522,7 +681,17 @@ static void *engine_main(void *arg) {
                 it->s = sl->sess;
                 it->all_logits = false;
                 it->embd = NULL;
-                if (decoding) {
+                it->solo = false;
+                s->item_spec[n_items] = false;
+                if (decoding && spec) {
+                    /* while drafting is on, every step rounds solo, drafts or not */
+                    sl->blk[0] = sl->last;
+                    it->tokens = sl->blk;
+                    it->n_tokens = 1 + sl->n_drafted;
+                    it->all_logits = it->solo = true;
+                    s->item_last[n_items] = true;
+                    s->item_spec[n_items] = true;
+                } else if (decoding) {
                     it->tokens = &sl->last;
                     it->n_tokens = 1;
                     s->item_last[n_items] = true;
@@ -587,6 +756,10 @@ static void *engine_main(void *arg) {
                     continue;
                 }
             }
+            if (s->item_spec[k]) {
+                verify(s, i, s->item_n[k], mu_session_n_past(sl->sess) - s->item_n[k]);
+                continue;
+            }
             const float *lg = mu_session_logits(sl->sess, -1);
             if (prefilling) group_publish(s, i, lg);
             step(s, i, lg);
@@ -614,6 +787,7 @@ static void slots_free(mu_sched *s) {
     for (int i = 0; i < s->o.n_slots; i++) {
         mu_session_free(s->slots[i].sess);
         free(s->slots[i].hist);
+        mu_ngram_free(s->slots[i].ng);
     }
 }
 
@@ -623,6 +797,10 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     if (o->n_ctx < 2) return mu_fail(err, MU_E_ARG, "sched: context too small: %d", o->n_ctx);
     if (o->queue_max < 0) return mu_fail(err, MU_E_ARG, "sched: bad queue size: %d", o->queue_max);
     if (o->hold_until < 0) return mu_fail(err, MU_E_ARG, "sched: bad hold count: %d", o->hold_until);
+    if (o->spec < MU_SPEC_NONE || o->spec > MU_SPEC_NGRAM || o->draft_max < 0 || o->draft_max > MU_SPEC_DRAFT_MAX ||
+        o->draft_min < 0)
+        return mu_fail(err, MU_E_ARG, "sched: bad speculative decoding default (draft max 0..%d: %d, draft min: %d)",
+                       MU_SPEC_DRAFT_MAX, o->draft_max, o->draft_min);
     mu_sched *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
     s->eng = e;
@@ -702,8 +880,34 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         free(j);
         return mu_fail(err, MU_E_NOMEM, "sched: out of memory for a request");
     }
+    mu_gen_req rs;
+    if (r->spec == MU_SPEC_NONE && s->o.spec != MU_SPEC_NONE) { /* the scheduler's default */
+        rs = *r;
+        rs.spec = s->o.spec;
+        rs.draft_max = s->o.draft_max;
+        rs.draft_min = s->o.draft_min;
+        r = &rs;
+    }
+    if (r->spec < MU_SPEC_NONE || r->spec > MU_SPEC_SCRIPT || r->draft_max < 0 || r->draft_max > MU_SPEC_DRAFT_MAX ||
+        r->draft_min < 0 || r->n_spec_script < 0 || (r->n_spec_script > 0 && !r->spec_script)) {
+        free(j->prompt);
+        free(j);
+        return mu_fail(err, MU_E_ARG, "sched: bad speculative decoding parameters (draft max 0..%d: %d, draft min: %d)",
+                       MU_SPEC_DRAFT_MAX, r->draft_max, r->draft_min);
+    }
+    if (r->spec == MU_SPEC_SCRIPT && r->n_spec_script > 0) {
+        j->script = malloc((size_t)r->n_spec_script * sizeof *j->script);
+        if (!j->script) {
+            free(j->prompt);
+            free(j);
+            return mu_fail(err, MU_E_NOMEM, "sched: out of memory for a request");
+        }
+        memcpy(j->script, r->spec_script, (size_t)r->n_spec_script * sizeof *j->script);
+        j->n_script = r->n_spec_script;
+    }
     int rc = mu_gen_new(s->model, r, max_new, by_ctx, &j->gen, err);
     if (rc) {
+        free(j->script);
         free(j->prompt);
         free(j);
         return rc;
@@ -719,11 +923,16 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         if (!mu_mul_ok((size_t)j->n_embd_cap * (size_t)j->n_embd, sizeof(float), &eb) ||
             !(j->embd_rows = malloc(eb))) {
             mu_gen_free(j->gen);
+            free(j->script);
             free(j->prompt);
             free(j);
             return mu_fail(err, MU_E_NOMEM, "sched: out of memory for embeddings");
         }
     }
+    j->max_new = max_new;
+    j->spec = r->spec;
+    j->draft_max = r->draft_max > 0 ? r->draft_max : MU_SPEC_NGRAM_DRAFT_DEFAULT;
+    j->draft_min = r->draft_min;
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
     j->keep_prefix = r->keep_prefix;
@@ -740,6 +949,16 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     j->t_submit = now_ms();
     *out = j;
     return 0;
+}
+
+const char *mu_spec_name(mu_spec sp) {
+    return sp == MU_SPEC_NONE ? "none" : sp == MU_SPEC_NGRAM ? "ngram" : sp == MU_SPEC_SCRIPT ? "script" : "?";
+}
+
+int mu_spec_parse(const char *name) {
+    if (!strcmp(name, "none")) return MU_SPEC_NONE;
+    if (!strcmp(name, "ngram")) return MU_SPEC_NGRAM;
+    return -1; /* "script" is a test hook, not a user's choice */
 }
 
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {

@@ -452,10 +452,11 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
     COUNTER("tokens_predicted_seconds_total", "Predict process time.", m.gen_s);
     COUNTER("n_decode_total", "Total number of batched forward calls.", m.n_forward);
     COUNTER("n_tokens_max", "Largest observed sequence length (prompt + generation).", m.n_tokens_max);
-    /* muser has no speculative decoding yet: llama.cpp's counters, at zero */
-    COUNTER("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated.", 0);
-    COUNTER("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model.", 0);
-    COUNTER("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps.", 0);
+    COUNTER("spec_decode_num_draft_tokens_total", "Speculative: Total draft tokens generated", m.n_draft_tokens);
+    COUNTER("spec_decode_num_accepted_tokens_total", "Speculative: Total draft tokens accepted by the target model",
+            m.n_draft_accepted);
+    COUNTER("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
+            m.n_spec_steps);
     COUNTER("requests_total", "Generation requests accepted.", m.n_requests);
     COUNTER("requests_rejected_busy_total", "Generation requests answered 429.", m.n_busy_rejects);
     COUNTER("requests_cancelled_total", "Generation requests ended by a cancel (client hang-up, shutdown).",
