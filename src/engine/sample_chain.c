@@ -1,5 +1,5 @@
 /* sample_chain.c: the candidate stages of llama.cpp's sampler chain and
- * its draw, step for step as src/llama-sampler.cpp does them: top-n-sigma,
+ * its draw, step for step as llama.cpp's llama-sampler.cpp does them: top-n-sigma,
  * top-k, typical-p, top-p, min-p, XTC, temperature (dynamic or not), the
  * draw, and mirostat 1 and 2. Also llama.cpp's generator: std::mt19937 and
  * libstdc++'s uniform reals and discrete distribution.
