@@ -1,5 +1,5 @@
 /* sample.c: the sampler's parameters, its history of accepted tokens and
- * the stages that read it, as llama.cpp's llama.cpp's llama-sampler.cpp does them:
+ * the stages that read it, as llama.cpp's llama-sampler.cpp does them:
  * logit bias, repetition / frequency / presence penalties over a window,
  * and DRY (with its sequence breakers found in the vocabulary as
  * llama_sampler_init_dry finds them). Also the probabilities reported with
