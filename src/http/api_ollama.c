@@ -147,7 +147,7 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     q.chat = true;
     long long np = mu_jc_int(opt, "num_predict", -1);
     q.n_predict = np < 0 ? -1 : (int)np;
-    q.sp = api_sample_params(opt ? opt : json_null(), "seed");
+    q.sp = api_sample_params(a, opt ? opt : json_null(), "seed");
     ol_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);

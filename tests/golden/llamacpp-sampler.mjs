@@ -46,7 +46,10 @@ const result = {
 };
 
 function nodeOptions(o, hist) {
-  const r = {temperature: o.temp ?? 0, topK: o.top_k ?? 40, topP: o.top_p ?? 0.95, minP: o.min_p ?? 0.05};
+  // yieldEogToken: end-of-generation tokens are generated through, as
+  // `muser run --ignore-eos` does
+  const r = {temperature: o.temp ?? 0, topK: o.top_k ?? 40, topP: o.top_p ?? 0.95, minP: o.min_p ?? 0.05,
+             yieldEogToken: true};
   if (o.seed != null) r.seed = o.seed;
   if (o.repeat_penalty != null || o.frequency_penalty != null || o.presence_penalty != null) {
     const n = o.repeat_last_n ?? 64;
