@@ -107,21 +107,22 @@ static const struct {
 static mu_logit_bias cli_bias[CLI_MAX_BIAS];
 static const char *cli_breakers[CLI_MAX_BREAKERS];
 
-/* TOKEN_ID(+/-)BIAS, as llama.cpp's --logit-bias: 15043+1, 15043-1, 15043-inf */
-static bool parse_bias(const char *v, mu_logit_bias *out) {
+/* TOKEN_ID(+/-)BIAS, as llama.cpp's --logit-bias: 15043+1, 15043-1, 15043-inf.
+ * 0, 1 for a malformed value, 2 for +inf. */
+static int parse_bias(const char *v, mu_logit_bias *out) {
     char *end;
     errno = 0;
     long id = strtol(v, &end, 10);
-    if (end == v || errno || id < 0 || id > INT32_MAX || (*end != '+' && *end != '-')) return false;
+    if (end == v || errno || id < 0 || id > INT32_MAX || (*end != '+' && *end != '-')) return 1;
     const char sign = *end++;
-    if (!*end || *end == '+' || *end == '-' || isspace((unsigned char)*end)) return false;
+    if (!*end || *end == '+' || *end == '-' || isspace((unsigned char)*end)) return 1;
     char *e2;
     errno = 0;
     double b = strtod(end, &e2);
-    if (*e2 || isnan(b) || errno == EINVAL) return false;
-    if (sign == '+' && isinf(b)) return false; /* +inf would make every other token impossible to draw */
+    if (*e2 || isnan(b) || errno == EINVAL) return 1;
+    if (sign == '+' && isinf(b)) return 2; /* every other token would become impossible */
     *out = (mu_logit_bias){(int32_t)id, (float)(sign == '-' ? -b : b)};
-    return true;
+    return 0;
 }
 
 int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_params *p) {
@@ -194,7 +195,9 @@ int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_par
     case O_MIRO_ENT: FLOAT(-1e30, 1e30, mirostat_tau, "finite"); break;
     case O_BIAS: {
         mu_logit_bias b;
-        if (!parse_bias(v, &b))
+        int bad = parse_bias(v, &b);
+        if (bad == 2) return cli_fail("%s: --logit-bias: a bias of +inf is not allowed (ban with -inf): %s", cmd, v), -1;
+        if (bad)
             return cli_fail("%s: --logit-bias must be TOKEN_ID(+/-)BIAS, e.g. 15043+1 or 15043-inf: %s", cmd, v), -1;
         if (p->logit_bias != cli_bias) {
             p->logit_bias = cli_bias;

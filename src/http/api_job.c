@@ -231,7 +231,7 @@ static void bias_add(mu_http_app *a, mu_sample_params *p, const char *text, long
     int32_t *t = NULL;
     int k = 0;
     mu_err err = {0};
-    if (mu_tok_encode(a->tok, text, strlen(text), false, &t, &k, &err)) return;
+    if (!a->tok || mu_tok_encode(a->tok, text, strlen(text), false, &t, &k, &err)) return;
     for (int i = 0; i < k && p->n_logit_bias < API_MAX_BIAS; i++) tl_bias[p->n_logit_bias++] = (mu_logit_bias){t[i], b};
     free(t);
 }
