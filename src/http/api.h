@@ -107,6 +107,9 @@ void api_job_free(api_job *g);
  * thread-local storage (and the body) until the next call on this thread:
  * submit the job before that. */
 mu_sample_params api_sample_params(mu_http_app *a, const json_t *o, const char *seed_key);
+/* llama.cpp's ignore_eos: the end-of-generation tokens (eos, eot, eom) get
+ * a logit bias of -inf, after p's own biases (same storage rules). */
+void api_ban_eog(mu_http_app *a, mu_sample_params *p);
 
 /* Token text (control tokens as their text; see mu_tok_piece): the byte
  * count written, 0 for an id out of range or a piece longer than cap. */

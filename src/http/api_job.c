@@ -264,6 +264,17 @@ static void parse_logit_bias(mu_http_app *a, const json_t *lb, mu_sample_params 
     }
 }
 
+void api_ban_eog(mu_http_app *a, mu_sample_params *p) {
+    if (p->logit_bias != tl_bias) {
+        p->logit_bias = tl_bias;
+        p->n_logit_bias = 0;
+    }
+    const int32_t eog[] = {a->info->eos, a->info->eot, a->info->eom};
+    for (size_t i = 0; i < sizeof eog / sizeof eog[0]; i++)
+        if (eog[i] >= 0 && eog[i] < a->info->n_vocab && p->n_logit_bias < API_MAX_BIAS)
+            tl_bias[p->n_logit_bias++] = (mu_logit_bias){eog[i], -INFINITY};
+}
+
 mu_sample_params api_sample_params(mu_http_app *a, const json_t *o, const char *seed_key) {
     mu_sample_params p = mu_sample_defaults();
     p.temp = (float)mu_jc_num(o, "temperature", p.temp);

@@ -164,6 +164,7 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     q.n_top = (int)mu_jc_int(body, "n_probs", 0);
     q.logprobs = q.n_top > 0;
     q.ignore_eos = mu_jc_bool(body, "ignore_eos", false);
+    if (q.ignore_eos) api_ban_eog(a, &q.sp); /* as llama.cpp's server: never sampled */
     lc_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);

@@ -53,6 +53,14 @@ curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":$N,\"temp
 QP=$(jget "$T/pen" "','.join(map(str,j['tokens']))")
 if [ -n "$RP" ] && [ "$QP" = "$RP" ] && [ "$RP" != "$R0" ]; then ok "/completion with penalties, DRY and logit_bias == muser run with the same flags"
 else bad "sampler parity: run [$RP] api [$QP] plain [$R0] $(cat "$T/err")"; fi
+# ignore_eos as llama.cpp's server: end-of-generation tokens get -inf, so
+# even a huge bias on them cannot make them come out
+EOS=$("$MUSER" info -m "$MODEL" | awk '/^tokens/ {print $5}')
+curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":6,\"temperature\":0,\"return_tokens\":true,\"ignore_eos\":true,\"logit_bias\":[[$EOS,1000]]}" >"$T/eog"
+curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":6,\"temperature\":0,\"return_tokens\":true,\"logit_bias\":[[$EOS,1000]]}" >"$T/eog2"
+[ -n "$EOS" ] && [ "$(jget "$T/eog" "len([t for t in j['tokens'] if t == $EOS])")" = 0 ] && [ "$(jget "$T/eog" "len(j['tokens'])")" = 6 ] &&
+  [ "$(jget "$T/eog2" "j['tokens']")" = "[$EOS]" ] && ok "ignore_eos bans end-of-generation tokens (a bias of 1000 on eos $EOS cannot bring it back)" ||
+  bad "ignore_eos: $(cat "$T/eog") / $(cat "$T/eog2")"
 # OpenAI's names on /v1/completions, against the same fields on /completion
 PF='"temperature":0,"frequency_penalty":0.7,"presence_penalty":0.3,"repeat_penalty":0.5,"logit_bias":{"10":2.5,"11":false}'
 curl -s "$BASE/v1/completions" -H "$J" -d "{\"prompt\":[$SP],\"max_tokens\":$N,$PF}" >"$T/oapen"
