@@ -212,10 +212,9 @@ static int brk_from_text(mu_sampler *s, const mu_tok *tok, const char *str, size
     return 0;
 }
 
-static int brk_finish(mu_sampler *s, mu_err *err) {
+/* Breakers sorted by head (stable: tails in the order found) for lookup. */
+static void brk_finish(mu_sampler *s) {
     if (s->n_brk > 1) qsort(s->brk, (size_t)s->n_brk, sizeof *s->brk, brk_cmp);
-    return 0;
-    (void)err;
 }
 
 int mu_sampler_new_model(const mu_sample_params *p, const mu_model *m, mu_sampler **out, mu_err *err) {
@@ -233,7 +232,7 @@ int mu_sampler_new_model(const mu_sample_params *p, const mu_model *m, mu_sample
             if (l == 0) continue; /* llama.cpp skips empty breakers */
             rc = brk_from_text(s, tok, b[i], l > 40 ? 40 : l, err);
         }
-        if (!rc) rc = brk_finish(s, err);
+        if (!rc) brk_finish(s);
     }
     if (rc) {
         mu_sampler_free(s);
@@ -250,7 +249,8 @@ int mu_sampler_set_breaker_tokens(mu_sampler *s, const int32_t *const *seqs, con
         int rc = brk_add(s, seqs[i][0], seqs[i] + 1, lens[i] - 1, err);
         if (rc) return rc;
     }
-    return brk_finish(s, err);
+    brk_finish(s);
+    return 0;
 }
 
 /* ---- history ---------------------------------------------------------- */
