@@ -15,6 +15,7 @@
 //   frequency_penalty presence_penalty    repeatPenalty.frequencyPenalty / presencePenalty
 //   dry_multiplier dry_base               dryRepeatPenalty.strength / base
 //   dry_allowed_length dry_penalty_last_n dryRepeatPenalty.allowedLength / lastTokens
+//   dry_sequence_breakers [...]           dryRepeatPenalty.sequenceBreakers ([]: none)
 //   logit_bias [[id, bias], ...]          tokenBias (set to {logit: bias})
 //   xtc_probability xtc_threshold         xtc
 // What node-llama-cpp feeds the stages' histories, and how the cases keep
@@ -66,6 +67,7 @@ function nodeOptions(o, hist) {
       strength: o.dry_multiplier, base: o.dry_base ?? 1.75, allowedLength: o.dry_allowed_length ?? 2,
       lastTokens: o.dry_penalty_last_n ?? 64,
     };
+    if (o.dry_sequence_breakers) r.dryRepeatPenalty.sequenceBreakers = o.dry_sequence_breakers;
   }
   if (o.logit_bias) {
     const tb = new TokenBias(model.tokenizer);

@@ -38,7 +38,10 @@ def muser_args(opts):
     o = {"top_k": 40, "top_p": 0.95, "min_p": 0.05, **opts}
     args = []
     for k, v in o.items():
-        if k == "logit_bias":
+        if k == "dry_sequence_breakers":
+            for b in v or ["none"]:
+                args += ["--dry-sequence-breaker", b]
+        elif k == "logit_bias":
             for tid, b in v:
                 args += ["--logit-bias", f"{tid}-inf" if b == "-inf" else f"{tid}{'+' if b >= 0 else '-'}{abs(b)}"]
         elif k in FLAGS:
