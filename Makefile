@@ -49,6 +49,12 @@ FLAGS_src/kern/attn_neon.c   := $(FLAGS_src/kern/kern_neon.c)
 FLAGS_src/kern/gemm_neon.c   := $(FLAGS_src/kern/kern_neon.c)
 FLAGS_src/kern/kern_neon.c   := -march=armv8.2-a+dotprod+fp16
 
+# The sampler reproduces llama.cpp's float arithmetic step for step: no
+# fused multiply-add contraction there (GCC contracts by default where the
+# target has FMA, as on arm64).
+FLAGS_src/engine/sample.c       := -ffp-contract=off
+FLAGS_src/engine/sample_chain.c := -ffp-contract=off
+
 LIB_SRC := $(filter-out $(ISA_ALL),$(wildcard src/*/*.c)) $(ISA_SRC)
 CMD_SRC := $(wildcard cmd/muser/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)

@@ -248,42 +248,47 @@ typedef struct {
     float bias;
 } mu_logit_bias;
 
-/* llama.cpp's sampler chain and its parameters (common_params_sampling):
- * logit bias -> penalties -> DRY -> top-n-sigma -> top-k -> typical-p ->
- * top-p -> min-p -> XTC -> temperature (dynamic when dynatemp_range > 0) ->
- * draw; mirostat 1 or 2 replaces everything after temperature. Zero is
- * "off" for every field after seed, so a literal that names only the first
- * five is the plain chain. The fields after seed are NOT yet implemented by
- * the sampler (issue 17): a sampler built with any of them on is refused
- * with MU_E_UNSUPPORTED until it is. */
+/* llama.cpp's sampler chain and its parameters (common_params_sampling),
+ * in its order: logit bias -> penalties (repeat, frequency, presence over
+ * the last penalty_last_n accepted tokens) -> DRY -> top-n-sigma -> top-k
+ * -> typical-p -> top-p -> min-p -> XTC -> temperature (dynamic when
+ * dynatemp_range > 0) -> draw. Mirostat 1 or 2 replaces the chain after
+ * logit bias with temperature -> mirostat (penalties and DRY are not part
+ * of it, as in llama.cpp). Zero is "off" for every field after seed, so a
+ * literal that names only the first five is the plain chain. Draws use
+ * llama.cpp's generator (std::mt19937 seeded with the low 32 bits of seed,
+ * its uniform doubles), so equal logits give llama.cpp's tokens. */
 typedef struct {
     float temp;        /* <= 0: greedy */
     int top_k;         /* <= 0: off */
     float top_p;       /* >= 1: off */
     float min_p;       /* <= 0: off */
-    uint64_t seed;
+    uint64_t seed;     /* low 32 bits used; 0xFFFFFFFF is an ordinary seed here
+                          (llama.cpp draws a random one; callers choose) */
     int min_keep;              /* 0 */
     float typical_p;           /* <= 0 or >= 1: off */
     float top_n_sigma;         /* <= 0: off (llama.cpp's -1) */
     float xtc_probability;     /* 0: off */
-    float xtc_threshold;       /* 0.1 */
+    float xtc_threshold;       /* 0.1; > 0.5: off */
     float dynatemp_range;      /* 0: off */
     float dynatemp_exponent;   /* 1 */
-    int penalty_last_n;        /* 64; 0: off; -1: the whole context */
+    int penalty_last_n;        /* 64; 0: off; -1: every accepted token */
     float penalty_repeat;      /* 0 or 1: off */
     float penalty_freq;        /* 0: off */
     float penalty_present;     /* 0: off */
     float dry_multiplier;      /* 0: off */
-    float dry_base;            /* 1.75 */
+    float dry_base;            /* 1.75; < 1: DRY off (as llama.cpp's sampler) */
     int dry_allowed_length;    /* 2 */
-    int dry_penalty_last_n;    /* -1: the whole context */
-    const char *const *dry_breakers; /* NULL: llama.cpp's "\n", ":", "\"", "*" */
+    int dry_penalty_last_n;    /* 64 (llama.cpp's); 0: off; -1: every accepted token */
+    const char *const *dry_breakers; /* NULL: llama.cpp's "\n", ":", "\"", "*";
+                                        non-NULL with n_dry_breakers 0: none.
+                                        Not owned; read by mu_sampler_new_model */
     int n_dry_breakers;
     int mirostat;              /* 0 off, 1, 2 */
     float mirostat_tau;        /* 5 */
     float mirostat_eta;        /* 0.1 */
     const mu_logit_bias *logit_bias; /* not owned; copied by mu_sampler_new */
-    int n_logit_bias;
+    int n_logit_bias;          /* ids outside the vocabulary are ignored */
 } mu_sample_params;
 
 /* llama.cpp's defaults: temp 0.8, top_k 40, top_p 0.95, min_p 0.05, and the
@@ -291,9 +296,19 @@ typedef struct {
 mu_sample_params mu_sample_defaults(void);
 
 typedef struct mu_sampler mu_sampler;
+/* MU_E_ARG for parameters out of range (message names the field). DRY
+ * needs the model's vocabulary for its sequence breakers: with
+ * dry_multiplier on, mu_sampler_new accepts only "no breakers". */
 int mu_sampler_new(const mu_sample_params *p, int n_vocab, mu_sampler **out, mu_err *err);
+int mu_sampler_new_model(const mu_sample_params *p, const mu_model *m, mu_sampler **out, mu_err *err);
 void mu_sampler_free(mu_sampler *s);
+/* The whole chain over n_vocab logits (not modified). */
 int32_t mu_sampler_sample(mu_sampler *s, const float *logits);
+/* The chain split in two, for callers that mask logits in between
+ * (structured output): adjust applies the history stages (logit bias,
+ * penalties, DRY) in place; sample_adjusted runs the rest. */
+void mu_sampler_adjust(mu_sampler *s, float *logits);
+int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *logits);
 /* Feeds a token into the sampler's history (penalties, DRY): every prompt
  * token and every generated one, in order, as llama.cpp's server does. */
 void mu_sampler_accept(mu_sampler *s, int32_t tok);

@@ -1,6 +1,6 @@
 /* chat.c: `muser chat`: an interactive terminal chat on one model.
  *   muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh]
- *              [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+ *              [SAMPLING...] (cli_sample_usage: --temp --top-k ... --logit-bias)
  *              [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern NAME]
  *              [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]
  *              [--spec none|ngram] [--draft-max N] [--draft-min N]
@@ -707,14 +707,14 @@ static int input_message(input *in, sbuf *msg) {
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh] [--temp T]\n"
-            "                  [--top-k K] [--top-p P] [--min-p P] [--seed S] [-n MAX_TOKENS_PER_ANSWER]\n"
-            "                  [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
+            "usage: muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh] [SAMPLING...]\n"
+            "                  [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
             "                  " CLI_BACKEND_USAGE "\n"
             "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
             "                  [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
             "Interactive chat; type /help inside for commands. Reads one message per line when\n"
-            "stdin is not a terminal. Details: docs/chat.md.\n");
+            "stdin is not a terminal. Details: docs/chat.md.\n%s",
+            cli_sample_usage());
     return 1;
 }
 

@@ -4,6 +4,7 @@
 #include "../../include/muser_gen.h"
 #include "../../src/base/esc.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <stdarg.h>
@@ -75,39 +76,140 @@ bool cli_ids(const char *s, int32_t **out, int *n) {
     return true;
 }
 
+/* llama.cpp's sampling flags (common/arg.cpp names and ranges). */
+enum {
+    O_TEMP, O_TOP_K, O_TOP_P, O_MIN_P, O_SEED, O_MIN_KEEP, O_TYPICAL, O_NSIGMA, O_XTC_P, O_XTC_T, O_DT_RANGE,
+    O_DT_EXP, O_REP, O_REP_N, O_PRESENT, O_FREQ, O_DRY_M, O_DRY_B, O_DRY_AL, O_DRY_N, O_DRY_BRK, O_MIRO,
+    O_MIRO_LR, O_MIRO_ENT, O_BIAS
+};
+static const struct {
+    const char *name, *alt;
+} sample_opts[] = {
+    [O_TEMP] = {"--temp", "--temperature"},         [O_TOP_K] = {"--top-k", NULL},
+    [O_TOP_P] = {"--top-p", NULL},                  [O_MIN_P] = {"--min-p", NULL},
+    [O_SEED] = {"--seed", NULL},                    [O_MIN_KEEP] = {"--min-keep", NULL},
+    [O_TYPICAL] = {"--typical", "--typical-p"},     [O_NSIGMA] = {"--top-nsigma", "--top-n-sigma"},
+    [O_XTC_P] = {"--xtc-probability", NULL},        [O_XTC_T] = {"--xtc-threshold", NULL},
+    [O_DT_RANGE] = {"--dynatemp-range", NULL},      [O_DT_EXP] = {"--dynatemp-exp", NULL},
+    [O_REP] = {"--repeat-penalty", NULL},           [O_REP_N] = {"--repeat-last-n", NULL},
+    [O_PRESENT] = {"--presence-penalty", NULL},     [O_FREQ] = {"--frequency-penalty", NULL},
+    [O_DRY_M] = {"--dry-multiplier", NULL},         [O_DRY_B] = {"--dry-base", NULL},
+    [O_DRY_AL] = {"--dry-allowed-length", NULL},    [O_DRY_N] = {"--dry-penalty-last-n", NULL},
+    [O_DRY_BRK] = {"--dry-sequence-breaker", NULL}, [O_MIRO] = {"--mirostat", NULL},
+    [O_MIRO_LR] = {"--mirostat-lr", NULL},          [O_MIRO_ENT] = {"--mirostat-ent", NULL},
+    [O_BIAS] = {"--logit-bias", "-l"},
+};
+
+/* The lists the parameters point at: one command line's worth, for the
+ * life of the process. */
+#define CLI_MAX_BIAS 1024
+#define CLI_MAX_BREAKERS 64
+static mu_logit_bias cli_bias[CLI_MAX_BIAS];
+static const char *cli_breakers[CLI_MAX_BREAKERS];
+
+/* TOKEN_ID(+/-)BIAS, as llama.cpp's --logit-bias: 15043+1, 15043-1, 15043-inf.
+ * 0, 1 for a malformed value, 2 for +inf. */
+static int parse_bias(const char *v, mu_logit_bias *out) {
+    char *end;
+    errno = 0;
+    long id = strtol(v, &end, 10);
+    if (end == v || errno || id < 0 || id > INT32_MAX || (*end != '+' && *end != '-')) return 1;
+    const char sign = *end++;
+    if (!*end || *end == '+' || *end == '-' || isspace((unsigned char)*end)) return 1;
+    char *e2;
+    errno = 0;
+    double b = strtod(end, &e2);
+    if (*e2 || isnan(b) || errno == EINVAL) return 1;
+    if (sign == '+' && isinf(b)) return 2; /* every other token would become impossible */
+    *out = (mu_logit_bias){(int32_t)id, (float)(sign == '-' ? -b : b)};
+    return 0;
+}
+
 int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_params *p) {
     const char *a = argv[*i];
-    static const char *names[] = {"--temp", "--top-k", "--top-p", "--min-p", "--seed"};
     int which = -1;
-    for (int k = 0; k < 5; k++)
-        if (!strcmp(a, names[k])) which = k;
+    for (int k = 0; k < (int)(sizeof sample_opts / sizeof sample_opts[0]); k++)
+        if (!strcmp(a, sample_opts[k].name) || (sample_opts[k].alt && !strcmp(a, sample_opts[k].alt))) which = k;
     if (which < 0) return 0;
     if (*i + 1 >= argc) return cli_fail("%s: option %s needs a value", cmd, a), -1;
     const char *v = argv[++*i];
     long long n;
     double d;
+#define FLOAT(lo, hi, field, what)                                                         \
+    do {                                                                                   \
+        if (!cli_float(v, lo, hi, &d)) return cli_fail("%s: %s must be %s: %s", cmd, a, what, v), -1; \
+        p->field = (float)d;                                                               \
+    } while (0)
+#define INT(lo, hi, field, what)                                                           \
+    do {                                                                                   \
+        if (!cli_int(v, lo, hi, &n)) return cli_fail("%s: %s must be %s: %s", cmd, a, what, v), -1; \
+        p->field = (int)n;                                                                 \
+    } while (0)
     switch (which) {
-    case 0:
-        if (!cli_float(v, 0, 100, &d)) return cli_fail("%s: --temp must be 0..100: %s", cmd, v), -1;
-        p->temp = (float)d;
-        break;
-    case 1:
-        if (!cli_int(v, 0, 1 << 24, &n)) return cli_fail("%s: --top-k must be >= 0 (0: off): %s", cmd, v), -1;
-        p->top_k = (int)n;
-        break;
-    case 2:
-        if (!cli_float(v, 0, 1, &d)) return cli_fail("%s: --top-p must be 0..1: %s", cmd, v), -1;
-        p->top_p = (float)d;
-        break;
-    case 3:
-        if (!cli_float(v, 0, 1, &d)) return cli_fail("%s: --min-p must be 0..1: %s", cmd, v), -1;
-        p->min_p = (float)d;
-        break;
-    case 4:
+    case O_TEMP: FLOAT(0, 100, temp, "0..100"); break;
+    case O_TOP_K: INT(0, 1 << 24, top_k, ">= 0 (0: off)"); break;
+    case O_TOP_P: FLOAT(0, 1, top_p, "0..1"); break;
+    case O_MIN_P: FLOAT(0, 1, min_p, "0..1"); break;
+    case O_SEED:
         if (!cli_int(v, 0, 1LL << 62, &n)) return cli_fail("%s: --seed must be a non-negative integer: %s", cmd, v), -1;
         p->seed = (uint64_t)n;
         break;
+    case O_MIN_KEEP: INT(0, 1 << 24, min_keep, ">= 0"); break;
+    case O_TYPICAL: FLOAT(0, 1e9, typical_p, ">= 0 (1: off)"); break;
+    case O_NSIGMA: FLOAT(-1e9, 1e9, top_n_sigma, "a number (<= 0: off)"); break;
+    case O_XTC_P: FLOAT(0, 1, xtc_probability, "0..1"); break;
+    case O_XTC_T: FLOAT(0, 1, xtc_threshold, "0..1 (> 0.5: off)"); break;
+    case O_DT_RANGE: FLOAT(0, 1e9, dynatemp_range, ">= 0"); break;
+    case O_DT_EXP: FLOAT(-1e9, 1e9, dynatemp_exponent, "a number"); break;
+    case O_REP:
+        if (!cli_float(v, 1e-30, 1e30, &d)) return cli_fail("%s: --repeat-penalty must be finite and > 0: %s", cmd, v), -1;
+        p->penalty_repeat = (float)d;
+        break;
+    case O_REP_N: INT(-1, INT32_MAX, penalty_last_n, ">= -1 (0: off, -1: every token)"); break;
+    case O_PRESENT: FLOAT(-1e30, 1e30, penalty_present, "finite"); break;
+    case O_FREQ: FLOAT(-1e30, 1e30, penalty_freq, "finite"); break;
+    case O_DRY_M: FLOAT(0, 1e30, dry_multiplier, ">= 0"); break;
+    case O_DRY_B:
+        if (!cli_float(v, -1e30, 1e30, &d)) return cli_fail("%s: --dry-base must be a number: %s", cmd, v), -1;
+        if (d >= 1) p->dry_base = (float)d; /* llama.cpp ignores a base below 1 */
+        break;
+    case O_DRY_AL: INT(0, INT32_MAX, dry_allowed_length, ">= 0"); break;
+    case O_DRY_N: INT(-1, INT32_MAX, dry_penalty_last_n, ">= -1 (0: off, -1: every token)"); break;
+    case O_DRY_BRK:
+        /* the first one replaces the defaults; "none" leaves no breaker */
+        if (p->dry_breakers != cli_breakers) {
+            p->dry_breakers = cli_breakers;
+            p->n_dry_breakers = 0;
+        }
+        if (!strcmp(v, "none")) {
+            p->n_dry_breakers = 0;
+            break;
+        }
+        if (!*v) return cli_fail("%s: --dry-sequence-breaker must not be empty", cmd), -1;
+        if (p->n_dry_breakers == CLI_MAX_BREAKERS)
+            return cli_fail("%s: at most %d --dry-sequence-breaker options", cmd, CLI_MAX_BREAKERS), -1;
+        cli_breakers[p->n_dry_breakers++] = v;
+        break;
+    case O_MIRO: INT(0, 2, mirostat, "0, 1 or 2"); break;
+    case O_MIRO_LR: FLOAT(-1e30, 1e30, mirostat_eta, "finite"); break;
+    case O_MIRO_ENT: FLOAT(-1e30, 1e30, mirostat_tau, "finite"); break;
+    case O_BIAS: {
+        mu_logit_bias b;
+        int bad = parse_bias(v, &b);
+        if (bad == 2) return cli_fail("%s: --logit-bias: a bias of +inf is not allowed (ban with -inf): %s", cmd, v), -1;
+        if (bad)
+            return cli_fail("%s: --logit-bias must be TOKEN_ID(+/-)BIAS, e.g. 15043+1 or 15043-inf: %s", cmd, v), -1;
+        if (p->logit_bias != cli_bias) {
+            p->logit_bias = cli_bias;
+            p->n_logit_bias = 0;
+        }
+        if (p->n_logit_bias == CLI_MAX_BIAS) return cli_fail("%s: at most %d --logit-bias options", cmd, CLI_MAX_BIAS), -1;
+        cli_bias[p->n_logit_bias++] = b;
+        break;
     }
+    }
+#undef FLOAT
+#undef INT
     return 1;
 }
 
@@ -135,6 +237,19 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
         p->draft_min = (int)n;
     }
     return 1;
+}
+
+const char *cli_sample_usage(void) {
+    return "sampling (llama.cpp's flags and defaults; chain: logit bias, penalties, DRY, top-n-sigma, top-k,\n"
+           "typical, top-p, min-p, XTC, temperature; --temp 0 is greedy):\n"
+           "  --temp T (0.8)  --top-k K (40, 0 off)  --top-p P (0.95)  --min-p P (0.05)  --seed S  --min-keep N (0)\n"
+           "  --repeat-penalty X (1, off)  --repeat-last-n N (64; 0 off, -1 every token)\n"
+           "  --presence-penalty X (0)  --frequency-penalty X (0)\n"
+           "  --dry-multiplier X (0, off)  --dry-base X (1.75)  --dry-allowed-length N (2)\n"
+           "  --dry-penalty-last-n N (64; -1 every token)  --dry-sequence-breaker S (repeatable; 'none')\n"
+           "  --typical P (1, off)  --top-nsigma N (-1, off)  --xtc-probability P (0)  --xtc-threshold P (0.1)\n"
+           "  --dynatemp-range X (0)  --dynatemp-exp X (1)  --mirostat 0|1|2  --mirostat-lr X (0.1)\n"
+           "  --mirostat-ent X (5)  --logit-bias ID(+/-)BIAS (repeatable, e.g. 15043+1, 15043-inf)\n";
 }
 
 /* ---- weight check (--check, --check-tensors) ------------------------------ */

@@ -17,11 +17,16 @@ bool cli_float(const char *s, double lo, double hi, double *out);
 /* Comma-separated int32 list; *out is malloc'ed. */
 bool cli_ids(const char *s, int32_t **out, int *n);
 
-/* Parses one sampling option (--temp --top-k --top-p --min-p --seed) at
- * argv[*i] into p, which starts as mu_sample_defaults(). Returns 1 when it
- * consumed the option and its value (advancing *i), 0 when argv[*i] is not a
- * sampling option, -1 after printing the error line ("CMD: ..."). */
+/* Parses one sampling option (llama.cpp's names: --temp --top-k --top-p
+ * --min-p --seed --repeat-penalty --dry-multiplier ... --logit-bias, the
+ * list cli_sample_usage prints) at argv[*i] into p, which starts as
+ * mu_sample_defaults(). Returns 1 when it consumed the option and its value
+ * (advancing *i), 0 when argv[*i] is not a sampling option, -1 after
+ * printing the error line ("CMD: ..."). The logit biases and DRY breakers
+ * p then points at live as long as the process (and argv). */
 int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_params *p);
+/* The sampling options' usage lines. */
+const char *cli_sample_usage(void);
 
 /* --backend auto|cpu|cuda and --gpu N, shared by run, chat, serve, bench. */
 typedef struct {

@@ -1,6 +1,6 @@
 /* run.c: `muser run`: one-shot generation.
  *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
- *             [--temp T] [--top-k K] [--top-p P] [--min-p P] [--seed S]
+ *             [SAMPLING...] (cli_sample_usage: --temp --top-k ... --logit-bias)
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
  *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]
  * With --pack, the KV state of a pack directory (muser pack save) is
@@ -22,12 +22,11 @@
 
 static int usage(void) {
     fprintf(stderr,
-            "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [--temp T]\n"
-            "                 [--top-k K] [--top-p P] [--min-p P] [--seed S] [--json] [--top K]\n"
-            "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
-            "                 " CLI_BACKEND_USAGE "\n"
-            "                 [--check-tensors] [--pack DIR [--key-file F]]\n"
-            "                 [--spec none|ngram] [--draft-max N] [--draft-min N]\n");
+            "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [SAMPLING...]\n"
+            "                 [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N]\n"
+            "                 [--kern ref|avx2|avx512|neon] " CLI_BACKEND_USAGE " [--check-tensors]\n"
+            "                 [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]\n%s",
+            cli_sample_usage());
     return 1;
 }
 

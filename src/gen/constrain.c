@@ -230,6 +230,7 @@ int32_t mu_constrain_pick(mu_constrain *c, mu_sampler *smp, const mu_sample_para
     int nv = c->n_vocab;
     float *m = c->masked;
     prefilter(c, lg);
+    mu_sampler_adjust(smp, m); /* logit bias, penalties, DRY: before the walk */
     c->in_plain = c->hdr == H_OFF && mu_jsonc_in_plain_string(c->st);
     int32_t id = -1;
     if (p->temp <= 0) {
@@ -294,7 +295,7 @@ int32_t mu_constrain_pick(mu_constrain *c, mu_sampler *smp, const mu_sample_para
         id = best;
         if (best >= 0) {
             double ts = now_s();
-            id = mu_sampler_sample(smp, m);
+            id = mu_sampler_sample_adjusted(smp, m);
             t0 += now_s() - ts; /* the sampler chain itself is not the constraint's cost */
             if (id < 0 || id >= nv || m[id] == -INFINITY) id = best; /* rounding at the edge of the draw */
         }

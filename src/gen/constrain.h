@@ -24,9 +24,10 @@ void mu_constrain_free(mu_constrain *c);
 
 /* Is token id allowed next? */
 bool mu_constrain_allowed(mu_constrain *c, int32_t id);
-/* Next token from logits under the constraint: the most probable allowed
- * token when p->temp <= 0, else smp over the logits with disallowed tokens
- * masked (-inf). -1 when no token is allowed. */
+/* Next token from logits under the constraint: the logits pass smp's
+ * history stages (logit bias, penalties, DRY), then the most probable
+ * allowed token when p->temp <= 0, else the rest of smp's chain over them
+ * with disallowed tokens masked (-inf). -1 when no token is allowed. */
 int32_t mu_constrain_pick(mu_constrain *c, mu_sampler *smp, const mu_sample_params *p, const float *logits);
 /* Advances past token id (which must be allowed). */
 void mu_constrain_accept(mu_constrain *c, int32_t id);

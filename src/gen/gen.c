@@ -97,7 +97,10 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
         else memcpy(g->forced, r->forced, (size_t)r->n_forced * sizeof *g->forced);
         g->r.forced = g->forced;
     }
-    if (!rc) rc = mu_sampler_new(&r->sp, g->n_vocab, &g->smp, err);
+    if (!rc) rc = mu_sampler_new_model(&r->sp, m, &g->smp, err);
+    /* the sampler's history starts with the prompt, as llama.cpp's server
+     * feeds it (penalties and DRY see prompt tokens too) */
+    for (int i = 0; !rc && i < r->n_prompt; i++) mu_sampler_accept(g->smp, r->prompt[i]);
     if (!rc && r->schema) rc = mu_constrain_new(m, r->schema, r->schema_chat, &g->cons, err);
     if (!rc && r->schema) mu_schema_ref(r->schema);
     else g->r.schema = NULL;
@@ -383,6 +386,7 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
     g->user = user;
     if (g->cons) mu_constrain_accept(g->cons, id);
     if (g->call_phase != CALL_OFF && g->n_acc >= g->r.n_forced) call_accept(g, id);
+    mu_sampler_accept(g->smp, id);
     g->n_acc++;
     mu_gen_event ev = {.kind = MU_EV_TOKEN};
     ev.tok.id = id;

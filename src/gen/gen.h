@@ -19,7 +19,7 @@ typedef struct mu_gen mu_gen;
 /* Receives each event; pointers live until it returns. */
 typedef void (*mu_gen_emit_fn)(void *user, const mu_gen_event *ev);
 
-/* r's prompt is not used; max_new is the most tokens the job may generate
+/* r's prompt only starts the sampler's history (penalties, DRY); max_new is the most tokens the job may generate
  * (its n_predict capped by the context), by_ctx whether the context is the
  * cap. The model (and r->schema, referenced) must outlive g. */
 int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx, mu_gen **out, mu_err *err);

@@ -115,6 +115,26 @@ static const jc_field resp_format_fields[] = {
     END,
 };
 
+/* llama.cpp's sampler fields (its server reads them on every completion
+ * route, /v1 included); N is JC_NULL where null means "default" */
+static const jc_field bias_pair_elem = F_(NULL, JC_INT | JC_NUM | JC_STR | JC_BOOL, .max_len = 1024);
+static const jc_field bias_elem = F_(NULL, JC_ARR, .elem = &bias_pair_elem, .min_len = 2, .max_len = 2);
+static const jc_field breaker_elem = F_(NULL, JC_STR, .max_len = 1024);
+#define LLAMA_SAMPLER(N)                                                                                      \
+    F_("repeat_penalty", JC_NUM | (N), RANGE(0, BIG)), F_("repeat_last_n", JC_INT | (N), RANGE(-1, 2147483647)), \
+        F_("presence_penalty", JC_NUM | (N), RANGE(-BIG, BIG)),                                               \
+        F_("frequency_penalty", JC_NUM | (N), RANGE(-BIG, BIG)), F_("typical_p", JC_NUM | (N), RANGE(-BIG, BIG)), \
+        F_("top_n_sigma", JC_NUM | (N), RANGE(-BIG, BIG)), F_("xtc_probability", JC_NUM | (N), RANGE(0, 1)),    \
+        F_("xtc_threshold", JC_NUM | (N), RANGE(0, 1)), F_("dynatemp_range", JC_NUM | (N), RANGE(0, BIG)),      \
+        F_("dynatemp_exponent", JC_NUM | (N), RANGE(-BIG, BIG)),                                              \
+        F_("dry_multiplier", JC_NUM | (N), RANGE(0, BIG)), F_("dry_base", JC_NUM | (N), RANGE(-BIG, BIG)),      \
+        F_("dry_allowed_length", JC_INT | (N), RANGE(0, 2147483647)),                                         \
+        F_("dry_penalty_last_n", JC_INT | (N), RANGE(-1, 2147483647)),                                        \
+        F_("dry_sequence_breakers", JC_ARR | (N), .elem = &breaker_elem, .min_len = 1, .max_len = 64),        \
+        F_("mirostat", JC_INT | (N), RANGE(0, 2)), F_("mirostat_tau", JC_NUM | (N), RANGE(-BIG, BIG)),          \
+        F_("mirostat_eta", JC_NUM | (N), RANGE(-BIG, BIG)), F_("min_keep", JC_INT | (N), RANGE(0, 1048576)),     \
+        F_("logit_bias", JC_ARR | JC_OBJ | (N), .elem = &bias_elem, .max_len = 1024)
+
 #define OPENAI_SAMPLING                                                                                   \
     F_("model", JC_STR, .max_len = 256), F_("stream", JC_BOOL | JC_NULL),                                 \
         F_("stream_options", JC_OBJ | JC_NULL, .fields = stream_opt_fields),                              \
@@ -124,9 +144,7 @@ static const jc_field resp_format_fields[] = {
         F_("seed", JC_INT | JC_NULL, RANGE(-1, 9007199254740991.0)),                                     \
         F_("stop", JC_STR | JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 4),                          \
         F_("n", JC_INT | JC_NULL, RANGE(1, API_MAX_CHOICES)),                                             \
-        F_("frequency_penalty", JC_NUM | JC_NULL, RANGE(0, 0), .note = " (penalties are not supported)"), \
-        F_("presence_penalty", JC_NUM | JC_NULL, RANGE(0, 0), .note = " (penalties are not supported)"),  \
-        F_("user", JC_STR, .max_len = 256)
+        LLAMA_SAMPLER(JC_NULL), F_("user", JC_STR, .max_len = 256)
 
 static const jc_field openai_chat[] = {
     OPENAI_SAMPLING,
@@ -177,15 +195,7 @@ static const jc_field llama_completion[] = {
     F_("n_probs", JC_INT, RANGE(0, 20)),
     F_("ignore_eos", JC_BOOL),
     F_("return_tokens", JC_BOOL),
-    F_("repeat_penalty", JC_NUM, RANGE(1, 1), .note = " (penalties are not supported)"),
-    F_("repeat_last_n", JC_INT, RANGE(-1, 1048576)),
-    F_("presence_penalty", JC_NUM, RANGE(0, 0), .note = " (penalties are not supported)"),
-    F_("frequency_penalty", JC_NUM, RANGE(0, 0), .note = " (penalties are not supported)"),
-    F_("typical_p", JC_NUM, RANGE(1, 1), .note = " (typical sampling is not supported)"),
-    F_("mirostat", JC_INT, RANGE(0, 0), .note = " (mirostat is not supported)"),
-    F_("dynatemp_range", JC_NUM, RANGE(0, 0), .note = " (dynamic temperature is not supported)"),
-    F_("xtc_probability", JC_NUM, RANGE(0, 0), .note = " (XTC is not supported)"),
-    F_("dry_multiplier", JC_NUM, RANGE(0, 0), .note = " (DRY is not supported)"),
+    LLAMA_SAMPLER(0),
     F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */
     LLAMA_EXTENSIONS,
     F_("response_fields", JC_ARR, .elem = &response_field_elem, .max_len = 64),
@@ -220,11 +230,15 @@ static const jc_field ollama_options[] = {
     F_("num_predict", JC_INT, RANGE(-2, 1048576)),
     F_("num_ctx", JC_INT, RANGE(1, 16777216)),
     F_("stop", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
-    F_("repeat_penalty", JC_NUM, RANGE(1, 1), .note = " (penalties are not supported)"),
-    F_("presence_penalty", JC_NUM, RANGE(0, 0), .note = " (penalties are not supported)"),
-    F_("frequency_penalty", JC_NUM, RANGE(0, 0), .note = " (penalties are not supported)"),
-    F_("typical_p", JC_NUM, RANGE(1, 1), .note = " (typical sampling is not supported)"),
-    F_("mirostat", JC_INT, RANGE(0, 0), .note = " (mirostat is not supported)"),
+    /* Ollama's names for llama.cpp's stages (repeat_last_n -1: the whole context) */
+    F_("repeat_penalty", JC_NUM, RANGE(0, BIG)),
+    F_("repeat_last_n", JC_INT, RANGE(-1, 2147483647)),
+    F_("presence_penalty", JC_NUM, RANGE(-BIG, BIG)),
+    F_("frequency_penalty", JC_NUM, RANGE(-BIG, BIG)),
+    F_("typical_p", JC_NUM, RANGE(-BIG, BIG)),
+    F_("mirostat", JC_INT, RANGE(0, 2)),
+    F_("mirostat_tau", JC_NUM, RANGE(-BIG, BIG)),
+    F_("mirostat_eta", JC_NUM, RANGE(-BIG, BIG)),
     END,
 };
 static const jc_field ollama_fn_call_fields[] = {

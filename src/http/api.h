@@ -116,9 +116,18 @@ const char *api_job_take_content(api_job *g, size_t *n);
 const char *api_job_take_reasoning(api_job *g, size_t *n);
 void api_job_free(api_job *g);
 
-/* Sampling parameters from a body with the given key names (NULL = not
- * accepted by this protocol); omitted fields take llama.cpp's defaults. */
-mu_sample_params api_sample_params(const json_t *o, const char *seed_key);
+/* Sampling parameters from a body (or Ollama's options), under llama.cpp's
+ * server names (temperature, top_k, ..., repeat_penalty, dry_*, xtc_*,
+ * mirostat*, logit_bias in its array and object forms); seed_key NULL: no
+ * seed accepted. Omitted fields take llama.cpp's defaults. The body was
+ * checked against the route's schema, which decides which of the names a
+ * protocol accepts. The logit biases and DRY breakers it points at live in
+ * thread-local storage (and the body) until the next call on this thread:
+ * submit the job before that. */
+mu_sample_params api_sample_params(mu_http_app *a, const json_t *o, const char *seed_key);
+/* llama.cpp's ignore_eos: the end-of-generation tokens (eos, eot, eom) get
+ * a logit bias of -inf, after p's own biases (same storage rules). */
+void api_ban_eog(mu_http_app *a, mu_sample_params *p);
 
 /* Token text (control tokens as their text; see mu_tok_piece): the byte
  * count written, 0 for an id out of range or a piece longer than cap. */

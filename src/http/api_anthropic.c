@@ -369,7 +369,7 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     mu_gen_req q = {0};
     q.chat = true;
     q.n_predict = (int)mu_jc_int(body, "max_tokens", -1);
-    q.sp = api_sample_params(body, NULL);
+    q.sp = api_sample_params(a, body, NULL);
     q.call_one_of = n_names ? names : NULL;
     q.n_call_one_of = n_names;
     an_state *s = calloc(1, sizeof *s);

@@ -215,7 +215,85 @@ int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, in
     return 0;
 }
 
-mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
+/* The lists a request's sampling parameters point at. They must live
+ * until the job is submitted, which happens on the handler's thread before
+ * it returns (mu_sched_submit copies them into the job's sampler). */
+#define API_MAX_BIAS 1024
+#define API_MAX_BREAKERS 64
+static _Thread_local mu_logit_bias tl_bias[API_MAX_BIAS];
+static _Thread_local const char *tl_breakers[API_MAX_BREAKERS];
+
+/* A logit_bias value: a number, or false (the token is banned). */
+static bool bias_value(const json_t *v, float *out) {
+    if (json_is_number(v)) {
+        double d = json_number_value(v);
+        if (!isfinite(d)) return false;
+        *out = (float)d;
+        return true;
+    }
+    if (json_is_false(v)) {
+        *out = -INFINITY;
+        return true;
+    }
+    return false;
+}
+
+/* One logit_bias key: a token id (ids outside the vocabulary are dropped),
+ * or text whose every token gets the bias (llama.cpp's server). */
+static void bias_add(mu_http_app *a, mu_sample_params *p, const char *text, long long id, bool is_id, float b) {
+    if (is_id) {
+        if (id >= 0 && id < a->info->n_vocab && p->n_logit_bias < API_MAX_BIAS)
+            tl_bias[p->n_logit_bias++] = (mu_logit_bias){(int32_t)id, b};
+        return;
+    }
+    int32_t *t = NULL;
+    int k = 0;
+    mu_err err = {0};
+    if (!a->tok || mu_tok_encode(a->tok, text, strlen(text), false, &t, &k, &err)) return;
+    for (int i = 0; i < k && p->n_logit_bias < API_MAX_BIAS; i++) tl_bias[p->n_logit_bias++] = (mu_logit_bias){t[i], b};
+    free(t);
+}
+
+/* logit_bias as llama.cpp's server reads it: [[token, bias], ...] or
+ * {"token": bias, ...}, token an id or text, bias a number or false;
+ * entries of another shape are skipped, as there. */
+static void parse_logit_bias(mu_http_app *a, const json_t *lb, mu_sample_params *p) {
+    p->logit_bias = tl_bias;
+    p->n_logit_bias = 0;
+    size_t i;
+    const char *key;
+    json_t *el;
+    float b;
+    if (json_is_array(lb)) {
+        json_array_foreach(lb, i, el) {
+            if (!json_is_array(el) || json_array_size(el) != 2 || !bias_value(json_array_get(el, 1), &b)) continue;
+            const json_t *t = json_array_get(el, 0);
+            if (json_is_integer(t)) bias_add(a, p, NULL, json_integer_value(t), true, b);
+            else if (json_is_string(t)) bias_add(a, p, json_string_value(t), 0, false, b);
+        }
+    } else if (json_is_object(lb)) {
+        json_object_foreach((json_t *)lb, key, el) {
+            if (!bias_value(el, &b)) continue;
+            char *end;
+            long long id = strtoll(key, &end, 10);
+            bool is_id = *key && !*end;
+            bias_add(a, p, key, id, is_id, b);
+        }
+    }
+}
+
+void api_ban_eog(mu_http_app *a, mu_sample_params *p) {
+    if (p->logit_bias != tl_bias) {
+        p->logit_bias = tl_bias;
+        p->n_logit_bias = 0;
+    }
+    const int32_t eog[] = {a->info->eos, a->info->eot, a->info->eom};
+    for (size_t i = 0; i < sizeof eog / sizeof eog[0]; i++)
+        if (eog[i] >= 0 && eog[i] < a->info->n_vocab && p->n_logit_bias < API_MAX_BIAS)
+            tl_bias[p->n_logit_bias++] = (mu_logit_bias){eog[i], -INFINITY};
+}
+
+mu_sample_params api_sample_params(mu_http_app *a, const json_t *o, const char *seed_key) {
     mu_sample_params p = mu_sample_defaults();
     p.temp = (float)mu_jc_num(o, "temperature", p.temp);
     p.top_k = (int)mu_jc_int(o, "top_k", p.top_k);
@@ -229,6 +307,39 @@ mu_sample_params api_sample_params(const json_t *o, const char *seed_key) {
     } else {
         p.seed = (uint64_t)seed;
     }
+    /* the rest of llama.cpp's chain, under its server's names (a protocol's
+     * schema admits the ones it defines; absent ones keep the defaults) */
+    p.min_keep = (int)mu_jc_int(o, "min_keep", p.min_keep);
+    p.typical_p = (float)mu_jc_num(o, "typical_p", p.typical_p);
+    p.top_n_sigma = (float)mu_jc_num(o, "top_n_sigma", p.top_n_sigma);
+    p.xtc_probability = (float)mu_jc_num(o, "xtc_probability", p.xtc_probability);
+    p.xtc_threshold = (float)mu_jc_num(o, "xtc_threshold", p.xtc_threshold);
+    p.dynatemp_range = (float)mu_jc_num(o, "dynatemp_range", p.dynatemp_range);
+    p.dynatemp_exponent = (float)mu_jc_num(o, "dynatemp_exponent", p.dynatemp_exponent);
+    p.penalty_last_n = (int)mu_jc_int(o, "repeat_last_n", p.penalty_last_n);
+    p.penalty_repeat = (float)mu_jc_num(o, "repeat_penalty", p.penalty_repeat);
+    p.penalty_freq = (float)mu_jc_num(o, "frequency_penalty", p.penalty_freq);
+    p.penalty_present = (float)mu_jc_num(o, "presence_penalty", p.penalty_present);
+    p.dry_multiplier = (float)mu_jc_num(o, "dry_multiplier", p.dry_multiplier);
+    double base = mu_jc_num(o, "dry_base", p.dry_base);
+    if (base >= 1) p.dry_base = (float)base; /* llama.cpp: a base below 1 keeps the default */
+    p.dry_allowed_length = (int)mu_jc_int(o, "dry_allowed_length", p.dry_allowed_length);
+    p.dry_penalty_last_n = (int)mu_jc_int(o, "dry_penalty_last_n", p.dry_penalty_last_n);
+    p.mirostat = (int)mu_jc_int(o, "mirostat", p.mirostat);
+    p.mirostat_tau = (float)mu_jc_num(o, "mirostat_tau", p.mirostat_tau);
+    p.mirostat_eta = (float)mu_jc_num(o, "mirostat_eta", p.mirostat_eta);
+    const json_t *brk = json_object_get(o, "dry_sequence_breakers");
+    if (json_is_array(brk)) {
+        p.dry_breakers = tl_breakers;
+        p.n_dry_breakers = 0;
+        size_t i;
+        json_t *x;
+        json_array_foreach(brk, i, x) {
+            if (json_is_string(x) && p.n_dry_breakers < API_MAX_BREAKERS) tl_breakers[p.n_dry_breakers++] = json_string_value(x);
+        }
+    }
+    const json_t *lb = json_object_get(o, "logit_bias");
+    if (lb && !json_is_null(lb)) parse_logit_bias(a, lb, &p);
     return p;
 }
 

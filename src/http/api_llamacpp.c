@@ -207,10 +207,11 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_gen_req q = {0};
     q.schema = schema;
     q.n_predict = (int)mu_jc_int(body, "n_predict", mu_jc_int(body, "max_tokens", -1));
-    q.sp = api_sample_params(body, "seed");
+    q.sp = api_sample_params(a, body, "seed");
     q.n_top = (int)mu_jc_int(body, "n_probs", 0);
     q.logprobs = q.n_top > 0;
     q.ignore_eos = mu_jc_bool(body, "ignore_eos", false);
+    if (q.ignore_eos) api_ban_eog(a, &q.sp); /* as llama.cpp's server: never sampled */
     lc_state *s = calloc(1, sizeof *s);
     if (!s || !api_extensions(r, body, &q)) {
         if (!s) mu_http_reply_error(r, 503, "server: out of memory", NULL);

@@ -396,7 +396,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         mu_schema_unref(schema);
         return;
     }
-    q.sp = api_sample_params(body, "seed");
+    q.sp = api_sample_params(a, body, "seed");
     q.logprobs = mu_jc_bool(body, "logprobs", false);
     q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
     q.schema = schema;
@@ -591,7 +591,7 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     mu_gen_req q = {0};
     q.schema = schema;
     q.n_predict = (int)mu_jc_int(body, "max_tokens", mu_jc_int(body, "n_predict", 16));
-    q.sp = api_sample_params(body, "seed");
+    q.sp = api_sample_params(a, body, "seed");
     json_t *lpv = json_object_get(body, "logprobs");
     q.logprobs = json_is_integer(lpv) || json_is_real(lpv);
     q.n_top = q.logprobs ? (int)json_number_value(lpv) : 0;

@@ -435,7 +435,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
     q.schema = schema;
     q.schema_chat = true;
     q.n_predict = (int)mu_jc_int(body, "max_output_tokens", -1);
-    q.sp = api_sample_params(body, NULL);
+    q.sp = api_sample_params(a, body, NULL);
     q.call_one_of = n_names ? names : NULL;
     q.n_call_one_of = n_names;
     rs_state *s = calloc(1, sizeof *s);

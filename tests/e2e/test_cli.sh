@@ -78,6 +78,14 @@ expect_error "id out of vocabulary" "$bin" run -m "$tmp/m.gguf" --prompt-ids 999
 expect_error "two prompts" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 -p hi
 expect_error "missing value" "$bin" run -m "$tmp/m.gguf" --prompt-ids
 expect_error "bad temp" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --temp x
+expect_error "bad logit bias" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --logit-bias 5*2
+expect_error "logit bias +inf" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --logit-bias 5+inf
+expect_error "bad repeat penalty" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --repeat-penalty 0
+expect_error "bad mirostat" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --mirostat 3
+expect_error "bad repeat-last-n" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --repeat-last-n -2
+out=$("$bin" run -m "$tmp/m.gguf" --prompt-ids 1,2,3 -n 4 --temp 0 --json --logit-bias 7+1000 --repeat-penalty 1.3 --frequency-penalty 0.2 --typical 0.9 --xtc-probability 0 --min-keep 1 2>&1)
+[ "$(echo "$out" | head -1 | python3 -c 'import sys,json; print(json.loads(sys.stdin.readline())["id"])')" = 7 ] &&
+  ok "run: --logit-bias 7+1000 makes token 7 the greedy one" || bad "run --logit-bias: $out"
 expect_error "context too small" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1,2,3 -n 10 --ctx 4
 expect_error "unknown kernel table" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 -n 1 --kern sparc
 

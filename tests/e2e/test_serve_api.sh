@@ -41,6 +41,36 @@ steps=$(python3 -c "print(int(float('$dec1') - float('$dec0')))")
 # one request after the other would need 2 x N forward calls
 [ "$steps" -lt $((2 * N)) ] && ok "continuous batching: $((2 * N)) tokens in $steps forward calls" || bad "no batching: $steps forward calls for $((2 * N)) tokens"
 
+# ---- the sampler chain over HTTP: llama.cpp's penalty, DRY and logit-bias
+# fields give the tokens `muser run` gives with the same flags (and not the
+# plain greedy ones, so the fields are not ignored)
+SP=4,695,788,566,527,39,477
+SFLAGS="--repeat-penalty 0.5 --repeat-last-n 16 --frequency-penalty 0.5 --presence-penalty 0.25 --dry-multiplier 0.8 --logit-bias 10+2.5 --logit-bias 11-inf"
+RP=$("$MUSER" run -m "$MODEL" --prompt-ids $SP -n $N --temp 0 --json --threads 1 --ignore-eos $SFLAGS 2>"$T/err" |
+  python3 -c "import sys,json; print(','.join(str(json.loads(l)['id']) for l in sys.stdin if l.strip()))")
+R0=$(run_ids $SP)
+curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":$N,\"temperature\":0,\"return_tokens\":true,\"ignore_eos\":true,\"repeat_penalty\":0.5,\"repeat_last_n\":16,\"frequency_penalty\":0.5,\"presence_penalty\":0.25,\"dry_multiplier\":0.8,\"logit_bias\":[[10,2.5],[11,false]]}" >"$T/pen"
+QP=$(jget "$T/pen" "','.join(map(str,j['tokens']))")
+if [ -n "$RP" ] && [ "$QP" = "$RP" ] && [ "$RP" != "$R0" ]; then ok "/completion with penalties, DRY and logit_bias == muser run with the same flags"
+else bad "sampler parity: run [$RP] api [$QP] plain [$R0] $(cat "$T/err")"; fi
+# ignore_eos as llama.cpp's server: end-of-generation tokens get -inf, so
+# even a huge bias on them cannot make them come out
+EOS=$("$MUSER" info -m "$MODEL" | awk '/^tokens/ {print $5}')
+curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":6,\"temperature\":0,\"return_tokens\":true,\"ignore_eos\":true,\"logit_bias\":[[$EOS,1000]]}" >"$T/eog"
+curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":6,\"temperature\":0,\"return_tokens\":true,\"logit_bias\":[[$EOS,1000]]}" >"$T/eog2"
+[ -n "$EOS" ] && [ "$(jget "$T/eog" "len([t for t in j['tokens'] if t == $EOS])")" = 0 ] && [ "$(jget "$T/eog" "len(j['tokens'])")" = 6 ] &&
+  [ "$(jget "$T/eog2" "j['tokens']")" = "[$EOS]" ] && ok "ignore_eos bans end-of-generation tokens (a bias of 1000 on eos $EOS cannot bring it back)" ||
+  bad "ignore_eos: $(cat "$T/eog") / $(cat "$T/eog2")"
+# OpenAI's names on /v1/completions, against the same fields on /completion
+PF='"temperature":0,"frequency_penalty":0.7,"presence_penalty":0.3,"repeat_penalty":0.5,"logit_bias":{"10":2.5,"11":false}'
+curl -s "$BASE/v1/completions" -H "$J" -d "{\"prompt\":[$SP],\"max_tokens\":$N,$PF}" >"$T/oapen"
+curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":$N,$PF}" >"$T/lcpen"
+QT=$(jget "$T/oapen" "j['choices'][0]['text']"); QC=$(jget "$T/lcpen" "j['content']")
+curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$SP],\"n_predict\":$N,\"temperature\":0}" >"$T/lc0"
+Q0=$(jget "$T/lc0" "j['content']")
+[ -n "$QT" ] && [ "$QT" = "$QC" ] && [ "$QT" != "$Q0" ] && ok "/v1/completions frequency_penalty, presence_penalty, logit_bias == /completion's" ||
+  bad "OpenAI penalties: [$QT] /completion [$QC] plain [$Q0]"
+
 
 # ---- basics
 [ "$(req GET /health)" = 200 ] && [ "$(jget "$T/out" "j['status']")" = ok ] && ok "GET /health" || bad "GET /health"

@@ -83,6 +83,15 @@ run_model() { # label
   # llama.cpp json_schema, Ollama format
   curl -s "$BASE/completion" -H "$J" -o "$T/r.json" -d "{\"prompt\":\"tar\",\"temperature\":0,\"n_predict\":400,\"json_schema\":$SCHEMA}"
   out=$(python3 "$T/check.py" llama-schema "$T/r.json" "$SCHEMA") && ok "$L: /completion json_schema: $out" || bad "$L: /completion json_schema: $out"
+  # the sampler's history stages apply before the constraint: banning the
+  # greedy answer's first token moves it, and penalties keep the value valid
+  curl -s "$BASE/completion" -H "$J" -o "$T/t0.json" -d "{\"prompt\":\"tar\",\"temperature\":0,\"n_predict\":400,\"return_tokens\":true,\"json_schema\":$SCHEMA}"
+  T0=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'][0])" "$T/t0.json")
+  curl -s "$BASE/completion" -H "$J" -o "$T/r.json" -d "{\"prompt\":\"tar\",\"temperature\":0,\"n_predict\":400,\"return_tokens\":true,\"logit_bias\":[[$T0,false]],\"repeat_penalty\":1.3,\"presence_penalty\":0.5,\"json_schema\":$SCHEMA}"
+  T1=$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['tokens'][0])" "$T/r.json")
+  out=$(python3 "$T/check.py" llama-schema "$T/r.json" "$SCHEMA") && [ -n "$T0" ] && [ "$T1" != "$T0" ] &&
+    ok "$L: /completion json_schema with logit_bias banning $T0 and penalties: first token $T1, $out" ||
+    bad "$L: json_schema with logit_bias/penalties: first $T1 (banned $T0): $out"
   curl -s "$BASE/api/chat" -H "$J" -o "$T/r.json" -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":false,\"format\":$NESTED,\"options\":{\"temperature\":0,\"num_predict\":400}}"
   out=$(python3 "$T/check.py" ollama-schema "$T/r.json" "$NESTED") && ok "$L: /api/chat format schema: $out" || bad "$L: /api/chat format schema: $out"
   fin=0; parsed=0

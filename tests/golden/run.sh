@@ -48,4 +48,14 @@ if [ -f "$root/models/muser-default.gguf" ] && [ -f trained/llamacpp-q8_0.json ]
   echo "--- muser-default (trained)"
   python3 compare.py "$bin" "$root/models/muser-default.gguf" trained/llamacpp-q8_0.json || rc=1
 fi
+# the sampler chain: llama.cpp's tokens with penalties, DRY, logit bias, XTC
+# and seeded draws (ref-sampler/<model>.json, made by make-sampler.sh),
+# compared by sampler-check.py on the models generated above
+for f in ref-sampler/*.json; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f" .json)
+  [ -f "$work/$name.gguf" ] || { echo "FAIL $name (sampler chain): no $work/$name.gguf"; rc=1; continue; }
+  echo "--- $name (sampler chain)"
+  python3 sampler-check.py "$bin" "$work/$name.gguf" "$f" || rc=1
+done
 exit $rc

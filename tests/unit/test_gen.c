@@ -16,6 +16,7 @@
 #include <cmocka.h>
 
 #include "../../include/muser_gen.h"
+#include "../../src/gen/gen.h"
 #include "mini_model.h"
 
 static char dir[] = "/tmp/mutest_gen_XXXXXX";
@@ -629,6 +630,43 @@ static void test_text_and_stops(void **state) {
     free(p);
 }
 
+static void on_event(void *user, const mu_gen_event *ev) {
+    (void)user;
+    (void)ev;
+}
+
+/* The sampler's history: the prompt first, then every accepted token (as
+ * llama.cpp's server feeds it), seen through a repeat penalty on made-up
+ * logits. */
+static void test_sampler_history(void **state) {
+    (void)state;
+    static const int32_t pr[] = {3, 5};
+    mu_gen_req q = {.prompt = pr, .n_prompt = 2, .n_predict = 8, .no_text = true};
+    q.sp = mu_sample_defaults();
+    q.sp.temp = 0;
+    q.sp.penalty_repeat = 10;
+    mu_gen *g;
+    mu_err err = {0};
+    assert_int_equal(mu_gen_new(M, &q, 8, false, &g, &err), 0);
+    float *lg = calloc((size_t)V, sizeof *lg);
+    assert_non_null(lg);
+    lg[5] = 2;   /* in the prompt: 2 / 10 */
+    lg[6] = 1.5f;
+    lg[7] = 1;
+    const char *why = NULL;
+    int32_t id = mu_gen_pick(g, lg, &why);
+    assert_int_equal(id, 6);
+    assert_int_equal(mu_gen_accept(g, id, lg, on_event, NULL), MU_FINISH_NONE);
+    assert_int_equal(mu_gen_pick(g, lg, &why), 7); /* 6 is in the history now */
+    mu_gen_free(g);
+    /* without the penalty: the plain argmax */
+    q.sp.penalty_repeat = 1;
+    assert_int_equal(mu_gen_new(M, &q, 8, false, &g, &err), 0);
+    assert_int_equal(mu_gen_pick(g, lg, &why), 5);
+    mu_gen_free(g);
+    free(lg);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_plain_loop),
@@ -640,6 +678,7 @@ int main(void) {
         cmocka_unit_test(test_embedding_jobs),
         cmocka_unit_test(test_content_tokens),
         cmocka_unit_test(test_forced_call),
+        cmocka_unit_test(test_sampler_history),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

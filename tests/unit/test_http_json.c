@@ -81,7 +81,19 @@ static void test_openai_chat(void **st) {
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":\"5\"}", "must be integer");
     expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":16}");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", "between 1 and 16");
-    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":1}", "not supported");
+    /* the sampler chain: OpenAI's penalties and logit_bias, llama.cpp's extensions */
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":1,"
+                 "\"frequency_penalty\":-0.5,\"logit_bias\":{\"50\":-100,\"7\":false,\"hi\":2},\"repeat_penalty\":1.1,"
+                 "\"typical_p\":0.9,\"dry_multiplier\":0.8,\"dry_sequence_breakers\":[\"\\n\"],\"mirostat\":2,"
+                 "\"xtc_probability\":0.5,\"top_n_sigma\":1,\"dynatemp_range\":0.5,\"min_keep\":1,\"repeat_last_n\":-1}");
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":[[5,-1],[\"hi\",false]]}");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":[[5,1,2]]}", "logit_bias[0]");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":5}", "logit_bias");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"mirostat\":3}", "mirostat");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"repeat_last_n\":-2}", "repeat_last_n");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"dry_sequence_breakers\":[]}",
+               "dry_sequence_breakers");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"xtc_probability\":2}", "out of range");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usag\":true}}",
                "stream_options.include_usag");
     expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}");
@@ -110,7 +122,13 @@ static void test_other_routes(void **st) {
     expect_ok("/completion", "{\"prompt\":\"a\",\"n_predict\":-1,\"n_probs\":3,\"stream\":false,\"cache_prompt\":true,"
                              "\"repeat_penalty\":1.0,\"stop\":[\"x\"]}");
     expect_bad("/completion", "{\"prompt\":\"a\",\"n_predict\":-2}", "out of range");
-    expect_bad("/completion", "{\"prompt\":\"a\",\"repeat_penalty\":1.1}", "penalties");
+    expect_ok("/completion", "{\"prompt\":\"a\",\"repeat_penalty\":1.1,\"repeat_last_n\":16,\"dry_multiplier\":0.8,"
+                             "\"dry_base\":1.75,\"dry_allowed_length\":2,\"dry_penalty_last_n\":-1,"
+                             "\"dry_sequence_breakers\":[\"\\n\",\":\"],\"xtc_threshold\":0.1,\"mirostat_tau\":5,"
+                             "\"mirostat_eta\":0.1,\"dynatemp_exponent\":1,\"logit_bias\":[[15,-1.5]]}");
+    expect_bad("/completion", "{\"prompt\":\"a\",\"repeat_penalty\":-1}", "repeat_penalty");
+    expect_bad("/completion", "{\"prompt\":\"a\",\"dry_allowed_length\":-1}", "dry_allowed_length");
+    expect_bad("/completion", "{\"prompt\":\"a\",\"typical_p\":null}", "typical_p");
     expect_bad("/completion", "{\"promt\":\"a\"}", "unknown field 'promt'");
     expect_ok("/tokenize", "{\"content\":\"a\",\"add_special\":true,\"with_pieces\":true}");
     expect_bad("/tokenize", "{\"content\":5}", "must be string");
@@ -120,6 +138,10 @@ static void test_other_routes(void **st) {
     expect_ok("/api/generate", "{\"model\":\"m\",\"prompt\":\"hi\",\"stream\":false,\"options\":{\"temperature\":0,"
                                "\"num_predict\":3,\"stop\":[\"x\"]},\"keep_alive\":\"5m\"}");
     expect_bad("/api/generate", "{\"prompt\":\"hi\",\"options\":{\"temprature\":0}}", "options.temprature");
+    expect_ok("/api/generate", "{\"prompt\":\"hi\",\"options\":{\"repeat_penalty\":1.1,\"repeat_last_n\":-1,"
+                               "\"presence_penalty\":0.5,\"frequency_penalty\":0.5,\"typical_p\":0.7,\"mirostat\":1,"
+                               "\"mirostat_tau\":5,\"mirostat_eta\":0.1,\"min_p\":0.05}}");
+    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"options\":{\"mirostat\":5}}", "options.mirostat");
     expect_ok("/api/generate", "{\"prompt\":\"hi\",\"format\":\"json\"}");
     expect_ok("/api/generate", "{\"prompt\":\"hi\",\"format\":{\"type\":\"object\"}}");
     expect_bad("/api/generate", "{\"prompt\":\"hi\",\"format\":\"yaml\"}", "'json'");
