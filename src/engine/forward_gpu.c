@@ -50,8 +50,8 @@ typedef struct {
     bool out[MU_UBATCH];
     float *logits[MU_UBATCH];
     float *embd[MU_UBATCH];
-    int T, n_out;
-    bool rope;
+    int T, n_out, t_solo;
+    bool rope, seen_solo;
 } gchunk;
 
 static int run(mu_engine *e, gchunk *c, mu_err *err) {
@@ -69,24 +69,29 @@ static int run(mu_engine *e, gchunk *c, mu_err *err) {
     }
     double *prof = !e->prof_on ? NULL : c->T == 1 ? e->prof.decode_s : e->prof.prefill_s;
     mu_gpu_chunk g = {.T = c->T, .tokens = c->tok, .pos = c->pos, .sess = c->sess, .out = c->out,
-                      .n_out = c->n_out, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .embd = c->embd,
+                      .n_out = c->n_out, .t_solo = c->t_solo < c->T ? c->t_solo : c->T, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .embd = c->embd,
                       .prof = prof};
     int rc = mu_gpu_forward(e->gpu, &g, err);
     if (!rc && prof) ++*(c->T == 1 ? &e->prof.decode_passes : &e->prof.prefill_passes);
     c->T = c->n_out = 0;
+    c->t_solo = c->seen_solo ? 0 : MU_UBATCH;
     return rc;
 }
 
 int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err) {
     const mu_model_info *I = &e->m->info;
     const size_t V = (size_t)I->n_vocab;
-    gchunk c = {.T = 0};
+    gchunk c = {.T = 0, .t_solo = MU_UBATCH}; /* from the first solo item on, every token is solo (forward.c) */
     for (int il = 0; il < I->n_layer; il++) c.rope |= I->swa_layers[il];
     MU_ASSERT(I->head_dim <= 512);
     int rc = 0;
     for (int i = 0; i < n_items && !rc; i++) {
         const mu_batch_item *it = &items[i];
         mu_session *s = it->s;
+        if (it->solo && !c.seen_solo) {
+            c.seen_solo = true;
+            c.t_solo = c.T;
+        }
         for (int t = 0; t < it->n_tokens && !rc; t++) {
             const bool out = it->embd || it->all_logits || t == it->n_tokens - 1;
             c.tok[c.T] = it->tokens[t];

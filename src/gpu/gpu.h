@@ -66,6 +66,7 @@ typedef struct {
     mu_gpu_sess *const *sess;     /* [T] */
     const bool *out;              /* [T]: the token wants logits */
     int n_out;                    /* number of true entries in out */
+    int t_solo;                   /* tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
     const float *rope;            /* [T][head_dim / 2][2] cos, sin of the sliding layers' RoPE */
     float *const *logits;         /* [n_out] host rows of n_vocab, in token order (NULL: not wanted) */
     float *const *embd;           /* [n_out] host rows of n_embd for the final-norm state, or NULL */

@@ -57,7 +57,7 @@ typedef struct {
 #define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
 #define MAX_GRAPHS 32
 typedef struct {
-    int T, n_out, max_span;
+    int T, n_out, max_span, t_solo, out_solo;
     cudaGraphExec_t exec;
 } pass_graph;
 
@@ -497,7 +497,8 @@ __global__ void k_gather(const float *src, float *dst, const int32_t *idx, int n
 /* ---- forward ----------------------------------------------------------- */
 
 /* Quantizes x [T][cols] once per dot type and runs the matmuls on it. */
-static void mm(mu_gpu_model *m, const float *x, int T, int ll_rows, int n, const dtensor *const *ws, float *const *ys) {
+static void mm(mu_gpu_model *m, const float *x, int T, int ll_rows, int t_solo, int n, const dtensor *const *ws,
+               float *const *ys) {
     uint32_t qt[2];
     int nq = 0;
     for (int i = 0; i < n; i++) {
@@ -510,7 +511,8 @@ static void mm(mu_gpu_model *m, const float *x, int T, int ll_rows, int n, const
             qt[slot] = dt;
             cu_quantize(m->st, dt, x, T, ws[i]->ne0, m->qa + (size_t)slot * UB * m->qa_stride, m->qa_stride);
         }
-        cu_matmul(m->st, ws[i], m->qa + (size_t)slot * UB * m->qa_stride, m->qa_stride, T, cu_batch_rows(ws[i], ll_rows),
+        const int nb = cu_batch_rows(ws[i], ll_rows);
+        cu_matmul(m->st, ws[i], m->qa + (size_t)slot * UB * m->qa_stride, m->qa_stride, T, nb < t_solo ? nb : t_solo,
                   ys[i], false, 0, 0);
     }
 }
@@ -551,7 +553,7 @@ static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
 /* Every kernel of one pass over a chunk whose inputs are on the device.
  * Only the arguments decide the launches, so a pass can be captured once
  * as a graph and replayed (graph_launch). */
-static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, bool prof) {
+static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_solo, int out_solo, bool prof) {
     const mu_gpu_model_desc *D = &m->d;
     const int E = D->n_embd, F = D->n_ff, nl = D->n_layer, hd = D->head_dim;
     cudaStream_t st = m->st;
@@ -561,14 +563,14 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, bool pr
     /* embeddings, unweighted norm */
     cu_get_rows(st, &m->tok_embd, m->in_d->tok, T, h);
     k_rms<<<T, 256, 0, st>>>(h, NULL, h, E, D->eps);
-    int Tc = T; /* rows in use (the last layer's FFN: output rows only) */
+    int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
     for (int il = 0; il < nl; il++) {
         const dlayer *L = &m->L[il];
         k_rms<<<T, 256, 0, st>>>(h, L->attn_norm, a, E, D->eps);
         mark(m, prof, PH_NORMS);
         const dtensor *w4[4] = {&L->wq, &L->wk, &L->wv, &L->wgate};
         float *y4[4] = {m->q, m->k, m->v, m->g};
-        mm(m, a, T, T, 4, w4, y4);
+        mm(m, a, T, T, t_solo, 4, w4, y4);
         mark(m, prof, PH_QKV);
         k_qk<<<dim3(T, D->n_head + D->n_head_kv), 32, 0, st>>>(m->q, m->k, m->v, L->q_norm, L->k_norm, m->rope_d,
                                                                D->n_head, D->n_head_kv, hd, D->eps, m->swa[il],
@@ -580,7 +582,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, bool pr
         cu_attention(st, &aa);
         mark(m, prof, PH_ATTN);
         const dtensor *wo = &L->wo;
-        mm(m, a, T, T, 1, &wo, &m->o);
+        mm(m, a, T, T, t_solo, 1, &wo, &m->o);
         mark(m, prof, PH_WO);
         k_post_add<<<T, 256, 0, st>>>(m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps);
         if (il == nl - 1) {
@@ -591,16 +593,17 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, bool pr
             h = m->h2;
             a = m->a2;
             Tc = n_out;
+            Tc_solo = out_solo;
         }
         mark(m, prof, PH_NORMS);
         const dtensor *w2[2] = {&L->ffn_gate, &L->ffn_up};
         float *y2[2] = {m->f1, m->f2};
-        mm(m, a, Tc, Tc, 2, w2, y2);
+        mm(m, a, Tc, Tc, Tc_solo, 2, w2, y2);
         mark(m, prof, PH_FFN_UP);
         k_swiglu<<<(unsigned)(((size_t)Tc * F + 255) / 256), 256, 0, st>>>(m->f1, m->f2, F, Tc);
         mark(m, prof, PH_NORMS);
         const dtensor *wd = &L->ffn_down;
-        mm(m, m->f1, Tc, Tc, 1, &wd, &m->o);
+        mm(m, m->f1, Tc, Tc, Tc_solo, 1, &wd, &m->o);
         mark(m, prof, PH_FFN_DOWN);
         k_post_add<<<Tc, 256, 0, st>>>(m->o, L->post_ffw_norm, h, NULL, NULL, E, D->post_eps, D->eps);
         mark(m, prof, PH_NORMS);
@@ -610,7 +613,8 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, bool pr
         k_rms<<<n_out, 256, 0, st>>>(h, m->output_norm, m->a2, E, D->eps);
         const uint32_t dt = dev_dot_type(m->output.type);
         cu_quantize(st, dt, m->a2, n_out, E, m->qa, m->qa_stride);
-        cu_matmul(st, &m->output, m->qa, m->qa_stride, n_out, cu_batch_rows(&m->output, n_out), m->lg, true,
+        const int nb = cu_batch_rows(&m->output, n_out);
+        cu_matmul(st, &m->output, m->qa, m->qa_stride, n_out, nb < out_solo ? nb : out_solo, m->lg, true,
                   D->logit_scale, D->softcap);
     }
     mark(m, prof, PH_LOGITS);
@@ -624,10 +628,11 @@ static void graphs_clear(mu_gpu_model *m) {
 /* Runs the pass from the graph captured for (T, n_out, max_span),
  * capturing it on first use. Scratch that moves (ensure_attn,
  * ensure_logits) clears the graphs. */
-static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, mu_err *err) {
+static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_solo, int out_solo, mu_err *err) {
     for (int i = 0; i < m->n_graphs; i++) {
         pass_graph *g = &m->graphs[i];
-        if (g->T == T && g->n_out == n_out && g->max_span == max_span) {
+        if (g->T == T && g->n_out == n_out && g->max_span == max_span && g->t_solo == t_solo &&
+            g->out_solo == out_solo) {
             CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
             return 0;
         }
@@ -635,7 +640,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, mu_err 
     if (m->n_graphs == MAX_GRAPHS) graphs_clear(m);
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal), "graph capture");
-    launch_pass(m, T, n_out, max_span, false);
+    launch_pass(m, T, n_out, max_span, t_solo, out_solo, false);
     CK(cudaStreamEndCapture(m->st, &graph), "graph capture");
     pass_graph *g = &m->graphs[m->n_graphs];
     cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
@@ -644,6 +649,8 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, mu_err 
     g->T = T;
     g->n_out = n_out;
     g->max_span = max_span;
+    g->t_solo = t_solo;
+    g->out_solo = out_solo;
     m->n_graphs++;
     CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
     return 0;
@@ -673,7 +680,7 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     for (int t = 0; t < T;) {
         int t1 = t + 1;
         while (t1 < T && in->sess[t1] == in->sess[t]) t1++;
-        for (int i = t; i < t1; i++) in->batch[i] = t1 - t >= 2;
+        for (int i = t; i < t1; i++) in->batch[i] = t1 - t >= 2 && t < c->t_solo; /* solo: decode order */
         t = t1;
     }
     for (int s = 0; s < n_sess; s++)
@@ -693,12 +700,16 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         CK(cudaMemcpyAsync(m->rope_d, c->rope, (size_t)T * hd * 4, cudaMemcpyHostToDevice, m->st), "input upload");
     cudaStream_t st = m->st;
     const bool prof = c->prof != NULL;
+    /* solo rows (forward.c): tokens [t_solo, T) and the output rows among them */
+    const int t_solo = c->t_solo < 0 ? 0 : c->t_solo > T ? T : c->t_solo;
+    int out_solo = 0;
+    for (int t = 0; t < t_solo; t++) out_solo += c->out[t];
     if (prof || T > GRAPH_MAX_T) {
-        launch_pass(m, T, n_out, (int)max_span, prof);
+        launch_pass(m, T, n_out, (int)max_span, t_solo, out_solo, prof);
     } else {
         /* small batches (decode) replay a captured graph: the pass's
          * launches cost more than its kernels there */
-        int rc2 = graph_launch(m, T, n_out, (int)max_span, err);
+        int rc2 = graph_launch(m, T, n_out, (int)max_span, t_solo, out_solo, err);
         if (rc2) return rc2;
     }
     if (n_out > 0)

@@ -152,6 +152,33 @@ int main(int argc, char **argv) {
         mu_session_free(g4[j]);
         mu_session_free(c4[j]);
     }
+    /* a solo block (speculative verification): 6 tokens with all logits,
+     * each rounding as a decode step, after a lone-token neighbour */
+    {
+        mu_session *c1, *g1, *c2b, *g2b;
+        CK(mu_session_new(ec, 128, &c1, &err));
+        CK(mu_session_new(eg, 128, &g1, &err));
+        CK(mu_session_new(ec, 128, &c2b, &err));
+        CK(mu_session_new(eg, 128, &g2b, &err));
+        mu_batch_item pc[2] = {{c1, p4[0], 20, false, NULL}, {c2b, p4[3], 20, false, NULL}};
+        mu_batch_item pg[2] = {{g1, p4[0], 20, false, NULL}, {g2b, p4[3], 20, false, NULL}};
+        CK(mu_forward(ec, pc, 2, &err));
+        CK(mu_forward(eg, pg, 2, &err));
+        mu_batch_item sc2[2] = {{c2b, p4[2], 1, false, NULL}, {c1, p4[1], 6, true, NULL, .solo = true}};
+        mu_batch_item sg2[2] = {{g2b, p4[2], 1, false, NULL}, {g1, p4[1], 6, true, NULL, .solo = true}};
+        CK(mu_forward(ec, sc2, 2, &err));
+        CK(mu_forward(eg, sg2, 2, &err));
+        for (int r = 0; r < 6; r++) {
+            char what[64];
+            snprintf(what, sizeof what, "solo block row %d", r);
+            cmp(what, mu_session_logits(c1, r), mu_session_logits(g1, r), V);
+        }
+        cmp("solo block's neighbour", mu_session_logits(c2b, -1), mu_session_logits(g2b, -1), V);
+        mu_session_free(c1);
+        mu_session_free(g1);
+        mu_session_free(c2b);
+        mu_session_free(g2b);
+    }
     /* embeddings: the final-norm rows of every token of a prompt */
     {
         float *ec_rows = malloc((size_t)30 * I->n_embd * 4), *eg_rows = malloc((size_t)30 * I->n_embd * 4);
