@@ -136,6 +136,10 @@ static void job_matmul(void *arg, int ith, int nth) {
         int t_g = 0;
         if (j->ll_rows >= 2 && k->gemm[w->type]) {
             t_g = dotb ? t_b : j->t_solo;
+            /* a Q4_K gemm call rounds its rows past the last multiple of 4 as
+             * vec_dot (it covers a whole matmul, gemm_q4_K_*); when t_b is cut
+             * short by solo rows, those rows take dotb in the loop below */
+            if (w->type == MU_T_Q4_K) t_g &= ~3;
             if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
         }
         const uint8_t *wd = w->data;

@@ -174,6 +174,20 @@ int main(int argc, char **argv) {
             cmp(what, mu_session_logits(c1, r), mu_session_logits(g1, r), V);
         }
         cmp("solo block's neighbour", mu_session_logits(c2b, -1), mu_session_logits(g2b, -1), V);
+        if (getenv("TEST_KV_DIFF")) { /* which layer's cells of the step differ first */
+            const int n_kv = I->n_head_kv * I->head_dim;
+            uint16_t *kc = malloc((size_t)n_kv * 2), *vc = malloc((size_t)n_kv * 2), *kg = malloc((size_t)n_kv * 2),
+                     *vg = malloc((size_t)n_kv * 2);
+            for (int who = 0; who < 2; who++)
+                for (int il = 0; il < I->n_layer; il++) {
+                    mu_session *a1 = who ? c1 : c2b, *b1 = who ? g1 : g2b;
+                    CK(mu_session_kv_read(a1, il, 20, 1, kc, vc, &err));
+                    CK(mu_session_kv_read(b1, il, 20, 1, kg, vg, &err));
+                    int nk = 0, nv = 0;
+                    for (int i = 0; i < n_kv; i++) nk += kc[i] != kg[i], nv += vc[i] != vg[i];
+                    if (nk || nv) printf("  %s layer %d: %d K %d V differ at position 20\n", who ? "solo" : "neighbour", il, nk, nv);
+                }
+        }
         mu_session_free(c1);
         mu_session_free(g1);
         mu_session_free(c2b);

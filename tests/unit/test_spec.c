@@ -151,6 +151,60 @@ static void test_solo_quant(void **state) {
     }
 }
 
+/* The rows before a solo block keep the batch's rounding on every kernel
+ * table: a lone decode token ahead of a 6-token block is row 0 of a 7-row
+ * Q4_K matmul, which rounds as the batched (per-64) dot; the AVX-512 gemm
+ * once rounded it as vec_dot because it was called for that one row. */
+static void test_solo_neighbour_tables(void **state) {
+    (void)state;
+    mu_synth_opts o;
+    mu_synth_defaults(&o);
+    mu_err err = {0};
+    assert_int_equal(mu_synth_preset(&o, "tiny", &err), 0);
+    o.type = MU_SYNTH_Q4_K_M;
+    o.n_threads = 2;
+    char path[512];
+    snprintf(path, sizeof path, "%s/qn.gguf", dir);
+    assert_int_equal(mu_synth_write(&o, path, NULL, NULL, &err), 0);
+    mu_model *m;
+    assert_int_equal(mu_model_open(path, &m, &err), 0);
+    unlink(path);
+    const int V = mu_model_get_info(m)->n_vocab;
+    float *got[2][2];
+    for (int k = 0; k < 2; k++) {
+        mu_engine *e;
+        mu_engine_opts eo = {.n_threads = 2, .kern = k ? NULL : "ref"};
+        assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+        int32_t p[3][20];
+        for (int j = 0; j < 3; j++)
+            for (int i = 0; i < 20; i++) p[j][i] = (int32_t)((i * 31 + j * 101 + 5) % V);
+        mu_session *a, *b;
+        assert_int_equal(mu_session_new(e, 128, &a, &err), 0);
+        assert_int_equal(mu_session_new(e, 128, &b, &err), 0);
+        mu_batch_item pre[2] = {{.s = a, .tokens = p[0], .n_tokens = 20}, {.s = b, .tokens = p[1], .n_tokens = 20}};
+        assert_int_equal(mu_forward(e, pre, 2, &err), 0);
+        mu_batch_item blk[2] = {{.s = a, .tokens = p[2], .n_tokens = 1},
+                                {.s = b, .tokens = p[2] + 1, .n_tokens = 6, .all_logits = true, .solo = true}};
+        assert_int_equal(mu_forward(e, blk, 2, &err), 0);
+        got[k][0] = malloc((size_t)V * sizeof(float));
+        got[k][1] = malloc((size_t)V * 6 * sizeof(float));
+        memcpy(got[k][0], mu_session_logits(a, -1), (size_t)V * sizeof(float));
+        for (int r = 0; r < 6; r++) memcpy(got[k][1] + (size_t)r * V, mu_session_logits(b, r), (size_t)V * sizeof(float));
+        mu_session_free(a);
+        mu_session_free(b);
+        mu_engine_free(e);
+    }
+    if (memcmp(got[0][0], got[1][0], (size_t)V * sizeof(float)))
+        fail_msg("the lone token ahead of a solo block differs between the ref table and %s", "the best table");
+    if (memcmp(got[0][1], got[1][1], (size_t)V * 6 * sizeof(float)))
+        fail_msg("the solo block differs between the ref table and %s", "the best table");
+    for (int k = 0; k < 2; k++) {
+        free(got[k][0]);
+        free(got[k][1]);
+    }
+    mu_model_close(m);
+}
+
 /* ---- the n-gram drafter ------------------------------------------------ */
 
 static void push_all(mu_ngram *d, const int32_t *t, int n) {
@@ -657,6 +711,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_solo_mini),
         cmocka_unit_test(test_solo_quant),
+        cmocka_unit_test(test_solo_neighbour_tables),
         cmocka_unit_test(test_ngram),
         cmocka_unit_test(test_sched_mini),
         cmocka_unit_test(test_sched_text),
