@@ -4,6 +4,8 @@
 #   make check     layering table, self-contained headers, cited paths exist
 #   make asan      sanitizer build (ASan + UBSan) of muser and the unit tests
 #   make deps      install the Debian packages the build and tests need (root)
+#   make up        deps (as root; otherwise print the apt-get line and stop),
+#                  build, then `./muser up $(UP_ARGS)` (docs/up.md)
 
 CC      ?= gcc
 OPT     ?= -O2
@@ -15,7 +17,7 @@ COMMIT  := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -pthread -fno-strict-aliasing -MMD -MP $(SAN) \
            -DMU_COMMIT=\"$(COMMIT)\"
-LDLIBS  := -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit
+LDLIBS  := -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl
 LDFLAGS := -pthread $(SAN)
 
 # ISA kernel files get their flags and nothing else does.
@@ -43,7 +45,7 @@ LIB     := $(BUILD)/libmuser.a
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test check asan deps clean fuzz
+.PHONY: all test check asan deps clean fuzz up
 all: muser
 
 muser: $(BUILD)/muser
@@ -87,6 +89,11 @@ fuzz:
 
 deps:
 	bash tools/install-deps.sh
+
+up:
+	@if [ "$$(id -u)" = 0 ]; then bash tools/install-deps.sh; else bash tools/install-deps.sh --print; fi
+	@$(MAKE) --no-print-directory muser
+	./muser up $(UP_ARGS)
 
 clean:
 	rm -rf build muser
