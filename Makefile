@@ -41,6 +41,7 @@ CMD_SRC := $(wildcard cmd/muser/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
 LIB     := $(BUILD)/libmuser.a
+GEN_OBJ := $(BUILD)/gen/dash_html.o
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
@@ -54,9 +55,16 @@ muser: $(BUILD)/muser
 $(BUILD)/muser: $(CMD_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIB) $(LDLIBS)
 
-$(LIB): $(LIB_OBJ)
+$(LIB): $(LIB_OBJ) $(GEN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# the dashboard page ships inside the binary (src/http/dash.c)
+$(BUILD)/gen/dash_html.c: src/http/dash.html tools/embed.sh
+	@mkdir -p $(dir $@)
+	bash tools/embed.sh $< $@ mu_dash_html
+$(BUILD)/gen/dash_html.o: $(BUILD)/gen/dash_html.c
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 # the objects that print the commit are rebuilt when it changes
 COMMIT_STAMP := $(BUILD)/commit-$(COMMIT)

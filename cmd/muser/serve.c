@@ -152,7 +152,8 @@ int cmd_serve(int argc, char **argv) {
                         .body_timeout_s = (int)body_to,
                         .idle_timeout_s = (int)idle_to,
                         .max_body_bytes = (size_t)body_mb << 20,
-                        .http_threads = (int)http_threads};
+                        .http_threads = (int)http_threads,
+                        .backend = mu_engine_kern_name(e)};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;

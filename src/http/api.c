@@ -8,6 +8,7 @@
  * sends the default works and one that asks for the feature gets a 400
  * saying why instead of being silently ignored. */
 #include "api.h"
+#include "dash.h"
 
 #include <string.h>
 
@@ -270,6 +271,10 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/api/tags", MU_PROTO_OLLAMA, api_ollama_tags, false},
     {"POST", "/api/show", MU_PROTO_OLLAMA, api_ollama_show, false},
     {"GET", "/api/version", MU_PROTO_OLLAMA, api_ollama_version, false},
+    /* the dashboard (dash.c): the page is public, its data is not */
+    {"GET", "/", MU_PROTO_LLAMACPP, api_dash_page, true},
+    {"GET", "/dashboard", MU_PROTO_LLAMACPP, api_dash_page, true},
+    {"GET", "/snapshot", MU_PROTO_LLAMACPP, api_dash_snapshot, false},
     {NULL, NULL, 0, NULL, false},
 };
 

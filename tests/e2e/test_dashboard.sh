@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# test_dashboard.sh: the dashboard (/, /snapshot) in a real browser: Debian's
+# chromium driven by puppeteer-core (pinned in tests/e2e/browser/package-lock.json,
+# installed with `npm ci` when node_modules is absent). Three servers: a
+# plain one (page, chat streaming, rendered values = /snapshot, tags,
+# screenshot), one whose jobs stall after 5 tokens (the page while a request
+# runs), one with an API key (the page asks for it). Also checks /snapshot's
+# shape with curl, so a machine without chromium still tests the data.
+SERVE_TEST_NAME=test_dashboard
+source "$(dirname "$0")/serve_lib.sh"
+[ -f models/muser-default.gguf ] && MODEL=$PWD/models/muser-default.gguf
+
+# /snapshot without a browser
+start_server --threads 1 || { echo "FAIL server start"; exit 1; }
+curl -s "$BASE/snapshot" >"$T/snap.json"
+if [ "$(jget "$T/snap.json" "j['version'], j['requests']['total']['value'], j['requests']['total']['tag'], j['throughput']['ttft_s']['tag'], j['model']['n_slots']")" = "1 0 measured unavailable 1" ]; then
+  ok "/snapshot: tagged numbers, unmeasured ones unavailable"
+else bad "/snapshot: $(head -c 300 "$T/snap.json")"; fi
+n_untagged=$(python3 - "$T/snap.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+bad = []
+def walk(o, path):
+    if isinstance(o, dict):
+        if "tag" in o:
+            t = o["tag"]
+            if t not in ("measured", "target", "unavailable") or (t == "unavailable") != (o["value"] is None) \
+               or (t == "unavailable" and not o.get("why")):
+                bad.append(path)
+            return
+        for k, v in o.items(): walk(v, path + "." + k)
+    elif isinstance(o, list):
+        for i, v in enumerate(o): walk(v, path + "." + str(i))
+    elif isinstance(o, (int, float)) and not isinstance(o, bool) and path not in (".version", ".model.n_ctx", ".model.n_slots") \
+         and not path.endswith(".id"):
+        bad.append(path)
+walk(j, "")
+print(len(bad), " ".join(bad))
+PY
+)
+[ "${n_untagged%% *}" = 0 ] && ok "/snapshot: every measurement has a tag, every unavailable one a reason" ||
+  bad "/snapshot: untagged or inconsistent: $n_untagged"
+page=$(curl -s "$BASE/")
+[[ $page == "<!doctype html>"* ]] && ! grep -qE '(src|href)="https?:' <<<"$page" &&
+  ok "/ serves the page with no outside resources" || bad "/: not the page, or it loads outside resources"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/dashboard")" = 200 ] && ok "/dashboard serves the page" || bad "/dashboard"
+
+CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
+if [ -z "$CHROMIUM" ]; then echo "test_dashboard: browser part skipped: chromium is missing"; exit $fail; fi
+command -v node >/dev/null && command -v npm >/dev/null || { echo "test_dashboard: browser part skipped: node/npm unavailable"; exit $fail; }
+B=tests/e2e/browser
+if [ ! -d $B/node_modules/puppeteer-core ]; then
+  (cd $B && npm ci --no-audit --no-fund >"$T/npm.log" 2>&1) ||
+    { echo "test_dashboard: browser part skipped: npm ci failed: $(tail -2 "$T/npm.log")"; exit $fail; }
+fi
+export CHROMIUM
+OUT=${TEST_OUT:-$PWD/build/test-out}/dashboard
+node $B/dash_test.mjs chat "$BASE" "$OUT" || fail=1
+stop_server
+
+MUSER_TEST_STALL_AFTER=5 start_server --threads 1 || { echo "FAIL server start (stall)"; exit 1; }
+node $B/dash_test.mjs live "$BASE" "$OUT" 5 || fail=1
+stop_server
+
+printf 'dash-test-key-0123456789\n' >"$T/key" && chmod 600 "$T/key"
+start_server --threads 1 --api-key-file "$T/key" || { echo "FAIL server start (key)"; exit 1; }
+node $B/dash_test.mjs key "$BASE" "$OUT" "$T/key" || fail=1
+stop_server
+exit $fail
