@@ -24,13 +24,16 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../src/base/esc.h"
 #include "cli.h"
 
 /* ---- progress ---------------------------------------------------------- */
 
 typedef struct {
-    const char *what, *verb;
+    char what[160];      /* escaped: it may be a file name */
+    const char *verb;
     bool tty, lines;     /* lines: a plain line per 10 % when not a terminal */
+    bool drawn;          /* a bar is on the terminal's current line */
     uint64_t base;       /* bytes already there when this run started */
     double t0, t_draw;
     int decile;
@@ -50,8 +53,15 @@ static const char *human(uint64_t b, char *buf, size_t cap) {
     return buf;
 }
 
+/* Ends a bar left on the terminal's line, so a message starts on its own. */
+static void progress_end_line(progress *p) {
+    if (p->tty && p->drawn) fputc('\n', stderr);
+    p->drawn = false;
+}
+
 static void progress_init(progress *p, const char *what, const char *verb, uint64_t base, bool lines) {
-    *p = (progress){.what = what, .verb = verb, .tty = isatty(2) == 1, .lines = lines, .base = base, .t0 = now_s()};
+    *p = (progress){.verb = verb, .tty = isatty(2) == 1, .lines = lines, .base = base, .t0 = now_s()};
+    mu_esc(p->what, sizeof p->what, what, strlen(what));
     p->decile = -1;
 }
 
@@ -75,6 +85,7 @@ static void progress_show(progress *p, uint64_t done, uint64_t total, bool final
         fprintf(stderr, "\r\033[K%s %s [%s] %s / %s  %5.1f%%  %s/s%s", p->verb, p->what, bar, human(done, a, sizeof a),
                 total ? human(total, b, sizeof b) : "?", total ? 100.0 * done / total : 0.0, human((uint64_t)rate, r, sizeof r),
                 eta);
+        p->drawn = !final;
         if (final) fputc('\n', stderr);
         return;
     }
@@ -462,7 +473,7 @@ int fetch_model(const fetch_req *r) {
             uint64_t before = x.have;
             o = transfer(&x, part, msg, sizeof msg);
             if (o == XF_RETRY) {
-                if (x.pr.tty) fputc('\n', stderr);
+                progress_end_line(&x.pr);
                 fprintf(stderr, "%s; resuming\n", msg);
                 stalls = x.have > before ? 0 : stalls + 1;
                 if (stalls >= 3) break;
@@ -474,7 +485,7 @@ int fetch_model(const fetch_req *r) {
             progress_show(&x.pr, x.have, x.total, true);
             return verify_into_place(r, part);
         }
-        if (x.pr.tty) fputc('\n', stderr);
+        progress_end_line(&x.pr);
         if (o == XF_FATAL) return cli_fail("%s", msg);
         if (o == XF_RETRY)
             snprintf(msg + strlen(msg), sizeof msg - strlen(msg), " (gave up after %d connections)", attempts);
