@@ -50,18 +50,22 @@ static int home_dir(char *out, size_t cap) {
     return 0;
 }
 
-/* The repository the binary runs from (./muser or build/muser). */
+/* The repository the binary runs from: the nearest of its folder and the
+ * two above (./muser, build/muser, build/asan/muser) that holds
+ * models/catalog.tsv. */
 static bool repo_dir(char *out, size_t cap) {
-    char exe[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    char dir[PATH_MAX], probe[PATH_MAX + 32];
+    ssize_t n = readlink("/proc/self/exe", dir, sizeof dir - 1);
     if (n <= 0) return false;
-    exe[n] = 0;
-    char *s = strrchr(exe, '/');
-    if (!s) return false;
-    *s = 0;
-    size_t len = strlen(exe);
-    if (len >= 6 && !strcmp(exe + len - 6, "/build")) exe[len - 6] = 0;
-    return snprintf(out, cap, "%s", exe) < (int)cap;
+    dir[n] = 0;
+    for (int up = 0; up < 3; up++) {
+        char *s = strrchr(dir, '/');
+        if (!s || s == dir) return false;
+        *s = 0;
+        snprintf(probe, sizeof probe, "%s/models/catalog.tsv", dir);
+        if (access(probe, R_OK) == 0) return snprintf(out, cap, "%s", dir) < (int)cap;
+    }
+    return false;
 }
 
 /* Reads the catalog ($MUSER_CATALOG, else models/catalog.tsv of the
