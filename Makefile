@@ -11,7 +11,7 @@ CC      ?= gcc
 OPT     ?= -O2
 BUILD   ?= build
 SAN     ?=
-ARCH    := $(shell $(CC) -dumpmachine | cut -d- -f1)
+ARCH    := $(shell $(CC) -dumpmachine 2>/dev/null | cut -d- -f1)
 COMMIT  := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
