@@ -202,5 +202,18 @@ kill "$UP_PID" 2>/dev/null
 wait "$UP_PID"
 UP_PID=
 
+# 18. on a desktop the URL goes to xdg-open (a stand-in here that records it)
+mkdir -p "$T/bin"
+printf '#!/bin/sh\necho "$1" >"%s/opened.tmp" && mv "%s/opened.tmp" "%s/opened"\n' "$T" "$T" "$T" >"$T/bin/xdg-open"
+chmod +x "$T/bin/xdg-open"
+PATH=$T/bin:$PATH DISPLAY=:99 "$MUSER" up drop --port 0 --exit-after-start >"$T/out" 2>"$T/err"
+rc=$?
+url=$(sed -n 's/^dashboard: //p' "$T/out")
+# xdg-open runs detached; wait for its record (the loop ends when it appears)
+i=0
+while [ ! -f "$T/opened" ] && [ $i -lt 6000 ]; do sleep 0.05; i=$((i + 1)); done
+[ $rc = 0 ] && [ -n "$url" ] && [ "$(cat "$T/opened" 2>/dev/null)" = "$url" ] && ok "xdg-open called with $url" ||
+  bad "xdg-open: rc=$rc url=$url opened=$(cat "$T/opened" 2>/dev/null)"
+
 echo "up: $npass passed, $nfail failed"
 exit $fail
