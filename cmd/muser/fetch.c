@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -301,12 +302,10 @@ static bool transient(CURLcode rc) {
     }
 }
 
-/* One connection: appends to part from x->have. */
+/* One connection: appends to part (open as x->fd) from x->have. */
 static outcome transfer(xfer *x, const char *part, char *msg, size_t cap) {
     const fetch_req *r = x->r;
     char a[32], b[32];
-    x->fd = open(part, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
-    if (x->fd < 0) return snprintf(msg, cap, "muser up: %s: cannot write %s: %s", r->what, part, strerror(errno)), XF_FATAL;
     x->start = x->have;
     x->checked = false;
     x->cr_seen = false;
@@ -315,7 +314,6 @@ static outcome transfer(xfer *x, const char *part, char *msg, size_t cap) {
     x->status = 0;
     CURL *c = x->c = curl_easy_init();
     if (!c) {
-        close(x->fd);
         return snprintf(msg, cap, "muser up: %s: cannot start libcurl", r->what), XF_FATAL;
     }
     char range[48];
@@ -340,9 +338,7 @@ static outcome transfer(xfer *x, const char *part, char *msg, size_t cap) {
     const char *eff = x->url;
     curl_easy_cleanup(c);
     x->c = NULL;
-    int ferr = fsync(x->fd) ? errno : 0;
-    if (close(x->fd) && !ferr) ferr = errno;
-    x->fd = -1;
+    int ferr = fsync(x->fd) && errno != EINVAL ? errno : 0; /* EINVAL: not a file that syncs */
     switch (x->fail) {
     case F_NORANGE:
         snprintf(msg, cap,
@@ -412,8 +408,10 @@ static int verify_into_place(const fetch_req *r, const char *part) {
     return 0;
 }
 
+static int fetch_locked(const fetch_req *r, const char *part, int fd);
+
 int fetch_model(const fetch_req *r) {
-    char part[PATH_MAX], a[32], b[32];
+    char part[PATH_MAX];
     if (snprintf(part, sizeof part, "%s.part", r->dest) >= (int)sizeof part)
         return cli_fail("muser up: %s: path too long: %s", r->what, r->dest);
     struct stat st;
@@ -429,11 +427,26 @@ int fetch_model(const fetch_req *r) {
         return 0;
     }
     if (r->n_urls == 0) return cli_fail("muser up: %s: no URL to download from", r->what);
-    uint64_t have = stat(part, &st) == 0 ? (uint64_t)st.st_size : 0;
+    /* one process per partial file: it holds a lock on it until done */
+    int fd = open(part, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return cli_fail("muser up: %s: cannot write %s: %s", r->what, part, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        close(fd);
+        return cli_fail("muser up: %s: another process is downloading %s", r->what, part);
+    }
+    int rc = fetch_locked(r, part, fd);
+    close(fd);
+    return rc;
+}
+
+static int fetch_locked(const fetch_req *r, const char *part, int fd) {
+    char a[32], b[32];
+    struct stat st;
+    uint64_t have = fstat(fd, &st) == 0 ? (uint64_t)st.st_size : 0;
     if (r->bytes && have > r->bytes) {
         fprintf(stderr, "muser up: %s: the partial download is larger than the model (%s > %s); starting over\n",
                 r->what, human(have, a, sizeof a), human(r->bytes, b, sizeof b));
-        if (unlink(part)) return cli_fail("muser up: %s: cannot remove %s: %s", r->what, part, strerror(errno));
+        if (ftruncate(fd, 0)) return cli_fail("muser up: %s: cannot truncate %s: %s", r->what, part, strerror(errno));
         have = 0;
     }
     if (r->bytes && have == r->bytes) return verify_into_place(r, part);
@@ -459,7 +472,7 @@ int fetch_model(const fetch_req *r) {
     int max_attempts = r->max_attempts > 0 ? r->max_attempts : 20;
     char msg[4 * PATH_MAX] = "";
     for (int u = 0; u < r->n_urls; u++) {
-        xfer x = {.r = r, .url = r->urls[u], .fd = -1, .have = have, .total = r->bytes};
+        xfer x = {.r = r, .url = r->urls[u], .fd = fd, .have = have, .total = r->bytes};
         if (have) {
             fprintf(stderr, "muser up: %s: resuming the partial download at %s of %s\n", r->what,
                     human(have, a, sizeof a), r->bytes ? human(r->bytes, b, sizeof b) : "?");

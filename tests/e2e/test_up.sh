@@ -50,6 +50,7 @@ C=$T/catalog.tsv
   printf 'full\t%s\t%s\tx\t%s/ok/tiny.gguf\n' "$SIZE" "$SHA" "$B"
   printf 'missing\t%s\t%s\tx\t%s/ok/nothere.gguf\n' "$SIZE" "$SHA" "$B"
   printf 'fallback\t%s\t%s\tx\t%s/short/tiny.gguf %s/ok/tiny.gguf\n' "$SIZE" "$SHA" "$B" "$B"
+  printf 'busy\t%s\t%s\tx\t%s/ok/tiny.gguf\n' "$SIZE" "$SHA" "$B"
 } >"$C"
 export MUSER_HOME=$T/home MUSER_CATALOG=$C
 unset MUSER_MODEL
@@ -157,6 +158,19 @@ rm -f "$M/resume.gguf" "$M/resume.gguf.sha256"
 up resume
 [ $rc = 0 ] && cmp -s "$F" "$M/resume.gguf" && grep -q 'larger than the model' "$T/err" &&
   ok "oversized partial: discarded and downloaded again" || bad "oversized partial: rc=$rc"
+
+# 12b. a partial file another process holds (its lock) is left alone
+if command -v flock >/dev/null; then
+  exec 9>>"$M/busy.gguf.part"
+  flock -n 9
+  reset
+  up busy
+  expect_fail "partial file in use" "busy: another process is downloading $M/busy.gguf.part"
+  [ "$(stats 'd["requests"]')" = 0 ] && ok "partial file in use: no request made" || bad "partial file in use: requests made"
+  exec 9>&-
+  up busy
+  [ $rc = 0 ] && cmp -s "$F" "$M/busy.gguf" && ok "partial file released: downloaded" || bad "partial file released: rc=$rc"
+fi
 
 # 13. errors of the server and of the catalog
 up missing
