@@ -4,7 +4,8 @@
 # installed with `npm ci` when node_modules is absent). Three servers: a
 # plain one (page, chat streaming, rendered values = /snapshot, tags,
 # screenshot), one whose jobs stall after 5 tokens (the page while a request
-# runs), one with an API key (the page asks for it). Also checks /snapshot's
+# runs), one with an API key on 0.0.0.0 with TLS (the page asks for the key
+# and works after it). Also checks /snapshot's
 # shape with curl, so a machine without chromium still tests the data.
 SERVE_TEST_NAME=test_dashboard
 source "$(dirname "$0")/serve_lib.sh"
@@ -62,8 +63,15 @@ MUSER_TEST_STALL_AFTER=5 start_server --threads 1 || { echo "FAIL server start (
 node $B/dash_test.mjs live "$BASE" "$OUT" 5 || fail=1
 stop_server
 
+# with an API key: a LAN-style bind (0.0.0.0, TLS) when openssl can make a
+# certificate, else loopback
 printf 'dash-test-key-0123456789\n' >"$T/key" && chmod 600 "$T/key"
-start_server --threads 1 --api-key-file "$T/key" || { echo "FAIL server start (key)"; exit 1; }
-node $B/dash_test.mjs key "$BASE" "$OUT" "$T/key" || fail=1
+lan=()
+if command -v openssl >/dev/null &&
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/tls.key" -out "$T/tls.crt" -days 1 -subj /CN=localhost >/dev/null 2>&1; then
+  lan=(--host 0.0.0.0 --tls-cert "$T/tls.crt" --tls-key "$T/tls.key")
+else echo "test_dashboard: openssl is missing: the key test binds loopback without TLS"; fi
+start_server --threads 1 --api-key-file "$T/key" "${lan[@]}" || { echo "FAIL server start (key)"; exit 1; }
+NODE_NO_WARNINGS=1 node $B/dash_test.mjs key "$BASE" "$OUT" "$T/key" || fail=1
 stop_server
 exit $fail

@@ -8,8 +8,9 @@
 // MODE "live": the server stalls every job after STALL_N tokens
 //   (MUSER_TEST_STALL_AFTER): while the page's chat request runs, the page
 //   renders a busy slot, one request processing and STALL_N generated tokens.
-// MODE "key": the server has an API key: the page asks for it, and polls
-//   once it is given.
+// MODE "key": the server has an API key (and, on a LAN-style bind, TLS with
+//   a self-signed certificate): the page asks for the key, and polls once
+//   it is given.
 // Verdicts wait on page state (data attributes), never on elapsed time.
 import puppeteer from "puppeteer-core";
 import fs from "node:fs";
@@ -20,7 +21,10 @@ const ok = (m) => console.log("ok   " + m);
 const bad = (m) => { console.log("FAIL " + m); failed = 1; };
 const check = (c, m) => (c ? ok(m) : bad(m));
 
+// the key mode's server may use a self-signed certificate (a LAN-style bind)
+if (base.startsWith("https:")) process.env.NODE_TLS_REJECT_UNAUTHORIZED = "0";
 const browser = await puppeteer.launch({
+  acceptInsecureCerts: base.startsWith("https:"),
   executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
   headless: true,
   args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
@@ -131,7 +135,7 @@ try {
     await waitPolls(1);
     const id = await page.$eval('[data-k="model.id"]', (e) => e.dataset.raw);
     const snap = await snapshot({ Authorization: "Bearer " + key });
-    check(id === JSON.stringify(snap.model.id), "with the key: the page polls and shows the model");
+    check(id === JSON.stringify(snap.model.id), `with the key: the page polls and shows the model (${base.split(":")[0]})`);
   } else {
     bad("unknown mode " + mode);
   }
