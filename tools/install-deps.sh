@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(build-essential make git pkg-config libcmocka-dev libutf8proc-dev libjansson-dev
       libmicrohttpd-dev libssl-dev libedit-dev libcurl4-openssl-dev clang libclang-rt-14-dev
       python3 python3-jinja2 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux curl
-      chromium nodejs npm)
+      chromium nodejs npm openssl)
 # packages that count as present when their command is (a Node.js from
 # elsewhere, e.g. NodeSource's, must not be replaced by Debian's)
 declare -A cmd_of=([nodejs]=node [npm]=npm)
