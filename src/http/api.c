@@ -275,6 +275,7 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/", MU_PROTO_LLAMACPP, api_dash_page, true},
     {"GET", "/dashboard", MU_PROTO_LLAMACPP, api_dash_page, true},
     {"GET", "/snapshot", MU_PROTO_LLAMACPP, api_dash_snapshot, false},
+    {"GET", "/telemetry", MU_PROTO_LLAMACPP, api_dash_telemetry, false},
     {NULL, NULL, 0, NULL, false},
 };
 

@@ -1,13 +1,17 @@
 /* dash.c: the dashboard page and its data (dash.h).
  * Owns: GET / and /dashboard (the page src/http/dash.html, embedded in the
- * binary at build time: no CDN, works offline) and GET /snapshot (JSON).
+ * binary at build time: no CDN, works offline), GET /snapshot (JSON) and
+ * GET /telemetry (the same object as server-sent events, once a second).
  * Does not own: what is counted (the scheduler's metrics, the transport's
  * counters) or the Prometheus text of /metrics (api_llamacpp.c).
  * Design: each number in /snapshot is an object {"value": V, "tag": T} with
  * T "measured" (read from a counter or the OS now), "target" (a goal, not an
  * observation), or "unavailable" (value null and a "why"): the page shows the
  * tag beside the number, so nothing that was not measured looks like data. */
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,9 +45,8 @@ static uint64_t rss_bytes(void) {
     return n == 2 && page > 0 ? (uint64_t)res * (uint64_t)page : 0;
 }
 
-void api_dash_snapshot(mu_http_req *r, const json_t *body) {
-    (void)body;
-    mu_http_app *a = mu_http_req_app(r);
+/* The snapshot object (NULL when out of memory). */
+static json_t *snapshot_json(mu_http_app *a) {
     mu_sched_metrics m;
     mu_sched_get_metrics(a->sched, &m);
     mu_http_counters c = {0};
@@ -96,9 +99,106 @@ void api_dash_snapshot(mu_http_req *r, const json_t *body) {
         measured_i(c.errors_5xx), "connections_open", measured_i(c.conns_open), "connections_refused",
         measured_i(c.conns_refused),
         "remote_prefill", unavailable("no remote prefill lane is built"));
+    return o;
+}
+
+void api_dash_snapshot(mu_http_req *r, const json_t *body) {
+    (void)body;
+    json_t *o = snapshot_json(mu_http_req_app(r));
     if (!o) {
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
     mu_http_reply_json(r, 200, o);
+}
+
+/* ---- /telemetry: the snapshot as server-sent events, once a second ----
+ * A stream waits suspended like any reply that waits (server.h); one ticker
+ * thread (started with the first stream, alive until the process ends)
+ * wakes every open stream once a second, and each wake sends the snapshot
+ * if the tick moved. The registry's lock is held while waking, and a stream
+ * leaves the registry in its release, so no stream is woken after it ended. */
+
+#define TELEMETRY_MAX 64
+
+static pthread_mutex_t tel_mu = PTHREAD_MUTEX_INITIALIZER;
+static mu_http_req *tel_reqs[TELEMETRY_MAX];
+static int tel_n;
+static bool tel_ticking;
+static atomic_uint_fast64_t tel_tick = 1;
+
+typedef struct {
+    mu_http_app *a;
+    mu_http_req *r;
+    uint64_t sent;   /* the tick last sent (0: none yet) */
+} tel_state;
+
+static void *tel_main(void *arg) {
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {1, 0};
+        while (nanosleep(&ts, &ts)) {}
+        pthread_mutex_lock(&tel_mu);
+        atomic_fetch_add(&tel_tick, 1);
+        for (int i = 0; i < tel_n; i++) mu_http_req_wake(tel_reqs[i]);
+        pthread_mutex_unlock(&tel_mu);
+    }
+    return NULL;
+}
+
+static int tel_produce(void *state, mu_http_buf *out, int fd) {
+    (void)fd;
+    tel_state *st = state;
+    uint64_t t = atomic_load(&tel_tick);
+    if (t == st->sent) return 1; /* nothing new: wait for the next tick */
+    st->sent = t;
+    json_t *o = snapshot_json(st->a);
+    if (!o) return -1;
+    mu_http_buf_str(out, "data: ");
+    mu_http_buf_json(out, o);
+    mu_http_buf_str(out, "\n\n");
+    json_decref(o);
+    return 1;
+}
+
+static void tel_release(void *state) {
+    tel_state *st = state;
+    pthread_mutex_lock(&tel_mu);
+    for (int i = 0; i < tel_n; i++)
+        if (tel_reqs[i] == st->r) {
+            tel_reqs[i] = tel_reqs[--tel_n];
+            break;
+        }
+    pthread_mutex_unlock(&tel_mu);
+    free(st);
+}
+
+void api_dash_telemetry(mu_http_req *r, const json_t *body) {
+    (void)body;
+    tel_state *st = calloc(1, sizeof *st);
+    if (!st) {
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    st->a = mu_http_req_app(r);
+    st->r = r;
+    pthread_mutex_lock(&tel_mu);
+    bool full = tel_n == TELEMETRY_MAX;
+    if (!full && !tel_ticking) {
+        pthread_t t;
+        pthread_attr_t at;
+        pthread_attr_init(&at);
+        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+        tel_ticking = pthread_create(&t, &at, tel_main, NULL) == 0;
+        pthread_attr_destroy(&at);
+    }
+    bool ok = !full && tel_ticking;
+    if (ok) tel_reqs[tel_n++] = r;
+    pthread_mutex_unlock(&tel_mu);
+    if (!ok) {
+        free(st);
+        mu_http_reply_error(r, 503, full ? "server: too many telemetry streams (64)" : "server: cannot start the telemetry ticker", NULL);
+        return;
+    }
+    mu_http_reply_stream(r, "text/event-stream", tel_produce, tel_release, st);
 }

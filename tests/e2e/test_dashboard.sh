@@ -41,10 +41,40 @@ PY
 )
 [ "${n_untagged%% *}" = 0 ] && ok "/snapshot: every measurement has a tag, every unavailable one a reason" ||
   bad "/snapshot: untagged or inconsistent: $n_untagged"
+# /telemetry: one event per tick, each a whole snapshot; a stream stays open
+# until the client leaves, and does not hold up the server's stop
+python3 - "$BASE" >"$T/sse.out" 2>&1 <<'PY'
+import http.client, json, sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port)
+c.request("GET", "/telemetry")
+r = c.getresponse()
+assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream"), r.status
+ups = []
+while len(ups) < 3:
+    line = r.readline().decode()
+    if line.startswith("data: "):
+        ups.append(json.loads(line[6:])["uptime_s"]["value"])
+assert ups == sorted(ups) and len(set(ups)) == 3, ups
+print("events", len(ups))
+PY
+grep -q "^events 3$" "$T/sse.out" && ok "/telemetry: 3 snapshots as server-sent events, uptime rising" ||
+  bad "/telemetry: $(tail -2 "$T/sse.out")"
 page=$(curl -s "$BASE/")
 [[ $page == "<!doctype html>"* ]] && ! grep -qE '(src|href)="https?:' <<<"$page" &&
   ok "/ serves the page with no outside resources" || bad "/: not the page, or it loads outside resources"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/dashboard")" = 200 ] && ok "/dashboard serves the page" || bad "/dashboard"
+
+curl -sN "$BASE/telemetry" >"$T/stream.out" &
+CURL_PID=$!
+while ! grep -q '^data: ' "$T/stream.out" && kill -0 $CURL_PID 2>/dev/null; do sleep 0.05; done
+kill "$SERVER_PID" && wait "$SERVER_PID"
+src=$?
+wait $CURL_PID
+SERVER_PID=
+[ $src = 0 ] && grep -q '^data: ' "$T/stream.out" && ok "server stops with a /telemetry stream open (exit 0)" ||
+  bad "stop with a stream open: exit $src"
+start_server --threads 1 || { echo "FAIL server start"; exit 1; }
 
 CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
 if [ -z "$CHROMIUM" ]; then echo "test_dashboard: browser part skipped: chromium is missing"; exit $fail; fi
