@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "fetch.h"
 
 int cmd_serve(int argc, char **argv);
+extern char **environ;
 
 static int usage(void) {
     fprintf(stderr,
@@ -95,22 +97,14 @@ static char *catalog_read(char *path, size_t cap, size_t *n) {
 
 static bool no_open, exit_after_start;
 
+/* xdg-open, detached: a shell backgrounds it and exits at once (the server's
+ * threads are running, so posix_spawn rather than fork + exec). */
 static void open_url(const char *url) {
     const char *d = getenv("DISPLAY"), *w = getenv("WAYLAND_DISPLAY");
     if (no_open || !((d && *d) || (w && *w))) return;
-    pid_t pid = fork();
-    if (pid == 0) { /* a grandchild runs xdg-open, so nothing is left to reap */
-        if (fork() == 0) {
-            setsid();
-            freopen("/dev/null", "r", stdin);
-            freopen("/dev/null", "w", stdout);
-            freopen("/dev/null", "w", stderr);
-            execlp("xdg-open", "xdg-open", url, (char *)NULL);
-            _exit(127);
-        }
-        _exit(0);
-    }
-    if (pid > 0) waitpid(pid, NULL, 0);
+    char *argv[] = {"sh", "-c", "xdg-open \"$1\" </dev/null >/dev/null 2>&1 &", "sh", (char *)url, NULL};
+    pid_t pid;
+    if (posix_spawnp(&pid, "sh", NULL, NULL, argv, environ) == 0) waitpid(pid, NULL, 0);
 }
 
 static bool on_ready(bool tls, const char *host, int port) {
