@@ -9,7 +9,8 @@
 #      installs the packages, builds, serves and prints the dashboard URL;
 #   3. `make test` passes.
 # Needs: root, debootstrap, a Debian mirror and the npm registry over the
-# network, about 6 GB of disk; takes tens of minutes. Skipped (exit 0 with a
+# network (local CAs in /usr/local/share/ca-certificates are copied in),
+# about 6 GB of disk; takes tens of minutes. Skipped (exit 0 with a
 # message) without root or debootstrap.
 # Usage: tests/fresh/debootstrap.sh [DIR]  (default /var/tmp/muser-deb12; it
 # is removed first and, unless KEEP=1, afterwards). Logs: DIR.log/*.
@@ -48,12 +49,21 @@ deb $MIRROR bookworm-updates main
 deb http://security.debian.org/debian-security bookworm-security main
 SRC
 cp /etc/resolv.conf "$D/etc/resolv.conf"
+# the host's local CAs (a network that inspects TLS: npm needs them as the
+# host does); the chroot's trust store is the Debian one plus these
+if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+  cp /usr/local/share/ca-certificates/*.crt "$D/usr/local/share/ca-certificates/"
+  chroot "$D" update-ca-certificates >"$L/ca.log" 2>&1 || { echo "fresh: update-ca-certificates failed"; exit 1; }
+fi
 mount -t proc proc "$D/proc" && mount -t sysfs sys "$D/sys" && mount --bind /dev "$D/dev" &&
   mount --bind /dev/pts "$D/dev/pts" && mount -t tmpfs shm "$D/dev/shm" || { echo "fresh: mounts failed"; exit 1; }
 mkdir -p "$D/opt/muser"
 git archive HEAD | tar -x -C "$D/opt/muser"
 ok "chroot made, $(git rev-parse --short HEAD) copied to /opt/muser"
-in_chroot() { chroot "$D" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 bash -c "$1"; }
+in_chroot() {
+  chroot "$D" /usr/bin/env -i HOME=/root PATH=/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8 \
+    NODE_EXTRA_CA_CERTS=/etc/ssl/certs/ca-certificates.crt bash -c "$1"
+}
 
 # 1. not root: the apt-get line, exit 1, nothing built
 in_chroot "useradd -m tester && su tester -c 'cd /opt/muser && make up'" >"$L/up-user.out" 2>"$L/up-user.err"
