@@ -6,6 +6,11 @@
 #   make deps      install the Debian packages the build and tests need (root)
 #   make up        deps (as root; otherwise print the apt-get line and stop),
 #                  build, then `./muser up $(UP_ARGS)` (docs/up.md)
+#   make test-gpu  the gpu tier (a CUDA device; tests/gpu/run.sh)
+#
+# With nvcc (PATH or /usr/local/cuda) `make` also builds the CUDA backend as
+# a plugin, muser-cuda.so next to muser, loaded at run time (NVCC= skips it;
+# CUDA_ARCH picks the GPUs it is compiled for).
 
 CC      ?= gcc
 OPT     ?= -O2
@@ -17,7 +22,17 @@ COMMIT  := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -pthread -fno-strict-aliasing -MMD -MP $(SAN) \
            -DMU_COMMIT=\"$(COMMIT)\"
-LDLIBS  := -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl
+LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl
+
+NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+             -gencode=arch=compute_90,code=compute_90
+# -fmad=false: no product is fused into an add unless the code says fmaf,
+# so the device rounds as the CPU's reference kernels do (src/gpu/cuda.cuh)
+NVFLAGS   := -O3 -std=c++17 -fmad=false -Xcompiler -fPIC,-fvisibility=hidden,-Wall $(CUDA_ARCH)
+CUDA_SRC  := $(wildcard src/gpu/*.cu)
+CUDA_OBJ  := $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CUDA_PLUGIN := $(if $(NVCC),muser-cuda.so)
 LDFLAGS := -pthread $(SAN)
 
 # ISA kernel files get their flags and nothing else does.
@@ -46,14 +61,25 @@ GEN_OBJ := $(BUILD)/gen/dash_html.o
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test check asan deps clean fuzz up
-all: muser
+.PHONY: all test test-gpu check asan deps clean fuzz up
+all: muser $(CUDA_PLUGIN)
 
+# copied by rename, so a running ./muser (a test) does not block the build
 muser: $(BUILD)/muser
-	cp $< $@
+	cp $< $@.tmp && mv -f $@.tmp $@
 
 $(BUILD)/muser: $(CMD_OBJ) $(LIB)
 	$(CC) $(LDFLAGS) -o $@ $(CMD_OBJ) $(LIB) $(LDLIBS)
+
+muser-cuda.so: $(BUILD)/muser-cuda.so
+	cp $< $@.tmp && mv -f $@.tmp $@
+
+$(BUILD)/muser-cuda.so: $(CUDA_OBJ)
+	$(NVCC) -shared -cudart static $(CUDA_ARCH) -o $@ $^
+
+$(BUILD)/src/gpu/%.o: src/gpu/%.cu src/gpu/cuda.cuh src/gpu/gpu.h src/gpu/plugin.h src/kern/quant.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
 $(LIB): $(LIB_OBJ) $(GEN_OBJ)
 	@rm -f $@
@@ -82,8 +108,17 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 
 unit: $(UNIT_BIN)
 
-test: muser $(UNIT_BIN)
+GPU_TEST_BIN := $(BUILD)/tests/gpu/test_gpu_kern $(BUILD)/tests/gpu/test_gpu_engine
+
+test: muser $(CUDA_PLUGIN) $(UNIT_BIN) $(GPU_TEST_BIN)
 	BUILD=$(BUILD) bash tests/run.sh
+
+test-gpu: muser muser-cuda.so $(GPU_TEST_BIN)
+	BUILD=$(BUILD) bash tests/gpu/run.sh
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # both scripts run even when the first fails
 check:
@@ -104,6 +139,6 @@ up:
 	./muser up $(UP_ARGS)
 
 clean:
-	rm -rf build muser
+	rm -rf build muser muser-cuda.so
 
 -include $(LIB_OBJ:.o=.d) $(CMD_OBJ:.o=.d) $(UNIT_BIN:=.d)

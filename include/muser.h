@@ -132,6 +132,14 @@ int mu_chat_apply(const mu_model *m, const char *messages_json, const char *tool
 typedef struct {
     int n_threads;     /* 0 = all online cores */
     const char *kern;  /* NULL = best for this CPU (MUSER_KERN overrides) */
+    /* NULL or "cpu": the CPU; "cuda": GPU gpu_device, an error when there
+     * is none; "auto": CUDA when a device exists, else the CPU. A failure
+     * to set up the chosen backend is an error, never a silent fallback. */
+    const char *backend;
+    int gpu_device;
+    /* Called with bytes uploaded to the GPU so far (may be NULL). */
+    mu_check_progress_fn progress;
+    void *progress_user;
 } mu_engine_opts;
 
 int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_err *err);
@@ -139,6 +147,18 @@ void mu_engine_free(mu_engine *e);
 const mu_model *mu_engine_model(const mu_engine *e);
 const char *mu_engine_kern_name(const mu_engine *e);
 int mu_engine_n_threads(const mu_engine *e);
+/* "cpu" or "cuda". */
+const char *mu_engine_backend(const mu_engine *e);
+
+/* GPUs this process can use (0 without the CUDA plugin, a driver or a
+ * device; mu_gpu_devices_why then says why, else ""). */
+typedef struct {
+    char name[128];
+    int major, minor;       /* compute capability */
+    size_t total_bytes, free_bytes;
+} mu_gpu_device;
+int mu_gpu_devices(mu_gpu_device *out, int cap);
+const char *mu_gpu_devices_why(void);
 
 /* Wall-clock time of each phase of the forward passes, split into passes of
  * one token (decode steps) and of more (prefill chunks, batched decoding of

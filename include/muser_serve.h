@@ -26,7 +26,8 @@ typedef struct {
     int idle_timeout_s;        /* no traffic while not waiting for generation; 0: 60 */
     size_t max_body_bytes;     /* 0: 8 MiB */
     int http_threads;          /* event threads serving all connections; 0: 4 */
-    const char *backend;       /* what computes (e.g. the kernel table), shown by /snapshot; may be NULL */
+    const char *backend;       /* the engine's backend ("cpu", "cuda"), shown by /snapshot; may be NULL */
+    const char *kernels;       /* the CPU kernel table, shown by /snapshot; may be NULL */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

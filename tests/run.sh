@@ -10,7 +10,7 @@
 #   shared   the team's shared fixtures                 ../shared/fixtures
 #   e2e      end-to-end scripts (CLI, server on loopback)  tests/e2e/test_*.sh
 #   neon     ARM64 kernels under qemu-user              (cross compiler + qemu)
-#   gpu      CUDA backend (not written yet: skipped)    (a CUDA device)
+#   gpu      CUDA backend vs the CPU and llama.cpp      (a CUDA device)
 #   fresh    `make up` + `make test` in a new Debian 12 chroot (slow; run only
 #            when named)                                root, debootstrap, network
 # Usage: tests/run.sh [tier ...]   (default: all)
@@ -89,8 +89,7 @@ for tier in "${tiers[@]}"; do
         run_tier neon tier_neon
       else skip neon "needs aarch64-linux-gnu-gcc and qemu-aarch64"; fi ;;
     gpu)
-      if [ ! -f tests/gpu/run.sh ]; then skip gpu "no CUDA backend yet (src/gpu has only gpu_none.c)"
-      elif command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then run_tier gpu bash tests/gpu/run.sh
+      if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then run_tier gpu bash tests/gpu/run.sh
       else skip gpu "no CUDA device on this machine"; fi ;;
     fresh) run_tier fresh bash tests/fresh/debootstrap.sh ;;  # slow: only when named
     *) echo "unknown tier $tier"; exit 2 ;;

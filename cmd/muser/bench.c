@@ -31,6 +31,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]\n"
             "                   [--threads N] [--kern ref|avx2|avx512|neon] [--ubatch 512] [--reps 1]\n"
+            "                   " CLI_BACKEND_USAGE "\n"
             "                   [--profile]\n");
     return 1;
 }
@@ -146,7 +147,11 @@ int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *kern = NULL, *depths_arg = "512,2048,8192";
     long long gen = 64, threads = 0, ubatch = 512, reps = 1;
     bool json = false, profile = false;
+    cli_backend backend = CLI_BACKEND_DEFAULT;
     for (int i = 1; i < argc; i++) {
+        int bo = cli_backend_opt("muser bench", argc, argv, &i, &backend);
+        if (bo < 0) return 1;
+        if (bo) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                                \
@@ -199,7 +204,7 @@ int cmd_bench(int argc, char **argv) {
         cli_fail("muser bench: depth %d + gen %lld exceed the model's context (%d)", max_depth, gen, I->n_ctx_train);
         goto done;
     }
-    mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
+    mu_engine_opts eo = cli_engine_opts(&backend, (int)threads, kern);
     if (mu_engine_new(m, &eo, &e, &err)) {
         cli_fail("muser bench: %s", err.msg);
         goto done;
@@ -224,8 +229,8 @@ int cmd_bench(int argc, char **argv) {
     }
     const double wb = step_weight_bytes(m);
     if (!json)
-        printf("model %s (%.1f MB of weights read per decode step)\nkern %s, threads %d, ubatch %lld, commit %s\n",
-               model, wb / 1e6, mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, MU_COMMIT);
+        printf("model %s (%.1f MB of weights read per decode step)\nbackend %s, kern %s, threads %d, ubatch %lld, commit %s\n",
+               model, wb / 1e6, mu_engine_backend(e), mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, MU_COMMIT);
     for (int di = 0; di < n_depths; di++) {
         const int depth = depths[di];
         if (profile) mu_engine_profile(e, true); /* zeroed per depth */
@@ -247,11 +252,11 @@ int cmd_bench(int argc, char **argv) {
             printf("{\"model\": \"%s\", \"depth\": %d, \"gen\": %lld, \"prefill_s\": %.6f, \"decode_s\": %.6f, "
                    "\"prefill_tps\": %.2f, \"decode_tokens\": %d, \"decode_tps\": %.2f, \"peak_rss_mib\": %.1f, "
                    "\"step_weight_bytes\": %.0f, \"decode_weight_gbps\": %.2f, "
-                   "\"kern\": \"%s\", \"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", "
+                   "\"backend\": \"%s\", \"kern\": \"%s\", \"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", "
                    "\"ids\": [",
                    model, depth, gen, ps, ds, depth / ps, n_steps, n_steps / ds, peak_rss_mib(), wb,
                    n_steps * wb / ds / 1e9,
-                   mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
+                   mu_engine_backend(e), mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
             for (int g = 0; g < n_ids; g++) printf("%s%d", g ? ", " : "", ids[g]);
             printf("]");
             if (profile) print_profile(e, depth, reps, true);

@@ -705,6 +705,7 @@ static int usage(void) {
             "usage: muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh] [--temp T]\n"
             "                  [--top-k K] [--top-p P] [--min-p P] [--seed S] [-n MAX_TOKENS_PER_ANSWER]\n"
             "                  [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
+            "                  " CLI_BACKEND_USAGE "\n"
             "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
             "Interactive chat; type /help inside for commands. Reads one message per line when\n"
             "stdin is not a terminal. Details: docs/chat.md.\n");
@@ -748,11 +749,15 @@ int cmd_chat(int argc, char **argv) {
     const char *model = NULL, *system = NULL, *reasoning = NULL, *kern = NULL, *color = "auto";
     long long n_gen = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
+    cli_backend backend = CLI_BACKEND_DEFAULT;
     bool stats = false, ignore_eos = false, check = false;
     for (int i = 1; i < argc; i++) {
         int so = cli_sample_opt("muser chat", argc, argv, &i, &sp);
         if (so < 0) return 1;
         if (so) continue;
+        int bo = cli_backend_opt("muser chat", argc, argv, &i, &backend);
+        if (bo < 0) return 1;
+        if (bo) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                               \
@@ -811,7 +816,7 @@ int cmd_chat(int argc, char **argv) {
         cli_fail("muser chat: out of memory");
         goto done;
     }
-    mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
+    mu_engine_opts eo = cli_engine_opts(&backend, (int)threads, kern);
     if (mu_engine_new(c.m, &eo, &c.e, &err)) {
         cli_fail("muser chat: %s", err.msg);
         goto done;

@@ -154,3 +154,50 @@ int cli_check_model(const char *cmd, const mu_model *m, int n_threads, bool line
     if (rc) return cli_fail("%s: %s", cmd, err.msg);
     return 0;
 }
+
+/* ---- backend (--backend, --gpu) and the GPU upload's progress ------------- */
+
+int cli_backend_opt(const char *cmd, int argc, char **argv, int *i, cli_backend *b) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--backend") && strcmp(a, "--gpu")) return 0;
+    if (*i + 1 >= argc) {
+        cli_fail("%s: option %s needs a value", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (!strcmp(a, "--backend")) {
+        if (strcmp(v, "auto") && strcmp(v, "cpu") && strcmp(v, "cuda")) {
+            cli_fail("%s: --backend must be auto, cpu or cuda: %s", cmd, v);
+            return -1;
+        }
+        b->backend = v;
+        return 1;
+    }
+    long long n;
+    if (!cli_int(v, 0, 63, &n)) {
+        cli_fail("%s: --gpu must be a device number 0..63: %s", cmd, v);
+        return -1;
+    }
+    b->gpu = (int)n;
+    return 1;
+}
+
+static check_progress g_upload;
+
+static int on_upload(void *user, uint64_t done, uint64_t total) {
+    check_progress *p = user;
+    if (!p->tty) return 0;
+    const double now = mono_s(), dt = now - p->t0;
+    if (now - p->last < 0.1 && done < total) return 0;
+    p->last = now;
+    fprintf(stderr, "\rgpu: uploading weights %3.0f%% %.2f of %.2f GB, %.0f MB/s ", total ? 100.0 * done / total : 100.0,
+            done / 1e9, total / 1e9, dt > 0 ? done / 1e6 / dt : 0.0);
+    if (done >= total) fprintf(stderr, "\r%70s\r", "");
+    return 0;
+}
+
+mu_engine_opts cli_engine_opts(const cli_backend *b, int n_threads, const char *kern) {
+    g_upload = (check_progress){.tty = isatty(2) == 1, .t0 = mono_s()};
+    return (mu_engine_opts){.n_threads = n_threads, .kern = kern, .backend = b->backend, .gpu_device = b->gpu,
+                            .progress = on_upload, .progress_user = &g_upload};
+}

@@ -23,6 +23,20 @@ bool cli_ids(const char *s, int32_t **out, int *n);
  * sampling option, -1 after printing the error line ("CMD: ..."). */
 int cli_sample_opt(const char *cmd, int argc, char **argv, int *i, mu_sample_params *p);
 
+/* --backend auto|cpu|cuda and --gpu N, shared by run, chat, serve, bench. */
+typedef struct {
+    const char *backend; /* "auto" unless given */
+    int gpu;
+} cli_backend;
+#define CLI_BACKEND_DEFAULT ((cli_backend){.backend = "auto", .gpu = 0})
+/* Parses --backend / --gpu at argv[*i] into b; returns as cli_sample_opt. */
+int cli_backend_opt(const char *cmd, int argc, char **argv, int *i, cli_backend *b);
+/* Engine options for b with a progress line for the GPU upload on stderr
+ * (when it is a terminal). */
+mu_engine_opts cli_engine_opts(const cli_backend *b, int n_threads, const char *kern);
+/* "BACKEND_USAGE" text for the commands' --help. */
+#define CLI_BACKEND_USAGE "[--backend auto|cpu|cuda] [--gpu N]"
+
 /* Runs mu_model_check on m with progress on stderr (a rewritten line with
  * bytes and rate when stderr is a terminal; else, with `lines`, a plain line
  * per quarter). Returns 0, or 1 after printing "CMD: <error>". */

@@ -103,6 +103,13 @@ int cmd_info(int argc, char **argv) {
     for (int k = 0; k < n_tt; k++)
         printf("type %-7s %zu tensors, %.2f MiB\n", tt[k].name, tt[k].n, tt[k].bytes / 1048576.0);
     printf("weights      %.2f MiB\n", total / 1048576.0);
+    mu_gpu_device gd[16];
+    const int n_gpu = mu_gpu_devices(gd, 16);
+    if (n_gpu == 0) printf("gpu          none: %s\n", mu_gpu_devices_why());
+    for (int i = 0; i < n_gpu; i++)
+        printf("gpu %-8d %s, compute %d.%d, %.1f of %.1f GiB free\n", i, gd[i].name, gd[i].major, gd[i].minor,
+               gd[i].free_bytes / 1073741824.0, gd[i].total_bytes / 1073741824.0);
+    printf("backend      %s (what --backend auto picks)\n", n_gpu ? "cuda" : "cpu");
     if (check) {
         fflush(stdout);
         if (cli_check_model("muser info", m, 0, true)) {

@@ -18,6 +18,7 @@ static int usage(void) {
             "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [--temp T]\n"
             "                 [--top-k K] [--top-p P] [--min-p P] [--seed S] [--json] [--top K]\n"
             "                 [--ignore-eos] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
+            "                 " CLI_BACKEND_USAGE "\n"
             "                 [--check-tensors]\n");
     return 1;
 }
@@ -26,11 +27,15 @@ int cmd_run(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL;
     long long n_gen = 64, top = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
+    cli_backend backend = CLI_BACKEND_DEFAULT;
     bool json = false, ignore_eos = false, check = false;
     for (int i = 1; i < argc; i++) {
         int so = cli_sample_opt("muser run", argc, argv, &i, &sp);
         if (so < 0) return 1;
         if (so) continue;
+        int bo = cli_backend_opt("muser run", argc, argv, &i, &backend);
+        if (bo < 0) return 1;
+        if (bo) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                          \
@@ -94,7 +99,7 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: prompt (%d) + generation (%lld) exceed the context (%d)", n_prompt, n_gen, n_ctx);
         goto done;
     }
-    mu_engine_opts eo = {.n_threads = (int)threads, .kern = kern};
+    mu_engine_opts eo = cli_engine_opts(&backend, (int)threads, kern);
     mu_sched_opts so = {.n_slots = 1, .n_ctx = n_ctx};
     if (mu_engine_new(m, &eo, &e, &err) || (n_gen > 0 && mu_sched_new(e, &so, &sched, &err))) {
         cli_fail("muser run: %s", err.msg);

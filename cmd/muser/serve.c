@@ -25,6 +25,7 @@ static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 static int usage(void) {
     fprintf(stderr,
             "usage: muser serve [-m MODEL] [--host H] [--port P] [--parallel 1..4] [--ctx N] [--queue N]\n"
+            "                   " CLI_BACKEND_USAGE "\n"
             "                   [--threads N] [--api-key-file F] [--tls-cert C --tls-key K] [--check-tensors]\n"
             "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
@@ -60,7 +61,11 @@ int cmd_serve(int argc, char **argv) {
     long long port = 4949, parallel = 1, ctx = 0, queue = 16, threads = 0;
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     bool check = false;
+    cli_backend backend = CLI_BACKEND_DEFAULT;
     for (int i = 1; i < argc; i++) {
+        int bo = cli_backend_opt("muser serve", argc, argv, &i, &backend);
+        if (bo < 0) return 1;
+        if (bo) continue;
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : NULL;
 #define NEED()                                                              \
@@ -125,7 +130,7 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: --ctx %d exceeds the model's context (%d)", n_ctx, I->n_ctx_train);
         goto done;
     }
-    mu_engine_opts eo = {.n_threads = (int)threads};
+    mu_engine_opts eo = cli_engine_opts(&backend, (int)threads, NULL);
     if (mu_engine_new(m, &eo, &e, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
@@ -153,7 +158,8 @@ int cmd_serve(int argc, char **argv) {
                         .idle_timeout_s = (int)idle_to,
                         .max_body_bytes = (size_t)body_mb << 20,
                         .http_threads = (int)http_threads,
-                        .backend = mu_engine_kern_name(e)};
+                        .backend = mu_engine_backend(e),
+                        .kernels = mu_engine_kern_name(e)};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;
@@ -177,9 +183,9 @@ int cmd_serve(int argc, char **argv) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    fprintf(stderr, "muser serve: %s on %s://%s:%d (model '%s', %d slot%s, context %d, kernels %s)\n", model,
+    fprintf(stderr, "muser serve: %s on %s://%s:%d (model '%s', %d slot%s, context %d, backend %s, kernels %s)\n", model,
             cert ? "https" : "http", host, mu_serve_port(srv), model_id(m, model), (int)parallel,
-            parallel > 1 ? "s" : "", n_ctx, mu_engine_kern_name(e));
+            parallel > 1 ? "s" : "", n_ctx, mu_engine_backend(e), mu_engine_kern_name(e));
     if (cli_serve_ready && cli_serve_ready(cert != NULL, host, mu_serve_port(srv))) stop_flag = 1;
     while (!stop_flag) pause();
     fprintf(stderr, "muser serve: shutting down\n");

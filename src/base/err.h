@@ -8,6 +8,13 @@
 #include <stdarg.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#define MU_NORETURN [[noreturn]]
+#else
+#define MU_NORETURN _Noreturn
+#endif
+
 enum {
     MU_OK = 0,
     MU_E_IO = -1,       /* file or socket failed */
@@ -34,6 +41,10 @@ const char *mu_status_name(int code);
     do {                                                                      \
         if (!(c)) mu_assert_fail(#c, __FILE__, __LINE__);                     \
     } while (0)
-_Noreturn void mu_assert_fail(const char *expr, const char *file, int line);
+MU_NORETURN void mu_assert_fail(const char *expr, const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -52,7 +52,7 @@ static int scratch_init(mu_engine *e, mu_err *err) {
 }
 
 int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err) {
-    if (n_ctx <= e->s.max_ctx) return 0;
+    if (e->gpu || n_ctx <= e->s.max_ctx) return 0;
     const mu_model_info *I = &e->m->info;
     /* one decode item's rows (a KV head's query heads) over every cell */
     size_t cap = (size_t)(I->n_head / I->n_head_kv) * (size_t)((n_ctx + 255) / 256 * 256);
@@ -65,6 +65,8 @@ int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err) {
     e->s.max_ctx = n_ctx;
     return 0;
 }
+
+static int pick_backend(const mu_engine_opts *o, int *device, mu_err *err);
 
 int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_err *err) {
     mu_engine_opts o = opts ? *opts : (mu_engine_opts){0};
@@ -82,12 +84,22 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
     e->ubatch = MU_UBATCH;
     const char *ub = getenv("MUSER_UBATCH");
     if (ub && atoi(ub) >= 1 && atoi(ub) < MU_UBATCH) e->ubatch = atoi(ub);
-    int rc = mu_pool_new(o.n_threads, &e->pool, err);
+    int device = -1, rc = pick_backend(&o, &device, err);
     if (rc) {
         free(e);
         return rc;
     }
-    if ((rc = scratch_init(e, err)) || (rc = mu_engine_reserve_ctx(e, 256, err))) {
+    /* a GPU engine keeps one CPU thread: the device does the work */
+    rc = mu_pool_new(device >= 0 ? 1 : o.n_threads, &e->pool, err);
+    if (rc) {
+        free(e);
+        return rc;
+    }
+    if (device >= 0)
+        rc = mu_engine_gpu_open(e, device, o.progress, o.progress_user, err);
+    else if (!(rc = scratch_init(e, err)))
+        rc = mu_engine_reserve_ctx(e, 256, err);
+    if (rc) {
         mu_engine_free(e);
         return rc;
     }
@@ -95,8 +107,48 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
     return 0;
 }
 
+/* The device the options ask for (-1: the CPU). */
+static int pick_backend(const mu_engine_opts *o, int *device, mu_err *err) {
+    const char *b = o->backend && *o->backend ? o->backend : "cpu";
+    *device = -1;
+    if (!strcmp(b, "cpu")) return 0;
+    if (strcmp(b, "cuda") && strcmp(b, "auto"))
+        return mu_fail(err, MU_E_ARG, "engine: unknown backend '%.32s' (auto, cpu, cuda)", b);
+    const int n = mu_gpu_count();
+    if (n == 0) {
+        if (!strcmp(b, "auto")) return 0;
+        return mu_fail(err, MU_E_UNSUPPORTED, "engine: backend cuda: %s", mu_gpu_why_none());
+    }
+    if (o->gpu_device < 0 || o->gpu_device >= n)
+        return mu_fail(err, MU_E_ARG, "engine: GPU %d does not exist (%d found)", o->gpu_device, n);
+    *device = o->gpu_device;
+    return 0;
+}
+
+const char *mu_engine_backend(const mu_engine *e) { return e->gpu ? "cuda" : "cpu"; }
+
+int mu_gpu_devices(mu_gpu_device *out, int cap) {
+    const int n = mu_gpu_count();
+    int k = 0;
+    for (int i = 0; i < n && k < cap; i++) {
+        mu_gpu_info gi;
+        if (mu_gpu_probe(i, &gi, NULL)) continue;
+        mu_gpu_device *d = &out[k++];
+        memcpy(d->name, gi.name, sizeof d->name);
+        d->major = gi.major;
+        d->minor = gi.minor;
+        d->total_bytes = gi.total_bytes;
+        d->free_bytes = gi.free_bytes;
+    }
+    return k;
+}
+
+const char *mu_gpu_devices_why(void) { return mu_gpu_why_none(); }
+
 void mu_engine_free(mu_engine *e) {
     if (!e) return;
+    mu_gpu_model_free(e->gpu);
+    mu_free(e->rope);
     scratch_free(&e->s);
     mu_pool_free(e->pool);
     free(e);

@@ -5,6 +5,7 @@
 
 #include "../../include/muser.h"
 #include "../base/pool.h"
+#include "../gpu/gpu.h"
 #include "../kern/kern.h"
 #include "../model/model.h"
 
@@ -57,6 +58,8 @@ struct mu_engine {
     int ubatch;      /* chunk size, MU_UBATCH unless $MUSER_UBATCH says less (tests) */
     bool prof_on;
     mu_profile prof; /* mu_engine_profile */
+    mu_gpu_model *gpu; /* the CUDA backend's copy of the weights; NULL on the CPU */
+    float *rope;       /* GPU: [MU_UBATCH][head_dim] RoPE angles of a chunk */
 };
 
 struct mu_session {
@@ -69,6 +72,7 @@ struct mu_session {
     void *kv_map;       /* one anonymous mapping holding every layer */
     float *logits;      /* [n_logits_cap][n_vocab] */
     int n_logits_cap, n_logits;
+    mu_gpu_sess *gs;    /* the cells on the GPU (kc, vt unused) when the engine has one */
 };
 
 /* Grows the attention scratch for sessions of n_ctx positions. */
@@ -76,6 +80,13 @@ int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err);
 
 /* Writes one position's K and V rows ([n_kv] F16 each) into the cache. */
 void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const uint16_t *v);
+
+/* GPU backend (forward_gpu.c): upload the weights, run one batch. */
+int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *user, mu_err *err);
+int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err);
+
+/* GPT-J RoPE angles of one position (forward.c): cs[i], sn[i] for i < hd/2. */
+void mu_rope_angles(float *cs, float *sn, int hd, int pos, float base);
 
 /* Attention of layer il for the chunk's T tokens (q, k, v in scratch, the
  * cache already holding this chunk's rows): gated output into s.a. */

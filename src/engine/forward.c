@@ -1,4 +1,5 @@
-/* forward.c: the Muse Glimmer forward pass on the CPU.
+/* forward.c: the Muse Glimmer forward pass on the CPU (an engine with a
+ * GPU hands the batch to forward_gpu.c after the checks below).
  * Owns: one batched pass over tokens of one or more sessions (continuous
  * batching), split into chunks of at most MU_UBATCH tokens; the matmul
  * dispatch onto the kernel table; q/k norms, RoPE and the cache writes.
@@ -37,7 +38,7 @@ static void rms_norm(float *y, const float *x, const float *w, int n, float eps)
  * by all its heads: theta advances by repeated multiplication in float, as
  * llama.cpp's rope cache does. */
 #define ROPE_MAX_HD 512
-static void rope_angles(float *cs, float *sn, int hd, int pos, float base) {
+void mu_rope_angles(float *cs, float *sn, int hd, int pos, float base) {
     const float theta_scale = powf(base, -2.0f / (float)hd);
     float theta = (float)pos;
     for (int i = 0; i < hd / 2; i++) {
@@ -222,7 +223,7 @@ static void job_qk(void *arg, int ith, int nth) {
         float *q = e->s.q + (size_t)t * e->n_q;
         float *k = e->s.k + (size_t)t * e->n_kv;
         float cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
-        if (swa) rope_angles(cs, sn, hd, pos, I->rope_base_swa);
+        if (swa) mu_rope_angles(cs, sn, hd, pos, I->rope_base_swa);
         for (int h = 0; h < I->n_head; h++) {
             rms_norm(q + h * hd, q + h * hd, qn, hd, I->eps);
             if (swa) rope(q + h * hd, hd, cs, sn);
@@ -433,6 +434,7 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
         if (rc) return rc;
         items[i].s->n_logits = 0;
     }
+    if (e->gpu) return mu_forward_gpu(e, items, n_items, err);
     /* walk the items in chunks of at most MU_UBATCH tokens */
     int32_t chunk_tok[MU_UBATCH];
     int T = 0;

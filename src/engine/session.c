@@ -46,6 +46,15 @@ int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err) {
             return mu_fail(err, MU_E_NOMEM, "session: KV cache size overflows");
         }
     }
+    if (e->gpu) {
+        int rc = mu_gpu_sess_new(e->gpu, s->rows, &s->gs, err);
+        if (rc) {
+            mu_session_free(s);
+            return rc;
+        }
+        *out = s;
+        return 0;
+    }
     void *map = mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (map == MAP_FAILED) {
         mu_session_free(s);
@@ -72,6 +81,7 @@ int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err) {
 void mu_session_free(mu_session *s) {
     if (!s) return;
     if (s->kv_map) munmap(s->kv_map, s->kv_map_bytes);
+    mu_gpu_sess_free(s->gs);
     free(s->rows);
     free(s->kc);
     free(s->vt);
@@ -138,11 +148,27 @@ void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const
     for (size_t i = 0; i < nkv; i++) s->vt[il][i * cells + c] = v[i];
 }
 
+/* Positions [pos0, pos0 + n) of layer il between the GPU's cells and host
+ * rows, in at most two runs of consecutive cells (the ring wraps once). */
+static int gpu_rows(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, bool put, mu_err *err) {
+    const int nc = s->rows[il];
+    const size_t rb = (size_t)s->e->n_kv;
+    for (int done = 0; done < n;) {
+        const int c = (pos0 + done) % nc, run = n - done < nc - c ? n - done : nc - c;
+        int rc = put ? mu_gpu_kv_put(s->gs, il, c, run, k + done * rb, v + done * rb, err)
+                     : mu_gpu_kv_get(s->gs, il, c, run, k + done * rb, v + done * rb, err);
+        if (rc) return rc;
+        done += run;
+    }
+    return 0;
+}
+
 int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
     int rc = check_rows(s, il, pos0, n, s->n_past, err);
     if (rc) return rc;
     if (pos0 < layer_lo(s, il))
         return mu_fail(err, MU_E_STATE, "session: layer %d no longer holds position %d", il, pos0);
+    if (s->gs) return gpu_rows(s, il, pos0, n, k, v, false, err);
     size_t rb = (size_t)s->e->n_kv;
     for (int i = 0; i < n; i++) row_get(s, il, pos0 + i, k + i * rb, v + i * rb);
     return 0;
@@ -151,6 +177,7 @@ int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k
 int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *k, const uint16_t *v, mu_err *err) {
     int rc = check_rows(s, il, pos0, n, s->n_ctx, err);
     if (rc) return rc;
+    if (s->gs) return gpu_rows(s, il, pos0, n, (uint16_t *)k, (uint16_t *)v, true, err);
     size_t rb = (size_t)s->e->n_kv;
     for (int i = 0; i < n; i++) mu_session_row_put(s, il, pos0 + i, k + i * rb, v + i * rb);
     return 0;
@@ -205,7 +232,8 @@ int mu_session_state_save(const mu_session *s, void *buf, size_t cap, size_t *wr
         int lo = layer_lo(s, il), cnt = s->n_past - lo;
         put32(&p, (uint32_t)lo);
         put32(&p, (uint32_t)cnt);
-        mu_session_kv_read(s, il, lo, cnt, (uint16_t *)p, (uint16_t *)(p + (size_t)cnt * rb * 2), NULL);
+        int rc = mu_session_kv_read(s, il, lo, cnt, (uint16_t *)p, (uint16_t *)(p + (size_t)cnt * rb * 2), err);
+        if (rc) return rc; /* only a GPU's copy can fail */
         p += 2 * (size_t)cnt * rb * sizeof(mu_f16);
     }
     *written = (size_t)(p - (uint8_t *)buf);
@@ -246,7 +274,11 @@ int mu_session_state_load(mu_session *s, const void *buf, size_t n, mu_err *err)
         uint32_t want_lo = past > (uint32_t)s->rows[il] ? past - (uint32_t)s->rows[il] : 0;
         size_t skip = want_lo > lo ? want_lo - lo : 0; /* rows older than this session's ring can hold */
         const uint16_t *k = (const uint16_t *)p, *v = (const uint16_t *)(p + (size_t)cnt * rb * 2);
-        mu_session_kv_write(s, il, (int)(lo + skip), (int)(cnt - skip), k + skip * rb, v + skip * rb, NULL);
+        int rc = mu_session_kv_write(s, il, (int)(lo + skip), (int)(cnt - skip), k + skip * rb, v + skip * rb, err);
+        if (rc) { /* only a GPU's copy can fail: nothing half-installed stays */
+            mu_session_reset(s);
+            return rc;
+        }
         p += 2 * (size_t)cnt * rb * sizeof(mu_f16);
     }
     s->n_past = (int)past;

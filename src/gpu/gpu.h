@@ -1,21 +1,31 @@
-/* gpu.h: the GPU boundary, in pure C: device discovery, opening a device,
- * buffers uploaded from the host. Only gpu_none.c implements it today
- * (CPU-only builds: no devices, every call that would need one answers
- * MU_E_UNSUPPORTED); the CUDA implementation (gpu_cuda.cu, to be the only
- * file that sees CUDA) is not written, and nothing calls this header yet.
+/* gpu.h: the GPU boundary, in pure C.
+ * Owns: finding the CUDA backend at run time (a plugin, muser-cuda.so,
+ * loaded with dlopen, so one binary runs where no NVIDIA driver or CUDA
+ * runtime exists), device discovery, and the calls the engine makes: a
+ * model's weights uploaded once, sessions' F16 KV cells on the device, and a
+ * forward pass over a chunk of tokens that returns logits.
+ * Does not: decide which tokens run (the engine does), or see CUDA types;
+ * only the plugin's .cu files include CUDA headers.
  *
- * The intended split of work follows the engine's forward pass: a device
- * holds weights uploaded once (copies of the GGUF views, owned here, never
- * by the model) and the KV rows of the sessions it serves; the engine asks
- * it to run a chunk of tokens and reads back logits. Sessions' KV rows
- * would cross the boundary only as F16 rows (mu_session_kv_read/write). */
+ * The device forward computes what the CPU engine computes, with its
+ * rounding where it matters for parity with llama.cpp: activations are
+ * quantized to each weight's dot type (Q8_K, Q8_0, F16, BF16) exactly as
+ * the CPU does and the matmuls accumulate in the CPU's order; q and the
+ * softmax weights are rounded to F16 for attention; the KV cache has the
+ * same cells (position p in cell p % rows), so rows move between CPU and
+ * GPU sessions unchanged. docs/cuda.md has the details. */
 #ifndef MU_GPU_GPU_H
 #define MU_GPU_GPU_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "../base/err.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct {
     char name[128];
@@ -23,18 +33,81 @@ typedef struct {
     size_t total_bytes, free_bytes;
 } mu_gpu_info;
 
-typedef struct mu_gpu mu_gpu;
+/* A weight as the GGUF holds it: rows of ne0 elements, ne1 rows. */
+typedef struct {
+    const void *data;
+    uint32_t type;
+    int64_t ne0, ne1;
+    size_t bytes;
+} mu_gpu_tensor;
 
-/* Number of usable devices (0 in CPU-only builds or without a driver). */
+typedef struct {
+    mu_gpu_tensor attn_norm, wq, wk, wv, wgate, q_norm, k_norm, wo, post_attn_norm;
+    mu_gpu_tensor ffn_norm, ffn_gate, ffn_up, ffn_down, post_ffw_norm;
+} mu_gpu_layer;
+
+typedef struct {
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, n_vocab, n_swa;
+    float eps, post_eps, logit_scale, softcap;
+    const bool *swa_layers;  /* [n_layer] */
+    mu_gpu_tensor tok_embd, output_norm, output;
+    const mu_gpu_layer *layers; /* [n_layer] */
+} mu_gpu_model_desc;
+
+typedef struct mu_gpu_model mu_gpu_model;
+typedef struct mu_gpu_sess mu_gpu_sess;
+
+/* One chunk of at most 512 tokens of one or more sessions; a session's
+ * tokens are consecutive and at consecutive positions. */
+typedef struct {
+    int T;
+    const int32_t *tokens;        /* [T] */
+    const int *pos;               /* [T] */
+    mu_gpu_sess *const *sess;     /* [T] */
+    const bool *out;              /* [T]: the token wants logits */
+    int n_out;                    /* number of true entries in out */
+    const float *rope;            /* [T][head_dim / 2][2] cos, sin of the sliding layers' RoPE */
+    float *const *logits;         /* [n_out] host rows of n_vocab, in token order */
+    /* NULL, or seconds per phase added in (device time, CUDA events), in
+     * the engine's phase order: norms, qkv, rope, attn, wo, ffn_up,
+     * ffn_down, logits */
+    double *prof;
+} mu_gpu_chunk;
+
+/* Called with bytes uploaded so far; nonzero stops the upload (MU_E_STATE). */
+typedef int (*mu_gpu_progress_fn)(void *user, uint64_t done, uint64_t total);
+
+/* Devices usable now (0 in CPU-only builds, without the plugin, or without
+ * a driver or device); loads the plugin on first use. */
 int mu_gpu_count(void);
-int mu_gpu_probe(int device, mu_gpu_info *info, mu_err *err);
-/* Opens a device for inference. */
-int mu_gpu_open(int device, mu_gpu **out, mu_err *err);
-void mu_gpu_close(mu_gpu *g);
-/* Device memory for a weight or cache buffer; copies n bytes from host. */
-int mu_gpu_upload(mu_gpu *g, const void *host, size_t n, void **dev, mu_err *err);
-void mu_gpu_release(mu_gpu *g, void *dev);
-/* Name of this build's implementation ("none" or "cuda"). */
+/* Why mu_gpu_count() is 0 ("" when it is not). */
+const char *mu_gpu_why_none(void);
+/* "cuda" when the plugin is loaded, else "none". */
 const char *mu_gpu_backend_name(void);
+int mu_gpu_probe(int device, mu_gpu_info *info, mu_err *err);
 
+int mu_gpu_model_new(int device, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn, void *user, mu_gpu_model **out,
+                     mu_err *err);
+void mu_gpu_model_free(mu_gpu_model *m);
+/* A session's KV cells: rows[il] cells of n_head_kv * head_dim F16 per layer. */
+int mu_gpu_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_err *err);
+void mu_gpu_sess_free(mu_gpu_sess *s);
+int mu_gpu_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err);
+/* K and V rows of cells [cell0, cell0 + n) of layer il, as F16 [n][n_kv]. */
+int mu_gpu_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err);
+int mu_gpu_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err);
+
+/* Kernel tests (tests/gpu): one matmul y[T][rows] = W x^T on the device,
+ * W a host GGUF-layout weight of `rows` rows of `cols` elements of `type`,
+ * x [T][cols] floats quantized on the device to the dot type; rows t <
+ * n_batch round as the CPU's vec_dot_batch. And rows `ids` of W dequantized
+ * into y [n][cols]. */
+int mu_gpu_test_matmul(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
+                       const float *x, float *y, mu_err *err);
+int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
+                         float *y, mu_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 #endif

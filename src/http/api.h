@@ -26,7 +26,8 @@ typedef struct {
     int64_t model_mtime;
     int n_ctx, n_slots;
     mu_http_server *server;    /* set after start; for /metrics */
-    char backend[64];          /* kernel table name, for /snapshot */
+    char backend[16];          /* "cpu", "cuda": for /snapshot */
+    char kernels[32];          /* the CPU kernel table, for /snapshot */
     double t_start;            /* CLOCK_MONOTONIC seconds at start, for /snapshot */
 } mu_http_app;
 

@@ -77,7 +77,7 @@ static json_t *snapshot_json(mu_http_app *a) {
         "version", 1, "uptime_s", measured(mono_s() - a->t_start),
         "model", "id", a->model_id, "path", a->model_path, "file_bytes", measured_i(a->model_bytes), "n_ctx", a->n_ctx,
         "n_slots", a->n_slots,
-        "backend", "kernels", a->backend[0] ? a->backend : "unknown", "gpu", "none (CPU only: src/gpu has no device backend yet)",
+        "backend", "engine", a->backend[0] ? a->backend : "unknown", "kernels", a->kernels[0] ? a->kernels : "unknown",
         "requests", "total", measured_i(m.n_requests), "processing", measured_i((uint64_t)m.n_processing), "queued",
         measured_i((uint64_t)m.n_queued), "rejected_busy", measured_i(m.n_busy_rejects), "cancelled",
         measured_i(m.n_cancelled),

@@ -54,6 +54,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->n_ctx = sm.n_ctx;
     a->n_slots = sm.n_slots;
     snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
+    snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     a->t_start = ts.tv_sec + ts.tv_nsec * 1e-9;

@@ -9,6 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* ggml type ids as stored in GGUF tensor infos. */
 enum {
     MU_T_F32 = 0, MU_T_F16 = 1, MU_T_Q4_0 = 2, MU_T_Q4_1 = 3,
@@ -34,11 +38,13 @@ typedef struct { uint8_t ql[MU_QK_K / 2]; uint8_t qh[MU_QK_K / 4]; int8_t scales
 /* Activation block for K-quant dot products (what llama.cpp's CPU backend uses). */
 typedef struct { float d; int8_t qs[MU_QK_K]; int16_t bsums[MU_QK_K / 16]; } mu_block_q8_K;
 
+#ifndef __cplusplus /* the CUDA plugin includes this header as C++ */
 _Static_assert(sizeof(mu_block_q8_0) == 34, "q8_0 layout");
 _Static_assert(sizeof(mu_block_q4_K) == 144, "q4_K layout");
 _Static_assert(sizeof(mu_block_q5_K) == 176, "q5_K layout");
 _Static_assert(sizeof(mu_block_q6_K) == 210, "q6_K layout");
 _Static_assert(sizeof(mu_block_q8_K) == 292, "q8_K layout");
+#endif
 
 typedef struct {
     const char *name;
@@ -52,5 +58,9 @@ const mu_type_info *mu_type_get(uint32_t type);
 
 /* Bytes of a row of n elements, or 0 when n is not a multiple of the block. */
 size_t mu_type_row_bytes(uint32_t type, int64_t n);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -24,7 +24,7 @@ import json, sys, subprocess
 lines = [json.loads(l) for l in open(sys.argv[1])]
 assert [l["depth"] for l in lines] == [16, 40], lines
 keys = {"model", "depth", "gen", "prefill_s", "decode_s", "prefill_tps", "decode_tokens", "decode_tps",
-        "peak_rss_mib", "step_weight_bytes", "decode_weight_gbps", "kern", "threads", "ubatch", "reps",
+        "peak_rss_mib", "step_weight_bytes", "decode_weight_gbps", "backend", "kern", "threads", "ubatch", "reps",
         "commit", "ids"}
 for l in lines:
     assert keys <= set(l), keys - set(l)
@@ -47,7 +47,7 @@ else bad "bench --json failed: $(cat "$T/err")"; fi
 
 # the text report: header, one line per depth
 if "$MUSER" bench -m "$T/tiny.gguf" --depths 24 --gen 4 --threads 1 >"$T/t" 2>"$T/err" &&
-  grep -q '^kern .*threads 1, ubatch 512, commit ' "$T/t" &&
+  grep -q '^backend cpu, kern .*threads 1, ubatch 512, commit ' "$T/t" &&
   grep -q 'MB of weights read per decode step' "$T/t" &&
   grep -Eq '^depth +24: prefill +[0-9.]+ tok/s .* decode +[0-9.]+ tok/s .*GB/s\)   peak RSS [0-9]+ MiB$' "$T/t"; then
   ok "bench text report"

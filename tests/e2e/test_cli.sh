@@ -36,6 +36,17 @@ expect_error() {
   else bad "$what: exit $rc, $lines stderr lines: $(head -3 "$tmp/err")"; fi
 }
 
+# backends: without a usable GPU, auto runs on the CPU and cuda is one error
+# line (a build with the CUDA plugin on a machine without a driver, as in CI)
+if "$bin" info -m "$tmp/m.gguf" | grep -q '^gpu          none'; then
+  "$bin" run -m "$tmp/m.gguf" --prompt-ids 1,2 -n 2 --temp 0 --backend auto >/dev/null 2>&1 && ok "--backend auto without a GPU runs on the CPU" || bad "--backend auto without a GPU"
+  expect_error "--backend cuda without a GPU" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1,2 -n 2 --backend cuda
+else
+  ok "a GPU is present: the gpu tier checks the CUDA backend"
+fi
+expect_error "--backend unknown" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1,2 -n 2 --backend tpu
+expect_error "--gpu not a number" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1,2 -n 2 --gpu x
+
 size=$(stat -c %s "$tmp/m.gguf")
 head -c 100 "$tmp/m.gguf" >"$tmp/trunc-header.gguf"
 head -c $((size / 2)) "$tmp/m.gguf" >"$tmp/trunc-data.gguf"

@@ -10,7 +10,7 @@ Rule (the team's, from the shared fixtures README):
      within 2e-3 absolute (our probability of the same id).
 usage: compare.py MUSER_BIN MODEL.gguf REF.json [--kern K] [--only NAME]
 """
-import json, math, subprocess, sys
+import json, math, os, subprocess, sys
 
 TIE_LOG = 0.02
 PROB_TOL = 2e-3
@@ -21,6 +21,8 @@ def run_muser(bin_, model, prompt, n, kern, extra_env=None):
            "--temp", "0", "--json", "--top", "40", "--ignore-eos", "--ctx", str(len(prompt) + n)]
     if kern:
         cmd += ["--kern", kern]
+    # the model tier checks the CPU engine; the gpu tier sets MUSER_BACKEND=cuda
+    cmd += ["--backend", os.environ.get("MUSER_BACKEND", "cpu")]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"muser failed ({out.returncode}): {out.stderr.strip()}")

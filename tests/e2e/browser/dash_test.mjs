@@ -77,7 +77,7 @@ try {
     const snap = await snapshot();
     // compare the keys that do not change while idle (uptime, memory and the
     // HTTP counters do: the page's own polls count)
-    const stable = ["model.id", "model.n_ctx", "model.file_bytes", "backend.kernels", "backend.gpu", "requests.total",
+    const stable = ["model.id", "model.n_ctx", "model.file_bytes", "backend.kernels", "backend.engine", "requests.total",
       "requests.processing", "requests.queued", "requests.rejected_busy", "requests.cancelled", "tokens.prompt_total",
       "tokens.gen_total", "throughput.decode_tok_s", "throughput.prefill_tok_s", "throughput.ttft_s",
       "memory.kv_bytes", "memory.prefix_cache_bytes", "remote_prefill", "slots.0.state", "slots.0.n_gen", "slots.0.n_prompt"];

@@ -1,0 +1,107 @@
+/* forward_gpu.c: the engine's side of the CUDA backend.
+ * Owns: describing the model's weights to the GPU layer (uploaded once, at
+ * mu_engine_new), and a batch's walk in chunks of at most MU_UBATCH tokens
+ * exactly as forward.c walks it (the same positions, the same output rows),
+ * with the RoPE angles computed here by the CPU's own code so both
+ * backends rotate by the same floats.
+ * Does not: compute anything per layer (src/gpu does). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../base/mem.h"
+#include "engine.h"
+
+static mu_gpu_tensor gt(const mu_gguf_tensor *t) {
+    return (mu_gpu_tensor){.data = t->data, .type = t->type, .ne0 = t->ne[0], .ne1 = t->ne[1], .bytes = t->bytes};
+}
+
+int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *user, mu_err *err) {
+    const mu_model *m = e->m;
+    const mu_model_info *I = &m->info;
+    mu_gpu_layer *L = calloc((size_t)I->n_layer, sizeof *L);
+    e->rope = mu_alloc((size_t)MU_UBATCH * (size_t)I->head_dim, sizeof(float));
+    if (!L || !e->rope) {
+        free(L);
+        return mu_fail(err, MU_E_NOMEM, "engine: out of memory");
+    }
+    for (int il = 0; il < I->n_layer; il++) {
+        const mu_layer_w *w = &m->layers[il];
+        L[il] = (mu_gpu_layer){gt(w->attn_norm), gt(w->wq),       gt(w->wk),     gt(w->wv),
+                               gt(w->wgate),     gt(w->q_norm),   gt(w->k_norm), gt(w->wo),
+                               gt(w->post_attn_norm), gt(w->ffn_norm), gt(w->ffn_gate), gt(w->ffn_up),
+                               gt(w->ffn_down),  gt(w->post_ffw_norm)};
+    }
+    mu_gpu_model_desc d = {
+        .n_layer = I->n_layer, .n_embd = I->n_embd, .n_ff = I->n_ff, .n_head = I->n_head,
+        .n_head_kv = I->n_head_kv, .head_dim = I->head_dim, .n_vocab = I->n_vocab, .n_swa = I->n_swa,
+        .eps = I->eps, .post_eps = MU_POST_NORM_EPS, .logit_scale = I->logit_scale, .softcap = I->softcap,
+        .swa_layers = I->swa_layers, .tok_embd = gt(m->tok_embd), .output_norm = gt(m->output_norm),
+        .output = gt(m->output), .layers = L,
+    };
+    int rc = mu_gpu_model_new(device, &d, (mu_gpu_progress_fn)fn, user, &e->gpu, err);
+    free(L);
+    return rc;
+}
+
+typedef struct {
+    int32_t tok[MU_UBATCH];
+    int pos[MU_UBATCH];
+    mu_gpu_sess *sess[MU_UBATCH];
+    bool out[MU_UBATCH];
+    float *logits[MU_UBATCH];
+    int T, n_out;
+    bool rope;
+} gchunk;
+
+static int run(mu_engine *e, gchunk *c, mu_err *err) {
+    const mu_model_info *I = &e->m->info;
+    const int hd = I->head_dim;
+    if (c->rope) {
+        float cs[256], sn[256];
+        for (int t = 0; t < c->T; t++) {
+            mu_rope_angles(cs, sn, hd, c->pos[t], I->rope_base_swa);
+            for (int i = 0; i < hd / 2; i++) {
+                e->rope[(size_t)t * hd + 2 * i] = cs[i];
+                e->rope[(size_t)t * hd + 2 * i + 1] = sn[i];
+            }
+        }
+    }
+    double *prof = !e->prof_on ? NULL : c->T == 1 ? e->prof.decode_s : e->prof.prefill_s;
+    mu_gpu_chunk g = {.T = c->T, .tokens = c->tok, .pos = c->pos, .sess = c->sess, .out = c->out,
+                      .n_out = c->n_out, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .prof = prof};
+    int rc = mu_gpu_forward(e->gpu, &g, err);
+    if (!rc && prof) ++*(c->T == 1 ? &e->prof.decode_passes : &e->prof.prefill_passes);
+    c->T = c->n_out = 0;
+    return rc;
+}
+
+int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err) {
+    const mu_model_info *I = &e->m->info;
+    const size_t V = (size_t)I->n_vocab;
+    gchunk c = {.T = 0};
+    for (int il = 0; il < I->n_layer; il++) c.rope |= I->swa_layers[il];
+    MU_ASSERT(I->head_dim <= 512);
+    int rc = 0;
+    for (int i = 0; i < n_items && !rc; i++) {
+        const mu_batch_item *it = &items[i];
+        mu_session *s = it->s;
+        for (int t = 0; t < it->n_tokens && !rc; t++) {
+            const bool out = it->all_logits || t == it->n_tokens - 1;
+            c.tok[c.T] = it->tokens[t];
+            c.pos[c.T] = s->n_past + t;
+            c.sess[c.T] = s->gs;
+            c.out[c.T] = out;
+            if (out) c.logits[c.n_out++] = s->logits + (size_t)s->n_logits++ * V;
+            if (++c.T == e->ubatch) rc = run(e, &c, err);
+        }
+    }
+    if (!rc && c.T) rc = run(e, &c, err);
+    if (rc) {
+        /* a failed pass may have overwritten ring cells the sessions still
+         * needed: they start over rather than continue from broken state */
+        for (int i = 0; i < n_items; i++) mu_session_reset(items[i].s);
+        return rc;
+    }
+    for (int i = 0; i < n_items; i++) items[i].s->n_past += items[i].n_tokens;
+    return 0;
+}

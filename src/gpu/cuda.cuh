@@ -1,0 +1,205 @@
+/* cuda.cuh: what the CUDA plugin's files share: device block layouts, the
+ * CPU's scalar arithmetic as device functions, and the launchers one file
+ * offers another. Compiled with -fmad=false: no product is fused into an
+ * add unless the code says fmaf, as in kern_ref.c, whose rounding every
+ * device function here follows (see the comments there for the why). */
+#ifndef MU_GPU_CUDA_CUH
+#define MU_GPU_CUDA_CUH
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../kern/quant.h"
+#include "gpu.h"
+
+/* ---- device block layouts ----------------------------------------------
+ * Weights keep their GGUF bytes except the two types whose blocks are not
+ * 4-byte multiples: Q8_0 (34) and Q6_K (210) are padded at upload so every
+ * block starts 4-byte aligned and can be read as ints. Activations use the
+ * same Q8_0 layout and Q8_K's (292 bytes, 4-aligned). */
+typedef struct {
+    uint16_t d, pad;
+    int8_t qs[32];
+} dq8_0; /* 36 bytes */
+
+typedef struct {
+    uint8_t ql[128];
+    uint8_t qh[64];
+    int8_t scales[16];
+    uint16_t d, pad;
+} dq6_K; /* 212 bytes */
+
+static_assert(sizeof(dq8_0) == 36, "dq8_0");
+static_assert(sizeof(dq6_K) == 212, "dq6_K");
+static_assert(sizeof(mu_block_q8_K) == 292, "q8_K");
+static_assert(sizeof(mu_block_q4_K) == 144, "q4_K");
+static_assert(sizeof(mu_block_q5_K) == 176, "q5_K");
+
+/* Device bytes of one block of weight type t (0: not a weight type). */
+static inline int dev_block_bytes(uint32_t t) {
+    switch (t) {
+    case MU_T_F32: return 4;
+    case MU_T_F16: case MU_T_BF16: return 2;
+    case MU_T_Q8_0: return 36;
+    case MU_T_Q4_K: return 144;
+    case MU_T_Q5_K: return 176;
+    case MU_T_Q6_K: return 212;
+    default: return 0;
+    }
+}
+static inline int dev_block_elems(uint32_t t) {
+    switch (t) {
+    case MU_T_F32: case MU_T_F16: case MU_T_BF16: return 1;
+    case MU_T_Q8_0: return 32;
+    default: return 256;
+    }
+}
+
+/* The dot type of weight type t (kern.h: llama.cpp's vec_dot_type). */
+static inline uint32_t dev_dot_type(uint32_t t) {
+    switch (t) {
+    case MU_T_Q8_0: return MU_T_Q8_0;
+    case MU_T_Q4_K: case MU_T_Q5_K: case MU_T_Q6_K: return MU_T_Q8_K;
+    default: return t;
+    }
+}
+/* Bytes of one activation row of n elements in dot type t. */
+static inline size_t dev_act_row_bytes(uint32_t t, int n) {
+    switch (t) {
+    case MU_T_F32: return (size_t)n * 4;
+    case MU_T_F16: case MU_T_BF16: return (size_t)n * 2;
+    case MU_T_Q8_0: return (size_t)(n / 32) * sizeof(dq8_0);
+    default: return (size_t)(n / 256) * sizeof(mu_block_q8_K);
+    }
+}
+
+/* A weight on the device. */
+typedef struct {
+    void *d;
+    uint32_t type;
+    int ne0, ne1;
+    size_t row_bytes; /* device bytes */
+} dtensor;
+
+/* ---- scalar arithmetic of the CPU -------------------------------------- */
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ uint16_t f2h(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ float f16_round(float f) { return h2f(f2h(f)); }
+
+__device__ __forceinline__ float bf2f(uint16_t h) { return __uint_as_float((uint32_t)h << 16); }
+__device__ __forceinline__ uint16_t f2bf(float f) {
+    uint32_t x = __float_as_uint(f);
+    if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 64);
+    x += 0x7fff + ((x >> 16) & 1);
+    return (uint16_t)(x >> 16);
+}
+
+/* mu_hsum8 / mu_hsum16 */
+__device__ __forceinline__ float hsum8(const float *a) {
+    float h0 = a[0] + a[4], h1 = a[1] + a[5], h2 = a[2] + a[6], h3 = a[3] + a[7];
+    return (h0 + h2) + (h1 + h3);
+}
+__device__ __forceinline__ float hsum16(const float *a) {
+    float h[8];
+#pragma unroll
+    for (int i = 0; i < 8; i++) h[i] = a[i] + a[i + 8];
+    return hsum8(h);
+}
+
+/* mu_expf_ggml, bit for bit */
+__device__ __forceinline__ float expf_ggml(float x) {
+    const float r = 0x1.8p23f;
+    const float z = fmaf(x, 0x1.715476p+0f, r);
+    const float n = z - r;
+    const float b = fmaf(-n, 0x1.7f7d1cp-20f, fmaf(-n, 0x1.62e4p-1f, x));
+    if (fabsf(n) > 192.f) return n <= 0.f ? 0.f : INFINITY;
+    const float u = b * b;
+    const float j = fmaf(fmaf(fmaf(0x1.0e4020p-7f, b, 0x1.573e2ep-5f), u, fmaf(0x1.555e66p-3f, b, 0x1.fffdb6p-2f)), u,
+                         fmaf(0x1.ffffecp-1f, b, 1.0f));
+    return ldexpf(j, (int)n);
+}
+
+/* glibc's expf, bit for bit: its algorithm (a 32-entry table of 2^(i/32)
+ * and a cubic in double) as x86-64's FMA build of it evaluates, with the
+ * products fused into the adds. Checked against glibc 2.36 on every one of
+ * the 2^32 inputs. The table: the bits of 2^(i/32) rounded to double,
+ * minus i << 47 (added back with the exponent below). */
+static __constant__ const uint64_t c_exp2_tab[32] = {
+    0x3ff0000000000000ull, 0x3fefd9b0d3158574ull, 0x3fefb5586cf9890full, 0x3fef9301d0125b51ull,
+    0x3fef72b83c7d517bull, 0x3fef54873168b9aaull, 0x3fef387a6e756238ull, 0x3fef1e9df51fdee1ull,
+    0x3fef06fe0a31b715ull, 0x3feef1a7373aa9cbull, 0x3feedea64c123422ull, 0x3feece086061892dull,
+    0x3feebfdad5362a27ull, 0x3feeb42b569d4f82ull, 0x3feeab07dd485429ull, 0x3feea47eb03a5585ull,
+    0x3feea09e667f3bcdull, 0x3fee9f75e8ec5f74ull, 0x3feea11473eb0187ull, 0x3feea589994cce13ull,
+    0x3feeace5422aa0dbull, 0x3feeb737b0cdc5e5ull, 0x3feec49182a3f090ull, 0x3feed503b23e255dull,
+    0x3feee89f995ad3adull, 0x3feeff76f2fb5e47ull, 0x3fef199bdd85529cull, 0x3fef3720dcef9069ull,
+    0x3fef5818dcfba487ull, 0x3fef7c97337b9b5full, 0x3fefa4afa2a490daull, 0x3fefd0765b6e4540ull,
+};
+__device__ __forceinline__ float expf_libm(float x) {
+    const uint32_t ux = __float_as_uint(x), abstop = (ux >> 20) & 0x7ff;
+    if (abstop >= 0x42b) {                          /* |x| >= 88 or not finite */
+        if (ux == 0xff800000u) return 0.0f;         /* -inf */
+        if (abstop >= 0x7f8) return x + x;          /* inf, nan */
+        if (x > 0x1.62e42ep6f) return INFINITY;
+        if (x < -0x1.9fe368p6f) return 0.0f;
+    }
+    const double InvLn2N = 0x1.71547652b82fep+0 * 32, SHIFT = 0x1.8p+52;
+    const double C0 = 0x1.c6af84b912394p-5 / 32 / 32 / 32, C1 = 0x1.ebfce50fac4f3p-3 / 32 / 32,
+                 C2 = 0x1.62e42ff0c52d6p-1 / 32;
+    const double xd = x;
+    double kd = fma(InvLn2N, xd, SHIFT);
+    const uint64_t ki = (uint64_t)__double_as_longlong(kd);
+    kd -= SHIFT;
+    const double r = fma(InvLn2N, xd, -kd);
+    const double s = __longlong_as_double((long long)(c_exp2_tab[ki % 32] + (ki << 47)));
+    const double z = fma(C0, r, C1), r2 = r * r;
+    double y = fma(C2, r, 1.0);
+    y = fma(z, r2, y);
+    return (float)(y * s);
+}
+/* softcap's tanhf: in double, rounded once (glibc's may differ in the last
+ * bit; it only touches logits, never a value a later layer reads). */
+__device__ __forceinline__ float tanhf_libm(float x) { return (float)tanh((double)x); }
+
+
+/* ---- launchers (gpu_cuda_mm.cu, gpu_cuda_attn.cu) ----------------------- */
+
+/* x [T][n] f32 -> dot-type rows (row stride `stride` bytes) */
+void cu_quantize(cudaStream_t st, uint32_t dot_type, const float *x, int T, int n, void *y, size_t stride);
+/* y[t][r] = W row r . act row t for t < T; rows t < n_batch round as the
+ * CPU's vec_dot_batch (kern.h), the rest as vec_dot. With logits: y *
+ * scale, then softcap. */
+void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y,
+               bool logits, float logit_scale, float softcap);
+/* Rows t < n_batch that the CPU computes with vec_dot_batch, for a matmul
+ * of ll_rows activation rows (forward.c, matmul_ex). */
+int cu_batch_rows(const dtensor *w, int ll_rows);
+/* Dequantized row `row` of w into y (n = w->ne0 floats), for every token. */
+void cu_get_rows(cudaStream_t st, const dtensor *w, const int32_t *rows, int T, float *y);
+
+/* Attention of one layer (gpu_cuda_attn.cu). Per token: its position, the
+ * first cell index of its session's run, batch (the session has >= 2 tokens
+ * in the chunk), and its session's K and V cells for this layer. */
+typedef struct {
+    const uint16_t *k, *v; /* [rows][n_kv] F16 */
+    int rows;
+} cu_kv_layer;
+typedef struct {
+    int T, n_head, n_head_kv, head_dim, n_swa;
+    bool swa;
+    const float *q;        /* [T][n_q], after norm and RoPE */
+    const float *gate;     /* [T][n_q] */
+    float *out;            /* [T][n_q] */
+    const int *pos;        /* [T] (device) */
+    const uint8_t *batch;  /* [T] (device) */
+    const int *sess;       /* [T] session index (device) */
+    const cu_kv_layer *kv; /* [n_sess] (device) */
+    int max_span;          /* most cells any row spans */
+    float *scores;         /* [T * n_head][max_span] scratch */
+    float *chunk_sums;     /* [T * n_head][max_span / 16] scratch */
+} cu_attn_args;
+void cu_attention(cudaStream_t st, const cu_attn_args *a);
+
+#endif

@@ -1,0 +1,142 @@
+/* gpu.c: finds and loads the CUDA plugin, and forwards gpu.h to it.
+ * Owns: the search for muser-cuda.so ($MUSER_CUDA_PLUGIN, else next to the
+ * running executable), the ABI check, and the reason there is no GPU.
+ * Loading happens once, on the first call that needs it; a missing plugin
+ * or driver is not an error here: the count is 0 and mu_gpu_why_none()
+ * says why. Compiled in every build; it never includes CUDA headers. */
+#include "gpu.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plugin.h"
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static const mu_gpu_plugin *g_plugin;
+static int g_count;
+static char g_why[PATH_MAX + 256];
+
+/* Directory of the running executable, with a trailing slash, or "". */
+static void exe_dir(char *buf, size_t cap) {
+    char path[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", path, sizeof path - 1);
+    buf[0] = 0;
+    if (n <= 0) return;
+    path[n] = 0;
+    char *slash = strrchr(path, '/');
+    if (!slash) return;
+    slash[1] = 0;
+    snprintf(buf, cap, "%s", path);
+}
+
+static void load(void) {
+    const char *env = getenv("MUSER_CUDA_PLUGIN");
+    char path[PATH_MAX + 32];
+    if (env && *env) {
+        snprintf(path, sizeof path, "%s", env);
+    } else {
+        char dir[PATH_MAX];
+        exe_dir(dir, sizeof dir);
+        snprintf(path, sizeof path, "%smuser-cuda.so", dir);
+        if (access(path, F_OK) != 0) {
+            snprintf(g_why, sizeof g_why, "no CUDA plugin (%s): this build is CPU only", path);
+            return;
+        }
+    }
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(g_why, sizeof g_why, "cannot load the CUDA plugin: %s", dlerror());
+        return;
+    }
+    mu_gpu_plugin_fn fn = (mu_gpu_plugin_fn)dlsym(h, MU_GPU_PLUGIN_SYMBOL);
+    const mu_gpu_plugin *p = fn ? fn() : NULL;
+    if (!p || p->abi != MU_GPU_PLUGIN_ABI) {
+        snprintf(g_why, sizeof g_why, "CUDA plugin %s does not match this muser (ABI %d, want %d): rebuild both", path,
+                 p ? p->abi : -1, MU_GPU_PLUGIN_ABI);
+        dlclose(h);
+        return;
+    }
+    g_plugin = p; /* kept loaded for the life of the process */
+    const char *why = NULL;
+    g_count = p->count(&why);
+    if (g_count <= 0) {
+        g_count = 0;
+        snprintf(g_why, sizeof g_why, "%s", why ? why : "no CUDA device");
+    }
+}
+
+static const mu_gpu_plugin *plugin(void) {
+    pthread_once(&g_once, load);
+    return g_plugin;
+}
+
+int mu_gpu_count(void) {
+    plugin();
+    return g_count;
+}
+
+const char *mu_gpu_why_none(void) {
+    plugin();
+    return g_count ? "" : g_why;
+}
+
+const char *mu_gpu_backend_name(void) { return plugin() ? plugin()->name : "none"; }
+
+static int need_device(int device, mu_err *err) {
+    if (mu_gpu_count() == 0) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: no usable GPU: %s", g_why);
+    if (device < 0 || device >= g_count)
+        return mu_fail(err, MU_E_ARG, "gpu: device %d does not exist (%d device%s)", device, g_count,
+                       g_count == 1 ? "" : "s");
+    return 0;
+}
+
+int mu_gpu_probe(int device, mu_gpu_info *info, mu_err *err) {
+    int rc = need_device(device, err);
+    return rc ? rc : g_plugin->probe(device, info, err);
+}
+
+int mu_gpu_model_new(int device, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn, void *user, mu_gpu_model **out,
+                     mu_err *err) {
+    int rc = need_device(device, err);
+    return rc ? rc : g_plugin->model_new(device, d, fn, user, out, err);
+}
+
+/* The calls below take objects only a loaded plugin can have made. */
+void mu_gpu_model_free(mu_gpu_model *m) {
+    if (m) g_plugin->model_free(m);
+}
+
+int mu_gpu_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_err *err) {
+    return g_plugin->sess_new(m, rows, out, err);
+}
+
+void mu_gpu_sess_free(mu_gpu_sess *s) {
+    if (s) g_plugin->sess_free(s);
+}
+
+int mu_gpu_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) { return g_plugin->forward(m, c, err); }
+
+int mu_gpu_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
+    return g_plugin->kv_get(s, il, cell0, n, k, v, err);
+}
+
+int mu_gpu_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err) {
+    return g_plugin->kv_put(s, il, cell0, n, k, v, err);
+}
+
+int mu_gpu_test_matmul(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
+                       const float *x, float *y, mu_err *err) {
+    int rc = need_device(device, err);
+    return rc ? rc : g_plugin->test_matmul(device, type, rows, cols, T, n_batch, w, x, y, err);
+}
+
+int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
+                         float *y, mu_err *err) {
+    int rc = need_device(device, err);
+    return rc ? rc : g_plugin->test_get_rows(device, type, rows, cols, w, ids, n, y, err);
+}

@@ -1,0 +1,787 @@
+/* gpu_cuda.cu: the CUDA plugin (muser-cuda.so): devices, weights uploaded
+ * once, sessions' KV cells, and the forward pass of one chunk, in the
+ * order of forward.c's run_chunk.
+ * Owns: device memory (weights, scratch for 512 tokens, logits), one
+ * stream per model, the pinned staging buffer for a chunk's inputs and
+ * outputs, and the elementwise kernels (norms, RoPE, residuals, SwiGLU).
+ * Matmuls are gpu_cuda_mm.cu, attention gpu_cuda_attn.cu. Exported: the
+ * one symbol mu_gpu_plugin_v1 (plugin.h). */
+#include <dlfcn.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.cuh"
+#include "plugin.h"
+
+#define UB 512 /* most tokens per chunk (MU_UBATCH) */
+
+static int fail(mu_err *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int cuda_fail(mu_err *err, cudaError_t e, const char *what) {
+    return fail(err, e == cudaErrorMemoryAllocation ? MU_E_NOMEM : MU_E_IO, "cuda: %s: %s", what,
+                cudaGetErrorString(e));
+}
+
+#define CK(call, what)                                      \
+    do {                                                    \
+        cudaError_t e_ = (call);                            \
+        if (e_ != cudaSuccess) return cuda_fail(err, e_, what); \
+    } while (0)
+
+/* ---- model ------------------------------------------------------------- */
+
+typedef struct {
+    dtensor wq, wk, wv, wgate, wo, ffn_gate, ffn_up, ffn_down;
+    const float *attn_norm, *q_norm, *k_norm, *post_attn_norm, *ffn_norm, *post_ffw_norm;
+} dlayer;
+
+/* What the forward pass uploads per chunk, in one copy. */
+typedef struct {
+    int32_t tok[UB];
+    int pos[UB];
+    int sess[UB];
+    uint8_t batch[UB];
+    int32_t out_rows[UB]; /* chunk index of each output token */
+} chunk_in;
+
+#define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
+#define MAX_GRAPHS 32
+typedef struct {
+    int T, n_out, max_span;
+    cudaGraphExec_t exec;
+} pass_graph;
+
+struct mu_gpu_model {
+    int dev;
+    cudaStream_t st;
+    mu_gpu_model_desc d;   /* geometry (pointers into host memory cleared) */
+    bool *swa;
+    dlayer *L;
+    dtensor tok_embd, output;
+    const float *output_norm;
+    void **allocs;         /* every weight buffer, for free */
+    int n_allocs;
+    int n_q, n_kv;
+    /* scratch for UB tokens */
+    float *h, *a, *q, *k, *v, *g, *o, *f1, *f2, *lg;
+    float *h2, *a2;        /* the same sizes as h and a: the last layer's gathered rows */
+    uint8_t *qa;           /* two slots of quantized activations */
+    size_t qa_stride;
+    int lg_rows;           /* logits rows allocated */
+    float *scores, *chunk_sums;
+    size_t scores_cap;     /* floats */
+    chunk_in *in_h, *in_d; /* pinned host / device */
+    cu_kv_layer *kv_h, *kv_d; /* [UB][n_layer] session layer table */
+    float *rope_d;
+    float *lg_h;           /* pinned logits staging */
+    size_t lg_h_cap;       /* floats */
+    pass_graph graphs[MAX_GRAPHS]; /* captured passes of small batches */
+    int n_graphs;
+    cudaEvent_t ev[1024];  /* phase marks of a profiled pass */
+    int ev_ph[1024], n_ev, n_ev_made;
+};
+
+static void graphs_clear(mu_gpu_model *m);
+
+/* Phase marks (mu_gpu_chunk.prof): an event after each phase's launches. */
+enum { PH_NORMS, PH_QKV, PH_ROPE, PH_ATTN, PH_WO, PH_FFN_UP, PH_FFN_DOWN, PH_LOGITS };
+static void mark(mu_gpu_model *m, bool on, int ph) {
+    if (!on || m->n_ev >= 1024) return;
+    if (m->n_ev >= m->n_ev_made) cudaEventCreate(&m->ev[m->n_ev_made++]);
+    m->ev_ph[m->n_ev] = ph;
+    cudaEventRecord(m->ev[m->n_ev++], m->st);
+}
+
+struct mu_gpu_sess {
+    mu_gpu_model *m;
+    int *rows;
+    uint16_t **k, **v; /* [n_layer] device [rows][n_kv] */
+};
+
+static int p_count(const char **why) {
+    /* without a driver the runtime's own error ("driver version is
+     * insufficient") would mislead: say what is missing */
+    void *drv = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!drv) {
+        *why = "no NVIDIA driver (libcuda.so.1 not found)";
+        return 0;
+    }
+    dlclose(drv);
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        static char buf[256];
+        snprintf(buf, sizeof buf, "CUDA is not usable here: %s", cudaGetErrorString(e));
+        *why = buf;
+        return 0;
+    }
+    if (n == 0) *why = "no CUDA device";
+    return n;
+}
+
+static int p_probe(int dev, mu_gpu_info *info, mu_err *err) {
+    cudaDeviceProp p;
+    CK(cudaGetDeviceProperties(&p, dev), "device properties");
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%.127s", p.name);
+    info->major = p.major;
+    info->minor = p.minor;
+    CK(cudaSetDevice(dev), "set device");
+    size_t fr = 0, tot = 0;
+    CK(cudaMemGetInfo(&fr, &tot), "memory info");
+    info->free_bytes = fr;
+    info->total_bytes = tot;
+    return 0;
+}
+
+static int dev_alloc(mu_gpu_model *m, size_t n, void **out, const char *what, mu_err *err) {
+    cudaError_t e = cudaMalloc(out, n ? n : 1);
+    if (e == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        return fail(err, MU_E_NOMEM, "cuda: out of device memory for %s: need %zu bytes, %zu free of %zu", what, n, fr,
+                    tot);
+    }
+    CK(e, what);
+    m->allocs[m->n_allocs++] = *out;
+    return 0;
+}
+
+/* Uploads one weight, padding Q8_0 and Q6_K blocks (cuda.cuh). */
+static int upload(mu_gpu_model *m, const mu_gpu_tensor *t, dtensor *out, uint8_t *stage, size_t stage_cap,
+                  uint64_t *done, uint64_t total, mu_gpu_progress_fn fn, void *user, mu_err *err) {
+    const int be = dev_block_elems(t->type), bb = dev_block_bytes(t->type);
+    if (!bb || t->ne0 % be) return fail(err, MU_E_UNSUPPORTED, "cuda: weight type %u is not supported on the GPU", t->type);
+    out->type = t->type;
+    out->ne0 = (int)t->ne0;
+    out->ne1 = (int)t->ne1;
+    out->row_bytes = (size_t)(t->ne0 / be) * bb;
+    const size_t nblk = (size_t)(t->ne0 / be) * (size_t)t->ne1, dev_bytes = out->row_bytes * (size_t)t->ne1;
+    int rc = dev_alloc(m, dev_bytes, &out->d, "weights", err);
+    if (rc) return rc;
+    const bool pad = t->type == MU_T_Q8_0 || t->type == MU_T_Q6_K;
+    const int sb = pad ? (t->type == MU_T_Q8_0 ? 34 : 210) : bb; /* source block bytes */
+    const size_t per = stage_cap / (size_t)bb;
+    for (size_t b0 = 0; b0 < nblk; b0 += per) {
+        const size_t nb = nblk - b0 < per ? nblk - b0 : per;
+        const uint8_t *src = (const uint8_t *)t->data + b0 * sb;
+        if (pad) {
+            for (size_t i = 0; i < nb; i++) {
+                uint8_t *dst = stage + i * bb;
+                if (t->type == MU_T_Q8_0) {
+                    memcpy(dst, src + i * 34, 2);
+                    dst[2] = dst[3] = 0;
+                    memcpy(dst + 4, src + i * 34 + 2, 32);
+                } else {
+                    memcpy(dst, src + i * 210, 210);
+                    dst[210] = dst[211] = 0;
+                }
+            }
+        } else {
+            memcpy(stage, src, nb * bb);
+        }
+        CK(cudaMemcpy((uint8_t *)out->d + b0 * bb, stage, nb * bb, cudaMemcpyHostToDevice), "weight upload");
+        *done += nb * sb;
+        if (fn && fn(user, *done, total)) return fail(err, MU_E_STATE, "cuda: upload stopped");
+    }
+    return 0;
+}
+
+static int upload_f32(mu_gpu_model *m, const mu_gpu_tensor *t, const float **out, mu_err *err) {
+    if (t->type != MU_T_F32) return fail(err, MU_E_MODEL, "cuda: norm weights must be F32 (type %u)", t->type);
+    void *d;
+    int rc = dev_alloc(m, t->bytes, &d, "norm weights", err);
+    if (rc) return rc;
+    CK(cudaMemcpy(d, t->data, t->bytes, cudaMemcpyHostToDevice), "norm upload");
+    *out = (const float *)d;
+    return 0;
+}
+
+static void p_model_free(mu_gpu_model *m) {
+    if (!m) return;
+    cudaSetDevice(m->dev);
+    if (m->st) cudaStreamSynchronize(m->st);
+    for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);
+    cudaFree(m->scores);
+    cudaFree(m->chunk_sums);
+    cudaFree(m->lg);
+    cudaFreeHost(m->in_h);
+    cudaFreeHost(m->kv_h);
+    cudaFreeHost(m->lg_h);
+    graphs_clear(m);
+    for (int i = 0; i < m->n_ev_made; i++) cudaEventDestroy(m->ev[i]);
+    if (m->st) cudaStreamDestroy(m->st);
+    free(m->allocs);
+    free(m->L);
+    free(m->swa);
+    free(m);
+}
+
+static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn, void *user, mu_gpu_model *m,
+                     mu_err *err) {
+    CK(cudaSetDevice(dev), "set device");
+    CK(cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking), "stream");
+    m->dev = dev;
+    m->d = *d;
+    m->d.layers = NULL;
+    m->d.swa_layers = NULL;
+    m->n_q = d->n_head * d->head_dim;
+    m->n_kv = d->n_head_kv * d->head_dim;
+    m->swa = (bool *)calloc((size_t)d->n_layer, 1);
+    m->L = (dlayer *)calloc((size_t)d->n_layer, sizeof *m->L);
+    m->allocs = (void **)calloc((size_t)d->n_layer * 16 + 64, sizeof(void *));
+    if (!m->swa || !m->L || !m->allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    memcpy(m->swa, d->swa_layers, (size_t)d->n_layer);
+    uint64_t total = 0, done = 0;
+    total += d->tok_embd.bytes + d->output.bytes + d->output_norm.bytes;
+    for (int il = 0; il < d->n_layer; il++) {
+        const mu_gpu_layer *l = &d->layers[il];
+        const mu_gpu_tensor *all[] = {&l->attn_norm, &l->wq, &l->wk, &l->wv, &l->wgate, &l->q_norm, &l->k_norm,
+                                      &l->wo, &l->post_attn_norm, &l->ffn_norm, &l->ffn_gate, &l->ffn_up,
+                                      &l->ffn_down, &l->post_ffw_norm};
+        for (size_t i = 0; i < sizeof all / sizeof *all; i++) total += all[i]->bytes;
+    }
+    const size_t stage_cap = (size_t)64 << 20;
+    uint8_t *stage = NULL;
+    CK(cudaMallocHost((void **)&stage, stage_cap), "pinned staging");
+    int rc = 0;
+#define UP(src, dst) \
+    if (!rc) rc = upload(m, src, dst, stage, stage_cap, &done, total, fn, user, err)
+    UP(&d->tok_embd, &m->tok_embd);
+    UP(&d->output, &m->output);
+    if (!rc) rc = upload_f32(m, &d->output_norm, &m->output_norm, err);
+    for (int il = 0; il < d->n_layer && !rc; il++) {
+        const mu_gpu_layer *l = &d->layers[il];
+        dlayer *D = &m->L[il];
+        UP(&l->wq, &D->wq);
+        UP(&l->wk, &D->wk);
+        UP(&l->wv, &D->wv);
+        UP(&l->wgate, &D->wgate);
+        UP(&l->wo, &D->wo);
+        UP(&l->ffn_gate, &D->ffn_gate);
+        UP(&l->ffn_up, &D->ffn_up);
+        UP(&l->ffn_down, &D->ffn_down);
+        const mu_gpu_tensor *nt[] = {&l->attn_norm, &l->q_norm, &l->k_norm, &l->post_attn_norm, &l->ffn_norm,
+                                     &l->post_ffw_norm};
+        const float **nd[] = {&D->attn_norm, &D->q_norm, &D->k_norm, &D->post_attn_norm, &D->ffn_norm,
+                              &D->post_ffw_norm};
+        for (int i = 0; i < 6 && !rc; i++) {
+            rc = upload_f32(m, nt[i], nd[i], err);
+            done += nt[i]->bytes;
+        }
+    }
+#undef UP
+    cudaFreeHost(stage);
+    if (rc) return rc;
+    if (fn && fn(user, total, total)) return fail(err, MU_E_STATE, "cuda: upload stopped");
+    /* scratch */
+    const size_t T = UB, E = (size_t)d->n_embd, F = (size_t)d->n_ff, Q = (size_t)m->n_q, KV = (size_t)m->n_kv;
+    const size_t wide = E > Q ? (E > F ? E : F) : (Q > F ? Q : F);
+    m->qa_stride = (wide * 4 + 255) & ~(size_t)255;
+    struct {
+        void **p;
+        size_t n;
+    } bufs[] = {{(void **)&m->h, T * E * 4},      {(void **)&m->a, T * (E > Q ? E : Q) * 4},
+                {(void **)&m->q, T * Q * 4},      {(void **)&m->k, T * KV * 4},
+                {(void **)&m->v, T * KV * 4},     {(void **)&m->g, T * Q * 4},
+                {(void **)&m->o, T * E * 4},      {(void **)&m->f1, T * F * 4},
+                {(void **)&m->f2, T * F * 4},     {(void **)&m->h2, T * E * 4},
+                {(void **)&m->a2, T * (E > Q ? E : Q) * 4},     {(void **)&m->qa, 2 * T * m->qa_stride},
+                {(void **)&m->in_d, sizeof(chunk_in)}, {(void **)&m->kv_d, T * (size_t)d->n_layer * sizeof(cu_kv_layer)},
+                {(void **)&m->rope_d, T * (size_t)d->head_dim * 4}};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs && !rc; i++) rc = dev_alloc(m, bufs[i].n, bufs[i].p, "scratch", err);
+    if (rc) return rc;
+    CK(cudaMallocHost((void **)&m->in_h, sizeof(chunk_in)), "pinned inputs");
+    CK(cudaMallocHost((void **)&m->kv_h, T * (size_t)d->n_layer * sizeof(cu_kv_layer)), "pinned inputs");
+    return 0;
+}
+
+static int p_model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn, void *user, mu_gpu_model **out,
+                       mu_err *err) {
+    if (d->head_dim > 256 || d->head_dim % 2)
+        return fail(err, MU_E_UNSUPPORTED, "cuda: head size %d is not supported (even, at most 256)", d->head_dim);
+    mu_gpu_model *m = (mu_gpu_model *)calloc(1, sizeof *m);
+    if (!m) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    int rc = model_new(dev, d, fn, user, m, err);
+    if (rc) {
+        p_model_free(m);
+        return rc;
+    }
+    *out = m;
+    return 0;
+}
+
+/* ---- sessions ---------------------------------------------------------- */
+
+static void p_sess_free(mu_gpu_sess *s) {
+    if (!s) return;
+    cudaSetDevice(s->m->dev);
+    cudaStreamSynchronize(s->m->st);
+    for (int il = 0; il < s->m->d.n_layer; il++) {
+        if (s->k) cudaFree(s->k[il]);
+        if (s->v) cudaFree(s->v[il]);
+    }
+    free(s->k);
+    free(s->v);
+    free(s->rows);
+    free(s);
+}
+
+static int p_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_err *err) {
+    const int nl = m->d.n_layer;
+    mu_gpu_sess *s = (mu_gpu_sess *)calloc(1, sizeof *s);
+    if (!s) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    s->m = m;
+    s->rows = (int *)calloc((size_t)nl, sizeof(int));
+    s->k = (uint16_t **)calloc((size_t)nl, sizeof(uint16_t *));
+    s->v = (uint16_t **)calloc((size_t)nl, sizeof(uint16_t *));
+    int rc = (!s->rows || !s->k || !s->v) ? fail(err, MU_E_NOMEM, "cuda: out of memory") : 0;
+    cudaSetDevice(m->dev);
+    size_t total = 0;
+    for (int il = 0; il < nl; il++) total += 2 * (size_t)rows[il] * m->n_kv * 2;
+    for (int il = 0; il < nl && !rc; il++) {
+        s->rows[il] = rows[il];
+        const size_t n = (size_t)rows[il] * m->n_kv * 2;
+        cudaError_t e = cudaMalloc((void **)&s->k[il], n);
+        if (e == cudaSuccess) e = cudaMalloc((void **)&s->v[il], n);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            size_t fr = 0, tot = 0;
+            cudaMemGetInfo(&fr, &tot);
+            rc = fail(err, MU_E_NOMEM, "cuda: out of device memory for a KV cache: need %zu bytes, %zu free", total, fr);
+            break;
+        }
+        /* zeros: cells never written are masked, but must not hold NaN bits
+         * (0 * NaN would poison a sum) */
+        cudaMemset(s->k[il], 0, n);
+        cudaMemset(s->v[il], 0, n);
+    }
+    if (rc) {
+        p_sess_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+static int kv_check(mu_gpu_sess *s, int il, int cell0, int n, mu_err *err) {
+    if (il < 0 || il >= s->m->d.n_layer || cell0 < 0 || n < 0 || cell0 + n > s->rows[il])
+        return fail(err, MU_E_ARG, "cuda: cells %d+%d out of range for layer %d", cell0, n, il);
+    return 0;
+}
+
+static int p_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
+    int rc = kv_check(s, il, cell0, n, err);
+    if (rc || !n) return rc;
+    const size_t rb = (size_t)s->m->n_kv * 2, off = (size_t)cell0 * s->m->n_kv;
+    CK(cudaSetDevice(s->m->dev), "set device");
+    CK(cudaStreamSynchronize(s->m->st), "sync");
+    CK(cudaMemcpy(k, s->k[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
+    CK(cudaMemcpy(v, s->v[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
+    return 0;
+}
+
+static int p_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err) {
+    int rc = kv_check(s, il, cell0, n, err);
+    if (rc || !n) return rc;
+    const size_t rb = (size_t)s->m->n_kv * 2, off = (size_t)cell0 * s->m->n_kv;
+    CK(cudaSetDevice(s->m->dev), "set device");
+    CK(cudaStreamSynchronize(s->m->st), "sync");
+    CK(cudaMemcpy(s->k[il] + off, k, n * rb, cudaMemcpyHostToDevice), "KV write");
+    CK(cudaMemcpy(s->v[il] + off, v, n * rb, cudaMemcpyHostToDevice), "KV write");
+    return 0;
+}
+
+/* ---- elementwise kernels ----------------------------------------------- */
+
+/* rms_norm of forward.c: squares summed in double; y = (x * scale) * w. */
+__device__ __forceinline__ float block_rms_scale(const float *x, int n, float eps) {
+    __shared__ double s_part[32];
+    double sum = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += (double)(x[i] * x[i]);
+    for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (threadIdx.x % 32 == 0) s_part[threadIdx.x / 32] = sum;
+    __syncthreads();
+    double tot = 0;
+    for (int w = 0; w < (int)blockDim.x / 32; w++) tot += s_part[w];
+    __syncthreads();
+    const float mean = (float)(tot / n);
+    return 1.0f / sqrtf(mean + eps);
+}
+
+/* y[t] = rms(x[t]) * w (w may be NULL); one block per row. */
+__global__ void k_rms(const float *x, const float *w, float *y, int n, float eps) {
+    const float *xr = x + (size_t)blockIdx.x * n;
+    float *yr = y + (size_t)blockIdx.x * n;
+    const float sc = block_rms_scale(xr, n, eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? (xr[i] * sc) * w[i] : xr[i] * sc;
+}
+
+/* h += rms(o, post_eps) * pw; then, with nw, a = rms(h, eps) * nw. */
+__global__ void k_post_add(float *o, const float *pw, float *h, float *a, const float *nw, int n, float post_eps,
+                           float eps) {
+    float *orow = o + (size_t)blockIdx.x * n, *hrow = h + (size_t)blockIdx.x * n;
+    const float sc = block_rms_scale(orow, n, post_eps);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) hrow[i] += (orow[i] * sc) * pw[i];
+    __syncthreads();
+    if (!nw) return;
+    const float sc2 = block_rms_scale(hrow, n, eps);
+    float *arow = a + (size_t)blockIdx.x * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) arow[i] = (hrow[i] * sc2) * nw[i];
+}
+
+/* q/k head norms, RoPE with the host's angles, and the cache writes: one
+ * warp per (token, head); a K head's warp writes its K and V cells. */
+__global__ void k_qk(float *q, float *k, const float *v, const float *qn, const float *kn, const float *rope, int n_head,
+                     int n_head_kv, int hd, float eps, bool swa, const int *pos, const int *sess, const cu_kv_layer *kv) {
+    const int t = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
+    const int n_kv = n_head_kv * hd;
+    const bool isq = hh < n_head;
+    float *x = isq ? q + (size_t)t * n_head * hd + (size_t)hh * hd : k + (size_t)t * n_kv + (size_t)(hh - n_head) * hd;
+    const float *w = isq ? qn : kn;
+    /* the squares summed in order, as the CPU does (cheap at head size) */
+    double sum = 0;
+    if (lane == 0)
+        for (int i = 0; i < hd; i++) sum += (double)(x[i] * x[i]);
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    const float sc = 1.0f / sqrtf((float)(sum / hd) + eps);
+    for (int i = lane; i < hd; i += 32) x[i] = (x[i] * sc) * w[i];
+    __syncwarp();
+    if (swa) {
+        const float *cs = rope + (size_t)t * hd;
+        for (int p = lane; p < hd / 2; p += 32) {
+            const float c = cs[2 * p], s = cs[2 * p + 1];
+            const float x0 = x[2 * p], x1 = x[2 * p + 1];
+            x[2 * p] = fmaf(x0, c, -(x1 * s));
+            x[2 * p + 1] = fmaf(x0, s, x1 * c);
+        }
+    }
+    if (isq) return;
+    __syncwarp();
+    const cu_kv_layer L = kv[sess[t]];
+    const size_t cell = (size_t)(pos[t] % L.rows), off = (size_t)(hh - n_head) * hd;
+    uint16_t *kc = (uint16_t *)L.k + cell * n_kv + off, *vc = (uint16_t *)L.v + cell * n_kv + off;
+    for (int i = lane; i < hd; i += 32) {
+        kc[i] = f2h(x[i]);
+        vc[i] = f2h(v[(size_t)t * n_kv + off + i]);
+    }
+}
+
+/* g = silu(g) * u: ggml's expf on whole groups of 16, libm's on the tail. */
+__global__ void k_swiglu(float *g, const float *u, int n, int T) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * n) return;
+    const int j = (int)(i % n);
+    const float x = g[i];
+    g[i] = j < (n & ~15) ? x / (1.0f + expf_ggml(-x)) * u[i] : x / (1.0f + expf_libm(-x)) * u[i];
+}
+
+/* dst[r] = src[idx[r]] for rows of n floats */
+__global__ void k_gather(const float *src, float *dst, const int32_t *idx, int n) {
+    const float *s = src + (size_t)idx[blockIdx.x] * n;
+    float *d = dst + (size_t)blockIdx.x * n;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+/* Quantizes x [T][cols] once per dot type and runs the matmuls on it. */
+static void mm(mu_gpu_model *m, const float *x, int T, int ll_rows, int n, const dtensor *const *ws, float *const *ys) {
+    uint32_t qt[2];
+    int nq = 0;
+    for (int i = 0; i < n; i++) {
+        const uint32_t dt = dev_dot_type(ws[i]->type);
+        int slot = -1;
+        for (int s = 0; s < nq; s++)
+            if (qt[s] == dt) slot = s;
+        if (slot < 0) {
+            slot = nq++;
+            qt[slot] = dt;
+            cu_quantize(m->st, dt, x, T, ws[i]->ne0, m->qa + (size_t)slot * UB * m->qa_stride, m->qa_stride);
+        }
+        cu_matmul(m->st, ws[i], m->qa + (size_t)slot * UB * m->qa_stride, m->qa_stride, T, cu_batch_rows(ws[i], ll_rows),
+                  ys[i], false, 0, 0);
+    }
+}
+
+static int ensure_attn(mu_gpu_model *m, size_t need, mu_err *err) {
+    if (need <= m->scores_cap) return 0;
+    graphs_clear(m);
+    cudaFree(m->scores);
+    cudaFree(m->chunk_sums);
+    m->scores = m->chunk_sums = NULL;
+    m->scores_cap = 0;
+    CK(cudaMalloc((void **)&m->scores, need * 4), "attention scratch");
+    CK(cudaMalloc((void **)&m->chunk_sums, (need / 16 + 16) * 4), "attention scratch");
+    m->scores_cap = need;
+    return 0;
+}
+
+static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
+    const size_t V = (size_t)m->d.n_vocab;
+    if (rows > m->lg_rows) {
+        graphs_clear(m);
+        cudaFree(m->lg);
+        m->lg = NULL;
+        m->lg_rows = 0;
+        CK(cudaMalloc((void **)&m->lg, (size_t)rows * V * 4), "logits buffer");
+        m->lg_rows = rows;
+    }
+    if ((size_t)rows * V > m->lg_h_cap) {
+        cudaFreeHost(m->lg_h);
+        m->lg_h = NULL;
+        m->lg_h_cap = 0;
+        CK(cudaMallocHost((void **)&m->lg_h, (size_t)rows * V * 4), "pinned logits");
+        m->lg_h_cap = (size_t)rows * V;
+    }
+    return 0;
+}
+
+/* Every kernel of one pass over a chunk whose inputs are on the device.
+ * Only the arguments decide the launches, so a pass can be captured once
+ * as a graph and replayed (graph_launch). */
+static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, bool prof) {
+    const mu_gpu_model_desc *D = &m->d;
+    const int E = D->n_embd, F = D->n_ff, nl = D->n_layer, hd = D->head_dim;
+    cudaStream_t st = m->st;
+    m->n_ev = 0;
+    mark(m, prof, -1);
+    float *h = m->h, *a = m->a; /* the last layer's FFN works on gathered rows */
+    /* embeddings, unweighted norm */
+    cu_get_rows(st, &m->tok_embd, m->in_d->tok, T, h);
+    k_rms<<<T, 256, 0, st>>>(h, NULL, h, E, D->eps);
+    int Tc = T; /* rows in use (the last layer's FFN: output rows only) */
+    for (int il = 0; il < nl; il++) {
+        const dlayer *L = &m->L[il];
+        k_rms<<<T, 256, 0, st>>>(h, L->attn_norm, a, E, D->eps);
+        mark(m, prof, PH_NORMS);
+        const dtensor *w4[4] = {&L->wq, &L->wk, &L->wv, &L->wgate};
+        float *y4[4] = {m->q, m->k, m->v, m->g};
+        mm(m, a, T, T, 4, w4, y4);
+        mark(m, prof, PH_QKV);
+        k_qk<<<dim3(T, D->n_head + D->n_head_kv), 32, 0, st>>>(m->q, m->k, m->v, L->q_norm, L->k_norm, m->rope_d,
+                                                               D->n_head, D->n_head_kv, hd, D->eps, m->swa[il],
+                                                               m->in_d->pos, m->in_d->sess, m->kv_d + (size_t)il * UB);
+        mark(m, prof, PH_ROPE);
+        cu_attn_args aa = {T, D->n_head, D->n_head_kv, hd, D->n_swa, m->swa[il], m->q, m->g, a, m->in_d->pos,
+                           m->in_d->batch, m->in_d->sess, m->kv_d + (size_t)il * UB, max_span, m->scores,
+                           m->chunk_sums};
+        cu_attention(st, &aa);
+        mark(m, prof, PH_ATTN);
+        const dtensor *wo = &L->wo;
+        mm(m, a, T, T, 1, &wo, &m->o);
+        mark(m, prof, PH_WO);
+        k_post_add<<<T, 256, 0, st>>>(m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps);
+        if (il == nl - 1) {
+            /* llama.cpp runs the last FFN on the output rows only */
+            if (n_out == 0) break;
+            k_gather<<<n_out, 256, 0, st>>>(h, m->h2, m->in_d->out_rows, E);
+            k_gather<<<n_out, 256, 0, st>>>(a, m->a2, m->in_d->out_rows, E);
+            h = m->h2;
+            a = m->a2;
+            Tc = n_out;
+        }
+        mark(m, prof, PH_NORMS);
+        const dtensor *w2[2] = {&L->ffn_gate, &L->ffn_up};
+        float *y2[2] = {m->f1, m->f2};
+        mm(m, a, Tc, Tc, 2, w2, y2);
+        mark(m, prof, PH_FFN_UP);
+        k_swiglu<<<(unsigned)(((size_t)Tc * F + 255) / 256), 256, 0, st>>>(m->f1, m->f2, F, Tc);
+        mark(m, prof, PH_NORMS);
+        const dtensor *wd = &L->ffn_down;
+        mm(m, m->f1, Tc, Tc, 1, &wd, &m->o);
+        mark(m, prof, PH_FFN_DOWN);
+        k_post_add<<<Tc, 256, 0, st>>>(m->o, L->post_ffw_norm, h, NULL, NULL, E, D->post_eps, D->eps);
+        mark(m, prof, PH_NORMS);
+    }
+    if (n_out > 0) {
+        k_rms<<<n_out, 256, 0, st>>>(h, m->output_norm, a, E, D->eps);
+        const uint32_t dt = dev_dot_type(m->output.type);
+        cu_quantize(st, dt, a, n_out, E, m->qa, m->qa_stride);
+        cu_matmul(st, &m->output, m->qa, m->qa_stride, n_out, cu_batch_rows(&m->output, n_out), m->lg, true,
+                  D->logit_scale, D->softcap);
+    }
+    mark(m, prof, PH_LOGITS);
+}
+
+static void graphs_clear(mu_gpu_model *m) {
+    for (int i = 0; i < m->n_graphs; i++) cudaGraphExecDestroy(m->graphs[i].exec);
+    m->n_graphs = 0;
+}
+
+/* Runs the pass from the graph captured for (T, n_out, max_span),
+ * capturing it on first use. Scratch that moves (ensure_attn,
+ * ensure_logits) clears the graphs. */
+static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, mu_err *err) {
+    for (int i = 0; i < m->n_graphs; i++) {
+        pass_graph *g = &m->graphs[i];
+        if (g->T == T && g->n_out == n_out && g->max_span == max_span) {
+            CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
+            return 0;
+        }
+    }
+    if (m->n_graphs == MAX_GRAPHS) graphs_clear(m);
+    cudaGraph_t graph;
+    CK(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal), "graph capture");
+    launch_pass(m, T, n_out, max_span, false);
+    CK(cudaStreamEndCapture(m->st, &graph), "graph capture");
+    pass_graph *g = &m->graphs[m->n_graphs];
+    cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    CK(e, "graph instantiate");
+    g->T = T;
+    g->n_out = n_out;
+    g->max_span = max_span;
+    m->n_graphs++;
+    CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
+    return 0;
+}
+
+static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
+    const mu_gpu_model_desc *D = &m->d;
+    const int T = c->T, nl = D->n_layer, hd = D->head_dim;
+    if (T <= 0 || T > UB) return fail(err, MU_E_ARG, "cuda: chunk of %d tokens", T);
+    CK(cudaSetDevice(m->dev), "set device");
+    int rc = ensure_logits(m, c->n_out > 0 ? c->n_out : 1, err);
+    if (rc) return rc;
+    /* inputs: tokens, positions, sessions and their layer tables */
+    chunk_in *in = m->in_h;
+    CK(cudaStreamSynchronize(m->st), "sync"); /* the pinned inputs are free again */
+    int n_sess = 0, n_out = 0;
+    mu_gpu_sess *sl[UB];
+    size_t max_span = 0;
+    for (int t = 0; t < T; t++) {
+        in->tok[t] = c->tokens[t];
+        in->pos[t] = c->pos[t];
+        if (t == 0 || c->sess[t] != c->sess[t - 1]) sl[n_sess++] = c->sess[t];
+        in->sess[t] = n_sess - 1;
+        if (c->out[t]) in->out_rows[n_out++] = t;
+    }
+    if (n_out != c->n_out) return fail(err, MU_E_ARG, "cuda: chunk output count %d != %d", c->n_out, n_out);
+    for (int t = 0; t < T;) {
+        int t1 = t + 1;
+        while (t1 < T && in->sess[t1] == in->sess[t]) t1++;
+        for (int i = t; i < t1; i++) in->batch[i] = t1 - t >= 2;
+        t = t1;
+    }
+    for (int s = 0; s < n_sess; s++)
+        for (int il = 0; il < nl; il++) {
+            cu_kv_layer *L = &m->kv_h[(size_t)il * UB + s];
+            L->k = sl[s]->k[il];
+            L->v = sl[s]->v[il];
+            L->rows = sl[s]->rows[il];
+            if ((size_t)L->rows > max_span) max_span = (size_t)L->rows;
+        }
+    rc = ensure_attn(m, (size_t)T * D->n_head * max_span, err);
+    if (rc) return rc;
+    CK(cudaMemcpyAsync(m->in_d, in, sizeof *in, cudaMemcpyHostToDevice, m->st), "input upload");
+    CK(cudaMemcpyAsync(m->kv_d, m->kv_h, (size_t)nl * UB * sizeof(cu_kv_layer), cudaMemcpyHostToDevice, m->st),
+       "input upload");
+    if (c->rope)
+        CK(cudaMemcpyAsync(m->rope_d, c->rope, (size_t)T * hd * 4, cudaMemcpyHostToDevice, m->st), "input upload");
+    cudaStream_t st = m->st;
+    const bool prof = c->prof != NULL;
+    if (prof || T > GRAPH_MAX_T) {
+        launch_pass(m, T, n_out, (int)max_span, prof);
+    } else {
+        /* small batches (decode) replay a captured graph: the pass's
+         * launches cost more than its kernels there */
+        int rc2 = graph_launch(m, T, n_out, (int)max_span, err);
+        if (rc2) return rc2;
+    }
+    if (n_out > 0)
+        CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * D->n_vocab * 4, cudaMemcpyDeviceToHost, st),
+           "logits download");
+    CK(cudaGetLastError(), "kernel launch");
+    CK(cudaStreamSynchronize(st), "forward");
+    for (int i = 1; prof && i < m->n_ev; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, m->ev[i - 1], m->ev[i]);
+        c->prof[m->ev_ph[i]] += ms * 1e-3;
+    }
+    for (int r = 0; r < n_out; r++) memcpy(c->logits[r], m->lg_h + (size_t)r * D->n_vocab, (size_t)D->n_vocab * 4);
+    return 0;
+}
+
+/* ---- kernel tests ------------------------------------------------------ */
+
+/* A throwaway model that owns one uploaded weight. */
+static int test_weight(int dev, uint32_t type, int rows, int cols, const void *w, mu_gpu_model *m, dtensor *dt,
+                       mu_err *err) {
+    CK(cudaSetDevice(dev), "set device");
+    m->dev = dev;
+    m->allocs = (void **)calloc(8, sizeof(void *));
+    if (!m->allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    const int gb = type == MU_T_Q8_0 ? 34 : type == MU_T_Q6_K ? 210 : dev_block_bytes(type); /* GGUF block bytes */
+    const int be = dev_block_elems(type);
+    if (!gb || cols % be) return fail(err, MU_E_ARG, "cuda: test weight of type %u, %d columns", type, cols);
+    const size_t bytes = (size_t)(cols / be) * gb * (size_t)rows;
+    mu_gpu_tensor t = {w, type, cols, rows, bytes};
+    uint8_t *stage = NULL;
+    CK(cudaMallocHost((void **)&stage, (size_t)4 << 20), "pinned staging");
+    uint64_t done = 0;
+    int rc = upload(m, &t, dt, stage, (size_t)4 << 20, &done, bytes, NULL, NULL, err);
+    cudaFreeHost(stage);
+    return rc;
+}
+
+static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w, const float *x,
+                         float *y, mu_err *err) {
+    mu_gpu_model m = {0};
+    dtensor dt;
+    int rc = test_weight(dev, type, rows, cols, w, &m, &dt, err);
+    float *dx = NULL, *dy = NULL;
+    void *qa = NULL;
+    const size_t stride = ((size_t)cols * 4 + 255) & ~(size_t)255;
+    if (!rc) rc = dev_alloc(&m, (size_t)T * cols * 4, (void **)&dx, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)T * rows * 4, (void **)&dy, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)T * stride, &qa, "test", err);
+    if (!rc) {
+        cudaMemcpy(dx, x, (size_t)T * cols * 4, cudaMemcpyHostToDevice);
+        cu_quantize(0, dev_dot_type(type), dx, T, cols, qa, stride);
+        cu_matmul(0, &dt, qa, stride, T, n_batch, dy, false, 0, 0);
+        cudaError_t e = cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = cuda_fail(err, e, "test matmul");
+    }
+    for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
+    free(m.allocs);
+    return rc;
+}
+
+static int p_test_get_rows(int dev, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
+                           float *y, mu_err *err) {
+    mu_gpu_model m = {0};
+    dtensor dt;
+    int rc = test_weight(dev, type, rows, cols, w, &m, &dt, err);
+    int32_t *di = NULL;
+    float *dy = NULL;
+    if (!rc) rc = dev_alloc(&m, (size_t)n * 4, (void **)&di, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)n * cols * 4, (void **)&dy, "test", err);
+    if (!rc) {
+        cudaMemcpy(di, ids, (size_t)n * 4, cudaMemcpyHostToDevice);
+        cu_get_rows(0, &dt, di, n, dy);
+        cudaError_t e = cudaMemcpy(y, dy, (size_t)n * cols * 4, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = cuda_fail(err, e, "test get_rows");
+    }
+    for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
+    free(m.allocs);
+    return rc;
+}
+
+static const mu_gpu_plugin PLUGIN = {
+    MU_GPU_PLUGIN_ABI, "cuda", p_count,  p_probe,  p_model_new,     p_model_free,   p_sess_new,
+    p_sess_free,       p_forward, p_kv_get, p_kv_put, p_test_matmul, p_test_get_rows,
+};
+
+extern "C" __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -1,0 +1,853 @@
+/* gpu_cuda_mm.cu: activation quantization, matmuls and row lookups on the
+ * device, with the CPU's rounding (kern_ref.c is the specification).
+ *
+ * The quantized matmuls keep the CPU's arithmetic exactly: a block's
+ * integer sums are exact in any order, and the float accumulation that
+ * follows is a chain per accumulator lane, block after block, as the CPU
+ * runs it. A warp owns one weight row and a tile of tokens: lane j works on
+ * blocks j, j+32, ..., writes each block's integer sums and scales to
+ * shared memory, and a few "chain" lanes then fold them in block order.
+ * The float types (F32, F16, BF16) give each lane the CPU's accumulator
+ * lanes, so the sums run in the CPU's order too. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.cuh"
+
+#define MM_WARPS 4      /* warps (rows) per thread block */
+#define MM_TILE 8       /* tokens per warp */
+
+/* ---- activation quantization ------------------------------------------- */
+
+/* nearest_int of ggml-quants.c (kern_ref.c) */
+__device__ __forceinline__ int nearest_int(float v) {
+    const float t = v + 12582912.f;
+    return (int)(__float_as_uint(t) & 0x007fffffu) - 0x00400000;
+}
+
+/* Q8_K: one warp per block of 256 (grid: blocks x tokens). */
+__global__ void k_quant_q8_K(const float *x, int n, mu_block_q8_K *y0, size_t stride) {
+    const int t = blockIdx.y, b = blockIdx.x, lane = threadIdx.x;
+    const float *xb = x + (size_t)t * n + (size_t)b * 256;
+    mu_block_q8_K *y = (mu_block_q8_K *)((uint8_t *)y0 + (size_t)t * stride) + b;
+    /* the first element of largest magnitude; NaN never wins */
+    float amax = 0;
+    int idx = 0x7fffffff;
+    for (int j = lane; j < 256; j += 32) {
+        const float ax = fabsf(xb[j]);
+        if (ax > amax) { amax = ax; idx = j; }
+    }
+    for (int o = 16; o; o >>= 1) {
+        const float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
+        const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
+        if (a2 > amax || (a2 == amax && i2 < idx)) { amax = a2; idx = i2; }
+    }
+    if (amax == 0.f) {
+        for (int j = lane; j < 256; j += 32) y->qs[j] = 0;
+        if (lane < 16) y->bsums[lane] = 0;
+        if (lane == 0) y->d = 0;
+        return;
+    }
+    const float iscale = -127.f / xb[idx];
+    for (int j = lane; j < 256; j += 32) {
+        int v = nearest_int(iscale * xb[j]);
+        v = v > 127 ? 127 : v;
+        y->qs[j] = (int8_t)(v & 0xff);
+    }
+    __syncwarp();
+    if (lane < 16) {
+        int s = 0;
+        for (int l = 0; l < 16; l++) s += y->qs[lane * 16 + l];
+        y->bsums[lane] = (int16_t)s;
+    }
+    if (lane == 0) y->d = 1.f / iscale;
+}
+
+__device__ __forceinline__ int8_t q8_0_conv(float v) {
+    if (!(v >= -2147483648.f && v < 2147483648.f)) return -128;
+    const int r = (int)rintf(v);
+    return (int8_t)(r > 127 ? 127 : r < -128 ? -128 : r);
+}
+
+/* Q8_0: one warp per block of 32. */
+__global__ void k_quant_q8_0(const float *x, int n, dq8_0 *y0, size_t stride) {
+    const int t = blockIdx.y, b = blockIdx.x, lane = threadIdx.x;
+    const float v = x[(size_t)t * n + (size_t)b * 32 + lane];
+    float amax = fabsf(v);
+    for (int o = 16; o; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    dq8_0 *y = (dq8_0 *)((uint8_t *)y0 + (size_t)t * stride) + b;
+    const float id = amax != 0.f ? 127.f / amax : 0.f;
+    y->qs[lane] = q8_0_conv(v * id);
+    if (lane == 0) {
+        y->d = f2h(amax / 127.f);
+        y->pad = 0;
+    }
+}
+
+__global__ void k_to_f16(const float *x, int n, uint16_t *y0, size_t stride, int T) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * n) return;
+    const size_t t = i / n, j = i % n;
+    ((uint16_t *)((uint8_t *)y0 + t * stride))[j] = f2h(x[i]);
+}
+
+__global__ void k_to_bf16(const float *x, int n, uint16_t *y0, size_t stride, int T) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * n) return;
+    const size_t t = i / n, j = i % n;
+    ((uint16_t *)((uint8_t *)y0 + t * stride))[j] = f2bf(x[i]);
+}
+
+__global__ void k_copy_f32(const float *x, int n, float *y0, size_t stride, int T) {
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * n) return;
+    const size_t t = i / n, j = i % n;
+    ((float *)((uint8_t *)y0 + t * stride))[j] = x[i];
+}
+
+void cu_quantize(cudaStream_t st, uint32_t dt, const float *x, int T, int n, void *y, size_t stride) {
+    if (T <= 0) return;
+    const size_t tot = (size_t)T * n;
+    const unsigned g = (unsigned)((tot + 255) / 256);
+    switch (dt) {
+    case MU_T_Q8_K: k_quant_q8_K<<<dim3(n / 256, T), 32, 0, st>>>(x, n, (mu_block_q8_K *)y, stride); break;
+    case MU_T_Q8_0: k_quant_q8_0<<<dim3(n / 32, T), 32, 0, st>>>(x, n, (dq8_0 *)y, stride); break;
+    case MU_T_F16: k_to_f16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
+    case MU_T_BF16: k_to_bf16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
+    default: k_copy_f32<<<g, 256, 0, st>>>(x, n, (float *)y, stride, T); break;
+    }
+}
+
+/* ---- quantized blocks: integer sums ------------------------------------ */
+
+__device__ __forceinline__ int ld32(const void *p) { return *(const int *)p; }
+
+__device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *d, int *m) {
+    if (j < 4) {
+        *d = q[j] & 63;
+        *m = q[j + 4] & 63;
+    } else {
+        *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+        *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+    }
+}
+
+/* Results of one block against one activation block: up to 9 integers
+ * and the two float factors of its chain steps. */
+typedef struct {
+    int r[9];
+    float d, dm;
+} blk_res;
+
+/* Q4_K: r[2j] = scale-weighted sum of sub-blocks 2j, 2j+1 (the 64 elements
+ * j), r[2j+1] = their min part; d = d_x*d_a, dm = dmin_x*d_a. */
+__device__ __forceinline__ void res_q4_K(const mu_block_q4_K *x, const mu_block_q8_K *a, blk_res *o) {
+    int sc[8], mn[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) scale_min_k4(j, x->scales, &sc[j], &mn[j]);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int s0 = 0, s1 = 0;
+#pragma unroll
+        for (int l = 0; l < 32; l += 4) {
+            const int q = ld32(x->qs + 32 * j + l);
+            s0 = __dp4a(q & 0x0F0F0F0F, ld32(a->qs + 64 * j + l), s0);
+            s1 = __dp4a((q >> 4) & 0x0F0F0F0F, ld32(a->qs + 64 * j + 32 + l), s1);
+        }
+        o->r[2 * j] = sc[2 * j] * s0 + sc[2 * j + 1] * s1;
+        o->r[2 * j + 1] = mn[2 * j] * (a->bsums[4 * j] + a->bsums[4 * j + 1]) +
+                          mn[2 * j + 1] * (a->bsums[4 * j + 2] + a->bsums[4 * j + 3]);
+    }
+    o->d = h2f(x->d) * a->d;
+    o->dm = h2f(x->dmin) * a->d;
+}
+
+/* Q5_K: r[l] (l < 8) the lane sums of kern_ref.c, r[8] the min sum;
+ * d = d_a*d_x, dm = -d_a*dmin_x. */
+__device__ __forceinline__ void res_q5_K(const mu_block_q5_K *x, const mu_block_q8_K *a, blk_res *o) {
+    int sc[8], mn[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) scale_min_k4(j, x->scales, &sc[j], &mn[j]);
+    int imin = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) imin += mn[j] * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+    o->r[8] = imin;
+#pragma unroll
+    for (int l = 0; l < 8; l++) o->r[l] = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+#pragma unroll
+        for (int l = 0; l < 8; l++) {
+            /* bytes 4l..4l+3 of the sub-blocks 2j (low nibbles) and 2j+1 (high) */
+            const int q = ld32(x->qs + 32 * j + 4 * l), h = ld32(x->qh + 4 * l);
+            const int lo = (q & 0x0F0F0F0F) | (((h >> (2 * j)) & 0x01010101) << 4);
+            const int hi = ((q >> 4) & 0x0F0F0F0F) | (((h >> (2 * j + 1)) & 0x01010101) << 4);
+            const int t0 = __dp4a(lo, ld32(a->qs + 64 * j + 4 * l), 0);
+            const int t1 = __dp4a(hi, ld32(a->qs + 64 * j + 32 + 4 * l), 0);
+            o->r[l] += sc[2 * j] * t0 + sc[2 * j + 1] * t1;
+        }
+    }
+    o->d = a->d * h2f(x->d);
+    o->dm = -a->d * h2f(x->dmin);
+}
+
+/* Q6_K: r[m] (m < 8) the lane sums of kern_ref.c; d = d_a*d_x. */
+__device__ __forceinline__ void res_q6_K(const dq6_K *x, const mu_block_q8_K *a, blk_res *o) {
+#pragma unroll
+    for (int m = 0; m < 8; m++) o->r[m] = 0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        /* chunk c = 4h + k of 32 unsigned 6-bit values */
+        const int h = c >> 2, k = c & 3;
+        const uint8_t *ql = x->ql + 64 * h + (k & 1) * 32;
+        const uint8_t *qh = x->qh + 32 * h;
+        const int shl = (k >> 1) * 4, shh = 2 * k;
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            const int q = (ld32(ql + 4 * m) >> shl) & 0x0F0F0F0F;
+            const int hb = (ld32(qh + 4 * m) >> shh) & 0x03030303;
+            const int t = __dp4a(q | (hb << 4), ld32(a->qs + 32 * c + 4 * m), 0);
+            o->r[m] += x->scales[2 * c + (m >= 4)] * t;
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < 8; m++)
+        o->r[m] -= 32 * (a->bsums[2 * m] * x->scales[2 * m] + a->bsums[2 * m + 1] * x->scales[2 * m + 1]);
+    o->d = a->d * h2f(x->d);
+}
+
+/* Q8_0: r[l] = bytes 4l..4l+3 of the block; d = d_x*d_a. */
+__device__ __forceinline__ void res_q8_0(const dq8_0 *x, const dq8_0 *a, blk_res *o) {
+#pragma unroll
+    for (int l = 0; l < 8; l++) o->r[l] = __dp4a(ld32(x->qs + 4 * l), ld32(a->qs + 4 * l), 0);
+    o->d = h2f(x->d) * h2f(a->d);
+}
+
+/* ---- quantized matmul --------------------------------------------------- */
+
+/* Chains per type: Q4_K 2 (acc, accm), the rest 8 lanes (+ Q5_K's summs). */
+template <int TYPE> struct qt;
+template <> struct qt<MU_T_Q4_K> {
+    typedef mu_block_q4_K W; typedef mu_block_q8_K A;
+    enum { QK = 256, NCH = 2 };
+};
+template <> struct qt<MU_T_Q5_K> {
+    typedef mu_block_q5_K W; typedef mu_block_q8_K A;
+    enum { QK = 256, NCH = 9 };
+};
+template <> struct qt<MU_T_Q6_K> {
+    typedef dq6_K W; typedef mu_block_q8_K A;
+    enum { QK = 256, NCH = 8 };
+};
+template <> struct qt<MU_T_Q8_0> {
+    typedef dq8_0 W; typedef dq8_0 A;
+    enum { QK = 32, NCH = 8 };
+};
+
+template <int TYPE>
+__device__ __forceinline__ void block_res(const typename qt<TYPE>::W *x, const typename qt<TYPE>::A *a, blk_res *o) {
+    if constexpr (TYPE == MU_T_Q4_K) res_q4_K(x, a, o);
+    else if constexpr (TYPE == MU_T_Q5_K) res_q5_K(x, a, o);
+    else if constexpr (TYPE == MU_T_Q6_K) res_q6_K(x, a, o);
+    else res_q8_0(x, a, o);
+}
+
+/* One chain step of chain c over block result e (per64: Q4_K's batch
+ * rounding, four steps per block). */
+template <int TYPE>
+__device__ __forceinline__ float chain_step(float acc, int c, const int *r, float d, float dm, bool per64) {
+    if constexpr (TYPE == MU_T_Q4_K) {
+        /* chain 0: sum of scale parts by d; chain 1: min parts by dm */
+        if (per64) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc = fmaf((float)r[2 * j + c], c ? dm : d, acc);
+            return acc;
+        }
+        const int s = c ? r[1] + r[3] + r[5] + r[7] : r[0] + r[2] + r[4] + r[6];
+        return fmaf((float)s, c ? dm : d, acc);
+    } else if constexpr (TYPE == MU_T_Q5_K) {
+        return c == 8 ? fmaf((float)r[8], dm, acc) : fmaf(d, (float)r[c], acc);
+    } else {
+        return fmaf(d, (float)r[c], acc);
+    }
+}
+
+template <int TYPE>
+__device__ __forceinline__ float chain_final(const float *acc) {
+    if constexpr (TYPE == MU_T_Q4_K) return acc[0] - acc[1];
+    else if constexpr (TYPE == MU_T_Q5_K) return hsum8(acc) + acc[8];
+    else return hsum8(acc);
+}
+
+/* Softcap and scale of the output matrix (forward.c job_matmul). */
+__device__ __forceinline__ float logit_post(float l, float scale, float cap) {
+    l = l * scale;
+    if (cap > 0) l = tanhf_libm(l * (1.0f / cap)) * cap;
+    return l;
+}
+
+/* A weight block into registers with the widest loads its alignment
+ * allows (a struct copy would load it byte by byte). */
+template <typename W> __device__ __forceinline__ void ld_block(W *dst, const W *src) {
+    if constexpr (sizeof(W) % 16 == 0) {
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(W) / 16); i++) ((int4 *)dst)[i] = __ldg((const int4 *)src + i);
+    } else {
+#pragma unroll
+        for (int i = 0; i < (int)(sizeof(W) / 4); i++) ((int *)dst)[i] = __ldg((const int *)src + i);
+    }
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(MM_WARPS * 32)
+k_mm_q(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch,
+       float *y, bool logits, float lscale, float cap) {
+    typedef typename qt<TYPE>::W W;
+    typedef typename qt<TYPE>::A A;
+    constexpr int NCH = qt<TYPE>::NCH;
+    __shared__ int s_r[MM_WARPS][32][9];
+    __shared__ float s_d[MM_WARPS][32][2];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = blockIdx.x * MM_WARPS + warp;
+    const int t0 = blockIdx.y * MM_TILE;
+    if (row >= rows) return;
+    const int nt = T - t0 < MM_TILE ? T - t0 : MM_TILE;
+    const W *xr = (const W *)(w + (size_t)row * w_rb);
+    float acc[MM_TILE]; /* chain lane c's accumulator for each token */
+#pragma unroll
+    for (int i = 0; i < MM_TILE; i++) acc[i] = 0;
+    for (int b0 = 0; b0 < nb; b0 += 32) {
+        const int b = b0 + lane, n_in = nb - b0 < 32 ? nb - b0 : 32;
+        W xb;
+        if (b < nb) ld_block(&xb, xr + b);
+        for (int i = 0; i < nt; i++) {
+            const int t = t0 + i;
+            if (b < nb) {
+                blk_res o;
+                block_res<TYPE>(&xb, (const A *)(act + (size_t)t * act_stride) + b, &o);
+#pragma unroll
+                for (int k = 0; k < 9; k++) s_r[warp][lane][k] = o.r[k];
+                s_d[warp][lane][0] = o.d;
+                s_d[warp][lane][1] = o.dm;
+            }
+            __syncwarp();
+            if (lane < NCH) {
+                const bool per64 = TYPE == MU_T_Q4_K && t < n_batch;
+                float a = acc[i];
+                for (int e = 0; e < n_in; e++) a = chain_step<TYPE>(a, lane, s_r[warp][e], s_d[warp][e][0], s_d[warp][e][1], per64);
+                acc[i] = a;
+            }
+            __syncwarp();
+        }
+    }
+    for (int i = 0; i < nt; i++) {
+        float ch[9];
+#pragma unroll
+        for (int c = 0; c < 9; c++) ch[c] = __shfl_sync(0xffffffffu, acc[i], c);
+        if (lane == 0) {
+            float v = chain_final<TYPE>(ch);
+            if (logits) v = logit_post(v, lscale, cap);
+            y[(size_t)(t0 + i) * rows + row] = v;
+        }
+    }
+}
+
+/* ---- K-quant matmul for few tokens (decode) -----------------------------
+ * The kernel above gives a whole super-block to one lane, so a row of 26
+ * blocks keeps 26 lanes busy with long serial work. Here eight lanes share
+ * a super-block (four per warp pass) and each computes the CPU's integer
+ * sums for its slice; the integers are added across the eight by shuffles
+ * (exact), and every lane folds the blocks' results into the float chains
+ * in block order, so the rounding is the CPU's, as above. */
+
+#define DEC_MAX_T 4 /* tokens per warp (a decode batch) */
+
+/* Q4_K, lane g of 8: the 16 bytes g&1 of the 32 of group j = g >> 1 (the
+ * low nibbles are 16 elements of sub-block 2j, the high ones of 2j + 1).
+ * isum: the scale-weighted sum of those 32 elements; imin: the min part of
+ * group j (lanes with g&1 == 0 only). */
+__device__ __forceinline__ void lane_q4_K(const mu_block_q4_K *x, const mu_block_q8_K *a, int g, int *isum,
+                                          int *imin) {
+    const int j = g >> 1, hf = g & 1;
+    int sc0, m0, sc1, m1;
+    scale_min_k4(2 * j, x->scales, &sc0, &m0);
+    scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
+    const int4 q4 = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
+    const int qv[4] = {q4.x, q4.y, q4.z, q4.w};
+    const int8_t *alo = a->qs + 64 * j + 16 * hf, *ahi = alo + 32;
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s0 = __dp4a(qv[i] & 0x0F0F0F0F, ld32(alo + 4 * i), s0);
+        s1 = __dp4a((qv[i] >> 4) & 0x0F0F0F0F, ld32(ahi + 4 * i), s1);
+    }
+    *isum = sc0 * s0 + sc1 * s1;
+    *imin = hf ? 0 : m0 * (a->bsums[4 * j] + a->bsums[4 * j + 1]) + m1 * (a->bsums[4 * j + 2] + a->bsums[4 * j + 3]);
+}
+
+/* Q5_K / Q6_K, lane g of 8: the CPU's lane sum g (bytes 4g..4g+3 of every
+ * 32-element chunk), complete; Q5_K's min sum on lane 0. */
+__device__ __forceinline__ int lane_q5_K(const mu_block_q5_K *x, const mu_block_q8_K *a, int g, int *imin) {
+    int r = 0;
+    const int h = ld32(x->qh + 4 * g);
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int sc0, m0, sc1, m1;
+        scale_min_k4(2 * j, x->scales, &sc0, &m0);
+        scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
+        const int q = ld32(x->qs + 32 * j + 4 * g);
+        const int lo = (q & 0x0F0F0F0F) | (((h >> (2 * j)) & 0x01010101) << 4);
+        const int hi = ((q >> 4) & 0x0F0F0F0F) | (((h >> (2 * j + 1)) & 0x01010101) << 4);
+        r += sc0 * __dp4a(lo, ld32(a->qs + 64 * j + 4 * g), 0) + sc1 * __dp4a(hi, ld32(a->qs + 64 * j + 32 + 4 * g), 0);
+    }
+    int mn = 0;
+    if (g == 0)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min_k4(j, x->scales, &sc, &m);
+            mn += m * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+        }
+    *imin = mn;
+    return r;
+}
+
+__device__ __forceinline__ int lane_q6_K(const dq6_K *x, const mu_block_q8_K *a, int g) {
+    int r = 0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        const int h = c >> 2, k = c & 3;
+        const int q = (ld32(x->ql + 64 * h + (k & 1) * 32 + 4 * g) >> ((k >> 1) * 4)) & 0x0F0F0F0F;
+        const int hb = (ld32(x->qh + 32 * h + 4 * g) >> (2 * k)) & 0x03030303;
+        r += x->scales[2 * c + (g >= 4)] * __dp4a(q | (hb << 4), ld32(a->qs + 32 * c + 4 * g), 0);
+    }
+    return r - 32 * (a->bsums[2 * g] * x->scales[2 * g] + a->bsums[2 * g + 1] * x->scales[2 * g + 1]);
+}
+
+template <int TYPE>
+__global__ void __launch_bounds__(MM_WARPS * 32)
+k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch,
+         float *y, bool logits, float lscale, float cap) {
+    typedef typename qt<TYPE>::W W;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = lane >> 3, g = lane & 7;
+    const int row = blockIdx.x * MM_WARPS + warp;
+    if (row >= rows) return;
+    const W *xr = (const W *)(w + (size_t)row * w_rb);
+    /* Q4_K: c0 = sum chain, c1 = min chain; Q5_K/Q6_K: c0 = the chain of
+     * lane sum g, c1 = Q5_K's min chain */
+    float c0[DEC_MAX_T], c1[DEC_MAX_T];
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) c0[t] = c1[t] = 0;
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+        const int b = b0 + q;
+        const bool have = b < nb;
+        const W *x = xr + (have ? b : 0);
+#pragma unroll
+        for (int t = 0; t < DEC_MAX_T; t++) {
+            if (t >= T) break;
+            const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)t * act_stride) + (have ? b : 0);
+            int v0 = 0, v1 = 0;
+            float d = 0, dm = 0;
+            if (have) {
+                if constexpr (TYPE == MU_T_Q4_K) {
+                    lane_q4_K((const mu_block_q4_K *)x, ab, g, &v0, &v1);
+                    d = h2f(((const mu_block_q4_K *)x)->d) * ab->d;
+                    dm = h2f(((const mu_block_q4_K *)x)->dmin) * ab->d;
+                } else if constexpr (TYPE == MU_T_Q5_K) {
+                    v0 = lane_q5_K((const mu_block_q5_K *)x, ab, g, &v1);
+                    d = ab->d * h2f(((const mu_block_q5_K *)x)->d);
+                    dm = -ab->d * h2f(((const mu_block_q5_K *)x)->dmin);
+                } else {
+                    v0 = lane_q6_K((const dq6_K *)x, ab, g);
+                    d = ab->d * h2f(((const dq6_K *)x)->d);
+                }
+            }
+            if constexpr (TYPE == MU_T_Q4_K) {
+                /* pair sums: lane 2j of each group holds group j's (isum, imin) */
+                v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+                v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+                if (t < n_batch) { /* per 64 elements: four steps per block */
+                    for (int qq = 0; qq < 4 && b0 + qq < nb; qq++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) {
+                            const int src = 8 * qq + 2 * j;
+                            const float dd = __shfl_sync(0xffffffffu, d, src), ddm = __shfl_sync(0xffffffffu, dm, src);
+                            c0[t] = fmaf((float)__shfl_sync(0xffffffffu, v0, src), dd, c0[t]);
+                            c1[t] = fmaf((float)__shfl_sync(0xffffffffu, v1, src), ddm, c1[t]);
+                        }
+                } else {
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 4);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 4);
+                    for (int qq = 0; qq < 4 && b0 + qq < nb; qq++) {
+                        const int src = 8 * qq;
+                        c0[t] = fmaf((float)__shfl_sync(0xffffffffu, v0, src), __shfl_sync(0xffffffffu, d, src), c0[t]);
+                        c1[t] = fmaf((float)__shfl_sync(0xffffffffu, v1, src), __shfl_sync(0xffffffffu, dm, src), c1[t]);
+                    }
+                }
+            } else {
+                for (int qq = 0; qq < 4 && b0 + qq < nb; qq++) {
+                    const float dd = __shfl_sync(0xffffffffu, d, 8 * qq);
+                    c0[t] = fmaf(dd, (float)__shfl_sync(0xffffffffu, v0, 8 * qq + g), c0[t]);
+                    if constexpr (TYPE == MU_T_Q5_K)
+                        c1[t] = fmaf((float)__shfl_sync(0xffffffffu, v1, 8 * qq), __shfl_sync(0xffffffffu, dm, 8 * qq), c1[t]);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) {
+        if (t >= T) break;
+        float ch[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) ch[k] = __shfl_sync(0xffffffffu, c0[t], k);
+        if (lane == 0) {
+            float v;
+            if constexpr (TYPE == MU_T_Q4_K) v = c0[t] - c1[t];
+            else if constexpr (TYPE == MU_T_Q5_K) v = hsum8(ch) + c1[t];
+            else v = hsum8(ch);
+            if (logits) v = logit_post(v, lscale, cap);
+            y[(size_t)t * rows + row] = v;
+        }
+    }
+}
+
+/* ---- Q4_K prefill on int8 tensor cores ----------------------------------
+ * The CPU's Q4_K arithmetic is made of exact integer dot products over
+ * sub-blocks of 32 (nibble x Q8_K byte), then float chains per (row, token)
+ * in block order. An int8 mma (m16n8k32) computes exactly those sub-block
+ * products for 16 rows x 8 tokens at once, so the chains stay the CPU's.
+ * A warp: 16 rows x 64 tokens; a thread block: 64 rows. Fragment layouts
+ * of mma.m16n8k32.s8 (PTX ISA): A reg i: row g (+8 for odd i), columns
+ * 4q..4q+3 (+16 for i >= 2); B reg i: column g, rows 4q..4q+3 (+16 for
+ * i = 1); C reg i: row g (+8 for i >= 2), column 2q + (i & 1); g = lane/4,
+ * q = lane%4. */
+
+#define MMA_TOK 64
+
+__device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+__global__ void __launch_bounds__(128)
+k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
+             int n_batch, float *y) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int r0 = blockIdx.x * 64 + warp * 16, t0 = blockIdx.y * MMA_TOK;
+    if (r0 >= rows) return;
+    const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1); /* clamped: results of extra rows unused */
+    const mu_block_q4_K *xa = (const mu_block_q4_K *)(w + (size_t)ra * w_rb);
+    const mu_block_q4_K *xb = (const mu_block_q4_K *)(w + (size_t)rb * w_rb);
+    float acc[8][4], accm[8][4];
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) acc[n][k] = accm[n][k] = 0;
+    for (int b = 0; b < nb; b++) {
+        int sc[2][8], mn[2][8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            scale_min_k4(j, xa[b].scales, &sc[0][j], &mn[0][j]);
+            scale_min_k4(j, xb[b].scales, &sc[1][j], &mn[1][j]);
+        }
+        const float dxa = h2f(xa[b].d), dxb = h2f(xb[b].d), mxa = h2f(xa[b].dmin), mxb = h2f(xb[b].dmin);
+        int isum[8][4], imin[8][4];
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) isum[n][k] = imin[n][k] = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int qa0 = ld32(xa[b].qs + 32 * j + 4 * q), qa1 = ld32(xa[b].qs + 32 * j + 16 + 4 * q);
+            const int qb0 = ld32(xb[b].qs + 32 * j + 4 * q), qb1 = ld32(xb[b].qs + 32 * j + 16 + 4 * q);
+#pragma unroll
+            for (int hi = 0; hi < 2; hi++) {
+                const int sb = 2 * j + hi, sh = 4 * hi;
+                const int A[4] = {(qa0 >> sh) & 0x0F0F0F0F, (qb0 >> sh) & 0x0F0F0F0F, (qa1 >> sh) & 0x0F0F0F0F,
+                                  (qb1 >> sh) & 0x0F0F0F0F};
+#pragma unroll
+                for (int n = 0; n < 8; n++) {
+                    const int tn = t0 + 8 * n + g; /* this thread's B column */
+                    int B[2] = {0, 0};
+                    if (tn < T) {
+                        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)tn * act_stride) + b;
+                        B[0] = ld32(ab->qs + 32 * sb + 4 * q);
+                        B[1] = ld32(ab->qs + 32 * sb + 16 + 4 * q);
+                    }
+                    int C[4] = {0, 0, 0, 0};
+                    mma_s8(C, A, B);
+                    isum[n][0] += sc[0][sb] * C[0];
+                    isum[n][1] += sc[0][sb] * C[1];
+                    isum[n][2] += sc[1][sb] * C[2];
+                    isum[n][3] += sc[1][sb] * C[3];
+                }
+            }
+            /* the min part of the 64 elements j, and the per-64 chain steps */
+#pragma unroll
+            for (int n = 0; n < 8; n++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int t = t0 + 8 * n + 2 * q + (k & 1);
+                    if (t >= T) continue;
+                    const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)t * act_stride) + b;
+                    const int *m = mn[k >> 1];
+                    const int im = m[2 * j] * (ab->bsums[4 * j] + ab->bsums[4 * j + 1]) +
+                                   m[2 * j + 1] * (ab->bsums[4 * j + 2] + ab->bsums[4 * j + 3]);
+                    if (t < n_batch) {
+                        const float d = (k >> 1 ? dxb : dxa) * ab->d, dm = (k >> 1 ? mxb : mxa) * ab->d;
+                        acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
+                        accm[n][k] = fmaf((float)im, dm, accm[n][k]);
+                        isum[n][k] = 0;
+                    } else {
+                        imin[n][k] += im;
+                    }
+                }
+        }
+        /* the per-super-block chain steps (rows t >= n_batch) */
+#pragma unroll
+        for (int n = 0; n < 8; n++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int t = t0 + 8 * n + 2 * q + (k & 1);
+                if (t >= T || t < n_batch) continue;
+                const float ad = ((const mu_block_q8_K *)(act + (size_t)t * act_stride))[b].d;
+                const float d = (k >> 1 ? dxb : dxa) * ad, dm = (k >> 1 ? mxb : mxa) * ad;
+                acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
+                accm[n][k] = fmaf((float)imin[n][k], dm, accm[n][k]);
+            }
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
+            if (t < T && r < rows) y[(size_t)t * rows + r] = acc[n][k] - accm[n][k];
+        }
+}
+
+/* ---- float matmuls ------------------------------------------------------ */
+
+/* One warp per (row, token). F32 / F16: lane j holds the CPU's accumulator
+ * lanes j and j + 32 of every 64 elements (vec_dot) or lane j < 16 of every
+ * 16 (batch); the reduction tree of shuffles 16, 8, 4, 2, 1 is exactly
+ * the CPU's combine-then-hsum16. */
+template <int TYPE> __device__ __forceinline__ float ldw(const void *p, int i);
+template <> __device__ __forceinline__ float ldw<MU_T_F32>(const void *p, int i) { return ((const float *)p)[i]; }
+template <> __device__ __forceinline__ float ldw<MU_T_F16>(const void *p, int i) { return h2f(((const uint16_t *)p)[i]); }
+
+template <int TYPE>
+__device__ __forceinline__ float madd(float x, float y, float acc) {
+    /* F32: FMA; F16: the product of two halves is exact, so acc + x*y */
+    if constexpr (TYPE == MU_T_F32) return fmaf(x, y, acc);
+    else return acc + x * y;
+}
+
+template <int TYPE>
+__global__ void k_mm_f(const uint8_t *w, size_t w_rb, int rows, int n, const uint8_t *act, size_t act_stride, int T,
+                       int n_batch, float *y, bool logits, float lscale, float cap) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = blockIdx.x * MM_WARPS + warp, t = blockIdx.y;
+    if (row >= rows) return;
+    const void *x = w + (size_t)row * w_rb, *a = act + (size_t)t * act_stride;
+    float v;
+    if (t < n_batch) { /* tinyBLAS: one 16-lane accumulator */
+        float acc = 0;
+        if (lane < 16)
+            for (int i = 0; i < n; i += 16) acc = madd<TYPE>(ldw<TYPE>(x, i + lane), ldw<TYPE>(a, i + lane), acc);
+        for (int o = 8; o; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        v = acc;
+    } else { /* ggml_vec_dot: 4 x 16 lanes over steps of 64 */
+        const int np = n & ~63;
+        float a0 = 0, a1 = 0;
+        for (int i = 0; i < np; i += 64) {
+            a0 = madd<TYPE>(ldw<TYPE>(x, i + lane), ldw<TYPE>(a, i + lane), a0);
+            a1 = madd<TYPE>(ldw<TYPE>(x, i + 32 + lane), ldw<TYPE>(a, i + 32 + lane), a1);
+        }
+        float c = a0 + a1; /* acc0 += acc2 (lanes < 16), acc1 += acc3 (lanes >= 16) */
+        for (int o = 16; o; o >>= 1) c += __shfl_down_sync(0xffffffffu, c, o);
+        v = c;
+        if (lane == 0) {
+            if constexpr (TYPE == MU_T_F16) {
+                double s = v;
+                for (int i = np; i < n; i++) s += (double)(ldw<TYPE>(x, i) * ldw<TYPE>(a, i));
+                v = (float)s;
+            } else {
+                const int r = n - np;
+                const int grouped = r >= 16 ? (r & ~15) + ((r & 15) >= 8 ? 8 : 0) : (r >= 8 ? 8 : 0);
+                int i = np;
+                for (; i < np + grouped; i++) {
+                    const float p = ldw<TYPE>(x, i) * ldw<TYPE>(a, i);
+                    v += p;
+                }
+                for (; i < n; i++) v = fmaf(ldw<TYPE>(x, i), ldw<TYPE>(a, i), v);
+            }
+        }
+    }
+    if (lane == 0) y[(size_t)t * rows + row] = logits ? logit_post(v, lscale, cap) : v;
+}
+
+/* BF16 as VDPBF16PS computes it (kern_ref.c dpbf16_pair). */
+__device__ __forceinline__ float bf16_daz(uint16_t h) { return (h & 0x7f80) ? bf2f(h) : 0.f; }
+__device__ __forceinline__ float f32_ftz(float v) { return fabsf(v) < 0x1p-126f ? 0.f * v : v; }
+__device__ __forceinline__ float dpbf16_pair(float acc, const uint16_t *x, const uint16_t *y) {
+    acc = f32_ftz(acc);
+    acc = f32_ftz(fmaf(bf16_daz(x[1]), bf16_daz(y[1]), acc));
+    return f32_ftz(fmaf(bf16_daz(x[0]), bf16_daz(y[0]), acc));
+}
+
+__global__ void k_mm_bf16(const uint8_t *w, size_t w_rb, int rows, int n, const uint8_t *act, size_t act_stride, int T,
+                          int n_batch, float *y, bool logits, float lscale, float cap) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int row = blockIdx.x * MM_WARPS + warp, t = blockIdx.y;
+    if (row >= rows) return;
+    const uint16_t *x = (const uint16_t *)(w + (size_t)row * w_rb), *a = (const uint16_t *)(act + (size_t)t * act_stride);
+    float v;
+    if (t < n_batch && n % 32 == 0) { /* tinyBLAS: lane l takes pair 2l of every 32 */
+        float acc = 0;
+        if (lane < 16)
+            for (int i = 0; i < n; i += 32) acc = dpbf16_pair(acc, x + i + 2 * lane, a + i + 2 * lane);
+        for (int o = 8; o; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+        v = acc;
+    } else { /* ggml_vec_dot_bf16: two 16-lane accumulators; lane j takes pair 2j of every 64 */
+        const int np = n & ~63;
+        float acc = 0;
+        for (int i = 0; i < np; i += 64) acc = dpbf16_pair(acc, x + i + 2 * lane, a + i + 2 * lane);
+        for (int o = 8; o; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o, 16);
+        const float c1 = __shfl_sync(0xffffffffu, acc, 16);
+        v = 0;
+        if (lane == 0) {
+            double s = (double)acc;
+            s += (double)c1;
+            for (int i = np; i < n; i++) s += (double)(bf2f(x[i]) * bf2f(a[i]));
+            v = (float)s;
+        }
+    }
+    if (lane == 0) y[(size_t)t * rows + row] = logits ? logit_post(v, lscale, cap) : v;
+}
+
+/* int8 mma needs compute capability 8.0; MUSER_CUDA_NO_MMA=1 turns it off
+ * (to compare the two paths) */
+static bool mma_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        const char *no = getenv("MUSER_CUDA_NO_MMA");
+        ok = major >= 8 && !(no && *no == '1');
+    }
+    return ok;
+}
+
+int cu_batch_rows(const dtensor *w, int ll_rows) {
+    if (ll_rows < 2) return 0;
+    switch (w->type) {
+    case MU_T_Q4_K: return ll_rows & ~3;
+    case MU_T_F32: case MU_T_F16: case MU_T_BF16: return w->ne0 % 16 == 0 && w->ne1 % 4 == 0 ? ll_rows : 0;
+    default: return 0;
+    }
+}
+
+void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y,
+               bool logits, float lscale, float cap) {
+    if (T <= 0) return;
+    const int rows = w->ne1, n = w->ne0;
+    const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
+    const dim3 gq((rows + MM_WARPS - 1) / MM_WARPS, (T + MM_TILE - 1) / MM_TILE);
+    const dim3 gf((rows + MM_WARPS - 1) / MM_WARPS, T);
+    if (T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K)) {
+        const unsigned gr = (unsigned)((rows + MM_WARPS - 1) / MM_WARPS);
+        if (w->type == MU_T_Q4_K)
+            k_mm_dec<MU_T_Q4_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        else if (w->type == MU_T_Q5_K)
+            k_mm_dec<MU_T_Q5_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        else
+            k_mm_dec<MU_T_Q6_K><<<gr, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        return;
+    }
+    if (w->type == MU_T_Q4_K && !logits && T > DEC_MAX_T && mma_ok()) {
+        k_mm_q4K_mma<<<dim3((rows + 63) / 64, (T + MMA_TOK - 1) / MMA_TOK), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        return;
+    }
+    switch (w->type) {
+    case MU_T_Q4_K:
+        k_mm_q<MU_T_Q4_K><<<gq, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
+    case MU_T_Q5_K:
+        k_mm_q<MU_T_Q5_K><<<gq, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
+    case MU_T_Q6_K:
+        k_mm_q<MU_T_Q6_K><<<gq, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
+    case MU_T_Q8_0:
+        k_mm_q<MU_T_Q8_0><<<gq, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n / 32, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
+    case MU_T_F32:
+        k_mm_f<MU_T_F32><<<gf, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
+    case MU_T_F16:
+        k_mm_f<MU_T_F16><<<gf, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
+    case MU_T_BF16:
+        k_mm_bf16<<<gf, MM_WARPS * 32, 0, st>>>(wd, w->row_bytes, rows, n, a, act_stride, T, n_batch, y, logits, lscale, cap);
+        break;
+    }
+}
+
+/* ---- row lookup (token embeddings) -------------------------------------- */
+
+/* Element i of a device row, as the CPU's dequantizers compute it. */
+__device__ float deq_elem(uint32_t type, const uint8_t *row, int i) {
+    switch (type) {
+    case MU_T_F32: return ((const float *)row)[i];
+    case MU_T_F16: return h2f(((const uint16_t *)row)[i]);
+    case MU_T_BF16: return bf2f(((const uint16_t *)row)[i]);
+    case MU_T_Q8_0: {
+        const dq8_0 *b = (const dq8_0 *)row + i / 32;
+        return b->qs[i % 32] * h2f(b->d);
+    }
+    case MU_T_Q4_K: case MU_T_Q5_K: {
+        const int ib = i / 256, j = i % 256, g = j / 64, hi = (j % 64) >= 32, l = j % 32;
+        const uint8_t *scales, *qs;
+        uint16_t d16, m16;
+        int qv;
+        if (type == MU_T_Q4_K) {
+            const mu_block_q4_K *b = (const mu_block_q4_K *)row + ib;
+            scales = b->scales; qs = b->qs; d16 = b->d; m16 = b->dmin;
+            qv = hi ? qs[32 * g + l] >> 4 : qs[32 * g + l] & 0xF;
+        } else {
+            const mu_block_q5_K *b = (const mu_block_q5_K *)row + ib;
+            scales = b->scales; qs = b->qs; d16 = b->d; m16 = b->dmin;
+            qv = (hi ? qs[32 * g + l] >> 4 : qs[32 * g + l] & 0xF) + ((b->qh[l] >> (2 * g + hi)) & 1 ? 16 : 0);
+        }
+        int sc, m;
+        scale_min_k4(2 * g + hi, scales, &sc, &m);
+        const float d1 = h2f(d16) * (float)sc, m1 = h2f(m16) * (float)m;
+        return d1 * (float)qv - m1;
+    }
+    case MU_T_Q6_K: {
+        const dq6_K *b = (const dq6_K *)row + i / 256;
+        const int j = i % 256, h = j / 128, r = j % 128, k = r / 32, l = r % 32;
+        const uint8_t ql = b->ql[64 * h + (k & 1) * 32 + l], qh = b->qh[32 * h + l];
+        const int q = (int)((k < 2 ? ql & 0xF : ql >> 4) | (((qh >> (2 * k)) & 3) << 4)) - 32;
+        const int is = l / 16;
+        return h2f(b->d) * (float)b->scales[8 * h + is + 2 * k] * (float)q;
+    }
+    }
+    return 0;
+}
+
+__global__ void k_get_rows(uint32_t type, const uint8_t *w, size_t rb, int n, const int32_t *rows, float *y) {
+    const int t = blockIdx.y;
+    const uint8_t *row = w + (size_t)rows[t] * rb;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)
+        y[(size_t)t * n + i] = deq_elem(type, row, i);
+}
+
+void cu_get_rows(cudaStream_t st, const dtensor *w, const int32_t *rows, int T, float *y) {
+    k_get_rows<<<dim3(4, T), 256, 0, st>>>(w->type, (const uint8_t *)w->d, w->row_bytes, w->ne0, rows, y);
+}

@@ -1,0 +1,42 @@
+/* plugin.h: the table the CUDA plugin (muser-cuda.so) exports and gpu.c
+ * loads. Pure C; the plugin fills a mu_err itself (it cannot call into the
+ * binary that loads it). MU_GPU_PLUGIN_ABI changes whenever this table or
+ * a structure of gpu.h changes, so a stale plugin is refused, never called. */
+#ifndef MU_GPU_PLUGIN_H
+#define MU_GPU_PLUGIN_H
+
+#include "gpu.h"
+
+#define MU_GPU_PLUGIN_ABI 2
+#define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct {
+    int abi;                      /* MU_GPU_PLUGIN_ABI */
+    const char *name;             /* "cuda" */
+    /* devices usable now; on 0, why is set to a reason */
+    int (*count)(const char **why);
+    int (*probe)(int device, mu_gpu_info *info, mu_err *err);
+    int (*model_new)(int device, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn, void *user, mu_gpu_model **out,
+                     mu_err *err);
+    void (*model_free)(mu_gpu_model *m);
+    int (*sess_new)(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_err *err);
+    void (*sess_free)(mu_gpu_sess *s);
+    int (*forward)(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err);
+    int (*kv_get)(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err);
+    int (*kv_put)(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err);
+    int (*test_matmul)(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
+                       const float *x, float *y, mu_err *err);
+    int (*test_get_rows)(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
+                         float *y, mu_err *err);
+} mu_gpu_plugin;
+
+typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

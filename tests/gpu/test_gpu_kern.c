@@ -1,0 +1,131 @@
+/* test_gpu_kern.c: every GPU matmul and row lookup against the CPU's
+ * reference kernels (kern_ref.c), on random weights of every type, odd
+ * shapes, and token counts on both sides of the batch-rounding rule.
+ * The device keeps the CPU's arithmetic, so the results must be equal bit
+ * for bit; the test prints the largest difference when they are not.
+ * Needs a CUDA device (the gpu tier); exits 77 (skip) without one. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../src/gpu/gpu.h"
+#include "../../src/kern/kern.h"
+#include "../../src/synth/quantize.h"
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * 0x1p-53) * 2.0f - 1.0f;
+}
+
+static int n_fail, n_cases;
+
+/* The CPU's rows for the same matmul (forward.c's choice of vec_dot or
+ * vec_dot_batch per token row t < n_batch). */
+static void cpu_matmul(const mu_kern *k, uint32_t type, int rows, int cols, int T, int n_batch, const uint8_t *w,
+                       const float *x, float *y) {
+    const uint32_t dt = mu_kern_dot_type(type);
+    const size_t rb = mu_type_row_bytes(type, cols), ab = (size_t)cols * 4 + 64;
+    uint8_t *a = malloc(ab);
+    for (int t = 0; t < T; t++) {
+        k->quant[dt](x + (size_t)t * cols, a, cols);
+        mu_vec_dot_fn d = t < n_batch && k->vec_dot_batch[type] ? k->vec_dot_batch[type] : k->vec_dot[type];
+        for (int r = 0; r < rows; r++) y[(size_t)t * rows + r] = d(cols, w + (size_t)r * rb, a);
+    }
+    free(a);
+}
+
+/* n_batch as forward.c computes it for a matmul of T rows */
+static int batch_rows(uint32_t type, int rows, int cols, int T) {
+    if (T < 2) return 0;
+    if (type == MU_T_Q4_K) return T & ~3;
+    if (type == MU_T_F32 || type == MU_T_F16 || type == MU_T_BF16) return cols % 16 == 0 && rows % 4 == 0 ? T : 0;
+    return 0;
+}
+
+static void check(const char *what, uint32_t type, int rows, int cols, int T, const float *want, const float *got,
+                  size_t n) {
+    n_cases++;
+    float worst = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp(&want[i], &got[i], 4)) {
+            bad++;
+            float d = fabsf(want[i] - got[i]);
+            if (!(d <= worst)) worst = d;
+        }
+    if (bad) {
+        n_fail++;
+        printf("FAIL %s %s rows %d cols %d T %d: %zu of %zu differ, max |d| %g\n", what, mu_type_get(type)->name, rows,
+               cols, T, bad, n, worst);
+    }
+}
+
+int main(void) {
+    if (mu_gpu_count() == 0) {
+        printf("skip: %s\n", mu_gpu_why_none());
+        return 77;
+    }
+    const mu_kern *k = mu_kern_ref();
+    const uint32_t types[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K};
+    const int rows_l[] = {1, 3, 4, 7, 36};
+    const int Ts[] = {1, 2, 3, 5, 9, 17, 67};
+    for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
+        const uint32_t type = types[ti];
+        const int blk = mu_type_get(type)->blck;
+        const int cols_l[] = {blk == 256 ? 256 : 96, blk == 256 ? 768 : 200, blk == 256 ? 2816 : 1024,
+                              blk == 256 ? 6656 : 6656};
+        for (size_t ci = 0; ci < 4; ci++) {
+            const int cols = cols_l[ci] / blk * blk;
+            for (size_t ri = 0; ri < sizeof rows_l / sizeof *rows_l; ri++) {
+                const int rows = rows_l[ri];
+                const size_t rb = mu_type_row_bytes(type, cols);
+                uint8_t *w = malloc(rb * rows);
+                float *row = malloc((size_t)cols * 4);
+                for (int r = 0; r < rows; r++) {
+                    /* rows of different scales, some large values */
+                    const float s = (r % 3 == 0) ? 0.02f : (r % 3 == 1) ? 1.0f : 40.0f;
+                    for (int i = 0; i < cols; i++) row[i] = frand() * s * (i % 97 == 0 ? 8 : 1);
+                    mu_quantize_row(type, row, w + (size_t)r * rb, cols);
+                }
+                for (size_t tj = 0; tj < sizeof Ts / sizeof *Ts; tj++) {
+                    const int T = Ts[tj], nb = batch_rows(type, rows, cols, T);
+                    float *x = malloc((size_t)T * cols * 4), *want = malloc((size_t)T * rows * 4),
+                          *got = malloc((size_t)T * rows * 4);
+                    for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = frand() * (i % 13 == 0 ? 5.0f : 0.5f);
+                    if (T == 3) memset(x, 0, (size_t)cols * 4); /* an all-zero activation row */
+                    cpu_matmul(k, type, rows, cols, T, nb, w, x, want);
+                    mu_err err = {0};
+                    if (mu_gpu_test_matmul(0, type, rows, cols, T, nb, w, x, got, &err)) {
+                        printf("FAIL matmul: %s\n", err.msg);
+                        return 1;
+                    }
+                    check("matmul", type, rows, cols, T, want, got, (size_t)T * rows);
+                    free(x);
+                    free(want);
+                    free(got);
+                }
+                /* row lookup of every row */
+                int32_t ids[36];
+                for (int r = 0; r < rows; r++) ids[r] = rows - 1 - r;
+                float *want = malloc((size_t)rows * cols * 4), *got = malloc((size_t)rows * cols * 4);
+                for (int r = 0; r < rows; r++) k->dequant[type](w + (size_t)ids[r] * rb, want + (size_t)r * cols, cols);
+                mu_err err = {0};
+                if (mu_gpu_test_get_rows(0, type, rows, cols, w, ids, rows, got, &err)) {
+                    printf("FAIL get_rows: %s\n", err.msg);
+                    return 1;
+                }
+                check("get_rows", type, rows, cols, rows, want, got, (size_t)rows * cols);
+                free(want);
+                free(got);
+                free(w);
+                free(row);
+            }
+        }
+    }
+    printf("gpu kernels: %d cases, %d failed\n", n_cases, n_fail);
+    return n_fail ? 1 : 0;
+}
