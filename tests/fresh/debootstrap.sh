@@ -14,6 +14,9 @@
 # message) without root or debootstrap.
 # Usage: tests/fresh/debootstrap.sh [DIR]  (default /var/tmp/muser-deb12; it
 # is removed first and, unless KEEP=1, afterwards). Logs: DIR.log/*.
+# The whole script is one compound command: bash reads it before running
+# any of it, so editing this file while a run is under way cannot change it.
+{
 set -u
 cd "$(dirname "$0")/../.."
 [ "$(id -u)" = 0 ] || { echo "fresh: skipped: needs root (debootstrap, chroot, mounts)"; exit 0; }
@@ -89,3 +92,4 @@ rc=$?
 summary=$(grep '^=== summary' "$L/test.out" | tail -1)
 [ $rc = 0 ] && ok "make test: $summary" || bad "make test: rc=$rc $summary"
 exit $fail
+}
