@@ -4,6 +4,8 @@
 #   make check     layering table, self-contained headers, cited paths exist
 #   make asan      sanitizer build (ASan + UBSan) of muser and the unit tests
 #   make deps      install the Debian packages the build and tests need (root)
+#   make up        deps (as root; otherwise print the apt-get line and stop),
+#                  build, then `./muser up $(UP_ARGS)` (docs/up.md)
 #   make test-gpu  the gpu tier (a CUDA device; tests/gpu/run.sh)
 #
 # With nvcc (PATH or /usr/local/cuda) `make` also builds the CUDA backend as
@@ -14,13 +16,13 @@ CC      ?= gcc
 OPT     ?= -O2
 BUILD   ?= build
 SAN     ?=
-ARCH    := $(shell $(CC) -dumpmachine | cut -d- -f1)
+ARCH    := $(shell $(CC) -dumpmachine 2>/dev/null | cut -d- -f1)
 COMMIT  := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo unknown)
 
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -pthread -fno-strict-aliasing -MMD -MP $(SAN) \
            -DMU_COMMIT=\"$(COMMIT)\"
-LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit
+LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl
 
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
@@ -60,11 +62,12 @@ CMD_SRC := $(wildcard cmd/muser/*.c)
 LIB_OBJ := $(LIB_SRC:%.c=$(BUILD)/%.o)
 CMD_OBJ := $(CMD_SRC:%.c=$(BUILD)/%.o)
 LIB     := $(BUILD)/libmuser.a
+GEN_OBJ := $(BUILD)/gen/dash_html.o
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
-.PHONY: all test test-gpu check asan deps clean fuzz
+.PHONY: all test test-gpu check asan deps clean fuzz up
 all: muser $(CUDA_PLUGIN)
 
 # copied by rename, so a running ./muser (a test) does not block the build
@@ -84,9 +87,16 @@ $(BUILD)/src/gpu/%.o: src/gpu/%.cu src/gpu/cuda.cuh src/gpu/gpu.h src/gpu/plugin
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
-$(LIB): $(LIB_OBJ)
+$(LIB): $(LIB_OBJ) $(GEN_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
+
+# the dashboard page ships inside the binary (src/http/dash.c)
+$(BUILD)/gen/dash_html.c: src/http/dash.html tools/embed.sh
+	@mkdir -p $(dir $@)
+	bash tools/embed.sh $< $@ mu_dash_html
+$(BUILD)/gen/dash_html.o: $(BUILD)/gen/dash_html.c
+	$(CC) $(CFLAGS) -c -o $@ $<
 
 # the objects that print the commit are rebuilt when it changes
 COMMIT_STAMP := $(BUILD)/commit-$(COMMIT)
@@ -128,6 +138,11 @@ fuzz:
 
 deps:
 	bash tools/install-deps.sh
+
+up:
+	@if [ "$$(id -u)" = 0 ]; then bash tools/install-deps.sh; else bash tools/install-deps.sh --print; fi
+	@$(MAKE) --no-print-directory muser
+	./muser up $(UP_ARGS)
 
 clean:
 	rm -rf build muser muser-cuda.so

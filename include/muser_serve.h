@@ -34,6 +34,8 @@ typedef struct {
     int n_aliases;             /* 0..MU_SERVE_MAX_ALIASES */
     bool any_model;            /* accept any model name (clients that hard-code one) */
     const char *cors_origins;  /* NULL: no CORS headers; "*" or comma-separated origins (--cors) */
+    const char *backend;       /* the engine's backend ("cpu", "cuda"), shown by /snapshot; may be NULL */
+    const char *kernels;       /* the CPU kernel table, shown by /snapshot; may be NULL */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

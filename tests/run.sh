@@ -11,6 +11,8 @@
 #   e2e      end-to-end scripts (CLI, server on loopback)  tests/e2e/test_*.sh
 #   neon     ARM64 kernels under qemu-user              (cross compiler + qemu)
 #   gpu      CUDA backend vs the CPU and llama.cpp      (a CUDA device)
+#   fresh    `make up` + `make test` in a new Debian 12 chroot (slow; run only
+#            when named)                                root, debootstrap, network
 # Usage: tests/run.sh [tier ...]   (default: all)
 set -u
 cd "$(dirname "$0")/.."
@@ -89,6 +91,7 @@ for tier in "${tiers[@]}"; do
     gpu)
       if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then run_tier gpu bash tests/gpu/run.sh
       else skip gpu "no CUDA device on this machine"; fi ;;
+    fresh) run_tier fresh bash tests/fresh/debootstrap.sh ;;  # slow: only when named
     *) echo "unknown tier $tier"; exit 2 ;;
   esac
 done

@@ -63,4 +63,9 @@ int cli_check_model(const char *cmd, const mu_model *m, int n_threads, bool line
  * Returns a path or NULL after printing why. */
 const char *cli_default_model(void);
 
+/* Set by `muser up` before it runs cmd_serve: called once the server accepts
+ * connections; returning true stops the server at once (up's
+ * --exit-after-start). NULL: nothing is called. */
+extern bool (*cli_serve_ready)(bool tls, const char *host, int port);
+
 #endif

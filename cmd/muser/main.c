@@ -14,6 +14,7 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
+int cmd_up(int argc, char **argv);
 
 typedef struct {
     const char *name;
@@ -24,6 +25,7 @@ typedef struct {
 static const subcommand table[] = {
     {"run", cmd_run, "generate from a prompt (text or --prompt-ids)"},
     {"chat", cmd_chat, "interactive terminal chat"},
+    {"up", cmd_up, "download (resumed, SHA-256 verified) and serve a model; prints the dashboard URL"},
     {"serve", cmd_serve, "HTTP server: OpenAI, llama.cpp and Ollama APIs"},
     {"bench", cmd_bench, "prefill and decode speed at fixed depths"},
     {"tokenize", cmd_tokenize, "print the token ids of a text"},

@@ -20,6 +20,7 @@
 #include "cli.h"
 
 static volatile sig_atomic_t stop_flag;
+bool (*cli_serve_ready)(bool tls, const char *host, int port);
 static void on_signal(int sig) { (void)sig; stop_flag = 1; }
 
 static int usage(void) {
@@ -189,7 +190,10 @@ int cmd_serve(int argc, char **argv) {
                         .aliases = aliases,
                         .n_aliases = n_aliases,
                         .any_model = any_model,
-                        .cors_origins = cors};
+                        .cors_origins = cors,
+
+                        .backend = mu_engine_backend(e),
+                        .kernels = mu_engine_kern_name(e)};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;
@@ -216,6 +220,7 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "muser serve: %s on %s://%s:%d (model '%s', %d slot%s, context %d, backend %s, kernels %s)\n", model,
             cert ? "https" : "http", host, mu_serve_port(srv), model_id(m, model), (int)parallel,
             parallel > 1 ? "s" : "", n_ctx, mu_engine_backend(e), mu_engine_kern_name(e));
+    if (cli_serve_ready && cli_serve_ready(cert != NULL, host, mu_serve_port(srv))) stop_flag = 1;
     while (!stop_flag) pause();
     fprintf(stderr, "muser serve: shutting down\n");
     rc = 0;

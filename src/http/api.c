@@ -8,6 +8,7 @@
  * sends the default works and one that asks for the feature gets a 400
  * saying why instead of being silently ignored. */
 #include "api.h"
+#include "dash.h"
 
 #include <string.h>
 
@@ -519,7 +520,6 @@ const mu_http_route mu_http_routes[] = {
     /* model routes (api_openai.c, api_ollama.c) and the root */
     {"GET", "/v1/models/*", MU_PROTO_OPENAI, api_openai_model, false},
     {"GET", "/api/ps", MU_PROTO_OLLAMA, api_ollama_ps, false},
-    {"GET", "/", MU_PROTO_LLAMACPP, api_root, false},
     {"POST", "/infill", MU_PROTO_LLAMACPP, api_llama_infill, false},
     /* OpenAI Responses (api_responses.c) */
     {"POST", "/v1/responses", MU_PROTO_OPENAI, api_responses, false},
@@ -527,19 +527,13 @@ const mu_http_route mu_http_routes[] = {
     /* Anthropic Messages (api_anthropic.c) */
     {"POST", "/v1/messages", MU_PROTO_ANTHROPIC, api_anthropic_messages, false},
     {"POST", "/v1/messages/count_tokens", MU_PROTO_ANTHROPIC, api_anthropic_count_tokens, false},
+    /* the dashboard (dash.c): the page is public, its data is not */
+    {"GET", "/", MU_PROTO_LLAMACPP, api_dash_page, true},
+    {"GET", "/dashboard", MU_PROTO_LLAMACPP, api_dash_page, true},
+    {"GET", "/snapshot", MU_PROTO_LLAMACPP, api_dash_snapshot, false},
+    {"GET", "/telemetry", MU_PROTO_LLAMACPP, api_dash_telemetry, false},
     {NULL, NULL, 0, NULL, false},
 };
-
-/* GET /: a small JSON answer (llama.cpp serves its web UI here; muser has
- * none): the server, the model and the API families, so a person or a
- * probe sees what answers. Needs the key when one is set (it names the
- * model); /health is the open probe. */
-void api_root(mu_http_req *r, const json_t *body) {
-    (void)body;
-    mu_http_app *a = mu_http_req_app(r);
-    mu_http_reply_json(r, 200, json_pack("{s:s,s:s,s:[s,s,s],s:s}", "server", "muser", "model", a->model_id, "apis",
-                                         "openai", "llamacpp", "ollama", "health", "/health"));
-}
 
 const jc_field *api_schema(const char *path) {
     static const struct {

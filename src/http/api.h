@@ -35,6 +35,9 @@ typedef struct {
     bool any_model;            /* every model name is this model (--any-model) */
     mu_http_server *server;    /* set after start; for /metrics */
     int64_t t_start;           /* when the server started (unix seconds; /metrics Process-Start-Time-Unix) */
+    char backend[16];          /* "cpu", "cuda": for /snapshot */
+    char kernels[32];          /* the CPU kernel table, for /snapshot */
+    double t_start_mono;       /* CLOCK_MONOTONIC seconds at start, for /snapshot */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -203,7 +206,6 @@ void api_anthropic_count_tokens(mu_http_req *r, const json_t *body);
 /* OpenAI Responses (api_responses.c) */
 void api_responses(mu_http_req *r, const json_t *body);
 /* GET /: what this server is and serves (api.c) */
-void api_root(mu_http_req *r, const json_t *body);
 /* /v1/embeddings, /embedding, /embeddings, /api/embed, /api/embeddings (api_embed.c) */
 void api_embeddings(mu_http_req *r, const json_t *body);
 

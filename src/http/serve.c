@@ -1,7 +1,9 @@
 /* serve.c: the public face of the server (include/muser_serve.h): builds
  * the application state every handler sees from the scheduler and the
  * model, and starts the transport with the route table. */
+#include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -92,6 +94,11 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
         a->gguf_name = gguf_name;
     }
     a->any_model = o->any_model;
+    snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
+    snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    a->t_start_mono = ts.tv_sec + ts.tv_nsec * 1e-9;
     mu_http_opts ho = {.host = o->host,
                        .port = o->port,
                        .tls_cert_pem = o->tls_cert_pem,

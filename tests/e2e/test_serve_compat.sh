@@ -32,7 +32,8 @@ ID=comp-alias
 GGUF_ID=$("$MUSER" info -m "$MODEL" | sed -n 's/^name *//p')
 
 # ---- routes
-expect "GET / says what answers" 200 "j['server'] == 'muser' and j['model'] == '$ID'" GET / ""
+# GET / is the dashboard page (as llama.cpp serves its web UI there; test_dashboard.sh checks the page)
+[ "$(curl -s -o "$T/root" -w '%{http_code} %{content_type}' "http://127.0.0.1:$PORT/")" = "200 text/html; charset=utf-8" ] && ok "GET / serves the dashboard page" || bad "GET /: $(head -c 200 "$T/root")"
 expect "GET /v1/models: the alias is the id (as llama.cpp)" 200 "j['data'][0]['id'] == 'comp-alias' and j['data'][0]['aliases'] == ['comp-alias']" GET /v1/models ""
 expect "GET /v1/models/{the GGUF name}" 200 "j['id'] == '$GGUF_ID' and j['object'] == 'model'" GET "/v1/models/$GGUF_ID" ""
 expect "GET /v1/models/{alias}" 200 "j['id'] == 'comp-alias'" GET /v1/models/comp-alias ""

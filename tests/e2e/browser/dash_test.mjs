@@ -1,0 +1,149 @@
+// dash_test.mjs: the dashboard in a real browser (Debian's chromium driven by
+// puppeteer-core), run by tests/e2e/test_dashboard.sh.
+//   node dash_test.mjs MODE BASE OUTDIR [STALL_N]
+// MODE "chat": the page loads without console errors, follows /telemetry, shows
+//   an honesty tag beside every tagged number, streams a chat reply in more
+//   than one chunk whose text equals the non-streamed answer, and, once idle,
+//   shows exactly what /snapshot reports; a screenshot goes to OUTDIR.
+// MODE "live": the server stalls every job after STALL_N tokens
+//   (MUSER_TEST_STALL_AFTER): while the page's chat request runs, the page
+//   renders a busy slot, one request processing and STALL_N generated tokens.
+// MODE "key": the server has an API key (and, on a LAN-style bind, TLS with
+//   a self-signed certificate): the page asks for the key, and polls once
+//   it is given.
+// Verdicts wait on page state (data attributes), never on elapsed time.
+import puppeteer from "puppeteer-core";
+import fs from "node:fs";
+
+const [mode, base, outdir, stallArg] = process.argv.slice(2);
+let failed = 0;
+const ok = (m) => console.log("ok   " + m);
+const bad = (m) => { console.log("FAIL " + m); failed = 1; };
+const check = (c, m) => (c ? ok(m) : bad(m));
+
+// the key mode's server may use a self-signed certificate (a LAN-style bind)
+if (base.startsWith("https:")) process.env.NODE_TLS_REJECT_UNAUTHORIZED = "0";
+const browser = await puppeteer.launch({
+  acceptInsecureCerts: base.startsWith("https:"),
+  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
+  headless: true,
+  args: ["--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"],
+});
+const page = await browser.newPage();
+await page.setViewport({ width: 1280, height: 1000 });
+const errors = [];
+// a 401 is what the key mode expects from the page's first poll
+const expected = (t) => mode === "key" && /status of 401/.test(t);
+page.on("pageerror", (e) => errors.push("pageerror: " + e.message));
+page.on("console", (m) => { if (m.type() === "error" && !expected(m.text())) errors.push("console: " + m.text()); });
+const polls = () => page.$eval("body", (b) => +b.dataset.polls);
+const waitPolls = async (n) => page.waitForFunction((k) => +document.body.dataset.polls >= k, { timeout: 600000 }, n);
+const snapshot = async (headers = {}) => (await fetch(base + "/snapshot", { headers })).json();
+// every element with data-k: its key, raw value (JSON) and the tag beside it
+const rendered = () => page.$$eval("[data-k]", (els) => els.map((e) => ({
+  k: e.dataset.k, raw: e.dataset.raw, text: e.textContent,
+  tag: e.nextElementSibling && e.nextElementSibling.classList.contains("tag") ? e.nextElementSibling.textContent : null,
+})));
+const at = (o, path) => path.split(".").reduce((x, p) => (x == null ? undefined : x[p]), o);
+
+try {
+  if (mode === "chat") {
+    const resp = await page.goto(base + "/", { waitUntil: "load" });
+    check(resp.status() === 200 && (resp.headers()["content-type"] || "").startsWith("text/html"), "page served as HTML");
+    await waitPolls(2);
+    const feed = await page.$eval("body", (b) => b.dataset.feed);
+    check(feed === "sse", `page receives snapshots (feed ${feed}: /telemetry)`);
+    // chat: streamed through the OpenAI route
+    const text = "What does the tar command do?";
+    await page.type("#chat-in", text);
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.getElementById("chat-out").dataset.done === "1", { timeout: 600000 });
+    const reply = await page.$eval("#chat-out", (e) => e.dataset.reply);
+    const chunks = await page.$eval("#chat-out", (e) => +e.dataset.chunks);
+    const ref = await (await fetch(base + "/v1/chat/completions", {
+      method: "POST", headers: { "Content-Type": "application/json" },
+      body: JSON.stringify({ messages: [{ role: "user", content: text }], temperature: 0, max_tokens: 64 }),
+    })).json();
+    const refText = ref.choices[0].message.content;
+    check(chunks > 1, `chat reply streamed in ${chunks} chunks`);
+    check(reply === refText && reply.length > 0, `streamed reply equals the non-streamed answer (${reply.length} chars)`);
+    const logRows = await page.$$eval("#log tr", (r) => r.length);
+    check(logRows === 2, "request log has the page's request");
+    // idle now: once the next snapshot arrived, the page shows what /snapshot
+    // says (for the keys that stay put while idle)
+    const p0 = await polls();
+    await waitPolls(p0 + 1);
+    const els = await rendered();
+    const snap = await snapshot();
+    // compare the keys that do not change while idle (uptime, memory and the
+    // HTTP counters do: the page's own polls count)
+    const stable = ["model.id", "model.n_ctx", "model.file_bytes", "backend.kernels", "backend.engine", "requests.total",
+      "requests.processing", "requests.queued", "requests.rejected_busy", "requests.cancelled", "tokens.prompt_total",
+      "tokens.gen_total", "throughput.decode_tok_s", "throughput.prefill_tok_s", "throughput.ttft_s",
+      "memory.kv_bytes", "memory.prefix_cache_bytes", "remote_prefill", "slots.0.state", "slots.0.n_gen", "slots.0.n_prompt"];
+    let mismatches = [];
+    for (const k of stable) {
+      const e = els.find((x) => x.k === k);
+      const s = at(snap, k);
+      const want = s !== null && typeof s === "object" && "tag" in s ? s.value : s;
+      if (!e) { mismatches.push(k + ": not on the page"); continue; }
+      if (JSON.stringify(want) !== e.raw) mismatches.push(`${k}: page ${e.raw}, /snapshot ${JSON.stringify(want)}`);
+      if (s !== null && typeof s === "object" && "tag" in s && e.tag !== s.tag) mismatches.push(`${k}: tag ${e.tag}, /snapshot ${s.tag}`);
+    }
+    check(mismatches.length === 0,
+      `rendered values equal /snapshot for ${stable.length} keys` + (mismatches.length ? ": " + mismatches.join("; ") : ""));
+    check(snap.requests.total.value === 2 && snap.tokens.gen_total.value > 0, `the counts are the two chat requests' (${snap.tokens.gen_total.value} tokens)`);
+    // honesty: every tagged field on the page shows its tag, and only the three exist
+    const tagged = els.filter((x) => x.tag !== null);
+    const tags = new Set(tagged.map((x) => x.tag));
+    const untaggedNumbers = els.filter((x) => { const s = at(snap, x.k); return s && typeof s === "object" && "tag" in s && x.tag === null; });
+    check(tagged.length >= 20 && untaggedNumbers.length === 0 && [...tags].every((t) => ["measured", "target", "unavailable"].includes(t)),
+      `${tagged.length} numbers carry a tag (${[...tags].join(", ")})`);
+    const na = els.filter((x) => x.tag === "unavailable");
+    check(na.length > 0 && na.every((x) => x.text === "n/a"), `unavailable numbers show n/a, not a value (${na.length})`);
+    fs.mkdirSync(outdir, { recursive: true });
+    await page.screenshot({ path: outdir + "/dashboard.png", fullPage: true });
+    ok("screenshot " + outdir + "/dashboard.png");
+  } else if (mode === "live") {
+    const n = +stallArg;
+    await page.goto(base + "/", { waitUntil: "load" });
+    await waitPolls(1);
+    await page.type("#chat-in", "Hello");
+    await page.keyboard.press("Enter");
+    // the job stalls after n tokens and stays running: the page must show it
+    await page.waitForFunction((k) => {
+      const g = (key) => { const e = document.querySelector(`[data-k="${key}"]`); return e && e.dataset.raw; };
+      return g("slots.0.state") === '"busy"' && g("requests.processing") === "1" && g("tokens.gen_total") === String(k);
+    }, { timeout: 600000 }, n);
+    ok(`while a request runs the page shows a busy slot, 1 processing, ${n} tokens generated`);
+    const before = await polls();
+    await waitPolls(before + 2);
+    const tagOf = (k) => page.$eval(`[data-k="${k}"]`, (e) => e.nextElementSibling.textContent);
+    const tl = await tagOf("live.decode_tok_s"), ta = await tagOf("throughput.decode_tok_s");
+    check(tl === "measured" && ta === "unavailable",
+      `while it runs: the interval rate is ${tl} (measured), the average ${ta} (unavailable: its seconds are not counted yet)`);
+    const snap = await snapshot();
+    check(snap.slots[0].state === "busy" && snap.requests.processing.value === 1, "/snapshot agrees: busy, 1 processing");
+  } else if (mode === "key") {
+    const key = fs.readFileSync(stallArg, "utf8").trim();
+    await page.goto(base + "/", { waitUntil: "load" });
+    await page.waitForFunction(() => !document.getElementById("login").hidden, { timeout: 600000 });
+    check((await polls()) === 0, "without the key: the page asks for it and shows no data");
+    const noKey = await fetch(base + "/snapshot");
+    check(noKey.status === 401, "/snapshot without the key: 401");
+    await page.type("#key", key);
+    await page.click("#key-go");
+    await waitPolls(1);
+    const id = await page.$eval('[data-k="model.id"]', (e) => e.dataset.raw);
+    const snap = await snapshot({ Authorization: "Bearer " + key });
+    check(id === JSON.stringify(snap.model.id), `with the key: the page polls and shows the model (${base.split(":")[0]})`);
+  } else {
+    bad("unknown mode " + mode);
+  }
+  check(errors.length === 0, "no console errors" + (errors.length ? ": " + errors.join(" | ") : ""));
+} catch (e) {
+  bad(mode + ": " + e.message);
+} finally {
+  await browser.close();
+}
+process.exit(failed);

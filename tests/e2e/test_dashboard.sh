@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# test_dashboard.sh: the dashboard (/, /snapshot) in a real browser: Debian's
+# chromium driven by puppeteer-core (pinned in tests/e2e/browser/package-lock.json,
+# installed with `npm ci` when node_modules is absent). Three servers: a
+# plain one (page, chat streaming, rendered values = /snapshot, tags,
+# screenshot), one whose jobs stall after 5 tokens (the page while a request
+# runs), one with an API key on 0.0.0.0 with TLS (the page asks for the key
+# and works after it). Also checks /snapshot's
+# shape with curl, so a machine without chromium still tests the data.
+SERVE_TEST_NAME=test_dashboard
+source "$(dirname "$0")/serve_lib.sh"
+[ -f models/muser-default.gguf ] && MODEL=$PWD/models/muser-default.gguf
+
+# /snapshot without a browser
+start_server --threads 1 || { echo "FAIL server start"; exit 1; }
+curl -s "$BASE/snapshot" >"$T/snap.json"
+if [ "$(jget "$T/snap.json" "j['version'], j['requests']['total']['value'], j['requests']['total']['tag'], j['throughput']['ttft_s']['tag'], j['model']['n_slots']")" = "1 0 measured unavailable 1" ]; then
+  ok "/snapshot: tagged numbers, unmeasured ones unavailable"
+else bad "/snapshot: $(head -c 300 "$T/snap.json")"; fi
+n_untagged=$(python3 - "$T/snap.json" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+bad = []
+def walk(o, path):
+    if isinstance(o, dict):
+        if "tag" in o:
+            t = o["tag"]
+            if t not in ("measured", "target", "unavailable") or (t == "unavailable") != (o["value"] is None) \
+               or (t == "unavailable" and not o.get("why")):
+                bad.append(path)
+            return
+        for k, v in o.items(): walk(v, path + "." + k)
+    elif isinstance(o, list):
+        for i, v in enumerate(o): walk(v, path + "." + str(i))
+    elif isinstance(o, (int, float)) and not isinstance(o, bool) and path not in (".version", ".model.n_ctx", ".model.n_slots") \
+         and not path.endswith(".id"):
+        bad.append(path)
+walk(j, "")
+print(len(bad), " ".join(bad))
+PY
+)
+[ "${n_untagged%% *}" = 0 ] && ok "/snapshot: every measurement has a tag, every unavailable one a reason" ||
+  bad "/snapshot: untagged or inconsistent: $n_untagged"
+# /telemetry: one event per tick, each a whole snapshot; a stream stays open
+# until the client leaves, and does not hold up the server's stop
+python3 - "$BASE" >"$T/sse.out" 2>&1 <<'PY'
+import http.client, json, sys, urllib.parse
+u = urllib.parse.urlparse(sys.argv[1])
+c = http.client.HTTPConnection(u.hostname, u.port)
+c.request("GET", "/telemetry")
+r = c.getresponse()
+assert r.status == 200 and r.getheader("Content-Type").startswith("text/event-stream"), r.status
+ups = []
+while len(ups) < 3:
+    line = r.readline().decode()
+    if line.startswith("data: "):
+        ups.append(json.loads(line[6:])["uptime_s"]["value"])
+assert ups == sorted(ups) and len(set(ups)) == 3, ups
+print("events", len(ups))
+PY
+grep -q "^events 3$" "$T/sse.out" && ok "/telemetry: 3 snapshots as server-sent events, uptime rising" ||
+  bad "/telemetry: $(tail -2 "$T/sse.out")"
+page=$(curl -s "$BASE/")
+[[ $page == "<!doctype html>"* ]] && ! grep -qE '(src|href)="https?:' <<<"$page" &&
+  ok "/ serves the page with no outside resources" || bad "/: not the page, or it loads outside resources"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/dashboard")" = 200 ] && ok "/dashboard serves the page" || bad "/dashboard"
+
+curl -sN "$BASE/telemetry" >"$T/stream.out" &
+CURL_PID=$!
+while ! grep -q '^data: ' "$T/stream.out" && kill -0 $CURL_PID 2>/dev/null; do sleep 0.05; done
+kill "$SERVER_PID" && wait "$SERVER_PID"
+src=$?
+wait $CURL_PID
+SERVER_PID=
+[ $src = 0 ] && grep -q '^data: ' "$T/stream.out" && ok "server stops with a /telemetry stream open (exit 0)" ||
+  bad "stop with a stream open: exit $src"
+start_server --threads 1 || { echo "FAIL server start"; exit 1; }
+
+CHROMIUM=${CHROMIUM:-$(command -v chromium || command -v chromium-browser || true)}
+if [ -z "$CHROMIUM" ]; then echo "test_dashboard: browser part skipped: chromium is missing"; exit $fail; fi
+command -v node >/dev/null && command -v npm >/dev/null || { echo "test_dashboard: browser part skipped: node/npm unavailable"; exit $fail; }
+B=tests/e2e/browser
+if [ ! -d $B/node_modules/puppeteer-core ]; then
+  (cd $B && npm ci --no-audit --no-fund >"$T/npm.log" 2>&1) ||
+    { echo "test_dashboard: browser part skipped: npm ci failed: $(tail -2 "$T/npm.log")"; exit $fail; }
+fi
+export CHROMIUM
+OUT=${TEST_OUT:-$PWD/build/test-out}/dashboard
+node $B/dash_test.mjs chat "$BASE" "$OUT" || fail=1
+stop_server
+
+MUSER_TEST_STALL_AFTER=5 start_server --threads 1 || { echo "FAIL server start (stall)"; exit 1; }
+node $B/dash_test.mjs live "$BASE" "$OUT" 5 || fail=1
+stop_server
+
+# with an API key: a LAN-style bind (0.0.0.0, TLS) when openssl can make a
+# certificate, else loopback
+printf 'dash-test-key-0123456789\n' >"$T/key" && chmod 600 "$T/key"
+lan=()
+if command -v openssl >/dev/null &&
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/tls.key" -out "$T/tls.crt" -days 1 -subj /CN=localhost >/dev/null 2>&1; then
+  lan=(--host 0.0.0.0 --tls-cert "$T/tls.crt" --tls-key "$T/tls.key")
+else echo "test_dashboard: openssl is missing: the key test binds loopback without TLS"; fi
+start_server --threads 1 --api-key-file "$T/key" "${lan[@]}" || { echo "FAIL server start (key)"; exit 1; }
+NODE_NO_WARNINGS=1 node $B/dash_test.mjs key "$BASE" "$OUT" "$T/key" || fail=1
+stop_server
+exit $fail
