@@ -232,6 +232,10 @@ typedef struct {
     uint64_t n_busy_sum;       /* sessions in each forward call, summed (/ n_forward: slots busy per call) */
     uint64_t n_draft_tokens, n_draft_accepted, n_spec_steps; /* speculative decoding, all jobs */
     double prompt_s, gen_s;
+    /* the prompt and generated tokens of finished jobs: prompt_s and gen_s
+     * are added when a job ends, so throughput is these over those (the
+     * live counts above include running jobs, whose time is not in yet) */
+    uint64_t n_prompt_timed, n_gen_timed;
     int n_processing, n_queued, n_slots, n_ctx;
 } mu_sched_metrics;
 

@@ -114,6 +114,7 @@ struct mu_job {
     /* engine thread */
     mu_gen_stats st;
     int n_gen;
+    int n_prompt_fed;     /* prompt tokens this job evaluated (for the metrics' throughput) */
     double t_submit, t_start, t_first;
     mu_job *next;         /* queue link */
 };
@@ -314,6 +315,8 @@ static void job_finish(mu_sched *s, mu_job *j, mu_finish f, const char *why) {
     s->m.n_spec_steps += (uint64_t)st->n_spec_steps;
     s->m.prompt_s += st->prompt_ms / 1e3;
     s->m.gen_s += st->gen_ms / 1e3;
+    s->m.n_prompt_timed += (uint64_t)j->n_prompt_fed;
+    s->m.n_gen_timed += (uint64_t)j->n_gen;
     if (f == MU_FINISH_CANCEL) s->m.n_cancelled++;
     pthread_mutex_unlock(&s->mu);
     mu_gen_end(j->gen, f, why, st, push_event, j);
@@ -746,6 +749,7 @@ static void *engine_main(void *arg) {
             bool prefilling = sl->n_fed < j->n_prompt;
             if (prefilling) {
                 sl->n_fed += s->item_n[k];
+                j->n_prompt_fed += s->item_n[k];
                 pthread_mutex_lock(&s->mu);
                 s->m.n_prompt_tokens += (uint64_t)s->item_n[k];
                 s->info[i].n_past = mu_session_n_past(sl->sess);

@@ -473,9 +473,9 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
             c.closed_body_timeout);
     GAUGE("http_connections_open", "Connections open now.", c.conns_open);
     GAUGE("prompt_tokens_seconds", "Average prompt throughput in tokens/s.",
-          m.prompt_s > 0 ? m.n_prompt_tokens / m.prompt_s : 0);
+          m.prompt_s > 0 ? m.n_prompt_timed / m.prompt_s : 0);
     GAUGE("predicted_tokens_seconds", "Average generation throughput in tokens/s.",
-          m.gen_s > 0 ? m.n_gen_tokens / m.gen_s : 0);
+          m.gen_s > 0 ? m.n_gen_timed / m.gen_s : 0);
     GAUGE("requests_processing", "Number of requests processing.", m.n_processing);
     GAUGE("requests_deferred", "Number of requests deferred.", m.n_queued);
     GAUGE("n_slots", "Number of slots.", m.n_slots);

@@ -61,10 +61,8 @@ static json_t *snapshot_json(mu_http_app *a) {
                                                measured_i((uint64_t)si.n_gen)));
     }
     uint64_t rss = rss_bytes();
-    /* the scheduler counts tokens as they are made but adds a job's seconds
-     * when it ends: tokens / seconds is an average only while nothing runs */
-    bool running = m.n_processing > 0;
-    const char *why_running = "a request is running (its seconds are counted when it ends)";
+    /* averages over finished requests: the scheduler adds a job's tokens
+     * and seconds together when it ends (n_*_timed, prompt_s, gen_s) */
     json_t *o = json_pack(
         "{s:i,s:o,s:{s:s,s:s,s:o,s:i,s:i},s:{s:s,s:s},"
         "s:{s:o,s:o,s:o,s:o,s:o},"
@@ -85,11 +83,9 @@ static json_t *snapshot_json(mu_http_app *a) {
         "prompt_seconds", measured(m.prompt_s), "gen_seconds", measured(m.gen_s), "forward_calls",
         measured_i(m.n_forward),
         "throughput", "prefill_tok_s",
-        running ? unavailable(why_running)
-        : m.prompt_s > 0 ? measured(m.n_prompt_tokens / m.prompt_s) : unavailable("no prompt evaluated yet"),
+        m.prompt_s > 0 ? measured(m.n_prompt_timed / m.prompt_s) : unavailable("no request has finished yet"),
         "decode_tok_s",
-        running ? unavailable(why_running)
-        : m.gen_s > 0 ? measured(m.n_gen_tokens / m.gen_s) : unavailable("no token generated yet"),
+        m.gen_s > 0 ? measured(m.n_gen_timed / m.gen_s) : unavailable("no request has generated yet"),
         "ttft_s", unavailable("the scheduler does not record time to first token"),
         "slots", slots,
         "memory", "rss_bytes", rss ? measured_i(rss) : unavailable("/proc/self/statm is unreadable"), "kv_bytes",

@@ -409,6 +409,10 @@ static void test_hold_and_cancel(void **state) {
     assert_int_equal(ra.n, 10);
     assert_int_equal(rb.n, 10);
     assert_int_equal((int)m.n_forward, 10); /* both prompts in the first pass, then 9 shared decode passes */
+    /* the throughput's counts are the finished jobs' tokens, added with their seconds */
+    assert_int_equal((int)m.n_gen_timed, 20);
+    assert_int_equal((int)m.n_prompt_timed, 35);
+    assert_int_equal((int)m.n_gen_tokens, 20);
     mu_job_free(ja);
     mu_job_free(jb);
     mu_sched_free(s);

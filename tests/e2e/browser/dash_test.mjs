@@ -121,7 +121,7 @@ try {
     const tagOf = (k) => page.$eval(`[data-k="${k}"]`, (e) => e.nextElementSibling.textContent);
     const tl = await tagOf("live.decode_tok_s"), ta = await tagOf("throughput.decode_tok_s");
     check(tl === "measured" && ta === "unavailable",
-      `while it runs: the interval rate is ${tl} (measured), the average ${ta} (unavailable: its seconds are not counted yet)`);
+      `while the first request runs: the interval rate is ${tl} (measured), the average ${ta} (unavailable: no request has finished)`);
     const snap = await snapshot();
     check(snap.slots[0].state === "busy" && snap.requests.processing.value === 1, "/snapshot agrees: busy, 1 processing");
   } else if (mode === "key") {
