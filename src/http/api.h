@@ -152,6 +152,11 @@ size_t api_utf8_complete(const char *s, size_t n);
 
 /* Time helpers. */
 int64_t api_unix_now(void);
+/* A response id: prefix, the time and a process-wide counter in hex. */
+void api_new_id(char *buf, size_t cap, const char *prefix);
+/* The text of a message content: a string, or the "text" of each part of
+ * an array of parts (Anthropic blocks, OpenAI Responses parts). */
+void api_content_text(const json_t *c, mu_http_buf *b);
 void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
 
 /* llama.cpp-style timings object from job stats. */

@@ -19,26 +19,6 @@
 
 #include "api.h"
 
-static void new_id(char *buf, size_t cap, const char *prefix) {
-    static unsigned long long ctr;
-    unsigned long long c = __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED);
-    snprintf(buf, cap, "%s%08llx%08llx", prefix, (unsigned long long)api_unix_now() & 0xffffffffULL, c);
-}
-
-/* The text of a tool_result's content: a string or text blocks. */
-static void blocks_text(const json_t *c, mu_http_buf *b) {
-    if (json_is_string(c)) {
-        mu_http_buf_add(b, json_string_value(c), json_string_length(c));
-        return;
-    }
-    size_t i;
-    json_t *x;
-    json_array_foreach(c, i, x) {
-        json_t *t = json_object_get(x, "text");
-        if (json_is_string(t)) mu_http_buf_add(b, json_string_value(t), json_string_length(t));
-    }
-}
-
 /* Anthropic messages -> the template's (OpenAI-shaped) messages. NULL after
  * replying 400 (unsupported block) or 503. */
 static json_t *to_template(mu_http_req *r, const json_t *body) {
@@ -47,7 +27,7 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
     const json_t *sys = json_object_get(body, "system");
     if (sys && !json_is_null(sys)) {
         mu_http_buf b = {0};
-        blocks_text(sys, &b);
+        api_content_text(sys, &b);
         json_array_append_new(out, json_pack("{s:s,s:s%}", "role", "system", "content", b.p ? b.p : "", b.n));
         mu_http_buf_free(&b);
     }
@@ -91,7 +71,7 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                                                        json_is_object(input) ? input : json_object()));
             } else if (!strcmp(type, "tool_result") && !strcmp(role, "user")) {
                 mu_http_buf tr = {0};
-                blocks_text(json_object_get(bl, "content"), &tr);
+                api_content_text(json_object_get(bl, "content"), &tr);
                 json_array_append_new(out, json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id",
                                                      mu_jc_str(bl, "tool_use_id", ""), "content", tr.p ? tr.p : "",
                                                      tr.n));
@@ -207,7 +187,7 @@ static const char *stop_reason(const api_job *g) {
 
 static json_t *tool_use_block(const json_t *call, bool empty_input) {
     char id[48];
-    new_id(id, sizeof id, "toolu_");
+    api_new_id(id, sizeof id, "toolu_");
     json_t *args = json_object_get(call, "arguments");
     return json_pack("{s:s,s:s,s:O,s:O}", "type", "tool_use", "id", id, "name", json_object_get(call, "name"), "input",
                      empty_input || !json_is_object(args) ? json_object() : args);
@@ -382,7 +362,7 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     s->n_prompt = n;
     s->thinking = !strcmp(mu_jc_str(json_object_get(body, "thinking"), "type", "disabled"), "enabled");
     snprintf(s->model, sizeof s->model, "%s", mu_jc_str(body, "model", a->model_id));
-    new_id(s->id, sizeof s->id, "msg_");
+    api_new_id(s->id, sizeof s->id, "msg_");
     if (!api_job_start(r, &s->g, a, ids, n, &q, json_object_get(body, "stop_sequences"))) {
         free(s);
         return;

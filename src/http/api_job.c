@@ -26,6 +26,25 @@
 
 int64_t api_unix_now(void) { return (int64_t)time(NULL); }
 
+void api_new_id(char *buf, size_t cap, const char *prefix) {
+    static unsigned long long ctr;
+    unsigned long long c = __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED);
+    snprintf(buf, cap, "%s%llx%08llx", prefix, (unsigned long long)api_unix_now(), c);
+}
+
+void api_content_text(const json_t *c, mu_http_buf *b) {
+    if (json_is_string(c)) {
+        mu_http_buf_add(b, json_string_value(c), json_string_length(c));
+        return;
+    }
+    size_t i;
+    json_t *x;
+    json_array_foreach(c, i, x) {
+        json_t *t = json_object_get(x, "text");
+        if (json_is_string(t)) mu_http_buf_add(b, json_string_value(t), json_string_length(t));
+    }
+}
+
 void api_iso_time(char *buf, size_t cap) {
     struct timeval tv;
     gettimeofday(&tv, NULL);

@@ -15,13 +15,6 @@
 
 #include "api.h"
 
-
-static void new_id(char *buf, size_t cap, const char *prefix) {
-    static unsigned long long ctr;
-    unsigned long long c = __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED);
-    snprintf(buf, cap, "%s%llx%08llx", prefix, (unsigned long long)api_unix_now(), c);
-}
-
 /* ---- tool calls --------------------------------------------------------- */
 
 /* [{name, arguments (object)}] from the chat parser -> OpenAI tool_calls. */
@@ -31,7 +24,7 @@ static json_t *openai_tool_calls(const json_t *calls) {
     json_t *c;
     json_array_foreach(calls, i, c) {
         char id[48];
-        new_id(id, sizeof id, "call_");
+        api_new_id(id, sizeof id, "call_");
         char *args = json_dumps(json_object_get(c, "arguments"), JSON_COMPACT);
         json_array_append_new(out, json_pack("{s:i,s:s,s:s,s:{s:O,s:s}}", "index", (int)i, "id", id, "type",
                                              "function", "function", "name", json_object_get(c, "name"),
@@ -426,7 +419,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     s->logprobs = q.logprobs;
     s->tools = use_tools;
     s->created = api_unix_now();
-    new_id(s->id, sizeof s->id, "chatcmpl-");
+    api_new_id(s->id, sizeof s->id, "chatcmpl-");
     if (stream) {
         s->include_usage = mu_jc_bool(json_object_get(body, "stream_options"), "include_usage", false);
         mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);
@@ -622,7 +615,7 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
     for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->created = api_unix_now();
-    new_id(s->id, sizeof s->id, "cmpl-");
+    api_new_id(s->id, sizeof s->id, "cmpl-");
     if (mu_jc_bool(body, "stream", false)) {
         s->include_usage = mu_jc_bool(json_object_get(body, "stream_options"), "include_usage", false);
         mu_http_reply_stream(r, "text/event-stream", oa_produce, oa_release, s);

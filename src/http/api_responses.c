@@ -20,26 +20,6 @@
 
 #include "api.h"
 
-static void new_id(char *buf, size_t cap, const char *prefix) {
-    static unsigned long long ctr;
-    unsigned long long c = __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED);
-    snprintf(buf, cap, "%s%08llx%08llx", prefix, (unsigned long long)api_unix_now() & 0xffffffffULL, c);
-}
-
-/* The text of a message's content: a string or parts with text. */
-static void parts_text(const json_t *c, mu_http_buf *b) {
-    if (json_is_string(c)) {
-        mu_http_buf_add(b, json_string_value(c), json_string_length(c));
-        return;
-    }
-    size_t i;
-    json_t *x;
-    json_array_foreach(c, i, x) {
-        json_t *t = json_object_get(x, "text");
-        if (json_is_string(t)) mu_http_buf_add(b, json_string_value(t), json_string_length(t));
-    }
-}
-
 /* instructions + input -> the template's messages; NULL after replying. */
 static json_t *to_template(mu_http_req *r, const json_t *body) {
     json_t *out = json_array();
@@ -79,7 +59,7 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                 }
             }
             mu_http_buf b = {0};
-            parts_text(c, &b);
+            api_content_text(c, &b);
             if (!strcmp(role, "assistant") && pending) {
                 json_object_set_new(pending, "content", json_stringn(b.p ? b.p : "", b.n));
             } else {
@@ -97,8 +77,8 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
             }
             if (!strcmp(type, "reasoning")) {
                 mu_http_buf b = {0};
-                parts_text(json_object_get(it, "content"), &b);
-                if (!b.n) parts_text(json_object_get(it, "summary"), &b);
+                api_content_text(json_object_get(it, "content"), &b);
+                if (!b.n) api_content_text(json_object_get(it, "summary"), &b);
                 json_object_set_new(pending, "reasoning_content", json_stringn(b.p ? b.p : "", b.n));
                 mu_http_buf_free(&b);
             } else {
@@ -116,7 +96,7 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
         } else { /* function_call_output */
             pending = NULL;
             mu_http_buf b = {0};
-            parts_text(json_object_get(it, "output"), &b);
+            api_content_text(json_object_get(it, "output"), &b);
             json_array_append_new(out, json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id",
                                                  mu_jc_str(it, "call_id", ""), "content", b.p ? b.p : "", b.n));
             mu_http_buf_free(&b);
@@ -193,8 +173,8 @@ static json_t *message_item(const char *id, const char *status, json_t *part) {
 
 static json_t *call_item(const json_t *call, const char *status, bool with_args) {
     char id[48], cid[48];
-    new_id(id, sizeof id, "fc_");
-    new_id(cid, sizeof cid, "call_");
+    api_new_id(id, sizeof id, "fc_");
+    api_new_id(cid, sizeof cid, "call_");
     char *args = with_args ? json_dumps(json_object_get(call, "arguments"), JSON_COMPACT) : NULL;
     json_t *o = json_pack("{s:s,s:s,s:s,s:O,s:s,s:s}", "type", "function_call", "id", id, "call_id", cid, "name",
                           json_object_get(call, "name"), "arguments", args ? args : "", "status", status);
@@ -215,11 +195,11 @@ static bool rs_poll(void *state, mu_http_req *r) {
     const char *cs = api_job_take_content(g, &nc);
     char id[48];
     if (nr) {
-        new_id(id, sizeof id, "rs_");
+        api_new_id(id, sizeof id, "rs_");
         json_array_append_new(s->items, reasoning_item(id, rs, nr));
     }
     if (nc || !json_array_size(g->tool_calls)) {
-        new_id(id, sizeof id, "msg_");
+        api_new_id(id, sizeof id, "msg_");
         json_array_append_new(s->items, message_item(id, "completed", text_part(cs, nc)));
     }
     size_t i;
@@ -274,7 +254,7 @@ static void item_text(rs_state *s, mu_http_buf *out, int kind, const char *t, si
         oi = (int)json_array_size(s->items);
         const mu_http_buf *b = kind == 1 ? &s->g.reasoning : &s->g.content;
         s->item_from = b->n - n; /* this delta is the end of its buffer */
-        new_id(s->item_id, sizeof s->item_id, kind == 1 ? "rs_" : "msg_");
+        api_new_id(s->item_id, sizeof s->item_id, kind == 1 ? "rs_" : "msg_");
         json_t *item = kind == 1 ? json_pack("{s:s,s:s,s:[],s:[]}", "type", "reasoning", "id", s->item_id, "summary",
                                              "content")
                                  : message_item(s->item_id, "in_progress", NULL);
@@ -457,7 +437,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
     s->n_prompt = n;
     s->created = api_unix_now();
     snprintf(s->model, sizeof s->model, "%s", mu_jc_str(body, "model", a->model_id));
-    new_id(s->id, sizeof s->id, "resp_");
+    api_new_id(s->id, sizeof s->id, "resp_");
     /* what the response object repeats from the request */
     s->echo = json_pack("{s:o,s:o,s:o,s:b,s:o,s:s,s:b,s:o,s:o,s:o,s:o,s:o}", "instructions",
                         json_object_get(body, "instructions") ? json_incref(json_object_get(body, "instructions"))
