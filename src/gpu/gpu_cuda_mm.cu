@@ -573,7 +573,8 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
  * i = 1); C reg i: row g (+8 for i >= 2), column 2q + (i & 1); g = lane/4,
  * q = lane%4. */
 
-#define MMA_TOK 64
+#define MMA_TOK 64 /* Q4_K: tokens of a thread block (and of each warp) */
+#define Q4_SW 68    /* words per token row of the shared tile: banks 4g + q distinct */
 
 __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
     asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
@@ -582,12 +583,28 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
+/* The quantized bytes of super-block b of tokens t0.. t0 + nt - 1 into a
+ * shared tile of sw words per token (zeros past T), by all threads. */
+__device__ __forceinline__ void tile_q8_K(int *s_q, int sw, int nt, const uint8_t *act, size_t act_stride, int t0,
+                                          int T, int b) {
+    for (int i = threadIdx.x; i < nt * 64; i += blockDim.x) {
+        const int t = i >> 6, wd = i & 63;
+        s_q[t * sw + wd] =
+            t0 + t < T ? ld32(((const mu_block_q8_K *)(act + (size_t)(t0 + t) * act_stride) + b)->qs + 4 * wd) : 0;
+    }
+}
+
+/* Grid: x over token tiles, y over 64-row tiles, so the blocks that run
+ * together share weight rows (read once from memory, then from L2). */
 __global__ void __launch_bounds__(128)
 k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              int n_batch, float *y) {
+    __shared__ int s_q[MMA_TOK * Q4_SW];
+    __shared__ int s_p[MMA_TOK][9]; /* pair sums of bsums (sub-blocks of 32), padded */
+    __shared__ float s_d[MMA_TOK];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int r0 = blockIdx.x * 64 + warp * 16, t0 = blockIdx.y * MMA_TOK;
-    if (r0 >= rows) return;
+    const int t0 = blockIdx.x * MMA_TOK, r0 = blockIdx.y * 64 + warp * 16;
+    const bool live = r0 < rows; /* no early return: the block shares the tile */
     const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1); /* clamped: results of extra rows unused */
     const mu_block_q4_K *xa = (const mu_block_q4_K *)(w + (size_t)ra * w_rb);
     const mu_block_q4_K *xb = (const mu_block_q4_K *)(w + (size_t)rb * w_rb);
@@ -597,6 +614,23 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
 #pragma unroll
         for (int k = 0; k < 4; k++) acc[n][k] = accm[n][k] = 0;
     for (int b = 0; b < nb; b++) {
+        __syncthreads();
+        tile_q8_K(s_q, Q4_SW, MMA_TOK, act, act_stride, t0, T, b);
+        for (int i = threadIdx.x; i < MMA_TOK * 8; i += blockDim.x) {
+            const int t = i >> 3, s = i & 7;
+            int v = 0;
+            if (t0 + t < T) {
+                const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(t0 + t) * act_stride) + b;
+                v = ab->bsums[2 * s] + ab->bsums[2 * s + 1];
+            }
+            s_p[t][s] = v;
+        }
+        if (threadIdx.x < MMA_TOK)
+            s_d[threadIdx.x] = t0 + (int)threadIdx.x < T
+                                   ? ((const mu_block_q8_K *)(act + (size_t)(t0 + threadIdx.x) * act_stride))[b].d
+                                   : 0.f;
+        __syncthreads();
+        if (!live) continue;
         int sc[2][8], mn[2][8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
@@ -620,13 +654,8 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                                   (qb1 >> sh) & 0x0F0F0F0F};
 #pragma unroll
                 for (int n = 0; n < 8; n++) {
-                    const int tn = t0 + 8 * n + g; /* this thread's B column */
-                    int B[2] = {0, 0};
-                    if (tn < T) {
-                        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)tn * act_stride) + b;
-                        B[0] = ld32(ab->qs + 32 * sb + 4 * q);
-                        B[1] = ld32(ab->qs + 32 * sb + 16 + 4 * q);
-                    }
+                    const int *bp = s_q + (8 * n + g) * Q4_SW + 8 * sb + q; /* this thread's B column */
+                    const int B[2] = {bp[0], bp[4]};
                     int C[4] = {0, 0, 0, 0};
                     mma_s8(C, A, B);
                     isum[n][0] += sc[0][sb] * C[0];
@@ -640,14 +669,12 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             for (int n = 0; n < 8; n++)
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
-                    const int t = t0 + 8 * n + 2 * q + (k & 1);
+                    const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
                     if (t >= T) continue;
-                    const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)t * act_stride) + b;
                     const int *m = mn[k >> 1];
-                    const int im = m[2 * j] * (ab->bsums[4 * j] + ab->bsums[4 * j + 1]) +
-                                   m[2 * j + 1] * (ab->bsums[4 * j + 2] + ab->bsums[4 * j + 3]);
+                    const int im = m[2 * j] * s_p[tl][2 * j] + m[2 * j + 1] * s_p[tl][2 * j + 1];
                     if (t < n_batch) {
-                        const float d = (k >> 1 ? dxb : dxa) * ab->d, dm = (k >> 1 ? mxb : mxa) * ab->d;
+                        const float d = (k >> 1 ? dxb : dxa) * s_d[tl], dm = (k >> 1 ? mxb : mxa) * s_d[tl];
                         acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
                         accm[n][k] = fmaf((float)im, dm, accm[n][k]);
                         isum[n][k] = 0;
@@ -661,20 +688,133 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
         for (int n = 0; n < 8; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) {
-                const int t = t0 + 8 * n + 2 * q + (k & 1);
+                const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
                 if (t >= T || t < n_batch) continue;
-                const float ad = ((const mu_block_q8_K *)(act + (size_t)t * act_stride))[b].d;
-                const float d = (k >> 1 ? dxb : dxa) * ad, dm = (k >> 1 ? mxb : mxa) * ad;
+                const float d = (k >> 1 ? dxb : dxa) * s_d[tl], dm = (k >> 1 ? mxb : mxa) * s_d[tl];
                 acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
                 accm[n][k] = fmaf((float)imin[n][k], dm, accm[n][k]);
             }
     }
+    if (!live) return;
 #pragma unroll
     for (int n = 0; n < 8; n++)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
             if (t < T && r < rows) y[(size_t)t * rows + r] = acc[n][k] - accm[n][k];
+        }
+}
+
+/* ---- Q6_K prefill on int8 tensor cores ----------------------------------
+ * The CPU keeps eight lane sums per (row, token): lane m adds, over the 8
+ * chunks c of 32 of a super-block, scale(c, m) * (the 4-byte dot of bytes
+ * 4m..4m+3 of chunk c), minus its share of the -32 offset; each lane folds
+ * its integer into its own float chain. Here lane m's 32 bytes (4 of each
+ * chunk) are the k = 32 of one mma, and its scales go into the weights:
+ * w = scale * q6 (|w| <= 8064) is split as 64 * hi + lo with hi and lo
+ * int8 (lo in 0..63), two exact mmas give the same integer as the CPU's.
+ * A warp: 16 rows x 32 tokens, eight chains each; a thread block: 64 rows. */
+
+#define Q6_TOK 32
+#define Q6_SW 65 /* banks g + 8q + m distinct */
+
+/* w = sc * u for the four bytes u (0..63) of U, as 64 * hi + lo */
+__device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
+    /* two bytes per 16-bit field, each field biased by 8192 to stay >= 0
+     * (8192 = 64 * 128: lo unchanged, hi + 128) */
+    const int e = (U & 0x00FF00FF) * sc + 0x20002000;
+    const int o = ((U >> 8) & 0x00FF00FF) * sc + 0x20002000;
+    *lo = (e & 0x003F003F) | ((o & 0x003F003F) << 8);
+    *hi = (((e >> 6) & 0x00FF00FF) | (((o >> 6) & 0x00FF00FF) << 8)) ^ (int)0x80808080;
+}
+
+__device__ __forceinline__ int sbyte(const int w[4], int i) { return (int)(int8_t)(w[i >> 2] >> (8 * (i & 3))); }
+
+__global__ void __launch_bounds__(128)
+k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
+             float *y) {
+    __shared__ int s_q[Q6_TOK * Q6_SW];
+    __shared__ int s_bs[Q6_TOK][17];
+    __shared__ float s_d[Q6_TOK];
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int t0 = blockIdx.x * Q6_TOK, r0 = blockIdx.y * 64 + warp * 16;
+    const bool live = r0 < rows;
+    const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1);
+    const dq6_K *xa = (const dq6_K *)(w + (size_t)ra * w_rb), *xb = (const dq6_K *)(w + (size_t)rb * w_rb);
+    float acc[8][4][4];
+#pragma unroll
+    for (int m = 0; m < 8; m++)
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) acc[m][n][k] = 0;
+    for (int b = 0; b < nb; b++) {
+        __syncthreads();
+        tile_q8_K(s_q, Q6_SW, Q6_TOK, act, act_stride, t0, T, b);
+        for (int i = threadIdx.x; i < Q6_TOK * 16; i += blockDim.x) {
+            const int t = i >> 4, s = i & 15;
+            s_bs[t][s] = t0 + t < T ? ((const mu_block_q8_K *)(act + (size_t)(t0 + t) * act_stride))[b].bsums[s] : 0;
+        }
+        if (threadIdx.x < Q6_TOK)
+            s_d[threadIdx.x] = t0 + (int)threadIdx.x < T
+                                   ? ((const mu_block_q8_K *)(act + (size_t)(t0 + threadIdx.x) * act_stride))[b].d
+                                   : 0.f;
+        __syncthreads();
+        if (!live) continue;
+        const dq6_K *pa = xa + b, *pb = xb + b;
+        int swa[4], swb[4]; /* the 16 scales of each row */
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            swa[i] = ld32(pa->scales + 4 * i);
+            swb[i] = ld32(pb->scales + 4 * i);
+        }
+        const float dxa = h2f(pa->d), dxb = h2f(pb->d);
+        float dd[4][4];
+#pragma unroll
+        for (int n = 0; n < 4; n++)
+#pragma unroll
+            for (int k = 0; k < 4; k++) dd[n][k] = s_d[8 * n + 2 * q + (k & 1)] * (k >> 1 ? dxb : dxa);
+        /* this thread's chunks: q and q + 4 (sub-chunk q of each half) */
+#pragma unroll
+        for (int m = 0; m < 8; m++) {
+            int Ah[4], Al[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                const dq6_K *p = (i & 1) ? pb : pa;
+                const int h = i >> 1, c = q + 4 * h;
+                const int ql = (ld32(p->ql + 64 * h + (q & 1) * 32 + 4 * m) >> ((q >> 1) * 4)) & 0x0F0F0F0F;
+                const int qh = (ld32(p->qh + 32 * h + 4 * m) >> (2 * q)) & 0x03030303;
+                const int sc = (int)p->scales[2 * c + (m >= 4)];
+                q6_split(ql | (qh << 4), sc, &Ah[i], &Al[i]);
+            }
+#pragma unroll
+            for (int n = 0; n < 4; n++) {
+                const int *bp = s_q + (8 * n + g) * Q6_SW + 8 * q + m;
+                const int B[2] = {bp[0], bp[32]};
+                int Ch[4] = {0, 0, 0, 0}, Cl[4] = {0, 0, 0, 0};
+                mma_s8(Ch, Ah, B);
+                mma_s8(Cl, Al, B);
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const int tl = 8 * n + 2 * q + (k & 1);
+                    const int *sw = (k >> 1) ? swb : swa;
+                    const int corr = s_bs[tl][2 * m] * sbyte(sw, 2 * m) + s_bs[tl][2 * m + 1] * sbyte(sw, 2 * m + 1);
+                    const int s = 64 * Ch[k] + Cl[k] - 32 * corr;
+                    acc[m][n][k] = fmaf(dd[n][k], (float)s, acc[m][n][k]);
+                }
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int n = 0; n < 4; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
+            float ch[8];
+#pragma unroll
+            for (int m = 0; m < 8; m++) ch[m] = acc[m][n][k];
+            if (t < T && r < rows) y[(size_t)t * rows + r] = hsum8(ch);
         }
 }
 
@@ -819,7 +959,11 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
         return;
     }
     if (w->type == MU_T_Q4_K && !logits && T > DEC_MAX_T && mma_ok()) {
-        k_mm_q4K_mma<<<dim3((rows + 63) / 64, (T + MMA_TOK - 1) / MMA_TOK), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        k_mm_q4K_mma<<<dim3((T + MMA_TOK - 1) / MMA_TOK, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        return;
+    }
+    if (w->type == MU_T_Q6_K && !logits && T > DEC_MAX_T && mma_ok()) {
+        k_mm_q6K_mma<<<dim3((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
         return;
     }
     switch (w->type) {
