@@ -132,6 +132,15 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *d, in
     }
 }
 
+/* scale_min_k4 on the 12 scale bytes held as 3 words */
+__device__ __forceinline__ int ubyte(const int w[3], int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xFF; }
+__device__ __forceinline__ int scale_k4w(int j, const int w[3]) {
+    return j < 4 ? ubyte(w, j) & 63 : (ubyte(w, j + 4) & 0xF) | ((ubyte(w, j - 4) >> 6) << 4);
+}
+__device__ __forceinline__ int min_k4w(int j, const int w[3]) {
+    return j < 4 ? ubyte(w, j + 4) & 63 : (ubyte(w, j + 4) >> 4) | ((ubyte(w, j) >> 6) << 4);
+}
+
 /* Results of one block against its activation block(s): up to 16
  * integers and the float factors of its chain steps (d, dm; NVFP4 has four:
  * f[0..3]). */
@@ -583,15 +592,45 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* The quantized bytes of super-block b of tokens t0.. t0 + nt - 1 into a
- * shared tile of sw words per token (zeros past T), by all threads. */
-__device__ __forceinline__ void tile_q8_K(int *s_q, int sw, int nt, const uint8_t *act, size_t act_stride, int t0,
-                                          int T, int b) {
-    for (int i = threadIdx.x; i < nt * 64; i += blockDim.x) {
-        const int t = i >> 6, wd = i & 63;
-        s_q[t * sw + wd] =
-            t0 + t < T ? ld32(((const mu_block_q8_K *)(act + (size_t)(t0 + t) * act_stride) + b)->qs + 4 * wd) : 0;
+/* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
+ * zeros when !ok (src is not read then). */
+__device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+#define BS_W 9 /* words per token row of the bsums tile (banks 18q distinct) */
+
+/* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
+ * into shared tiles: the quantized bytes (SW words per token), the 16
+ * bsums (int16) and d. All 128 threads of the block take part. */
+template <int NT, int SW>
+__device__ __forceinline__ void stage_q8_K(int *s_q, int16_t *s_bs, float *s_d, const uint8_t *act, size_t stride,
+                                           int t0, int T, int b) {
+#pragma unroll
+    for (int r = 0; r < NT * 64 / 128; r++) {
+        const int i = threadIdx.x + 128 * r, t = i >> 6, wd = i & 63;
+        const bool ok = t0 + t < T;
+        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
+        cp4(s_q + t * SW + wd, ab->qs + 4 * wd, ok);
     }
+#pragma unroll
+    for (int r = 0; r < (NT * 8 + 127) / 128; r++) {
+        const int i = threadIdx.x + 128 * r, t = i >> 3, wd = i & 7;
+        if (t < NT) {
+            const bool ok = t0 + t < T;
+            const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
+            cp4(s_bs + t * 2 * BS_W + 2 * wd, ab->bsums + 2 * wd, ok);
+        }
+    }
+    if (threadIdx.x < NT) {
+        const bool ok = t0 + (int)threadIdx.x < T;
+        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + threadIdx.x : 0) * stride) + b;
+        cp4(s_d + threadIdx.x, &ab->d, ok);
+    }
+    cp_commit();
 }
 
 /* Grid: x over token tiles, y over 64-row tiles, so the blocks that run
@@ -599,12 +638,12 @@ __device__ __forceinline__ void tile_q8_K(int *s_q, int sw, int nt, const uint8_
 __global__ void __launch_bounds__(128)
 k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              int n_batch, float *y) {
-    __shared__ int s_q[MMA_TOK * Q4_SW];
-    __shared__ int s_p[MMA_TOK][9]; /* pair sums of bsums (sub-blocks of 32), padded */
-    __shared__ float s_d[MMA_TOK];
+    __shared__ int s_q2[2][MMA_TOK * Q4_SW];
+    __shared__ int16_t s_bs2[2][MMA_TOK * 2 * BS_W];
+    __shared__ float s_d2[2][MMA_TOK];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
     const int t0 = blockIdx.x * MMA_TOK, r0 = blockIdx.y * 64 + warp * 16;
-    const bool live = r0 < rows; /* no early return: the block shares the tile */
+    const bool live = r0 < rows; /* no early return: the block shares the tiles */
     const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1); /* clamped: results of extra rows unused */
     const mu_block_q4_K *xa = (const mu_block_q4_K *)(w + (size_t)ra * w_rb);
     const mu_block_q4_K *xb = (const mu_block_q4_K *)(w + (size_t)rb * w_rb);
@@ -613,36 +652,36 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
     for (int n = 0; n < 8; n++)
 #pragma unroll
         for (int k = 0; k < 4; k++) acc[n][k] = accm[n][k] = 0;
+    stage_q8_K<MMA_TOK, Q4_SW>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
-        __syncthreads();
-        tile_q8_K(s_q, Q4_SW, MMA_TOK, act, act_stride, t0, T, b);
-        for (int i = threadIdx.x; i < MMA_TOK * 8; i += blockDim.x) {
-            const int t = i >> 3, s = i & 7;
-            int v = 0;
-            if (t0 + t < T) {
-                const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(t0 + t) * act_stride) + b;
-                v = ab->bsums[2 * s] + ab->bsums[2 * s + 1];
-            }
-            s_p[t][s] = v;
+        const int cur = b & 1;
+        if (b + 1 < nb) { /* the next tiles load while this one is used */
+            stage_q8_K<MMA_TOK, Q4_SW>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
         }
-        if (threadIdx.x < MMA_TOK)
-            s_d[threadIdx.x] = t0 + (int)threadIdx.x < T
-                                   ? ((const mu_block_q8_K *)(act + (size_t)(t0 + threadIdx.x) * act_stride))[b].d
-                                   : 0.f;
         __syncthreads();
-        if (!live) continue;
-        int sc[2][8], mn[2][8];
+        const int *s_q = s_q2[cur];
+        const int16_t *s_bs = s_bs2[cur];
+        const float *s_d = s_d2[cur];
+        if (!live) {
+            __syncthreads();
+            continue;
+        }
+        /* the packed scales of both rows (decoded where used: registers) */
+        int scw[2][3];
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            scale_min_k4(j, xa[b].scales, &sc[0][j], &mn[0][j]);
-            scale_min_k4(j, xb[b].scales, &sc[1][j], &mn[1][j]);
+        for (int i = 0; i < 3; i++) {
+            scw[0][i] = ld32(xa[b].scales + 4 * i);
+            scw[1][i] = ld32(xb[b].scales + 4 * i);
         }
         const float dxa = h2f(xa[b].d), dxb = h2f(xb[b].d), mxa = h2f(xa[b].dmin), mxb = h2f(xb[b].dmin);
-        int isum[8][4], imin[8][4];
+        int isum[8][4];
 #pragma unroll
         for (int n = 0; n < 8; n++)
 #pragma unroll
-            for (int k = 0; k < 4; k++) isum[n][k] = imin[n][k] = 0;
+            for (int k = 0; k < 4; k++) isum[n][k] = 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int qa0 = ld32(xa[b].qs + 32 * j + 4 * q), qa1 = ld32(xa[b].qs + 32 * j + 16 + 4 * q);
@@ -658,10 +697,11 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                     const int B[2] = {bp[0], bp[4]};
                     int C[4] = {0, 0, 0, 0};
                     mma_s8(C, A, B);
-                    isum[n][0] += sc[0][sb] * C[0];
-                    isum[n][1] += sc[0][sb] * C[1];
-                    isum[n][2] += sc[1][sb] * C[2];
-                    isum[n][3] += sc[1][sb] * C[3];
+                    const int sca = scale_k4w(sb, scw[0]), scb = scale_k4w(sb, scw[1]);
+                    isum[n][0] += sca * C[0];
+                    isum[n][1] += sca * C[1];
+                    isum[n][2] += scb * C[2];
+                    isum[n][3] += scb * C[3];
                 }
             }
             /* the min part of the 64 elements j, and the per-64 chain steps */
@@ -670,17 +710,14 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
-                    if (t >= T) continue;
-                    const int *m = mn[k >> 1];
-                    const int im = m[2 * j] * s_p[tl][2 * j] + m[2 * j + 1] * s_p[tl][2 * j + 1];
-                    if (t < n_batch) {
-                        const float d = (k >> 1 ? dxb : dxa) * s_d[tl], dm = (k >> 1 ? mxb : mxa) * s_d[tl];
-                        acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
-                        accm[n][k] = fmaf((float)im, dm, accm[n][k]);
-                        isum[n][k] = 0;
-                    } else {
-                        imin[n][k] += im;
-                    }
+                    if (t >= n_batch) continue; /* t >= T too: n_batch <= T */
+                    const int *sw = scw[k >> 1];
+                    const int16_t *bs = s_bs + tl * 2 * BS_W + 4 * j;
+                    const int im = min_k4w(2 * j, sw) * (bs[0] + bs[1]) + min_k4w(2 * j + 1, sw) * (bs[2] + bs[3]);
+                    const float d = (k >> 1 ? dxb : dxa) * s_d[tl], dm = (k >> 1 ? mxb : mxa) * s_d[tl];
+                    acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
+                    accm[n][k] = fmaf((float)im, dm, accm[n][k]);
+                    isum[n][k] = 0;
                 }
         }
         /* the per-super-block chain steps (rows t >= n_batch) */
@@ -690,10 +727,18 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             for (int k = 0; k < 4; k++) {
                 const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
                 if (t >= T || t < n_batch) continue;
+                const int *sw = scw[k >> 1];
+                const int16_t *bs = s_bs + tl * 2 * BS_W;
+                int imin = 0; /* the min part of the whole block */
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    imin += min_k4w(2 * j, sw) * (bs[4 * j] + bs[4 * j + 1]) +
+                            min_k4w(2 * j + 1, sw) * (bs[4 * j + 2] + bs[4 * j + 3]);
                 const float d = (k >> 1 ? dxb : dxa) * s_d[tl], dm = (k >> 1 ? mxb : mxa) * s_d[tl];
                 acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
-                accm[n][k] = fmaf((float)imin[n][k], dm, accm[n][k]);
+                accm[n][k] = fmaf((float)imin, dm, accm[n][k]);
             }
+        __syncthreads(); /* the tiles of b are free for b + 2 */
     }
     if (!live) return;
 #pragma unroll
@@ -733,9 +778,9 @@ __device__ __forceinline__ int sbyte(const int w[4], int i) { return (int)(int8_
 __global__ void __launch_bounds__(128)
 k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              float *y) {
-    __shared__ int s_q[Q6_TOK * Q6_SW];
-    __shared__ int s_bs[Q6_TOK][17];
-    __shared__ float s_d[Q6_TOK];
+    __shared__ int s_q2[2][Q6_TOK * Q6_SW];
+    __shared__ int16_t s_bs2[2][Q6_TOK * 2 * BS_W];
+    __shared__ float s_d2[2][Q6_TOK];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
     const int t0 = blockIdx.x * Q6_TOK, r0 = blockIdx.y * 64 + warp * 16;
     const bool live = r0 < rows;
@@ -748,19 +793,23 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
         for (int n = 0; n < 4; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[m][n][k] = 0;
+    stage_q8_K<Q6_TOK, Q6_SW>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
-        __syncthreads();
-        tile_q8_K(s_q, Q6_SW, Q6_TOK, act, act_stride, t0, T, b);
-        for (int i = threadIdx.x; i < Q6_TOK * 16; i += blockDim.x) {
-            const int t = i >> 4, s = i & 15;
-            s_bs[t][s] = t0 + t < T ? ((const mu_block_q8_K *)(act + (size_t)(t0 + t) * act_stride))[b].bsums[s] : 0;
+        const int cur = b & 1;
+        if (b + 1 < nb) {
+            stage_q8_K<Q6_TOK, Q6_SW>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
         }
-        if (threadIdx.x < Q6_TOK)
-            s_d[threadIdx.x] = t0 + (int)threadIdx.x < T
-                                   ? ((const mu_block_q8_K *)(act + (size_t)(t0 + threadIdx.x) * act_stride))[b].d
-                                   : 0.f;
         __syncthreads();
-        if (!live) continue;
+        const int *s_q = s_q2[cur];
+        const int16_t *s_bs = s_bs2[cur];
+        const float *s_d = s_d2[cur];
+        if (!live) {
+            __syncthreads();
+            continue;
+        }
         const dq6_K *pa = xa + b, *pb = xb + b;
         int swa[4], swb[4]; /* the 16 scales of each row */
 #pragma unroll
@@ -798,12 +847,14 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                 for (int k = 0; k < 4; k++) {
                     const int tl = 8 * n + 2 * q + (k & 1);
                     const int *sw = (k >> 1) ? swb : swa;
-                    const int corr = s_bs[tl][2 * m] * sbyte(sw, 2 * m) + s_bs[tl][2 * m + 1] * sbyte(sw, 2 * m + 1);
+                    const int16_t *bs = s_bs + tl * 2 * BS_W;
+                    const int corr = bs[2 * m] * sbyte(sw, 2 * m) + bs[2 * m + 1] * sbyte(sw, 2 * m + 1);
                     const int s = 64 * Ch[k] + Cl[k] - 32 * corr;
                     acc[m][n][k] = fmaf(dd[n][k], (float)s, acc[m][n][k]);
                 }
             }
         }
+        __syncthreads();
     }
     if (!live) return;
 #pragma unroll
