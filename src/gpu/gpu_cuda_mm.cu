@@ -582,7 +582,6 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
  * i = 1); C reg i: row g (+8 for i >= 2), column 2q + (i & 1); g = lane/4,
  * q = lane%4. */
 
-#define MMA_TOK 64 /* Q4_K: tokens of a thread block (and of each warp) */
 #define Q4_SW 68    /* words per token row of the shared tile: banks 4g + q distinct */
 
 __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
@@ -605,20 +604,20 @@ template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("c
 
 /* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
  * into shared tiles: the quantized bytes (SW words per token), the 16
- * bsums (int16) and d. All 128 threads of the block take part. */
-template <int NT, int SW>
+ * bsums (int16) and d. All NTH threads of the block take part. */
+template <int NT, int SW, int NTH = 128>
 __device__ __forceinline__ void stage_q8_K(int *s_q, int16_t *s_bs, float *s_d, const uint8_t *act, size_t stride,
                                            int t0, int T, int b) {
 #pragma unroll
-    for (int r = 0; r < NT * 64 / 128; r++) {
-        const int i = threadIdx.x + 128 * r, t = i >> 6, wd = i & 63;
+    for (int r = 0; r < NT * 64 / NTH; r++) {
+        const int i = threadIdx.x + NTH * r, t = i >> 6, wd = i & 63;
         const bool ok = t0 + t < T;
         const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
         cp4(s_q + t * SW + wd, ab->qs + 4 * wd, ok);
     }
 #pragma unroll
-    for (int r = 0; r < (NT * 8 + 127) / 128; r++) {
-        const int i = threadIdx.x + 128 * r, t = i >> 3, wd = i & 7;
+    for (int r = 0; r < (NT * 8 + NTH - 1) / NTH; r++) {
+        const int i = threadIdx.x + NTH * r, t = i >> 3, wd = i & 7;
         if (t < NT) {
             const bool ok = t0 + t < T;
             const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
@@ -633,30 +632,34 @@ __device__ __forceinline__ void stage_q8_K(int *s_q, int16_t *s_bs, float *s_d, 
     cp_commit();
 }
 
-/* Grid: x over token tiles, y over 64-row tiles, so the blocks that run
- * together share weight rows (read once from memory, then from L2). */
-__global__ void __launch_bounds__(128)
+/* A warp: 16 rows x 8 NN tokens; a block: WB warps (16 WB rows) sharing
+ * the token tile. Grid: x over token tiles, y over row tiles, so the
+ * blocks that run together share weight rows (read once from memory, then
+ * from L2). */
+template <int NN, int WB>
+__global__ void __launch_bounds__(32 * WB, NN == 4 ? 2 : 1)
 k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              int n_batch, float *y) {
-    __shared__ int s_q2[2][MMA_TOK * Q4_SW];
-    __shared__ int16_t s_bs2[2][MMA_TOK * 2 * BS_W];
-    __shared__ float s_d2[2][MMA_TOK];
+    constexpr int NT = 8 * NN;
+    __shared__ int s_q2[2][NT * Q4_SW];
+    __shared__ int16_t s_bs2[2][NT * 2 * BS_W];
+    __shared__ float s_d2[2][NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int t0 = blockIdx.x * MMA_TOK, r0 = blockIdx.y * 64 + warp * 16;
+    const int t0 = blockIdx.x * NT, r0 = blockIdx.y * 16 * WB + warp * 16;
     const bool live = r0 < rows; /* no early return: the block shares the tiles */
     const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1); /* clamped: results of extra rows unused */
     const mu_block_q4_K *xa = (const mu_block_q4_K *)(w + (size_t)ra * w_rb);
     const mu_block_q4_K *xb = (const mu_block_q4_K *)(w + (size_t)rb * w_rb);
-    float acc[8][4], accm[8][4];
+    float acc[NN][4], accm[NN][4];
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+    for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < 4; k++) acc[n][k] = accm[n][k] = 0;
-    stage_q8_K<MMA_TOK, Q4_SW>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
+    stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) { /* the next tiles load while this one is used */
-            stage_q8_K<MMA_TOK, Q4_SW>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
+            stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
@@ -677,9 +680,9 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             scw[1][i] = ld32(xb[b].scales + 4 * i);
         }
         const float dxa = h2f(xa[b].d), dxb = h2f(xb[b].d), mxa = h2f(xa[b].dmin), mxb = h2f(xb[b].dmin);
-        int isum[8][4];
+        int isum[NN][4];
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) isum[n][k] = 0;
 #pragma unroll
@@ -692,7 +695,7 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                 const int A[4] = {(qa0 >> sh) & 0x0F0F0F0F, (qb0 >> sh) & 0x0F0F0F0F, (qa1 >> sh) & 0x0F0F0F0F,
                                   (qb1 >> sh) & 0x0F0F0F0F};
 #pragma unroll
-                for (int n = 0; n < 8; n++) {
+                for (int n = 0; n < NN; n++) {
                     const int *bp = s_q + (8 * n + g) * Q4_SW + 8 * sb + q; /* this thread's B column */
                     const int B[2] = {bp[0], bp[4]};
                     int C[4] = {0, 0, 0, 0};
@@ -706,7 +709,7 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             }
             /* the min part of the 64 elements j, and the per-64 chain steps */
 #pragma unroll
-            for (int n = 0; n < 8; n++)
+            for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
@@ -722,7 +725,7 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
         }
         /* the per-super-block chain steps (rows t >= n_batch) */
 #pragma unroll
-        for (int n = 0; n < 8; n++)
+        for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) {
                 const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
@@ -742,7 +745,7 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
     }
     if (!live) return;
 #pragma unroll
-    for (int n = 0; n < 8; n++)
+    for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
@@ -983,6 +986,17 @@ static bool mma_ok(void) {
     return ok;
 }
 
+/* Q4_K's mma tiles: 16 rows x 32 tokens per warp, 8 warps (default), or
+ * 16 x 64 per warp, 4 warps (MUSER_CUDA_Q4K_WIDE=1, to compare) */
+static bool q4k_wide(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        const char *v = getenv("MUSER_CUDA_Q4K_WIDE");
+        ok = v && *v == '1';
+    }
+    return ok;
+}
+
 int cu_batch_rows(const dtensor *w, int ll_rows) {
     if (ll_rows < 2) return 0;
     switch (w->type) {
@@ -1010,7 +1024,10 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
         return;
     }
     if (w->type == MU_T_Q4_K && !logits && T > DEC_MAX_T && mma_ok()) {
-        k_mm_q4K_mma<<<dim3((T + MMA_TOK - 1) / MMA_TOK, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        if (q4k_wide())
+            k_mm_q4K_mma<8, 4><<<dim3((T + 63) / 64, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        else
+            k_mm_q4K_mma<4, 8><<<dim3((T + 31) / 32, (rows + 127) / 128), 256, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         return;
     }
     if (w->type == MU_T_Q6_K && !logits && T > DEC_MAX_T && mma_ok()) {
