@@ -410,19 +410,6 @@ k_mm_q(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size
     }
 }
 
-/* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
- * zeros when !ok (src is not read then). */
-__device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
-}
-__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void cp16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /* ---- K-quant matmul for few tokens (decode) -----------------------------
  * The kernel above gives a whole super-block to one lane, so a row of 26
  * blocks keeps 26 lanes busy with long serial work. Here eight lanes share
@@ -443,7 +430,7 @@ __device__ __forceinline__ void lane_q4_K(const mu_block_q4_K *x, const mu_block
     int sc0, m0, sc1, m1;
     scale_min_k4(2 * j, x->scales, &sc0, &m0);
     scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
-    const int4 q4 = *(const int4 *)(x->qs + 32 * j + 16 * hf); /* x: a shared-memory copy */
+    const int4 q4 = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
     const int qv[4] = {q4.x, q4.y, q4.z, q4.w};
     const int8_t *alo = a->qs + 64 * j + 16 * hf, *ahi = alo + 32;
     int s0 = 0, s1 = 0;
@@ -509,33 +496,10 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
     float c0[DEC_MAX_T], c1[DEC_MAX_T];
 #pragma unroll
     for (int t = 0; t < DEC_MAX_T; t++) c0[t] = c1[t] = 0;
-    /* the row's blocks stream through a ring of three 4-block stages in
-     * shared memory (cp.async): two passes' loads are in flight while one
-     * is summed, without registers to hold them */
-    constexpr int SB = 4 * (int)sizeof(W);
-    __shared__ __align__(16) uint8_t s_w[MM_WARPS][3][SB];
-    const uint8_t *wsrc = (const uint8_t *)xr;
-    const int n_it = (nb + 3) / 4, row_b = nb * (int)sizeof(W);
-    auto issue = [&](int it) {
-        if (it < n_it) {
-            const int off = it * SB, nbytes = min(SB, row_b - off);
-            uint8_t *dst = s_w[warp][it % 3];
-            if constexpr (sizeof(W) % 16 == 0)
-                for (int i = lane * 16; i < nbytes; i += 512) cp16(dst + i, wsrc + off + i);
-            else
-                for (int i = lane * 4; i < nbytes; i += 128) cp4(dst + i, wsrc + off + i, true);
-        }
-        cp_commit(); /* an empty group past the end keeps the count */
-    };
-    issue(0);
-    issue(1);
-    for (int it = 0; it < n_it; it++) {
-        issue(it + 2);
-        cp_wait<2>();
-        __syncwarp();
-        const int b0 = 4 * it, b = b0 + q;
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+        const int b = b0 + q;
         const bool have = b < nb;
-        const W *x = (const W *)s_w[warp][it % 3] + (have ? q : 0);
+        const W *x = xr + (have ? b : 0);
 #pragma unroll
         for (int t = 0; t < DEC_MAX_T; t++) {
             if (t >= T) break;
@@ -589,7 +553,6 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
                 }
             }
         }
-        __syncwarp(); /* stage it % 3 is refilled next */
     }
 #pragma unroll
     for (int t = 0; t < DEC_MAX_T; t++) {
@@ -627,6 +590,15 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2])
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+/* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
+ * zeros when !ok (src is not read then). */
+__device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 #define BS_W 9 /* words per token row of the bsums tile (banks 18q distinct) */
 
