@@ -64,7 +64,8 @@ static const char *model_id(const mu_model *m, const char *path) {
 /* --prefill auto|remote: the lane fetches before the request is submitted */
 static int serve_prefill(void *user, mu_gen_req *q, mu_err *err) {
     bool remote;
-    return mu_lane_prepare(user, q, &remote, err);
+    /* a node's failure is a 502-class answer, never a busy 429 (MU_E_STATE) */
+    return mu_lane_prepare(user, q, &remote, err) ? MU_E_IO : 0;
 }
 static int serve_metrics(void *user, char *buf, size_t cap) { return mu_lane_metrics(user, buf, cap); }
 

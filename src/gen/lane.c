@@ -210,9 +210,16 @@ typedef struct {
     uint32_t epoch;
 } peer;
 
-/* test hook (docs/lane.md "Tamper hook"): MUSER_LANE_TAMPER=KIND:FRAME[:OFFSET]
- * acts on the handoff MUSER_LANE_TAMPER_AT (0-based, default 0; -1 every). */
+/* test hook (docs/lane.md "Tamper hook"): MUSER_LANE_TAMPER is a comma-
+ * separated list, entry k acting on the producer's k-th handoff since it
+ * started: KIND:FRAME[:OFFSET] or "none". */
 typedef enum { T_NONE, T_FLIP, T_TRUNCATE, T_DROP, T_DUP, T_REORDER, T_KILL, T_STALE, T_REPLAY, T_EPOCH } tamper_kind;
+#define MAX_TAMPER 64
+typedef struct {
+    tamper_kind kind;
+    uint32_t frame;
+    size_t off;
+} tamper;
 
 struct mu_producer {
     mu_engine *e;
@@ -238,10 +245,8 @@ struct mu_producer {
     uint64_t last_gen;
     mu_producer_stats st;
     /* tamper hook */
-    tamper_kind tk;
-    uint32_t t_frame;
-    size_t t_off;
-    long t_at;
+    tamper tam[MAX_TAMPER];
+    int n_tam;
     long n_handoffs_begun;
     uint8_t *rec, *prev_rec; /* recorded frames (replay) */
     size_t rec_n, rec_cap, prev_n;
@@ -249,19 +254,20 @@ struct mu_producer {
 
 static void parse_tamper(mu_producer *p) {
     const char *s = getenv("MUSER_LANE_TAMPER");
-    if (!s || !*s) return;
     static const struct { const char *n; tamper_kind k; } K[] = {
-        {"flip", T_FLIP}, {"truncate", T_TRUNCATE}, {"drop", T_DROP}, {"duplicate", T_DUP}, {"reorder", T_REORDER},
-        {"kill", T_KILL}, {"stale", T_STALE}, {"replay", T_REPLAY}, {"epoch", T_EPOCH}};
-    char kind[32] = "";
-    unsigned long fr = 0, off = 0;
-    sscanf(s, "%31[a-z]:%lu:%lu", kind, &fr, &off);
-    for (size_t i = 0; i < sizeof K / sizeof *K; i++)
-        if (!strcmp(kind, K[i].n)) p->tk = K[i].k;
-    p->t_frame = (uint32_t)fr;
-    p->t_off = off;
-    const char *at = getenv("MUSER_LANE_TAMPER_AT");
-    p->t_at = at ? strtol(at, NULL, 10) : 0;
+        {"none", T_NONE}, {"flip", T_FLIP}, {"truncate", T_TRUNCATE}, {"drop", T_DROP}, {"duplicate", T_DUP},
+        {"reorder", T_REORDER}, {"kill", T_KILL}, {"stale", T_STALE}, {"replay", T_REPLAY}, {"epoch", T_EPOCH}};
+    while (s && *s && p->n_tam < MAX_TAMPER) {
+        char kind[32] = "";
+        unsigned long fr = 0, off = 0;
+        sscanf(s, "%31[a-z]:%lu:%lu", kind, &fr, &off);
+        tamper *t = &p->tam[p->n_tam++];
+        *t = (tamper){T_NONE, (uint32_t)fr, off};
+        for (size_t i = 0; i < sizeof K / sizeof *K; i++)
+            if (!strcmp(kind, K[i].n)) t->kind = K[i].k;
+        s = strchr(s, ',');
+        if (s) s++;
+    }
 }
 
 static int peers_load(mu_producer *p, mu_err *err) {
@@ -331,7 +337,7 @@ typedef struct frame_item {
 typedef struct {
     mu_producer *p;
     conn *c;
-    bool tamper;      /* this handoff is the tampered one */
+    tamper tam;       /* this handoff's tamper entry (kind T_NONE: none) */
     uint32_t index;   /* frames written so far */
     frame_item *held; /* reorder */
     bool broken;
@@ -370,8 +376,7 @@ static int raw_frame(out_stream *o, unsigned type, const uint8_t *pl, size_t n, 
 /* Writes frame number o->index, through the tamper hook when armed. */
 static int put_frame(out_stream *o, unsigned type, uint8_t *pl, size_t n, mu_err *err) {
     uint32_t i = o->index++;
-    mu_producer *p = o->p;
-    if (!o->tamper || o->broken) return o->broken ? 0 : raw_frame(o, type, pl, n, err);
+    if (o->tam.kind == T_NONE || o->broken) return o->broken ? 0 : raw_frame(o, type, pl, n, err);
     if (o->held) { /* reorder: the held frame goes after this one */
         frame_item *h = o->held;
         o->held = NULL;
@@ -381,12 +386,12 @@ static int put_frame(out_stream *o, unsigned type, uint8_t *pl, size_t n, mu_err
         free(h);
         return rc;
     }
-    if (i != p->t_frame) return raw_frame(o, type, pl, n, err);
-    switch (p->tk) {
+    if (i != o->tam.frame) return raw_frame(o, type, pl, n, err);
+    switch (o->tam.kind) {
     case T_FLIP: {
         uint8_t h[LANE_HDR];
         lane_frame_header(h, type, (uint32_t)n);
-        size_t off = p->t_off % (LANE_HDR + n);
+        size_t off = o->tam.off % (LANE_HDR + n);
         if (off < LANE_HDR) h[off] ^= 0x01;
         else pl[off - LANE_HDR] ^= 0x01;
         int rc = conn_write(o->c, h, sizeof h, err);
@@ -397,7 +402,7 @@ static int put_frame(out_stream *o, unsigned type, uint8_t *pl, size_t n, mu_err
     case T_TRUNCATE: {
         uint8_t h[LANE_HDR];
         lane_frame_header(h, type, (uint32_t)n);
-        size_t off = p->t_off % (LANE_HDR + n);
+        size_t off = o->tam.off % (LANE_HDR + n);
         int rc = conn_write(o->c, h, off < LANE_HDR ? off : LANE_HDR, err);
         if (!rc && off > LANE_HDR) rc = conn_write(o->c, pl, off - LANE_HDR, err);
         shutdown(o->c->fd, SHUT_WR); /* the decoder sees the stream end here */
@@ -491,7 +496,7 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         }
     pthread_mutex_lock(&p->mu);
     long idx = p->n_handoffs_begun++;
-    bool tamper = p->tk != T_NONE && (p->t_at < 0 || p->t_at == idx);
+    tamper tam = idx < p->n_tam ? p->tam[idx] : (tamper){T_NONE, 0, 0};
     if (p->rec_n) { /* the previous handoff's frames become the replay source */
         free(p->prev_rec);
         p->prev_rec = p->rec;
@@ -500,7 +505,7 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         p->rec_n = p->rec_cap = 0;
     }
     pthread_mutex_unlock(&p->mu);
-    if (tamper && p->tk == T_REPLAY) { /* the previous handoff's bytes, verbatim */
+    if (tam.kind == T_REPLAY) { /* the previous handoff's bytes, verbatim */
         int rc = p->prev_n ? conn_write(c, p->prev_rec, p->prev_n, err) : 0;
         free(tokens);
         return rc;
@@ -511,7 +516,7 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     uint8_t *buf = NULL;
     size_t bn = 0;
     int rc = 0;
-    out_stream o = {.p = p, .c = c, .tamper = tamper};
+    out_stream o = {.p = p, .c = c, .tam = tam};
     pthread_mutex_init(&o.mu, NULL);
     pthread_cond_init(&o.cv, NULL);
     bool sender = false;
@@ -526,8 +531,8 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     m->n_ctx = h->n_ctx;
     m->step = h->step;
     m->n_ship = h->n_ship;
-    m->generation = next_generation(p, tamper && p->tk == T_STALE);
-    m->key_epoch = pr->epoch + (tamper && p->tk == T_EPOCH ? 1 : 0);
+    m->generation = next_generation(p, tam.kind == T_STALE);
+    m->key_epoch = pr->epoch + (tam.kind == T_EPOCH ? 1 : 0);
     plan(p->m, m);
     if (!(dg = calloc(m->n_chunks ? m->n_chunks : 1, 32))) {
         rc = mu_fail(err, MU_E_NOMEM, "lane: out of memory");

@@ -261,6 +261,8 @@ static int ssl_err(mu_err *err, const char *what) {
     char b[160] = "";
     if (e) ERR_error_string_n(e, b, sizeof b);
     ERR_clear_error();
+    if (strstr(b, "alert")) /* the peer refused us (in TLS 1.3 a refused client learns it at its first read) */
+        return mu_fail(err, MU_E_STATE, "lane: auth: the peer refused the TLS session: %s", b);
     return mu_fail(err, MU_E_IO, "lane: %s%s%s", what, *b ? ": " : "", b);
 }
 
