@@ -32,6 +32,16 @@ int mu_tls_fingerprint(const char *cert_pem, char out[65], mu_err *err);
 
 /* ---- the producer ----------------------------------------------------------- */
 typedef struct mu_producer mu_producer;
+/* What one finished handoff cost (mu_producer_opts.on_handoff). */
+typedef struct {
+    int n_ship;           /* positions shipped */
+    uint64_t bytes;       /* frame bytes written */
+    double compute_s;     /* the forwards and row reads */
+    double send_s;        /* the sender thread writing frames */
+    double exposed_s;     /* of send_s, the time no step was computing (the last step's frames, the
+                             SEAL, and writes the worker waited for): send_s - exposed_s was hidden */
+    bool ok;
+} mu_handoff_report;
 typedef struct {
     const char *host;       /* default 127.0.0.1 */
     int port;               /* 0: any free port */
@@ -42,6 +52,9 @@ typedef struct {
     bool enroll;            /* open one enrollment (mu_producer_token) */
     int enroll_ttl_s;       /* the token's lifetime; 0: 600 */
     int timeout_ms;         /* every read and write; 0: 30000 */
+    /* called on a worker thread after each handoff (NULL: none) */
+    void (*on_handoff)(void *user, const mu_handoff_report *r);
+    void *on_handoff_user;
 } mu_producer_opts;
 /* Binds, loads or creates the producer's certificate (<home>/tls/producer.*)
  * and its enrolled decoders (<home>/lane/peers), starts serving. The

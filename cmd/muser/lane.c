@@ -75,6 +75,16 @@ int cmd_tls(int argc, char **argv) {
 
 /* ---- producer ----------------------------------------------------------------- */
 
+/* One stderr line per handoff (bench/lane.sh reads it). */
+static void on_handoff(void *user, const mu_handoff_report *r) {
+    (void)user;
+    fprintf(stderr,
+            "muser producer: handoff %s: %d positions, %llu bytes, compute %.1f ms, transfer %.1f ms, exposed %.1f ms "
+            "(%.1f%% of the transfer hidden under compute)\n",
+            r->ok ? "ok" : "failed", r->n_ship, (unsigned long long)r->bytes, r->compute_s * 1e3, r->send_s * 1e3,
+            r->exposed_s * 1e3, r->send_s > 0 ? 100.0 * (1 - r->exposed_s / r->send_s) : 100.0);
+}
+
 int cmd_producer(int argc, char **argv) {
     const char *model = NULL, *listen = "127.0.0.1:4950", *kern = NULL;
     long long workers = 1, queue = 4, max_ctx = 0, ttl = 600, timeout = 30, threads = 0;
@@ -145,7 +155,7 @@ int cmd_producer(int argc, char **argv) {
     }
     mu_producer_opts po = {.host = host, .port = port, .model_path = model, .n_workers = (int)workers,
                            .queue_max = (int)queue, .max_ctx = (int)max_ctx, .enroll = enroll,
-                           .enroll_ttl_s = (int)ttl, .timeout_ms = (int)timeout * 1000};
+                           .enroll_ttl_s = (int)ttl, .timeout_ms = (int)timeout * 1000, .on_handoff = on_handoff};
     if (mu_producer_start(e, &po, &p, &err)) {
         cli_fail("muser producer: %s", err.msg);
         goto done;

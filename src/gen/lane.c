@@ -349,7 +349,24 @@ typedef struct {
     bool done, failed;
     mu_err err;
     uint64_t bytes;
+    double send_s;   /* the sender's time writing frames */
+    double hidden_s; /* of which while the worker computed */
+    double comp_t0;  /* > 0 while the worker runs a step */
+    double (*iv)[2]; /* the worker's finished steps [start, end] */
+    int n_iv, cap_iv;
 } out_stream;
+
+/* Sender, o->mu held: the part of the write [t0, t1] that ran while the
+ * worker computed (a step in progress, or finished ones). */
+static double overlap(const out_stream *o, double t0, double t1) {
+    double h = 0;
+    if (o->comp_t0 > 0 && t1 > o->comp_t0) h += t1 - (t0 > o->comp_t0 ? t0 : o->comp_t0);
+    for (int i = o->n_iv - 1; i >= 0 && o->iv[i][1] > t0; i--) {
+        double a = o->iv[i][0] > t0 ? o->iv[i][0] : t0, b = o->iv[i][1] < t1 ? o->iv[i][1] : t1;
+        if (b > a) h += b - a;
+    }
+    return h;
+}
 
 static void record(mu_producer *p, const void *a, size_t n) {
     if (!getenv("MUSER_LANE_TAMPER") || p->rec_n + n > (256u << 20)) return;
@@ -444,10 +461,14 @@ static void *sender_main(void *arg) {
         pthread_mutex_unlock(&o->mu);
         int rc = 0;
         mu_err e = {0};
+        double t0 = now_s();
         if (!last_of_step && !o->failed) rc = put_frame(o, f->type, f->p, f->n, &e);
+        double t1 = now_s();
         free(f->p);
         free(f);
         pthread_mutex_lock(&o->mu);
+        o->send_s += t1 - t0;
+        o->hidden_s += overlap(o, t0, t1);
         if (rc && !o->failed) {
             o->failed = true;
             o->err = e;
@@ -517,6 +538,7 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     size_t bn = 0;
     int rc = 0;
     out_stream o = {.p = p, .c = c, .tam = tam};
+    double compute_s = 0;
     pthread_mutex_init(&o.mu, NULL);
     pthread_cond_init(&o.cv, NULL);
     bool sender = false;
@@ -558,6 +580,8 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         pthread_mutex_lock(&o.mu);
         while (o.queued_steps >= 2 && !o.failed) pthread_cond_wait(&o.cv, &o.mu);
         bool failed = o.failed;
+        double tc = now_s();
+        o.comp_t0 = tc;
         pthread_mutex_unlock(&o.mu);
         if (failed) break;
         pthread_mutex_lock(&p->engine_mu);
@@ -586,6 +610,17 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
             tail = &f->next;
         }
         pthread_mutex_unlock(&p->engine_mu);
+        double te = now_s();
+        compute_s += te - tc;
+        pthread_mutex_lock(&o.mu);
+        if (o.n_iv == o.cap_iv) {
+            int nc = o.cap_iv ? 2 * o.cap_iv : 64;
+            double(*ni)[2] = realloc(o.iv, (size_t)nc * sizeof *ni);
+            if (ni) o.iv = ni, o.cap_iv = nc;
+        }
+        if (o.n_iv < o.cap_iv) o.iv[o.n_iv][0] = tc, o.iv[o.n_iv][1] = te, o.n_iv++;
+        o.comp_t0 = 0;
+        pthread_mutex_unlock(&o.mu);
         frame_item *end = calloc(1, sizeof *end); /* type 0: the step's end marker */
         pthread_mutex_lock(&o.mu);
         while (fl) {
@@ -612,8 +647,10 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         rc = o.err.code ? o.err.code : MU_E_IO;
     }
     if (!rc && chunk != m->n_chunks) rc = mu_fail(err, MU_E_STATE, "lane: internal: %u chunks made, %u declared", chunk, m->n_chunks);
+    double ts = now_s();
     if (!rc && !(rc = lane_seal_encode(m, (const uint8_t(*)[32])dg, pr->key, &buf, &bn, err)))
         rc = put_frame(&o, LANE_SEAL, buf, bn, err);
+    o.send_s += now_s() - ts; /* the SEAL: after the last step, never hidden */
     if (!rc && o.held) { /* reorder of the last frame: it goes last */
         frame_item *hf = o.held;
         o.held = NULL;
@@ -647,12 +684,18 @@ out:
         free(f);
     }
     if (o.held) free(o.held->p), free(o.held);
+    free(o.iv);
     pthread_mutex_destroy(&o.mu);
     pthread_cond_destroy(&o.cv);
     pthread_mutex_lock(&p->mu);
     p->st.n_bytes += o.bytes;
     pthread_mutex_unlock(&p->mu);
     if (rc && !lane_reason(err)) send_abort(c, LANE_ABORT_INTERNAL, err->msg);
+    if (p->o.on_handoff) {
+        mu_handoff_report r = {.n_ship = (int)h->n_ship, .bytes = o.bytes, .compute_s = compute_s, .send_s = o.send_s,
+                               .exposed_s = o.send_s - o.hidden_s, .ok = !rc};
+        p->o.on_handoff(p->o.on_handoff_user, &r);
+    }
     mu_session_free(s);
     free(buf);
     free(dg);

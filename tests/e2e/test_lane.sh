@@ -237,6 +237,28 @@ assert len(r["tokens"]) == 4
 EOF
 kill $SP; wait $SP 2>/dev/null
 
+# ---- the bundled default model: its own producer and decoder homes ------------------
+DEF=$PWD/models/muser-default.gguf
+if [ -f "$DEF" ]; then
+  MUSER_HOME=$T/pdef "$MUSER" producer -m "$DEF" --listen 127.0.0.1:0 --enroll >"$T/pdef.out" 2>"$T/pdef.err" &
+  DP=$!; PIDS+=("$DP")
+  for _ in $(seq 300); do grep -q '^muser-enroll-token: ' "$T/pdef.out" && break; sleep 0.1; done
+  DPORT=$(sed -n 's/.* on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/pdef.err")
+  DTOK=$(sed -n 's/^muser-enroll-token: //p' "$T/pdef.out")
+  MUSER_HOME=$T/ddef "$MUSER" node add def 127.0.0.1:$DPORT --token "$DTOK" -m "$DEF" --qualify-tokens 600 >"$T/dadd" 2>&1 \
+    && ok "default model: node add qualified" || bad "default model: node add: $(cat "$T/dadd")"
+  for n in 600 1500; do
+    P=$(ids $n 7)
+    MUSER_HOME=$T/ddef "$MUSER" run -m "$DEF" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 >"$T/dl" 2>&1
+    MUSER_HOME=$T/ddef "$MUSER" run -m "$DEF" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 --prefill remote >"$T/dr" 2>"$T/dre"
+    [ -s "$T/dr" ] && cmp -s "$T/dl" "$T/dr" && grep -q 'prefilled by the node' "$T/dre" \
+      && ok "default model: run --prefill remote, $n tokens: equal to local" || bad "default model $n tokens: $(cat "$T/dre")"
+  done
+  kill $DP; wait $DP 2>/dev/null
+else
+  echo "skip default model: $DEF is absent"
+fi
+
 # ---- remove ----------------------------------------------------------------------------------
 "$MUSER" node remove gpu1 >/dev/null 2>&1 && [ ! -f "$MUSER_HOME/lane/nodes/gpu1.json" ] && ok "node remove" || bad "node remove"
 out=$("$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" -n 2 --prefill remote 2>&1) && bad "remote without a node" || ok "no node registered: $out"
