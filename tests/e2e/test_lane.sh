@@ -82,6 +82,15 @@ for n in 10 100 513 700 1100; do
     || bad "$n tokens: remote differs from local"
 done
 
+# ---- chat: the first turn's prompt from the node, the second turn local ------------------
+MSG=$(python3 -c "print(' '.join('word%d' % (i % 50) for i in range(700)))")
+printf '%s\nsecond turn\n' "$MSG" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 >"$T/cl" 2>&1
+h0=$(grep -c 'handoff ok' "$T/prod.err")
+printf '%s\nsecond turn\n' "$MSG" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 --prefill remote >"$T/cr" 2>&1
+h1=$(grep -c 'handoff ok' "$T/prod.err")
+[ -s "$T/cr" ] && cmp -s "$T/cl" "$T/cr" && [ $((h1 - h0)) = 1 ] && ok "chat --prefill remote: two turns equal local, one handoff" \
+  || bad "chat --prefill remote ($((h1 - h0)) handoffs): $(head -c 300 "$T/cr")"
+
 # ---- serve: 1 and 2 slots, concurrent requests ------------------------------------
 serve_check() {
   local slots=$1
