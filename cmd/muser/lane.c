@@ -75,7 +75,7 @@ int cmd_tls(int argc, char **argv) {
 
 /* ---- producer ----------------------------------------------------------------- */
 
-/* One stderr line per handoff (bench/lane.sh reads it). */
+/* One stderr line per handoff (bench/lane reads it). */
 static void on_handoff(void *user, const mu_handoff_report *r) {
     (void)user;
     fprintf(stderr,

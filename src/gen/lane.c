@@ -1289,6 +1289,7 @@ void mu_lane_free(mu_lane *l) {
 int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
     *remote = false;
     if (!l || l->o.mode == MU_PREFILL_LOCAL || q->install || q->embd) return 0;
+    if (q->n_prompt >= l->o.n_ctx) return 0; /* the scheduler refuses it: no handoff for nothing */
     int n_ship = (q->n_prompt - 1) / l->o.step * l->o.step;
     pthread_mutex_lock(&l->mu);
     if (n_ship < 1) {
