@@ -85,7 +85,9 @@ typedef struct {
     int n_ctx;              /* the slots' context (the ring size is part of the identity) */
     int breaker_failures;   /* auto: this many failures in a row open the breaker; 0: 3 */
     int breaker_s;          /* auto: for this long; 0: 30 */
-    int timeout_ms;         /* connect, every read and write; 0: 30000 */
+    int timeout_ms;         /* connect, every read and write; 0: 30000 (the producer pings every 5 s
+                               while it computes) */
+    int deadline_s;         /* a whole handoff; 0: 3600 */
 } mu_lane_opts;
 /* Loads the node from the registry, this end's certificate and the replay
  * ledger. With mode LOCAL it does nothing and *out is NULL. */

@@ -448,11 +448,31 @@ static int put_frame(out_stream *o, unsigned type, uint8_t *pl, size_t n, mu_err
     }
 }
 
+/* While a step computes for longer than this, the sender writes PING
+ * frames, so the decoder's per-read timeout measures the link, not the
+ * producer's speed. */
+#define PING_S 5
+
 static void *sender_main(void *arg) {
     out_stream *o = arg;
     pthread_mutex_lock(&o->mu);
     for (;;) {
-        while (!o->head && !o->done) pthread_cond_wait(&o->cv, &o->mu);
+        while (!o->head && !o->done) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += PING_S;
+            if (pthread_cond_timedwait(&o->cv, &o->mu, &ts) == ETIMEDOUT && !o->head && !o->done && !o->failed &&
+                !o->broken) {
+                pthread_mutex_unlock(&o->mu);
+                mu_err e = {0};
+                int rc = conn_write_frame(o->c, LANE_PING, NULL, 0, &e);
+                pthread_mutex_lock(&o->mu);
+                if (rc && !o->failed) {
+                    o->failed = true;
+                    o->err = e;
+                }
+            }
+        }
         if (!o->head) break;
         frame_item *f = o->head;
         o->head = f->next;
@@ -1083,6 +1103,16 @@ static int peer_abort(const uint8_t *p, uint32_t len, mu_err *err) {
     return mu_fail(err, MU_E_STATE, "lane: abort: the producer said (%u): %s", code, why);
 }
 
+/* The next frame that is not a PING; the whole handoff must end by deadline. */
+static int read_data_frame(conn *c, uint8_t **buf, size_t *cap, unsigned *type, const uint8_t **pl, uint32_t *len,
+                           double deadline, mu_err *err) {
+    for (;;) {
+        int rc = conn_read_frame(c, buf, cap, type, pl, len, err);
+        if (rc || *type != LANE_PING) return rc;
+        if (now_s() > deadline) return mu_fail(err, MU_E_IO, "lane: timeout: the handoff did not end within its deadline");
+    }
+}
+
 static int fetch(mu_lane *l, const int32_t *tokens, int n_ship, int n_ctx, shadow **out, mu_err *err) {
     const mu_model *model = mu_engine_model(l->e);
     conn *c = NULL;
@@ -1175,8 +1205,9 @@ static int fetch(mu_lane *l, const int32_t *tokens, int n_ship, int n_ctx, shado
         off += 2ull * m->layers[i].count * m->row_bytes;
     }
     sh->wire_bytes = LANE_HDR + len;
+    double deadline = now_s() + l->o.deadline_s;
     for (uint32_t i = 0; i < m->n_chunks; i++) {
-        if ((rc = conn_read_frame(c, &buf, &cap, &type, &pl, &len, err))) goto out;
+        if ((rc = read_data_frame(c, &buf, &cap, &type, &pl, &len, deadline, err))) goto out;
         sh->wire_bytes += LANE_HDR + len;
         if (type == LANE_ABORT) {
             rc = peer_abort(pl, len, err);
@@ -1195,7 +1226,7 @@ static int fetch(mu_lane *l, const int32_t *tokens, int n_ship, int n_ctx, shado
         memcpy(sh->rows[il] + at, rows, (size_t)n * rb);
         memcpy(sh->rows[il] + kbytes + at, rows + (size_t)n * rb, (size_t)n * rb);
     }
-    if ((rc = conn_read_frame(c, &buf, &cap, &type, &pl, &len, err))) goto out;
+    if ((rc = read_data_frame(c, &buf, &cap, &type, &pl, &len, deadline, err))) goto out;
     sh->wire_bytes += LANE_HDR + len;
     if (type == LANE_ABORT) {
         rc = peer_abort(pl, len, err);
@@ -1241,6 +1272,7 @@ static int lane_open(mu_engine *e, const char *model_path, const char *node, con
     if (l->o.breaker_failures <= 0) l->o.breaker_failures = 3;
     if (l->o.breaker_s <= 0) l->o.breaker_s = 30;
     if (l->o.timeout_ms <= 0) l->o.timeout_ms = DEFAULT_TIMEOUT_MS;
+    if (l->o.deadline_s <= 0) l->o.deadline_s = 3600;
     l->st.breaker_failures = l->o.breaker_failures;
     l->st.breaker_s = l->o.breaker_s;
     pthread_mutex_init(&l->mu, NULL);

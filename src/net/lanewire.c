@@ -108,6 +108,7 @@ static uint32_t type_limit(unsigned type) {
     case LANE_HELLO: return 256 + 4u * LANE_MAX_TOKENS;
     case LANE_LAYER: return LANE_MAX_FRAME;
     case LANE_BEGIN: case LANE_ABORT: case LANE_ACK: case LANE_INFO: return LANE_MAX_SMALL;
+    case LANE_PING: return UINT32_MAX; /* any length is refused below; 0 is the only one */
     case LANE_SEAL: return LANE_MAX_SMALL + 32u * LANE_MAX_CHUNKS;
     default: return 0;
     }
@@ -119,6 +120,7 @@ int lane_frame_parse(const uint8_t hdr[LANE_HDR], unsigned *type, uint32_t *len,
     unsigned t = hdr[4];
     uint32_t lim = type_limit(t), l = get32(hdr + 8);
     if (!lim) return FMT("frame", "unknown frame type %u", t);
+    if (t == LANE_PING && l) return FMT("frame", "PING of %u bytes (it is empty)", l);
     if (l > lim) return FMT("limit", "frame type %u of %u bytes exceeds %u", t, l, lim);
     *type = t;
     *len = l;

@@ -37,6 +37,7 @@ enum {
     LANE_ABORT = 5, /* either way: code and reason; the handoff is void */
     LANE_ACK = 6,   /* decoder -> producer: committed (or not) */
     LANE_INFO = 7,  /* producer -> decoder: identity and epoch (probe, enroll) */
+    LANE_PING = 8,  /* producer -> decoder, empty: still computing (between LAYER frames) */
 };
 enum { LANE_ASK_HANDOFF = 1, LANE_ASK_ENROLL = 2, LANE_ASK_PROBE = 3 };
 enum { LANE_CLASS_FULL = 1, LANE_CLASS_SLIDING = 2 }; /* full = NoPE, sliding = RoPE */

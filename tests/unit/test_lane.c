@@ -188,6 +188,10 @@ static void test_layer_frames(void **st) {
     lane_frame_header(h, LANE_BEGIN, LANE_MAX_SMALL + 1);
     assert_int_not_equal(lane_frame_parse(h, &t, &l, &err), 0);
     assert_string_equal(lane_reason(&err), "limit");
+    lane_frame_header(h, LANE_PING, 0); /* the heartbeat is empty */
+    assert_int_equal(lane_frame_parse(h, &t, &l, &err), 0);
+    lane_frame_header(h, LANE_PING, 1);
+    assert_int_not_equal(lane_frame_parse(h, &t, &l, &err), 0);
     lane_frame_header(h, 99, 1);
     assert_int_not_equal(lane_frame_parse(h, &t, &l, &err), 0);
     lane_frame_header(h, LANE_ACK, 20);
