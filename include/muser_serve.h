@@ -36,6 +36,7 @@ typedef struct {
     const char *cors_origins;  /* NULL: no CORS headers; "*" or comma-separated origins (--cors) */
     const char *backend;       /* the engine's backend ("cpu", "cuda"), shown by /snapshot; may be NULL */
     const char *kernels;       /* the CPU kernel table, shown by /snapshot; may be NULL */
+    mu_kv_cache *cache;        /* the scheduler's prefix cache, counted by /metrics and /snapshot; may be NULL */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

@@ -15,6 +15,13 @@
  * slot (the leader) evaluates the prompt; the others wait, then copy its KV
  * state and final logits (mu_session_state_save/load) instead of evaluating
  * the prompt again.
+ * Prompt reuse (keep_prefix jobs): the slot's own common prefix first, then
+ * the prefix cache and its pack store (mu_sched_opts.cache, src/kv) when
+ * they hold more; after every forward each slot's completed blocks are
+ * handed to the cache, and every change to a session's rows that does not
+ * come from its own forwards cuts its lineage (hist_cut,
+ * mu_kv_lineage_foreign) so the cache never files rows under the wrong
+ * parent.
  * Speculative decoding (docs/speculative.md): a job with a draft method
  * feeds its last token and up to draft_max drafted ones as one solo item
  * (mu_batch_item.solo: logits bit-identical to one decode step per token),
@@ -130,6 +137,7 @@ typedef struct {
     int n_hist;
     mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
     int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
+    mu_kv_lineage *lin;   /* which prefix-cache nodes the session's rows came from (with a cache) */
     int n_drafted;        /* this step's draft() result (speculating jobs) */
 } slot;
 
@@ -155,7 +163,15 @@ struct mu_sched {
     bool item_last[MU_SCHED_MAX_SLOTS];
     int item_n[MU_SCHED_MAX_SLOTS];
     bool item_spec[MU_SCHED_MAX_SLOTS]; /* a verification block (solo, all logits) */
+    bool item_embd[MU_SCHED_MAX_SLOTS]; /* an embedding job's chunk (not captured) */
 };
+
+/* The slot's session now holds only the first n positions of its history
+ * (0: reset, or rows that came from elsewhere). */
+static void hist_cut(slot *sl, int n) {
+    sl->n_hist = n;
+    mu_kv_lineage_cut(sl->lin, n);
+}
 
 static double now_ms(void) {
     struct timespec ts;
@@ -460,11 +476,11 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
     int keep = p0 + 1 + acc;
     if (mu_session_truncate(sl->sess, keep, &err)) { /* the ring lost rows: cannot happen for a block <= 64 */
         mu_session_reset(sl->sess);
-        sl->n_hist = 0;
+        hist_cut(sl, 0);
         slot_release(s, i, MU_FINISH_ERROR, err.msg);
         return;
     }
-    sl->n_hist = keep;
+    hist_cut(sl, keep);
     pthread_mutex_lock(&s->mu);
     s->info[i].n_past = keep;
     pthread_mutex_unlock(&s->mu);
@@ -480,13 +496,14 @@ static void group_join(mu_sched *s, int i) {
     if (g->ready) {
         mu_err err;
         mu_session_reset(sl->sess);
-        sl->n_hist = 0;
+        hist_cut(sl, 0);
         if (mu_session_state_load(sl->sess, g->state, g->state_n, &err)) {
             g->failed = true; /* evaluate the prompt like a lone job */
             mu_session_reset(sl->sess);
             return;
         }
         sl->n_fed = sl->job->n_prompt;
+        mu_kv_lineage_foreign(sl->lin, sl->job->n_prompt); /* the leader's rows */
         sl->job->st.prompt_shared = true;
         memcpy(sl->hist, sl->job->prompt, (size_t)sl->job->n_prompt * sizeof *sl->hist);
         sl->n_hist = sl->job->n_prompt;
@@ -557,10 +574,11 @@ static bool slot_start(mu_sched *s, int i) {
                          mu_session_n_past(sl->sess), j->n_installed);
         if (rc) {
             mu_session_reset(sl->sess);
-            sl->n_hist = 0;
+            hist_cut(sl, 0);
             slot_release(s, i, MU_FINISH_ERROR, err.msg);
             return false;
         }
+        mu_kv_lineage_foreign(sl->lin, j->n_installed); /* the installer's rows */
         keep = j->n_installed;
         memcpy(sl->hist, j->prompt, (size_t)keep * sizeof *sl->hist);
         sl->n_fed = sl->n_hist = keep;
@@ -569,18 +587,38 @@ static bool slot_start(mu_sched *s, int i) {
         spec_learn_prompt(sl, j);
         return true;
     }
+    int src = MU_KV_SRC_NONE;
     if (j->keep_prefix && !j->grp) {
+        /* the reuse ladder: the live slot, then the prefix cache and the
+         * pack store when they hold more (at least one prompt token is
+         * evaluated again, for its logits) */
         keep = common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt);
         if (keep > j->n_prompt - 1) keep = j->n_prompt - 1;
         mu_err err;
         if (keep > 0 && mu_session_truncate(sl->sess, keep, &err)) keep = 0;
+        if (keep > 0) src = MU_KV_SRC_SLOT;
+        if (s->o.cache) {
+            hist_cut(sl, keep);
+            int from, n = mu_kv_cache_restore(s->o.cache, sl->sess, sl->lin, j->prompt, j->n_prompt - 1, keep, &from);
+            if (n > 0) {
+                memcpy(sl->hist, j->prompt, (size_t)n * sizeof *sl->hist);
+                keep = n;
+                src = from;
+            } else if (mu_session_n_past(sl->sess) != keep) { /* a failed restore emptied the session */
+                keep = 0;
+                src = MU_KV_SRC_NONE;
+            }
+        }
     }
     if (keep == 0) mu_session_reset(sl->sess);
     sl->n_fed = keep;
-    sl->n_hist = keep;
+    hist_cut(sl, keep);
     j->st.n_reused = keep;
+    j->st.reuse_src = src;
     pthread_mutex_lock(&s->mu);
     s->m.n_prompt_cached += (uint64_t)keep;
+    s->m.n_reused_src[src] += (uint64_t)keep;
+    if (j->keep_prefix) s->m.n_reuse_jobs[src]++;
     pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
     spec_learn_prompt(sl, j);
@@ -686,6 +724,7 @@ static void *engine_main(void *arg) {
                 it->embd = NULL;
                 it->solo = false;
                 s->item_spec[n_items] = false;
+                s->item_embd[n_items] = sl->job->embd_pool != MU_EMBD_OFF;
                 if (decoding && spec) {
                     /* while drafting is on, every step rounds solo, drafts or not */
                     sl->blk[0] = sl->last;
@@ -734,7 +773,7 @@ static void *engine_main(void *arg) {
             for (int k = 0; k < n_items; k++) {
                 slot *sl = &s->slots[s->item_slot[k]];
                 mu_session_reset(sl->sess);
-                sl->n_hist = 0;
+                hist_cut(sl, 0);
                 slot_release(s, s->item_slot[k], MU_FINISH_ERROR, err.msg);
             }
             continue;
@@ -768,6 +807,13 @@ static void *engine_main(void *arg) {
             if (prefilling) group_publish(s, i, lg);
             step(s, i, lg);
         }
+        /* the prefix cache copies the blocks the sessions completed (the
+         * slots' sessions and histories outlive their jobs) */
+        for (int k = 0; s->o.cache && k < n_items; k++) {
+            slot *sl = &s->slots[s->item_slot[k]];
+            if (!s->item_embd[k] && mu_session_n_past(sl->sess) == sl->n_hist)
+                mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
+        }
     }
     /* shutting down: finish every running and queued job */
     for (int i = 0; i < s->o.n_slots; i++)
@@ -790,6 +836,7 @@ static void *engine_main(void *arg) {
 static void slots_free(mu_sched *s) {
     for (int i = 0; i < s->o.n_slots; i++) {
         mu_session_free(s->slots[i].sess);
+        mu_kv_lineage_free(s->slots[i].lin);
         free(s->slots[i].hist);
         mu_ngram_free(s->slots[i].ng);
     }
@@ -818,6 +865,7 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
         int rc = mu_session_new(e, o->n_ctx, &s->slots[i].sess, err);
         if (!rc && !(s->slots[i].hist = malloc((size_t)o->n_ctx * sizeof(int32_t))))
             rc = mu_fail(err, MU_E_NOMEM, "sched: out of memory");
+        if (!rc && o->cache) rc = mu_kv_lineage_new(o->cache, o->n_ctx, &s->slots[i].lin, err);
         if (rc) {
             slots_free(s);
             free(s);

@@ -38,6 +38,7 @@ typedef struct {
     char backend[16];          /* "cpu", "cuda": for /snapshot */
     char kernels[32];          /* the CPU kernel table, for /snapshot */
     double t_start_mono;       /* CLOCK_MONOTONIC seconds at start, for /snapshot */
+    mu_kv_cache *cache;        /* the prefix cache (--cache-bytes, --pack-dir), or NULL */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */

@@ -96,6 +96,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->any_model = o->any_model;
     snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
     snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
+    a->cache = o->cache;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     a->t_start_mono = ts.tv_sec + ts.tv_nsec * 1e-9;

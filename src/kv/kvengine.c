@@ -536,6 +536,33 @@ int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, co
     return rc;
 }
 
+/* ---- the store's prefix match ------------------------------------------- */
+
+int kv_pack_prefix_of(const char *dir, const uint8_t root[32], const mu_kv_ident *id, const mu_session *s,
+                      const int32_t *tokens, int n, int *n_pack, mu_err *err) {
+    *n_pack = 0;
+    kv_keys keys;
+    schedule(root, &keys);
+    kv_mem *mem = kv_mem_new();
+    kv_manifest m;
+    int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    if (!rc) rc = check_ident(&m, id, ring_of(s), err);
+    /* a delta pack, or one longer than the prompt, holds no prefix of it */
+    if (!rc && m.schema.kind == 0 && m.cut.token_count > 0 && m.cut.token_count <= (uint64_t)n) {
+        for (uint64_t i = 0; i < m.cut.token_count; i++)
+            if (tokens[i] < 0) goto done;
+        kv_cut cut;
+        rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)tokens,
+                          (size_t)m.cut.token_count, &cut, NULL, err);
+        if (!rc && !memcmp(cut.token_root, m.cut.token_root, 32) && !memcmp(cut.aux_root, m.cut.aux_root, 32))
+            *n_pack = (int)m.cut.token_count;
+    }
+done:
+    kv_keys_wipe(&keys);
+    kv_mem_free(mem);
+    return rc;
+}
+
 /* ---- inspect -------------------------------------------------------------- */
 
 static int hex(char *o, const uint8_t *p) {

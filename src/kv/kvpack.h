@@ -258,4 +258,14 @@ typedef struct {
 } kv_pack_header;
 int kv_pack_header_read(const uint8_t *p, size_t n, kv_pack_header *out, mu_err *err);
 
+/* ---- the store (kvengine.c) ------------------------------------------ */
+struct mu_kv_ident;
+struct mu_session;
+/* The pack at dir, for engine id and a session like s, holds a prefix of
+ * tokens[0, n): *n_pack its length (0: it holds something else). A status
+ * when the pack cannot be read, does not authenticate, or belongs to
+ * another identity. */
+int kv_pack_prefix_of(const char *dir, const uint8_t root[32], const struct mu_kv_ident *id,
+                      const struct mu_session *s, const int32_t *tokens, int n, int *n_pack, mu_err *err);
+
 #endif
