@@ -119,6 +119,25 @@ ask d0 "$P" true
 [ "$(src_of d0)" = "none 0" ] && ok "--cache-bytes 0: no prefix cache" || bad "--cache-bytes 0: $(src_of d0)"
 [ -z "$(metric prefix_cache_nodes)" ] && ok "--cache-bytes 0: no prefix_cache metrics" || bad "metrics with no cache"
 stop_server
+# the bundled model (window 256): the same two promises
+if [ -f models/muser-default.gguf ]; then
+  MODEL=models/muser-default.gguf
+  start_server --parallel 1 --ctx 2048 --threads 1 || { bad "server start (bundled model)"; exit 1; }
+  ask ba "$P" true
+  ask bu "$U" true
+  ask bd "$P" true
+  [ "$(src_of bd)" = "cache 512" ] && same ba bd && ok "bundled model: 512 cached tokens, the answer bit for bit" || bad "bundled model: $(src_of bd)"
+  stop_server
+  start_server --parallel 1 --ctx 2048 --threads 1 --cache-block 16 || { bad "server start (bundled model, block 16)"; exit 1; }
+  ask bu16 "$U" true
+  ask bd16 "$P" true # U's blocks only: nothing
+  ask bu16 "$U" true
+  ask bd16 "$P" true
+  [ "$(src_of bd16)" = "cache 592" ] && greedy_same bd16 ba && ok "bundled model, block 16: greedy ids = the cold run (tie-aware)"     || bad "bundled model block 16: $(src_of bd16)"
+  stop_server
+else
+  echo "skip bundled model: models/muser-default.gguf is absent"
+fi
 out=$("$MUSER" serve -m "$MODEL" --cache-bytes 12X 2>&1); [ $? != 0 ] && echo "$out" | grep -q "cache-bytes must be" && ok "bad --cache-bytes refused" || bad "bad --cache-bytes: $out"
 
 echo "test_serve_prefix: $npass passed, $nfail failed"
