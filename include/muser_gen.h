@@ -255,6 +255,35 @@ typedef struct {
     int n_prompt, n_gen;
 } mu_sched_slot_info;
 
+/* ---- a slot's KV state as a pack (llama.cpp's /slots/{id}?action=...) ---- */
+typedef enum { MU_SLOT_SAVE, MU_SLOT_RESTORE, MU_SLOT_ERASE } mu_slot_action;
+typedef struct {
+    mu_slot_action action;
+    int slot;                 /* 0..n_slots-1 */
+    const char *dir;          /* SAVE, RESTORE: the pack directory (copied) */
+    const mu_kv_ident *id;    /* SAVE, RESTORE: the engine's identity (must outlive the op) */
+    const uint8_t *key;       /* SAVE, RESTORE: the root key (copied, wiped with the op) */
+} mu_slot_req;
+typedef struct {
+    int n_tokens;             /* saved, restored or erased positions */
+    uint64_t n_bytes;         /* SAVE: bytes written; RESTORE: bytes of the pack read */
+    double ms;                /* how long the engine thread worked on it */
+} mu_slot_result;
+typedef struct mu_slot_op mu_slot_op;
+/* Queues the action; the engine thread runs it between steps. SAVE writes
+ * the slot's session and token ids (mu_kv_save_opts.with_tokens) to dir;
+ * RESTORE replaces the slot's session and history with the pack's, so the
+ * next keep_prefix job reuses them; ERASE forgets them. A slot with a job
+ * running (or assigned by then) fails with MU_E_STATE. notify(user) runs on
+ * the engine thread once the result is readable (not after mu_slot_op_free
+ * returned). */
+int mu_sched_slot_submit(mu_sched *s, const mu_slot_req *rq, void (*notify)(void *user), void *user,
+                         mu_slot_op **out, mu_err *err);
+/* 1 when done (*rc the status, res or err filled), 0 while pending. */
+int mu_slot_op_result(mu_slot_op *op, int *rc, mu_slot_result *res, mu_err *err);
+/* Any time; NULL is fine. */
+void mu_slot_op_free(mu_slot_op *op);
+
 void mu_sched_get_metrics(mu_sched *s, mu_sched_metrics *m);
 void mu_sched_get_slot(mu_sched *s, int i, mu_sched_slot_info *info);
 

@@ -45,6 +45,9 @@ enum { MU_KV_CODEC_RAW = 1, MU_KV_CODEC_LOSSLESS = 2 };
 typedef struct {
     int codec;    /* MU_KV_CODEC_RAW (0 means raw) or MU_KV_CODEC_LOSSLESS */
     bool plain;   /* chunks and manifest unencrypted (still authenticated) */
+    bool with_tokens; /* also tokens.kvtok: the token ids, always encrypted, bound to the
+                         manifest's input cut, so that a restore knows them (slot saves,
+                         chat /save); without it a pack holds only the ids' HMAC chain */
 } mu_kv_save_opts;
 
 /* Writes session s (which holds exactly the n tokens' positions) to dir,
@@ -62,6 +65,14 @@ int mu_kv_pack_verify(const char *dir, const uint8_t key[32], const mu_kv_ident 
  * s is reset (holds nothing). *n_restored: the positions now present. */
 int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t key[32],
                        int *n_restored, mu_err *err);
+
+/* The token ids of a pack saved with_tokens (malloc'ed, *n of them):
+ * decrypted, then checked against the manifest's input cut (a sidecar of
+ * another pack or another key is refused). MU_E_UNSUPPORTED without one. */
+int mu_kv_pack_tokens(const char *dir, const uint8_t key[32], int32_t **tokens, int *n, mu_err *err);
+
+/* The bytes of a pack directory's files (manifest, chunks, sidecar). */
+int mu_kv_pack_bytes(const char *dir, uint64_t *bytes, mu_err *err);
 
 /* A description of the pack as one JSON object (malloc'ed): always the
  * envelope header; with a key that authenticates it, the manifest's

@@ -7,6 +7,7 @@
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS]
  *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--key-file F]
+ *               [--slot-save-path DIR]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -36,6 +37,7 @@ static int usage(void) {
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--key-file F]\n"
+            "                   [--slot-save-path DIR]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -96,7 +98,7 @@ int cmd_serve(int argc, char **argv) {
     cli_spec spec = {0};
     size_t cache_bytes = MU_KV_CACHE_DEFAULT_BYTES;
     long long cache_block = MU_KV_CACHE_DEFAULT_BLOCK;
-    const char *pack_dir = NULL, *kv_key_file = NULL;
+    const char *pack_dir = NULL, *kv_key_file = NULL, *slot_dir = NULL;
     for (int i = 1; i < argc; i++) {
         int bo = cli_backend_opt("muser serve", argc, argv, &i, &backend);
         if (bo < 0) return 1;
@@ -136,6 +138,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cache-block")) { NEED(); if (!cli_int(v, 1, 4096, &cache_block)) return cli_fail("muser serve: --cache-block must be 1..4096 tokens: %s", v); }
         else if (!strcmp(a, "--pack-dir")) { NEED(); pack_dir = v; }
         else if (!strcmp(a, "--key-file")) { NEED(); kv_key_file = v; }
+        else if (!strcmp(a, "--slot-save-path")) { NEED(); slot_dir = v; }
         else if (!strcmp(a, "--alias")) {
             NEED();
             if (!*v || strlen(v) > 256) return cli_fail("muser serve: --alias must be 1..256 bytes: %s", v);
@@ -200,10 +203,14 @@ int cmd_serve(int argc, char **argv) {
      * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
      * generates N tokens and then waits for its cancel */
     /* the prefix cache over the pack store (docs/kvpack.md "The server's prefix cache") */
-    if (pack_dir) {
+    if (pack_dir || slot_dir) {
         struct stat st;
-        if (stat(pack_dir, &st) || !S_ISDIR(st.st_mode)) {
+        if (pack_dir && (stat(pack_dir, &st) || !S_ISDIR(st.st_mode))) {
             cli_fail("muser serve: --pack-dir is not a directory: %s", pack_dir);
+            goto done;
+        }
+        if (slot_dir && (stat(slot_dir, &st) || !S_ISDIR(st.st_mode))) {
+            cli_fail("muser serve: --slot-save-path is not a directory: %s", slot_dir);
             goto done;
         }
         if (mu_kv_root_key(kv_key_file, root, &err) || mu_kv_ident_new(e, model, &kid, &err)) {
@@ -250,7 +257,10 @@ int cmd_serve(int argc, char **argv) {
 
                         .backend = mu_engine_backend(e),
                         .kernels = mu_engine_kern_name(e),
-                        .cache = cache};
+                        .cache = cache,
+                        .slot_save_path = slot_dir,
+                        .kv_id = kid,
+                        .kv_key = root};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;

@@ -138,13 +138,32 @@ typedef struct {
     mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
     int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
     mu_kv_lineage *lin;   /* which prefix-cache nodes the session's rows came from (with a cache) */
+    int min_keep;         /* the session may be cut back to no fewer positions: rows installed from
+                             elsewhere (packs, the prefix cache) fill a sliding layer's window only,
+                             so its older cells hold no rows of this sequence */
     int n_drafted;        /* this step's draft() result (speculating jobs) */
 } slot;
+
+struct mu_slot_op {
+    atomic_int refs;      /* the reader and the scheduler */
+    pthread_mutex_t mu;   /* guards done, rc, res, err, notify */
+    mu_slot_req rq;
+    char *dir;
+    uint8_t key[32];
+    void (*notify)(void *user);
+    void *user;
+    bool done;
+    int rc;
+    mu_slot_result res;
+    mu_err err;
+    mu_slot_op *next;     /* the scheduler's list (guarded by sched->mu) */
+};
 
 struct mu_sched {
     mu_engine *eng;
     const mu_model *model;
     int n_vocab;
+    int n_swa;            /* the sliding window, 0 when no layer slides */
     mu_sched_opts o;
     slot slots[MU_SCHED_MAX_SLOTS];
     pthread_t thr;
@@ -154,6 +173,7 @@ struct mu_sched {
     bool kick;            /* a stalled job may have been cancelled: look again */
     mu_job *q_head, *q_tail;
     int n_queued;
+    mu_slot_op *ops;      /* slot actions waiting for the engine thread */
     int hold_until;       /* test hook, cleared once reached */
     mu_sched_metrics m;
     mu_sched_slot_info info[MU_SCHED_MAX_SLOTS];
@@ -170,7 +190,15 @@ struct mu_sched {
  * (0: reset, or rows that came from elsewhere). */
 static void hist_cut(slot *sl, int n) {
     sl->n_hist = n;
+    if (n == 0) sl->min_keep = 0;
     mu_kv_lineage_cut(sl->lin, n);
+}
+
+/* The session's n positions were installed from elsewhere: its sliding
+ * layers hold the window's rows only (docs/kvpack.md). */
+static void installed(mu_sched *s, slot *sl, int n) {
+    sl->min_keep = s->n_swa && n > s->n_swa ? n - 1 : 0;
+    mu_kv_lineage_foreign(sl->lin, n);
 }
 
 static double now_ms(void) {
@@ -503,7 +531,7 @@ static void group_join(mu_sched *s, int i) {
             return;
         }
         sl->n_fed = sl->job->n_prompt;
-        mu_kv_lineage_foreign(sl->lin, sl->job->n_prompt); /* the leader's rows */
+        installed(s, sl, sl->job->n_prompt); /* the leader's rows (perhaps installed themselves) */
         sl->job->st.prompt_shared = true;
         memcpy(sl->hist, sl->job->prompt, (size_t)sl->job->n_prompt * sizeof *sl->hist);
         sl->n_hist = sl->job->n_prompt;
@@ -578,7 +606,7 @@ static bool slot_start(mu_sched *s, int i) {
             slot_release(s, i, MU_FINISH_ERROR, err.msg);
             return false;
         }
-        mu_kv_lineage_foreign(sl->lin, j->n_installed); /* the installer's rows */
+        installed(s, sl, j->n_installed); /* the installer's rows */
         keep = j->n_installed;
         memcpy(sl->hist, j->prompt, (size_t)keep * sizeof *sl->hist);
         sl->n_fed = sl->n_hist = keep;
@@ -594,6 +622,7 @@ static bool slot_start(mu_sched *s, int i) {
          * evaluated again, for its logits) */
         keep = common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt);
         if (keep > j->n_prompt - 1) keep = j->n_prompt - 1;
+        if (keep < sl->min_keep) keep = 0; /* the window before it was never in this session */
         mu_err err;
         if (keep > 0 && mu_session_truncate(sl->sess, keep, &err)) keep = 0;
         if (keep > 0) src = MU_KV_SRC_SLOT;
@@ -604,6 +633,7 @@ static bool slot_start(mu_sched *s, int i) {
                 memcpy(sl->hist, j->prompt, (size_t)n * sizeof *sl->hist);
                 keep = n;
                 src = from;
+                sl->min_keep = s->n_swa && n > s->n_swa ? n - 1 : 0; /* the cache's lineage is set */
             } else if (mu_session_n_past(sl->sess) != keep) { /* a failed restore emptied the session */
                 keep = 0;
                 src = MU_KV_SRC_NONE;
@@ -668,6 +698,130 @@ static void embd_finish(mu_sched *s, int i, int n) {
     slot_release(s, i, MU_FINISH_STOP, NULL);
 }
 
+/* ---- slot actions (engine thread) ---------------------------------------- */
+
+static void slot_op_unref(mu_slot_op *op) {
+    if (!op || atomic_fetch_sub(&op->refs, 1) != 1) return;
+    mu_kv_key_wipe(op->key);
+    pthread_mutex_destroy(&op->mu);
+    free(op->dir);
+    free(op);
+}
+
+static void slot_op_end(mu_slot_op *op, int rc, const mu_slot_result *res, const mu_err *err) {
+    pthread_mutex_lock(&op->mu);
+    op->rc = rc;
+    if (res) op->res = *res;
+    if (err) op->err = *err;
+    op->done = true;
+    if (op->notify) op->notify(op->user);
+    pthread_mutex_unlock(&op->mu);
+    slot_op_unref(op);
+}
+
+static void slot_op_run(mu_sched *s, mu_slot_op *op) {
+    mu_err err = {0};
+    mu_slot_result res = {0};
+    int rc = 0;
+    slot *sl = &s->slots[op->rq.slot];
+    double t0 = now_ms();
+    if (sl->job) {
+        rc = mu_fail(&err, MU_E_STATE, "sched: slot %d is busy", op->rq.slot);
+    } else if (op->rq.action == MU_SLOT_ERASE) {
+        res.n_tokens = sl->n_hist;
+        mu_session_reset(sl->sess);
+        hist_cut(sl, 0);
+    } else if (op->rq.action == MU_SLOT_SAVE) {
+        mu_kv_save_opts so = {.with_tokens = true};
+        res.n_tokens = sl->n_hist;
+        if (sl->n_hist < 1 || mu_session_n_past(sl->sess) != sl->n_hist)
+            rc = mu_fail(&err, MU_E_STATE, "sched: slot %d holds no tokens to save", op->rq.slot);
+        if (!rc) rc = mu_kv_pack_save(sl->sess, op->rq.id, sl->hist, sl->n_hist, op->key, &so, op->dir, &err);
+        if (!rc) rc = mu_kv_pack_bytes(op->dir, &res.n_bytes, &err);
+    } else {
+        int32_t *ids = NULL;
+        int n_ids = 0, n = 0;
+        mu_session_reset(sl->sess);
+        hist_cut(sl, 0);
+        rc = mu_kv_pack_tokens(op->dir, op->key, &ids, &n_ids, &err);
+        if (!rc && n_ids > mu_session_n_ctx(sl->sess))
+            rc = mu_fail(&err, MU_E_ARG, "sched: the pack holds %d positions, the slot's context is %d", n_ids,
+                         mu_session_n_ctx(sl->sess));
+        if (!rc) rc = mu_kv_pack_restore(sl->sess, op->rq.id, op->dir, op->key, &n, &err);
+        if (!rc && n != n_ids) rc = mu_fail(&err, MU_E_STATE, "sched: the pack restored %d positions, not %d", n, n_ids);
+        if (!rc) {
+            memcpy(sl->hist, ids, (size_t)n * sizeof *sl->hist);
+            sl->n_hist = n;
+            installed(s, sl, n);
+            res.n_tokens = n;
+            rc = mu_kv_pack_bytes(op->dir, &res.n_bytes, &err);
+        } else {
+            mu_session_reset(sl->sess);
+        }
+        free(ids);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->info[op->rq.slot].n_past = mu_session_n_past(sl->sess);
+    pthread_mutex_unlock(&s->mu);
+    res.ms = now_ms() - t0;
+    slot_op_end(op, rc, &res, &err);
+}
+
+int mu_sched_slot_submit(mu_sched *s, const mu_slot_req *rq, void (*notify)(void *user), void *user,
+                         mu_slot_op **out, mu_err *err) {
+    if (rq->slot < 0 || rq->slot >= s->o.n_slots)
+        return mu_fail(err, MU_E_ARG, "sched: no slot %d (0..%d)", rq->slot, s->o.n_slots - 1);
+    if (rq->action != MU_SLOT_ERASE && (!rq->dir || !rq->id || !rq->key))
+        return mu_fail(err, MU_E_ARG, "sched: save and restore need a directory, an identity and a key");
+    mu_slot_op *op = calloc(1, sizeof *op);
+    if (!op || (rq->dir && !(op->dir = strdup(rq->dir)))) {
+        free(op);
+        return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
+    }
+    atomic_init(&op->refs, 2);
+    pthread_mutex_init(&op->mu, NULL);
+    op->rq = *rq;
+    op->rq.dir = op->dir;
+    if (rq->key) memcpy(op->key, rq->key, 32);
+    op->rq.key = NULL;
+    op->notify = notify;
+    op->user = user;
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        slot_op_unref(op);
+        slot_op_unref(op);
+        return mu_fail(err, MU_E_STATE, "sched: shutting down");
+    }
+    mu_slot_op **pp = &s->ops;
+    while (*pp) pp = &(*pp)->next;
+    *pp = op;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    *out = op;
+    return 0;
+}
+
+int mu_slot_op_result(mu_slot_op *op, int *rc, mu_slot_result *res, mu_err *err) {
+    pthread_mutex_lock(&op->mu);
+    bool done = op->done;
+    if (done) {
+        *rc = op->rc;
+        if (res) *res = op->res;
+        if (err) *err = op->err;
+    }
+    pthread_mutex_unlock(&op->mu);
+    return done;
+}
+
+void mu_slot_op_free(mu_slot_op *op) {
+    if (!op) return;
+    pthread_mutex_lock(&op->mu);
+    op->notify = NULL;
+    pthread_mutex_unlock(&op->mu);
+    slot_op_unref(op);
+}
+
 static void *engine_main(void *arg) {
     mu_sched *s = arg;
     mu_err err;
@@ -677,13 +831,20 @@ static void *engine_main(void *arg) {
         for (;;) {
             if (s->stop) break;
             admit(s);
-            bool any = false;
+            bool any = s->ops != NULL;
             for (int i = 0; i < s->o.n_slots; i++) any |= s->slots[i].job != NULL;
             if (any) break;
             pthread_cond_wait(&s->cv, &s->mu);
         }
         bool stop = s->stop;
+        mu_slot_op *ops = s->ops;
+        s->ops = NULL;
         pthread_mutex_unlock(&s->mu);
+        while (ops) { /* in submission order: the list is kept that way */
+            mu_slot_op *nx = ops->next;
+            slot_op_run(s, ops);
+            ops = nx;
+        }
         if (stop) break;
 
         for (int i = 0; i < s->o.n_slots; i++) {
@@ -815,6 +976,17 @@ static void *engine_main(void *arg) {
                 mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
         }
     }
+    /* shutting down: end every slot action that is still waiting */
+    pthread_mutex_lock(&s->mu);
+    mu_slot_op *ops = s->ops;
+    s->ops = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (ops) {
+        mu_slot_op *nx = ops->next;
+        mu_err e = {0};
+        slot_op_end(ops, mu_fail(&e, MU_E_STATE, "server: shutting down"), NULL, &e);
+        ops = nx;
+    }
     /* shutting down: finish every running and queued job */
     for (int i = 0; i < s->o.n_slots; i++)
         if (s->slots[i].job) slot_release(s, i, MU_FINISH_CANCEL, "server: shutting down");
@@ -857,6 +1029,9 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     s->eng = e;
     s->model = mu_engine_model(e);
     s->n_vocab = mu_model_get_info(s->model)->n_vocab;
+    const mu_model_info *MI = mu_model_get_info(s->model);
+    for (int il = 0; il < MI->n_layer; il++)
+        if (MI->swa_layers[il]) s->n_swa = MI->n_swa;
     s->o = *o;
     s->hold_until = o->hold_until;
     s->m.n_slots = o->n_slots;

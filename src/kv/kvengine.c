@@ -11,6 +11,7 @@
  * positions (rows beyond n_past are not state), and commits n_past only
  * when every chunk has verified; any failure resets the session, so nothing
  * half-installed is ever visible. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +20,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 
 #include "../../include/muser_kv.h"
 #include "../engine/engine.h"
@@ -307,6 +311,49 @@ static void chunk_name(const uint8_t okey[32], char out[80]) {
     strcpy(out + 64, ".kvchk");
 }
 
+/* ---- the token sidecar (tokens.kvtok) -------------------------------------- */
+/* "MUTOK1\0\0", u32 n, u32 0, nonce[12], tag[16], then n little-endian
+ * int32 ids sealed with ChaCha20-Poly1305 under
+ * HKDF(root, info "muser/kvpack/v1/token-sidecar\0" || tenant); the AAD is
+ * the 16-byte head and the manifest's token root, binding it to its pack. */
+#define TOK_HEAD 16
+#define TOK_FIXED (TOK_HEAD + 12 + 16)
+#define TOK_MAX_IDS (1 << 24)
+static const char TOK_MAGIC[8] = "MUTOK1\0";
+
+static void tok_key(const uint8_t root[32], uint8_t out[32]) {
+    static const char label[] = "muser/kvpack/v1/token-sidecar";
+    uint8_t info[sizeof label + 32], tenant[32];
+    tenant_id(tenant);
+    memcpy(info, label, sizeof label);
+    memcpy(info + sizeof label, tenant, 32);
+    kv_hkdf(root, 32, NULL, 0, info, sizeof info, out);
+}
+
+static int tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
+                    mu_err *err) {
+    size_t len = TOK_FIXED + 4 * (size_t)n;
+    uint8_t *p = malloc(len), key[32], aad[TOK_HEAD + 32];
+    if (!p) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    memcpy(p, TOK_MAGIC, 8);
+    uint32_t v[2] = {(uint32_t)n, 0};
+    memcpy(p + 8, v, 8);
+    uint8_t *nonce = p + TOK_HEAD, *tag = nonce + 12, *ct = tag + 16;
+    MU_ASSERT(RAND_bytes(nonce, 12) == 1);
+    memcpy(aad, p, TOK_HEAD);
+    memcpy(aad + TOK_HEAD, token_root, 32);
+    tok_key(root, key);
+    int rc = kv_aead(true, key, nonce, aad, sizeof aad, (const uint8_t *)tokens, 4 * (size_t)n, ct, tag);
+    OPENSSL_cleanse(key, sizeof key);
+    if (rc) {
+        free(p);
+        return mu_fail(err, MU_E_STATE, "kvpack: cannot seal the token ids");
+    }
+    out->p = p;
+    out->n = out->cap = len;
+    return 0;
+}
+
 /* ---- save --------------------------------------------------------------- */
 
 int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *tokens, int n, const uint8_t root[32],
@@ -412,6 +459,13 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
                            .segment_bytes = total, .complete_bytes = total};
     m.n_states = (uint32_t)(2 * L);
     m.states = ps;
+    if (o && o->with_tokens) {
+        kv_buf tb = {0};
+        if ((rc = tok_seal(root, m.cut.token_root, tokens, n, &tb, err))) goto done;
+        rc = kv_writer_put(&w, "tokens.kvtok", tb.p, tb.n, err);
+        kv_buf_free(&tb);
+        if (rc) goto done;
+    }
     kv_buf pack = {0};
     if ((rc = kv_pack_encode(&m, &keys, enc, NULL, NULL, &pack, NULL, err))) goto done;
     rc = kv_writer_put(&w, "manifest.kvpk", pack.p, pack.n, err);
@@ -534,6 +588,76 @@ int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, co
     kv_keys_wipe(&keys);
     kv_mem_free(mem);
     return rc;
+}
+
+int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens, int *n_out, mu_err *err) {
+    uint8_t *p = NULL;
+    size_t len = 0;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/tokens.kvtok", dir);
+    if (access(path, F_OK))
+        return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: the pack holds no token ids (saved without them)");
+    int rc = kv_read_file(dir, "tokens.kvtok", TOK_FIXED + 4 * (size_t)TOK_MAX_IDS, &p, &len, err);
+    if (rc) return rc;
+    uint32_t v[2] = {0, 0};
+    if (len >= TOK_HEAD) memcpy(v, p + 8, 8);
+    if (len < TOK_FIXED || memcmp(p, TOK_MAGIC, 8) || v[1] || v[0] == 0 || v[0] > TOK_MAX_IDS ||
+        len != TOK_FIXED + 4 * (size_t)v[0]) {
+        free(p);
+        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: bad header or size");
+    }
+    kv_keys keys;
+    schedule(root, &keys);
+    kv_mem *mem = kv_mem_new();
+    kv_manifest m;
+    int32_t *ids = malloc(4 * (size_t)v[0]);
+    rc = mem && ids ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    if (!rc && m.cut.token_count != v[0])
+        rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok holds %u ids, the pack %llu positions", v[0],
+                     (unsigned long long)m.cut.token_count);
+    if (!rc) {
+        uint8_t key[32], aad[TOK_HEAD + 32];
+        memcpy(aad, p, TOK_HEAD);
+        memcpy(aad + TOK_HEAD, m.cut.token_root, 32);
+        tok_key(root, key);
+        if (kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)v[0], (uint8_t *)ids,
+                    p + TOK_HEAD + 12))
+            rc = kv_fail(err, KV_AUTH, "tokens.kvtok does not authenticate (another pack or key)");
+        OPENSSL_cleanse(key, sizeof key);
+    }
+    for (uint32_t i = 0; !rc && i < v[0]; i++)
+        if (ids[i] < 0) rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok: negative token id");
+    if (!rc) { /* the ids must be the ones the pack's cut was made from */
+        kv_cut cut;
+        rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)ids, v[0], &cut,
+                          NULL, err);
+        if (!rc && (memcmp(cut.token_root, m.cut.token_root, 32) || memcmp(cut.aux_root, m.cut.aux_root, 32)))
+            rc = kv_fail(err, KV_AUTH, "tokens.kvtok: the ids are not the pack's input");
+    }
+    free(p);
+    kv_keys_wipe(&keys);
+    kv_mem_free(mem);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    *tokens = ids;
+    *n_out = (int)v[0];
+    return 0;
+}
+
+int mu_kv_pack_bytes(const char *dir, uint64_t *bytes, mu_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", dir, strerror(errno));
+    uint64_t sum = 0;
+    struct dirent *de;
+    struct stat st;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.' && !fstatat(dirfd(d), de->d_name, &st, 0) && S_ISREG(st.st_mode))
+            sum += (uint64_t)st.st_size;
+    closedir(d);
+    *bytes = sum;
+    return 0;
 }
 
 /* ---- the store's prefix match ------------------------------------------- */

@@ -227,6 +227,10 @@ int kv_chunk_id(const uint8_t key[32], const uint8_t tenant[32], const uint8_t f
                 const kv_span *span, const uint8_t *plain, size_t n, uint8_t out[32], mu_err *err);
 
 /* ---- codec frames, chunks, packs (kvobj.c) ---------------------------- */
+/* ChaCha20-Poly1305 (RFC 8439): enc seals in[0, n) into out and tag; else
+ * opens, 0 only when the tag authenticates. */
+int kv_aead(bool enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aad_n,
+            const uint8_t *in, size_t n, uint8_t *out, uint8_t tag[16]);
 int kv_frame_encode(unsigned codec, const uint8_t *plain, size_t n, kv_buf *out, mu_err *err);
 /* Decodes a frame whose plaintext must be exactly want bytes into out
  * (capacity want); rejects non-canonical packetizations. */

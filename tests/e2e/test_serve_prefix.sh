@@ -100,6 +100,57 @@ n=$(metric prefix_cache_store_errors_total)
 [ "${n%.*}" -ge 2 ] 2>/dev/null && ok "/metrics: $n store errors counted" || bad "store errors: $n"
 grep -q "kvcache: store pack y failed to restore" "$T/server.log" && grep -q "kvcache: store pack z skipped" "$T/server.log" \
   && ok "store errors logged, one line each" || bad "no log lines: $(grep kvcache "$T/server.log" | head -3)"
+
+code=$(curl -s -o "$T/s0" -w '%{http_code}' "$BASE/slots/0?action=save" -H "$J" -d '{"filename":"x"}')
+[ "$code" = 501 ] && grep -q "slot-save-path" "$T/s0" && ok "/slots actions without --slot-save-path: 501" || bad "no slot path: $code $(cat "$T/s0")"
+stop_server
+
+# llama.cpp's /slots/{id}?action=save|restore|erase on packs
+mkdir -p "$T/slots"
+start_server --parallel 2 --ctx 2048 --threads 1 --slot-save-path "$T/slots" --cache-bytes 0 || { bad "server start (slots)"; exit 1; }
+slot() { curl -s -o "$T/$1" -w '%{http_code}' "$BASE/slots/$2" -H "$J" -d "$3"; }
+code=$(slot s1 "0?action=save" '{"filename":"a"}')
+[ "$code" = 400 ] && grep -q "Unable to save slot" "$T/s1" && ok "save of an empty slot: 400" || bad "empty save: $code $(cat "$T/s1")"
+ask sa "$P" true
+code=$(slot s2 "0?action=save" '{"filename":"a"}')
+[ "$code" = 200 ] && [ "$(jget "$T/s2" "j['id_slot'], j['filename'], j['n_saved'], j['n_written'] > 0, 'save_ms' in j['timings']")" = "0 a 607 True True" ]   && ok "save: $(cat "$T/s2")" || bad "save: $code $(cat "$T/s2")"
+"$MUSER" pack verify -m "$MODEL" "$T/slots/a" >"$T/v" 2>&1 && ok "the saved slot is a pack: verify -m ok" || bad "verify slot pack: $(cat "$T/v")"
+G=$(jget "$T/sa" "','.join(str(t) for t in j['tokens'][:7])")
+ask sx "$P,$G,$REST" true # the live slot continues: its 607 positions and 50 more
+[ "$(src_of sx)" = "slot 607" ] || bad "continuation on the live slot: $(src_of sx)"
+code=$(slot s3 "0?action=erase" '{}')
+[ "$code" = 200 ] && [ "$(jget "$T/s3" "j['id_slot'], j['n_erased']")" = "0 664" ] && ok "erase: $(cat "$T/s3")" || bad "erase: $code $(cat "$T/s3")"
+curl -s "$BASE/slots" >"$T/sl"
+[ "$(jget "$T/sl" "j[0]['n_past']")" = 0 ] && ok "erased slot holds nothing" || bad "erased slot: $(cat "$T/sl")"
+code=$(slot s4 "1?action=restore" '{"filename":"a"}')
+[ "$code" = 200 ] && [ "$(jget "$T/s4" "j['id_slot'], j['filename'], j['n_restored'], j['n_read'] > 0, 'restore_ms' in j['timings']")" = "1 a 607 True True" ] \
+  && ok "restore into slot 1: $(cat "$T/s4")" || bad "restore: $code $(cat "$T/s4")"
+ask sy "$P,$G,$REST" true
+[ "$(src_of sy)" = "slot 607" ] && ok "the restored slot serves the continuation ($(src_of sy))" || bad "after restore: $(src_of sy)"
+same sx sy && ok "restored slot: the answer of the session it was saved from, bit for bit" || bad "restored slot answer differs"
+ask sw "$P" true # a prompt inside the restored positions: the sliding layers hold only the window, no reuse
+[ "$(src_of sw)" = "none 0" ] && ok "a prompt shorter than the restored positions is evaluated ($(src_of sw))" || bad "short prompt: $(src_of sw)"
+ask sz "$P,$G,$REST" false
+greedy_same sy sz && ok "restored slot: greedy ids = the cold run (tie-aware)" || bad "restored slot: ids differ from cold"
+for fn in '../a' 'a/b' '.hidden' '' 'x\\y'; do
+  code=$(slot s5 "0?action=restore" "{\"filename\":\"$fn\"}")
+  [ "$code" = 400 ] && grep -q "Invalid filename" "$T/s5" || bad "filename '$fn' not refused: $code $(cat "$T/s5")"
+done
+code=$(slot s5 "0?action=save" '{"file":"a"}'); [ "$code" = 400 ] && grep -q "Invalid filename" "$T/s5" || bad "no filename: $code"
+ok "path traversal and bad names refused (400 Invalid filename)"
+code=$(slot s6 "7?action=save" '{"filename":"a"}'); c2=$(slot s7 "x?action=save" '{"filename":"a"}')
+[ "$code" = 400 ] && [ "$c2" = 400 ] && grep -q "Invalid slot ID" "$T/s6" && ok "bad slot ids: 400" || bad "slot id: $code $c2"
+code=$(slot s8 "0?action=fly" '{}'); [ "$code" = 400 ] && grep -q "Invalid action" "$T/s8" && ok "bad action: 400" || bad "action: $code"
+code=$(slot s9 "0?action=restore" '{"filename":"nope"}')
+[ "$code" = 400 ] && grep -q "Unable to restore slot" "$T/s9" && ok "restore of a missing file: 400" || bad "missing: $code $(cat "$T/s9")"
+"$MUSER" pack save -m "$MODEL" --prompt-ids "$W" -o "$T/slots/noids" --ctx 2048 >/dev/null 2>&1
+code=$(slot s10 "0?action=restore" '{"filename":"noids"}')
+[ "$code" = 400 ] && grep -q "no token ids" "$T/s10" && ok "restore of a pack without token ids: 400" || bad "noids: $code $(cat "$T/s10")"
+printf '\x55' | dd of="$T/slots/a/tokens.kvtok" bs=1 seek=60 conv=notrunc 2>/dev/null
+code=$(slot s11 "0?action=restore" '{"filename":"a"}')
+[ "$code" = 400 ] && grep -q "authenticate" "$T/s11" && ok "a damaged token sidecar: 400" || bad "sidecar: $code $(cat "$T/s11")"
+ask sc "$P" true
+jget "$T/sc" "len(j['tokens'])" | grep -qx 8 && ok "the server serves on after failed restores" || bad "after failures: $(head -c 200 "$T/sc")"
 stop_server
 
 # a 16-token block: restores end inside the cold run's ubatch
