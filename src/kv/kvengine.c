@@ -330,8 +330,9 @@ static void tok_key(const uint8_t root[32], uint8_t out[32]) {
     kv_hkdf(root, 32, NULL, 0, info, sizeof info, out);
 }
 
-static int tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
-                    mu_err *err) {
+int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
+                mu_err *err) {
+    if (n < 1 || n > TOK_MAX_IDS) return mu_fail(err, MU_E_ARG, "kvpack: cannot seal %d token ids", n);
     size_t len = TOK_FIXED + 4 * (size_t)n;
     uint8_t *p = malloc(len), key[32], aad[TOK_HEAD + 32];
     if (!p) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
@@ -351,6 +352,38 @@ static int tok_seal(const uint8_t root[32], const uint8_t token_root[32], const 
     }
     out->p = p;
     out->n = out->cap = len;
+    return 0;
+}
+
+int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t token_count, const uint8_t *p,
+                size_t len, int32_t **out, mu_err *err) {
+    uint32_t v[2] = {0, 0};
+    if (len < TOK_FIXED) return kv_fail(err, KV_TRUNCATED, "tokens.kvtok: %zu bytes, shorter than its head", len);
+    if (memcmp(p, TOK_MAGIC, 8)) return kv_fail(err, KV_BAD_MAGIC, "tokens.kvtok: bad magic");
+    memcpy(v, p + 8, 8);
+    if (v[1]) return kv_fail(err, KV_RESERVED, "tokens.kvtok: reserved field is not zero");
+    if (v[0] == 0 || v[0] > TOK_MAX_IDS || len != TOK_FIXED + 4 * (size_t)v[0])
+        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: %u ids in %zu bytes", v[0], len);
+    if (v[0] != token_count)
+        return kv_fail(err, KV_SEMANTICS, "tokens.kvtok holds %u ids, the pack %llu positions", v[0],
+                       (unsigned long long)token_count);
+    int32_t *ids = malloc(4 * (size_t)v[0]);
+    if (!ids) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    uint8_t key[32], aad[TOK_HEAD + 32], tag[16];
+    memcpy(aad, p, TOK_HEAD);
+    memcpy(aad + TOK_HEAD, token_root, 32);
+    memcpy(tag, p + TOK_HEAD + 12, 16);
+    tok_key(root, key);
+    int rc = kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)v[0], (uint8_t *)ids, tag);
+    OPENSSL_cleanse(key, sizeof key);
+    if (rc) rc = kv_fail(err, KV_AUTH, "tokens.kvtok does not authenticate (another pack or key)");
+    for (uint32_t i = 0; !rc && i < v[0]; i++)
+        if (ids[i] < 0) rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok: negative token id");
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    *out = ids;
     return 0;
 }
 
@@ -461,7 +494,7 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     m.states = ps;
     if (o && o->with_tokens) {
         kv_buf tb = {0};
-        if ((rc = tok_seal(root, m.cut.token_root, tokens, n, &tb, err))) goto done;
+        if ((rc = kv_tok_seal(root, m.cut.token_root, tokens, n, &tb, err))) goto done;
         rc = kv_writer_put(&w, "tokens.kvtok", tb.p, tb.n, err);
         kv_buf_free(&tb);
         if (rc) goto done;
@@ -599,38 +632,17 @@ int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens,
         return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: the pack holds no token ids (saved without them)");
     int rc = kv_read_file(dir, "tokens.kvtok", TOK_FIXED + 4 * (size_t)TOK_MAX_IDS, &p, &len, err);
     if (rc) return rc;
-    uint32_t v[2] = {0, 0};
-    if (len >= TOK_HEAD) memcpy(v, p + 8, 8);
-    if (len < TOK_FIXED || memcmp(p, TOK_MAGIC, 8) || v[1] || v[0] == 0 || v[0] > TOK_MAX_IDS ||
-        len != TOK_FIXED + 4 * (size_t)v[0]) {
-        free(p);
-        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: bad header or size");
-    }
     kv_keys keys;
     schedule(root, &keys);
     kv_mem *mem = kv_mem_new();
     kv_manifest m;
-    int32_t *ids = malloc(4 * (size_t)v[0]);
-    rc = mem && ids ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    if (!rc && m.cut.token_count != v[0])
-        rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok holds %u ids, the pack %llu positions", v[0],
-                     (unsigned long long)m.cut.token_count);
-    if (!rc) {
-        uint8_t key[32], aad[TOK_HEAD + 32];
-        memcpy(aad, p, TOK_HEAD);
-        memcpy(aad + TOK_HEAD, m.cut.token_root, 32);
-        tok_key(root, key);
-        if (kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)v[0], (uint8_t *)ids,
-                    p + TOK_HEAD + 12))
-            rc = kv_fail(err, KV_AUTH, "tokens.kvtok does not authenticate (another pack or key)");
-        OPENSSL_cleanse(key, sizeof key);
-    }
-    for (uint32_t i = 0; !rc && i < v[0]; i++)
-        if (ids[i] < 0) rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok: negative token id");
+    int32_t *ids = NULL;
+    rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    if (!rc) rc = kv_tok_open(root, m.cut.token_root, m.cut.token_count, p, len, &ids, err);
     if (!rc) { /* the ids must be the ones the pack's cut was made from */
         kv_cut cut;
-        rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)ids, v[0], &cut,
-                          NULL, err);
+        rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)ids,
+                          (size_t)m.cut.token_count, &cut, NULL, err);
         if (!rc && (memcmp(cut.token_root, m.cut.token_root, 32) || memcmp(cut.aux_root, m.cut.aux_root, 32)))
             rc = kv_fail(err, KV_AUTH, "tokens.kvtok: the ids are not the pack's input");
     }
@@ -642,7 +654,7 @@ int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens,
         return rc;
     }
     *tokens = ids;
-    *n_out = (int)v[0];
+    *n_out = (int)m.cut.token_count;
     return 0;
 }
 

@@ -7,7 +7,9 @@
  * prefills of the same tokens with other ubatch splits differ in the last
  * bits, so they must not be mixed); behind the tree, the pack store serves
  * a pack holding a prefix of the prompt, and a corrupt pack there is a
- * miss with a log line. */
+ * miss with a log line. The token sidecar of a pack (tokens.kvtok) gives
+ * back the ids, and every bit flip, truncation, swap or other key is
+ * refused with a verdict category. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -373,6 +375,79 @@ static void test_store(void **state) {
     mu_kv_cache_free(c);
 }
 
+static void write_all(const char *path, const uint8_t *p, size_t n) {
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(p, 1, n, f), n);
+    fclose(f);
+}
+
+static void test_sidecar(void **state) {
+    (void)state;
+    mu_err err = {0};
+    char pa[600], pb[600], pc[600], path[700];
+    snprintf(pa, sizeof pa, "%s/side-a", dir);
+    snprintf(pb, sizeof pb, "%s/side-b", dir);
+    snprintf(pc, sizeof pc, "%s/side-c", dir);
+    int32_t t[40], u[40];
+    ids(t, 40, 9);
+    ids(u, 40, 10);
+    mu_session *a = sess(), *b = sess();
+    feed(a, t, 20);
+    feed(b, u, 20);
+    mu_kv_save_opts wt = {.with_tokens = true};
+    if (mu_kv_pack_save(a, ID, t, 20, KEY, &wt, pa, &err)) fail_msg("save: %s", err.msg);
+    if (mu_kv_pack_save(b, ID, u, 20, KEY, &wt, pb, &err)) fail_msg("save: %s", err.msg);
+    if (mu_kv_pack_save(a, ID, t, 20, KEY, NULL, pc, &err)) fail_msg("save: %s", err.msg);
+    int32_t *got = NULL;
+    int n = 0;
+    if (mu_kv_pack_tokens(pa, KEY, &got, &n, &err)) fail_msg("tokens: %s", err.msg);
+    assert_int_equal(n, 20);
+    assert_memory_equal(got, t, 20 * sizeof *t);
+    free(got);
+    assert_int_equal(mu_kv_pack_tokens(pc, KEY, &got, &n, &err), MU_E_UNSUPPORTED);
+    uint8_t other[32];
+    memcpy(other, KEY, 32);
+    other[0] ^= 1;
+    assert_int_not_equal(mu_kv_pack_tokens(pa, other, &got, &n, &err), 0);
+    /* b's sidecar in a's pack: same size, another cut */
+    snprintf(path, sizeof path, "%s/tokens.kvtok", pa);
+    FILE *f = fopen(path, "rb");
+    uint8_t orig[256], side_b[256];
+    size_t len = fread(orig, 1, sizeof orig, f);
+    fclose(f);
+    assert_int_equal(len, 44 + 4 * 20);
+    char pbs[700];
+    snprintf(pbs, sizeof pbs, "%s/tokens.kvtok", pb);
+    f = fopen(pbs, "rb");
+    assert_int_equal(fread(side_b, 1, sizeof side_b, f), len);
+    fclose(f);
+    write_all(path, side_b, len);
+    assert_int_not_equal(mu_kv_pack_tokens(pa, KEY, &got, &n, &err), 0);
+    assert_string_equal(mu_kv_verdict(&err), "authentication");
+    /* every bit flip and every truncation */
+    uint8_t m[256];
+    for (size_t i = 0; i < len; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(m, orig, len);
+            m[i] ^= (uint8_t)(1 << bit);
+            write_all(path, m, len);
+            got = NULL;
+            if (!mu_kv_pack_tokens(pa, KEY, &got, &n, &err)) fail_msg("flip of byte %zu bit %d accepted", i, bit);
+            if (!mu_kv_verdict(&err)) fail_msg("flip %zu/%d: no verdict: %s", i, bit, err.msg);
+        }
+    for (size_t k = 0; k < len; k++) {
+        write_all(path, orig, k);
+        if (!mu_kv_pack_tokens(pa, KEY, &got, &n, &err)) fail_msg("truncation to %zu accepted", k);
+        if (!mu_kv_verdict(&err)) fail_msg("truncation %zu: no verdict: %s", k, err.msg);
+    }
+    write_all(path, orig, len);
+    if (mu_kv_pack_tokens(pa, KEY, &got, &n, &err)) fail_msg("restored sidecar: %s", err.msg);
+    free(got);
+    mu_session_free(a);
+    mu_session_free(b);
+}
+
 static void test_bad_opts(void **state) {
     (void)state;
     mu_err err = {0};
@@ -390,7 +465,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_restore_exact), cmocka_unit_test(test_longest_prefix),
         cmocka_unit_test(test_eviction),      cmocka_unit_test(test_lineage),
-        cmocka_unit_test(test_store),         cmocka_unit_test(test_bad_opts),
+        cmocka_unit_test(test_store),         cmocka_unit_test(test_sidecar),
+        cmocka_unit_test(test_bad_opts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
