@@ -45,6 +45,9 @@ enum { MU_KV_CODEC_RAW = 1, MU_KV_CODEC_LOSSLESS = 2 };
 typedef struct {
     int codec;    /* MU_KV_CODEC_RAW (0 means raw) or MU_KV_CODEC_LOSSLESS */
     bool plain;   /* chunks and manifest unencrypted (still authenticated) */
+    bool full_ring; /* sliding layers: every row the session's ring holds (up to its size), not
+                       just the window, so a restored session can be cut back as far as the
+                       saved one could (slot saves, chat /save) */
     bool with_tokens; /* also tokens.kvtok: the token ids, always encrypted, bound to the
                          manifest's input cut, so that a restore knows them (slot saves,
                          chat /save); without it a pack holds only the ids' HMAC chain */
@@ -65,6 +68,10 @@ int mu_kv_pack_verify(const char *dir, const uint8_t key[32], const mu_kv_ident 
  * s is reset (holds nothing). *n_restored: the positions now present. */
 int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t key[32],
                        int *n_restored, mu_err *err);
+/* The same; *swa_lo (may be NULL): the first position whose rows every
+ * sliding layer now holds (0 when they hold all). */
+int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t key[32],
+                          int *n_restored, int *swa_lo, mu_err *err);
 
 /* The token ids of a pack saved with_tokens (malloc'ed, *n of them):
  * decrypted, then checked against the manifest's input cut (a sidecar of
@@ -145,9 +152,13 @@ void mu_kv_lineage_free(mu_kv_lineage *l);
 /* The session now holds only its first n positions (0 after a reset or
  * after rows came from anywhere but this cache). NULL is fine. */
 void mu_kv_lineage_cut(mu_kv_lineage *l, int n);
-/* The session's n positions were installed from elsewhere (a pack, another
- * session's state): its sliding layers hold only their window's rows. */
-void mu_kv_lineage_foreign(mu_kv_lineage *l, int n);
+/* The session's positions were installed from elsewhere (a pack, another
+ * session's state): none is a node's, and its sliding layers hold rows of
+ * positions swa_lo.. only. */
+void mu_kv_lineage_foreign(mu_kv_lineage *l, int swa_lo);
+/* The first position whose sliding-layer rows the session computed or
+ * installed (0: all of them). */
+int mu_kv_lineage_swa_lo(const mu_kv_lineage *l);
 
 /* The reuse ladder below the live slot: the longest prefix of tokens[0,
  * n_max) longer than `have` positions that the tree, else the store, can

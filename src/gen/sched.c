@@ -194,12 +194,15 @@ static void hist_cut(slot *sl, int n) {
     mu_kv_lineage_cut(sl->lin, n);
 }
 
-/* The session's n positions were installed from elsewhere: its sliding
- * layers hold the window's rows only (docs/kvpack.md). */
-static void installed(mu_sched *s, slot *sl, int n) {
-    sl->min_keep = s->n_swa && n > s->n_swa ? n - 1 : 0;
-    mu_kv_lineage_foreign(sl->lin, n);
+/* The session's positions were installed from elsewhere and its sliding
+ * layers hold rows of positions lo.. only (a pack's window: n - n_swa):
+ * cutting it back to m needs the rows m - n_swa + 1 .. m - 1. */
+static void installed(mu_sched *s, slot *sl, int lo) {
+    sl->min_keep = s->n_swa && lo > 0 ? lo + s->n_swa - 1 : 0;
+    mu_kv_lineage_foreign(sl->lin, lo);
 }
+
+static int window_lo(const mu_sched *s, int n) { return s->n_swa && n > s->n_swa ? n - s->n_swa : 0; }
 
 static double now_ms(void) {
     struct timespec ts;
@@ -531,7 +534,7 @@ static void group_join(mu_sched *s, int i) {
             return;
         }
         sl->n_fed = sl->job->n_prompt;
-        installed(s, sl, sl->job->n_prompt); /* the leader's rows (perhaps installed themselves) */
+        installed(s, sl, window_lo(s, sl->job->n_prompt)); /* the leader's rows (perhaps installed themselves) */
         sl->job->st.prompt_shared = true;
         memcpy(sl->hist, sl->job->prompt, (size_t)sl->job->n_prompt * sizeof *sl->hist);
         sl->n_hist = sl->job->n_prompt;
@@ -606,7 +609,7 @@ static bool slot_start(mu_sched *s, int i) {
             slot_release(s, i, MU_FINISH_ERROR, err.msg);
             return false;
         }
-        installed(s, sl, j->n_installed); /* the installer's rows */
+        installed(s, sl, window_lo(s, j->n_installed)); /* the installer's rows (a pack's window at least) */
         keep = j->n_installed;
         memcpy(sl->hist, j->prompt, (size_t)keep * sizeof *sl->hist);
         sl->n_fed = sl->n_hist = keep;
@@ -633,7 +636,8 @@ static bool slot_start(mu_sched *s, int i) {
                 memcpy(sl->hist, j->prompt, (size_t)n * sizeof *sl->hist);
                 keep = n;
                 src = from;
-                sl->min_keep = s->n_swa && n > s->n_swa ? n - 1 : 0; /* the cache's lineage is set */
+                /* the cache installs a window, or (a store pack) what the pack holds: its lineage says */
+                sl->min_keep = mu_kv_lineage_swa_lo(sl->lin) > 0 ? mu_kv_lineage_swa_lo(sl->lin) + s->n_swa - 1 : 0;
             } else if (mu_session_n_past(sl->sess) != keep) { /* a failed restore emptied the session */
                 keep = 0;
                 src = MU_KV_SRC_NONE;
@@ -732,7 +736,7 @@ static void slot_op_run(mu_sched *s, mu_slot_op *op) {
         mu_session_reset(sl->sess);
         hist_cut(sl, 0);
     } else if (op->rq.action == MU_SLOT_SAVE) {
-        mu_kv_save_opts so = {.with_tokens = true};
+        mu_kv_save_opts so = {.with_tokens = true, .full_ring = true};
         res.n_tokens = sl->n_hist;
         if (sl->n_hist < 1 || mu_session_n_past(sl->sess) != sl->n_hist)
             rc = mu_fail(&err, MU_E_STATE, "sched: slot %d holds no tokens to save", op->rq.slot);
@@ -747,12 +751,13 @@ static void slot_op_run(mu_sched *s, mu_slot_op *op) {
         if (!rc && n_ids > mu_session_n_ctx(sl->sess))
             rc = mu_fail(&err, MU_E_ARG, "sched: the pack holds %d positions, the slot's context is %d", n_ids,
                          mu_session_n_ctx(sl->sess));
-        if (!rc) rc = mu_kv_pack_restore(sl->sess, op->rq.id, op->dir, op->key, &n, &err);
+        int lo = 0;
+        if (!rc) rc = mu_kv_pack_restore_ex(sl->sess, op->rq.id, op->dir, op->key, &n, &lo, &err);
         if (!rc && n != n_ids) rc = mu_fail(&err, MU_E_STATE, "sched: the pack restored %d positions, not %d", n, n_ids);
         if (!rc) {
             memcpy(sl->hist, ids, (size_t)n * sizeof *sl->hist);
             sl->n_hist = n;
-            installed(s, sl, n);
+            installed(s, sl, lo);
             res.n_tokens = n;
             rc = mu_kv_pack_bytes(op->dir, &res.n_bytes, &err);
         } else {

@@ -150,11 +150,13 @@ void mu_kv_lineage_cut(mu_kv_lineage *l, int n) {
     if (n == 0) l->swa_lo = 0;
 }
 
-void mu_kv_lineage_foreign(mu_kv_lineage *l, int n) {
+void mu_kv_lineage_foreign(mu_kv_lineage *l, int swa_lo) {
     if (!l) return;
     l->n_blk = 0;
-    l->swa_lo = n > l->n_swa ? n - l->n_swa : 0;
+    l->swa_lo = swa_lo;
 }
+
+int mu_kv_lineage_swa_lo(const mu_kv_lineage *l) { return l ? l->swa_lo : 0; }
 
 /* ---- the tree ------------------------------------------------------------- */
 
@@ -398,8 +400,9 @@ int mu_kv_cache_restore(mu_kv_cache *c, mu_session *s, mu_kv_lineage *l, const i
         int n = 0;
         mu_session_reset(s);
         mu_kv_lineage_cut(l, 0);
-        if (!mu_kv_pack_restore(s, c->id, dir, c->key, &n, &err)) {
-            mu_kv_lineage_foreign(l, n);
+        int lo = 0;
+        if (!mu_kv_pack_restore_ex(s, c->id, dir, c->key, &n, &lo, &err)) {
+            mu_kv_lineage_foreign(l, lo);
             pthread_mutex_lock(&c->mu);
             c->st.n_hits[MU_KV_SRC_PACK]++;
             c->st.n_tokens[MU_KV_SRC_PACK] += (uint64_t)n;

@@ -436,7 +436,8 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     writing = true;
     uint64_t total = 0;
     for (int il = 0; il < L; il++) {
-        int lo = I->swa_layers[il] && n > I->n_swa ? n - I->n_swa : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
+        int keep = o && o->full_ring ? s->rows[il] : I->n_swa; /* the window, or all the ring holds */
+        int lo = I->swa_layers[il] && n > keep ? n - keep : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
         kv_span *spans = kv_alloc(mem, (size_t)nch, sizeof *spans);
         kv_ref *refs[2] = {kv_alloc(mem, (size_t)nch, sizeof(kv_ref)), kv_alloc(mem, (size_t)nch, sizeof(kv_ref))};
         if (!spans || !refs[0] || !refs[1]) {
@@ -574,6 +575,12 @@ int mu_kv_pack_verify(const char *dir, const uint8_t root[32], const mu_kv_ident
 
 int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t root[32], int *n_restored,
                        mu_err *err) {
+    return mu_kv_pack_restore_ex(s, id, dir, root, n_restored, NULL, err);
+}
+
+int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t root[32],
+                          int *n_restored, int *swa_lo, mu_err *err) {
+    int lo_max = 0;
     if (s->e != id->e) return mu_fail(err, MU_E_ARG, "kvpack: the identity belongs to another engine");
     if (s->n_past) return mu_fail(err, MU_E_STATE, "kvpack: restore needs an empty session (it holds %d positions)", s->n_past);
     const mu_model_info *I = mu_model_get_info(s->e->m);
@@ -594,6 +601,7 @@ int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, co
         const kv_rstate *R = &m.schema.states[2 * il];
         /* the ring must hold the window; a full layer every position */
         uint64_t need = I->swa_layers[il] ? (n < (uint64_t)I->n_swa ? n : (uint64_t)I->n_swa) : n;
+        if (I->swa_layers[il] && (int)R->logical_start > lo_max) lo_max = (int)R->logical_start;
         if (R->logical_count < need || R->logical_count > (uint64_t)s->rows[il]) {
             rc = kv_fail(err, KV_SEMANTICS, "layer %d holds %llu positions, the session needs %llu..%d", il,
                          (unsigned long long)R->logical_count, (unsigned long long)need, s->rows[il]);
@@ -615,7 +623,10 @@ int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, co
     }
     if (!rc) rc = mu_session_kv_commit(s, (int)n, err);
     if (rc) mu_session_reset(s);
-    else if (n_restored) *n_restored = (int)n;
+    else {
+        if (n_restored) *n_restored = (int)n;
+        if (swa_lo) *swa_lo = lo_max;
+    }
     free(kb);
     free(vb);
     kv_keys_wipe(&keys);

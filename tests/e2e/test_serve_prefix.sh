@@ -128,8 +128,9 @@ code=$(slot s4 "1?action=restore" '{"filename":"a"}')
 ask sy "$P,$G,$REST" true
 [ "$(src_of sy)" = "slot 607" ] && ok "the restored slot serves the continuation ($(src_of sy))" || bad "after restore: $(src_of sy)"
 same sx sy && ok "restored slot: the answer of the session it was saved from, bit for bit" || bad "restored slot answer differs"
-ask sw "$P" true # a prompt inside the restored positions: the sliding layers hold only the window, no reuse
-[ "$(src_of sw)" = "none 0" ] && ok "a prompt shorter than the restored positions is evaluated ($(src_of sw))" || bad "short prompt: $(src_of sw)"
+ask sw "$P" true # inside the restored positions: a slot save keeps every row the ring held, so it cuts back
+[ "$(src_of sw)" = "slot 599" ] && greedy_same sw sa && ok "a prompt inside the restored positions reuses 599 ($(src_of sw)); greedy ids = the original" \
+  || bad "short prompt: $(src_of sw)"
 ask sz "$P,$G,$REST" false
 greedy_same sy sz && ok "restored slot: greedy ids = the cold run (tie-aware)" || bad "restored slot: ids differ from cold"
 for fn in '../a' 'a/b' '.hidden' '' 'x\\y'; do
