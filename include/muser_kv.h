@@ -96,6 +96,35 @@ const char *mu_kv_verdict(const mu_err *err);
 int mu_kv_default_ctx(const mu_model *m);
 
 
+/* ---- the pack store: a directory of pack directories ---------------------- */
+
+/* <muser home>/packs (created 0700 when create). */
+int mu_kv_store_default(char *out, size_t cap, bool create, mu_err *err);
+
+typedef struct {
+    char name[256];
+    uint64_t bytes;     /* its files */
+    int64_t mtime;      /* unix seconds: its save, or its last use by a server's store lookup */
+    int64_t tokens;     /* positions; -1 when the manifest does not authenticate with the key given */
+    bool has_tokens;    /* a token sidecar (tokens.kvtok) */
+} mu_kv_store_entry;
+/* The packs of dir (subdirectories holding manifest.kvpk; hidden names are
+ * partials or removals in progress), by name; *out malloc'ed. key may be
+ * NULL (tokens -1). */
+int mu_kv_store_list(const char *dir, const uint8_t *key, mu_kv_store_entry **out, int *n, mu_err *err);
+
+typedef struct {
+    int n_packs, n_removed, n_partials;  /* packs before, packs removed, dead writers' partials removed */
+    uint64_t bytes, bytes_removed;       /* the packs' bytes before, and removed */
+} mu_kv_gc_report;
+/* Removes the partial directories of writers that are gone, then the least
+ * recently used packs (oldest mtime first) until the packs take at most
+ * max_bytes (UINT64_MAX: no budget). A pack is renamed to a hidden name
+ * before its files go, so a reader opens a whole pack or none (a restore in
+ * progress fails cleanly and its server counts a miss). dry_run: report
+ * only. */
+int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_report *rep, mu_err *err);
+
 /* ---- the resident prefix cache (kvcache.c) ------------------------------ */
 /*
  * A token radix tree of KV checkpoints shared by the sessions of one engine

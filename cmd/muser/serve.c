@@ -57,21 +57,6 @@ static char *read_file(const char *path, size_t max) {
     return buf;
 }
 
-/* A byte count: digits with an optional K, M or G (powers of 1024). */
-static bool parse_bytes(const char *v, size_t *out) {
-    char *end;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (end == v || *v == '-') return false;
-    int sh = 0;
-    if (*end == 'K' || *end == 'k') sh = 10;
-    else if (*end == 'M' || *end == 'm') sh = 20;
-    else if (*end == 'G' || *end == 'g') sh = 30;
-    if (sh) end++;
-    if (*end || n > (~0ULL >> (sh + 1))) return false;
-    *out = (size_t)(n << sh);
-    return true;
-}
-
 static void cache_log(void *user, const char *line) {
     (void)user;
     fprintf(stderr, "muser serve: %s\n", line);
@@ -134,7 +119,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--check-tensors")) check = true;
         else if (!strcmp(a, "--any-model")) any_model = true;
         else if (!strcmp(a, "--cors")) { NEED(); cors = v; }
-        else if (!strcmp(a, "--cache-bytes")) { NEED(); if (!parse_bytes(v, &cache_bytes)) return cli_fail("muser serve: --cache-bytes must be a byte count (K, M, G suffixes; 0 = off): %s", v); }
+        else if (!strcmp(a, "--cache-bytes")) { NEED(); if (!cli_bytes(v, &cache_bytes)) return cli_fail("muser serve: --cache-bytes must be a byte count (K, M, G suffixes; 0 = off): %s", v); }
         else if (!strcmp(a, "--cache-block")) { NEED(); if (!cli_int(v, 1, 4096, &cache_block)) return cli_fail("muser serve: --cache-block must be 1..4096 tokens: %s", v); }
         else if (!strcmp(a, "--pack-dir")) { NEED(); pack_dir = v; }
         else if (!strcmp(a, "--key-file")) { NEED(); kv_key_file = v; }

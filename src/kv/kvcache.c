@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include "../../include/muser_kv.h"
@@ -403,6 +404,7 @@ int mu_kv_cache_restore(mu_kv_cache *c, mu_session *s, mu_kv_lineage *l, const i
         int lo = 0;
         if (!mu_kv_pack_restore_ex(s, c->id, dir, c->key, &n, &lo, &err)) {
             mu_kv_lineage_foreign(l, lo);
+            utimensat(AT_FDCWD, dir, NULL, 0); /* its last use, for the store's LRU (mu_kv_store_gc) */
             pthread_mutex_lock(&c->mu);
             c->st.n_hits[MU_KV_SRC_PACK]++;
             c->st.n_tokens[MU_KV_SRC_PACK] += (uint64_t)n;

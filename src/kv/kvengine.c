@@ -683,6 +683,59 @@ int mu_kv_pack_bytes(const char *dir, uint64_t *bytes, mu_err *err) {
     return 0;
 }
 
+static int entry_cmp(const void *a, const void *b) {
+    return strcmp(((const mu_kv_store_entry *)a)->name, ((const mu_kv_store_entry *)b)->name);
+}
+
+int mu_kv_store_list(const char *dir, const uint8_t *root, mu_kv_store_entry **out, int *n_out, mu_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open the pack store %s: %s", dir, strerror(errno));
+    mu_kv_store_entry *v = NULL;
+    int n = 0, cap = 0, rc = 0;
+    struct dirent *de;
+    kv_keys keys;
+    if (root) schedule(root, &keys);
+    while ((de = readdir(d))) {
+        char path[PATH_MAX], man[PATH_MAX + 32];
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof v[0].name) continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+        struct stat st;
+        snprintf(man, sizeof man, "%s/manifest.kvpk", path);
+        if (lstat(path, &st) || !S_ISDIR(st.st_mode) || access(man, F_OK)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            mu_kv_store_entry *nv = realloc(v, (size_t)cap * sizeof *nv);
+            if (!nv) {
+                rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+                break;
+            }
+            v = nv;
+        }
+        mu_kv_store_entry *e = &v[n++];
+        memset(e, 0, sizeof *e);
+        strcpy(e->name, de->d_name);
+        e->mtime = (int64_t)st.st_mtime;
+        mu_kv_pack_bytes(path, &e->bytes, NULL);
+        snprintf(man, sizeof man, "%s/tokens.kvtok", path);
+        e->has_tokens = !access(man, F_OK);
+        e->tokens = -1;
+        kv_mem *mem = root ? kv_mem_new() : NULL;
+        kv_manifest m;
+        if (mem && !load_manifest(path, &keys, mem, &m, NULL)) e->tokens = (int64_t)m.cut.token_count;
+        kv_mem_free(mem);
+    }
+    closedir(d);
+    if (root) kv_keys_wipe(&keys);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    if (n) qsort(v, (size_t)n, sizeof *v, entry_cmp);
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
 /* ---- the store's prefix match ------------------------------------------- */
 
 int kv_pack_prefix_of(const char *dir, const uint8_t root[32], const mu_kv_ident *id, const mu_session *s,
