@@ -67,9 +67,13 @@ same a d && ok "cached answer = the answer of the session it came from, bit for 
 ask e "$P" true
 [ "$(src_of e)" = "slot 599" ] && ok "live slot first: $(src_of e)" || bad "live slot: $(src_of e)"
 greedy_same e a && ok "live slot: greedy ids = the cold run (tie-aware)" || bad "live slot ids differ"
+ask u2 "$U" true # the slot again holds U (its first 512 from the cache): the next P comes from the prefix cache
+curl -s "$BASE/v1/completions" -H "$J" -d "{\"prompt\":[$P],\"max_tokens\":2,\"temperature\":0,\"cache_prompt\":true}" >"$T/oai"
+[ "$(jget "$T/oai" "j['usage']['prompt_tokens_details']['cached_tokens']")" = 512 ] && ok "OpenAI usage.prompt_tokens_details.cached_tokens: 512" \
+  || bad "OpenAI cached_tokens: $(head -c 300 "$T/oai")"
 curl -s "$BASE/snapshot" >"$T/snap"
-[ "$(jget "$T/snap" "j['prompt_reuse']['cache']['tokens']['value'], j['memory']['prefix_cache_bytes']['value'] > 0")" = "512 True" ] \
-  && ok "/snapshot: prompt_reuse and prefix_cache_bytes" || bad "/snapshot: $(head -c 400 "$T/snap")"
+[ "$(jget "$T/snap" "j['prompt_reuse']['cache']['tokens']['value'], j['memory']['prefix_cache_bytes']['value'] > 0")" = "1536 True" ] \
+  && ok "/snapshot: prompt_reuse and prefix_cache_bytes" || bad "/snapshot: $(jget "$T/snap" "j.get('prompt_reuse'), j['memory']")"
 
 # the pack store: a pack of W saved by the CLI serves W + REST
 "$MUSER" pack save -m "$MODEL" --prompt-ids "$W" -o "$T/store/w" --ctx 2048 >/dev/null 2>"$T/err" || bad "pack save: $(cat "$T/err")"
