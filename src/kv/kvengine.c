@@ -638,6 +638,8 @@ int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens,
     uint8_t *p = NULL;
     size_t len = 0;
     char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/manifest.kvpk", dir);
+    if (access(path, F_OK)) return mu_fail(err, MU_E_IO, "kvpack: no pack at %s", dir);
     snprintf(path, sizeof path, "%s/tokens.kvtok", dir);
     if (access(path, F_OK))
         return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: the pack holds no token ids (saved without them)");

@@ -147,7 +147,7 @@ code=$(slot s6 "7?action=save" '{"filename":"a"}'); c2=$(slot s7 "x?action=save"
 [ "$code" = 400 ] && [ "$c2" = 400 ] && grep -q "Invalid slot ID" "$T/s6" && ok "bad slot ids: 400" || bad "slot id: $code $c2"
 code=$(slot s8 "0?action=fly" '{}'); [ "$code" = 400 ] && grep -q "Invalid action" "$T/s8" && ok "bad action: 400" || bad "action: $code"
 code=$(slot s9 "0?action=restore" '{"filename":"nope"}')
-[ "$code" = 400 ] && grep -q "Unable to restore slot" "$T/s9" && ok "restore of a missing file: 400" || bad "missing: $code $(cat "$T/s9")"
+[ "$code" = 400 ] && grep -q "Unable to restore slot: kvpack: no pack at" "$T/s9" && ok "restore of a missing file: 400" || bad "missing: $code $(cat "$T/s9")"
 "$MUSER" pack save -m "$MODEL" --prompt-ids "$W" -o "$T/slots/noids" --ctx 2048 >/dev/null 2>&1
 code=$(slot s10 "0?action=restore" '{"filename":"noids"}')
 [ "$code" = 400 ] && grep -q "no token ids" "$T/s10" && ok "restore of a pack without token ids: 400" || bad "noids: $code $(cat "$T/s10")"
