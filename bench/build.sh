@@ -2,7 +2,8 @@
 # Builds the benchmark helpers (not part of `make`): membw (memory read
 # bandwidth, bench/membw.c), kernbench (kernel throughput against that
 # bandwidth, bench/kernbench.c) and verifybench (the cost of a speculative
-# verification block, bench/verifybench.c), into $BUILD/bench (default
+# verification block, bench/verifybench.c) and kvbench (KV pack writes,
+# restores and the prefix cache, bench/kvbench.c), into $BUILD/bench (default
 # build/bench).
 set -eu
 cd "$(dirname "$0")/.."
@@ -18,5 +19,10 @@ if [ -f bench/verifybench.c ]; then
   make -s BUILD="$BUILD" "$BUILD/libmuser.a"
   gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/verifybench" bench/verifybench.c \
     "$BUILD/libmuser.a" -lm -lutf8proc -ljansson
+fi
+if [ -f bench/kvbench.c ]; then
+  make -s BUILD="$BUILD" "$BUILD/libmuser.a"
+  gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/kvbench" bench/kvbench.c \
+    "$BUILD/libmuser.a" -lm -lutf8proc -ljansson -lssl -lcrypto
 fi
 echo "built $BUILD/bench"

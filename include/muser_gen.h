@@ -5,6 +5,7 @@
 #define MUSER_GEN_H
 
 #include "muser.h"
+#include "muser_kv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -87,8 +88,9 @@ typedef struct {
     int n_top;              /* most probable alternatives per token (0..n_vocab) */
     mu_schema *schema;      /* structured output, NULL for free text (the job takes a reference) */
     bool schema_chat;       /* the output may start with the Muse answer header */
-    bool keep_prefix;       /* reuse the slot's KV state for the longest common prefix of the
-                               previous job's tokens (chat turns); off: a fresh session */
+    bool keep_prefix;       /* reuse KV state for the prompt's longest known prefix: the slot's
+                               previous job's tokens (chat turns), else the scheduler's prefix
+                               cache and pack store (mu_sched_opts.cache); off: a fresh session */
     const int32_t *forced;  /* the first n_forced generated tokens are these, not sampled (bench) */
     int n_forced;
     /* KV state installed instead of evaluating prompt[0, n_installed) (KV
@@ -146,7 +148,8 @@ typedef struct {
 typedef struct {
     int slot;
     int n_prompt, n_gen;
-    int n_reused;         /* prompt tokens whose KV state was kept from the previous job */
+    int n_reused;         /* prompt tokens whose KV state was reused (kept or restored) */
+    int reuse_src;        /* where they came from: mu_kv_src (MU_KV_SRC_NONE when n_reused is 0) */
     double queue_ms;      /* submit -> slot assigned */
     double prompt_ms;     /* slot assigned -> first token sampled */
     double gen_ms;        /* first token -> last token */
@@ -185,6 +188,11 @@ typedef struct {
     int stall_after;   /* test hook: a job generates this many tokens, then waits for its cancel (0 = off) */
     mu_spec spec;      /* speculative decoding for requests that name none (the server's --spec) */
     int draft_max, draft_min; /* with spec, for those requests (mu_gen_req's meaning) */
+    /* the resident prefix cache (and its pack store) shared by the slots;
+     * NULL: only the live slot's prefix is reused. It must outlive the
+     * scheduler. keep_prefix jobs climb the ladder live slot -> cache ->
+     * pack store -> prefill, and every slot's completed blocks are captured. */
+    mu_kv_cache *cache;
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */
@@ -231,7 +239,9 @@ void mu_job_free(mu_job *j);
 typedef struct {
     uint64_t n_requests, n_prompt_tokens, n_gen_tokens, n_forward, n_busy_rejects;
     uint64_t n_cancelled;  /* jobs ended by a cancel (hang-up, Ctrl-C, shutdown) */
-    uint64_t n_prompt_cached;  /* prompt tokens whose KV state a job kept (keep_prefix) */
+    uint64_t n_prompt_cached;  /* prompt tokens whose KV state a job reused (keep_prefix), all sources */
+    uint64_t n_reused_src[MU_KV_SRC_COUNT];   /* of which from each source (mu_kv_src) */
+    uint64_t n_reuse_jobs[MU_KV_SRC_COUNT];   /* keep_prefix jobs by where their prefix came from */
     uint64_t n_tokens_max;     /* the longest sequence seen in a slot (prompt + generated) */
     uint64_t n_busy_sum;       /* sessions in each forward call, summed (/ n_forward: slots busy per call) */
     uint64_t n_draft_tokens, n_draft_accepted, n_spec_steps; /* speculative decoding, all jobs */
@@ -248,6 +258,35 @@ typedef struct {
     int n_past;
     int n_prompt, n_gen;
 } mu_sched_slot_info;
+
+/* ---- a slot's KV state as a pack (llama.cpp's /slots/{id}?action=...) ---- */
+typedef enum { MU_SLOT_SAVE, MU_SLOT_RESTORE, MU_SLOT_ERASE } mu_slot_action;
+typedef struct {
+    mu_slot_action action;
+    int slot;                 /* 0..n_slots-1 */
+    const char *dir;          /* SAVE, RESTORE: the pack directory (copied) */
+    const mu_kv_ident *id;    /* SAVE, RESTORE: the engine's identity (must outlive the op) */
+    const uint8_t *key;       /* SAVE, RESTORE: the root key (copied, wiped with the op) */
+} mu_slot_req;
+typedef struct {
+    int n_tokens;             /* saved, restored or erased positions */
+    uint64_t n_bytes;         /* SAVE: bytes written; RESTORE: bytes of the pack read */
+    double ms;                /* how long the engine thread worked on it */
+} mu_slot_result;
+typedef struct mu_slot_op mu_slot_op;
+/* Queues the action; the engine thread runs it between steps. SAVE writes
+ * the slot's session and token ids (mu_kv_save_opts.with_tokens) to dir;
+ * RESTORE replaces the slot's session and history with the pack's, so the
+ * next keep_prefix job reuses them; ERASE forgets them. A slot with a job
+ * running (or assigned by then) fails with MU_E_STATE. notify(user) runs on
+ * the engine thread once the result is readable (not after mu_slot_op_free
+ * returned). */
+int mu_sched_slot_submit(mu_sched *s, const mu_slot_req *rq, void (*notify)(void *user), void *user,
+                         mu_slot_op **out, mu_err *err);
+/* 1 when done (*rc the status, res or err filled), 0 while pending. */
+int mu_slot_op_result(mu_slot_op *op, int *rc, mu_slot_result *res, mu_err *err);
+/* Any time; NULL is fine. */
+void mu_slot_op_free(mu_slot_op *op);
 
 void mu_sched_get_metrics(mu_sched *s, mu_sched_metrics *m);
 void mu_sched_get_slot(mu_sched *s, int i, mu_sched_slot_info *info);

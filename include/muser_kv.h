@@ -51,6 +51,12 @@ enum { MU_KV_CODEC_RAW = 1, MU_KV_CODEC_LOSSLESS = 2 };
 typedef struct {
     int codec;    /* MU_KV_CODEC_RAW (0 means raw) or MU_KV_CODEC_LOSSLESS */
     bool plain;   /* chunks and manifest unencrypted (still authenticated) */
+    bool full_ring; /* sliding layers: every row the session's ring holds (up to its size), not
+                       just the window, so a restored session can be cut back as far as the
+                       saved one could (slot saves, chat /save) */
+    bool with_tokens; /* also tokens.kvtok: the token ids, always encrypted, bound to the
+                         manifest's input cut, so that a restore knows them (slot saves,
+                         chat /save); without it a pack holds only the ids' HMAC chain */
 } mu_kv_save_opts;
 
 /* Writes session s (which holds exactly the n tokens' positions) to dir,
@@ -68,6 +74,18 @@ int mu_kv_pack_verify(const char *dir, const uint8_t key[32], const mu_kv_ident 
  * s is reset (holds nothing). *n_restored: the positions now present. */
 int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t key[32],
                        int *n_restored, mu_err *err);
+/* The same; *swa_lo (may be NULL): the first position whose rows every
+ * sliding layer now holds (0 when they hold all). */
+int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t key[32],
+                          int *n_restored, int *swa_lo, mu_err *err);
+
+/* The token ids of a pack saved with_tokens (malloc'ed, *n of them):
+ * decrypted, then checked against the manifest's input cut (a sidecar of
+ * another pack or another key is refused). MU_E_UNSUPPORTED without one. */
+int mu_kv_pack_tokens(const char *dir, const uint8_t key[32], int32_t **tokens, int *n, mu_err *err);
+
+/* The bytes of a pack directory's files (manifest, chunks, sidecar). */
+int mu_kv_pack_bytes(const char *dir, uint64_t *bytes, mu_err *err);
 
 /* A description of the pack as one JSON object (malloc'ed): always the
  * envelope header; with a key that authenticates it, the manifest's
@@ -82,6 +100,131 @@ const char *mu_kv_verdict(const mu_err *err);
  * model's context length, at most 8192. The sliding layers' ring size
  * depends on it, and the ring is part of a pack's identity. */
 int mu_kv_default_ctx(const mu_model *m);
+
+
+/* ---- the pack store: a directory of pack directories ---------------------- */
+
+/* <muser home>/packs (created 0700 when create). */
+int mu_kv_store_default(char *out, size_t cap, bool create, mu_err *err);
+
+typedef struct {
+    char name[256];
+    uint64_t bytes;     /* its files */
+    int64_t mtime;      /* unix seconds: its save, or its last use by a server's store lookup */
+    int64_t tokens;     /* positions; -1 when the manifest does not authenticate with the key given */
+    bool has_tokens;    /* a token sidecar (tokens.kvtok) */
+} mu_kv_store_entry;
+/* The packs of dir (subdirectories holding manifest.kvpk; hidden names are
+ * partials or removals in progress), by name; *out malloc'ed. key may be
+ * NULL (tokens -1). */
+int mu_kv_store_list(const char *dir, const uint8_t *key, mu_kv_store_entry **out, int *n, mu_err *err);
+
+typedef struct {
+    int n_packs, n_removed, n_partials;  /* packs before, packs removed, dead writers' partials removed */
+    uint64_t bytes, bytes_removed;       /* the packs' bytes before, and removed */
+} mu_kv_gc_report;
+/* Removes the partial directories of writers that are gone, then the least
+ * recently used packs (oldest mtime first) until the packs take at most
+ * max_bytes (UINT64_MAX: no budget). A pack is renamed to a hidden name
+ * before its files go, so a reader opens a whole pack or none (a restore in
+ * progress fails cleanly and its server counts a miss). dry_run: report
+ * only. */
+int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_report *rep, mu_err *err);
+
+/* ---- the resident prefix cache (kvcache.c) ------------------------------ */
+/*
+ * A token radix tree of KV checkpoints shared by the sessions of one engine
+ * (the server's slots): each node is one block of `block` tokens and holds
+ * the F16 K and V rows of its positions for every layer (a sliding layer's
+ * rows only while the capturing session's ring still held them). A prefix
+ * of k blocks restores from the k nodes of its path: a full layer takes every
+ * node's rows, a sliding layer the rows of its window. Nodes are added as a
+ * session completes blocks (mu_kv_cache_capture) and only below nodes whose
+ * rows that session holds (its lineage), so the rows of a path always come
+ * from one live session: restoring a prefix and continuing equals continuing
+ * that session bit for bit. Resident rows stay under a byte budget, evicting
+ * the least recently used leaf that is not pinned. Behind the tree, the pack
+ * store (a directory of pack directories) is searched for a pack that holds
+ * a prefix of the prompt (its identity and input cut checked).
+ * One engine thread calls restore and capture; pin and stats may come from
+ * any thread.
+ */
+typedef struct mu_kv_cache mu_kv_cache;
+
+#define MU_KV_CACHE_DEFAULT_BYTES ((size_t)1 << 30)
+#define MU_KV_CACHE_DEFAULT_BLOCK 512 /* the scheduler's prefill chunk: a restore ends where a lone cold prefill splits */
+
+typedef struct {
+    size_t max_bytes;        /* resident rows at most; 0: MU_KV_CACHE_DEFAULT_BYTES */
+    int block;               /* tokens per checkpoint, 1..4096; 0: MU_KV_CACHE_DEFAULT_BLOCK */
+    const char *pack_dir;    /* the pack store searched after the tree (copied); NULL: none */
+    const uint8_t *key;      /* the root key of the store's packs (copied); with pack_dir */
+    const mu_kv_ident *id;   /* the engine's identity; with pack_dir (must outlive the cache) */
+    /* where the cache says what went wrong with the store (a corrupt pack is
+     * a miss and one line here); NULL: silent. Called on the engine thread. */
+    void (*log)(void *user, const char *line);
+    void *log_user;
+} mu_kv_cache_opts;
+
+int mu_kv_cache_new(const mu_engine *e, const mu_kv_cache_opts *o, mu_kv_cache **out, mu_err *err);
+void mu_kv_cache_free(mu_kv_cache *c);
+
+/* Where a job's reused prompt positions came from (the reuse ladder). */
+typedef enum {
+    MU_KV_SRC_NONE = 0, /* nothing reused: prefill */
+    MU_KV_SRC_SLOT,     /* the slot's live session (the previous job's tokens) */
+    MU_KV_SRC_CACHE,    /* the resident prefix cache */
+    MU_KV_SRC_PACK,     /* a pack of the store */
+    MU_KV_SRC_COUNT
+} mu_kv_src;
+const char *mu_kv_src_name(int src); /* "none", "slot", "cache", "pack" */
+
+/* Which tree nodes the rows of one session came from; one per session
+ * (engine thread). n_ctx: the session's context. */
+typedef struct mu_kv_lineage mu_kv_lineage;
+int mu_kv_lineage_new(const mu_kv_cache *c, int n_ctx, mu_kv_lineage **out, mu_err *err);
+void mu_kv_lineage_free(mu_kv_lineage *l);
+/* The session now holds only its first n positions (0 after a reset or
+ * after rows came from anywhere but this cache). NULL is fine. */
+void mu_kv_lineage_cut(mu_kv_lineage *l, int n);
+/* The session's positions were installed from elsewhere (a pack, another
+ * session's state): none is a node's, and its sliding layers hold rows of
+ * positions swa_lo.. only. */
+void mu_kv_lineage_foreign(mu_kv_lineage *l, int swa_lo);
+/* The first position whose sliding-layer rows the session computed or
+ * installed (0: all of them). */
+int mu_kv_lineage_swa_lo(const mu_kv_lineage *l);
+
+/* The reuse ladder below the live slot: the longest prefix of tokens[0,
+ * n_max) longer than `have` positions that the tree, else the store, can
+ * install. Found: s is reset, the rows installed and committed; returns
+ * the positions now held and sets *src. Nothing longer: returns 0 and s is
+ * untouched. A store pack that fails to restore is a miss (logged), s
+ * reset, and the call returns 0 with *src MU_KV_SRC_NONE; the caller must
+ * then treat s as empty (mu_session_n_past tells). */
+int mu_kv_cache_restore(mu_kv_cache *c, mu_session *s, mu_kv_lineage *l, const int32_t *tokens, int n_max, int have,
+                        int *src);
+
+/* After a forward: s holds tokens[0, n); adds the blocks it completed to
+ * the tree where its lineage allows, evicting to stay in budget. */
+void mu_kv_cache_capture(mu_kv_cache *c, const mu_session *s, mu_kv_lineage *l, const int32_t *tokens, int n);
+
+/* Pins (pin true) or unpins the nodes of the longest cached path of
+ * tokens[0, n); pinned nodes are never evicted. Returns the tokens the
+ * path covers. */
+int mu_kv_cache_pin(mu_kv_cache *c, const int32_t *tokens, int n, bool pin);
+
+typedef struct {
+    uint64_t bytes, max_bytes;   /* resident rows now, the budget */
+    uint64_t n_nodes, n_pinned;  /* nodes now, of which pinned */
+    uint64_t block;              /* tokens per node */
+    uint64_t n_inserted, n_evicted;
+    uint64_t n_lookups;          /* restore calls */
+    uint64_t n_hits[MU_KV_SRC_COUNT];   /* restores served by the tree (CACHE) and the store (PACK) */
+    uint64_t n_tokens[MU_KV_SRC_COUNT]; /* positions they installed */
+    uint64_t n_store_errors;     /* store packs that failed to read or verify (misses) */
+} mu_kv_cache_stats;
+void mu_kv_cache_get_stats(mu_kv_cache *c, mu_kv_cache_stats *st);
 
 #ifdef __cplusplus
 }

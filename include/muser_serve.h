@@ -45,6 +45,11 @@ typedef struct {
     /* more Prometheus lines for /metrics (returns their length); NULL: none */
     int (*metrics)(void *user, char *buf, size_t cap);
     void *metrics_user;
+    mu_kv_cache *cache;        /* the scheduler's prefix cache, counted by /metrics and /snapshot; may be NULL */
+    const char *slot_save_path; /* llama.cpp's --slot-save-path: where POST /slots/{id}?action=save|restore
+                                   keeps packs; NULL: those answer 501 */
+    const mu_kv_ident *kv_id;  /* with slot_save_path: the engine's identity (outlives the server) */
+    const uint8_t *kv_key;     /* with slot_save_path: the packs' root key (copied) */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "../../include/muser_gen.h"
+#include "../../include/muser_kv.h"
 #include "../../include/muser_lane.h"
 #include "cli.h"
 
@@ -120,6 +121,9 @@ typedef struct {
     bool tty_out;            /* stdout is a terminal: filter control characters */
     bool ignore_eos;         /* tests and benchmarks: never stop on eos/eot */
     bool fresh;              /* the next turn starts from an empty session (/reset, /system, /load) */
+    const char *model_path;
+    mu_kv_ident *kid;        /* /save, /load: the pack identity (made on first use) */
+    uint8_t key[32];         /* with kid: the root key of the muser home */
     int32_t *force;          /* tests: MUSER_CHAT_FORCE_OUTPUT tokens replace sampling */
     int n_force;
     /* the answer being generated */
@@ -462,8 +466,10 @@ static const char *help_text =
     "  /reset            forget the conversation (the system prompt stays)\n"
     "  /system [TEXT]    set the system prompt (none: the template's default) and reset\n"
     "  /reasoning LEVEL  low, medium, high or xhigh (applies to the whole conversation)\n"
-    "  /save FILE        save the conversation as a JSON array of messages\n"
-    "  /load FILE        replace the conversation with a saved one\n"
+    "  /save FILE        save the conversation as a JSON array of messages, and its KV state\n"
+    "                    as the pack FILE.kv (docs/kvpack.md)\n"
+    "  /load FILE        replace the conversation with a saved one (and its KV state from\n"
+    "                    FILE.kv when that pack is there and fits this model and context)\n"
     "  /help             this text\n"
     "  /quit             leave (Ctrl-D too)\n"
     "keys: Ctrl-C stops an answer or clears the line; a line ending in \\ continues on the next;\n"
@@ -484,29 +490,79 @@ static bool valid_utf8(const char *s) {
     return j != NULL;
 }
 
+/* ---- the KV state as a pack (the slot's, through the scheduler) ------------ */
+
+typedef struct {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool done;
+} op_wait;
+
+static void op_notify(void *user) {
+    op_wait *w = user;
+    pthread_mutex_lock(&w->mu);
+    w->done = true;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Saves or restores the slot's KV state as the pack dir; 0 or the status. */
+static int kv_slot(chat *c, mu_slot_action act, const char *dir, mu_slot_result *res, mu_err *err) {
+    if (!c->kid && (mu_kv_root_key(NULL, c->key, err) || mu_kv_ident_new(c->e, c->model_path, &c->kid, err)))
+        return err->code ? err->code : MU_E_STATE;
+    op_wait w = {.done = false};
+    pthread_mutex_init(&w.mu, NULL);
+    pthread_cond_init(&w.cv, NULL);
+    mu_slot_req rq = {.action = act, .slot = 0, .dir = dir, .id = c->kid, .key = c->key};
+    mu_slot_op *op = NULL;
+    int rc = mu_sched_slot_submit(c->sched, &rq, op_notify, &w, &op, err);
+    if (!rc) {
+        pthread_mutex_lock(&w.mu);
+        while (!w.done) pthread_cond_wait(&w.cv, &w.mu);
+        pthread_mutex_unlock(&w.mu);
+        mu_slot_op_result(op, &rc, res, err);
+        mu_slot_op_free(op);
+    }
+    pthread_mutex_destroy(&w.mu);
+    pthread_cond_destroy(&w.cv);
+    return rc;
+}
+
 static void cmd_save(chat *c, const char *path) {
     json_t *all = conversation(c);
-    if (!all || json_dump_file(all, path, JSON_INDENT(2) | JSON_ENSURE_ASCII) != 0)
+    if (!all || json_dump_file(all, path, JSON_INDENT(2) | JSON_ENSURE_ASCII) != 0) {
         cli_fail("muser chat: cannot write %s: %s", path, errno ? strerror(errno) : "out of memory");
-    else
-        note(c, "[saved %zu messages to %s]", json_array_size(all), path);
+        json_decref(all);
+        return;
+    }
+    size_t n_msgs = json_array_size(all);
     json_decref(all);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s.kv", path);
+    mu_slot_result res = {0};
+    mu_err err = {0};
+    if (c->fresh || json_array_size(c->msgs) == 0)
+        note(c, "[saved %zu messages to %s; no KV state to save yet]", n_msgs, path);
+    else if (kv_slot(c, MU_SLOT_SAVE, dir, &res, &err))
+        note(c, "[saved %zu messages to %s; the KV state was not saved: %s]", n_msgs, path, err.msg);
+    else
+        note(c, "[saved %zu messages to %s and the KV state (%d tokens) to %s]", n_msgs, path, res.n_tokens, dir);
 }
 
 /* Loads a JSON array of {role, content, ...} messages; a leading system
  * message becomes the system prompt. The KV cache is reset. */
-static void cmd_load(chat *c, const char *path) {
+static bool cmd_load(chat *c, const char *path) {
     json_error_t je;
     json_t *a = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
     if (!a) {
         if (je.line > 0) cli_fail("muser chat: /load %s: line %d: %s", path, je.line, je.text);
         else cli_fail("muser chat: /load: %s", je.text);
-        return;
+        return false;
     }
     if (!json_is_array(a)) {
         cli_fail("muser chat: %s: expected a JSON array of messages", path);
         json_decref(a);
-        return;
+        return false;
     }
     size_t i;
     json_t *m;
@@ -515,7 +571,7 @@ static void cmd_load(chat *c, const char *path) {
         if (!json_is_object(m) || !json_is_string(role) || (content && !json_is_string(content) && !json_is_array(content) && !json_is_null(content))) {
             cli_fail("muser chat: %s: message %zu needs a string \"role\" and a string or list \"content\"", path, i);
             json_decref(a);
-            return;
+            return false;
         }
     }
     char *sys = NULL;
@@ -532,7 +588,7 @@ static void cmd_load(chat *c, const char *path) {
         json_decref(all);
         json_decref(a);
         free(sys);
-        return;
+        return false;
     }
     json_decref(a);
     /* check that it renders before replacing the current conversation */
@@ -547,13 +603,14 @@ static void cmd_load(chat *c, const char *path) {
         c->system = saved_sys;
         json_decref(all);
         free(sys);
-        return;
+        return false;
     }
     free(ids);
     json_decref(saved_msgs);
     free(saved_sys);
     c->fresh = true;
     note(c, "[loaded %zu messages from %s (%d tokens)]", json_array_size(c->msgs) + (sys ? 1 : 0), path, n);
+    return true;
 }
 
 /* Returns 1 to quit, 0 otherwise. */
@@ -593,7 +650,21 @@ static int run_command(chat *c, const char *line) {
         else cmd_save(c, arg);
     } else if (!strcmp(name, "/load")) {
         if (!*arg) cli_fail("muser chat: /load needs a file name");
-        else cmd_load(c, arg);
+        else if (cmd_load(c, arg)) {
+            char dir[4096];
+            snprintf(dir, sizeof dir, "%s.kv", arg);
+            mu_slot_result res = {0};
+            mu_err err = {0};
+            if (access(dir, F_OK)) {
+                /* a conversation saved without its KV state: evaluated afresh */
+            } else if (kv_slot(c, MU_SLOT_RESTORE, dir, &res, &err)) {
+                note(c, "[the KV state in %s was not restored (%s): the conversation will be evaluated]", dir,
+                     err.msg);
+            } else {
+                c->fresh = false; /* the next turn continues the restored state */
+                note(c, "[restored the KV state (%d tokens) from %s]", res.n_tokens, dir);
+            }
+        }
     } else {
         cli_fail("muser chat: unknown command %s (/help lists them)", name);
     }
@@ -812,6 +883,7 @@ int cmd_chat(int argc, char **argv) {
     int rc = 1;
     mu_err err = {0};
     if (mu_model_open(model, &c.m, &err)) return cli_fail("muser chat: %s", err.msg);
+    c.model_path = model;
     c.I = mu_model_get_info(c.m);
     if (check && cli_check_model("muser chat", c.m, (int)threads, false)) goto done;
     if (!mu_model_tokenizer(c.m)) {
@@ -895,6 +967,8 @@ done:
     input_close(&in);
     mu_sched_free(c.sched);
     mu_lane_free(c.lane);
+    mu_kv_ident_free(c.kid);
+    mu_kv_key_wipe(c.key);
     mu_engine_free(c.e);
     mu_model_close(c.m);
     json_decref(c.msgs);

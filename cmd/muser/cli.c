@@ -26,6 +26,20 @@ int cli_fail(const char *fmt, ...) {
     return 1;
 }
 
+bool cli_bytes(const char *v, size_t *out) {
+    char *end;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (end == v || *v == '-') return false;
+    int sh = 0;
+    if (*end == 'K' || *end == 'k') sh = 10;
+    else if (*end == 'M' || *end == 'm') sh = 20;
+    else if (*end == 'G' || *end == 'g') sh = 30;
+    if (sh) end++;
+    if (*end || n > (~0ULL >> (sh + 1))) return false;
+    *out = (size_t)(n << sh);
+    return true;
+}
+
 bool cli_int(const char *s, long long lo, long long hi, long long *out) {
     if (!s || !*s) return false;
     char *end;

@@ -13,6 +13,8 @@ int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Strict number parsing: whole string, range-checked. Return false on error. */
 bool cli_int(const char *s, long long lo, long long hi, long long *out);
+/* A byte count: digits with an optional K, M or G (powers of 1024). */
+bool cli_bytes(const char *s, size_t *out);
 bool cli_float(const char *s, double lo, double hi, double *out);
 /* Comma-separated int32 list; *out is malloc'ed. */
 bool cli_ids(const char *s, int32_t **out, int *n);

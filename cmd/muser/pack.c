@@ -5,6 +5,8 @@
  *   muser pack verify [-m MODEL] DIR [--key-file F] [--ctx N] [--kern NAME]
  *                     [--backend auto|cpu|cuda] [--gpu N]
  *   muser pack inspect DIR [--json] [--key-file F]
+ *   muser pack ls [STORE] [--json] [--key-file F]
+ *   muser pack gc [STORE] [--max-bytes N[K|M|G]] [--dry-run]
  * save prefills the prompt and writes the session's KV state as a pack
  * directory, atomically. verify prints `ok` (exit 0) or one line
  * `muser pack verify: CATEGORY: reason` (exit 1), CATEGORY being the
@@ -13,6 +15,7 @@
  * (created on first use) unless --key-file names one. The backend defaults
  * to run's (auto): the kernel class that computed the rows is part of a
  * pack's identity, so save and run --pack must compute on the same one. */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +32,10 @@ static int usage(void) {
             "                       [--codec raw|lossless] [--plain] [--ctx N] [--threads N] [--kern NAME]\n"
             "                       " CLI_BACKEND_USAGE "\n"
             "       muser pack verify [-m MODEL] DIR [--key-file F] [--ctx N] [--kern NAME] " CLI_BACKEND_USAGE "\n"
-            "       muser pack inspect DIR [--json] [--key-file F]\n");
+            "       muser pack inspect DIR [--json] [--key-file F]\n"
+            "       muser pack ls [STORE] [--json] [--key-file F]\n"
+            "       muser pack gc [STORE] [--max-bytes N[K|M|G]] [--dry-run]\n"
+            "STORE: a directory of pack directories (default <muser home>/packs).\n");
     return 1;
 }
 
@@ -37,7 +43,8 @@ typedef struct {
     const char *model, *ids, *text, *file, *out, *key_file, *kern, *dir;
     long long ctx, threads;
     int codec;
-    bool plain, json;
+    bool plain, json, dry_run, has_max;
+    size_t max_bytes;
     cli_backend backend;
 } opts;
 
@@ -64,6 +71,12 @@ static int parse(const char *cmd, int argc, char **argv, opts *o) {
         else if (!strcmp(a, "--kern")) { NEED(); o->kern = v; }
         else if (!strcmp(a, "--plain")) o->plain = true;
         else if (!strcmp(a, "--json")) o->json = true;
+        else if (!strcmp(a, "--dry-run")) o->dry_run = true;
+        else if (!strcmp(a, "--max-bytes")) {
+            NEED();
+            if (!cli_bytes(v, &o->max_bytes)) return cli_fail("%s: --max-bytes must be a byte count (K, M, G): %s", cmd, v), -1;
+            o->has_max = true;
+        }
         else if (!strcmp(a, "--codec")) {
             NEED();
             if (!strcmp(v, "raw")) o->codec = MU_KV_CODEC_RAW;
@@ -253,11 +266,85 @@ static int pack_inspect(int argc, char **argv) {
     return 0;
 }
 
+/* The store: the positional directory, else <muser home>/packs. */
+static int store_dir(const char *cmd, const opts *o, char *out, size_t cap) {
+    mu_err err = {0};
+    if (o->dir) {
+        snprintf(out, cap, "%s", o->dir);
+        return 0;
+    }
+    if (mu_kv_store_default(out, cap, false, &err)) return cli_fail("%s: %s", cmd, err.msg);
+    return 0;
+}
+
+static int pack_ls(int argc, char **argv) {
+    static const char *cmd = "muser pack ls";
+    opts o;
+    int p = parse(cmd, argc, argv, &o);
+    if (p) return p < 0 ? 1 : 0;
+    char dir[4096];
+    if (store_dir(cmd, &o, dir, sizeof dir)) return 1;
+    uint8_t key[32];
+    bool have_key = !mu_kv_root_key(o.key_file, key, NULL);
+    if (o.key_file && !have_key) return load_key(cmd, &o, key);
+    mu_kv_store_entry *v = NULL;
+    int n = 0;
+    mu_err err = {0};
+    int rc = mu_kv_store_list(dir, have_key ? key : NULL, &v, &n, &err);
+    if (have_key) mu_kv_key_wipe(key);
+    if (rc) return cli_fail("%s: %s", cmd, err.msg);
+    uint64_t total = 0;
+    json_t *arr = o.json ? json_array() : NULL;
+    for (int i = 0; i < n; i++) {
+        total += v[i].bytes;
+        if (arr) {
+            json_array_append_new(arr, json_pack("{s:s,s:I,s:I,s:I,s:b}", "name", v[i].name, "tokens",
+                                                 (json_int_t)v[i].tokens, "bytes", (json_int_t)v[i].bytes, "mtime",
+                                                 (json_int_t)v[i].mtime, "token_ids", v[i].has_tokens));
+        } else {
+            char t[32];
+            if (v[i].tokens >= 0) snprintf(t, sizeof t, "%lld", (long long)v[i].tokens);
+            else snprintf(t, sizeof t, "?");
+            printf("%-32s %8s tokens %12llu bytes%s\n", v[i].name, t, (unsigned long long)v[i].bytes,
+                   v[i].has_tokens ? "  ids" : "");
+        }
+    }
+    if (arr) {
+        char *s = json_dumps(arr, JSON_COMPACT);
+        printf("%s\n", s ? s : "[]");
+        free(s);
+        json_decref(arr);
+    } else {
+        printf("%d pack%s, %llu bytes\n", n, n == 1 ? "" : "s", (unsigned long long)total);
+    }
+    free(v);
+    return 0;
+}
+
+static int pack_gc(int argc, char **argv) {
+    static const char *cmd = "muser pack gc";
+    opts o;
+    int p = parse(cmd, argc, argv, &o);
+    if (p) return p < 0 ? 1 : 0;
+    char dir[4096];
+    if (store_dir(cmd, &o, dir, sizeof dir)) return 1;
+    mu_kv_gc_report r;
+    mu_err err = {0};
+    if (mu_kv_store_gc(dir, o.has_max ? (uint64_t)o.max_bytes : UINT64_MAX, o.dry_run, &r, &err))
+        return cli_fail("%s: %s", cmd, err.msg);
+    printf("%s%d of %d packs (%llu of %llu bytes), %d partial director%s of dead writers\n",
+           o.dry_run ? "would remove " : "removed ", r.n_removed, r.n_packs, (unsigned long long)r.bytes_removed,
+           (unsigned long long)r.bytes, r.n_partials, r.n_partials == 1 ? "y" : "ies");
+    return 0;
+}
+
 int cmd_pack(int argc, char **argv) {
     if (argc < 2) return usage();
     if (!strcmp(argv[1], "save")) return pack_save(argc - 1, argv + 1);
     if (!strcmp(argv[1], "verify")) return pack_verify(argc - 1, argv + 1);
     if (!strcmp(argv[1], "inspect")) return pack_inspect(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "ls")) return pack_ls(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "gc")) return pack_gc(argc - 1, argv + 1);
     if (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) return usage(), 0;
-    return cli_fail("muser pack: unknown subcommand '%s' (save, verify, inspect)", argv[1]);
+    return cli_fail("muser pack: unknown subcommand '%s' (save, verify, inspect, ls, gc)", argv[1]);
 }

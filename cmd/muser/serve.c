@@ -6,16 +6,20 @@
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS] [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
+ *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--key-file F]
+ *               [--slot-save-path DIR]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../../include/muser_kv.h"
 #include "../../include/muser_lane.h"
 #include "../../include/muser_serve.h"
 #include "cli.h"
@@ -34,6 +38,8 @@ static int usage(void) {
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
             "                   " CLI_LANE_USAGE "\n"
+            "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--key-file F]\n"
+            "                   [--slot-save-path DIR]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -51,6 +57,11 @@ static char *read_file(const char *path, size_t max) {
     }
     buf[n] = 0;
     return buf;
+}
+
+static void cache_log(void *user, const char *line) {
+    (void)user;
+    fprintf(stderr, "muser serve: %s\n", line);
 }
 
 /* The id the server answers to (as src/http derives it), for the banner. */
@@ -81,6 +92,9 @@ int cmd_serve(int argc, char **argv) {
     cli_backend backend = CLI_BACKEND_DEFAULT;
     cli_spec spec = {0};
     cli_lane lane = {0};
+    size_t cache_bytes = MU_KV_CACHE_DEFAULT_BYTES;
+    long long cache_block = MU_KV_CACHE_DEFAULT_BLOCK;
+    const char *pack_dir = NULL, *kv_key_file = NULL, *slot_dir = NULL;
     for (int i = 1; i < argc; i++) {
         int lo = cli_lane_opt("muser serve", argc, argv, &i, &lane);
         if (lo < 0) return 1;
@@ -119,6 +133,11 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--check-tensors")) check = true;
         else if (!strcmp(a, "--any-model")) any_model = true;
         else if (!strcmp(a, "--cors")) { NEED(); cors = v; }
+        else if (!strcmp(a, "--cache-bytes")) { NEED(); if (!cli_bytes(v, &cache_bytes)) return cli_fail("muser serve: --cache-bytes must be a byte count (K, M, G suffixes; 0 = off): %s", v); }
+        else if (!strcmp(a, "--cache-block")) { NEED(); if (!cli_int(v, 1, 4096, &cache_block)) return cli_fail("muser serve: --cache-block must be 1..4096 tokens: %s", v); }
+        else if (!strcmp(a, "--pack-dir")) { NEED(); pack_dir = v; }
+        else if (!strcmp(a, "--key-file")) { NEED(); kv_key_file = v; }
+        else if (!strcmp(a, "--slot-save-path")) { NEED(); slot_dir = v; }
         else if (!strcmp(a, "--alias")) {
             NEED();
             if (!*v || strlen(v) > 256) return cli_fail("muser serve: --alias must be 1..256 bytes: %s", v);
@@ -161,6 +180,9 @@ int cmd_serve(int argc, char **argv) {
     mu_sched *sched = NULL;
     mu_server *srv = NULL;
     mu_lane *ln = NULL;
+    mu_kv_ident *kid = NULL;
+    mu_kv_cache *cache = NULL;
+    uint8_t root[32] = {0};
     if (mu_model_open(model, &m, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
@@ -180,10 +202,36 @@ int cmd_serve(int argc, char **argv) {
     /* test hooks, so tests need no timing: MUSER_TEST_HOLD=N, the scheduler
      * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
      * generates N tokens and then waits for its cancel */
+    /* the prefix cache over the pack store (docs/kvpack.md "The server's prefix cache") */
+    if (pack_dir || slot_dir) {
+        struct stat st;
+        if (pack_dir && (stat(pack_dir, &st) || !S_ISDIR(st.st_mode))) {
+            cli_fail("muser serve: --pack-dir is not a directory: %s", pack_dir);
+            goto done;
+        }
+        if (slot_dir && (stat(slot_dir, &st) || !S_ISDIR(st.st_mode))) {
+            cli_fail("muser serve: --slot-save-path is not a directory: %s", slot_dir);
+            goto done;
+        }
+        if (mu_kv_root_key(kv_key_file, root, &err) || mu_kv_ident_new(e, model, &kid, &err)) {
+            cli_fail("muser serve: %s", err.msg);
+            goto done;
+        }
+    }
+    if (cache_bytes || pack_dir) {
+        mu_kv_cache_opts co = {.max_bytes = cache_bytes ? cache_bytes : 1, .block = (int)cache_block,
+                               .pack_dir = pack_dir, .key = pack_dir ? root : NULL, .id = kid,
+                               .log = cache_log};
+        if (mu_kv_cache_new(e, &co, &cache, &err)) {
+            cli_fail("muser serve: %s", err.msg);
+            goto done;
+        }
+    }
     const char *hold = getenv("MUSER_TEST_HOLD"), *stall = getenv("MUSER_TEST_STALL_AFTER");
     mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue,
                         .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0,
-                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
+                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
+                        .cache = cache};
     if (mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
@@ -218,7 +266,11 @@ int cmd_serve(int argc, char **argv) {
                         .metrics_user = ln,
 
                         .backend = mu_engine_backend(e),
-                        .kernels = mu_engine_kern_name(e)};
+                        .kernels = mu_engine_kern_name(e),
+                        .cache = cache,
+                        .slot_save_path = slot_dir,
+                        .kv_id = kid,
+                        .kv_key = root};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;
@@ -253,6 +305,9 @@ done:
     mu_serve_stop(srv);
     mu_sched_free(sched);
     mu_lane_free(ln);
+    mu_kv_cache_free(cache);
+    mu_kv_ident_free(kid);
+    mu_kv_key_wipe(root);
     mu_engine_free(e);
     mu_model_close(m);
     free(cert_pem);

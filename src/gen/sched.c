@@ -15,6 +15,13 @@
  * slot (the leader) evaluates the prompt; the others wait, then copy its KV
  * state and final logits (mu_session_state_save/load) instead of evaluating
  * the prompt again.
+ * Prompt reuse (keep_prefix jobs): the slot's own common prefix first, then
+ * the prefix cache and its pack store (mu_sched_opts.cache, src/kv) when
+ * they hold more; after every forward each slot's completed blocks are
+ * handed to the cache, and every change to a session's rows that does not
+ * come from its own forwards cuts its lineage (hist_cut,
+ * mu_kv_lineage_foreign) so the cache never files rows under the wrong
+ * parent.
  * Speculative decoding (docs/speculative.md): a job with a draft method
  * feeds its last token and up to draft_max drafted ones as one solo item
  * (mu_batch_item.solo: logits bit-identical to one decode step per token),
@@ -131,13 +138,33 @@ typedef struct {
     int n_hist;
     mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
     int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
+    mu_kv_lineage *lin;   /* which prefix-cache nodes the session's rows came from (with a cache) */
+    int min_keep;         /* the session may be cut back to no fewer positions: rows installed from
+                             elsewhere (packs, the prefix cache) fill a sliding layer's window only,
+                             so its older cells hold no rows of this sequence */
     int n_drafted;        /* this step's draft() result (speculating jobs) */
 } slot;
+
+struct mu_slot_op {
+    atomic_int refs;      /* the reader and the scheduler */
+    pthread_mutex_t mu;   /* guards done, rc, res, err, notify */
+    mu_slot_req rq;
+    char *dir;
+    uint8_t key[32];
+    void (*notify)(void *user);
+    void *user;
+    bool done;
+    int rc;
+    mu_slot_result res;
+    mu_err err;
+    mu_slot_op *next;     /* the scheduler's list (guarded by sched->mu) */
+};
 
 struct mu_sched {
     mu_engine *eng;
     const mu_model *model;
     int n_vocab;
+    int n_swa;            /* the sliding window, 0 when no layer slides */
     mu_sched_opts o;
     slot slots[MU_SCHED_MAX_SLOTS];
     pthread_t thr;
@@ -147,6 +174,7 @@ struct mu_sched {
     bool kick;            /* a stalled job may have been cancelled: look again */
     mu_job *q_head, *q_tail;
     int n_queued;
+    mu_slot_op *ops;      /* slot actions waiting for the engine thread */
     int hold_until;       /* test hook, cleared once reached */
     mu_sched_metrics m;
     mu_sched_slot_info info[MU_SCHED_MAX_SLOTS];
@@ -156,7 +184,26 @@ struct mu_sched {
     bool item_last[MU_SCHED_MAX_SLOTS];
     int item_n[MU_SCHED_MAX_SLOTS];
     bool item_spec[MU_SCHED_MAX_SLOTS]; /* a verification block (solo, all logits) */
+    bool item_embd[MU_SCHED_MAX_SLOTS]; /* an embedding job's chunk (not captured) */
 };
+
+/* The slot's session now holds only the first n positions of its history
+ * (0: reset, or rows that came from elsewhere). */
+static void hist_cut(slot *sl, int n) {
+    sl->n_hist = n;
+    if (n == 0) sl->min_keep = 0;
+    mu_kv_lineage_cut(sl->lin, n);
+}
+
+/* The session's positions were installed from elsewhere and its sliding
+ * layers hold rows of positions lo.. only (a pack's window: n - n_swa):
+ * cutting it back to m needs the rows m - n_swa + 1 .. m - 1. */
+static void installed(mu_sched *s, slot *sl, int lo) {
+    sl->min_keep = s->n_swa && lo > 0 ? lo + s->n_swa - 1 : 0;
+    mu_kv_lineage_foreign(sl->lin, lo);
+}
+
+static int window_lo(const mu_sched *s, int n) { return s->n_swa && n > s->n_swa ? n - s->n_swa : 0; }
 
 static double now_ms(void) {
     struct timespec ts;
@@ -462,11 +509,11 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
     int keep = p0 + 1 + acc;
     if (mu_session_truncate(sl->sess, keep, &err)) { /* the ring lost rows: cannot happen for a block <= 64 */
         mu_session_reset(sl->sess);
-        sl->n_hist = 0;
+        hist_cut(sl, 0);
         slot_release(s, i, MU_FINISH_ERROR, err.msg);
         return;
     }
-    sl->n_hist = keep;
+    hist_cut(sl, keep);
     pthread_mutex_lock(&s->mu);
     s->info[i].n_past = keep;
     pthread_mutex_unlock(&s->mu);
@@ -482,13 +529,14 @@ static void group_join(mu_sched *s, int i) {
     if (g->ready) {
         mu_err err;
         mu_session_reset(sl->sess);
-        sl->n_hist = 0;
+        hist_cut(sl, 0);
         if (mu_session_state_load(sl->sess, g->state, g->state_n, &err)) {
             g->failed = true; /* evaluate the prompt like a lone job */
             mu_session_reset(sl->sess);
             return;
         }
         sl->n_fed = sl->job->n_prompt;
+        installed(s, sl, window_lo(s, sl->job->n_prompt)); /* the leader's rows (perhaps installed themselves) */
         sl->job->st.prompt_shared = true;
         memcpy(sl->hist, sl->job->prompt, (size_t)sl->job->n_prompt * sizeof *sl->hist);
         sl->n_hist = sl->job->n_prompt;
@@ -559,10 +607,11 @@ static bool slot_start(mu_sched *s, int i) {
                          mu_session_n_past(sl->sess), j->n_installed);
         if (rc) {
             mu_session_reset(sl->sess);
-            sl->n_hist = 0;
+            hist_cut(sl, 0);
             slot_release(s, i, MU_FINISH_ERROR, err.msg);
             return false;
         }
+        installed(s, sl, window_lo(s, j->n_installed)); /* the installer's rows (a pack's window at least) */
         keep = j->n_installed;
         memcpy(sl->hist, j->prompt, (size_t)keep * sizeof *sl->hist);
         sl->n_fed = sl->n_hist = keep;
@@ -571,18 +620,41 @@ static bool slot_start(mu_sched *s, int i) {
         spec_learn_prompt(sl, j);
         return true;
     }
+    int src = MU_KV_SRC_NONE;
     if (j->keep_prefix && !j->grp) {
+        /* the reuse ladder: the live slot, then the prefix cache and the
+         * pack store when they hold more (at least one prompt token is
+         * evaluated again, for its logits) */
         keep = common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt);
         if (keep > j->n_prompt - 1) keep = j->n_prompt - 1;
+        if (keep < sl->min_keep) keep = 0; /* the window before it was never in this session */
         mu_err err;
         if (keep > 0 && mu_session_truncate(sl->sess, keep, &err)) keep = 0;
+        if (keep > 0) src = MU_KV_SRC_SLOT;
+        if (s->o.cache) {
+            hist_cut(sl, keep);
+            int from, n = mu_kv_cache_restore(s->o.cache, sl->sess, sl->lin, j->prompt, j->n_prompt - 1, keep, &from);
+            if (n > 0) {
+                memcpy(sl->hist, j->prompt, (size_t)n * sizeof *sl->hist);
+                keep = n;
+                src = from;
+                /* the cache installs a window, or (a store pack) what the pack holds: its lineage says */
+                sl->min_keep = mu_kv_lineage_swa_lo(sl->lin) > 0 ? mu_kv_lineage_swa_lo(sl->lin) + s->n_swa - 1 : 0;
+            } else if (mu_session_n_past(sl->sess) != keep) { /* a failed restore emptied the session */
+                keep = 0;
+                src = MU_KV_SRC_NONE;
+            }
+        }
     }
     if (keep == 0) mu_session_reset(sl->sess);
     sl->n_fed = keep;
-    sl->n_hist = keep;
+    hist_cut(sl, keep);
     j->st.n_reused = keep;
+    j->st.reuse_src = src;
     pthread_mutex_lock(&s->mu);
     s->m.n_prompt_cached += (uint64_t)keep;
+    s->m.n_reused_src[src] += (uint64_t)keep;
+    if (j->keep_prefix) s->m.n_reuse_jobs[src]++;
     pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
     spec_learn_prompt(sl, j);
@@ -632,6 +704,131 @@ static void embd_finish(mu_sched *s, int i, int n) {
     slot_release(s, i, MU_FINISH_STOP, NULL);
 }
 
+/* ---- slot actions (engine thread) ---------------------------------------- */
+
+static void slot_op_unref(mu_slot_op *op) {
+    if (!op || atomic_fetch_sub(&op->refs, 1) != 1) return;
+    mu_kv_key_wipe(op->key);
+    pthread_mutex_destroy(&op->mu);
+    free(op->dir);
+    free(op);
+}
+
+static void slot_op_end(mu_slot_op *op, int rc, const mu_slot_result *res, const mu_err *err) {
+    pthread_mutex_lock(&op->mu);
+    op->rc = rc;
+    if (res) op->res = *res;
+    if (err) op->err = *err;
+    op->done = true;
+    if (op->notify) op->notify(op->user);
+    pthread_mutex_unlock(&op->mu);
+    slot_op_unref(op);
+}
+
+static void slot_op_run(mu_sched *s, mu_slot_op *op) {
+    mu_err err = {0};
+    mu_slot_result res = {0};
+    int rc = 0;
+    slot *sl = &s->slots[op->rq.slot];
+    double t0 = now_ms();
+    if (sl->job) {
+        rc = mu_fail(&err, MU_E_STATE, "sched: slot %d is busy", op->rq.slot);
+    } else if (op->rq.action == MU_SLOT_ERASE) {
+        res.n_tokens = sl->n_hist;
+        mu_session_reset(sl->sess);
+        hist_cut(sl, 0);
+    } else if (op->rq.action == MU_SLOT_SAVE) {
+        mu_kv_save_opts so = {.with_tokens = true, .full_ring = true};
+        res.n_tokens = sl->n_hist;
+        if (sl->n_hist < 1 || mu_session_n_past(sl->sess) != sl->n_hist)
+            rc = mu_fail(&err, MU_E_STATE, "sched: slot %d holds no tokens to save", op->rq.slot);
+        if (!rc) rc = mu_kv_pack_save(sl->sess, op->rq.id, sl->hist, sl->n_hist, op->key, &so, op->dir, &err);
+        if (!rc) rc = mu_kv_pack_bytes(op->dir, &res.n_bytes, &err);
+    } else {
+        int32_t *ids = NULL;
+        int n_ids = 0, n = 0;
+        mu_session_reset(sl->sess);
+        hist_cut(sl, 0);
+        rc = mu_kv_pack_tokens(op->dir, op->key, &ids, &n_ids, &err);
+        if (!rc && n_ids > mu_session_n_ctx(sl->sess))
+            rc = mu_fail(&err, MU_E_ARG, "sched: the pack holds %d positions, the slot's context is %d", n_ids,
+                         mu_session_n_ctx(sl->sess));
+        int lo = 0;
+        if (!rc) rc = mu_kv_pack_restore_ex(sl->sess, op->rq.id, op->dir, op->key, &n, &lo, &err);
+        if (!rc && n != n_ids) rc = mu_fail(&err, MU_E_STATE, "sched: the pack restored %d positions, not %d", n, n_ids);
+        if (!rc) {
+            memcpy(sl->hist, ids, (size_t)n * sizeof *sl->hist);
+            sl->n_hist = n;
+            installed(s, sl, lo);
+            res.n_tokens = n;
+            rc = mu_kv_pack_bytes(op->dir, &res.n_bytes, &err);
+        } else {
+            mu_session_reset(sl->sess);
+        }
+        free(ids);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->info[op->rq.slot].n_past = mu_session_n_past(sl->sess);
+    pthread_mutex_unlock(&s->mu);
+    res.ms = now_ms() - t0;
+    slot_op_end(op, rc, &res, &err);
+}
+
+int mu_sched_slot_submit(mu_sched *s, const mu_slot_req *rq, void (*notify)(void *user), void *user,
+                         mu_slot_op **out, mu_err *err) {
+    if (rq->slot < 0 || rq->slot >= s->o.n_slots)
+        return mu_fail(err, MU_E_ARG, "sched: no slot %d (0..%d)", rq->slot, s->o.n_slots - 1);
+    if (rq->action != MU_SLOT_ERASE && (!rq->dir || !rq->id || !rq->key))
+        return mu_fail(err, MU_E_ARG, "sched: save and restore need a directory, an identity and a key");
+    mu_slot_op *op = calloc(1, sizeof *op);
+    if (!op || (rq->dir && !(op->dir = strdup(rq->dir)))) {
+        free(op);
+        return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
+    }
+    atomic_init(&op->refs, 2);
+    pthread_mutex_init(&op->mu, NULL);
+    op->rq = *rq;
+    op->rq.dir = op->dir;
+    if (rq->key) memcpy(op->key, rq->key, 32);
+    op->rq.key = NULL;
+    op->notify = notify;
+    op->user = user;
+    pthread_mutex_lock(&s->mu);
+    if (s->stop) {
+        pthread_mutex_unlock(&s->mu);
+        slot_op_unref(op);
+        slot_op_unref(op);
+        return mu_fail(err, MU_E_STATE, "sched: shutting down");
+    }
+    mu_slot_op **pp = &s->ops;
+    while (*pp) pp = &(*pp)->next;
+    *pp = op;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    *out = op;
+    return 0;
+}
+
+int mu_slot_op_result(mu_slot_op *op, int *rc, mu_slot_result *res, mu_err *err) {
+    pthread_mutex_lock(&op->mu);
+    bool done = op->done;
+    if (done) {
+        *rc = op->rc;
+        if (res) *res = op->res;
+        if (err) *err = op->err;
+    }
+    pthread_mutex_unlock(&op->mu);
+    return done;
+}
+
+void mu_slot_op_free(mu_slot_op *op) {
+    if (!op) return;
+    pthread_mutex_lock(&op->mu);
+    op->notify = NULL;
+    pthread_mutex_unlock(&op->mu);
+    slot_op_unref(op);
+}
+
 static void *engine_main(void *arg) {
     mu_sched *s = arg;
     mu_err err;
@@ -641,13 +838,20 @@ static void *engine_main(void *arg) {
         for (;;) {
             if (s->stop) break;
             admit(s);
-            bool any = false;
+            bool any = s->ops != NULL;
             for (int i = 0; i < s->o.n_slots; i++) any |= s->slots[i].job != NULL;
             if (any) break;
             pthread_cond_wait(&s->cv, &s->mu);
         }
         bool stop = s->stop;
+        mu_slot_op *ops = s->ops;
+        s->ops = NULL;
         pthread_mutex_unlock(&s->mu);
+        while (ops) { /* in submission order: the list is kept that way */
+            mu_slot_op *nx = ops->next;
+            slot_op_run(s, ops);
+            ops = nx;
+        }
         if (stop) break;
 
         for (int i = 0; i < s->o.n_slots; i++) {
@@ -688,6 +892,7 @@ static void *engine_main(void *arg) {
                 it->embd = NULL;
                 it->solo = false;
                 s->item_spec[n_items] = false;
+                s->item_embd[n_items] = sl->job->embd_pool != MU_EMBD_OFF;
                 if (decoding && spec) {
                     /* while drafting is on, every step rounds solo, drafts or not */
                     sl->blk[0] = sl->last;
@@ -736,7 +941,7 @@ static void *engine_main(void *arg) {
             for (int k = 0; k < n_items; k++) {
                 slot *sl = &s->slots[s->item_slot[k]];
                 mu_session_reset(sl->sess);
-                sl->n_hist = 0;
+                hist_cut(sl, 0);
                 slot_release(s, s->item_slot[k], MU_FINISH_ERROR, err.msg);
             }
             continue;
@@ -770,6 +975,24 @@ static void *engine_main(void *arg) {
             if (prefilling) group_publish(s, i, lg);
             step(s, i, lg);
         }
+        /* the prefix cache copies the blocks the sessions completed (the
+         * slots' sessions and histories outlive their jobs) */
+        for (int k = 0; s->o.cache && k < n_items; k++) {
+            slot *sl = &s->slots[s->item_slot[k]];
+            if (!s->item_embd[k] && mu_session_n_past(sl->sess) == sl->n_hist)
+                mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
+        }
+    }
+    /* shutting down: end every slot action that is still waiting */
+    pthread_mutex_lock(&s->mu);
+    mu_slot_op *ops = s->ops;
+    s->ops = NULL;
+    pthread_mutex_unlock(&s->mu);
+    while (ops) {
+        mu_slot_op *nx = ops->next;
+        mu_err e = {0};
+        slot_op_end(ops, mu_fail(&e, MU_E_STATE, "server: shutting down"), NULL, &e);
+        ops = nx;
     }
     /* shutting down: finish every running and queued job */
     for (int i = 0; i < s->o.n_slots; i++)
@@ -792,6 +1015,7 @@ static void *engine_main(void *arg) {
 static void slots_free(mu_sched *s) {
     for (int i = 0; i < s->o.n_slots; i++) {
         mu_session_free(s->slots[i].sess);
+        mu_kv_lineage_free(s->slots[i].lin);
         free(s->slots[i].hist);
         mu_ngram_free(s->slots[i].ng);
     }
@@ -812,6 +1036,9 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     s->eng = e;
     s->model = mu_engine_model(e);
     s->n_vocab = mu_model_get_info(s->model)->n_vocab;
+    const mu_model_info *MI = mu_model_get_info(s->model);
+    for (int il = 0; il < MI->n_layer; il++)
+        if (MI->swa_layers[il]) s->n_swa = MI->n_swa;
     s->o = *o;
     s->hold_until = o->hold_until;
     s->m.n_slots = o->n_slots;
@@ -820,6 +1047,7 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
         int rc = mu_session_new(e, o->n_ctx, &s->slots[i].sess, err);
         if (!rc && !(s->slots[i].hist = malloc((size_t)o->n_ctx * sizeof(int32_t))))
             rc = mu_fail(err, MU_E_NOMEM, "sched: out of memory");
+        if (!rc && o->cache) rc = mu_kv_lineage_new(o->cache, o->n_ctx, &s->slots[i].lin, err);
         if (rc) {
             slots_free(s);
             free(s);

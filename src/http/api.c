@@ -505,6 +505,7 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/health", MU_PROTO_LLAMACPP, api_llama_health, true},
     {"GET", "/props", MU_PROTO_LLAMACPP, api_llama_props, false},
     {"GET", "/slots", MU_PROTO_LLAMACPP, api_llama_slots, false},
+    {"POST", "/slots/*", MU_PROTO_LLAMACPP, api_slots_action, false},
     {"GET", "/metrics", MU_PROTO_LLAMACPP, api_llama_metrics, false},
     {"POST", "/api/generate", MU_PROTO_OLLAMA, api_ollama_generate, false},
     {"POST", "/api/chat", MU_PROTO_OLLAMA, api_ollama_chat, false},

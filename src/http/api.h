@@ -42,6 +42,10 @@ typedef struct {
     void *prefill_user;
     int (*metrics)(void *user, char *buf, size_t cap);      /* mu_serve_opts.metrics */
     void *metrics_user;
+    mu_kv_cache *cache;        /* the prefix cache (--cache-bytes, --pack-dir), or NULL */
+    char slot_dir[4096];       /* --slot-save-path ("" when none) */
+    const mu_kv_ident *kv_id;  /* with slot_dir */
+    uint8_t kv_key[32];        /* with slot_dir (wiped at stop) */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -221,5 +225,8 @@ void api_embeddings(mu_http_req *r, const json_t *body);
 /* Request schemas by route path (NULL for routes without a body); used by
  * the handlers, the fuzz harness and the unit tests. */
 const jc_field *api_schema(const char *path);
+
+/* POST /slots/{id}?action=save|restore|erase (api_slots.c) */
+void api_slots_action(mu_http_req *r, const json_t *body);
 
 #endif

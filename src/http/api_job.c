@@ -138,6 +138,8 @@ json_t *api_timings(const mu_gen_stats *st) {
                      st->gen_ms, "predicted_per_token_ms", gn > 1 ? st->gen_ms / (gn - 1) : 0.0,
                      "predicted_per_second", st->gen_ms > 0 && gn > 1 ? (gn - 1) * 1e3 / st->gen_ms : 0.0,
                      "queue_ms", st->queue_ms);
+    /* muser's: where the cache_n tokens came from (the reuse ladder) */
+    if (t) json_object_set_new(t, "cache_source", json_string(mu_kv_src_name(st->reuse_src)));
     if (t && st->constrain_ms > 0) json_object_set_new(t, "constrained_ms", json_real(st->constrain_ms));
     if (t && st->prompt_shared) json_object_set_new(t, "prompt_shared", json_true());
     if (t && st->n_draft > 0) { /* speculative decoding, llama.cpp's names */

@@ -448,6 +448,33 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
                     name, (double)(v))
     COUNTER("prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens.", m.n_prompt_tokens);
     COUNTER("prompt_tokens_cached_total", "Number of prompt tokens reused from the cache.", m.n_prompt_cached);
+    /* the reuse ladder (docs/kvpack.md "The server's prefix cache") */
+    COUNTER("prompt_tokens_cached_slot_total", "Prompt tokens reused from the slot's live session.",
+            m.n_reused_src[MU_KV_SRC_SLOT]);
+    COUNTER("prompt_tokens_cached_prefix_total", "Prompt tokens restored from the resident prefix cache.",
+            m.n_reused_src[MU_KV_SRC_CACHE]);
+    COUNTER("prompt_tokens_cached_pack_total", "Prompt tokens restored from a pack of the pack store.",
+            m.n_reused_src[MU_KV_SRC_PACK]);
+    COUNTER("prompt_cache_requests_slot_total", "cache_prompt requests whose prefix came from the live slot.",
+            m.n_reuse_jobs[MU_KV_SRC_SLOT]);
+    COUNTER("prompt_cache_requests_prefix_total", "cache_prompt requests whose prefix came from the prefix cache.",
+            m.n_reuse_jobs[MU_KV_SRC_CACHE]);
+    COUNTER("prompt_cache_requests_pack_total", "cache_prompt requests whose prefix came from the pack store.",
+            m.n_reuse_jobs[MU_KV_SRC_PACK]);
+    COUNTER("prompt_cache_requests_miss_total", "cache_prompt requests that reused nothing.",
+            m.n_reuse_jobs[MU_KV_SRC_NONE]);
+    if (a->cache) {
+        mu_kv_cache_stats cs;
+        mu_kv_cache_get_stats(a->cache, &cs);
+        GAUGE("prefix_cache_bytes", "Bytes of KV rows the prefix cache holds.", cs.bytes);
+        GAUGE("prefix_cache_bytes_max", "The prefix cache's byte budget.", cs.max_bytes);
+        GAUGE("prefix_cache_nodes", "Checkpoint blocks the prefix cache holds.", cs.n_nodes);
+        GAUGE("prefix_cache_nodes_pinned", "Of which pinned (never evicted).", cs.n_pinned);
+        COUNTER("prefix_cache_inserted_total", "Blocks added to the prefix cache.", cs.n_inserted);
+        COUNTER("prefix_cache_evicted_total", "Blocks evicted from the prefix cache.", cs.n_evicted);
+        COUNTER("prefix_cache_store_errors_total", "Store packs that failed to read or verify (misses).",
+                cs.n_store_errors);
+    }
     COUNTER("prompt_seconds_total", "Prompt process time.", m.prompt_s);
     COUNTER("tokens_predicted_total", "Number of generation tokens processed.", m.n_gen_tokens);
     COUNTER("tokens_predicted_seconds_total", "Predict process time.", m.gen_s);

@@ -45,6 +45,13 @@ static uint64_t rss_bytes(void) {
     return n == 2 && page > 0 ? (uint64_t)res * (uint64_t)page : 0;
 }
 
+static json_t *cs_bytes(mu_http_app *a) {
+    if (!a->cache) return unavailable("the prefix cache is off (--cache-bytes 0)");
+    mu_kv_cache_stats cs;
+    mu_kv_cache_get_stats(a->cache, &cs);
+    return measured_i(cs.bytes);
+}
+
 /* The snapshot object (NULL when out of memory). */
 static json_t *snapshot_json(mu_http_app *a) {
     mu_sched_metrics m;
@@ -90,11 +97,19 @@ static json_t *snapshot_json(mu_http_app *a) {
         "slots", slots,
         "memory", "rss_bytes", rss ? measured_i(rss) : unavailable("/proc/self/statm is unreadable"), "kv_bytes",
         unavailable("the engine does not report KV cache use"), "prefix_cache_bytes",
-        unavailable("there is no prefix cache yet"),
+        cs_bytes(a),
         "http", "requests", measured_i(c.requests), "errors_4xx", measured_i(c.errors_4xx), "errors_5xx",
         measured_i(c.errors_5xx), "connections_open", measured_i(c.conns_open), "connections_refused",
         measured_i(c.conns_refused),
         "remote_prefill", unavailable("no remote prefill lane is built"));
+    /* the reuse ladder: prompt tokens reused per source, requests per source */
+    json_t *reuse = json_object();
+    for (int k = 0; reuse && k < MU_KV_SRC_COUNT; k++)
+        json_object_set_new(reuse, mu_kv_src_name(k),
+                            json_pack("{s:o,s:o}", "tokens", measured_i(m.n_reused_src[k]), "requests",
+                                      measured_i(m.n_reuse_jobs[k])));
+    if (o && reuse) json_object_set_new(o, "prompt_reuse", reuse);
+    else json_decref(reuse);
     return o;
 }
 

@@ -100,6 +100,16 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->metrics_user = o->metrics_user;
     snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
     snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
+    a->cache = o->cache;
+    if (o->slot_save_path) {
+        if (snprintf(a->slot_dir, sizeof a->slot_dir, "%s", o->slot_save_path) >= (int)sizeof a->slot_dir || !o->kv_id ||
+            !o->kv_key) {
+            free(s);
+            return mu_fail(err, MU_E_ARG, "server: --slot-save-path too long, or no identity and key");
+        }
+        a->kv_id = o->kv_id;
+        memcpy(a->kv_key, o->kv_key, 32);
+    }
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     a->t_start_mono = ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -140,5 +150,6 @@ int mu_serve_max_connections(const mu_server *s, int *requested) {
 void mu_serve_stop(mu_server *s) {
     if (!s) return;
     mu_http_server_stop(s->srv);
+    mu_kv_key_wipe(s->app.kv_key);
     free(s);
 }

@@ -288,6 +288,10 @@ bool mu_http_fd_alive(int fd) {
 
 void *mu_http_req_app(const mu_http_req *r) { return r->srv->o.app; }
 mu_http_proto mu_http_req_proto(const mu_http_req *r) { return r->proto; }
+const char *mu_http_req_query(const mu_http_req *r, const char *name) {
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
 const char *mu_http_req_path(const mu_http_req *r) { return r->path; }
 bool mu_http_req_alive(const mu_http_req *r) { return mu_http_fd_alive(r->fd); }
 int mu_http_req_fd(const mu_http_req *r) { return r->fd; }

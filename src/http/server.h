@@ -91,6 +91,9 @@ bool mu_http_key_equal(const char *presented, size_t n_presented, const char *ex
 void *mu_http_req_app(const mu_http_req *r);
 mu_http_proto mu_http_req_proto(const mu_http_req *r);
 const char *mu_http_req_path(const mu_http_req *r);
+/* A query-string argument of the request (decoded), NULL when absent; valid
+ * while the handler runs. */
+const char *mu_http_req_query(const mu_http_req *r, const char *name);
 /* False once the client closed its side (checked without blocking). */
 bool mu_http_req_alive(const mu_http_req *r);
 int mu_http_req_fd(const mu_http_req *r);

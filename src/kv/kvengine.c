@@ -11,6 +11,7 @@
  * positions (rows beyond n_past are not state), and commits n_past only
  * when every chunk has verified; any failure resets the session, so nothing
  * half-installed is ever visible. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -19,6 +20,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <openssl/crypto.h>
+#include <openssl/rand.h>
 
 #include "../../include/muser_kv.h"
 #include "../engine/engine.h"
@@ -323,6 +327,82 @@ static void chunk_name(const uint8_t okey[32], char out[80]) {
     strcpy(out + 64, ".kvchk");
 }
 
+/* ---- the token sidecar (tokens.kvtok) -------------------------------------- */
+/* "MUTOK1\0\0", u32 n, u32 0, nonce[12], tag[16], then n little-endian
+ * int32 ids sealed with ChaCha20-Poly1305 under
+ * HKDF(root, info "muser/kvpack/v1/token-sidecar\0" || tenant); the AAD is
+ * the 16-byte head and the manifest's token root, binding it to its pack. */
+#define TOK_HEAD 16
+#define TOK_FIXED (TOK_HEAD + 12 + 16)
+#define TOK_MAX_IDS (1 << 24)
+static const char TOK_MAGIC[8] = "MUTOK1\0";
+
+static void tok_key(const uint8_t root[32], uint8_t out[32]) {
+    static const char label[] = "muser/kvpack/v1/token-sidecar";
+    uint8_t info[sizeof label + 32], tenant[32];
+    tenant_id(tenant);
+    memcpy(info, label, sizeof label);
+    memcpy(info + sizeof label, tenant, 32);
+    kv_hkdf(root, 32, NULL, 0, info, sizeof info, out);
+}
+
+int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
+                mu_err *err) {
+    if (n < 1 || n > TOK_MAX_IDS) return mu_fail(err, MU_E_ARG, "kvpack: cannot seal %d token ids", n);
+    size_t len = TOK_FIXED + 4 * (size_t)n;
+    uint8_t *p = malloc(len), key[32], aad[TOK_HEAD + 32];
+    if (!p) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    memcpy(p, TOK_MAGIC, 8);
+    uint32_t v[2] = {(uint32_t)n, 0};
+    memcpy(p + 8, v, 8);
+    uint8_t *nonce = p + TOK_HEAD, *tag = nonce + 12, *ct = tag + 16;
+    MU_ASSERT(RAND_bytes(nonce, 12) == 1);
+    memcpy(aad, p, TOK_HEAD);
+    memcpy(aad + TOK_HEAD, token_root, 32);
+    tok_key(root, key);
+    int rc = kv_aead(true, key, nonce, aad, sizeof aad, (const uint8_t *)tokens, 4 * (size_t)n, ct, tag);
+    OPENSSL_cleanse(key, sizeof key);
+    if (rc) {
+        free(p);
+        return mu_fail(err, MU_E_STATE, "kvpack: cannot seal the token ids");
+    }
+    out->p = p;
+    out->n = out->cap = len;
+    return 0;
+}
+
+int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t token_count, const uint8_t *p,
+                size_t len, int32_t **out, mu_err *err) {
+    uint32_t v[2] = {0, 0};
+    if (len < TOK_FIXED) return kv_fail(err, KV_TRUNCATED, "tokens.kvtok: %zu bytes, shorter than its head", len);
+    if (memcmp(p, TOK_MAGIC, 8)) return kv_fail(err, KV_BAD_MAGIC, "tokens.kvtok: bad magic");
+    memcpy(v, p + 8, 8);
+    if (v[1]) return kv_fail(err, KV_RESERVED, "tokens.kvtok: reserved field is not zero");
+    if (v[0] == 0 || v[0] > TOK_MAX_IDS || len != TOK_FIXED + 4 * (size_t)v[0])
+        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: %u ids in %zu bytes", v[0], len);
+    if (v[0] != token_count)
+        return kv_fail(err, KV_SEMANTICS, "tokens.kvtok holds %u ids, the pack %llu positions", v[0],
+                       (unsigned long long)token_count);
+    int32_t *ids = malloc(4 * (size_t)v[0]);
+    if (!ids) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    uint8_t key[32], aad[TOK_HEAD + 32], tag[16];
+    memcpy(aad, p, TOK_HEAD);
+    memcpy(aad + TOK_HEAD, token_root, 32);
+    memcpy(tag, p + TOK_HEAD + 12, 16);
+    tok_key(root, key);
+    int rc = kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)v[0], (uint8_t *)ids, tag);
+    OPENSSL_cleanse(key, sizeof key);
+    if (rc) rc = kv_fail(err, KV_AUTH, "tokens.kvtok does not authenticate (another pack or key)");
+    for (uint32_t i = 0; !rc && i < v[0]; i++)
+        if (ids[i] < 0) rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok: negative token id");
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    *out = ids;
+    return 0;
+}
+
 /* ---- save --------------------------------------------------------------- */
 
 int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *tokens, int n, const uint8_t root[32],
@@ -372,7 +452,8 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     writing = true;
     uint64_t total = 0;
     for (int il = 0; il < L; il++) {
-        int lo = I->swa_layers[il] && n > I->n_swa ? n - I->n_swa : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
+        int keep = o && o->full_ring ? s->rows[il] : I->n_swa; /* the window, or all the ring holds */
+        int lo = I->swa_layers[il] && n > keep ? n - keep : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
         kv_span *spans = kv_alloc(mem, (size_t)nch, sizeof *spans);
         kv_ref *refs[2] = {kv_alloc(mem, (size_t)nch, sizeof(kv_ref)), kv_alloc(mem, (size_t)nch, sizeof(kv_ref))};
         if (!spans || !refs[0] || !refs[1]) {
@@ -428,6 +509,13 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
                            .segment_bytes = total, .complete_bytes = total};
     m.n_states = (uint32_t)(2 * L);
     m.states = ps;
+    if (o && o->with_tokens) {
+        kv_buf tb = {0};
+        if ((rc = kv_tok_seal(root, m.cut.token_root, tokens, n, &tb, err))) goto done;
+        rc = kv_writer_put(&w, "tokens.kvtok", tb.p, tb.n, err);
+        kv_buf_free(&tb);
+        if (rc) goto done;
+    }
     kv_buf pack = {0};
     if ((rc = kv_pack_encode(&m, &keys, enc, NULL, NULL, &pack, NULL, err))) goto done;
     rc = kv_writer_put(&w, "manifest.kvpk", pack.p, pack.n, err);
@@ -503,6 +591,12 @@ int mu_kv_pack_verify(const char *dir, const uint8_t root[32], const mu_kv_ident
 
 int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t root[32], int *n_restored,
                        mu_err *err) {
+    return mu_kv_pack_restore_ex(s, id, dir, root, n_restored, NULL, err);
+}
+
+int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t root[32],
+                          int *n_restored, int *swa_lo, mu_err *err) {
+    int lo_max = 0;
     if (s->e != id->e) return mu_fail(err, MU_E_ARG, "kvpack: the identity belongs to another engine");
     if (s->n_past) return mu_fail(err, MU_E_STATE, "kvpack: restore needs an empty session (it holds %d positions)", s->n_past);
     const mu_model_info *I = mu_model_get_info(s->e->m);
@@ -523,6 +617,7 @@ int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, co
         const kv_rstate *R = &m.schema.states[2 * il];
         /* the ring must hold the window; a full layer every position */
         uint64_t need = I->swa_layers[il] ? (n < (uint64_t)I->n_swa ? n : (uint64_t)I->n_swa) : n;
+        if (I->swa_layers[il] && (int)R->logical_start > lo_max) lo_max = (int)R->logical_start;
         if (R->logical_count < need || R->logical_count > (uint64_t)s->rows[il]) {
             rc = kv_fail(err, KV_SEMANTICS, "layer %d holds %llu positions, the session needs %llu..%d", il,
                          (unsigned long long)R->logical_count, (unsigned long long)need, s->rows[il]);
@@ -544,9 +639,143 @@ int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, co
     }
     if (!rc) rc = mu_session_kv_commit(s, (int)n, err);
     if (rc) mu_session_reset(s);
-    else if (n_restored) *n_restored = (int)n;
+    else {
+        if (n_restored) *n_restored = (int)n;
+        if (swa_lo) *swa_lo = lo_max;
+    }
     free(kb);
     free(vb);
+    kv_keys_wipe(&keys);
+    kv_mem_free(mem);
+    return rc;
+}
+
+int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens, int *n_out, mu_err *err) {
+    uint8_t *p = NULL;
+    size_t len = 0;
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/manifest.kvpk", dir);
+    if (access(path, F_OK)) return mu_fail(err, MU_E_IO, "kvpack: no pack at %s", dir);
+    snprintf(path, sizeof path, "%s/tokens.kvtok", dir);
+    if (access(path, F_OK))
+        return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: the pack holds no token ids (saved without them)");
+    int rc = kv_read_file(dir, "tokens.kvtok", TOK_FIXED + 4 * (size_t)TOK_MAX_IDS, &p, &len, err);
+    if (rc) return rc;
+    kv_keys keys;
+    schedule(root, &keys);
+    kv_mem *mem = kv_mem_new();
+    kv_manifest m;
+    int32_t *ids = NULL;
+    rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    if (!rc) rc = kv_tok_open(root, m.cut.token_root, m.cut.token_count, p, len, &ids, err);
+    if (!rc) { /* the ids must be the ones the pack's cut was made from */
+        kv_cut cut;
+        rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)ids,
+                          (size_t)m.cut.token_count, &cut, NULL, err);
+        if (!rc && (memcmp(cut.token_root, m.cut.token_root, 32) || memcmp(cut.aux_root, m.cut.aux_root, 32)))
+            rc = kv_fail(err, KV_AUTH, "tokens.kvtok: the ids are not the pack's input");
+    }
+    free(p);
+    kv_keys_wipe(&keys);
+    kv_mem_free(mem);
+    if (rc) {
+        free(ids);
+        return rc;
+    }
+    *tokens = ids;
+    *n_out = (int)m.cut.token_count;
+    return 0;
+}
+
+int mu_kv_pack_bytes(const char *dir, uint64_t *bytes, mu_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", dir, strerror(errno));
+    uint64_t sum = 0;
+    struct dirent *de;
+    struct stat st;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.' && !fstatat(dirfd(d), de->d_name, &st, 0) && S_ISREG(st.st_mode))
+            sum += (uint64_t)st.st_size;
+    closedir(d);
+    *bytes = sum;
+    return 0;
+}
+
+static int entry_cmp(const void *a, const void *b) {
+    return strcmp(((const mu_kv_store_entry *)a)->name, ((const mu_kv_store_entry *)b)->name);
+}
+
+int mu_kv_store_list(const char *dir, const uint8_t *root, mu_kv_store_entry **out, int *n_out, mu_err *err) {
+    DIR *d = opendir(dir);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open the pack store %s: %s", dir, strerror(errno));
+    mu_kv_store_entry *v = NULL;
+    int n = 0, cap = 0, rc = 0;
+    struct dirent *de;
+    kv_keys keys;
+    if (root) schedule(root, &keys);
+    while ((de = readdir(d))) {
+        char path[PATH_MAX], man[PATH_MAX + 32];
+        if (de->d_name[0] == '.' || strlen(de->d_name) >= sizeof v[0].name) continue;
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+        struct stat st;
+        snprintf(man, sizeof man, "%s/manifest.kvpk", path);
+        if (lstat(path, &st) || !S_ISDIR(st.st_mode) || access(man, F_OK)) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            mu_kv_store_entry *nv = realloc(v, (size_t)cap * sizeof *nv);
+            if (!nv) {
+                rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+                break;
+            }
+            v = nv;
+        }
+        mu_kv_store_entry *e = &v[n++];
+        memset(e, 0, sizeof *e);
+        strcpy(e->name, de->d_name);
+        e->mtime = (int64_t)st.st_mtime;
+        mu_kv_pack_bytes(path, &e->bytes, NULL);
+        snprintf(man, sizeof man, "%s/tokens.kvtok", path);
+        e->has_tokens = !access(man, F_OK);
+        e->tokens = -1;
+        kv_mem *mem = root ? kv_mem_new() : NULL;
+        kv_manifest m;
+        if (mem && !load_manifest(path, &keys, mem, &m, NULL)) e->tokens = (int64_t)m.cut.token_count;
+        kv_mem_free(mem);
+    }
+    closedir(d);
+    if (root) kv_keys_wipe(&keys);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    if (n) qsort(v, (size_t)n, sizeof *v, entry_cmp);
+    *out = v;
+    *n_out = n;
+    return 0;
+}
+
+/* ---- the store's prefix match ------------------------------------------- */
+
+int kv_pack_prefix_of(const char *dir, const uint8_t root[32], const mu_kv_ident *id, const mu_session *s,
+                      const int32_t *tokens, int n, int *n_pack, mu_err *err) {
+    *n_pack = 0;
+    kv_keys keys;
+    schedule(root, &keys);
+    kv_mem *mem = kv_mem_new();
+    kv_manifest m;
+    int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    if (!rc) rc = check_ident(&m, id, ring_of(s), err);
+    /* a delta pack, or one longer than the prompt, holds no prefix of it */
+    if (!rc && m.schema.kind == 0 && m.cut.token_count > 0 && m.cut.token_count <= (uint64_t)n) {
+        for (uint64_t i = 0; i < m.cut.token_count; i++)
+            if (tokens[i] < 0) goto done;
+        kv_cut cut;
+        rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)tokens,
+                          (size_t)m.cut.token_count, &cut, NULL, err);
+        if (!rc && !memcmp(cut.token_root, m.cut.token_root, 32) && !memcmp(cut.aux_root, m.cut.aux_root, 32))
+            *n_pack = (int)m.cut.token_count;
+    }
+done:
     kv_keys_wipe(&keys);
     kv_mem_free(mem);
     return rc;

@@ -142,8 +142,8 @@ int kv_frame_decode(unsigned codec, const uint8_t *p, size_t n, size_t want, uin
 
 /* ---- AEAD: ChaCha20-Poly1305 (RFC 8439) ------------------------------- */
 
-static int aead(bool enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aad_n,
-                const uint8_t *in, size_t n, uint8_t *out, uint8_t tag[16]) {
+int kv_aead(bool enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aad_n,
+            const uint8_t *in, size_t n, uint8_t *out, uint8_t tag[16]) {
     EVP_CIPHER_CTX *c = EVP_CIPHER_CTX_new();
     int ok = c && EVP_CipherInit_ex(c, EVP_chacha20_poly1305(), NULL, NULL, NULL, enc) &&
              EVP_CIPHER_CTX_ctrl(c, EVP_CTRL_AEAD_SET_IVLEN, 12, NULL) &&
@@ -261,7 +261,7 @@ int kv_chunk_encode(const uint8_t *plain, size_t n, const uint8_t tenant[32], co
     if (encrypt) {
         uint8_t dk[32];
         chunk_data_key(keys, c.chunk_id, c.object_key, salt, dk);
-        rc = aead(true, dk, nonce, h, KV_ALIGN, frame.p, frame.n, h + KV_ALIGN, h + KV_ALIGN + frame.n);
+        rc = kv_aead(true, dk, nonce, h, KV_ALIGN, frame.p, frame.n, h + KV_ALIGN, h + KV_ALIGN + frame.n);
         OPENSSL_cleanse(dk, sizeof dk);
         if (rc) {
             kv_buf_free(&frame);
@@ -337,7 +337,7 @@ int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span
         uint8_t dk[32], tag[16];
         chunk_data_key(keys, content, okey, salt, dk);
         memcpy(tag, p + KV_ALIGN + enc_n, 16);
-        int rc = aead(false, dk, nonce, p, KV_ALIGN, frame, enc_n, dec, tag);
+        int rc = kv_aead(false, dk, nonce, p, KV_ALIGN, frame, enc_n, dec, tag);
         OPENSSL_cleanse(dk, sizeof dk);
         if (rc) {
             free(dec);
@@ -419,7 +419,7 @@ int kv_pack_encode(const kv_manifest *m, const kv_keys *keys, bool encrypt, cons
     if (encrypt) {
         uint8_t dk[32];
         manifest_data_key(keys, mid, salt, dk);
-        rc = aead(true, dk, nonce, h, KV_ALIGN, canon.p, canon.n, body, body + canon.n);
+        rc = kv_aead(true, dk, nonce, h, KV_ALIGN, canon.p, canon.n, body, body + canon.n);
         OPENSSL_cleanse(dk, sizeof dk);
         if (rc) {
             kv_buf_free(&canon);
@@ -514,7 +514,7 @@ int kv_pack_decode(const uint8_t *p, size_t n, const kv_keys *keys, kv_mem *mem,
         uint8_t dk[32], t[16];
         manifest_data_key(keys, h.manifest_id, p + 120, dk);
         memcpy(t, body + canon_n, 16);
-        rc = aead(false, dk, p + 136, p, KV_ALIGN, body, canon_n, dec, t);
+        rc = kv_aead(false, dk, p + 136, p, KV_ALIGN, body, canon_n, dec, t);
         OPENSSL_cleanse(dk, sizeof dk);
         if (rc) {
             free(dec);

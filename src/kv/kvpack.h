@@ -227,6 +227,10 @@ int kv_chunk_id(const uint8_t key[32], const uint8_t tenant[32], const uint8_t f
                 const kv_span *span, const uint8_t *plain, size_t n, uint8_t out[32], mu_err *err);
 
 /* ---- codec frames, chunks, packs (kvobj.c) ---------------------------- */
+/* ChaCha20-Poly1305 (RFC 8439): enc seals in[0, n) into out and tag; else
+ * opens, 0 only when the tag authenticates. */
+int kv_aead(bool enc, const uint8_t key[32], const uint8_t nonce[12], const uint8_t *aad, size_t aad_n,
+            const uint8_t *in, size_t n, uint8_t *out, uint8_t tag[16]);
 int kv_frame_encode(unsigned codec, const uint8_t *plain, size_t n, kv_buf *out, mu_err *err);
 /* Decodes a frame whose plaintext must be exactly want bytes into out
  * (capacity want); rejects non-canonical packetizations. */
@@ -257,5 +261,22 @@ typedef struct {
     bool encrypted;
 } kv_pack_header;
 int kv_pack_header_read(const uint8_t *p, size_t n, kv_pack_header *out, mu_err *err);
+
+/* ---- the store (kvengine.c) ------------------------------------------ */
+/* The token sidecar tokens.kvtok (docs/kvpack.md "The token sidecar"):
+ * seal n ids for a pack whose cut has token_root; open checks the head,
+ * the count against the pack's token_count, and the tag; *out malloc'ed. */
+int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
+                mu_err *err);
+int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t token_count, const uint8_t *p,
+                size_t len, int32_t **out, mu_err *err);
+struct mu_kv_ident;
+struct mu_session;
+/* The pack at dir, for engine id and a session like s, holds a prefix of
+ * tokens[0, n): *n_pack its length (0: it holds something else). A status
+ * when the pack cannot be read, does not authenticate, or belongs to
+ * another identity. */
+int kv_pack_prefix_of(const char *dir, const uint8_t root[32], const struct mu_kv_ident *id,
+                      const struct mu_session *s, const int32_t *tokens, int n, int *n_pack, mu_err *err);
 
 #endif

@@ -323,3 +323,106 @@ int mu_kv_root_key(const char *key_file, uint8_t key[32], mu_err *err) {
     }
     return key_read(path, key, err);
 }
+
+/* ---- the store ------------------------------------------------------------ */
+
+int mu_kv_store_default(char *out, size_t cap, bool create, mu_err *err) {
+    char home[PATH_MAX - 16];
+    int rc = mu_kv_home(home, sizeof home, create, err);
+    if (rc) return rc;
+    if ((size_t)snprintf(out, cap, "%s/packs", home) >= cap) return mu_fail(err, MU_E_ARG, "kvpack: path too long");
+    if (create && mkdir(out, 0700) && errno != EEXIST)
+        return mu_fail(err, MU_E_IO, "kvpack: cannot create the pack store %s: %s", out, strerror(errno));
+    return 0;
+}
+
+typedef struct {
+    char name[256];
+    uint64_t bytes;
+    int64_t mtime;
+} gc_pack;
+
+static int gc_cmp(const void *a, const void *b) {
+    const gc_pack *x = a, *y = b;
+    if (x->mtime != y->mtime) return x->mtime < y->mtime ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+static uint64_t dir_bytes(const char *path) {
+    DIR *d = opendir(path);
+    if (!d) return 0;
+    uint64_t sum = 0;
+    struct dirent *de;
+    struct stat st;
+    while ((de = readdir(d)))
+        if (de->d_name[0] != '.' && !fstatat(dirfd(d), de->d_name, &st, 0) && S_ISREG(st.st_mode))
+            sum += (uint64_t)st.st_size;
+    closedir(d);
+    return sum;
+}
+
+int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_report *rep, mu_err *err) {
+    memset(rep, 0, sizeof *rep);
+    DIR *d = opendir(dir);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open the pack store %s: %s", dir, strerror(errno));
+    gc_pack *packs = NULL;
+    int n = 0, cap = 0;
+    struct dirent *de;
+    char path[PATH_MAX];
+    int rc = 0;
+    while ((de = readdir(d))) {
+        if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path) continue;
+        struct stat st;
+        if (lstat(path, &st) || !S_ISDIR(st.st_mode)) continue;
+        if (de->d_name[0] == '.') {
+            /* a partial of a writer that is gone, or a removal that did not finish */
+            const char *pp = strstr(de->d_name, ".partial-"), *gp = strstr(de->d_name, ".gc-");
+            long pid = pp ? atol(pp + 9) : gp ? atol(gp + 4) : 0;
+            if (pid > 0 && kill((pid_t)pid, 0) && errno == ESRCH) {
+                rep->n_partials++;
+                if (!dry_run) rm_tree(path);
+            }
+            continue;
+        }
+        char man[PATH_MAX + 16];
+        snprintf(man, sizeof man, "%s/manifest.kvpk", path);
+        if (access(man, F_OK) || strlen(de->d_name) >= sizeof packs[0].name) continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            gc_pack *np = realloc(packs, (size_t)cap * sizeof *np);
+            if (!np) {
+                rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+                break;
+            }
+            packs = np;
+        }
+        strcpy(packs[n].name, de->d_name);
+        packs[n].mtime = (int64_t)st.st_mtime;
+        packs[n].bytes = dir_bytes(path);
+        rep->bytes += packs[n].bytes;
+        n++;
+    }
+    closedir(d);
+    rep->n_packs = n;
+    if (!rc && n) qsort(packs, (size_t)n, sizeof *packs, gc_cmp);
+    uint64_t left = rep->bytes;
+    static int seq;
+    for (int i = 0; !rc && i < n && left > max_bytes; i++) {
+        left -= packs[i].bytes;
+        rep->n_removed++;
+        rep->bytes_removed += packs[i].bytes;
+        if (dry_run) continue;
+        char from[PATH_MAX], to[PATH_MAX];
+        snprintf(from, sizeof from, "%s/%s", dir, packs[i].name);
+        if (snprintf(to, sizeof to, "%s/.%s.gc-%ld-%d", dir, packs[i].name, (long)getpid(), seq++) >= (int)sizeof to)
+            continue;
+        /* one rename takes it out of sight; then its files go */
+        if (rename(from, to)) {
+            rc = mu_fail(err, MU_E_IO, "kvpack: cannot remove %s: %s", from, strerror(errno));
+            break;
+        }
+        rm_tree(to);
+    }
+    free(packs);
+    return rc;
+}

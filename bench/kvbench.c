@@ -1,0 +1,170 @@
+/* kvbench.c: the costs of KV reuse on one model (docs/benchmarks.md "KV
+ * packs and the prefix cache"): prefill n tokens once, then
+ *   - pack writes (raw and lossless codec, plain and encrypted): seconds,
+ *     bytes on disk per token, GB/s of KV rows written;
+ *   - pack restore into a fresh session, files in the page cache, to ready
+ *     for the next token (state committed): median of 5;
+ *   - the resident prefix cache: capture the session, restore the prefix.
+ * One JSON object on stdout.
+ *   kvbench -m MODEL [-n 2048] [--ctx N] [--threads N] -o SCRATCH_DIR */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../include/muser.h"
+#include "../include/muser_kv.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* this thread's CPU seconds: on a shared machine, the cost without the
+ * waiting for a core (single-threaded work: write, restore, capture) */
+static double cpu_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void die(const char *what, const mu_err *err) {
+    fprintf(stderr, "kvbench: %s: %s\n", what, err ? err->msg : "");
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    const char *model = NULL, *out = NULL;
+    int n = 2048, ctx = 0, threads = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-m") && i + 1 < argc) model = argv[++i];
+        else if (!strcmp(argv[i], "-n") && i + 1 < argc) n = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--ctx") && i + 1 < argc) ctx = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-o") && i + 1 < argc) out = argv[++i];
+        else {
+            fprintf(stderr, "usage: kvbench -m MODEL [-n 2048] [--ctx N] [--threads N] -o SCRATCH_DIR\n");
+            return 1;
+        }
+    }
+    if (!model || !out || n < 1) return fprintf(stderr, "kvbench: -m and -o are needed\n"), 1;
+    mu_err err = {0};
+    mu_model *m;
+    mu_engine *e;
+    if (mu_model_open(model, &m, &err)) die("model", &err);
+    mu_engine_opts eo = {.n_threads = threads};
+    if (mu_engine_new(m, &eo, &e, &err)) die("engine", &err);
+    if (!ctx) ctx = mu_kv_default_ctx(m);
+    if (n >= ctx) n = ctx - 1;
+    const mu_model_info *I = mu_model_get_info(m);
+    mu_kv_ident *id;
+    if (mu_kv_ident_new(e, model, &id, &err)) die("identity", &err);
+    uint8_t key[32];
+    for (int i = 0; i < 32; i++) key[i] = (uint8_t)(i * 13 + 5);
+    int32_t *tok = malloc((size_t)n * sizeof *tok);
+    uint64_t r = 88172645463325252ULL;
+    for (int i = 0; i < n; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        tok[i] = (int32_t)(r % (uint64_t)(I->n_vocab - 300)) + 10;
+    }
+    mu_session *s, *t;
+    if (mu_session_new(e, ctx, &s, &err) || mu_session_new(e, ctx, &t, &err)) die("session", &err);
+    double t0 = now_s();
+    for (int p = 0; p < n; p += 512) {
+        mu_batch_item it = {.s = s, .tokens = tok + p, .n_tokens = n - p < 512 ? n - p : 512};
+        if (mu_forward(e, &it, 1, &err)) die("prefill", &err);
+    }
+    double prefill_s = now_s() - t0;
+    /* the KV rows a pack of n positions holds: full layers n, sliding min(n, window) */
+    uint64_t rows = 0;
+    for (int il = 0; il < I->n_layer; il++) rows += I->swa_layers[il] && n > I->n_swa ? (uint64_t)I->n_swa : (uint64_t)n;
+    uint64_t kv_bytes = rows * 2 * (uint64_t)I->n_head_kv * (uint64_t)I->head_dim * 2;
+    printf("{\"model\":\"%s\",\"n_layer\":%d,\"tokens\":%d,\"ctx\":%d,\"kernels\":\"%s\",\"prefill_s\":%.3f,"
+           "\"kv_bytes\":%llu,\"packs\":[",
+           model, I->n_layer, n, ctx, mu_engine_kern_name(e), prefill_s, (unsigned long long)kv_bytes);
+    static const struct {
+        int codec;
+        bool plain;
+        const char *name;
+    } var[] = {{MU_KV_CODEC_RAW, true, "raw-plain"},
+               {MU_KV_CODEC_RAW, false, "raw-encrypted"},
+               {MU_KV_CODEC_LOSSLESS, true, "lossless-plain"},
+               {MU_KV_CODEC_LOSSLESS, false, "lossless-encrypted"}};
+    for (size_t v = 0; v < sizeof var / sizeof var[0]; v++) {
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/kvbench-%s", out, var[v].name);
+        mu_kv_save_opts so = {.codec = var[v].codec, .plain = var[v].plain};
+        double ws[3], wc[3];
+        for (int k = 0; k < 3; k++) {
+            double a = now_s(), ac = cpu_s();
+            if (mu_kv_pack_save(s, id, tok, n, key, &so, dir, &err)) die("save", &err);
+            ws[k] = now_s() - a;
+            wc[k] = cpu_s() - ac;
+        }
+        qsort(ws, 3, sizeof ws[0], cmp_d);
+        qsort(wc, 3, sizeof wc[0], cmp_d);
+        uint64_t bytes = 0;
+        mu_kv_pack_bytes(dir, &bytes, &err);
+        double rs[5], rc5[5];
+        for (int k = 0; k < 5; k++) {
+            mu_session_reset(t);
+            double a = now_s(), ac = cpu_s();
+            int got = 0;
+            if (mu_kv_pack_restore(t, id, dir, key, &got, &err) || got != n) die("restore", &err);
+            rs[k] = now_s() - a;
+            rc5[k] = cpu_s() - ac;
+        }
+        qsort(rs, 5, sizeof rs[0], cmp_d);
+        qsort(rc5, 5, sizeof rc5[0], cmp_d);
+        printf("%s{\"variant\":\"%s\",\"write_s\":%.4f,\"write_gb_s\":%.3f,\"file_bytes\":%llu,"
+               "\"bytes_per_token\":%.1f,\"restore_ms\":%.2f,\"write_cpu_s\":%.4f,\"write_cpu_gb_s\":%.3f,"
+               "\"restore_cpu_ms\":%.2f}",
+               v ? "," : "", var[v].name, ws[1], kv_bytes / ws[1] / 1e9, (unsigned long long)bytes,
+               (double)bytes / n, rs[2] * 1e3, wc[1], kv_bytes / wc[1] / 1e9, rc5[2] * 1e3);
+    }
+    /* the resident prefix cache at 512-token blocks */
+    mu_kv_cache_opts co = {.block = 512};
+    mu_kv_cache *c;
+    mu_kv_lineage *ls, *lt;
+    if (mu_kv_cache_new(e, &co, &c, &err) || mu_kv_lineage_new(c, ctx, &ls, &err) ||
+        mu_kv_lineage_new(c, ctx, &lt, &err))
+        die("cache", &err);
+    double a = now_s();
+    mu_kv_cache_capture(c, s, ls, tok, n);
+    double cap_s = now_s() - a;
+    double cs[5], cc[5];
+    int got = 0, src = 0;
+    for (int k = 0; k < 5; k++) {
+        mu_session_reset(t);
+        mu_kv_lineage_cut(lt, 0);
+        a = now_s();
+        double ac = cpu_s();
+        got = mu_kv_cache_restore(c, t, lt, tok, n, 0, &src);
+        cs[k] = now_s() - a;
+        cc[k] = cpu_s() - ac;
+    }
+    qsort(cs, 5, sizeof cs[0], cmp_d);
+    qsort(cc, 5, sizeof cc[0], cmp_d);
+    mu_kv_cache_stats st;
+    mu_kv_cache_get_stats(c, &st);
+    printf("],\"prefix_cache\":{\"block\":512,\"captured_tokens\":%llu,\"bytes\":%llu,\"capture_ms\":%.2f,"
+           "\"restored_tokens\":%d,\"restore_ms\":%.2f,\"restore_cpu_ms\":%.2f}}\n",
+           (unsigned long long)(st.n_nodes * 512), (unsigned long long)st.bytes, cap_s * 1e3, got, cs[2] * 1e3,
+           cc[2] * 1e3);
+    mu_kv_lineage_free(ls);
+    mu_kv_lineage_free(lt);
+    mu_kv_cache_free(c);
+    mu_session_free(s);
+    mu_session_free(t);
+    mu_kv_ident_free(id);
+    mu_engine_free(e);
+    mu_model_close(m);
+    free(tok);
+    return 0;
+}
