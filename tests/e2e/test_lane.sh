@@ -48,6 +48,16 @@ start_producer() {
 }
 stop_producer() { kill "$PPID_" 2>/dev/null; wait "$PPID_" 2>/dev/null; }
 
+# ---- tls init / issue: never overwrite ----------------------------------------------
+"$MUSER" tls init --dir "$T/ca" >/dev/null 2>&1 && "$MUSER" tls issue --name gpu --san 127.0.0.1 --dir "$T/ca" >/dev/null 2>&1 \
+  && [ "$(stat -c %a "$T/ca/ca.key")" = 600 ] && [ "$(stat -c %a "$T/ca/gpu.key")" = 600 ] \
+  && openssl x509 -in "$T/ca/gpu.pem" -noout -ext subjectAltName 2>/dev/null | grep -q 'IP Address:127.0.0.1' \
+  && ok "tls init and issue (keys 0600, the SAN as an IP address)" || bad "tls init/issue"
+k0=$(sha256sum "$T/ca/ca.key" "$T/ca/gpu.key")
+out=$("$MUSER" tls init --dir "$T/ca" 2>&1) && bad "tls init overwrote" || echo "$out" | grep -q 'never overwritten' || bad "tls init: $out"
+out=$("$MUSER" tls issue --name gpu --san 127.0.0.1 --dir "$T/ca" 2>&1) && bad "tls issue overwrote" || echo "$out" | grep -q 'never overwritten' || bad "tls issue: $out"
+[ "$k0" = "$(sha256sum "$T/ca/ca.key" "$T/ca/gpu.key")" ] && ok "tls init and issue refuse to overwrite" || bad "keys changed"
+
 # ---- enrollment ----------------------------------------------------------------
 start_producer "" --enroll
 for _ in $(seq 100); do grep -q '^muser-enroll-token: ' "$T/prod.out" && break; sleep 0.1; done
