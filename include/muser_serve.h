@@ -36,6 +36,16 @@ typedef struct {
     const char *cors_origins;  /* NULL: no CORS headers; "*" or comma-separated origins (--cors) */
     const char *backend;       /* the engine's backend ("cpu", "cuda"), shown by /snapshot; may be NULL */
     const char *kernels;       /* the CPU kernel table, shown by /snapshot; may be NULL */
+    /* request defaults, as llama-server's --seed, --temp, --n-predict: what a
+       request that does not set the field gets */
+    bool has_seed;             /* else a random seed per request */
+    uint32_t seed;
+    bool has_temp;             /* else 0.8 (llama.cpp's) */
+    float temp;
+    int n_predict;             /* > 0: the most tokens a request without a limit generates */
+    bool no_slots;             /* GET /slots answers 501 (llama-server's --no-slots) */
+    bool no_ui;                /* no dashboard at / and /dashboard (404) */
+    const char *tags;          /* comma-separated labels listed in /v1/models "tags" (--tags), or NULL */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

@@ -5,7 +5,8 @@
  *               [--tls-cert C --tls-key K] [--max-conns N] [--max-conns-per-ip N]
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
- *               [--any-model] [--cors ORIGINS]
+ *               [--any-model] [--cors ORIGINS] [--seed N] [--temp T] [--n-predict N]
+ *               [--no-slots] [--no-ui] [--tags LIST]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -32,6 +33,7 @@ static int usage(void) {
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--tags LIST]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -64,7 +66,10 @@ int cmd_serve(int argc, char **argv) {
     long long port = 4949, parallel = 1, ctx = 0, queue = 64, threads = 0;
     const char *aliases[MU_SERVE_MAX_ALIASES], *cors = NULL;
     int n_aliases = 0;
-    bool any_model = false;
+    bool any_model = false, no_slots = false, no_ui = false;
+    long long seed = -1, n_predict = -1;
+    double temp = -1;
+    const char *tags = NULL;
     mu_embd_pooling pooling = MU_EMBD_OFF;
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     bool check = false;
@@ -105,6 +110,13 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--check-tensors")) check = true;
         else if (!strcmp(a, "--any-model")) any_model = true;
         else if (!strcmp(a, "--cors")) { NEED(); cors = v; }
+        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_int(v, -1, 4294967295LL, &seed)) return cli_fail("muser serve: --seed must be -1 (random) .. 4294967295: %s", v); }
+        else if (!strcmp(a, "--temp")) { NEED(); if (!cli_float(v, 0, 100, &temp)) return cli_fail("muser serve: --temp must be 0..100: %s", v); }
+        else if (!strcmp(a, "--n-predict")) { NEED(); if (!cli_int(v, -1, 1048576, &n_predict)) return cli_fail("muser serve: --n-predict must be -1 (no limit) .. 1048576: %s", v); }
+        else if (!strcmp(a, "--no-slots")) no_slots = true;
+        else if (!strcmp(a, "--slots")) no_slots = false;
+        else if (!strcmp(a, "--no-ui")) no_ui = true;
+        else if (!strcmp(a, "--tags")) { NEED(); if (strlen(v) > 1024) return cli_fail("muser serve: --tags must be at most 1024 bytes"); tags = v; }
         else if (!strcmp(a, "--alias")) {
             NEED();
             if (!*v || strlen(v) > 256) return cli_fail("muser serve: --alias must be 1..256 bytes: %s", v);
@@ -191,6 +203,14 @@ int cmd_serve(int argc, char **argv) {
                         .n_aliases = n_aliases,
                         .any_model = any_model,
                         .cors_origins = cors,
+                        .has_seed = seed >= 0,
+                        .seed = seed >= 0 ? (uint32_t)seed : 0,
+                        .has_temp = temp >= 0,
+                        .temp = (float)temp,
+                        .n_predict = (int)n_predict,
+                        .no_slots = no_slots,
+                        .no_ui = no_ui,
+                        .tags = tags,
 
                         .backend = mu_engine_backend(e),
                         .kernels = mu_engine_kern_name(e)};

@@ -38,6 +38,12 @@ typedef struct {
     char backend[16];          /* "cpu", "cuda": for /snapshot */
     char kernels[32];          /* the CPU kernel table, for /snapshot */
     double t_start_mono;       /* CLOCK_MONOTONIC seconds at start, for /snapshot */
+    bool has_seed, has_temp;   /* request defaults (mu_serve_opts) */
+    uint32_t seed;
+    float temp;
+    int n_predict;             /* > 0: the limit of a request without one */
+    bool no_slots, no_ui;
+    const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -85,6 +91,7 @@ typedef struct {
     bool ctx_full;           /* it ended because the context was full (llama.cpp's "truncated") */
     char stop_word[264];
     mu_gen_stats st;
+    double t_start, t_first;  /* monotonic ms: submitted, first token (0: none yet) */
     char err[256];
 } api_job;
 
@@ -128,6 +135,9 @@ void api_job_free(api_job *g);
  * thread-local storage (and the body) until the next call on this thread:
  * submit the job before that. */
 mu_sample_params api_sample_params(mu_http_app *a, const json_t *o, const char *seed_key);
+/* A request's generation limit: n (< 0: none) or the server's --n-predict
+ * when the request sets none. */
+int api_n_predict(const mu_http_app *a, int n);
 /* llama.cpp's ignore_eos: the end-of-generation tokens (eos, eot, eom) get
  * a logit bias of -inf, after p's own biases (same storage rules). */
 void api_ban_eog(mu_http_app *a, mu_sample_params *p);
@@ -159,12 +169,23 @@ void api_new_id(char *buf, size_t cap, const char *prefix);
 void api_content_text(const json_t *c, mu_http_buf *b);
 void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
 
+/* The timings of a job: its stats once it ended; while it runs, measured
+ * by the reader (tokens so far; prompt time from submit to the first
+ * token, queue wait included). */
+json_t *api_job_timings(const api_job *g);
 /* llama.cpp-style timings object from job stats. */
 json_t *api_timings(const mu_gen_stats *st);
 
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
                      int32_t **ids, int *n);
+/* api_chat_prompt with a mode: API_PROMPT_GEN (the generation prompt
+ * after the messages), API_PROMPT_NOGEN (none), API_PROMPT_PREFILL (the
+ * last message, an assistant's, is continued: the prompt ends with its
+ * text). text_out (may be NULL): the rendered prompt, malloc'ed. */
+enum { API_PROMPT_GEN, API_PROMPT_NOGEN, API_PROMPT_PREFILL };
+bool api_chat_prompt_ex(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
+                        int mode, int32_t **ids, int *n, char **text_out);
 /* prompt: a string (tokenized with BOS), an array of token ids (as given),
  * or an array mixing strings and ids (llama.cpp's tokenize_mixed: BOS only
  * when a string comes first). text (optional): the prompt as text,
@@ -185,9 +206,21 @@ int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, in
  * (post_sampling_probs true); sets keep_prefix from cache_prompt. */
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q);
 
+/* A request's settings in llama.cpp's shape and order (its
+ * generation_settings; /props and /slots params). */
+json_t *api_params_json(mu_http_app *a, const mu_gen_req *q, const json_t *stop, bool stream, bool timings_per_token);
+
+/* llama.cpp's /completion result object of a finished job (also
+ * OpenAI's __verbose); settings is referenced, not taken. */
+json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *content, size_t n, const char *prompt,
+                         json_t *settings);
+
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);
 void api_openai_completions(mu_http_req *r, const json_t *body);
+void api_openai_chat_tokens(mu_http_req *r, const json_t *body);   /* /chat/completions/input_tokens */
+void api_llama_rerank(mu_http_req *r, const json_t *body);
+void api_llama_props_set(mu_http_req *r, const json_t *body);     /* POST /props */
 void api_openai_models(mu_http_req *r, const json_t *body);
 void api_openai_model(mu_http_req *r, const json_t *body);   /* GET /v1/models/{id} */
 void api_llama_completion(mu_http_req *r, const json_t *body);

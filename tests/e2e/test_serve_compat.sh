@@ -167,16 +167,20 @@ stop_server
 # ---- a key (X-Api-Key as well as Bearer), --any-model, CORS
 umask 077
 echo "k3y-for-compat" >"$T/key"
-start_server --parallel 1 --ctx 256 --threads 1 --api-key-file "$T/key" --any-model --cors "http://app.example" || { bad "server start"; exit 1; }
+start_server --parallel 1 --ctx 256 --threads 1 --api-key-file "$T/key" --any-model --cors "http://app.example,localhost" || { bad "server start"; exit 1; }
 expect "X-Api-Key is accepted" 200 "j['object'] == 'list'" GET /v1/models "" -H "X-Api-Key: k3y-for-compat"
 expect "a wrong X-Api-Key -> 401" 401 "'error' in j" GET /v1/models "" -H "X-Api-Key: nope"
 expect "Anthropic with X-Api-Key and a hard-coded model name (--any-model)" 200 "j['type'] == 'message'" \
   POST /v1/messages '{"model":"claude-sonnet-4-5","max_tokens":2,"messages":[{"role":"user","content":"Hi"}]}' -H "X-Api-Key: k3y-for-compat"
 code=$(curl -s -o /dev/null -D "$T/hdr" -w '%{http_code}' -X OPTIONS "$BASE/v1/chat/completions" -H "Origin: http://app.example" -H "Access-Control-Request-Method: POST")
-if [ "$code" = 204 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" && grep -qi '^Access-Control-Allow-Headers:.*Authorization' "$T/hdr"; then
-  ok "CORS preflight from an allowed origin: 204 without a key"; else bad "CORS preflight: $code $(cat "$T/hdr")"; fi
+if [ "$code" = 200 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" && grep -qi '^Access-Control-Allow-Headers:.*Authorization' "$T/hdr"; then
+  ok "CORS preflight from an allowed origin: 200 without a key"; else bad "CORS preflight: $code $(cat "$T/hdr")"; fi
 curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://evil.example"
 grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS header for an origin not listed" || ok "no CORS header for an origin not listed"
+curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://[::1]:5173"
+grep -qi '^Access-Control-Allow-Origin: http://\[::1\]:5173' "$T/hdr" && ok "CORS 'localhost' entry: a local origin with a port is allowed" || bad "CORS localhost entry: $(cat "$T/hdr")"
+curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://localhost.evil.example"
+grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS localhost entry let http://localhost.evil.example in" || ok "CORS 'localhost' entry: http://localhost.evil.example is not local"
 stop_server
 
 # ---- the default queue: 64 requests wait for the one slot, the next is
