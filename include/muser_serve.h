@@ -44,6 +44,7 @@ typedef struct {
     float temp;
     int n_predict;             /* > 0: the most tokens a request without a limit generates */
     bool no_slots;             /* GET /slots answers 501 (llama-server's --no-slots) */
+    bool no_metrics;           /* GET /metrics answers 501 (llama-server serves it only with --metrics) */
     bool no_ui;                /* no dashboard at / and /dashboard (404) */
     const char *tags;          /* comma-separated labels listed in /v1/models "tags" (--tags), or NULL */
 } mu_serve_opts;

@@ -10,6 +10,8 @@ the suite can judge muser's compatibility. Point the suite at it:
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
 --pooling, --cors-origins (-> --cors), --seed, --temp, --n-predict (request
 defaults), --tags, --no-slots and --no-ui carry over (--alias a,b,c as three);
+without --metrics muser gets --no-metrics, without --cors-origins --cors '*'
+(llama-server's defaults: no /metrics, every origin);
 --any-model is always on (llama-server ignores the model name when it serves
 one model); --embedding without --pooling adds --pooling mean (the suite's embedding
 models carry a pooling type; the substitute model has none); --ctx-size is llama.cpp's
@@ -18,7 +20,7 @@ slot) and capped at the model's training context (muser refuses more); --api-key
 model flags (--model, --hf-repo, --hf-file, --model-url) are ignored: muser
 serves MUSER_SHIM_MODEL (a Muse Glimmer GGUF), so tests that expect a
 particular model's text fail by design. Everything else (--batch-size,
---jinja, --metrics, --reranking, --chat-template, ...) has no muser
+--jinja, --reranking, --chat-template, ...) has no muser
 equivalent and is dropped (listed on stderr)."""
 import os
 import re
@@ -99,6 +101,8 @@ def main():
     for flag in ("--no-slots", "--no-ui"):
         if flag in dropped:
             out.append(flag)
+    if "--metrics" not in dropped:
+        out.append("--no-metrics")  # llama-server serves /metrics only with --metrics
     if "--api-key" in opts:
         fd, path = tempfile.mkstemp(prefix="muser-shim-key-")
         os.write(fd, opts["--api-key"].encode())
@@ -108,7 +112,7 @@ def main():
     ignored = [k for k in opts if k not in ("--port", "--host", "--parallel", "-np", "--ctx-size", "-c", "--threads",
                                             "-t", "--alias", "--pooling", "--cors-origins", "--api-key", "--seed",
                                             "--temp", "--n-predict", "-n", "--tags")]
-    dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots")]
+    dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics")]
     sys.stderr.write("llama-server-shim: %s (dropped: %s)\n" % (" ".join(out), " ".join(ignored + dropped)))
     sys.stderr.flush()
     os.execvp(out[0], out)

@@ -6,7 +6,7 @@
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS] [--seed N] [--temp T] [--n-predict N]
- *               [--no-slots] [--no-ui] [--tags LIST]
+ *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -33,7 +33,8 @@ static int usage(void) {
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
-            "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--tags LIST]\n"
+            "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
+            "                   [--tags LIST]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -66,7 +67,7 @@ int cmd_serve(int argc, char **argv) {
     long long port = 4949, parallel = 1, ctx = 0, queue = 64, threads = 0;
     const char *aliases[MU_SERVE_MAX_ALIASES], *cors = NULL;
     int n_aliases = 0;
-    bool any_model = false, no_slots = false, no_ui = false;
+    bool any_model = false, no_slots = false, no_ui = false, no_metrics = false;
     long long seed = -1, n_predict = -1;
     double temp = -1;
     const char *tags = NULL;
@@ -116,6 +117,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--no-slots")) no_slots = true;
         else if (!strcmp(a, "--slots")) no_slots = false;
         else if (!strcmp(a, "--no-ui")) no_ui = true;
+        else if (!strcmp(a, "--no-metrics")) no_metrics = true;
         else if (!strcmp(a, "--tags")) { NEED(); if (strlen(v) > 1024) return cli_fail("muser serve: --tags must be at most 1024 bytes"); tags = v; }
         else if (!strcmp(a, "--alias")) {
             NEED();
@@ -210,6 +212,7 @@ int cmd_serve(int argc, char **argv) {
                         .n_predict = (int)n_predict,
                         .no_slots = no_slots,
                         .no_ui = no_ui,
+                        .no_metrics = no_metrics,
                         .tags = tags,
 
                         .backend = mu_engine_backend(e),

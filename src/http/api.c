@@ -216,6 +216,9 @@ static const jc_field llama_completion[] = {
     F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */
     LLAMA_EXTENSIONS,
     F_("response_fields", JC_ARR, .elem = &response_field_elem, .max_len = 64),
+    F_("n_cmpl", JC_INT, RANGE(1, API_MAX_CHOICES)), /* completions per prompt (alias n) */
+    F_("n", JC_INT, RANGE(1, API_MAX_CHOICES)),
+    F_("verbose", JC_BOOL), /* the result is llama.cpp's object already: no effect */
     END,
 };
 static const jc_field llama_tokenize[] = {
@@ -232,8 +235,11 @@ static const jc_field llama_detokenize[] = {
 static const jc_field llama_apply_template[] = {
     F_("messages", JC_ARR, .required = true, .min_len = 1, .elem = &msg_elem, .max_len = 4096),
     F_("tools", JC_ARR | JC_NULL, .elem = &tool_elem, .max_len = 128),
-    F_("model", JC_STR, .max_len = 256),
+    F_("model", JC_STR | JC_NULL, .max_len = 256),
     F_("reasoning_effort", JC_STR | JC_NULL, .one_of = effort),
+    F_("add_generation_prompt", JC_BOOL | JC_NULL),
+    F_("continue_final_message", JC_BOOL | JC_NULL),
+    F_("chat_template_kwargs", JC_OBJ), /* reasoning_effort is used; other keys have no effect */
     END,
 };
 

@@ -42,7 +42,7 @@ typedef struct {
     uint32_t seed;
     float temp;
     int n_predict;             /* > 0: the limit of a request without one */
-    bool no_slots, no_ui;
+    bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
 } mu_http_app;
 
@@ -179,6 +179,13 @@ json_t *api_timings(const mu_gen_stats *st);
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
                      int32_t **ids, int *n);
+/* OpenAI messages -> the plain shape the template expects (text parts
+ * joined, developer as system, tool-call arguments as objects); new ref. */
+json_t *api_normalize_messages(const json_t *msgs);
+/* The api_chat_prompt_ex mode of a chat body, by llama.cpp's rules (a last
+ * assistant message is continued; add_generation_prompt,
+ * continue_final_message); -1 after replying 400. */
+int api_chat_mode(mu_http_req *r, const json_t *body);
 /* api_chat_prompt with a mode: API_PROMPT_GEN (the generation prompt
  * after the messages), API_PROMPT_NOGEN (none), API_PROMPT_PREFILL (the
  * last message, an assistant's, is continued: the prompt ends with its

@@ -57,7 +57,8 @@ static const char *stop_type(int f) {
  * gives several; their results carry "index"). */
 typedef struct {
     mu_http_app *a;
-    int n;
+    int n;                   /* jobs: prompts * per */
+    int per;                 /* choices per prompt (n_cmpl) */
     bool probs, return_tokens, many, timings_per_token;
     json_t *settings;
     json_t *fields;          /* response_fields (borrowed copy), or NULL */
@@ -81,7 +82,7 @@ json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *cont
 }
 
 static json_t *final_object(lc_state *s, int k, const char *content, size_t n) {
-    return api_llama_result(s->a, &s->g[k], k, content, n, s->prompt_text[k], s->settings);
+    return api_llama_result(s->a, &s->g[k], k, content, n, s->prompt_text[k / s->per], s->settings);
 }
 
 static void sse_data(mu_http_buf *out, json_t *j) {
@@ -99,11 +100,12 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
         api_job *g = &s->g[k];
         bool running = api_job_poll(g, fd);
         if (g->finish == MU_FINISH_CANCEL) return -1;
-        size_t nc = 0;
-        const char *cs = api_job_take_content(g, &nc);
         /* one chunk per token, as llama.cpp streams (the text released with
-         * the last of them: text is assembled across tokens) */
+         * the last of them: text is assembled across tokens); text that
+         * arrives without a new token waits for the next one or the end */
         int from = s->sent_tokens[k], to = g->n_ids;
+        size_t nc = 0;
+        const char *cs = to > from || !running ? api_job_take_content(g, &nc) : "";
         for (int i = from; i < to || (i == from && nc); i++) {
             bool last = i >= to - 1;
             json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", k, "content",
@@ -189,20 +191,36 @@ static bool lc_poll(void *state, mu_http_req *r) {
 
 static void lc_release(void *state) {
     lc_state *s = state;
-    for (int k = 0; k < s->n; k++) {
-        api_job_free(&s->g[k]);
-        free(s->prompt_text[k]);
-    }
+    for (int k = 0; k < s->n; k++) api_job_free(&s->g[k]);
+    for (int k = 0; k < API_MAX_CHOICES; k++) free(s->prompt_text[k]);
     json_decref(s->settings);
     json_decref(s->fields);
     free(s);
 }
 
+/* Token ids as text, special tokens written out (llama.cpp's detokenize
+ * with special = true); malloc'ed, NULL when out of memory. */
+static char *detokenize(mu_http_app *a, const int32_t *ids, int n) {
+    mu_http_buf b = {0};
+    for (int i = 0; i < n; i++) {
+        char buf[API_PIECE_MAX];
+        int pn = api_piece(a, ids[i], buf, sizeof buf);
+        if (pn > 0) mu_http_buf_add(&b, buf, (size_t)pn);
+    }
+    json_t *t = api_json_text(b.p ? b.p : "", b.n);
+    mu_http_buf_free(&b);
+    char *o = strdup(json_string_value(t));
+    json_decref(t);
+    return o;
+}
+
 void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
+    /* llama.cpp's n_cmpl (alias n): completions per prompt */
+    int per = (int)mu_jc_int(body, "n_cmpl", mu_jc_int(body, "n", 1));
     const json_t *prompts[API_MAX_CHOICES];
-    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES);
+    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES / per);
     if (!n_prompts) return;
     mu_schema *schema = NULL;
     if (api_response_schema(r, body, "json_schema", &schema)) return;
@@ -222,24 +240,26 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
         return;
     }
     s->a = a;
+    s->per = per;
     json_t *stop = json_object_get(body, "stop");
+    /* each prompt: n_cmpl jobs (choice k samples with seed + k), result
+     * index p * n_cmpl + k */
     for (int p = 0; p < n_prompts; p++) {
         int32_t *ids = NULL;
         int n = 0;
-        if (!api_prompt_ids(r, a, prompts[p], &ids, &n, &s->prompt_text[p]) ||
-            !api_job_start(r, &s->g[p], a, ids, n, &q, stop)) {
-            s->n = p;
-            free(s->prompt_text[p]);
-            s->prompt_text[p] = NULL;
+        bool ok = api_prompt_ids(r, a, prompts[p], &ids, &n, NULL);
+        if (ok) s->prompt_text[p] = detokenize(a, ids, n); /* llama.cpp's "prompt": its tokens as text */
+        if (!ok || !api_job_start_n(r, &s->g[p * per], per, a, ids, n, &q, stop)) {
+            s->n = p * per;
             mu_schema_unref(schema);
             lc_release(s);
             return;
         }
-        s->n = p + 1;
-        s->g[p].want_toks = q.logprobs;
+        s->n = (p + 1) * per;
+        for (int k = 0; k < per; k++) s->g[p * per + k].want_toks = q.logprobs;
     }
     mu_schema_unref(schema); /* the jobs hold their own references */
-    s->many = n_prompts > 1;
+    s->many = s->n > 1;
     s->probs = q.logprobs;
     s->return_tokens = mu_jc_bool(body, "return_tokens", false);
     s->settings = api_params_json(a, &q, stop, mu_jc_bool(body, "stream", false),
@@ -377,15 +397,32 @@ void api_llama_detokenize(mu_http_req *r, const json_t *body) {
 void api_llama_apply_template(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
-    mu_err err = {0};
-    char *text = NULL;
+    int mode = api_chat_mode(r, body);
+    if (mode < 0) return;
     json_t *tools = json_object_get(body, "tools");
-    int rc = api_render(a, json_object_get(body, "messages"), json_array_size(tools) ? tools : NULL,
-                            mu_jc_str(body, "reasoning_effort", NULL), true, &text, &err);
-    if (rc) {
-        mu_http_reply_status(r, rc, &err);
+    json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
+    if (!msgs) {
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
+    const char *effort = mu_jc_str(body, "reasoning_effort", NULL);
+    const json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (!effort) effort = mu_jc_str(kw, "reasoning_effort", NULL);
+    if (effort && strcmp(effort, "low") && strcmp(effort, "medium") && strcmp(effort, "high") && strcmp(effort, "xhigh")) {
+        json_decref(msgs);
+        mu_http_reply_error(r, 400,
+                            "field 'chat_template_kwargs.reasoning_effort': must be one of 'low', 'medium', 'high', "
+                            "'xhigh'",
+                            "chat_template_kwargs.reasoning_effort");
+        return;
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    char *text = NULL;
+    bool ok = api_chat_prompt_ex(r, a, msgs, json_array_size(tools) ? tools : NULL, effort, mode, &ids, &n, &text);
+    json_decref(msgs);
+    free(ids);
+    if (!ok) return;
     json_t *p = api_json_text(text, strlen(text));
     free(text);
     mu_http_reply_json(r, 200, json_pack("{s:o}", "prompt", p));
@@ -497,6 +534,10 @@ void api_llama_slots(mu_http_req *r, const json_t *body) {
 void api_llama_metrics(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
+    if (a->no_metrics) {
+        mu_http_reply_error(r, 501, "metrics: the /metrics endpoint is off (the server runs with --no-metrics)", NULL);
+        return;
+    }
     mu_sched_metrics m;
     mu_sched_get_metrics(a->sched, &m);
     mu_http_counters c = {0};

@@ -37,7 +37,7 @@ static json_t *openai_tool_calls(const json_t *calls) {
 /* ---- prompt ------------------------------------------------------------- */
 
 /* OpenAI messages -> the plain shape the template expects. */
-static json_t *normalize_messages(const json_t *msgs) {
+json_t *api_normalize_messages(const json_t *msgs) {
     json_t *out = json_array();
     size_t i;
     json_t *m;
@@ -372,7 +372,7 @@ static bool oa_chat_poll(void *state, mu_http_req *r) {
  * continue_final_message asks; add_generation_prompt false renders no
  * generation prompt; two assistant messages at the end, or both flags
  * true, are refused. -1 after replying 400. */
-static int chat_mode(mu_http_req *r, const json_t *body) {
+int api_chat_mode(mu_http_req *r, const json_t *body) {
     const json_t *raw = json_object_get(body, "messages");
     size_t n_msgs = json_array_size(raw);
     bool last_assistant = !strcmp(mu_jc_str(json_array_get(raw, n_msgs - 1), "role", ""), "assistant");
@@ -395,12 +395,12 @@ static int chat_mode(mu_http_req *r, const json_t *body) {
 void api_openai_chat_tokens(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
-    int mode = chat_mode(r, body);
+    int mode = api_chat_mode(r, body);
     if (mode < 0) return;
     json_t *tc = json_object_get(body, "tool_choice");
     json_t *tools = json_object_get(body, "tools");
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
-    json_t *msgs = normalize_messages(json_object_get(body, "messages"));
+    json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
     int32_t *ids = NULL;
     int n = 0;
     if (!msgs) {
@@ -469,12 +469,12 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     }
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
     const json_t *raw = json_object_get(body, "messages");
-    int mode = chat_mode(r, body);
+    int mode = api_chat_mode(r, body);
     if (mode < 0) {
         mu_schema_unref(schema);
         return;
     }
-    json_t *msgs = normalize_messages(raw);
+    json_t *msgs = api_normalize_messages(raw);
     int32_t *ids = NULL;
     int n = 0;
     char *ptext = NULL;

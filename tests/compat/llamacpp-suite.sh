@@ -3,7 +3,8 @@
 # the llama.cpp source that node-llama-cpp 3.22.1 bundles) against `muser serve`
 # through tools/llama-server-shim.py, and prints one line per test file and a
 # closing count. Not part of `make test`: it needs that source, Debian's pytest,
-# and about half an hour on two cores.
+# and about a quarter of an hour on two cores. Slow-marked tests are left out,
+# as the suite's own tests.sh does by default.
 #
 #   bash tests/compat/llamacpp-suite.sh [FILE.py ...]     (default: every unit/ file)
 #
@@ -45,7 +46,9 @@ files=("$@")
 [ ${#files[@]} -gt 0 ] || files=($(cd unit && ls test_*.py))
 for f in "${files[@]}"; do
     f=${f#unit/}
-    timeout -k 10 "${FILE_TIMEOUT:-1200}" $py -m pytest -p no:cacheprovider -q -rA \
+    # -m "not slow": the suite's own default (its tests.sh); the slow tests
+    # download 1-8 GB models from a hub
+    timeout -k 10 "${FILE_TIMEOUT:-1200}" $py -m pytest -p no:cacheprovider -q -rA -m "not slow" \
         --junitxml="$OUT/${f%.py}.xml" "unit/$f" > "$OUT/${f%.py}.log" 2>&1
     echo "$f: exit $? ($(tail -1 "$OUT/${f%.py}.log"))"
 done
