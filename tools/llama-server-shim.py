@@ -9,7 +9,7 @@ the suite can judge muser's compatibility. Point the suite at it:
 
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
 --pooling, --cors-origins (-> --cors), --seed, --temp, --n-predict (request
-defaults), --tags, --no-slots and --no-ui carry over (--alias a,b,c as three);
+defaults), --batch-size (prompt tokens per step), --tags, --no-slots and --no-ui carry over (--alias a,b,c as three);
 without --metrics muser gets --no-metrics, without --cors-origins --cors '*'
 (llama-server's defaults: no /metrics, every origin);
 --any-model is always on (llama-server ignores the model name when it serves
@@ -96,6 +96,9 @@ def main():
     for flag, name in (("--seed", "--seed"), ("--temp", "--temp"), ("--n-predict", "--n-predict"), ("-n", "--n-predict")):
         if flag in opts:
             out += [name, opts[flag]]
+    for flag in ("--batch-size", "-b"):  # prompt tokens per step (all slots)
+        if flag in opts:
+            out += ["--batch-size", opts[flag]]
     if "--tags" in opts:
         out += ["--tags", opts["--tags"]]
     for flag in ("--no-slots", "--no-ui"):
@@ -111,7 +114,7 @@ def main():
         out += ["--api-key-file", path]
     ignored = [k for k in opts if k not in ("--port", "--host", "--parallel", "-np", "--ctx-size", "-c", "--threads",
                                             "-t", "--alias", "--pooling", "--cors-origins", "--api-key", "--seed",
-                                            "--temp", "--n-predict", "-n", "--tags")]
+                                            "--temp", "--n-predict", "-n", "--tags", "--batch-size", "-b")]
     dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics")]
     sys.stderr.write("llama-server-shim: %s (dropped: %s)\n" % (" ".join(out), " ".join(ignored + dropped)))
     sys.stderr.flush()

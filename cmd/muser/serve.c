@@ -6,7 +6,7 @@
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS] [--seed N] [--temp T] [--n-predict N]
- *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST]
+ *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -34,7 +34,7 @@ static int usage(void) {
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
             "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
-            "                   [--tags LIST]\n"
+            "                   [--tags LIST] [--batch-size N]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -68,7 +68,7 @@ int cmd_serve(int argc, char **argv) {
     const char *aliases[MU_SERVE_MAX_ALIASES], *cors = NULL;
     int n_aliases = 0;
     bool any_model = false, no_slots = false, no_ui = false, no_metrics = false;
-    long long seed = -1, n_predict = -1;
+    long long seed = -1, n_predict = -1, batch = 0;
     double temp = -1;
     const char *tags = NULL;
     mu_embd_pooling pooling = MU_EMBD_OFF;
@@ -117,6 +117,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--no-slots")) no_slots = true;
         else if (!strcmp(a, "--slots")) no_slots = false;
         else if (!strcmp(a, "--no-ui")) no_ui = true;
+        else if (!strcmp(a, "--batch-size")) { NEED(); if (!cli_int(v, 1, 65536, &batch)) return cli_fail("muser serve: --batch-size must be 1..65536: %s", v); }
         else if (!strcmp(a, "--no-metrics")) no_metrics = true;
         else if (!strcmp(a, "--tags")) { NEED(); if (strlen(v) > 1024) return cli_fail("muser serve: --tags must be at most 1024 bytes"); tags = v; }
         else if (!strcmp(a, "--alias")) {
@@ -181,6 +182,7 @@ int cmd_serve(int argc, char **argv) {
      * generates N tokens and then waits for its cancel */
     const char *hold = getenv("MUSER_TEST_HOLD"), *stall = getenv("MUSER_TEST_STALL_AFTER");
     mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue,
+                        .prefill_chunk = (int)batch,
                         .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0,
                         .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
     if (mu_sched_new(e, &so, &sched, &err)) {

@@ -508,6 +508,7 @@ static const jc_field openai_responses[] = {
     F_("safety_identifier", JC_STR, .max_len = 256),
     F_("max_tool_calls", JC_INT | JC_NULL, RANGE(1, 1048576)),
     F_("background", JC_BOOL | JC_NULL, .one_of = NULL),
+    F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL), /* llama.cpp's */
     OPENAI_ACCEPTED,
     END,
 };

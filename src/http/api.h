@@ -73,6 +73,12 @@ typedef struct {
     float top_logprobs[API_MAX_TOP];
 } api_tok;
 
+/* One PROGRESS event of a job: llama.cpp's prompt_progress. */
+typedef struct {
+    int total, cache, processed;
+    double ms;                /* since the first progress event */
+} api_progress;
+
 /* The reader of one job: collects its events into what the adapters send
  * (text per channel, tool calls, tokens) and keeps what is not sent yet. */
 typedef struct {
@@ -92,6 +98,8 @@ typedef struct {
     char stop_word[264];
     mu_gen_stats st;
     double t_start, t_first;  /* monotonic ms: submitted, first token (0: none yet) */
+    api_progress *prog;       /* PROGRESS events (mu_gen_req.progress) in order */
+    int n_prog, cap_prog, prog_sent;
     char err[256];
 } api_job;
 
@@ -173,6 +181,9 @@ void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
  * by the reader (tokens so far; prompt time from submit to the first
  * token, queue wait included). */
 json_t *api_job_timings(const api_job *g);
+/* llama.cpp's prompt_progress object and the timings at that point. */
+json_t *api_progress_json(const api_progress *p);
+json_t *api_progress_timings(const api_progress *p);
 /* llama.cpp-style timings object from job stats. */
 json_t *api_timings(const mu_gen_stats *st);
 

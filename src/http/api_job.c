@@ -411,6 +411,8 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
      * prefix with the slot's previous request (off unless asked, so answers
      * equal `muser run`'s; llama.cpp's default is on) */
     q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
+    /* llama.cpp's return_progress: prompt-progress chunks, in streams only */
+    q->progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
     return true;
 }
 
@@ -486,6 +488,19 @@ bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, 
     return api_job_start_n(r, g, 1, a, prompt, n_prompt, req, stop);
 }
 
+json_t *api_progress_json(const api_progress *p) {
+    return json_pack("{s:i,s:i,s:i,s:I}", "total", p->total, "cache", p->cache, "processed", p->processed, "time_ms",
+                     (json_int_t)p->ms);
+}
+
+json_t *api_progress_timings(const api_progress *p) {
+    mu_gen_stats st = {0};
+    st.n_prompt = p->processed; /* prompt_n: evaluated so far, without the kept ones */
+    st.n_reused = p->cache;
+    st.prompt_ms = p->ms;
+    return api_timings(&st);
+}
+
 json_t *api_job_timings(const api_job *g) {
     if (g->finish || !g->t_first) return api_timings(&g->st);
     /* running: measured here (the prompt time includes the queue wait) */
@@ -535,6 +550,17 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         if (c) json_array_append_new(g->tool_calls, c);
         return c != NULL;
     }
+    case MU_EV_PROGRESS:
+        if (g->n_prog == g->cap_prog) {
+            int cap = g->cap_prog ? g->cap_prog * 2 : 16;
+            api_progress *p = realloc(g->prog, (size_t)cap * sizeof *p);
+            if (!p) return false;
+            g->prog = p;
+            g->cap_prog = cap;
+        }
+        g->prog[g->n_prog++] = (api_progress){ev->stats.n_prompt, ev->stats.n_reused, ev->prompt_done,
+                                              ev->stats.prompt_ms};
+        return true;
     case MU_EV_CONTENT_TOKEN:
         if (ev->tok_index < 0 || ev->tok_index >= g->n_ids) return true;
         if (g->n_ctoks == g->cap_ctoks) {
@@ -607,6 +633,8 @@ void api_job_free(api_job *g) {
     free(g->toks);
     free(g->ctoks);
     g->ctoks = NULL;
+    free(g->prog);
+    g->prog = NULL;
     g->ids = NULL;
     g->toks = NULL;
 }

@@ -100,6 +100,14 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
         api_job *g = &s->g[k];
         bool running = api_job_poll(g, fd);
         if (g->finish == MU_FINISH_CANCEL) return -1;
+        for (; g->prog_sent < g->n_prog; g->prog_sent++) { /* return_progress */
+            const api_progress *p = &g->prog[g->prog_sent];
+            json_t *c = json_pack("{s:i,s:s,s:[],s:b,s:i,s:i,s:i,s:o}", "index", k, "content", "", "tokens", "stop", 0,
+                                  "id_slot", g->st.slot, "tokens_predicted", 0, "tokens_evaluated", p->total,
+                                  "prompt_progress", api_progress_json(p));
+            if (s->timings_per_token) json_object_set_new(c, "timings", api_progress_timings(p));
+            sse_data(out, c);
+        }
         /* one chunk per token, as llama.cpp streams (the text released with
          * the last of them: text is assembled across tokens); text that
          * arrives without a new token waits for the next one or the end */

@@ -208,6 +208,13 @@ static json_t *completion_logprobs(api_job *g, int from, int to);
 /* New chunks of choice k; returns false when it ended with an error. */
 static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
     api_job *g = &s->g[k];
+    for (; g->prog_sent < g->n_prog; g->prog_sent++) { /* llama.cpp's return_progress */
+        const api_progress *p = &g->prog[g->prog_sent];
+        json_t *c = chunk(s, k, s->chat ? json_object() : json_string(""), NULL, NULL);
+        json_object_set_new(c, "prompt_progress", api_progress_json(p));
+        json_object_set_new(c, "timings", api_progress_timings(p));
+        sse(out, c);
+    }
     size_t nr = 0, nc = 0;
     const char *rs = s->chat ? api_job_take_reasoning(g, &nr) : NULL;
     const char *cs = api_job_take_content(g, &nc);

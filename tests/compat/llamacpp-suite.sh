@@ -52,4 +52,4 @@ for f in "${files[@]}"; do
         --junitxml="$OUT/${f%.py}.xml" "unit/$f" > "$OUT/${f%.py}.log" 2>&1
     echo "$f: exit $? ($(tail -1 "$OUT/${f%.py}.log"))"
 done
-$py "$here/tests/compat/suite-summary.py" "$OUT"
+$py "$here/tests/compat/suite-summary.py" "$OUT" --reasons "$here/tests/compat/suite-reasons.tsv"
