@@ -769,7 +769,13 @@ static json_t *model_object(mu_http_app *a, const char *id) {
 void api_openai_models(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
-    mu_http_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(a, a->model_id)));
+    /* llama.cpp's list also carries "models", an Ollama-shaped entry with
+     * the model's capabilities (text only: no "multimodal") */
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:[s,s]}", "name", a->model_id, "model", a->model_id, "size",
+                          (json_int_t)a->model_bytes, "type", "model", "capabilities", "completion", "embedding");
+    json_object_set_new(m, "details", json_pack("{s:s}", "format", "gguf"));
+    mu_http_reply_json(r, 200, json_pack("{s:[o],s:s,s:[o]}", "models", m, "object", "list", "data",
+                                         model_object(a, a->model_id)));
 }
 
 /* Percent-decodes s[0..n) into out (cap bytes); false on a bad escape, a
