@@ -528,6 +528,7 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/health", MU_PROTO_LLAMACPP, api_llama_health, true},
     {"GET", "/v1/health", MU_PROTO_LLAMACPP, api_llama_health, true},
     {"POST", "/props", MU_PROTO_LLAMACPP, api_llama_props_set, false},
+    {"GET", "/lora-adapters", MU_PROTO_LLAMACPP, api_llama_lora_list, false},
     {"POST", "/chat/completions/input_tokens", MU_PROTO_OPENAI, api_openai_chat_tokens, false},
     {"POST", "/v1/chat/completions/input_tokens", MU_PROTO_OPENAI, api_openai_chat_tokens, false},
     {"POST", "/rerank", MU_PROTO_LLAMACPP, api_llama_rerank, false},

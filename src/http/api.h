@@ -239,6 +239,7 @@ void api_openai_completions(mu_http_req *r, const json_t *body);
 void api_openai_chat_tokens(mu_http_req *r, const json_t *body);   /* /chat/completions/input_tokens */
 void api_llama_rerank(mu_http_req *r, const json_t *body);
 void api_llama_props_set(mu_http_req *r, const json_t *body);     /* POST /props */
+void api_llama_lora_list(mu_http_req *r, const json_t *body);     /* GET /lora-adapters */
 void api_openai_models(mu_http_req *r, const json_t *body);
 void api_openai_model(mu_http_req *r, const json_t *body);   /* GET /v1/models/{id} */
 void api_llama_completion(mu_http_req *r, const json_t *body);

@@ -344,6 +344,13 @@ void api_llama_props_set(mu_http_req *r, const json_t *body) {
     mu_http_reply_error(r, 501, "props: changing global properties is not supported", NULL);
 }
 
+/* GET /lora-adapters: the adapters loaded, [{id, path, scale}]; muser
+ * loads none (no --lora), so the list is empty. */
+void api_llama_lora_list(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_reply_json(r, 200, json_array());
+}
+
 void api_llama_tokenize(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;

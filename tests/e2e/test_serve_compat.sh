@@ -39,6 +39,7 @@ expect "GET /v1/models: llama.cpp's Ollama-shaped models list with capabilities"
 expect "GET /v1/health" 200 "j['status'] == 'ok'" GET /v1/health ""
 expect "POST /chat/completions/input_tokens counts the prompt" 200 "j['input_tokens'] > 3" POST /chat/completions/input_tokens '{"messages":[{"role":"user","content":"Hi there"}]}'
 expect "POST /rerank -> 501 not_supported_error (no classification head)" 501 "j['error']['type'] == 'not_supported_error'" POST /rerank '{"query":"a","documents":["b"]}'
+expect "GET /lora-adapters: none loaded" 200 "j == []" GET /lora-adapters ""
 expect "POST /props -> 501" 501 "j['error']['type'] == 'not_supported_error'" POST /props '{}'
 expect "/completion generation_settings: ignore_eos biases the end-of-generation tokens to -inf (null)" 200 "len(j['generation_settings']['logit_bias']) >= 1 and all(b['bias'] is None for b in j['generation_settings']['logit_bias']) and j['generation_settings']['samplers'][0] == 'penalties'" POST /completion '{"prompt":"Hi","n_predict":2,"ignore_eos":true}'
 expect "/completion n_cmpl 2 over two prompts: four results, indexed p*n+k, prompts as their tokens' text" 200 "[r['index'] for r in j] == [0,1,2,3] and j[0]['content'] == j[1]['content'] and j[2]['prompt'].endswith('Yo')" POST /completion '{"prompt":["Hi","Yo"],"n_cmpl":2,"n_predict":3,"temperature":0}'
