@@ -110,8 +110,13 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
         }
         /* one chunk per token, as llama.cpp streams (the text released with
          * the last of them: text is assembled across tokens); text that
-         * arrives without a new token waits for the next one or the end */
+         * arrives without a new token waits for the next one or the end.
+         * With n_probs the newest token's chunk also waits (for the next
+         * token or the end), so text released only at the end (held for a
+         * stop string or an unfinished character) still comes with a token
+         * and its probabilities: every chunk then carries exactly one */
         int from = s->sent_tokens[k], to = g->n_ids;
+        if (s->probs && running && to > from) to--;
         size_t nc = 0;
         const char *cs = to > from || !running ? api_job_take_content(g, &nc) : "";
         for (int i = from; i < to || (i == from && nc); i++) {
