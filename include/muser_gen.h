@@ -122,6 +122,8 @@ typedef struct {
     int draft_min;          /* a draft shorter than this is not verified (a plain step instead) */
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
+    bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
+                               return_progress) */
 } mu_gen_req;
 
 typedef enum {
@@ -132,6 +134,10 @@ typedef enum {
     MU_EV_CONTENT_TOKEN, /* chat jobs with logprobs or n_top: token tok_index is part of the answer
                             text (not a channel header, reasoning or a tool call); sent just before
                             the TEXT event that holds its first byte */
+    MU_EV_PROGRESS,  /* mu_gen_req.progress: the prompt's evaluation; one when it starts (prompt_done =
+                        the kept tokens, stats.n_reused), then one after each chunk evaluated;
+                        stats.n_prompt is the prompt's length, stats.prompt_ms the time since the
+                        first of these events */
 } mu_event_kind;
 
 typedef enum { MU_CH_CONTENT, MU_CH_REASONING } mu_channel;
@@ -171,7 +177,8 @@ typedef struct {
     mu_finish finish;       /* FINISH */
     const char *stop_word;  /* FINISH with MU_FINISH_WORD: the string that matched */
     const char *err;        /* FINISH with MU_FINISH_ERROR or CANCEL: why ("" when nothing to say) */
-    mu_gen_stats stats;     /* FINISH */
+    mu_gen_stats stats;     /* FINISH; PROGRESS: n_prompt, n_reused, prompt_ms */
+    int prompt_done;        /* PROGRESS: prompt tokens in the KV state so far (kept ones included) */
 } mu_gen_event;
 
 typedef struct mu_sched mu_sched;

@@ -50,6 +50,17 @@ typedef struct {
                                    keeps packs; NULL: those answer 501 */
     const mu_kv_ident *kv_id;  /* with slot_save_path: the engine's identity (outlives the server) */
     const uint8_t *kv_key;     /* with slot_save_path: the packs' root key (copied) */
+    /* request defaults, as llama-server's --seed, --temp, --n-predict: what a
+       request that does not set the field gets */
+    bool has_seed;             /* else a random seed per request */
+    uint32_t seed;
+    bool has_temp;             /* else 0.8 (llama.cpp's) */
+    float temp;
+    int n_predict;             /* > 0: the most tokens a request without a limit generates */
+    bool no_slots;             /* GET /slots answers 501 (llama-server's --no-slots) */
+    bool no_metrics;           /* GET /metrics answers 501 (llama-server serves it only with --metrics) */
+    bool no_ui;                /* no dashboard at / and /dashboard (404) */
+    const char *tags;          /* comma-separated labels listed in /v1/models "tags" (--tags), or NULL */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

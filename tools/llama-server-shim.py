@@ -8,7 +8,10 @@ the suite can judge muser's compatibility. Point the suite at it:
     python3 -m pytest -q unit/...        (in that tests folder of llama.cpp's server)
 
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
---pooling, --cors-origins (-> --cors) carry over (--alias a,b,c as three);
+--pooling, --cors-origins (-> --cors), --seed, --temp, --n-predict (request
+defaults), --batch-size (prompt tokens per step), --tags, --no-slots and --no-ui carry over (--alias a,b,c as three);
+without --metrics muser gets --no-metrics, without --cors-origins --cors '*'
+(llama-server's defaults: no /metrics, every origin);
 --any-model is always on (llama-server ignores the model name when it serves
 one model); --embedding without --pooling adds --pooling mean (the suite's embedding
 models carry a pooling type; the substitute model has none); --ctx-size is llama.cpp's
@@ -16,8 +19,8 @@ total context, split over the slots as llama.cpp does (muser's --ctx is per
 slot) and capped at the model's training context (muser refuses more); --api-key K becomes a mode-0600 key file for --api-key-file. The
 model flags (--model, --hf-repo, --hf-file, --model-url) are ignored: muser
 serves MUSER_SHIM_MODEL (a Muse Glimmer GGUF), so tests that expect a
-particular model's text fail by design. Everything else (--temp, --seed,
---batch-size, --n-predict, --jinja, --metrics, --slots, ...) has no muser
+particular model's text fail by design. Everything else (--batch-size,
+--jinja, --reranking, --chat-template, ...) has no muser
 equivalent and is dropped (listed on stderr)."""
 import os
 import re
@@ -85,6 +88,24 @@ def main():
         out += ["--pooling", "mean"]
     if "--cors-origins" in opts:
         out += ["--cors", opts["--cors-origins"]]
+    elif "--tools" in opts:
+        out += ["--cors", "localhost"]  # llama-server's default with built-in tools
+    else:
+        out += ["--cors", "*"]  # llama-server's default: every origin (muser's is none)
+    # request defaults the server sets: --seed, --temp, --n-predict (-n)
+    for flag, name in (("--seed", "--seed"), ("--temp", "--temp"), ("--n-predict", "--n-predict"), ("-n", "--n-predict")):
+        if flag in opts:
+            out += [name, opts[flag]]
+    for flag in ("--batch-size", "-b"):  # prompt tokens per step (all slots)
+        if flag in opts:
+            out += ["--batch-size", opts[flag]]
+    if "--tags" in opts:
+        out += ["--tags", opts["--tags"]]
+    for flag in ("--no-slots", "--no-ui"):
+        if flag in dropped:
+            out.append(flag)
+    if "--metrics" not in dropped:
+        out.append("--no-metrics")  # llama-server serves /metrics only with --metrics
     if "--api-key" in opts:
         fd, path = tempfile.mkstemp(prefix="muser-shim-key-")
         os.write(fd, opts["--api-key"].encode())
@@ -92,7 +113,9 @@ def main():
         os.chmod(path, stat.S_IRUSR | stat.S_IWUSR)
         out += ["--api-key-file", path]
     ignored = [k for k in opts if k not in ("--port", "--host", "--parallel", "-np", "--ctx-size", "-c", "--threads",
-                                            "-t", "--alias", "--pooling", "--cors-origins", "--api-key")]
+                                            "-t", "--alias", "--pooling", "--cors-origins", "--api-key", "--seed",
+                                            "--temp", "--n-predict", "-n", "--tags", "--batch-size", "-b")]
+    dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics")]
     sys.stderr.write("llama-server-shim: %s (dropped: %s)\n" % (" ".join(out), " ".join(ignored + dropped)))
     sys.stderr.flush()
     os.execvp(out[0], out)

@@ -7,7 +7,8 @@
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS] [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
  *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--key-file F]
- *               [--slot-save-path DIR]
+ *               [--slot-save-path DIR] [--seed N] [--temp T] [--n-predict N]
+ *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -40,6 +41,8 @@ static int usage(void) {
             "                   " CLI_LANE_USAGE "\n"
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--key-file F]\n"
             "                   [--slot-save-path DIR]\n"
+            "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
+            "                   [--tags LIST] [--batch-size N]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -85,7 +88,10 @@ int cmd_serve(int argc, char **argv) {
     long long port = 4949, parallel = 1, ctx = 0, queue = 64, threads = 0;
     const char *aliases[MU_SERVE_MAX_ALIASES], *cors = NULL;
     int n_aliases = 0;
-    bool any_model = false;
+    bool any_model = false, no_slots = false, no_ui = false, no_metrics = false;
+    long long seed = -1, n_predict = -1, batch = 0;
+    double temp = -1;
+    const char *tags = NULL;
     mu_embd_pooling pooling = MU_EMBD_OFF;
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     bool check = false;
@@ -138,6 +144,15 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--pack-dir")) { NEED(); pack_dir = v; }
         else if (!strcmp(a, "--key-file")) { NEED(); kv_key_file = v; }
         else if (!strcmp(a, "--slot-save-path")) { NEED(); slot_dir = v; }
+        else if (!strcmp(a, "--seed")) { NEED(); if (!cli_int(v, -1, 4294967295LL, &seed)) return cli_fail("muser serve: --seed must be -1 (random) .. 4294967295: %s", v); }
+        else if (!strcmp(a, "--temp")) { NEED(); if (!cli_float(v, 0, 100, &temp)) return cli_fail("muser serve: --temp must be 0..100: %s", v); }
+        else if (!strcmp(a, "--n-predict")) { NEED(); if (!cli_int(v, -1, 1048576, &n_predict)) return cli_fail("muser serve: --n-predict must be -1 (no limit) .. 1048576: %s", v); }
+        else if (!strcmp(a, "--no-slots")) no_slots = true;
+        else if (!strcmp(a, "--slots")) no_slots = false;
+        else if (!strcmp(a, "--no-ui")) no_ui = true;
+        else if (!strcmp(a, "--batch-size")) { NEED(); if (!cli_int(v, 1, 65536, &batch)) return cli_fail("muser serve: --batch-size must be 1..65536: %s", v); }
+        else if (!strcmp(a, "--no-metrics")) no_metrics = true;
+        else if (!strcmp(a, "--tags")) { NEED(); if (strlen(v) > 1024) return cli_fail("muser serve: --tags must be at most 1024 bytes"); tags = v; }
         else if (!strcmp(a, "--alias")) {
             NEED();
             if (!*v || strlen(v) > 256) return cli_fail("muser serve: --alias must be 1..256 bytes: %s", v);
@@ -229,6 +244,7 @@ int cmd_serve(int argc, char **argv) {
     }
     const char *hold = getenv("MUSER_TEST_HOLD"), *stall = getenv("MUSER_TEST_STALL_AFTER");
     mu_sched_opts so = {.n_slots = (int)parallel, .n_ctx = n_ctx, .queue_max = (int)queue,
+                        .prefill_chunk = (int)batch,
                         .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0,
                         .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
                         .cache = cache};
@@ -264,6 +280,15 @@ int cmd_serve(int argc, char **argv) {
                         .prefill_user = ln,
                         .metrics = ln ? serve_metrics : NULL,
                         .metrics_user = ln,
+                        .has_seed = seed >= 0,
+                        .seed = seed >= 0 ? (uint32_t)seed : 0,
+                        .has_temp = temp >= 0,
+                        .temp = (float)temp,
+                        .n_predict = (int)n_predict,
+                        .no_slots = no_slots,
+                        .no_ui = no_ui,
+                        .no_metrics = no_metrics,
+                        .tags = tags,
 
                         .backend = mu_engine_backend(e),
                         .kernels = mu_engine_kern_name(e),

@@ -79,6 +79,8 @@ struct mu_job {
     int32_t *prompt;
     int n_prompt;
     bool keep_prefix;
+    bool progress;        /* MU_EV_PROGRESS events (mu_gen_req.progress) */
+    double t_progress;    /* now_ms() of the first PROGRESS event */
     int (*install)(void *user, mu_session *s, mu_err *err); /* mu_gen_req.install */
     void *install_user;
     int n_installed;
@@ -592,6 +594,19 @@ static void spec_learn_prompt(slot *sl, mu_job *j) {
     for (int k = 0; k < j->n_prompt; k++) mu_ngram_push(sl->ng, j->prompt[k]);
 }
 
+/* Engine thread: a PROGRESS event (mu_gen_req.progress): done prompt tokens
+ * are in the KV state. */
+static void progress(mu_job *j, int done) {
+    if (!j->progress) return;
+    double t = now_ms();
+    if (!j->t_progress) j->t_progress = t;
+    mu_gen_event ev = {.kind = MU_EV_PROGRESS, .prompt_done = done};
+    ev.stats.n_prompt = j->n_prompt;
+    ev.stats.n_reused = j->st.n_reused;
+    ev.stats.prompt_ms = t - j->t_progress;
+    push_event(j, &ev);
+}
+
 static bool slot_start(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -912,6 +927,7 @@ static void *engine_main(void *arg) {
                     if (sl->job->embd_pool && sl->job->embd_pool != MU_EMBD_LAST && left > budget) continue;
                     int n = left < budget ? left : budget;
                     budget -= n;
+                    if (sl->n_fed == sl->job->st.n_reused) progress(sl->job, sl->n_fed); /* it starts */
                     it->tokens = sl->job->prompt + sl->n_fed;
                     it->n_tokens = n;
                     s->item_last[n_items] = n == left;
@@ -957,6 +973,7 @@ static void *engine_main(void *arg) {
             if (prefilling) {
                 sl->n_fed += s->item_n[k];
                 j->n_prompt_fed += s->item_n[k];
+                progress(j, sl->n_fed);
                 pthread_mutex_lock(&s->mu);
                 s->m.n_prompt_tokens += (uint64_t)s->item_n[k];
                 s->info[i].n_past = mu_session_n_past(sl->sess);
@@ -1170,6 +1187,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
     j->keep_prefix = r->keep_prefix;
+    j->progress = r->progress && !r->embd;
     j->install = r->install;
     j->install_user = r->install_user;
     j->n_installed = r->n_installed;

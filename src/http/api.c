@@ -30,8 +30,16 @@ static const jc_field int_tok_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
 static const jc_field stop_elem = F_(NULL, JC_STR, .max_len = 256);
 /* a prompt: a string, token ids, or both mixed; a batch: an array of those */
 static const jc_field mixed_elem = F_(NULL, JC_INT | JC_STR, RANGE(0, 2147483647), .max_len = 1048576);
-static const jc_field prompt_elem = F_(NULL, JC_INT | JC_STR | JC_ARR, RANGE(0, 2147483647), .elem = &mixed_elem,
-                                       .max_len = 1048576);
+/* llama.cpp's JSON prompt: {prompt_string, multimodal_data}; muser takes
+   text only (multimodal_data must be empty) */
+static const jc_field no_media = F_(NULL, 0, .note = " (multimodal input is not supported)");
+static const jc_field prompt_obj_fields[] = {
+    F_("prompt_string", JC_STR, .required = true, .max_len = 1048576),
+    F_("multimodal_data", JC_ARR | JC_NULL, .elem = &no_media),
+    END,
+};
+static const jc_field prompt_elem = F_(NULL, JC_INT | JC_STR | JC_ARR | JC_OBJ, RANGE(0, 2147483647), .elem = &mixed_elem,
+                                       .fields = prompt_obj_fields, .max_len = 1048576);
 
 /* OpenAI messages */
 static const jc_field part_fields[] = {
@@ -104,7 +112,7 @@ static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
         F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1))
 
 static const jc_field json_schema_fields[] = {
-    F_("name", JC_STR, .required = true, .min_len = 1, .max_len = 64),
+    F_("name", JC_STR, .min_len = 1, .max_len = 64), /* OpenAI requires it; llama.cpp does not */
     F_("description", JC_STR),
     F_("schema", JC_OBJ),   /* compiled by jsonc.c, which names unsupported keywords */
     F_("strict", JC_BOOL | JC_NULL),
@@ -113,6 +121,7 @@ static const jc_field json_schema_fields[] = {
 static const jc_field resp_format_fields[] = {
     F_("type", JC_STR, .required = true, .one_of = resp_types),
     F_("json_schema", JC_OBJ, .fields = json_schema_fields),
+    F_("schema", JC_OBJ), /* llama.cpp's: {"type": "json_object", "schema": {...}} */
     END,
 };
 
@@ -137,7 +146,7 @@ static const jc_field breaker_elem = F_(NULL, JC_STR, .max_len = 1024);
         F_("logit_bias", JC_ARR | JC_OBJ | (N), .elem = &bias_elem, .max_len = 1024)
 
 #define OPENAI_SAMPLING                                                                                   \
-    F_("model", JC_STR, .max_len = 256), F_("stream", JC_BOOL | JC_NULL),                                 \
+    F_("model", JC_STR | JC_NULL, .max_len = 256), F_("stream", JC_BOOL | JC_NULL),                      \
         F_("stream_options", JC_OBJ | JC_NULL, .fields = stream_opt_fields),                              \
         F_("max_tokens", JC_INT | JC_NULL, RANGE(1, 1048576)),                                           \
         F_("temperature", JC_NUM | JC_NULL, RANGE(0, 2)), F_("top_p", JC_NUM | JC_NULL, RANGE(0, 1)),     \
@@ -163,6 +172,11 @@ static const jc_field openai_chat[] = {
     F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
     F_("json_schema", JC_OBJ),
     F_("chat_template_kwargs", JC_OBJ),
+    /* vLLM's and llama.cpp's: no generation prompt / continue the last
+       (assistant) message; not both */
+    F_("add_generation_prompt", JC_BOOL | JC_NULL),
+    F_("continue_final_message", JC_BOOL | JC_NULL),
+    F_("verbose", JC_BOOL | JC_NULL), /* llama.cpp's __verbose: the /completion object of the answer */
     END,
 };
 
@@ -177,13 +191,15 @@ static const jc_field openai_completions[] = {
     LLAMA_EXTENSIONS,
     F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
     F_("json_schema", JC_OBJ),
+    F_("verbose", JC_BOOL | JC_NULL),
     END,
 };
 
 /* llama.cpp */
 static const jc_field llama_completion[] = {
-    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = &prompt_elem, .max_len = 1048576),
-    F_("model", JC_STR, .max_len = 256),
+    F_("prompt", JC_STR | JC_ARR | JC_OBJ, .required = true, .elem = &prompt_elem, .fields = prompt_obj_fields,
+       .max_len = 1048576),
+    F_("model", JC_STR | JC_NULL, .max_len = 256),
     F_("n_predict", JC_INT, RANGE(-1, 1048576)),
     F_("max_tokens", JC_INT, RANGE(-1, 1048576)),
     F_("temperature", JC_NUM, RANGE(0, 100)),
@@ -200,6 +216,9 @@ static const jc_field llama_completion[] = {
     F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */
     LLAMA_EXTENSIONS,
     F_("response_fields", JC_ARR, .elem = &response_field_elem, .max_len = 64),
+    F_("n_cmpl", JC_INT, RANGE(1, API_MAX_CHOICES)), /* completions per prompt (alias n) */
+    F_("n", JC_INT, RANGE(1, API_MAX_CHOICES)),
+    F_("verbose", JC_BOOL), /* the result is llama.cpp's object already: no effect */
     END,
 };
 static const jc_field llama_tokenize[] = {
@@ -216,8 +235,11 @@ static const jc_field llama_detokenize[] = {
 static const jc_field llama_apply_template[] = {
     F_("messages", JC_ARR, .required = true, .min_len = 1, .elem = &msg_elem, .max_len = 4096),
     F_("tools", JC_ARR | JC_NULL, .elem = &tool_elem, .max_len = 128),
-    F_("model", JC_STR, .max_len = 256),
+    F_("model", JC_STR | JC_NULL, .max_len = 256),
     F_("reasoning_effort", JC_STR | JC_NULL, .one_of = effort),
+    F_("add_generation_prompt", JC_BOOL | JC_NULL),
+    F_("continue_final_message", JC_BOOL | JC_NULL),
+    F_("chat_template_kwargs", JC_OBJ), /* reasoning_effort is used; other keys have no effect */
     END,
 };
 
@@ -486,6 +508,7 @@ static const jc_field openai_responses[] = {
     F_("safety_identifier", JC_STR, .max_len = 256),
     F_("max_tool_calls", JC_INT | JC_NULL, RANGE(1, 1048576)),
     F_("background", JC_BOOL | JC_NULL, .one_of = NULL),
+    F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL), /* llama.cpp's */
     OPENAI_ACCEPTED,
     END,
 };
@@ -503,6 +526,15 @@ const mu_http_route mu_http_routes[] = {
     {"POST", "/detokenize", MU_PROTO_LLAMACPP, api_llama_detokenize, false},
     {"POST", "/apply-template", MU_PROTO_LLAMACPP, api_llama_apply_template, false},
     {"GET", "/health", MU_PROTO_LLAMACPP, api_llama_health, true},
+    {"GET", "/v1/health", MU_PROTO_LLAMACPP, api_llama_health, true},
+    {"POST", "/props", MU_PROTO_LLAMACPP, api_llama_props_set, false},
+    {"GET", "/lora-adapters", MU_PROTO_LLAMACPP, api_llama_lora_list, false},
+    {"POST", "/chat/completions/input_tokens", MU_PROTO_OPENAI, api_openai_chat_tokens, false},
+    {"POST", "/v1/chat/completions/input_tokens", MU_PROTO_OPENAI, api_openai_chat_tokens, false},
+    {"POST", "/rerank", MU_PROTO_LLAMACPP, api_llama_rerank, false},
+    {"POST", "/reranking", MU_PROTO_LLAMACPP, api_llama_rerank, false},
+    {"POST", "/v1/rerank", MU_PROTO_LLAMACPP, api_llama_rerank, false},
+    {"POST", "/v1/reranking", MU_PROTO_LLAMACPP, api_llama_rerank, false},
     {"GET", "/props", MU_PROTO_LLAMACPP, api_llama_props, false},
     {"GET", "/slots", MU_PROTO_LLAMACPP, api_llama_slots, false},
     {"POST", "/slots/*", MU_PROTO_LLAMACPP, api_slots_action, false},
@@ -543,6 +575,7 @@ const jc_field *api_schema(const char *path) {
     } t[] = {
         {"/v1/chat/completions", openai_chat}, {"/v1/completions", openai_completions},
         {"/chat/completions", openai_chat},
+        {"/chat/completions/input_tokens", openai_chat}, {"/v1/chat/completions/input_tokens", openai_chat},
         {"/completion", llama_completion},     {"/completions", llama_completion},
         {"/tokenize", llama_tokenize},         {"/detokenize", llama_detokenize},
         {"/apply-template", llama_apply_template}, {"/api/generate", ollama_generate},

@@ -46,6 +46,12 @@ typedef struct {
     char slot_dir[4096];       /* --slot-save-path ("" when none) */
     const mu_kv_ident *kv_id;  /* with slot_dir */
     uint8_t kv_key[32];        /* with slot_dir (wiped at stop) */
+    bool has_seed, has_temp;   /* request defaults (mu_serve_opts) */
+    uint32_t seed;
+    float temp;
+    int n_predict;             /* > 0: the limit of a request without one */
+    bool no_slots, no_ui, no_metrics;
+    const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -75,6 +81,12 @@ typedef struct {
     float top_logprobs[API_MAX_TOP];
 } api_tok;
 
+/* One PROGRESS event of a job: llama.cpp's prompt_progress. */
+typedef struct {
+    int total, cache, processed;
+    double ms;                /* since the first progress event */
+} api_progress;
+
 /* The reader of one job: collects its events into what the adapters send
  * (text per channel, tool calls, tokens) and keeps what is not sent yet. */
 typedef struct {
@@ -93,6 +105,9 @@ typedef struct {
     bool ctx_full;           /* it ended because the context was full (llama.cpp's "truncated") */
     char stop_word[264];
     mu_gen_stats st;
+    double t_start, t_first;  /* monotonic ms: submitted, first token (0: none yet) */
+    api_progress *prog;       /* PROGRESS events (mu_gen_req.progress) in order */
+    int n_prog, cap_prog, prog_sent;
     char err[256];
 } api_job;
 
@@ -136,6 +151,9 @@ void api_job_free(api_job *g);
  * thread-local storage (and the body) until the next call on this thread:
  * submit the job before that. */
 mu_sample_params api_sample_params(mu_http_app *a, const json_t *o, const char *seed_key);
+/* A request's generation limit: n (< 0: none) or the server's --n-predict
+ * when the request sets none. */
+int api_n_predict(const mu_http_app *a, int n);
 /* llama.cpp's ignore_eos: the end-of-generation tokens (eos, eot, eom) get
  * a logit bias of -inf, after p's own biases (same storage rules). */
 void api_ban_eog(mu_http_app *a, mu_sample_params *p);
@@ -167,12 +185,33 @@ void api_new_id(char *buf, size_t cap, const char *prefix);
 void api_content_text(const json_t *c, mu_http_buf *b);
 void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
 
+/* The timings of a job: its stats once it ended; while it runs, measured
+ * by the reader (tokens so far; prompt time from submit to the first
+ * token, queue wait included). */
+json_t *api_job_timings(const api_job *g);
+/* llama.cpp's prompt_progress object and the timings at that point. */
+json_t *api_progress_json(const api_progress *p);
+json_t *api_progress_timings(const api_progress *p);
 /* llama.cpp-style timings object from job stats. */
 json_t *api_timings(const mu_gen_stats *st);
 
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
                      int32_t **ids, int *n);
+/* OpenAI messages -> the plain shape the template expects (text parts
+ * joined, developer as system, tool-call arguments as objects); new ref. */
+json_t *api_normalize_messages(const json_t *msgs);
+/* The api_chat_prompt_ex mode of a chat body, by llama.cpp's rules (a last
+ * assistant message is continued; add_generation_prompt,
+ * continue_final_message); -1 after replying 400. */
+int api_chat_mode(mu_http_req *r, const json_t *body);
+/* api_chat_prompt with a mode: API_PROMPT_GEN (the generation prompt
+ * after the messages), API_PROMPT_NOGEN (none), API_PROMPT_PREFILL (the
+ * last message, an assistant's, is continued: the prompt ends with its
+ * text). text_out (may be NULL): the rendered prompt, malloc'ed. */
+enum { API_PROMPT_GEN, API_PROMPT_NOGEN, API_PROMPT_PREFILL };
+bool api_chat_prompt_ex(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
+                        int mode, int32_t **ids, int *n, char **text_out);
 /* prompt: a string (tokenized with BOS), an array of token ids (as given),
  * or an array mixing strings and ids (llama.cpp's tokenize_mixed: BOS only
  * when a string comes first). text (optional): the prompt as text,
@@ -193,9 +232,22 @@ int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, in
  * (post_sampling_probs true); sets keep_prefix from cache_prompt. */
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q);
 
+/* A request's settings in llama.cpp's shape and order (its
+ * generation_settings; /props and /slots params). */
+json_t *api_params_json(mu_http_app *a, const mu_gen_req *q, const json_t *stop, bool stream, bool timings_per_token);
+
+/* llama.cpp's /completion result object of a finished job (also
+ * OpenAI's __verbose); settings is referenced, not taken. */
+json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *content, size_t n, const char *prompt,
+                         json_t *settings);
+
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);
 void api_openai_completions(mu_http_req *r, const json_t *body);
+void api_openai_chat_tokens(mu_http_req *r, const json_t *body);   /* /chat/completions/input_tokens */
+void api_llama_rerank(mu_http_req *r, const json_t *body);
+void api_llama_props_set(mu_http_req *r, const json_t *body);     /* POST /props */
+void api_llama_lora_list(mu_http_req *r, const json_t *body);     /* GET /lora-adapters */
 void api_openai_models(mu_http_req *r, const json_t *body);
 void api_openai_model(mu_http_req *r, const json_t *body);   /* GET /v1/models/{id} */
 void api_llama_completion(mu_http_req *r, const json_t *body);

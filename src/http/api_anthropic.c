@@ -70,6 +70,19 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                                                        "function", "function", "name", name, "arguments",
                                                        json_is_object(input) ? input : json_object()));
             } else if (!strcmp(type, "tool_result") && !strcmp(role, "user")) {
+                const json_t *trc = json_object_get(bl, "content");
+                size_t ki;
+                json_t *inner;
+                json_array_foreach(trc, ki, inner) {
+                    if (strcmp(mu_jc_str(inner, "type", ""), "image")) continue;
+                    char msg[320];
+                    snprintf(msg, sizeof msg,
+                             "field '%s.content[%zu].type': 'image' blocks are not supported in a tool_result (text "
+                             "input only)",
+                             where, ki);
+                    mu_http_reply_error(r, 400, msg, where);
+                    goto fail_msg;
+                }
                 mu_http_buf tr = {0};
                 api_content_text(json_object_get(bl, "content"), &tr);
                 json_array_append_new(out, json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id",

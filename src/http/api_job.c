@@ -26,6 +26,12 @@
 
 int64_t api_unix_now(void) { return (int64_t)time(NULL); }
 
+static double mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
+}
+
 void api_new_id(char *buf, size_t cap, const char *prefix) {
     static unsigned long long ctr;
     unsigned long long c = __atomic_add_fetch(&ctr, 1, __ATOMIC_RELAXED);
@@ -160,7 +166,10 @@ int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_ke
     if (!strcmp(proto_key, "response_format")) { /* OpenAI */
         const char *type = mu_jc_str(v, "type", "text");
         if (!strcmp(type, "text")) return 0;
-        if (!strcmp(type, "json_object")) {
+        if (!strcmp(type, "json_object") && json_object_get(v, "schema")) {
+            schema = json_object_get(v, "schema"); /* llama.cpp's json_object with a schema */
+            snprintf(where, sizeof where, "response_format.schema");
+        } else if (!strcmp(type, "json_object")) {
             object_only = true;
         } else {
             const json_t *js = json_object_get(v, "json_schema");
@@ -314,13 +323,18 @@ void api_ban_eog(mu_http_app *a, mu_sample_params *p) {
             tl_bias[p->n_logit_bias++] = (mu_logit_bias){eog[i], -INFINITY};
 }
 
+int api_n_predict(const mu_http_app *a, int n) { return n < 0 && a->n_predict > 0 ? a->n_predict : n; }
+
 mu_sample_params api_sample_params(mu_http_app *a, const json_t *o, const char *seed_key) {
     mu_sample_params p = mu_sample_defaults();
+    if (a->has_temp) p.temp = a->temp; /* the server's --temp */
     p.temp = (float)mu_jc_num(o, "temperature", p.temp);
     p.top_k = (int)mu_jc_int(o, "top_k", p.top_k);
     p.top_p = (float)mu_jc_num(o, "top_p", p.top_p);
     p.min_p = (float)mu_jc_num(o, "min_p", p.min_p);
+    const json_t *sv = seed_key ? json_object_get(o, seed_key) : NULL;
     long long seed = seed_key ? mu_jc_int(o, seed_key, -1) : -1;
+    if ((!sv || json_is_null(sv)) && a->has_seed) seed = a->seed; /* the server's --seed; -1 stays random */
     if (seed < 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -399,6 +413,8 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
      * prefix with the slot's previous request (off unless asked, so answers
      * equal `muser run`'s; llama.cpp's default is on) */
     q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
+    /* llama.cpp's return_progress: prompt-progress chunks, in streams only */
+    q->progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
     return true;
 }
 
@@ -445,11 +461,14 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
     for (int k = 0; k < n; k++) {
         memset(&g[k], 0, sizeof g[k]);
         g[k].app = a;
+        g[k].st.n_prompt = n_prompt; /* until the job's own stats arrive with its end */
+        g[k].t_start = mono_ms();
         q[k] = *req;
         q[k].prompt = prompt;
         q[k].n_prompt = n_prompt;
         q[k].stops = stops;
         q[k].n_stops = n_stops;
+        q[k].n_predict = api_n_predict(a, req->n_predict);
         q[k].sp.seed = req->sp.seed + (uint64_t)k; /* choice k: seed + k */
     }
     mu_err err = {0};
@@ -476,7 +495,31 @@ bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, 
     return api_job_start_n(r, g, 1, a, prompt, n_prompt, req, stop);
 }
 
+json_t *api_progress_json(const api_progress *p) {
+    return json_pack("{s:i,s:i,s:i,s:I}", "total", p->total, "cache", p->cache, "processed", p->processed, "time_ms",
+                     (json_int_t)p->ms);
+}
+
+json_t *api_progress_timings(const api_progress *p) {
+    mu_gen_stats st = {0};
+    st.n_prompt = p->processed; /* prompt_n: evaluated so far, without the kept ones */
+    st.n_reused = p->cache;
+    st.prompt_ms = p->ms;
+    return api_timings(&st);
+}
+
+json_t *api_job_timings(const api_job *g) {
+    if (g->finish || !g->t_first) return api_timings(&g->st);
+    /* running: measured here (the prompt time includes the queue wait) */
+    mu_gen_stats st = g->st;
+    st.n_gen = g->n_ids;
+    st.prompt_ms = g->t_first - g->t_start;
+    st.gen_ms = mono_ms() - g->t_first;
+    return api_timings(&st);
+}
+
 static bool add_id(api_job *g, const mu_gen_token *t) {
+    if (!g->t_first) g->t_first = mono_ms();
     if (g->n_ids == g->cap_ids) {
         int cap = g->cap_ids ? g->cap_ids * 2 : 64;
         int32_t *ids = realloc(g->ids, (size_t)cap * sizeof *ids);
@@ -514,6 +557,17 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         if (c) json_array_append_new(g->tool_calls, c);
         return c != NULL;
     }
+    case MU_EV_PROGRESS:
+        if (g->n_prog == g->cap_prog) {
+            int cap = g->cap_prog ? g->cap_prog * 2 : 16;
+            api_progress *p = realloc(g->prog, (size_t)cap * sizeof *p);
+            if (!p) return false;
+            g->prog = p;
+            g->cap_prog = cap;
+        }
+        g->prog[g->n_prog++] = (api_progress){ev->stats.n_prompt, ev->stats.n_reused, ev->prompt_done,
+                                              ev->stats.prompt_ms};
+        return true;
     case MU_EV_CONTENT_TOKEN:
         if (ev->tok_index < 0 || ev->tok_index >= g->n_ids) return true;
         if (g->n_ctoks == g->cap_ctoks) {
@@ -586,6 +640,8 @@ void api_job_free(api_job *g) {
     free(g->toks);
     free(g->ctoks);
     g->ctoks = NULL;
+    free(g->prog);
+    g->prog = NULL;
     g->ids = NULL;
     g->toks = NULL;
 }

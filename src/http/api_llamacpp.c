@@ -5,6 +5,7 @@
  * completion_probabilities, SSE chunks without a [DONE] line) and the
  * Prometheus text of /metrics.
  * Does not own: validation tables (api.c), reading a job's events (api_job.c). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,8 +57,9 @@ static const char *stop_type(int f) {
  * gives several; their results carry "index"). */
 typedef struct {
     mu_http_app *a;
-    int n;
-    bool probs, return_tokens, many;
+    int n;                   /* jobs: prompts * per */
+    int per;                 /* choices per prompt (n_cmpl) */
+    bool probs, return_tokens, many, timings_per_token;
     json_t *settings;
     json_t *fields;          /* response_fields (borrowed copy), or NULL */
     bool done[API_MAX_CHOICES];
@@ -66,24 +68,21 @@ typedef struct {
     api_job g[API_MAX_CHOICES];
 } lc_state;
 
-static json_t *settings_of(mu_http_app *a, const mu_gen_req *q, const json_t *stop) {
-    return json_pack("{s:i,s:i,s:f,s:i,s:f,s:f,s:I,s:o,s:i,s:b,s:s}", "n_ctx", a->n_ctx, "n_predict", q->n_predict,
-                     "temperature", (double)q->sp.temp, "top_k", q->sp.top_k, "top_p", (double)q->sp.top_p, "min_p",
-                     (double)q->sp.min_p, "seed", (json_int_t)q->sp.seed, "stop", stop ? json_incref((json_t *)stop) : json_array(), "n_probs",
-                     q->n_top, "ignore_eos", q->ignore_eos, "model", a->model_id);
-}
-
-static json_t *final_object(lc_state *s, int k, const char *content, size_t n) {
-    api_job *g = &s->g[k];
-    json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", k, "content",
-                          api_json_text(content, n), "stop", 1, "model", s->a->model_id, "id_slot", g->st.slot,
+json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *content, size_t n, const char *prompt,
+                         json_t *settings) {
+    json_t *o = json_pack("{s:i,s:o,s:b,s:s,s:i,s:i,s:i,s:O,s:s,s:b,s:s,s:s,s:i,s:o}", "index", index, "content",
+                          api_json_text(content, n), "stop", 1, "model", a->model_id, "id_slot", g->st.slot,
                           "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt, "generation_settings",
-                          s->settings, "prompt", s->prompt_text[k] ? s->prompt_text[k] : "", "truncated", g->ctx_full,
+                          settings, "prompt", prompt ? prompt : "", "truncated", g->ctx_full,
                           "stop_type", stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
                           g->st.n_prompt + g->n_ids, "timings", api_timings(&g->st));
     if (!o) return NULL;
     json_object_set_new(o, "has_new_line", json_boolean(g->content.p && memchr(g->content.p, '\n', g->content.n)));
     return o;
+}
+
+static json_t *final_object(lc_state *s, int k, const char *content, size_t n) {
+    return api_llama_result(s->a, &s->g[k], k, content, n, s->prompt_text[k / s->per], s->settings);
 }
 
 static void sse_data(mu_http_buf *out, json_t *j) {
@@ -101,20 +100,38 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
         api_job *g = &s->g[k];
         bool running = api_job_poll(g, fd);
         if (g->finish == MU_FINISH_CANCEL) return -1;
-        size_t nc = 0;
-        const char *cs = api_job_take_content(g, &nc);
-        if (nc || g->n_ids > s->sent_tokens[k]) {
-            json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", k, "content", api_json_text(cs, nc), "stop", 0,
-                                  "id_slot", g->st.slot, "tokens_predicted", g->n_ids, "tokens_evaluated",
-                                  g->st.n_prompt);
-            json_t *toks = json_array();
-            for (int i = s->sent_tokens[k]; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
-            json_object_set_new(c, "tokens", toks);
-            if (s->probs)
-                json_object_set_new(c, "completion_probabilities", probs_range(g, s->sent_tokens[k], g->n_ids));
-            s->sent_tokens[k] = g->n_ids;
+        for (; g->prog_sent < g->n_prog; g->prog_sent++) { /* return_progress */
+            const api_progress *p = &g->prog[g->prog_sent];
+            json_t *c = json_pack("{s:i,s:s,s:[],s:b,s:i,s:i,s:i,s:o}", "index", k, "content", "", "tokens", "stop", 0,
+                                  "id_slot", g->st.slot, "tokens_predicted", 0, "tokens_evaluated", p->total,
+                                  "prompt_progress", api_progress_json(p));
+            if (s->timings_per_token) json_object_set_new(c, "timings", api_progress_timings(p));
             sse_data(out, c);
         }
+        /* one chunk per token, as llama.cpp streams (the text released with
+         * the last of them: text is assembled across tokens); text that
+         * arrives without a new token waits for the next one or the end.
+         * With n_probs the newest token's chunk also waits (for the next
+         * token or the end), so text released only at the end (held for a
+         * stop string or an unfinished character) still comes with a token
+         * and its probabilities: every chunk then carries exactly one */
+        int from = s->sent_tokens[k], to = g->n_ids;
+        if (s->probs && running && to > from) to--;
+        size_t nc = 0;
+        const char *cs = to > from || !running ? api_job_take_content(g, &nc) : "";
+        for (int i = from; i < to || (i == from && nc); i++) {
+            bool last = i >= to - 1;
+            json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", k, "content",
+                                  last ? api_json_text(cs, nc) : json_string(""), "stop", 0, "id_slot", g->st.slot,
+                                  "tokens_predicted", i < to ? i + 1 : to, "tokens_evaluated", g->st.n_prompt);
+            json_t *toks = json_array();
+            if (i < to) json_array_append_new(toks, json_integer(g->ids[i]));
+            json_object_set_new(c, "tokens", toks);
+            if (s->probs && i < to) json_object_set_new(c, "completion_probabilities", probs_range(g, i, i + 1));
+            if (s->timings_per_token) json_object_set_new(c, "timings", api_job_timings(g));
+            sse_data(out, c);
+        }
+        s->sent_tokens[k] = to;
         if (!running) {
             if (g->finish == MU_FINISH_ERROR)
                 sse_data(out, json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type",
@@ -187,20 +204,36 @@ static bool lc_poll(void *state, mu_http_req *r) {
 
 static void lc_release(void *state) {
     lc_state *s = state;
-    for (int k = 0; k < s->n; k++) {
-        api_job_free(&s->g[k]);
-        free(s->prompt_text[k]);
-    }
+    for (int k = 0; k < s->n; k++) api_job_free(&s->g[k]);
+    for (int k = 0; k < API_MAX_CHOICES; k++) free(s->prompt_text[k]);
     json_decref(s->settings);
     json_decref(s->fields);
     free(s);
 }
 
+/* Token ids as text, special tokens written out (llama.cpp's detokenize
+ * with special = true); malloc'ed, NULL when out of memory. */
+static char *detokenize(mu_http_app *a, const int32_t *ids, int n) {
+    mu_http_buf b = {0};
+    for (int i = 0; i < n; i++) {
+        char buf[API_PIECE_MAX];
+        int pn = api_piece(a, ids[i], buf, sizeof buf);
+        if (pn > 0) mu_http_buf_add(&b, buf, (size_t)pn);
+    }
+    json_t *t = api_json_text(b.p ? b.p : "", b.n);
+    mu_http_buf_free(&b);
+    char *o = strdup(json_string_value(t));
+    json_decref(t);
+    return o;
+}
+
 void api_llama_completion(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
+    /* llama.cpp's n_cmpl (alias n): completions per prompt */
+    int per = (int)mu_jc_int(body, "n_cmpl", mu_jc_int(body, "n", 1));
     const json_t *prompts[API_MAX_CHOICES];
-    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES);
+    int n_prompts = api_prompt_list(r, json_object_get(body, "prompt"), prompts, API_MAX_CHOICES / per);
     if (!n_prompts) return;
     mu_schema *schema = NULL;
     if (api_response_schema(r, body, "json_schema", &schema)) return;
@@ -220,28 +253,36 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
         return;
     }
     s->a = a;
+    s->per = per;
     json_t *stop = json_object_get(body, "stop");
+    /* each prompt: n_cmpl jobs (choice k samples with seed + k), result
+     * index p * n_cmpl + k */
     for (int p = 0; p < n_prompts; p++) {
         int32_t *ids = NULL;
         int n = 0;
-        if (!api_prompt_ids(r, a, prompts[p], &ids, &n, &s->prompt_text[p]) ||
-            !api_job_start(r, &s->g[p], a, ids, n, &q, stop)) {
-            s->n = p;
-            free(s->prompt_text[p]);
-            s->prompt_text[p] = NULL;
+        bool ok = api_prompt_ids(r, a, prompts[p], &ids, &n, NULL);
+        if (ok) s->prompt_text[p] = detokenize(a, ids, n); /* llama.cpp's "prompt": its tokens as text */
+        if (!ok || !api_job_start_n(r, &s->g[p * per], per, a, ids, n, &q, stop)) {
+            s->n = p * per;
             mu_schema_unref(schema);
             lc_release(s);
             return;
         }
-        s->n = p + 1;
-        s->g[p].want_toks = q.logprobs;
+        s->n = (p + 1) * per;
+        for (int k = 0; k < per; k++) s->g[p * per + k].want_toks = q.logprobs;
     }
     mu_schema_unref(schema); /* the jobs hold their own references */
-    s->many = n_prompts > 1;
+    s->many = s->n > 1;
     s->probs = q.logprobs;
     s->return_tokens = mu_jc_bool(body, "return_tokens", false);
-    s->settings = settings_of(a, &q, stop);
+    s->settings = api_params_json(a, &q, stop, mu_jc_bool(body, "stream", false),
+                                  mu_jc_bool(body, "timings_per_token", false));
     s->fields = json_incref(json_object_get(body, "response_fields"));
+    if (!json_array_size(s->fields)) { /* llama.cpp: an empty list is every field */
+        json_decref(s->fields);
+        s->fields = NULL;
+    }
+    s->timings_per_token = mu_jc_bool(body, "timings_per_token", false);
     if (mu_jc_bool(body, "stream", false)) {
         mu_http_reply_stream(r, "text/event-stream", lc_produce, lc_release, s);
         return;
@@ -286,6 +327,33 @@ void api_llama_infill(mu_http_req *r, const json_t *body) {
     }
     if (!missing) snprintf(m, sizeof m, "infill: fill-in-the-middle prompts are not implemented in muser");
     mu_http_reply_error(r, 501, m, NULL);
+}
+
+/* POST /rerank (and /reranking, /v1/rerank, /v1/reranking): ranking needs
+ * a model with a classification head (llama.cpp's rank pooling, started
+ * with --reranking); the Muse Glimmer models have none, so this answers
+ * what llama.cpp's server answers without --reranking: 501, checked
+ * before the body, as there. */
+void api_llama_rerank(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_reply_error(r, 501,
+                        "This server does not support reranking: the model has no classification head (rank "
+                        "pooling); muser serves no reranking model",
+                        NULL);
+}
+
+/* POST /props: llama.cpp changes global properties only when started with
+ * --props (501 otherwise); muser has none to change. */
+void api_llama_props_set(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_reply_error(r, 501, "props: changing global properties is not supported", NULL);
+}
+
+/* GET /lora-adapters: the adapters loaded, [{id, path, scale}]; muser
+ * loads none (no --lora), so the list is empty. */
+void api_llama_lora_list(mu_http_req *r, const json_t *body) {
+    (void)body;
+    mu_http_reply_json(r, 200, json_array());
 }
 
 void api_llama_tokenize(mu_http_req *r, const json_t *body) {
@@ -349,15 +417,32 @@ void api_llama_detokenize(mu_http_req *r, const json_t *body) {
 void api_llama_apply_template(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
-    mu_err err = {0};
-    char *text = NULL;
+    int mode = api_chat_mode(r, body);
+    if (mode < 0) return;
     json_t *tools = json_object_get(body, "tools");
-    int rc = api_render(a, json_object_get(body, "messages"), json_array_size(tools) ? tools : NULL,
-                            mu_jc_str(body, "reasoning_effort", NULL), true, &text, &err);
-    if (rc) {
-        mu_http_reply_status(r, rc, &err);
+    json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
+    if (!msgs) {
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
+    const char *effort = mu_jc_str(body, "reasoning_effort", NULL);
+    const json_t *kw = json_object_get(body, "chat_template_kwargs");
+    if (!effort) effort = mu_jc_str(kw, "reasoning_effort", NULL);
+    if (effort && strcmp(effort, "low") && strcmp(effort, "medium") && strcmp(effort, "high") && strcmp(effort, "xhigh")) {
+        json_decref(msgs);
+        mu_http_reply_error(r, 400,
+                            "field 'chat_template_kwargs.reasoning_effort': must be one of 'low', 'medium', 'high', "
+                            "'xhigh'",
+                            "chat_template_kwargs.reasoning_effort");
+        return;
+    }
+    int32_t *ids = NULL;
+    int n = 0;
+    char *text = NULL;
+    bool ok = api_chat_prompt_ex(r, a, msgs, json_array_size(tools) ? tools : NULL, effort, mode, &ids, &n, &text);
+    json_decref(msgs);
+    free(ids);
+    if (!ok) return;
     json_t *p = api_json_text(text, strlen(text));
     free(text);
     mu_http_reply_json(r, 200, json_pack("{s:o}", "prompt", p));
@@ -369,30 +454,60 @@ void api_llama_health(mu_http_req *r, const json_t *body) {
 }
 
 /* A request's sampling and generation settings under llama.cpp's names
- * (its task params), from muser's defaults. */
-static json_t *default_params(void) {
-    mu_sample_params d = mu_sample_defaults();
-    json_t *p = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f}", "seed", (json_int_t)4294967295LL,
-                          "temperature", (double)d.temp, "dynatemp_range", (double)d.dynatemp_range,
-                          "dynatemp_exponent", (double)d.dynatemp_exponent, "top_k", d.top_k, "top_p", (double)d.top_p,
-                          "min_p", (double)d.min_p, "top_n_sigma", d.top_n_sigma > 0 ? (double)d.top_n_sigma : -1.0,
-                          "xtc_probability", (double)d.xtc_probability, "xtc_threshold", (double)d.xtc_threshold,
-                          "typical_p", d.typical_p > 0 ? (double)d.typical_p : 1.0);
-    json_t *q = json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:i,s:f,s:f}", "repeat_last_n", d.penalty_last_n,
-                          "repeat_penalty", d.penalty_repeat > 0 ? (double)d.penalty_repeat : 1.0, "presence_penalty",
-                          (double)d.penalty_present, "frequency_penalty", (double)d.penalty_freq, "dry_multiplier",
-                          (double)d.dry_multiplier, "dry_base", (double)d.dry_base, "dry_allowed_length",
-                          d.dry_allowed_length, "dry_penalty_last_n", d.dry_penalty_last_n, "mirostat", d.mirostat,
-                          "mirostat_tau", (double)d.mirostat_tau, "mirostat_eta", (double)d.mirostat_eta);
-    json_t *r = json_pack("{s:i,s:i,s:i,s:i,s:b,s:b,s:i,s:i,s:[s,s,s,s,s,s,s,s,s],s:b,s:b}", "max_tokens", -1,
-                          "n_predict", -1, "n_keep", 0, "n_discard", 0, "ignore_eos", 0, "stream", 1, "n_probs", 0,
-                          "min_keep", d.min_keep, "samplers", "penalties", "dry", "top_n_sigma", "top_k", "typ_p",
-                          "top_p", "min_p", "xtc", "temperature", "timings_per_token", 0, "post_sampling_probs", 0);
-    if (p && q) json_object_update(p, q);
-    if (p && r) json_object_update(p, r);
-    json_decref(q);
-    json_decref(r);
+ * and in its order (its task params as its server echoes them in
+ * generation_settings, /props and /slots). */
+json_t *api_params_json(mu_http_app *a, const mu_gen_req *q, const json_t *stop, bool stream, bool timings_per_token) {
+    const mu_sample_params *d = &q->sp;
+    json_t *brk = json_array();
+    if (d->dry_breakers) {
+        for (int i = 0; i < d->n_dry_breakers; i++) json_array_append_new(brk, api_json_text(d->dry_breakers[i], strlen(d->dry_breakers[i])));
+    } else {
+        static const char *const def[] = {"\n", ":", "\"", "*"};
+        for (int i = 0; i < 4; i++) json_array_append_new(brk, json_string(def[i]));
+    }
+    json_t *bias = json_array();
+    for (int i = 0; i < d->n_logit_bias; i++) /* -inf is null in JSON, as llama.cpp writes it */
+        json_array_append_new(bias, json_pack("{s:o,s:i}", "bias", isfinite(d->logit_bias[i].bias) ?
+                                              json_real(d->logit_bias[i].bias) : json_null(), "token",
+                                              d->logit_bias[i].id));
+    json_t *stops = json_array();
+    if (json_is_string(stop)) json_array_append(stops, (json_t *)stop);
+    else if (json_is_array(stop)) json_array_extend(stops, (json_t *)stop);
+    int n_predict = api_n_predict(a, q->n_predict);
+    json_t *p = json_pack("{s:I,s:f,s:f,s:f,s:i,s:f,s:f,s:f,s:f,s:f,s:f}", "seed", (json_int_t)(d->seed & 0xFFFFFFFFu),
+                          "temperature", (double)d->temp, "dynatemp_range", (double)d->dynatemp_range,
+                          "dynatemp_exponent", (double)d->dynatemp_exponent, "top_k", d->top_k, "top_p", (double)d->top_p,
+                          "min_p", (double)d->min_p, "top_n_sigma", d->top_n_sigma > 0 ? (double)d->top_n_sigma : -1.0,
+                          "xtc_probability", (double)d->xtc_probability, "xtc_threshold", (double)d->xtc_threshold,
+                          "typical_p", d->typical_p > 0 ? (double)d->typical_p : 1.0);
+    json_object_update_new(p, json_pack("{s:i,s:f,s:f,s:f,s:f,s:f,s:i,s:i,s:o,s:i,s:f,s:f}", "repeat_last_n",
+                                        d->penalty_last_n, "repeat_penalty",
+                                        d->penalty_repeat > 0 ? (double)d->penalty_repeat : 1.0, "presence_penalty",
+                                        (double)d->penalty_present, "frequency_penalty", (double)d->penalty_freq,
+                                        "dry_multiplier", (double)d->dry_multiplier, "dry_base", (double)d->dry_base,
+                                        "dry_allowed_length", d->dry_allowed_length, "dry_penalty_last_n",
+                                        d->dry_penalty_last_n, "dry_sequence_breakers", brk, "mirostat", d->mirostat,
+                                        "mirostat_tau", (double)d->mirostat_tau, "mirostat_eta",
+                                        (double)d->mirostat_eta));
+    json_object_update_new(p, json_pack("{s:o,s:i,s:i,s:i,s:i,s:b,s:b,s:o,s:i,s:i,s:s}", "stop", stops, "max_tokens",
+                                        n_predict, "n_predict", n_predict, "n_keep", 0, "n_discard", 0, "ignore_eos",
+                                        q->ignore_eos, "stream", stream, "logit_bias", bias, "n_probs", q->n_top,
+                                        "min_keep", d->min_keep, "grammar", ""));
+    json_object_update_new(p, json_pack("{s:[s,s,s,s,s,s,s,s,s],s:b,s:b,s:[]}", "samplers", "penalties", "dry",
+                                        "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
+                                        "timings_per_token", timings_per_token, "post_sampling_probs", 0, "lora"));
     return p;
+}
+
+/* The settings of a request that sets nothing: the server's defaults. */
+static json_t *default_params(mu_http_app *a) {
+    mu_gen_req q = {0};
+    q.n_predict = -1;
+    q.sp = mu_sample_defaults();
+    if (a->has_temp) q.sp.temp = a->temp;
+    /* llama.cpp's default seed is 0xFFFFFFFF: a random one per request */
+    q.sp.seed = a->has_seed ? a->seed : 0xFFFFFFFFu;
+    return api_params_json(a, &q, NULL, true, false);
 }
 
 void api_llama_props(mu_http_req *r, const json_t *body) {
@@ -402,7 +517,7 @@ void api_llama_props(mu_http_req *r, const json_t *body) {
     if (a->info->bos >= 0) bos[api_piece(a, a->info->bos, bos, sizeof bos - 1)] = 0;
     if (a->info->eos >= 0) eos[api_piece(a, a->info->eos, eos, sizeof eos - 1)] = 0;
     json_t *o = json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:{s:b,s:b,s:b},s:o,s:o,s:s,s:b,s:b,s:b,s:b}",
-                          "default_generation_settings", "n_ctx", a->n_ctx, "params", default_params(), "total_slots",
+                          "default_generation_settings", "n_ctx", a->n_ctx, "params", default_params(a), "total_slots",
                           a->n_slots, "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
                           a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "video", 0, "audio", 0,
                           "bos_token", api_json_text(bos, strlen(bos)), "eos_token", api_json_text(eos, strlen(eos)),
@@ -414,6 +529,10 @@ void api_llama_props(mu_http_req *r, const json_t *body) {
 void api_llama_slots(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
+    if (a->no_slots) { /* llama.cpp answers 501 not_supported_error */
+        mu_http_reply_error(r, 501, "slots: the /slots endpoint is off (the server runs with --no-slots)", NULL);
+        return;
+    }
     json_t *arr = json_array();
     for (int i = 0; i < a->n_slots; i++) {
         mu_sched_slot_info si;
@@ -425,7 +544,7 @@ void api_llama_slots(mu_http_req *r, const json_t *body) {
             json_object_update_new(
                 o, json_pack("{s:i,s:i,s:i,s:o,s:[{s:b,s:b,s:i,s:i}]}", "n_prompt_tokens", si.n_prompt,
                              "n_prompt_tokens_processed", si.n_past < si.n_prompt ? si.n_past : si.n_prompt,
-                             "n_prompt_tokens_cache", 0, "params", default_params(), "next_token", "has_next_token", 1,
+                             "n_prompt_tokens_cache", 0, "params", default_params(a), "next_token", "has_next_token", 1,
                              "has_new_line", 0, "n_remain", -1, "n_decoded", si.n_gen));
         json_array_append_new(arr, o);
     }
@@ -435,6 +554,10 @@ void api_llama_slots(mu_http_req *r, const json_t *body) {
 void api_llama_metrics(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
+    if (a->no_metrics) {
+        mu_http_reply_error(r, 501, "metrics: the /metrics endpoint is off (the server runs with --no-metrics)", NULL);
+        return;
+    }
     mu_sched_metrics m;
     mu_sched_get_metrics(a->sched, &m);
     mu_http_counters c = {0};

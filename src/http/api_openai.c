@@ -37,7 +37,7 @@ static json_t *openai_tool_calls(const json_t *calls) {
 /* ---- prompt ------------------------------------------------------------- */
 
 /* OpenAI messages -> the plain shape the template expects. */
-static json_t *normalize_messages(const json_t *msgs) {
+json_t *api_normalize_messages(const json_t *msgs) {
     json_t *out = json_array();
     size_t i;
     json_t *m;
@@ -83,10 +83,37 @@ static json_t *normalize_messages(const json_t *msgs) {
 /* Renders and tokenizes a chat request; replies on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
                      int32_t **ids, int *n) {
+    return api_chat_prompt_ex(r, a, msgs, tools, effort, API_PROMPT_GEN, ids, n, NULL);
+}
+
+bool api_chat_prompt_ex(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
+                        int mode, int32_t **ids, int *n, char **text_out) {
     mu_err err = {0};
     char *text = NULL;
-    int rc = api_render(a, msgs, tools, effort, true, &text, &err);
+    int rc = api_render(a, msgs, tools, effort, mode == API_PROMPT_GEN, &text, &err);
+    if (!rc && mode == API_PROMPT_PREFILL) {
+        /* continue the last (assistant) message: the prompt ends with its
+         * text, without what the template writes after it (end of turn) */
+        const json_t *last = json_array_get(msgs, json_array_size(msgs) - 1);
+        const char *c = mu_jc_str(last, "content", "");
+        size_t cl = strlen(c);
+        char *at = NULL;
+        for (char *p = cl ? strstr(text, c) : NULL; p; p = strstr(p + 1, c)) at = p;
+        if (!at) {
+            free(text);
+            mu_http_reply_error(r, 400,
+                                "field 'messages': the last assistant message cannot be continued (its text is "
+                                "empty or the chat template changes it)",
+                                "messages");
+            return false;
+        }
+        at[cl] = 0;
+    }
     if (!rc) rc = api_tokenize_prompt(a, text, true, ids, n, &err);
+    if (!rc && text_out) {
+        *text_out = text;
+        text = NULL;
+    }
     free(text);
     if (rc) {
         mu_http_reply_status(r, rc, &err);
@@ -147,6 +174,9 @@ typedef struct {
     int per;            /* choices per prompt (completions with several prompts) */
     int lp_sent[API_MAX_CHOICES];
     bool done[API_MAX_CHOICES];
+    bool timings_per_token;      /* llama.cpp's: timings in every chunk */
+    char *verbose_prompt;        /* llama.cpp's verbose: the prompt text for __verbose, else NULL */
+    json_t *verbose_settings;
     api_job g[API_MAX_CHOICES];
 } oa_stream;
 
@@ -165,9 +195,12 @@ static json_t *chunk(oa_stream *s, int index, json_t *delta, json_t *finish, jso
     else
         choice = json_pack("{s:i,s:o,s:o,s:o}", "index", index, "text", delta, "logprobs",
                            logprobs ? logprobs : json_null(), "finish_reason", finish ? finish : json_null());
-    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o]}", "id", s->id, "object",
-                     s->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)s->created,
-                     "model", s->a->model_id, "system_fingerprint", "muser", "choices", choice);
+    json_t *c = json_pack("{s:s,s:s,s:I,s:s,s:s,s:[o]}", "id", s->id, "object",
+                          s->chat ? "chat.completion.chunk" : "text_completion", "created", (json_int_t)s->created,
+                          "model", s->a->model_id, "system_fingerprint", "muser", "choices", choice);
+    if (c && s->timings_per_token && !finish && s->phase) /* llama.cpp's timings_per_token: the timings so far */
+        json_object_set_new(c, "timings", api_job_timings(&s->g[index]));
+    return c;
 }
 
 static json_t *completion_logprobs(api_job *g, int from, int to);
@@ -175,6 +208,13 @@ static json_t *completion_logprobs(api_job *g, int from, int to);
 /* New chunks of choice k; returns false when it ended with an error. */
 static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
     api_job *g = &s->g[k];
+    for (; g->prog_sent < g->n_prog; g->prog_sent++) { /* llama.cpp's return_progress */
+        const api_progress *p = &g->prog[g->prog_sent];
+        json_t *c = chunk(s, k, s->chat ? json_object() : json_string(""), NULL, NULL);
+        json_object_set_new(c, "prompt_progress", api_progress_json(p));
+        json_object_set_new(c, "timings", api_progress_timings(p));
+        sse(out, c);
+    }
     size_t nr = 0, nc = 0;
     const char *rs = s->chat ? api_job_take_reasoning(g, &nr) : NULL;
     const char *cs = api_job_take_content(g, &nc);
@@ -208,16 +248,19 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
     oa_stream *s = state;
     if (s->phase == 2) return 0;
     if (s->phase == 0) {
-        s->phase = 1;
+        /* the opening chunks (role; echoed prompt): no timings yet */
         if (s->chat) {
             for (int k = 0; k < s->n; k++)
-                sse(out, chunk(s, k, json_pack("{s:s,s:s}", "role", "assistant", "content", ""), NULL, NULL));
+                sse(out, chunk(s, k, json_pack("{s:s,s:n}", "role", "assistant", "content"), NULL, NULL));
+            s->phase = 1;
             return 1;
         }
         if (s->echo[0]) {
             for (int k = 0; k < s->n; k++) sse(out, chunk(s, k, json_string(s->echo[k / s->per]), NULL, NULL));
+            s->phase = 1;
             return 1;
         }
+        s->phase = 1;
     }
     /* every running choice, taking what is ready; nothing ready: return
      * with out empty (the transport waits for the next wake) */
@@ -245,6 +288,7 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
                                   s->chat ? "chat.completion.chunk" : "text_completion", "created",
                                   (json_int_t)s->created, "model", s->a->model_id, "choices", "usage",
                                   usage(s->g, s->n, s->per));
+            if (u) json_object_set_new(u, "timings", api_timings(&s->g[0].st)); /* as llama.cpp's */
             sse(out, u);
         }
         mu_http_buf_str(out, "data: [DONE]\n\n");
@@ -255,6 +299,8 @@ static int oa_produce(void *state, mu_http_buf *out, int fd) {
 
 static void oa_release(void *state) {
     oa_stream *s = state;
+    free(s->verbose_prompt);
+    json_decref(s->verbose_settings);
     for (int k = 0; k < s->n; k++) api_job_free(&s->g[k]);
     for (int k = 0; k < API_MAX_CHOICES; k++) free(s->echo[k]);
     free(s);
@@ -287,6 +333,16 @@ static bool poll_all(mu_http_req *r, oa_stream *s, bool *failed) {
     return !running;
 }
 
+/* llama.cpp's verbose: the first choice as its /completion object, with
+ * the prompt as rendered (content as the model wrote it for the answer) */
+static void add_verbose(oa_stream *s, json_t *resp) {
+    if (!s->verbose_settings) return;
+    api_job *g = &s->g[0];
+    json_t *v = api_llama_result(s->a, g, 0, g->content.p ? g->content.p : "", g->content.n, s->verbose_prompt,
+                                 s->verbose_settings);
+    if (v) json_object_set_new(resp, "__verbose", v);
+}
+
 static bool oa_chat_poll(void *state, mu_http_req *r) {
     oa_stream *s = state;
     bool failed;
@@ -313,8 +369,56 @@ static bool oa_chat_poll(void *state, mu_http_req *r) {
                              "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
                              "choices", choices, "usage", usage(s->g, s->n, s->per), "timings",
                              api_timings(&s->g[0].st));
+    add_verbose(s, resp);
     mu_http_reply_json(r, 200, resp);
     return true;
+}
+
+/* How the messages become the prompt, by llama.cpp's rules: a last
+ * assistant message is continued (prefill), as vLLM's
+ * continue_final_message asks; add_generation_prompt false renders no
+ * generation prompt; two assistant messages at the end, or both flags
+ * true, are refused. -1 after replying 400. */
+int api_chat_mode(mu_http_req *r, const json_t *body) {
+    const json_t *raw = json_object_get(body, "messages");
+    size_t n_msgs = json_array_size(raw);
+    bool last_assistant = !strcmp(mu_jc_str(json_array_get(raw, n_msgs - 1), "role", ""), "assistant");
+    bool cont = mu_jc_bool(body, "continue_final_message", false), add_gen = mu_jc_bool(body, "add_generation_prompt", true);
+    const char *why = NULL;
+    if (cont && json_is_true(json_object_get(body, "add_generation_prompt")))
+        why = "fields 'add_generation_prompt' and 'continue_final_message' cannot both be true";
+    else if (cont && !last_assistant)
+        why = "field 'continue_final_message': the last message must be an assistant message";
+    else if (last_assistant && n_msgs >= 2 && !strcmp(mu_jc_str(json_array_get(raw, n_msgs - 2), "role", ""), "assistant"))
+        why = "field 'messages': at most one assistant message may end the conversation (it is continued)";
+    if (why) {
+        mu_http_reply_error(r, 400, why, "messages");
+        return -1;
+    }
+    return last_assistant && (cont || add_gen) ? API_PROMPT_PREFILL : add_gen ? API_PROMPT_GEN : API_PROMPT_NOGEN;
+}
+
+/* POST /chat/completions/input_tokens (llama.cpp): the prompt's token count. */
+void api_openai_chat_tokens(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    if (!check(r, body)) return;
+    int mode = api_chat_mode(r, body);
+    if (mode < 0) return;
+    json_t *tc = json_object_get(body, "tool_choice");
+    json_t *tools = json_object_get(body, "tools");
+    bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
+    json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
+    int32_t *ids = NULL;
+    int n = 0;
+    if (!msgs) {
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    bool ok = api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, mu_jc_str(body, "reasoning_effort", NULL), mode,
+                                 &ids, &n, NULL);
+    json_decref(msgs);
+    free(ids);
+    if (ok) mu_http_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }
 
 void api_openai_chat(mu_http_req *r, const json_t *body) {
@@ -371,10 +475,19 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         }
     }
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
-    json_t *msgs = normalize_messages(json_object_get(body, "messages"));
+    const json_t *raw = json_object_get(body, "messages");
+    int mode = api_chat_mode(r, body);
+    if (mode < 0) {
+        mu_schema_unref(schema);
+        return;
+    }
+    json_t *msgs = api_normalize_messages(raw);
     int32_t *ids = NULL;
     int n = 0;
-    bool ok = msgs && api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, effort, &ids, &n);
+    char *ptext = NULL;
+    bool verbose = mu_jc_bool(body, "verbose", false);
+    bool ok = msgs && api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, effort, mode, &ids, &n,
+                                         verbose ? &ptext : NULL);
     json_decref(msgs);
     if (!ok) {
         if (!msgs) mu_http_reply_error(r, 503, "server: out of memory", NULL);
@@ -386,6 +499,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
                                  mu_jc_int(body, "max_tokens", mu_jc_int(body, "n_predict", -1)));
     if (!api_extensions(r, body, &q)) {
         free(ids);
+        free(ptext);
         mu_schema_unref(schema);
         return;
     }
@@ -401,6 +515,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     oa_stream *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
+        free(ptext);
         mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
@@ -410,11 +525,18 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     ok = api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
     mu_schema_unref(schema); /* the jobs hold their own references */
     if (!ok) {
+        free(ptext);
         free(s);
         return;
     }
     s->a = a;
     s->chat = true;
+    s->timings_per_token = mu_jc_bool(body, "timings_per_token", false);
+    if (verbose) {
+        s->verbose_prompt = ptext;
+        ptext = NULL;
+        s->verbose_settings = api_params_json(a, &q, json_object_get(body, "stop"), stream, s->timings_per_token);
+    }
     for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->tools = use_tools;
@@ -460,6 +582,8 @@ bool api_prompt_tokens(mu_http_req *r, mu_http_app *a, const json_t *prompt, con
                        int *n, char **text) {
     mu_err err = {0};
     char m[200];
+    if (json_is_object(prompt)) /* llama.cpp's {prompt_string, multimodal_data (empty)} */
+        prompt = json_object_get(prompt, "prompt_string");
     if (json_is_string(prompt)) {
         int rc = api_tokenize_prompt(a, json_string_value(prompt), true, ids, n, &err);
         if (rc) {
@@ -567,6 +691,7 @@ static bool oa_completions_poll(void *state, mu_http_req *r) {
                              "created", (json_int_t)s->created, "model", s->a->model_id, "system_fingerprint", "muser",
                              "choices", choices, "usage", usage(s->g, s->n, s->per), "timings",
                              api_timings(&s->g[0].st));
+    add_verbose(s, resp);
     mu_http_reply_json(r, 200, resp);
     return true;
 }
@@ -629,7 +754,13 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
 static json_t *model_object(mu_http_app *a, const char *id) {
     json_t *aliases = json_array();
     for (int i = 0; i < a->n_aliases; i++) json_array_append_new(aliases, json_string(a->aliases[i]));
-    return json_pack("{s:s,s:o,s:[],s:s,s:I,s:s,s:{s:i,s:i,s:i,s:i,s:I}}", "id", id, "aliases", aliases, "tags", "object", "model",
+    json_t *tags = json_array();
+    for (const char *t = a->tags; t && *t;) { /* --tags a,b,c */
+        size_t n = strcspn(t, ",");
+        if (n) json_array_append_new(tags, api_json_text(t, n));
+        t += n + (t[n] == ',');
+    }
+    return json_pack("{s:s,s:o,s:o,s:s,s:I,s:s,s:{s:i,s:i,s:i,s:i,s:I}}", "id", id, "aliases", aliases, "tags", tags, "object", "model",
                      "created", (json_int_t)a->model_mtime, "owned_by", "muser", "meta", "n_vocab", a->info->n_vocab,
                      "n_ctx", a->n_ctx, "n_ctx_train", a->info->n_ctx_train, "n_embd", a->info->n_embd, "size",
                      (json_int_t)a->model_bytes);
@@ -638,7 +769,13 @@ static json_t *model_object(mu_http_app *a, const char *id) {
 void api_openai_models(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
-    mu_http_reply_json(r, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_object(a, a->model_id)));
+    /* llama.cpp's list also carries "models", an Ollama-shaped entry with
+     * the model's capabilities (text only: no "multimodal") */
+    json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:[s,s]}", "name", a->model_id, "model", a->model_id, "size",
+                          (json_int_t)a->model_bytes, "type", "model", "capabilities", "completion", "embedding");
+    json_object_set_new(m, "details", json_pack("{s:s}", "format", "gguf"));
+    mu_http_reply_json(r, 200, json_pack("{s:[o],s:s,s:[o]}", "models", m, "object", "list", "data",
+                                         model_object(a, a->model_id)));
 }
 
 /* Percent-decodes s[0..n) into out (cap bytes); false on a bad escape, a

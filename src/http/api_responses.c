@@ -137,6 +137,7 @@ typedef struct {
     int phase;             /* 0: created not sent; 1: running; 2: done */
     int open;              /* 0 none, 1 reasoning, 2 message */
     size_t item_from;      /* where the open item's text starts in its buffer */
+    bool tpt;              /* llama.cpp's timings_per_token: timings in the delta events */
 } rs_state;
 
 static json_t *usage(const rs_state *s) {
@@ -269,10 +270,12 @@ static void item_text(rs_state *s, mu_http_buf *out, int kind, const char *t, si
         event(s, out, "response.reasoning_text.delta",
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "delta",
                         api_json_text(t, n)));
-    else
-        event(s, out, "response.output_text.delta",
-              json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->item_id, "output_index", oi, "content_index", 0,
-                        "delta", api_json_text(t, n), "logprobs"));
+    else {
+        json_t *d = json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->item_id, "output_index", oi, "content_index", 0,
+                              "delta", api_json_text(t, n), "logprobs");
+        if (s->tpt) json_object_set_new(d, "timings", api_job_timings(&s->g));
+        event(s, out, "response.output_text.delta", d);
+    }
 }
 
 static int rs_produce(void *state, mu_http_buf *out, int fd) {
@@ -287,6 +290,12 @@ static int rs_produce(void *state, mu_http_buf *out, int fd) {
     }
     bool running = api_job_poll(g, fd);
     if (g->finish == MU_FINISH_CANCEL) return -1;
+    for (; g->prog_sent < g->n_prog; g->prog_sent++) { /* return_progress */
+        json_t *d = json_pack("{s:o,s:o,s:o}", "response", response_object(s, "in_progress"), "prompt_progress",
+                              api_progress_json(&g->prog[g->prog_sent]), "timings",
+                              api_progress_timings(&g->prog[g->prog_sent]));
+        event(s, out, "response.in_progress", d);
+    }
     size_t nr = 0, nc = 0;
     const char *rs = api_job_take_reasoning(g, &nr);
     item_text(s, out, 1, rs, nr);
@@ -318,8 +327,9 @@ static int rs_produce(void *state, mu_http_buf *out, int fd) {
         json_array_append_new(s->items, item);
     }
     bool incomplete = g->finish == MU_FINISH_LENGTH;
-    event(s, out, incomplete ? "response.incomplete" : "response.completed",
-          json_pack("{s:o}", "response", response_object(s, incomplete ? "incomplete" : "completed")));
+    json_t *done = json_pack("{s:o}", "response", response_object(s, incomplete ? "incomplete" : "completed"));
+    if (s->tpt || g->n_prog) json_object_set_new(done, "timings", api_timings(&g->st)); /* as llama.cpp's */
+    event(s, out, incomplete ? "response.incomplete" : "response.completed", done);
     return 1;
 }
 
@@ -418,6 +428,8 @@ void api_responses(mu_http_req *r, const json_t *body) {
     q.sp = api_sample_params(a, body, NULL);
     q.call_one_of = n_names ? names : NULL;
     q.n_call_one_of = n_names;
+    /* llama.cpp's return_progress: prompt progress in response.in_progress events (streams) */
+    q.progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
     rs_state *s = calloc(1, sizeof *s);
     if (!s || !(s->items = json_array())) {
         free(s);
@@ -435,6 +447,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
     }
     s->a = a;
     s->n_prompt = n;
+    s->tpt = mu_jc_bool(body, "timings_per_token", false);
     s->created = api_unix_now();
     snprintf(s->model, sizeof s->model, "%s", mu_jc_str(body, "model", a->model_id));
     api_new_id(s->id, sizeof s->id, "resp_");

@@ -21,6 +21,12 @@
 
 void api_dash_page(mu_http_req *r, const json_t *body) {
     (void)body;
+    if (((mu_http_app *)mu_http_req_app(r))->no_ui) {
+        char m[300];
+        snprintf(m, sizeof m, "http: no such route: %.200s (the dashboard is off: --no-ui)", mu_http_req_path(r));
+        mu_http_reply_error(r, 404, m, NULL);
+        return;
+    }
     mu_http_reply_text(r, 200, "text/html; charset=utf-8", (const char *)mu_dash_html, mu_dash_html_len);
 }
 

@@ -98,6 +98,15 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->prefill_user = o->prefill_user;
     a->metrics = o->metrics;
     a->metrics_user = o->metrics_user;
+    a->has_seed = o->has_seed;
+    a->seed = o->seed;
+    a->has_temp = o->has_temp;
+    a->temp = o->temp;
+    a->n_predict = o->n_predict > 0 ? o->n_predict : 0;
+    a->no_slots = o->no_slots;
+    a->no_ui = o->no_ui;
+    a->no_metrics = o->no_metrics;
+    a->tags = o->tags && *o->tags ? o->tags : NULL;
     snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
     snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
     a->cache = o->cache;

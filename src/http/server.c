@@ -304,18 +304,39 @@ static void count_status(mu_http_server *s, int status) {
     pthread_mutex_unlock(&s->mu);
 }
 
-/* The Origin a CORS answer allows: "*", the request's Origin when it is in
- * the configured list, or NULL (no CORS header). */
+/* True for an origin on this machine: http(s)://localhost, 127.0.0.1 or
+ * [::1], with an optional port and nothing else (the "localhost" entry of
+ * --cors, as llama.cpp's --cors-origins reads it). */
+static bool origin_is_local(const char *o) {
+    const char *h = !strncmp(o, "http://", 7) ? o + 7 : !strncmp(o, "https://", 8) ? o + 8 : NULL;
+    if (!h) return false;
+    static const char *const hosts[] = {"localhost", "127.0.0.1", "[::1]"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(hosts[i]);
+        if (strncmp(h, hosts[i], n)) continue;
+        const char *p = h + n;
+        if (!*p) return true;
+        if (*p++ != ':' || !*p || strlen(p) > 5) return false;
+        return strspn(p, "0123456789") == strlen(p);
+    }
+    return false;
+}
+
+/* The Origin a CORS answer allows: the request's Origin when "*" is
+ * configured or the origin is listed (or local, with the "localhost"
+ * entry); "*" for a request without an Origin under "*"; NULL (no CORS
+ * header) otherwise. */
 static const char *cors_origin(mu_http_req *r) {
     const char *list = r->srv->o.cors_origins;
     if (!list) return NULL;
-    if (!strcmp(list, "*")) return "*";
     const char *o = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (!strcmp(list, "*")) return o && *o ? o : "*";
     if (!o || !*o) return NULL;
     size_t n = strlen(o);
     for (const char *p = list; *p;) {
         size_t k = strcspn(p, ",");
         if (k == n && !strncmp(p, o, n)) return o;
+        if (k == 9 && !strncmp(p, "localhost", 9) && origin_is_local(o)) return o;
         p += k;
         if (*p == ',') p++;
     }
@@ -818,7 +839,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                         "Authorization, Content-Type, X-Api-Key, Anthropic-Version");
                 MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
             }
-            queue(r, 204, resp);
+            queue(r, 200, resp); /* any 2xx does; llama.cpp's server answers 200 */
             return MHD_YES;
         }
         if (!match) {

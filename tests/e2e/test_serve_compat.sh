@@ -35,6 +35,20 @@ GGUF_ID=$("$MUSER" info -m "$MODEL" | sed -n 's/^name *//p')
 # GET / is the dashboard page (as llama.cpp serves its web UI there; test_dashboard.sh checks the page)
 [ "$(curl -s -o "$T/root" -w '%{http_code} %{content_type}' "http://127.0.0.1:$PORT/")" = "200 text/html; charset=utf-8" ] && ok "GET / serves the dashboard page" || bad "GET /: $(head -c 200 "$T/root")"
 expect "GET /v1/models: the alias is the id (as llama.cpp)" 200 "j['data'][0]['id'] == 'comp-alias' and j['data'][0]['aliases'] == ['comp-alias']" GET /v1/models ""
+expect "GET /v1/models: llama.cpp's Ollama-shaped models list with capabilities" 200 "j['models'][0]['model'] == 'comp-alias' and 'completion' in j['models'][0]['capabilities']" GET /v1/models ""
+expect "GET /v1/health" 200 "j['status'] == 'ok'" GET /v1/health ""
+expect "POST /chat/completions/input_tokens counts the prompt" 200 "j['input_tokens'] > 3" POST /chat/completions/input_tokens '{"messages":[{"role":"user","content":"Hi there"}]}'
+expect "POST /rerank -> 501 not_supported_error (no classification head)" 501 "j['error']['type'] == 'not_supported_error'" POST /rerank '{"query":"a","documents":["b"]}'
+expect "GET /lora-adapters: none loaded" 200 "j == []" GET /lora-adapters ""
+expect "POST /props -> 501" 501 "j['error']['type'] == 'not_supported_error'" POST /props '{}'
+expect "/completion generation_settings: ignore_eos biases the end-of-generation tokens to -inf (null)" 200 "len(j['generation_settings']['logit_bias']) >= 1 and all(b['bias'] is None for b in j['generation_settings']['logit_bias']) and j['generation_settings']['samplers'][0] == 'penalties'" POST /completion '{"prompt":"Hi","n_predict":2,"ignore_eos":true}'
+expect "/completion n_cmpl 2 over two prompts: four results, indexed p*n+k, prompts as their tokens' text" 200 "[r['index'] for r in j] == [0,1,2,3] and j[0]['content'] == j[1]['content'] and j[2]['prompt'].endswith('Yo')" POST /completion '{"prompt":["Hi","Yo"],"n_cmpl":2,"n_predict":3,"temperature":0}'
+expect "/completion JSON prompt {prompt_string} equals the plain prompt" 200 "j[0]['content'] == j[1]['content']" POST /completion '{"prompt":["Hi there",{"prompt_string":"Hi there"}],"n_predict":3,"temperature":0}'
+expect "/completion JSON prompt with multimodal_data -> 400" 400 "'multimodal' in j['error']['message']" POST /completion '{"prompt":{"prompt_string":"Hi","multimodal_data":["iVBO"]}}'
+expect "chat: two assistant messages at the end -> 400" 400 "'assistant' in j['error']['message']" POST /v1/chat/completions '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},{"role":"assistant","content":"c"}]}'
+expect "chat: add_generation_prompt and continue_final_message both true -> 400" 400 "'error' in j" POST /v1/chat/completions '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"}],"add_generation_prompt":true,"continue_final_message":true}'
+expect "chat verbose: __verbose.prompt ends with the continued assistant text" 200 "j['__verbose']['prompt'].endswith('Once upon')" POST /v1/chat/completions '{"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"Once upon"}],"max_tokens":2,"verbose":true,"model":null}'
+expect "apply-template: add_generation_prompt false renders no generation prompt" 200 "not j['prompt'].endswith('assistant')" POST /apply-template '{"messages":[{"role":"user","content":"a"}],"add_generation_prompt":false}'
 expect "GET /v1/models/{the GGUF name}" 200 "j['id'] == '$GGUF_ID' and j['object'] == 'model'" GET "/v1/models/$GGUF_ID" ""
 expect "GET /v1/models/{alias}" 200 "j['id'] == 'comp-alias'" GET /v1/models/comp-alias ""
 expect "GET /v1/models/{unknown} -> 404 model_not_found" 404 "j['error']['code'] == 'model_not_found'" GET /v1/models/gpt-4o ""
@@ -167,16 +181,20 @@ stop_server
 # ---- a key (X-Api-Key as well as Bearer), --any-model, CORS
 umask 077
 echo "k3y-for-compat" >"$T/key"
-start_server --parallel 1 --ctx 256 --threads 1 --api-key-file "$T/key" --any-model --cors "http://app.example" || { bad "server start"; exit 1; }
+start_server --parallel 1 --ctx 256 --threads 1 --api-key-file "$T/key" --any-model --cors "http://app.example,localhost" || { bad "server start"; exit 1; }
 expect "X-Api-Key is accepted" 200 "j['object'] == 'list'" GET /v1/models "" -H "X-Api-Key: k3y-for-compat"
 expect "a wrong X-Api-Key -> 401" 401 "'error' in j" GET /v1/models "" -H "X-Api-Key: nope"
 expect "Anthropic with X-Api-Key and a hard-coded model name (--any-model)" 200 "j['type'] == 'message'" \
   POST /v1/messages '{"model":"claude-sonnet-4-5","max_tokens":2,"messages":[{"role":"user","content":"Hi"}]}' -H "X-Api-Key: k3y-for-compat"
 code=$(curl -s -o /dev/null -D "$T/hdr" -w '%{http_code}' -X OPTIONS "$BASE/v1/chat/completions" -H "Origin: http://app.example" -H "Access-Control-Request-Method: POST")
-if [ "$code" = 204 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" && grep -qi '^Access-Control-Allow-Headers:.*Authorization' "$T/hdr"; then
-  ok "CORS preflight from an allowed origin: 204 without a key"; else bad "CORS preflight: $code $(cat "$T/hdr")"; fi
+if [ "$code" = 200 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" && grep -qi '^Access-Control-Allow-Headers:.*Authorization' "$T/hdr"; then
+  ok "CORS preflight from an allowed origin: 200 without a key"; else bad "CORS preflight: $code $(cat "$T/hdr")"; fi
 curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://evil.example"
 grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS header for an origin not listed" || ok "no CORS header for an origin not listed"
+curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://[::1]:5173"
+grep -qi '^Access-Control-Allow-Origin: http://\[::1\]:5173' "$T/hdr" && ok "CORS 'localhost' entry: a local origin with a port is allowed" || bad "CORS localhost entry: $(cat "$T/hdr")"
+curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://localhost.evil.example"
+grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS localhost entry let http://localhost.evil.example in" || ok "CORS 'localhost' entry: http://localhost.evil.example is not local"
 stop_server
 
 # ---- the default queue: 64 requests wait for the one slot, the next is

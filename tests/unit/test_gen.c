@@ -381,6 +381,52 @@ static void test_forced_and_limits(void **state) {
     mu_sched_free(s);
 }
 
+/* progress: a 20-token prompt in chunks of 8 gives one PROGRESS event when
+ * its evaluation starts (0 done) and one per chunk (8, 16, 20), all before
+ * the first token, with the prompt's length and a time that never goes
+ * back; without progress, none. */
+static void test_progress_events(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t p[20];
+    prompt(p, 20, 5);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 40, .prefill_chunk = 8};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    for (int want = 0; want < 2; want++) {
+        mu_gen_req q = {.prompt = p, .n_prompt = 20, .n_predict = 2, .sp = {.temp = 0}, .ignore_eos = true,
+                        .no_text = true, .progress = want};
+        mu_job *j;
+        assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+        int done[8], n_prog = 0, n_tok = 0;
+        double last_ms = 0;
+        mu_gen_event ev;
+        while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) {
+            if (ev.kind == MU_EV_TOKEN) n_tok++;
+            if (ev.kind != MU_EV_PROGRESS) continue;
+            assert_int_equal(n_tok, 0);
+            assert_true(n_prog < 8);
+            assert_int_equal(ev.stats.n_prompt, 20);
+            assert_int_equal(ev.stats.n_reused, 0);
+            assert_true(ev.stats.prompt_ms >= last_ms);
+            last_ms = ev.stats.prompt_ms;
+            done[n_prog++] = ev.prompt_done;
+        }
+        assert_int_equal(n_tok, 2);
+        if (!want) {
+            assert_int_equal(n_prog, 0);
+        } else {
+            assert_int_equal(n_prog, 4);
+            assert_int_equal(done[0], 0);
+            assert_int_equal(done[1], 8);
+            assert_int_equal(done[2], 16);
+            assert_int_equal(done[3], 20);
+        }
+        mu_job_free(j);
+    }
+    mu_sched_free(s);
+}
+
 /* hold_until: no job starts until two are queued, so both share every
  * forward pass; a job cancelled before it starts ends with CANCEL. */
 static void test_hold_and_cancel(void **state) {
@@ -732,6 +778,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_greedy_matches_plain_loop),
         cmocka_unit_test(test_forced_and_limits),
+        cmocka_unit_test(test_progress_events),
         cmocka_unit_test(test_hold_and_cancel),
         cmocka_unit_test(test_notify),
         cmocka_unit_test(test_nonfinite_logits),

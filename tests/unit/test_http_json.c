@@ -99,9 +99,20 @@ static void test_openai_chat(void **st) {
     expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}");
     expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
                  "\"json_schema\":{\"name\":\"n\",\"strict\":true,\"schema\":{\"type\":\"object\"}}}}");
+    /* llama.cpp's forms: json_schema without a name, json_object with a schema */
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
+                 "\"json_schema\":{\"schema\":{}}}}");
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\","
+                 "\"schema\":{\"const\":\"42\"}}}");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\","
+                  "\"schema\":123}}",
+               "response_format.schema");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_schema\","
-                  "\"json_schema\":{\"schema\":{}}}}",
+                  "\"json_schema\":{\"name\":\"\"}}}",
                "response_format.json_schema.name");
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"model\":null,\"verbose\":true,"
+                 "\"add_generation_prompt\":false,\"continue_final_message\":false}");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"verbose\":1}", "verbose");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}",
                "response_format.type");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
@@ -118,6 +129,12 @@ static void test_other_routes(void **st) {
     expect_ok("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"logprobs\":2,\"echo\":true}");
     expect_ok("/v1/completions", "{\"prompt\":[1,2,3]}");
     expect_bad("/v1/completions", "{\"prompt\":[1,-2]}", "prompt[1]");
+    /* llama.cpp's JSON prompt: text only */
+    expect_ok("/completion", "{\"prompt\":{\"prompt_string\":\"a\"}}");
+    expect_ok("/completion", "{\"prompt\":[[1,2],{\"prompt_string\":\"a\",\"multimodal_data\":[]}],\"model\":null}");
+    expect_bad("/completion", "{\"prompt\":{\"prompt_string\":\"a\",\"multimodal_data\":[\"iVBO\"]}}",
+               "prompt.multimodal_data[0]");
+    expect_bad("/completion", "{\"prompt\":{\"text\":\"a\"}}", "prompt.text");
     expect_bad("/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix");
     expect_ok("/completion", "{\"prompt\":\"a\",\"n_predict\":-1,\"n_probs\":3,\"stream\":false,\"cache_prompt\":true,"
                              "\"repeat_penalty\":1.0,\"stop\":[\"x\"]}");
