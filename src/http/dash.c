@@ -1,7 +1,9 @@
 /* dash.c: the dashboard page and its data (dash.h).
  * Owns: GET / and /dashboard (the page src/http/dash.html, embedded in the
  * binary at build time: no CDN, works offline), GET /snapshot (JSON) and
- * GET /telemetry (the same object as server-sent events, once a second).
+ * GET /telemetry (the same object as server-sent events, once a second),
+ * the login routes (POST /login, POST /logout, GET /session; the sessions
+ * themselves are server.c's and session.c's).
  * Does not own: what is counted (the scheduler's metrics, the transport's
  * counters) or the Prometheus text of /metrics (api_llamacpp.c).
  * Design: each number in /snapshot is an object {"value": V, "tag": T} with
@@ -22,6 +24,70 @@
 void api_dash_page(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_reply_text(r, 200, "text/html; charset=utf-8", (const char *)mu_dash_html, mu_dash_html_len);
+}
+
+/* ---- login (docs/dashboard.md, "Login") ------------------------------- */
+
+/* A JSON reply with a Set-Cookie header (j consumed). */
+static void reply_json_cookie(mu_http_req *r, int status, json_t *j, const char *cookie) {
+    mu_http_buf b = {0};
+    if (j) mu_http_buf_json(&b, j);
+    json_decref(j);
+    if (!j || b.oom) {
+        mu_http_buf_free(&b);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    mu_http_buf_add(&b, "\n", 1);
+    mu_http_reply_text_hdr(r, status, "application/json; charset=utf-8", b.p, b.n, "Set-Cookie",
+                           cookie);
+    mu_http_buf_free(&b);
+}
+
+/* POST /login {"key": K}: public (the key is the credential); a session
+ * cookie and the session's CSRF token for the page. */
+void api_dash_login(mu_http_req *r, const json_t *body) {
+    const json_t *k = json_is_object(body) ? json_object_get(body, "key") : NULL;
+    if (!json_is_string(k)) {
+        mu_http_reply_error(r, 400, "login: \"key\" must be a string", "key");
+        return;
+    }
+    char csrf[MU_SESS_TOKEN_LEN + 1], cookie[256];
+    mu_err err = {0};
+    int rc = mu_http_req_login(r, json_string_value(k), json_string_length(k), csrf, cookie, sizeof cookie, &err);
+    if (rc == MU_E_ARG) {
+        mu_http_reply_error(r, 401, err.msg, "key");
+        return;
+    }
+    if (rc == MU_E_STATE) {
+        mu_http_reply_error(r, 400, err.msg, NULL);
+        return;
+    }
+    if (rc) {
+        mu_http_reply_error(r, 500, err.msg, NULL);
+        return;
+    }
+    reply_json_cookie(r, 200, json_pack("{s:s,s:i}", "csrf", csrf, "expires_in_s", MU_SESS_TTL_S), cookie);
+}
+
+/* POST /logout: ends the session of the request's cookie and clears it
+ * (behind the auth check: the cookie with the CSRF token, or the key). */
+void api_dash_logout(mu_http_req *r, const json_t *body) {
+    (void)body;
+    char cookie[256];
+    mu_http_req_logout(r, cookie, sizeof cookie);
+    reply_json_cookie(r, 200, json_pack("{s:b}", "logged_in", 0), cookie);
+}
+
+/* GET /session: public; whether a key is needed and, when the request's
+ * cookie names a live session, its CSRF token (a same-origin read only: no
+ * CORS header ever allows credentials, so another site cannot read it). */
+void api_dash_session(mu_http_req *r, const json_t *body) {
+    (void)body;
+    char csrf[MU_SESS_TOKEN_LEN + 1];
+    bool in = mu_http_req_session(r, csrf);
+    mu_http_reply_json(r, 200, json_pack("{s:b,s:b,s:o}", "key_required", mu_http_req_needs_key(r), "logged_in", in,
+                                         "csrf", in ? json_string(csrf) : json_null()));
 }
 
 static json_t *measured(double v) { return json_pack("{s:f,s:s}", "value", v, "tag", "measured"); }

@@ -13,6 +13,9 @@
 void api_dash_page(mu_http_req *r, const json_t *body);
 void api_dash_snapshot(mu_http_req *r, const json_t *body);
 void api_dash_telemetry(mu_http_req *r, const json_t *body);
+void api_dash_login(mu_http_req *r, const json_t *body);
+void api_dash_logout(mu_http_req *r, const json_t *body);
+void api_dash_session(mu_http_req *r, const json_t *body);
 
 /* The page, generated at build time from src/http/dash.html (tools/embed.sh). */
 extern const unsigned char mu_dash_html[];
