@@ -170,6 +170,8 @@ typedef struct {
 typedef struct mu_sched mu_sched;
 typedef struct mu_job mu_job;
 
+#define MU_SCHED_TTFT_BUCKETS 12
+
 #define MU_SCHED_MAX_SLOTS 4
 
 typedef struct {
@@ -237,16 +239,56 @@ typedef struct {
      * live counts above include running jobs, whose time is not in yet) */
     uint64_t n_prompt_timed, n_gen_timed;
     int n_processing, n_queued, n_slots, n_ctx;
+    /* time to first token: from submit to the first generated token sampled
+     * (queue wait and prefill included), one per job that generated a token,
+     * counted when that token is sampled */
+    uint64_t n_ttft;
+    double ttft_s_sum, ttft_s_last;
+    uint64_t ttft_hist[MU_SCHED_TTFT_BUCKETS]; /* jobs per bucket, not cumulative: bucket k holds
+                                                  ttft <= mu_sched_ttft_bounds()[k] (and above bucket k-1's) */
+    /* A prefix cache across requests: the scheduler has none (pc_present
+     * false; the dashboard and /metrics then call these unavailable). A
+     * cache sets pc_present and keeps the rest current under the lock
+     * mu_sched_get_metrics takes. */
+    bool pc_present;
+    uint64_t pc_bytes;          /* memory the cache holds */
+    uint64_t pc_entries;        /* prefixes it holds */
+    uint64_t pc_lookups, pc_hits; /* prompts looked up / found with a cached prefix */
+    uint64_t pc_tokens_reused;  /* prompt tokens whose KV state came from the cache */
 } mu_sched_metrics;
+
+/* The upper bounds in seconds of the time-to-first-token buckets
+ * (MU_SCHED_TTFT_BUCKETS of them, increasing, the last +INFINITY). */
+const double *mu_sched_ttft_bounds(void);
 
 typedef struct {
     bool busy;
     int n_past;
     int n_prompt, n_gen;
+    /* the slot's KV cache (mu_session_kv_bytes): all its cells, and the
+     * cells its n_past positions occupy (kept after a job for the next) */
+    uint64_t kv_reserved_bytes, kv_used_bytes;
 } mu_sched_slot_info;
 
 void mu_sched_get_metrics(mu_sched *s, mu_sched_metrics *m);
 void mu_sched_get_slot(mu_sched *s, int i, mu_sched_slot_info *info);
+
+/* One finished job, for request logs. */
+typedef struct {
+    uint64_t seq;         /* 1, 2, ... in the order jobs ended */
+    double t_end_s;       /* when it ended, CLOCK_MONOTONIC seconds */
+    mu_finish finish;
+    int slot;             /* -1: ended in the queue */
+    int n_prompt, n_reused, n_gen;
+    double queue_ms;      /* submit -> slot */
+    double ttft_ms;       /* submit -> first token sampled; < 0: no token */
+    double prompt_ms, gen_ms; /* as mu_gen_stats */
+    bool embedding;
+} mu_sched_job_record;
+#define MU_SCHED_RECENT 32
+/* The last (up to MU_SCHED_RECENT) finished jobs, newest first: at most
+ * cap records into out; returns how many. */
+int mu_sched_recent(mu_sched *s, mu_sched_job_record *out, int cap);
 
 #ifdef __cplusplus
 }

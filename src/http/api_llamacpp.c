@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "dash.h"
 
 #ifndef MU_COMMIT
 #define MU_COMMIT "unknown"
@@ -483,6 +484,7 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
           m.n_forward ? (double)m.n_busy_sum / (double)m.n_forward : 0);
 #undef COUNTER
 #undef GAUGE
+    api_dash_metrics(a, &b);
     if (b.oom) {
         mu_http_buf_free(&b);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);

@@ -111,6 +111,44 @@ static uint64_t rss_bytes(void) {
     return n == 2 && page > 0 ? (uint64_t)res * (uint64_t)page : 0;
 }
 
+#define NO_PC "this server has no prefix cache across requests"
+
+/* The prefix cache's numbers: measured when the scheduler has one
+ * (mu_sched_metrics.pc_present), else each unavailable. */
+static json_t *prefix_cache_json(const mu_sched_metrics *m) {
+    bool p = m->pc_present;
+    return json_pack("{s:b,s:o,s:o,s:o,s:o,s:o}", "present", p, "bytes", p ? measured_i(m->pc_bytes) : unavailable(NO_PC),
+                     "entries", p ? measured_i(m->pc_entries) : unavailable(NO_PC), "lookups",
+                     p ? measured_i(m->pc_lookups) : unavailable(NO_PC), "hits",
+                     p ? measured_i(m->pc_hits) : unavailable(NO_PC), "tokens_reused",
+                     p ? measured_i(m->pc_tokens_reused) : unavailable(NO_PC));
+}
+
+/* The scheduler's last finished jobs, newest first (the request log). */
+static json_t *recent_json(mu_http_app *a) {
+    static const char *const fin[] = {"none", "stop", "word", "length", "ctx", "cancel", "error"};
+    mu_sched_job_record rec[MU_SCHED_RECENT];
+    int n = mu_sched_recent(a->sched, rec, MU_SCHED_RECENT);
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) {
+        const mu_sched_job_record *q = &rec[i];
+        json_t *ttft = q->embedding ? unavailable("an embedding job generates no token")
+                       : q->ttft_ms >= 0 ? measured(q->ttft_ms / 1e3)
+                                         : unavailable("the job ended before its first token");
+        json_t *dec = q->n_gen > 1 && q->gen_ms > 0 ? measured((q->n_gen - 1) / (q->gen_ms / 1e3))
+                                                    : unavailable("fewer than two tokens generated");
+        json_array_append_new(
+            arr, json_pack("{s:I,s:o,s:s,s:i,s:b,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "seq", (json_int_t)q->seq,
+                           "ended_s", measured(q->t_end_s - a->t_start_mono), "finish",
+                           (unsigned)q->finish < sizeof fin / sizeof fin[0] ? fin[q->finish] : "?", "slot", q->slot,
+                           "embedding", q->embedding, "n_prompt", measured_i((uint64_t)q->n_prompt), "n_reused",
+                           measured_i((uint64_t)q->n_reused), "n_gen", measured_i((uint64_t)q->n_gen), "queue_s",
+                           measured(q->queue_ms / 1e3), "ttft_s", ttft, "prompt_s", measured(q->prompt_ms / 1e3),
+                           "gen_s", measured(q->gen_ms / 1e3), "decode_tok_s", dec));
+    }
+    return arr;
+}
+
 /* The snapshot object (NULL when out of memory). */
 static json_t *snapshot_json(mu_http_app *a) {
     mu_sched_metrics m;
@@ -118,13 +156,17 @@ static json_t *snapshot_json(mu_http_app *a) {
     mu_http_counters c = {0};
     if (a->server) mu_http_server_counters(a->server, &c);
     json_t *slots = json_array();
+    uint64_t kv_reserved = 0, kv_used = 0;
     for (int i = 0; i < a->n_slots; i++) {
         mu_sched_slot_info si;
         mu_sched_get_slot(a->sched, i, &si);
-        json_array_append_new(slots, json_pack("{s:i,s:s,s:o,s:o,s:o}", "id", i, "state", si.busy ? "busy" : "idle",
+        kv_reserved += si.kv_reserved_bytes;
+        kv_used += si.kv_used_bytes;
+        json_array_append_new(slots, json_pack("{s:i,s:s,s:o,s:o,s:o,s:o}", "id", i, "state", si.busy ? "busy" : "idle",
                                                "n_past", measured_i((uint64_t)si.n_past), "n_prompt",
                                                measured_i((uint64_t)si.n_prompt), "n_gen",
-                                               measured_i((uint64_t)si.n_gen)));
+                                               measured_i((uint64_t)si.n_gen), "kv_used_bytes",
+                                               measured_i(si.kv_used_bytes)));
     }
     uint64_t rss = rss_bytes();
     /* averages over finished requests: the scheduler adds a job's tokens
@@ -152,16 +194,77 @@ static json_t *snapshot_json(mu_http_app *a) {
         m.prompt_s > 0 ? measured(m.n_prompt_timed / m.prompt_s) : unavailable("no request has finished yet"),
         "decode_tok_s",
         m.gen_s > 0 ? measured(m.n_gen_timed / m.gen_s) : unavailable("no request has generated yet"),
-        "ttft_s", unavailable("the scheduler does not record time to first token"),
+        "ttft_s",
+        m.n_ttft ? measured(m.ttft_s_sum / (double)m.n_ttft) : unavailable("no request has generated a token yet"),
         "slots", slots,
         "memory", "rss_bytes", rss ? measured_i(rss) : unavailable("/proc/self/statm is unreadable"), "kv_bytes",
-        unavailable("the engine does not report KV cache use"), "prefix_cache_bytes",
-        unavailable("there is no prefix cache yet"),
+        measured_i(kv_reserved), "prefix_cache_bytes",
+        m.pc_present ? measured_i(m.pc_bytes) : unavailable(NO_PC),
         "http", "requests", measured_i(c.requests), "errors_4xx", measured_i(c.errors_4xx), "errors_5xx",
         measured_i(c.errors_5xx), "connections_open", measured_i(c.conns_open), "connections_refused",
         measured_i(c.conns_refused),
         "remote_prefill", unavailable("no remote prefill lane is built"));
+    if (!o) return NULL;
+    json_t *mem = json_object_get(o, "memory"), *thr = json_object_get(o, "throughput"),
+           *tok = json_object_get(o, "tokens");
+    json_object_set_new(mem, "kv_used_bytes", measured_i(kv_used));
+    json_object_set_new(thr, "ttft_last_s",
+                        m.n_ttft ? measured(m.ttft_s_last) : unavailable("no request has generated a token yet"));
+    json_object_set_new(tok, "prompt_reused", measured_i(m.n_prompt_cached));
+    json_object_set_new(o, "prefix_cache", prefix_cache_json(&m));
+    json_object_set_new(o, "recent", recent_json(a));
     return o;
+}
+
+/* /metrics' lines for what the dashboard added: time to first token (a
+ * histogram), KV cache use, the prefix cache (only when there is one: an
+ * absent series is Prometheus' "unavailable"). Names follow /metrics'
+ * llamacpp: prefix; units in the names (seconds, bytes). */
+void api_dash_metrics(mu_http_app *a, mu_http_buf *b) {
+    mu_sched_metrics m;
+    mu_sched_get_metrics(a->sched, &m);
+    const double *le = mu_sched_ttft_bounds();
+    mu_http_buf_str(b, "# HELP llamacpp:time_to_first_token_seconds Time from a request's submit to its first "
+                       "generated token (queue wait and prefill included).\n"
+                       "# TYPE llamacpp:time_to_first_token_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int k = 0; k < MU_SCHED_TTFT_BUCKETS; k++) {
+        cum += m.ttft_hist[k];
+        if (k == MU_SCHED_TTFT_BUCKETS - 1)
+            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        else
+            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", le[k],
+                            (unsigned long long)cum);
+    }
+    mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_sum %.17g\nllamacpp:time_to_first_token_seconds_count %llu\n",
+                    m.ttft_s_sum, (unsigned long long)m.n_ttft);
+    uint64_t kv_r = 0, kv_u = 0;
+    for (int i = 0; i < a->n_slots; i++) {
+        mu_sched_slot_info si;
+        mu_sched_get_slot(a->sched, i, &si);
+        kv_r += si.kv_reserved_bytes;
+        kv_u += si.kv_used_bytes;
+    }
+#define GAUGE(name, help, fmt, v) \
+    mu_http_buf_fmt(b, "# HELP llamacpp:" name " " help "\n# TYPE llamacpp:" name " gauge\nllamacpp:" name " " fmt "\n", v)
+#define COUNTER(name, help, v) \
+    mu_http_buf_fmt(b, "# HELP llamacpp:" name " " help "\n# TYPE llamacpp:" name " counter\nllamacpp:" name " %llu\n", \
+                    (unsigned long long)(v))
+    GAUGE("kv_cache_reserved_bytes", "KV cache bytes of all slots' cells.", "%llu", (unsigned long long)kv_r);
+    GAUGE("kv_cache_used_bytes", "KV cache bytes of the cells that hold positions now.", "%llu",
+          (unsigned long long)kv_u);
+    GAUGE("kv_cache_usage_ratio", "KV cache used bytes over reserved bytes.", "%.17g",
+          kv_r ? (double)kv_u / (double)kv_r : 0.0);
+    if (m.pc_present) {
+        GAUGE("prefix_cache_bytes", "Memory the prefix cache holds.", "%llu", (unsigned long long)m.pc_bytes);
+        GAUGE("prefix_cache_entries", "Prefixes the prefix cache holds.", "%llu", (unsigned long long)m.pc_entries);
+        COUNTER("prefix_cache_lookups_total", "Prompts looked up in the prefix cache.", m.pc_lookups);
+        COUNTER("prefix_cache_hits_total", "Prompts that found a cached prefix.", m.pc_hits);
+        COUNTER("prefix_cache_tokens_reused_total", "Prompt tokens whose KV state came from the prefix cache.",
+                m.pc_tokens_reused);
+    }
+#undef GAUGE
+#undef COUNTER
 }
 
 void api_dash_snapshot(mu_http_req *r, const json_t *body) {

@@ -85,7 +85,9 @@ try {
     const stable = ["model.id", "model.n_ctx", "model.file_bytes", "backend.kernels", "backend.engine", "requests.total",
       "requests.processing", "requests.queued", "requests.rejected_busy", "requests.cancelled", "tokens.prompt_total",
       "tokens.gen_total", "throughput.decode_tok_s", "throughput.prefill_tok_s", "throughput.ttft_s",
-      "memory.kv_bytes", "memory.prefix_cache_bytes", "remote_prefill", "slots.0.state", "slots.0.n_gen", "slots.0.n_prompt"];
+      "memory.kv_bytes", "memory.kv_used_bytes", "prefix_cache.bytes", "prefix_cache.hits", "remote_prefill",
+      "slots.0.state", "slots.0.n_gen", "slots.0.n_prompt", "slots.0.kv_used_bytes", "throughput.ttft_last_s",
+      "tokens.prompt_reused", "recent.0.seq", "recent.0.ttft_s", "recent.0.n_gen", "recent.1.ttft_s", "recent.1.queue_s"];
     let mismatches = [];
     for (const k of stable) {
       const e = els.find((x) => x.k === k);
@@ -98,6 +100,23 @@ try {
     check(mismatches.length === 0,
       `rendered values equal /snapshot for ${stable.length} keys` + (mismatches.length ? ": " + mismatches.join("; ") : ""));
     check(snap.requests.total.value === 2 && snap.tokens.gen_total.value > 0, `the counts are the two chat requests' (${snap.tokens.gen_total.value} tokens)`);
+    // time to first token: per request (the server's log), its average, the chart
+    const rec = snap.recent;
+    const sum = rec.reduce((a, q) => a + q.ttft_s.value, 0);
+    check(rec.length === 2 && rec.every((q) => q.ttft_s.tag === "measured" &&
+      Math.abs(q.ttft_s.value - (q.queue_s.value + q.prompt_s.value)) < 1e-6) &&
+      Math.abs(snap.throughput.ttft_s.value - sum / 2) < 1e-9 && snap.throughput.ttft_last_s.value === rec[0].ttft_s.value,
+      `time to first token: 2 requests logged, each queue + prefill, the average theirs (${snap.throughput.ttft_s.value.toFixed(4)} s)`);
+    const pts = await page.$eval("#c-ttft", (c) => c.dataset.points);
+    const rows = await page.$$eval("#recent tr", (r) => r.length);
+    check(pts === "2" && rows === 3, `the TTFT chart has ${pts} bars and the request log ${rows - 1} rows (2)`);
+    check(snap.memory.kv_used_bytes.value > 0 && snap.memory.kv_used_bytes.value <= snap.memory.kv_bytes.value &&
+      snap.slots[0].kv_used_bytes.value === snap.memory.kv_used_bytes.value,
+      `KV cache: ${snap.memory.kv_used_bytes.value} of ${snap.memory.kv_bytes.value} bytes in use`);
+    const metrics = await (await fetch(base + "/metrics")).text();
+    const mcount = +(/^llamacpp:time_to_first_token_seconds_count (\S+)$/m.exec(metrics) || [])[1];
+    const msum = +(/^llamacpp:time_to_first_token_seconds_sum (\S+)$/m.exec(metrics) || [])[1];
+    check(mcount === 2 && Math.abs(msum - sum) < 1e-9, `/metrics: time_to_first_token_seconds count ${mcount}, sum as /snapshot's`);
     // honesty: every tagged field on the page shows its tag, and only the three exist
     const tagged = els.filter((x) => x.tag !== null);
     const tags = new Set(tagged.map((x) => x.tag));
