@@ -116,6 +116,8 @@ typedef struct {
     int draft_min;          /* a draft shorter than this is not verified (a plain step instead) */
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
+    bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (the programs'
+                               progress lines); readers that leave it off never see one */
 } mu_gen_req;
 
 typedef enum {
@@ -126,6 +128,8 @@ typedef enum {
     MU_EV_CONTENT_TOKEN, /* chat jobs with logprobs or n_top: token tok_index is part of the answer
                             text (not a channel header, reasoning or a tool call); sent just before
                             the TEXT event that holds its first byte */
+    MU_EV_PROGRESS,  /* jobs with mu_gen_req.progress: prefill progress, once the job has a slot
+                        (n_done 0) and after each prompt chunk the engine evaluated */
 } mu_event_kind;
 
 typedef enum { MU_CH_CONTENT, MU_CH_REASONING } mu_channel;
@@ -162,6 +166,8 @@ typedef struct {
     mu_gen_token tok;       /* TOKEN */
     int tok_index;          /* CONTENT_TOKEN: 0-based, in generation order (the TOKEN events' order) */
     mu_finish finish;       /* FINISH */
+    int n_done, n_total;    /* PROGRESS: prompt tokens evaluated so far / to evaluate (the prompt less
+                               the tokens whose KV state was kept or installed) */
     const char *stop_word;  /* FINISH with MU_FINISH_WORD: the string that matched */
     const char *err;        /* FINISH with MU_FINISH_ERROR or CANCEL: why ("" when nothing to say) */
     mu_gen_stats stats;     /* FINISH */

@@ -76,6 +76,7 @@ struct mu_job {
     void *install_user;
     int n_installed;
     int max_new;          /* most tokens the job may generate */
+    bool progress;        /* MU_EV_PROGRESS events (mu_gen_req.progress) */
     mu_spec spec;
     int draft_max, draft_min;
     int32_t *script;      /* MU_SPEC_SCRIPT drafts */
@@ -292,6 +293,16 @@ static bool copy_out(mu_job *j, const qev *q, mu_gen_event *ev) {
         at += n + 1;
     }
     return true;
+}
+
+/* Engine thread: a PROGRESS event for a job that asked for them: the
+ * prompt tokens this job evaluated of those it has to (slot n_fed counts
+ * the kept and installed ones too). */
+static void progress_event(mu_job *j, int n_fed) {
+    if (!j->progress) return;
+    mu_gen_event ev = {.kind = MU_EV_PROGRESS, .n_done = n_fed - j->st.n_reused,
+                       .n_total = j->n_prompt - j->st.n_reused};
+    push_event(j, &ev);
 }
 
 /* ---- the engine thread ------------------------------------------------ */
@@ -592,6 +603,7 @@ static bool slot_start(mu_sched *s, int i) {
         j->st.n_reused = keep;
         sl->waiting = false;
         spec_learn_prompt(sl, j);
+        progress_event(j, sl->n_fed);
         return true;
     }
     if (j->keep_prefix && !j->grp) {
@@ -609,6 +621,7 @@ static bool slot_start(mu_sched *s, int i) {
     pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
     spec_learn_prompt(sl, j);
+    progress_event(j, sl->n_fed);
     return true;
 }
 
@@ -779,6 +792,7 @@ static void *engine_main(void *arg) {
                 s->m.n_prompt_tokens += (uint64_t)s->item_n[k];
                 s->info[i].n_past = mu_session_n_past(sl->sess);
                 pthread_mutex_unlock(&s->mu);
+                progress_event(j, sl->n_fed);
                 if (!s->item_last[k]) continue;
                 if (j->embd_pool) {
                     embd_finish(s, i, s->item_n[k]);
@@ -965,6 +979,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
     j->keep_prefix = r->keep_prefix;
+    j->progress = r->progress;
     j->install = r->install;
     j->install_user = r->install_user;
     j->n_installed = r->n_installed;

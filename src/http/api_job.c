@@ -528,6 +528,7 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
             snprintf(g->err, sizeof g->err, "%s", ev->err && ev->err[0] ? ev->err : "engine: generation failed");
         if (g->finish == MU_FINISH_CANCEL && ev->err && ev->err[0]) snprintf(g->err, sizeof g->err, "%s", ev->err);
         return true;
+    case MU_EV_PROGRESS: return true; /* the server's jobs do not ask for them */
     }
     return true;
 }

@@ -461,6 +461,65 @@ static void test_telemetry(void **state) {
     mu_sched_free(s);
 }
 
+/* Reads a job's events: the PROGRESS ones into done[] (n_done, n_total
+ * pairs), and whether any came after the first TOKEN. */
+static int read_progress(mu_job *j, int (*done)[2], int cap, bool *late) {
+    mu_gen_event ev;
+    int n = 0;
+    bool tok = false;
+    *late = false;
+    while (mu_job_next(j, &ev, -1) == 1) {
+        if (ev.kind == MU_EV_PROGRESS) {
+            assert_true(n < cap);
+            done[n][0] = ev.n_done;
+            done[n][1] = ev.n_total;
+            n++;
+            *late |= tok;
+        }
+        tok |= ev.kind == MU_EV_TOKEN;
+        if (ev.kind == MU_EV_FINISH) break;
+    }
+    return n;
+}
+
+/* Prefill progress: with progress on, one event when the job gets its slot
+ * (0 done) and one after each prompt chunk, all before the first token; the
+ * total leaves out the tokens a kept prefix saved; with it off, none. */
+static void test_progress(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t p[30];
+    prompt(p, 30, 4);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 64, .prefill_chunk = 8};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_gen_req q = {.prompt = p, .n_prompt = 30, .n_predict = 2, .sp = {.temp = 0}, .ignore_eos = true,
+                    .no_text = true, .progress = true, .keep_prefix = true};
+    mu_job *j;
+    int d[16][2];
+    bool late;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    assert_int_equal(read_progress(j, d, 16, &late), 5);
+    mu_job_free(j);
+    static const int want[5] = {0, 8, 16, 24, 30};
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(d[k][0], want[k]);
+        assert_int_equal(d[k][1], 30);
+    }
+    assert_false(late);
+    /* the same prompt again: 29 tokens kept (the last is fed again), 1 to evaluate */
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    assert_int_equal(read_progress(j, d, 16, &late), 2);
+    mu_job_free(j);
+    assert_true(d[0][0] == 0 && d[0][1] == 1 && d[1][0] == 1 && d[1][1] == 1);
+    q.progress = false;
+    q.keep_prefix = false;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    assert_int_equal(read_progress(j, d, 16, &late), 0);
+    mu_job_free(j);
+    mu_sched_free(s);
+}
+
 /* hold_until: no job starts until two are queued, so both share every
  * forward pass; a job cancelled before it starts ends with CANCEL. */
 static void test_hold_and_cancel(void **state) {
@@ -757,6 +816,7 @@ int main(void) {
         cmocka_unit_test(test_forced_and_limits),
         cmocka_unit_test(test_hold_and_cancel),
         cmocka_unit_test(test_telemetry),
+        cmocka_unit_test(test_progress),
         cmocka_unit_test(test_notify),
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_text_and_stops),
