@@ -117,6 +117,9 @@ page=$(curl -s "$BASE/")
 [[ $page == "<!doctype html>"* ]] && ! grep -qE '(src|href)="https?:' <<<"$page" &&
   ok "/ serves the page with no outside resources" || bad "/: not the page, or it loads outside resources"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/dashboard")" = 200 ] && ok "/dashboard serves the page" || bad "/dashboard"
+curl -s -D "$T/page.h" -o /dev/null "$BASE/"
+grep -qi "^content-security-policy: .*connect-src 'self'; .*frame-ancestors 'none'" "$T/page.h" &&
+  ok "the page's CSP: own origin only, never framed" || bad "the page's CSP: $(grep -i '^content-security' "$T/page.h")"
 
 curl -sN "$BASE/telemetry" >"$T/stream.out" &
 CURL_PID=$!
