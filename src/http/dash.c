@@ -62,12 +62,18 @@ void api_dash_login(mu_http_req *r, const json_t *body) {
     }
     char csrf[MU_SESS_TOKEN_LEN + 1], cookie[256];
     mu_err err = {0};
-    int rc = mu_http_req_login(r, json_string_value(k), json_string_length(k), csrf, cookie, sizeof cookie, &err);
+    int wait_s = 0;
+    int rc = mu_http_req_login(r, json_string_value(k), json_string_length(k), csrf, cookie, sizeof cookie, &wait_s,
+                               &err);
     if (rc == MU_E_ARG) {
         mu_http_reply_error(r, 401, err.msg, "key");
         return;
     }
     if (rc == MU_E_STATE) {
+        mu_http_reply_busy(r, err.msg, wait_s);
+        return;
+    }
+    if (rc == MU_E_UNSUPPORTED) {
         mu_http_reply_error(r, 400, err.msg, NULL);
         return;
     }

@@ -78,6 +78,7 @@ struct mu_http_server {
     bool has_key;
     bool tls;
     mu_http_sessions *sessions; /* dashboard logins; NULL without a key */
+    mu_http_throttle *throttle; /* wrong keys per client address; NULL without a key */
     atomic_int port;      /* set once the daemon listens (requests read it: the cookie's name) */
     pthread_mutex_t mu;   /* c */
     mu_http_counters c;
@@ -781,13 +782,52 @@ static const char *req_cookie(mu_http_req *r, size_t *n) {
     return mu_http_cookie_get(h, name, &v, n) ? v : NULL;
 }
 
-typedef enum { AUTH_OK, AUTH_NO, AUTH_CSRF } auth_result;
+/* The client's address as the throttle counts it: an IPv4 address, or the
+ * /64 of an IPv6 one (an IPv4-mapped one as IPv4). */
+static void req_addr(mu_http_req *r, unsigned char a[16]) {
+    memset(a, 0, 16);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return;
+    if (sa->sa_family == AF_INET) {
+        memcpy(a, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const unsigned char *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(b, mapped, 12)) memcpy(a, b + 12, 4);
+        else {
+            a[15] = 6; /* not an IPv4 address */
+            memcpy(a + 4, b, 8);
+        }
+    }
+}
+
+/* A presented key: false and counted against the address when wrong. */
+static bool key_try(mu_http_req *r, const char *k, size_t n) {
+    if (mu_http_key_equal(k, n, r->srv->key)) return true;
+    unsigned char a[16];
+    req_addr(r, a);
+    mu_http_throttle_fail(r->srv->throttle, a, now_s());
+    return false;
+}
+
+/* Seconds the request's address must wait before it may try a key (0: none). */
+static int key_wait(mu_http_req *r) {
+    unsigned char a[16];
+    req_addr(r, a);
+    return mu_http_throttle_wait(r->srv->throttle, a, now_s());
+}
+
+typedef enum { AUTH_OK, AUTH_NO, AUTH_CSRF, AUTH_WAIT } auth_result;
 
 static auth_result check_auth(mu_http_req *r, const char *method) {
     mu_http_server *s = r->srv;
     if (!s->has_key || r->rt->public_route) return AUTH_OK;
     const char *h = req_bearer(r);
-    if (h) return mu_http_key_equal(h, strlen(h), s->key) ? AUTH_OK : AUTH_NO;
+    if (h) {
+        if (key_wait(r)) return AUTH_WAIT;
+        return key_try(r, h, strlen(h)) ? AUTH_OK : AUTH_NO;
+    }
     size_t n = 0;
     const char *id = req_cookie(r, &n);
     char csrf[MU_SESS_TOKEN_LEN + 1];
@@ -806,10 +846,17 @@ static auth_result check_auth(mu_http_req *r, const char *method) {
 bool mu_http_req_needs_key(const mu_http_req *r) { return r->srv->has_key; }
 
 int mu_http_req_login(mu_http_req *r, const char *key, size_t n, char csrf[MU_SESS_TOKEN_LEN + 1],
-                      char *set_cookie, size_t cap, mu_err *err) {
+                      char *set_cookie, size_t cap, int *wait_s, mu_err *err) {
     mu_http_server *s = r->srv;
-    if (!s->has_key) return mu_fail(err, MU_E_STATE, "http: this server has no API key: there is nothing to log in to");
-    if (!mu_http_key_equal(key, n, s->key)) return mu_fail(err, MU_E_ARG, "http: wrong API key");
+    *wait_s = 0;
+    if (!s->has_key)
+        return mu_fail(err, MU_E_UNSUPPORTED, "http: this server has no API key: there is nothing to log in to");
+    int w = key_wait(r);
+    if (w) {
+        *wait_s = w;
+        return mu_fail(err, MU_E_STATE, "http: too many wrong keys from this address: try again in %d s", w);
+    }
+    if (!key_try(r, key, n)) return mu_fail(err, MU_E_ARG, "http: wrong API key");
     char id[MU_SESS_TOKEN_LEN + 1];
     int rc = mu_http_session_create(s->sessions, now_s(), id, csrf, err);
     if (rc) return rc;
@@ -890,6 +937,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         r->rt = match;
         r->proto = match->proto;
         auth_result au = check_auth(r, method);
+        if (au == AUTH_WAIT) {
+            r->discard = true;
+            char m[128];
+            int w = key_wait(r);
+            snprintf(m, sizeof m, "http: too many wrong keys from this address: try again in %d s", w);
+            mu_http_reply_busy(r, m, w > 0 ? w : 1);
+            return MHD_YES;
+        }
         if (au == AUTH_CSRF)
             return early_error(r, 403, "http: missing or invalid CSRF token (X-CSRF-Token) for a request that "
                                        "authenticates with the login cookie");
@@ -999,6 +1054,7 @@ static void server_free(mu_http_server *s) {
     pthread_cond_destroy(&s->ccv);
     OPENSSL_cleanse(s->key, sizeof s->key);
     mu_http_sessions_free(s->sessions);
+    mu_http_throttle_free(s->throttle);
     free(s);
 }
 
@@ -1030,7 +1086,9 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
         snprintf(s->key, sizeof s->key, "%s", o->api_key);
         s->has_key = true;
         int rc = mu_http_sessions_new(&s->sessions, err);
+        if (!rc) rc = mu_http_throttle_new(&s->throttle, err);
         if (rc) {
+            mu_http_sessions_free(s->sessions);
             OPENSSL_cleanse(s->key, sizeof s->key);
             free(s);
             return rc;
@@ -1046,6 +1104,7 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     if (rc) {
         OPENSSL_cleanse(s->key, sizeof s->key);
         mu_http_sessions_free(s->sessions);
+        mu_http_throttle_free(s->throttle);
         free(s);
         return rc;
     }
@@ -1054,11 +1113,13 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     if (s->o.max_per_ip == 0) s->o.max_per_ip = loopback ? -1 : 256;
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
         mu_http_sessions_free(s->sessions);
+        mu_http_throttle_free(s->throttle);
         free(s);
         return mu_fail(err, MU_E_UNSUPPORTED, "http: this libmicrohttpd has no TLS support");
     }
     if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
         mu_http_sessions_free(s->sessions);
+        mu_http_throttle_free(s->throttle);
         free(s);
         return mu_fail(err, MU_E_UNSUPPORTED, "http: this libmicrohttpd has no epoll support");
     }

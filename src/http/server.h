@@ -4,7 +4,8 @@
  * and is resumed by its job's notify, so no thread ever blocks on
  * generation), the route table walk, request limits (body size, head and
  * body deadlines, idle timeout, total and per-address connection caps),
- * Content-Type and bearer-key checks, dashboard login sessions (an HttpOnly
+ * Content-Type and bearer-key checks (wrong keys throttled per client
+ * address), dashboard login sessions (an HttpOnly
  * SameSite=Strict cookie that stands for the key, and a CSRF token that
  * POSTs authenticated by that cookie carry), the bind policy (loopback only unless
  * TLS and a key are set), error bodies in each protocol's shape, and chunked
@@ -103,10 +104,11 @@ int mu_http_req_fd(const mu_http_req *r);
 bool mu_http_req_needs_key(const mu_http_req *r);
 /* Checks key (n bytes, untrusted) against the server's and starts a
  * session: csrf receives its token, set_cookie the Set-Cookie value (cap
- * 256 is enough). MU_E_ARG for a wrong key, MU_E_STATE when the server has
- * no key. */
+ * 256 is enough). MU_E_ARG for a wrong key, MU_E_UNSUPPORTED when the
+ * server has no key, MU_E_STATE when the client's address made too many
+ * wrong guesses (*wait_s: the seconds until it may try again). */
 int mu_http_req_login(mu_http_req *r, const char *key, size_t n, char csrf[MU_SESS_TOKEN_LEN + 1],
-                      char *set_cookie, size_t cap, mu_err *err);
+                      char *set_cookie, size_t cap, int *wait_s, mu_err *err);
 /* True when the request's cookie names a live session; csrf (may be NULL)
  * receives its token. */
 bool mu_http_req_session(mu_http_req *r, char csrf[MU_SESS_TOKEN_LEN + 1]);

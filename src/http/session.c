@@ -1,5 +1,6 @@
 /* session.c: dashboard login sessions (session.h).
- * Owns: the session table and the Cookie header parser.
+ * Owns: the session table, the wrong-key throttle and the Cookie header
+ * parser.
  * Does not own: when a session is needed (server.c's auth check) or the
  * login routes (dash.c).
  * Design: ids and CSRF tokens are 32 bytes from OpenSSL's RAND_bytes. The
@@ -7,7 +8,9 @@
  * presented value and compares it with every slot through CRYPTO_memcmp, so
  * neither a memory dump nor the time of a lookup tells an id. A fixed table
  * bounds memory: the 65th login replaces the session that expires first.
- * Tokens live in fixed buffers and are wiped when their session ends. */
+ * Tokens live in fixed buffers and are wiped when their session ends.
+ * Wrong keys are counted per client address in another fixed table (the
+ * throttle): too many in a window and the address waits, whatever it sends. */
 #include "session.h"
 
 #include <openssl/crypto.h>
@@ -126,6 +129,82 @@ int mu_http_session_count(mu_http_sessions *s, double now_s) {
     for (int i = 0; i < MU_SESS_MAX; i++) n += s->t[i].live && s->t[i].expires > now_s;
     pthread_mutex_unlock(&s->mu);
     return n;
+}
+
+/* ---- wrong keys per address ------------------------------------------ */
+
+typedef struct {
+    bool used;
+    unsigned char addr[16];
+    int fails;
+    double first, blocked_until;
+} tentry;
+
+struct mu_http_throttle {
+    pthread_mutex_t mu;
+    tentry t[MU_THROTTLE_ADDRS];
+};
+
+int mu_http_throttle_new(mu_http_throttle **out, mu_err *err) {
+    mu_http_throttle *t = calloc(1, sizeof *t);
+    if (!t) return mu_fail(err, MU_E_NOMEM, "http: out of memory");
+    pthread_mutex_init(&t->mu, NULL);
+    *out = t;
+    return 0;
+}
+
+void mu_http_throttle_free(mu_http_throttle *t) {
+    if (!t) return;
+    pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+/* The entry of addr, or NULL. Called with t->mu held. */
+static tentry *throttle_find(mu_http_throttle *t, const unsigned char addr[16]) {
+    for (int i = 0; i < MU_THROTTLE_ADDRS; i++)
+        if (t->t[i].used && !memcmp(t->t[i].addr, addr, 16)) return &t->t[i];
+    return NULL;
+}
+
+int mu_http_throttle_wait(mu_http_throttle *t, const unsigned char addr[16], double now_s) {
+    if (!t) return 0;
+    pthread_mutex_lock(&t->mu);
+    tentry *e = throttle_find(t, addr);
+    int w = 0;
+    if (e && e->blocked_until > now_s) {
+        double d = e->blocked_until - now_s;
+        w = (int)d;
+        if (w < d) w++; /* whole seconds, rounded up */
+    }
+    pthread_mutex_unlock(&t->mu);
+    return w;
+}
+
+void mu_http_throttle_fail(mu_http_throttle *t, const unsigned char addr[16], double now_s) {
+    if (!t) return;
+    pthread_mutex_lock(&t->mu);
+    tentry *e = throttle_find(t, addr);
+    if (!e) {
+        /* a free entry, else the one whose window began first (not one
+         * that is blocking now, unless every one is) */
+        int at = -1;
+        for (int i = 0; i < MU_THROTTLE_ADDRS && at < 0; i++)
+            if (!t->t[i].used) at = i;
+        for (int i = 0; i < MU_THROTTLE_ADDRS && at < 0; i++)
+            if (t->t[i].blocked_until <= now_s && (at < 0 || t->t[i].first < t->t[at].first)) at = i;
+        for (int i = 0; i < MU_THROTTLE_ADDRS; i++)
+            if (at < 0 || (t->t[at].blocked_until > now_s && t->t[i].first < t->t[at].first)) at = i;
+        e = &t->t[at];
+        *e = (tentry){.used = true, .first = now_s};
+        memcpy(e->addr, addr, 16);
+    }
+    if (now_s - e->first > MU_THROTTLE_WINDOW_S || (e->blocked_until > 0 && e->blocked_until <= now_s)) {
+        e->fails = 0; /* a new window */
+        e->first = now_s;
+        e->blocked_until = 0;
+    }
+    if (++e->fails >= MU_THROTTLE_FAILS) e->blocked_until = now_s + MU_THROTTLE_BLOCK_S;
+    pthread_mutex_unlock(&t->mu);
 }
 
 bool mu_http_cookie_get(const char *hdr, const char *name, const char **val, size_t *n) {

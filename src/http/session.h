@@ -34,6 +34,23 @@ void mu_http_session_drop(mu_http_sessions *s, const char *id, size_t n);
 /* Live sessions now (for tests and /snapshot). */
 int mu_http_session_count(mu_http_sessions *s, double now_s);
 
+/* Wrong keys per client address: after MU_THROTTLE_FAILS wrong keys
+ * (a login, a bearer key) within MU_THROTTLE_WINDOW_S, the address is
+ * refused (429) for MU_THROTTLE_BLOCK_S, right key or not. Addresses are
+ * 16 bytes: an IPv4 address, or the /64 prefix of an IPv6 one. A fixed
+ * table; when it is full the entry whose window began first gives way. */
+#define MU_THROTTLE_FAILS 10
+#define MU_THROTTLE_WINDOW_S 600
+#define MU_THROTTLE_BLOCK_S 60
+#define MU_THROTTLE_ADDRS 256
+typedef struct mu_http_throttle mu_http_throttle;
+int mu_http_throttle_new(mu_http_throttle **out, mu_err *err);
+void mu_http_throttle_free(mu_http_throttle *t);
+/* 0 when addr may try a key now, else the seconds until it may (>= 1). */
+int mu_http_throttle_wait(mu_http_throttle *t, const unsigned char addr[16], double now_s);
+/* A wrong key from addr. */
+void mu_http_throttle_fail(mu_http_throttle *t, const unsigned char addr[16], double now_s);
+
 /* The value of cookie `name` in a Cookie header (RFC 6265: pairs
  * name=value separated by ";" and optional spaces; a value may be
  * double-quoted). *val points into hdr. False when absent or hdr is NULL;

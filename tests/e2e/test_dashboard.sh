@@ -159,5 +159,18 @@ if command -v openssl >/dev/null &&
 else echo "test_dashboard: openssl is missing: the key test binds loopback without TLS"; fi
 start_server --threads 1 --api-key-file "$T/key" "${lan[@]}" || { echo "FAIL server start (key)"; exit 1; }
 NODE_NO_WARNINGS=1 node $B/dash_test.mjs key "$BASE" "$OUT" "$T/key" || fail=1
+# wrong keys from one address: the 10th within the window blocks it (429
+# with Retry-After), right key or not, login or bearer. The browser test
+# tried one wrong key: 8 more logins, then the 10th as a bearer key.
+KEY=$(cat "$T/key")
+login() { curl -sk -o /dev/null -D "$T/login.h" -w '%{http_code}' -H 'Content-Type: application/json' -d "{\"key\":\"$1\"}" "$BASE/login"; }
+codes=""
+for i in 2 3 4 5 6 7 8 9; do codes+="$(login wrong-$i) "; done
+codes+="$(curl -sk -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer wrong-10' "$BASE/snapshot") "
+codes+="$(login "$KEY") $(curl -sk -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "$BASE/snapshot")"
+ra=$(sed -n 's/^Retry-After: *\([0-9]*\).*/\1/ip' "$T/login.h")
+[ "$codes" = "401 401 401 401 401 401 401 401 401 429 429" ] && [ "${ra:-0}" -ge 1 ] && [ "${ra:-0}" -le 60 ] &&
+  ok "10 wrong keys (login and bearer): the address gets 429, Retry-After $ra s, even with the right key" ||
+  bad "wrong-key throttle: $codes, Retry-After ${ra:-none}"
 stop_server
 exit $fail

@@ -1,6 +1,7 @@
 /* test_http_session.c: dashboard login sessions (src/http/session.c): the
  * Cookie header parser, session create / find / drop, expiry, the table's
- * bound (the oldest session gives way) and the token format. No model and
+ * bound (the oldest session gives way), the token format, and the
+ * wrong-key throttle. No model and
  * no server needed; the HTTP side is tests/e2e/test_dashboard.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -106,11 +107,54 @@ static void test_session_bound(void **st) {
     mu_http_sessions_free(s);
 }
 
+/* Wrong keys per address: the 10th within the window blocks the address
+ * for 60 s (others go on), the block ends, a new window starts; failures
+ * further apart than the window never block; a full table takes new
+ * addresses. */
+static void test_throttle(void **st) {
+    (void)st;
+    mu_http_throttle *t = NULL;
+    mu_err err = {0};
+    assert_int_equal(mu_http_throttle_new(&t, &err), 0);
+    unsigned char a[16] = {10, 0, 0, 1}, b[16] = {10, 0, 0, 2};
+    for (int i = 0; i < MU_THROTTLE_FAILS - 1; i++) mu_http_throttle_fail(t, a, 100 + i);
+    assert_int_equal(mu_http_throttle_wait(t, a, 109), 0);
+    mu_http_throttle_fail(t, a, 109);
+    assert_int_equal(mu_http_throttle_wait(t, a, 109), MU_THROTTLE_BLOCK_S);
+    assert_int_equal(mu_http_throttle_wait(t, a, 109.5), MU_THROTTLE_BLOCK_S);
+    assert_int_equal(mu_http_throttle_wait(t, a, 109 + MU_THROTTLE_BLOCK_S - 0.5), 1);
+    assert_int_equal(mu_http_throttle_wait(t, b, 110), 0);
+    assert_int_equal(mu_http_throttle_wait(t, a, 109 + MU_THROTTLE_BLOCK_S), 0);
+    /* after the block: a new window, one failure is not enough */
+    mu_http_throttle_fail(t, a, 200);
+    assert_int_equal(mu_http_throttle_wait(t, a, 200), 0);
+    /* spread out: never blocked */
+    double now = 1000;
+    for (int i = 0; i < 3 * MU_THROTTLE_FAILS; i++, now += MU_THROTTLE_WINDOW_S / 5.0) {
+        mu_http_throttle_fail(t, b, now);
+        assert_int_equal(mu_http_throttle_wait(t, b, now), 0);
+    }
+    /* a full table still counts a new address */
+    unsigned char c[16] = {0};
+    for (int i = 0; i < MU_THROTTLE_ADDRS + 5; i++) {
+        c[0] = (unsigned char)(i >> 8);
+        c[1] = (unsigned char)i;
+        c[2] = 7;
+        mu_http_throttle_fail(t, c, 5000 + i);
+    }
+    unsigned char d[16] = {192, 168, 1, 1};
+    for (int i = 0; i < MU_THROTTLE_FAILS; i++) mu_http_throttle_fail(t, d, 6000);
+    assert_int_equal(mu_http_throttle_wait(t, d, 6000), MU_THROTTLE_BLOCK_S);
+    mu_http_throttle_free(t);
+    mu_http_throttle_free(NULL);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_cookie_parse),
         cmocka_unit_test(test_sessions),
         cmocka_unit_test(test_session_bound),
+        cmocka_unit_test(test_throttle),
     };
     return cmocka_run_group_tests_name("http_session", tests, NULL, NULL);
 }
