@@ -195,6 +195,12 @@ int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err);
 void mu_session_free(mu_session *s);
 int mu_session_n_past(const mu_session *s);
 int mu_session_n_ctx(const mu_session *s);
+/* KV cache size: *reserved = the bytes of all the session's K and V cells
+ * (fixed when it was made: address space the OS backs as it is written on
+ * the CPU, device memory on a GPU); *used = the bytes of the cells that
+ * positions [0, n_past) occupy (each layer holds min(n_past, its cells)).
+ * Reads only the session's fixed geometry: any thread may call it. */
+void mu_session_kv_bytes(const mu_session *s, int n_past, uint64_t *reserved, uint64_t *used);
 /* Forget everything after the first n positions. Fails with MU_E_STATE when
  * a sliding layer's ring no longer holds rows that position n would need. */
 int mu_session_truncate(mu_session *s, int n, mu_err *err);

@@ -123,7 +123,8 @@ typedef struct {
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
-                               return_progress) */
+                               return_progress, the programs' progress lines); readers that leave
+                               it off never see one; none for embeddings */
 } mu_gen_req;
 
 typedef enum {
@@ -134,10 +135,10 @@ typedef enum {
     MU_EV_CONTENT_TOKEN, /* chat jobs with logprobs or n_top: token tok_index is part of the answer
                             text (not a channel header, reasoning or a tool call); sent just before
                             the TEXT event that holds its first byte */
-    MU_EV_PROGRESS,  /* mu_gen_req.progress: the prompt's evaluation; one when it starts (prompt_done =
-                        the kept tokens, stats.n_reused), then one after each chunk evaluated;
-                        stats.n_prompt is the prompt's length, stats.prompt_ms the time since the
-                        first of these events */
+    MU_EV_PROGRESS,  /* mu_gen_req.progress: the prompt's evaluation; one when the job has its slot
+                        (n_done 0, prompt_done = the kept tokens, stats.n_reused), then one after
+                        each prompt chunk evaluated; stats.n_prompt is the prompt's length,
+                        stats.prompt_ms the time since the first of these events */
 } mu_event_kind;
 
 typedef enum { MU_CH_CONTENT, MU_CH_REASONING } mu_channel;
@@ -175,6 +176,8 @@ typedef struct {
     mu_gen_token tok;       /* TOKEN */
     int tok_index;          /* CONTENT_TOKEN: 0-based, in generation order (the TOKEN events' order) */
     mu_finish finish;       /* FINISH */
+    int n_done, n_total;    /* PROGRESS: prompt tokens evaluated so far / to evaluate (the prompt less
+                               the tokens whose KV state was kept or installed) */
     const char *stop_word;  /* FINISH with MU_FINISH_WORD: the string that matched */
     const char *err;        /* FINISH with MU_FINISH_ERROR or CANCEL: why ("" when nothing to say) */
     mu_gen_stats stats;     /* FINISH; PROGRESS: n_prompt, n_reused, prompt_ms */
@@ -183,6 +186,8 @@ typedef struct {
 
 typedef struct mu_sched mu_sched;
 typedef struct mu_job mu_job;
+
+#define MU_SCHED_TTFT_BUCKETS 12
 
 #define MU_SCHED_MAX_SLOTS 4
 
@@ -258,12 +263,26 @@ typedef struct {
      * live counts above include running jobs, whose time is not in yet) */
     uint64_t n_prompt_timed, n_gen_timed;
     int n_processing, n_queued, n_slots, n_ctx;
+    /* time to first token: from submit to the first generated token sampled
+     * (queue wait and prefill included), one per job that generated a token,
+     * counted when that token is sampled */
+    uint64_t n_ttft;
+    double ttft_s_sum, ttft_s_last;
+    uint64_t ttft_hist[MU_SCHED_TTFT_BUCKETS]; /* jobs per bucket, not cumulative: bucket k holds
+                                                  ttft <= mu_sched_ttft_bounds()[k] (and above bucket k-1's) */
 } mu_sched_metrics;
+
+/* The upper bounds in seconds of the time-to-first-token buckets
+ * (MU_SCHED_TTFT_BUCKETS of them, increasing, the last +INFINITY). */
+const double *mu_sched_ttft_bounds(void);
 
 typedef struct {
     bool busy;
     int n_past;
     int n_prompt, n_gen;
+    /* the slot's KV cache (mu_session_kv_bytes): all its cells, and the
+     * cells its n_past positions occupy (kept after a job for the next) */
+    uint64_t kv_reserved_bytes, kv_used_bytes;
 } mu_sched_slot_info;
 
 /* ---- a slot's KV state as a pack (llama.cpp's /slots/{id}?action=...) ---- */
@@ -297,6 +316,23 @@ void mu_slot_op_free(mu_slot_op *op);
 
 void mu_sched_get_metrics(mu_sched *s, mu_sched_metrics *m);
 void mu_sched_get_slot(mu_sched *s, int i, mu_sched_slot_info *info);
+
+/* One finished job, for request logs. */
+typedef struct {
+    uint64_t seq;         /* 1, 2, ... in the order jobs ended */
+    double t_end_s;       /* when it ended, CLOCK_MONOTONIC seconds */
+    mu_finish finish;
+    int slot;             /* -1: ended in the queue */
+    int n_prompt, n_reused, n_gen;
+    double queue_ms;      /* submit -> slot */
+    double ttft_ms;       /* submit -> first token sampled; < 0: no token */
+    double prompt_ms, gen_ms; /* as mu_gen_stats */
+    bool embedding;
+} mu_sched_job_record;
+#define MU_SCHED_RECENT 32
+/* The last (up to MU_SCHED_RECENT) finished jobs, newest first: at most
+ * cap records into out; returns how many. */
+int mu_sched_recent(mu_sched *s, mu_sched_job_record *out, int cap);
 
 #ifdef __cplusplus
 }

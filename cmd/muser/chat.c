@@ -357,7 +357,8 @@ static int chat_turn(chat *c, const char *text) {
                     .valid_utf8 = true,
                     .keep_prefix = !c->fresh,
                     .forced = c->force,
-                    .n_forced = c->force ? c->n_force : 0};
+                    .n_forced = c->force ? c->n_force : 0,
+                    .progress = cli_prefill_wanted()};
     g_interrupt = 0;
     /* remote prefill for a fresh session only: later turns keep their
      * prefix locally (the lane has no delta handoff yet) */
@@ -384,6 +385,7 @@ static int chat_turn(chat *c, const char *text) {
     mu_gen_event ev;
     int32_t last_id = -1;
     bool cancelled = false;
+    cli_prefill pf = {0};
     for (;;) {
         if (g_interrupt && !cancelled) {
             mu_job_cancel(job);
@@ -391,9 +393,11 @@ static int chat_turn(chat *c, const char *text) {
         }
         if (mu_job_next(job, &ev, POLL_MS) != 1) continue;
         if (ev.kind == MU_EV_TOKEN) last_id = ev.tok.id;
+        else if (ev.kind == MU_EV_PROGRESS) cli_prefill_event(&pf, ev.n_done, ev.n_total);
         else if (ev.kind == MU_EV_FINISH) break;
         else on_event(c, &ev);
     }
+    cli_prefill_end(&pf);
     const mu_gen_stats st = ev.stats;
     if (ev.finish == MU_FINISH_ERROR) {
         cli_fail("muser chat: %s", *ev.err ? ev.err : "generation failed");

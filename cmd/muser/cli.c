@@ -330,6 +330,41 @@ int cli_check_model(const char *cmd, const mu_model *m, int n_threads, bool line
     return 0;
 }
 
+/* ---- prefill progress (run, chat) ---------------------------------------- */
+
+bool cli_prefill_wanted(void) { return isatty(2) == 1; }
+
+void cli_prefill_line(char *buf, size_t cap, int n_done, int n_total, double dt) {
+    const double pct = n_total > 0 ? 100.0 * n_done / n_total : 100.0;
+    if (dt > 0 && n_done > 0)
+        snprintf(buf, cap, "prefill: %d/%d tokens (%.0f%%), %.0f tok/s", n_done, n_total, pct, n_done / dt);
+    else
+        snprintf(buf, cap, "prefill: %d/%d tokens (%.0f%%)", n_done, n_total, pct);
+}
+
+void cli_prefill_event(cli_prefill *p, int n_done, int n_total) {
+    const double now = mono_s();
+    if (n_done == 0) p->t0 = now; /* the job has its slot: the prefill starts */
+    if (n_total <= CLI_PREFILL_MIN || !cli_prefill_wanted()) return;
+    if (n_done >= n_total) {
+        cli_prefill_end(p);
+        return;
+    }
+    char line[128];
+    cli_prefill_line(line, sizeof line, n_done, n_total, now - p->t0);
+    fprintf(stderr, "\r%s\033[K", line);
+    fflush(stderr);
+    p->shown = true;
+    p->last = now;
+}
+
+void cli_prefill_end(cli_prefill *p) {
+    if (!p->shown) return;
+    fprintf(stderr, "\r\033[K");
+    fflush(stderr);
+    p->shown = false;
+}
+
 /* ---- backend (--backend, --gpu) and the GPU upload's progress ------------- */
 
 int cli_backend_opt(const char *cmd, int argc, char **argv, int *i, cli_backend *b) {

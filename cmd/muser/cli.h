@@ -72,6 +72,25 @@ int cli_lane_opt(const char *cmd, int argc, char **argv, int *i, cli_lane *l);
  * per quarter). Returns 0, or 1 after printing "CMD: <error>". */
 int cli_check_model(const char *cmd, const mu_model *m, int n_threads, bool lines);
 
+/* Prefill progress of one job (its MU_EV_PROGRESS events: submit with
+ * mu_gen_req.progress = cli_prefill_wanted()) on stderr when stderr is a
+ * terminal: "prefill: D/T tokens (P%), R tok/s" rewritten in place, for
+ * prompts of more than CLI_PREFILL_MIN tokens, erased when the prefill is
+ * done (before the reply's first text) or the job ends. */
+#define CLI_PREFILL_MIN 512
+typedef struct {
+    double t0, last;
+    bool shown;
+} cli_prefill;
+bool cli_prefill_wanted(void);
+/* One MU_EV_PROGRESS event (its n_done and n_total). */
+void cli_prefill_event(cli_prefill *p, int n_done, int n_total);
+/* Erases the line if one is shown (call when the job ends). */
+void cli_prefill_end(cli_prefill *p);
+/* The line for n_done of n_total tokens after dt seconds (for tests and
+ * the display). */
+void cli_prefill_line(char *buf, size_t cap, int n_done, int n_total, double dt);
+
 /* The model used when -m is omitted (bundled, or generated on first use).
  * Returns a path or NULL after printing why. */
 const char *cli_default_model(void);

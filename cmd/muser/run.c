@@ -200,7 +200,8 @@ int cmd_run(int argc, char **argv) {
     if (n_gen > 0) {
         mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
                         .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0,
-                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
+                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
+                        .progress = cli_prefill_wanted()};
         if (pack) {
             src.id = kid;
             q.install = install_pack;
@@ -226,8 +227,11 @@ int cmd_run(int argc, char **argv) {
         }
     }
     mu_gen_event ev;
+    cli_prefill pf = {0};
     while (job && mu_job_next(job, &ev, -1) == 1) {
-        if (ev.kind == MU_EV_TOKEN && json) {
+        if (ev.kind == MU_EV_PROGRESS) {
+            cli_prefill_event(&pf, ev.n_done, ev.n_total);
+        } else if (ev.kind == MU_EV_TOKEN && json) {
             printf("{\"id\": %d, \"top\": [", ev.tok.id);
             for (int k = 0; k < ev.tok.n_top; k++)
                 printf("%s[%d, %.7g]", k ? ", " : "", ev.tok.top_ids[k], ev.tok.top_probs[k]);
@@ -237,6 +241,7 @@ int cmd_run(int argc, char **argv) {
             fwrite(ev.text, 1, ev.len, stdout);
             fflush(stdout);
         } else if (ev.kind == MU_EV_FINISH) {
+            cli_prefill_end(&pf);
             if (ev.finish == MU_FINISH_ERROR) {
                 cli_fail("muser run: %s", ev.err);
                 goto done;

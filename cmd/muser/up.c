@@ -1,6 +1,7 @@
 /* up.c: `muser up`: one command from a model name to a running server with
  * its dashboard.
  *   muser up [NAME|PATH|URL] [--host H] [--port P] [--no-open] [--sha256 HEX]
+ *            [--tls-cert F --tls-key F] [--api-key-file F]
  *            [--exit-after-start] [-- SERVE-OPTIONS...]
  * Owns: resolving the argument (none: the bundled default; a local GGUF; a
  * name from the catalog, models/catalog.tsv; a URL), the muser home where
@@ -22,6 +23,7 @@
 #include "catalog.h"
 #include "cli.h"
 #include "fetch.h"
+#include "../../include/muser_serve.h"
 
 int cmd_serve(int argc, char **argv);
 extern char **environ;
@@ -29,6 +31,7 @@ extern char **environ;
 static int usage(void) {
     fprintf(stderr,
             "usage: muser up [NAME|PATH|URL] [--host H] [--port P] [--no-open] [--sha256 HEX]\n"
+            "                [--tls-cert F --tls-key F] [--api-key-file F]\n"
             "                [--exit-after-start] [-- SERVE-OPTIONS...]\n"
             "Resolves the model (none: the bundled default; a GGUF file; a name from models/catalog.tsv;\n"
             "a URL, which needs --sha256), downloads it into the muser home ($MUSER_HOME, else\n"
@@ -142,7 +145,7 @@ static void url_file_name(const char *url, char *out, size_t cap) {
 }
 
 int cmd_up(int argc, char **argv) {
-    const char *what = NULL, *host = "127.0.0.1", *sha_arg = NULL;
+    const char *what = NULL, *host = "127.0.0.1", *sha_arg = NULL, *cert = NULL, *tls_key = NULL, *key_file = NULL;
     long long port = 4949;
     int pass = argc; /* index of the first option for serve */
     for (int i = 1; i < argc; i++) {
@@ -160,12 +163,25 @@ int cmd_up(int argc, char **argv) {
             i++;
         }
         else if (!strcmp(a, "--sha256")) { if (!v) return cli_fail("muser up: option --sha256 needs a value"); sha_arg = v; i++; }
+        else if (!strcmp(a, "--tls-cert")) { if (!v) return cli_fail("muser up: option --tls-cert needs a value"); cert = v; i++; }
+        else if (!strcmp(a, "--tls-key")) { if (!v) return cli_fail("muser up: option --tls-key needs a value"); tls_key = v; i++; }
+        else if (!strcmp(a, "--api-key-file")) { if (!v) return cli_fail("muser up: option --api-key-file needs a value"); key_file = v; i++; }
         else if (!strcmp(a, "--no-open")) no_open = true;
         else if (!strcmp(a, "--exit-after-start")) exit_after_start = true;
         else if (a[0] == '-' && a[1]) return cli_fail("muser up: unknown option '%s' (see muser up --help)", a);
         else if (what) return cli_fail("muser up: more than one model given: '%s' and '%s'", what, a);
         else what = a;
     }
+    /* the bind policy before anything is downloaded (serve checks it again,
+     * with what comes after --) */
+    if (!!cert != !!tls_key) return cli_fail("muser up: --tls-cert and --tls-key go together");
+    bool has_tls = cert != NULL, has_key = key_file != NULL;
+    for (int i = pass; i < argc; i++) {
+        has_tls |= !strcmp(argv[i], "--tls-cert");
+        has_key |= !strcmp(argv[i], "--api-key-file");
+    }
+    mu_err berr = {0};
+    if (mu_serve_bind_check(host, has_tls, has_key, &berr)) return cli_fail("muser up: %s", berr.msg);
     char sha[65] = "";
     if (sha_arg && !catalog_sha_ok(sha_arg, sha)) return cli_fail("muser up: --sha256 must be 64 hex digits: %s", sha_arg);
 
@@ -252,7 +268,7 @@ int cmd_up(int argc, char **argv) {
     char port_s[16];
     snprintf(port_s, sizeof port_s, "%lld", port);
     int n_pass = argc - pass;
-    char **sargv = calloc((size_t)n_pass + 8, sizeof *sargv);
+    char **sargv = calloc((size_t)n_pass + 14, sizeof *sargv);
     if (!sargv) return cli_fail("muser up: out of memory");
     int k = 0;
     sargv[k++] = "serve";
@@ -262,6 +278,16 @@ int cmd_up(int argc, char **argv) {
     sargv[k++] = (char *)host;
     sargv[k++] = "--port";
     sargv[k++] = port_s;
+    if (cert) {
+        sargv[k++] = "--tls-cert";
+        sargv[k++] = (char *)cert;
+        sargv[k++] = "--tls-key";
+        sargv[k++] = (char *)tls_key;
+    }
+    if (key_file) {
+        sargv[k++] = "--api-key-file";
+        sargv[k++] = (char *)key_file;
+    }
     for (int i = pass; i < argc; i++) sargv[k++] = argv[i];
     sargv[k] = NULL;
     cli_serve_ready = on_ready;

@@ -92,6 +92,17 @@ void mu_session_free(mu_session *s) {
 int mu_session_n_past(const mu_session *s) { return s->n_past; }
 int mu_session_n_ctx(const mu_session *s) { return s->n_ctx; }
 
+void mu_session_kv_bytes(const mu_session *s, int n_past, uint64_t *reserved, uint64_t *used) {
+    const uint64_t row = 2 * (uint64_t)s->e->n_kv * sizeof(mu_f16); /* one cell's K and V rows */
+    uint64_t r = 0, u = 0;
+    for (int il = 0; il < s->e->m->info.n_layer; il++) {
+        r += (uint64_t)s->rows[il] * row;
+        u += (uint64_t)(n_past < 0 ? 0 : n_past < s->rows[il] ? n_past : s->rows[il]) * row;
+    }
+    *reserved = r;
+    *used = u;
+}
+
 void mu_session_reset(mu_session *s) {
     s->n_past = 0;
     s->n_logits = 0;

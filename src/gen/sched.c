@@ -80,7 +80,7 @@ struct mu_job {
     int n_prompt;
     bool keep_prefix;
     bool progress;        /* MU_EV_PROGRESS events (mu_gen_req.progress) */
-    double t_progress;    /* now_ms() of the first PROGRESS event */
+    double t_progress;    /* now_ms() of the first PROGRESS event (0: none yet) */
     int (*install)(void *user, mu_session *s, mu_err *err); /* mu_gen_req.install */
     void *install_user;
     int n_installed;
@@ -180,6 +180,8 @@ struct mu_sched {
     int hold_until;       /* test hook, cleared once reached */
     mu_sched_metrics m;
     mu_sched_slot_info info[MU_SCHED_MAX_SLOTS];
+    mu_sched_job_record recent[MU_SCHED_RECENT]; /* a ring: the last finished jobs (guarded by mu) */
+    uint64_t n_recent;    /* jobs ever recorded (recent[(n - 1) % MU_SCHED_RECENT] is the newest) */
     /* batch scratch, sized once */
     mu_batch_item items[MU_SCHED_MAX_SLOTS];
     int item_slot[MU_SCHED_MAX_SLOTS];
@@ -343,7 +345,37 @@ static bool copy_out(mu_job *j, const qev *q, mu_gen_event *ev) {
     return true;
 }
 
+/* Engine thread: a PROGRESS event for a job that asked for them: the
+ * prompt tokens this job evaluated of those it has to (slot n_fed counts
+ * the kept and installed ones too). */
+static void progress_event(mu_job *j, int n_fed) {
+    if (!j->progress) return;
+    const double t = now_ms();
+    if (!j->t_progress) j->t_progress = t;
+    mu_gen_event ev = {.kind = MU_EV_PROGRESS, .n_done = n_fed - j->st.n_reused,
+                       .n_total = j->n_prompt - j->st.n_reused, .prompt_done = n_fed};
+    ev.stats.n_prompt = j->n_prompt;
+    ev.stats.n_reused = j->st.n_reused;
+    ev.stats.prompt_ms = t - j->t_progress;
+    push_event(j, &ev);
+}
+
 /* ---- the engine thread ------------------------------------------------ */
+
+static const double ttft_bounds[MU_SCHED_TTFT_BUCKETS] = {0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, INFINITY};
+
+const double *mu_sched_ttft_bounds(void) { return ttft_bounds; }
+
+/* A job's first token was sampled t seconds after its submit. Called with
+ * s->mu held. */
+static void ttft_add(mu_sched *s, double t) {
+    s->m.n_ttft++;
+    s->m.ttft_s_sum += t;
+    s->m.ttft_s_last = t;
+    int k = 0;
+    while (k < MU_SCHED_TTFT_BUCKETS - 1 && t > ttft_bounds[k]) k++;
+    s->m.ttft_hist[k]++;
+}
 
 /* Engine thread: end the job: its FINISH event (after gen.c's flush), the
  * metrics, and the engine's reference. */
@@ -369,6 +401,12 @@ static void job_finish(mu_sched *s, mu_job *j, mu_finish f, const char *why) {
     s->m.n_prompt_timed += (uint64_t)j->n_prompt_fed;
     s->m.n_gen_timed += (uint64_t)j->n_gen;
     if (f == MU_FINISH_CANCEL) s->m.n_cancelled++;
+    mu_sched_job_record *rec = &s->recent[s->n_recent++ % MU_SCHED_RECENT];
+    *rec = (mu_sched_job_record){.seq = s->n_recent, .t_end_s = t / 1e3, .finish = f, .slot = st->slot,
+                                 .n_prompt = j->n_prompt, .n_reused = st->n_reused, .n_gen = j->n_gen,
+                                 .queue_ms = st->queue_ms, .ttft_ms = j->t_first > 0 ? j->t_first - j->t_submit : -1,
+                                 .prompt_ms = st->prompt_ms, .gen_ms = st->gen_ms,
+                                 .embedding = j->embd_pool != MU_EMBD_OFF};
     pthread_mutex_unlock(&s->mu);
     mu_gen_end(j->gen, f, why, st, push_event, j);
     job_unref(j);
@@ -401,13 +439,15 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t want, int32_t *id)
         slot_release(s, i, MU_FINISH_ERROR, why);
         return false;
     }
-    if (j->t_first == 0) j->t_first = now_ms();
+    bool first = j->t_first == 0;
+    if (first) j->t_first = now_ms();
     if (*id == want) j->st.n_draft_accepted++;
     mu_finish f = mu_gen_accept(j->gen, *id, lg, push_event, j);
     j->n_gen++;
     sl->last = *id;
     if (j->spec == MU_SPEC_NGRAM) mu_ngram_push(sl->ng, *id);
     pthread_mutex_lock(&s->mu);
+    if (first) ttft_add(s, (j->t_first - j->t_submit) / 1e3);
     s->m.n_gen_tokens++;
     s->info[i].n_gen = j->n_gen;
     s->info[i].n_past = mu_session_n_past(sl->sess);
@@ -594,19 +634,6 @@ static void spec_learn_prompt(slot *sl, mu_job *j) {
     for (int k = 0; k < j->n_prompt; k++) mu_ngram_push(sl->ng, j->prompt[k]);
 }
 
-/* Engine thread: a PROGRESS event (mu_gen_req.progress): done prompt tokens
- * are in the KV state. */
-static void progress(mu_job *j, int done) {
-    if (!j->progress) return;
-    double t = now_ms();
-    if (!j->t_progress) j->t_progress = t;
-    mu_gen_event ev = {.kind = MU_EV_PROGRESS, .prompt_done = done};
-    ev.stats.n_prompt = j->n_prompt;
-    ev.stats.n_reused = j->st.n_reused;
-    ev.stats.prompt_ms = t - j->t_progress;
-    push_event(j, &ev);
-}
-
 static bool slot_start(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -633,6 +660,7 @@ static bool slot_start(mu_sched *s, int i) {
         j->st.n_reused = keep;
         sl->waiting = false;
         spec_learn_prompt(sl, j);
+        progress_event(j, sl->n_fed);
         return true;
     }
     int src = MU_KV_SRC_NONE;
@@ -673,6 +701,7 @@ static bool slot_start(mu_sched *s, int i) {
     pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
     spec_learn_prompt(sl, j);
+    progress_event(j, sl->n_fed);
     return true;
 }
 
@@ -927,7 +956,6 @@ static void *engine_main(void *arg) {
                     if (sl->job->embd_pool && sl->job->embd_pool != MU_EMBD_LAST && left > budget) continue;
                     int n = left < budget ? left : budget;
                     budget -= n;
-                    if (sl->n_fed == sl->job->st.n_reused) progress(sl->job, sl->n_fed); /* it starts */
                     it->tokens = sl->job->prompt + sl->n_fed;
                     it->n_tokens = n;
                     s->item_last[n_items] = n == left;
@@ -973,11 +1001,11 @@ static void *engine_main(void *arg) {
             if (prefilling) {
                 sl->n_fed += s->item_n[k];
                 j->n_prompt_fed += s->item_n[k];
-                progress(j, sl->n_fed);
                 pthread_mutex_lock(&s->mu);
                 s->m.n_prompt_tokens += (uint64_t)s->item_n[k];
                 s->info[i].n_past = mu_session_n_past(sl->sess);
                 pthread_mutex_unlock(&s->mu);
+                progress_event(j, sl->n_fed);
                 if (!s->item_last[k]) continue;
                 if (j->embd_pool) {
                     embd_finish(s, i, s->item_n[k]);
@@ -1389,4 +1417,15 @@ void mu_sched_get_slot(mu_sched *s, int i, mu_sched_slot_info *info) {
     pthread_mutex_lock(&s->mu);
     *info = i >= 0 && i < s->o.n_slots ? s->info[i] : (mu_sched_slot_info){0};
     pthread_mutex_unlock(&s->mu);
+    if (i >= 0 && i < s->o.n_slots && s->slots[i].sess)
+        mu_session_kv_bytes(s->slots[i].sess, info->n_past, &info->kv_reserved_bytes, &info->kv_used_bytes);
+}
+
+int mu_sched_recent(mu_sched *s, mu_sched_job_record *out, int cap) {
+    pthread_mutex_lock(&s->mu);
+    uint64_t n = s->n_recent < MU_SCHED_RECENT ? s->n_recent : MU_SCHED_RECENT;
+    int k = 0;
+    for (; k < cap && (uint64_t)k < n; k++) out[k] = s->recent[(s->n_recent - 1 - (uint64_t)k) % MU_SCHED_RECENT];
+    pthread_mutex_unlock(&s->mu);
+    return k;
 }

@@ -565,6 +565,9 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/dashboard", MU_PROTO_LLAMACPP, api_dash_page, true},
     {"GET", "/snapshot", MU_PROTO_LLAMACPP, api_dash_snapshot, false},
     {"GET", "/telemetry", MU_PROTO_LLAMACPP, api_dash_telemetry, false},
+    {"POST", "/login", MU_PROTO_LLAMACPP, api_dash_login, true},
+    {"POST", "/logout", MU_PROTO_LLAMACPP, api_dash_logout, false},
+    {"GET", "/session", MU_PROTO_LLAMACPP, api_dash_session, true},
     {NULL, NULL, 0, NULL, false},
 };
 

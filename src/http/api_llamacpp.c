@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "api.h"
+#include "dash.h"
 
 #ifndef MU_COMMIT
 #define MU_COMMIT "unknown"
@@ -638,6 +639,7 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
         int n = a->metrics(a->metrics_user, extra, sizeof extra);
         if (n > 0) mu_http_buf_fmt(&b, "%.*s", n, extra);
     }
+    api_dash_metrics(a, &b);
     if (b.oom) {
         mu_http_buf_free(&b);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);

@@ -1,7 +1,9 @@
 /* dash.c: the dashboard page and its data (dash.h).
  * Owns: GET / and /dashboard (the page src/http/dash.html, embedded in the
  * binary at build time: no CDN, works offline), GET /snapshot (JSON) and
- * GET /telemetry (the same object as server-sent events, once a second).
+ * GET /telemetry (the same object as server-sent events, once a second),
+ * the login routes (POST /login, POST /logout, GET /session; the sessions
+ * themselves are server.c's and session.c's).
  * Does not own: what is counted (the scheduler's metrics, the transport's
  * counters) or the Prometheus text of /metrics (api_llamacpp.c).
  * Design: each number in /snapshot is an object {"value": V, "tag": T} with
@@ -19,6 +21,13 @@
 #include "api.h"
 #include "dash.h"
 
+/* The page's policy: its own inline script and style only, requests to its
+ * own origin only, never inside a frame (another site cannot overlay the
+ * login form), forms go nowhere by themselves. */
+#define DASH_CSP                                                                                          \
+    "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:; "         \
+    "connect-src 'self'; form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+
 void api_dash_page(mu_http_req *r, const json_t *body) {
     (void)body;
     if (((mu_http_app *)mu_http_req_app(r))->no_ui) {
@@ -27,7 +36,78 @@ void api_dash_page(mu_http_req *r, const json_t *body) {
         mu_http_reply_error(r, 404, m, NULL);
         return;
     }
-    mu_http_reply_text(r, 200, "text/html; charset=utf-8", (const char *)mu_dash_html, mu_dash_html_len);
+    mu_http_reply_text_hdr(r, 200, "text/html; charset=utf-8", (const char *)mu_dash_html, mu_dash_html_len,
+                           "Content-Security-Policy", DASH_CSP);
+}
+
+/* ---- login (docs/dashboard.md, "Login") ------------------------------- */
+
+/* A JSON reply with a Set-Cookie header (j consumed). */
+static void reply_json_cookie(mu_http_req *r, int status, json_t *j, const char *cookie) {
+    mu_http_buf b = {0};
+    if (j) mu_http_buf_json(&b, j);
+    json_decref(j);
+    if (!j || b.oom) {
+        mu_http_buf_free(&b);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    mu_http_buf_add(&b, "\n", 1);
+    mu_http_reply_text_hdr(r, status, "application/json; charset=utf-8", b.p, b.n, "Set-Cookie",
+                           cookie);
+    mu_http_buf_free(&b);
+}
+
+/* POST /login {"key": K}: public (the key is the credential); a session
+ * cookie and the session's CSRF token for the page. */
+void api_dash_login(mu_http_req *r, const json_t *body) {
+    const json_t *k = json_is_object(body) ? json_object_get(body, "key") : NULL;
+    if (!json_is_string(k)) {
+        mu_http_reply_error(r, 400, "login: \"key\" must be a string", "key");
+        return;
+    }
+    char csrf[MU_SESS_TOKEN_LEN + 1], cookie[256];
+    mu_err err = {0};
+    int wait_s = 0;
+    int rc = mu_http_req_login(r, json_string_value(k), json_string_length(k), csrf, cookie, sizeof cookie, &wait_s,
+                               &err);
+    if (rc == MU_E_ARG) {
+        mu_http_reply_error(r, 401, err.msg, "key");
+        return;
+    }
+    if (rc == MU_E_STATE) {
+        mu_http_reply_busy(r, err.msg, wait_s);
+        return;
+    }
+    if (rc == MU_E_UNSUPPORTED) {
+        mu_http_reply_error(r, 400, err.msg, NULL);
+        return;
+    }
+    if (rc) {
+        mu_http_reply_error(r, 500, err.msg, NULL);
+        return;
+    }
+    reply_json_cookie(r, 200, json_pack("{s:s,s:i}", "csrf", csrf, "expires_in_s", MU_SESS_TTL_S), cookie);
+}
+
+/* POST /logout: ends the session of the request's cookie and clears it
+ * (behind the auth check: the cookie with the CSRF token, or the key). */
+void api_dash_logout(mu_http_req *r, const json_t *body) {
+    (void)body;
+    char cookie[256];
+    mu_http_req_logout(r, cookie, sizeof cookie);
+    reply_json_cookie(r, 200, json_pack("{s:b}", "logged_in", 0), cookie);
+}
+
+/* GET /session: public; whether a key is needed and, when the request's
+ * cookie names a live session, its CSRF token (a same-origin read only: no
+ * CORS header ever allows credentials, so another site cannot read it). */
+void api_dash_session(mu_http_req *r, const json_t *body) {
+    (void)body;
+    char csrf[MU_SESS_TOKEN_LEN + 1];
+    bool in = mu_http_req_session(r, csrf);
+    mu_http_reply_json(r, 200, json_pack("{s:b,s:b,s:o}", "key_required", mu_http_req_needs_key(r), "logged_in", in,
+                                         "csrf", in ? json_string(csrf) : json_null()));
 }
 
 static json_t *measured(double v) { return json_pack("{s:f,s:s}", "value", v, "tag", "measured"); }
@@ -58,6 +138,48 @@ static json_t *cs_bytes(mu_http_app *a) {
     return measured_i(cs.bytes);
 }
 
+/* The prefix cache's numbers (--cache-bytes), measured; unavailable when
+ * the server runs without one. */
+static json_t *prefix_cache_json(mu_http_app *a, const mu_sched_metrics *m) {
+    if (!a->cache) {
+        const char *no = "the prefix cache is off (--cache-bytes 0)";
+        return json_pack("{s:b,s:o,s:o,s:o,s:o,s:o}", "present", 0, "bytes", unavailable(no), "entries",
+                         unavailable(no), "lookups", unavailable(no), "hits", unavailable(no), "tokens_reused",
+                         unavailable(no));
+    }
+    mu_kv_cache_stats cs;
+    mu_kv_cache_get_stats(a->cache, &cs);
+    return json_pack("{s:b,s:o,s:o,s:o,s:o,s:o}", "present", 1, "bytes", measured_i(cs.bytes), "entries",
+                     measured_i(cs.n_nodes), "lookups", measured_i(cs.n_lookups), "hits",
+                     measured_i(cs.n_hits[MU_KV_SRC_CACHE] + cs.n_hits[MU_KV_SRC_PACK]), "tokens_reused",
+                     measured_i(m->n_reused_src[MU_KV_SRC_CACHE] + m->n_reused_src[MU_KV_SRC_PACK]));
+}
+
+/* The scheduler's last finished jobs, newest first (the request log). */
+static json_t *recent_json(mu_http_app *a) {
+    static const char *const fin[] = {"none", "stop", "word", "length", "ctx", "cancel", "error"};
+    mu_sched_job_record rec[MU_SCHED_RECENT];
+    int n = mu_sched_recent(a->sched, rec, MU_SCHED_RECENT);
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < n; i++) {
+        const mu_sched_job_record *q = &rec[i];
+        json_t *ttft = q->embedding ? unavailable("an embedding job generates no token")
+                       : q->ttft_ms >= 0 ? measured(q->ttft_ms / 1e3)
+                                         : unavailable("the job ended before its first token");
+        json_t *dec = q->n_gen > 1 && q->gen_ms > 0 ? measured((q->n_gen - 1) / (q->gen_ms / 1e3))
+                                                    : unavailable("fewer than two tokens generated");
+        json_array_append_new(
+            arr, json_pack("{s:I,s:o,s:s,s:i,s:b,s:o,s:o,s:o,s:o,s:o,s:o,s:o,s:o}", "seq", (json_int_t)q->seq,
+                           "ended_s", measured(q->t_end_s - a->t_start_mono), "finish",
+                           (unsigned)q->finish < sizeof fin / sizeof fin[0] ? fin[q->finish] : "?", "slot", q->slot,
+                           "embedding", q->embedding, "n_prompt", measured_i((uint64_t)q->n_prompt), "n_reused",
+                           measured_i((uint64_t)q->n_reused), "n_gen", measured_i((uint64_t)q->n_gen), "queue_s",
+                           measured(q->queue_ms / 1e3), "ttft_s", ttft, "prompt_s", measured(q->prompt_ms / 1e3),
+                           "gen_s", measured(q->gen_ms / 1e3), "decode_tok_s", dec));
+    }
+    return arr;
+}
+
 /* The snapshot object (NULL when out of memory). */
 static json_t *snapshot_json(mu_http_app *a) {
     mu_sched_metrics m;
@@ -65,13 +187,17 @@ static json_t *snapshot_json(mu_http_app *a) {
     mu_http_counters c = {0};
     if (a->server) mu_http_server_counters(a->server, &c);
     json_t *slots = json_array();
+    uint64_t kv_reserved = 0, kv_used = 0;
     for (int i = 0; i < a->n_slots; i++) {
         mu_sched_slot_info si;
         mu_sched_get_slot(a->sched, i, &si);
-        json_array_append_new(slots, json_pack("{s:i,s:s,s:o,s:o,s:o}", "id", i, "state", si.busy ? "busy" : "idle",
+        kv_reserved += si.kv_reserved_bytes;
+        kv_used += si.kv_used_bytes;
+        json_array_append_new(slots, json_pack("{s:i,s:s,s:o,s:o,s:o,s:o}", "id", i, "state", si.busy ? "busy" : "idle",
                                                "n_past", measured_i((uint64_t)si.n_past), "n_prompt",
                                                measured_i((uint64_t)si.n_prompt), "n_gen",
-                                               measured_i((uint64_t)si.n_gen)));
+                                               measured_i((uint64_t)si.n_gen), "kv_used_bytes",
+                                               measured_i(si.kv_used_bytes)));
     }
     uint64_t rss = rss_bytes();
     /* averages over finished requests: the scheduler adds a job's tokens
@@ -99,10 +225,11 @@ static json_t *snapshot_json(mu_http_app *a) {
         m.prompt_s > 0 ? measured(m.n_prompt_timed / m.prompt_s) : unavailable("no request has finished yet"),
         "decode_tok_s",
         m.gen_s > 0 ? measured(m.n_gen_timed / m.gen_s) : unavailable("no request has generated yet"),
-        "ttft_s", unavailable("the scheduler does not record time to first token"),
+        "ttft_s",
+        m.n_ttft ? measured(m.ttft_s_sum / (double)m.n_ttft) : unavailable("no request has generated a token yet"),
         "slots", slots,
         "memory", "rss_bytes", rss ? measured_i(rss) : unavailable("/proc/self/statm is unreadable"), "kv_bytes",
-        unavailable("the engine does not report KV cache use"), "prefix_cache_bytes",
+        measured_i(kv_reserved), "prefix_cache_bytes",
         cs_bytes(a),
         "http", "requests", measured_i(c.requests), "errors_4xx", measured_i(c.errors_4xx), "errors_5xx",
         measured_i(c.errors_5xx), "connections_open", measured_i(c.conns_open), "connections_refused",
@@ -116,7 +243,59 @@ static json_t *snapshot_json(mu_http_app *a) {
                                       measured_i(m.n_reuse_jobs[k])));
     if (o && reuse) json_object_set_new(o, "prompt_reuse", reuse);
     else json_decref(reuse);
+    if (!o) return NULL;
+    json_t *mem = json_object_get(o, "memory"), *thr = json_object_get(o, "throughput"),
+           *tok = json_object_get(o, "tokens");
+    json_object_set_new(mem, "kv_used_bytes", measured_i(kv_used));
+    json_object_set_new(thr, "ttft_last_s",
+                        m.n_ttft ? measured(m.ttft_s_last) : unavailable("no request has generated a token yet"));
+    json_object_set_new(tok, "prompt_reused", measured_i(m.n_prompt_cached));
+    json_object_set_new(o, "prefix_cache", prefix_cache_json(a, &m));
+    json_object_set_new(o, "recent", recent_json(a));
     return o;
+}
+
+/* /metrics' lines for what the dashboard added: time to first token (a
+ * histogram), KV cache use, the prefix cache (only when there is one: an
+ * absent series is Prometheus' "unavailable"). Names follow /metrics'
+ * llamacpp: prefix; units in the names (seconds, bytes). */
+void api_dash_metrics(mu_http_app *a, mu_http_buf *b) {
+    mu_sched_metrics m;
+    mu_sched_get_metrics(a->sched, &m);
+    const double *le = mu_sched_ttft_bounds();
+    mu_http_buf_str(b, "# HELP llamacpp:time_to_first_token_seconds Time from a request's submit to its first "
+                       "generated token (queue wait and prefill included).\n"
+                       "# TYPE llamacpp:time_to_first_token_seconds histogram\n");
+    uint64_t cum = 0;
+    for (int k = 0; k < MU_SCHED_TTFT_BUCKETS; k++) {
+        cum += m.ttft_hist[k];
+        if (k == MU_SCHED_TTFT_BUCKETS - 1)
+            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+        else
+            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", le[k],
+                            (unsigned long long)cum);
+    }
+    mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_sum %.17g\nllamacpp:time_to_first_token_seconds_count %llu\n",
+                    m.ttft_s_sum, (unsigned long long)m.n_ttft);
+    uint64_t kv_r = 0, kv_u = 0;
+    for (int i = 0; i < a->n_slots; i++) {
+        mu_sched_slot_info si;
+        mu_sched_get_slot(a->sched, i, &si);
+        kv_r += si.kv_reserved_bytes;
+        kv_u += si.kv_used_bytes;
+    }
+#define GAUGE(name, help, fmt, v) \
+    mu_http_buf_fmt(b, "# HELP llamacpp:" name " " help "\n# TYPE llamacpp:" name " gauge\nllamacpp:" name " " fmt "\n", v)
+#define COUNTER(name, help, v) \
+    mu_http_buf_fmt(b, "# HELP llamacpp:" name " " help "\n# TYPE llamacpp:" name " counter\nllamacpp:" name " %llu\n", \
+                    (unsigned long long)(v))
+    GAUGE("kv_cache_reserved_bytes", "KV cache bytes of all slots' cells.", "%llu", (unsigned long long)kv_r);
+    GAUGE("kv_cache_used_bytes", "KV cache bytes of the cells that hold positions now.", "%llu",
+          (unsigned long long)kv_u);
+    GAUGE("kv_cache_usage_ratio", "KV cache used bytes over reserved bytes.", "%.17g",
+          kv_r ? (double)kv_u / (double)kv_r : 0.0);
+#undef GAUGE
+#undef COUNTER
 }
 
 void api_dash_snapshot(mu_http_req *r, const json_t *body) {

@@ -8,11 +8,18 @@
 
 #include <jansson.h>
 
+#include "api.h"
 #include "server.h"
 
 void api_dash_page(mu_http_req *r, const json_t *body);
 void api_dash_snapshot(mu_http_req *r, const json_t *body);
 void api_dash_telemetry(mu_http_req *r, const json_t *body);
+void api_dash_login(mu_http_req *r, const json_t *body);
+void api_dash_logout(mu_http_req *r, const json_t *body);
+void api_dash_session(mu_http_req *r, const json_t *body);
+/* Appends the dashboard's series to /metrics' text (time to first token,
+ * KV cache, prefix cache). */
+void api_dash_metrics(mu_http_app *a, mu_http_buf *b);
 
 /* The page, generated at build time from src/http/dash.html (tools/embed.sh). */
 extern const unsigned char mu_dash_html[];

@@ -20,7 +20,10 @@
  * their jobs). Over the connection limit the newest connection is closed
  * at once. TLS is libmicrohttpd's transport; the bearer key is compared with
  * OpenSSL's CRYPTO_memcmp over SHA-256 digests so the time does not depend
- * on where or whether the keys differ. */
+ * on where or whether the keys differ. With a key, a browser may log in
+ * instead (session.c): the login's HttpOnly SameSite=Strict cookie stands
+ * for the key, and a POST that comes with the cookie only (no key) must also
+ * carry the session's CSRF token in X-CSRF-Token. */
 #include "server.h"
 
 #include <arpa/inet.h>
@@ -46,6 +49,7 @@
 #include <unistd.h>
 
 #include "jcheck.h"
+#include "session.h"
 
 #define GEN_TIMEOUT_S 900  /* idle limit once a request is complete and being answered */
 #define SWEEP_MS 100       /* the sweeper's interval (server-internal, not a test verdict) */
@@ -72,7 +76,10 @@ struct mu_http_server {
     mu_http_opts o;
     char key[256];
     bool has_key;
-    int port;
+    bool tls;
+    mu_http_sessions *sessions; /* dashboard logins; NULL without a key */
+    mu_http_throttle *throttle; /* wrong keys per client address; NULL without a key */
+    atomic_int port;      /* set once the daemon listens (requests read it: the cookie's name) */
     pthread_mutex_t mu;   /* c */
     mu_http_counters c;
     pthread_mutex_t cmu;  /* the connection list, each conn's phase and req, the sweeper's counters */
@@ -780,21 +787,122 @@ static bool content_type_json(const char *ct) {
     return false;
 }
 
-static bool check_auth(mu_http_req *r) {
-    mu_http_server *s = r->srv;
-    if (!s->has_key || r->rt->public_route) return true;
-    /* Authorization: Bearer KEY, or X-Api-Key: KEY (Anthropic's header; llama.cpp accepts both) */
+/* The bearer key of a request: Authorization: Bearer KEY, or X-Api-Key:
+ * KEY (Anthropic's header; llama.cpp accepts both). NULL when it has none. */
+static const char *req_bearer(mu_http_req *r) {
     const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
-    if (!h) {
-        h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Api-Key");
-        if (!h) return false;
-    } else if (strncasecmp(h, "Bearer ", 7)) {
-        return false;
-    } else {
-        h += 7;
-    }
+    if (!h) return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-Api-Key");
+    if (strncasecmp(h, "Bearer ", 7)) return "";
+    h += 7;
     while (*h == ' ') h++;
-    return mu_http_key_equal(h, strlen(h), s->key);
+    return h;
+}
+
+/* The session id the request's cookie carries (NULL when none). */
+static const char *req_cookie(mu_http_req *r, size_t *n) {
+    char name[32];
+    snprintf(name, sizeof name, "muser_%d", atomic_load(&r->srv->port));
+    const char *h = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Cookie");
+    const char *v;
+    return mu_http_cookie_get(h, name, &v, n) ? v : NULL;
+}
+
+/* The client's address as the throttle counts it: an IPv4 address, or the
+ * /64 of an IPv6 one (an IPv4-mapped one as IPv4). */
+static void req_addr(mu_http_req *r, unsigned char a[16]) {
+    memset(a, 0, 16);
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+    if (!sa) return;
+    if (sa->sa_family == AF_INET) {
+        memcpy(a, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa->sa_family == AF_INET6) {
+        const unsigned char *b = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(b, mapped, 12)) memcpy(a, b + 12, 4);
+        else {
+            a[15] = 6; /* not an IPv4 address */
+            memcpy(a + 4, b, 8);
+        }
+    }
+}
+
+/* A presented key: false and counted against the address when wrong. */
+static bool key_try(mu_http_req *r, const char *k, size_t n) {
+    if (mu_http_key_equal(k, n, r->srv->key)) return true;
+    unsigned char a[16];
+    req_addr(r, a);
+    mu_http_throttle_fail(r->srv->throttle, a, now_s());
+    return false;
+}
+
+/* Seconds the request's address must wait before it may try a key (0: none). */
+static int key_wait(mu_http_req *r) {
+    unsigned char a[16];
+    req_addr(r, a);
+    return mu_http_throttle_wait(r->srv->throttle, a, now_s());
+}
+
+typedef enum { AUTH_OK, AUTH_NO, AUTH_CSRF, AUTH_WAIT } auth_result;
+
+static auth_result check_auth(mu_http_req *r, const char *method) {
+    mu_http_server *s = r->srv;
+    if (!s->has_key || r->rt->public_route) return AUTH_OK;
+    const char *h = req_bearer(r);
+    if (h) {
+        if (key_wait(r)) return AUTH_WAIT;
+        return key_try(r, h, strlen(h)) ? AUTH_OK : AUTH_NO;
+    }
+    size_t n = 0;
+    const char *id = req_cookie(r, &n);
+    char csrf[MU_SESS_TOKEN_LEN + 1];
+    if (!id || !mu_http_session_find(s->sessions, now_s(), id, n, csrf)) return AUTH_NO;
+    auth_result a = AUTH_OK;
+    if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+        /* state-changing: the page proves it read the token (a cross-site
+         * form or script cannot) */
+        const char *t = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "X-CSRF-Token");
+        if (!t || strlen(t) != MU_SESS_TOKEN_LEN || CRYPTO_memcmp(t, csrf, MU_SESS_TOKEN_LEN)) a = AUTH_CSRF;
+    }
+    OPENSSL_cleanse(csrf, sizeof csrf);
+    return a;
+}
+
+bool mu_http_req_needs_key(const mu_http_req *r) { return r->srv->has_key; }
+
+int mu_http_req_login(mu_http_req *r, const char *key, size_t n, char csrf[MU_SESS_TOKEN_LEN + 1],
+                      char *set_cookie, size_t cap, int *wait_s, mu_err *err) {
+    mu_http_server *s = r->srv;
+    *wait_s = 0;
+    if (!s->has_key)
+        return mu_fail(err, MU_E_UNSUPPORTED, "http: this server has no API key: there is nothing to log in to");
+    int w = key_wait(r);
+    if (w) {
+        *wait_s = w;
+        return mu_fail(err, MU_E_STATE, "http: too many wrong keys from this address: try again in %d s", w);
+    }
+    if (!key_try(r, key, n)) return mu_fail(err, MU_E_ARG, "http: wrong API key");
+    char id[MU_SESS_TOKEN_LEN + 1];
+    int rc = mu_http_session_create(s->sessions, now_s(), id, csrf, err);
+    if (rc) return rc;
+    snprintf(set_cookie, cap, "muser_%d=%s; Path=/; Max-Age=%d; HttpOnly; SameSite=Strict%s", atomic_load(&s->port), id,
+             MU_SESS_TTL_S, s->tls ? "; Secure" : "");
+    OPENSSL_cleanse(id, sizeof id);
+    return 0;
+}
+
+bool mu_http_req_session(mu_http_req *r, char csrf[MU_SESS_TOKEN_LEN + 1]) {
+    size_t n = 0;
+    const char *id = r->srv->has_key ? req_cookie(r, &n) : NULL;
+    return id && mu_http_session_find(r->srv->sessions, now_s(), id, n, csrf);
+}
+
+void mu_http_req_logout(mu_http_req *r, char *set_cookie, size_t cap) {
+    size_t n = 0;
+    const char *id = r->srv->has_key ? req_cookie(r, &n) : NULL;
+    if (id) mu_http_session_drop(r->srv->sessions, id, n);
+    snprintf(set_cookie, cap, "muser_%d=; Path=/; Max-Age=0; HttpOnly; SameSite=Strict%s", atomic_load(&r->srv->port),
+             r->srv->tls ? "; Secure" : "");
 }
 
 static enum MHD_Result early_error(mu_http_req *r, int status, const char *msg) {
@@ -853,7 +961,19 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         r->rt = match;
         r->proto = match->proto;
-        if (!check_auth(r)) {
+        auth_result au = check_auth(r, method);
+        if (au == AUTH_WAIT) {
+            r->discard = true;
+            char m[128];
+            int w = key_wait(r);
+            snprintf(m, sizeof m, "http: too many wrong keys from this address: try again in %d s", w);
+            mu_http_reply_busy(r, m, w > 0 ? w : 1);
+            return MHD_YES;
+        }
+        if (au == AUTH_CSRF)
+            return early_error(r, 403, "http: missing or invalid CSRF token (X-CSRF-Token) for a request that "
+                                       "authenticates with the login cookie");
+        if (au == AUTH_NO) {
             r->discard = true;
             mu_http_buf b = {0};
             json_t *j = error_body(r->proto, 401, "http: missing or invalid API key", NULL);
@@ -958,6 +1078,8 @@ static void server_free(mu_http_server *s) {
     pthread_mutex_destroy(&s->cmu);
     pthread_cond_destroy(&s->ccv);
     OPENSSL_cleanse(s->key, sizeof s->key);
+    mu_http_sessions_free(s->sessions);
+    mu_http_throttle_free(s->throttle);
     free(s);
 }
 
@@ -988,7 +1110,17 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
         }
         snprintf(s->key, sizeof s->key, "%s", o->api_key);
         s->has_key = true;
+        int rc = mu_http_sessions_new(&s->sessions, err);
+        if (!rc) rc = mu_http_throttle_new(&s->throttle, err);
+        if (rc) {
+            mu_http_sessions_free(s->sessions);
+            OPENSSL_cleanse(s->key, sizeof s->key);
+            free(s);
+            return rc;
+        }
     }
+    s->tls = tls;
+    atomic_init(&s->port, o->port);
     bool loopback = true;
     int rc = mu_http_bind_check(s->o.host, tls, s->has_key, &loopback, err);
     struct sockaddr_storage ss;
@@ -996,6 +1128,8 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     if (!rc) rc = resolve(s->o.host, o->port, &ss, &sl, err);
     if (rc) {
         OPENSSL_cleanse(s->key, sizeof s->key);
+        mu_http_sessions_free(s->sessions);
+        mu_http_throttle_free(s->throttle);
         free(s);
         return rc;
     }
@@ -1003,10 +1137,14 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
      * there), 256 otherwise; -1 = off */
     if (s->o.max_per_ip == 0) s->o.max_per_ip = loopback ? -1 : 256;
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES) {
+        mu_http_sessions_free(s->sessions);
+        mu_http_throttle_free(s->throttle);
         free(s);
         return mu_fail(err, MU_E_UNSUPPORTED, "http: this libmicrohttpd has no TLS support");
     }
     if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
+        mu_http_sessions_free(s->sessions);
+        mu_http_throttle_free(s->throttle);
         free(s);
         return mu_fail(err, MU_E_UNSUPPORTED, "http: this libmicrohttpd has no epoll support");
     }
@@ -1057,12 +1195,12 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     }
     s->sweeper_on = true;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    s->port = di ? di->port : o->port;
+    atomic_store(&s->port, di ? di->port : o->port);
     *out = s;
     return 0;
 }
 
-int mu_http_server_port(const mu_http_server *s) { return s->port; }
+int mu_http_server_port(const mu_http_server *s) { return atomic_load(&((mu_http_server *)s)->port); }
 
 void mu_http_server_limits(const mu_http_server *s, mu_http_opts *eff) { *eff = s->o; }
 

@@ -4,7 +4,10 @@
  * and is resumed by its job's notify, so no thread ever blocks on
  * generation), the route table walk, request limits (body size, head and
  * body deadlines, idle timeout, total and per-address connection caps),
- * Content-Type and bearer-key checks, the bind policy (loopback only unless
+ * Content-Type and bearer-key checks (wrong keys throttled per client
+ * address), dashboard login sessions (an HttpOnly
+ * SameSite=Strict cookie that stands for the key, and a CSRF token that
+ * POSTs authenticated by that cookie carry), the bind policy (loopback only unless
  * TLS and a key are set), error bodies in each protocol's shape, and chunked
  * streaming responses.
  * Does not own: what a route means (api_*.c) or generation (src/gen). */
@@ -17,6 +20,7 @@
 #include <stdint.h>
 
 #include "../base/err.h"
+#include "session.h"
 
 typedef enum { MU_PROTO_OPENAI, MU_PROTO_LLAMACPP, MU_PROTO_OLLAMA, MU_PROTO_ANTHROPIC } mu_http_proto;
 
@@ -97,6 +101,23 @@ const char *mu_http_req_query(const mu_http_req *r, const char *name);
 /* False once the client closed its side (checked without blocking). */
 bool mu_http_req_alive(const mu_http_req *r);
 int mu_http_req_fd(const mu_http_req *r);
+
+/* Login (docs/dashboard.md, "Login"). True when the server has an API key
+ * (then every route but the public ones needs the key or a login). */
+bool mu_http_req_needs_key(const mu_http_req *r);
+/* Checks key (n bytes, untrusted) against the server's and starts a
+ * session: csrf receives its token, set_cookie the Set-Cookie value (cap
+ * 256 is enough). MU_E_ARG for a wrong key, MU_E_UNSUPPORTED when the
+ * server has no key, MU_E_STATE when the client's address made too many
+ * wrong guesses (*wait_s: the seconds until it may try again). */
+int mu_http_req_login(mu_http_req *r, const char *key, size_t n, char csrf[MU_SESS_TOKEN_LEN + 1],
+                      char *set_cookie, size_t cap, int *wait_s, mu_err *err);
+/* True when the request's cookie names a live session; csrf (may be NULL)
+ * receives its token. */
+bool mu_http_req_session(mu_http_req *r, char csrf[MU_SESS_TOKEN_LEN + 1]);
+/* Ends the request's session (if any); set_cookie receives the Set-Cookie
+ * value that clears the cookie. */
+void mu_http_req_logout(mu_http_req *r, char *set_cookie, size_t cap);
 
 /* Exactly one reply per request. The json is consumed. */
 void mu_http_reply_json(mu_http_req *r, int status, json_t *j);

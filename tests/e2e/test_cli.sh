@@ -26,6 +26,22 @@ for line in sys.stdin:
 
 "$bin" info -m "$tmp/m.gguf" | grep -q '^layers' && ok "info" || bad "info"
 
+# prefill progress: on a terminal (script(1) gives the run one), a line per
+# prompt chunk on stderr, "D/T tokens", erased before the reply; without a
+# terminal, none. 1200 ids: three chunks of 512 (the scheduler's default).
+ids=$(python3 -c "print(','.join(str(i % 1000 + 1) for i in range(1200)))")
+if command -v script >/dev/null; then
+  # stderr is the terminal; script copies what the terminal got to its stdout
+  script -qec "\"$bin\" run -m \"$tmp/m.gguf\" --prompt-ids $ids -n 2 --temp 0 --ignore-eos --threads 1 >/dev/null" /dev/null >"$tmp/pf.err"
+  prog=$(tr '\r' '\n' <"$tmp/pf.err" | grep -o 'prefill: [0-9]*/[0-9]* tokens' | tr '\n' ' ')
+  if [ "$prog" = "prefill: 0/1200 tokens prefill: 512/1200 tokens prefill: 1024/1200 tokens " ] &&
+    [ "$(tail -c 4 "$tmp/pf.err" | od -An -c | tr -d ' ')" = '\r033[K' ]; then
+    ok "run on a terminal: prefill progress per chunk on stderr, erased at the end"
+  else bad "run on a terminal: progress '$prog', stderr ends $(tail -c 8 "$tmp/pf.err" | od -An -c)"; fi
+else echo "test_cli: script(1) is missing: the terminal progress check is skipped"; fi
+"$bin" run -m "$tmp/m.gguf" --prompt-ids "$ids" -n 2 --temp 0 --ignore-eos --threads 1 >/dev/null 2>"$tmp/pf2.err"
+[ ! -s "$tmp/pf2.err" ] && ok "run without a terminal: no progress text" || bad "run without a terminal: $(head -c 200 "$tmp/pf2.err")"
+
 # one error line, exit 1
 expect_error() {
   local what=$1; shift

@@ -17,7 +17,8 @@ curl -s "$BASE/snapshot" >"$T/snap.json"
 if [ "$(jget "$T/snap.json" "j['version'], j['requests']['total']['value'], j['requests']['total']['tag'], j['throughput']['ttft_s']['tag'], j['model']['n_slots']")" = "1 0 measured unavailable 1" ]; then
   ok "/snapshot: tagged numbers, unmeasured ones unavailable"
 else bad "/snapshot: $(head -c 300 "$T/snap.json")"; fi
-n_untagged=$(python3 - "$T/snap.json" <<'PY'
+untagged() {
+  python3 - "$1" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 bad = []
@@ -33,12 +34,13 @@ def walk(o, path):
     elif isinstance(o, list):
         for i, v in enumerate(o): walk(v, path + "." + str(i))
     elif isinstance(o, (int, float)) and not isinstance(o, bool) and path not in (".version", ".model.n_ctx", ".model.n_slots") \
-         and not path.endswith(".id"):
+         and not path.endswith((".id", ".seq", ".slot")):
         bad.append(path)
 walk(j, "")
 print(len(bad), " ".join(bad))
 PY
-)
+}
+n_untagged=$(untagged "$T/snap.json")
 [ "${n_untagged%% *}" = 0 ] && ok "/snapshot: every measurement has a tag, every unavailable one a reason" ||
   bad "/snapshot: untagged or inconsistent: $n_untagged"
 # /telemetry: one event per tick, each a whole snapshot; a stream stays open
@@ -60,10 +62,64 @@ print("events", len(ups))
 PY
 grep -q "^events 3$" "$T/sse.out" && ok "/telemetry: 3 snapshots as server-sent events, uptime rising" ||
   bad "/telemetry: $(tail -2 "$T/sse.out")"
+# /metrics: Prometheus text format: every sample's family has HELP and TYPE
+# before it, valid names, histogram buckets cumulative up to +Inf = _count
+curl -s "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
+  -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}' >/dev/null
+curl -s "$BASE/metrics" >"$T/metrics.txt"
+prom=$(python3 - "$T/metrics.txt" <<'PY'
+import re, sys
+help_, type_, bad, n = {}, {}, [], 0
+buckets, counts = {}, {}
+name_re = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*$')
+for line in open(sys.argv[1]):
+    line = line.rstrip("\n")
+    if line.startswith("# HELP "):
+        name, _, text = line[7:].partition(" ")
+        if name in help_ or not text: bad.append("HELP " + name)
+        help_[name] = text
+        continue
+    if line.startswith("# TYPE "):
+        name, _, t = line[7:].partition(" ")
+        if name in type_ or t not in ("counter", "gauge", "histogram", "summary", "untyped"): bad.append("TYPE " + name)
+        type_[name] = t
+        continue
+    m = re.match(r'^([^{ ]+)(\{[^}]*\})? (\S+)$', line)
+    if not m: bad.append("line " + line); continue
+    name, labels, val = m.group(1), m.group(2) or "", float(m.group(3))
+    fam = name
+    for suf in ("_bucket", "_sum", "_count"):
+        if name.endswith(suf) and type_.get(name[:-len(suf)]) == "histogram": fam = name[:-len(suf)]
+    if not name_re.match(name) or fam not in help_ or fam not in type_: bad.append("family " + name)
+    if name.endswith("_bucket") and fam != name:
+        le = re.search(r'le="([^"]+)"', labels).group(1)
+        buckets.setdefault(fam, []).append((float(le), val))
+    if name.endswith("_count") and fam != name: counts[fam] = val
+    n += 1
+for fam, b in buckets.items():
+    les = [x[0] for x in b]; vals = [x[1] for x in b]
+    if les != sorted(les) or les[-1] != float("inf") or vals != sorted(vals) or vals[-1] != counts.get(fam):
+        bad.append("histogram " + fam)
+print(n, len(bad), " ".join(bad[:5]))
+PY
+)
+set -- $prom
+[ "${2:-1}" = 0 ] && [ "${1:-0}" -gt 30 ] && grep -q '^llamacpp:time_to_first_token_seconds_count 1$' "$T/metrics.txt" &&
+  grep -q '^llamacpp:kv_cache_used_bytes [1-9]' "$T/metrics.txt" && ! grep -q prefix_cache "$T/metrics.txt" &&
+  ok "/metrics: $1 samples, HELP and TYPE for each family, time to first token a histogram, KV use, no prefix-cache series without a cache" ||
+  bad "/metrics: $prom"
+curl -s "$BASE/snapshot" >"$T/snap2.json"
+n_untagged=$(untagged "$T/snap2.json")
+n_recent=$(jget "$T/snap2.json" "len(j['recent'])")
+[ "${n_untagged%% *}" = 0 ] && [ "$n_recent" = 1 ] && ok "/snapshot after a request: its log entry and every number tagged" ||
+  bad "/snapshot after a request: recent $n_recent, untagged: $n_untagged"
 page=$(curl -s "$BASE/")
 [[ $page == "<!doctype html>"* ]] && ! grep -qE '(src|href)="https?:' <<<"$page" &&
   ok "/ serves the page with no outside resources" || bad "/: not the page, or it loads outside resources"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/dashboard")" = 200 ] && ok "/dashboard serves the page" || bad "/dashboard"
+curl -s -D "$T/page.h" -o /dev/null "$BASE/"
+grep -qi "^content-security-policy: .*connect-src 'self'; .*frame-ancestors 'none'" "$T/page.h" &&
+  ok "the page's CSP: own origin only, never framed" || bad "the page's CSP: $(grep -i '^content-security' "$T/page.h")"
 
 curl -sN "$BASE/telemetry" >"$T/stream.out" &
 CURL_PID=$!
@@ -103,5 +159,18 @@ if command -v openssl >/dev/null &&
 else echo "test_dashboard: openssl is missing: the key test binds loopback without TLS"; fi
 start_server --threads 1 --api-key-file "$T/key" "${lan[@]}" || { echo "FAIL server start (key)"; exit 1; }
 NODE_NO_WARNINGS=1 node $B/dash_test.mjs key "$BASE" "$OUT" "$T/key" || fail=1
+# wrong keys from one address: the 10th within the window blocks it (429
+# with Retry-After), right key or not, login or bearer. The browser test
+# tried one wrong key: 8 more logins, then the 10th as a bearer key.
+KEY=$(cat "$T/key")
+login() { curl -sk -o /dev/null -D "$T/login.h" -w '%{http_code}' -H 'Content-Type: application/json' -d "{\"key\":\"$1\"}" "$BASE/login"; }
+codes=""
+for i in 2 3 4 5 6 7 8 9; do codes+="$(login wrong-$i) "; done
+codes+="$(curl -sk -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer wrong-10' "$BASE/snapshot") "
+codes+="$(login "$KEY") $(curl -sk -o /dev/null -w '%{http_code}' -H "Authorization: Bearer $KEY" "$BASE/snapshot")"
+ra=$(sed -n 's/^Retry-After: *\([0-9]*\).*/\1/ip' "$T/login.h")
+[ "$codes" = "401 401 401 401 401 401 401 401 401 429 429" ] && [ "${ra:-0}" -ge 1 ] && [ "${ra:-0}" -le 60 ] &&
+  ok "10 wrong keys (login and bearer): the address gets 429, Retry-After $ra s, even with the right key" ||
+  bad "wrong-key throttle: $codes, Retry-After ${ra:-none}"
 stop_server
 exit $fail

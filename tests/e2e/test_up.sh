@@ -205,6 +205,21 @@ if [ -f models/muser-default.gguf ]; then
     bad "bundled default: rc=$rc $(tail -1 "$T/err")"
 fi
 
+# 16b. a LAN bind: refused before any download without TLS and a key; with
+# them (a self-signed certificate) the dashboard URL is https
+reset
+rm -f "$M"/ok.gguf*
+up ok --host 0.0.0.0
+expect_fail "LAN bind without TLS" "refusing to bind a non-loopback address without TLS and an API key"
+[ "$(stats 'd["requests"]')" = 0 ] && ok "LAN bind without TLS: no request made" || bad "LAN bind without TLS: requests made"
+if command -v openssl >/dev/null &&
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$T/tls.key" -out "$T/tls.crt" -days 1 -subj /CN=localhost >/dev/null 2>&1; then
+  printf 'up-test-key-0123456789\n' >"$T/api.key" && chmod 600 "$T/api.key"
+  up "$F" --host 0.0.0.0 --tls-cert "$T/tls.crt" --tls-key "$T/tls.key" --api-key-file "$T/api.key"
+  [ $rc = 0 ] && grep -q '^dashboard: https://127\.0\.0\.1:[0-9]*/$' "$T/out" && ok "LAN bind with --tls-cert, --tls-key, --api-key-file: https dashboard" ||
+    bad "LAN bind with TLS: rc=$rc $(tail -1 "$T/err")"
+else echo "test_up: openssl is missing: the TLS case is skipped"; fi
+
 # 17. the server keeps running without --exit-after-start and answers
 "$MUSER" up drop --no-open --port 0 >"$T/out" 2>"$T/err" &
 UP_PID=$!

@@ -424,6 +424,141 @@ static void test_progress_events(void **state) {
         }
         mu_job_free(j);
     }
+/* Telemetry: time to first token (count, sum, histogram), the log of
+ * finished jobs (newest first, TTFT = queue + prefill), and the slots' KV
+ * bytes as the session reports them. */
+static void test_telemetry(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t p[8];
+    prompt(p, 8, 3);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 20, .queue_max = 2};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_sched_metrics m;
+    mu_sched_job_record rec[MU_SCHED_RECENT];
+    mu_sched_get_metrics(s, &m);
+    assert_int_equal((int)m.n_ttft, 0);
+    assert_int_equal(mu_sched_recent(s, rec, MU_SCHED_RECENT), 0);
+    mu_gen_req q = {.prompt = p, .n_prompt = 8, .n_predict = 5, .sp = {.temp = 0}, .ignore_eos = true, .no_text = true};
+    result r;
+    run_job(s, &q, &r);
+    q.n_predict = 3;
+    run_job(s, &q, &r);
+    mu_sched_get_metrics(s, &m);
+    assert_int_equal((int)m.n_ttft, 2);
+    uint64_t in_hist = 0;
+    for (int k = 0; k < MU_SCHED_TTFT_BUCKETS; k++) in_hist += m.ttft_hist[k];
+    assert_int_equal((int)in_hist, 2);
+    const double *le = mu_sched_ttft_bounds();
+    for (int k = 1; k < MU_SCHED_TTFT_BUCKETS; k++) assert_true(le[k] > le[k - 1]);
+    assert_true(isinf(le[MU_SCHED_TTFT_BUCKETS - 1]));
+    assert_int_equal(mu_sched_recent(s, rec, MU_SCHED_RECENT), 2);
+    assert_int_equal((int)rec[0].seq, 2);
+    assert_int_equal((int)rec[1].seq, 1);
+    assert_int_equal(rec[0].n_gen, 3);
+    assert_int_equal(rec[1].n_gen, 5);
+    assert_int_equal(rec[1].n_prompt, 8);
+    assert_int_equal(rec[1].finish, MU_FINISH_LENGTH);
+    assert_int_equal(rec[1].slot, 0);
+    double sum = 0;
+    for (int i = 0; i < 2; i++) {
+        assert_true(rec[i].ttft_ms >= 0);
+        assert_true(fabs(rec[i].ttft_ms - (rec[i].queue_ms + rec[i].prompt_ms)) < 1e-6);
+        sum += rec[i].ttft_ms / 1e3;
+    }
+    assert_true(fabs(m.ttft_s_sum - sum) < 1e-9);
+    assert_true(m.ttft_s_last == rec[0].ttft_ms / 1e3);
+    assert_int_equal(mu_sched_recent(s, rec, 1), 1);
+    assert_int_equal((int)rec[0].seq, 2);
+    /* the slot's KV: the session's bytes at its n_past (8 prompt + 2 fed) */
+    mu_sched_slot_info si;
+    mu_sched_get_slot(s, 0, &si);
+    assert_int_equal(si.n_past, 10);
+    mu_session *ss;
+    assert_int_equal(mu_session_new(E, 20, &ss, &err), 0);
+    uint64_t res, used, res0, used0, resf, usedf;
+    mu_session_kv_bytes(ss, si.n_past, &res, &used);
+    mu_session_kv_bytes(ss, 0, &res0, &used0);
+    mu_session_kv_bytes(ss, 1 << 20, &resf, &usedf);
+    mu_session_free(ss);
+    assert_true(res > 0 && used > 0 && used < res);
+    assert_true(si.kv_reserved_bytes == res && si.kv_used_bytes == used);
+    assert_true(used0 == 0 && res0 == res && usedf == res);
+    /* a job cancelled in the queue: logged without a first token */
+    so.hold_until = 2;
+    mu_sched_free(s);
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_job *j;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    mu_job_cancel(j);
+    read_job(j, &r);
+    mu_job_free(j);
+    assert_int_equal(mu_sched_recent(s, rec, MU_SCHED_RECENT), 1);
+    assert_true(rec[0].ttft_ms < 0);
+    assert_int_equal(rec[0].slot, -1);
+    assert_int_equal(rec[0].finish, MU_FINISH_CANCEL);
+    mu_sched_get_metrics(s, &m);
+    assert_int_equal((int)m.n_ttft, 0);
+    mu_sched_free(s);
+}
+
+/* Reads a job's events: the PROGRESS ones into done[] (n_done, n_total
+ * pairs), and whether any came after the first TOKEN. */
+static int read_progress(mu_job *j, int (*done)[2], int cap, bool *late) {
+    mu_gen_event ev;
+    int n = 0;
+    bool tok = false;
+    *late = false;
+    while (mu_job_next(j, &ev, -1) == 1) {
+        if (ev.kind == MU_EV_PROGRESS) {
+            assert_true(n < cap);
+            done[n][0] = ev.n_done;
+            done[n][1] = ev.n_total;
+            n++;
+            *late |= tok;
+        }
+        tok |= ev.kind == MU_EV_TOKEN;
+        if (ev.kind == MU_EV_FINISH) break;
+    }
+    return n;
+}
+
+/* Prefill progress: with progress on, one event when the job gets its slot
+ * (0 done) and one after each prompt chunk, all before the first token; the
+ * total leaves out the tokens a kept prefix saved; with it off, none. */
+static void test_progress(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t p[30];
+    prompt(p, 30, 4);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 64, .prefill_chunk = 8};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_gen_req q = {.prompt = p, .n_prompt = 30, .n_predict = 2, .sp = {.temp = 0}, .ignore_eos = true,
+                    .no_text = true, .progress = true, .keep_prefix = true};
+    mu_job *j;
+    int d[16][2];
+    bool late;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    assert_int_equal(read_progress(j, d, 16, &late), 5);
+    mu_job_free(j);
+    static const int want[5] = {0, 8, 16, 24, 30};
+    for (int k = 0; k < 5; k++) {
+        assert_int_equal(d[k][0], want[k]);
+        assert_int_equal(d[k][1], 30);
+    }
+    assert_false(late);
+    /* the same prompt again: 29 tokens kept (the last is fed again), 1 to evaluate */
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    assert_int_equal(read_progress(j, d, 16, &late), 2);
+    mu_job_free(j);
+    assert_true(d[0][0] == 0 && d[0][1] == 1 && d[1][0] == 1 && d[1][1] == 1);
+    q.progress = false;
+    q.keep_prefix = false;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    assert_int_equal(read_progress(j, d, 16, &late), 0);
+    mu_job_free(j);
     mu_sched_free(s);
 }
 
@@ -780,6 +915,8 @@ int main(void) {
         cmocka_unit_test(test_forced_and_limits),
         cmocka_unit_test(test_progress_events),
         cmocka_unit_test(test_hold_and_cancel),
+        cmocka_unit_test(test_telemetry),
+        cmocka_unit_test(test_progress),
         cmocka_unit_test(test_notify),
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_text_and_stops),

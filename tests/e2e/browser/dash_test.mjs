@@ -9,8 +9,12 @@
 //   (MUSER_TEST_STALL_AFTER): while the page's chat request runs, the page
 //   renders a busy slot, one request processing and STALL_N generated tokens.
 // MODE "key": the server has an API key (and, on a LAN-style bind, TLS with
-//   a self-signed certificate): the page asks for the key, and polls once
-//   it is given.
+//   a self-signed certificate): the page shows a login form and no data,
+//   /snapshot and /telemetry answer 401, a wrong key is refused; after the
+//   login the page follows /telemetry, the session cookie is HttpOnly,
+//   SameSite=Strict (and Secure under TLS), the chat streams with the CSRF
+//   token and a POST without it gets 403; screenshots of both states go to
+//   OUTDIR; after logging out /snapshot is 401 again.
 // Verdicts wait on page state (data attributes), never on elapsed time.
 import puppeteer from "puppeteer-core";
 import fs from "node:fs";
@@ -32,8 +36,9 @@ const browser = await puppeteer.launch({
 const page = await browser.newPage();
 await page.setViewport({ width: 1280, height: 1000 });
 const errors = [];
-// a 401 is what the key mode expects from the page's first poll
-const expected = (t) => mode === "key" && /status of 401/.test(t);
+// the key mode asks for 401s and 403s on purpose (no login, a wrong key,
+// no CSRF token)
+const expected = (t) => mode === "key" && /status of 40[13]/.test(t);
 page.on("pageerror", (e) => errors.push("pageerror: " + e.message));
 page.on("console", (m) => { if (m.type() === "error" && !expected(m.text())) errors.push("console: " + m.text()); });
 const polls = () => page.$eval("body", (b) => +b.dataset.polls);
@@ -80,7 +85,9 @@ try {
     const stable = ["model.id", "model.n_ctx", "model.file_bytes", "backend.kernels", "backend.engine", "requests.total",
       "requests.processing", "requests.queued", "requests.rejected_busy", "requests.cancelled", "tokens.prompt_total",
       "tokens.gen_total", "throughput.decode_tok_s", "throughput.prefill_tok_s", "throughput.ttft_s",
-      "memory.kv_bytes", "memory.prefix_cache_bytes", "remote_prefill", "slots.0.state", "slots.0.n_gen", "slots.0.n_prompt"];
+      "memory.kv_bytes", "memory.kv_used_bytes", "prefix_cache.bytes", "prefix_cache.hits", "remote_prefill",
+      "slots.0.state", "slots.0.n_gen", "slots.0.n_prompt", "slots.0.kv_used_bytes", "throughput.ttft_last_s",
+      "tokens.prompt_reused", "recent.0.seq", "recent.0.ttft_s", "recent.0.n_gen", "recent.1.ttft_s", "recent.1.queue_s"];
     let mismatches = [];
     for (const k of stable) {
       const e = els.find((x) => x.k === k);
@@ -93,6 +100,23 @@ try {
     check(mismatches.length === 0,
       `rendered values equal /snapshot for ${stable.length} keys` + (mismatches.length ? ": " + mismatches.join("; ") : ""));
     check(snap.requests.total.value === 2 && snap.tokens.gen_total.value > 0, `the counts are the two chat requests' (${snap.tokens.gen_total.value} tokens)`);
+    // time to first token: per request (the server's log), its average, the chart
+    const rec = snap.recent;
+    const sum = rec.reduce((a, q) => a + q.ttft_s.value, 0);
+    check(rec.length === 2 && rec.every((q) => q.ttft_s.tag === "measured" &&
+      Math.abs(q.ttft_s.value - (q.queue_s.value + q.prompt_s.value)) < 1e-6) &&
+      Math.abs(snap.throughput.ttft_s.value - sum / 2) < 1e-9 && snap.throughput.ttft_last_s.value === rec[0].ttft_s.value,
+      `time to first token: 2 requests logged, each queue + prefill, the average theirs (${snap.throughput.ttft_s.value.toFixed(4)} s)`);
+    const pts = await page.$eval("#c-ttft", (c) => c.dataset.points);
+    const rows = await page.$$eval("#recent tr", (r) => r.length);
+    check(pts === "2" && rows === 3, `the TTFT chart has ${pts} bars and the request log ${rows - 1} rows (2)`);
+    check(snap.memory.kv_used_bytes.value > 0 && snap.memory.kv_used_bytes.value <= snap.memory.kv_bytes.value &&
+      snap.slots[0].kv_used_bytes.value === snap.memory.kv_used_bytes.value,
+      `KV cache: ${snap.memory.kv_used_bytes.value} of ${snap.memory.kv_bytes.value} bytes in use`);
+    const metrics = await (await fetch(base + "/metrics")).text();
+    const mcount = +(/^llamacpp:time_to_first_token_seconds_count (\S+)$/m.exec(metrics) || [])[1];
+    const msum = +(/^llamacpp:time_to_first_token_seconds_sum (\S+)$/m.exec(metrics) || [])[1];
+    check(mcount === 2 && Math.abs(msum - sum) < 1e-9, `/metrics: time_to_first_token_seconds count ${mcount}, sum as /snapshot's`);
     // honesty: every tagged field on the page shows its tag, and only the three exist
     const tagged = els.filter((x) => x.tag !== null);
     const tags = new Set(tagged.map((x) => x.tag));
@@ -126,17 +150,53 @@ try {
     check(snap.slots[0].state === "busy" && snap.requests.processing.value === 1, "/snapshot agrees: busy, 1 processing");
   } else if (mode === "key") {
     const key = fs.readFileSync(stallArg, "utf8").trim();
+    const tls = base.startsWith("https:");
     await page.goto(base + "/", { waitUntil: "load" });
-    await page.waitForFunction(() => !document.getElementById("login").hidden, { timeout: 600000 });
-    check((await polls()) === 0, "without the key: the page asks for it and shows no data");
-    const noKey = await fetch(base + "/snapshot");
-    check(noKey.status === 401, "/snapshot without the key: 401");
+    await page.waitForFunction(() => document.body.dataset.auth === "login" && !document.getElementById("login").hidden,
+      { timeout: 600000 });
+    check((await polls()) === 0, "without a login: the page shows the login form and no data");
+    const fromPage = (path, init) => page.evaluate(async (p, i) => (await fetch(p, i)).status, path, init || {});
+    const s0 = await fromPage("/snapshot"), t0 = await fromPage("/telemetry");
+    check(s0 === 401 && t0 === 401, `without a login: /snapshot ${s0}, /telemetry ${t0} (401)`);
+    fs.mkdirSync(outdir, { recursive: true });
+    await page.screenshot({ path: outdir + "/login.png" });
+    await page.type("#key", "not-the-key");
+    await page.click("#key-go");
+    await page.waitForFunction(() => document.body.dataset.loginFailures === "1", { timeout: 600000 });
+    check((await polls()) === 0 && (await page.$eval("#login", (e) => !e.hidden)), "a wrong key: refused, still no data");
     await page.type("#key", key);
     await page.click("#key-go");
     await waitPolls(1);
+    const feed = await page.$eval("body", (b) => b.dataset.feed);
+    check(feed === "sse", `after the login: the page follows /telemetry (feed ${feed})`);
     const id = await page.$eval('[data-k="model.id"]', (e) => e.dataset.raw);
     const snap = await snapshot({ Authorization: "Bearer " + key });
-    check(id === JSON.stringify(snap.model.id), `with the key: the page polls and shows the model (${base.split(":")[0]})`);
+    check(id === JSON.stringify(snap.model.id), `after the login: the page shows the model (${tls ? "https" : "http"})`);
+    const cookies = await page.cookies();
+    const c = cookies.find((x) => x.name.startsWith("muser_"));
+    check(c && c.httpOnly && c.sameSite === "Strict" && c.secure === tls && c.path === "/",
+      `session cookie: HttpOnly, SameSite=Strict, Secure ${tls}` + (c ? "" : ": none set"));
+    check((await page.evaluate(() => document.cookie)) === "", "the page's script cannot read the session cookie");
+    check(!(await page.evaluate(() => JSON.stringify(sessionStorage) + JSON.stringify(localStorage))).includes(key),
+      "the key is kept nowhere in the page's storage");
+    // chat through the cookie with the CSRF token
+    await page.type("#chat-in", "Hello");
+    await page.keyboard.press("Enter");
+    await page.waitForFunction(() => document.getElementById("chat-out").dataset.done === "1", { timeout: 600000 });
+    const chunks = await page.$eval("#chat-out", (e) => +e.dataset.chunks);
+    const out = await page.$eval("#chat-out", (e) => e.textContent);
+    check(chunks > 0 && !out.includes("[HTTP"), `after the login: a chat reply streams (${chunks} chunks)`);
+    const body = JSON.stringify({ messages: [{ role: "user", content: "x" }], max_tokens: 1 });
+    const noCsrf = await fromPage("/v1/chat/completions", { method: "POST", headers: { "Content-Type": "application/json" }, body });
+    const badCsrf = await fromPage("/v1/chat/completions",
+      { method: "POST", headers: { "Content-Type": "application/json", "X-CSRF-Token": "0".repeat(64) }, body });
+    check(noCsrf === 403 && badCsrf === 403, `the cookie without the CSRF token: ${noCsrf}, with a wrong one: ${badCsrf} (403)`);
+    await page.screenshot({ path: outdir + "/dashboard-" + (tls ? "tls" : "key") + ".png", fullPage: true });
+    ok("screenshots " + outdir + "/login.png, dashboard-" + (tls ? "tls" : "key") + ".png");
+    await page.click("#logout");
+    await page.waitForFunction(() => document.body.dataset.auth === "login", { timeout: 600000 });
+    const s1 = await fromPage("/snapshot");
+    check(s1 === 401, `after logging out: /snapshot ${s1} (401)`);
   } else {
     bad("unknown mode " + mode);
   }
