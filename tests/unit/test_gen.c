@@ -424,6 +424,9 @@ static void test_progress_events(void **state) {
         }
         mu_job_free(j);
     }
+    mu_sched_free(s);
+}
+
 /* Telemetry: time to first token (count, sum, histogram), the log of
  * finished jobs (newest first, TTFT = queue + prefill), and the slots' KV
  * bytes as the session reports them. */
