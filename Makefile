@@ -22,7 +22,7 @@ COMMIT  := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -pthread -fno-strict-aliasing -MMD -MP $(SAN) \
            -DMU_COMMIT=\"$(COMMIT)\"
-LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl
+LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl -lsqlite3
 
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \

@@ -100,6 +100,10 @@ typedef struct {
     int (*install)(void *user, mu_session *s, mu_err *err);
     void *install_user;
     int n_installed;
+    /* with install: called once with install_user when the job is freed,
+     * whether install ran or not (the prefill lane frees its verified rows);
+     * not called when mu_sched_submit fails (the caller still owns them) */
+    void (*install_free)(void *user);
     mu_embd_pooling embd;   /* not OFF: evaluate the prompt, pool its final-norm rows, end with
                                MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
                                Pooling other than LAST needs the whole prompt in one step

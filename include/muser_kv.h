@@ -40,6 +40,12 @@ void mu_kv_key_wipe(uint8_t key[32]);
 typedef struct mu_kv_ident mu_kv_ident;
 int mu_kv_ident_new(const mu_engine *e, const char *model_path, mu_kv_ident **out, mu_err *err);
 void mu_kv_ident_free(mu_kv_ident *id);
+/* One digest of everything a pack's identity binds for a session of n_ctx
+ * positions (the semantic digests, the cache layout with its ring size,
+ * the kernel class): equal digests, interchangeable KV rows. The prefill
+ * lane compares it before any KV moves. *kclass (may be NULL) gets the
+ * kernel class's name ("x86-exact", "cuda", ...); it lives as long as id. */
+void mu_kv_ident_digest(const mu_kv_ident *id, int n_ctx, uint8_t out[32], const char **kclass);
 
 enum { MU_KV_CODEC_RAW = 1, MU_KV_CODEC_LOSSLESS = 2 };
 typedef struct {

@@ -36,6 +36,15 @@ typedef struct {
     const char *cors_origins;  /* NULL: no CORS headers; "*" or comma-separated origins (--cors) */
     const char *backend;       /* the engine's backend ("cpu", "cuda"), shown by /snapshot; may be NULL */
     const char *kernels;       /* the CPU kernel table, shown by /snapshot; may be NULL */
+    /* remote prefill (include/muser_lane.h): called on the HTTP thread for
+     * every one-choice generation request before it is submitted; may set
+     * the request's install hook (mu_lane_prepare). A nonzero return
+     * answers the request with that error. NULL: none. */
+    int (*prefill)(void *user, mu_gen_req *q, mu_err *err);
+    void *prefill_user;
+    /* more Prometheus lines for /metrics (returns their length); NULL: none */
+    int (*metrics)(void *user, char *buf, size_t cap);
+    void *metrics_user;
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

@@ -1,6 +1,6 @@
 /* bench.c: `muser bench`: prefill and decode speed at fixed context depths.
  *   muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]
- *               [--threads N] [--kern NAME] [--ubatch N] [--reps N] [--profile]
+ *               [--threads N] [--kern NAME] [--ubatch N] [--reps N] [--parallel N] [--profile]
  * For each depth: one job on a fresh session, a prompt of `depth` tokens
  * (BOS, then a fixed LCG sequence, the same one bench/compare-llamacpp gives
  * llama.cpp) prefilled in chunks of --ubatch tokens (llama.cpp's batch size,
@@ -32,7 +32,7 @@ static int usage(void) {
             "usage: muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]\n"
             "                   [--threads N] [--kern ref|avx2|avx512|neon] [--ubatch 512] [--reps 1]\n"
             "                   " CLI_BACKEND_USAGE "\n"
-            "                   [--profile]\n");
+            "                   [--parallel N] [--profile]\n");
     return 1;
 }
 
@@ -82,35 +82,50 @@ typedef struct {
  * with a fresh session of just the context it needs (depth + gen + 16), as
  * a fresh llama.cpp context has: the KV cache's size shapes the attention's
  * memory access. */
-static int bench_depth(mu_engine *e, const int32_t *prompt, int depth, int gen, int ubatch, bench_run *r,
+static int bench_depth(mu_engine *e, const int32_t *prompt, int depth, int gen, int ubatch, int n_par, bench_run *r,
                        mu_err *err) {
     static const int32_t first = 5;
     mu_gen_req q = {.prompt = prompt, .n_prompt = depth, .n_predict = 1 + gen, .sp = {.temp = 0},
                     .no_text = true, .forced = &first, .n_forced = 1};
-    mu_sched_opts so = {.n_slots = 1, .n_ctx = depth + gen + 16, .prefill_chunk = ubatch};
+    mu_sched_opts so = {.n_slots = n_par, .n_ctx = depth + gen + 16, .prefill_chunk = ubatch};
     mu_sched *sched;
-    mu_job *job;
+    mu_job *jobs[MU_SCHED_MAX_SLOTS];
     int rc = mu_sched_new(e, &so, &sched, err);
     if (rc) return rc;
-    if ((rc = mu_sched_submit(sched, &q, 1, &job, err))) {
+    /* --parallel N: N choices of one request (the prompt evaluated once,
+     * its KV copied to the other slots), so the slots decode in the same
+     * steps; decode time is the slowest job's, the tokens are all jobs' (an
+     * aggregate rate), the ids are job 0's */
+    mu_gen_req qs[MU_SCHED_MAX_SLOTS];
+    for (int j = 0; j < n_par; j++) qs[j] = q;
+    if ((rc = mu_sched_submit(sched, qs, n_par, jobs, err))) {
         mu_sched_free(sched);
         return rc;
     }
-    mu_gen_event ev;
-    int n_tok = 0;
+    const int n_sub = n_par;
     r->n_ids = r->n_steps = 0;
-    mu_job_wait_end(job); /* no wake-up per token while timing */
-    while (mu_job_next(job, &ev, 0) == 1) {
-        if (ev.kind == MU_EV_TOKEN && n_tok++ > 0) r->ids[r->n_steps++] = ev.tok.id;
-        if (ev.kind != MU_EV_FINISH) continue;
-        if (ev.finish == MU_FINISH_ERROR || ev.finish == MU_FINISH_CANCEL)
-            rc = mu_fail(err, MU_E_STATE, "%s", ev.err[0] ? ev.err : "generation failed");
-        r->n_ids = ev.finish == MU_FINISH_STOP ? r->n_steps - 1 : r->n_steps;
-        r->prefill_s = ev.stats.prompt_ms / 1e3;
-        r->decode_s = ev.stats.gen_ms / 1e3;
-        break;
+    r->prefill_s = r->decode_s = 0;
+    for (int j = 0; j < n_sub; j++) {
+        mu_gen_event ev;
+        int n_tok = 0, steps = 0;
+        mu_job_wait_end(jobs[j]); /* no wake-up per token while timing */
+        while (mu_job_next(jobs[j], &ev, 0) == 1) {
+            if (ev.kind == MU_EV_TOKEN && n_tok++ > 0) {
+                if (j == 0) r->ids[r->n_ids] = ev.tok.id;
+                if (j == 0) r->n_ids++;
+                steps++;
+            }
+            if (ev.kind != MU_EV_FINISH) continue;
+            if ((ev.finish == MU_FINISH_ERROR || ev.finish == MU_FINISH_CANCEL) && !rc)
+                rc = mu_fail(err, MU_E_STATE, "%s", ev.err[0] ? ev.err : "generation failed");
+            if (j == 0 && ev.finish == MU_FINISH_STOP) r->n_ids--;
+            r->n_steps += steps;
+            if (ev.stats.prompt_ms / 1e3 > r->prefill_s) r->prefill_s = ev.stats.prompt_ms / 1e3;
+            if (ev.stats.gen_ms / 1e3 > r->decode_s) r->decode_s = ev.stats.gen_ms / 1e3;
+            break;
+        }
+        mu_job_free(jobs[j]);
     }
-    mu_job_free(job);
     mu_sched_free(sched);
     return rc;
 }
@@ -145,7 +160,7 @@ static void print_profile(const mu_engine *e, int depth, long long reps, bool js
 
 int cmd_bench(int argc, char **argv) {
     const char *model = NULL, *kern = NULL, *depths_arg = "512,2048,8192";
-    long long gen = 64, threads = 0, ubatch = 512, reps = 1;
+    long long gen = 64, threads = 0, ubatch = 512, reps = 1, par = 1;
     bool json = false, profile = false;
     cli_backend backend = CLI_BACKEND_DEFAULT;
     for (int i = 1; i < argc; i++) {
@@ -168,6 +183,7 @@ int cmd_bench(int argc, char **argv) {
         else if (!strcmp(a, "--ubatch")) { NEED(); if (!cli_int(v, 1, 1 << 20, &ubatch)) return cli_fail("muser bench: --ubatch must be 1..1048576: %s", v); }
         else if (!strcmp(a, "--reps")) { NEED(); if (!cli_int(v, 1, 1000, &reps)) return cli_fail("muser bench: --reps must be 1..1000: %s", v); }
         else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
+        else if (!strcmp(a, "--parallel")) { NEED(); if (!cli_int(v, 1, MU_SCHED_MAX_SLOTS, &par)) return cli_fail("muser bench: --parallel must be 1..%d: %s", MU_SCHED_MAX_SLOTS, v); }
         else if (!strcmp(a, "--json")) json = true;
         else return cli_fail("muser bench: unknown option '%s' (see muser bench --help)", a);
 #undef NEED
@@ -222,7 +238,7 @@ int cmd_bench(int argc, char **argv) {
     /* warm-up: fault the weights in and spin up the pool */
     {
         bench_run w = {.ids = ids};
-        if (bench_depth(e, prompt, max_depth < 32 ? max_depth : 32, 2, (int)ubatch, &w, &err)) {
+        if (bench_depth(e, prompt, max_depth < 32 ? max_depth : 32, 2, (int)ubatch, 1, &w, &err)) {
             cli_fail("muser bench: %s", err.msg);
             goto done;
         }
@@ -236,7 +252,7 @@ int cmd_bench(int argc, char **argv) {
         if (profile) mu_engine_profile(e, true); /* zeroed per depth */
         for (int r = 0; r < reps; r++) {
             bench_run br = {.ids = ids};
-            if (bench_depth(e, prompt, depth, (int)gen, (int)ubatch, &br, &err)) {
+            if (bench_depth(e, prompt, depth, (int)gen, (int)ubatch, (int)par, &br, &err)) {
                 cli_fail("muser bench: %s", err.msg);
                 goto done;
             }
@@ -252,20 +268,22 @@ int cmd_bench(int argc, char **argv) {
             printf("{\"model\": \"%s\", \"depth\": %d, \"gen\": %lld, \"prefill_s\": %.6f, \"decode_s\": %.6f, "
                    "\"prefill_tps\": %.2f, \"decode_tokens\": %d, \"decode_tps\": %.2f, \"peak_rss_mib\": %.1f, "
                    "\"step_weight_bytes\": %.0f, \"decode_weight_gbps\": %.2f, "
-                   "\"backend\": \"%s\", \"kern\": \"%s\", \"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, \"commit\": \"%s\", "
-                   "\"ids\": [",
+                   "\"backend\": \"%s\", \"kern\": \"%s\", \"threads\": %d, \"ubatch\": %lld, \"reps\": %lld, "
+                   "\"parallel\": %lld, \"commit\": \"%s\", \"ids\": [",
                    model, depth, gen, ps, ds, depth / ps, n_steps, n_steps / ds, peak_rss_mib(), wb,
-                   n_steps * wb / ds / 1e9,
-                   mu_engine_backend(e), mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, reps, MU_COMMIT);
+                   n_steps / par * wb / ds / 1e9,
+                   mu_engine_backend(e), mu_engine_kern_name(e), mu_engine_n_threads(e), ubatch, reps, par, MU_COMMIT);
             for (int g = 0; g < n_ids; g++) printf("%s%d", g ? ", " : "", ids[g]);
             printf("]");
             if (profile) print_profile(e, depth, reps, true);
             printf("}\n");
         } else {
-            printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %d tokens%s, weights at "
+            /* the weights are read once per step, whatever the slots */
+            printf("depth %6d: prefill %8.2f tok/s (%.3f s)   decode %7.2f tok/s (%.3f s, %d tokens%s%s, weights at "
                    "%.1f GB/s)   peak RSS %.0f MiB\n",
-                   depth, depth / ps, ps, n_steps / ds, ds, n_steps, n_steps < gen ? ", stopped at end of generation" : "",
-                   n_steps * wb / ds / 1e9, peak_rss_mib());
+                   depth, depth / ps, ps, n_steps / ds, ds, n_steps, par > 1 ? " of all slots" : "",
+                   n_steps < gen * par ? ", stopped at end of generation" : "", n_steps / par * wb / ds / 1e9,
+                   peak_rss_mib());
             if (profile) print_profile(e, depth, reps, false);
         }
         fflush(stdout);

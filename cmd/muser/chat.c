@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "../../include/muser_gen.h"
+#include "../../include/muser_lane.h"
 #include "cli.h"
 
 #define MAX_LINE (1u << 20) /* bytes of one user message */
@@ -107,6 +108,8 @@ typedef struct {
     const mu_model_info *I;
     mu_engine *e;
     mu_sched *sched;         /* one slot: the conversation's KV state */
+    mu_lane *lane;           /* --prefill auto|remote: a fresh session's prompt comes from a node */
+    bool lane_used;          /* a turn ran: the session holds the conversation (until fresh) */
     mu_sample_params sp;
     char *reasoning;         /* NULL: the template's default */
     char *system;            /* NULL: the template's default system text */
@@ -353,11 +356,20 @@ static int chat_turn(chat *c, const char *text) {
                     .n_forced = c->force ? c->n_force : 0,
                     .progress = cli_prefill_wanted()};
     g_interrupt = 0;
+    /* remote prefill for a fresh session only: later turns keep their
+     * prefix locally (the lane has no delta handoff yet) */
+    bool remote = false;
+    if (c->lane && (c->fresh || !c->lane_used) && mu_lane_prepare(c->lane, &q, &remote, &err)) {
+        cli_fail("muser chat: remote prefill failed: %s", err.msg);
+        goto drop;
+    }
     if (mu_sched_submit(c->sched, &q, 1, &job, &err)) {
+        if (q.install_free) q.install_free(q.install_user);
         cli_fail("muser chat: %s", err.msg);
         goto drop;
     }
     c->fresh = false;
+    c->lane_used = true;
 
     sb_clear(&c->content);
     sb_clear(&c->reasoning_text);
@@ -716,6 +728,7 @@ static int usage(void) {
             "                  " CLI_BACKEND_USAGE "\n"
             "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
             "                  [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                  " CLI_LANE_USAGE "\n"
             "Interactive chat; type /help inside for commands. Reads one message per line when\n"
             "stdin is not a terminal. Details: docs/chat.md.\n%s",
             cli_sample_usage());
@@ -762,7 +775,11 @@ int cmd_chat(int argc, char **argv) {
     cli_backend backend = CLI_BACKEND_DEFAULT;
     bool stats = false, ignore_eos = false, check = false;
     cli_spec spec = {0};
+    cli_lane lane = {0};
     for (int i = 1; i < argc; i++) {
+        int lo = cli_lane_opt("muser chat", argc, argv, &i, &lane);
+        if (lo < 0) return 1;
+        if (lo) continue;
         int so = cli_sample_opt("muser chat", argc, argv, &i, &sp);
         if (so == 0) so = cli_spec_opt("muser chat", argc, argv, &i, &spec);
         if (so < 0) return 1;
@@ -850,6 +867,12 @@ int cmd_chat(int argc, char **argv) {
         cli_fail("muser chat: %s", err.msg);
         goto done;
     }
+    mu_lane_opts lopts = {.mode = (mu_prefill_mode)lane.mode, .node = lane.node, .n_ctx = c.n_ctx,
+                          .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s};
+    if (mu_lane_new(c.e, model, &lopts, &c.lane, &err)) {
+        cli_fail("muser chat: %s", err.msg);
+        goto done;
+    }
     const char *force = getenv("MUSER_CHAT_FORCE_OUTPUT");
     if (force && *force && mu_tokenize(c.m, force, strlen(force), false, true, &c.force, &c.n_force, &err)) {
         cli_fail("muser chat: MUSER_CHAT_FORCE_OUTPUT: %s", err.msg);
@@ -875,6 +898,7 @@ int cmd_chat(int argc, char **argv) {
 done:
     input_close(&in);
     mu_sched_free(c.sched);
+    mu_lane_free(c.lane);
     mu_engine_free(c.e);
     mu_model_close(c.m);
     json_decref(c.msgs);

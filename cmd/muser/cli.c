@@ -1,4 +1,5 @@
 /* cli.c: option parsing helpers and the error-line contract. */
+#include "../../include/muser_lane.h"
 #include "cli.h"
 
 #include "../../include/muser_gen.h"
@@ -235,6 +236,25 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
         if (!cli_int(v, 0, MU_SPEC_DRAFT_MAX, &n))
             return cli_fail("%s: --draft-min must be 0..%d: %s", cmd, MU_SPEC_DRAFT_MAX, v), -1;
         p->draft_min = (int)n;
+    }
+    return 1;
+}
+
+int cli_lane_opt(const char *cmd, int argc, char **argv, int *i, cli_lane *l) {
+    const char *a = argv[*i];
+    if (strcmp(a, "--prefill") && strcmp(a, "--node") && strcmp(a, "--breaker")) return 0;
+    if (*i + 1 >= argc) return cli_fail("%s: option %s needs a value", cmd, a), -1;
+    const char *v = argv[++*i];
+    if (!strcmp(a, "--prefill")) {
+        if ((l->mode = mu_prefill_parse(v)) < 0) return cli_fail("%s: --prefill must be local, auto or remote: %s", cmd, v), -1;
+    } else if (!strcmp(a, "--node")) {
+        l->node = v;
+    } else {
+        int n, sec, k = 0;
+        if (sscanf(v, "%d:%d%n", &n, &sec, &k) != 2 || v[k] || n < 1 || n > 1000 || sec < 1 || sec > 86400)
+            return cli_fail("%s: --breaker must be FAILURES:SECONDS (1..1000:1..86400): %s", cmd, v), -1;
+        l->breaker_n = n;
+        l->breaker_s = sec;
     }
     return 1;
 }

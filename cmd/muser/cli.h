@@ -54,6 +54,17 @@ typedef struct {
  * cli_sample_opt. */
 int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p);
 
+/* Remote prefill options (docs/lane.md), as run, chat and serve take them:
+ * --prefill local|auto|remote, --node NAME, --breaker N:SECONDS. */
+typedef struct {
+    int mode;         /* mu_prefill_mode */
+    const char *node; /* NULL: the only registered node */
+    int breaker_n, breaker_s;
+} cli_lane;
+/* Parses one option at argv[*i]; returns 1, 0 or -1 as cli_sample_opt. */
+int cli_lane_opt(const char *cmd, int argc, char **argv, int *i, cli_lane *l);
+#define CLI_LANE_USAGE "[--prefill local|auto|remote] [--node NAME] [--breaker N:SECONDS]"
+
 /* Runs mu_model_check on m with progress on stderr (a rewritten line with
  * bytes and rate when stderr is a terminal; else, with `lines`, a plain line
  * per quarter). Returns 0, or 1 after printing "CMD: <error>". */

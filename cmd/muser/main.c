@@ -15,6 +15,9 @@ int cmd_info(int argc, char **argv);
 int cmd_gen(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_up(int argc, char **argv);
+int cmd_tls(int argc, char **argv);
+int cmd_producer(int argc, char **argv);
+int cmd_node(int argc, char **argv);
 
 typedef struct {
     const char *name;
@@ -32,6 +35,9 @@ static const subcommand table[] = {
     {"info", cmd_info, "model geometry, tensor types and sizes"},
     {"gen", cmd_gen, "write a Muse Glimmer GGUF with seeded random weights"},
     {"pack", cmd_pack, "KV packs: save a prompt's KV state, verify, inspect"},
+    {"producer", cmd_producer, "remote prefill node: prefill prompts for enrolled decoders over mutual TLS"},
+    {"node", cmd_node, "remote prefill nodes: add (enroll, qualify), qualify, status, remove"},
+    {"tls", cmd_tls, "local CA and certificates for the prefill lane"},
     {NULL, NULL, NULL},
 };
 

@@ -3,8 +3,11 @@
  *             [SAMPLING...] (cli_sample_usage: --temp --top-k ... --logit-bias)
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
  *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]
+ *             [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
  * With --pack, the KV state of a pack directory (muser pack save) is
  * restored first and the prompt is what follows it (docs/kvpack.md).
+ * With --prefill auto|remote, the prompt's whole steps before its last token
+ * are prefilled by a node (docs/lane.md); auto falls back to local prefill.
  * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
  * (prob = softmax of the final logits, after logit scale and softcap); with
  * any --spec option also a last line {"timings": {...}} with the draft counts
@@ -17,6 +20,7 @@
 
 #include "../../include/muser_gen.h"
 #include "../../include/muser_kv.h"
+#include "../../include/muser_lane.h"
 #include "cli.h"
 #include "prompt.h"
 
@@ -25,7 +29,8 @@ static int usage(void) {
             "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [SAMPLING...]\n"
             "                 [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N]\n"
             "                 [--kern ref|avx2|avx512|neon] " CLI_BACKEND_USAGE " [--check-tensors]\n"
-            "                 [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]\n%s",
+            "                 [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                 " CLI_LANE_USAGE "\n%s",
             cli_sample_usage());
     return 1;
 }
@@ -66,7 +71,11 @@ int cmd_run(int argc, char **argv) {
     bool json = false, ignore_eos = false, check = false;
     cli_spec spec = {0};
     bool spec_given = false; /* any --spec option: report the draft counts */
+    cli_lane lane = {0};
     for (int i = 1; i < argc; i++) {
+        int lo = cli_lane_opt("muser run", argc, argv, &i, &lane);
+        if (lo < 0) return 1;
+        if (lo) continue;
         int so = cli_sample_opt("muser run", argc, argv, &i, &sp);
         if (so == 0 && (so = cli_spec_opt("muser run", argc, argv, &i, &spec)) > 0) spec_given = true;
         if (so < 0) return 1;
@@ -102,6 +111,7 @@ int cmd_run(int argc, char **argv) {
     if (!!ids_arg + !!text + !!file != 1) return cli_fail("muser run: give exactly one of --prompt-ids, -p, -f");
     if (!model && !(model = cli_default_model())) return 1;
     if (key_file && !pack) return cli_fail("muser run: --key-file goes with --pack");
+    if (pack && lane.mode != MU_PREFILL_LOCAL) return cli_fail("muser run: --pack and --prefill auto|remote do not go together");
     pack_src src = {.dir = pack};
     mu_kv_ident *kid = NULL;
     int n_packed = 0;
@@ -125,6 +135,7 @@ int cmd_run(int argc, char **argv) {
     mu_engine *e = NULL;
     mu_sched *sched = NULL;
     mu_job *job = NULL;
+    mu_lane *ln = NULL;
     if (ids_arg) {
         if (!cli_ids(ids_arg, &prompt, &n_prompt)) {
             cli_fail("muser run: --prompt-ids must be a comma-separated list of token ids");
@@ -176,6 +187,12 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
+    mu_lane_opts lo = {.mode = (mu_prefill_mode)lane.mode, .node = lane.node, .n_ctx = n_ctx,
+                       .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s};
+    if (n_gen > 0 && mu_lane_new(e, model, &lo, &ln, &err)) {
+        cli_fail("muser run: %s", err.msg);
+        goto done;
+    }
     if (!json && !mu_model_tokenizer(m)) {
         cli_fail("muser: the model has no tokenizer; use --json for token ids");
         goto done;
@@ -192,7 +209,19 @@ int cmd_run(int argc, char **argv) {
             q.n_installed = n_packed;
         }
         if (q.n_top > I->n_vocab) q.n_top = I->n_vocab;
+        bool remote = false;
+        if (mu_lane_prepare(ln, &q, &remote, &err)) {
+            cli_fail("muser run: remote prefill failed: %s", err.msg);
+            goto done;
+        }
+        if (ln) {
+            mu_lane_stats ls;
+            mu_lane_get_stats(ln, &ls);
+            if (remote) fprintf(stderr, "muser run: %d prompt tokens prefilled by the node\n", q.n_installed);
+            else if (ls.n_fallback) fprintf(stderr, "muser run: remote prefill failed, prefilling locally: %s\n", ls.last_error);
+        }
         if (mu_sched_submit(sched, &q, 1, &job, &err)) {
+            if (q.install_free) q.install_free(q.install_user);
             cli_fail("muser run: %s", err.msg);
             goto done;
         }
@@ -236,6 +265,7 @@ int cmd_run(int argc, char **argv) {
 done:
     mu_job_free(job);
     mu_sched_free(sched);
+    mu_lane_free(ln);
     mu_kv_ident_free(kid);
     mu_kv_key_wipe(src.key);
     mu_engine_free(e);

@@ -5,7 +5,7 @@
  *               [--tls-cert C --tls-key K] [--max-conns N] [--max-conns-per-ip N]
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
- *               [--any-model] [--cors ORIGINS]
+ *               [--any-model] [--cors ORIGINS] [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -16,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../../include/muser_lane.h"
 #include "../../include/muser_serve.h"
 #include "cli.h"
 
@@ -32,6 +33,7 @@ static int usage(void) {
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                   " CLI_LANE_USAGE "\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -59,6 +61,14 @@ static const char *model_id(const mu_model *m, const char *path) {
     return s ? s + 1 : path;
 }
 
+/* --prefill auto|remote: the lane fetches before the request is submitted */
+static int serve_prefill(void *user, mu_gen_req *q, mu_err *err) {
+    bool remote;
+    /* a node's failure is a 502-class answer, never a busy 429 (MU_E_STATE) */
+    return mu_lane_prepare(user, q, &remote, err) ? MU_E_IO : 0;
+}
+static int serve_metrics(void *user, char *buf, size_t cap) { return mu_lane_metrics(user, buf, cap); }
+
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *cert = NULL, *keyp = NULL;
     long long port = 4949, parallel = 1, ctx = 0, queue = 64, threads = 0;
@@ -70,7 +80,11 @@ int cmd_serve(int argc, char **argv) {
     bool check = false;
     cli_backend backend = CLI_BACKEND_DEFAULT;
     cli_spec spec = {0};
+    cli_lane lane = {0};
     for (int i = 1; i < argc; i++) {
+        int lo = cli_lane_opt("muser serve", argc, argv, &i, &lane);
+        if (lo < 0) return 1;
+        if (lo) continue;
         int bo = cli_backend_opt("muser serve", argc, argv, &i, &backend);
         if (bo < 0) return 1;
         if (bo) continue;
@@ -146,6 +160,7 @@ int cmd_serve(int argc, char **argv) {
     mu_engine *e = NULL;
     mu_sched *sched = NULL;
     mu_server *srv = NULL;
+    mu_lane *ln = NULL;
     if (mu_model_open(model, &m, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
@@ -173,6 +188,12 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
+    mu_lane_opts lo = {.mode = (mu_prefill_mode)lane.mode, .node = lane.node, .n_ctx = n_ctx,
+                       .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s};
+    if (mu_lane_new(e, model, &lo, &ln, &err)) {
+        cli_fail("muser serve: %s", err.msg);
+        goto done;
+    }
     mu_serve_opts ho = {.host = host,
                         .port = (int)port,
                         .tls_cert_pem = cert_pem,
@@ -191,6 +212,10 @@ int cmd_serve(int argc, char **argv) {
                         .n_aliases = n_aliases,
                         .any_model = any_model,
                         .cors_origins = cors,
+                        .prefill = ln ? serve_prefill : NULL,
+                        .prefill_user = ln,
+                        .metrics = ln ? serve_metrics : NULL,
+                        .metrics_user = ln,
 
                         .backend = mu_engine_backend(e),
                         .kernels = mu_engine_kern_name(e)};
@@ -227,6 +252,7 @@ int cmd_serve(int argc, char **argv) {
 done:
     mu_serve_stop(srv);
     mu_sched_free(sched);
+    mu_lane_free(ln);
     mu_engine_free(e);
     mu_model_close(m);
     free(cert_pem);

@@ -75,6 +75,7 @@ struct mu_job {
     int (*install)(void *user, mu_session *s, mu_err *err); /* mu_gen_req.install */
     void *install_user;
     int n_installed;
+    void (*install_free)(void *user);
     int max_new;          /* most tokens the job may generate */
     bool progress;        /* MU_EV_PROGRESS events (mu_gen_req.progress) */
     mu_spec spec;
@@ -174,6 +175,7 @@ static void job_unref(mu_job *j) {
     pthread_mutex_destroy(&j->mu);
     pthread_mutex_destroy(&j->nmu);
     pthread_cond_destroy(&j->cv);
+    if (j->install_free) j->install_free(j->install_user);
     free(j->prompt);
     free(j->script);
     mu_gen_free(j->gen);
@@ -1049,6 +1051,7 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     }
     for (int k = 0; k < n; k++) {
         mu_job *j = jobs[k];
+        j->install_free = r[k].install ? r[k].install_free : NULL; /* the job owns it from here */
         j->sched = s;
         j->queued = true;
         if (s->q_tail) s->q_tail->next = j;

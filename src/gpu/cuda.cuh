@@ -201,7 +201,15 @@ typedef struct {
     int max_span;          /* most cells any row spans */
     float *scores;         /* [T * n_head][max_span] scratch */
     float *chunk_sums;     /* [T * n_head][max_span / 16] scratch */
+    int mode;              /* CU_ATTN_*: which kernels (cu_attn_mode) */
+    float *lanes;          /* [GRAPH_MAX_T * n_head][64][128] scratch (decode) */
 } cu_attn_args;
+enum { CU_ATTN_ROWS, CU_ATTN_PREFILL, CU_ATTN_DECODE };
+#define CU_DECODE_MAX_T 8 /* the most tokens of a CU_ATTN_DECODE pass */
+/* The kernels for a pass: PREFILL when every row is a batch row, DECODE
+ * when none is and T <= CU_DECODE_MAX_T (heads 128 wide, at most 16 query
+ * heads per KV head), else ROWS. */
+int cu_attn_mode(int T, const uint8_t *batch, int n_head, int n_head_kv, int head_dim);
 void cu_attention(cudaStream_t st, const cu_attn_args *a);
 
 #endif

@@ -57,7 +57,7 @@ typedef struct {
 #define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
 #define MAX_GRAPHS 32
 typedef struct {
-    int T, n_out, max_span, t_solo, out_solo;
+    int T, n_out, max_span, t_solo, out_solo, attn_mode;
     cudaGraphExec_t exec;
 } pass_graph;
 
@@ -79,6 +79,8 @@ struct mu_gpu_model {
     size_t qa_stride;
     int lg_rows;           /* logits rows allocated */
     float *scores, *chunk_sums;
+    float *lanes;   /* decode attention's lane sums */
+    int attn_mode;  /* CU_ATTN_* of the chunk being run */
     size_t scores_cap;     /* floats */
     chunk_in *in_h, *in_d; /* pinned host / device */
     cu_kv_layer *kv_h, *kv_d; /* [UB][n_layer] session layer table */
@@ -215,6 +217,7 @@ static void p_model_free(mu_gpu_model *m) {
     for (int i = 0; i < m->n_allocs; i++) cudaFree(m->allocs[i]);
     cudaFree(m->scores);
     cudaFree(m->chunk_sums);
+    cudaFree(m->lanes);
     cudaFree(m->lg);
     cudaFreeHost(m->in_h);
     cudaFreeHost(m->kv_h);
@@ -450,10 +453,17 @@ __global__ void k_qk(float *q, float *k, const float *v, const float *qn, const 
     const bool isq = hh < n_head;
     float *x = isq ? q + (size_t)t * n_head * hd + (size_t)hh * hd : k + (size_t)t * n_kv + (size_t)(hh - n_head) * hd;
     const float *w = isq ? qn : kn;
-    /* the squares summed in order, as the CPU does (cheap at head size) */
+    /* the squares summed in order, as the CPU does (cheap at head size),
+     * from shared memory (loaded by the whole warp) */
+    __shared__ float s_x[512];
+    const float *xs = hd <= 512 ? s_x : x;
+    if (hd <= 512) {
+        for (int i = lane; i < hd; i += 32) s_x[i] = x[i];
+        __syncwarp();
+    }
     double sum = 0;
     if (lane == 0)
-        for (int i = 0; i < hd; i++) sum += (double)(x[i] * x[i]);
+        for (int i = 0; i < hd; i++) sum += (double)(xs[i] * xs[i]);
     sum = __shfl_sync(0xffffffffu, sum, 0);
     const float sc = 1.0f / sqrtf((float)(sum / hd) + eps);
     for (int i = lane; i < hd; i += 32) x[i] = (x[i] * sc) * w[i];
@@ -527,6 +537,8 @@ static int ensure_attn(mu_gpu_model *m, size_t need, mu_err *err) {
     CK(cudaMalloc((void **)&m->scores, need * 4), "attention scratch");
     CK(cudaMalloc((void **)&m->chunk_sums, (need / 16 + 16) * 4), "attention scratch");
     m->scores_cap = need;
+    if (!m->lanes)
+        CK(cudaMalloc((void **)&m->lanes, (size_t)CU_DECODE_MAX_T * m->d.n_head * 64 * 128 * 4), "attention scratch");
     return 0;
 }
 
@@ -550,6 +562,9 @@ static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
     return 0;
 }
 
+/* threads of a row kernel: few rows (decode) get more threads each */
+#define NT(rows) ((rows) <= GRAPH_MAX_T ? 1024 : 256)
+
 /* Every kernel of one pass over a chunk whose inputs are on the device.
  * Only the arguments decide the launches, so a pass can be captured once
  * as a graph and replayed (graph_launch). */
@@ -562,11 +577,11 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     float *h = m->h, *a = m->a; /* the last layer's FFN works on gathered rows */
     /* embeddings, unweighted norm */
     cu_get_rows(st, &m->tok_embd, m->in_d->tok, T, h);
-    k_rms<<<T, 256, 0, st>>>(h, NULL, h, E, D->eps);
+    k_rms<<<T, NT(T), 0, st>>>(h, NULL, h, E, D->eps);
     int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
     for (int il = 0; il < nl; il++) {
         const dlayer *L = &m->L[il];
-        k_rms<<<T, 256, 0, st>>>(h, L->attn_norm, a, E, D->eps);
+        k_rms<<<T, NT(T), 0, st>>>(h, L->attn_norm, a, E, D->eps);
         mark(m, prof, PH_NORMS);
         const dtensor *w4[4] = {&L->wq, &L->wk, &L->wv, &L->wgate};
         float *y4[4] = {m->q, m->k, m->v, m->g};
@@ -578,13 +593,13 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         mark(m, prof, PH_ROPE);
         cu_attn_args aa = {T, D->n_head, D->n_head_kv, hd, D->n_swa, m->swa[il], m->q, m->g, a, m->in_d->pos,
                            m->in_d->batch, m->in_d->sess, m->kv_d + (size_t)il * UB, max_span, m->scores,
-                           m->chunk_sums};
+                           m->chunk_sums, m->attn_mode, m->lanes};
         cu_attention(st, &aa);
         mark(m, prof, PH_ATTN);
         const dtensor *wo = &L->wo;
         mm(m, a, T, T, t_solo, 1, &wo, &m->o);
         mark(m, prof, PH_WO);
-        k_post_add<<<T, 256, 0, st>>>(m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps);
+        k_post_add<<<T, NT(T), 0, st>>>(m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps);
         if (il == nl - 1) {
             /* llama.cpp runs the last FFN on the output rows only */
             if (n_out == 0) break;
@@ -605,12 +620,12 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         const dtensor *wd = &L->ffn_down;
         mm(m, m->f1, Tc, Tc, Tc_solo, 1, &wd, &m->o);
         mark(m, prof, PH_FFN_DOWN);
-        k_post_add<<<Tc, 256, 0, st>>>(m->o, L->post_ffw_norm, h, NULL, NULL, E, D->post_eps, D->eps);
+        k_post_add<<<Tc, NT(Tc), 0, st>>>(m->o, L->post_ffw_norm, h, NULL, NULL, E, D->post_eps, D->eps);
         mark(m, prof, PH_NORMS);
     }
     if (n_out > 0) {
         /* the final-norm state in a2 (h2 or h holds the rows): embeddings leave from there */
-        k_rms<<<n_out, 256, 0, st>>>(h, m->output_norm, m->a2, E, D->eps);
+        k_rms<<<n_out, NT(n_out), 0, st>>>(h, m->output_norm, m->a2, E, D->eps);
         const uint32_t dt = dev_dot_type(m->output.type);
         cu_quantize(st, dt, m->a2, n_out, E, m->qa, m->qa_stride);
         const int nb = cu_batch_rows(&m->output, n_out);
@@ -632,7 +647,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     for (int i = 0; i < m->n_graphs; i++) {
         pass_graph *g = &m->graphs[i];
         if (g->T == T && g->n_out == n_out && g->max_span == max_span && g->t_solo == t_solo &&
-            g->out_solo == out_solo) {
+            g->out_solo == out_solo && g->attn_mode == m->attn_mode) {
             CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
             return 0;
         }
@@ -651,6 +666,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     g->max_span = max_span;
     g->t_solo = t_solo;
     g->out_solo = out_solo;
+    g->attn_mode = m->attn_mode;
     m->n_graphs++;
     CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
     return 0;
@@ -683,6 +699,7 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         for (int i = t; i < t1; i++) in->batch[i] = t1 - t >= 2 && t < c->t_solo; /* solo: decode order */
         t = t1;
     }
+    m->attn_mode = cu_attn_mode(T, in->batch, D->n_head, D->n_head_kv, hd);
     for (int s = 0; s < n_sess; s++)
         for (int il = 0; il < nl; il++) {
             cu_kv_layer *L = &m->kv_h[(size_t)il * UB + s];

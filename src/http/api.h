@@ -38,6 +38,10 @@ typedef struct {
     char backend[16];          /* "cpu", "cuda": for /snapshot */
     char kernels[32];          /* the CPU kernel table, for /snapshot */
     double t_start_mono;       /* CLOCK_MONOTONIC seconds at start, for /snapshot */
+    int (*prefill)(void *user, mu_gen_req *q, mu_err *err); /* mu_serve_opts.prefill */
+    void *prefill_user;
+    int (*metrics)(void *user, char *buf, size_t cap);      /* mu_serve_opts.metrics */
+    void *metrics_user;
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */

@@ -451,7 +451,12 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
         q[k].sp.seed = req->sp.seed + (uint64_t)k; /* choice k: seed + k */
     }
     mu_err err = {0};
-    int rc = mu_sched_submit(a->sched, q, n, jobs, &err);
+    int rc = 0;
+    if (a->prefill && n == 1 && !q[0].embd) rc = a->prefill(a->prefill_user, &q[0], &err);
+    if (!rc) {
+        rc = mu_sched_submit(a->sched, q, n, jobs, &err);
+        if (rc && q[0].install_free) q[0].install_free(q[0].install_user); /* not the job's */
+    }
     free(prompt);
     if (rc) {
         mu_http_reply_status(r, rc, &err);

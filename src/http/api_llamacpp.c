@@ -484,6 +484,11 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
           m.n_forward ? (double)m.n_busy_sum / (double)m.n_forward : 0);
 #undef COUNTER
 #undef GAUGE
+    if (a->metrics) {
+        char extra[4096];
+        int n = a->metrics(a->metrics_user, extra, sizeof extra);
+        if (n > 0) mu_http_buf_fmt(&b, "%.*s", n, extra);
+    }
     api_dash_metrics(a, &b);
     if (b.oom) {
         mu_http_buf_free(&b);

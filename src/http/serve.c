@@ -94,6 +94,10 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
         a->gguf_name = gguf_name;
     }
     a->any_model = o->any_model;
+    a->prefill = o->prefill;
+    a->prefill_user = o->prefill_user;
+    a->metrics = o->metrics;
+    a->metrics_user = o->metrics_user;
     snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
     snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
     struct timespec ts;

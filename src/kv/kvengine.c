@@ -272,6 +272,22 @@ static int make_family(const mu_engine *e, int ring, unsigned codec, family_buf 
     return 0;
 }
 
+void mu_kv_ident_digest(const mu_kv_ident *id, int n_ctx, uint8_t out[32], const char **kclass) {
+    const mu_model *m = mu_engine_model(id->e);
+    family_buf *fb = malloc(sizeof *fb);
+    MU_ASSERT(fb); /* a few tens of kilobytes */
+    int rc = make_family(id->e, ring_for_ctx(m, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(m)), KV_CODEC_RAW, fb, NULL);
+    static const char d[] = "muser/lane/v1/identity";
+    kv_sha *h = kv_sha_new();
+    kv_sha_put(h, d, sizeof d);
+    kv_sha_put(h, &id->sem, sizeof id->sem);
+    if (!rc) kv_sha_put(h, fb->f.abi, 32);
+    kv_sha_put(h, id->kclass, strlen(id->kclass) + 1);
+    kv_sha_end(h, out);
+    free(fb);
+    if (kclass) *kclass = id->kclass;
+}
+
 static int ident_fail(mu_err *err, const char *what) {
     return mu_fail(err, MU_E_MODEL, "kvpack: identity: %s", what);
 }

@@ -88,9 +88,14 @@ else bad "bench --profile text: $(cat "$T/t" "$T/err")"; fi
 ids() { "$MUSER" bench -m "$T/tiny.gguf" --depths 40 --gen 6 --json "$@" 2>/dev/null | python3 -c 'import json,sys; print(json.loads(sys.stdin.readline())["ids"])'; }
 a=$(ids --threads 2); b=$(ids --threads 1 --kern ref)
 if [ -n "$a" ] && [ "$a" = "$b" ]; then ok "same ids with 2 threads and with the ref table, 1 thread"; else bad "ids differ: '$a' vs '$b'"; fi
+# --parallel 3: three slots decode in the same steps; slot 0's ids are the
+# single slot's, and the tokens are counted over all slots
+p=$("$MUSER" bench -m "$T/tiny.gguf" --depths 40 --gen 6 --json --parallel 3 2>/dev/null | python3 -c '
+import json,sys; l = json.loads(sys.stdin.readline()); print(l["ids"], l["decode_tokens"], l["parallel"])')
+if [ "$p" = "$a 18 3" ]; then ok "bench --parallel 3: slot 0's ids as one slot's, 18 tokens"; else bad "bench --parallel 3: '$p' vs '$a 18 3'"; fi
 
 # bad options: exit 1 with one line on stderr, nothing on stdout
-for args in "--depths 0" "--depths 16,x" "--gen 0" "--threads -1" "--depths 16 --kern nosuch" "--depths 200000" "--bogus"; do
+for args in "--depths 0" "--depths 16,x" "--gen 0" "--threads -1" "--depths 16 --kern nosuch" "--depths 200000" "--parallel 9" "--bogus"; do
   # shellcheck disable=SC2086
   "$MUSER" bench -m "$T/tiny.gguf" $args >"$T/o" 2>"$T/e"
   rc=$?

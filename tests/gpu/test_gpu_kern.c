@@ -126,6 +126,33 @@ int main(void) {
             }
         }
     }
+    /* the tensor-core prefill kernels: several row and token tiles, ragged
+     * edges on both sides */
+    const uint32_t big_types[] = {MU_T_Q4_K, MU_T_Q6_K};
+    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300}, {64, 256, 33}};
+    for (size_t ti = 0; ti < 2; ti++)
+        for (size_t bi = 0; bi < sizeof big / sizeof *big; bi++) {
+            const uint32_t type = big_types[ti];
+            const int rows = big[bi][0], cols = big[bi][1], T = big[bi][2], nb = batch_rows(type, rows, cols, T);
+            const size_t rb = mu_type_row_bytes(type, cols);
+            uint8_t *w = malloc(rb * rows);
+            float *row = malloc((size_t)cols * 4), *x = malloc((size_t)T * cols * 4),
+                  *want = malloc((size_t)T * rows * 4), *got = malloc((size_t)T * rows * 4);
+            for (int r = 0; r < rows; r++) {
+                const float s = (r % 3 == 0) ? 0.02f : (r % 3 == 1) ? 1.0f : 40.0f;
+                for (int i = 0; i < cols; i++) row[i] = frand() * s * (i % 97 == 0 ? 8 : 1);
+                mu_quantize_row(type, row, w + (size_t)r * rb, cols);
+            }
+            for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = frand() * (i % 13 == 0 ? 5.0f : 0.5f);
+            cpu_matmul(k, type, rows, cols, T, nb, w, x, want);
+            mu_err err = {0};
+            if (mu_gpu_test_matmul(0, type, rows, cols, T, nb, w, x, got, &err)) {
+                printf("FAIL matmul: %s\n", err.msg);
+                return 1;
+            }
+            check("matmul (tiles)", type, rows, cols, T, want, got, (size_t)T * rows);
+            free(w), free(row), free(x), free(want), free(got);
+        }
     printf("gpu kernels: %d cases, %d failed\n", n_cases, n_fail);
     return n_fail ? 1 : 0;
 }

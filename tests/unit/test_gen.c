@@ -582,6 +582,63 @@ static void test_hold_and_cancel(void **state) {
     mu_sched_free(s);
 }
 
+/* install_free (the prefill lane's verified rows): called exactly once when
+ * the job is freed, whether the install ran, the job was cancelled in the
+ * queue before it, or the scheduler refused the submit as busy (then never:
+ * the caller still owns the rows). */
+typedef struct {
+    int installs, frees;
+    int32_t prompt[20];
+} inst;
+
+static int inst_install(void *user, mu_session *s, mu_err *err) {
+    inst *in = user;
+    in->installs++;
+    mu_batch_item it = {.s = s, .tokens = in->prompt, .n_tokens = 8};
+    return mu_forward(E, &it, 1, err) /* the session is a slot of E */;
+}
+
+static void inst_free(void *user) { ((inst *)user)->frees++; }
+
+static void test_install_free(void **state) {
+    (void)state;
+    mu_err err = {0};
+    inst a = {0}, b = {0}, c = {0};
+    prompt(a.prompt, 20, 3);
+    memcpy(b.prompt, a.prompt, sizeof a.prompt);
+    memcpy(c.prompt, a.prompt, sizeof a.prompt);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 64, .queue_max = 0, .hold_until = 2};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_gen_req q = {.prompt = a.prompt, .n_prompt = 20, .n_predict = 3, .sp = {.temp = 0}, .ignore_eos = true,
+                    .no_text = true, .install = inst_install, .install_user = &a, .install_free = inst_free,
+                    .n_installed = 8};
+    mu_job *ja, *jb, *jc;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &ja, &err), 0); /* held in the queue */
+    q.install_user = &c;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &jc, &err), MU_E_STATE); /* busy: the caller keeps c */
+    assert_int_equal(c.frees, 0);
+    mu_job_cancel(ja);
+    result r;
+    read_job(ja, &r);
+    assert_int_equal(r.finish, MU_FINISH_CANCEL);
+    mu_job_free(ja);
+    assert_int_equal(a.installs, 0);
+    assert_int_equal(a.frees, 1);
+    mu_sched_free(s);
+    so.hold_until = 0;
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    q.install_user = &b;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &jb, &err), 0);
+    read_job(jb, &r);
+    assert_int_equal(r.finish, MU_FINISH_LENGTH);
+    assert_int_equal(b.installs, 1);
+    mu_job_free(jb);
+    mu_sched_free(s);
+    assert_int_equal(b.frees, 1);
+    assert_int_equal(a.frees, 1);
+}
+
 /* mu_job_set_notify: one call per event queued after it is set, each after
  * the event is readable; a queued job's cancel notifies on the cancelling
  * thread; after mu_job_set_notify(NULL) returns no call runs. */
@@ -821,6 +878,7 @@ int main(void) {
         cmocka_unit_test(test_nonfinite_logits),
         cmocka_unit_test(test_text_and_stops),
         cmocka_unit_test(test_embedding_jobs),
+        cmocka_unit_test(test_install_free),
         cmocka_unit_test(test_content_tokens),
         cmocka_unit_test(test_forced_call),
         cmocka_unit_test(test_sampler_history),

@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# test_lane.sh: remote prefill end to end with real processes on loopback
+# and real mutual TLS 1.3 (docs/lane.md): a producer with --enroll, node add
+# (enrollment, pinning, three qualification handoffs), remote answers equal
+# local answers bit for bit (several prompt lengths, run and serve with 1
+# and 2 slots, the bundled model too when MUSER_LANE_DEFAULT=1), the tamper
+# hook (flip, truncate, drop, duplicate, reorder at many frames and
+# offsets, replay, stale generation, wrong epoch) each refused with its
+# reason while auto falls back to the right answer, a wrong model refused
+# by identity, unpinned certificates refused at the handshake (both ways),
+# the replay ledger across decoder restarts, a producer SIGKILLed mid-stream
+# (tamper kill: deterministic), the circuit breaker, the busy answer, and
+# the single-use token. No verdict depends on timing.
+set -u
+cd "$(dirname "$0")/../.."
+MUSER=${MUSER_BIN:-$PWD/muser}
+[ -x "$MUSER" ] || { echo "test_lane: skipped: no muser binary at $MUSER"; exit 0; }
+T=$(mktemp -d)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null; rm -rf "$T"; }
+trap cleanup EXIT
+fail=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fail=1; }
+export MUSER_HOME=$T/dec
+PHOME=$T/prod
+
+"$MUSER" gen -o "$T/m.gguf" --preset tiny --type q8_0 --seed 3 2>/dev/null || { bad "gen"; exit 1; }
+"$MUSER" gen -o "$T/other.gguf" --preset tiny --type q8_0 --seed 4 2>/dev/null || { bad "gen other"; exit 1; }
+ids() { python3 -c "import sys; print(','.join(str((i * 37 + int(sys.argv[2])) % 1000) for i in range(int(sys.argv[1]))))" "$1" "$2"; }
+
+# start_producer TAMPER [extra args]: sets PPID_ and PORT (the first start picks a port, later ones reuse it)
+PORT=0
+start_producer() {
+  local tamper=$1; shift
+  : >"$T/prod.out"; : >"$T/prod.err"
+  MUSER_HOME=$PHOME MUSER_LANE_TAMPER=$tamper "$MUSER" producer -m "$T/m.gguf" --listen 127.0.0.1:$PORT "$@" \
+    >"$T/prod.out" 2>"$T/prod.err" &
+  PPID_=$!
+  PIDS+=("$PPID_")
+  for _ in $(seq 300); do
+    grep -q ' on 127.0.0.1:' "$T/prod.err" && break
+    kill -0 "$PPID_" 2>/dev/null || break
+    sleep 0.1
+  done
+  PORT=$(sed -n 's/.* on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/prod.err" | head -1)
+  [ -n "$PORT" ] || { bad "producer did not start: $(cat "$T/prod.err")"; exit 1; }
+}
+stop_producer() { kill "$PPID_" 2>/dev/null; wait "$PPID_" 2>/dev/null; }
+
+# ---- enrollment ----------------------------------------------------------------
+start_producer "" --enroll
+for _ in $(seq 100); do grep -q '^muser-enroll-token: ' "$T/prod.out" && break; sleep 0.1; done
+TOKEN=$(sed -n 's/^muser-enroll-token: //p' "$T/prod.out")
+[ "$(wc -l <"$T/prod.out")" = 1 ] && [ -n "$TOKEN" ] && ok "producer --enroll prints one token line" || bad "token line: $(cat "$T/prod.out")"
+if "$MUSER" node add gpu1 127.0.0.1:$PORT --token "$TOKEN" -m "$T/m.gguf" --qualify-tokens 300 >"$T/add.out" 2>&1; then
+  [ "$(grep -c 'rows and logits bit-identical' "$T/add.out")" = 3 ] && ok "node add: enrolled, three qualification handoffs bit-identical" \
+    || bad "node add output: $(cat "$T/add.out")"
+else bad "node add: $(cat "$T/add.out")"; fi
+[ "$(stat -c %a "$MUSER_HOME/lane/nodes/gpu1.json")" = 600 ] && [ "$(stat -c %a "$MUSER_HOME/lane/nodes")" = 700 ] \
+  && [ "$(stat -c %a "$MUSER_HOME/lane")" = 700 ] && [ "$(stat -c %a "$PHOME/lane/peers")" = 600 ] && ok "registry files 0600 in 0700 directories" || bad "registry modes"
+out=$("$MUSER" node add gpu2 127.0.0.1:$PORT --token "$TOKEN" -m "$T/m.gguf" --qualify-tokens 300 2>&1) && bad "token reused: $out" \
+  || { echo "$out" | grep -q 'auth:' && ok "the token is single use: $out" || bad "reuse message: $out"; }
+[ -f "$MUSER_HOME/lane/nodes/gpu2.json" ] && bad "a refused enrollment left a registry entry" || ok "a refused enrollment registers nothing"
+"$MUSER" node status --json >"$T/st" 2>&1
+python3 -c "
+import json,sys; a=json.load(open(sys.argv[1])); n=a[0]
+assert n['name']=='gpu1' and n['registry']['state']=='healthy' and 'key' not in n['registry']
+assert n['probe']['reachable'] and n['probe']['identity']==n['registry']['identity']" "$T/st" \
+  && ok "node status --json: registry and live probe, no key shown" || bad "node status: $(cat "$T/st")"
+
+# ---- remote == local ------------------------------------------------------------
+for n in 10 100 513 700 1100; do
+  P=$(ids $n 11)
+  "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 >"$T/l$n" 2>"$T/le"
+  "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 --prefill remote >"$T/r$n" 2>"$T/re" \
+    || bad "remote run of $n tokens: $(cat "$T/re")"
+  shipped=$(sed -n 's/.* \([0-9]*\) prompt tokens prefilled by the node/\1/p' "$T/re")
+  want=$(( (n - 1) / 512 * 512 ))
+  if [ "$want" = 0 ]; then [ -z "$shipped" ] || bad "$n tokens: shipped $shipped"; else [ "$shipped" = "$want" ] || bad "$n tokens: shipped '$shipped', want $want"; fi
+  [ -s "$T/r$n" ] && cmp -s "$T/l$n" "$T/r$n" && ok "run --prefill remote, $n-token prompt (${shipped:-0} shipped): ids and probabilities equal local" \
+    || bad "$n tokens: remote differs from local"
+done
+
+# ---- chat: the first turn's prompt from the node, the second turn local ------------------
+MSG=$(python3 -c "print(' '.join('word%d' % (i % 50) for i in range(700)))")
+printf '%s\nsecond turn\n' "$MSG" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 >"$T/cl" 2>&1
+h0=$(grep -c 'handoff ok' "$T/prod.err")
+printf '%s\nsecond turn\n' "$MSG" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 --prefill remote >"$T/cr" 2>&1
+h1=$(grep -c 'handoff ok' "$T/prod.err")
+[ -s "$T/cr" ] && cmp -s "$T/cl" "$T/cr" && [ $((h1 - h0)) = 1 ] && ok "chat --prefill remote: two turns equal local, one handoff" \
+  || bad "chat --prefill remote ($((h1 - h0)) handoffs): $(head -c 300 "$T/cr")"
+
+# ---- serve: 1 and 2 slots, concurrent requests ------------------------------------
+serve_check() {
+  local slots=$1
+  "$MUSER" serve -m "$T/m.gguf" --port 0 --parallel $slots --ctx 2048 --prefill remote >/dev/null 2>"$T/srv$slots.err" &
+  local sp=$!; PIDS+=("$sp")
+  for _ in $(seq 300); do grep -q 'http://' "$T/srv$slots.err" && break; sleep 0.1; done
+  local sport=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$T/srv$slots.err")
+  python3 - "$sport" "$T" <<'EOF' && ok "serve --parallel $slots --prefill remote: 4 concurrent completions equal local runs" || bad "serve $slots slots"
+import json, sys, threading, urllib.request, subprocess, os
+port, T = sys.argv[1], sys.argv[2]
+lens = [600, 777, 1030, 530]
+def ids(n, s): return [(i * 37 + s) % 1000 for i in range(n)]
+res = {}
+def go(k, n):
+    body = json.dumps({"prompt": ids(n, k), "n_predict": 6, "temperature": 0, "return_tokens": True}).encode()
+    r = urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"}))
+    res[k] = json.load(r)["tokens"]
+th = [threading.Thread(target=go, args=(k, n)) for k, n in enumerate(lens)]
+[t.start() for t in th]; [t.join() for t in th]
+for k, n in enumerate(lens):
+    out = subprocess.run([os.environ.get("MUSER_BIN", "./muser"), "run", "-m", f"{T}/m.gguf", "--prompt-ids", ",".join(map(str, ids(n, k))),
+                          "--temp", "0", "--json", "-n", "6", "--ctx", "2048"], capture_output=True, text=True).stdout
+    local = [json.loads(l)["id"] for l in out.splitlines() if l.startswith('{"id"')]
+    assert res[k] == local, (k, res[k], local)
+m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+assert "muser:lane_remote_total 4" in m, m
+EOF
+  kill $sp; wait $sp 2>/dev/null
+}
+export MUSER_BIN=$MUSER
+serve_check 1
+serve_check 2
+
+# ---- identity: another model on the decoder ------------------------------------------------
+P=$(ids 700 11)
+out=$("$MUSER" run -m "$T/other.gguf" --prompt-ids "$P" --temp 0 --json -n 4 --prefill remote 2>&1) && bad "other model accepted" \
+  || { echo "$out" | grep -q 'lane: identity:' && ok "another model refused before any KV moves: ${out##*: lane: }" || bad "identity message: $out"; }
+
+# ---- tampering: every case refused with its reason; auto falls back to the right answer ----
+# frames: 0 BEGIN, 1..N LAYER, N+1 SEAL (700 tokens, tiny model: 512 shipped, 4 layers)
+cases=(
+  "flip:0:1 frame" "flip:0:20 seal" "flip:0:150 seal" "flip:1:12 order" "flip:1:16 order" "flip:1:28 digest"
+  "flip:1:4000 digest" "flip:2:99999 digest" "flip:3:13 order" "flip:4:700 digest" "flip:5:40 seal" "flip:5:200 seal"
+  "truncate:1:5 io" "truncate:2:100 io" "truncate:5:30 io" "drop:1 order" "drop:3 order"
+  "duplicate:1 order" "duplicate:4 order" "reorder:1 order" "reorder:3 order" "epoch:0 request"
+)
+spec="none"
+for c in "${cases[@]}"; do spec="$spec,${c%% *},${c%% *}"; done
+stop_producer
+start_producer "$spec"
+"$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 --prefill remote >"$T/first" 2>&1 || bad "untampered handoff: $(cat "$T/first")"
+for c in "${cases[@]}"; do
+  t=${c%% *}; want=${c##* }
+  out=$("$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 --prefill remote 2>&1 >/dev/null) && { bad "$t accepted"; continue; }
+  reason=$(echo "$out" | sed -n 's/.*remote prefill failed: lane: \([a-z]*\):.*/\1/p')
+  [ "$reason" = "$want" ] && ok "tamper $t refused: $reason" || bad "tamper $t: want $want, got: $out"
+  "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 --prefill auto >"$T/auto" 2>"$T/ae"
+  cmp -s "$T/auto" "$T/l700" && grep -q 'prefilling locally' "$T/ae" || bad "tamper $t: auto did not fall back to the local answer"
+done
+ok "auto fell back to the local answer after each of the ${#cases[@]} tampered handoffs"
+
+# ---- replay and the ledger across decoder restarts (each run is a new decoder process) ----
+stop_producer
+start_producer "none,replay,none,stale"
+"$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json -n 2 --prefill remote >/dev/null 2>&1 || bad "handoff before replay"
+out=$("$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json -n 2 --prefill remote 2>&1) && bad "replayed stream accepted" \
+  || { echo "$out" | grep -q 'lane: request:' && ok "a replayed handoff is refused: ${out##*: lane: }" || bad "replay: $out"; }
+"$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json -n 2 --prefill remote >/dev/null 2>&1 || bad "handoff before stale"
+out=$("$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json -n 2 --prefill remote 2>&1) && bad "stale generation accepted" \
+  || { echo "$out" | grep -q 'lane: stale:' && ok "a stale generation is refused by the ledger after a decoder restart: ${out##*: lane: }" || bad "stale: $out"; }
+
+# ---- pinning: an unpinned decoder certificate, an unpinned producer certificate -------------
+mkdir -p "$T/dec2/lane/nodes" && chmod 700 "$T/dec2" "$T/dec2/lane" "$T/dec2/lane/nodes"
+cp "$MUSER_HOME/lane/nodes/gpu1.json" "$T/dec2/lane/nodes/"
+out=$(MUSER_HOME=$T/dec2 "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" -n 2 --json --prefill remote 2>&1) && bad "unpinned decoder accepted" \
+  || { echo "$out" | grep -q 'lane: \(auth\|io\):' && ok "a decoder certificate the producer has not pinned fails the handshake: ${out##*: lane: }" || bad "unpinned decoder: $out"; }
+cp -r "$MUSER_HOME" "$T/dec3"
+python3 -c "
+import json,sys; p=sys.argv[1]; j=json.load(open(p)); j['producer_fp']='00'*32; json.dump(j,open(p,'w'))" "$T/dec3/lane/nodes/gpu1.json"
+out=$(MUSER_HOME=$T/dec3 "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" -n 2 --json --prefill remote 2>&1) && bad "unpinned producer accepted" \
+  || { echo "$out" | grep -q 'lane: auth:' && ok "a producer certificate the decoder has not pinned fails the handshake: ${out##*: lane: }" || bad "unpinned producer: $out"; }
+
+# ---- busy: one worker held by a silent connection, a queue of one --------------------------
+stop_producer
+start_producer "" --workers 1 --queue 1
+python3 - "$PORT" "$MUSER_HOME/tls" <<'EOF' && ok "a full queue answers ABORT 429 busy" || bad "busy answer"
+import socket, ssl, struct, sys
+port, d = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+ctx.minimum_version = ssl.TLSVersion.TLSv1_3
+ctx.load_cert_chain(d + "/decoder.pem", d + "/decoder.key")
+def conn():
+    s = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port)))
+    return s
+# one worker and a queue of one: of three silent connections, b or c must be
+# answered busy (a is in the worker or the queue when b arrives)
+a, b, c = conn(), conn(), conn()
+import select
+r, _, _ = select.select([b, c], [], [], 60)
+assert r, "no busy answer"
+s = r[0]
+h = b""
+while len(h) < 12: h += s.recv(12 - len(h))
+assert h[:4] == b"MUL1" and h[4] == 5, h
+n = struct.unpack("<I", h[8:12])[0]
+p = b""
+while len(p) < n: p += s.recv(n - len(p))
+code = struct.unpack("<I", p[:4])[0]
+assert code == 429, (code, p)
+EOF
+
+# ---- SIGKILL mid-stream, the breaker, the decoder keeps serving ---------------------------------
+stop_producer
+start_producer "kill:3"
+out=$("$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 --prefill remote 2>&1 >/dev/null) && bad "remote succeeded with the producer killed" \
+  || { echo "$out" | grep -q 'lane: \(io\|timeout\):' && ok "producer SIGKILLed mid-stream: remote fails cleanly: ${out##*: lane: }" || bad "killed: $out"; }
+kill -0 "$PPID_" 2>/dev/null && bad "the producer is still alive" || ok "the producer died at the tamper hook (SIGKILL)"
+"$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill auto --breaker 2:86400 >/dev/null 2>"$T/srvb1.err" &
+SP=$!; PIDS+=("$SP")
+for _ in $(seq 300); do grep -q 'http://' "$T/srvb1.err" && break; sleep 0.1; done
+SPORT=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$T/srvb1.err")
+python3 - "$SPORT" "$T" <<'EOF' && ok "serve --prefill auto with the node dead: right answers, breaker opens after 2 failures, 3rd request skips the node" || bad "auto serve with a dead node"
+import json, sys, urllib.request, subprocess, os
+port, T = sys.argv[1], sys.argv[2]
+ids = [(i * 37 + 11) % 1000 for i in range(700)]
+out = subprocess.run([os.environ["MUSER_BIN"], "run", "-m", f"{T}/m.gguf", "--prompt-ids", ",".join(map(str, ids)), "--temp", "0", "--json", "-n", "6", "--ctx", "2048"], capture_output=True, text=True).stdout
+local = [json.loads(l)["id"] for l in out.splitlines() if l.startswith('{"id"')]
+for k in range(3):
+    body = json.dumps({"prompt": ids, "n_predict": 6, "temperature": 0, "return_tokens": True}).encode()
+    r = json.load(urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/completion", body, {"Content-Type": "application/json"})))
+    assert r["tokens"] == local, (k, r["tokens"], local)
+m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+for want in ("muser:lane_failed_total 2", "muser:lane_fallback_total 2", "muser:lane_skipped_open_total 1", "muser:lane_breaker_open 1", "muser:lane_remote_total 0"):
+    assert want in m, (want, m)
+EOF
+kill $SP; wait $SP 2>/dev/null
+"$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill remote >/dev/null 2>"$T/srvb2.err" &
+SP=$!; PIDS+=("$SP")
+for _ in $(seq 300); do grep -q 'http://' "$T/srvb2.err" && break; sleep 0.1; done
+SPORT=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$T/srvb2.err")
+python3 - "$SPORT" <<'EOF' && ok "serve --prefill remote with the node dead: a clear 500 error, and the server keeps serving" || bad "remote serve with a dead node"
+import json, sys, urllib.request, urllib.error
+port = sys.argv[1]
+ids = [(i * 37 + 11) % 1000 for i in range(700)]
+try:
+    urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/completion", json.dumps({"prompt": ids, "n_predict": 4}).encode(), {"Content-Type": "application/json"}))
+    raise SystemExit("no error")
+except urllib.error.HTTPError as e:
+    body = e.read().decode()
+    assert e.code == 500 and "lane: io:" in body, (e.code, body)
+r = json.load(urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/completion", json.dumps({"prompt": ids[:50], "n_predict": 4, "temperature": 0, "return_tokens": True}).encode(), {"Content-Type": "application/json"})))
+assert len(r["tokens"]) == 4
+EOF
+kill $SP; wait $SP 2>/dev/null
+
+# ---- the bundled default model: its own producer and decoder homes ------------------
+DEF=$PWD/models/muser-default.gguf
+if [ -f "$DEF" ]; then
+  MUSER_HOME=$T/pdef "$MUSER" producer -m "$DEF" --listen 127.0.0.1:0 --enroll >"$T/pdef.out" 2>"$T/pdef.err" &
+  DP=$!; PIDS+=("$DP")
+  for _ in $(seq 300); do grep -q '^muser-enroll-token: ' "$T/pdef.out" && break; sleep 0.1; done
+  DPORT=$(sed -n 's/.* on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/pdef.err")
+  DTOK=$(sed -n 's/^muser-enroll-token: //p' "$T/pdef.out")
+  MUSER_HOME=$T/ddef "$MUSER" node add def 127.0.0.1:$DPORT --token "$DTOK" -m "$DEF" --qualify-tokens 600 >"$T/dadd" 2>&1 \
+    && ok "default model: node add qualified" || bad "default model: node add: $(cat "$T/dadd")"
+  for n in 600 1500; do
+    P=$(ids $n 7)
+    MUSER_HOME=$T/ddef "$MUSER" run -m "$DEF" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 >"$T/dl" 2>&1
+    MUSER_HOME=$T/ddef "$MUSER" run -m "$DEF" --prompt-ids "$P" --temp 0 --json --top 5 -n 8 --prefill remote >"$T/dr" 2>"$T/dre"
+    [ -s "$T/dr" ] && cmp -s "$T/dl" "$T/dr" && grep -q 'prefilled by the node' "$T/dre" \
+      && ok "default model: run --prefill remote, $n tokens: equal to local" || bad "default model $n tokens: $(cat "$T/dre")"
+  done
+  kill $DP; wait $DP 2>/dev/null
+else
+  echo "skip default model: $DEF is absent"
+fi
+
+# ---- remove ----------------------------------------------------------------------------------
+"$MUSER" node remove gpu1 >/dev/null 2>&1 && [ ! -f "$MUSER_HOME/lane/nodes/gpu1.json" ] && ok "node remove" || bad "node remove"
+out=$("$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" -n 2 --prefill remote 2>&1) && bad "remote without a node" || ok "no node registered: $out"
+exit $fail
