@@ -234,7 +234,7 @@ static json_t *snapshot_json(mu_http_app *a) {
         "http", "requests", measured_i(c.requests), "errors_4xx", measured_i(c.errors_4xx), "errors_5xx",
         measured_i(c.errors_5xx), "connections_open", measured_i(c.conns_open), "connections_refused",
         measured_i(c.conns_refused),
-        "remote_prefill", unavailable("no remote prefill lane is built"));
+        "remote_prefill", unavailable("the remote prefill lane (docs/lane.md) reports to /metrics only"));
     /* the reuse ladder: prompt tokens reused per source, requests per source */
     json_t *reuse = json_object();
     for (int k = 0; reuse && k < MU_KV_SRC_COUNT; k++)
