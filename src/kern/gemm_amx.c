@@ -1,24 +1,27 @@
 /* gemm_amx.c: the AMX table's matrix-matrix kernels (prefill), and the
  * same kernels over emulated tiles (the "amxsim" table).
- * Owns: the Q4_K gemm on AMX int8 tiles in the ref's rounding (the per-64
- * "repack gemm" order; the last n_t % 4 activation rows of a matmul as
- * vec_dot, like every Q4_K gemm), the tile configuration of the calling
- * thread, and a plain C model of the four tile instructions it uses.
+ * Owns: the Q4_K, Q6_K and Q5_K gemms on AMX int8 tiles in the ref's
+ * rounding (Q4_K: the per-64 "repack gemm" order, the last n_t % 4
+ * activation rows of a matmul as vec_dot, like every Q4_K gemm; Q6_K, Q5_K:
+ * the vec_dot lanes), the tile configuration of the calling thread, and a
+ * C model of the tile instructions they use.
  * Does not: detect AMX or ask Linux for the tile state (kern_dispatch.c),
- * nor own any dot: rows it leaves to vec_dot go through the table's own
- * vec_dot (the AVX-512 one, which this table starts from).
- * Key design choice: the tiles compute only integers. TDPBSUD sums the
- * int8 products of a Q8_K activation sub-block (signed, tile A: 16
- * activation rows x 32 bytes, loaded straight from the Q8_K blocks) with a
- * Q4_K sub-block's 4-bit codes (unsigned, tile B: 16 weight rows in the
- * VNNI layout, expanded once per group of 32 weight rows and reused for
- * every activation row) exactly into int32, one C tile per sub-block, so
- * each sub-block keeps its own sum; the scales, mins and every float step
- * then run in AVX-512 in exactly the ref's order (kern_ref.c
- * dot_q4_K_repack with per64). With `sim` set the same code runs its tile
- * instructions through emu_* (C, bit for bit what the instructions are
- * specified to do), so the layouts and the float order are tested on any
- * AVX-512 machine; only the instructions themselves need AMX hardware. */
+ * nor own any dot: calls of fewer than AMX_MIN_T activation rows, and rows
+ * left to vec_dot, go through the AVX-512 table's gemm and vec_dot, taken at
+ * fill time.
+ * Key design choice: the tiles compute only integers, and only integers the
+ * ref forms as one integer, so the int32 tile sums are exact and every
+ * float step runs in AVX-512 in exactly the ref's order. Scales that differ
+ * inside such an integer are folded into the weights first (w' = scale *
+ * code, split into two int8 tiles: w' = 128 hi + lo). The weights of a
+ * group of 32 rows are expanded once per call into the tiles' VNNI layout
+ * and reused for every tile of 16 activation rows, whose Q8_K codes are the
+ * A tiles (Q4_K: straight from the blocks; Q6_K, Q5_K: permuted once per
+ * call so that each ref lane's 32 bytes are one tile row). With `sim` set,
+ * the same code runs its tile instructions through emu_* (bit for bit what
+ * the instructions are specified to do), so the layouts and the float
+ * order are tested on any AVX-512 machine; only the instructions themselves
+ * need AMX hardware. */
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +136,9 @@ static void tiles_end(int sim) {
  * rows runs against it. */
 #define RG 32
 #define TT 16
+/* Fewer activation rows than this go to the AVX-512 gemm: the weights'
+ * expansion is paid per call, the tiles' gain per activation row. */
+#define AMX_MIN_T 32
 #define Q4K_SB (4 * 2 * 2 * 1024)
 
 typedef struct {
@@ -247,7 +253,11 @@ AI void gemm_q4_K_amx_any(const int sim, int n, const void *w, size_t ws, int r0
                           int n_t, float *y, int ys) {
     const int nb = n / MU_QK_K, nb4 = n_t & ~3;
     const uint8_t *A = a;
-    if (nb4 > 0 && r1 > r0) {
+    if (nb4 < AMX_MIN_T) { /* a decode batch: expanding the weights costs more than it saves */
+        table_gemm_q4_K(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    if (r1 > r0) {
         uint8_t *wb = aligned_alloc(64, (size_t)nb * Q4K_SB);
         q4k_meta *meta = aligned_alloc(64, (size_t)nb * sizeof *meta);
         /* the last, partial tile of activation rows, padded with zero rows */
@@ -518,6 +528,10 @@ AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, 
                       const void *a, size_t as, int n_t, float *y, int ys) {
     const int nb = n / MU_QK_K, n_tt = (n_t + TT - 1) / TT;
     if (n_t <= 0 || r1 <= r0) return;
+    if (n_t < AMX_MIN_T) {
+        (type == MU_T_Q6_K ? table_gemm_q6_K : table_gemm_q5_K)(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
     uint8_t *wb = aligned_alloc(64, (size_t)nb * LANE_SB);
     lane_meta *meta = aligned_alloc(64, (size_t)nb * sizeof *meta);
     uint8_t *p = aligned_alloc(64, (size_t)n_tt * TT * nb * 256);
