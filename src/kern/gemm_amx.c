@@ -404,13 +404,20 @@ static void lane_expand(uint32_t type, const uint8_t *w, size_t ws, int r, int n
 /* The activation codes of rows [0, nt) permuted to the lane order, TT rows
  * (the missing ones zero), nb * 256 bytes a row. */
 static void lane_perm(const uint8_t *a, size_t as, int nt, int nb, uint8_t *p) {
-    memset(p, 0, (size_t)TT * nb * 256);
+    if (nt < TT) memset(p + (size_t)nt * nb * 256, 0, (size_t)(TT - nt) * nb * 256);
+    /* output dword 16k + j (lane m = 2k + j / 8, chunk c = j % 8) is input
+     * dword 8c + m: an 8 x 8 transpose of dwords, 16 per gather */
+    __m512i idx[4];
+    for (int k = 0; k < 4; k++)
+        idx[k] = _mm512_set_epi32(8 * 7 + 2 * k + 1, 8 * 6 + 2 * k + 1, 8 * 5 + 2 * k + 1, 8 * 4 + 2 * k + 1,
+                                  8 * 3 + 2 * k + 1, 8 * 2 + 2 * k + 1, 8 * 1 + 2 * k + 1, 2 * k + 1, 8 * 7 + 2 * k,
+                                  8 * 6 + 2 * k, 8 * 5 + 2 * k, 8 * 4 + 2 * k, 8 * 3 + 2 * k, 8 * 2 + 2 * k,
+                                  8 * 1 + 2 * k, 2 * k);
     for (int t = 0; t < nt; t++)
         for (int i = 0; i < nb; i++) {
             const int8_t *q = ((const mu_block_q8_K *)(a + (size_t)t * as))[i].qs;
             uint8_t *o = p + ((size_t)t * nb + i) * 256;
-            for (int m = 0; m < 8; m++)
-                for (int c = 0; c < 8; c++) memcpy(o + 32 * m + 4 * c, q + 32 * c + 4 * m, 4);
+            for (int k = 0; k < 4; k++) _mm512_storeu_si512(o + 64 * k, _mm512_i32gather_epi32(idx[k], q, 4));
         }
 }
 
