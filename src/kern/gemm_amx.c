@@ -175,7 +175,8 @@ static void q4k_expand(const uint8_t *w, size_t ws, int r, int nr, int nb, uint8
                 const __m256i code[2] = {_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
                 uint8_t *bh = wb + (size_t)i * Q4K_SB + (j * 2 + h) * 2048, *bl = bh + 1024;
                 for (int p = 0; p < 2; p++) { /* sub-block 2j + p: values 32p..32p+31 of the 64 */
-                    const __m512i wp = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(code[p]), _mm512_set1_epi16(sb[2 * j + p]));
+                    const __m512i wp =
+                        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(code[p]), _mm512_set1_epi16(sb[2 * j + p]));
                     b_scatter(_mm512_cvtepi16_epi8(_mm512_srli_epi16(wp, 7)), bh, 8 * p, c);
                     b_scatter(_mm512_cvtepi16_epi8(_mm512_and_si512(wp, m7)), bl, 8 * p, c);
                 }
@@ -230,8 +231,8 @@ AI void q4k_tile(const int sim, int nb, const uint8_t *wb, const q4k_meta *meta,
                 for (int j = 0; j < 4; j++) {
                     const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(S[j][2 * h][t]), 7),
                                                           _mm512_load_si512(S[j][2 * h + 1][t]));
-                    const __m512 imin = _mm512_fmadd_ps(_mm512_loadu_ps(&m->mn[2 * j][16 * h]), b01[j],
-                                                        _mm512_mul_ps(_mm512_loadu_ps(&m->mn[2 * j + 1][16 * h]), b23[j]));
+                    const __m512 mn1 = _mm512_mul_ps(_mm512_loadu_ps(&m->mn[2 * j + 1][16 * h]), b23[j]);
+                    const __m512 imin = _mm512_fmadd_ps(_mm512_loadu_ps(&m->mn[2 * j][16 * h]), b01[j], mn1);
                     acc[t][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[t][h]);
                     accm[t][h] = _mm512_fmadd_ps(imin, dm, accm[t][h]);
                 }
@@ -383,7 +384,8 @@ static void lane_expand(uint32_t type, const uint8_t *w, size_t ws, int r, int n
                 meta[i].dx[rr] = f16_to_f32(x->d);
                 meta[i].dm[rr] = f16_to_f32(x->dmin);
             }
-            for (int j = 0; j < 8; j++) meta[i].sp[j][rr] = (int32_t)((uint32_t)(uint16_t)side[2 * j] | (uint32_t)side[2 * j + 1] << 16);
+            for (int j = 0; j < 8; j++)
+                meta[i].sp[j][rr] = (int32_t)((uint32_t)(uint16_t)side[2 * j] | (uint32_t)side[2 * j + 1] << 16);
             uint8_t *bi = wb + (size_t)i * LANE_SB;
             for (int c = 0; c < 8; c++) {
                 /* w' = scale * code in 16 bits (|w'| <= 8064), hi = w' >> 7, lo = w' & 127 */
@@ -508,7 +510,8 @@ AI void lane_tile(const int sim, const uint32_t type, int nb, const uint8_t *wb,
                         /* - 32 (bsum_2m sc_2m + bsum_2m+1 sc_2m+1) */
                         int32_t bp;
                         memcpy(&bp, &yb->bsums[2 * m], 4);
-                        const __m512i corr = _mm512_madd_epi16(_mm512_set1_epi32(bp), _mm512_loadu_si512(&mt->sp[m][16 * h]));
+                        const __m512i corr =
+                            _mm512_madd_epi16(_mm512_set1_epi32(bp), _mm512_loadu_si512(&mt->sp[m][16 * h]));
                         s = _mm512_sub_epi32(s, _mm512_slli_epi32(corr, 5));
                     }
                     acc[t][h][m] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[t][h][m]);
