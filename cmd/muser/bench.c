@@ -30,7 +30,7 @@
 static int usage(void) {
     fprintf(stderr,
             "usage: muser bench [-m MODEL] [--depths 512,2048,8192] [--gen 64] [--json]\n"
-            "                   [--threads N] [--kern ref|avx2|avx512|neon] [--ubatch 512] [--reps 1]\n"
+            "                   [--threads N] [--kern ref|avx2|avx512|amx|neon] [--ubatch 512] [--reps 1]\n"
             "                   " CLI_BACKEND_USAGE "\n"
             "                   [--parallel N] [--profile]\n");
     return 1;

@@ -795,7 +795,7 @@ static int input_message(input *in, sbuf *msg) {
 static int usage(void) {
     fprintf(stderr,
             "usage: muser chat [-m MODEL] [--system TEXT] [--reasoning low|medium|high|xhigh] [SAMPLING...]\n"
-            "                  [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern ref|avx2|avx512|neon]\n"
+            "                  [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern ref|avx2|avx512|amx|neon]\n"
             "                  " CLI_BACKEND_USAGE "\n"
             "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
             "                  [--spec none|ngram] [--draft-max N] [--draft-min N]\n"

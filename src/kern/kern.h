@@ -102,7 +102,9 @@ uint32_t mu_kern_dot_type(uint32_t t);
 /* Tables, each complete after dispatch fills gaps from the level below. */
 const mu_kern *mu_kern_ref(void);
 /* Best table for this CPU, or the one named by `name` / $MUSER_KERN
- * ("ref", "avx2", "avx512", "neon"); NULL if the named one cannot run here. */
+ * ("ref", "avx2", "avx512", "amx", "amxsim", "neon"; amx and amxsim are
+ * chosen only by name, see kern_dispatch.c); NULL if the named one cannot
+ * run here. */
 const mu_kern *mu_kern_select(const char *name);
 /* Every table this CPU can run, for tests; returns the count. */
 int mu_kern_available(const mu_kern **out, int cap);
@@ -118,6 +120,8 @@ void mu_kern_fill_attn_neon(mu_kern *k);
 void mu_kern_fill_gemm_avx2(mu_kern *k);
 void mu_kern_fill_gemm_avx512(mu_kern *k);
 void mu_kern_fill_gemm_neon(mu_kern *k);
+/* sim != 0: the tile instructions emulated in C (the "amxsim" table) */
+void mu_kern_fill_gemm_amx(mu_kern *k, int sim);
 
 /* fp16 / bf16 conversions (round to nearest even), scalar. */
 float mu_f16_to_f32(mu_f16 h);

@@ -181,7 +181,8 @@ static void kernel_class(const mu_engine *e, char *out, size_t cap) {
         return;
     }
 #if defined(__x86_64__)
-    if (!strcmp(k, "ref") || !strcmp(k, "avx2") || !strcmp(k, "avx512")) {
+    if (!strcmp(k, "ref") || !strcmp(k, "avx2") || !strcmp(k, "avx512") || !strcmp(k, "amx") ||
+        !strcmp(k, "amxsim")) {
         snprintf(out, cap, "x86-exact");
         return;
     }

@@ -1,0 +1,602 @@
+/* gemm_amx.c: the AMX table's matrix-matrix kernels (prefill), and the
+ * same kernels over emulated tiles (the "amxsim" table).
+ * Owns: the Q4_K, Q6_K and Q5_K gemms on AMX int8 tiles in the ref's
+ * rounding (Q4_K: the per-64 "repack gemm" order, the last n_t % 4
+ * activation rows of a matmul as vec_dot, like every Q4_K gemm; Q6_K, Q5_K:
+ * the vec_dot lanes), the tile configuration of the calling thread, and a
+ * C model of the tile instructions they use.
+ * Does not: detect AMX or ask Linux for the tile state (kern_dispatch.c),
+ * nor own any dot: calls of fewer than AMX_MIN_T activation rows, and rows
+ * left to vec_dot, go through the AVX-512 table's gemm and vec_dot, taken at
+ * fill time.
+ * Key design choice: the tiles compute only integers, and only integers the
+ * ref forms as one integer, so the int32 tile sums are exact and every
+ * float step runs in AVX-512 in exactly the ref's order. Scales that differ
+ * inside such an integer are folded into the weights first (w' = scale *
+ * code, split into two int8 tiles: w' = 128 hi + lo). The weights of a
+ * group of 32 rows are expanded once per call into the tiles' VNNI layout
+ * and reused for every tile of 16 activation rows, whose Q8_K codes are the
+ * A tiles (Q4_K: straight from the blocks; Q6_K, Q5_K: permuted once per
+ * call so that each ref lane's 32 bytes are one tile row). With `sim` set,
+ * the same code runs its tile instructions through emu_* (bit for bit what
+ * the instructions are specified to do), so the layouts and the float
+ * order are tested on any AVX-512 machine; only the instructions themselves
+ * need AMX hardware. */
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kern.h"
+#include "simd_x86.h"
+
+#define AI __attribute__((always_inline)) static inline
+
+static mu_vec_dot_fn table_dot_q4_K;
+/* the AVX-512 gemms: taken when the scratch cannot be allocated */
+static mu_gemm_fn table_gemm_q4_K, table_gemm_q6_K, table_gemm_q5_K;
+
+/* ---- tiles ---------------------------------------------------------------
+ * Registers: tmm0-3 C (16 activation rows x 16 int32), tmm4 A (16
+ * activation rows x `ak` bytes), tmm5-6 B (ak / 4 rows x 64 bytes: ak
+ * values of 16 weight rows in the VNNI layout, B[k][4 r + e] = w[r][4 k + e]).
+ * ak is 64 (Q4_K) or 32 (Q6_K, Q5_K). */
+typedef struct {
+    uint8_t palette, start_row, pad[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} tilecfg;
+
+static void cfg_fill(tilecfg *c, int ak) {
+    memset(c, 0, sizeof *c);
+    c->palette = 1;
+    for (int t = 0; t < 4; t++) c->rows[t] = 16, c->colsb[t] = 64;
+    c->rows[4] = 16, c->colsb[4] = (uint16_t)ak;
+    c->rows[5] = c->rows[6] = (uint8_t)(ak / 4), c->colsb[5] = c->colsb[6] = 64;
+}
+
+/* The emulated tile file of this thread: rows x colsb bytes per tile as
+ * configured (what is past them reads as zero, as in hardware). */
+static _Thread_local struct {
+    tilecfg cfg;
+    uint8_t t[8][16][64];
+} emu;
+
+static void emu_load(int n, const void *p, size_t stride) {
+    memset(emu.t[n], 0, sizeof emu.t[n]);
+    for (int r = 0; r < emu.cfg.rows[n]; r++) memcpy(emu.t[n][r], (const uint8_t *)p + r * stride, emu.cfg.colsb[n]);
+}
+static void emu_store(int n, void *p, size_t stride) {
+    for (int r = 0; r < emu.cfg.rows[n]; r++) memcpy((uint8_t *)p + r * stride, emu.t[n][r], emu.cfg.colsb[n]);
+}
+static void emu_zero(int n) { memset(emu.t[n], 0, sizeof emu.t[n]); }
+/* TDPBSUD c, a, b: C[m][j] += sum over k < colsb(a) / 4, e < 4 of
+ * (int8)A[m][4 k + e] * (uint8)B[k][4 j + e], in int32, wrapping. The sum
+ * of one k is VPDPBUSD's (unsigned bytes of B row k against the dword k of
+ * A row m broadcast), which is exact: no saturation, and 4 byte products
+ * cannot leave int32. Tiles are used whole (rows <= 16, colsb 64 or 32,
+ * the config of cfg_fill): the zeros past colsb add nothing. */
+static void emu_dpbsud(int c, int a, int b) {
+    const int M = emu.cfg.rows[c], K = emu.cfg.colsb[a] / 4;
+    for (int m = 0; m < M; m++) {
+        __m512i acc = _mm512_loadu_si512(emu.t[c][m]);
+        for (int k = 0; k < K; k++) {
+            int32_t ad;
+            memcpy(&ad, &emu.t[a][m][4 * k], 4);
+            acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(emu.t[b][k]), _mm512_set1_epi32(ad));
+        }
+        _mm512_storeu_si512(emu.t[c][m], acc);
+    }
+}
+
+/* Tile numbers must be literals (they are part of the instruction). The
+ * "memory" clobbers order the tile loads and stores with the C code that
+ * writes their sources and reads their results. */
+#define T_LOAD(sim, n, p, s)                                                                                        \
+    do {                                                                                                            \
+        if (sim) emu_load(n, p, s);                                                                                 \
+        else __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #n ::"r"(p), "r"((long)(s)) : "memory");               \
+    } while (0)
+#define T_STORE(sim, n, p, s)                                                                                       \
+    do {                                                                                                            \
+        if (sim) emu_store(n, p, s);                                                                                \
+        else __asm__ volatile("tilestored %%tmm" #n ", (%0,%1,1)" ::"r"(p), "r"((long)(s)) : "memory");           \
+    } while (0)
+#define T_ZERO(sim, n)                                                                                              \
+    do {                                                                                                            \
+        if (sim) emu_zero(n);                                                                                       \
+        else __asm__ volatile("tilezero %%tmm" #n ::);                                                              \
+    } while (0)
+/* C += A . B, A signed, B unsigned (AT&T operand order: b, a, c) */
+#define T_DPBSUD(sim, c, a, b)                                                                                      \
+    do {                                                                                                            \
+        if (sim) emu_dpbsud(c, a, b);                                                                               \
+        else __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::);                                    \
+    } while (0)
+
+static void tiles_begin(int sim, tilecfg *c, int ak) {
+    cfg_fill(c, ak);
+    if (sim) emu.cfg = *c;
+    else __asm__ volatile("ldtilecfg (%0)" ::"r"(c) : "memory");
+}
+static void tiles_end(int sim) {
+    if (!sim) __asm__ volatile("tilerelease" ::);
+}
+
+/* ---- Q4_K ----------------------------------------------------------------
+ * The ref forms one integer per 64 values: isum = sc0 s0 + sc1 s1 over
+ * sub-blocks 2j, 2j+1. So the weights are expanded as w' = scale * code
+ * (<= 945) and split into two tiles, w' = 128 hi + lo (hi 0..7, lo 0..127),
+ * and each 64 values take one TDPBSUD per part with the 64 activation bytes
+ * of 16 rows loaded straight from the Q8_K blocks: isum = 128 C_hi + C_lo,
+ * exact. The mins sum (imin, from the bsums) is computed in float: every
+ * product and the sum are integers below 2^24, so exact, equal to the
+ * ref's (float)imin. A group is RG = 32 weight rows (two halves of 16);
+ * its blocks are expanded once into wb (per super-block i, pair j, half h:
+ * B_hi then B_lo, 1 KB each) and meta, then every tile of 16 activation
+ * rows runs against it. */
+#define RG 32
+#define TT 16
+/* Fewer activation rows than this go to the AVX-512 gemm: the weights'
+ * expansion is paid per call, the tiles' gain per activation row. */
+#define AMX_MIN_T 32
+#define Q4K_SB (4 * 2 * 2 * 1024)
+
+typedef struct {
+    float mn[8][RG];
+    float dx[RG], dm[RG];
+} q4k_meta;
+
+/* Dword k (k < 8) of 32 bytes v goes to row k0 + k of a B tile, column c. */
+static inline void b_scatter(__m256i v, uint8_t *b, int k0, int c) {
+    uint32_t d[8];
+    _mm256_storeu_si256((__m256i *)d, v);
+    for (int k = 0; k < 8; k++) memcpy(b + (k0 + k) * 64 + 4 * c, &d[k], 4);
+}
+
+static void q4k_expand(const uint8_t *w, size_t ws, int r, int nr, int nb, uint8_t *wb, q4k_meta *meta) {
+    if (nr < RG) { /* the missing rows: zero codes, scales and d */
+        memset(wb, 0, (size_t)nb * Q4K_SB);
+        memset(meta, 0, (size_t)nb * sizeof *meta);
+    }
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m512i m7 = _mm512_set1_epi16(127);
+    for (int rr = 0; rr < nr; rr++) {
+        const mu_block_q4_K *x = (const mu_block_q4_K *)(w + (size_t)(r + rr) * ws);
+        const int h = rr >> 4, c = rr & 15;
+        for (int i = 0; i < nb; i++) {
+            uint32_t u[4];
+            k4_scales(x[i].scales, u);
+            const uint8_t *sb = (const uint8_t *)u;
+            for (int q = 0; q < 8; q++) meta[i].mn[q][rr] = (float)sb[8 + q];
+            meta[i].dx[rr] = f16_to_f32(x[i].d);
+            meta[i].dm[rr] = f16_to_f32(x[i].dmin);
+            for (int j = 0; j < 4; j++) {
+                const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
+                const __m256i code[2] = {_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
+                uint8_t *bh = wb + (size_t)i * Q4K_SB + (j * 2 + h) * 2048, *bl = bh + 1024;
+                for (int p = 0; p < 2; p++) { /* sub-block 2j + p: values 32p..32p+31 of the 64 */
+                    const __m512i wp =
+                        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(code[p]), _mm512_set1_epi16(sb[2 * j + p]));
+                    b_scatter(_mm512_cvtepi16_epi8(_mm512_srli_epi16(wp, 7)), bh, 8 * p, c);
+                    b_scatter(_mm512_cvtepi16_epi8(_mm512_and_si512(wp, m7)), bl, 8 * p, c);
+                }
+            }
+        }
+    }
+}
+
+/* One tile of TT activation rows (a: rows `as` bytes apart, all TT present)
+ * against a group: y[t][r + rr] for t < nt, rr < nr. */
+AI void q4k_tile(const int sim, int nb, const uint8_t *wb, const q4k_meta *meta, const uint8_t *a, size_t as, int nt,
+                 float *y, int ys, int nr) {
+    int32_t S[4][4][TT][16] __attribute__((aligned(64))); /* pair, (half, hi/lo), row, col */
+    __m512 acc[TT][2], accm[TT][2];
+    for (int t = 0; t < TT; t++)
+        for (int h = 0; h < 2; h++) acc[t][h] = accm[t][h] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *ai = a + (size_t)i * sizeof(mu_block_q8_K) + offsetof(mu_block_q8_K, qs);
+        const uint8_t *wi = wb + (size_t)i * Q4K_SB;
+        for (int j = 0; j < 4; j++) {
+            T_ZERO(sim, 0);
+            T_ZERO(sim, 1);
+            T_ZERO(sim, 2);
+            T_ZERO(sim, 3);
+            T_LOAD(sim, 4, ai + 64 * j, as);
+            T_LOAD(sim, 5, wi + (j * 2 + 0) * 2048, 64);
+            T_LOAD(sim, 6, wi + (j * 2 + 0) * 2048 + 1024, 64);
+            T_DPBSUD(sim, 0, 4, 5);
+            T_DPBSUD(sim, 1, 4, 6);
+            T_LOAD(sim, 5, wi + (j * 2 + 1) * 2048, 64);
+            T_LOAD(sim, 6, wi + (j * 2 + 1) * 2048 + 1024, 64);
+            T_DPBSUD(sim, 2, 4, 5);
+            T_DPBSUD(sim, 3, 4, 6);
+            T_STORE(sim, 0, S[j][0], 64);
+            T_STORE(sim, 1, S[j][1], 64);
+            T_STORE(sim, 2, S[j][2], 64);
+            T_STORE(sim, 3, S[j][3], 64);
+        }
+        const q4k_meta *m = &meta[i];
+        for (int t = 0; t < nt; t++) {
+            const mu_block_q8_K *yb = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512 yd = _mm512_set1_ps(yb->d);
+            __m512 b01[4], b23[4];
+            for (int j = 0; j < 4; j++) {
+                b01[j] = _mm512_set1_ps((float)(yb->bsums[4 * j] + yb->bsums[4 * j + 1]));
+                b23[j] = _mm512_set1_ps((float)(yb->bsums[4 * j + 2] + yb->bsums[4 * j + 3]));
+            }
+            for (int h = 0; h < 2; h++) {
+                /* d = f16(d_x) * d_a, dm = f16(dmin_x) * d_a, as the ref */
+                const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(&m->dx[16 * h]), yd);
+                const __m512 dm = _mm512_mul_ps(_mm512_loadu_ps(&m->dm[16 * h]), yd);
+                for (int j = 0; j < 4; j++) {
+                    const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(S[j][2 * h][t]), 7),
+                                                          _mm512_load_si512(S[j][2 * h + 1][t]));
+                    const __m512 mn1 = _mm512_mul_ps(_mm512_loadu_ps(&m->mn[2 * j + 1][16 * h]), b23[j]);
+                    const __m512 imin = _mm512_fmadd_ps(_mm512_loadu_ps(&m->mn[2 * j][16 * h]), b01[j], mn1);
+                    acc[t][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[t][h]);
+                    accm[t][h] = _mm512_fmadd_ps(imin, dm, accm[t][h]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < 2; h++) {
+            const int left = nr - 16 * h;
+            if (left <= 0) break;
+            const __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_ps(y + (size_t)t * ys + 16 * h, k, _mm512_sub_ps(acc[t][h], accm[t][h]));
+        }
+}
+
+/* The whole gemm (kern.h mu_gemm_fn) with the Q4_K rule of gemm_avx512.c:
+ * activation rows below n_t & ~3 in the per-64 order, the rest as vec_dot. */
+AI void gemm_q4_K_amx_any(const int sim, int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as,
+                          int n_t, float *y, int ys) {
+    const int nb = n / MU_QK_K, nb4 = n_t & ~3;
+    const uint8_t *A = a;
+    if (nb4 < AMX_MIN_T) { /* a decode batch: expanding the weights costs more than it saves */
+        table_gemm_q4_K(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    if (r1 > r0) {
+        uint8_t *wb = aligned_alloc(64, (size_t)nb * Q4K_SB);
+        q4k_meta *meta = aligned_alloc(64, (size_t)nb * sizeof *meta);
+        /* the last, partial tile of activation rows, padded with zero rows */
+        uint8_t *pad = (nb4 % TT) ? calloc(TT, as) : NULL;
+        if (!wb || !meta || (nb4 % TT && !pad)) {
+            free(pad);
+            free(meta);
+            free(wb);
+            table_gemm_q4_K(n, w, ws, r0, r1, a, as, n_t, y, ys);
+            return;
+        }
+        if (pad) memcpy(pad, A + (size_t)(nb4 - nb4 % TT) * as, (size_t)(nb4 % TT) * as);
+        tilecfg cfg __attribute__((aligned(64)));
+        tiles_begin(sim, &cfg, 64);
+        for (int r = r0; r < r1; r += RG) {
+            const int nr = r1 - r < RG ? r1 - r : RG;
+            q4k_expand(w, ws, r, nr, nb, wb, meta);
+            int t = 0;
+            for (; t + TT <= nb4; t += TT)
+                q4k_tile(sim, nb, wb, meta, A + (size_t)t * as, as, TT, y + (size_t)t * ys + r, ys, nr);
+            if (t < nb4) q4k_tile(sim, nb, wb, meta, pad, as, nb4 - t, y + (size_t)t * ys + r, ys, nr);
+        }
+        tiles_end(sim);
+        free(pad);
+        free(meta);
+        free(wb);
+    }
+    for (int t = nb4; t < n_t; t++)
+        for (int r = r0; r < r1; r++)
+            y[(size_t)t * ys + r] = table_dot_q4_K(n, (const uint8_t *)w + (size_t)r * ws, A + (size_t)t * as);
+}
+
+static void gemm_q4_K_amx(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
+                          int ys) {
+    gemm_q4_K_amx_any(0, n, w, ws, r0, r1, a, as, n_t, y, ys);
+}
+static void gemm_q4_K_amxsim(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    gemm_q4_K_amx_any(1, n, w, ws, r0, r1, a, as, n_t, y, ys);
+}
+
+/* ---- Q6_K, Q5_K: the ref's 8 lanes ----------------------------------------
+ * Their dots (kern_ref.c) keep 8 float lanes per output: lane m takes bytes
+ * 4m..4m+3 of every chunk of 32 values, each chunk with its own scale, and
+ * the lane's integer sum over a super-block goes into one FMA. So a tile sum
+ * must be one lane of one super-block with the scales already inside: the
+ * weights are expanded as w' = scale * code, split w' = 128 hi + lo (hi
+ * signed, lo in 0..127, both bytes; |w'| <= 8064), and lane m's 32 values
+ * (8 chunks x 4 bytes) form the K of one TDPBSSD pair: C_hi = A . B_hi,
+ * C_lo = A . B_lo, lane sum = 128 C_hi + C_lo, exact. The activations are
+ * permuted once per call to match: row t, super-block i, lane m holds
+ * bytes 32c + 4m + e of the Q8_K block for c < 8, e < 4. */
+typedef struct {
+    /* words (lo, hi) for VPMADDWD: Q6_K: scales (2m, 2m + 1) for lane m's
+     * bsum correction; Q5_K, m < 4: mins (2m, 2m + 1) */
+    int32_t sp[8][RG];
+    float dx[RG], dm[RG];
+} lane_meta;
+
+/* The 256 codes of a block (unsigned, as the ref decodes them), as 8
+ * chunks of 32, with each value's scale as words (cs[k]: chunk k). */
+static void q6k_codes(const mu_block_q6_K *x, __m256i u[8], __m512i cs[8], int32_t sub[16]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m2 = _mm256_set1_epi8(3);
+    for (int h = 0; h < 2; h++) {
+        const __m256i q0 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h));
+        const __m256i q1 = _mm256_loadu_si256((const __m256i *)(x->ql + 64 * h + 32));
+        const __m256i hb = _mm256_loadu_si256((const __m256i *)(x->qh + 32 * h));
+        const __m256i h0 = _mm256_slli_epi16(_mm256_and_si256(hb, m2), 4);
+        const __m256i h1 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2), m2), 4);
+        const __m256i h2 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 4), m2), 4);
+        const __m256i h3 = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 6), m2), 4);
+        u[4 * h + 0] = _mm256_or_si256(_mm256_and_si256(q0, m4), h0);
+        u[4 * h + 1] = _mm256_or_si256(_mm256_and_si256(q1, m4), h1);
+        u[4 * h + 2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q0, 4), m4), h2);
+        u[4 * h + 3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q1, 4), m4), h3);
+    }
+    for (int k = 0; k < 8; k++)
+        cs[k] = _mm512_inserti64x4(_mm512_set1_epi16(x->scales[2 * k]), _mm256_set1_epi16(x->scales[2 * k + 1]), 1);
+    for (int j = 0; j < 16; j++) sub[j] = x->scales[j];
+}
+
+static void q5k_codes(const mu_block_q5_K *x, __m256i u[8], __m512i cs[8], int32_t mins[16]) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), one = _mm256_set1_epi8(1);
+    const __m256i hb = _mm256_loadu_si256((const __m256i *)x->qh);
+    for (int j = 0; j < 4; j++) {
+        const __m256i q = _mm256_loadu_si256((const __m256i *)(x->qs + 32 * j));
+        const __m256i b0 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j)), one);
+        const __m256i b1 = _mm256_and_si256(_mm256_srl_epi16(hb, _mm_cvtsi32_si128(2 * j + 1)), one);
+        u[2 * j] = _mm256_or_si256(_mm256_and_si256(q, m4), _mm256_slli_epi16(b0, 4));
+        u[2 * j + 1] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4), _mm256_slli_epi16(b1, 4));
+    }
+    uint32_t w[4];
+    k4_scales(x->scales, w);
+    const uint8_t *b = (const uint8_t *)w;
+    for (int k = 0; k < 8; k++) cs[k] = _mm512_set1_epi16(b[k]);
+    for (int j = 0; j < 16; j++) mins[j] = j < 8 ? b[8 + j] : 0;
+}
+
+/* wb per super-block i, lane m, half h: B_hi then B_lo (512 bytes each),
+ * B[c][4 r + e] = part of w'[32c + 4m + e] of row 16h + r. */
+#define LANE_SB (8 * 2 * 2 * 512)
+static void lane_expand(uint32_t type, const uint8_t *w, size_t ws, int r, int nr, int nb, uint8_t *wb,
+                        lane_meta *meta) {
+    if (nr < RG) {
+        memset(wb, 0, (size_t)nb * LANE_SB);
+        memset(meta, 0, (size_t)nb * sizeof *meta);
+    }
+    const __m512i m7 = _mm512_set1_epi16(127);
+    for (int rr = 0; rr < nr; rr++) {
+        const uint8_t *row = w + (size_t)(r + rr) * ws;
+        const int h = rr >> 4, c0 = rr & 15;
+        for (int i = 0; i < nb; i++) {
+            int32_t side[16];
+            __m256i u[8];
+            __m512i cs[8];
+            if (type == MU_T_Q6_K) {
+                const mu_block_q6_K *x = (const mu_block_q6_K *)row + i;
+                q6k_codes(x, u, cs, side);
+                meta[i].dx[rr] = f16_to_f32(x->d);
+            } else {
+                const mu_block_q5_K *x = (const mu_block_q5_K *)row + i;
+                q5k_codes(x, u, cs, side);
+                meta[i].dx[rr] = f16_to_f32(x->d);
+                meta[i].dm[rr] = f16_to_f32(x->dmin);
+            }
+            for (int j = 0; j < 8; j++)
+                meta[i].sp[j][rr] = (int32_t)((uint32_t)(uint16_t)side[2 * j] | (uint32_t)side[2 * j + 1] << 16);
+            uint8_t *bi = wb + (size_t)i * LANE_SB;
+            for (int c = 0; c < 8; c++) {
+                /* w' = scale * code in 16 bits (|w'| <= 8064), hi = w' >> 7, lo = w' & 127 */
+                const __m512i wp = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(u[c]), cs[c]);
+                uint32_t hi[8], lo[8];
+                _mm256_storeu_si256((__m256i *)hi, _mm512_cvtepi16_epi8(_mm512_srai_epi16(wp, 7)));
+                _mm256_storeu_si256((__m256i *)lo, _mm512_cvtepi16_epi8(_mm512_and_si512(wp, m7)));
+                for (int m = 0; m < 8; m++) {
+                    uint8_t *bh = bi + ((m * 2 + h) * 2 + 0) * 512 + c * 64 + 4 * c0;
+                    memcpy(bh, &hi[m], 4);
+                    memcpy(bh + 512, &lo[m], 4);
+                }
+            }
+        }
+    }
+}
+
+/* The activation codes of rows [0, nt) permuted to the lane order, TT rows
+ * (the missing ones zero), nb * 256 bytes a row. */
+static void lane_perm(const uint8_t *a, size_t as, int nt, int nb, uint8_t *p) {
+    if (nt < TT) memset(p + (size_t)nt * nb * 256, 0, (size_t)(TT - nt) * nb * 256);
+    /* output dword 16k + j (lane m = 2k + j / 8, chunk c = j % 8) is input
+     * dword 8c + m: an 8 x 8 transpose of dwords, 16 per gather */
+    __m512i idx[4];
+    for (int k = 0; k < 4; k++)
+        idx[k] = _mm512_set_epi32(8 * 7 + 2 * k + 1, 8 * 6 + 2 * k + 1, 8 * 5 + 2 * k + 1, 8 * 4 + 2 * k + 1,
+                                  8 * 3 + 2 * k + 1, 8 * 2 + 2 * k + 1, 8 * 1 + 2 * k + 1, 2 * k + 1, 8 * 7 + 2 * k,
+                                  8 * 6 + 2 * k, 8 * 5 + 2 * k, 8 * 4 + 2 * k, 8 * 3 + 2 * k, 8 * 2 + 2 * k,
+                                  8 * 1 + 2 * k, 2 * k);
+    for (int t = 0; t < nt; t++)
+        for (int i = 0; i < nb; i++) {
+            const int8_t *q = ((const mu_block_q8_K *)(a + (size_t)t * as))[i].qs;
+            uint8_t *o = p + ((size_t)t * nb + i) * 256;
+            for (int k = 0; k < 4; k++) _mm512_storeu_si512(o + 64 * k, _mm512_i32gather_epi32(idx[k], q, 4));
+        }
+}
+
+/* C += A . B, both signed (AT&T operand order: b, a, c) */
+#define T_DPBSSD(sim, c, a, b)                                                                                      \
+    do {                                                                                                            \
+        if (sim) emu_dpbssd(c, a, b);                                                                               \
+        else __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::);                                    \
+    } while (0)
+
+/* TDPBSSD: as emu_dpbsud with B signed too: B = (B ^ 0x80) - 128 bytewise,
+ * so each k adds VPDPBUSD of the flipped (unsigned) B row minus 128 times
+ * the sum of A's 4 bytes (the same for every column), all in int32. */
+static void emu_dpbssd(int c, int a, int b) {
+    const int M = emu.cfg.rows[c], K = emu.cfg.colsb[a] / 4;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int m = 0; m < M; m++) {
+        __m512i acc = _mm512_loadu_si512(emu.t[c][m]);
+        int32_t corr = 0;
+        for (int k = 0; k < K; k++) {
+            int32_t ad;
+            memcpy(&ad, &emu.t[a][m][4 * k], 4);
+            for (int e = 0; e < 4; e++) corr += (int8_t)emu.t[a][m][4 * k + e];
+            acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_loadu_si512(emu.t[b][k]), flip),
+                                      _mm512_set1_epi32(ad));
+        }
+        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32((int32_t)((uint32_t)corr << 7)));
+        _mm512_storeu_si512(emu.t[c][m], acc);
+    }
+}
+
+/* One tile of TT permuted activation rows p (row t: nb * 256 bytes) against
+ * a group; a: the Q8_K rows themselves (d, bsums), nt of them. */
+AI void lane_tile(const int sim, const uint32_t type, int nb, const uint8_t *wb, const lane_meta *meta,
+                  const uint8_t *p, const uint8_t *a, size_t as, int nt, float *y, int ys, int nr) {
+    int32_t S[8][4][TT][16] __attribute__((aligned(64))); /* lane, (half, hi/lo), row, col */
+    __m512 acc[TT][2][8], summs[TT][2];
+    const size_t ps = (size_t)nb * 256;
+    for (int t = 0; t < TT; t++)
+        for (int h = 0; h < 2; h++) {
+            summs[t][h] = _mm512_setzero_ps();
+            for (int m = 0; m < 8; m++) acc[t][h][m] = _mm512_setzero_ps();
+        }
+    for (int i = 0; i < nb; i++) {
+        const uint8_t *wi = wb + (size_t)i * LANE_SB;
+        for (int m = 0; m < 8; m++) {
+            T_ZERO(sim, 0);
+            T_ZERO(sim, 1);
+            T_ZERO(sim, 2);
+            T_ZERO(sim, 3);
+            T_LOAD(sim, 4, p + (size_t)i * 256 + 32 * m, ps);
+            T_LOAD(sim, 5, wi + ((m * 2 + 0) * 2 + 0) * 512, 64);
+            T_LOAD(sim, 6, wi + ((m * 2 + 0) * 2 + 1) * 512, 64);
+            T_DPBSSD(sim, 0, 4, 5);
+            T_DPBSSD(sim, 1, 4, 6);
+            T_LOAD(sim, 5, wi + ((m * 2 + 1) * 2 + 0) * 512, 64);
+            T_LOAD(sim, 6, wi + ((m * 2 + 1) * 2 + 1) * 512, 64);
+            T_DPBSSD(sim, 2, 4, 5);
+            T_DPBSSD(sim, 3, 4, 6);
+            T_STORE(sim, 0, S[m][0], 64);
+            T_STORE(sim, 1, S[m][1], 64);
+            T_STORE(sim, 2, S[m][2], 64);
+            T_STORE(sim, 3, S[m][3], 64);
+        }
+        const lane_meta *mt = &meta[i];
+        for (int t = 0; t < nt; t++) {
+            const mu_block_q8_K *yb = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+            const __m512 yd = _mm512_set1_ps(yb->d);
+            for (int h = 0; h < 2; h++) {
+                /* d = d_a * f16(d_x), as the ref */
+                const __m512 d = _mm512_mul_ps(yd, _mm512_loadu_ps(&mt->dx[16 * h]));
+                if (type == MU_T_Q5_K) {
+                    /* summs = fma(sum_j mn_j (bsum_2j + bsum_2j+1), -d_a * f16(dmin_x), summs) */
+                    __m512i imin = _mm512_setzero_si512();
+                    for (int j = 0; j < 4; j++) {
+                        const uint32_t b0 = (uint16_t)(yb->bsums[4 * j] + yb->bsums[4 * j + 1]);
+                        const uint32_t b1 = (uint16_t)(yb->bsums[4 * j + 2] + yb->bsums[4 * j + 3]);
+                        imin = _mm512_add_epi32(imin, _mm512_madd_epi16(_mm512_loadu_si512(&mt->sp[j][16 * h]),
+                                                                        _mm512_set1_epi32((int32_t)(b0 | b1 << 16))));
+                    }
+                    const __m512 dmin = _mm512_mul_ps(_mm512_set1_ps(-yb->d), _mm512_loadu_ps(&mt->dm[16 * h]));
+                    summs[t][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmin, summs[t][h]);
+                }
+                for (int m = 0; m < 8; m++) {
+                    __m512i s = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(S[m][2 * h][t]), 7),
+                                                 _mm512_load_si512(S[m][2 * h + 1][t]));
+                    if (type == MU_T_Q6_K) {
+                        /* - 32 (bsum_2m sc_2m + bsum_2m+1 sc_2m+1) */
+                        int32_t bp;
+                        memcpy(&bp, &yb->bsums[2 * m], 4);
+                        const __m512i corr =
+                            _mm512_madd_epi16(_mm512_set1_epi32(bp), _mm512_loadu_si512(&mt->sp[m][16 * h]));
+                        s = _mm512_sub_epi32(s, _mm512_slli_epi32(corr, 5));
+                    }
+                    acc[t][h][m] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(s), acc[t][h][m]);
+                }
+            }
+        }
+    }
+    for (int t = 0; t < nt; t++)
+        for (int h = 0; h < 2; h++) {
+            const int left = nr - 16 * h;
+            if (left <= 0) break;
+            const __m512 *l = acc[t][h];
+            /* hsum8 over the lanes: ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)) */
+            __m512 r = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(l[0], l[4]), _mm512_add_ps(l[2], l[6])),
+                                     _mm512_add_ps(_mm512_add_ps(l[1], l[5]), _mm512_add_ps(l[3], l[7])));
+            if (type == MU_T_Q5_K) r = _mm512_add_ps(r, summs[t][h]);
+            const __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_ps(y + (size_t)t * ys + 16 * h, k, r);
+        }
+}
+
+/* Every activation row in the vec_dot order (Q6_K and Q5_K have no other). */
+AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, size_t ws, int r0, int r1,
+                      const void *a, size_t as, int n_t, float *y, int ys) {
+    const int nb = n / MU_QK_K, n_tt = (n_t + TT - 1) / TT;
+    if (n_t <= 0 || r1 <= r0) return;
+    if (n_t < AMX_MIN_T) {
+        (type == MU_T_Q6_K ? table_gemm_q6_K : table_gemm_q5_K)(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    uint8_t *wb = aligned_alloc(64, (size_t)nb * LANE_SB);
+    lane_meta *meta = aligned_alloc(64, (size_t)nb * sizeof *meta);
+    uint8_t *p = aligned_alloc(64, (size_t)n_tt * TT * nb * 256);
+    if (!wb || !meta || !p) {
+        free(p);
+        free(meta);
+        free(wb);
+        (type == MU_T_Q6_K ? table_gemm_q6_K : table_gemm_q5_K)(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    const uint8_t *A = a;
+    for (int k = 0; k < n_tt; k++) {
+        const int nt = n_t - k * TT < TT ? n_t - k * TT : TT;
+        lane_perm(A + (size_t)k * TT * as, as, nt, nb, p + (size_t)k * TT * nb * 256);
+    }
+    tilecfg cfg __attribute__((aligned(64)));
+    tiles_begin(sim, &cfg, 32);
+    for (int r = r0; r < r1; r += RG) {
+        const int nr = r1 - r < RG ? r1 - r : RG;
+        lane_expand(type, w, ws, r, nr, nb, wb, meta);
+        for (int k = 0; k < n_tt; k++) {
+            const int nt = n_t - k * TT < TT ? n_t - k * TT : TT;
+            lane_tile(sim, type, nb, wb, meta, p + (size_t)k * TT * nb * 256, A + (size_t)k * TT * as, as, nt,
+                      y + (size_t)k * TT * ys + r, ys, nr);
+        }
+    }
+    tiles_end(sim);
+    free(p);
+    free(meta);
+    free(wb);
+}
+
+static void gemm_q6_K_amx(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
+                          int ys) {
+    gemm_lane_any(0, MU_T_Q6_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
+}
+static void gemm_q6_K_amxsim(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    gemm_lane_any(1, MU_T_Q6_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
+}
+static void gemm_q5_K_amx(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
+                          int ys) {
+    gemm_lane_any(0, MU_T_Q5_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
+}
+static void gemm_q5_K_amxsim(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    gemm_lane_any(1, MU_T_Q5_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
+}
+
+void mu_kern_fill_gemm_amx(mu_kern *k, int sim) {
+    table_dot_q4_K = k->vec_dot[MU_T_Q4_K];
+    table_gemm_q4_K = k->gemm[MU_T_Q4_K];
+    table_gemm_q6_K = k->gemm[MU_T_Q6_K];
+    table_gemm_q5_K = k->gemm[MU_T_Q5_K];
+    k->gemm[MU_T_Q4_K] = sim ? gemm_q4_K_amxsim : gemm_q4_K_amx;
+    k->gemm[MU_T_Q6_K] = sim ? gemm_q6_K_amxsim : gemm_q6_K_amx;
+    k->gemm[MU_T_Q5_K] = sim ? gemm_q5_K_amxsim : gemm_q5_K_amx;
+}
