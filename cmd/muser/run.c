@@ -28,12 +28,9 @@ static int usage(void) {
     fprintf(stderr,
             "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [SAMPLING...]\n"
             "                 [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N]\n"
-            "                 [--kern ref|avx2|avx512|amx|neon] " CLI_BACKEND_USAGE " [--check-tensors]
-"
-            "                 [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]
-"
-            "                 " CLI_LANE_USAGE "
-%s",
+            "                 [--kern ref|avx2|avx512|amx|neon] " CLI_BACKEND_USAGE " [--check-tensors]\n"
+            "                 [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                 " CLI_LANE_USAGE "\n%s",
             cli_sample_usage());
     return 1;
 }
