@@ -105,8 +105,8 @@ PY
 )
 set -- $prom
 [ "${2:-1}" = 0 ] && [ "${1:-0}" -gt 30 ] && grep -q '^llamacpp:time_to_first_token_seconds_count 1$' "$T/metrics.txt" &&
-  grep -q '^llamacpp:kv_cache_used_bytes [1-9]' "$T/metrics.txt" && ! grep -q prefix_cache "$T/metrics.txt" &&
-  ok "/metrics: $1 samples, HELP and TYPE for each family, time to first token a histogram, KV use, no prefix-cache series without a cache" ||
+  grep -q '^llamacpp:kv_cache_used_bytes [1-9]' "$T/metrics.txt" && grep -q '^llamacpp:prefix_cache_bytes_max ' "$T/metrics.txt" &&
+  ok "/metrics: $1 samples, HELP and TYPE for each family, time to first token a histogram, KV use, the prefix cache's series" ||
   bad "/metrics: $prom"
 curl -s "$BASE/snapshot" >"$T/snap2.json"
 n_untagged=$(untagged "$T/snap2.json")
