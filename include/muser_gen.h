@@ -64,10 +64,11 @@ typedef enum {
     MU_SPEC_NONE = 0,
     MU_SPEC_NGRAM,  /* prompt lookup + the job's n-gram cache (llama.cpp's ngram-cache) */
     MU_SPEC_SCRIPT, /* test hook: the draft at output position i is spec_script[i..] */
+    MU_SPEC_DFLASH, /* a DFlash drafter's block (mu_sched_opts.drafter) */
 } mu_spec;
 #define MU_SPEC_DRAFT_MAX 64         /* most drafted tokens per step */
 #define MU_SPEC_NGRAM_DRAFT_DEFAULT 8 /* llama.cpp's ngram-cache drafts at most 8 */
-const char *mu_spec_name(mu_spec s);  /* "none", "ngram", "script" */
+const char *mu_spec_name(mu_spec s);  /* "none", "ngram", "script", "dflash" */
 int mu_spec_parse(const char *name);  /* -1 for an unknown name */
 #define MU_GEN_MAX_CHOICES 16
 #define MU_GEN_MAX_CALLS 128 /* functions a forced call may choose from */
@@ -181,6 +182,8 @@ typedef struct {
     int stall_after;   /* test hook: a job generates this many tokens, then waits for its cancel (0 = off) */
     mu_spec spec;      /* speculative decoding for requests that name none (the server's --spec) */
     int draft_max, draft_min; /* with spec, for those requests (mu_gen_req's meaning) */
+    mu_drafter *drafter; /* the DFlash drafter of MU_SPEC_DFLASH jobs (borrowed; outlives the
+                            scheduler); NULL: such jobs are refused */
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */

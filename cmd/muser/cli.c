@@ -218,6 +218,7 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
     int which = !strcmp(a, "--spec") || !strcmp(a, "--spec-type")                ? 0
                 : !strcmp(a, "--draft-max") || !strcmp(a, "--spec-draft-n-max") ? 1
                 : !strcmp(a, "--draft-min") || !strcmp(a, "--spec-draft-n-min") ? 2
+                : !strcmp(a, "--draft") || !strcmp(a, "--model-draft") || !strcmp(a, "-md") ? 3
                                                                                  : -1;
     if (which < 0) return 0;
     if (*i + 1 >= argc) return cli_fail("%s: option %s needs a value", cmd, a), -1;
@@ -225,8 +226,10 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
     long long n;
     if (which == 0) {
         int sp = mu_spec_parse(v);
-        if (sp < 0) return cli_fail("%s: --spec must be none or ngram: %s", cmd, v), -1;
+        if (sp < 0) return cli_fail("%s: --spec must be none, ngram or dflash: %s", cmd, v), -1;
         p->spec = sp;
+    } else if (which == 3) {
+        p->draft = v;
     } else if (which == 1) {
         if (!cli_int(v, 1, MU_SPEC_DRAFT_MAX, &n))
             return cli_fail("%s: --draft-max must be 1..%d: %s", cmd, MU_SPEC_DRAFT_MAX, v), -1;
@@ -237,6 +240,15 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
         p->draft_min = (int)n;
     }
     return 1;
+}
+
+int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e) {
+    if (p->draft && p->spec == MU_SPEC_NONE) p->spec = MU_SPEC_DFLASH;
+    if (p->spec == MU_SPEC_DFLASH && !p->draft) return cli_fail("%s: --spec dflash needs --draft D.gguf", cmd);
+    if (!p->draft) return 0;
+    mu_err err;
+    if (mu_drafter_open(p->draft, e, &p->drafter, &err)) return cli_fail("%s: %s", cmd, err.msg);
+    return 0;
 }
 
 const char *cli_sample_usage(void) {

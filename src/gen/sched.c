@@ -129,6 +129,8 @@ typedef struct {
     int32_t *hist;        /* [n_ctx] tokens whose KV the session holds (prefix reuse) */
     int n_hist;
     mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
+    mu_draft_seq *dq;     /* the DFlash drafter's rows of this slot's positions (with a drafter) */
+    float *feat;          /* [rows][n_feat] the target's hidden states of this step's item */
     int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
     int n_drafted;        /* this step's draft() result (speculating jobs) */
 } slot;
@@ -430,6 +432,12 @@ static int draft(mu_sched *s, int i) {
         if (n == 0 || n < j->draft_min) j->pos_n[0]++; /* a miss */
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
+    } else if (j->spec == MU_SPEC_DFLASH) {
+        const int bmax = mu_drafter_get_info(s->o.drafter)->block_size - 1;
+        mu_err err;
+        n = mu_draft_seq_draft(sl->dq, sl->last, mu_session_n_past(sl->sess), k < bmax ? k : bmax, sl->blk + 1, &err);
+        if (n < 0) n = 0; /* cannot happen for a block that fits; the step decodes plainly */
+        if (n == 0 || n < j->draft_min) j->pos_n[0]++;
     }
     return n < j->draft_min ? 0 : n;
 }
@@ -465,6 +473,7 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
         return;
     }
     sl->n_hist = keep;
+    if (sl->dq) mu_draft_seq_truncate(sl->dq, keep);
     pthread_mutex_lock(&s->mu);
     s->info[i].n_past = keep;
     pthread_mutex_unlock(&s->mu);
@@ -542,6 +551,13 @@ static void spec_learn_prompt(slot *sl, mu_job *j) {
     for (int k = 0; k < j->n_prompt; k++) mu_ngram_push(sl->ng, j->prompt[k]);
 }
 
+/* The drafter's rows hold the features of the positions the session keeps
+ * only while every job in the slot fed them: a job of another kind, an
+ * installed state or a shared prompt leaves positions without rows. */
+static void spec_drafter_keep(slot *sl, const mu_job *j, int keep) {
+    if (sl->dq) mu_draft_seq_truncate(sl->dq, j->spec == MU_SPEC_DFLASH ? keep : 0);
+}
+
 static bool slot_start(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -567,6 +583,7 @@ static bool slot_start(mu_sched *s, int i) {
         j->st.n_reused = keep;
         sl->waiting = false;
         spec_learn_prompt(sl, j);
+        spec_drafter_keep(sl, j, 0);
         return true;
     }
     if (j->keep_prefix && !j->grp) {
@@ -584,6 +601,7 @@ static bool slot_start(mu_sched *s, int i) {
     pthread_mutex_unlock(&s->mu);
     sl->waiting = j->grp != NULL;
     spec_learn_prompt(sl, j);
+    spec_drafter_keep(sl, j, keep);
     return true;
 }
 
@@ -685,6 +703,13 @@ static void *engine_main(void *arg) {
                 it->all_logits = false;
                 it->embd = NULL;
                 it->solo = false;
+                it->feat = NULL;
+                if (sl->job->spec == MU_SPEC_DFLASH && sl->dq) {
+                    const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
+                    it->feat = sl->feat;
+                    it->feat_layers = di->target_layers;
+                    it->n_feat_layers = di->n_target;
+                }
                 s->item_spec[n_items] = false;
                 if (decoding && spec) {
                     /* while drafting is on, every step rounds solo, drafts or not */
@@ -744,6 +769,10 @@ static void *engine_main(void *arg) {
             int i = s->item_slot[k];
             slot *sl = &s->slots[i];
             mu_job *j = sl->job;
+            if (s->items[k].feat) { /* the drafter learns every fed position (verify drops the rejected) */
+                const int p0 = mu_session_n_past(sl->sess) - s->item_n[k];
+                if (mu_draft_seq_inject(sl->dq, p0, s->item_n[k], sl->feat, &err)) mu_draft_seq_truncate(sl->dq, 0);
+            }
             memcpy(sl->hist + sl->n_hist, s->items[k].tokens, (size_t)s->item_n[k] * sizeof *sl->hist);
             sl->n_hist += s->item_n[k];
             bool prefilling = sl->n_fed < j->n_prompt;
@@ -792,6 +821,8 @@ static void slots_free(mu_sched *s) {
         mu_session_free(s->slots[i].sess);
         free(s->slots[i].hist);
         mu_ngram_free(s->slots[i].ng);
+        mu_draft_seq_free(s->slots[i].dq);
+        free(s->slots[i].feat);
     }
 }
 
@@ -801,10 +832,12 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     if (o->n_ctx < 2) return mu_fail(err, MU_E_ARG, "sched: context too small: %d", o->n_ctx);
     if (o->queue_max < 0) return mu_fail(err, MU_E_ARG, "sched: bad queue size: %d", o->queue_max);
     if (o->hold_until < 0) return mu_fail(err, MU_E_ARG, "sched: bad hold count: %d", o->hold_until);
-    if (o->spec < MU_SPEC_NONE || o->spec > MU_SPEC_NGRAM || o->draft_max < 0 || o->draft_max > MU_SPEC_DRAFT_MAX ||
-        o->draft_min < 0)
+    if ((o->spec != MU_SPEC_NONE && o->spec != MU_SPEC_NGRAM && o->spec != MU_SPEC_DFLASH) || o->draft_max < 0 ||
+        o->draft_max > MU_SPEC_DRAFT_MAX || o->draft_min < 0)
         return mu_fail(err, MU_E_ARG, "sched: bad speculative decoding default (draft max 0..%d: %d, draft min: %d)",
                        MU_SPEC_DRAFT_MAX, o->draft_max, o->draft_min);
+    if (o->spec == MU_SPEC_DFLASH && !o->drafter)
+        return mu_fail(err, MU_E_ARG, "sched: speculative decoding with dflash needs a drafter (--draft)");
     mu_sched *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
     s->eng = e;
@@ -818,6 +851,14 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
         int rc = mu_session_new(e, o->n_ctx, &s->slots[i].sess, err);
         if (!rc && !(s->slots[i].hist = malloc((size_t)o->n_ctx * sizeof(int32_t))))
             rc = mu_fail(err, MU_E_NOMEM, "sched: out of memory");
+        if (!rc && o->drafter) {
+            /* features of one item: a prompt chunk or a verification block */
+            const int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 512;
+            const size_t rows = (size_t)(chunk > 1 + MU_SPEC_DRAFT_MAX ? chunk : 1 + MU_SPEC_DRAFT_MAX);
+            rc = mu_draft_seq_new(o->drafter, o->n_ctx, &s->slots[i].dq, err);
+            if (!rc && !(s->slots[i].feat = malloc(rows * (size_t)mu_drafter_get_info(o->drafter)->n_feat * sizeof(float))))
+                rc = mu_fail(err, MU_E_NOMEM, "sched: out of memory for the drafter's features");
+        }
         if (rc) {
             slots_free(s);
             free(s);
@@ -892,7 +933,12 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         rs.draft_min = s->o.draft_min;
         r = &rs;
     }
-    if (r->spec < MU_SPEC_NONE || r->spec > MU_SPEC_SCRIPT || r->draft_max < 0 || r->draft_max > MU_SPEC_DRAFT_MAX ||
+    if (r->spec == MU_SPEC_DFLASH && !s->o.drafter) {
+        free(j->prompt);
+        free(j);
+        return mu_fail(err, MU_E_ARG, "sched: speculative decoding with dflash needs a drafter (the server's --draft)");
+    }
+    if (r->spec < MU_SPEC_NONE || r->spec > MU_SPEC_DFLASH || r->draft_max < 0 || r->draft_max > MU_SPEC_DRAFT_MAX ||
         r->draft_min < 0 || r->n_spec_script < 0 || (r->n_spec_script > 0 && !r->spec_script)) {
         free(j->prompt);
         free(j);
@@ -935,7 +981,10 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     }
     j->max_new = max_new;
     j->spec = r->spec;
-    j->draft_max = r->draft_max > 0 ? r->draft_max : MU_SPEC_NGRAM_DRAFT_DEFAULT;
+    /* DFlash drafts at most a block: block_size - 1 tokens, its default (llama.cpp clamps to it) */
+    j->draft_max = r->draft_max > 0 ? r->draft_max
+                   : r->spec == MU_SPEC_DFLASH ? mu_drafter_get_info(s->o.drafter)->block_size - 1
+                                               : MU_SPEC_NGRAM_DRAFT_DEFAULT;
     j->draft_min = r->draft_min;
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
@@ -956,12 +1005,17 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
 }
 
 const char *mu_spec_name(mu_spec sp) {
-    return sp == MU_SPEC_NONE ? "none" : sp == MU_SPEC_NGRAM ? "ngram" : sp == MU_SPEC_SCRIPT ? "script" : "?";
+    return sp == MU_SPEC_NONE     ? "none"
+           : sp == MU_SPEC_NGRAM  ? "ngram"
+           : sp == MU_SPEC_SCRIPT ? "script"
+           : sp == MU_SPEC_DFLASH ? "dflash"
+                                  : "?";
 }
 
 int mu_spec_parse(const char *name) {
     if (!strcmp(name, "none")) return MU_SPEC_NONE;
     if (!strcmp(name, "ngram")) return MU_SPEC_NGRAM;
+    if (!strcmp(name, "dflash")) return MU_SPEC_DFLASH;
     return -1; /* "script" is a test hook, not a user's choice */
 }
 
