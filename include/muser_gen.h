@@ -112,9 +112,12 @@ typedef struct {
     int n_call_one_of;      /* 0: off; at most MU_GEN_MAX_CALLS */
     int embd_normalize;     /* pooled rows: llama.cpp's embd_normalize (-1 none, 0 max-abs scaled
                                to int16, 2 Euclidean, p > 0 p-norm); the server's default is 2 */
-    mu_spec spec;           /* speculative decoding (MU_SPEC_NONE: off) */
-    int draft_max;          /* most drafted tokens per step, 1..MU_SPEC_DRAFT_MAX; 0: the method's default */
-    int draft_min;          /* a draft shorter than this is not verified (a plain step instead) */
+    mu_spec spec;           /* speculative decoding (MU_SPEC_NONE: the scheduler's default) */
+    bool spec_off;          /* no speculative decoding, whatever the scheduler's default */
+    int draft_max;          /* most drafted tokens per step, 1..MU_SPEC_DRAFT_MAX; 0: the method's default
+                               (with the scheduler's default method: its draft max) */
+    int draft_min;          /* a draft shorter than this is not verified (a plain step instead);
+                               0 with the scheduler's default method: its draft min */
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
 } mu_gen_req;

@@ -926,12 +926,17 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         return mu_fail(err, MU_E_NOMEM, "sched: out of memory for a request");
     }
     mu_gen_req rs;
-    if (r->spec == MU_SPEC_NONE && s->o.spec != MU_SPEC_NONE) { /* the scheduler's default */
+    if (r->spec == MU_SPEC_NONE && !r->spec_off && s->o.spec != MU_SPEC_NONE) { /* the scheduler's default */
         rs = *r;
         rs.spec = s->o.spec;
-        rs.draft_max = s->o.draft_max;
-        rs.draft_min = s->o.draft_min;
+        rs.draft_max = r->draft_max > 0 ? r->draft_max : s->o.draft_max;
+        rs.draft_min = r->draft_min > 0 ? r->draft_min : s->o.draft_min;
         r = &rs;
+    }
+    if (r->spec_off && r->spec != MU_SPEC_NONE) {
+        free(j->prompt);
+        free(j);
+        return mu_fail(err, MU_E_ARG, "sched: speculative decoding both off and %s", mu_spec_name(r->spec));
     }
     if (r->spec == MU_SPEC_DFLASH && !s->o.drafter) {
         free(j->prompt);

@@ -385,6 +385,19 @@ int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, in
     return (int)n;
 }
 
+void api_spec_params(const json_t *o, const char *k_type, const char *k_max, const char *k_min, mu_gen_req *q) {
+    if (!o || !json_is_object(o)) return;
+    const char *t = mu_jc_str(o, k_type, NULL);
+    if (t) { /* the schema admitted only spec_types (api.c) */
+        q->spec = !strcmp(t, "ngram") || !strcmp(t, "ngram-cache")   ? MU_SPEC_NGRAM
+                  : !strcmp(t, "dflash") || !strcmp(t, "draft-dflash") ? MU_SPEC_DFLASH
+                                                                      : MU_SPEC_NONE;
+        q->spec_off = q->spec == MU_SPEC_NONE;
+    }
+    q->draft_max = (int)mu_jc_int(o, k_max, 0);
+    q->draft_min = (int)mu_jc_int(o, k_min, 0);
+}
+
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     if (mu_jc_bool(body, "post_sampling_probs", false)) {
         mu_http_reply_error(r, 400,
@@ -397,6 +410,7 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
      * prefix with the slot's previous request (off unless asked, so answers
      * equal `muser run`'s; llama.cpp's default is on) */
     q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
+    api_spec_params(body, "speculative.type", "speculative.n_max", "speculative.n_min", q);
     return true;
 }
 
