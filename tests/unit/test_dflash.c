@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <jansson.h>
 
 #include "../../include/muser_gen.h"
 #include "../../include/muser_synth.h"
@@ -347,6 +348,70 @@ static void test_drafter(void **state) {
     mu_model_close(m);
 }
 
+/* ---- the reference: PyTorch's drafter (llama.cpp's dflash graph) ----------- */
+
+#define DATA "tests/data/dflash/"
+
+/* tools/train/dflash_model.py test_features */
+static void ref_features(float *f, int n, int n_feat) {
+    for (int p = 0; p < n; p++)
+        for (int i = 0; i < n_feat; i++) f[(size_t)p * n_feat + i] = (float)(2.0 * sin(0.37 * p + 0.011 * i * (i % 7 + 1)));
+}
+
+/* The drafts of a committed drafter for a committed target equal those of
+ * tools/train/dflash_reference.py (tests/data/dflash/expected.json), except
+ * rows whose top two logits are within 1e-3 (float roundings may swap them). */
+static void test_reference(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_model *m;
+    mu_engine *e;
+    if (mu_model_open(DATA "target.gguf", &m, &err)) fail_msg("target: %s", err.msg);
+    mu_engine_opts eo = {.n_threads = 2};
+    assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+    mu_drafter *d;
+    if (mu_drafter_open(DATA "drafter.gguf", e, &d, &err)) fail_msg("drafter: %s", err.msg);
+    json_error_t je;
+    json_t *ex = json_load_file(DATA "expected.json", 0, &je);
+    assert_non_null(ex);
+    const int n_feat = (int)json_integer_value(json_object_get(ex, "n_feat"));
+    assert_int_equal(n_feat, mu_drafter_get_info(d)->n_feat);
+    float *feat = malloc((size_t)64 * n_feat * sizeof *feat);
+    ref_features(feat, 64, n_feat);
+    size_t ci;
+    json_t *c;
+    int n_rows = 0, n_close = 0;
+    json_array_foreach(json_object_get(ex, "cases"), ci, c) {
+        const int n_ctx = (int)json_integer_value(json_object_get(c, "n_ctx"));
+        const int32_t last = (int32_t)json_integer_value(json_object_get(c, "last"));
+        json_t *want = json_object_get(c, "drafts"), *mg = json_object_get(c, "margins");
+        const int nd = (int)json_array_size(want);
+        mu_draft_seq *q;
+        assert_int_equal(mu_draft_seq_new(d, 128, &q, &err), 0);
+        if (n_ctx) assert_int_equal(mu_draft_seq_inject(q, 0, n_ctx, feat, &err), 0);
+        int32_t got[64];
+        assert_int_equal(mu_draft_seq_draft(q, last, n_ctx, nd, got, &err), nd);
+        for (int r = 0; r < nd; r++) {
+            if (json_real_value(json_array_get(mg, (size_t)r)) < 1e-3) {
+                n_close++;
+                continue;
+            }
+            n_rows++;
+            if (got[r] != json_integer_value(json_array_get(want, (size_t)r)))
+                fail_msg("case %zu (context %d, last %d): draft %d is %d, the reference says %lld", ci, n_ctx, last, r,
+                         got[r], (long long)json_integer_value(json_array_get(want, (size_t)r)));
+        }
+        mu_draft_seq_free(q);
+    }
+    print_message("reference drafts: %d rows equal, %d near-ties skipped\n", n_rows, n_close);
+    assert_true(n_rows >= 30);
+    json_decref(ex);
+    free(feat);
+    mu_drafter_free(d);
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 /* ---- scheduler ----------------------------------------------------------- */
 
 typedef struct {
@@ -484,7 +549,7 @@ static void test_sched(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_bind), cmocka_unit_test(test_refusals), cmocka_unit_test(test_capture),
-        cmocka_unit_test(test_drafter),    cmocka_unit_test(test_sched),
+        cmocka_unit_test(test_drafter),    cmocka_unit_test(test_reference), cmocka_unit_test(test_sched),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
