@@ -227,6 +227,9 @@ int mu_synth_dflash_write(const mu_synth_dflash_opts *o, const char *path, mu_er
         (rc = mu_gguf_writer_set_f32(w, "dflash.attention.layer_norm_rms_epsilon", (float)t_eps, err)) ||
         (rc = mu_gguf_writer_set_f32(w, "dflash.rope.freq_base", 10000.0f, err)) ||
         (rc = mu_gguf_writer_set_u32(w, "dflash.block_size", (uint32_t)o->block_size, err)) ||
+        /* the block attends both ways (llama.cpp's speculative code sets this
+         * anyway; the key makes a plain llama.cpp context do the same) */
+        (rc = mu_gguf_writer_set_bool(w, "dflash.attention.causal", false, err)) ||
         (rc = mu_gguf_writer_set_arr(w, "dflash.target_layers", MU_GGUF_I32, tl32, (uint64_t)n_tl, err)) ||
         (rc = copy_tokenizer(g, w, err)) ||
         (rc = mu_gguf_writer_set_u32(w, "tokenizer.ggml.mask_token_id", (uint32_t)mask, err)))
