@@ -70,9 +70,9 @@ def corpus_files(paths, limit):
     return out[:limit] if limit else out
 
 
-def tokenize(muser, target, files, seq, max_tokens):
-    """Every file through `muser tokenize` (BOS first), concatenated, cut into
-    windows of seq tokens."""
+def tokenize(muser, target, files, seq, max_tokens, bos):
+    """Every file through `muser tokenize`, BOS first (as muser run feeds a
+    prompt), concatenated, cut into windows of seq tokens."""
     ids = []
     for f in files:
         if max_tokens and len(ids) >= max_tokens:
@@ -81,7 +81,8 @@ def tokenize(muser, target, files, seq, max_tokens):
         if r.returncode:
             continue  # not text the tokenizer takes (binary, too large): skip
         try:
-            ids.extend(json.loads(r.stdout))
+            toks = json.loads(r.stdout)
+            ids.extend(([bos] if bos is not None else []) + toks)
         except ValueError:
             continue
     n = len(ids) // seq
@@ -221,7 +222,7 @@ def main():
     log("target %s: %d layers, width %d, vocab %d; drafter: %d layers, block %d, target layers %s, mask %d" % (
         a.target, target.n_layer, target.n_embd, target.n_vocab, a.layers, a.block, layers, cfg["mask_token_id"]))
     files = corpus_files(a.corpus, a.max_files)
-    wins = tokenize(a.muser, a.target, files, a.seq, a.max_tokens)
+    wins = tokenize(a.muser, a.target, files, a.seq, a.max_tokens, target.bos)
     if wins.shape[0] < 2:
         sys.exit("dflash_train: the corpus gave %d windows of %d tokens" % (wins.shape[0], a.seq))
     perm = torch.randperm(wins.shape[0], generator=torch.Generator().manual_seed(a.seed))
