@@ -4,12 +4,12 @@
 # drafts to) draft the same blocks from a random DFlash drafter with its own
 # embedding and head (`muser gen --dflash --own-head`, attention.causal
 # false, no injected context: llama.cpp's plain context runs the block
-# path). Needs tests/golden/node_modules (README step 2) and python3 with
+# path). Needs node-llama-cpp installed in tests/golden (README step 2), python3 with
 # torch and numpy (Debian: python3-torch); skips without them.
 set -u
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-/usr/bin/python3}
-[ -d tests/golden/node_modules/node-llama-cpp ] || { echo "skip: tests/golden/node_modules is absent"; exit 0; }
+[ -d "tests/golden/node_modules/node-llama-cpp" ] || { echo "skip: node-llama-cpp is not installed in tests/golden"; exit 0; }
 "$PY" -c "import torch, numpy" 2>/dev/null || { echo "skip: $PY has no torch/numpy"; exit 0; }
 T=$(mktemp -d); trap 'rm -rf "$T"' EXIT
 ./muser gen --dflash -o "$T/d.gguf" --target tests/data/dflash/target.gguf --own-head --layers 2 --block-size 8 \
