@@ -140,9 +140,11 @@ json_t *api_timings(const mu_gen_stats *st) {
                      "queue_ms", st->queue_ms);
     if (t && st->constrain_ms > 0) json_object_set_new(t, "constrained_ms", json_real(st->constrain_ms));
     if (t && st->prompt_shared) json_object_set_new(t, "prompt_shared", json_true());
-    if (t && st->n_draft > 0) { /* speculative decoding, llama.cpp's names */
+    if (t && st->n_draft > 0) { /* speculative decoding, llama.cpp's names; spec_steps is muser's
+                                   (accepted drafts per step = draft_n_accepted / spec_steps) */
         json_object_set_new(t, "draft_n", json_integer(st->n_draft));
         json_object_set_new(t, "draft_n_accepted", json_integer(st->n_draft_accepted));
+        json_object_set_new(t, "spec_steps", json_integer(st->n_spec_steps));
     }
     return t;
 }

@@ -61,7 +61,9 @@ if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "serve --spec ngram: /complet
 else bad "serve --spec ngram: $got vs $want ($(head -c 300 "$T/c"))"; fi
 dn=$(jget "$T/c" "j['timings']['draft_n']")
 da=$(jget "$T/c" "j['timings']['draft_n_accepted']")
-if [ -n "$dn" ] && [ "$dn" -gt 0 ] && [ "$da" -le "$dn" ]; then ok "serve: timings draft_n $dn, draft_n_accepted $da"
+ds=$(jget "$T/c" "j['timings']['spec_steps']")
+if [ -n "$dn" ] && [ "$dn" -gt 0 ] && [ "$da" -le "$dn" ] && [ "$ds" -gt 0 ] && [ "$dn" -le $((8 * ds)) ]; then
+  ok "serve: timings draft_n $dn, draft_n_accepted $da, spec_steps $ds"
 else bad "serve: timings: $(jget "$T/c" "j['timings']")"; fi
 curl -s "$BASE/metrics" >"$T/m"
 mdn=$(sed -n 's/^llamacpp:spec_decode_num_draft_tokens_total //p' "$T/m")
