@@ -829,7 +829,7 @@ int cmd_chat(int argc, char **argv) {
         cli_fail("muser chat: %s", err.msg);
         goto done;
     }
-    if (cli_spec_open("muser chat", &spec, c.e)) goto done;
+    if (cli_spec_open("muser chat", &spec, c.e, model)) goto done;
     /* the engine thread never takes SIGINT: it must reach this thread, to
      * interrupt a blocked read at the prompt */
     sigset_t block, prev;

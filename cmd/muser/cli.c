@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The line embeds file names and user-given strings: it is escaped (mu_esc)
  * into valid UTF-8 without control characters, so it stays one line. */
@@ -242,12 +243,23 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
     return 1;
 }
 
-int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e) {
+int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e, const char *model) {
     if (p->draft && p->spec == MU_SPEC_NONE) p->spec = MU_SPEC_DFLASH;
-    if (p->spec == MU_SPEC_DFLASH && !p->draft) return cli_fail("%s: --spec dflash needs --draft D.gguf", cmd);
+    char near[4096];
+    if (p->spec == MU_SPEC_DFLASH && !p->draft) {
+        /* the model's own drafter: M.dflash.gguf next to M.gguf */
+        size_t n = model ? strlen(model) : 0;
+        if (n > 5 && !strcmp(model + n - 5, ".gguf") && n + 8 < sizeof near) {
+            snprintf(near, sizeof near, "%.*s.dflash.gguf", (int)(n - 5), model);
+            if (access(near, R_OK) == 0) p->draft = near;
+        }
+        if (!p->draft) return cli_fail("%s: --spec dflash needs --draft D.gguf (or a drafter next to the model, M.dflash.gguf)", cmd);
+    }
     if (!p->draft) return 0;
     mu_err err;
-    if (mu_drafter_open(p->draft, e, &p->drafter, &err)) return cli_fail("%s: %s", cmd, err.msg);
+    int rc = mu_drafter_open(p->draft, e, &p->drafter, &err);
+    if (p->draft == near) p->draft = NULL; /* not to outlive this call */
+    if (rc) return cli_fail("%s: %s", cmd, err.msg);
     return 0;
 }
 

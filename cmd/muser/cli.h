@@ -55,10 +55,11 @@ typedef struct {
  * --spec-draft-n-max), --draft-min N (alias --spec-draft-n-min), --draft
  * D.gguf (alias --model-draft, -md). Returns 1, 0 or -1 as cli_sample_opt. */
 int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p);
-/* After the engine exists: --draft alone means --spec dflash; dflash needs
- * --draft; opens the drafter into p->drafter (free it after the scheduler).
- * Returns 0, or 1 after printing "CMD: <error>". */
-int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e);
+/* After the engine exists: --draft alone means --spec dflash; dflash
+ * without --draft takes the model's own drafter, MODEL.dflash.gguf next to
+ * MODEL.gguf, when there is one; opens the drafter into p->drafter (free it
+ * after the scheduler). Returns 0, or 1 after printing "CMD: <error>". */
+int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e, const char *model);
 
 /* Runs mu_model_check on m with progress on stderr (a rewritten line with
  * bytes and rate when stderr is a terminal; else, with `lines`, a plain line

@@ -175,7 +175,7 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
-    if (cli_spec_open("muser run", &spec, e)) goto done;
+    if (cli_spec_open("muser run", &spec, e, model)) goto done;
     so.drafter = spec.drafter;
     if (n_gen > 0 && mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser run: %s", err.msg);

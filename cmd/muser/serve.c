@@ -162,7 +162,7 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
-    if (cli_spec_open("muser serve", &spec, e)) goto done;
+    if (cli_spec_open("muser serve", &spec, e, model)) goto done;
     /* test hooks, so tests need no timing: MUSER_TEST_HOLD=N, the scheduler
      * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
      * generates N tokens and then waits for its cancel */

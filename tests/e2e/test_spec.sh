@@ -111,6 +111,11 @@ a=$("$MUSER" run -m "$M" -p "$P" -n 24 --temp 0 --threads 1 --draft "$D" 2>"$T/e
 b=$("$MUSER" run -m "$M" -p "$P" -n 24 --temp 0 --threads 1 2>/dev/null)
 if [ "$a" = "$b" ] && grep -q "^spec dflash: drafted" "$T/err"; then ok "run --draft alone: dflash, same text"
 else bad "run --draft: [$a] vs [$b] ($(cat "$T/err"))"; fi
+cp "$M" "$T/m.gguf" && cp "$D" "$T/m.dflash.gguf"
+if "$MUSER" run -m "$T/m.gguf" -p "$P" -n 8 --temp 0 --threads 1 --spec dflash >/dev/null 2>"$T/err" &&
+   grep -q "^spec dflash: drafted" "$T/err"; then ok "run --spec dflash: the model's own drafter (M.dflash.gguf next to M.gguf)"
+else bad "run --spec dflash with M.dflash.gguf: $(cat "$T/err")"; fi
+rm -f "$T/m.gguf" "$T/m.dflash.gguf"
 for args in "--draft $M" "--draft /nonexistent.gguf" "--spec dflash"; do
   # shellcheck disable=SC2086
   "$MUSER" run -m "$M" -p hi -n 2 $args >/dev/null 2>"$T/err"
