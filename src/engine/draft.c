@@ -28,6 +28,7 @@
 #include "engine.h"
 
 #define DRAFT_ROWS MU_DFLASH_MAX_BLOCK /* most rows of one pass (a block, or a piece of an injection) */
+#define DRAFT_LOGIT_ROWS 16            /* block rows per pass of the output matrix */
 
 struct mu_drafter {
     mu_engine *e;
@@ -39,7 +40,7 @@ struct mu_drafter {
     float *x, *a, *q, *k, *v, *o, *f1, *f2, *g;
     uint8_t *qa;
     size_t qa_stride;
-    float *lg;      /* [n_vocab] one row of logits */
+    float *lg;      /* [DRAFT_LOGIT_ROWS][n_vocab] logits */
     float *scores;  /* [n_threads][scores_cap] */
     size_t scores_cap;
 };
@@ -47,7 +48,7 @@ struct mu_drafter {
 struct mu_draft_seq {
     mu_drafter *d;
     int n_ctx, n_past;
-    float *kc, *vc;   /* [n_layer][n_ctx][n_kv] */
+    float *kc, *vc;   /* [n_layer][n_ctx][n_kv]; rows of absent positions are never read */
     uint8_t *present; /* [n_ctx] */
 };
 
@@ -89,8 +90,8 @@ static void job_mm(void *arg, int ith, int nth) {
     int lo, hi;
     mu_split(rows, ith, nth, 16, &lo, &hi);
     mu_vec_dot_fn dot = k->vec_dot[j->w->type];
-    for (int t = 0; t < j->T; t++)
-        for (int r = lo; r < hi; r++)
+    for (int r = lo; r < hi; r++) /* a weight row once, against every activation row */
+        for (int t = 0; t < j->T; t++)
             j->y[(size_t)t * rows + r] =
                 dot(cols, (const uint8_t *)j->w->data + (size_t)r * rb, j->d->qa + (size_t)t * j->d->qa_stride);
 }
@@ -167,7 +168,7 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->f1 = mu_alloc(R * (size_t)m->n_ff, sizeof(float));
     d->f2 = mu_alloc(R * (size_t)m->n_ff, sizeof(float));
     d->qa = mu_alloc(R, d->qa_stride);
-    d->lg = mu_alloc((size_t)d->n_vocab, sizeof(float));
+    d->lg = mu_alloc((size_t)DRAFT_LOGIT_ROWS * (size_t)d->n_vocab, sizeof(float));
     if (!d->x || !d->a || !d->g || !d->q || !d->k || !d->v || !d->o || !d->f1 || !d->f2 || !d->qa || !d->lg) {
         rc = mu_fail(err, MU_E_NOMEM, "drafter: out of memory for scratch");
         goto fail;
@@ -205,8 +206,10 @@ int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) 
     mu_draft_seq *q = calloc(1, sizeof *q);
     const size_t rows = (size_t)d->m->n_layer * (size_t)n_ctx;
     if (q) {
-        q->kc = mu_alloc(rows, (size_t)d->n_kv * sizeof(float));
-        q->vc = mu_alloc(rows, (size_t)d->n_kv * sizeof(float));
+        /* calloc: pages are committed as positions are injected (a slot's
+         * context is rarely full), and presence flags gate every read */
+        q->kc = calloc(rows * (size_t)d->n_kv, sizeof(float));
+        q->vc = calloc(rows * (size_t)d->n_kv, sizeof(float));
         q->present = calloc((size_t)n_ctx, 1);
     }
     if (!q || !q->kc || !q->vc || !q->present) {
@@ -221,8 +224,8 @@ int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) 
 
 void mu_draft_seq_free(mu_draft_seq *q) {
     if (!q) return;
-    mu_free(q->kc);
-    mu_free(q->vc);
+    free(q->kc);
+    free(q->vc);
     free(q->present);
     free(q);
 }
@@ -399,12 +402,16 @@ int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int3
     /* final norm of rows 1..n_draft, the output matrix, argmax (first of ties) */
     for (int t = 1; t < T; t++)
         rms_norm(d->a + (size_t)(t - 1) * E, d->x + (size_t)t * E, m->output_norm->data, E, m->eps);
-    for (int t = 0; t < n_draft; t++) {
-        matmul(d, d->a + (size_t)t * E, 1, d->output, d->lg);
-        int best = 0;
-        for (int r = 1; r < d->n_vocab; r++)
-            if (d->lg[r] > d->lg[best]) best = r;
-        out[t] = best;
+    for (int t0 = 0; t0 < n_draft; t0 += DRAFT_LOGIT_ROWS) {
+        const int n = n_draft - t0 < DRAFT_LOGIT_ROWS ? n_draft - t0 : DRAFT_LOGIT_ROWS;
+        matmul(d, d->a + (size_t)t0 * E, n, d->output, d->lg);
+        for (int t = 0; t < n; t++) {
+            const float *l = d->lg + (size_t)t * d->n_vocab;
+            int best = 0;
+            for (int r = 1; r < d->n_vocab; r++)
+                if (l[r] > l[best]) best = r;
+            out[t0 + t] = best;
+        }
     }
     return n_draft;
 }
