@@ -22,7 +22,10 @@
  * with the draft (llama.cpp's sample-and-compare), the agreeing prefix and
  * the first pick after it are accepted one by one through gen.c, and the
  * session is truncated back past the rejected drafts. While drafting does
- * not pay (draft_pays), the job's steps are ordinary decode items. */
+ * not pay (draft_pays), the job's steps are ordinary decode items. A
+ * dflash job's items also capture the target's layer inputs
+ * (mu_batch_item.feat), which the slot's drafter rows (mu_draft_seq) take
+ * in after every forward and drop with the session's rejected drafts. */
 #include "../../include/muser_gen.h"
 
 #include <math.h>
