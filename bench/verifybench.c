@@ -12,6 +12,11 @@
  * and the calling thread's CPU time are reported: with one thread (all the
  * work runs on the calling thread) the CPU time is the cost without the
  * preemptions a loaded machine adds to long forwards.
+ * With $VERIFYBENCH_DRAFT naming a DFlash drafter, also:
+ *   draft K  the drafter's pass over a block of 1 + K (K drafts) after the
+ *            prompt's features were injected (what --spec dflash adds to a
+ *            step besides the verification);
+ *   inject   the injection of one position's features (added to every step).
  * Usage: verifybench MODEL [threads (2)] [depth (256)] [rounds (9)] [K list
  * (1,2,4,8,16)]. Not part of libmuser. */
 #include <stdio.h>
@@ -71,7 +76,21 @@ int main(int argc, char **argv) {
         toks[i] = (int32_t)((r >> 33) % (uint64_t)I->n_vocab);
     }
     mu_batch_item it = {.s = s, .tokens = toks, .n_tokens = depth};
+    const char *dpath = getenv("VERIFYBENCH_DRAFT");
+    mu_drafter *dr = NULL;
+    mu_draft_seq *dq = NULL;
+    float *feat = NULL;
+    if (dpath) {
+        if (mu_drafter_open(dpath, e, &dr, &err) || mu_draft_seq_new(dr, depth + 64 + 8, &dq, &err))
+            return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
+        const mu_drafter_info *di = mu_drafter_get_info(dr);
+        feat = malloc((size_t)depth * di->n_feat * sizeof *feat);
+        it.feat = feat;
+        it.feat_layers = di->target_layers;
+        it.n_feat_layers = di->n_target;
+    }
     if (mu_forward(e, &it, 1, &err)) return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
+    if (dq && mu_draft_seq_inject(dq, 0, depth, feat, &err)) return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
     /* [mode][k index][round]; mode 0 decode (k ignored), 1 solo, 2 batch */
     static double t[3][MAXK][MAXR], c[3][MAXK][MAXR];
     for (int rd = 0; rd < rounds + 1; rd++) /* round 0 warms up */
@@ -88,6 +107,22 @@ int main(int argc, char **argv) {
                     c[mode][ki][rd - 1] = clock_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
                 }
             }
+    static double td[MAXK + 1][MAXR], cd[MAXK + 1][MAXR];
+    const int bmax = dr ? mu_drafter_get_info(dr)->block_size - 1 : 0;
+    for (int rd = 0; dr && rd < rounds + 1; rd++)
+        for (int ki = 0; ki <= nk; ki++) { /* ki == nk: one injection */
+            if (ki < nk && ks[ki] > bmax) continue;
+            int32_t out[64];
+            double t0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+            int rc = ki < nk ? (mu_draft_seq_draft(dq, toks[depth], depth, ks[ki], out, &err) < 0)
+                             : mu_draft_seq_inject(dq, depth, 1, feat, &err);
+            if (rc) return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
+            if (ki == nk) mu_draft_seq_truncate(dq, depth);
+            if (rd) {
+                td[ki][rd - 1] = clock_ms(CLOCK_MONOTONIC) - t0;
+                cd[ki][rd - 1] = clock_ms(CLOCK_THREAD_CPUTIME_ID) - c0;
+            }
+        }
     double dec = median(t[0][0], rounds), cdec = median(c[0][0], rounds);
     printf("{\"mode\": \"decode\", \"k\": 0, \"ms\": %.3f, \"ratio\": 1.0, \"cpu_ms\": %.3f, \"cpu_ratio\": 1.0, "
            "\"model\": \"%s\", \"depth\": %d, \"threads\": %d, \"rounds\": %d}\n",
@@ -98,6 +133,15 @@ int main(int argc, char **argv) {
             printf("{\"mode\": \"%s\", \"k\": %d, \"ms\": %.3f, \"ratio\": %.3f, \"cpu_ms\": %.3f, \"cpu_ratio\": %.3f}\n",
                    mode == 1 ? "solo" : "batch", ks[ki], ms, ms / dec, cms, cms / cdec);
         }
+    for (int ki = 0; dr && ki <= nk; ki++) {
+        if (ki < nk && ks[ki] > bmax) continue;
+        double ms = median(td[ki], rounds), cms = median(cd[ki], rounds);
+        printf("{\"mode\": \"%s\", \"k\": %d, \"ms\": %.3f, \"ratio\": %.3f, \"cpu_ms\": %.3f, \"cpu_ratio\": %.3f}\n",
+               ki < nk ? "draft" : "inject", ki < nk ? ks[ki] : 1, ms, ms / dec, cms, cms / cdec);
+    }
+    mu_draft_seq_free(dq);
+    mu_drafter_free(dr);
+    free(feat);
     free(toks);
     mu_session_free(s);
     mu_engine_free(e);

@@ -221,6 +221,13 @@ typedef struct {
                           path for these rows (slower than the batched one on long blocks).
                           Items after a solo item in the batch round the same way: put solo
                           items last. */
+    /* hidden states for a drafter (mu_drafter): when feat is set, [n_tokens][n_feat_layers]
+       [n_embd] receives, per token, the input of each listed layer (the residual stream
+       entering layer il; il = 0 is the normed embedding), llama.cpp's layer inputs.
+       Reading them changes no result. CPU engines only (MU_E_ARG on CUDA). */
+    float *feat;
+    const int *feat_layers;   /* n_feat_layers ids in [0, n_layer) */
+    int n_feat_layers;
 } mu_batch_item;
 
 /* Runs the model over all items as one batch. Afterwards each session holds
@@ -245,6 +252,46 @@ int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k
 int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *k, const uint16_t *v, mu_err *err);
 /* Declare positions [0, n) present after kv_write of every layer. */
 int mu_session_kv_commit(mu_session *s, int n, mu_err *err);
+
+/* ---- DFlash drafter (docs/speculative.md) ---------------------------- */
+
+/* A block-diffusion drafter in llama.cpp's `dflash` GGUF layout, bound to a
+ * target engine: it reads the target's hidden states at its target layers
+ * (mu_batch_item.feat), keeps them per sequence as its own KV rows, and
+ * drafts a block of tokens in one pass over [last token, mask, mask, ...].
+ * Runs on the target engine's CPU threads; lives no longer than it. */
+typedef struct mu_drafter mu_drafter;
+typedef struct {
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;
+    int block_size;            /* trained block: the last token + block_size - 1 drafts */
+    int n_target;              /* target layers read */
+    const int *target_layers;  /* [n_target]: mu_batch_item.feat_layers */
+    int n_feat;                /* n_target * the target's n_embd: floats per token of feat */
+    int32_t mask_id;
+    bool own_head;             /* the file has its own token embedding / output matrix */
+} mu_drafter_info;
+
+/* Opens path and checks it against the target (layers, widths,
+ * vocabulary). MU_E_MODEL names what does not fit. */
+int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err);
+void mu_drafter_free(mu_drafter *d);
+const mu_drafter_info *mu_drafter_get_info(const mu_drafter *d);
+
+/* One sequence's drafter state: the injected rows of positions [0, n_ctx). */
+typedef struct mu_draft_seq mu_draft_seq;
+int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err);
+void mu_draft_seq_free(mu_draft_seq *q);
+/* Injects the target's features of positions [pos0, pos0 + n) ([n][n_feat],
+ * from mu_batch_item.feat): the drafter's K and V rows of those positions. */
+int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_err *err);
+/* Forgets every position >= n (rejected drafts, a new prompt). */
+void mu_draft_seq_truncate(mu_draft_seq *q, int n);
+/* Drafts n_draft tokens (1 .. block_size - 1) that follow last, which sits
+ * at position pos: one pass over [last, mask x n_draft] at pos .., attending
+ * to the injected rows of positions < pos that are present and to the block
+ * (both ways unless the file says causal); the drafts are the argmax of
+ * rows 1 .. n_draft. Returns the count written to out, or a negative code. */
+int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err);
 
 /* ---- sampling --------------------------------------------------------- */
 

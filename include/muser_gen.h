@@ -65,10 +65,11 @@ typedef enum {
     MU_SPEC_NONE = 0,
     MU_SPEC_NGRAM,  /* prompt lookup + the job's n-gram cache (llama.cpp's ngram-cache) */
     MU_SPEC_SCRIPT, /* test hook: the draft at output position i is spec_script[i..] */
+    MU_SPEC_DFLASH, /* a DFlash drafter's block (mu_sched_opts.drafter) */
 } mu_spec;
 #define MU_SPEC_DRAFT_MAX 64         /* most drafted tokens per step */
 #define MU_SPEC_NGRAM_DRAFT_DEFAULT 8 /* llama.cpp's ngram-cache drafts at most 8 */
-const char *mu_spec_name(mu_spec s);  /* "none", "ngram", "script" */
+const char *mu_spec_name(mu_spec s);  /* "none", "ngram", "script", "dflash" */
 int mu_spec_parse(const char *name);  /* -1 for an unknown name */
 #define MU_GEN_MAX_CHOICES 16
 #define MU_GEN_MAX_CALLS 128 /* functions a forced call may choose from */
@@ -117,9 +118,12 @@ typedef struct {
     int n_call_one_of;      /* 0: off; at most MU_GEN_MAX_CALLS */
     int embd_normalize;     /* pooled rows: llama.cpp's embd_normalize (-1 none, 0 max-abs scaled
                                to int16, 2 Euclidean, p > 0 p-norm); the server's default is 2 */
-    mu_spec spec;           /* speculative decoding (MU_SPEC_NONE: off) */
-    int draft_max;          /* most drafted tokens per step, 1..MU_SPEC_DRAFT_MAX; 0: the method's default */
-    int draft_min;          /* a draft shorter than this is not verified (a plain step instead) */
+    mu_spec spec;           /* speculative decoding (MU_SPEC_NONE: the scheduler's default) */
+    bool spec_off;          /* no speculative decoding, whatever the scheduler's default */
+    int draft_max;          /* most drafted tokens per step, 1..MU_SPEC_DRAFT_MAX; 0: the method's default
+                               (with the scheduler's default method: its draft max) */
+    int draft_min;          /* a draft shorter than this is not verified (a plain step instead);
+                               0 with the scheduler's default method: its draft min */
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
@@ -205,6 +209,8 @@ typedef struct {
      * scheduler. keep_prefix jobs climb the ladder live slot -> cache ->
      * pack store -> prefill, and every slot's completed blocks are captured. */
     mu_kv_cache *cache;
+    mu_drafter *drafter; /* the DFlash drafter of MU_SPEC_DFLASH jobs (borrowed; outlives the
+                            scheduler); NULL: such jobs are refused */
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */

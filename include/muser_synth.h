@@ -114,6 +114,30 @@ typedef void (*mu_synth_progress_fn)(const mu_synth_progress *p, void *user);
  * that catches signals should remove it too). fn may be NULL. */
 int mu_synth_write(const mu_synth_opts *o, const char *path, mu_synth_progress_fn fn, void *user, mu_err *err);
 
+/* ---- DFlash drafters (`muser gen --dflash`, docs/speculative.md) ------- */
+
+/* A drafter with seeded random weights in llama.cpp's `dflash` layout for
+ * a target model: the target's width, tokenizer (copied) and mask token;
+ * zero fields take the target's value (heads, head dim, ff) or the default
+ * below. */
+typedef struct {
+    const char *target;     /* the target GGUF (required) */
+    int n_layer;            /* 1 */
+    int n_ff, n_head, n_head_kv, head_dim; /* 0: the target's */
+    int block_size;         /* 16: the last token + 15 drafts per pass */
+    const int *target_layers; /* n_target_layers ids (inputs of those target layers); */
+    int n_target_layers;    /* 0: three spread over layers 1 .. n_layer - 1 */
+    mu_synth_type type;     /* F32, F16 (default), BF16 or Q8_0 for the matrices */
+    uint64_t seed;          /* 1 */
+    bool own_head;          /* also write token_embd and output (else the target's are used) */
+    int32_t mask_id;        /* -1: <|mask|>, else the last <|reserved_N|>, else the last token */
+    const char *name;       /* general.name; NULL: muser-dflash-random */
+} mu_synth_dflash_opts;
+
+void mu_synth_dflash_defaults(mu_synth_dflash_opts *o);
+/* Writes the drafter to path (through <path>.tmp, as mu_synth_write). */
+int mu_synth_dflash_write(const mu_synth_dflash_opts *o, const char *path, mu_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,7 +3,7 @@
  *              [SAMPLING...] (cli_sample_usage: --temp --top-k ... --logit-bias)
  *              [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern NAME]
  *              [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]
- *              [--spec none|ngram] [--draft-max N] [--draft-min N]
+ *              [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]
  * User guide: docs/chat.md.
  *
  * Owns: the conversation (a JSON array of OpenAI-shaped messages), the line
@@ -798,7 +798,7 @@ static int usage(void) {
             "                  [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern ref|avx2|avx512|amx|neon]\n"
             "                  " CLI_BACKEND_USAGE "\n"
             "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
-            "                  [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                  [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                  " CLI_LANE_USAGE "\n"
             "Interactive chat; type /help inside for commands. Reads one message per line when\n"
             "stdin is not a terminal. Details: docs/chat.md.\n%s",
@@ -922,6 +922,7 @@ int cmd_chat(int argc, char **argv) {
         cli_fail("muser chat: %s", err.msg);
         goto done;
     }
+    if (cli_spec_open("muser chat", &spec, c.e, model)) goto done;
     /* the engine thread never takes SIGINT: it must reach this thread, to
      * interrupt a blocked read at the prompt */
     sigset_t block, prev;
@@ -932,7 +933,8 @@ int cmd_chat(int argc, char **argv) {
      * and waits for Ctrl-C, so a test of streaming needs no timing */
     const char *stall = getenv("MUSER_TEST_STALL_AFTER");
     mu_sched_opts so = {.n_slots = 1, .n_ctx = c.n_ctx, .queue_max = 1, .stall_after = stall ? atoi(stall) : 0,
-                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min};
+                        .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
+                        .drafter = spec.drafter};
     int src = mu_sched_new(c.e, &so, &c.sched, &err);
     pthread_sigmask(SIG_SETMASK, &prev, NULL);
     if (src) {
@@ -973,6 +975,7 @@ done:
     mu_lane_free(c.lane);
     mu_kv_ident_free(c.kid);
     mu_kv_key_wipe(c.key);
+    mu_drafter_free(spec.drafter);
     mu_engine_free(c.e);
     mu_model_close(c.m);
     json_decref(c.msgs);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* The line embeds file names and user-given strings: it is escaped (mu_esc)
  * into valid UTF-8 without control characters, so it stays one line. */
@@ -233,6 +234,7 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
     int which = !strcmp(a, "--spec") || !strcmp(a, "--spec-type")                ? 0
                 : !strcmp(a, "--draft-max") || !strcmp(a, "--spec-draft-n-max") ? 1
                 : !strcmp(a, "--draft-min") || !strcmp(a, "--spec-draft-n-min") ? 2
+                : !strcmp(a, "--draft") || !strcmp(a, "--model-draft") || !strcmp(a, "-md") ? 3
                                                                                  : -1;
     if (which < 0) return 0;
     if (*i + 1 >= argc) return cli_fail("%s: option %s needs a value", cmd, a), -1;
@@ -240,8 +242,10 @@ int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p) {
     long long n;
     if (which == 0) {
         int sp = mu_spec_parse(v);
-        if (sp < 0) return cli_fail("%s: --spec must be none or ngram: %s", cmd, v), -1;
+        if (sp < 0) return cli_fail("%s: --spec must be none, ngram or dflash: %s", cmd, v), -1;
         p->spec = sp;
+    } else if (which == 3) {
+        p->draft = v;
     } else if (which == 1) {
         if (!cli_int(v, 1, MU_SPEC_DRAFT_MAX, &n))
             return cli_fail("%s: --draft-max must be 1..%d: %s", cmd, MU_SPEC_DRAFT_MAX, v), -1;
@@ -271,6 +275,26 @@ int cli_lane_opt(const char *cmd, int argc, char **argv, int *i, cli_lane *l) {
         l->breaker_s = sec;
     }
     return 1;
+}
+
+int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e, const char *model) {
+    if (p->draft && p->spec == MU_SPEC_NONE) p->spec = MU_SPEC_DFLASH;
+    char near[4096];
+    if (p->spec == MU_SPEC_DFLASH && !p->draft) {
+        /* the model's own drafter: M.dflash.gguf next to M.gguf */
+        size_t n = model ? strlen(model) : 0;
+        if (n > 5 && !strcmp(model + n - 5, ".gguf") && n + 8 < sizeof near) {
+            snprintf(near, sizeof near, "%.*s.dflash.gguf", (int)(n - 5), model);
+            if (access(near, R_OK) == 0) p->draft = near;
+        }
+        if (!p->draft) return cli_fail("%s: --spec dflash needs --draft D.gguf (or a drafter next to the model, M.dflash.gguf)", cmd);
+    }
+    if (!p->draft) return 0;
+    mu_err err;
+    int rc = mu_drafter_open(p->draft, e, &p->drafter, &err);
+    if (p->draft == near) p->draft = NULL; /* not to outlive this call */
+    if (rc) return cli_fail("%s: %s", cmd, err.msg);
+    return 0;
 }
 
 const char *cli_sample_usage(void) {

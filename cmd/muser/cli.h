@@ -48,13 +48,20 @@ typedef struct {
     int spec;       /* mu_spec */
     int draft_max;  /* 0: the method's default */
     int draft_min;
+    const char *draft;   /* --draft D.gguf: a DFlash drafter */
+    mu_drafter *drafter; /* opened by cli_spec_open */
 } cli_spec;
 
 /* Parses one speculative decoding option at argv[*i] into p: --spec
- * none|ngram (alias --spec-type), --draft-max N (alias --spec-draft-n-max),
- * --draft-min N (alias --spec-draft-n-min). Returns 1, 0 or -1 as
- * cli_sample_opt. */
+ * none|ngram|dflash (alias --spec-type), --draft-max N (alias
+ * --spec-draft-n-max), --draft-min N (alias --spec-draft-n-min), --draft
+ * D.gguf (alias --model-draft, -md). Returns 1, 0 or -1 as cli_sample_opt. */
 int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p);
+/* After the engine exists: --draft alone means --spec dflash; dflash
+ * without --draft takes the model's own drafter, MODEL.dflash.gguf next to
+ * MODEL.gguf, when there is one; opens the drafter into p->drafter (free it
+ * after the scheduler). Returns 0, or 1 after printing "CMD: <error>". */
+int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e, const char *model);
 
 /* Remote prefill options (docs/lane.md), as run, chat and serve take them:
  * --prefill local|auto|remote, --node NAME, --breaker N:SECONDS. */

@@ -41,7 +41,8 @@ static void usage(FILE *f) {
             "  --template FILE | --no-template chat template (default: a minimal built-in one)\n"
             "  --eom-key                       also write tokenizer.ggml.eom_token_id (llama.cpp then stops on <|eom|>)\n"
             "  --quant auto|careful|fast       K-quant search (auto: careful up to 5e8 weights)\n"
-            "  --threads N                     worker threads (all cores); output does not depend on it\n");
+            "  --threads N                     worker threads (all cores); output does not depend on it\n"
+            "muser gen --dflash -o OUT.gguf [--target MODEL.gguf] ...   a random DFlash drafter (--dflash --help)\n");
 }
 
 typedef struct {
@@ -266,7 +267,89 @@ static void on_signal(int sig) {
     raise(sig);
 }
 
+/* ---- DFlash drafters ------------------------------------------------------ */
+
+static void usage_dflash(FILE *f) {
+    fprintf(f,
+            "usage: muser gen --dflash -o OUT.gguf [--target MODEL.gguf] [options]\n"
+            "  a DFlash drafter with seeded random weights in llama.cpp's dflash layout\n"
+            "  --target MODEL.gguf             the target (default: the bundled model): width, tokenizer\n"
+            "  --layers N                      drafter layers (1)\n"
+            "  --ff N --heads N --kv-heads N --head-dim N   (the target's)\n"
+            "  --block-size N                  trained block: last token + N-1 drafts (16)\n"
+            "  --target-layers 1,4,7           target layer inputs the drafter reads (three, spread)\n"
+            "  --mask-token ID                 (<|mask|>, else the last <|reserved_N|>, else the last id)\n"
+            "  --own-head                      also write token_embd and output (else the target's are used)\n"
+            "  --type f32|f16|bf16|q8_0        matrices (f16)\n"
+            "  --seed S                        (1)\n"
+            "  --name NAME                     general.name\n");
+}
+
+static int cmd_gen_dflash(int argc, char **argv) {
+    mu_synth_dflash_opts o;
+    mu_synth_dflash_defaults(&o);
+    const char *out = NULL;
+    int tl[16], n_tl = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--dflash")) continue;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage_dflash(stdout);
+            return 0;
+        }
+        if (!strcmp(a, "--own-head")) {
+            o.own_head = true;
+            continue;
+        }
+        if (a[0] != '-') return cli_fail("muser gen: unexpected argument: %s", a);
+        if (i + 1 >= argc) return cli_fail("muser gen: %s needs a value", a);
+        const char *v = argv[++i];
+        int rc = 0, x = -1;
+        if (!strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
+        else if (!strcmp(a, "--target")) o.target = v;
+        else if (!strcmp(a, "--layers")) rc = opt_int(a, v, 1, 64, &o.n_layer);
+        else if (!strcmp(a, "--ff")) rc = opt_int(a, v, 32, 1 << 18, &o.n_ff);
+        else if (!strcmp(a, "--heads")) rc = opt_int(a, v, 1, 1024, &o.n_head);
+        else if (!strcmp(a, "--kv-heads")) rc = opt_int(a, v, 1, 1024, &o.n_head_kv);
+        else if (!strcmp(a, "--head-dim")) rc = opt_int(a, v, 32, 1024, &o.head_dim);
+        else if (!strcmp(a, "--block-size")) rc = opt_int(a, v, 2, 65, &o.block_size);
+        else if (!strcmp(a, "--mask-token")) rc = opt_int(a, v, 0, INT32_MAX, &x), o.mask_id = x;
+        else if (!strcmp(a, "--name")) o.name = v;
+        else if (!strcmp(a, "--seed")) {
+            long long sd;
+            if (!cli_int(v, 0, INT64_MAX, &sd)) return cli_fail("muser gen: --seed needs a non-negative integer: %s", v);
+            o.seed = (uint64_t)sd;
+        } else if (!strcmp(a, "--type")) {
+            int t = mu_synth_type_parse(v);
+            if (t != MU_SYNTH_F32 && t != MU_SYNTH_F16 && t != MU_SYNTH_BF16 && t != MU_SYNTH_Q8_0)
+                return cli_fail("muser gen: a drafter's --type is f32, f16, bf16 or q8_0: %s", v);
+            o.type = (mu_synth_type)t;
+        } else if (!strcmp(a, "--target-layers")) {
+            n_tl = 0;
+            for (const char *p = v; *p;) {
+                char *end;
+                long id = strtol(p, &end, 10);
+                if (end == p || id < 0 || id > 4096 || n_tl == 16 || (*end && *end != ','))
+                    return cli_fail("muser gen: --target-layers needs up to 16 layer ids, comma-separated: %s", v);
+                tl[n_tl++] = (int)id;
+                p = *end ? end + 1 : end;
+            }
+            o.target_layers = tl;
+            o.n_target_layers = n_tl;
+        } else return cli_fail("muser gen: unknown option with --dflash: %s", a);
+        if (rc) return rc;
+    }
+    if (!out) return cli_fail("muser gen: -o OUT.gguf is required");
+    if (!o.target && !(o.target = cli_default_model())) return 1;
+    mu_err err = {0};
+    if (mu_synth_dflash_write(&o, out, &err)) return cli_fail("muser gen: %s", err.msg);
+    fprintf(stderr, "muser gen: wrote drafter %s\n", out);
+    return 0;
+}
+
 int cmd_gen(int argc, char **argv) {
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--dflash")) return cmd_gen_dflash(argc, argv);
     gen_cfg c;
     int rc = parse_args(argc, argv, &c);
     if (rc) {

@@ -2,7 +2,7 @@
  *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
  *             [SAMPLING...] (cli_sample_usage: --temp --top-k ... --logit-bias)
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
- *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]
+ *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]
  *             [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
  * With --pack, the KV state of a pack directory (muser pack save) is
  * restored first and the prompt is what follows it (docs/kvpack.md).
@@ -29,7 +29,7 @@ static int usage(void) {
             "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [SAMPLING...]\n"
             "                 [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N]\n"
             "                 [--kern ref|avx2|avx512|amx|neon] " CLI_BACKEND_USAGE " [--check-tensors]\n"
-            "                 [--pack DIR [--key-file F]] [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                 [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                 " CLI_LANE_USAGE "\n%s",
             cli_sample_usage());
     return 1;
@@ -182,8 +182,13 @@ int cmd_run(int argc, char **argv) {
     }
     mu_engine_opts eo = cli_engine_opts(&backend, (int)threads, kern);
     mu_sched_opts so = {.n_slots = 1, .n_ctx = n_ctx};
-    if (mu_engine_new(m, &eo, &e, &err) || (pack && mu_kv_ident_new(e, model, &kid, &err)) ||
-        (n_gen > 0 && mu_sched_new(e, &so, &sched, &err))) {
+    if (mu_engine_new(m, &eo, &e, &err) || (pack && mu_kv_ident_new(e, model, &kid, &err))) {
+        cli_fail("muser run: %s", err.msg);
+        goto done;
+    }
+    if (cli_spec_open("muser run", &spec, e, model)) goto done;
+    so.drafter = spec.drafter;
+    if (n_gen > 0 && mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
@@ -266,6 +271,7 @@ done:
     mu_job_free(job);
     mu_sched_free(sched);
     mu_lane_free(ln);
+    mu_drafter_free(spec.drafter);
     mu_kv_ident_free(kid);
     mu_kv_key_wipe(src.key);
     mu_engine_free(e);

@@ -37,7 +37,7 @@ static int usage(void) {
             "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
-            "                   [--spec none|ngram] [--draft-max N] [--draft-min N]\n"
+            "                   [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                   " CLI_LANE_USAGE "\n"
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--key-file F]\n"
             "                   [--slot-save-path DIR]\n"
@@ -214,6 +214,7 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
+    if (cli_spec_open("muser serve", &spec, e, model)) goto done;
     /* test hooks, so tests need no timing: MUSER_TEST_HOLD=N, the scheduler
      * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
      * generates N tokens and then waits for its cancel */
@@ -247,7 +248,8 @@ int cmd_serve(int argc, char **argv) {
                         .prefill_chunk = (int)batch,
                         .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0,
                         .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
-                        .cache = cache};
+                        .cache = cache,
+                        .drafter = spec.drafter};
     if (mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
@@ -333,6 +335,7 @@ done:
     mu_kv_cache_free(cache);
     mu_kv_ident_free(kid);
     mu_kv_key_wipe(root);
+    mu_drafter_free(spec.drafter);
     mu_engine_free(e);
     mu_model_close(m);
     free(cert_pem);

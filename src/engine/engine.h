@@ -47,6 +47,9 @@ typedef struct {
     int *tok_out;    /* logits row in its session, or -1 */
     int *out_tok;    /* [T] chunk token of each output row */
     float **tok_embd; /* [T] where the token's final-norm row goes (mu_batch_item.embd), or NULL */
+    const mu_batch_item **tok_item; /* [T] the token's item when it captures layer inputs (feat), else NULL */
+    int *tok_idx;    /* [T] the token's index in its item */
+    int n_feat_tok;  /* tokens of the chunk that capture layer inputs */
     int t_solo;      /* chunk tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
     float *lg;       /* [MU_LOGIT_ROWS][n_vocab] raw logits */
 } mu_scratch;

@@ -336,6 +336,20 @@ static void embed(mu_engine *e, const int32_t *tokens, int T) {
     }
 }
 
+/* The layer inputs a drafter reads (mu_batch_item.feat): copies of the
+ * residual stream entering layer il, for the tokens that asked. */
+static void capture_feat(mu_engine *e, int T, int il) {
+    const int E = e->m->info.n_embd;
+    for (int t = 0; t < T; t++) {
+        const mu_batch_item *it = e->s.tok_item[t];
+        if (!it || !it->feat) continue;
+        for (int k = 0; k < it->n_feat_layers; k++)
+            if (it->feat_layers[k] == il)
+                memcpy(it->feat + ((size_t)e->s.tok_idx[t] * it->n_feat_layers + k) * E, e->s.h + (size_t)t * E,
+                       (size_t)E * sizeof(float));
+    }
+}
+
 static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
     const mu_model_info *I = &e->m->info;
     mu_scratch *s = &e->s;
@@ -345,6 +359,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
     embed(e, tokens, T);
     for (int il = 0; il < I->n_layer; il++) {
         const mu_layer_w *L = &e->m->layers[il];
+        if (s->n_feat_tok) capture_feat(e, T, il);
         ew(e, T, EW_ATTN_IN, il);
         ph_mark(&pc, MU_PH_NORMS);
         const mu_gguf_tensor *w4[4] = {L->wq, L->wk, L->wv, L->wgate};
@@ -452,6 +467,15 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
                            it->n_tokens, it->s->n_ctx);
         for (int j = 0; j < n_items; j++)
             if (j != i && items[j].s == it->s) return mu_fail(err, MU_E_ARG, "forward: session appears twice in a batch");
+        if (it->feat) {
+            if (e->gpu) return mu_fail(err, MU_E_ARG, "forward: hidden-state capture (a drafter) needs the CPU backend");
+            if (!it->feat_layers || it->n_feat_layers <= 0)
+                return mu_fail(err, MU_E_ARG, "forward: item %d captures no layers", i);
+            for (int k = 0; k < it->n_feat_layers; k++)
+                if (it->feat_layers[k] < 0 || it->feat_layers[k] >= I->n_layer)
+                    return mu_fail(err, MU_E_ARG, "forward: capture layer out of range: %d (layers %d)",
+                                   it->feat_layers[k], I->n_layer);
+        }
         for (int t = 0; t < it->n_tokens; t++)
             if (it->tokens[t] < 0 || it->tokens[t] >= I->n_vocab)
                 return mu_fail(err, MU_E_ARG, "forward: token id out of range: %d (vocabulary %d)", it->tokens[t],
@@ -465,6 +489,7 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
     if (e->gpu) return mu_forward_gpu(e, items, n_items, err);
     /* walk the items in chunks of at most MU_UBATCH tokens */
     int32_t chunk_tok[MU_UBATCH];
+    e->s.n_feat_tok = 0;
     int T = 0, t_solo = e->ubatch; /* from the first solo item on, every token is solo */
     bool seen_solo = false;
     for (int i = 0; i < n_items; i++) {
@@ -479,12 +504,16 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
             e->s.tok_sess[T] = s;
             e->s.tok_pos[T] = s->n_past;
             e->s.tok_embd[T] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;
+            e->s.tok_item[T] = it->feat ? it : NULL;
+            e->s.tok_idx[T] = t;
+            e->s.n_feat_tok += it->feat != NULL;
             e->s.tok_out[T] = !out ? -1 : it->embd ? 0 : s->n_logits++;
             chunk_tok[T++] = it->tokens[t];
             s->n_past++; /* positions are assigned as tokens enter the chunk */
             if (T == e->ubatch) {
                 run_chunk(e, chunk_tok, T, t_solo);
                 T = 0;
+                e->s.n_feat_tok = 0;
                 t_solo = seen_solo ? 0 : e->ubatch;
             }
         }

@@ -29,7 +29,10 @@
  * with the draft (llama.cpp's sample-and-compare), the agreeing prefix and
  * the first pick after it are accepted one by one through gen.c, and the
  * session is truncated back past the rejected drafts. While drafting does
- * not pay (draft_pays), the job's steps are ordinary decode items. */
+ * not pay (draft_pays), the job's steps are ordinary decode items. A
+ * dflash job's items also capture the target's layer inputs
+ * (mu_batch_item.feat), which the slot's drafter rows (mu_draft_seq) take
+ * in after every forward and drop with the session's rejected drafts. */
 #include "../../include/muser_gen.h"
 
 #include <math.h>
@@ -139,6 +142,8 @@ typedef struct {
     int32_t *hist;        /* [n_ctx] tokens whose KV the session holds (prefix reuse) */
     int n_hist;
     mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
+    mu_draft_seq *dq;     /* the DFlash drafter's rows of this slot's positions (with a drafter) */
+    float *feat;          /* [rows][n_feat] the target's hidden states of this step's item */
     int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
     mu_kv_lineage *lin;   /* which prefix-cache nodes the session's rows came from (with a cache) */
     int min_keep;         /* the session may be cut back to no fewer positions: rows installed from
@@ -521,6 +526,12 @@ static int draft(mu_sched *s, int i) {
         if (n == 0 || n < j->draft_min) j->pos_n[0]++; /* a miss */
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
+    } else if (j->spec == MU_SPEC_DFLASH) {
+        const int bmax = mu_drafter_get_info(s->o.drafter)->block_size - 1;
+        mu_err err;
+        n = mu_draft_seq_draft(sl->dq, sl->last, mu_session_n_past(sl->sess), k < bmax ? k : bmax, sl->blk + 1, &err);
+        if (n < 0) n = 0; /* cannot happen for a block that fits; the step decodes plainly */
+        if (n == 0 || n < j->draft_min) j->pos_n[0]++;
     }
     return n < j->draft_min ? 0 : n;
 }
@@ -556,6 +567,7 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
         return;
     }
     hist_cut(sl, keep);
+    if (sl->dq) mu_draft_seq_truncate(sl->dq, keep);
     pthread_mutex_lock(&s->mu);
     s->info[i].n_past = keep;
     pthread_mutex_unlock(&s->mu);
@@ -634,6 +646,13 @@ static void spec_learn_prompt(slot *sl, mu_job *j) {
     for (int k = 0; k < j->n_prompt; k++) mu_ngram_push(sl->ng, j->prompt[k]);
 }
 
+/* The drafter's rows hold the features of the positions the session keeps
+ * only while every job in the slot fed them: a job of another kind, an
+ * installed state or a shared prompt leaves positions without rows. */
+static void spec_drafter_keep(slot *sl, const mu_job *j, int keep) {
+    if (sl->dq) mu_draft_seq_truncate(sl->dq, j->spec == MU_SPEC_DFLASH ? keep : 0);
+}
+
 static bool slot_start(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -661,6 +680,7 @@ static bool slot_start(mu_sched *s, int i) {
         sl->waiting = false;
         spec_learn_prompt(sl, j);
         progress_event(j, sl->n_fed);
+        spec_drafter_keep(sl, j, 0);
         return true;
     }
     int src = MU_KV_SRC_NONE;
@@ -702,6 +722,7 @@ static bool slot_start(mu_sched *s, int i) {
     sl->waiting = j->grp != NULL;
     spec_learn_prompt(sl, j);
     progress_event(j, sl->n_fed);
+    spec_drafter_keep(sl, j, keep);
     return true;
 }
 
@@ -935,6 +956,13 @@ static void *engine_main(void *arg) {
                 it->all_logits = false;
                 it->embd = NULL;
                 it->solo = false;
+                it->feat = NULL;
+                if (sl->job->spec == MU_SPEC_DFLASH && sl->dq) {
+                    const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
+                    it->feat = sl->feat;
+                    it->feat_layers = di->target_layers;
+                    it->n_feat_layers = di->n_target;
+                }
                 s->item_spec[n_items] = false;
                 s->item_embd[n_items] = sl->job->embd_pool != MU_EMBD_OFF;
                 if (decoding && spec) {
@@ -995,6 +1023,10 @@ static void *engine_main(void *arg) {
             int i = s->item_slot[k];
             slot *sl = &s->slots[i];
             mu_job *j = sl->job;
+            if (s->items[k].feat) { /* the drafter learns every fed position (verify drops the rejected) */
+                const int p0 = mu_session_n_past(sl->sess) - s->item_n[k];
+                if (mu_draft_seq_inject(sl->dq, p0, s->item_n[k], sl->feat, &err)) mu_draft_seq_truncate(sl->dq, 0);
+            }
             memcpy(sl->hist + sl->n_hist, s->items[k].tokens, (size_t)s->item_n[k] * sizeof *sl->hist);
             sl->n_hist += s->item_n[k];
             bool prefilling = sl->n_fed < j->n_prompt;
@@ -1063,6 +1095,8 @@ static void slots_free(mu_sched *s) {
         mu_kv_lineage_free(s->slots[i].lin);
         free(s->slots[i].hist);
         mu_ngram_free(s->slots[i].ng);
+        mu_draft_seq_free(s->slots[i].dq);
+        free(s->slots[i].feat);
     }
 }
 
@@ -1072,10 +1106,12 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     if (o->n_ctx < 2) return mu_fail(err, MU_E_ARG, "sched: context too small: %d", o->n_ctx);
     if (o->queue_max < 0) return mu_fail(err, MU_E_ARG, "sched: bad queue size: %d", o->queue_max);
     if (o->hold_until < 0) return mu_fail(err, MU_E_ARG, "sched: bad hold count: %d", o->hold_until);
-    if (o->spec < MU_SPEC_NONE || o->spec > MU_SPEC_NGRAM || o->draft_max < 0 || o->draft_max > MU_SPEC_DRAFT_MAX ||
-        o->draft_min < 0)
+    if ((o->spec != MU_SPEC_NONE && o->spec != MU_SPEC_NGRAM && o->spec != MU_SPEC_DFLASH) || o->draft_max < 0 ||
+        o->draft_max > MU_SPEC_DRAFT_MAX || o->draft_min < 0)
         return mu_fail(err, MU_E_ARG, "sched: bad speculative decoding default (draft max 0..%d: %d, draft min: %d)",
                        MU_SPEC_DRAFT_MAX, o->draft_max, o->draft_min);
+    if (o->spec == MU_SPEC_DFLASH && !o->drafter)
+        return mu_fail(err, MU_E_ARG, "sched: speculative decoding with dflash needs a drafter (--draft)");
     mu_sched *s = calloc(1, sizeof *s);
     if (!s) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
     s->eng = e;
@@ -1093,6 +1129,14 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
         if (!rc && !(s->slots[i].hist = malloc((size_t)o->n_ctx * sizeof(int32_t))))
             rc = mu_fail(err, MU_E_NOMEM, "sched: out of memory");
         if (!rc && o->cache) rc = mu_kv_lineage_new(o->cache, o->n_ctx, &s->slots[i].lin, err);
+        if (!rc && o->drafter) {
+            /* features of one item: a prompt chunk or a verification block */
+            const int chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 512;
+            const size_t rows = (size_t)(chunk > 1 + MU_SPEC_DRAFT_MAX ? chunk : 1 + MU_SPEC_DRAFT_MAX);
+            rc = mu_draft_seq_new(o->drafter, o->n_ctx, &s->slots[i].dq, err);
+            if (!rc && !(s->slots[i].feat = malloc(rows * (size_t)mu_drafter_get_info(o->drafter)->n_feat * sizeof(float))))
+                rc = mu_fail(err, MU_E_NOMEM, "sched: out of memory for the drafter's features");
+        }
         if (rc) {
             slots_free(s);
             free(s);
@@ -1160,14 +1204,24 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         return mu_fail(err, MU_E_NOMEM, "sched: out of memory for a request");
     }
     mu_gen_req rs;
-    if (r->spec == MU_SPEC_NONE && s->o.spec != MU_SPEC_NONE) { /* the scheduler's default */
+    if (r->spec == MU_SPEC_NONE && !r->spec_off && s->o.spec != MU_SPEC_NONE) { /* the scheduler's default */
         rs = *r;
         rs.spec = s->o.spec;
-        rs.draft_max = s->o.draft_max;
-        rs.draft_min = s->o.draft_min;
+        rs.draft_max = r->draft_max > 0 ? r->draft_max : s->o.draft_max;
+        rs.draft_min = r->draft_min > 0 ? r->draft_min : s->o.draft_min;
         r = &rs;
     }
-    if (r->spec < MU_SPEC_NONE || r->spec > MU_SPEC_SCRIPT || r->draft_max < 0 || r->draft_max > MU_SPEC_DRAFT_MAX ||
+    if (r->spec_off && r->spec != MU_SPEC_NONE) {
+        free(j->prompt);
+        free(j);
+        return mu_fail(err, MU_E_ARG, "sched: speculative decoding both off and %s", mu_spec_name(r->spec));
+    }
+    if (r->spec == MU_SPEC_DFLASH && !s->o.drafter) {
+        free(j->prompt);
+        free(j);
+        return mu_fail(err, MU_E_ARG, "sched: speculative decoding with dflash needs a drafter (the server's --draft)");
+    }
+    if (r->spec < MU_SPEC_NONE || r->spec > MU_SPEC_DFLASH || r->draft_max < 0 || r->draft_max > MU_SPEC_DRAFT_MAX ||
         r->draft_min < 0 || r->n_spec_script < 0 || (r->n_spec_script > 0 && !r->spec_script)) {
         free(j->prompt);
         free(j);
@@ -1210,7 +1264,10 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     }
     j->max_new = max_new;
     j->spec = r->spec;
-    j->draft_max = r->draft_max > 0 ? r->draft_max : MU_SPEC_NGRAM_DRAFT_DEFAULT;
+    /* DFlash drafts at most a block: block_size - 1 tokens, its default (llama.cpp clamps to it) */
+    j->draft_max = r->draft_max > 0 ? r->draft_max
+                   : r->spec == MU_SPEC_DFLASH ? mu_drafter_get_info(s->o.drafter)->block_size - 1
+                                               : MU_SPEC_NGRAM_DRAFT_DEFAULT;
     j->draft_min = r->draft_min;
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
@@ -1232,12 +1289,17 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
 }
 
 const char *mu_spec_name(mu_spec sp) {
-    return sp == MU_SPEC_NONE ? "none" : sp == MU_SPEC_NGRAM ? "ngram" : sp == MU_SPEC_SCRIPT ? "script" : "?";
+    return sp == MU_SPEC_NONE     ? "none"
+           : sp == MU_SPEC_NGRAM  ? "ngram"
+           : sp == MU_SPEC_SCRIPT ? "script"
+           : sp == MU_SPEC_DFLASH ? "dflash"
+                                  : "?";
 }
 
 int mu_spec_parse(const char *name) {
     if (!strcmp(name, "none")) return MU_SPEC_NONE;
     if (!strcmp(name, "ngram")) return MU_SPEC_NGRAM;
+    if (!strcmp(name, "dflash")) return MU_SPEC_DFLASH;
     return -1; /* "script" is a test hook, not a user's choice */
 }
 

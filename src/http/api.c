@@ -104,7 +104,16 @@ static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
 #define OPENAI_ACCEPTED                                                                                        \
     F_("store", JC_BOOL | JC_NULL), F_("metadata", JC_OBJ | JC_NULL),                                          \
         F_("service_tier", JC_STR | JC_NULL, .one_of = service_tiers)
+/* speculative decoding per request (docs/api.md): llama.cpp's flat names
+ * on its routes and the OpenAI ones, an object on Anthropic's and the
+ * Responses API, options on Ollama's */
+static const char *const spec_types[] = {"none", "ngram", "ngram-cache", "dflash", "draft-dflash", NULL};
+#define SPEC_FIELDS(T, MAX, MIN)                                                                               \
+    F_(T, JC_STR, .one_of = spec_types), F_(MAX, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX)),                        \
+        F_(MIN, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX))
+static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min"), END};
 #define LLAMA_EXTENSIONS                                                                                       \
+    SPEC_FIELDS("speculative.type", "speculative.n_max", "speculative.n_min"),                                \
     F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
         F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
         F_("grammar", JC_STR, .one_of = no_grammar,                                                            \
@@ -262,6 +271,7 @@ static const jc_field ollama_options[] = {
     F_("mirostat", JC_INT, RANGE(0, 2)),
     F_("mirostat_tau", JC_NUM, RANGE(-BIG, BIG)),
     F_("mirostat_eta", JC_NUM, RANGE(-BIG, BIG)),
+    SPEC_FIELDS("speculative_type", "speculative_n_max", "speculative_n_min"),
     END,
 };
 static const jc_field ollama_fn_call_fields[] = {
@@ -425,6 +435,7 @@ static const jc_field anthropic_messages[] = {
     F_("top_k", JC_INT, RANGE(0, 1000000)),
     F_("metadata", JC_OBJ, .fields = an_metadata_fields),
     F_("service_tier", JC_STR, .one_of = an_tiers),
+    F_("speculative", JC_OBJ, .fields = spec_obj_fields),
     END,
 };
 static const jc_field anthropic_count_tokens[] = {ANTHROPIC_PROMPT, END};
@@ -490,6 +501,7 @@ static const jc_field rs_reasoning_fields[] = {
 static const jc_field openai_responses[] = {
     F_("model", JC_STR, .max_len = 256),
     F_("input", JC_STR | JC_ARR, .required = true, .elem = &rs_item_elem, .max_len = 4096),
+    F_("speculative", JC_OBJ, .fields = spec_obj_fields),
     F_("instructions", JC_STR | JC_NULL),
     F_("max_output_tokens", JC_INT | JC_NULL, RANGE(1, 1048576)),
     F_("temperature", JC_NUM | JC_NULL, RANGE(0, 2)),

@@ -231,6 +231,10 @@ int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, in
  * in api.c): replies 400 and returns false for what muser does not do
  * (post_sampling_probs true); sets keep_prefix from cache_prompt. */
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q);
+/* Speculative decoding of one request from object o (may be NULL) under
+ * the protocol's key names (docs/api.md): type none|ngram|dflash (llama.cpp's
+ * ngram-cache and draft-dflash too), the most and least drafted tokens. */
+void api_spec_params(const json_t *o, const char *k_type, const char *k_max, const char *k_min, mu_gen_req *q);
 
 /* A request's settings in llama.cpp's shape and order (its
  * generation_settings; /props and /slots params). */

@@ -363,6 +363,7 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     q.chat = true;
     q.n_predict = (int)mu_jc_int(body, "max_tokens", -1);
     q.sp = api_sample_params(a, body, NULL);
+    api_spec_params(json_object_get(body, "speculative"), "type", "n_max", "n_min", &q);
     q.call_one_of = n_names ? names : NULL;
     q.n_call_one_of = n_names;
     an_state *s = calloc(1, sizeof *s);

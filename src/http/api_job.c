@@ -148,9 +148,11 @@ json_t *api_timings(const mu_gen_stats *st) {
     if (t) json_object_set_new(t, "cache_source", json_string(mu_kv_src_name(st->reuse_src)));
     if (t && st->constrain_ms > 0) json_object_set_new(t, "constrained_ms", json_real(st->constrain_ms));
     if (t && st->prompt_shared) json_object_set_new(t, "prompt_shared", json_true());
-    if (t && st->n_draft > 0) { /* speculative decoding, llama.cpp's names */
+    if (t && st->n_draft > 0) { /* speculative decoding, llama.cpp's names; spec_steps is muser's
+                                   (accepted drafts per step = draft_n_accepted / spec_steps) */
         json_object_set_new(t, "draft_n", json_integer(st->n_draft));
         json_object_set_new(t, "draft_n_accepted", json_integer(st->n_draft_accepted));
+        json_object_set_new(t, "spec_steps", json_integer(st->n_spec_steps));
     }
     return t;
 }
@@ -401,6 +403,19 @@ int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, in
     return (int)n;
 }
 
+void api_spec_params(const json_t *o, const char *k_type, const char *k_max, const char *k_min, mu_gen_req *q) {
+    if (!o || !json_is_object(o)) return;
+    const char *t = mu_jc_str(o, k_type, NULL);
+    if (t) { /* the schema admitted only spec_types (api.c) */
+        q->spec = !strcmp(t, "ngram") || !strcmp(t, "ngram-cache")   ? MU_SPEC_NGRAM
+                  : !strcmp(t, "dflash") || !strcmp(t, "draft-dflash") ? MU_SPEC_DFLASH
+                                                                      : MU_SPEC_NONE;
+        q->spec_off = q->spec == MU_SPEC_NONE;
+    }
+    q->draft_max = (int)mu_jc_int(o, k_max, 0);
+    q->draft_min = (int)mu_jc_int(o, k_min, 0);
+}
+
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     if (mu_jc_bool(body, "post_sampling_probs", false)) {
         mu_http_reply_error(r, 400,
@@ -415,6 +430,7 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
     /* llama.cpp's return_progress: prompt-progress chunks, in streams only */
     q->progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
+    api_spec_params(body, "speculative.type", "speculative.n_max", "speculative.n_min", q);
     return true;
 }
 

@@ -170,6 +170,7 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     long long np = mu_jc_int(opt, "num_predict", -1);
     q.n_predict = np < 0 ? -1 : (int)np;
     q.sp = api_sample_params(a, opt ? opt : json_null(), "seed");
+    api_spec_params(opt, "speculative_type", "speculative_n_max", "speculative_n_min", &q);
     q.logprobs = mu_jc_bool(body, "logprobs", false);
     q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
     ol_state *s = calloc(1, sizeof *s);

@@ -426,6 +426,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
     q.schema_chat = true;
     q.n_predict = (int)mu_jc_int(body, "max_output_tokens", -1);
     q.sp = api_sample_params(a, body, NULL);
+    api_spec_params(json_object_get(body, "speculative"), "type", "n_max", "n_min", &q);
     q.call_one_of = n_names ? names : NULL;
     q.n_call_one_of = n_names;
     /* llama.cpp's return_progress: prompt progress in response.in_progress events (streams) */

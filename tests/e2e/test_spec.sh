@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # test_spec.sh: speculative decoding from the outside (docs/speculative.md):
-# `muser run --spec ngram` gives the tokens and text of plain decoding,
-# greedy and sampled, and reports its draft counts; bad options are one
-# error line; `muser serve --spec ngram` answers as `muser run` does, with
-# llama.cpp's draft_n / draft_n_accepted timings and /metrics counters.
+# `muser run --spec ngram` and `--spec dflash --draft D.gguf` (a random
+# drafter from `muser gen --dflash`) give the tokens and text of plain
+# decoding, greedy and sampled, and report their draft counts; bad options
+# are one error line; `muser serve --spec ngram` answers as `muser run`
+# does, with llama.cpp's draft_n / draft_n_accepted timings and /metrics
+# counters; per request, speculative.type / n_max (and the Ollama,
+# Anthropic forms) pick the method; `muser serve --draft` drafts with dflash.
 SERVE_TEST_NAME=test_spec
 source "$(dirname "$0")/serve_lib.sh"
 
@@ -38,7 +41,7 @@ if [ "$a" = "$b" ] && grep -q "^spec ngram: drafted [0-9]*, accepted [0-9]*" "$T
 else bad "run --spec ngram text: [$a] vs [$b] ($(cat "$T/err"))"; fi
 
 # bad options: one line, exit 1
-for args in "--spec dflash" "--spec" "--draft-max 0" "--draft-max 65" "--draft-min -1" "--draft-max x"; do
+for args in "--spec eagle3" "--spec" "--draft-max 0" "--draft-max 65" "--draft-min -1" "--draft-max x"; do
   # shellcheck disable=SC2086
   "$MUSER" run -m "$M" -p hi -n 2 $args >/dev/null 2>"$T/err"
   rc=$?
@@ -58,7 +61,9 @@ if [ -n "$want" ] && [ "$got" = "$want" ]; then ok "serve --spec ngram: /complet
 else bad "serve --spec ngram: $got vs $want ($(head -c 300 "$T/c"))"; fi
 dn=$(jget "$T/c" "j['timings']['draft_n']")
 da=$(jget "$T/c" "j['timings']['draft_n_accepted']")
-if [ -n "$dn" ] && [ "$dn" -gt 0 ] && [ "$da" -le "$dn" ]; then ok "serve: timings draft_n $dn, draft_n_accepted $da"
+ds=$(jget "$T/c" "j['timings']['spec_steps']")
+if [ -n "$dn" ] && [ "$dn" -gt 0 ] && [ "$da" -le "$dn" ] && [ "$ds" -gt 0 ] && [ "$dn" -le $((8 * ds)) ]; then
+  ok "serve: timings draft_n $dn, draft_n_accepted $da, spec_steps $ds"
 else bad "serve: timings: $(jget "$T/c" "j['timings']")"; fi
 curl -s "$BASE/metrics" >"$T/m"
 mdn=$(sed -n 's/^llamacpp:spec_decode_num_draft_tokens_total //p' "$T/m")
@@ -66,6 +71,76 @@ mda=$(sed -n 's/^llamacpp:spec_decode_num_accepted_tokens_total //p' "$T/m")
 if [ "$mdn" = "$dn" ] && [ "$mda" = "$da" ] && grep -q '^llamacpp:spec_decode_num_drafts_total [1-9]' "$T/m"; then
   ok "/metrics: spec_decode counters ($mdn drafted, $mda accepted)"
 else bad "/metrics: spec counters $mdn/$mda vs $dn/$da"; fi
+# per request: speculative.type none turns the server's default off; dflash
+# without a drafter is a 400
+curl -s "$BASE/completion" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": [$toks], \"n_predict\": 32, \"temperature\": 0, \"return_tokens\": true, \"ignore_eos\": true, \"speculative.type\": \"none\"}" >"$T/c"
+got=$(jget "$T/c" "','.join(map(str, j['tokens']))")
+if [ "$got" = "$want" ] && [ "$(jget "$T/c" "'draft_n' in j['timings']")" = False ]; then ok "serve: speculative.type none: no drafts, same tokens"
+else bad "serve: speculative.type none: $(head -c 300 "$T/c")"; fi
+code=$(curl -s -o "$T/c" -w '%{http_code}' "$BASE/completion" -H 'Content-Type: application/json' \
+  -d '{"prompt": "hi", "n_predict": 4, "speculative.type": "dflash"}')
+if [ "$code" = 400 ] && grep -q "drafter" "$T/c"; then ok "serve: speculative.type dflash without --draft: 400 ($(head -c 160 "$T/c"))"
+else bad "serve: dflash without a drafter: $code $(head -c 300 "$T/c")"; fi
+code=$(curl -s -o "$T/c" -w '%{http_code}' "$BASE/completion" -H 'Content-Type: application/json' \
+  -d '{"prompt": "hi", "n_predict": 4, "speculative.type": "eagle3"}')
+if [ "$code" = 400 ] && grep -q "speculative.type" "$T/c"; then ok "serve: an unknown speculative.type: 400"
+else bad "serve: speculative.type eagle3: $code $(head -c 300 "$T/c")"; fi
+stop_server
+
+# DFlash: a random drafter for the bundled model, in llama.cpp's layout
+D=$T/drafter.gguf
+if "$MUSER" gen --dflash -o "$D" --target "$M" 2>"$T/err"; then ok "gen --dflash: $(cat "$T/err")"
+else bad "gen --dflash: $(cat "$T/err")"; fi
+for sampling in "--temp 0" "--temp 0.9 --seed 11"; do
+  # shellcheck disable=SC2086
+  plain=$("$MUSER" run -m "$M" -p "$P" -n 40 $sampling --json --threads 1 --ignore-eos 2>"$T/err" | ids)
+  # shellcheck disable=SC2086
+  "$MUSER" run -m "$M" -p "$P" -n 40 $sampling --json --threads 1 --ignore-eos --spec dflash --draft "$D" \
+    >"$T/spec" 2>>"$T/err"
+  spec=$(ids <"$T/spec")
+  last=$(tail -1 "$T/spec")
+  if [ -n "$plain" ] && [ "$plain" = "$spec" ] && echo "$last" | python3 -c '
+import json, sys
+t = json.loads(sys.stdin.read())["timings"]
+assert t["predicted_n"] == 40 and 0 <= t["draft_n_accepted"] <= t["draft_n"] and t["draft_n"] > 0, t
+'; then ok "run --spec dflash ($sampling): the tokens of plain decoding ($last)"
+  else bad "run --spec dflash ($sampling): $plain vs $spec, $last ($(cat "$T/err"))"; fi
+done
+a=$("$MUSER" run -m "$M" -p "$P" -n 24 --temp 0 --threads 1 --draft "$D" 2>"$T/err")
+b=$("$MUSER" run -m "$M" -p "$P" -n 24 --temp 0 --threads 1 2>/dev/null)
+if [ "$a" = "$b" ] && grep -q "^spec dflash: drafted" "$T/err"; then ok "run --draft alone: dflash, same text"
+else bad "run --draft: [$a] vs [$b] ($(cat "$T/err"))"; fi
+cp "$M" "$T/m.gguf" && cp "$D" "$T/m.dflash.gguf"
+if "$MUSER" run -m "$T/m.gguf" -p "$P" -n 8 --temp 0 --threads 1 --spec dflash >/dev/null 2>"$T/err" &&
+   grep -q "^spec dflash: drafted" "$T/err"; then ok "run --spec dflash: the model's own drafter (M.dflash.gguf next to M.gguf)"
+else bad "run --spec dflash with M.dflash.gguf: $(cat "$T/err")"; fi
+rm -f "$T/m.gguf" "$T/m.dflash.gguf"
+for args in "--draft $M" "--draft /nonexistent.gguf" "--spec dflash"; do
+  # shellcheck disable=SC2086
+  "$MUSER" run -m "$M" -p hi -n 2 $args >/dev/null 2>"$T/err"
+  rc=$?
+  if [ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "^muser run: " "$T/err"; then ok "run $args: $(cat "$T/err")"
+  else bad "run $args: exit $rc: $(cat "$T/err")"; fi
+done
+
+# the server with a drafter: dflash by default, other methods per request
+start_server --parallel 2 --ctx 512 --threads 1 --draft "$D" || { bad "server start (--draft)"; exit 1; }
+for spec in '' ', "speculative.type": "ngram", "speculative.n_max": 4' ', "speculative.type": "draft-dflash", "speculative.n_max": 3'; do
+  curl -s "$BASE/completion" -H 'Content-Type: application/json' \
+    -d "{\"prompt\": [$toks], \"n_predict\": 32, \"temperature\": 0, \"return_tokens\": true, \"ignore_eos\": true$spec}" >"$T/c"
+  got=$(jget "$T/c" "','.join(map(str, j['tokens']))")
+  dn=$(jget "$T/c" "j['timings'].get('draft_n', 0)")
+  if [ "$got" = "$want" ] && [ "$dn" -gt 0 ]; then ok "serve --draft, request [$spec]: tokens of muser run, $dn drafted"
+  else bad "serve --draft [$spec]: $got vs $want, draft_n $dn ($(head -c 300 "$T/c"))"; fi
+done
+curl -s "$BASE/api/generate" -H 'Content-Type: application/json' -d "{\"model\": \"muser-default\", \"prompt\": \"$P\", \"stream\": false, \"raw\": true, \"options\": {\"temperature\": 0, \"num_predict\": 8, \"speculative_type\": \"none\"}}" >"$T/o"
+if [ "$(jget "$T/o" "j['done']")" = True ]; then ok "ollama: options.speculative_type accepted"
+else bad "ollama speculative_type: $(head -c 300 "$T/o")"; fi
+curl -s "$BASE/v1/messages" -H 'Content-Type: application/json' \
+  -d '{"model": "muser-default", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}], "speculative": {"type": "dflash", "n_max": 4}}' >"$T/a"
+if [ "$(jget "$T/a" "j['type']")" = message ]; then ok "anthropic: speculative object accepted"
+else bad "anthropic speculative: $(head -c 300 "$T/a")"; fi
 stop_server
 
 echo "test_spec: $npass passed, $nfail failed"

@@ -1,5 +1,6 @@
-/* fuzz_gguf.c: the GGUF reader and the muse-glimmer model binding (which
- * also builds the tokenizer) over arbitrary bytes. Every accessor is
+/* fuzz_gguf.c: the GGUF reader, the muse-glimmer model binding (which
+ * also builds the tokenizer) and the DFlash drafter binding over arbitrary
+ * bytes. Every accessor is
  * exercised on accepted files; nothing may read outside the input. When the
  * input binds as a model, the tensor-data paths run too: mu_model_check,
  * then (small models only, to keep iterations fast) one forward pass of
@@ -11,6 +12,7 @@
 
 #include "../../include/muser.h"
 #include "../../src/gguf/gguf.h"
+#include "../../src/model/dflash.h"
 #include "../../src/model/model.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -40,6 +42,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < mu_gguf_n_tensors(g); i++) {
         const mu_gguf_tensor *t = mu_gguf_tensor_at(g, i);
         if (t->bytes) sink += ((const uint8_t *)t->data)[t->bytes - 1];
+    }
+    mu_dflash_model *dm;
+    if (mu_dflash_bind(g, &dm, &err) == 0) { /* a drafter: every view in bounds */
+        sink += (uint64_t)dm->n_layer + (uint64_t)dm->target_layers[dm->n_target - 1];
+        sink += ((const uint8_t *)dm->fc->data)[dm->fc->bytes - 1];
+        mu_dflash_close(dm); /* owns g now */
+        (void)sink;
+        return 0;
     }
     mu_model *m;
     if (mu_model_bind(g, &m, &err) == 0) {

@@ -703,7 +703,8 @@ static void test_sched_args(void **state) {
     assert_int_equal(mu_spec_parse("ngram"), MU_SPEC_NGRAM);
     assert_int_equal(mu_spec_parse("none"), MU_SPEC_NONE);
     assert_int_equal(mu_spec_parse("script"), -1);
-    assert_int_equal(mu_spec_parse("dflash"), -1);
+    assert_int_equal(mu_spec_parse("dflash"), MU_SPEC_DFLASH);
+    assert_int_equal(mu_spec_parse("eagle3"), -1);
     assert_string_equal(mu_spec_name(MU_SPEC_NGRAM), "ngram");
 }
 
