@@ -140,7 +140,7 @@ typedef enum {
                             text (not a channel header, reasoning or a tool call); sent just before
                             the TEXT event that holds its first byte */
     MU_EV_PROGRESS,  /* mu_gen_req.progress: the prompt's evaluation; one when the job has its slot
-                        (n_done 0, prompt_done = the kept tokens, stats.n_reused), then one after
+                        (n_done 0; stats.n_reused: the kept tokens), then one after
                         each prompt chunk evaluated; stats.n_prompt is the prompt's length,
                         stats.prompt_ms the time since the first of these events */
 } mu_event_kind;
@@ -185,7 +185,6 @@ typedef struct {
     const char *stop_word;  /* FINISH with MU_FINISH_WORD: the string that matched */
     const char *err;        /* FINISH with MU_FINISH_ERROR or CANCEL: why ("" when nothing to say) */
     mu_gen_stats stats;     /* FINISH; PROGRESS: n_prompt, n_reused, prompt_ms */
-    int prompt_done;        /* PROGRESS: prompt tokens in the KV state so far (kept ones included) */
 } mu_gen_event;
 
 typedef struct mu_sched mu_sched;

@@ -358,7 +358,7 @@ static void progress_event(mu_job *j, int n_fed) {
     const double t = now_ms();
     if (!j->t_progress) j->t_progress = t;
     mu_gen_event ev = {.kind = MU_EV_PROGRESS, .n_done = n_fed - j->st.n_reused,
-                       .n_total = j->n_prompt - j->st.n_reused, .prompt_done = n_fed};
+                       .n_total = j->n_prompt - j->st.n_reused};
     ev.stats.n_prompt = j->n_prompt;
     ev.stats.n_reused = j->st.n_reused;
     ev.stats.prompt_ms = t - j->t_progress;

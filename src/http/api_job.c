@@ -581,7 +581,7 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
             g->prog = p;
             g->cap_prog = cap;
         }
-        g->prog[g->n_prog++] = (api_progress){ev->stats.n_prompt, ev->stats.n_reused, ev->prompt_done,
+        g->prog[g->n_prog++] = (api_progress){ev->stats.n_prompt, ev->stats.n_reused, ev->n_done + ev->stats.n_reused,
                                               ev->stats.prompt_ms};
         return true;
     case MU_EV_CONTENT_TOKEN:
