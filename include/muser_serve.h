@@ -4,6 +4,7 @@
 #define MUSER_SERVE_H
 
 #include "muser_gen.h"
+#include "muser_lane.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +46,8 @@ typedef struct {
     /* more Prometheus lines for /metrics (returns their length); NULL: none */
     int (*metrics)(void *user, char *buf, size_t cap);
     void *metrics_user;
+    /* the lane's counters for /snapshot and the dashboard (with prefill_user); NULL: none */
+    void (*prefill_stats)(void *user, mu_lane_stats *st);
     mu_kv_cache *cache;        /* the scheduler's prefix cache, counted by /metrics and /snapshot; may be NULL */
     const char *slot_save_path; /* llama.cpp's --slot-save-path: where POST /slots/{id}?action=save|restore
                                    keeps packs; NULL: those answer 501 */

@@ -82,6 +82,7 @@ static int serve_prefill(void *user, mu_gen_req *q, mu_err *err) {
     return mu_lane_prepare(user, q, &remote, err) ? MU_E_IO : 0;
 }
 static int serve_metrics(void *user, char *buf, size_t cap) { return mu_lane_metrics(user, buf, cap); }
+static void serve_lane_stats(void *user, mu_lane_stats *st) { mu_lane_get_stats(user, st); }
 
 int cmd_serve(int argc, char **argv) {
     const char *model = NULL, *host = "127.0.0.1", *key_file = NULL, *cert = NULL, *keyp = NULL;
@@ -281,6 +282,7 @@ int cmd_serve(int argc, char **argv) {
                         .prefill = ln ? serve_prefill : NULL,
                         .prefill_user = ln,
                         .metrics = ln ? serve_metrics : NULL,
+                        .prefill_stats = ln ? serve_lane_stats : NULL,
                         .metrics_user = ln,
                         .has_seed = seed >= 0,
                         .seed = seed >= 0 ? (uint32_t)seed : 0,

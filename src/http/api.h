@@ -41,6 +41,7 @@ typedef struct {
     int (*prefill)(void *user, mu_gen_req *q, mu_err *err); /* mu_serve_opts.prefill */
     void *prefill_user;
     int (*metrics)(void *user, char *buf, size_t cap);      /* mu_serve_opts.metrics */
+    void (*prefill_stats)(void *user, mu_lane_stats *st);    /* mu_serve_opts.prefill_stats */
     void *metrics_user;
     mu_kv_cache *cache;        /* the prefix cache (--cache-bytes, --pack-dir), or NULL */
     char slot_dir[4096];       /* --slot-save-path ("" when none) */

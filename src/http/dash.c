@@ -155,6 +155,21 @@ static json_t *prefix_cache_json(mu_http_app *a, const mu_sched_metrics *m) {
                      measured_i(m->n_reused_src[MU_KV_SRC_CACHE] + m->n_reused_src[MU_KV_SRC_PACK]));
 }
 
+/* The remote prefill lane (docs/lane.md): handoffs and the breaker, or
+ * each unavailable when this server prefills locally. */
+static json_t *lane_json(mu_http_app *a) {
+    if (!a->prefill_stats) {
+        const char *no = "this server prefills locally (--prefill local)";
+        return json_pack("{s:o,s:o,s:o,s:o,s:o}", "handoffs", unavailable(no), "failed", unavailable(no), "fallbacks",
+                         unavailable(no), "bytes", unavailable(no), "breaker_open", unavailable(no));
+    }
+    mu_lane_stats st;
+    a->prefill_stats(a->prefill_user, &st);
+    return json_pack("{s:o,s:o,s:o,s:o,s:o}", "handoffs", measured_i(st.n_remote), "failed", measured_i(st.n_failed),
+                     "fallbacks", measured_i(st.n_fallback), "bytes", measured_i(st.n_bytes), "breaker_open",
+                     measured_i(st.open ? 1 : 0));
+}
+
 /* The scheduler's last finished jobs, newest first (the request log). */
 static json_t *recent_json(mu_http_app *a) {
     static const char *const fin[] = {"none", "stop", "word", "length", "ctx", "cancel", "error"};
@@ -234,7 +249,7 @@ static json_t *snapshot_json(mu_http_app *a) {
         "http", "requests", measured_i(c.requests), "errors_4xx", measured_i(c.errors_4xx), "errors_5xx",
         measured_i(c.errors_5xx), "connections_open", measured_i(c.conns_open), "connections_refused",
         measured_i(c.conns_refused),
-        "remote_prefill", unavailable("the remote prefill lane (docs/lane.md) reports to /metrics only"));
+        "remote_prefill", lane_json(a));
     /* the reuse ladder: prompt tokens reused per source, requests per source */
     json_t *reuse = json_object();
     for (int k = 0; reuse && k < MU_KV_SRC_COUNT; k++)

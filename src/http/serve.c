@@ -96,6 +96,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->any_model = o->any_model;
     a->prefill = o->prefill;
     a->prefill_user = o->prefill_user;
+    a->prefill_stats = o->prefill_stats;
     a->metrics = o->metrics;
     a->metrics_user = o->metrics_user;
     a->has_seed = o->has_seed;

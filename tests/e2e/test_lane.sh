@@ -127,6 +127,9 @@ for k, n in enumerate(lens):
     assert res[k] == local, (k, res[k], local)
 m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
 assert "muser:lane_remote_total 4" in m, m
+lane = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot"))["remote_prefill"]
+assert lane["handoffs"] == {"value": 4, "tag": "measured"}, lane
+assert lane["breaker_open"]["value"] == 0 and lane["failed"]["value"] == 0, lane
 EOF
   kill $sp; wait $sp 2>/dev/null
 }
@@ -235,6 +238,8 @@ for k in range(3):
 m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
 for want in ("muser:lane_failed_total 2", "muser:lane_fallback_total 2", "muser:lane_skipped_open_total 1", "muser:lane_breaker_open 1", "muser:lane_remote_total 0"):
     assert want in m, (want, m)
+lane = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/snapshot"))["remote_prefill"]
+assert lane["breaker_open"]["value"] == 1 and lane["failed"]["value"] == 2 and lane["fallbacks"]["value"] == 2, lane
 EOF
 kill $SP; wait $SP 2>/dev/null
 "$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill remote >/dev/null 2>"$T/srvb2.err" &
