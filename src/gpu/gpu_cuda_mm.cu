@@ -576,7 +576,7 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
  * sub-blocks of 32 (nibble x Q8_K byte), then float chains per (row, token)
  * in block order. An int8 mma (m16n8k32) computes exactly those sub-block
  * products for 16 rows x 8 tokens at once, so the chains stay the CPU's.
- * A warp: 16 rows x 64 tokens; a thread block: 64 rows. Fragment layouts
+ * Tiles: see k_mm_q4K_mma (16 rows x 32 or 64 tokens per warp). Fragment layouts
  * of mma.m16n8k32.s8 (PTX ISA): A reg i: row g (+8 for odd i), columns
  * 4q..4q+3 (+16 for i >= 2); B reg i: column g, rows 4q..4q+3 (+16 for
  * i = 1); C reg i: row g (+8 for i >= 2), column 2q + (i & 1); g = lane/4,
