@@ -85,7 +85,8 @@ try {
     const stable = ["model.id", "model.n_ctx", "model.file_bytes", "backend.kernels", "backend.engine", "requests.total",
       "requests.processing", "requests.queued", "requests.rejected_busy", "requests.cancelled", "tokens.prompt_total",
       "tokens.gen_total", "throughput.decode_tok_s", "throughput.prefill_tok_s", "throughput.ttft_s",
-      "memory.kv_bytes", "memory.kv_used_bytes", "prefix_cache.bytes", "prefix_cache.hits", "remote_prefill",
+      "memory.kv_bytes", "memory.kv_used_bytes", "prefix_cache.bytes", "prefix_cache.hits", "remote_prefill.handoffs",
+      "remote_prefill.breaker_open",
       "slots.0.state", "slots.0.n_gen", "slots.0.n_prompt", "slots.0.kv_used_bytes", "throughput.ttft_last_s",
       "tokens.prompt_reused", "recent.0.seq", "recent.0.ttft_s", "recent.0.n_gen", "recent.1.ttft_s", "recent.1.queue_s"];
     let mismatches = [];
