@@ -12,7 +12,7 @@ mkdir -p "$OUT"
 CFLAGS="-std=c11 -O2 -Wall -Wextra -Wshadow -Wno-unused-parameter -D_GNU_SOURCE -pthread -fno-strict-aliasing"
 objs=()
 for f in src/base/*.c src/kern/*.c tests/neon/driver.c; do
-  case $f in src/kern/*avx2*.c|src/kern/*avx512*.c) continue ;; esac
+  case $f in src/kern/*avx2*.c|src/kern/*avx512*.c|src/kern/*amx*.c) continue ;; esac
   extra=""
   case $f in src/kern/*neon*.c) extra="-march=armv8.2-a+dotprod+fp16" ;; esac
   o="$OUT/$(echo "$f" | tr / _).o"
