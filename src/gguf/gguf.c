@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -522,4 +523,31 @@ const mu_gguf_tensor *mu_gguf_tensor_at(const mu_gguf *g, int i) { return &g->te
 const mu_gguf_tensor *mu_gguf_find_tensor(const mu_gguf *g, const char *name) {
     int32_t i = hash_find(g->t_hash, g->t_cap, name, t_name_of, g);
     return i < 0 ? NULL : &g->tensors[i];
+}
+
+int mu_gguf_get_int_in(const mu_gguf *g, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                       int *out, mu_err *err) {
+    int64_t v = dflt;
+    if (required || mu_gguf_find(g, key) >= 0) {
+        int rc = mu_gguf_get_i64(g, key, &v, err);
+        if (rc) return rc;
+    }
+    if (v < lo || v > hi)
+        return mu_fail(err, MU_E_MODEL, "model: key %s out of range: %lld (allowed %lld..%lld)", key, (long long)v,
+                       (long long)lo, (long long)hi);
+    *out = (int)v;
+    return 0;
+}
+
+int mu_gguf_get_finite(const mu_gguf *g, const char *key, bool required, float dflt, float *out, mu_err *err) {
+    if (!required && mu_gguf_find(g, key) < 0) {
+        *out = dflt;
+        return 0;
+    }
+    double v;
+    int rc = mu_gguf_get_f64(g, key, &v, err);
+    if (rc) return rc;
+    if (!isfinite(v)) return mu_fail(err, MU_E_MODEL, "model: key %s is not finite", key);
+    *out = (float)v;
+    return 0;
 }

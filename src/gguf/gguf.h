@@ -64,6 +64,11 @@ int mu_gguf_find(const mu_gguf *g, const char *key); /* index or -1 */
  * stored type does not convert (integers accept any integer type in range). */
 int mu_gguf_get_i64(const mu_gguf *g, const char *key, int64_t *out, mu_err *err);
 int mu_gguf_get_f64(const mu_gguf *g, const char *key, double *out, mu_err *err);
+/* A hyperparameter: an integer in [lo, hi], or a finite float; when not
+ * required and absent, dflt. MU_E_MODEL naming the key otherwise. */
+int mu_gguf_get_int_in(const mu_gguf *g, const char *key, bool required, int64_t dflt, int64_t lo, int64_t hi,
+                       int *out, mu_err *err);
+int mu_gguf_get_finite(const mu_gguf *g, const char *key, bool required, float dflt, float *out, mu_err *err);
 int mu_gguf_get_bool(const mu_gguf *g, const char *key, bool *out, mu_err *err);
 int mu_gguf_get_str(const mu_gguf *g, const char *key, const char **s, size_t *len, mu_err *err);
 int mu_gguf_get_arr(const mu_gguf *g, const char *key, mu_gguf_arr *out, mu_err *err);

@@ -16,32 +16,17 @@
 
 #define ARCH "muse-glimmer"
 
+/* ARCH.key, as src/gguf's hyperparameter getters read it */
 static int get_int(const mu_gguf *g, const char *key, int64_t lo, int64_t hi, int *out, mu_err *err) {
     char full[160];
     snprintf(full, sizeof full, ARCH ".%s", key);
-    int64_t v;
-    int rc = mu_gguf_get_i64(g, full, &v, err);
-    if (rc) return rc;
-    if (v < lo || v > hi)
-        return mu_fail(err, MU_E_MODEL, "model: key %s out of range: %lld (allowed %lld..%lld)", full, (long long)v,
-                       (long long)lo, (long long)hi);
-    *out = (int)v;
-    return 0;
+    return mu_gguf_get_int_in(g, full, true, 0, lo, hi, out, err);
 }
 
 static int get_float(const mu_gguf *g, const char *key, bool required, float dflt, float *out, mu_err *err) {
     char full[160];
     snprintf(full, sizeof full, ARCH ".%s", key);
-    if (!required && mu_gguf_find(g, full) < 0) {
-        *out = dflt;
-        return 0;
-    }
-    double v;
-    int rc = mu_gguf_get_f64(g, full, &v, err);
-    if (rc) return rc;
-    if (!isfinite(v)) return mu_fail(err, MU_E_MODEL, "model: key %s is not finite", full);
-    *out = (float)v;
-    return 0;
+    return mu_gguf_get_finite(g, full, required, dflt, out, err);
 }
 
 static int32_t opt_token(const mu_gguf *g, const char *key, int n_vocab) {
