@@ -25,42 +25,65 @@ __device__ __forceinline__ int nearest_int(float v) {
     return (int)(__float_as_uint(t) & 0x007fffffu) - 0x00400000;
 }
 
-/* Q8_K: one warp per block of 256 (grid: blocks x tokens). */
-__global__ void k_quant_q8_K(const float *x, int n, mu_block_q8_K *y0, size_t stride) {
-    const int t = blockIdx.y, b = blockIdx.x, lane = threadIdx.x;
-    const float *xb = x + (size_t)t * n + (size_t)b * 256;
-    mu_block_q8_K *y = (mu_block_q8_K *)((uint8_t *)y0 + (size_t)t * stride) + b;
+/* One Q8_K block of the 256 floats xb by one warp, as kern_ref.c quantizes
+ * it: lane l holds elements l + 32 k in v[k]. */
+__device__ __forceinline__ void q8K_block_warp(const float *xb, mu_block_q8_K *y, int lane) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = xb[lane + 32 * k];
     /* the first element of largest magnitude; NaN never wins */
     float amax = 0;
     int idx = 0x7fffffff;
-    for (int j = lane; j < 256; j += 32) {
-        const float ax = fabsf(xb[j]);
-        if (ax > amax) { amax = ax; idx = j; }
-    }
+#pragma unroll
+    for (int k = 0; k < 8; k++)
+        if (fabsf(v[k]) > amax) {
+            amax = fabsf(v[k]);
+            idx = lane + 32 * k;
+        }
     for (int o = 16; o; o >>= 1) {
         const float a2 = __shfl_xor_sync(0xffffffffu, amax, o);
         const int i2 = __shfl_xor_sync(0xffffffffu, idx, o);
-        if (a2 > amax || (a2 == amax && i2 < idx)) { amax = a2; idx = i2; }
+        if (a2 > amax || (a2 == amax && i2 < idx)) {
+            amax = a2;
+            idx = i2;
+        }
     }
+    /* the element itself, from the lane that holds it */
+    const int src = idx == 0x7fffffff ? 0 : idx & 31, ks = idx == 0x7fffffff ? 0 : idx >> 5;
+    float mine = v[0];
+#pragma unroll
+    for (int k = 1; k < 8; k++)
+        if (k == ks) mine = v[k];
+    const float xmax = __shfl_sync(0xffffffffu, mine, src);
     if (amax == 0.f) {
-        for (int j = lane; j < 256; j += 32) y->qs[j] = 0;
+#pragma unroll
+        for (int k = 0; k < 8; k++) y->qs[lane + 32 * k] = 0;
         if (lane < 16) y->bsums[lane] = 0;
         if (lane == 0) y->d = 0;
         return;
     }
-    const float iscale = -127.f / xb[idx];
-    for (int j = lane; j < 256; j += 32) {
-        int v = nearest_int(iscale * xb[j]);
-        v = v > 127 ? 127 : v;
-        y->qs[j] = (int8_t)(v & 0xff);
-    }
-    __syncwarp();
-    if (lane < 16) {
-        int s = 0;
-        for (int l = 0; l < 16; l++) s += y->qs[lane * 16 + l];
-        y->bsums[lane] = (int16_t)s;
+    const float iscale = -127.f / xmax;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int q = nearest_int(iscale * v[k]);
+        q = q > 127 ? 127 : q;
+        y->qs[lane + 32 * k] = (int8_t)(q & 0xff);
+        /* group 2k + (lane >= 16): the 16 lanes of a half warp */
+        int s = (int)(int8_t)(q & 0xff);
+        s += __shfl_xor_sync(0xffffffffu, s, 8);
+        s += __shfl_xor_sync(0xffffffffu, s, 4);
+        s += __shfl_xor_sync(0xffffffffu, s, 2);
+        s += __shfl_xor_sync(0xffffffffu, s, 1);
+        if ((lane & 15) == 0) y->bsums[2 * k + (lane >> 4)] = (int16_t)s;
     }
     if (lane == 0) y->d = 1.f / iscale;
+}
+
+/* Q8_K: one warp per block of 256 (grid: blocks x tokens). */
+__global__ void k_quant_q8_K(const float *x, int n, mu_block_q8_K *y0, size_t stride) {
+    const int t = blockIdx.y, b = blockIdx.x;
+    q8K_block_warp(x + (size_t)t * n + (size_t)b * 256, (mu_block_q8_K *)((uint8_t *)y0 + (size_t)t * stride) + b,
+                   threadIdx.x);
 }
 
 __device__ __forceinline__ int8_t q8_0_conv(float v) {
@@ -133,7 +156,10 @@ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t *q, int *d, in
 }
 
 /* scale_min_k4 on the 12 scale bytes held as 3 words */
-__device__ __forceinline__ int ubyte(const int w[3], int i) { return (w[i >> 2] >> (8 * (i & 3))) & 0xFF; }
+__device__ __forceinline__ int ubyte(const int w[3], int i) {
+    const int x = i < 4 ? w[0] : i < 8 ? w[1] : w[2]; /* selects: no local memory for a lane-dependent i */
+    return (x >> (8 * (i & 3))) & 0xFF;
+}
 __device__ __forceinline__ int scale_k4w(int j, const int w[3]) {
     return j < 4 ? ubyte(w, j) & 63 : (ubyte(w, j + 4) & 0xF) | ((ubyte(w, j - 4) >> 6) << 4);
 }
@@ -571,6 +597,249 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
     }
 }
 
+/* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
+ * zeros when !ok (src is not read then). */
+__device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
+/* ---- K-quant matmul for few tokens (decode), loads first ----------------
+ * The same work and the same chains as k_mm_dec, in two phases per chunk of
+ * 4U super-blocks: every lane first loads its weight words of U passes (so
+ * a warp has U times more bytes in flight), then computes the integer sums
+ * and leaves them with the blocks' factors in shared memory, and only then
+ * do the chain lanes fold them, block after block. The float steps and
+ * their order are k_mm_dec's. */
+
+#define DEC_WARPS 8         /* rows per thread block */
+#define DEC_NI 9            /* integers kept per block and token */
+#define DEC2_SMEM_MAX (160 << 10) /* dynamic shared memory of k_mm_dec2 at most */
+
+/* lane g's weight words of one super-block */
+template <int TYPE> struct dec_words;
+template <> struct dec_words<MU_T_Q4_K> { int4 h, q; };          /* d, dmin, scales; 16 bytes of qs */
+template <> struct dec_words<MU_T_Q5_K> { int q[4], h; };         /* qs words 4g of each 32; qh word g */
+template <> struct dec_words<MU_T_Q6_K> { int l[4], h[2]; };      /* ql words; qh words */
+
+template <int TYPE>
+__device__ __forceinline__ void dec_load(const typename qt<TYPE>::W *x, int g, dec_words<TYPE> *o) {
+    if constexpr (TYPE == MU_T_Q4_K) {
+        const int j = g >> 1, hf = g & 1;
+        o->h = __ldg((const int4 *)x);
+        o->q = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
+    } else if constexpr (TYPE == MU_T_Q5_K) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) o->q[j] = __ldg((const int *)(x->qs + 32 * j + 4 * g));
+        o->h = __ldg((const int *)(x->qh + 4 * g));
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) o->l[i] = __ldg((const int *)(x->ql + 32 * i + 4 * g));
+        o->h[0] = __ldg((const int *)(x->qh + 4 * g));
+        o->h[1] = __ldg((const int *)(x->qh + 32 + 4 * g));
+    }
+}
+
+/* Lane g's integer sums of one super-block against activation block a, as
+ * lane_q4_K / lane_q5_K / lane_q6_K compute them, from preloaded words. */
+__device__ __forceinline__ void dec_q4_K(const dec_words<MU_T_Q4_K> &w, const mu_block_q8_K *a, int g, int *isum,
+                                         int *imin) {
+    const int j = g >> 1, hf = g & 1;
+    const int sw[3] = {w.h.y, w.h.z, w.h.w};
+    const int sc0 = scale_k4w(2 * j, sw), m0 = min_k4w(2 * j, sw);
+    const int sc1 = scale_k4w(2 * j + 1, sw), m1 = min_k4w(2 * j + 1, sw);
+    const int qv[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
+    const int8_t *alo = a->qs + 64 * j + 16 * hf, *ahi = alo + 32;
+    int s0 = 0, s1 = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        s0 = __dp4a(qv[i] & 0x0F0F0F0F, ld32(alo + 4 * i), s0);
+        s1 = __dp4a((qv[i] >> 4) & 0x0F0F0F0F, ld32(ahi + 4 * i), s1);
+    }
+    *isum = sc0 * s0 + sc1 * s1;
+    *imin = hf ? 0 : m0 * (a->bsums[4 * j] + a->bsums[4 * j + 1]) + m1 * (a->bsums[4 * j + 2] + a->bsums[4 * j + 3]);
+}
+
+__device__ __forceinline__ int dec_q5_K(const dec_words<MU_T_Q5_K> &w, const mu_block_q5_K *x,
+                                        const mu_block_q8_K *a, int g, int *imin) {
+    int r = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        int sc0, m0, sc1, m1;
+        scale_min_k4(2 * j, x->scales, &sc0, &m0);
+        scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
+        const int lo = (w.q[j] & 0x0F0F0F0F) | (((w.h >> (2 * j)) & 0x01010101) << 4);
+        const int hi = ((w.q[j] >> 4) & 0x0F0F0F0F) | (((w.h >> (2 * j + 1)) & 0x01010101) << 4);
+        r += sc0 * __dp4a(lo, ld32(a->qs + 64 * j + 4 * g), 0) + sc1 * __dp4a(hi, ld32(a->qs + 64 * j + 32 + 4 * g), 0);
+    }
+    int mn = 0;
+    if (g == 0)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            int sc, m;
+            scale_min_k4(j, x->scales, &sc, &m);
+            mn += m * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
+        }
+    *imin = mn;
+    return r;
+}
+
+__device__ __forceinline__ int dec_q6_K(const dec_words<MU_T_Q6_K> &w, const dq6_K *x, const mu_block_q8_K *a, int g) {
+    int r = 0;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        const int h = c >> 2, k = c & 3;
+        const int q = (w.l[2 * h + (k & 1)] >> ((k >> 1) * 4)) & 0x0F0F0F0F;
+        const int hb = (w.h[h] >> (2 * k)) & 0x03030303;
+        r += x->scales[2 * c + (g >= 4)] * __dp4a(q | (hb << 4), ld32(a->qs + 32 * c + 4 * g), 0);
+    }
+    return r - 32 * (a->bsums[2 * g] * x->scales[2 * g] + a->bsums[2 * g + 1] * x->scales[2 * g + 1]);
+}
+
+/* Shared memory of k_mm_dec2 for T tokens of nb super-blocks and U passes. */
+static size_t dec2_smem(int T, int nb, int U) {
+    return (size_t)T * nb * sizeof(mu_block_q8_K) + (size_t)DEC_WARPS * T * 4 * U * (DEC_NI + 2) * 4 +
+           (size_t)DEC_WARPS * T * 9 * 4;
+}
+
+template <int TYPE, int U> /* U: passes of four super-blocks loaded at once */
+__global__ void __launch_bounds__(DEC_WARPS * 32)
+k_mm_dec2(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch,
+          float *y, bool logits, float lscale, float cap) {
+    typedef typename qt<TYPE>::W W;
+    constexpr int NCH = qt<TYPE>::NCH, CH = 4 * U;
+    /* dynamic shared memory: the activation rows [T][nb] (staged once for
+     * the block's rows), then per warp [T][CH][DEC_NI] integers, [T][CH][2]
+     * factors and [T * 9] chain results */
+    extern __shared__ int s_dyn[];
+    mu_block_q8_K *s_act = (mu_block_q8_K *)s_dyn;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, q = lane >> 3, g = lane & 7;
+    int *s_i = s_dyn + T * nb * (int)(sizeof(mu_block_q8_K) / 4) + warp * T * CH * (DEC_NI + 2);
+    float *s_f = (float *)(s_i + T * CH * DEC_NI);
+    float *s_acc = (float *)(s_dyn + T * nb * (int)(sizeof(mu_block_q8_K) / 4) + DEC_WARPS * T * CH * (DEC_NI + 2)) +
+                   warp * T * 9;
+    {
+        const int per = nb * (int)(sizeof(mu_block_q8_K) / 4);
+        for (int i = threadIdx.x; i < T * per; i += DEC_WARPS * 32) {
+            const int t = i / per, k = i % per;
+            cp4(s_dyn + i, act + (size_t)t * act_stride + 4 * (size_t)k, true);
+        }
+        cp_commit();
+    }
+    const int row = blockIdx.x * DEC_WARPS + warp;
+    const bool live = row < rows; /* no early return: the block shares the staged rows */
+    const W *xr = (const W *)(w + (size_t)(live ? row : 0) * w_rb);
+    float acc[2] = {0, 0}; /* chain k = lane + 32 s: token k / NCH, chain k % NCH */
+    for (int c0 = 0; c0 < nb; c0 += CH) {
+        dec_words<TYPE> wv[U];
+#pragma unroll
+        for (int p = 0; p < U; p++) {
+            const int b = c0 + 4 * p + q;
+            if (live && b < nb) dec_load<TYPE>(xr + b, g, &wv[p]);
+        }
+        if (c0 == 0) {
+            cp_wait<0>();
+            __syncthreads();
+        }
+#pragma unroll
+        for (int p = 0; p < U; p++) {
+            const int e = 4 * p + q, b = c0 + e;
+            const bool have = live && b < nb;
+            const W *x = xr + (have ? b : 0);
+#pragma unroll
+            for (int t = 0; t < DEC_MAX_T; t++) {
+                if (t >= T) break;
+                const mu_block_q8_K *ab = s_act + t * nb + (have ? b : 0);
+                int *si = s_i + (t * CH + e) * DEC_NI;
+                float *sf = s_f + (t * CH + e) * 2;
+                if constexpr (TYPE == MU_T_Q4_K) {
+                    int v0 = 0, v1 = 0;
+                    if (have) dec_q4_K(wv[p], ab, g, &v0, &v1);
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+                    if (t < n_batch) { /* per 64 elements: group j = g / 2 */
+                        if (have && !(g & 1)) {
+                            si[g] = v0;
+                            si[g + 1] = v1;
+                        }
+                    } else {
+                        v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+                        v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+                        v0 += __shfl_xor_sync(0xffffffffu, v0, 4);
+                        v1 += __shfl_xor_sync(0xffffffffu, v1, 4);
+                        if (have && g == 0) {
+                            si[0] = v0;
+                            si[1] = v1;
+                        }
+                    }
+                    if (have && g == 0) {
+                        sf[0] = h2f((uint16_t)wv[p].h.x) * ab->d;
+                        sf[1] = h2f((uint16_t)((unsigned)wv[p].h.x >> 16)) * ab->d;
+                    }
+                } else if constexpr (TYPE == MU_T_Q5_K) {
+                    if (have) {
+                        int mn;
+                        si[g] = dec_q5_K(wv[p], (const mu_block_q5_K *)x, ab, g, &mn);
+                        if (g == 0) {
+                            si[8] = mn;
+                            sf[0] = ab->d * h2f(((const mu_block_q5_K *)x)->d);
+                            sf[1] = -ab->d * h2f(((const mu_block_q5_K *)x)->dmin);
+                        }
+                    }
+                } else {
+                    if (have) {
+                        si[g] = dec_q6_K(wv[p], (const dq6_K *)x, ab, g);
+                        if (g == 0) sf[0] = ab->d * h2f(((const dq6_K *)x)->d);
+                    }
+                }
+            }
+        }
+        __syncwarp();
+        const int nc = nb - c0 < CH ? nb - c0 : CH;
+#pragma unroll
+        for (int s = 0; s < 2; s++) {
+            const int k = lane + 32 * s;
+            if (k >= T * NCH) break;
+            const int t = k / NCH, c = k % NCH;
+            const int *ri = s_i + t * CH * DEC_NI;
+            const float *rf = s_f + t * CH * 2;
+            float a = acc[s];
+            if constexpr (TYPE == MU_T_Q4_K) {
+                if (t < n_batch) { /* per 64 elements: four steps per block */
+                    for (int e = 0; e < nc; e++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) a = fmaf((float)ri[e * DEC_NI + 2 * j + c], rf[2 * e + c], a);
+                } else {
+                    for (int e = 0; e < nc; e++) a = fmaf((float)ri[e * DEC_NI + c], rf[2 * e + c], a);
+                }
+            } else if constexpr (TYPE == MU_T_Q5_K) {
+                for (int e = 0; e < nc; e++)
+                    a = c == 8 ? fmaf((float)ri[e * DEC_NI + 8], rf[2 * e + 1], a)
+                               : fmaf(rf[2 * e], (float)ri[e * DEC_NI + c], a);
+            } else {
+                for (int e = 0; e < nc; e++) a = fmaf(rf[2 * e], (float)ri[e * DEC_NI + c], a);
+            }
+            acc[s] = a;
+        }
+        __syncwarp();
+    }
+#pragma unroll
+    for (int s = 0; s < 2; s++)
+        if (lane + 32 * s < T * NCH) s_acc[lane + 32 * s] = acc[s];
+    __syncwarp();
+    if (live && lane < T) {
+        const float *ch = s_acc + lane * NCH;
+        float v;
+        if constexpr (TYPE == MU_T_Q4_K) v = ch[0] - ch[1];
+        else if constexpr (TYPE == MU_T_Q5_K) v = hsum8(ch) + ch[8];
+        else v = hsum8(ch);
+        if (logits) v = logit_post(v, lscale, cap);
+        y[(size_t)lane * rows + row] = v;
+    }
+}
+
 /* ---- Q4_K prefill on int8 tensor cores ----------------------------------
  * The CPU's Q4_K arithmetic is made of exact integer dot products over
  * sub-blocks of 32 (nibble x Q8_K byte), then float chains per (row, token)
@@ -591,14 +860,6 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-/* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
- * zeros when !ok (src is not read then). */
-__device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
-}
-__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 #define BS_W 9 /* words per token row of the bsums tile (banks 18q distinct) */
 
@@ -997,6 +1258,17 @@ static bool q4k_wide(void) {
     return ok;
 }
 
+/* passes loaded at once by the decode matmul: MUSER_CUDA_DEC_U=2|4
+ * (default 4); 0: the previous design, k_mm_dec (to compare) */
+static int dec_u(void) {
+    static int u = -1;
+    if (u < 0) {
+        const char *v = getenv("MUSER_CUDA_DEC_U");
+        u = v && (*v == '0' || *v == '2') ? *v - '0' : 4;
+    }
+    return u;
+}
+
 int cu_batch_rows(const dtensor *w, int ll_rows) {
     if (ll_rows < 2) return 0;
     switch (w->type) {
@@ -1013,6 +1285,32 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     const dim3 gq((rows + MM_WARPS - 1) / MM_WARPS, (T + MM_TILE - 1) / MM_TILE);
     const dim3 gf((rows + MM_WARPS - 1) / MM_WARPS, T);
+    if (T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K) && dec_u() &&
+        dec2_smem(T, n / 256, dec_u()) <= DEC2_SMEM_MAX) {
+        const unsigned gr = (unsigned)((rows + DEC_WARPS - 1) / DEC_WARPS);
+        const size_t sm = dec2_smem(T, n / 256, dec_u());
+#define DEC2(TY, U)                                                                                              \
+    do {                                                                                                         \
+        static bool big;                                                                                         \
+        if (!big) {                                                                                              \
+            cudaFuncSetAttribute(k_mm_dec2<TY, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, DEC2_SMEM_MAX);  \
+            big = true;                                                                                          \
+        }                                                                                                        \
+        k_mm_dec2<TY, U><<<gr, DEC_WARPS * 32, sm, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T,      \
+                                                         n_batch, y, logits, lscale, cap);                       \
+    } while (0)
+#define DEC2U(TY)                                                                                                \
+    do {                                                                                                         \
+        if (dec_u() == 2) DEC2(TY, 2);                                                                           \
+        else DEC2(TY, 4);                                                                                        \
+    } while (0)
+        if (w->type == MU_T_Q4_K) DEC2U(MU_T_Q4_K);
+        else if (w->type == MU_T_Q5_K) DEC2U(MU_T_Q5_K);
+        else DEC2U(MU_T_Q6_K);
+#undef DEC2U
+#undef DEC2
+        return;
+    }
     if (T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K)) {
         const unsigned gr = (unsigned)((rows + MM_WARPS - 1) / MM_WARPS);
         if (w->type == MU_T_Q4_K)

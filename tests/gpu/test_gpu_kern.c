@@ -72,13 +72,14 @@ int main(void) {
     const mu_kern *k = mu_kern_ref();
     const uint32_t types[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_NVFP4};
     const int rows_l[] = {1, 3, 4, 7, 36};
-    const int Ts[] = {1, 2, 3, 5, 9, 17, 67};
+    const int Ts[] = {1, 2, 3, 4, 5, 9, 17, 67};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const uint32_t type = types[ti];
         const int blk = mu_type_get(type)->blck;
+        /* 20224 = 79 super-blocks: the decode kernel's chunks of 16, ragged */
         const int cols_l[] = {blk == 256 ? 256 : 96, blk == 256 ? 768 : 200, blk == 256 ? 2816 : 1024,
-                              blk == 256 ? 6656 : 6656};
-        for (size_t ci = 0; ci < 4; ci++) {
+                              blk == 256 ? 6656 : 6656, blk == 256 ? 20224 : 4096};
+        for (size_t ci = 0; ci < 5; ci++) {
             const int cols = cols_l[ci] / blk * blk;
             for (size_t ri = 0; ri < sizeof rows_l / sizeof *rows_l; ri++) {
                 const int rows = rows_l[ri];
