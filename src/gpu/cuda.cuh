@@ -175,6 +175,10 @@ void cu_quantize(cudaStream_t st, uint32_t dot_type, const float *x, int T, int 
  * scale, then softcap. */
 void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y,
                bool logits, float logit_scale, float softcap);
+/* cu_matmul of n matrices over the same activation rows (no logits);
+ * decode steps run runs of one type and width as one launch. */
+void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
+                 int n_batch, float *const *ys);
 /* Rows t < n_batch that the CPU computes with vec_dot_batch, for a matmul
  * of ll_rows activation rows (forward.c, matmul_ex). */
 int cu_batch_rows(const dtensor *w, int ll_rows);

@@ -506,24 +506,33 @@ __global__ void k_gather(const float *src, float *dst, const int32_t *idx, int n
 
 /* ---- forward ----------------------------------------------------------- */
 
-/* Quantizes x [T][cols] once per dot type and runs the matmuls on it. */
+/* Quantizes x [T][cols] once per dot type and runs the matmuls on it:
+ * neighbours of one type, width and batch rounding as one call (a decode
+ * step launches them together). */
 static void mm(mu_gpu_model *m, const float *x, int T, int ll_rows, int t_solo, int n, const dtensor *const *ws,
                float *const *ys) {
     uint32_t qt[2];
-    int nq = 0;
+    int nq = 0, slot[4], nb[4];
+    MU_ASSERT(n <= 4);
     for (int i = 0; i < n; i++) {
         const uint32_t dt = dev_dot_type(ws[i]->type);
-        int slot = -1;
+        slot[i] = -1;
         for (int s = 0; s < nq; s++)
-            if (qt[s] == dt) slot = s;
-        if (slot < 0) {
-            slot = nq++;
-            qt[slot] = dt;
-            cu_quantize(m->st, dt, x, T, ws[i]->ne0, m->qa + (size_t)slot * UB * m->qa_stride, m->qa_stride);
+            if (qt[s] == dt) slot[i] = s;
+        if (slot[i] < 0) {
+            slot[i] = nq++;
+            qt[slot[i]] = dt;
+            cu_quantize(m->st, dt, x, T, ws[i]->ne0, m->qa + (size_t)slot[i] * UB * m->qa_stride, m->qa_stride);
         }
-        const int nb = cu_batch_rows(ws[i], ll_rows);
-        cu_matmul(m->st, ws[i], m->qa + (size_t)slot * UB * m->qa_stride, m->qa_stride, T, nb < t_solo ? nb : t_solo,
-                  ys[i], false, 0, 0);
+        nb[i] = cu_batch_rows(ws[i], ll_rows);
+        if (nb[i] > t_solo) nb[i] = t_solo;
+    }
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && slot[j] == slot[i] && ws[j]->type == ws[i]->type && ws[j]->ne0 == ws[i]->ne0 && nb[j] == nb[i])
+            j++;
+        cu_matmul_n(m->st, ws + i, j - i, m->qa + (size_t)slot[i] * UB * m->qa_stride, m->qa_stride, T, nb[i], ys + i);
+        i = j;
     }
 }
 

@@ -704,10 +704,22 @@ static size_t dec2_smem(int T, int nb, int U) {
            (size_t)DEC_WARPS * T * 9 * 4;
 }
 
+/* Up to four matrices of one type and width over the same activation rows,
+ * in one launch (q, k, v and gate; FFN gate and up): matrix g owns the
+ * thread blocks below end[g]. */
+#define DEC_GRP 4
+typedef struct {
+    const uint8_t *w[DEC_GRP];
+    size_t w_rb[DEC_GRP];
+    float *y[DEC_GRP];
+    int rows[DEC_GRP], end[DEC_GRP];
+    int n;
+} dec_grp;
+
 template <int TYPE, int U> /* U: passes of four super-blocks loaded at once */
 __global__ void __launch_bounds__(DEC_WARPS * 32)
-k_mm_dec2(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch,
-          float *y, bool logits, float lscale, float cap) {
+k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch, bool logits, float lscale,
+          float cap) {
     typedef typename qt<TYPE>::W W;
     constexpr int NCH = qt<TYPE>::NCH, CH = 4 * U;
     /* dynamic shared memory: the activation rows [T][nb] (staged once for
@@ -728,9 +740,12 @@ k_mm_dec2(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, s
         }
         cp_commit();
     }
-    const int row = blockIdx.x * DEC_WARPS + warp;
+    int gi = 0;
+    while (gi < G.n - 1 && (int)blockIdx.x >= G.end[gi]) gi++;
+    const int rows = G.rows[gi], row = ((int)blockIdx.x - (gi ? G.end[gi - 1] : 0)) * DEC_WARPS + warp;
+    float *y = G.y[gi];
     const bool live = row < rows; /* no early return: the block shares the staged rows */
-    const W *xr = (const W *)(w + (size_t)(live ? row : 0) * w_rb);
+    const W *xr = (const W *)(G.w[gi] + (size_t)(live ? row : 0) * G.w_rb[gi]);
     float acc[2] = {0, 0}; /* chain k = lane + 32 s: token k / NCH, chain k % NCH */
     for (int c0 = 0; c0 < nb; c0 += CH) {
         dec_words<TYPE> wv[U];
@@ -1258,15 +1273,30 @@ static bool q4k_wide(void) {
     return ok;
 }
 
-/* passes loaded at once by the decode matmul: MUSER_CUDA_DEC_U=2|4
- * (default 4); 0: the previous design, k_mm_dec (to compare) */
-static int dec_u(void) {
-    static int u = -1;
+/* passes loaded at once by the decode matmul of type t: 4 by default;
+ * MUSER_CUDA_DEC_U=0|2|4 for every type and MUSER_CUDA_DEC_U_Q4K for Q4_K
+ * alone (0: the previous design, k_mm_dec), to compare */
+static int env_u(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && (*v == '0' || *v == '2' || *v == '4') && !v[1] ? *v - '0' : dflt;
+}
+static int dec_u(uint32_t t) {
+    static int u = -1, u4 = -1;
     if (u < 0) {
-        const char *v = getenv("MUSER_CUDA_DEC_U");
-        u = v && (*v == '0' || *v == '2') ? *v - '0' : 4;
+        u = env_u("MUSER_CUDA_DEC_U", 4);
+        u4 = env_u("MUSER_CUDA_DEC_U_Q4K", u);
     }
-    return u;
+    return t == MU_T_Q4_K ? u4 : u;
+}
+
+/* MUSER_CUDA_NO_GROUP=1: one decode matmul launch per matrix (to compare) */
+static bool dec_group_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        const char *no = getenv("MUSER_CUDA_NO_GROUP");
+        ok = !(no && *no == '1');
+    }
+    return ok;
 }
 
 int cu_batch_rows(const dtensor *w, int ll_rows) {
@@ -1278,17 +1308,30 @@ int cu_batch_rows(const dtensor *w, int ll_rows) {
     }
 }
 
-void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y,
-               bool logits, float lscale, float cap) {
-    if (T <= 0) return;
-    const int rows = w->ne1, n = w->ne0;
-    const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
-    const dim3 gq((rows + MM_WARPS - 1) / MM_WARPS, (T + MM_TILE - 1) / MM_TILE);
-    const dim3 gf((rows + MM_WARPS - 1) / MM_WARPS, T);
-    if (T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K) && dec_u() &&
-        dec2_smem(T, n / 256, dec_u()) <= DEC2_SMEM_MAX) {
-        const unsigned gr = (unsigned)((rows + DEC_WARPS - 1) / DEC_WARPS);
-        const size_t sm = dec2_smem(T, n / 256, dec_u());
+/* k_mm_dec2 takes w for T tokens */
+static bool dec2_ok(const dtensor *w, int T) {
+    return T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K) &&
+           dec_u(w->type) && dec2_smem(T, w->ne0 / 256, dec_u(w->type)) <= DEC2_SMEM_MAX;
+}
+
+/* n (<= DEC_GRP) matrices of one type and width in one k_mm_dec2 launch */
+static void dec2_launch(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
+                        int n_batch, float *const *ys, bool logits, float lscale, float cap) {
+    dec_grp G = {};
+    int end = 0;
+    for (int i = 0; i < n; i++) {
+        G.w[i] = (const uint8_t *)ws[i]->d;
+        G.w_rb[i] = ws[i]->row_bytes;
+        G.y[i] = ys[i];
+        G.rows[i] = ws[i]->ne1;
+        end += (ws[i]->ne1 + DEC_WARPS - 1) / DEC_WARPS;
+        G.end[i] = end;
+    }
+    G.n = n;
+    const int nb = ws[0]->ne0 / 256;
+    const int u = dec_u(ws[0]->type);
+    const size_t sm = dec2_smem(T, nb, u);
+    const uint8_t *a = (const uint8_t *)act;
 #define DEC2(TY, U)                                                                                              \
     do {                                                                                                         \
         static bool big;                                                                                         \
@@ -1296,19 +1339,43 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
             cudaFuncSetAttribute(k_mm_dec2<TY, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, DEC2_SMEM_MAX);  \
             big = true;                                                                                          \
         }                                                                                                        \
-        k_mm_dec2<TY, U><<<gr, DEC_WARPS * 32, sm, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T,      \
-                                                         n_batch, y, logits, lscale, cap);                       \
+        k_mm_dec2<TY, U><<<end, DEC_WARPS * 32, sm, st>>>(G, nb, a, act_stride, T, n_batch, logits, lscale, cap); \
     } while (0)
 #define DEC2U(TY)                                                                                                \
     do {                                                                                                         \
-        if (dec_u() == 2) DEC2(TY, 2);                                                                           \
+        if (u == 2) DEC2(TY, 2);                                                                                 \
         else DEC2(TY, 4);                                                                                        \
     } while (0)
-        if (w->type == MU_T_Q4_K) DEC2U(MU_T_Q4_K);
-        else if (w->type == MU_T_Q5_K) DEC2U(MU_T_Q5_K);
-        else DEC2U(MU_T_Q6_K);
+    if (ws[0]->type == MU_T_Q4_K) DEC2U(MU_T_Q4_K);
+    else if (ws[0]->type == MU_T_Q5_K) DEC2U(MU_T_Q5_K);
+    else DEC2U(MU_T_Q6_K);
 #undef DEC2U
 #undef DEC2
+}
+
+void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
+                 int n_batch, float *const *ys) {
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        if (dec2_ok(ws[i], T) && dec_group_ok())
+            while (j < n && j - i < DEC_GRP && ws[j]->type == ws[i]->type && ws[j]->ne0 == ws[i]->ne0) j++;
+        if (j - i > 1) dec2_launch(st, ws + i, j - i, act, act_stride, T, n_batch, ys + i, false, 0, 0);
+        else cu_matmul(st, ws[i], act, act_stride, T, n_batch, ys[i], false, 0, 0);
+        i = j;
+    }
+}
+
+void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y,
+               bool logits, float lscale, float cap) {
+    if (T <= 0) return;
+    const int rows = w->ne1, n = w->ne0;
+    const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
+    const dim3 gq((rows + MM_WARPS - 1) / MM_WARPS, (T + MM_TILE - 1) / MM_TILE);
+    const dim3 gf((rows + MM_WARPS - 1) / MM_WARPS, T);
+    if (dec2_ok(w, T)) {
+        const dtensor *ws[1] = {w};
+        float *ys[1] = {y};
+        dec2_launch(st, ws, 1, act, act_stride, T, n_batch, ys, logits, lscale, cap);
         return;
     }
     if (T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K)) {
