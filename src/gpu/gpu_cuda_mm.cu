@@ -603,6 +603,11 @@ __device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
     const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
 }
+/* 16 bytes, through L2 only (weights streamed once) */
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
 __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
@@ -908,11 +913,24 @@ __device__ __forceinline__ void stage_q8_K(int *s_q, int16_t *s_bs, float *s_d, 
     cp_commit();
 }
 
+/* Starts copying super-block b of the block's 16 WB weight rows (clamped
+ * to the last row) into s_w (144 bytes a row); no commit. */
+template <int WB>
+__device__ __forceinline__ void stage_q4_K(uint8_t *s_w, const uint8_t *w, size_t w_rb, int r0, int rows, int b) {
+    for (int i = threadIdx.x; i < 16 * WB * 9; i += 32 * WB) {
+        const int r = i / 9, c = i % 9;
+        const int rr = r0 + r < rows ? r0 + r : rows - 1;
+        cp16(s_w + r * 144 + 16 * c, w + (size_t)rr * w_rb + (size_t)b * 144 + 16 * c);
+    }
+}
+
 /* A warp: 16 rows x 8 NN tokens; a block: WB warps (16 WB rows) sharing
  * the token tile. Grid: x over token tiles, y over row tiles, so the
  * blocks that run together share weight rows (read once from memory, then
- * from L2). */
-template <int NN, int WB>
+ * from L2). WS: the weight blocks come through shared memory too
+ * (cp.async, double-buffered with the activations; dynamic shared memory
+ * 2 x 144 x 16 WB bytes) instead of straight from global memory. */
+template <int NN, int WB, bool WS>
 __global__ void __launch_bounds__(32 * WB, NN == 4 ? 2 : 1)
 k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              int n_batch, float *y) {
@@ -920,6 +938,9 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
     __shared__ int s_q2[2][NT * Q4_SW];
     __shared__ int16_t s_bs2[2][NT * 2 * BS_W];
     __shared__ float s_d2[2][NT];
+    extern __shared__ int4 s_w4[]; /* WS: [2][16 WB][144 bytes] */
+    uint8_t *s_w = (uint8_t *)s_w4;
+    const int rblk = blockIdx.y * 16 * WB;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
     const int t0 = blockIdx.x * NT, r0 = blockIdx.y * 16 * WB + warp * 16;
     const bool live = r0 < rows; /* no early return: the block shares the tiles */
@@ -931,10 +952,12 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
     for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < 4; k++) acc[n][k] = accm[n][k] = 0;
+    if (WS) stage_q4_K<WB>(s_w, w, w_rb, rblk, rows, 0);
     stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) { /* the next tiles load while this one is used */
+            if (WS) stage_q4_K<WB>(s_w + (cur ^ 1) * 16 * WB * 144, w, w_rb, rblk, rows, b + 1);
             stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
             cp_wait<1>();
         } else {
@@ -948,14 +971,17 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             __syncthreads();
             continue;
         }
+        /* this super-block of rows a and b: from shared memory or global */
+        const mu_block_q4_K *pa = WS ? (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g) * 144) : xa + b;
+        const mu_block_q4_K *pb = WS ? (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g + 8) * 144) : xb + b;
         /* the packed scales of both rows (decoded where used: registers) */
         int scw[2][3];
 #pragma unroll
         for (int i = 0; i < 3; i++) {
-            scw[0][i] = ld32(xa[b].scales + 4 * i);
-            scw[1][i] = ld32(xb[b].scales + 4 * i);
+            scw[0][i] = ld32(pa->scales + 4 * i);
+            scw[1][i] = ld32(pb->scales + 4 * i);
         }
-        const float dxa = h2f(xa[b].d), dxb = h2f(xb[b].d), mxa = h2f(xa[b].dmin), mxb = h2f(xb[b].dmin);
+        const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
         int isum[NN][4];
 #pragma unroll
         for (int n = 0; n < NN; n++)
@@ -963,8 +989,8 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             for (int k = 0; k < 4; k++) isum[n][k] = 0;
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-            const int qa0 = ld32(xa[b].qs + 32 * j + 4 * q), qa1 = ld32(xa[b].qs + 32 * j + 16 + 4 * q);
-            const int qb0 = ld32(xb[b].qs + 32 * j + 4 * q), qb1 = ld32(xb[b].qs + 32 * j + 16 + 4 * q);
+            const int qa0 = ld32(pa->qs + 32 * j + 4 * q), qa1 = ld32(pa->qs + 32 * j + 16 + 4 * q);
+            const int qb0 = ld32(pb->qs + 32 * j + 4 * q), qb1 = ld32(pb->qs + 32 * j + 16 + 4 * q);
 #pragma unroll
             for (int hi = 0; hi < 2; hi++) {
                 const int sb = 2 * j + hi, sh = 4 * hi;
@@ -1299,6 +1325,17 @@ static bool dec_group_ok(void) {
     return ok;
 }
 
+/* MUSER_CUDA_Q4K_WSMEM=1: Q4_K prefill tiles take their weight blocks
+ * through shared memory (cp.async) instead of straight from global */
+static bool q4k_wsmem(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        const char *v = getenv("MUSER_CUDA_Q4K_WSMEM");
+        ok = v && *v == '1';
+    }
+    return ok;
+}
+
 int cu_batch_rows(const dtensor *w, int ll_rows) {
     if (ll_rows < 2) return 0;
     switch (w->type) {
@@ -1389,10 +1426,19 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
         return;
     }
     if (w->type == MU_T_Q4_K && !logits && T > DEC_MAX_T && mma_ok()) {
-        if (q4k_wide())
-            k_mm_q4K_mma<8, 4><<<dim3((T + 63) / 64, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-        else
-            k_mm_q4K_mma<4, 8><<<dim3((T + 31) / 32, (rows + 127) / 128), 256, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        if (q4k_wide()) {
+            k_mm_q4K_mma<8, 4, false><<<dim3((T + 63) / 64, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        } else if (q4k_wsmem()) {
+            const int sm = 2 * 16 * 8 * 144;
+            static bool big;
+            if (!big) {
+                cudaFuncSetAttribute(k_mm_q4K_mma<4, 8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+                big = true;
+            }
+            k_mm_q4K_mma<4, 8, true><<<dim3((T + 31) / 32, (rows + 127) / 128), 256, sm, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        } else {
+            k_mm_q4K_mma<4, 8, false><<<dim3((T + 31) / 32, (rows + 127) / 128), 256, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        }
         return;
     }
     if (w->type == MU_T_Q6_K && !logits && T > DEC_MAX_T && mma_ok()) {
