@@ -17,7 +17,8 @@
 #                        6144, the 1B shape's n_embd and n_ff), 1 and all threads
 #   sweep.jsonl, sweep.txt  `muser bench` on a 1B-shape Q4_K_M file (made here
 #                        by `muser gen --preset 1b`), threads x {BASE, KERN},
-#                        depths 512 and 2048, the tables' order rotating with
+#                        depths 512 and 2048 (2048 only with --llamacpp,
+#                        whose comparison runs 512), the tables' order rotating with
 #                        the repetition; medians and thread scaling
 #   profile.jsonl        `muser bench --profile` at the most threads, per table
 #   compare.log, compare-cpu.json   with --llamacpp: llama-bench built here
@@ -56,7 +57,7 @@ while [ $# -gt 0 ]; do
     --reps) REPS=${2:?}; shift 2 ;;
     --budget) BUDGET=${2:?}; shift 2 ;;
     --no-model) MODEL=0; shift ;;
-    -h|--help) sed -n '2,47p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
     *) echo "amx-xeon: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -203,7 +204,7 @@ sweep() {
       if [ $((rep % 2)) = 1 ]; then ks="$BASE $KERN"; else ks="$KERN $BASE"; fi
       for k in $ks; do
         [ "$(left)" -lt 40 ] && { echo "sweep: stopped at rep $rep threads $t: budget"; return 0; }
-        "$D/muser" bench -m "$M1B" --depths 512,2048 --gen 32 --threads "$t" --kern "$k" --json |
+        "$D/muser" bench -m "$M1B" --depths "$SWEEP_DEPTHS" --gen 32 --threads "$t" --kern "$k" --json |
           grep '^{' | python3 -c "import json,sys
 for l in sys.stdin:
     j=json.loads(l); j['rep']=$rep; print(json.dumps(j))" >>"$OUT/sweep.jsonl" || return 1
@@ -212,7 +213,11 @@ for l in sys.stdin:
   done
 }
 rm -f "$OUT/sweep.jsonl"
+# with llama.cpp, compare covers depth 512 (both tables): the sweep takes 2048
+SWEEP_DEPTHS=512,2048
+[ "$LLAMA" = 1 ] && SWEEP_DEPTHS=2048
 export -f sweep
+export SWEEP_DEPTHS
 [ -f "$M1B" ] && step sweep 90 300 bash -c sweep
 if [ -f "$OUT/sweep.jsonl" ]; then
   python3 - "$OUT/sweep.jsonl" "$BASE" "$KERN" >"$OUT/sweep.txt" <<'EOF'
