@@ -22,7 +22,7 @@ lsrc=
 while [ $# -gt 0 ]; do
   case $1 in
     --llamacpp) lsrc=${2:?--llamacpp needs a source directory}; shift 2 ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "amx-xeon-pack: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
