@@ -24,6 +24,9 @@
 #   compare.log, compare-cpu.json   with --llamacpp: llama-bench built here
 #                        (GGML_NATIVE: llama.cpp's AMX code on this CPU) against
 #                        muser, bench/compare-llamacpp-cpu
+#   depth8k.log          decode at depth 8192 on every core: muser with the
+#                        split decode attention (src/engine/attn.c) on and
+#                        off, and llama-bench -d 8192 when built
 #   summary.txt          one line per step: rc, seconds, verdict
 # Steps that would not fit in the budget are skipped and say so in
 # summary.txt. The llama.cpp build (3-4 minutes on 16 cores) runs in the
@@ -57,7 +60,7 @@ while [ $# -gt 0 ]; do
     --reps) REPS=${2:?}; shift 2 ;;
     --budget) BUDGET=${2:?}; shift 2 ;;
     --no-model) MODEL=0; shift ;;
-    -h|--help) sed -n '2,43p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
     *) echo "amx-xeon: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -203,7 +206,7 @@ sweep() {
     for t in ${THREADS//,/ }; do
       if [ $((rep % 2)) = 1 ]; then ks="$BASE $KERN"; else ks="$KERN $BASE"; fi
       for k in $ks; do
-        [ "$(left)" -lt 40 ] && { echo "sweep: stopped at rep $rep threads $t: budget"; return 0; }
+        [ "$(left)" -lt "$SWEEP_RESERVE" ] && { echo "sweep: stopped at rep $rep threads $t: budget"; return 0; }
         "$D/muser" bench -m "$M1B" --depths "$SWEEP_DEPTHS" --gen 32 --threads "$t" --kern "$k" --json |
           grep '^{' | python3 -c "import json,sys
 for l in sys.stdin:
@@ -214,10 +217,11 @@ for l in sys.stdin:
 }
 rm -f "$OUT/sweep.jsonl"
 # with llama.cpp, compare covers depth 512 (both tables): the sweep takes 2048
-SWEEP_DEPTHS=512,2048
-[ "$LLAMA" = 1 ] && SWEEP_DEPTHS=2048
+# and it leaves time for the profile, depth8k and the comparison
+SWEEP_DEPTHS=512,2048 SWEEP_RESERVE=100
+[ "$LLAMA" = 1 ] && SWEEP_DEPTHS=2048 SWEEP_RESERVE=230
 export -f sweep
-export SWEEP_DEPTHS
+export SWEEP_DEPTHS SWEEP_RESERVE
 [ -f "$M1B" ] && step sweep 90 300 bash -c sweep
 if [ -f "$OUT/sweep.jsonl" ]; then
   python3 - "$OUT/sweep.jsonl" "$BASE" "$KERN" >"$OUT/sweep.txt" <<'EOF'
@@ -268,4 +272,28 @@ if [ "$LLAMA" = 1 ]; then
     --threads "$THREADS" --depths 512 --gen 16 --reps 2 --kern "$BASE,$KERN" --fa 0,1 --out "$OUT/compare-cpu.json"
   sed -n '/threads | depth/,$p' "$OUT/compare.log" >>"$SUM"
 fi
+# decode at depth 8192 on every core: the split decode attention (attn.c)
+# against the same binary with it off, and llama.cpp's decode there
+depth8k() {
+  local sm fa
+  for sm in 4096 100000000; do
+    MUSER_ATTN_SPLIT_MIN=$sm "$D/muser" bench -m "$M1B" --depths 8192 --gen 32 --threads "$NCPU" --kern "$BASE" --json |
+      grep '^{' | sed "s/^{/{\"attn_split_min\": $sm, /"
+  done
+  if [ -n "${LB:-}" ] && [ -x "$LB" ]; then
+    for fa in 0 1; do "$LB" -m "$M1B" -t "$NCPU" -fa $fa -r 1 -o jsonl -p 0 -n 32 -d 8192 | grep '^{'; done
+  fi
+}
+export -f depth8k
+export LB
+[ -f "$M1B" ] && step depth8k 70 150 bash -c depth8k && python3 - "$OUT/depth8k.log" <<'EOF' | tee -a "$SUM"
+import json, sys
+for l in open(sys.argv[1]):
+    if not l.startswith("{"): continue
+    j = json.loads(l)
+    if "attn_split_min" in j:
+        print(f"depth 8192 muser split_min {j['attn_split_min']}: prefill {j['prefill_tps']:.1f} decode {j['decode_tps']:.2f} tok/s")
+    else:
+        print(f"depth 8192 llama.cpp fa {j.get('flash_attn')}: decode {j.get('avg_ts', 0):.2f} tok/s")
+EOF
 note "total: $(($(date +%s) - T0))s of a ${BUDGET}s budget"
