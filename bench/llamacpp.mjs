@@ -6,8 +6,8 @@
 // from 12345, token x % min(30000, VOCAB_CAP); prefill in batches of 512;
 // decode starts from token 5, temperature 0 (greedy), GEN steps or fewer when
 // the model picks an end-of-generation token (decode_tokens counts them).
-// Flash attention off and F16 KV cache (llama.cpp's defaults, as in the
-// project's fixtures).
+// F16 KV cache; flash attention off (as in the project's fixtures) unless
+// LLAMACPP_FA=1.
 // Needs node-llama-cpp: `npm i -E node-llama-cpp@3.22.1` in bench/ (or set
 // LLAMACPP_NODE_MODULES to a node_modules directory that has it).
 import {createRequire} from "node:module";
@@ -32,7 +32,8 @@ if (!modelPath || !(depth > 0) || !(gen > 0) || !(threads > 0)) {
 }
 const llama = await getLlama({gpu: false, build: "never", logLevel: "error"});
 const model = await llama.loadModel({modelPath});
-const ctx = await model.createContext({contextSize: depth + gen + 16, batchSize: 512, flashAttention: false, threads});
+const flashAttention = process.env.LLAMACPP_FA === "1";
+const ctx = await model.createContext({contextSize: depth + gen + 16, batchSize: 512, flashAttention, threads});
 const seq = ctx.getSequence();
 const prompt = [model.tokens.bos];
 let x = 12345n; // BigInt: x * 1103515245 overflows a double's 53 bits
@@ -53,7 +54,7 @@ const ps = (t1 - t0) / 1000, ds = (t2 - t1) / 1000;
 // node-llama-cpp ends the generation at an end-of-generation token without
 // yielding it: that was one more forward pass
 const steps = ids.length < gen ? ids.length + 1 : ids.length;
-console.log(JSON.stringify({engine: "llama.cpp", depth, gen, threads, prefill_s: ps, decode_s: ds,
+console.log(JSON.stringify({engine: "llama.cpp", depth, gen, threads, flash_attn: flashAttention, prefill_s: ps, decode_s: ds,
     prefill_tps: depth / ps, decode_tokens: steps, decode_tps: steps / ds, ids}));
 await ctx.dispose();
 await model.dispose();

@@ -144,3 +144,13 @@ void mu_split(int n, int ith, int nth, int align, int *lo, int *hi) {
     *lo = b0 * align < n ? b0 * align : n;
     *hi = b1 * align < n ? b1 * align : n;
 }
+
+void mu_split_rot(int n, int ith, int nth, int align, int rot, int *lo, int *hi) {
+    rot %= nth;
+    mu_split(n, (ith + nth - rot) % nth, nth, align, lo, hi);
+}
+
+int mu_split_rem(int n, int nth, int align) {
+    if (align < 1) align = 1;
+    return (n + align - 1) / align % nth;
+}

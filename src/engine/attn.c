@@ -16,7 +16,8 @@
  *
  * A work item is a block of tokens of one sequence times a block of the
  * query heads sharing one KV head, so K and V are read once for all of them;
- * items are taken from a shared counter, since their costs differ. */
+ * items are taken from a shared counter, since their costs differ, the
+ * costliest (a sequence's latest tokens) first. */
 #include <math.h>
 #include <string.h>
 
@@ -131,8 +132,105 @@ static void job_attn(void *arg, int ith, int nth) {
     for (;;) {
         const int i = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
         if (i >= j->n_items) break;
-        run_item(j->e, j->il, &j->items[i], ith);
+        /* the last items of a sequence see the most cells: they go first, so
+         * that the items left when threads run out of work are the cheap ones */
+        run_item(j->e, j->il, &j->items[j->n_items - 1 - i], ith);
     }
+}
+
+/* ---- decode steps at depth: a full layer over every thread ---------------
+ * With more threads than (token, KV head) pairs, the items above would give
+ * each thread one query head, and every thread would read its KV head's
+ * whole cache. Here a full layer's decode tokens run in three passes whose
+ * units touch disjoint parts of the cache: K.Q over chunks of cells (each
+ * score is its own dot), the softmax row by row (its sum stays in order),
+ * and V.softmax over chunks of head dimensions (each output its own dot over
+ * all cells, in the kernel's order). The products are the same calls on
+ * the same rows as run_item's, so the results are bit-identical. */
+typedef struct {
+    mu_engine *e;
+    int il, T, pass, n_units, next;
+    int per;         /* units per (token, KV head) in the K.Q and V passes */
+    const int *m;    /* [T] cells each token's row spans */
+    const size_t *off; /* [T] its scores' offset: n_head rows of m[t] */
+} split_job;
+
+static void job_split(void *arg, int ith, int nth) {
+    split_job *j = arg;
+    mu_engine *e = j->e;
+    const mu_model_info *I = &e->m->info;
+    const mu_kern *k = e->kern;
+    mu_scratch *S = &e->s;
+    const int hd = I->head_dim, nkv = I->n_head_kv, group = I->n_head / nkv;
+    float *qb = S->attn_q + (size_t)ith * MU_ATTN_ROWS * hd, *ob = S->attn_o + (size_t)ith * MU_ATTN_ROWS * hd;
+    for (;;) {
+        const int u = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (u >= j->n_units) break;
+        if (j->pass == 1) { /* one softmax row (token t, head h) */
+            const int t = u / I->n_head, h = u % I->n_head, pos = S->tok_pos[t], m = j->m[t];
+            float *row = S->scores + j->off[t] + (size_t)h * m, mx = -INFINITY;
+            const float scale = 1.0f / sqrtf((float)hd);
+            for (int i = 0; i <= pos; i++) {
+                row[i] *= scale;
+                mx = row[i] > mx ? row[i] : mx;
+            }
+            for (int i = pos + 1; i < m; i++) row[i] = -INFINITY;
+            k->softmax_f16(m, row, mx);
+            continue;
+        }
+        const int t = u / (nkv * j->per), g = u / j->per % nkv, c = u % j->per, m = j->m[t];
+        const mu_session *s = S->tok_sess[t];
+        float *sc = S->scores + j->off[t] + (size_t)g * group * m;
+        if (j->pass == 0) { /* K.Q: cells [c0, c1) of KV head g for its query heads */
+            const int ch = (m / j->per + 63) / 64 * 64, c0 = c * ch, c1 = c0 + ch < m ? c0 + ch : m;
+            if (c0 >= c1) continue;
+            for (int r = 0; r < group; r++)
+                k->round_f16(hd, S->q + (size_t)t * e->n_q + (size_t)(g * group + r) * hd, qb + (size_t)r * hd);
+            k->mm_f16(hd, s->kc[j->il] + (size_t)c0 * e->n_kv + (size_t)g * hd, (size_t)e->n_kv, c1 - c0, qb, (size_t)hd,
+                      group, sc + c0, (size_t)m, 0);
+        } else { /* V.softmax: dimensions [d0, d1) of KV head g, then the gate */
+            const int nc = s->rows[j->il], dc = (hd / j->per + 3) / 4 * 4, d0 = c * dc, d1 = d0 + dc < hd ? d0 + dc : hd;
+            if (d0 >= d1) continue;
+            k->mm_f16(m, s->vt[j->il] + ((size_t)g * hd + d0) * nc, (size_t)nc, d1 - d0, sc, (size_t)m, group, ob,
+                      (size_t)hd, 0);
+            for (int r = 0; r < group; r++) {
+                const size_t h = (size_t)t * e->n_q + (size_t)(g * group + r) * hd;
+                for (int d = d0; d < d1; d++)
+                    S->a[h + d] = ob[(size_t)r * hd + d - d0] * (1.0f / (1.0f + expf(-S->g[h + d])));
+            }
+        }
+    }
+}
+
+/* The split above, when it applies: a full layer, every token of the chunk
+ * a one-token sequence (decode steps), fewer (token, KV head) pairs than
+ * threads, a cache of at least e->attn_split_min cells, and the scores of
+ * all rows within the threads' scratch. Returns false otherwise. */
+static bool attn_split(mu_engine *e, int il, int T) {
+    const mu_model_info *I = &e->m->info;
+    mu_scratch *S = &e->s;
+    const int nth = mu_pool_size(e->pool);
+    if (I->swa_layers[il] || T * I->n_head_kv >= nth || T > MU_LOGIT_ROWS) return false;
+    int m[MU_LOGIT_ROWS], mmax = 0;
+    size_t off[MU_LOGIT_ROWS], tot = 0;
+    for (int t = 0; t < T; t++) {
+        if ((t > 0 && S->tok_sess[t - 1] == S->tok_sess[t]) || (t + 1 < T && S->tok_sess[t + 1] == S->tok_sess[t]))
+            return false;
+        const int nc = S->tok_sess[t]->rows[il], c = (S->tok_pos[t] + 1 + 63) / 64 * 64;
+        m[t] = c < nc ? c : nc;
+        mmax = m[t] > mmax ? m[t] : mmax;
+        off[t] = tot;
+        tot += (size_t)I->n_head * (size_t)m[t];
+    }
+    if (mmax < e->attn_split_min || tot > (size_t)nth * S->scores_cap) return false;
+    const int per = (nth + T * I->n_head_kv - 1) / (T * I->n_head_kv);
+    split_job j = {.e = e, .il = il, .T = T, .per = per, .m = m, .off = off};
+    for (j.pass = 0; j.pass < 3; j.pass++) {
+        j.n_units = j.pass == 1 ? T * I->n_head : T * I->n_head_kv * per;
+        j.next = 0;
+        mu_pool_run(e->pool, job_split, &j);
+    }
+    return true;
 }
 
 void mu_attn_layer(mu_engine *e, int il, int T) {
@@ -140,6 +238,7 @@ void mu_attn_layer(mu_engine *e, int il, int T) {
     mu_scratch *S = &e->s;
     const bool swa = I->swa_layers[il];
     const int group = I->n_head / I->n_head_kv, nth = mu_pool_size(e->pool);
+    if (attn_split(e, il, T)) return;
     int n = 0;
     for (int t0 = 0; t0 < T;) {
         const mu_session *s = S->tok_sess[t0];

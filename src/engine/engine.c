@@ -57,8 +57,15 @@ static int scratch_init(mu_engine *e, mu_err *err) {
 int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err) {
     if (e->gpu || n_ctx <= e->s.max_ctx) return 0;
     const mu_model_info *I = &e->m->info;
-    /* one decode item's rows (a KV head's query heads) over every cell */
-    size_t cap = (size_t)(I->n_head / I->n_head_kv) * (size_t)((n_ctx + 255) / 256 * 256);
+    /* at least one decode item's rows (a KV head's query heads) over every
+     * cell; up to MU_ATTN_ROWS rows (several tokens of a prefill chunk, so
+     * that one pass over a KV head's keys serves them all) while that
+     * stays within MU_SCORES_MAX floats a thread */
+    const size_t cells = (size_t)((n_ctx + 255) / 256 * 256);
+    size_t cap = (size_t)(I->n_head / I->n_head_kv) * cells;
+    size_t want = (size_t)MU_ATTN_ROWS * cells;
+    if (want > MU_SCORES_MAX) want = MU_SCORES_MAX / cells * cells;
+    if (cap < want) cap = want;
     if (cap < (size_t)MU_ATTN_ROWS * 4096) cap = (size_t)MU_ATTN_ROWS * 4096;
     float *sc = mu_alloc((size_t)mu_pool_size(e->pool) * cap, sizeof(float));
     if (!sc) return mu_fail(err, MU_E_NOMEM, "engine: out of memory for attention scores (%d positions)", n_ctx);
@@ -85,6 +92,9 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
     e->n_q = m->info.n_head * m->info.head_dim;
     e->n_kv = m->info.n_head_kv * m->info.head_dim;
     e->ubatch = MU_UBATCH;
+    e->attn_split_min = 4096;
+    const char *sm = getenv("MUSER_ATTN_SPLIT_MIN"); /* tests: the split decode attention at any depth */
+    if (sm && *sm >= '0' && *sm <= '9') e->attn_split_min = atoi(sm);
     const char *ub = getenv("MUSER_UBATCH");
     if (ub && atoi(ub) >= 1 && atoi(ub) < MU_UBATCH) e->ubatch = atoi(ub);
     int device = -1, rc = pick_backend(&o, &device, err);
@@ -98,6 +108,13 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
         free(e);
         return rc;
     }
+    e->work = aligned_alloc(64, (size_t)mu_pool_size(e->pool) * sizeof *e->work);
+    if (!e->work) {
+        mu_pool_free(e->pool);
+        free(e);
+        return mu_fail(err, MU_E_NOMEM, "engine: out of memory");
+    }
+    memset(e->work, 0, (size_t)mu_pool_size(e->pool) * sizeof *e->work);
     if (device >= 0)
         rc = mu_engine_gpu_open(e, device, o.progress, o.progress_user, err);
     else if (!(rc = scratch_init(e, err)))
@@ -154,6 +171,7 @@ void mu_engine_free(mu_engine *e) {
     mu_free(e->rope);
     scratch_free(&e->s);
     mu_pool_free(e->pool);
+    free(e->work);
     free(e);
 }
 

@@ -13,6 +13,7 @@
 #define MU_POST_NORM_EPS 1e-8f
 #define MU_LOGIT_ROWS 16 /* output-matrix rows computed per pass */
 #define MU_ATTN_ROWS 64  /* most (token, head) rows of one attention work item */
+#define MU_SCORES_MAX ((size_t)4 << 20) /* floats of attention scores a thread may hold at long contexts (16 MiB) */
 
 /* An attention work item (attn.c). */
 typedef struct {
@@ -54,6 +55,15 @@ typedef struct {
     float *lg;       /* [MU_LOGIT_ROWS][n_vocab] raw logits */
 } mu_scratch;
 
+/* What one pool thread did in the matmuls (forward.c, job_matmul), for
+ * tests of the work split: a line of its own, as every thread writes its
+ * entry. */
+typedef struct {
+    uint64_t macs;   /* multiply-adds so far: rows x columns x activation rows */
+    int job_blocks;  /* row blocks (MM_BLOCK rows or a last shorter one) of the latest job */
+    char pad[64 - sizeof(uint64_t) - sizeof(int)];
+} mu_thread_work;
+
 struct mu_engine {
     mu_model *m;
     const mu_kern *kern;
@@ -65,6 +75,10 @@ struct mu_engine {
     mu_profile prof; /* mu_engine_profile */
     mu_gpu_model *gpu; /* the CUDA backend's copy of the weights; NULL on the CPU */
     float *rope;       /* GPU: [MU_UBATCH][head_dim] RoPE angles of a chunk */
+    mu_thread_work *work; /* [n_threads], the matmuls' work per thread */
+    int mm_rot;        /* rotation of the next matrix's row split */
+    int mm_skew;       /* most row blocks one thread had above another in one matmul job */
+    int attn_split_min; /* cells from which a decode step's full layer splits over the threads (attn.c) */
 };
 
 struct mu_session {

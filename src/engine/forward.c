@@ -75,6 +75,7 @@ typedef struct {
     const mu_gguf_tensor *w;
     float *y;        /* [T][rows] */
     int slot;        /* which quantized-activation slot feeds it */
+    int rot;         /* rotation of its row split (mu_split_rot) */
 } mm_item;
 
 typedef struct {
@@ -107,16 +108,30 @@ static void job_quant(void *arg, int ith, int nth) {
                                   j->x_cols);
 }
 
+/* Rows are split in blocks of MM_BLOCK. Each matrix of a job is split
+ * evenly over the threads (so each thread's share of every matrix costs the
+ * same, whatever its type), and the slices with one block more go round the
+ * threads from matrix to matrix and job to job (mu_split_rot): no thread
+ * takes the extra block of every matrix, so a job's threads differ by at
+ * most one block in all (engine.h, mu_thread_work, counts it). All matrices
+ * sharing an input run in one pool call: one barrier per job, not per
+ * matrix. */
+#define MM_BLOCK 16
+
 static void job_matmul(void *arg, int ith, int nth) {
     mm_job *j = arg;
     const mu_kern *k = j->e->kern;
+    uint64_t macs = 0;
+    int blocks = 0;
     for (int m = 0; m < j->n_mm; m++) {
         const mu_gguf_tensor *w = j->mm[m].w;
         int rows = (int)w->ne[1], cols = (int)w->ne[0];
         size_t rb = w->bytes / (size_t)rows;
         int lo, hi;
-        mu_split(rows, ith, nth, 16, &lo, &hi);
+        mu_split_rot(rows, ith, nth, MM_BLOCK, j->mm[m].rot, &lo, &hi);
         if (lo >= hi) continue;
+        blocks += (hi - lo + MM_BLOCK - 1) / MM_BLOCK;
+        macs += (uint64_t)(hi - lo) * (uint64_t)cols * (uint64_t)j->T;
         const uint8_t *a = qa_slot(j->e, j->mm[m].slot);
         size_t as = j->e->s.qa_stride;
         float *y = j->mm[m].y;
@@ -144,8 +159,8 @@ static void job_matmul(void *arg, int ith, int nth) {
         }
         const uint8_t *wd = w->data;
         mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
-        for (int r0 = lo; r0 < hi; r0 += 16) {
-            int r1 = r0 + 16 < hi ? r0 + 16 : hi;
+        for (int r0 = lo; r0 < hi; r0 += MM_BLOCK) {
+            int r1 = r0 + MM_BLOCK < hi ? r0 + MM_BLOCK : hi;
             for (int t = t_g; t < j->T; t++) {
                 mu_vec_dot_fn d = t < t_b ? dotb : dot;
                 int r = r0;
@@ -172,6 +187,9 @@ static void job_matmul(void *arg, int ith, int nth) {
                 }
         }
     }
+    mu_thread_work *tw = &j->e->work[ith];
+    tw->macs += macs;
+    tw->job_blocks = blocks;
 }
 
 /* Y_m = X W_m^T for every m; X is [T][cols] f32. One quantization per dot type.
@@ -195,10 +213,19 @@ static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_r
             slot = j.n_qtype++;
             j.qtype[slot] = dt;
         }
-        j.mm[j.n_mm++] = (mm_item){ws[m], ys[m], slot};
+        const int nth = mu_pool_size(e->pool);
+        j.mm[j.n_mm++] = (mm_item){ws[m], ys[m], slot, e->mm_rot};
+        e->mm_rot = (e->mm_rot + mu_split_rem((int)ws[m]->ne[1], nth, MM_BLOCK)) % nth;
     }
     run_per_token(e, T, job_quant, &j);
     mu_pool_run(e->pool, job_matmul, &j);
+    int bmin = e->work[0].job_blocks, bmax = bmin;
+    for (int i = 1; i < mu_pool_size(e->pool); i++) {
+        const int b = e->work[i].job_blocks;
+        bmin = b < bmin ? b : bmin;
+        bmax = b > bmax ? b : bmax;
+    }
+    if (bmax - bmin > e->mm_skew) e->mm_skew = bmax - bmin;
 }
 
 static void matmul(mu_engine *e, const float *x, int T, int t_solo, int n, const mu_gguf_tensor *const *ws,

@@ -592,11 +592,20 @@ static int check_mm_f16(const mu_kern *k) {
     static const int NS[] = {16, 32, 48, 64, 100, 128, 256, 1088};
     static const int NA[] = {1, 3, 4, 5, 9, 2, 3};
     static const int NB[] = {1, 2, 4, 7, 8, 13, 9};
+    /* then products over many cells (a table's blocked path, e.g.
+     * attn_avx512.c's mm_long): n past a block edge, head-sized na, a
+     * decode step's and a prefill item's B rows */
+    static const int LN[][3] = {{8256, 9, 13}, {8448, 128, 8}, {8704, 128, 20}, {8256, 5, 3}, {8320, 3, 2},
+                                {4160, 9, 13}};
+    const size_t n_a = sizeof NA / sizeof NA[0], n_short = sizeof NS / sizeof NS[0] * n_a;
     int fails = 0;
-    for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
-        for (size_t ai = 0; ai < sizeof NA / sizeof NA[0]; ai++)
+    for (size_t si = 0; si < n_short + sizeof LN / sizeof LN[0]; si++)
             for (int tb = 0; tb < 2; tb++) {
-                const int n = NS[ni], na = NA[ai], nb = NB[ai], lda = n + 32, ldb = n + 16, ldc = na + 3;
+                const size_t ni = si / n_a, ai = si % n_a;
+                const int n = si < n_short ? NS[ni] : LN[si - n_short][0];
+                const int na = si < n_short ? NA[ai] : LN[si - n_short][1];
+                const int nb = si < n_short ? NB[ai] : LN[si - n_short][2];
+                const int lda = n + 32, ldb = n + 16, ldc = na + 3;
                 if (tb && n % 16) continue; /* tinyBLAS takes whole steps of 16 only */
                 mu_f16 *A = malloc((size_t)lda * na * 2), *b16 = malloc((size_t)n * 2);
                 float *B = malloc((size_t)ldb * nb * 4), *c0 = calloc((size_t)ldc * nb, 4),

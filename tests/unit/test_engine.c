@@ -1,6 +1,6 @@
 /* test_engine.c: sessions and the forward pass on a small generated model:
  * state round trip, truncation, several sessions in one batch, argument
- * errors, and the samplers. */
+ * errors, the samplers, and the matmuls' split over threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,6 +9,7 @@
 #include <cmocka.h>
 
 #include "../../include/muser.h"
+#include "../../src/engine/engine.h"
 #include "mini_model.h"
 
 static char dir[] = "/tmp/mutest_engine_XXXXXX";
@@ -260,6 +261,70 @@ static void test_sampling(void **state) {
     mu_sampler_free(s2);
 }
 
+/* The matmuls' rows split over the threads (forward.c, job_matmul), counted
+ * by the engine's per-thread work counters: every multiply-add of the
+ * model's matmuls is done exactly once, no thread has more than one row
+ * block above another in any matmul job (the 4 matrices of the q/k/v/gate
+ * job each leave a remainder at 3 and 5 threads: splitting each alone
+ * would give thread 0 all of them), and the logits and the decode step
+ * after them are bit-identical at every thread count (at 3 and 5 threads
+ * the decode step's full layers take attn.c's three-pass split). */
+static void test_thread_split(void **state) {
+    (void)state;
+    const mini_cfg c = mini_default(); /* rows: q, gate 128, k, v, wo, down 64, up 96, vocab 80 */
+    const int T = 21, E_ = c.n_embd, F = c.n_ff, NQ = c.n_head * c.head_dim, NKV = c.n_head_kv * c.head_dim;
+    /* T tokens through every layer but the last FFN (output rows only: 1),
+     * then the output matrix for one row; then one decode step */
+    const uint64_t per_tok = (uint64_t)E_ * (2 * NQ + 2 * NKV) + (uint64_t)NQ * E_;
+    const uint64_t ffn = (uint64_t)E_ * 2 * F + (uint64_t)F * E_;
+    const uint64_t want = c.n_layer * per_tok * (T + 1) + ((uint64_t)(c.n_layer - 1) * T + 1 + c.n_layer) * ffn +
+                          2 * (uint64_t)c.n_vocab * E_;
+    float *ref = malloc(2 * (size_t)V * sizeof(float));
+    assert_non_null(ref);
+    const int nths[] = {1, 2, 3, 5};
+    for (size_t k = 0; k < sizeof nths / sizeof nths[0]; k++) {
+        char d[] = "/tmp/mutest_split_XXXXXX";
+        assert_non_null(mkdtemp(d));
+        mu_model *m;
+        mu_engine *e;
+        assert_int_equal(mini_open(d, &c, nths[k], &m, &e), 0);
+        rmdir(d);
+        e->attn_split_min = 0; /* the decode step's full layers split over 3 and 5 threads (attn.c) */
+        mu_err err = {0};
+        mu_session *s;
+        assert_int_equal(mu_session_new(e, 64, &s, &err), 0);
+        int32_t ids[T];
+        prompt(ids, T, 6);
+        mu_batch_item it = {.s = s, .tokens = ids, .n_tokens = T};
+        assert_int_equal(mu_forward(e, &it, 1, &err), 0);
+        float *got = malloc(2 * (size_t)V * sizeof(float));
+        assert_non_null(got);
+        memcpy(got, mu_session_logits(s, -1), (size_t)V * sizeof(float));
+        it = (mu_batch_item){.s = s, .tokens = ids + 3, .n_tokens = 1};
+        assert_int_equal(mu_forward(e, &it, 1, &err), 0);
+        memcpy(got + V, mu_session_logits(s, -1), (size_t)V * sizeof(float));
+        uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
+        for (int i = 0; i < nths[k]; i++) {
+            const uint64_t w = e->work[i].macs;
+            sum += w;
+            lo = w < lo ? w : lo;
+            hi = w > hi ? w : hi;
+        }
+        assert_int_equal(sum, want);
+        assert_true(e->mm_skew <= 1);
+        if (nths[k] > 1) assert_true(lo > 0);
+        if (k == 0)
+            memcpy(ref, got, 2 * (size_t)V * sizeof(float));
+        else
+            assert_memory_equal(got, ref, 2 * (size_t)V * sizeof(float));
+        free(got);
+        mu_session_free(s);
+        mu_engine_free(e);
+        mu_model_close(m);
+    }
+    free(ref);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_round_trip),
@@ -268,6 +333,7 @@ int main(void) {
         cmocka_unit_test(test_embd_rows),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_sampling),
+        cmocka_unit_test(test_thread_split),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
