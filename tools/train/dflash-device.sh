@@ -12,9 +12,14 @@
 #      CKPT seconds, so a killed run still leaves a drafter;
 #   3. held-out acceptance with muser's own `--spec dflash` on the CPU
 #      (tools/train/dflash_accept.py), checking the output is unchanged.
-# Everything lands in $OUT: muser-default.dflash.gguf, train/ (hf/,
-# log.jsonl, summary.json, heldout-prompts.json), train.log, accept.json,
-# accept.md, accept.log, env.txt, check.log (tools/train/dflash_check.py).
+# $OUT gets six files (the device tool brings back at most eight):
+# muser-default.dflash.gguf and summary.json (rewritten at every better
+# checkpoint, so they are there even when the run is killed), train.log
+# (written as it goes), accept.md, accept.json, and dflash-logs.tar.xz
+# (everything: env.txt, check.log, train.log, train/log.jsonl,
+# train/summary.json, train/heldout-prompts.json, train/hf/config.json,
+# accept.log, accept.json, accept.md). Work files stay in $WORK (default
+# /tmp/dflash-work).
 #
 # usage (repository root): tools/train/dflash-device.sh [BUDGET_S [dflash_train.py options...]]
 #   BUDGET_S: wall-clock seconds for the whole script (default 480); the
@@ -34,11 +39,13 @@ deadline=$((t0 + BUDGET))
 G=${GPU_DIR:-.gpu/dflash}
 PY=${PYTHON:-python3}
 OUT=${OUT:-/tmp/dflash-out}
-mkdir -p "$OUT"
+W=${WORK:-/tmp/dflash-work}
+rm -rf "$W"
+mkdir -p "$OUT" "$W"
 L=$PWD/$G
 if [ -f "$G/dflash-bin.tar.xz" ]; then
-    L=/tmp/dflash-bin
-    mkdir -p $L && tar -xJf "$G/dflash-bin.tar.xz" -C $L
+    L=$W/bin
+    mkdir -p "$L" && tar -xJf "$G/dflash-bin.tar.xz" -C "$L"
 fi
 export LD_LIBRARY_PATH=$L/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} PYTHONUNBUFFERED=1
 M=$L/muser
@@ -56,18 +63,19 @@ DEVICE=${DEVICE:-$($PY -c 'import torch; print("cuda" if torch.cuda.is_available
         torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda")'
     nproc
     "$M" --version 2>/dev/null || true
-} 2>&1 | tee "$OUT/env.txt"
+} 2>&1 | tee "$W/env.txt"
 
 # the PyTorch pieces on this device (not fatal: the acceptance run below
 # measures the result with muser whatever happens)
-$PY tools/train/dflash_check.py --target "$T" --device "$DEVICE" 2>&1 | tee "$OUT/check.log" || true
+$PY tools/train/dflash_check.py --target "$T" --device "$DEVICE" 2>&1 | tee "$W/check.log" || true
 
 ACCEPT_S=${ACCEPT_S:-75}
 DATA_S=${DATA_S:-$((BUDGET / 5))}
 args=(--target "$T" --muser "$M" --corpus "$C/corpus-train.jsonl.xz" --heldout-corpus "$C/corpus-heldout.jsonl.xz"
-      --out "$OUT/train" --deadline $((deadline - ACCEPT_S)) --device "$DEVICE" --data-budget "$DATA_S")
+      --out "$W/train" --mirror "$OUT" --mirror-name muser-default.dflash.gguf
+      --deadline $((deadline - ACCEPT_S)) --device "$DEVICE" --data-budget "$DATA_S")
 if [ "$DEVICE" = cuda ]; then
-    args+=(--windows 16384 --batch 64 --blocks 16 --block 16 --layers 2 --heldout-windows 128 --ckpt-every 60
+    args+=(--windows 24576 --batch 64 --blocks 16 --block 16 --layers 2 --heldout-windows 128 --ckpt-every 60
            --outtype q8_0)
 fi
 echo "== training: python3 tools/train/dflash_train.py ${args[*]} $*" | tee "$OUT/train.log"
@@ -75,24 +83,27 @@ set +e
 $PY tools/train/dflash_train.py "${args[@]}" "$@" 2>&1 | tee -a "$OUT/train.log"
 rc=${PIPESTATUS[0]}
 set -e
-if [ ! -f "$OUT/train/drafter.gguf" ]; then
+if [ ! -f "$OUT/muser-default.dflash.gguf" ]; then
     echo "dflash-device: training wrote no drafter (exit $rc)" >&2
     exit 1
 fi
-cp "$OUT/train/drafter.gguf" "$OUT/muser-default.dflash.gguf"
 echo "== training exit $rc; $(( $(date +%s) - t0 ))s so far" | tee -a "$OUT/train.log"
 
 # acceptance with muser on the CPU: parallel single-thread runs
 jobs=$(( $(nproc) > 2 ? $(nproc) - 1 : 1 ))
-left=$((deadline - $(date +%s) - 5))
+left=$((deadline - $(date +%s) - 8))
 [ $left -lt 20 ] && left=20
-echo "== acceptance ($left s at most, $jobs jobs)" | tee "$OUT/accept.log"
+echo "== acceptance ($left s at most, $jobs jobs)" | tee "$W/accept.log"
 set +e
 timeout "$left" $PY tools/train/dflash_accept.py --muser "$M" --model "$T" --draft "$OUT/muser-default.dflash.gguf" \
-    --prompts "$OUT/train/heldout-prompts.json" --jobs "$jobs" --sampled --out "$OUT/accept.json" --md "$OUT/accept.md" \
-    ${ACCEPT_ARGS:-} 2>&1 | tee -a "$OUT/accept.log"
+    --prompts "$W/train/heldout-prompts.json" --jobs "$jobs" --sampled --out "$W/accept.json" --md "$W/accept.md" \
+    ${ACCEPT_ARGS:---max-prompts 32} 2>&1 | tee -a "$W/accept.log"
 arc=${PIPESTATUS[0]}
 set -e
-echo "== done: training exit $rc, acceptance exit $arc, $(( $(date +%s) - t0 ))s" | tee -a "$OUT/accept.log"
-ls -la "$OUT" "$OUT/train"
+echo "== done: training exit $rc, acceptance exit $arc, $(( $(date +%s) - t0 ))s" | tee -a "$W/accept.log"
+cp "$OUT/train.log" "$W/"
+for f in accept.md accept.json; do [ -f "$W/$f" ] && cp "$W/$f" "$OUT/"; done
+(cd "$W" && tar -cJf "$OUT/dflash-logs.tar.xz" --ignore-failed-read env.txt check.log train.log accept.log accept.json \
+    accept.md train/log.jsonl train/summary.json train/heldout-prompts.json train/hf/config.json 2>/dev/null) || true
+ls -la "$OUT"
 [ "$rc" = 0 ] && [ "$arc" = 0 ]

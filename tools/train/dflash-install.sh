@@ -8,17 +8,27 @@
 # usage (repository root): tools/train/dflash-install.sh OUT_DIR
 set -euo pipefail
 S=${1:?usage: tools/train/dflash-install.sh OUT_DIR}
-for f in muser-default.dflash.gguf train/summary.json train/log.jsonl train.log; do
+for f in muser-default.dflash.gguf summary.json; do
     [ -f "$S/$f" ] || { echo "dflash-install: missing $S/$f" >&2; exit 1; }
 done
-./muser info "$S/muser-default.dflash.gguf" >/dev/null 2>&1 || true
+X=$(mktemp -d)
+trap 'rm -rf "$X"' EXIT
+if [ -f "$S/dflash-logs.tar.xz" ]; then
+    tar -xJf "$S/dflash-logs.tar.xz" -C "$X"
+else # a killed run: what came back
+    mkdir -p "$X/train"
+    cp "$S/summary.json" "$X/train/"
+    [ -f "$S/train.log" ] && cp "$S/train.log" "$X/"
+fi
+cp "$S/summary.json" "$X/train/summary.json" # the mirror is the newest
+[ -f "$X/train/log.jsonl" ] || : >"$X/train/log.jsonl"
 cp "$S/muser-default.dflash.gguf" models/muser-default.dflash.gguf
 L=tools/train/logs/dflash
 mkdir -p $L
-cp "$S/train/summary.json" "$S/train/log.jsonl" "$S/train.log" $L/
-cp "$S/train/hf/config.json" $L/drafter-config.json
-for f in accept.json accept.md accept.log env.txt; do
-    [ -f "$S/$f" ] && cp "$S/$f" $L/
+cp "$X/train/summary.json" "$X/train/log.jsonl" $L/
+[ -f "$X/train/hf/config.json" ] && cp "$X/train/hf/config.json" $L/drafter-config.json
+for f in train.log check.log accept.json accept.md accept.log env.txt; do
+    [ -f "$X/$f" ] && cp "$X/$f" $L/
 done
 python3 tools/train/dflash_figures.py $L docs/speculative.md
 ls -la models/muser-default.dflash.gguf $L

@@ -12,8 +12,9 @@ to fill the B-1 masks with the target's next tokens in one pass.
 Data (all made here, from the target GGUF and a corpus):
 1. the corpus (.jsonl or .jsonl.xz of {"text": ...} lines as
    tools/train/make_corpus.py writes them, or files/directories of text)
-   tokenized with `muser tokenize --json-in` (the target's own tokenizer),
-   every document after a BOS, concatenated;
+   tokenized with `muser tokenize --json-in` (the target's own tokenizer;
+   parts of 256 documents in parallel; a document it refuses is skipped
+   with a warning), every document after a BOS, concatenated;
 2. --windows prompts of --prompt tokens: BOS, then --prompt - 1 tokens from
    a random offset of that stream (muser run's layout: BOS at position 0);
 3. the target's continuation of every prompt by --gen tokens (PyTorch, KV
@@ -55,7 +56,8 @@ probability (muser run --json --top 1); logged and in summary.json.
 Outputs in --out: hf/ (config.json, model.safetensors), drafter.gguf (via
 tools/convert/dflash_to_gguf.py), log.jsonl (one line per logged step and
 evaluation), summary.json, heldout-prompts.json (the held-out prompts' ids,
-for tools/train/dflash_accept.py).
+for tools/train/dflash_accept.py); with --mirror DIR also the best drafter
+(named --mirror-name) and summary.json in DIR, updated with them.
 
 usage: dflash_train.py --corpus PATH... --out DIR [--target T.gguf] [--muser ./muser]
        [--windows 4096] [--prompt 128] [--gen 256] [--block 16] [--layers 2] [--target-layers 1,4,7]
@@ -63,7 +65,8 @@ usage: dflash_train.py --corpus PATH... --out DIR [--target T.gguf] [--muser ./m
        [--ckpt-every 60] [--device cuda|cpu] [--smoke]
 --smoke: tiny sizes and a 20-second budget, for a CPU check that the pipeline runs.
 """
-import argparse, json, lzma, math, os, random, subprocess, sys, tempfile, time
+import argparse, json, lzma, math, os, random, shutil, subprocess, sys, tempfile, time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 import torch.nn.functional as F
@@ -115,22 +118,33 @@ def read_docs(paths, limit_bytes):
     return out
 
 
-def tokenize(muser, target, docs, bos):
-    """The docs through `muser tokenize --json-in` (one process), each after
-    a BOS, concatenated."""
-    ids = []
+def tokenize_part(muser, target, docs):
+    """The ids of docs (one `muser tokenize --json-in` process); a document
+    muser refuses gives None (the part is retried one document at a time)."""
     with tempfile.TemporaryDirectory() as td:
         fn = os.path.join(td, "docs.json")
         with open(fn, "w", encoding="utf-8") as f:
             json.dump(docs, f)
         r = subprocess.run([muser, "tokenize", "-m", target, "--json-in", fn], capture_output=True, text=True)
-        if r.returncode:
-            sys.exit("dflash_train: muser tokenize failed: %s" % r.stderr.strip())
-        lines = r.stdout.splitlines()
-        if len(lines) != len(docs):
-            sys.exit("dflash_train: muser tokenize gave %d lines for %d documents" % (len(lines), len(docs)))
-        for line in lines:
-            ids.extend(([bos] if bos is not None else []) + json.loads(line))
+    lines = r.stdout.splitlines()
+    if r.returncode == 0 and len(lines) == len(docs):
+        return [json.loads(x) for x in lines]
+    if len(docs) == 1:
+        log("warning: muser tokenize refused a document (%s): skipped" % r.stderr.strip()[:200])
+        return [None]
+    return [x for d in docs for x in tokenize_part(muser, target, [d])]
+
+
+def tokenize(muser, target, docs, bos, jobs=8):
+    """The docs through `muser tokenize --json-in` (parts of 256 documents,
+    `jobs` processes at once), each after a BOS, concatenated."""
+    parts = [docs[i:i + 256] for i in range(0, len(docs), 256)]
+    ids = []
+    with ThreadPoolExecutor(jobs) as ex:
+        for res in ex.map(lambda p: tokenize_part(muser, target, p), parts):
+            for toks in res:
+                if toks is not None:
+                    ids.extend(([bos] if bos is not None else []) + toks)
     return ids
 
 
@@ -153,20 +167,27 @@ def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, laye
     every = int(round(1 / sample_frac)) if sample_frac > 0 else 0
     temps = torch.tensor([temp if every and i % every == 0 else 0.0 for i in range(n)])
     gg = torch.Generator(device=device).manual_seed(seed + 1)
-    toks, feats, labels = [], [], []
+    L = P + G
+    toks = torch.empty(n, L, dtype=torch.long, device=device)
+    labels = torch.empty(n, L, dtype=torch.long, device=device)
+    feats = None  # allocated at the first forward, once its width is known (no copy of the whole at the end)
+    m = 0
     for i in range(0, n, chunk):
         p = prompts[i:i + chunk].to(device)
         t = temps[i:i + chunk].to(device)
         w = target.generate(p, G, t if every else None, gg)
         for j in range(0, w.shape[0], 256):
             f, lg = target.forward(w[j:j + 256], layers)
-            toks.append(w[j:j + 256]), feats.append(f)
-            labels.append(torch.cat((w[j:j + 256, :1], lg[:, :-1].argmax(-1)), dim=1))
-            del lg
+            if feats is None:
+                feats = torch.empty(n, L, f.shape[-1], dtype=f.dtype, device=device)
+            k = f.shape[0]
+            toks[m:m + k], feats[m:m + k] = w[j:j + 256], f
+            labels[m:m + k] = torch.cat((w[j:j + 256, :1], lg[:, :-1].argmax(-1)), dim=1)
+            m += k
+            del lg, f
         if until and time.time() > until:
             break
-    toks = torch.cat(toks)
-    return toks, torch.cat(feats), torch.cat(labels), (temps > 0)[:toks.shape[0]]
+    return toks[:m], feats[:m], labels[:m], (temps > 0)[:m]
 
 
 def check_muser(muser, target_path, target, toks, labels, P, n, n_gen, log_rec):
@@ -282,6 +303,9 @@ def save_result(d, a, out, summary, state):
         os.rmdir(hf)
     os.replace(tmp_hf, hf)
     write_atomic(os.path.join(out, "summary.json"), lambda p: json.dump(summary, open(p, "w"), indent=1))
+    if a.mirror:
+        write_atomic(os.path.join(a.mirror, a.mirror_name), lambda p: shutil.copyfile(os.path.join(out, "drafter.gguf"), p))
+        write_atomic(os.path.join(a.mirror, "summary.json"), lambda p: json.dump(summary, open(p, "w"), indent=1))
 
 
 def main():
@@ -317,6 +341,8 @@ def main():
     ap.add_argument("--eval-stride", type=int, default=5)
     ap.add_argument("--check-muser", type=int, default=4)
     ap.add_argument("--outtype", default="f16", choices=["f32", "f16", "bf16", "q8_0"])
+    ap.add_argument("--mirror", help="also copy the best drafter (as --mirror-name) and summary.json here")
+    ap.add_argument("--mirror-name", default="drafter.gguf")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--smoke", action="store_true")
@@ -352,10 +378,10 @@ def main():
     rec(args=vars(a), drafter=cfg)
 
     docs = read_docs(a.corpus, a.max_bytes)
-    stream = tokenize(a.muser, a.target, docs, target.bos)
+    stream = tokenize(a.muser, a.target, docs, target.bos, jobs=max(1, min(16, (os.cpu_count() or 2) - 1)))
     if a.heldout_corpus:
         hdocs = read_docs(a.heldout_corpus, a.max_bytes)
-        hstream = tokenize(a.muser, a.target, hdocs, target.bos)
+        hstream = tokenize(a.muser, a.target, hdocs, target.bos, jobs=max(1, min(16, (os.cpu_count() or 2) - 1)))
     else:
         cut = int(len(stream) * (1 - a.heldout))
         stream, hstream = stream[:cut], stream[cut:]
@@ -427,6 +453,8 @@ def main():
             s.update(steps=step, final=True, seconds=round(time.time() - T0, 1),
                      train_seconds=round(time.time() - t_start, 1), last_eval=ev)
             write_atomic(os.path.join(a.out, "summary.json"), lambda p: json.dump(s, open(p, "w"), indent=1))
+            if a.mirror:
+                write_atomic(os.path.join(a.mirror, "summary.json"), lambda p: json.dump(s, open(p, "w"), indent=1))
 
     checkpoint()
     while (step < a.steps) if a.steps else (time.time() < end):
@@ -458,6 +486,8 @@ def main():
         s = json.load(open(os.path.join(a.out, "summary.json")))
         s.update(steps=step, final=True, seconds=round(time.time() - T0, 1), train_seconds=round(time.time() - t_start, 1))
         write_atomic(os.path.join(a.out, "summary.json"), lambda p: json.dump(s, open(p, "w"), indent=1))
+        if a.mirror:
+            write_atomic(os.path.join(a.mirror, "summary.json"), lambda p: json.dump(s, open(p, "w"), indent=1))
     else:
         checkpoint(final=True)
     log("done: %s/drafter.gguf (best step %d of %d, held-out mean accepted %.3f, %.1f s of training)" % (
