@@ -169,6 +169,11 @@ typedef struct {
     int n_draft;          /* speculative decoding: tokens drafted and verified */
     int n_draft_accepted; /* of which the target accepted */
     int n_spec_steps;     /* verification steps (forwards with a draft) */
+    /* per draft position k (0-based): the verification steps that checked
+     * draft k (every draft before it was accepted), and of those, the ones
+     * that accepted it; n_draft_pos[0] == n_spec_steps and the n_accept_pos
+     * sum to n_draft_accepted */
+    int n_draft_pos[MU_SPEC_DRAFT_MAX], n_accept_pos[MU_SPEC_DRAFT_MAX];
 } mu_gen_stats;
 
 typedef struct {

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* The line embeds file names and user-given strings: it is escaped (mu_esc)
@@ -277,15 +278,51 @@ int cli_lane_opt(const char *cmd, int argc, char **argv, int *i, cli_lane *l) {
     return 1;
 }
 
+/* M.dflash.gguf for M.gguf into out (cap bytes); false when model does not
+ * end in .gguf or the name does not fit. */
+static bool drafter_name(const char *model, char *out, size_t cap) {
+    size_t n = model ? strlen(model) : 0;
+    return n > 5 && !strcmp(model + n - 5, ".gguf") && n + 8 < cap &&
+           snprintf(out, cap, "%.*s.dflash.gguf", (int)(n - 5), model) > 0;
+}
+
+/* True when a and b are the same file or files with the same bytes. */
+static bool same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    if (stat(a, &sa) || stat(b, &sb)) return false;
+    if (sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino) return true;
+    if (sa.st_size != sb.st_size) return false;
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    enum { CHUNK = 1 << 20 };
+    char *ba = malloc(CHUNK), *bb = malloc(CHUNK);
+    bool same = fa && fb && ba && bb;
+    while (same) {
+        size_t na = fread(ba, 1, CHUNK, fa), nb = fread(bb, 1, CHUNK, fb);
+        if (na != nb || memcmp(ba, bb, na)) same = false;
+        if (na < CHUNK) break;
+    }
+    if (same && (ferror(fa) || ferror(fb))) same = false;
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    free(ba);
+    free(bb);
+    return same;
+}
+
 int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e, const char *model) {
     if (p->draft && p->spec == MU_SPEC_NONE) p->spec = MU_SPEC_DFLASH;
     char near[4096];
     if (p->spec == MU_SPEC_DFLASH && !p->draft) {
         /* the model's own drafter: M.dflash.gguf next to M.gguf */
-        size_t n = model ? strlen(model) : 0;
-        if (n > 5 && !strcmp(model + n - 5, ".gguf") && n + 8 < sizeof near) {
-            snprintf(near, sizeof near, "%.*s.dflash.gguf", (int)(n - 5), model);
-            if (access(near, R_OK) == 0) p->draft = near;
+        if (drafter_name(model, near, sizeof near) && access(near, R_OK) == 0) p->draft = near;
+        /* the bundled model (also a copy of it elsewhere): the bundled drafter */
+        const char *b = p->draft ? NULL : cli_bundled_model();
+        if (b && model && same_file(model, b)) {
+            if (!drafter_name(b, near, sizeof near)) return cli_fail("%s: the bundled model's path is too long: %s", cmd, b);
+            if (access(near, R_OK))
+                return cli_fail("%s: --spec dflash: the bundled model's drafter is missing: %s (give --draft D.gguf)", cmd,
+                                near);
+            p->draft = near;
         }
         if (!p->draft) return cli_fail("%s: --spec dflash needs --draft D.gguf (or a drafter next to the model, M.dflash.gguf)", cmd);
     }

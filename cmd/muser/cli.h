@@ -59,8 +59,11 @@ typedef struct {
 int cli_spec_opt(const char *cmd, int argc, char **argv, int *i, cli_spec *p);
 /* After the engine exists: --draft alone means --spec dflash; dflash
  * without --draft takes the model's own drafter, MODEL.dflash.gguf next to
- * MODEL.gguf, when there is one; opens the drafter into p->drafter (free it
- * after the scheduler). Returns 0, or 1 after printing "CMD: <error>". */
+ * MODEL.gguf, when there is one, else, when the model is the bundled one
+ * (the same file, or a file with the same bytes), the bundled drafter,
+ * muser-default.dflash.gguf beside the bundled model (an error naming it
+ * when it is missing); opens the drafter into p->drafter (free it after the
+ * scheduler). Returns 0, or 1 after printing "CMD: <error>". */
 int cli_spec_open(const char *cmd, cli_spec *p, mu_engine *e, const char *model);
 
 /* Remote prefill options (docs/lane.md), as run, chat and serve take them:
@@ -101,6 +104,9 @@ void cli_prefill_line(char *buf, size_t cap, int n_done, int n_total, double dt)
 /* The model used when -m is omitted (bundled, or generated on first use).
  * Returns a path or NULL after printing why. */
 const char *cli_default_model(void);
+/* The bundled models/muser-default.gguf next to the binary (or one level
+ * up), or NULL when there is none; ignores $MUSER_MODEL. */
+const char *cli_bundled_model(void);
 
 /* Set by `muser up` before it runs cmd_serve: called once the server accepts
  * connections; returning true stops the server at once (up's

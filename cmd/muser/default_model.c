@@ -1,7 +1,8 @@
 /* default_model.c: the model used when -m is omitted: $MUSER_MODEL, else
  * the bundled models/muser-default.gguf next to the binary, else a small
  * random-weight model that `muser gen` writes once into build/ (so a fresh
- * clone runs without any download). */
+ * clone runs without any download). Also where the bundled model is, for
+ * its drafter (cli_spec_open). */
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +24,23 @@ static bool exe_dir(char *out, size_t cap) {
     return true;
 }
 
+/* The bundled model's path into path (PATH_MAX) when it is there. */
+static bool bundled(const char *dir, char *path) {
+    /* the binary sits at the repository root (./muser) or in build/ */
+    const char *rel[] = {"models/muser-default.gguf", "../models/muser-default.gguf"};
+    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
+        snprintf(path, PATH_MAX, "%s/%s", dir, rel[i]);
+        if (access(path, R_OK) == 0) return true;
+    }
+    return false;
+}
+
+const char *cli_bundled_model(void) {
+    static char path[PATH_MAX];
+    char dir[PATH_MAX - 64];
+    return exe_dir(dir, sizeof dir) && bundled(dir, path) ? path : NULL;
+}
+
 const char *cli_default_model(void) {
     static char path[PATH_MAX];
     const char *env = getenv("MUSER_MODEL");
@@ -32,12 +50,7 @@ const char *cli_default_model(void) {
         cli_fail("muser: cannot locate the muser binary to find the bundled model; pass -m");
         return NULL;
     }
-    /* the binary sits at the repository root (./muser) or in build/ */
-    const char *rel[] = {"models/muser-default.gguf", "../models/muser-default.gguf"};
-    for (size_t i = 0; i < sizeof rel / sizeof *rel; i++) {
-        snprintf(path, sizeof path, "%s/%s", dir, rel[i]);
-        if (access(path, R_OK) == 0) return path;
-    }
+    if (bundled(dir, path)) return path;
     snprintf(path, sizeof path, "%s/build/default-tiny.gguf", dir);
     if (access(path, R_OK) == 0) return path;
     char build[PATH_MAX];

@@ -11,7 +11,9 @@
  * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
  * (prob = softmax of the final logits, after logit scale and softcap); with
  * any --spec option also a last line {"timings": {...}} with the draft counts
- * (llama.cpp's draft_n, draft_n_accepted). Without --json they go to stderr. */
+ * (llama.cpp's draft_n, draft_n_accepted; draft_pos_n / draft_pos_accepted: per
+ * draft position, how often it was checked and accepted). Without --json the
+ * totals go to stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,8 +256,16 @@ int cmd_run(int argc, char **argv) {
             const mu_gen_stats *st = &ev.stats;
             if (spec_given && json) {
                 printf("{\"timings\": {\"predicted_n\": %d, \"predicted_ms\": %.3f, \"draft_n\": %d, "
-                       "\"draft_n_accepted\": %d, \"spec_steps\": %d}}\n",
+                       "\"draft_n_accepted\": %d, \"spec_steps\": %d",
                        st->n_gen, st->gen_ms, st->n_draft, st->n_draft_accepted, st->n_spec_steps);
+                int np = MU_SPEC_DRAFT_MAX;
+                while (np > 0 && !st->n_draft_pos[np - 1]) np--;
+                for (int w = 0; w < 2; w++) {
+                    printf(w ? ", \"draft_pos_accepted\": [" : ", \"draft_pos_n\": [");
+                    for (int k = 0; k < np; k++) printf(k ? ",%d" : "%d", w ? st->n_accept_pos[k] : st->n_draft_pos[k]);
+                    printf("]");
+                }
+                printf("}}\n");
             } else if (spec_given) {
                 fprintf(stderr, "\nspec %s: drafted %d, accepted %d (%.1f%%) in %d verification steps (%.2f per step)\n",
                         mu_spec_name((mu_spec)spec.spec), st->n_draft, st->n_draft_accepted,

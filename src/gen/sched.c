@@ -432,10 +432,10 @@ static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
 }
 
 /* Engine thread: picks and accepts one token of slot i from logits lg;
- * *id is the token, counted as an accepted draft when it equals want (-1:
- * no draft). Returns false when the job ended (the slot is released, the
+ * *id is the token; want is draft r of the step (-1: no draft), counted as
+ * checked, and as accepted when it equals the token. Returns false when the job ended (the slot is released, the
  * job may be gone). */
-static bool take(mu_sched *s, int i, const float *lg, int32_t want, int32_t *id) {
+static bool take(mu_sched *s, int i, const float *lg, int32_t want, int r, int32_t *id) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     const char *why = NULL;
@@ -446,7 +446,10 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t want, int32_t *id)
     }
     bool first = j->t_first == 0;
     if (first) j->t_first = now_ms();
-    if (*id == want) j->st.n_draft_accepted++;
+    if (want >= 0) { /* draft r, checked */
+        j->st.n_draft_pos[r]++;
+        if (*id == want) j->st.n_accept_pos[r]++, j->st.n_draft_accepted++;
+    }
     mu_finish f = mu_gen_accept(j->gen, *id, lg, push_event, j);
     j->n_gen++;
     sl->last = *id;
@@ -469,7 +472,7 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t want, int32_t *id)
 /* Engine thread: one gen step for slot i from logits lg. */
 static void step(mu_sched *s, int i, const float *lg) {
     int32_t id;
-    take(s, i, lg, -1, &id);
+    take(s, i, lg, -1, -1, &id);
 }
 
 /* A drafted token pays for its share of the verification when it is
@@ -549,7 +552,7 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
     int acc = 0;
     for (int r = 0; r < n_blk; r++) {
         int32_t id, want = r < n_dr ? sl->blk[r + 1] : -1;
-        if (!take(s, i, mu_session_logits(sl->sess, r), want, &id)) return;
+        if (!take(s, i, mu_session_logits(sl->sess, r), want, r, &id)) return;
         if (r < n_dr) {
             j->pos_n[r]++;
             j->pos_acc[r] += id == want;

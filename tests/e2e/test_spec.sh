@@ -116,13 +116,44 @@ if "$MUSER" run -m "$T/m.gguf" -p "$P" -n 8 --temp 0 --threads 1 --spec dflash >
    grep -q "^spec dflash: drafted" "$T/err"; then ok "run --spec dflash: the model's own drafter (M.dflash.gguf next to M.gguf)"
 else bad "run --spec dflash with M.dflash.gguf: $(cat "$T/err")"; fi
 rm -f "$T/m.gguf" "$T/m.dflash.gguf"
+"$MUSER" gen --preset tiny --seed 4 -o "$T/other.gguf" 2>/dev/null
 for args in "--draft $M" "--draft /nonexistent.gguf" "--spec dflash"; do
   # shellcheck disable=SC2086
-  "$MUSER" run -m "$M" -p hi -n 2 $args >/dev/null 2>"$T/err"
+  "$MUSER" run -m "$T/other.gguf" -p hi -n 2 $args >/dev/null 2>"$T/err"
   rc=$?
   if [ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "^muser run: " "$T/err"; then ok "run $args: $(cat "$T/err")"
   else bad "run $args: exit $rc: $(cat "$T/err")"; fi
 done
+
+# the bundled model's drafter (muser-default.dflash.gguf beside it) when no
+# --draft is named: a repository layout in $T/repo (the binary, and a tiny
+# generated model standing in for the bundled one)
+R=$T/repo
+mkdir -p "$R/models" && cp "$MUSER" "$R/muser" && "$MUSER" gen --preset tiny --seed 3 -o "$R/models/muser-default.gguf" 2>/dev/null
+cp "$R/models/muser-default.gguf" "$T/copy.gguf"
+"$R/muser" run -p "$P" -n 4 --temp 0 --threads 1 --spec dflash >/dev/null 2>"$T/err"
+rc=$?
+if [ $rc = 1 ] && [ "$(wc -l <"$T/err")" = 1 ] && grep -q "^muser run: --spec dflash: the bundled model's drafter is missing: .*/models/muser-default.dflash.gguf" "$T/err"
+then ok "run --spec dflash, bundled model without its drafter: $(cat "$T/err")"
+else bad "run --spec dflash, no bundled drafter: exit $rc: $(cat "$T/err")"; fi
+"$R/muser" gen --dflash -o "$R/models/muser-default.dflash.gguf" 2>/dev/null
+a=$("$R/muser" run -p "$P" -n 16 --temp 0 --threads 1 2>/dev/null)
+for how in "the default model" "-m $T/copy.gguf (a copy)" "MUSER_MODEL=$T/copy.gguf"; do
+  case $how in
+  -m*) b=$("$R/muser" run -m "$T/copy.gguf" -p "$P" -n 16 --temp 0 --threads 1 --spec dflash 2>"$T/err") ;;
+  MUSER*) b=$(MUSER_MODEL=$T/copy.gguf "$R/muser" run -p "$P" -n 16 --temp 0 --threads 1 --spec dflash 2>"$T/err") ;;
+  *) b=$("$R/muser" run -p "$P" -n 16 --temp 0 --threads 1 --spec dflash 2>"$T/err") ;;
+  esac
+  if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "^spec dflash: drafted [1-9]" "$T/err"; then ok "run --spec dflash, $how: the bundled drafter, same text"
+  else bad "run --spec dflash, $how: [$a] vs [$b] ($(cat "$T/err"))"; fi
+done
+# a file of the same size with one byte changed is another model
+python3 -c 'import sys; f = open(sys.argv[1], "r+b"); f.seek(-1, 2); b = f.read(1); f.seek(-1, 2); f.write(bytes([b[0] ^ 1]))' "$T/copy.gguf"
+"$R/muser" run -m "$T/copy.gguf" -p hi -n 2 --spec dflash >/dev/null 2>"$T/err"
+rc=$?
+if [ $rc = 1 ] && grep -q "needs --draft" "$T/err"; then ok "run --spec dflash, a changed copy: not the bundled model"
+else bad "run --spec dflash, a changed copy: exit $rc: $(cat "$T/err")"; fi
+rm -rf "$R" "$T/copy.gguf"
 
 # the server with a drafter: dflash by default, other methods per request
 start_server --parallel 2 --ctx 512 --threads 1 --draft "$D" || { bad "server start (--draft)"; exit 1; }

@@ -325,6 +325,20 @@ static void same(const trace *a, const trace *b, const char *what, int pi) {
     }
 }
 
+/* The per-position counts agree with the totals: position 0 is checked once
+ * per verification step, a position only after the one before it was
+ * accepted, and the accepted ones add up. */
+static void pos_counts(const mu_gen_stats *st) {
+    assert_int_equal(st->n_draft_pos[0], st->n_spec_steps);
+    int sum = 0;
+    for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) {
+        assert_true(st->n_accept_pos[k] <= st->n_draft_pos[k]);
+        if (k + 1 < MU_SPEC_DRAFT_MAX) assert_true(st->n_draft_pos[k + 1] <= st->n_accept_pos[k]);
+        sum += st->n_accept_pos[k];
+    }
+    assert_int_equal(sum, st->n_draft_accepted);
+}
+
 enum { D_RIGHT, D_WRONG, D_RANDOM, D_HALF, D_NGRAM, D_SHORT, D_COUNT };
 #define ALL ((1u << D_COUNT) - 1)
 static const char *const D_NAMES[D_COUNT] = {"drafts always right", "drafts always wrong", "random drafts",
@@ -387,6 +401,10 @@ static void check_request(mu_engine *e, int n_ctx, const mu_gen_req *q, int pi, 
             if (t.finish == MU_FINISH_LENGTH) assert_int_equal(t.st.n_spec_steps, n > 2 ? n - 2 : 0);
         }
         assert_true(t.st.n_draft_accepted <= t.st.n_draft);
+        pos_counts(&t.st);
+        for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++)
+            if (v == D_RIGHT || v == D_SHORT) assert_int_equal(t.st.n_accept_pos[k], t.st.n_draft_pos[k]);
+            else if (v == D_WRONG) assert_int_equal(t.st.n_accept_pos[k], 0);
         assert_int_equal(m1.n_draft_tokens - m0.n_draft_tokens, (uint64_t)t.st.n_draft);
         assert_int_equal(m1.n_draft_accepted - m0.n_draft_accepted, (uint64_t)t.st.n_draft_accepted);
     }

@@ -102,11 +102,19 @@ class Target:
     @torch.no_grad()
     def forward(self, ids, layers):
         """ids [B, T] -> (feats [B, T, len(layers) * n_embd], logits [B, T, V])."""
+        return self._run(ids, 0, None, layers)
+
+    def _run(self, ids, p0, cache, layers):
+        """The layers over ids [B, T] at positions p0 .. p0+T-1. cache: None
+        (no past), or a list of per-layer [K, V] tensors [B, HK, Lmax, hd]
+        holding positions < p0 and receiving these. Returns (feats or None,
+        logits [B, T, V])."""
         B, Tn = ids.shape
         hd, H, HK = self.hd, self.n_head, self.n_head_kv
         x = rms(self.tok_embd[ids], None, self.eps)
-        pos = torch.arange(Tn, device=ids.device)
-        causal = pos[None, :] <= pos[:, None]
+        pos = torch.arange(p0, p0 + Tn, device=ids.device)
+        kpos = torch.arange(0, p0 + Tn, device=ids.device)
+        causal = kpos[None, :] <= pos[:, None]
         feats = [None] * len(layers)
         for il, L in enumerate(self.L):
             for k, lid in enumerate(layers):
@@ -122,12 +130,14 @@ class Target:
             mask = causal
             if self.swa[il]:
                 q, kk = rope_adjacent(q, pos, self.base_swa), rope_adjacent(kk, pos, self.base_swa)
-                mask = causal & (pos[:, None] - pos[None, :] < self.n_swa)
-            kk = kk.repeat_interleave(H // HK, dim=2)
-            v = v.repeat_interleave(H // HK, dim=2)
-            att = torch.einsum("bqhd,bkhd->bhqk", q, kk) / math.sqrt(hd)
-            att = att.masked_fill(~mask, float("-inf")).softmax(-1)
-            o = torch.einsum("bhqk,bkhd->bqhd", att, v).reshape(B, Tn, H * hd) * gate
+                mask = causal & (pos[:, None] - kpos[None, :] < self.n_swa)
+            kk, v = kk.transpose(1, 2), v.transpose(1, 2)  # [B, HK, T, hd]
+            if cache is not None:
+                cache[il][0][:, :, p0:p0 + Tn] = kk
+                cache[il][1][:, :, p0:p0 + Tn] = v
+                kk, v = cache[il][0][:, :, :p0 + Tn], cache[il][1][:, :, :p0 + Tn]
+            o = attend(q.transpose(1, 2), kk, v, mask, 1.0 / math.sqrt(hd))  # [B, H, T, hd]
+            o = o.transpose(1, 2).reshape(B, Tn, H * hd) * gate
             o = o @ L["attn_output"].T
             x = x + rms(o, L["post_attention_norm"], 1e-8)
             a = rms(x, L["ffn_norm"], self.eps)
@@ -136,7 +146,45 @@ class Target:
         lg = rms(x, self.output_norm, self.eps) @ self.output.T * self.logit_scale
         if self.softcap:
             lg = torch.tanh(lg / self.softcap) * self.softcap
-        return torch.cat(feats, dim=-1), lg
+        return (torch.cat(feats, dim=-1) if layers else None), lg
+
+    @torch.no_grad()
+    def generate(self, ids, n_gen, temp=None, gen=None):
+        """The target's continuation of ids [B, P] by n_gen tokens with a KV
+        cache -> [B, P + n_gen]. temp: None (greedy) or a tensor [B] of
+        temperatures, 0 meaning greedy for that row (plain softmax sampling,
+        no top-k/top-p); gen: a torch.Generator for the samples."""
+        B, P = ids.shape
+        Lmax = P + n_gen
+        cache = [[torch.zeros(B, self.n_head_kv, Lmax, self.hd, device=ids.device) for _ in range(2)]
+                 for _ in range(self.n_layer)]
+        out = torch.empty(B, Lmax, dtype=torch.long, device=ids.device)
+        out[:, :P] = ids
+        _, lg = self._run(ids, 0, cache, [])
+        for t in range(n_gen):
+            last = lg[:, -1].float()
+            nxt = last.argmax(-1)
+            if temp is not None and bool((temp > 0).any()):
+                pr = torch.softmax(last / temp.clamp(min=1e-3)[:, None], -1)
+                smp = torch.multinomial(pr, 1, generator=gen)[:, 0]
+                nxt = torch.where(temp > 0, smp, nxt)
+            out[:, P + t] = nxt
+            if t + 1 < n_gen:
+                _, lg = self._run(nxt[:, None], P + t, cache, [])
+        return out
+
+
+def attend(q, k, v, mask, scale):
+    """Attention q [B, H, T, hd] over k, v [B, HK, S, hd] (grouped heads),
+    mask [T, S] or [B, 1, T, S] (True: visible) -> [B, H, T, hd]."""
+    rep = q.shape[1] // k.shape[1]
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    att = (q @ k.transpose(-1, -2)) * scale
+    att = att.masked_fill(~mask, float("-inf")).softmax(-1)
+    return att @ v
 
 
 def rope_adjacent(x, pos, base):
@@ -219,6 +267,43 @@ class Drafter(torch.nn.Module):
             a = rms(x, m.ffn_norm, eps)
             x = x + m.down(F.silu(m.gate(a)) * m.up(a))
         return rms(x, self.norm, eps) @ self.output.T
+
+    def forward_windows(self, feat, anchors, blk_tok):
+        """The same function as forward, batched per window (training):
+        feat [S, L, n_feat] the context features of S windows at positions
+        0..L-1; anchors [S, nb] the position of each block's first row (a
+        block sees the context rows before it and itself); blk_tok [S, nb*B]
+        the blocks' tokens. -> hidden rows after the final norm [S, nb*B, E]
+        (the caller applies the output matrix to the rows it needs)."""
+        c = self.cfg
+        eps, hd, Hq, Hk, base = c["rms_norm_eps"], c["head_dim"], c["num_attention_heads"], \
+            c["num_key_value_heads"], c["rope_theta"]
+        S, L, _ = feat.shape
+        nb, M = anchors.shape[1], blk_tok.shape[1]
+        B = M // nb
+        dev = feat.device
+        blk_pos = (anchors[:, :, None] + torch.arange(B, device=dev)).reshape(S, M)
+        ctx_pos = torch.arange(L, device=dev)
+        bid = torch.arange(M, device=dev) // B
+        ctx_vis = ctx_pos[None, None, :] < anchors.repeat_interleave(B, dim=1)[:, :, None]  # [S, M, L]
+        blk_vis = (bid[:, None] == bid[None, :]).expand(S, M, M)
+        mask = torch.cat((ctx_vis, blk_vis), dim=2)[:, None]  # [S, 1, M, L + M]
+        g = rms(self.fc(feat), self.enc_norm, eps)
+        x = self.tok_embd[blk_tok]
+        for m in self.layers:
+            kc = rope_neox(rms(m.k(g).view(S, L, Hk, hd), m.k_norm, eps), ctx_pos, base)
+            vc = m.v(g).view(S, L, Hk, hd)
+            a = rms(x, m.attn_norm, eps)
+            q = rope_neox(rms(m.q(a).view(S, M, Hq, hd), m.q_norm, eps), blk_pos, base)
+            kb = rope_neox(rms(m.k(a).view(S, M, Hk, hd), m.k_norm, eps), blk_pos, base)
+            vb = m.v(a).view(S, M, Hk, hd)
+            k = torch.cat((kc, kb), 1).transpose(1, 2)
+            v = torch.cat((vc, vb), 1).transpose(1, 2)
+            o = attend(q.transpose(1, 2), k.to(q.dtype), v.to(q.dtype), mask, 1.0 / math.sqrt(hd))
+            x = x + m.o(o.transpose(1, 2).reshape(S, M, Hq * hd))
+            a = rms(x, m.ffn_norm, eps)
+            x = x + m.down(F.silu(m.gate(a)) * m.up(a))
+        return rms(x, self.norm, eps)
 
     # ---- the HF-layout checkpoint (what the converter reads)
 
