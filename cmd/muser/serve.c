@@ -298,6 +298,7 @@ int cmd_serve(int argc, char **argv) {
                         .kernels = mu_engine_kern_name(e),
                         .cache = cache,
                         .slot_save_path = slot_dir,
+                        .pack_dir = pack_dir,
                         .kv_id = kid,
                         .kv_key = root};
     /* connections need descriptors: raise the soft open-file limit to the

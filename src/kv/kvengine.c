@@ -347,21 +347,29 @@ static void tok_key(const uint8_t root[32], uint8_t out[32]) {
     kv_hkdf(root, 32, NULL, 0, info, sizeof info, out);
 }
 
-int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
-                mu_err *err) {
-    if (n < 1 || n > TOK_MAX_IDS) return mu_fail(err, MU_E_ARG, "kvpack: cannot seal %d token ids", n);
-    size_t len = TOK_FIXED + 4 * (size_t)n;
-    uint8_t *p = malloc(len), key[32], aad[TOK_HEAD + 32];
-    if (!p) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n,
+                const int32_t *tail, int n_tail, kv_buf *out, mu_err *err) {
+    if (n < 1 || n > TOK_MAX_IDS || n_tail < 0 || n_tail > TOK_MAX_IDS - n || (n_tail && !tail))
+        return mu_fail(err, MU_E_ARG, "kvpack: cannot seal %d token ids and %d more", n, n_tail);
+    size_t nb = 4 * ((size_t)n + (size_t)n_tail), len = TOK_FIXED + nb;
+    uint8_t *p = malloc(len), *pt = malloc(nb ? nb : 1), key[32], aad[TOK_HEAD + 32];
+    if (!p || !pt) {
+        free(p);
+        free(pt);
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    }
+    memcpy(pt, tokens, 4 * (size_t)n);
+    if (n_tail) memcpy(pt + 4 * (size_t)n, tail, 4 * (size_t)n_tail);
     memcpy(p, TOK_MAGIC, 8);
-    uint32_t v[2] = {(uint32_t)n, 0};
+    uint32_t v[2] = {(uint32_t)n, (uint32_t)n_tail};
     memcpy(p + 8, v, 8);
     uint8_t *nonce = p + TOK_HEAD, *tag = nonce + 12, *ct = tag + 16;
     MU_ASSERT(RAND_bytes(nonce, 12) == 1);
     memcpy(aad, p, TOK_HEAD);
     memcpy(aad + TOK_HEAD, token_root, 32);
     tok_key(root, key);
-    int rc = kv_aead(true, key, nonce, aad, sizeof aad, (const uint8_t *)tokens, 4 * (size_t)n, ct, tag);
+    int rc = kv_aead(true, key, nonce, aad, sizeof aad, pt, nb, ct, tag);
+    free(pt);
     OPENSSL_cleanse(key, sizeof key);
     if (rc) {
         free(p);
@@ -373,28 +381,30 @@ int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int3
 }
 
 int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t token_count, const uint8_t *p,
-                size_t len, int32_t **out, mu_err *err) {
+                size_t len, int32_t **out, int *n_tail, mu_err *err) {
     uint32_t v[2] = {0, 0};
     if (len < TOK_FIXED) return kv_fail(err, KV_TRUNCATED, "tokens.kvtok: %zu bytes, shorter than its head", len);
     if (memcmp(p, TOK_MAGIC, 8)) return kv_fail(err, KV_BAD_MAGIC, "tokens.kvtok: bad magic");
     memcpy(v, p + 8, 8);
-    if (v[1]) return kv_fail(err, KV_RESERVED, "tokens.kvtok: reserved field is not zero");
-    if (v[0] == 0 || v[0] > TOK_MAX_IDS || len != TOK_FIXED + 4 * (size_t)v[0])
-        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: %u ids in %zu bytes", v[0], len);
+    if (v[0] == 0 || v[0] > TOK_MAX_IDS || v[1] > TOK_MAX_IDS - v[0] ||
+        len != TOK_FIXED + 4 * ((size_t)v[0] + v[1]))
+        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: %u + %u ids in %zu bytes", v[0], v[1], len);
     if (v[0] != token_count)
         return kv_fail(err, KV_SEMANTICS, "tokens.kvtok holds %u ids, the pack %llu positions", v[0],
                        (unsigned long long)token_count);
-    int32_t *ids = malloc(4 * (size_t)v[0]);
+    uint32_t nt = v[0] + v[1];
+    int32_t *ids = malloc(4 * (size_t)nt);
     if (!ids) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
     uint8_t key[32], aad[TOK_HEAD + 32], tag[16];
     memcpy(aad, p, TOK_HEAD);
     memcpy(aad + TOK_HEAD, token_root, 32);
     memcpy(tag, p + TOK_HEAD + 12, 16);
     tok_key(root, key);
-    int rc = kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)v[0], (uint8_t *)ids, tag);
+    int rc = kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)nt, (uint8_t *)ids, tag);
     OPENSSL_cleanse(key, sizeof key);
     if (rc) rc = kv_fail(err, KV_AUTH, "tokens.kvtok does not authenticate (another pack or key)");
-    for (uint32_t i = 0; !rc && i < v[0]; i++)
+    if (n_tail) *n_tail = (int)v[1];
+    for (uint32_t i = 0; !rc && i < nt; i++)
         if (ids[i] < 0) rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok: negative token id");
     if (rc) {
         free(ids);
@@ -512,7 +522,7 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     m.states = ps;
     if (o && o->with_tokens) {
         kv_buf tb = {0};
-        if ((rc = kv_tok_seal(root, m.cut.token_root, tokens, n, &tb, err))) goto done;
+        if ((rc = kv_tok_seal(root, m.cut.token_root, tokens, n, o->tail, o->n_tail, &tb, err))) goto done;
         rc = kv_writer_put(&w, "tokens.kvtok", tb.p, tb.n, err);
         kv_buf_free(&tb);
         if (rc) goto done;
@@ -652,6 +662,13 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
 }
 
 int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens, int *n_out, mu_err *err) {
+    int n_all = 0;
+    return mu_kv_pack_tokens_ex(dir, root, tokens, &n_all, n_out, err);
+}
+
+int mu_kv_pack_tokens_ex(const char *dir, const uint8_t root[32], int32_t **tokens, int *n_all, int *n_out,
+                         mu_err *err) {
+    int n_tail = 0;
     uint8_t *p = NULL;
     size_t len = 0;
     char path[PATH_MAX];
@@ -668,7 +685,7 @@ int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens,
     kv_manifest m;
     int32_t *ids = NULL;
     rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    if (!rc) rc = kv_tok_open(root, m.cut.token_root, m.cut.token_count, p, len, &ids, err);
+    if (!rc) rc = kv_tok_open(root, m.cut.token_root, m.cut.token_count, p, len, &ids, &n_tail, err);
     if (!rc) { /* the ids must be the ones the pack's cut was made from */
         kv_cut cut;
         rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)ids,
@@ -685,6 +702,7 @@ int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens,
     }
     *tokens = ids;
     *n_out = (int)m.cut.token_count;
+    *n_all = *n_out + n_tail;
     return 0;
 }
 

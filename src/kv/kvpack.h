@@ -264,12 +264,13 @@ int kv_pack_header_read(const uint8_t *p, size_t n, kv_pack_header *out, mu_err 
 
 /* ---- the store (kvengine.c) ------------------------------------------ */
 /* The token sidecar tokens.kvtok (docs/kvpack.md "The token sidecar"):
- * seal n ids for a pack whose cut has token_root; open checks the head,
+ * seal n ids (and n_tail more after them) for a pack whose cut has token_root; open checks the head,
  * the count against the pack's token_count, and the tag; *out malloc'ed. */
-int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
-                mu_err *err);
+int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n,
+                const int32_t *tail, int n_tail, kv_buf *out, mu_err *err);
+/* *out holds the token_count ids and then *n_tail (may be NULL) more. */
 int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t token_count, const uint8_t *p,
-                size_t len, int32_t **out, mu_err *err);
+                size_t len, int32_t **out, int *n_tail, mu_err *err);
 struct mu_kv_ident;
 struct mu_session;
 /* The pack at dir, for engine id and a session like s, holds a prefix of

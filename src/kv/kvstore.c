@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,7 +180,7 @@ static int replaceable(const char *path, mu_err *err) {
     while ((e = readdir(d)) && !rc) {
         const char *n = e->d_name;
         size_t l = strlen(n);
-        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest.kvpk")) continue;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest.kvpk") || !strcmp(n, "tokens.kvtok")) continue;
         if (l == 64 + 6 && !strcmp(n + 64, ".kvchk")) continue;
         rc = mu_fail(err, MU_E_ARG, "kvpack: %s exists and is not a pack directory (it holds %s)", path, n);
     }
@@ -425,4 +426,22 @@ int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_r
     }
     free(packs);
     return rc;
+}
+
+int mu_kv_pack_remove(const char *dir, mu_err *err) {
+    char parent[PATH_MAX], to[PATH_MAX];
+    const char *base;
+    int rc = split(dir, parent, sizeof parent, &base, err);
+    if (rc) return rc;
+    static atomic_int seq;
+    if (snprintf(to, sizeof to, "%s/.%s.gc-%ld-r%d", parent, base, (long)getpid(), atomic_fetch_add(&seq, 1)) >=
+        (int)sizeof to)
+        return mu_fail(err, MU_E_ARG, "kvpack: pack directory name too long: %s", dir);
+    /* one rename takes it out of sight (a reader opens a whole pack or none); then its files go */
+    if (rename(dir, to)) {
+        if (errno == ENOENT) return 0;
+        return mu_fail(err, MU_E_IO, "kvpack: cannot remove %s: %s", dir, strerror(errno));
+    }
+    rm_tree(to);
+    return fsync_dir(parent, err);
 }

@@ -448,6 +448,60 @@ static void test_sidecar(void **state) {
     mu_session_free(b);
 }
 
+/* A sidecar with a tail (a server session's last token, sampled, not
+ * evaluated): the ids after the positions come back, bound by the tag;
+ * every bit flip and truncation is refused; a pack with a sidecar may be
+ * saved over (a session's next turn). */
+static void test_sidecar_tail(void **state) {
+    (void)state;
+    mu_err err = {0};
+    char pd[600], path[700];
+    snprintf(pd, sizeof pd, "%s/side-d", dir);
+    int32_t t[40];
+    ids(t, 40, 11);
+    mu_session *a = sess();
+    feed(a, t, 20);
+    mu_kv_save_opts wt = {.with_tokens = true, .tail = &t[20], .n_tail = 1};
+    if (mu_kv_pack_save(a, ID, t, 20, KEY, &wt, pd, &err)) fail_msg("save: %s", err.msg);
+    if (mu_kv_pack_save(a, ID, t, 20, KEY, &wt, pd, &err)) fail_msg("save over a pack with a sidecar: %s", err.msg);
+    int32_t *got = NULL;
+    int n = 0, n_pos = 0;
+    if (mu_kv_pack_tokens_ex(pd, KEY, &got, &n, &n_pos, &err)) fail_msg("tokens: %s", err.msg);
+    assert_int_equal(n, 21);
+    assert_int_equal(n_pos, 20);
+    assert_memory_equal(got, t, 21 * sizeof *t);
+    free(got);
+    if (mu_kv_pack_tokens(pd, KEY, &got, &n, &err)) fail_msg("tokens: %s", err.msg);
+    assert_int_equal(n, 20);
+    free(got);
+    int nr = 0;
+    mu_session *b = sess();
+    if (mu_kv_pack_restore(b, ID, pd, KEY, &nr, &err)) fail_msg("restore: %s", err.msg);
+    assert_int_equal(nr, 20);
+    mu_session_free(b);
+    snprintf(path, sizeof path, "%s/tokens.kvtok", pd);
+    FILE *f = fopen(path, "rb");
+    uint8_t orig[256], m[256];
+    size_t len = fread(orig, 1, sizeof orig, f);
+    fclose(f);
+    assert_int_equal(len, 44 + 4 * 21);
+    for (size_t i = 0; i < len; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(m, orig, len);
+            m[i] ^= (uint8_t)(1 << bit);
+            write_all(path, m, len);
+            got = NULL;
+            if (!mu_kv_pack_tokens_ex(pd, KEY, &got, &n, &n_pos, &err)) fail_msg("flip of byte %zu bit %d accepted", i, bit);
+            if (!mu_kv_verdict(&err)) fail_msg("flip %zu/%d: no verdict: %s", i, bit, err.msg);
+        }
+    for (size_t k = 0; k < len; k++) {
+        write_all(path, orig, k);
+        if (!mu_kv_pack_tokens_ex(pd, KEY, &got, &n, &n_pos, &err)) fail_msg("truncation to %zu accepted", k);
+        if (!mu_kv_verdict(&err)) fail_msg("truncation %zu: no verdict: %s", k, err.msg);
+    }
+    mu_session_free(a);
+}
+
 static void test_bad_opts(void **state) {
     (void)state;
     mu_err err = {0};
@@ -466,6 +520,7 @@ int main(void) {
         cmocka_unit_test(test_restore_exact), cmocka_unit_test(test_longest_prefix),
         cmocka_unit_test(test_eviction),      cmocka_unit_test(test_lineage),
         cmocka_unit_test(test_store),         cmocka_unit_test(test_sidecar),
+        cmocka_unit_test(test_sidecar_tail),
         cmocka_unit_test(test_bad_opts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
