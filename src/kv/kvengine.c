@@ -12,6 +12,8 @@
  * when every chunk has verified; any failure resets the session, so nothing
  * half-installed is ever visible. */
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -414,6 +416,161 @@ int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t t
     return 0;
 }
 
+/* ---- layers on threads ------------------------------------------------- */
+/*
+ * A pack's chunks are independent: each layer's K and V chunks are read
+ * from (or written to) the session and encoded (or verified) by one of a
+ * few threads, which take layers in turn. Results go to per-layer slots
+ * planned before the threads start; the first error wins and the others
+ * stop at their next layer. GPU sessions move rows through one device
+ * stream: one thread.
+ */
+
+typedef struct {
+    int (*fn)(void *plan, int il, void *scratch, mu_err *err);
+    void *plan;
+    int n_layer;
+    atomic_int next;
+    atomic_bool failed;
+    pthread_mutex_t mu;
+    int rc;
+    mu_err err;
+} layer_run;
+
+typedef struct {
+    uint8_t *a, *b, *c;  /* worker-owned buffers, grown as needed */
+    size_t na, nb, nc;
+    kv_buf oa, ob;
+} scratch;
+
+static void *layer_worker(void *arg) {
+    layer_run *lr = arg;
+    scratch sc = {0};
+    for (;;) {
+        int il = atomic_fetch_add(&lr->next, 1);
+        if (il >= lr->n_layer || atomic_load(&lr->failed)) break;
+        mu_err e = {0};
+        int rc = lr->fn(lr->plan, il, &sc, &e);
+        if (rc) {
+            pthread_mutex_lock(&lr->mu);
+            if (!lr->rc) {
+                lr->rc = rc;
+                lr->err = e;
+            }
+            pthread_mutex_unlock(&lr->mu);
+            atomic_store(&lr->failed, true);
+            break;
+        }
+    }
+    free(sc.a);
+    free(sc.b);
+    if (sc.c) OPENSSL_cleanse(sc.c, sc.nc);
+    free(sc.c);
+    if (sc.oa.p) OPENSSL_cleanse(sc.oa.p, sc.oa.cap); /* decrypted rows */
+    if (sc.ob.p) OPENSSL_cleanse(sc.ob.p, sc.ob.cap);
+    kv_buf_free(&sc.oa);
+    kv_buf_free(&sc.ob);
+    return NULL;
+}
+
+#define KV_MAX_THREADS 16
+static int run_layers(int (*fn)(void *, int, void *, mu_err *), void *plan, int n_layer, int n_threads, mu_err *err) {
+    layer_run lr = {.fn = fn, .plan = plan, .n_layer = n_layer};
+    atomic_init(&lr.next, 0);
+    atomic_init(&lr.failed, false);
+    pthread_mutex_init(&lr.mu, NULL);
+    if (n_threads > n_layer) n_threads = n_layer;
+    if (n_threads > KV_MAX_THREADS) n_threads = KV_MAX_THREADS;
+    pthread_t th[KV_MAX_THREADS];
+    int started = 0;
+    for (int t = 1; t < n_threads; t++)
+        if (!pthread_create(&th[started], NULL, layer_worker, &lr)) started++;
+    layer_worker(&lr); /* this thread works too */
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&lr.mu);
+    if (lr.rc) *err = lr.err;
+    return lr.rc;
+}
+
+/* Threads for a pack of session s: the engine's, at most KV_MAX_THREADS;
+ * one for a GPU session. MUSER_KV_THREADS overrides (benchmarks). */
+static int kv_threads(const mu_session *s) {
+    if (s && s->gs) return 1;
+    const char *e = getenv("MUSER_KV_THREADS");
+    int n = e && *e ? atoi(e) : s ? mu_engine_n_threads(s->e) : 1;
+    return n < 1 ? 1 : n > KV_MAX_THREADS ? KV_MAX_THREADS : n;
+}
+
+static bool grow(uint8_t **p, size_t *cap, size_t want) {
+    if (*cap >= want) return true;
+    uint8_t *q = realloc(*p, want);
+    if (!q) return false;
+    *p = q;
+    *cap = want;
+    return true;
+}
+
+typedef struct {
+    const mu_session *s;
+    kv_writer *w;
+    const kv_keys *keys;
+    const kv_manifest *m;
+    const family_buf *fb;
+    uint8_t tenant[32], fam[32];
+    bool enc;
+    int T, n;
+    uint64_t bpt;
+    int *lo;            /* [L] first position of each layer */
+    kv_span **spans;    /* [L] */
+    kv_ref **refs;      /* [2L] */
+} save_plan;
+
+/* Layer il's chunks: the rows read straight into the objects' frames (the
+ * raw codec), encoded, written. */
+static int save_layer(void *plan, int il, void *scr, mu_err *err) {
+    save_plan *sp = plan;
+    scratch *sc = scr;
+    const size_t cb = (size_t)sp->T * sp->bpt, bound = kv_chunk_bound(cb);
+    const bool raw = sp->fb->st[2 * il].codec == KV_CODEC_RAW;
+    kv_buf *obj[2] = {&sc->oa, &sc->ob};
+    for (int r = 0; r < 2; r++)
+        if (obj[r]->cap < bound) {
+            uint8_t *q = realloc(obj[r]->p, bound);
+            if (!q) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+            obj[r]->p = q;
+            obj[r]->cap = bound;
+        }
+    if (!raw && (!grow(&sc->a, &sc->na, cb) || !grow(&sc->b, &sc->nb, cb)))
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
+    for (int c = 0; c < nch; c++) {
+        const kv_span *span = &sp->spans[il][c];
+        uint8_t *kp = raw ? obj[0]->p + KV_ALIGN + KV_FRAME_HDR : sc->a;
+        uint8_t *vp = raw ? obj[1]->p + KV_ALIGN + KV_FRAME_HDR : sc->b;
+        int rc = mu_session_kv_read(sp->s, il, (int)span->token_start, (int)span->token_count, (uint16_t *)kp,
+                                    (uint16_t *)vp, err);
+        if (rc) return rc;
+        for (int r = 0; r < 2; r++) {
+            kv_chunk ch = {0};
+            const kv_key *key = &sp->fb->st[2 * il + r].key;
+            if ((rc = kv_chunk_encode_to(r ? vp : kp, span->plain_bytes, sp->tenant, &sp->m->family, key, span, EPOCH,
+                                         sp->enc, sp->keys, NULL, NULL, sp->fam, obj[r], &ch, err)))
+                return rc;
+            char name[80];
+            chunk_name(ch.object_key, name);
+            if ((rc = kv_writer_put(sp->w, name, obj[r]->p, obj[r]->n, err))) return rc;
+            kv_ref *f = &sp->refs[2 * il + r][c];
+            memcpy(f->chunk_id, ch.chunk_id, 32);
+            memcpy(f->object_key, ch.object_key, 32);
+            memcpy(f->digest, ch.digest, 32);
+            f->epoch = EPOCH;
+            f->plain_bytes = ch.plain_bytes;
+            f->object_bytes = (uint32_t)obj[r]->n;
+        }
+    }
+    return 0;
+}
+
 /* ---- save --------------------------------------------------------------- */
 
 int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *tokens, int n, const uint8_t root[32],
@@ -437,11 +594,10 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     kv_key_schedule(root, tenant, EPOCH, &keys, err);
     family_buf *fb = malloc(sizeof *fb);
     kv_mem *mem = kv_mem_new();
-    uint16_t *kb = malloc((size_t)T * bpt), *vb = malloc((size_t)T * bpt);
     kv_writer w;
     bool writing = false;
     int rc = 0;
-    if (!fb || !mem || !kb || !vb) {
+    if (!fb || !mem) {
         rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
         goto done;
     }
@@ -462,6 +618,14 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     if ((rc = kv_writer_begin(&w, dir, err))) goto done;
     writing = true;
     uint64_t total = 0;
+    save_plan sp = {.s = s, .w = &w, .keys = &keys, .m = &m, .fb = fb, .enc = enc, .T = T, .bpt = bpt, .n = n,
+                    .lo = kv_alloc(mem, (size_t)L, sizeof(int)), .spans = kv_alloc(mem, (size_t)L, sizeof(kv_span *)),
+                    .refs = kv_alloc(mem, (size_t)2 * L, sizeof(kv_ref *))};
+    memcpy(sp.tenant, tenant, 32);
+    if (!sp.lo || !sp.spans || !sp.refs || kv_family_id(&m.family, sp.fam)) {
+        rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        goto done;
+    }
     for (int il = 0; il < L; il++) {
         int keep = o && o->full_ring ? s->rows[il] : I->n_swa; /* the window, or all the ring holds */
         int lo = I->swa_layers[il] && n > keep ? n - keep : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
@@ -471,29 +635,13 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
             rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
             goto done;
         }
+        sp.lo[il] = lo;
+        sp.spans[il] = spans;
+        sp.refs[2 * il] = refs[0];
+        sp.refs[2 * il + 1] = refs[1];
         for (int c = 0; c < nch; c++) {
             int t0 = lo + c * T, tc = n - t0 < T ? n - t0 : T;
-            if ((rc = mu_session_kv_read(s, il, t0, tc, kb, vb, err))) goto done;
             spans[c] = (kv_span){(uint64_t)t0, (uint64_t)tc, (uint64_t)t0 * bpt, (uint32_t)((uint64_t)tc * bpt)};
-            for (int r = 0; r < 2; r++) {
-                kv_chunk ch;
-                const kv_key *key = &fb->st[2 * il + r].key;
-                if ((rc = kv_chunk_encode((const uint8_t *)(r ? vb : kb), (size_t)tc * bpt, tenant, &m.family, key,
-                                          &spans[c], EPOCH, enc, &keys, NULL, NULL, &ch, err)))
-                    goto done;
-                char name[80];
-                chunk_name(ch.object_key, name);
-                rc = kv_writer_put(&w, name, ch.data.p, ch.data.n, err);
-                kv_ref *f = &refs[r][c];
-                memcpy(f->chunk_id, ch.chunk_id, 32);
-                memcpy(f->object_key, ch.object_key, 32);
-                memcpy(f->digest, ch.digest, 32);
-                f->epoch = EPOCH;
-                f->plain_bytes = ch.plain_bytes;
-                f->object_bytes = (uint32_t)ch.data.n;
-                kv_buf_free(&ch.data);
-                if (rc) goto done;
-            }
         }
         for (int r = 0; r < 2; r++) {
             kv_rstate *R = &rs[2 * il + r];
@@ -515,6 +663,8 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
             total += (uint64_t)cnt * bpt;
         }
     }
+    /* the chunks: layers spread over threads, each writing its own files */
+    if ((rc = run_layers(save_layer, &sp, L, kv_threads(s), err))) goto done;
     *grp = (kv_group){1, (uint32_t)(2 * L), gkeys};
     m.schema = (kv_schema){.kind = 0, .n_states = (uint32_t)(2 * L), .states = rs, .n_groups = 1, .groups = grp,
                            .segment_bytes = total, .complete_bytes = total};
@@ -535,8 +685,6 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
 done:
     if (writing) kv_writer_abort(&w);
     kv_keys_wipe(&keys);
-    free(kb);
-    free(vb);
     free(fb);
     kv_mem_free(mem);
     return rc;
@@ -554,18 +702,75 @@ static int load_manifest(const char *dir, const kv_keys *keys, kv_mem *mem, kv_m
     return rc;
 }
 
-static int load_chunk(const char *dir, const kv_manifest *m, uint32_t si, uint32_t c, const kv_keys *keys,
-                      uint8_t *out, mu_err *err) {
+typedef struct {
+    int dfd;
+    const kv_manifest *m;
+    const kv_keys *keys;
+    uint8_t fam[32];
+    mu_session *s;       /* NULL: verify only */
+} read_plan;
+
+/* One state's chunks read, verified and (with a session) installed; for
+ * a session, K and V of each span go in together (states 2il, 2il + 1). */
+static int read_state(read_plan *rp, uint32_t si, uint32_t c, uint8_t **buf, size_t *cap, uint8_t **out,
+                      size_t *ocap, const uint8_t **plain, mu_err *err) {
+    const kv_manifest *m = rp->m;
     const kv_ref *ref = &m->states[si].chunks[c];
+    const kv_span *span = &m->schema.states[si].spans[c];
     char name[80];
     chunk_name(ref->object_key, name);
-    uint8_t *p;
-    size_t n;
-    int rc = kv_read_file(dir, name, KV_MAX_OBJECT, &p, &n, err);
+    size_t n = 0;
+    int rc = kv_read_at(rp->dfd, name, KV_MAX_OBJECT, buf, cap, &n, err);
     if (rc) return rc;
-    rc = kv_chunk_decode(p, n, ref, &m->schema.states[si].spans[c], m->tenant, &m->family, &m->states[si].key, keys,
-                         out, err);
-    free(p);
+    if (!grow(out, ocap, span->plain_bytes ? span->plain_bytes : 1))
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    return kv_chunk_open(*buf, n, ref, span, m->tenant, &m->family, &m->states[si].key, rp->keys, rp->fam, *out,
+                         plain, err);
+}
+
+static int read_layer(void *plan, int il, void *scr, mu_err *err) {
+    read_plan *rp = plan;
+    scratch *sc = scr;
+    const kv_manifest *m = rp->m;
+    if (!rp->s) { /* verify: il is a state (any layout a pack may have) */
+        for (uint32_t c = 0; c < m->states[il].n_chunks; c++) {
+            const uint8_t *pl = NULL;
+            int rc = read_state(rp, (uint32_t)il, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &pl, err);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    uint32_t sk = (uint32_t)(2 * il), sv = sk + 1;
+    if (sv >= m->n_states || m->states[sk].n_chunks != m->states[sv].n_chunks)
+        return kv_fail(err, KV_SEMANTICS, "layer %d: K and V states do not pair", il);
+    for (uint32_t c = 0; c < m->states[sk].n_chunks; c++) {
+        const uint8_t *kp = NULL, *vp = NULL;
+        int rc = read_state(rp, sk, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &kp, err);
+        if (!rc) rc = read_state(rp, sv, c, &sc->ob.p, &sc->ob.cap, &sc->b, &sc->nb, &vp, err);
+        if (rc) return rc;
+        const kv_span *sp = &m->schema.states[sk].spans[c], *spv = &m->schema.states[sv].spans[c];
+        if (rp->s) {
+            if (sp->token_start != spv->token_start || sp->token_count != spv->token_count)
+                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V chunks cover other positions", il);
+            if ((rc = mu_session_kv_write(rp->s, il, (int)sp->token_start, (int)sp->token_count, (const uint16_t *)kp,
+                                          (const uint16_t *)vp, err)))
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* Every chunk of the manifest read and verified on n_threads threads; with
+ * a session, installed too (the caller commits). */
+static int read_chunks(const char *dir, const kv_manifest *m, const kv_keys *keys, mu_session *s, int n_threads,
+                       mu_err *err) {
+    read_plan rp = {.m = m, .keys = keys, .s = s};
+    if (s && m->n_states % 2) return kv_fail(err, KV_SEMANTICS, "an odd number of states: %u", m->n_states);
+    if (kv_family_id(&m->family, rp.fam)) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    rp.dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rp.dfd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", dir, strerror(errno));
+    int rc = run_layers(read_layer, &rp, (int)(s ? m->n_states / 2 : m->n_states), n_threads, err);
+    close(rp.dfd);
     return rc;
 }
 
@@ -586,15 +791,7 @@ int mu_kv_pack_verify(const char *dir, const uint8_t root[32], const mu_kv_ident
         const mu_model *model = mu_engine_model(id->e);
         rc = check_ident(&m, id, ring_for_ctx(model, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(model)), err);
     }
-    uint8_t *buf = NULL;
-    for (uint32_t si = 0; !rc && si < m.n_states; si++)
-        for (uint32_t c = 0; !rc && c < m.states[si].n_chunks; c++) {
-            free(buf);
-            buf = malloc(m.schema.states[si].spans[c].plain_bytes);
-            if (!buf) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-            else rc = load_chunk(dir, &m, si, c, &keys, buf, err);
-        }
-    free(buf);
+    if (!rc) rc = read_chunks(dir, &m, &keys, NULL, kv_threads(NULL), err);
     kv_keys_wipe(&keys);
     kv_mem_free(mem);
     return rc;
@@ -614,7 +811,6 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
     kv_keys keys;
     schedule(root, &keys);
     kv_mem *mem = kv_mem_new();
-    uint8_t *kb = NULL, *vb = NULL;
     kv_manifest m;
     int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
     if (!rc) rc = check_ident(&m, id, ring_of(s), err);
@@ -634,28 +830,14 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
                          (unsigned long long)R->logical_count, (unsigned long long)need, s->rows[il]);
             break;
         }
-        for (uint32_t c = 0; !rc && c < R->n_spans; c++) {
-            const kv_span *sp = &R->spans[c];
-            free(kb);
-            free(vb);
-            kb = malloc(sp->plain_bytes);
-            vb = malloc(sp->plain_bytes);
-            if (!kb || !vb) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-            if (!rc) rc = load_chunk(dir, &m, (uint32_t)(2 * il), c, &keys, kb, err);
-            if (!rc) rc = load_chunk(dir, &m, (uint32_t)(2 * il + 1), c, &keys, vb, err);
-            if (!rc)
-                rc = mu_session_kv_write(s, il, (int)sp->token_start, (int)sp->token_count, (const uint16_t *)kb,
-                                         (const uint16_t *)vb, err);
-        }
     }
+    if (!rc) rc = read_chunks(dir, &m, &keys, s, kv_threads(s), err);
     if (!rc) rc = mu_session_kv_commit(s, (int)n, err);
     if (rc) mu_session_reset(s);
     else {
         if (n_restored) *n_restored = (int)n;
         if (swa_lo) *swa_lo = lo_max;
     }
-    free(kb);
-    free(vb);
     kv_keys_wipe(&keys);
     kv_mem_free(mem);
     return rc;

@@ -28,19 +28,25 @@
 
 /* ---- the kill hook ----------------------------------------------------- */
 
-static long kill_at = -1, n_ops;
+static long kill_at = -1;
+static atomic_long n_ops; /* writers of one pack run on several threads */
 
 void kv_test_kill_at(long n) {
     kill_at = n;
-    n_ops = 0;
+    atomic_store(&n_ops, 0);
 }
 
-static void op_done(void) {
+static void kill_init(void) {
     if (kill_at < 0) {
         const char *e = getenv("MUSER_TEST_KILL_AT");
         kill_at = e && *e ? atol(e) : 0;
     }
-    if (kill_at > 0 && ++n_ops == kill_at) raise(SIGKILL);
+}
+
+/* (kv_writer_begin set kill_at on the writer's thread before any worker runs) */
+static void op_done(void) {
+    kill_init();
+    if (kill_at > 0 && atomic_fetch_add(&n_ops, 1) + 1 == kill_at) raise(SIGKILL);
 }
 
 /* ---- paths ------------------------------------------------------------- */
@@ -100,6 +106,7 @@ static int fsync_dir(const char *path, mu_err *err) {
 /* ---- the writer -------------------------------------------------------- */
 
 int kv_writer_begin(kv_writer *w, const char *dir, mu_err *err) {
+    kill_init();
     memset(w, 0, sizeof *w);
     w->dfd = -1;
     const char *base = NULL;
@@ -258,6 +265,41 @@ int kv_read_file(const char *dir, const char *name, size_t max, uint8_t **out, s
     return 0;
 }
 
+int kv_read_at(int dfd, const char *name, size_t max, uint8_t **buf, size_t *cap, size_t *n, mu_err *err) {
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", name, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return mu_fail(err, MU_E_IO, "kvpack: %s is not a regular file", name);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return kv_fail(err, KV_BOUNDS, "%s has %lld bytes, more than any valid object", name, (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    if (*cap < len || !*buf) {
+        uint8_t *p = realloc(*buf, len ? len : 1);
+        if (!p) {
+            close(fd);
+            return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory reading %s", name);
+        }
+        *buf = p;
+        *cap = len ? len : 1;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(fd, *buf + got, len - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != len) return mu_fail(err, MU_E_IO, "kvpack: short read of %s", name);
+    *n = len;
+    return 0;
+}
+
 /* ---- the muser home and the root key ---------------------------------- */
 
 int mu_kv_home(char *out, size_t cap, bool create, mu_err *err) {
@@ -407,7 +449,7 @@ int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_r
     rep->n_packs = n;
     if (!rc && n) qsort(packs, (size_t)n, sizeof *packs, gc_cmp);
     uint64_t left = rep->bytes;
-    static int seq;
+    static atomic_int seq;
     for (int i = 0; !rc && i < n && left > max_bytes; i++) {
         left -= packs[i].bytes;
         rep->n_removed++;
@@ -415,7 +457,7 @@ int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_r
         if (dry_run) continue;
         char from[PATH_MAX], to[PATH_MAX];
         snprintf(from, sizeof from, "%s/%s", dir, packs[i].name);
-        if (snprintf(to, sizeof to, "%s/.%s.gc-%ld-%d", dir, packs[i].name, (long)getpid(), seq++) >= (int)sizeof to)
+        if (snprintf(to, sizeof to, "%s/.%s.gc-%ld-%d", dir, packs[i].name, (long)getpid(), atomic_fetch_add(&seq, 1)) >= (int)sizeof to)
             continue;
         /* one rename takes it out of sight; then its files go */
         if (rename(from, to)) {

@@ -13,7 +13,8 @@
  * directory next to the destination (".<name>.partial-<pid>-<n>", 0700),
  * each written and fsynced; publish fsyncs it, swaps it into place with one
  * rename (RENAME_EXCHANGE when a previous pack is there), fsyncs the
- * parent, then removes the previous pack. */
+ * parent, then removes the previous pack. kv_writer_put may run on several
+ * threads at once (distinct names). */
 typedef struct {
     char final[PATH_MAX], tmp[PATH_MAX], parent[PATH_MAX];
     int dfd; /* the partial directory */
@@ -29,6 +30,9 @@ void kv_writer_abort(kv_writer *w);
  * whole processes. */
 void kv_test_kill_at(long n);
 
+/* Reads the file name of directory dfd whole into *buf (capacity *cap,
+ * reused and grown as needed; *n its length), at most max bytes. */
+int kv_read_at(int dfd, const char *name, size_t max, uint8_t **buf, size_t *cap, size_t *n, mu_err *err);
 /* Reads dir/name whole (malloc'ed), at most max bytes. */
 int kv_read_file(const char *dir, const char *name, size_t max, uint8_t **out, size_t *n, mu_err *err);
 
