@@ -137,6 +137,11 @@ typedef struct {
  * progress fails cleanly and its server counts a miss). dry_run: report
  * only. */
 int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_report *rep, mu_err *err);
+/* The same, never removing the pack named keep (may be NULL: the one just
+ * written); a pack another gc removed first is skipped (a server's
+ * budget and `muser pack gc` may run at once). */
+int mu_kv_store_gc_keep(const char *dir, uint64_t max_bytes, const char *keep, bool dry_run, mu_kv_gc_report *rep,
+                        mu_err *err);
 
 /* Removes the pack directory dir (a rename out of sight, then its files):
  * a reader opens the whole pack or none. A dir that is not there is fine. */

@@ -53,6 +53,7 @@ typedef struct {
     const mu_kv_ident *kv_id;  /* with slot_dir or pack_dir */
     uint8_t kv_key[32];        /* with slot_dir or pack_dir (wiped at stop) */
     char pack_dir[4096];       /* --pack-dir ("" when none): where sessions persist */
+    uint64_t pack_max_bytes;   /* --pack-max-bytes: the store's budget (0: none) */
     api_sessions *sessions;    /* /v1/sessions */
     bool has_seed, has_temp;   /* request defaults (mu_serve_opts) */
     uint32_t seed;
@@ -293,6 +294,10 @@ const jc_field *api_schema(const char *path);
 /* /v1/sessions: GET lists, POST creates; /v1/sessions/{id}: GET, DELETE,
  * POST .../continue|save|restore (api_sessions.c) */
 void api_sessions_root(mu_http_req *r, const json_t *body);
+/* Enforces --pack-max-bytes on the pack store (keep: a pack name never
+ * removed, or NULL); counted for /metrics. */
+void api_sessions_budget(mu_http_app *a, const char *keep);
+void api_sessions_store_stats(mu_http_app *a, uint64_t *n_evicted, uint64_t *bytes_evicted, uint64_t *store_bytes);
 void api_sessions_item(mu_http_req *r, const json_t *body);
 
 /* POST /slots/{id}?action=save|restore|erase (api_slots.c) */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "api.h"
 
@@ -52,12 +53,15 @@ struct api_sessions {
     pthread_mutex_t mu;
     sess s[SESS_MAX];
     atomic_uint_fast64_t n_made;  /* for generated ids */
+    pthread_mutex_t gc_mu;        /* one budget pass at a time */
+    uint64_t n_evicted, bytes_evicted, store_bytes; /* (gc_mu) */
 };
 
 int api_sessions_new(api_sessions **out) {
     api_sessions *t = calloc(1, sizeof *t);
     if (!t) return -1;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->gc_mu, NULL);
     *out = t;
     return 0;
 }
@@ -72,6 +76,7 @@ void api_sessions_free(api_sessions *t) {
     if (!t) return;
     for (int i = 0; i < SESS_MAX; i++) sess_clear(&t->s[i]);
     pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->gc_mu);
     free(t);
 }
 
@@ -100,6 +105,42 @@ static json_t *sess_json(const sess *s) {
 
 static void pack_path(const mu_http_app *a, const char *id, char *out, size_t cap) {
     snprintf(out, cap, "%s/session-%s", a->pack_dir, id);
+}
+
+/* The store's budget (--pack-max-bytes): the least recently used packs go
+ * until the store fits, never the one just written (keep). A reader of a
+ * pack being removed (the prefix cache's store search, a restore) sees the
+ * whole pack or none (mu_kv_store_gc renames it away first). */
+void api_sessions_budget(mu_http_app *a, const char *keep) {
+    if (!a->pack_dir[0] || !a->pack_max_bytes) return;
+    api_sessions *t = a->sessions;
+    mu_kv_gc_report rep;
+    mu_err err = {0};
+    pthread_mutex_lock(&t->gc_mu);
+    int rc = mu_kv_store_gc_keep(a->pack_dir, a->pack_max_bytes, keep, false, &rep, &err);
+    if (!rc) {
+        t->n_evicted += (uint64_t)rep.n_removed;
+        t->bytes_evicted += rep.bytes_removed;
+        t->store_bytes = rep.bytes - rep.bytes_removed;
+    }
+    pthread_mutex_unlock(&t->gc_mu);
+    if (rc) fprintf(stderr, "muser serve: pack store budget: %s\n", err.msg);
+}
+
+void api_sessions_store_stats(mu_http_app *a, uint64_t *n_evicted, uint64_t *bytes_evicted, uint64_t *store_bytes) {
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->gc_mu);
+    *n_evicted = t->n_evicted;
+    *bytes_evicted = t->bytes_evicted;
+    *store_bytes = t->store_bytes;
+    pthread_mutex_unlock(&t->gc_mu);
+}
+
+/* The session's pack is still in the store (the budget may have evicted it). */
+static bool pack_there(const mu_http_app *a, const char *id) {
+    char path[sizeof a->pack_dir + 100];
+    snprintf(path, sizeof path, "%s/session-%s/manifest.kvpk", a->pack_dir, id);
+    return !access(path, F_OK);
 }
 
 static void no_session(mu_http_req *r, const char *id) {
@@ -351,6 +392,11 @@ static bool turn_poll(void *state, mu_http_req *r) {
     turn_end(u, true, g->ids, g->n_ids, keep);
     mu_http_reply_text(r, 200, "application/json; charset=utf-8", b.p, b.n);
     mu_http_buf_free(&b);
+    if (u->sv && u->sv->saved) {
+        char name[SESS_ID_MAX + 16];
+        snprintf(name, sizeof name, "session-%s", u->id);
+        api_sessions_budget(u->a, name);
+    }
     return true;
 }
 
@@ -529,12 +575,14 @@ static void sess_save(mu_http_req *r, mu_http_app *a, const char *id, const json
         no_session(r, id);
         return;
     }
+    if (s->persisted && !s->busy && !pack_there(a, id)) s->persisted = false; /* evicted by the budget */
     if (s->busy || !s->persisted) {
         bool busy = s->busy;
         pthread_mutex_unlock(&t->mu);
         mu_http_reply_error(r, 409,
                             busy ? "sessions: a turn of the session is running"
-                                 : "sessions: the session has no saved turn yet: continue it first",
+                                 : "sessions: the session's state is not saved (no turn yet, or the store's budget "
+                                   "evicted its pack): continue it first",
                             NULL);
         return;
     }

@@ -128,11 +128,13 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
         }
         a->kv_id = o->kv_id;
         memcpy(a->kv_key, o->kv_key, 32);
+        a->pack_max_bytes = o->pack_max_bytes;
     }
     if (api_sessions_new(&a->sessions)) {
         free(s);
         return mu_fail(err, MU_E_NOMEM, "server: out of memory");
     }
+    api_sessions_budget(a, NULL); /* a store over its budget is trimmed before the first request */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     a->t_start_mono = ts.tv_sec + ts.tv_nsec * 1e-9;

@@ -405,6 +405,11 @@ static uint64_t dir_bytes(const char *path) {
 }
 
 int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_report *rep, mu_err *err) {
+    return mu_kv_store_gc_keep(dir, max_bytes, NULL, dry_run, rep, err);
+}
+
+int mu_kv_store_gc_keep(const char *dir, uint64_t max_bytes, const char *keep, bool dry_run, mu_kv_gc_report *rep,
+                        mu_err *err) {
     memset(rep, 0, sizeof *rep);
     DIR *d = opendir(dir);
     if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open the pack store %s: %s", dir, strerror(errno));
@@ -451,6 +456,7 @@ int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_r
     uint64_t left = rep->bytes;
     static atomic_int seq;
     for (int i = 0; !rc && i < n && left > max_bytes; i++) {
+        if (keep && !strcmp(packs[i].name, keep)) continue;
         left -= packs[i].bytes;
         rep->n_removed++;
         rep->bytes_removed += packs[i].bytes;
@@ -461,6 +467,7 @@ int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_r
             continue;
         /* one rename takes it out of sight; then its files go */
         if (rename(from, to)) {
+            if (errno == ENOENT) continue; /* another gc took it first */
             rc = mu_fail(err, MU_E_IO, "kvpack: cannot remove %s: %s", from, strerror(errno));
             break;
         }

@@ -122,6 +122,35 @@ post /v1/sessions '{"id":"m"}' m0 >/dev/null
 [ "$(post /v1/sessions/m/save '{}' m3)" = 501 ] && ok "save without --pack-dir: 501" || bad "save: $(cat "$T/m3")"
 stop_server
 
+# ---- the store's budget (--pack-max-bytes): least recently used packs go ----
+rm -rf "$T/store3" && mkdir -p "$T/store3"
+start_server --parallel 1 --ctx 2048 --threads 1 --pack-dir "$T/store3" || { bad "server start (budget)"; exit 1; }
+post /v1/sessions '{"id":"b1"}' b0 >/dev/null
+turn b1 0 "$Q" b1 >/dev/null
+stop_server
+PB=$(du -sb "$T/store3/session-b1" | cut -f1)
+for k in 1 2 3; do cp -r "$T/store3/session-b1" "$T/store3/old$k"; touch -d "2020-01-0$k" "$T/store3/old$k"; done
+touch -d "2020-02-01" "$T/store3/session-b1"
+# room for two packs and a half: the start trims the store to the two newest (session-b1, old3)
+start_server --parallel 1 --ctx 2048 --threads 1 --pack-dir "$T/store3" --pack-max-bytes $((PB * 5 / 2)) || { bad "server start (budget 2)"; exit 1; }
+[ ! -e "$T/store3/old1" ] && [ ! -e "$T/store3/old2" ] && [ -e "$T/store3/old3" ] && [ -e "$T/store3/session-b1" ] \
+  && ok "the start trims the store to its budget, oldest first" || bad "start trim: $(ls "$T/store3")"
+post /v1/sessions/b1/restore '{}' b2 >/dev/null
+post /v1/sessions '{"id":"b2"}' b3 >/dev/null
+[ "$(turn b2 0 "$R" b4)" = 200 ] && [ -e "$T/store3/session-b2" ] && [ ! -e "$T/store3/old3" ] && [ -e "$T/store3/session-b1" ] \
+  && ok "a turn's new pack pushes the least recently used one out" || bad "turn trim: $(ls "$T/store3")"
+[ "$(turn b1 1 "$R" b5)" = 200 ] && [ "$(src_of b5)" = "pack $(($(jget "$T/b2" "j['n_tokens']") - 1))" ] \
+  && ok "the kept session restores from its pack ($(src_of b5))" || bad "b1 turn: $(src_of b5) $(head -c 200 "$T/b5")"
+[ ! -e "$T/store3/session-b2" ] && [ -e "$T/store3/session-b1" ] && ok "then b2's pack was the least recently used" || bad "lru: $(ls "$T/store3")"
+[ "$(post /v1/sessions/b2/save '{}' b6)" = 409 ] && grep -q "evicted" "$T/b6" && ok "save of an evicted session: 409" \
+  || bad "evicted save: $(cat "$T/b6")"
+[ "$(metric pack_store_evicted_total)" = 4 ] && [ "$(metric pack_store_bytes_max)" = "$((PB * 5 / 2))" ] \
+  && ok "/metrics: 4 packs evicted, the budget" || bad "metrics: $(metric pack_store_evicted_total) $(metric pack_store_bytes_max)"
+[ -z "$(ls -A "$T/store3" | grep '^\.')" ] && ok "no partial or removal left behind" || bad "leftovers: $(ls -A "$T/store3")"
+stop_server
+out=$("$MUSER" serve -m "$MODEL" --pack-max-bytes 1M 2>&1); [ $? != 0 ] && echo "$out" | grep -q "needs --pack-dir" \
+  && ok "--pack-max-bytes without --pack-dir: refused" || bad "budget without store: $out"
+
 # ---- the bundled model (a sliding window of 256): restored == live ------------
 if [ -f models/muser-default.gguf ]; then
   MODEL=models/muser-default.gguf
