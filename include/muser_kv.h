@@ -57,6 +57,14 @@ typedef struct {
     bool with_tokens; /* also tokens.kvtok: the token ids, always encrypted, bound to the
                          manifest's input cut, so that a restore knows them (slot saves,
                          chat /save); without it a pack holds only the ids' HMAC chain */
+    bool chain;       /* a pack a later save can extend with a delta: every layer's rows from position
+                         0 (sliding layers too: only while their ring still holds position 0), or a
+                         delta on `parent` */
+    const char *parent; /* with chain: the pack this session grew from (may be dir itself, replaced
+                           atomically); when it fits (the chainable layout, this identity, a strict
+                           prefix of the tokens, depth < 7, the rows after it still in the rings) the
+                           pack holds only the positions after the parent's and carries the parent's
+                           files as hard links; otherwise a whole pack. NULL: a whole pack */
     const int32_t *tail; /* with_tokens: n_tail more ids after the positions, kept in the sidecar
                             (sampled, not evaluated: a server session's last token); NULL: none */
     int n_tail;

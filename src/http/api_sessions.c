@@ -279,7 +279,9 @@ static int turn_save(void *user, const mu_session *s, const int32_t *tokens, int
     save_ctx *c = user;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    mu_kv_save_opts so = {.with_tokens = true, .full_ring = true, .tail = &last, .n_tail = 1};
+    /* a delta on the session's previous pack when it can be one: a turn writes only its own positions */
+    mu_kv_save_opts so = {.with_tokens = true, .full_ring = true, .tail = &last, .n_tail = 1, .chain = true,
+                          .parent = c->dir};
     int rc = mu_kv_pack_save(s, c->a->kv_id, tokens, n, c->a->kv_key, &so, c->dir, err);
     if (!rc) rc = mu_kv_pack_bytes(c->dir, &c->bytes, err);
     clock_gettime(CLOCK_MONOTONIC, &t1);

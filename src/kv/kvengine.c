@@ -242,7 +242,10 @@ typedef struct {
     kv_family f;
 } family_buf;
 
-static int make_family(const mu_engine *e, int ring, unsigned codec, family_buf *fb, mu_err *err) {
+/* direct: every layer's state over positions 0..n-1 (sliding layers too),
+ * the layout a delta chain needs (MANIFEST_V1.md: no TailWindow state in a
+ * delta); else sliding layers as TailWindow states over their window. */
+static int make_family(const mu_engine *e, int ring, unsigned codec, bool direct, family_buf *fb, mu_err *err) {
     const mu_model_info *I = mu_model_get_info(e->m);
     if (I->n_layer > 512) return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: more than 512 layers");
     memset(fb, 0, sizeof *fb);
@@ -255,7 +258,7 @@ static int make_family(const mu_engine *e, int ring, unsigned codec, family_buf 
             s->codec = (uint16_t)codec;
             s->codec_version = 1;
             s->layout = KV_LAYOUT_CONTIGUOUS;
-            s->axis_rule = I->swa_layers[il] ? KV_AXIS_TAIL : KV_AXIS_DIRECT;
+            s->axis_rule = I->swa_layers[il] && !direct ? KV_AXIS_TAIL : KV_AXIS_DIRECT;
             s->token_axis = 0;
             s->rank = 3;
             s->dims[0] = 0;
@@ -283,7 +286,7 @@ void mu_kv_ident_digest(const mu_kv_ident *id, int n_ctx, uint8_t out[32], const
     const mu_model *m = mu_engine_model(id->e);
     family_buf *fb = malloc(sizeof *fb);
     MU_ASSERT(fb); /* a few tens of kilobytes */
-    int rc = make_family(id->e, ring_for_ctx(m, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(m)), KV_CODEC_RAW, fb, NULL);
+    int rc = make_family(id->e, ring_for_ctx(m, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(m)), KV_CODEC_RAW, false, fb, NULL);
     static const char d[] = "muser/lane/v1/identity";
     kv_sha *h = kv_sha_new();
     kv_sha_put(h, d, sizeof d);
@@ -309,17 +312,20 @@ static int check_ident(const kv_manifest *m, const mu_kv_ident *id, int ring, mu
         return ident_fail(err, "the rows were computed by another kernel class or chunk size");
     family_buf *fb = malloc(sizeof *fb);
     if (!fb) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    int rc = make_family(id->e, ring, m->family.states[0].codec, fb, err);
+    int rc = make_family(id->e, ring, m->family.states[0].codec, false, fb, err);
     if (!rc && memcmp(m->family.abi, fb->f.abi, 32))
         rc = ident_fail(err, "engine cache ABI differs (the sliding layers' ring size depends on --ctx)");
-    if (!rc) {
+    for (int direct = 0; !rc && direct < 2; direct++) { /* the window layout, or the chainable one */
+        if (direct && (rc = make_family(id->e, ring, m->family.states[0].codec, true, fb, err))) break;
         kv_buf a = {0}, b = {0};
         kv_encode_family(&a, &m->family);
         kv_encode_family(&b, &fb->f);
+        bool same = !a.oom && !b.oom && a.n == b.n && !memcmp(a.p, b.p, a.n);
         if (a.oom || b.oom) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-        else if (a.n != b.n || memcmp(a.p, b.p, a.n)) rc = ident_fail(err, "state layout (dtype, shapes, rules) differs");
         kv_buf_free(&a);
         kv_buf_free(&b);
+        if (same) break;
+        if (!rc && direct) rc = ident_fail(err, "state layout (dtype, shapes, rules) differs");
     }
     free(fb);
     return rc;
@@ -573,6 +579,84 @@ static int save_layer(void *plan, int il, void *scr, mu_err *err) {
 
 /* ---- save --------------------------------------------------------------- */
 
+/* A manifest file of dir decoded, with its manifest id (the header's,
+ * which the decode checks against the content). */
+static int load_manifest_file(const char *dir, const char *name, const kv_keys *keys, kv_mem *mem, kv_manifest *m,
+                              uint8_t mid[32], mu_err *err) {
+    uint8_t *p;
+    size_t n;
+    int rc = kv_read_file(dir, name, MAX_MANIFEST_FILE, &p, &n, err);
+    if (rc) return rc;
+    kv_pack_header h;
+    rc = kv_pack_header_read(p, n, &h, err);
+    if (!rc) rc = kv_pack_decode(p, n, keys, mem, m, err);
+    if (!rc && mid) memcpy(mid, h.manifest_id, 32);
+    free(p);
+    return rc;
+}
+
+static bool cut_eq(const kv_cut *a, const kv_cut *b) {
+    return a->token_count == b->token_count && !memcmp(a->token_root, b->token_root, 32) &&
+           !memcmp(a->aux_root, b->aux_root, 32);
+}
+
+static bool family_eq(const kv_family *a, const kv_family *b) {
+    kv_buf x = {0}, y = {0};
+    kv_encode_family(&x, a);
+    kv_encode_family(&y, b);
+    bool same = !x.oom && !y.oom && x.n == y.n && !memcmp(x.p, y.p, x.n);
+    kv_buf_free(&x);
+    kv_buf_free(&y);
+    return same;
+}
+
+/* The pack at pdir can be the parent of a delta holding tokens[n_p, n) of
+ * session s: the chainable layout (fam), this identity, a strict prefix of
+ * the tokens, a chain not at its depth limit, and rows [n_p, n) still in
+ * every sliding layer's ring. False (and no error) otherwise: the save
+ * writes a whole pack. */
+static bool parent_fits(const char *pdir, const kv_keys *keys, kv_mem *mem, const mu_kv_ident *id, const mu_session *s,
+                        const kv_family *fam, const uint8_t tenant[32], const int32_t *tokens, int n, kv_manifest *pm,
+                        uint8_t pid[32]) {
+    mu_err e = {0};
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/manifest.kvpk", pdir);
+    if (access(path, F_OK) || load_manifest_file(pdir, "manifest.kvpk", keys, mem, pm, pid, &e)) return false;
+    if (!family_eq(&pm->family, fam) || check_ident(pm, id, ring_of(s), &e)) return false;
+    uint64_t np = pm->cut.token_count;
+    int depth = pm->schema.kind ? pm->schema.depth : 0;
+    if (np < 1 || np >= (uint64_t)n || depth + 1 > KV_MAX_DEPTH || memcmp(pm->tenant, tenant, 32)) return false;
+    const int ring = ring_of(s);
+    if (ring && (uint64_t)n - np > (uint64_t)ring) return false;
+    kv_cut cut;
+    if (kv_input_cut(keys->prefix, tenant, &pm->model, fam, NULL, 0, (const uint32_t *)tokens, (size_t)np, &cut, NULL,
+                     &e))
+        return false;
+    return cut_eq(&cut, &pm->cut);
+}
+
+/* The files a delta carries of its parent: the parent's chunks (same
+ * names), its manifest as parent-1.kvpk and its ancestors' as parent-k+1. */
+static int link_parent(kv_writer *w, const char *pdir, mu_err *err) {
+    DIR *d = opendir(pdir);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", pdir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
+        const char *nm = de->d_name;
+        size_t l = strlen(nm);
+        char as[32];
+        if (!strcmp(nm, "manifest.kvpk")) rc = kv_writer_link(w, pdir, nm, "parent-1.kvpk", err);
+        else if (l == 13 && !strncmp(nm, "parent-", 7) && nm[7] >= '1' && nm[7] < '7' && !strcmp(nm + 8, ".kvpk")) {
+            snprintf(as, sizeof as, "parent-%c.kvpk", nm[7] + 1);
+            rc = kv_writer_link(w, pdir, nm, as, err);
+        } else if (l == 64 + 6 && !strcmp(nm + 64, ".kvchk"))
+            rc = kv_writer_link(w, pdir, nm, nm, err);
+    }
+    closedir(d);
+    return rc;
+}
+
 int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *tokens, int n, const uint8_t root[32],
                     const mu_kv_save_opts *o, const char *dir, mu_err *err) {
     if (s->e != id->e) return mu_fail(err, MU_E_ARG, "kvpack: the identity belongs to another engine");
@@ -601,7 +685,19 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
         rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
         goto done;
     }
-    if ((rc = make_family(s->e, ring_of(s), codec, fb, err))) goto done;
+    /* the layout: chainable (every layer direct) when asked and the rings
+     * still hold every position, or a delta on a parent that fits */
+    const int ring = ring_of(s);
+    bool chain = o && o->chain, delta = false, direct = chain && (!ring || n <= ring);
+    kv_manifest pm;
+    uint8_t pid[32];
+    if (chain) {
+        if ((rc = make_family(s->e, ring, codec, true, fb, err))) goto done;
+        delta = o->parent && parent_fits(o->parent, &keys, mem, id, s, &fb->f, tenant, tokens, n, &pm, pid);
+        direct = direct || delta;
+    }
+    if (!direct && (rc = make_family(s->e, ring, codec, false, fb, err))) goto done;
+    const int n_p = delta ? (int)pm.cut.token_count : 0;
     kv_manifest m = {.epoch = EPOCH, .model = id->sem, .family = fb->f};
     memcpy(m.tenant, tenant, 32);
     if ((rc = kv_input_cut(keys.prefix, tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)tokens, (size_t)n,
@@ -617,7 +713,8 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     }
     if ((rc = kv_writer_begin(&w, dir, err))) goto done;
     writing = true;
-    uint64_t total = 0;
+    if (delta && (rc = link_parent(&w, o->parent, err))) goto done;
+    uint64_t total = 0, complete = 0;
     save_plan sp = {.s = s, .w = &w, .keys = &keys, .m = &m, .fb = fb, .enc = enc, .T = T, .bpt = bpt, .n = n,
                     .lo = kv_alloc(mem, (size_t)L, sizeof(int)), .spans = kv_alloc(mem, (size_t)L, sizeof(kv_span *)),
                     .refs = kv_alloc(mem, (size_t)2 * L, sizeof(kv_ref *))};
@@ -628,7 +725,9 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     }
     for (int il = 0; il < L; il++) {
         int keep = o && o->full_ring ? s->rows[il] : I->n_swa; /* the window, or all the ring holds */
-        int lo = I->swa_layers[il] && n > keep ? n - keep : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
+        bool tail = I->swa_layers[il] && !direct;
+        int lo = delta ? n_p : tail && n > keep ? n - keep : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
+        uint64_t all = tail ? (uint64_t)cnt : (uint64_t)n; /* the state's complete token count */
         kv_span *spans = kv_alloc(mem, (size_t)nch, sizeof *spans);
         kv_ref *refs[2] = {kv_alloc(mem, (size_t)nch, sizeof(kv_ref)), kv_alloc(mem, (size_t)nch, sizeof(kv_ref))};
         if (!spans || !refs[0] || !refs[1]) {
@@ -647,27 +746,36 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
             kv_rstate *R = &rs[2 * il + r];
             R->key = fb->st[2 * il + r].key;
             R->full = R->segment = (kv_shape){3, {(uint64_t)cnt, (uint64_t)I->n_head_kv, (uint64_t)I->head_dim}};
+            R->full.dims[0] = all;
             R->n_strides = 3;
             R->strides[0] = (uint64_t)nkv;
             R->strides[1] = (uint64_t)I->head_dim;
             R->strides[2] = 1;
             R->logical_start = (uint64_t)lo;
             R->logical_count = (uint64_t)cnt;
-            R->phys_off = 0;
-            R->phys_span = R->phys_complete = (uint64_t)cnt * bpt;
+            R->phys_off = tail ? 0 : (uint64_t)lo * bpt;
+            R->phys_span = (uint64_t)cnt * bpt;
+            R->phys_complete = all * bpt;
             R->abs_pos = (uint64_t)n;
             R->n_spans = (uint32_t)nch;
             R->spans = spans;
             ps[2 * il + r] = (kv_pstate){R->key, (uint32_t)nch, refs[r]};
             gkeys[2 * il + r] = R->key;
             total += (uint64_t)cnt * bpt;
+            complete += all * bpt;
         }
     }
     /* the chunks: layers spread over threads, each writing its own files */
     if ((rc = run_layers(save_layer, &sp, L, kv_threads(s), err))) goto done;
     *grp = (kv_group){1, (uint32_t)(2 * L), gkeys};
     m.schema = (kv_schema){.kind = 0, .n_states = (uint32_t)(2 * L), .states = rs, .n_groups = 1, .groups = grp,
-                           .segment_bytes = total, .complete_bytes = total};
+                           .segment_bytes = total, .complete_bytes = complete};
+    if (delta) {
+        m.schema.kind = 1;
+        m.schema.depth = (uint8_t)((pm.schema.kind ? pm.schema.depth : 0) + 1);
+        memcpy(m.schema.parent, pid, 32);
+        m.schema.parent_cut = pm.cut;
+    }
     m.n_states = (uint32_t)(2 * L);
     m.states = ps;
     if (o && o->with_tokens) {
@@ -780,18 +888,49 @@ static void schedule(const uint8_t root[32], kv_keys *keys) {
     kv_key_schedule(root, tenant, EPOCH, keys, NULL);
 }
 
+/* A pack and its ancestors: ms[0] the pack's manifest, ms[k] the one in
+ * parent-k.kvpk, down to the full base ms[*n - 1]. Each parent's manifest
+ * id must be the one its child names, its cut the child's parent cut, its
+ * depth one less, its family, model and tenant the child's. */
+static int load_chain(const char *dir, const kv_keys *keys, kv_mem *mem, kv_manifest ms[KV_MAX_DEPTH + 1], int *n,
+                      mu_err *err) {
+    int rc = load_manifest(dir, keys, mem, &ms[0], err);
+    if (rc) return rc;
+    int d = ms[0].schema.kind ? ms[0].schema.depth : 0;
+    for (int k = 1; k <= d; k++) {
+        char name[32];
+        uint8_t mid[32];
+        snprintf(name, sizeof name, "parent-%d.kvpk", k);
+        if ((rc = load_manifest_file(dir, name, keys, mem, &ms[k], mid, err))) {
+            if (rc == MU_E_IO) rc = kv_fail(err, KV_GRAPH, "delta pack without its ancestor %s", name);
+            return rc;
+        }
+        const kv_manifest *c = &ms[k - 1], *p = &ms[k];
+        int pd = p->schema.kind ? p->schema.depth : 0;
+        if (memcmp(mid, c->schema.parent, 32)) return kv_fail(err, KV_GRAPH, "%s is not the parent the pack names", name);
+        if (!cut_eq(&p->cut, &c->schema.parent_cut)) return kv_fail(err, KV_GRAPH, "%s: parent cut mismatch", name);
+        if (pd != d - k) return kv_fail(err, KV_GRAPH, "%s: delta depth %d, not %d", name, pd, d - k);
+        if (memcmp(p->tenant, c->tenant, 32) || memcmp(&p->model, &c->model, sizeof p->model) ||
+            !family_eq(&p->family, &c->family))
+            return kv_fail(err, KV_GRAPH, "%s: another model, tenant or layout than its child", name);
+    }
+    *n = d + 1;
+    return 0;
+}
+
 int mu_kv_pack_verify(const char *dir, const uint8_t root[32], const mu_kv_ident *id, int n_ctx, mu_err *err) {
     kv_keys keys;
     schedule(root, &keys);
     kv_mem *mem = kv_mem_new();
     if (!mem) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    kv_manifest m;
-    int rc = load_manifest(dir, &keys, mem, &m, err);
+    kv_manifest ms[KV_MAX_DEPTH + 1];
+    int nm = 0;
+    int rc = load_chain(dir, &keys, mem, ms, &nm, err);
     if (!rc && id) {
         const mu_model *model = mu_engine_model(id->e);
-        rc = check_ident(&m, id, ring_for_ctx(model, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(model)), err);
+        rc = check_ident(&ms[0], id, ring_for_ctx(model, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(model)), err);
     }
-    if (!rc) rc = read_chunks(dir, &m, &keys, NULL, kv_threads(NULL), err);
+    for (int k = nm - 1; !rc && k >= 0; k--) rc = read_chunks(dir, &ms[k], &keys, NULL, kv_threads(NULL), err);
     kv_keys_wipe(&keys);
     kv_mem_free(mem);
     return rc;
@@ -811,17 +950,24 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
     kv_keys keys;
     schedule(root, &keys);
     kv_mem *mem = kv_mem_new();
-    kv_manifest m;
-    int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    if (!rc) rc = check_ident(&m, id, ring_of(s), err);
-    if (!rc && m.schema.kind != 0)
-        rc = mu_fail(err, MU_E_UNSUPPORTED, "kvpack: a delta pack restores only through its base (not built yet)");
-    uint64_t n = rc ? 0 : m.cut.token_count;
+    kv_manifest ms[KV_MAX_DEPTH + 1];
+    int nm = 0;
+    int rc = mem ? load_chain(dir, &keys, mem, ms, &nm, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    const kv_manifest *m = &ms[0];
+    if (!rc) rc = check_ident(m, id, ring_of(s), err);
+    uint64_t n = rc ? 0 : m->cut.token_count;
     if (!rc && n > (uint64_t)s->n_ctx)
         rc = mu_fail(err, MU_E_ARG, "kvpack: the pack holds %llu positions, the session's context is %d",
                      (unsigned long long)n, s->n_ctx);
     for (int il = 0; !rc && il < I->n_layer; il++) {
-        const kv_rstate *R = &m.schema.states[2 * il];
+        const kv_rstate *R = &m->schema.states[2 * il];
+        if (m->family.states[2 * il].axis_rule != KV_AXIS_TAIL) {
+            /* every position from 0 (a chain: base and deltas), installed in order, so a ring keeps the last
+             * of them */
+            if (I->swa_layers[il] && n > (uint64_t)s->rows[il] && (int)(n - (uint64_t)s->rows[il]) > lo_max)
+                lo_max = (int)(n - (uint64_t)s->rows[il]);
+            continue;
+        }
         /* the ring must hold the window; a full layer every position */
         uint64_t need = I->swa_layers[il] ? (n < (uint64_t)I->n_swa ? n : (uint64_t)I->n_swa) : n;
         if (I->swa_layers[il] && (int)R->logical_start > lo_max) lo_max = (int)R->logical_start;
@@ -831,7 +977,8 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
             break;
         }
     }
-    if (!rc) rc = read_chunks(dir, &m, &keys, s, kv_threads(s), err);
+    /* the base first, then each delta: positions in order */
+    for (int k = nm - 1; !rc && k >= 0; k--) rc = read_chunks(dir, &ms[k], &keys, s, kv_threads(s), err);
     if (!rc) rc = mu_session_kv_commit(s, (int)n, err);
     if (rc) mu_session_reset(s);
     else {
@@ -966,8 +1113,9 @@ int kv_pack_prefix_of(const char *dir, const uint8_t root[32], const mu_kv_ident
     kv_manifest m;
     int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
     if (!rc) rc = check_ident(&m, id, ring_of(s), err);
-    /* a delta pack, or one longer than the prompt, holds no prefix of it */
-    if (!rc && m.schema.kind == 0 && m.cut.token_count > 0 && m.cut.token_count <= (uint64_t)n) {
+    /* a pack longer than the prompt holds no prefix of it (a delta's cut covers its chain: the restore
+     * verifies the ancestors) */
+    if (!rc && m.cut.token_count > 0 && m.cut.token_count <= (uint64_t)n) {
         for (uint64_t i = 0; i < m.cut.token_count; i++)
             if (tokens[i] < 0) goto done;
         kv_cut cut;

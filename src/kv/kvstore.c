@@ -188,6 +188,7 @@ static int replaceable(const char *path, mu_err *err) {
         const char *n = e->d_name;
         size_t l = strlen(n);
         if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest.kvpk") || !strcmp(n, "tokens.kvtok")) continue;
+        if (l == 13 && !strncmp(n, "parent-", 7) && n[7] >= '1' && n[7] <= '7' && !strcmp(n + 8, ".kvpk")) continue;
         if (l == 64 + 6 && !strcmp(n + 64, ".kvchk")) continue;
         rc = mu_fail(err, MU_E_ARG, "kvpack: %s exists and is not a pack directory (it holds %s)", path, n);
     }
@@ -217,6 +218,16 @@ int kv_writer_publish(kv_writer *w, mu_err *err) {
         if ((rc = fsync_dir(w->parent, err))) return rc;
     }
     w->tmp[0] = 0;
+    return 0;
+}
+
+int kv_writer_link(kv_writer *w, const char *src_dir, const char *name, const char *as, mu_err *err) {
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", src_dir, name) >= sizeof path)
+        return mu_fail(err, MU_E_ARG, "kvpack: path too long: %s", src_dir);
+    if (linkat(AT_FDCWD, path, w->dfd, as, 0))
+        return mu_fail(err, MU_E_IO, "kvpack: cannot link %s into %s: %s", path, w->tmp, strerror(errno));
+    op_done();
     return 0;
 }
 

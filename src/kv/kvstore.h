@@ -22,6 +22,9 @@ typedef struct {
 int kv_writer_begin(kv_writer *w, const char *dir, mu_err *err);
 int kv_writer_put(kv_writer *w, const char *name, const void *p, size_t n, mu_err *err);
 int kv_writer_publish(kv_writer *w, mu_err *err);
+/* Hard-links src_dir/name into the partial directory as `as` (a delta
+ * pack carries its ancestors' files without copying them). */
+int kv_writer_link(kv_writer *w, const char *src_dir, const char *name, const char *as, mu_err *err);
 /* Removes the partial directory; fine after a failed or no publish. */
 void kv_writer_abort(kv_writer *w);
 

@@ -4,7 +4,8 @@
 # restore in another server process, delete; every check by the answers,
 # /metrics counters and the pack store's files, never by timing.
 # Exactness: a turn continued from a session restored in another process
-# (its KV state from the pack store, timings.cache_source "pack") equals the
+# (its KV state from the pack store, timings.cache_source "pack": a delta
+# pack of the second turn over the first's, restored as a chain) equals the
 # same turn continued from the live session (cache_source "slot") bit for
 # bit: the tokens and their log-probabilities. Both conversations are built
 # the same way in a fresh server, so their states are the same rows.
@@ -73,6 +74,11 @@ code=$(curl -s -D "$T/h3" -o "$T/t2r" -w '%{http_code}' "$BASE/v1/sessions/a/con
   && ok "the same key and body again: the same answer, marked replayed" || bad "replay: $code $(head -c 300 "$T/t2r")"
 [ "$(metric requests_total)" = "$((req0 + 1))" ] && ok "the replay ran nothing (requests_total +1 for turn 2 only)" \
   || bad "requests_total $req0 -> $(metric requests_total)"
+kind() { "$MUSER" pack inspect --json "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)['kind'])"; }
+[ "$(kind "$T/store/session-a")" = delta ] && [ -f "$T/store/session-a/parent-1.kvpk" ] \
+  && "$MUSER" pack verify -m "$MODEL" --ctx 2048 "$T/store/session-a" >/dev/null 2>&1 \
+  && ok "turn 2 wrote a delta pack on turn 1's (its ancestor carried as hard links), verified as a chain" \
+  || bad "turn 2's pack: $(kind "$T/store/session-a") $(ls "$T/store/session-a" | head -3)"
 [ "$(turn a 1 "$R" t2x 'Idempotency-Key: k-1')" = 422 ] && ok "the same key with another body: 422" || bad "key reuse: $(cat "$T/t2x")"
 curl -s "$BASE/v1/sessions/a" >"$T/g1"
 [ "$(jget "$T/g1" "j['revision'], j['n_tokens'], j['busy']")" = "2 656 False" ] && ok "GET: revision 2, 656 tokens" || bad "get: $(cat "$T/g1")"
