@@ -131,9 +131,11 @@ int main(int argc, char **argv) {
                {MU_KV_CODEC_RAW, false, "raw-encrypted"},
                {MU_KV_CODEC_LOSSLESS, true, "lossless-plain"},
                {MU_KV_CODEC_LOSSLESS, false, "lossless-encrypted"}};
+    char dir_raw[4096] = "";
     for (size_t v = 0; v < (only_raw ? 2 : sizeof var / sizeof var[0]); v++) {
         char dir[4096];
         snprintf(dir, sizeof dir, "%s/kvbench-%s", out, var[v].name);
+        if (v == 0) snprintf(dir_raw, sizeof dir_raw, "%s", dir);
         mu_kv_save_opts so = {.codec = var[v].codec, .plain = var[v].plain};
         double ws[MAX_REPS], wc[MAX_REPS];
         for (int k = 0; k < wreps; k++) {
@@ -164,6 +166,39 @@ int main(int argc, char **argv) {
                v ? "," : "", var[v].name, ws[wreps / 2], kv_bytes / ws[wreps / 2] / 1e9, (unsigned long long)bytes,
                (double)bytes / n, rs[rreps / 2] * 1e3, wc[wreps / 2], kv_bytes / wc[wreps / 2] / 1e9,
                rc5[rreps / 2] * 1e3, ws[0], wc[0], kv_bytes / wc[0] / 1e9, rs[0] * 1e3, rc5[0] * 1e3);
+    }
+    /* a delta pack (mu_kv_save_opts.chain): the last 256 positions over a chainable pack of the rest, as a
+     * server session's turn writes it; its own bytes are the directory's less its parent's */
+    if (n > 256) {
+        char base[4096], child[4096];
+        snprintf(base, sizeof base, "%s/kvbench-chain", out);
+        snprintf(child, sizeof child, "%s/kvbench-chain-delta", out);
+        mu_kv_save_opts whole = {.chain = true, .plain = true}, dl = {.chain = true, .plain = true, .parent = base};
+        int got = 0;
+        mu_session_reset(t);
+        if (mu_kv_pack_restore(t, id, dir_raw, key, &got, &err) || mu_session_truncate(t, n - 256, &err) ||
+            mu_kv_pack_save(t, id, tok, n - 256, key, &whole, base, &err))
+            die("chain base", &err);
+        double dw[MAX_REPS], dr[MAX_REPS];
+        for (int k = 0; k < wreps; k++) {
+            double a = cpu_s();
+            if (mu_kv_pack_save(s, id, tok, n, key, &dl, child, &err)) die("delta", &err);
+            dw[k] = cpu_s() - a;
+        }
+        for (int k = 0; k < rreps; k++) {
+            mu_session_reset(t);
+            double a = cpu_s();
+            if (mu_kv_pack_restore(t, id, child, key, &got, &err) || got != n) die("chain restore", &err);
+            dr[k] = cpu_s() - a;
+        }
+        qsort(dw, (size_t)wreps, sizeof dw[0], cmp_d);
+        qsort(dr, (size_t)rreps, sizeof dr[0], cmp_d);
+        uint64_t bb = 0, cb = 0;
+        mu_kv_pack_bytes(base, &bb, &err);
+        mu_kv_pack_bytes(child, &cb, &err);
+        printf(",{\"variant\":\"raw-plain-delta-256\",\"delta_bytes\":%llu,\"delta_bytes_per_token\":%.1f,"
+               "\"write_cpu_min_ms\":%.2f,\"chain_restore_cpu_min_ms\":%.2f}",
+               (unsigned long long)(cb - bb), (double)(cb - bb) / 256, dw[0] * 1e3, dr[0] * 1e3);
     }
     /* the rows alone: every layer's pack rows out of and into a session (the copy a pack cannot avoid) */
     {
