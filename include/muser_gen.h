@@ -107,6 +107,20 @@ typedef struct {
      * whether install ran or not (the prefill lane frees its verified rows);
      * not called when mu_sched_submit fails (the caller still owns them) */
     void (*install_free)(void *user);
+    /* after the job ends with STOP, WORD, LENGTH or CTX, before its slot
+     * takes other work: called once on the engine thread with the slot's
+     * session, the n token ids whose positions it holds (the prompt and
+     * every generated token but the last) and the last generated token
+     * (sampled, not evaluated);
+     * a nonzero return ends the job with MU_FINISH_ERROR and err's message
+     * instead (the server's sessions persist their KV state as a pack here,
+     * so the pack is exactly the state the job left). One choice only, not
+     * with embeddings. */
+    int (*save)(void *user, const mu_session *s, const int32_t *tokens, int n, int32_t last, mu_err *err);
+    void *save_user;
+    /* with save: called once with save_user when the job is freed, whether
+     * save ran or not; not called when mu_sched_submit fails */
+    void (*save_free)(void *user);
     mu_embd_pooling embd;   /* not OFF: evaluate the prompt, pool its final-norm rows, end with
                                MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
                                Pooling other than LAST needs the whole prompt in one step

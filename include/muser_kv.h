@@ -57,6 +57,17 @@ typedef struct {
     bool with_tokens; /* also tokens.kvtok: the token ids, always encrypted, bound to the
                          manifest's input cut, so that a restore knows them (slot saves,
                          chat /save); without it a pack holds only the ids' HMAC chain */
+    bool chain;       /* a pack a later save can extend with a delta: every layer's rows from position
+                         0 (sliding layers too: only while their ring still holds position 0), or a
+                         delta on `parent` */
+    const char *parent; /* with chain: the pack this session grew from (may be dir itself, replaced
+                           atomically); when it fits (the chainable layout, this identity, a strict
+                           prefix of the tokens, depth < 7, the rows after it still in the rings) the
+                           pack holds only the positions after the parent's and carries the parent's
+                           files as hard links; otherwise a whole pack. NULL: a whole pack */
+    const int32_t *tail; /* with_tokens: n_tail more ids after the positions, kept in the sidecar
+                            (sampled, not evaluated: a server session's last token); NULL: none */
+    int n_tail;
 } mu_kv_save_opts;
 
 /* Writes session s (which holds exactly the n tokens' positions) to dir,
@@ -83,6 +94,10 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
  * decrypted, then checked against the manifest's input cut (a sidecar of
  * another pack or another key is refused). MU_E_UNSUPPORTED without one. */
 int mu_kv_pack_tokens(const char *dir, const uint8_t key[32], int32_t **tokens, int *n, mu_err *err);
+
+/* The same with the tail: *n ids in all, of which the first *n_pos are the
+ * pack's positions and the rest its mu_kv_save_opts.tail. */
+int mu_kv_pack_tokens_ex(const char *dir, const uint8_t key[32], int32_t **tokens, int *n, int *n_pos, mu_err *err);
 
 /* The bytes of a pack directory's files (manifest, chunks, sidecar). */
 int mu_kv_pack_bytes(const char *dir, uint64_t *bytes, mu_err *err);
@@ -130,6 +145,15 @@ typedef struct {
  * progress fails cleanly and its server counts a miss). dry_run: report
  * only. */
 int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_report *rep, mu_err *err);
+/* The same, never removing the pack named keep (may be NULL: the one just
+ * written); a pack another gc removed first is skipped (a server's
+ * budget and `muser pack gc` may run at once). */
+int mu_kv_store_gc_keep(const char *dir, uint64_t max_bytes, const char *keep, bool dry_run, mu_kv_gc_report *rep,
+                        mu_err *err);
+
+/* Removes the pack directory dir (a rename out of sight, then its files):
+ * a reader opens the whole pack or none. A dir that is not there is fine. */
+int mu_kv_pack_remove(const char *dir, mu_err *err);
 
 /* ---- the resident prefix cache (kvcache.c) ------------------------------ */
 /*

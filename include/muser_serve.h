@@ -51,8 +51,13 @@ typedef struct {
     mu_kv_cache *cache;        /* the scheduler's prefix cache, counted by /metrics and /snapshot; may be NULL */
     const char *slot_save_path; /* llama.cpp's --slot-save-path: where POST /slots/{id}?action=save|restore
                                    keeps packs; NULL: those answer 501 */
-    const mu_kv_ident *kv_id;  /* with slot_save_path: the engine's identity (outlives the server) */
-    const uint8_t *kv_key;     /* with slot_save_path: the packs' root key (copied) */
+    const char *pack_dir;      /* --pack-dir: the pack store, where /v1/sessions persist each turn
+                                  (session-<id>); NULL: sessions live in memory only */
+    uint64_t pack_max_bytes;   /* with pack_dir: the store's byte budget, enforced at start and after
+                                  every pack the server writes there (least recently used packs
+                                  go first, as `muser pack gc`); 0: none */
+    const mu_kv_ident *kv_id;  /* with slot_save_path or pack_dir: the engine's identity (outlives the server) */
+    const uint8_t *kv_key;     /* with slot_save_path or pack_dir: the packs' root key (copied) */
     /* request defaults, as llama-server's --seed, --temp, --n-predict: what a
        request that does not set the field gets */
     bool has_seed;             /* else a random seed per request */

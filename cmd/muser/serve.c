@@ -6,7 +6,7 @@
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS] [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
- *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--key-file F]
+ *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N] [--key-file F]
  *               [--slot-save-path DIR] [--seed N] [--temp T] [--n-predict N]
  *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
@@ -39,7 +39,7 @@ static int usage(void) {
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
             "                   [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                   " CLI_LANE_USAGE "\n"
-            "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--key-file F]\n"
+            "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N[K|M|G]] [--key-file F]\n"
             "                   [--slot-save-path DIR]\n"
             "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
             "                   [--tags LIST] [--batch-size N]\n"
@@ -102,6 +102,7 @@ int cmd_serve(int argc, char **argv) {
     size_t cache_bytes = MU_KV_CACHE_DEFAULT_BYTES;
     long long cache_block = MU_KV_CACHE_DEFAULT_BLOCK;
     const char *pack_dir = NULL, *kv_key_file = NULL, *slot_dir = NULL;
+    size_t pack_max = 0;
     for (int i = 1; i < argc; i++) {
         int lo = cli_lane_opt("muser serve", argc, argv, &i, &lane);
         if (lo < 0) return 1;
@@ -143,6 +144,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--cache-bytes")) { NEED(); if (!cli_bytes(v, &cache_bytes)) return cli_fail("muser serve: --cache-bytes must be a byte count (K, M, G suffixes; 0 = off): %s", v); }
         else if (!strcmp(a, "--cache-block")) { NEED(); if (!cli_int(v, 1, 4096, &cache_block)) return cli_fail("muser serve: --cache-block must be 1..4096 tokens: %s", v); }
         else if (!strcmp(a, "--pack-dir")) { NEED(); pack_dir = v; }
+        else if (!strcmp(a, "--pack-max-bytes")) { NEED(); if (!cli_bytes(v, &pack_max) || !pack_max) return cli_fail("muser serve: --pack-max-bytes must be a byte count above 0 (K, M, G suffixes): %s", v); }
         else if (!strcmp(a, "--key-file")) { NEED(); kv_key_file = v; }
         else if (!strcmp(a, "--slot-save-path")) { NEED(); slot_dir = v; }
         else if (!strcmp(a, "--seed")) { NEED(); if (!cli_int(v, -1, 4294967295LL, &seed)) return cli_fail("muser serve: --seed must be -1 (random) .. 4294967295: %s", v); }
@@ -220,6 +222,10 @@ int cmd_serve(int argc, char **argv) {
      * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
      * generates N tokens and then waits for its cancel */
     /* the prefix cache over the pack store (docs/kvpack.md "The server's prefix cache") */
+    if (pack_max && !pack_dir) {
+        cli_fail("muser serve: --pack-max-bytes needs --pack-dir");
+        goto done;
+    }
     if (pack_dir || slot_dir) {
         struct stat st;
         if (pack_dir && (stat(pack_dir, &st) || !S_ISDIR(st.st_mode))) {
@@ -298,6 +304,8 @@ int cmd_serve(int argc, char **argv) {
                         .kernels = mu_engine_kern_name(e),
                         .cache = cache,
                         .slot_save_path = slot_dir,
+                        .pack_dir = pack_dir,
+                        .pack_max_bytes = pack_max,
                         .kv_id = kid,
                         .kv_key = root};
     /* connections need descriptors: raise the soft open-file limit to the

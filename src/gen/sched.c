@@ -88,6 +88,9 @@ struct mu_job {
     void *install_user;
     int n_installed;
     void (*install_free)(void *user);
+    int (*save)(void *user, const mu_session *s, const int32_t *tokens, int n, int32_t last, mu_err *err); /* mu_gen_req.save */
+    void *save_user;
+    void (*save_free)(void *user);
     int max_new;          /* most tokens the job may generate */
     mu_spec spec;
     int draft_max, draft_min;
@@ -229,6 +232,7 @@ static void job_unref(mu_job *j) {
     pthread_mutex_destroy(&j->nmu);
     pthread_cond_destroy(&j->cv);
     if (j->install_free) j->install_free(j->install_user);
+    if (j->save_free) j->save_free(j->save_user);
     free(j->prompt);
     free(j->script);
     mu_gen_free(j->gen);
@@ -420,6 +424,18 @@ static void job_finish(mu_sched *s, mu_job *j, mu_finish f, const char *why) {
 static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
+    mu_err serr = {0};
+    if (j->save && (f == MU_FINISH_STOP || f == MU_FINISH_WORD || f == MU_FINISH_LENGTH || f == MU_FINISH_CTX)) {
+        /* the state the job leaves, saved before anything else touches the slot */
+        int rc = mu_session_n_past(sl->sess) != sl->n_hist
+                     ? mu_fail(&serr, MU_E_STATE, "sched: the session holds %d positions, its history %d",
+                               mu_session_n_past(sl->sess), sl->n_hist)
+                     : j->save(j->save_user, sl->sess, sl->hist, sl->n_hist, sl->last, &serr);
+        if (rc) {
+            f = MU_FINISH_ERROR;
+            why = serr.msg;
+        }
+    }
     sl->waiting = false;
     sl->started = false;
     if (j->grp && j->grp->leader == i) j->grp->leader = -1;
@@ -1193,6 +1209,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     for (int i = 0; i < r->n_forced; i++)
         if (r->forced[i] < 0 || r->forced[i] >= s->n_vocab)
             return mu_fail(err, MU_E_ARG, "sched: forced token id out of range: %d", (int)r->forced[i]);
+    if (r->save && r->embd) return mu_fail(err, MU_E_ARG, "sched: an embedding job saves no state");
     if (r->install && (r->n_installed < 1 || r->n_installed >= r->n_prompt || r->keep_prefix))
         return mu_fail(err, MU_E_ARG, "sched: installed state must cover 1..%d of the prompt's tokens (and no keep_prefix)",
                        r->n_prompt - 1);
@@ -1312,6 +1329,7 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     mu_job *jobs[MU_GEN_MAX_CHOICES];
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
+    if (n > 1 && r[0].save) return mu_fail(err, MU_E_ARG, "sched: a saved state serves one choice only");
     if (n > 1) {
         g = calloc(1, sizeof *g);
         if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
@@ -1351,6 +1369,9 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     for (int k = 0; k < n; k++) {
         mu_job *j = jobs[k];
         j->install_free = r[k].install ? r[k].install_free : NULL; /* the job owns it from here */
+        j->save = r[k].save;
+        j->save_user = r[k].save_user;
+        j->save_free = r[k].save ? r[k].save_free : NULL;
         j->sched = s;
         j->queued = true;
         if (s->q_tail) s->q_tail->next = j;

@@ -525,6 +525,29 @@ static const jc_field openai_responses[] = {
     END,
 };
 
+/* /v1/sessions (api_sessions.c) */
+static const jc_field sessions_create[] = {
+    F_("id", JC_STR, .max_len = 64, .min_len = 1),
+    END,
+};
+static const jc_field session_id_elem[] = {F_("", JC_INT, RANGE(0, 2147483647)), END};
+static const jc_field session_stop_elem[] = {F_("", JC_STR, .max_len = 256), END};
+static const jc_field sessions_continue[] = {
+    F_("revision", JC_INT, .required = true, RANGE(0, 9007199254740991.0)),
+    F_("prompt", JC_STR | JC_ARR, .required = true, .elem = session_id_elem),
+    F_("n_predict", JC_INT, RANGE(-1, 1 << 24)),
+    F_("temperature", JC_NUM, RANGE(0, 100)),
+    F_("top_k", JC_INT, RANGE(0, 1 << 24)),
+    F_("top_p", JC_NUM, RANGE(0, 1)),
+    F_("min_p", JC_NUM, RANGE(0, 1)),
+    F_("seed", JC_INT, RANGE(-1, 4294967295.0)),
+    F_("stop", JC_STR | JC_ARR, .elem = session_stop_elem),
+    F_("ignore_eos", JC_BOOL),
+    F_("logprobs", JC_BOOL),
+    END,
+};
+static const jc_field sessions_empty[] = {END}; /* save, restore */
+
 const mu_http_route mu_http_routes[] = {
     {"POST", "/v1/chat/completions", MU_PROTO_OPENAI, api_openai_chat, false},
     {"POST", "/v1/completions", MU_PROTO_OPENAI, api_openai_completions, false},
@@ -550,6 +573,12 @@ const mu_http_route mu_http_routes[] = {
     {"GET", "/props", MU_PROTO_LLAMACPP, api_llama_props, false},
     {"GET", "/slots", MU_PROTO_LLAMACPP, api_llama_slots, false},
     {"POST", "/slots/*", MU_PROTO_LLAMACPP, api_slots_action, false},
+    /* named sessions (api_sessions.c) */
+    {"GET", "/v1/sessions", MU_PROTO_OPENAI, api_sessions_root, false},
+    {"POST", "/v1/sessions", MU_PROTO_OPENAI, api_sessions_root, false},
+    {"GET", "/v1/sessions/*", MU_PROTO_OPENAI, api_sessions_item, false},
+    {"POST", "/v1/sessions/*", MU_PROTO_OPENAI, api_sessions_item, false},
+    {"DELETE", "/v1/sessions/*", MU_PROTO_OPENAI, api_sessions_item, false},
     {"GET", "/metrics", MU_PROTO_LLAMACPP, api_llama_metrics, false},
     {"POST", "/api/generate", MU_PROTO_OLLAMA, api_ollama_generate, false},
     {"POST", "/api/chat", MU_PROTO_OLLAMA, api_ollama_chat, false},
@@ -600,6 +629,8 @@ const jc_field *api_schema(const char *path) {
         {"/api/embeddings", ollama_embeddings},
         {"/v1/responses", openai_responses},   {"/responses", openai_responses},
         {"/v1/messages", anthropic_messages},  {"/v1/messages/count_tokens", anthropic_count_tokens},
+        {"/v1/sessions", sessions_create},     {"/v1/sessions/{id}/continue", sessions_continue},
+        {"/v1/sessions/{id}/save", sessions_empty}, {"/v1/sessions/{id}/restore", sessions_empty},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].path, path)) return t[i].f;

@@ -15,6 +15,11 @@
 #include "jcheck.h"
 #include "server.h"
 
+/* The server's named sessions (api_sessions.c). */
+typedef struct api_sessions api_sessions;
+int api_sessions_new(api_sessions **out);
+void api_sessions_free(api_sessions *t);
+
 typedef struct {
     mu_sched *sched;
     const mu_model *model;
@@ -45,8 +50,11 @@ typedef struct {
     void *metrics_user;
     mu_kv_cache *cache;        /* the prefix cache (--cache-bytes, --pack-dir), or NULL */
     char slot_dir[4096];       /* --slot-save-path ("" when none) */
-    const mu_kv_ident *kv_id;  /* with slot_dir */
-    uint8_t kv_key[32];        /* with slot_dir (wiped at stop) */
+    const mu_kv_ident *kv_id;  /* with slot_dir or pack_dir */
+    uint8_t kv_key[32];        /* with slot_dir or pack_dir (wiped at stop) */
+    char pack_dir[4096];       /* --pack-dir ("" when none): where sessions persist */
+    uint64_t pack_max_bytes;   /* --pack-max-bytes: the store's budget (0: none) */
+    api_sessions *sessions;    /* /v1/sessions */
     bool has_seed, has_temp;   /* request defaults (mu_serve_opts) */
     uint32_t seed;
     float temp;
@@ -282,6 +290,15 @@ void api_embeddings(mu_http_req *r, const json_t *body);
 /* Request schemas by route path (NULL for routes without a body); used by
  * the handlers, the fuzz harness and the unit tests. */
 const jc_field *api_schema(const char *path);
+
+/* /v1/sessions: GET lists, POST creates; /v1/sessions/{id}: GET, DELETE,
+ * POST .../continue|save|restore (api_sessions.c) */
+void api_sessions_root(mu_http_req *r, const json_t *body);
+/* Enforces --pack-max-bytes on the pack store (keep: a pack name never
+ * removed, or NULL); counted for /metrics. */
+void api_sessions_budget(mu_http_app *a, const char *keep);
+void api_sessions_store_stats(mu_http_app *a, uint64_t *n_evicted, uint64_t *bytes_evicted, uint64_t *store_bytes);
+void api_sessions_item(mu_http_req *r, const json_t *body);
 
 /* POST /slots/{id}?action=save|restore|erase (api_slots.c) */
 void api_slots_action(mu_http_req *r, const json_t *body);

@@ -599,6 +599,14 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
         COUNTER("prefix_cache_store_errors_total", "Store packs that failed to read or verify (misses).",
                 cs.n_store_errors);
     }
+    if (a->pack_dir[0] && a->pack_max_bytes) {
+        uint64_t ev = 0, evb = 0, sb = 0;
+        api_sessions_store_stats(a, &ev, &evb, &sb);
+        GAUGE("pack_store_bytes_max", "The pack store's byte budget (--pack-max-bytes).", a->pack_max_bytes);
+        GAUGE("pack_store_bytes", "Bytes of the pack store after its last budget pass.", sb);
+        COUNTER("pack_store_evicted_total", "Packs the budget removed from the pack store.", ev);
+        COUNTER("pack_store_evicted_bytes_total", "Bytes of those packs.", evb);
+    }
     COUNTER("prompt_seconds_total", "Prompt process time.", m.prompt_s);
     COUNTER("tokens_predicted_total", "Number of generation tokens processed.", m.n_gen_tokens);
     COUNTER("tokens_predicted_seconds_total", "Predict process time.", m.gen_s);

@@ -120,6 +120,21 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
         a->kv_id = o->kv_id;
         memcpy(a->kv_key, o->kv_key, 32);
     }
+    if (o->pack_dir) {
+        if (snprintf(a->pack_dir, sizeof a->pack_dir, "%s", o->pack_dir) >= (int)sizeof a->pack_dir || !o->kv_id ||
+            !o->kv_key) {
+            free(s);
+            return mu_fail(err, MU_E_ARG, "server: --pack-dir too long, or no identity and key");
+        }
+        a->kv_id = o->kv_id;
+        memcpy(a->kv_key, o->kv_key, 32);
+        a->pack_max_bytes = o->pack_max_bytes;
+    }
+    if (api_sessions_new(&a->sessions)) {
+        free(s);
+        return mu_fail(err, MU_E_NOMEM, "server: out of memory");
+    }
+    api_sessions_budget(a, NULL); /* a store over its budget is trimmed before the first request */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     a->t_start_mono = ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -140,6 +155,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
                        .app = a};
     int rc = mu_http_server_start(&ho, &s->srv, err);
     if (rc) {
+        api_sessions_free(a->sessions);
         free(s);
         return rc;
     }
@@ -160,6 +176,7 @@ int mu_serve_max_connections(const mu_server *s, int *requested) {
 void mu_serve_stop(mu_server *s) {
     if (!s) return;
     mu_http_server_stop(s->srv);
+    api_sessions_free(s->app.sessions);
     mu_kv_key_wipe(s->app.kv_key);
     free(s);
 }

@@ -300,6 +300,10 @@ const char *mu_http_req_query(const mu_http_req *r, const char *name) {
 }
 
 const char *mu_http_req_path(const mu_http_req *r) { return r->path; }
+const char *mu_http_req_method(const mu_http_req *r) { return r->rt ? r->rt->method : ""; }
+const char *mu_http_req_header(const mu_http_req *r, const char *name) {
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
 bool mu_http_req_alive(const mu_http_req *r) { return mu_http_fd_alive(r->fd); }
 int mu_http_req_fd(const mu_http_req *r) { return r->fd; }
 
@@ -942,9 +946,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             r->discard = true;
             struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
             if (resp) {
-                MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
                 MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                        "Authorization, Content-Type, X-Api-Key, Anthropic-Version");
+                                        "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Idempotency-Key");
                 MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
             }
             queue(r, 200, resp); /* any 2xx does; llama.cpp's server answers 200 */

@@ -41,7 +41,7 @@ void mu_http_buf_json(mu_http_buf *b, const json_t *j);
 void mu_http_buf_free(mu_http_buf *b);
 
 typedef struct {
-    const char *method;   /* "GET" or "POST" */
+    const char *method;   /* "GET", "POST" or "DELETE" */
     const char *path;
     mu_http_proto proto;
     void (*fn)(mu_http_req *req, const json_t *body);   /* body NULL for GET */
@@ -95,6 +95,10 @@ bool mu_http_key_equal(const char *presented, size_t n_presented, const char *ex
 void *mu_http_req_app(const mu_http_req *r);
 mu_http_proto mu_http_req_proto(const mu_http_req *r);
 const char *mu_http_req_path(const mu_http_req *r);
+/* The method of the route that matched ("GET" for a HEAD request). */
+const char *mu_http_req_method(const mu_http_req *r);
+/* A request header's value, NULL when absent; valid while the handler runs. */
+const char *mu_http_req_header(const mu_http_req *r, const char *name);
 /* A query-string argument of the request (decoded), NULL when absent; valid
  * while the handler runs. */
 const char *mu_http_req_query(const mu_http_req *r, const char *name);

@@ -9,16 +9,34 @@
  * from the HMAC below rather than through a second OpenSSL interface. */
 #include "kvpack.h"
 
+#include <pthread.h>
+
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* SHA-256 and HMAC fetched from the default provider once per process, not
+ * per call (a fetch takes a global lock: pack chunks hash on several
+ * threads). */
+static EVP_MD *g_sha256;
+static EVP_MAC *g_hmac;
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static void fetch_once(void) {
+    g_sha256 = EVP_MD_fetch(NULL, "SHA256", NULL);
+    g_hmac = EVP_MAC_fetch(NULL, "HMAC", NULL);
+    MU_ASSERT(g_sha256 && g_hmac);
+}
+static const EVP_MD *sha256_md(void) {
+    pthread_once(&g_once, fetch_once);
+    return g_sha256;
+}
+
 void kv_sha256v(const void *const *parts, const size_t *lens, int n, uint8_t out[32]) {
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     unsigned len = 32;
-    MU_ASSERT(c && EVP_DigestInit_ex(c, EVP_sha256(), NULL));
+    MU_ASSERT(c && EVP_DigestInit_ex(c, sha256_md(), NULL));
     for (int i = 0; i < n; i++) MU_ASSERT(EVP_DigestUpdate(c, parts[i], lens[i]));
     MU_ASSERT(EVP_DigestFinal_ex(c, out, &len));
     EVP_MD_CTX_free(c);
@@ -26,7 +44,7 @@ void kv_sha256v(const void *const *parts, const size_t *lens, int n, uint8_t out
 
 kv_sha *kv_sha_new(void) {
     EVP_MD_CTX *c = EVP_MD_CTX_new();
-    MU_ASSERT(c && EVP_DigestInit_ex(c, EVP_sha256(), NULL));
+    MU_ASSERT(c && EVP_DigestInit_ex(c, sha256_md(), NULL));
     return (kv_sha *)c;
 }
 
@@ -47,8 +65,8 @@ void kv_sha256(const void *p, size_t n, uint8_t out[32]) {
 /* HMAC with a key of any length (HKDF extracts with the salt as key). */
 static void hmac_any(const uint8_t *key, size_t key_n, const void *const *parts, const size_t *lens, int n,
                      uint8_t out[32]) {
-    EVP_MAC *mac = EVP_MAC_fetch(NULL, "HMAC", NULL);
-    EVP_MAC_CTX *c = mac ? EVP_MAC_CTX_new(mac) : NULL;
+    pthread_once(&g_once, fetch_once);
+    EVP_MAC_CTX *c = EVP_MAC_CTX_new(g_hmac);
     OSSL_PARAM params[2] = {OSSL_PARAM_construct_utf8_string("digest", "SHA256", 0), OSSL_PARAM_construct_end()};
     static const uint8_t empty[1];
     size_t len = 32;
@@ -56,7 +74,6 @@ static void hmac_any(const uint8_t *key, size_t key_n, const void *const *parts,
     for (int i = 0; i < n; i++) MU_ASSERT(EVP_MAC_update(c, parts[i], lens[i]));
     MU_ASSERT(EVP_MAC_final(c, out, &len, 32) && len == 32);
     EVP_MAC_CTX_free(c);
-    EVP_MAC_free(mac);
 }
 
 void kv_hmacv(const uint8_t key[32], const void *const *parts, const size_t *lens, int n, uint8_t out[32]) {

@@ -12,6 +12,8 @@
  * when every chunk has verified; any failure resets the session, so nothing
  * half-installed is ever visible. */
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -240,7 +242,10 @@ typedef struct {
     kv_family f;
 } family_buf;
 
-static int make_family(const mu_engine *e, int ring, unsigned codec, family_buf *fb, mu_err *err) {
+/* direct: every layer's state over positions 0..n-1 (sliding layers too),
+ * the layout a delta chain needs (MANIFEST_V1.md: no TailWindow state in a
+ * delta); else sliding layers as TailWindow states over their window. */
+static int make_family(const mu_engine *e, int ring, unsigned codec, bool direct, family_buf *fb, mu_err *err) {
     const mu_model_info *I = mu_model_get_info(e->m);
     if (I->n_layer > 512) return mu_fail(err, MU_E_UNSUPPORTED, "kvpack: more than 512 layers");
     memset(fb, 0, sizeof *fb);
@@ -253,7 +258,7 @@ static int make_family(const mu_engine *e, int ring, unsigned codec, family_buf 
             s->codec = (uint16_t)codec;
             s->codec_version = 1;
             s->layout = KV_LAYOUT_CONTIGUOUS;
-            s->axis_rule = I->swa_layers[il] ? KV_AXIS_TAIL : KV_AXIS_DIRECT;
+            s->axis_rule = I->swa_layers[il] && !direct ? KV_AXIS_TAIL : KV_AXIS_DIRECT;
             s->token_axis = 0;
             s->rank = 3;
             s->dims[0] = 0;
@@ -281,7 +286,7 @@ void mu_kv_ident_digest(const mu_kv_ident *id, int n_ctx, uint8_t out[32], const
     const mu_model *m = mu_engine_model(id->e);
     family_buf *fb = malloc(sizeof *fb);
     MU_ASSERT(fb); /* a few tens of kilobytes */
-    int rc = make_family(id->e, ring_for_ctx(m, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(m)), KV_CODEC_RAW, fb, NULL);
+    int rc = make_family(id->e, ring_for_ctx(m, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(m)), KV_CODEC_RAW, false, fb, NULL);
     static const char d[] = "muser/lane/v1/identity";
     kv_sha *h = kv_sha_new();
     kv_sha_put(h, d, sizeof d);
@@ -307,17 +312,20 @@ static int check_ident(const kv_manifest *m, const mu_kv_ident *id, int ring, mu
         return ident_fail(err, "the rows were computed by another kernel class or chunk size");
     family_buf *fb = malloc(sizeof *fb);
     if (!fb) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    int rc = make_family(id->e, ring, m->family.states[0].codec, fb, err);
+    int rc = make_family(id->e, ring, m->family.states[0].codec, false, fb, err);
     if (!rc && memcmp(m->family.abi, fb->f.abi, 32))
         rc = ident_fail(err, "engine cache ABI differs (the sliding layers' ring size depends on --ctx)");
-    if (!rc) {
+    for (int direct = 0; !rc && direct < 2; direct++) { /* the window layout, or the chainable one */
+        if (direct && (rc = make_family(id->e, ring, m->family.states[0].codec, true, fb, err))) break;
         kv_buf a = {0}, b = {0};
         kv_encode_family(&a, &m->family);
         kv_encode_family(&b, &fb->f);
+        bool same = !a.oom && !b.oom && a.n == b.n && !memcmp(a.p, b.p, a.n);
         if (a.oom || b.oom) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-        else if (a.n != b.n || memcmp(a.p, b.p, a.n)) rc = ident_fail(err, "state layout (dtype, shapes, rules) differs");
         kv_buf_free(&a);
         kv_buf_free(&b);
+        if (same) break;
+        if (!rc && direct) rc = ident_fail(err, "state layout (dtype, shapes, rules) differs");
     }
     free(fb);
     return rc;
@@ -347,21 +355,29 @@ static void tok_key(const uint8_t root[32], uint8_t out[32]) {
     kv_hkdf(root, 32, NULL, 0, info, sizeof info, out);
 }
 
-int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
-                mu_err *err) {
-    if (n < 1 || n > TOK_MAX_IDS) return mu_fail(err, MU_E_ARG, "kvpack: cannot seal %d token ids", n);
-    size_t len = TOK_FIXED + 4 * (size_t)n;
-    uint8_t *p = malloc(len), key[32], aad[TOK_HEAD + 32];
-    if (!p) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n,
+                const int32_t *tail, int n_tail, kv_buf *out, mu_err *err) {
+    if (n < 1 || n > TOK_MAX_IDS || n_tail < 0 || n_tail > TOK_MAX_IDS - n || (n_tail && !tail))
+        return mu_fail(err, MU_E_ARG, "kvpack: cannot seal %d token ids and %d more", n, n_tail);
+    size_t nb = 4 * ((size_t)n + (size_t)n_tail), len = TOK_FIXED + nb;
+    uint8_t *p = malloc(len), *pt = malloc(nb ? nb : 1), key[32], aad[TOK_HEAD + 32];
+    if (!p || !pt) {
+        free(p);
+        free(pt);
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    }
+    memcpy(pt, tokens, 4 * (size_t)n);
+    if (n_tail) memcpy(pt + 4 * (size_t)n, tail, 4 * (size_t)n_tail);
     memcpy(p, TOK_MAGIC, 8);
-    uint32_t v[2] = {(uint32_t)n, 0};
+    uint32_t v[2] = {(uint32_t)n, (uint32_t)n_tail};
     memcpy(p + 8, v, 8);
     uint8_t *nonce = p + TOK_HEAD, *tag = nonce + 12, *ct = tag + 16;
     MU_ASSERT(RAND_bytes(nonce, 12) == 1);
     memcpy(aad, p, TOK_HEAD);
     memcpy(aad + TOK_HEAD, token_root, 32);
     tok_key(root, key);
-    int rc = kv_aead(true, key, nonce, aad, sizeof aad, (const uint8_t *)tokens, 4 * (size_t)n, ct, tag);
+    int rc = kv_aead(true, key, nonce, aad, sizeof aad, pt, nb, ct, tag);
+    free(pt);
     OPENSSL_cleanse(key, sizeof key);
     if (rc) {
         free(p);
@@ -373,28 +389,30 @@ int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int3
 }
 
 int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t token_count, const uint8_t *p,
-                size_t len, int32_t **out, mu_err *err) {
+                size_t len, int32_t **out, int *n_tail, mu_err *err) {
     uint32_t v[2] = {0, 0};
     if (len < TOK_FIXED) return kv_fail(err, KV_TRUNCATED, "tokens.kvtok: %zu bytes, shorter than its head", len);
     if (memcmp(p, TOK_MAGIC, 8)) return kv_fail(err, KV_BAD_MAGIC, "tokens.kvtok: bad magic");
     memcpy(v, p + 8, 8);
-    if (v[1]) return kv_fail(err, KV_RESERVED, "tokens.kvtok: reserved field is not zero");
-    if (v[0] == 0 || v[0] > TOK_MAX_IDS || len != TOK_FIXED + 4 * (size_t)v[0])
-        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: %u ids in %zu bytes", v[0], len);
+    if (v[0] == 0 || v[0] > TOK_MAX_IDS || v[1] > TOK_MAX_IDS - v[0] ||
+        len != TOK_FIXED + 4 * ((size_t)v[0] + v[1]))
+        return kv_fail(err, KV_BOUNDS, "tokens.kvtok: %u + %u ids in %zu bytes", v[0], v[1], len);
     if (v[0] != token_count)
         return kv_fail(err, KV_SEMANTICS, "tokens.kvtok holds %u ids, the pack %llu positions", v[0],
                        (unsigned long long)token_count);
-    int32_t *ids = malloc(4 * (size_t)v[0]);
+    uint32_t nt = v[0] + v[1];
+    int32_t *ids = malloc(4 * (size_t)nt);
     if (!ids) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
     uint8_t key[32], aad[TOK_HEAD + 32], tag[16];
     memcpy(aad, p, TOK_HEAD);
     memcpy(aad + TOK_HEAD, token_root, 32);
     memcpy(tag, p + TOK_HEAD + 12, 16);
     tok_key(root, key);
-    int rc = kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)v[0], (uint8_t *)ids, tag);
+    int rc = kv_aead(false, key, p + TOK_HEAD, aad, sizeof aad, p + TOK_FIXED, 4 * (size_t)nt, (uint8_t *)ids, tag);
     OPENSSL_cleanse(key, sizeof key);
     if (rc) rc = kv_fail(err, KV_AUTH, "tokens.kvtok does not authenticate (another pack or key)");
-    for (uint32_t i = 0; !rc && i < v[0]; i++)
+    if (n_tail) *n_tail = (int)v[1];
+    for (uint32_t i = 0; !rc && i < nt; i++)
         if (ids[i] < 0) rc = kv_fail(err, KV_SEMANTICS, "tokens.kvtok: negative token id");
     if (rc) {
         free(ids);
@@ -404,7 +422,240 @@ int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t t
     return 0;
 }
 
+/* ---- layers on threads ------------------------------------------------- */
+/*
+ * A pack's chunks are independent: each layer's K and V chunks are read
+ * from (or written to) the session and encoded (or verified) by one of a
+ * few threads, which take layers in turn. Results go to per-layer slots
+ * planned before the threads start; the first error wins and the others
+ * stop at their next layer. GPU sessions move rows through one device
+ * stream: one thread.
+ */
+
+typedef struct {
+    int (*fn)(void *plan, int il, void *scratch, mu_err *err);
+    void *plan;
+    int n_layer;
+    atomic_int next;
+    atomic_bool failed;
+    pthread_mutex_t mu;
+    int rc;
+    mu_err err;
+} layer_run;
+
+typedef struct {
+    uint8_t *a, *b, *c;  /* worker-owned buffers, grown as needed */
+    size_t na, nb, nc;
+    kv_buf oa, ob;
+} scratch;
+
+static void *layer_worker(void *arg) {
+    layer_run *lr = arg;
+    scratch sc = {0};
+    for (;;) {
+        int il = atomic_fetch_add(&lr->next, 1);
+        if (il >= lr->n_layer || atomic_load(&lr->failed)) break;
+        mu_err e = {0};
+        int rc = lr->fn(lr->plan, il, &sc, &e);
+        if (rc) {
+            pthread_mutex_lock(&lr->mu);
+            if (!lr->rc) {
+                lr->rc = rc;
+                lr->err = e;
+            }
+            pthread_mutex_unlock(&lr->mu);
+            atomic_store(&lr->failed, true);
+            break;
+        }
+    }
+    free(sc.a);
+    free(sc.b);
+    if (sc.c) OPENSSL_cleanse(sc.c, sc.nc);
+    free(sc.c);
+    if (sc.oa.p) OPENSSL_cleanse(sc.oa.p, sc.oa.cap); /* decrypted rows */
+    if (sc.ob.p) OPENSSL_cleanse(sc.ob.p, sc.ob.cap);
+    kv_buf_free(&sc.oa);
+    kv_buf_free(&sc.ob);
+    return NULL;
+}
+
+#define KV_MAX_THREADS 16
+static int run_layers(int (*fn)(void *, int, void *, mu_err *), void *plan, int n_layer, int n_threads, mu_err *err) {
+    layer_run lr = {.fn = fn, .plan = plan, .n_layer = n_layer};
+    atomic_init(&lr.next, 0);
+    atomic_init(&lr.failed, false);
+    pthread_mutex_init(&lr.mu, NULL);
+    if (n_threads > n_layer) n_threads = n_layer;
+    if (n_threads > KV_MAX_THREADS) n_threads = KV_MAX_THREADS;
+    pthread_t th[KV_MAX_THREADS];
+    int started = 0;
+    for (int t = 1; t < n_threads; t++)
+        if (!pthread_create(&th[started], NULL, layer_worker, &lr)) started++;
+    layer_worker(&lr); /* this thread works too */
+    for (int t = 0; t < started; t++) pthread_join(th[t], NULL);
+    pthread_mutex_destroy(&lr.mu);
+    if (lr.rc) *err = lr.err;
+    return lr.rc;
+}
+
+/* Threads for a pack of session s: the engine's, at most KV_MAX_THREADS;
+ * one for a GPU session. MUSER_KV_THREADS overrides (benchmarks). */
+static int kv_threads(const mu_session *s) {
+    if (s && s->gs) return 1;
+    const char *e = getenv("MUSER_KV_THREADS");
+    int n = e && *e ? atoi(e) : s ? mu_engine_n_threads(s->e) : 1;
+    return n < 1 ? 1 : n > KV_MAX_THREADS ? KV_MAX_THREADS : n;
+}
+
+static bool grow(uint8_t **p, size_t *cap, size_t want) {
+    if (*cap >= want) return true;
+    uint8_t *q = realloc(*p, want);
+    if (!q) return false;
+    *p = q;
+    *cap = want;
+    return true;
+}
+
+typedef struct {
+    const mu_session *s;
+    kv_writer *w;
+    const kv_keys *keys;
+    const kv_manifest *m;
+    const family_buf *fb;
+    uint8_t tenant[32], fam[32];
+    bool enc;
+    int T, n;
+    uint64_t bpt;
+    int *lo;            /* [L] first position of each layer */
+    kv_span **spans;    /* [L] */
+    kv_ref **refs;      /* [2L] */
+} save_plan;
+
+/* Layer il's chunks: the rows read straight into the objects' frames (the
+ * raw codec), encoded, written. */
+static int save_layer(void *plan, int il, void *scr, mu_err *err) {
+    save_plan *sp = plan;
+    scratch *sc = scr;
+    const size_t cb = (size_t)sp->T * sp->bpt, bound = kv_chunk_bound(cb);
+    const bool raw = sp->fb->st[2 * il].codec == KV_CODEC_RAW;
+    kv_buf *obj[2] = {&sc->oa, &sc->ob};
+    for (int r = 0; r < 2; r++)
+        if (obj[r]->cap < bound) {
+            uint8_t *q = realloc(obj[r]->p, bound);
+            if (!q) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+            obj[r]->p = q;
+            obj[r]->cap = bound;
+        }
+    if (!raw && (!grow(&sc->a, &sc->na, cb) || !grow(&sc->b, &sc->nb, cb)))
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
+    for (int c = 0; c < nch; c++) {
+        const kv_span *span = &sp->spans[il][c];
+        uint8_t *kp = raw ? obj[0]->p + KV_ALIGN + KV_FRAME_HDR : sc->a;
+        uint8_t *vp = raw ? obj[1]->p + KV_ALIGN + KV_FRAME_HDR : sc->b;
+        int rc = mu_session_kv_read(sp->s, il, (int)span->token_start, (int)span->token_count, (uint16_t *)kp,
+                                    (uint16_t *)vp, err);
+        if (rc) return rc;
+        for (int r = 0; r < 2; r++) {
+            kv_chunk ch = {0};
+            const kv_key *key = &sp->fb->st[2 * il + r].key;
+            if ((rc = kv_chunk_encode_to(r ? vp : kp, span->plain_bytes, sp->tenant, &sp->m->family, key, span, EPOCH,
+                                         sp->enc, sp->keys, NULL, NULL, sp->fam, obj[r], &ch, err)))
+                return rc;
+            char name[80];
+            chunk_name(ch.object_key, name);
+            if ((rc = kv_writer_put(sp->w, name, obj[r]->p, obj[r]->n, err))) return rc;
+            kv_ref *f = &sp->refs[2 * il + r][c];
+            memcpy(f->chunk_id, ch.chunk_id, 32);
+            memcpy(f->object_key, ch.object_key, 32);
+            memcpy(f->digest, ch.digest, 32);
+            f->epoch = EPOCH;
+            f->plain_bytes = ch.plain_bytes;
+            f->object_bytes = (uint32_t)obj[r]->n;
+        }
+    }
+    return 0;
+}
+
 /* ---- save --------------------------------------------------------------- */
+
+/* A manifest file of dir decoded, with its manifest id (the header's,
+ * which the decode checks against the content). */
+static int load_manifest_file(const char *dir, const char *name, const kv_keys *keys, kv_mem *mem, kv_manifest *m,
+                              uint8_t mid[32], mu_err *err) {
+    uint8_t *p;
+    size_t n;
+    int rc = kv_read_file(dir, name, MAX_MANIFEST_FILE, &p, &n, err);
+    if (rc) return rc;
+    kv_pack_header h;
+    rc = kv_pack_header_read(p, n, &h, err);
+    if (!rc) rc = kv_pack_decode(p, n, keys, mem, m, err);
+    if (!rc && mid) memcpy(mid, h.manifest_id, 32);
+    free(p);
+    return rc;
+}
+
+static bool cut_eq(const kv_cut *a, const kv_cut *b) {
+    return a->token_count == b->token_count && !memcmp(a->token_root, b->token_root, 32) &&
+           !memcmp(a->aux_root, b->aux_root, 32);
+}
+
+static bool family_eq(const kv_family *a, const kv_family *b) {
+    kv_buf x = {0}, y = {0};
+    kv_encode_family(&x, a);
+    kv_encode_family(&y, b);
+    bool same = !x.oom && !y.oom && x.n == y.n && !memcmp(x.p, y.p, x.n);
+    kv_buf_free(&x);
+    kv_buf_free(&y);
+    return same;
+}
+
+/* The pack at pdir can be the parent of a delta holding tokens[n_p, n) of
+ * session s: the chainable layout (fam), this identity, a strict prefix of
+ * the tokens, a chain not at its depth limit, and rows [n_p, n) still in
+ * every sliding layer's ring. False (and no error) otherwise: the save
+ * writes a whole pack. */
+static bool parent_fits(const char *pdir, const kv_keys *keys, kv_mem *mem, const mu_kv_ident *id, const mu_session *s,
+                        const kv_family *fam, const uint8_t tenant[32], const int32_t *tokens, int n, kv_manifest *pm,
+                        uint8_t pid[32]) {
+    mu_err e = {0};
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/manifest.kvpk", pdir);
+    if (access(path, F_OK) || load_manifest_file(pdir, "manifest.kvpk", keys, mem, pm, pid, &e)) return false;
+    if (!family_eq(&pm->family, fam) || check_ident(pm, id, ring_of(s), &e)) return false;
+    uint64_t np = pm->cut.token_count;
+    int depth = pm->schema.kind ? pm->schema.depth : 0;
+    if (np < 1 || np >= (uint64_t)n || depth + 1 > KV_MAX_DEPTH || memcmp(pm->tenant, tenant, 32)) return false;
+    const int ring = ring_of(s);
+    if (ring && (uint64_t)n - np > (uint64_t)ring) return false;
+    kv_cut cut;
+    if (kv_input_cut(keys->prefix, tenant, &pm->model, fam, NULL, 0, (const uint32_t *)tokens, (size_t)np, &cut, NULL,
+                     &e))
+        return false;
+    return cut_eq(&cut, &pm->cut);
+}
+
+/* The files a delta carries of its parent: the parent's chunks (same
+ * names), its manifest as parent-1.kvpk and its ancestors' as parent-k+1. */
+static int link_parent(kv_writer *w, const char *pdir, mu_err *err) {
+    DIR *d = opendir(pdir);
+    if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", pdir, strerror(errno));
+    struct dirent *de;
+    int rc = 0;
+    while (!rc && (de = readdir(d))) {
+        const char *nm = de->d_name;
+        size_t l = strlen(nm);
+        char as[32];
+        if (!strcmp(nm, "manifest.kvpk")) rc = kv_writer_link(w, pdir, nm, "parent-1.kvpk", err);
+        else if (l == 13 && !strncmp(nm, "parent-", 7) && nm[7] >= '1' && nm[7] < '7' && !strcmp(nm + 8, ".kvpk")) {
+            snprintf(as, sizeof as, "parent-%c.kvpk", nm[7] + 1);
+            rc = kv_writer_link(w, pdir, nm, as, err);
+        } else if (l == 64 + 6 && !strcmp(nm + 64, ".kvchk"))
+            rc = kv_writer_link(w, pdir, nm, nm, err);
+    }
+    closedir(d);
+    return rc;
+}
 
 int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *tokens, int n, const uint8_t root[32],
                     const mu_kv_save_opts *o, const char *dir, mu_err *err) {
@@ -427,15 +678,26 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     kv_key_schedule(root, tenant, EPOCH, &keys, err);
     family_buf *fb = malloc(sizeof *fb);
     kv_mem *mem = kv_mem_new();
-    uint16_t *kb = malloc((size_t)T * bpt), *vb = malloc((size_t)T * bpt);
     kv_writer w;
     bool writing = false;
     int rc = 0;
-    if (!fb || !mem || !kb || !vb) {
+    if (!fb || !mem) {
         rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
         goto done;
     }
-    if ((rc = make_family(s->e, ring_of(s), codec, fb, err))) goto done;
+    /* the layout: chainable (every layer direct) when asked and the rings
+     * still hold every position, or a delta on a parent that fits */
+    const int ring = ring_of(s);
+    bool chain = o && o->chain, delta = false, direct = chain && (!ring || n <= ring);
+    kv_manifest pm;
+    uint8_t pid[32];
+    if (chain) {
+        if ((rc = make_family(s->e, ring, codec, true, fb, err))) goto done;
+        delta = o->parent && parent_fits(o->parent, &keys, mem, id, s, &fb->f, tenant, tokens, n, &pm, pid);
+        direct = direct || delta;
+    }
+    if (!direct && (rc = make_family(s->e, ring, codec, false, fb, err))) goto done;
+    const int n_p = delta ? (int)pm.cut.token_count : 0;
     kv_manifest m = {.epoch = EPOCH, .model = id->sem, .family = fb->f};
     memcpy(m.tenant, tenant, 32);
     if ((rc = kv_input_cut(keys.prefix, tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)tokens, (size_t)n,
@@ -451,68 +713,74 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
     }
     if ((rc = kv_writer_begin(&w, dir, err))) goto done;
     writing = true;
-    uint64_t total = 0;
+    if (delta && (rc = link_parent(&w, o->parent, err))) goto done;
+    uint64_t total = 0, complete = 0;
+    save_plan sp = {.s = s, .w = &w, .keys = &keys, .m = &m, .fb = fb, .enc = enc, .T = T, .bpt = bpt, .n = n,
+                    .lo = kv_alloc(mem, (size_t)L, sizeof(int)), .spans = kv_alloc(mem, (size_t)L, sizeof(kv_span *)),
+                    .refs = kv_alloc(mem, (size_t)2 * L, sizeof(kv_ref *))};
+    memcpy(sp.tenant, tenant, 32);
+    if (!sp.lo || !sp.spans || !sp.refs || kv_family_id(&m.family, sp.fam)) {
+        rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        goto done;
+    }
     for (int il = 0; il < L; il++) {
         int keep = o && o->full_ring ? s->rows[il] : I->n_swa; /* the window, or all the ring holds */
-        int lo = I->swa_layers[il] && n > keep ? n - keep : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
+        bool tail = I->swa_layers[il] && !direct;
+        int lo = delta ? n_p : tail && n > keep ? n - keep : 0, cnt = n - lo, nch = (cnt + T - 1) / T;
+        uint64_t all = tail ? (uint64_t)cnt : (uint64_t)n; /* the state's complete token count */
         kv_span *spans = kv_alloc(mem, (size_t)nch, sizeof *spans);
         kv_ref *refs[2] = {kv_alloc(mem, (size_t)nch, sizeof(kv_ref)), kv_alloc(mem, (size_t)nch, sizeof(kv_ref))};
         if (!spans || !refs[0] || !refs[1]) {
             rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
             goto done;
         }
+        sp.lo[il] = lo;
+        sp.spans[il] = spans;
+        sp.refs[2 * il] = refs[0];
+        sp.refs[2 * il + 1] = refs[1];
         for (int c = 0; c < nch; c++) {
             int t0 = lo + c * T, tc = n - t0 < T ? n - t0 : T;
-            if ((rc = mu_session_kv_read(s, il, t0, tc, kb, vb, err))) goto done;
             spans[c] = (kv_span){(uint64_t)t0, (uint64_t)tc, (uint64_t)t0 * bpt, (uint32_t)((uint64_t)tc * bpt)};
-            for (int r = 0; r < 2; r++) {
-                kv_chunk ch;
-                const kv_key *key = &fb->st[2 * il + r].key;
-                if ((rc = kv_chunk_encode((const uint8_t *)(r ? vb : kb), (size_t)tc * bpt, tenant, &m.family, key,
-                                          &spans[c], EPOCH, enc, &keys, NULL, NULL, &ch, err)))
-                    goto done;
-                char name[80];
-                chunk_name(ch.object_key, name);
-                rc = kv_writer_put(&w, name, ch.data.p, ch.data.n, err);
-                kv_ref *f = &refs[r][c];
-                memcpy(f->chunk_id, ch.chunk_id, 32);
-                memcpy(f->object_key, ch.object_key, 32);
-                memcpy(f->digest, ch.digest, 32);
-                f->epoch = EPOCH;
-                f->plain_bytes = ch.plain_bytes;
-                f->object_bytes = (uint32_t)ch.data.n;
-                kv_buf_free(&ch.data);
-                if (rc) goto done;
-            }
         }
         for (int r = 0; r < 2; r++) {
             kv_rstate *R = &rs[2 * il + r];
             R->key = fb->st[2 * il + r].key;
             R->full = R->segment = (kv_shape){3, {(uint64_t)cnt, (uint64_t)I->n_head_kv, (uint64_t)I->head_dim}};
+            R->full.dims[0] = all;
             R->n_strides = 3;
             R->strides[0] = (uint64_t)nkv;
             R->strides[1] = (uint64_t)I->head_dim;
             R->strides[2] = 1;
             R->logical_start = (uint64_t)lo;
             R->logical_count = (uint64_t)cnt;
-            R->phys_off = 0;
-            R->phys_span = R->phys_complete = (uint64_t)cnt * bpt;
+            R->phys_off = tail ? 0 : (uint64_t)lo * bpt;
+            R->phys_span = (uint64_t)cnt * bpt;
+            R->phys_complete = all * bpt;
             R->abs_pos = (uint64_t)n;
             R->n_spans = (uint32_t)nch;
             R->spans = spans;
             ps[2 * il + r] = (kv_pstate){R->key, (uint32_t)nch, refs[r]};
             gkeys[2 * il + r] = R->key;
             total += (uint64_t)cnt * bpt;
+            complete += all * bpt;
         }
     }
+    /* the chunks: layers spread over threads, each writing its own files */
+    if ((rc = run_layers(save_layer, &sp, L, kv_threads(s), err))) goto done;
     *grp = (kv_group){1, (uint32_t)(2 * L), gkeys};
     m.schema = (kv_schema){.kind = 0, .n_states = (uint32_t)(2 * L), .states = rs, .n_groups = 1, .groups = grp,
-                           .segment_bytes = total, .complete_bytes = total};
+                           .segment_bytes = total, .complete_bytes = complete};
+    if (delta) {
+        m.schema.kind = 1;
+        m.schema.depth = (uint8_t)((pm.schema.kind ? pm.schema.depth : 0) + 1);
+        memcpy(m.schema.parent, pid, 32);
+        m.schema.parent_cut = pm.cut;
+    }
     m.n_states = (uint32_t)(2 * L);
     m.states = ps;
     if (o && o->with_tokens) {
         kv_buf tb = {0};
-        if ((rc = kv_tok_seal(root, m.cut.token_root, tokens, n, &tb, err))) goto done;
+        if ((rc = kv_tok_seal(root, m.cut.token_root, tokens, n, o->tail, o->n_tail, &tb, err))) goto done;
         rc = kv_writer_put(&w, "tokens.kvtok", tb.p, tb.n, err);
         kv_buf_free(&tb);
         if (rc) goto done;
@@ -525,8 +793,6 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
 done:
     if (writing) kv_writer_abort(&w);
     kv_keys_wipe(&keys);
-    free(kb);
-    free(vb);
     free(fb);
     kv_mem_free(mem);
     return rc;
@@ -544,18 +810,75 @@ static int load_manifest(const char *dir, const kv_keys *keys, kv_mem *mem, kv_m
     return rc;
 }
 
-static int load_chunk(const char *dir, const kv_manifest *m, uint32_t si, uint32_t c, const kv_keys *keys,
-                      uint8_t *out, mu_err *err) {
+typedef struct {
+    int dfd;
+    const kv_manifest *m;
+    const kv_keys *keys;
+    uint8_t fam[32];
+    mu_session *s;       /* NULL: verify only */
+} read_plan;
+
+/* One state's chunks read, verified and (with a session) installed; for
+ * a session, K and V of each span go in together (states 2il, 2il + 1). */
+static int read_state(read_plan *rp, uint32_t si, uint32_t c, uint8_t **buf, size_t *cap, uint8_t **out,
+                      size_t *ocap, const uint8_t **plain, mu_err *err) {
+    const kv_manifest *m = rp->m;
     const kv_ref *ref = &m->states[si].chunks[c];
+    const kv_span *span = &m->schema.states[si].spans[c];
     char name[80];
     chunk_name(ref->object_key, name);
-    uint8_t *p;
-    size_t n;
-    int rc = kv_read_file(dir, name, KV_MAX_OBJECT, &p, &n, err);
+    size_t n = 0;
+    int rc = kv_read_at(rp->dfd, name, KV_MAX_OBJECT, buf, cap, &n, err);
     if (rc) return rc;
-    rc = kv_chunk_decode(p, n, ref, &m->schema.states[si].spans[c], m->tenant, &m->family, &m->states[si].key, keys,
-                         out, err);
-    free(p);
+    if (!grow(out, ocap, span->plain_bytes ? span->plain_bytes : 1))
+        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    return kv_chunk_open(*buf, n, ref, span, m->tenant, &m->family, &m->states[si].key, rp->keys, rp->fam, *out,
+                         plain, err);
+}
+
+static int read_layer(void *plan, int il, void *scr, mu_err *err) {
+    read_plan *rp = plan;
+    scratch *sc = scr;
+    const kv_manifest *m = rp->m;
+    if (!rp->s) { /* verify: il is a state (any layout a pack may have) */
+        for (uint32_t c = 0; c < m->states[il].n_chunks; c++) {
+            const uint8_t *pl = NULL;
+            int rc = read_state(rp, (uint32_t)il, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &pl, err);
+            if (rc) return rc;
+        }
+        return 0;
+    }
+    uint32_t sk = (uint32_t)(2 * il), sv = sk + 1;
+    if (sv >= m->n_states || m->states[sk].n_chunks != m->states[sv].n_chunks)
+        return kv_fail(err, KV_SEMANTICS, "layer %d: K and V states do not pair", il);
+    for (uint32_t c = 0; c < m->states[sk].n_chunks; c++) {
+        const uint8_t *kp = NULL, *vp = NULL;
+        int rc = read_state(rp, sk, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &kp, err);
+        if (!rc) rc = read_state(rp, sv, c, &sc->ob.p, &sc->ob.cap, &sc->b, &sc->nb, &vp, err);
+        if (rc) return rc;
+        const kv_span *sp = &m->schema.states[sk].spans[c], *spv = &m->schema.states[sv].spans[c];
+        if (rp->s) {
+            if (sp->token_start != spv->token_start || sp->token_count != spv->token_count)
+                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V chunks cover other positions", il);
+            if ((rc = mu_session_kv_write(rp->s, il, (int)sp->token_start, (int)sp->token_count, (const uint16_t *)kp,
+                                          (const uint16_t *)vp, err)))
+                return rc;
+        }
+    }
+    return 0;
+}
+
+/* Every chunk of the manifest read and verified on n_threads threads; with
+ * a session, installed too (the caller commits). */
+static int read_chunks(const char *dir, const kv_manifest *m, const kv_keys *keys, mu_session *s, int n_threads,
+                       mu_err *err) {
+    read_plan rp = {.m = m, .keys = keys, .s = s};
+    if (s && m->n_states % 2) return kv_fail(err, KV_SEMANTICS, "an odd number of states: %u", m->n_states);
+    if (kv_family_id(&m->family, rp.fam)) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    rp.dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (rp.dfd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", dir, strerror(errno));
+    int rc = run_layers(read_layer, &rp, (int)(s ? m->n_states / 2 : m->n_states), n_threads, err);
+    close(rp.dfd);
     return rc;
 }
 
@@ -565,26 +888,49 @@ static void schedule(const uint8_t root[32], kv_keys *keys) {
     kv_key_schedule(root, tenant, EPOCH, keys, NULL);
 }
 
+/* A pack and its ancestors: ms[0] the pack's manifest, ms[k] the one in
+ * parent-k.kvpk, down to the full base ms[*n - 1]. Each parent's manifest
+ * id must be the one its child names, its cut the child's parent cut, its
+ * depth one less, its family, model and tenant the child's. */
+static int load_chain(const char *dir, const kv_keys *keys, kv_mem *mem, kv_manifest ms[KV_MAX_DEPTH + 1], int *n,
+                      mu_err *err) {
+    int rc = load_manifest(dir, keys, mem, &ms[0], err);
+    if (rc) return rc;
+    int d = ms[0].schema.kind ? ms[0].schema.depth : 0;
+    for (int k = 1; k <= d; k++) {
+        char name[32];
+        uint8_t mid[32];
+        snprintf(name, sizeof name, "parent-%d.kvpk", k);
+        if ((rc = load_manifest_file(dir, name, keys, mem, &ms[k], mid, err))) {
+            if (rc == MU_E_IO) rc = kv_fail(err, KV_GRAPH, "delta pack without its ancestor %s", name);
+            return rc;
+        }
+        const kv_manifest *c = &ms[k - 1], *p = &ms[k];
+        int pd = p->schema.kind ? p->schema.depth : 0;
+        if (memcmp(mid, c->schema.parent, 32)) return kv_fail(err, KV_GRAPH, "%s is not the parent the pack names", name);
+        if (!cut_eq(&p->cut, &c->schema.parent_cut)) return kv_fail(err, KV_GRAPH, "%s: parent cut mismatch", name);
+        if (pd != d - k) return kv_fail(err, KV_GRAPH, "%s: delta depth %d, not %d", name, pd, d - k);
+        if (memcmp(p->tenant, c->tenant, 32) || memcmp(&p->model, &c->model, sizeof p->model) ||
+            !family_eq(&p->family, &c->family))
+            return kv_fail(err, KV_GRAPH, "%s: another model, tenant or layout than its child", name);
+    }
+    *n = d + 1;
+    return 0;
+}
+
 int mu_kv_pack_verify(const char *dir, const uint8_t root[32], const mu_kv_ident *id, int n_ctx, mu_err *err) {
     kv_keys keys;
     schedule(root, &keys);
     kv_mem *mem = kv_mem_new();
     if (!mem) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    kv_manifest m;
-    int rc = load_manifest(dir, &keys, mem, &m, err);
+    kv_manifest ms[KV_MAX_DEPTH + 1];
+    int nm = 0;
+    int rc = load_chain(dir, &keys, mem, ms, &nm, err);
     if (!rc && id) {
         const mu_model *model = mu_engine_model(id->e);
-        rc = check_ident(&m, id, ring_for_ctx(model, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(model)), err);
+        rc = check_ident(&ms[0], id, ring_for_ctx(model, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(model)), err);
     }
-    uint8_t *buf = NULL;
-    for (uint32_t si = 0; !rc && si < m.n_states; si++)
-        for (uint32_t c = 0; !rc && c < m.states[si].n_chunks; c++) {
-            free(buf);
-            buf = malloc(m.schema.states[si].spans[c].plain_bytes);
-            if (!buf) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-            else rc = load_chunk(dir, &m, si, c, &keys, buf, err);
-        }
-    free(buf);
+    for (int k = nm - 1; !rc && k >= 0; k--) rc = read_chunks(dir, &ms[k], &keys, NULL, kv_threads(NULL), err);
     kv_keys_wipe(&keys);
     kv_mem_free(mem);
     return rc;
@@ -604,18 +950,24 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
     kv_keys keys;
     schedule(root, &keys);
     kv_mem *mem = kv_mem_new();
-    uint8_t *kb = NULL, *vb = NULL;
-    kv_manifest m;
-    int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    if (!rc) rc = check_ident(&m, id, ring_of(s), err);
-    if (!rc && m.schema.kind != 0)
-        rc = mu_fail(err, MU_E_UNSUPPORTED, "kvpack: a delta pack restores only through its base (not built yet)");
-    uint64_t n = rc ? 0 : m.cut.token_count;
+    kv_manifest ms[KV_MAX_DEPTH + 1];
+    int nm = 0;
+    int rc = mem ? load_chain(dir, &keys, mem, ms, &nm, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    const kv_manifest *m = &ms[0];
+    if (!rc) rc = check_ident(m, id, ring_of(s), err);
+    uint64_t n = rc ? 0 : m->cut.token_count;
     if (!rc && n > (uint64_t)s->n_ctx)
         rc = mu_fail(err, MU_E_ARG, "kvpack: the pack holds %llu positions, the session's context is %d",
                      (unsigned long long)n, s->n_ctx);
     for (int il = 0; !rc && il < I->n_layer; il++) {
-        const kv_rstate *R = &m.schema.states[2 * il];
+        const kv_rstate *R = &m->schema.states[2 * il];
+        if (m->family.states[2 * il].axis_rule != KV_AXIS_TAIL) {
+            /* every position from 0 (a chain: base and deltas), installed in order, so a ring keeps the last
+             * of them */
+            if (I->swa_layers[il] && n > (uint64_t)s->rows[il] && (int)(n - (uint64_t)s->rows[il]) > lo_max)
+                lo_max = (int)(n - (uint64_t)s->rows[il]);
+            continue;
+        }
         /* the ring must hold the window; a full layer every position */
         uint64_t need = I->swa_layers[il] ? (n < (uint64_t)I->n_swa ? n : (uint64_t)I->n_swa) : n;
         if (I->swa_layers[il] && (int)R->logical_start > lo_max) lo_max = (int)R->logical_start;
@@ -624,34 +976,28 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
                          (unsigned long long)R->logical_count, (unsigned long long)need, s->rows[il]);
             break;
         }
-        for (uint32_t c = 0; !rc && c < R->n_spans; c++) {
-            const kv_span *sp = &R->spans[c];
-            free(kb);
-            free(vb);
-            kb = malloc(sp->plain_bytes);
-            vb = malloc(sp->plain_bytes);
-            if (!kb || !vb) rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-            if (!rc) rc = load_chunk(dir, &m, (uint32_t)(2 * il), c, &keys, kb, err);
-            if (!rc) rc = load_chunk(dir, &m, (uint32_t)(2 * il + 1), c, &keys, vb, err);
-            if (!rc)
-                rc = mu_session_kv_write(s, il, (int)sp->token_start, (int)sp->token_count, (const uint16_t *)kb,
-                                         (const uint16_t *)vb, err);
-        }
     }
+    /* the base first, then each delta: positions in order */
+    for (int k = nm - 1; !rc && k >= 0; k--) rc = read_chunks(dir, &ms[k], &keys, s, kv_threads(s), err);
     if (!rc) rc = mu_session_kv_commit(s, (int)n, err);
     if (rc) mu_session_reset(s);
     else {
         if (n_restored) *n_restored = (int)n;
         if (swa_lo) *swa_lo = lo_max;
     }
-    free(kb);
-    free(vb);
     kv_keys_wipe(&keys);
     kv_mem_free(mem);
     return rc;
 }
 
 int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens, int *n_out, mu_err *err) {
+    int n_all = 0;
+    return mu_kv_pack_tokens_ex(dir, root, tokens, &n_all, n_out, err);
+}
+
+int mu_kv_pack_tokens_ex(const char *dir, const uint8_t root[32], int32_t **tokens, int *n_all, int *n_out,
+                         mu_err *err) {
+    int n_tail = 0;
     uint8_t *p = NULL;
     size_t len = 0;
     char path[PATH_MAX];
@@ -668,7 +1014,7 @@ int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens,
     kv_manifest m;
     int32_t *ids = NULL;
     rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    if (!rc) rc = kv_tok_open(root, m.cut.token_root, m.cut.token_count, p, len, &ids, err);
+    if (!rc) rc = kv_tok_open(root, m.cut.token_root, m.cut.token_count, p, len, &ids, &n_tail, err);
     if (!rc) { /* the ids must be the ones the pack's cut was made from */
         kv_cut cut;
         rc = kv_input_cut(keys.prefix, m.tenant, &m.model, &m.family, NULL, 0, (const uint32_t *)ids,
@@ -685,6 +1031,7 @@ int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens,
     }
     *tokens = ids;
     *n_out = (int)m.cut.token_count;
+    *n_all = *n_out + n_tail;
     return 0;
 }
 
@@ -766,8 +1113,9 @@ int kv_pack_prefix_of(const char *dir, const uint8_t root[32], const mu_kv_ident
     kv_manifest m;
     int rc = mem ? load_manifest(dir, &keys, mem, &m, err) : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
     if (!rc) rc = check_ident(&m, id, ring_of(s), err);
-    /* a delta pack, or one longer than the prompt, holds no prefix of it */
-    if (!rc && m.schema.kind == 0 && m.cut.token_count > 0 && m.cut.token_count <= (uint64_t)n) {
+    /* a pack longer than the prompt holds no prefix of it (a delta's cut covers its chain: the restore
+     * verifies the ancestors) */
+    if (!rc && m.cut.token_count > 0 && m.cut.token_count <= (uint64_t)n) {
         for (uint64_t i = 0; i < m.cut.token_count; i++)
             if (tokens[i] < 0) goto done;
         kv_cut cut;

@@ -200,45 +200,74 @@ static void chunk_data_key(const kv_keys *keys, const uint8_t *content, const ui
 int kv_chunk_encode(const uint8_t *plain, size_t n, const uint8_t tenant[32], const kv_family *family,
                     const kv_key *state, const kv_span *span, uint64_t epoch, bool encrypt, const kv_keys *keys,
                     const uint8_t *salt_in, const uint8_t *nonce_in, kv_chunk *out, mu_err *err) {
+    kv_chunk c = {0};
+    int rc = kv_chunk_encode_to(plain, n, tenant, family, state, span, epoch, encrypt, keys, salt_in, nonce_in, NULL,
+                                &c.data, &c, err);
+    if (rc) {
+        kv_buf_free(&c.data);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}
+
+/* One object, built in place: the header (zeroed), the frame right after
+ * it (the raw codec copies the plaintext once, or not at all when the
+ * caller read it there already), encrypted in place, the padding zeroed;
+ * the plaintext is hashed once for its content id and the object once for
+ * its digest, as CHUNK_V1.md defines them. */
+int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32], const kv_family *family,
+                       const kv_key *state, const kv_span *span, uint64_t epoch, bool encrypt, const kv_keys *keys,
+                       const uint8_t *salt_in, const uint8_t *nonce_in, const uint8_t fam_in[32], kv_buf *obj_buf,
+                       kv_chunk *out, mu_err *err) {
     if (!epoch) return kv_fail(err, KV_SEMANTICS, "chunk key epoch must be nonzero");
     if (span->plain_bytes != n || !span->token_count)
         return kv_fail(err, KV_SEMANTICS, "chunk plaintext does not match its declared span");
     const kv_fstate *st = family_state(family, state);
     if (!st) return kv_fail(err, KV_SEMANTICS, "chunk state is absent from representation family");
     if (st->codec_version != 1) return kv_fail(err, KV_CODEC, "unsupported chunk codec version");
-    kv_chunk c = {0};
-    kv_buf frame = {0};
+    if (n < 1 || n > KV_MAX_PLAIN) return kv_fail(err, KV_BOUNDS, "chunk plaintext must be in 1..=4 MiB");
+    if (st->codec != KV_CODEC_RAW && st->codec != KV_CODEC_LOSSLESS)
+        return kv_fail(err, KV_UNKNOWN_ENUM, "unknown codec %u", st->codec);
     uint8_t fam[32], salt[16] = {0}, nonce[12] = {0};
-    int rc = kv_frame_encode(st->codec, plain, n, &frame, err);
-    if (rc) return rc;
-    if (kv_family_id(family, fam)) {
-        kv_buf_free(&frame);
-        return NOMEM(err);
+    int rc;
+    if (fam_in) memcpy(fam, fam_in, 32);
+    else if (kv_family_id(family, fam)) return NOMEM(err);
+    /* room for the largest object this plaintext can make */
+    size_t bound = kv_chunk_bound(n);
+    if (obj_buf->cap < bound) {
+        /* a plaintext the caller put in place came with a buffer of kv_chunk_bound */
+        MU_ASSERT(!(plain >= obj_buf->p && plain < obj_buf->p + obj_buf->cap));
+        obj_buf->n = 0;
+        if (!buf_reserve(obj_buf, bound)) return NOMEM(err);
     }
-    if ((rc = kv_chunk_id(keys->chunk_identity, tenant, fam, state, span, plain, n, c.chunk_id, err))) {
-        kv_buf_free(&frame);
-        return rc;
+    uint8_t *h = obj_buf->p, *frame = h + KV_ALIGN;
+    size_t frame_n;
+    if (st->codec == KV_CODEC_RAW) {
+        memcpy(frame, "KVRAW1\0\0", 8);
+        wrle(frame + 8, 1, 2);
+        wrle(frame + 10, 0, 2);
+        wrle(frame + 12, n, 4);
+        if (plain != frame + KV_FRAME_HDR) memcpy(frame + KV_FRAME_HDR, plain, n);
+        frame_n = KV_FRAME_HDR + n;
+    } else {
+        obj_buf->n = KV_ALIGN;
+        if ((rc = kv_frame_encode(st->codec, plain, n, obj_buf, err))) return rc;
+        frame_n = obj_buf->n - KV_ALIGN;
     }
+    if ((rc = kv_chunk_id(keys->chunk_identity, tenant, fam, state, span, plain, n, out->chunk_id, err))) return rc;
     if (encrypt) {
         if (salt_in) memcpy(salt, salt_in, 16);
         else MU_ASSERT(RAND_bytes(salt, 16) == 1);
         if (nonce_in) memcpy(nonce, nonce_in, 12);
         else MU_ASSERT(RAND_bytes(nonce, 12) == 1);
     }
-    object_key(keys, tenant, fam, c.chunk_id, epoch, st->codec, st->codec_version, encrypt, salt, nonce,
-               c.object_key);
-    size_t payload = frame.n + (encrypt ? 16 : 0);
+    object_key(keys, tenant, fam, out->chunk_id, epoch, st->codec, st->codec_version, encrypt, salt, nonce,
+               out->object_key);
+    size_t payload = frame_n + (encrypt ? 16 : 0);
     size_t obj = (KV_ALIGN + payload + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN;
-    if (obj > KV_MAX_OBJECT) {
-        kv_buf_free(&frame);
-        return kv_fail(err, KV_BOUNDS, "encoded chunk object exceeds bound");
-    }
-    if (!buf_reserve(&c.data, obj)) {
-        kv_buf_free(&frame);
-        return NOMEM(err);
-    }
-    uint8_t *h = c.data.p;
-    memset(h, 0, obj);
+    if (obj > KV_MAX_OBJECT) return kv_fail(err, KV_BOUNDS, "encoded chunk object exceeds bound");
+    memset(h, 0, KV_ALIGN);
     memcpy(h, "KVCHK1\0\0", 8);
     wrle(h + 8, 1, 2);
     wrle(h + 10, KV_ALIGN, 2);
@@ -247,40 +276,43 @@ int kv_chunk_encode(const uint8_t *plain, size_t n, const uint8_t tenant[32], co
     wrle(h + 20, st->codec, 2);
     wrle(h + 22, st->codec_version, 2);
     wrle(h + 24, n, 4);
-    wrle(h + 28, frame.n, 4);
+    wrle(h + 28, frame_n, 4);
     wrle(h + 32, payload, 4);
     wrle(h + 36, obj, 4);
     wrle(h + 40, epoch, 8);
     memcpy(h + 48, tenant, 32);
     memcpy(h + 80, fam, 32);
-    memcpy(h + 112, c.chunk_id, 32);
-    memcpy(h + 144, c.object_key, 32);
+    memcpy(h + 112, out->chunk_id, 32);
+    memcpy(h + 144, out->object_key, 32);
     memcpy(h + 176, salt, 16);
     memcpy(h + 192, nonce, 12);
     kv_sha256(h, KV_ALIGN, h + 204);
     if (encrypt) {
         uint8_t dk[32];
-        chunk_data_key(keys, c.chunk_id, c.object_key, salt, dk);
-        rc = kv_aead(true, dk, nonce, h, KV_ALIGN, frame.p, frame.n, h + KV_ALIGN, h + KV_ALIGN + frame.n);
+        chunk_data_key(keys, out->chunk_id, out->object_key, salt, dk);
+        rc = kv_aead(true, dk, nonce, h, KV_ALIGN, frame, frame_n, frame, frame + frame_n); /* in place */
         OPENSSL_cleanse(dk, sizeof dk);
-        if (rc) {
-            kv_buf_free(&frame);
-            kv_buf_free(&c.data);
-            return mu_fail(err, MU_E_STATE, "kvpack: ChaCha20-Poly1305 encryption failed");
-        }
-    } else {
-        memcpy(h + KV_ALIGN, frame.p, frame.n);
+        if (rc) return mu_fail(err, MU_E_STATE, "kvpack: ChaCha20-Poly1305 encryption failed");
     }
-    kv_buf_free(&frame);
-    c.data.n = obj;
-    c.plain_bytes = (uint32_t)n;
-    kv_sha256(c.data.p, obj, c.digest);
-    *out = c;
+    memset(h + KV_ALIGN + payload, 0, obj - KV_ALIGN - payload);
+    obj_buf->n = obj;
+    out->plain_bytes = (uint32_t)n;
+    kv_sha256(h, obj, out->digest);
     return 0;
 }
 
-int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
-                    const kv_family *family, const kv_key *state, const kv_keys *keys, uint8_t *out, mu_err *err) {
+/* Every check of the decode order up to the AEAD (framing, digests, keys):
+ * the fields the rest needs. */
+typedef struct {
+    bool encrypted;
+    unsigned codec;
+    uint64_t plain, enc_n;
+    uint8_t fam[32];
+} chunk_head;
+
+static int chunk_check(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
+                       const kv_family *family, const kv_key *state, const kv_keys *keys, const uint8_t *fam_in,
+                       chunk_head *ch, mu_err *err) {
     if (n < KV_ALIGN || n > KV_MAX_OBJECT || n % KV_ALIGN) return kv_fail(err, KV_BOUNDS, "invalid chunk object length");
     if (memcmp(p, "KVCHK1\0\0", 8)) return kv_fail(err, KV_BAD_MAGIC, "invalid production chunk magic");
     if (rdle(p + 8, 2) != 1 || rdle(p + 10, 2) != KV_ALIGN || rdle(p + 12, 4) != KV_ALIGN)
@@ -309,35 +341,46 @@ int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span
     uint8_t dg[32];
     kv_sha256(p, n, dg);
     if (CRYPTO_memcmp(dg, ref->digest, 32)) return kv_fail(err, KV_AUTH, "chunk object digest mismatch");
-    uint8_t *hdr = malloc(KV_ALIGN);
-    if (!hdr) return NOMEM(err);
-    memcpy(hdr, p, KV_ALIGN);
-    memset(hdr + 204, 0, 32);
-    kv_sha256(hdr, KV_ALIGN, dg);
-    free(hdr);
+    static const uint8_t zero[32];
+    const void *parts[3] = {p, zero, p + 236};
+    size_t lens[3] = {204, 32, KV_ALIGN - 236};
+    kv_sha256v(parts, lens, 3, dg); /* the header with its digest field zeroed */
     if (CRYPTO_memcmp(dg, p + 204, 32)) return kv_fail(err, KV_AUTH, "chunk header digest mismatch");
     const kv_fstate *st = family_state(family, state);
     if (!st) return kv_fail(err, KV_SEMANTICS, "chunk state is absent from representation family");
     if (codec != st->codec || version != st->codec_version)
         return kv_fail(err, KV_SEMANTICS, "chunk codec does not match representation family");
-    uint8_t fam[32];
-    if (kv_family_id(family, fam)) return NOMEM(err);
-    if (memcmp(p + 48, tenant, 32) || memcmp(p + 80, fam, 32) || rdle(p + 40, 8) != ref->epoch)
+    if (fam_in) memcpy(ch->fam, fam_in, 32);
+    else if (kv_family_id(family, ch->fam)) return NOMEM(err);
+    if (memcmp(p + 48, tenant, 32) || memcmp(p + 80, ch->fam, 32) || rdle(p + 40, 8) != ref->epoch)
         return kv_fail(err, KV_AUTH, "chunk namespace, family, or epoch mismatch");
     const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
     uint8_t derived[32];
-    object_key(keys, p + 48, fam, content, ref->epoch, codec, version, encrypted, salt, nonce, derived);
+    object_key(keys, p + 48, ch->fam, content, ref->epoch, codec, version, encrypted, salt, nonce, derived);
     if (memcmp(content, ref->chunk_id, 32) || memcmp(okey, ref->object_key, 32) || CRYPTO_memcmp(okey, derived, 32))
         return kv_fail(err, KV_AUTH, "chunk identity or object key mismatch");
+    ch->encrypted = encrypted;
+    ch->codec = codec;
+    ch->plain = plain;
+    ch->enc_n = enc_n;
+    return 0;
+}
+
+int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
+                    const kv_family *family, const kv_key *state, const kv_keys *keys, uint8_t *out, mu_err *err) {
+    chunk_head ch;
+    int rc = chunk_check(p, n, ref, span, tenant, family, state, keys, NULL, &ch, err);
+    if (rc) return rc;
+    const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
     const uint8_t *frame = p + KV_ALIGN;
     uint8_t *dec = NULL;
-    if (encrypted) {
-        dec = malloc(enc_n ? enc_n : 1);
+    if (ch.encrypted) {
+        dec = malloc(ch.enc_n ? ch.enc_n : 1);
         if (!dec) return NOMEM(err);
         uint8_t dk[32], tag[16];
         chunk_data_key(keys, content, okey, salt, dk);
-        memcpy(tag, p + KV_ALIGN + enc_n, 16);
-        int rc = kv_aead(false, dk, nonce, p, KV_ALIGN, frame, enc_n, dec, tag);
+        memcpy(tag, p + KV_ALIGN + ch.enc_n, 16);
+        rc = kv_aead(false, dk, nonce, p, KV_ALIGN, frame, ch.enc_n, dec, tag);
         OPENSSL_cleanse(dk, sizeof dk);
         if (rc) {
             free(dec);
@@ -345,15 +388,49 @@ int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span
         }
         frame = dec;
     }
-    int rc = kv_frame_decode(codec, frame, enc_n, plain, out, err);
+    rc = kv_frame_decode(ch.codec, frame, ch.enc_n, ch.plain, out, err);
     if (dec) {
-        OPENSSL_cleanse(dec, enc_n);
+        OPENSSL_cleanse(dec, ch.enc_n);
         free(dec);
     }
     if (rc) return rc;
     uint8_t cid[32];
-    if ((rc = kv_chunk_id(keys->chunk_identity, p + 48, fam, state, span, out, plain, cid, err))) return rc;
+    if ((rc = kv_chunk_id(keys->chunk_identity, p + 48, ch.fam, state, span, out, ch.plain, cid, err))) return rc;
     if (CRYPTO_memcmp(cid, content, 32)) return kv_fail(err, KV_AUTH, "chunk plaintext identity mismatch");
+    return 0;
+}
+
+int kv_chunk_open(uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
+                  const kv_family *family, const kv_key *state, const kv_keys *keys, const uint8_t fam[32],
+                  uint8_t *out, const uint8_t **plain, mu_err *err) {
+    chunk_head ch;
+    int rc = chunk_check(p, n, ref, span, tenant, family, state, keys, fam, &ch, err);
+    if (rc) return rc;
+    const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
+    uint8_t *frame = p + KV_ALIGN;
+    if (ch.encrypted) {
+        uint8_t dk[32], tag[16];
+        chunk_data_key(keys, content, okey, salt, dk);
+        memcpy(tag, p + KV_ALIGN + ch.enc_n, 16);
+        rc = kv_aead(false, dk, nonce, p, KV_ALIGN, frame, ch.enc_n, frame, tag); /* in place */
+        OPENSSL_cleanse(dk, sizeof dk);
+        if (rc) return kv_fail(err, KV_AUTH, "chunk AEAD authentication failed");
+    }
+    const uint8_t *pl = out;
+    if (ch.codec == KV_CODEC_RAW) { /* the frame's checks, then the plaintext where it lies */
+        if (memcmp(frame, "KVRAW1\0\0", 8)) return kv_fail(err, KV_BAD_MAGIC, "codec frame magic does not match codec");
+        if (rdle(frame + 8, 2) != 1) return kv_fail(err, KV_BAD_MAGIC, "unsupported codec frame version");
+        if (rdle(frame + 10, 2)) return kv_fail(err, KV_RESERVED, "codec frame reserved field is nonzero");
+        if (rdle(frame + 12, 4) != ch.plain) return kv_fail(err, KV_BOUNDS, "codec frame decoded length mismatch");
+        if (ch.enc_n - KV_FRAME_HDR != ch.plain) return kv_fail(err, KV_BOUNDS, "raw frame length mismatch");
+        pl = frame + KV_FRAME_HDR;
+    } else if ((rc = kv_frame_decode(ch.codec, frame, ch.enc_n, ch.plain, out, err))) {
+        return rc;
+    }
+    uint8_t cid[32];
+    if ((rc = kv_chunk_id(keys->chunk_identity, p + 48, ch.fam, state, span, pl, ch.plain, cid, err))) return rc;
+    if (CRYPTO_memcmp(cid, content, 32)) return kv_fail(err, KV_AUTH, "chunk plaintext identity mismatch");
+    *plain = pl;
     return 0;
 }
 

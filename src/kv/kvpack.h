@@ -249,6 +249,22 @@ int kv_chunk_encode(const uint8_t *plain, size_t n, const uint8_t tenant[32], co
  * plaintext (span->plain_bytes bytes) into out. */
 int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
                     const kv_family *family, const kv_key *state, const kv_keys *keys, uint8_t *out, mu_err *err);
+/* kv_chunk_encode into *obj (reused across calls: its capacity grows, its
+ * bytes are the object, obj->n its length; out->data is left empty). plain
+ * may already lie where the raw codec puts it, obj->p + KV_ALIGN +
+ * KV_FRAME_HDR (then obj must hold the largest object of n bytes:
+ * kv_chunk_bound). fam: the family's id when the caller has it, else NULL. */
+int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32], const kv_family *family,
+                       const kv_key *state, const kv_span *span, uint64_t epoch, bool encrypt, const kv_keys *keys,
+                       const uint8_t *salt, const uint8_t *nonce, const uint8_t fam[32], kv_buf *obj, kv_chunk *out,
+                       mu_err *err);
+static inline size_t kv_chunk_bound(size_t n) { return KV_ALIGN + KV_FRAME_HDR + n + (n + 127) / 128 + 16 + KV_ALIGN; }
+/* kv_chunk_decode without copies: the same checks in the same order, the
+ * object decrypted in place (p is modified), *plain pointing at the
+ * plaintext: inside p for the raw codec, else out (span->plain_bytes). */
+int kv_chunk_open(uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
+                  const kv_family *family, const kv_key *state, const kv_keys *keys, const uint8_t fam[32],
+                  uint8_t *out, const uint8_t **plain, mu_err *err);
 
 int kv_pack_encode(const kv_manifest *m, const kv_keys *keys, bool encrypt, const uint8_t *salt,
                    const uint8_t *nonce, kv_buf *out, uint8_t id[32], mu_err *err);
@@ -264,12 +280,13 @@ int kv_pack_header_read(const uint8_t *p, size_t n, kv_pack_header *out, mu_err 
 
 /* ---- the store (kvengine.c) ------------------------------------------ */
 /* The token sidecar tokens.kvtok (docs/kvpack.md "The token sidecar"):
- * seal n ids for a pack whose cut has token_root; open checks the head,
+ * seal n ids (and n_tail more after them) for a pack whose cut has token_root; open checks the head,
  * the count against the pack's token_count, and the tag; *out malloc'ed. */
-int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n, kv_buf *out,
-                mu_err *err);
+int kv_tok_seal(const uint8_t root[32], const uint8_t token_root[32], const int32_t *tokens, int n,
+                const int32_t *tail, int n_tail, kv_buf *out, mu_err *err);
+/* *out holds the token_count ids and then *n_tail (may be NULL) more. */
 int kv_tok_open(const uint8_t root[32], const uint8_t token_root[32], uint64_t token_count, const uint8_t *p,
-                size_t len, int32_t **out, mu_err *err);
+                size_t len, int32_t **out, int *n_tail, mu_err *err);
 struct mu_kv_ident;
 struct mu_session;
 /* The pack at dir, for engine id and a session like s, holds a prefix of

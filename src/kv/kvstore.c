@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,19 +28,25 @@
 
 /* ---- the kill hook ----------------------------------------------------- */
 
-static long kill_at = -1, n_ops;
+static long kill_at = -1;
+static atomic_long n_ops; /* writers of one pack run on several threads */
 
 void kv_test_kill_at(long n) {
     kill_at = n;
-    n_ops = 0;
+    atomic_store(&n_ops, 0);
 }
 
-static void op_done(void) {
+static void kill_init(void) {
     if (kill_at < 0) {
         const char *e = getenv("MUSER_TEST_KILL_AT");
         kill_at = e && *e ? atol(e) : 0;
     }
-    if (kill_at > 0 && ++n_ops == kill_at) raise(SIGKILL);
+}
+
+/* (kv_writer_begin set kill_at on the writer's thread before any worker runs) */
+static void op_done(void) {
+    kill_init();
+    if (kill_at > 0 && atomic_fetch_add(&n_ops, 1) + 1 == kill_at) raise(SIGKILL);
 }
 
 /* ---- paths ------------------------------------------------------------- */
@@ -99,6 +106,7 @@ static int fsync_dir(const char *path, mu_err *err) {
 /* ---- the writer -------------------------------------------------------- */
 
 int kv_writer_begin(kv_writer *w, const char *dir, mu_err *err) {
+    kill_init();
     memset(w, 0, sizeof *w);
     w->dfd = -1;
     const char *base = NULL;
@@ -179,7 +187,8 @@ static int replaceable(const char *path, mu_err *err) {
     while ((e = readdir(d)) && !rc) {
         const char *n = e->d_name;
         size_t l = strlen(n);
-        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest.kvpk")) continue;
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strcmp(n, "manifest.kvpk") || !strcmp(n, "tokens.kvtok")) continue;
+        if (l == 13 && !strncmp(n, "parent-", 7) && n[7] >= '1' && n[7] <= '7' && !strcmp(n + 8, ".kvpk")) continue;
         if (l == 64 + 6 && !strcmp(n + 64, ".kvchk")) continue;
         rc = mu_fail(err, MU_E_ARG, "kvpack: %s exists and is not a pack directory (it holds %s)", path, n);
     }
@@ -209,6 +218,16 @@ int kv_writer_publish(kv_writer *w, mu_err *err) {
         if ((rc = fsync_dir(w->parent, err))) return rc;
     }
     w->tmp[0] = 0;
+    return 0;
+}
+
+int kv_writer_link(kv_writer *w, const char *src_dir, const char *name, const char *as, mu_err *err) {
+    char path[PATH_MAX];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", src_dir, name) >= sizeof path)
+        return mu_fail(err, MU_E_ARG, "kvpack: path too long: %s", src_dir);
+    if (linkat(AT_FDCWD, path, w->dfd, as, 0))
+        return mu_fail(err, MU_E_IO, "kvpack: cannot link %s into %s: %s", path, w->tmp, strerror(errno));
+    op_done();
     return 0;
 }
 
@@ -253,6 +272,41 @@ int kv_read_file(const char *dir, const char *name, size_t max, uint8_t **out, s
         return mu_fail(err, MU_E_IO, "kvpack: short read of %s", path);
     }
     *out = p;
+    *n = len;
+    return 0;
+}
+
+int kv_read_at(int dfd, const char *name, size_t max, uint8_t **buf, size_t *cap, size_t *n, mu_err *err) {
+    int fd = openat(dfd, name, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", name, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return mu_fail(err, MU_E_IO, "kvpack: %s is not a regular file", name);
+    }
+    if ((uint64_t)st.st_size > max) {
+        close(fd);
+        return kv_fail(err, KV_BOUNDS, "%s has %lld bytes, more than any valid object", name, (long long)st.st_size);
+    }
+    size_t len = (size_t)st.st_size;
+    if (*cap < len || !*buf) {
+        uint8_t *p = realloc(*buf, len ? len : 1);
+        if (!p) {
+            close(fd);
+            return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory reading %s", name);
+        }
+        *buf = p;
+        *cap = len ? len : 1;
+    }
+    size_t got = 0;
+    while (got < len) {
+        ssize_t k = read(fd, *buf + got, len - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+    }
+    close(fd);
+    if (got != len) return mu_fail(err, MU_E_IO, "kvpack: short read of %s", name);
     *n = len;
     return 0;
 }
@@ -362,6 +416,11 @@ static uint64_t dir_bytes(const char *path) {
 }
 
 int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_report *rep, mu_err *err) {
+    return mu_kv_store_gc_keep(dir, max_bytes, NULL, dry_run, rep, err);
+}
+
+int mu_kv_store_gc_keep(const char *dir, uint64_t max_bytes, const char *keep, bool dry_run, mu_kv_gc_report *rep,
+                        mu_err *err) {
     memset(rep, 0, sizeof *rep);
     DIR *d = opendir(dir);
     if (!d) return mu_fail(err, MU_E_IO, "kvpack: cannot open the pack store %s: %s", dir, strerror(errno));
@@ -406,18 +465,20 @@ int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_r
     rep->n_packs = n;
     if (!rc && n) qsort(packs, (size_t)n, sizeof *packs, gc_cmp);
     uint64_t left = rep->bytes;
-    static int seq;
+    static atomic_int seq;
     for (int i = 0; !rc && i < n && left > max_bytes; i++) {
+        if (keep && !strcmp(packs[i].name, keep)) continue;
         left -= packs[i].bytes;
         rep->n_removed++;
         rep->bytes_removed += packs[i].bytes;
         if (dry_run) continue;
         char from[PATH_MAX], to[PATH_MAX];
         snprintf(from, sizeof from, "%s/%s", dir, packs[i].name);
-        if (snprintf(to, sizeof to, "%s/.%s.gc-%ld-%d", dir, packs[i].name, (long)getpid(), seq++) >= (int)sizeof to)
+        if (snprintf(to, sizeof to, "%s/.%s.gc-%ld-%d", dir, packs[i].name, (long)getpid(), atomic_fetch_add(&seq, 1)) >= (int)sizeof to)
             continue;
         /* one rename takes it out of sight; then its files go */
         if (rename(from, to)) {
+            if (errno == ENOENT) continue; /* another gc took it first */
             rc = mu_fail(err, MU_E_IO, "kvpack: cannot remove %s: %s", from, strerror(errno));
             break;
         }
@@ -425,4 +486,22 @@ int mu_kv_store_gc(const char *dir, uint64_t max_bytes, bool dry_run, mu_kv_gc_r
     }
     free(packs);
     return rc;
+}
+
+int mu_kv_pack_remove(const char *dir, mu_err *err) {
+    char parent[PATH_MAX], to[PATH_MAX];
+    const char *base;
+    int rc = split(dir, parent, sizeof parent, &base, err);
+    if (rc) return rc;
+    static atomic_int seq;
+    if (snprintf(to, sizeof to, "%s/.%s.gc-%ld-r%d", parent, base, (long)getpid(), atomic_fetch_add(&seq, 1)) >=
+        (int)sizeof to)
+        return mu_fail(err, MU_E_ARG, "kvpack: pack directory name too long: %s", dir);
+    /* one rename takes it out of sight (a reader opens a whole pack or none); then its files go */
+    if (rename(dir, to)) {
+        if (errno == ENOENT) return 0;
+        return mu_fail(err, MU_E_IO, "kvpack: cannot remove %s: %s", dir, strerror(errno));
+    }
+    rm_tree(to);
+    return fsync_dir(parent, err);
 }

@@ -1,5 +1,5 @@
 /* fuzz_http_json.c: request bodies through the strict parser and every
- * route's schema, and the bodies a route accepts through its sampling
+ * route's schema (the sessions' too), and the bodies a route accepts through its sampling
  * fields (api_sample_params: logit_bias forms, DRY breakers) into a
  * sampler; raw bytes through the UTF-8 boundary and repair helpers used for
  * output text. None may crash, leak or read out of bounds. */
@@ -15,6 +15,7 @@ static const char *const paths[] = {
     "/apply-template",      "/api/generate",   "/api/chat",   "/api/show",
     "/v1/embeddings",       "/embedding",      "/api/embed",  "/api/embeddings",
     "/v1/messages",         "/v1/messages/count_tokens",      "/v1/responses",
+    "/v1/sessions/{id}/continue", "/v1/sessions", "/v1/sessions/{id}/save",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -24,7 +25,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         static const mu_model_info info = {.n_vocab = 300};
         mu_http_app app = {.info = &info}; /* no tokenizer: text keys of logit_bias are skipped */
         for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
-            if (mu_jc_check(j, api_schema(paths[i]), &err) || i > 2) continue;
+            if (mu_jc_check(j, api_schema(paths[i]), &err) || (i > 2 && i != 16)) continue;
             mu_sample_params p = api_sample_params(&app, j, "seed");
             mu_sampler *s = NULL;
             if (mu_sampler_new(&p, info.n_vocab, &s, &err) == 0) {

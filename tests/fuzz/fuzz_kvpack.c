@@ -6,7 +6,9 @@
  * Keys are the reference fixture's (root 99x32, tenant 1x32, epoch 7), so
  * the corpus (tests/data/kvpack objects) reaches the deep checks. A chunk
  * is checked against a reference made from its own header, so mutations
- * get past the digest to the AEAD, codec and content-id checks. Accepted
+ * get past the digest to the AEAD, codec and content-id checks, through
+ * kv_chunk_decode and the in-place kv_chunk_open alike (same verdict, same
+ * plaintext). Accepted
  * canonical objects must re-encode to the input; rejections must name a
  * verdict category. Nothing may crash, leak or read out of bounds. */
 #include <stdint.h>
@@ -104,6 +106,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         uint8_t *out = malloc(plain ? plain : 1);
         if (!out) break;
         rc = kv_chunk_decode(p, n, &ref, &span, tenant, &f, &key, &keys, out, &err);
+        /* the in-place decoder of restores: the same verdict and plaintext */
+        uint8_t *cp = malloc(n ? n : 1), *out2 = malloc(plain ? plain : 1);
+        if (cp && out2) {
+            memcpy(cp, p, n);
+            const uint8_t *pl = NULL;
+            mu_err e2 = {0};
+            int rc2 = kv_chunk_open(cp, n, &ref, &span, tenant, &f, &key, &keys, NULL, out2, &pl, &e2);
+            if (!rc2 != !rc || (!rc && memcmp(pl, out, plain))) abort();
+            check_reject(rc2, &e2);
+        }
+        free(cp);
+        free(out2);
         free(out);
         break;
     }

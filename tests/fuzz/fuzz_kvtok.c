@@ -4,7 +4,8 @@
  * mutations reach the AEAD). The corpus seed is a sidecar of the ids 0..9
  * sealed under those keys (kv_tok_seal, by a ten-line C program against
  * build/libmuser.a; the nonce is random) and short.bin its first 20
- * bytes. Rejections must name a verdict category; nothing may crash, leak
+ * bytes; tail.bin holds the ids 0..9 and a tail of 10, 11 (the same
+ * program with kv_tok_seal's tail arguments). Rejections must name a verdict category; nothing may crash, leak
  * or read out of bounds. A libFuzzer run (clang, ASan + UBSan, 120 s from
  * the two seeds) made 3.5 M executions with no crash or report. */
 #include <stdint.h>
@@ -21,7 +22,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size >= 12) memcpy(&n, data + 8, 4);
     int32_t *ids = NULL;
     mu_err err = {0};
-    int rc = kv_tok_open(root, token_root, n, data, size, &ids, &err);
+    int n_tail = 0;
+    int rc = kv_tok_open(root, token_root, n, data, size, &ids, &n_tail, &err);
     if (rc && rc != MU_E_NOMEM && !kv_category(&err)) abort();
     if (!rc && !ids) abort();
     free(ids);

@@ -14,6 +14,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -448,6 +449,154 @@ static void test_sidecar(void **state) {
     mu_session_free(b);
 }
 
+/* A sidecar with a tail (a server session's last token, sampled, not
+ * evaluated): the ids after the positions come back, bound by the tag;
+ * every bit flip and truncation is refused; a pack with a sidecar may be
+ * saved over (a session's next turn). */
+static void test_sidecar_tail(void **state) {
+    (void)state;
+    mu_err err = {0};
+    char pd[600], path[700];
+    snprintf(pd, sizeof pd, "%s/side-d", dir);
+    int32_t t[40];
+    ids(t, 40, 11);
+    mu_session *a = sess();
+    feed(a, t, 20);
+    mu_kv_save_opts wt = {.with_tokens = true, .tail = &t[20], .n_tail = 1};
+    if (mu_kv_pack_save(a, ID, t, 20, KEY, &wt, pd, &err)) fail_msg("save: %s", err.msg);
+    if (mu_kv_pack_save(a, ID, t, 20, KEY, &wt, pd, &err)) fail_msg("save over a pack with a sidecar: %s", err.msg);
+    int32_t *got = NULL;
+    int n = 0, n_pos = 0;
+    if (mu_kv_pack_tokens_ex(pd, KEY, &got, &n, &n_pos, &err)) fail_msg("tokens: %s", err.msg);
+    assert_int_equal(n, 21);
+    assert_int_equal(n_pos, 20);
+    assert_memory_equal(got, t, 21 * sizeof *t);
+    free(got);
+    if (mu_kv_pack_tokens(pd, KEY, &got, &n, &err)) fail_msg("tokens: %s", err.msg);
+    assert_int_equal(n, 20);
+    free(got);
+    int nr = 0;
+    mu_session *b = sess();
+    if (mu_kv_pack_restore(b, ID, pd, KEY, &nr, &err)) fail_msg("restore: %s", err.msg);
+    assert_int_equal(nr, 20);
+    mu_session_free(b);
+    snprintf(path, sizeof path, "%s/tokens.kvtok", pd);
+    FILE *f = fopen(path, "rb");
+    uint8_t orig[256], m[256];
+    size_t len = fread(orig, 1, sizeof orig, f);
+    fclose(f);
+    assert_int_equal(len, 44 + 4 * 21);
+    for (size_t i = 0; i < len; i++)
+        for (int bit = 0; bit < 8; bit++) {
+            memcpy(m, orig, len);
+            m[i] ^= (uint8_t)(1 << bit);
+            write_all(path, m, len);
+            got = NULL;
+            if (!mu_kv_pack_tokens_ex(pd, KEY, &got, &n, &n_pos, &err)) fail_msg("flip of byte %zu bit %d accepted", i, bit);
+            if (!mu_kv_verdict(&err)) fail_msg("flip %zu/%d: no verdict: %s", i, bit, err.msg);
+        }
+    for (size_t k = 0; k < len; k++) {
+        write_all(path, orig, k);
+        if (!mu_kv_pack_tokens_ex(pd, KEY, &got, &n, &n_pos, &err)) fail_msg("truncation to %zu accepted", k);
+        if (!mu_kv_verdict(&err)) fail_msg("truncation %zu: no verdict: %s", k, err.msg);
+    }
+    mu_session_free(a);
+}
+
+static bool kind_is(const char *d, const char *kind) {
+    char *js = NULL, want[64];
+    mu_err err = {0};
+    if (mu_kv_pack_inspect(d, KEY, &js, &err)) fail_msg("inspect: %s", err.msg);
+    snprintf(want, sizeof want, "\"kind\": \"%s\"", kind);
+    bool yes = strstr(js, want) != NULL;
+    free(js);
+    return yes;
+}
+
+/* Delta packs (mu_kv_save_opts.chain): a session that grows from its
+ * pack writes only the new positions; restoring the chain gives the live
+ * session's rows bit for bit; a chain ends at depth 7 (a whole pack
+ * again); a parent that is not a prefix gives a whole pack; a missing or
+ * damaged ancestor fails the restore with the session reset. */
+static void test_delta_chain(void **state) {
+    (void)state;
+    mu_err err = {0};
+    char pd[600], po[600], path[700];
+    snprintf(pd, sizeof pd, "%s/chain", dir);
+    snprintf(po, sizeof po, "%s/chain-other", dir);
+    int32_t t[120], u[40];
+    ids(t, 120, 21);
+    ids(u, 40, 22);
+    mu_session *a = sess(), *b = sess();
+    mu_kv_save_opts co = {.chain = true, .parent = pd, .with_tokens = true};
+    feed(a, t, 20);
+    if (mu_kv_pack_save(a, ID, t, 20, KEY, &co, pd, &err)) fail_msg("save: %s", err.msg);
+    assert_true(kind_is(pd, "full"));
+    int n = 20;
+    for (int depth = 1; depth <= 8; depth++) {
+        feed(a, t + n, 7);
+        n += 7;
+        if (mu_kv_pack_save(a, ID, t, n, KEY, &co, pd, &err)) fail_msg("save %d: %s", depth, err.msg);
+        assert_true(kind_is(pd, depth <= 7 ? "delta" : "full")); /* depth 8 would pass the limit */
+        if (mu_kv_pack_verify(pd, KEY, ID, CTX, &err)) fail_msg("verify %d: %s", depth, err.msg);
+        mu_session_reset(b);
+        int got = 0;
+        if (mu_kv_pack_restore(b, ID, pd, KEY, &got, &err)) fail_msg("restore %d: %s", depth, err.msg);
+        assert_int_equal(got, n);
+        const mu_model_info *I = mu_model_get_info(M);
+        size_t w = (size_t)I->n_head_kv * (size_t)I->head_dim;
+        uint16_t ka[120 * 64], va[120 * 64], kb[120 * 64], vb[120 * 64];
+        assert_true(w <= 64);
+        for (int il = 0; il < I->n_layer; il++) {
+            int lo = I->swa_layers[il] && n > I->n_swa ? n - I->n_swa : 0;
+            if (mu_session_kv_read(a, il, lo, n - lo, ka, va, &err) || mu_session_kv_read(b, il, lo, n - lo, kb, vb, &err))
+                fail_msg("rows: %s", err.msg);
+            assert_memory_equal(ka, kb, (size_t)(n - lo) * w * 2);
+            assert_memory_equal(va, vb, (size_t)(n - lo) * w * 2);
+        }
+    }
+    /* the restored chain continues as the live session, bit for bit */
+    same_future(a, b, t, n);
+    n += 7;
+    /* a parent that is not a prefix of the tokens: a whole pack */
+    mu_session *c = sess();
+    feed(c, u, 30);
+    if (mu_kv_pack_save(c, ID, u, 30, KEY, &co, po, &err)) fail_msg("save: %s", err.msg);
+    co.parent = po;
+    if (mu_kv_pack_save(a, ID, t, n, KEY, &co, pd, &err)) fail_msg("save: %s", err.msg);
+    assert_true(kind_is(pd, "full"));
+    /* a missing ancestor, a damaged one: refused, the session reset */
+    co.parent = pd;
+    feed(a, t + n, 5);
+    n += 5;
+    if (mu_kv_pack_save(a, ID, t, n, KEY, &co, pd, &err)) fail_msg("save: %s", err.msg);
+    assert_true(kind_is(pd, "delta"));
+    snprintf(path, sizeof path, "%s/parent-1.kvpk", pd);
+    char moved[720];
+    snprintf(moved, sizeof moved, "%s/moved.kvpk", dir);
+    assert_int_equal(rename(path, moved), 0);
+    mu_session_reset(b);
+    int got = 0;
+    assert_int_not_equal(mu_kv_pack_restore(b, ID, pd, KEY, &got, &err), 0);
+    assert_string_equal(mu_kv_verdict(&err), "graph");
+    assert_int_equal(mu_session_n_past(b), 0);
+    assert_int_equal(rename(moved, path), 0);
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    fseek(f, 5000, SEEK_SET);
+    int ch = fgetc(f);
+    fseek(f, 5000, SEEK_SET);
+    fputc(ch ^ 1, f);
+    fclose(f);
+    assert_int_not_equal(mu_kv_pack_restore(b, ID, pd, KEY, &got, &err), 0);
+    assert_non_null(mu_kv_verdict(&err));
+    assert_int_equal(mu_session_n_past(b), 0);
+    assert_int_not_equal(mu_kv_pack_verify(pd, KEY, ID, CTX, &err), 0);
+    mu_session_free(a);
+    mu_session_free(b);
+    mu_session_free(c);
+}
+
 static void test_bad_opts(void **state) {
     (void)state;
     mu_err err = {0};
@@ -466,6 +615,7 @@ int main(void) {
         cmocka_unit_test(test_restore_exact), cmocka_unit_test(test_longest_prefix),
         cmocka_unit_test(test_eviction),      cmocka_unit_test(test_lineage),
         cmocka_unit_test(test_store),         cmocka_unit_test(test_sidecar),
+        cmocka_unit_test(test_sidecar_tail),  cmocka_unit_test(test_delta_chain),
         cmocka_unit_test(test_bad_opts),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

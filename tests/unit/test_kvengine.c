@@ -228,6 +228,67 @@ static void test_kill_writer(void **state) {
     }
 }
 
+/* A delta save (a chain's next generation, written over its parent in the
+ * same directory) killed at random points: the directory always verifies
+ * as the parent or the finished delta, never a part. */
+static void test_kill_delta(void **state) {
+    (void)state;
+    mu_err err = {0};
+    char base[] = "/dev/shm/mutest_killd_XXXXXX", pack[512];
+    bool shm = mkdtemp(base) != NULL;
+    snprintf(pack, sizeof pack, "%s/chain", shm ? base : dir);
+    int32_t t[40];
+    ids(t, 40, 3);
+    mu_session *a20, *a30;
+    assert_int_equal(mu_session_new(E, 1024, &a20, &err), 0);
+    assert_int_equal(mu_session_new(E, 1024, &a30, &err), 0);
+    feed(a20, t, 20);
+    feed(a30, t, 30);
+    mu_kv_save_opts whole = {.chain = true}, delta = {.chain = true, .parent = pack};
+    uint64_t rng = 777;
+    int kills = 0, completes = 0;
+    for (int trial = 0; trial < 200; trial++) {
+        if (mu_kv_pack_save(a20, ID, t, 20, KEY, &whole, pack, &err)) fail_msg("base: %s", err.msg);
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        long at = 1 + (long)((rng >> 33) % 60);
+        fflush(NULL);
+        pid_t pid = fork();
+        if (pid == 0) {
+            kv_test_kill_at(at);
+            mu_err e2;
+            int rc = mu_kv_pack_save(a30, ID, t, 30, KEY, &delta, pack, &e2);
+            _exit(rc ? 2 : 0);
+        }
+        int st;
+        assert_int_equal(waitpid(pid, &st, 0), pid);
+        if (WIFSIGNALED(st)) kills++;
+        else {
+            assert_int_equal(WEXITSTATUS(st), 0);
+            completes++;
+        }
+        mu_session *r;
+        assert_int_equal(mu_session_new(E, 1024, &r, &err), 0);
+        int got = 0;
+        if (mu_kv_pack_restore(r, ID, pack, KEY, &got, &err)) fail_msg("trial %d (kill at %ld): %s", trial, at, err.msg);
+        if (got != 20 && got != 30) fail_msg("trial %d: %d positions", trial, got);
+        if (!WIFSIGNALED(st) && got != 30) fail_msg("trial %d: a finished delta is not visible", trial);
+        char p1[600];
+        snprintf(p1, sizeof p1, "%s/parent-1.kvpk", pack);
+        if ((got == 30) != !access(p1, F_OK)) fail_msg("trial %d: %d positions, parent-1.kvpk %s", trial, got,
+                                                       access(p1, F_OK) ? "absent" : "present");
+        mu_session_free(r);
+    }
+    assert_true(kills > 50);
+    assert_true(completes > 10);
+    mu_session_free(a20);
+    mu_session_free(a30);
+    if (shm) {
+        char cmd[600];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", base);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 /* A disk that fills mid-write (a file size limit here) is a clean error:
  * the previous generation stays, no partial directory is left. */
 static void test_full_disk(void **state) {
@@ -297,6 +358,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_kill_writer),
+        cmocka_unit_test(test_kill_delta),
         cmocka_unit_test(test_full_disk),
         cmocka_unit_test(test_root_key),
     };

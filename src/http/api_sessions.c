@@ -1,0 +1,715 @@
+/* api_sessions.c: named conversations on the server (/v1/sessions,
+ * docs/api.md "Sessions").
+ * Owns: the table of sessions (id, revision, the conversation's token ids,
+ * the responses remembered by Idempotency-Key), the routes' arguments and
+ * answers, and the save hook that persists a turn's KV state as the pack
+ * <pack-dir>/session-<id> (encrypted, with its token ids).
+ * Does not own: the reuse of KV state (a turn is a keep_prefix job over the
+ * whole conversation; the scheduler's ladder finds the live slot, the
+ * prefix cache or the session's pack in the store), the pack format (src/kv).
+ * Design: a turn is atomic. It is committed (the tokens, revision + 1) only
+ * when its job ended normally and, with --pack-dir, its pack was written on
+ * the engine thread before the slot took other work (mu_gen_req.save), so
+ * the pack is exactly the state the turn left; a failed or cancelled turn
+ * leaves the session as it was. A continue names the revision it extends
+ * (optimistic concurrency: 409 when another turn came first). */
+#include <openssl/sha.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api.h"
+
+#define SESS_MAX 256       /* sessions a server keeps */
+#define SESS_ID_MAX 64     /* id bytes: [A-Za-z0-9_-] */
+#define SESS_IDEM 16       /* responses remembered per session */
+#define SESS_IDEM_KEY 255  /* Idempotency-Key bytes at most */
+
+typedef struct {
+    char key[SESS_IDEM_KEY + 1];  /* "" when unused */
+    uint8_t digest[32];           /* SHA-256 of the request body (canonical JSON) */
+    char *resp;                   /* the JSON answered */
+} idem_rec;
+
+typedef struct {
+    bool used;
+    char id[SESS_ID_MAX + 1];
+    int64_t created;
+    uint64_t revision;
+    int32_t *toks;                /* the conversation: every prompt and generated token */
+    int n_toks;
+    bool busy;                    /* a turn or a restore is running */
+    bool persisted;               /* its pack holds this revision's state */
+    uint64_t pack_bytes;
+    idem_rec idem[SESS_IDEM];
+    int idem_next;
+} sess;
+
+struct api_sessions {
+    pthread_mutex_t mu;
+    sess s[SESS_MAX];
+    atomic_uint_fast64_t n_made;  /* for generated ids */
+    pthread_mutex_t gc_mu;        /* one budget pass at a time */
+    uint64_t n_evicted, bytes_evicted, store_bytes; /* (gc_mu) */
+};
+
+int api_sessions_new(api_sessions **out) {
+    api_sessions *t = calloc(1, sizeof *t);
+    if (!t) return -1;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_mutex_init(&t->gc_mu, NULL);
+    *out = t;
+    return 0;
+}
+
+static void sess_clear(sess *s) {
+    free(s->toks);
+    for (int i = 0; i < SESS_IDEM; i++) free(s->idem[i].resp);
+    memset(s, 0, sizeof *s);
+}
+
+void api_sessions_free(api_sessions *t) {
+    if (!t) return;
+    for (int i = 0; i < SESS_MAX; i++) sess_clear(&t->s[i]);
+    pthread_mutex_destroy(&t->mu);
+    pthread_mutex_destroy(&t->gc_mu);
+    free(t);
+}
+
+static bool id_ok(const char *s, size_t n) {
+    if (n < 1 || n > SESS_ID_MAX) return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    }
+    return true;
+}
+
+/* With t->mu held. */
+static sess *find(api_sessions *t, const char *id) {
+    for (int i = 0; i < SESS_MAX; i++)
+        if (t->s[i].used && !strcmp(t->s[i].id, id)) return &t->s[i];
+    return NULL;
+}
+
+static json_t *sess_json(const sess *s) {
+    return json_pack("{s:s,s:s,s:I,s:I,s:i,s:b,s:b}", "id", s->id, "object", "session", "created",
+                     (json_int_t)s->created, "revision", (json_int_t)s->revision, "n_tokens", s->n_toks, "persisted",
+                     s->persisted, "busy", s->busy);
+}
+
+static void pack_path(const mu_http_app *a, const char *id, char *out, size_t cap) {
+    snprintf(out, cap, "%s/session-%s", a->pack_dir, id);
+}
+
+/* The store's budget (--pack-max-bytes): the least recently used packs go
+ * until the store fits, never the one just written (keep). A reader of a
+ * pack being removed (the prefix cache's store search, a restore) sees the
+ * whole pack or none (mu_kv_store_gc renames it away first). */
+void api_sessions_budget(mu_http_app *a, const char *keep) {
+    if (!a->pack_dir[0] || !a->pack_max_bytes) return;
+    api_sessions *t = a->sessions;
+    mu_kv_gc_report rep;
+    mu_err err = {0};
+    pthread_mutex_lock(&t->gc_mu);
+    int rc = mu_kv_store_gc_keep(a->pack_dir, a->pack_max_bytes, keep, false, &rep, &err);
+    if (!rc) {
+        t->n_evicted += (uint64_t)rep.n_removed;
+        t->bytes_evicted += rep.bytes_removed;
+        t->store_bytes = rep.bytes - rep.bytes_removed;
+    }
+    pthread_mutex_unlock(&t->gc_mu);
+    if (rc) fprintf(stderr, "muser serve: pack store budget: %s\n", err.msg);
+}
+
+void api_sessions_store_stats(mu_http_app *a, uint64_t *n_evicted, uint64_t *bytes_evicted, uint64_t *store_bytes) {
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->gc_mu);
+    *n_evicted = t->n_evicted;
+    *bytes_evicted = t->bytes_evicted;
+    *store_bytes = t->store_bytes;
+    pthread_mutex_unlock(&t->gc_mu);
+}
+
+/* The session's pack is still in the store (the budget may have evicted it). */
+static bool pack_there(const mu_http_app *a, const char *id) {
+    char path[sizeof a->pack_dir + 100];
+    snprintf(path, sizeof path, "%s/session-%s/manifest.kvpk", a->pack_dir, id);
+    return !access(path, F_OK);
+}
+
+static void no_session(mu_http_req *r, const char *id) {
+    char m[128];
+    snprintf(m, sizeof m, "sessions: no session %s", id);
+    mu_http_reply_error(r, 404, m, NULL);
+}
+
+static void body_digest(const json_t *body, uint8_t out[32]) {
+    char *txt = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
+    SHA256((const uint8_t *)(txt ? txt : ""), txt ? strlen(txt) : 0, out);
+    free(txt);
+}
+
+/* ---- the request schemas (api.c: api_schema) ---------------------------- */
+
+static bool check(mu_http_req *r, const json_t *body, const jc_field *f) {
+    mu_err err = {0};
+    int rc = mu_jc_check(body, f, &err);
+    if (rc) mu_http_reply_status(r, rc, &err);
+    return !rc;
+}
+
+/* ---- create, list, get, delete ---------------------------------------- */
+
+static void sess_create(mu_http_req *r, mu_http_app *a, const json_t *body) {
+    if (!check(r, body, api_schema("/v1/sessions"))) return;
+    char id[SESS_ID_MAX + 1];
+    const char *want = mu_jc_str(body, "id", NULL);
+    if (want) {
+        if (!id_ok(want, strlen(want))) {
+            mu_http_reply_error(r, 400, "sessions: an id is 1..64 of A-Z a-z 0-9 _ -", "id");
+            return;
+        }
+        snprintf(id, sizeof id, "%s", want);
+    } else {
+        uint64_t k = atomic_fetch_add(&a->sessions->n_made, 1);
+        snprintf(id, sizeof id, "sess-%llx-%llx", (unsigned long long)api_unix_now(), (unsigned long long)k);
+    }
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->mu);
+    if (find(t, id)) {
+        pthread_mutex_unlock(&t->mu);
+        char m[128];
+        snprintf(m, sizeof m, "sessions: session %s exists", id);
+        mu_http_reply_error(r, 409, m, "id");
+        return;
+    }
+    sess *s = NULL;
+    for (int i = 0; i < SESS_MAX && !s; i++)
+        if (!t->s[i].used) s = &t->s[i];
+    if (!s) {
+        pthread_mutex_unlock(&t->mu);
+        mu_http_reply_error(r, 429, "sessions: the server holds its most sessions (256): delete one", NULL);
+        return;
+    }
+    s->used = true;
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->created = api_unix_now();
+    json_t *o = sess_json(s);
+    pthread_mutex_unlock(&t->mu);
+    mu_http_reply_json(r, 201, o);
+}
+
+void api_sessions_root(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    if (body) {
+        sess_create(r, a, body);
+        return;
+    }
+    api_sessions *t = a->sessions;
+    json_t *arr = json_array();
+    pthread_mutex_lock(&t->mu);
+    for (int i = 0; i < SESS_MAX && arr; i++)
+        if (t->s[i].used) json_array_append_new(arr, sess_json(&t->s[i]));
+    pthread_mutex_unlock(&t->mu);
+    json_t *o = arr ? json_pack("{s:s,s:o}", "object", "list", "data", arr) : NULL;
+    if (o) mu_http_reply_json(r, 200, o);
+    else mu_http_reply_error(r, 503, "server: out of memory", NULL);
+}
+
+static void sess_delete(mu_http_req *r, mu_http_app *a, const char *id) {
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->mu);
+    sess *s = find(t, id);
+    if (!s) {
+        pthread_mutex_unlock(&t->mu);
+        no_session(r, id);
+        return;
+    }
+    if (s->busy) {
+        pthread_mutex_unlock(&t->mu);
+        mu_http_reply_error(r, 409, "sessions: a turn of the session is running", NULL);
+        return;
+    }
+    s->busy = true; /* no new turn while its pack goes */
+    pthread_mutex_unlock(&t->mu);
+    mu_err err = {0};
+    int rc = 0;
+    if (a->pack_dir[0]) {
+        char dir[sizeof a->pack_dir + 80];
+        pack_path(a, id, dir, sizeof dir);
+        rc = mu_kv_pack_remove(dir, &err);
+    }
+    pthread_mutex_lock(&t->mu);
+    if (rc) s->busy = false;
+    else sess_clear(s);
+    pthread_mutex_unlock(&t->mu);
+    if (rc) {
+        mu_http_reply_status(r, rc, &err);
+        return;
+    }
+    mu_http_reply_json(r, 200, json_pack("{s:s,s:s,s:b}", "id", id, "object", "session.deleted", "deleted", 1));
+}
+
+/* ---- continue --------------------------------------------------------- */
+
+/* What the save hook shares with the turn: the job holds one reference,
+ * the turn the other (a hung-up client frees the turn while the engine
+ * may still save). */
+typedef struct {
+    atomic_int refs;
+    mu_http_app *a;
+    char dir[4200];
+    bool saved;                   /* written by the engine thread before FINISH */
+    uint64_t bytes;
+    double ms;
+} save_ctx;
+
+static void save_unref(void *user) {
+    save_ctx *c = user;
+    if (c && atomic_fetch_sub(&c->refs, 1) == 1) free(c);
+}
+
+static int turn_save(void *user, const mu_session *s, const int32_t *tokens, int n, int32_t last, mu_err *err) {
+    save_ctx *c = user;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    /* a delta on the session's previous pack when it can be one: a turn writes only its own positions */
+    mu_kv_save_opts so = {.with_tokens = true, .full_ring = true, .tail = &last, .n_tail = 1, .chain = true,
+                          .parent = c->dir};
+    int rc = mu_kv_pack_save(s, c->a->kv_id, tokens, n, c->a->kv_key, &so, c->dir, err);
+    if (!rc) rc = mu_kv_pack_bytes(c->dir, &c->bytes, err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    c->ms = (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6;
+    c->saved = !rc;
+    return rc;
+}
+
+typedef struct {
+    api_job g;
+    mu_http_app *a;
+    char id[SESS_ID_MAX + 1];
+    uint64_t revision;            /* the revision the turn extends */
+    int32_t *conv;                /* the prompt submitted: the conversation and the new input */
+    int n_conv;
+    char idem[SESS_IDEM_KEY + 1]; /* "" when none */
+    uint8_t digest[32];
+    bool logprobs;
+    save_ctx *sv;                 /* NULL without --pack-dir */
+    bool ended;                   /* committed or given up: the session is no longer busy */
+} turn;
+
+/* Ends the turn's hold on its session; commit: the tokens and revision + 1,
+ * with resp remembered under the turn's key (taken). */
+static void turn_end(turn *u, bool commit, const int32_t *gen, int n_gen, char *resp) {
+    if (u->ended) {
+        free(resp);
+        return;
+    }
+    u->ended = true;
+    api_sessions *t = u->a->sessions;
+    pthread_mutex_lock(&t->mu);
+    sess *s = find(t, u->id);
+    if (s && commit) {
+        int32_t *nt = malloc(((size_t)u->n_conv + (size_t)n_gen) * sizeof *nt + 1);
+        if (nt) {
+            memcpy(nt, u->conv, (size_t)u->n_conv * sizeof *nt);
+            memcpy(nt + u->n_conv, gen, (size_t)n_gen * sizeof *nt);
+            free(s->toks);
+            s->toks = nt;
+            s->n_toks = u->n_conv + n_gen;
+            s->revision = u->revision + 1;
+            s->persisted = u->sv && u->sv->saved;
+            s->pack_bytes = u->sv ? u->sv->bytes : 0;
+            if (u->idem[0] && resp) {
+                idem_rec *rec = &s->idem[s->idem_next];
+                s->idem_next = (s->idem_next + 1) % SESS_IDEM;
+                free(rec->resp);
+                snprintf(rec->key, sizeof rec->key, "%s", u->idem);
+                memcpy(rec->digest, u->digest, 32);
+                rec->resp = resp;
+                resp = NULL;
+            }
+        }
+    }
+    if (s) s->busy = false;
+    pthread_mutex_unlock(&t->mu);
+    free(resp);
+}
+
+static void turn_release(void *state) {
+    turn *u = state;
+    turn_end(u, false, NULL, 0, NULL);
+    api_job_free(&u->g);
+    save_unref(u->sv);
+    free(u->conv);
+    free(u);
+}
+
+static const char *finish_name(mu_finish f) {
+    return f == MU_FINISH_STOP ? "stop" : f == MU_FINISH_WORD ? "stop" : "length";
+}
+
+static bool turn_poll(void *state, mu_http_req *r) {
+    turn *u = state;
+    if (api_job_poll(&u->g, mu_http_req_fd(r))) return false;
+    api_job *g = &u->g;
+    if (g->finish == MU_FINISH_ERROR || g->finish == MU_FINISH_CANCEL) {
+        turn_end(u, false, NULL, 0, NULL);
+        api_job_reply_failed(r, g);
+        return true;
+    }
+    json_t *toks = json_array(), *lps = u->logprobs ? json_array() : NULL;
+    for (int i = 0; toks && i < g->n_ids; i++) {
+        json_array_append_new(toks, json_integer(g->ids[i]));
+        if (lps) json_array_append_new(lps, json_real(g->toks[i].logprob));
+    }
+    json_t *o = json_pack("{s:s,s:s,s:I,s:o,s:o,s:i,s:s,s:b,s:o}", "id", u->id, "object", "session.turn", "revision",
+                          (json_int_t)(u->revision + 1), "content", api_json_text(g->content.p ? g->content.p : "", g->content.n),
+                          "tokens", toks, "n_tokens", u->n_conv + g->n_ids, "finish_reason", finish_name(g->finish),
+                          "persisted", u->sv && u->sv->saved, "timings", api_job_timings(g));
+    if (o && lps) json_object_set_new(o, "logprobs", lps);
+    else json_decref(lps);
+    if (o && u->sv && u->sv->saved) {
+        json_object_set_new(o, "pack_bytes", json_integer((json_int_t)u->sv->bytes));
+        json_object_set_new(o, "save_ms", json_real(u->sv->ms));
+    }
+    /* the answer as text: a replay by Idempotency-Key sends these bytes again */
+    mu_http_buf b = {0};
+    if (o) mu_http_buf_json(&b, o);
+    mu_http_buf_add(&b, "\n", 1);
+    json_decref(o);
+    char *keep = !o || b.oom ? NULL : u->idem[0] ? strndup(b.p, b.n) : NULL;
+    if (!o || b.oom || (u->idem[0] && !keep)) {
+        mu_http_buf_free(&b);
+        turn_end(u, false, NULL, 0, NULL);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return true;
+    }
+    turn_end(u, true, g->ids, g->n_ids, keep);
+    mu_http_reply_text(r, 200, "application/json; charset=utf-8", b.p, b.n);
+    mu_http_buf_free(&b);
+    if (u->sv && u->sv->saved) {
+        char name[SESS_ID_MAX + 16];
+        snprintf(name, sizeof name, "session-%s", u->id);
+        api_sessions_budget(u->a, name);
+    }
+    return true;
+}
+
+/* The input of a turn: text (BOS first when the conversation is empty and
+ * the model adds one), or token ids as given. */
+static bool turn_input(mu_http_req *r, mu_http_app *a, const json_t *p, bool first, int32_t **ids, int *n) {
+    mu_err err = {0};
+    if (json_is_string(p)) {
+        const char *s = json_string_value(p);
+        int rc = first ? api_tokenize_prompt(a, s, true, ids, n, &err)
+                       : mu_tok_encode(a->tok, s, json_string_length(p), true, ids, n, &err);
+        if (rc) {
+            mu_http_reply_status(r, rc, &err);
+            return false;
+        }
+    } else {
+        size_t k = json_array_size(p);
+        *ids = malloc((k ? k : 1) * sizeof **ids);
+        if (!*ids) {
+            mu_http_reply_error(r, 503, "server: out of memory", NULL);
+            return false;
+        }
+        for (size_t i = 0; i < k; i++) (*ids)[i] = (int32_t)json_integer_value(json_array_get(p, i));
+        *n = (int)k;
+    }
+    if (*n < 1) {
+        free(*ids);
+        mu_http_reply_error(r, 400, "sessions: the prompt is empty", "prompt");
+        return false;
+    }
+    return true;
+}
+
+static void sess_continue(mu_http_req *r, mu_http_app *a, const char *id, const json_t *body) {
+    if (!check(r, body, api_schema("/v1/sessions/{id}/continue"))) return;
+    const char *key = mu_http_req_header(r, "Idempotency-Key");
+    if (key && (!*key || strlen(key) > SESS_IDEM_KEY)) {
+        mu_http_reply_error(r, 400, "sessions: an Idempotency-Key is 1..255 bytes", NULL);
+        return;
+    }
+    uint64_t want = (uint64_t)mu_jc_int(body, "revision", 0);
+    uint8_t digest[32];
+    body_digest(body, digest);
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->mu);
+    sess *s = find(t, id);
+    if (!s) {
+        pthread_mutex_unlock(&t->mu);
+        no_session(r, id);
+        return;
+    }
+    if (key) {
+        for (int i = 0; i < SESS_IDEM; i++) {
+            idem_rec *rec = &s->idem[i];
+            if (!rec->resp || strcmp(rec->key, key)) continue;
+            if (memcmp(rec->digest, digest, 32)) {
+                pthread_mutex_unlock(&t->mu);
+                mu_http_reply_error(r, 422, "sessions: this Idempotency-Key was used with another request body", NULL);
+                return;
+            }
+            char *again = strdup(rec->resp); /* the same answer, nothing run again */
+            pthread_mutex_unlock(&t->mu);
+            if (!again) {
+                mu_http_reply_error(r, 503, "server: out of memory", NULL);
+                return;
+            }
+            mu_http_reply_text_hdr(r, 200, "application/json; charset=utf-8", again, strlen(again),
+                                   "Idempotent-Replayed", "true");
+            free(again);
+            return;
+        }
+    }
+    if (s->busy) {
+        pthread_mutex_unlock(&t->mu);
+        mu_http_reply_error(r, 409, "sessions: a turn of the session is running", NULL);
+        return;
+    }
+    if (s->revision != want) {
+        char m[160];
+        snprintf(m, sizeof m, "sessions: revision %llu is not the session's (%llu)", (unsigned long long)want,
+                 (unsigned long long)s->revision);
+        pthread_mutex_unlock(&t->mu);
+        mu_http_reply_error(r, 409, m, "revision");
+        return;
+    }
+    turn *u = calloc(1, sizeof *u);
+    int32_t *conv = u && s->n_toks ? malloc((size_t)s->n_toks * sizeof *conv) : NULL;
+    if (!u || (s->n_toks && !conv)) {
+        pthread_mutex_unlock(&t->mu);
+        free(u);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    int n_have = s->n_toks;
+    if (n_have) memcpy(conv, s->toks, (size_t)n_have * sizeof *conv);
+    s->busy = true;
+    pthread_mutex_unlock(&t->mu);
+    u->a = a;
+    snprintf(u->id, sizeof u->id, "%s", id);
+    u->revision = want;
+    u->logprobs = mu_jc_bool(body, "logprobs", false);
+    if (key) snprintf(u->idem, sizeof u->idem, "%s", key);
+    memcpy(u->digest, digest, 32);
+    int32_t *in = NULL;
+    int n_in = 0;
+    if (!turn_input(r, a, json_object_get(body, "prompt"), n_have == 0, &in, &n_in)) {
+        free(conv);
+        turn_release(u); /* (the session is free again) */
+        return;
+    }
+    int32_t *all = realloc(conv, ((size_t)n_have + (size_t)n_in) * sizeof *all);
+    if (!all) {
+        free(in);
+        free(conv);
+        turn_release(u);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    memcpy(all + n_have, in, (size_t)n_in * sizeof *all);
+    free(in);
+    u->n_conv = n_have + n_in;
+    u->conv = malloc((size_t)u->n_conv * sizeof *u->conv);
+    if (!u->conv) {
+        free(all);
+        turn_release(u);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return;
+    }
+    memcpy(u->conv, all, (size_t)u->n_conv * sizeof *all);
+    mu_gen_req q = {0};
+    q.n_predict = (int)mu_jc_int(body, "n_predict", -1);
+    q.sp = api_sample_params(a, body, "seed");
+    q.ignore_eos = mu_jc_bool(body, "ignore_eos", false);
+    if (q.ignore_eos) api_ban_eog(a, &q.sp);
+    q.logprobs = u->logprobs;
+    q.keep_prefix = true;
+    if (a->pack_dir[0]) {
+        u->sv = calloc(1, sizeof *u->sv);
+        if (!u->sv) {
+            free(all);
+            turn_release(u);
+            mu_http_reply_error(r, 503, "server: out of memory", NULL);
+            return;
+        }
+        atomic_init(&u->sv->refs, 2); /* the turn's and the job's */
+        u->sv->a = a;
+        pack_path(a, id, u->sv->dir, sizeof u->sv->dir);
+        q.save = turn_save;
+        q.save_user = u->sv;
+        q.save_free = save_unref;
+    }
+    if (!api_job_start(r, &u->g, a, all, u->n_conv, &q, json_object_get(body, "stop"))) {
+        if (u->sv) save_unref(u->sv); /* the job's share: it was never made */
+        turn_release(u);
+        return;
+    }
+    u->g.want_toks = u->logprobs;
+    mu_http_reply_later(r, turn_poll, turn_release, u);
+}
+
+/* ---- save and restore ------------------------------------------------- */
+
+/* POST /v1/sessions/{id}/save: every turn is saved as it ends; this says
+ * whether the session's pack holds its last revision. */
+static void sess_save(mu_http_req *r, mu_http_app *a, const char *id, const json_t *body) {
+    if (!check(r, body, api_schema("/v1/sessions/{id}/save"))) return;
+    if (!a->pack_dir[0]) {
+        mu_http_reply_error(r, 501, "sessions: saving needs a pack store: start the server with --pack-dir", NULL);
+        return;
+    }
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->mu);
+    sess *s = find(t, id);
+    if (!s) {
+        pthread_mutex_unlock(&t->mu);
+        no_session(r, id);
+        return;
+    }
+    if (s->persisted && !s->busy && !pack_there(a, id)) s->persisted = false; /* evicted by the budget */
+    if (s->busy || !s->persisted) {
+        bool busy = s->busy;
+        pthread_mutex_unlock(&t->mu);
+        mu_http_reply_error(r, 409,
+                            busy ? "sessions: a turn of the session is running"
+                                 : "sessions: the session's state is not saved (no turn yet, or the store's budget "
+                                   "evicted its pack): continue it first",
+                            NULL);
+        return;
+    }
+    char dir[sizeof a->pack_dir + 80];
+    pack_path(a, id, dir, sizeof dir);
+    json_t *o = json_pack("{s:s,s:s,s:I,s:i,s:s,s:I,s:b}", "id", s->id, "object", "session.saved", "revision",
+                          (json_int_t)s->revision, "n_tokens", s->n_toks, "pack", strrchr(dir, '/') + 1, "pack_bytes",
+                          (json_int_t)s->pack_bytes, "encrypted", 1);
+    pthread_mutex_unlock(&t->mu);
+    mu_http_reply_json(r, 200, o);
+}
+
+/* POST /v1/sessions/{id}/restore: the session as its pack holds it (after
+ * a restart, or to go back to the last saved turn); created when absent. The
+ * pack is verified against this server's model and engine now; its KV
+ * state is installed by the next turn (the ladder's pack store). */
+static void sess_restore(mu_http_req *r, mu_http_app *a, const char *id, const json_t *body) {
+    if (!check(r, body, api_schema("/v1/sessions/{id}/save"))) return;
+    if (!a->pack_dir[0]) {
+        mu_http_reply_error(r, 501, "sessions: restoring needs a pack store: start the server with --pack-dir", NULL);
+        return;
+    }
+    if (!id_ok(id, strlen(id))) {
+        no_session(r, id);
+        return;
+    }
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->mu);
+    sess *s = find(t, id);
+    if (s && s->busy) {
+        pthread_mutex_unlock(&t->mu);
+        mu_http_reply_error(r, 409, "sessions: a turn of the session is running", NULL);
+        return;
+    }
+    if (!s) {
+        for (int i = 0; i < SESS_MAX && !s; i++)
+            if (!t->s[i].used) s = &t->s[i];
+        if (!s) {
+            pthread_mutex_unlock(&t->mu);
+            mu_http_reply_error(r, 429, "sessions: the server holds its most sessions (256): delete one", NULL);
+            return;
+        }
+        s->used = true;
+        snprintf(s->id, sizeof s->id, "%s", id);
+        s->created = api_unix_now();
+    }
+    s->busy = true;
+    pthread_mutex_unlock(&t->mu);
+    char dir[sizeof a->pack_dir + 80];
+    pack_path(a, id, dir, sizeof dir);
+    mu_err err = {0};
+    int32_t *ids = NULL;
+    int n = 0, n_pos = 0;
+    uint64_t bytes = 0;
+    int rc = mu_kv_pack_verify(dir, a->kv_key, a->kv_id, a->n_ctx, &err);
+    if (!rc) rc = mu_kv_pack_tokens_ex(dir, a->kv_key, &ids, &n, &n_pos, &err);
+    if (!rc && n != n_pos + 1)
+        rc = mu_fail(&err, MU_E_FORMAT, "sessions: the pack of %s is not a session's (no last token)", id);
+    if (!rc) rc = mu_kv_pack_bytes(dir, &bytes, &err);
+    pthread_mutex_lock(&t->mu);
+    if (rc) {
+        s->busy = false;
+        if (!s->n_toks && !s->revision) sess_clear(s); /* made for this restore */
+        pthread_mutex_unlock(&t->mu);
+        free(ids);
+        char m[400];
+        const char *v = mu_kv_verdict(&err);
+        snprintf(m, sizeof m, "sessions: cannot restore %s: %s%s%s", id, err.msg, v ? " (verdict: " : "",
+                 v ? v : "");
+        if (v) strncat(m, ")", sizeof m - strlen(m) - 1);
+        mu_http_reply_error(r, rc == MU_E_IO ? 404 : 400, m, NULL);
+        return;
+    }
+    free(s->toks);
+    s->toks = ids;
+    s->n_toks = n;
+    s->revision++; /* a change of the session, like a turn */
+    s->persisted = true;
+    s->pack_bytes = bytes;
+    for (int i = 0; i < SESS_IDEM; i++) { /* the answers remembered were for turns this state may not hold */
+        free(s->idem[i].resp);
+        memset(&s->idem[i], 0, sizeof s->idem[i]);
+    }
+    s->busy = false;
+    json_t *o = sess_json(s);
+    pthread_mutex_unlock(&t->mu);
+    if (o) json_object_set_new(o, "pack_bytes", json_integer((json_int_t)bytes));
+    mu_http_reply_json(r, 200, o);
+}
+
+/* ---- the routes under /v1/sessions/ ----------------------------------- */
+
+/* /v1/sessions/{id}[/{action}]: id (and action, "" when none) into the buffers. */
+static bool split_path(mu_http_req *r, char *id, size_t cap_id, char *act, size_t cap_act) {
+    const char *p = mu_http_req_path(r) + strlen("/v1/sessions/");
+    const char *sl = strchr(p, '/');
+    size_t n = sl ? (size_t)(sl - p) : strlen(p);
+    if (!id_ok(p, n) || n >= cap_id) return false;
+    memcpy(id, p, n);
+    id[n] = 0;
+    snprintf(act, cap_act, "%s", sl ? sl + 1 : "");
+    return strlen(sl ? sl + 1 : "") < cap_act;
+}
+
+void api_sessions_item(mu_http_req *r, const json_t *body) {
+    mu_http_app *a = mu_http_req_app(r);
+    char id[SESS_ID_MAX + 1], act[32];
+    if (!split_path(r, id, sizeof id, act, sizeof act)) {
+        mu_http_reply_error(r, 404, "sessions: no such session route", NULL);
+        return;
+    }
+    const char *m = mu_http_req_method(r);
+    if (!strcmp(m, "POST") && !strcmp(act, "continue")) sess_continue(r, a, id, body);
+    else if (!strcmp(m, "POST") && !strcmp(act, "save")) sess_save(r, a, id, body);
+    else if (!strcmp(m, "POST") && !strcmp(act, "restore")) sess_restore(r, a, id, body);
+    else if (!strcmp(m, "DELETE") && !act[0]) sess_delete(r, a, id);
+    else if (!strcmp(m, "GET") && !act[0]) {
+        api_sessions *t = a->sessions;
+        pthread_mutex_lock(&t->mu);
+        sess *s = find(t, id);
+        json_t *o = s ? sess_json(s) : NULL;
+        pthread_mutex_unlock(&t->mu);
+        if (o) mu_http_reply_json(r, 200, o);
+        else no_session(r, id);
+    } else {
+        mu_http_reply_error(r, 404, "sessions: no such session route", NULL);
+    }
+}
