@@ -107,6 +107,13 @@ typedef struct {
      * whether install ran or not (the prefill lane frees its verified rows);
      * not called when mu_sched_submit fails (the caller still owns them) */
     void (*install_free)(void *user);
+    /* with install: the kernel class that computed the installed rows when
+     * it is not this engine's (a cross-class prefill lane handoff, e.g. CUDA
+     * rows in a CPU decoder), NULL otherwise; must live as long as
+     * install_user. The slot's session then holds rows of two classes: it
+     * never feeds the prefix cache, a slot save refuses it, and the jobs
+     * that reuse it say so (mu_gen_stats.rows_class), until it is emptied. */
+    const char *install_class;
     mu_embd_pooling embd;   /* not OFF: evaluate the prompt, pool its final-norm rows, end with
                                MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
                                Pooling other than LAST needs the whole prompt in one step
@@ -169,6 +176,10 @@ typedef struct {
     int n_draft;          /* speculative decoding: tokens drafted and verified */
     int n_draft_accepted; /* of which the target accepted */
     int n_spec_steps;     /* verification steps (forwards with a draft) */
+    char rows_class[32];  /* "" or, when some of the prompt's installed or reused rows were computed
+                             by another kernel class (mu_gen_req.install_class), that class: the
+                             answer then equals local prefill's under the tie-aware rule, not bit
+                             for bit */
 } mu_gen_stats;
 
 typedef struct {

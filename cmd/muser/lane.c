@@ -78,11 +78,13 @@ int cmd_tls(int argc, char **argv) {
 /* One stderr line per handoff (bench/lane reads it). */
 static void on_handoff(void *user, const mu_handoff_report *r) {
     (void)user;
+    char delta[64] = "";
+    if (r->n_have) snprintf(delta, sizeof delta, ", a delta: %d held by the decoder", r->n_have);
     fprintf(stderr,
             "muser producer: handoff %s: %d positions, %llu bytes, compute %.1f ms, transfer %.1f ms, exposed %.1f ms "
-            "(%.1f%% of the transfer hidden under compute)\n",
-            r->ok ? "ok" : "failed", r->n_ship, (unsigned long long)r->bytes, r->compute_s * 1e3, r->send_s * 1e3,
-            r->exposed_s * 1e3, r->send_s > 0 ? 100.0 * (1 - r->exposed_s / r->send_s) : 100.0);
+            "(%.1f%% of the transfer hidden under compute)%s\n",
+            r->ok ? "ok" : "failed", r->n_ship - r->n_have, (unsigned long long)r->bytes, r->compute_s * 1e3,
+            r->send_s * 1e3, r->exposed_s * 1e3, r->send_s > 0 ? 100.0 * (1 - r->exposed_s / r->send_s) : 100.0, delta);
 }
 
 int cmd_producer(int argc, char **argv) {
@@ -164,8 +166,9 @@ int cmd_producer(int argc, char **argv) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    fprintf(stderr, "muser producer: %s on %s:%d (backend %s, kernels %s, %lld worker%s, queue %lld)\n", model, host,
-            mu_producer_port(p), mu_engine_backend(e), mu_engine_kern_name(e), workers, workers > 1 ? "s" : "", queue);
+    fprintf(stderr, "muser producer: %s on %s:%d (backend %s, kernels %s, kernel class %s, %lld worker%s, queue %lld)\n",
+            model, host, mu_producer_port(p), mu_engine_backend(e), mu_engine_kern_name(e), mu_producer_kclass(p), workers,
+            workers > 1 ? "s" : "", queue);
     if (enroll) {
         printf("muser-enroll-token: %s\n", mu_producer_token(p));
         fflush(stdout);
@@ -182,33 +185,46 @@ done:
 
 /* ---- node ------------------------------------------------------------------------ */
 
-static int node_engine(const char *cmd, const char *model, int threads, mu_model **m, mu_engine **e) {
+static int node_engine(const char *cmd, const char *model, const cli_backend *b, int threads, mu_model **m, mu_engine **e) {
     mu_err err = {0};
     if (mu_model_open(model, m, &err)) return cli_fail("%s: %s", cmd, err.msg);
-    cli_backend b = CLI_BACKEND_DEFAULT;
-    mu_engine_opts eo = cli_engine_opts(&b, threads, NULL);
+    mu_engine_opts eo = cli_engine_opts(b, threads, NULL);
     if (mu_engine_new(*m, &eo, e, &err)) return cli_fail("%s: %s", cmd, err.msg);
     return 0;
 }
 
-static void print_report(const char *name, const char *report) {
+/* The qualification's lines; returns whether it compared under the
+ * tie-aware rule (a node of another kernel class). */
+static bool print_report(const char *name, const char *report) {
     json_t *j = report ? json_loads(report, 0, NULL) : NULL;
     json_t *runs = json_object_get(j, "runs"), *r;
+    bool tie = !strcmp(json_string_value(json_object_get(j, "rule")) ?: "", "tie-aware");
+    const char *nc = json_string_value(json_object_get(j, "node_class")) ?: "?";
     size_t i;
     json_array_foreach(runs, i, r) {
-        printf("qualify %s: run %zu: %lld tokens (%lld shipped, %lld bytes): node %.1f ms, local prefill %.1f ms, "
-               "rows and logits bit-identical\n",
+        char verdict[200];
+        long long at = json_integer_value(json_object_get(r, "near_tie_at"));
+        if (!tie)
+            snprintf(verdict, sizeof verdict, "rows and logits bit-identical");
+        else
+            snprintf(verdict, sizeof verdict, "node class %s: rows %s, %lld greedy ids equal under the tie-aware rule%s "
+                     "(max |dp| %.1e)", nc, json_is_true(json_object_get(r, "rows_equal")) ? "bit-identical" : "differ",
+                     (long long)json_integer_value(json_object_get(r, "greedy_steps")), at >= 0 ? ", a near-tie at the last" : "",
+                     json_real_value(json_object_get(r, "max_prob_diff")));
+        printf("qualify %s: run %zu: %lld tokens (%lld shipped, %lld bytes): node %.1f ms, local prefill %.1f ms, %s\n",
                name, i + 1, (long long)json_integer_value(json_object_get(r, "tokens")),
                (long long)json_integer_value(json_object_get(r, "shipped")),
                (long long)json_integer_value(json_object_get(r, "bytes")),
-               json_real_value(json_object_get(r, "remote_ms")), json_real_value(json_object_get(r, "local_ms")));
+               json_real_value(json_object_get(r, "remote_ms")), json_real_value(json_object_get(r, "local_ms")), verdict);
     }
     json_decref(j);
+    return tie;
 }
 
 int cmd_node(int argc, char **argv) {
-    const char *usage = "usage: muser node add NAME HOST:PORT --token T [-m MODEL] [--qualify-tokens N] [--threads N]\n"
-                        "       muser node qualify NAME [-m MODEL] [--qualify-tokens N] [--threads N]\n"
+    const char *usage = "usage: muser node add NAME HOST:PORT --token T [-m MODEL] [--qualify-tokens N] [--threads N] [--backend B]\n"
+                        "       muser node qualify NAME [-m MODEL] [--qualify-tokens N] [--threads N] [--backend B]\n"
+                        "       (--backend: this decoder's engine for the qualification's local prefill, as serve's)\n"
                         "       muser node status [--json] [--no-probe]\n"
                         "       muser node remove NAME";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -219,7 +235,11 @@ int cmd_node(int argc, char **argv) {
     long long qt = 0, threads = 0;
     bool json = false, no_probe = false;
     int npos = 0;
+    cli_backend backend = CLI_BACKEND_DEFAULT;
     for (int i = 2; i < argc; i++) {
+        int bo = cli_backend_opt("muser node", argc, argv, &i, &backend);
+        if (bo < 0) return 1;
+        if (bo) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--no-probe")) no_probe = true;
@@ -285,12 +305,13 @@ int cmd_node(int argc, char **argv) {
     mu_model *m = NULL;
     mu_engine *e = NULL;
     char *report = NULL;
-    int rc = node_engine(add ? "muser node add" : "muser node qualify", model, (int)threads, &m, &e);
+    int rc = node_engine(add ? "muser node add" : "muser node qualify", model, &backend, (int)threads, &m, &e);
     if (!rc) {
         rc = add ? mu_node_add(e, model, pos[0], pos[1], token, (int)qt, &report, &err)
                  : mu_node_qualify(e, model, pos[0], (int)qt, &report, &err);
-        print_report(pos[0], report);
+        bool tie = print_report(pos[0], report);
         if (rc) rc = cli_fail("muser node %s: %s", sub, err.msg);
+        else if (tie) printf("node %s: healthy (another kernel class: three handoffs equal to local prefill under the tie-aware rule)\n", pos[0]);
         else printf("node %s: healthy (three handoffs bit-identical to local prefill)\n", pos[0]);
     }
     free(report);

@@ -184,6 +184,7 @@ static int token_parse(const char *s, enroll_token *t, mu_err *err) {
 
 /* ---- the model's layer plan ----------------------------------------------------- */
 
+/* m->n_ship and m->n_have set: the layer table, row size and chunk count. */
 static void plan(const mu_model *m, lane_manifest *mf) {
     const mu_model_info *I = mu_model_get_info(m);
     lane_layers_plan(mf, I->n_layer, I->swa_layers, I->n_swa);
@@ -225,6 +226,8 @@ struct mu_producer {
     mu_engine *e;
     const mu_model *m;
     mu_kv_ident *kid;
+    char kclass[LANE_CLASS_LEN]; /* the class its rows are labelled with (the engine's, or the test hook's) */
+    bool perturb;                /* test hook: one bit of each handoff's first chunk flipped */
     mu_producer_opts o;
     int lfd, port;
     tls_ctx *tls;
@@ -570,8 +573,10 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     memcpy(m->request_id, h->request_id, 16);
     memcpy(m->identity, h->identity, 32);
     lane_token_digest(tokens, h->n_ship, m->token_digest);
+    memcpy(m->kclass, p->kclass, LANE_CLASS_LEN);
     m->n_ctx = h->n_ctx;
     m->step = h->step;
+    m->n_have = h->n_have;
     m->n_ship = h->n_ship;
     m->generation = next_generation(p, tam.kind == T_STALE);
     m->key_epoch = pr->epoch + (tam.kind == T_EPOCH ? 1 : 0);
@@ -623,6 +628,8 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
             lane_layer_header(pl, chunk, l, lo, n);
             rc = mu_session_kv_read(s, (int)l, (int)lo, (int)n, (uint16_t *)(pl + LANE_LAYER_HDR),
                                     (uint16_t *)(pl + LANE_LAYER_HDR + (size_t)n * m->row_bytes), err);
+            if (p->perturb && chunk == 0) /* test hook: rows that differ from this engine's in one bit, sealed */
+                pl[LANE_LAYER_HDR + (size_t)n * m->row_bytes] ^= 1;
             lane_sha256(pl, len, dg[chunk]);
             chunk++;
             *f = (frame_item){LANE_LAYER, pl, len, NULL};
@@ -712,7 +719,7 @@ out:
     pthread_mutex_unlock(&p->mu);
     if (rc && !lane_reason(err)) send_abort(c, LANE_ABORT_INTERNAL, err->msg);
     if (p->o.on_handoff) {
-        mu_handoff_report r = {.n_ship = (int)h->n_ship, .bytes = o.bytes, .compute_s = compute_s, .send_s = o.send_s,
+        mu_handoff_report r = {.n_ship = (int)h->n_ship, .n_have = (int)h->n_have, .bytes = o.bytes, .compute_s = compute_s, .send_s = o.send_s,
                                .exposed_s = o.send_s - o.hidden_s, .ok = !rc};
         p->o.on_handoff(p->o.on_handoff_user, &r);
     }
@@ -780,6 +787,7 @@ static void serve_conn(mu_producer *p, conn *c) {
         }
         lane_info in = {.version = LANE_VERSION, .key_epoch = pr.epoch, .n_ctx_max = (uint32_t)p->o.max_ctx};
         mu_kv_ident_digest(p->kid, 0, in.identity, NULL);
+        memcpy(in.kclass, p->kclass, LANE_CLASS_LEN);
         snprintf(in.name, sizeof in.name, "%s", mu_model_get_info(p->m)->name);
         uint8_t *ib;
         size_t in_n;
@@ -792,8 +800,17 @@ static void serve_conn(mu_producer *p, conn *c) {
     /* HANDOFF */
     uint8_t want[32];
     mu_kv_ident_digest(p->kid, (int)h.n_ctx, want, NULL);
+    const char *why = NULL;
+    char wbuf[160];
     if (!lane_eq(want, h.identity, 32)) {
-        send_abort(c, LANE_ABORT_IDENTITY, "identity: the producer's model, kernel class or cache layout differs");
+        why = "identity: the producer's model or cache layout differs";
+    } else if (memcmp(h.kclass, p->kclass, LANE_CLASS_LEN)) {
+        snprintf(wbuf, sizeof wbuf, "identity: this producer computes with kernel class %.31s, the decoder accepts %.31s "
+                 "(muser node qualify)", p->kclass, h.kclass);
+        why = wbuf;
+    }
+    if (why) {
+        send_abort(c, LANE_ABORT_IDENTITY, why);
         pthread_mutex_lock(&p->mu);
         p->st.n_failed++;
         pthread_mutex_unlock(&p->mu);
@@ -866,6 +883,29 @@ static void *acceptor_main(void *arg) {
     return NULL;
 }
 
+/* The kernel class the producer's rows are labelled with: the engine's,
+ * unless the test hook MUSER_LANE_TEST_CLASS=[NAME][:perturb] relabels
+ * them (NAME) and/or flips the lowest bit of the first V value of each
+ * handoff's first chunk (docs/lane.md, "Test hooks"): how the tests stand
+ * in for a producer of another class on one machine. */
+static int producer_class(mu_producer *p, mu_err *err) {
+    const char *kc = "";
+    mu_kv_ident_digest(p->kid, 0, (uint8_t[32]){0}, &kc);
+    const char *t = getenv("MUSER_LANE_TEST_CLASS");
+    char name[64];
+    snprintf(name, sizeof name, "%s", kc);
+    if (t && *t) {
+        const char *colon = strchr(t, ':');
+        size_t l = colon ? (size_t)(colon - t) : strlen(t);
+        if (l) snprintf(name, sizeof name, "%.*s", (int)(l < 63 ? l : 63), t);
+        if (colon && strcmp(colon + 1, "perturb"))
+            return mu_fail(err, MU_E_ARG, "lane: MUSER_LANE_TEST_CLASS: NAME[:perturb], not %s", t);
+        p->perturb = colon != NULL;
+    }
+    if (!lane_class_put(p->kclass, name)) return mu_fail(err, MU_E_ARG, "lane: the kernel class is not a name: %s", name);
+    return 0;
+}
+
 int mu_producer_start(mu_engine *e, const mu_producer_opts *o, mu_producer **out, mu_err *err) {
     mu_producer *p = calloc(1, sizeof *p);
     if (!p) return mu_fail(err, MU_E_NOMEM, "lane: out of memory");
@@ -896,6 +936,7 @@ int mu_producer_start(mu_engine *e, const mu_producer_opts *o, mu_producer **out
     }
     if (!rc) rc = tls_ctx_new(true, cert, key, &p->tls, err);
     if (!rc) rc = mu_kv_ident_new(e, o->model_path, &p->kid, err);
+    if (!rc) rc = producer_class(p, err);
     if (!rc) rc = conn_listen(p->o.host, p->o.port, &p->lfd, &p->port, err);
     if (!rc && p->o.enroll) {
         RAND_bytes(p->tok.secret, 32);
@@ -921,6 +962,7 @@ int mu_producer_start(mu_engine *e, const mu_producer_opts *o, mu_producer **out
 
 int mu_producer_port(const mu_producer *p) { return p->port; }
 const char *mu_producer_token(const mu_producer *p) { return p->o.enroll ? p->token : NULL; }
+const char *mu_producer_kclass(const mu_producer *p) { return p->kclass; }
 
 void mu_producer_get_stats(mu_producer *p, mu_producer_stats *st) {
     pthread_mutex_lock(&p->mu);
@@ -967,6 +1009,7 @@ typedef struct {
     int port;
     uint8_t fp[32], key[32], kid[32];
     uint32_t epoch;
+    char kclass[LANE_CLASS_LEN]; /* the producer's kernel class, as enrolled: the only one accepted */
 } node_ref;
 
 struct mu_lane {
@@ -977,6 +1020,7 @@ struct mu_lane {
     tls_ctx *tls;
     ledger *led;
     uint8_t identity[32];
+    char own_class[LANE_CLASS_LEN]; /* this engine's kernel class */
     pthread_mutex_t mu;
     mu_lane_stats st;
     double open_until;
@@ -984,24 +1028,41 @@ struct mu_lane {
 
 /* The rows of one handoff, verified, not yet in any session. */
 typedef struct {
-    int n_ship, n_layer;
+    int n_have, n_ship, n_layer;
+    char kclass[LANE_CLASS_LEN]; /* the producer's kernel class */
+    bool cross;                  /* not this engine's class */
     uint32_t row_bytes;
     uint32_t lo[LANE_MAX_LAYERS], count[LANE_MAX_LAYERS];
     uint8_t *rows[LANE_MAX_LAYERS]; /* [count][row] K then [count][row] V */
     uint8_t *mem;
     uint64_t wire_bytes;
+    /* a delta: positions [0, n_have) come from the prefix cache, whose path
+     * of tokens[0, n_have) is pinned until the shadow is freed */
+    mu_kv_cache *cache;
+    int32_t *tokens;
+    mu_kv_lineage *lin; /* scratch: the slot's own lineage is the scheduler's */
 } shadow;
 
 static void shadow_free(void *user) {
     shadow *sh = user;
     if (!sh) return;
+    if (sh->cache && sh->tokens) mu_kv_cache_pin(sh->cache, sh->tokens, sh->n_have, false);
+    mu_kv_lineage_free(sh->lin);
+    free(sh->tokens);
     free(sh->mem);
     free(sh);
 }
 
+/* On the engine thread, into an empty session: a delta's prefix from the
+ * prefix cache, then the shipped rows, then the position count. */
 static int shadow_install(void *user, mu_session *s, mu_err *err) {
     shadow *sh = user;
     int rc = 0;
+    if (sh->n_have > 0) {
+        int src = 0, n = sh->cache && sh->lin ? mu_kv_cache_restore(sh->cache, s, sh->lin, sh->tokens, sh->n_have, 0, &src) : 0;
+        if (n != sh->n_have)
+            rc = mu_fail(err, MU_E_STATE, "lane: delta: the prefix cache restored %d positions, not the %d held", n, sh->n_have);
+    }
     for (int il = 0; il < sh->n_layer && !rc; il++) {
         const uint8_t *k = sh->rows[il], *v = k + (size_t)sh->count[il] * sh->row_bytes;
         rc = mu_session_kv_write(s, il, (int)sh->lo[il], (int)sh->count[il], (const uint16_t *)k, (const uint16_t *)v, err);
@@ -1034,12 +1095,12 @@ static int node_load(const char *name, node_ref *n, json_t **doc, mu_err *err) {
     json_t *j = json_load_file(path, 0, &je);
     if (!j) return mu_fail(err, MU_E_ARG, "node: no node named %s (muser node add)", name);
     const char *addr = json_string_value(json_object_get(j, "addr")), *fp = json_string_value(json_object_get(j, "producer_fp")),
-               *key = json_string_value(json_object_get(j, "key"));
+               *key = json_string_value(json_object_get(j, "key")), *kc = json_string_value(json_object_get(j, "kernel_class"));
     json_int_t ep = json_integer_value(json_object_get(j, "epoch"));
     memset(n, 0, sizeof *n);
     snprintf(n->name, sizeof n->name, "%s", name);
     if (!addr || conn_split_addr(addr, n->host, sizeof n->host, &n->port, err) || !lane_unhex(fp, n->fp) ||
-        !lane_unhex(key, n->key) || ep < 1) {
+        !lane_unhex(key, n->key) || ep < 1 || !kc || !lane_class_put(n->kclass, kc)) {
         json_decref(j);
         return mu_fail(err, MU_E_FORMAT, "node: the registry entry %s is damaged", path);
     }
@@ -1113,13 +1174,17 @@ static int read_data_frame(conn *c, uint8_t **buf, size_t *cap, unsigned *type, 
     }
 }
 
-static int fetch(mu_lane *l, const int32_t *tokens, int n_ship, int n_ctx, shadow **out, mu_err *err) {
+/* Asks the node for the rows of positions [n_have, n_ship) of tokens (the
+ * producer computes all of [0, n_ship)); *out holds them, verified. */
+static int fetch(mu_lane *l, const int32_t *tokens, int n_have, int n_ship, int n_ctx, shadow **out, mu_err *err) {
     const mu_model *model = mu_engine_model(l->e);
     conn *c = NULL;
     int rc = lane_connect(l->tls, &l->node, l->o.timeout_ms, &c, err);
     if (rc) return rc;
     lane_hello h = {.version = LANE_VERSION, .ask = LANE_ASK_HANDOFF, .n_ctx = (uint32_t)n_ctx,
-                    .step = (uint32_t)l->o.step, .n_ship = (uint32_t)n_ship, .tokens = (const uint32_t *)tokens};
+                    .step = (uint32_t)l->o.step, .n_have = (uint32_t)n_have, .n_ship = (uint32_t)n_ship,
+                    .tokens = (const uint32_t *)tokens};
+    memcpy(h.kclass, l->node.kclass, LANE_CLASS_LEN);
     RAND_bytes(h.request_id, 16);
     mu_kv_ident_digest(l->kid, n_ctx, h.identity, NULL);
     lane_manifest *want = calloc(1, sizeof *want), *m = calloc(1, sizeof *m);
@@ -1138,8 +1203,10 @@ static int fetch(mu_lane *l, const int32_t *tokens, int n_ship, int n_ctx, shado
     memcpy(want->request_id, h.request_id, 16);
     memcpy(want->identity, h.identity, 32);
     lane_token_digest((const uint32_t *)tokens, (uint32_t)n_ship, want->token_digest);
+    memcpy(want->kclass, h.kclass, LANE_CLASS_LEN);
     want->n_ctx = h.n_ctx;
     want->step = h.step;
+    want->n_have = h.n_have;
     want->n_ship = h.n_ship;
     want->key_epoch = l->node.epoch;
     plan(model, want);
@@ -1162,8 +1229,13 @@ static int fetch(mu_lane *l, const int32_t *tokens, int n_ship, int n_ctx, shado
         rc = mu_fail(err, MU_E_STATE, "lane: identity: the handoff's model identity differs from this decoder's");
         goto out;
     }
+    if (memcmp(m->kclass, want->kclass, LANE_CLASS_LEN)) {
+        rc = mu_fail(err, MU_E_STATE, "lane: identity: the rows come from kernel class %.31s, the node was qualified for %.31s",
+                     m->kclass, want->kclass);
+        goto out;
+    }
     if (!lane_eq(m->token_digest, want->token_digest, 32) || m->n_ctx != want->n_ctx || m->step != want->step ||
-        m->n_ship != want->n_ship) {
+        m->n_ship != want->n_ship || m->n_have != want->n_have) {
         rc = mu_fail(err, MU_E_STATE, "lane: request: the handoff's tokens, context or step differ from the request");
         goto out;
     }
@@ -1194,7 +1266,10 @@ static int fetch(mu_lane *l, const int32_t *tokens, int n_ship, int n_ctx, shado
         rc = mu_fail(err, MU_E_NOMEM, "lane: limit: no memory for a handoff of %llu bytes", (unsigned long long)total);
         goto out;
     }
+    sh->n_have = n_have;
     sh->n_ship = n_ship;
+    memcpy(sh->kclass, m->kclass, LANE_CLASS_LEN);
+    sh->cross = memcmp(m->kclass, l->own_class, LANE_CLASS_LEN) != 0;
     sh->n_layer = (int)m->n_layer;
     sh->row_bytes = m->row_bytes;
     uint64_t off = 0;
@@ -1269,6 +1344,10 @@ static int lane_open(mu_engine *e, const char *model_path, const char *node, con
     l->e = e;
     l->o = *o;
     if (l->o.step <= 0) l->o.step = 512;
+    if (l->o.step > 4096) {
+        free(l);
+        return mu_fail(err, MU_E_ARG, "lane: a prefill step of %d tokens (the lane serves 1..4096)", o->step);
+    }
     if (l->o.breaker_failures <= 0) l->o.breaker_failures = 3;
     if (l->o.breaker_s <= 0) l->o.breaker_s = 30;
     if (l->o.timeout_ms <= 0) l->o.timeout_ms = DEFAULT_TIMEOUT_MS;
@@ -1287,6 +1366,11 @@ static int lane_open(mu_engine *e, const char *model_path, const char *node, con
         rc = ledger_open(path, &l->led, err);
     }
     if (!rc) rc = mu_kv_ident_new(e, model_path, &l->kid, err);
+    if (!rc) {
+        const char *kc = "";
+        mu_kv_ident_digest(l->kid, 0, l->identity, &kc);
+        if (!lane_class_put(l->own_class, kc)) rc = mu_fail(err, MU_E_STATE, "lane: the kernel class is not a name: %s", kc);
+    }
     if (rc) {
         mu_lane_free(l);
         return rc;
@@ -1318,11 +1402,24 @@ void mu_lane_free(mu_lane *l) {
     free(l);
 }
 
+/* The positions the node prefills for a prompt of n tokens (0: none, the
+ * prompt is at most one step). The same kernel class: the whole steps
+ * before the last token, so that every forward splits as local prefill's
+ * and the answer is bit for bit local prefill's. Another class: every
+ * token but the last (the answer is local prefill's under the tie-aware
+ * rule either way, and the decoder then computes one token, not up to a
+ * step: the point of a fast producer). */
+static int ship_count(const mu_lane *l, int n) {
+    int step = l->o.step;
+    if (n - 1 < step) return 0;
+    return strcmp(l->node.kclass, l->own_class) ? n - 1 : (n - 1) / step * step;
+}
+
 int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
     *remote = false;
     if (!l || l->o.mode == MU_PREFILL_LOCAL || q->install || q->embd) return 0;
     if (q->n_prompt >= l->o.n_ctx) return 0; /* the scheduler refuses it: no handoff for nothing */
-    int n_ship = (q->n_prompt - 1) / l->o.step * l->o.step;
+    int n_ship = ship_count(l, q->n_prompt);
     pthread_mutex_lock(&l->mu);
     if (n_ship < 1) {
         l->st.n_local_short++;
@@ -1335,9 +1432,33 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
         return 0;
     }
     pthread_mutex_unlock(&l->mu);
+    /* a delta: the prefix cache holds a prefix (pinned from here), the node
+     * ships the rest; only for requests that reuse a cached prefix anyway */
+    int n_have = q->keep_prefix && l->o.cache ? mu_kv_cache_hold(l->o.cache, q->prompt, n_ship, l->o.step) : 0;
+    if (n_have > 0 && n_ship - n_have < l->o.step) { /* less than a step to gain: the reuse ladder's job */
+        mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false);
+        pthread_mutex_lock(&l->mu);
+        l->st.n_local_cached++;
+        pthread_mutex_unlock(&l->mu);
+        return 0;
+    }
     shadow *sh = NULL;
     mu_err e2 = {0};
-    int rc = fetch(l, q->prompt, n_ship, l->o.n_ctx, &sh, &e2);
+    int rc = fetch(l, q->prompt, n_have, n_ship, l->o.n_ctx, &sh, &e2);
+    if (!rc && n_have > 0) {
+        sh->cache = l->o.cache;
+        if (!(sh->tokens = malloc((size_t)n_have * sizeof *sh->tokens)) ||
+            mu_kv_lineage_new(l->o.cache, l->o.n_ctx, &sh->lin, &e2)) {
+            free(sh->tokens);
+            sh->tokens = NULL;
+            shadow_free(sh);
+            sh = NULL;
+            rc = mu_fail(&e2, MU_E_NOMEM, "lane: out of memory");
+        } else {
+            memcpy(sh->tokens, q->prompt, (size_t)n_have * sizeof *sh->tokens);
+        }
+    }
+    if (n_have > 0 && !(sh && sh->tokens)) mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false); /* not handed on */
     pthread_mutex_lock(&l->mu);
     if (rc) {
         l->st.n_failed++;
@@ -1351,6 +1472,8 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
         l->st.fails_in_row = 0;
         l->st.n_remote++;
         l->st.n_bytes += sh->wire_bytes;
+        if (sh->cross) l->st.n_cross_class++;
+        if (n_have > 0) l->st.n_delta++, l->st.n_delta_held += (uint64_t)n_have;
     }
     pthread_mutex_unlock(&l->mu);
     if (rc) {
@@ -1362,6 +1485,7 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
     q->install_user = sh;
     q->install_free = shadow_free;
     q->n_installed = n_ship;
+    q->install_class = sh->cross ? sh->kclass : NULL;
     q->keep_prefix = false;
     *remote = true;
     return 0;
@@ -1370,6 +1494,8 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
 void mu_lane_get_stats(mu_lane *l, mu_lane_stats *st) {
     pthread_mutex_lock(&l->mu);
     *st = l->st;
+    snprintf(st->node_class, sizeof st->node_class, "%.31s", l->node.kclass);
+    snprintf(st->own_class, sizeof st->own_class, "%.31s", l->own_class);
     double left = l->open_until - now_s();
     st->open = left > 0;
     st->open_left_s = left > 0 ? left : 0;
@@ -1398,10 +1524,22 @@ int mu_lane_metrics(mu_lane *l, char *buf, size_t cap) {
                      "# HELP muser:lane_breaker_failures Failures in a row that open the breaker.\n# TYPE muser:lane_breaker_failures gauge\n"
                      "muser:lane_breaker_failures %d\n"
                      "# HELP muser:lane_breaker_seconds How long the breaker stays open.\n# TYPE muser:lane_breaker_seconds gauge\n"
-                     "muser:lane_breaker_seconds %d\n",
+                     "muser:lane_breaker_seconds %d\n"
+                     "# HELP muser:lane_cross_class_total Handoffs whose rows another kernel class computed (the node's).\n# TYPE muser:lane_cross_class_total counter\n"
+                     "muser:lane_cross_class_total %llu\n"
+                     "# HELP muser:lane_node_info The node's kernel class as enrolled and this decoder's.\n# TYPE muser:lane_node_info gauge\n"
+                     "muser:lane_node_info{node_class=\"%s\",decoder_class=\"%s\"} 1\n"
+                     "# HELP muser:lane_delta_total Delta handoffs: the prefix cache held a prefix, the node shipped the rest.\n# TYPE muser:lane_delta_total counter\n"
+                     "muser:lane_delta_total %llu\n"
+                     "# HELP muser:lane_delta_held_positions_total Positions delta handoffs did not ship (the cache held them).\n# TYPE muser:lane_delta_held_positions_total counter\n"
+                     "muser:lane_delta_held_positions_total %llu\n"
+                     "# HELP muser:lane_local_cached_total Prompts left to the prefix cache: it held all but less than a step.\n# TYPE muser:lane_local_cached_total counter\n"
+                     "muser:lane_local_cached_total %llu\n",
                      (unsigned long long)s.n_remote, (unsigned long long)s.n_failed, (unsigned long long)s.n_fallback,
                      (unsigned long long)s.n_skipped_open, (unsigned long long)s.n_local_short,
-                     (unsigned long long)s.n_bytes, s.open ? 1 : 0, s.breaker_failures, s.breaker_s);
+                     (unsigned long long)s.n_bytes, s.open ? 1 : 0, s.breaker_failures, s.breaker_s,
+                     (unsigned long long)s.n_cross_class, s.node_class, s.own_class, (unsigned long long)s.n_delta,
+                     (unsigned long long)s.n_delta_held, (unsigned long long)s.n_local_cached);
     return n < 0 ? 0 : n >= (int)cap ? (int)cap - 1 : n;
 }
 
@@ -1432,47 +1570,121 @@ static int prefill_local(mu_engine *e, mu_session *s, const int32_t *t, int a, i
     return 0;
 }
 
+/* The tie-aware rule of the team's fixtures (tests/golden/compare.py),
+ * local prefill the reference: greedy ids equal step by step; a mismatch
+ * is accepted only where the reference's two picks are a near-tie
+ * (log(p_ref(ref_id) / p_ref(our_id)) < 0.02, ours in the reference's top
+ * 8), and the comparison stops there; at every compared step each of the
+ * reference's top-8 probabilities matches ours within 2e-3. */
+#define TIE_LOG 0.02
+#define TIE_PROB 2e-3
+#define TIE_TOP 8
+#define TIE_STEPS 16
+
+typedef struct {
+    int steps;       /* steps compared */
+    int near_tie_at; /* -1: none */
+    double max_dp;   /* the largest top-8 probability difference seen */
+} tie_result;
+
+/* Greedy decoding of TIE_STEPS tokens from two sessions whose last forward
+ * ended the same prompt (ref: local prefill), compared by the rule above. */
+static int tie_compare(mu_engine *e, mu_session *ref, mu_session *ours, tie_result *tr, mu_err *err) {
+    const int V = mu_model_get_info(mu_engine_model(e))->n_vocab;
+    *tr = (tie_result){0, -1, 0};
+    for (int k = 0; k < TIE_STEPS; k++) {
+        const float *lr = mu_session_logits(ref, -1), *lo = mu_session_logits(ours, -1);
+        int32_t rid[TIE_TOP], oid[1];
+        float rp[TIE_TOP], op[1];
+        mu_token_probs(lr, V, 0, TIE_TOP, NULL, rid, rp, NULL);
+        mu_token_probs(lo, V, 0, 1, NULL, oid, op, NULL);
+        tr->steps = k + 1;
+        for (int i = 0; i < TIE_TOP; i++) {
+            float lp;
+            mu_token_probs(lo, V, rid[i], 0, &lp, NULL, NULL, NULL);
+            double d = fabs(exp((double)lp) - (double)rp[i]);
+            if (d > tr->max_dp) tr->max_dp = d;
+            if (d > TIE_PROB)
+                return mu_fail(err, MU_E_STATE,
+                               "node: qualification: step %d: p(%d) = %.6f after the node's rows, %.6f after local prefill",
+                               k, rid[i], exp((double)lp), (double)rp[i]);
+        }
+        if (oid[0] != rid[0]) {
+            for (int i = 1; i < TIE_TOP; i++)
+                if (rid[i] == oid[0] && log((double)rp[0] / (double)rp[i]) < TIE_LOG) {
+                    tr->near_tie_at = k;
+                    return 0;
+                }
+            return mu_fail(err, MU_E_STATE, "node: qualification: step %d: greedy id %d after the node's rows, %d after local prefill",
+                           k, oid[0], rid[0]);
+        }
+        if (k + 1 == TIE_STEPS) break;
+        int rc = 0;
+        for (int w = 0; w < 2 && !rc; w++) {
+            mu_batch_item it = {.s = w ? ours : ref, .tokens = &rid[0], .n_tokens = 1};
+            rc = mu_forward(e, &it, 1, err);
+        }
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 /* One qualification run: the node's rows and the logits after them against
- * local prefill, bit for bit. */
+ * local prefill: bit for bit when the node computes with this engine's
+ * kernel class, else greedy ids under the tie-aware rule. */
 static int qualify_run(mu_lane *l, int L, uint64_t seed, json_t *runs, mu_err *err) {
     const mu_model *m = mu_engine_model(l->e);
     const mu_model_info *I = mu_model_get_info(m);
-    int step = l->o.step, n_ctx = l->o.n_ctx, n_ship = (L - 1) / step * step;
+    int step = l->o.step, n_ctx = l->o.n_ctx, n_ship = ship_count(l, L);
     int32_t *t = malloc((size_t)L * sizeof *t);
     mu_session *a = NULL, *b = NULL;
     shadow *sh = NULL;
     uint8_t *rows = NULL;
     float *la = NULL;
+    bool rows_equal = true, logits_equal = false;
+    tie_result tr = {0, -1, 0};
     int rc = t ? 0 : mu_fail(err, MU_E_NOMEM, "node: out of memory");
     if (!rc) gen_prompt(m, seed, t, L);
     double t0 = wall_ms();
-    if (!rc) rc = fetch(l, t, n_ship, n_ctx, &sh, err);
+    if (!rc) rc = fetch(l, t, 0, n_ship, n_ctx, &sh, err);
     double t1 = wall_ms();
     if (!rc) rc = mu_session_new(l->e, n_ctx, &a, err);
     if (!rc) rc = prefill_local(l->e, a, t, 0, n_ship, step, err);
     double t2 = wall_ms();
+    bool cross = sh && sh->cross;
     size_t rb = (size_t)(I->n_head_kv * I->head_dim * 2);
     for (int il = 0; !rc && il < I->n_layer; il++) {
         size_t kb = (size_t)sh->count[il] * rb;
         free(rows);
         if (!(rows = malloc(2 * kb))) rc = mu_fail(err, MU_E_NOMEM, "node: out of memory");
         if (!rc) rc = mu_session_kv_read(a, il, (int)sh->lo[il], (int)sh->count[il], (uint16_t *)rows, (uint16_t *)(rows + kb), err);
-        if (!rc && memcmp(rows, sh->rows[il], 2 * kb))
-            rc = mu_fail(err, MU_E_STATE, "node: qualification: layer %d's rows from the node differ from local prefill", il);
+        if (!rc && memcmp(rows, sh->rows[il], 2 * kb)) {
+            rows_equal = false;
+            if (!cross)
+                rc = mu_fail(err, MU_E_STATE, "node: qualification: layer %d's rows from the node differ from local prefill", il);
+        }
     }
-    /* the rest of the prompt on both: the logits must agree bit for bit */
+    /* the rest of the prompt on both: the logits must agree bit for bit
+     * (same class), or the greedy continuations under the tie-aware rule */
     if (!rc) rc = mu_session_new(l->e, n_ctx, &b, err);
     if (!rc) rc = shadow_install(sh, b, err);
     if (!rc) rc = prefill_local(l->e, a, t, n_ship, L, step, err);
     if (!rc && !(la = malloc((size_t)I->n_vocab * sizeof *la))) rc = mu_fail(err, MU_E_NOMEM, "node: out of memory");
     if (!rc) memcpy(la, mu_session_logits(a, -1), (size_t)I->n_vocab * sizeof *la);
     if (!rc) rc = prefill_local(l->e, b, t, n_ship, L, step, err);
-    if (!rc && memcmp(la, mu_session_logits(b, -1), (size_t)I->n_vocab * sizeof *la))
+    if (!rc) logits_equal = !memcmp(la, mu_session_logits(b, -1), (size_t)I->n_vocab * sizeof *la);
+    if (!rc && !cross && !logits_equal)
         rc = mu_fail(err, MU_E_STATE, "node: qualification: the logits after the node's rows differ from local prefill");
+    if (!rc && cross) rc = tie_compare(l->e, a, b, &tr, err);
     if (!rc) {
         json_t *r = json_pack("{s:i, s:i, s:I, s:f, s:f, s:b, s:b}", "tokens", L, "shipped", n_ship, "bytes",
-                              (json_int_t)sh->wire_bytes, "remote_ms", t1 - t0, "local_ms", t2 - t1, "rows_equal", 1,
-                              "logits_equal", 1);
+                              (json_int_t)sh->wire_bytes, "remote_ms", t1 - t0, "local_ms", t2 - t1, "rows_equal",
+                              rows_equal, "logits_equal", logits_equal);
+        if (cross) {
+            json_object_set_new(r, "greedy_steps", json_integer(tr.steps));
+            json_object_set_new(r, "near_tie_at", json_integer(tr.near_tie_at));
+            json_object_set_new(r, "max_prob_diff", json_real(tr.max_dp));
+        }
         json_array_append_new(runs, r);
     }
     mu_session_free(a);
@@ -1487,16 +1699,18 @@ static int qualify_run(mu_lane *l, int L, uint64_t seed, json_t *runs, mu_err *e
 static int qualify(mu_engine *e, const char *model_path, const char *name, int L, json_t *doc, char **report, mu_err *err) {
     const mu_model_info *I = mu_model_get_info(mu_engine_model(e));
     if (L <= 0) L = 2048;
-    if (L + 1 > I->n_ctx_train) L = I->n_ctx_train - 1;
+    if (L + TIE_STEPS > I->n_ctx_train) L = I->n_ctx_train - TIE_STEPS;
     int step = L > 1024 ? 512 : L > 128 ? 64 : 8;
-    mu_lane_opts o = {.mode = MU_PREFILL_REMOTE, .step = step, .n_ctx = L + 1};
+    mu_lane_opts o = {.mode = MU_PREFILL_REMOTE, .step = step, .n_ctx = L + TIE_STEPS};
     mu_lane *l = NULL;
     int rc = lane_open(e, model_path, name, &o, &l, err);
+    bool cross = l && strcmp(l->node.kclass, l->own_class);
     json_t *runs = json_array();
     for (int r = 0; !rc && r < 3; r++) rc = qualify_run(l, L, (uint64_t)r + 1, runs, err);
+    json_t *q = json_pack("{s:b, s:i, s:i, s:o, s:s, s:s, s:s, s:s}", "ok", !rc, "tokens", L, "step", step, "runs", runs,
+                          "error", rc ? err->msg : "", "rule", cross ? "tie-aware" : "bit-identical", "node_class",
+                          l ? l->node.kclass : "", "decoder_class", l ? l->own_class : "");
     mu_lane_free(l);
-    json_t *q = json_pack("{s:b, s:i, s:i, s:o, s:s}", "ok", !rc, "tokens", L, "step", step, "runs", runs, "error",
-                          rc ? err->msg : "");
     json_object_set(doc, "qualification", q);
     json_object_set_new(doc, "state", json_string(rc ? "failed" : "healthy"));
     json_object_set_new(doc, "qualified_unix", json_integer((json_int_t)time(NULL)));
@@ -1569,19 +1783,20 @@ int mu_node_add(mu_engine *e, const char *model_path, const char *name, const ch
     mu_kv_ident_free(kid);
     if (!lane_eq(mine, in.identity, 32)) {
         rc = mu_fail(err, MU_E_STATE,
-                     "lane: identity: the node runs another model, kernel class or cache layout (model '%s'); nothing registered",
+                     "lane: identity: the node runs another model or cache layout (model '%s'); nothing registered",
                      in.name);
         goto out;
     }
-    char pfp[65], dfp[65], khex[65], idhex[65];
+    char pfp[65], dfp[65], khex[65], idhex[65], pc[LANE_CLASS_LEN + 1];
+    snprintf(pc, sizeof pc, "%.*s", (int)LANE_CLASS_LEN, in.kclass);
     lane_hex(n.fp, pfp);
     lane_hex(my_fp, dfp);
     lane_hex(n.key, khex);
     lane_hex(in.identity, idhex);
-    json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:I, s:s}", "name", name, "addr", addr,
+    json_t *doc = json_pack("{s:s, s:s, s:s, s:s, s:i, s:s, s:s, s:s, s:s, s:s, s:I, s:s}", "name", name, "addr", addr,
                             "producer_fp", pfp, "decoder_fp", dfp, "epoch", (int)n.epoch, "key", khex, "identity", idhex,
-                            "kernel_class", kc, "model", in.name, "enrolled_unix", (json_int_t)time(NULL), "state",
-                            "enrolled");
+                            "kernel_class", pc, "decoder_class", kc, "model", in.name, "enrolled_unix",
+                            (json_int_t)time(NULL), "state", "enrolled");
     OPENSSL_cleanse(khex, sizeof khex);
     if (!doc) {
         rc = mu_fail(err, MU_E_NOMEM, "node: out of memory");
@@ -1601,14 +1816,31 @@ out:
     return rc;
 }
 
+static json_t *probe(const node_ref *n, mu_err *err);
+
+/* Qualifies the node for the kernel class it computes with now (its INFO):
+ * a node whose producer changed its backend is qualified again, under the
+ * rule its new class takes. */
 int mu_node_qualify(mu_engine *e, const char *model_path, const char *name, int qualify_tokens, char **report,
                     mu_err *err) {
     node_ref n;
     json_t *doc = NULL;
     int rc = node_load(name, &n, &doc, err);
+    json_t *pr = rc ? NULL : probe(&n, err);
     OPENSSL_cleanse(&n, sizeof n);
     if (rc) return rc;
-    rc = qualify(e, model_path, name, qualify_tokens, doc, report, err);
+    if (!json_is_true(json_object_get(pr, "reachable"))) {
+        rc = mu_fail(err, MU_E_IO, "node: %s is unreachable: %s", name, json_string_value(json_object_get(pr, "error")) ?: "?");
+    } else if (strcmp(json_string_value(json_object_get(pr, "identity")) ?: "",
+                      json_string_value(json_object_get(doc, "identity")) ?: "-")) {
+        rc = mu_fail(err, MU_E_STATE, "lane: identity: node %s runs another model or cache layout now (model '%s')", name,
+                     json_string_value(json_object_get(pr, "model")) ?: "?");
+    } else {
+        json_object_set(doc, "kernel_class", json_object_get(pr, "kernel_class"));
+        rc = node_save(name, doc, err);
+    }
+    json_decref(pr);
+    if (!rc) rc = qualify(e, model_path, name, qualify_tokens, doc, report, err);
     json_decref(doc);
     return rc;
 }
@@ -1647,10 +1879,11 @@ static json_t *probe(const node_ref *n, mu_err *err) {
     if (rc) {
         j = json_pack("{s:b, s:s}", "reachable", 0, "error", err->msg);
     } else {
-        char id[65];
+        char id[65], kc[LANE_CLASS_LEN + 1];
         lane_hex(in.identity, id);
-        j = json_pack("{s:b, s:f, s:i, s:s, s:s, s:i}", "reachable", 1, "rtt_ms", wall_ms() - t0, "epoch", (int)in.key_epoch,
-                      "identity", id, "model", in.name, "max_ctx", (int)in.n_ctx_max);
+        snprintf(kc, sizeof kc, "%.*s", (int)LANE_CLASS_LEN, in.kclass);
+        j = json_pack("{s:b, s:f, s:i, s:s, s:s, s:s, s:i}", "reachable", 1, "rtt_ms", wall_ms() - t0, "epoch",
+                      (int)in.key_epoch, "identity", id, "kernel_class", kc, "model", in.name, "max_ctx", (int)in.n_ctx_max);
     }
     conn_close(c);
     tls_ctx_free(tls);
