@@ -5,6 +5,7 @@
  *   muser producer [-m MODEL] [--listen HOST:PORT] [--workers N] [--queue N] [--max-ctx N]
  *                  [--enroll [--enroll-ttl S]] [--timeout S] [--threads N] [--backend cpu|cuda]
  *   muser node add NAME HOST:PORT --token T [-m MODEL] [--qualify-tokens N] [--threads N]
+ *   muser node add NAME USER@HOST [ssh and remote options] [-m MODEL] ...   (node_ssh.c)
  *   muser node qualify NAME [-m MODEL] [--qualify-tokens N]
  *   muser node status [--json] [--no-probe]
  *   muser node remove NAME
@@ -19,6 +20,7 @@
 
 #include "../../include/muser_lane.h"
 #include "cli.h"
+#include "node_ssh.h"
 
 static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) { (void)sig; stop_flag = 1; }
@@ -195,6 +197,21 @@ static int node_engine(const char *cmd, const char *model, const cli_backend *b,
 
 /* The qualification's lines; returns whether it compared under the
  * tie-aware rule (a node of another kernel class). */
+/* Whether the registry has a node of this name. */
+static bool registered(const char *name) {
+    char *js = NULL;
+    mu_err err = {0};
+    bool found = false;
+    if (!mu_node_status(false, &js, &err)) {
+        json_t *arr = json_loads(js, 0, NULL), *x;
+        size_t i;
+        json_array_foreach(arr, i, x) found |= !strcmp(json_string_value(json_object_get(x, "name")) ?: "", name);
+        json_decref(arr);
+    }
+    free(js);
+    return found;
+}
+
 static bool print_report(const char *name, const char *report) {
     json_t *j = report ? json_loads(report, 0, NULL) : NULL;
     json_t *runs = json_object_get(j, "runs"), *r;
@@ -223,6 +240,10 @@ static bool print_report(const char *name, const char *report) {
 
 int cmd_node(int argc, char **argv) {
     const char *usage = "usage: muser node add NAME HOST:PORT --token T [-m MODEL] [--qualify-tokens N] [--threads N] [--backend B]\n"
+                        "       muser node add NAME USER@HOST [-m MODEL] [--ssh-config F] [--ssh-port P] [--remote-muser PATH]\n"
+                        "                      [--remote-model PATH] [--remote-listen HOST:PORT] [--remote-backend B]\n"
+                        "                      [--remote-home DIR] [--remote-wait S] [--qualify-tokens N] [--threads N] [--backend B]\n"
+                        "         (starts `muser producer --enroll` on the node over ssh, BatchMode, and enrolls it)\n"
                         "       muser node qualify NAME [-m MODEL] [--qualify-tokens N] [--threads N] [--backend B]\n"
                         "       (--backend: this decoder's engine for the qualification's local prefill, as serve's)\n"
                         "       muser node status [--json] [--no-probe]\n"
@@ -232,6 +253,8 @@ int cmd_node(int argc, char **argv) {
         return argc < 2;
     }
     const char *sub = argv[1], *pos[2] = {NULL, NULL}, *token = NULL, *model = NULL;
+    node_ssh_opts so = {.remote_muser = "muser", .remote_listen = "0.0.0.0:4950", .remote_backend = "auto", .wait_s = 600};
+    const char *remote_model = NULL;
     long long qt = 0, threads = 0;
     bool json = false, no_probe = false;
     int npos = 0;
@@ -241,6 +264,23 @@ int cmd_node(int argc, char **argv) {
         if (bo < 0) return 1;
         if (bo) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **sv = !strcmp(a, "--ssh-config") ? &so.ssh_config : !strcmp(a, "--ssh-port") ? &so.ssh_port
+                        : !strcmp(a, "--remote-muser") ? &so.remote_muser : !strcmp(a, "--remote-model") ? &remote_model
+                        : !strcmp(a, "--remote-listen") ? &so.remote_listen : !strcmp(a, "--remote-backend") ? &so.remote_backend
+                        : !strcmp(a, "--remote-home") ? &so.remote_home : NULL;
+        if (sv) {
+            if (!v) return cli_fail("muser node: option %s needs a value", a);
+            *sv = v;
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--remote-wait")) {
+            long long w;
+            if (!v || !cli_int(v, 1, 3600, &w)) return cli_fail("muser node: --remote-wait must be 1..3600 seconds: %s", v ? v : "");
+            so.wait_s = (int)w;
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--no-probe")) no_probe = true;
         else if (!strcmp(a, "--token") || !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--qualify-tokens") ||
@@ -299,16 +339,36 @@ int cmd_node(int argc, char **argv) {
     }
     bool add = !strcmp(sub, "add");
     if (!add && strcmp(sub, "qualify")) return cli_fail("muser node: unknown subcommand '%s'\n%s", sub, usage);
-    if (add && (npos != 2 || !token)) return cli_fail("muser node add: needs NAME HOST:PORT --token T");
+    bool via_ssh = add && npos == 2 && node_ssh_is_target(pos[1]);
+    if (add && (npos != 2 || (!token && !via_ssh))) return cli_fail("muser node add: needs NAME HOST:PORT --token T, or NAME USER@HOST");
+    if (via_ssh && token) return cli_fail("muser node add: USER@HOST gets its token from the producer it starts: no --token");
     if (!add && npos != 1) return cli_fail("muser node qualify: needs NAME");
     if (!model && !(model = cli_default_model())) return 1;
     mu_model *m = NULL;
     mu_engine *e = NULL;
     char *report = NULL;
     int rc = node_engine(add ? "muser node add" : "muser node qualify", model, &backend, (int)threads, &m, &e);
+    char addr[300], tok[200];
+    long rpid = 0;
+    if (!rc && via_ssh && registered(pos[0]))
+        rc = cli_fail("muser node add: node: %s is registered already (muser node remove %s)", pos[0], pos[0]);
+    if (!rc && via_ssh) {
+        so.target = pos[1];
+        so.name = pos[0];
+        so.remote_model = remote_model ? remote_model : model;
+        rc = node_ssh_start(&so, addr, sizeof addr, tok, sizeof tok, &rpid);
+        if (!rc) {
+            printf("node %s: producer started on %s (pid %ld there; its output: producer-%s.out and .err in the node's muser home), "
+                   "enrolling at %s\n", pos[0], pos[1], rpid, pos[0], addr);
+            fflush(stdout);
+            pos[1] = addr;
+            token = tok;
+        }
+    }
     if (!rc) {
         rc = add ? mu_node_add(e, model, pos[0], pos[1], token, (int)qt, &report, &err)
                  : mu_node_qualify(e, model, pos[0], (int)qt, &report, &err);
+        if (rc && via_ssh && !registered(pos[0])) node_ssh_stop(&so, rpid); /* nothing registered uses it */
         bool tie = print_report(pos[0], report);
         if (rc) rc = cli_fail("muser node %s: %s", sub, err.msg);
         else if (tie) printf("node %s: healthy (another kernel class: three handoffs equal to local prefill under the tie-aware rule)\n", pos[0]);
