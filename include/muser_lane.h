@@ -3,7 +3,7 @@
  * verifies the sealed handoff, installs it into a slot atomically and
  * computes the rest of the prompt itself. Also the local CA, enrollment
  * and the node registry under the muser home.
- * Implemented in src/gen/lane.c (with src/net for the wire, TLS and the
+ * Implemented in src/gen/lane*.c (with src/net for the wire, TLS and the
  * replay ledger). */
 #ifndef MUSER_LANE_H
 #define MUSER_LANE_H

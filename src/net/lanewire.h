@@ -3,7 +3,7 @@
  * encoders and strict decoders.
  * Owns: byte layouts, limits, the seal, the expected order of a handoff's
  * LAYER frames. Does not own: sockets (conn.c), engines or sessions
- * (src/gen/lane.c), the replay ledger (ledger.c).
+ * (src/gen/lane_producer.c, lane_decoder.c), the replay ledger (ledger.c).
  * Errors: every rejection is MU_E_FORMAT (malformed, out of order, over a
  * limit) or MU_E_STATE (well formed but not the handoff asked for, a bad
  * seal or digest), with the message "lane: REASON: detail", REASON one of
