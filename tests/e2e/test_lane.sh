@@ -378,6 +378,9 @@ MUSER_HOME=$XD "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --t
   && grep -q 'prefilled by the node (kernel class xclass: the answer equals local prefill.s under the tie-aware rule)' "$T/xre" \
   && greedy_tie "$T/xl" "$T/xr" && ok "run --prefill remote from another class: accepted, said so, greedy ids equal local" \
   || bad "x remote run: $(cat "$T/xre")"
+printf '%s\n' "$MSG" | MUSER_HOME=$XD "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 4 --prefill remote >"$T/xc" 2>&1 \
+  && grep -q '\[prefilled by the node, kernel class xclass: the answers equal local prefill.s under the tie-aware rule\]' "$T/xc" \
+  && ok "chat says when the node's rows are of another kernel class" || bad "x chat: $(head -c 300 "$T/xc")"
 # the server: counted, labelled, never filed in the prefix cache, never saved as a pack
 mkdir -p "$T/xslots"
 MUSER_HOME=$XD "$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill remote --slot-save-path "$T/xslots" >/dev/null 2>"$T/xsrv.err" &
