@@ -121,6 +121,13 @@ typedef struct {
     /* with save: called once with save_user when the job is freed, whether
      * save ran or not; not called when mu_sched_submit fails */
     void (*save_free)(void *user);
+    /* with install: the kernel class that computed the installed rows when
+     * it is not this engine's (a cross-class prefill lane handoff, e.g. CUDA
+     * rows in a CPU decoder), NULL otherwise; must live as long as
+     * install_user. The slot's session then holds rows of two classes: it
+     * never feeds the prefix cache, a slot save refuses it, and the jobs
+     * that reuse it say so (mu_gen_stats.rows_class), until it is emptied. */
+    const char *install_class;
     mu_embd_pooling embd;   /* not OFF: evaluate the prompt, pool its final-norm rows, end with
                                MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
                                Pooling other than LAST needs the whole prompt in one step
@@ -188,6 +195,10 @@ typedef struct {
      * that accepted it; n_draft_pos[0] == n_spec_steps and the n_accept_pos
      * sum to n_draft_accepted */
     int n_draft_pos[MU_SPEC_DRAFT_MAX], n_accept_pos[MU_SPEC_DRAFT_MAX];
+    char rows_class[32];  /* "" or, when some of the prompt's installed or reused rows were computed
+                             by another kernel class (mu_gen_req.install_class), that class: the
+                             answer then equals local prefill's under the tie-aware rule, not bit
+                             for bit */
 } mu_gen_stats;
 
 typedef struct {

@@ -41,10 +41,13 @@ typedef struct mu_kv_ident mu_kv_ident;
 int mu_kv_ident_new(const mu_engine *e, const char *model_path, mu_kv_ident **out, mu_err *err);
 void mu_kv_ident_free(mu_kv_ident *id);
 /* One digest of everything a pack's identity binds for a session of n_ctx
- * positions (the semantic digests, the cache layout with its ring size,
- * the kernel class): equal digests, interchangeable KV rows. The prefill
- * lane compares it before any KV moves. *kclass (may be NULL) gets the
- * kernel class's name ("x86-exact", "cuda", ...); it lives as long as id. */
+ * positions but the kernel class: the semantic digests, the chunk size,
+ * the rows' dtype and attention flavour, the cache layout with its ring
+ * size. *kclass (may be NULL) gets the kernel class's name ("x86-exact",
+ * "cuda", ...); it lives as long as id. Equal digests and equal classes:
+ * rows interchangeable bit for bit; equal digests, other classes: rows of
+ * the same computation by other numerics (the prefill lane accepts them
+ * from a node qualified under the tie-aware rule, docs/lane.md). */
 void mu_kv_ident_digest(const mu_kv_ident *id, int n_ctx, uint8_t out[32], const char **kclass);
 
 enum { MU_KV_CODEC_RAW = 1, MU_KV_CODEC_LOSSLESS = 2 };
@@ -237,6 +240,14 @@ void mu_kv_cache_capture(mu_kv_cache *c, const mu_session *s, mu_kv_lineage *l, 
  * tokens[0, n); pinned nodes are never evicted. Returns the tokens the
  * path covers. */
 int mu_kv_cache_pin(mu_kv_cache *c, const int32_t *tokens, int n, bool pin);
+
+/* From any thread: pins the deepest checkpoint of tokens[0, n_max) that
+ * the tree alone can restore and whose end is a multiple of align, and
+ * returns its length (0: none, nothing pinned). While pinned, a restore of
+ * tokens[0, that length) on the engine thread installs exactly that many
+ * positions from the tree. Unpin with mu_kv_cache_pin(c, tokens, length,
+ * false). The prefill lane's delta handoff asks the node only for the rest. */
+int mu_kv_cache_hold(mu_kv_cache *c, const int32_t *tokens, int n_max, int align);
 
 typedef struct {
     uint64_t bytes, max_bytes;   /* resident rows now, the budget */

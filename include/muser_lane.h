@@ -3,7 +3,7 @@
  * verifies the sealed handoff, installs it into a slot atomically and
  * computes the rest of the prompt itself. Also the local CA, enrollment
  * and the node registry under the muser home.
- * Implemented in src/gen/lane.c (with src/net for the wire, TLS and the
+ * Implemented in src/gen/lane*.c (with src/net for the wire, TLS and the
  * replay ledger). */
 #ifndef MUSER_LANE_H
 #define MUSER_LANE_H
@@ -14,6 +14,7 @@
 
 #include "muser.h"
 #include "muser_gen.h"
+#include "muser_kv.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,7 +35,8 @@ int mu_tls_fingerprint(const char *cert_pem, char out[65], mu_err *err);
 typedef struct mu_producer mu_producer;
 /* What one finished handoff cost (mu_producer_opts.on_handoff). */
 typedef struct {
-    int n_ship;           /* positions shipped */
+    int n_ship;           /* the handoff's positions: [n_have, n_ship) were shipped */
+    int n_have;           /* a delta: the decoder held [0, n_have) (0: a full handoff) */
     uint64_t bytes;       /* frame bytes written */
     double compute_s;     /* the forwards and row reads */
     double send_s;        /* the sender thread writing frames */
@@ -64,6 +66,8 @@ int mu_producer_port(const mu_producer *p);
 /* The one-time enrollment token ("muser-enroll-token: " is the caller's),
  * or NULL without --enroll. */
 const char *mu_producer_token(const mu_producer *p);
+/* The kernel class the producer's rows carry ("x86-exact", "cuda", ...). */
+const char *mu_producer_kclass(const mu_producer *p);
 typedef struct {
     uint64_t n_handoffs, n_failed, n_busy, n_bytes;
     int n_queued, n_running;
@@ -88,21 +92,31 @@ typedef struct {
     int timeout_ms;         /* connect, every read and write; 0: 30000 (the producer pings every 5 s
                                while it computes) */
     int deadline_s;         /* a whole handoff; 0: 3600 */
+    mu_kv_cache *cache;     /* the server's prefix cache (NULL: none): a request with keep_prefix whose
+                               prompt's prefix of whole steps it holds gets a delta handoff (the node
+                               ships only the rest); must outlive the lane */
 } mu_lane_opts;
 /* Loads the node from the registry, this end's certificate and the replay
  * ledger. With mode LOCAL it does nothing and *out is NULL. */
 int mu_lane_new(mu_engine *e, const char *model_path, const mu_lane_opts *o, mu_lane **out, mu_err *err);
 void mu_lane_free(mu_lane *l);
-/* Before submitting q (one choice, no keep_prefix): fetches the KV of the
- * prompt's whole steps before its last token from the node, verifies all
- * of it, and sets q->install / install_user / install_free / n_installed
- * so the slot installs it atomically. Returns 0 with q unchanged when the
+/* Before submitting q (one choice): fetches the KV of the prompt's whole
+ * steps before its last token (another kernel class: all tokens but the
+ * last) from the node, verifies all of it, and sets q->install /
+ * install_user / install_free / n_installed / install_class (and clears
+ * keep_prefix) so the slot installs it atomically. With keep_prefix and
+ * o.cache, a prefix the cache holds is not shipped (a delta; the install
+ * restores it from the cache). Returns 0 with q unchanged when the
  * prompt is local (shorter than a step, mode auto after a failure or with
  * the breaker open: *remote false); MU_E_IO/MU_E_STATE in mode remote when
  * the node fails, the message saying why. Thread-safe. */
 int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err);
 typedef struct {
     uint64_t n_remote, n_failed, n_fallback, n_skipped_open, n_local_short, n_bytes;
+    uint64_t n_cross_class;          /* of n_remote, rows of another kernel class (node_class) */
+    uint64_t n_delta, n_delta_held;  /* of n_remote, delta handoffs, and the positions they did not ship */
+    uint64_t n_local_cached;         /* prompts left to the reuse ladder: the cache held all but < a step */
+    char node_class[32], own_class[32]; /* the node's kernel class as enrolled, this engine's */
     int breaker_failures, breaker_s; /* the breaker's settings */
     int fails_in_row;
     bool open;                       /* the breaker is open now */

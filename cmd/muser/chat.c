@@ -361,12 +361,16 @@ static int chat_turn(chat *c, const char *text) {
                     .progress = cli_prefill_wanted()};
     g_interrupt = 0;
     /* remote prefill for a fresh session only: later turns keep their
-     * prefix locally (the lane has no delta handoff yet) */
+     * prefix locally (the lane's delta handoffs come from a server's
+     * prefix cache, which chat has not) */
     bool remote = false;
     if (c->lane && (c->fresh || !c->lane_used) && mu_lane_prepare(c->lane, &q, &remote, &err)) {
         cli_fail("muser chat: remote prefill failed: %s", err.msg);
         goto drop;
     }
+    if (remote && q.install_class) /* the session now holds rows of two kernel classes: say so */
+        note(c, "[prefilled by the node, kernel class %s: the answers equal local prefill's under the tie-aware rule]",
+             q.install_class);
     if (mu_sched_submit(c->sched, &q, 1, &job, &err)) {
         if (q.install_free) q.install_free(q.install_user);
         cli_fail("muser chat: %s", err.msg);

@@ -5,6 +5,7 @@
  *   muser producer [-m MODEL] [--listen HOST:PORT] [--workers N] [--queue N] [--max-ctx N]
  *                  [--enroll [--enroll-ttl S]] [--timeout S] [--threads N] [--backend cpu|cuda]
  *   muser node add NAME HOST:PORT --token T [-m MODEL] [--qualify-tokens N] [--threads N]
+ *   muser node add NAME USER@HOST [ssh and remote options] [-m MODEL] ...   (node_ssh.c)
  *   muser node qualify NAME [-m MODEL] [--qualify-tokens N]
  *   muser node status [--json] [--no-probe]
  *   muser node remove NAME
@@ -19,6 +20,7 @@
 
 #include "../../include/muser_lane.h"
 #include "cli.h"
+#include "node_ssh.h"
 
 static volatile sig_atomic_t stop_flag;
 static void on_signal(int sig) { (void)sig; stop_flag = 1; }
@@ -78,11 +80,13 @@ int cmd_tls(int argc, char **argv) {
 /* One stderr line per handoff (bench/lane reads it). */
 static void on_handoff(void *user, const mu_handoff_report *r) {
     (void)user;
+    char delta[64] = "";
+    if (r->n_have) snprintf(delta, sizeof delta, ", a delta: %d held by the decoder", r->n_have);
     fprintf(stderr,
             "muser producer: handoff %s: %d positions, %llu bytes, compute %.1f ms, transfer %.1f ms, exposed %.1f ms "
-            "(%.1f%% of the transfer hidden under compute)\n",
-            r->ok ? "ok" : "failed", r->n_ship, (unsigned long long)r->bytes, r->compute_s * 1e3, r->send_s * 1e3,
-            r->exposed_s * 1e3, r->send_s > 0 ? 100.0 * (1 - r->exposed_s / r->send_s) : 100.0);
+            "(%.1f%% of the transfer hidden under compute)%s\n",
+            r->ok ? "ok" : "failed", r->n_ship - r->n_have, (unsigned long long)r->bytes, r->compute_s * 1e3,
+            r->send_s * 1e3, r->exposed_s * 1e3, r->send_s > 0 ? 100.0 * (1 - r->exposed_s / r->send_s) : 100.0, delta);
 }
 
 int cmd_producer(int argc, char **argv) {
@@ -164,8 +168,9 @@ int cmd_producer(int argc, char **argv) {
     struct sigaction sa = {.sa_handler = on_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    fprintf(stderr, "muser producer: %s on %s:%d (backend %s, kernels %s, %lld worker%s, queue %lld)\n", model, host,
-            mu_producer_port(p), mu_engine_backend(e), mu_engine_kern_name(e), workers, workers > 1 ? "s" : "", queue);
+    fprintf(stderr, "muser producer: %s on %s:%d (backend %s, kernels %s, kernel class %s, %lld worker%s, queue %lld)\n",
+            model, host, mu_producer_port(p), mu_engine_backend(e), mu_engine_kern_name(e), mu_producer_kclass(p), workers,
+            workers > 1 ? "s" : "", queue);
     if (enroll) {
         printf("muser-enroll-token: %s\n", mu_producer_token(p));
         fflush(stdout);
@@ -182,33 +187,65 @@ done:
 
 /* ---- node ------------------------------------------------------------------------ */
 
-static int node_engine(const char *cmd, const char *model, int threads, mu_model **m, mu_engine **e) {
+static int node_engine(const char *cmd, const char *model, const cli_backend *b, int threads, mu_model **m, mu_engine **e) {
     mu_err err = {0};
     if (mu_model_open(model, m, &err)) return cli_fail("%s: %s", cmd, err.msg);
-    cli_backend b = CLI_BACKEND_DEFAULT;
-    mu_engine_opts eo = cli_engine_opts(&b, threads, NULL);
+    mu_engine_opts eo = cli_engine_opts(b, threads, NULL);
     if (mu_engine_new(*m, &eo, e, &err)) return cli_fail("%s: %s", cmd, err.msg);
     return 0;
 }
 
-static void print_report(const char *name, const char *report) {
+/* The qualification's lines; returns whether it compared under the
+ * tie-aware rule (a node of another kernel class). */
+/* Whether the registry has a node of this name. */
+static bool registered(const char *name) {
+    char *js = NULL;
+    mu_err err = {0};
+    bool found = false;
+    if (!mu_node_status(false, &js, &err)) {
+        json_t *arr = json_loads(js, 0, NULL), *x;
+        size_t i;
+        json_array_foreach(arr, i, x) found |= !strcmp(json_string_value(json_object_get(x, "name")) ?: "", name);
+        json_decref(arr);
+    }
+    free(js);
+    return found;
+}
+
+static bool print_report(const char *name, const char *report) {
     json_t *j = report ? json_loads(report, 0, NULL) : NULL;
     json_t *runs = json_object_get(j, "runs"), *r;
+    bool tie = !strcmp(json_string_value(json_object_get(j, "rule")) ?: "", "tie-aware");
+    const char *nc = json_string_value(json_object_get(j, "node_class")) ?: "?";
     size_t i;
     json_array_foreach(runs, i, r) {
-        printf("qualify %s: run %zu: %lld tokens (%lld shipped, %lld bytes): node %.1f ms, local prefill %.1f ms, "
-               "rows and logits bit-identical\n",
+        char verdict[200];
+        long long at = json_integer_value(json_object_get(r, "near_tie_at"));
+        if (!tie)
+            snprintf(verdict, sizeof verdict, "rows and logits bit-identical");
+        else
+            snprintf(verdict, sizeof verdict, "node class %s: rows %s, %lld greedy ids equal under the tie-aware rule%s "
+                     "(max |dp| %.1e)", nc, json_is_true(json_object_get(r, "rows_equal")) ? "bit-identical" : "differ",
+                     (long long)json_integer_value(json_object_get(r, "greedy_steps")), at >= 0 ? ", a near-tie at the last" : "",
+                     json_real_value(json_object_get(r, "max_prob_diff")));
+        printf("qualify %s: run %zu: %lld tokens (%lld shipped, %lld bytes): node %.1f ms, local prefill %.1f ms, %s\n",
                name, i + 1, (long long)json_integer_value(json_object_get(r, "tokens")),
                (long long)json_integer_value(json_object_get(r, "shipped")),
                (long long)json_integer_value(json_object_get(r, "bytes")),
-               json_real_value(json_object_get(r, "remote_ms")), json_real_value(json_object_get(r, "local_ms")));
+               json_real_value(json_object_get(r, "remote_ms")), json_real_value(json_object_get(r, "local_ms")), verdict);
     }
     json_decref(j);
+    return tie;
 }
 
 int cmd_node(int argc, char **argv) {
-    const char *usage = "usage: muser node add NAME HOST:PORT --token T [-m MODEL] [--qualify-tokens N] [--threads N]\n"
-                        "       muser node qualify NAME [-m MODEL] [--qualify-tokens N] [--threads N]\n"
+    const char *usage = "usage: muser node add NAME HOST:PORT --token T [-m MODEL] [--qualify-tokens N] [--threads N] [--backend B]\n"
+                        "       muser node add NAME USER@HOST [-m MODEL] [--ssh-config F] [--ssh-port P] [--remote-muser PATH]\n"
+                        "                      [--remote-model PATH] [--remote-listen HOST:PORT] [--remote-backend B]\n"
+                        "                      [--remote-home DIR] [--remote-wait S] [--qualify-tokens N] [--threads N] [--backend B]\n"
+                        "         (starts `muser producer --enroll` on the node over ssh, BatchMode, and enrolls it)\n"
+                        "       muser node qualify NAME [-m MODEL] [--qualify-tokens N] [--threads N] [--backend B]\n"
+                        "       (--backend: this decoder's engine for the qualification's local prefill, as serve's)\n"
                         "       muser node status [--json] [--no-probe]\n"
                         "       muser node remove NAME";
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
@@ -216,11 +253,34 @@ int cmd_node(int argc, char **argv) {
         return argc < 2;
     }
     const char *sub = argv[1], *pos[2] = {NULL, NULL}, *token = NULL, *model = NULL;
+    node_ssh_opts so = {.remote_muser = "muser", .remote_listen = "0.0.0.0:4950", .remote_backend = "auto", .wait_s = 600};
+    const char *remote_model = NULL;
     long long qt = 0, threads = 0;
     bool json = false, no_probe = false;
     int npos = 0;
+    cli_backend backend = CLI_BACKEND_DEFAULT;
     for (int i = 2; i < argc; i++) {
+        int bo = cli_backend_opt("muser node", argc, argv, &i, &backend);
+        if (bo < 0) return 1;
+        if (bo) continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        const char **sv = !strcmp(a, "--ssh-config") ? &so.ssh_config : !strcmp(a, "--ssh-port") ? &so.ssh_port
+                        : !strcmp(a, "--remote-muser") ? &so.remote_muser : !strcmp(a, "--remote-model") ? &remote_model
+                        : !strcmp(a, "--remote-listen") ? &so.remote_listen : !strcmp(a, "--remote-backend") ? &so.remote_backend
+                        : !strcmp(a, "--remote-home") ? &so.remote_home : NULL;
+        if (sv) {
+            if (!v) return cli_fail("muser node: option %s needs a value", a);
+            *sv = v;
+            i++;
+            continue;
+        }
+        if (!strcmp(a, "--remote-wait")) {
+            long long w;
+            if (!v || !cli_int(v, 1, 3600, &w)) return cli_fail("muser node: --remote-wait must be 1..3600 seconds: %s", v ? v : "");
+            so.wait_s = (int)w;
+            i++;
+            continue;
+        }
         if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--no-probe")) no_probe = true;
         else if (!strcmp(a, "--token") || !strcmp(a, "-m") || !strcmp(a, "--model") || !strcmp(a, "--qualify-tokens") ||
@@ -279,18 +339,39 @@ int cmd_node(int argc, char **argv) {
     }
     bool add = !strcmp(sub, "add");
     if (!add && strcmp(sub, "qualify")) return cli_fail("muser node: unknown subcommand '%s'\n%s", sub, usage);
-    if (add && (npos != 2 || !token)) return cli_fail("muser node add: needs NAME HOST:PORT --token T");
+    bool via_ssh = add && npos == 2 && node_ssh_is_target(pos[1]);
+    if (add && (npos != 2 || (!token && !via_ssh))) return cli_fail("muser node add: needs NAME HOST:PORT --token T, or NAME USER@HOST");
+    if (via_ssh && token) return cli_fail("muser node add: USER@HOST gets its token from the producer it starts: no --token");
     if (!add && npos != 1) return cli_fail("muser node qualify: needs NAME");
     if (!model && !(model = cli_default_model())) return 1;
     mu_model *m = NULL;
     mu_engine *e = NULL;
     char *report = NULL;
-    int rc = node_engine(add ? "muser node add" : "muser node qualify", model, (int)threads, &m, &e);
+    int rc = node_engine(add ? "muser node add" : "muser node qualify", model, &backend, (int)threads, &m, &e);
+    char addr[300], tok[200];
+    long rpid = 0;
+    if (!rc && via_ssh && registered(pos[0]))
+        rc = cli_fail("muser node add: node: %s is registered already (muser node remove %s)", pos[0], pos[0]);
+    if (!rc && via_ssh) {
+        so.target = pos[1];
+        so.name = pos[0];
+        so.remote_model = remote_model ? remote_model : model;
+        rc = node_ssh_start(&so, addr, sizeof addr, tok, sizeof tok, &rpid);
+        if (!rc) {
+            printf("node %s: producer started on %s (pid %ld there; its output: producer-%s.out and .err in the node's muser home), "
+                   "enrolling at %s\n", pos[0], pos[1], rpid, pos[0], addr);
+            fflush(stdout);
+            pos[1] = addr;
+            token = tok;
+        }
+    }
     if (!rc) {
         rc = add ? mu_node_add(e, model, pos[0], pos[1], token, (int)qt, &report, &err)
                  : mu_node_qualify(e, model, pos[0], (int)qt, &report, &err);
-        print_report(pos[0], report);
+        if (rc && via_ssh && !registered(pos[0])) node_ssh_stop(&so, rpid); /* nothing registered uses it */
+        bool tie = print_report(pos[0], report);
         if (rc) rc = cli_fail("muser node %s: %s", sub, err.msg);
+        else if (tie) printf("node %s: healthy (another kernel class: three handoffs equal to local prefill under the tie-aware rule)\n", pos[0]);
         else printf("node %s: healthy (three handoffs bit-identical to local prefill)\n", pos[0]);
     }
     free(report);

@@ -224,7 +224,10 @@ int cmd_run(int argc, char **argv) {
         if (ln) {
             mu_lane_stats ls;
             mu_lane_get_stats(ln, &ls);
-            if (remote) fprintf(stderr, "muser run: %d prompt tokens prefilled by the node\n", q.n_installed);
+            if (remote && q.install_class)
+                fprintf(stderr, "muser run: %d prompt tokens prefilled by the node (kernel class %s: the answer equals "
+                        "local prefill's under the tie-aware rule)\n", q.n_installed, q.install_class);
+            else if (remote) fprintf(stderr, "muser run: %d prompt tokens prefilled by the node\n", q.n_installed);
             else if (ls.n_fallback) fprintf(stderr, "muser run: remote prefill failed, prefilling locally: %s\n", ls.last_error);
         }
         if (mu_sched_submit(sched, &q, 1, &job, &err)) {

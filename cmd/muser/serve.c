@@ -262,7 +262,8 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     mu_lane_opts lo = {.mode = (mu_prefill_mode)lane.mode, .node = lane.node, .n_ctx = n_ctx,
-                       .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s};
+                       .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s,
+                       .step = (int)batch, .cache = cache}; /* a delta handoff from the prefix cache */
     if (mu_lane_new(e, model, &lo, &ln, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;

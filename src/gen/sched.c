@@ -91,6 +91,7 @@ struct mu_job {
     int (*save)(void *user, const mu_session *s, const int32_t *tokens, int n, int32_t last, mu_err *err); /* mu_gen_req.save */
     void *save_user;
     void (*save_free)(void *user);
+    const char *install_class; /* mu_gen_req.install_class (lives as long as install_user) */
     int max_new;          /* most tokens the job may generate */
     mu_spec spec;
     int draft_max, draft_min;
@@ -153,6 +154,9 @@ typedef struct {
                              elsewhere (packs, the prefix cache) fill a sliding layer's window only,
                              so its older cells hold no rows of this sequence */
     int n_drafted;        /* this step's draft() result (speculating jobs) */
+    char rows_class[32];  /* "" or the other kernel class whose rows the session holds (a cross-class
+                             lane handoff): no capture into the prefix cache, no slot save, and the
+                             jobs reusing it say so, until the session is emptied */
 } slot;
 
 struct mu_slot_op {
@@ -203,7 +207,7 @@ struct mu_sched {
  * (0: reset, or rows that came from elsewhere). */
 static void hist_cut(slot *sl, int n) {
     sl->n_hist = n;
-    if (n == 0) sl->min_keep = 0;
+    if (n == 0) sl->min_keep = 0, sl->rows_class[0] = 0;
     mu_kv_lineage_cut(sl->lin, n);
 }
 
@@ -430,6 +434,10 @@ static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
         int rc = mu_session_n_past(sl->sess) != sl->n_hist
                      ? mu_fail(&serr, MU_E_STATE, "sched: the session holds %d positions, its history %d",
                                mu_session_n_past(sl->sess), sl->n_hist)
+                 : sl->rows_class[0]
+                     ? mu_fail(&serr, MU_E_STATE,
+                               "sched: the session holds rows computed by kernel class %s (a prefill lane handoff): "
+                               "a pack would misstate their identity", sl->rows_class)
                      : j->save(j->save_user, sl->sess, sl->hist, sl->n_hist, sl->last, &serr);
         if (rc) {
             f = MU_FINISH_ERROR;
@@ -692,6 +700,8 @@ static bool slot_start(mu_sched *s, int i) {
             return false;
         }
         installed(s, sl, window_lo(s, j->n_installed)); /* the installer's rows (a pack's window at least) */
+        snprintf(sl->rows_class, sizeof sl->rows_class, "%s", j->install_class ? j->install_class : "");
+        snprintf(j->st.rows_class, sizeof j->st.rows_class, "%s", sl->rows_class);
         keep = j->n_installed;
         memcpy(sl->hist, j->prompt, (size_t)keep * sizeof *sl->hist);
         sl->n_fed = sl->n_hist = keep;
@@ -720,6 +730,7 @@ static bool slot_start(mu_sched *s, int i) {
                 memcpy(sl->hist, j->prompt, (size_t)n * sizeof *sl->hist);
                 keep = n;
                 src = from;
+                sl->rows_class[0] = 0; /* the session was emptied and holds the cache's rows */
                 /* the cache installs a window, or (a store pack) what the pack holds: its lineage says */
                 sl->min_keep = mu_kv_lineage_swa_lo(sl->lin) > 0 ? mu_kv_lineage_swa_lo(sl->lin) + s->n_swa - 1 : 0;
             } else if (mu_session_n_past(sl->sess) != keep) { /* a failed restore emptied the session */
@@ -731,6 +742,7 @@ static bool slot_start(mu_sched *s, int i) {
     if (keep == 0) mu_session_reset(sl->sess);
     sl->n_fed = keep;
     hist_cut(sl, keep);
+    snprintf(j->st.rows_class, sizeof j->st.rows_class, "%s", sl->rows_class); /* kept rows of another class */
     j->st.n_reused = keep;
     j->st.reuse_src = src;
     pthread_mutex_lock(&s->mu);
@@ -826,6 +838,9 @@ static void slot_op_run(mu_sched *s, mu_slot_op *op) {
         res.n_tokens = sl->n_hist;
         if (sl->n_hist < 1 || mu_session_n_past(sl->sess) != sl->n_hist)
             rc = mu_fail(&err, MU_E_STATE, "sched: slot %d holds no tokens to save", op->rq.slot);
+        else if (sl->rows_class[0]) /* a pack would claim this engine's kernel class for all of them */
+            rc = mu_fail(&err, MU_E_STATE, "sched: slot %d holds rows computed by kernel class %s (a remote prefill): "
+                         "a pack would misstate their identity", op->rq.slot, sl->rows_class);
         if (!rc) rc = mu_kv_pack_save(sl->sess, op->rq.id, sl->hist, sl->n_hist, op->key, &so, op->dir, &err);
         if (!rc) rc = mu_kv_pack_bytes(op->dir, &res.n_bytes, &err);
     } else {
@@ -1075,7 +1090,7 @@ static void *engine_main(void *arg) {
          * slots' sessions and histories outlive their jobs) */
         for (int k = 0; s->o.cache && k < n_items; k++) {
             slot *sl = &s->slots[s->item_slot[k]];
-            if (!s->item_embd[k] && mu_session_n_past(sl->sess) == sl->n_hist)
+            if (!s->item_embd[k] && !sl->rows_class[0] && mu_session_n_past(sl->sess) == sl->n_hist)
                 mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
         }
     }
@@ -1296,6 +1311,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     j->install = r->install;
     j->install_user = r->install_user;
     j->n_installed = r->n_installed;
+    j->install_class = r->install ? r->install_class : NULL;
     j->refs = 2;
     j->st.slot = -1;
     j->st.n_prompt = r->n_prompt;

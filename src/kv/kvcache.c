@@ -460,6 +460,24 @@ int mu_kv_cache_pin(mu_kv_cache *c, const int32_t *tokens, int n, bool pin) {
     return d * c->B;
 }
 
+int mu_kv_cache_hold(mu_kv_cache *c, const int32_t *tokens, int n_max, int align) {
+    if (!c || align < 1) return 0;
+    pthread_mutex_lock(&c->mu);
+    int cap = n_max / c->B, d = 0;
+    node **path = cap > 0 ? malloc((size_t)cap * sizeof *path) : NULL;
+    for (node *p = &c->root; path && d < cap; d++) {
+        node *ch = find_child(c, p, tokens + (size_t)d * (size_t)c->B);
+        if (!ch) break;
+        path[d] = p = ch;
+    }
+    for (d = path ? restorable(c, path, d) : 0; d > 0; d = restorable(c, path, d - 1))
+        if (d * c->B % align == 0) break;
+    for (int k = 0; k < d; k++) path[k]->pins++;
+    pthread_mutex_unlock(&c->mu);
+    free(path);
+    return d * c->B;
+}
+
 void mu_kv_cache_get_stats(mu_kv_cache *c, mu_kv_cache_stats *st) {
     pthread_mutex_lock(&c->mu);
     *st = c->st;

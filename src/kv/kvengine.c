@@ -42,6 +42,7 @@ static const uint8_t NAME_K[] = "attention.k", NAME_V[] = "attention.v";
 struct mu_kv_ident {
     const mu_engine *e;
     kv_semantic sem;
+    uint8_t math_rows[32]; /* sem.math without the kernel class (mu_kv_ident_digest) */
     char kclass[48];
 };
 
@@ -206,6 +207,8 @@ int mu_kv_ident_new(const mu_engine *e, const char *model_path, mu_kv_ident **ou
     snprintf(text, sizeof text, "class=%s ubatch=%d kv=f16 attention=non-flash f16-softmax-weights", id->kclass,
              e->ubatch);
     sha_text("muser/kvpack/v1/math", text, id->sem.math);
+    snprintf(text, sizeof text, "ubatch=%d kv=f16 attention=non-flash f16-softmax-weights", e->ubatch);
+    sha_text("muser/kvpack/v1/math-rows", text, id->math_rows);
     *out = id;
     return 0;
 }
@@ -287,12 +290,15 @@ void mu_kv_ident_digest(const mu_kv_ident *id, int n_ctx, uint8_t out[32], const
     family_buf *fb = malloc(sizeof *fb);
     MU_ASSERT(fb); /* a few tens of kilobytes */
     int rc = make_family(id->e, ring_for_ctx(m, n_ctx > 0 ? n_ctx : mu_kv_default_ctx(m)), KV_CODEC_RAW, false, fb, NULL);
-    static const char d[] = "muser/lane/v1/identity";
+    static const char d[] = "muser/lane/v2/identity";
     kv_sha *h = kv_sha_new();
     kv_sha_put(h, d, sizeof d);
-    kv_sha_put(h, &id->sem, sizeof id->sem);
+    kv_sha_put(h, id->sem.weights, 32);
+    kv_sha_put(h, id->sem.adapters, 32);
+    kv_sha_put(h, id->sem.tokenizer, 32);
+    kv_sha_put(h, id->sem.position, 32);
+    kv_sha_put(h, id->math_rows, 32);
     if (!rc) kv_sha_put(h, fb->f.abi, 32);
-    kv_sha_put(h, id->kclass, strlen(id->kclass) + 1);
     kv_sha_end(h, out);
     free(fb);
     if (kclass) *kclass = id->kclass;

@@ -2,7 +2,7 @@
  * tests, mutual TLS 1.3 for the lane), listeners, read timeouts, frame I/O,
  * certificate pinning, and the local CA (docs/lane.md "Security").
  * Owns: sockets, OpenSSL contexts, certificates and keys on disk.
- * Does not own: what the frames mean (lanewire.c, src/gen/lane.c).
+ * Does not own: what the frames mean (lanewire.c, src/gen/lane_decoder.c).
  * Design: a peer is authenticated by the SHA-256 fingerprint of its leaf
  * certificate, checked inside the handshake (the verify callback), so an
  * unpinned certificate never completes a handshake; the CA only issues. */

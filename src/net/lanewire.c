@@ -94,6 +94,30 @@ void lane_token_digest(const uint32_t *tokens, uint32_t n, uint8_t out[32]) {
 
 bool lane_eq(const void *a, const void *b, size_t n) { return CRYPTO_memcmp(a, b, n) == 0; }
 
+static bool class_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'; }
+
+bool lane_class_put(char out[LANE_CLASS_LEN], const char *name) {
+    size_t l = strlen(name);
+    memset(out, 0, LANE_CLASS_LEN);
+    if (!l || l >= LANE_CLASS_LEN) return false;
+    for (size_t i = 0; i < l; i++)
+        if (!class_char(name[i])) return false;
+    memcpy(out, name, l);
+    return true;
+}
+
+bool lane_class_ok(const char f[LANE_CLASS_LEN]) {
+    size_t l = 0;
+    while (l < LANE_CLASS_LEN && f[l]) {
+        if (!class_char(f[l])) return false;
+        l++;
+    }
+    if (!l || l == LANE_CLASS_LEN) return false;
+    for (size_t i = l; i < LANE_CLASS_LEN; i++)
+        if (f[i]) return false;
+    return true;
+}
+
 /* ---- frames ------------------------------------------------------------------ */
 
 void lane_frame_header(uint8_t out[LANE_HDR], unsigned type, uint32_t len) {
@@ -129,15 +153,18 @@ int lane_frame_parse(const uint8_t hdr[LANE_HDR], unsigned *type, uint32_t *len,
 
 /* ---- HELLO -------------------------------------------------------------------- */
 /* version u32, ask u32, then
- *   HANDOFF: request_id 16, identity 32, n_ctx u32, step u32, n_ship u32, n_ship x u32 token
+ *   HANDOFF: request_id 16, identity 32, kclass 32, n_ctx u32, step u32, n_have u32, n_ship u32,
+ *            n_ship x u32 token
  *   ENROLL:  secret 32
  *   PROBE:   nothing */
+
+#define HELLO_FIXED 104u
 
 int lane_hello_encode(const lane_hello *h, uint8_t **out, size_t *n, mu_err *err) {
     size_t len = 8;
     if (h->ask == LANE_ASK_HANDOFF) {
         if (h->n_ship > LANE_MAX_TOKENS) return FMT("limit", "%u positions exceed %u", h->n_ship, LANE_MAX_TOKENS);
-        len += 16 + 32 + 12 + 4 * (size_t)h->n_ship;
+        len += 16 + 32 + LANE_CLASS_LEN + 16 + 4 * (size_t)h->n_ship;
     } else if (h->ask == LANE_ASK_ENROLL) {
         len += 32;
     }
@@ -148,10 +175,12 @@ int lane_hello_encode(const lane_hello *h, uint8_t **out, size_t *n, mu_err *err
     if (h->ask == LANE_ASK_HANDOFF) {
         memcpy(p + 8, h->request_id, 16);
         memcpy(p + 24, h->identity, 32);
-        put32(p + 56, h->n_ctx);
-        put32(p + 60, h->step);
-        put32(p + 64, h->n_ship);
-        for (uint32_t i = 0; i < h->n_ship; i++) put32(p + 68 + 4 * i, h->tokens[i]);
+        memcpy(p + 56, h->kclass, LANE_CLASS_LEN);
+        put32(p + 88, h->n_ctx);
+        put32(p + 92, h->step);
+        put32(p + 96, h->n_have);
+        put32(p + 100, h->n_ship);
+        for (uint32_t i = 0; i < h->n_ship; i++) put32(p + HELLO_FIXED + 4 * i, h->tokens[i]);
     } else if (h->ask == LANE_ASK_ENROLL) {
         memcpy(p + 8, h->secret, 32);
     }
@@ -176,17 +205,23 @@ int lane_hello_decode(const uint8_t *p, size_t n, lane_hello *h, mu_err *err) {
         return 0;
     }
     if (h->ask != LANE_ASK_HANDOFF) return FMT("frame", "unknown ask %u", h->ask);
-    if (n < 68) return FMT("frame", "HANDOFF hello of %zu bytes is truncated", n);
+    if (n < HELLO_FIXED) return FMT("frame", "HANDOFF hello of %zu bytes is truncated", n);
     memcpy(h->request_id, p + 8, 16);
     memcpy(h->identity, p + 24, 32);
-    h->n_ctx = get32(p + 56);
-    h->step = get32(p + 60);
-    h->n_ship = get32(p + 64);
+    memcpy(h->kclass, p + 56, LANE_CLASS_LEN);
+    h->n_ctx = get32(p + 88);
+    h->step = get32(p + 92);
+    h->n_have = get32(p + 96);
+    h->n_ship = get32(p + 100);
+    if (!lane_class_ok(h->kclass)) return FMT("frame", "HANDOFF hello: the kernel class is not a name");
     if (h->n_ship < 1 || h->n_ship > LANE_MAX_TOKENS) return FMT("limit", "%u positions asked (1..%u)", h->n_ship, LANE_MAX_TOKENS);
     if (h->step < 1 || h->step > 4096) return FMT("limit", "step %u (1..4096)", h->step);
+    if (h->n_have >= h->n_ship || h->n_have % h->step)
+        return FMT("limit", "a delta from %u positions of %u (a multiple of step %u below it)", h->n_have, h->n_ship, h->step);
     if (h->n_ctx < h->n_ship || h->n_ctx > 16u * 1024 * 1024) return FMT("limit", "context %u for %u positions", h->n_ctx, h->n_ship);
-    if (n != 68 + 4 * (size_t)h->n_ship) return FMT("frame", "HANDOFF hello of %zu bytes, want %zu", n, 68 + 4 * (size_t)h->n_ship);
-    h->token_le = p + 68;
+    if (n != HELLO_FIXED + 4 * (size_t)h->n_ship)
+        return FMT("frame", "HANDOFF hello of %zu bytes, want %zu", n, HELLO_FIXED + 4 * (size_t)h->n_ship);
+    h->token_le = p + HELLO_FIXED;
     return 0;
 }
 
@@ -202,8 +237,8 @@ void lane_layers_plan(lane_manifest *m, int n_layer, const bool *swa, int n_swa)
         lane_layer *L = &m->layers[il];
         L->cls = swa[il] ? LANE_CLASS_SLIDING : LANE_CLASS_FULL;
         uint32_t keep = swa[il] && n_swa > 0 && (uint32_t)n_swa < m->n_ship ? (uint32_t)n_swa : m->n_ship;
-        L->lo = m->n_ship - keep;
-        L->count = keep;
+        L->lo = m->n_ship - keep > m->n_have ? m->n_ship - keep : m->n_have;
+        L->count = m->n_ship - L->lo;
     }
 }
 
@@ -238,11 +273,11 @@ bool lane_chunk_at(const lane_manifest *m, uint32_t i, uint32_t *il, uint32_t *p
     return chunk_iter(m, i, NULL, il, pos0, n);
 }
 
-/* header: "MULM" version u32, request_id 16, identity 32, token_digest 32,
- * n_ctx u32, step u32, n_ship u32, generation u64, key_epoch u32,
- * row_bytes u32, n_layer u32, n_layer x (class u8, 3 zero bytes, lo u32,
- * count u32), n_chunks u32 */
-#define MF_FIXED (4 + 4 + 16 + 32 + 32 + 12 + 8 + 4 + 4 + 4)
+/* header: "MULM" version u32, request_id 16, identity 32, kclass 32,
+ * token_digest 32, n_ctx u32, step u32, n_have u32, n_ship u32,
+ * generation u64, key_epoch u32, row_bytes u32, n_layer u32, n_layer x
+ * (class u8, 3 zero bytes, lo u32, count u32), n_chunks u32 */
+#define MF_FIXED (4 + 4 + 16 + 32 + LANE_CLASS_LEN + 32 + 16 + 8 + 4 + 4 + 4)
 
 static size_t mf_bytes(const lane_manifest *m) { return MF_FIXED + 12 * (size_t)m->n_layer + 4; }
 
@@ -255,9 +290,11 @@ int lane_manifest_encode(const lane_manifest *m, uint8_t **out, size_t *n, mu_er
     put32(q, LANE_VERSION), q += 4;
     memcpy(q, m->request_id, 16), q += 16;
     memcpy(q, m->identity, 32), q += 32;
+    memcpy(q, m->kclass, LANE_CLASS_LEN), q += LANE_CLASS_LEN;
     memcpy(q, m->token_digest, 32), q += 32;
     put32(q, m->n_ctx), q += 4;
     put32(q, m->step), q += 4;
+    put32(q, m->n_have), q += 4;
     put32(q, m->n_ship), q += 4;
     put64(q, m->generation), q += 8;
     put32(q, m->key_epoch), q += 4;
@@ -286,9 +323,11 @@ int lane_manifest_decode(const uint8_t *p, size_t n, lane_manifest *m, mu_err *e
     const uint8_t *q = p + 8;
     memcpy(m->request_id, q, 16), q += 16;
     memcpy(m->identity, q, 32), q += 32;
+    memcpy(m->kclass, q, LANE_CLASS_LEN), q += LANE_CLASS_LEN;
     memcpy(m->token_digest, q, 32), q += 32;
     m->n_ctx = get32(q), q += 4;
     m->step = get32(q), q += 4;
+    m->n_have = get32(q), q += 4;
     m->n_ship = get32(q), q += 4;
     m->generation = get64(q), q += 8;
     m->key_epoch = get32(q), q += 4;
@@ -298,6 +337,9 @@ int lane_manifest_decode(const uint8_t *p, size_t n, lane_manifest *m, mu_err *e
     if (n != mf_bytes(m)) return FMT("frame", "manifest of %zu bytes, its %u layers need %zu", n, m->n_layer, mf_bytes(m));
     if (m->n_ship < 1 || m->n_ship > LANE_MAX_TOKENS) return FMT("limit", "%u positions", m->n_ship);
     if (m->step < 1 || m->step > 4096) return FMT("limit", "step %u", m->step);
+    if (!lane_class_ok(m->kclass)) return FMT("frame", "manifest: the kernel class is not a name");
+    if (m->n_have >= m->n_ship || m->n_have % m->step)
+        return FMT("layout", "a delta from %u positions of %u with step %u", m->n_have, m->n_ship, m->step);
     if (m->n_ctx < m->n_ship) return FMT("layout", "context %u below %u positions", m->n_ctx, m->n_ship);
     if (m->row_bytes < 2 || m->row_bytes > LANE_MAX_ROW || m->row_bytes % 2) return FMT("limit", "row of %u bytes", m->row_bytes);
     if ((uint64_t)m->step * m->row_bytes * 2 + LANE_LAYER_HDR > LANE_MAX_FRAME)
@@ -310,9 +352,11 @@ int lane_manifest_decode(const uint8_t *p, size_t n, lane_manifest *m, mu_err *e
         if (L->cls != LANE_CLASS_FULL && L->cls != LANE_CLASS_SLIDING) return FMT("layout", "layer %u: class %u", l, L->cls);
         L->lo = get32(q + 4);
         L->count = get32(q + 8);
-        if (L->count < 1 || (uint64_t)L->lo + L->count != m->n_ship)
-            return FMT("layout", "layer %u ships [%u, +%u), not a tail of %u positions", l, L->lo, L->count, m->n_ship);
-        if (L->cls == LANE_CLASS_FULL && L->lo) return FMT("layout", "full layer %u starts at %u, not 0", l, L->lo);
+        if (L->count < 1 || (uint64_t)L->lo + L->count != m->n_ship || L->lo < m->n_have)
+            return FMT("layout", "layer %u ships [%u, +%u), not a tail of %u positions from %u", l, L->lo, L->count,
+                       m->n_ship, m->n_have);
+        if (L->cls == LANE_CLASS_FULL && L->lo != m->n_have)
+            return FMT("layout", "full layer %u starts at %u, not %u", l, L->lo, m->n_have);
         total += (uint64_t)L->count * m->row_bytes * 2;
     }
     if (total > LANE_MAX_TOTAL) return FMT("limit", "handoff of %llu bytes exceeds %llu", (unsigned long long)total, LANE_MAX_TOTAL);
@@ -451,32 +495,38 @@ int lane_ack_decode(const uint8_t *p, size_t n, uint8_t request_id[16], bool *ok
     return 0;
 }
 
-/* version u32, key_epoch u32, identity 32, n_ctx_max u32, name length u32, name */
+/* version u32, key_epoch u32, identity 32, kclass 32, n_ctx_max u32, name length u32, name */
+#define INFO_FIXED (48u + LANE_CLASS_LEN)
+
 int lane_info_encode(const lane_info *i, uint8_t **out, size_t *n, mu_err *err) {
     size_t l = strnlen(i->name, sizeof i->name - 1);
-    uint8_t *p = malloc(48 + l);
+    uint8_t *p = malloc(INFO_FIXED + l);
     if (!p) return mu_fail(err, MU_E_NOMEM, "lane: out of memory");
     put32(p, i->version);
     put32(p + 4, i->key_epoch);
     memcpy(p + 8, i->identity, 32);
-    put32(p + 40, i->n_ctx_max);
-    put32(p + 44, (uint32_t)l);
-    memcpy(p + 48, i->name, l);
+    memcpy(p + 40, i->kclass, LANE_CLASS_LEN);
+    put32(p + 40 + LANE_CLASS_LEN, i->n_ctx_max);
+    put32(p + 44 + LANE_CLASS_LEN, (uint32_t)l);
+    memcpy(p + INFO_FIXED, i->name, l);
     *out = p;
-    *n = 48 + l;
+    *n = INFO_FIXED + l;
     return 0;
 }
 
 int lane_info_decode(const uint8_t *p, size_t n, lane_info *i, mu_err *err) {
     memset(i, 0, sizeof *i);
-    if (n < 48) return FMT("frame", "INFO of %zu bytes is truncated", n);
-    uint32_t l = get32(p + 44);
-    if (l >= sizeof i->name || n != 48 + (size_t)l) return FMT("frame", "INFO name of %u bytes in %zu", l, n);
+    if (n < INFO_FIXED) return FMT("frame", "INFO of %zu bytes is truncated", n);
+    uint32_t l = get32(p + 44 + LANE_CLASS_LEN);
+    if (l >= sizeof i->name || n != INFO_FIXED + (size_t)l) return FMT("frame", "INFO name of %u bytes in %zu", l, n);
     i->version = get32(p);
     i->key_epoch = get32(p + 4);
-    memcpy(i->identity, p + 8, 32);
-    i->n_ctx_max = get32(p + 40);
-    for (uint32_t k = 0; k < l; k++) i->name[k] = p[48 + k] >= 32 && p[48 + k] < 127 ? (char)p[48 + k] : '?';
     if (i->version != LANE_VERSION) return FMT("frame", "protocol version %u (this end speaks %u)", i->version, LANE_VERSION);
+    memcpy(i->identity, p + 8, 32);
+    memcpy(i->kclass, p + 40, LANE_CLASS_LEN);
+    if (!lane_class_ok(i->kclass)) return FMT("frame", "INFO: the kernel class is not a name");
+    i->n_ctx_max = get32(p + 40 + LANE_CLASS_LEN);
+    const uint8_t *nm = p + INFO_FIXED;
+    for (uint32_t k = 0; k < l; k++) i->name[k] = nm[k] >= 32 && nm[k] < 127 ? (char)nm[k] : '?';
     return 0;
 }

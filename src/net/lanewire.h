@@ -3,7 +3,7 @@
  * encoders and strict decoders.
  * Owns: byte layouts, limits, the seal, the expected order of a handoff's
  * LAYER frames. Does not own: sockets (conn.c), engines or sessions
- * (src/gen/lane.c), the replay ledger (ledger.c).
+ * (src/gen/lane_producer.c, lane_decoder.c), the replay ledger (ledger.c).
  * Errors: every rejection is MU_E_FORMAT (malformed, out of order, over a
  * limit) or MU_E_STATE (well formed but not the handoff asked for, a bad
  * seal or digest), with the message "lane: REASON: detail", REASON one of
@@ -27,7 +27,8 @@
 #define LANE_MAX_ROW (64u * 1024)              /* bytes of one position's K (or V) row */
 #define LANE_MAX_TOTAL (16ull * 1024 * 1024 * 1024) /* bytes of all LAYER payloads of one handoff */
 #define LANE_MAX_CHUNKS 1048576u
-#define LANE_VERSION 1u
+#define LANE_VERSION 2u
+#define LANE_CLASS_LEN 32u                     /* a kernel class's name: ASCII [a-z0-9._-], NUL-padded */
 
 enum {
     LANE_HELLO = 1, /* decoder -> producer: what it asks */
@@ -60,8 +61,11 @@ int lane_frame_parse(const uint8_t hdr[LANE_HDR], unsigned *type, uint32_t *len,
 typedef struct {
     uint32_t version, ask;
     /* ask HANDOFF */
-    uint8_t request_id[16], identity[32];
-    uint32_t n_ctx, step, n_ship;
+    uint8_t request_id[16], identity[32]; /* identity: mu_kv_ident_digest (without the kernel class) */
+    char kclass[LANE_CLASS_LEN];          /* the kernel class whose rows the decoder accepts */
+    uint32_t n_ctx, step;
+    uint32_t n_have; /* delta: positions [0, n_have) the decoder holds (a multiple of step, < n_ship) */
+    uint32_t n_ship;
     const uint32_t *tokens;  /* encode: n_ship ids (borrowed) */
     const uint8_t *token_le; /* decode: n_ship little-endian u32 inside the payload */
     /* ask ENROLL */
@@ -83,7 +87,10 @@ typedef struct {
 
 typedef struct {
     uint8_t request_id[16], identity[32], token_digest[32];
-    uint32_t n_ctx, step, n_ship;
+    char kclass[LANE_CLASS_LEN]; /* the producer's kernel class: whose numerics made the rows */
+    uint32_t n_ctx, step;
+    uint32_t n_have; /* rows of positions below it are not shipped (delta) */
+    uint32_t n_ship;
     uint64_t generation;
     uint32_t key_epoch;
     uint32_t row_bytes; /* bytes of one position's K row (= V row) */
@@ -93,8 +100,9 @@ typedef struct {
 } lane_manifest;
 
 /* The layer table of a model: class from swa, and what a handoff of n_ship
- * positions ships: full layers [0, n_ship), sliding layers the last
- * min(n_ship, n_swa). */
+ * positions ships beyond the n_have the decoder holds: full layers
+ * [n_have, n_ship), sliding layers the last min(n_ship, n_swa) positions
+ * at or above n_have. */
 void lane_layers_plan(lane_manifest *m, int n_layer, const bool *swa, int n_swa);
 /* The number of LAYER frames of m and the i-th one's (il, pos0, n): step
  * by step, layer by layer, skipping empty ranges. Returns false past the end. */
@@ -132,6 +140,7 @@ int lane_abort_decode(const uint8_t *p, size_t n, uint32_t *code, char *reason, 
 typedef struct {
     uint32_t version, key_epoch;
     uint8_t identity[32];
+    char kclass[LANE_CLASS_LEN];
     uint32_t n_ctx_max;
     char name[128];
 } lane_info;
@@ -147,6 +156,11 @@ void lane_sha256(const void *p, size_t n, uint8_t out[32]);
 void lane_hmac(const uint8_t key[32], const char *label, const void *p, size_t n, uint8_t out[32]);
 /* The SHA-256 of the token ids, little-endian u32 each. */
 void lane_token_digest(const uint32_t *tokens, uint32_t n, uint8_t out[32]);
+/* A kernel class name into its wire field (NUL-padded; false when it is
+ * empty, too long or holds other characters than [a-z0-9._-]), and the
+ * check of a decoded field. */
+bool lane_class_put(char out[LANE_CLASS_LEN], const char *name);
+bool lane_class_ok(const char f[LANE_CLASS_LEN]);
 /* Constant-time equality. */
 bool lane_eq(const void *a, const void *b, size_t n);
 /* The reason word of a lane error message ("order", "digest", ...), or NULL. */

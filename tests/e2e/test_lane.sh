@@ -3,14 +3,17 @@
 # and real mutual TLS 1.3 (docs/lane.md): a producer with --enroll, node add
 # (enrollment, pinning, three qualification handoffs), remote answers equal
 # local answers bit for bit (several prompt lengths, run and serve with 1
-# and 2 slots, the bundled model too when MUSER_LANE_DEFAULT=1), the tamper
+# and 2 slots, the bundled model too when MUSER_LANE_DEFAULT=1), a delta
+# handoff from the server's prefix cache equal to the full one, the tamper
 # hook (flip, truncate, drop, duplicate, reorder at many frames and
 # offsets, replay, stale generation, wrong epoch) each refused with its
 # reason while auto falls back to the right answer, a wrong model refused
 # by identity, unpinned certificates refused at the handshake (both ways),
 # the replay ledger across decoder restarts, a producer SIGKILLed mid-stream
-# (tamper kill: deterministic), the circuit breaker, the busy answer, and
-# the single-use token. No verdict depends on timing.
+# (tamper kill: deterministic), the circuit breaker, the busy answer, the
+# single-use token, and a producer of another kernel class (relabelled by a
+# test hook): qualified under the tie-aware rule, its rows kept out of the
+# prefix cache and slot saves. No verdict depends on timing.
 set -u
 cd "$(dirname "$0")/../.."
 MUSER=${MUSER_BIN:-$PWD/muser}
@@ -136,6 +139,42 @@ EOF
 export MUSER_BIN=$MUSER
 serve_check 1
 serve_check 2
+
+# ---- delta: the server's prefix cache holds a prefix, the node ships the rest -------------------
+"$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill remote >/dev/null 2>"$T/srvd.err" &
+SP=$!; PIDS+=("$SP")
+for _ in $(seq 300); do grep -q 'http://' "$T/srvd.err" && break; sleep 0.1; done
+SPORT=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$T/srvd.err")
+h0=$(grep -c 'a delta: 512 held by the decoder' "$T/prod.err")
+python3 - "$SPORT" <<'EOF' && ok "delta handoff: the cache's 512 positions are not shipped, the answer equals the full handoff's bit for bit, fewer bytes; a prompt the cache holds is left to it" || bad "delta handoff"
+import json, sys, urllib.request
+port = sys.argv[1]
+def post(body):
+    return json.load(urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})))
+def metric(name):
+    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    return int(float([l for l in m.splitlines() if l.startswith(name + " ")][0].split()[1]))
+a0 = [(i * 37 + 21) % 1000 for i in range(512)]
+b = a0 + [(i * 53 + 5) % 1000 for i in range(1200)]
+post({"prompt": a0, "n_predict": 4, "temperature": 0, "cache_prompt": True})  # one step: prefilled here, cached
+assert metric("muser:lane_local_short_total") == 1 and metric("muser:lane_remote_total") == 0
+q = {"prompt": b, "n_predict": 6, "temperature": 0, "n_probs": 5, "return_tokens": True}
+by0 = metric("muser:lane_bytes_total")
+rd = post(dict(q, cache_prompt=True))
+by1 = metric("muser:lane_bytes_total")
+assert metric("muser:lane_delta_total") == 1 and metric("muser:lane_delta_held_positions_total") == 512, "no delta"
+rf = post(dict(q, cache_prompt=False))
+by2 = metric("muser:lane_bytes_total")
+assert metric("muser:lane_delta_total") == 1 and metric("muser:lane_remote_total") == 2
+assert rd["tokens"] == rf["tokens"], (rd["tokens"], rf["tokens"])
+assert rd["completion_probabilities"] == rf["completion_probabilities"]
+assert 0 < by1 - by0 < by2 - by1, (by1 - by0, by2 - by1)
+post({"prompt": a0 + b[512:612], "n_predict": 2, "temperature": 0, "cache_prompt": True})  # 612: the cache holds its one step
+assert metric("muser:lane_local_cached_total") == 1 and metric("muser:lane_remote_total") == 2
+print(f"delta {by1 - by0} bytes, full {by2 - by1} bytes", file=sys.stderr)
+EOF
+[ $(( $(grep -c 'a delta: 512 held by the decoder' "$T/prod.err") - h0 )) = 1 ] && ok "the producer reports the delta handoff" || bad "producer delta line: $(grep handoff "$T/prod.err" | tail -3)"
+kill $SP; wait $SP 2>/dev/null
 
 # ---- identity: another model on the decoder ------------------------------------------------
 P=$(ids 700 11)
@@ -282,6 +321,125 @@ if [ -f "$DEF" ]; then
 else
   echo "skip default model: $DEF is absent"
 fi
+
+# ---- across kernel classes: a producer of another class (the test hook relabels) ------------
+# MUSER_LANE_TEST_CLASS=NAME labels the producer's rows with class NAME (a
+# stand-in for a CUDA producer on this CPU-only machine); ":perturb" also
+# flips one bit of each handoff's rows, as another class's numerics would.
+# The decoder accepts the other class only from a node qualified for it,
+# and qualifies it by greedy ids under the tie-aware rule; the same class
+# keeps the bit-for-bit check.
+XH=$T/xprod XD=$T/xdec
+start_x() { # start_x CLASS_HOOK [args]
+  local hook=$1; shift
+  : >"$T/x.out"; : >"$T/x.err"
+  MUSER_HOME=$XH MUSER_LANE_TEST_CLASS=$hook "$MUSER" producer -m "$T/m.gguf" --listen 127.0.0.1:${XPORT:-0} "$@" >"$T/x.out" 2>"$T/x.err" &
+  XP=$!; PIDS+=("$XP")
+  for _ in $(seq 300); do grep -q ' on 127.0.0.1:' "$T/x.err" && break; kill -0 $XP 2>/dev/null || break; sleep 0.1; done
+  XPORT=$(sed -n 's/.* on 127\.0\.0\.1:\([0-9]*\) .*/\1/p' "$T/x.err" | head -1)
+  [ -n "$XPORT" ] || { bad "x producer did not start: $(cat "$T/x.err")"; exit 1; }
+}
+stop_x() { kill $XP 2>/dev/null; wait $XP 2>/dev/null; }
+# greedy_tie A B: B's greedy ids equal A's (muser run --json --top 8 lines) under the tie-aware rule
+greedy_tie() { python3 - "$1" "$2" <<'EOF'
+import json, math, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"id"')]
+b = [json.loads(l) for l in open(sys.argv[2]) if l.startswith('{"id"')]
+assert a and len(a) == len(b), (len(a), len(b))
+for k, (x, y) in enumerate(zip(a, b)):
+    ref = dict((i, p) for i, p in x["top"])
+    ours = dict((i, p) for i, p in y["top"])
+    for i, p in x["top"]:
+        assert abs(ours.get(i, 0.0) - p) <= 2e-3, (k, i, p, ours.get(i))
+    if x["id"] != y["id"]:
+        assert y["id"] in ref and math.log(ref[x["id"]] / ref[y["id"]]) < 0.02, (k, x["id"], y["id"])
+        break
+EOF
+}
+OWN=$(sed -n 's/.*kernel class \([a-z0-9._-]*\),.*/\1/p' "$T/prod.err" | head -1)
+[ -n "$OWN" ] || bad "the producer's start line names no kernel class: $(cat "$T/prod.err")"
+start_x xclass --enroll
+for _ in $(seq 100); do grep -q '^muser-enroll-token: ' "$T/x.out" && break; sleep 0.1; done
+XTOK=$(sed -n 's/^muser-enroll-token: //p' "$T/x.out")
+grep -q 'kernel class xclass' "$T/x.err" && ok "the test hook relabels the producer's kernel class (xclass; this engine's: $OWN)" || bad "x start: $(cat "$T/x.err")"
+if MUSER_HOME=$XD "$MUSER" node add x 127.0.0.1:$XPORT --token "$XTOK" -m "$T/m.gguf" --qualify-tokens 300 >"$T/xadd" 2>&1; then
+  [ "$(grep -c 'node class xclass: rows bit-identical, 16 greedy ids equal under the tie-aware rule' "$T/xadd")" = 3 ] \
+    && grep -q 'healthy (another kernel class' "$T/xadd" && ok "node add of another class: qualified by greedy ids under the tie-aware rule" \
+    || bad "x node add output: $(cat "$T/xadd")"
+else bad "x node add: $(cat "$T/xadd")"; fi
+python3 -c "
+import json,sys; j=json.load(open(sys.argv[1]))
+assert j['kernel_class']=='xclass' and j['decoder_class']==sys.argv[2], j
+q=j['qualification']; assert q['rule']=='tie-aware' and q['node_class']=='xclass' and q['ok'], q" \
+  "$XD/lane/nodes/x.json" "$OWN" && ok "the registry records the node's class, this decoder's and the rule" || bad "x registry: $(cat "$XD/lane/nodes/x.json")"
+P=$(ids 700 11)
+MUSER_HOME=$XD "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 8 -n 8 >"$T/xl" 2>/dev/null
+MUSER_HOME=$XD "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 8 -n 8 --prefill remote >"$T/xr" 2>"$T/xre" \
+  && grep -q 'prefilled by the node (kernel class xclass: the answer equals local prefill.s under the tie-aware rule)' "$T/xre" \
+  && greedy_tie "$T/xl" "$T/xr" && ok "run --prefill remote from another class: accepted, said so, greedy ids equal local" \
+  || bad "x remote run: $(cat "$T/xre")"
+printf '%s\n' "$MSG" | MUSER_HOME=$XD "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 4 --prefill remote >"$T/xc" 2>&1 \
+  && grep -q '\[prefilled by the node, kernel class xclass: the answers equal local prefill.s under the tie-aware rule\]' "$T/xc" \
+  && ok "chat says when the node's rows are of another kernel class" || bad "x chat: $(head -c 300 "$T/xc")"
+# the server: counted, labelled, never filed in the prefix cache, never saved as a pack
+mkdir -p "$T/xslots"
+MUSER_HOME=$XD "$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill remote --slot-save-path "$T/xslots" >/dev/null 2>"$T/xsrv.err" &
+SP=$!; PIDS+=("$SP")
+for _ in $(seq 300); do grep -q 'http://' "$T/xsrv.err" && break; sleep 0.1; done
+SPORT=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$T/xsrv.err")
+python3 - "$SPORT" "$OWN" <<'EOF' && ok "serve: a cross-class handoff is counted and labelled in /metrics, its rows never enter the prefix cache, a slot save refuses them; a local prompt's rows do enter" || bad "x serve"
+import json, sys, urllib.request, urllib.error
+port, own = sys.argv[1], sys.argv[2]
+def post(path, body):
+    return urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), {"Content-Type": "application/json"}))
+def metric(name):
+    m = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+    for l in m.splitlines():
+        if l.startswith(name + " ") or l.startswith(name + "{"):
+            return l
+    raise SystemExit(f"no {name} in {m}")
+ids = [(i * 37 + 11) % 1000 for i in range(700)]
+r = json.load(post("/completion", {"prompt": ids, "n_predict": 4, "temperature": 0, "return_tokens": True}))
+assert len(r["tokens"]) == 4
+assert metric("muser:lane_cross_class_total") == "muser:lane_cross_class_total 1", metric("muser:lane_cross_class_total")
+assert metric("muser:lane_node_info") == f'muser:lane_node_info{{node_class="xclass",decoder_class="{own}"}} 1', metric("muser:lane_node_info")
+assert metric("llamacpp:prefix_cache_inserted_total").endswith(" 0"), metric("llamacpp:prefix_cache_inserted_total")
+try:
+    post("/slots/0?action=save", {"filename": "x"})
+    raise SystemExit("a slot of another class's rows was saved")
+except urllib.error.HTTPError as e:
+    body = e.read().decode()
+    assert e.code == 400 and "kernel class xclass" in body, (e.code, body)
+# a prompt of one step is prefilled locally: its rows are this engine's and enter the cache
+r = json.load(post("/completion", {"prompt": ids[:512], "n_predict": 4, "temperature": 0, "return_tokens": True}))
+assert not metric("llamacpp:prefix_cache_inserted_total").endswith(" 0"), metric("llamacpp:prefix_cache_inserted_total")
+j = json.load(post("/slots/0?action=save", {"filename": "y"}))
+assert j["n_saved"] >= 512, j
+EOF
+kill $SP; wait $SP 2>/dev/null
+# rows that really differ (one bit per V row), still another class: qualified by the tie-aware rule
+stop_x
+start_x xclass:perturb
+MUSER_HOME=$XD "$MUSER" node qualify x -m "$T/m.gguf" --qualify-tokens 300 >"$T/xq" 2>&1 \
+  && [ "$(grep -c 'node class xclass: rows differ, ' "$T/xq")" = 3 ] && ok "node qualify: rows that differ from another class pass the tie-aware rule" \
+  || bad "x qualify perturbed: $(cat "$T/xq")"
+MUSER_HOME=$XD "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json --top 8 -n 8 --prefill remote >"$T/xr2" 2>"$T/xre2" \
+  && greedy_tie "$T/xl" "$T/xr2" \
+  && ok "run --prefill remote with rows that differ: greedy ids equal local under the tie-aware rule" \
+  || bad "x perturbed run: $(cat "$T/xre2")"
+# the producer's class changed since the qualification: refused before any KV moves
+stop_x
+start_x ""
+out=$(MUSER_HOME=$XD "$MUSER" run -m "$T/m.gguf" --prompt-ids "$P" --temp 0 --json -n 2 --prefill remote 2>&1) && bad "a class the node was not qualified for was accepted" \
+  || { echo "$out" | grep -q "lane: identity: .*kernel class $OWN, the decoder accepts xclass" && ok "a producer whose class changed is refused until qualified again: ${out##*: lane: }" || bad "x class changed: $out"; }
+# the same class with rows that differ: the bit-for-bit check refuses the node
+stop_x
+start_x ":perturb"
+MUSER_HOME=$XD "$MUSER" node qualify x -m "$T/m.gguf" --qualify-tokens 300 >"$T/xq2" 2>&1 && bad "same class, differing rows qualified: $(cat "$T/xq2")" \
+  || { grep -q "rows from the node differ from local prefill" "$T/xq2" && python3 -c "
+import json,sys; j=json.load(open(sys.argv[1])); assert j['state']=='failed' and j['kernel_class']==sys.argv[2] and j['qualification']['rule']=='bit-identical', j" "$XD/lane/nodes/x.json" "$OWN" \
+    && ok "node qualify of the same class keeps the bit-for-bit check: differing rows fail it" || bad "x same-class perturbed: $(cat "$T/xq2")"; }
+stop_x
 
 # ---- remove ----------------------------------------------------------------------------------
 "$MUSER" node remove gpu1 >/dev/null 2>&1 && [ ! -f "$MUSER_HOME/lane/nodes/gpu1.json" ] && ok "node remove" || bad "node remove"

@@ -54,9 +54,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         break;
     case 3: rc = lane_begin_open(p, n, KEY, &m, &err); break;
     case 4: {
-        /* the header part is 120 + 12 * n_layer + 4 bytes (n_layer at 116) */
-        if (n < 120) break;
-        size_t hn = 124 + 12 * (size_t)(p[116] | p[117] << 8 | p[118] << 16 | (uint32_t)p[119] << 24);
+        /* the header part is 156 + 12 * n_layer + 4 bytes (n_layer at 152) */
+        if (n < 156) break;
+        size_t hn = 160 + 12 * (size_t)(p[152] | p[153] << 8 | p[154] << 16 | (uint32_t)p[155] << 24);
         if (hn <= n && !lane_manifest_decode(p, hn, &m, &err)) {
             uint8_t(*dg)[32] = calloc(m.n_chunks ? m.n_chunks : 1, 32);
             if (dg) rc = lane_seal_open(p, n, KEY, &m, (const uint8_t(*)[32])dg, &err);
@@ -67,6 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 5: {
         memset(&fixed, 0, sizeof fixed);
         fixed.n_ctx = 4096, fixed.step = 64, fixed.n_ship = 200, fixed.row_bytes = 128;
+        strcpy(fixed.kclass, "cuda");
         bool swa[6] = {true, true, false, true, true, false};
         lane_layers_plan(&fixed, 6, swa, 100);
         fixed.n_chunks = lane_chunk_count(&fixed);

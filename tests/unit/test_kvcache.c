@@ -196,6 +196,43 @@ static void test_longest_prefix(void **state) {
     mu_kv_cache_free(c);
 }
 
+/* mu_kv_cache_hold: the deepest restorable checkpoint at a multiple of
+ * align, pinned until released; a restore of it installs exactly that many
+ * positions (the prefill lane's delta handoff). */
+static void test_hold(void **state) {
+    (void)state;
+    mu_kv_cache *c = cache_new(64 << 20, NULL, NULL, NULL);
+    mu_kv_lineage *l = lin(c);
+    int32_t x[64], z[64];
+    ids(x, 64, 7);
+    ids(z, 64, 8);
+    mu_session *s = sess();
+    prefill(c, s, l, x, 64, 64);
+    mu_kv_cache_stats st;
+    assert_int_equal(mu_kv_cache_hold(c, x, 63, 32), 32); /* 48 is not a multiple of 32 */
+    mu_kv_cache_get_stats(c, &st);
+    assert_int_equal(st.n_pinned, 2);
+    assert_int_equal(mu_kv_cache_hold(c, x, 64, 16), 64);
+    assert_int_equal(mu_kv_cache_hold(c, x, 64, 100), 0); /* none: nothing more pinned */
+    assert_int_equal(mu_kv_cache_hold(c, z, 64, 16), 0);
+    mu_kv_cache_get_stats(c, &st);
+    assert_int_equal(st.n_pinned, 4);
+    mu_session *d = sess();
+    mu_kv_lineage *ld = lin(c);
+    int src;
+    assert_int_equal(mu_kv_cache_restore(c, d, ld, x, 32, 0, &src), 32);
+    assert_int_equal(src, MU_KV_SRC_CACHE);
+    mu_kv_cache_pin(c, x, 32, false);
+    mu_kv_cache_pin(c, x, 64, false);
+    mu_kv_cache_get_stats(c, &st);
+    assert_int_equal(st.n_pinned, 0);
+    mu_session_free(s);
+    mu_session_free(d);
+    mu_kv_lineage_free(l);
+    mu_kv_lineage_free(ld);
+    mu_kv_cache_free(c);
+}
+
 static void test_eviction(void **state) {
     (void)state;
     /* the size of one node: measured on a cache that holds one */
@@ -613,6 +650,7 @@ static void test_bad_opts(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_restore_exact), cmocka_unit_test(test_longest_prefix),
+        cmocka_unit_test(test_hold),
         cmocka_unit_test(test_eviction),      cmocka_unit_test(test_lineage),
         cmocka_unit_test(test_store),         cmocka_unit_test(test_sidecar),
         cmocka_unit_test(test_sidecar_tail),  cmocka_unit_test(test_delta_chain),

@@ -27,13 +27,15 @@
 static const uint8_t KEY[32] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
                                 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
 
-static void make_manifest(lane_manifest *m, uint32_t n_ship) {
+static void make_manifest_delta(lane_manifest *m, uint32_t n_have, uint32_t n_ship) {
     memset(m, 0, sizeof *m);
     for (int i = 0; i < 16; i++) m->request_id[i] = (uint8_t)(i + 1);
     memset(m->identity, 0xAB, 32);
     memset(m->token_digest, 0xCD, 32);
+    assert_true(lane_class_put(m->kclass, "cuda"));
     m->n_ctx = 4096;
     m->step = 64;
+    m->n_have = n_have;
     m->n_ship = n_ship;
     m->generation = 1234567;
     m->key_epoch = 3;
@@ -42,6 +44,8 @@ static void make_manifest(lane_manifest *m, uint32_t n_ship) {
     lane_layers_plan(m, 6, swa, 100);
     m->n_chunks = lane_chunk_count(m);
 }
+
+static void make_manifest(lane_manifest *m, uint32_t n_ship) { make_manifest_delta(m, 0, n_ship); }
 
 static void write_seed(const char *name, const uint8_t *p, size_t n, uint8_t which) {
     const char *dir = getenv("LANE_CORPUS_OUT");
@@ -80,6 +84,73 @@ static void test_plan_and_order(void **st) {
     make_manifest(&m, 50);
     assert_int_equal(m.layers[0].lo, 0);
     assert_int_equal(m.n_chunks, 6);
+    /* a delta from 128 of 300: full layers ship [128, 300), sliding layers
+     * their window [200, 300); steps [128,192) [192,256) [256,300) */
+    make_manifest_delta(&m, 128, 300);
+    assert_int_equal(m.layers[2].lo, 128);
+    assert_int_equal(m.layers[2].count, 172);
+    assert_int_equal(m.layers[0].lo, 200);
+    assert_int_equal(m.n_chunks, 3 * 2 + 2 * 4);
+    memset(covered, 0, sizeof covered);
+    for (uint32_t i = 0; i < m.n_chunks; i++) {
+        assert_true(lane_chunk_at(&m, i, &il, &pos0, &n));
+        assert_true(pos0 >= 128);
+        assert_int_equal(pos0, m.layers[il].lo + covered[il]);
+        covered[il] += n;
+    }
+    for (int l = 0; l < 6; l++) assert_int_equal(covered[l], m.layers[l].count);
+    /* a delta above the window's start: sliding layers start at n_have too */
+    make_manifest_delta(&m, 256, 300);
+    assert_int_equal(m.layers[0].lo, 256);
+    assert_int_equal(m.layers[2].lo, 256);
+    uint8_t *h;
+    size_t hn;
+    lane_manifest got;
+    mu_err err = {0};
+    assert_int_equal(lane_manifest_encode(&m, &h, &hn, &err), 0);
+    assert_int_equal(lane_manifest_decode(h, hn, &got, &err), 0);
+    assert_int_equal(got.n_have, 256);
+    free(h);
+    /* a delta that is not a multiple of the step, or covers everything */
+    m.n_have = 100;
+    assert_int_equal(lane_manifest_encode(&m, &h, &hn, &err), 0);
+    assert_int_not_equal(lane_manifest_decode(h, hn, &got, &err), 0);
+    assert_string_equal(lane_reason(&err), "layout");
+    free(h);
+    m.n_have = 320;
+    assert_int_equal(lane_manifest_encode(&m, &h, &hn, &err), 0);
+    assert_int_not_equal(lane_manifest_decode(h, hn, &got, &err), 0);
+    free(h);
+}
+
+static void test_class_names(void **st) {
+    (void)st;
+    char f[LANE_CLASS_LEN];
+    assert_true(lane_class_put(f, "x86-exact"));
+    assert_true(lane_class_ok(f));
+    assert_string_equal(f, "x86-exact");
+    assert_false(lane_class_put(f, ""));
+    assert_false(lane_class_put(f, "CUDA"));
+    assert_false(lane_class_put(f, "a b"));
+    assert_false(lane_class_put(f, "0123456789012345678901234567890123"));
+    assert_true(lane_class_put(f, "cuda"));
+    f[10] = 'x'; /* a byte after the NUL */
+    assert_false(lane_class_ok(f));
+    memset(f, 'a', sizeof f); /* no NUL */
+    assert_false(lane_class_ok(f));
+    memset(f, 0, sizeof f);
+    assert_false(lane_class_ok(f));
+    /* a manifest with a class that is not a name */
+    lane_manifest m, got;
+    make_manifest(&m, 200);
+    m.kclass[0] = '\n';
+    uint8_t *h;
+    size_t hn;
+    mu_err err = {0};
+    assert_int_equal(lane_manifest_encode(&m, &h, &hn, &err), 0);
+    assert_int_not_equal(lane_manifest_decode(h, hn, &got, &err), 0);
+    assert_string_equal(lane_reason(&err), "frame");
+    free(h);
 }
 
 static void test_manifest_seal(void **st) {
@@ -92,6 +163,7 @@ static void test_manifest_seal(void **st) {
     assert_int_equal(lane_begin_encode(&m, KEY, &b, &bn, &err), 0);
     assert_int_equal(lane_begin_open(b, bn, KEY, &got, &err), 0);
     assert_memory_equal(got.request_id, m.request_id, 16);
+    assert_string_equal(got.kclass, "cuda");
     assert_int_equal(got.generation, m.generation);
     assert_int_equal(got.n_chunks, m.n_chunks);
     write_seed("begin", b, bn, 3);
@@ -206,19 +278,29 @@ static void test_small_messages(void **st) {
     (void)st;
     mu_err err = {0};
     uint32_t toks[5] = {1, 2, 3, 40000, 5};
-    lane_hello h = {.version = LANE_VERSION, .ask = LANE_ASK_HANDOFF, .n_ctx = 100, .step = 2, .n_ship = 5, .tokens = toks};
+    lane_hello h = {.version = LANE_VERSION, .ask = LANE_ASK_HANDOFF, .n_ctx = 100, .step = 2, .n_have = 2, .n_ship = 5,
+                    .tokens = toks};
     memset(h.request_id, 7, 16);
+    assert_true(lane_class_put(h.kclass, "x86-exact"));
     uint8_t *p;
     size_t n;
     assert_int_equal(lane_hello_encode(&h, &p, &n, &err), 0);
     lane_hello g;
     assert_int_equal(lane_hello_decode(p, n, &g, &err), 0);
+    assert_string_equal(g.kclass, "x86-exact");
+    assert_int_equal(g.n_have, 2);
     uint32_t back[5];
     lane_hello_tokens(&g, back);
     assert_memory_equal(back, toks, sizeof toks);
     write_seed("hello", p, n, 1);
     for (size_t i = 0; i < n; i++) assert_int_not_equal(lane_hello_decode(p, i, &g, &err), 0);
     free(p);
+    h.n_have = 3; /* not a multiple of the step */
+    assert_int_equal(lane_hello_encode(&h, &p, &n, &err), 0);
+    assert_int_not_equal(lane_hello_decode(p, n, &g, &err), 0);
+    assert_string_equal(lane_reason(&err), "limit");
+    free(p);
+    h.n_have = 0;
     uint8_t d1[32], d2[32];
     lane_token_digest(toks, 5, d1);
     toks[3]++;
@@ -234,9 +316,11 @@ static void test_small_messages(void **st) {
     free(p);
     lane_info in = {.version = LANE_VERSION, .key_epoch = 2, .n_ctx_max = 8192}, out;
     strcpy(in.name, "glimmer");
+    assert_true(lane_class_put(in.kclass, "cuda"));
     assert_int_equal(lane_info_encode(&in, &p, &n, &err), 0);
     assert_int_equal(lane_info_decode(p, n, &out, &err), 0);
     assert_string_equal(out.name, "glimmer");
+    assert_string_equal(out.kclass, "cuda");
     assert_int_equal(out.key_epoch, 2);
     write_seed("info", p, n, 7);
     free(p);
@@ -395,7 +479,7 @@ static int teardown(void **st) {
 
 int main(void) {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_plan_and_order), cmocka_unit_test(test_manifest_seal),
+        cmocka_unit_test(test_plan_and_order), cmocka_unit_test(test_class_names), cmocka_unit_test(test_manifest_seal),
         cmocka_unit_test(test_layer_frames),   cmocka_unit_test(test_small_messages),
         cmocka_unit_test(test_ledger),         cmocka_unit_test(test_tls),
     };
