@@ -129,6 +129,8 @@ typedef struct {
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
                                return_progress, the programs' progress lines); readers that leave
                                it off never see one; none for embeddings */
+    const mu_mprompt *media; /* a prompt with images (mu_mprompt_new): replaces prompt/n_prompt;
+                               must outlive the job */
 } mu_gen_req;
 
 typedef enum {

@@ -1306,6 +1306,7 @@ int mu_spec_parse(const char *name) {
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
     if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);
     if (n > 1 && r[0].embd) return mu_fail(err, MU_E_ARG, "sched: an embedding job has one choice");
+    if (r[0].media) return mu_fail(err, MU_E_ARG, "sched: prompts with images are not scheduled yet");
     mu_job *jobs[MU_GEN_MAX_CHOICES];
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
