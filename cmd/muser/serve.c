@@ -42,7 +42,7 @@ static int usage(void) {
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--key-file F]\n"
             "                   [--slot-save-path DIR]\n"
             "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
-            "                   [--tags LIST] [--batch-size N]\n"
+            "                   [--tags LIST] [--batch-size N] [--mmproj PROJECTOR.gguf]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -93,6 +93,7 @@ int cmd_serve(int argc, char **argv) {
     long long seed = -1, n_predict = -1, batch = 0;
     double temp = -1;
     const char *tags = NULL;
+    const char *mmproj_path = NULL;
     mu_embd_pooling pooling = MU_EMBD_OFF;
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     bool check = false;
@@ -153,6 +154,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--no-ui")) no_ui = true;
         else if (!strcmp(a, "--batch-size")) { NEED(); if (!cli_int(v, 1, 65536, &batch)) return cli_fail("muser serve: --batch-size must be 1..65536: %s", v); }
         else if (!strcmp(a, "--no-metrics")) no_metrics = true;
+        else if (!strcmp(a, "--mmproj")) { NEED(); mmproj_path = v; }
         else if (!strcmp(a, "--tags")) { NEED(); if (strlen(v) > 1024) return cli_fail("muser serve: --tags must be at most 1024 bytes"); tags = v; }
         else if (!strcmp(a, "--alias")) {
             NEED();
@@ -198,12 +200,17 @@ int cmd_serve(int argc, char **argv) {
     mu_lane *ln = NULL;
     mu_kv_ident *kid = NULL;
     mu_kv_cache *cache = NULL;
+    mu_mmproj *mmproj = NULL;
     uint8_t root[32] = {0};
     if (mu_model_open(model, &m, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
     if (check && cli_check_model("muser serve", m, (int)threads, false)) goto done;
+    if (mmproj_path && mu_mmproj_open(mmproj_path, m, &mmproj, &err)) {
+        cli_fail("muser serve: --mmproj %s: %s", mmproj_path, err.msg);
+        goto done;
+    }
     const mu_model_info *I = mu_model_get_info(m);
     int n_ctx = ctx ? (int)ctx : (I->n_ctx_train < 4096 ? I->n_ctx_train : 4096);
     if (n_ctx > I->n_ctx_train) {
@@ -293,6 +300,7 @@ int cmd_serve(int argc, char **argv) {
                         .no_ui = no_ui,
                         .no_metrics = no_metrics,
                         .tags = tags,
+                        .mmproj = mmproj,
 
                         .backend = mu_engine_backend(e),
                         .kernels = mu_engine_kern_name(e),
@@ -339,6 +347,7 @@ done:
     mu_kv_key_wipe(root);
     mu_drafter_free(spec.drafter);
     mu_engine_free(e);
+    mu_mmproj_free(mmproj);
     mu_model_close(m);
     free(cert_pem);
     free(key_pem);

@@ -53,6 +53,7 @@ typedef struct {
     int n_predict;             /* > 0: the limit of a request without one */
     bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
+    const mu_mmproj *mmproj;   /* the vision projector (--mmproj), or NULL: images are refused */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -245,6 +246,47 @@ json_t *api_params_json(mu_http_app *a, const mu_gen_req *q, const json_t *stop,
  * OpenAI's __verbose); settings is referenced, not taken. */
 json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *content, size_t n, const char *prompt,
                          json_t *settings);
+
+/* ---- images (api_media.c) ----------------------------------------------- */
+
+/* The images of one request: encoded file bytes, base64-decoded (owned). */
+typedef struct {
+    unsigned char *data;
+    size_t size;
+} api_image;
+typedef struct {
+    api_image *v;
+    int n, cap;
+} api_images;
+#define API_MAX_IMAGES 64
+void api_images_free(api_images *im);
+/* Standard base64 (whitespace skipped, padding optional but only at the
+ * end): *out malloc'ed. MU_E_ARG with *bad_at the offset of the offending
+ * character (n when the text ends mid-group), MU_E_NOMEM. */
+int api_base64_decode(const char *s, size_t n, unsigned char **out, size_t *out_n, size_t *bad_at);
+/* Appends one image given as base64, or with url as an image URL: a
+ * data:image/...;base64, URL or bare base64 (llama.cpp's image_url.url);
+ * http(s) and file URLs are refused (never fetched). On failure msg holds
+ * the one-line reply ("field '<field>': ...") and a MU_E_* is returned. */
+int api_image_add(api_images *im, const char *s, size_t n, bool url, const char *field, char *msg, size_t cap);
+/* OpenAI chat messages: the image_url parts' images, in order. With at
+ * least one, *msgs_out is a copy of msgs whose part arrays are flattened as
+ * llama.cpp flattens them (text parts joined by '\n', none next to an image,
+ * each image as MU_MEDIA_MARKER); otherwise NULL. Replies 400 and returns
+ * false for a bad part. */
+bool api_openai_images(mu_http_req *r, const json_t *msgs, json_t **msgs_out, api_images *im);
+/* An array of base64 strings (Ollama's images, llama.cpp's
+ * multimodal_data) named field; replies 400 and returns false on a bad one. */
+bool api_b64_images(mu_http_req *r, const json_t *arr, const char *field, api_images *im);
+/* The image_url parts of OpenAI chat messages (before
+ * api_normalize_messages drops them): true when there are none; otherwise
+ * replies (api_images_gate, or 400 for a bad part) and returns false. */
+bool api_chat_images(mu_http_req *r, mu_http_app *a, const json_t *msgs);
+/* How many MU_MEDIA_MARKERs s holds. */
+int api_count_markers(const char *s);
+/* True when the request has no images (the text path goes on); otherwise
+ * replies and returns false: 400 naming --mmproj without a projector. */
+bool api_images_gate(mu_http_req *r, mu_http_app *a, const api_images *im);
 
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);

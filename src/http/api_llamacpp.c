@@ -421,6 +421,7 @@ void api_llama_apply_template(mu_http_req *r, const json_t *body) {
     int mode = api_chat_mode(r, body);
     if (mode < 0) return;
     json_t *tools = json_object_get(body, "tools");
+    if (!api_chat_images(r, a, json_object_get(body, "messages"))) return;
     json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
     if (!msgs) {
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
@@ -520,10 +521,12 @@ void api_llama_props(mu_http_req *r, const json_t *body) {
     json_t *o = json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:{s:b,s:b,s:b},s:o,s:o,s:s,s:b,s:b,s:b,s:b}",
                           "default_generation_settings", "n_ctx", a->n_ctx, "params", default_params(a), "total_slots",
                           a->n_slots, "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
-                          a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "video", 0, "audio", 0,
+                          a->chat_template ? a->chat_template : "", "modalities", "vision", a->mmproj != NULL, "video", 0, "audio", 0,
                           "bos_token", api_json_text(bos, strlen(bos)), "eos_token", api_json_text(eos, strlen(eos)),
                           "build_info", "muser " MU_COMMIT, "is_sleeping", 0, "endpoint_slots", 1, "endpoint_props", 1,
                           "endpoint_metrics", 1);
+    /* the text that stands for an image in a /completion prompt_string */
+    json_object_set_new(o, "media_marker", json_string(MU_MEDIA_MARKER));
     mu_http_reply_json(r, 200, o);
 }
 

@@ -212,6 +212,10 @@ void api_ollama_generate(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body, "model")) return;
     const char *prompt = mu_jc_str(body, "prompt", "");
+    api_images im = {0};
+    bool ok_im = api_b64_images(r, json_object_get(body, "images"), "images", &im) && api_images_gate(r, a, &im);
+    api_images_free(&im);
+    if (!ok_im) return;
     if (!*prompt) {
         reply_loaded(r, a, false);
         return;
@@ -241,6 +245,16 @@ void api_ollama_chat(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body, "model")) return;
     json_t *in = json_object_get(body, "messages");
+    api_images im = {0};
+    bool ok_im = true;
+    for (size_t k = 0; ok_im && k < json_array_size(in); k++) {
+        char f[64];
+        snprintf(f, sizeof f, "messages[%zu].images", k);
+        ok_im = api_b64_images(r, json_object_get(json_array_get(in, k), "images"), f, &im);
+    }
+    ok_im = ok_im && api_images_gate(r, a, &im);
+    api_images_free(&im);
+    if (!ok_im) return;
     if (!json_array_size(in)) {
         reply_loaded(r, a, true);
         return;
@@ -304,6 +318,7 @@ void api_ollama_show(mu_http_req *r, const json_t *body) {
     json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s,s,s]}", "modelfile", "", "parameters", "", "template",
                           a->chat_template ? a->chat_template : "", "details", details(a), "model_info", info,
                           "capabilities", "completion", "tools", "thinking");
+    if (a->mmproj) json_array_append_new(json_object_get(o, "capabilities"), json_string("vision"));
     mu_http_reply_json(r, 200, o);
 }
 

@@ -407,6 +407,7 @@ void api_openai_chat_tokens(mu_http_req *r, const json_t *body) {
     json_t *tc = json_object_get(body, "tool_choice");
     json_t *tools = json_object_get(body, "tools");
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
+    if (!api_chat_images(r, a, json_object_get(body, "messages"))) return;
     json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
     int32_t *ids = NULL;
     int n = 0;
@@ -477,7 +478,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
     const json_t *raw = json_object_get(body, "messages");
     int mode = api_chat_mode(r, body);
-    if (mode < 0) {
+    if (mode < 0 || !api_chat_images(r, a, raw)) {
         mu_schema_unref(schema);
         return;
     }
@@ -582,8 +583,26 @@ bool api_prompt_tokens(mu_http_req *r, mu_http_app *a, const json_t *prompt, con
                        int *n, char **text) {
     mu_err err = {0};
     char m[200];
-    if (json_is_object(prompt)) /* llama.cpp's {prompt_string, multimodal_data (empty)} */
+    if (json_is_object(prompt)) { /* llama.cpp's {prompt_string, multimodal_data} */
+        const json_t *md = json_object_get(prompt, "multimodal_data");
         prompt = json_object_get(prompt, "prompt_string");
+        if (json_array_size(md)) {
+            api_images im = {0};
+            char f[96];
+            snprintf(f, sizeof f, "%s.multimodal_data", field);
+            bool ok = api_b64_images(r, md, f, &im);
+            int nm = ok ? api_count_markers(json_string_value(prompt)) : 0;
+            if (ok && nm != im.n) {
+                snprintf(m, sizeof m, "field '%s': %d image%s but prompt_string holds %d " MU_MEDIA_MARKER " marker%s",
+                         f, im.n, im.n == 1 ? "" : "s", nm, nm == 1 ? "" : "s");
+                mu_http_reply_error(r, 400, m, f);
+                ok = false;
+            }
+            ok = ok && api_images_gate(r, a, &im);
+            api_images_free(&im);
+            if (!ok) return false;
+        }
+    }
     if (json_is_string(prompt)) {
         int rc = api_tokenize_prompt(a, json_string_value(prompt), true, ids, n, &err);
         if (rc) {
@@ -770,9 +789,10 @@ void api_openai_models(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
     /* llama.cpp's list also carries "models", an Ollama-shaped entry with
-     * the model's capabilities (text only: no "multimodal") */
+     * the model's capabilities ("multimodal" with a projector) */
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:[s,s]}", "name", a->model_id, "model", a->model_id, "size",
                           (json_int_t)a->model_bytes, "type", "model", "capabilities", "completion", "embedding");
+    if (a->mmproj) json_array_append_new(json_object_get(m, "capabilities"), json_string("multimodal"));
     json_object_set_new(m, "details", json_pack("{s:s}", "format", "gguf"));
     mu_http_reply_json(r, 200, json_pack("{s:[o],s:s,s:[o]}", "models", m, "object", "list", "data",
                                          model_object(a, a->model_id)));
