@@ -55,3 +55,40 @@ int cli_prompt_tokens(const mu_model *m, const char *text, const char *file, int
     if (rc) return cli_fail("muser: %s", err.msg);
     return 0;
 }
+
+int cli_media_prompt(const char *who, mu_engine *e, const mu_mmproj *p, const char *text, const char *file,
+                     const char *const *images, int n_images, bool add_bos, mu_mprompt **out) {
+    char *owned = NULL;
+    size_t len = text ? strlen(text) : 0;
+    if (file && read_file(file, &owned, &len)) return 1;
+    const char *t = owned ? owned : text ? text : "";
+    const size_t ml = strlen(MU_MEDIA_MARKER);
+    bool has_marker = false;
+    for (size_t i = 0; i + ml <= len && !has_marker; i++) has_marker = !memcmp(t + i, MU_MEDIA_MARKER, ml);
+    char *full = NULL;
+    if (!has_marker) { /* llama.cpp's mtmd-cli: one marker per image before the text */
+        full = malloc(ml * (size_t)n_images + len + 1);
+        if (!full) {
+            free(owned);
+            return cli_fail("%s: out of memory", who);
+        }
+        for (int k = 0; k < n_images; k++) memcpy(full + ml * (size_t)k, MU_MEDIA_MARKER, ml);
+        memcpy(full + ml * (size_t)n_images, t, len);
+        len += ml * (size_t)n_images;
+        t = full;
+    }
+    mu_media media[16];
+    char *bytes[16] = {0};
+    int rc = 0;
+    for (int k = 0; k < n_images && k < 16 && !rc; k++) {
+        size_t n = 0;
+        if (read_file(images[k], &bytes[k], &n)) rc = 1;
+        media[k] = (mu_media){bytes[k], n};
+    }
+    mu_err err = {0};
+    if (!rc && mu_mprompt_new(e, p, t, len, add_bos, media, n_images, out, &err)) rc = cli_fail("%s: %s", who, err.msg);
+    for (int k = 0; k < 16; k++) free(bytes[k]);
+    free(full);
+    free(owned);
+    return rc;
+}
