@@ -1,15 +1,16 @@
 /* mprompt.c: prompts with images (include/muser.h, "images").
  * Owns: one image's way from its file bytes to rows in the text model's
  * embedding width (decode and preprocess in src/vision/image.c, the encoder
- * in src/vision/vit.c on the engine's CPU threads and kernel table), and the
+ * in src/vision/vit.c with the engine's kernel table on the projector's own
+ * threads), and the
  * layout of a prompt of text and images as llama.cpp's mtmd lays it out:
  * the text split at each media marker, each piece tokenized alone (special
  * tokens parsed), each image wrapped in <|image_start|> ... <|image_end|>,
  * BOS first when asked.
  * Does not own: evaluating the prompt (the scheduler feeds image rows as
  * mu_batch_item.in_embd, one llama.cpp chunk per forward step).
- * Design: an image row's id is negative and derived from the image's pixels
- * and the row, so prefix matching on ids treats equal images as equal text
+ * Design: an image row's id is negative and derived from the image's rows
+ * (its encoder output) and the row index, so prefix matching on ids treats equal images as equal text
  * and never confuses two images. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +32,7 @@ struct mu_mprompt {
 int mu_mmproj_encode(const mu_mmproj *p, mu_engine *e, const mu_media *img, float **rows, int *n_rows, int *nx,
                      int *ny, mu_err *err) {
     if (!img || !img->data || !img->size) return mu_fail(err, MU_E_ARG, "image: empty input");
-    if (!e->kern || !e->pool) return mu_fail(err, MU_E_STATE, "image: the engine has no CPU threads");
+    if (!e->kern) return mu_fail(err, MU_E_STATE, "image: the engine has no CPU kernels");
     const mu_mmproj_info *I = &p->info;
     mu_image im = {0};
     int rc = mu_image_decode(img->data, img->size, &im, err);
@@ -51,7 +52,15 @@ int mu_mmproj_encode(const mu_mmproj *p, mu_engine *e, const mu_media *img, floa
         free(chw);
         return mu_fail(err, MU_E_NOMEM, "image: out of memory for %d rows", gx * gy);
     }
-    rc = mu_vit_encode(p, e->kern, NULL, e->pool, chw, w, h, out, err);
+    /* the projector's own threads (as many as the engine's): this may run on
+     * any thread while the scheduler's runs a forward on the engine's pool */
+    mu_mmproj *pm = (mu_mmproj *)p; /* the lock is the only state encoding changes */
+    mu_pool *pool = mu_mmproj_lock(pm, mu_engine_n_threads(e), err);
+    if (!pool) rc = err ? err->code : MU_E_NOMEM;
+    else {
+        rc = mu_vit_encode(p, e->kern, NULL, pool, chw, w, h, out, err);
+        mu_mmproj_unlock(pm);
+    }
     free(chw);
     if (rc) {
         free(out);
