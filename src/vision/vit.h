@@ -35,6 +35,9 @@ typedef struct {
 } mu_vit_kern;
 
 const mu_vit_kern *mu_vit_kern_ref(void);
+void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1);
+/* Filled by the ISA file (x86-64 builds only). */
+void mu_vit_fill_avx512(mu_vit_kern *k);
 /* The fastest table this CPU runs (its results equal the reference's). */
 const mu_vit_kern *mu_vit_kern_best(void);
 /* Every table this CPU can run, for tests; returns the count. */

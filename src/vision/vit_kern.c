@@ -9,6 +9,8 @@
  * compiler that builds llama.cpp (x86-64, -march=native), the contraction
  * is written out with fmaf. */
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "vit.h"
@@ -17,7 +19,7 @@
 
 /* ---- attention --------------------------------------------------------- */
 
-static void attn_ref(const mu_vit_attn_args *a, int i0, int i1) {
+void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1) {
     const int hd = a->hd;
     float kq[TILE], acc[512];
     for (int i = i0; i < i1; i++) {
@@ -138,14 +140,38 @@ void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float
 
 /* ---- tables ------------------------------------------------------------ */
 
-static const mu_vit_kern REF = {"ref", attn_ref};
+static const mu_vit_kern REF = {"ref", mu_vit_attn_ref};
 
 const mu_vit_kern *mu_vit_kern_ref(void) { return &REF; }
 
-const mu_vit_kern *mu_vit_kern_best(void) { return &REF; }
+#if defined(__x86_64__)
+static mu_vit_kern AVX512;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool have_avx512;
+static void init_tables(void) {
+    __builtin_cpu_init();
+    have_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    if (have_avx512) {
+        AVX512 = REF;
+        mu_vit_fill_avx512(&AVX512);
+    }
+}
+#endif
+
+const mu_vit_kern *mu_vit_kern_best(void) {
+#if defined(__x86_64__)
+    pthread_once(&once, init_tables);
+    if (have_avx512) return &AVX512;
+#endif
+    return &REF;
+}
 
 int mu_vit_kern_available(const mu_vit_kern **out, int cap) {
     int n = 0;
     if (n < cap) out[n++] = &REF;
+#if defined(__x86_64__)
+    pthread_once(&once, init_tables);
+    if (have_avx512 && n < cap) out[n++] = &AVX512;
+#endif
     return n;
 }
