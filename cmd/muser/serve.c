@@ -242,6 +242,7 @@ int cmd_serve(int argc, char **argv) {
             cli_fail("muser serve: %s", err.msg);
             goto done;
         }
+        if (mmproj) mu_kv_ident_set_mmproj(kid, mmproj);
     }
     if (cache_bytes || pack_dir) {
         mu_kv_cache_opts co = {.max_bytes = cache_bytes ? cache_bytes : 1, .block = (int)cache_block,
