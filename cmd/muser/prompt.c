@@ -12,7 +12,7 @@
 
 #define MAX_PROMPT_FILE (256u << 20)
 
-static int read_file(const char *path, char **out, size_t *n) {
+int cli_read_file(const char *path, char **out, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return cli_fail("muser: cannot open %s: %s", path, strerror(errno));
     size_t cap = 1 << 16, len = 0;
@@ -48,7 +48,7 @@ static int read_file(const char *path, char **out, size_t *n) {
 int cli_prompt_tokens(const mu_model *m, const char *text, const char *file, int32_t **ids, int *n) {
     char *owned = NULL;
     size_t len = text ? strlen(text) : 0;
-    if (file && read_file(file, &owned, &len)) return 1;
+    if (file && cli_read_file(file, &owned, &len)) return 1;
     mu_err err = {0};
     int rc = mu_tokenize(m, owned ? owned : text, len, mu_model_get_info(m)->add_bos, false, ids, n, &err);
     free(owned);
@@ -60,7 +60,7 @@ int cli_media_prompt(const char *who, mu_engine *e, const mu_mmproj *p, const ch
                      const char *const *images, int n_images, bool add_bos, mu_mprompt **out) {
     char *owned = NULL;
     size_t len = text ? strlen(text) : 0;
-    if (file && read_file(file, &owned, &len)) return 1;
+    if (file && cli_read_file(file, &owned, &len)) return 1;
     const char *t = owned ? owned : text ? text : "";
     const size_t ml = strlen(MU_MEDIA_MARKER);
     bool has_marker = false;
@@ -82,7 +82,7 @@ int cli_media_prompt(const char *who, mu_engine *e, const mu_mmproj *p, const ch
     int rc = 0;
     for (int k = 0; k < n_images && k < 16 && !rc; k++) {
         size_t n = 0;
-        if (read_file(images[k], &bytes[k], &n)) rc = 1;
+        if (cli_read_file(images[k], &bytes[k], &n)) rc = 1;
         media[k] = (mu_media){bytes[k], n};
     }
     mu_err err = {0};

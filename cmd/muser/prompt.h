@@ -8,6 +8,8 @@
 
 /* Tokenizes TEXT or the contents of FILE (exactly one non-NULL). Prints the
  * error line and returns 1 on failure; *ids is malloc'ed. */
+/* A whole file (at most 256 MiB) into *out (malloc'ed); 0, or 1 after the error line. */
+int cli_read_file(const char *path, char **out, size_t *n);
 int cli_prompt_tokens(const mu_model *m, const char *text, const char *file, int32_t **ids, int *n);
 /* A prompt with images (mu_mprompt_new): text or file, the image files in
  * order at the text's media markers, or all before the text when it has
