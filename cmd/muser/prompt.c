@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
@@ -86,7 +87,13 @@ int cli_media_prompt(const char *who, mu_engine *e, const mu_mmproj *p, const ch
         media[k] = (mu_media){bytes[k], n};
     }
     mu_err err = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     if (!rc && mu_mprompt_new(e, p, t, len, add_bos, media, n_images, out, &err)) rc = cli_fail("%s: %s", who, err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!rc && getenv("MUSER_IMAGE_TIMING")) /* bench/vision */
+        fprintf(stderr, "%s: %d image(s) encoded in %.3f s (%d prompt positions)\n", who, n_images,
+                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, mu_mprompt_n(*out));
     for (int k = 0; k < 16; k++) free(bytes[k]);
     free(full);
     free(owned);

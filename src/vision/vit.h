@@ -15,9 +15,10 @@
 #include "mmproj.h"
 
 /* One head of attention for the query rows [i0, i1) (ggml's CPU flash
- * attention, its tiled path: 64 x 64 tiles, Q in f32, K and V rounded to
- * F16, scores by one FMA chain per key, the online softmax per key tile
- * with ggml's vector expf and a double sum, V products by FMA chains).
+ * attention; from n = 64 rows on its tiled path: 64 x 64 tiles, Q in f32,
+ * K and V rounded to F16, scores by one FMA chain per key, the online
+ * softmax per key tile with ggml's vector expf and a double sum, V products
+ * by FMA chains; below 64 rows its one-row path, vit_kern.c).
  * q, out: rows of ld floats (the head's hd values at column off); k, v: F16
  * rows of ld. Query i sees keys [win_lo[i], win_hi[i]). */
 typedef struct {

@@ -43,7 +43,7 @@ static inline float hsum16(__m512 v) {
 
 static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
     const int hd = a->hd, hv = hd / 16;
-    if (hd % 16 || hd > 512) {
+    if (hd % 16 || hd > 512 || a->n < TILE) {
         mu_vit_attn_ref(a, i0, i1);
         return;
     }

@@ -19,8 +19,46 @@
 
 /* ---- attention --------------------------------------------------------- */
 
+/* ggml's one-row path (fewer than 64 query rows): q rounded to F16, one
+ * ggml_vec_dot_f16 per key, an online softmax key by key with libm's expf,
+ * the V sum kept in F16 (ggml_vec_mad_f16 and ggml_vec_scale_f16: fused on
+ * whole groups of 64, and the tail as GCC contracts it, also fused). */
+static void attn_rows_ref(const mu_vit_attn_args *a, int i0, int i1) {
+    const int hd = a->hd;
+    mu_f16 q16[512], acc[512];
+    for (int i = i0; i < i1; i++) {
+        const float *q = a->q + (size_t)i * a->ld + a->off;
+        for (int d = 0; d < hd; d++) q16[d] = mu_f32_to_f16(q[d]), acc[d] = 0;
+        float M = -INFINITY, S = 0.0f;
+        for (int j = a->win_lo[i]; j < a->win_hi[i]; j++) {
+            float s = mu_vec_dot_f16_ref(hd, a->k + (size_t)j * a->ld + a->off, q16);
+            s = s * a->scale;
+            s += 0.0f;
+            const float Mold = M;
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                M = s;
+                ms = expf(Mold - M);
+                for (int d = 0; d < hd; d++) acc[d] = mu_f32_to_f16(mu_f16_to_f32(acc[d]) * ms);
+            } else {
+                vs = expf(s - M);
+            }
+            const mu_f16 *v = a->v + (size_t)j * a->ld + a->off;
+            for (int d = 0; d < hd; d++) acc[d] = mu_f32_to_f16(fmaf(mu_f16_to_f32(v[d]), vs, mu_f16_to_f32(acc[d])));
+            S = fmaf(S, ms, vs);
+        }
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float *o = a->out + (size_t)i * a->ld + a->off;
+        for (int d = 0; d < hd; d++) o[d] = mu_f16_to_f32(acc[d]) * inv;
+    }
+}
+
 void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1) {
     const int hd = a->hd;
+    if (a->n < TILE) { /* ggml takes the tiled path from 64 query rows on */
+        attn_rows_ref(a, i0, i1);
+        return;
+    }
     float kq[TILE], acc[512];
     for (int i = i0; i < i1; i++) {
         const float *q = a->q + (size_t)i * a->ld + a->off;

@@ -285,7 +285,7 @@ static void test_kernels(void **state) {
 static const struct {
     int w, h;
     uint64_t seed;
-} IMGS[] = {{112, 112, 1}, {168, 84, 2}, {56, 252, 3}, {224, 168, 4}};
+} IMGS[] = {{112, 112, 1}, {168, 84, 2}, {56, 252, 3}, {224, 168, 4}, {56, 84, 5}, {28, 28, 6}};
 
 static float *read_emb(const char *path, size_t n) {
     FILE *f = fopen(path, "rb");
