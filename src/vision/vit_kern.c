@@ -169,9 +169,11 @@ void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float
             const float *a = grid + ((size_t)y0 * side + x0) * E, *b = grid + ((size_t)y0 * side + x1) * E;
             const float *c = grid + ((size_t)y1 * side + x0) * E, *d = grid + ((size_t)y1 * side + x1) * E;
             float *o = out + ((size_t)i1 * gw + i0) * E;
-            /* a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy, left to right */
+            /* a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy, left to right,
+             * as GCC contracts it (each product that feeds an add fused) */
+            const float omx = 1 - dx, omy = 1 - dy;
             for (int e = 0; e < E; e++)
-                o[e] = a[e] * (1 - dx) * (1 - dy) + b[e] * dx * (1 - dy) + c[e] * (1 - dx) * dy + d[e] * dx * dy;
+                o[e] = fmaf(d[e] * dx, dy, fmaf(c[e] * omx, dy, fmaf(a[e] * omx, omy, b[e] * dx * omy)));
         }
     }
 }
