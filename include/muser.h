@@ -294,7 +294,9 @@ void mu_mmproj_free(mu_mmproj *p);
 const mu_mmproj_info *mu_mmproj_get_info(const mu_mmproj *p);
 
 /* One image through the projector: decode, resize and normalize as
- * llama.cpp's mtmd does, run the encoder on e's CPU threads. *rows is
+ * llama.cpp's mtmd does, run the encoder with e's kernel table on the
+ * projector's own threads (as many as e's; one image at a time per
+ * projector; any thread may call it, also while e runs a forward). *rows is
  * malloc'ed [*n_rows][n_out]; *nx, *ny (may be NULL) get the merged token
  * grid (n_rows = nx * ny). MU_E_ARG for bytes that are not an image. */
 int mu_mmproj_encode(const mu_mmproj *p, mu_engine *e, const mu_media *img, float **rows, int *n_rows, int *nx,
@@ -313,7 +315,7 @@ void mu_mprompt_free(mu_mprompt *mp);
 /* Positions the prompt takes (text tokens and image rows). */
 int mu_mprompt_n(const mu_mprompt *mp);
 /* Ids per position (lives as long as mp): text tokens as they are; an image
- * row has a negative id derived from the image's pixels and the row, so
+ * row has a negative id derived from the image's rows and the row index, so
  * equal images give equal ids and prefix matching treats them as text. */
 const int32_t *mu_mprompt_tokens(const mu_mprompt *mp);
 /* The input row of position i (n_out floats), or NULL for a text token. */

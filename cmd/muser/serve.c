@@ -6,6 +6,7 @@
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS] [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
+ *               [--mmproj P.gguf]
  *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--key-file F]
  *               [--slot-save-path DIR] [--seed N] [--temp T] [--n-predict N]
  *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N]
@@ -37,12 +38,13 @@ static int usage(void) {
             "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
+            "                   [--mmproj P.gguf]   a vision projector: images in requests\n"
             "                   [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                   " CLI_LANE_USAGE "\n"
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--key-file F]\n"
             "                   [--slot-save-path DIR]\n"
             "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
-            "                   [--tags LIST] [--batch-size N] [--mmproj PROJECTOR.gguf]\n"
+            "                   [--tags LIST] [--batch-size N]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -93,7 +95,6 @@ int cmd_serve(int argc, char **argv) {
     long long seed = -1, n_predict = -1, batch = 0;
     double temp = -1;
     const char *tags = NULL;
-    const char *mmproj_path = NULL;
     mu_embd_pooling pooling = MU_EMBD_OFF;
     long long max_conns = 4096, per_ip = -1, head_to = 10, body_to = 30, idle_to = 60, body_mb = 8, http_threads = 4;
     bool check = false;
@@ -102,7 +103,8 @@ int cmd_serve(int argc, char **argv) {
     cli_lane lane = {0};
     size_t cache_bytes = MU_KV_CACHE_DEFAULT_BYTES;
     long long cache_block = MU_KV_CACHE_DEFAULT_BLOCK;
-    const char *pack_dir = NULL, *kv_key_file = NULL, *slot_dir = NULL;
+    const char *pack_dir = NULL, *kv_key_file = NULL, *slot_dir = NULL, *mmproj_path = NULL;
+    mu_mmproj *mmproj = NULL;
     for (int i = 1; i < argc; i++) {
         int lo = cli_lane_opt("muser serve", argc, argv, &i, &lane);
         if (lo < 0) return 1;
@@ -141,6 +143,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--check-tensors")) check = true;
         else if (!strcmp(a, "--any-model")) any_model = true;
         else if (!strcmp(a, "--cors")) { NEED(); cors = v; }
+        else if (!strcmp(a, "--mmproj")) { NEED(); mmproj_path = v; }
         else if (!strcmp(a, "--cache-bytes")) { NEED(); if (!cli_bytes(v, &cache_bytes)) return cli_fail("muser serve: --cache-bytes must be a byte count (K, M, G suffixes; 0 = off): %s", v); }
         else if (!strcmp(a, "--cache-block")) { NEED(); if (!cli_int(v, 1, 4096, &cache_block)) return cli_fail("muser serve: --cache-block must be 1..4096 tokens: %s", v); }
         else if (!strcmp(a, "--pack-dir")) { NEED(); pack_dir = v; }
@@ -154,7 +157,6 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--no-ui")) no_ui = true;
         else if (!strcmp(a, "--batch-size")) { NEED(); if (!cli_int(v, 1, 65536, &batch)) return cli_fail("muser serve: --batch-size must be 1..65536: %s", v); }
         else if (!strcmp(a, "--no-metrics")) no_metrics = true;
-        else if (!strcmp(a, "--mmproj")) { NEED(); mmproj_path = v; }
         else if (!strcmp(a, "--tags")) { NEED(); if (strlen(v) > 1024) return cli_fail("muser serve: --tags must be at most 1024 bytes"); tags = v; }
         else if (!strcmp(a, "--alias")) {
             NEED();
@@ -200,17 +202,12 @@ int cmd_serve(int argc, char **argv) {
     mu_lane *ln = NULL;
     mu_kv_ident *kid = NULL;
     mu_kv_cache *cache = NULL;
-    mu_mmproj *mmproj = NULL;
     uint8_t root[32] = {0};
     if (mu_model_open(model, &m, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
     if (check && cli_check_model("muser serve", m, (int)threads, false)) goto done;
-    if (mmproj_path && mu_mmproj_open(mmproj_path, m, &mmproj, &err)) {
-        cli_fail("muser serve: --mmproj %s: %s", mmproj_path, err.msg);
-        goto done;
-    }
     const mu_model_info *I = mu_model_get_info(m);
     int n_ctx = ctx ? (int)ctx : (I->n_ctx_train < 4096 ? I->n_ctx_train : 4096);
     if (n_ctx > I->n_ctx_train) {
@@ -223,6 +220,10 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     if (cli_spec_open("muser serve", &spec, e, model)) goto done;
+    if (mmproj_path && mu_mmproj_open(mmproj_path, m, &mmproj, &err)) {
+        cli_fail("muser serve: %s", err.msg);
+        goto done;
+    }
     /* test hooks, so tests need no timing: MUSER_TEST_HOLD=N, the scheduler
      * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
      * generates N tokens and then waits for its cancel */
@@ -241,6 +242,7 @@ int cmd_serve(int argc, char **argv) {
             cli_fail("muser serve: %s", err.msg);
             goto done;
         }
+        if (mmproj) mu_kv_ident_set_mmproj(kid, mmproj);
     }
     if (cache_bytes || pack_dir) {
         mu_kv_cache_opts co = {.max_bytes = cache_bytes ? cache_bytes : 1, .block = (int)cache_block,
@@ -300,14 +302,14 @@ int cmd_serve(int argc, char **argv) {
                         .no_ui = no_ui,
                         .no_metrics = no_metrics,
                         .tags = tags,
-                        .mmproj = mmproj,
 
                         .backend = mu_engine_backend(e),
                         .kernels = mu_engine_kern_name(e),
                         .cache = cache,
                         .slot_save_path = slot_dir,
                         .kv_id = kid,
-                        .kv_key = root};
+                        .kv_key = root,
+                        .mmproj = mmproj};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;

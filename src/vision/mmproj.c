@@ -174,6 +174,7 @@ static int bind_all(mu_mmproj *p, const mu_model *m, mu_err *err) {
 }
 
 static int finish_open(mu_mmproj *p, const mu_model *m, mu_mmproj **out, mu_err *err) {
+    pthread_mutex_init(&p->mu, NULL);
     int rc = bind_all(p, m, err);
     if (!rc) {
         uint8_t h[32];
@@ -212,8 +213,21 @@ int mu_mmproj_open_mem(const void *data, size_t n, const mu_model *m, mu_mmproj 
     return finish_open(p, m, out, err);
 }
 
+mu_pool *mu_mmproj_lock(mu_mmproj *p, int n_threads, mu_err *err) {
+    pthread_mutex_lock(&p->mu);
+    if (!p->pool && mu_pool_new(n_threads > 0 ? n_threads : 1, &p->pool, err)) {
+        pthread_mutex_unlock(&p->mu);
+        return NULL;
+    }
+    return p->pool;
+}
+
+void mu_mmproj_unlock(mu_mmproj *p) { pthread_mutex_unlock(&p->mu); }
+
 void mu_mmproj_free(mu_mmproj *p) {
     if (!p) return;
+    if (p->g) pthread_mutex_destroy(&p->mu);
+    mu_pool_free(p->pool);
     mu_gguf_close(p->g);
     free(p->layers);
     free(p);

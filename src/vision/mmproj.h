@@ -4,7 +4,10 @@
 #ifndef MU_VISION_MMPROJ_H
 #define MU_VISION_MMPROJ_H
 
+#include <pthread.h>
+
 #include "../../include/muser.h"
+#include "../base/pool.h"
 #include "../gguf/gguf.h"
 
 typedef struct {
@@ -22,7 +25,16 @@ struct mu_mmproj {
     int mm_hidden;
     int sparse_factor;     /* 4: layer il is global iff (il + 1) % 4 == 0 or it is the last */
     float rope_base;       /* 10000 */
+    /* the encoder's threads: its own pool (never the engine's, which the
+     * scheduler's thread drives), made on first use; mu serializes images */
+    pthread_mutex_t mu;
+    mu_pool *pool;
 };
+
+/* Locks p's encoder and returns its pool, made with n_threads threads on
+ * first use (NULL and err set when that fails; p stays unlocked then). */
+mu_pool *mu_mmproj_lock(mu_mmproj *p, int n_threads, mu_err *err);
+void mu_mmproj_unlock(mu_mmproj *p);
 
 /* The same as mu_mmproj_open over memory the caller keeps (fuzzing, tests);
  * the SHA-256 is of those bytes. */

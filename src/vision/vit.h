@@ -15,9 +15,10 @@
 #include "mmproj.h"
 
 /* One head of attention for the query rows [i0, i1) (ggml's CPU flash
- * attention, its tiled path: 64 x 64 tiles, Q in f32, K and V rounded to
- * F16, scores by one FMA chain per key, the online softmax per key tile
- * with ggml's vector expf and a double sum, V products by FMA chains).
+ * attention; from n = 64 rows on its tiled path: 64 x 64 tiles, Q in f32,
+ * K and V rounded to F16, scores by one FMA chain per key, the online
+ * softmax per key tile with ggml's vector expf and a double sum, V products
+ * by FMA chains; below 64 rows its one-row path, vit_kern.c).
  * q, out: rows of ld floats (the head's hd values at column off); k, v: F16
  * rows of ld. Query i sees keys [win_lo[i], win_hi[i]). */
 typedef struct {
@@ -35,6 +36,9 @@ typedef struct {
 } mu_vit_kern;
 
 const mu_vit_kern *mu_vit_kern_ref(void);
+void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1);
+/* Filled by the ISA file (x86-64 builds only). */
+void mu_vit_fill_avx512(mu_vit_kern *k);
 /* The fastest table this CPU runs (its results equal the reference's). */
 const mu_vit_kern *mu_vit_kern_best(void);
 /* Every table this CPU can run, for tests; returns the count. */

@@ -9,6 +9,8 @@
  * compiler that builds llama.cpp (x86-64, -march=native), the contraction
  * is written out with fmaf. */
 #include <math.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "vit.h"
@@ -17,8 +19,46 @@
 
 /* ---- attention --------------------------------------------------------- */
 
-static void attn_ref(const mu_vit_attn_args *a, int i0, int i1) {
+/* ggml's one-row path (fewer than 64 query rows): q rounded to F16, one
+ * ggml_vec_dot_f16 per key, an online softmax key by key with libm's expf,
+ * the V sum kept in F16 (ggml_vec_mad_f16 and ggml_vec_scale_f16: fused on
+ * whole groups of 64, and the tail as GCC contracts it, also fused). */
+static void attn_rows_ref(const mu_vit_attn_args *a, int i0, int i1) {
     const int hd = a->hd;
+    mu_f16 q16[512], acc[512];
+    for (int i = i0; i < i1; i++) {
+        const float *q = a->q + (size_t)i * a->ld + a->off;
+        for (int d = 0; d < hd; d++) q16[d] = mu_f32_to_f16(q[d]), acc[d] = 0;
+        float M = -INFINITY, S = 0.0f;
+        for (int j = a->win_lo[i]; j < a->win_hi[i]; j++) {
+            float s = mu_vec_dot_f16_ref(hd, a->k + (size_t)j * a->ld + a->off, q16);
+            s = s * a->scale;
+            s += 0.0f;
+            const float Mold = M;
+            float ms = 1.0f, vs = 1.0f;
+            if (s > M) {
+                M = s;
+                ms = expf(Mold - M);
+                for (int d = 0; d < hd; d++) acc[d] = mu_f32_to_f16(mu_f16_to_f32(acc[d]) * ms);
+            } else {
+                vs = expf(s - M);
+            }
+            const mu_f16 *v = a->v + (size_t)j * a->ld + a->off;
+            for (int d = 0; d < hd; d++) acc[d] = mu_f32_to_f16(fmaf(mu_f16_to_f32(v[d]), vs, mu_f16_to_f32(acc[d])));
+            S = fmaf(S, ms, vs);
+        }
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float *o = a->out + (size_t)i * a->ld + a->off;
+        for (int d = 0; d < hd; d++) o[d] = mu_f16_to_f32(acc[d]) * inv;
+    }
+}
+
+void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1) {
+    const int hd = a->hd;
+    if (a->n < TILE) { /* ggml takes the tiled path from 64 query rows on */
+        attn_rows_ref(a, i0, i1);
+        return;
+    }
     float kq[TILE], acc[512];
     for (int i = i0; i < i1; i++) {
         const float *q = a->q + (size_t)i * a->ld + a->off;
@@ -129,23 +169,49 @@ void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float
             const float *a = grid + ((size_t)y0 * side + x0) * E, *b = grid + ((size_t)y0 * side + x1) * E;
             const float *c = grid + ((size_t)y1 * side + x0) * E, *d = grid + ((size_t)y1 * side + x1) * E;
             float *o = out + ((size_t)i1 * gw + i0) * E;
-            /* a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy, left to right */
+            /* a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy, left to right,
+             * as GCC contracts it (each product that feeds an add fused) */
+            const float omx = 1 - dx, omy = 1 - dy;
             for (int e = 0; e < E; e++)
-                o[e] = a[e] * (1 - dx) * (1 - dy) + b[e] * dx * (1 - dy) + c[e] * (1 - dx) * dy + d[e] * dx * dy;
+                o[e] = fmaf(d[e] * dx, dy, fmaf(c[e] * omx, dy, fmaf(a[e] * omx, omy, b[e] * dx * omy)));
         }
     }
 }
 
 /* ---- tables ------------------------------------------------------------ */
 
-static const mu_vit_kern REF = {"ref", attn_ref};
+static const mu_vit_kern REF = {"ref", mu_vit_attn_ref};
 
 const mu_vit_kern *mu_vit_kern_ref(void) { return &REF; }
 
-const mu_vit_kern *mu_vit_kern_best(void) { return &REF; }
+#if defined(__x86_64__)
+static mu_vit_kern AVX512;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+static bool have_avx512;
+static void init_tables(void) {
+    __builtin_cpu_init();
+    have_avx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+    if (have_avx512) {
+        AVX512 = REF;
+        mu_vit_fill_avx512(&AVX512);
+    }
+}
+#endif
+
+const mu_vit_kern *mu_vit_kern_best(void) {
+#if defined(__x86_64__)
+    pthread_once(&once, init_tables);
+    if (have_avx512) return &AVX512;
+#endif
+    return &REF;
+}
 
 int mu_vit_kern_available(const mu_vit_kern **out, int cap) {
     int n = 0;
     if (n < cap) out[n++] = &REF;
+#if defined(__x86_64__)
+    pthread_once(&once, init_tables);
+    if (have_avx512 && n < cap) out[n++] = &AVX512;
+#endif
     return n;
 }
