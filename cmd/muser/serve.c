@@ -309,7 +309,8 @@ int cmd_serve(int argc, char **argv) {
                         .slot_save_path = slot_dir,
                         .kv_id = kid,
                         .kv_key = root,
-                        .mmproj = mmproj};
+                        .mmproj = mmproj,
+                        .engine = e};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;

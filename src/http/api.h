@@ -54,6 +54,7 @@ typedef struct {
     bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
     const mu_mmproj *mmproj;   /* the vision projector (--mmproj), or NULL: images are refused */
+    mu_engine *engine;         /* with mmproj: where image prompts are encoded (mu_mprompt_new) */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -108,13 +109,16 @@ typedef struct {
     char stop_word[264];
     mu_gen_stats st;
     double t_start, t_first;  /* monotonic ms: submitted, first token (0: none yet) */
+    mu_mprompt *media;        /* the image prompt of the job (mu_gen_req.media), owned; see api_job_free */
+    bool ended;               /* the job's FINISH event was read: the scheduler is done with it */
     api_progress *prog;       /* PROGRESS events (mu_gen_req.progress) in order */
     int n_prog, cap_prog, prog_sent;
     char err[256];
 } api_job;
 
 /* Submits the job (its notify wakes r: mu_http_req_wake): req's stops are taken from the JSON stop field (a
- * string or an array of strings). Owns prompt (frees it). On failure
+ * string or an array of strings). Owns prompt (frees it) and req->media (an
+ * image prompt: one choice only; g keeps it until api_job_free). On failure
  * replies (400/429/...) and returns false. */
 bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
                    const json_t *stop);
@@ -279,14 +283,29 @@ bool api_openai_images(mu_http_req *r, const json_t *msgs, json_t **msgs_out, ap
  * multimodal_data) named field; replies 400 and returns false on a bad one. */
 bool api_b64_images(mu_http_req *r, const json_t *arr, const char *field, api_images *im);
 /* The image_url parts of OpenAI chat messages (before
- * api_normalize_messages drops them): true when there are none; otherwise
- * replies (api_images_gate, or 400 for a bad part) and returns false. */
-bool api_chat_images(mu_http_req *r, mu_http_app *a, const json_t *msgs);
+ * api_normalize_messages drops them): api_openai_images, then
+ * api_images_gate; false after replying (nothing left to free). With
+ * images, *flat holds the messages to render (markers in place of them). */
+bool api_chat_images(mu_http_req *r, mu_http_app *a, const json_t *msgs, json_t **flat, api_images *im);
+/* llama.cpp's JSON prompt with images ({prompt_string, multimodal_data}
+ * with at least one): *has is set; the images are read, their count checked
+ * against prompt_string's markers and made into an image prompt
+ * (api_media_prompt). *has false: not such a prompt (the text path goes on).
+ * False after replying. field names the prompt ("prompt", "prompt[1]"). */
+bool api_prompt_media(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, bool *has,
+                      int32_t **ids, int *n, const mu_mprompt **media);
 /* How many MU_MEDIA_MARKERs s holds. */
 int api_count_markers(const char *s);
-/* True when the request has no images (the text path goes on); otherwise
- * replies and returns false: 400 naming --mmproj without a projector. */
+/* True when the request has no images or the server has a projector;
+ * otherwise replies 400 naming --mmproj and returns false. */
 bool api_images_gate(mu_http_req *r, mu_http_app *a, const api_images *im);
+/* text (one MU_MEDIA_MARKER per image of im) as an image prompt
+ * (mu_mprompt_new: the images are decoded and encoded here, on the calling
+ * thread): *ids a malloc'ed copy of its ids, *media the prompt for
+ * mu_gen_req.media (api_job_start takes it). False after replying (400
+ * for an image that does not decode, naming why). */
+bool api_media_prompt(mu_http_req *r, mu_http_app *a, const char *text, const api_images *im, int32_t **ids,
+                      int *n, const mu_mprompt **media);
 
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);

@@ -252,15 +252,62 @@ bool api_images_gate(mu_http_req *r, mu_http_app *a, const api_images *im) {
                             NULL);
         return false;
     }
-    mu_http_reply_error(r, 501, "image input: the vision projector is loaded but not yet wired to generation", NULL);
+    return true;
+}
+
+bool api_media_prompt(mu_http_req *r, mu_http_app *a, const char *text, const api_images *im, int32_t **ids,
+                      int *n, const mu_mprompt **media) {
+    mu_media md[API_MAX_IMAGES];
+    for (int i = 0; i < im->n; i++) md[i] = (mu_media){.data = im->v[i].data, .size = im->v[i].size};
+    mu_mprompt *mp = NULL;
+    mu_err err = {0};
+    /* the text was rendered or given as text: BOS by the model's rule, as api_tokenize_prompt */
+    int rc = mu_mprompt_new(a->engine, a->mmproj, text, strlen(text), true, md, im->n, &mp, &err);
+    if (rc) {
+        mu_http_reply_status(r, rc, &err);
+        return false;
+    }
+    int np = mu_mprompt_n(mp);
+    int32_t *t = malloc((size_t)(np > 0 ? np : 1) * sizeof *t);
+    if (!t) {
+        mu_mprompt_free(mp);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return false;
+    }
+    memcpy(t, mu_mprompt_tokens(mp), (size_t)np * sizeof *t);
+    *ids = t;
+    *n = np;
+    *media = mp;
+    return true;
+}
+
+bool api_chat_images(mu_http_req *r, mu_http_app *a, const json_t *msgs, json_t **flat, api_images *im) {
+    *flat = NULL;
+    if (api_openai_images(r, msgs, flat, im) && api_images_gate(r, a, im)) return true;
+    json_decref(*flat);
+    *flat = NULL;
+    api_images_free(im);
     return false;
 }
 
-bool api_chat_images(mu_http_req *r, mu_http_app *a, const json_t *msgs) {
+bool api_prompt_media(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, bool *has,
+                      int32_t **ids, int *n, const mu_mprompt **media) {
+    const json_t *md = json_object_get(prompt, "multimodal_data");
+    *has = json_is_object(prompt) && json_array_size(md) > 0;
+    if (!*has) return true;
+    const char *text = json_string_value(json_object_get(prompt, "prompt_string"));
     api_images im = {0};
-    json_t *flat = NULL;
-    bool ok = api_openai_images(r, msgs, &flat, &im) && api_images_gate(r, a, &im);
-    json_decref(flat);
+    char f[96], m[256];
+    snprintf(f, sizeof f, "%s.multimodal_data", field);
+    bool ok = api_b64_images(r, md, f, &im);
+    int nm = ok ? api_count_markers(text) : 0;
+    if (ok && nm != im.n) {
+        snprintf(m, sizeof m, "field '%s': %d image%s but prompt_string holds %d " MU_MEDIA_MARKER " marker%s", f,
+                 im.n, im.n == 1 ? "" : "s", nm, nm == 1 ? "" : "s");
+        mu_http_reply_error(r, 400, m, f);
+        ok = false;
+    }
+    ok = ok && api_images_gate(r, a, &im) && api_media_prompt(r, a, text, &im, ids, n, media);
     api_images_free(&im);
     return ok;
 }

@@ -10,7 +10,9 @@
 # projector. Capabilities: /props modalities.vision and media_marker,
 # /api/show "vision", /v1/models "multimodal", each only with a projector
 # (muser gen --mmproj). A file that is not a projector stops serve with a
-# one-line error.
+# one-line error. With a projector, images reach generation on every route
+# (/completion's greedy tokens equal `muser run --image`'s), an image that
+# does not decode is a 400 that says why, and n > 1 with images is a 400.
 SERVE_TEST_NAME=test_serve_images
 source "$(dirname "$0")/serve_lib.sh"
 
@@ -91,7 +93,7 @@ stop_server
 
 # ---- a file that is not a projector stops serve with one line
 if "$MUSER" serve -m "$MODEL" --port 0 --mmproj "$MODEL" >"$T/o" 2>"$T/e"; then bad "serve --mmproj MODEL started"
-elif [ "$(wc -l <"$T/e")" = 1 ] && grep -q -- "--mmproj" "$T/e"; then ok "serve --mmproj with a text model GGUF: one-line error ($(cat "$T/e"))"
+elif [ "$(wc -l <"$T/e")" = 1 ] && grep -q "not a projector" "$T/e"; then ok "serve --mmproj with a text model GGUF: one-line error ($(cat "$T/e"))"
 else bad "serve --mmproj with a text model GGUF: $(cat "$T/e")"; fi
 
 # ---- with a projector
@@ -101,6 +103,32 @@ if "$MUSER" gen --mmproj "$T/proj.gguf" --preset tiny >"$T/gen2.log" 2>&1; then
   expect "/api/show with a projector: capabilities holds vision" 200 "'vision' in j['capabilities']" POST /api/show '{"model":"serve-test-model"}'
   expect "/v1/models with a projector: capabilities holds multimodal" 200 "'multimodal' in j['models'][0]['capabilities']" GET /v1/models ""
   bad_refs "projector:"
+  # images reach generation on every route
+  python3 -c 'import base64,sys; open(sys.argv[2],"wb").write(base64.b64decode(open(sys.argv[1]).read()))' <(echo "$PNG") "$T/img.png"
+  want=$("$MUSER" run -m "$MODEL" --mmproj "$T/proj.gguf" --image "$T/img.png" -p "Look: <__media__> What is it?" -n 6 --temp 0 --json 2>/dev/null |
+    python3 -c 'import json,sys; print([json.loads(l)["id"] for l in sys.stdin if l.strip()])')
+  expect "/completion with an image: the greedy tokens of muser run --image ($want)" 200 "str(j['tokens']) == '$want' and j['prompt'] == 'Look: <__media__> What is it?'" POST /completion \
+    "{\"prompt\":{\"prompt_string\":\"Look: <__media__> What is it?\",\"multimodal_data\":[\"$PNG\"]},\"n_predict\":6,\"temperature\":0,\"return_tokens\":true}"
+  for p in /v1/chat/completions /chat/completions; do
+    expect "$p with an image generates" 200 "j['choices'][0]['finish_reason'] == 'length' and j['usage']['prompt_tokens'] > 10" POST $p "$(chat "$URL")"
+  done
+  expect "/v1/chat/completions/input_tokens counts the image's rows" 200 "j['input_tokens'] > 10" POST /v1/chat/completions/input_tokens "$(chat "$URL")"
+  expect "/apply-template shows the marker where the image goes" 200 "j['prompt'].count('<__media__>') == 1 and 'What is this?<__media__>' in j['prompt']" POST /apply-template "$(chat "$URL" | sed 's/,"max_tokens":2//')"
+  expect "/api/chat with images generates" 200 "j['done'] is True and j['prompt_eval_count'] > 10" POST /api/chat \
+    "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"images\":[\"$PNG\"]}],\"stream\":false,\"options\":{\"num_predict\":2}}"
+  expect "/api/generate with images generates" 200 "j['done'] is True and j['prompt_eval_count'] > 10" POST /api/generate \
+    "{\"prompt\":\"hi\",\"images\":[\"$PNG\"],\"stream\":false,\"options\":{\"num_predict\":2}}"
+  expect "/api/generate raw with an image generates" 200 "j['done'] is True" POST /api/generate \
+    "{\"prompt\":\"hi\",\"raw\":true,\"images\":[\"$PNG\"],\"stream\":false,\"options\":{\"num_predict\":2}}"
+  expect "an image that does not decode -> 400 naming why" 400 "'PNG is corrupt' in $ERR" POST /v1/chat/completions "$(chat 'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA')"
+  expect "a GIF -> 400: unsupported format" 400 "'unsupported format: GIF' in $ERR" POST /api/generate \
+    '{"prompt":"hi","images":["R0lGODlhAQABAAAAACw="],"stream":false}'
+  expect "n = 2 with an image -> 400" 400 "'one choice' in $ERR" POST /v1/chat/completions \
+    "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"$URL\"}}]}],\"n\":2,\"max_tokens\":2}"
+  expect "/completion: two prompts, one with an image" 200 "len(j) == 2 and j[1]['prompt'] == '<__media__>'" POST /completion \
+    "{\"prompt\":[\"Hi\",{\"prompt_string\":\"<__media__>\",\"multimodal_data\":[\"$PNG\"]}],\"n_predict\":2}"
+  st=$(req POST /v1/chat/completions "$(chat "$URL" | sed 's/"max_tokens":2/"max_tokens":2,"stream":true/')")
+  [ "$st" = 200 ] && grep -q '\[DONE\]' "$T/out" && ok "streamed chat with an image ends with [DONE]" || bad "stream: $st $(head -c 300 "$T/out")"
   stop_server
 else
   echo "skip the projector half: muser gen --mmproj failed: $(tail -1 "$T/gen2.log")"
