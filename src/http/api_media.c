@@ -200,6 +200,10 @@ bool api_openai_images(mu_http_req *r, const json_t *msgs, json_t **msgs_out, ap
             if (!strcmp(type, "image_url")) {
                 snprintf(field, sizeof field, "messages[%zu].content[%zu].image_url.url", i, k);
                 const json_t *u = json_object_get(json_object_get(p, "image_url"), "url");
+                if (!json_is_string(u)) {
+                    snprintf(msg, sizeof msg, "field '%s': required for an image_url part", field);
+                    return reply_media_err(r, MU_E_ARG, msg, field);
+                }
                 int rc = api_image_add(im, json_string_value(u), json_string_length(u), true, field, msg, sizeof msg);
                 if (rc) return reply_media_err(r, rc, msg, field);
             } else if (!json_is_string(json_object_get(p, "text"))) {

@@ -68,6 +68,8 @@ bad_refs() { # the same checks with and without a projector
   expect "$tag empty image -> 400" 400 "'empty' in $ERR" POST /v1/chat/completions "$(chat 'data:image/png;base64,')"
   expect "$tag text part without text -> 400" 400 "'content[0].text' in $ERR" POST /v1/chat/completions \
     '{"messages":[{"role":"user","content":[{"type":"text"}]}]}'
+  expect "$tag image_url part without image_url -> 400" 400 "'required for an image_url part' in $ERR" POST /v1/chat/completions \
+    '{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}'
   expect "$tag image_url without url -> 400 (schema)" 400 "'url' in $ERR" POST /v1/chat/completions \
     '{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{}}]}]}'
   expect "$tag Ollama images with bad base64 -> 400 naming messages[0].images[1]" 400 "'messages[0].images[1]' in $ERR and 'invalid base64' in $ERR" POST /api/chat \
