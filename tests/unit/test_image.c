@@ -201,6 +201,16 @@ static void test_png_kinds(void **state) {
         }
     mu_image_free(&img);
     free(b.p);
+    /* as stb_image: a wrong chunk CRC and a missing IEND change nothing */
+    b = ig_png(60, 45, PNG_COLOR_TYPE_GRAY, 16, 0, 19);
+    mu_image again;
+    b.p[29] ^= 0xff;   /* IHDR's CRC (8 signature + 8 head + 13 data) */
+    b.n -= 12;         /* the IEND chunk */
+    assert_int_equal(mu_image_decode(b.p, b.n, &again, &err), 0);
+    assert_int_equal(again.w, 60);
+    for (int x = 0; x < 60; x++) assert_int_equal(again.rgb[3 * (60 * 44 + x)], ig_sample(x, 44, 0, 19, 65535) >> 8);
+    mu_image_free(&again);
+    free(b.p);
     b = ig_png(77, 51, PNG_COLOR_TYPE_RGB_ALPHA, 8, 0, 14);
     assert_int_equal(mu_image_decode(b.p, b.n, &img, &err), 0);
     for (int k = 0; k < 3; k++) assert_int_equal(img.rgb[3 * 5 + k], ig_sample(5, 0, k, 14, 255));
