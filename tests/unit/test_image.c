@@ -6,7 +6,7 @@
  * stb_image and mtmd's muse-glimmer preprocessor: PNG pixels and every
  * float tensor bit for bit (SHA-256); JPEG pixels within the stated
  * difference of two decoders, and the floats bit for bit from stb's own
- * pixels. Then the odd inputs: empty, foreign formats, every truncation
+ * pixels. An animated PNG gives its default image. Then the odd inputs: empty, foreign formats, every truncation
  * and byte flip of small files (an error or an image, never a crash),
  * oversized headers, and the grid rule on its own. */
 #include <setjmp.h>
@@ -219,6 +219,73 @@ static void test_png_kinds(void **state) {
     free(b.p);
 }
 
+/* An animated PNG (APNG): acTL and fcTL before the image data, a second
+ * frame in fdAT after it. Those chunks are ancillary, so libpng skips them
+ * as stb_image does: the default image (IDAT) is what comes out. */
+/* PNG's CRC-32 (ISO 3309), bit by bit */
+static uint32_t crc32_png(uint32_t crc, const unsigned char *p, size_t n) {
+    crc = ~crc;
+    for (size_t i = 0; i < n; i++) {
+        crc ^= p[i];
+        for (int k = 0; k < 8; k++) crc = crc & 1 ? (crc >> 1) ^ 0xedb88320u : crc >> 1;
+    }
+    return ~crc;
+}
+
+static void chunk_put(ig_buf *b, const char *type, const unsigned char *d, uint32_t n) {
+    unsigned char h[8] = {n >> 24, n >> 16, n >> 8, n, type[0], type[1], type[2], type[3]};
+    ig_put(b, h, 8);
+    if (n) ig_put(b, d, n);
+    uint32_t crc = crc32_png(0, h + 4, 4);
+    crc = crc32_png(crc, d, n);
+    unsigned char c[4] = {crc >> 24, crc >> 16, crc >> 8, crc};
+    ig_put(b, c, 4);
+}
+
+static void test_apng(void **state) {
+    ig_buf still = ig_png(20, 10, PNG_COLOR_TYPE_RGB, 8, 0, 50);
+    ig_buf other = ig_png(20, 10, PNG_COLOR_TYPE_RGB, 8, 0, 51);
+    /* the second frame's data: the other image's IDAT behind a sequence number */
+    size_t off = 8 + 25, idat_n = 0;
+    const unsigned char *idat = NULL;
+    while (off + 12 <= other.n) {
+        uint32_t n = (uint32_t)other.p[off] << 24 | other.p[off + 1] << 16 | other.p[off + 2] << 8 | other.p[off + 3];
+        if (!memcmp(other.p + off + 4, "IDAT", 4)) {
+            idat = other.p + off + 8;
+            idat_n = n;
+            break;
+        }
+        off += 12 + n;
+    }
+    assert_non_null(idat);
+    ig_buf a = {0};
+    ig_put(&a, still.p, 8 + 25); /* signature, IHDR */
+    unsigned char actl[8] = {0, 0, 0, 2, 0, 0, 0, 0};
+    chunk_put(&a, "acTL", actl, 8);
+    unsigned char fctl[26] = {0, 0, 0, 0, 0, 0, 0, 20, 0, 0, 0, 10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 10, 0, 0};
+    chunk_put(&a, "fcTL", fctl, 26);
+    ig_put(&a, still.p + 8 + 25, still.n - 8 - 25 - 12); /* IDAT... */
+    fctl[3] = 1;
+    chunk_put(&a, "fcTL", fctl, 26);
+    unsigned char *fd = malloc(4 + idat_n);
+    memcpy(fd, "\0\0\0\2", 4);
+    memcpy(fd + 4, idat, idat_n);
+    chunk_put(&a, "fdAT", fd, (uint32_t)(4 + idat_n));
+    free(fd);
+    ig_put(&a, still.p + still.n - 12, 12); /* IEND */
+    mu_image x, y;
+    mu_err err;
+    assert_int_equal(mu_image_decode(still.p, still.n, &x, &err), 0);
+    if (mu_image_decode(a.p, a.n, &y, &err)) fail_msg("APNG: %s", err.msg);
+    assert_int_equal(y.w, 20);
+    assert_memory_equal(x.rgb, y.rgb, 20 * 10 * 3);
+    mu_image_free(&x);
+    mu_image_free(&y);
+    free(a.p);
+    free(still.p);
+    free(other.p);
+}
+
 /* ---- odd inputs ------------------------------------------------------------ */
 
 static void expect_error(const void *p, size_t n, const char *needle) {
@@ -357,7 +424,7 @@ static void test_grid(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_reference), cmocka_unit_test(test_webp),
-        cmocka_unit_test(test_png_kinds), cmocka_unit_test(test_bad_inputs),
+        cmocka_unit_test(test_png_kinds), cmocka_unit_test(test_apng), cmocka_unit_test(test_bad_inputs),
         cmocka_unit_test(test_truncate_flip), cmocka_unit_test(test_grid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
