@@ -2,7 +2,8 @@
 # bench/vision/run.sh: encoding one 896x896 image (1024 merged tokens, 4096
 # patches) with the full-geometry projector on the CPU, muser against
 # llama.cpp's mtmd in the same run, same thread count.
-#   MTMD_REF=/path/to/mtmd_ref bench/vision/run.sh [THREADS] [OUT]
+#   MTMD_REF=/path/to/mtmd_ref [SIZE=896] bench/vision/run.sh [THREADS] [OUT]
+# (SIZE: another square side, a multiple of 28, for a quicker run)
 # mtmd_ref is tools/mtmd_ref/mtmd_ref.c built against libmtmd
 # (tests/data/vision/README.md has the recipe); it times mtmd_encode_chunk
 # alone. muser's time is mu_mprompt_new's (PNG decode + preprocessing +
@@ -14,14 +15,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=${1:-2}
-OUT=${2:-bench/results/vision-896-full-t$T.txt}
+S=${SIZE:-896}
+OUT=${2:-bench/results/vision-$S-full-t$T.txt}
 REF=${MTMD_REF:?set MTMD_REF to a built tools/mtmd_ref/mtmd_ref}
 W=${BENCH_DIR:-/tmp/muser-vision-bench}
 mkdir -p "$W"
 [ -f "$W/text.gguf" ] || ./muser gen --preset tiny --embd 6656 --layers 1 --ff 512 --heads 4 --kv-heads 2 \
     --head-dim 128 --type q8_0 --name vision-bench-text -o "$W/text.gguf" >/dev/null
 [ -f "$W/full.gguf" ] || ./muser gen --mmproj "$W/full.gguf" --preset full --seed 1
-python3 - "$W/img.png" <<'PY'
+python3 - "$W/img.png" "$S" <<'PY'
 import struct, sys, zlib
 M = (1 << 64) - 1
 def image(w, h, seed):  # tests/unit/vision_img.h
@@ -38,7 +40,7 @@ def image(w, h, seed):  # tests/unit/vision_img.h
                 v = (x * (3 + c) + y * (5 - c) + c * 80) % 256 + z % 48 - 24
                 out[(y * w + x) * 3 + c] = min(255, max(0, v))
     return out
-w = h = 896
+w = h = int(sys.argv[2])
 px = image(w, h, 1)
 raw = b''.join(b'\0' + bytes(px[y * w * 3:(y + 1) * w * 3]) for y in range(h))
 ck = lambda t, d: struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc32(t + d) & 0xffffffff)
@@ -46,10 +48,10 @@ open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + ck(b'IHDR', struct.pack('>I
                               ck(b'IDAT', zlib.compress(raw)) + ck(b'IEND', b''))
 PY
 {
-    echo "# bench/vision/run.sh, $(date -u +%FT%TZ), threads $T, $(git describe --always --dirty)"
+    echo "# bench/vision/run.sh, $(date -u +%FT%TZ), ${S}x$S, threads $T, $(git describe --always --dirty)"
     echo "# cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "## llama.cpp mtmd (mtmd_ref: mtmd_encode_chunk, $T threads)"
-    MTMD_THREADS=$T "$REF" "$W/text.gguf" "$W/full.gguf" "$W" 896 896 1 2>"$W/mtmd.log" || { tail -5 "$W/mtmd.log"; exit 1; }
+    MTMD_THREADS=$T "$REF" "$W/text.gguf" "$W/full.gguf" "$W" "$S" "$S" 1 2>"$W/mtmd.log" || { tail -5 "$W/mtmd.log"; exit 1; }
     grep -E "flash attention" "$W/mtmd.log" | head -1 || true
     echo "## muser (run --image, $T threads)"
     MUSER_IMAGE_TIMING=1 ./muser run -m "$W/text.gguf" --mmproj "$W/full.gguf" --image "$W/img.png" -p "x" -n 1 \
