@@ -1317,6 +1317,8 @@ int mu_spec_parse(const char *name) {
     return -1; /* "script" is a test hook, not a user's choice */
 }
 
+mu_engine *mu_sched_engine(const mu_sched *s) { return s->eng; }
+
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
     if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);
     if (n > 1 && r[0].embd) return mu_fail(err, MU_E_ARG, "sched: an embedding job has one choice");
