@@ -1069,7 +1069,9 @@ static void *engine_main(void *arg) {
          * slots' sessions and histories outlive their jobs) */
         for (int k = 0; s->o.cache && k < n_items; k++) {
             slot *sl = &s->slots[s->item_slot[k]];
-            if (!s->item_embd[k] && mu_session_n_past(sl->sess) == sl->n_hist)
+            bool rows = false; /* image rows (negative ids) are not cached yet */
+            for (int t = 0; t < sl->n_hist && !rows; t++) rows = sl->hist[t] < 0;
+            if (!s->item_embd[k] && !rows && mu_session_n_past(sl->sess) == sl->n_hist)
                 mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
         }
     }
