@@ -216,6 +216,8 @@ typedef struct {
 
 /* The engine must outlive the scheduler. Starts the engine thread. */
 int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *err);
+/* The scheduler's engine (for mu_mprompt_new: image prompts for its jobs). */
+mu_engine *mu_sched_engine(const mu_sched *s);
 /* Cancels everything, joins the thread, frees sessions. NULL is fine. */
 void mu_sched_free(mu_sched *s);
 

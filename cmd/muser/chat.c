@@ -317,7 +317,15 @@ static int chat_prompt_tokens(chat *c, int32_t **ids, int *n) {
     if (n_sent > 0) {
         mu_mprompt_free(c->mp);
         c->mp = NULL;
-        rc = mu_mprompt_new(c->e, c->proj, text, strlen(text), c->I->add_bos, c->imgs, n_sent, &c->mp, &err);
+        /* BOS as for text: unless the template already rendered one */
+        bool bos = c->I->add_bos && c->I->bos >= 0;
+        const char *mk = strstr(text, MU_MEDIA_MARKER);
+        if (bos && !mu_tokenize(c->m, text, mk ? (size_t)(mk - text) : strlen(text), false, true, &t, &k, &err)) {
+            bos = !(k > 0 && t[0] == c->I->bos);
+            free(t);
+            t = NULL;
+        }
+        rc = mu_mprompt_new(c->e, c->proj, text, strlen(text), bos, c->imgs, n_sent, &c->mp, &err);
         free(text);
         if (rc) return cli_fail("muser chat: %s", err.msg);
         k = mu_mprompt_n(c->mp);

@@ -1069,7 +1069,9 @@ static void *engine_main(void *arg) {
          * slots' sessions and histories outlive their jobs) */
         for (int k = 0; s->o.cache && k < n_items; k++) {
             slot *sl = &s->slots[s->item_slot[k]];
-            if (!s->item_embd[k] && mu_session_n_past(sl->sess) == sl->n_hist)
+            bool rows = false; /* image rows (negative ids) are not cached yet */
+            for (int t = 0; t < sl->n_hist && !rows; t++) rows = sl->hist[t] < 0;
+            if (!s->item_embd[k] && !rows && mu_session_n_past(sl->sess) == sl->n_hist)
                 mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
         }
     }
@@ -1316,6 +1318,8 @@ int mu_spec_parse(const char *name) {
     if (!strcmp(name, "dflash")) return MU_SPEC_DFLASH;
     return -1; /* "script" is a test hook, not a user's choice */
 }
+
+mu_engine *mu_sched_engine(const mu_sched *s) { return s->eng; }
 
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
     if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);

@@ -2,6 +2,10 @@
  * File: `muser gen --mmproj`'s writer makes a projector the binding reads
  * back; the binding refuses another projector type, a width that is not the
  * text model's, and missing or misshapen tensors, with one precise message.
+ * Engine: input rows (mu_batch_item.in_embd) equal to the token embeddings
+ * give the token path's logits bit for bit, between token forwards.
+ * Identity: a KV pack identity bound to a projector differs from one
+ * without and from one bound to another projector, and is stable.
  * Kernels: every encoder kernel of every table this CPU runs equals the
  * reference bit for bit on random blocks, odd windows and odd grids.
  * Reference: the encoder's rows for the seeded test images equal llama.cpp
@@ -19,8 +23,10 @@
 
 #include <cmocka.h>
 
+#include "../../include/muser_kv.h"
 #include "../../include/muser_synth.h"
 #include "../../src/base/pool.h"
+#include "../../src/model/model.h"
 #include "../../src/synth/gguf_write.h"
 #include "../../src/vision/mmproj.h"
 #include "../../src/vision/vit.h"
@@ -202,6 +208,84 @@ static void test_refusals(void **state) {
     mu_mmproj_free(p);
 }
 
+
+static void test_in_embd(void **state) {
+    (void)state;
+    mini_cfg c = mini_default(); /* F32 weights: an embedding row is its own input row */
+    assert_int_equal(mini_write(mpath, &c), 0);
+    mu_err err = {0};
+    mu_model *m = NULL;
+    mu_engine *e = NULL;
+    assert_int_equal(mu_model_open(mpath, &m, &err), 0);
+    mu_engine_opts eo = {.n_threads = 2};
+    assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+    const int E = mu_model_get_info(m)->n_embd, V = mu_model_get_info(m)->n_vocab;
+    const int32_t toks[7] = {3, 17, 4, 60, 9, 9, 21};
+    float rows[7 * 512];
+    assert_true(E <= 512);
+    for (int t = 0; t < 7; t++) memcpy(rows + (size_t)t * E, (const float *)m->tok_embd->data + (size_t)toks[t] * E, E * sizeof(float));
+    mu_session *a = NULL, *b = NULL;
+    assert_int_equal(mu_session_new(e, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(e, 64, &b, &err), 0);
+    mu_batch_item ia = {.s = a, .tokens = toks, .n_tokens = 7, .all_logits = true};
+    assert_int_equal(mu_forward(e, &ia, 1, &err), 0);
+    /* b: two tokens, three rows (no tokens), two tokens, in three forwards of >= 2 positions
+     * (the rounding of a position depends on its chunk having >= 2 of them, not on the split) */
+    mu_batch_item ib[3] = {{.s = b, .tokens = toks, .n_tokens = 2, .all_logits = true}};
+    assert_int_equal(mu_forward(e, ib, 1, &err), 0);
+    ib[0] = (mu_batch_item){.s = b, .n_tokens = 3, .in_embd = rows + 2 * E, .all_logits = true};
+    assert_int_equal(mu_forward(e, ib, 1, &err), 0);
+    for (int t = 0; t < 3; t++) assert_memory_equal(mu_session_logits(a, 2 + t), mu_session_logits(b, t), V * sizeof(float));
+    ib[0] = (mu_batch_item){.s = b, .tokens = toks + 5, .n_tokens = 2, .all_logits = true};
+    assert_int_equal(mu_forward(e, ib, 1, &err), 0);
+    for (int t = 0; t < 2; t++) assert_memory_equal(mu_session_logits(a, 5 + t), mu_session_logits(b, t), V * sizeof(float));
+    /* neither tokens nor rows: an error, nothing changed */
+    ib[0] = (mu_batch_item){.s = b, .n_tokens = 1};
+    assert_int_equal(mu_forward(e, ib, 1, &err), MU_E_ARG);
+    assert_string_equal(err.msg, "forward: item 0 has neither tokens nor rows");
+    assert_int_equal(mu_session_n_past(b), 7);
+    mu_session_free(a);
+    mu_session_free(b);
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
+static void test_identity(void **state) {
+    (void)state;
+    mini_cfg c = mini_default();
+    c.n_embd = 256;
+    assert_int_equal(mini_write(mpath, &c), 0);
+    write_tiny(ppath, 1);
+    write_tiny(bpath, 2);
+    mu_err err = {0};
+    mu_model *m = NULL;
+    mu_engine *e = NULL;
+    mu_mmproj *p1 = NULL, *p2 = NULL;
+    assert_int_equal(mu_model_open(mpath, &m, &err), 0);
+    mu_engine_opts eo = {.n_threads = 1};
+    assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+    assert_int_equal(mu_mmproj_open(ppath, m, &p1, &err), 0);
+    assert_int_equal(mu_mmproj_open(bpath, m, &p2, &err), 0);
+    mu_kv_ident *id = NULL;
+    assert_int_equal(mu_kv_ident_new(e, NULL, &id, &err), 0);
+    uint8_t d0[32], d1[32], d2[32], d3[32];
+    mu_kv_ident_digest(id, 64, d0, NULL);
+    mu_kv_ident_set_mmproj(id, p1);
+    mu_kv_ident_digest(id, 64, d1, NULL);
+    mu_kv_ident_set_mmproj(id, p2);
+    mu_kv_ident_digest(id, 64, d2, NULL);
+    mu_kv_ident_set_mmproj(id, p1);
+    mu_kv_ident_digest(id, 64, d3, NULL);
+    assert_memory_not_equal(d0, d1, 32);
+    assert_memory_not_equal(d1, d2, 32);
+    assert_memory_equal(d1, d3, 32);
+    mu_kv_ident_free(id);
+    mu_mmproj_free(p1);
+    mu_mmproj_free(p2);
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 /* ---- kernels ------------------------------------------------------------ */
 
 static uint64_t rs = 88172645463325252ull;
@@ -369,6 +453,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_gen_bind),
         cmocka_unit_test(test_refusals),
+        cmocka_unit_test(test_in_embd),
+        cmocka_unit_test(test_identity),
         cmocka_unit_test(test_kernels),
         cmocka_unit_test(test_reference),
     };

@@ -3,13 +3,16 @@
  * it is built and run). For each W H SEED triple: the seeded test image of
  * tests/unit/vision_img.h, through mtmd_tokenize (the default marker alone)
  * and mtmd_encode_chunk; writes OUT/img_WxH_sSEED.emb (the output rows,
- * float32 little-endian, n_tokens x n_embd) and prints the token count.
+ * float32 little-endian, n_tokens x n_embd) and prints the token count and
+ * the encode's wall time (bench/vision/run.sh reads it). Threads: 2, or
+ * $MTMD_THREADS.
  * Images whose sides are multiples of 28 px (and within the token limit)
  * are not resized by mtmd, so the encoder's input is just the normalized
  * pixels. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "llama.h"
 #include "mtmd.h"
@@ -27,7 +30,7 @@ int main(int argc, char **argv) {
     if (!model) return fprintf(stderr, "mtmd_ref: cannot load %s\n", argv[1]), 1;
     struct mtmd_context_params cp = mtmd_context_params_default();
     cp.use_gpu = false;
-    cp.n_threads = 2;
+    cp.n_threads = getenv("MTMD_THREADS") ? atoi(getenv("MTMD_THREADS")) : 2;
     cp.print_timings = false;
     mtmd_context *ctx = mtmd_init_from_file(argv[2], model, cp);
     if (!ctx) return fprintf(stderr, "mtmd_ref: cannot load %s\n", argv[2]), 1;
@@ -45,7 +48,10 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < mtmd_input_chunks_size(chunks); i++) {
             const mtmd_input_chunk *ch = mtmd_input_chunks_get(chunks, i);
             if (mtmd_input_chunk_get_type(ch) != MTMD_INPUT_CHUNK_TYPE_IMAGE) continue;
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
             if (mtmd_encode_chunk(ctx, ch)) return fprintf(stderr, "mtmd_ref: encode failed\n"), 1;
+            clock_gettime(CLOCK_MONOTONIC, &t1);
             const size_t nt = mtmd_input_chunk_get_n_tokens(ch);
             const float *e = mtmd_get_output_embd(ctx);
             char path[4096];
@@ -54,7 +60,8 @@ int main(int argc, char **argv) {
             if (!f || fwrite(e, sizeof(float), nt * (size_t)n_embd, f) != nt * (size_t)n_embd)
                 return fprintf(stderr, "mtmd_ref: cannot write %s\n", path), 1;
             fclose(f);
-            printf("%s %zu tokens x %d\n", path, nt, n_embd);
+            printf("%s %zu tokens x %d, encoded in %.3f s\n", path, nt, n_embd,
+                   (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
         }
         mtmd_input_chunks_free(chunks);
         mtmd_bitmap_free(bm);
