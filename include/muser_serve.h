@@ -67,7 +67,6 @@ typedef struct {
     /* the vision projector (--mmproj; outlives the server), or NULL: requests with images are
        answered 400; image prompts are made with mu_mprompt_new on the scheduler's engine */
     const mu_mmproj *mmproj;
-    mu_engine *engine;         /* with mmproj: the scheduler's engine, which image prompts are encoded on */
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

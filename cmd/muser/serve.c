@@ -309,8 +309,7 @@ int cmd_serve(int argc, char **argv) {
                         .slot_save_path = slot_dir,
                         .kv_id = kid,
                         .kv_key = root,
-                        .mmproj = mmproj,
-                        .engine = e};
+                        .mmproj = mmproj};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;

@@ -54,7 +54,6 @@ typedef struct {
     bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
     const mu_mmproj *mmproj;   /* the vision projector (--mmproj), or NULL: images are refused */
-    mu_engine *engine;         /* with mmproj: where image prompts are encoded (mu_mprompt_new) */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */

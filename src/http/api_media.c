@@ -266,7 +266,7 @@ bool api_media_prompt(mu_http_req *r, mu_http_app *a, const char *text, const ap
     mu_mprompt *mp = NULL;
     mu_err err = {0};
     /* the text was rendered or given as text: BOS by the model's rule, as api_tokenize_prompt */
-    int rc = mu_mprompt_new(a->engine, a->mmproj, text, strlen(text), true, md, im->n, &mp, &err);
+    int rc = mu_mprompt_new(mu_sched_engine(a->sched), a->mmproj, text, strlen(text), true, md, im->n, &mp, &err);
     if (rc) {
         mu_http_reply_status(r, rc, &err);
         return false;

@@ -109,7 +109,6 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->no_metrics = o->no_metrics;
     a->tags = o->tags && *o->tags ? o->tags : NULL;
     a->mmproj = o->mmproj;
-    a->engine = o->engine;
     snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
     snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
     a->cache = o->cache;
