@@ -22,7 +22,8 @@ COMMIT  := $(shell git describe --always --dirty --abbrev=12 2>/dev/null || echo
 CFLAGS  := -std=c11 $(OPT) -g -Wall -Wextra -Wshadow -Wno-unused-parameter \
            -D_GNU_SOURCE -pthread -fno-strict-aliasing -MMD -MP $(SAN) \
            -DMU_COMMIT=\"$(COMMIT)\"
-LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl -lsqlite3
+LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lcurl -lsqlite3 \
+           -lpng -ljpeg -lwebp -lwebpdemux
 
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
 CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
@@ -37,7 +38,7 @@ LDFLAGS := -pthread $(SAN)
 
 # ISA kernel files get their flags and nothing else does.
 ISA_x86_64  := src/kern/kern_avx2.c src/kern/kern_avx512.c src/kern/attn_avx2.c src/kern/attn_avx512.c \
-               src/kern/gemm_avx2.c src/kern/gemm_avx512.c src/kern/gemm_amx.c
+               src/kern/gemm_avx2.c src/kern/gemm_avx512.c src/kern/gemm_amx.c src/vision/vit_avx512.c
 ISA_aarch64 := src/kern/kern_neon.c src/kern/attn_neon.c src/kern/gemm_neon.c
 ISA_ALL     := $(ISA_x86_64) $(ISA_aarch64)
 ISA_SRC     := $(wildcard $(ISA_$(ARCH)))
@@ -45,6 +46,7 @@ FLAGS_src/kern/kern_avx2.c   := -mavx2 -mfma -mf16c
 FLAGS_src/kern/kern_avx512.c := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx512bf16 -mfma -mf16c
 FLAGS_src/kern/attn_avx512.c := $(FLAGS_src/kern/kern_avx512.c)
 FLAGS_src/kern/gemm_avx512.c := $(FLAGS_src/kern/kern_avx512.c)
+FLAGS_src/vision/vit_avx512.c := $(FLAGS_src/kern/kern_avx512.c)
 # the tile instructions are inline assembly: no AMX flag needed
 FLAGS_src/kern/gemm_amx.c    := $(FLAGS_src/kern/kern_avx512.c)
 FLAGS_src/kern/attn_avx2.c   := $(FLAGS_src/kern/kern_avx2.c)
@@ -58,6 +60,8 @@ FLAGS_src/kern/kern_neon.c   := -march=armv8.2-a+dotprod+fp16
 # target has FMA, as on arm64).
 FLAGS_src/engine/sample.c       := -ffp-contract=off
 FLAGS_src/engine/sample_chain.c := -ffp-contract=off
+# and the image resize's double-precision weights are llama.cpp's to the bit
+FLAGS_src/vision/image.c        := -ffp-contract=off
 
 LIB_SRC := $(filter-out $(ISA_ALL),$(wildcard src/*/*.c)) $(ISA_SRC)
 CMD_SRC := $(wildcard cmd/muser/*.c)
@@ -67,6 +71,8 @@ LIB     := $(BUILD)/libmuser.a
 GEN_OBJ := $(BUILD)/gen/dash_html.o
 
 UNIT_SRC := $(wildcard tests/unit/test_*.c)
+# the image tests encode animated WebP (tests/unit/image_gen.h)
+TEST_LDLIBS := -lwebpmux
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 
 .PHONY: all test test-gpu check asan deps clean fuzz up
@@ -112,7 +118,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) -lcmocka $(LDLIBS)
+	$(CC) $(CFLAGS) -Itests -o $@ $< $(LIB) -lcmocka $(LDLIBS) $(TEST_LDLIBS)
 
 unit: $(UNIT_BIN)
 

@@ -228,6 +228,10 @@ typedef struct {
     float *feat;
     const int *feat_layers;   /* n_feat_layers ids in [0, n_layer) */
     int n_feat_layers;
+    /* input rows instead of token embeddings (images): when set, [n_tokens][n_embd] rows
+       enter the model where token embeddings would, before the embedding norm (llama.cpp's
+       batch.embd); tokens may then be NULL. */
+    const float *in_embd;
 } mu_batch_item;
 
 /* Runs the model over all items as one batch. Afterwards each session holds
@@ -252,6 +256,70 @@ int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k
 int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *k, const uint16_t *v, mu_err *err);
 /* Declare positions [0, n) present after kv_write of every layer. */
 int mu_session_kv_commit(mu_session *s, int n, mu_err *err);
+
+/* ---- images: Muse Glimmer's vision projector (mmproj) ---------------- */
+
+/* llama.cpp's default media marker: a prompt's text holds it once per image,
+ * in the order of the images. */
+#define MU_MEDIA_MARKER "<__media__>"
+
+/* One image as its encoded file bytes (PNG, JPEG or WebP); not owned. */
+typedef struct mu_media {
+    const void *data;
+    size_t size;
+} mu_media;
+
+/* A vision projector GGUF (llama.cpp's mmproj layout, clip.projector_type
+ * "muse-glimmer"): the ViT, its pixel shuffle and the adapter into the text
+ * model's embedding width. Weights are views into the file's mapping. */
+typedef struct mu_mmproj mu_mmproj;
+typedef struct {
+    int n_layer, n_embd, n_ff, n_head, head_dim;
+    int patch_size;        /* pixels per patch side (14) */
+    int n_merge;           /* pixel shuffle factor (2): a token is n_merge x n_merge patches */
+    int pos_side;          /* learned position grid side (32): also the attention window */
+    int n_out;             /* output width: the text model's n_embd */
+    int min_tokens, max_tokens; /* merged tokens per image (1, 4096) */
+    int image_size;        /* clip.vision.image_size (nominal) */
+    float eps;             /* layer norm epsilon */
+    float mean[3], std[3]; /* pixel normalization */
+    char sha256[65];       /* of the whole file, lowercase hex */
+} mu_mmproj_info;
+
+/* Opens and validates path; with m, its output width must be m's n_embd.
+ * MU_E_MODEL names what does not fit (another projector type, a missing
+ * tensor, a shape, the width). */
+int mu_mmproj_open(const char *path, const mu_model *m, mu_mmproj **out, mu_err *err);
+void mu_mmproj_free(mu_mmproj *p);
+const mu_mmproj_info *mu_mmproj_get_info(const mu_mmproj *p);
+
+/* One image through the projector: decode, resize and normalize as
+ * llama.cpp's mtmd does, run the encoder with e's kernel table on the
+ * projector's own threads (as many as e's; one image at a time per
+ * projector; any thread may call it, also while e runs a forward). *rows is
+ * malloc'ed [*n_rows][n_out]; *nx, *ny (may be NULL) get the merged token
+ * grid (n_rows = nx * ny). MU_E_ARG for bytes that are not an image. */
+int mu_mmproj_encode(const mu_mmproj *p, mu_engine *e, const mu_media *img, float **rows, int *n_rows, int *nx,
+                     int *ny, mu_err *err);
+
+/* A prompt of text and images, laid out as llama.cpp's mtmd lays it out:
+ * the text is split at each MU_MEDIA_MARKER, each piece tokenized on its own
+ * (special tokens parsed), each image becomes <|image_start|>, its rows,
+ * <|image_end|>; BOS first when add_bos and the model adds one. The number
+ * of markers must equal n_media (MU_E_ARG otherwise). Encodes every image
+ * (mu_mmproj_encode). Immutable once made: any thread may read it. */
+typedef struct mu_mprompt mu_mprompt;
+int mu_mprompt_new(mu_engine *e, const mu_mmproj *p, const char *text, size_t len, bool add_bos,
+                   const mu_media *media, int n_media, mu_mprompt **out, mu_err *err);
+void mu_mprompt_free(mu_mprompt *mp);
+/* Positions the prompt takes (text tokens and image rows). */
+int mu_mprompt_n(const mu_mprompt *mp);
+/* Ids per position (lives as long as mp): text tokens as they are; an image
+ * row has a negative id derived from the image's rows and the row index, so
+ * equal images give equal ids and prefix matching treats them as text. */
+const int32_t *mu_mprompt_tokens(const mu_mprompt *mp);
+/* The input row of position i (n_out floats), or NULL for a text token. */
+const float *mu_mprompt_embd(const mu_mprompt *mp, int i);
 
 /* ---- DFlash drafter (docs/speculative.md) ---------------------------- */
 

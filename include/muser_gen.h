@@ -150,6 +150,8 @@ typedef struct {
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
                                return_progress, the programs' progress lines); readers that leave
                                it off never see one; none for embeddings */
+    const mu_mprompt *media; /* a prompt with images (mu_mprompt_new): replaces prompt/n_prompt;
+                               must outlive the job */
 } mu_gen_req;
 
 typedef enum {
@@ -244,6 +246,8 @@ typedef struct {
 
 /* The engine must outlive the scheduler. Starts the engine thread. */
 int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *err);
+/* The scheduler's engine (for mu_mprompt_new: image prompts for its jobs). */
+mu_engine *mu_sched_engine(const mu_sched *s);
 /* Cancels everything, joins the thread, frees sessions. NULL is fine. */
 void mu_sched_free(mu_sched *s);
 

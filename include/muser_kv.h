@@ -40,6 +40,11 @@ void mu_kv_key_wipe(uint8_t key[32]);
 typedef struct mu_kv_ident mu_kv_ident;
 int mu_kv_ident_new(const mu_engine *e, const char *model_path, mu_kv_ident **out, mu_err *err);
 void mu_kv_ident_free(mu_kv_ident *id);
+/* Binds a vision projector into the identity (the engine's rows of an image
+ * prompt depend on it): its file's SHA-256 and the image preprocessing
+ * version (MU_IMAGE_PP_VERSION) replace the "no adapters" digest, so packs
+ * made with another projector, or none, do not restore. */
+void mu_kv_ident_set_mmproj(mu_kv_ident *id, const mu_mmproj *p);
 /* One digest of everything a pack's identity binds for a session of n_ctx
  * positions but the kernel class: the semantic digests, the chunk size,
  * the rows' dtype and attention flavour, the cache layout with its ring

@@ -69,6 +69,9 @@ typedef struct {
     bool no_metrics;           /* GET /metrics answers 501 (llama-server serves it only with --metrics) */
     bool no_ui;                /* no dashboard at / and /dashboard (404) */
     const char *tags;          /* comma-separated labels listed in /v1/models "tags" (--tags), or NULL */
+    /* the vision projector (--mmproj; outlives the server), or NULL: requests with images are
+       answered 400; image prompts are made with mu_mprompt_new on the scheduler's engine */
+    const mu_mmproj *mmproj;
 } mu_serve_opts;
 
 /* The bind policy, checked before anything is loaded: a non-loopback host

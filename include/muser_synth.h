@@ -138,6 +138,34 @@ void mu_synth_dflash_defaults(mu_synth_dflash_opts *o);
 /* Writes the drafter to path (through <path>.tmp, as mu_synth_write). */
 int mu_synth_dflash_write(const mu_synth_dflash_opts *o, const char *path, mu_err *err);
 
+/* ---- vision projectors (`muser gen --mmproj`) --------------------------- */
+
+/* A Muse Glimmer vision projector with seeded random weights in llama.cpp's
+ * mmproj layout (clip.projector_type "muse-glimmer"); llama.cpp's mtmd loads
+ * it. Presets: "full", the release's geometry (50 layers, width 1536, 16
+ * heads, ff 8960, a 32x32 position grid, adapter 6144 -> 4096 -> 4096 ->
+ * 6656); "tiny", the same structure at width 64 (4 layers: three windowed,
+ * one global; a 4x4 grid, so images of a few hundred pixels span several
+ * windows; output 256, the tiny model's width). Patch 14, merge 2, layer
+ * norm eps 1e-6, mean = std = 0.5. */
+typedef struct {
+    const char *preset;     /* set by mu_synth_mmproj_preset */
+    int n_layer, n_embd, n_ff, n_head;
+    int pos_side;           /* learned position grid side (the attention window) */
+    int mm_hidden;          /* adapter width (mm.0 and mm.1 outputs) */
+    int n_out;              /* output width: the text model's n_embd */
+    mu_synth_type type;     /* matrices: F32, F16 (default), BF16 or Q8_0 */
+    uint64_t seed;          /* 1 */
+    const char *name;       /* general.name; NULL: muse-glimmer-mmproj-random */
+} mu_synth_mmproj_opts;
+
+void mu_synth_mmproj_defaults(mu_synth_mmproj_opts *o);
+/* Sets the geometry of "tiny" or "full" (n_out included); MU_E_ARG for
+ * another name. */
+int mu_synth_mmproj_preset(mu_synth_mmproj_opts *o, const char *name, mu_err *err);
+/* Writes the projector to path (through <path>.tmp, as mu_synth_write). */
+int mu_synth_mmproj_write(const mu_synth_mmproj_opts *o, const char *path, mu_err *err);
+
 #ifdef __cplusplus
 }
 #endif

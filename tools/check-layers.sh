@@ -5,14 +5,14 @@
 #   2. src/http and cmd/ are clients of the public API: they include only
 #      include/, src/base and headers of their own directory;
 #   3. every header compiles on its own.
-# Levels: base < kern < gguf, gpu < tok, chat < model < engine, synth
+# Levels: base < kern < gguf, gpu < tok, chat < model, vision < engine, synth
 #         < kv, net < gen < http < cmd
 set -u
 cd "$(dirname "$0")/.."
 level() {
   case $1 in
     base) echo 0 ;; kern) echo 1 ;; gguf|gpu) echo 2 ;; tok|chat) echo 3 ;;
-    model) echo 4 ;; engine|synth) echo 5 ;; kv|net) echo 6 ;; gen) echo 7 ;;
+    model|vision) echo 4 ;; engine|synth) echo 5 ;; kv|net) echo 6 ;; gen) echo 7 ;;
     http) echo 8 ;; cmd) echo 9 ;; *) echo 99 ;;
   esac
 }

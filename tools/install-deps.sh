@@ -7,7 +7,7 @@ set -euo pipefail
 pkgs=(build-essential make git pkg-config libcmocka-dev libutf8proc-dev libjansson-dev
       libmicrohttpd-dev libssl-dev libedit-dev libcurl4-openssl-dev clang libclang-rt-14-dev
       python3 python3-jinja2 gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user tmux curl
-      chromium openssl libsqlite3-dev)
+      chromium openssl libsqlite3-dev libpng-dev libjpeg62-turbo-dev libwebp-dev)
 # Not here: Node.js and npm. The tests that use npm packages (the OpenAI SDK,
 # puppeteer-core) skip without them; with Debian 12's Node 18 the SDK's
 # streaming calls fail (node-fetch: "Premature close", seen in a fresh

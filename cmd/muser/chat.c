@@ -4,6 +4,10 @@
  *              [-n MAX_TOKENS_PER_ANSWER] [--ctx N] [--threads N] [--kern NAME]
  *              [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]
  *              [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]
+ *              [--mmproj P.gguf]
+ * With --mmproj, /image FILE attaches an image to the next message (a media
+ * marker before its text, as llama.cpp's mtmd-cli does); a conversation with
+ * images is evaluated afresh every turn (image rows are not kept as a prefix).
  * User guide: docs/chat.md.
  *
  * Owns: the conversation (a JSON array of OpenAI-shaped messages), the line
@@ -41,6 +45,7 @@
 #include "../../include/muser_kv.h"
 #include "../../include/muser_lane.h"
 #include "cli.h"
+#include "prompt.h"
 
 #define MAX_LINE (1u << 20) /* bytes of one user message */
 #define POLL_MS 50          /* how often a running answer looks at the Ctrl-C flag */
@@ -124,6 +129,10 @@ typedef struct {
     const char *model_path;
     mu_kv_ident *kid;        /* /save, /load: the pack identity (made on first use) */
     uint8_t key[32];         /* with kid: the root key of the muser home */
+    mu_mmproj *proj;         /* --mmproj, or NULL */
+    mu_media *imgs;          /* the conversation's images, in marker order (bytes owned) */
+    int n_imgs, n_pending;   /* n_pending: attached to the next message */
+    mu_mprompt *mp;          /* the last rendered prompt with images */
     int32_t *force;          /* tests: MUSER_CHAT_FORCE_OUTPUT tokens replace sampling */
     int n_force;
     /* the answer being generated */
@@ -284,6 +293,10 @@ static json_t *conversation(const chat *c) {
 static void chat_reset(chat *c) {
     json_array_clear(c->msgs);
     c->fresh = true;
+    for (int i = 0; i < c->n_imgs; i++) free((void *)c->imgs[i].data);
+    free(c->imgs);
+    c->imgs = NULL;
+    c->n_imgs = c->n_pending = 0;
 }
 
 /* Renders and tokenizes the conversation (with the generation prompt).
@@ -300,6 +313,29 @@ static int chat_prompt_tokens(chat *c, int32_t **ids, int *n) {
     if (rc) return cli_fail("muser chat: %s", err.msg);
     int32_t *t = NULL;
     int k = 0;
+    const int n_sent = c->n_imgs - c->n_pending; /* images whose markers are in the messages */
+    if (n_sent > 0) {
+        mu_mprompt_free(c->mp);
+        c->mp = NULL;
+        /* BOS as for text: unless the template already rendered one */
+        bool bos = c->I->add_bos && c->I->bos >= 0;
+        const char *mk = strstr(text, MU_MEDIA_MARKER);
+        if (bos && !mu_tokenize(c->m, text, mk ? (size_t)(mk - text) : strlen(text), false, true, &t, &k, &err)) {
+            bos = !(k > 0 && t[0] == c->I->bos);
+            free(t);
+            t = NULL;
+        }
+        rc = mu_mprompt_new(c->e, c->proj, text, strlen(text), bos, c->imgs, n_sent, &c->mp, &err);
+        free(text);
+        if (rc) return cli_fail("muser chat: %s", err.msg);
+        k = mu_mprompt_n(c->mp);
+        t = malloc((size_t)k * sizeof *t);
+        if (!t) return cli_fail("muser chat: out of memory");
+        memcpy(t, mu_mprompt_tokens(c->mp), (size_t)k * sizeof *t);
+        *ids = t;
+        *n = k;
+        return 0;
+    }
     rc = mu_tokenize(c->m, text, strlen(text), false, true, &t, &k, &err);
     free(text);
     if (rc) return cli_fail("muser chat: %s", err.msg);
@@ -325,8 +361,20 @@ static int chat_prompt_tokens(chat *c, int32_t **ids, int *n) {
  * why (the user message is then dropped from the conversation). */
 static int chat_turn(chat *c, const char *text) {
     mu_err err = {0};
+    char *with_media = NULL;
+    if (c->n_pending) { /* one marker per attached image, before the text */
+        const size_t ml = strlen(MU_MEDIA_MARKER), tl = strlen(text);
+        with_media = malloc(ml * (size_t)c->n_pending + tl + 1);
+        if (!with_media) return cli_fail("muser chat: out of memory");
+        for (int i = 0; i < c->n_pending; i++) memcpy(with_media + ml * (size_t)i, MU_MEDIA_MARKER, ml);
+        memcpy(with_media + ml * (size_t)c->n_pending, text, tl + 1);
+        text = with_media;
+    }
     json_t *content = json_string(text);
+    free(with_media);
     if (!content) return cli_fail("muser chat: the message is not valid UTF-8");
+    const int pending = c->n_pending;
+    c->n_pending = 0;
     json_t *msg = json_pack("{s:s,s:o}", "role", "user", "content", content);
     if (!msg || json_array_append_new(c->msgs, msg)) return cli_fail("muser chat: out of memory");
     size_t n_msgs = json_array_size(c->msgs);
@@ -356,6 +404,7 @@ static int chat_turn(chat *c, const char *text) {
                     .chat = true,
                     .valid_utf8 = true,
                     .keep_prefix = !c->fresh,
+                    .media = c->n_imgs ? c->mp : NULL,
                     .forced = c->force,
                     .n_forced = c->force ? c->n_force : 0,
                     .progress = cli_prefill_wanted()};
@@ -463,7 +512,10 @@ drop:
     g_interrupt = 0;
     mu_job_free(job);
     free(ids);
-    if (json_array_size(c->msgs) == n_msgs) json_array_remove(c->msgs, n_msgs - 1);
+    if (json_array_size(c->msgs) == n_msgs) {
+        json_array_remove(c->msgs, n_msgs - 1);
+        c->n_pending = pending; /* the images stay attached to the next message */
+    }
     return rc;
 }
 
@@ -478,6 +530,7 @@ static const char *help_text =
     "                    as the pack FILE.kv (docs/kvpack.md)\n"
     "  /load FILE        replace the conversation with a saved one (and its KV state from\n"
     "                    FILE.kv when that pack is there and fits this model and context)\n"
+    "  /image FILE       attach an image (PNG, JPEG, WebP) to the next message (needs --mmproj)\n"
     "  /help             this text\n"
     "  /quit             leave (Ctrl-D too)\n"
     "keys: Ctrl-C stops an answer or clears the line; a line ending in \\ continues on the next;\n"
@@ -653,6 +706,20 @@ static int run_command(chat *c, const char *line) {
             c->reasoning = strdup(arg);
             note(c, "[reasoning strength: %s]", arg);
         }
+    } else if (!strcmp(name, "/image")) {
+        if (!c->proj) cli_fail("muser chat: /image needs a vision projector (--mmproj)");
+        else if (!*arg) cli_fail("muser chat: /image needs a file name");
+        else {
+            char *bytes = NULL;
+            size_t nb = 0;
+            mu_media *ni = realloc(c->imgs, ((size_t)c->n_imgs + 1) * sizeof *ni);
+            if (!ni) cli_fail("muser chat: out of memory");
+            else if (!(c->imgs = ni, cli_read_file(arg, &bytes, &nb))) {
+                c->imgs[c->n_imgs++] = (mu_media){bytes, nb};
+                c->n_pending++;
+                note(c, "[image %s attached to the next message]", arg);
+            }
+        }
     } else if (!strcmp(name, "/save")) {
         if (!*arg) cli_fail("muser chat: /save needs a file name");
         else cmd_save(c, arg);
@@ -804,6 +871,7 @@ static int usage(void) {
             "                  [--color auto|always|never] [--stats] [--ignore-eos] [--check-tensors]\n"
             "                  [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                  " CLI_LANE_USAGE "\n"
+            "                  [--mmproj P.gguf]   a vision projector: /image FILE in the chat\n"
             "Interactive chat; type /help inside for commands. Reads one message per line when\n"
             "stdin is not a terminal. Details: docs/chat.md.\n%s",
             cli_sample_usage());
@@ -844,7 +912,7 @@ static int chat_loop(chat *c, input *in) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    const char *model = NULL, *system = NULL, *reasoning = NULL, *kern = NULL, *color = "auto";
+    const char *model = NULL, *system = NULL, *reasoning = NULL, *kern = NULL, *color = "auto", *mmproj = NULL;
     long long n_gen = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
     cli_backend backend = CLI_BACKEND_DEFAULT;
@@ -881,6 +949,7 @@ int cmd_chat(int argc, char **argv) {
         else if (!strcmp(a, "--stats")) stats = true;
         else if (!strcmp(a, "--check-tensors")) check = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
+        else if (!strcmp(a, "--mmproj")) { NEED(); mmproj = v; }
         else return cli_fail("muser chat: unknown option '%s' (see muser chat --help)", a);
 #undef NEED
     }
@@ -927,6 +996,10 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     if (cli_spec_open("muser chat", &spec, c.e, model)) goto done;
+    if (mmproj && mu_mmproj_open(mmproj, c.m, &c.proj, &err)) {
+        cli_fail("muser chat: %s", err.msg);
+        goto done;
+    }
     /* the engine thread never takes SIGINT: it must reach this thread, to
      * interrupt a blocked read at the prompt */
     sigset_t block, prev;
@@ -980,7 +1053,10 @@ done:
     mu_kv_ident_free(c.kid);
     mu_kv_key_wipe(c.key);
     mu_drafter_free(spec.drafter);
+    chat_reset(&c);
+    mu_mprompt_free(c.mp);
     mu_engine_free(c.e);
+    mu_mmproj_free(c.proj);
     mu_model_close(c.m);
     json_decref(c.msgs);
     json_decref(c.tool_calls);

@@ -42,7 +42,8 @@ static void usage(FILE *f) {
             "  --eom-key                       also write tokenizer.ggml.eom_token_id (llama.cpp then stops on <|eom|>)\n"
             "  --quant auto|careful|fast       K-quant search (auto: careful up to 5e8 weights)\n"
             "  --threads N                     worker threads (all cores); output does not depend on it\n"
-            "muser gen --dflash -o OUT.gguf [--target MODEL.gguf] ...   a random DFlash drafter (--dflash --help)\n");
+            "muser gen --dflash -o OUT.gguf [--target MODEL.gguf] ...   a random DFlash drafter (--dflash --help)\n"
+            "muser gen --mmproj OUT.gguf [--preset tiny|full] ...   a random vision projector (--mmproj x --help)\n");
 }
 
 typedef struct {
@@ -347,9 +348,67 @@ static int cmd_gen_dflash(int argc, char **argv) {
     return 0;
 }
 
+/* ---- vision projectors ------------------------------------------------ */
+
+static void usage_mmproj(FILE *f) {
+    fprintf(f,
+            "usage: muser gen --mmproj OUT.gguf [options]\n"
+            "  a Muse Glimmer vision projector with seeded random weights in llama.cpp's mmproj layout\n"
+            "  --preset tiny|full              tiny: 4 layers of width 64, output 256 (the tiny model's);\n"
+            "                                  full: the release's geometry, output 6656 (tiny)\n"
+            "  --width N                       output width: the text model's embedding width (the preset's)\n"
+            "  --type f32|f16|bf16|q8_0        matrices (f16)\n"
+            "  --seed S                        (1)\n"
+            "  --name NAME                     general.name\n");
+}
+
+static int cmd_gen_mmproj(int argc, char **argv) {
+    mu_synth_mmproj_opts o;
+    mu_synth_mmproj_defaults(&o);
+    const char *out = NULL;
+    int width = 0;
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--preset") && i + 1 < argc && mu_synth_mmproj_preset(&o, argv[i + 1], NULL))
+            return cli_fail("muser gen: unknown projector preset (tiny, full): %s", argv[i + 1]);
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage_mmproj(stdout);
+            return 0;
+        }
+        if (a[0] != '-') return cli_fail("muser gen: unexpected argument: %s", a);
+        if (i + 1 >= argc) return cli_fail("muser gen: %s needs a value", a);
+        const char *v = argv[++i];
+        int rc = 0;
+        if (!strcmp(a, "--mmproj") || !strcmp(a, "-o") || !strcmp(a, "--output")) out = v;
+        else if (!strcmp(a, "--preset")) continue;
+        else if (!strcmp(a, "--width")) rc = opt_int(a, v, 1, 1 << 16, &width);
+        else if (!strcmp(a, "--name")) o.name = v;
+        else if (!strcmp(a, "--seed")) {
+            long long sd;
+            if (!cli_int(v, 0, INT64_MAX, &sd)) return cli_fail("muser gen: --seed needs a non-negative integer: %s", v);
+            o.seed = (uint64_t)sd;
+        } else if (!strcmp(a, "--type")) {
+            int t = mu_synth_type_parse(v);
+            if (t != MU_SYNTH_F32 && t != MU_SYNTH_F16 && t != MU_SYNTH_BF16 && t != MU_SYNTH_Q8_0)
+                return cli_fail("muser gen: a projector's --type is f32, f16, bf16 or q8_0: %s", v);
+            o.type = (mu_synth_type)t;
+        } else return cli_fail("muser gen: unknown option with --mmproj: %s", a);
+        if (rc) return rc;
+    }
+    if (!out) return cli_fail("muser gen: --mmproj needs the output path");
+    if (width) o.n_out = width;
+    mu_err err = {0};
+    if (mu_synth_mmproj_write(&o, out, &err)) return cli_fail("muser gen: %s", err.msg);
+    fprintf(stderr, "muser gen: wrote projector %s\n", out);
+    return 0;
+}
+
 int cmd_gen(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--dflash")) return cmd_gen_dflash(argc, argv);
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--mmproj")) return cmd_gen_mmproj(argc, argv);
     gen_cfg c;
     int rc = parse_args(argc, argv, &c);
     if (rc) {

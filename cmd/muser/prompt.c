@@ -7,12 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 
 #define MAX_PROMPT_FILE (256u << 20)
 
-static int read_file(const char *path, char **out, size_t *n) {
+int cli_read_file(const char *path, char **out, size_t *n) {
     FILE *f = fopen(path, "rb");
     if (!f) return cli_fail("muser: cannot open %s: %s", path, strerror(errno));
     size_t cap = 1 << 16, len = 0;
@@ -48,10 +49,53 @@ static int read_file(const char *path, char **out, size_t *n) {
 int cli_prompt_tokens(const mu_model *m, const char *text, const char *file, int32_t **ids, int *n) {
     char *owned = NULL;
     size_t len = text ? strlen(text) : 0;
-    if (file && read_file(file, &owned, &len)) return 1;
+    if (file && cli_read_file(file, &owned, &len)) return 1;
     mu_err err = {0};
     int rc = mu_tokenize(m, owned ? owned : text, len, mu_model_get_info(m)->add_bos, false, ids, n, &err);
     free(owned);
     if (rc) return cli_fail("muser: %s", err.msg);
     return 0;
+}
+
+int cli_media_prompt(const char *who, mu_engine *e, const mu_mmproj *p, const char *text, const char *file,
+                     const char *const *images, int n_images, bool add_bos, mu_mprompt **out) {
+    char *owned = NULL;
+    size_t len = text ? strlen(text) : 0;
+    if (file && cli_read_file(file, &owned, &len)) return 1;
+    const char *t = owned ? owned : text ? text : "";
+    const size_t ml = strlen(MU_MEDIA_MARKER);
+    bool has_marker = false;
+    for (size_t i = 0; i + ml <= len && !has_marker; i++) has_marker = !memcmp(t + i, MU_MEDIA_MARKER, ml);
+    char *full = NULL;
+    if (!has_marker) { /* llama.cpp's mtmd-cli: one marker per image before the text */
+        full = malloc(ml * (size_t)n_images + len + 1);
+        if (!full) {
+            free(owned);
+            return cli_fail("%s: out of memory", who);
+        }
+        for (int k = 0; k < n_images; k++) memcpy(full + ml * (size_t)k, MU_MEDIA_MARKER, ml);
+        memcpy(full + ml * (size_t)n_images, t, len);
+        len += ml * (size_t)n_images;
+        t = full;
+    }
+    mu_media media[16];
+    char *bytes[16] = {0};
+    int rc = 0;
+    for (int k = 0; k < n_images && k < 16 && !rc; k++) {
+        size_t n = 0;
+        if (cli_read_file(images[k], &bytes[k], &n)) rc = 1;
+        media[k] = (mu_media){bytes[k], n};
+    }
+    mu_err err = {0};
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if (!rc && mu_mprompt_new(e, p, t, len, add_bos, media, n_images, out, &err)) rc = cli_fail("%s: %s", who, err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (!rc && getenv("MUSER_IMAGE_TIMING")) /* bench/vision */
+        fprintf(stderr, "%s: %d image(s) encoded in %.3f s (%d prompt positions)\n", who, n_images,
+                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, mu_mprompt_n(*out));
+    for (int k = 0; k < 16; k++) free(bytes[k]);
+    free(full);
+    free(owned);
+    return rc;
 }

@@ -4,6 +4,12 @@
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
  *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]
  *             [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
+ *             [--mmproj P --image FILE ...]
+ * With --image (repeatable; needs --mmproj), each image goes where the text
+ * holds the media marker <__media__> (in order), or before the text when it
+ * has none; the text is then tokenized as llama.cpp's mtmd does (each piece
+ * alone, special tokens parsed) and each image's rows are wrapped in
+ * <|image_start|> ... <|image_end|>.
  * With --pack, the KV state of a pack directory (muser pack save) is
  * restored first and the prompt is what follows it (docs/kvpack.md).
  * With --prefill auto|remote, the prompt's whole steps before its last token
@@ -32,7 +38,8 @@ static int usage(void) {
             "                 [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N]\n"
             "                 [--kern ref|avx2|avx512|amx|neon] " CLI_BACKEND_USAGE " [--check-tensors]\n"
             "                 [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
-            "                 " CLI_LANE_USAGE "\n%s",
+            "                 " CLI_LANE_USAGE "\n"
+            "                 [--mmproj P.gguf --image FILE ...]   images at the <__media__> markers (else first)\n%s",
             cli_sample_usage());
     return 1;
 }
@@ -74,6 +81,9 @@ int cmd_run(int argc, char **argv) {
     cli_spec spec = {0};
     bool spec_given = false; /* any --spec option: report the draft counts */
     cli_lane lane = {0};
+    const char *mmproj = NULL;
+    const char *images[16];
+    int n_images = 0;
     for (int i = 1; i < argc; i++) {
         int lo = cli_lane_opt("muser run", argc, argv, &i, &lane);
         if (lo < 0) return 1;
@@ -104,6 +114,12 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--kern")) { NEED(); kern = v; }
         else if (!strcmp(a, "--pack")) { NEED(); pack = v; }
         else if (!strcmp(a, "--key-file")) { NEED(); key_file = v; }
+        else if (!strcmp(a, "--mmproj")) { NEED(); mmproj = v; }
+        else if (!strcmp(a, "--image")) {
+            NEED();
+            if (n_images == 16) return cli_fail("muser run: at most 16 --image");
+            images[n_images++] = v;
+        }
         else if (!strcmp(a, "--json")) json = true;
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--check-tensors")) check = true;
@@ -113,6 +129,9 @@ int cmd_run(int argc, char **argv) {
     if (!!ids_arg + !!text + !!file != 1) return cli_fail("muser run: give exactly one of --prompt-ids, -p, -f");
     if (!model && !(model = cli_default_model())) return 1;
     if (key_file && !pack) return cli_fail("muser run: --key-file goes with --pack");
+    if (n_images && !mmproj) return cli_fail("muser run: --image needs a vision projector (--mmproj)");
+    if (n_images && (ids_arg || pack || lane.mode != MU_PREFILL_LOCAL))
+        return cli_fail("muser run: --image goes with -p or -f, not with --prompt-ids, --pack or --prefill");
     if (pack && lane.mode != MU_PREFILL_LOCAL) return cli_fail("muser run: --pack and --prefill auto|remote do not go together");
     pack_src src = {.dir = pack};
     mu_kv_ident *kid = NULL;
@@ -138,7 +157,15 @@ int cmd_run(int argc, char **argv) {
     mu_sched *sched = NULL;
     mu_job *job = NULL;
     mu_lane *ln = NULL;
-    if (ids_arg) {
+    mu_mmproj *proj = NULL;
+    mu_mprompt *mp = NULL;
+    if (mmproj && mu_mmproj_open(mmproj, m, &proj, &err)) {
+        cli_fail("muser run: %s", err.msg);
+        goto done;
+    }
+    if (n_images) {
+        /* tokenized with the images below, once the engine exists */
+    } else if (ids_arg) {
         if (!cli_ids(ids_arg, &prompt, &n_prompt)) {
             cli_fail("muser run: --prompt-ids must be a comma-separated list of token ids");
             goto done;
@@ -151,7 +178,7 @@ int cmd_run(int argc, char **argv) {
     } else if (cli_prompt_tokens(m, text, file, &prompt, &n_prompt)) {
         goto done;
     }
-    if (n_prompt == 0) {
+    if (n_prompt == 0 && !n_images) {
         cli_fail("muser run: the prompt is empty");
         goto done;
     }
@@ -188,6 +215,17 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
+    if (n_images) {
+        if (cli_media_prompt("muser run", e, proj, text, file, images, n_images, I->add_bos, &mp)) goto done;
+        n_prompt = mu_mprompt_n(mp);
+        if (!ctx) n_ctx = n_prompt + (int)n_gen;
+        if (n_ctx > I->n_ctx_train) n_ctx = I->n_ctx_train;
+        if (n_prompt + (int)n_gen > n_ctx) {
+            cli_fail("muser run: prompt (%d) + generation (%lld) exceed the context (%d)", n_prompt, n_gen, n_ctx);
+            goto done;
+        }
+        so.n_ctx = n_ctx;
+    }
     if (cli_spec_open("muser run", &spec, e, model)) goto done;
     so.drafter = spec.drafter;
     if (n_gen > 0 && mu_sched_new(e, &so, &sched, &err)) {
@@ -208,7 +246,7 @@ int cmd_run(int argc, char **argv) {
         mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
                         .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0,
                         .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
-                        .progress = cli_prefill_wanted()};
+                        .progress = cli_prefill_wanted(), .media = mp};
         if (pack) {
             src.id = kid;
             q.install = install_pack;
@@ -287,7 +325,9 @@ done:
     mu_drafter_free(spec.drafter);
     mu_kv_ident_free(kid);
     mu_kv_key_wipe(src.key);
+    mu_mprompt_free(mp);
     mu_engine_free(e);
+    mu_mmproj_free(proj);
     mu_model_close(m);
     free(prompt);
     return rc;

@@ -6,6 +6,7 @@
  *               [--head-timeout S] [--body-timeout S] [--idle-timeout S]
  *               [--max-body-mb N] [--http-threads N] [--pooling P] [--alias NAME]...
  *               [--any-model] [--cors ORIGINS] [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
+ *               [--mmproj P.gguf]
  *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N] [--key-file F]
  *               [--slot-save-path DIR] [--seed N] [--temp T] [--n-predict N]
  *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N]
@@ -37,6 +38,7 @@ static int usage(void) {
             "                   [--max-conns N] [--max-conns-per-ip N] [--head-timeout S] [--body-timeout S]\n"
             "                   [--idle-timeout S] [--max-body-mb N] [--http-threads N]\n"
             "                   [--pooling none|mean|cls|last] [--alias NAME]... [--any-model] [--cors ORIGINS]\n"
+            "                   [--mmproj P.gguf]   a vision projector: images in requests\n"
             "                   [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                   " CLI_LANE_USAGE "\n"
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N[K|M|G]] [--key-file F]\n"
@@ -101,8 +103,9 @@ int cmd_serve(int argc, char **argv) {
     cli_lane lane = {0};
     size_t cache_bytes = MU_KV_CACHE_DEFAULT_BYTES;
     long long cache_block = MU_KV_CACHE_DEFAULT_BLOCK;
-    const char *pack_dir = NULL, *kv_key_file = NULL, *slot_dir = NULL;
+    const char *pack_dir = NULL, *kv_key_file = NULL, *slot_dir = NULL, *mmproj_path = NULL;
     size_t pack_max = 0;
+    mu_mmproj *mmproj = NULL;
     for (int i = 1; i < argc; i++) {
         int lo = cli_lane_opt("muser serve", argc, argv, &i, &lane);
         if (lo < 0) return 1;
@@ -141,6 +144,7 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--check-tensors")) check = true;
         else if (!strcmp(a, "--any-model")) any_model = true;
         else if (!strcmp(a, "--cors")) { NEED(); cors = v; }
+        else if (!strcmp(a, "--mmproj")) { NEED(); mmproj_path = v; }
         else if (!strcmp(a, "--cache-bytes")) { NEED(); if (!cli_bytes(v, &cache_bytes)) return cli_fail("muser serve: --cache-bytes must be a byte count (K, M, G suffixes; 0 = off): %s", v); }
         else if (!strcmp(a, "--cache-block")) { NEED(); if (!cli_int(v, 1, 4096, &cache_block)) return cli_fail("muser serve: --cache-block must be 1..4096 tokens: %s", v); }
         else if (!strcmp(a, "--pack-dir")) { NEED(); pack_dir = v; }
@@ -218,6 +222,10 @@ int cmd_serve(int argc, char **argv) {
         goto done;
     }
     if (cli_spec_open("muser serve", &spec, e, model)) goto done;
+    if (mmproj_path && mu_mmproj_open(mmproj_path, m, &mmproj, &err)) {
+        cli_fail("muser serve: %s", err.msg);
+        goto done;
+    }
     /* test hooks, so tests need no timing: MUSER_TEST_HOLD=N, the scheduler
      * starts no job until N are queued; MUSER_TEST_STALL_AFTER=N, a job
      * generates N tokens and then waits for its cancel */
@@ -240,6 +248,7 @@ int cmd_serve(int argc, char **argv) {
             cli_fail("muser serve: %s", err.msg);
             goto done;
         }
+        if (mmproj) mu_kv_ident_set_mmproj(kid, mmproj);
     }
     if (cache_bytes || pack_dir) {
         mu_kv_cache_opts co = {.max_bytes = cache_bytes ? cache_bytes : 1, .block = (int)cache_block,
@@ -308,7 +317,8 @@ int cmd_serve(int argc, char **argv) {
                         .pack_dir = pack_dir,
                         .pack_max_bytes = pack_max,
                         .kv_id = kid,
-                        .kv_key = root};
+                        .kv_key = root,
+                        .mmproj = mmproj};
     /* connections need descriptors: raise the soft open-file limit to the
      * hard one (the server lowers its connection limit to what fits) */
     struct rlimit rl;
@@ -348,6 +358,7 @@ done:
     mu_kv_key_wipe(root);
     mu_drafter_free(spec.drafter);
     mu_engine_free(e);
+    mu_mmproj_free(mmproj);
     mu_model_close(m);
     free(cert_pem);
     free(key_pem);

@@ -145,7 +145,8 @@ static void url_file_name(const char *url, char *out, size_t cap) {
 }
 
 int cmd_up(int argc, char **argv) {
-    const char *what = NULL, *host = "127.0.0.1", *sha_arg = NULL, *cert = NULL, *tls_key = NULL, *key_file = NULL;
+    const char *what = NULL, *host = "127.0.0.1", *sha_arg = NULL, *cert = NULL, *tls_key = NULL, *key_file = NULL,
+               *mmproj = NULL;
     long long port = 4949;
     int pass = argc; /* index of the first option for serve */
     for (int i = 1; i < argc; i++) {
@@ -166,6 +167,7 @@ int cmd_up(int argc, char **argv) {
         else if (!strcmp(a, "--tls-cert")) { if (!v) return cli_fail("muser up: option --tls-cert needs a value"); cert = v; i++; }
         else if (!strcmp(a, "--tls-key")) { if (!v) return cli_fail("muser up: option --tls-key needs a value"); tls_key = v; i++; }
         else if (!strcmp(a, "--api-key-file")) { if (!v) return cli_fail("muser up: option --api-key-file needs a value"); key_file = v; i++; }
+        else if (!strcmp(a, "--mmproj")) { if (!v) return cli_fail("muser up: option --mmproj needs a value"); mmproj = v; i++; }
         else if (!strcmp(a, "--no-open")) no_open = true;
         else if (!strcmp(a, "--exit-after-start")) exit_after_start = true;
         else if (a[0] == '-' && a[1]) return cli_fail("muser up: unknown option '%s' (see muser up --help)", a);
@@ -268,7 +270,7 @@ int cmd_up(int argc, char **argv) {
     char port_s[16];
     snprintf(port_s, sizeof port_s, "%lld", port);
     int n_pass = argc - pass;
-    char **sargv = calloc((size_t)n_pass + 14, sizeof *sargv);
+    char **sargv = calloc((size_t)n_pass + 16, sizeof *sargv);
     if (!sargv) return cli_fail("muser up: out of memory");
     int k = 0;
     sargv[k++] = "serve";
@@ -287,6 +289,10 @@ int cmd_up(int argc, char **argv) {
     if (key_file) {
         sargv[k++] = "--api-key-file";
         sargv[k++] = (char *)key_file;
+    }
+    if (mmproj) {
+        sargv[k++] = "--mmproj";
+        sargv[k++] = (char *)mmproj;
     }
     for (int i = pass; i < argc; i++) sargv[k++] = argv[i];
     sargv[k] = NULL;

@@ -48,6 +48,7 @@ typedef struct {
     int *tok_out;    /* logits row in its session, or -1 */
     int *out_tok;    /* [T] chunk token of each output row */
     float **tok_embd; /* [T] where the token's final-norm row goes (mu_batch_item.embd), or NULL */
+    const float **tok_in; /* [T] the token's input row (mu_batch_item.in_embd), or NULL: its embedding */
     const mu_batch_item **tok_item; /* [T] the token's item when it captures layer inputs (feat), else NULL */
     int *tok_idx;    /* [T] the token's index in its item */
     int n_feat_tok;  /* tokens of the chunk that capture layer inputs */

@@ -358,7 +358,10 @@ static void embed(mu_engine *e, const int32_t *tokens, int T) {
     size_t rb = te->bytes / (size_t)te->ne[1];
     for (int t = 0; t < T; t++) {
         float *h = e->s.h + (size_t)t * I->n_embd;
-        e->kern->dequant[te->type]((const uint8_t *)te->data + (size_t)tokens[t] * rb, h, I->n_embd);
+        if (e->s.tok_in[t])
+            memcpy(h, e->s.tok_in[t], (size_t)I->n_embd * sizeof(float)); /* an image row (llama.cpp's batch.embd) */
+        else
+            e->kern->dequant[te->type]((const uint8_t *)te->data + (size_t)tokens[t] * rb, h, I->n_embd);
         rms_norm(h, h, NULL, I->n_embd, I->eps); /* unweighted norm after the lookup */
     }
 }
@@ -503,7 +506,9 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
                     return mu_fail(err, MU_E_ARG, "forward: capture layer out of range: %d (layers %d)",
                                    it->feat_layers[k], I->n_layer);
         }
-        for (int t = 0; t < it->n_tokens; t++)
+        if (it->in_embd && e->gpu) return mu_fail(err, MU_E_ARG, "forward: input rows (images) need the CPU backend");
+        if (!it->in_embd && !it->tokens) return mu_fail(err, MU_E_ARG, "forward: item %d has neither tokens nor rows", i);
+        for (int t = 0; t < it->n_tokens && !it->in_embd; t++)
             if (it->tokens[t] < 0 || it->tokens[t] >= I->n_vocab)
                 return mu_fail(err, MU_E_ARG, "forward: token id out of range: %d (vocabulary %d)", it->tokens[t],
                                I->n_vocab);
@@ -532,10 +537,11 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
             e->s.tok_pos[T] = s->n_past;
             e->s.tok_embd[T] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;
             e->s.tok_item[T] = it->feat ? it : NULL;
+            e->s.tok_in[T] = it->in_embd ? it->in_embd + (size_t)t * I->n_embd : NULL;
             e->s.tok_idx[T] = t;
             e->s.n_feat_tok += it->feat != NULL;
             e->s.tok_out[T] = !out ? -1 : it->embd ? 0 : s->n_logits++;
-            chunk_tok[T++] = it->tokens[t];
+            chunk_tok[T++] = it->in_embd ? 0 : it->tokens[t];
             s->n_past++; /* positions are assigned as tokens enter the chunk */
             if (T == e->ubatch) {
                 run_chunk(e, chunk_tok, T, t_solo);

@@ -100,7 +100,8 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
     if (!rc) rc = mu_sampler_new_model(&r->sp, m, &g->smp, err);
     /* the sampler's history starts with the prompt, as llama.cpp's server
      * feeds it (penalties and DRY see prompt tokens too) */
-    for (int i = 0; !rc && i < r->n_prompt; i++) mu_sampler_accept(g->smp, r->prompt[i]);
+    for (int i = 0; !rc && i < r->n_prompt; i++)
+        if (r->prompt[i] >= 0) mu_sampler_accept(g->smp, r->prompt[i]); /* image rows are not tokens */
     if (!rc && r->schema) rc = mu_constrain_new(m, r->schema, r->schema_chat, &g->cons, err);
     if (!rc && r->schema) mu_schema_ref(r->schema);
     else g->r.schema = NULL;

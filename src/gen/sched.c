@@ -81,6 +81,7 @@ struct mu_job {
     /* input (immutable after submit) */
     int32_t *prompt;
     int n_prompt;
+    const mu_mprompt *media; /* mu_gen_req.media: image rows at the prompt's negative ids */
     bool keep_prefix;
     bool progress;        /* MU_EV_PROGRESS events (mu_gen_req.progress) */
     double t_progress;    /* now_ms() of the first PROGRESS event (0: none yet) */
@@ -987,6 +988,7 @@ static void *engine_main(void *arg) {
                 }
                 mu_batch_item *it = &s->items[n_items];
                 it->s = sl->sess;
+                it->in_embd = NULL;
                 it->all_logits = false;
                 it->embd = NULL;
                 it->solo = false;
@@ -1017,6 +1019,17 @@ static void *engine_main(void *arg) {
                     /* pooling over the whole prompt: in one step */
                     if (sl->job->embd_pool && sl->job->embd_pool != MU_EMBD_LAST && left > budget) continue;
                     int n = left < budget ? left : budget;
+                    it->in_embd = NULL;
+                    if (sl->job->media) {
+                        /* one of llama.cpp's chunks at a time: a run of text tokens or one
+                         * image's rows (mtmd decodes each chunk on its own) */
+                        const mu_mprompt *mp = sl->job->media;
+                        const bool img = mu_mprompt_embd(mp, sl->n_fed) != NULL;
+                        int run = 1;
+                        while (run < n && (mu_mprompt_embd(mp, sl->n_fed + run) != NULL) == img) run++;
+                        n = run;
+                        if (img) it->in_embd = mu_mprompt_embd(mp, sl->n_fed);
+                    }
                     budget -= n;
                     it->tokens = sl->job->prompt + sl->n_fed;
                     it->n_tokens = n;
@@ -1090,7 +1103,9 @@ static void *engine_main(void *arg) {
          * slots' sessions and histories outlive their jobs) */
         for (int k = 0; s->o.cache && k < n_items; k++) {
             slot *sl = &s->slots[s->item_slot[k]];
-            if (!s->item_embd[k] && !sl->rows_class[0] && mu_session_n_past(sl->sess) == sl->n_hist)
+            bool rows = false; /* image rows (negative ids) are not cached yet */
+            for (int t = 0; t < sl->n_hist && !rows; t++) rows = sl->hist[t] < 0;
+            if (!s->item_embd[k] && !rows && !sl->rows_class[0] && mu_session_n_past(sl->sess) == sl->n_hist)
                 mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
         }
     }
@@ -1219,7 +1234,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     if (r->n_prompt >= s->o.n_ctx)
         return mu_fail(err, MU_E_ARG, "sched: the prompt has %d tokens; the context holds %d", r->n_prompt, s->o.n_ctx);
     for (int i = 0; i < r->n_prompt; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= s->n_vocab)
+        if ((r->prompt[i] < 0 && !(r->media && mu_mprompt_embd(r->media, i))) || r->prompt[i] >= s->n_vocab)
             return mu_fail(err, MU_E_ARG, "sched: token id out of range: %d", (int)r->prompt[i]);
     for (int i = 0; i < r->n_forced; i++)
         if (r->forced[i] < 0 || r->forced[i] >= s->n_vocab)
@@ -1306,6 +1321,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     j->draft_min = r->draft_min;
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
+    j->media = r->media;
     j->keep_prefix = r->keep_prefix;
     j->progress = r->progress && !r->embd;
     j->install = r->install;
@@ -1339,9 +1355,13 @@ int mu_spec_parse(const char *name) {
     return -1; /* "script" is a test hook, not a user's choice */
 }
 
+mu_engine *mu_sched_engine(const mu_sched *s) { return s->eng; }
+
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
     if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);
     if (n > 1 && r[0].embd) return mu_fail(err, MU_E_ARG, "sched: an embedding job has one choice");
+    if (r[0].media && (r[0].embd || r[0].install))
+        return mu_fail(err, MU_E_ARG, "sched: a prompt with images is not for embeddings or installed state");
     mu_job *jobs[MU_GEN_MAX_CHOICES];
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
@@ -1356,6 +1376,13 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
         mu_gen_req q = r[k];
         q.prompt = r[0].prompt;
         q.n_prompt = r[0].n_prompt;
+        q.media = r[0].media;
+        if (q.media) { /* ids per position; image rows are negative (mu_mprompt_tokens) */
+            q.prompt = mu_mprompt_tokens(q.media);
+            q.n_prompt = mu_mprompt_n(q.media);
+            q.keep_prefix = false; /* the prefix cache and packs do not hold image rows yet */
+            q.spec_off = true, q.spec = MU_SPEC_NONE;
+        }
         int rc = job_build(s, &q, &jobs[k], err);
         if (rc) {
             for (int m = 0; m < k; m++) {

@@ -19,32 +19,43 @@
 
 static const char *const roles_openai[] = {"system", "developer", "user", "assistant", "tool", NULL};
 static const char *const roles_ollama[] = {"system", "user", "assistant", "tool", NULL};
-static const char *const text_only[] = {"text", NULL};
+static const char *const part_types[] = {"text", "image_url", NULL};
+static const char *const image_details[] = {"auto", "low", "high", NULL};
 static const char *const function_only[] = {"function", NULL};
 static const char *const tool_choice_modes[] = {"none", "auto", "required", NULL};
 static const char *const effort[] = {"low", "medium", "high", "xhigh", NULL};
 static const char *const resp_types[] = {"text", "json_object", "json_schema", NULL};
 
-static const jc_field no_image = F_(NULL, 0, .note = " (image input is not supported)");
 static const jc_field int_tok_elem = F_(NULL, JC_INT, RANGE(0, 2147483647));
 static const jc_field stop_elem = F_(NULL, JC_STR, .max_len = 256);
 /* a prompt: a string, token ids, or both mixed; a batch: an array of those */
 static const jc_field mixed_elem = F_(NULL, JC_INT | JC_STR, RANGE(0, 2147483647), .max_len = 1048576);
-/* llama.cpp's JSON prompt: {prompt_string, multimodal_data}; muser takes
-   text only (multimodal_data must be empty) */
-static const jc_field no_media = F_(NULL, 0, .note = " (multimodal input is not supported)");
+/* an image as base64 or an image URL: up to 64 MiB of text (the body limit,
+   --max-body-mb, is the tighter bound) */
+#define IMAGE_TEXT_MAX (64u << 20)
+static const jc_field b64_image_elem = F_(NULL, JC_STR, .max_len = IMAGE_TEXT_MAX);
+/* llama.cpp's JSON prompt: {prompt_string, multimodal_data}: base64 images,
+   one "<__media__>" in prompt_string for each */
 static const jc_field prompt_obj_fields[] = {
     F_("prompt_string", JC_STR, .required = true, .max_len = 1048576),
-    F_("multimodal_data", JC_ARR | JC_NULL, .elem = &no_media),
+    F_("multimodal_data", JC_ARR | JC_NULL, .elem = &b64_image_elem, .max_len = 64),
     END,
 };
 static const jc_field prompt_elem = F_(NULL, JC_INT | JC_STR | JC_ARR | JC_OBJ, RANGE(0, 2147483647), .elem = &mixed_elem,
                                        .fields = prompt_obj_fields, .max_len = 1048576);
 
 /* OpenAI messages */
+/* an image part: a data URL or bare base64 (remote URLs are refused by
+   api_media.c); detail has no effect (the projector's own size rule) */
+static const jc_field image_url_fields[] = {
+    F_("url", JC_STR, .required = true, .max_len = IMAGE_TEXT_MAX),
+    F_("detail", JC_STR, .one_of = image_details),
+    END,
+};
 static const jc_field part_fields[] = {
-    F_("type", JC_STR, .required = true, .one_of = text_only, .note = " (only text parts are supported)"),
-    F_("text", JC_STR, .required = true),
+    F_("type", JC_STR, .required = true, .one_of = part_types, .note = " (text and image_url parts are supported)"),
+    F_("text", JC_STR), /* required for text parts (api_media.c) */
+    F_("image_url", JC_OBJ, .fields = image_url_fields),
     END,
 };
 static const jc_field part_elem = F_(NULL, JC_OBJ, .fields = part_fields);
@@ -290,7 +301,7 @@ static const jc_field ollama_msg_fields[] = {
     F_("role", JC_STR, .required = true, .one_of = roles_ollama),
     F_("content", JC_STR),
     F_("thinking", JC_STR),
-    F_("images", JC_ARR | JC_NULL, .elem = &no_image),
+    F_("images", JC_ARR | JC_NULL, .elem = &b64_image_elem, .max_len = 64),
     F_("tool_calls", JC_ARR, .elem = &ollama_tool_call_elem, .max_len = 128),
     F_("tool_name", JC_STR, .max_len = 256),
     END,
@@ -312,7 +323,7 @@ static const jc_field ollama_generate[] = {
     F_("system", JC_STR),
     F_("raw", JC_BOOL),
     F_("suffix", JC_STR, .one_of = ollama_formats, .note = " (suffix is not supported)"),
-    F_("images", JC_ARR | JC_NULL, .elem = &no_image),
+    F_("images", JC_ARR | JC_NULL, .elem = &b64_image_elem, .max_len = 64),
     END,
 };
 static const jc_field ollama_chat[] = {

@@ -61,6 +61,7 @@ typedef struct {
     int n_predict;             /* > 0: the limit of a request without one */
     bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
+    const mu_mmproj *mmproj;   /* the vision projector (--mmproj), or NULL: images are refused */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -115,13 +116,16 @@ typedef struct {
     char stop_word[264];
     mu_gen_stats st;
     double t_start, t_first;  /* monotonic ms: submitted, first token (0: none yet) */
+    mu_mprompt *media;        /* the image prompt of the job (mu_gen_req.media), owned; see api_job_free */
+    bool ended;               /* the job's FINISH event was read: the scheduler is done with it */
     api_progress *prog;       /* PROGRESS events (mu_gen_req.progress) in order */
     int n_prog, cap_prog, prog_sent;
     char err[256];
 } api_job;
 
 /* Submits the job (its notify wakes r: mu_http_req_wake): req's stops are taken from the JSON stop field (a
- * string or an array of strings). Owns prompt (frees it). On failure
+ * string or an array of strings). Owns prompt (frees it) and req->media (an
+ * image prompt: one choice only; g keeps it until api_job_free). On failure
  * replies (400/429/...) and returns false. */
 bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
                    const json_t *stop);
@@ -253,6 +257,62 @@ json_t *api_params_json(mu_http_app *a, const mu_gen_req *q, const json_t *stop,
  * OpenAI's __verbose); settings is referenced, not taken. */
 json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *content, size_t n, const char *prompt,
                          json_t *settings);
+
+/* ---- images (api_media.c) ----------------------------------------------- */
+
+/* The images of one request: encoded file bytes, base64-decoded (owned). */
+typedef struct {
+    unsigned char *data;
+    size_t size;
+} api_image;
+typedef struct {
+    api_image *v;
+    int n, cap;
+} api_images;
+#define API_MAX_IMAGES 64
+void api_images_free(api_images *im);
+/* Standard base64 (whitespace skipped, padding optional but only at the
+ * end): *out malloc'ed. MU_E_ARG with *bad_at the offset of the offending
+ * character (n when the text ends mid-group), MU_E_NOMEM. */
+int api_base64_decode(const char *s, size_t n, unsigned char **out, size_t *out_n, size_t *bad_at);
+/* Appends one image given as base64, or with url as an image URL: a
+ * data:image/...;base64, URL or bare base64 (llama.cpp's image_url.url);
+ * http(s) and file URLs are refused (never fetched). On failure msg holds
+ * the one-line reply ("field '<field>': ...") and a MU_E_* is returned. */
+int api_image_add(api_images *im, const char *s, size_t n, bool url, const char *field, char *msg, size_t cap);
+/* OpenAI chat messages: the image_url parts' images, in order. With at
+ * least one, *msgs_out is a copy of msgs whose part arrays are flattened as
+ * llama.cpp flattens them (text parts joined by '\n', none next to an image,
+ * each image as MU_MEDIA_MARKER); otherwise NULL. Replies 400 and returns
+ * false for a bad part. */
+bool api_openai_images(mu_http_req *r, const json_t *msgs, json_t **msgs_out, api_images *im);
+/* An array of base64 strings (Ollama's images, llama.cpp's
+ * multimodal_data) named field; replies 400 and returns false on a bad one. */
+bool api_b64_images(mu_http_req *r, const json_t *arr, const char *field, api_images *im);
+/* The image_url parts of OpenAI chat messages (before
+ * api_normalize_messages drops them): api_openai_images, then
+ * api_images_gate; false after replying (nothing left to free). With
+ * images, *flat holds the messages to render (markers in place of them). */
+bool api_chat_images(mu_http_req *r, mu_http_app *a, const json_t *msgs, json_t **flat, api_images *im);
+/* llama.cpp's JSON prompt with images ({prompt_string, multimodal_data}
+ * with at least one): *has is set; the images are read, their count checked
+ * against prompt_string's markers and made into an image prompt
+ * (api_media_prompt). *has false: not such a prompt (the text path goes on).
+ * False after replying. field names the prompt ("prompt", "prompt[1]"). */
+bool api_prompt_media(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, bool *has,
+                      int32_t **ids, int *n, const mu_mprompt **media);
+/* How many MU_MEDIA_MARKERs s holds. */
+int api_count_markers(const char *s);
+/* True when the request has no images or the server has a projector;
+ * otherwise replies 400 naming --mmproj and returns false. */
+bool api_images_gate(mu_http_req *r, mu_http_app *a, const api_images *im);
+/* text (one MU_MEDIA_MARKER per image of im) as an image prompt
+ * (mu_mprompt_new: the images are decoded and encoded here, on the calling
+ * thread): *ids a malloc'ed copy of its ids, *media the prompt for
+ * mu_gen_req.media (api_job_start takes it). False after replying (400
+ * for an image that does not decode, naming why). */
+bool api_media_prompt(mu_http_req *r, mu_http_app *a, const char *text, const api_images *im, int32_t **ids,
+                      int *n, const mu_mprompt **media);
 
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);

@@ -450,8 +450,16 @@ void api_reply_exceed(mu_http_req *r, int n_prompt, int n_ctx) {
 
 bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t *prompt, int n_prompt,
                      const mu_gen_req *req, const json_t *stop) {
+    mu_mprompt *media = (mu_mprompt *)req->media;
+    if (media && n != 1) {
+        free(prompt);
+        mu_mprompt_free(media);
+        mu_http_reply_error(r, 400, "field 'n': a request with images has one choice", "n");
+        return false;
+    }
     if (n_prompt >= a->n_ctx) {
         free(prompt);
+        mu_mprompt_free(media);
         api_reply_exceed(r, n_prompt, a->n_ctx);
         return false;
     }
@@ -471,6 +479,7 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
     }
     if (n < 1 || n > API_MAX_CHOICES) {
         free(prompt);
+        mu_mprompt_free(media);
         mu_http_reply_error(r, 400, "field 'n': out of range", "n");
         return false;
     }
@@ -496,9 +505,11 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
     }
     free(prompt);
     if (rc) {
+        mu_mprompt_free(media);
         mu_http_reply_status(r, rc, &err);
         return false;
     }
+    g[0].media = media;
     for (int k = 0; k < n; k++) {
         g[k].job = jobs[k];
         mu_job_set_notify(jobs[k], mu_http_req_wake, r);
@@ -596,6 +607,7 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         g->ctoks[g->n_ctoks++] = ev->tok_index;
         return true;
     case MU_EV_FINISH:
+        g->ended = true;
         g->finish = ev->finish == MU_FINISH_CTX ? MU_FINISH_LENGTH : ev->finish;
         g->ctx_full = ev->finish == MU_FINISH_CTX;
         g->st = ev->stats;
@@ -648,6 +660,12 @@ const char *api_job_take_reasoning(api_job *g, size_t *n) { return take(&g->reas
 void api_job_free(api_job *g) {
     mu_job_free(g->job);
     g->job = NULL;
+    /* the scheduler reads the image rows until the job ends; a job cancelled
+     * before its FINISH was read may still be in prefill, so its prompt is
+     * left allocated (a leak per hung-up image request) until the scheduler
+     * takes a reference of its own (reported to issue 19's engine side) */
+    if (g->media && g->ended) mu_mprompt_free(g->media);
+    g->media = NULL;
     json_decref(g->tool_calls);
     g->tool_calls = NULL;
     mu_http_buf_free(&g->content);

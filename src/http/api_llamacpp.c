@@ -261,9 +261,17 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     for (int p = 0; p < n_prompts; p++) {
         int32_t *ids = NULL;
         int n = 0;
-        bool ok = api_prompt_ids(r, a, prompts[p], &ids, &n, NULL);
-        if (ok) s->prompt_text[p] = detokenize(a, ids, n); /* llama.cpp's "prompt": its tokens as text */
-        if (!ok || !api_job_start_n(r, &s->g[p * per], per, a, ids, n, &q, stop)) {
+        bool has_media = false;
+        char field[32];
+        snprintf(field, sizeof field, n_prompts > 1 ? "prompt[%d]" : "prompt", p);
+        bool ok = api_prompt_media(r, a, prompts[p], field, &has_media, &ids, &n, &q.media) &&
+                  (has_media || api_prompt_ids(r, a, prompts[p], &ids, &n, NULL));
+        /* llama.cpp's "prompt": its tokens as text (an image prompt: its text, markers included) */
+        if (ok) s->prompt_text[p] = has_media ? strdup(json_string_value(json_object_get(prompts[p], "prompt_string")))
+                                              : detokenize(a, ids, n);
+        ok = ok && api_job_start_n(r, &s->g[p * per], per, a, ids, n, &q, stop);
+        q.media = NULL; /* taken by the job (or freed) */
+        if (!ok) {
             s->n = p * per;
             mu_schema_unref(schema);
             lc_release(s);
@@ -421,7 +429,13 @@ void api_llama_apply_template(mu_http_req *r, const json_t *body) {
     int mode = api_chat_mode(r, body);
     if (mode < 0) return;
     json_t *tools = json_object_get(body, "tools");
-    json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
+    /* images: the prompt shows a marker where each one goes (as llama.cpp's) */
+    json_t *flat = NULL;
+    api_images im = {0};
+    if (!api_chat_images(r, a, json_object_get(body, "messages"), &flat, &im)) return;
+    api_images_free(&im);
+    json_t *msgs = api_normalize_messages(flat ? flat : json_object_get(body, "messages"));
+    json_decref(flat);
     if (!msgs) {
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
@@ -520,10 +534,12 @@ void api_llama_props(mu_http_req *r, const json_t *body) {
     json_t *o = json_pack("{s:{s:i,s:o},s:i,s:s,s:s,s:s,s:{s:b,s:b,s:b},s:o,s:o,s:s,s:b,s:b,s:b,s:b}",
                           "default_generation_settings", "n_ctx", a->n_ctx, "params", default_params(a), "total_slots",
                           a->n_slots, "model_path", a->model_path, "model_alias", a->model_id, "chat_template",
-                          a->chat_template ? a->chat_template : "", "modalities", "vision", 0, "video", 0, "audio", 0,
+                          a->chat_template ? a->chat_template : "", "modalities", "vision", a->mmproj != NULL, "video", 0, "audio", 0,
                           "bos_token", api_json_text(bos, strlen(bos)), "eos_token", api_json_text(eos, strlen(eos)),
                           "build_info", "muser " MU_COMMIT, "is_sleeping", 0, "endpoint_slots", 1, "endpoint_props", 1,
                           "endpoint_metrics", 1);
+    /* the text that stands for an image in a /completion prompt_string */
+    json_object_set_new(o, "media_marker", json_string(MU_MEDIA_MARKER));
     mu_http_reply_json(r, 200, o);
 }
 

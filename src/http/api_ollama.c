@@ -147,11 +147,14 @@ static bool ol_poll(void *state, mu_http_req *r) {
     return true;
 }
 
-static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids, int n, bool chat, bool use_tools) {
+/* media: an image prompt (api_media_prompt) or NULL; taken */
+static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids, int n, const mu_mprompt *media,
+                bool chat, bool use_tools) {
     json_t *opt = json_object_get(body, "options");
     long long num_ctx = mu_jc_int(opt, "num_ctx", a->n_ctx);
     if (num_ctx > a->n_ctx) {
         free(ids);
+        mu_mprompt_free((mu_mprompt *)media);
         char m[160];
         snprintf(m, sizeof m, "field 'options.num_ctx': out of range: this server's context is %d (muser serve --ctx)",
                  a->n_ctx);
@@ -161,9 +164,11 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     mu_schema *schema = NULL;
     if (api_response_schema(r, body, "format", &schema)) {
         free(ids);
+        mu_mprompt_free((mu_mprompt *)media);
         return;
     }
     mu_gen_req q = {0};
+    q.media = media;
     q.schema = schema;
     q.schema_chat = true;
     q.chat = true;
@@ -176,6 +181,7 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     ol_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
+        mu_mprompt_free((mu_mprompt *)media);
         mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
@@ -212,35 +218,77 @@ void api_ollama_generate(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body, "model")) return;
     const char *prompt = mu_jc_str(body, "prompt", "");
-    if (!*prompt) {
+    api_images im = {0};
+    if (!api_b64_images(r, json_object_get(body, "images"), "images", &im) || !api_images_gate(r, a, &im)) {
+        api_images_free(&im);
+        return;
+    }
+    if (!*prompt && !im.n) {
         reply_loaded(r, a, false);
+        return;
+    }
+    /* images: a marker for each before the prompt's text */
+    mu_http_buf pb = {0};
+    for (int i = 0; i < im.n; i++) mu_http_buf_str(&pb, MU_MEDIA_MARKER);
+    mu_http_buf_str(&pb, prompt);
+    if (pb.oom) {
+        api_images_free(&im);
+        mu_http_buf_free(&pb);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
     int32_t *ids = NULL;
     int n = 0;
+    char *text = NULL;
+    bool ok = true;
     if (mu_jc_bool(body, "raw", false)) {
         mu_err err = {0};
-        int rc = api_tokenize_prompt(a, prompt, true, &ids, &n, &err);
+        int rc = im.n ? 0 : api_tokenize_prompt(a, pb.p, true, &ids, &n, &err);
         if (rc) {
             mu_http_reply_status(r, rc, &err);
-            return;
+            ok = false;
         }
+        text = strdup(pb.p);
+        ok = ok && text;
     } else {
         json_t *msgs = json_array();
         const char *sys = mu_jc_str(body, "system", NULL);
         if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
-        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", prompt));
-        bool ok = api_chat_prompt(r, a, msgs, NULL, NULL, &ids, &n);
+        json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", pb.p));
+        ok = api_chat_prompt_ex(r, a, msgs, NULL, NULL, API_PROMPT_GEN, &ids, &n, &text);
         json_decref(msgs);
-        if (!ok) return;
     }
-    run(r, a, body, ids, n, false, false);
+    mu_http_buf_free(&pb);
+    const mu_mprompt *media = NULL;
+    if (ok && im.n) {
+        free(ids);
+        ids = NULL;
+        ok = api_media_prompt(r, a, text, &im, &ids, &n, &media);
+    }
+    free(text);
+    api_images_free(&im);
+    if (!ok) {
+        free(ids);
+        return;
+    }
+    run(r, a, body, ids, n, media, false, false);
 }
 
 void api_ollama_chat(mu_http_req *r, const json_t *body) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body, "model")) return;
     json_t *in = json_object_get(body, "messages");
+    api_images im = {0};
+    bool ok_im = true;
+    for (size_t k = 0; ok_im && k < json_array_size(in); k++) {
+        char f[64];
+        snprintf(f, sizeof f, "messages[%zu].images", k);
+        ok_im = api_b64_images(r, json_object_get(json_array_get(in, k), "images"), f, &im);
+    }
+    if (!ok_im || !api_images_gate(r, a, &im)) {
+        api_images_free(&im);
+        return;
+    }
     if (!json_array_size(in)) {
         reply_loaded(r, a, true);
         return;
@@ -250,7 +298,12 @@ void api_ollama_chat(mu_http_req *r, const json_t *body) {
     size_t i;
     json_t *m;
     json_array_foreach(in, i, m) {
-        json_t *n = json_pack("{s:O,s:s}", "role", json_object_get(m, "role"), "content", mu_jc_str(m, "content", ""));
+        /* a message's images: a marker for each before its text */
+        mu_http_buf cb = {0};
+        for (size_t k = 0; k < json_array_size(json_object_get(m, "images")); k++) mu_http_buf_str(&cb, MU_MEDIA_MARKER);
+        mu_http_buf_str(&cb, mu_jc_str(m, "content", ""));
+        json_t *n = json_pack("{s:O,s:s%}", "role", json_object_get(m, "role"), "content", cb.p ? cb.p : "", cb.n);
+        mu_http_buf_free(&cb);
         if (json_object_get(m, "thinking")) json_object_set(n, "reasoning_content", json_object_get(m, "thinking"));
         json_t *tc = json_object_get(m, "tool_calls");
         if (tc) {
@@ -268,10 +321,20 @@ void api_ollama_chat(mu_http_req *r, const json_t *body) {
     bool use_tools = json_array_size(tools) > 0;
     int32_t *ids = NULL;
     int n = 0;
-    bool ok = api_chat_prompt(r, a, msgs, use_tools ? tools : NULL, NULL, &ids, &n);
+    char *text = NULL;
+    bool ok = api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, NULL, API_PROMPT_GEN, &ids, &n,
+                                 im.n ? &text : NULL);
     json_decref(msgs);
+    const mu_mprompt *media = NULL;
+    if (ok && im.n) {
+        free(ids);
+        ids = NULL;
+        ok = api_media_prompt(r, a, text, &im, &ids, &n, &media);
+    }
+    free(text);
+    api_images_free(&im);
     if (!ok) return;
-    run(r, a, body, ids, n, true, use_tools);
+    run(r, a, body, ids, n, media, true, use_tools);
 }
 
 static json_t *details(mu_http_app *a) {
@@ -304,6 +367,7 @@ void api_ollama_show(mu_http_req *r, const json_t *body) {
     json_t *o = json_pack("{s:s,s:s,s:s,s:o,s:o,s:[s,s,s]}", "modelfile", "", "parameters", "", "template",
                           a->chat_template ? a->chat_template : "", "details", details(a), "model_info", info,
                           "capabilities", "completion", "tools", "thinking");
+    if (a->mmproj) json_array_append_new(json_object_get(o, "capabilities"), json_string("vision"));
     mu_http_reply_json(r, 200, o);
 }
 

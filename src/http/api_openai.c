@@ -407,17 +407,31 @@ void api_openai_chat_tokens(mu_http_req *r, const json_t *body) {
     json_t *tc = json_object_get(body, "tool_choice");
     json_t *tools = json_object_get(body, "tools");
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
-    json_t *msgs = api_normalize_messages(json_object_get(body, "messages"));
+    json_t *flat = NULL;
+    api_images im = {0};
+    if (!api_chat_images(r, a, json_object_get(body, "messages"), &flat, &im)) return;
+    json_t *msgs = api_normalize_messages(flat ? flat : json_object_get(body, "messages"));
+    json_decref(flat);
     int32_t *ids = NULL;
     int n = 0;
+    char *text = NULL;
     if (!msgs) {
+        api_images_free(&im);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
     bool ok = api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, mu_jc_str(body, "reasoning_effort", NULL), mode,
-                                 &ids, &n, NULL);
+                                 &ids, &n, im.n ? &text : NULL);
     json_decref(msgs);
     free(ids);
+    if (ok && im.n) { /* the images' rows count: the prompt as the model would take it */
+        const mu_mprompt *mp = NULL;
+        ok = api_media_prompt(r, a, text, &im, &ids, &n, &mp);
+        if (ok) free(ids);
+        mu_mprompt_free((mu_mprompt *)mp);
+    }
+    free(text);
+    api_images_free(&im);
     if (ok) mu_http_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }
 
@@ -477,29 +491,42 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     bool use_tools = json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"));
     const json_t *raw = json_object_get(body, "messages");
     int mode = api_chat_mode(r, body);
-    if (mode < 0) {
+    json_t *flat = NULL;
+    api_images im = {0};
+    if (mode < 0 || !api_chat_images(r, a, raw, &flat, &im)) {
         mu_schema_unref(schema);
         return;
     }
-    json_t *msgs = api_normalize_messages(raw);
+    json_t *msgs = api_normalize_messages(flat ? flat : raw);
+    json_decref(flat);
     int32_t *ids = NULL;
     int n = 0;
     char *ptext = NULL;
     bool verbose = mu_jc_bool(body, "verbose", false);
     bool ok = msgs && api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, effort, mode, &ids, &n,
-                                         verbose ? &ptext : NULL);
+                                         verbose || im.n ? &ptext : NULL);
     json_decref(msgs);
+    const mu_mprompt *media = NULL;
+    if (ok && im.n) { /* the rendered text holds a marker per image: it becomes the image prompt */
+        free(ids);
+        ids = NULL;
+        ok = api_media_prompt(r, a, ptext, &im, &ids, &n, &media);
+    }
+    api_images_free(&im);
     if (!ok) {
         if (!msgs) mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        free(ptext);
         mu_schema_unref(schema);
         return;
     }
     mu_gen_req q = {0};
+    q.media = media;
     q.n_predict = (int)mu_jc_int(body, "max_completion_tokens",
                                  mu_jc_int(body, "max_tokens", mu_jc_int(body, "n_predict", -1)));
     if (!api_extensions(r, body, &q)) {
         free(ids);
         free(ptext);
+        mu_mprompt_free((mu_mprompt *)media);
         mu_schema_unref(schema);
         return;
     }
@@ -516,6 +543,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     if (!s) {
         free(ids);
         free(ptext);
+        mu_mprompt_free((mu_mprompt *)media);
         mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
@@ -537,6 +565,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         ptext = NULL;
         s->verbose_settings = api_params_json(a, &q, json_object_get(body, "stop"), stream, s->timings_per_token);
     }
+    free(ptext); /* an image prompt's text, when not kept for verbose */
     for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->tools = use_tools;
@@ -582,8 +611,15 @@ bool api_prompt_tokens(mu_http_req *r, mu_http_app *a, const json_t *prompt, con
                        int *n, char **text) {
     mu_err err = {0};
     char m[200];
-    if (json_is_object(prompt)) /* llama.cpp's {prompt_string, multimodal_data (empty)} */
+    if (json_is_object(prompt)) { /* llama.cpp's {prompt_string, multimodal_data} */
+        const json_t *md = json_object_get(prompt, "multimodal_data");
         prompt = json_object_get(prompt, "prompt_string");
+        if (json_array_size(md)) { /* routes that take images read them first (api_prompt_media) */
+            snprintf(m, sizeof m, "field '%s.multimodal_data': this route takes no images", field);
+            mu_http_reply_error(r, 400, m, field);
+            return false;
+        }
+    }
     if (json_is_string(prompt)) {
         int rc = api_tokenize_prompt(a, json_string_value(prompt), true, ids, n, &err);
         if (rc) {
@@ -770,9 +806,10 @@ void api_openai_models(mu_http_req *r, const json_t *body) {
     (void)body;
     mu_http_app *a = mu_http_req_app(r);
     /* llama.cpp's list also carries "models", an Ollama-shaped entry with
-     * the model's capabilities (text only: no "multimodal") */
+     * the model's capabilities ("multimodal" with a projector) */
     json_t *m = json_pack("{s:s,s:s,s:I,s:s,s:[s,s]}", "name", a->model_id, "model", a->model_id, "size",
                           (json_int_t)a->model_bytes, "type", "model", "capabilities", "completion", "embedding");
+    if (a->mmproj) json_array_append_new(json_object_get(m, "capabilities"), json_string("multimodal"));
     json_object_set_new(m, "details", json_pack("{s:s}", "format", "gguf"));
     mu_http_reply_json(r, 200, json_pack("{s:[o],s:s,s:[o]}", "models", m, "object", "list", "data",
                                          model_object(a, a->model_id)));

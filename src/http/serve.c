@@ -108,6 +108,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->no_ui = o->no_ui;
     a->no_metrics = o->no_metrics;
     a->tags = o->tags && *o->tags ? o->tags : NULL;
+    a->mmproj = o->mmproj;
     snprintf(a->backend, sizeof a->backend, "%s", o->backend ? o->backend : "");
     snprintf(a->kernels, sizeof a->kernels, "%s", o->kernels ? o->kernels : "");
     a->cache = o->cache;

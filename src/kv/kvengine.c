@@ -30,6 +30,7 @@
 #include "../engine/engine.h"
 #include "../gguf/gguf.h"
 #include "../model/model.h"
+#include "../vision/image.h"
 #include "kvpack.h"
 #include "kvstore.h"
 
@@ -211,6 +212,12 @@ int mu_kv_ident_new(const mu_engine *e, const char *model_path, mu_kv_ident **ou
     sha_text("muser/kvpack/v1/math-rows", text, id->math_rows);
     *out = id;
     return 0;
+}
+
+void mu_kv_ident_set_mmproj(mu_kv_ident *id, const mu_mmproj *p) {
+    char text[160];
+    snprintf(text, sizeof text, "mmproj=%s preprocess=%d", mu_mmproj_get_info(p)->sha256, MU_IMAGE_PP_VERSION);
+    sha_text("muser/kvpack/v1/adapters", text, id->sem.adapters);
 }
 
 void mu_kv_ident_free(mu_kv_ident *id) { free(id); }

@@ -8,6 +8,6 @@ mkdir -p build/fuzz
 for h in tests/fuzz/fuzz_*.c; do
   name=$(basename "$h" .c)
   clang -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=address,undefined,float-cast-overflow,fuzzer -o build/fuzz/"$name" "$h" \
-    build/fuzzlib/libmuser.a -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lsqlite3
+    build/fuzzlib/libmuser.a -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lsqlite3 -lpng -ljpeg -lwebp -lwebpdemux
   echo "built build/fuzz/$name"
 done

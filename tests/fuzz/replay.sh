@@ -12,7 +12,7 @@ for h in tests/fuzz/fuzz_*.c; do
   bin=build/fuzz/replay_$name
   gcc -std=c11 -O1 -g -D_GNU_SOURCE -fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=undefined \
     -o "$bin" "$h" tests/fuzz/replay_main.c build/asan/libmuser.a \
-    -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lsqlite3
+    -lm -lpthread -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -ledit -lsqlite3 -lpng -ljpeg -lwebp -lwebpdemux
   files=(tests/fuzz/corpus/"$name"/*)
   if [ ! -e "${files[0]}" ]; then echo "fuzz $name: empty corpus"; rc=1; continue; fi
   echo -n "fuzz $name: "

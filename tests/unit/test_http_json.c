@@ -116,7 +116,14 @@ static void test_openai_chat(void **st) {
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"yaml\"}}",
                "response_format.type");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{}}]}]}",
-               "messages[0].content[0]");
+               "messages[0].content[0].image_url.url");
+    /* image parts pass the schema; their URLs are read by api_media.c */
+    expect_ok(p, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"x\"},"
+                 "{\"type\":\"image_url\",\"image_url\":{\"url\":\"data:image/png;base64,aGk=\",\"detail\":\"low\"}}]}]}");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\"}]}]}",
+               "messages[0].content[0].type");
+    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":{\"url\":\"x\",\"detail\":\"max\"}}]}]}",
+               "image_url.detail");
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
                   "\"function\":{\"name\":\"f\",\"parameters\":{},\"extra\":1}}]}",
                "tools[0].function.extra");
@@ -129,10 +136,11 @@ static void test_other_routes(void **st) {
     expect_ok("/v1/completions", "{\"prompt\":\"a\",\"max_tokens\":3,\"logprobs\":2,\"echo\":true}");
     expect_ok("/v1/completions", "{\"prompt\":[1,2,3]}");
     expect_bad("/v1/completions", "{\"prompt\":[1,-2]}", "prompt[1]");
-    /* llama.cpp's JSON prompt: text only */
+    /* llama.cpp's JSON prompt: text and base64 images */
     expect_ok("/completion", "{\"prompt\":{\"prompt_string\":\"a\"}}");
     expect_ok("/completion", "{\"prompt\":[[1,2],{\"prompt_string\":\"a\",\"multimodal_data\":[]}],\"model\":null}");
-    expect_bad("/completion", "{\"prompt\":{\"prompt_string\":\"a\",\"multimodal_data\":[\"iVBO\"]}}",
+    expect_ok("/completion", "{\"prompt\":{\"prompt_string\":\"a\",\"multimodal_data\":[\"iVBO\"]}}");
+    expect_bad("/completion", "{\"prompt\":{\"prompt_string\":\"a\",\"multimodal_data\":[1]}}",
                "prompt.multimodal_data[0]");
     expect_bad("/completion", "{\"prompt\":{\"text\":\"a\"}}", "prompt.text");
     expect_bad("/v1/completions", "{\"prompt\":\"a\",\"suffix\":\"b\"}", "suffix");
@@ -164,7 +172,8 @@ static void test_other_routes(void **st) {
     expect_bad("/api/generate", "{\"prompt\":\"hi\",\"format\":\"yaml\"}", "'json'");
     expect_ok("/completion", "{\"prompt\":\"a\",\"json_schema\":{\"type\":\"array\"}}");
     expect_bad("/completion", "{\"prompt\":\"a\",\"json_schema\":[]}", "json_schema");
-    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"images\":[\"aGk=\"]}", "image input");
+    expect_ok("/api/generate", "{\"prompt\":\"hi\",\"images\":[\"aGk=\"]}");
+    expect_bad("/api/generate", "{\"prompt\":\"hi\",\"images\":[{}]}", "images[0]");
     expect_ok("/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"images\":[]}],\"stream\":false}");
     expect_bad("/api/chat", "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"image\":[]}]}", "messages[0].image");
     expect_ok("/api/show", "{\"model\":\"m\"}");

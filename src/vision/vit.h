@@ -1,0 +1,65 @@
+/* vit.h: Muse Glimmer's vision encoder on the CPU (the projector's forward
+ * pass), and the kernel table of its own pieces.
+ * The matmuls go through the engine's kernel table (src/kern), so they round
+ * as llama.cpp's CPU backend rounds the same weight types; the pieces below
+ * follow ggml's CPU ops bit for bit where the comment says so. */
+#ifndef MU_VISION_VIT_H
+#define MU_VISION_VIT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../base/err.h"
+#include "../base/pool.h"
+#include "../kern/kern.h"
+#include "mmproj.h"
+
+/* One head of attention for the query rows [i0, i1) (ggml's CPU flash
+ * attention; from n = 64 rows on its tiled path: 64 x 64 tiles, Q in f32,
+ * K and V rounded to F16, scores by one FMA chain per key, the online
+ * softmax per key tile with ggml's vector expf and a double sum, V products
+ * by FMA chains; below 64 rows its one-row path, vit_kern.c).
+ * q, out: rows of ld floats (the head's hd values at column off); k, v: F16
+ * rows of ld. Query i sees keys [win_lo[i], win_hi[i]). */
+typedef struct {
+    int n, hd, ld, off;
+    float scale;
+    const float *q;
+    const mu_f16 *k, *v;
+    const int *win_lo, *win_hi;
+    float *out;
+} mu_vit_attn_args;
+
+typedef struct {
+    const char *name;
+    void (*attn)(const mu_vit_attn_args *a, int i0, int i1);
+} mu_vit_kern;
+
+const mu_vit_kern *mu_vit_kern_ref(void);
+void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1);
+/* Filled by the ISA file (x86-64 builds only). */
+void mu_vit_fill_avx512(mu_vit_kern *k);
+/* The fastest table this CPU runs (its results equal the reference's). */
+const mu_vit_kern *mu_vit_kern_best(void);
+/* Every table this CPU can run, for tests; returns the count. */
+int mu_vit_kern_available(const mu_vit_kern **out, int cap);
+
+/* ggml's layer norm (ggml_norm, then * w, + b; w, b may be NULL): the mean
+ * from a double sum, the variance from 16-lane float squares summed in
+ * double (ggml_vec_cvar_f32, AVX-512 build). x and y may alias. */
+void mu_vit_layer_norm(int n, const float *x, float *y, const float *w, const float *b, float eps);
+/* x = 0.5 x (1 + erf(x / sqrt 2)) (ggml_gelu_erf) */
+void mu_vit_gelu_erf(int n, float *x);
+/* ggml's bilinear resize (ggml_interpolate, GGML_SCALE_MODE_BILINEAR,
+ * half-pixel centres, no corner alignment) of the position grid
+ * [side][side][E] to [gh][gw][E]. */
+void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float *out);
+
+/* The encoder over one preprocessed image: chw is [3][ny][nx] floats
+ * (nx, ny multiples of patch_size * n_merge); out receives
+ * [(nx/ps/2) * (ny/ps/2)][n_out] rows in row-major merged-grid order.
+ * kern: the matmuls' table; vk: the encoder's own (NULL: the best). */
+int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk, mu_pool *pool, const float *chw,
+                  int nx, int ny, float *out, mu_err *err);
+
+#endif

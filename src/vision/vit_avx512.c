@@ -1,0 +1,136 @@
+/* vit_avx512.c: the vision encoder's kernels with AVX-512 (the only file of
+ * src/vision compiled with ISA flags).
+ * Owns: attention for one head (vit_kern.c's attn_ref, lane for lane): the
+ * window's K and V converted once to f32 (K transposed, so 16 keys share a
+ * vector), then per query the same FMA chains, ggml's vector expf and the
+ * same double sums as the reference.
+ * Does not own: anything with a different rounding than the reference; the
+ * unit test compares them bit for bit. */
+#include <immintrin.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "vit.h"
+
+#define TILE 64
+
+/* ggml_v_expf (AVX-512), as src/kern/attn_avx512.c spells it */
+static inline __m512 v_expf(__m512 x) {
+    const __m512 r = _mm512_set1_ps(0x1.8p23f);
+    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
+    const __m512 n = _mm512_sub_ps(z, r);
+    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
+                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
+    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
+    const __m512 u = _mm512_mul_ps(b, b);
+    const __m512 j = _mm512_fmadd_ps(
+        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
+                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
+        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
+    const __m512 res = _mm512_scalef_ps(j, n);
+    if (!d) return res;
+    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
+                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
+    return _mm512_mask_blend_ps(d, res, alt);
+}
+
+static inline float hsum16(__m512 v) {
+    float a[16];
+    _mm512_storeu_ps(a, v);
+    return mu_hsum16(a);
+}
+
+static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
+    const int hd = a->hd, hv = hd / 16;
+    if (hd % 16 || hd > 512 || a->n < TILE) {
+        mu_vit_attn_ref(a, i0, i1);
+        return;
+    }
+    float *kt = NULL, *vf = NULL; /* the window's tiles: K^T [hd][span], V [span][hd] */
+    int c_lo = -1, c_hi = -1, t_base = 0, span = 0;
+    __m512 acc[32];
+    for (int i = i0; i < i1; i++) {
+        const int lo = a->win_lo[i], hi = a->win_hi[i];
+        if (lo != c_lo || hi != c_hi) {
+            c_lo = lo, c_hi = hi;
+            t_base = lo / TILE * TILE;
+            span = (hi - t_base + TILE - 1) / TILE * TILE;
+            free(kt), free(vf);
+            kt = aligned_alloc(64, (size_t)hd * span * sizeof *kt);
+            vf = aligned_alloc(64, (size_t)span * hd * sizeof *vf);
+            if (!kt || !vf) abort(); /* a few MB at most per thread */
+            for (int j = 0; j < span; j++) {
+                const int g = t_base + j;
+                const bool in = g >= lo && g < hi;
+                const mu_f16 *k = a->k + (size_t)g * a->ld + a->off, *v = a->v + (size_t)g * a->ld + a->off;
+                for (int d = 0; d < hd; d++) {
+                    kt[(size_t)d * span + j] = in ? mu_f16_to_f32(k[d]) : 0.0f;
+                    vf[(size_t)j * hd + d] = in ? mu_f16_to_f32(v[d]) : 0.0f;
+                }
+            }
+        }
+        const float *q = a->q + (size_t)i * a->ld + a->off;
+        const __m512 vscale = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
+        float M = -INFINITY, S = 0.0f;
+        for (int c = 0; c < hv; c++) acc[c] = _mm512_setzero_ps();
+        for (int t0 = t_base; t0 < hi; t0 += TILE) {
+            __m512 s[4];
+            __mmask16 live[4];
+            for (int g = 0; g < 4; g++) {
+                const int j0 = t0 + 16 * g;
+                uint32_t m = 0;
+                for (int l = 0; l < 16; l++) m |= (uint32_t)(j0 + l >= lo && j0 + l < hi) << l;
+                live[g] = (__mmask16)m;
+                s[g] = _mm512_setzero_ps();
+            }
+            const float *kb = kt + (t0 - t_base);
+            for (int d = 0; d < hd; d++) {
+                const __m512 qd = _mm512_set1_ps(q[d]);
+                const float *kr = kb + (size_t)d * span;
+                for (int g = 0; g < 4; g++) s[g] = _mm512_fmadd_ps(_mm512_loadu_ps(kr + 16 * g), qd, s[g]);
+            }
+            __m512 mx = ninf;
+            for (int g = 0; g < 4; g++) {
+                s[g] = _mm512_add_ps(_mm512_mul_ps(s[g], vscale), _mm512_setzero_ps());
+                s[g] = _mm512_mask_blend_ps(live[g], ninf, s[g]);
+                mx = _mm512_max_ps(mx, s[g]);
+            }
+            const float tmax = _mm512_reduce_max_ps(mx);
+            if (tmax == -INFINITY) continue;
+            const float Mnew = fmaxf(M, tmax);
+            if (Mnew > M) {
+                const float ms = expf(M - Mnew);
+                const __m512 vms = _mm512_set1_ps(ms);
+                for (int c = 0; c < hv; c++) acc[c] = _mm512_mul_ps(acc[c], vms);
+                S *= ms;
+            }
+            M = Mnew;
+            const __m512 vm = _mm512_set1_ps(Mnew);
+            double sum = 0;
+            float e[TILE];
+            for (int g = 0; g < 4; g++) {
+                const __m512 ev = v_expf(_mm512_sub_ps(s[g], vm));
+                _mm512_storeu_ps(e + 16 * g, ev);
+                sum += (double)hsum16(ev);
+            }
+            S = (float)((double)S + sum);
+            for (int tk = 0; tk < TILE; tk++) {
+                const int j = t0 + tk;
+                if (j < lo || j >= hi) continue;
+                const __m512 w = _mm512_set1_ps(e[tk]);
+                const float *vr = vf + (size_t)(j - t_base) * hd;
+                for (int c = 0; c < hv; c++) acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(vr + 16 * c), w, acc[c]);
+            }
+        }
+        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+        float *o = a->out + (size_t)i * a->ld + a->off;
+        for (int c = 0; c < hv; c++) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[c], _mm512_set1_ps(inv)));
+    }
+    free(kt), free(vf);
+}
+
+void mu_vit_fill_avx512(mu_vit_kern *k) {
+    k->name = "avx512";
+    k->attn = attn_avx512;
+}
