@@ -45,6 +45,16 @@ int mu_schema_new(const char *schema_json, bool object_only, const char *where, 
 mu_schema *mu_schema_ref(mu_schema *s);
 void mu_schema_unref(mu_schema *s);
 
+/* A compiled GBNF grammar (reference counted, immutable): llama.cpp's
+ * grammar dialect, applied as llama.cpp applies it (docs/api.md,
+ * "Grammars"). text: NUL-terminated, its start symbol `root`; tok resolves
+ * <text> token references (NULL: only <[id]> ones). MU_E_ARG with a one-line
+ * message naming the line and column of what failed, MU_E_NOMEM. */
+typedef struct mu_grammar mu_grammar;
+int mu_grammar_new(const char *text, const mu_tok *tok, mu_grammar **out, mu_err *err);
+mu_grammar *mu_grammar_ref(mu_grammar *g);
+void mu_grammar_unref(mu_grammar *g);
+
 /* Embedding jobs: how the final-norm hidden states of the prompt's tokens
  * become the answer (llama.cpp's pooling types). */
 typedef enum {
@@ -89,6 +99,10 @@ typedef struct {
     int n_top;              /* most probable alternatives per token (0..n_vocab) */
     mu_schema *schema;      /* structured output, NULL for free text (the job takes a reference) */
     bool schema_chat;       /* the output may start with the Muse answer header */
+    mu_grammar *grammar;    /* a GBNF grammar over the whole output (the job takes a reference);
+                               not with schema, forced tokens or call_one_of */
+    bool post_sampling;     /* n_top / logprobs report the sampler chain's final candidates
+                               (llama.cpp's post_sampling_probs), not the model's softmax */
     bool keep_prefix;       /* reuse KV state for the prompt's longest known prefix: the slot's
                                previous job's tokens (chat turns), else the scheduler's prefix
                                cache and pack store (mu_sched_opts.cache); off: a fresh session */
@@ -154,6 +168,9 @@ typedef struct {
     const int32_t *top_ids;
     const float *top_probs;      /* softmax probabilities (mu_token_probs) */
     const float *top_logprobs;
+    float prob;                  /* post_sampling: the token's probability among the final candidates
+                                    (else exp(logprob)); with post_sampling n_top counts only
+                                    candidates of non-zero probability */
 } mu_gen_token;
 
 typedef struct {
