@@ -51,6 +51,7 @@ void mu_schema_unref(mu_schema *s);
  * <text> token references (NULL: only <[id]> ones). MU_E_ARG with a one-line
  * message naming the line and column of what failed, MU_E_NOMEM. */
 typedef struct mu_grammar mu_grammar;
+#define MU_GRAMMAR_MAX_TEXT_BYTES (1u << 20) /* longer grammar text is refused */
 int mu_grammar_new(const char *text, const mu_tok *tok, mu_grammar **out, mu_err *err);
 mu_grammar *mu_grammar_ref(mu_grammar *g);
 void mu_grammar_unref(mu_grammar *g);

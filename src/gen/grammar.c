@@ -790,7 +790,7 @@ static bool sset_has(const sset *s, const uint32_t *st, uint32_t len) {
 static void sset_add(sset *s, const uint32_t *st, uint32_t len, const uint32_t *top, uint32_t n_top) {
     if (s->oom) return;
     size_t need = s->n_data + len + n_top;
-    if (need > s->cap_data) {
+    if (need > s->cap_data || !s->data) { /* allocated even for empty stacks */
         size_t cap = s->cap_data ? s->cap_data * 2 : 64;
         while (cap < need) cap *= 2;
         uint32_t *d = realloc(s->data, cap * sizeof *d);

@@ -36,7 +36,7 @@ typedef struct {
     uint32_t value; /* code point, rule id or token id */
 } mu_gelem;
 
-#define MU_GRAMMAR_MAX_TEXT (1u << 20)   /* bytes of grammar text */
+#define MU_GRAMMAR_MAX_TEXT MU_GRAMMAR_MAX_TEXT_BYTES
 #define MU_GRAMMAR_MAX_ELEMS (1u << 21)  /* rule elements after expansion */
 #define MU_GRAMMAR_MAX_NEST 256          /* nested groups */
 #define MU_GRAMMAR_MAX_STACKS 65536      /* live parse stacks of a matcher */

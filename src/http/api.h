@@ -77,9 +77,11 @@ int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, in
 typedef struct {
     int32_t id;
     float logprob;
+    float prob;              /* post_sampling_probs: the chain's probability (mu_gen_token.prob) */
     int n_top;
     int32_t top_ids[API_MAX_TOP];
     float top_logprobs[API_MAX_TOP];
+    float top_probs[API_MAX_TOP];
 } api_tok;
 
 /* One PROGRESS event of a job: llama.cpp's prompt_progress. */

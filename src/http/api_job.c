@@ -417,12 +417,35 @@ void api_spec_params(const json_t *o, const char *k_type, const char *k_max, con
 }
 
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
-    if (mu_jc_bool(body, "post_sampling_probs", false)) {
-        mu_http_reply_error(r, 400,
-                            "field 'post_sampling_probs': not supported: probabilities are the model's (before the "
-                            "sampler chain)",
-                            "post_sampling_probs");
-        return false;
+    /* llama.cpp's post_sampling_probs: n_probs / logprobs report the
+     * sampler chain's final candidates */
+    q->post_sampling = mu_jc_bool(body, "post_sampling_probs", false);
+    /* llama.cpp's GBNF grammar; it wins over json_schema / response_format
+     * (llama.cpp reads json_schema only when there is no grammar), except
+     * that a chat request naming both is refused, as llama.cpp does */
+    const char *gbnf = mu_jc_str(body, "grammar", "");
+    if (*gbnf) {
+        bool chat = json_object_get(body, "messages") != NULL;
+        const json_t *js = json_object_get(body, "json_schema");
+        if (chat && js && !json_is_null(js)) {
+            mu_http_reply_error(r, 400, "fields 'grammar' and 'json_schema': cannot use both", "grammar");
+            return false;
+        }
+        const json_t *tools = json_object_get(body, "tools");
+        const json_t *tc = json_object_get(body, "tool_choice");
+        if (chat && json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"))) {
+            mu_http_reply_error(r, 400, "field 'grammar': cannot constrain with a grammar when tools are offered",
+                                "grammar");
+            return false;
+        }
+        mu_err err = {0};
+        mu_http_app *a = mu_http_req_app(r);
+        int rc = mu_grammar_new(gbnf, a->tok, &q->grammar, &err);
+        if (rc) {
+            mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, err.msg, "grammar");
+            return false;
+        }
+        q->schema = NULL;
     }
     /* llama.cpp's prompt cache: keep the KV state of the longest common
      * prefix with the slot's previous request (off unless asked, so answers
@@ -549,10 +572,12 @@ static bool add_id(api_job *g, const mu_gen_token *t) {
         api_tok *o = &g->toks[g->n_ids];
         o->id = t->id;
         o->logprob = t->logprob;
+        o->prob = t->prob;
         o->n_top = t->n_top < API_MAX_TOP ? t->n_top : API_MAX_TOP;
         for (int k = 0; k < o->n_top; k++) {
             o->top_ids[k] = t->top_ids[k];
             o->top_logprobs[k] = t->top_logprobs[k];
+            o->top_probs[k] = t->top_probs[k];
         }
     }
     g->ids[g->n_ids++] = t->id;
