@@ -437,6 +437,14 @@ static jnode *compile(comp *c, const json_t *j, const char *path) {
         return NULL;
     }
     if (n->is_tup) n->min_items = n->max_items = n->n_tup;
+    /* no "type": the structural keywords decide, as llama.cpp's schema
+     * reader does (properties, or additionalProperties other than true: an
+     * object; items or prefixItems: an array) */
+    if (!has_typed && !n->lit.n && !n->n_any) {
+        const json_t *ap = json_object_get(j, "additionalProperties");
+        if (json_object_get(j, "properties") || (ap && !json_is_true(ap))) n->types = T_OBJ;
+        else if (json_object_get(j, "items") || json_object_get(j, "prefixItems")) n->types = T_ARR;
+    }
     if (n->min_items > n->max_items) return cfail(c, path, "minItems is larger than maxItems", NULL), NULL;
     lits_sort(&n->lit, NULL);
     c->depth--;

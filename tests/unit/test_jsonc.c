@@ -145,6 +145,13 @@ static void test_schema(void **st) {
     assert_int_equal(run(tup, false, "[1,\"a\",2"), DEAD);
     assert_int_equal(run("{\"items\":[{\"type\":\"integer\"}]}", false, "[ -3000 ]"), CLOSED);
     assert_int_equal(run("{\"items\":[]}", false, "[]"), CLOSED);
+    /* without "type" the structural keywords decide, as in llama.cpp */
+    assert_int_equal(run("{\"items\":[{\"type\":\"integer\"}]}", false, "true"), DEAD);
+    assert_int_equal(run("{\"items\":{}}", false, "\"s\""), DEAD);
+    assert_int_equal(run("{\"properties\":{\"a\":{}}}", false, "1"), DEAD);
+    assert_int_equal(run("{\"additionalProperties\":false}", false, "[]"), DEAD);
+    assert_int_equal(run("{\"additionalProperties\":true}", false, "[]"), CLOSED);
+    assert_int_equal(run("{\"minItems\":1}", false, "\"s\""), CLOSED);
     assert_int_equal(run("{\"items\":[]}", false, "[1"), DEAD);
     assert_int_equal(run("{\"prefixItems\":[{\"const\":true}]}", false, "[true]"), CLOSED);
     assert_int_equal(run("{\"prefixItems\":[{\"const\":true}],\"items\":{\"type\":\"null\"}}", false, "[true"), DEAD);
