@@ -116,6 +116,7 @@ static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min")
     F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
         F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
         F_("grammar", JC_STR, .max_len = MU_GRAMMAR_MAX_TEXT_BYTES),                                          \
+        F_("backend_sampling", JC_BOOL), /* no effect: one sampler, on the CPU, either way */                  \
         F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1))
 
 static const jc_field json_schema_fields[] = {

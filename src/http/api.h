@@ -51,6 +51,7 @@ typedef struct {
     uint32_t seed;
     float temp;
     int n_predict;             /* > 0: the limit of a request without one */
+    bool cache_prompt;         /* the default of the cache_prompt field (--cache-prompt) */
     bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
 } mu_http_app;

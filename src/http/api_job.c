@@ -448,9 +448,10 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
         q->schema = NULL;
     }
     /* llama.cpp's prompt cache: keep the KV state of the longest common
-     * prefix with the slot's previous request (off unless asked, so answers
-     * equal `muser run`'s; llama.cpp's default is on) */
-    q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
+     * prefix with the slot's previous request (off unless asked or the
+     * server runs with --cache-prompt, so answers equal `muser run`'s;
+     * llama.cpp's default is on) */
+    q->keep_prefix = mu_jc_bool(body, "cache_prompt", ((mu_http_app *)mu_http_req_app(r))->cache_prompt);
     /* llama.cpp's return_progress: prompt-progress chunks, in streams only */
     q->progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
     api_spec_params(body, "speculative.type", "speculative.n_max", "speculative.n_min", q);

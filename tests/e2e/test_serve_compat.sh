@@ -198,6 +198,9 @@ expect "Anthropic with X-Api-Key and a hard-coded model name (--any-model)" 200 
 code=$(curl -s -o /dev/null -D "$T/hdr" -w '%{http_code}' -X OPTIONS "$BASE/v1/chat/completions" -H "Origin: http://app.example" -H "Access-Control-Request-Method: POST")
 if [ "$code" = 200 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" && grep -qi '^Access-Control-Allow-Headers:.*Authorization' "$T/hdr"; then
   ok "CORS preflight from an allowed origin: 200 without a key"; else bad "CORS preflight: $code $(cat "$T/hdr")"; fi
+code=$(curl -s -o /dev/null -D "$T/hdr" -w '%{http_code}' -X OPTIONS "$BASE/v1/chat/completions" -H "Origin: http://app.example" -H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization, content-type, x-stainless-os, x-stainless-retry-count")
+if [ "$code" = 200 ] && grep -qi '^Access-Control-Allow-Headers: authorization, content-type, x-stainless-os, x-stainless-retry-count' "$T/hdr"; then
+  ok "CORS preflight: the headers an SDK asks for are allowed (echoed)"; else bad "CORS preflight headers: $code $(cat "$T/hdr")"; fi
 curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://evil.example"
 grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS header for an origin not listed" || ok "no CORS header for an origin not listed"
 curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://[::1]:5173"
