@@ -287,7 +287,10 @@ int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
     else if (g->call_phase == CALL_PREFIX || g->call_phase == CALL_BODY) id = g->call_forced[g->call_pos], g->sampled = false;
     else if (g->call_phase == CALL_NAME) id = call_name_pick(g, logits);
     else if (g->gm) return grammar_pick(g, logits, why);
-    else if (g->cons) id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
+    else if (g->cons) {
+        id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
+        g->sampled = g->r.sp.temp > 0; /* greedy under a schema is an argmax, not a draw */
+    }
     else id = mu_sampler_sample(g->smp, logits);
     if (id < 0) *why = g->call_phase == CALL_NAME ? "tool call: no token can continue a function name"
                                                   : "structured output: no token can continue the value";
@@ -434,9 +437,10 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
     ev.tok.id = id;
     if (g->r.post_sampling && (g->r.logprobs || g->r.n_top > 0)) {
         int n = 0;
-        float p = 1;
-        if (g->sampled) n = mu_sampler_final_probs(g->smp, id, g->r.n_top, g->top_ids, g->top_probs, &p);
-        else if (g->r.n_top > 0) g->top_ids[0] = id, g->top_probs[0] = 1, n = 1; /* forced: certain */
+        float p = 1, pf = 0; /* llama.cpp reports 1 for a token not among the final candidates */
+        if (g->sampled) n = mu_sampler_final_probs(g->smp, id, g->r.n_top, g->top_ids, g->top_probs, &pf);
+        else if (g->r.n_top > 0) g->top_ids[0] = id, g->top_probs[0] = 1, n = 1; /* forced or argmax: certain */
+        if (pf > 0) p = pf;
         for (int k = 0; k < n; k++) g->top_logprobs[k] = logf(g->top_probs[k]);
         ev.tok.prob = p;
         ev.tok.logprob = logf(p);
