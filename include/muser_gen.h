@@ -141,6 +141,9 @@ typedef struct {
                                0 with the scheduler's default method: its draft min */
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
+    bool pin_slot;          /* run in slot id_slot (llama.cpp's id_slot), waiting for it while it is
+                               busy (jobs behind it that can run elsewhere go first); one choice only */
+    int id_slot;
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
                                return_progress, the programs' progress lines); readers that leave
                                it off never see one; none for embeddings */

@@ -144,8 +144,6 @@ json_t *api_timings(const mu_gen_stats *st) {
                      st->gen_ms, "predicted_per_token_ms", gn > 1 ? st->gen_ms / (gn - 1) : 0.0,
                      "predicted_per_second", st->gen_ms > 0 && gn > 1 ? (gn - 1) * 1e3 / st->gen_ms : 0.0,
                      "queue_ms", st->queue_ms);
-    /* muser's: where the cache_n tokens came from (the reuse ladder) */
-    if (t) json_object_set_new(t, "cache_source", json_string(mu_kv_src_name(st->reuse_src)));
     if (t && st->constrain_ms > 0) json_object_set_new(t, "constrained_ms", json_real(st->constrain_ms));
     if (t && st->prompt_shared) json_object_set_new(t, "prompt_shared", json_true());
     if (t && st->n_draft > 0) { /* speculative decoding, llama.cpp's names; spec_steps is muser's
@@ -454,6 +452,10 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     q->keep_prefix = mu_jc_bool(body, "cache_prompt", ((mu_http_app *)mu_http_req_app(r))->cache_prompt);
     /* llama.cpp's return_progress: prompt-progress chunks, in streams only */
     q->progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
+    /* llama.cpp's id_slot: the request runs in that slot (waiting for it) */
+    int id_slot = (int)mu_jc_int(body, "id_slot", -1);
+    q->pin_slot = id_slot >= 0;
+    q->id_slot = id_slot;
     api_spec_params(body, "speculative.type", "speculative.n_max", "speculative.n_min", q);
     return true;
 }

@@ -82,6 +82,9 @@ json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *cont
                           "stop_type", stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
                           g->st.n_prompt + g->n_ids, "timings", api_timings(&g->st));
     if (!o) return NULL;
+    /* muser's: where timings.cache_n's tokens came from (the reuse ladder);
+     * beside timings, whose values clients read as numbers */
+    json_object_set_new(o, "cache_source", json_string(mu_kv_src_name(g->st.reuse_src)));
     json_object_set_new(o, "has_new_line", json_boolean(g->content.p && memchr(g->content.p, '\n', g->content.n)));
     return o;
 }
