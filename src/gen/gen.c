@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../chat/chat.h"
 #include "../tok/tokenizer.h"
@@ -31,6 +32,7 @@ struct mu_gen {
     mu_gmatch *gm;             /* a GBNF grammar (r.grammar referenced) */
     char gm_err[256];          /* the grammar refused an accepted token: the next pick fails */
     bool sampled;              /* the last pick came from the sampler (post-sampling probabilities) */
+    double gm_seconds;         /* spent in the grammar's checks (not in the sampler chain) */
     mu_detok *detok;           /* NULL with no_text or a model without a tokenizer */
     mu_chat_parser *cp;        /* chat only */
     /* answer text not yet released (at most a stop string's length after
@@ -186,7 +188,7 @@ void mu_gen_free(mu_gen *g) {
 int mu_gen_n_accepted(const mu_gen *g) { return g->n_acc; }
 
 double mu_gen_constrain_s(const mu_gen *g) {
-    if (!g->cons) return 0;
+    if (!g->cons) return g->gm_seconds;
     uint64_t np, nc;
     double s;
     mu_constrain_stats(g->cons, &np, &nc, &s);
@@ -257,11 +259,23 @@ static void call_accept(mu_gen *g, int32_t id) {
  * the unconstrained logits; a token the grammar refuses is dropped and the
  * chain runs again (its generators advance again) over the logits with
  * every refused token at -inf. */
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
 static int32_t grammar_pick(mu_gen *g, const float *logits, const char **why) {
     int32_t id = mu_sampler_sample(g->smp, logits);
-    if (id >= 0 && mu_gmatch_allows(g->gm, id)) return id;
+    double t0 = mono_s();
+    bool ok = id >= 0 && mu_gmatch_allows(g->gm, id);
+    if (ok) {
+        g->gm_seconds += mono_s() - t0;
+        return id;
+    }
     memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof *g->masked);
     int n = mu_gmatch_mask(g->gm, g->masked);
+    g->gm_seconds += mono_s() - t0;
     if (n <= 0) {
         *why = n < 0 ? "grammar: out of memory (or too many parse stacks)" : "grammar: no token can continue the text";
         return -1;
