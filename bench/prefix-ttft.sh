@@ -6,7 +6,7 @@
 # One server (--parallel 1, --ctx 8448, default 512-token blocks): A = the
 # prompt cold; U = a short unrelated prompt (it takes the slot, so the live
 # slot no longer holds A's tokens); B = A's first 7680 tokens + 512 others:
-# the prefix cache restores 7680 (timings.cache_source "cache"). TTFT is the
+# the prefix cache restores 7680 (cache_source "cache"). TTFT is the
 # server's queue_ms + prompt_ms (submit -> first token sampled) and curl's
 # time to the whole answer (n_predict 1).
 set -eu
@@ -33,7 +33,9 @@ ask u "$U" >/dev/null
 wb=$(ask b "$B")
 python3 - "$T/a" "$T/b" "$wa" "$wb" "$MODEL" "$(nproc)" "$(cut -d' ' -f1 /proc/loadavg)" >"$OUT" <<'PY'
 import json, sys
-a, b = (json.load(open(f))["timings"] for f in sys.argv[1:3])
+ja, jb = (json.load(open(f)) for f in sys.argv[1:3])
+a, b = ja["timings"], jb["timings"]
+a["cache_source"], b["cache_source"] = ja["cache_source"], jb["cache_source"]
 ta, tb = a["queue_ms"] + a["prompt_ms"], b["queue_ms"] + b["prompt_ms"]
 print(json.dumps({"model": sys.argv[5], "cpus": int(sys.argv[6]), "loadavg_1m_after": float(sys.argv[7]),
     "prompt_tokens": 8192, "cold": {"ttft_ms": ta, "cache_n": a["cache_n"], "cache_source": a["cache_source"],

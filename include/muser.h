@@ -430,6 +430,12 @@ int32_t mu_sampler_sample(mu_sampler *s, const float *logits);
  * penalties, DRY) in place; sample_adjusted runs the rest. */
 void mu_sampler_adjust(mu_sampler *s, float *logits);
 int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *logits);
+/* After a draw: the candidates the chain left and their probabilities, as
+ * llama.cpp's server reports post_sampling_probs (the final candidate
+ * array, by probability descending, zeros left out; greedy: the argmax with
+ * 1). Writes up to k (id, prob) pairs, returns how many; *p_id is id's
+ * probability there (0 when it is not among them). */
+int mu_sampler_final_probs(const mu_sampler *s, int32_t id, int k, int32_t *ids, float *probs, float *p_id);
 /* Feeds a token into the sampler's history (penalties, DRY): every prompt
  * token and every generated one, in order, as llama.cpp's server does. */
 void mu_sampler_accept(mu_sampler *s, int32_t tok);

@@ -45,6 +45,17 @@ int mu_schema_new(const char *schema_json, bool object_only, const char *where, 
 mu_schema *mu_schema_ref(mu_schema *s);
 void mu_schema_unref(mu_schema *s);
 
+/* A compiled GBNF grammar (reference counted, immutable): llama.cpp's
+ * grammar dialect, applied as llama.cpp applies it (docs/api.md,
+ * "Grammars"). text: NUL-terminated, its start symbol `root`; tok resolves
+ * <text> token references (NULL: only <[id]> ones). MU_E_ARG with a one-line
+ * message naming the line and column of what failed, MU_E_NOMEM. */
+typedef struct mu_grammar mu_grammar;
+#define MU_GRAMMAR_MAX_TEXT_BYTES (1u << 20) /* longer grammar text is refused */
+int mu_grammar_new(const char *text, const mu_tok *tok, mu_grammar **out, mu_err *err);
+mu_grammar *mu_grammar_ref(mu_grammar *g);
+void mu_grammar_unref(mu_grammar *g);
+
 /* Embedding jobs: how the final-norm hidden states of the prompt's tokens
  * become the answer (llama.cpp's pooling types). */
 typedef enum {
@@ -89,6 +100,10 @@ typedef struct {
     int n_top;              /* most probable alternatives per token (0..n_vocab) */
     mu_schema *schema;      /* structured output, NULL for free text (the job takes a reference) */
     bool schema_chat;       /* the output may start with the Muse answer header */
+    mu_grammar *grammar;    /* a GBNF grammar over the whole output (the job takes a reference);
+                               not with schema, forced tokens or call_one_of */
+    bool post_sampling;     /* n_top / logprobs report the sampler chain's final candidates
+                               (llama.cpp's post_sampling_probs), not the model's softmax */
     bool keep_prefix;       /* reuse KV state for the prompt's longest known prefix: the slot's
                                previous job's tokens (chat turns), else the scheduler's prefix
                                cache and pack store (mu_sched_opts.cache); off: a fresh session */
@@ -147,6 +162,9 @@ typedef struct {
                                0 with the scheduler's default method: its draft min */
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
+    bool pin_slot;          /* run in slot id_slot (llama.cpp's id_slot), waiting for it while it is
+                               busy (jobs behind it that can run elsewhere go first); one choice only */
+    int id_slot;
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
                                return_progress, the programs' progress lines); readers that leave
                                it off never see one; none for embeddings */
@@ -177,6 +195,9 @@ typedef struct {
     const int32_t *top_ids;
     const float *top_probs;      /* softmax probabilities (mu_token_probs) */
     const float *top_logprobs;
+    float prob;                  /* post_sampling: the token's probability among the final candidates
+                                    (else exp(logprob)); with post_sampling n_top counts only
+                                    candidates of non-zero probability */
 } mu_gen_token;
 
 typedef struct {

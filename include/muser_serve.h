@@ -65,6 +65,8 @@ typedef struct {
     bool has_temp;             /* else 0.8 (llama.cpp's) */
     float temp;
     int n_predict;             /* > 0: the most tokens a request without a limit generates */
+    bool cache_prompt;         /* a request without cache_prompt reuses its slot's prefix (llama-server's
+                                  default; off: only requests that ask do) */
     bool no_slots;             /* GET /slots answers 501 (llama-server's --no-slots) */
     bool no_metrics;           /* GET /metrics answers 501 (llama-server serves it only with --metrics) */
     bool no_ui;                /* no dashboard at / and /dashboard (404) */

@@ -9,7 +9,8 @@ the suite can judge muser's compatibility. Point the suite at it:
 
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
 --pooling, --cors-origins (-> --cors), --seed, --temp, --n-predict (request
-defaults), --batch-size (prompt tokens per step), --tags, --no-slots and --no-ui carry over (--alias a,b,c as three);
+defaults), --batch-size (prompt tokens per step), --tags, --slot-save-path, --no-slots and --no-ui carry over
+(--alias a,b,c as three); --cache-prompt is always on (llama-server's cache_prompt default);
 without --metrics muser gets --no-metrics, without --cors-origins --cors '*'
 (llama-server's defaults: no /metrics, every origin);
 --any-model is always on (llama-server ignores the model name when it serves
@@ -101,6 +102,9 @@ def main():
             out += ["--batch-size", opts[flag]]
     if "--tags" in opts:
         out += ["--tags", opts["--tags"]]
+    out.append("--cache-prompt")  # llama-server's requests reuse the slot's prefix unless they say cache_prompt: false
+    if "--slot-save-path" in opts:  # /slots/{id}?action=save|restore files (muser writes KV packs there)
+        out += ["--slot-save-path", opts["--slot-save-path"]]
     for flag in ("--no-slots", "--no-ui"):
         if flag in dropped:
             out.append(flag)
@@ -114,7 +118,8 @@ def main():
         out += ["--api-key-file", path]
     ignored = [k for k in opts if k not in ("--port", "--host", "--parallel", "-np", "--ctx-size", "-c", "--threads",
                                             "-t", "--alias", "--pooling", "--cors-origins", "--api-key", "--seed",
-                                            "--temp", "--n-predict", "-n", "--tags", "--batch-size", "-b")]
+                                            "--temp", "--n-predict", "-n", "--tags", "--batch-size", "-b",
+                                            "--slot-save-path")]
     dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics")]
     sys.stderr.write("llama-server-shim: %s (dropped: %s)\n" % (" ".join(out), " ".join(ignored + dropped)))
     sys.stderr.flush()

@@ -9,7 +9,7 @@
  *               [--mmproj P.gguf]
  *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N] [--key-file F]
  *               [--slot-save-path DIR] [--seed N] [--temp T] [--n-predict N]
- *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N]
+ *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N] [--cache-prompt]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -44,7 +44,7 @@ static int usage(void) {
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N[K|M|G]] [--key-file F]\n"
             "                   [--slot-save-path DIR]\n"
             "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
-            "                   [--tags LIST] [--batch-size N]\n"
+            "                   [--tags LIST] [--batch-size N] [--cache-prompt]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -93,6 +93,7 @@ int cmd_serve(int argc, char **argv) {
     int n_aliases = 0;
     bool any_model = false, no_slots = false, no_ui = false, no_metrics = false;
     long long seed = -1, n_predict = -1, batch = 0;
+    bool cache_prompt = false;
     double temp = -1;
     const char *tags = NULL;
     mu_embd_pooling pooling = MU_EMBD_OFF;
@@ -155,6 +156,8 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--temp")) { NEED(); if (!cli_float(v, 0, 100, &temp)) return cli_fail("muser serve: --temp must be 0..100: %s", v); }
         else if (!strcmp(a, "--n-predict")) { NEED(); if (!cli_int(v, -1, 1048576, &n_predict)) return cli_fail("muser serve: --n-predict must be -1 (no limit) .. 1048576: %s", v); }
         else if (!strcmp(a, "--no-slots")) no_slots = true;
+        else if (!strcmp(a, "--cache-prompt")) cache_prompt = true;
+        else if (!strcmp(a, "--no-cache-prompt")) cache_prompt = false;
         else if (!strcmp(a, "--slots")) no_slots = false;
         else if (!strcmp(a, "--no-ui")) no_ui = true;
         else if (!strcmp(a, "--batch-size")) { NEED(); if (!cli_int(v, 1, 65536, &batch)) return cli_fail("muser serve: --batch-size must be 1..65536: %s", v); }
@@ -305,6 +308,7 @@ int cmd_serve(int argc, char **argv) {
                         .has_temp = temp >= 0,
                         .temp = (float)temp,
                         .n_predict = (int)n_predict,
+                        .cache_prompt = cache_prompt,
                         .no_slots = no_slots,
                         .no_ui = no_ui,
                         .no_metrics = no_metrics,

@@ -116,6 +116,7 @@ static int sampler_alloc(const mu_sample_params *p, int n_vocab, mu_sampler **ou
     mu_mt_seed(&s->rng_dist, (uint32_t)p->seed);
     mu_mt_seed(&s->rng_xtc, (uint32_t)p->seed);
     s->mu = 2.0f * p->mirostat_tau;
+    s->post_only = -1;
     *out = s;
     return 0;
 }

@@ -313,6 +313,7 @@ static int32_t dist(mu_sampler *s, arr *a) {
     if (a->size == 0) return -1;
     if (a->size == 1) {
         (void)mu_mt_double(&s->rng_dist);
+        a->data[0].p = 1.0f;
         return a->data[0].id;
     }
     float mx = a->data[0].logit;
@@ -326,11 +327,19 @@ static int32_t dist(mu_sampler *s, arr *a) {
     }
     const double tgt = sum * mu_mt_double(&s->rng_dist);
     double run = 0;
+    size_t sel = a->size - 1;
+    bool found = false;
     for (size_t i = 0; i < a->size; i++) {
-        run += a->data[i].p;
-        if (run >= tgt) return a->data[i].id;
+        if (!found) {
+            run += a->data[i].p;
+            if (run >= tgt) {
+                sel = i;
+                found = true;
+            }
+        }
+        a->data[i].p /= sum; /* normalized in the same pass, as llama.cpp (post-sampling probabilities) */
     }
-    return a->data[a->size - 1].id;
+    return a->data[sel].id;
 }
 
 /* llama_sample_dist: std::discrete_distribution over the probabilities. */
@@ -410,6 +419,14 @@ static void select_top(mu_sampler *s, const float *l, size_t k, arr *a) {
     *a = (arr){out, m, true};
 }
 
+static int32_t keep_post(mu_sampler *s, const arr *a, int32_t id) {
+    s->post = a->data;
+    s->n_post = a->size;
+    s->post_sorted = a->sorted;
+    s->post_only = -1;
+    return id;
+}
+
 int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *l) {
     const mu_sample_params *p = &s->p;
     const size_t min_keep = (size_t)p->min_keep;
@@ -417,11 +434,16 @@ int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *l) {
     if (p->mirostat) {
         build_full(s, l, &a);
         temp_impl(&a, p->temp);
-        return mirostat(s, &a);
+        int32_t id = mirostat(s, &a);
+        return keep_post(s, &a, id);
     }
     /* greedy, and nothing after it can drop the best token */
     bool can_drop = (p->typical_p > 0 && p->typical_p < 1) || p->xtc_probability > 0 || p->dynatemp_range > 0;
-    if (p->temp <= 0 && !can_drop) return argmax(l, s->n_vocab);
+    if (p->temp <= 0 && !can_drop) {
+        s->n_post = 0;
+        s->post_only = argmax(l, s->n_vocab); /* llama.cpp: the others end at probability 0 */
+        return s->post_only;
+    }
     bool built = false;
     if (p->top_n_sigma > 0) {
         build_full(s, l, &a);
@@ -440,7 +462,51 @@ int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *l) {
     min_p(s, &a, p->min_p, min_keep);
     xtc(s, &a);
     temp_ext(s, &a);
-    return dist(s, &a);
+    int32_t id = dist(s, &a);
+    return keep_post(s, &a, id);
+}
+
+int mu_sampler_final_probs(const mu_sampler *s, int32_t id, int k, int32_t *ids, float *probs, float *p_id) {
+    *p_id = 0;
+    if (s->post_only >= 0 || !s->post) {
+        if (s->post_only < 0) return 0;
+        if (id == s->post_only) *p_id = 1;
+        if (k < 1) return 0;
+        ids[0] = s->post_only;
+        probs[0] = 1;
+        return 1;
+    }
+    for (size_t i = 0; i < s->n_post; i++)
+        if (s->post[i].id == id) {
+            *p_id = s->post[i].p;
+            break;
+        }
+    /* llama.cpp sorts the array by probability, descending, unless it is
+     * sorted already (then by logit: the same order); zeros are left out */
+    int m = 0;
+    for (size_t i = 0; i < s->n_post && k > 0; i++) {
+        float v = s->post[i].p;
+        if (v == 0.0f) {
+            if (s->post_sorted) break;
+            continue;
+        }
+        if (s->post_sorted) {
+            if (m == k) break;
+            ids[m] = s->post[i].id;
+            probs[m++] = v;
+            continue;
+        }
+        if (m == k && !(v > probs[k - 1])) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && probs[j - 1] < v) {
+            probs[j] = probs[j - 1];
+            ids[j] = ids[j - 1];
+            j--;
+        }
+        probs[j] = v;
+        ids[j] = s->post[i].id;
+    }
+    return m;
 }
 
 int32_t mu_sampler_sample(mu_sampler *s, const float *logits) {

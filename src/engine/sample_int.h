@@ -64,6 +64,12 @@ struct mu_sampler {
     float *score;  /* [n_vocab] */
     mu_mt19937 rng_dist, rng_xtc;
     float mu; /* mirostat */
+    /* the last draw's final candidates (into cand/tmp; valid until the next
+     * draw), or post_only >= 0: greedy's argmax, the one candidate */
+    const mu_cand *post;
+    size_t n_post;
+    bool post_sorted;
+    int32_t post_only;
 };
 
 /* Breakers given as token sequences (head first), replacing any others:

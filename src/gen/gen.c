@@ -11,10 +11,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../chat/chat.h"
 #include "../tok/tokenizer.h"
 #include "constrain.h"
+#include "grammar.h"
 
 struct mu_gen {
     const mu_model *model;
@@ -27,6 +29,10 @@ struct mu_gen {
     int n_acc;                 /* tokens accepted */
     mu_sampler *smp;
     mu_constrain *cons;
+    mu_gmatch *gm;             /* a GBNF grammar (r.grammar referenced) */
+    char gm_err[256];          /* the grammar refused an accepted token: the next pick fails */
+    bool sampled;              /* the last pick came from the sampler (post-sampling probabilities) */
+    double gm_seconds;         /* spent in the grammar's checks (not in the sampler chain) */
     mu_detok *detok;           /* NULL with no_text or a model without a tokenizer */
     mu_chat_parser *cp;        /* chat only */
     /* answer text not yet released (at most a stop string's length after
@@ -106,6 +112,16 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
     if (!rc && r->schema) mu_schema_ref(r->schema);
     else g->r.schema = NULL;
     const mu_tok *tok = mu_model_tokenizer(m);
+    if (!rc && r->grammar) {
+        if (r->schema || r->n_forced || r->n_call_one_of || !tok)
+            rc = mu_fail(err, MU_E_ARG, "gen: a grammar needs a tokenizer and excludes a schema, forced tokens "
+                                        "and a forced call");
+        else if (!(rc = mu_gmatch_new(r->grammar, tok, m, &g->gm, err)) &&
+                 !(g->masked = malloc((size_t)g->n_vocab * sizeof *g->masked)))
+            rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
+        if (!rc) mu_grammar_ref(r->grammar);
+    }
+    if (rc || !r->grammar) g->r.grammar = NULL;
     if (!rc && !r->no_text) {
         if (!tok) rc = mu_fail(err, MU_E_UNSUPPORTED, "gen: the model has no tokenizer; ask for token ids only");
         else
@@ -153,6 +169,8 @@ void mu_gen_free(mu_gen *g) {
     mu_sampler_free(g->smp);
     mu_constrain_free(g->cons);
     mu_schema_unref(g->r.schema);
+    mu_gmatch_free(g->gm);
+    mu_grammar_unref(g->r.grammar);
     mu_detok_free(g->detok);
     mu_chat_parser_free(g->cp);
     free(g->held);
@@ -171,7 +189,7 @@ void mu_gen_free(mu_gen *g) {
 int mu_gen_n_accepted(const mu_gen *g) { return g->n_acc; }
 
 double mu_gen_constrain_s(const mu_gen *g) {
-    if (!g->cons) return 0;
+    if (!g->cons) return g->gm_seconds;
     uint64_t np, nc;
     double s;
     mu_constrain_stats(g->cons, &np, &nc, &s);
@@ -238,6 +256,34 @@ static void call_accept(mu_gen *g, int32_t id) {
     g->call_phase = CALL_BODY;
 }
 
+/* llama.cpp's common_sampler_sample with a grammar: the chain draws from
+ * the unconstrained logits; a token the grammar refuses is dropped and the
+ * chain runs again (its generators advance again) over the logits with
+ * every refused token at -inf. */
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static int32_t grammar_pick(mu_gen *g, const float *logits, const char **why) {
+    int32_t id = mu_sampler_sample(g->smp, logits);
+    double t0 = mono_s();
+    bool ok = id >= 0 && mu_gmatch_allows(g->gm, id);
+    if (ok) {
+        g->gm_seconds += mono_s() - t0;
+        return id;
+    }
+    memcpy(g->masked, logits, (size_t)g->n_vocab * sizeof *g->masked);
+    int n = mu_gmatch_mask(g->gm, g->masked);
+    g->gm_seconds += mono_s() - t0;
+    if (n <= 0) {
+        *why = n < 0 ? "grammar: out of memory (or too many parse stacks)" : "grammar: no token can continue the text";
+        return -1;
+    }
+    return mu_sampler_sample(g->smp, g->masked);
+}
+
 int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
     /* NaN or infinity in the logits comes from broken weights (or a broken
      * kernel): end with an error, never sample garbage */
@@ -247,10 +293,19 @@ int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
             return -1;
         }
     int32_t id;
-    if (g->n_acc < g->r.n_forced) id = g->forced[g->n_acc];
-    else if (g->call_phase == CALL_PREFIX || g->call_phase == CALL_BODY) id = g->call_forced[g->call_pos];
+    g->sampled = true;
+    if (g->gm_err[0]) {
+        *why = g->gm_err;
+        return -1;
+    }
+    if (g->n_acc < g->r.n_forced) id = g->forced[g->n_acc], g->sampled = false;
+    else if (g->call_phase == CALL_PREFIX || g->call_phase == CALL_BODY) id = g->call_forced[g->call_pos], g->sampled = false;
     else if (g->call_phase == CALL_NAME) id = call_name_pick(g, logits);
-    else if (g->cons) id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
+    else if (g->gm) return grammar_pick(g, logits, why);
+    else if (g->cons) {
+        id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
+        g->sampled = g->r.sp.temp > 0; /* greedy under a schema is an argmax, not a draw */
+    }
     else id = mu_sampler_sample(g->smp, logits);
     if (id < 0) *why = g->call_phase == CALL_NAME ? "tool call: no token can continue a function name"
                                                   : "structured output: no token can continue the value";
@@ -386,14 +441,32 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
     g->emit = emit;
     g->user = user;
     if (g->cons) mu_constrain_accept(g->cons, id);
+    if (g->gm && !g->gm_err[0]) {
+        mu_err e;
+        if (mu_gmatch_accept(g->gm, id, &e)) snprintf(g->gm_err, sizeof g->gm_err, "%s", e.msg);
+    }
     if (g->call_phase != CALL_OFF && g->n_acc >= g->r.n_forced) call_accept(g, id);
     mu_sampler_accept(g->smp, id);
     g->n_acc++;
     mu_gen_event ev = {.kind = MU_EV_TOKEN};
     ev.tok.id = id;
-    if (g->r.logprobs || g->r.n_top > 0) {
+    if (g->r.post_sampling && (g->r.logprobs || g->r.n_top > 0)) {
+        int n = 0;
+        float p = 1, pf = 0; /* llama.cpp reports 1 for a token not among the final candidates */
+        if (g->sampled) n = mu_sampler_final_probs(g->smp, id, g->r.n_top, g->top_ids, g->top_probs, &pf);
+        else if (g->r.n_top > 0) g->top_ids[0] = id, g->top_probs[0] = 1, n = 1; /* forced or argmax: certain */
+        if (pf > 0) p = pf;
+        for (int k = 0; k < n; k++) g->top_logprobs[k] = logf(g->top_probs[k]);
+        ev.tok.prob = p;
+        ev.tok.logprob = logf(p);
+        ev.tok.n_top = n;
+        ev.tok.top_ids = g->top_ids;
+        ev.tok.top_probs = g->top_probs;
+        ev.tok.top_logprobs = g->top_logprobs;
+    } else if (g->r.logprobs || g->r.n_top > 0) {
         mu_token_probs(logits, g->n_vocab, id, g->r.n_top, &ev.tok.logprob, g->top_ids, g->top_probs,
                        g->top_logprobs);
+        ev.tok.prob = expf(ev.tok.logprob);
         ev.tok.n_top = g->r.n_top;
         ev.tok.top_ids = g->top_ids;
         ev.tok.top_probs = g->top_probs;
@@ -424,6 +497,9 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
     if (g->finish) return g->finish;
     if (!g->r.ignore_eos && mu_model_is_stop(g->model, id)) return MU_FINISH_STOP;
     if (g->cons && mu_constrain_done(g->cons)) return MU_FINISH_STOP;
+    /* the grammar is complete and admits nothing more, and the end tokens
+     * are banned (ignore_eos): llama.cpp would have no candidate left */
+    if (g->gm && g->r.ignore_eos && mu_gmatch_finished(g->gm)) return MU_FINISH_STOP;
     if (g->n_acc >= g->max_new) return g->by_ctx ? MU_FINISH_CTX : MU_FINISH_LENGTH;
     return MU_FINISH_NONE;
 }

@@ -41,7 +41,7 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
 void mu_gen_end(mu_gen *g, mu_finish f, const char *why, const mu_gen_stats *st, mu_gen_emit_fn emit, void *user);
 
 int mu_gen_n_accepted(const mu_gen *g);
-/* Seconds spent in structured-output checks so far. */
+/* Seconds spent in structured-output or grammar checks so far. */
 double mu_gen_constrain_s(const mu_gen *g);
 
 #endif

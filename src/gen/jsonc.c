@@ -48,6 +48,9 @@ struct jnode {
     bool addl_ok;        /* keys other than the declared ones */
     jnode *addl;         /* their schema (the any node when true) */
     jnode *items;        /* the any node when absent */
+    jnode **tup;         /* tuple form (items / prefixItems as an array): item i's schema; */
+    int n_tup;           /* exactly n_tup items then (llama.cpp ignores minItems / maxItems there) */
+    bool is_tup;
     int min_items, max_items;
     int n_any;
     jnode **any;
@@ -85,6 +88,7 @@ static void schema_free(mu_jsonc_schema *s) {
         lits_free(&n->names);
         free(n->pnode);
         free(n->any);
+        free(n->tup);
         free(n);
         n = nx;
     }
@@ -341,9 +345,26 @@ static jnode *compile(comp *c, const json_t *j, const char *path) {
                 n->addl = compile(c, v, sub);
                 if (!n->addl) return NULL;
             }
+        } else if (json_is_array(v) && (!strcmp(key, "items") ||
+                                         (!strcmp(key, "prefixItems") && !json_object_get(j, "items")))) {
+            /* the tuple form, as llama.cpp's converter reads it: these items,
+             * in order, and no others ("items" wins over "prefixItems") */
+            size_t k = json_array_size(v);
+            if (k > MU_JSONC_MAX_PROPS) return cfail(c, sub, "more than 64 tuple items", NULL), NULL;
+            n->tup = calloc(k ? k : 1, sizeof *n->tup);
+            if (!n->tup) return mu_fail(c->err, MU_E_NOMEM, "%s: out of memory", path), NULL;
+            n->is_tup = true;
+            n->n_tup = (int)k;
+            for (size_t i = 0; i < k; i++) {
+                char sub2[540];
+                snprintf(sub2, sizeof sub2, "%s.%zu", sub, i);
+                if (!(n->tup[i] = compile(c, json_array_get(v, i), sub2))) return NULL;
+            }
+        } else if (!strcmp(key, "prefixItems") && json_is_array(v)) {
+            /* next to "items": ignored, as llama.cpp does */
         } else if (!strcmp(key, "items")) {
             if (!json_is_object(v) && !json_is_boolean(v))
-                return cfail(c, sub, "only a single schema is supported (not tuple form)", NULL), NULL;
+                return cfail(c, sub, "must be a schema or an array of schemas", NULL), NULL;
             if (json_is_false(v)) {
                 n->max_items = 0;
             } else {
@@ -414,6 +435,15 @@ static jnode *compile(comp *c, const json_t *j, const char *path) {
                      json_object_get(j, "additionalProperties"))) {
         cfail(c, path, "'anyOf' next to other constraints is not supported (put them inside each alternative)", NULL);
         return NULL;
+    }
+    if (n->is_tup) n->min_items = n->max_items = n->n_tup;
+    /* no "type": the structural keywords decide, as llama.cpp's schema
+     * reader does (properties, or additionalProperties other than true: an
+     * object; items or prefixItems: an array) */
+    if (!has_typed && !n->lit.n && !n->n_any) {
+        const json_t *ap = json_object_get(j, "additionalProperties");
+        if (json_object_get(j, "properties") || (ap && !json_is_true(ap))) n->types = T_OBJ;
+        else if (json_object_get(j, "items") || json_object_get(j, "prefixItems")) n->types = T_ARR;
     }
     if (n->min_items > n->max_items) return cfail(c, path, "minItems is larger than maxItems", NULL), NULL;
     lits_sort(&n->lit, NULL);
@@ -697,7 +727,7 @@ static bool cfg_feed(cfg *g, uint8_t c) {
                     return true;
                 }
                 f->st = A_AFTER;
-                return push_val(g, n->items, 1);
+                return push_val(g, n->is_tup ? n->tup[0] : n->items, 1);
             }
             if (c == '"' && (n->types & T_STR)) {
                 memset(f, 0, sizeof *f);
@@ -815,7 +845,7 @@ static bool cfg_feed(cfg *g, uint8_t c) {
             if (c == ',' && f->st == A_AFTER) {
                 if (f->cnt >= n->max_items) return false;
                 f->ws = 0;
-                return push_val(g, n->items, 0);
+                return push_val(g, n->is_tup ? n->tup[f->cnt] : n->items, 0);
             }
             return false;
         }

@@ -83,6 +83,7 @@ struct mu_job {
     int n_prompt;
     const mu_mprompt *media; /* mu_gen_req.media: image rows at the prompt's negative ids */
     bool keep_prefix;
+    int want_slot;        /* the slot it must run in (mu_gen_req.pin_slot), or -1 */
     bool progress;        /* MU_EV_PROGRESS events (mu_gen_req.progress) */
     double t_progress;    /* now_ms() of the first PROGRESS event (0: none yet) */
     int (*install)(void *user, mu_session *s, mu_err *err); /* mu_gen_req.install */
@@ -759,27 +760,35 @@ static bool slot_start(mu_sched *s, int i) {
 }
 
 /* Called with s->mu held. A job that keeps its prefix goes to the free slot
- * whose history shares most with its prompt. */
+ * whose history shares most with its prompt; a pinned job waits for its
+ * slot, and the jobs behind it may pass it. */
 static void admit(mu_sched *s) {
     if (s->hold_until > 0) {
         if (s->n_queued < s->hold_until) return;
         s->hold_until = 0;
     }
-    while (s->q_head) {
-        mu_job *j = s->q_head;
+    mu_job **pp = &s->q_head, *prev = NULL;
+    while (*pp) {
+        mu_job *j = *pp;
         int best = -1, best_n = -1;
         for (int i = 0; i < s->o.n_slots; i++) {
             slot *sl = &s->slots[i];
-            if (sl->job) continue;
+            if (sl->job || (j->want_slot >= 0 && i != j->want_slot)) continue;
             int n = j->keep_prefix ? common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt) : 0;
             if (n > best_n) {
                 best = i;
                 best_n = n;
             }
         }
-        if (best < 0) break;
-        s->q_head = j->next;
-        if (!s->q_head) s->q_tail = NULL;
+        if (best < 0) {
+            if (j->want_slot < 0) break; /* no free slot at all */
+            prev = j;
+            pp = &j->next;
+            continue;
+        }
+        *pp = j->next;
+        if (s->q_tail == j) s->q_tail = prev;
+        j->next = NULL;
         s->n_queued--;
         j->queued = false;
         slot *sl = &s->slots[best];
@@ -1233,6 +1242,8 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     }
     if (r->n_prompt >= s->o.n_ctx)
         return mu_fail(err, MU_E_ARG, "sched: the prompt has %d tokens; the context holds %d", r->n_prompt, s->o.n_ctx);
+    if (r->pin_slot && (r->id_slot < 0 || r->id_slot >= s->o.n_slots))
+        return mu_fail(err, MU_E_ARG, "sched: no slot %d (this server has %d)", r->id_slot, s->o.n_slots);
     for (int i = 0; i < r->n_prompt; i++)
         if ((r->prompt[i] < 0 && !(r->media && mu_mprompt_embd(r->media, i))) || r->prompt[i] >= s->n_vocab)
             return mu_fail(err, MU_E_ARG, "sched: token id out of range: %d", (int)r->prompt[i]);
@@ -1323,6 +1334,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     j->n_prompt = r->n_prompt;
     j->media = r->media;
     j->keep_prefix = r->keep_prefix;
+    j->want_slot = r->pin_slot ? r->id_slot : -1;
     j->progress = r->progress && !r->embd;
     j->install = r->install;
     j->install_user = r->install_user;
@@ -1366,6 +1378,7 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
     if (n > 1 && r[0].save) return mu_fail(err, MU_E_ARG, "sched: a saved state serves one choice only");
+    if (n > 1 && r[0].pin_slot) return mu_fail(err, MU_E_ARG, "sched: a job pinned to a slot has one choice");
     if (n > 1) {
         g = calloc(1, sizeof *g);
         if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");

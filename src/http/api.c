@@ -106,7 +106,6 @@ static const jc_field tool_choice_fields[] = {
 static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL),
                                              F_("include_obfuscation", JC_BOOL | JC_NULL), /* no effect */ END};
 static const char *const service_tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
-static const char *const no_grammar[] = {"", NULL};
 static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
 
 /* Fields OpenAI defines that change nothing here (docs/api.md, "Accepted
@@ -127,8 +126,8 @@ static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min")
     SPEC_FIELDS("speculative.type", "speculative.n_max", "speculative.n_min"),                                \
     F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
         F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
-        F_("grammar", JC_STR, .one_of = no_grammar,                                                            \
-           .note = " (GBNF grammars are not supported: use json_schema or response_format)"),                  \
+        F_("grammar", JC_STR, .max_len = MU_GRAMMAR_MAX_TEXT_BYTES),                                          \
+        F_("backend_sampling", JC_BOOL), /* no effect: one sampler, on the CPU, either way */                  \
         F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1))
 
 static const jc_field json_schema_fields[] = {

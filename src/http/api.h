@@ -59,6 +59,7 @@ typedef struct {
     uint32_t seed;
     float temp;
     int n_predict;             /* > 0: the limit of a request without one */
+    bool cache_prompt;         /* the default of the cache_prompt field (--cache-prompt) */
     bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
     const mu_mmproj *mmproj;   /* the vision projector (--mmproj), or NULL: images are refused */
@@ -86,9 +87,11 @@ int api_tokenize_prompt(mu_http_app *a, const char *text, bool parse_special, in
 typedef struct {
     int32_t id;
     float logprob;
+    float prob;              /* post_sampling_probs: the chain's probability (mu_gen_token.prob) */
     int n_top;
     int32_t top_ids[API_MAX_TOP];
     float top_logprobs[API_MAX_TOP];
+    float top_probs[API_MAX_TOP];
 } api_tok;
 
 /* One PROGRESS event of a job: llama.cpp's prompt_progress. */

@@ -144,8 +144,6 @@ json_t *api_timings(const mu_gen_stats *st) {
                      st->gen_ms, "predicted_per_token_ms", gn > 1 ? st->gen_ms / (gn - 1) : 0.0,
                      "predicted_per_second", st->gen_ms > 0 && gn > 1 ? (gn - 1) * 1e3 / st->gen_ms : 0.0,
                      "queue_ms", st->queue_ms);
-    /* muser's: where the cache_n tokens came from (the reuse ladder) */
-    if (t) json_object_set_new(t, "cache_source", json_string(mu_kv_src_name(st->reuse_src)));
     if (t && st->constrain_ms > 0) json_object_set_new(t, "constrained_ms", json_real(st->constrain_ms));
     if (t && st->prompt_shared) json_object_set_new(t, "prompt_shared", json_true());
     if (t && st->n_draft > 0) { /* speculative decoding, llama.cpp's names; spec_steps is muser's
@@ -417,19 +415,47 @@ void api_spec_params(const json_t *o, const char *k_type, const char *k_max, con
 }
 
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
-    if (mu_jc_bool(body, "post_sampling_probs", false)) {
-        mu_http_reply_error(r, 400,
-                            "field 'post_sampling_probs': not supported: probabilities are the model's (before the "
-                            "sampler chain)",
-                            "post_sampling_probs");
-        return false;
+    /* llama.cpp's post_sampling_probs: n_probs / logprobs report the
+     * sampler chain's final candidates */
+    q->post_sampling = mu_jc_bool(body, "post_sampling_probs", false);
+    /* llama.cpp's GBNF grammar; it wins over json_schema / response_format
+     * (llama.cpp reads json_schema only when there is no grammar), except
+     * that a chat request naming both is refused, as llama.cpp does */
+    const char *gbnf = mu_jc_str(body, "grammar", "");
+    if (*gbnf) {
+        bool chat = json_object_get(body, "messages") != NULL;
+        const json_t *js = json_object_get(body, "json_schema");
+        if (chat && js && !json_is_null(js)) {
+            mu_http_reply_error(r, 400, "fields 'grammar' and 'json_schema': cannot use both", "grammar");
+            return false;
+        }
+        const json_t *tools = json_object_get(body, "tools");
+        const json_t *tc = json_object_get(body, "tool_choice");
+        if (chat && json_array_size(tools) > 0 && !(json_is_string(tc) && !strcmp(json_string_value(tc), "none"))) {
+            mu_http_reply_error(r, 400, "field 'grammar': cannot constrain with a grammar when tools are offered",
+                                "grammar");
+            return false;
+        }
+        mu_err err = {0};
+        mu_http_app *a = mu_http_req_app(r);
+        int rc = mu_grammar_new(gbnf, a->tok, &q->grammar, &err);
+        if (rc) {
+            mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, err.msg, "grammar");
+            return false;
+        }
+        q->schema = NULL;
     }
     /* llama.cpp's prompt cache: keep the KV state of the longest common
-     * prefix with the slot's previous request (off unless asked, so answers
-     * equal `muser run`'s; llama.cpp's default is on) */
-    q->keep_prefix = mu_jc_bool(body, "cache_prompt", false);
+     * prefix with the slot's previous request (off unless asked or the
+     * server runs with --cache-prompt, so answers equal `muser run`'s;
+     * llama.cpp's default is on) */
+    q->keep_prefix = mu_jc_bool(body, "cache_prompt", ((mu_http_app *)mu_http_req_app(r))->cache_prompt);
     /* llama.cpp's return_progress: prompt-progress chunks, in streams only */
     q->progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
+    /* llama.cpp's id_slot: the request runs in that slot (waiting for it) */
+    int id_slot = (int)mu_jc_int(body, "id_slot", -1);
+    q->pin_slot = id_slot >= 0;
+    q->id_slot = id_slot;
     api_spec_params(body, "speculative.type", "speculative.n_max", "speculative.n_min", q);
     return true;
 }
@@ -560,10 +586,12 @@ static bool add_id(api_job *g, const mu_gen_token *t) {
         api_tok *o = &g->toks[g->n_ids];
         o->id = t->id;
         o->logprob = t->logprob;
+        o->prob = t->prob;
         o->n_top = t->n_top < API_MAX_TOP ? t->n_top : API_MAX_TOP;
         for (int k = 0; k < o->n_top; k++) {
             o->top_ids[k] = t->top_ids[k];
             o->top_logprobs[k] = t->top_logprobs[k];
+            o->top_probs[k] = t->top_probs[k];
         }
     }
     g->ids[g->n_ids++] = t->id;

@@ -27,19 +27,22 @@ static bool check(mu_http_req *r, const json_t *body) {
     return api_model_ok(r, body, "model");
 }
 
-static json_t *prob_entry(mu_http_app *a, int32_t id, float lp) {
+/* post: llama.cpp's post_sampling_probs shape (prob, top_probs) */
+static json_t *prob_entry(mu_http_app *a, int32_t id, float v, bool post) {
     return json_pack("{s:i,s:o,s:o,s:f}", "id", id, "token", api_token_str(a, id), "bytes", api_token_bytes(a, id),
-                     "logprob", (double)lp);
+                     post ? "prob" : "logprob", (double)v);
 }
 
-static json_t *probs_range(api_job *g, int from, int to) {
+static json_t *probs_range(api_job *g, int from, int to, bool post) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) {
         const api_tok *t = &g->toks[i];
-        json_t *e = prob_entry(g->app, t->id, t->logprob);
+        json_t *e = prob_entry(g->app, t->id, post ? t->prob : t->logprob, post);
         json_t *top = json_array();
-        for (int k = 0; k < t->n_top; k++) json_array_append_new(top, prob_entry(g->app, t->top_ids[k], t->top_logprobs[k]));
-        json_object_set_new(e, "top_logprobs", top);
+        for (int k = 0; k < t->n_top; k++)
+            json_array_append_new(top, prob_entry(g->app, t->top_ids[k], post ? t->top_probs[k] : t->top_logprobs[k],
+                                                  post));
+        json_object_set_new(e, post ? "top_probs" : "top_logprobs", top);
         json_array_append_new(arr, e);
     }
     return arr;
@@ -61,6 +64,7 @@ typedef struct {
     int n;                   /* jobs: prompts * per */
     int per;                 /* choices per prompt (n_cmpl) */
     bool probs, return_tokens, many, timings_per_token;
+    bool post;               /* post_sampling_probs */
     json_t *settings;
     json_t *fields;          /* response_fields (borrowed copy), or NULL */
     bool done[API_MAX_CHOICES];
@@ -78,6 +82,9 @@ json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *cont
                           "stop_type", stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
                           g->st.n_prompt + g->n_ids, "timings", api_timings(&g->st));
     if (!o) return NULL;
+    /* muser's: where timings.cache_n's tokens came from (the reuse ladder);
+     * beside timings, whose values clients read as numbers */
+    json_object_set_new(o, "cache_source", json_string(mu_kv_src_name(g->st.reuse_src)));
     json_object_set_new(o, "has_new_line", json_boolean(g->content.p && memchr(g->content.p, '\n', g->content.n)));
     return o;
 }
@@ -128,7 +135,7 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
             json_t *toks = json_array();
             if (i < to) json_array_append_new(toks, json_integer(g->ids[i]));
             json_object_set_new(c, "tokens", toks);
-            if (s->probs && i < to) json_object_set_new(c, "completion_probabilities", probs_range(g, i, i + 1));
+            if (s->probs && i < to) json_object_set_new(c, "completion_probabilities", probs_range(g, i, i + 1, s->post));
             if (s->timings_per_token) json_object_set_new(c, "timings", api_job_timings(g));
             sse_data(out, c);
         }
@@ -189,7 +196,7 @@ static bool lc_poll(void *state, mu_http_req *r) {
         if (s->return_tokens)
             for (int i = 0; i < g->n_ids; i++) json_array_append_new(toks, json_integer(g->ids[i]));
         json_object_set_new(o, "tokens", toks);
-        if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(g, 0, g->n_ids));
+        if (s->probs) json_object_set_new(o, "completion_probabilities", probs_range(g, 0, g->n_ids, s->post));
         if (s->fields) o = pick_fields(o, s->fields);
         json_array_append_new(all, o);
     }
@@ -274,6 +281,7 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
         if (!ok) {
             s->n = p * per;
             mu_schema_unref(schema);
+            mu_grammar_unref(q.grammar);
             lc_release(s);
             return;
         }
@@ -282,10 +290,12 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     }
     mu_schema_unref(schema); /* the jobs hold their own references */
     s->many = s->n > 1;
+    s->post = q.post_sampling;
     s->probs = q.logprobs;
     s->return_tokens = mu_jc_bool(body, "return_tokens", false);
     s->settings = api_params_json(a, &q, stop, mu_jc_bool(body, "stream", false),
                                   mu_jc_bool(body, "timings_per_token", false));
+    if (s->settings && q.grammar) json_object_set_new(s->settings, "grammar", json_string(mu_jc_str(body, "grammar", "")));
     s->fields = json_incref(json_object_get(body, "response_fields"));
     if (!json_array_size(s->fields)) { /* llama.cpp: an empty list is every field */
         json_decref(s->fields);
@@ -510,7 +520,8 @@ json_t *api_params_json(mu_http_app *a, const mu_gen_req *q, const json_t *stop,
                                         "min_keep", d->min_keep, "grammar", ""));
     json_object_update_new(p, json_pack("{s:[s,s,s,s,s,s,s,s,s],s:b,s:b,s:[]}", "samplers", "penalties", "dry",
                                         "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
-                                        "timings_per_token", timings_per_token, "post_sampling_probs", 0, "lora"));
+                                        "timings_per_token", timings_per_token, "post_sampling_probs", q->post_sampling,
+                                        "lora"));
     return p;
 }
 

@@ -533,7 +533,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     q.sp = api_sample_params(a, body, "seed");
     q.logprobs = mu_jc_bool(body, "logprobs", false);
     q.n_top = q.logprobs ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
-    q.schema = schema;
+    q.schema = q.grammar ? NULL : schema; /* a grammar wins over response_format (llama.cpp) */
     q.schema_chat = true;
     q.chat = true;
     q.call_one_of = n_call ? call_names : NULL;
@@ -545,6 +545,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
         free(ptext);
         mu_mprompt_free((mu_mprompt *)media);
         mu_schema_unref(schema);
+        mu_grammar_unref(q.grammar);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
@@ -552,6 +553,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     s->per = s->n;
     ok = api_job_start_n(r, s->g, s->n, a, ids, n, &q, json_object_get(body, "stop"));
     mu_schema_unref(schema); /* the jobs hold their own references */
+    mu_grammar_unref(q.grammar);
     if (!ok) {
         free(ptext);
         free(s);
@@ -766,11 +768,13 @@ void api_openai_completions(mu_http_req *r, const json_t *body) {
         if (!ok) {
             s->n = p * per;
             mu_schema_unref(schema);
+            mu_grammar_unref(q.grammar);
             oa_release(s);
             return;
         }
     }
     mu_schema_unref(schema); /* the jobs hold their own references */
+    mu_grammar_unref(q.grammar);
     s->n = n_prompts * per;
     s->a = a;
     for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;

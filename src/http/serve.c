@@ -104,6 +104,7 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
     a->has_temp = o->has_temp;
     a->temp = o->temp;
     a->n_predict = o->n_predict > 0 ? o->n_predict : 0;
+    a->cache_prompt = o->cache_prompt;
     a->no_slots = o->no_slots;
     a->no_ui = o->no_ui;
     a->no_metrics = o->no_metrics;

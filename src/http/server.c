@@ -947,8 +947,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             struct MHD_Response *resp = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
             if (resp) {
                 MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+                /* the headers the browser asks for, echoed: SDKs send their own
+                 * (the openai package's x-stainless-*), and "*" would not cover
+                 * Authorization (Fetch: it must be named) */
+                const char *ask = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND,
+                                                              "Access-Control-Request-Headers");
+                bool plain = ask && *ask && strlen(ask) <= 1024;
+                for (const char *c = ask; plain && *c; c++)
+                    plain = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+                            *c == '-' || *c == '_' || *c == ',' || *c == ' ';
                 MHD_add_response_header(resp, "Access-Control-Allow-Headers",
-                                        "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Idempotency-Key");
+                                        plain ? ask : "Authorization, Content-Type, X-Api-Key, Anthropic-Version, Idempotency-Key");
+                if (plain) MHD_add_response_header(resp, "Vary", "Access-Control-Request-Headers");
                 MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
             }
             queue(r, 200, resp); /* any 2xx does; llama.cpp's server answers 200 */

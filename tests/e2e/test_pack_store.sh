@@ -51,7 +51,7 @@ PORT=$(sed -nE 's/.* on https?:\/\/[^ ]*:([0-9]+) .*/\1/p' "$T/log" | head -1)
 curl -s "http://127.0.0.1:$PORT/completion" -H 'Content-Type: application/json' \
   -d "{\"prompt\":[$ASK],\"n_predict\":2,\"cache_prompt\":true}" >"$T/hit"
 kill $SP; wait $SP 2>/dev/null
-python3 -c "import json,sys; t=json.load(open(sys.argv[1]))['timings']; assert t['cache_source']=='pack' and t['cache_n']==100, t" "$T/hit" \
+python3 -c "import json,sys; j=json.load(open(sys.argv[1])); t=j['timings']; assert j['cache_source']=='pack' and t['cache_n']==100, j" "$T/hit" \
   && ok "the server restored p1 from the store" || bad "store hit: $(cat "$T/hit")"
 # the budget holds two of the three: p2, the least recently used now, goes
 "$MUSER" pack gc "$S" --max-bytes "$b" >"$T/gc"

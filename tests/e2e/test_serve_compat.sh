@@ -102,8 +102,17 @@ expect "OpenAI store/metadata/service_tier/user and llama.cpp extensions accepte
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"store":false,"metadata":{"k":"v"},"service_tier":"auto","user":"u","parallel_tool_calls":true,"n_predict":3,"cache_prompt":false,"id_slot":-1,"timings_per_token":false,"return_progress":false,"chat_template_kwargs":{"reasoning_effort":"low"},"stream_options":null}'
 expect "llama.cpp json_schema on /v1/chat/completions" 200 "j['choices'][0]['message']['content'].lstrip()[:1] in '{'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":30,"temperature":0,"json_schema":{"type":"object"}}'
-expect "grammar -> 400 saying GBNF is not supported" 400 "'GBNF' in j['error']['message']" POST /completion '{"prompt":"x","grammar":"root ::= \"a\""}'
-expect "post_sampling_probs true -> 400" 400 "'post_sampling_probs' in j['error']['message']" POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"post_sampling_probs":true}'
+expect "GBNF grammar on /completion: exactly its text, then the end token" 200 "j['content'] == 'aaaaa' and j['stop_type'] == 'eos'" \
+  POST /completion '{"prompt":"x","n_predict":8,"temperature":0,"grammar":"root ::= \"a\"{5,5}"}'
+expect "GBNF grammar on /v1/chat/completions (sampled)" 200 "j['choices'][0]['message']['content'] in ('yes', 'no')" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Is it?"}],"max_tokens":8,"seed":3,"grammar":"root ::= \"yes\" | \"no\""}'
+expect "a bad grammar -> 400 naming line and column" 400 "j['error']['message'] == \"grammar: expecting ')' at line 1 column 33: end of input\"" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= this is (not valid GBNF"}'
+expect "grammar and json_schema together on chat -> 400" 400 "j['error']['param'] == 'grammar'" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= \"a\"","json_schema":{}}'
+expect "post_sampling_probs: prob and top_probs of the final candidates" 200 \
+  "all(0 < t['prob'] <= 1 and 0 < len(t['top_probs']) <= 3 and abs(sum(p['prob'] for p in t['top_probs']) - 1) < 1e-5 for t in j['completion_probabilities'])" \
+  POST /completion '{"prompt":"Once upon","n_predict":3,"n_probs":3,"top_k":3,"temperature":1,"seed":5,"post_sampling_probs":true}'
 expect "a name nobody defines still -> 400 naming it" 400 "j['error']['param'] == 'stor'" POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"stor":true}'
 
 # ---- prompt cache: the second identical request keeps the prefix
@@ -189,6 +198,9 @@ expect "Anthropic with X-Api-Key and a hard-coded model name (--any-model)" 200 
 code=$(curl -s -o /dev/null -D "$T/hdr" -w '%{http_code}' -X OPTIONS "$BASE/v1/chat/completions" -H "Origin: http://app.example" -H "Access-Control-Request-Method: POST")
 if [ "$code" = 200 ] && grep -qi '^Access-Control-Allow-Origin: http://app.example' "$T/hdr" && grep -qi '^Access-Control-Allow-Headers:.*Authorization' "$T/hdr"; then
   ok "CORS preflight from an allowed origin: 200 without a key"; else bad "CORS preflight: $code $(cat "$T/hdr")"; fi
+code=$(curl -s -o /dev/null -D "$T/hdr" -w '%{http_code}' -X OPTIONS "$BASE/v1/chat/completions" -H "Origin: http://app.example" -H "Access-Control-Request-Method: POST" -H "Access-Control-Request-Headers: authorization, content-type, x-stainless-os, x-stainless-retry-count")
+if [ "$code" = 200 ] && grep -qi '^Access-Control-Allow-Headers: authorization, content-type, x-stainless-os, x-stainless-retry-count' "$T/hdr"; then
+  ok "CORS preflight: the headers an SDK asks for are allowed (echoed)"; else bad "CORS preflight headers: $code $(cat "$T/hdr")"; fi
 curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://evil.example"
 grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS header for an origin not listed" || ok "no CORS header for an origin not listed"
 curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://[::1]:5173"

@@ -2,7 +2,7 @@
 # test_serve_prefix.sh: the server's reuse ladder over HTTP (docs/kvpack.md
 # "The server's prefix cache"): live slot -> resident prefix cache -> pack
 # store -> prefill, counted by /metrics (never by timing) and reported per
-# request (timings.cache_n, timings.cache_source).
+# request (timings.cache_n, cache_source).
 # Exactness: with the default block (512, the scheduler's prefill chunk) a
 # restored prefix ends where a lone cold prefill splits its ubatches, so the
 # cached answer equals the cold one bit for bit (tokens and probabilities).
@@ -26,7 +26,7 @@ mkdir -p "$T/store"
 ask() {
   curl -s "$BASE/completion" -H "$J" -d "{\"prompt\":[$2],\"n_predict\":8,\"temperature\":0,\"return_tokens\":true,\"ignore_eos\":true,\"n_probs\":2,\"cache_prompt\":$3}" >"$T/$1"
 }
-src_of() { jget "$T/$1" "j['timings']['cache_source'], j['timings']['cache_n']"; }
+src_of() { jget "$T/$1" "j['cache_source'], j['timings']['cache_n']"; }
 metric() { curl -s "$BASE/metrics" | sed -n "s/^llamacpp:$1 //p"; }
 same() { # bit for bit: the tokens and their probabilities
   python3 - "$T/$1" "$T/$2" <<'EOF'

@@ -101,6 +101,13 @@ static bool jv_valid(const json_t *root, const json_t *s, const json_t *v, int d
     }
     if (json_is_array(v)) {
         const json_t *items = json_object_get(s, "items");
+        if (!items && json_is_array(json_object_get(s, "prefixItems"))) items = json_object_get(s, "prefixItems");
+        if (json_is_array(items)) { /* the tuple form as llama.cpp reads it: exactly these items */
+            if (json_array_size(v) != json_array_size(items)) return false;
+            for (size_t i = 0; i < json_array_size(v); i++)
+                if (!jv_valid(root, json_array_get(items, i), json_array_get(v, i), depth + 1)) return false;
+            return true;
+        }
         for (size_t i = 0; i < json_array_size(v); i++)
             if (items && !jv_valid(root, items, json_array_get(v, i), depth + 1)) return false;
         const json_t *mn = json_object_get(s, "minItems"), *mx = json_object_get(s, "maxItems");

@@ -627,6 +627,54 @@ static void test_hold_and_cancel(void **state) {
     mu_sched_free(s);
 }
 
+/* llama.cpp's id_slot: a pinned job runs in its slot; while that slot is
+ * busy it waits and an unpinned job behind it runs in the other slot; a
+ * slot the scheduler does not have is refused. The first job stalls after
+ * one token (the stall hook) until it is cancelled, so the order is decided
+ * by the events, not by timing. */
+static void test_pinned_slot(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t pa[5];
+    prompt(pa, 5, 4);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 2, .n_ctx = 64, .queue_max = 4, .stall_after = 1};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_gen_req q = {.prompt = pa, .n_prompt = 5, .n_predict = 1, .sp = {.temp = 0}, .ignore_eos = true,
+                    .no_text = true, .pin_slot = true, .id_slot = 1};
+    mu_job *ja, *jb, *jc;
+    mu_gen_req qa = q;
+    qa.n_predict = 10; /* stalls after its first token, in slot 1 */
+    assert_int_equal(mu_sched_submit(s, &qa, 1, &ja, &err), 0);
+    mu_gen_event ev;
+    assert_int_equal(mu_job_next(ja, &ev, -1), 1);
+    assert_int_equal(ev.kind, MU_EV_TOKEN);
+    assert_int_equal(mu_sched_submit(s, &q, 1, &jb, &err), 0); /* pinned to busy slot 1: waits */
+    mu_gen_req qc = q;
+    qc.pin_slot = false;
+    assert_int_equal(mu_sched_submit(s, &qc, 1, &jc, &err), 0); /* passes it, runs in slot 0 */
+    result rc, rb, ra;
+    read_job(jc, &rc);
+    assert_int_equal(rc.st.slot, 0);
+    mu_sched_metrics m;
+    mu_sched_get_metrics(s, &m);
+    assert_int_equal(m.n_queued, 1); /* the pinned job still waits */
+    mu_job_cancel(ja);
+    read_job(ja, &ra);
+    read_job(jb, &rb);
+    assert_int_equal(rb.st.slot, 1);
+    assert_int_equal(rb.finish, MU_FINISH_LENGTH);
+    mu_gen_req qd = q;
+    qd.id_slot = 2;
+    mu_job *jd = NULL;
+    assert_int_equal(mu_sched_submit(s, &qd, 1, &jd, &err), MU_E_ARG);
+    assert_non_null(strstr(err.msg, "no slot 2"));
+    mu_job_free(ja);
+    mu_job_free(jb);
+    mu_job_free(jc);
+    mu_sched_free(s);
+}
+
 /* install_free (the prefill lane's verified rows): called exactly once when
  * the job is freed, whether the install ran, the job was cancelled in the
  * queue before it, or the scheduler refused the submit as busy (then never:
@@ -918,6 +966,7 @@ int main(void) {
         cmocka_unit_test(test_forced_and_limits),
         cmocka_unit_test(test_progress_events),
         cmocka_unit_test(test_hold_and_cancel),
+        cmocka_unit_test(test_pinned_slot),
         cmocka_unit_test(test_telemetry),
         cmocka_unit_test(test_progress),
         cmocka_unit_test(test_notify),

@@ -227,7 +227,7 @@ static void test_compat_routes(void **st) {
                                       "\"timings_per_token\":true,\"return_progress\":true,\"post_sampling_probs\":false,"
                                       "\"json_schema\":{},\"grammar\":\"\",\"tool_choice\":{\"type\":\"function\","
                                       "\"function\":{\"name\":\"f\"}}}");
-    expect_bad("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":\"root\"}", "GBNF");
+    expect_bad("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"grammar\":5}", "grammar");
     expect_bad("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"id_slot\":4}", "id_slot");
     expect_bad("/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"service_tier\":\"x\"}",
                "service_tier");

@@ -136,6 +136,25 @@ static void test_schema(void **st) {
     /* additional properties with a schema */
     assert_int_equal(run("{\"additionalProperties\":{\"type\":\"integer\"}}", false, "{\"q\":1,\"r\":2}"), CLOSED);
     assert_int_equal(run("{\"additionalProperties\":{\"type\":\"integer\"}}", false, "{\"q\":\"s\""), DEAD);
+    /* the tuple form (llama.cpp's reading: exactly these items, in order;
+     * minItems / maxItems do not apply); "items" wins over "prefixItems" */
+    const char *tup = "{\"items\":[{\"type\":\"integer\"},{\"type\":\"string\"}],\"maxItems\":1}";
+    assert_int_equal(run(tup, false, "[1, \"a\"]"), CLOSED);
+    assert_int_equal(run(tup, false, "[1]"), DEAD);
+    assert_int_equal(run(tup, false, "[\"a\""), DEAD);
+    assert_int_equal(run(tup, false, "[1,\"a\",2"), DEAD);
+    assert_int_equal(run("{\"items\":[{\"type\":\"integer\"}]}", false, "[ -3000 ]"), CLOSED);
+    assert_int_equal(run("{\"items\":[]}", false, "[]"), CLOSED);
+    /* without "type" the structural keywords decide, as in llama.cpp */
+    assert_int_equal(run("{\"items\":[{\"type\":\"integer\"}]}", false, "true"), DEAD);
+    assert_int_equal(run("{\"items\":{}}", false, "\"s\""), DEAD);
+    assert_int_equal(run("{\"properties\":{\"a\":{}}}", false, "1"), DEAD);
+    assert_int_equal(run("{\"additionalProperties\":false}", false, "[]"), DEAD);
+    assert_int_equal(run("{\"additionalProperties\":true}", false, "[]"), CLOSED);
+    assert_int_equal(run("{\"minItems\":1}", false, "\"s\""), CLOSED);
+    assert_int_equal(run("{\"items\":[]}", false, "[1"), DEAD);
+    assert_int_equal(run("{\"prefixItems\":[{\"const\":true}]}", false, "[true]"), CLOSED);
+    assert_int_equal(run("{\"prefixItems\":[{\"const\":true}],\"items\":{\"type\":\"null\"}}", false, "[true"), DEAD);
     /* escaped property names match their canonical text */
     assert_int_equal(run("{\"properties\":{\"a\\\"b\":{}},\"additionalProperties\":false}", false,
                          "{\"a\\\"b\":1}"), CLOSED);
@@ -153,7 +172,7 @@ static void test_refusals(void **st) {
     refused("{\"$ref\":\"#/$defs/missing\"}", "missing definition");
     refused("{\"$ref\":\"#\"}", "cycle");
     refused("{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/b\"},\"b\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}", "cycle");
-    refused("{\"items\":[{}]}", "tuple");
+    refused("{\"items\":7}", "must be a schema or an array of schemas");
     refused("{\"anyOf\":[{}],\"type\":\"object\"}", "anyOf");
     refused("{\"minItems\":3,\"maxItems\":2}", "minItems");
 }
