@@ -51,17 +51,28 @@ static void job_mm(void *arg, int ith, int nth) {
     int lo, hi;
     mu_split(rows, ith, nth, 16, &lo, &hi);
     if (lo >= hi) return;
+    /* which rows round as llama.cpp's batched path (tinyBLAS, Q4_K's repack
+     * gemm on whole groups of 4) and which as vec_dot, as the engine's
+     * matmul decides it (src/engine/forward.c) */
     mu_vec_dot_fn dot = k->vec_dot[w->type], dotb = k->vec_dot_batch[w->type];
-    if (j->T < 2 || !dotb || w->type == MU_T_Q4_K || cols % 16 || rows % 4) dotb = NULL;
-    int t_g = 0;
-    if (j->T >= 2 && k->gemm[w->type] && w->type != MU_T_Q4_K) {
-        t_g = j->T;
-        k->gemm[w->type](cols, w->data, rb, lo, hi, j->qa, j->qa_stride, t_g, j->y, rows);
+    int t_b = 0;
+    if (dotb && j->T >= 2) {
+        if (w->type == MU_T_Q4_K)
+            t_b = j->T & ~3;
+        else if (cols % 16 == 0 && rows % 4 == 0)
+            t_b = j->T;
+    }
+    int t_g = 0; /* the tiled gemm rounds as dotb, or as dot where the table has no dotb */
+    if (j->T >= 2 && k->gemm[w->type]) {
+        t_g = dotb ? t_b : j->T;
+        if (w->type == MU_T_Q4_K) t_g &= ~3;
+        if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, j->qa, j->qa_stride, t_g, j->y, rows);
     }
     const uint8_t *wd = w->data;
-    mu_vec_dot_fn d = dotb ? dotb : dot;
-    for (int t = t_g; t < j->T; t++)
+    for (int t = t_g; t < j->T; t++) {
+        mu_vec_dot_fn d = t < t_b ? dotb : dot;
         for (int r = lo; r < hi; r++) j->y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, j->qa + (size_t)t * j->qa_stride);
+    }
     if (j->bias) {
         const float *b = j->bias->data;
         for (int t = 0; t < j->T; t++)
