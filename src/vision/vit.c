@@ -21,7 +21,8 @@
 typedef struct {
     const mu_kern *k;
     mu_pool *pool;
-    int T;                  /* activation rows */
+    int T;                  /* activation rows of this call */
+    int ll_T, t0;           /* the whole matmul's rows (they decide its rounding), this call's first */
     const float *x;         /* [T][cols] */
     int cols;
     const mu_gguf_tensor *w;
@@ -55,15 +56,16 @@ static void job_mm(void *arg, int ith, int nth) {
      * gemm on whole groups of 4) and which as vec_dot, as the engine's
      * matmul decides it (src/engine/forward.c) */
     mu_vec_dot_fn dot = k->vec_dot[w->type], dotb = k->vec_dot_batch[w->type];
-    int t_b = 0;
-    if (dotb && j->T >= 2) {
+    int t_b = 0; /* rows of this call that round as dotb */
+    if (dotb && j->ll_T >= 2) {
         if (w->type == MU_T_Q4_K)
-            t_b = j->T & ~3;
+            t_b = (j->ll_T & ~3) - j->t0;
         else if (cols % 16 == 0 && rows % 4 == 0)
             t_b = j->T;
+        t_b = t_b < 0 ? 0 : t_b > j->T ? j->T : t_b;
     }
     int t_g = 0; /* the tiled gemm rounds as dotb, or as dot where the table has no dotb */
-    if (j->T >= 2 && k->gemm[w->type]) {
+    if (j->ll_T >= 2 && k->gemm[w->type]) {
         t_g = dotb ? t_b : j->T;
         if (w->type == MU_T_Q4_K) t_g &= ~3;
         if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, j->qa, j->qa_stride, t_g, j->y, rows);
@@ -90,11 +92,21 @@ typedef struct {
     size_t qa_stride;
 } enc;
 
+/* In calls of at most MM_ROWS activation rows (multiples of 4, so Q4_K's
+ * groups stay whole), which keeps a call's activations in cache; each row
+ * still rounds as the whole matmul of T rows decides. */
+#define MM_ROWS 256
+
 static void mm(enc *e, const float *x, int T, const mu_gguf_tensor *w, const mu_gguf_tensor *bias, float *y) {
-    vmm_job j = {.k = e->k, .pool = e->pool, .T = T, .x = x, .cols = (int)w->ne[0], .w = w, .bias = bias, .y = y,
-                 .qa = e->qa, .qa_stride = e->qa_stride};
-    mu_pool_run(e->pool, job_quant, &j);
-    mu_pool_run(e->pool, job_mm, &j);
+    const int cols = (int)w->ne[0], rows = (int)w->ne[1];
+    for (int t0 = 0; t0 < T; t0 += MM_ROWS) {
+        const int n = T - t0 < MM_ROWS ? T - t0 : MM_ROWS;
+        vmm_job j = {.k = e->k, .pool = e->pool, .T = n, .ll_T = T, .t0 = t0, .x = x + (size_t)t0 * cols,
+                     .cols = cols, .w = w, .bias = bias, .y = y + (size_t)t0 * rows, .qa = e->qa,
+                     .qa_stride = e->qa_stride};
+        mu_pool_run(e->pool, job_quant, &j);
+        mu_pool_run(e->pool, job_mm, &j);
+    }
 }
 
 /* ---- per-row jobs ------------------------------------------------------ */
