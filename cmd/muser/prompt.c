@@ -87,13 +87,16 @@ int cli_media_prompt(const char *who, mu_engine *e, const mu_mmproj *p, const ch
         media[k] = (mu_media){bytes[k], n};
     }
     mu_err err = {0};
-    struct timespec t0, t1;
+    struct timespec t0, t1, c0, c1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
     if (!rc && mu_mprompt_new(e, p, t, len, add_bos, media, n_images, out, &err)) rc = cli_fail("%s: %s", who, err.msg);
     clock_gettime(CLOCK_MONOTONIC, &t1);
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
     if (!rc && getenv("MUSER_IMAGE_TIMING")) /* bench/vision */
-        fprintf(stderr, "%s: %d image(s) encoded in %.3f s (%d prompt positions)\n", who, n_images,
-                (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9, mu_mprompt_n(*out));
+        fprintf(stderr, "%s: %d image(s) encoded in %.3f s (process CPU %.3f s; %d prompt positions)\n", who,
+                n_images, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+                (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9, mu_mprompt_n(*out));
     for (int k = 0; k < 16; k++) free(bytes[k]);
     free(full);
     free(owned);

@@ -31,13 +31,14 @@ extern char **environ;
 static int usage(void) {
     fprintf(stderr,
             "usage: muser up [NAME|PATH|URL] [--host H] [--port P] [--no-open] [--sha256 HEX]\n"
-            "                [--tls-cert F --tls-key F] [--api-key-file F]\n"
+            "                [--tls-cert F --tls-key F] [--api-key-file F] [--mmproj P.gguf]\n"
             "                [--exit-after-start] [-- SERVE-OPTIONS...]\n"
             "Resolves the model (none: the bundled default; a GGUF file; a name from models/catalog.tsv;\n"
             "a URL, which needs --sha256), downloads it into the muser home ($MUSER_HOME, else\n"
             "$XDG_DATA_HOME/muser, else ~/.local/share/muser) with resume and SHA-256 verification,\n"
             "serves it (options after -- go to muser serve) and prints the dashboard URL, which it\n"
-            "opens with xdg-open on a desktop unless --no-open.\n");
+            "opens with xdg-open on a desktop unless --no-open. --mmproj: a vision projector (a local\n"
+            "file) for images in requests.\n");
     return 1;
 }
 

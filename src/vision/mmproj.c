@@ -80,7 +80,7 @@ static int bind_all(mu_mmproj *p, const mu_model *m, mu_err *err) {
         (rc = mu_gguf_get_int_in(g, "clip.vision.block_count", true, 0, 1, 1024, &I->n_layer, err)) ||
         (rc = mu_gguf_get_int_in(g, "clip.vision.projection_dim", true, 0, 1, 1 << 20, &I->n_out, err)) ||
         (rc = mu_gguf_get_int_in(g, "clip.vision.image_size", true, 0, 0, 8192, &I->image_size, err)) ||
-        (rc = mu_gguf_get_int_in(g, "clip.vision.patch_size", true, 0, 1, 65535, &I->patch_size, err)) ||
+        (rc = mu_gguf_get_int_in(g, "clip.vision.patch_size", true, 0, 1, 1024, &I->patch_size, err)) ||
         (rc = mu_gguf_get_int_in(g, "clip.vision.spatial_merge_size", false, 2, 1, 16, &I->n_merge, err)) ||
         (rc = mu_gguf_get_int_in(g, "clip.vision.attention.head_dim", false, I->n_embd / I->n_head, 1, 1 << 16,
                                  &I->head_dim, err)) ||
@@ -89,6 +89,8 @@ static int bind_all(mu_mmproj *p, const mu_model *m, mu_err *err) {
     if (I->eps < 0) return mu_fail(err, MU_E_MODEL, "mmproj: negative layer norm epsilon: %g", (double)I->eps);
     if (I->n_merge != 2)
         return mu_fail(err, MU_E_UNSUPPORTED, "mmproj: spatial merge %d (Muse Glimmer's pixel shuffle is 2)", I->n_merge);
+    if (I->head_dim > 512)
+        return mu_fail(err, MU_E_UNSUPPORTED, "mmproj: head dim %d (the encoder takes at most 512)", I->head_dim);
     if (I->head_dim * I->n_head != I->n_embd || I->head_dim % 4)
         return mu_fail(err, MU_E_MODEL, "mmproj: %d heads of %d do not make width %d with a head dim divisible by 4",
                        I->n_head, I->head_dim, I->n_embd);
@@ -114,8 +116,8 @@ static int bind_all(mu_mmproj *p, const mu_model *m, mu_err *err) {
     if ((rc = bind(g, "v.patch_embd.bias", 1, VEC(E), true, true, &p->patch_b, err))) return rc;
     const mu_gguf_tensor *pos = mu_gguf_find_tensor(g, "v.position_embd.weight");
     if (!pos) return mu_fail(err, MU_E_MODEL, "mmproj: missing tensor: v.position_embd.weight");
-    int side = (int)sqrt((double)pos->ne[1]);
-    if (pos->ne[1] < 1 || pos->ne[1] > 1 << 20 || (int64_t)side * side != pos->ne[1])
+    const int side = pos->ne[1] >= 1 && pos->ne[1] <= 1 << 20 ? (int)sqrt((double)pos->ne[1]) : 0;
+    if (!side || (int64_t)side * side != pos->ne[1])
         return mu_fail(err, MU_E_MODEL, "mmproj: position grid of %lld entries is not a square", (long long)pos->ne[1]);
     I->pos_side = side;
     if ((rc = bind(g, "v.position_embd.weight", 2, MAT(E, (int64_t)side * side), true, false, &p->pos, err))) return rc;

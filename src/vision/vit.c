@@ -21,7 +21,8 @@
 typedef struct {
     const mu_kern *k;
     mu_pool *pool;
-    int T;                  /* activation rows */
+    int T;                  /* activation rows of this call */
+    int ll_T, t0;           /* the whole matmul's rows (they decide its rounding), this call's first */
     const float *x;         /* [T][cols] */
     int cols;
     const mu_gguf_tensor *w;
@@ -51,17 +52,29 @@ static void job_mm(void *arg, int ith, int nth) {
     int lo, hi;
     mu_split(rows, ith, nth, 16, &lo, &hi);
     if (lo >= hi) return;
+    /* which rows round as llama.cpp's batched path (tinyBLAS, Q4_K's repack
+     * gemm on whole groups of 4) and which as vec_dot, as the engine's
+     * matmul decides it (src/engine/forward.c) */
     mu_vec_dot_fn dot = k->vec_dot[w->type], dotb = k->vec_dot_batch[w->type];
-    if (j->T < 2 || !dotb || w->type == MU_T_Q4_K || cols % 16 || rows % 4) dotb = NULL;
-    int t_g = 0;
-    if (j->T >= 2 && k->gemm[w->type] && w->type != MU_T_Q4_K) {
-        t_g = j->T;
-        k->gemm[w->type](cols, w->data, rb, lo, hi, j->qa, j->qa_stride, t_g, j->y, rows);
+    int t_b = 0; /* rows of this call that round as dotb */
+    if (dotb && j->ll_T >= 2) {
+        if (w->type == MU_T_Q4_K)
+            t_b = (j->ll_T & ~3) - j->t0;
+        else if (cols % 16 == 0 && rows % 4 == 0)
+            t_b = j->T;
+        t_b = t_b < 0 ? 0 : t_b > j->T ? j->T : t_b;
+    }
+    int t_g = 0; /* the tiled gemm rounds as dotb, or as dot where the table has no dotb */
+    if (j->ll_T >= 2 && k->gemm[w->type]) {
+        t_g = dotb ? t_b : j->T;
+        if (w->type == MU_T_Q4_K) t_g &= ~3;
+        if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, j->qa, j->qa_stride, t_g, j->y, rows);
     }
     const uint8_t *wd = w->data;
-    mu_vec_dot_fn d = dotb ? dotb : dot;
-    for (int t = t_g; t < j->T; t++)
+    for (int t = t_g; t < j->T; t++) {
+        mu_vec_dot_fn d = t < t_b ? dotb : dot;
         for (int r = lo; r < hi; r++) j->y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, j->qa + (size_t)t * j->qa_stride);
+    }
     if (j->bias) {
         const float *b = j->bias->data;
         for (int t = 0; t < j->T; t++)
@@ -79,11 +92,21 @@ typedef struct {
     size_t qa_stride;
 } enc;
 
+/* In calls of at most MM_ROWS activation rows (multiples of 4, so Q4_K's
+ * groups stay whole), which keeps a call's activations in cache; each row
+ * still rounds as the whole matmul of T rows decides. */
+#define MM_ROWS 256
+
 static void mm(enc *e, const float *x, int T, const mu_gguf_tensor *w, const mu_gguf_tensor *bias, float *y) {
-    vmm_job j = {.k = e->k, .pool = e->pool, .T = T, .x = x, .cols = (int)w->ne[0], .w = w, .bias = bias, .y = y,
-                 .qa = e->qa, .qa_stride = e->qa_stride};
-    mu_pool_run(e->pool, job_quant, &j);
-    mu_pool_run(e->pool, job_mm, &j);
+    const int cols = (int)w->ne[0], rows = (int)w->ne[1];
+    for (int t0 = 0; t0 < T; t0 += MM_ROWS) {
+        const int n = T - t0 < MM_ROWS ? T - t0 : MM_ROWS;
+        vmm_job j = {.k = e->k, .pool = e->pool, .T = n, .ll_T = T, .t0 = t0, .x = x + (size_t)t0 * cols,
+                     .cols = cols, .w = w, .bias = bias, .y = y + (size_t)t0 * rows, .qa = e->qa,
+                     .qa_stride = e->qa_stride};
+        mu_pool_run(e->pool, job_quant, &j);
+        mu_pool_run(e->pool, job_mm, &j);
+    }
 }
 
 /* ---- per-row jobs ------------------------------------------------------ */
