@@ -170,6 +170,9 @@ typedef struct {
                                it off never see one; none for embeddings */
     const mu_mprompt *media; /* a prompt with images (mu_mprompt_new): replaces prompt/n_prompt;
                                must outlive the job */
+    bool media_take;         /* the job takes media: the scheduler frees it (mu_mprompt_free) when
+                               the job is freed, also after a cancel mid-prefill; not when
+                               mu_sched_submit fails (the caller still owns it) */
 } mu_gen_req;
 
 typedef enum {

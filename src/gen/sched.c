@@ -82,6 +82,7 @@ struct mu_job {
     int32_t *prompt;
     int n_prompt;
     const mu_mprompt *media; /* mu_gen_req.media: image rows at the prompt's negative ids */
+    bool media_take;         /* mu_gen_req.media_take: freed with the job */
     bool keep_prefix;
     int want_slot;        /* the slot it must run in (mu_gen_req.pin_slot), or -1 */
     bool progress;        /* MU_EV_PROGRESS events (mu_gen_req.progress) */
@@ -239,6 +240,7 @@ static void job_unref(mu_job *j) {
     pthread_cond_destroy(&j->cv);
     if (j->install_free) j->install_free(j->install_user);
     if (j->save_free) j->save_free(j->save_user);
+    if (j->media_take) mu_mprompt_free((mu_mprompt *)j->media);
     free(j->prompt);
     free(j->script);
     mu_gen_free(j->gen);
@@ -1333,6 +1335,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     memcpy(j->prompt, r->prompt, pb);
     j->n_prompt = r->n_prompt;
     j->media = r->media;
+    j->media_take = r->media_take;
     j->keep_prefix = r->keep_prefix;
     j->want_slot = r->pin_slot ? r->id_slot : -1;
     j->progress = r->progress && !r->embd;

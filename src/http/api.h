@@ -119,8 +119,6 @@ typedef struct {
     char stop_word[264];
     mu_gen_stats st;
     double t_start, t_first;  /* monotonic ms: submitted, first token (0: none yet) */
-    mu_mprompt *media;        /* the image prompt of the job (mu_gen_req.media), owned; see api_job_free */
-    bool ended;               /* the job's FINISH event was read: the scheduler is done with it */
     api_progress *prog;       /* PROGRESS events (mu_gen_req.progress) in order */
     int n_prog, cap_prog, prog_sent;
     char err[256];
@@ -128,7 +126,7 @@ typedef struct {
 
 /* Submits the job (its notify wakes r: mu_http_req_wake): req's stops are taken from the JSON stop field (a
  * string or an array of strings). Owns prompt (frees it) and req->media (an
- * image prompt: one choice only; g keeps it until api_job_free). On failure
+ * image prompt: one choice only; the job frees it, mu_gen_req.media_take). On failure
  * replies (400/429/...) and returns false. */
 bool api_job_start(mu_http_req *r, api_job *g, mu_http_app *a, int32_t *prompt, int n_prompt, const mu_gen_req *req,
                    const json_t *stop);

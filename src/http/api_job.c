@@ -521,6 +521,7 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
         q[k].n_stops = n_stops;
         q[k].n_predict = api_n_predict(a, req->n_predict);
         q[k].sp.seed = req->sp.seed + (uint64_t)k; /* choice k: seed + k */
+        q[k].media_take = media != NULL; /* the job frees the image prompt (n == 1 here) */
     }
     mu_err err = {0};
     int rc = 0;
@@ -535,7 +536,6 @@ bool api_job_start_n(mu_http_req *r, api_job *g, int n, mu_http_app *a, int32_t 
         mu_http_reply_status(r, rc, &err);
         return false;
     }
-    g[0].media = media;
     for (int k = 0; k < n; k++) {
         g[k].job = jobs[k];
         mu_job_set_notify(jobs[k], mu_http_req_wake, r);
@@ -635,7 +635,6 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         g->ctoks[g->n_ctoks++] = ev->tok_index;
         return true;
     case MU_EV_FINISH:
-        g->ended = true;
         g->finish = ev->finish == MU_FINISH_CTX ? MU_FINISH_LENGTH : ev->finish;
         g->ctx_full = ev->finish == MU_FINISH_CTX;
         g->st = ev->stats;
@@ -688,12 +687,6 @@ const char *api_job_take_reasoning(api_job *g, size_t *n) { return take(&g->reas
 void api_job_free(api_job *g) {
     mu_job_free(g->job);
     g->job = NULL;
-    /* the scheduler reads the image rows until the job ends; a job cancelled
-     * before its FINISH was read may still be in prefill, so its prompt is
-     * left allocated (a leak per hung-up image request) until the scheduler
-     * takes a reference of its own (reported to issue 19's engine side) */
-    if (g->media && g->ended) mu_mprompt_free(g->media);
-    g->media = NULL;
     json_decref(g->tool_calls);
     g->tool_calls = NULL;
     mu_http_buf_free(&g->content);
