@@ -274,8 +274,11 @@ def evaluate(d, toks, feats, labels, P, B, stride, chunk):
                 row_accept_rate=[round(int(o) / max(int(c), 1), 4) for o, c in zip(row_ok, row_n)])
 
 
+AMP = True  # bf16 autocast of the drafter on cuda (--amp 0: float32)
+
+
 def autocast(device):
-    if device.type == "cuda":
+    if device.type == "cuda" and AMP:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return torch.autocast("cpu", enabled=False)
 
@@ -345,8 +348,11 @@ def main():
     ap.add_argument("--mirror-name", default="drafter.gguf")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--amp", type=int, default=1, help="bf16 autocast of the drafter on cuda (0: float32)")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
+    global AMP
+    AMP = bool(a.amp)
     if a.smoke:
         a.windows, a.heldout_windows, a.prompt, a.gen, a.block = 8, 2, 24, 24, min(a.block, 8)
         a.batch, a.blocks, a.max_bytes, a.gen_chunk, a.check_muser = 2, 2, a.max_bytes or 200000, 8, min(a.check_muser, 1)
