@@ -77,7 +77,7 @@ args=(--target "$T" --muser "$M" --corpus "$C/corpus-train.jsonl.xz" --heldout-c
       --out "$W/train" --mirror "$OUT" --mirror-name muser-default.dflash.gguf
       --deadline $((deadline - ACCEPT_S)) --device "$DEVICE" --data-budget "$DATA_S")
 if [ "$DEVICE" = cuda ]; then
-    args+=(--windows 24576 --batch 64 --blocks 16 --block 16 --layers 2 --heldout-windows 128 --ckpt-every 60
+    args+=(--windows 24576 --gen 384 --batch 64 --blocks 16 --block 16 --layers 2 --heldout-windows 128 --ckpt-every 60
            --outtype q8_0)
 fi
 echo "== training: python3 tools/train/dflash_train.py ${args[*]} $*" | tee "$OUT/train.log"
