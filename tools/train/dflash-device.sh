@@ -26,6 +26,9 @@
 # usage (repository root): tools/train/dflash-device.sh [BUDGET_S [dflash_train.py options...]]
 #   BUDGET_S: wall-clock seconds for the whole script (default 480); the
 #   acceptance run gets the last ACCEPT_S (default 75) of them.
+# A muser that cannot run there (missing libraries) does not stop the
+# training: it tokenizes with tools/train/tokenizer/tokenizer.json instead,
+# and the muser comparison and the acceptance run are skipped (exit 1).
 # Needs: $GPU_DIR (default .gpu/dflash, made by tools/train/dflash-device-prep.sh):
 #   dflash-bin.tar.xz (muser and lib/, its shared libraries; or muser and
 #   lib/ unpacked), corpus-{train,heldout}.jsonl.xz;
@@ -54,17 +57,21 @@ M=$L/muser
 [ -x "$M" ] || M=./muser
 T=models/muser-default.gguf
 C=$G
-for f in "$M" "$T" "$C/corpus-train.jsonl.xz" "$C/corpus-heldout.jsonl.xz"; do
+for f in "$T" "$C/corpus-train.jsonl.xz" "$C/corpus-heldout.jsonl.xz"; do
     [ -e "$f" ] || { echo "dflash-device: missing $f (run tools/train/dflash-device-prep.sh and carry $G)" >&2; exit 1; }
 done
-if ldd "$M" | grep "not found"; then echo "dflash-device: $M lacks shared libraries (above)" >&2; exit 1; fi
+if ldd "$M" | grep "not found" || ! "$M" --version >/dev/null 2>&1; then
+    # train anyway (tokenizing with tools/train/tokenizer/tokenizer.json); no muser checks
+    echo "dflash-device: WARNING: $M cannot run here (above): no muser comparison, no acceptance run" >&2
+    M=
+fi
 DEVICE=${DEVICE:-$($PY -c 'import torch; print("cuda" if torch.cuda.is_available() else "cpu")')}
 {
     echo "start $(date -u +%FT%TZ) budget ${BUDGET}s device $DEVICE"
     $PY -c 'import torch, numpy; print("torch", torch.__version__, "numpy", numpy.__version__,
         torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda")'
     nproc
-    "$M" --version 2>/dev/null || true
+    [ -n "$M" ] && "$M" --version 2>/dev/null || echo "no runnable muser"
 } 2>&1 | tee "$W/env.txt"
 
 # the PyTorch pieces on this device (not fatal: the acceptance run below
@@ -104,12 +111,15 @@ jobs=$(( $(nproc) > 2 ? $(nproc) - 1 : 1 ))
 left=$((deadline - $(date +%s) - 8))
 [ $left -lt 20 ] && left=20
 echo "== acceptance ($left s at most, $jobs jobs)" | tee "$W/accept.log"
-set +e
-timeout "$left" $PY tools/train/dflash_accept.py --muser "$M" --model "$T" --draft "$OUT/muser-default.dflash.gguf" \
-    --prompts "$W/train/heldout-prompts.json" --jobs "$jobs" --sampled --out "$W/accept.json" --md "$W/accept.md" \
-    ${ACCEPT_ARGS:---max-prompts 32} 2>&1 | tee -a "$W/accept.log"
-arc=${PIPESTATUS[0]}
-set -e
+arc="skipped (no runnable muser)"
+if [ -n "$M" ]; then
+    set +e
+    timeout "$left" $PY tools/train/dflash_accept.py --muser "$M" --model "$T" --draft "$OUT/muser-default.dflash.gguf" \
+        --prompts "$W/train/heldout-prompts.json" --jobs "$jobs" --sampled --out "$W/accept.json" --md "$W/accept.md" \
+        ${ACCEPT_ARGS:---max-prompts 32} 2>&1 | tee -a "$W/accept.log"
+    arc=${PIPESTATUS[0]}
+    set -e
+fi
 echo "== done: training exit $rc, acceptance exit $arc, $(( $(date +%s) - t0 ))s" | tee -a "$W/accept.log"
 cp "$OUT/train.log" "$W/"
 for f in accept.md accept.json; do [ -f "$W/$f" ] && cp "$W/$f" "$OUT/"; done

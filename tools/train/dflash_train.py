@@ -136,9 +136,32 @@ def tokenize_part(muser, target, docs):
     return [x for d in docs for x in tokenize_part(muser, target, [d])]
 
 
+def muser_ok(muser):
+    return bool(muser) and os.access(muser, os.X_OK)
+
+
+def tokenize_hf(docs, bos):
+    """Fallback when muser cannot run: the tokenizer the bundled model was
+    trained with (tools/train/tokenizer/tokenizer.json, Hugging Face
+    tokenizers), each document after a BOS."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        sys.exit("dflash_train: muser cannot run and the tokenizers package is missing: no tokenizer")
+    tk = Tokenizer.from_file(os.path.join(HERE, "tokenizer", "tokenizer.json"))
+    ids = []
+    for e in tk.encode_batch(docs, add_special_tokens=False):
+        ids.extend(([bos] if bos is not None else []) + list(e.ids))
+    return ids
+
+
 def tokenize(muser, target, docs, bos, jobs=8):
     """The docs through `muser tokenize --json-in` (parts of 256 documents,
-    `jobs` processes at once), each after a BOS, concatenated."""
+    `jobs` processes at once), each after a BOS, concatenated; without a
+    runnable muser, tokenize_hf."""
+    if not muser_ok(muser):
+        log("warning: no runnable muser (%r): tokenizing with tools/train/tokenizer/tokenizer.json" % muser)
+        return tokenize_hf(docs, bos)
     parts = [docs[i:i + 256] for i in range(0, len(docs), 256)]
     ids = []
     with ThreadPoolExecutor(jobs) as ex:
@@ -415,7 +438,7 @@ def main():
     with open(os.path.join(a.out, "heldout-prompts.json"), "w") as f:
         json.dump([htoks[i, :P].tolist() for i in range(htoks.shape[0])], f)
     chk = check_muser(a.muser, a.target, target, htoks, hlabels, P, a.check_muser, min(G, 64), rec) \
-        if a.check_muser else []
+        if a.check_muser and muser_ok(a.muser) else []
 
     d = Drafter(cfg, target.tok_embd, target.output).to(device)
     n_params = sum(p.numel() for p in d.parameters())
