@@ -159,9 +159,18 @@ static void job_matmul(void *arg, int ith, int nth) {
         }
         const uint8_t *wd = w->data;
         mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
+        /* rows [t_n, T) round as vec_dot; two or more of them (a solo
+         * block) go through vec_dotn, each weight row prepared once */
+        const int t_n = t_g > t_b ? t_g : t_b;
+        mu_vec_dotn_fn dotn = j->T - t_n >= 2 ? k->vec_dotn[w->type] : NULL;
         for (int r0 = lo; r0 < hi; r0 += MM_BLOCK) {
             int r1 = r0 + MM_BLOCK < hi ? r0 + MM_BLOCK : hi;
-            for (int t = t_g; t < j->T; t++) {
+            if (dotn)
+                for (int r = r0; r < r1; r++)
+                    for (int t = t_n; t < j->T; t += MU_DOTN_MAX)
+                        dotn(cols, wd + (size_t)r * rb, a + (size_t)t * as, as,
+                             j->T - t < MU_DOTN_MAX ? j->T - t : MU_DOTN_MAX, y + (size_t)t * rows + r, rows);
+            for (int t = t_g; t < (dotn ? t_n : j->T); t++) {
                 mu_vec_dot_fn d = t < t_b ? dotb : dot;
                 int r = r0;
                 if (d == dot && dot2) /* the same rounding, two rows per pass */

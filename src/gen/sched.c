@@ -461,8 +461,8 @@ static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
 
 /* Engine thread: picks and accepts one token of slot i from logits lg;
  * *id is the token; want is draft r of the step (-1: no draft), counted as
- * checked, and as accepted when it equals the token. Returns false when the job ended (the slot is released, the
- * job may be gone). */
+ * checked, and as accepted when it equals the token. Returns false when
+ * the job ended (the slot is released, the job may be gone). */
 static bool take(mu_sched *s, int i, const float *lg, int32_t want, int r, int32_t *id) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;

@@ -338,6 +338,36 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
     return hsum_ps256(acc);
 }
 
+/* vec_dot_q8_0_avx512 for n_a activation rows at once: per row the same
+ * accumulator, scale product, FMA order and hsum; |x| and the weight scale
+ * are made once per block. */
+static inline __attribute__((always_inline)) void dotn_q8_0_avx512(int n, const void *w, const void *a, size_t as,
+                                                               const int n_a, float *out, size_t os) {
+    const mu_block_q8_0 *x = w;
+    __m256 acc[MU_DOTN_MAX];
+    for (int j = 0; j < n_a; j++) acc[j] = _mm256_setzero_ps();
+    for (int i = 0; i < n / MU_QK8_0; i++) {
+        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+        const __m256i ax = _mm256_sign_epi8(qx, qx);
+        const float dx = f16_to_f32(x[i].d);
+        for (int j = 0; j < n_a; j++) {
+            const mu_block_q8_0 *y = (const mu_block_q8_0 *)((const uint8_t *)a + (size_t)j * as) + i;
+            const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, _mm256_sign_epi8(qy, qx));
+            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_to_f32(y->d)), _mm256_cvtepi32_ps(s), acc[j]);
+        }
+    }
+    for (int j = 0; j < n_a; j++) out[(size_t)j * os] = hsum_ps256(acc[j]);
+}
+static void vec_dotn_q8_0_avx512(int n, const void *w, const void *a, size_t as, int n_a, float *out, size_t os) {
+    switch (n_a) { /* constant counts: the accumulators stay in registers */
+    case 1: dotn_q8_0_avx512(n, w, a, as, 1, out, os); break;
+    case 2: dotn_q8_0_avx512(n, w, a, as, 2, out, os); break;
+    case 3: dotn_q8_0_avx512(n, w, a, as, 3, out, os); break;
+    default: dotn_q8_0_avx512(n, w, a, as, 4, out, os); break;
+    }
+}
+
 /* ---- NVFP4 --------------------------------------------------------------- */
 
 /* the 8 lane sums of one half of an NVFP4 block (codes c) against a Q8_0
@@ -555,6 +585,7 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_F16] = vec_dot_f16_avx512;
     k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx512;
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx512;
+    k->vec_dotn[MU_T_Q8_0] = vec_dotn_q8_0_avx512;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
     k->vec_dot[MU_T_NVFP4] = vec_dot_nvfp4_avx512;

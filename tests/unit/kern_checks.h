@@ -496,6 +496,52 @@ static int check_vec_dot2(const mu_kern *k) {
     return fails;
 }
 
+/* vec_dotn: one weight row against 1..MU_DOTN_MAX activation rows (strided,
+ * results strided), each bit for bit the ref's vec_dot; nothing else of
+ * the output is written. */
+static int check_vec_dotn(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    int fails = 0;
+    for (int ti = 0; ti < KC_NWTYPES; ti++) {
+        const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
+        if (!k->vec_dotn[t]) continue;
+        for (int li = 0; li < KC_NLENS_OF(t); li++) {
+            const int n = KC_LEN(t, li);
+            const size_t as = kc_row_bytes(dt, n) + 64;
+            void *w = malloc(kc_row_bytes(t, n));
+            uint8_t *a = malloc(as * MU_DOTN_MAX);
+            float *x = malloc((size_t)n * sizeof(float));
+            for (int ext = 0; ext < 2; ext++)
+                for (int kind = 0; kind < KC_NKINDS; kind++) {
+                    kc_seed((uint64_t)(27000 + 1000 * ti + 100 * li + 10 * ext + kind));
+                    kc_fill_weights(t, w, n, ext);
+                    for (int j = 0; j < MU_DOTN_MAX; j++) {
+                        kc_fill_act(x, n, (kind + j) % KC_NKINDS);
+                        ref->quant[dt](x, a + (size_t)j * as, n);
+                    }
+                    for (int na = 1; na <= MU_DOTN_MAX; na++) {
+                        float o[3 * MU_DOTN_MAX];
+                        for (int j = 0; j < 3 * MU_DOTN_MAX; j++) o[j] = -7.0f;
+                        k->vec_dotn[t](n, w, a, as, na, o, 3);
+                        for (int j = 0; j < 3 * MU_DOTN_MAX; j++) {
+                            const int want_val = j % 3 == 0 && j / 3 < na;
+                            const float r = want_val ? ref->vec_dot[t](n, w, a + (size_t)(j / 3) * as) : -7.0f;
+                            if (!kc_same_bits(o[j], r)) {
+                                KC_LOG("%s: vec_dotn %s n=%d extreme=%d kind=%d n_a=%d out[%d]: %.9g vs %.9g\n",
+                                       k->name, kc_tname(t), n, ext, kind, na, j, o[j], r);
+                                fails++;
+                            }
+                        }
+                    }
+                }
+            free(w);
+            free(a);
+            free(x);
+        }
+    }
+    return fails;
+}
+
 /* gemm against the ref's dot for a matmul of several rows (vec_dot_batch
  * where the ref has one, else vec_dot; for Q4_K the last n_t % 4 activation
  * rows use vec_dot, llama.cpp's gemv): bit-identical for the exact types,

@@ -32,6 +32,7 @@ static void test_vec_dot(void **st) { (void)st; run_all(check_vec_dot); }
 static void test_gemm(void **st) { (void)st; run_all(check_gemm); }
 static void test_mm_f16(void **st) { (void)st; run_all(check_mm_f16); }
 static void test_vec_dot2(void **st) { (void)st; run_all(check_vec_dot2); }
+static void test_vec_dotn(void **st) { (void)st; run_all(check_vec_dotn); }
 static void test_softmax_swiglu(void **st) { (void)st; run_all(check_softmax_swiglu); }
 
 static void test_gemm_wide(void **st) { (void)st; run_all(check_gemm_wide); }
@@ -49,6 +50,12 @@ static void broken_dot2(int n, const void *w0, const void *w1, const void *a, fl
     out[0] = mu_vec_dot_q6_K_ref(n, w1, a);
 }
 
+/* the right dots, but the activation rows' results swapped */
+static void broken_dotn(int n, const void *w, const void *a, size_t as, int n_a, float *out, size_t os) {
+    for (int j = 0; j < n_a; j++)
+        out[(size_t)j * os] = mu_kern_ref()->vec_dot[MU_T_Q8_0](n, w, (const uint8_t *)a + (size_t)(n_a - 1 - j) * as);
+}
+
 /* a BF16 dot in plain float arithmetic: no flushing of subnormals */
 static float unflushed_bf16_dot(int n, const void *w, const void *a) {
     const mu_bf16 *x = w, *y = a;
@@ -64,6 +71,7 @@ static void test_checks_catch_errors(void **st) {
     bad.vec_dot[MU_T_Q4_K] = broken_dot;
     bad.quant[MU_T_Q8_K] = broken_quant;
     bad.vec_dot2[MU_T_Q6_K] = broken_dot2;
+    bad.vec_dotn[MU_T_Q8_0] = broken_dotn;
     kc_quiet = 1;
     mu_kern bad_bf16 = *mu_kern_ref();
     bad_bf16.name = "unflushed-bf16";
@@ -72,6 +80,7 @@ static void test_checks_catch_errors(void **st) {
     assert_true(check_vec_dot(&bad) > 0);
     assert_true(check_quant(&bad) > 0);
     assert_true(check_vec_dot2(&bad) > 0);
+    assert_true(check_vec_dotn(&bad) > 0);
     kc_quiet = 0;
 }
 
@@ -168,7 +177,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
         cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide), cmocka_unit_test(test_bf16_tiny),
-        cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_softmax_swiglu),
+        cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_vec_dotn),   cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_quant_nonfinite), cmocka_unit_test(test_quant_nonfinite_values),
         cmocka_unit_test(test_nvfp4_nonfinite), cmocka_unit_test(test_nvfp4_cancel), cmocka_unit_test(test_nvfp4_values),
         cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),

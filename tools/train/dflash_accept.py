@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEXTS = {
-    "man-question": "<|begin_of_text|>What does the -h option of ls do?\n\nls -h, --human-readable\n",
+    "man-question": "What does the -h option of ls do?\n\nls -h, --human-readable\n",
     "man-grep": "GREP(1)\n\nNAME\n       grep - print lines that match patterns\n\nSYNOPSIS\n",
     "py-def": "import os\nimport sys\n\n\ndef list_files(path):\n    \"\"\"Return the names of the files in path.\"\"\"\n",
     "py-class": "class Stack:\n    \"\"\"A last-in, first-out stack.\"\"\"\n\n    def __init__(self):\n        self.items = []\n\n"

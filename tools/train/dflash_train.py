@@ -22,7 +22,8 @@ Data (all made here, from the target GGUF and a corpus):
    share --sample-frac sampled at --temp (contexts like those of sampled
    requests);
 4. one forward over each whole window: the features (the target layers'
-   inputs, float32) and the labels (label[p] = the target's greedy token at
+   inputs; kept in bfloat16 on cuda, where the drafter runs under bf16
+   autocast anyway, else float32) and the labels (label[p] = the target's greedy token at
    p, i.e. the argmax of the logits at p - 1; on greedy rows the
    continuation itself).
 Held-out windows are made the same way from --heldout-corpus (default: the
@@ -135,9 +136,32 @@ def tokenize_part(muser, target, docs):
     return [x for d in docs for x in tokenize_part(muser, target, [d])]
 
 
+def muser_ok(muser):
+    return bool(muser) and os.access(muser, os.X_OK)
+
+
+def tokenize_hf(docs, bos):
+    """Fallback when muser cannot run: the tokenizer the bundled model was
+    trained with (tools/train/tokenizer/tokenizer.json, Hugging Face
+    tokenizers), each document after a BOS."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        sys.exit("dflash_train: muser cannot run and the tokenizers package is missing: no tokenizer")
+    tk = Tokenizer.from_file(os.path.join(HERE, "tokenizer", "tokenizer.json"))
+    ids = []
+    for e in tk.encode_batch(docs, add_special_tokens=False):
+        ids.extend(([bos] if bos is not None else []) + list(e.ids))
+    return ids
+
+
 def tokenize(muser, target, docs, bos, jobs=8):
     """The docs through `muser tokenize --json-in` (parts of 256 documents,
-    `jobs` processes at once), each after a BOS, concatenated."""
+    `jobs` processes at once), each after a BOS, concatenated; without a
+    runnable muser, tokenize_hf."""
+    if not muser_ok(muser):
+        log("warning: no runnable muser (%r): tokenizing with tools/train/tokenizer/tokenizer.json" % muser)
+        return tokenize_hf(docs, bos)
     parts = [docs[i:i + 256] for i in range(0, len(docs), 256)]
     ids = []
     with ThreadPoolExecutor(jobs) as ex:
@@ -148,14 +172,16 @@ def tokenize(muser, target, docs, bos, jobs=8):
     return ids
 
 
-def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, layers, seed, until=0):
+def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, layers, seed, until=0,
+                 feat_dtype=torch.float32):
     """n windows: prompts [BOS] + P-1 tokens of the stream at random offsets,
     continued by the target (greedy; every row i with i % k == 0 sampled at
     temp, k = round(1 / sample_frac)), then features and labels from one
     forward each (in parts of at most 256 windows). Stops after the chunk
     that passes the unix time until (0: no limit), so fewer windows may come
-    back. -> (toks [m, P+G], feats [m, P+G, n_feat] float32, labels
-    [m, P+G], sampled [m] bool), on device."""
+    back. -> (toks [m, P+G], feats [m, P+G, n_feat] (feat_dtype; the
+    labels come from the float32 logits), labels [m, P+G], sampled [m]
+    bool), on device."""
     g = torch.Generator().manual_seed(seed)
     hi = len(stream) - P
     if hi <= 0:
@@ -179,7 +205,7 @@ def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, laye
         for j in range(0, w.shape[0], 256):
             f, lg = target.forward(w[j:j + 256], layers)
             if feats is None:
-                feats = torch.empty(n, L, f.shape[-1], dtype=f.dtype, device=device)
+                feats = torch.empty(n, L, f.shape[-1], dtype=feat_dtype, device=device)
             k = f.shape[0]
             toks[m:m + k], feats[m:m + k] = w[j:j + 256], f
             labels[m:m + k] = torch.cat((w[j:j + 256, :1], lg[:, :-1].argmax(-1)), dim=1)
@@ -241,6 +267,8 @@ def block_labels(labels, anchors, B):
 
 def drafter_logits(d, feats, toks, anchors, B):
     S, nb = anchors.shape
+    if not (AMP and feats.is_cuda):
+        feats = feats.float()  # stored in bf16 for the autocast path
     h = d.forward_windows(feats, anchors, block_tokens(d, toks, anchors, B)).view(S, nb, B, -1)[:, :, 1:]
     return h @ d.output.T.to(h.dtype)
 
@@ -274,8 +302,11 @@ def evaluate(d, toks, feats, labels, P, B, stride, chunk):
                 row_accept_rate=[round(int(o) / max(int(c), 1), 4) for o, c in zip(row_ok, row_n)])
 
 
+AMP = True  # bf16 autocast of the drafter on cuda (--amp 0: float32)
+
+
 def autocast(device):
-    if device.type == "cuda":
+    if device.type == "cuda" and AMP:
         return torch.autocast("cuda", dtype=torch.bfloat16)
     return torch.autocast("cpu", enabled=False)
 
@@ -345,8 +376,13 @@ def main():
     ap.add_argument("--mirror-name", default="drafter.gguf")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--amp", type=int, default=1, help="bf16 autocast of the drafter on cuda (0: float32)")
+    ap.add_argument("--feat-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
+                    help="how the features are kept (auto: bfloat16 on cuda with --amp 1, else float32)")
     ap.add_argument("--smoke", action="store_true")
     a = ap.parse_args()
+    global AMP
+    AMP = bool(a.amp)
     if a.smoke:
         a.windows, a.heldout_windows, a.prompt, a.gen, a.block = 8, 2, 24, 24, min(a.block, 8)
         a.batch, a.blocks, a.max_bytes, a.gen_chunk, a.check_muser = 2, 2, a.max_bytes or 200000, 8, min(a.check_muser, 1)
@@ -386,13 +422,15 @@ def main():
         cut = int(len(stream) * (1 - a.heldout))
         stream, hstream = stream[:cut], stream[cut:]
     log("corpus: %d documents, %d training tokens, %d held-out tokens" % (len(docs), len(stream), len(hstream)))
+    fdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
+        a.feat_dtype, torch.bfloat16 if device.type == "cuda" and a.amp else torch.float32)
     htoks, hfeats, hlabels, _ = make_windows(target, hstream, a.heldout_windows, P, G, 0.0, 0.0, device,
-                                             a.gen_chunk, layers, a.seed + 7)
+                                             a.gen_chunk, layers, a.seed + 7, feat_dtype=fdt)
     until = 0
     if a.data_budget:
         until = time.time() + a.data_budget
     toks, feats, labels, samp = make_windows(target, stream, a.windows, P, G, a.sample_frac, a.temp, device,
-                                             a.gen_chunk, layers, a.seed, until)
+                                             a.gen_chunk, layers, a.seed, until, feat_dtype=fdt)
     agree = float((toks[~samp.to(device), P:] == labels[~samp.to(device), P:]).float().mean()) if (~samp).any() else 1.0
     log("windows: %d training (%d sampled), %d held-out, %d + %d tokens each; greedy rows' tokens = labels: %.4f" % (
         toks.shape[0], int(samp.sum()), htoks.shape[0], P, G, agree))
@@ -400,7 +438,7 @@ def main():
     with open(os.path.join(a.out, "heldout-prompts.json"), "w") as f:
         json.dump([htoks[i, :P].tolist() for i in range(htoks.shape[0])], f)
     chk = check_muser(a.muser, a.target, target, htoks, hlabels, P, a.check_muser, min(G, 64), rec) \
-        if a.check_muser else []
+        if a.check_muser and muser_ok(a.muser) else []
 
     d = Drafter(cfg, target.tok_embd, target.output).to(device)
     n_params = sum(p.numel() for p in d.parameters())
