@@ -595,8 +595,8 @@ static int check_mm_f16(const mu_kern *k) {
     /* then products over many cells (a table's blocked path, e.g.
      * attn_avx512.c's mm_long): n past a block edge, head-sized na, a
      * decode step's and a prefill item's B rows */
-    static const int LN[][3] = {{8256, 9, 13}, {8448, 128, 8}, {8704, 128, 20}, {8256, 5, 3}, {8320, 3, 2},
-                                {4160, 9, 13}};
+    static const int LN[][3] = {{16448, 9, 13}, {16640, 128, 8}, {16896, 128, 20}, {16448, 5, 3}, {16576, 3, 2},
+                                {8256, 9, 13}};
     const size_t n_a = sizeof NA / sizeof NA[0], n_short = sizeof NS / sizeof NS[0] * n_a;
     int fails = 0;
     for (size_t si = 0; si < n_short + sizeof LN / sizeof LN[0]; si++)
