@@ -11,7 +11,7 @@ static int max3(int a, int b, int c) { return a > b ? (a > c ? a : c) : (b > c ?
 
 static void scratch_free(mu_scratch *s) {
     mu_free(s->h); mu_free(s->a); mu_free(s->q); mu_free(s->k); mu_free(s->v); mu_free(s->g);
-    mu_free(s->o); mu_free(s->f1); mu_free(s->f2); mu_free(s->qa); mu_free(s->scores); mu_free(s->attn_q);
+    mu_free(s->o); mu_free(s->f1); mu_free(s->f2); mu_free(s->qa); mu_free(s->qp); mu_free(s->scores); mu_free(s->attn_q);
     mu_free(s->attn_o); free(s->attn_items); mu_free(s->v16);
     free(s->tok_sess); free(s->tok_pos); free(s->tok_out); free(s->out_tok); free(s->tok_embd); free(s->tok_item); free(s->tok_in); free(s->tok_idx); mu_free(s->lg);
     memset(s, 0, sizeof *s);
@@ -34,6 +34,10 @@ static int scratch_init(mu_engine *e, mu_err *err) {
     /* widest dot-type row: f32 (4 bytes per element) bounds every type */
     s->qa_stride = ((size_t)wide * 4 + 63) & ~(size_t)63;
     s->qa = mu_alloc(T * 2, s->qa_stride); /* two slots: two dot types at once */
+    bool prep = false;
+    for (int t = 0; t < MU_T_COUNT; t++) prep |= e->kern->prep[t] != NULL;
+    if (prep && !(s->qp = mu_alloc(T + 16, (size_t)wide)))
+        return mu_fail(err, MU_E_NOMEM, "engine: out of memory for scratch buffers");
     const size_t nth = (size_t)mu_pool_size(e->pool);
     s->attn_q = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));
     s->attn_o = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));

@@ -34,6 +34,8 @@ typedef struct {
     float *f1, *f2;  /* [T][n_ff] ffn gate / up */
     uint8_t *qa;     /* quantized activations, [T][row bytes of the widest input] per dot type slot */
     size_t qa_stride;
+    uint8_t *qp;     /* [T + 16][widest input] bytes: one slot's rows as the table prepares them
+                      * (kern.h mu_prep_fn); NULL when the table prepares none */
     /* attention, per thread: scores [scores_cap], q and output rows
      * [MU_ATTN_ROWS][head_dim]; the work items of one layer */
     float *scores, *attn_q, *attn_o;

@@ -93,6 +93,10 @@ typedef struct {
     mm_item mm[MAX_MM];
     int n_mm;
     bool logits;     /* the output matrix: apply logit scale and softcap to the rows */
+    /* the table's prepared activations (kern.h mu_prep_fn) of one slot, made
+     * by the quantization pass, once for all threads, into e->s.qp */
+    mu_prep_fn prep;
+    int prep_slot;
 } mm_job;
 
 static uint8_t *qa_slot(mu_engine *e, int slot) { return e->s.qa + (size_t)slot * MU_UBATCH * e->s.qa_stride; }
@@ -103,9 +107,11 @@ static void job_quant(void *arg, int ith, int nth) {
     int lo, hi;
     mu_split(j->T, ith, nth, 1, &lo, &hi);
     for (int s = 0; s < j->n_qtype; s++)
-        for (int t = lo; t < hi; t++)
-            k->quant[j->qtype[s]](j->x + (size_t)t * j->x_cols, qa_slot(j->e, s) + (size_t)t * j->e->s.qa_stride,
-                                  j->x_cols);
+        for (int t = lo; t < hi; t++) {
+            uint8_t *q = qa_slot(j->e, s) + (size_t)t * j->e->s.qa_stride;
+            k->quant[j->qtype[s]](j->x + (size_t)t * j->x_cols, q, j->x_cols);
+            if (j->prep && s == j->prep_slot) j->prep(j->x_cols, q, j->e->s.qp + (size_t)t * j->x_cols);
+        }
 }
 
 /* Rows are split in blocks of MM_BLOCK. Each matrix of a job is split
@@ -155,7 +161,10 @@ static void job_matmul(void *arg, int ith, int nth) {
              * vec_dot (it covers a whole matmul, gemm_q4_K_*); when t_b is cut
              * short by solo rows, those rows take dotb in the loop below */
             if (w->type == MU_T_Q4_K) t_g &= ~3;
-            if (t_g > 0) k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
+            if (t_g > 0 && j->prep && j->mm[m].slot == j->prep_slot && k->prep[w->type] == j->prep && k->gemm_p[w->type])
+                k->gemm_p[w->type](cols, w->data, rb, lo, hi, a, as, j->e->s.qp, t_g, y, rows);
+            else if (t_g > 0)
+                k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
         }
         const uint8_t *wd = w->data;
         mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
@@ -226,6 +235,15 @@ static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_r
         j.mm[j.n_mm++] = (mm_item){ws[m], ys[m], slot, e->mm_rot};
         e->mm_rot = (e->mm_rot + mu_split_rem((int)ws[m]->ne[1], nth, MM_BLOCK)) % nth;
     }
+    /* activations a table's gemm wants prepared: once here, not per thread */
+    if (e->s.qp && ll_rows >= 2 && T >= e->kern->prep_min_t)
+        for (int m = 0; m < j.n_mm && !j.prep; m++) {
+            const uint32_t t = j.mm[m].w->type;
+            if (e->kern->prep[t] && e->kern->gemm_p[t]) {
+                j.prep = e->kern->prep[t];
+                j.prep_slot = j.mm[m].slot;
+            }
+        }
     run_per_token(e, T, job_quant, &j);
     mu_pool_run(e->pool, job_matmul, &j);
     int bmin = e->work[0].job_blocks, bmax = bmin;

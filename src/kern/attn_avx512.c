@@ -178,9 +178,10 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
  * accumulator sees the same FMAs in the same order as in one pass. Measured
  * on the 2-core EPYC (loaded, so roughly): a prefill item's V product of 64
  * rows over 33K cells 1.4-2.2x faster, a decode step's of 8 rows about the
- * same; below 8K cells the one-pass tiles were a little faster. */
+ * same; at 8.7K cells the one-pass tiles were 0.8x as fast, hence blocks
+ * only past 16K cells, where a KV head's V no longer fits the caches. */
 #define MM_KB 512
-#define MM_LONG 8192 /* n past which, with A read more than twice, a product is blocked */
+#define MM_LONG 16384 /* n past which, with A read more than twice, a product is blocked */
 
 /* tinyBLAS accumulators of a 4 x 4 tile (c[4j + i]) over [k0, k0 + kn):
  * A rows at k0 (a[]), B rows of the packed block (b[], from 0) */

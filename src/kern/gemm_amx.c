@@ -16,8 +16,10 @@
  * code, split into two int8 tiles: w' = 128 hi + lo). The weights of a
  * group of 32 rows are expanded once per call into the tiles' VNNI layout
  * and reused for every tile of 16 activation rows, whose Q8_K codes are the
- * A tiles (Q4_K: straight from the blocks; Q6_K, Q5_K: permuted once per
- * call so that each ref lane's 32 bytes are one tile row). With `sim` set,
+ * A tiles (Q4_K: straight from the blocks; Q6_K, Q5_K: permuted so that
+ * each ref lane's 32 bytes are one tile row, once per matmul by the
+ * engine's quantization pass through the table's prep, or once per call
+ * when the caller has no prepared rows). With `sim` set,
  * the same code runs its tile instructions through emu_* (bit for bit what
  * the instructions are specified to do), so the layouts and the float
  * order are tested on any AVX-512 machine; only the instructions themselves
@@ -309,7 +311,7 @@ static void gemm_q4_K_amxsim(int n, const void *w, size_t ws, int r0, int r1, co
  * signed, lo in 0..127, both bytes; |w'| <= 8064), and lane m's 32 values
  * (8 chunks x 4 bytes) form the K of one TDPBSSD pair: C_hi = A . B_hi,
  * C_lo = A . B_lo, lane sum = 128 C_hi + C_lo, exact. The activations are
- * permuted once per call to match: row t, super-block i, lane m holds
+ * permuted to match (lane_perm_row): row t, super-block i, lane m holds
  * bytes 32c + 4m + e of the Q8_K block for c < 8, e < 4. */
 typedef struct {
     /* words (lo, hi) for VPMADDWD: Q6_K: scales (2m, 2m + 1) for lane m's
@@ -405,8 +407,8 @@ static void lane_expand(uint32_t type, const uint8_t *w, size_t ws, int r, int n
 
 /* The activation codes of rows [0, nt) permuted to the lane order, TT rows
  * (the missing ones zero), nb * 256 bytes a row. */
-static void lane_perm(const uint8_t *a, size_t as, int nt, int nb, uint8_t *p) {
-    if (nt < TT) memset(p + (size_t)nt * nb * 256, 0, (size_t)(TT - nt) * nb * 256);
+/* One activation row (nb Q8_K blocks) into nb * 256 bytes at o. */
+static void lane_perm_row(const uint8_t *a, int nb, uint8_t *o) {
     /* output dword 16k + j (lane m = 2k + j / 8, chunk c = j % 8) is input
      * dword 8c + m: an 8 x 8 transpose of dwords, 16 per gather */
     __m512i idx[4];
@@ -415,13 +417,19 @@ static void lane_perm(const uint8_t *a, size_t as, int nt, int nb, uint8_t *p) {
                                   8 * 3 + 2 * k + 1, 8 * 2 + 2 * k + 1, 8 * 1 + 2 * k + 1, 2 * k + 1, 8 * 7 + 2 * k,
                                   8 * 6 + 2 * k, 8 * 5 + 2 * k, 8 * 4 + 2 * k, 8 * 3 + 2 * k, 8 * 2 + 2 * k,
                                   8 * 1 + 2 * k, 2 * k);
-    for (int t = 0; t < nt; t++)
-        for (int i = 0; i < nb; i++) {
-            const int8_t *q = ((const mu_block_q8_K *)(a + (size_t)t * as))[i].qs;
-            uint8_t *o = p + ((size_t)t * nb + i) * 256;
-            for (int k = 0; k < 4; k++) _mm512_storeu_si512(o + 64 * k, _mm512_i32gather_epi32(idx[k], q, 4));
-        }
+    for (int i = 0; i < nb; i++) {
+        const int8_t *q = ((const mu_block_q8_K *)a)[i].qs;
+        for (int k = 0; k < 4; k++) _mm512_storeu_si512(o + (size_t)i * 256 + 64 * k, _mm512_i32gather_epi32(idx[k], q, 4));
+    }
 }
+
+static void lane_perm(const uint8_t *a, size_t as, int nt, int nb, uint8_t *p) {
+    if (nt < TT) memset(p + (size_t)nt * nb * 256, 0, (size_t)(TT - nt) * nb * 256);
+    for (int t = 0; t < nt; t++) lane_perm_row(a + (size_t)t * as, nb, p + (size_t)t * nb * 256);
+}
+
+/* the table's prep for Q6_K and Q5_K (kern.h mu_prep_fn) */
+static void prep_lane(int n, const void *a, void *p) { lane_perm_row(a, n / MU_QK_K, p); }
 
 /* C += A . B, both signed (AT&T operand order: b, a, c) */
 #define T_DPBSSD(sim, c, a, b)                                                                                      \
@@ -533,9 +541,10 @@ AI void lane_tile(const int sim, const uint32_t type, int nb, const uint8_t *wb,
         }
 }
 
-/* Every activation row in the vec_dot order (Q6_K and Q5_K have no other). */
+/* Every activation row in the vec_dot order (Q6_K and Q5_K have no other),
+ * from the rows prepared by lane_perm at p (NULL: prepared here). */
 AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, size_t ws, int r0, int r1,
-                      const void *a, size_t as, int n_t, float *y, int ys) {
+                      const void *a, size_t as, const uint8_t *pp, int n_t, float *y, int ys) {
     const int nb = n / MU_QK_K, n_tt = (n_t + TT - 1) / TT;
     if (n_t <= 0 || r1 <= r0) return;
     if (n_t < AMX_MIN_T) {
@@ -544,8 +553,8 @@ AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, 
     }
     uint8_t *wb = aligned_alloc(64, (size_t)nb * LANE_SB);
     lane_meta *meta = aligned_alloc(64, (size_t)nb * sizeof *meta);
-    uint8_t *p = aligned_alloc(64, (size_t)n_tt * TT * nb * 256);
-    if (!wb || !meta || !p) {
+    uint8_t *p = pp ? NULL : aligned_alloc(64, (size_t)n_tt * TT * nb * 256);
+    if (!wb || !meta || (!pp && !p)) {
         free(p);
         free(meta);
         free(wb);
@@ -553,10 +562,13 @@ AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, 
         return;
     }
     const uint8_t *A = a;
-    for (int k = 0; k < n_tt; k++) {
-        const int nt = n_t - k * TT < TT ? n_t - k * TT : TT;
-        lane_perm(A + (size_t)k * TT * as, as, nt, nb, p + (size_t)k * TT * nb * 256);
-    }
+    if (!pp)
+        for (int k = 0; k < n_tt; k++) {
+            const int nt = n_t - k * TT < TT ? n_t - k * TT : TT;
+            lane_perm(A + (size_t)k * TT * as, as, nt, nb, p + (size_t)k * TT * nb * 256);
+        }
+    else
+        p = (uint8_t *)pp; /* read only below; not freed */
     tilecfg cfg __attribute__((aligned(64)));
     tiles_begin(sim, &cfg, 32);
     for (int r = r0; r < r1; r += RG) {
@@ -569,27 +581,24 @@ AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, 
         }
     }
     tiles_end(sim);
-    free(p);
+    if (!pp) free(p);
     free(meta);
     free(wb);
 }
 
-static void gemm_q6_K_amx(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
-                          int ys) {
-    gemm_lane_any(0, MU_T_Q6_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
-}
-static void gemm_q6_K_amxsim(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
-                             float *y, int ys) {
-    gemm_lane_any(1, MU_T_Q6_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
-}
-static void gemm_q5_K_amx(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t, float *y,
-                          int ys) {
-    gemm_lane_any(0, MU_T_Q5_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
-}
-static void gemm_q5_K_amxsim(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
-                             float *y, int ys) {
-    gemm_lane_any(1, MU_T_Q5_K, n, w, ws, r0, r1, a, as, n_t, y, ys);
-}
+#define LANE_GEMMS(NAME, TYPE, SIM)                                                                                \
+    static void gemm_##NAME(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,     \
+                            float *y, int ys) {                                                                     \
+        gemm_lane_any(SIM, TYPE, n, w, ws, r0, r1, a, as, NULL, n_t, y, ys);                                        \
+    }                                                                                                               \
+    static void gemm_p_##NAME(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as,           \
+                              const void *p, int n_t, float *y, int ys) {                                           \
+        gemm_lane_any(SIM, TYPE, n, w, ws, r0, r1, a, as, p, n_t, y, ys);                                           \
+    }
+LANE_GEMMS(q6_K_amx, MU_T_Q6_K, 0)
+LANE_GEMMS(q6_K_amxsim, MU_T_Q6_K, 1)
+LANE_GEMMS(q5_K_amx, MU_T_Q5_K, 0)
+LANE_GEMMS(q5_K_amxsim, MU_T_Q5_K, 1)
 
 void mu_kern_fill_gemm_amx(mu_kern *k, int sim) {
     table_dot_q4_K = k->vec_dot[MU_T_Q4_K];
@@ -599,4 +608,9 @@ void mu_kern_fill_gemm_amx(mu_kern *k, int sim) {
     k->gemm[MU_T_Q4_K] = sim ? gemm_q4_K_amxsim : gemm_q4_K_amx;
     k->gemm[MU_T_Q6_K] = sim ? gemm_q6_K_amxsim : gemm_q6_K_amx;
     k->gemm[MU_T_Q5_K] = sim ? gemm_q5_K_amxsim : gemm_q5_K_amx;
+    /* the lane layout once per matmul, not once per thread */
+    k->prep[MU_T_Q6_K] = k->prep[MU_T_Q5_K] = prep_lane;
+    k->gemm_p[MU_T_Q6_K] = sim ? gemm_p_q6_K_amxsim : gemm_p_q6_K_amx;
+    k->gemm_p[MU_T_Q5_K] = sim ? gemm_p_q5_K_amxsim : gemm_p_q5_K_amx;
+    k->prep_min_t = AMX_MIN_T;
 }

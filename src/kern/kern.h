@@ -41,6 +41,15 @@ typedef void (*mu_dequant_fn)(const void *w, float *y, int n);
 typedef void (*mu_gemm_fn)(int n, const void *w, size_t w_stride, int r0, int r1,
                            const void *a, size_t a_stride, int n_t, float *y, int y_stride);
 
+/* Activations prepared once per matmul for gemm_p (a table whose gemm would
+ * otherwise rearrange all of them in every call, i.e. on every thread):
+ * prep writes the prepared form of one dot-type row of n values, n bytes
+ * (a Q8_K row's codes, rearranged); gemm_p is gemm reading them from p,
+ * row t at p + t * n, with p's rows allocated up to n_t rounded up to 16. */
+typedef void (*mu_prep_fn)(int n, const void *a, void *p);
+typedef void (*mu_gemm_p_fn)(int n, const void *w, size_t w_stride, int r0, int r1, const void *a,
+                             size_t a_stride, const void *p, int n_t, float *y, int y_stride);
+
 typedef struct mu_kern {
     const char *name;
     mu_vec_dot_fn vec_dot[MU_T_COUNT];  /* indexed by weight type */
@@ -89,6 +98,11 @@ typedef struct mu_kern {
     /* vec_dot of one row against several activation rows; NULL: vec_dot
      * per activation row */
     mu_vec_dotn_fn vec_dotn[MU_T_COUNT];
+    /* see mu_prep_fn; NULL where the gemm takes its activations as they
+     * are. Worth it from prep_min_t activation rows. */
+    mu_prep_fn prep[MU_T_COUNT];
+    mu_gemm_p_fn gemm_p[MU_T_COUNT];
+    int prep_min_t;
 } mu_kern;
 
 /* llama.cpp's horizontal sums on x86: 8 lanes as hsum_float_8 (and

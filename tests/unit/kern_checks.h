@@ -641,8 +641,8 @@ static int check_mm_f16(const mu_kern *k) {
     /* then products over many cells (a table's blocked path, e.g.
      * attn_avx512.c's mm_long): n past a block edge, head-sized na, a
      * decode step's and a prefill item's B rows */
-    static const int LN[][3] = {{8256, 9, 13}, {8448, 128, 8}, {8704, 128, 20}, {8256, 5, 3}, {8320, 3, 2},
-                                {4160, 9, 13}};
+    static const int LN[][3] = {{16448, 9, 13}, {16640, 128, 8}, {16896, 128, 20}, {16448, 5, 3}, {16576, 3, 2},
+                                {8256, 9, 13}};
     const size_t n_a = sizeof NA / sizeof NA[0], n_short = sizeof NS / sizeof NS[0] * n_a;
     int fails = 0;
     for (size_t si = 0; si < n_short + sizeof LN / sizeof LN[0]; si++)
@@ -802,7 +802,8 @@ static int check_softmax_swiglu(const mu_kern *k) {
 /* The prefill gemm at engine-like shapes, bit for bit: n = 256 .. 8192,
  * every n_t from 1 to 70 (all token-tile remainders and the Q4_K gemv tail),
  * row ranges that are whole, odd, or not multiples of 16, Y rows wider than
- * the slice. The ref answers are computed once per (token, row). */
+ * the slice; and the same for gemm_p from prepared rows where the table has
+ * it. The ref answers are computed once per (token, row). */
 static int check_gemm_wide(const mu_kern *k) {
     static const int LENS[] = {256, 2048, 6144, 8192};
     static const int RANGES[][2] = {{0, 40}, {3, 37}, {16, 32}, {5, 6}, {1, 34}, {8, 40}};
@@ -831,10 +832,22 @@ static int check_gemm_wide(const mu_kern *k) {
                     eb[tt * ROWS + r] = rb(n, w + r * wrow, a + tt * arow);
                     ed[tt * ROWS + r] = rk->vec_dot[t](n, w + r * wrow, a + tt * arow);
                 }
+            /* a table's prepared activations (kern.h mu_prep_fn): every row
+             * prepared, so rows past n_t hold data, as in the engine */
+            uint8_t *pa = NULL;
+            if (k->gemm_p[t] && k->prep[t]) {
+                pa = malloc((size_t)(MAXT + 16) * n);
+                memset(pa, 0xa5, (size_t)(MAXT + 16) * n);
+                for (int tt = 0; tt < MAXT; tt++) k->prep[t](n, a + tt * arow, pa + (size_t)tt * n);
+            }
+            for (int pass = 0; pass < (pa ? 2 : 1); pass++)
             for (int nt = 1; nt <= MAXT; nt++) {
                 const int r0 = RANGES[nt % 6][0], r1 = RANGES[nt % 6][1];
                 for (int i = 0; i < MAXT * YS; i++) y[i] = -12345.f;
-                k->gemm[t](n, w, wrow, r0, r1, a, arow, nt, y, YS);
+                if (pass)
+                    k->gemm_p[t](n, w, wrow, r0, r1, a, arow, pa, nt, y, YS);
+                else
+                    k->gemm[t](n, w, wrow, r0, r1, a, arow, nt, y, YS);
                 for (int tt = 0; tt < MAXT; tt++)
                     for (int r = 0; r < YS; r++) {
                         const float g = y[tt * YS + r];
@@ -850,14 +863,15 @@ static int check_gemm_wide(const mu_kern *k) {
                         /* Q4_K: the last n_t % 4 rows of a matmul are llama.cpp's gemv */
                         const float e = (t == MU_T_Q4_K && tt >= (nt & ~3)) ? ed[tt * ROWS + r] : eb[tt * ROWS + r];
                         if (!kc_same_bits(g, e)) {
-                            KC_LOG("%s: gemm %s n=%d n_t=%d rows [%d,%d) t=%d r=%d: %.9g vs ref %.9g\n", k->name,
-                                   kc_tname(t), n, nt, r0, r1, tt, r, g, e);
+                            KC_LOG("%s: gemm%s %s n=%d n_t=%d rows [%d,%d) t=%d r=%d: %.9g vs ref %.9g\n", k->name,
+                                   pass ? "_p" : "", kc_tname(t), n, nt, r0, r1, tt, r, g, e);
                             fails++;
                             goto next;
                         }
                     }
             next:;
             }
+            free(pa);
             free(w);
             free(a);
             free(x);

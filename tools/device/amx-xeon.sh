@@ -277,23 +277,23 @@ fi
 depth8k() {
   local sm fa
   for sm in 4096 100000000; do
-    MUSER_ATTN_SPLIT_MIN=$sm "$D/muser" bench -m "$M1B" --depths 8192 --gen 32 --threads "$NCPU" --kern "$BASE" --json |
+    MUSER_ATTN_SPLIT_MIN=$sm "$D/muser" bench -m "$M1B" --depths "$DEPTH_LONG" --gen 32 --threads "$NCPU" --kern "$BASE" --json |
       grep '^{' | sed "s/^{/{\"attn_split_min\": $sm, /"
   done
   if [ -n "${LB:-}" ] && [ -x "$LB" ]; then
-    for fa in 0 1; do "$LB" -m "$M1B" -t "$NCPU" -fa $fa -r 1 -o jsonl -p 0 -n 32 -d 8192 | grep '^{'; done
+    for fa in 0 1; do "$LB" -m "$M1B" -t "$NCPU" -fa $fa -r 1 -o jsonl -p 0 -n 32 -d "$DEPTH_LONG" | grep '^{'; done
   fi
 }
 export -f depth8k
-export LB
+export LB DEPTH_LONG=${DEPTH_LONG:-8192}
 [ -f "$M1B" ] && step depth8k 70 150 bash -c depth8k && python3 - "$OUT/depth8k.log" <<'EOF' | tee -a "$SUM"
 import json, sys
 for l in open(sys.argv[1]):
     if not l.startswith("{"): continue
     j = json.loads(l)
     if "attn_split_min" in j:
-        print(f"depth 8192 muser split_min {j['attn_split_min']}: prefill {j['prefill_tps']:.1f} decode {j['decode_tps']:.2f} tok/s")
+        print(f"depth {j['depth']} muser split_min {j['attn_split_min']}: prefill {j['prefill_tps']:.1f} decode {j['decode_tps']:.2f} tok/s")
     else:
-        print(f"depth 8192 llama.cpp fa {j.get('flash_attn')}: decode {j.get('avg_ts', 0):.2f} tok/s")
+        print(f"depth {j.get('n_depth')} llama.cpp fa {j.get('flash_attn')}: decode {j.get('avg_ts', 0):.2f} tok/s")
 EOF
 note "total: $(($(date +%s) - T0))s of a ${BUDGET}s budget"
