@@ -373,6 +373,8 @@ static bool turn_poll(void *state, mu_http_req *r) {
                           (json_int_t)(u->revision + 1), "content", api_json_text(g->content.p ? g->content.p : "", g->content.n),
                           "tokens", toks, "n_tokens", u->n_conv + g->n_ids, "finish_reason", finish_name(g->finish),
                           "persisted", u->sv && u->sv->saved, "timings", api_job_timings(g));
+    /* what the ladder reused, beside timings as on /completion */
+    if (o) json_object_set_new(o, "cache_source", json_string(mu_kv_src_name(g->st.reuse_src)));
     if (o && lps) json_object_set_new(o, "logprobs", lps);
     else json_decref(lps);
     if (o && u->sv && u->sv->saved) {

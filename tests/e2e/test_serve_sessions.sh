@@ -4,7 +4,7 @@
 # restore in another server process, delete; every check by the answers,
 # /metrics counters and the pack store's files, never by timing.
 # Exactness: a turn continued from a session restored in another process
-# (its KV state from the pack store, timings.cache_source "pack": a delta
+# (its KV state from the pack store, cache_source "pack": a delta
 # pack of the second turn over the first's, restored as a chain) equals the
 # same turn continued from the live session (cache_source "slot") bit for
 # bit: the tokens and their log-probabilities. Both conversations are built
@@ -27,7 +27,7 @@ post() {
 turn() { # turn SESSION REVISION PROMPT_IDS OUT [HEADER]
   post "/v1/sessions/$1/continue" "{\"revision\":$2,\"prompt\":[$3],\"n_predict\":8,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true}" "$4" "${5:-}"
 }
-src_of() { jget "$T/$1" "j['timings']['cache_source'], j['timings']['cache_n']"; }
+src_of() { jget "$T/$1" "j['cache_source'], j['timings']['cache_n']"; }
 metric() { curl -s "$BASE/metrics" | sed -n "s/^llamacpp:$1 //p"; }
 same() { # bit for bit: the tokens and their log-probabilities
   python3 - "$T/$1" "$T/$2" <<'EOF'
