@@ -621,7 +621,7 @@ template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("c
 
 #define DEC_WARPS 8         /* rows per thread block */
 #define DEC_NI 9            /* integers kept per block and token */
-#define DEC2_SMEM_MAX (160 << 10) /* dynamic shared memory of k_mm_dec2 at most */
+#define DEC2_SMEM_MAX (160 << 10) /* dynamic shared memory of k_mm_dec2 at most (dec2_smem_max) */
 
 /* lane g's weight words of one super-block */
 template <int TYPE> struct dec_words;
@@ -1345,10 +1345,24 @@ int cu_batch_rows(const dtensor *w, int ll_rows) {
     }
 }
 
+/* Dynamic shared memory k_mm_dec2 may ask for: DEC2_SMEM_MAX, or less on
+ * a device that grants a block less (sm_86/89: 99 KB; the static part of
+ * the kernel is none). */
+static int dec2_smem_max(void) {
+    static int mx = -1;
+    if (mx < 0) {
+        int dev = 0, optin = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess) optin = 48 << 10;
+        mx = optin < DEC2_SMEM_MAX ? optin : DEC2_SMEM_MAX;
+    }
+    return mx;
+}
+
 /* k_mm_dec2 takes w for T tokens */
 static bool dec2_ok(const dtensor *w, int T) {
     return T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K) &&
-           dec_u(w->type) && dec2_smem(T, w->ne0 / 256, dec_u(w->type)) <= DEC2_SMEM_MAX;
+           dec_u(w->type) && dec2_smem(T, w->ne0 / 256, dec_u(w->type)) <= (size_t)dec2_smem_max();
 }
 
 /* n (<= DEC_GRP) matrices of one type and width in one k_mm_dec2 launch */
@@ -1373,7 +1387,7 @@ static void dec2_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     do {                                                                                                         \
         static bool big;                                                                                         \
         if (!big) {                                                                                              \
-            cudaFuncSetAttribute(k_mm_dec2<TY, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, DEC2_SMEM_MAX);  \
+            cudaFuncSetAttribute(k_mm_dec2<TY, U>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max()); \
             big = true;                                                                                          \
         }                                                                                                        \
         k_mm_dec2<TY, U><<<end, DEC_WARPS * 32, sm, st>>>(G, nb, a, act_stride, T, n_batch, logits, lscale, cap); \
