@@ -612,12 +612,15 @@ __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_
 template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 /* ---- K-quant matmul for few tokens (decode), loads first ----------------
- * The same work and the same chains as k_mm_dec, in two phases per chunk of
- * 4U super-blocks: every lane first loads its weight words of U passes (so
- * a warp has U times more bytes in flight), then computes the integer sums
- * and leaves them with the blocks' factors in shared memory, and only then
- * do the chain lanes fold them, block after block. The float steps and
- * their order are k_mm_dec's. */
+ * The same work and the same chains as k_mm_dec. A block of DEC_WARPS rows
+ * (a warp a row) first stages the step's activation rows in shared memory
+ * (cp.async, once for all its rows); then, per chunk of 4U super-blocks,
+ * every lane loads its weight words of U passes before using any (U times
+ * more bytes in flight per warp), computes the integer sums from shared
+ * memory and leaves them with the blocks' factors there, and only then do
+ * the chain lanes fold them, block after block. The float steps and their
+ * order are k_mm_dec's. One launch may cover up to DEC_GRP matrices of one
+ * type and width over the same activations (dec_grp). */
 
 #define DEC_WARPS 8         /* rows per thread block */
 #define DEC_NI 9            /* integers kept per block and token */
