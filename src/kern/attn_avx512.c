@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "expf_avx512.h"
 #include "kern.h"
 
 static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
@@ -348,25 +349,6 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
 
 /* ---- ggml's vector expf, softmax, swiglu -------------------------------- */
 
-/* ggml_v_expf (AVX-512): kern_ref.c's mu_expf_ggml is its scalar spelling. */
-static inline __m512 v_expf(__m512 x) {
-    const __m512 r = _mm512_set1_ps(0x1.8p23f);
-    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
-    const __m512 n = _mm512_sub_ps(z, r);
-    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
-    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
-    const __m512 u = _mm512_mul_ps(b, b);
-    const __m512 j = _mm512_fmadd_ps(
-        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
-                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
-    const __m512 res = _mm512_scalef_ps(j, n);
-    if (!d) return res;
-    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
-                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
-    return _mm512_mask_blend_ps(d, res, alt);
-}
 
 static void softmax_f16_avx512(int n, float *x, float mx) {
     const __m512 vm = _mm512_set1_ps(mx);
@@ -377,7 +359,7 @@ static void softmax_f16_avx512(int n, float *x, float mx) {
         __m512 e[16];
         #pragma GCC unroll 16
         for (int c = 0; c < 16; c++) {
-            e[c] = v_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16 * c), vm));
+            e[c] = mu_expf512(_mm512_sub_ps(_mm512_loadu_ps(x + i + 16 * c), vm));
             _mm512_storeu_ps(x + i + 16 * c, e[c]);
         }
         float r[16];
@@ -386,7 +368,7 @@ static void softmax_f16_avx512(int n, float *x, float mx) {
         for (int c = 0; c < 16; c++) sum += (double)r[c];
     }
     for (; i < n; i += 16) {
-        const __m512 e = v_expf(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
+        const __m512 e = mu_expf512(_mm512_sub_ps(_mm512_loadu_ps(x + i), vm));
         _mm512_storeu_ps(x + i, e);
         sum += (double)_mm512_reduce_add_ps(e);
     }
@@ -402,7 +384,7 @@ static void swiglu_avx512(int n, float *g, const float *u) {
     int i = 0;
     for (; i + 16 <= n; i += 16) {
         const __m512 x = _mm512_loadu_ps(g + i);
-        const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, v_expf(_mm512_sub_ps(_mm512_setzero_ps(), x))));
+        const __m512 s = _mm512_div_ps(x, _mm512_add_ps(one, mu_expf512(_mm512_sub_ps(_mm512_setzero_ps(), x))));
         _mm512_storeu_ps(g + i, _mm512_mul_ps(s, _mm512_loadu_ps(u + i)));
     }
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];

@@ -11,29 +11,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../kern/expf_avx512.h"
 #include "vit.h"
 
 #define TILE 64
 
-/* ggml_v_expf (AVX-512), as src/kern/attn_avx512.c spells it */
-static inline __m512 v_expf(__m512 x) {
-    const __m512 r = _mm512_set1_ps(0x1.8p23f);
-    const __m512 z = _mm512_fmadd_ps(x, _mm512_set1_ps(0x1.715476p+0f), r);
-    const __m512 n = _mm512_sub_ps(z, r);
-    const __m512 b = _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.7f7d1cp-20f),
-                                      _mm512_fnmadd_ps(n, _mm512_set1_ps(0x1.62e4p-1f), x));
-    const __mmask16 d = _mm512_cmp_ps_mask(_mm512_abs_ps(n), _mm512_set1_ps(192), _CMP_GT_OQ);
-    const __m512 u = _mm512_mul_ps(b, b);
-    const __m512 j = _mm512_fmadd_ps(
-        _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_set1_ps(0x1.0e4020p-7f), b, _mm512_set1_ps(0x1.573e2ep-5f)), u,
-                        _mm512_fmadd_ps(_mm512_set1_ps(0x1.555e66p-3f), b, _mm512_set1_ps(0x1.fffdb6p-2f))),
-        u, _mm512_fmadd_ps(_mm512_set1_ps(0x1.ffffecp-1f), b, _mm512_set1_ps(1.0f)));
-    const __m512 res = _mm512_scalef_ps(j, n);
-    if (!d) return res;
-    const __m512 alt = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(n, _mm512_setzero_ps(), _CMP_LE_OQ),
-                                            _mm512_set1_ps(INFINITY), _mm512_setzero_ps());
-    return _mm512_mask_blend_ps(d, res, alt);
-}
 
 static inline float hsum16(__m512 v) {
     float a[16];
@@ -110,7 +92,7 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
             double sum = 0;
             float e[TILE];
             for (int g = 0; g < 4; g++) {
-                const __m512 ev = v_expf(_mm512_sub_ps(s[g], vm));
+                const __m512 ev = mu_expf512(_mm512_sub_ps(s[g], vm));
                 _mm512_storeu_ps(e + 16 * g, ev);
                 sum += (double)hsum16(ev);
             }
