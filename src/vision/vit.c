@@ -97,8 +97,49 @@ typedef struct {
  * still rounds as the whole matmul of T rows decides. */
 #define MM_ROWS 256
 
+/* F16 weights where llama.cpp takes tinyBLAS (T >= 2, cols % 16 == 0, rows
+ * % 4 == 0): the activations rounded to F16 once (kept as floats), then the
+ * encoder table's mm_f16 over all T rows, each thread a slice of the weight
+ * rows. */
+typedef struct {
+    const mu_vit_kern *vk;
+    const mu_kern *k;
+    int T, cols, rows;
+    const float *x;
+    float *a;                   /* [T][cols]: x rounded to F16 */
+    const mu_gguf_tensor *w, *bias;
+    float *y;
+} f16mm_job;
+
+static void job_f16_round(void *arg, int ith, int nth) {
+    f16mm_job *j = arg;
+    int lo, hi;
+    mu_split(j->T, ith, nth, 1, &lo, &hi);
+    for (int t = lo; t < hi; t++) j->k->round_f16(j->cols, j->x + (size_t)t * j->cols, j->a + (size_t)t * j->cols);
+}
+
+static void job_f16_mm(void *arg, int ith, int nth) {
+    f16mm_job *j = arg;
+    int lo, hi;
+    mu_split(j->rows, ith, nth, 16, &lo, &hi);
+    if (lo >= hi) return;
+    j->vk->mm_f16(j->cols, j->w->data, (size_t)j->cols, lo, hi, j->a, (size_t)j->cols, j->T, j->y, (size_t)j->rows);
+    if (j->bias) {
+        const float *b = j->bias->data;
+        for (int t = 0; t < j->T; t++)
+            for (int r = lo; r < hi; r++) j->y[(size_t)t * j->rows + r] += b[r];
+    }
+}
+
 static void mm(enc *e, const float *x, int T, const mu_gguf_tensor *w, const mu_gguf_tensor *bias, float *y) {
     const int cols = (int)w->ne[0], rows = (int)w->ne[1];
+    if (w->type == MU_T_F16 && e->k->vec_dot_batch[MU_T_F16] && T >= 2 && cols % 16 == 0 && rows % 4 == 0) {
+        f16mm_job j = {.vk = e->vk, .k = e->k, .T = T, .cols = cols, .rows = rows, .x = x, .a = (float *)e->qa,
+                       .w = w, .bias = bias, .y = y};
+        mu_pool_run(e->pool, job_f16_round, &j);
+        mu_pool_run(e->pool, job_f16_mm, &j);
+        return;
+    }
     for (int t0 = 0; t0 < T; t0 += MM_ROWS) {
         const int n = T - t0 < MM_ROWS ? T - t0 : MM_ROWS;
         vmm_job j = {.k = e->k, .pool = e->pool, .T = n, .ll_T = T, .t0 = t0, .x = x + (size_t)t0 * cols,

@@ -30,13 +30,25 @@ typedef struct {
     float *out;
 } mu_vit_attn_args;
 
+/* The F16 matmul of llama.cpp's batched path (llamafile tinyBLAS, AVX-512):
+ * y[t * ys + r] = the dot of weight row r (w + r * ws, F16) with activation
+ * row t (a + t * as, floats that are exact F16 values: the activations as
+ * ggml converts them to the weight's dot type) for r in [r0, r1) and t in
+ * [0, n_t): one 16-lane FMA accumulator over steps of 16 (n % 16 == 0),
+ * reduced as _mm512_reduce_add_ps (mu_hsum16). ws, as: elements. */
+typedef void (*mu_vit_mm_f16_fn)(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as,
+                                 int n_t, float *y, size_t ys);
+
 typedef struct {
     const char *name;
     void (*attn)(const mu_vit_attn_args *a, int i0, int i1);
+    mu_vit_mm_f16_fn mm_f16;
 } mu_vit_kern;
 
 const mu_vit_kern *mu_vit_kern_ref(void);
 void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1);
+void mu_vit_mm_f16_ref(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
+                       float *y, size_t ys);
 /* Filled by the ISA file (x86-64 builds only). */
 void mu_vit_fill_avx512(mu_vit_kern *k);
 /* The fastest table this CPU runs (its results equal the reference's). */

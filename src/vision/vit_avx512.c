@@ -112,7 +112,84 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
     free(kt), free(vf);
 }
 
+/* ---- the F16 matmul ------------------------------------------------------
+ * Register tiles of MR weight rows x MT activation rows (24 accumulators):
+ * per step of 16 values, MR weight vectors converted from F16 once and MT
+ * activation vectors loaded once feed MR * MT FMAs, each accumulator the
+ * reference's chain. Activation rows are taken in blocks of about ACT_L2
+ * bytes (they stay in L2 while every weight row of the call passes them), so
+ * the weights are read from memory once per block. */
+#define MR 4
+#define MT 6
+#define ACT_L2 (512 << 10)
+#define AI __attribute__((always_inline)) static inline
+
+AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys, const int RN,
+                const int TN) {
+    __m512 acc[MR][MT];
+#pragma GCC unroll 8
+    for (int r = 0; r < RN; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) {
+        __m512 wv[MR];
+#pragma GCC unroll 8
+        for (int r = 0; r < RN; r++) wv[r] = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)r * ws + i)));
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const __m512 av = _mm512_loadu_ps(a + (size_t)t * as + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < RN; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], av, acc[r][t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++)
+#pragma GCC unroll 8
+        for (int r = 0; r < RN; r++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+#define MM_T(RN, tn, ...)                                                                                          \
+    do {                                                                                                            \
+        switch (tn) {                                                                                               \
+        case 6: mm_tile(__VA_ARGS__, RN, 6); break;                                                                 \
+        case 5: mm_tile(__VA_ARGS__, RN, 5); break;                                                                 \
+        case 4: mm_tile(__VA_ARGS__, RN, 4); break;                                                                 \
+        case 3: mm_tile(__VA_ARGS__, RN, 3); break;                                                                 \
+        case 2: mm_tile(__VA_ARGS__, RN, 2); break;                                                                 \
+        default: mm_tile(__VA_ARGS__, RN, 1); break;                                                                \
+        }                                                                                                           \
+    } while (0)
+
+static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
+                          float *y, size_t ys) {
+    if (n % 16) {
+        mu_vit_mm_f16_ref(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    int tb = (int)(ACT_L2 / ((size_t)n * sizeof(float)));
+    tb = tb < MT ? MT : tb / MT * MT;
+    for (int t0 = 0; t0 < n_t; t0 += tb) {
+        const int t1 = t0 + tb < n_t ? t0 + tb : n_t;
+        for (int r = r0; r < r1; r += MR) {
+            const int nr = r1 - r < MR ? r1 - r : MR;
+            const mu_f16 *wr = w + (size_t)r * ws;
+            for (int t = t0; t < t1; t += MT) {
+                const int tn = t1 - t < MT ? t1 - t : MT;
+                const float *at = a + (size_t)t * as;
+                float *yt = y + (size_t)t * ys + r;
+                switch (nr) {
+                case 4: MM_T(4, tn, n, wr, ws, at, as, yt, ys); break;
+                case 3: MM_T(3, tn, n, wr, ws, at, as, yt, ys); break;
+                case 2: MM_T(2, tn, n, wr, ws, at, as, yt, ys); break;
+                default: MM_T(1, tn, n, wr, ws, at, as, yt, ys); break;
+                }
+            }
+        }
+    }
+}
+
 void mu_vit_fill_avx512(mu_vit_kern *k) {
     k->name = "avx512";
     k->attn = attn_avx512;
+    k->mm_f16 = mm_f16_avx512;
 }

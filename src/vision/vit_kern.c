@@ -108,6 +108,21 @@ void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1) {
     }
 }
 
+/* ---- matmul ------------------------------------------------------------ */
+
+void mu_vit_mm_f16_ref(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
+                       float *y, size_t ys) {
+    for (int t = 0; t < n_t; t++)
+        for (int r = r0; r < r1; r++) {
+            const mu_f16 *x = w + (size_t)r * ws;
+            const float *b = a + (size_t)t * as;
+            float acc[16] = {0};
+            for (int i = 0; i + 16 <= n; i += 16)
+                for (int l = 0; l < 16; l++) acc[l] = fmaf(mu_f16_to_f32(x[i + l]), b[i + l], acc[l]);
+            y[(size_t)t * ys + r] = mu_hsum16(acc);
+        }
+}
+
 /* ---- norms, activations, resize --------------------------------------- */
 
 void mu_vit_layer_norm(int n, const float *x, float *y, const float *w, const float *b, float eps) {
@@ -180,7 +195,7 @@ void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float
 
 /* ---- tables ------------------------------------------------------------ */
 
-static const mu_vit_kern REF = {"ref", mu_vit_attn_ref};
+static const mu_vit_kern REF = {"ref", mu_vit_attn_ref, mu_vit_mm_f16_ref};
 
 const mu_vit_kern *mu_vit_kern_ref(void) { return &REF; }
 

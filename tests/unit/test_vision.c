@@ -335,6 +335,36 @@ static void test_kernels(void **state) {
         }
         free(q), free(o0), free(o1), free(k), free(v), free(lo), free(hi);
     }
+    /* the F16 matmul: the reference is the engine's tinyBLAS dot
+     * (vec_dot_batch of the reference kernel table) on every element, and
+     * each table equals it on odd row ranges, token counts that cut the
+     * register tiles, and enough tokens to pass a token block (n = 4160) */
+    {
+        static const int shape[][4] = {{16, 9, 1, 3}, {48, 37, 7, 11}, {1040, 21, 13, 5}, {4160, 13, 160, 2}};
+        const mu_kern *kr = mu_kern_ref();
+        for (int s = 0; s < 4; s++) {
+            const int n = shape[s][0], rows = shape[s][1], nt = shape[s][2], r0 = shape[s][3];
+            mu_f16 *w = malloc((size_t)rows * n * sizeof *w), *a16 = malloc((size_t)nt * n * sizeof *a16);
+            float *a = malloc((size_t)nt * n * sizeof *a);
+            float *y0 = calloc((size_t)nt * rows, sizeof *y0), *y1 = calloc((size_t)nt * rows, sizeof *y1);
+            for (int i = 0; i < rows * n; i++) w[i] = mu_f32_to_f16(4 * frand());
+            for (int i = 0; i < nt * n; i++) a16[i] = mu_f32_to_f16(8 * frand()), a[i] = mu_f16_to_f32(a16[i]);
+            mu_vit_mm_f16_ref(n, w, (size_t)n, r0, rows, a, (size_t)n, nt, y0, (size_t)rows);
+            for (int t = 0; t < nt; t++)
+                for (int r = r0; r < rows; r++) {
+                    const float want = kr->vec_dot_batch[MU_T_F16](n, w + (size_t)r * n, a16 + (size_t)t * n);
+                    if (memcmp(&want, y0 + (size_t)t * rows + r, sizeof want))
+                        fail_msg("mm_f16 ref differs from the tinyBLAS dot: n %d token %d row %d", n, t, r);
+                }
+            for (int k = 0; k < nk; k++) {
+                memset(y1, 0, (size_t)nt * rows * sizeof *y1);
+                ks[k]->mm_f16(n, w, (size_t)n, r0, rows, a, (size_t)n, nt, y1, (size_t)rows);
+                if (memcmp(y0, y1, (size_t)nt * rows * sizeof *y1))
+                    fail_msg("mm_f16 %s differs from ref: n %d rows %d tokens %d", ks[k]->name, n, rows, nt);
+            }
+            free(w), free(a16), free(a), free(y0), free(y1);
+        }
+    }
     /* layer norm: the 16-lane part and the tail */
     for (int n = 1; n < 70; n += 7) {
         float x[80], y[80], w[80], b[80];
