@@ -311,7 +311,10 @@ int mu_mmproj_encode(const mu_mmproj *p, mu_engine *e, const mu_media *img, floa
 typedef struct mu_mprompt mu_mprompt;
 int mu_mprompt_new(mu_engine *e, const mu_mmproj *p, const char *text, size_t len, bool add_bos,
                    const mu_media *media, int n_media, mu_mprompt **out, mu_err *err);
+/* Drops one owner's hold: the prompt is freed with its last owner. */
 void mu_mprompt_free(mu_mprompt *mp);
+/* Another owner for mp (each frees it once); returns mp. */
+mu_mprompt *mu_mprompt_ref(const mu_mprompt *mp);
 /* Positions the prompt takes (text tokens and image rows). */
 int mu_mprompt_n(const mu_mprompt *mp);
 /* Ids per position (lives as long as mp): text tokens as they are; an image

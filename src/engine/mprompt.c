@@ -12,6 +12,7 @@
  * Design: an image row's id is negative and derived from the image's rows
  * (its encoder output) and the row index, so prefix matching on ids treats equal images as equal text
  * and never confuses two images. */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@ struct mu_mprompt {
     const float **row;  /* [n]: the input row of an image position, NULL for text */
     float **blocks;     /* each image's rows, owned */
     int n_blocks, n_out;
+    atomic_int refs;    /* owners (mu_mprompt_ref) */
 };
 
 int mu_mmproj_encode(const mu_mmproj *p, mu_engine *e, const mu_media *img, float **rows, int *n_rows, int *nx,
@@ -111,6 +113,7 @@ int mu_mprompt_new(mu_engine *e, const mu_mmproj *p, const char *text, size_t le
     if (n_media && !p) return mu_fail(err, MU_E_ARG, "prompt: images need a vision projector (--mmproj)");
     mu_mprompt *mp = calloc(1, sizeof *mp);
     if (!mp) return mu_fail(err, MU_E_NOMEM, "prompt: out of memory");
+    atomic_init(&mp->refs, 1);
     mp->blocks = calloc((size_t)(n_media > 0 ? n_media : 1), sizeof *mp->blocks);
     if (!mp->blocks) {
         free(mp);
@@ -163,8 +166,14 @@ int mu_mprompt_new(mu_engine *e, const mu_mmproj *p, const char *text, size_t le
     return 0;
 }
 
+mu_mprompt *mu_mprompt_ref(const mu_mprompt *mp) {
+    mu_mprompt *m = (mu_mprompt *)mp; /* the count is the only state that changes */
+    atomic_fetch_add(&m->refs, 1);
+    return m;
+}
+
 void mu_mprompt_free(mu_mprompt *mp) {
-    if (!mp) return;
+    if (!mp || atomic_fetch_sub(&mp->refs, 1) != 1) return;
     for (int i = 0; i < mp->n_blocks; i++) free(mp->blocks[i]);
     free(mp->blocks);
     free(mp->ids);

@@ -20,6 +20,8 @@ typedef struct api_sessions api_sessions;
 int api_sessions_new(api_sessions **out);
 void api_sessions_free(api_sessions *t);
 
+typedef struct api_encoder api_encoder; /* api_encode.c */
+
 typedef struct {
     mu_sched *sched;
     const mu_model *model;
@@ -63,6 +65,7 @@ typedef struct {
     bool no_slots, no_ui, no_metrics;
     const char *tags;          /* comma-separated, or NULL (lives as long as the server) */
     const mu_mmproj *mmproj;   /* the vision projector (--mmproj), or NULL: images are refused */
+    api_encoder *encoder;      /* the image encode thread (api_encode.c), with mmproj */
 } mu_http_app;
 
 /* Route table: all three protocols. Ends with a NULL path. */
@@ -308,12 +311,22 @@ int api_count_markers(const char *s);
  * otherwise replies 400 naming --mmproj and returns false. */
 bool api_images_gate(mu_http_req *r, mu_http_app *a, const api_images *im);
 /* text (one MU_MEDIA_MARKER per image of im) as an image prompt
- * (mu_mprompt_new: the images are decoded and encoded here, on the calling
- * thread): *ids a malloc'ed copy of its ids, *media the prompt for
+ * (mu_mprompt_new): *ids a malloc'ed copy of its ids, *media the prompt for
  * mu_gen_req.media (api_job_start takes it). False after replying (400
- * for an image that does not decode, naming why). */
+ * for an image that does not decode, naming why), or, with the encode
+ * thread, while the request waits for it (the handler then frees what it
+ * holds and returns without replying; it runs again when the encode is
+ * done, api_encode.c). Without the encode thread it encodes here. */
 bool api_media_prompt(mu_http_req *r, mu_http_app *a, const char *text, const api_images *im, int32_t **ids,
                       int *n, const mu_mprompt **media);
+/* The encode thread (api_encode.c): started with the server when it has a
+ * projector, stopped after the server (it finishes the encode under way). */
+int api_encoder_start(mu_http_app *a, mu_err *err);
+void api_encoder_stop(mu_http_app *a);
+/* The k-th image prompt of this handler run: 1 with *mp (an owner's hold)
+ * when its encode is done, 0 after queueing it (the request waits,
+ * mu_http_reply_rerun), -1 after replying (the encode's error, or 503). */
+int api_encode_take(mu_http_req *r, mu_http_app *a, const char *text, const api_images *im, mu_mprompt **mp);
 
 /* Handlers. */
 void api_openai_chat(mu_http_req *r, const json_t *body);

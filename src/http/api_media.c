@@ -261,15 +261,19 @@ bool api_images_gate(mu_http_req *r, mu_http_app *a, const api_images *im) {
 
 bool api_media_prompt(mu_http_req *r, mu_http_app *a, const char *text, const api_images *im, int32_t **ids,
                       int *n, const mu_mprompt **media) {
-    mu_media md[API_MAX_IMAGES];
-    for (int i = 0; i < im->n; i++) md[i] = (mu_media){.data = im->v[i].data, .size = im->v[i].size};
     mu_mprompt *mp = NULL;
-    mu_err err = {0};
-    /* the text was rendered or given as text: BOS by the model's rule, as api_tokenize_prompt */
-    int rc = mu_mprompt_new(mu_sched_engine(a->sched), a->mmproj, text, strlen(text), true, md, im->n, &mp, &err);
-    if (rc) {
-        mu_http_reply_status(r, rc, &err);
-        return false;
+    if (a->encoder) { /* on the encode thread: this request waits, its handler runs again */
+        if (api_encode_take(r, a, text, im, &mp) <= 0) return false;
+    } else {
+        mu_media md[API_MAX_IMAGES];
+        for (int i = 0; i < im->n; i++) md[i] = (mu_media){.data = im->v[i].data, .size = im->v[i].size};
+        mu_err err = {0};
+        /* the text was rendered or given as text: BOS by the model's rule, as api_tokenize_prompt */
+        int rc = mu_mprompt_new(mu_sched_engine(a->sched), a->mmproj, text, strlen(text), true, md, im->n, &mp, &err);
+        if (rc) {
+            mu_http_reply_status(r, rc, &err);
+            return false;
+        }
     }
     int np = mu_mprompt_n(mp);
     int32_t *t = malloc((size_t)(np > 0 ? np : 1) * sizeof *t);

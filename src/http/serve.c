@@ -155,8 +155,10 @@ int mu_serve_start(mu_sched *sched, const mu_model *m, const mu_serve_opts *o, m
                        .cors_origins = o->cors_origins,
                        .routes = mu_http_routes,
                        .app = a};
-    int rc = mu_http_server_start(&ho, &s->srv, err);
+    int rc = a->mmproj ? api_encoder_start(a, err) : 0;
+    if (!rc) rc = mu_http_server_start(&ho, &s->srv, err);
     if (rc) {
+        api_encoder_stop(a);
         api_sessions_free(a->sessions);
         free(s);
         return rc;
@@ -178,6 +180,7 @@ int mu_serve_max_connections(const mu_server *s, int *requested) {
 void mu_serve_stop(mu_server *s) {
     if (!s) return;
     mu_http_server_stop(s->srv);
+    api_encoder_stop(&s->app); /* after the server: no request is left to wake */
     api_sessions_free(s->app.sessions);
     mu_kv_key_wipe(s->app.kv_key);
     free(s);

@@ -115,9 +115,14 @@ struct mu_http_req {
     bool hangup;          /* the sweeper saw the client go (or the server stops) */
     /* a reply that waits for generation (mu_http_reply_later) */
     bool later;
+    bool rerun;           /* mu_http_reply_rerun: run the handler again when poll is done */
     mu_http_poll_fn poll;
     void (*release)(void *);
     void *state;
+    /* what a handler keeps across its runs (mu_http_req_set_carry) */
+    void *carry;
+    void (*carry_release)(void *);
+    int runs;             /* the handler's runs so far */
 };
 
 /* ---- buffers ---------------------------------------------------------- */
@@ -457,6 +462,7 @@ void mu_http_reply_busy(mu_http_req *r, const char *msg, int retry_after_s) {
 
 static void req_unref(mu_http_req *r) {
     if (atomic_fetch_sub(&r->refs, 1) != 1) return;
+    if (r->carry_release) r->carry_release(r->carry);
     pthread_mutex_destroy(&r->wmu);
     mu_http_buf_free(&r->body);
     free(r);
@@ -512,16 +518,35 @@ void mu_http_reply_later(mu_http_req *r, mu_http_poll_fn poll, void (*release)(v
     r->state = state;
 }
 
+void mu_http_reply_rerun(mu_http_req *r, mu_http_poll_fn poll, void (*release)(void *), void *state) {
+    mu_http_reply_later(r, poll, release, state);
+    r->rerun = true;
+}
+
+void *mu_http_req_carry(const mu_http_req *r) { return r->carry; }
+int mu_http_req_runs(const mu_http_req *r) { return r->runs; }
+
+void mu_http_req_set_carry(mu_http_req *r, void *carry, void (*release)(void *)) {
+    MU_ASSERT(!r->carry_release);
+    r->carry = carry;
+    r->carry_release = release;
+}
+
 static void later_end(mu_http_req *r) {
     if (!r->later) return;
     r->later = false;
+    r->rerun = false;
     if (r->release) r->release(r->state);
     r->state = NULL;
 }
 
+static void run_handler(mu_http_req *r);
+
 /* A request whose reply waits for generation: poll what is ready; reply,
  * or suspend until the next wake. Runs on the connection's thread, now and
- * each time MHD calls the handler after a resume. */
+ * each time MHD calls the handler after a resume. A wait of
+ * mu_http_reply_rerun that is done runs the handler again, which may wait
+ * anew. */
 static enum MHD_Result run_later(mu_http_req *r) {
     for (;;) {
         if (req_gone(r)) {
@@ -532,6 +557,13 @@ static enum MHD_Result run_later(mu_http_req *r) {
         }
         req_unpend(r);
         bool done = r->poll(r->state, r);
+        if (done && r->rerun && !r->responded) {
+            later_end(r);
+            run_handler(r);
+            if (r->later) continue;
+            if (!r->responded) mu_http_reply_error(r, 500, "server: the handler gave no reply", NULL);
+            return MHD_YES;
+        }
         if (done || r->responded) {
             later_end(r);
             if (!r->responded) mu_http_reply_error(r, 500, "server: the handler gave no reply", NULL);
@@ -1057,24 +1089,30 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return MHD_YES;
     }
-    json_t *body = NULL;
     /* The request is complete: from here the connection waits on generation
      * (queue, prefill), suspended (MHD does not time suspended connections
      * out; the sweeper catches clients that hang up). A stalled reader of a
      * response is still cut off after the generation limit of idleness. */
     MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)GEN_TIMEOUT_S);
+    run_handler(r);
+    if (r->later) return run_later(r);
+    if (!r->responded) mu_http_reply_error(r, 500, "server: the handler gave no reply", NULL);
+    return MHD_YES;
+}
+
+/* The route's handler on the complete body (parsed anew on each run). */
+static void run_handler(mu_http_req *r) {
+    json_t *body = NULL;
     if (!strcmp(r->rt->method, "POST")) {
         mu_err err = {0};
         if (mu_jc_parse(r->body.p ? r->body.p : "", r->body.n, &body, &err)) {
             mu_http_reply_error(r, 400, err.msg, NULL);
-            return MHD_YES;
+            return;
         }
     }
+    r->runs++;
     r->rt->fn(r, body);
     json_decref(body);
-    if (r->later) return run_later(r);
-    if (!r->responded) mu_http_reply_error(r, 500, "server: the handler gave no reply", NULL);
-    return MHD_YES;
 }
 
 /* The most connections the open-file limit leaves room for. */

@@ -152,6 +152,17 @@ void mu_http_reply_busy(mu_http_req *r, const char *msg, int retry_after_s);
  * (mu_job_free, which also stops their notifications). */
 typedef bool (*mu_http_poll_fn)(void *state, mu_http_req *r);
 void mu_http_reply_later(mu_http_req *r, mu_http_poll_fn poll, void (*release)(void *state), void *state);
+/* A handler that cannot go on before work off the connection threads is
+ * done (an image encode) waits for it as with mu_http_reply_later; when
+ * poll returns true without replying, the transport runs the handler again
+ * on the same body (that run may reply, wait or rerun-wait anew). What the
+ * work made lives across the runs in the request's carry: set once, and
+ * release(carry) runs when the request is freed. mu_http_req_runs counts the
+ * handler's runs (1 in the first). */
+void mu_http_reply_rerun(mu_http_req *r, mu_http_poll_fn poll, void (*release)(void *state), void *state);
+void *mu_http_req_carry(const mu_http_req *r);
+void mu_http_req_set_carry(mu_http_req *r, void *carry, void (*release)(void *carry));
+int mu_http_req_runs(const mu_http_req *r);
 /* The wake-up for a request's jobs (the job notify fn, user = r): resumes
  * the request's connection if it is suspended, else marks a pending wake so
  * the next suspend does not happen. Quick; callable from any thread. */

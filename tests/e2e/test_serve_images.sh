@@ -13,6 +13,8 @@
 # one-line error. With a projector, images reach generation on every route
 # (/completion's greedy tokens equal `muser run --image`'s), an image that
 # does not decode is a 400 that says why, and n > 1 with images is a 400.
+# Encodes run off the connection threads: while one is held the server
+# answers other requests on its single HTTP thread.
 SERVE_TEST_NAME=test_serve_images
 source "$(dirname "$0")/serve_lib.sh"
 
@@ -131,6 +133,36 @@ if "$MUSER" gen --mmproj "$T/proj.gguf" --preset tiny >"$T/gen2.log" 2>&1; then
     "{\"prompt\":[\"Hi\",{\"prompt_string\":\"<__media__>\",\"multimodal_data\":[\"$PNG\"]}],\"n_predict\":2}"
   st=$(req POST /v1/chat/completions "$(chat "$URL" | sed 's/"max_tokens":2/"max_tokens":2,"stream":true/')")
   [ "$st" = 200 ] && grep -q '\[DONE\]' "$T/out" && ok "streamed chat with an image ends with [DONE]" || bad "stream: $st $(head -c 300 "$T/out")"
+  stop_server
+  # an encode runs off the connection threads: with one HTTP thread and an
+  # encode held (MUSER_TEST_ENCODE_HOLD), other requests are answered, the
+  # image request waits, and it completes once the encode goes on
+  export MUSER_TEST_ENCODE_HOLD=$T/hold
+  start_server --parallel 1 --ctx 256 --threads 1 --http-threads 1 --mmproj "$T/proj.gguf" || { bad "server start (encode hold)"; exit 1; }
+  curl -s -o "$T/held.out" -w '%{http_code}' -X POST "$BASE/v1/chat/completions" -H "$J" --data-binary "$(chat "$URL")" >"$T/held.st" &
+  held_pid=$!
+  for ((i = 0; i < 3000; i++)); do [ -e "$T/hold.held" ] && break; sleep 0.1; done
+  if [ -e "$T/hold.held" ]; then
+    st=$(curl -s -m 120 -o "$T/out" -w '%{http_code}' "$BASE/v1/models")
+    st2=$(req POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2}')
+    if [ "$st" = 200 ] && [ "$st2" = 200 ] && kill -0 $held_pid 2>/dev/null; then ok "while an encode is held, /v1/models and a text chat are answered on the one HTTP thread"
+    else bad "during a held encode: /v1/models $st, text chat $st2, image request still waiting: $(kill -0 $held_pid 2>/dev/null && echo yes || echo no)"; fi
+  else
+    bad "the held encode never started"
+  fi
+  # a client that gives up while its encode is queued behind the held one
+  # (curl's -m ends it; the encode cannot finish while held): the server goes on
+  curl -s -m 3 -o /dev/null -X POST "$BASE/api/generate" -H "$J" \
+    --data-binary "{\"prompt\":\"hi\",\"images\":[\"$PNG\"],\"stream\":false}"
+  touch "$T/hold"
+  wait $held_pid
+  [ "$(cat "$T/held.st")" = 200 ] && jget "$T/held.out" "j['choices'][0]['finish_reason'] == 'length'" | grep -q True &&
+    ok "the image request completes once the encode goes on" || bad "held image request: $(cat "$T/held.st") $(head -c 300 "$T/held.out")"
+  unset MUSER_TEST_ENCODE_HOLD
+  expect "after a client hung up mid-wait, an image request still completes" 200 "j['done'] is True" POST /api/generate \
+    "{\"prompt\":\"hi\",\"images\":[\"$PNG\"],\"stream\":false,\"options\":{\"num_predict\":2}}"
+  expect "/completion: two prompts, each with an image (each waits for its own encode)" 200 "len(j) == 2 and j[0]['prompt'] == '<__media__>' and j[1]['prompt'] == 'And <__media__>'" POST /completion \
+    "{\"prompt\":[{\"prompt_string\":\"<__media__>\",\"multimodal_data\":[\"$PNG\"]},{\"prompt_string\":\"And <__media__>\",\"multimodal_data\":[\"$PNG\"]}],\"n_predict\":2}"
   stop_server
 else
   echo "skip the projector half: muser gen --mmproj failed: $(tail -1 "$T/gen2.log")"
