@@ -23,16 +23,133 @@ static inline float hsum16(__m512 v) {
     return mu_hsum16(a);
 }
 
+#define AI __attribute__((always_inline)) static inline
+
+/* Attention of QN query rows that share the window [lo, hi) (QN 1: any hv;
+ * QN 4: HV = hv, a constant, so the accumulators are registers): each
+ * K^T and V vector loaded once for all QN rows. Every row keeps its own
+ * maximum, sum and accumulators, in the reference's order. */
+AI void attn_rows(const mu_vit_attn_args *a, int i, const float *kt, const float *vf, int t_base, int span, int lo,
+                  int hi, const int QN, const int HV) {
+    const int hd = a->hd;
+    const float *q[4];
+    float M[4], S[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < QN; r++) q[r] = a->q + (size_t)(i + r) * a->ld + a->off, M[r] = -INFINITY, S[r] = 0.0f;
+    __m512 acc[4][32];
+#pragma GCC unroll 4
+    for (int r = 0; r < QN; r++)
+#pragma GCC unroll 8
+        for (int c = 0; c < HV; c++) acc[r][c] = _mm512_setzero_ps();
+    const __m512 vscale = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
+    for (int t0 = t_base; t0 < hi; t0 += TILE) {
+        __mmask16 live[4];
+        for (int g = 0; g < 4; g++) {
+            const int j0 = t0 + 16 * g;
+            uint32_t m = 0;
+            for (int l = 0; l < 16; l++) m |= (uint32_t)(j0 + l >= lo && j0 + l < hi) << l;
+            live[g] = (__mmask16)m;
+        }
+        __m512 s[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < QN; r++)
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++) s[r][g] = _mm512_setzero_ps();
+        const float *kb = kt + (t0 - t_base);
+        for (int d = 0; d < hd; d++) {
+            const float *kr = kb + (size_t)d * span;
+            const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16), k2 = _mm512_loadu_ps(kr + 32),
+                         k3 = _mm512_loadu_ps(kr + 48);
+#pragma GCC unroll 4
+            for (int r = 0; r < QN; r++) {
+                const __m512 qd = _mm512_set1_ps(q[r][d]);
+                s[r][0] = _mm512_fmadd_ps(k0, qd, s[r][0]);
+                s[r][1] = _mm512_fmadd_ps(k1, qd, s[r][1]);
+                s[r][2] = _mm512_fmadd_ps(k2, qd, s[r][2]);
+                s[r][3] = _mm512_fmadd_ps(k3, qd, s[r][3]);
+            }
+        }
+        float e[4][TILE];
+        bool use[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < QN; r++) {
+            __m512 mx = ninf;
+            for (int g = 0; g < 4; g++) {
+                s[r][g] = _mm512_add_ps(_mm512_mul_ps(s[r][g], vscale), _mm512_setzero_ps());
+                s[r][g] = _mm512_mask_blend_ps(live[g], ninf, s[r][g]);
+                mx = _mm512_max_ps(mx, s[r][g]);
+            }
+            const float tmax = _mm512_reduce_max_ps(mx);
+            use[r] = tmax != -INFINITY;
+            if (!use[r]) continue;
+            const float Mnew = fmaxf(M[r], tmax);
+            if (Mnew > M[r]) {
+                const float ms = expf(M[r] - Mnew);
+                const __m512 vms = _mm512_set1_ps(ms);
+#pragma GCC unroll 8
+                for (int c = 0; c < HV; c++) acc[r][c] = _mm512_mul_ps(acc[r][c], vms);
+                S[r] *= ms;
+            }
+            M[r] = Mnew;
+            const __m512 vm = _mm512_set1_ps(Mnew);
+            double sum = 0;
+            for (int g = 0; g < 4; g++) {
+                const __m512 ev = mu_expf512(_mm512_sub_ps(s[r][g], vm));
+                _mm512_storeu_ps(e[r] + 16 * g, ev);
+                sum += (double)hsum16(ev);
+            }
+            S[r] = (float)((double)S[r] + sum);
+        }
+        const int j0 = t0 > lo ? t0 : lo, j1 = t0 + TILE < hi ? t0 + TILE : hi;
+        for (int j = j0; j < j1; j++) {
+            const float *vr = vf + (size_t)(j - t_base) * hd;
+            __m512 w[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < QN; r++) w[r] = _mm512_set1_ps(e[r][j - t0]);
+#pragma GCC unroll 8
+            for (int c = 0; c < HV; c++) {
+                const __m512 v = _mm512_loadu_ps(vr + 16 * c);
+#pragma GCC unroll 4
+                for (int r = 0; r < QN; r++)
+                    if (use[r]) acc[r][c] = _mm512_fmadd_ps(v, w[r], acc[r][c]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < QN; r++) {
+        const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
+        float *o = a->out + (size_t)(i + r) * a->ld + a->off;
+#pragma GCC unroll 8
+        for (int c = 0; c < HV; c++) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[r][c], _mm512_set1_ps(inv)));
+    }
+}
+
+static void attn_one(const mu_vit_attn_args *a, int i, const float *kt, const float *vf, int t_base, int span, int lo,
+                     int hi) {
+    attn_rows(a, i, kt, vf, t_base, span, lo, hi, 1, a->hd / 16);
+}
+
+#define ATTN_FOUR(HV)                                                                                               \
+    static void attn_four_##HV(const mu_vit_attn_args *a, int i, const float *kt, const float *vf, int t_base,     \
+                               int span, int lo, int hi) {                                                          \
+        attn_rows(a, i, kt, vf, t_base, span, lo, hi, 4, HV);                                                       \
+    }
+ATTN_FOUR(2)
+ATTN_FOUR(4)
+ATTN_FOUR(6)
+ATTN_FOUR(8)
+
 static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
     const int hd = a->hd, hv = hd / 16;
     if (hd % 16 || hd > 512 || a->n < TILE) {
         mu_vit_attn_ref(a, i0, i1);
         return;
     }
+    void (*four)(const mu_vit_attn_args *, int, const float *, const float *, int, int, int, int) =
+        hv == 2 ? attn_four_2 : hv == 4 ? attn_four_4 : hv == 6 ? attn_four_6 : hv == 8 ? attn_four_8 : NULL;
     float *kt = NULL, *vf = NULL; /* the window's tiles: K^T [hd][span], V [span][hd] */
     int c_lo = -1, c_hi = -1, t_base = 0, span = 0;
-    __m512 acc[32];
-    for (int i = i0; i < i1; i++) {
+    for (int i = i0; i < i1;) {
         const int lo = a->win_lo[i], hi = a->win_hi[i];
         if (lo != c_lo || hi != c_hi) {
             c_lo = lo, c_hi = hi;
@@ -46,68 +163,28 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
                 const int g = t_base + j;
                 const bool in = g >= lo && g < hi;
                 const mu_f16 *k = a->k + (size_t)g * a->ld + a->off, *v = a->v + (size_t)g * a->ld + a->off;
-                for (int d = 0; d < hd; d++) {
-                    kt[(size_t)d * span + j] = in ? mu_f16_to_f32(k[d]) : 0.0f;
-                    vf[(size_t)j * hd + d] = in ? mu_f16_to_f32(v[d]) : 0.0f;
+                if (in) {
+                    for (int d = 0; d + 16 <= hd; d += 16) {
+                        const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + d)));
+                        _mm512_storeu_ps(vf + (size_t)j * hd + d,
+                                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + d))));
+                        float tmp[16];
+                        _mm512_storeu_ps(tmp, kv);
+                        for (int l = 0; l < 16; l++) kt[(size_t)(d + l) * span + j] = tmp[l];
+                    }
+                } else {
+                    for (int d = 0; d < hd; d++) kt[(size_t)d * span + j] = 0.0f, vf[(size_t)j * hd + d] = 0.0f;
                 }
             }
         }
-        const float *q = a->q + (size_t)i * a->ld + a->off;
-        const __m512 vscale = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
-        float M = -INFINITY, S = 0.0f;
-        for (int c = 0; c < hv; c++) acc[c] = _mm512_setzero_ps();
-        for (int t0 = t_base; t0 < hi; t0 += TILE) {
-            __m512 s[4];
-            __mmask16 live[4];
-            for (int g = 0; g < 4; g++) {
-                const int j0 = t0 + 16 * g;
-                uint32_t m = 0;
-                for (int l = 0; l < 16; l++) m |= (uint32_t)(j0 + l >= lo && j0 + l < hi) << l;
-                live[g] = (__mmask16)m;
-                s[g] = _mm512_setzero_ps();
-            }
-            const float *kb = kt + (t0 - t_base);
-            for (int d = 0; d < hd; d++) {
-                const __m512 qd = _mm512_set1_ps(q[d]);
-                const float *kr = kb + (size_t)d * span;
-                for (int g = 0; g < 4; g++) s[g] = _mm512_fmadd_ps(_mm512_loadu_ps(kr + 16 * g), qd, s[g]);
-            }
-            __m512 mx = ninf;
-            for (int g = 0; g < 4; g++) {
-                s[g] = _mm512_add_ps(_mm512_mul_ps(s[g], vscale), _mm512_setzero_ps());
-                s[g] = _mm512_mask_blend_ps(live[g], ninf, s[g]);
-                mx = _mm512_max_ps(mx, s[g]);
-            }
-            const float tmax = _mm512_reduce_max_ps(mx);
-            if (tmax == -INFINITY) continue;
-            const float Mnew = fmaxf(M, tmax);
-            if (Mnew > M) {
-                const float ms = expf(M - Mnew);
-                const __m512 vms = _mm512_set1_ps(ms);
-                for (int c = 0; c < hv; c++) acc[c] = _mm512_mul_ps(acc[c], vms);
-                S *= ms;
-            }
-            M = Mnew;
-            const __m512 vm = _mm512_set1_ps(Mnew);
-            double sum = 0;
-            float e[TILE];
-            for (int g = 0; g < 4; g++) {
-                const __m512 ev = mu_expf512(_mm512_sub_ps(s[g], vm));
-                _mm512_storeu_ps(e + 16 * g, ev);
-                sum += (double)hsum16(ev);
-            }
-            S = (float)((double)S + sum);
-            for (int tk = 0; tk < TILE; tk++) {
-                const int j = t0 + tk;
-                if (j < lo || j >= hi) continue;
-                const __m512 w = _mm512_set1_ps(e[tk]);
-                const float *vr = vf + (size_t)(j - t_base) * hd;
-                for (int c = 0; c < hv; c++) acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(vr + 16 * c), w, acc[c]);
-            }
+        if (four && i + 4 <= i1 && a->win_lo[i + 3] == lo && a->win_hi[i + 3] == hi && a->win_lo[i + 1] == lo &&
+            a->win_hi[i + 1] == hi && a->win_lo[i + 2] == lo && a->win_hi[i + 2] == hi) {
+            four(a, i, kt, vf, t_base, span, lo, hi);
+            i += 4;
+        } else {
+            attn_one(a, i, kt, vf, t_base, span, lo, hi);
+            i++;
         }
-        const float inv = S == 0.0f ? 0.0f : 1.0f / S;
-        float *o = a->out + (size_t)i * a->ld + a->off;
-        for (int c = 0; c < hv; c++) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[c], _mm512_set1_ps(inv)));
     }
     free(kt), free(vf);
 }
@@ -122,7 +199,6 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
 #define MR 4
 #define MT 6
 #define ACT_L2 (512 << 10)
-#define AI __attribute__((always_inline)) static inline
 
 AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys, const int RN,
                 const int TN) {
