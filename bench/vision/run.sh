@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # bench/vision/run.sh: encoding one 896x896 image (1024 merged tokens, 4096
 # patches) with the full-geometry projector on the CPU, muser against
-# llama.cpp's mtmd in the same run, same thread count.
-#   MTMD_REF=/path/to/mtmd_ref [SIZE=896] bench/vision/run.sh [THREADS] [OUT]
+# llama.cpp's mtmd in the same run, same thread count, REPS times
+# interleaved (mtmd, muser, mtmd, muser, ...), then the medians.
+#   MTMD_REF=/path/to/mtmd_ref [SIZE=896] [REPS=3] bench/vision/run.sh [THREADS] [OUT]
 # (SIZE: another square side, a multiple of 28, for a quicker run)
 # mtmd_ref is tools/mtmd_ref/mtmd_ref.c built against libmtmd
 # (tests/data/vision/README.md has the recipe); it times mtmd_encode_chunk
 # alone. muser's time is mu_mprompt_new's (PNG decode + preprocessing +
-# encode; MUSER_IMAGE_TIMING). Both see the same pixels (the seeded image of
-# tests/unit/vision_img.h, as a PNG for muser). The raw lines go to OUT
-# (default: under bench/results, named by the thread count). The text model
-# is a one-layer model of the projector's output width (6656): only its
-# width matters.
+# encode, and the first touch of the mapped weights; MUSER_IMAGE_TIMING).
+# Both see the same pixels (the seeded image of tests/unit/vision_img.h, as
+# a PNG for muser), and every muser run's rows (MUSER_IMAGE_DUMP) are
+# compared with mtmd's bit for bit. Each time is wall and process CPU; on a
+# shared machine the CPU time is the steadier of the two. The raw lines go
+# to OUT (default: under bench/results, named by size and thread count). The
+# text model is a one-layer model of the projector's output width (6656):
+# only its width matters.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 T=${1:-2}
@@ -47,14 +51,34 @@ ck = lambda t, d: struct.pack('>I', len(d)) + t + d + struct.pack('>I', zlib.crc
 open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + ck(b'IHDR', struct.pack('>IIBBBBB', w, h, 8, 2, 0, 0, 0)) +
                               ck(b'IDAT', zlib.compress(raw)) + ck(b'IEND', b''))
 PY
+R=${REPS:-3}
 {
-    echo "# bench/vision/run.sh, $(date -u +%FT%TZ), ${S}x$S, threads $T, $(git describe --always --dirty)"
+    echo "# bench/vision/run.sh, $(date -u +%FT%TZ), ${S}x$S, threads $T, reps $R, $(git describe --always --dirty)"
     echo "# cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "## llama.cpp mtmd (mtmd_ref: mtmd_encode_chunk, $T threads)"
-    MTMD_THREADS=$T "$REF" "$W/text.gguf" "$W/full.gguf" "$W" "$S" "$S" 1 2>"$W/mtmd.log" || { tail -5 "$W/mtmd.log"; exit 1; }
-    grep -E "flash attention" "$W/mtmd.log" | head -1 || true
-    echo "## muser (run --image, $T threads)"
-    MUSER_IMAGE_TIMING=1 ./muser run -m "$W/text.gguf" --mmproj "$W/full.gguf" --image "$W/img.png" -p "x" -n 1 \
-        --temp 0 --threads "$T" 2>&1 >/dev/null | grep -E "encoded in" || true
+    for ((k = 1; k <= R; k++)); do
+        echo "## rep $k: llama.cpp mtmd (mtmd_ref: mtmd_encode_chunk, $T threads), load $(cut -d' ' -f1 /proc/loadavg)"
+        MTMD_THREADS=$T "$REF" "$W/text.gguf" "$W/full.gguf" "$W" "$S" "$S" 1 2>"$W/mtmd.log" || { tail -5 "$W/mtmd.log"; exit 1; }
+        grep -E "flash attention" "$W/mtmd.log" | head -1 || true
+        echo "## rep $k: muser (run --image, $T threads), load $(cut -d' ' -f1 /proc/loadavg)"
+        rm -f "$W/muser.emb"
+        MUSER_IMAGE_TIMING=1 MUSER_IMAGE_DUMP="$W/muser.emb" ./muser run -m "$W/text.gguf" --mmproj "$W/full.gguf" \
+            --image "$W/img.png" -p "x" -n 1 --temp 0 --threads "$T" 2>&1 >/dev/null | grep -E "encoded in" || true
+        if cmp -s "$W/muser.emb" "$W/img_${S}x${S}_s1.emb"; then
+            echo "rows: bit-identical to mtmd's ($(stat -c %s "$W/muser.emb") bytes)"
+        else
+            echo "rows: DIFFER from mtmd's ($(stat -c %s "$W/muser.emb" 2>/dev/null || echo 0) vs $(stat -c %s "$W/img_${S}x${S}_s1.emb") bytes)"
+        fi
+    done
     echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
 } | tee "$OUT"
+python3 - "$OUT" <<'PY' | tee -a "$OUT"
+import re, statistics, sys
+t = open(sys.argv[1]).read()
+m = [tuple(map(float, x)) for x in re.findall(r'\.emb \d+ tokens x \d+, encoded in ([\d.]+) s \(process CPU ([\d.]+) s\)', t)]
+u = [tuple(map(float, x)) for x in re.findall(r'encoded in ([\d.]+) s \(process CPU ([\d.]+) s;', t)]
+if m and u:
+    mw, mc = statistics.median(x[0] for x in m), statistics.median(x[1] for x in m)
+    uw, uc = statistics.median(x[0] for x in u), statistics.median(x[1] for x in u)
+    print(f"# medians of {len(m)} mtmd and {len(u)} muser runs: mtmd wall {mw:.1f} s, CPU {mc:.1f} s; "
+          f"muser wall {uw:.1f} s, CPU {uc:.1f} s; muser/mtmd speed: CPU {mc / uc:.2f}x, wall {mw / uw:.2f}x")
+PY

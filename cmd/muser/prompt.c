@@ -97,6 +97,16 @@ int cli_media_prompt(const char *who, mu_engine *e, const mu_mmproj *p, const ch
         fprintf(stderr, "%s: %d image(s) encoded in %.3f s (process CPU %.3f s; %d prompt positions)\n", who,
                 n_images, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
                 (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9, mu_mprompt_n(*out));
+    const char *dump = getenv("MUSER_IMAGE_DUMP"); /* bench/vision: the image rows, float32, in prompt order */
+    if (!rc && dump) {
+        FILE *f = fopen(dump, "wb");
+        const int n_out = mu_mmproj_get_info(p)->n_out;
+        for (int i = 0; f && i < mu_mprompt_n(*out); i++) {
+            const float *row = mu_mprompt_embd(*out, i);
+            if (row && fwrite(row, sizeof *row, (size_t)n_out, f) != (size_t)n_out) break;
+        }
+        if (!f || fclose(f)) rc = cli_fail("%s: cannot write %s", who, dump);
+    }
     for (int k = 0; k < 16; k++) free(bytes[k]);
     free(full);
     free(owned);

@@ -259,6 +259,7 @@ static void job_attn(void *arg, int ith, int nth) {
 }
 
 typedef struct {
+    const mu_kern *k;
     const float *x;
     mu_f16 *y;
     size_t n;
@@ -269,7 +270,8 @@ static void job_f16(void *arg, int ith, int nth) {
     int lo, hi;
     int blocks = (int)((j->n + 4095) / 4096);
     mu_split(blocks, ith, nth, 1, &lo, &hi);
-    for (size_t i = (size_t)lo * 4096; i < (size_t)hi * 4096 && i < j->n; i++) j->y[i] = mu_f32_to_f16(j->x[i]);
+    for (size_t i = (size_t)lo * 4096; i < (size_t)hi * 4096 && i < j->n; i += 4096)
+        j->k->to_f16((int)(j->n - i < 4096 ? j->n - i : 4096), j->x + i, j->y + i);
 }
 
 /* ---- the encoder ------------------------------------------------------- */
@@ -389,9 +391,9 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
         mu_pool_run(pool, job_rope, &rj);
         rj.x = ao;
         mu_pool_run(pool, job_rope, &rj);
-        f16_job fj = {ao, k16, (size_t)n * E};
+        f16_job fj = {kern, ao, k16, (size_t)n * E};
         mu_pool_run(pool, job_f16, &fj);
-        fj = (f16_job){big, v16, (size_t)n * E};
+        fj = (f16_job){kern, big, v16, (size_t)n * E};
         mu_pool_run(pool, job_f16, &fj);
         attn_job aj = {vk, {.n = n, .hd = hd, .ld = E, .scale = kq_scale, .q = q, .k = k16, .v = v16,
                             .win_lo = global ? glo : wlo, .win_hi = global ? ghi : whi, .out = ao}, I->n_head};

@@ -9,6 +9,7 @@
  * Images whose sides are multiples of 28 px (and within the token limit)
  * are not resized by mtmd, so the encoder's input is just the normalized
  * pixels. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
