@@ -123,12 +123,8 @@ static void job_f16_mm(void *arg, int ith, int nth) {
     int lo, hi;
     mu_split(j->rows, ith, nth, 16, &lo, &hi);
     if (lo >= hi) return;
-    j->vk->mm_f16(j->cols, j->w->data, (size_t)j->cols, lo, hi, j->a, (size_t)j->cols, j->T, j->y, (size_t)j->rows);
-    if (j->bias) {
-        const float *b = j->bias->data;
-        for (int t = 0; t < j->T; t++)
-            for (int r = lo; r < hi; r++) j->y[(size_t)t * j->rows + r] += b[r];
-    }
+    j->vk->mm_f16(j->cols, j->w->data, (size_t)j->cols, lo, hi, j->a, (size_t)j->cols, j->T, j->y, (size_t)j->rows,
+                  j->bias ? j->bias->data : NULL);
 }
 
 static void mm(enc *e, const float *x, int T, const mu_gguf_tensor *w, const mu_gguf_tensor *bias, float *y) {

@@ -35,9 +35,11 @@ typedef struct {
  * row t (a + t * as, floats that are exact F16 values: the activations as
  * ggml converts them to the weight's dot type) for r in [r0, r1) and t in
  * [0, n_t): one 16-lane FMA accumulator over steps of 16 (n % 16 == 0),
- * reduced as _mm512_reduce_add_ps (mu_hsum16). ws, as: elements. */
+ * reduced as _mm512_reduce_add_ps (mu_hsum16), then + bias[r] when bias is
+ * not NULL (ggml_add of the bias after the matmul: the same two roundings).
+ * ws, as: elements. */
 typedef void (*mu_vit_mm_f16_fn)(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as,
-                                 int n_t, float *y, size_t ys);
+                                 int n_t, float *y, size_t ys, const float *bias);
 
 typedef struct {
     const char *name;
@@ -48,7 +50,7 @@ typedef struct {
 const mu_vit_kern *mu_vit_kern_ref(void);
 void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1);
 void mu_vit_mm_f16_ref(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
-                       float *y, size_t ys);
+                       float *y, size_t ys, const float *bias);
 /* Filled by the ISA file (x86-64 builds only). */
 void mu_vit_fill_avx512(mu_vit_kern *k);
 /* The fastest table this CPU runs (its results equal the reference's). */

@@ -198,10 +198,10 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
  * the weights are read from memory once per block. */
 #define MR 4
 #define MT 6
-#define ACT_L2 (512 << 10)
+#define ACT_L2 (768 << 10)
 
-AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys, const int RN,
-                const int TN) {
+AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys, const float *b,
+                const int RN, const int TN) {
     __m512 acc[MR][MT];
 #pragma GCC unroll 8
     for (int r = 0; r < RN; r++)
@@ -221,7 +221,10 @@ AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, fl
 #pragma GCC unroll 8
     for (int t = 0; t < TN; t++)
 #pragma GCC unroll 8
-        for (int r = 0; r < RN; r++) y[(size_t)t * ys + r] = _mm512_reduce_add_ps(acc[r][t]);
+        for (int r = 0; r < RN; r++) {
+            const float v = _mm512_reduce_add_ps(acc[r][t]);
+            y[(size_t)t * ys + r] = b ? v + b[r] : v;
+        }
 }
 
 #define MM_T(RN, tn, ...)                                                                                          \
@@ -237,9 +240,9 @@ AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, fl
     } while (0)
 
 static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
-                          float *y, size_t ys) {
+                          float *y, size_t ys, const float *bias) {
     if (n % 16) {
-        mu_vit_mm_f16_ref(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        mu_vit_mm_f16_ref(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
         return;
     }
     int tb = (int)(ACT_L2 / ((size_t)n * sizeof(float)));
@@ -249,15 +252,16 @@ static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, con
         for (int r = r0; r < r1; r += MR) {
             const int nr = r1 - r < MR ? r1 - r : MR;
             const mu_f16 *wr = w + (size_t)r * ws;
+            const float *br = bias ? bias + r : NULL;
             for (int t = t0; t < t1; t += MT) {
                 const int tn = t1 - t < MT ? t1 - t : MT;
                 const float *at = a + (size_t)t * as;
                 float *yt = y + (size_t)t * ys + r;
                 switch (nr) {
-                case 4: MM_T(4, tn, n, wr, ws, at, as, yt, ys); break;
-                case 3: MM_T(3, tn, n, wr, ws, at, as, yt, ys); break;
-                case 2: MM_T(2, tn, n, wr, ws, at, as, yt, ys); break;
-                default: MM_T(1, tn, n, wr, ws, at, as, yt, ys); break;
+                case 4: MM_T(4, tn, n, wr, ws, at, as, yt, ys, br); break;
+                case 3: MM_T(3, tn, n, wr, ws, at, as, yt, ys, br); break;
+                case 2: MM_T(2, tn, n, wr, ws, at, as, yt, ys, br); break;
+                default: MM_T(1, tn, n, wr, ws, at, as, yt, ys, br); break;
                 }
             }
         }

@@ -111,7 +111,7 @@ void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1) {
 /* ---- matmul ------------------------------------------------------------ */
 
 void mu_vit_mm_f16_ref(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
-                       float *y, size_t ys) {
+                       float *y, size_t ys, const float *bias) {
     for (int t = 0; t < n_t; t++)
         for (int r = r0; r < r1; r++) {
             const mu_f16 *x = w + (size_t)r * ws;
@@ -119,7 +119,8 @@ void mu_vit_mm_f16_ref(int n, const mu_f16 *w, size_t ws, int r0, int r1, const 
             float acc[16] = {0};
             for (int i = 0; i + 16 <= n; i += 16)
                 for (int l = 0; l < 16; l++) acc[l] = fmaf(mu_f16_to_f32(x[i + l]), b[i + l], acc[l]);
-            y[(size_t)t * ys + r] = mu_hsum16(acc);
+            const float v = mu_hsum16(acc);
+            y[(size_t)t * ys + r] = bias ? v + bias[r] : v;
         }
 }
 

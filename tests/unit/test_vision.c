@@ -349,20 +349,23 @@ static void test_kernels(void **state) {
             float *y0 = calloc((size_t)nt * rows, sizeof *y0), *y1 = calloc((size_t)nt * rows, sizeof *y1);
             for (int i = 0; i < rows * n; i++) w[i] = mu_f32_to_f16(4 * frand());
             for (int i = 0; i < nt * n; i++) a16[i] = mu_f32_to_f16(8 * frand()), a[i] = mu_f16_to_f32(a16[i]);
-            mu_vit_mm_f16_ref(n, w, (size_t)n, r0, rows, a, (size_t)n, nt, y0, (size_t)rows);
+            float *bias = malloc((size_t)rows * sizeof *bias);
+            for (int r = 0; r < rows; r++) bias[r] = frand();
+            mu_vit_mm_f16_ref(n, w, (size_t)n, r0, rows, a, (size_t)n, nt, y0, (size_t)rows, s % 2 ? bias : NULL);
             for (int t = 0; t < nt; t++)
                 for (int r = r0; r < rows; r++) {
-                    const float want = kr->vec_dot_batch[MU_T_F16](n, w + (size_t)r * n, a16 + (size_t)t * n);
+                    float want = kr->vec_dot_batch[MU_T_F16](n, w + (size_t)r * n, a16 + (size_t)t * n);
+                    if (s % 2) want += bias[r];
                     if (memcmp(&want, y0 + (size_t)t * rows + r, sizeof want))
                         fail_msg("mm_f16 ref differs from the tinyBLAS dot: n %d token %d row %d", n, t, r);
                 }
             for (int k = 0; k < nk; k++) {
                 memset(y1, 0, (size_t)nt * rows * sizeof *y1);
-                ks[k]->mm_f16(n, w, (size_t)n, r0, rows, a, (size_t)n, nt, y1, (size_t)rows);
+                ks[k]->mm_f16(n, w, (size_t)n, r0, rows, a, (size_t)n, nt, y1, (size_t)rows, s % 2 ? bias : NULL);
                 if (memcmp(y0, y1, (size_t)nt * rows * sizeof *y1))
                     fail_msg("mm_f16 %s differs from ref: n %d rows %d tokens %d", ks[k]->name, n, rows, nt);
             }
-            free(w), free(a16), free(a), free(y0), free(y1);
+            free(w), free(a16), free(a), free(y0), free(y1), free(bias);
         }
     }
     /* layer norm: the 16-lane part and the tail */
