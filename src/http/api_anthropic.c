@@ -2,8 +2,7 @@
  * and not) and POST /v1/messages/count_tokens, on the same generation
  * pipeline as the other protocols.
  * Owns: Anthropic's request shapes (system, content blocks: text,
- * tool_use, tool_result, thinking, image (base64 or a data URL, through
- * api_media.c); tools with input_schema; tool_choice
+ * tool_use, tool_result, thinking; tools with input_schema; tool_choice
  * auto/any/tool/none; thinking on/off) turned into the chat template's
  * messages, and its response shapes: content blocks, stop_reason, usage,
  * and the SSE event sequence (message_start, content_block_start/delta/
@@ -22,38 +21,7 @@
 
 /* Anthropic messages -> the template's (OpenAI-shaped) messages. NULL after
  * replying 400 (unsupported block) or 503. */
-/* An image block of a user message (source base64 or url, as Anthropic
- * sends them): its image appended to im and a media marker to text; false
- * after replying 400. URLs go through api_image_add (remote ones are not
- * fetched). */
-static bool image_block(mu_http_req *r, const json_t *bl, const char *where, api_images *im, mu_http_buf *text) {
-    const json_t *src = json_object_get(bl, "source");
-    const char *st = mu_jc_str(src, "type", "");
-    char field[160], msg[320];
-    const bool b64 = !strcmp(st, "base64"), url = !strcmp(st, "url");
-    const json_t *v = json_object_get(src, b64 ? "data" : "url");
-    snprintf(field, sizeof field, "%s.source.%s", where, b64 ? "data" : url ? "url" : "type");
-    if (!b64 && !url)
-        snprintf(msg, sizeof msg, "field '%s': image source type '%.40s' is not supported (base64 or url)", field, st);
-    else if (!json_is_string(v))
-        snprintf(msg, sizeof msg, "field '%s': required for a %s image source", field, st);
-    else if (b64 && strncmp(mu_jc_str(src, "media_type", "image/"), "image/", 6))
-        snprintf(msg, sizeof msg, "field '%s.source.media_type': not an image type: %.60s", where,
-                 mu_jc_str(src, "media_type", ""));
-    else {
-        int rc = api_image_add(im, json_string_value(v), json_string_length(v), url, field, msg, sizeof msg);
-        if (!rc) {
-            mu_http_buf_str(text, MU_MEDIA_MARKER);
-            return true;
-        }
-        mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, msg, field);
-        return false;
-    }
-    mu_http_reply_error(r, 400, msg, field);
-    return false;
-}
-
-static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
+static json_t *to_template(mu_http_req *r, const json_t *body) {
     json_t *out = json_array();
     if (!out) goto oom;
     const json_t *sys = json_object_get(body, "system");
@@ -87,8 +55,6 @@ static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
             } else if (!strcmp(type, "thinking")) {
                 json_t *t = json_object_get(bl, "thinking");
                 if (json_is_string(t)) mu_http_buf_add(&thinking, json_string_value(t), json_string_length(t));
-            } else if (!strcmp(type, "image") && !strcmp(role, "user")) {
-                if (!image_block(r, bl, where, im, &text)) goto fail_msg;
             } else if (!strcmp(type, "redacted_thinking")) {
                 /* nothing muser can read */
             } else if (!strcmp(type, "tool_use") && !strcmp(role, "assistant")) {
@@ -127,7 +93,7 @@ static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
                 char msg[200];
                 snprintf(msg, sizeof msg, "field '%s.type': '%s' blocks are not supported in a %s message%s", where,
                          type, role,
-                         !strcmp(type, "document") ? " (text and image input only)" : "");
+                         !strcmp(type, "image") || !strcmp(type, "document") ? " (text input only)" : "");
                 mu_http_reply_error(r, 400, msg, where);
                 goto fail_msg;
             }
@@ -186,34 +152,17 @@ static bool check(mu_http_req *r, const json_t *body) {
     return api_model_ok(r, body, "model");
 }
 
-/* The prompt of a request; false after replying (or while its images are
- * encoded: api_media_prompt). With image blocks, *media is the image
- * prompt (for mu_gen_req.media) and *ids its ids. */
-static bool build_prompt(mu_http_req *r, const json_t *body, bool *use_tools, int32_t **ids, int *n,
-                         const mu_mprompt **media) {
+/* The prompt of a request; false after replying. */
+static bool build_prompt(mu_http_req *r, const json_t *body, bool *use_tools, int32_t **ids, int *n) {
     mu_http_app *a = mu_http_req_app(r);
-    api_images im = {0};
-    json_t *msgs = to_template(r, body, &im);
-    if (!msgs || !api_images_gate(r, a, &im)) {
-        json_decref(msgs);
-        api_images_free(&im);
-        return false;
-    }
+    json_t *msgs = to_template(r, body);
+    if (!msgs) return false;
     const json_t *tc = json_object_get(body, "tool_choice");
     json_t *tools = json_array_size(json_object_get(body, "tools")) ? to_tools(json_object_get(body, "tools")) : NULL;
     *use_tools = tools && strcmp(mu_jc_str(tc, "type", "auto"), "none");
-    char *text = NULL;
-    bool ok = api_chat_prompt_ex(r, a, msgs, *use_tools ? tools : NULL, NULL, API_PROMPT_GEN, ids, n,
-                                 im.n ? &text : NULL);
+    bool ok = api_chat_prompt(r, a, msgs, *use_tools ? tools : NULL, NULL, ids, n);
     json_decref(msgs);
     json_decref(tools);
-    if (ok && im.n) { /* the rendered text holds a marker per image */
-        free(*ids);
-        *ids = NULL;
-        ok = api_media_prompt(r, a, text, &im, ids, n, media);
-    }
-    free(text);
-    api_images_free(&im);
     return ok;
 }
 
@@ -222,10 +171,8 @@ void api_anthropic_count_tokens(mu_http_req *r, const json_t *body) {
     bool use_tools;
     int32_t *ids = NULL;
     int n = 0;
-    const mu_mprompt *media = NULL;
-    if (!build_prompt(r, body, &use_tools, &ids, &n, &media)) return;
+    if (!build_prompt(r, body, &use_tools, &ids, &n)) return;
     free(ids);
-    mu_mprompt_free((mu_mprompt *)media);
     mu_http_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }
 
@@ -411,10 +358,8 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     bool use_tools;
     int32_t *ids = NULL;
     int n = 0;
-    const mu_mprompt *media = NULL;
-    if (!build_prompt(r, body, &use_tools, &ids, &n, &media)) return;
+    if (!build_prompt(r, body, &use_tools, &ids, &n)) return;
     mu_gen_req q = {0};
-    q.media = media;
     q.chat = true;
     q.n_predict = (int)mu_jc_int(body, "max_tokens", -1);
     q.sp = api_sample_params(a, body, NULL);
@@ -424,7 +369,6 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     an_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
-        mu_mprompt_free((mu_mprompt *)media);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }

@@ -2,8 +2,7 @@
  * /responses, as llama.cpp's server), streaming and not, on the same
  * generation pipeline as the other protocols.
  * Owns: the input forms (a string, or items: messages with input_text /
- * output_text parts and a user's input_image parts (data URLs, through
- * api_media.c), function_call, function_call_output, reasoning)
+ * output_text parts, function_call, function_call_output, reasoning)
  * turned into the chat template's messages; instructions; flat function
  * tools; tool_choice; text.format (structured output); the response object
  * (output items: reasoning, message, function_call; status, usage) and the
@@ -21,10 +20,8 @@
 
 #include "api.h"
 
-/* instructions + input -> the template's messages; NULL after replying.
- * A user message's input_image parts (image_url: a data URL; remote URLs
- * and file_id are refused) go to im, each a media marker in its text. */
-static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
+/* instructions + input -> the template's messages; NULL after replying. */
+static json_t *to_template(mu_http_req *r, const json_t *body) {
     json_t *out = json_array();
     const char *ins = mu_jc_str(body, "instructions", NULL);
     if (ins) json_array_append_new(out, json_pack("{s:s,s:s}", "role", "system", "content", ins));
@@ -51,39 +48,18 @@ static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
             const json_t *c = json_object_get(it, "content");
             size_t k;
             json_t *p;
-            mu_http_buf b = {0};
             json_array_foreach(c, k, p) {
                 const char *pt = mu_jc_str(p, "type", "");
-                if (!strcmp(pt, "input_image") && !strcmp(role, "user")) {
-                    char f[128], m[320];
-                    snprintf(f, sizeof f, "%s.content[%zu].image_url", where, k);
-                    const json_t *u = json_object_get(p, "image_url");
-                    int rc = MU_E_ARG;
-                    if (!json_is_string(u))
-                        snprintf(m, sizeof m, "field '%s': required for an input_image part (a data URL; file_id "
-                                              "is not supported)", f);
-                    else
-                        rc = api_image_add(im, json_string_value(u), json_string_length(u), true, f, m, sizeof m);
-                    if (rc) {
-                        mu_http_buf_free(&b);
-                        mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, m, f);
-                        goto fail;
-                    }
-                    mu_http_buf_str(&b, MU_MEDIA_MARKER);
-                    continue;
-                }
                 if (strcmp(pt, "input_text") && strcmp(pt, "output_text") && strcmp(pt, "text")) {
                     char m[200];
-                    snprintf(m, sizeof m, "field '%s.content[%zu].type': '%s' parts are not supported (text and "
-                             "input_image only)", where, k, pt);
-                    mu_http_buf_free(&b);
+                    snprintf(m, sizeof m, "field '%s.content[%zu].type': '%s' parts are not supported (text only)",
+                             where, k, pt);
                     mu_http_reply_error(r, 400, m, where);
                     goto fail;
                 }
-                json_t *t = json_object_get(p, "text");
-                if (json_is_string(t)) mu_http_buf_add(&b, json_string_value(t), json_string_length(t));
             }
-            if (json_is_string(c)) api_content_text(c, &b);
+            mu_http_buf b = {0};
+            api_content_text(c, &b);
             if (!strcmp(role, "assistant") && pending) {
                 json_object_set_new(pending, "content", json_stringn(b.p ? b.p : "", b.n));
             } else {
@@ -425,11 +401,8 @@ void api_responses(mu_http_req *r, const json_t *body) {
         json_decref(wrap);
         if (rc) return;
     }
-    api_images im = {0};
-    json_t *msgs = to_template(r, body, &im);
-    if (!msgs || !api_images_gate(r, a, &im)) {
-        json_decref(msgs);
-        api_images_free(&im);
+    json_t *msgs = to_template(r, body);
+    if (!msgs) {
         mu_schema_unref(schema);
         return;
     }
@@ -440,24 +413,14 @@ void api_responses(mu_http_req *r, const json_t *body) {
     if (effort && !strcmp(effort, "minimal")) effort = "low";
     int32_t *ids = NULL;
     int n = 0;
-    char *text = NULL;
-    bool ok = api_chat_prompt_ex(r, a, msgs, tools, effort, API_PROMPT_GEN, &ids, &n, im.n ? &text : NULL);
+    bool ok = api_chat_prompt(r, a, msgs, tools, effort, &ids, &n);
     json_decref(msgs);
     json_decref(tools);
-    const mu_mprompt *media = NULL;
-    if (ok && im.n) { /* the rendered text holds a marker per image */
-        free(ids);
-        ids = NULL;
-        ok = api_media_prompt(r, a, text, &im, &ids, &n, &media);
-    }
-    free(text);
-    api_images_free(&im);
     if (!ok) {
         mu_schema_unref(schema);
         return;
     }
     mu_gen_req q = {0};
-    q.media = media;
     q.chat = true;
     q.schema = schema;
     q.schema_chat = true;
@@ -472,7 +435,6 @@ void api_responses(mu_http_req *r, const json_t *body) {
     if (!s || !(s->items = json_array())) {
         free(s);
         free(ids);
-        mu_mprompt_free((mu_mprompt *)media);
         mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;

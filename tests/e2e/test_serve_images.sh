@@ -3,9 +3,7 @@
 # `muser serve` (issue 19): OpenAI content parts (image_url with a data URL
 # or bare base64) on /v1/chat/completions and llama.cpp's /chat/completions,
 # Ollama's images on /api/chat and /api/generate, llama.cpp's /completion
-# {prompt_string, multimodal_data} with its "<__media__>" marker,
-# Anthropic's image blocks on /v1/messages (base64 or a data URL source)
-# and the Responses API's input_image parts (data URLs). Without a
+# {prompt_string, multimodal_data} with its "<__media__>" marker. Without a
 # projector every image is a 400 that names --mmproj; remote and file URLs,
 # bad base64, non-image data URLs, a marker count that does not match and
 # text parts without text are 400s that name the field, with or without a
@@ -45,13 +43,6 @@ URL="data:image/png;base64,$PNG"
 chat() { # chat URL -> an OpenAI chat body with one text part and one image part
   printf '{"messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"%s"}}]}],"max_tokens":2}' "$1"
 }
-msgs() { # msgs SOURCE_JSON -> an Anthropic /v1/messages body with an image block
-  printf '{"model":"serve-test-model","max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":%s},{"type":"text","text":"What is this?"}]}]}' "$1"
-}
-resp() { # resp IMAGE_URL -> a /v1/responses body with an input_image part
-  printf '{"model":"serve-test-model","max_output_tokens":2,"input":[{"role":"user","content":[{"type":"input_text","text":"What is this?"},{"type":"input_image","image_url":"%s"}]}]}' "$1"
-}
-B64SRC="{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"$PNG\"}"
 
 start_server --parallel 1 --ctx 256 --threads 1 || { bad "server start"; exit 1; }
 
@@ -64,8 +55,6 @@ expect "/api/chat: images without a projector -> 400 naming --mmproj" 400 "'--mm
   "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"images\":[\"$PNG\"]}],\"stream\":false}"
 expect "/api/generate: images without a projector -> 400 naming --mmproj" 400 "'--mmproj' in $ERR" POST /api/generate \
   "{\"prompt\":\"hi\",\"images\":[\"$PNG\"],\"stream\":false}"
-expect "/v1/messages: an image block without a projector -> 400 naming --mmproj" 400 "'--mmproj' in $ERR" POST /v1/messages "$(msgs "$B64SRC")"
-expect "/v1/responses: an input_image without a projector -> 400 naming --mmproj" 400 "'--mmproj' in $ERR" POST /v1/responses "$(resp "$URL")"
 expect "/completion: multimodal_data without a projector -> 400 naming --mmproj" 400 "'--mmproj' in $ERR" POST /completion \
   "{\"prompt\":{\"prompt_string\":\"<__media__> what is it?\",\"multimodal_data\":[\"$PNG\"]},\"n_predict\":2}"
 
@@ -93,13 +82,6 @@ bad_refs() { # the same checks with and without a projector
     "{\"prompt\":{\"prompt_string\":\"what is it?\",\"multimodal_data\":[\"$PNG\"]},\"n_predict\":2}"
   expect "$tag /completion: bad base64 in multimodal_data -> 400" 400 "'prompt.multimodal_data[0]' in $ERR" POST /completion \
     '{"prompt":{"prompt_string":"<__media__>","multimodal_data":["@@"]},"n_predict":2}'
-  expect "$tag /v1/messages: image source type file -> 400" 400 "'source.type' in $ERR and 'base64 or url' in $ERR" POST /v1/messages "$(msgs '{"type":"file","file_id":"f"}')"
-  expect "$tag /v1/messages: url image source -> 400: not fetched" 400 "'source.url' in $ERR and 'not fetched' in $ERR" POST /v1/messages "$(msgs '{"type":"url","url":"https://example.com/a.png"}')"
-  expect "$tag /v1/messages: base64 source with a non-image media_type -> 400" 400 "'media_type' in $ERR" POST /v1/messages "$(msgs '{"type":"base64","media_type":"application/pdf","data":"aGk="}')"
-  expect "$tag /v1/messages: bad base64 -> 400 naming source.data" 400 "'source.data' in $ERR and 'invalid base64' in $ERR" POST /v1/messages "$(msgs '{"type":"base64","media_type":"image/png","data":"@@"}')"
-  expect "$tag /v1/responses: remote input_image -> 400: not fetched" 400 "'content[1].image_url' in $ERR and 'not fetched' in $ERR" POST /v1/responses "$(resp https://example.com/a.png)"
-  expect "$tag /v1/responses: input_image with file_id only -> 400" 400 "'file_id is not supported' in $ERR" POST /v1/responses \
-    '{"model":"serve-test-model","input":[{"role":"user","content":[{"type":"input_image","file_id":"f"}]}]}'
   expect "$tag text-only content parts still generate" 200 "j['choices'][0]['message']['role'] == 'assistant'" POST /v1/chat/completions \
     '{"messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":"there"}]}],"max_tokens":2}'
   expect "$tag /completion with empty multimodal_data is text" 200 "'content' in j" POST /completion \
@@ -142,13 +124,6 @@ if "$MUSER" gen --mmproj "$T/proj.gguf" --preset tiny >"$T/gen2.log" 2>&1; then
     "{\"prompt\":\"hi\",\"images\":[\"$PNG\"],\"stream\":false,\"options\":{\"num_predict\":2}}"
   expect "/api/generate raw with an image generates" 200 "j['done'] is True" POST /api/generate \
     "{\"prompt\":\"hi\",\"raw\":true,\"images\":[\"$PNG\"],\"stream\":false,\"options\":{\"num_predict\":2}}"
-  expect "/v1/messages with an image block generates" 200 "j['stop_reason'] == 'max_tokens' and j['usage']['input_tokens'] > 10" POST /v1/messages "$(msgs "$B64SRC")"
-  expect "/v1/messages with a data URL image source generates" 200 "j['usage']['input_tokens'] > 10" POST /v1/messages "$(msgs "{\"type\":\"url\",\"url\":\"$URL\"}")"
-  expect "/v1/messages/count_tokens counts the image's rows" 200 "j['input_tokens'] > 10" POST /v1/messages/count_tokens "$(msgs "$B64SRC" | sed 's/"max_tokens":2,//')"
-  expect "/v1/responses with an input_image generates" 200 "j['status'] == 'incomplete' or j['status'] == 'completed'" POST /v1/responses "$(resp "$URL")"
-  expect "/v1/responses: the image's rows count in usage" 200 "j['usage']['input_tokens'] > 10" POST /v1/responses "$(resp "$URL")"
-  expect "/v1/messages: an image that does not decode -> 400 naming why" 400 "'PNG is corrupt' in $ERR" POST /v1/messages \
-    "$(msgs '{"type":"base64","media_type":"image/png","data":"iVBORw0KGgoAAAANSUhEUgAA"}')"
   expect "an image that does not decode -> 400 naming why" 400 "'PNG is corrupt' in $ERR" POST /v1/chat/completions "$(chat 'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAA')"
   expect "a GIF -> 400: unsupported format" 400 "'unsupported format: GIF' in $ERR" POST /api/generate \
     '{"prompt":"hi","images":["R0lGODlhAQABAAAAACw="],"stream":false}'
