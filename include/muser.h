@@ -204,6 +204,9 @@ void mu_session_kv_bytes(const mu_session *s, int n_past, uint64_t *reserved, ui
 /* Forget everything after the first n positions. Fails with MU_E_STATE when
  * a sliding layer's ring no longer holds rows that position n would need. */
 int mu_session_truncate(mu_session *s, int n, mu_err *err);
+/* Whether mu_session_truncate(s, n) would succeed (reads only the position
+ * count and the geometry). */
+bool mu_session_can_truncate(const mu_session *s, int n);
 void mu_session_reset(mu_session *s);
 
 /* One session's share of a batch. Tokens are appended at n_past. */

@@ -53,7 +53,7 @@ typedef struct {
 /* test hook (docs/lane.md "Tamper hook"): MUSER_LANE_TAMPER is a comma-
  * separated list, entry k acting on the producer's k-th handoff since it
  * started: KIND:FRAME[:OFFSET] or "none". */
-typedef enum { T_NONE, T_FLIP, T_TRUNCATE, T_DROP, T_DUP, T_REORDER, T_KILL, T_STALE, T_REPLAY, T_EPOCH } tamper_kind;
+typedef enum { T_NONE, T_FLIP, T_TRUNCATE, T_DROP, T_DUP, T_REORDER, T_KILL, T_STALE, T_REPLAY, T_EPOCH, T_RUNS } tamper_kind;
 #define MAX_TAMPER 64
 typedef struct {
     tamper_kind kind;
@@ -98,7 +98,8 @@ static void parse_tamper(mu_producer *p) {
     const char *s = getenv("MUSER_LANE_TAMPER");
     static const struct { const char *n; tamper_kind k; } K[] = {
         {"none", T_NONE}, {"flip", T_FLIP}, {"truncate", T_TRUNCATE}, {"drop", T_DROP}, {"duplicate", T_DUP},
-        {"reorder", T_REORDER}, {"kill", T_KILL}, {"stale", T_STALE}, {"replay", T_REPLAY}, {"epoch", T_EPOCH}};
+        {"reorder", T_REORDER}, {"kill", T_KILL}, {"stale", T_STALE}, {"replay", T_REPLAY}, {"epoch", T_EPOCH},
+        {"runs", T_RUNS}};
     while (s && *s && p->n_tam < MAX_TAMPER) {
         char kind[32] = "";
         unsigned long fr = 0, off = 0;
@@ -453,6 +454,7 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         return rc;
     }
     lane_manifest *m = calloc(1, sizeof *m);
+    uint32_t *runs = NULL;
     mu_session *s = NULL;
     uint8_t(*dg)[32] = NULL;
     uint8_t *buf = NULL;
@@ -471,6 +473,13 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     memcpy(m->request_id, h->request_id, 16);
     memcpy(m->identity, h->identity, 32);
     lane_token_digest(tokens, h->n_ship, m->token_digest);
+    if (!(runs = malloc(4 * (size_t)(h->n_runs ? h->n_runs : 1)))) {
+        rc = mu_fail(err, MU_E_NOMEM, "lane: out of memory");
+        goto out;
+    }
+    lane_hello_runs(h, runs);
+    if (tam.kind == T_RUNS && h->n_runs) runs[0] ^= LANE_RUN_SOLO; /* replays another split, says so, sealed */
+    lane_runs_digest(runs, h->n_runs, m->runs_digest);
     memcpy(m->kclass, p->kclass, LANE_CLASS_LEN);
     m->n_ctx = h->n_ctx;
     m->step = h->step;
@@ -498,8 +507,21 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     }
     sender = true;
     int32_t *ids = (int32_t *)tokens; /* ids < n_vocab: the same bits */
+    /* a delta: the decoder's held prefix, forward by forward as it made it
+     * (solo runs as solo rows), so the rows above it attend to the same bits */
+    uint32_t pos = 0;
+    for (uint32_t r = 0; r < h->n_runs && !rc; r++) {
+        uint32_t len = runs[r] & ~LANE_RUN_SOLO;
+        double tc = mu_lane_now_s();
+        pthread_mutex_lock(&p->engine_mu);
+        mu_batch_item it = {.s = s, .tokens = ids + pos, .n_tokens = (int)len, .solo = (runs[r] & LANE_RUN_SOLO) != 0};
+        rc = mu_forward(p->e, &it, 1, err);
+        pthread_mutex_unlock(&p->engine_mu);
+        compute_s += mu_lane_now_s() - tc;
+        pos += len;
+    }
     layer_tap tap = {.p = p, .o = &o, .s = s, .m = m};
-    for (uint64_t a = 0; a < m->n_ship && !rc; a += m->step) {
+    for (uint64_t a = m->n_have; a < m->n_ship && !rc; a += m->step) {
         uint32_t b = (uint32_t)(a + m->step < m->n_ship ? a + m->step : m->n_ship);
         /* the pipeline is two steps deep: wait while the sender is behind */
         pthread_mutex_lock(&o.mu);
@@ -607,6 +629,7 @@ out:
     free(buf);
     free(dg);
     free(m);
+    free(runs);
     free(tokens);
     return rc;
 }
