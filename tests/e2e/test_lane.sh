@@ -241,6 +241,18 @@ P=$(ids 700 11)
 out=$("$MUSER" run -m "$T/other.gguf" --prompt-ids "$P" --temp 0 --json -n 4 --prefill remote 2>&1) && bad "other model accepted" \
   || { echo "$out" | grep -q 'lane: identity:' && ok "another model refused before any KV moves: ${out##*: lane: }" || bad "identity message: $out"; }
 
+# ---- a step of several engine chunks (MUSER_UBATCH below the step, on both ends: it is part of the
+# identity): each layer's frame of a step leaves at the layer's callback of the step's last chunk ----
+stop_producer
+export MUSER_UBATCH=128
+start_producer ""
+PU=$(ids 1100 17)
+"$MUSER" run -m "$T/m.gguf" --prompt-ids "$PU" --temp 0 --json --top 5 -n 8 >"$T/lu" 2>"$T/le"
+"$MUSER" run -m "$T/m.gguf" --prompt-ids "$PU" --temp 0 --json --top 5 -n 8 --prefill remote >"$T/ru" 2>"$T/re"
+[ -s "$T/ru" ] && cmp -s "$T/lu" "$T/ru" && grep -q '1024 prompt tokens prefilled by the node' "$T/re" \
+  && ok "engine chunks of 128 in steps of 512: the layers stream per step, remote equals local" || bad "ubatch 128: $(cat "$T/re")"
+unset MUSER_UBATCH
+
 # ---- tampering: every case refused with its reason; auto falls back to the right answer ----
 # frames: 0 BEGIN, 1..N LAYER, N+1 SEAL (700 tokens, tiny model: 512 shipped, 4 layers)
 cases=(
