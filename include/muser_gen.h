@@ -110,8 +110,9 @@ typedef struct {
     const int32_t *forced;  /* the first n_forced generated tokens are these, not sampled (bench) */
     int n_forced;
     /* KV state installed instead of evaluating prompt[0, n_installed) (KV
-     * packs): called once on the engine thread with the slot's empty
-     * session; returns 0 after committing exactly n_installed positions
+     * packs, the prefill lane): called once on the engine thread with the
+     * slot's session, empty or (install_keep) holding the prompt's first
+     * install_keep positions; returns 0 after committing exactly n_installed positions
      * (0 < n_installed < n_prompt; the ids stand for them in the history);
      * an error ends the job with MU_FINISH_ERROR and its message, the
      * session reset. Not with n > 1 choices or keep_prefix. */

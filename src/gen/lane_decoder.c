@@ -393,7 +393,8 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
     shadow *sh = NULL;
     mu_err e2 = {0};
     int rc = mu_lane_fetch(l, q->prompt, n_have, runs, n_runs, n_ship, l->o.n_ctx, &sh, &e2);
-    if (hold.n_have > 0) { /* the reservation goes with the request, or ends */
+    const bool on_slot = hold.n_have > 0;
+    if (on_slot) { /* the reservation goes with the request, or ends */
         if (rc) {
             mu_sched_slot_unhold(l->o.sched, &hold);
         } else {
@@ -404,7 +405,7 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
         }
     }
     free(step_runs);
-    if (!rc && n_have > 0 && !sh->on_slot) {
+    if (!rc && n_have > 0 && !on_slot) {
         sh->cache = l->o.cache;
         if (!(sh->tokens = malloc((size_t)n_have * sizeof *sh->tokens)) ||
             mu_kv_lineage_new(l->o.cache, l->o.n_ctx, &sh->lin, &e2)) {
@@ -417,7 +418,7 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
             memcpy(sh->tokens, q->prompt, (size_t)n_have * sizeof *sh->tokens);
         }
     }
-    if (n_have > 0 && !hold.n_have && !(sh && sh->tokens)) mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false); /* not handed on */
+    if (n_have > 0 && !on_slot && !(sh && sh->tokens)) mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false); /* not handed on */
     pthread_mutex_lock(&l->mu);
     if (rc) {
         l->st.n_failed++;
@@ -433,7 +434,7 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
         l->st.n_bytes += sh->wire_bytes;
         if (sh->cross) l->st.n_cross_class++;
         if (n_have > 0) l->st.n_delta++, l->st.n_delta_held += (uint64_t)n_have;
-        if (hold.n_have > 0) l->st.n_delta_slot++;
+        if (on_slot) l->st.n_delta_slot++;
     }
     pthread_mutex_unlock(&l->mu);
     if (rc) {
