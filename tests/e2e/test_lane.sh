@@ -3,8 +3,10 @@
 # and real mutual TLS 1.3 (docs/lane.md): a producer with --enroll, node add
 # (enrollment, pinning, three qualification handoffs), remote answers equal
 # local answers bit for bit (several prompt lengths, run and serve with 1
-# and 2 slots, the bundled model too when MUSER_LANE_DEFAULT=1), a delta
-# handoff from the server's prefix cache equal to the full one, the tamper
+# and 2 slots, the bundled model too when MUSER_LANE_DEFAULT=1, engine
+# chunks below the step), a delta handoff from the server's prefix cache
+# equal to the full one, deltas on a live slot (chat's second turn, a
+# server conversation) equal to local and tampered ones refused, the tamper
 # hook (flip, truncate, drop, duplicate, reorder at many frames and
 # offsets, replay, stale generation, wrong epoch) each refused with its
 # reason while auto falls back to the right answer, a wrong model refused
@@ -189,11 +191,12 @@ EOF
 kill $SP; wait $SP 2>/dev/null
 
 # ---- delta on a live slot: a conversation's next request; tampered deltas refused ---------------
-# handoffs from here: 0 the first request A, 1 its continuation B (a delta on the slot), 2..4 B's
-# continuations, tampered (another split replayed and said so, a frame dropped, a row flipped), 5 a
-# continuation of B again (a delta: the refusals left the slot as it was)
+# handoffs from here: 0 the first request A, 1 its continuation B (a delta on the slot), 2..7 B's
+# continuations, tampered (another split replayed and said so, a frame dropped, a row flipped, two
+# frames swapped, the last LAYER twice, a frame cut short), 8 a continuation of B again (a delta:
+# the refusals left the slot as it was); the delta's frames: 0 BEGIN, 1..4 LAYER, 5 SEAL
 stop_producer
-start_producer "none,none,runs:0,drop:1,flip:2:40,none"
+start_producer "none,none,runs:0,drop:1,flip:2:40,reorder:2,duplicate:4,truncate:3:100,none"
 "$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill remote >/dev/null 2>"$T/srvs.err" &
 SP=$!; PIDS+=("$SP")
 "$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 >/dev/null 2>"$T/srvl.err" &
@@ -223,13 +226,13 @@ assert r.get("tokens") and r["tokens"] == l["tokens"] and r["completion_probabil
 assert metric("muser:lane_delta_slot_total") == 1 and metric("muser:lane_delta_held_positions_total") == 700
 print("serve: a conversation's next request is a delta on the slot (700 positions held), equal to the local server's answer")
 B = A + more(1)
-for k, want in ((2, "request"), (3, "order"), (4, "digest")):
+for k, want in ((2, "request"), (3, "order"), (4, "digest"), (5, "order"), (6, "order"), (7, "io")):
     r = post(rport, dict(q, prompt=B + more(k)))
     assert r.get("status") == 500 and f"lane: {want}:" in r["error"], (k, r)
     print(f"tampered slot delta refused: {want}: " + r["error"].split(f"lane: {want}: ")[1][:80].split('"')[0])
-r, l = post(rport, dict(q, prompt=B + more(5))), post(lport, dict(q, prompt=B + more(5)))
+r, l = post(rport, dict(q, prompt=B + more(8))), post(lport, dict(q, prompt=B + more(8)))
 assert r.get("tokens") and r["tokens"] == l["tokens"] and r["completion_probabilities"] == l["completion_probabilities"], (r, l)
-assert metric("muser:lane_delta_slot_total") == 2 and metric("muser:lane_failed_total") == 3
+assert metric("muser:lane_delta_slot_total") == 2 and metric("muser:lane_failed_total") == 6
 assert metric("muser:lane_delta_held_positions_total") == 700 + 1300
 print("after the refusals the slot serves a delta again, equal to the local server's answer")
 EOF
