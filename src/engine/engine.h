@@ -51,9 +51,11 @@ typedef struct {
     int *out_tok;    /* [T] chunk token of each output row */
     float **tok_embd; /* [T] where the token's final-norm row goes (mu_batch_item.embd), or NULL */
     const float **tok_in; /* [T] the token's input row (mu_batch_item.in_embd), or NULL: its embedding */
-    const mu_batch_item **tok_item; /* [T] the token's item when it captures layer inputs (feat), else NULL */
+    const mu_batch_item **tok_item; /* [T] the token's item when it captures layer inputs (feat) or
+                                       streams its layers (on_layer), else NULL */
     int *tok_idx;    /* [T] the token's index in its item */
     int n_feat_tok;  /* tokens of the chunk that capture layer inputs */
+    int n_layer_tok; /* tokens of the chunk whose item streams its layers (on_layer) */
     int t_solo;      /* chunk tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
     float *lg;       /* [MU_LOGIT_ROWS][n_vocab] raw logits */
 } mu_scratch;

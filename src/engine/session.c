@@ -114,6 +114,15 @@ static int layer_lo(const mu_session *s, int il) {
     return lo > 0 ? lo : 0;
 }
 
+bool mu_session_can_truncate(const mu_session *s, int n) {
+    if (n < 0 || n > s->n_past) return false;
+    int need = n - s->e->m->info.n_swa + 1;
+    if (need < 0) need = 0;
+    for (int il = 0; il < s->e->m->info.n_layer; il++)
+        if (n < s->n_past && need < layer_lo(s, il)) return false;
+    return true;
+}
+
 int mu_session_truncate(mu_session *s, int n, mu_err *err) {
     if (n < 0 || n > s->n_past)
         return mu_fail(err, MU_E_ARG, "session: cannot truncate to %d (holds %d positions)", n, s->n_past);
