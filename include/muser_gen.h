@@ -163,7 +163,8 @@ typedef struct {
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
     bool pin_slot;          /* run in slot id_slot (llama.cpp's id_slot), waiting for it while it is
-                               busy (jobs behind it that can run elsewhere go first); one choice only */
+                               busy (jobs behind it that can run elsewhere go first); with n choices
+                               only the first is pinned, as llama.cpp's child tasks */
     int id_slot;
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
                                return_progress, the programs' progress lines); readers that leave

@@ -1381,7 +1381,6 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
     if (n > 1 && r[0].save) return mu_fail(err, MU_E_ARG, "sched: a saved state serves one choice only");
-    if (n > 1 && r[0].pin_slot) return mu_fail(err, MU_E_ARG, "sched: a job pinned to a slot has one choice");
     if (n > 1) {
         g = calloc(1, sizeof *g);
         if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
@@ -1393,6 +1392,10 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
         q.prompt = r[0].prompt;
         q.n_prompt = r[0].n_prompt;
         q.media = r[0].media;
+        /* a pinned request: its first choice runs in the slot, the others
+         * anywhere (llama.cpp's child tasks take no id_slot) */
+        q.pin_slot = k == 0 && r[0].pin_slot;
+        q.id_slot = r[0].id_slot;
         if (q.media) { /* ids per position; image rows are negative (mu_mprompt_tokens) */
             q.prompt = mu_mprompt_tokens(q.media);
             q.n_prompt = mu_mprompt_n(q.media);

@@ -631,7 +631,7 @@ static void test_hold_and_cancel(void **state) {
  * busy it waits and an unpinned job behind it runs in the other slot; a
  * slot the scheduler does not have is refused. The first job stalls after
  * one token (the stall hook) until it is cancelled, so the order is decided
- * by the events, not by timing. */
+ * by the events, not by timing. With n choices only the first is pinned. */
 static void test_pinned_slot(void **state) {
     (void)state;
     mu_err err = {0};
@@ -669,6 +669,21 @@ static void test_pinned_slot(void **state) {
     mu_job *jd = NULL;
     assert_int_equal(mu_sched_submit(s, &qd, 1, &jd, &err), MU_E_ARG);
     assert_non_null(strstr(err.msg, "no slot 2"));
+    /* n choices pinned to slot 1: the first runs there, the other in slot 0
+     * (llama.cpp's child tasks take no id_slot) */
+    mu_gen_req qn[2] = {q, q};
+    mu_job *jn[2];
+    assert_int_equal(mu_sched_submit(s, qn, 2, jn, &err), 0);
+    result rn0, rn1;
+    read_job(jn[0], &rn0);
+    read_job(jn[1], &rn1);
+    assert_int_equal(rn0.st.slot, 1);
+    assert_int_equal(rn1.st.slot, 0);
+    assert_int_equal(rn0.finish, MU_FINISH_LENGTH);
+    assert_int_equal(rn1.finish, MU_FINISH_LENGTH);
+    assert_int_equal(rn0.ids[0], rn1.ids[0]); /* greedy: the same token */
+    mu_job_free(jn[0]);
+    mu_job_free(jn[1]);
     mu_job_free(ja);
     mu_job_free(jb);
     mu_job_free(jc);
