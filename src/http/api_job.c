@@ -51,6 +51,27 @@ void api_content_text(const json_t *c, mu_http_buf *b) {
     }
 }
 
+void api_sse_event(mu_http_buf *out, const char *name, json_t *data) {
+    json_t *o = json_pack("{s:s}", "type", name);
+    json_object_update(o, data);
+    json_decref(data);
+    mu_http_buf_fmt(out, "event: %s\ndata: ", name);
+    mu_http_buf_json(out, o);
+    mu_http_buf_str(out, "\n\n");
+    json_decref(o);
+}
+
+int api_forced_names(const json_t *tools, const char *want, const char **names) {
+    int n = 0;
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *nm = mu_jc_str(t, "name", "");
+        if ((!want || !strcmp(want, nm)) && n < MU_GEN_MAX_CALLS) names[n++] = nm;
+    }
+    return n;
+}
+
 void api_iso_time(char *buf, size_t cap) {
     struct timeval tv;
     gettimeofday(&tv, NULL);

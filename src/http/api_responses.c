@@ -2,7 +2,8 @@
  * /responses, as llama.cpp's server), streaming and not, on the same
  * generation pipeline as the other protocols.
  * Owns: the input forms (a string, or items: messages with input_text /
- * output_text parts, function_call, function_call_output, reasoning)
+ * output_text / input_image parts (data URLs, with --mmproj),
+ * function_call, function_call_output, reasoning)
  * turned into the chat template's messages; instructions; flat function
  * tools; tool_choice; text.format (structured output); the response object
  * (output items: reasoning, message, function_call; status, usage) and the
@@ -20,8 +21,45 @@
 
 #include "api.h"
 
-/* instructions + input -> the template's messages; NULL after replying. */
-static json_t *to_template(mu_http_req *r, const json_t *body) {
+/* The text of content c (a string or parts) at where into b: text parts
+ * joined, each input_image part's image into im and its MU_MEDIA_MARKER
+ * into the text. False after replying 400 (a part muser does not read). */
+static bool parts_text(mu_http_req *r, const json_t *c, const char *where, api_images *im, mu_http_buf *b) {
+    if (json_is_string(c)) {
+        mu_http_buf_add(b, json_string_value(c), json_string_length(c));
+        return true;
+    }
+    size_t k;
+    json_t *p;
+    json_array_foreach(c, k, p) {
+        const char *pt = mu_jc_str(p, "type", "");
+        char f[160], m[256];
+        if (!strcmp(pt, "input_text") || !strcmp(pt, "output_text") || !strcmp(pt, "text")) {
+            const json_t *t = json_object_get(p, "text");
+            if (json_is_string(t)) mu_http_buf_add(b, json_string_value(t), json_string_length(t));
+            continue;
+        }
+        const json_t *u = json_object_get(p, "image_url");
+        if (!strcmp(pt, "input_image") && json_is_string(u)) {
+            snprintf(f, sizeof f, "%s[%zu].image_url", where, k);
+            if (!api_image_part(r, im, json_string_value(u), json_string_length(u), true, f, b)) return false;
+            continue;
+        }
+        if (!strcmp(pt, "input_image"))
+            snprintf(m, sizeof m, "field '%s[%zu].image_url': is required for an input_image part (files are not stored)",
+                     where, k);
+        else
+            snprintf(m, sizeof m, "field '%s[%zu].type': '%s' parts are not supported (text and images only)", where, k,
+                     pt);
+        mu_http_reply_error(r, 400, m, where);
+        return false;
+    }
+    return true;
+}
+
+/* instructions + input -> the template's messages (one MU_MEDIA_MARKER per
+ * image, the images into im); NULL after replying. */
+static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
     json_t *out = json_array();
     const char *ins = mu_jc_str(body, "instructions", NULL);
     if (ins) json_array_append_new(out, json_pack("{s:s,s:s}", "role", "system", "content", ins));
@@ -45,21 +83,13 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                 mu_http_reply_error(r, 400, m, where);
                 goto fail;
             }
-            const json_t *c = json_object_get(it, "content");
-            size_t k;
-            json_t *p;
-            json_array_foreach(c, k, p) {
-                const char *pt = mu_jc_str(p, "type", "");
-                if (strcmp(pt, "input_text") && strcmp(pt, "output_text") && strcmp(pt, "text")) {
-                    char m[200];
-                    snprintf(m, sizeof m, "field '%s.content[%zu].type': '%s' parts are not supported (text only)",
-                             where, k, pt);
-                    mu_http_reply_error(r, 400, m, where);
-                    goto fail;
-                }
-            }
+            char cw[80];
+            snprintf(cw, sizeof cw, "%s.content", where);
             mu_http_buf b = {0};
-            api_content_text(c, &b);
+            if (!parts_text(r, json_object_get(it, "content"), cw, im, &b)) {
+                mu_http_buf_free(&b);
+                goto fail;
+            }
             if (!strcmp(role, "assistant") && pending) {
                 json_object_set_new(pending, "content", json_stringn(b.p ? b.p : "", b.n));
             } else {
@@ -95,8 +125,13 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
             }
         } else { /* function_call_output */
             pending = NULL;
+            char ow[80];
+            snprintf(ow, sizeof ow, "%s.output", where);
             mu_http_buf b = {0};
-            api_content_text(json_object_get(it, "output"), &b);
+            if (!parts_text(r, json_object_get(it, "output"), ow, im, &b)) {
+                mu_http_buf_free(&b);
+                goto fail;
+            }
             json_array_append_new(out, json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id",
                                                  mu_jc_str(it, "call_id", ""), "content", b.p ? b.p : "", b.n));
             mu_http_buf_free(&b);
@@ -211,12 +246,8 @@ static bool rs_poll(void *state, mu_http_req *r) {
 }
 
 static void event(rs_state *s, mu_http_buf *out, const char *type, json_t *data) {
-    json_object_set_new(data, "type", json_string(type));
     json_object_set_new(data, "sequence_number", json_integer(s->seq++));
-    mu_http_buf_fmt(out, "event: %s\ndata: ", type);
-    mu_http_buf_json(out, data);
-    mu_http_buf_str(out, "\n\n");
-    json_decref(data);
+    api_sse_event(out, type, data);
 }
 
 /* Closes the open item: its *.done events, and it joins the output. */
@@ -367,12 +398,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
     int n_names = 0;
     if (json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))) {
         const char *want = json_is_object(tc) ? mu_jc_str(tc, "name", "") : NULL;
-        size_t i;
-        json_t *t;
-        json_array_foreach(json_object_get(body, "tools"), i, t) {
-            const char *nm = mu_jc_str(t, "name", "");
-            if ((!want || !strcmp(want, nm)) && n_names < MU_GEN_MAX_CALLS) names[n_names++] = nm;
-        }
+        n_names = api_forced_names(json_object_get(body, "tools"), want, names);
         if (!n_names) {
             mu_http_reply_error(r, 400,
                                 want ? "field 'tool_choice.name': no tool of that name in 'tools'"
@@ -401,8 +427,10 @@ void api_responses(mu_http_req *r, const json_t *body) {
         json_decref(wrap);
         if (rc) return;
     }
-    json_t *msgs = to_template(r, body);
+    api_images im = {0};
+    json_t *msgs = to_template(r, body, &im);
     if (!msgs) {
+        api_images_free(&im);
         mu_schema_unref(schema);
         return;
     }
@@ -413,7 +441,9 @@ void api_responses(mu_http_req *r, const json_t *body) {
     if (effort && !strcmp(effort, "minimal")) effort = "low";
     int32_t *ids = NULL;
     int n = 0;
-    bool ok = api_chat_prompt(r, a, msgs, tools, effort, &ids, &n);
+    const mu_mprompt *media = NULL;
+    bool ok = api_chat_prompt_media(r, a, msgs, tools, effort, &im, &ids, &n, &media);
+    api_images_free(&im);
     json_decref(msgs);
     json_decref(tools);
     if (!ok) {
@@ -421,6 +451,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
         return;
     }
     mu_gen_req q = {0};
+    q.media = media;
     q.chat = true;
     q.schema = schema;
     q.schema_chat = true;
@@ -435,6 +466,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
     if (!s || !(s->items = json_array())) {
         free(s);
         free(ids);
+        mu_mprompt_free((mu_mprompt *)media);
         mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;

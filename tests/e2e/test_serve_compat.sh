@@ -5,8 +5,9 @@
 # (pooling mean and none, base64, batches), llama.cpp's
 # exceed_context_size_error, batch prompts, response_fields, accepted and
 # refused fields, the prompt cache (timings.cache_n, cached_tokens), /slots
-# and /props shapes, a forced tool call, Anthropic Messages and OpenAI
-# Responses (plain and streamed), X-Api-Key, --any-model, CORS, and the
+# and /props shapes, id_slot with n choices, a forced tool call, Anthropic
+# Messages and OpenAI Responses (plain and streamed, "type" first in every
+# event), X-Api-Key, --any-model, CORS, and the
 # default queue (64 requests wait; the next one is answered 429).
 SERVE_TEST_NAME=test_serve_compat
 source "$(dirname "$0")/serve_lib.sh"
@@ -100,6 +101,8 @@ expect "/completion response_fields (nested a/b)" 200 "sorted(j) == ['content', 
 # ---- fields: accepted, refused precisely, unknown
 expect "OpenAI store/metadata/service_tier/user and llama.cpp extensions accepted on /v1/chat/completions" 200 "j['object'] == 'chat.completion'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"store":false,"metadata":{"k":"v"},"service_tier":"auto","user":"u","parallel_tool_calls":true,"n_predict":3,"cache_prompt":false,"id_slot":-1,"timings_per_token":false,"return_progress":false,"chat_template_kwargs":{"reasoning_effort":"low"},"stream_options":null}'
+expect "id_slot with n 2: both choices answered (only the first is pinned, as llama.cpp's child tasks)" 200 "len(j['choices']) == 2 and all(c['finish_reason'] == 'length' for c in j['choices'])" \
+  POST /chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"n":2,"id_slot":0}'
 expect "llama.cpp json_schema on /v1/chat/completions" 200 "j['choices'][0]['message']['content'].lstrip()[:1] in '{'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":30,"temperature":0,"json_schema":{"type":"object"}}'
 expect "GBNF grammar on /completion: exactly its text, then the end token" 200 "j['content'] == 'aaaaa' and j['stop_type'] == 'eos'" \
@@ -145,7 +148,7 @@ evs = []
 for block in open(sys.argv[1]).read().split("\n\n"):
     lines = block.strip().split("\n")
     if len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "):
-        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:]; evs.append(d)
+        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:] and list(d)[0] == "type"; evs.append(d)
 kinds = [e["type"] for e in evs]
 assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"], kinds
 text = "".join(e["delta"]["text"] for e in evs if e["type"] == "content_block_delta")
@@ -170,7 +173,7 @@ evs = []
 for block in open(sys.argv[1]).read().split("\n\n"):
     lines = block.strip().split("\n")
     if len(lines) == 2 and lines[0].startswith("event: "):
-        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:]; evs.append(d)
+        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:] and list(d)[0] == "type"; evs.append(d)
 assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
 assert evs[0]["type"] == "response.created" and evs[-1]["type"] in ("response.completed", "response.incomplete")
 text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")
