@@ -109,6 +109,8 @@ typedef struct {
     size_t content_sent, reasoning_sent;
     json_t *tool_calls;      /* [{name, arguments (object)}] */
     int32_t *ids;
+    size_t *cend;            /* per token: where its text ends in content (a token's events come
+                                together, so this is the answer text it released) */
     api_tok *toks;           /* when want_toks */
     bool want_toks;
     int n_ids, cap_ids;
@@ -153,6 +155,8 @@ void api_job_reply_failed(mu_http_req *r, const api_job *g);
 int api_response_schema(mu_http_req *r, const json_t *body, const char *key, mu_schema **out);
 /* New text since the last call; *n bytes at the returned pointer. */
 const char *api_job_take_content(api_job *g, size_t *n);
+/* The content not taken yet up to the end of token i's text (g->cend[i]). */
+const char *api_job_take_content_upto(api_job *g, int i, size_t *n);
 const char *api_job_take_reasoning(api_job *g, size_t *n);
 void api_job_free(api_job *g);
 

@@ -598,9 +598,11 @@ static bool add_id(api_job *g, const mu_gen_token *t) {
         int cap = g->cap_ids ? g->cap_ids * 2 : 64;
         int32_t *ids = realloc(g->ids, (size_t)cap * sizeof *ids);
         if (ids) g->ids = ids;
+        size_t *ce = realloc(g->cend, (size_t)cap * sizeof *ce);
+        if (ce) g->cend = ce;
         api_tok *tk = g->want_toks ? realloc(g->toks, (size_t)cap * sizeof *tk) : NULL;
         if (tk) g->toks = tk;
-        if (!ids || (g->want_toks && !tk)) return false;
+        if (!ids || !ce || (g->want_toks && !tk)) return false;
         g->cap_ids = cap;
     }
     if (g->want_toks) {
@@ -615,6 +617,7 @@ static bool add_id(api_job *g, const mu_gen_token *t) {
             o->top_probs[k] = t->top_probs[k];
         }
     }
+    g->cend[g->n_ids] = g->content.n;
     g->ids[g->n_ids++] = t->id;
     return true;
 }
@@ -625,6 +628,7 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
     case MU_EV_TOKEN: return add_id(g, &ev->tok);
     case MU_EV_TEXT:
         mu_http_buf_add(ev->channel == MU_CH_REASONING ? &g->reasoning : &g->content, ev->text, ev->len);
+        if (g->n_ids && ev->channel != MU_CH_REASONING) g->cend[g->n_ids - 1] = g->content.n;
         return true;
     case MU_EV_TOOL_CALL: {
         if (!g->tool_calls) g->tool_calls = json_array();
@@ -703,6 +707,15 @@ static const char *take(mu_http_buf *b, size_t *sent, size_t *n) {
 
 const char *api_job_take_content(api_job *g, size_t *n) { return take(&g->content, &g->content_sent, n); }
 
+const char *api_job_take_content_upto(api_job *g, int i, size_t *n) {
+    size_t end = g->cend[i] < g->content.n ? g->cend[i] : g->content.n;
+    if (end < g->content_sent) end = g->content_sent;
+    *n = end - g->content_sent;
+    const char *p = g->content.p ? g->content.p + g->content_sent : "";
+    g->content_sent = end;
+    return p;
+}
+
 const char *api_job_take_reasoning(api_job *g, size_t *n) { return take(&g->reasoning, &g->reasoning_sent, n); }
 
 void api_job_free(api_job *g) {
@@ -713,6 +726,8 @@ void api_job_free(api_job *g) {
     mu_http_buf_free(&g->content);
     mu_http_buf_free(&g->reasoning);
     free(g->ids);
+    free(g->cend);
+    g->cend = NULL;
     free(g->toks);
     free(g->ctoks);
     g->ctoks = NULL;

@@ -885,6 +885,30 @@ static void test_text_and_stops(void **state) {
     assert_int_equal(np_, full.n_text);
     assert_memory_equal(pieces, full.text, np_);
 
+    /* a token's events are readable together: once its TOKEN is read, the
+     * TEXT it released is there too (no wait), for every token whose piece
+     * is whole ASCII text (llama.cpp's stream: each chunk a token and its
+     * text) */
+    {
+        mu_job *j;
+        assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+        mu_gen_event ev;
+        int n_checked = 0;
+        while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) {
+            if (ev.kind != MU_EV_TOKEN) continue;
+            char pc[64];
+            int k = mu_tok_piece(mu_model_tokenizer(D), ev.tok.id, false, pc, sizeof pc);
+            bool ascii = k > 0;
+            for (int b = 0; b < k; b++) ascii &= (unsigned char)pc[b] < 0x80;
+            if (!ascii) continue;
+            assert_int_equal(mu_job_next(j, &ev, 0), 1);
+            assert_int_equal(ev.kind, MU_EV_TEXT);
+            n_checked++;
+        }
+        assert_true(n_checked > 20);
+        mu_job_free(j);
+    }
+
     /* a stop string cut at every position of the text: the answer ends right
      * before its first occurrence, no TEXT event ever carries it, and the
      * generation ends there (fewer tokens) */
