@@ -5,7 +5,8 @@
 # (pooling mean and none, base64, batches), llama.cpp's
 # exceed_context_size_error, batch prompts, response_fields, accepted and
 # refused fields, the prompt cache (timings.cache_n, cached_tokens), /slots
-# and /props shapes, id_slot with n choices, a forced tool call, Anthropic
+# and /props shapes, /completion stream chunks (a token each, with its
+# text), id_slot with n choices, a forced tool call, Anthropic
 # Messages and OpenAI Responses (plain and streamed, "type" first in every
 # event), X-Api-Key, --any-model, CORS, and the
 # default queue (64 requests wait; the next one is answered 429).
@@ -103,6 +104,24 @@ expect "OpenAI store/metadata/service_tier/user and llama.cpp extensions accepte
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"store":false,"metadata":{"k":"v"},"service_tier":"auto","user":"u","parallel_tool_calls":true,"n_predict":3,"cache_prompt":false,"id_slot":-1,"timings_per_token":false,"return_progress":false,"chat_template_kwargs":{"reasoning_effort":"low"},"stream_options":null}'
 expect "id_slot with n 2: both choices answered (only the first is pinned, as llama.cpp's child tasks)" 200 "len(j['choices']) == 2 and all(c['finish_reason'] == 'length' for c in j['choices'])" \
   POST /chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"n":2,"id_slot":0}'
+curl -s "$BASE/completion" -H "$J" -d '{"prompt":"Once upon a time","n_predict":24,"temperature":0,"stream":true}' >"$T/lc_sse"
+if python3 - "$T/lc_sse" "$BASE" <<'EOF'
+import json, sys, urllib.request
+chunks = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: ")]
+assert chunks[-1]["stop"] is True and chunks[-1]["content"] == "", chunks[-1]
+parts = chunks[:-1]
+assert len(parts) == 24 and all(len(c["tokens"]) == 1 for c in parts), [c["tokens"] for c in parts]
+def piece(t):
+    rq = urllib.request.Request(sys.argv[2] + "/detokenize", json.dumps({"tokens": [t]}).encode(), {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(rq))["content"]
+prev_ascii, n_eq = True, 0
+for c in parts: # a token after one that left bytes of a character pending may carry them
+    p = piece(c["tokens"][0])
+    if p.isascii() and prev_ascii: assert c["content"] == p, (c, p); n_eq += 1
+    prev_ascii = p.isascii()
+assert n_eq >= 8, n_eq
+EOF
+then ok "/completion stream: one token per chunk, each chunk with the text its token released"; else bad "/completion stream chunks: $(head -c 600 "$T/lc_sse")"; fi
 expect "llama.cpp json_schema on /v1/chat/completions" 200 "j['choices'][0]['message']['content'].lstrip()[:1] in '{'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":30,"temperature":0,"json_schema":{"type":"object"}}'
 expect "GBNF grammar on /completion: exactly its text, then the end token" 200 "j['content'] == 'aaaaa' and j['stop_type'] == 'eos'" \
