@@ -80,6 +80,11 @@ static const jc_field msg_fields[] = {
     F_("tool_call_id", JC_STR, .max_len = 256),
     F_("reasoning_content", JC_STR | JC_NULL),
     F_("refusal", JC_NULL),
+    /* what an earlier answer's message object carries when a client sends
+       it back: annotations have no effect; no audio is ever answered */
+    F_("annotations", JC_ARR | JC_NULL),
+    F_("audio", JC_NULL, .note = " (audio is not supported)"),
+    F_("function_call", JC_NULL, .note = " (the deprecated functions API: send tool_calls)"),
     END,
 };
 static const jc_field msg_elem = F_(NULL, JC_OBJ, .fields = msg_fields);
@@ -106,6 +111,15 @@ static const jc_field tool_choice_fields[] = {
 static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL),
                                              F_("include_obfuscation", JC_BOOL | JC_NULL), /* no effect */ END};
 static const char *const service_tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
+static const char *const text_only[] = {"text", NULL};
+static const jc_field modality_elem = F_(NULL, JC_STR, .one_of = text_only, .note = " (text output only)");
+static const char *const verbosities[] = {"low", "medium", "high", NULL};
+static const char *const content_only[] = {"content", NULL};
+static const jc_field prediction_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = content_only),
+    F_("content", JC_STR | JC_ARR, .required = true, .elem = &part_elem),
+    END,
+};
 static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
 
 /* Fields OpenAI defines that change nothing here (docs/api.md, "Accepted
@@ -187,6 +201,19 @@ static const jc_field openai_chat[] = {
     F_("response_format", JC_OBJ | JC_NULL, .fields = resp_format_fields),
     F_("reasoning_effort", JC_STR | JC_NULL, .one_of = effort),
     OPENAI_ACCEPTED,
+    /* OpenAI's, with no effect here: a predicted output (a speed hint),
+       verbosity, the cache key (the prompt cache is automatic), the user's
+       safety id; text is the only output modality */
+    F_("prediction", JC_OBJ | JC_NULL, .fields = prediction_fields),
+    F_("verbosity", JC_STR | JC_NULL, .one_of = verbosities),
+    F_("prompt_cache_key", JC_STR | JC_NULL, .max_len = 1024),
+    F_("safety_identifier", JC_STR | JC_NULL, .max_len = 256),
+    F_("modalities", JC_ARR | JC_NULL, .elem = &modality_elem, .max_len = 2),
+    /* OpenAI's, refused saying why */
+    F_("audio", JC_NULL, .note = " (audio output is not supported)"),
+    F_("web_search_options", JC_NULL, .note = " (web search is not supported)"),
+    F_("functions", JC_NULL, .note = " (the deprecated functions API: send tools)"),
+    F_("function_call", JC_NULL, .note = " (the deprecated functions API: send tool_choice)"),
     LLAMA_EXTENSIONS,
     F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
     F_("json_schema", JC_OBJ),
@@ -271,6 +298,12 @@ static const jc_field ollama_options[] = {
     F_("seed", JC_INT, RANGE(-1, 9007199254740991.0)),
     F_("num_predict", JC_INT, RANGE(-2, 1048576)),
     F_("num_ctx", JC_INT, RANGE(1, 16777216)),
+    /* Ollama's runner settings: no effect (the server's own, set when it
+       starts); num_keep: muser never shifts the context */
+    F_("num_keep", JC_INT, RANGE(-1, 16777216)), F_("num_batch", JC_INT, RANGE(1, 16777216)),
+    F_("num_gpu", JC_INT, RANGE(-1, 1048576)), F_("main_gpu", JC_INT, RANGE(0, 1024)),
+    F_("num_thread", JC_INT, RANGE(0, 1048576)), F_("use_mmap", JC_BOOL | JC_NULL),
+    F_("use_mlock", JC_BOOL | JC_NULL), F_("numa", JC_BOOL), F_("low_vram", JC_BOOL),
     F_("stop", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
     /* Ollama's names for llama.cpp's stages (repeat_last_n -1: the whole context) */
     F_("repeat_penalty", JC_NUM, RANGE(0, BIG)),
@@ -322,6 +355,8 @@ static const jc_field ollama_generate[] = {
     F_("system", JC_STR),
     F_("raw", JC_BOOL),
     F_("suffix", JC_STR, .one_of = ollama_formats, .note = " (suffix is not supported)"),
+    F_("template", JC_STR, .one_of = ollama_formats, .note = " (the model's own template is used)"),
+    F_("context", JC_NULL, .note = " (the deprecated context: send the conversation to /api/chat)"),
     F_("images", JC_ARR | JC_NULL, .elem = &b64_image_elem, .max_len = 64),
     END,
 };
@@ -445,6 +480,9 @@ static const jc_field anthropic_messages[] = {
     F_("top_k", JC_INT, RANGE(0, 1000000)),
     F_("metadata", JC_OBJ, .fields = an_metadata_fields),
     F_("service_tier", JC_STR, .one_of = an_tiers),
+    F_("container", JC_NULL, .note = " (code execution containers are not supported)"),
+    F_("context_management", JC_NULL, .note = " (context editing is not supported)"),
+    F_("mcp_servers", JC_NULL, .note = " (MCP servers are not supported)"),
     F_("speculative", JC_OBJ, .fields = spec_obj_fields),
     END,
 };
@@ -529,6 +567,9 @@ static const jc_field openai_responses[] = {
     F_("user", JC_STR, .max_len = 256), F_("prompt_cache_key", JC_STR, .max_len = 256),
     F_("safety_identifier", JC_STR, .max_len = 256),
     F_("max_tool_calls", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("conversation", JC_NULL, .note = " (conversations are not stored: send the whole input)"),
+    F_("prompt", JC_NULL, .note = " (stored prompts are not supported: send instructions and input)"),
+    F_("top_logprobs", JC_INT | JC_NULL, RANGE(0, 0), .note = " (logprobs are not returned on this route)"),
     F_("background", JC_BOOL | JC_NULL, .one_of = NULL),
     F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL), /* llama.cpp's */
     OPENAI_ACCEPTED,

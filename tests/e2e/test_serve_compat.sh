@@ -135,6 +135,27 @@ expect "grammar and json_schema together on chat -> 400" 400 "j['error']['param'
 expect "post_sampling_probs: prob and top_probs of the final candidates" 200 \
   "all(0 < t['prob'] <= 1 and 0 < len(t['top_probs']) <= 3 and abs(sum(p['prob'] for p in t['top_probs']) - 1) < 1e-5 for t in j['completion_probabilities'])" \
   POST /completion '{"prompt":"Once upon","n_predict":3,"n_probs":3,"top_k":3,"temperature":1,"seed":5,"post_sampling_probs":true}'
+expect "OpenAI prediction, verbosity, prompt_cache_key, safety_identifier, modalities [text], audio null: accepted" 200 "j['object'] == 'chat.completion'" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"prediction":{"type":"content","content":"x"},"verbosity":"low","prompt_cache_key":"k","safety_identifier":"s","modalities":["text"],"audio":null,"web_search_options":null}'
+expect "an assistant message sent back as OpenAI returned it (refusal, annotations, audio, function_call null)" 200 "j['object'] == 'chat.completion'" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"yo","refusal":null,"annotations":[],"audio":null,"function_call":null,"tool_calls":null},{"role":"user","content":"x"}],"max_tokens":2}'
+expect "modalities with audio -> 400 saying text output only" 400 "j['error']['param'] == 'modalities[1]' and 'text output only' in j['error']['message']" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]}'
+for f in web_search_options functions function_call audio; do
+  expect "$f set -> 400 saying why" 400 "j['error']['param'] == '$f' and ('not supported' in j['error']['message'] or 'deprecated' in j['error']['message'])" \
+    POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"$f\":{}}"
+done
+expect "Responses conversation/prompt null and top_logprobs 0 accepted" 200 "j['object'] == 'response'" \
+  POST /v1/responses '{"input":"Hi","max_output_tokens":2,"conversation":null,"prompt":null,"top_logprobs":0}'
+expect "Responses conversation set -> 400: not stored" 400 "'not stored' in j['error']['message']" POST /v1/responses '{"input":"Hi","conversation":"conv_1"}'
+expect "Anthropic container/context_management/mcp_servers null accepted" 200 "j['type'] == 'message'" \
+  POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"Hi"}],"container":null,"context_management":null,"mcp_servers":null}'
+expect "Anthropic mcp_servers set -> 400 saying why" 400 "'MCP servers are not supported' in j['error']['message']" \
+  POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"Hi"}],"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}'
+expect "Ollama runner options (num_thread, num_gpu, main_gpu, num_batch, use_mmap, numa, low_vram, num_keep) accepted" 200 "j['done'] is True" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"options":{"num_predict":2,"num_thread":4,"num_gpu":1,"main_gpu":0,"num_batch":512,"use_mmap":true,"use_mlock":false,"numa":false,"low_vram":false,"num_keep":5}}'
+expect "Ollama generate template \"\" accepted; context -> 400 pointing at /api/chat" 400 "'/api/chat' in j['error']" \
+  POST /api/generate '{"prompt":"Hi","stream":false,"template":"","context":[1,2,3]}'
 expect "a name nobody defines still -> 400 naming it" 400 "j['error']['param'] == 'stor'" POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"stor":true}'
 
 # ---- prompt cache: the second identical request keeps the prefix
