@@ -154,6 +154,12 @@ expect "Anthropic mcp_servers set -> 400 saying why" 400 "'MCP servers are not s
   POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"Hi"}],"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}'
 expect "Ollama runner options (num_thread, num_gpu, main_gpu, num_batch, use_mmap, numa, low_vram, num_keep) accepted" 200 "j['done'] is True" \
   POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"options":{"num_predict":2,"num_thread":4,"num_gpu":1,"main_gpu":0,"num_batch":512,"use_mmap":true,"use_mlock":false,"numa":false,"low_vram":false,"num_keep":5}}'
+expect "Ollama num_ctx above the server's context: served with the server's (as Ollama caps it)" 200 "j['done'] is True" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"options":{"num_predict":2,"num_ctx":131072}}'
+expect "Ollama num_ctx below the prompt -> 400 saying the context is too small" 400 "'context' in j['error']" \
+  POST /api/generate '{"prompt":"Hi there, how are you doing today my friend?","raw":true,"stream":false,"options":{"num_ctx":4}}'
+expect "Ollama num_ctx bounds the generation (prompt + output <= num_ctx)" 200 "j['done_reason'] == 'length' and j['prompt_eval_count'] + j['eval_count'] <= 24" \
+  POST /api/generate '{"prompt":"Hi","raw":true,"stream":false,"options":{"num_ctx":24,"temperature":0,"num_predict":-1}}'
 expect "Ollama generate template \"\" accepted; context -> 400 pointing at /api/chat" 400 "'/api/chat' in j['error']" \
   POST /api/generate '{"prompt":"Hi","stream":false,"template":"","context":[1,2,3]}'
 expect "a name nobody defines still -> 400 naming it" 400 "j['error']['param'] == 'stor'" POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"stor":true}'
