@@ -295,7 +295,8 @@ void mu_job_wait_end(mu_job *j);
  * in the queue ends at once (idempotent; any thread). */
 void mu_job_cancel(mu_job *j);
 /* Sets the reader's notification (fn NULL: none): fn(user) is called after
- * each event is queued for j, once the event is readable by mu_job_next, by
+ * each event is queued for j, once the event is readable by mu_job_next (the
+ * events of one accepted token become readable together: one call), by
  * the thread that queued it (the engine thread, or the thread whose
  * mu_job_cancel ended a queued job), outside the job's event lock. fn must be
  * quick and must not call any mu_job_* function on j. Events queued before
