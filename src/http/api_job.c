@@ -439,6 +439,19 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     /* llama.cpp's post_sampling_probs: n_probs / logprobs report the
      * sampler chain's final candidates */
     q->post_sampling = mu_jc_bool(body, "post_sampling_probs", false);
+    /* llama.cpp's lazy grammars (a grammar that waits for a trigger: its
+     * templates' tool-call machinery): accepted off and empty only */
+    const char *lazy = mu_jc_bool(body, "grammar_lazy", false)                      ? "grammar_lazy"
+                       : json_array_size(json_object_get(body, "grammar_triggers")) ? "grammar_triggers"
+                       : json_array_size(json_object_get(body, "preserved_tokens")) ? "preserved_tokens"
+                                                                                    : NULL;
+    if (lazy) {
+        char m[200];
+        snprintf(m, sizeof m, "field '%s': lazy grammars are not supported (a grammar applies from the first token)",
+                 lazy);
+        mu_http_reply_error(r, 400, m, lazy);
+        return false;
+    }
     /* llama.cpp's GBNF grammar; it wins over json_schema / response_format
      * (llama.cpp reads json_schema only when there is no grammar), except
      * that a chat request naming both is refused, as llama.cpp does */

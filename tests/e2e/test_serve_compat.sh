@@ -130,6 +130,10 @@ expect "GBNF grammar on /v1/chat/completions (sampled)" 200 "j['choices'][0]['me
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Is it?"}],"max_tokens":8,"seed":3,"grammar":"root ::= \"yes\" | \"no\""}'
 expect "a bad grammar -> 400 naming line and column" 400 "j['error']['message'] == \"grammar: expecting ')' at line 1 column 33: end of input\"" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= this is (not valid GBNF"}'
+expect "llama.cpp's lazy-grammar fields off / empty: accepted" 200 "j['content'] == 'aaa'" \
+  POST /completion '{"prompt":"x","n_predict":8,"temperature":0,"grammar":"root ::= \"aaa\"","grammar_lazy":false,"grammar_triggers":[],"preserved_tokens":[]}'
+expect "grammar_lazy true -> 400 saying lazy grammars are not supported" 400 "\"field 'grammar_lazy': lazy grammars\" in j['error']['message']" \
+  POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":0,"value":"<tool>"}]}'
 expect "grammar and json_schema together on chat -> 400" 400 "j['error']['param'] == 'grammar'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= \"a\"","json_schema":{}}'
 expect "post_sampling_probs: prob and top_probs of the final candidates" 200 \
