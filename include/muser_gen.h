@@ -66,7 +66,7 @@ typedef enum {
     MU_EMBD_LAST,    /* the last token's row */
 } mu_embd_pooling;
 
-#define MU_GEN_MAX_STOPS 8   /* stop strings per request */
+#define MU_GEN_MAX_STOPS 64  /* stop strings per request (editor clients send a dozen or more) */
 
 /* Speculative decoding (docs/speculative.md): a job drafts tokens that
  * continue its output, and one forward of the target verifies the block;

@@ -188,7 +188,7 @@ static const jc_field breaker_elem = F_(NULL, JC_STR, .max_len = 1024);
         F_("temperature", JC_NUM | JC_NULL, RANGE(0, 2)), F_("top_p", JC_NUM | JC_NULL, RANGE(0, 1)),     \
         F_("top_k", JC_INT | JC_NULL, RANGE(0, 1000000)), F_("min_p", JC_NUM | JC_NULL, RANGE(0, 1)),     \
         F_("seed", JC_INT | JC_NULL, RANGE(-1, 9007199254740991.0)),                                     \
-        F_("stop", JC_STR | JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 4),                          \
+        F_("stop", JC_STR | JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),           \
         F_("n", JC_INT | JC_NULL, RANGE(1, API_MAX_CHOICES)),                                             \
         LLAMA_SAMPLER(JC_NULL), F_("user", JC_STR, .max_len = 256)
 
