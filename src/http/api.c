@@ -344,13 +344,14 @@ static const jc_field ollama_msg_fields[] = {
 static const jc_field ollama_msg_elem = F_(NULL, JC_OBJ, .fields = ollama_msg_fields);
 static const char *const ollama_formats[] = {"", NULL};
 static const char *const ollama_json_formats[] = {"", "json", NULL};
+static const char *const ollama_think_levels[] = {"low", "medium", "high", NULL};
 
 #define OLLAMA_COMMON                                                                                         \
     F_("model", JC_STR, .max_len = 256), F_("stream", JC_BOOL),                                              \
         F_("logprobs", JC_BOOL), F_("top_logprobs", JC_INT, RANGE(0, API_MAX_TOP)),                           \
         F_("format", JC_STR | JC_OBJ, .one_of = ollama_json_formats),                                         \
         F_("options", JC_OBJ, .fields = ollama_options), F_("keep_alive", JC_STR | JC_NUM),                   \
-        F_("think", JC_BOOL)
+        F_("think", JC_BOOL | JC_STR, .one_of = ollama_think_levels)
 
 static const jc_field ollama_generate[] = {
     OLLAMA_COMMON,

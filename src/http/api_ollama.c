@@ -147,6 +147,11 @@ static bool ol_poll(void *state, mu_http_req *r) {
     return true;
 }
 
+/* Ollama's think: a bool, or a level ("low", "medium", "high": Ollama's
+ * for models with reasoning strengths), which becomes the template's
+ * reasoning effort; NULL for a bool */
+static const char *think_effort(const json_t *body) { return json_string_value(json_object_get(body, "think")); }
+
 /* media: an image prompt (api_media_prompt) or NULL; taken */
 static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids, int n, const mu_mprompt *media,
                 bool chat, bool use_tools) {
@@ -257,7 +262,7 @@ void api_ollama_generate(mu_http_req *r, const json_t *body) {
         const char *sys = mu_jc_str(body, "system", NULL);
         if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", pb.p));
-        ok = api_chat_prompt_ex(r, a, msgs, NULL, NULL, API_PROMPT_GEN, &ids, &n, &text);
+        ok = api_chat_prompt_ex(r, a, msgs, NULL, think_effort(body), API_PROMPT_GEN, &ids, &n, &text);
         json_decref(msgs);
     }
     mu_http_buf_free(&pb);
@@ -324,7 +329,7 @@ void api_ollama_chat(mu_http_req *r, const json_t *body) {
     int32_t *ids = NULL;
     int n = 0;
     char *text = NULL;
-    bool ok = api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, NULL, API_PROMPT_GEN, &ids, &n,
+    bool ok = api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, think_effort(body), API_PROMPT_GEN, &ids, &n,
                                  im.n ? &text : NULL);
     json_decref(msgs);
     const mu_mprompt *media = NULL;

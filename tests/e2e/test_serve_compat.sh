@@ -166,6 +166,10 @@ expect "Ollama num_ctx bounds the generation (prompt + output <= num_ctx)" 200 "
   POST /api/generate '{"prompt":"Hi","raw":true,"stream":false,"options":{"num_ctx":24,"temperature":0,"num_predict":-1}}'
 expect "Ollama generate template \"\" accepted; context -> 400 pointing at /api/chat" 400 "'/api/chat' in j['error']" \
   POST /api/generate '{"prompt":"Hi","stream":false,"template":"","context":[1,2,3]}'
+expect "Ollama think \"high\" (a reasoning level) accepted" 200 "j['done'] is True" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"think":"high","options":{"num_predict":2}}'
+expect "Ollama think \"max\" -> 400 naming the levels" 400 "'low' in j['error'] and 'think' in j['error']" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"think":"max"}'
 STOPS='["<fim_prefix>","<fim_suffix>","<fim_middle>","<file_sep>","<|endoftext|>","</fim_middle>","</code>","\n\n\n","/src/","#- coding","```","<|im_end|>"]'
 expect "12 stop strings (an editor's autocompletion) on /v1/completions" 200 "j['object'] == 'text_completion'" \
   POST /v1/completions "{\"prompt\":\"def f(\",\"max_tokens\":3,\"stop\":$STOPS}"
