@@ -567,13 +567,14 @@ static const jc_field openai_responses[] = {
     F_("reasoning", JC_OBJ | JC_NULL, .fields = rs_reasoning_fields),
     F_("previous_response_id", JC_STR | JC_NULL), /* refused when set: nothing is stored */
     F_("truncation", JC_STR | JC_NULL, .one_of = rs_truncation),
-    F_("include", JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 16), /* no effect */
+    /* "message.output_text.logprobs" returns logprobs; the others have no effect */
+    F_("include", JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 16),
     F_("user", JC_STR, .max_len = 256), F_("prompt_cache_key", JC_STR, .max_len = 256),
     F_("safety_identifier", JC_STR, .max_len = 256),
     F_("max_tool_calls", JC_INT | JC_NULL, RANGE(1, 1048576)),
     F_("conversation", JC_NULL, .note = " (conversations are not stored: send the whole input)"),
     F_("prompt", JC_NULL, .note = " (stored prompts are not supported: send instructions and input)"),
-    F_("top_logprobs", JC_INT | JC_NULL, RANGE(0, 0), .note = " (logprobs are not returned on this route)"),
+    F_("top_logprobs", JC_INT | JC_NULL, RANGE(0, 20)),
     F_("background", JC_BOOL | JC_NULL, .one_of = NULL),
     F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL), /* llama.cpp's */
     OPENAI_ACCEPTED,

@@ -213,6 +213,11 @@ void api_new_id(char *buf, size_t cap, const char *prefix);
 void api_content_text(const json_t *c, mu_http_buf *b);
 void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
 
+/* OpenAI's logprobs entries ({token, logprob, bytes, top_logprobs}) of the
+ * answer tokens [from, to) of a chat job with logprobs (g->ctoks): the
+ * tokens whose texts join to the answer (chat, Responses). */
+json_t *api_answer_logprobs(api_job *g, int from, int to);
+
 /* The timings of a job: its stats once it ended; while it runs, measured
  * by the reader (tokens so far; prompt time from submit to the first
  * token, queue wait included). */

@@ -136,10 +136,14 @@ static json_t *logprob_entry(mu_http_app *a, const api_tok *t) {
 /* Chat logprobs over answer tokens [from, to) (g->ctoks): the tokens whose
  * texts join to message.content, never channel headers, reasoning or tool
  * calls. */
-static json_t *logprobs_range(api_job *g, int from, int to) {
+json_t *api_answer_logprobs(api_job *g, int from, int to) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[g->ctoks[i]]));
-    return json_pack("{s:o}", "content", arr);
+    return arr;
+}
+
+static json_t *logprobs_range(api_job *g, int from, int to) {
+    return json_pack("{s:o}", "content", api_answer_logprobs(g, from, to));
 }
 
 static const char *finish_name(int f, bool tools) {

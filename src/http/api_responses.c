@@ -173,6 +173,9 @@ typedef struct {
     int open;              /* 0 none, 1 reasoning, 2 message */
     size_t item_from;      /* where the open item's text starts in its buffer */
     bool tpt;              /* llama.cpp's timings_per_token: timings in the delta events */
+    bool lp;               /* logprobs of the answer tokens (include message.output_text.logprobs,
+                              top_logprobs) */
+    int lp_from, lp_sent;  /* answer tokens (g.ctoks): where the open message starts, sent so far */
 } rs_state;
 
 static json_t *usage(const rs_state *s) {
@@ -197,10 +200,14 @@ static json_t *reasoning_item(const char *id, const char *t, size_t n) {
                      "reasoning_text", "text", api_json_text(t, n));
 }
 
-static json_t *text_part(const char *t, size_t n) {
-    return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", api_json_text(t, n), "annotations",
-                     "logprobs");
+/* lp: the part's logprobs (taken), NULL for none */
+static json_t *text_part(const char *t, size_t n, json_t *lp) {
+    return json_pack("{s:s,s:o,s:[],s:o}", "type", "output_text", "text", api_json_text(t, n), "annotations",
+                     "logprobs", lp ? lp : json_array());
 }
+
+/* The logprobs of answer tokens [from, to) when asked for, else NULL. */
+static json_t *lp_range(rs_state *s, int from, int to) { return s->lp ? api_answer_logprobs(&s->g, from, to) : NULL; }
 
 static json_t *message_item(const char *id, const char *status, json_t *part) {
     return json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "message", "id", id, "status", status, "role", "assistant",
@@ -236,7 +243,7 @@ static bool rs_poll(void *state, mu_http_req *r) {
     }
     if (nc || !json_array_size(g->tool_calls)) {
         api_new_id(id, sizeof id, "msg_");
-        json_array_append_new(s->items, message_item(id, "completed", text_part(cs, nc)));
+        json_array_append_new(s->items, message_item(id, "completed", text_part(cs, nc, lp_range(s, 0, g->n_ctoks))));
     }
     size_t i;
     json_t *c;
@@ -264,13 +271,14 @@ static void close_item(rs_state *s, mu_http_buf *out) {
                         api_json_text(t, n)));
         item = reasoning_item(s->item_id, t, n);
     } else {
+        json_t *lp = lp_range(s, s->lp_from, s->lp_sent);
         event(s, out, "response.output_text.done",
-              json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "text",
-                        api_json_text(t, n), "logprobs"));
+              json_pack("{s:s,s:i,s:i,s:o,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "text",
+                        api_json_text(t, n), "logprobs", lp ? json_deep_copy(lp) : json_array()));
         event(s, out, "response.content_part.done",
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "part",
-                        text_part(t, n)));
-        item = message_item(s->item_id, "completed", text_part(t, n));
+                        text_part(t, n, lp ? json_deep_copy(lp) : NULL)));
+        item = message_item(s->item_id, "completed", text_part(t, n, lp));
     }
     event(s, out, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", oi, "item", item));
     json_array_append_new(s->items, item);
@@ -291,10 +299,12 @@ static void item_text(rs_state *s, mu_http_buf *out, int kind, const char *t, si
                                              "content")
                                  : message_item(s->item_id, "in_progress", NULL);
         event(s, out, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", oi, "item", item));
-        if (kind == 2)
+        if (kind == 2) {
             event(s, out, "response.content_part.added",
                   json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "part",
-                            text_part("", 0)));
+                            text_part("", 0, NULL)));
+            s->lp_from = s->lp_sent;
+        }
         s->open = kind;
     }
     if (kind == 1)
@@ -302,8 +312,10 @@ static void item_text(rs_state *s, mu_http_buf *out, int kind, const char *t, si
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "delta",
                         api_json_text(t, n)));
     else {
-        json_t *d = json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->item_id, "output_index", oi, "content_index", 0,
-                              "delta", api_json_text(t, n), "logprobs");
+        json_t *lp = lp_range(s, s->lp_sent, s->g.n_ctoks);
+        if (s->lp) s->lp_sent = s->g.n_ctoks;
+        json_t *d = json_pack("{s:s,s:i,s:i,s:o,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0,
+                              "delta", api_json_text(t, n), "logprobs", lp ? lp : json_array());
         if (s->tpt) json_object_set_new(d, "timings", api_job_timings(&s->g));
         event(s, out, "response.output_text.delta", d);
     }
@@ -460,6 +472,15 @@ void api_responses(mu_http_req *r, const json_t *body) {
     api_spec_params(json_object_get(body, "speculative"), "type", "n_max", "n_min", &q);
     q.call_one_of = n_names ? names : NULL;
     q.n_call_one_of = n_names;
+    /* logprobs: asked for by include "message.output_text.logprobs" (OpenAI's
+     * switch) or a top_logprobs above 0 */
+    bool want_lp = mu_jc_int(body, "top_logprobs", 0) > 0;
+    size_t ii;
+    const json_t *inc;
+    json_array_foreach(json_object_get(body, "include"), ii, inc) want_lp |=
+        !strcmp(json_string_value(inc), "message.output_text.logprobs");
+    q.logprobs = want_lp;
+    q.n_top = want_lp ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
     /* llama.cpp's return_progress: prompt progress in response.in_progress events (streams) */
     q.progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
     rs_state *s = calloc(1, sizeof *s);
@@ -481,6 +502,8 @@ void api_responses(mu_http_req *r, const json_t *body) {
     s->a = a;
     s->n_prompt = n;
     s->tpt = mu_jc_bool(body, "timings_per_token", false);
+    s->lp = want_lp;
+    s->g.want_toks = want_lp;
     s->created = api_unix_now();
     snprintf(s->model, sizeof s->model, "%s", mu_jc_str(body, "model", a->model_id));
     api_new_id(s->id, sizeof s->id, "resp_");

@@ -149,8 +149,11 @@ for f in web_search_options functions function_call audio; do
   expect "$f set -> 400 saying why" 400 "j['error']['param'] == '$f' and ('not supported' in j['error']['message'] or 'deprecated' in j['error']['message'])" \
     POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"$f\":{}}"
 done
-expect "Responses conversation/prompt null and top_logprobs 0 accepted" 200 "j['object'] == 'response'" \
+expect "Responses conversation/prompt null and top_logprobs 0 accepted, no logprobs" 200 "j['object'] == 'response' and j['output'][-1]['content'][0]['logprobs'] == []" \
   POST /v1/responses '{"input":"Hi","max_output_tokens":2,"conversation":null,"prompt":null,"top_logprobs":0}'
+expect "Responses logprobs (include message.output_text.logprobs, top_logprobs 2) join to the text" 200 \
+  "(lambda p: len(p['logprobs']) > 0 and ''.join(e['token'] for e in p['logprobs']) == p['text'] and all(len(e['top_logprobs']) == 2 for e in p['logprobs']))(j['output'][-1]['content'][0])" \
+  POST /v1/responses '{"input":"Hello","max_output_tokens":8,"temperature":0,"top_logprobs":2,"include":["message.output_text.logprobs"]}'
 expect "Responses conversation set -> 400: not stored" 400 "'not stored' in j['error']['message']" POST /v1/responses '{"input":"Hi","conversation":"conv_1"}'
 expect "Anthropic container/context_management/mcp_servers null accepted" 200 "j['type'] == 'message'" \
   POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"Hi"}],"container":null,"context_management":null,"mcp_servers":null}'

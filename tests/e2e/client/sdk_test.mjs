@@ -194,5 +194,10 @@ await check("responses: an input_image without a projector -> BadRequestError na
     assert(String(e.message).includes("--mmproj"), e.message);
   }
 });
+await check("responses: logprobs (include message.output_text.logprobs) join to the text", async () => {
+  const r = await client.responses.create({ model: modelId, input: "Hello", max_output_tokens: 8, temperature: 0, top_logprobs: 1, include: ["message.output_text.logprobs"] });
+  const part = r.output[r.output.length - 1].content[0];
+  assert(part.logprobs.length > 0 && part.logprobs.map((e) => e.token).join("") === part.text, JSON.stringify(part).slice(0, 300));
+});
 console.log(`openai sdk: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);
