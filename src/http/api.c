@@ -17,7 +17,8 @@
 #define F_(n, t, ...) {.name = n, .types = (t), __VA_ARGS__}
 #define RANGE(l, h) .has_range = true, .lo = (l), .hi = (h)
 
-static const char *const roles_openai[] = {"system", "developer", "user", "assistant", "tool", NULL};
+static const char *const roles_openai[] = {"system", "developer", "user", "assistant", "tool",
+                                           "function" /* the deprecated functions API's result */, NULL};
 static const char *const roles_ollama[] = {"system", "user", "assistant", "tool", NULL};
 static const char *const part_types[] = {"text", "image_url", NULL};
 static const char *const image_details[] = {"auto", "low", "high", NULL};
@@ -84,7 +85,7 @@ static const jc_field msg_fields[] = {
        it back: annotations have no effect; no audio is ever answered */
     F_("annotations", JC_ARR | JC_NULL),
     F_("audio", JC_NULL, .note = " (audio is not supported)"),
-    F_("function_call", JC_NULL, .note = " (the deprecated functions API: send tool_calls)"),
+    F_("function_call", JC_OBJ | JC_NULL, .fields = fn_call_fields), /* the deprecated functions API's call */
     END,
 };
 static const jc_field msg_elem = F_(NULL, JC_OBJ, .fields = msg_fields);
@@ -102,6 +103,8 @@ static const jc_field tool_fields[] = {
     END,
 };
 static const jc_field tool_elem = F_(NULL, JC_OBJ, .fields = tool_fields);
+static const jc_field fn_def_elem = F_(NULL, JC_OBJ, .fields = fn_def_fields);
+static const char *const fn_call_modes[] = {"none", "auto", NULL};
 static const jc_field tc_fn_fields[] = {F_("name", JC_STR, .required = true), END};
 static const jc_field tool_choice_fields[] = {
     F_("type", JC_STR, .required = true, .one_of = function_only),
@@ -215,8 +218,10 @@ static const jc_field openai_chat[] = {
     /* OpenAI's, refused saying why */
     F_("audio", JC_NULL, .note = " (audio output is not supported)"),
     F_("web_search_options", JC_NULL, .note = " (web search is not supported)"),
-    F_("functions", JC_NULL, .note = " (the deprecated functions API: send tools)"),
-    F_("function_call", JC_NULL, .note = " (the deprecated functions API: send tool_choice)"),
+    /* the deprecated functions API: functions as tools, function_call as
+       tool_choice, the call answered as message.function_call */
+    F_("functions", JC_ARR | JC_NULL, .elem = &fn_def_elem, .max_len = 128),
+    F_("function_call", JC_STR | JC_OBJ | JC_NULL, .one_of = fn_call_modes, .fields = tc_fn_fields),
     LLAMA_EXTENSIONS,
     F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
     F_("json_schema", JC_OBJ),

@@ -145,7 +145,7 @@ expect "an assistant message sent back as OpenAI returned it (refusal, annotatio
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"yo","refusal":null,"annotations":[],"audio":null,"function_call":null,"tool_calls":null},{"role":"user","content":"x"}],"max_tokens":2}'
 expect "modalities with audio -> 400 saying text output only" 400 "j['error']['param'] == 'modalities[1]' and 'text output only' in j['error']['message']" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]}'
-for f in web_search_options functions function_call audio; do
+for f in web_search_options audio; do
   expect "$f set -> 400 saying why" 400 "j['error']['param'] == '$f' and ('not supported' in j['error']['message'] or 'deprecated' in j['error']['message'])" \
     POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"$f\":{}}"
 done
@@ -197,6 +197,14 @@ TOOLS='[{"type":"function","function":{"name":"get_time","parameters":{"type":"o
 expect "tool_choice named: a call of that function" 200 \
   "(j['choices'][0]['message'].get('tool_calls') or [{'function':{'name':''}}])[0]['function']['name'] == 'search' or (j['choices'][0]['message']['content'] or '').startswith('<atem:function_calls><atem:invoke name=\"search\">')" \
   POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"search\"}},\"max_tokens\":120,\"temperature\":0}"
+FNS='[{"name":"get_time","parameters":{"type":"object"}},{"name":"search","parameters":{"type":"object"}}]'
+expect "deprecated functions + function_call named: a call of that function (as message.function_call)" 200 \
+  "(j['choices'][0]['message'].get('function_call') or {'name':''})['name'] == 'search' and j['choices'][0]['finish_reason'] == 'function_call' or (j['choices'][0]['message']['content'] or '').startswith('<atem:function_calls><atem:invoke name=\"search\">')" \
+  POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"functions\":$FNS,\"function_call\":{\"name\":\"search\"},\"max_tokens\":120,\"temperature\":0}"
+expect "deprecated functions: a function_call and a function message in the history" 200 "j['object'] == 'chat.completion'" \
+  POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,\"function_call\":{\"name\":\"search\",\"arguments\":\"{\\\"q\\\":1}\"}},{\"role\":\"function\",\"name\":\"search\",\"content\":\"42\"}],\"functions\":$FNS,\"function_call\":\"none\",\"max_tokens\":2}"
+expect "functions and tools together -> 400" 400 "j['error']['param'] == 'functions'" \
+  POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"functions\":$FNS,\"tools\":$TOOLS}"
 expect "tool_choice naming no tool -> 400" 400 "'tool_choice' in j['error']['message']" POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}"
 
 # ---- Anthropic Messages
