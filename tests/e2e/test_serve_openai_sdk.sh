@@ -8,7 +8,8 @@
 # join to the content, responses (plain and streamed); fields the API
 # defines with no effect here (prediction, verbosity, prompt_cache_key,
 # modalities) and a sent-back answer message; web_search_options and an
-# input_image without a projector refused saying why; Responses logprobs.
+# input_image without a projector refused saying why; Responses logprobs;
+# the deprecated functions API.
 SERVE_TEST_NAME=test_serve_openai_sdk
 source "$(dirname "$0")/serve_lib.sh"
 command -v node >/dev/null && command -v npm >/dev/null || { echo "test_serve_openai_sdk: skipped: node/npm unavailable"; exit 0; }

@@ -177,6 +177,13 @@ await check("chat: prediction, verbosity, prompt_cache_key, safety_identifier, m
   const r2 = await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "Hello" }, back, { role: "user", content: "Again" }], max_tokens: 3 });
   assert(r2.object === "chat.completion", r2.object);
 });
+await check("chat: the deprecated functions API (functions, function_call, a function message)", async () => {
+  const functions = [{ name: "search", parameters: { type: "object", properties: { q: { type: "string" } } } }];
+  const messages = [{ role: "user", content: "Find it" }, { role: "assistant", content: null, function_call: { name: "search", arguments: "{\"q\":\"x\"}" } },
+    { role: "function", name: "search", content: "found" }];
+  const r = await client.chat.completions.create({ model: modelId, messages, functions, function_call: "auto", max_tokens: 3 });
+  assert(r.object === "chat.completion" && !r.choices[0].message.tool_calls, JSON.stringify(r.choices[0]));
+});
 await check("chat: web_search_options -> BadRequestError saying why", async () => {
   try { await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "x" }], web_search_options: {} }); throw new Error("no error"); }
   catch (e) {
