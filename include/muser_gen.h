@@ -66,7 +66,7 @@ typedef enum {
     MU_EMBD_LAST,    /* the last token's row */
 } mu_embd_pooling;
 
-#define MU_GEN_MAX_STOPS 8   /* stop strings per request */
+#define MU_GEN_MAX_STOPS 64  /* stop strings per request (editor clients send a dozen or more) */
 
 /* Speculative decoding (docs/speculative.md): a job drafts tokens that
  * continue its output, and one forward of the target verifies the block;
@@ -173,7 +173,8 @@ typedef struct {
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
     bool pin_slot;          /* run in slot id_slot (llama.cpp's id_slot), waiting for it while it is
-                               busy (jobs behind it that can run elsewhere go first); one choice only */
+                               busy (jobs behind it that can run elsewhere go first); with n choices
+                               only the first is pinned, as llama.cpp's child tasks */
     int id_slot;
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
                                return_progress, the programs' progress lines); readers that leave
@@ -329,7 +330,8 @@ void mu_job_wait_end(mu_job *j);
  * in the queue ends at once (idempotent; any thread). */
 void mu_job_cancel(mu_job *j);
 /* Sets the reader's notification (fn NULL: none): fn(user) is called after
- * each event is queued for j, once the event is readable by mu_job_next, by
+ * each event is queued for j, once the event is readable by mu_job_next (the
+ * events of one accepted token become readable together: one call), by
  * the thread that queued it (the engine thread, or the thread whose
  * mu_job_cancel ended a queued job), outside the job's event lock. fn must be
  * quick and must not call any mu_job_* function on j. Events queued before

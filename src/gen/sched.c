@@ -113,6 +113,9 @@ struct mu_job {
     /* events, guarded by mu */
     qev *evs;
     int n_ev, cap_ev, n_read;
+    int n_pub;            /* events readable: a token's events (its TOKEN, TEXT, ...) become
+                             readable together, when mu_gen_accept returns (job_hold) */
+    bool holding;         /* the engine thread is inside mu_gen_accept: events wait for it */
     char *arena;
     size_t n_arena, cap_arena;
     bool ended;           /* FINISH queued */
@@ -325,6 +328,15 @@ static size_t arena_put(mu_job *j, const void *p, size_t n) {
 
 static size_t arena_str(mu_job *j, const char *s) { return s ? arena_put(j, s, strlen(s)) : SIZE_MAX; }
 
+/* The reader's notify, outside the event lock (the events are readable). */
+static void job_notify(mu_job *j) {
+    if (atomic_load(&j->has_notify)) {
+        pthread_mutex_lock(&j->nmu);
+        if (j->notify) j->notify(j->notify_user);
+        pthread_mutex_unlock(&j->nmu);
+    }
+}
+
 /* The emit target of gen.c: queue one event for the reader. Out of memory
  * loses the event; a lost FINISH is answered by the reader as an error. */
 static void push_event(void *user, const mu_gen_event *ev) {
@@ -332,7 +344,7 @@ static void push_event(void *user, const mu_gen_event *ev) {
     pthread_mutex_lock(&j->mu);
     if (ev->kind == MU_EV_FINISH) j->ended = true;
     if (j->n_read == j->n_ev) { /* everything was read: start over */
-        j->n_ev = j->n_read = 0;
+        j->n_ev = j->n_read = j->n_pub = 0;
         j->n_arena = 0;
     }
     if (j->n_ev == j->cap_ev) {
@@ -361,16 +373,32 @@ static void push_event(void *user, const mu_gen_event *ev) {
                     (ev->kind == MU_EV_TOKEN && ev->tok.n_top > 0 && q.top_logprobs == SIZE_MAX);
         if (!lost) j->evs[j->n_ev++] = q;
     }
+    if (j->holding) { /* the rest of this token's events come first */
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    j->n_pub = j->n_ev;
     /* wake a reader only when one waits for events, or at the end (a reader
      * in mu_job_wait_end sleeps through the tokens) */
     if (j->n_waiting > 0 || ev->kind == MU_EV_FINISH) pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    /* the reader's notify, outside the event lock (the event is readable) */
-    if (atomic_load(&j->has_notify)) {
-        pthread_mutex_lock(&j->nmu);
-        if (j->notify) j->notify(j->notify_user);
-        pthread_mutex_unlock(&j->nmu);
+    job_notify(j);
+}
+
+/* Engine thread, around mu_gen_accept: hold on, events wait (push_event);
+ * hold off, they become readable together, so a reader never sees a token
+ * without the text it released (llama.cpp's stream: one chunk per token,
+ * with that token's text). */
+static void job_hold(mu_job *j, bool on) {
+    pthread_mutex_lock(&j->mu);
+    j->holding = on;
+    bool wake = !on && j->n_pub != j->n_ev;
+    if (wake) {
+        j->n_pub = j->n_ev;
+        if (j->n_waiting > 0) pthread_cond_broadcast(&j->cv);
     }
+    pthread_mutex_unlock(&j->mu);
+    if (wake) job_notify(j);
 }
 
 /* Reader side: copies the strings and arrays of q into the reader's buffer
@@ -529,7 +557,9 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t want, int r, int32
         j->st.n_draft_pos[r]++;
         if (*id == want) j->st.n_accept_pos[r]++, j->st.n_draft_accepted++;
     }
+    job_hold(j, true);
     mu_finish f = mu_gen_accept(j->gen, *id, lg, push_event, j);
+    job_hold(j, false);
     j->n_gen++;
     sl->last = *id;
     if (j->spec == MU_SPEC_NGRAM) mu_ngram_push(sl->ng, *id);
@@ -1539,7 +1569,6 @@ static int submit_jobs(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
     if (n > 1 && r[0].save) return mu_fail(err, MU_E_ARG, "sched: a saved state serves one choice only");
-    if (n > 1 && r[0].pin_slot) return mu_fail(err, MU_E_ARG, "sched: a job pinned to a slot has one choice");
     if (n > 1) {
         g = calloc(1, sizeof *g);
         if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
@@ -1551,6 +1580,10 @@ static int submit_jobs(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu
         q.prompt = r[0].prompt;
         q.n_prompt = r[0].n_prompt;
         q.media = r[0].media;
+        /* a pinned request: its first choice runs in the slot, the others
+         * anywhere (llama.cpp's child tasks take no id_slot) */
+        q.pin_slot = k == 0 && r[0].pin_slot;
+        q.id_slot = r[0].id_slot;
         if (q.media) { /* ids per position; image rows are negative (mu_mprompt_tokens) */
             q.prompt = mu_mprompt_tokens(q.media);
             q.n_prompt = mu_mprompt_n(q.media);
@@ -1606,7 +1639,7 @@ static int submit_jobs(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu
 
 int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
     pthread_mutex_lock(&j->mu);
-    if (j->n_read == j->n_ev && !j->ended && timeout_ms != 0) {
+    if (j->n_read == j->n_pub && !j->ended && timeout_ms != 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         if (timeout_ms > 0) {
@@ -1618,7 +1651,7 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
             }
         }
         j->n_waiting++;
-        while (j->n_read == j->n_ev && !j->ended) {
+        while (j->n_read == j->n_pub && !j->ended) {
             if (timeout_ms < 0) pthread_cond_wait(&j->cv, &j->mu);
             else if (pthread_cond_timedwait(&j->cv, &j->mu, &ts)) break;
         }
@@ -1627,7 +1660,7 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
     int got = 0;
     if (j->finish_read) {
         got = 0;
-    } else if (j->n_read < j->n_ev) {
+    } else if (j->n_read < j->n_pub) {
         const qev *q = &j->evs[j->n_read];
         if (copy_out(j, q, ev)) {
             j->n_read++;
@@ -1636,7 +1669,7 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
             j->n_read++; /* out of memory: this event is lost, as in push_event */
         }
     }
-    if (!got && !j->finish_read && j->ended && j->n_read == j->n_ev) {
+    if (!got && !j->finish_read && j->ended && j->n_read == j->n_pub) {
         /* the FINISH record itself was lost to out of memory */
         *ev = (mu_gen_event){.kind = MU_EV_FINISH, .finish = MU_FINISH_ERROR, .err = "out of memory"};
         ev->stats = j->st;

@@ -686,7 +686,7 @@ static void test_hold_and_cancel(void **state) {
  * busy it waits and an unpinned job behind it runs in the other slot; a
  * slot the scheduler does not have is refused. The first job stalls after
  * one token (the stall hook) until it is cancelled, so the order is decided
- * by the events, not by timing. */
+ * by the events, not by timing. With n choices only the first is pinned. */
 static void test_pinned_slot(void **state) {
     (void)state;
     mu_err err = {0};
@@ -724,6 +724,21 @@ static void test_pinned_slot(void **state) {
     mu_job *jd = NULL;
     assert_int_equal(mu_sched_submit(s, &qd, 1, &jd, &err), MU_E_ARG);
     assert_non_null(strstr(err.msg, "no slot 2"));
+    /* n choices pinned to slot 1: the first runs there, the other in slot 0
+     * (llama.cpp's child tasks take no id_slot) */
+    mu_gen_req qn[2] = {q, q};
+    mu_job *jn[2];
+    assert_int_equal(mu_sched_submit(s, qn, 2, jn, &err), 0);
+    result rn0, rn1;
+    read_job(jn[0], &rn0);
+    read_job(jn[1], &rn1);
+    assert_int_equal(rn0.st.slot, 1);
+    assert_int_equal(rn1.st.slot, 0);
+    assert_int_equal(rn0.finish, MU_FINISH_LENGTH);
+    assert_int_equal(rn1.finish, MU_FINISH_LENGTH);
+    assert_int_equal(rn0.ids[0], rn1.ids[0]); /* greedy: the same token */
+    mu_job_free(jn[0]);
+    mu_job_free(jn[1]);
     mu_job_free(ja);
     mu_job_free(jb);
     mu_job_free(jc);
@@ -924,6 +939,30 @@ static void test_text_and_stops(void **state) {
     }
     assert_int_equal(np_, full.n_text);
     assert_memory_equal(pieces, full.text, np_);
+
+    /* a token's events are readable together: once its TOKEN is read, the
+     * TEXT it released is there too (no wait), for every token whose piece
+     * is whole ASCII text (llama.cpp's stream: each chunk a token and its
+     * text) */
+    {
+        mu_job *j;
+        assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+        mu_gen_event ev;
+        int n_checked = 0;
+        while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) {
+            if (ev.kind != MU_EV_TOKEN) continue;
+            char pc[64];
+            int k = mu_tok_piece(mu_model_tokenizer(D), ev.tok.id, false, pc, sizeof pc);
+            bool ascii = k > 0;
+            for (int b = 0; b < k; b++) ascii &= (unsigned char)pc[b] < 0x80;
+            if (!ascii) continue;
+            assert_int_equal(mu_job_next(j, &ev, 0), 1);
+            assert_int_equal(ev.kind, MU_EV_TEXT);
+            n_checked++;
+        }
+        assert_true(n_checked > 20);
+        mu_job_free(j);
+    }
 
     /* a stop string cut at every position of the text: the answer ends right
      * before its first occurrence, no TEXT event ever carries it, and the
