@@ -1,7 +1,8 @@
 /* kern_avx512.c: the AVX-512 (F, BW, VL, DQ, VNNI, BF16) kernel table.
  * Owns: 512-bit dots for the hot weight types (Q4_K, Q6_K, Q8_0, F16, F32,
  * BF16; NVFP4 with 256-bit VNNI), their two-row (vec_dot2, Q4_K, Q6_K and
- * NVFP4) and batch-path (vec_dot_batch, Q4_K, F16, F32, BF16) variants, and
+ * NVFP4), several-activation-row (vec_dotn, Q4_K, Q6_K, Q8_0, F16) and
+ * batch-path (vec_dot_batch, Q4_K, F16, F32, BF16) variants, and
  * the Q8_K activation quantizer. Entries not set here keep the AVX2 ones (the table arrives as a
  * copy of the AVX2 table).
  * Does not own: numerics (kern_ref.c); the tiled matrix-matrix kernels
@@ -318,6 +319,61 @@ static void vec_dot2_q6_K_avx512(int n, const void *w0, const void *w1, const vo
     out[1] = hsum_ps256(acc1);
 }
 
+/* ---- several activation rows (vec_dotn) ---------------------------------
+ * Each weight block is decoded once (q4k_decode / q6k_decode) for all
+ * activation rows; each row then takes the integer sums and float steps of
+ * the ref's order (the Q4_K ones as q4k_tail, the Q6_K ones as
+ * vec_dot_q6_K_avx512), so every result keeps its vec_dot bits. */
+static inline __attribute__((always_inline)) void dotn_q4_K_avx512(const int N, int n, const uint8_t *w, size_t ws,
+                                                               int n_w, const uint8_t *a, size_t as, float *out,
+                                                               size_t os) {
+    const int nb = n / MU_QK_K;
+    for (int r = 0; r < n_w; r++) {
+        const mu_block_q4_K *x = (const mu_block_q4_K *)(w + (size_t)r * ws);
+        float acc[MU_DOTN_MAX], accm[MU_DOTN_MAX];
+        for (int j = 0; j < N; j++) acc[j] = accm[j] = 0;
+        for (int i = 0; i < nb; i++) {
+            q4k_dec dec;
+            uint32_t u[4];
+            q4k_decode(&x[i], &dec, u);
+            const float dx = f16_to_f32(x[i].d), dmx = f16_to_f32(x[i].dmin);
+#pragma GCC unroll 8
+            for (int j = 0; j < N; j++) {
+                const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
+                const int isum = _mm512_reduce_add_epi32(q4k_sumi(&dec, y->qs));
+                const int imin = hsum_epi32_128(k4_mins_dot(u, y->bsums));
+                acc[j] = fmaf((float)isum, dx * y->d, acc[j]);
+                accm[j] = fmaf((float)imin, dmx * y->d, accm[j]);
+            }
+        }
+        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = acc[j] - accm[j];
+    }
+}
+MU_DOTN_ENTRY(vec_dotn_q4_K_avx512, dotn_q4_K_avx512)
+
+static inline __attribute__((always_inline)) void dotn_q6_K_avx512(const int N, int n, const uint8_t *w, size_t ws,
+                                                               int n_w, const uint8_t *a, size_t as, float *out,
+                                                               size_t os) {
+    const int nb = n / MU_QK_K;
+    for (int r = 0; r < n_w; r++) {
+        const mu_block_q6_K *x = (const mu_block_q6_K *)(w + (size_t)r * ws);
+        __m256 acc[MU_DOTN_MAX];
+        for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            q6k_dec dec;
+            q6k_decode(&x[i], &dec);
+            const float dx = f16_to_f32(x[i].d);
+#pragma GCC unroll 8
+            for (int j = 0; j < N; j++) {
+                const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
+                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(q6k_sumi(&dec, y)), acc[j]);
+            }
+        }
+        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = hsum_ps256(acc[j]);
+    }
+}
+MU_DOTN_ENTRY(vec_dotn_q6_K_avx512, dotn_q6_K_avx512)
+
 /* ---- Q8_0 --------------------------------------------------------------- */
 
 /* |x| (unsigned) times y with x's sign: exact for any x, y != -128. */
@@ -338,35 +394,124 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
     return hsum_ps256(acc);
 }
 
-/* vec_dot_q8_0_avx512 for n_a activation rows at once: per row the same
- * accumulator, scale product, FMA order and hsum; |x| and the weight scale
- * are made once per block. */
-static inline __attribute__((always_inline)) void dotn_q8_0_avx512(int n, const void *w, const void *a, size_t as,
-                                                               const int n_a, float *out, size_t os) {
-    const mu_block_q8_0 *x = w;
-    __m256 acc[MU_DOTN_MAX];
-    for (int j = 0; j < n_a; j++) acc[j] = _mm256_setzero_ps();
-    for (int i = 0; i < n / MU_QK8_0; i++) {
+/* vec_dot_q8_0_avx512 for n_w weight rows and N activation rows, each
+ * result with vec_dot's bits: per block the same integer lane sums, the
+ * same scale product dx * dy (a float multiply, here 8 rows' in one vector
+ * op), the same FMA into an 8-lane accumulator, the same hsum at the end.
+ * The integer sums come another way, exactly: the activation codes are
+ * prepared once per call as unsigned bytes y + 128, and vpdpbusd starts
+ * from -128 * (the lane's 4 weight codes' sum), made once per weight block,
+ * so a row costs one vpdpbusd, a conversion and an FMA per block (no sign
+ * trick per row). Equal to the sign trick's sums for activation codes
+ * -127..127, all that the Q8_0 quantizer makes. Blocks go in chunks of
+ * DOTN_Q8_CH: a row that fits in one keeps its accumulators in registers
+ * over all n_w weight rows; longer rows go 16 weight rows at a time, their
+ * accumulators kept in memory between chunks (stored and reloaded: the
+ * same values). */
+#define DOTN_Q8_CH 128
+#define DOTN_Q8_RG 16
+static inline __attribute__((always_inline)) void dotn_q8_0_chunk_avx512(
+    const int N, const mu_block_q8_0 *x, int cn, const uint8_t (*u)[DOTN_Q8_CH * MU_QK8_0],
+    const float (*dyT)[MU_DOTN_MAX], __m256 *acc) {
+    float pr[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(32)));
+    const __mmask8 m = (__mmask8)((1u << N) - 1); /* rows >= N: lanes neither read nor used */
+    for (int i = 0; i < cn; i++)
+        _mm256_store_ps(pr[i], _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(x[i].d)), _mm256_maskz_load_ps(m, dyT[i])));
+    const __m256i b128 = _mm256_set1_epi8((char)0x80);
+    __m256 ac[MU_DOTN_MAX];
+    for (int j = 0; j < N; j++) ac[j] = acc[j];
+    for (int i = 0; i < cn; i++) {
         const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i ax = _mm256_sign_epi8(qx, qx);
-        const float dx = f16_to_f32(x[i].d);
-        for (int j = 0; j < n_a; j++) {
-            const mu_block_q8_0 *y = (const mu_block_q8_0 *)((const uint8_t *)a + (size_t)j * as) + i;
-            const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
-            const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, _mm256_sign_epi8(qy, qx));
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_to_f32(y->d)), _mm256_cvtepi32_ps(s), acc[j]);
+        const __m256i nc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), b128, qx));
+#pragma GCC unroll 8
+        for (int j = 0; j < N; j++) {
+            const __m256i s = _mm256_dpbusd_epi32(nc, _mm256_load_si256((const __m256i *)(u[j] + i * MU_QK8_0)), qx);
+            ac[j] = _mm256_fmadd_ps(_mm256_set1_ps(pr[i][j]), _mm256_cvtepi32_ps(s), ac[j]);
         }
     }
-    for (int j = 0; j < n_a; j++) out[(size_t)j * os] = hsum_ps256(acc[j]);
+    for (int j = 0; j < N; j++) acc[j] = ac[j];
 }
-static void vec_dotn_q8_0_avx512(int n, const void *w, const void *a, size_t as, int n_a, float *out, size_t os) {
-    switch (n_a) { /* constant counts: the accumulators stay in registers */
-    case 1: dotn_q8_0_avx512(n, w, a, as, 1, out, os); break;
-    case 2: dotn_q8_0_avx512(n, w, a, as, 2, out, os); break;
-    case 3: dotn_q8_0_avx512(n, w, a, as, 3, out, os); break;
-    default: dotn_q8_0_avx512(n, w, a, as, 4, out, os); break;
+static inline __attribute__((always_inline)) void dotn_q8_0_prep_avx512(const int N, const uint8_t *a, size_t as,
+                                                                    int c0, int cn,
+                                                                    uint8_t (*u)[DOTN_Q8_CH * MU_QK8_0],
+                                                                    float (*dyT)[MU_DOTN_MAX]) {
+    const __m256i b128 = _mm256_set1_epi8((char)0x80);
+    for (int j = 0; j < N; j++) {
+        const mu_block_q8_0 *y = (const mu_block_q8_0 *)(a + (size_t)j * as) + c0;
+        for (int i = 0; i < cn; i++) {
+            _mm256_store_si256((__m256i *)(u[j] + i * MU_QK8_0),
+                               _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)y[i].qs), b128));
+            dyT[i][j] = f16_to_f32(y[i].d);
+        }
     }
 }
+/* Below 4 activation rows the shared work per block (the weight sums, the
+ * scale products) outweighs what it saves: the sign trick per row, with the
+ * activation scales converted once per call. */
+static inline __attribute__((always_inline)) void dotn_q8_0_few_avx512(const int N, int n, const uint8_t *w,
+                                                                   size_t ws, int n_w, const uint8_t *a, size_t as,
+                                                                   float *out, size_t os) {
+    const int nb = n / MU_QK8_0, pre = nb <= MU_DOTN_NB;
+    float dy[N][pre ? nb : 1];
+    for (int j = 0; pre && j < N; j++)
+        for (int i = 0; i < nb; i++) dy[j][i] = f16_to_f32(((const mu_block_q8_0 *)(a + (size_t)j * as))[i].d);
+    for (int r = 0; r < n_w; r++) {
+        const mu_block_q8_0 *x = (const mu_block_q8_0 *)(w + (size_t)r * ws);
+        __m256 acc[MU_DOTN_MAX];
+        for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            const float dx = f16_to_f32(x[i].d);
+            const __m256 dxv = _mm256_set1_ps(dx);
+#pragma GCC unroll 8
+            for (int j = 0; j < N; j++) {
+                const mu_block_q8_0 *y = (const mu_block_q8_0 *)(a + (size_t)j * as) + i;
+                const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+                const __m256i s = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, _mm256_sign_epi8(qy, qx));
+                const __m256 d = pre ? _mm256_mul_ps(dxv, _mm256_set1_ps(dy[j][i])) : _mm256_set1_ps(dx * f16_to_f32(y->d));
+                acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[j]);
+            }
+        }
+        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = hsum_ps256(acc[j]);
+    }
+}
+static inline __attribute__((always_inline)) void dotn_q8_0_avx512(const int N, int n, const uint8_t *w, size_t ws,
+                                                               int n_w, const uint8_t *a, size_t as, float *out,
+                                                               size_t os) {
+    if (N < 4) {
+        dotn_q8_0_few_avx512(N, n, w, ws, n_w, a, as, out, os);
+        return;
+    }
+    const int nb = n / MU_QK8_0;
+    uint8_t u[MU_DOTN_MAX][DOTN_Q8_CH * MU_QK8_0] __attribute__((aligned(32)));
+    float dyT[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(32)));
+    if (nb <= DOTN_Q8_CH) {
+        dotn_q8_0_prep_avx512(N, a, as, 0, nb, u, dyT);
+        for (int r = 0; r < n_w; r++) {
+            __m256 acc[MU_DOTN_MAX];
+            for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
+            dotn_q8_0_chunk_avx512(N, (const mu_block_q8_0 *)(w + (size_t)r * ws), nb, u, dyT, acc);
+            for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = hsum_ps256(acc[j]);
+        }
+        return;
+    }
+    for (int r0 = 0; r0 < n_w; r0 += DOTN_Q8_RG) {
+        const int nr = n_w - r0 < DOTN_Q8_RG ? n_w - r0 : DOTN_Q8_RG;
+        __m256 acc[DOTN_Q8_RG][MU_DOTN_MAX];
+        for (int r = 0; r < nr; r++)
+            for (int j = 0; j < N; j++) acc[r][j] = _mm256_setzero_ps();
+        for (int c0 = 0; c0 < nb; c0 += DOTN_Q8_CH) {
+            const int cn = nb - c0 < DOTN_Q8_CH ? nb - c0 : DOTN_Q8_CH;
+            dotn_q8_0_prep_avx512(N, a, as, c0, cn, u, dyT);
+            for (int r = 0; r < nr; r++)
+                dotn_q8_0_chunk_avx512(N, (const mu_block_q8_0 *)(w + (size_t)(r0 + r) * ws) + c0, cn, u, dyT, acc[r]);
+        }
+        for (int r = 0; r < nr; r++)
+            for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)(r0 + r)] = hsum_ps256(acc[r][j]);
+    }
+}
+MU_DOTN_ENTRY(vec_dotn_q8_0_avx512, dotn_q8_0_avx512)
 
 /* ---- NVFP4 --------------------------------------------------------------- */
 
@@ -500,6 +645,49 @@ static float vec_dot_f16_batch_avx512(int n, const void *w, const void *a) {
     return _mm512_reduce_add_ps(acc);
 }
 
+/* vec_dot_f16_avx512 for n_w weight rows and N activation rows: the
+ * weight's 64 values per step are converted once for up to 4 activation
+ * rows (4 accumulators each fill 16 of the 32 zmm), each row then summed
+ * in vec_dot's order. */
+static inline __attribute__((always_inline)) void dotn_f16_g_avx512(const int G, int n, const mu_f16 *x,
+                                                                const uint8_t *a, size_t as, float *out, size_t os) {
+    __m512 s[4][4];
+    for (int j = 0; j < G; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = _mm512_setzero_ps();
+    const int np = n & ~63;
+    for (int i = 0; i < np; i += 64) {
+        const __m512 x0 = f16x16(x + i), x1 = f16x16(x + i + 16), x2 = f16x16(x + i + 32), x3 = f16x16(x + i + 48);
+#pragma GCC unroll 4
+        for (int j = 0; j < G; j++) {
+            const mu_f16 *y = (const mu_f16 *)(a + (size_t)j * as);
+            s[j][0] = _mm512_fmadd_ps(x0, f16x16(y + i), s[j][0]);
+            s[j][1] = _mm512_fmadd_ps(x1, f16x16(y + i + 16), s[j][1]);
+            s[j][2] = _mm512_fmadd_ps(x2, f16x16(y + i + 32), s[j][2]);
+            s[j][3] = _mm512_fmadd_ps(x3, f16x16(y + i + 48), s[j][3]);
+        }
+    }
+    for (int j = 0; j < G; j++) {
+        const mu_f16 *y = (const mu_f16 *)(a + (size_t)j * as);
+        double t = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s[j][0], s[j][2]), _mm512_add_ps(s[j][1], s[j][3])));
+        for (int i = np; i < n; i++) t += (double)(f16_to_f32(x[i]) * f16_to_f32(y[i]));
+        out[(size_t)j * os] = (float)t;
+    }
+}
+static inline __attribute__((always_inline)) void dotn_f16_avx512(const int N, int n, const uint8_t *w, size_t ws,
+                                                              int n_w, const uint8_t *a, size_t as, float *out,
+                                                              size_t os) {
+    for (int r = 0; r < n_w; r++) {
+        const mu_f16 *x = (const mu_f16 *)(w + (size_t)r * ws);
+        float *o = out + r;
+        if (N <= 4)
+            dotn_f16_g_avx512(N, n, x, a, as, o, os);
+        else {
+            dotn_f16_g_avx512(4, n, x, a, as, o, os);
+            dotn_f16_g_avx512(N - 4, n, x, a + 4 * as, as, o + 4 * os, os);
+        }
+    }
+}
+MU_DOTN_ENTRY(vec_dotn_f16_avx512, dotn_f16_avx512)
+
 /* ref (ggml_vec_dot_bf16 with AVX512BF16): VDPBF16PS itself, whose
  * rounding, DAZ and FTZ the ref emulates: two accumulators (elements 0..31
  * and 32..63 of every 64), each reduced in float, added in double, the tail
@@ -586,6 +774,9 @@ void mu_kern_fill_avx512(mu_kern *k) {
     k->vec_dot[MU_T_BF16] = vec_dot_bf16_avx512;
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx512;
     k->vec_dotn[MU_T_Q8_0] = vec_dotn_q8_0_avx512;
+    k->vec_dotn[MU_T_Q4_K] = vec_dotn_q4_K_avx512;
+    k->vec_dotn[MU_T_Q6_K] = vec_dotn_q6_K_avx512;
+    k->vec_dotn[MU_T_F16] = vec_dotn_f16_avx512;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx512;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx512;
     k->vec_dot[MU_T_NVFP4] = vec_dot_nvfp4_avx512;
