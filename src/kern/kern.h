@@ -30,7 +30,7 @@ typedef void (*mu_vec_dot2_fn)(int n, const void *w0, const void *w1, const void
  * activation rows, and what belongs to an activation row alone (its scales
  * as floats) is prepared once per call, not per weight row: a solo
  * verification block, whose rows must each round as a decode step. */
-#define MU_DOTN_MAX 8
+#define MU_DOTN_MAX 16
 typedef void (*mu_vec_dotn_fn)(int n, const void *w, size_t w_stride, int n_w, const void *a, size_t a_stride,
                                int n_a, float *out, size_t out_stride);
 /* activation f32 -> dot-type row of n elements */

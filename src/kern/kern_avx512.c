@@ -324,29 +324,92 @@ static void vec_dot2_q6_K_avx512(int n, const void *w0, const void *w1, const vo
  * activation rows; each row then takes the integer sums and float steps of
  * the ref's order (the Q4_K ones as q4k_tail, the Q6_K ones as
  * vec_dot_q6_K_avx512), so every result keeps its vec_dot bits. */
+/* Q4_K: the nibbles and scales of a block are unpacked once; per
+ * activation row and 64 values two vpdpbusd give the 4-product sums of
+ * sub-blocks 2p and 2p+1 (|r| <= 7680), vpackssdw puts them in 16-bit words
+ * (exact) and one vpdpwssd applies both scales. Rows go in groups of 4:
+ * their integer sums and mins' sums are reduced together (exact in any
+ * order) and the float steps run as the lanes of one xmm, lane j being row
+ * j's acc = fma((float)isum, dx * yd, acc) and accm likewise, then acc -
+ * accm: q4k_tail's operations, row by row. Measured against vec_dot per
+ * row (2048 x 512 weights in cache, one core): 8 rows cost 5.6 rows' time,
+ * 4 rows 3.4; below 4 rows vec_dot2 per row is cheaper. */
 static inline __attribute__((always_inline)) void dotn_q4_K_avx512(const int N, int n, const uint8_t *w, size_t ws,
                                                                int n_w, const uint8_t *a, size_t as, float *out,
                                                                size_t os) {
-    const int nb = n / MU_QK_K;
+    if (N < 4) { /* the block's unpacking costs more than it saves: vec_dot2 per activation row */
+        for (int j = 0; j < N; j++) {
+            const uint8_t *y = a + (size_t)j * as;
+            float *o = out + (size_t)j * os;
+            int r = 0;
+            for (; r + 2 <= n_w; r += 2) vec_dot2_q4_K_avx512(n, w + (size_t)r * ws, w + (size_t)(r + 1) * ws, y, o + r);
+            if (r < n_w) o[r] = vec_dot_q4_K_avx512(n, w + (size_t)r * ws, y);
+        }
+        return;
+    }
+    const int nb = n / MU_QK_K, G = (N + 3) / 4;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
     for (int r = 0; r < n_w; r++) {
         const mu_block_q4_K *x = (const mu_block_q4_K *)(w + (size_t)r * ws);
-        float acc[MU_DOTN_MAX], accm[MU_DOTN_MAX];
-        for (int j = 0; j < N; j++) acc[j] = accm[j] = 0;
+        __m128 acc[MU_DOTN_MAX / 4], accm[MU_DOTN_MAX / 4];
+        for (int g = 0; g < G; g++) acc[g] = accm[g] = _mm_setzero_ps();
         for (int i = 0; i < nb; i++) {
-            q4k_dec dec;
             uint32_t u[4];
-            q4k_decode(&x[i], &dec, u);
-            const float dx = f16_to_f32(x[i].d), dmx = f16_to_f32(x[i].dmin);
-#pragma GCC unroll 8
-            for (int j = 0; j < N; j++) {
-                const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
-                const int isum = _mm512_reduce_add_epi32(q4k_sumi(&dec, y->qs));
-                const int imin = hsum_epi32_128(k4_mins_dot(u, y->bsums));
-                acc[j] = fmaf((float)isum, dx * y->d, acc[j]);
-                accm[j] = fmaf((float)imin, dmx * y->d, accm[j]);
+            k4_scales(x[i].scales, u);
+            __m256i lo[4], hi[4], sw[4];
+            const __m256i scy = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)u)));
+            for (int p = 0; p < 4; p++) {
+                const __m256i v = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * p));
+                lo[p] = _mm256_and_si256(v, m4);
+                hi[p] = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+                /* words 0-3 of each 128-bit lane: sub-block 2p's sums, 4-7: 2p+1's (packs) */
+                sw[p] = _mm256_shuffle_epi8(scy, _mm256_broadcastsi128_si256(_mm_setr_epi8(
+                    4 * p, 4 * p + 1, 4 * p, 4 * p + 1, 4 * p, 4 * p + 1, 4 * p, 4 * p + 1,
+                    4 * p + 2, 4 * p + 3, 4 * p + 2, 4 * p + 3, 4 * p + 2, 4 * p + 3, 4 * p + 2, 4 * p + 3)));
+            }
+            const __m128i mins = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)&u[2]));
+            const __m128 dx = _mm_set1_ps(f16_to_f32(x[i].d)), dmx = _mm_set1_ps(f16_to_f32(x[i].dmin));
+#pragma GCC unroll 4
+            for (int g = 0; g < G; g++) {
+                __m128i zs[4], ms[4];
+                float yd[4];
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) {
+                    const int j = 4 * g + k;
+                    if (j < N) {
+                        const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
+                        __m256i s0 = _mm256_setzero_si256(), s1 = _mm256_setzero_si256();
+#pragma GCC unroll 4
+                        for (int p = 0; p < 4; p++) {
+                            const __m256i th = _mm256_dpbusd_epi32(_mm256_setzero_si256(), hi[p], _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p + 32)));
+                            const __m256i tl = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[p], _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p)));
+                            const __m256i t = _mm256_packs_epi32(tl, th);
+                            if (p & 1) s1 = _mm256_dpwssd_epi32(s1, t, sw[p]);
+                            else s0 = _mm256_dpwssd_epi32(s0, t, sw[p]);
+                        }
+                        const __m256i s = _mm256_add_epi32(s0, s1);
+                        zs[k] = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+                        const __m128i b0 = _mm_loadu_si128((const __m128i *)y->bsums);
+                        const __m128i b1 = _mm_loadu_si128((const __m128i *)(y->bsums + 8));
+                        ms[k] = _mm_madd_epi16(_mm_hadd_epi16(b0, b1), mins);
+                        yd[k] = y->d;
+                    } else {
+                        zs[k] = ms[k] = _mm_setzero_si128();
+                        yd[k] = 0;
+                    }
+                }
+                const __m128i isum = _mm_hadd_epi32(_mm_hadd_epi32(zs[0], zs[1]), _mm_hadd_epi32(zs[2], zs[3]));
+                const __m128i imin = _mm_hadd_epi32(_mm_hadd_epi32(ms[0], ms[1]), _mm_hadd_epi32(ms[2], ms[3]));
+                const __m128 ydv = _mm_loadu_ps(yd);
+                acc[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(isum), _mm_mul_ps(dx, ydv), acc[g]);
+                accm[g] = _mm_fmadd_ps(_mm_cvtepi32_ps(imin), _mm_mul_ps(dmx, ydv), accm[g]);
             }
         }
-        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = acc[j] - accm[j];
+        for (int g = 0; g < G; g++) {
+            float o[4];
+            _mm_storeu_ps(o, _mm_sub_ps(acc[g], accm[g]));
+            for (int k = 0; k < 4 && 4 * g + k < N; k++) out[(size_t)(4 * g + k) * os + (size_t)r] = o[k];
+        }
     }
 }
 MU_DOTN_ENTRY(vec_dotn_q4_K_avx512, dotn_q4_K_avx512)
@@ -363,7 +426,7 @@ static inline __attribute__((always_inline)) void dotn_q6_K_avx512(const int N, 
             q6k_dec dec;
             q6k_decode(&x[i], &dec);
             const float dx = f16_to_f32(x[i].d);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
             for (int j = 0; j < N; j++) {
                 const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
                 acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(q6k_sumi(&dec, y)), acc[j]);
@@ -408,22 +471,22 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
  * over all n_w weight rows; longer rows go 16 weight rows at a time, their
  * accumulators kept in memory between chunks (stored and reloaded: the
  * same values). */
-#define DOTN_Q8_CH 128
+#define DOTN_Q8_CH 64
 #define DOTN_Q8_RG 16
 static inline __attribute__((always_inline)) void dotn_q8_0_chunk_avx512(
     const int N, const mu_block_q8_0 *x, int cn, const uint8_t (*u)[DOTN_Q8_CH * MU_QK8_0],
     const float (*dyT)[MU_DOTN_MAX], __m256 *acc) {
-    float pr[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(32)));
-    const __mmask8 m = (__mmask8)((1u << N) - 1); /* rows >= N: lanes neither read nor used */
+    float pr[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(64)));
+    const __mmask16 m = (__mmask16)((1u << N) - 1); /* rows >= N: lanes neither read nor used */
     for (int i = 0; i < cn; i++)
-        _mm256_store_ps(pr[i], _mm256_mul_ps(_mm256_set1_ps(f16_to_f32(x[i].d)), _mm256_maskz_load_ps(m, dyT[i])));
+        _mm512_store_ps(pr[i], _mm512_mul_ps(_mm512_set1_ps(f16_to_f32(x[i].d)), _mm512_maskz_load_ps(m, dyT[i])));
     const __m256i b128 = _mm256_set1_epi8((char)0x80);
     __m256 ac[MU_DOTN_MAX];
     for (int j = 0; j < N; j++) ac[j] = acc[j];
     for (int i = 0; i < cn; i++) {
         const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
         const __m256i nc = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_dpbusd_epi32(_mm256_setzero_si256(), b128, qx));
-#pragma GCC unroll 8
+#pragma GCC unroll 16
         for (int j = 0; j < N; j++) {
             const __m256i s = _mm256_dpbusd_epi32(nc, _mm256_load_si256((const __m256i *)(u[j] + i * MU_QK8_0)), qx);
             ac[j] = _mm256_fmadd_ps(_mm256_set1_ps(pr[i][j]), _mm256_cvtepi32_ps(s), ac[j]);
@@ -485,7 +548,7 @@ static inline __attribute__((always_inline)) void dotn_q8_0_avx512(const int N, 
     }
     const int nb = n / MU_QK8_0;
     uint8_t u[MU_DOTN_MAX][DOTN_Q8_CH * MU_QK8_0] __attribute__((aligned(32)));
-    float dyT[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(32)));
+    float dyT[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(64)));
     if (nb <= DOTN_Q8_CH) {
         dotn_q8_0_prep_avx512(N, a, as, 0, nb, u, dyT);
         for (int r = 0; r < n_w; r++) {
@@ -678,12 +741,9 @@ static inline __attribute__((always_inline)) void dotn_f16_avx512(const int N, i
     for (int r = 0; r < n_w; r++) {
         const mu_f16 *x = (const mu_f16 *)(w + (size_t)r * ws);
         float *o = out + r;
-        if (N <= 4)
-            dotn_f16_g_avx512(N, n, x, a, as, o, os);
-        else {
-            dotn_f16_g_avx512(4, n, x, a, as, o, os);
-            dotn_f16_g_avx512(N - 4, n, x, a + 4 * as, as, o + 4 * os, os);
-        }
+        int j = 0;
+        for (; j + 4 <= N; j += 4) dotn_f16_g_avx512(4, n, x, a + (size_t)j * as, as, o + (size_t)j * os, os);
+        if (N % 4) dotn_f16_g_avx512(N % 4, n, x, a + (size_t)j * as, as, o + (size_t)j * os, os);
     }
 }
 MU_DOTN_ENTRY(vec_dotn_f16_avx512, dotn_f16_avx512)

@@ -102,10 +102,18 @@ static inline void nvfp4_lane_scales(const mu_block_nvfp4 *b, mu_f16 d0, mu_f16 
         case 5: BODY(5, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
         case 6: BODY(6, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
         case 7: BODY(7, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
-        default: BODY(8, n, w8, ws, n_w, a8, as, out, os); break;                                                    \
+        case 8: BODY(8, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 9: BODY(9, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 10: BODY(10, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 11: BODY(11, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 12: BODY(12, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 13: BODY(13, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 14: BODY(14, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 15: BODY(15, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        default: BODY(16, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
         }                                                                                                           \
     }
-_Static_assert(MU_DOTN_MAX == 8, "MU_DOTN_ENTRY dispatches 1..8 activation rows");
+_Static_assert(MU_DOTN_MAX == 16, "MU_DOTN_ENTRY dispatches 1..16 activation rows");
 
 /* Activation rows of a vec_dotn body get converted scales for up to this
  * many blocks (longer rows convert them per block). */
