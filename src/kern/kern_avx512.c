@@ -466,7 +466,8 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
  * from -128 * (the lane's 4 weight codes' sum), made once per weight block,
  * so a row costs one vpdpbusd, a conversion and an FMA per block (no sign
  * trick per row). Equal to the sign trick's sums for activation codes
- * -127..127, all that the Q8_0 quantizer makes. Blocks go in chunks of
+ * -127..127, all that the Q8_0 quantizer makes of finite values; a call
+ * whose rows hold a -128 takes the sign trick (dotn_q8_0_has_m128). Blocks go in chunks of
  * DOTN_Q8_CH: a row that fits in one keeps its accumulators in registers
  * over all n_w weight rows; longer rows go 16 weight rows at a time, their
  * accumulators kept in memory between chunks (stored and reloaded: the
@@ -539,14 +540,27 @@ static inline __attribute__((always_inline)) void dotn_q8_0_few_avx512(const int
         for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = hsum_ps256(acc[j]);
     }
 }
+/* Whether an activation row holds the code -128, where the sign trick is
+ * not the true product (only non-finite activations make it: the Q8_0
+ * quantizer's "integer indefinite", docs/llamacpp-numerics.md); such rows
+ * take the sign trick itself, so the result is vec_dot's there too. */
+static inline int dotn_q8_0_has_m128(const int N, const uint8_t *a, size_t as, int nb) {
+    const __m256i m128 = _mm256_set1_epi8((char)0x80);
+    __mmask32 hit = 0;
+    for (int j = 0; j < N; j++) {
+        const mu_block_q8_0 *y = (const mu_block_q8_0 *)(a + (size_t)j * as);
+        for (int i = 0; i < nb; i++) hit |= _mm256_cmpeq_epi8_mask(_mm256_loadu_si256((const __m256i *)y[i].qs), m128);
+    }
+    return hit != 0;
+}
 static inline __attribute__((always_inline)) void dotn_q8_0_avx512(const int N, int n, const uint8_t *w, size_t ws,
                                                                int n_w, const uint8_t *a, size_t as, float *out,
                                                                size_t os) {
-    if (N < 4) {
+    const int nb = n / MU_QK8_0;
+    if (N < 4 || dotn_q8_0_has_m128(N, a, as, nb)) {
         dotn_q8_0_few_avx512(N, n, w, ws, n_w, a, as, out, os);
         return;
     }
-    const int nb = n / MU_QK8_0;
     uint8_t u[MU_DOTN_MAX][DOTN_Q8_CH * MU_QK8_0] __attribute__((aligned(32)));
     float dyT[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(64)));
     if (nb <= DOTN_Q8_CH) {

@@ -498,8 +498,9 @@ static int check_vec_dot2(const mu_kern *k) {
 
 /* vec_dotn: 1..3 weight rows (strided, the extreme and ordinary fills
  * mixed) against 1..MU_DOTN_MAX activation rows (strided, of every kind),
- * results strided: each bit for bit the ref's vec_dot; nothing else of the
- * output is written. */
+ * results strided: each bit for bit the same table's vec_dot (which
+ * check_vec_dot pins to the ref's), what a solo verification row must
+ * equal; nothing else of the output is written. */
 #define KC_DOTN_W 3
 static int check_vec_dotn(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
@@ -529,10 +530,18 @@ static int check_vec_dotn(const mu_kern *k) {
                         kc_fill_act(x, n, (kind + j) % KC_NKINDS);
                         ref->quant[dt](x, a + (size_t)j * as, n);
                     }
+                    /* Q8_0 activation code -128 (what a non-finite value
+                     * quantizes to), where the sign trick of vec_dot is not
+                     * the true product (and AVX2's maddubs saturates, unlike
+                     * the ref: garbage either way, but dotn must still be
+                     * its table's vec_dot): in one row of the extreme fills */
+                    if (t == MU_T_Q8_0 && ext)
+                        for (int i = 0; i < n / MU_QK8_0; i += 3)
+                            ((mu_block_q8_0 *)(a + (size_t)(kind % MU_DOTN_MAX) * as))[i].qs[(i * 7) % MU_QK8_0] = -128;
                     float rr[KC_DOTN_W][MU_DOTN_MAX];
                     for (int r = 0; r < KC_DOTN_W; r++)
                         for (int j = 0; j < MU_DOTN_MAX; j++)
-                            rr[r][j] = ref->vec_dot[t](n, w + (size_t)r * ws, a + (size_t)j * as);
+                            rr[r][j] = k->vec_dot[t](n, w + (size_t)r * ws, a + (size_t)j * as);
                     for (int nw = 1; nw <= KC_DOTN_W; nw++)
                         for (int na = 1; na <= MU_DOTN_MAX; na++) {
                             const size_t os = KC_DOTN_W + 2;
