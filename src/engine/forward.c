@@ -169,16 +169,25 @@ static void job_matmul(void *arg, int ith, int nth) {
         const uint8_t *wd = w->data;
         mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
         /* rows [t_n, T) round as vec_dot; two or more of them (a solo
-         * block) go through vec_dotn, each weight row prepared once */
+         * block) go through vec_dotn, each weight block decoded once */
         const int t_n = t_g > t_b ? t_g : t_b;
         mu_vec_dotn_fn dotn = j->T - t_n >= 2 ? k->vec_dotn[w->type] : NULL;
+        /* dotn's activation rows in as few groups as possible, of near-equal
+         * counts; one group takes the thread's weight rows in one call (what
+         * a dotn prepares per call is shared by all of them), several go
+         * MM_BLOCK weight rows at a time, so the weights come from memory
+         * once and from the cache for the other groups */
+        const int n_grp = dotn ? (j->T - t_n + MU_DOTN_MAX - 1) / MU_DOTN_MAX : 0;
+        for (int r0 = lo; n_grp && r0 < hi; r0 += n_grp > 1 ? MM_BLOCK : hi - lo) {
+            const int nr = n_grp > 1 && hi - r0 > MM_BLOCK ? MM_BLOCK : hi - r0;
+            for (int t = t_n, g = n_grp; g > 0; g--) {
+                const int na = (j->T - t + g - 1) / g;
+                dotn(cols, wd + (size_t)r0 * rb, rb, nr, a + (size_t)t * as, as, na, y + (size_t)t * rows + r0, rows);
+                t += na;
+            }
+        }
         for (int r0 = lo; r0 < hi; r0 += MM_BLOCK) {
             int r1 = r0 + MM_BLOCK < hi ? r0 + MM_BLOCK : hi;
-            if (dotn)
-                for (int r = r0; r < r1; r++)
-                    for (int t = t_n; t < j->T; t += MU_DOTN_MAX)
-                        dotn(cols, wd + (size_t)r * rb, a + (size_t)t * as, as,
-                             j->T - t < MU_DOTN_MAX ? j->T - t : MU_DOTN_MAX, y + (size_t)t * rows + r, rows);
             for (int t = t_g; t < (dotn ? t_n : j->T); t++) {
                 mu_vec_dot_fn d = t < t_b ? dotb : dot;
                 int r = r0;

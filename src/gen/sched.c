@@ -585,18 +585,20 @@ static void step(mu_sched *s, int i, const float *lg) {
 }
 
 /* A drafted token pays for its share of the verification when it is
- * accepted (with every draft before it) more often than it costs: 0.5 to
- * 0.7 of a decode step in a solo block on the CPU, in CPU time, on the
- * bundled model and the 1B shape (bench/verifybench.c, docs/speculative.md;
- * 0.5 beat 0.3 on every prompt of bench/spec-ngram). */
-#define SPEC_P_MIN 0.5
+ * accepted (with every draft before it) more often than it costs: 0.2 to
+ * 0.5 of a decode step in a solo block on the CPU, in CPU time, on the
+ * bundled model (Q8_0), 0.65 to 0.75 on the 1B Q4_K_M shape
+ * (bench/verifybench.c, docs/speculative.md). 0.4 beat 0.5 on every prompt
+ * and length of bench/spec-ngram on the bundled model (0.3 did as well as
+ * 0.4). */
+#define SPEC_P_MIN 0.4
 #define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
 
 /* Engine thread: the longest draft length, at most k, whose last token the
  * job's history says is accepted with probability >= SPEC_P_MIN: the
  * acceptance rate of each position after an accepted prefix, multiplied
  * along; a position's rate starts from the one before it (the first from
- * 0.75) as a prior worth two observations, so a new job drafts 2 tokens.
+ * 0.75) as a prior worth two observations, so a new job drafts 3 tokens.
  * While that is 0 the job decodes plainly and probes with one drafted token
  * now and then, so the estimate can recover. */
 static int draft_pays(mu_job *j, int k) {

@@ -135,12 +135,14 @@ static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
  * on its routes and the OpenAI ones, an object on Anthropic's and the
  * Responses API, options on Ollama's */
 static const char *const spec_types[] = {"none", "ngram", "ngram-cache", "dflash", "draft-dflash", NULL};
-#define SPEC_FIELDS(T, MAX, MIN)                                                                               \
+/* p_min (llama.cpp's minimum draft probability) is accepted without
+ * effect: muser's drafts carry no probability it uses (docs/api.md) */
+#define SPEC_FIELDS(T, MAX, MIN, PMIN)                                                                         \
     F_(T, JC_STR, .one_of = spec_types), F_(MAX, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX)),                        \
-        F_(MIN, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX))
-static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min"), END};
+        F_(MIN, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX)), F_(PMIN, JC_NUM, RANGE(0, 1))
+static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min", "p_min"), END};
 #define LLAMA_EXTENSIONS                                                                                       \
-    SPEC_FIELDS("speculative.type", "speculative.n_max", "speculative.n_min"),                                \
+    SPEC_FIELDS("speculative.type", "speculative.n_max", "speculative.n_min", "speculative.p_min"),            \
     F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
         F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
         F_("grammar", JC_STR, .max_len = MU_GRAMMAR_MAX_TEXT_BYTES),                                          \
@@ -322,7 +324,7 @@ static const jc_field ollama_options[] = {
     F_("mirostat", JC_INT, RANGE(0, 2)),
     F_("mirostat_tau", JC_NUM, RANGE(-BIG, BIG)),
     F_("mirostat_eta", JC_NUM, RANGE(-BIG, BIG)),
-    SPEC_FIELDS("speculative_type", "speculative_n_max", "speculative_n_min"),
+    SPEC_FIELDS("speculative_type", "speculative_n_max", "speculative_n_min", "speculative_p_min"),
     END,
 };
 static const jc_field ollama_fn_call_fields[] = {

@@ -227,6 +227,11 @@ json_t *api_progress_json(const api_progress *p);
 json_t *api_progress_timings(const api_progress *p);
 /* llama.cpp-style timings object from job stats. */
 json_t *api_timings(const mu_gen_stats *st);
+/* The speculative-decoding part of api_timings alone (draft_n,
+ * draft_n_accepted, spec_steps, spec_accepted_per_step), for the protocols
+ * whose responses carry no llama.cpp timings; NULL when the job drafted
+ * nothing. */
+json_t *api_spec_timings(const mu_gen_stats *st);
 
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,

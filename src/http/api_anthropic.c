@@ -268,6 +268,8 @@ static bool an_poll(void *state, mu_http_req *r) {
     json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", s->id, "type", "message", "role", "assistant",
                           "model", s->model, "content", content, "stop_reason", stop_reason(g), "stop_sequence",
                           g->finish == MU_FINISH_WORD ? json_string(g->stop_word) : json_null(), "usage", usage(s));
+    json_t *sp = api_spec_timings(&g->st); /* the request's "speculative", what it did */
+    if (sp) json_object_set_new(o, "speculative", sp);
     mu_http_reply_json(r, 200, o);
     return true;
 }
@@ -344,10 +346,12 @@ static int an_produce(void *state, mu_http_buf *out, int fd) {
         s->open = 3;
         close_block(s, out);
     }
-    api_sse_event(out, "message_delta",
-          json_pack("{s:{s:s,s:o},s:o}", "delta", "stop_reason", stop_reason(g),
-                    "stop_sequence", g->finish == MU_FINISH_WORD ? json_string(g->stop_word) : json_null(), "usage",
-                    usage(s)));
+    json_t *md = json_pack("{s:{s:s,s:o},s:o}", "delta", "stop_reason", stop_reason(g), "stop_sequence",
+                           g->finish == MU_FINISH_WORD ? json_string(g->stop_word) : json_null(), "usage", usage(s));
+    json_t *sp = api_spec_timings(&g->st);
+    if (md && sp) json_object_set_new(md, "speculative", sp);
+    else json_decref(sp);
+    api_sse_event(out, "message_delta", md);
     api_sse_event(out, "message_stop", json_object());
     return 1;
 }

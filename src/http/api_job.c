@@ -172,8 +172,17 @@ json_t *api_timings(const mu_gen_stats *st) {
         json_object_set_new(t, "draft_n", json_integer(st->n_draft));
         json_object_set_new(t, "draft_n_accepted", json_integer(st->n_draft_accepted));
         json_object_set_new(t, "spec_steps", json_integer(st->n_spec_steps));
+        json_object_set_new(t, "spec_accepted_per_step",
+                            json_real(st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0));
     }
     return t;
+}
+
+json_t *api_spec_timings(const mu_gen_stats *st) {
+    if (st->n_draft <= 0) return NULL;
+    return json_pack("{s:i,s:i,s:i,s:f}", "draft_n", st->n_draft, "draft_n_accepted", st->n_draft_accepted, "spec_steps",
+                     st->n_spec_steps, "spec_accepted_per_step",
+                     st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0);
 }
 
 int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_key, mu_schema **out) {

@@ -95,6 +95,11 @@ static json_t *done_record(ol_state *s, const char *cs, size_t nc, const char *r
     json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)(st->prompt_ms * 1e6)));
     json_object_set_new(o, "eval_count", json_integer(g->n_ids));
     json_object_set_new(o, "eval_duration", json_integer((json_int_t)(st->gen_ms * 1e6)));
+    if (st->n_draft > 0) { /* speculative decoding (muser's, in Ollama's *_count style) */
+        json_object_set_new(o, "draft_count", json_integer(st->n_draft));
+        json_object_set_new(o, "draft_accepted_count", json_integer(st->n_draft_accepted));
+        json_object_set_new(o, "draft_step_count", json_integer(st->n_spec_steps));
+    }
     return o;
 }
 

@@ -192,6 +192,8 @@ static json_t *response_object(rs_state *s, const char *status) {
     json_object_set_new(o, "incomplete_details",
                         !strcmp(status, "incomplete") ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
     json_object_set_new(o, "usage", !strcmp(status, "in_progress") ? json_null() : usage(s));
+    json_t *sp = strcmp(status, "in_progress") ? api_spec_timings(&s->g.st) : NULL;
+    if (sp) json_object_set_new(o, "speculative", sp); /* the request's "speculative", what it did */
     return o;
 }
 
