@@ -456,20 +456,57 @@ typedef struct {
     mu_err err;
 } layer_run;
 
+/* A worker's buffers, grown as needed: objects (read or built in place)
+ * and plaintexts, one per chunk of a batch. They go back to a pool after
+ * each pack (wiped: they may hold decrypted rows), so a pack's workers
+ * neither allocate nor fault their pages in again: about 2 MiB a worker
+ * thread (twice that with the lossless codec) stays allocated for the
+ * process's life, at most KV_MAX_THREADS of them. */
+#define KV_BATCH 16 /* chunks hashed together: a layer's K and V of 8 spans */
+#define KV_MAX_THREADS 16
 typedef struct {
-    uint8_t *a, *b, *c;  /* worker-owned buffers, grown as needed */
-    size_t na, nb, nc;
-    kv_buf oa, ob;
+    kv_buf obj[KV_BATCH];
+    uint8_t *pl[KV_BATCH];
+    size_t npl[KV_BATCH];
 } scratch;
+
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static scratch *g_pool[KV_MAX_THREADS];
+static int g_pool_n;
+
+static scratch *scratch_get(void) {
+    pthread_mutex_lock(&g_pool_mu);
+    scratch *sc = g_pool_n ? g_pool[--g_pool_n] : NULL;
+    pthread_mutex_unlock(&g_pool_mu);
+    return sc ? sc : calloc(1, sizeof(scratch));
+}
+
+static void scratch_put(scratch *sc) {
+    if (!sc) return;
+    for (int i = 0; i < KV_BATCH; i++) {
+        if (sc->pl[i]) OPENSSL_cleanse(sc->pl[i], sc->npl[i]);
+        if (sc->obj[i].p) OPENSSL_cleanse(sc->obj[i].p, sc->obj[i].cap);
+    }
+    pthread_mutex_lock(&g_pool_mu);
+    bool kept = g_pool_n < KV_MAX_THREADS;
+    if (kept) g_pool[g_pool_n++] = sc;
+    pthread_mutex_unlock(&g_pool_mu);
+    if (kept) return;
+    for (int i = 0; i < KV_BATCH; i++) {
+        free(sc->pl[i]);
+        kv_buf_free(&sc->obj[i]);
+    }
+    free(sc);
+}
 
 static void *layer_worker(void *arg) {
     layer_run *lr = arg;
-    scratch sc = {0};
+    scratch *sc = scratch_get();
     for (;;) {
         int il = atomic_fetch_add(&lr->next, 1);
         if (il >= lr->n_layer || atomic_load(&lr->failed)) break;
         mu_err e = {0};
-        int rc = lr->fn(lr->plan, il, &sc, &e);
+        int rc = sc ? lr->fn(lr->plan, il, sc, &e) : mu_fail(&e, MU_E_NOMEM, "kvpack: out of memory");
         if (rc) {
             pthread_mutex_lock(&lr->mu);
             if (!lr->rc) {
@@ -481,14 +518,7 @@ static void *layer_worker(void *arg) {
             break;
         }
     }
-    free(sc.a);
-    free(sc.b);
-    if (sc.c) OPENSSL_cleanse(sc.c, sc.nc);
-    free(sc.c);
-    if (sc.oa.p) OPENSSL_cleanse(sc.oa.p, sc.oa.cap); /* decrypted rows */
-    if (sc.ob.p) OPENSSL_cleanse(sc.ob.p, sc.ob.cap);
-    kv_buf_free(&sc.oa);
-    kv_buf_free(&sc.ob);
+    scratch_put(sc);
     return NULL;
 }
 
@@ -544,47 +574,57 @@ typedef struct {
     kv_ref **refs;      /* [2L] */
 } save_plan;
 
-/* Layer il's chunks: the rows read straight into the objects' frames (the
- * raw codec), encoded, written. */
+static bool grow_buf(kv_buf *b, size_t want) {
+    if (b->cap >= want) return true;
+    uint8_t *q = realloc(b->p, want);
+    if (!q) return false;
+    b->p = q;
+    b->cap = want;
+    return true;
+}
+
+/* Layer il's chunks, K and V of up to 8 spans at a time: the rows read
+ * straight into the objects' frames (the raw codec), encoded together
+ * (kv_chunk_encode_many), written. */
 static int save_layer(void *plan, int il, void *scr, mu_err *err) {
     save_plan *sp = plan;
     scratch *sc = scr;
     const size_t cb = (size_t)sp->T * sp->bpt, bound = kv_chunk_bound(cb);
     const bool raw = sp->fb->st[2 * il].codec == KV_CODEC_RAW;
-    kv_buf *obj[2] = {&sc->oa, &sc->ob};
-    for (int r = 0; r < 2; r++)
-        if (obj[r]->cap < bound) {
-            uint8_t *q = realloc(obj[r]->p, bound);
-            if (!q) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-            obj[r]->p = q;
-            obj[r]->cap = bound;
+    const int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
+    for (int c0 = 0; c0 < nch; c0 += KV_BATCH / 2) {
+        const int np = nch - c0 < KV_BATCH / 2 ? nch - c0 : KV_BATCH / 2;
+        kv_enc_item it[KV_BATCH];
+        kv_chunk ch[KV_BATCH];
+        for (int k = 0; k < np; k++) {
+            const kv_span *span = &sp->spans[il][c0 + k];
+            uint8_t *rp[2];
+            for (int r = 0; r < 2; r++) {
+                int i = 2 * k + r;
+                if (!grow_buf(&sc->obj[i], bound) || (!raw && !grow(&sc->pl[i], &sc->npl[i], cb)))
+                    return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+                rp[r] = raw ? sc->obj[i].p + KV_ALIGN + KV_FRAME_HDR : sc->pl[i];
+                memset(&ch[i], 0, sizeof ch[i]);
+                it[i] = (kv_enc_item){.plain = rp[r], .n = span->plain_bytes, .state = &sp->fb->st[2 * il + r].key,
+                                      .span = span, .obj = &sc->obj[i], .out = &ch[i]};
+            }
+            int rc = mu_session_kv_read(sp->s, il, (int)span->token_start, (int)span->token_count,
+                                        (uint16_t *)rp[0], (uint16_t *)rp[1], err);
+            if (rc) return rc;
         }
-    if (!raw && (!grow(&sc->a, &sc->na, cb) || !grow(&sc->b, &sc->nb, cb)))
-        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
-    for (int c = 0; c < nch; c++) {
-        const kv_span *span = &sp->spans[il][c];
-        uint8_t *kp = raw ? obj[0]->p + KV_ALIGN + KV_FRAME_HDR : sc->a;
-        uint8_t *vp = raw ? obj[1]->p + KV_ALIGN + KV_FRAME_HDR : sc->b;
-        int rc = mu_session_kv_read(sp->s, il, (int)span->token_start, (int)span->token_count, (uint16_t *)kp,
-                                    (uint16_t *)vp, err);
+        int rc = kv_chunk_encode_many(it, 2 * np, sp->tenant, &sp->m->family, EPOCH, sp->enc, sp->keys, sp->fam, err);
         if (rc) return rc;
-        for (int r = 0; r < 2; r++) {
-            kv_chunk ch = {0};
-            const kv_key *key = &sp->fb->st[2 * il + r].key;
-            if ((rc = kv_chunk_encode_to(r ? vp : kp, span->plain_bytes, sp->tenant, &sp->m->family, key, span, EPOCH,
-                                         sp->enc, sp->keys, NULL, NULL, sp->fam, obj[r], &ch, err)))
-                return rc;
+        for (int i = 0; i < 2 * np; i++) {
             char name[80];
-            chunk_name(ch.object_key, name);
-            if ((rc = kv_writer_put(sp->w, name, obj[r]->p, obj[r]->n, err))) return rc;
-            kv_ref *f = &sp->refs[2 * il + r][c];
-            memcpy(f->chunk_id, ch.chunk_id, 32);
-            memcpy(f->object_key, ch.object_key, 32);
-            memcpy(f->digest, ch.digest, 32);
+            chunk_name(ch[i].object_key, name);
+            if ((rc = kv_writer_put(sp->w, name, sc->obj[i].p, sc->obj[i].n, err))) return rc;
+            kv_ref *f = &sp->refs[2 * il + i % 2][c0 + i / 2];
+            memcpy(f->chunk_id, ch[i].chunk_id, 32);
+            memcpy(f->object_key, ch[i].object_key, 32);
+            memcpy(f->digest, ch[i].digest, 32);
             f->epoch = EPOCH;
-            f->plain_bytes = ch.plain_bytes;
-            f->object_bytes = (uint32_t)obj[r]->n;
+            f->plain_bytes = ch[i].plain_bytes;
+            f->object_bytes = (uint32_t)sc->obj[i].n;
         }
     }
     return 0;
@@ -831,32 +871,44 @@ typedef struct {
     mu_session *s;       /* NULL: verify only */
 } read_plan;
 
-/* One state's chunks read, verified and (with a session) installed; for
- * a session, K and V of each span go in together (states 2il, 2il + 1). */
-static int read_state(read_plan *rp, uint32_t si, uint32_t c, uint8_t **buf, size_t *cap, uint8_t **out,
-                      size_t *ocap, const uint8_t **plain, mu_err *err) {
+/* Chunks (si[i], c[i]) of the manifest read into the worker's buffers
+ * and verified together (kv_chunk_open_many); the verdict is the one
+ * reading and opening them one after another gives. */
+static int open_chunks(read_plan *rp, scratch *sc, const uint32_t *si, const uint32_t *c, int n, kv_dec_item *it,
+                       mu_err *err) {
     const kv_manifest *m = rp->m;
-    const kv_ref *ref = &m->states[si].chunks[c];
-    const kv_span *span = &m->schema.states[si].spans[c];
-    char name[80];
-    chunk_name(ref->object_key, name);
-    size_t n = 0;
-    int rc = kv_read_at(rp->dfd, name, KV_MAX_OBJECT, buf, cap, &n, err);
-    if (rc) return rc;
-    if (!grow(out, ocap, span->plain_bytes ? span->plain_bytes : 1))
-        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    return kv_chunk_open(*buf, n, ref, span, m->tenant, &m->family, &m->states[si].key, rp->keys, rp->fam, *out,
-                         plain, err);
+    for (int i = 0; i < n; i++) {
+        const kv_ref *ref = &m->states[si[i]].chunks[c[i]];
+        const kv_span *span = &m->schema.states[si[i]].spans[c[i]];
+        char name[80];
+        chunk_name(ref->object_key, name);
+        size_t len = 0;
+        int rc = kv_read_at(rp->dfd, name, KV_MAX_OBJECT, &sc->obj[i].p, &sc->obj[i].cap, &len, err);
+        if (!rc && !grow(&sc->pl[i], &sc->npl[i], span->plain_bytes ? span->plain_bytes : 1))
+            rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        if (rc) { /* the chunks before it first */
+            mu_err e2 = {0};
+            int r2 = i ? kv_chunk_open_many(it, i, m->tenant, &m->family, rp->keys, rp->fam, &e2) : 0;
+            if (r2) *err = e2;
+            return r2 ? r2 : rc;
+        }
+        it[i] = (kv_dec_item){.p = sc->obj[i].p, .n = len, .ref = ref, .span = span, .state = &m->states[si[i]].key,
+                              .out = sc->pl[i]};
+    }
+    return kv_chunk_open_many(it, n, m->tenant, &m->family, rp->keys, rp->fam, err);
 }
 
 static int read_layer(void *plan, int il, void *scr, mu_err *err) {
     read_plan *rp = plan;
     scratch *sc = scr;
     const kv_manifest *m = rp->m;
+    uint32_t si[KV_BATCH], ci[KV_BATCH];
+    kv_dec_item it[KV_BATCH];
     if (!rp->s) { /* verify: il is a state (any layout a pack may have) */
-        for (uint32_t c = 0; c < m->states[il].n_chunks; c++) {
-            const uint8_t *pl = NULL;
-            int rc = read_state(rp, (uint32_t)il, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &pl, err);
+        for (uint32_t c0 = 0; c0 < m->states[il].n_chunks; c0 += KV_BATCH) {
+            int n = 0;
+            for (uint32_t c = c0; c < m->states[il].n_chunks && n < KV_BATCH; c++, n++) si[n] = (uint32_t)il, ci[n] = c;
+            int rc = open_chunks(rp, sc, si, ci, n, it, err);
             if (rc) return rc;
         }
         return 0;
@@ -864,19 +916,30 @@ static int read_layer(void *plan, int il, void *scr, mu_err *err) {
     uint32_t sk = (uint32_t)(2 * il), sv = sk + 1;
     if (sv >= m->n_states || m->states[sk].n_chunks != m->states[sv].n_chunks)
         return kv_fail(err, KV_SEMANTICS, "layer %d: K and V states do not pair", il);
-    for (uint32_t c = 0; c < m->states[sk].n_chunks; c++) {
-        const uint8_t *kp = NULL, *vp = NULL;
-        int rc = read_state(rp, sk, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &kp, err);
-        if (!rc) rc = read_state(rp, sv, c, &sc->ob.p, &sc->ob.cap, &sc->b, &sc->nb, &vp, err);
+    const uint32_t nch = m->states[sk].n_chunks;
+    for (uint32_t c0 = 0; c0 < nch;) {
+        /* K and V of up to 8 spans, ending at a pair that covers other positions (verified, then refused) */
+        int np = 0;
+        bool unpaired = false;
+        while (c0 + (uint32_t)np < nch && np < KV_BATCH / 2 && !unpaired) {
+            uint32_t c = c0 + (uint32_t)np;
+            const kv_span *a = &m->schema.states[sk].spans[c], *b = &m->schema.states[sv].spans[c];
+            unpaired = a->token_start != b->token_start || a->token_count != b->token_count;
+            si[2 * np] = sk, si[2 * np + 1] = sv, ci[2 * np] = ci[2 * np + 1] = c;
+            np++;
+        }
+        int rc = open_chunks(rp, sc, si, ci, 2 * np, it, err);
         if (rc) return rc;
-        const kv_span *sp = &m->schema.states[sk].spans[c], *spv = &m->schema.states[sv].spans[c];
-        if (rp->s) {
-            if (sp->token_start != spv->token_start || sp->token_count != spv->token_count)
+        for (int k = 0; k < np; k++) {
+            const kv_span *sp = it[2 * k].span;
+            if (unpaired && k == np - 1)
                 return kv_fail(err, KV_SEMANTICS, "layer %d: K and V chunks cover other positions", il);
-            if ((rc = mu_session_kv_write(rp->s, il, (int)sp->token_start, (int)sp->token_count, (const uint16_t *)kp,
-                                          (const uint16_t *)vp, err)))
+            if ((rc = mu_session_kv_write(rp->s, il, (int)sp->token_start, (int)sp->token_count,
+                                          (const uint16_t *)it[2 * k].plain, (const uint16_t *)it[2 * k + 1].plain,
+                                          err)))
                 return rc;
         }
+        c0 += (uint32_t)np;
     }
     return 0;
 }
