@@ -541,6 +541,20 @@ static int run_layers(int (*fn)(void *, int, void *, mu_err *), void *plan, int 
     return lr.rc;
 }
 
+/* Units (layers, or states) in groups of consecutive units whose chunks
+ * fill a batch (at most cap; a unit of more chunks alone): a delta of a few
+ * positions hashes many layers' chunks together, not one layer's two.
+ * first[g] is group g's first unit, first[n_groups] = n; returns n_groups. */
+static int group_units(const int *chunks, int n, int cap, int *first) {
+    int g = 0, acc = 0;
+    for (int u = 0; u < n; u++) {
+        if (u == 0 || (acc && acc + chunks[u] > cap)) first[g++] = u, acc = 0;
+        acc += chunks[u];
+    }
+    first[g] = n;
+    return g;
+}
+
 /* Threads for a pack of session s: the engine's, at most KV_MAX_THREADS;
  * one for a GPU session. MUSER_KV_THREADS overrides (benchmarks). */
 static int kv_threads(const mu_session *s) {
@@ -570,6 +584,7 @@ typedef struct {
     int T, n;
     uint64_t bpt;
     int *lo;            /* [L] first position of each layer */
+    int *first;         /* [n_groups + 1] each group's first layer (group_units) */
     kv_span **spans;    /* [L] */
     kv_ref **refs;      /* [2L] */
 } save_plan;
@@ -583,24 +598,30 @@ static bool grow_buf(kv_buf *b, size_t want) {
     return true;
 }
 
-/* Layer il's chunks, K and V of up to 8 spans at a time: the rows read
- * straight into the objects' frames (the raw codec), encoded together
- * (kv_chunk_encode_many), written. */
-static int save_layer(void *plan, int il, void *scr, mu_err *err) {
+/* Group g's chunks, K and V of up to 8 spans at a time (of one layer or
+ * of several): the rows read straight into the objects' frames (the raw
+ * codec), encoded together (kv_chunk_encode_many), written. */
+static int save_group(void *plan, int g, void *scr, mu_err *err) {
     save_plan *sp = plan;
     scratch *sc = scr;
     const size_t cb = (size_t)sp->T * sp->bpt, bound = kv_chunk_bound(cb);
-    const bool raw = sp->fb->st[2 * il].codec == KV_CODEC_RAW;
-    const int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
-    for (int c0 = 0; c0 < nch; c0 += KV_BATCH / 2) {
-        const int np = nch - c0 < KV_BATCH / 2 ? nch - c0 : KV_BATCH / 2;
+    int il = sp->first[g], c = 0;
+    while (il < sp->first[g + 1]) {
         kv_enc_item it[KV_BATCH];
         kv_chunk ch[KV_BATCH];
-        for (int k = 0; k < np; k++) {
-            const kv_span *span = &sp->spans[il][c0 + k];
+        int at[KV_BATCH][2]; /* (layer, chunk) of each pair */
+        int np = 0;
+        while (np < KV_BATCH / 2 && il < sp->first[g + 1]) {
+            const int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
+            if (c >= nch) { /* a layer without chunks */
+                il++, c = 0;
+                continue;
+            }
+            const bool raw = sp->fb->st[2 * il].codec == KV_CODEC_RAW;
+            const kv_span *span = &sp->spans[il][c];
             uint8_t *rp[2];
             for (int r = 0; r < 2; r++) {
-                int i = 2 * k + r;
+                int i = 2 * np + r; /* this pair's K and V */
                 if (!grow_buf(&sc->obj[i], bound) || (!raw && !grow(&sc->pl[i], &sc->npl[i], cb)))
                     return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
                 rp[r] = raw ? sc->obj[i].p + KV_ALIGN + KV_FRAME_HDR : sc->pl[i];
@@ -611,14 +632,18 @@ static int save_layer(void *plan, int il, void *scr, mu_err *err) {
             int rc = mu_session_kv_read(sp->s, il, (int)span->token_start, (int)span->token_count,
                                         (uint16_t *)rp[0], (uint16_t *)rp[1], err);
             if (rc) return rc;
+            at[np][0] = il, at[np][1] = c;
+            np++;
+            if (++c == nch) il++, c = 0;
         }
+        if (!np) break;
         int rc = kv_chunk_encode_many(it, 2 * np, sp->tenant, &sp->m->family, EPOCH, sp->enc, sp->keys, sp->fam, err);
         if (rc) return rc;
         for (int i = 0; i < 2 * np; i++) {
             char name[80];
             chunk_name(ch[i].object_key, name);
             if ((rc = kv_writer_put(sp->w, name, sc->obj[i].p, sc->obj[i].n, err))) return rc;
-            kv_ref *f = &sp->refs[2 * il + i % 2][c0 + i / 2];
+            kv_ref *f = &sp->refs[2 * at[i / 2][0] + i % 2][at[i / 2][1]];
             memcpy(f->chunk_id, ch[i].chunk_id, 32);
             memcpy(f->object_key, ch[i].object_key, 32);
             memcpy(f->digest, ch[i].digest, 32);
@@ -818,8 +843,16 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
             complete += all * bpt;
         }
     }
-    /* the chunks: layers spread over threads, each writing its own files */
-    if ((rc = run_layers(save_layer, &sp, L, kv_threads(s), err))) goto done;
+    /* the chunks: groups of layers spread over threads, each writing its own files */
+    int *nchs = kv_alloc(mem, (size_t)L, sizeof(int)), n_groups;
+    sp.first = kv_alloc(mem, (size_t)L + 1, sizeof(int));
+    if (!nchs || !sp.first) {
+        rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        goto done;
+    }
+    for (int il = 0; il < L; il++) nchs[il] = (n - sp.lo[il] + T - 1) / T;
+    n_groups = group_units(nchs, L, KV_BATCH / 2, sp.first);
+    if ((rc = run_layers(save_group, &sp, n_groups, kv_threads(s), err))) goto done;
     *grp = (kv_group){1, (uint32_t)(2 * L), gkeys};
     m.schema = (kv_schema){.kind = 0, .n_states = (uint32_t)(2 * L), .states = rs, .n_groups = 1, .groups = grp,
                            .segment_bytes = total, .complete_bytes = complete};
@@ -869,6 +902,7 @@ typedef struct {
     const kv_keys *keys;
     uint8_t fam[32];
     mu_session *s;       /* NULL: verify only */
+    int *first;          /* [n_groups + 1] each group's first unit: layers (a session), else states */
 } read_plan;
 
 /* Chunks (si[i], c[i]) of the manifest read into the worker's buffers
@@ -898,48 +932,67 @@ static int open_chunks(read_plan *rp, scratch *sc, const uint32_t *si, const uin
     return kv_chunk_open_many(it, n, m->tenant, &m->family, rp->keys, rp->fam, err);
 }
 
-static int read_layer(void *plan, int il, void *scr, mu_err *err) {
+/* Group g: verify, its states' chunks; with a session, its layers' K
+ * and V chunks of up to 8 spans at a time (of one layer or several),
+ * verified together, then installed, positions in order. */
+static int read_group(void *plan, int g, void *scr, mu_err *err) {
     read_plan *rp = plan;
     scratch *sc = scr;
     const kv_manifest *m = rp->m;
     uint32_t si[KV_BATCH], ci[KV_BATCH];
     kv_dec_item it[KV_BATCH];
-    if (!rp->s) { /* verify: il is a state (any layout a pack may have) */
-        for (uint32_t c0 = 0; c0 < m->states[il].n_chunks; c0 += KV_BATCH) {
+    const int end = rp->first[g + 1];
+    if (!rp->s) { /* verify: units are states (any layout a pack may have) */
+        uint32_t st = (uint32_t)rp->first[g], c = 0;
+        while ((int)st < end) {
             int n = 0;
-            for (uint32_t c = c0; c < m->states[il].n_chunks && n < KV_BATCH; c++, n++) si[n] = (uint32_t)il, ci[n] = c;
-            int rc = open_chunks(rp, sc, si, ci, n, it, err);
+            for (; n < KV_BATCH && (int)st < end; n++) {
+                if (c >= m->states[st].n_chunks) { /* a state without chunks */
+                    st++, c = 0, n--;
+                    continue;
+                }
+                si[n] = st, ci[n] = c;
+                if (++c == m->states[st].n_chunks) st++, c = 0;
+            }
+            int rc = n ? open_chunks(rp, sc, si, ci, n, it, err) : 0;
             if (rc) return rc;
         }
         return 0;
     }
-    uint32_t sk = (uint32_t)(2 * il), sv = sk + 1;
-    if (sv >= m->n_states || m->states[sk].n_chunks != m->states[sv].n_chunks)
-        return kv_fail(err, KV_SEMANTICS, "layer %d: K and V states do not pair", il);
-    const uint32_t nch = m->states[sk].n_chunks;
-    for (uint32_t c0 = 0; c0 < nch;) {
+    int il = rp->first[g];
+    uint32_t c = 0;
+    while (il < end) {
         /* K and V of up to 8 spans, ending at a pair that covers other positions (verified, then refused) */
-        int np = 0;
+        int np = 0, lay[KV_BATCH / 2];
         bool unpaired = false;
-        while (c0 + (uint32_t)np < nch && np < KV_BATCH / 2 && !unpaired) {
-            uint32_t c = c0 + (uint32_t)np;
+        while (np < KV_BATCH / 2 && il < end && !unpaired) {
+            uint32_t sk = (uint32_t)(2 * il), sv = sk + 1;
+            if (sv >= m->n_states || m->states[sk].n_chunks != m->states[sv].n_chunks) {
+                if (np) break; /* the pairs before it first */
+                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V states do not pair", il);
+            }
+            if (c >= m->states[sk].n_chunks) { /* a layer without chunks */
+                il++, c = 0;
+                continue;
+            }
             const kv_span *a = &m->schema.states[sk].spans[c], *b = &m->schema.states[sv].spans[c];
             unpaired = a->token_start != b->token_start || a->token_count != b->token_count;
             si[2 * np] = sk, si[2 * np + 1] = sv, ci[2 * np] = ci[2 * np + 1] = c;
-            np++;
+            lay[np++] = il;
+            if (++c == m->states[sk].n_chunks) il++, c = 0;
         }
+        if (!np) continue;
         int rc = open_chunks(rp, sc, si, ci, 2 * np, it, err);
         if (rc) return rc;
         for (int k = 0; k < np; k++) {
             const kv_span *sp = it[2 * k].span;
             if (unpaired && k == np - 1)
-                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V chunks cover other positions", il);
-            if ((rc = mu_session_kv_write(rp->s, il, (int)sp->token_start, (int)sp->token_count,
+                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V chunks cover other positions", lay[k]);
+            if ((rc = mu_session_kv_write(rp->s, lay[k], (int)sp->token_start, (int)sp->token_count,
                                           (const uint16_t *)it[2 * k].plain, (const uint16_t *)it[2 * k + 1].plain,
                                           err)))
                 return rc;
         }
-        c0 += (uint32_t)np;
     }
     return 0;
 }
@@ -953,7 +1006,18 @@ static int read_chunks(const char *dir, const kv_manifest *m, const kv_keys *key
     if (kv_family_id(&m->family, rp.fam)) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
     rp.dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rp.dfd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", dir, strerror(errno));
-    int rc = run_layers(read_layer, &rp, (int)(s ? m->n_states / 2 : m->n_states), n_threads, err);
+    /* units: layers with a session (K and V chunk pairs), states without */
+    const int nu = (int)(s ? m->n_states / 2 : m->n_states);
+    int *cost = malloc(((size_t)nu + 1) * sizeof *cost), *first = malloc(((size_t)nu + 1) * sizeof *first);
+    int rc = cost && first ? 0 : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    for (int u = 0; !rc && u < nu; u++) cost[u] = (int)m->states[s ? 2 * u : u].n_chunks;
+    if (!rc) {
+        rp.first = first;
+        int ng = group_units(cost, nu, s ? KV_BATCH / 2 : KV_BATCH, first);
+        rc = run_layers(read_group, &rp, ng, n_threads, err);
+    }
+    free(cost);
+    free(first);
     close(rp.dfd);
     return rc;
 }
