@@ -179,11 +179,11 @@ static int gpu_rows(const mu_session *s, int il, int pos0, int n, uint16_t *k, u
  * than the row-at-a-time order on the 1B shape). */
 #define TILE_P 16
 #define TILE_I 16
+#if defined(__x86_64__)
 /* Whole tiles go through an AVX2 transpose on CPUs that have it
  * (rows_avx2.c: 16 elements a load); MUSER_ROWS=ref keeps the scalar loops
  * (tests compare the two). */
 static bool tile_avx2(void) {
-#if defined(__x86_64__)
     static atomic_int have = -1; /* sessions of several threads ask */
     int h = atomic_load_explicit(&have, memory_order_relaxed);
     if (h < 0) {
@@ -192,13 +192,13 @@ static bool tile_avx2(void) {
         atomic_store_explicit(&have, h, memory_order_relaxed);
     }
     return h;
-#else
-    return false;
-#endif
 }
+#endif
 
 static void cpu_rows(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, bool put) {
+#if defined(__x86_64__)
     const bool fast = tile_avx2();
+#endif
     const int nc = s->rows[il];
     const size_t nkv = (size_t)s->e->n_kv, cells = (size_t)nc;
     for (int done = 0; done < n;) {
