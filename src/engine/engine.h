@@ -104,6 +104,10 @@ int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err);
 
 /* Writes one position's K and V rows ([n_kv] F16 each) into the cache. */
 void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const uint16_t *v);
+#if defined(__x86_64__)
+/* dst[c * ds + r] = src[r * ss + c] for r, c < 16 (rows_avx2.c; AVX2 CPUs) */
+void mu_rows_tr16_avx2(const uint16_t *src, size_t ss, uint16_t *dst, size_t ds);
+#endif
 
 /* GPU backend (forward_gpu.c): upload the weights, run one batch. */
 int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *user, mu_err *err);

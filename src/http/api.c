@@ -607,6 +607,7 @@ static const jc_field sessions_continue[] = {
     F_("stop", JC_STR | JC_ARR, .elem = session_stop_elem),
     F_("ignore_eos", JC_BOOL),
     F_("logprobs", JC_BOOL),
+    F_("stream", JC_BOOL),
     END,
 };
 static const jc_field sessions_empty[] = {END}; /* save, restore */
