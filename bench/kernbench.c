@@ -12,6 +12,14 @@
  * skips the decode number)] [gemm activation rows (default 64)] [n (default
  * 2048)] [types, comma-separated names, e.g. Q4_K,Q6_K (default all)] [table
  * name (default all)]
+ *        kernbench dotn [n (default 2048)] [weight rows (default 1024)] [types]
+ *        [table name]: one thread, weights in the cache, for 1..16 activation
+ *        rows: vec_dotn over all the rows at once (the engine's solo
+ *        verification block) against the per-row loop the engine used before
+ *        (vec_dot2 pairs where the table has them, else vec_dot), as CPU
+ *        time, the best of interleaved repetitions, and its ratio to one
+ *        row of the per-row loop (1 + K rows: the cost of verifying K drafts
+ *        in decode steps of this matmul);
  *        kernbench attn [table name (default all)]: the attention kernels,
  *        one thread: mm_f16 tinyBLAS (n 128, 2048 cache rows x 64 query
  *        rows: K.Q) and ggml (n 2048, 128 rows x 8: V.softmax; n 128, 2048
@@ -176,6 +184,75 @@ static int attn_bench(const char *tab) {
     return 0;
 }
 
+/* ---- dotn mode ---------------------------------------------------------- */
+
+static int in_list(const char *list, const char *name);
+
+static void dotn_loop(const mu_kern *k, uint32_t t, int n, const uint8_t *w, size_t ws, int rows, const uint8_t *a,
+                      size_t as, int na, float *y, int use_dotn) {
+    if (use_dotn && na >= 2 && k->vec_dotn[t]) {
+        k->vec_dotn[t](n, w, ws, rows, a, as, na, y, (size_t)rows);
+        return;
+    }
+    for (int j = 0; j < na; j++) {
+        int r = 0;
+        for (; k->vec_dot2[t] && r + 2 <= rows; r += 2)
+            k->vec_dot2[t](n, w + (size_t)r * ws, w + (size_t)(r + 1) * ws, a + (size_t)j * as, y + (size_t)j * rows + r);
+        for (; r < rows; r++) y[(size_t)j * rows + r] = k->vec_dot[t](n, w + (size_t)r * ws, a + (size_t)j * as);
+    }
+}
+
+static int dotn_bench(int n, int rows, const char *only, const char *tab) {
+    static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_F16};
+    const mu_kern *tabs[8];
+    const int ntab = mu_kern_available(tabs, 8);
+    float *x = malloc((size_t)n * sizeof(float));
+    float *y = malloc((size_t)MU_DOTN_MAX * rows * sizeof(float)), *y2 = malloc((size_t)MU_DOTN_MAX * rows * sizeof(float));
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        const uint32_t t = types[ti], dt = mu_kern_dot_type(t);
+        if (only && !in_list(only, mu_type_get(t)->name)) continue;
+        const size_t ws = mu_type_row_bytes(t, n), as = mu_type_row_bytes(dt, n);
+        uint8_t *w = malloc(ws * rows), *a = malloc(as * MU_DOTN_MAX);
+        srand(7);
+        for (int r = 0; r < rows; r++) {
+            for (int i = 0; i < n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+            mu_quantize_row(t, x, w + (size_t)r * ws, n);
+        }
+        for (int j = 0; j < MU_DOTN_MAX; j++) {
+            for (int i = 0; i < n; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+            mu_kern_ref()->quant[dt](x, a + (size_t)j * as, n);
+        }
+        for (int k = 0; k < ntab; k++) {
+            if (tab && strcmp(tab, tabs[k]->name) != 0) continue;
+            if (!tabs[k]->vec_dotn[t]) continue;
+            double best[2][MU_DOTN_MAX + 1];
+            for (int na = 1; na <= MU_DOTN_MAX; na++) best[0][na] = best[1][na] = 1e9;
+            for (int rep = 0; rep < 15; rep++)
+                for (int na = 1; na <= MU_DOTN_MAX; na++)
+                    for (int v = 0; v < 2; v++) {
+                        const double c0 = cpu_now();
+                        dotn_loop(tabs[k], t, n, w, ws, rows, a, as, na, v ? y2 : y, v);
+                        const double c = cpu_now() - c0;
+                        best[v][na] = c < best[v][na] ? c : best[v][na];
+                    }
+            if (memcmp(y, y2, (size_t)MU_DOTN_MAX * rows * sizeof(float)))
+                fprintf(stderr, "kernbench: %s %s: vec_dotn differs from vec_dot\n", tabs[k]->name, mu_type_get(t)->name);
+            for (int na = 1; na <= MU_DOTN_MAX; na++)
+                printf("{\"table\": \"%s\", \"type\": \"%s\", \"n\": %d, \"rows\": %d, \"act_rows\": %d, "
+                       "\"per_row_ms\": %.4f, \"dotn_ms\": %.4f, \"per_row_ratio\": %.3f, \"dotn_ratio\": %.3f}\n",
+                       tabs[k]->name, mu_type_get(t)->name, n, rows, na, best[0][na] * 1e3, best[1][na] * 1e3,
+                       best[0][na] / best[0][1], best[1][na] / best[0][1]);
+            fflush(stdout);
+        }
+        free(w);
+        free(a);
+    }
+    free(x);
+    free(y);
+    free(y2);
+    return 0;
+}
+
 /* name is one of the comma-separated entries of list (exactly: "BF16" is not "F16") */
 static int in_list(const char *list, const char *name) {
     const size_t n = strlen(name);
@@ -191,6 +268,9 @@ static int in_list(const char *list, const char *name) {
 
 int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "attn")) return attn_bench(argc > 2 ? argv[2] : NULL);
+    if (argc > 1 && !strcmp(argv[1], "dotn"))
+        return dotn_bench(argc > 2 ? atoi(argv[2]) : 2048, argc > 3 ? atoi(argv[3]) : 1024, argc > 4 ? argv[4] : NULL,
+                          argc > 5 ? argv[5] : NULL);
     const int nt = argc > 1 ? atoi(argv[1]) : 2;
     const size_t mib = argc > 2 ? (size_t)atol(argv[2]) : 1024;
     static const uint32_t types[] = {MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_NVFP4, MU_T_F16, MU_T_BF16, MU_T_F32};

@@ -12,8 +12,12 @@
  * of many layers costs no forward pass; --only-raw skips the lossless codec.
  * --reps N: writes and restores per variant (default 3 and 5); medians and
  * minimums are reported, and the rows' copy out of and into a session alone.
+ * Each timed write makes a new pack (the previous one is removed first,
+ * untimed). MUSER_KV_SHA=ref hashes through OpenSSL one chunk at a time
+ * instead of the AVX-512 lanes (kvsha.c).
  * --kv-threads sets MUSER_KV_THREADS: the threads a pack write or restore
  * spreads its layers over (default: the engine's). */
+#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,6 +42,14 @@ static double cpu_s(void) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *f) {
+    (void)st, (void)flag, (void)f;
+    return remove(path);
+}
+/* the previous pack removed before a timed write: the write of a new pack,
+ * not the replacement of a generation (which also frees the old one's pages) */
+static void rm_rf(const char *dir) { nftw(dir, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
 static int cmp_d(const void *a, const void *b) {
     double x = *(const double *)a, y = *(const double *)b;
@@ -120,9 +132,9 @@ int main(int argc, char **argv) {
     uint64_t rows = 0;
     for (int il = 0; il < I->n_layer; il++) rows += I->swa_layers[il] && n > I->n_swa ? (uint64_t)I->n_swa : (uint64_t)n;
     uint64_t kv_bytes = rows * 2 * (uint64_t)I->n_head_kv * (uint64_t)I->head_dim * 2;
-    printf("{\"model\":\"%s\",\"kv_threads\":\"%s\",\"n_layer\":%d,\"tokens\":%d,\"ctx\":%d,\"kernels\":\"%s\",\"prefill_s\":%.3f,"
+    printf("{\"model\":\"%s\",\"sha\":\"%s\",\"kv_threads\":\"%s\",\"n_layer\":%d,\"tokens\":%d,\"ctx\":%d,\"kernels\":\"%s\",\"prefill_s\":%.3f,"
            "\"kv_bytes\":%llu,\"packs\":[",
-           model, getenv("MUSER_KV_THREADS") ? getenv("MUSER_KV_THREADS") : "engine", I->n_layer, n, ctx, mu_engine_kern_name(e), prefill_s, (unsigned long long)kv_bytes);
+           model, getenv("MUSER_KV_SHA") ? getenv("MUSER_KV_SHA") : "default", getenv("MUSER_KV_THREADS") ? getenv("MUSER_KV_THREADS") : "engine", I->n_layer, n, ctx, mu_engine_kern_name(e), prefill_s, (unsigned long long)kv_bytes);
     static const struct {
         int codec;
         bool plain;
@@ -139,6 +151,7 @@ int main(int argc, char **argv) {
         mu_kv_save_opts so = {.codec = var[v].codec, .plain = var[v].plain};
         double ws[MAX_REPS], wc[MAX_REPS];
         for (int k = 0; k < wreps; k++) {
+            rm_rf(dir);
             double a = now_s(), ac = cpu_s();
             if (mu_kv_pack_save(s, id, tok, n, key, &so, dir, &err)) die("save", &err);
             ws[k] = now_s() - a;
@@ -181,6 +194,7 @@ int main(int argc, char **argv) {
             die("chain base", &err);
         double dw[MAX_REPS], dr[MAX_REPS];
         for (int k = 0; k < wreps; k++) {
+            rm_rf(child);
             double a = cpu_s();
             if (mu_kv_pack_save(s, id, tok, n, key, &dl, child, &err)) die("delta", &err);
             dw[k] = cpu_s() - a;

@@ -4,8 +4,8 @@
 # model on the same host over loopback, time to first token with remote
 # prefill against local CPU prefill at 2K and 8K prompt tokens, the
 # fraction of the transfer hidden under the producer's compute and the
-# bytes per handoff, full and delta (a delta: the decoder's prefix cache
-# holds a 512-token prefix it prefilled itself, the node ships the rest).
+# bytes per handoff, full and delta (a delta: the decoder's slot holds a
+# 512-token prefix it prefilled itself, the node replays it and ships the rest).
 # Everything it measures goes under $OUT (default
 # ./lane-h200-out): lane-h200.jsonl (bench/lane's raw lines and
 # summaries), summary.txt, the producer's and servers' logs, the machine.

@@ -204,6 +204,9 @@ void mu_session_kv_bytes(const mu_session *s, int n_past, uint64_t *reserved, ui
 /* Forget everything after the first n positions. Fails with MU_E_STATE when
  * a sliding layer's ring no longer holds rows that position n would need. */
 int mu_session_truncate(mu_session *s, int n, mu_err *err);
+/* Whether mu_session_truncate(s, n) would succeed (reads only the position
+ * count and the geometry). */
+bool mu_session_can_truncate(const mu_session *s, int n);
 void mu_session_reset(mu_session *s);
 
 /* One session's share of a batch. Tokens are appended at n_past. */
@@ -232,6 +235,16 @@ typedef struct {
        enter the model where token embeddings would, before the embedding norm (llama.cpp's
        batch.embd); tokens may then be NULL. */
     const float *in_embd;
+    /* layer streaming (the prefill lane's producer, docs/lane.md): when set, called on
+       the forward's thread as soon as the K and V rows of layer il at positions
+       [pos0, pos0 + n) of this item's session are final, so they can be read
+       (mu_session_kv_read) and sent while the later layers compute. Layers come in
+       order, every position of the item once per layer. The CPU engine calls it per
+       chunk right after the layer writes its rows; the CUDA engine after the whole
+       forward (every layer of every position at once). It must not run a forward nor
+       change any session; reading the rows changes no result. */
+    void (*on_layer)(void *user, int il, int pos0, int n);
+    void *on_layer_user;
 } mu_batch_item;
 
 /* Runs the model over all items as one batch. Afterwards each session holds

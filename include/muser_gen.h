@@ -66,7 +66,7 @@ typedef enum {
     MU_EMBD_LAST,    /* the last token's row */
 } mu_embd_pooling;
 
-#define MU_GEN_MAX_STOPS 8   /* stop strings per request */
+#define MU_GEN_MAX_STOPS 64  /* stop strings per request (editor clients send a dozen or more) */
 
 /* Speculative decoding (docs/speculative.md): a job drafts tokens that
  * continue its output, and one forward of the target verifies the block;
@@ -110,8 +110,9 @@ typedef struct {
     const int32_t *forced;  /* the first n_forced generated tokens are these, not sampled (bench) */
     int n_forced;
     /* KV state installed instead of evaluating prompt[0, n_installed) (KV
-     * packs): called once on the engine thread with the slot's empty
-     * session; returns 0 after committing exactly n_installed positions
+     * packs, the prefill lane): called once on the engine thread with the
+     * slot's session, empty or (install_keep) holding the prompt's first
+     * install_keep positions; returns 0 after committing exactly n_installed positions
      * (0 < n_installed < n_prompt; the ids stand for them in the history);
      * an error ends the job with MU_FINISH_ERROR and its message, the
      * session reset. Not with n > 1 choices or keep_prefix. */
@@ -143,6 +144,15 @@ typedef struct {
      * never feeds the prefix cache, a slot save refuses it, and the jobs
      * that reuse it say so (mu_gen_stats.rows_class), until it is emptied. */
     const char *install_class;
+    /* with install, a delta on a live slot (the prefill lane, mu_sched_slot_hold): the job
+     * runs in the slot reserved for slot_ticket, whose session keeps its first install_keep
+     * positions (checked to be this prompt's) for the install to build on; 0: an empty session */
+    uint64_t slot_ticket;
+    int install_keep;
+    /* with install: > 0 when the installed positions [install_keep, n_installed) were computed
+     * in forwards of install_step tokens from install_keep (a prefill lane handoff), so the
+     * slot can describe its rows to a producer for a later delta (mu_sched_slot_hold) */
+    int install_step;
     mu_embd_pooling embd;   /* not OFF: evaluate the prompt, pool its final-norm rows, end with
                                MU_FINISH_STOP and no tokens (mu_job_embedding); one choice only.
                                Pooling other than LAST needs the whole prompt in one step
@@ -163,7 +173,8 @@ typedef struct {
     const int32_t *spec_script; /* MU_SPEC_SCRIPT: n_spec_script tokens (copied) */
     int n_spec_script;
     bool pin_slot;          /* run in slot id_slot (llama.cpp's id_slot), waiting for it while it is
-                               busy (jobs behind it that can run elsewhere go first); one choice only */
+                               busy (jobs behind it that can run elsewhere go first); with n choices
+                               only the first is pinned, as llama.cpp's child tasks */
     int id_slot;
     bool progress;          /* MU_EV_PROGRESS events while the prompt is evaluated (llama.cpp's
                                return_progress, the programs' progress lines); readers that leave
@@ -283,6 +294,31 @@ void mu_sched_free(mu_sched *s);
  * n (the caller answers 429). */
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err);
 
+/* The prefill lane's delta from a live slot (docs/lane.md "Delta handoff").
+ * Each slot knows the forwards that made the leading positions of its
+ * session as a producer can replay them (each a run of tokens, MU_RUN_SOLO
+ * when they ran as solo rows: a decode step, a verified draft block): a
+ * forward counts while the slot ran alone in it (or as solo rows), a lane
+ * handoff's steps count, a prefix from the cache, a pack or another slot
+ * does not. */
+#define MU_RUN_SOLO 0x80000000u
+typedef struct {
+    int slot;        /* the reserved slot; -1: none */
+    int n_have;      /* the prompt's positions it holds that a producer can replay */
+    uint32_t *runs;  /* malloc'ed: the forwards that made them, [length | MU_RUN_SOLO] */
+    int n_runs;
+    uint64_t ticket; /* mu_gen_req.slot_ticket */
+} mu_slot_hold;
+/* Finds the free slot that holds the longest replayable prefix of
+ * prompt[0, max_have) (one it can be cut back to) and reserves it for the
+ * job carrying h->ticket: no other job is admitted there until that job
+ * is, is cancelled while queued, or mu_sched_slot_unhold. Returns
+ * h->n_have (0: nothing held, nothing reserved). Any thread. */
+int mu_sched_slot_hold(mu_sched *s, const int32_t *prompt, int max_have, mu_slot_hold *h);
+/* Ends h's reservation unless a job took it, frees h->runs. NULL s or an
+ * empty h are fine. */
+void mu_sched_slot_unhold(mu_sched *s, mu_slot_hold *h);
+
 /* Waits up to timeout_ms (< 0: without limit) for the job's next event.
  * Returns 1 with *ev filled (its strings valid until the next call on j),
  * 0 on timeout. After the FINISH event it returns 0 at once. */
@@ -294,7 +330,8 @@ void mu_job_wait_end(mu_job *j);
  * in the queue ends at once (idempotent; any thread). */
 void mu_job_cancel(mu_job *j);
 /* Sets the reader's notification (fn NULL: none): fn(user) is called after
- * each event is queued for j, once the event is readable by mu_job_next, by
+ * each event is queued for j, once the event is readable by mu_job_next (the
+ * events of one accepted token become readable together: one call), by
  * the thread that queued it (the engine thread, or the thread whose
  * mu_job_cancel ended a queued job), outside the job's event lock. fn must be
  * quick and must not call any mu_job_* function on j. Events queued before

@@ -95,6 +95,10 @@ typedef struct {
     mu_kv_cache *cache;     /* the server's prefix cache (NULL: none): a request with keep_prefix whose
                                prompt's prefix of whole steps it holds gets a delta handoff (the node
                                ships only the rest); must outlive the lane */
+    mu_sched *sched;        /* the scheduler the requests go to (NULL: none): a request with keep_prefix
+                               whose prompt's prefix a free slot holds (chat turns, a conversation's next
+                               request) gets a delta handoff on that slot (mu_sched_slot_hold); must
+                               outlive the lane */
 } mu_lane_opts;
 /* Loads the node from the registry, this end's certificate and the replay
  * ledger. With mode LOCAL it does nothing and *out is NULL. */
@@ -103,10 +107,12 @@ void mu_lane_free(mu_lane *l);
 /* Before submitting q (one choice): fetches the KV of the prompt's whole
  * steps before its last token (another kernel class: all tokens but the
  * last) from the node, verifies all of it, and sets q->install /
- * install_user / install_free / n_installed / install_class (and clears
- * keep_prefix) so the slot installs it atomically. With keep_prefix and
- * o.cache, a prefix the cache holds is not shipped (a delta; the install
- * restores it from the cache). Returns 0 with q unchanged when the
+ * install_user / install_free / n_installed / install_class /
+ * install_step (and clears keep_prefix) so the slot installs it
+ * atomically. With keep_prefix, a prefix a free slot of o.sched holds is
+ * not shipped (a delta on that slot, reserved for q: slot_ticket,
+ * install_keep), else one o.cache holds (the install restores it from the
+ * cache). Returns 0 with q unchanged when the
  * prompt is local (shorter than a step, mode auto after a failure or with
  * the breaker open: *remote false); MU_E_IO/MU_E_STATE in mode remote when
  * the node fails, the message saying why. Thread-safe. */
@@ -115,6 +121,7 @@ typedef struct {
     uint64_t n_remote, n_failed, n_fallback, n_skipped_open, n_local_short, n_bytes;
     uint64_t n_cross_class;          /* of n_remote, rows of another kernel class (node_class) */
     uint64_t n_delta, n_delta_held;  /* of n_remote, delta handoffs, and the positions they did not ship */
+    uint64_t n_delta_slot;           /* of n_delta, deltas on a live slot (the others: from the prefix cache) */
     uint64_t n_local_cached;         /* prompts left to the reuse ladder: the cache held all but < a step */
     char node_class[32], own_class[32]; /* the node's kernel class as enrolled, this engine's */
     int breaker_failures, breaker_s; /* the breaker's settings */

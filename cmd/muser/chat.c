@@ -115,7 +115,6 @@ typedef struct {
     mu_engine *e;
     mu_sched *sched;         /* one slot: the conversation's KV state */
     mu_lane *lane;           /* --prefill auto|remote: a fresh session's prompt comes from a node */
-    bool lane_used;          /* a turn ran: the session holds the conversation (until fresh) */
     mu_sample_params sp;
     char *reasoning;         /* NULL: the template's default */
     char *system;            /* NULL: the template's default system text */
@@ -409,11 +408,11 @@ static int chat_turn(chat *c, const char *text) {
                     .n_forced = c->force ? c->n_force : 0,
                     .progress = cli_prefill_wanted()};
     g_interrupt = 0;
-    /* remote prefill for a fresh session only: later turns keep their
-     * prefix locally (the lane's delta handoffs come from a server's
-     * prefix cache, which chat has not) */
+    /* remote prefill: a fresh session's prompt, and a later turn's new
+     * tokens as a delta on the session's kept prefix (the node replays the
+     * forwards that made it; under a step of new tokens: local) */
     bool remote = false;
-    if (c->lane && (c->fresh || !c->lane_used) && mu_lane_prepare(c->lane, &q, &remote, &err)) {
+    if (c->lane && mu_lane_prepare(c->lane, &q, &remote, &err)) {
         cli_fail("muser chat: remote prefill failed: %s", err.msg);
         goto drop;
     }
@@ -426,7 +425,6 @@ static int chat_turn(chat *c, const char *text) {
         goto drop;
     }
     c->fresh = false;
-    c->lane_used = true;
 
     sb_clear(&c->content);
     sb_clear(&c->reasoning_text);
@@ -1019,7 +1017,7 @@ int cmd_chat(int argc, char **argv) {
         goto done;
     }
     mu_lane_opts lopts = {.mode = (mu_prefill_mode)lane.mode, .node = lane.node, .n_ctx = c.n_ctx,
-                          .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s};
+                          .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s, .sched = c.sched};
     if (mu_lane_new(c.e, model, &lopts, &c.lane, &err)) {
         cli_fail("muser chat: %s", err.msg);
         goto done;

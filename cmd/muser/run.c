@@ -18,11 +18,13 @@
  * (prob = softmax of the final logits, after logit scale and softcap); with
  * any --spec option also a last line {"timings": {...}} with the draft counts
  * (llama.cpp's draft_n, draft_n_accepted; draft_pos_n / draft_pos_accepted: per
- * draft position, how often it was checked and accepted). Without --json the
- * totals go to stderr. */
+ * draft position, how often it was checked and accepted; predicted_cpu_ms: the
+ * process's CPU time from the first token to the last, what a benchmark on a
+ * loaded machine compares). Without --json the totals go to stderr. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <jansson.h>
 
@@ -31,6 +33,12 @@
 #include "../../include/muser_lane.h"
 #include "cli.h"
 #include "prompt.h"
+
+static double process_cpu_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
 
 static int usage(void) {
     fprintf(stderr,
@@ -276,7 +284,9 @@ int cmd_run(int argc, char **argv) {
     }
     mu_gen_event ev;
     cli_prefill pf = {0};
+    double cpu_first = -1; /* process CPU time at the first token (ms) */
     while (job && mu_job_next(job, &ev, -1) == 1) {
+        if (ev.kind == MU_EV_TOKEN && cpu_first < 0) cpu_first = process_cpu_ms();
         if (ev.kind == MU_EV_PROGRESS) {
             cli_prefill_event(&pf, ev.n_done, ev.n_total);
         } else if (ev.kind == MU_EV_TOKEN && json) {
@@ -296,9 +306,10 @@ int cmd_run(int argc, char **argv) {
             }
             const mu_gen_stats *st = &ev.stats;
             if (spec_given && json) {
-                printf("{\"timings\": {\"predicted_n\": %d, \"predicted_ms\": %.3f, \"draft_n\": %d, "
-                       "\"draft_n_accepted\": %d, \"spec_steps\": %d",
-                       st->n_gen, st->gen_ms, st->n_draft, st->n_draft_accepted, st->n_spec_steps);
+                printf("{\"timings\": {\"predicted_n\": %d, \"predicted_ms\": %.3f, \"predicted_cpu_ms\": %.3f, "
+                       "\"draft_n\": %d, \"draft_n_accepted\": %d, \"spec_steps\": %d",
+                       st->n_gen, st->gen_ms, cpu_first < 0 ? 0.0 : process_cpu_ms() - cpu_first, st->n_draft,
+                       st->n_draft_accepted, st->n_spec_steps);
                 int np = MU_SPEC_DRAFT_MAX;
                 while (np > 0 && !st->n_draft_pos[np - 1]) np--;
                 for (int w = 0; w < 2; w++) {

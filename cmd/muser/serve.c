@@ -275,7 +275,7 @@ int cmd_serve(int argc, char **argv) {
     }
     mu_lane_opts lo = {.mode = (mu_prefill_mode)lane.mode, .node = lane.node, .n_ctx = n_ctx,
                        .breaker_failures = lane.breaker_n, .breaker_s = lane.breaker_s,
-                       .step = (int)batch, .cache = cache}; /* a delta handoff from the prefix cache */
+                       .step = (int)batch, .cache = cache, .sched = sched}; /* delta handoffs: a live slot, the prefix cache */
     if (mu_lane_new(e, model, &lo, &ln, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;

@@ -51,9 +51,11 @@ typedef struct {
     int *out_tok;    /* [T] chunk token of each output row */
     float **tok_embd; /* [T] where the token's final-norm row goes (mu_batch_item.embd), or NULL */
     const float **tok_in; /* [T] the token's input row (mu_batch_item.in_embd), or NULL: its embedding */
-    const mu_batch_item **tok_item; /* [T] the token's item when it captures layer inputs (feat), else NULL */
+    const mu_batch_item **tok_item; /* [T] the token's item when it captures layer inputs (feat) or
+                                       streams its layers (on_layer), else NULL */
     int *tok_idx;    /* [T] the token's index in its item */
     int n_feat_tok;  /* tokens of the chunk that capture layer inputs */
+    int n_layer_tok; /* tokens of the chunk whose item streams its layers (on_layer) */
     int t_solo;      /* chunk tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
     float *lg;       /* [MU_LOGIT_ROWS][n_vocab] raw logits */
 } mu_scratch;
@@ -102,6 +104,10 @@ int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err);
 
 /* Writes one position's K and V rows ([n_kv] F16 each) into the cache. */
 void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const uint16_t *v);
+#if defined(__x86_64__)
+/* dst[c * ds + r] = src[r * ss + c] for r, c < 16 (rows_avx2.c; AVX2 CPUs) */
+void mu_rows_tr16_avx2(const uint16_t *src, size_t ss, uint16_t *dst, size_t ds);
+#endif
 
 /* GPU backend (forward_gpu.c): upload the weights, run one batch. */
 int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *user, mu_err *err);

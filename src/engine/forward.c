@@ -169,16 +169,25 @@ static void job_matmul(void *arg, int ith, int nth) {
         const uint8_t *wd = w->data;
         mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
         /* rows [t_n, T) round as vec_dot; two or more of them (a solo
-         * block) go through vec_dotn, each weight row prepared once */
+         * block) go through vec_dotn, each weight block decoded once */
         const int t_n = t_g > t_b ? t_g : t_b;
         mu_vec_dotn_fn dotn = j->T - t_n >= 2 ? k->vec_dotn[w->type] : NULL;
+        /* dotn's activation rows in as few groups as possible, of near-equal
+         * counts; one group takes the thread's weight rows in one call (what
+         * a dotn prepares per call is shared by all of them), several go
+         * MM_BLOCK weight rows at a time, so the weights come from memory
+         * once and from the cache for the other groups */
+        const int n_grp = dotn ? (j->T - t_n + MU_DOTN_MAX - 1) / MU_DOTN_MAX : 0;
+        for (int r0 = lo; n_grp && r0 < hi; r0 += n_grp > 1 ? MM_BLOCK : hi - lo) {
+            const int nr = n_grp > 1 && hi - r0 > MM_BLOCK ? MM_BLOCK : hi - r0;
+            for (int t = t_n, g = n_grp; g > 0; g--) {
+                const int na = (j->T - t + g - 1) / g;
+                dotn(cols, wd + (size_t)r0 * rb, rb, nr, a + (size_t)t * as, as, na, y + (size_t)t * rows + r0, rows);
+                t += na;
+            }
+        }
         for (int r0 = lo; r0 < hi; r0 += MM_BLOCK) {
             int r1 = r0 + MM_BLOCK < hi ? r0 + MM_BLOCK : hi;
-            if (dotn)
-                for (int r = r0; r < r1; r++)
-                    for (int t = t_n; t < j->T; t += MU_DOTN_MAX)
-                        dotn(cols, wd + (size_t)r * rb, a + (size_t)t * as, as,
-                             j->T - t < MU_DOTN_MAX ? j->T - t : MU_DOTN_MAX, y + (size_t)t * rows + r, rows);
             for (int t = t_g; t < (dotn ? t_n : j->T); t++) {
                 mu_vec_dot_fn d = t < t_b ? dotb : dot;
                 int r = r0;
@@ -407,6 +416,18 @@ static void capture_feat(mu_engine *e, int T, int il) {
     }
 }
 
+/* Layer streaming (mu_batch_item.on_layer): layer il's rows of the chunk
+ * are in the cache; each streaming item hears of its run of positions. */
+static void layer_final(mu_engine *e, int T, int il) {
+    for (int t = 0; t < T;) {
+        const mu_batch_item *it = e->s.tok_item[t];
+        int u = t + 1;
+        while (u < T && e->s.tok_item[u] == it) u++;
+        if (it && it->on_layer) it->on_layer(it->on_layer_user, il, e->s.tok_pos[t], u - t);
+        t = u;
+    }
+}
+
 static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
     const mu_model_info *I = &e->m->info;
     mu_scratch *s = &e->s;
@@ -425,6 +446,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
         ph_mark(&pc, MU_PH_QKV);
         layer_job lj = {e, il, T};
         run_per_token(e, T, job_qk, &lj);
+        if (s->n_layer_tok) layer_final(e, T, il);
         ph_mark(&pc, MU_PH_ROPE);
         mu_attn_layer(e, il, T);
         ph_mark(&pc, MU_PH_ATTN);
@@ -548,7 +570,7 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
     if (e->gpu) return mu_forward_gpu(e, items, n_items, err);
     /* walk the items in chunks of at most MU_UBATCH tokens */
     int32_t chunk_tok[MU_UBATCH];
-    e->s.n_feat_tok = 0;
+    e->s.n_feat_tok = e->s.n_layer_tok = 0;
     int T = 0, t_solo = e->ubatch; /* from the first solo item on, every token is solo */
     bool seen_solo = false;
     for (int i = 0; i < n_items; i++) {
@@ -563,17 +585,18 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
             e->s.tok_sess[T] = s;
             e->s.tok_pos[T] = s->n_past;
             e->s.tok_embd[T] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;
-            e->s.tok_item[T] = it->feat ? it : NULL;
+            e->s.tok_item[T] = it->feat || it->on_layer ? it : NULL;
             e->s.tok_in[T] = it->in_embd ? it->in_embd + (size_t)t * I->n_embd : NULL;
             e->s.tok_idx[T] = t;
             e->s.n_feat_tok += it->feat != NULL;
+            e->s.n_layer_tok += it->on_layer != NULL;
             e->s.tok_out[T] = !out ? -1 : it->embd ? 0 : s->n_logits++;
             chunk_tok[T++] = it->in_embd ? 0 : it->tokens[t];
             s->n_past++; /* positions are assigned as tokens enter the chunk */
             if (T == e->ubatch) {
                 run_chunk(e, chunk_tok, T, t_solo);
                 T = 0;
-                e->s.n_feat_tok = 0;
+                e->s.n_feat_tok = e->s.n_layer_tok = 0;
                 t_solo = seen_solo ? 0 : e->ubatch;
             }
         }

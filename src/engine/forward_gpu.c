@@ -114,5 +114,10 @@ int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err
         return rc;
     }
     for (int i = 0; i < n_items; i++) items[i].s->n_past += items[i].n_tokens;
+    /* layer streaming (mu_batch_item.on_layer): the device computes a chunk's
+     * layers in one call, so every layer's rows are final only now */
+    for (int i = 0; i < n_items; i++)
+        for (int il = 0; il < I->n_layer && items[i].on_layer; il++)
+            items[i].on_layer(items[i].on_layer_user, il, items[i].s->n_past - items[i].n_tokens, items[i].n_tokens);
     return 0;
 }

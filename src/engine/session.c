@@ -11,6 +11,7 @@
  * cache does, so both attention products run along contiguous rows. */
 #include "engine.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -114,6 +115,15 @@ static int layer_lo(const mu_session *s, int il) {
     return lo > 0 ? lo : 0;
 }
 
+bool mu_session_can_truncate(const mu_session *s, int n) {
+    if (n < 0 || n > s->n_past) return false;
+    int need = n - s->e->m->info.n_swa + 1;
+    if (need < 0) need = 0;
+    for (int il = 0; il < s->e->m->info.n_layer; il++)
+        if (n < s->n_past && need < layer_lo(s, il)) return false;
+    return true;
+}
+
 int mu_session_truncate(mu_session *s, int n, mu_err *err) {
     if (n < 0 || n > s->n_past)
         return mu_fail(err, MU_E_ARG, "session: cannot truncate to %d (holds %d positions)", n, s->n_past);
@@ -178,7 +188,26 @@ static int gpu_rows(const mu_session *s, int il, int pos0, int n, uint16_t *k, u
  * than the row-at-a-time order on the 1B shape). */
 #define TILE_P 16
 #define TILE_I 16
+#if defined(__x86_64__)
+/* Whole tiles go through an AVX2 transpose on CPUs that have it
+ * (rows_avx2.c: 16 elements a load); MUSER_ROWS=ref keeps the scalar loops
+ * (tests compare the two). */
+static bool tile_avx2(void) {
+    static atomic_int have = -1; /* sessions of several threads ask */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        const char *e = getenv("MUSER_ROWS");
+        h = __builtin_cpu_supports("avx2") && !(e && !strcmp(e, "ref"));
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
+}
+#endif
+
 static void cpu_rows(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, bool put) {
+#if defined(__x86_64__)
+    const bool fast = tile_avx2();
+#endif
     const int nc = s->rows[il];
     const size_t nkv = (size_t)s->e->n_kv, cells = (size_t)nc;
     for (int done = 0; done < n;) {
@@ -191,6 +220,13 @@ static void cpu_rows(const mu_session *s, int il, int pos0, int n, uint16_t *k, 
                 const int tn = run - t0 < TILE_P ? run - t0 : TILE_P;
                 const size_t in = nkv - i0 < TILE_I ? nkv - i0 : TILE_I;
                 uint16_t *cell = s->vt[il] + i0 * cells + (size_t)(c0 + t0), *row = vr + (size_t)t0 * nkv + i0;
+#if defined(__x86_64__)
+                if (fast && tn == TILE_P && in == TILE_I) {
+                    if (put) mu_rows_tr16_avx2(row, nkv, cell, cells);
+                    else mu_rows_tr16_avx2(cell, cells, row, nkv);
+                    continue;
+                }
+#endif
                 if (put)
                     for (size_t i = 0; i < in; i++)
                         for (int p = 0; p < tn; p++) cell[i * cells + (size_t)p] = row[(size_t)p * nkv + i];

@@ -81,24 +81,32 @@ typedef struct {
     mu_kv_cache *cache;
     int32_t *tokens;
     mu_kv_lineage *lin; /* scratch: the slot's own lineage is the scheduler's */
+    /* a delta on a live slot: the session already holds [0, n_have) (mu_gen_req.install_keep) */
+    bool on_slot;
 } shadow;
 
 void mu_lane_shadow_free(void *user);
-/* On the engine thread, into an empty session: a delta's prefix from the
- * prefix cache, then the shipped rows, then the position count. */
+/* On the engine thread, into an empty session (a delta from the cache: its
+ * prefix first) or one that holds the delta's prefix (on a live slot),
+ * the shipped rows, then the position count. */
 int mu_lane_shadow_install(void *user, mu_session *s, mu_err *err);
 /* A TLS connection to the node, its certificate pinned. */
 int mu_lane_connect(tls_ctx *tls, const node_ref *n, int timeout_ms, conn **c, mu_err *err);
 /* An ABORT payload as the error it reports. */
 int mu_lane_peer_abort(const uint8_t *p, uint32_t len, mu_err *err);
 /* Asks the node for the rows of positions [n_have, n_ship) of tokens (the
- * producer computes all of [0, n_ship)); *out holds them, verified. */
-int mu_lane_fetch(mu_lane *l, const int32_t *tokens, int n_have, int n_ship, int n_ctx, shadow **out, mu_err *err);
+ * producer replays runs, the forwards that made the decoder's [0, n_have),
+ * then computes the rest in steps from n_have); *out holds them, verified. */
+int mu_lane_fetch(mu_lane *l, const int32_t *tokens, int n_have, const uint32_t *runs, int n_runs, int n_ship, int n_ctx,
+                  shadow **out, mu_err *err);
+/* The forwards of a delta from the prefix cache: steps of step from 0. */
+uint32_t *mu_lane_step_runs(int n_have, int step, int *n_runs);
 /* The lane to the registered node `node`. */
 int mu_lane_open(mu_engine *e, const char *model_path, const char *node, const mu_lane_opts *o, mu_lane **out,
                  mu_err *err);
-/* The positions the node prefills for a prompt of n tokens (0: none). */
-int mu_lane_ship_count(const mu_lane *l, int n);
+/* The positions the node prefills for a prompt of n tokens of which the
+ * decoder holds n_have (0: none). */
+int mu_lane_ship_count(const mu_lane *l, int n, int n_have);
 
 /* ---- the registry (lane_node.c) ---------------------------------------------------- */
 int mu_lane_registry_path(const char *name, char *out, size_t cap, mu_err *err);

@@ -45,7 +45,11 @@ void mu_lane_shadow_free(void *user) {
 int mu_lane_shadow_install(void *user, mu_session *s, mu_err *err) {
     shadow *sh = user;
     int rc = 0;
-    if (sh->n_have > 0) {
+    if (sh->n_have > 0 && sh->on_slot) {
+        if (mu_session_n_past(s) != sh->n_have)
+            rc = mu_fail(err, MU_E_STATE, "lane: delta: the slot holds %d positions, not the %d held", mu_session_n_past(s),
+                         sh->n_have);
+    } else if (sh->n_have > 0) {
         int src = 0, n = sh->cache && sh->lin ? mu_kv_cache_restore(sh->cache, s, sh->lin, sh->tokens, sh->n_have, 0, &src) : 0;
         if (n != sh->n_have)
             rc = mu_fail(err, MU_E_STATE, "lane: delta: the prefix cache restored %d positions, not the %d held", n, sh->n_have);
@@ -93,14 +97,22 @@ static int read_data_frame(conn *c, uint8_t **buf, size_t *cap, unsigned *type, 
 
 /* Asks the node for the rows of positions [n_have, n_ship) of tokens (the
  * producer computes all of [0, n_ship)); *out holds them, verified. */
-int mu_lane_fetch(mu_lane *l, const int32_t *tokens, int n_have, int n_ship, int n_ctx, shadow **out, mu_err *err) {
+uint32_t *mu_lane_step_runs(int n_have, int step, int *n_runs) {
+    *n_runs = 0;
+    uint32_t *r = malloc((size_t)(n_have / step + 1) * sizeof *r);
+    for (int p = 0; r && p < n_have; p += step) r[(*n_runs)++] = (uint32_t)(n_have - p < step ? n_have - p : step);
+    return r;
+}
+
+int mu_lane_fetch(mu_lane *l, const int32_t *tokens, int n_have, const uint32_t *runs, int n_runs, int n_ship, int n_ctx,
+                  shadow **out, mu_err *err) {
     const mu_model *model = mu_engine_model(l->e);
     conn *c = NULL;
     int rc = mu_lane_connect(l->tls, &l->node, l->o.timeout_ms, &c, err);
     if (rc) return rc;
     lane_hello h = {.version = LANE_VERSION, .ask = LANE_ASK_HANDOFF, .n_ctx = (uint32_t)n_ctx,
                     .step = (uint32_t)l->o.step, .n_have = (uint32_t)n_have, .n_ship = (uint32_t)n_ship,
-                    .tokens = (const uint32_t *)tokens};
+                    .tokens = (const uint32_t *)tokens, .n_runs = (uint32_t)n_runs, .runs = runs};
     memcpy(h.kclass, l->node.kclass, LANE_CLASS_LEN);
     RAND_bytes(h.request_id, 16);
     mu_kv_ident_digest(l->kid, n_ctx, h.identity, NULL);
@@ -120,6 +132,7 @@ int mu_lane_fetch(mu_lane *l, const int32_t *tokens, int n_have, int n_ship, int
     memcpy(want->request_id, h.request_id, 16);
     memcpy(want->identity, h.identity, 32);
     lane_token_digest((const uint32_t *)tokens, (uint32_t)n_ship, want->token_digest);
+    lane_runs_digest(runs, (uint32_t)n_runs, want->runs_digest);
     memcpy(want->kclass, h.kclass, LANE_CLASS_LEN);
     want->n_ctx = h.n_ctx;
     want->step = h.step;
@@ -151,9 +164,9 @@ int mu_lane_fetch(mu_lane *l, const int32_t *tokens, int n_have, int n_ship, int
                      m->kclass, want->kclass);
         goto out;
     }
-    if (!lane_eq(m->token_digest, want->token_digest, 32) || m->n_ctx != want->n_ctx || m->step != want->step ||
-        m->n_ship != want->n_ship || m->n_have != want->n_have) {
-        rc = mu_fail(err, MU_E_STATE, "lane: request: the handoff's tokens, context or step differ from the request");
+    if (!lane_eq(m->token_digest, want->token_digest, 32) || !lane_eq(m->runs_digest, want->runs_digest, 32) ||
+        m->n_ctx != want->n_ctx || m->step != want->step || m->n_ship != want->n_ship || m->n_have != want->n_have) {
+        rc = mu_fail(err, MU_E_STATE, "lane: request: the handoff's tokens, held prefix, context or step differ from the request");
         goto out;
     }
     if (m->key_epoch != want->key_epoch) {
@@ -326,17 +339,17 @@ void mu_lane_free(mu_lane *l) {
  * token but the last (the answer is local prefill's under the tie-aware
  * rule either way, and the decoder then computes one token, not up to a
  * step: the point of a fast producer). */
-int mu_lane_ship_count(const mu_lane *l, int n) {
-    int step = l->o.step;
-    if (n - 1 < step) return 0;
-    return strcmp(l->node.kclass, l->own_class) ? n - 1 : (n - 1) / step * step;
+int mu_lane_ship_count(const mu_lane *l, int n, int n_have) {
+    int step = l->o.step, left = n - 1 - n_have;
+    if (left < step) return 0;
+    return strcmp(l->node.kclass, l->own_class) ? n - 1 : n_have + left / step * step;
 }
 
 int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
     *remote = false;
     if (!l || l->o.mode == MU_PREFILL_LOCAL || q->install || q->embd) return 0;
     if (q->n_prompt >= l->o.n_ctx) return 0; /* the scheduler refuses it: no handoff for nothing */
-    int n_ship = mu_lane_ship_count(l, q->n_prompt);
+    int n_ship = mu_lane_ship_count(l, q->n_prompt, 0);
     pthread_mutex_lock(&l->mu);
     if (n_ship < 1) {
         l->st.n_local_short++;
@@ -349,11 +362,29 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
         return 0;
     }
     pthread_mutex_unlock(&l->mu);
-    /* a delta: the prefix cache holds a prefix (pinned from here), the node
-     * ships the rest; only for requests that reuse a cached prefix anyway */
-    int n_have = q->keep_prefix && l->o.cache ? mu_kv_cache_hold(l->o.cache, q->prompt, n_ship, l->o.step) : 0;
-    if (n_have > 0 && n_ship - n_have < l->o.step) { /* less than a step to gain: the reuse ladder's job */
-        mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false);
+    /* a delta, only for requests that reuse a prefix anyway: a free slot
+     * holds a prefix (reserved for q from here), else the prefix cache (pinned
+     * from here); the node replays the forwards that made it and ships the rest */
+    mu_slot_hold hold = {.slot = -1};
+    int n_have = 0, n_runs = 0;
+    uint32_t *step_runs = NULL; /* a delta from the cache: steps from 0 */
+    const uint32_t *runs = NULL;
+    if (q->keep_prefix && l->o.sched && mu_sched_slot_hold(l->o.sched, q->prompt, q->n_prompt - 1, &hold) < l->o.step)
+        mu_sched_slot_unhold(l->o.sched, &hold); /* nothing worth a delta there */
+    if (hold.n_have > 0) {
+        n_have = hold.n_have;
+        n_ship = mu_lane_ship_count(l, q->n_prompt, n_have);
+        runs = hold.runs;
+        n_runs = hold.n_runs;
+    } else if (q->keep_prefix && l->o.cache) {
+        n_have = mu_kv_cache_hold(l->o.cache, q->prompt, n_ship, l->o.step);
+        if (n_have > 0 && n_ship - n_have < l->o.step) n_ship = 0;
+        else if (n_have > 0 && !(runs = step_runs = mu_lane_step_runs(n_have, l->o.step, &n_runs))) n_ship = 0;
+        if (n_have > 0 && !n_ship) mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false);
+    }
+    if (n_ship < 1) { /* less than a step to gain: the reuse ladder's job */
+        mu_sched_slot_unhold(l->o.sched, &hold);
+        free(step_runs);
         pthread_mutex_lock(&l->mu);
         l->st.n_local_cached++;
         pthread_mutex_unlock(&l->mu);
@@ -361,8 +392,20 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
     }
     shadow *sh = NULL;
     mu_err e2 = {0};
-    int rc = mu_lane_fetch(l, q->prompt, n_have, n_ship, l->o.n_ctx, &sh, &e2);
-    if (!rc && n_have > 0) {
+    int rc = mu_lane_fetch(l, q->prompt, n_have, runs, n_runs, n_ship, l->o.n_ctx, &sh, &e2);
+    const bool on_slot = hold.n_have > 0;
+    if (on_slot) { /* the reservation goes with the request, or ends */
+        if (rc) {
+            mu_sched_slot_unhold(l->o.sched, &hold);
+        } else {
+            sh->on_slot = true;
+            q->slot_ticket = hold.ticket;
+            q->install_keep = n_have;
+            free(hold.runs);
+        }
+    }
+    free(step_runs);
+    if (!rc && n_have > 0 && !on_slot) {
         sh->cache = l->o.cache;
         if (!(sh->tokens = malloc((size_t)n_have * sizeof *sh->tokens)) ||
             mu_kv_lineage_new(l->o.cache, l->o.n_ctx, &sh->lin, &e2)) {
@@ -375,7 +418,7 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
             memcpy(sh->tokens, q->prompt, (size_t)n_have * sizeof *sh->tokens);
         }
     }
-    if (n_have > 0 && !(sh && sh->tokens)) mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false); /* not handed on */
+    if (n_have > 0 && !on_slot && !(sh && sh->tokens)) mu_kv_cache_pin(l->o.cache, q->prompt, n_have, false); /* not handed on */
     pthread_mutex_lock(&l->mu);
     if (rc) {
         l->st.n_failed++;
@@ -391,6 +434,7 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
         l->st.n_bytes += sh->wire_bytes;
         if (sh->cross) l->st.n_cross_class++;
         if (n_have > 0) l->st.n_delta++, l->st.n_delta_held += (uint64_t)n_have;
+        if (on_slot) l->st.n_delta_slot++;
     }
     pthread_mutex_unlock(&l->mu);
     if (rc) {
@@ -403,6 +447,7 @@ int mu_lane_prepare(mu_lane *l, mu_gen_req *q, bool *remote, mu_err *err) {
     q->install_free = mu_lane_shadow_free;
     q->n_installed = n_ship;
     q->install_class = sh->cross ? sh->kclass : NULL;
+    q->install_step = l->o.step;
     q->keep_prefix = false;
     *remote = true;
     return 0;
@@ -446,17 +491,19 @@ int mu_lane_metrics(mu_lane *l, char *buf, size_t cap) {
                      "muser:lane_cross_class_total %llu\n"
                      "# HELP muser:lane_node_info The node's kernel class as enrolled and this decoder's.\n# TYPE muser:lane_node_info gauge\n"
                      "muser:lane_node_info{node_class=\"%s\",decoder_class=\"%s\"} 1\n"
-                     "# HELP muser:lane_delta_total Delta handoffs: the prefix cache held a prefix, the node shipped the rest.\n# TYPE muser:lane_delta_total counter\n"
+                     "# HELP muser:lane_delta_total Delta handoffs: a live slot or the prefix cache held a prefix, the node shipped the rest.\n# TYPE muser:lane_delta_total counter\n"
                      "muser:lane_delta_total %llu\n"
-                     "# HELP muser:lane_delta_held_positions_total Positions delta handoffs did not ship (the cache held them).\n# TYPE muser:lane_delta_held_positions_total counter\n"
+                     "# HELP muser:lane_delta_slot_total Delta handoffs on a live slot's prefix (chat turns, a conversation's next request).\n# TYPE muser:lane_delta_slot_total counter\n"
+                     "muser:lane_delta_slot_total %llu\n"
+                     "# HELP muser:lane_delta_held_positions_total Positions delta handoffs did not ship (the decoder held them).\n# TYPE muser:lane_delta_held_positions_total counter\n"
                      "muser:lane_delta_held_positions_total %llu\n"
-                     "# HELP muser:lane_local_cached_total Prompts left to the prefix cache: it held all but less than a step.\n# TYPE muser:lane_local_cached_total counter\n"
+                     "# HELP muser:lane_local_cached_total Prompts left to the reuse ladder: a slot or the cache held all but less than a step.\n# TYPE muser:lane_local_cached_total counter\n"
                      "muser:lane_local_cached_total %llu\n",
                      (unsigned long long)s.n_remote, (unsigned long long)s.n_failed, (unsigned long long)s.n_fallback,
                      (unsigned long long)s.n_skipped_open, (unsigned long long)s.n_local_short,
                      (unsigned long long)s.n_bytes, s.open ? 1 : 0, s.breaker_failures, s.breaker_s,
                      (unsigned long long)s.n_cross_class, s.node_class, s.own_class, (unsigned long long)s.n_delta,
-                     (unsigned long long)s.n_delta_held, (unsigned long long)s.n_local_cached);
+                     (unsigned long long)s.n_delta_slot, (unsigned long long)s.n_delta_held, (unsigned long long)s.n_local_cached);
     return n < 0 ? 0 : n >= (int)cap ? (int)cap - 1 : n;
 }
 

@@ -187,7 +187,7 @@ static int tie_compare(mu_engine *e, mu_session *ref, mu_session *ours, tie_resu
 static int qualify_run(mu_lane *l, int L, uint64_t seed, json_t *runs, mu_err *err) {
     const mu_model *m = mu_engine_model(l->e);
     const mu_model_info *I = mu_model_get_info(m);
-    int step = l->o.step, n_ctx = l->o.n_ctx, n_ship = mu_lane_ship_count(l, L);
+    int step = l->o.step, n_ctx = l->o.n_ctx, n_ship = mu_lane_ship_count(l, L, 0);
     int32_t *t = malloc((size_t)L * sizeof *t);
     mu_session *a = NULL, *b = NULL;
     shadow *sh = NULL;
@@ -198,7 +198,7 @@ static int qualify_run(mu_lane *l, int L, uint64_t seed, json_t *runs, mu_err *e
     int rc = t ? 0 : mu_fail(err, MU_E_NOMEM, "node: out of memory");
     if (!rc) gen_prompt(m, seed, t, L);
     double t0 = wall_ms();
-    if (!rc) rc = mu_lane_fetch(l, t, 0, n_ship, n_ctx, &sh, err);
+    if (!rc) rc = mu_lane_fetch(l, t, 0, NULL, 0, n_ship, n_ctx, &sh, err);
     double t1 = wall_ms();
     if (!rc) rc = mu_session_new(l->e, n_ctx, &a, err);
     if (!rc) rc = prefill_local(l->e, a, t, 0, n_ship, step, err);

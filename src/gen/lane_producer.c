@@ -1,15 +1,16 @@
 /* lane_producer.c: the prefill lane's producer (include/muser_lane.h,
  * docs/lane.md "The producer"): accept, pin, queue and the busy answer,
  * enrollment on the producer's side, the handoff (a session per handoff,
- * the forwards step by step, each step's rows handed to a sender thread),
- * the tamper and class test hooks.
+ * the forwards step by step, each layer's rows handed to a sender thread
+ * from inside the forward as soon as they are final), the tamper and class
+ * test hooks.
  * Owns: the producer's threads, its peers file (<home>/lane/peers), the
  * generation counter. Does not own: the wire (src/net), what the decoder
  * does with the rows (lane_decoder.c).
- * Design: the worker computes step k+1 while the sender writes step k's
- * frames (two steps deep at most), so memory is bounded and the transfer
- * runs under the compute; the identity and the kernel class are checked
- * before any forward. */
+ * Design: the sender writes (and digests) a layer's frame while the worker
+ * computes the next layers and steps (two finished steps queued at most),
+ * so memory is bounded and the transfer runs under the compute; the
+ * identity and the kernel class are checked before any forward. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -52,7 +53,7 @@ typedef struct {
 /* test hook (docs/lane.md "Tamper hook"): MUSER_LANE_TAMPER is a comma-
  * separated list, entry k acting on the producer's k-th handoff since it
  * started: KIND:FRAME[:OFFSET] or "none". */
-typedef enum { T_NONE, T_FLIP, T_TRUNCATE, T_DROP, T_DUP, T_REORDER, T_KILL, T_STALE, T_REPLAY, T_EPOCH } tamper_kind;
+typedef enum { T_NONE, T_FLIP, T_TRUNCATE, T_DROP, T_DUP, T_REORDER, T_KILL, T_STALE, T_REPLAY, T_EPOCH, T_RUNS } tamper_kind;
 #define MAX_TAMPER 64
 typedef struct {
     tamper_kind kind;
@@ -97,7 +98,8 @@ static void parse_tamper(mu_producer *p) {
     const char *s = getenv("MUSER_LANE_TAMPER");
     static const struct { const char *n; tamper_kind k; } K[] = {
         {"none", T_NONE}, {"flip", T_FLIP}, {"truncate", T_TRUNCATE}, {"drop", T_DROP}, {"duplicate", T_DUP},
-        {"reorder", T_REORDER}, {"kill", T_KILL}, {"stale", T_STALE}, {"replay", T_REPLAY}, {"epoch", T_EPOCH}};
+        {"reorder", T_REORDER}, {"kill", T_KILL}, {"stale", T_STALE}, {"replay", T_REPLAY}, {"epoch", T_EPOCH},
+        {"runs", T_RUNS}};
     while (s && *s && p->n_tam < MAX_TAMPER) {
         char kind[32] = "";
         unsigned long fr = 0, off = 0;
@@ -195,6 +197,8 @@ typedef struct {
     double comp_t0;  /* > 0 while the worker runs a step */
     double (*iv)[2]; /* the worker's finished steps [start, end] */
     int n_iv, cap_iv;
+    uint8_t (*dg)[32]; /* each LAYER payload's digest, in seq order (the sender's) */
+    uint32_t n_dg, cap_dg;
 } out_stream;
 
 /* Sender, o->mu held: the part of the write [t0, t1] that ran while the
@@ -323,7 +327,12 @@ static void *sender_main(void *arg) {
         int rc = 0;
         mu_err e = {0};
         double t0 = mu_lane_now_s();
-        if (!last_of_step && !o->failed) rc = put_frame(o, f->type, f->p, f->n, &e);
+        if (f->type == LANE_LAYER && !o->failed) { /* its digest, before any tampering */
+            if (o->n_dg < o->cap_dg) lane_sha256(f->p, f->n, o->dg[o->n_dg]);
+            else rc = mu_fail(&e, MU_E_STATE, "lane: internal: more chunks than declared");
+            o->n_dg++;
+        }
+        if (!last_of_step && !o->failed && !rc) rc = put_frame(o, f->type, f->p, f->n, &e);
         double t1 = mu_lane_now_s();
         free(f->p);
         free(f);
@@ -365,6 +374,57 @@ static uint64_t next_generation(mu_producer *p, bool stale) {
     return g;
 }
 
+/* Layer streaming: the state of one step's forward as its layers finish. */
+typedef struct {
+    mu_producer *p;
+    out_stream *o;
+    mu_session *s;
+    const lane_manifest *m;
+    uint32_t a, b; /* the step */
+    uint32_t chunk; /* LAYER frames made so far: the next seq */
+    int rc;         /* the first failure (a forward does not stop for it) */
+    mu_err err;
+} layer_tap;
+
+/* mu_batch_item.on_layer, on the engine's thread inside the step's forward:
+ * once layer il's rows of the whole step [a, b) are final (a step of more
+ * than one engine chunk: at its last chunk), its frame, the positions
+ * [max(a, lo), b), goes to the sender. The wire order (for each step, for
+ * each layer) is the order the forward finishes them in. */
+static void layer_final(void *user, int il, int pos0, int n) {
+    layer_tap *t = user;
+    const lane_manifest *m = t->m;
+    if (t->rc || (uint32_t)(pos0 + n) < t->b) return;
+    uint32_t lo = m->layers[il].lo > t->a ? m->layers[il].lo : t->a;
+    if (lo >= t->b) return;
+    uint32_t cnt = t->b - lo;
+    size_t len = LANE_LAYER_HDR + 2 * (size_t)cnt * m->row_bytes;
+    frame_item *f = malloc(sizeof *f);
+    uint8_t *pl = f ? malloc(len) : NULL;
+    if (!pl) {
+        free(f);
+        t->rc = mu_fail(&t->err, MU_E_NOMEM, "lane: out of memory");
+        return;
+    }
+    lane_layer_header(pl, t->chunk, (uint32_t)il, lo, cnt);
+    t->rc = mu_session_kv_read(t->s, il, (int)lo, (int)cnt, (uint16_t *)(pl + LANE_LAYER_HDR),
+                               (uint16_t *)(pl + LANE_LAYER_HDR + (size_t)cnt * m->row_bytes), &t->err);
+    if (t->rc) {
+        free(pl);
+        free(f);
+        return;
+    }
+    if (t->p->perturb && t->chunk == 0) /* test hook: rows that differ from this engine's in one bit, sealed */
+        pl[LANE_LAYER_HDR + (size_t)cnt * m->row_bytes] ^= 1;
+    t->chunk++;
+    *f = (frame_item){LANE_LAYER, pl, len, NULL};
+    out_stream *o = t->o;
+    pthread_mutex_lock(&o->mu);
+    push(o, f);
+    pthread_cond_broadcast(&o->cv);
+    pthread_mutex_unlock(&o->mu);
+}
+
 static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h, mu_err *err) {
     const mu_model_info *I = mu_model_get_info(p->m);
     uint32_t *tokens = malloc(4 * (size_t)h->n_ship);
@@ -394,6 +454,7 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         return rc;
     }
     lane_manifest *m = calloc(1, sizeof *m);
+    uint32_t *runs = NULL;
     mu_session *s = NULL;
     uint8_t(*dg)[32] = NULL;
     uint8_t *buf = NULL;
@@ -412,6 +473,13 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     memcpy(m->request_id, h->request_id, 16);
     memcpy(m->identity, h->identity, 32);
     lane_token_digest(tokens, h->n_ship, m->token_digest);
+    if (!(runs = malloc(4 * (size_t)(h->n_runs ? h->n_runs : 1)))) {
+        rc = mu_fail(err, MU_E_NOMEM, "lane: out of memory");
+        goto out;
+    }
+    lane_hello_runs(h, runs);
+    if (tam.kind == T_RUNS && h->n_runs) runs[0] ^= LANE_RUN_SOLO; /* replays another split, says so, sealed */
+    lane_runs_digest(runs, h->n_runs, m->runs_digest);
     memcpy(m->kclass, p->kclass, LANE_CLASS_LEN);
     m->n_ctx = h->n_ctx;
     m->step = h->step;
@@ -424,6 +492,8 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         rc = mu_fail(err, MU_E_NOMEM, "lane: out of memory");
         goto out;
     }
+    o.dg = dg;
+    o.cap_dg = m->n_chunks;
     if ((rc = mu_session_new(p->e, (int)h->n_ctx, &s, err))) {
         send_abort(c, LANE_ABORT_INTERNAL, "internal: cannot make a session of that context");
         goto out;
@@ -437,8 +507,21 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
     }
     sender = true;
     int32_t *ids = (int32_t *)tokens; /* ids < n_vocab: the same bits */
-    uint32_t chunk = 0;
-    for (uint64_t a = 0; a < m->n_ship && !rc; a += m->step) {
+    /* a delta: the decoder's held prefix, forward by forward as it made it
+     * (solo runs as solo rows), so the rows above it attend to the same bits */
+    uint32_t pos = 0;
+    for (uint32_t r = 0; r < h->n_runs && !rc; r++) {
+        uint32_t len = runs[r] & ~LANE_RUN_SOLO;
+        double tc = mu_lane_now_s();
+        pthread_mutex_lock(&p->engine_mu);
+        mu_batch_item it = {.s = s, .tokens = ids + pos, .n_tokens = (int)len, .solo = (runs[r] & LANE_RUN_SOLO) != 0};
+        rc = mu_forward(p->e, &it, 1, err);
+        pthread_mutex_unlock(&p->engine_mu);
+        compute_s += mu_lane_now_s() - tc;
+        pos += len;
+    }
+    layer_tap tap = {.p = p, .o = &o, .s = s, .m = m};
+    for (uint64_t a = m->n_have; a < m->n_ship && !rc; a += m->step) {
         uint32_t b = (uint32_t)(a + m->step < m->n_ship ? a + m->step : m->n_ship);
         /* the pipeline is two steps deep: wait while the sender is behind */
         pthread_mutex_lock(&o.mu);
@@ -448,36 +531,22 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         o.comp_t0 = tc;
         pthread_mutex_unlock(&o.mu);
         if (failed) break;
+        tap.a = (uint32_t)a;
+        tap.b = b;
         pthread_mutex_lock(&p->engine_mu);
-        mu_batch_item it = {.s = s, .tokens = ids + a, .n_tokens = (int)(b - a)};
+        /* each layer's frame goes to the sender from inside the forward, as
+         * soon as the layer's rows of the step are final (layer_final) */
+        mu_batch_item it = {.s = s, .tokens = ids + a, .n_tokens = (int)(b - a), .on_layer = layer_final,
+                            .on_layer_user = &tap};
         rc = mu_forward(p->e, &it, 1, err);
-        frame_item *fl = NULL, **tail = &fl;
-        for (uint32_t l = 0; l < m->n_layer && !rc; l++) {
-            uint32_t lo = m->layers[l].lo > a ? m->layers[l].lo : (uint32_t)a;
-            if (lo >= b) continue;
-            uint32_t n = b - lo;
-            size_t len = LANE_LAYER_HDR + 2 * (size_t)n * m->row_bytes;
-            frame_item *f = malloc(sizeof *f);
-            uint8_t *pl = f ? malloc(len) : NULL;
-            if (!pl) {
-                free(f);
-                rc = mu_fail(err, MU_E_NOMEM, "lane: out of memory");
-                break;
-            }
-            lane_layer_header(pl, chunk, l, lo, n);
-            rc = mu_session_kv_read(s, (int)l, (int)lo, (int)n, (uint16_t *)(pl + LANE_LAYER_HDR),
-                                    (uint16_t *)(pl + LANE_LAYER_HDR + (size_t)n * m->row_bytes), err);
-            if (p->perturb && chunk == 0) /* test hook: rows that differ from this engine's in one bit, sealed */
-                pl[LANE_LAYER_HDR + (size_t)n * m->row_bytes] ^= 1;
-            lane_sha256(pl, len, dg[chunk]);
-            chunk++;
-            *f = (frame_item){LANE_LAYER, pl, len, NULL};
-            *tail = f;
-            tail = &f->next;
-        }
         pthread_mutex_unlock(&p->engine_mu);
+        if (!rc && tap.rc) {
+            rc = tap.rc;
+            *err = tap.err;
+        }
         double te = mu_lane_now_s();
         compute_s += te - tc;
+        frame_item *end = calloc(1, sizeof *end); /* type 0: the step's end marker */
         pthread_mutex_lock(&o.mu);
         if (o.n_iv == o.cap_iv) {
             int nc = o.cap_iv ? 2 * o.cap_iv : 64;
@@ -486,14 +555,6 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         }
         if (o.n_iv < o.cap_iv) o.iv[o.n_iv][0] = tc, o.iv[o.n_iv][1] = te, o.n_iv++;
         o.comp_t0 = 0;
-        pthread_mutex_unlock(&o.mu);
-        frame_item *end = calloc(1, sizeof *end); /* type 0: the step's end marker */
-        pthread_mutex_lock(&o.mu);
-        while (fl) {
-            frame_item *nx = fl->next;
-            push(&o, fl);
-            fl = nx;
-        }
         if (end) {
             push(&o, end);
             o.queued_steps++;
@@ -502,6 +563,7 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         pthread_mutex_unlock(&o.mu);
         if (!end && !rc) rc = mu_fail(err, MU_E_NOMEM, "lane: out of memory");
     }
+    uint32_t chunk = tap.chunk;
     pthread_mutex_lock(&o.mu);
     o.done = true;
     pthread_cond_broadcast(&o.cv);
@@ -512,7 +574,8 @@ static int handoff(mu_producer *p, conn *c, const peer *pr, const lane_hello *h,
         *err = o.err;
         rc = o.err.code ? o.err.code : MU_E_IO;
     }
-    if (!rc && chunk != m->n_chunks) rc = mu_fail(err, MU_E_STATE, "lane: internal: %u chunks made, %u declared", chunk, m->n_chunks);
+    if (!rc && (chunk != m->n_chunks || o.n_dg != chunk))
+        rc = mu_fail(err, MU_E_STATE, "lane: internal: %u chunks made, %u digested, %u declared", chunk, o.n_dg, m->n_chunks);
     double ts = mu_lane_now_s();
     if (!rc && !(rc = lane_seal_encode(m, (const uint8_t(*)[32])dg, pr->key, &buf, &bn, err)))
         rc = put_frame(&o, LANE_SEAL, buf, bn, err);
@@ -566,6 +629,7 @@ out:
     free(buf);
     free(dg);
     free(m);
+    free(runs);
     free(tokens);
     return rc;
 }

@@ -95,6 +95,8 @@ struct mu_job {
     void *save_user;
     void (*save_free)(void *user);
     const char *install_class; /* mu_gen_req.install_class (lives as long as install_user) */
+    uint64_t ticket;      /* mu_gen_req.slot_ticket: the slot reserved for it (0: none) */
+    int install_keep, install_step; /* mu_gen_req */
     int max_new;          /* most tokens the job may generate */
     mu_spec spec;
     int draft_max, draft_min;
@@ -111,6 +113,9 @@ struct mu_job {
     /* events, guarded by mu */
     qev *evs;
     int n_ev, cap_ev, n_read;
+    int n_pub;            /* events readable: a token's events (its TOKEN, TEXT, ...) become
+                             readable together, when mu_gen_accept returns (job_hold) */
+    bool holding;         /* the engine thread is inside mu_gen_accept: events wait for it */
     char *arena;
     size_t n_arena, cap_arena;
     bool ended;           /* FINISH queued */
@@ -160,6 +165,12 @@ typedef struct {
     char rows_class[32];  /* "" or the other kernel class whose rows the session holds (a cross-class
                              lane handoff): no capture into the prefix cache, no slot save, and the
                              jobs reusing it say so, until the session is emptied */
+    /* the forwards that made positions [0, n_replay) of the session as a producer can replay
+     * them (mu_slot_hold; n_replay <= n_hist): [length | MU_RUN_SOLO] */
+    uint32_t *runs;
+    int n_runs, cap_runs, n_replay;
+    uint64_t ticket;      /* reserved for the job with this ticket (guarded by mu; 0: none) */
+    bool op_running;      /* a slot action is changing it (guarded by mu) */
 } slot;
 
 struct mu_slot_op {
@@ -197,6 +208,7 @@ struct mu_sched {
     mu_sched_slot_info info[MU_SCHED_MAX_SLOTS];
     mu_sched_job_record recent[MU_SCHED_RECENT]; /* a ring: the last finished jobs (guarded by mu) */
     uint64_t n_recent;    /* jobs ever recorded (recent[(n - 1) % MU_SCHED_RECENT] is the newest) */
+    uint64_t next_ticket; /* mu_sched_slot_hold's reservations (guarded by mu) */
     /* batch scratch, sized once */
     mu_batch_item items[MU_SCHED_MAX_SLOTS];
     int item_slot[MU_SCHED_MAX_SLOTS];
@@ -206,11 +218,53 @@ struct mu_sched {
     bool item_embd[MU_SCHED_MAX_SLOTS]; /* an embedding job's chunk (not captured) */
 };
 
+/* The replay record (mu_slot_hold) cut to the first n positions: a solo
+ * run may end anywhere, another run only whole (its rows of a part are not
+ * the rows a forward of that part makes). */
+static void replay_cut(slot *sl, int n) {
+    if (n >= sl->n_replay) return;
+    int pos = 0, r = 0;
+    for (; r < sl->n_runs; r++) {
+        const int len = (int)(sl->runs[r] & ~MU_RUN_SOLO);
+        if (pos + len > n) break;
+        pos += len;
+    }
+    if (r < sl->n_runs && (sl->runs[r] & MU_RUN_SOLO) && n > pos) {
+        sl->runs[r] = (uint32_t)(n - pos) | MU_RUN_SOLO;
+        r++;
+        pos = n;
+    }
+    sl->n_runs = r;
+    sl->n_replay = pos;
+}
+
+/* A forward made positions [pos0, pos0 + n) of the slot's session in a way
+ * a producer can replay (solo: as solo rows); after a gap the record stays
+ * where it is. */
+static void replay_add(slot *sl, int pos0, int n, bool solo) {
+    if (pos0 != sl->n_replay || n < 1) return;
+    if (solo && sl->n_runs && (sl->runs[sl->n_runs - 1] & MU_RUN_SOLO)) { /* solo rows: one run */
+        sl->runs[sl->n_runs - 1] += (uint32_t)n;
+        sl->n_replay += n;
+        return;
+    }
+    if (sl->n_runs == sl->cap_runs) {
+        int nc = sl->cap_runs ? 2 * sl->cap_runs : 64;
+        uint32_t *r = realloc(sl->runs, (size_t)nc * sizeof *r);
+        if (!r) return; /* out of memory: the record ends here */
+        sl->runs = r;
+        sl->cap_runs = nc;
+    }
+    sl->runs[sl->n_runs++] = (uint32_t)n | (solo ? MU_RUN_SOLO : 0);
+    sl->n_replay += n;
+}
+
 /* The slot's session now holds only the first n positions of its history
  * (0: reset, or rows that came from elsewhere). */
 static void hist_cut(slot *sl, int n) {
     sl->n_hist = n;
     if (n == 0) sl->min_keep = 0, sl->rows_class[0] = 0;
+    replay_cut(sl, n);
     mu_kv_lineage_cut(sl->lin, n);
 }
 
@@ -274,6 +328,15 @@ static size_t arena_put(mu_job *j, const void *p, size_t n) {
 
 static size_t arena_str(mu_job *j, const char *s) { return s ? arena_put(j, s, strlen(s)) : SIZE_MAX; }
 
+/* The reader's notify, outside the event lock (the events are readable). */
+static void job_notify(mu_job *j) {
+    if (atomic_load(&j->has_notify)) {
+        pthread_mutex_lock(&j->nmu);
+        if (j->notify) j->notify(j->notify_user);
+        pthread_mutex_unlock(&j->nmu);
+    }
+}
+
 /* The emit target of gen.c: queue one event for the reader. Out of memory
  * loses the event; a lost FINISH is answered by the reader as an error. */
 static void push_event(void *user, const mu_gen_event *ev) {
@@ -281,7 +344,7 @@ static void push_event(void *user, const mu_gen_event *ev) {
     pthread_mutex_lock(&j->mu);
     if (ev->kind == MU_EV_FINISH) j->ended = true;
     if (j->n_read == j->n_ev) { /* everything was read: start over */
-        j->n_ev = j->n_read = 0;
+        j->n_ev = j->n_read = j->n_pub = 0;
         j->n_arena = 0;
     }
     if (j->n_ev == j->cap_ev) {
@@ -310,16 +373,32 @@ static void push_event(void *user, const mu_gen_event *ev) {
                     (ev->kind == MU_EV_TOKEN && ev->tok.n_top > 0 && q.top_logprobs == SIZE_MAX);
         if (!lost) j->evs[j->n_ev++] = q;
     }
+    if (j->holding) { /* the rest of this token's events come first */
+        pthread_mutex_unlock(&j->mu);
+        return;
+    }
+    j->n_pub = j->n_ev;
     /* wake a reader only when one waits for events, or at the end (a reader
      * in mu_job_wait_end sleeps through the tokens) */
     if (j->n_waiting > 0 || ev->kind == MU_EV_FINISH) pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
-    /* the reader's notify, outside the event lock (the event is readable) */
-    if (atomic_load(&j->has_notify)) {
-        pthread_mutex_lock(&j->nmu);
-        if (j->notify) j->notify(j->notify_user);
-        pthread_mutex_unlock(&j->nmu);
+    job_notify(j);
+}
+
+/* Engine thread, around mu_gen_accept: hold on, events wait (push_event);
+ * hold off, they become readable together, so a reader never sees a token
+ * without the text it released (llama.cpp's stream: one chunk per token,
+ * with that token's text). */
+static void job_hold(mu_job *j, bool on) {
+    pthread_mutex_lock(&j->mu);
+    j->holding = on;
+    bool wake = !on && j->n_pub != j->n_ev;
+    if (wake) {
+        j->n_pub = j->n_ev;
+        if (j->n_waiting > 0) pthread_cond_broadcast(&j->cv);
     }
+    pthread_mutex_unlock(&j->mu);
+    if (wake) job_notify(j);
 }
 
 /* Reader side: copies the strings and arrays of q into the reader's buffer
@@ -478,7 +557,9 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t want, int r, int32
         j->st.n_draft_pos[r]++;
         if (*id == want) j->st.n_accept_pos[r]++, j->st.n_draft_accepted++;
     }
+    job_hold(j, true);
     mu_finish f = mu_gen_accept(j->gen, *id, lg, push_event, j);
+    job_hold(j, false);
     j->n_gen++;
     sl->last = *id;
     if (j->spec == MU_SPEC_NGRAM) mu_ngram_push(sl->ng, *id);
@@ -504,18 +585,20 @@ static void step(mu_sched *s, int i, const float *lg) {
 }
 
 /* A drafted token pays for its share of the verification when it is
- * accepted (with every draft before it) more often than it costs: 0.5 to
- * 0.7 of a decode step in a solo block on the CPU, in CPU time, on the
- * bundled model and the 1B shape (bench/verifybench.c, docs/speculative.md;
- * 0.5 beat 0.3 on every prompt of bench/spec-ngram). */
-#define SPEC_P_MIN 0.5
+ * accepted (with every draft before it) more often than it costs: 0.2 to
+ * 0.5 of a decode step in a solo block on the CPU, in CPU time, on the
+ * bundled model (Q8_0), 0.65 to 0.75 on the 1B Q4_K_M shape
+ * (bench/verifybench.c, docs/speculative.md). 0.4 beat 0.5 on every prompt
+ * and length of bench/spec-ngram on the bundled model (0.3 did as well as
+ * 0.4). */
+#define SPEC_P_MIN 0.4
 #define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
 
 /* Engine thread: the longest draft length, at most k, whose last token the
  * job's history says is accepted with probability >= SPEC_P_MIN: the
  * acceptance rate of each position after an accepted prefix, multiplied
  * along; a position's rate starts from the one before it (the first from
- * 0.75) as a prior worth two observations, so a new job drafts 2 tokens.
+ * 0.75) as a prior worth two observations, so a new job drafts 3 tokens.
  * While that is 0 the job decodes plainly and probes with one drafted token
  * now and then, so the estimate can recover. */
 static int draft_pays(mu_job *j, int k) {
@@ -692,8 +775,18 @@ static bool slot_start(mu_sched *s, int i) {
     int keep = 0;
     if (j->install) {
         mu_err err = {0};
-        mu_session_reset(sl->sess);
-        int rc = j->install(j->install_user, sl->sess, &err);
+        const int hk = j->install_keep; /* a delta on this slot's live prefix */
+        int rc = 0;
+        if (hk > 0 && (sl->n_replay < hk || common_prefix(sl->hist, hk, j->prompt, hk) < hk))
+            rc = mu_fail(&err, MU_E_STATE, "sched: slot %d no longer holds the %d positions the delta builds on", i, hk);
+        else if (hk > 0)
+            rc = mu_session_truncate(sl->sess, hk, &err);
+        else
+            mu_session_reset(sl->sess);
+        char keep_class[sizeof sl->rows_class];
+        snprintf(keep_class, sizeof keep_class, "%s", hk > 0 ? sl->rows_class : "");
+        hist_cut(sl, rc ? 0 : hk);
+        if (!rc) rc = j->install(j->install_user, sl->sess, &err);
         if (!rc && mu_session_n_past(sl->sess) != j->n_installed)
             rc = mu_fail(&err, MU_E_STATE, "sched: the install committed %d positions, not %d",
                          mu_session_n_past(sl->sess), j->n_installed);
@@ -704,7 +797,9 @@ static bool slot_start(mu_sched *s, int i) {
             return false;
         }
         installed(s, sl, window_lo(s, j->n_installed)); /* the installer's rows (a pack's window at least) */
-        snprintf(sl->rows_class, sizeof sl->rows_class, "%s", j->install_class ? j->install_class : "");
+        snprintf(sl->rows_class, sizeof sl->rows_class, "%s", j->install_class ? j->install_class : keep_class);
+        for (int p = hk; j->install_step > 0 && p < j->n_installed; p += j->install_step)
+            replay_add(sl, p, j->n_installed - p < j->install_step ? j->n_installed - p : j->install_step, false);
         snprintf(j->st.rows_class, sizeof j->st.rows_class, "%s", sl->rows_class);
         keep = j->n_installed;
         memcpy(sl->hist, j->prompt, (size_t)keep * sizeof *sl->hist);
@@ -732,6 +827,7 @@ static bool slot_start(mu_sched *s, int i) {
             int from, n = mu_kv_cache_restore(s->o.cache, sl->sess, sl->lin, j->prompt, j->n_prompt - 1, keep, &from);
             if (n > 0) {
                 memcpy(sl->hist, j->prompt, (size_t)n * sizeof *sl->hist);
+                replay_cut(sl, 0); /* rows of the cache: not this slot's forwards */
                 keep = n;
                 src = from;
                 sl->rows_class[0] = 0; /* the session was emptied and holds the cache's rows */
@@ -761,6 +857,19 @@ static bool slot_start(mu_sched *s, int i) {
     return true;
 }
 
+/* Called with s->mu held: whether a slot is reserved for ticket t
+ * (mu_sched_slot_hold), and the end of that reservation. */
+static bool reserved(const mu_sched *s, uint64_t t) {
+    for (int i = 0; t && i < s->o.n_slots; i++)
+        if (s->slots[i].ticket == t) return true;
+    return false;
+}
+
+static void unreserve(mu_sched *s, uint64_t t) {
+    for (int i = 0; t && i < s->o.n_slots; i++)
+        if (s->slots[i].ticket == t) s->slots[i].ticket = 0;
+}
+
 /* Called with s->mu held. A job that keeps its prefix goes to the free slot
  * whose history shares most with its prompt; a pinned job waits for its
  * slot, and the jobs behind it may pass it. */
@@ -776,6 +885,7 @@ static void admit(mu_sched *s) {
         for (int i = 0; i < s->o.n_slots; i++) {
             slot *sl = &s->slots[i];
             if (sl->job || (j->want_slot >= 0 && i != j->want_slot)) continue;
+            if (sl->ticket != j->ticket && (sl->ticket || reserved(s, j->ticket))) continue; /* mu_sched_slot_hold */
             int n = j->keep_prefix ? common_prefix(sl->hist, sl->n_hist, j->prompt, j->n_prompt) : 0;
             if (n > best_n) {
                 best = i;
@@ -795,6 +905,7 @@ static void admit(mu_sched *s) {
         j->queued = false;
         slot *sl = &s->slots[best];
         sl->job = j;
+        sl->ticket = 0;
         sl->started = false;
         j->t_start = now_ms();
         j->st.slot = best;
@@ -839,6 +950,9 @@ static void slot_op_run(mu_sched *s, mu_slot_op *op) {
     int rc = 0;
     slot *sl = &s->slots[op->rq.slot];
     double t0 = now_ms();
+    pthread_mutex_lock(&s->mu);
+    sl->op_running = true; /* mu_sched_slot_hold leaves it alone */
+    pthread_mutex_unlock(&s->mu);
     if (sl->job) {
         rc = mu_fail(&err, MU_E_STATE, "sched: slot %d is busy", op->rq.slot);
     } else if (op->rq.action == MU_SLOT_ERASE) {
@@ -880,6 +994,7 @@ static void slot_op_run(mu_sched *s, mu_slot_op *op) {
     }
     pthread_mutex_lock(&s->mu);
     s->info[op->rq.slot].n_past = mu_session_n_past(sl->sess);
+    sl->op_running = false;
     pthread_mutex_unlock(&s->mu);
     res.ms = now_ms() - t0;
     slot_op_end(op, rc, &res, &err);
@@ -1085,6 +1200,9 @@ static void *engine_main(void *arg) {
                 const int p0 = mu_session_n_past(sl->sess) - s->item_n[k];
                 if (mu_draft_seq_inject(sl->dq, p0, s->item_n[k], sl->feat, &err)) mu_draft_seq_truncate(sl->dq, 0);
             }
+            /* a producer replays this forward when the slot ran alone in it, or as solo rows */
+            if (!s->items[k].in_embd && (n_items == 1 || s->items[k].solo))
+                replay_add(sl, sl->n_hist, s->item_n[k], s->items[k].solo || s->item_n[k] == 1);
             memcpy(sl->hist + sl->n_hist, s->items[k].tokens, (size_t)s->item_n[k] * sizeof *sl->hist);
             sl->n_hist += s->item_n[k];
             bool prefilling = sl->n_fed < j->n_prompt;
@@ -1137,7 +1255,7 @@ static void *engine_main(void *arg) {
     pthread_mutex_lock(&s->mu);
     mu_job *q = s->q_head;
     s->q_head = s->q_tail = NULL;
-    for (mu_job *k = q; k; k = k->next) k->queued = false;
+    for (mu_job *k = q; k; k = k->next) k->queued = false, unreserve(s, k->ticket);
     s->n_queued = 0;
     s->m.n_queued = 0;
     pthread_mutex_unlock(&s->mu);
@@ -1157,6 +1275,7 @@ static void slots_free(mu_sched *s) {
         mu_ngram_free(s->slots[i].ng);
         mu_draft_seq_free(s->slots[i].dq);
         free(s->slots[i].feat);
+        free(s->slots[i].runs);
     }
 }
 
@@ -1256,6 +1375,10 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     if (r->install && (r->n_installed < 1 || r->n_installed >= r->n_prompt || r->keep_prefix))
         return mu_fail(err, MU_E_ARG, "sched: installed state must cover 1..%d of the prompt's tokens (and no keep_prefix)",
                        r->n_prompt - 1);
+    if (r->install && (r->install_keep < 0 || r->install_keep >= r->n_installed || (r->install_keep > 0) != (r->slot_ticket != 0) ||
+                       r->install_step < 0))
+        return mu_fail(err, MU_E_ARG, "sched: an install on a live slot keeps 1..%d positions of a reserved slot",
+                       r->n_installed - 1);
     int room = s->o.n_ctx - r->n_prompt;
     int max_new = r->n_predict < 0 || r->n_predict > room ? room : r->n_predict;
     if (max_new < 1) max_new = 1;
@@ -1343,6 +1466,9 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     j->install_user = r->install_user;
     j->n_installed = r->n_installed;
     j->install_class = r->install ? r->install_class : NULL;
+    j->ticket = r->install ? r->slot_ticket : 0;
+    j->install_keep = r->install ? r->install_keep : 0;
+    j->install_step = r->install ? r->install_step : 0;
     j->refs = 2;
     j->st.slot = -1;
     j->st.n_prompt = r->n_prompt;
@@ -1372,7 +1498,71 @@ int mu_spec_parse(const char *name) {
 
 mu_engine *mu_sched_engine(const mu_sched *s) { return s->eng; }
 
+static int submit_jobs(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err);
+
 int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
+    int rc = submit_jobs(s, r, n, out, err);
+    if (rc && n >= 1 && r[0].slot_ticket) { /* nothing queued: its reservation ends */
+        pthread_mutex_lock(&s->mu);
+        unreserve(s, r[0].slot_ticket);
+        pthread_mutex_unlock(&s->mu);
+    }
+    return rc;
+}
+
+int mu_sched_slot_hold(mu_sched *s, const int32_t *prompt, int max_have, mu_slot_hold *h) {
+    *h = (mu_slot_hold){.slot = -1};
+    if (!s || max_have < 1) return 0;
+    pthread_mutex_lock(&s->mu);
+    int best = -1, best_n = 0;
+    for (int i = 0; i < s->o.n_slots; i++) {
+        slot *sl = &s->slots[i];
+        if (sl->job || sl->ticket || sl->op_running) continue;
+        /* free and idle: only this thread (under mu) and its next job touch it */
+        int n = common_prefix(sl->hist, sl->n_replay, prompt, max_have), pos = 0;
+        for (int r = 0; r < sl->n_runs; r++) { /* a whole run, or a part of a solo one */
+            const int len = (int)(sl->runs[r] & ~MU_RUN_SOLO);
+            if (pos + len > n) {
+                if (sl->runs[r] & MU_RUN_SOLO) pos = n;
+                break;
+            }
+            pos += len;
+        }
+        n = pos;
+        while (n > 0 && (n < sl->min_keep || !mu_session_can_truncate(sl->sess, n))) n = 0;
+        if (n > best_n) best = i, best_n = n;
+    }
+    if (best >= 0) {
+        slot *sl = &s->slots[best];
+        h->runs = malloc((size_t)(sl->n_runs ? sl->n_runs : 1) * sizeof *h->runs);
+        if (h->runs) {
+            int pos = 0;
+            for (int r = 0; r < sl->n_runs && pos < best_n; r++) {
+                int len = (int)(sl->runs[r] & ~MU_RUN_SOLO);
+                if (pos + len > best_n) len = best_n - pos; /* a solo run's part */
+                h->runs[h->n_runs++] = (uint32_t)len | (sl->runs[r] & MU_RUN_SOLO);
+                pos += len;
+            }
+            sl->ticket = h->ticket = ++s->next_ticket;
+            h->slot = best;
+            h->n_have = best_n;
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return h->n_have;
+}
+
+void mu_sched_slot_unhold(mu_sched *s, mu_slot_hold *h) {
+    if (s && h->ticket) {
+        pthread_mutex_lock(&s->mu);
+        unreserve(s, h->ticket);
+        pthread_mutex_unlock(&s->mu);
+    }
+    free(h->runs);
+    *h = (mu_slot_hold){.slot = -1};
+}
+
+static int submit_jobs(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_err *err) {
     if (n < 1 || n > MU_GEN_MAX_CHOICES) return mu_fail(err, MU_E_ARG, "sched: choices must be 1..%d: %d", MU_GEN_MAX_CHOICES, n);
     if (n > 1 && r[0].embd) return mu_fail(err, MU_E_ARG, "sched: an embedding job has one choice");
     if (r[0].media && (r[0].embd || r[0].install))
@@ -1381,7 +1571,6 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
     group *g = NULL;
     if (n > 1 && r[0].install) return mu_fail(err, MU_E_ARG, "sched: installed state serves one choice only");
     if (n > 1 && r[0].save) return mu_fail(err, MU_E_ARG, "sched: a saved state serves one choice only");
-    if (n > 1 && r[0].pin_slot) return mu_fail(err, MU_E_ARG, "sched: a job pinned to a slot has one choice");
     if (n > 1) {
         g = calloc(1, sizeof *g);
         if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
@@ -1393,6 +1582,10 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
         q.prompt = r[0].prompt;
         q.n_prompt = r[0].n_prompt;
         q.media = r[0].media;
+        /* a pinned request: its first choice runs in the slot, the others
+         * anywhere (llama.cpp's child tasks take no id_slot) */
+        q.pin_slot = k == 0 && r[0].pin_slot;
+        q.id_slot = r[0].id_slot;
         if (q.media) { /* ids per position; image rows are negative (mu_mprompt_tokens) */
             q.prompt = mu_mprompt_tokens(q.media);
             q.n_prompt = mu_mprompt_n(q.media);
@@ -1448,7 +1641,7 @@ int mu_sched_submit(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu_er
 
 int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
     pthread_mutex_lock(&j->mu);
-    if (j->n_read == j->n_ev && !j->ended && timeout_ms != 0) {
+    if (j->n_read == j->n_pub && !j->ended && timeout_ms != 0) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
         if (timeout_ms > 0) {
@@ -1460,7 +1653,7 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
             }
         }
         j->n_waiting++;
-        while (j->n_read == j->n_ev && !j->ended) {
+        while (j->n_read == j->n_pub && !j->ended) {
             if (timeout_ms < 0) pthread_cond_wait(&j->cv, &j->mu);
             else if (pthread_cond_timedwait(&j->cv, &j->mu, &ts)) break;
         }
@@ -1469,7 +1662,7 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
     int got = 0;
     if (j->finish_read) {
         got = 0;
-    } else if (j->n_read < j->n_ev) {
+    } else if (j->n_read < j->n_pub) {
         const qev *q = &j->evs[j->n_read];
         if (copy_out(j, q, ev)) {
             j->n_read++;
@@ -1478,7 +1671,7 @@ int mu_job_next(mu_job *j, mu_gen_event *ev, int timeout_ms) {
             j->n_read++; /* out of memory: this event is lost, as in push_event */
         }
     }
-    if (!got && !j->finish_read && j->ended && j->n_read == j->n_ev) {
+    if (!got && !j->finish_read && j->ended && j->n_read == j->n_pub) {
         /* the FINISH record itself was lost to out of memory */
         *ev = (mu_gen_event){.kind = MU_EV_FINISH, .finish = MU_FINISH_ERROR, .err = "out of memory"};
         ev->stats = j->st;
@@ -1521,6 +1714,7 @@ void mu_job_cancel(mu_job *j) {
             j->queued = false;
             s->n_queued--;
             s->m.n_queued = s->n_queued;
+            unreserve(s, j->ticket);
             dequeued = true;
         }
     }

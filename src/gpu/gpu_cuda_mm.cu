@@ -446,18 +446,44 @@ k_mm_q(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size
 
 #define DEC_MAX_T 4 /* tokens per warp (a decode batch) */
 
-/* Q4_K, lane g of 8: the 16 bytes g&1 of the 32 of group j = g >> 1 (the
- * low nibbles are 16 elements of sub-block 2j, the high ones of 2j + 1).
- * isum: the scale-weighted sum of those 32 elements; imin: the min part of
- * group j (lanes with g&1 == 0 only). */
-__device__ __forceinline__ void lane_q4_K(const mu_block_q4_K *x, const mu_block_q8_K *a, int g, int *isum,
-                                          int *imin) {
+/* lane g's weight words of one super-block */
+template <int TYPE> struct dec_words;
+template <> struct dec_words<MU_T_Q4_K> { int4 h, q; };          /* d, dmin, scales; 16 bytes of qs */
+template <> struct dec_words<MU_T_Q5_K> { int q[4], h; };         /* qs words 4g of each 32; qh word g */
+template <> struct dec_words<MU_T_Q6_K> { int l[4], h[2]; };      /* ql words; qh words */
+
+template <int TYPE>
+__device__ __forceinline__ void dec_load(const typename qt<TYPE>::W *x, int g, dec_words<TYPE> *o) {
+    if constexpr (TYPE == MU_T_Q4_K) {
+        const int j = g >> 1, hf = g & 1;
+        o->h = __ldg((const int4 *)x);
+        o->q = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
+    } else if constexpr (TYPE == MU_T_Q5_K) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) o->q[j] = __ldg((const int *)(x->qs + 32 * j + 4 * g));
+        o->h = __ldg((const int *)(x->qh + 4 * g));
+    } else {
+#pragma unroll
+        for (int i = 0; i < 4; i++) o->l[i] = __ldg((const int *)(x->ql + 32 * i + 4 * g));
+        o->h[0] = __ldg((const int *)(x->qh + 4 * g));
+        o->h[1] = __ldg((const int *)(x->qh + 32 + 4 * g));
+    }
+}
+
+/* Lane g's integer sums of one super-block against activation block a,
+ * from its preloaded words. Q4_K: lane g has the 16 bytes g&1 of the 32 of
+ * group j = g >> 1 (the low nibbles are 16 elements of sub-block 2j, the
+ * high ones of 2j + 1); isum is the scale-weighted sum of those 32
+ * elements, imin the min part of group j (lanes with g&1 == 0 only).
+ * Q5_K / Q6_K: the CPU's lane sum g (bytes 4g..4g+3 of every 32-element
+ * chunk), complete; Q5_K's min sum on lane 0. */
+__device__ __forceinline__ void dec_q4_K(const dec_words<MU_T_Q4_K> &w, const mu_block_q8_K *a, int g, int *isum,
+                                         int *imin) {
     const int j = g >> 1, hf = g & 1;
-    int sc0, m0, sc1, m1;
-    scale_min_k4(2 * j, x->scales, &sc0, &m0);
-    scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
-    const int4 q4 = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
-    const int qv[4] = {q4.x, q4.y, q4.z, q4.w};
+    const int sw[3] = {w.h.y, w.h.z, w.h.w};
+    const int sc0 = scale_k4w(2 * j, sw), m0 = min_k4w(2 * j, sw);
+    const int sc1 = scale_k4w(2 * j + 1, sw), m1 = min_k4w(2 * j + 1, sw);
+    const int qv[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
     const int8_t *alo = a->qs + 64 * j + 16 * hf, *ahi = alo + 32;
     int s0 = 0, s1 = 0;
 #pragma unroll
@@ -469,19 +495,16 @@ __device__ __forceinline__ void lane_q4_K(const mu_block_q4_K *x, const mu_block
     *imin = hf ? 0 : m0 * (a->bsums[4 * j] + a->bsums[4 * j + 1]) + m1 * (a->bsums[4 * j + 2] + a->bsums[4 * j + 3]);
 }
 
-/* Q5_K / Q6_K, lane g of 8: the CPU's lane sum g (bytes 4g..4g+3 of every
- * 32-element chunk), complete; Q5_K's min sum on lane 0. */
-__device__ __forceinline__ int lane_q5_K(const mu_block_q5_K *x, const mu_block_q8_K *a, int g, int *imin) {
+__device__ __forceinline__ int dec_q5_K(const dec_words<MU_T_Q5_K> &w, const mu_block_q5_K *x,
+                                        const mu_block_q8_K *a, int g, int *imin) {
     int r = 0;
-    const int h = ld32(x->qh + 4 * g);
 #pragma unroll
     for (int j = 0; j < 4; j++) {
         int sc0, m0, sc1, m1;
         scale_min_k4(2 * j, x->scales, &sc0, &m0);
         scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
-        const int q = ld32(x->qs + 32 * j + 4 * g);
-        const int lo = (q & 0x0F0F0F0F) | (((h >> (2 * j)) & 0x01010101) << 4);
-        const int hi = ((q >> 4) & 0x0F0F0F0F) | (((h >> (2 * j + 1)) & 0x01010101) << 4);
+        const int lo = (w.q[j] & 0x0F0F0F0F) | (((w.h >> (2 * j)) & 0x01010101) << 4);
+        const int hi = ((w.q[j] >> 4) & 0x0F0F0F0F) | (((w.h >> (2 * j + 1)) & 0x01010101) << 4);
         r += sc0 * __dp4a(lo, ld32(a->qs + 64 * j + 4 * g), 0) + sc1 * __dp4a(hi, ld32(a->qs + 64 * j + 32 + 4 * g), 0);
     }
     int mn = 0;
@@ -496,13 +519,13 @@ __device__ __forceinline__ int lane_q5_K(const mu_block_q5_K *x, const mu_block_
     return r;
 }
 
-__device__ __forceinline__ int lane_q6_K(const dq6_K *x, const mu_block_q8_K *a, int g) {
+__device__ __forceinline__ int dec_q6_K(const dec_words<MU_T_Q6_K> &w, const dq6_K *x, const mu_block_q8_K *a, int g) {
     int r = 0;
 #pragma unroll
     for (int c = 0; c < 8; c++) {
         const int h = c >> 2, k = c & 3;
-        const int q = (ld32(x->ql + 64 * h + (k & 1) * 32 + 4 * g) >> ((k >> 1) * 4)) & 0x0F0F0F0F;
-        const int hb = (ld32(x->qh + 32 * h + 4 * g) >> (2 * k)) & 0x03030303;
+        const int q = (w.l[2 * h + (k & 1)] >> ((k >> 1) * 4)) & 0x0F0F0F0F;
+        const int hb = (w.h[h] >> (2 * k)) & 0x03030303;
         r += x->scales[2 * c + (g >= 4)] * __dp4a(q | (hb << 4), ld32(a->qs + 32 * c + 4 * g), 0);
     }
     return r - 32 * (a->bsums[2 * g] * x->scales[2 * g] + a->bsums[2 * g + 1] * x->scales[2 * g + 1]);
@@ -526,6 +549,8 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
         const int b = b0 + q;
         const bool have = b < nb;
         const W *x = xr + (have ? b : 0);
+        dec_words<TYPE> wv;
+        if (have) dec_load<TYPE>(x, g, &wv);
 #pragma unroll
         for (int t = 0; t < DEC_MAX_T; t++) {
             if (t >= T) break;
@@ -534,15 +559,15 @@ k_mm_dec(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, si
             float d = 0, dm = 0;
             if (have) {
                 if constexpr (TYPE == MU_T_Q4_K) {
-                    lane_q4_K((const mu_block_q4_K *)x, ab, g, &v0, &v1);
+                    dec_q4_K(wv, ab, g, &v0, &v1);
                     d = h2f(((const mu_block_q4_K *)x)->d) * ab->d;
                     dm = h2f(((const mu_block_q4_K *)x)->dmin) * ab->d;
                 } else if constexpr (TYPE == MU_T_Q5_K) {
-                    v0 = lane_q5_K((const mu_block_q5_K *)x, ab, g, &v1);
+                    v0 = dec_q5_K(wv, (const mu_block_q5_K *)x, ab, g, &v1);
                     d = ab->d * h2f(((const mu_block_q5_K *)x)->d);
                     dm = -ab->d * h2f(((const mu_block_q5_K *)x)->dmin);
                 } else {
-                    v0 = lane_q6_K((const dq6_K *)x, ab, g);
+                    v0 = dec_q6_K(wv, (const dq6_K *)x, ab, g);
                     d = ab->d * h2f(((const dq6_K *)x)->d);
                 }
             }
@@ -625,86 +650,6 @@ template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("c
 #define DEC_WARPS 8         /* rows per thread block */
 #define DEC_NI 9            /* integers kept per block and token */
 #define DEC2_SMEM_MAX (160 << 10) /* dynamic shared memory of k_mm_dec2 at most (dec2_smem_max) */
-
-/* lane g's weight words of one super-block */
-template <int TYPE> struct dec_words;
-template <> struct dec_words<MU_T_Q4_K> { int4 h, q; };          /* d, dmin, scales; 16 bytes of qs */
-template <> struct dec_words<MU_T_Q5_K> { int q[4], h; };         /* qs words 4g of each 32; qh word g */
-template <> struct dec_words<MU_T_Q6_K> { int l[4], h[2]; };      /* ql words; qh words */
-
-template <int TYPE>
-__device__ __forceinline__ void dec_load(const typename qt<TYPE>::W *x, int g, dec_words<TYPE> *o) {
-    if constexpr (TYPE == MU_T_Q4_K) {
-        const int j = g >> 1, hf = g & 1;
-        o->h = __ldg((const int4 *)x);
-        o->q = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
-    } else if constexpr (TYPE == MU_T_Q5_K) {
-#pragma unroll
-        for (int j = 0; j < 4; j++) o->q[j] = __ldg((const int *)(x->qs + 32 * j + 4 * g));
-        o->h = __ldg((const int *)(x->qh + 4 * g));
-    } else {
-#pragma unroll
-        for (int i = 0; i < 4; i++) o->l[i] = __ldg((const int *)(x->ql + 32 * i + 4 * g));
-        o->h[0] = __ldg((const int *)(x->qh + 4 * g));
-        o->h[1] = __ldg((const int *)(x->qh + 32 + 4 * g));
-    }
-}
-
-/* Lane g's integer sums of one super-block against activation block a, as
- * lane_q4_K / lane_q5_K / lane_q6_K compute them, from preloaded words. */
-__device__ __forceinline__ void dec_q4_K(const dec_words<MU_T_Q4_K> &w, const mu_block_q8_K *a, int g, int *isum,
-                                         int *imin) {
-    const int j = g >> 1, hf = g & 1;
-    const int sw[3] = {w.h.y, w.h.z, w.h.w};
-    const int sc0 = scale_k4w(2 * j, sw), m0 = min_k4w(2 * j, sw);
-    const int sc1 = scale_k4w(2 * j + 1, sw), m1 = min_k4w(2 * j + 1, sw);
-    const int qv[4] = {w.q.x, w.q.y, w.q.z, w.q.w};
-    const int8_t *alo = a->qs + 64 * j + 16 * hf, *ahi = alo + 32;
-    int s0 = 0, s1 = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        s0 = __dp4a(qv[i] & 0x0F0F0F0F, ld32(alo + 4 * i), s0);
-        s1 = __dp4a((qv[i] >> 4) & 0x0F0F0F0F, ld32(ahi + 4 * i), s1);
-    }
-    *isum = sc0 * s0 + sc1 * s1;
-    *imin = hf ? 0 : m0 * (a->bsums[4 * j] + a->bsums[4 * j + 1]) + m1 * (a->bsums[4 * j + 2] + a->bsums[4 * j + 3]);
-}
-
-__device__ __forceinline__ int dec_q5_K(const dec_words<MU_T_Q5_K> &w, const mu_block_q5_K *x,
-                                        const mu_block_q8_K *a, int g, int *imin) {
-    int r = 0;
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-        int sc0, m0, sc1, m1;
-        scale_min_k4(2 * j, x->scales, &sc0, &m0);
-        scale_min_k4(2 * j + 1, x->scales, &sc1, &m1);
-        const int lo = (w.q[j] & 0x0F0F0F0F) | (((w.h >> (2 * j)) & 0x01010101) << 4);
-        const int hi = ((w.q[j] >> 4) & 0x0F0F0F0F) | (((w.h >> (2 * j + 1)) & 0x01010101) << 4);
-        r += sc0 * __dp4a(lo, ld32(a->qs + 64 * j + 4 * g), 0) + sc1 * __dp4a(hi, ld32(a->qs + 64 * j + 32 + 4 * g), 0);
-    }
-    int mn = 0;
-    if (g == 0)
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            int sc, m;
-            scale_min_k4(j, x->scales, &sc, &m);
-            mn += m * (a->bsums[2 * j] + a->bsums[2 * j + 1]);
-        }
-    *imin = mn;
-    return r;
-}
-
-__device__ __forceinline__ int dec_q6_K(const dec_words<MU_T_Q6_K> &w, const dq6_K *x, const mu_block_q8_K *a, int g) {
-    int r = 0;
-#pragma unroll
-    for (int c = 0; c < 8; c++) {
-        const int h = c >> 2, k = c & 3;
-        const int q = (w.l[2 * h + (k & 1)] >> ((k >> 1) * 4)) & 0x0F0F0F0F;
-        const int hb = (w.h[h] >> (2 * k)) & 0x03030303;
-        r += x->scales[2 * c + (g >= 4)] * __dp4a(q | (hb << 4), ld32(a->qs + 32 * c + 4 * g), 0);
-    }
-    return r - 32 * (a->bsums[2 * g] * x->scales[2 * g] + a->bsums[2 * g + 1] * x->scales[2 * g + 1]);
-}
 
 /* Shared memory of k_mm_dec2 for T tokens of nb super-blocks and U passes. */
 static size_t dec2_smem(int T, int nb, int U) {
@@ -1328,13 +1273,14 @@ static bool dec_group_ok(void) {
     return ok;
 }
 
-/* MUSER_CUDA_Q4K_WSMEM=1: Q4_K prefill tiles take their weight blocks
- * through shared memory (cp.async) instead of straight from global */
+/* Q4_K prefill tiles take their weight blocks through shared memory
+ * (cp.async), 11-12% faster prefill on the H200 (docs/cuda.md);
+ * MUSER_CUDA_Q4K_WSMEM=0 reads them straight from global, to compare */
 static bool q4k_wsmem(void) {
     static int ok = -1;
     if (ok < 0) {
         const char *v = getenv("MUSER_CUDA_Q4K_WSMEM");
-        ok = v && *v == '1';
+        ok = !(v && *v == '0');
     }
     return ok;
 }

@@ -17,7 +17,8 @@
 #define F_(n, t, ...) {.name = n, .types = (t), __VA_ARGS__}
 #define RANGE(l, h) .has_range = true, .lo = (l), .hi = (h)
 
-static const char *const roles_openai[] = {"system", "developer", "user", "assistant", "tool", NULL};
+static const char *const roles_openai[] = {"system", "developer", "user", "assistant", "tool",
+                                           "function" /* the deprecated functions API's result */, NULL};
 static const char *const roles_ollama[] = {"system", "user", "assistant", "tool", NULL};
 static const char *const part_types[] = {"text", "image_url", NULL};
 static const char *const image_details[] = {"auto", "low", "high", NULL};
@@ -80,6 +81,11 @@ static const jc_field msg_fields[] = {
     F_("tool_call_id", JC_STR, .max_len = 256),
     F_("reasoning_content", JC_STR | JC_NULL),
     F_("refusal", JC_NULL),
+    /* what an earlier answer's message object carries when a client sends
+       it back: annotations have no effect; no audio is ever answered */
+    F_("annotations", JC_ARR | JC_NULL),
+    F_("audio", JC_NULL, .note = " (audio is not supported)"),
+    F_("function_call", JC_OBJ | JC_NULL, .fields = fn_call_fields), /* the deprecated functions API's call */
     END,
 };
 static const jc_field msg_elem = F_(NULL, JC_OBJ, .fields = msg_fields);
@@ -97,6 +103,8 @@ static const jc_field tool_fields[] = {
     END,
 };
 static const jc_field tool_elem = F_(NULL, JC_OBJ, .fields = tool_fields);
+static const jc_field fn_def_elem = F_(NULL, JC_OBJ, .fields = fn_def_fields);
+static const char *const fn_call_modes[] = {"none", "auto", NULL};
 static const jc_field tc_fn_fields[] = {F_("name", JC_STR, .required = true), END};
 static const jc_field tool_choice_fields[] = {
     F_("type", JC_STR, .required = true, .one_of = function_only),
@@ -106,6 +114,15 @@ static const jc_field tool_choice_fields[] = {
 static const jc_field stream_opt_fields[] = {F_("include_usage", JC_BOOL | JC_NULL),
                                              F_("include_obfuscation", JC_BOOL | JC_NULL), /* no effect */ END};
 static const char *const service_tiers[] = {"auto", "default", "flex", "scale", "priority", NULL};
+static const char *const text_only[] = {"text", NULL};
+static const jc_field modality_elem = F_(NULL, JC_STR, .one_of = text_only, .note = " (text output only)");
+static const char *const verbosities[] = {"low", "medium", "high", NULL};
+static const char *const content_only[] = {"content", NULL};
+static const jc_field prediction_fields[] = {
+    F_("type", JC_STR, .required = true, .one_of = content_only),
+    F_("content", JC_STR | JC_ARR, .required = true, .elem = &part_elem),
+    END,
+};
 static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
 
 /* Fields OpenAI defines that change nothing here (docs/api.md, "Accepted
@@ -118,15 +135,20 @@ static const jc_field response_field_elem = F_(NULL, JC_STR, .max_len = 256);
  * on its routes and the OpenAI ones, an object on Anthropic's and the
  * Responses API, options on Ollama's */
 static const char *const spec_types[] = {"none", "ngram", "ngram-cache", "dflash", "draft-dflash", NULL};
-#define SPEC_FIELDS(T, MAX, MIN)                                                                               \
+/* p_min (llama.cpp's minimum draft probability) is accepted without
+ * effect: muser's drafts carry no probability it uses (docs/api.md) */
+#define SPEC_FIELDS(T, MAX, MIN, PMIN)                                                                         \
     F_(T, JC_STR, .one_of = spec_types), F_(MAX, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX)),                        \
-        F_(MIN, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX))
-static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min"), END};
+        F_(MIN, JC_INT, RANGE(0, MU_SPEC_DRAFT_MAX)), F_(PMIN, JC_NUM, RANGE(0, 1))
+static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min", "p_min"), END};
 #define LLAMA_EXTENSIONS                                                                                       \
-    SPEC_FIELDS("speculative.type", "speculative.n_max", "speculative.n_min"),                                \
+    SPEC_FIELDS("speculative.type", "speculative.n_max", "speculative.n_min", "speculative.p_min"),            \
     F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
         F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
         F_("grammar", JC_STR, .max_len = MU_GRAMMAR_MAX_TEXT_BYTES),                                          \
+        /* llama.cpp's lazy grammars: only off (api_extensions) */                                           \
+        F_("grammar_lazy", JC_BOOL), F_("grammar_triggers", JC_ARR, .max_len = 1024),                         \
+        F_("preserved_tokens", JC_ARR, .elem = &stop_elem, .max_len = 1024),                                   \
         F_("backend_sampling", JC_BOOL), /* no effect: one sampler, on the CPU, either way */                  \
         F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1))
 
@@ -171,7 +193,7 @@ static const jc_field breaker_elem = F_(NULL, JC_STR, .max_len = 1024);
         F_("temperature", JC_NUM | JC_NULL, RANGE(0, 2)), F_("top_p", JC_NUM | JC_NULL, RANGE(0, 1)),     \
         F_("top_k", JC_INT | JC_NULL, RANGE(0, 1000000)), F_("min_p", JC_NUM | JC_NULL, RANGE(0, 1)),     \
         F_("seed", JC_INT | JC_NULL, RANGE(-1, 9007199254740991.0)),                                     \
-        F_("stop", JC_STR | JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 4),                          \
+        F_("stop", JC_STR | JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),           \
         F_("n", JC_INT | JC_NULL, RANGE(1, API_MAX_CHOICES)),                                             \
         LLAMA_SAMPLER(JC_NULL), F_("user", JC_STR, .max_len = 256)
 
@@ -187,6 +209,21 @@ static const jc_field openai_chat[] = {
     F_("response_format", JC_OBJ | JC_NULL, .fields = resp_format_fields),
     F_("reasoning_effort", JC_STR | JC_NULL, .one_of = effort),
     OPENAI_ACCEPTED,
+    /* OpenAI's, with no effect here: a predicted output (a speed hint),
+       verbosity, the cache key (the prompt cache is automatic), the user's
+       safety id; text is the only output modality */
+    F_("prediction", JC_OBJ | JC_NULL, .fields = prediction_fields),
+    F_("verbosity", JC_STR | JC_NULL, .one_of = verbosities),
+    F_("prompt_cache_key", JC_STR | JC_NULL, .max_len = 1024),
+    F_("safety_identifier", JC_STR | JC_NULL, .max_len = 256),
+    F_("modalities", JC_ARR | JC_NULL, .elem = &modality_elem, .max_len = 2),
+    /* OpenAI's, refused saying why */
+    F_("audio", JC_NULL, .note = " (audio output is not supported)"),
+    F_("web_search_options", JC_NULL, .note = " (web search is not supported)"),
+    /* the deprecated functions API: functions as tools, function_call as
+       tool_choice, the call answered as message.function_call */
+    F_("functions", JC_ARR | JC_NULL, .elem = &fn_def_elem, .max_len = 128),
+    F_("function_call", JC_STR | JC_OBJ | JC_NULL, .one_of = fn_call_modes, .fields = tc_fn_fields),
     LLAMA_EXTENSIONS,
     F_("n_predict", JC_INT | JC_NULL, RANGE(-1, 1048576)),
     F_("json_schema", JC_OBJ),
@@ -271,6 +308,12 @@ static const jc_field ollama_options[] = {
     F_("seed", JC_INT, RANGE(-1, 9007199254740991.0)),
     F_("num_predict", JC_INT, RANGE(-2, 1048576)),
     F_("num_ctx", JC_INT, RANGE(1, 16777216)),
+    /* Ollama's runner settings: no effect (the server's own, set when it
+       starts); num_keep: muser never shifts the context */
+    F_("num_keep", JC_INT, RANGE(-1, 16777216)), F_("num_batch", JC_INT, RANGE(1, 16777216)),
+    F_("num_gpu", JC_INT, RANGE(-1, 1048576)), F_("main_gpu", JC_INT, RANGE(0, 1024)),
+    F_("num_thread", JC_INT, RANGE(0, 1048576)), F_("use_mmap", JC_BOOL | JC_NULL),
+    F_("use_mlock", JC_BOOL | JC_NULL), F_("numa", JC_BOOL), F_("low_vram", JC_BOOL),
     F_("stop", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
     /* Ollama's names for llama.cpp's stages (repeat_last_n -1: the whole context) */
     F_("repeat_penalty", JC_NUM, RANGE(0, BIG)),
@@ -281,7 +324,7 @@ static const jc_field ollama_options[] = {
     F_("mirostat", JC_INT, RANGE(0, 2)),
     F_("mirostat_tau", JC_NUM, RANGE(-BIG, BIG)),
     F_("mirostat_eta", JC_NUM, RANGE(-BIG, BIG)),
-    SPEC_FIELDS("speculative_type", "speculative_n_max", "speculative_n_min"),
+    SPEC_FIELDS("speculative_type", "speculative_n_max", "speculative_n_min", "speculative_p_min"),
     END,
 };
 static const jc_field ollama_fn_call_fields[] = {
@@ -308,13 +351,14 @@ static const jc_field ollama_msg_fields[] = {
 static const jc_field ollama_msg_elem = F_(NULL, JC_OBJ, .fields = ollama_msg_fields);
 static const char *const ollama_formats[] = {"", NULL};
 static const char *const ollama_json_formats[] = {"", "json", NULL};
+static const char *const ollama_think_levels[] = {"low", "medium", "high", NULL};
 
 #define OLLAMA_COMMON                                                                                         \
     F_("model", JC_STR, .max_len = 256), F_("stream", JC_BOOL),                                              \
         F_("logprobs", JC_BOOL), F_("top_logprobs", JC_INT, RANGE(0, API_MAX_TOP)),                           \
         F_("format", JC_STR | JC_OBJ, .one_of = ollama_json_formats),                                         \
         F_("options", JC_OBJ, .fields = ollama_options), F_("keep_alive", JC_STR | JC_NUM),                   \
-        F_("think", JC_BOOL)
+        F_("think", JC_BOOL | JC_STR, .one_of = ollama_think_levels)
 
 static const jc_field ollama_generate[] = {
     OLLAMA_COMMON,
@@ -322,6 +366,8 @@ static const jc_field ollama_generate[] = {
     F_("system", JC_STR),
     F_("raw", JC_BOOL),
     F_("suffix", JC_STR, .one_of = ollama_formats, .note = " (suffix is not supported)"),
+    F_("template", JC_STR, .one_of = ollama_formats, .note = " (the model's own template is used)"),
+    F_("context", JC_NULL, .note = " (the deprecated context: send the conversation to /api/chat)"),
     F_("images", JC_ARR | JC_NULL, .elem = &b64_image_elem, .max_len = 64),
     END,
 };
@@ -445,6 +491,9 @@ static const jc_field anthropic_messages[] = {
     F_("top_k", JC_INT, RANGE(0, 1000000)),
     F_("metadata", JC_OBJ, .fields = an_metadata_fields),
     F_("service_tier", JC_STR, .one_of = an_tiers),
+    F_("container", JC_NULL, .note = " (code execution containers are not supported)"),
+    F_("context_management", JC_NULL, .note = " (context editing is not supported)"),
+    F_("mcp_servers", JC_NULL, .note = " (MCP servers are not supported)"),
     F_("speculative", JC_OBJ, .fields = spec_obj_fields),
     END,
 };
@@ -525,10 +574,14 @@ static const jc_field openai_responses[] = {
     F_("reasoning", JC_OBJ | JC_NULL, .fields = rs_reasoning_fields),
     F_("previous_response_id", JC_STR | JC_NULL), /* refused when set: nothing is stored */
     F_("truncation", JC_STR | JC_NULL, .one_of = rs_truncation),
-    F_("include", JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 16), /* no effect */
+    /* "message.output_text.logprobs" returns logprobs; the others have no effect */
+    F_("include", JC_ARR | JC_NULL, .elem = &stop_elem, .max_len = 16),
     F_("user", JC_STR, .max_len = 256), F_("prompt_cache_key", JC_STR, .max_len = 256),
     F_("safety_identifier", JC_STR, .max_len = 256),
     F_("max_tool_calls", JC_INT | JC_NULL, RANGE(1, 1048576)),
+    F_("conversation", JC_NULL, .note = " (conversations are not stored: send the whole input)"),
+    F_("prompt", JC_NULL, .note = " (stored prompts are not supported: send instructions and input)"),
+    F_("top_logprobs", JC_INT | JC_NULL, RANGE(0, 20)),
     F_("background", JC_BOOL | JC_NULL, .one_of = NULL),
     F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL), /* llama.cpp's */
     OPENAI_ACCEPTED,
@@ -554,6 +607,7 @@ static const jc_field sessions_continue[] = {
     F_("stop", JC_STR | JC_ARR, .elem = session_stop_elem),
     F_("ignore_eos", JC_BOOL),
     F_("logprobs", JC_BOOL),
+    F_("stream", JC_BOOL),
     END,
 };
 static const jc_field sessions_empty[] = {END}; /* save, restore */

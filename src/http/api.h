@@ -112,6 +112,8 @@ typedef struct {
     size_t content_sent, reasoning_sent;
     json_t *tool_calls;      /* [{name, arguments (object)}] */
     int32_t *ids;
+    size_t *cend;            /* per token: where its text ends in content (a token's events come
+                                together, so this is the answer text it released) */
     api_tok *toks;           /* when want_toks */
     bool want_toks;
     int n_ids, cap_ids;
@@ -156,6 +158,8 @@ void api_job_reply_failed(mu_http_req *r, const api_job *g);
 int api_response_schema(mu_http_req *r, const json_t *body, const char *key, mu_schema **out);
 /* New text since the last call; *n bytes at the returned pointer. */
 const char *api_job_take_content(api_job *g, size_t *n);
+/* The content not taken yet up to the end of token i's text (g->cend[i]). */
+const char *api_job_take_content_upto(api_job *g, int i, size_t *n);
 const char *api_job_take_reasoning(api_job *g, size_t *n);
 void api_job_free(api_job *g);
 
@@ -193,6 +197,16 @@ json_t *api_json_text(const char *s, size_t n);
 /* Length of the longest prefix of s[0..n) that ends on a UTF-8 boundary. */
 size_t api_utf8_complete(const char *s, size_t n);
 
+/* One named server-sent event of Anthropic's and the Responses API's
+ * streams: "event: NAME", then "data: " the JSON object {"type": NAME} and
+ * data's members after it, then a blank line. Takes data. */
+void api_sse_event(mu_http_buf *out, const char *name, json_t *data);
+/* The functions a forced tool call may name (Anthropic tool_choice any/tool,
+ * Responses required/function), from tools whose entries carry "name": all
+ * of them (want NULL) or those named want; at most MU_GEN_MAX_CALLS into
+ * names (borrowed from tools). Returns the count. */
+int api_forced_names(const json_t *tools, const char *want, const char **names);
+
 /* Time helpers. */
 int64_t api_unix_now(void);
 /* A response id: prefix, the time and a process-wide counter in hex. */
@@ -201,6 +215,11 @@ void api_new_id(char *buf, size_t cap, const char *prefix);
  * an array of parts (Anthropic blocks, OpenAI Responses parts). */
 void api_content_text(const json_t *c, mu_http_buf *b);
 void api_iso_time(char *buf, size_t cap);   /* 2024-01-01T00:00:00.000000Z */
+
+/* OpenAI's logprobs entries ({token, logprob, bytes, top_logprobs}) of the
+ * answer tokens [from, to) of a chat job with logprobs (g->ctoks): the
+ * tokens whose texts join to the answer (chat, Responses). */
+json_t *api_answer_logprobs(api_job *g, int from, int to);
 
 /* The timings of a job: its stats once it ended; while it runs, measured
  * by the reader (tokens so far; prompt time from submit to the first
@@ -211,6 +230,11 @@ json_t *api_progress_json(const api_progress *p);
 json_t *api_progress_timings(const api_progress *p);
 /* llama.cpp-style timings object from job stats. */
 json_t *api_timings(const mu_gen_stats *st);
+/* The speculative-decoding part of api_timings alone (draft_n,
+ * draft_n_accepted, spec_steps, spec_accepted_per_step), for the protocols
+ * whose responses carry no llama.cpp timings; NULL when the job drafted
+ * nothing. */
+json_t *api_spec_timings(const mu_gen_stats *st);
 
 /* Prompt builders; each replies (400/429/...) and returns false on failure. */
 bool api_chat_prompt(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
@@ -305,6 +329,17 @@ bool api_chat_images(mu_http_req *r, mu_http_app *a, const json_t *msgs, json_t 
  * False after replying. field names the prompt ("prompt", "prompt[1]"). */
 bool api_prompt_media(mu_http_req *r, mu_http_app *a, const json_t *prompt, const char *field, bool *has,
                       int32_t **ids, int *n, const mu_mprompt **media);
+/* api_chat_prompt for a request whose messages hold one MU_MEDIA_MARKER
+ * per image of im (Anthropic image blocks, Responses input_image parts):
+ * without images the text prompt (*media NULL); with images the gate
+ * (--mmproj) and the image prompt (api_media_prompt). False after replying. */
+bool api_chat_prompt_media(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
+                           const api_images *im, int32_t **ids, int *n, const mu_mprompt **media);
+/* One image of a message (s[0..n): base64, or with url a data URL, as
+ * api_image_add): it joins im and its marker joins text. False after
+ * replying 400 naming field (503 out of memory). */
+bool api_image_part(mu_http_req *r, api_images *im, const char *s, size_t n, bool url, const char *field,
+                    mu_http_buf *text);
 /* How many MU_MEDIA_MARKERs s holds. */
 int api_count_markers(const char *s);
 /* True when the request has no images or the server has a projector;

@@ -1,8 +1,9 @@
 /* api_anthropic.c: Anthropic's Messages API: POST /v1/messages (streaming
  * and not) and POST /v1/messages/count_tokens, on the same generation
  * pipeline as the other protocols.
- * Owns: Anthropic's request shapes (system, content blocks: text,
- * tool_use, tool_result, thinking; tools with input_schema; tool_choice
+ * Owns: Anthropic's request shapes (system, content blocks: text, image
+ * (base64 sources, with --mmproj), tool_use, tool_result (text and
+ * images), thinking; tools with input_schema; tool_choice
  * auto/any/tool/none; thinking on/off) turned into the chat template's
  * messages, and its response shapes: content blocks, stop_reason, usage,
  * and the SSE event sequence (message_start, content_block_start/delta/
@@ -19,9 +20,32 @@
 
 #include "api.h"
 
-/* Anthropic messages -> the template's (OpenAI-shaped) messages. NULL after
+/* An image block (a user message's, or inside a tool_result) at where:
+ * its base64 source joins im and its marker text; a url source is refused
+ * as remote image URLs are (api_image_add). False after replying. */
+static bool image_block(mu_http_req *r, const json_t *bl, const char *where, api_images *im, mu_http_buf *text) {
+    const json_t *src = json_object_get(bl, "source");
+    const char *st = mu_jc_str(src, "type", "");
+    bool url = !strcmp(st, "url");
+    char field[200];
+    snprintf(field, sizeof field, "%s.source.%s", where, url ? "url" : "data");
+    const json_t *d = json_object_get(src, url ? "url" : "data");
+    if ((!url && strcmp(st, "base64")) || !json_is_string(d)) {
+        char msg[320];
+        if (!url && strcmp(st, "base64"))
+            snprintf(msg, sizeof msg, "field '%s.source.type': must be 'base64' or 'url' for an image block", where);
+        else
+            snprintf(msg, sizeof msg, "field '%s': is required for a %s image source", field, st);
+        mu_http_reply_error(r, 400, msg, where);
+        return false;
+    }
+    return api_image_part(r, im, json_string_value(d), json_string_length(d), url, field, text);
+}
+
+/* Anthropic messages -> the template's (OpenAI-shaped) messages, one
+ * MU_MEDIA_MARKER in the text per image (the images join im). NULL after
  * replying 400 (unsupported block) or 503. */
-static json_t *to_template(mu_http_req *r, const json_t *body) {
+static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
     json_t *out = json_array();
     if (!out) goto oom;
     const json_t *sys = json_object_get(body, "system");
@@ -52,6 +76,8 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                 json_t *t = json_object_get(bl, "text");
                 if (!json_is_string(t)) goto need_text;
                 mu_http_buf_add(&text, json_string_value(t), json_string_length(t));
+            } else if (!strcmp(type, "image") && !strcmp(role, "user")) {
+                if (!image_block(r, bl, where, im, &text)) goto fail_msg;
             } else if (!strcmp(type, "thinking")) {
                 json_t *t = json_object_get(bl, "thinking");
                 if (json_is_string(t)) mu_http_buf_add(&thinking, json_string_value(t), json_string_length(t));
@@ -71,20 +97,20 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                                                        json_is_object(input) ? input : json_object()));
             } else if (!strcmp(type, "tool_result") && !strcmp(role, "user")) {
                 const json_t *trc = json_object_get(bl, "content");
+                mu_http_buf tr = {0};
+                if (json_is_string(trc)) mu_http_buf_add(&tr, json_string_value(trc), json_string_length(trc));
                 size_t ki;
                 json_t *inner;
                 json_array_foreach(trc, ki, inner) {
-                    if (strcmp(mu_jc_str(inner, "type", ""), "image")) continue;
-                    char msg[320];
-                    snprintf(msg, sizeof msg,
-                             "field '%s.content[%zu].type': 'image' blocks are not supported in a tool_result (text "
-                             "input only)",
-                             where, ki);
-                    mu_http_reply_error(r, 400, msg, where);
-                    goto fail_msg;
+                    char iw[128];
+                    snprintf(iw, sizeof iw, "%s.content[%zu]", where, ki);
+                    const json_t *t = json_object_get(inner, "text");
+                    if (json_is_string(t)) mu_http_buf_add(&tr, json_string_value(t), json_string_length(t));
+                    else if (!strcmp(mu_jc_str(inner, "type", ""), "image") && !image_block(r, inner, iw, im, &tr)) {
+                        mu_http_buf_free(&tr);
+                        goto fail_msg;
+                    }
                 }
-                mu_http_buf tr = {0};
-                api_content_text(json_object_get(bl, "content"), &tr);
                 json_array_append_new(out, json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id",
                                                      mu_jc_str(bl, "tool_use_id", ""), "content", tr.p ? tr.p : "",
                                                      tr.n));
@@ -93,7 +119,7 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                 char msg[200];
                 snprintf(msg, sizeof msg, "field '%s.type': '%s' blocks are not supported in a %s message%s", where,
                          type, role,
-                         !strcmp(type, "image") || !strcmp(type, "document") ? " (text input only)" : "");
+                         !strcmp(type, "document") ? " (text and image input only)" : "");
                 mu_http_reply_error(r, 400, msg, where);
                 goto fail_msg;
             }
@@ -152,17 +178,23 @@ static bool check(mu_http_req *r, const json_t *body) {
     return api_model_ok(r, body, "model");
 }
 
-/* The prompt of a request; false after replying. */
-static bool build_prompt(mu_http_req *r, const json_t *body, bool *use_tools, int32_t **ids, int *n) {
+/* The prompt of a request (*media: its images, or NULL); false after
+ * replying. */
+static bool build_prompt(mu_http_req *r, const json_t *body, bool *use_tools, int32_t **ids, int *n,
+                         const mu_mprompt **media) {
     mu_http_app *a = mu_http_req_app(r);
-    json_t *msgs = to_template(r, body);
-    if (!msgs) return false;
-    const json_t *tc = json_object_get(body, "tool_choice");
-    json_t *tools = json_array_size(json_object_get(body, "tools")) ? to_tools(json_object_get(body, "tools")) : NULL;
-    *use_tools = tools && strcmp(mu_jc_str(tc, "type", "auto"), "none");
-    bool ok = api_chat_prompt(r, a, msgs, *use_tools ? tools : NULL, NULL, ids, n);
-    json_decref(msgs);
-    json_decref(tools);
+    api_images im = {0};
+    json_t *msgs = to_template(r, body, &im);
+    bool ok = msgs != NULL;
+    if (ok) {
+        const json_t *tc = json_object_get(body, "tool_choice");
+        json_t *tools = json_array_size(json_object_get(body, "tools")) ? to_tools(json_object_get(body, "tools")) : NULL;
+        *use_tools = tools && strcmp(mu_jc_str(tc, "type", "auto"), "none");
+        ok = api_chat_prompt_media(r, a, msgs, *use_tools ? tools : NULL, NULL, &im, ids, n, media);
+        json_decref(msgs);
+        json_decref(tools);
+    }
+    api_images_free(&im);
     return ok;
 }
 
@@ -171,8 +203,10 @@ void api_anthropic_count_tokens(mu_http_req *r, const json_t *body) {
     bool use_tools;
     int32_t *ids = NULL;
     int n = 0;
-    if (!build_prompt(r, body, &use_tools, &ids, &n)) return;
+    const mu_mprompt *media = NULL;
+    if (!build_prompt(r, body, &use_tools, &ids, &n, &media)) return;
     free(ids);
+    mu_mprompt_free((mu_mprompt *)media); /* counted: n holds the images' rows */
     mu_http_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }
 
@@ -234,20 +268,15 @@ static bool an_poll(void *state, mu_http_req *r) {
     json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:o,s:s,s:o,s:o}", "id", s->id, "type", "message", "role", "assistant",
                           "model", s->model, "content", content, "stop_reason", stop_reason(g), "stop_sequence",
                           g->finish == MU_FINISH_WORD ? json_string(g->stop_word) : json_null(), "usage", usage(s));
+    json_t *sp = api_spec_timings(&g->st); /* the request's "speculative", what it did */
+    if (sp) json_object_set_new(o, "speculative", sp);
     mu_http_reply_json(r, 200, o);
     return true;
 }
 
-static void event(mu_http_buf *out, const char *name, json_t *data) {
-    mu_http_buf_fmt(out, "event: %s\ndata: ", name);
-    mu_http_buf_json(out, data);
-    mu_http_buf_str(out, "\n\n");
-    json_decref(data);
-}
-
 static void close_block(an_state *s, mu_http_buf *out) {
     if (!s->open) return;
-    event(out, "content_block_stop", json_pack("{s:s,s:i}", "type", "content_block_stop", "index", s->index));
+    api_sse_event(out, "content_block_stop", json_pack("{s:i}", "index", s->index));
     s->index++;
     s->open = 0;
 }
@@ -259,14 +288,14 @@ static void block_text(an_state *s, mu_http_buf *out, int kind, const char *t, s
         close_block(s, out);
         json_t *b = kind == 1 ? json_pack("{s:s,s:s,s:s}", "type", "thinking", "thinking", "", "signature", "")
                               : json_pack("{s:s,s:s}", "type", "text", "text", "");
-        event(out, "content_block_start",
-              json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", s->index, "content_block", b));
+        api_sse_event(out, "content_block_start",
+              json_pack("{s:i,s:o}", "index", s->index, "content_block", b));
         s->open = kind;
     }
     json_t *d = kind == 1 ? json_pack("{s:s,s:o}", "type", "thinking_delta", "thinking", api_json_text(t, n))
                           : json_pack("{s:s,s:o}", "type", "text_delta", "text", api_json_text(t, n));
-    event(out, "content_block_delta",
-          json_pack("{s:s,s:i,s:o}", "type", "content_block_delta", "index", s->index, "delta", d));
+    api_sse_event(out, "content_block_delta",
+          json_pack("{s:i,s:o}", "index", s->index, "delta", d));
 }
 
 static int an_produce(void *state, mu_http_buf *out, int fd) {
@@ -278,8 +307,8 @@ static int an_produce(void *state, mu_http_buf *out, int fd) {
         json_t *msg = json_pack("{s:s,s:s,s:s,s:s,s:[],s:n,s:n,s:{s:i,s:i}}", "id", s->id, "type", "message", "role",
                                 "assistant", "model", s->model, "content", "stop_reason", "stop_sequence", "usage",
                                 "input_tokens", s->n_prompt, "output_tokens", 0);
-        event(out, "message_start", json_pack("{s:s,s:o}", "type", "message_start", "message", msg));
-        event(out, "ping", json_pack("{s:s}", "type", "ping"));
+        api_sse_event(out, "message_start", json_pack("{s:o}", "message", msg));
+        api_sse_event(out, "ping", json_object());
         return 1;
     }
     bool running = api_job_poll(g, fd);
@@ -292,14 +321,14 @@ static int an_produce(void *state, mu_http_buf *out, int fd) {
     if (running) return 1;
     s->phase = 2;
     if (g->finish == MU_FINISH_ERROR) {
-        event(out, "error", json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type", "api_error", "message",
+        api_sse_event(out, "error", json_pack("{s:{s:s,s:s}}", "error", "type", "api_error", "message",
                                       g->err));
         return 1;
     }
     if (s->index == 0 && !s->open && !json_array_size(g->tool_calls)) {
         /* no text at all: an empty text block, as the plain answer has */
-        event(out, "content_block_start",
-              json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_start", "index", 0, "content_block", "type",
+        api_sse_event(out, "content_block_start",
+              json_pack("{s:i,s:{s:s,s:s}}", "index", 0, "content_block", "type",
                         "text", "text", ""));
         s->open = 2;
     }
@@ -307,21 +336,23 @@ static int an_produce(void *state, mu_http_buf *out, int fd) {
     size_t i;
     json_t *c;
     json_array_foreach(g->tool_calls, i, c) {
-        event(out, "content_block_start", json_pack("{s:s,s:i,s:o}", "type", "content_block_start", "index", s->index,
+        api_sse_event(out, "content_block_start", json_pack("{s:i,s:o}", "index", s->index,
                                                     "content_block", tool_use_block(c, true)));
         char *args = json_dumps(json_object_get(c, "arguments"), JSON_COMPACT);
-        event(out, "content_block_delta",
-              json_pack("{s:s,s:i,s:{s:s,s:s}}", "type", "content_block_delta", "index", s->index, "delta", "type",
+        api_sse_event(out, "content_block_delta",
+              json_pack("{s:i,s:{s:s,s:s}}", "index", s->index, "delta", "type",
                         "input_json_delta", "partial_json", args ? args : "{}"));
         free(args);
         s->open = 3;
         close_block(s, out);
     }
-    event(out, "message_delta",
-          json_pack("{s:s,s:{s:s,s:o},s:o}", "type", "message_delta", "delta", "stop_reason", stop_reason(g),
-                    "stop_sequence", g->finish == MU_FINISH_WORD ? json_string(g->stop_word) : json_null(), "usage",
-                    usage(s)));
-    event(out, "message_stop", json_pack("{s:s}", "type", "message_stop"));
+    json_t *md = json_pack("{s:{s:s,s:o},s:o}", "delta", "stop_reason", stop_reason(g), "stop_sequence",
+                           g->finish == MU_FINISH_WORD ? json_string(g->stop_word) : json_null(), "usage", usage(s));
+    json_t *sp = api_spec_timings(&g->st);
+    if (md && sp) json_object_set_new(md, "speculative", sp);
+    else json_decref(sp);
+    api_sse_event(out, "message_delta", md);
+    api_sse_event(out, "message_stop", json_object());
     return 1;
 }
 
@@ -341,12 +372,7 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     int n_names = 0;
     if (!strcmp(tc_type, "any") || !strcmp(tc_type, "tool")) {
         const char *want = !strcmp(tc_type, "tool") ? mu_jc_str(tc, "name", "") : NULL;
-        size_t i;
-        json_t *t;
-        json_array_foreach(json_object_get(body, "tools"), i, t) {
-            const char *nm = mu_jc_str(t, "name", "");
-            if ((!want || !strcmp(want, nm)) && n_names < MU_GEN_MAX_CALLS) names[n_names++] = nm;
-        }
+        n_names = api_forced_names(json_object_get(body, "tools"), want, names);
         if (!n_names) {
             mu_http_reply_error(r, 400,
                                 want ? "field 'tool_choice.name': no tool of that name in 'tools'"
@@ -358,8 +384,10 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     bool use_tools;
     int32_t *ids = NULL;
     int n = 0;
-    if (!build_prompt(r, body, &use_tools, &ids, &n)) return;
+    const mu_mprompt *media = NULL;
+    if (!build_prompt(r, body, &use_tools, &ids, &n, &media)) return;
     mu_gen_req q = {0};
+    q.media = media;
     q.chat = true;
     q.n_predict = (int)mu_jc_int(body, "max_tokens", -1);
     q.sp = api_sample_params(a, body, NULL);
@@ -369,6 +397,7 @@ void api_anthropic_messages(mu_http_req *r, const json_t *body) {
     an_state *s = calloc(1, sizeof *s);
     if (!s) {
         free(ids);
+        mu_mprompt_free((mu_mprompt *)media);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }

@@ -51,6 +51,27 @@ void api_content_text(const json_t *c, mu_http_buf *b) {
     }
 }
 
+void api_sse_event(mu_http_buf *out, const char *name, json_t *data) {
+    json_t *o = json_pack("{s:s}", "type", name);
+    json_object_update(o, data);
+    json_decref(data);
+    mu_http_buf_fmt(out, "event: %s\ndata: ", name);
+    mu_http_buf_json(out, o);
+    mu_http_buf_str(out, "\n\n");
+    json_decref(o);
+}
+
+int api_forced_names(const json_t *tools, const char *want, const char **names) {
+    int n = 0;
+    size_t i;
+    const json_t *t;
+    json_array_foreach(tools, i, t) {
+        const char *nm = mu_jc_str(t, "name", "");
+        if ((!want || !strcmp(want, nm)) && n < MU_GEN_MAX_CALLS) names[n++] = nm;
+    }
+    return n;
+}
+
 void api_iso_time(char *buf, size_t cap) {
     struct timeval tv;
     gettimeofday(&tv, NULL);
@@ -151,8 +172,17 @@ json_t *api_timings(const mu_gen_stats *st) {
         json_object_set_new(t, "draft_n", json_integer(st->n_draft));
         json_object_set_new(t, "draft_n_accepted", json_integer(st->n_draft_accepted));
         json_object_set_new(t, "spec_steps", json_integer(st->n_spec_steps));
+        json_object_set_new(t, "spec_accepted_per_step",
+                            json_real(st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0));
     }
     return t;
+}
+
+json_t *api_spec_timings(const mu_gen_stats *st) {
+    if (st->n_draft <= 0) return NULL;
+    return json_pack("{s:i,s:i,s:i,s:f}", "draft_n", st->n_draft, "draft_n_accepted", st->n_draft_accepted, "spec_steps",
+                     st->n_spec_steps, "spec_accepted_per_step",
+                     st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0);
 }
 
 int api_response_schema(mu_http_req *r, const json_t *body, const char *proto_key, mu_schema **out) {
@@ -418,6 +448,19 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     /* llama.cpp's post_sampling_probs: n_probs / logprobs report the
      * sampler chain's final candidates */
     q->post_sampling = mu_jc_bool(body, "post_sampling_probs", false);
+    /* llama.cpp's lazy grammars (a grammar that waits for a trigger: its
+     * templates' tool-call machinery): accepted off and empty only */
+    const char *lazy = mu_jc_bool(body, "grammar_lazy", false)                      ? "grammar_lazy"
+                       : json_array_size(json_object_get(body, "grammar_triggers")) ? "grammar_triggers"
+                       : json_array_size(json_object_get(body, "preserved_tokens")) ? "preserved_tokens"
+                                                                                    : NULL;
+    if (lazy) {
+        char m[200];
+        snprintf(m, sizeof m, "field '%s': lazy grammars are not supported (a grammar applies from the first token)",
+                 lazy);
+        mu_http_reply_error(r, 400, m, lazy);
+        return false;
+    }
     /* llama.cpp's GBNF grammar; it wins over json_schema / response_format
      * (llama.cpp reads json_schema only when there is no grammar), except
      * that a chat request naming both is refused, as llama.cpp does */
@@ -577,9 +620,11 @@ static bool add_id(api_job *g, const mu_gen_token *t) {
         int cap = g->cap_ids ? g->cap_ids * 2 : 64;
         int32_t *ids = realloc(g->ids, (size_t)cap * sizeof *ids);
         if (ids) g->ids = ids;
+        size_t *ce = realloc(g->cend, (size_t)cap * sizeof *ce);
+        if (ce) g->cend = ce;
         api_tok *tk = g->want_toks ? realloc(g->toks, (size_t)cap * sizeof *tk) : NULL;
         if (tk) g->toks = tk;
-        if (!ids || (g->want_toks && !tk)) return false;
+        if (!ids || !ce || (g->want_toks && !tk)) return false;
         g->cap_ids = cap;
     }
     if (g->want_toks) {
@@ -594,6 +639,7 @@ static bool add_id(api_job *g, const mu_gen_token *t) {
             o->top_probs[k] = t->top_probs[k];
         }
     }
+    g->cend[g->n_ids] = g->content.n;
     g->ids[g->n_ids++] = t->id;
     return true;
 }
@@ -604,6 +650,7 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
     case MU_EV_TOKEN: return add_id(g, &ev->tok);
     case MU_EV_TEXT:
         mu_http_buf_add(ev->channel == MU_CH_REASONING ? &g->reasoning : &g->content, ev->text, ev->len);
+        if (g->n_ids && ev->channel != MU_CH_REASONING) g->cend[g->n_ids - 1] = g->content.n;
         return true;
     case MU_EV_TOOL_CALL: {
         if (!g->tool_calls) g->tool_calls = json_array();
@@ -682,6 +729,15 @@ static const char *take(mu_http_buf *b, size_t *sent, size_t *n) {
 
 const char *api_job_take_content(api_job *g, size_t *n) { return take(&g->content, &g->content_sent, n); }
 
+const char *api_job_take_content_upto(api_job *g, int i, size_t *n) {
+    size_t end = g->cend[i] < g->content.n ? g->cend[i] : g->content.n;
+    if (end < g->content_sent) end = g->content_sent;
+    *n = end - g->content_sent;
+    const char *p = g->content.p ? g->content.p + g->content_sent : "";
+    g->content_sent = end;
+    return p;
+}
+
 const char *api_job_take_reasoning(api_job *g, size_t *n) { return take(&g->reasoning, &g->reasoning_sent, n); }
 
 void api_job_free(api_job *g) {
@@ -692,6 +748,8 @@ void api_job_free(api_job *g) {
     mu_http_buf_free(&g->content);
     mu_http_buf_free(&g->reasoning);
     free(g->ids);
+    free(g->cend);
+    g->cend = NULL;
     free(g->toks);
     free(g->ctoks);
     g->ctoks = NULL;

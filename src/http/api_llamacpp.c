@@ -116,22 +116,23 @@ static int lc_produce(void *state, mu_http_buf *out, int fd) {
             if (s->timings_per_token) json_object_set_new(c, "timings", api_progress_timings(p));
             sse_data(out, c);
         }
-        /* one chunk per token, as llama.cpp streams (the text released with
-         * the last of them: text is assembled across tokens); text that
-         * arrives without a new token waits for the next one or the end.
-         * With n_probs the newest token's chunk also waits (for the next
-         * token or the end), so text released only at the end (held for a
-         * stop string or an unfinished character) still comes with a token
-         * and its probabilities: every chunk then carries exactly one */
+        /* one chunk per token, as llama.cpp streams, each with the text
+         * that token released (a token's events come together: cend). Text
+         * released only at the end (held for a stop string or an
+         * unfinished character) goes with the last token when its chunk
+         * was not sent yet, else in a chunk of its own. With n_probs the
+         * newest token's chunk waits (for the next token or the end), so
+         * that text still comes with a token and its probabilities: every
+         * chunk then carries exactly one */
         int from = s->sent_tokens[k], to = g->n_ids;
         if (s->probs && running && to > from) to--;
-        size_t nc = 0;
-        const char *cs = to > from || !running ? api_job_take_content(g, &nc) : "";
-        for (int i = from; i < to || (i == from && nc); i++) {
-            bool last = i >= to - 1;
-            json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", k, "content",
-                                  last ? api_json_text(cs, nc) : json_string(""), "stop", 0, "id_slot", g->st.slot,
-                                  "tokens_predicted", i < to ? i + 1 : to, "tokens_evaluated", g->st.n_prompt);
+        for (int i = from; i < to || (i == from && !running && g->content.n > g->content_sent); i++) {
+            size_t nc = 0;
+            const char *cs = i < to - 1 || (i < to && running) ? api_job_take_content_upto(g, i, &nc)
+                                                                 : api_job_take_content(g, &nc);
+            json_t *c = json_pack("{s:i,s:o,s:b,s:i,s:i,s:i}", "index", k, "content", api_json_text(cs, nc), "stop", 0,
+                                  "id_slot", g->st.slot, "tokens_predicted", i < to ? i + 1 : to, "tokens_evaluated",
+                                  g->st.n_prompt);
             json_t *toks = json_array();
             if (i < to) json_array_append_new(toks, json_integer(g->ids[i]));
             json_object_set_new(c, "tokens", toks);

@@ -319,3 +319,26 @@ bool api_prompt_media(mu_http_req *r, mu_http_app *a, const json_t *prompt, cons
     api_images_free(&im);
     return ok;
 }
+
+bool api_chat_prompt_media(mu_http_req *r, mu_http_app *a, const json_t *msgs, const json_t *tools, const char *effort,
+                           const api_images *im, int32_t **ids, int *n, const mu_mprompt **media) {
+    *media = NULL;
+    if (!api_images_gate(r, a, im)) return false;
+    char *text = NULL;
+    if (!api_chat_prompt_ex(r, a, msgs, tools, effort, API_PROMPT_GEN, ids, n, im->n ? &text : NULL)) return false;
+    if (!im->n) return true;
+    free(*ids);
+    *ids = NULL;
+    bool ok = api_media_prompt(r, a, text, im, ids, n, media);
+    free(text);
+    return ok;
+}
+
+bool api_image_part(mu_http_req *r, api_images *im, const char *s, size_t n, bool url, const char *field,
+                    mu_http_buf *text) {
+    char msg[400];
+    int rc = api_image_add(im, s, n, url, field, msg, sizeof msg);
+    if (rc) return reply_media_err(r, rc, msg, field);
+    mu_http_buf_str(text, MU_MEDIA_MARKER);
+    return true;
+}

@@ -95,6 +95,11 @@ static json_t *done_record(ol_state *s, const char *cs, size_t nc, const char *r
     json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)(st->prompt_ms * 1e6)));
     json_object_set_new(o, "eval_count", json_integer(g->n_ids));
     json_object_set_new(o, "eval_duration", json_integer((json_int_t)(st->gen_ms * 1e6)));
+    if (st->n_draft > 0) { /* speculative decoding (muser's, in Ollama's *_count style) */
+        json_object_set_new(o, "draft_count", json_integer(st->n_draft));
+        json_object_set_new(o, "draft_accepted_count", json_integer(st->n_draft_accepted));
+        json_object_set_new(o, "draft_step_count", json_integer(st->n_spec_steps));
+    }
     return o;
 }
 
@@ -147,18 +152,24 @@ static bool ol_poll(void *state, mu_http_req *r) {
     return true;
 }
 
+/* Ollama's think: a bool, or a level ("low", "medium", "high": Ollama's
+ * for models with reasoning strengths), which becomes the template's
+ * reasoning effort; NULL for a bool */
+static const char *think_effort(const json_t *body) { return json_string_value(json_object_get(body, "think")); }
+
 /* media: an image prompt (api_media_prompt) or NULL; taken */
 static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids, int n, const mu_mprompt *media,
                 bool chat, bool use_tools) {
     json_t *opt = json_object_get(body, "options");
+    /* num_ctx: the request's context, at most the server's (--ctx), as
+     * Ollama caps it at what the model can hold; a smaller one bounds the
+     * prompt and the generation */
     long long num_ctx = mu_jc_int(opt, "num_ctx", a->n_ctx);
-    if (num_ctx > a->n_ctx) {
+    int n_ctx = num_ctx < a->n_ctx ? (int)num_ctx : a->n_ctx;
+    if (n >= n_ctx && n_ctx < a->n_ctx) {
         free(ids);
         mu_mprompt_free((mu_mprompt *)media);
-        char m[160];
-        snprintf(m, sizeof m, "field 'options.num_ctx': out of range: this server's context is %d (muser serve --ctx)",
-                 a->n_ctx);
-        mu_http_reply_error(r, 400, m, "options.num_ctx");
+        api_reply_exceed(r, n, n_ctx);
         return;
     }
     mu_schema *schema = NULL;
@@ -174,6 +185,7 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
     q.chat = true;
     long long np = mu_jc_int(opt, "num_predict", -1);
     q.n_predict = np < 0 ? -1 : (int)np;
+    if (n_ctx < a->n_ctx && (q.n_predict < 0 || q.n_predict > n_ctx - n)) q.n_predict = n_ctx - n;
     q.sp = api_sample_params(a, opt ? opt : json_null(), "seed");
     api_spec_params(opt, "speculative_type", "speculative_n_max", "speculative_n_min", &q);
     q.logprobs = mu_jc_bool(body, "logprobs", false);
@@ -255,7 +267,7 @@ void api_ollama_generate(mu_http_req *r, const json_t *body) {
         const char *sys = mu_jc_str(body, "system", NULL);
         if (sys) json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "system", "content", sys));
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", pb.p));
-        ok = api_chat_prompt_ex(r, a, msgs, NULL, NULL, API_PROMPT_GEN, &ids, &n, &text);
+        ok = api_chat_prompt_ex(r, a, msgs, NULL, think_effort(body), API_PROMPT_GEN, &ids, &n, &text);
         json_decref(msgs);
     }
     mu_http_buf_free(&pb);
@@ -322,7 +334,7 @@ void api_ollama_chat(mu_http_req *r, const json_t *body) {
     int32_t *ids = NULL;
     int n = 0;
     char *text = NULL;
-    bool ok = api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, NULL, API_PROMPT_GEN, &ids, &n,
+    bool ok = api_chat_prompt_ex(r, a, msgs, use_tools ? tools : NULL, think_effort(body), API_PROMPT_GEN, &ids, &n,
                                  im.n ? &text : NULL);
     json_decref(msgs);
     const mu_mprompt *media = NULL;

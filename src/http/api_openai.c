@@ -34,6 +34,16 @@ static json_t *openai_tool_calls(const json_t *calls) {
     return out;
 }
 
+/* The deprecated functions API's answer: the first call as {name,
+ * arguments (JSON text)} (that API has one call per answer). */
+static json_t *legacy_call(const json_t *calls) {
+    const json_t *c = json_array_get(calls, 0);
+    char *args = json_dumps(json_object_get(c, "arguments"), JSON_COMPACT);
+    json_t *o = json_pack("{s:O,s:s}", "name", json_object_get(c, "name"), "arguments", args ? args : "{}");
+    free(args);
+    return o;
+}
+
 /* ---- prompt ------------------------------------------------------------- */
 
 /* OpenAI messages -> the plain shape the template expects. */
@@ -62,8 +72,15 @@ json_t *api_normalize_messages(const json_t *msgs) {
         } else if (!c || json_is_null(c)) {
             json_object_set_new(n, "content", json_string(""));
         }
-        if (!strcmp(json_string_value(json_object_get(m, "role")), "developer"))
-            json_object_set_new(n, "role", json_string("system"));
+        const char *role = json_string_value(json_object_get(m, "role"));
+        if (!strcmp(role, "developer")) json_object_set_new(n, "role", json_string("system"));
+        /* the deprecated functions API: a function's result is a tool
+         * message, an assistant's function_call its one tool call */
+        if (!strcmp(role, "function")) json_object_set_new(n, "role", json_string("tool"));
+        json_t *fc = json_object_get(n, "function_call");
+        if (json_is_object(fc) && !json_array_size(json_object_get(n, "tool_calls")))
+            json_object_set_new(n, "tool_calls", json_pack("[{s:s,s:s,s:O}]", "id", "", "type", "function", "function", fc));
+        json_object_del(n, "function_call");
         json_t *tc = json_object_get(n, "tool_calls");
         if (json_is_array(tc)) {
             /* templates want arguments as objects */
@@ -136,10 +153,14 @@ static json_t *logprob_entry(mu_http_app *a, const api_tok *t) {
 /* Chat logprobs over answer tokens [from, to) (g->ctoks): the tokens whose
  * texts join to message.content, never channel headers, reasoning or tool
  * calls. */
-static json_t *logprobs_range(api_job *g, int from, int to) {
+json_t *api_answer_logprobs(api_job *g, int from, int to) {
     json_t *arr = json_array();
     for (int i = from; i < to; i++) json_array_append_new(arr, logprob_entry(g->app, &g->toks[g->ctoks[i]]));
-    return json_pack("{s:o}", "content", arr);
+    return arr;
+}
+
+static json_t *logprobs_range(api_job *g, int from, int to) {
+    return json_pack("{s:o}", "content", api_answer_logprobs(g, from, to));
 }
 
 static const char *finish_name(int f, bool tools) {
@@ -168,6 +189,7 @@ typedef struct {
     char id[64];
     int64_t created;
     bool chat, include_usage, logprobs, tools;
+    bool legacy_fn;     /* the deprecated functions API: the call as function_call */
     int phase;          /* 0 first chunk, 1 running, 2 done */
     char *echo[API_MAX_CHOICES]; /* completions: prompt text to echo first, per prompt */
     int n;              /* choices in all */
@@ -235,9 +257,12 @@ static bool oa_choice(oa_stream *s, int k, mu_http_buf *out, bool running) {
     bool has_tools = false;
     if (s->chat && json_array_size(g->tool_calls)) {
         has_tools = true;
-        sse(out, chunk(s, k, json_pack("{s:o}", "tool_calls", openai_tool_calls(g->tool_calls)), NULL, NULL));
+        json_t *d = s->legacy_fn ? json_pack("{s:o}", "function_call", legacy_call(g->tool_calls))
+                                 : json_pack("{s:o}", "tool_calls", openai_tool_calls(g->tool_calls));
+        sse(out, chunk(s, k, d, NULL, NULL));
     }
-    json_t *fin = chunk(s, k, s->chat ? json_object() : json_string(""), json_string(finish_name(g->finish, has_tools)),
+    json_t *fin = chunk(s, k, s->chat ? json_object() : json_string(""),
+                        json_string(has_tools && s->legacy_fn ? "function_call" : finish_name(g->finish, has_tools)),
                         NULL);
     json_object_set_new(fin, "timings", api_timings(&g->st));
     sse(out, fin);
@@ -360,10 +385,14 @@ static bool oa_chat_poll(void *state, mu_http_req *r) {
         bool has_calls = json_array_size(calls) > 0;
         json_object_set_new(msg, "content", has_calls && nc == 0 ? json_null() : api_json_text(cs, nc));
         if (nr) json_object_set_new(msg, "reasoning_content", api_json_text(rs, nr));
-        if (has_calls) json_object_set_new(msg, "tool_calls", openai_tool_calls(calls));
+        if (has_calls)
+            json_object_set_new(msg, s->legacy_fn ? "function_call" : "tool_calls",
+                                s->legacy_fn ? legacy_call(calls) : openai_tool_calls(calls));
         json_array_append_new(choices, json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs",
                                                  s->logprobs ? logprobs_range(g, 0, g->n_ctoks) : json_null(),
-                                                 "finish_reason", finish_name(g->finish, has_calls)));
+                                                 "finish_reason",
+                                                 has_calls && s->legacy_fn ? "function_call"
+                                                                           : finish_name(g->finish, has_calls)));
     }
     json_t *resp = json_pack("{s:s,s:s,s:I,s:s,s:s,s:o,s:o,s:o}", "id", s->id, "object", "chat.completion",
                              "created", (json_int_t)s->created, "model", a->model_id, "system_fingerprint", "muser",
@@ -435,7 +464,42 @@ void api_openai_chat_tokens(mu_http_req *r, const json_t *body) {
     if (ok) mu_http_reply_json(r, 200, json_pack("{s:i}", "input_tokens", n));
 }
 
+static void chat(mu_http_req *r, const json_t *body, bool legacy_fn);
+
+/* The deprecated functions API: functions become tools and function_call
+ * tool_choice (a shallow copy of the body), and the answer carries the
+ * call as message.function_call. */
 void api_openai_chat(mu_http_req *r, const json_t *body) {
+    const json_t *fns = json_object_get(body, "functions");
+    const json_t *fc = json_object_get(body, "function_call");
+    bool legacy = (fns && !json_is_null(fns)) || (fc && !json_is_null(fc));
+    if (!legacy) {
+        chat(r, body, false);
+        return;
+    }
+    const json_t *tools = json_object_get(body, "tools"), *tc = json_object_get(body, "tool_choice");
+    if ((tools && !json_is_null(tools)) || (tc && !json_is_null(tc))) {
+        mu_http_reply_error(r, 400, "fields 'functions' and 'tools': send one of them ('functions' is deprecated)",
+                            "functions");
+        return;
+    }
+    json_t *nb = json_copy((json_t *)body);
+    json_t *nt = json_array();
+    size_t i;
+    json_t *f;
+    json_array_foreach(fns, i, f) json_array_append_new(nt, json_pack("{s:s,s:O}", "type", "function", "function", f));
+    json_object_del(nb, "functions");
+    json_object_del(nb, "function_call");
+    if (json_array_size(nt)) json_object_set_new(nb, "tools", nt);
+    else json_decref(nt);
+    if (json_is_string(fc)) json_object_set(nb, "tool_choice", (json_t *)fc);
+    else if (json_is_object(fc))
+        json_object_set_new(nb, "tool_choice", json_pack("{s:s,s:O}", "type", "function", "function", fc));
+    chat(r, nb, true);
+    json_decref(nb);
+}
+
+static void chat(mu_http_req *r, const json_t *body, bool legacy_fn) {
     mu_http_app *a = mu_http_req_app(r);
     if (!check(r, body)) return;
     json_t *tc = json_object_get(body, "tool_choice");
@@ -571,6 +635,7 @@ void api_openai_chat(mu_http_req *r, const json_t *body) {
     for (int k = 0; k < s->n; k++) s->g[k].want_toks = q.logprobs;
     s->logprobs = q.logprobs;
     s->tools = use_tools;
+    s->legacy_fn = legacy_fn;
     s->created = api_unix_now();
     api_new_id(s->id, sizeof s->id, "chatcmpl-");
     if (stream) {

@@ -2,7 +2,8 @@
  * /responses, as llama.cpp's server), streaming and not, on the same
  * generation pipeline as the other protocols.
  * Owns: the input forms (a string, or items: messages with input_text /
- * output_text parts, function_call, function_call_output, reasoning)
+ * output_text / input_image parts (data URLs, with --mmproj),
+ * function_call, function_call_output, reasoning)
  * turned into the chat template's messages; instructions; flat function
  * tools; tool_choice; text.format (structured output); the response object
  * (output items: reasoning, message, function_call; status, usage) and the
@@ -20,8 +21,45 @@
 
 #include "api.h"
 
-/* instructions + input -> the template's messages; NULL after replying. */
-static json_t *to_template(mu_http_req *r, const json_t *body) {
+/* The text of content c (a string or parts) at where into b: text parts
+ * joined, each input_image part's image into im and its MU_MEDIA_MARKER
+ * into the text. False after replying 400 (a part muser does not read). */
+static bool parts_text(mu_http_req *r, const json_t *c, const char *where, api_images *im, mu_http_buf *b) {
+    if (json_is_string(c)) {
+        mu_http_buf_add(b, json_string_value(c), json_string_length(c));
+        return true;
+    }
+    size_t k;
+    json_t *p;
+    json_array_foreach(c, k, p) {
+        const char *pt = mu_jc_str(p, "type", "");
+        char f[160], m[256];
+        if (!strcmp(pt, "input_text") || !strcmp(pt, "output_text") || !strcmp(pt, "text")) {
+            const json_t *t = json_object_get(p, "text");
+            if (json_is_string(t)) mu_http_buf_add(b, json_string_value(t), json_string_length(t));
+            continue;
+        }
+        const json_t *u = json_object_get(p, "image_url");
+        if (!strcmp(pt, "input_image") && json_is_string(u)) {
+            snprintf(f, sizeof f, "%s[%zu].image_url", where, k);
+            if (!api_image_part(r, im, json_string_value(u), json_string_length(u), true, f, b)) return false;
+            continue;
+        }
+        if (!strcmp(pt, "input_image"))
+            snprintf(m, sizeof m, "field '%s[%zu].image_url': is required for an input_image part (files are not stored)",
+                     where, k);
+        else
+            snprintf(m, sizeof m, "field '%s[%zu].type': '%s' parts are not supported (text and images only)", where, k,
+                     pt);
+        mu_http_reply_error(r, 400, m, where);
+        return false;
+    }
+    return true;
+}
+
+/* instructions + input -> the template's messages (one MU_MEDIA_MARKER per
+ * image, the images into im); NULL after replying. */
+static json_t *to_template(mu_http_req *r, const json_t *body, api_images *im) {
     json_t *out = json_array();
     const char *ins = mu_jc_str(body, "instructions", NULL);
     if (ins) json_array_append_new(out, json_pack("{s:s,s:s}", "role", "system", "content", ins));
@@ -45,21 +83,13 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
                 mu_http_reply_error(r, 400, m, where);
                 goto fail;
             }
-            const json_t *c = json_object_get(it, "content");
-            size_t k;
-            json_t *p;
-            json_array_foreach(c, k, p) {
-                const char *pt = mu_jc_str(p, "type", "");
-                if (strcmp(pt, "input_text") && strcmp(pt, "output_text") && strcmp(pt, "text")) {
-                    char m[200];
-                    snprintf(m, sizeof m, "field '%s.content[%zu].type': '%s' parts are not supported (text only)",
-                             where, k, pt);
-                    mu_http_reply_error(r, 400, m, where);
-                    goto fail;
-                }
-            }
+            char cw[80];
+            snprintf(cw, sizeof cw, "%s.content", where);
             mu_http_buf b = {0};
-            api_content_text(c, &b);
+            if (!parts_text(r, json_object_get(it, "content"), cw, im, &b)) {
+                mu_http_buf_free(&b);
+                goto fail;
+            }
             if (!strcmp(role, "assistant") && pending) {
                 json_object_set_new(pending, "content", json_stringn(b.p ? b.p : "", b.n));
             } else {
@@ -95,8 +125,13 @@ static json_t *to_template(mu_http_req *r, const json_t *body) {
             }
         } else { /* function_call_output */
             pending = NULL;
+            char ow[80];
+            snprintf(ow, sizeof ow, "%s.output", where);
             mu_http_buf b = {0};
-            api_content_text(json_object_get(it, "output"), &b);
+            if (!parts_text(r, json_object_get(it, "output"), ow, im, &b)) {
+                mu_http_buf_free(&b);
+                goto fail;
+            }
             json_array_append_new(out, json_pack("{s:s,s:s,s:s%}", "role", "tool", "tool_call_id",
                                                  mu_jc_str(it, "call_id", ""), "content", b.p ? b.p : "", b.n));
             mu_http_buf_free(&b);
@@ -138,6 +173,9 @@ typedef struct {
     int open;              /* 0 none, 1 reasoning, 2 message */
     size_t item_from;      /* where the open item's text starts in its buffer */
     bool tpt;              /* llama.cpp's timings_per_token: timings in the delta events */
+    bool lp;               /* logprobs of the answer tokens (include message.output_text.logprobs,
+                              top_logprobs) */
+    int lp_from, lp_sent;  /* answer tokens (g.ctoks): where the open message starts, sent so far */
 } rs_state;
 
 static json_t *usage(const rs_state *s) {
@@ -154,6 +192,8 @@ static json_t *response_object(rs_state *s, const char *status) {
     json_object_set_new(o, "incomplete_details",
                         !strcmp(status, "incomplete") ? json_pack("{s:s}", "reason", "max_output_tokens") : json_null());
     json_object_set_new(o, "usage", !strcmp(status, "in_progress") ? json_null() : usage(s));
+    json_t *sp = strcmp(status, "in_progress") ? api_spec_timings(&s->g.st) : NULL;
+    if (sp) json_object_set_new(o, "speculative", sp); /* the request's "speculative", what it did */
     return o;
 }
 
@@ -162,10 +202,14 @@ static json_t *reasoning_item(const char *id, const char *t, size_t n) {
                      "reasoning_text", "text", api_json_text(t, n));
 }
 
-static json_t *text_part(const char *t, size_t n) {
-    return json_pack("{s:s,s:o,s:[],s:[]}", "type", "output_text", "text", api_json_text(t, n), "annotations",
-                     "logprobs");
+/* lp: the part's logprobs (taken), NULL for none */
+static json_t *text_part(const char *t, size_t n, json_t *lp) {
+    return json_pack("{s:s,s:o,s:[],s:o}", "type", "output_text", "text", api_json_text(t, n), "annotations",
+                     "logprobs", lp ? lp : json_array());
 }
+
+/* The logprobs of answer tokens [from, to) when asked for, else NULL. */
+static json_t *lp_range(rs_state *s, int from, int to) { return s->lp ? api_answer_logprobs(&s->g, from, to) : NULL; }
 
 static json_t *message_item(const char *id, const char *status, json_t *part) {
     return json_pack("{s:s,s:s,s:s,s:s,s:o}", "type", "message", "id", id, "status", status, "role", "assistant",
@@ -201,7 +245,7 @@ static bool rs_poll(void *state, mu_http_req *r) {
     }
     if (nc || !json_array_size(g->tool_calls)) {
         api_new_id(id, sizeof id, "msg_");
-        json_array_append_new(s->items, message_item(id, "completed", text_part(cs, nc)));
+        json_array_append_new(s->items, message_item(id, "completed", text_part(cs, nc, lp_range(s, 0, g->n_ctoks))));
     }
     size_t i;
     json_t *c;
@@ -211,12 +255,8 @@ static bool rs_poll(void *state, mu_http_req *r) {
 }
 
 static void event(rs_state *s, mu_http_buf *out, const char *type, json_t *data) {
-    json_object_set_new(data, "type", json_string(type));
     json_object_set_new(data, "sequence_number", json_integer(s->seq++));
-    mu_http_buf_fmt(out, "event: %s\ndata: ", type);
-    mu_http_buf_json(out, data);
-    mu_http_buf_str(out, "\n\n");
-    json_decref(data);
+    api_sse_event(out, type, data);
 }
 
 /* Closes the open item: its *.done events, and it joins the output. */
@@ -233,13 +273,14 @@ static void close_item(rs_state *s, mu_http_buf *out) {
                         api_json_text(t, n)));
         item = reasoning_item(s->item_id, t, n);
     } else {
+        json_t *lp = lp_range(s, s->lp_from, s->lp_sent);
         event(s, out, "response.output_text.done",
-              json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "text",
-                        api_json_text(t, n), "logprobs"));
+              json_pack("{s:s,s:i,s:i,s:o,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "text",
+                        api_json_text(t, n), "logprobs", lp ? json_deep_copy(lp) : json_array()));
         event(s, out, "response.content_part.done",
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "part",
-                        text_part(t, n)));
-        item = message_item(s->item_id, "completed", text_part(t, n));
+                        text_part(t, n, lp ? json_deep_copy(lp) : NULL)));
+        item = message_item(s->item_id, "completed", text_part(t, n, lp));
     }
     event(s, out, "response.output_item.done", json_pack("{s:i,s:O}", "output_index", oi, "item", item));
     json_array_append_new(s->items, item);
@@ -260,10 +301,12 @@ static void item_text(rs_state *s, mu_http_buf *out, int kind, const char *t, si
                                              "content")
                                  : message_item(s->item_id, "in_progress", NULL);
         event(s, out, "response.output_item.added", json_pack("{s:i,s:o}", "output_index", oi, "item", item));
-        if (kind == 2)
+        if (kind == 2) {
             event(s, out, "response.content_part.added",
                   json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "part",
-                            text_part("", 0)));
+                            text_part("", 0, NULL)));
+            s->lp_from = s->lp_sent;
+        }
         s->open = kind;
     }
     if (kind == 1)
@@ -271,8 +314,10 @@ static void item_text(rs_state *s, mu_http_buf *out, int kind, const char *t, si
               json_pack("{s:s,s:i,s:i,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0, "delta",
                         api_json_text(t, n)));
     else {
-        json_t *d = json_pack("{s:s,s:i,s:i,s:o,s:[]}", "item_id", s->item_id, "output_index", oi, "content_index", 0,
-                              "delta", api_json_text(t, n), "logprobs");
+        json_t *lp = lp_range(s, s->lp_sent, s->g.n_ctoks);
+        if (s->lp) s->lp_sent = s->g.n_ctoks;
+        json_t *d = json_pack("{s:s,s:i,s:i,s:o,s:o}", "item_id", s->item_id, "output_index", oi, "content_index", 0,
+                              "delta", api_json_text(t, n), "logprobs", lp ? lp : json_array());
         if (s->tpt) json_object_set_new(d, "timings", api_job_timings(&s->g));
         event(s, out, "response.output_text.delta", d);
     }
@@ -367,12 +412,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
     int n_names = 0;
     if (json_is_object(tc) || (json_is_string(tc) && !strcmp(json_string_value(tc), "required"))) {
         const char *want = json_is_object(tc) ? mu_jc_str(tc, "name", "") : NULL;
-        size_t i;
-        json_t *t;
-        json_array_foreach(json_object_get(body, "tools"), i, t) {
-            const char *nm = mu_jc_str(t, "name", "");
-            if ((!want || !strcmp(want, nm)) && n_names < MU_GEN_MAX_CALLS) names[n_names++] = nm;
-        }
+        n_names = api_forced_names(json_object_get(body, "tools"), want, names);
         if (!n_names) {
             mu_http_reply_error(r, 400,
                                 want ? "field 'tool_choice.name': no tool of that name in 'tools'"
@@ -401,8 +441,10 @@ void api_responses(mu_http_req *r, const json_t *body) {
         json_decref(wrap);
         if (rc) return;
     }
-    json_t *msgs = to_template(r, body);
+    api_images im = {0};
+    json_t *msgs = to_template(r, body, &im);
     if (!msgs) {
+        api_images_free(&im);
         mu_schema_unref(schema);
         return;
     }
@@ -413,7 +455,9 @@ void api_responses(mu_http_req *r, const json_t *body) {
     if (effort && !strcmp(effort, "minimal")) effort = "low";
     int32_t *ids = NULL;
     int n = 0;
-    bool ok = api_chat_prompt(r, a, msgs, tools, effort, &ids, &n);
+    const mu_mprompt *media = NULL;
+    bool ok = api_chat_prompt_media(r, a, msgs, tools, effort, &im, &ids, &n, &media);
+    api_images_free(&im);
     json_decref(msgs);
     json_decref(tools);
     if (!ok) {
@@ -421,6 +465,7 @@ void api_responses(mu_http_req *r, const json_t *body) {
         return;
     }
     mu_gen_req q = {0};
+    q.media = media;
     q.chat = true;
     q.schema = schema;
     q.schema_chat = true;
@@ -429,12 +474,22 @@ void api_responses(mu_http_req *r, const json_t *body) {
     api_spec_params(json_object_get(body, "speculative"), "type", "n_max", "n_min", &q);
     q.call_one_of = n_names ? names : NULL;
     q.n_call_one_of = n_names;
+    /* logprobs: asked for by include "message.output_text.logprobs" (OpenAI's
+     * switch) or a top_logprobs above 0 */
+    bool want_lp = mu_jc_int(body, "top_logprobs", 0) > 0;
+    size_t ii;
+    const json_t *inc;
+    json_array_foreach(json_object_get(body, "include"), ii, inc) want_lp |=
+        !strcmp(json_string_value(inc), "message.output_text.logprobs");
+    q.logprobs = want_lp;
+    q.n_top = want_lp ? (int)mu_jc_int(body, "top_logprobs", 0) : 0;
     /* llama.cpp's return_progress: prompt progress in response.in_progress events (streams) */
     q.progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
     rs_state *s = calloc(1, sizeof *s);
     if (!s || !(s->items = json_array())) {
         free(s);
         free(ids);
+        mu_mprompt_free((mu_mprompt *)media);
         mu_schema_unref(schema);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
@@ -449,6 +504,8 @@ void api_responses(mu_http_req *r, const json_t *body) {
     s->a = a;
     s->n_prompt = n;
     s->tpt = mu_jc_bool(body, "timings_per_token", false);
+    s->lp = want_lp;
+    s->g.want_toks = want_lp;
     s->created = api_unix_now();
     snprintf(s->model, sizeof s->model, "%s", mu_jc_str(body, "model", a->model_id));
     api_new_id(s->id, sizeof s->id, "resp_");

@@ -12,7 +12,11 @@
  * the engine thread before the slot took other work (mu_gen_req.save), so
  * the pack is exactly the state the turn left; a failed or cancelled turn
  * leaves the session as it was. A continue names the revision it extends
- * (optimistic concurrency: 409 when another turn came first). */
+ * (optimistic concurrency: 409 when another turn came first); with
+ * "stream" its text and tokens go out as server-sent events as they come
+ * and its answer is the last event. A restore verifies its pack on a
+ * thread of its own, never on a connection thread (the session is busy
+ * meanwhile), and commits whether or not its client waits for the answer. */
 #include <openssl/sha.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -51,6 +55,8 @@ typedef struct {
 
 struct api_sessions {
     pthread_mutex_t mu;
+    pthread_cond_t idle;          /* n_restoring fell to 0 */
+    int n_restoring;              /* restore threads running (mu) */
     sess s[SESS_MAX];
     atomic_uint_fast64_t n_made;  /* for generated ids */
     pthread_mutex_t gc_mu;        /* one budget pass at a time */
@@ -61,6 +67,7 @@ int api_sessions_new(api_sessions **out) {
     api_sessions *t = calloc(1, sizeof *t);
     if (!t) return -1;
     pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->idle, NULL);
     pthread_mutex_init(&t->gc_mu, NULL);
     *out = t;
     return 0;
@@ -74,7 +81,11 @@ static void sess_clear(sess *s) {
 
 void api_sessions_free(api_sessions *t) {
     if (!t) return;
+    pthread_mutex_lock(&t->mu); /* restores still verifying write their result into the table */
+    while (t->n_restoring) pthread_cond_wait(&t->idle, &t->mu);
+    pthread_mutex_unlock(&t->mu);
     for (int i = 0; i < SESS_MAX; i++) sess_clear(&t->s[i]);
+    pthread_cond_destroy(&t->idle);
     pthread_mutex_destroy(&t->mu);
     pthread_mutex_destroy(&t->gc_mu);
     free(t);
@@ -149,6 +160,65 @@ static void no_session(mu_http_req *r, const char *id) {
     mu_http_reply_error(r, 404, m, NULL);
 }
 
+/* ---- the checks of the routes ------------------------------------------ */
+
+/* The route's session with t->mu held, or NULL after answering 404 (t->mu
+ * released). */
+static sess *lock_session(mu_http_req *r, api_sessions *t, const char *id) {
+    pthread_mutex_lock(&t->mu);
+    sess *s = find(t, id);
+    if (!s) {
+        pthread_mutex_unlock(&t->mu);
+        no_session(r, id);
+    }
+    return s;
+}
+
+/* With t->mu held: a turn or a restore of s is running: 409, t->mu released. */
+static bool busy_refused(mu_http_req *r, api_sessions *t, const sess *s) {
+    if (!s->busy) return false;
+    pthread_mutex_unlock(&t->mu);
+    mu_http_reply_error(r, 409, "sessions: a turn of the session is running", NULL);
+    return true;
+}
+
+/* With t->mu held: want is not s's revision: 409 naming it, t->mu released. */
+static bool revision_refused(mu_http_req *r, api_sessions *t, const sess *s, uint64_t want) {
+    if (s->revision == want) return false;
+    char m[160];
+    snprintf(m, sizeof m, "sessions: revision %llu is not the session's (%llu)", (unsigned long long)want,
+             (unsigned long long)s->revision);
+    pthread_mutex_unlock(&t->mu);
+    mu_http_reply_error(r, 409, m, "revision");
+    return true;
+}
+
+/* With t->mu held: a free entry of the table named id, or NULL after
+ * answering 429 (t->mu released). */
+static sess *new_session(mu_http_req *r, api_sessions *t, const char *id) {
+    sess *s = NULL;
+    for (int i = 0; i < SESS_MAX && !s; i++)
+        if (!t->s[i].used) s = &t->s[i];
+    if (!s) {
+        pthread_mutex_unlock(&t->mu);
+        mu_http_reply_error(r, 429, "sessions: the server holds its most sessions (256): delete one", NULL);
+        return NULL;
+    }
+    s->used = true;
+    snprintf(s->id, sizeof s->id, "%s", id);
+    s->created = api_unix_now();
+    return s;
+}
+
+/* Without a pack store (--pack-dir): 501 for what needs one. */
+static bool store_refused(mu_http_req *r, const mu_http_app *a, const char *what) {
+    if (a->pack_dir[0]) return false;
+    char m[160];
+    snprintf(m, sizeof m, "sessions: %s needs a pack store: start the server with --pack-dir", what);
+    mu_http_reply_error(r, 501, m, NULL);
+    return true;
+}
+
 static void body_digest(const json_t *body, uint8_t out[32]) {
     char *txt = json_dumps(body, JSON_COMPACT | JSON_SORT_KEYS);
     SHA256((const uint8_t *)(txt ? txt : ""), txt ? strlen(txt) : 0, out);
@@ -189,17 +259,8 @@ static void sess_create(mu_http_req *r, mu_http_app *a, const json_t *body) {
         mu_http_reply_error(r, 409, m, "id");
         return;
     }
-    sess *s = NULL;
-    for (int i = 0; i < SESS_MAX && !s; i++)
-        if (!t->s[i].used) s = &t->s[i];
-    if (!s) {
-        pthread_mutex_unlock(&t->mu);
-        mu_http_reply_error(r, 429, "sessions: the server holds its most sessions (256): delete one", NULL);
-        return;
-    }
-    s->used = true;
-    snprintf(s->id, sizeof s->id, "%s", id);
-    s->created = api_unix_now();
+    sess *s = new_session(r, t, id);
+    if (!s) return;
     json_t *o = sess_json(s);
     pthread_mutex_unlock(&t->mu);
     mu_http_reply_json(r, 201, o);
@@ -224,18 +285,8 @@ void api_sessions_root(mu_http_req *r, const json_t *body) {
 
 static void sess_delete(mu_http_req *r, mu_http_app *a, const char *id) {
     api_sessions *t = a->sessions;
-    pthread_mutex_lock(&t->mu);
-    sess *s = find(t, id);
-    if (!s) {
-        pthread_mutex_unlock(&t->mu);
-        no_session(r, id);
-        return;
-    }
-    if (s->busy) {
-        pthread_mutex_unlock(&t->mu);
-        mu_http_reply_error(r, 409, "sessions: a turn of the session is running", NULL);
-        return;
-    }
+    sess *s = lock_session(r, t, id);
+    if (!s || busy_refused(r, t, s)) return;
     s->busy = true; /* no new turn while its pack goes */
     pthread_mutex_unlock(&t->mu);
     mu_err err = {0};
@@ -300,6 +351,8 @@ typedef struct {
     char idem[SESS_IDEM_KEY + 1]; /* "" when none */
     uint8_t digest[32];
     bool logprobs;
+    bool stream;                  /* server-sent events */
+    int sent;                     /* tokens sent (stream) */
     save_ctx *sv;                 /* NULL without --pack-dir */
     bool ended;                   /* committed or given up: the session is no longer busy */
 } turn;
@@ -355,15 +408,11 @@ static const char *finish_name(mu_finish f) {
     return f == MU_FINISH_STOP ? "stop" : f == MU_FINISH_WORD ? "stop" : "length";
 }
 
-static bool turn_poll(void *state, mu_http_req *r) {
-    turn *u = state;
-    if (api_job_poll(&u->g, mu_http_req_fd(r))) return false;
+/* The answer of a turn that ended normally, committed (remembered under
+ * its Idempotency-Key): its JSON text and a newline, *n bytes, malloc'ed;
+ * NULL when out of memory (the turn then ends uncommitted). */
+static char *turn_answer(turn *u, size_t *n) {
     api_job *g = &u->g;
-    if (g->finish == MU_FINISH_ERROR || g->finish == MU_FINISH_CANCEL) {
-        turn_end(u, false, NULL, 0, NULL);
-        api_job_reply_failed(r, g);
-        return true;
-    }
     json_t *toks = json_array(), *lps = u->logprobs ? json_array() : NULL;
     for (int i = 0; toks && i < g->n_ids; i++) {
         json_array_append_new(toks, json_integer(g->ids[i]));
@@ -386,22 +435,101 @@ static bool turn_poll(void *state, mu_http_req *r) {
     if (o) mu_http_buf_json(&b, o);
     mu_http_buf_add(&b, "\n", 1);
     json_decref(o);
-    char *keep = !o || b.oom ? NULL : u->idem[0] ? strndup(b.p, b.n) : NULL;
-    if (!o || b.oom || (u->idem[0] && !keep)) {
-        mu_http_buf_free(&b);
+    char *txt = !o || b.oom ? NULL : strndup(b.p, b.n);
+    mu_http_buf_free(&b);
+    if (!txt) {
         turn_end(u, false, NULL, 0, NULL);
+        return NULL;
+    }
+    char *keep = u->idem[0] ? strdup(txt) : NULL;
+    if (u->idem[0] && !keep) {
+        free(txt);
+        turn_end(u, false, NULL, 0, NULL);
+        return NULL;
+    }
+    *n = strlen(txt);
+    turn_end(u, true, g->ids, g->n_ids, keep);
+    return txt;
+}
+
+/* After the answer went out: the store's budget, never the pack just written. */
+static void turn_budget(turn *u) {
+    if (!u->sv || !u->sv->saved) return;
+    char name[SESS_ID_MAX + 16];
+    snprintf(name, sizeof name, "session-%s", u->id);
+    api_sessions_budget(u->a, name);
+}
+
+static bool turn_poll(void *state, mu_http_req *r) {
+    turn *u = state;
+    if (api_job_poll(&u->g, mu_http_req_fd(r))) return false;
+    api_job *g = &u->g;
+    if (g->finish == MU_FINISH_ERROR || g->finish == MU_FINISH_CANCEL) {
+        turn_end(u, false, NULL, 0, NULL);
+        api_job_reply_failed(r, g);
+        return true;
+    }
+    size_t n = 0;
+    char *txt = turn_answer(u, &n);
+    if (!txt) {
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return true;
     }
-    turn_end(u, true, g->ids, g->n_ids, keep);
-    mu_http_reply_text(r, 200, "application/json; charset=utf-8", b.p, b.n);
-    mu_http_buf_free(&b);
-    if (u->sv && u->sv->saved) {
-        char name[SESS_ID_MAX + 16];
-        snprintf(name, sizeof name, "session-%s", u->id);
-        api_sessions_budget(u->a, name);
-    }
+    mu_http_reply_text(r, 200, "application/json; charset=utf-8", txt, n);
+    free(txt);
+    turn_budget(u);
     return true;
+}
+
+/* "stream": one event per read of the job, {"object": "session.turn.chunk",
+ * "id", "revision", "content": the text released since the last, "tokens":
+ * the ids generated since the last, "logprobs"?}, then the answer itself
+ * as the last event (object "session.turn", committed before it is sent)
+ * and data: [DONE]. An error ends the stream with {"error": {...}}, the
+ * session unchanged. */
+static int turn_produce(void *state, mu_http_buf *out, int fd) {
+    turn *u = state;
+    api_job *g = &u->g;
+    bool running = api_job_poll(g, fd);
+    if (g->finish == MU_FINISH_CANCEL) return -1; /* the release ends the turn uncommitted */
+    if (!running && g->finish == MU_FINISH_ERROR) {
+        turn_end(u, false, NULL, 0, NULL);
+        json_t *e = json_pack("{s:{s:i,s:s,s:s}}", "error", "code", 500, "message", g->err, "type", "server_error");
+        mu_http_buf_str(out, "data: ");
+        if (e) mu_http_buf_json(out, e);
+        mu_http_buf_str(out, "\n\ndata: [DONE]\n\n");
+        json_decref(e);
+        return 0;
+    }
+    size_t nc = 0;
+    const char *cs = api_job_take_content(g, &nc);
+    if (g->n_ids > u->sent || nc) {
+        json_t *toks = json_array(), *lps = u->logprobs ? json_array() : NULL;
+        for (int i = u->sent; toks && i < g->n_ids; i++) {
+            json_array_append_new(toks, json_integer(g->ids[i]));
+            if (lps) json_array_append_new(lps, json_real(g->toks[i].logprob));
+        }
+        json_t *c = json_pack("{s:s,s:s,s:I,s:o,s:o}", "id", u->id, "object", "session.turn.chunk", "revision",
+                              (json_int_t)(u->revision + 1), "content", api_json_text(cs, nc), "tokens", toks);
+        if (c && lps) json_object_set_new(c, "logprobs", lps);
+        else json_decref(lps);
+        if (!c) return -1;
+        mu_http_buf_str(out, "data: ");
+        mu_http_buf_json(out, c);
+        mu_http_buf_str(out, "\n\n");
+        json_decref(c);
+        u->sent = g->n_ids;
+    }
+    if (running) return 1;
+    size_t n = 0;
+    char *txt = turn_answer(u, &n);
+    if (!txt) return -1;
+    mu_http_buf_str(out, "data: ");
+    mu_http_buf_add(out, txt, n - 1); /* without its newline */
+    mu_http_buf_str(out, "\n\ndata: [DONE]\n\n");
+    free(txt);
+    turn_budget(u);
+    return out->oom ? -1 : 0;
 }
 
 /* The input of a turn: text (BOS first when the conversation is empty and
@@ -444,14 +572,10 @@ static void sess_continue(mu_http_req *r, mu_http_app *a, const char *id, const 
     uint64_t want = (uint64_t)mu_jc_int(body, "revision", 0);
     uint8_t digest[32];
     body_digest(body, digest);
+    const bool stream = mu_jc_bool(body, "stream", false);
     api_sessions *t = a->sessions;
-    pthread_mutex_lock(&t->mu);
-    sess *s = find(t, id);
-    if (!s) {
-        pthread_mutex_unlock(&t->mu);
-        no_session(r, id);
-        return;
-    }
+    sess *s = lock_session(r, t, id);
+    if (!s) return;
     if (key) {
         for (int i = 0; i < SESS_IDEM; i++) {
             idem_rec *rec = &s->idem[i];
@@ -461,31 +585,21 @@ static void sess_continue(mu_http_req *r, mu_http_app *a, const char *id, const 
                 mu_http_reply_error(r, 422, "sessions: this Idempotency-Key was used with another request body", NULL);
                 return;
             }
-            char *again = strdup(rec->resp); /* the same answer, nothing run again */
+            /* the same answer, nothing run again (streamed: as the last event) */
+            mu_http_buf again = {0};
+            if (stream) mu_http_buf_str(&again, "data: ");
+            mu_http_buf_str(&again, rec->resp);
+            if (stream) mu_http_buf_str(&again, "\ndata: [DONE]\n\n");
             pthread_mutex_unlock(&t->mu);
-            if (!again) {
-                mu_http_reply_error(r, 503, "server: out of memory", NULL);
-                return;
-            }
-            mu_http_reply_text_hdr(r, 200, "application/json; charset=utf-8", again, strlen(again),
-                                   "Idempotent-Replayed", "true");
-            free(again);
+            if (again.oom) mu_http_reply_error(r, 503, "server: out of memory", NULL);
+            else
+                mu_http_reply_text_hdr(r, 200, stream ? "text/event-stream" : "application/json; charset=utf-8",
+                                       again.p, again.n, "Idempotent-Replayed", "true");
+            mu_http_buf_free(&again);
             return;
         }
     }
-    if (s->busy) {
-        pthread_mutex_unlock(&t->mu);
-        mu_http_reply_error(r, 409, "sessions: a turn of the session is running", NULL);
-        return;
-    }
-    if (s->revision != want) {
-        char m[160];
-        snprintf(m, sizeof m, "sessions: revision %llu is not the session's (%llu)", (unsigned long long)want,
-                 (unsigned long long)s->revision);
-        pthread_mutex_unlock(&t->mu);
-        mu_http_reply_error(r, 409, m, "revision");
-        return;
-    }
+    if (busy_refused(r, t, s) || revision_refused(r, t, s, want)) return;
     turn *u = calloc(1, sizeof *u);
     int32_t *conv = u && s->n_toks ? malloc((size_t)s->n_toks * sizeof *conv) : NULL;
     if (!u || (s->n_toks && !conv)) {
@@ -502,6 +616,7 @@ static void sess_continue(mu_http_req *r, mu_http_app *a, const char *id, const 
     snprintf(u->id, sizeof u->id, "%s", id);
     u->revision = want;
     u->logprobs = mu_jc_bool(body, "logprobs", false);
+    u->stream = stream;
     if (key) snprintf(u->idem, sizeof u->idem, "%s", key);
     memcpy(u->digest, digest, 32);
     int32_t *in = NULL;
@@ -558,7 +673,8 @@ static void sess_continue(mu_http_req *r, mu_http_app *a, const char *id, const 
         return;
     }
     u->g.want_toks = u->logprobs;
-    mu_http_reply_later(r, turn_poll, turn_release, u);
+    if (stream) mu_http_reply_stream(r, "text/event-stream", turn_produce, turn_release, u);
+    else mu_http_reply_later(r, turn_poll, turn_release, u);
 }
 
 /* ---- save and restore ------------------------------------------------- */
@@ -566,27 +682,17 @@ static void sess_continue(mu_http_req *r, mu_http_app *a, const char *id, const 
 /* POST /v1/sessions/{id}/save: every turn is saved as it ends; this says
  * whether the session's pack holds its last revision. */
 static void sess_save(mu_http_req *r, mu_http_app *a, const char *id, const json_t *body) {
-    if (!check(r, body, api_schema("/v1/sessions/{id}/save"))) return;
-    if (!a->pack_dir[0]) {
-        mu_http_reply_error(r, 501, "sessions: saving needs a pack store: start the server with --pack-dir", NULL);
-        return;
-    }
+    if (!check(r, body, api_schema("/v1/sessions/{id}/save")) || store_refused(r, a, "saving")) return;
     api_sessions *t = a->sessions;
-    pthread_mutex_lock(&t->mu);
-    sess *s = find(t, id);
-    if (!s) {
-        pthread_mutex_unlock(&t->mu);
-        no_session(r, id);
-        return;
-    }
+    sess *s = lock_session(r, t, id);
+    if (!s) return;
     if (s->persisted && !s->busy && !pack_there(a, id)) s->persisted = false; /* evicted by the budget */
-    if (s->busy || !s->persisted) {
-        bool busy = s->busy;
+    if (busy_refused(r, t, s)) return;
+    if (!s->persisted) {
         pthread_mutex_unlock(&t->mu);
         mu_http_reply_error(r, 409,
-                            busy ? "sessions: a turn of the session is running"
-                                 : "sessions: the session's state is not saved (no turn yet, or the store's budget "
-                                   "evicted its pack): continue it first",
+                            "sessions: the session's state is not saved (no turn yet, or the store's budget "
+                            "evicted its pack): continue it first",
                             NULL);
         return;
     }
@@ -599,82 +705,160 @@ static void sess_save(mu_http_req *r, mu_http_app *a, const char *id, const json
     mu_http_reply_json(r, 200, o);
 }
 
-/* POST /v1/sessions/{id}/restore: the session as its pack holds it (after
- * a restart, or to go back to the last saved turn); created when absent. The
- * pack is verified against this server's model and engine now; its KV
- * state is installed by the next turn (the ladder's pack store). */
-static void sess_restore(mu_http_req *r, mu_http_app *a, const char *id, const json_t *body) {
-    if (!check(r, body, api_schema("/v1/sessions/{id}/save"))) return;
-    if (!a->pack_dir[0]) {
-        mu_http_reply_error(r, 501, "sessions: restoring needs a pack store: start the server with --pack-dir", NULL);
-        return;
-    }
-    if (!id_ok(id, strlen(id))) {
-        no_session(r, id);
-        return;
-    }
+/* A restore's verification, on a thread of its own: it holds one
+ * reference, the request the other (r is NULL once the request is gone). */
+typedef struct {
+    pthread_mutex_t mu;
+    int refs;
+    mu_http_req *r;
+    mu_http_app *a;
+    char id[SESS_ID_MAX + 1];
+    bool done;
+    int status;                   /* the answer: 200 with o, else the error msg */
+    json_t *o;
+    char msg[400];
+} restore_job;
+
+static void restore_unref(restore_job *j) {
+    pthread_mutex_lock(&j->mu);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (!last) return;
+    json_decref(j->o);
+    pthread_mutex_destroy(&j->mu);
+    free(j);
+}
+
+/* Verifies the pack (identity, every chunk, the token sidecar) and makes
+ * the session what it holds, or leaves it as it was. */
+static void *restore_main(void *arg) {
+    restore_job *j = arg;
+    mu_http_app *a = j->a;
     api_sessions *t = a->sessions;
-    pthread_mutex_lock(&t->mu);
-    sess *s = find(t, id);
-    if (s && s->busy) {
-        pthread_mutex_unlock(&t->mu);
-        mu_http_reply_error(r, 409, "sessions: a turn of the session is running", NULL);
-        return;
-    }
-    if (!s) {
-        for (int i = 0; i < SESS_MAX && !s; i++)
-            if (!t->s[i].used) s = &t->s[i];
-        if (!s) {
-            pthread_mutex_unlock(&t->mu);
-            mu_http_reply_error(r, 429, "sessions: the server holds its most sessions (256): delete one", NULL);
-            return;
-        }
-        s->used = true;
-        snprintf(s->id, sizeof s->id, "%s", id);
-        s->created = api_unix_now();
-    }
-    s->busy = true;
-    pthread_mutex_unlock(&t->mu);
     char dir[sizeof a->pack_dir + 80];
-    pack_path(a, id, dir, sizeof dir);
+    pack_path(a, j->id, dir, sizeof dir);
     mu_err err = {0};
     int32_t *ids = NULL;
     int n = 0, n_pos = 0;
     uint64_t bytes = 0;
+    /* tests: the verification waits until this file exists (the server
+     * meanwhile serves other requests; tests/e2e/test_serve_sessions.sh) */
+    const char *gate = getenv("MUSER_TEST_RESTORE_GATE");
+    while (gate && *gate && access(gate, F_OK)) usleep(10000);
     int rc = mu_kv_pack_verify(dir, a->kv_key, a->kv_id, a->n_ctx, &err);
     if (!rc) rc = mu_kv_pack_tokens_ex(dir, a->kv_key, &ids, &n, &n_pos, &err);
     if (!rc && n != n_pos + 1)
-        rc = mu_fail(&err, MU_E_FORMAT, "sessions: the pack of %s is not a session's (no last token)", id);
+        rc = mu_fail(&err, MU_E_FORMAT, "sessions: the pack of %s is not a session's (no last token)", j->id);
     if (!rc) rc = mu_kv_pack_bytes(dir, &bytes, &err);
     pthread_mutex_lock(&t->mu);
+    sess *s = find(t, j->id); /* busy: no route changed or removed it */
     if (rc) {
         s->busy = false;
         if (!s->n_toks && !s->revision) sess_clear(s); /* made for this restore */
-        pthread_mutex_unlock(&t->mu);
         free(ids);
-        char m[400];
         const char *v = mu_kv_verdict(&err);
-        snprintf(m, sizeof m, "sessions: cannot restore %s: %s%s%s", id, err.msg, v ? " (verdict: " : "",
+        snprintf(j->msg, sizeof j->msg, "sessions: cannot restore %s: %s%s%s", j->id, err.msg, v ? " (verdict: " : "",
                  v ? v : "");
-        if (v) strncat(m, ")", sizeof m - strlen(m) - 1);
-        mu_http_reply_error(r, rc == MU_E_IO ? 404 : 400, m, NULL);
+        if (v) strncat(j->msg, ")", sizeof j->msg - strlen(j->msg) - 1);
+        j->status = rc == MU_E_IO ? 404 : 400;
+    } else {
+        free(s->toks);
+        s->toks = ids;
+        s->n_toks = n;
+        s->revision++; /* a change of the session, like a turn */
+        s->persisted = true;
+        s->pack_bytes = bytes;
+        for (int i = 0; i < SESS_IDEM; i++) { /* the answers remembered were for turns this state may not hold */
+            free(s->idem[i].resp);
+            memset(&s->idem[i], 0, sizeof s->idem[i]);
+        }
+        s->busy = false;
+        j->o = sess_json(s);
+        if (j->o) json_object_set_new(j->o, "pack_bytes", json_integer((json_int_t)bytes));
+        j->status = j->o ? 200 : 503;
+        if (!j->o) snprintf(j->msg, sizeof j->msg, "server: out of memory");
+    }
+    pthread_mutex_unlock(&t->mu);
+    pthread_mutex_lock(&j->mu);
+    j->done = true;
+    if (j->r) mu_http_req_wake(j->r);
+    pthread_mutex_unlock(&j->mu);
+    restore_unref(j);
+    pthread_mutex_lock(&t->mu);
+    if (--t->n_restoring == 0) pthread_cond_broadcast(&t->idle);
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+static bool restore_poll(void *state, mu_http_req *r) {
+    restore_job *j = state;
+    pthread_mutex_lock(&j->mu);
+    bool done = j->done;
+    pthread_mutex_unlock(&j->mu);
+    if (!done) return false;
+    if (j->status == 200) {
+        mu_http_reply_json(r, 200, j->o);
+        j->o = NULL;
+    } else {
+        mu_http_reply_error(r, j->status, j->msg, NULL);
+    }
+    return true;
+}
+
+static void restore_release(void *state) {
+    restore_job *j = state;
+    pthread_mutex_lock(&j->mu);
+    j->r = NULL;
+    pthread_mutex_unlock(&j->mu);
+    restore_unref(j);
+}
+
+/* POST /v1/sessions/{id}/restore: the session as its pack holds it (after
+ * a restart, or to go back to the last saved turn); created when absent. The
+ * pack is verified against this server's model and engine now, off the
+ * connection thread; its KV state is installed by the next turn (the
+ * ladder's pack store). */
+static void sess_restore(mu_http_req *r, mu_http_app *a, const char *id, const json_t *body) {
+    if (!check(r, body, api_schema("/v1/sessions/{id}/save")) || store_refused(r, a, "restoring")) return;
+    restore_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
-    free(s->toks);
-    s->toks = ids;
-    s->n_toks = n;
-    s->revision++; /* a change of the session, like a turn */
-    s->persisted = true;
-    s->pack_bytes = bytes;
-    for (int i = 0; i < SESS_IDEM; i++) { /* the answers remembered were for turns this state may not hold */
-        free(s->idem[i].resp);
-        memset(&s->idem[i], 0, sizeof s->idem[i]);
+    pthread_mutex_init(&j->mu, NULL);
+    j->refs = 2;
+    j->r = r;
+    j->a = a;
+    snprintf(j->id, sizeof j->id, "%s", id);
+    api_sessions *t = a->sessions;
+    pthread_mutex_lock(&t->mu);
+    sess *s = find(t, id);
+    if ((s && busy_refused(r, t, s)) || (!s && !(s = new_session(r, t, id)))) {
+        j->refs = 1;
+        restore_unref(j);
+        return;
     }
-    s->busy = false;
-    json_t *o = sess_json(s);
+    s->busy = true;
+    t->n_restoring++;
     pthread_mutex_unlock(&t->mu);
-    if (o) json_object_set_new(o, "pack_bytes", json_integer((json_int_t)bytes));
-    mu_http_reply_json(r, 200, o);
+    pthread_attr_t at;
+    pthread_t th;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int e = pthread_create(&th, &at, restore_main, j);
+    pthread_attr_destroy(&at);
+    if (e) { /* no thread: the session as it was */
+        pthread_mutex_lock(&t->mu);
+        s->busy = false;
+        if (!s->n_toks && !s->revision) sess_clear(s);
+        if (--t->n_restoring == 0) pthread_cond_broadcast(&t->idle);
+        pthread_mutex_unlock(&t->mu);
+        j->refs = 1;
+        restore_unref(j);
+        mu_http_reply_error(r, 503, "sessions: cannot start a restore thread", NULL);
+        return;
+    }
+    mu_http_reply_later(r, restore_poll, restore_release, j);
 }
 
 /* ---- the routes under /v1/sessions/ ----------------------------------- */
@@ -705,12 +889,12 @@ void api_sessions_item(mu_http_req *r, const json_t *body) {
     else if (!strcmp(m, "DELETE") && !act[0]) sess_delete(r, a, id);
     else if (!strcmp(m, "GET") && !act[0]) {
         api_sessions *t = a->sessions;
-        pthread_mutex_lock(&t->mu);
-        sess *s = find(t, id);
-        json_t *o = s ? sess_json(s) : NULL;
+        sess *s = lock_session(r, t, id);
+        if (!s) return;
+        json_t *o = sess_json(s);
         pthread_mutex_unlock(&t->mu);
         if (o) mu_http_reply_json(r, 200, o);
-        else no_session(r, id);
+        else mu_http_reply_error(r, 503, "server: out of memory", NULL);
     } else {
         mu_http_reply_error(r, 404, "sessions: no such session route", NULL);
     }

@@ -270,28 +270,38 @@ static json_t *snapshot_json(mu_http_app *a) {
     return o;
 }
 
-/* /metrics' lines for what the dashboard added: time to first token (a
- * histogram), KV cache use, the prefix cache (only when there is one: an
+/* /metrics' lines for what the dashboard added: time to first token (sum,
+ * count and cumulative counts per bound), KV cache use, the prefix cache (only when there is one: an
  * absent series is Prometheus' "unavailable"). Names follow /metrics'
  * llamacpp: prefix; units in the names (seconds, bytes). */
 void api_dash_metrics(mu_http_app *a, mu_http_buf *b) {
     mu_sched_metrics m;
     mu_sched_get_metrics(a->sched, &m);
     const double *le = mu_sched_ttft_bounds();
-    mu_http_buf_str(b, "# HELP llamacpp:time_to_first_token_seconds Time from a request's submit to its first "
-                       "generated token (queue wait and prefill included).\n"
-                       "# TYPE llamacpp:time_to_first_token_seconds histogram\n");
+    /* counters, each sample its own family: llama.cpp's clients parse
+     * /metrics expecting a # TYPE line per sample name, which a Prometheus
+     * histogram's _bucket/_sum/_count lines do not have */
+    mu_http_buf_fmt(b,
+                    "# HELP llamacpp:time_to_first_token_seconds_total Sum of the times from a request's submit to its "
+                    "first generated token (queue wait and prefill included).\n"
+                    "# TYPE llamacpp:time_to_first_token_seconds_total counter\n"
+                    "llamacpp:time_to_first_token_seconds_total %.17g\n"
+                    "# HELP llamacpp:time_to_first_token_requests_total Requests that generated a first token.\n"
+                    "# TYPE llamacpp:time_to_first_token_requests_total counter\n"
+                    "llamacpp:time_to_first_token_requests_total %llu\n"
+                    "# HELP llamacpp:time_to_first_token_requests_within Requests whose first token came within le "
+                    "seconds (cumulative; le=\"+Inf\" counts them all).\n"
+                    "# TYPE llamacpp:time_to_first_token_requests_within counter\n",
+                    m.ttft_s_sum, (unsigned long long)m.n_ttft);
     uint64_t cum = 0;
     for (int k = 0; k < MU_SCHED_TTFT_BUCKETS; k++) {
         cum += m.ttft_hist[k];
         if (k == MU_SCHED_TTFT_BUCKETS - 1)
-            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_bucket{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
+            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_requests_within{le=\"+Inf\"} %llu\n", (unsigned long long)cum);
         else
-            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_bucket{le=\"%g\"} %llu\n", le[k],
+            mu_http_buf_fmt(b, "llamacpp:time_to_first_token_requests_within{le=\"%g\"} %llu\n", le[k],
                             (unsigned long long)cum);
     }
-    mu_http_buf_fmt(b, "llamacpp:time_to_first_token_seconds_sum %.17g\nllamacpp:time_to_first_token_seconds_count %llu\n",
-                    m.ttft_s_sum, (unsigned long long)m.n_ttft);
     uint64_t kv_r = 0, kv_u = 0;
     for (int i = 0; i < a->n_slots; i++) {
         mu_sched_slot_info si;

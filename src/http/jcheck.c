@@ -197,7 +197,8 @@ static int check_value(const json_t *v, const jc_field *f, const char *path, int
     }
 wrong_type:
     types_text(t, want, sizeof want);
-    return fail_at(err, path, "must be %s%s", want, !t && f->note ? f->note : NULL);
+    /* a field that may only be absent or null says why */
+    return fail_at(err, path, "must be %s%s", want, !(t & ~(unsigned)JC_NULL) && f->note ? f->note : NULL);
 }
 
 int mu_jc_check(const json_t *obj, const jc_field *fields, mu_err *err) {

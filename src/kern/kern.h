@@ -24,13 +24,15 @@ typedef float (*mu_vec_dot_fn)(int n, const void *w, const void *a);
 /* two weight rows (w0, w1) against one activation row: out[i] is exactly
  * vec_dot(n, w_i, a); lets a decode step stream two rows at once */
 typedef void (*mu_vec_dot2_fn)(int n, const void *w0, const void *w1, const void *a, float out[2]);
-/* one weight row against n_a (1..MU_DOTN_MAX) activation rows a + i *
- * a_stride: out[i * out_stride] is exactly vec_dot(n, w, a_i); the weight
- * block is loaded and prepared once for all of them (a solo verification
- * block, whose rows must each round as a decode step) */
-#define MU_DOTN_MAX 4
-typedef void (*mu_vec_dotn_fn)(int n, const void *w, const void *a, size_t a_stride, int n_a, float *out,
-                               size_t out_stride);
+/* n_w weight rows (w + r * w_stride) against n_a (1..MU_DOTN_MAX)
+ * activation rows (a + i * a_stride): out[i * out_stride + r] is exactly
+ * vec_dot(n, w_r, a_i). Each weight block is loaded and decoded once for all
+ * activation rows, and what belongs to an activation row alone (its scales
+ * as floats) is prepared once per call, not per weight row: a solo
+ * verification block, whose rows must each round as a decode step. */
+#define MU_DOTN_MAX 16
+typedef void (*mu_vec_dotn_fn)(int n, const void *w, size_t w_stride, int n_w, const void *a, size_t a_stride,
+                               int n_a, float *out, size_t out_stride);
 /* activation f32 -> dot-type row of n elements */
 typedef void (*mu_quant_fn)(const float *x, void *y, int n);
 /* weight row -> f32 */
@@ -95,8 +97,8 @@ typedef struct mu_kern {
     mu_vec_dot_fn vec_dot_batch[MU_T_COUNT];
     /* vec_dot on two rows at once (decode); NULL: vec_dot twice */
     mu_vec_dot2_fn vec_dot2[MU_T_COUNT];
-    /* vec_dot of one row against several activation rows; NULL: vec_dot
-     * per activation row */
+    /* vec_dot of several weight rows against several activation rows
+     * (mu_vec_dotn_fn); NULL: vec_dot per pair */
     mu_vec_dotn_fn vec_dotn[MU_T_COUNT];
     /* see mu_prep_fn; NULL where the gemm takes its activations as they
      * are. Worth it from prep_min_t activation rows. */

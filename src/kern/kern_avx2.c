@@ -1,6 +1,7 @@
 /* kern_avx2.c: the AVX2 + FMA + F16C kernel table.
  * Owns: 256-bit versions of the dot products (every weight type; BF16's
- * batch-path dot too), the activation quantizers and the dequantizers of
+ * batch-path dot too; several activation rows at once, vec_dotn, for Q8_0,
+ * Q4_K, Q5_K and Q6_K), the activation quantizers and the dequantizers of
  * F16, BF16, Q8_0, Q4_K, Q6_K and NVFP4.
  * Does not own: the numerics, which kern_ref.c defines (llama.cpp's x86
  * summation orders); quantizers, dequantizers and the dots here are
@@ -135,36 +136,40 @@ static float vec_dot_q8_0_avx2(int n, const void *w, const void *a) {
     return hsum_ps256(acc);
 }
 
-/* vec_dot_q8_0_avx2 for n_a activation rows at once: per row the same
- * accumulator, scale product, FMA order and hsum; |x| and the weight scale
- * are made once per block. */
-static inline __attribute__((always_inline)) void dotn_q8_0_avx2(int n, const void *w, const void *a, size_t as,
-                                                               const int n_a, float *out, size_t os) {
-    const mu_block_q8_0 *x = w;
-    __m256 acc[MU_DOTN_MAX];
-    for (int j = 0; j < n_a; j++) acc[j] = _mm256_setzero_ps();
-    for (int i = 0; i < n / MU_QK8_0; i++) {
-        const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
-        const __m256i ax = _mm256_sign_epi8(qx, qx);
-        const float dx = f16_to_f32(x[i].d);
-        for (int j = 0; j < n_a; j++) {
-            const mu_block_q8_0 *y = (const mu_block_q8_0 *)((const uint8_t *)a + (size_t)j * as) + i;
-            const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
-            const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx));
-            const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
-            acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(dx * f16_to_f32(y->d)), _mm256_cvtepi32_ps(s), acc[j]);
+/* vec_dot_q8_0_avx2 for n_w weight rows and N activation rows: per pair
+ * the same accumulator, scale product (a float multiply, in a vector lane
+ * here), FMA order and hsum. |x| and the weight scale are made once per
+ * block, the activation scales converted once per call. */
+static inline __attribute__((always_inline)) void dotn_q8_0_avx2(const int N, int n, const uint8_t *w, size_t ws,
+                                                             int n_w, const uint8_t *a, size_t as, float *out,
+                                                             size_t os) {
+    const int nb = n / MU_QK8_0, pre = nb <= MU_DOTN_NB;
+    float dy[N][pre ? nb : 1];
+    for (int j = 0; pre && j < N; j++)
+        for (int i = 0; i < nb; i++) dy[j][i] = f16_to_f32(((const mu_block_q8_0 *)(a + (size_t)j * as))[i].d);
+    for (int r = 0; r < n_w; r++) {
+        const mu_block_q8_0 *x = (const mu_block_q8_0 *)(w + (size_t)r * ws);
+        __m256 acc[MU_DOTN_MAX];
+        for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
+        for (int i = 0; i < nb; i++) {
+            const __m256i qx = _mm256_loadu_si256((const __m256i *)x[i].qs);
+            const __m256i ax = _mm256_sign_epi8(qx, qx);
+            const float dx = f16_to_f32(x[i].d);
+            const __m256 dxv = _mm256_set1_ps(dx);
+#pragma GCC unroll 8
+            for (int j = 0; j < N; j++) {
+                const mu_block_q8_0 *y = (const mu_block_q8_0 *)(a + (size_t)j * as) + i;
+                const __m256i qy = _mm256_loadu_si256((const __m256i *)y->qs);
+                const __m256i p16 = _mm256_maddubs_epi16(ax, _mm256_sign_epi8(qy, qx));
+                const __m256i s = _mm256_madd_epi16(p16, _mm256_set1_epi16(1));
+                const __m256 d = pre ? _mm256_mul_ps(dxv, _mm256_set1_ps(dy[j][i])) : _mm256_set1_ps(dx * f16_to_f32(y->d));
+                acc[j] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(s), acc[j]);
+            }
         }
-    }
-    for (int j = 0; j < n_a; j++) out[(size_t)j * os] = hsum_ps256(acc[j]);
-}
-static void vec_dotn_q8_0_avx2(int n, const void *w, const void *a, size_t as, int n_a, float *out, size_t os) {
-    switch (n_a) { /* constant counts: the accumulators stay in registers */
-    case 1: dotn_q8_0_avx2(n, w, a, as, 1, out, os); break;
-    case 2: dotn_q8_0_avx2(n, w, a, as, 2, out, os); break;
-    case 3: dotn_q8_0_avx2(n, w, a, as, 3, out, os); break;
-    default: dotn_q8_0_avx2(n, w, a, as, 4, out, os); break;
+        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = hsum_ps256(acc[j]);
     }
 }
+MU_DOTN_ENTRY(vec_dotn_q8_0_avx2, dotn_q8_0_avx2)
 
 /* ref: an NVFP4 block against two Q8_0 blocks, 8 lanes of 4-byte sums, two
  * FMAs per block (the first half's scales, then the second's). The byte
@@ -324,6 +329,133 @@ static float vec_dot_q6_K_avx2(int n, const void *w, const void *act) {
     }
     return hsum_ps256(acc);
 }
+
+/* ---- several activation rows (vec_dotn) ---------------------------------
+ * The K-quant dots above for n_w weight rows and N activation rows: each
+ * weight block's codes and scales are decoded once for all activation rows,
+ * which then take vec_dot's integer sums and float steps, in its order. */
+static inline __attribute__((always_inline)) void dotn_q4_K_avx2(const int N, int n, const uint8_t *w, size_t ws,
+                                                             int n_w, const uint8_t *a, size_t as, float *out,
+                                                             size_t os) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    for (int r = 0; r < n_w; r++) {
+        const mu_block_q4_K *x = (const mu_block_q4_K *)(w + (size_t)r * ws);
+        float acc[MU_DOTN_MAX], accm[MU_DOTN_MAX];
+        for (int j = 0; j < N; j++) acc[j] = accm[j] = 0;
+        for (int i = 0; i < n / MU_QK_K; i++) {
+            uint32_t u[4];
+            k4_scales(x[i].scales, u);
+            __m256i lo[4], hi[4];
+            for (int p = 0; p < 4; p++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * p));
+                lo[p] = _mm256_and_si256(bits, m4);
+                hi[p] = _mm256_and_si256(_mm256_srli_epi16(bits, 4), m4);
+            }
+            const float dx = f16_to_f32(x[i].d), dmx = f16_to_f32(x[i].dmin);
+            for (int j = 0; j < N; j++) {
+                const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
+                const int isum = k4_isum(lo, hi, (const uint8_t *)u, y->qs);
+                const int imin = hsum_epi32_128(k4_mins_dot(u, y->bsums));
+                acc[j] = fmaf((float)isum, dx * y->d, acc[j]);
+                accm[j] = fmaf((float)imin, dmx * y->d, accm[j]);
+            }
+        }
+        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = acc[j] - accm[j];
+    }
+}
+MU_DOTN_ENTRY(vec_dotn_q4_K_avx2, dotn_q4_K_avx2)
+
+static inline __attribute__((always_inline)) void dotn_q5_K_avx2(const int N, int n, const uint8_t *w, size_t ws,
+                                                             int n_w, const uint8_t *a, size_t as, float *out,
+                                                             size_t os) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i b16 = _mm256_set1_epi8(16);
+    for (int r = 0; r < n_w; r++) {
+        const mu_block_q5_K *x = (const mu_block_q5_K *)(w + (size_t)r * ws);
+        __m256 acc[MU_DOTN_MAX];
+        float summs[MU_DOTN_MAX];
+        for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps(), summs[j] = 0;
+        for (int i = 0; i < n / MU_QK_K; i++) {
+            uint32_t u[4];
+            k4_scales(x[i].scales, u);
+            const uint8_t *sc = (const uint8_t *)u;
+            const __m256i qh = _mm256_loadu_si256((const __m256i *)x[i].qh);
+            __m256i lo[4], hi[4], sl[4], sh[4];
+            for (int p = 0; p < 4; p++) {
+                const __m256i bits = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * p));
+                const __m256i ml = _mm256_set1_epi8((char)(1 << (2 * p)));
+                const __m256i mh = _mm256_set1_epi8((char)(2 << (2 * p)));
+                const __m256i hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b16);
+                const __m256i hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b16);
+                lo[p] = _mm256_or_si256(_mm256_and_si256(bits, m4), hl);
+                hi[p] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(bits, 4), m4), hh);
+                sl[p] = _mm256_set1_epi16(sc[2 * p]);
+                sh[p] = _mm256_set1_epi16(sc[2 * p + 1]);
+            }
+            const float dx = f16_to_f32(x[i].d), dmx = f16_to_f32(x[i].dmin);
+            for (int j = 0; j < N; j++) {
+                const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
+                const float d = y->d * dx, dmin = -y->d * dmx;
+                summs[j] = fmaf((float)hsum_epi32_128(k4_mins_dot(u, y->bsums)), dmin, summs[j]);
+                __m256i sumi = _mm256_setzero_si256();
+                for (int p = 0; p < 4; p++) {
+                    __m256i pl = _mm256_maddubs_epi16(lo[p], _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p)));
+                    __m256i ph = _mm256_maddubs_epi16(hi[p], _mm256_loadu_si256((const __m256i *)(y->qs + 64 * p + 32)));
+                    pl = _mm256_madd_epi16(pl, sl[p]);
+                    ph = _mm256_madd_epi16(ph, sh[p]);
+                    sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+                }
+                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc[j]);
+            }
+        }
+        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = hsum_ps256(acc[j]) + summs[j];
+    }
+}
+MU_DOTN_ENTRY(vec_dotn_q5_K_avx2, dotn_q5_K_avx2)
+
+static inline __attribute__((always_inline)) void dotn_q6_K_avx2(const int N, int n, const uint8_t *w, size_t ws,
+                                                             int n_w, const uint8_t *a, size_t as, float *out,
+                                                             size_t os) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    const __m256i m3 = _mm256_set1_epi8(0x30);
+    for (int r = 0; r < n_w; r++) {
+        const mu_block_q6_K *x = (const mu_block_q6_K *)(w + (size_t)r * ws);
+        __m256 acc[MU_DOTN_MAX];
+        for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
+        for (int i = 0; i < n / MU_QK_K; i++) {
+            const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)x[i].scales));
+            const int8_t *sc = x[i].scales;
+            __m256i q[8], s[8];
+            for (int h = 0; h < 2; h++) {
+                const uint8_t *ql = x[i].ql + 64 * h, *qhp = x[i].qh + 32 * h;
+                const __m256i l0 = _mm256_loadu_si256((const __m256i *)ql);
+                const __m256i l1 = _mm256_loadu_si256((const __m256i *)(ql + 32));
+                const __m256i hb = _mm256_loadu_si256((const __m256i *)qhp);
+                __m256i *qq = q + 4 * h;
+                qq[0] = _mm256_or_si256(_mm256_and_si256(l0, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 4), m3));
+                qq[1] = _mm256_or_si256(_mm256_and_si256(l1, m4), _mm256_and_si256(_mm256_slli_epi16(hb, 2), m3));
+                qq[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), m4), _mm256_and_si256(hb, m3));
+                qq[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), m4),
+                                        _mm256_and_si256(_mm256_srli_epi16(hb, 2), m3));
+                for (int k = 0; k < 4; k++)
+                    s[4 * h + k] = _mm256_setr_m128i(_mm_set1_epi16(sc[8 * h + 2 * k]), _mm_set1_epi16(sc[8 * h + 2 * k + 1]));
+            }
+            const float dx = f16_to_f32(x[i].d);
+            for (int j = 0; j < N; j++) {
+                const mu_block_q8_K *y = (const mu_block_q8_K *)(a + (size_t)j * as) + i;
+                const __m256i corr = _mm256_madd_epi16(sc16, _mm256_loadu_si256((const __m256i *)y->bsums));
+                __m256i sumi = _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(corr, 5));
+                for (int k = 0; k < 8; k++) {
+                    const __m256i p = _mm256_maddubs_epi16(q[k], _mm256_loadu_si256((const __m256i *)(y->qs + 32 * k)));
+                    sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s[k]));
+                }
+                acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(y->d * dx), _mm256_cvtepi32_ps(sumi), acc[j]);
+            }
+        }
+        for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)r] = hsum_ps256(acc[j]);
+    }
+}
+MU_DOTN_ENTRY(vec_dotn_q6_K_avx2, dotn_q6_K_avx2)
 
 /* ---- activation quantizers (bit-identical to kern_ref.c) --------------- */
 
@@ -562,6 +694,9 @@ void mu_kern_fill_avx2(mu_kern *k) {
     k->vec_dot[MU_T_F16] = vec_dot_f16_avx2;
     k->vec_dot[MU_T_Q8_0] = vec_dot_q8_0_avx2;
     k->vec_dotn[MU_T_Q8_0] = vec_dotn_q8_0_avx2;
+    k->vec_dotn[MU_T_Q4_K] = vec_dotn_q4_K_avx2;
+    k->vec_dotn[MU_T_Q5_K] = vec_dotn_q5_K_avx2;
+    k->vec_dotn[MU_T_Q6_K] = vec_dotn_q6_K_avx2;
     k->vec_dot[MU_T_Q4_K] = vec_dot_q4_K_avx2;
     k->vec_dot[MU_T_Q5_K] = vec_dot_q5_K_avx2;
     k->vec_dot[MU_T_Q6_K] = vec_dot_q6_K_avx2;

@@ -2,7 +2,7 @@
  * kern_avx512.c, gemm_avx2.c, gemm_avx512.c). Include only from files built
  * with at least -mavx2 -mfma -mf16c.
  * Owns: the horizontal sums in llama.cpp's order, the F16 scalar conversion,
- * the Q4_K/Q5_K scale unpacking. */
+ * the Q4_K/Q5_K scale unpacking, the vec_dotn entry points' dispatch. */
 #ifndef MU_KERN_SIMD_X86_H
 #define MU_KERN_SIMD_X86_H
 
@@ -86,5 +86,37 @@ static inline void nvfp4_lane_scales(const mu_block_nvfp4 *b, mu_f16 d0, mu_f16 
     s[0] = nvfp4_expand(sd, 0);
     s[1] = nvfp4_expand(sd, 1);
 }
+
+/* A vec_dotn entry point (kern.h) over an always-inline body
+ * BODY(n_a, n, w, ws, n_w, a, as, out, os) whose activation count is a
+ * constant, so its per-row accumulators stay in registers. */
+#define MU_DOTN_ENTRY(name, BODY)                                                                                     \
+    static void name(int n, const void *w, size_t ws, int n_w, const void *a, size_t as, int n_a, float *out,       \
+                     size_t os) {                                                                                   \
+        const uint8_t *w8 = w, *a8 = a;                                                                             \
+        switch (n_a) {                                                                                              \
+        case 1: BODY(1, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 2: BODY(2, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 3: BODY(3, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 4: BODY(4, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 5: BODY(5, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 6: BODY(6, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 7: BODY(7, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 8: BODY(8, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 9: BODY(9, n, w8, ws, n_w, a8, as, out, os); break;                                                     \
+        case 10: BODY(10, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 11: BODY(11, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 12: BODY(12, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 13: BODY(13, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 14: BODY(14, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        case 15: BODY(15, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        default: BODY(16, n, w8, ws, n_w, a8, as, out, os); break;                                                   \
+        }                                                                                                           \
+    }
+_Static_assert(MU_DOTN_MAX == 16, "MU_DOTN_ENTRY dispatches 1..16 activation rows");
+
+/* Activation rows of a vec_dotn body get converted scales for up to this
+ * many blocks (longer rows convert them per block). */
+#define MU_DOTN_NB 512
 
 #endif

@@ -245,21 +245,83 @@ int kv_input_cut(const uint8_t key[32], const uint8_t tenant[32], const kv_seman
     return 0;
 }
 
-int kv_chunk_id(const uint8_t key[32], const uint8_t tenant[32], const uint8_t family_id[32], const kv_key *state,
-                const kv_span *span, const uint8_t *plain, size_t n, uint8_t out[32], mu_err *err) {
+/* The parts of a content id's HMAC message before the plaintext. */
+typedef struct {
+    uint8_t layer[6], nums[28];
+    const void *parts[6];
+    size_t lens[6];
+} cid_head;
+static const char CID_DOMAIN[] = "kvpack/v1/chunk-content";
+
+static int cid_parts(const uint8_t tenant[32], const uint8_t family_id[32], const kv_key *state, const kv_span *span,
+                     size_t n, cid_head *h, mu_err *err) {
     if (!span->token_count || span->plain_bytes != n)
         return kv_fail(err, KV_SEMANTICS, "chunk plaintext does not match its declared span");
-    static const char d[] = "kvpack/v1/chunk-content";
-    uint8_t layer[6], nums[28];
-    le32(layer, state->layer);
-    layer[4] = (uint8_t)state->len;
-    layer[5] = (uint8_t)(state->len >> 8);
-    le64(nums, span->token_start);
-    le64(nums + 8, span->token_count);
-    le64(nums + 16, span->plain_off);
-    le32(nums + 24, (uint32_t)n);
-    const void *parts[7] = {d, tenant, family_id, layer, state->name, nums, plain};
-    size_t lens[7] = {sizeof d, 32, 32, 6, state->len, 28, n};
+    le32(h->layer, state->layer);
+    h->layer[4] = (uint8_t)state->len;
+    h->layer[5] = (uint8_t)(state->len >> 8);
+    le64(h->nums, span->token_start);
+    le64(h->nums + 8, span->token_count);
+    le64(h->nums + 16, span->plain_off);
+    le32(h->nums + 24, (uint32_t)n);
+    const void *parts[6] = {CID_DOMAIN, tenant, family_id, h->layer, state->name, h->nums};
+    size_t lens[6] = {sizeof CID_DOMAIN, 32, 32, 6, state->len, 28};
+    memcpy(h->parts, parts, sizeof parts);
+    memcpy(h->lens, lens, sizeof lens);
+    return 0;
+}
+
+int kv_chunk_id(const uint8_t key[32], const uint8_t tenant[32], const uint8_t family_id[32], const kv_key *state,
+                const kv_span *span, const uint8_t *plain, size_t n, uint8_t out[32], mu_err *err) {
+    cid_head h;
+    int rc = cid_parts(tenant, family_id, state, span, n, &h, err);
+    if (rc) return rc;
+    const void *parts[7];
+    size_t lens[7];
+    memcpy(parts, h.parts, sizeof h.parts);
+    memcpy(lens, h.lens, sizeof h.lens);
+    parts[6] = plain;
+    lens[6] = n;
     kv_hmacv(key, parts, lens, 7, out);
+    return 0;
+}
+
+/* HMAC-SHA-256 with a 32-byte key (RFC 2104) as two hashes a job each:
+ * inner = SHA-256(key ^ ipad || message), out = SHA-256(key ^ opad ||
+ * inner); the message's parts before the plaintext go in the job's head. */
+#define CID_BATCH 16
+int kv_chunk_ids(const uint8_t key[32], const uint8_t tenant[32], const uint8_t family_id[32], const kv_cid_job *jobs,
+                 int n, mu_err *err) {
+    uint8_t ipad[64], opad[64];
+    memset(ipad, 0x36, 64);
+    memset(opad, 0x5c, 64);
+    for (int i = 0; i < 32; i++) ipad[i] ^= key[i], opad[i] ^= key[i];
+    for (int b = 0; b < n; b += CID_BATCH) {
+        int m = n - b < CID_BATCH ? n - b : CID_BATCH;
+        uint8_t head[CID_BATCH][KV_SHA_HEAD], inner[CID_BATCH][96];
+        kv_sha_job sj[CID_BATCH];
+        for (int i = 0; i < m; i++) {
+            const kv_cid_job *j = &jobs[b + i];
+            cid_head h;
+            int rc = cid_parts(tenant, family_id, j->state, j->span, j->n, &h, err);
+            if (rc) return rc;
+            size_t o = 64;
+            memcpy(head[i], ipad, 64);
+            for (int k = 0; k < 6; k++) {
+                if (o + h.lens[k] > KV_SHA_HEAD) return kv_fail(err, KV_BOUNDS, "chunk state name too long");
+                memcpy(head[i] + o, h.parts[k], h.lens[k]);
+                o += h.lens[k];
+            }
+            memcpy(inner[i], opad, 64);
+            sj[i] = (kv_sha_job){.head = head[i], .head_n = o, .body = j->plain, .body_n = j->n, .out = inner[i] + 64};
+        }
+        kv_sha256_jobs(sj, m);
+        for (int i = 0; i < m; i++) sj[i] = (kv_sha_job){.head = inner[i], .head_n = 96, .out = jobs[b + i].out};
+        kv_sha256_jobs(sj, m);
+        OPENSSL_cleanse(head, sizeof head);
+        OPENSSL_cleanse(inner, sizeof inner);
+    }
+    OPENSSL_cleanse(ipad, sizeof ipad);
+    OPENSSL_cleanse(opad, sizeof opad);
     return 0;
 }

@@ -456,20 +456,57 @@ typedef struct {
     mu_err err;
 } layer_run;
 
+/* A worker's buffers, grown as needed: objects (read or built in place)
+ * and plaintexts, one per chunk of a batch. They go back to a pool after
+ * each pack (wiped: they may hold decrypted rows), so a pack's workers
+ * neither allocate nor fault their pages in again: about 2 MiB a worker
+ * thread (twice that with the lossless codec) stays allocated for the
+ * process's life, at most KV_MAX_THREADS of them. */
+#define KV_BATCH 16 /* chunks hashed together: a layer's K and V of 8 spans */
+#define KV_MAX_THREADS 16
 typedef struct {
-    uint8_t *a, *b, *c;  /* worker-owned buffers, grown as needed */
-    size_t na, nb, nc;
-    kv_buf oa, ob;
+    kv_buf obj[KV_BATCH];
+    uint8_t *pl[KV_BATCH];
+    size_t npl[KV_BATCH];
 } scratch;
+
+static pthread_mutex_t g_pool_mu = PTHREAD_MUTEX_INITIALIZER;
+static scratch *g_pool[KV_MAX_THREADS];
+static int g_pool_n;
+
+static scratch *scratch_get(void) {
+    pthread_mutex_lock(&g_pool_mu);
+    scratch *sc = g_pool_n ? g_pool[--g_pool_n] : NULL;
+    pthread_mutex_unlock(&g_pool_mu);
+    return sc ? sc : calloc(1, sizeof(scratch));
+}
+
+static void scratch_put(scratch *sc) {
+    if (!sc) return;
+    for (int i = 0; i < KV_BATCH; i++) {
+        if (sc->pl[i]) OPENSSL_cleanse(sc->pl[i], sc->npl[i]);
+        if (sc->obj[i].p) OPENSSL_cleanse(sc->obj[i].p, sc->obj[i].cap);
+    }
+    pthread_mutex_lock(&g_pool_mu);
+    bool kept = g_pool_n < KV_MAX_THREADS;
+    if (kept) g_pool[g_pool_n++] = sc;
+    pthread_mutex_unlock(&g_pool_mu);
+    if (kept) return;
+    for (int i = 0; i < KV_BATCH; i++) {
+        free(sc->pl[i]);
+        kv_buf_free(&sc->obj[i]);
+    }
+    free(sc);
+}
 
 static void *layer_worker(void *arg) {
     layer_run *lr = arg;
-    scratch sc = {0};
+    scratch *sc = scratch_get();
     for (;;) {
         int il = atomic_fetch_add(&lr->next, 1);
         if (il >= lr->n_layer || atomic_load(&lr->failed)) break;
         mu_err e = {0};
-        int rc = lr->fn(lr->plan, il, &sc, &e);
+        int rc = sc ? lr->fn(lr->plan, il, sc, &e) : mu_fail(&e, MU_E_NOMEM, "kvpack: out of memory");
         if (rc) {
             pthread_mutex_lock(&lr->mu);
             if (!lr->rc) {
@@ -481,14 +518,7 @@ static void *layer_worker(void *arg) {
             break;
         }
     }
-    free(sc.a);
-    free(sc.b);
-    if (sc.c) OPENSSL_cleanse(sc.c, sc.nc);
-    free(sc.c);
-    if (sc.oa.p) OPENSSL_cleanse(sc.oa.p, sc.oa.cap); /* decrypted rows */
-    if (sc.ob.p) OPENSSL_cleanse(sc.ob.p, sc.ob.cap);
-    kv_buf_free(&sc.oa);
-    kv_buf_free(&sc.ob);
+    scratch_put(sc);
     return NULL;
 }
 
@@ -509,6 +539,20 @@ static int run_layers(int (*fn)(void *, int, void *, mu_err *), void *plan, int 
     pthread_mutex_destroy(&lr.mu);
     if (lr.rc) *err = lr.err;
     return lr.rc;
+}
+
+/* Units (layers, or states) in groups of consecutive units whose chunks
+ * fill a batch (at most cap; a unit of more chunks alone): a delta of a few
+ * positions hashes many layers' chunks together, not one layer's two.
+ * first[g] is group g's first unit, first[n_groups] = n; returns n_groups. */
+static int group_units(const int *chunks, int n, int cap, int *first) {
+    int g = 0, acc = 0;
+    for (int u = 0; u < n; u++) {
+        if (u == 0 || (acc && acc + chunks[u] > cap)) first[g++] = u, acc = 0;
+        acc += chunks[u];
+    }
+    first[g] = n;
+    return g;
 }
 
 /* Threads for a pack of session s: the engine's, at most KV_MAX_THREADS;
@@ -540,51 +584,72 @@ typedef struct {
     int T, n;
     uint64_t bpt;
     int *lo;            /* [L] first position of each layer */
+    int *first;         /* [n_groups + 1] each group's first layer (group_units) */
     kv_span **spans;    /* [L] */
     kv_ref **refs;      /* [2L] */
 } save_plan;
 
-/* Layer il's chunks: the rows read straight into the objects' frames (the
- * raw codec), encoded, written. */
-static int save_layer(void *plan, int il, void *scr, mu_err *err) {
+static bool grow_buf(kv_buf *b, size_t want) {
+    if (b->cap >= want) return true;
+    uint8_t *q = realloc(b->p, want);
+    if (!q) return false;
+    b->p = q;
+    b->cap = want;
+    return true;
+}
+
+/* Group g's chunks, K and V of up to 8 spans at a time (of one layer or
+ * of several): the rows read straight into the objects' frames (the raw
+ * codec), encoded together (kv_chunk_encode_many), written. */
+static int save_group(void *plan, int g, void *scr, mu_err *err) {
     save_plan *sp = plan;
     scratch *sc = scr;
     const size_t cb = (size_t)sp->T * sp->bpt, bound = kv_chunk_bound(cb);
-    const bool raw = sp->fb->st[2 * il].codec == KV_CODEC_RAW;
-    kv_buf *obj[2] = {&sc->oa, &sc->ob};
-    for (int r = 0; r < 2; r++)
-        if (obj[r]->cap < bound) {
-            uint8_t *q = realloc(obj[r]->p, bound);
-            if (!q) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-            obj[r]->p = q;
-            obj[r]->cap = bound;
+    int il = sp->first[g], c = 0;
+    while (il < sp->first[g + 1]) {
+        kv_enc_item it[KV_BATCH];
+        kv_chunk ch[KV_BATCH];
+        int at[KV_BATCH][2]; /* (layer, chunk) of each pair */
+        int np = 0;
+        while (np < KV_BATCH / 2 && il < sp->first[g + 1]) {
+            const int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
+            if (c >= nch) { /* a layer without chunks */
+                il++, c = 0;
+                continue;
+            }
+            const bool raw = sp->fb->st[2 * il].codec == KV_CODEC_RAW;
+            const kv_span *span = &sp->spans[il][c];
+            uint8_t *rp[2];
+            for (int r = 0; r < 2; r++) {
+                int i = 2 * np + r; /* this pair's K and V */
+                if (!grow_buf(&sc->obj[i], bound) || (!raw && !grow(&sc->pl[i], &sc->npl[i], cb)))
+                    return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+                rp[r] = raw ? sc->obj[i].p + KV_ALIGN + KV_FRAME_HDR : sc->pl[i];
+                memset(&ch[i], 0, sizeof ch[i]);
+                it[i] = (kv_enc_item){.plain = rp[r], .n = span->plain_bytes, .state = &sp->fb->st[2 * il + r].key,
+                                      .span = span, .obj = &sc->obj[i], .out = &ch[i]};
+            }
+            int rc = mu_session_kv_read(sp->s, il, (int)span->token_start, (int)span->token_count,
+                                        (uint16_t *)rp[0], (uint16_t *)rp[1], err);
+            if (rc) return rc;
+            at[np][0] = il, at[np][1] = c;
+            np++;
+            if (++c == nch) il++, c = 0;
         }
-    if (!raw && (!grow(&sc->a, &sc->na, cb) || !grow(&sc->b, &sc->nb, cb)))
-        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    int nch = (int)((sp->n - sp->lo[il] + sp->T - 1) / sp->T);
-    for (int c = 0; c < nch; c++) {
-        const kv_span *span = &sp->spans[il][c];
-        uint8_t *kp = raw ? obj[0]->p + KV_ALIGN + KV_FRAME_HDR : sc->a;
-        uint8_t *vp = raw ? obj[1]->p + KV_ALIGN + KV_FRAME_HDR : sc->b;
-        int rc = mu_session_kv_read(sp->s, il, (int)span->token_start, (int)span->token_count, (uint16_t *)kp,
-                                    (uint16_t *)vp, err);
+        if (!np) break;
+        int rc = kv_chunk_encode_many(it, 2 * np, sp->tenant, &sp->m->family, EPOCH, sp->enc, sp->keys, sp->fam, err);
         if (rc) return rc;
-        for (int r = 0; r < 2; r++) {
-            kv_chunk ch = {0};
-            const kv_key *key = &sp->fb->st[2 * il + r].key;
-            if ((rc = kv_chunk_encode_to(r ? vp : kp, span->plain_bytes, sp->tenant, &sp->m->family, key, span, EPOCH,
-                                         sp->enc, sp->keys, NULL, NULL, sp->fam, obj[r], &ch, err)))
-                return rc;
+        for (int i = 0; i < 2 * np; i++) {
             char name[80];
-            chunk_name(ch.object_key, name);
-            if ((rc = kv_writer_put(sp->w, name, obj[r]->p, obj[r]->n, err))) return rc;
-            kv_ref *f = &sp->refs[2 * il + r][c];
-            memcpy(f->chunk_id, ch.chunk_id, 32);
-            memcpy(f->object_key, ch.object_key, 32);
-            memcpy(f->digest, ch.digest, 32);
+            chunk_name(ch[i].object_key, name);
+            if ((rc = kv_writer_put(sp->w, name, sc->obj[i].p, sc->obj[i].n, err))) return rc;
+            kv_ref *f = &sp->refs[2 * at[i / 2][0] + i % 2][at[i / 2][1]];
+            memcpy(f->chunk_id, ch[i].chunk_id, 32);
+            memcpy(f->object_key, ch[i].object_key, 32);
+            memcpy(f->digest, ch[i].digest, 32);
             f->epoch = EPOCH;
-            f->plain_bytes = ch.plain_bytes;
-            f->object_bytes = (uint32_t)obj[r]->n;
+            f->plain_bytes = ch[i].plain_bytes;
+            f->object_bytes = (uint32_t)sc->obj[i].n;
         }
     }
     return 0;
@@ -778,8 +843,16 @@ int mu_kv_pack_save(const mu_session *s, const mu_kv_ident *id, const int32_t *t
             complete += all * bpt;
         }
     }
-    /* the chunks: layers spread over threads, each writing its own files */
-    if ((rc = run_layers(save_layer, &sp, L, kv_threads(s), err))) goto done;
+    /* the chunks: groups of layers spread over threads, each writing its own files */
+    int *nchs = kv_alloc(mem, (size_t)L, sizeof(int)), n_groups;
+    sp.first = kv_alloc(mem, (size_t)L + 1, sizeof(int));
+    if (!nchs || !sp.first) {
+        rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        goto done;
+    }
+    for (int il = 0; il < L; il++) nchs[il] = (n - sp.lo[il] + T - 1) / T;
+    n_groups = group_units(nchs, L, KV_BATCH / 2, sp.first);
+    if ((rc = run_layers(save_group, &sp, n_groups, kv_threads(s), err))) goto done;
     *grp = (kv_group){1, (uint32_t)(2 * L), gkeys};
     m.schema = (kv_schema){.kind = 0, .n_states = (uint32_t)(2 * L), .states = rs, .n_groups = 1, .groups = grp,
                            .segment_bytes = total, .complete_bytes = complete};
@@ -829,52 +902,95 @@ typedef struct {
     const kv_keys *keys;
     uint8_t fam[32];
     mu_session *s;       /* NULL: verify only */
+    int *first;          /* [n_groups + 1] each group's first unit: layers (a session), else states */
 } read_plan;
 
-/* One state's chunks read, verified and (with a session) installed; for
- * a session, K and V of each span go in together (states 2il, 2il + 1). */
-static int read_state(read_plan *rp, uint32_t si, uint32_t c, uint8_t **buf, size_t *cap, uint8_t **out,
-                      size_t *ocap, const uint8_t **plain, mu_err *err) {
+/* Chunks (si[i], c[i]) of the manifest read into the worker's buffers
+ * and verified together (kv_chunk_open_many); the verdict is the one
+ * reading and opening them one after another gives. */
+static int open_chunks(read_plan *rp, scratch *sc, const uint32_t *si, const uint32_t *c, int n, kv_dec_item *it,
+                       mu_err *err) {
     const kv_manifest *m = rp->m;
-    const kv_ref *ref = &m->states[si].chunks[c];
-    const kv_span *span = &m->schema.states[si].spans[c];
-    char name[80];
-    chunk_name(ref->object_key, name);
-    size_t n = 0;
-    int rc = kv_read_at(rp->dfd, name, KV_MAX_OBJECT, buf, cap, &n, err);
-    if (rc) return rc;
-    if (!grow(out, ocap, span->plain_bytes ? span->plain_bytes : 1))
-        return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
-    return kv_chunk_open(*buf, n, ref, span, m->tenant, &m->family, &m->states[si].key, rp->keys, rp->fam, *out,
-                         plain, err);
+    for (int i = 0; i < n; i++) {
+        const kv_ref *ref = &m->states[si[i]].chunks[c[i]];
+        const kv_span *span = &m->schema.states[si[i]].spans[c[i]];
+        char name[80];
+        chunk_name(ref->object_key, name);
+        size_t len = 0;
+        int rc = kv_read_at(rp->dfd, name, KV_MAX_OBJECT, &sc->obj[i].p, &sc->obj[i].cap, &len, err);
+        if (!rc && !grow(&sc->pl[i], &sc->npl[i], span->plain_bytes ? span->plain_bytes : 1))
+            rc = mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+        if (rc) { /* the chunks before it first */
+            mu_err e2 = {0};
+            int r2 = i ? kv_chunk_open_many(it, i, m->tenant, &m->family, rp->keys, rp->fam, &e2) : 0;
+            if (r2) *err = e2;
+            return r2 ? r2 : rc;
+        }
+        it[i] = (kv_dec_item){.p = sc->obj[i].p, .n = len, .ref = ref, .span = span, .state = &m->states[si[i]].key,
+                              .out = sc->pl[i]};
+    }
+    return kv_chunk_open_many(it, n, m->tenant, &m->family, rp->keys, rp->fam, err);
 }
 
-static int read_layer(void *plan, int il, void *scr, mu_err *err) {
+/* Group g: verify, its states' chunks; with a session, its layers' K
+ * and V chunks of up to 8 spans at a time (of one layer or several),
+ * verified together, then installed, positions in order. */
+static int read_group(void *plan, int g, void *scr, mu_err *err) {
     read_plan *rp = plan;
     scratch *sc = scr;
     const kv_manifest *m = rp->m;
-    if (!rp->s) { /* verify: il is a state (any layout a pack may have) */
-        for (uint32_t c = 0; c < m->states[il].n_chunks; c++) {
-            const uint8_t *pl = NULL;
-            int rc = read_state(rp, (uint32_t)il, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &pl, err);
+    uint32_t si[KV_BATCH], ci[KV_BATCH];
+    kv_dec_item it[KV_BATCH];
+    const int end = rp->first[g + 1];
+    if (!rp->s) { /* verify: units are states (any layout a pack may have) */
+        uint32_t st = (uint32_t)rp->first[g], c = 0;
+        while ((int)st < end) {
+            int n = 0;
+            for (; n < KV_BATCH && (int)st < end; n++) {
+                if (c >= m->states[st].n_chunks) { /* a state without chunks */
+                    st++, c = 0, n--;
+                    continue;
+                }
+                si[n] = st, ci[n] = c;
+                if (++c == m->states[st].n_chunks) st++, c = 0;
+            }
+            int rc = n ? open_chunks(rp, sc, si, ci, n, it, err) : 0;
             if (rc) return rc;
         }
         return 0;
     }
-    uint32_t sk = (uint32_t)(2 * il), sv = sk + 1;
-    if (sv >= m->n_states || m->states[sk].n_chunks != m->states[sv].n_chunks)
-        return kv_fail(err, KV_SEMANTICS, "layer %d: K and V states do not pair", il);
-    for (uint32_t c = 0; c < m->states[sk].n_chunks; c++) {
-        const uint8_t *kp = NULL, *vp = NULL;
-        int rc = read_state(rp, sk, c, &sc->oa.p, &sc->oa.cap, &sc->a, &sc->na, &kp, err);
-        if (!rc) rc = read_state(rp, sv, c, &sc->ob.p, &sc->ob.cap, &sc->b, &sc->nb, &vp, err);
+    int il = rp->first[g];
+    uint32_t c = 0;
+    while (il < end) {
+        /* K and V of up to 8 spans, ending at a pair that covers other positions (verified, then refused) */
+        int np = 0, lay[KV_BATCH / 2];
+        bool unpaired = false;
+        while (np < KV_BATCH / 2 && il < end && !unpaired) {
+            uint32_t sk = (uint32_t)(2 * il), sv = sk + 1;
+            if (sv >= m->n_states || m->states[sk].n_chunks != m->states[sv].n_chunks) {
+                if (np) break; /* the pairs before it first */
+                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V states do not pair", il);
+            }
+            if (c >= m->states[sk].n_chunks) { /* a layer without chunks */
+                il++, c = 0;
+                continue;
+            }
+            const kv_span *a = &m->schema.states[sk].spans[c], *b = &m->schema.states[sv].spans[c];
+            unpaired = a->token_start != b->token_start || a->token_count != b->token_count;
+            si[2 * np] = sk, si[2 * np + 1] = sv, ci[2 * np] = ci[2 * np + 1] = c;
+            lay[np++] = il;
+            if (++c == m->states[sk].n_chunks) il++, c = 0;
+        }
+        if (!np) continue;
+        int rc = open_chunks(rp, sc, si, ci, 2 * np, it, err);
         if (rc) return rc;
-        const kv_span *sp = &m->schema.states[sk].spans[c], *spv = &m->schema.states[sv].spans[c];
-        if (rp->s) {
-            if (sp->token_start != spv->token_start || sp->token_count != spv->token_count)
-                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V chunks cover other positions", il);
-            if ((rc = mu_session_kv_write(rp->s, il, (int)sp->token_start, (int)sp->token_count, (const uint16_t *)kp,
-                                          (const uint16_t *)vp, err)))
+        for (int k = 0; k < np; k++) {
+            const kv_span *sp = it[2 * k].span;
+            if (unpaired && k == np - 1)
+                return kv_fail(err, KV_SEMANTICS, "layer %d: K and V chunks cover other positions", lay[k]);
+            if ((rc = mu_session_kv_write(rp->s, lay[k], (int)sp->token_start, (int)sp->token_count,
+                                          (const uint16_t *)it[2 * k].plain, (const uint16_t *)it[2 * k + 1].plain,
+                                          err)))
                 return rc;
         }
     }
@@ -890,7 +1006,18 @@ static int read_chunks(const char *dir, const kv_manifest *m, const kv_keys *key
     if (kv_family_id(&m->family, rp.fam)) return mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
     rp.dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (rp.dfd < 0) return mu_fail(err, MU_E_IO, "kvpack: cannot open %s: %s", dir, strerror(errno));
-    int rc = run_layers(read_layer, &rp, (int)(s ? m->n_states / 2 : m->n_states), n_threads, err);
+    /* units: layers with a session (K and V chunk pairs), states without */
+    const int nu = (int)(s ? m->n_states / 2 : m->n_states);
+    int *cost = malloc(((size_t)nu + 1) * sizeof *cost), *first = malloc(((size_t)nu + 1) * sizeof *first);
+    int rc = cost && first ? 0 : mu_fail(err, MU_E_NOMEM, "kvpack: out of memory");
+    for (int u = 0; !rc && u < nu; u++) cost[u] = (int)m->states[s ? 2 * u : u].n_chunks;
+    if (!rc) {
+        rp.first = first;
+        int ng = group_units(cost, nu, s ? KV_BATCH / 2 : KV_BATCH, first);
+        rc = run_layers(read_group, &rp, ng, n_threads, err);
+    }
+    free(cost);
+    free(first);
     close(rp.dfd);
     return rc;
 }

@@ -25,8 +25,13 @@ static void wrle(uint8_t *p, uint64_t v, int n) {
     for (int i = 0; i < n; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 static bool all_zero(const uint8_t *p, size_t n) {
-    uint8_t a = 0;
-    for (size_t i = 0; i < n; i++) a |= p[i];
+    uint64_t a = 0, w;
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        memcpy(&w, p + i, 8);
+        a |= w;
+    }
+    for (; i < n; i++) a |= p[i];
     return !a;
 }
 static bool buf_reserve(kv_buf *b, size_t n) {
@@ -211,15 +216,23 @@ int kv_chunk_encode(const uint8_t *plain, size_t n, const uint8_t tenant[32], co
     return 0;
 }
 
-/* One object, built in place: the header (zeroed), the frame right after
- * it (the raw codec copies the plaintext once, or not at all when the
- * caller read it there already), encrypted in place, the padding zeroed;
- * the plaintext is hashed once for its content id and the object once for
- * its digest, as CHUNK_V1.md defines them. */
-int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32], const kv_family *family,
-                       const kv_key *state, const kv_span *span, uint64_t epoch, bool encrypt, const kv_keys *keys,
-                       const uint8_t *salt_in, const uint8_t *nonce_in, const uint8_t fam_in[32], kv_buf *obj_buf,
-                       kv_chunk *out, mu_err *err) {
+/* One object, built in place in three steps around its three hashes:
+ * enc_frame checks and writes the frame right after the header (the raw
+ * codec copies the plaintext once, or not at all when the caller read it
+ * there already); the content id (HMAC over the plaintext); enc_head
+ * derives the object key and writes the header (digest field zero); its
+ * digest; enc_seal writes it, encrypts the frame in place and zeroes the
+ * padding; the object's digest, as CHUNK_V1.md defines them.
+ * kv_chunk_encode_to hashes one object at a time through OpenSSL,
+ * kv_chunk_encode_many each step's hashes of many objects at once. */
+typedef struct {
+    const kv_fstate *st;
+    size_t frame_n, payload, obj;
+    uint8_t salt[16], nonce[12];
+} enc_state;
+
+static int enc_frame(const uint8_t *plain, size_t n, const kv_family *family, const kv_key *state,
+                     const kv_span *span, uint64_t epoch, kv_buf *obj_buf, enc_state *es, mu_err *err) {
     if (!epoch) return kv_fail(err, KV_SEMANTICS, "chunk key epoch must be nonzero");
     if (span->plain_bytes != n || !span->token_count)
         return kv_fail(err, KV_SEMANTICS, "chunk plaintext does not match its declared span");
@@ -229,10 +242,7 @@ int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32],
     if (n < 1 || n > KV_MAX_PLAIN) return kv_fail(err, KV_BOUNDS, "chunk plaintext must be in 1..=4 MiB");
     if (st->codec != KV_CODEC_RAW && st->codec != KV_CODEC_LOSSLESS)
         return kv_fail(err, KV_UNKNOWN_ENUM, "unknown codec %u", st->codec);
-    uint8_t fam[32], salt[16] = {0}, nonce[12] = {0};
-    int rc;
-    if (fam_in) memcpy(fam, fam_in, 32);
-    else if (kv_family_id(family, fam)) return NOMEM(err);
+    es->st = st;
     /* room for the largest object this plaintext can make */
     size_t bound = kv_chunk_bound(n);
     if (obj_buf->cap < bound) {
@@ -241,32 +251,40 @@ int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32],
         obj_buf->n = 0;
         if (!buf_reserve(obj_buf, bound)) return NOMEM(err);
     }
-    uint8_t *h = obj_buf->p, *frame = h + KV_ALIGN;
-    size_t frame_n;
+    uint8_t *frame = obj_buf->p + KV_ALIGN;
     if (st->codec == KV_CODEC_RAW) {
         memcpy(frame, "KVRAW1\0\0", 8);
         wrle(frame + 8, 1, 2);
         wrle(frame + 10, 0, 2);
         wrle(frame + 12, n, 4);
         if (plain != frame + KV_FRAME_HDR) memcpy(frame + KV_FRAME_HDR, plain, n);
-        frame_n = KV_FRAME_HDR + n;
+        es->frame_n = KV_FRAME_HDR + n;
     } else {
         obj_buf->n = KV_ALIGN;
-        if ((rc = kv_frame_encode(st->codec, plain, n, obj_buf, err))) return rc;
-        frame_n = obj_buf->n - KV_ALIGN;
+        int rc = kv_frame_encode(st->codec, plain, n, obj_buf, err);
+        if (rc) return rc;
+        es->frame_n = obj_buf->n - KV_ALIGN;
     }
-    if ((rc = kv_chunk_id(keys->chunk_identity, tenant, fam, state, span, plain, n, out->chunk_id, err))) return rc;
+    return 0;
+}
+
+static int enc_head(uint8_t *h, size_t n, const uint8_t tenant[32], const uint8_t fam[32], uint64_t epoch,
+                    bool encrypt, const kv_keys *keys, const uint8_t *salt_in, const uint8_t *nonce_in,
+                    enc_state *es, kv_chunk *out, mu_err *err) {
+    const kv_fstate *st = es->st;
+    memset(es->salt, 0, 16);
+    memset(es->nonce, 0, 12);
     if (encrypt) {
-        if (salt_in) memcpy(salt, salt_in, 16);
-        else MU_ASSERT(RAND_bytes(salt, 16) == 1);
-        if (nonce_in) memcpy(nonce, nonce_in, 12);
-        else MU_ASSERT(RAND_bytes(nonce, 12) == 1);
+        if (salt_in) memcpy(es->salt, salt_in, 16);
+        else MU_ASSERT(RAND_bytes(es->salt, 16) == 1);
+        if (nonce_in) memcpy(es->nonce, nonce_in, 12);
+        else MU_ASSERT(RAND_bytes(es->nonce, 12) == 1);
     }
-    object_key(keys, tenant, fam, out->chunk_id, epoch, st->codec, st->codec_version, encrypt, salt, nonce,
+    object_key(keys, tenant, fam, out->chunk_id, epoch, st->codec, st->codec_version, encrypt, es->salt, es->nonce,
                out->object_key);
-    size_t payload = frame_n + (encrypt ? 16 : 0);
-    size_t obj = (KV_ALIGN + payload + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN;
-    if (obj > KV_MAX_OBJECT) return kv_fail(err, KV_BOUNDS, "encoded chunk object exceeds bound");
+    es->payload = es->frame_n + (encrypt ? 16 : 0);
+    es->obj = (KV_ALIGN + es->payload + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN;
+    if (es->obj > KV_MAX_OBJECT) return kv_fail(err, KV_BOUNDS, "encoded chunk object exceeds bound");
     memset(h, 0, KV_ALIGN);
     memcpy(h, "KVCHK1\0\0", 8);
     wrle(h + 8, 1, 2);
@@ -276,33 +294,90 @@ int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32],
     wrle(h + 20, st->codec, 2);
     wrle(h + 22, st->codec_version, 2);
     wrle(h + 24, n, 4);
-    wrle(h + 28, frame_n, 4);
-    wrle(h + 32, payload, 4);
-    wrle(h + 36, obj, 4);
+    wrle(h + 28, es->frame_n, 4);
+    wrle(h + 32, es->payload, 4);
+    wrle(h + 36, es->obj, 4);
     wrle(h + 40, epoch, 8);
     memcpy(h + 48, tenant, 32);
     memcpy(h + 80, fam, 32);
     memcpy(h + 112, out->chunk_id, 32);
     memcpy(h + 144, out->object_key, 32);
-    memcpy(h + 176, salt, 16);
-    memcpy(h + 192, nonce, 12);
-    kv_sha256(h, KV_ALIGN, h + 204);
-    if (encrypt) {
-        uint8_t dk[32];
-        chunk_data_key(keys, out->chunk_id, out->object_key, salt, dk);
-        rc = kv_aead(true, dk, nonce, h, KV_ALIGN, frame, frame_n, frame, frame + frame_n); /* in place */
-        OPENSSL_cleanse(dk, sizeof dk);
-        if (rc) return mu_fail(err, MU_E_STATE, "kvpack: ChaCha20-Poly1305 encryption failed");
-    }
-    memset(h + KV_ALIGN + payload, 0, obj - KV_ALIGN - payload);
-    obj_buf->n = obj;
-    out->plain_bytes = (uint32_t)n;
-    kv_sha256(h, obj, out->digest);
+    memcpy(h + 176, es->salt, 16);
+    memcpy(h + 192, es->nonce, 12);
     return 0;
 }
 
-/* Every check of the decode order up to the AEAD (framing, digests, keys):
- * the fields the rest needs. */
+/* h + 204 holds the header's digest already */
+static int enc_seal(kv_buf *obj_buf, size_t n, bool encrypt, const kv_keys *keys, const enc_state *es,
+                    kv_chunk *out, mu_err *err) {
+    uint8_t *h = obj_buf->p, *frame = h + KV_ALIGN;
+    if (encrypt) {
+        uint8_t dk[32];
+        chunk_data_key(keys, out->chunk_id, out->object_key, es->salt, dk);
+        int rc = kv_aead(true, dk, es->nonce, h, KV_ALIGN, frame, es->frame_n, frame, frame + es->frame_n);
+        OPENSSL_cleanse(dk, sizeof dk);
+        if (rc) return mu_fail(err, MU_E_STATE, "kvpack: ChaCha20-Poly1305 encryption failed");
+    }
+    memset(h + KV_ALIGN + es->payload, 0, es->obj - KV_ALIGN - es->payload);
+    obj_buf->n = es->obj;
+    out->plain_bytes = (uint32_t)n;
+    return 0;
+}
+
+int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32], const kv_family *family,
+                       const kv_key *state, const kv_span *span, uint64_t epoch, bool encrypt, const kv_keys *keys,
+                       const uint8_t *salt_in, const uint8_t *nonce_in, const uint8_t fam_in[32], kv_buf *obj_buf,
+                       kv_chunk *out, mu_err *err) {
+    enc_state es;
+    uint8_t fam[32];
+    int rc = enc_frame(plain, n, family, state, span, epoch, obj_buf, &es, err);
+    if (rc) return rc;
+    if (fam_in) memcpy(fam, fam_in, 32);
+    else if (kv_family_id(family, fam)) return NOMEM(err);
+    if ((rc = kv_chunk_id(keys->chunk_identity, tenant, fam, state, span, plain, n, out->chunk_id, err))) return rc;
+    if ((rc = enc_head(obj_buf->p, n, tenant, fam, epoch, encrypt, keys, salt_in, nonce_in, &es, out, err)))
+        return rc;
+    kv_sha256(obj_buf->p, KV_ALIGN, obj_buf->p + 204);
+    if ((rc = enc_seal(obj_buf, n, encrypt, keys, &es, out, err))) return rc;
+    kv_sha256(obj_buf->p, es.obj, out->digest);
+    return 0;
+}
+
+int kv_chunk_encode_many(const kv_enc_item *it, int n_items, const uint8_t tenant[32], const kv_family *family,
+                         uint64_t epoch, bool encrypt, const kv_keys *keys, const uint8_t fam[32], mu_err *err) {
+    enum { B = 16 };
+    enc_state es[B];
+    kv_cid_job cj[B];
+    kv_sha_job sj[B];
+    for (int b = 0; b < n_items; b += B) {
+        int m = n_items - b < B ? n_items - b : B;
+        int rc;
+        for (int i = 0; i < m; i++) {
+            const kv_enc_item *x = &it[b + i];
+            if ((rc = enc_frame(x->plain, x->n, family, x->state, x->span, epoch, x->obj, &es[i], err))) return rc;
+            cj[i] = (kv_cid_job){.state = x->state, .span = x->span, .n = x->n, .out = x->out->chunk_id,
+                                 .plain = es[i].st->codec == KV_CODEC_RAW ? x->obj->p + KV_ALIGN + KV_FRAME_HDR
+                                                                          : x->plain};
+        }
+        if ((rc = kv_chunk_ids(keys->chunk_identity, tenant, fam, cj, m, err))) return rc;
+        for (int i = 0; i < m; i++) {
+            const kv_enc_item *x = &it[b + i];
+            if ((rc = enc_head(x->obj->p, x->n, tenant, fam, epoch, encrypt, keys, NULL, NULL, &es[i], x->out, err)))
+                return rc;
+            sj[i] = (kv_sha_job){.body = x->obj->p, .body_n = KV_ALIGN, .out = x->obj->p + 204};
+        }
+        kv_sha256_jobs(sj, m);
+        for (int i = 0; i < m; i++) {
+            const kv_enc_item *x = &it[b + i];
+            if ((rc = enc_seal(x->obj, x->n, encrypt, keys, &es[i], x->out, err))) return rc;
+            sj[i] = (kv_sha_job){.body = x->obj->p, .body_n = es[i].obj, .out = x->out->digest};
+        }
+        kv_sha256_jobs(sj, m);
+    }
+    return 0;
+}
+
+/* The header fields the steps after the checks need. */
 typedef struct {
     bool encrypted;
     unsigned codec;
@@ -310,9 +385,9 @@ typedef struct {
     uint8_t fam[32];
 } chunk_head;
 
-static int chunk_check(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
-                       const kv_family *family, const kv_key *state, const kv_keys *keys, const uint8_t *fam_in,
-                       chunk_head *ch, mu_err *err) {
+/* The checks before the digests. */
+static int chunk_pre(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, chunk_head *ch,
+                     mu_err *err) {
     if (n < KV_ALIGN || n > KV_MAX_OBJECT || n % KV_ALIGN) return kv_fail(err, KV_BOUNDS, "invalid chunk object length");
     if (memcmp(p, "KVCHK1\0\0", 8)) return kv_fail(err, KV_BAD_MAGIC, "invalid production chunk magic");
     if (rdle(p + 8, 2) != 1 || rdle(p + 10, 2) != KV_ALIGN || rdle(p + 12, 4) != KV_ALIGN)
@@ -338,17 +413,31 @@ static int chunk_check(const uint8_t *p, size_t n, const kv_ref *ref, const kv_s
         return kv_fail(err, KV_RESERVED, "unencrypted chunk salt or nonce is nonzero");
     if (n != ref->object_bytes || plain != ref->plain_bytes || plain != span->plain_bytes)
         return kv_fail(err, KV_BOUNDS, "chunk reference size mismatch");
-    uint8_t dg[32];
-    kv_sha256(p, n, dg);
+    ch->encrypted = encrypted;
+    ch->codec = codec;
+    ch->plain = plain;
+    ch->enc_n = enc_n;
+    return 0;
+}
+
+/* The header's first bytes as its digest reads them (digest field zero):
+ * the rest of the header is p + 236 on. */
+static void header_head(const uint8_t *p, uint8_t out[236]) {
+    memcpy(out, p, 204);
+    memset(out + 204, 0, 32);
+}
+
+/* The checks from the digests on: dg the object's digest, hdg the
+ * header's. */
+static int chunk_post(const uint8_t *p, const kv_ref *ref, const uint8_t tenant[32], const kv_family *family,
+                      const kv_key *state, const kv_keys *keys, const uint8_t *fam_in, const uint8_t dg[32],
+                      const uint8_t hdg[32], chunk_head *ch, mu_err *err) {
     if (CRYPTO_memcmp(dg, ref->digest, 32)) return kv_fail(err, KV_AUTH, "chunk object digest mismatch");
-    static const uint8_t zero[32];
-    const void *parts[3] = {p, zero, p + 236};
-    size_t lens[3] = {204, 32, KV_ALIGN - 236};
-    kv_sha256v(parts, lens, 3, dg); /* the header with its digest field zeroed */
-    if (CRYPTO_memcmp(dg, p + 204, 32)) return kv_fail(err, KV_AUTH, "chunk header digest mismatch");
+    if (CRYPTO_memcmp(hdg, p + 204, 32)) return kv_fail(err, KV_AUTH, "chunk header digest mismatch");
+    unsigned version = (unsigned)rdle(p + 22, 2);
     const kv_fstate *st = family_state(family, state);
     if (!st) return kv_fail(err, KV_SEMANTICS, "chunk state is absent from representation family");
-    if (codec != st->codec || version != st->codec_version)
+    if (ch->codec != st->codec || version != st->codec_version)
         return kv_fail(err, KV_SEMANTICS, "chunk codec does not match representation family");
     if (fam_in) memcpy(ch->fam, fam_in, 32);
     else if (kv_family_id(family, ch->fam)) return NOMEM(err);
@@ -356,14 +445,26 @@ static int chunk_check(const uint8_t *p, size_t n, const kv_ref *ref, const kv_s
         return kv_fail(err, KV_AUTH, "chunk namespace, family, or epoch mismatch");
     const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
     uint8_t derived[32];
-    object_key(keys, p + 48, ch->fam, content, ref->epoch, codec, version, encrypted, salt, nonce, derived);
+    object_key(keys, p + 48, ch->fam, content, ref->epoch, ch->codec, version, ch->encrypted, salt, nonce, derived);
     if (memcmp(content, ref->chunk_id, 32) || memcmp(okey, ref->object_key, 32) || CRYPTO_memcmp(okey, derived, 32))
         return kv_fail(err, KV_AUTH, "chunk identity or object key mismatch");
-    ch->encrypted = encrypted;
-    ch->codec = codec;
-    ch->plain = plain;
-    ch->enc_n = enc_n;
     return 0;
+}
+
+/* Every check of the decode order up to the AEAD (framing, digests, keys):
+ * the fields the rest needs. */
+static int chunk_check(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
+                       const kv_family *family, const kv_key *state, const kv_keys *keys, const uint8_t *fam_in,
+                       chunk_head *ch, mu_err *err) {
+    int rc = chunk_pre(p, n, ref, span, ch, err);
+    if (rc) return rc;
+    uint8_t dg[32], hdg[32], head[236];
+    kv_sha256(p, n, dg);
+    header_head(p, head);
+    const void *parts[2] = {head, p + 236};
+    size_t lens[2] = {236, KV_ALIGN - 236};
+    kv_sha256v(parts, lens, 2, hdg);
+    return chunk_post(p, ref, tenant, family, state, keys, fam_in, dg, hdg, ch, err);
 }
 
 int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
@@ -400,37 +501,115 @@ int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span
     return 0;
 }
 
+/* After chunk_check: the AEAD in place and the codec; *plain the
+ * plaintext (inside p for the raw codec, else out). */
+static int open_body(uint8_t *p, const chunk_head *ch, const kv_keys *keys, uint8_t *out, const uint8_t **plain,
+                     mu_err *err) {
+    const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
+    uint8_t *frame = p + KV_ALIGN;
+    int rc;
+    if (ch->encrypted) {
+        uint8_t dk[32], tag[16];
+        chunk_data_key(keys, content, okey, salt, dk);
+        memcpy(tag, p + KV_ALIGN + ch->enc_n, 16);
+        rc = kv_aead(false, dk, nonce, p, KV_ALIGN, frame, ch->enc_n, frame, tag); /* in place */
+        OPENSSL_cleanse(dk, sizeof dk);
+        if (rc) return kv_fail(err, KV_AUTH, "chunk AEAD authentication failed");
+    }
+    if (ch->codec == KV_CODEC_RAW) { /* the frame's checks, then the plaintext where it lies */
+        if (memcmp(frame, "KVRAW1\0\0", 8)) return kv_fail(err, KV_BAD_MAGIC, "codec frame magic does not match codec");
+        if (rdle(frame + 8, 2) != 1) return kv_fail(err, KV_BAD_MAGIC, "unsupported codec frame version");
+        if (rdle(frame + 10, 2)) return kv_fail(err, KV_RESERVED, "codec frame reserved field is nonzero");
+        if (rdle(frame + 12, 4) != ch->plain) return kv_fail(err, KV_BOUNDS, "codec frame decoded length mismatch");
+        if (ch->enc_n - KV_FRAME_HDR != ch->plain) return kv_fail(err, KV_BOUNDS, "raw frame length mismatch");
+        *plain = frame + KV_FRAME_HDR;
+        return 0;
+    }
+    if ((rc = kv_frame_decode(ch->codec, frame, ch->enc_n, ch->plain, out, err))) return rc;
+    *plain = out;
+    return 0;
+}
+
+static int cid_check(const uint8_t *p, const chunk_head *ch, const kv_span *span, const kv_key *state,
+                     const kv_keys *keys, const uint8_t *pl, mu_err *err) {
+    uint8_t cid[32];
+    int rc = kv_chunk_id(keys->chunk_identity, p + 48, ch->fam, state, span, pl, ch->plain, cid, err);
+    if (rc) return rc;
+    if (CRYPTO_memcmp(cid, p + 112, 32)) return kv_fail(err, KV_AUTH, "chunk plaintext identity mismatch");
+    return 0;
+}
+
 int kv_chunk_open(uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
                   const kv_family *family, const kv_key *state, const kv_keys *keys, const uint8_t fam[32],
                   uint8_t *out, const uint8_t **plain, mu_err *err) {
     chunk_head ch;
+    const uint8_t *pl = NULL;
     int rc = chunk_check(p, n, ref, span, tenant, family, state, keys, fam, &ch, err);
-    if (rc) return rc;
-    const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
-    uint8_t *frame = p + KV_ALIGN;
-    if (ch.encrypted) {
-        uint8_t dk[32], tag[16];
-        chunk_data_key(keys, content, okey, salt, dk);
-        memcpy(tag, p + KV_ALIGN + ch.enc_n, 16);
-        rc = kv_aead(false, dk, nonce, p, KV_ALIGN, frame, ch.enc_n, frame, tag); /* in place */
-        OPENSSL_cleanse(dk, sizeof dk);
-        if (rc) return kv_fail(err, KV_AUTH, "chunk AEAD authentication failed");
+    if (!rc) rc = open_body(p, &ch, keys, out, &pl, err);
+    if (!rc) rc = cid_check(p, &ch, span, state, keys, pl, err);
+    if (!rc) *plain = pl;
+    return rc;
+}
+
+/* Each step over the whole batch, its hashes through kv_sha256_jobs. The
+ * verdict is the one kv_chunk_open item after item gives: a failure before
+ * anything is decrypted redoes the batch that way; one while decrypting
+ * item i first checks the content ids of the items before it. */
+static int open_batch(kv_dec_item *it, int m, const uint8_t tenant[32], const kv_family *family, const kv_keys *keys,
+                      const uint8_t fam[32], mu_err *err) {
+    enum { B = 16 };
+    chunk_head ch[B];
+    uint8_t dg[B][32], hdg[B][32], head[B][236];
+    kv_sha_job sj[2 * B];
+    kv_cid_job cj[B];
+    uint8_t cids[B][32];
+    int rc = 0;
+    bool redo = false;
+    for (int i = 0; i < m && !redo; i++) redo = chunk_pre(it[i].p, it[i].n, it[i].ref, it[i].span, &ch[i], NULL) != 0;
+    if (!redo) {
+        for (int i = 0; i < m; i++) {
+            header_head(it[i].p, head[i]);
+            /* objects together, headers together: a lane idles once its message ends */
+            sj[i] = (kv_sha_job){.body = it[i].p, .body_n = it[i].n, .out = dg[i]};
+            sj[m + i] = (kv_sha_job){.head = head[i], .head_n = 236, .body = it[i].p + 236, .body_n = KV_ALIGN - 236,
+                                     .out = hdg[i]};
+        }
+        kv_sha256_jobs(sj, 2 * m);
+        for (int i = 0; i < m && !redo; i++)
+            redo = chunk_post(it[i].p, it[i].ref, tenant, family, it[i].state, keys, fam, dg[i], hdg[i], &ch[i],
+                              NULL) != 0;
     }
-    const uint8_t *pl = out;
-    if (ch.codec == KV_CODEC_RAW) { /* the frame's checks, then the plaintext where it lies */
-        if (memcmp(frame, "KVRAW1\0\0", 8)) return kv_fail(err, KV_BAD_MAGIC, "codec frame magic does not match codec");
-        if (rdle(frame + 8, 2) != 1) return kv_fail(err, KV_BAD_MAGIC, "unsupported codec frame version");
-        if (rdle(frame + 10, 2)) return kv_fail(err, KV_RESERVED, "codec frame reserved field is nonzero");
-        if (rdle(frame + 12, 4) != ch.plain) return kv_fail(err, KV_BOUNDS, "codec frame decoded length mismatch");
-        if (ch.enc_n - KV_FRAME_HDR != ch.plain) return kv_fail(err, KV_BOUNDS, "raw frame length mismatch");
-        pl = frame + KV_FRAME_HDR;
-    } else if ((rc = kv_frame_decode(ch.codec, frame, ch.enc_n, ch.plain, out, err))) {
-        return rc;
+    if (redo) { /* nothing decrypted yet */
+        for (int i = 0; i < m; i++)
+            if ((rc = kv_chunk_open(it[i].p, it[i].n, it[i].ref, it[i].span, tenant, family, it[i].state, keys, fam,
+                                    it[i].out, &it[i].plain, err)))
+                return rc;
+        return 0;
     }
-    uint8_t cid[32];
-    if ((rc = kv_chunk_id(keys->chunk_identity, p + 48, ch.fam, state, span, pl, ch.plain, cid, err))) return rc;
-    if (CRYPTO_memcmp(cid, content, 32)) return kv_fail(err, KV_AUTH, "chunk plaintext identity mismatch");
-    *plain = pl;
+    for (int i = 0; i < m; i++) {
+        if ((rc = open_body(it[i].p, &ch[i], keys, it[i].out, &it[i].plain, err))) {
+            for (int j = 0; j < i; j++) {
+                int rj = cid_check(it[j].p, &ch[j], it[j].span, it[j].state, keys, it[j].plain, err);
+                if (rj) return rj;
+            }
+            return rc;
+        }
+        cj[i] = (kv_cid_job){.state = it[i].state, .span = it[i].span, .plain = it[i].plain, .n = ch[i].plain,
+                             .out = cids[i]};
+    }
+    /* one tenant and family for the batch: chunk_post checked each header's */
+    if ((rc = kv_chunk_ids(keys->chunk_identity, tenant, ch[0].fam, cj, m, err))) return rc;
+    for (int i = 0; i < m; i++)
+        if (CRYPTO_memcmp(cids[i], it[i].p + 112, 32)) return kv_fail(err, KV_AUTH, "chunk plaintext identity mismatch");
+    return 0;
+}
+
+int kv_chunk_open_many(kv_dec_item *it, int n, const uint8_t tenant[32], const kv_family *family, const kv_keys *keys,
+                       const uint8_t fam[32], mu_err *err) {
+    for (int b = 0; b < n; b += 16) {
+        int rc = open_batch(it + b, n - b < 16 ? n - b : 16, tenant, family, keys, fam, err);
+        if (rc) return rc;
+    }
     return 0;
 }
 

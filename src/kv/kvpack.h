@@ -208,6 +208,31 @@ void kv_hkdf(const uint8_t *ikm, size_t ikm_n, const uint8_t *salt, size_t salt_
              uint8_t out[32]);
 void kv_hmacv(const uint8_t key[32], const void *const *parts, const size_t *lens, int n, uint8_t out[32]);
 
+/* Many SHA-256 messages at once (kvsha.c): out = SHA-256(head || body),
+ * head at most KV_SHA_HEAD bytes. kv_sha256_jobs hashes 16 at a time in
+ * AVX-512 lanes where the CPU has them (kvsha_avx512.c), else one by one
+ * through OpenSSL as kv_sha256_jobs_ref always does; MUSER_KV_SHA=ref in
+ * the environment forces the reference (benchmarks). */
+#define KV_SHA_HEAD 512
+typedef struct {
+    const uint8_t *head, *body;
+    size_t head_n, body_n;
+    uint8_t *out;
+} kv_sha_job;
+void kv_sha256_jobs(const kv_sha_job *jobs, int n);
+void kv_sha256_jobs_ref(const kv_sha_job *jobs, int n);
+bool kv_sha256_lanes(void); /* whether kv_sha256_jobs uses the lanes */
+/* The content ids of n chunks (kv_chunk_id of each) through kv_sha256_jobs. */
+typedef struct {
+    const kv_key *state;
+    const kv_span *span;
+    const uint8_t *plain;
+    size_t n;
+    uint8_t *out;
+} kv_cid_job;
+int kv_chunk_ids(const uint8_t key[32], const uint8_t tenant[32], const uint8_t family_id[32], const kv_cid_job *jobs,
+                 int n, mu_err *err);
+
 int kv_semantic_id(const kv_semantic *s, uint8_t out[32]);
 int kv_family_id(const kv_family *f, uint8_t out[32]);
 int kv_schema_id(const kv_schema *s, uint8_t out[32]);
@@ -258,6 +283,19 @@ int kv_chunk_encode_to(const uint8_t *plain, size_t n, const uint8_t tenant[32],
                        const kv_key *state, const kv_span *span, uint64_t epoch, bool encrypt, const kv_keys *keys,
                        const uint8_t *salt, const uint8_t *nonce, const uint8_t fam[32], kv_buf *obj, kv_chunk *out,
                        mu_err *err);
+/* kv_chunk_encode_to of many objects (random salts and nonces), each
+ * step's hashes through kv_sha256_jobs; fam: the family's id. The same
+ * bytes as one at a time. */
+typedef struct {
+    const uint8_t *plain;
+    size_t n;
+    const kv_key *state;
+    const kv_span *span;
+    kv_buf *obj;
+    kv_chunk *out;
+} kv_enc_item;
+int kv_chunk_encode_many(const kv_enc_item *it, int n_items, const uint8_t tenant[32], const kv_family *family,
+                         uint64_t epoch, bool encrypt, const kv_keys *keys, const uint8_t fam[32], mu_err *err);
 static inline size_t kv_chunk_bound(size_t n) { return KV_ALIGN + KV_FRAME_HDR + n + (n + 127) / 128 + 16 + KV_ALIGN; }
 /* kv_chunk_decode without copies: the same checks in the same order, the
  * object decrypted in place (p is modified), *plain pointing at the
@@ -265,6 +303,21 @@ static inline size_t kv_chunk_bound(size_t n) { return KV_ALIGN + KV_FRAME_HDR +
 int kv_chunk_open(uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
                   const kv_family *family, const kv_key *state, const kv_keys *keys, const uint8_t fam[32],
                   uint8_t *out, const uint8_t **plain, mu_err *err);
+
+/* kv_chunk_open of many objects, each step's hashes through
+ * kv_sha256_jobs, with the verdict kv_chunk_open gives item after item;
+ * fam: the family's id. */
+typedef struct {
+    uint8_t *p;
+    size_t n;
+    const kv_ref *ref;
+    const kv_span *span;
+    const kv_key *state;
+    uint8_t *out;
+    const uint8_t *plain; /* set */
+} kv_dec_item;
+int kv_chunk_open_many(kv_dec_item *it, int n, const uint8_t tenant[32], const kv_family *family, const kv_keys *keys,
+                       const uint8_t fam[32], mu_err *err);
 
 int kv_pack_encode(const kv_manifest *m, const kv_keys *keys, bool encrypt, const uint8_t *salt,
                    const uint8_t *nonce, kv_buf *out, uint8_t id[32], mu_err *err);

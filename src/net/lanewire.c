@@ -75,12 +75,11 @@ void lane_hmac(const uint8_t key[32], const char *label, const void *p, size_t n
     EVP_MAC_free(mac);
 }
 
-void lane_token_digest(const uint32_t *tokens, uint32_t n, uint8_t out[32]) {
+static void words_digest(const char *label, const uint32_t *tokens, uint32_t n, uint8_t out[32]) {
     EVP_MD_CTX *c = EVP_MD_CTX_new();
     MU_ASSERT(c);
     EVP_DigestInit_ex(c, EVP_sha256(), NULL);
-    static const char d[] = "muser/lane/v1/tokens";
-    EVP_DigestUpdate(c, d, sizeof d);
+    EVP_DigestUpdate(c, label, strlen(label) + 1);
     uint8_t b[4 * 256];
     for (uint32_t i = 0; i < n;) {
         uint32_t k = 0;
@@ -91,6 +90,12 @@ void lane_token_digest(const uint32_t *tokens, uint32_t n, uint8_t out[32]) {
     EVP_DigestFinal_ex(c, out, &len);
     EVP_MD_CTX_free(c);
 }
+
+void lane_token_digest(const uint32_t *tokens, uint32_t n, uint8_t out[32]) {
+    words_digest("muser/lane/v1/tokens", tokens, n, out);
+}
+
+void lane_runs_digest(const uint32_t *runs, uint32_t n, uint8_t out[32]) { words_digest("muser/lane/v3/runs", runs, n, out); }
 
 bool lane_eq(const void *a, const void *b, size_t n) { return CRYPTO_memcmp(a, b, n) == 0; }
 
@@ -129,7 +134,7 @@ void lane_frame_header(uint8_t out[LANE_HDR], unsigned type, uint32_t len) {
 
 static uint32_t type_limit(unsigned type) {
     switch (type) {
-    case LANE_HELLO: return 256 + 4u * LANE_MAX_TOKENS;
+    case LANE_HELLO: return 256 + 8u * LANE_MAX_TOKENS;
     case LANE_LAYER: return LANE_MAX_FRAME;
     case LANE_BEGIN: case LANE_ABORT: case LANE_ACK: case LANE_INFO: return LANE_MAX_SMALL;
     case LANE_PING: return UINT32_MAX; /* any length is refused below; 0 is the only one */
@@ -154,17 +159,18 @@ int lane_frame_parse(const uint8_t hdr[LANE_HDR], unsigned *type, uint32_t *len,
 /* ---- HELLO -------------------------------------------------------------------- */
 /* version u32, ask u32, then
  *   HANDOFF: request_id 16, identity 32, kclass 32, n_ctx u32, step u32, n_have u32, n_ship u32,
- *            n_ship x u32 token
+ *            n_runs u32, n_ship x u32 token, n_runs x u32 run
  *   ENROLL:  secret 32
  *   PROBE:   nothing */
 
-#define HELLO_FIXED 104u
+#define HELLO_FIXED 108u
 
 int lane_hello_encode(const lane_hello *h, uint8_t **out, size_t *n, mu_err *err) {
     size_t len = 8;
     if (h->ask == LANE_ASK_HANDOFF) {
-        if (h->n_ship > LANE_MAX_TOKENS) return FMT("limit", "%u positions exceed %u", h->n_ship, LANE_MAX_TOKENS);
-        len += 16 + 32 + LANE_CLASS_LEN + 16 + 4 * (size_t)h->n_ship;
+        if (h->n_ship > LANE_MAX_TOKENS || h->n_runs > LANE_MAX_TOKENS)
+            return FMT("limit", "%u positions or %u runs exceed %u", h->n_ship, h->n_runs, LANE_MAX_TOKENS);
+        len = HELLO_FIXED + 4 * (size_t)h->n_ship + 4 * (size_t)h->n_runs;
     } else if (h->ask == LANE_ASK_ENROLL) {
         len += 32;
     }
@@ -180,7 +186,9 @@ int lane_hello_encode(const lane_hello *h, uint8_t **out, size_t *n, mu_err *err
         put32(p + 92, h->step);
         put32(p + 96, h->n_have);
         put32(p + 100, h->n_ship);
+        put32(p + 104, h->n_runs);
         for (uint32_t i = 0; i < h->n_ship; i++) put32(p + HELLO_FIXED + 4 * i, h->tokens[i]);
+        for (uint32_t i = 0; i < h->n_runs; i++) put32(p + HELLO_FIXED + 4 * ((size_t)h->n_ship + i), h->runs[i]);
     } else if (h->ask == LANE_ASK_ENROLL) {
         memcpy(p + 8, h->secret, 32);
     }
@@ -213,20 +221,34 @@ int lane_hello_decode(const uint8_t *p, size_t n, lane_hello *h, mu_err *err) {
     h->step = get32(p + 92);
     h->n_have = get32(p + 96);
     h->n_ship = get32(p + 100);
+    h->n_runs = get32(p + 104);
     if (!lane_class_ok(h->kclass)) return FMT("frame", "HANDOFF hello: the kernel class is not a name");
     if (h->n_ship < 1 || h->n_ship > LANE_MAX_TOKENS) return FMT("limit", "%u positions asked (1..%u)", h->n_ship, LANE_MAX_TOKENS);
     if (h->step < 1 || h->step > 4096) return FMT("limit", "step %u (1..4096)", h->step);
-    if (h->n_have >= h->n_ship || h->n_have % h->step)
-        return FMT("limit", "a delta from %u positions of %u (a multiple of step %u below it)", h->n_have, h->n_ship, h->step);
+    if (h->n_have >= h->n_ship) return FMT("limit", "a delta from %u positions of %u (below it)", h->n_have, h->n_ship);
+    if ((h->n_runs == 0) != (h->n_have == 0) || h->n_runs > h->n_have)
+        return FMT("limit", "%u runs for a held prefix of %u positions", h->n_runs, h->n_have);
     if (h->n_ctx < h->n_ship || h->n_ctx > 16u * 1024 * 1024) return FMT("limit", "context %u for %u positions", h->n_ctx, h->n_ship);
-    if (n != HELLO_FIXED + 4 * (size_t)h->n_ship)
-        return FMT("frame", "HANDOFF hello of %zu bytes, want %zu", n, HELLO_FIXED + 4 * (size_t)h->n_ship);
+    size_t want = HELLO_FIXED + 4 * (size_t)h->n_ship + 4 * (size_t)h->n_runs;
+    if (n != want) return FMT("frame", "HANDOFF hello of %zu bytes, want %zu", n, want);
     h->token_le = p + HELLO_FIXED;
+    h->run_le = p + HELLO_FIXED + 4 * (size_t)h->n_ship;
+    uint64_t sum = 0;
+    for (uint32_t i = 0; i < h->n_runs; i++) {
+        uint32_t len = get32(h->run_le + 4 * i) & ~LANE_RUN_SOLO;
+        if (len < 1) return FMT("limit", "run %u of the held prefix is empty", i);
+        sum += len;
+    }
+    if (sum != h->n_have) return FMT("limit", "the held prefix's runs cover %llu positions, not %u", (unsigned long long)sum, h->n_have);
     return 0;
 }
 
 void lane_hello_tokens(const lane_hello *h, uint32_t *out) {
     for (uint32_t i = 0; i < h->n_ship; i++) out[i] = get32(h->token_le + 4 * i);
+}
+
+void lane_hello_runs(const lane_hello *h, uint32_t *out) {
+    for (uint32_t i = 0; i < h->n_runs; i++) out[i] = get32(h->run_le + 4 * i);
 }
 
 /* ---- manifest ------------------------------------------------------------------ */
@@ -245,7 +267,7 @@ void lane_layers_plan(lane_manifest *m, int n_layer, const bool *swa, int n_swa)
 static bool chunk_iter(const lane_manifest *m, uint32_t want, uint32_t *count, uint32_t *il, uint32_t *pos0,
                        uint32_t *nn) {
     uint32_t k = 0;
-    for (uint64_t a = 0; a < m->n_ship; a += m->step) {
+    for (uint64_t a = m->n_have; a < m->n_ship; a += m->step) {
         uint32_t b = (uint32_t)(a + m->step < m->n_ship ? a + m->step : m->n_ship);
         for (uint32_t l = 0; l < m->n_layer; l++) {
             uint32_t lo = m->layers[l].lo > a ? m->layers[l].lo : (uint32_t)a;
@@ -274,10 +296,10 @@ bool lane_chunk_at(const lane_manifest *m, uint32_t i, uint32_t *il, uint32_t *p
 }
 
 /* header: "MULM" version u32, request_id 16, identity 32, kclass 32,
- * token_digest 32, n_ctx u32, step u32, n_have u32, n_ship u32,
+ * token_digest 32, runs_digest 32, n_ctx u32, step u32, n_have u32, n_ship u32,
  * generation u64, key_epoch u32, row_bytes u32, n_layer u32, n_layer x
  * (class u8, 3 zero bytes, lo u32, count u32), n_chunks u32 */
-#define MF_FIXED (4 + 4 + 16 + 32 + LANE_CLASS_LEN + 32 + 16 + 8 + 4 + 4 + 4)
+#define MF_FIXED (4 + 4 + 16 + 32 + LANE_CLASS_LEN + 32 + 32 + 16 + 8 + 4 + 4 + 4)
 
 static size_t mf_bytes(const lane_manifest *m) { return MF_FIXED + 12 * (size_t)m->n_layer + 4; }
 
@@ -292,6 +314,7 @@ int lane_manifest_encode(const lane_manifest *m, uint8_t **out, size_t *n, mu_er
     memcpy(q, m->identity, 32), q += 32;
     memcpy(q, m->kclass, LANE_CLASS_LEN), q += LANE_CLASS_LEN;
     memcpy(q, m->token_digest, 32), q += 32;
+    memcpy(q, m->runs_digest, 32), q += 32;
     put32(q, m->n_ctx), q += 4;
     put32(q, m->step), q += 4;
     put32(q, m->n_have), q += 4;
@@ -325,6 +348,7 @@ int lane_manifest_decode(const uint8_t *p, size_t n, lane_manifest *m, mu_err *e
     memcpy(m->identity, q, 32), q += 32;
     memcpy(m->kclass, q, LANE_CLASS_LEN), q += LANE_CLASS_LEN;
     memcpy(m->token_digest, q, 32), q += 32;
+    memcpy(m->runs_digest, q, 32), q += 32;
     m->n_ctx = get32(q), q += 4;
     m->step = get32(q), q += 4;
     m->n_have = get32(q), q += 4;
@@ -338,8 +362,7 @@ int lane_manifest_decode(const uint8_t *p, size_t n, lane_manifest *m, mu_err *e
     if (m->n_ship < 1 || m->n_ship > LANE_MAX_TOKENS) return FMT("limit", "%u positions", m->n_ship);
     if (m->step < 1 || m->step > 4096) return FMT("limit", "step %u", m->step);
     if (!lane_class_ok(m->kclass)) return FMT("frame", "manifest: the kernel class is not a name");
-    if (m->n_have >= m->n_ship || m->n_have % m->step)
-        return FMT("layout", "a delta from %u positions of %u with step %u", m->n_have, m->n_ship, m->step);
+    if (m->n_have >= m->n_ship) return FMT("layout", "a delta from %u positions of %u", m->n_have, m->n_ship);
     if (m->n_ctx < m->n_ship) return FMT("layout", "context %u below %u positions", m->n_ctx, m->n_ship);
     if (m->row_bytes < 2 || m->row_bytes > LANE_MAX_ROW || m->row_bytes % 2) return FMT("limit", "row of %u bytes", m->row_bytes);
     if ((uint64_t)m->step * m->row_bytes * 2 + LANE_LAYER_HDR > LANE_MAX_FRAME)

@@ -27,7 +27,8 @@
 #define LANE_MAX_ROW (64u * 1024)              /* bytes of one position's K (or V) row */
 #define LANE_MAX_TOTAL (16ull * 1024 * 1024 * 1024) /* bytes of all LAYER payloads of one handoff */
 #define LANE_MAX_CHUNKS 1048576u
-#define LANE_VERSION 2u
+#define LANE_VERSION 3u
+#define LANE_RUN_SOLO 0x80000000u              /* a held run's flag: its tokens ran as solo rows */
 #define LANE_CLASS_LEN 32u                     /* a kernel class's name: ASCII [a-z0-9._-], NUL-padded */
 
 enum {
@@ -64,10 +65,16 @@ typedef struct {
     uint8_t request_id[16], identity[32]; /* identity: mu_kv_ident_digest (without the kernel class) */
     char kclass[LANE_CLASS_LEN];          /* the kernel class whose rows the decoder accepts */
     uint32_t n_ctx, step;
-    uint32_t n_have; /* delta: positions [0, n_have) the decoder holds (a multiple of step, < n_ship) */
+    uint32_t n_have; /* delta: positions [0, n_have) the decoder holds (< n_ship) */
     uint32_t n_ship;
     const uint32_t *tokens;  /* encode: n_ship ids (borrowed) */
     const uint8_t *token_le; /* decode: n_ship little-endian u32 inside the payload */
+    /* a delta: the forwards that made the decoder's rows of [0, n_have), in order, each a run
+     * word (length in bits 0..30, LANE_RUN_SOLO when its tokens ran as solo rows); they sum
+     * to n_have, and the producer replays them before its own steps from n_have */
+    uint32_t n_runs;
+    const uint32_t *runs;  /* encode: n_runs words (borrowed) */
+    const uint8_t *run_le; /* decode: n_runs little-endian u32 inside the payload */
     /* ask ENROLL */
     uint8_t secret[32];
 } lane_hello;
@@ -77,6 +84,8 @@ int lane_hello_encode(const lane_hello *h, uint8_t **out, size_t *n, mu_err *err
 int lane_hello_decode(const uint8_t *p, size_t n, lane_hello *h, mu_err *err);
 /* The decoded hello's n_ship token ids into out. */
 void lane_hello_tokens(const lane_hello *h, uint32_t *out);
+/* The decoded hello's n_runs run words into out. */
+void lane_hello_runs(const lane_hello *h, uint32_t *out);
 
 /* ---- the manifest -------------------------------------------------------- */
 typedef struct {
@@ -87,6 +96,7 @@ typedef struct {
 
 typedef struct {
     uint8_t request_id[16], identity[32], token_digest[32];
+    uint8_t runs_digest[32]; /* lane_runs_digest of the held prefix's forwards (a delta's split) */
     char kclass[LANE_CLASS_LEN]; /* the producer's kernel class: whose numerics made the rows */
     uint32_t n_ctx, step;
     uint32_t n_have; /* rows of positions below it are not shipped (delta) */
@@ -105,7 +115,8 @@ typedef struct {
  * at or above n_have. */
 void lane_layers_plan(lane_manifest *m, int n_layer, const bool *swa, int n_swa);
 /* The number of LAYER frames of m and the i-th one's (il, pos0, n): step
- * by step, layer by layer, skipping empty ranges. Returns false past the end. */
+ * by step from n_have (the producer's forwards after the held prefix),
+ * layer by layer, skipping empty ranges. Returns false past the end. */
 uint32_t lane_chunk_count(const lane_manifest *m);
 bool lane_chunk_at(const lane_manifest *m, uint32_t i, uint32_t *il, uint32_t *pos0, uint32_t *n);
 
@@ -156,6 +167,8 @@ void lane_sha256(const void *p, size_t n, uint8_t out[32]);
 void lane_hmac(const uint8_t key[32], const char *label, const void *p, size_t n, uint8_t out[32]);
 /* The SHA-256 of the token ids, little-endian u32 each. */
 void lane_token_digest(const uint32_t *tokens, uint32_t n, uint8_t out[32]);
+/* The SHA-256 of a delta's run words ("muser/lane/v3/runs" 0, then each u32). */
+void lane_runs_digest(const uint32_t *runs, uint32_t n, uint8_t out[32]);
 /* A kernel class name into its wire field (NUL-padded; false when it is
  * empty, too long or holds other characters than [a-z0-9._-]), and the
  * check of a decoded field. */

@@ -63,7 +63,8 @@ PY
 grep -q "^events 3$" "$T/sse.out" && ok "/telemetry: 3 snapshots as server-sent events, uptime rising" ||
   bad "/telemetry: $(tail -2 "$T/sse.out")"
 # /metrics: Prometheus text format: every sample's family has HELP and TYPE
-# before it, valid names, histogram buckets cumulative up to +Inf = _count
+# before it (a TYPE line per sample name, as llama.cpp's clients parse it),
+# valid names, the TTFT counts per bound cumulative up to +Inf = the total
 curl -s "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"messages":[{"role":"user","content":"hi"}],"max_tokens":4}' >/dev/null
 curl -s "$BASE/metrics" >"$T/metrics.txt"
@@ -87,26 +88,25 @@ for line in open(sys.argv[1]):
     m = re.match(r'^([^{ ]+)(\{[^}]*\})? (\S+)$', line)
     if not m: bad.append("line " + line); continue
     name, labels, val = m.group(1), m.group(2) or "", float(m.group(3))
-    fam = name
-    for suf in ("_bucket", "_sum", "_count"):
-        if name.endswith(suf) and type_.get(name[:-len(suf)]) == "histogram": fam = name[:-len(suf)]
-    if not name_re.match(name) or fam not in help_ or fam not in type_: bad.append("family " + name)
-    if name.endswith("_bucket") and fam != name:
+    # llama.cpp's clients want a # TYPE line per sample name: no histograms
+    if not name_re.match(name) or name not in help_ or name not in type_: bad.append("family " + name)
+    if name == "llamacpp:time_to_first_token_requests_within":
         le = re.search(r'le="([^"]+)"', labels).group(1)
-        buckets.setdefault(fam, []).append((float(le), val))
-    if name.endswith("_count") and fam != name: counts[fam] = val
+        buckets.setdefault(name, []).append((float(le), val))
+    if name == "llamacpp:time_to_first_token_requests_total": counts["llamacpp:time_to_first_token_requests_within"] = val
     n += 1
 for fam, b in buckets.items():
     les = [x[0] for x in b]; vals = [x[1] for x in b]
     if les != sorted(les) or les[-1] != float("inf") or vals != sorted(vals) or vals[-1] != counts.get(fam):
-        bad.append("histogram " + fam)
+        bad.append("cumulative counts " + fam)
+if "llamacpp:time_to_first_token_requests_within" not in buckets: bad.append("no TTFT counts per bound")
 print(n, len(bad), " ".join(bad[:5]))
 PY
 )
 set -- $prom
-[ "${2:-1}" = 0 ] && [ "${1:-0}" -gt 30 ] && grep -q '^llamacpp:time_to_first_token_seconds_count 1$' "$T/metrics.txt" &&
+[ "${2:-1}" = 0 ] && [ "${1:-0}" -gt 30 ] && grep -q '^llamacpp:time_to_first_token_requests_total 1$' "$T/metrics.txt" &&
   grep -q '^llamacpp:kv_cache_used_bytes [1-9]' "$T/metrics.txt" && grep -q '^llamacpp:prefix_cache_bytes_max ' "$T/metrics.txt" &&
-  ok "/metrics: $1 samples, HELP and TYPE for each family, time to first token a histogram, KV use, the prefix cache's series" ||
+  ok "/metrics: $1 samples, HELP and TYPE for each sample name, time to first token counted per bound, KV use, the prefix cache's series" ||
   bad "/metrics: $prom"
 curl -s "$BASE/snapshot" >"$T/snap2.json"
 n_untagged=$(untagged "$T/snap2.json")

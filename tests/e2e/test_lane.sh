@@ -3,8 +3,10 @@
 # and real mutual TLS 1.3 (docs/lane.md): a producer with --enroll, node add
 # (enrollment, pinning, three qualification handoffs), remote answers equal
 # local answers bit for bit (several prompt lengths, run and serve with 1
-# and 2 slots, the bundled model too when MUSER_LANE_DEFAULT=1), a delta
-# handoff from the server's prefix cache equal to the full one, the tamper
+# and 2 slots, the bundled model too when MUSER_LANE_DEFAULT=1, engine
+# chunks below the step), a delta handoff from the server's prefix cache
+# equal to the full one, deltas on a live slot (chat's second turn, a
+# server conversation) equal to local and tampered ones refused, the tamper
 # hook (flip, truncate, drop, duplicate, reorder at many frames and
 # offsets, replay, stale generation, wrong epoch) each refused with its
 # reason while auto falls back to the right answer, a wrong model refused
@@ -101,8 +103,18 @@ printf '%s\nsecond turn\n' "$MSG" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 
 h0=$(grep -c 'handoff ok' "$T/prod.err")
 printf '%s\nsecond turn\n' "$MSG" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 --prefill remote >"$T/cr" 2>&1
 h1=$(grep -c 'handoff ok' "$T/prod.err")
-[ -s "$T/cr" ] && cmp -s "$T/cl" "$T/cr" && [ $((h1 - h0)) = 1 ] && ok "chat --prefill remote: two turns equal local, one handoff" \
+[ -s "$T/cr" ] && cmp -s "$T/cl" "$T/cr" && [ $((h1 - h0)) = 1 ] && ok "chat --prefill remote: two turns equal local, one handoff (a short second turn stays local)" \
   || bad "chat --prefill remote ($((h1 - h0)) handoffs): $(head -c 300 "$T/cr")"
+# a long second turn: a delta on the session's kept prefix (the node replays the forwards that made it)
+MSG1=$(python3 -c "print(' '.join('word%d' % (i % 50) for i in range(150)))")
+MSG2=$(python3 -c "print(' '.join('term%d' % (i % 70) for i in range(200)))")
+printf '%s\n%s\n' "$MSG1" "$MSG2" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 >"$T/cl2" 2>&1
+h0=$(grep -c 'handoff ok' "$T/prod.err"); d0=$(grep -c 'a delta: ' "$T/prod.err")
+printf '%s\n%s\n' "$MSG1" "$MSG2" | "$MUSER" chat -m "$T/m.gguf" --temp 0 -n 10 --prefill remote >"$T/cr2" 2>&1
+h1=$(grep -c 'handoff ok' "$T/prod.err"); d1=$(grep -c 'a delta: ' "$T/prod.err")
+[ -s "$T/cr2" ] && cmp -s "$T/cl2" "$T/cr2" && [ $((h1 - h0)) = 2 ] && [ $((d1 - d0)) = 1 ] \
+  && ok "chat --prefill remote: a long second turn is a delta on the kept session ($(grep 'a delta: ' "$T/prod.err" | tail -1 | sed 's/.*a delta: \([0-9]*\) held.*/\1/') positions held), both turns equal local" \
+  || bad "chat delta turn ($((h1 - h0)) handoffs, $((d1 - d0)) deltas): $(diff "$T/cl2" "$T/cr2" | head -c 300)"
 
 # ---- serve: 1 and 2 slots, concurrent requests ------------------------------------
 serve_check() {
@@ -157,29 +169,92 @@ def metric(name):
 a0 = [(i * 37 + 21) % 1000 for i in range(512)]
 b = a0 + [(i * 53 + 5) % 1000 for i in range(1200)]
 post({"prompt": a0, "n_predict": 4, "temperature": 0, "cache_prompt": True})  # one step: prefilled here, cached
-assert metric("muser:lane_local_short_total") == 1 and metric("muser:lane_remote_total") == 0
+post({"prompt": [7] * 40, "n_predict": 1, "temperature": 0})  # the slot now holds another prompt: a0 is the cache's only
+assert metric("muser:lane_local_short_total") == 2 and metric("muser:lane_remote_total") == 0
 q = {"prompt": b, "n_predict": 6, "temperature": 0, "n_probs": 5, "return_tokens": True}
 by0 = metric("muser:lane_bytes_total")
 rd = post(dict(q, cache_prompt=True))
 by1 = metric("muser:lane_bytes_total")
 assert metric("muser:lane_delta_total") == 1 and metric("muser:lane_delta_held_positions_total") == 512, "no delta"
+assert metric("muser:lane_delta_slot_total") == 0, "a slot delta"
 rf = post(dict(q, cache_prompt=False))
 by2 = metric("muser:lane_bytes_total")
 assert metric("muser:lane_delta_total") == 1 and metric("muser:lane_remote_total") == 2
 assert rd["tokens"] == rf["tokens"], (rd["tokens"], rf["tokens"])
 assert rd["completion_probabilities"] == rf["completion_probabilities"]
 assert 0 < by1 - by0 < by2 - by1, (by1 - by0, by2 - by1)
-post({"prompt": a0 + b[512:612], "n_predict": 2, "temperature": 0, "cache_prompt": True})  # 612: the cache holds its one step
+post({"prompt": a0 + b[512:612], "n_predict": 2, "temperature": 0, "cache_prompt": True})  # 612: the slot holds its one step
 assert metric("muser:lane_local_cached_total") == 1 and metric("muser:lane_remote_total") == 2
 print(f"delta {by1 - by0} bytes, full {by2 - by1} bytes", file=sys.stderr)
 EOF
 [ $(( $(grep -c 'a delta: 512 held by the decoder' "$T/prod.err") - h0 )) = 1 ] && ok "the producer reports the delta handoff" || bad "producer delta line: $(grep handoff "$T/prod.err" | tail -3)"
 kill $SP; wait $SP 2>/dev/null
 
+# ---- delta on a live slot: a conversation's next request; tampered deltas refused ---------------
+# handoffs from here: 0 the first request A, 1 its continuation B (a delta on the slot), 2..7 B's
+# continuations, tampered (another split replayed and said so, a frame dropped, a row flipped, two
+# frames swapped, the last LAYER twice, a frame cut short), 8 a continuation of B again (a delta:
+# the refusals left the slot as it was); the delta's frames: 0 BEGIN, 1..4 LAYER, 5 SEAL
+stop_producer
+start_producer "none,none,runs:0,drop:1,flip:2:40,reorder:2,duplicate:4,truncate:3:100,none"
+"$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 --prefill remote >/dev/null 2>"$T/srvs.err" &
+SP=$!; PIDS+=("$SP")
+"$MUSER" serve -m "$T/m.gguf" --port 0 --ctx 2048 >/dev/null 2>"$T/srvl.err" &
+LP=$!; PIDS+=("$LP")
+for f in srvs srvl; do for _ in $(seq 300); do grep -q 'http://' "$T/$f.err" && break; sleep 0.1; done; done
+SPORT=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$T/srvs.err")
+LPORT=$(sed -n 's|.*http://127\.0\.0\.1:\([0-9]*\) .*|\1|p' "$T/srvl.err")
+python3 - "$SPORT" "$LPORT" >"$T/slotd" 2>&1 <<'EOF'
+import json, sys, urllib.request, urllib.error
+rport, lport = sys.argv[1], sys.argv[2]
+def post(port, body):
+    try:
+        return json.load(urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/completion", json.dumps(body).encode(), {"Content-Type": "application/json"})))
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "error": e.read().decode()}
+def metric(name):
+    m = urllib.request.urlopen(f"http://127.0.0.1:{rport}/metrics").read().decode()
+    return int(float([l for l in m.splitlines() if l.startswith(name + " ")][0].split()[1]))
+A = [(i * 37 + 5) % 1000 for i in range(700)]
+def more(seed): return [(i * 53 + seed) % 1000 for i in range(600)]
+q = {"n_predict": 6, "temperature": 0, "n_probs": 5, "return_tokens": True, "cache_prompt": True}
+for port in (rport, lport):
+    post(port, dict(q, prompt=A))
+assert metric("muser:lane_remote_total") == 1 and metric("muser:lane_delta_total") == 0
+r, l = post(rport, dict(q, prompt=A + more(1))), post(lport, dict(q, prompt=A + more(1)))
+assert r.get("tokens") and r["tokens"] == l["tokens"] and r["completion_probabilities"] == l["completion_probabilities"], (r, l)
+assert metric("muser:lane_delta_slot_total") == 1 and metric("muser:lane_delta_held_positions_total") == 700
+print("serve: a conversation's next request is a delta on the slot (700 positions held), equal to the local server's answer")
+B = A + more(1)
+for k, want in ((2, "request"), (3, "order"), (4, "digest"), (5, "order"), (6, "order"), (7, "io")):
+    r = post(rport, dict(q, prompt=B + more(k)))
+    assert r.get("status") == 500 and f"lane: {want}:" in r["error"], (k, r)
+    print(f"tampered slot delta refused: {want}: " + r["error"].split(f"lane: {want}: ")[1][:80].split('"')[0])
+r, l = post(rport, dict(q, prompt=B + more(8))), post(lport, dict(q, prompt=B + more(8)))
+assert r.get("tokens") and r["tokens"] == l["tokens"] and r["completion_probabilities"] == l["completion_probabilities"], (r, l)
+assert metric("muser:lane_delta_slot_total") == 2 and metric("muser:lane_failed_total") == 6
+assert metric("muser:lane_delta_held_positions_total") == 700 + 1300
+print("after the refusals the slot serves a delta again, equal to the local server's answer")
+EOF
+[ $? = 0 ] && while read -r line; do ok "$line"; done <"$T/slotd" || bad "slot delta: $(tail -5 "$T/slotd")"
+kill $SP $LP; wait $SP $LP 2>/dev/null
+
 # ---- identity: another model on the decoder ------------------------------------------------
 P=$(ids 700 11)
 out=$("$MUSER" run -m "$T/other.gguf" --prompt-ids "$P" --temp 0 --json -n 4 --prefill remote 2>&1) && bad "other model accepted" \
   || { echo "$out" | grep -q 'lane: identity:' && ok "another model refused before any KV moves: ${out##*: lane: }" || bad "identity message: $out"; }
+
+# ---- a step of several engine chunks (MUSER_UBATCH below the step, on both ends: it is part of the
+# identity): each layer's frame of a step leaves at the layer's callback of the step's last chunk ----
+stop_producer
+export MUSER_UBATCH=128
+start_producer ""
+PU=$(ids 1100 17)
+"$MUSER" run -m "$T/m.gguf" --prompt-ids "$PU" --temp 0 --json --top 5 -n 8 >"$T/lu" 2>"$T/le"
+"$MUSER" run -m "$T/m.gguf" --prompt-ids "$PU" --temp 0 --json --top 5 -n 8 --prefill remote >"$T/ru" 2>"$T/re"
+[ -s "$T/ru" ] && cmp -s "$T/lu" "$T/ru" && grep -q '1024 prompt tokens prefilled by the node' "$T/re" \
+  && ok "engine chunks of 128 in steps of 512: the layers stream per step, remote equals local" || bad "ubatch 128: $(cat "$T/re")"
+unset MUSER_UBATCH
 
 # ---- tampering: every case refused with its reason; auto falls back to the right answer ----
 # frames: 0 BEGIN, 1..N LAYER, N+1 SEAL (700 tokens, tiny model: 512 shipped, 4 layers)

@@ -5,8 +5,10 @@
 # (pooling mean and none, base64, batches), llama.cpp's
 # exceed_context_size_error, batch prompts, response_fields, accepted and
 # refused fields, the prompt cache (timings.cache_n, cached_tokens), /slots
-# and /props shapes, a forced tool call, Anthropic Messages and OpenAI
-# Responses (plain and streamed), X-Api-Key, --any-model, CORS, and the
+# and /props shapes, /completion stream chunks (a token each, with its
+# text), id_slot with n choices, a forced tool call, Anthropic
+# Messages and OpenAI Responses (plain and streamed, "type" first in every
+# event), X-Api-Key, --any-model, CORS, and the
 # default queue (64 requests wait; the next one is answered 429).
 SERVE_TEST_NAME=test_serve_compat
 source "$(dirname "$0")/serve_lib.sh"
@@ -100,6 +102,26 @@ expect "/completion response_fields (nested a/b)" 200 "sorted(j) == ['content', 
 # ---- fields: accepted, refused precisely, unknown
 expect "OpenAI store/metadata/service_tier/user and llama.cpp extensions accepted on /v1/chat/completions" 200 "j['object'] == 'chat.completion'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"store":false,"metadata":{"k":"v"},"service_tier":"auto","user":"u","parallel_tool_calls":true,"n_predict":3,"cache_prompt":false,"id_slot":-1,"timings_per_token":false,"return_progress":false,"chat_template_kwargs":{"reasoning_effort":"low"},"stream_options":null}'
+expect "id_slot with n 2: both choices answered (only the first is pinned, as llama.cpp's child tasks)" 200 "len(j['choices']) == 2 and all(c['finish_reason'] == 'length' for c in j['choices'])" \
+  POST /chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"n":2,"id_slot":0}'
+curl -s "$BASE/completion" -H "$J" -d '{"prompt":"Once upon a time","n_predict":24,"temperature":0,"stream":true}' >"$T/lc_sse"
+if python3 - "$T/lc_sse" "$BASE" <<'EOF'
+import json, sys, urllib.request
+chunks = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: ")]
+assert chunks[-1]["stop"] is True and chunks[-1]["content"] == "", chunks[-1]
+parts = chunks[:-1]
+assert len(parts) == 24 and all(len(c["tokens"]) == 1 for c in parts), [c["tokens"] for c in parts]
+def piece(t):
+    rq = urllib.request.Request(sys.argv[2] + "/detokenize", json.dumps({"tokens": [t]}).encode(), {"Content-Type": "application/json"})
+    return json.load(urllib.request.urlopen(rq))["content"]
+prev_ascii, n_eq = True, 0
+for c in parts: # a token after one that left bytes of a character pending may carry them
+    p = piece(c["tokens"][0])
+    if p.isascii() and prev_ascii: assert c["content"] == p, (c, p); n_eq += 1
+    prev_ascii = p.isascii()
+assert n_eq >= 8, n_eq
+EOF
+then ok "/completion stream: one token per chunk, each chunk with the text its token released"; else bad "/completion stream chunks: $(head -c 600 "$T/lc_sse")"; fi
 expect "llama.cpp json_schema on /v1/chat/completions" 200 "j['choices'][0]['message']['content'].lstrip()[:1] in '{'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":30,"temperature":0,"json_schema":{"type":"object"}}'
 expect "GBNF grammar on /completion: exactly its text, then the end token" 200 "j['content'] == 'aaaaa' and j['stop_type'] == 'eos'" \
@@ -108,11 +130,54 @@ expect "GBNF grammar on /v1/chat/completions (sampled)" 200 "j['choices'][0]['me
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"Is it?"}],"max_tokens":8,"seed":3,"grammar":"root ::= \"yes\" | \"no\""}'
 expect "a bad grammar -> 400 naming line and column" 400 "j['error']['message'] == \"grammar: expecting ')' at line 1 column 33: end of input\"" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= this is (not valid GBNF"}'
+expect "llama.cpp's lazy-grammar fields off / empty: accepted" 200 "j['content'] == 'aaa'" \
+  POST /completion '{"prompt":"x","n_predict":8,"temperature":0,"grammar":"root ::= \"aaa\"","grammar_lazy":false,"grammar_triggers":[],"preserved_tokens":[]}'
+expect "grammar_lazy true -> 400 saying lazy grammars are not supported" 400 "\"field 'grammar_lazy': lazy grammars\" in j['error']['message']" \
+  POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":0,"value":"<tool>"}]}'
 expect "grammar and json_schema together on chat -> 400" 400 "j['error']['param'] == 'grammar'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= \"a\"","json_schema":{}}'
 expect "post_sampling_probs: prob and top_probs of the final candidates" 200 \
   "all(0 < t['prob'] <= 1 and 0 < len(t['top_probs']) <= 3 and abs(sum(p['prob'] for p in t['top_probs']) - 1) < 1e-5 for t in j['completion_probabilities'])" \
   POST /completion '{"prompt":"Once upon","n_predict":3,"n_probs":3,"top_k":3,"temperature":1,"seed":5,"post_sampling_probs":true}'
+expect "OpenAI prediction, verbosity, prompt_cache_key, safety_identifier, modalities [text], audio null: accepted" 200 "j['object'] == 'chat.completion'" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"}],"max_tokens":2,"prediction":{"type":"content","content":"x"},"verbosity":"low","prompt_cache_key":"k","safety_identifier":"s","modalities":["text"],"audio":null,"web_search_options":null}'
+expect "an assistant message sent back as OpenAI returned it (refusal, annotations, audio, function_call null)" 200 "j['object'] == 'chat.completion'" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"yo","refusal":null,"annotations":[],"audio":null,"function_call":null,"tool_calls":null},{"role":"user","content":"x"}],"max_tokens":2}'
+expect "modalities with audio -> 400 saying text output only" 400 "j['error']['param'] == 'modalities[1]' and 'text output only' in j['error']['message']" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"modalities":["text","audio"]}'
+for f in web_search_options audio; do
+  expect "$f set -> 400 saying why" 400 "j['error']['param'] == '$f' and ('not supported' in j['error']['message'] or 'deprecated' in j['error']['message'])" \
+    POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"$f\":{}}"
+done
+expect "Responses conversation/prompt null and top_logprobs 0 accepted, no logprobs" 200 "j['object'] == 'response' and j['output'][-1]['content'][0]['logprobs'] == []" \
+  POST /v1/responses '{"input":"Hi","max_output_tokens":2,"conversation":null,"prompt":null,"top_logprobs":0}'
+expect "Responses logprobs (include message.output_text.logprobs, top_logprobs 2) join to the text" 200 \
+  "(lambda p: len(p['logprobs']) > 0 and ''.join(e['token'] for e in p['logprobs']) == p['text'] and all(len(e['top_logprobs']) == 2 for e in p['logprobs']))(j['output'][-1]['content'][0])" \
+  POST /v1/responses '{"input":"Hello","max_output_tokens":8,"temperature":0,"top_logprobs":2,"include":["message.output_text.logprobs"]}'
+expect "Responses conversation set -> 400: not stored" 400 "'not stored' in j['error']['message']" POST /v1/responses '{"input":"Hi","conversation":"conv_1"}'
+expect "Anthropic container/context_management/mcp_servers null accepted" 200 "j['type'] == 'message'" \
+  POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"Hi"}],"container":null,"context_management":null,"mcp_servers":null}'
+expect "Anthropic mcp_servers set -> 400 saying why" 400 "'MCP servers are not supported' in j['error']['message']" \
+  POST /v1/messages '{"max_tokens":2,"messages":[{"role":"user","content":"Hi"}],"mcp_servers":[{"type":"url","url":"https://x","name":"x"}]}'
+expect "Ollama runner options (num_thread, num_gpu, main_gpu, num_batch, use_mmap, numa, low_vram, num_keep) accepted" 200 "j['done'] is True" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"options":{"num_predict":2,"num_thread":4,"num_gpu":1,"main_gpu":0,"num_batch":512,"use_mmap":true,"use_mlock":false,"numa":false,"low_vram":false,"num_keep":5}}'
+expect "Ollama num_ctx above the server's context: served with the server's (as Ollama caps it)" 200 "j['done'] is True" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"options":{"num_predict":2,"num_ctx":131072}}'
+expect "Ollama num_ctx below the prompt -> 400 saying the context is too small" 400 "'context' in j['error']" \
+  POST /api/generate '{"prompt":"Hi there, how are you doing today my friend?","raw":true,"stream":false,"options":{"num_ctx":4}}'
+expect "Ollama num_ctx bounds the generation (prompt + output <= num_ctx)" 200 "j['done_reason'] == 'length' and j['prompt_eval_count'] + j['eval_count'] <= 24" \
+  POST /api/generate '{"prompt":"Hi","raw":true,"stream":false,"options":{"num_ctx":24,"temperature":0,"num_predict":-1}}'
+expect "Ollama generate template \"\" accepted; context -> 400 pointing at /api/chat" 400 "'/api/chat' in j['error']" \
+  POST /api/generate '{"prompt":"Hi","stream":false,"template":"","context":[1,2,3]}'
+expect "Ollama think \"high\" (a reasoning level) accepted" 200 "j['done'] is True" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"think":"high","options":{"num_predict":2}}'
+expect "Ollama think \"max\" -> 400 naming the levels" 400 "'low' in j['error'] and 'think' in j['error']" \
+  POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"think":"max"}'
+STOPS='["<fim_prefix>","<fim_suffix>","<fim_middle>","<file_sep>","<|endoftext|>","</fim_middle>","</code>","\n\n\n","/src/","#- coding","```","<|im_end|>"]'
+expect "12 stop strings (an editor's autocompletion) on /v1/completions" 200 "j['object'] == 'text_completion'" \
+  POST /v1/completions "{\"prompt\":\"def f(\",\"max_tokens\":3,\"stop\":$STOPS}"
+expect "12 stop strings in Ollama options" 200 "j['done'] is True" \
+  POST /api/generate "{\"prompt\":\"def f(\",\"raw\":true,\"stream\":false,\"options\":{\"num_predict\":3,\"stop\":$STOPS}}"
 expect "a name nobody defines still -> 400 naming it" 400 "j['error']['param'] == 'stor'" POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"stor":true}'
 
 # ---- prompt cache: the second identical request keeps the prefix
@@ -132,6 +197,14 @@ TOOLS='[{"type":"function","function":{"name":"get_time","parameters":{"type":"o
 expect "tool_choice named: a call of that function" 200 \
   "(j['choices'][0]['message'].get('tool_calls') or [{'function':{'name':''}}])[0]['function']['name'] == 'search' or (j['choices'][0]['message']['content'] or '').startswith('<atem:function_calls><atem:invoke name=\"search\">')" \
   POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"search\"}},\"max_tokens\":120,\"temperature\":0}"
+FNS='[{"name":"get_time","parameters":{"type":"object"}},{"name":"search","parameters":{"type":"object"}}]'
+expect "deprecated functions + function_call named: a call of that function (as message.function_call)" 200 \
+  "(j['choices'][0]['message'].get('function_call') or {'name':''})['name'] == 'search' and j['choices'][0]['finish_reason'] == 'function_call' or (j['choices'][0]['message']['content'] or '').startswith('<atem:function_calls><atem:invoke name=\"search\">')" \
+  POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"functions\":$FNS,\"function_call\":{\"name\":\"search\"},\"max_tokens\":120,\"temperature\":0}"
+expect "deprecated functions: a function_call and a function message in the history" 200 "j['object'] == 'chat.completion'" \
+  POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":null,\"function_call\":{\"name\":\"search\",\"arguments\":\"{\\\"q\\\":1}\"}},{\"role\":\"function\",\"name\":\"search\",\"content\":\"42\"}],\"functions\":$FNS,\"function_call\":\"none\",\"max_tokens\":2}"
+expect "functions and tools together -> 400" 400 "j['error']['param'] == 'functions'" \
+  POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"functions\":$FNS,\"tools\":$TOOLS}"
 expect "tool_choice naming no tool -> 400" 400 "'tool_choice' in j['error']['message']" POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"}],\"tools\":$TOOLS,\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"nope\"}}}"
 
 # ---- Anthropic Messages
@@ -145,7 +218,7 @@ evs = []
 for block in open(sys.argv[1]).read().split("\n\n"):
     lines = block.strip().split("\n")
     if len(lines) == 2 and lines[0].startswith("event: ") and lines[1].startswith("data: "):
-        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:]; evs.append(d)
+        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:] and list(d)[0] == "type"; evs.append(d)
 kinds = [e["type"] for e in evs]
 assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"], kinds
 text = "".join(e["delta"]["text"] for e in evs if e["type"] == "content_block_delta")
@@ -170,7 +243,7 @@ evs = []
 for block in open(sys.argv[1]).read().split("\n\n"):
     lines = block.strip().split("\n")
     if len(lines) == 2 and lines[0].startswith("event: "):
-        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:]; evs.append(d)
+        d = json.loads(lines[1][6:]); assert d["type"] == lines[0][7:] and list(d)[0] == "type"; evs.append(d)
 assert [e["sequence_number"] for e in evs] == list(range(len(evs)))
 assert evs[0]["type"] == "response.created" and evs[-1]["type"] in ("response.completed", "response.incomplete")
 text = "".join(e["delta"] for e in evs if e["type"] == "response.output_text.delta")

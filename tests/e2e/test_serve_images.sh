@@ -2,6 +2,8 @@
 # test_serve_images.sh: images on every route, with curl against a real
 # `muser serve` (issue 19): OpenAI content parts (image_url with a data URL
 # or bare base64) on /v1/chat/completions and llama.cpp's /chat/completions,
+# Anthropic image blocks (base64 sources; also inside a tool_result) on
+# /v1/messages and its count_tokens, Responses input_image parts (data URLs),
 # Ollama's images on /api/chat and /api/generate, llama.cpp's /completion
 # {prompt_string, multimodal_data} with its "<__media__>" marker. Without a
 # projector every image is a 400 that names --mmproj; remote and file URLs,
@@ -43,6 +45,15 @@ URL="data:image/png;base64,$PNG"
 chat() { # chat URL -> an OpenAI chat body with one text part and one image part
   printf '{"messages":[{"role":"user","content":[{"type":"text","text":"What is this?"},{"type":"image_url","image_url":{"url":"%s"}}]}],"max_tokens":2}' "$1"
 }
+anth() { # anth BASE64 -> an Anthropic Messages body with an image block and a text block
+  printf '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"base64","media_type":"image/png","data":"%s"}},{"type":"text","text":"What is this?"}]}]}' "$1"
+}
+anth_tool() { # anth_tool BASE64 -> an Anthropic body whose tool_result holds text and an image
+  printf '{"max_tokens":2,"messages":[{"role":"user","content":"Look"},{"role":"assistant","content":[{"type":"tool_use","id":"t1","name":"read","input":{"f":"a.png"}}]},{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":[{"type":"text","text":"File: a.png"},{"type":"image","source":{"type":"base64","media_type":"image/png","data":"%s"}}]}]}]}' "$1"
+}
+resp() { # resp URL -> a Responses body with an input_text and an input_image part
+  printf '{"max_output_tokens":2,"input":[{"role":"user","content":[{"type":"input_text","text":"What is this?"},{"type":"input_image","image_url":"%s"}]}]}' "$1"
+}
 
 start_server --parallel 1 --ctx 256 --threads 1 || { bad "server start"; exit 1; }
 
@@ -57,6 +68,9 @@ expect "/api/generate: images without a projector -> 400 naming --mmproj" 400 "'
   "{\"prompt\":\"hi\",\"images\":[\"$PNG\"],\"stream\":false}"
 expect "/completion: multimodal_data without a projector -> 400 naming --mmproj" 400 "'--mmproj' in $ERR" POST /completion \
   "{\"prompt\":{\"prompt_string\":\"<__media__> what is it?\",\"multimodal_data\":[\"$PNG\"]},\"n_predict\":2}"
+expect "/v1/messages: an image block without a projector -> 400 in Anthropic's shape naming --mmproj" 400 "j['type'] == 'error' and 'image input is not supported' in $ERR and '--mmproj' in $ERR" POST /v1/messages "$(anth "$PNG")"
+expect "/v1/messages: an image in a tool_result without a projector -> 400 naming --mmproj" 400 "'--mmproj' in $ERR" POST /v1/messages "$(anth_tool "$PNG")"
+expect "/v1/responses: an input_image without a projector -> 400 naming --mmproj" 400 "'--mmproj' in $ERR" POST /v1/responses "$(resp "$URL")"
 
 # ---- bad image references: 400s that name the field and the problem
 bad_refs() { # the same checks with and without a projector
@@ -84,6 +98,16 @@ bad_refs() { # the same checks with and without a projector
     '{"prompt":{"prompt_string":"<__media__>","multimodal_data":["@@"]},"n_predict":2}'
   expect "$tag text-only content parts still generate" 200 "j['choices'][0]['message']['role'] == 'assistant'" POST /v1/chat/completions \
     '{"messages":[{"role":"user","content":[{"type":"text","text":"Hi"},{"type":"text","text":"there"}]}],"max_tokens":2}'
+  expect "$tag /v1/messages: a url image source -> 400: not fetched" 400 "'not fetched' in $ERR and 'source.url' in $ERR" POST /v1/messages \
+    '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"url","url":"https://example.com/a.png"}}]}]}'
+  expect "$tag /v1/messages: a file image source -> 400 naming source.type" 400 "'source.type' in $ERR" POST /v1/messages \
+    '{"max_tokens":2,"messages":[{"role":"user","content":[{"type":"image","source":{"type":"file","file_id":"f1"}}]}]}'
+  expect "$tag /v1/messages: bad base64 -> 400 naming source.data" 400 "'messages[0].content[0].source.data' in $ERR and 'invalid base64' in $ERR" POST /v1/messages "$(anth 'iV*B')"
+  expect "$tag /v1/responses: a remote image_url -> 400: not fetched" 400 "'input[0].content[1].image_url' in $ERR and 'not fetched' in $ERR" POST /v1/responses "$(resp https://example.com/a.png)"
+  expect "$tag /v1/responses: an input_image by file_id -> 400" 400 "'files are not stored' in $ERR" POST /v1/responses \
+    '{"input":[{"role":"user","content":[{"type":"input_image","file_id":"file-1"}]}]}'
+  expect "$tag /v1/responses: an input_file part -> 400" 400 "'input_file' in $ERR" POST /v1/responses \
+    '{"input":[{"role":"user","content":[{"type":"input_file","file_id":"file-1"}]}]}'
   expect "$tag /completion with empty multimodal_data is text" 200 "'content' in j" POST /completion \
     '{"prompt":{"prompt_string":"Hi","multimodal_data":[]},"n_predict":2}'
 }
@@ -118,6 +142,12 @@ if "$MUSER" gen --mmproj "$T/proj.gguf" --preset tiny >"$T/gen2.log" 2>&1; then
   done
   expect "/v1/chat/completions/input_tokens counts the image's rows" 200 "j['input_tokens'] > 10" POST /v1/chat/completions/input_tokens "$(chat "$URL")"
   expect "/apply-template shows the marker where the image goes" 200 "j['prompt'].count('<__media__>') == 1 and 'What is this?<__media__>' in j['prompt']" POST /apply-template "$(chat "$URL" | sed 's/,"max_tokens":2//')"
+  expect "/v1/messages with an image block generates; input_tokens counts its rows" 200 "j['type'] == 'message' and j['usage']['input_tokens'] > 10" POST /v1/messages "$(anth "$PNG")"
+  expect "/v1/messages with an image in a tool_result generates" 200 "j['type'] == 'message' and j['usage']['input_tokens'] > 10" POST /v1/messages "$(anth_tool "$PNG")"
+  expect "/v1/messages/count_tokens counts the image's rows" 200 "j['input_tokens'] > 10" POST /v1/messages/count_tokens "$(anth "$PNG" | sed 's/"max_tokens":2,//')"
+  expect "/v1/responses with an input_image generates" 200 "j['object'] == 'response' and j['usage']['input_tokens'] > 10" POST /v1/responses "$(resp "$URL")"
+  st=$(req POST /v1/messages "$(anth "$PNG" | sed 's/"max_tokens":2/"max_tokens":2,"stream":true/')")
+  [ "$st" = 200 ] && grep -q 'event: message_stop' "$T/out" && ok "streamed /v1/messages with an image ends with message_stop" || bad "anthropic stream: $st $(head -c 300 "$T/out")"
   expect "/api/chat with images generates" 200 "j['done'] is True and j['prompt_eval_count'] > 10" POST /api/chat \
     "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\",\"images\":[\"$PNG\"]}],\"stream\":false,\"options\":{\"num_predict\":2}}"
   expect "/api/generate with images generates" 200 "j['done'] is True and j['prompt_eval_count'] > 10" POST /api/generate \

@@ -3,7 +3,9 @@
 # client, pinned in tests/e2e/client/package-lock.json, installed with
 # `npm ci` when absent) against `muser serve` on loopback: list, ps, show,
 # version, generate and chat (streamed and not, equal when greedy), chat
-# logprobs, a format schema, embed and embeddings, an unknown model.
+# logprobs, a format schema, embed and embeddings, an unknown model, a
+# client's usual options (num_ctx above --ctx, runner settings, a dozen
+# stops) with think "low".
 SERVE_TEST_NAME=test_serve_ollama_client
 source "$(dirname "$0")/serve_lib.sh"
 command -v node >/dev/null && command -v npm >/dev/null || { echo "test_serve_ollama_client: skipped: node/npm unavailable"; exit 0; }

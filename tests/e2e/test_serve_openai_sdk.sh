@@ -5,7 +5,11 @@
 # streaming chat, completions, streaming completions, structured output
 # (json_schema, json_object with n=2), error classes; models.retrieve (id
 # and --alias), embeddings (base64 and float, batched), chat logprobs that
-# join to the content, responses (plain and streamed).
+# join to the content, responses (plain and streamed); fields the API
+# defines with no effect here (prediction, verbosity, prompt_cache_key,
+# modalities) and a sent-back answer message; web_search_options and an
+# input_image without a projector refused saying why; Responses logprobs;
+# the deprecated functions API.
 SERVE_TEST_NAME=test_serve_openai_sdk
 source "$(dirname "$0")/serve_lib.sh"
 command -v node >/dev/null && command -v npm >/dev/null || { echo "test_serve_openai_sdk: skipped: node/npm unavailable"; exit 0; }

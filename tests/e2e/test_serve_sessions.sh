@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # test_serve_sessions.sh: named sessions over HTTP (docs/api.md "Sessions"):
 # create, continue with a revision check and an Idempotency-Key, save,
-# restore in another server process, delete; every check by the answers,
-# /metrics counters and the pack store's files, never by timing.
+# restore in another server process, delete, a streamed turn; every check
+# by the answers, /metrics counters and the pack store's files, never by
+# timing. A restore verifies on a thread of its own: held at a gate
+# (MUSER_TEST_RESTORE_GATE), the server's one HTTP thread still answers.
 # Exactness: a turn continued from a session restored in another process
 # (its KV state from the pack store, cache_source "pack": a delta
 # pack of the second turn over the first's, restored as a chain) equals the
@@ -55,6 +57,32 @@ echo x >"$T/store/session-f"
 rm "$T/store/session-f"
 [ "$(turn f 0 "$Q" f2)" = 200 ] && ok "the same turn once the store is writable: 200" || bad "after the failure: $(cat "$T/f2")"
 [ "$(turn nosuch 0 "$Q" n1)" = 404 ] && ok "continue an unknown session: 404" || bad "unknown session: $(cat "$T/n1")"
+# a streamed turn: chunks, then the answer as the last event, then [DONE]; the same turn as f's
+post /v1/sessions '{"id":"st"}' st0 >/dev/null
+SB="{\"revision\":0,\"prompt\":[$Q],\"n_predict\":8,\"temperature\":0,\"ignore_eos\":true,\"logprobs\":true,\"stream\":true}"
+curl -s -N -D "$T/sth" -o "$T/st1" "$BASE/v1/sessions/st/continue" -H "$J" -H 'Idempotency-Key: s-1' -d "$SB"
+sse_check() { # sse_check FILE REF: chunks add up to the answer, whose tokens are REF's (REF's prompt was
+  # evaluated whole; this one may reuse its rows, so log-probabilities may differ in the last bits)
+  python3 - "$1" "$2" <<'EOF'
+import json, sys
+ev = [l[6:] for l in open(sys.argv[1]).read().split("\n") if l.startswith("data: ")]
+assert ev[-1] == "[DONE]", ev[-1]
+fin = json.loads(ev[-2]); ref = json.load(open(sys.argv[2]))
+chunks = [json.loads(e) for e in ev[:-2]]
+assert fin["object"] == "session.turn" and fin["revision"] == 1, fin
+assert all(c["object"] == "session.turn.chunk" for c in chunks)
+assert sum((c["tokens"] for c in chunks), []) == fin["tokens"] == ref["tokens"], (fin["tokens"], ref["tokens"])
+assert sum((c["logprobs"] for c in chunks), []) == fin["logprobs"] and len(fin["logprobs"]) == 8
+assert "".join(c["content"] for c in chunks) == fin["content"] == ref["content"]
+EOF
+}
+grep -qi '^content-type: text/event-stream' "$T/sth" && sse_check "$T/st1" "$T/f2" && [ "$(curl -s "$BASE/v1/sessions/st" | python3 -c "import json,sys; print(json.load(sys.stdin)['revision'])")" = 1 ] \
+  && ok "a streamed turn: its chunks add up to its answer (the last event), the same as a turn not streamed; committed" \
+  || bad "streamed turn: $(head -c 600 "$T/st1")"
+curl -s -N -D "$T/sth2" -o "$T/st2" "$BASE/v1/sessions/st/continue" -H "$J" -H 'Idempotency-Key: s-1' -d "$SB"
+grep -qi '^Idempotent-Replayed: true' "$T/sth2" && grep -qi '^content-type: text/event-stream' "$T/sth2" \
+  && [ "$(grep '^data: {' "$T/st2")" = "$(grep '^data: {' "$T/st1" | tail -1)" ] && tail -2 "$T/st2" | grep -q '^data: \[DONE\]' \
+  && ok "a streamed turn replayed by its key: the answer event again, then [DONE]" || bad "stream replay: $(head -c 400 "$T/st2")"
 
 [ "$(turn a 0 "$P" t1)" = 200 ] && [ "$(jget "$T/t1" "j['revision'], j['n_tokens'], j['persisted']")" = "1 608 True" ] \
   && ok "turn 1: revision 1, 608 tokens, persisted" || bad "turn 1: $(head -c 400 "$T/t1")"
@@ -85,15 +113,25 @@ curl -s "$BASE/v1/sessions/a" >"$T/g1"
 [ "$(post /v1/sessions/a/save '{}' s1)" = 200 ] && [ "$(jget "$T/s1" "j['revision'], j['pack'], j['encrypted']")" = "2 session-a True" ] \
   && ok "save: the pack holds revision 2, encrypted" || bad "save: $(cat "$T/s1")"
 curl -s "$BASE/v1/sessions" >"$T/l1"
-[ "$(jget "$T/l1" "sorted(s['id'] for s in j['data'])[:2]")" = "['a', 'f']" ] && [ "$(jget "$T/l1" "len(j['data'])")" = 3 ] && ok "list: the three sessions" || bad "list: $(cat "$T/l1")"
+[ "$(jget "$T/l1" "sorted(s['id'] for s in j['data'])[:2]")" = "['a', 'f']" ] && [ "$(jget "$T/l1" "len(j['data'])")" = 4 ] && ok "list: the four sessions" || bad "list: $(cat "$T/l1")"
 [ "$(curl -s -o /dev/null -w '%{http_code}' -X DELETE "$BASE/v1/sessions/$(jget "$T/c5" "j['id']")")" = 200 ] \
   && ok "delete: 200" || bad "delete"
 stop_server
 
 # ---- another process: restore, then the next turn equals the live one -------
-start_server --parallel 2 --ctx 2048 --threads 1 --pack-dir "$T/store" || { bad "server start 2"; exit 1; }
+MUSER_TEST_RESTORE_GATE=$T/gate start_server --parallel 2 --ctx 2048 --threads 1 --http-threads 1 --pack-dir "$T/store" \
+  || { bad "server start 2"; exit 1; }
 [ "$(turn a 0 "$R" r0)" = 404 ] && ok "a new process knows no session before a restore" || bad "before restore: $(cat "$T/r0")"
-[ "$(post /v1/sessions/a/restore '{}' r1)" = 200 ] && [ "$(jget "$T/r1" "j['revision'], j['n_tokens']")" = "1 656" ] \
+post /v1/sessions/a/restore '{}' r1 >"$T/r1.code" &
+RP=$!
+busy_a() { curl -s "$BASE/v1/sessions/a" | python3 -c "import json,sys; print(json.load(sys.stdin).get('busy'))" 2>/dev/null; }
+for ((i = 0; i < 600; i++)); do [ "$(busy_a)" = True ] && break; sleep 0.1; done # until the restore holds the session
+[ "$(busy_a)" = True ] && [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/health")" = 200 ] && [ "$(turn a 0 "$R" r0b)" = 409 ] \
+  && ok "while a restore verifies (held at its gate), the server's one HTTP thread answers; a turn of the session is 409" \
+  || bad "during the restore: $(busy_a) $(cat "$T/r0b" 2>/dev/null)"
+touch "$T/gate"
+wait $RP
+[ "$(cat "$T/r1.code")" = 200 ] && [ "$(jget "$T/r1" "j['revision'], j['n_tokens']")" = "1 656" ] \
   && ok "restore: 656 tokens, revision 1" || bad "restore: $(cat "$T/r1")"
 [ "$(turn a 1 "$R" t3p)" = 200 ] && [ "$(src_of t3p)" = "pack 655" ] \
   && ok "turn 3 after the restore: 655 positions from the session's pack" || bad "turn 3: $(src_of t3p) $(head -c 300 "$T/t3p")"

@@ -6,7 +6,8 @@
 # are one error line; `muser serve --spec ngram` answers as `muser run`
 # does, with llama.cpp's draft_n / draft_n_accepted timings and /metrics
 # counters; per request, speculative.type / n_max (and the Ollama,
-# Anthropic forms) pick the method; `muser serve --draft` drafts with dflash.
+# Anthropic forms) pick the method, p_min is accepted; each protocol reports
+# the drafts in its own style; `muser serve --draft` drafts with dflash.
 SERVE_TEST_NAME=test_spec
 source "$(dirname "$0")/serve_lib.sh"
 
@@ -86,6 +87,36 @@ code=$(curl -s -o "$T/c" -w '%{http_code}' "$BASE/completion" -H 'Content-Type: 
   -d '{"prompt": "hi", "n_predict": 4, "speculative.type": "eagle3"}')
 if [ "$code" = 400 ] && grep -q "speculative.type" "$T/c"; then ok "serve: an unknown speculative.type: 400"
 else bad "serve: speculative.type eagle3: $code $(head -c 300 "$T/c")"; fi
+# llama.cpp's speculative.p_min: accepted (no effect), 0..1
+code=$(curl -s -o "$T/c" -w '%{http_code}' "$BASE/completion" -H 'Content-Type: application/json' \
+  -d '{"prompt": "hi", "n_predict": 4, "speculative.p_min": 0.75}')
+code2=$(curl -s -o "$T/c2" -w '%{http_code}' "$BASE/completion" -H 'Content-Type: application/json' \
+  -d '{"prompt": "hi", "n_predict": 4, "speculative.p_min": 2}')
+if [ "$code" = 200 ] && [ "$code2" = 400 ] && grep -q "speculative.p_min" "$T/c2"; then ok "serve: speculative.p_min 0.75 accepted, 2 a 400"
+else bad "serve: speculative.p_min: $code $code2 $(head -c 300 "$T/c2")"; fi
+# the telemetry of each protocol: the mean accepted drafts per step in
+# llama.cpp's timings, Ollama's *_count fields, a speculative object in
+# Anthropic's and the Responses API's answers
+curl -s "$BASE/completion" -H 'Content-Type: application/json' \
+  -d "{\"prompt\": [$toks], \"n_predict\": 32, \"temperature\": 0, \"ignore_eos\": true}" >"$T/c"
+if [ "$(jget "$T/c" "(lambda t: abs(t['spec_accepted_per_step'] - t['draft_n_accepted'] / t['spec_steps']) < 1e-9)(j['timings'])")" = True ]; then
+  ok "serve: timings.spec_accepted_per_step = draft_n_accepted / spec_steps"
+else bad "serve: spec_accepted_per_step: $(jget "$T/c" "j['timings']")"; fi
+curl -s "$BASE/api/generate" -H 'Content-Type: application/json' -d "{\"model\": \"muser-default\", \"prompt\": \"$P\", \"stream\": false, \"raw\": true, \"options\": {\"temperature\": 0, \"num_predict\": 32}}" >"$T/o"
+if [ "$(jget "$T/o" "j['draft_count'] > 0 and 0 <= j['draft_accepted_count'] <= j['draft_count'] and j['draft_step_count'] > 0")" = True ]; then
+  ok "ollama: draft_count $(jget "$T/o" "j['draft_count']"), draft_accepted_count $(jget "$T/o" "j['draft_accepted_count']"), draft_step_count"
+else bad "ollama telemetry: $(head -c 400 "$T/o")"; fi
+for route in messages responses; do
+  if [ $route = messages ]; then
+    body="{\"model\": \"muser-default\", \"max_tokens\": 32, \"messages\": [{\"role\": \"user\", \"content\": \"$P\"}], \"temperature\": 0}"
+  else
+    body="{\"model\": \"muser-default\", \"max_output_tokens\": 32, \"input\": \"$P\", \"temperature\": 0}"
+  fi
+  curl -s "$BASE/v1/$route" -H 'Content-Type: application/json' -d "$body" >"$T/a"
+  # a speculative object (the prompt repeats itself: the job drafts), with counts that agree
+  if [ "$(jget "$T/a" "(lambda s: s['draft_n'] > 0 and 0 <= s['draft_n_accepted'] <= s['draft_n'] and s['spec_steps'] > 0)(j['speculative'])")" = True ]; then ok "$route: speculative $(jget "$T/a" "j['speculative']")"
+  else bad "$route telemetry: $(head -c 400 "$T/a")"; fi
+done
 stop_server
 
 # DFlash: a random drafter for the bundled model, in llama.cpp's layout

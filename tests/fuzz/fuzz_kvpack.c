@@ -7,8 +7,9 @@
  * the corpus (tests/data/kvpack objects) reaches the deep checks. A chunk
  * is checked against a reference made from its own header, so mutations
  * get past the digest to the AEAD, codec and content-id checks, through
- * kv_chunk_decode and the in-place kv_chunk_open alike (same verdict, same
- * plaintext). Accepted
+ * kv_chunk_decode, the in-place kv_chunk_open and the batched
+ * kv_chunk_open_many (eight copies at once, hashed in AVX-512 lanes where
+ * the CPU has them) alike (same verdict, same plaintext). Accepted
  * canonical objects must re-encode to the input; rejections must name a
  * verdict category. Nothing may crash, leak or read out of bounds. */
 #include <stdint.h>
@@ -115,6 +116,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             int rc2 = kv_chunk_open(cp, n, &ref, &span, tenant, &f, &key, &keys, NULL, out2, &pl, &e2);
             if (!rc2 != !rc || (!rc && memcmp(pl, out, plain))) abort();
             check_reject(rc2, &e2);
+            /* the batched decoder, 8 copies (enough for the AVX-512 lanes): the same message as kv_chunk_open */
+            enum { NB = 8 };
+            uint8_t *cb[NB], *ob[NB];
+            kv_dec_item it[NB];
+            bool ok = true;
+            for (int i = 0; i < NB; i++) {
+                cb[i] = malloc(n), ob[i] = malloc(plain ? plain : 1);
+                ok = ok && cb[i] && ob[i];
+                if (cb[i]) memcpy(cb[i], p, n);
+                it[i] = (kv_dec_item){cb[i], n, &ref, &span, &key, ob[i], NULL};
+            }
+            if (ok) {
+                mu_err e3 = {0};
+                int rc3 = kv_chunk_open_many(it, NB, tenant, &f, &keys, NULL, &e3);
+                if (!rc3 != !rc2 || (rc3 && strcmp(e3.msg, e2.msg))) abort();
+                for (int i = 0; !rc3 && i < NB; i++)
+                    if (memcmp(it[i].plain, out, plain)) abort();
+            }
+            for (int i = 0; i < NB; i++) free(cb[i]), free(ob[i]);
         }
         free(cp);
         free(out2);

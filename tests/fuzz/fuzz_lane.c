@@ -36,9 +36,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     case 1: {
         lane_hello h;
         if (!(rc = lane_hello_decode(p, n, &h, &err)) && h.ask == LANE_ASK_HANDOFF) {
-            uint32_t *t = malloc(4 * (size_t)h.n_ship);
+            uint32_t *t = malloc(4 * (size_t)h.n_ship), *r = malloc(4 * (size_t)(h.n_runs + 1));
             if (t) lane_hello_tokens(&h, t);
+            if (r) lane_hello_runs(&h, r);
             free(t);
+            free(r);
         }
         break;
     }

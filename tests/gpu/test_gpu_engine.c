@@ -36,6 +36,18 @@ static void cmp(const char *what, const float *a, const float *b, int n) {
     }
 }
 
+/* a batch item; the fields after solo stay zero */
+static mu_batch_item item(mu_session *s, const int32_t *tokens, int n, bool all_logits, float *embd, bool solo) {
+    mu_batch_item b = {0};
+    b.s = s;
+    b.tokens = tokens;
+    b.n_tokens = n;
+    b.all_logits = all_logits;
+    b.embd = embd;
+    b.solo = solo;
+    return b;
+}
+
 static int argmax(const float *l, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -78,7 +90,7 @@ int main(int argc, char **argv) {
     CK(mu_session_new(ec, n_ctx, &sc, &err));
     CK(mu_session_new(eg, n_ctx, &sg, &err));
     /* 1. prefill in one batch (two chunks), then greedy steps */
-    mu_batch_item bc = {sc, prompt, n_prompt, false, NULL, false}, bg = {sg, prompt, n_prompt, false, NULL, false};
+    mu_batch_item bc = item(sc, prompt, n_prompt, false, NULL, false), bg = item(sg, prompt, n_prompt, false, NULL, false);
     CK(mu_forward(ec, &bc, 1, &err));
     CK(mu_forward(eg, &bg, 1, &err));
     cmp("prefill logits", mu_session_logits(sc, -1), mu_session_logits(sg, -1), V);
@@ -106,8 +118,8 @@ int main(int argc, char **argv) {
     }
     int32_t tok = argmax(mu_session_logits(sc, -1), V);
     for (int s = 0; s < 24; s++) {
-        bc = (mu_batch_item){sc, &tok, 1, false, NULL, false};
-        bg = (mu_batch_item){sg, &tok, 1, false, NULL, false};
+        bc = item(sc, &tok, 1, false, NULL, false);
+        bg = item(sg, &tok, 1, false, NULL, false);
         CK(mu_forward(ec, &bc, 1, &err));
         CK(mu_forward(eg, &bg, 1, &err));
         char what[64];
@@ -125,8 +137,8 @@ int main(int argc, char **argv) {
         CK(mu_session_new(eg, 128, &g4[j], &err));
         CK(mu_session_new(ec, 128, &c4[j], &err));
         for (int i = 0; i < 40; i++) p4[j][i] = (int32_t)((i * 31 + j * 101 + 5) % V);
-        bg4[j] = (mu_batch_item){g4[j], p4[j], 10 + 10 * j, j == 2, NULL, false};
-        bc4[j] = (mu_batch_item){c4[j], p4[j], 10 + 10 * j, j == 2, NULL, false};
+        bg4[j] = item(g4[j], p4[j], 10 + 10 * j, j == 2, NULL, false);
+        bc4[j] = item(c4[j], p4[j], 10 + 10 * j, j == 2, NULL, false);
     }
     CK(mu_forward(eg, bg4, 4, &err));
     CK(mu_forward(ec, bc4, 4, &err));
@@ -140,8 +152,8 @@ int main(int argc, char **argv) {
     int32_t t4[4];
     for (int j = 0; j < 4; j++) {
         t4[j] = argmax(mu_session_logits(c4[j], -1), V);
-        bg4[j] = (mu_batch_item){g4[j], &t4[j], 1, false, NULL, false};
-        bc4[j] = (mu_batch_item){c4[j], &t4[j], 1, false, NULL, false};
+        bg4[j] = item(g4[j], &t4[j], 1, false, NULL, false);
+        bc4[j] = item(c4[j], &t4[j], 1, false, NULL, false);
     }
     CK(mu_forward(eg, bg4, 4, &err));
     CK(mu_forward(ec, bc4, 4, &err));
@@ -160,12 +172,12 @@ int main(int argc, char **argv) {
         CK(mu_session_new(eg, 128, &g1, &err));
         CK(mu_session_new(ec, 128, &c2b, &err));
         CK(mu_session_new(eg, 128, &g2b, &err));
-        mu_batch_item pc[2] = {{c1, p4[0], 20, false, NULL, false}, {c2b, p4[3], 20, false, NULL, false}};
-        mu_batch_item pg[2] = {{g1, p4[0], 20, false, NULL, false}, {g2b, p4[3], 20, false, NULL, false}};
+        mu_batch_item pc[2] = {item(c1, p4[0], 20, false, NULL, false), item(c2b, p4[3], 20, false, NULL, false)};
+        mu_batch_item pg[2] = {item(g1, p4[0], 20, false, NULL, false), item(g2b, p4[3], 20, false, NULL, false)};
         CK(mu_forward(ec, pc, 2, &err));
         CK(mu_forward(eg, pg, 2, &err));
-        mu_batch_item sc2[2] = {{c2b, p4[2], 1, false, NULL, false}, {c1, p4[1], 6, true, NULL, true}};
-        mu_batch_item sg2[2] = {{g2b, p4[2], 1, false, NULL, false}, {g1, p4[1], 6, true, NULL, true}};
+        mu_batch_item sc2[2] = {item(c2b, p4[2], 1, false, NULL, false), item(c1, p4[1], 6, true, NULL, true)};
+        mu_batch_item sg2[2] = {item(g2b, p4[2], 1, false, NULL, false), item(g1, p4[1], 6, true, NULL, true)};
         CK(mu_forward(ec, sc2, 2, &err));
         CK(mu_forward(eg, sg2, 2, &err));
         for (int r = 0; r < 6; r++) {
@@ -199,7 +211,7 @@ int main(int argc, char **argv) {
         mu_session *c1, *g1;
         CK(mu_session_new(ec, 128, &c1, &err));
         CK(mu_session_new(eg, 128, &g1, &err));
-        mu_batch_item be = {c1, p4[1], 30, false, ec_rows, false}, bge = {g1, p4[1], 30, false, eg_rows, false};
+        mu_batch_item be = item(c1, p4[1], 30, false, ec_rows, false), bge = item(g1, p4[1], 30, false, eg_rows, false);
         CK(mu_forward(ec, &be, 1, &err));
         CK(mu_forward(eg, &bge, 1, &err));
         cmp("embedding rows", ec_rows, eg_rows, 30 * I->n_embd);
@@ -220,9 +232,9 @@ int main(int argc, char **argv) {
     CK(mu_session_state_load(c2, buf, wr, &err));
     CK(mu_session_state_save(sc, buf, cap, &wr, &err));
     CK(mu_session_state_load(g2, buf, wr, &err));
-    bc = (mu_batch_item){c2, &tok, 1, false, NULL, false};
-    bg = (mu_batch_item){g2, &tok, 1, false, NULL, false};
-    mu_batch_item bs = {sc, &tok, 1, false, NULL, false};
+    bc = item(c2, &tok, 1, false, NULL, false);
+    bg = item(g2, &tok, 1, false, NULL, false);
+    mu_batch_item bs = item(sc, &tok, 1, false, NULL, false);
     CK(mu_forward(ec, &bc, 1, &err));
     CK(mu_forward(eg, &bg, 1, &err));
     CK(mu_forward(ec, &bs, 1, &err));

@@ -496,43 +496,69 @@ static int check_vec_dot2(const mu_kern *k) {
     return fails;
 }
 
-/* vec_dotn: one weight row against 1..MU_DOTN_MAX activation rows (strided,
- * results strided), each bit for bit the ref's vec_dot; nothing else of
- * the output is written. */
+/* vec_dotn: 1..3 weight rows (strided, the extreme and ordinary fills
+ * mixed) against 1..MU_DOTN_MAX activation rows (strided, of every kind),
+ * results strided: each bit for bit the same table's vec_dot (which
+ * check_vec_dot pins to the ref's), what a solo verification row must
+ * equal; nothing else of the output is written. */
+#define KC_DOTN_W 3
 static int check_vec_dotn(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     int fails = 0;
     for (int ti = 0; ti < KC_NWTYPES; ti++) {
         const uint32_t t = KC_WTYPES[ti], dt = mu_kern_dot_type(t);
         if (!k->vec_dotn[t]) continue;
-        for (int li = 0; li < KC_NLENS_OF(t); li++) {
-            const int n = KC_LEN(t, li);
-            const size_t as = kc_row_bytes(dt, n) + 64;
-            void *w = malloc(kc_row_bytes(t, n));
+        /* float types also at lengths with a tail after the last 64; Q8_0
+         * also past the blocks whose scales a table converts ahead
+         * (MU_DOTN_NB in simd_x86.h: 512) */
+        static const int FLOAT_TAIL_LENS[] = {80, 272}, Q8_0_LONG[] = {513 * 32};
+        const int is_float = t == MU_T_F32 || t == MU_T_F16 || t == MU_T_BF16;
+        const int n_extra = is_float ? 2 : t == MU_T_Q8_0 ? 1 : 0;
+        for (int li = 0; li < KC_NLENS_OF(t) + n_extra; li++) {
+            const int n = li < KC_NLENS_OF(t) ? KC_LEN(t, li)
+                          : is_float        ? FLOAT_TAIL_LENS[li - KC_NLENS_OF(t)]
+                                            : Q8_0_LONG[li - KC_NLENS_OF(t)];
+            const size_t as = kc_row_bytes(dt, n) + 64, ws = kc_row_bytes(t, n) + 32;
+            uint8_t *w = malloc(ws * KC_DOTN_W);
             uint8_t *a = malloc(as * MU_DOTN_MAX);
             float *x = malloc((size_t)n * sizeof(float));
             for (int ext = 0; ext < 2; ext++)
                 for (int kind = 0; kind < KC_NKINDS; kind++) {
                     kc_seed((uint64_t)(27000 + 1000 * ti + 100 * li + 10 * ext + kind));
-                    kc_fill_weights(t, w, n, ext);
+                    for (int r = 0; r < KC_DOTN_W; r++) kc_fill_weights(t, w + (size_t)r * ws, n, (ext + r) % 2);
                     for (int j = 0; j < MU_DOTN_MAX; j++) {
                         kc_fill_act(x, n, (kind + j) % KC_NKINDS);
                         ref->quant[dt](x, a + (size_t)j * as, n);
                     }
-                    for (int na = 1; na <= MU_DOTN_MAX; na++) {
-                        float o[3 * MU_DOTN_MAX];
-                        for (int j = 0; j < 3 * MU_DOTN_MAX; j++) o[j] = -7.0f;
-                        k->vec_dotn[t](n, w, a, as, na, o, 3);
-                        for (int j = 0; j < 3 * MU_DOTN_MAX; j++) {
-                            const int want_val = j % 3 == 0 && j / 3 < na;
-                            const float r = want_val ? ref->vec_dot[t](n, w, a + (size_t)(j / 3) * as) : -7.0f;
-                            if (!kc_same_bits(o[j], r)) {
-                                KC_LOG("%s: vec_dotn %s n=%d extreme=%d kind=%d n_a=%d out[%d]: %.9g vs %.9g\n",
-                                       k->name, kc_tname(t), n, ext, kind, na, j, o[j], r);
-                                fails++;
+                    /* Q8_0 activation code -128 (what a non-finite value
+                     * quantizes to), where the sign trick of vec_dot is not
+                     * the true product (and AVX2's maddubs saturates, unlike
+                     * the ref: garbage either way, but dotn must still be
+                     * its table's vec_dot): in one row of the extreme fills */
+                    if (t == MU_T_Q8_0 && ext)
+                        for (int i = 0; i < n / MU_QK8_0; i += 3)
+                            ((mu_block_q8_0 *)(a + (size_t)(kind % MU_DOTN_MAX) * as))[i].qs[(i * 7) % MU_QK8_0] = -128;
+                    float rr[KC_DOTN_W][MU_DOTN_MAX];
+                    for (int r = 0; r < KC_DOTN_W; r++)
+                        for (int j = 0; j < MU_DOTN_MAX; j++)
+                            rr[r][j] = k->vec_dot[t](n, w + (size_t)r * ws, a + (size_t)j * as);
+                    for (int nw = 1; nw <= KC_DOTN_W; nw++)
+                        for (int na = 1; na <= MU_DOTN_MAX; na++) {
+                            const size_t os = KC_DOTN_W + 2;
+                            float o[(KC_DOTN_W + 2) * MU_DOTN_MAX];
+                            for (size_t j = 0; j < os * MU_DOTN_MAX; j++) o[j] = -7.0f;
+                            k->vec_dotn[t](n, w, ws, nw, a, as, na, o, os);
+                            for (size_t j = 0; j < os * MU_DOTN_MAX; j++) {
+                                const int ai = (int)(j / os), r = (int)(j % os);
+                                const float want = ai < na && r < nw ? rr[r][ai] : -7.0f;
+                                if (!kc_same_bits(o[j], want)) {
+                                    KC_LOG("%s: vec_dotn %s n=%d extreme=%d kind=%d n_w=%d n_a=%d out[%d][%d]: %.9g "
+                                           "vs %.9g\n",
+                                           k->name, kc_tname(t), n, ext, kind, nw, na, ai, r, o[j], want);
+                                    fails++;
+                                }
                             }
                         }
-                    }
                 }
             free(w);
             free(a);

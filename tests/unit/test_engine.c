@@ -1,6 +1,7 @@
 /* test_engine.c: sessions and the forward pass on a small generated model:
- * state round trip, truncation, several sessions in one batch, argument
- * errors, the samplers, and the matmuls' split over threads. */
+ * state round trip, truncation, several sessions in one batch, layer
+ * streaming (on_layer), argument errors, the samplers, and the matmuls'
+ * split over threads. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -191,6 +192,104 @@ static void test_embd_rows(void **state) {
     mu_session_free(d);
 }
 
+/* Layer streaming (mu_batch_item.on_layer): per chunk, every layer in
+ * order, each of the item's positions once per layer; the rows read inside
+ * the callback are the rows the session holds afterwards, and listening
+ * changes no result (the logits and rows of a session run without it, bit
+ * for bit, next to another session in the same batch). */
+#define LS_N 21
+#define LS_MAX_CALLS 64
+typedef struct {
+    mu_session *s;
+    int calls, il[LS_MAX_CALLS], pos0[LS_MAX_CALLS], n[LS_MAX_CALLS];
+    int bad_read;
+    uint16_t *k, *v; /* [layer][LS_N][n_kv], as read in the callback */
+} ls_rec;
+
+static void ls_on_layer(void *user, int il, int pos0, int n) {
+    ls_rec *r = user;
+    if (r->calls < LS_MAX_CALLS) {
+        r->il[r->calls] = il;
+        r->pos0[r->calls] = pos0;
+        r->n[r->calls] = n;
+    }
+    r->calls++;
+    mu_err err = {0};
+    size_t w = (size_t)E->n_kv;
+    if (pos0 + n > LS_N || mu_session_kv_read(r->s, il, pos0, n, r->k + ((size_t)il * LS_N + pos0) * w,
+                                              r->v + ((size_t)il * LS_N + pos0) * w, &err))
+        r->bad_read++;
+}
+
+static void test_layer_stream(void **state) {
+    (void)state;
+    mu_err err = {0};
+    const int L = mu_model_get_info(M)->n_layer, ub = E->ubatch;
+    const size_t w = (size_t)E->n_kv;
+    mu_session *a, *b, *o1, *o2;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &o1, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &o2, &err), 0);
+    int32_t p[LS_N], q[7];
+    prompt(p, LS_N, 8);
+    prompt(q, 7, 9);
+    ls_rec r = {.s = a};
+    r.k = calloc((size_t)L * LS_N * w, sizeof(uint16_t));
+    r.v = calloc((size_t)L * LS_N * w, sizeof(uint16_t));
+    assert_non_null(r.k);
+    assert_non_null(r.v);
+    E->ubatch = 8; /* several chunks: 7 + 8 + 8 + 5 tokens, the item's positions split 1 | 8 | 8 | 4 */
+    mu_batch_item pre = {.s = b, .tokens = q, .n_tokens = 7};
+    mu_batch_item ref[2] = {{.s = o2, .tokens = q, .n_tokens = 7}, {.s = o1, .tokens = p, .n_tokens = LS_N}};
+    mu_batch_item two[2] = {pre, {.s = a, .tokens = p, .n_tokens = LS_N, .on_layer = ls_on_layer, .on_layer_user = &r}};
+    int rc1 = mu_forward(E, ref, 2, &err), rc2 = mu_forward(E, two, 2, &err);
+    E->ubatch = ub;
+    assert_int_equal(rc1, 0);
+    assert_int_equal(rc2, 0);
+    static const int want_pos0[4] = {0, 1, 9, 17}, want_n[4] = {1, 8, 8, 4};
+    assert_int_equal(r.calls, 4 * L);
+    assert_int_equal(r.bad_read, 0);
+    for (int c = 0; c < 4; c++)
+        for (int il = 0; il < L; il++) {
+            const int i = c * L + il;
+            assert_int_equal(r.il[i], il);
+            assert_int_equal(r.pos0[i], want_pos0[c]);
+            assert_int_equal(r.n[i], want_n[c]);
+        }
+    /* the rows as read in the callback are the session's (where a sliding
+     * layer's ring still holds them) and the reference's, bit for bit */
+    uint16_t *k = malloc(w * sizeof *k), *v = malloc(w * sizeof *v), *k2 = malloc(w * sizeof *k2),
+             *v2 = malloc(w * sizeof *v2);
+    assert_non_null(k);
+    assert_non_null(v2);
+    int compared = 0;
+    for (int il = 0; il < L; il++)
+        for (int pos = 0; pos < LS_N; pos++) {
+            if (mu_session_kv_read(a, il, pos, 1, k, v, &err)) continue;
+            assert_int_equal(mu_session_kv_read(o1, il, pos, 1, k2, v2, &err), 0);
+            const size_t at = ((size_t)il * LS_N + pos) * w;
+            assert_memory_equal(k, r.k + at, w * sizeof *k);
+            assert_memory_equal(v, r.v + at, w * sizeof *v);
+            assert_memory_equal(k2, r.k + at, w * sizeof *k);
+            assert_memory_equal(v2, r.v + at, w * sizeof *v);
+            compared++;
+        }
+    assert_true(compared >= 2 * LS_N);
+    assert_memory_equal(mu_session_logits(a, -1), mu_session_logits(o1, -1), (size_t)V * sizeof(float));
+    assert_memory_equal(mu_session_logits(b, -1), mu_session_logits(o2, -1), (size_t)V * sizeof(float));
+    free(k);
+    free(v);
+    free(k2);
+    free(v2);
+    free(r.k);
+    free(r.v);
+    mu_session_free(a);
+    mu_session_free(b);
+    mu_session_free(o1);
+    mu_session_free(o2);
+}
+
 static void test_forward_errors(void **state) {
     (void)state;
     mu_err err = {0};
@@ -331,6 +430,7 @@ int main(void) {
         cmocka_unit_test(test_truncate),
         cmocka_unit_test(test_batch_of_sessions),
         cmocka_unit_test(test_embd_rows),
+        cmocka_unit_test(test_layer_stream),
         cmocka_unit_test(test_forward_errors),
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_thread_split),

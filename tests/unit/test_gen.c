@@ -1,7 +1,8 @@
 /* test_gen.c: the generation pipeline (src/gen) against plain references:
  * the scheduler's greedy tokens and log-probabilities against a direct
  * mu_forward + argmax loop (mini model, no tokenizer); forced tokens,
- * length and context limits, cancellation, the hold hook; and, on the
+ * length and context limits, cancellation, the hold hook, the slots' replay
+ * record for the prefill lane's deltas (mu_sched_slot_hold); and, on the
  * bundled model (it has a tokenizer), text events, stop strings cut and
  * held back at every position, and KV prefix reuse. */
 #include <math.h>
@@ -427,6 +428,60 @@ static void test_progress_events(void **state) {
     mu_sched_free(s);
 }
 
+/* The prefill lane's delta on a live slot (mu_sched_slot_hold): after a
+ * job, the slot's record is its prompt's chunks, each alone in its forward,
+ * and its decode steps as one solo run; a hold ends at a whole chunk or
+ * anywhere in the solo run, and reserves the slot (a second hold finds
+ * none) until unhold; a prompt the slot does not start with holds nothing. */
+static void test_slot_hold(void **state) {
+    (void)state;
+    mu_err err = {0};
+    int32_t p[20], gen[4], x[40];
+    prompt(p, 20, 5);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 64, .prefill_chunk = 8};
+    assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+    mu_gen_req q = {.prompt = p, .n_prompt = 20, .n_predict = 4, .sp = {.temp = 0}, .ignore_eos = true, .no_text = true};
+    mu_job *j;
+    assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+    mu_gen_event ev;
+    int n_tok = 0;
+    while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH)
+        if (ev.kind == MU_EV_TOKEN && n_tok < 4) gen[n_tok++] = ev.tok.id;
+    assert_int_equal(n_tok, 4);
+    mu_job_free(j);
+    /* the slot holds the prompt and the fed tokens (all but the last) */
+    memcpy(x, p, sizeof p);
+    memcpy(x + 20, gen, 3 * sizeof *gen);
+    for (int i = 23; i < 40; i++) x[i] = (i * 7) % 70;
+    mu_slot_hold h, h2;
+    assert_int_equal(mu_sched_slot_hold(s, x, 30, &h), 23);
+    assert_int_equal(h.slot, 0);
+    assert_true(h.ticket != 0);
+    const uint32_t want[4] = {8, 8, 4, 3 | MU_RUN_SOLO};
+    assert_int_equal(h.n_runs, 4);
+    assert_memory_equal(h.runs, want, sizeof want);
+    assert_int_equal(mu_sched_slot_hold(s, x, 30, &h2), 0); /* reserved */
+    assert_int_equal(h2.slot, -1);
+    mu_sched_slot_unhold(s, &h);
+    assert_int_equal(h.ticket, 0);
+    x[22] = (gen[2] + 1) % 70; /* inside the solo run */
+    assert_int_equal(mu_sched_slot_hold(s, x, 30, &h), 22);
+    assert_int_equal(h.n_runs, 4);
+    assert_int_equal(h.runs[3], 2 | MU_RUN_SOLO);
+    mu_sched_slot_unhold(s, &h);
+    x[13] = (p[13] + 1) % 70; /* inside the second chunk: its rows are the chunk's, not a forward of 5 */
+    assert_int_equal(mu_sched_slot_hold(s, x, 30, &h), 8);
+    assert_int_equal(h.n_runs, 1);
+    assert_int_equal(h.runs[0], 8);
+    mu_sched_slot_unhold(s, &h);
+    assert_int_equal(mu_sched_slot_hold(s, x, 5, &h), 0); /* less than a chunk asked */
+    x[0] = (p[0] + 1) % 70;
+    assert_int_equal(mu_sched_slot_hold(s, x, 30, &h), 0);
+    mu_sched_slot_unhold(s, &h);
+    mu_sched_free(s);
+}
+
 /* Telemetry: time to first token (count, sum, histogram), the log of
  * finished jobs (newest first, TTFT = queue + prefill), and the slots' KV
  * bytes as the session reports them. */
@@ -631,7 +686,7 @@ static void test_hold_and_cancel(void **state) {
  * busy it waits and an unpinned job behind it runs in the other slot; a
  * slot the scheduler does not have is refused. The first job stalls after
  * one token (the stall hook) until it is cancelled, so the order is decided
- * by the events, not by timing. */
+ * by the events, not by timing. With n choices only the first is pinned. */
 static void test_pinned_slot(void **state) {
     (void)state;
     mu_err err = {0};
@@ -669,6 +724,21 @@ static void test_pinned_slot(void **state) {
     mu_job *jd = NULL;
     assert_int_equal(mu_sched_submit(s, &qd, 1, &jd, &err), MU_E_ARG);
     assert_non_null(strstr(err.msg, "no slot 2"));
+    /* n choices pinned to slot 1: the first runs there, the other in slot 0
+     * (llama.cpp's child tasks take no id_slot) */
+    mu_gen_req qn[2] = {q, q};
+    mu_job *jn[2];
+    assert_int_equal(mu_sched_submit(s, qn, 2, jn, &err), 0);
+    result rn0, rn1;
+    read_job(jn[0], &rn0);
+    read_job(jn[1], &rn1);
+    assert_int_equal(rn0.st.slot, 1);
+    assert_int_equal(rn1.st.slot, 0);
+    assert_int_equal(rn0.finish, MU_FINISH_LENGTH);
+    assert_int_equal(rn1.finish, MU_FINISH_LENGTH);
+    assert_int_equal(rn0.ids[0], rn1.ids[0]); /* greedy: the same token */
+    mu_job_free(jn[0]);
+    mu_job_free(jn[1]);
     mu_job_free(ja);
     mu_job_free(jb);
     mu_job_free(jc);
@@ -870,6 +940,30 @@ static void test_text_and_stops(void **state) {
     assert_int_equal(np_, full.n_text);
     assert_memory_equal(pieces, full.text, np_);
 
+    /* a token's events are readable together: once its TOKEN is read, the
+     * TEXT it released is there too (no wait), for every token whose piece
+     * is whole ASCII text (llama.cpp's stream: each chunk a token and its
+     * text) */
+    {
+        mu_job *j;
+        assert_int_equal(mu_sched_submit(s, &q, 1, &j, &err), 0);
+        mu_gen_event ev;
+        int n_checked = 0;
+        while (mu_job_next(j, &ev, -1) == 1 && ev.kind != MU_EV_FINISH) {
+            if (ev.kind != MU_EV_TOKEN) continue;
+            char pc[64];
+            int k = mu_tok_piece(mu_model_tokenizer(D), ev.tok.id, false, pc, sizeof pc);
+            bool ascii = k > 0;
+            for (int b = 0; b < k; b++) ascii &= (unsigned char)pc[b] < 0x80;
+            if (!ascii) continue;
+            assert_int_equal(mu_job_next(j, &ev, 0), 1);
+            assert_int_equal(ev.kind, MU_EV_TEXT);
+            n_checked++;
+        }
+        assert_true(n_checked > 20);
+        mu_job_free(j);
+    }
+
     /* a stop string cut at every position of the text: the answer ends right
      * before its first occurrence, no TEXT event ever carries it, and the
      * generation ends there (fewer tokens) */
@@ -974,6 +1068,7 @@ int main(void) {
         cmocka_unit_test(test_text_and_stops),
         cmocka_unit_test(test_embedding_jobs),
         cmocka_unit_test(test_install_free),
+        cmocka_unit_test(test_slot_hold),
         cmocka_unit_test(test_content_tokens),
         cmocka_unit_test(test_forced_call),
         cmocka_unit_test(test_sampler_history),

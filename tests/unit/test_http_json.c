@@ -127,8 +127,13 @@ static void test_openai_chat(void **st) {
     expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{\"type\":\"function\","
                   "\"function\":{\"name\":\"f\",\"parameters\":{},\"extra\":1}}]}",
                "tools[0].function.extra");
-    expect_bad(p, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}",
-               "too many items");
+    /* stop: up to MU_GEN_MAX_STOPS (editor clients send a dozen; OpenAI's own limit is 4) */
+    char body[1024] = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[";
+    for (int i = 0; i <= MU_GEN_MAX_STOPS; i++) strcat(body, i ? ",\"s\"" : "\"s\"");
+    strcat(body, "]}");
+    expect_bad(p, body, "too many items");
+    strcpy(strrchr(body, ','), "]}"); /* one fewer: MU_GEN_MAX_STOPS */
+    expect_ok(p, body);
 }
 
 static void test_other_routes(void **st) {
@@ -304,8 +309,41 @@ static void test_text_helpers(void **st) {
 
 }
 
+/* The fields this issue's compat work accepts, refuses saying why, and the
+ * deprecated functions API's messages as the template sees them. */
+static void test_defined_fields(void **st) {
+    (void)st;
+    const char *C = "/v1/chat/completions";
+    expect_ok(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"prediction\":{\"type\":\"content\",\"content\":\"y\"},"
+                 "\"verbosity\":\"low\",\"prompt_cache_key\":\"k\",\"modalities\":[\"text\"],\"audio\":null,"
+                 "\"functions\":[{\"name\":\"f\"}],\"function_call\":{\"name\":\"f\"}}");
+    expect_ok(C, "{\"messages\":[{\"role\":\"assistant\",\"content\":null,\"refusal\":null,\"annotations\":[],"
+                 "\"function_call\":{\"name\":\"f\",\"arguments\":\"{}\"}},{\"role\":\"function\",\"name\":\"f\",\"content\":\"1\"}]}");
+    expect_bad(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"web_search_options\":{}}",
+               "must be null (web search is not supported)");
+    expect_bad(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"audio\"]}", "text output only");
+    expect_bad("/v1/responses", "{\"input\":\"x\",\"conversation\":\"c\"}", "not stored");
+    expect_bad("/v1/messages", "{\"max_tokens\":1,\"messages\":[],\"mcp_servers\":[]}", "MCP servers are not supported");
+    expect_bad("/api/generate", "{\"prompt\":\"x\",\"context\":[1]}", "/api/chat");
+    expect_ok("/api/chat", "{\"messages\":[],\"think\":\"high\",\"options\":{\"num_thread\":2,\"use_mmap\":true}}");
+    expect_bad("/api/chat", "{\"messages\":[],\"think\":\"max\"}", "think");
+    json_t *m = json_loads("[{\"role\":\"assistant\",\"content\":null,\"function_call\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}},"
+                           "{\"role\":\"function\",\"name\":\"f\",\"content\":\"1\"}]",
+                           0, NULL);
+    assert_non_null(m);
+    json_t *n = api_normalize_messages(m);
+    const json_t *call = json_array_get(json_object_get(json_array_get(n, 0), "tool_calls"), 0);
+    assert_string_equal(json_string_value(json_object_get(json_object_get(call, "function"), "name")), "f");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(json_object_get(call, "function"), "arguments"), "a")), 1);
+    assert_null(json_object_get(json_array_get(n, 0), "function_call"));
+    assert_string_equal(json_string_value(json_object_get(json_array_get(n, 1), "role")), "tool");
+    json_decref(n);
+    json_decref(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_defined_fields),
         cmocka_unit_test(test_parse),        cmocka_unit_test(test_openai_chat), cmocka_unit_test(test_other_routes),
         cmocka_unit_test(test_compat_routes),
         cmocka_unit_test(test_depth),        cmocka_unit_test(test_policy),      cmocka_unit_test(test_text_helpers),

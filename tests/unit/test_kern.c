@@ -51,9 +51,12 @@ static void broken_dot2(int n, const void *w0, const void *w1, const void *a, fl
 }
 
 /* the right dots, but the activation rows' results swapped */
-static void broken_dotn(int n, const void *w, const void *a, size_t as, int n_a, float *out, size_t os) {
-    for (int j = 0; j < n_a; j++)
-        out[(size_t)j * os] = mu_kern_ref()->vec_dot[MU_T_Q8_0](n, w, (const uint8_t *)a + (size_t)(n_a - 1 - j) * as);
+static void broken_dotn(int n, const void *w, size_t ws, int n_w, const void *a, size_t as, int n_a, float *out,
+                        size_t os) {
+    for (int r = 0; r < n_w; r++)
+        for (int j = 0; j < n_a; j++)
+            out[(size_t)j * os + (size_t)r] = mu_kern_ref()->vec_dot[MU_T_Q8_0](
+                n, (const uint8_t *)w + (size_t)r * ws, (const uint8_t *)a + (size_t)(n_a - 1 - j) * as);
 }
 
 /* a BF16 dot in plain float arithmetic: no flushing of subnormals */

@@ -111,7 +111,22 @@ static void test_plan_and_order(void **st) {
     assert_int_equal(lane_manifest_decode(h, hn, &got, &err), 0);
     assert_int_equal(got.n_have, 256);
     free(h);
-    /* a delta that is not a multiple of the step, or covers everything */
+    /* a delta from a live slot's prefix, not a multiple of the step: the
+     * producer's forwards, hence the frames, go in steps from n_have */
+    make_manifest_delta(&m, 200, 300);
+    assert_int_equal(lane_manifest_encode(&m, &h, &hn, &err), 0);
+    assert_int_equal(lane_manifest_decode(h, hn, &got, &err), 0);
+    free(h);
+    assert_true(lane_chunk_at(&m, 0, &il, &pos0, &n));
+    assert_int_equal(il, 0);
+    assert_int_equal(pos0, 200);
+    assert_int_equal(n, 64);
+    assert_true(lane_chunk_at(&m, m.n_chunks - 1, &il, &pos0, &n));
+    assert_int_equal(il, 5);
+    assert_int_equal(pos0, 264);
+    assert_int_equal(n, 36);
+    assert_int_equal(m.n_chunks, 12);
+    /* a delta whose layer table disagrees with n_have, or covers everything */
     m.n_have = 100;
     assert_int_equal(lane_manifest_encode(&m, &h, &hn, &err), 0);
     assert_int_not_equal(lane_manifest_decode(h, hn, &got, &err), 0);
@@ -277,9 +292,9 @@ static void test_layer_frames(void **st) {
 static void test_small_messages(void **st) {
     (void)st;
     mu_err err = {0};
-    uint32_t toks[5] = {1, 2, 3, 40000, 5};
-    lane_hello h = {.version = LANE_VERSION, .ask = LANE_ASK_HANDOFF, .n_ctx = 100, .step = 2, .n_have = 2, .n_ship = 5,
-                    .tokens = toks};
+    uint32_t toks[5] = {1, 2, 3, 40000, 5}, runs[2] = {1, 2 | LANE_RUN_SOLO};
+    lane_hello h = {.version = LANE_VERSION, .ask = LANE_ASK_HANDOFF, .n_ctx = 100, .step = 2, .n_have = 3, .n_ship = 5,
+                    .tokens = toks, .n_runs = 2, .runs = runs};
     memset(h.request_id, 7, 16);
     assert_true(lane_class_put(h.kclass, "x86-exact"));
     uint8_t *p;
@@ -288,18 +303,35 @@ static void test_small_messages(void **st) {
     lane_hello g;
     assert_int_equal(lane_hello_decode(p, n, &g, &err), 0);
     assert_string_equal(g.kclass, "x86-exact");
-    assert_int_equal(g.n_have, 2);
+    assert_int_equal(g.n_have, 3);
+    assert_int_equal(g.n_runs, 2);
     uint32_t back[5];
     lane_hello_tokens(&g, back);
     assert_memory_equal(back, toks, sizeof toks);
+    lane_hello_runs(&g, back);
+    assert_memory_equal(back, runs, sizeof runs);
     write_seed("hello", p, n, 1);
     for (size_t i = 0; i < n; i++) assert_int_not_equal(lane_hello_decode(p, i, &g, &err), 0);
     free(p);
-    h.n_have = 3; /* not a multiple of the step */
-    assert_int_equal(lane_hello_encode(&h, &p, &n, &err), 0);
-    assert_int_not_equal(lane_hello_decode(p, n, &g, &err), 0);
-    assert_string_equal(lane_reason(&err), "limit");
-    free(p);
+    /* held runs that do not cover n_have exactly, an empty run, runs without a delta */
+    static const struct { uint32_t n_have, n_runs, r0, r1; } bad[] = {
+        {2, 2, 1, 2 | LANE_RUN_SOLO}, {4, 2, 1, 2}, {3, 2, 3, LANE_RUN_SOLO}, {0, 1, 1, 0}, {3, 0, 0, 0}, {5, 2, 3, 2}};
+    for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+        uint32_t r2[2] = {bad[k].r0, bad[k].r1};
+        lane_hello b = h;
+        b.n_have = bad[k].n_have;
+        b.n_runs = bad[k].n_runs;
+        b.runs = r2;
+        assert_int_equal(lane_hello_encode(&b, &p, &n, &err), 0);
+        assert_int_not_equal(lane_hello_decode(p, n, &g, &err), 0);
+        assert_string_equal(lane_reason(&err), "limit");
+        free(p);
+    }
+    uint8_t r1[32], r2[32];
+    lane_runs_digest(runs, 2, r1);
+    runs[1] &= ~LANE_RUN_SOLO; /* the same lengths, not solo: another split */
+    lane_runs_digest(runs, 2, r2);
+    assert_memory_not_equal(r1, r2, 32);
     h.n_have = 0;
     uint8_t d1[32], d2[32];
     lane_token_digest(toks, 5, d1);

@@ -4,8 +4,8 @@
 # (ignored by git; the device tool carries it; nothing else of .gpu/ is
 # touched or needed):
 #   .gpu/amx/muser, test_kern, kernbench, membw   stripped binaries
-#   .gpu/amx/lib/                 the shared libraries the GPU machine lacks
-#                             (../shared/reference/gpu-machine.md; plus cmocka)
+#   .gpu/amx/lib/                 the shared libraries the binaries link, but
+#                             glibc's (the GPU machine lacks several)
 #   .gpu/amx/fixtures/            the shared fixture whose matrices the AMX gemms
 #                             take (t3-q4_k_m: Q4_K and Q6_K), when ../shared
 #                             has it
@@ -14,8 +14,10 @@
 #                             amx-xeon.sh --llamacpp)
 # usage: tools/device/amx-xeon-pack.sh [--llamacpp SRC_DIR]
 #   SRC_DIR e.g. /tmp/lcsrc, a clone of node-llama-cpp 3.22.1's
-#   llama/gitRelease.bundle. Then on the device, carrying .gpu/amx:
-#   bash tools/device/amx-xeon.sh [--llamacpp]
+#   llama/gitRelease.bundle. It also writes .gpu/amx.tar.xz (the folder,
+#   about 14 MB: the carry limit is 64 MiB with the tree); on the device,
+#   carrying .gpu/amx.tar.xz:
+#   tar -xJf .gpu/amx.tar.xz -C .gpu && bash tools/device/amx-xeon.sh [--llamacpp]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 lsrc=
@@ -34,8 +36,13 @@ mkdir -p "$D/lib"
 for b in muser build/tests/test_kern build/bench/kernbench build/bench/membw; do
   cp "$b" "$D/" && strip "$D/$(basename "$b")"
 done
-for l in libutf8proc.so.2 libjansson.so.4 libmicrohttpd.so.12 libedit.so.2 libbsd.so.0 libmd.so.0 libcmocka.so.0; do
-  cp -L "/lib/x86_64-linux-gnu/$l" "$D/lib/"
+# every shared library the binaries link but glibc's own (the GPU machine
+# has no -dev packages and not all of their runtime libraries)
+for l in $(ldd muser build/tests/test_kern | awk '/=>/ {print $3}' | sort -u); do
+  case $(basename "$l") in
+  libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+  *) cp -L "$l" "$D/lib/" ;;
+  esac
 done
 fx=../shared/fixtures
 if [ -f "$fx/t3-q4_k_m.gguf" ]; then
@@ -54,5 +61,6 @@ if [ -n "$lsrc" ]; then
     --exclude=ggml/src/ggml-cuda \
     CMakeLists.txt cmake ggml src include common vendor tools/llama-bench tools/CMakeLists.txt)
 fi
-du -sh "$D"
-echo "carry: $D   run there: bash tools/device/amx-xeon.sh${lsrc:+ --llamacpp}"
+tar -cJf .gpu/amx.tar.xz -C .gpu amx
+du -sh "$D" .gpu/amx.tar.xz
+echo "carry: .gpu/amx.tar.xz   run there: tar -xJf .gpu/amx.tar.xz -C .gpu && bash tools/device/amx-xeon.sh${lsrc:+ --llamacpp}"

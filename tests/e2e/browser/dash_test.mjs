@@ -115,9 +115,9 @@ try {
       snap.slots[0].kv_used_bytes.value === snap.memory.kv_used_bytes.value,
       `KV cache: ${snap.memory.kv_used_bytes.value} of ${snap.memory.kv_bytes.value} bytes in use`);
     const metrics = await (await fetch(base + "/metrics")).text();
-    const mcount = +(/^llamacpp:time_to_first_token_seconds_count (\S+)$/m.exec(metrics) || [])[1];
-    const msum = +(/^llamacpp:time_to_first_token_seconds_sum (\S+)$/m.exec(metrics) || [])[1];
-    check(mcount === 2 && Math.abs(msum - sum) < 1e-9, `/metrics: time_to_first_token_seconds count ${mcount}, sum as /snapshot's`);
+    const mcount = +(/^llamacpp:time_to_first_token_requests_total (\S+)$/m.exec(metrics) || [])[1];
+    const msum = +(/^llamacpp:time_to_first_token_seconds_total (\S+)$/m.exec(metrics) || [])[1];
+    check(mcount === 2 && Math.abs(msum - sum) < 1e-9, `/metrics: time to first token of ${mcount} requests, sum as /snapshot's`);
     // honesty: every tagged field on the page shows its tag, and only the three exist
     const tagged = els.filter((x) => x.tag !== null);
     const tags = new Set(tagged.map((x) => x.tag));

@@ -69,5 +69,11 @@ await check("unknown model -> error naming it", async () => {
   try { await ollama.generate({ model: "llama3", prompt: "x", stream: false }); throw new Error("no error"); }
   catch (e) { assert(String(e.message).includes("llama3") && e.status_code === 404, e.message + " " + e.status_code); }
 });
+await check("chat with a client's usual options (num_ctx 32768, num_thread, num_gpu, use_mmap, a dozen stops) and think \"low\"", async () => {
+  const stop = ["<|im_end|>", "</s>", "\n\n\n", "```", "<fim_prefix>", "<fim_suffix>", "<fim_middle>", "<file_sep>", "</code>", "/src/", "#- coding", "<|endoftext|>"];
+  const r = await ollama.chat({ model, messages: [{ role: "user", content: "Hi" }], stream: false, think: "low",
+    options: { num_predict: 3, num_ctx: 32768, num_thread: 2, num_gpu: 0, use_mmap: true, stop } });
+  assert(r.done === true && r.message.role === "assistant", JSON.stringify(r));
+});
 console.log(`ollama client: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

@@ -168,5 +168,43 @@ await check("responses: previous_response_id -> BadRequestError", async () => {
   try { await client.responses.create({ model: modelId, input: "x", previous_response_id: "resp_1" }); throw new Error("no error"); }
   catch (e) { assert(e instanceof OpenAI.BadRequestError, "type " + e.constructor.name); }
 });
+// fields the API defines that have no effect here, and a conversation that
+// sends the SDK's own message object back
+await check("chat: prediction, verbosity, prompt_cache_key, safety_identifier, modalities; the answer's message sent back", async () => {
+  const extra = { prediction: { type: "content", content: "Hello" }, verbosity: "low", prompt_cache_key: "k1", safety_identifier: "s1", modalities: ["text"] };
+  const r = await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "Hello" }], max_tokens: 3, ...extra });
+  const back = { ...r.choices[0].message, refusal: null, annotations: [], audio: null, function_call: null };
+  const r2 = await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "Hello" }, back, { role: "user", content: "Again" }], max_tokens: 3 });
+  assert(r2.object === "chat.completion", r2.object);
+});
+await check("chat: the deprecated functions API (functions, function_call, a function message)", async () => {
+  const functions = [{ name: "search", parameters: { type: "object", properties: { q: { type: "string" } } } }];
+  const messages = [{ role: "user", content: "Find it" }, { role: "assistant", content: null, function_call: { name: "search", arguments: "{\"q\":\"x\"}" } },
+    { role: "function", name: "search", content: "found" }];
+  const r = await client.chat.completions.create({ model: modelId, messages, functions, function_call: "auto", max_tokens: 3 });
+  assert(r.object === "chat.completion" && !r.choices[0].message.tool_calls, JSON.stringify(r.choices[0]));
+});
+await check("chat: web_search_options -> BadRequestError saying why", async () => {
+  try { await client.chat.completions.create({ model: modelId, messages: [{ role: "user", content: "x" }], web_search_options: {} }); throw new Error("no error"); }
+  catch (e) {
+    assert(e instanceof OpenAI.BadRequestError, "type " + e.constructor.name);
+    assert(String(e.message).includes("web search is not supported"), e.message);
+  }
+});
+await check("responses: an input_image without a projector -> BadRequestError naming --mmproj", async () => {
+  const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8DwHwAFBQIAX8jx0gAAAABJRU5ErkJggg==";
+  try {
+    await client.responses.create({ model: modelId, max_output_tokens: 3, input: [{ role: "user", content: [{ type: "input_text", text: "What is it?" }, { type: "input_image", image_url: "data:image/png;base64," + png, detail: "auto" }] }] });
+    throw new Error("no error");
+  } catch (e) {
+    assert(e instanceof OpenAI.BadRequestError, "type " + e.constructor.name);
+    assert(String(e.message).includes("--mmproj"), e.message);
+  }
+});
+await check("responses: logprobs (include message.output_text.logprobs) join to the text", async () => {
+  const r = await client.responses.create({ model: modelId, input: "Hello", max_output_tokens: 8, temperature: 0, top_logprobs: 1, include: ["message.output_text.logprobs"] });
+  const part = r.output[r.output.length - 1].content[0];
+  assert(part.logprobs.length > 0 && part.logprobs.map((e) => e.token).join("") === part.text, JSON.stringify(part).slice(0, 300));
+});
 console.log(`openai sdk: ${passed} passed, ${failed} failed`);
 process.exit(failed ? 1 : 0);

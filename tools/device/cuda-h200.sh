@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# cuda-h200.sh: one device call's worth of CUDA work on the H200 machine,
+# from what tools/device/cuda-h200-pack.sh packed (unpack .gpu/cuda.tar.xz
+# at the repository root first). In order, each step skipped when the
+# budget left cannot hold it (summary.txt says so):
+#   1. the full-shape Q4_K_M file (muser gen --preset full, /tmp, in the
+#      background from the start) and, with --compare, llama.cpp's
+#      llama-bench built with GGML_CUDA for sm_90 (background, ~4 minutes)
+#   2. the gpu tier (tests/gpu/run.sh) unless --no-tier, and the kernel test
+#      once more per value of --kern-env (e.g. MUSER_CUDA_DEC_U=0)
+#   3. `muser bench --backend cuda` on the full shape at --depths, --reps
+#      repetitions, each value of --ab VAR=V1,V2,... in turn inside every
+#      repetition (interleaved; no --ab: the defaults alone)
+#   4. --profile: `muser bench --profile` at the first depth
+#   5. --compare: bench/compare-llamacpp-cuda (muser and llama-bench in a
+#      rotating order, medians) at --depths, --reps
+#   6. --lane LENGTHS: bench/lane-h200.sh (CUDA producer, CPU decoder) in
+#      what is left
+# $OUT gets at most 8 files: summary.txt (every step's verdict and the
+# bench lines), tier.log, bench.txt, profile.txt, compare.json,
+# compare.log, lane.tar.xz.
+# usage: bash tools/device/cuda-h200.sh [--budget 560] [--no-tier]
+#          [--kern-env VAR=V]... [--ab VAR=V1,V2] [--depths 512,2048]
+#          [--reps 2] [--profile] [--compare] [--lane 2048]
+set -u
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+OUT=${OUT:-/tmp/cuda-h200-out}
+BUDGET=560 TIER=1 AB= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --budget) BUDGET=${2:?}; shift 2 ;;
+    --no-tier) TIER=0; shift ;;
+    --kern-env) KENV+=("${2:?}"); shift 2 ;;
+    --ab) AB=${2:?}; shift 2 ;;
+    --depths) DEPTHS=${2:?}; shift 2 ;;
+    --reps) REPS=${2:?}; shift 2 ;;
+    --profile) PROF=1; shift ;;
+    --compare) CMP=1; shift ;;
+    --lane) LANE=${2:?}; shift 2 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    *) echo "cuda-h200: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+S=$OUT/summary.txt
+el() { echo $(($(date +%s) - T0)); }
+left() { echo $((BUDGET - $(el))); }
+note() { echo "cuda-h200: $(el)s: $*" | tee -a "$S" >&2; }
+[ -x .gpu/muser ] && [ -f .gpu/muser-cuda.so ] || { note "no .gpu/muser or .gpu/muser-cuda.so: unpack .gpu/cuda.tar.xz first"; exit 1; }
+export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so
+M=$PWD/.gpu/muser
+F=/tmp/full-q4km.gguf
+{ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader; nproc
+  ldd "$M" | grep "not found"; "$M" --version; } >>"$S" 2>&1
+
+if [ ! -f "$F" ]; then
+  ( "$M" gen --preset full --type q4_k_m --quant fast --threads 8 -o "$F.tmp" >/tmp/cuda-h200-gen.log 2>&1 &&
+    mv "$F.tmp" "$F"; echo "gen rc $? at $(el)s" >>"$S" ) &
+fi
+LB=/tmp/lc/build/bin/llama-bench
+if [ $CMP = 1 ] && [ ! -x $LB ]; then
+  if [ -f .gpu/llama-cuda.tar.xz ]; then
+    ( mkdir -p /tmp/lc && tar -xJf .gpu/llama-cuda.tar.xz -C /tmp/lc &&
+      printf 'add_subdirectory(llama-bench)\n' >/tmp/lc/tools/CMakeLists.txt &&
+      cmake -S /tmp/lc -B /tmp/lc/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON &&
+      cmake --build /tmp/lc/build -j"$(nproc)" --target llama-bench; echo "llama.cpp build rc $? at $(el)s" >>"$S"
+    ) >/tmp/cuda-h200-llama.log 2>&1 &
+  else
+    note "--compare: no .gpu/llama-cuda.tar.xz (pack with --llamacpp SRC)"; CMP=0
+  fi
+fi
+
+if [ $TIER = 1 ]; then
+  cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
+    cp .gpu/test_gpu_kern .gpu/test_gpu_engine build/tests/gpu/
+  timeout "$(( $(left) > 300 ? 300 : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
+  note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/tier.log") $(grep 'gpu kernels:' "$OUT/tier.log")"
+fi
+for kv in "${KENV[@]}"; do
+  env "$kv" timeout 120 .gpu/test_gpu_kern >/tmp/cuda-h200-kern.log 2>&1
+  note "kernel test with $kv: rc $?: $(grep 'gpu kernels:' /tmp/cuda-h200-kern.log)"
+done
+
+while [ ! -f "$F" ] && [ "$(left)" -gt 60 ]; do sleep 2; done
+[ -f "$F" ] || { note "no full-shape file: $(tail -3 /tmp/cuda-h200-gen.log)"; exit 1; }
+var=${AB%%=*} vals=${AB#*=}
+[ -n "$AB" ] || { var=; vals=default; }
+for rep in $(seq 1 "$REPS"); do
+  for v in ${vals//,/ }; do
+    if [ "$(left)" -lt 60 ]; then note "bench: stopped at rep $rep ($var=$v): budget"; break 2; fi
+    ( [ -n "$var" ] && export "$var=$v"
+      timeout 120 "$M" bench -m "$F" --backend cuda --depths "$DEPTHS" --gen 32 2>&1 ) |
+      grep 'tok/s' | sed "s/^/rep $rep ${var:-defaults}=$v /" | tee -a "$OUT/bench.txt" >>"$S"
+  done
+done
+if [ $PROF = 1 ] && [ "$(left)" -gt 60 ]; then
+  timeout 120 "$M" bench -m "$F" --backend cuda --depths "${DEPTHS%%,*}" --gen 16 --profile >"$OUT/profile.txt" 2>&1
+  note "profile rc $?"
+fi
+if [ $CMP = 1 ]; then
+  while [ ! -x $LB ] && [ "$(left)" -gt 120 ] && ! grep -q "llama.cpp build rc" "$S"; do sleep 5; done
+  if [ -x $LB ] && [ "$(left)" -gt 120 ]; then
+    timeout "$(( $(left) - 20 ))" bench/compare-llamacpp-cuda -m "$F" --muser "$M" --llama-bench $LB --depths "$DEPTHS" \
+      --reps "$REPS" --out "$OUT/compare.json" >"$OUT/compare.log" 2>&1
+    note "compare rc $?"; grep -i 'x[0-9]\|ratio' "$OUT/compare.log" | tail -12 >>"$S"
+  else
+    note "compare: skipped (llama-bench $([ -x $LB ] && echo built || echo 'not built'), $(left)s left): $(tail -2 /tmp/cuda-h200-llama.log)"
+  fi
+fi
+if [ -n "$LANE" ] && [ "$(left)" -gt 150 ]; then
+  OUT=/tmp/cuda-h200-lane LIMIT_S=$(( $(left) - 10 )) LENGTHS=$LANE MODEL=$F timeout "$(left)" bash bench/lane-h200.sh \
+    >/tmp/cuda-h200-lane.log 2>&1
+  note "lane rc $?"; tail -5 /tmp/cuda-h200-lane/summary.txt >>"$S" 2>/dev/null
+  tar -cJf "$OUT/lane.tar.xz" -C /tmp cuda-h200-lane cuda-h200-lane.log 2>/dev/null
+elif [ -n "$LANE" ]; then
+  note "lane: skipped: $(left)s left"
+fi
+note "done"
