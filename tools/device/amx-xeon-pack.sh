@@ -36,14 +36,7 @@ mkdir -p "$D/lib"
 for b in muser build/tests/test_kern build/bench/kernbench build/bench/membw; do
   cp "$b" "$D/" && strip "$D/$(basename "$b")"
 done
-# every shared library the binaries link but glibc's own (the GPU machine
-# has no -dev packages and not all of their runtime libraries)
-for l in $(ldd muser build/tests/test_kern | awk '/=>/ {print $3}' | sort -u); do
-  case $(basename "$l") in
-  libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-  *) cp -L "$l" "$D/lib/" ;;
-  esac
-done
+tools/device/libs.sh "$D/lib" muser build/tests/test_kern
 fx=../shared/fixtures
 if [ -f "$fx/t3-q4_k_m.gguf" ]; then
   mkdir -p "$D/fixtures"

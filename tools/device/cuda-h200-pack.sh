@@ -36,12 +36,7 @@ mkdir -p "$G/lib"
 cp muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine "$G/"
 strip "$G/muser" "$G/test_gpu_kern" "$G/test_gpu_engine"
 cp build/h200/muser-cuda.so "$G/"
-for l in $(ldd muser build/tests/gpu/test_gpu_kern | awk '/=>/ {print $3}' | sort -u); do
-  case $(basename "$l") in
-  libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-  *) cp -L "$l" "$G/lib/" ;;
-  esac
-done
+tools/device/libs.sh "$G/lib" muser build/tests/gpu/test_gpu_kern
 if [ -n "$lsrc" ]; then
   [ -f "$lsrc/CMakeLists.txt" ] || { echo "cuda-h200-pack: no llama.cpp source tree: $lsrc" >&2; exit 1; }
   (cd "$lsrc" && tar -cJf "$G/llama-cuda.tar.xz" \

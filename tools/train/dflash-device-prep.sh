@@ -20,12 +20,7 @@ trap 'rm -rf "$S"' EXIT
 mkdir -p "$S/lib" "$D"
 cp muser "$S/muser"
 strip "$S/muser"
-for l in $(ldd muser | awk '/=>/ {print $1}'); do
-    case $l in
-    libc.so*|libm.so*|libpthread.so*|libdl.so*|librt.so*|libresolv.so*|libutil.so*|libanl.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
-    *) cp -L "$(ldd muser | awk -v l="$l" '$1 == l {print $3}')" "$S/lib/" ;;
-    esac
-done
+tools/device/libs.sh "$S/lib" muser
 tar -cJf "$D/dflash-bin.tar.xz" -C "$S" muser lib
 cp $C/corpus-train.jsonl.xz $C/corpus-heldout.jsonl.xz "$D/"
 [ -f $C/manifest.json ] && cp $C/manifest.json "$D/"
