@@ -34,16 +34,16 @@ typedef struct {
 
 static void lane_plan(lane *l, const kv_sha_job *j) {
     size_t fill = (64 - j->head_n % 64) % 64, k = j->body_n < fill ? j->body_n : fill;
-    memcpy(l->pre, j->head, j->head_n);
+    if (j->head_n) memcpy(l->pre, j->head, j->head_n); /* head and body may be NULL when empty */
     if (k) memcpy(l->pre + j->head_n, j->body, k);
     size_t pre = j->head_n + k, rest = j->body_n - k;
     l->n_pre = pre / 64;
-    l->body = j->body + k;
+    l->body = j->body_n ? j->body + k : NULL;
     l->n_body = pre % 64 ? 0 : rest / 64;
     /* the bytes no block took: the pre's partial block (then the body is
      * used up) or the body's last partial block */
-    const uint8_t *left = pre % 64 ? l->pre + l->n_pre * 64 : l->body + l->n_body * 64;
     size_t nl = pre % 64 ? pre % 64 : rest % 64;
+    const uint8_t *left = pre % 64 ? l->pre + l->n_pre * 64 : nl ? l->body + l->n_body * 64 : NULL;
     memset(l->tail, 0, sizeof l->tail);
     if (nl) memcpy(l->tail, left, nl);
     l->tail[nl] = 0x80;
