@@ -560,7 +560,7 @@ static int open_batch(kv_dec_item *it, int m, const uint8_t tenant[32], const kv
     enum { B = 16 };
     chunk_head ch[B];
     uint8_t dg[B][32], hdg[B][32], head[B][236];
-    kv_sha_job sj[2 * B];
+    kv_sha_job sj[2 * B] = {0}; /* zeroed: GCC at -O1 cannot see that every job used is set */
     kv_cid_job cj[B];
     uint8_t cids[B][32];
     int rc = 0;
