@@ -85,6 +85,42 @@ typedef struct {
     size_t row_bytes; /* device bytes */
 } dtensor;
 
+/* griddepcontrol (sm_90): wait until the kernel before has finished and
+ * its writes are visible (at once without a programmatic dependent
+ * launch); let the next kernel start before this one ends */
+__device__ __forceinline__ void pdl_wait(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch(void) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::);
+#endif
+}
+
+/* Programmatic dependent launches on (sm_90+, MUSER_CUDA_PDL=0 turns them
+ * off; gpu_cuda_mm.cu). */
+bool cu_pdl(void);
+
+/* Launches kernel k so that it may start while the kernel before it still
+ * runs (an ordinary launch where cu_pdl() is off): k must call pdl_wait()
+ * before it touches memory, and every kernel that starts this way does. */
+template <typename... P, typename... A>
+static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t st, A... args) {
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = cu_pdl() ? 1 : 0;
+    cudaLaunchKernelEx(&cfg, k, args...);
+}
+
 /* ---- scalar arithmetic of the CPU -------------------------------------- */
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

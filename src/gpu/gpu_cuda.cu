@@ -170,7 +170,8 @@ static int upload(mu_gpu_model *m, const mu_gpu_tensor *t, dtensor *out, uint8_t
     out->ne1 = (int)t->ne1;
     out->row_bytes = (size_t)(t->ne0 / be) * bb;
     const size_t nblk = (size_t)(t->ne0 / be) * (size_t)t->ne1, dev_bytes = out->row_bytes * (size_t)t->ne1;
-    int rc = dev_alloc(m, dev_bytes, &out->d, "weights", err);
+    /* 32 bytes more: the decode ring copies whole 16-byte words around a row's blocks */
+    int rc = dev_alloc(m, dev_bytes + 32, &out->d, "weights", err);
     if (rc) return rc;
     const bool pad = t->type == MU_T_Q8_0 || t->type == MU_T_Q6_K;
     const int sb = pad ? (t->type == MU_T_Q8_0 ? 34 : 210) : bb; /* source block bytes */
@@ -408,11 +409,11 @@ static int p_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k,
 
 /* ---- elementwise kernels ----------------------------------------------- */
 
-/* rms_norm of forward.c: squares summed in double; y = (x * scale) * w. */
-__device__ __forceinline__ float block_rms_scale(const float *x, int n, float eps) {
+/* rms_norm of forward.c: squares summed in double; y = (x * scale) * w.
+ * The block's sum of the squares each thread summed in order (sum):
+ * lanes by shuffles, warps in order, in double. */
+__device__ __forceinline__ float block_rms_finish(double sum, int n, float eps) {
     __shared__ double s_part[32];
-    double sum = 0;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += (double)(x[i] * x[i]);
     for (int o = 16; o; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (threadIdx.x % 32 == 0) s_part[threadIdx.x / 32] = sum;
     __syncthreads();
@@ -422,19 +423,80 @@ __device__ __forceinline__ float block_rms_scale(const float *x, int n, float ep
     const float mean = (float)(tot / n);
     return 1.0f / sqrtf(mean + eps);
 }
+__device__ __forceinline__ float block_rms_scale(const float *x, int n, float eps) {
+    double sum = 0;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) sum += (double)(x[i] * x[i]);
+    return block_rms_finish(sum, n, eps);
+}
+
+/* Rows of at most RK * blockDim elements (decode: 1024 threads) keep
+ * thread i's elements i, i + blockDim, ... in registers: every load of a
+ * row is in flight at once, and the weights' before the kernel waits for
+ * the one before it (they do not depend on it). The sums are the same. */
+#define RK 8
+#define RK_IDX(k) ((int)threadIdx.x + (k) * (int)blockDim.x)
+__device__ __forceinline__ void reg_load(float v[RK], const float *x, int n, float dflt) {
+#pragma unroll
+    for (int k = 0; k < RK; k++) v[k] = RK_IDX(k) < n ? x[RK_IDX(k)] : dflt;
+}
+__device__ __forceinline__ float reg_rms_scale(const float v[RK], int n, float eps) {
+    double sum = 0;
+#pragma unroll
+    for (int k = 0; k < RK; k++)
+        if (RK_IDX(k) < n) sum += (double)(v[k] * v[k]);
+    return block_rms_finish(sum, n, eps);
+}
 
 /* y[t] = rms(x[t]) * w (w may be NULL); one block per row. */
-__global__ void k_rms(const float *x, const float *w, float *y, int n, float eps) {
+__global__ void __launch_bounds__(1024) k_rms(const float *x, const float *w, float *y, int n, float eps) {
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
+    if (n <= RK * (int)blockDim.x) {
+        float wv[RK], xv[RK];
+        reg_load(wv, w, w ? n : 0, 1.0f);
+        pdl_wait();
+        pdl_launch();
+        reg_load(xv, xr, n, 0.0f);
+        const float sc = reg_rms_scale(xv, n, eps);
+#pragma unroll
+        for (int k = 0; k < RK; k++)
+            if (RK_IDX(k) < n) yr[RK_IDX(k)] = w ? (xv[k] * sc) * wv[k] : xv[k] * sc;
+        return;
+    }
+    pdl_wait();
+    pdl_launch();
     const float sc = block_rms_scale(xr, n, eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? (xr[i] * sc) * w[i] : xr[i] * sc;
 }
 
 /* h += rms(o, post_eps) * pw; then, with nw, a = rms(h, eps) * nw. */
-__global__ void k_post_add(float *o, const float *pw, float *h, float *a, const float *nw, int n, float post_eps,
+__global__ void __launch_bounds__(1024) k_post_add(float *o, const float *pw, float *h, float *a, const float *nw, int n, float post_eps,
                            float eps) {
     float *orow = o + (size_t)blockIdx.x * n, *hrow = h + (size_t)blockIdx.x * n;
+    if (n <= RK * (int)blockDim.x) {
+        float pv[RK], nv[RK], ov[RK], hv[RK];
+        reg_load(pv, pw, n, 0.0f);
+        reg_load(nv, nw, nw ? n : 0, 0.0f);
+        pdl_wait();
+        pdl_launch();
+        reg_load(ov, orow, n, 0.0f);
+        reg_load(hv, hrow, n, 0.0f);
+        const float sc = reg_rms_scale(ov, n, post_eps);
+#pragma unroll
+        for (int k = 0; k < RK; k++) {
+            hv[k] += (ov[k] * sc) * pv[k];
+            if (RK_IDX(k) < n) hrow[RK_IDX(k)] = hv[k];
+        }
+        if (!nw) return;
+        const float sc2 = reg_rms_scale(hv, n, eps);
+        float *arow = a + (size_t)blockIdx.x * n;
+#pragma unroll
+        for (int k = 0; k < RK; k++)
+            if (RK_IDX(k) < n) arow[RK_IDX(k)] = (hv[k] * sc2) * nv[k];
+        return;
+    }
+    pdl_wait();
+    pdl_launch();
     const float sc = block_rms_scale(orow, n, post_eps);
     for (int i = threadIdx.x; i < n; i += blockDim.x) hrow[i] += (orow[i] * sc) * pw[i];
     __syncthreads();
@@ -448,6 +510,8 @@ __global__ void k_post_add(float *o, const float *pw, float *h, float *a, const 
  * warp per (token, head); a K head's warp writes its K and V cells. */
 __global__ void k_qk(float *q, float *k, const float *v, const float *qn, const float *kn, const float *rope, int n_head,
                      int n_head_kv, int hd, float eps, bool swa, const int *pos, const int *sess, const cu_kv_layer *kv) {
+    pdl_wait();
+    pdl_launch();
     const int t = blockIdx.x, hh = blockIdx.y, lane = threadIdx.x;
     const int n_kv = n_head_kv * hd;
     const bool isq = hh < n_head;
@@ -490,6 +554,8 @@ __global__ void k_qk(float *q, float *k, const float *v, const float *qn, const 
 
 /* g = silu(g) * u: ggml's expf on whole groups of 16, libm's on the tail. */
 __global__ void k_swiglu(float *g, const float *u, int n, int T) {
+    pdl_wait();
+    pdl_launch();
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n) return;
     const int j = (int)(i % n);
@@ -586,19 +652,21 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     float *h = m->h, *a = m->a; /* the last layer's FFN works on gathered rows */
     /* embeddings, unweighted norm */
     cu_get_rows(st, &m->tok_embd, m->in_d->tok, T, h);
-    k_rms<<<T, NT(T), 0, st>>>(h, NULL, h, E, D->eps);
+    launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, (const float *)NULL, h, E, D->eps);
     int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
     for (int il = 0; il < nl; il++) {
         const dlayer *L = &m->L[il];
-        k_rms<<<T, NT(T), 0, st>>>(h, L->attn_norm, a, E, D->eps);
+        launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, L->attn_norm, a, E, D->eps);
         mark(m, prof, PH_NORMS);
-        const dtensor *w4[4] = {&L->wq, &L->wk, &L->wv, &L->wgate};
-        float *y4[4] = {m->q, m->k, m->v, m->g};
+        /* gate before v: a Q4_K_M file's v is often Q6_K, and only
+         * neighbours of one type share a launch */
+        const dtensor *w4[4] = {&L->wq, &L->wk, &L->wgate, &L->wv};
+        float *y4[4] = {m->q, m->k, m->g, m->v};
         mm(m, a, T, T, t_solo, 4, w4, y4);
         mark(m, prof, PH_QKV);
-        k_qk<<<dim3(T, D->n_head + D->n_head_kv), 32, 0, st>>>(m->q, m->k, m->v, L->q_norm, L->k_norm, m->rope_d,
-                                                               D->n_head, D->n_head_kv, hd, D->eps, m->swa[il],
-                                                               m->in_d->pos, m->in_d->sess, m->kv_d + (size_t)il * UB);
+        launch_pdl(k_qk, dim3(T, D->n_head + D->n_head_kv), dim3(32), 0, st, m->q, m->k, (const float *)m->v, L->q_norm,
+                   L->k_norm, (const float *)m->rope_d, D->n_head, D->n_head_kv, hd, D->eps, m->swa[il],
+                   (const int *)m->in_d->pos, (const int *)m->in_d->sess, (const cu_kv_layer *)(m->kv_d + (size_t)il * UB));
         mark(m, prof, PH_ROPE);
         cu_attn_args aa = {T, D->n_head, D->n_head_kv, hd, D->n_swa, m->swa[il], m->q, m->g, a, m->in_d->pos,
                            m->in_d->batch, m->in_d->sess, m->kv_d + (size_t)il * UB, max_span, m->scores,
@@ -608,7 +676,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         const dtensor *wo = &L->wo;
         mm(m, a, T, T, t_solo, 1, &wo, &m->o);
         mark(m, prof, PH_WO);
-        k_post_add<<<T, NT(T), 0, st>>>(m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps);
+        launch_pdl(k_post_add, dim3(T), dim3(NT(T)), 0, st, m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps);
         if (il == nl - 1) {
             /* llama.cpp runs the last FFN on the output rows only */
             if (n_out == 0) break;
@@ -624,12 +692,12 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         float *y2[2] = {m->f1, m->f2};
         mm(m, a, Tc, Tc, Tc_solo, 2, w2, y2);
         mark(m, prof, PH_FFN_UP);
-        k_swiglu<<<(unsigned)(((size_t)Tc * F + 255) / 256), 256, 0, st>>>(m->f1, m->f2, F, Tc);
+        launch_pdl(k_swiglu, dim3((unsigned)(((size_t)Tc * F + 255) / 256)), dim3(256), 0, st, m->f1, (const float *)m->f2, F, Tc);
         mark(m, prof, PH_NORMS);
         const dtensor *wd = &L->ffn_down;
         mm(m, m->f1, Tc, Tc, Tc_solo, 1, &wd, &m->o);
         mark(m, prof, PH_FFN_DOWN);
-        k_post_add<<<Tc, NT(Tc), 0, st>>>(m->o, L->post_ffw_norm, h, NULL, NULL, E, D->post_eps, D->eps);
+        launch_pdl(k_post_add, dim3(Tc), dim3(NT(Tc)), 0, st, m->o, L->post_ffw_norm, h, (float *)NULL, (const float *)NULL, E, D->post_eps, D->eps);
         mark(m, prof, PH_NORMS);
     }
     if (n_out > 0) {

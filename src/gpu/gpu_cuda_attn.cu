@@ -90,6 +90,8 @@ __global__ void k_scores(cu_attn_args a) {
  * 16 cells' sum as hsum16, the chunks added in double in cell order. One
  * block per row. */
 __global__ void k_softmax(cu_attn_args a) {
+    pdl_wait();
+    pdl_launch();
     const int row = blockIdx.x, t = row / a.n_head;
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
@@ -317,6 +319,8 @@ __global__ void __launch_bounds__(256) k_pv_b(cu_attn_args a) {
 
 /* 256 threads: thread (hh, cg) scores head hh against cells cg, cg + 16. */
 __global__ void __launch_bounds__(256) k_scores_d(cu_attn_args a) {
+    pdl_wait();
+    pdl_launch();
     const int t = blockIdx.y, g = blockIdx.z, G = a.n_head / a.n_head_kv, pos = a.pos[t];
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
@@ -368,6 +372,8 @@ __global__ void __launch_bounds__(256) k_scores_d(cu_attn_args a) {
 /* Grid (16 groups of 4 lanes, 4 groups of 32 values, T x KV heads); 256
  * threads: thread (hp, d) sums lanes 4 bx .. 4 bx + 3 for heads 2hp, 2hp + 1. */
 __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
+    pdl_wait();
+    pdl_launch();
     const int a0 = blockIdx.x * 4, d = blockIdx.y * 32 + (threadIdx.x & 31), hp = threadIdx.x >> 5;
     const int t = blockIdx.z / a.n_head_kv, g = blockIdx.z % a.n_head_kv, G = a.n_head / a.n_head_kv;
     if (2 * hp >= G) return;
@@ -402,6 +408,8 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
 /* One block (128 values) per row: the 64 lanes combined as ggml does,
  * the cells past the last 64 added in double, the gate. */
 __global__ void __launch_bounds__(128) k_pv_comb(cu_attn_args a) {
+    pdl_wait();
+    pdl_launch();
     const int row = blockIdx.x, t = row / a.n_head, h = row % a.n_head, d = threadIdx.x;
     const int g = h / (a.n_head / a.n_head_kv), n_kv = a.n_head_kv * 128;
     const cu_kv_layer kv = a.kv[a.sess[t]];
@@ -455,10 +463,10 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
         k_pv_b<<<dim3(a->T, a->n_head_kv), 256, 0, st>>>(*a);
         break;
     case CU_ATTN_DECODE:
-        k_scores_d<<<dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), 256, 0, st>>>(*a);
-        k_softmax<<<R, 256, 0, st>>>(*a);
-        k_pv_d<<<dim3(16, 4, a->T * a->n_head_kv), 256, 0, st>>>(*a);
-        k_pv_comb<<<R, 128, 0, st>>>(*a);
+        launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(256), 0, st, *a);
+        launch_pdl(k_softmax, dim3(R), dim3(256), 0, st, *a);
+        launch_pdl(k_pv_d, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
+        launch_pdl(k_pv_comb, dim3(R), dim3(128), 0, st, *a);
         break;
     default:
         k_scores<<<dim3((a->max_span + 127) / 128, R), 128, (size_t)a->head_dim * sizeof(float), st>>>(*a);

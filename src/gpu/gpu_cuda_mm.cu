@@ -81,6 +81,8 @@ __device__ __forceinline__ void q8K_block_warp(const float *xb, mu_block_q8_K *y
 
 /* Q8_K: one warp per block of 256 (grid: blocks x tokens). */
 __global__ void k_quant_q8_K(const float *x, int n, mu_block_q8_K *y0, size_t stride) {
+    pdl_wait();
+    pdl_launch(); /* the decode matmul after it may start fetching weights */
     const int t = blockIdx.y, b = blockIdx.x;
     q8K_block_warp(x + (size_t)t * n + (size_t)b * 256, (mu_block_q8_K *)((uint8_t *)y0 + (size_t)t * stride) + b,
                    threadIdx.x);
@@ -133,7 +135,7 @@ void cu_quantize(cudaStream_t st, uint32_t dt, const float *x, int T, int n, voi
     const size_t tot = (size_t)T * n;
     const unsigned g = (unsigned)((tot + 255) / 256);
     switch (dt) {
-    case MU_T_Q8_K: k_quant_q8_K<<<dim3(n / 256, T), 32, 0, st>>>(x, n, (mu_block_q8_K *)y, stride); break;
+    case MU_T_Q8_K: launch_pdl(k_quant_q8_K, dim3(n / 256, T), dim3(32), 0, st, x, n, (mu_block_q8_K *)y, stride); break;
     case MU_T_Q8_0: k_quant_q8_0<<<dim3(n / 32, T), 32, 0, st>>>(x, n, (dq8_0 *)y, stride); break;
     case MU_T_F16: k_to_f16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
     case MU_T_BF16: k_to_bf16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
@@ -452,21 +454,27 @@ template <> struct dec_words<MU_T_Q4_K> { int4 h, q; };          /* d, dmin, sca
 template <> struct dec_words<MU_T_Q5_K> { int q[4], h; };         /* qs words 4g of each 32; qh word g */
 template <> struct dec_words<MU_T_Q6_K> { int l[4], h[2]; };      /* ql words; qh words */
 
-template <int TYPE>
+/* a word of a weight block: read-only global (__ldg) or shared (SH) */
+template <bool SH, typename V> __device__ __forceinline__ V ldw(const void *p) {
+    if constexpr (SH) return *(const V *)p;
+    else return __ldg((const V *)p);
+}
+
+template <int TYPE, bool SH = false>
 __device__ __forceinline__ void dec_load(const typename qt<TYPE>::W *x, int g, dec_words<TYPE> *o) {
     if constexpr (TYPE == MU_T_Q4_K) {
         const int j = g >> 1, hf = g & 1;
-        o->h = __ldg((const int4 *)x);
-        o->q = __ldg((const int4 *)(x->qs + 32 * j + 16 * hf));
+        o->h = ldw<SH, int4>(x);
+        o->q = ldw<SH, int4>(x->qs + 32 * j + 16 * hf);
     } else if constexpr (TYPE == MU_T_Q5_K) {
 #pragma unroll
-        for (int j = 0; j < 4; j++) o->q[j] = __ldg((const int *)(x->qs + 32 * j + 4 * g));
-        o->h = __ldg((const int *)(x->qh + 4 * g));
+        for (int j = 0; j < 4; j++) o->q[j] = ldw<SH, int>(x->qs + 32 * j + 4 * g);
+        o->h = ldw<SH, int>(x->qh + 4 * g);
     } else {
 #pragma unroll
-        for (int i = 0; i < 4; i++) o->l[i] = __ldg((const int *)(x->ql + 32 * i + 4 * g));
-        o->h[0] = __ldg((const int *)(x->qh + 4 * g));
-        o->h[1] = __ldg((const int *)(x->qh + 32 + 4 * g));
+        for (int i = 0; i < 4; i++) o->l[i] = ldw<SH, int>(x->ql + 32 * i + 4 * g);
+        o->h[0] = ldw<SH, int>(x->qh + 4 * g);
+        o->h[1] = ldw<SH, int>(x->qh + 32 + 4 * g);
     }
 }
 
@@ -669,12 +677,116 @@ typedef struct {
     int n;
 } dec_grp;
 
+/* Lane g's part of one super-block for one token (all lanes of the warp
+ * take part: shuffles): its integer sums and the block's chain factors,
+ * left in si (DEC_NI integers) and sf (2 floats) for dec_fold. per64:
+ * Q4_K's batch rounding (a chain step per 64 elements). */
+template <int TYPE>
+__device__ __forceinline__ void dec_sums(const dec_words<TYPE> &wv, const typename qt<TYPE>::W *x,
+                                         const mu_block_q8_K *ab, int g, bool per64, bool have, int *si, float *sf) {
+    if constexpr (TYPE == MU_T_Q4_K) {
+        int v0 = 0, v1 = 0;
+        if (have) dec_q4_K(wv, ab, g, &v0, &v1);
+        v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+        v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+        if (per64) { /* per 64 elements: group j = g / 2 */
+            if (have && !(g & 1)) {
+                si[g] = v0;
+                si[g + 1] = v1;
+            }
+        } else {
+            v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+            v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+            v0 += __shfl_xor_sync(0xffffffffu, v0, 4);
+            v1 += __shfl_xor_sync(0xffffffffu, v1, 4);
+            if (have && g == 0) {
+                si[0] = v0;
+                si[1] = v1;
+            }
+        }
+        if (have && g == 0) {
+            sf[0] = h2f((uint16_t)wv.h.x) * ab->d;
+            sf[1] = h2f((uint16_t)((unsigned)wv.h.x >> 16)) * ab->d;
+        }
+    } else if constexpr (TYPE == MU_T_Q5_K) {
+        if (have) {
+            int mn;
+            si[g] = dec_q5_K(wv, (const mu_block_q5_K *)x, ab, g, &mn);
+            if (g == 0) {
+                si[8] = mn;
+                sf[0] = ab->d * h2f(((const mu_block_q5_K *)x)->d);
+                sf[1] = -ab->d * h2f(((const mu_block_q5_K *)x)->dmin);
+            }
+        }
+    } else {
+        if (have) {
+            si[g] = dec_q6_K(wv, (const dq6_K *)x, ab, g);
+            if (g == 0) sf[0] = ab->d * h2f(((const dq6_K *)x)->d);
+        }
+    }
+}
+
+/* The chain lanes (k = lane + 32 s: token k / NCH, chain k % NCH) fold nc
+ * super-blocks' results ([T][CH] entries of s_i / s_f) into acc, in block
+ * order: the CPU's float chains. */
+template <int TYPE>
+__device__ __forceinline__ void dec_fold(float acc[2], int lane, int T, int n_batch, int nc, int CH, const int *s_i,
+                                         const float *s_f) {
+    constexpr int NCH = qt<TYPE>::NCH;
+#pragma unroll
+    for (int s = 0; s < 2; s++) {
+        const int k = lane + 32 * s;
+        if (k >= T * NCH) break;
+        const int t = k / NCH, c = k % NCH;
+        const int *ri = s_i + t * CH * DEC_NI;
+        const float *rf = s_f + t * CH * 2;
+        float a = acc[s];
+        if constexpr (TYPE == MU_T_Q4_K) {
+            if (t < n_batch) { /* per 64 elements: four steps per block */
+                for (int e = 0; e < nc; e++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) a = fmaf((float)ri[e * DEC_NI + 2 * j + c], rf[2 * e + c], a);
+            } else {
+                for (int e = 0; e < nc; e++) a = fmaf((float)ri[e * DEC_NI + c], rf[2 * e + c], a);
+            }
+        } else if constexpr (TYPE == MU_T_Q5_K) {
+            for (int e = 0; e < nc; e++)
+                a = c == 8 ? fmaf((float)ri[e * DEC_NI + 8], rf[2 * e + 1], a) : fmaf(rf[2 * e], (float)ri[e * DEC_NI + c], a);
+        } else {
+            for (int e = 0; e < nc; e++) a = fmaf(rf[2 * e], (float)ri[e * DEC_NI + c], a);
+        }
+        acc[s] = a;
+    }
+}
+
+/* The row's results from the chains (through s_acc, T * 9 floats of the
+ * warp): lane t writes token t's. */
+template <int TYPE>
+__device__ __forceinline__ void dec_out(const float acc[2], int lane, int T, float *s_acc, bool live, float *y, int rows,
+                                        int row, bool logits, float lscale, float cap) {
+    constexpr int NCH = qt<TYPE>::NCH;
+#pragma unroll
+    for (int s = 0; s < 2; s++)
+        if (lane + 32 * s < T * NCH) s_acc[lane + 32 * s] = acc[s];
+    __syncwarp();
+    if (live && lane < T) {
+        const float *ch = s_acc + lane * NCH;
+        float v;
+        if constexpr (TYPE == MU_T_Q4_K) v = ch[0] - ch[1];
+        else if constexpr (TYPE == MU_T_Q5_K) v = hsum8(ch) + ch[8];
+        else v = hsum8(ch);
+        if (logits) v = logit_post(v, lscale, cap);
+        y[(size_t)lane * rows + row] = v;
+    }
+    __syncwarp();
+}
+
 template <int TYPE, int U> /* U: passes of four super-blocks loaded at once */
 __global__ void __launch_bounds__(DEC_WARPS * 32)
 k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch, bool logits, float lscale,
           float cap) {
     typedef typename qt<TYPE>::W W;
-    constexpr int NCH = qt<TYPE>::NCH, CH = 4 * U;
+    constexpr int CH = 4 * U;
     /* dynamic shared memory: the activation rows [T][nb] (staged once for
      * the block's rows), then per warp [T][CH][DEC_NI] integers, [T][CH][2]
      * factors and [T * 9] chain results */
@@ -696,10 +808,9 @@ k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n
     int gi = 0;
     while (gi < G.n - 1 && (int)blockIdx.x >= G.end[gi]) gi++;
     const int rows = G.rows[gi], row = ((int)blockIdx.x - (gi ? G.end[gi - 1] : 0)) * DEC_WARPS + warp;
-    float *y = G.y[gi];
     const bool live = row < rows; /* no early return: the block shares the staged rows */
     const W *xr = (const W *)(G.w[gi] + (size_t)(live ? row : 0) * G.w_rb[gi]);
-    float acc[2] = {0, 0}; /* chain k = lane + 32 s: token k / NCH, chain k % NCH */
+    float acc[2] = {0, 0};
     for (int c0 = 0; c0 < nb; c0 += CH) {
         dec_words<TYPE> wv[U];
 #pragma unroll
@@ -715,96 +826,307 @@ k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n
         for (int p = 0; p < U; p++) {
             const int e = 4 * p + q, b = c0 + e;
             const bool have = live && b < nb;
-            const W *x = xr + (have ? b : 0);
 #pragma unroll
             for (int t = 0; t < DEC_MAX_T; t++) {
                 if (t >= T) break;
-                const mu_block_q8_K *ab = s_act + t * nb + (have ? b : 0);
-                int *si = s_i + (t * CH + e) * DEC_NI;
-                float *sf = s_f + (t * CH + e) * 2;
-                if constexpr (TYPE == MU_T_Q4_K) {
-                    int v0 = 0, v1 = 0;
-                    if (have) dec_q4_K(wv[p], ab, g, &v0, &v1);
-                    v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
-                    v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
-                    if (t < n_batch) { /* per 64 elements: group j = g / 2 */
-                        if (have && !(g & 1)) {
-                            si[g] = v0;
-                            si[g + 1] = v1;
-                        }
-                    } else {
-                        v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
-                        v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
-                        v0 += __shfl_xor_sync(0xffffffffu, v0, 4);
-                        v1 += __shfl_xor_sync(0xffffffffu, v1, 4);
-                        if (have && g == 0) {
-                            si[0] = v0;
-                            si[1] = v1;
-                        }
-                    }
-                    if (have && g == 0) {
-                        sf[0] = h2f((uint16_t)wv[p].h.x) * ab->d;
-                        sf[1] = h2f((uint16_t)((unsigned)wv[p].h.x >> 16)) * ab->d;
-                    }
-                } else if constexpr (TYPE == MU_T_Q5_K) {
-                    if (have) {
-                        int mn;
-                        si[g] = dec_q5_K(wv[p], (const mu_block_q5_K *)x, ab, g, &mn);
-                        if (g == 0) {
-                            si[8] = mn;
-                            sf[0] = ab->d * h2f(((const mu_block_q5_K *)x)->d);
-                            sf[1] = -ab->d * h2f(((const mu_block_q5_K *)x)->dmin);
-                        }
-                    }
-                } else {
-                    if (have) {
-                        si[g] = dec_q6_K(wv[p], (const dq6_K *)x, ab, g);
-                        if (g == 0) sf[0] = ab->d * h2f(((const dq6_K *)x)->d);
-                    }
-                }
+                dec_sums<TYPE>(wv[p], xr + (have ? b : 0), s_act + t * nb + (have ? b : 0), g, t < n_batch, have,
+                               s_i + (t * CH + e) * DEC_NI, s_f + (t * CH + e) * 2);
             }
         }
         __syncwarp();
-        const int nc = nb - c0 < CH ? nb - c0 : CH;
-#pragma unroll
-        for (int s = 0; s < 2; s++) {
-            const int k = lane + 32 * s;
-            if (k >= T * NCH) break;
-            const int t = k / NCH, c = k % NCH;
-            const int *ri = s_i + t * CH * DEC_NI;
-            const float *rf = s_f + t * CH * 2;
-            float a = acc[s];
-            if constexpr (TYPE == MU_T_Q4_K) {
-                if (t < n_batch) { /* per 64 elements: four steps per block */
-                    for (int e = 0; e < nc; e++)
-#pragma unroll
-                        for (int j = 0; j < 4; j++) a = fmaf((float)ri[e * DEC_NI + 2 * j + c], rf[2 * e + c], a);
-                } else {
-                    for (int e = 0; e < nc; e++) a = fmaf((float)ri[e * DEC_NI + c], rf[2 * e + c], a);
-                }
-            } else if constexpr (TYPE == MU_T_Q5_K) {
-                for (int e = 0; e < nc; e++)
-                    a = c == 8 ? fmaf((float)ri[e * DEC_NI + 8], rf[2 * e + 1], a)
-                               : fmaf(rf[2 * e], (float)ri[e * DEC_NI + c], a);
-            } else {
-                for (int e = 0; e < nc; e++) a = fmaf(rf[2 * e], (float)ri[e * DEC_NI + c], a);
-            }
-            acc[s] = a;
-        }
+        dec_fold<TYPE>(acc, lane, T, n_batch, nb - c0 < CH ? nb - c0 : CH, CH, s_i, s_f);
         __syncwarp();
     }
+    dec_out<TYPE>(acc, lane, T, s_acc, live, G.y[gi], rows, row, logits, lscale, cap);
+}
+
+/* ---- Q4_K matmul for few tokens (decode), weights through a ring --------
+ * The same integer sums and float chains as k_mm_dec2, with far fewer
+ * instructions a byte: a warp takes eight rows at once, lane (r, j) =
+ * (lane / 4, lane % 4) computes group j (64 elements) of row r's block,
+ * the four lanes of a row add their integers by shuffles and each then
+ * takes the row's chain step itself (registers: no shared scratch, no
+ * idle lanes). The rows' bytes stream through a ring of S chunks of
+ * two super-blocks of the eight rows in shared memory (cp.async, whole
+ * 16-byte words: a Q4_K row is 144 bytes a block), S - 1 chunks in
+ * flight. The first chunks are requested before the kernel waits for the
+ * one before it (programmatic dependent launch: weights do not depend on
+ * it); the activation rows are staged once per thread block after that
+ * wait, split so that each group's 64 bytes are one aligned read. */
+
+#define Q4D_SLOT (8 * 2 * 144)    /* a chunk: 8 rows x 2 super-blocks */
+#define Q4D_PIECES (Q4D_SLOT / 16) /* 16-byte copies a chunk: 144, 18 a row */
+
+/* Ring depth and warps a thread block: long rows (few of them: FFN down)
+ * keep seven chunks in flight a warp in blocks of four warps, the others
+ * three in blocks of eight. */
+static int q4d_deep(int nb) { return nb > 32; }
+static size_t q4d_smem(int T, int nb) {
+    const int deep = q4d_deep(nb);
+    return (size_t)(deep ? 4 : 8) * (deep ? 8 : 4) * Q4D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+}
+
+/* Q4_K, four lanes a super-block: lane j's 64 elements of group j (the low
+ * nibbles of qs[32j .. 32j + 31] are sub-block 2j, the high ones 2j + 1)
+ * against the activation's bytes aq (16-byte aligned) and bsums bs of
+ * that block: the scale-weighted sum and the min part, exact; the block's
+ * d and dmin (halves) in *dd. */
+__device__ __forceinline__ void q4_group(const uint8_t *xb, const int8_t *aq, const int16_t *bs, int j, int *isum,
+                                         int *imin, unsigned *dd) {
+    const int4 h = *(const int4 *)xb; /* d, dmin | scales 0-3 | 4-7 | 8-11 */
+    const int4 q0 = *(const int4 *)(xb + 16 + 32 * j), q1 = *(const int4 *)(xb + 32 + 32 * j);
+    const int4 a0 = *(const int4 *)(aq + 64 * j), a1 = *(const int4 *)(aq + 64 * j + 16);
+    const int4 a2 = *(const int4 *)(aq + 64 * j + 32), a3 = *(const int4 *)(aq + 64 * j + 48);
+    const int M = 0x0F0F0F0F;
+    int s0 = __dp4a(q0.x & M, a0.x, 0), s1 = __dp4a((q0.x >> 4) & M, a2.x, 0);
+    s0 = __dp4a(q0.y & M, a0.y, s0);
+    s1 = __dp4a((q0.y >> 4) & M, a2.y, s1);
+    s0 = __dp4a(q0.z & M, a0.z, s0);
+    s1 = __dp4a((q0.z >> 4) & M, a2.z, s1);
+    s0 = __dp4a(q0.w & M, a0.w, s0);
+    s1 = __dp4a((q0.w >> 4) & M, a2.w, s1);
+    s0 = __dp4a(q1.x & M, a1.x, s0);
+    s1 = __dp4a((q1.x >> 4) & M, a3.x, s1);
+    s0 = __dp4a(q1.y & M, a1.y, s0);
+    s1 = __dp4a((q1.y >> 4) & M, a3.y, s1);
+    s0 = __dp4a(q1.z & M, a1.z, s0);
+    s1 = __dp4a((q1.z >> 4) & M, a3.z, s1);
+    s0 = __dp4a(q1.w & M, a1.w, s0);
+    s1 = __dp4a((q1.w >> 4) & M, a3.w, s1);
+    /* the 6-bit scales and mins of sub-blocks 2j, 2j + 1 as byte pairs
+     * (scale_min_k4) */
+    const int sh = 16 * (j & 1);
+    int sc, mn;
+    if (j < 2) {
+        sc = (h.y >> sh) & 0x3F3F;
+        mn = (h.z >> sh) & 0x3F3F;
+    } else {
+        const int c = h.w >> sh;
+        sc = (c & 0x0F0F) | (((h.y >> sh) & 0xC0C0) >> 2);
+        mn = ((c >> 4) & 0x0F0F) | (((h.z >> sh) & 0xC0C0) >> 2);
+    }
+    const int2 b = *(const int2 *)(bs + 4 * j);
+    const int b01 = (int)(int16_t)b.x + (b.x >> 16), b23 = (int)(int16_t)b.y + (b.y >> 16);
+    *isum = (sc & 0xFF) * s0 + (sc >> 8) * s1;
+    *imin = (mn & 0xFF) * b01 + (mn >> 8) * b23;
+    *dd = (unsigned)h.x;
+}
+
+template <bool LOGITS, int S> /* S: chunks in a warp's ring */
+__global__ void __launch_bounds__(256)
+k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch, float lscale, float cap) {
+    /* dynamic shared memory: the warps' rings [warps][S][8 rows][2
+     * blocks][144], then the activation rows split: [T][nb][256] bytes,
+     * [T][nb][16] bsums, [T][nb] d */
+    extern __shared__ int4 s_dyn4[];
+    uint8_t *base = (uint8_t *)s_dyn4;
+    const int nw = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 2, j = lane & 3;
+    uint8_t *ring = base + warp * S * Q4D_SLOT;
+    int *s_a = (int *)(base + nw * S * Q4D_SLOT);
+    const int8_t *s_aq = (const int8_t *)s_a;
+    const int16_t *s_abs = (const int16_t *)(s_a + T * nb * 64);
+    const float *s_ad = (const float *)(s_a + T * nb * 72);
+    const int R = G.end[G.n - 1];
+    /* this lane's row (rows past the end: the last one, results unused) */
+    const int u = (blockIdx.x * nw + warp) * 8 + r, uu = u < R ? u : R - 1;
+    int gi = 0;
+    while (gi < G.n - 1 && uu >= G.end[gi]) gi++;
+    const int row = uu - (gi ? G.end[gi - 1] : 0);
+    const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
+    /* the copies of chunk 0 this lane makes: piece p = lane + 32 k of the
+     * chunk is row p / 18's 16-byte word p % 18 */
+    const uint8_t *src[5];
+    int dst[5];
 #pragma unroll
-    for (int s = 0; s < 2; s++)
-        if (lane + 32 * s < T * NCH) s_acc[lane + 32 * s] = acc[s];
-    __syncwarp();
-    if (live && lane < T) {
-        const float *ch = s_acc + lane * NCH;
-        float v;
-        if constexpr (TYPE == MU_T_Q4_K) v = ch[0] - ch[1];
-        else if constexpr (TYPE == MU_T_Q5_K) v = hsum8(ch) + ch[8];
-        else v = hsum8(ch);
-        if (logits) v = logit_post(v, lscale, cap);
-        y[(size_t)lane * rows + row] = v;
+    for (int k = 0; k < 5; k++) {
+        const int p = lane + 32 * k, pr = p / 18 < 8 ? p / 18 : 7, w = p % 18;
+        const uint8_t *rb = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 4 * pr);
+        src[k] = rb + 16 * w;
+        dst[k] = p < Q4D_PIECES ? pr * 288 + 16 * w : -1;
+    }
+    const int nch = (nb + 1) / 2;
+    auto issue = [&](int i) {
+        if (i < nch) {
+            uint8_t *d = ring + (i % S) * Q4D_SLOT;
+            const bool odd = 2 * i + 1 == nb; /* one block left: its second word group is past the row */
+#pragma unroll
+            for (int k = 0; k < 5; k++) {
+                const int w = (lane + 32 * k) % 18;
+                if (dst[k] >= 0 && !(odd && w >= 9)) cp16(d + dst[k], src[k] + (size_t)i * 288);
+            }
+        }
+        cp_commit(); /* empty groups past the end keep the count */
+    };
+    for (int i = 0; i < S - 1; i++) issue(i);
+    pdl_wait();
+    pdl_launch();
+    {
+        constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4); /* 73 words: d, 64 of qs, 8 of bsums */
+        for (int i = threadIdx.x; i < T * nb * PER; i += blockDim.x) {
+            const int tb = i / PER, k = i % PER; /* token tb / nb, block tb % nb */
+            const int v = __ldg((const int *)(act + (size_t)(tb / nb) * act_stride) + (size_t)(tb % nb) * PER + k);
+            if (k == 0) s_a[T * nb * 72 + tb] = v;
+            else if (k <= 64) s_a[tb * 64 + k - 1] = v;
+            else s_a[T * nb * 64 + tb * 8 + k - 65] = v;
+        }
+    }
+    __syncthreads();
+    float c0[DEC_MAX_T], c1[DEC_MAX_T]; /* the row's sum and min chains */
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) c0[t] = c1[t] = 0;
+    for (int i = 0; i < nch; i++) {
+        issue(i + S - 1);
+        cp_wait<S - 1>(); /* chunk i's group is complete */
+        __syncwarp();
+        const uint8_t *cs = ring + (i % S) * Q4D_SLOT + r * 288;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int b = 2 * i + e;
+            if (b >= nb) break;
+#pragma unroll
+            for (int t = 0; t < DEC_MAX_T; t++) {
+                if (t >= T) break;
+                const int tb = t * nb + b;
+                int v0, v1;
+                unsigned dd;
+                q4_group(cs + 144 * e, s_aq + (size_t)tb * 256, s_abs + tb * 16, j, &v0, &v1, &dd);
+                const float ad = s_ad[tb];
+                const float fd = h2f((uint16_t)dd) * ad, fm = h2f((uint16_t)(dd >> 16)) * ad;
+                if (t < n_batch) { /* per 64 elements: the chain steps of groups 0..3 */
+#pragma unroll
+                    for (int jj = 0; jj < 4; jj++) {
+                        c0[t] = fmaf((float)__shfl_sync(0xffffffffu, v0, (lane & ~3) + jj), fd, c0[t]);
+                        c1[t] = fmaf((float)__shfl_sync(0xffffffffu, v1, (lane & ~3) + jj), fm, c1[t]);
+                    }
+                } else {
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+                    v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+                    v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+                    c0[t] = fmaf((float)v0, fd, c0[t]);
+                    c1[t] = fmaf((float)v1, fm, c1[t]);
+                }
+            }
+        }
+        __syncwarp(); /* the ring slot is free again */
+    }
+    cp_wait<0>();
+    if (u < R && j < T) {
+        /* lane j of the row writes token j's result: its chains are the
+         * row's (every lane of a row holds the same) */
+        float v = 0;
+#pragma unroll
+        for (int t = 0; t < DEC_MAX_T; t++)
+            if (t == j) v = c0[t] - c1[t];
+        if (LOGITS) v = logit_post(v, lscale, cap);
+        G.y[gi][(size_t)j * G.rows[gi] + row] = v;
+    }
+}
+
+/* ---- Q6_K matmul for few tokens (decode), weights through a ring --------
+ * As k_mm_q4K_dec, for Q6_K's eight lane sums: a warp takes four rows, lane
+ * (r, m) = (lane / 8, lane % 8) computes the CPU's lane sum m of row r's
+ * block (dec_q6_K) and folds it into its own chain m, so no lane waits
+ * for another until the row's end (hsum8 of the eight chains). A Q6_K
+ * block is 212 bytes: a row's two blocks of a chunk are copied as the
+ * 16-byte words around them (at most 28) and read at their offset. */
+
+#define Q6D_WARPS 8
+#define Q6D_S 4                       /* chunks in a warp's ring */
+#define Q6D_ROW 448                   /* ring bytes a row of a chunk: 2 blocks, 16-byte words */
+#define Q6D_SLOT (4 * Q6D_ROW)
+
+static size_t q6d_smem(int T, int nb) {
+    return (size_t)Q6D_WARPS * Q6D_S * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+}
+
+template <bool LOGITS>
+__global__ void __launch_bounds__(Q6D_WARPS * 32)
+k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
+    /* dynamic shared memory: the warps' rings [Q6D_WARPS][Q6D_S][4 rows][448],
+     * then the activation rows [T][nb] */
+    extern __shared__ int4 s_dyn4[];
+    uint8_t *base = (uint8_t *)s_dyn4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 3, m = lane & 7;
+    uint8_t *ring = base + warp * Q6D_S * Q6D_SLOT;
+    int *s_a = (int *)(base + Q6D_WARPS * Q6D_S * Q6D_SLOT);
+    const mu_block_q8_K *s_act = (const mu_block_q8_K *)s_a;
+    const int R = G.end[G.n - 1];
+    const int u = (blockIdx.x * Q6D_WARPS + warp) * 4 + r, uu = u < R ? u : R - 1;
+    int gi = 0;
+    while (gi < G.n - 1 && uu >= G.end[gi]) gi++;
+    const int row = uu - (gi ? G.end[gi - 1] : 0);
+    const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
+    /* the rows of the pieces this lane copies: p = lane + 32 k is row
+     * p / 28's word p % 28 */
+    const uint8_t *rb[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int pr = (lane + 32 * k) / 28 < 4 ? (lane + 32 * k) / 28 : 3;
+        rb[k] = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 8 * pr);
+    }
+    const int nch = (nb + 1) / 2;
+    auto issue = [&](int i) {
+        if (i < nch) {
+            uint8_t *d = ring + (i % Q6D_S) * Q6D_SLOT;
+            const int len = (2 * i + 1 < nb ? 2 : 1) * 212;
+#pragma unroll
+            for (int k = 0; k < 4; k++) {
+                const int p = lane + 32 * k, w = p % 28;
+                if (p >= 112) break;
+                const uint8_t *s = rb[k] + (size_t)i * 424;
+                const uint8_t *a0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+                if (a0 + 16 * w < s + len) cp16(d + (p / 28) * Q6D_ROW + 16 * w, a0 + 16 * w);
+            }
+        }
+        cp_commit(); /* empty groups past the end keep the count */
+    };
+    for (int i = 0; i < Q6D_S - 1; i++) issue(i);
+    pdl_wait();
+    pdl_launch();
+    {
+        const int per = nb * (int)(sizeof(mu_block_q8_K) / 4);
+        for (int i = threadIdx.x; i < T * per; i += Q6D_WARPS * 32)
+            s_a[i] = __ldg((const int *)(act + (size_t)(i / per) * act_stride) + i % per);
+    }
+    __syncthreads();
+    float c[DEC_MAX_T]; /* chain m of the row, per token */
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) c[t] = 0;
+    for (int i = 0; i < nch; i++) {
+        issue(i + Q6D_S - 1);
+        cp_wait<Q6D_S - 1>(); /* chunk i's group is complete */
+        __syncwarp();
+        const uint8_t *cs = ring + (i % Q6D_S) * Q6D_SLOT + r * Q6D_ROW + (((uintptr_t)my + (size_t)i * 424) & 15);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int b = 2 * i + e;
+            if (b >= nb) break;
+            const dq6_K *x = (const dq6_K *)(cs + 212 * e);
+            dec_words<MU_T_Q6_K> wv;
+            dec_load<MU_T_Q6_K, true>(x, m, &wv);
+            const float dx = h2f(x->d);
+#pragma unroll
+            for (int t = 0; t < DEC_MAX_T; t++) {
+                if (t >= T) break;
+                const mu_block_q8_K *ab = s_act + t * nb + b;
+                c[t] = fmaf(ab->d * dx, (float)dec_q6_K(wv, x, ab, m), c[t]);
+            }
+        }
+        __syncwarp(); /* the ring slot is free again */
+    }
+    cp_wait<0>();
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) {
+        if (t >= T) break;
+        float ch[8];
+#pragma unroll
+        for (int k = 0; k < 8; k++) ch[k] = __shfl_sync(0xffffffffu, c[t], (lane & ~7) + k);
+        if (u < R && m == t) {
+            float v = hsum8(ch);
+            if (LOGITS) v = logit_post(v, lscale, cap);
+            G.y[gi][(size_t)t * G.rows[gi] + row] = v;
+        }
     }
 }
 
@@ -1353,13 +1675,92 @@ static void dec2_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
 #undef DEC2
 }
 
+/* Q4_K and Q6_K decode matmuls through the weight ring (k_mm_q4K_dec,
+ * k_mm_q6K_dec) by default; MUSER_CUDA_DEC_RING=0 runs k_mm_dec2 for them
+ * too, =q4 the ring for Q4_K alone, to compare */
+static bool dec_ring(uint32_t t) {
+    static int mode = -1; /* 0 off, 1 on, 2 Q4_K */
+    if (mode < 0) {
+        const char *v = getenv("MUSER_CUDA_DEC_RING");
+        mode = v && !strcmp(v, "0") ? 0 : v && !strcmp(v, "q4") ? 2 : 1;
+    }
+    return t == MU_T_Q4_K ? mode != 0 : t == MU_T_Q6_K && mode == 1;
+}
+
+bool cu_pdl(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        int dev = 0, major = 0;
+        cudaGetDevice(&dev);
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+        const char *v = getenv("MUSER_CUDA_PDL");
+        ok = major >= 9 && !(v && *v == '0');
+    }
+    return ok;
+}
+
+/* the ring kernels take w for T tokens */
+static bool dec3_ok(const dtensor *w, int T) {
+    if (T > DEC_MAX_T || !dec_ring(w->type)) return false;
+    const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, w->ne0 / 256) : q6d_smem(T, w->ne0 / 256);
+    return sm <= (size_t)dec2_smem_max();
+}
+
+/* n (<= DEC_GRP) Q4_K or Q6_K matrices of one width in one launch of a
+ * ring kernel: eight (Q4_K) or four rows a warp */
+static void dec3_launch(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
+                        int n_batch, float *const *ys, bool logits, float lscale, float cap) {
+    dec_grp G = {};
+    int end = 0;
+    for (int i = 0; i < n; i++) {
+        G.w[i] = (const uint8_t *)ws[i]->d;
+        G.w_rb[i] = ws[i]->row_bytes;
+        G.y[i] = ys[i];
+        G.rows[i] = ws[i]->ne1;
+        end += ws[i]->ne1;
+        G.end[i] = end; /* rows, here */
+    }
+    G.n = n;
+    const int nb = ws[0]->ne0 / 256;
+    const uint8_t *a = (const uint8_t *)act;
+    static bool big;
+    if (!big) {
+        cudaFuncSetAttribute(k_mm_q4K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
+        cudaFuncSetAttribute(k_mm_q4K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
+        cudaFuncSetAttribute(k_mm_q4K_dec<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
+        cudaFuncSetAttribute(k_mm_q4K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
+        cudaFuncSetAttribute(k_mm_q6K_dec<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
+        cudaFuncSetAttribute(k_mm_q6K_dec<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
+        big = true;
+    }
+    if (ws[0]->type == MU_T_Q4_K) {
+        const size_t sm = q4d_smem(T, nb);
+        const int nw = q4d_deep(nb) ? 4 : 8;
+        const dim3 grid((unsigned)((end + 8 * nw - 1) / (8 * nw))), block(nw * 32);
+        if (q4d_deep(nb)) {
+            if (logits) launch_pdl(k_mm_q4K_dec<true, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+            else launch_pdl(k_mm_q4K_dec<false, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        } else {
+            if (logits) launch_pdl(k_mm_q4K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+            else launch_pdl(k_mm_q4K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        }
+    } else {
+        const size_t sm = q6d_smem(T, nb);
+        const dim3 grid((unsigned)((end + 4 * Q6D_WARPS - 1) / (4 * Q6D_WARPS))), block(Q6D_WARPS * 32);
+        if (logits) launch_pdl(k_mm_q6K_dec<true>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        else launch_pdl(k_mm_q6K_dec<false>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+    }
+}
+
 void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
                  int n_batch, float *const *ys) {
     for (int i = 0; i < n;) {
         int j = i + 1;
-        if (dec2_ok(ws[i], T) && dec_group_ok())
+        const bool d3 = dec3_ok(ws[i], T);
+        if ((d3 || dec2_ok(ws[i], T)) && dec_group_ok())
             while (j < n && j - i < DEC_GRP && ws[j]->type == ws[i]->type && ws[j]->ne0 == ws[i]->ne0) j++;
-        if (j - i > 1) dec2_launch(st, ws + i, j - i, act, act_stride, T, n_batch, ys + i, false, 0, 0);
+        if (j - i > 1 && d3) dec3_launch(st, ws + i, j - i, act, act_stride, T, n_batch, ys + i, false, 0, 0);
+        else if (j - i > 1) dec2_launch(st, ws + i, j - i, act, act_stride, T, n_batch, ys + i, false, 0, 0);
         else cu_matmul(st, ws[i], act, act_stride, T, n_batch, ys[i], false, 0, 0);
         i = j;
     }
@@ -1372,10 +1773,11 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     const dim3 gq((rows + MM_WARPS - 1) / MM_WARPS, (T + MM_TILE - 1) / MM_TILE);
     const dim3 gf((rows + MM_WARPS - 1) / MM_WARPS, T);
-    if (dec2_ok(w, T)) {
+    if (dec3_ok(w, T) || dec2_ok(w, T)) {
         const dtensor *ws[1] = {w};
         float *ys[1] = {y};
-        dec2_launch(st, ws, 1, act, act_stride, T, n_batch, ys, logits, lscale, cap);
+        if (dec3_ok(w, T)) dec3_launch(st, ws, 1, act, act_stride, T, n_batch, ys, logits, lscale, cap);
+        else dec2_launch(st, ws, 1, act, act_stride, T, n_batch, ys, logits, lscale, cap);
         return;
     }
     if (T <= DEC_MAX_T && (w->type == MU_T_Q4_K || w->type == MU_T_Q5_K || w->type == MU_T_Q6_K)) {

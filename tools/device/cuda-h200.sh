@@ -10,32 +10,40 @@
 #      once more per value of --kern-env (e.g. MUSER_CUDA_DEC_U=0)
 #   3. `muser bench --backend cuda` on the full shape at --depths, --reps
 #      repetitions, each value of --ab VAR=V1,V2,... in turn inside every
-#      repetition (interleaved; no --ab: the defaults alone)
-#   4. --profile: `muser bench --profile` at the first depth
+#      repetition (interleaved; no --ab: the defaults alone), or each
+#      environment of --variants 'A=0 B=0;A=0;defaults' (';' between
+#      variants; `defaults` sets nothing); --no-bench skips this step
+#   4. --profile: `muser bench --profile` at the first depth; --ncu REGEX:
+#      Nsight Compute on the first launches of the kernels REGEX names
+#      (speed of light, memory, warp stalls; real clocks) in ncu.txt
 #   5. --compare: bench/compare-llamacpp-cuda (muser and llama-bench in a
 #      rotating order, medians) at --depths, --reps
 #   6. --lane LENGTHS: bench/lane-h200.sh (CUDA producer, CPU decoder) in
 #      what is left
 # $OUT gets at most 8 files: summary.txt (every step's verdict and the
-# bench lines), tier.log, bench.txt, profile.txt, compare.json,
+# bench lines), tier.log, bench.txt, profile.txt, ncu.txt, compare.json,
 # compare.log, lane.tar.xz.
 # usage: bash tools/device/cuda-h200.sh [--budget 560] [--no-tier]
-#          [--kern-env VAR=V]... [--ab VAR=V1,V2] [--depths 512,2048]
-#          [--reps 2] [--profile] [--compare] [--lane 2048]
+#          [--no-bench] [--kern-env VAR=V]... [--ab VAR=V1,V2 | --variants 'A=0;B=1;defaults']
+#          [--depths 512,2048]
+#          [--reps 2] [--profile] [--ncu REGEX] [--compare] [--lane 2048]
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUT=${OUT:-/tmp/cuda-h200-out}
-BUDGET=560 TIER=1 AB= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=()
+BUDGET=560 TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=${2:?}; shift 2 ;;
     --no-tier) TIER=0; shift ;;
+    --no-bench) BENCH=0; shift ;;
     --kern-env) KENV+=("${2:?}"); shift 2 ;;
     --ab) AB=${2:?}; shift 2 ;;
+    --variants) VARS=${2?}; shift 2 ;;
     --depths) DEPTHS=${2:?}; shift 2 ;;
     --reps) REPS=${2:?}; shift 2 ;;
     --profile) PROF=1; shift ;;
+    --ncu) NCU=${2:?}; shift 2 ;;
     --compare) CMP=1; shift ;;
     --lane) LANE=${2:?}; shift 2 ;;
     -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
@@ -53,7 +61,7 @@ export MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so
 M=$PWD/.gpu/muser
 F=/tmp/full-q4km.gguf
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader; nproc
-  ldd "$M" | grep "not found"; "$M" --version; } >>"$S" 2>&1
+  ldd "$M" | grep "not found"; "$M" --version; command -v ncu nsys; } >>"$S" 2>&1
 
 if [ ! -f "$F" ]; then
   ( "$M" gen --preset full --type q4_k_m --quant fast --threads 8 -o "$F.tmp" >/tmp/cuda-h200-gen.log 2>&1 &&
@@ -65,7 +73,8 @@ if [ $CMP = 1 ] && [ ! -x $LB ]; then
     ( mkdir -p /tmp/lc && tar -xJf .gpu/llama-cuda.tar.xz -C /tmp/lc &&
       printf 'add_subdirectory(llama-bench)\n' >/tmp/lc/tools/CMakeLists.txt &&
       cmake -S /tmp/lc -B /tmp/lc/build -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
-        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DGGML_NATIVE=ON &&
+        -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF \
+        -DGGML_NATIVE=ON &&
       cmake --build /tmp/lc/build -j"$(nproc)" --target llama-bench; echo "llama.cpp build rc $? at $(el)s" >>"$S"
     ) >/tmp/cuda-h200-llama.log 2>&1 &
   else
@@ -86,19 +95,28 @@ done
 
 while [ ! -f "$F" ] && [ "$(left)" -gt 60 ]; do sleep 2; done
 [ -f "$F" ] || { note "no full-shape file: $(tail -3 /tmp/cuda-h200-gen.log)"; exit 1; }
-var=${AB%%=*} vals=${AB#*=}
-[ -n "$AB" ] || { var=; vals=default; }
-for rep in $(seq 1 "$REPS"); do
-  for v in ${vals//,/ }; do
-    if [ "$(left)" -lt 60 ]; then note "bench: stopped at rep $rep ($var=$v): budget"; break 2; fi
-    ( [ -n "$var" ] && export "$var=$v"
-      timeout 120 "$M" bench -m "$F" --backend cuda --depths "$DEPTHS" --gen 32 2>&1 ) |
-      grep 'tok/s' | sed "s/^/rep $rep ${var:-defaults}=$v /" | tee -a "$OUT/bench.txt" >>"$S"
-  done
+# the environments to compare, one per line
+if [ -n "$VARS" ]; then envs=$(printf '%s\n' "$VARS" | tr ';' '\n' | sed 's/^defaults$/ /')
+elif [ -n "$AB" ]; then envs=$(for v in $(echo "${AB#*=}" | tr ',' ' '); do echo "${AB%%=*}=$v"; done)
+else envs=; fi
+[ -n "$envs" ] || envs=" "
+for rep in $(seq 1 "$((BENCH ? REPS : 0))"); do
+  while IFS= read -r e; do
+    if [ "$(left)" -lt 60 ]; then note "bench: stopped at rep $rep ($e): budget"; break 2; fi
+    # shellcheck disable=SC2086
+    env $e timeout 120 "$M" bench -m "$F" --backend cuda --depths "$DEPTHS" --gen 32 2>&1 |
+      grep 'tok/s' | sed "s/^/rep $rep [${e:-defaults}] /" | tee -a "$OUT/bench.txt" >>"$S"
+  done <<<"$envs"
 done
 if [ $PROF = 1 ] && [ "$(left)" -gt 60 ]; then
   timeout 120 "$M" bench -m "$F" --backend cuda --depths "${DEPTHS%%,*}" --gen 16 --profile >"$OUT/profile.txt" 2>&1
   note "profile rc $?"
+fi
+if [ -n "$NCU" ] && [ "$(left)" -gt 90 ]; then
+  timeout "$(( $(left) - 30 ))" ncu --kernel-name "regex:$NCU" --launch-skip 20 --launch-count 6 --clock-control none \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    "$M" bench -m "$F" --backend cuda --depths "${DEPTHS%%,*}" --gen 4 >"$OUT/ncu.txt" 2>&1
+  note "ncu rc $?"
 fi
 if [ $CMP = 1 ]; then
   while [ ! -x $LB ] && [ "$(left)" -gt 120 ] && ! grep -q "llama.cpp build rc" "$S"; do sleep 5; done
@@ -107,7 +125,7 @@ if [ $CMP = 1 ]; then
       --reps "$REPS" --out "$OUT/compare.json" >"$OUT/compare.log" 2>&1
     note "compare rc $?"; grep -i 'x[0-9]\|ratio' "$OUT/compare.log" | tail -12 >>"$S"
   else
-    note "compare: skipped (llama-bench $([ -x $LB ] && echo built || echo 'not built'), $(left)s left): $(tail -2 /tmp/cuda-h200-llama.log)"
+    note "compare: skipped (llama-bench $([ -x $LB ] && echo built || echo 'not built'), $(left)s left): $(grep -i -B2 -A3 "error" /tmp/cuda-h200-llama.log | head -30)"
   fi
 fi
 if [ -n "$LANE" ] && [ "$(left)" -gt 150 ]; then
