@@ -369,12 +369,14 @@ __global__ void __launch_bounds__(256) k_scores_d(cu_attn_args a) {
     }
 }
 
-/* Grid (16 groups of 4 lanes, 4 groups of 32 values, T x KV heads); 256
- * threads: thread (hp, d) sums lanes 4 bx .. 4 bx + 3 for heads 2hp, 2hp + 1. */
+/* Grid (64 / L groups of L lanes, 4 groups of 32 values, T x KV heads);
+ * 256 threads: thread (hp, d) sums lanes L bx .. L bx + L - 1 for heads
+ * 2hp, 2hp + 1, each lane's cells in order. */
+template <int L>
 __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
     pdl_wait();
     pdl_launch();
-    const int a0 = blockIdx.x * 4, d = blockIdx.y * 32 + (threadIdx.x & 31), hp = threadIdx.x >> 5;
+    const int a0 = blockIdx.x * L, d = blockIdx.y * 32 + (threadIdx.x & 31), hp = threadIdx.x >> 5;
     const int t = blockIdx.z / a.n_head_kv, g = blockIdx.z % a.n_head_kv, G = a.n_head / a.n_head_kv;
     if (2 * hp >= G) return;
     const int h0 = 2 * hp, h1 = 2 * hp + 1 < G ? 2 * hp + 1 : 2 * hp;
@@ -384,25 +386,37 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
     const int np = (c_hi - c_lo) / 64 * 64, n_kv = a.n_head_kv * 128;
     const float *w = a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span + a0;
     const uint16_t *v = kv.v + (size_t)(c_lo + a0) * n_kv + (size_t)g * 128 + d;
-    float acc[2][4];
+    float acc[2][L];
 #pragma unroll
     for (int x = 0; x < 2; x++)
 #pragma unroll
-        for (int l = 0; l < 4; l++) acc[x][l] = 0;
+        for (int l = 0; l < L; l++) acc[x][l] = 0;
 #pragma unroll 8
     for (int c = 0; c < np; c += 64)
 #pragma unroll
-        for (int l = 0; l < 4; l++) {
+        for (int l = 0; l < L; l++) {
             const float vv = h2f(v[(size_t)(c + l) * n_kv]);
             acc[0][l] += vv * w[(size_t)h0 * a.max_span + c + l];
             acc[1][l] += vv * w[(size_t)h1 * a.max_span + c + l];
         }
     float *o = a.lanes + ((size_t)t * a.n_head + (size_t)g * G) * 64 * 128 + d;
 #pragma unroll
-    for (int l = 0; l < 4; l++) {
+    for (int l = 0; l < L; l++) {
         o[((size_t)h0 * 64 + a0 + l) * 128] = acc[0][l];
         if (h1 != h0) o[((size_t)h1 * 64 + a0 + l) * 128] = acc[1][l];
     }
+}
+
+/* lanes a thread of k_pv_d: 1 (64 blocks a KV head: 72.1 vs 65.4 tok/s at
+ * depth 8192 with 4, bench/results/cuda-2026-12-02e), or
+ * MUSER_CUDA_PVD_L=2|4, to compare */
+static int pvd_lanes(void) {
+    static int l = -1;
+    if (l < 0) {
+        const char *v = getenv("MUSER_CUDA_PVD_L");
+        l = v && (*v == '2' || *v == '4') && !v[1] ? *v - '0' : 1;
+    }
+    return l;
 }
 
 /* One block (128 values) per row: the 64 lanes combined as ggml does,
@@ -465,7 +479,9 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     case CU_ATTN_DECODE:
         launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(256), 0, st, *a);
         launch_pdl(k_softmax, dim3(R), dim3(256), 0, st, *a);
-        launch_pdl(k_pv_d, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
+        if (pvd_lanes() == 1) launch_pdl(k_pv_d<1>, dim3(64, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
+        else if (pvd_lanes() == 2) launch_pdl(k_pv_d<2>, dim3(32, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
+        else launch_pdl(k_pv_d<4>, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         launch_pdl(k_pv_comb, dim3(R), dim3(128), 0, st, *a);
         break;
     default:

@@ -857,12 +857,14 @@ k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n
 #define Q4D_SLOT (8 * 2 * 144)    /* a chunk: 8 rows x 2 super-blocks */
 #define Q4D_PIECES (Q4D_SLOT / 16) /* 16-byte copies a chunk: 144, 18 a row */
 
-/* Ring depth and warps a thread block: long rows (few of them: FFN down)
- * keep seven chunks in flight a warp in blocks of four warps, the others
- * three in blocks of eight. */
-static int q4d_deep(int nb) { return nb > 32; }
-static size_t q4d_smem(int T, int nb) {
-    const int deep = q4d_deep(nb);
+/* Ring depth and warps a thread block (the Q4_K and Q6_K ring kernels):
+ * Q4_K rows of more than 32 super-blocks (FFN down: few rows, long) keep
+ * seven chunks in flight a warp, in blocks of four warps; the others three,
+ * in blocks of eight (the same shared memory a block either way). Deep
+ * rings for every launch of fewer than 16 warps an SM measured slower
+ * (72.0 vs 78.7 tok/s at 2048, bench/results/cuda-2026-12-02e). */
+static bool ring_deep(uint32_t type, int nb) { return type == MU_T_Q4_K && nb > 32; }
+static size_t q4d_smem(int T, int nb, bool deep) {
     return (size_t)(deep ? 4 : 8) * (deep ? 8 : 4) * Q4D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
 }
 
@@ -1031,28 +1033,26 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
  * block is 212 bytes: a row's two blocks of a chunk are copied as the
  * 16-byte words around them (at most 28) and read at their offset. */
 
-#define Q6D_WARPS 8
-#define Q6D_S 4                       /* chunks in a warp's ring */
 #define Q6D_ROW 448                   /* ring bytes a row of a chunk: 2 blocks, 16-byte words */
 #define Q6D_SLOT (4 * Q6D_ROW)
 
-static size_t q6d_smem(int T, int nb) {
-    return (size_t)Q6D_WARPS * Q6D_S * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+static size_t q6d_smem(int T, int nb, bool deep) {
+    return (size_t)(deep ? 4 : 8) * (deep ? 8 : 4) * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
 }
 
-template <bool LOGITS>
-__global__ void __launch_bounds__(Q6D_WARPS * 32)
+template <bool LOGITS, int S> /* S: chunks in a warp's ring */
+__global__ void __launch_bounds__(256)
 k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
-    /* dynamic shared memory: the warps' rings [Q6D_WARPS][Q6D_S][4 rows][448],
+    /* dynamic shared memory: the warps' rings [warps][S][4 rows][448],
      * then the activation rows [T][nb] */
     extern __shared__ int4 s_dyn4[];
     uint8_t *base = (uint8_t *)s_dyn4;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 3, m = lane & 7;
-    uint8_t *ring = base + warp * Q6D_S * Q6D_SLOT;
-    int *s_a = (int *)(base + Q6D_WARPS * Q6D_S * Q6D_SLOT);
+    const int nw = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 3, m = lane & 7;
+    uint8_t *ring = base + warp * S * Q6D_SLOT;
+    int *s_a = (int *)(base + nw * S * Q6D_SLOT);
     const mu_block_q8_K *s_act = (const mu_block_q8_K *)s_a;
     const int R = G.end[G.n - 1];
-    const int u = (blockIdx.x * Q6D_WARPS + warp) * 4 + r, uu = u < R ? u : R - 1;
+    const int u = (blockIdx.x * nw + warp) * 4 + r, uu = u < R ? u : R - 1;
     int gi = 0;
     while (gi < G.n - 1 && uu >= G.end[gi]) gi++;
     const int row = uu - (gi ? G.end[gi - 1] : 0);
@@ -1068,7 +1068,7 @@ k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, fl
     const int nch = (nb + 1) / 2;
     auto issue = [&](int i) {
         if (i < nch) {
-            uint8_t *d = ring + (i % Q6D_S) * Q6D_SLOT;
+            uint8_t *d = ring + (i % S) * Q6D_SLOT;
             const int len = (2 * i + 1 < nb ? 2 : 1) * 212;
 #pragma unroll
             for (int k = 0; k < 4; k++) {
@@ -1081,12 +1081,12 @@ k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, fl
         }
         cp_commit(); /* empty groups past the end keep the count */
     };
-    for (int i = 0; i < Q6D_S - 1; i++) issue(i);
+    for (int i = 0; i < S - 1; i++) issue(i);
     pdl_wait();
     pdl_launch();
     {
         const int per = nb * (int)(sizeof(mu_block_q8_K) / 4);
-        for (int i = threadIdx.x; i < T * per; i += Q6D_WARPS * 32)
+        for (int i = threadIdx.x; i < T * per; i += blockDim.x)
             s_a[i] = __ldg((const int *)(act + (size_t)(i / per) * act_stride) + i % per);
     }
     __syncthreads();
@@ -1094,10 +1094,10 @@ k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, fl
 #pragma unroll
     for (int t = 0; t < DEC_MAX_T; t++) c[t] = 0;
     for (int i = 0; i < nch; i++) {
-        issue(i + Q6D_S - 1);
-        cp_wait<Q6D_S - 1>(); /* chunk i's group is complete */
+        issue(i + S - 1);
+        cp_wait<S - 1>(); /* chunk i's group is complete */
         __syncwarp();
-        const uint8_t *cs = ring + (i % Q6D_S) * Q6D_SLOT + r * Q6D_ROW + (((uintptr_t)my + (size_t)i * 424) & 15);
+        const uint8_t *cs = ring + (i % S) * Q6D_SLOT + r * Q6D_ROW + (((uintptr_t)my + (size_t)i * 424) & 15);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
             const int b = 2 * i + e;
@@ -1702,7 +1702,8 @@ bool cu_pdl(void) {
 /* the ring kernels take w for T tokens */
 static bool dec3_ok(const dtensor *w, int T) {
     if (T > DEC_MAX_T || !dec_ring(w->type)) return false;
-    const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, w->ne0 / 256) : q6d_smem(T, w->ne0 / 256);
+    const int nb = w->ne0 / 256;
+    const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, nb, ring_deep(w->type, nb)) : q6d_smem(T, nb, false);
     return sm <= (size_t)dec2_smem_max();
 }
 
@@ -1725,31 +1726,36 @@ static void dec3_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     const uint8_t *a = (const uint8_t *)act;
     static bool big;
     if (!big) {
-        cudaFuncSetAttribute(k_mm_q4K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
-        cudaFuncSetAttribute(k_mm_q4K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
-        cudaFuncSetAttribute(k_mm_q4K_dec<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
-        cudaFuncSetAttribute(k_mm_q4K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
-        cudaFuncSetAttribute(k_mm_q6K_dec<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
-        cudaFuncSetAttribute(k_mm_q6K_dec<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, dec2_smem_max());
+        const int mx = dec2_smem_max();
+        cudaFuncSetAttribute(k_mm_q4K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q4K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q4K_dec<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q4K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q6K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q6K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q6K_dec<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q6K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
         big = true;
     }
-    if (ws[0]->type == MU_T_Q4_K) {
-        const size_t sm = q4d_smem(T, nb);
-        const int nw = q4d_deep(nb) ? 4 : 8;
-        const dim3 grid((unsigned)((end + 8 * nw - 1) / (8 * nw))), block(nw * 32);
-        if (q4d_deep(nb)) {
-            if (logits) launch_pdl(k_mm_q4K_dec<true, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-            else launch_pdl(k_mm_q4K_dec<false, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-        } else {
-            if (logits) launch_pdl(k_mm_q4K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-            else launch_pdl(k_mm_q4K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-        }
-    } else {
-        const size_t sm = q6d_smem(T, nb);
-        const dim3 grid((unsigned)((end + 4 * Q6D_WARPS - 1) / (4 * Q6D_WARPS))), block(Q6D_WARPS * 32);
-        if (logits) launch_pdl(k_mm_q6K_dec<true>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
-        else launch_pdl(k_mm_q6K_dec<false>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
-    }
+    const bool q4 = ws[0]->type == MU_T_Q4_K;
+    const int rpw = q4 ? 8 : 4; /* rows a warp */
+    const bool deep = ring_deep(ws[0]->type, nb);
+    const size_t sm = q4 ? q4d_smem(T, nb, deep) : q6d_smem(T, nb, deep);
+    const int nw = deep ? 4 : 8;
+    const dim3 grid((unsigned)((end + rpw * nw - 1) / (rpw * nw))), block(nw * 32);
+#define RING(K, ...)                                                                                               \
+    do {                                                                                                           \
+        if (logits) {                                                                                              \
+            if (deep) launch_pdl(K<true, 8>, grid, block, sm, st, __VA_ARGS__);                                    \
+            else launch_pdl(K<true, 4>, grid, block, sm, st, __VA_ARGS__);                                         \
+        } else {                                                                                                   \
+            if (deep) launch_pdl(K<false, 8>, grid, block, sm, st, __VA_ARGS__);                                   \
+            else launch_pdl(K<false, 4>, grid, block, sm, st, __VA_ARGS__);                                        \
+        }                                                                                                          \
+    } while (0)
+    if (q4) RING(k_mm_q4K_dec, G, nb, a, act_stride, T, n_batch, lscale, cap);
+    else RING(k_mm_q6K_dec, G, nb, a, act_stride, T, lscale, cap);
+#undef RING
 }
 
 void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
