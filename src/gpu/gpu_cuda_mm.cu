@@ -1036,8 +1036,8 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
 #define Q6D_ROW 448                   /* ring bytes a row of a chunk: 2 blocks, 16-byte words */
 #define Q6D_SLOT (4 * Q6D_ROW)
 
-static size_t q6d_smem(int T, int nb, bool deep) {
-    return (size_t)(deep ? 4 : 8) * (deep ? 8 : 4) * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+static size_t q6d_smem(int T, int nb) { /* eight warps of four chunks */
+    return (size_t)8 * 4 * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
 }
 
 template <bool LOGITS, int S> /* S: chunks in a warp's ring */
@@ -1703,7 +1703,7 @@ bool cu_pdl(void) {
 static bool dec3_ok(const dtensor *w, int T) {
     if (T > DEC_MAX_T || !dec_ring(w->type)) return false;
     const int nb = w->ne0 / 256;
-    const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, nb, ring_deep(w->type, nb)) : q6d_smem(T, nb, false);
+    const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, nb, ring_deep(w->type, nb)) : q6d_smem(T, nb);
     return sm <= (size_t)dec2_smem_max();
 }
 
@@ -1733,29 +1733,23 @@ static void dec3_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
         cudaFuncSetAttribute(k_mm_q4K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
         cudaFuncSetAttribute(k_mm_q6K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
         cudaFuncSetAttribute(k_mm_q6K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q6K_dec<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q6K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
         big = true;
     }
-    const bool q4 = ws[0]->type == MU_T_Q4_K;
-    const int rpw = q4 ? 8 : 4; /* rows a warp */
-    const bool deep = ring_deep(ws[0]->type, nb);
-    const size_t sm = q4 ? q4d_smem(T, nb, deep) : q6d_smem(T, nb, deep);
-    const int nw = deep ? 4 : 8;
-    const dim3 grid((unsigned)((end + rpw * nw - 1) / (rpw * nw))), block(nw * 32);
-#define RING(K, ...)                                                                                               \
-    do {                                                                                                           \
-        if (logits) {                                                                                              \
-            if (deep) launch_pdl(K<true, 8>, grid, block, sm, st, __VA_ARGS__);                                    \
-            else launch_pdl(K<true, 4>, grid, block, sm, st, __VA_ARGS__);                                         \
-        } else {                                                                                                   \
-            if (deep) launch_pdl(K<false, 8>, grid, block, sm, st, __VA_ARGS__);                                   \
-            else launch_pdl(K<false, 4>, grid, block, sm, st, __VA_ARGS__);                                        \
-        }                                                                                                          \
-    } while (0)
-    if (q4) RING(k_mm_q4K_dec, G, nb, a, act_stride, T, n_batch, lscale, cap);
-    else RING(k_mm_q6K_dec, G, nb, a, act_stride, T, lscale, cap);
-#undef RING
+    if (ws[0]->type == MU_T_Q4_K) {
+        const bool deep = ring_deep(MU_T_Q4_K, nb);
+        const size_t sm = q4d_smem(T, nb, deep);
+        const int nw = deep ? 4 : 8;
+        const dim3 grid((unsigned)((end + 8 * nw - 1) / (8 * nw))), block(nw * 32);
+        if (deep && logits) launch_pdl(k_mm_q4K_dec<true, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        else if (deep) launch_pdl(k_mm_q4K_dec<false, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        else if (logits) launch_pdl(k_mm_q4K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        else launch_pdl(k_mm_q4K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+    } else {
+        const size_t sm = q6d_smem(T, nb);
+        const dim3 grid((unsigned)((end + 31) / 32)), block(256); /* four rows a warp, eight warps */
+        if (logits) launch_pdl(k_mm_q6K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        else launch_pdl(k_mm_q6K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+    }
 }
 
 void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
