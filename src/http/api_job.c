@@ -444,29 +444,113 @@ void api_spec_params(const json_t *o, const char *k_type, const char *k_max, con
     q->draft_min = (int)mu_jc_int(o, k_min, 0);
 }
 
+/* llama.cpp's preserved_tokens and grammar_triggers (server-schema.cpp):
+ * a preserved token is a string that tokenizes (special tokens parsed) to
+ * one token; a WORD trigger that is one token must be preserved and
+ * becomes a TOKEN trigger; a lazy grammar given an empty trigger list is
+ * refused. *out (malloc'ed, NULL when none) borrows strings from body. */
+static bool api_triggers(mu_http_req *r, const json_t *body, mu_grammar_trigger **out, int *n_out) {
+    mu_http_app *a = mu_http_req_app(r);
+    const json_t *pre = json_object_get(body, "preserved_tokens");
+    const json_t *tr = json_object_get(body, "grammar_triggers");
+    int32_t keep[1024]; /* the schema admits 1024 entries (api.c) */
+    int n_keep = 0;
+    char m[320];
+    size_t i;
+    json_t *x;
+    *out = NULL;
+    *n_out = 0;
+    if (json_is_array(pre)) {
+        json_array_foreach(pre, i, x) {
+            if (!json_is_string(x)) {
+                mu_http_reply_error(r, 400, "field 'preserved_tokens': must be an array of strings", "preserved_tokens");
+                return false;
+            }
+            int32_t *ids = NULL;
+            int n = 0;
+            mu_err e;
+            if (a->tok && !mu_tok_encode(a->tok, json_string_value(x), json_string_length(x), true, &ids, &n, &e) &&
+                n == 1 && n_keep < (int)(sizeof keep / sizeof keep[0]))
+                keep[n_keep++] = ids[0];
+            free(ids);
+        }
+    }
+    if (!tr || json_is_null(tr)) return true;
+    size_t n = json_array_size(tr);
+    if (mu_jc_bool(body, "grammar_lazy", false) && n == 0) {
+        mu_http_reply_error(r, 400, "field 'grammar_triggers': no triggers set for a lazy grammar", "grammar_triggers");
+        return false;
+    }
+    mu_grammar_trigger *t = calloc(n + 1, sizeof *t);
+    if (!t) {
+        mu_http_reply_error(r, 503, "out of memory", NULL);
+        return false;
+    }
+    int n_vocab = a->tok ? mu_tok_n_vocab(a->tok) : 0;
+    json_array_foreach(tr, i, x) {
+        const json_t *ty = json_object_get(x, "type"), *v = json_object_get(x, "value"), *tk = json_object_get(x, "token");
+        json_int_t type = json_is_integer(ty) ? json_integer_value(ty) : -1;
+        const char *bad = !json_is_object(x)                   ? "must be an object"
+                          : type < 0 || type > 3               ? "'type' must be 0 (token), 1 (word), 2 (pattern) or 3 (full pattern)"
+                          : !json_is_string(v)                 ? "'value' must be a string"
+                          : type == 0 && !json_is_integer(tk)  ? "'token' (an integer) is needed with type 0"
+                          : type == 0 && (json_integer_value(tk) < 0 || json_integer_value(tk) >= n_vocab)
+                              ? "'token' is not a token id of this model"
+                              : NULL;
+        if (bad) {
+            snprintf(m, sizeof m, "field 'grammar_triggers[%zu]': %s", i, bad);
+            free(t);
+            mu_http_reply_error(r, 400, m, "grammar_triggers");
+            return false;
+        }
+        t[i] = (mu_grammar_trigger){.kind = (mu_trigger_kind)type, .value = json_string_value(v),
+                                    .len = json_string_length(v), .token = type == 0 ? (int32_t)json_integer_value(tk) : -1};
+        if (type != 1 || !a->tok) continue;
+        int32_t *ids = NULL;
+        int nt = 0;
+        mu_err e;
+        if (mu_tok_encode(a->tok, t[i].value, t[i].len, true, &ids, &nt, &e) == 0 && nt == 1) {
+            bool kept = false;
+            for (int k = 0; k < n_keep && !kept; k++) kept = keep[k] == ids[0];
+            if (!kept) {
+                snprintf(m, sizeof m,
+                         "field 'grammar_triggers[%zu]': a trigger word that is one token must be in 'preserved_tokens'",
+                         i);
+                free(ids);
+                free(t);
+                mu_http_reply_error(r, 400, m, "grammar_triggers");
+                return false;
+            }
+            t[i].kind = MU_TRIGGER_TOKEN;
+            t[i].token = ids[0];
+        }
+        free(ids);
+    }
+    *out = t;
+    *n_out = (int)n;
+    return true;
+}
+
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     /* llama.cpp's post_sampling_probs: n_probs / logprobs report the
      * sampler chain's final candidates */
     q->post_sampling = mu_jc_bool(body, "post_sampling_probs", false);
     /* llama.cpp's lazy grammars (a grammar that waits for a trigger: its
-     * templates' tool-call machinery): accepted off and empty only */
-    const char *lazy = mu_jc_bool(body, "grammar_lazy", false)                      ? "grammar_lazy"
-                       : json_array_size(json_object_get(body, "grammar_triggers")) ? "grammar_triggers"
-                       : json_array_size(json_object_get(body, "preserved_tokens")) ? "preserved_tokens"
-                                                                                    : NULL;
-    if (lazy) {
-        char m[200];
-        snprintf(m, sizeof m, "field '%s': lazy grammars are not supported (a grammar applies from the first token)",
-                 lazy);
-        mu_http_reply_error(r, 400, m, lazy);
-        return false;
-    }
+     * templates' tool-call machinery): the triggers are read first, as
+     * llama.cpp reads them, and set on the grammar below. On the chat
+     * routes llama.cpp's server replaces a client's grammar_lazy,
+     * grammar_triggers and preserved_tokens with its template's (off and
+     * empty without tools): there they have no effect, here too. */
+    bool chat = json_object_get(body, "messages") != NULL;
+    mu_grammar_trigger *trig = NULL;
+    int n_trig = 0;
+    bool lazy = !chat && mu_jc_bool(body, "grammar_lazy", false);
+    if (!chat && !api_triggers(r, body, &trig, &n_trig)) return false;
     /* llama.cpp's GBNF grammar; it wins over json_schema / response_format
      * (llama.cpp reads json_schema only when there is no grammar), except
      * that a chat request naming both is refused, as llama.cpp does */
     const char *gbnf = mu_jc_str(body, "grammar", "");
     if (*gbnf) {
-        bool chat = json_object_get(body, "messages") != NULL;
         const json_t *js = json_object_get(body, "json_schema");
         if (chat && js && !json_is_null(js)) {
             mu_http_reply_error(r, 400, "fields 'grammar' and 'json_schema': cannot use both", "grammar");
@@ -482,11 +566,24 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
         mu_err err = {0};
         mu_http_app *a = mu_http_req_app(r);
         int rc = mu_grammar_new(gbnf, a->tok, &q->grammar, &err);
+        if (!rc && lazy && (rc = mu_grammar_set_lazy(q->grammar, trig, n_trig, &err))) {
+            mu_grammar_unref(q->grammar);
+            q->grammar = NULL;
+        }
+        free(trig);
         if (rc) {
-            mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, err.msg, "grammar");
+            mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, err.msg, lazy ? "grammar_triggers" : "grammar");
             return false;
         }
         q->schema = NULL;
+    } else {
+        free(trig);
+        const json_t *js = json_object_get(body, "json_schema");
+        if (lazy && ((js && !json_is_null(js)) || q->schema)) { /* the schema path has no lazy form here */
+            mu_http_reply_error(r, 400, "field 'grammar_lazy': applies to a 'grammar' only (not to a JSON schema)",
+                                "grammar_lazy");
+            return false;
+        }
     }
     /* llama.cpp's prompt cache: keep the KV state of the longest common
      * prefix with the slot's previous request (off unless asked or the
