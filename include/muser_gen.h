@@ -119,6 +119,9 @@ typedef struct {
     const char *const *stops; /* stop strings (copied), matched in the answer text */
     int n_stops;            /* 0..MU_GEN_MAX_STOPS */
     bool chat;              /* split the Muse channels: reasoning, answer, tool calls */
+    const int32_t *preserved; /* tokens whose text is written out even when they are control
+                                 tokens (llama.cpp's preserved_tokens; copied); not chat */
+    int n_preserved;
     bool no_text;           /* token events only (bench, --json) */
     bool valid_utf8;        /* text events carry U+FFFD for invalid UTF-8 (else the bytes as they are) */
     bool logprobs;          /* each token's log-probability */

@@ -367,7 +367,8 @@ static const jc_field ollama_generate[] = {
     F_("raw", JC_BOOL),
     F_("suffix", JC_STR, .one_of = ollama_formats, .note = " (suffix is not supported)"),
     F_("template", JC_STR, .one_of = ollama_formats, .note = " (the model's own template is used)"),
-    F_("context", JC_NULL, .note = " (the deprecated context: send the conversation to /api/chat)"),
+    /* Ollama's deprecated context: the token ids a previous answer returned */
+    F_("context", JC_ARR | JC_NULL, .elem = &int_tok_elem, .max_len = 1u << 20),
     F_("images", JC_ARR | JC_NULL, .elem = &b64_image_elem, .max_len = 64),
     END,
 };

@@ -449,11 +449,13 @@ void api_spec_params(const json_t *o, const char *k_type, const char *k_max, con
  * one token; a WORD trigger that is one token must be preserved and
  * becomes a TOKEN trigger; a lazy grammar given an empty trigger list is
  * refused. *out (malloc'ed, NULL when none) borrows strings from body. */
-static bool api_triggers(mu_http_req *r, const json_t *body, mu_grammar_trigger **out, int *n_out) {
+static _Thread_local int32_t tl_keep[1024]; /* the schema admits 1024 entries (api.c) */
+
+static bool api_triggers(mu_http_req *r, const json_t *body, mu_gen_req *q, mu_grammar_trigger **out, int *n_out) {
     mu_http_app *a = mu_http_req_app(r);
     const json_t *pre = json_object_get(body, "preserved_tokens");
     const json_t *tr = json_object_get(body, "grammar_triggers");
-    int32_t keep[1024]; /* the schema admits 1024 entries (api.c) */
+    int32_t *keep = tl_keep;
     int n_keep = 0;
     char m[320];
     size_t i;
@@ -470,11 +472,16 @@ static bool api_triggers(mu_http_req *r, const json_t *body, mu_grammar_trigger 
             int n = 0;
             mu_err e;
             if (a->tok && !mu_tok_encode(a->tok, json_string_value(x), json_string_length(x), true, &ids, &n, &e) &&
-                n == 1 && n_keep < (int)(sizeof keep / sizeof keep[0]))
+                n == 1 && n_keep < (int)(sizeof tl_keep / sizeof tl_keep[0]))
                 keep[n_keep++] = ids[0];
             free(ids);
         }
     }
+    /* their text appears in the output (llama.cpp renders preserved
+     * tokens as special); tl_keep lives until the job is submitted, on
+     * this thread (mu_gen_new copies it) */
+    q->preserved = n_keep ? keep : NULL;
+    q->n_preserved = n_keep;
     if (!tr || json_is_null(tr)) return true;
     size_t n = json_array_size(tr);
     if (mu_jc_bool(body, "grammar_lazy", false) && n == 0) {
@@ -545,7 +552,7 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     mu_grammar_trigger *trig = NULL;
     int n_trig = 0;
     bool lazy = !chat && mu_jc_bool(body, "grammar_lazy", false);
-    if (!chat && !api_triggers(r, body, &trig, &n_trig)) return false;
+    if (!chat && !api_triggers(r, body, q, &trig, &n_trig)) return false;
     /* llama.cpp's GBNF grammar; it wins over json_schema / response_format
      * (llama.cpp reads json_schema only when there is no grammar), except
      * that a chat request naming both is refused, as llama.cpp does */
