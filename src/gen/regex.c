@@ -512,17 +512,18 @@ typedef struct {
     const uint8_t *s;
     size_t n;
     uint64_t steps;
+    size_t live; /* backtracking entries held, lookaheads' stacks included */
     bool full; /* a match must end at n (std::regex_match) */
     int rc;
     mu_err *err;
 } rrun;
 
 static bool push(rrun *R, rframe **st, size_t *len, size_t *cap, rframe f) {
+    if (R->live >= MAX_STACK) {
+        R->rc = mu_fail(R->err, MU_E_ARG, "regex: the match needs more than %u backtracking entries", MAX_STACK);
+        return false;
+    }
     if (*len == *cap) {
-        if (*cap >= MAX_STACK) {
-            R->rc = mu_fail(R->err, MU_E_ARG, "regex: the match needs more than %u backtracking entries", MAX_STACK);
-            return false;
-        }
         size_t nc = *cap ? *cap * 2 : 64;
         rframe *ns = realloc(*st, nc * sizeof *ns);
         if (!ns) {
@@ -533,6 +534,7 @@ static bool push(rrun *R, rframe **st, size_t *len, size_t *cap, rframe f) {
         *cap = nc;
     }
     (*st)[(*len)++] = f;
+    R->live++;
     return true;
 }
 
@@ -546,6 +548,7 @@ static int run(rrun *R, uint32_t pc0, size_t sp0, size_t *slots, bool end_ok) {
     if (!push(R, &st, &len, &cap, (rframe){.pc = pc0, .v = sp0})) goto out;
     while (len) {
         rframe f = st[--len];
+        R->live--;
         if (f.pc == UINT32_MAX) {
             slots[f.slot] = f.v;
             continue;
@@ -619,6 +622,7 @@ static int run(rrun *R, uint32_t pc0, size_t sp0, size_t *slots, bool end_ok) {
         }
     }
 out:
+    R->live -= len;
     free(st);
     return res;
 }

@@ -2,11 +2,13 @@
  * against the facts of llama.cpp's llama_grammar_trigger_pattern::find
  * over libstdc++'s std::regex (ECMAScript): where each pattern's first
  * non-empty capturing group (else the match) begins, -1 for no match; the
- * patterns refused, each with a one-line error; the step limit. */
+ * patterns refused, each with a one-line error; the step and
+ * backtracking limits. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -102,6 +104,16 @@ static void test_step_limit(void **state) {
     size_t pos;
     assert_int_equal(mu_re_find(re, in, sizeof in, &pos, &err), MU_E_ARG);
     assert_non_null(strstr(err.msg, "steps"));
+    mu_re_free(re);
+    /* a greedy loop over a long text holds backtracking entries: bounded */
+    assert_int_equal(mu_re_new("[\\s\\S]*x", 9, &re, &err), 0);
+    size_t big = 1u << 20;
+    char *t = malloc(big);
+    assert_non_null(t);
+    memset(t, 'a', big);
+    assert_int_equal(mu_re_find(re, t, big, &pos, &err), MU_E_ARG);
+    assert_non_null(strstr(err.msg, "backtracking entries"));
+    free(t);
     mu_re_free(re);
 }
 
