@@ -538,6 +538,47 @@ static bool api_triggers(mu_http_req *r, const json_t *body, mu_gen_req *q, mu_g
     return true;
 }
 
+static int32_t one_token(mu_http_app *a, const char *s, size_t n) {
+    int32_t *ids = NULL, id = -1;
+    int k = 0;
+    mu_err e;
+    if (a->tok && !mu_tok_encode(a->tok, s, n, true, &ids, &k, &e) && k == 1) id = ids[0];
+    free(ids);
+    return id;
+}
+
+static int cmp_id(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+void api_lazy_settings(mu_http_app *a, const json_t *body, json_t *settings) {
+    json_object_set_new(settings, "grammar_lazy", json_boolean(mu_jc_bool(body, "grammar_lazy", false)));
+    json_t *tr = json_array(), *pre = json_array();
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(body, "grammar_triggers"), i, x) {
+        json_int_t type = json_integer_value(json_object_get(x, "type"));
+        const json_t *v = json_object_get(x, "value");
+        int32_t id = type == 1 ? one_token(a, json_string_value(v), json_string_length(v)) : -1;
+        if (type == 0 || id >= 0)
+            json_array_append_new(tr, json_pack("{s:i,s:O,s:I}", "type", 0, "value", v, "token",
+                                                id >= 0 ? (json_int_t)id : json_integer_value(json_object_get(x, "token"))));
+        else json_array_append_new(tr, json_pack("{s:I,s:O}", "type", type, "value", v));
+    }
+    int32_t ids[1024]; /* the schema admits 1024 entries (api.c) */
+    int n = 0;
+    json_array_foreach(json_object_get(body, "preserved_tokens"), i, x) {
+        int32_t id = n < 1024 ? one_token(a, json_string_value(x), json_string_length(x)) : -1;
+        if (id >= 0) ids[n++] = id;
+    }
+    qsort(ids, (size_t)n, sizeof ids[0], cmp_id); /* llama.cpp's std::set: ascending, once each */
+    for (int k = 0; k < n; k++)
+        if (k == 0 || ids[k] != ids[k - 1]) json_array_append_new(pre, json_integer(ids[k]));
+    json_object_set_new(settings, "grammar_triggers", tr);
+    json_object_set_new(settings, "preserved_tokens", pre);
+}
+
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     /* llama.cpp's post_sampling_probs: n_probs / logprobs report the
      * sampler chain's final candidates */

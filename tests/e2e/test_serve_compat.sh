@@ -150,6 +150,9 @@ expect "/completion: a control token's text is not in content" 200 "j['content']
   POST /completion "{\"prompt\":\"x\",\"n_predict\":4,\"grammar\":\"root ::= <[$CTL]> \\\"a\\\"\"}"
 expect "/completion: a preserved control token's text is in content (as llama.cpp)" 200 "j['content'] == '<|image_start|>a'" \
   POST /completion "{\"prompt\":\"x\",\"n_predict\":4,\"grammar\":\"root ::= <[$CTL]> \\\"a\\\"\",\"preserved_tokens\":[\"<|image_start|>\"]}"
+expect "/completion generation_settings: the lazy fields as llama.cpp writes them (a preserved one-token word as its token trigger)" 200 \
+  "(lambda g: g['grammar_lazy'] is True and g['grammar_triggers'] == [{'type': 0, 'value': '<|image_start|>', 'token': $CTL}, {'type': 2, 'value': '(a)'}] and g['preserved_tokens'] == [$CTL])(j['generation_settings'])" \
+  POST /completion '{"prompt":"x","n_predict":2,"grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|image_start|>"},{"type":2,"value":"(a)"}],"preserved_tokens":["<|image_start|>"]}'
 expect "a lazy grammar with an empty trigger list -> 400" 400 "'no triggers' in j['error']['message']" \
   POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[]}'
 expect "a trigger pattern outside the regex dialect -> 400 naming it" 400 "j['error']['message'] == 'grammar: trigger 0: regex: lookbehind and named groups are not supported: at byte 1'" \
