@@ -99,7 +99,8 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
     }
     g->r.stops = (const char *const *)g->stops;
     if (!rc && r->n_preserved > 0 && r->preserved) {
-        if (!(g->preserved = malloc((size_t)r->n_preserved * sizeof *g->preserved))) rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
+        if (!(g->preserved = malloc((size_t)r->n_preserved * sizeof *g->preserved)))
+            rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
         else memcpy(g->preserved, r->preserved, (size_t)r->n_preserved * sizeof *g->preserved);
     }
     g->r.preserved = g->preserved;

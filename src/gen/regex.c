@@ -94,7 +94,9 @@ static int set_new(rp *P) {
 
 static void set_add(uint8_t *s, unsigned c) { s[c >> 3] |= (uint8_t)(1u << (c & 7)); }
 static bool set_has(const uint8_t *s, unsigned c) { return s[c >> 3] >> (c & 7) & 1; }
-static bool is_word(unsigned c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+static bool is_word(unsigned c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 static bool is_space(unsigned c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 /* \d \D \w \W \s \S into s (negated classes as their complement) */
@@ -108,7 +110,10 @@ static void class_escape(uint8_t *s, char e) {
 }
 
 static int hex_val(char c) {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* One escaped byte after the backslash (P->i at the letter); -1 after a
@@ -172,7 +177,8 @@ static int parse_class(rp *P) {
             if (strchr("dDwWsS", e) && e) {
                 P->i++;
                 class_escape(s, e);
-                if (P->i + 1 < P->n && P->p[P->i] == '-' && P->p[P->i + 1] != ']') return rfail(P, "a class escape cannot bound a range");
+                if (P->i + 1 < P->n && P->p[P->i] == '-' && P->p[P->i + 1] != ']')
+                    return rfail(P, "a class escape cannot bound a range");
                 continue;
             }
             if ((lo = escape_byte(P, true)) < 0) return -1;

@@ -465,7 +465,8 @@ static bool api_triggers(mu_http_req *r, const json_t *body, mu_gen_req *q, mu_g
     if (json_is_array(pre)) {
         json_array_foreach(pre, i, x) {
             if (!json_is_string(x)) {
-                mu_http_reply_error(r, 400, "field 'preserved_tokens': must be an array of strings", "preserved_tokens");
+                mu_http_reply_error(r, 400, "field 'preserved_tokens': must be an array of strings",
+                                    "preserved_tokens");
                 return false;
             }
             int32_t *ids = NULL;
@@ -495,23 +496,26 @@ static bool api_triggers(mu_http_req *r, const json_t *body, mu_gen_req *q, mu_g
     }
     int n_vocab = a->tok ? mu_tok_n_vocab(a->tok) : 0;
     json_array_foreach(tr, i, x) {
-        const json_t *ty = json_object_get(x, "type"), *v = json_object_get(x, "value"), *tk = json_object_get(x, "token");
+        const json_t *ty = json_object_get(x, "type"), *v = json_object_get(x, "value");
+        const json_t *tk = json_object_get(x, "token");
         json_int_t type = json_is_integer(ty) ? json_integer_value(ty) : -1;
-        const char *bad = !json_is_object(x)                   ? "must be an object"
-                          : type < 0 || type > 3               ? "'type' must be 0 (token), 1 (word), 2 (pattern) or 3 (full pattern)"
-                          : !json_is_string(v)                 ? "'value' must be a string"
-                          : type == 0 && !json_is_integer(tk)  ? "'token' (an integer) is needed with type 0"
-                          : type == 0 && (json_integer_value(tk) < 0 || json_integer_value(tk) >= n_vocab)
-                              ? "'token' is not a token id of this model"
-                              : NULL;
+        const char *bad = NULL;
+        if (!json_is_object(x)) bad = "must be an object";
+        else if (type < 0 || type > 3) bad = "'type' must be 0 (token), 1 (word), 2 (pattern) or 3 (full pattern)";
+        else if (!json_is_string(v)) bad = "'value' must be a string";
+        else if (type == 0 && !json_is_integer(tk)) bad = "'token' (an integer) is needed with type 0";
+        else if (type == 0 && (json_integer_value(tk) < 0 || json_integer_value(tk) >= n_vocab))
+            bad = "'token' is not a token id of this model";
         if (bad) {
             snprintf(m, sizeof m, "field 'grammar_triggers[%zu]': %s", i, bad);
             free(t);
             mu_http_reply_error(r, 400, m, "grammar_triggers");
             return false;
         }
-        t[i] = (mu_grammar_trigger){.kind = (mu_trigger_kind)type, .value = json_string_value(v),
-                                    .len = json_string_length(v), .token = type == 0 ? (int32_t)json_integer_value(tk) : -1};
+        t[i] = (mu_grammar_trigger){.kind = (mu_trigger_kind)type,
+                                    .value = json_string_value(v),
+                                    .len = json_string_length(v),
+                                    .token = type == 0 ? (int32_t)json_integer_value(tk) : -1};
         if (type != 1 || !a->tok) continue;
         int32_t *ids = NULL;
         int nt = 0;
@@ -520,9 +524,8 @@ static bool api_triggers(mu_http_req *r, const json_t *body, mu_gen_req *q, mu_g
             bool kept = false;
             for (int k = 0; k < n_keep && !kept; k++) kept = keep[k] == ids[0];
             if (!kept) {
-                snprintf(m, sizeof m,
-                         "field 'grammar_triggers[%zu]': a trigger word that is one token must be in 'preserved_tokens'",
-                         i);
+                snprintf(m, sizeof m, "field 'grammar_triggers[%zu]': a trigger word that is one token must be in "
+                                      "'preserved_tokens'", i);
                 free(ids);
                 free(t);
                 mu_http_reply_error(r, 400, m, "grammar_triggers");
@@ -561,9 +564,9 @@ void api_lazy_settings(mu_http_app *a, const json_t *body, json_t *settings) {
         json_int_t type = json_integer_value(json_object_get(x, "type"));
         const json_t *v = json_object_get(x, "value");
         int32_t id = type == 1 ? one_token(a, json_string_value(v), json_string_length(v)) : -1;
+        json_int_t tok = id >= 0 ? (json_int_t)id : json_integer_value(json_object_get(x, "token"));
         if (type == 0 || id >= 0)
-            json_array_append_new(tr, json_pack("{s:i,s:O,s:I}", "type", 0, "value", v, "token",
-                                                id >= 0 ? (json_int_t)id : json_integer_value(json_object_get(x, "token"))));
+            json_array_append_new(tr, json_pack("{s:i,s:O,s:I}", "type", 0, "value", v, "token", tok));
         else json_array_append_new(tr, json_pack("{s:I,s:O}", "type", type, "value", v));
     }
     int32_t ids[1024]; /* the schema admits 1024 entries (api.c) */
