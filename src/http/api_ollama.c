@@ -242,7 +242,8 @@ static void reply_loaded(mu_http_req *r, mu_http_app *a, bool chat) {
     mu_http_reply_json(r, 200, o);
 }
 
-/* *text becomes the context's tokens as text followed by *text (replaced);
+/* *text becomes the context's tokens as text followed by *text (replaced,
+ * less a leading BOS);
  * false after replying 400 (an id outside the vocabulary) or 503 */
 static bool with_context(mu_http_req *r, mu_http_app *a, const json_t *ctx, char **text) {
     mu_http_buf b = {0};
@@ -261,7 +262,12 @@ static bool with_context(mu_http_req *r, mu_http_app *a, const json_t *ctx, char
         int n = api_piece(a, (int32_t)id, piece, sizeof piece);
         if (n > 0) mu_http_buf_add(&b, piece, (size_t)n);
     }
-    mu_http_buf_str(&b, *text);
+    /* the rendered turn's own BOS stays at the front of the whole (where
+     * Ollama's tokenizer adds it), not between the turns */
+    const char *t = *text;
+    int bn = a->info->bos >= 0 ? api_piece(a, a->info->bos, piece, sizeof piece) : 0;
+    if (bn > 0 && !strncmp(t, piece, (size_t)bn)) t += bn;
+    mu_http_buf_str(&b, t);
     if (b.oom) {
         mu_http_buf_free(&b);
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
