@@ -55,6 +55,31 @@ typedef struct mu_grammar mu_grammar;
 int mu_grammar_new(const char *text, const mu_tok *tok, mu_grammar **out, mu_err *err);
 mu_grammar *mu_grammar_ref(mu_grammar *g);
 void mu_grammar_unref(mu_grammar *g);
+/* llama.cpp's lazy grammars (grammar_lazy with grammar_triggers): the
+ * grammar masks nothing until a trigger appears in the output, then
+ * constrains from the trigger on. A TOKEN trigger is that token being
+ * generated (the grammar starts with it); WORD, PATTERN and PATTERN_FULL
+ * are regular expressions (src/gen/regex.h: llama.cpp's ECMAScript subset)
+ * searched in the text generated so far after each token (a word is
+ * escaped; a full pattern is anchored at both ends), and the grammar
+ * starts where the first non-empty capturing group of the match begins
+ * (the match's start without one). Call once, before g is shared.
+ * MU_E_ARG naming the trigger whose pattern is refused, MU_E_NOMEM. */
+typedef enum {
+    MU_TRIGGER_TOKEN = 0, /* llama.cpp's type numbers */
+    MU_TRIGGER_WORD = 1,
+    MU_TRIGGER_PATTERN = 2,
+    MU_TRIGGER_PATTERN_FULL = 3,
+} mu_trigger_kind;
+typedef struct {
+    mu_trigger_kind kind;
+    const char *value; /* WORD and patterns: len bytes */
+    size_t len;
+    int32_t token;     /* TOKEN */
+} mu_grammar_trigger;
+#define MU_GRAMMAR_MAX_TRIGGERS 1024
+int mu_grammar_set_lazy(mu_grammar *g, const mu_grammar_trigger *t, int n, mu_err *err);
+bool mu_grammar_is_lazy(const mu_grammar *g);
 
 /* Embedding jobs: how the final-norm hidden states of the prompt's tokens
  * become the answer (llama.cpp's pooling types). */
@@ -94,6 +119,9 @@ typedef struct {
     const char *const *stops; /* stop strings (copied), matched in the answer text */
     int n_stops;            /* 0..MU_GEN_MAX_STOPS */
     bool chat;              /* split the Muse channels: reasoning, answer, tool calls */
+    const int32_t *preserved; /* tokens whose text is written out even when they are control
+                                 tokens (llama.cpp's preserved_tokens; copied); not chat */
+    int n_preserved;
     bool no_text;           /* token events only (bench, --json) */
     bool valid_utf8;        /* text events carry U+FFFD for invalid UTF-8 (else the bytes as they are) */
     bool logprobs;          /* each token's log-probability */

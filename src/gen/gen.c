@@ -24,6 +24,7 @@ struct mu_gen {
     mu_gen_req r;              /* stops, forced point into owned copies below */
     char *stops[MU_GEN_MAX_STOPS];
     int32_t *forced;
+    int32_t *preserved;        /* r.preserved copied */
     int max_new;
     bool by_ctx;
     int n_acc;                 /* tokens accepted */
@@ -97,6 +98,13 @@ int mu_gen_new(const mu_model *m, const mu_gen_req *r, int max_new, bool by_ctx,
         else if (!(g->stops[i] = strdup(r->stops[i]))) rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
     }
     g->r.stops = (const char *const *)g->stops;
+    if (!rc && r->n_preserved > 0 && r->preserved) {
+        if (!(g->preserved = malloc((size_t)r->n_preserved * sizeof *g->preserved)))
+            rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
+        else memcpy(g->preserved, r->preserved, (size_t)r->n_preserved * sizeof *g->preserved);
+    }
+    g->r.preserved = g->preserved;
+    if (!g->preserved) g->r.n_preserved = 0;
     if (!rc && r->n_forced) {
         g->forced = malloc((size_t)r->n_forced * sizeof *g->forced);
         if (!g->forced) rc = mu_fail(err, MU_E_NOMEM, "gen: out of memory");
@@ -166,6 +174,7 @@ void mu_gen_free(mu_gen *g) {
     if (!g) return;
     for (int i = 0; i < MU_GEN_MAX_STOPS; i++) free(g->stops[i]);
     free(g->forced);
+    free(g->preserved);
     mu_sampler_free(g->smp);
     mu_constrain_free(g->cons);
     mu_schema_unref(g->r.schema);
@@ -492,7 +501,9 @@ mu_finish mu_gen_accept(mu_gen *g, int32_t id, const float *logits, mu_gen_emit_
         const char *s;
         size_t n;
         mu_err err;
-        if (mu_detok_push(g->detok, id, &s, &n, &err) == 0) out_text(g, s, n);
+        bool keep = false; /* a preserved token: its text even when it is a control token */
+        for (int i = 0; i < g->r.n_preserved && !keep; i++) keep = g->preserved[i] == id;
+        if (mu_detok_push_ex(g->detok, id, keep, &s, &n, &err) == 0) out_text(g, s, n);
     }
     if (g->finish) return g->finish;
     if (!g->r.ignore_eos && mu_model_is_stop(g->model, id)) return MU_FINISH_STOP;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "../tok/tokenizer.h"
+#include "regex.h"
 
 #define MAX_REPETITION_THRESHOLD 2000
 
@@ -41,6 +42,13 @@ struct mu_grammar {
     char **sym_name;    /* symbols: names and ids (llama.cpp's symbol_ids) */
     uint32_t *sym_id;
     size_t n_sym;
+    /* llama.cpp's lazy grammar: inactive until one of these appears in
+     * the output (mu_grammar_set_lazy) */
+    bool lazy;
+    int32_t *trig_tok;
+    int n_trig_tok;
+    mu_re **trig_re;
+    int n_trig_re;
 };
 
 /* ---- parser state ------------------------------------------------------ */
@@ -647,6 +655,9 @@ void mu_grammar_unref(mu_grammar *g) {
     free(g->el);
     free(g->rule_off);
     free(g->rule_len);
+    free(g->trig_tok);
+    for (int i = 0; i < g->n_trig_re; i++) mu_re_free(g->trig_re[i]);
+    free(g->trig_re);
     free(g);
 }
 
@@ -737,6 +748,86 @@ int mu_grammar_new(const char *text, const mu_tok *tok, mu_grammar **out, mu_err
     *out = g;
     return 0;
 }
+
+/* ---- lazy grammars ----------------------------------------------------- */
+
+/* llama.cpp's regex_escape: a word trigger is the pattern matching it */
+static char *escape_word(const char *w, size_t n) {
+    char *o = malloc(2 * n + 1);
+    if (!o) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (w[i] && strchr(".^$|()*+?[]{}\\", w[i])) o[k++] = '\\';
+        o[k++] = w[i];
+    }
+    o[k] = 0;
+    return o;
+}
+
+int mu_grammar_set_lazy(mu_grammar *g, const mu_grammar_trigger *t, int n, mu_err *err) {
+    if (g->lazy || atomic_load(&g->refs) != 1) return mu_fail(err, MU_E_STATE, "grammar: already lazy or shared");
+    if (n < 0 || n > MU_GRAMMAR_MAX_TRIGGERS || (n && !t))
+        return mu_fail(err, MU_E_ARG, "grammar: 0..%d triggers: %d", MU_GRAMMAR_MAX_TRIGGERS, n);
+    int32_t *tok = malloc(((size_t)n + 1) * sizeof *tok);
+    mu_re **re = calloc((size_t)n + 1, sizeof *re);
+    int n_tok = 0, n_re = 0, rc = 0;
+    if (!tok || !re) rc = mu_fail(err, MU_E_NOMEM, "grammar: out of memory");
+    for (int i = 0; !rc && i < n; i++) {
+        const mu_grammar_trigger *x = &t[i];
+        if (x->kind == MU_TRIGGER_TOKEN) {
+            if (x->token < 0) rc = mu_fail(err, MU_E_ARG, "grammar: trigger %d: token id %d", i, (int)x->token);
+            else tok[n_tok++] = x->token;
+            continue;
+        }
+        if (x->kind < MU_TRIGGER_TOKEN || x->kind > MU_TRIGGER_PATTERN_FULL || !x->value) {
+            rc = mu_fail(err, MU_E_ARG, "grammar: trigger %d: unknown kind %d", i, (int)x->kind);
+            break;
+        }
+        char *pat = NULL;
+        size_t pl = x->len;
+        if (x->kind == MU_TRIGGER_WORD) {
+            pat = escape_word(x->value, x->len);
+            pl = pat ? strlen(pat) : 0;
+        } else if (x->kind == MU_TRIGGER_PATTERN) {
+            pat = malloc(pl + 1);
+            if (pat) memcpy(pat, x->value, pl), pat[pl] = 0;
+        } else { /* llama.cpp anchors a full pattern at both ends ("^$" when empty) */
+            bool a = pl && x->value[0] == '^', b = pl && x->value[pl - 1] == '$';
+            pat = malloc(pl + 3);
+            if (pat) {
+                size_t k = 0;
+                if (!pl || !a) pat[k++] = '^';
+                memcpy(pat + k, x->value, pl), k += pl;
+                if (!pl || !b) pat[k++] = '$';
+                pat[k] = 0;
+                pl = k;
+            }
+        }
+        if (!pat) {
+            rc = mu_fail(err, MU_E_NOMEM, "grammar: out of memory");
+            break;
+        }
+        mu_err e = {0};
+        rc = mu_re_new(pat, pl, &re[n_re], &e);
+        free(pat);
+        if (rc) mu_fail(err, rc, "grammar: trigger %d: %s", i, e.msg);
+        else n_re++;
+    }
+    if (rc) {
+        free(tok);
+        for (int i = 0; re && i < n_re; i++) mu_re_free(re[i]);
+        free(re);
+        return rc;
+    }
+    g->lazy = true;
+    g->trig_tok = tok;
+    g->n_trig_tok = n_tok;
+    g->trig_re = re;
+    g->n_trig_re = n_re;
+    return 0;
+}
+
+bool mu_grammar_is_lazy(const mu_grammar *g) { return g->lazy; }
 
 const mu_gelem *mu_grammar_rule(const mu_grammar *g, uint32_t i, size_t *n) {
     if (i >= g->n_rules) return NULL;
@@ -853,6 +944,16 @@ struct mu_gmatch {
     uint32_t *cp_scratch;    /* decode from a partial state */
     size_t cap_scratch;
     bool oom;
+    /* a lazy grammar before its trigger: the output so far and where each
+     * token's piece lies in it (llama.cpp's trigger_buffer and positions) */
+    bool awaiting;
+    char *tbuf;
+    size_t n_tbuf, cap_tbuf;
+    struct tpos {
+        int32_t id;
+        size_t a, b;
+    } *tpos;
+    size_t n_tpos, cap_tpos;
 };
 
 static bool buf_room(mu_gmatch *mt, size_t n) {
@@ -1093,6 +1194,7 @@ int mu_gmatch_new(const mu_grammar *g, const mu_tok *tok, const mu_model *m, mu_
         }
         ok = !mt->oom;
     }
+    mt->awaiting = g->lazy && tok;
     if (!ok) {
         mu_gmatch_free(mt);
         return mu_fail(err, MU_E_NOMEM, "grammar: out of memory");
@@ -1110,6 +1212,8 @@ void mu_gmatch_free(mu_gmatch *mt) {
     free(mt->cp_pv);
     free(mt->cp_pn);
     free(mt->cp_scratch);
+    free(mt->tbuf);
+    free(mt->tpos);
     sset_free(&mt->stacks);
     sset_free(&mt->todo);
     sset_free(&mt->seen);
@@ -1127,12 +1231,15 @@ bool mu_gmatch_complete(const mu_gmatch *mt) {
 }
 
 bool mu_gmatch_finished(const mu_gmatch *mt) {
+    if (mt->awaiting) return false;
     for (size_t i = 0; i < mt->stacks.n; i++)
         if (mt->stacks.len[i] != 0) return false;
     return true;
 }
 
 size_t mu_gmatch_n_stacks(const mu_gmatch *mt) { return mt->stacks.n; }
+
+bool mu_gmatch_awaiting(const mu_gmatch *mt) { return mt->awaiting; }
 
 /* ---- rejecting candidates ---------------------------------------------- */
 
@@ -1265,6 +1372,7 @@ static void cand_of(mu_gmatch *mt, int32_t id, uint32_t index, uint32_t *cps, gc
 
 bool mu_gmatch_allows(mu_gmatch *mt, int32_t id) {
     if (!mt->tok || id < 0 || id >= mt->n_vocab) return false;
+    if (mt->awaiting) return true; /* llama.cpp applies nothing before the trigger */
     if (mt->eog[id]) return mu_gmatch_complete(mt);
     if (!mt->usable[id]) return false;
     gcand c, r;
@@ -1275,6 +1383,11 @@ bool mu_gmatch_allows(mu_gmatch *mt, int32_t id) {
 
 int mu_gmatch_mask(mu_gmatch *mt, float *logits) {
     if (!mt->tok) return -1;
+    if (mt->awaiting) {
+        int left = 0;
+        for (int32_t id = 0; id < mt->n_vocab; id++) left += logits[id] != -INFINITY;
+        return left;
+    }
     bool allow_eog = mu_gmatch_complete(mt);
     gcand *c = malloc((size_t)mt->n_vocab * sizeof *c);
     gcand *r = malloc((size_t)mt->n_vocab * sizeof *r);
@@ -1381,14 +1494,10 @@ int mu_gmatch_accept_bytes(mu_gmatch *mt, const char *s, size_t n, mu_err *err) 
     return after_accept(mt, cur, pv, pn, "the text", err);
 }
 
-int mu_gmatch_accept(mu_gmatch *mt, int32_t id, mu_err *err) {
-    if (!mt->tok || id < 0 || id >= mt->n_vocab) return mu_fail(err, MU_E_ARG, "grammar: token id out of range: %d", id);
-    if (mt->eog[id]) {
-        if (mu_gmatch_complete(mt)) return 0;
-        return mu_fail(err, MU_E_ARG, "grammar: end of generation before the grammar is complete");
-    }
-    size_t n, k;
-    const char *p = piece_of(mt, id, &n);
+/* llama_grammar_accept_token: advances past token id whose text is p[0, n)
+ * (its piece, or the part of it from a trigger pattern's start) */
+static int accept_piece(mu_gmatch *mt, int32_t id, const char *p, size_t n, mu_err *err) {
+    size_t k;
     uint32_t pv;
     int pn;
     uint32_t *cps = decode_text(mt, p ? p : "", n, &k, &pv, &pn);
@@ -1438,4 +1547,65 @@ int mu_gmatch_accept(mu_gmatch *mt, int32_t id, mu_err *err) {
     char what[64];
     snprintf(what, sizeof what, "token %d", id);
     return after_accept(mt, fresh, pv, pn, what, err);
+}
+
+/* Appends token id's piece to the trigger buffer; then a trigger pattern
+ * that matches it ends the wait: the tokens from the match's start on are
+ * replayed into the grammar (the first of them from that byte). */
+static int await_accept(mu_gmatch *mt, int32_t id, mu_err *err) {
+    const mu_grammar *g = mt->g;
+    size_t n;
+    const char *p = piece_of(mt, id, &n);
+    for (int i = 0; i < g->n_trig_tok; i++)
+        if (g->trig_tok[i] == id) {
+            mt->awaiting = false;
+            mt->n_tbuf = mt->n_tpos = 0;
+            return accept_piece(mt, id, p ? p : "", n, err);
+        }
+    if (mt->n_tbuf + n + 1 > mt->cap_tbuf) {
+        size_t cap = (mt->n_tbuf + n + 1) * 2;
+        char *nb = realloc(mt->tbuf, cap);
+        if (!nb) return mu_fail(err, MU_E_NOMEM, "grammar: out of memory");
+        mt->tbuf = nb;
+        mt->cap_tbuf = cap;
+    }
+    if (mt->n_tpos == mt->cap_tpos) {
+        size_t cap = mt->cap_tpos ? mt->cap_tpos * 2 : 64;
+        struct tpos *np = realloc(mt->tpos, cap * sizeof *np);
+        if (!np) return mu_fail(err, MU_E_NOMEM, "grammar: out of memory");
+        mt->tpos = np;
+        mt->cap_tpos = cap;
+    }
+    mt->tpos[mt->n_tpos++] = (struct tpos){.id = id, .a = mt->n_tbuf, .b = mt->n_tbuf + n};
+    if (n) memcpy(mt->tbuf + mt->n_tbuf, p, n);
+    mt->n_tbuf += n;
+    for (int i = 0; i < g->n_trig_re; i++) {
+        size_t start;
+        mu_err e;
+        int rc = mu_re_find(g->trig_re[i], mt->tbuf, mt->n_tbuf, &start, &e);
+        if (rc) return mu_fail(err, rc, "grammar: trigger pattern %d: %s", i, e.msg);
+        if (start == SIZE_MAX) continue;
+        mt->awaiting = false;
+        for (size_t k = 0; k < mt->n_tpos; k++) {
+            const struct tpos *t = &mt->tpos[k];
+            if (t->b <= start) continue;
+            size_t from = t->a < start ? start : t->a;
+            if ((rc = accept_piece(mt, t->id, mt->tbuf + from, t->b - from, err))) return rc;
+        }
+        mt->n_tbuf = mt->n_tpos = 0;
+        return 0;
+    }
+    return 0;
+}
+
+int mu_gmatch_accept(mu_gmatch *mt, int32_t id, mu_err *err) {
+    if (!mt->tok || id < 0 || id >= mt->n_vocab) return mu_fail(err, MU_E_ARG, "grammar: token id out of range: %d", id);
+    if (mt->awaiting) return await_accept(mt, id, err);
+    if (mt->eog[id]) {
+        if (mu_gmatch_complete(mt)) return 0;
+        return mu_fail(err, MU_E_ARG, "grammar: end of generation before the grammar is complete");
+    }
+    size_t n;
+    const char *p = piece_of(mt, id, &n);
+    return accept_piece(mt, id, p ? p : "", n, err);
 }

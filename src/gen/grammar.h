@@ -4,7 +4,7 @@
  * <[id]> and <text>, comments) compiled into llama.cpp's rule elements,
  * and a matcher: llama.cpp's pushdown stacks over code points, the
  * partial-UTF-8 state between tokens, which tokens a state rejects, and
- * accepting a token.
+ * accepting a token; lazy grammars' triggers (patterns in regex.h).
  * Does not own: sampling (gen.c runs llama.cpp's rejection-sampling order
  * around it), HTTP. The public handle is mu_grammar (include/muser_gen.h).
  * docs/api.md ("Grammars") is the normative description. */
@@ -74,5 +74,8 @@ bool mu_gmatch_complete(const mu_gmatch *mt);
 /* Every stack is empty: nothing but the end may follow. */
 bool mu_gmatch_finished(const mu_gmatch *mt);
 size_t mu_gmatch_n_stacks(const mu_gmatch *mt);
+/* A lazy grammar (mu_grammar_set_lazy) before its trigger: every token is
+ * allowed, mask() masks nothing, accept() only watches for the trigger. */
+bool mu_gmatch_awaiting(const mu_gmatch *mt);
 
 #endif

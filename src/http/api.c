@@ -146,7 +146,7 @@ static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min",
     F_("cache_prompt", JC_BOOL), F_("timings_per_token", JC_BOOL), F_("return_progress", JC_BOOL),             \
         F_("post_sampling_probs", JC_BOOL, .one_of = NULL),                                                    \
         F_("grammar", JC_STR, .max_len = MU_GRAMMAR_MAX_TEXT_BYTES),                                          \
-        /* llama.cpp's lazy grammars: only off (api_extensions) */                                           \
+        /* llama.cpp's lazy grammars (api_triggers in api_job.c) */                                           \
         F_("grammar_lazy", JC_BOOL), F_("grammar_triggers", JC_ARR, .max_len = 1024),                         \
         F_("preserved_tokens", JC_ARR, .elem = &stop_elem, .max_len = 1024),                                   \
         F_("backend_sampling", JC_BOOL), /* no effect: one sampler, on the CPU, either way */                  \
@@ -367,7 +367,8 @@ static const jc_field ollama_generate[] = {
     F_("raw", JC_BOOL),
     F_("suffix", JC_STR, .one_of = ollama_formats, .note = " (suffix is not supported)"),
     F_("template", JC_STR, .one_of = ollama_formats, .note = " (the model's own template is used)"),
-    F_("context", JC_NULL, .note = " (the deprecated context: send the conversation to /api/chat)"),
+    /* Ollama's deprecated context: the token ids a previous answer returned */
+    F_("context", JC_ARR | JC_NULL, .elem = &int_tok_elem, .max_len = 1u << 20),
     F_("images", JC_ARR | JC_NULL, .elem = &b64_image_elem, .max_len = 64),
     END,
 };

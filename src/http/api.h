@@ -272,6 +272,10 @@ int api_prompt_list(mu_http_req *r, const json_t *prompt, const json_t **out, in
  * in api.c): replies 400 and returns false for what muser does not do
  * (post_sampling_probs true); sets keep_prefix from cache_prompt. */
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q);
+/* llama.cpp's grammar_lazy, grammar_triggers (a one-token word written as
+ * the token trigger it became) and preserved_tokens (ids, ascending) of a
+ * request api_extensions accepted, set in its settings object. */
+void api_lazy_settings(mu_http_app *a, const json_t *body, json_t *settings);
 /* Speculative decoding of one request from object o (may be NULL) under
  * the protocol's key names (docs/api.md): type none|ngram|dflash (llama.cpp's
  * ngram-cache and draft-dflash too), the most and least drafted tokens. */

@@ -444,29 +444,164 @@ void api_spec_params(const json_t *o, const char *k_type, const char *k_max, con
     q->draft_min = (int)mu_jc_int(o, k_min, 0);
 }
 
+/* llama.cpp's preserved_tokens and grammar_triggers (server-schema.cpp):
+ * a preserved token is a string that tokenizes (special tokens parsed) to
+ * one token; a WORD trigger that is one token must be preserved and
+ * becomes a TOKEN trigger; a lazy grammar given an empty trigger list is
+ * refused. *out (malloc'ed, NULL when none) borrows strings from body. */
+static _Thread_local int32_t tl_keep[1024]; /* the schema admits 1024 entries (api.c) */
+
+static bool api_triggers(mu_http_req *r, const json_t *body, mu_gen_req *q, mu_grammar_trigger **out, int *n_out) {
+    mu_http_app *a = mu_http_req_app(r);
+    const json_t *pre = json_object_get(body, "preserved_tokens");
+    const json_t *tr = json_object_get(body, "grammar_triggers");
+    int32_t *keep = tl_keep;
+    int n_keep = 0;
+    char m[320];
+    size_t i;
+    json_t *x;
+    *out = NULL;
+    *n_out = 0;
+    if (json_is_array(pre)) {
+        json_array_foreach(pre, i, x) {
+            if (!json_is_string(x)) {
+                mu_http_reply_error(r, 400, "field 'preserved_tokens': must be an array of strings",
+                                    "preserved_tokens");
+                return false;
+            }
+            int32_t *ids = NULL;
+            int n = 0;
+            mu_err e;
+            if (a->tok && !mu_tok_encode(a->tok, json_string_value(x), json_string_length(x), true, &ids, &n, &e) &&
+                n == 1 && n_keep < (int)(sizeof tl_keep / sizeof tl_keep[0]))
+                keep[n_keep++] = ids[0];
+            free(ids);
+        }
+    }
+    /* their text appears in the output (llama.cpp renders preserved
+     * tokens as special); tl_keep lives until the job is submitted, on
+     * this thread (mu_gen_new copies it) */
+    q->preserved = n_keep ? keep : NULL;
+    q->n_preserved = n_keep;
+    if (!tr || json_is_null(tr)) return true;
+    size_t n = json_array_size(tr);
+    if (mu_jc_bool(body, "grammar_lazy", false) && n == 0) {
+        mu_http_reply_error(r, 400, "field 'grammar_triggers': no triggers set for a lazy grammar", "grammar_triggers");
+        return false;
+    }
+    mu_grammar_trigger *t = calloc(n + 1, sizeof *t);
+    if (!t) {
+        mu_http_reply_error(r, 503, "out of memory", NULL);
+        return false;
+    }
+    int n_vocab = a->tok ? mu_tok_n_vocab(a->tok) : 0;
+    json_array_foreach(tr, i, x) {
+        const json_t *ty = json_object_get(x, "type"), *v = json_object_get(x, "value");
+        const json_t *tk = json_object_get(x, "token");
+        json_int_t type = json_is_integer(ty) ? json_integer_value(ty) : -1;
+        const char *bad = NULL;
+        if (!json_is_object(x)) bad = "must be an object";
+        else if (type < 0 || type > 3) bad = "'type' must be 0 (token), 1 (word), 2 (pattern) or 3 (full pattern)";
+        else if (!json_is_string(v)) bad = "'value' must be a string";
+        else if (type == 0 && !json_is_integer(tk)) bad = "'token' (an integer) is needed with type 0";
+        else if (type == 0 && (json_integer_value(tk) < 0 || json_integer_value(tk) >= n_vocab))
+            bad = "'token' is not a token id of this model";
+        if (bad) {
+            snprintf(m, sizeof m, "field 'grammar_triggers[%zu]': %s", i, bad);
+            free(t);
+            mu_http_reply_error(r, 400, m, "grammar_triggers");
+            return false;
+        }
+        t[i] = (mu_grammar_trigger){.kind = (mu_trigger_kind)type,
+                                    .value = json_string_value(v),
+                                    .len = json_string_length(v),
+                                    .token = type == 0 ? (int32_t)json_integer_value(tk) : -1};
+        if (type != 1 || !a->tok) continue;
+        int32_t *ids = NULL;
+        int nt = 0;
+        mu_err e;
+        if (mu_tok_encode(a->tok, t[i].value, t[i].len, true, &ids, &nt, &e) == 0 && nt == 1) {
+            bool kept = false;
+            for (int k = 0; k < n_keep && !kept; k++) kept = keep[k] == ids[0];
+            if (!kept) {
+                snprintf(m, sizeof m, "field 'grammar_triggers[%zu]': a trigger word that is one token must be in "
+                                      "'preserved_tokens'", i);
+                free(ids);
+                free(t);
+                mu_http_reply_error(r, 400, m, "grammar_triggers");
+                return false;
+            }
+            t[i].kind = MU_TRIGGER_TOKEN;
+            t[i].token = ids[0];
+        }
+        free(ids);
+    }
+    *out = t;
+    *n_out = (int)n;
+    return true;
+}
+
+static int32_t one_token(mu_http_app *a, const char *s, size_t n) {
+    int32_t *ids = NULL, id = -1;
+    int k = 0;
+    mu_err e;
+    if (a->tok && !mu_tok_encode(a->tok, s, n, true, &ids, &k, &e) && k == 1) id = ids[0];
+    free(ids);
+    return id;
+}
+
+static int cmp_id(const void *x, const void *y) {
+    int32_t a = *(const int32_t *)x, b = *(const int32_t *)y;
+    return (a > b) - (a < b);
+}
+
+void api_lazy_settings(mu_http_app *a, const json_t *body, json_t *settings) {
+    json_object_set_new(settings, "grammar_lazy", json_boolean(mu_jc_bool(body, "grammar_lazy", false)));
+    json_t *tr = json_array(), *pre = json_array();
+    size_t i;
+    json_t *x;
+    json_array_foreach(json_object_get(body, "grammar_triggers"), i, x) {
+        json_int_t type = json_integer_value(json_object_get(x, "type"));
+        const json_t *v = json_object_get(x, "value");
+        int32_t id = type == 1 ? one_token(a, json_string_value(v), json_string_length(v)) : -1;
+        json_int_t tok = id >= 0 ? (json_int_t)id : json_integer_value(json_object_get(x, "token"));
+        if (type == 0 || id >= 0)
+            json_array_append_new(tr, json_pack("{s:i,s:O,s:I}", "type", 0, "value", v, "token", tok));
+        else json_array_append_new(tr, json_pack("{s:I,s:O}", "type", type, "value", v));
+    }
+    int32_t ids[1024]; /* the schema admits 1024 entries (api.c) */
+    int n = 0;
+    json_array_foreach(json_object_get(body, "preserved_tokens"), i, x) {
+        int32_t id = n < 1024 ? one_token(a, json_string_value(x), json_string_length(x)) : -1;
+        if (id >= 0) ids[n++] = id;
+    }
+    qsort(ids, (size_t)n, sizeof ids[0], cmp_id); /* llama.cpp's std::set: ascending, once each */
+    for (int k = 0; k < n; k++)
+        if (k == 0 || ids[k] != ids[k - 1]) json_array_append_new(pre, json_integer(ids[k]));
+    json_object_set_new(settings, "grammar_triggers", tr);
+    json_object_set_new(settings, "preserved_tokens", pre);
+}
+
 bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
     /* llama.cpp's post_sampling_probs: n_probs / logprobs report the
      * sampler chain's final candidates */
     q->post_sampling = mu_jc_bool(body, "post_sampling_probs", false);
     /* llama.cpp's lazy grammars (a grammar that waits for a trigger: its
-     * templates' tool-call machinery): accepted off and empty only */
-    const char *lazy = mu_jc_bool(body, "grammar_lazy", false)                      ? "grammar_lazy"
-                       : json_array_size(json_object_get(body, "grammar_triggers")) ? "grammar_triggers"
-                       : json_array_size(json_object_get(body, "preserved_tokens")) ? "preserved_tokens"
-                                                                                    : NULL;
-    if (lazy) {
-        char m[200];
-        snprintf(m, sizeof m, "field '%s': lazy grammars are not supported (a grammar applies from the first token)",
-                 lazy);
-        mu_http_reply_error(r, 400, m, lazy);
-        return false;
-    }
+     * templates' tool-call machinery): the triggers are read first, as
+     * llama.cpp reads them, and set on the grammar below. On the chat
+     * routes llama.cpp's server replaces a client's grammar_lazy,
+     * grammar_triggers and preserved_tokens with its template's (off and
+     * empty without tools): there they have no effect, here too. */
+    bool chat = json_object_get(body, "messages") != NULL;
+    mu_grammar_trigger *trig = NULL;
+    int n_trig = 0;
+    bool lazy = !chat && mu_jc_bool(body, "grammar_lazy", false);
+    if (!chat && !api_triggers(r, body, q, &trig, &n_trig)) return false;
     /* llama.cpp's GBNF grammar; it wins over json_schema / response_format
      * (llama.cpp reads json_schema only when there is no grammar), except
      * that a chat request naming both is refused, as llama.cpp does */
     const char *gbnf = mu_jc_str(body, "grammar", "");
     if (*gbnf) {
-        bool chat = json_object_get(body, "messages") != NULL;
         const json_t *js = json_object_get(body, "json_schema");
         if (chat && js && !json_is_null(js)) {
             mu_http_reply_error(r, 400, "fields 'grammar' and 'json_schema': cannot use both", "grammar");
@@ -482,11 +617,24 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
         mu_err err = {0};
         mu_http_app *a = mu_http_req_app(r);
         int rc = mu_grammar_new(gbnf, a->tok, &q->grammar, &err);
+        if (!rc && lazy && (rc = mu_grammar_set_lazy(q->grammar, trig, n_trig, &err))) {
+            mu_grammar_unref(q->grammar);
+            q->grammar = NULL;
+        }
+        free(trig);
         if (rc) {
-            mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, err.msg, "grammar");
+            mu_http_reply_error(r, rc == MU_E_NOMEM ? 503 : 400, err.msg, lazy ? "grammar_triggers" : "grammar");
             return false;
         }
         q->schema = NULL;
+    } else {
+        free(trig);
+        const json_t *js = json_object_get(body, "json_schema");
+        if (lazy && ((js && !json_is_null(js)) || q->schema)) { /* the schema path has no lazy form here */
+            mu_http_reply_error(r, 400, "field 'grammar_lazy': applies to a 'grammar' only (not to a JSON schema)",
+                                "grammar_lazy");
+            return false;
+        }
     }
     /* llama.cpp's prompt cache: keep the KV state of the longest common
      * prefix with the slot's previous request (off unless asked or the

@@ -297,6 +297,7 @@ void api_llama_completion(mu_http_req *r, const json_t *body) {
     s->settings = api_params_json(a, &q, stop, mu_jc_bool(body, "stream", false),
                                   mu_jc_bool(body, "timings_per_token", false));
     if (s->settings && q.grammar) json_object_set_new(s->settings, "grammar", json_string(mu_jc_str(body, "grammar", "")));
+    if (s->settings) api_lazy_settings(a, body, s->settings);
     s->fields = json_incref(json_object_get(body, "response_fields"));
     if (!json_array_size(s->fields)) { /* llama.cpp: an empty list is every field */
         json_decref(s->fields);
@@ -519,6 +520,8 @@ json_t *api_params_json(mu_http_app *a, const mu_gen_req *q, const json_t *stop,
                                         n_predict, "n_predict", n_predict, "n_keep", 0, "n_discard", 0, "ignore_eos",
                                         q->ignore_eos, "stream", stream, "logit_bias", bias, "n_probs", q->n_top,
                                         "min_keep", d->min_keep, "grammar", ""));
+    /* a chat request's (and a default's): llama.cpp's template sets them */
+    json_object_update_new(p, json_pack("{s:b,s:[],s:[]}", "grammar_lazy", 0, "grammar_triggers", "preserved_tokens"));
     json_object_update_new(p, json_pack("{s:[s,s,s,s,s,s,s,s,s],s:b,s:b,s:[]}", "samplers", "penalties", "dry",
                                         "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature",
                                         "timings_per_token", timings_per_token, "post_sampling_probs", q->post_sampling,

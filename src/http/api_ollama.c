@@ -33,6 +33,8 @@ typedef struct {
     bool logprobs;
     int n_top, lp_sent;      /* answer tokens whose logprobs were sent */
     double t0_ms;
+    int32_t *prompt_ids;     /* /api/generate (not raw): the prompt, for the answer's context */
+    int n_prompt_ids;
 } ol_state;
 
 /* Ollama's logprobs of the answer tokens not sent yet: [{token, logprob,
@@ -95,6 +97,14 @@ static json_t *done_record(ol_state *s, const char *cs, size_t nc, const char *r
     json_object_set_new(o, "prompt_eval_duration", json_integer((json_int_t)(st->prompt_ms * 1e6)));
     json_object_set_new(o, "eval_count", json_integer(g->n_ids));
     json_object_set_new(o, "eval_duration", json_integer((json_int_t)(st->gen_ms * 1e6)));
+    if (s->prompt_ids) { /* Ollama's context: the prompt's and the answer's tokens (the end token left out) */
+        json_t *c = json_array();
+        for (int i = 0; i < s->n_prompt_ids; i++) json_array_append_new(c, json_integer(s->prompt_ids[i]));
+        int n = g->n_ids;
+        if (n > 0 && g->finish == MU_FINISH_STOP && mu_model_is_stop(s->a->model, g->ids[n - 1])) n--;
+        for (int i = 0; i < n; i++) json_array_append_new(c, json_integer(g->ids[i]));
+        json_object_set_new(o, "context", c);
+    }
     if (st->n_draft > 0) { /* speculative decoding (muser's, in Ollama's *_count style) */
         json_object_set_new(o, "draft_count", json_integer(st->n_draft));
         json_object_set_new(o, "draft_accepted_count", json_integer(st->n_draft_accepted));
@@ -134,6 +144,7 @@ static int ol_produce(void *state, mu_http_buf *out, int fd) {
 static void ol_release(void *state) {
     ol_state *s = state;
     api_job_free(&s->g);
+    free(s->prompt_ids);
     free(s);
 }
 
@@ -159,7 +170,7 @@ static const char *think_effort(const json_t *body) { return json_string_value(j
 
 /* media: an image prompt (api_media_prompt) or NULL; taken */
 static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids, int n, const mu_mprompt *media,
-                bool chat, bool use_tools) {
+                bool chat, bool use_tools, bool give_context) {
     json_t *opt = json_object_get(body, "options");
     /* num_ctx: the request's context, at most the server's (--ctx), as
      * Ollama caps it at what the model can hold; a smaller one bounds the
@@ -198,9 +209,14 @@ static void run(mu_http_req *r, mu_http_app *a, const json_t *body, int32_t *ids
         mu_http_reply_error(r, 503, "server: out of memory", NULL);
         return;
     }
+    if (give_context && !media) { /* with images the prompt's rows are not tokens: no context */
+        s->prompt_ids = malloc(((size_t)n + 1) * sizeof *s->prompt_ids);
+        if (s->prompt_ids) memcpy(s->prompt_ids, ids, (size_t)n * sizeof *ids), s->n_prompt_ids = n;
+    }
     bool ok = api_job_start(r, &s->g, a, ids, n, &q, json_object_get(opt, "stop"));
     mu_schema_unref(schema); /* the job holds its own reference */
     if (!ok) {
+        free(s->prompt_ids);
         free(s);
         return;
     }
@@ -224,6 +240,42 @@ static void reply_loaded(mu_http_req *r, mu_http_app *a, bool chat) {
     if (chat) json_object_set_new(o, "message", json_pack("{s:s,s:s}", "role", "assistant", "content", ""));
     else json_object_set_new(o, "response", json_string(""));
     mu_http_reply_json(r, 200, o);
+}
+
+/* *text becomes the context's tokens as text followed by *text (replaced,
+ * less a leading BOS);
+ * false after replying 400 (an id outside the vocabulary) or 503 */
+static bool with_context(mu_http_req *r, mu_http_app *a, const json_t *ctx, char **text) {
+    mu_http_buf b = {0};
+    char piece[API_PIECE_MAX];
+    size_t i;
+    json_t *x;
+    json_array_foreach(ctx, i, x) {
+        json_int_t id = json_integer_value(x);
+        if (id >= a->info->n_vocab) {
+            char m[96];
+            snprintf(m, sizeof m, "field 'context[%zu]': not a token id of this model", i);
+            mu_http_buf_free(&b);
+            mu_http_reply_error(r, 400, m, "context");
+            return false;
+        }
+        int n = api_piece(a, (int32_t)id, piece, sizeof piece);
+        if (n > 0) mu_http_buf_add(&b, piece, (size_t)n);
+    }
+    /* the rendered turn's own BOS stays at the front of the whole (where
+     * Ollama's tokenizer adds it), not between the turns */
+    const char *t = *text;
+    int bn = a->info->bos >= 0 ? api_piece(a, a->info->bos, piece, sizeof piece) : 0;
+    if (bn > 0 && !strncmp(t, piece, (size_t)bn)) t += bn;
+    mu_http_buf_str(&b, t);
+    if (b.oom) {
+        mu_http_buf_free(&b);
+        mu_http_reply_error(r, 503, "server: out of memory", NULL);
+        return false;
+    }
+    free(*text);
+    *text = b.p;
+    return true;
 }
 
 void api_ollama_generate(mu_http_req *r, const json_t *body) {
@@ -269,6 +321,23 @@ void api_ollama_generate(mu_http_req *r, const json_t *body) {
         json_array_append_new(msgs, json_pack("{s:s,s:s}", "role", "user", "content", pb.p));
         ok = api_chat_prompt_ex(r, a, msgs, NULL, think_effort(body), API_PROMPT_GEN, &ids, &n, &text);
         json_decref(msgs);
+        /* Ollama's deprecated context: the earlier conversation's tokens as
+         * text (special tokens written out) before this prompt's */
+        const json_t *ctx = json_object_get(body, "context");
+        if (ok && json_array_size(ctx) && !(ok = with_context(r, a, ctx, &text))) {
+            free(ids);
+            ids = NULL;
+        }
+        if (ok && json_array_size(ctx)) {
+            mu_err err = {0};
+            free(ids);
+            ids = NULL;
+            int rc = im.n ? 0 : api_tokenize_prompt(a, text, true, &ids, &n, &err);
+            if (rc) {
+                mu_http_reply_status(r, rc, &err);
+                ok = false;
+            }
+        }
     }
     mu_http_buf_free(&pb);
     const mu_mprompt *media = NULL;
@@ -283,7 +352,7 @@ void api_ollama_generate(mu_http_req *r, const json_t *body) {
         free(ids);
         return;
     }
-    run(r, a, body, ids, n, media, false, false);
+    run(r, a, body, ids, n, media, false, false, !mu_jc_bool(body, "raw", false));
 }
 
 void api_ollama_chat(mu_http_req *r, const json_t *body) {
@@ -346,7 +415,7 @@ void api_ollama_chat(mu_http_req *r, const json_t *body) {
     free(text);
     api_images_free(&im);
     if (!ok) return;
-    run(r, a, body, ids, n, media, true, use_tools);
+    run(r, a, body, ids, n, media, true, use_tools, false);
 }
 
 static json_t *details(mu_http_app *a) {

@@ -1034,8 +1034,12 @@ static size_t detok_emit(mu_detok *d, const unsigned char *src, size_t n, bool f
 }
 
 int mu_detok_push(mu_detok *d, int32_t id, const char **out, size_t *n_out, mu_err *err) {
+    return mu_detok_push_ex(d, id, false, out, n_out, err);
+}
+
+int mu_detok_push_ex(mu_detok *d, int32_t id, bool special, const char **out, size_t *n_out, mu_err *err) {
     size_t len;
-    const char *p = mu_tok_piece_view(d->t, id, (d->flags & MU_DETOK_SPECIAL) != 0, &len);
+    const char *p = mu_tok_piece_view(d->t, id, special || (d->flags & MU_DETOK_SPECIAL) != 0, &len);
     if (!p) return mu_fail(err, MU_E_ARG, "tokenizer: token id out of range: %d", id);
     /* pending bytes (< 4) + the piece, in the tail of buf; output goes to
      * the front and never overtakes the input (1 byte in -> <= 3 out, and

@@ -90,6 +90,9 @@ void mu_detok_free(mu_detok *d);
  * the next call on d. Never allocates. MU_E_ARG for an id out of range (the
  * detokenizer is unchanged). */
 int mu_detok_push(mu_detok *d, int32_t id, const char **out, size_t *n_out, mu_err *err);
+/* mu_detok_push, the token rendered as with MU_DETOK_SPECIAL when special
+ * (llama.cpp's preserved tokens) */
+int mu_detok_push_ex(mu_detok *d, int32_t id, bool special, const char **out, size_t *n_out, mu_err *err);
 /* End of stream: emits the held-back bytes of an unfinished character
  * (verbatim, or one U+FFFD per invalid sequence with MU_DETOK_VALID_UTF8)
  * and resets d for a new stream. */

@@ -4,7 +4,7 @@
 # GET /, /v1/models/{id} and --alias, /api/ps, embeddings on every route
 # (pooling mean and none, base64, batches), llama.cpp's
 # exceed_context_size_error, batch prompts, response_fields, accepted and
-# refused fields, the prompt cache (timings.cache_n, cached_tokens), /slots
+# refused fields, lazy grammars, the prompt cache (timings.cache_n, cached_tokens), /slots
 # and /props shapes, /completion stream chunks (a token each, with its
 # text), id_slot with n choices, a forced tool call, Anthropic
 # Messages and OpenAI Responses (plain and streamed, "type" first in every
@@ -132,8 +132,35 @@ expect "a bad grammar -> 400 naming line and column" 400 "j['error']['message'] 
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= this is (not valid GBNF"}'
 expect "llama.cpp's lazy-grammar fields off / empty: accepted" 200 "j['content'] == 'aaa'" \
   POST /completion '{"prompt":"x","n_predict":8,"temperature":0,"grammar":"root ::= \"aaa\"","grammar_lazy":false,"grammar_triggers":[],"preserved_tokens":[]}'
-expect "grammar_lazy true -> 400 saying lazy grammars are not supported" 400 "\"field 'grammar_lazy': lazy grammars\" in j['error']['message']" \
-  POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":0,"value":"<tool>"}]}'
+# lazy grammars: the greedy text is the plain one up to the trigger, the
+# grammar's from the trigger on (tests/e2e/lazy_grammar.py picks triggers
+# from the plain greedy text of the test model)
+while IFS= read -r l; do
+  case $l in ok\ *) ok "${l#ok }" ;; *) bad "${l#FAIL }" ;; esac
+done < <(python3 "$(dirname "$0")/lazy_grammar.py" "$BASE" 2>&1 || echo "FAIL lazy_grammar.py exited $?")
+expect "lazy fields on chat have no effect (llama.cpp's template sets them): the grammar applies from the first token" 200 "j['choices'][0]['message']['content'] in ('yes', 'no')" \
+  POST /v1/chat/completions '{"messages":[{"role":"user","content":"Is it?"}],"max_tokens":8,"seed":3,"grammar":"root ::= \"yes\" | \"no\"","grammar_lazy":true,"grammar_triggers":[]}'
+expect "a one-token trigger word not in preserved_tokens -> 400 (as llama.cpp)" 400 "j['error']['message'].startswith(\"field 'grammar_triggers[0]'\") and 'preserved_tokens' in j['error']['message']" \
+  POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|message|>"}]}'
+expect "a preserved one-token trigger word becomes a token trigger" 200 "'content' in j" \
+  POST /completion '{"prompt":"x","n_predict":2,"grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|message|>"}],"preserved_tokens":["<|message|>"]}'
+# <|image_start|>: a control token (not an end token) in the Muse vocabulary
+CTL=$(curl -s "$BASE/tokenize" -H "$J" -d '{"content":"<|image_start|>","parse_special":true}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][0])')
+expect "/completion: a control token's text is not in content" 200 "j['content'] == 'a'" \
+  POST /completion "{\"prompt\":\"x\",\"n_predict\":4,\"grammar\":\"root ::= <[$CTL]> \\\"a\\\"\"}"
+expect "/completion: a preserved control token's text is in content (as llama.cpp)" 200 "j['content'] == '<|image_start|>a'" \
+  POST /completion "{\"prompt\":\"x\",\"n_predict\":4,\"grammar\":\"root ::= <[$CTL]> \\\"a\\\"\",\"preserved_tokens\":[\"<|image_start|>\"]}"
+expect "/completion generation_settings: the lazy fields as llama.cpp writes them (a preserved one-token word as its token trigger)" 200 \
+  "(lambda g: g['grammar_lazy'] is True and g['grammar_triggers'] == [{'type': 0, 'value': '<|image_start|>', 'token': $CTL}, {'type': 2, 'value': '(a)'}] and g['preserved_tokens'] == [$CTL])(j['generation_settings'])" \
+  POST /completion '{"prompt":"x","n_predict":2,"grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|image_start|>"},{"type":2,"value":"(a)"}],"preserved_tokens":["<|image_start|>"]}'
+expect "a lazy grammar with an empty trigger list -> 400" 400 "'no triggers' in j['error']['message']" \
+  POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[]}'
+expect "a trigger pattern outside the regex dialect -> 400 naming it" 400 "j['error']['message'] == 'grammar: trigger 0: regex: lookbehind and named groups are not supported: at byte 1'" \
+  POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":2,"value":"(?<=a)b"}]}'
+expect "a type 0 trigger without its token id -> 400" 400 "\"'token'\" in j['error']['message']" \
+  POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":0,"value":"a"}]}'
+expect "grammar_lazy with a JSON schema -> 400 (lazy applies to a grammar here)" 400 "j['error']['message'].startswith(\"field 'grammar_lazy'\")" \
+  POST /completion '{"prompt":"x","json_schema":{"type":"integer"},"grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"you are"}]}'
 expect "grammar and json_schema together on chat -> 400" 400 "j['error']['param'] == 'grammar'" \
   POST /v1/chat/completions '{"messages":[{"role":"user","content":"x"}],"grammar":"root ::= \"a\"","json_schema":{}}'
 expect "post_sampling_probs: prob and top_probs of the final candidates" 200 \
@@ -167,8 +194,30 @@ expect "Ollama num_ctx below the prompt -> 400 saying the context is too small" 
   POST /api/generate '{"prompt":"Hi there, how are you doing today my friend?","raw":true,"stream":false,"options":{"num_ctx":4}}'
 expect "Ollama num_ctx bounds the generation (prompt + output <= num_ctx)" 200 "j['done_reason'] == 'length' and j['prompt_eval_count'] + j['eval_count'] <= 24" \
   POST /api/generate '{"prompt":"Hi","raw":true,"stream":false,"options":{"num_ctx":24,"temperature":0,"num_predict":-1}}'
-expect "Ollama generate template \"\" accepted; context -> 400 pointing at /api/chat" 400 "'/api/chat' in j['error']" \
-  POST /api/generate '{"prompt":"Hi","stream":false,"template":"","context":[1,2,3]}'
+expect "Ollama generate template \"\" accepted" 200 "j['done'] is True" \
+  POST /api/generate '{"prompt":"Hi","stream":false,"template":"","options":{"num_predict":1}}'
+# Ollama's deprecated context: the answer's tokens (prompt and output, the
+# end token left out); sent back, its text comes before the next prompt's
+expect "Ollama generate: context = the prompt's and the answer's tokens" 200 \
+  "len(j['context']) == j['prompt_eval_count'] + j['eval_count'] - (j['done_reason'] == 'stop')" \
+  POST /api/generate '{"prompt":"Hi","stream":false,"options":{"num_predict":4,"temperature":0}}'
+CTX1=$(jget "$T/out" "j['context']")
+curl -s "$BASE/detokenize" -H "$J" -d "{\"tokens\":$CTX1}" > "$T/ctx1text"
+req POST /api/generate '{"prompt":"Again","stream":false,"options":{"num_predict":1,"temperature":0}}' >/dev/null
+N_AGAIN=$(jget "$T/out" "j['prompt_eval_count']")
+expect "Ollama generate with a context: the earlier conversation's text before the new prompt" 200 \
+  "j['prompt_eval_count'] > $N_AGAIN" \
+  POST /api/generate "{\"prompt\":\"Again\",\"stream\":false,\"context\":$CTX1,\"options\":{\"num_predict\":4,\"temperature\":0}}"
+curl -s "$BASE/detokenize" -H "$J" -d "{\"tokens\":$(jget "$T/out" "j['context']")}" > "$T/ctx2text"
+[ "$(jget "$T/ctx2text" "j['content'].startswith(json.load(open('$T/ctx1text'))['content'][:-3]) and 'Again' in j['content'] and j['content'].count('<|begin_of_text|>') <= 1")" = True ] &&
+  ok "Ollama generate: the new context's text is the earlier one, then the new turn (one BOS, at the front)" || bad "context text: $(head -c 300 "$T/ctx2text")"
+req POST /api/generate '{"prompt":"Hi","options":{"num_predict":2,"temperature":0}}' >/dev/null
+[ "$(python3 -c "import json,sys; l=[json.loads(x) for x in open(sys.argv[1]) if x.strip()]; print(l[-1]['done'] and len(l[-1]['context']) > 2 and all('context' not in x for x in l[:-1]))" "$T/out")" = True ] &&
+  ok "Ollama generate stream: context only in the done record" || bad "stream context: $(tail -c 300 "$T/out")"
+expect "Ollama generate raw: no context in the answer, a sent one ignored (as Ollama)" 200 "'context' not in j" \
+  POST /api/generate '{"prompt":"Hi","raw":true,"stream":false,"context":[1,2],"options":{"num_predict":2}}'
+expect "Ollama generate: a context id outside the vocabulary -> 400 naming it" 400 "j['error'] == \"field 'context[1]': not a token id of this model\"" \
+  POST /api/generate '{"prompt":"Hi","stream":false,"context":[1,99999999]}'
 expect "Ollama think \"high\" (a reasoning level) accepted" 200 "j['done'] is True" \
   POST /api/chat '{"messages":[{"role":"user","content":"Hi"}],"stream":false,"think":"high","options":{"num_predict":2}}'
 expect "Ollama think \"max\" -> 400 naming the levels" 400 "'low' in j['error'] and 'think' in j['error']" \

@@ -2,7 +2,8 @@
 # test_serve_ollama_client.sh: the `ollama` npm package (Ollama's JavaScript
 # client, pinned in tests/e2e/client/package-lock.json, installed with
 # `npm ci` when absent) against `muser serve` on loopback: list, ps, show,
-# version, generate and chat (streamed and not, equal when greedy), chat
+# version, generate and chat (streamed and not, equal when greedy),
+# generate's deprecated context (returned and continued from), chat
 # logprobs, a format schema, embed and embeddings, an unknown model, a
 # client's usual options (num_ctx above --ctx, runner settings, a dozen
 # stops) with think "low".

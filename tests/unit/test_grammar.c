@@ -379,12 +379,105 @@ static void test_post_sampling_probs(void **state) {
     free(lg);
 }
 
+/* llama.cpp's lazy grammars: before the trigger every token is allowed
+ * and nothing is masked; a word split over tokens, a token, and a pattern
+ * whose group starts inside a token each start the grammar at the right
+ * byte (the tokens from there replayed into it). */
+static mu_grammar *lazy_gr;
+
+static int32_t one_token(const char *text) {
+    int32_t *ids, id;
+    int n;
+    mu_err err = {0};
+    assert_int_equal(mu_tok_encode(mu_model_tokenizer(D), text, strlen(text), false, &ids, &n, &err), 0);
+    assert_int_equal(n, 1);
+    id = ids[0];
+    free(ids);
+    return id;
+}
+
+static mu_gmatch *lazy_feed(const mu_grammar_trigger *t, const char *gbnf, const char *text, bool *awaiting_before) {
+    const mu_tok *tok = mu_model_tokenizer(D);
+    mu_grammar *gr;
+    mu_grammar_unref(lazy_gr);
+    mu_err err = {0};
+    assert_int_equal(mu_grammar_new(gbnf, tok, &gr, &err), 0);
+    assert_int_equal(mu_grammar_set_lazy(gr, t, 1, &err), 0);
+    assert_true(mu_grammar_is_lazy(gr));
+    mu_gmatch *m;
+    assert_int_equal(mu_gmatch_new(gr, tok, D, &m, &err), 0);
+    lazy_gr = gr; /* m borrows it: released with the next call's */
+    int32_t *ids;
+    int n;
+    assert_int_equal(mu_tok_encode(tok, text, strlen(text), false, &ids, &n, &err), 0);
+    *awaiting_before = true;
+    for (int i = 0; i < n; i++) {
+        if (i == n - 1) *awaiting_before = mu_gmatch_awaiting(m);
+        assert_true(mu_gmatch_awaiting(m));
+        assert_true(mu_gmatch_allows(m, mu_model_get_info(D)->eos)); /* nothing applies yet */
+        if (mu_gmatch_accept(m, ids[i], &err)) fail_msg("token %d: %s", i, err.msg);
+    }
+    free(ids);
+    return m;
+}
+
+static void test_lazy(void **state) {
+    (void)state;
+    if (!D) skip();
+    const mu_tok *tok = mu_model_tokenizer(D);
+    int32_t one = one_token("1"), the = one_token(" the");
+    bool before;
+    /* a word over two tokens (" you", " are") */
+    mu_grammar_trigger w = {.kind = MU_TRIGGER_WORD, .value = "you are", .len = 7};
+    mu_gmatch *m = lazy_feed(&w, "root ::= \"you are\" [0-9]+", ", the first time you are", &before);
+    assert_false(mu_gmatch_awaiting(m));
+    assert_true(mu_gmatch_allows(m, one));
+    assert_false(mu_gmatch_allows(m, the));
+    float *mk = malloc((size_t)mu_tok_n_vocab(tok) * sizeof *mk);
+    for (int i = 0; i < mu_tok_n_vocab(tok); i++) mk[i] = 0;
+    int left = mu_gmatch_mask(m, mk);
+    assert_true(left > 0 && left < mu_tok_n_vocab(tok) / 10);
+    mu_gmatch_free(m);
+    /* a pattern whose group begins inside the token " time" */
+    mu_grammar_trigger p = {.kind = MU_TRIGGER_PATTERN, .value = "t(ime)", .len = 6};
+    m = lazy_feed(&p, "root ::= \"ime\" [0-9]+", ", the first time", &before);
+    assert_false(mu_gmatch_awaiting(m));
+    assert_true(mu_gmatch_allows(m, one));
+    mu_gmatch_free(m);
+    /* a token: the grammar starts with it */
+    int32_t first = one_token(" first");
+    mu_grammar_trigger k = {.kind = MU_TRIGGER_TOKEN, .token = first};
+    m = lazy_feed(&k, "root ::= \" first\" [0-9]+", ", the first", &before);
+    assert_false(mu_gmatch_awaiting(m));
+    assert_true(mu_gmatch_allows(m, one));
+    mu_gmatch_free(m);
+    /* a full pattern is anchored: "first" alone is not the whole text */
+    mu_grammar_trigger f = {.kind = MU_TRIGGER_PATTERN_FULL, .value = "first", .len = 5};
+    m = lazy_feed(&f, "root ::= [0-9]+", ", the first", &before);
+    assert_true(mu_gmatch_awaiting(m));
+    assert_true(mu_gmatch_allows(m, the));
+    assert_false(mu_gmatch_finished(m));
+    mu_gmatch_free(m);
+    /* a bad pattern names its trigger */
+    mu_grammar *gr;
+    mu_err err = {0};
+    assert_int_equal(mu_grammar_new("root ::= \"a\"", tok, &gr, &err), 0);
+    mu_grammar_trigger bad[2] = {w, {.kind = MU_TRIGGER_PATTERN, .value = "(a", .len = 2}};
+    assert_int_equal(mu_grammar_set_lazy(gr, bad, 2, &err), MU_E_ARG);
+    assert_non_null(strstr(err.msg, "trigger 1: regex: unclosed ("));
+    assert_false(mu_grammar_is_lazy(gr));
+    mu_grammar_unref(gr);
+    mu_grammar_unref(lazy_gr);
+    lazy_gr = NULL;
+    free(mk);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_rules),        cmocka_unit_test(test_parse_errors),
         cmocka_unit_test(test_match_strings),      cmocka_unit_test(test_partial_utf8),
         cmocka_unit_test(test_rejection_order),    cmocka_unit_test(test_mask_agrees),
-        cmocka_unit_test(test_post_sampling_probs),
+        cmocka_unit_test(test_post_sampling_probs), cmocka_unit_test(test_lazy),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

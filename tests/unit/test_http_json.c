@@ -324,7 +324,11 @@ static void test_defined_fields(void **st) {
     expect_bad(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"modalities\":[\"audio\"]}", "text output only");
     expect_bad("/v1/responses", "{\"input\":\"x\",\"conversation\":\"c\"}", "not stored");
     expect_bad("/v1/messages", "{\"max_tokens\":1,\"messages\":[],\"mcp_servers\":[]}", "MCP servers are not supported");
-    expect_bad("/api/generate", "{\"prompt\":\"x\",\"context\":[1]}", "/api/chat");
+    expect_ok("/api/generate", "{\"prompt\":\"x\",\"context\":[1,2,3]}"); /* Ollama's deprecated context */
+    expect_bad("/api/generate", "{\"prompt\":\"x\",\"context\":[\"a\"]}", "context");
+    expect_bad("/api/generate", "{\"prompt\":\"x\",\"context\":[-1]}", "context");
+    expect_ok("/completion", "{\"prompt\":\"x\",\"grammar\":\"root ::= \\\"a\\\"\",\"grammar_lazy\":true,"
+                             "\"grammar_triggers\":[{\"type\":2,\"value\":\"(a)\"}],\"preserved_tokens\":[\"<x>\"]}");
     expect_ok("/api/chat", "{\"messages\":[],\"think\":\"high\",\"options\":{\"num_thread\":2,\"use_mmap\":true}}");
     expect_bad("/api/chat", "{\"messages\":[],\"think\":\"max\"}", "think");
     json_t *m = json_loads("[{\"role\":\"assistant\",\"content\":null,\"function_call\":{\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"}},"

@@ -37,6 +37,14 @@ await check("generate (stream) equals generate (stream false)", async () => {
   const r = await ollama.generate({ model, prompt: "Hello", stream: false, options: { num_predict: 6, temperature: 0 } });
   assert(text === r.response, JSON.stringify(text) + " vs " + JSON.stringify(r.response));
 });
+await check("generate's deprecated context: returned, and continued from", async () => {
+  const a = await ollama.generate({ model, prompt: "Hello", stream: false, options: { num_predict: 4, temperature: 0 } });
+  assert(Array.isArray(a.context) && a.context.length === a.prompt_eval_count + a.eval_count - (a.done_reason === "stop" ? 1 : 0),
+         "context " + JSON.stringify(a.context));
+  const plain = await ollama.generate({ model, prompt: "Again", stream: false, options: { num_predict: 2, temperature: 0 } });
+  const b = await ollama.generate({ model, prompt: "Again", context: a.context, stream: false, options: { num_predict: 2, temperature: 0 } });
+  assert(b.prompt_eval_count > plain.prompt_eval_count && b.context.length > a.context.length, "continued " + JSON.stringify(b));
+});
 await check("chat (stream)", async () => {
   const it = await ollama.chat({ model, messages: [{ role: "user", content: "Hello" }], stream: true, options: { num_predict: 6, temperature: 0 } });
   let text = "", n = 0;
