@@ -318,6 +318,14 @@ typedef struct {
 } kv_dec_item;
 int kv_chunk_open_many(kv_dec_item *it, int n, const uint8_t tenant[32], const kv_family *family, const kv_keys *keys,
                        const uint8_t fam[32], mu_err *err);
+/* Objects verified before (kvobj.c): kv_chunk_open_many skips the header
+ * digest, the object key and the content id of an object whose digest,
+ * reference and context passed every check before in this process, or
+ * that kv_chunk_encode_many made; every comparison, the AEAD and the codec
+ * still run, so the verdict is the one a full check gives. */
+void kv_memo_set(bool on); /* on or off (tests), and forget everything */
+void kv_memo_clear(void);
+uint64_t kv_memo_hits(void); /* objects opened through the memo since the process started */
 
 int kv_pack_encode(const kv_manifest *m, const kv_keys *keys, bool encrypt, const uint8_t *salt,
                    const uint8_t *nonce, kv_buf *out, uint8_t id[32], mu_err *err);
