@@ -184,18 +184,30 @@ static const kv_fstate *family_state(const kv_family *f, const kv_key *k) {
     return NULL;
 }
 
+/* The object key's HMAC message (OKEY_MSG bytes); object_key hashes one,
+ * kv_hmac_short a batch's. */
+#define OKEY_MSG (sizeof "kvpack/v1/chunk-object" + 3 * 32 + 13 + 16 + 12)
+static void okey_msg(uint8_t *m, const uint8_t *tenant, const uint8_t *fam, const uint8_t *content, uint64_t epoch,
+                     unsigned codec, unsigned version, bool enc, const uint8_t *salt, const uint8_t *nonce) {
+    static const char d[] = "kvpack/v1/chunk-object";
+    memcpy(m, d, sizeof d), m += sizeof d;
+    memcpy(m, tenant, 32), memcpy(m + 32, fam, 32), memcpy(m + 64, content, 32), m += 96;
+    wrle(m, epoch, 8);
+    wrle(m + 8, codec, 2);
+    wrle(m + 10, version, 2);
+    m[12] = enc;
+    memcpy(m + 13, salt, 16);
+    memcpy(m + 29, nonce, 12);
+}
+
 static void object_key(const kv_keys *keys, const uint8_t *tenant, const uint8_t *fam, const uint8_t *content,
                        uint64_t epoch, unsigned codec, unsigned version, bool enc, const uint8_t *salt,
                        const uint8_t *nonce, uint8_t out[32]) {
-    static const char d[] = "kvpack/v1/chunk-object";
-    uint8_t nums[13];
-    wrle(nums, epoch, 8);
-    wrle(nums + 8, codec, 2);
-    wrle(nums + 10, version, 2);
-    nums[12] = enc;
-    const void *parts[7] = {d, tenant, fam, content, nums, salt, nonce};
-    size_t lens[7] = {sizeof d, 32, 32, 32, 13, 16, 12};
-    kv_hmacv(keys->object_identity, parts, lens, 7, out);
+    uint8_t m[OKEY_MSG];
+    okey_msg(m, tenant, fam, content, epoch, codec, version, enc, salt, nonce);
+    const void *parts[1] = {m};
+    size_t lens[1] = {OKEY_MSG};
+    kv_hmacv(keys->object_identity, parts, lens, 1, out);
 }
 
 static void chunk_data_key(const kv_keys *keys, const uint8_t *content, const uint8_t *okey, const uint8_t *salt,
@@ -374,10 +386,7 @@ static int enc_frame(const uint8_t *plain, size_t n, const kv_family *family, co
     return 0;
 }
 
-static int enc_head(uint8_t *h, size_t n, const uint8_t tenant[32], const uint8_t fam[32], uint64_t epoch,
-                    bool encrypt, const kv_keys *keys, const uint8_t *salt_in, const uint8_t *nonce_in,
-                    enc_state *es, kv_chunk *out, mu_err *err) {
-    const kv_fstate *st = es->st;
+static void enc_salt(bool encrypt, const uint8_t *salt_in, const uint8_t *nonce_in, enc_state *es) {
     memset(es->salt, 0, 16);
     memset(es->nonce, 0, 12);
     if (encrypt) {
@@ -386,8 +395,18 @@ static int enc_head(uint8_t *h, size_t n, const uint8_t tenant[32], const uint8_
         if (nonce_in) memcpy(es->nonce, nonce_in, 12);
         else MU_ASSERT(RAND_bytes(es->nonce, 12) == 1);
     }
-    object_key(keys, tenant, fam, out->chunk_id, epoch, st->codec, st->codec_version, encrypt, es->salt, es->nonce,
-               out->object_key);
+}
+
+/* keys: NULL when enc_salt ran and out->object_key holds the key already */
+static int enc_head(uint8_t *h, size_t n, const uint8_t tenant[32], const uint8_t fam[32], uint64_t epoch,
+                    bool encrypt, const kv_keys *keys, const uint8_t *salt_in, const uint8_t *nonce_in,
+                    enc_state *es, kv_chunk *out, mu_err *err) {
+    const kv_fstate *st = es->st;
+    if (keys) {
+        enc_salt(encrypt, salt_in, nonce_in, es);
+        object_key(keys, tenant, fam, out->chunk_id, epoch, st->codec, st->codec_version, encrypt, es->salt,
+                   es->nonce, out->object_key);
+    }
     es->payload = es->frame_n + (encrypt ? 16 : 0);
     es->obj = (KV_ALIGN + es->payload + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN;
     if (es->obj > KV_MAX_OBJECT) return kv_fail(err, KV_BOUNDS, "encoded chunk object exceeds bound");
@@ -466,9 +485,22 @@ int kv_chunk_encode_many(const kv_enc_item *it, int n_items, const uint8_t tenan
                                                                           : x->plain};
         }
         if ((rc = kv_chunk_ids(keys->chunk_identity, tenant, fam, cj, m, err))) return rc;
+        /* the object keys, their HMACs together */
+        uint8_t msg[B][OKEY_MSG], okey[B][32];
+        const uint8_t *mp[B];
+        size_t ml[B];
+        for (int i = 0; i < m; i++) {
+            const kv_fstate *st = es[i].st;
+            enc_salt(encrypt, NULL, NULL, &es[i]);
+            okey_msg(msg[i], tenant, fam, it[b + i].out->chunk_id, epoch, st->codec, st->codec_version, encrypt,
+                     es[i].salt, es[i].nonce);
+            mp[i] = msg[i], ml[i] = OKEY_MSG;
+        }
+        kv_hmac_short(keys->object_identity, mp, ml, m, okey);
         for (int i = 0; i < m; i++) {
             const kv_enc_item *x = &it[b + i];
-            if ((rc = enc_head(x->obj->p, x->n, tenant, fam, epoch, encrypt, keys, NULL, NULL, &es[i], x->out, err)))
+            memcpy(x->out->object_key, okey[i], 32);
+            if ((rc = enc_head(x->obj->p, x->n, tenant, fam, epoch, encrypt, NULL, NULL, NULL, &es[i], x->out, err)))
                 return rc;
             sj[i] = (kv_sha_job){.body = x->obj->p, .body_n = KV_ALIGN, .out = x->obj->p + 204};
         }
@@ -550,7 +582,7 @@ static void header_head(const uint8_t *p, uint8_t out[236]) {
  * header's. */
 static int chunk_post(const uint8_t *p, const kv_ref *ref, const uint8_t tenant[32], const kv_family *family,
                       const kv_key *state, const kv_keys *keys, const uint8_t *fam_in, const uint8_t dg[32],
-                      const uint8_t hdg[32], bool known, chunk_head *ch, mu_err *err) {
+                      const uint8_t hdg[32], const uint8_t *okey_in, chunk_head *ch, mu_err *err) {
     if (CRYPTO_memcmp(dg, ref->digest, 32)) return kv_fail(err, KV_AUTH, "chunk object digest mismatch");
     if (CRYPTO_memcmp(hdg, p + 204, 32)) return kv_fail(err, KV_AUTH, "chunk header digest mismatch");
     unsigned version = (unsigned)rdle(p + 22, 2);
@@ -564,7 +596,7 @@ static int chunk_post(const uint8_t *p, const kv_ref *ref, const uint8_t tenant[
         return kv_fail(err, KV_AUTH, "chunk namespace, family, or epoch mismatch");
     const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
     uint8_t derived[32];
-    if (known) memcpy(derived, okey, 32); /* remembered: the derivation gave these bytes' key */
+    if (okey_in) memcpy(derived, okey_in, 32); /* derived with the batch's, or remembered */
     else object_key(keys, p + 48, ch->fam, content, ref->epoch, ch->codec, version, ch->encrypted, salt, nonce, derived);
     if (memcmp(content, ref->chunk_id, 32) || memcmp(okey, ref->object_key, 32) || CRYPTO_memcmp(okey, derived, 32))
         return kv_fail(err, KV_AUTH, "chunk identity or object key mismatch");
@@ -584,7 +616,7 @@ static int chunk_check(const uint8_t *p, size_t n, const kv_ref *ref, const kv_s
     const void *parts[2] = {head, p + 236};
     size_t lens[2] = {236, KV_ALIGN - 236};
     kv_sha256v(parts, lens, 2, hdg);
-    return chunk_post(p, ref, tenant, family, state, keys, fam_in, dg, hdg, false, ch, err);
+    return chunk_post(p, ref, tenant, family, state, keys, fam_in, dg, hdg, NULL, ch, err);
 }
 
 int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
@@ -715,8 +747,24 @@ static int open_batch(kv_dec_item *it, int m, const uint8_t tenant[32], const kv
                                     .out = hdg[i]};
         }
         kv_sha256_jobs(sj, nj);
+        /* the object keys of the objects not remembered, their HMACs together (the same values chunk_post
+         * would derive one by one, compared at the same step) */
+        uint8_t msg[B][OKEY_MSG], okey[B][32];
+        const uint8_t *mp[B], *oin[B];
+        size_t ml[B];
+        int at[B], no = 0;
+        for (int i = 0; i < m; i++) {
+            const uint8_t *p = it[i].p;
+            oin[i] = known[i] ? p + 144 : NULL;
+            if (known[i] || !fam) continue;
+            okey_msg(msg[no], p + 48, fam, p + 112, it[i].ref->epoch, ch[i].codec, (unsigned)rdle(p + 22, 2),
+                     ch[i].encrypted, p + 176, p + 192);
+            mp[no] = msg[no], ml[no] = OKEY_MSG, at[no++] = i;
+        }
+        kv_hmac_short(keys->object_identity, mp, ml, no, okey);
+        for (int k = 0; k < no; k++) oin[at[k]] = okey[k];
         for (int i = 0; i < m && !redo; i++)
-            redo = chunk_post(it[i].p, it[i].ref, tenant, family, it[i].state, keys, fam, dg[i], hdg[i], known[i],
+            redo = chunk_post(it[i].p, it[i].ref, tenant, family, it[i].state, keys, fam, dg[i], hdg[i], oin[i],
                               &ch[i], NULL) != 0;
     }
     if (redo) { /* nothing decrypted yet */

@@ -207,6 +207,9 @@ void kv_sha256v(const void *const *parts, const size_t *lens, int n, uint8_t out
 void kv_hkdf(const uint8_t *ikm, size_t ikm_n, const uint8_t *salt, size_t salt_n, const void *info, size_t info_n,
              uint8_t out[32]);
 void kv_hmacv(const uint8_t key[32], const void *const *parts, const size_t *lens, int n, uint8_t out[32]);
+/* HMAC-SHA-256 of n messages of at most KV_SHA_HEAD - 64 bytes each under
+ * one key, through kv_sha256_jobs (kvsha.c): kv_hmacv's values. */
+void kv_hmac_short(const uint8_t key[32], const uint8_t *const *msg, const size_t *len, int n, uint8_t (*out)[32]);
 
 /* Many SHA-256 messages at once (kvsha.c): out = SHA-256(head || body),
  * head at most KV_SHA_HEAD bytes. kv_sha256_jobs hashes 16 at a time in
