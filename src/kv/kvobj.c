@@ -511,7 +511,7 @@ int kv_chunk_encode_many(const kv_enc_item *it, int n_items, const uint8_t tenan
             sj[i] = (kv_sha_job){.body = x->obj->p, .body_n = es[i].obj, .out = x->out->digest};
         }
         kv_sha256_jobs(sj, m);
-        if (memo_on()) { /* what this process wrote opens without the checks its bytes decide */
+        if (fam && memo_on()) { /* what this process wrote opens without the checks its bytes decide */
             memo_in mi[B];
             uint8_t mk[B][32];
             bool ok[B];
@@ -716,7 +716,7 @@ static int open_batch(kv_dec_item *it, int m, const uint8_t tenant[32], const kv
     kv_cid_job cj[B];
     uint8_t cids[B][32], mk[B][32];
     bool known[B] = {0}, mok[B] = {0};
-    const bool memo = memo_on();
+    const bool memo = fam && memo_on(); /* the key binds the family's id */
     int rc = 0, nj = 0;
     bool redo = false;
     for (int i = 0; i < m && !redo; i++) redo = chunk_pre(it[i].p, it[i].n, it[i].ref, it[i].span, &ch[i], NULL) != 0;
