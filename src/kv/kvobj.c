@@ -277,8 +277,9 @@ void kv_memo_clear(void) {
 
 uint64_t kv_memo_hits(void) { return atomic_load(&g_memo_hits); }
 
-/* The memo keys of n objects: digest dg[i], reference fields ref[i] (NULL:
- * the writer's own, from ch[i]), each through kv_sha256_jobs; ok[i] false
+/* The memo keys of n objects (their digests as computed, their references'
+ * fields or the writer's own, their state and span) under the identity and
+ * object keys, tenant and family id, through kv_sha256_jobs; ok[i] false
  * where a state name makes the message too long (never remembered). */
 typedef struct {
     const uint8_t *dg, *chunk_id, *object_key;
