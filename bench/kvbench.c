@@ -15,6 +15,15 @@
  * Each timed write makes a new pack (the previous one is removed first,
  * untimed). MUSER_KV_SHA=ref hashes through OpenSSL one chunk at a time
  * instead of the AVX-512 lanes (kvsha.c).
+ * Restores are timed twice: first restores (mu_kv_pack_forget_verified
+ * before each: every chunk object checked in full, as in a fresh process;
+ * restore_*), then restores of a pack this process verified before
+ * (restore_warm_*: the memo skips the checks the objects' bytes decide),
+ * and first restores into a new session each (restore_new_session_cpu_ms:
+ * the session's KV pages fault in, as in a fresh process).
+ * --loop write|restore|restore-warm N: only that phase, N times (raw
+ * plain; the writes include the previous pack's removal), for a profiler;
+ * one line of JSON.
  * --kv-threads sets MUSER_KV_THREADS: the threads a pack write or restore
  * spreads its layers over (default: the engine's). */
 #include <ftw.h>
@@ -63,7 +72,8 @@ static void die(const char *what, const mu_err *err) {
 
 int main(int argc, char **argv) {
     const char *model = NULL, *out = NULL;
-    int n = 2048, ctx = 0, threads = 0;
+    int n = 2048, ctx = 0, threads = 0, loop_n = 0;
+    const char *loop_what = NULL;
     bool fill = false, only_raw = false;
     int wreps = 3, rreps = 5; /* medians reported, and the minimums (the cost without another process's load) */
     for (int i = 1; i < argc; i++) {
@@ -76,8 +86,9 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--fill")) fill = true;
         else if (!strcmp(argv[i], "--only-raw")) only_raw = true;
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) wreps = rreps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--loop") && i + 2 < argc) loop_what = argv[++i], loop_n = atoi(argv[++i]);
         else {
-            fprintf(stderr, "usage: kvbench -m MODEL [-n 2048] [--ctx N] [--threads N] [--kv-threads N] [--fill] [--only-raw] [--reps N] -o SCRATCH_DIR\n");
+            fprintf(stderr, "usage: kvbench -m MODEL [-n 2048] [--ctx N] [--threads N] [--kv-threads N] [--fill] [--only-raw] [--reps N] [--loop write|restore|restore-warm N] -o SCRATCH_DIR\n");
             return 1;
         }
     }
@@ -92,6 +103,8 @@ int main(int argc, char **argv) {
     if (!ctx) ctx = mu_kv_default_ctx(m);
     if (n >= ctx) n = ctx - 1;
     const mu_model_info *I = mu_model_get_info(m);
+    if (loop_what && strcmp(loop_what, "write") && strcmp(loop_what, "restore") && strcmp(loop_what, "restore-warm"))
+        return fprintf(stderr, "kvbench: --loop write|restore|restore-warm N\n"), 1;
     mu_kv_ident *id;
     if (mu_kv_ident_new(e, model, &id, &err)) die("identity", &err);
     uint8_t key[32];
@@ -128,6 +141,25 @@ int main(int argc, char **argv) {
         }
     }
     double prefill_s = now_s() - t0;
+    if (loop_what) { /* one phase only, N times, raw plain packs: for a profiler (perf record) */
+        char dir[4096];
+        snprintf(dir, sizeof dir, "%s/kvbench-loop", out);
+        mu_kv_save_opts so = {.codec = MU_KV_CODEC_RAW, .plain = true};
+        bool wr = !strcmp(loop_what, "write"); /* restore: a first restore each time; restore-warm: again */
+        if (!wr && mu_kv_pack_save(s, id, tok, n, key, &so, dir, &err)) die("save", &err);
+        double a = cpu_s();
+        for (int k = 0; k < loop_n; k++) {
+            int got = 0;
+            if (wr) rm_rf(dir);
+            else mu_session_reset(t);
+            if (!strcmp(loop_what, "restore")) mu_kv_pack_forget_verified();
+            if (wr ? mu_kv_pack_save(s, id, tok, n, key, &so, dir, &err)
+                   : mu_kv_pack_restore(t, id, dir, key, &got, &err) || got != n)
+                die(loop_what, &err);
+        }
+        printf("{\"loop\":\"%s\",\"n\":%d,\"cpu_ms_each\":%.2f}\n", loop_what, loop_n, (cpu_s() - a) * 1e3 / loop_n);
+        return 0;
+    }
     /* the KV rows a pack of n positions holds: full layers n, sliding min(n, window) */
     uint64_t rows = 0;
     for (int il = 0; il < I->n_layer; il++) rows += I->swa_layers[il] && n > I->n_swa ? (uint64_t)I->n_swa : (uint64_t)n;
@@ -161,24 +193,45 @@ int main(int argc, char **argv) {
         qsort(wc, (size_t)wreps, sizeof wc[0], cmp_d);
         uint64_t bytes = 0;
         mu_kv_pack_bytes(dir, &bytes, &err);
-        double rs[MAX_REPS], rc5[MAX_REPS];
+        /* first restores (every object checked in full, as in a fresh process), then restores of a pack
+         * this process verified before (its memo: the checks the objects' bytes decide are skipped) */
+        double rs[MAX_REPS], rc5[MAX_REPS], ws2[MAX_REPS], wc2[MAX_REPS];
+        for (int warm = 0; warm < 2; warm++)
+            for (int k = 0; k < rreps; k++) {
+                mu_session_reset(t);
+                if (!warm) mu_kv_pack_forget_verified();
+                double a = now_s(), ac = cpu_s();
+                int got = 0;
+                if (mu_kv_pack_restore(t, id, dir, key, &got, &err) || got != n) die("restore", &err);
+                (warm ? ws2 : rs)[k] = now_s() - a;
+                (warm ? wc2 : rc5)[k] = cpu_s() - ac;
+            }
+        /* a first restore into a new session, as a fresh process makes it: its KV pages fault in */
+        double fc[MAX_REPS];
         for (int k = 0; k < rreps; k++) {
-            mu_session_reset(t);
-            double a = now_s(), ac = cpu_s();
+            mu_session *f;
+            mu_kv_pack_forget_verified();
+            double ac = cpu_s();
             int got = 0;
-            if (mu_kv_pack_restore(t, id, dir, key, &got, &err) || got != n) die("restore", &err);
-            rs[k] = now_s() - a;
-            rc5[k] = cpu_s() - ac;
+            if (mu_session_new(e, ctx, &f, &err) || mu_kv_pack_restore(f, id, dir, key, &got, &err) || got != n)
+                die("restore", &err);
+            fc[k] = cpu_s() - ac;
+            mu_session_free(f);
         }
+        qsort(fc, (size_t)rreps, sizeof fc[0], cmp_d);
         qsort(rs, (size_t)rreps, sizeof rs[0], cmp_d);
         qsort(rc5, (size_t)rreps, sizeof rc5[0], cmp_d);
+        qsort(ws2, (size_t)rreps, sizeof ws2[0], cmp_d);
+        qsort(wc2, (size_t)rreps, sizeof wc2[0], cmp_d);
         printf("%s{\"variant\":\"%s\",\"write_s\":%.4f,\"write_gb_s\":%.3f,\"file_bytes\":%llu,"
                "\"bytes_per_token\":%.1f,\"restore_ms\":%.2f,\"write_cpu_s\":%.4f,\"write_cpu_gb_s\":%.3f,"
                "\"restore_cpu_ms\":%.2f,\"write_min_s\":%.4f,\"write_cpu_min_s\":%.4f,\"write_cpu_max_gb_s\":%.3f,"
-               "\"restore_min_ms\":%.2f,\"restore_cpu_min_ms\":%.2f}",
+               "\"restore_min_ms\":%.2f,\"restore_cpu_min_ms\":%.2f,\"restore_warm_ms\":%.2f,"
+               "\"restore_warm_cpu_ms\":%.2f,\"restore_warm_cpu_min_ms\":%.2f,\"restore_new_session_cpu_ms\":%.2f}",
                v ? "," : "", var[v].name, ws[wreps / 2], kv_bytes / ws[wreps / 2] / 1e9, (unsigned long long)bytes,
                (double)bytes / n, rs[rreps / 2] * 1e3, wc[wreps / 2], kv_bytes / wc[wreps / 2] / 1e9,
-               rc5[rreps / 2] * 1e3, ws[0], wc[0], kv_bytes / wc[0] / 1e9, rs[0] * 1e3, rc5[0] * 1e3);
+               rc5[rreps / 2] * 1e3, ws[0], wc[0], kv_bytes / wc[0] / 1e9, rs[0] * 1e3, rc5[0] * 1e3,
+               ws2[rreps / 2] * 1e3, wc2[rreps / 2] * 1e3, wc2[0] * 1e3, fc[rreps / 2] * 1e3);
     }
     /* a delta pack (mu_kv_save_opts.chain): the last 256 positions over a chainable pack of the rest, as a
      * server session's turn writes it; its own bytes are the directory's less its parent's */
@@ -201,6 +254,7 @@ int main(int argc, char **argv) {
         }
         for (int k = 0; k < rreps; k++) {
             mu_session_reset(t);
+            mu_kv_pack_forget_verified();
             double a = cpu_s();
             if (mu_kv_pack_restore(t, id, child, key, &got, &err) || got != n) die("chain restore", &err);
             dr[k] = cpu_s() - a;

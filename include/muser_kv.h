@@ -98,6 +98,15 @@ int mu_kv_pack_restore(mu_session *s, const mu_kv_ident *id, const char *dir, co
 int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir, const uint8_t key[32],
                           int *n_restored, int *swa_lo, mu_err *err);
 
+/* Restores and verifications compute every chunk object's digest, but skip
+ * the checks its bytes decide (header digest, object key, content id) for
+ * an object with the same digest and context that passed them before in
+ * this process or that this process wrote: the same verdicts, about half
+ * the hashing on a pack opened again. This forgets all of them (the next
+ * open checks every object in full: benchmarks of a first restore);
+ * MUSER_KV_MEMO=0 in the environment turns the memo off. */
+void mu_kv_pack_forget_verified(void);
+
 /* The token ids of a pack saved with_tokens (malloc'ed, *n of them):
  * decrypted, then checked against the manifest's input cut (a sidecar of
  * another pack or another key is refused). MU_E_UNSUPPORTED without one. */

@@ -286,6 +286,32 @@ int kv_chunk_id(const uint8_t key[32], const uint8_t tenant[32], const uint8_t f
     return 0;
 }
 
+void kv_hmac_short(const uint8_t key[32], const uint8_t *const *msg, const size_t *len, int n, uint8_t (*out)[32]) {
+    uint8_t ipad[64], opad[64];
+    memset(ipad, 0x36, 64);
+    memset(opad, 0x5c, 64);
+    for (int i = 0; i < 32; i++) ipad[i] ^= key[i], opad[i] ^= key[i];
+    uint8_t head[16][KV_SHA_HEAD], inner[16][96];
+    kv_sha_job sj[16];
+    for (int b = 0; b < n; b += 16) {
+        int m = n - b < 16 ? n - b : 16;
+        for (int i = 0; i < m; i++) {
+            MU_ASSERT(len[b + i] <= KV_SHA_HEAD - 64);
+            memcpy(head[i], ipad, 64);
+            memcpy(head[i] + 64, msg[b + i], len[b + i]);
+            memcpy(inner[i], opad, 64);
+            sj[i] = (kv_sha_job){.head = head[i], .head_n = 64 + len[b + i], .out = inner[i] + 64};
+        }
+        kv_sha256_jobs(sj, m);
+        for (int i = 0; i < m; i++) sj[i] = (kv_sha_job){.head = inner[i], .head_n = 96, .out = out[b + i]};
+        kv_sha256_jobs(sj, m);
+    }
+    OPENSSL_cleanse(head, sizeof head);
+    OPENSSL_cleanse(inner, sizeof inner);
+    OPENSSL_cleanse(ipad, sizeof ipad);
+    OPENSSL_cleanse(opad, sizeof opad);
+}
+
 /* HMAC-SHA-256 with a 32-byte key (RFC 2104) as two hashes a job each:
  * inner = SHA-256(key ^ ipad || message), out = SHA-256(key ^ opad ||
  * inner); the message's parts before the plaintext go in the job's head. */

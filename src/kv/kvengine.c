@@ -1130,6 +1130,8 @@ int mu_kv_pack_restore_ex(mu_session *s, const mu_kv_ident *id, const char *dir,
     return rc;
 }
 
+void mu_kv_pack_forget_verified(void) { kv_memo_clear(); }
+
 int mu_kv_pack_tokens(const char *dir, const uint8_t root[32], int32_t **tokens, int *n_out, mu_err *err) {
     int n_all = 0;
     return mu_kv_pack_tokens_ex(dir, root, tokens, &n_all, n_out, err);

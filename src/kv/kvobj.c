@@ -13,6 +13,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -182,18 +184,30 @@ static const kv_fstate *family_state(const kv_family *f, const kv_key *k) {
     return NULL;
 }
 
+/* The object key's HMAC message (OKEY_MSG bytes); object_key hashes one,
+ * kv_hmac_short a batch's. */
+#define OKEY_MSG (sizeof "kvpack/v1/chunk-object" + 3 * 32 + 13 + 16 + 12)
+static void okey_msg(uint8_t *m, const uint8_t *tenant, const uint8_t *fam, const uint8_t *content, uint64_t epoch,
+                     unsigned codec, unsigned version, bool enc, const uint8_t *salt, const uint8_t *nonce) {
+    static const char d[] = "kvpack/v1/chunk-object";
+    memcpy(m, d, sizeof d), m += sizeof d;
+    memcpy(m, tenant, 32), memcpy(m + 32, fam, 32), memcpy(m + 64, content, 32), m += 96;
+    wrle(m, epoch, 8);
+    wrle(m + 8, codec, 2);
+    wrle(m + 10, version, 2);
+    m[12] = enc;
+    memcpy(m + 13, salt, 16);
+    memcpy(m + 29, nonce, 12);
+}
+
 static void object_key(const kv_keys *keys, const uint8_t *tenant, const uint8_t *fam, const uint8_t *content,
                        uint64_t epoch, unsigned codec, unsigned version, bool enc, const uint8_t *salt,
                        const uint8_t *nonce, uint8_t out[32]) {
-    static const char d[] = "kvpack/v1/chunk-object";
-    uint8_t nums[13];
-    wrle(nums, epoch, 8);
-    wrle(nums + 8, codec, 2);
-    wrle(nums + 10, version, 2);
-    nums[12] = enc;
-    const void *parts[7] = {d, tenant, fam, content, nums, salt, nonce};
-    size_t lens[7] = {sizeof d, 32, 32, 32, 13, 16, 12};
-    kv_hmacv(keys->object_identity, parts, lens, 7, out);
+    uint8_t m[OKEY_MSG];
+    okey_msg(m, tenant, fam, content, epoch, codec, version, enc, salt, nonce);
+    const void *parts[1] = {m};
+    size_t lens[1] = {OKEY_MSG};
+    kv_hmacv(keys->object_identity, parts, lens, 1, out);
 }
 
 static void chunk_data_key(const kv_keys *keys, const uint8_t *content, const uint8_t *okey, const uint8_t *salt,
@@ -214,6 +228,111 @@ int kv_chunk_encode(const uint8_t *plain, size_t n, const uint8_t tenant[32], co
     }
     *out = c;
     return 0;
+}
+
+/* ---- objects verified before ------------------------------------------- */
+/*
+ * A chunk object whose digest (SHA-256 of all its bytes, computed anew on
+ * every open) equals its reference's holds the same bytes as every other
+ * object with that digest. The checks of the open that follow from those
+ * bytes and the open's context alone (the header digest, the object key,
+ * the content id) then give the verdict they gave the first time. The
+ * memo remembers, per process, a hash of (the identity and object keys,
+ * the digest, tenant, family, state, span and the reference's fields) for
+ * every object that passed every check or that this process wrote; an
+ * open of such an object skips those three computations and still makes
+ * every comparison (against the header's own values), the framing checks,
+ * the AEAD and the codec. Only whole successes enter it, so an object that
+ * fails is always checked in full. Direct-mapped, a slot per 32-byte key:
+ * a key that collides evicts the older one (a miss costs the full check,
+ * never a different verdict). MUSER_KV_MEMO=0 turns it off.
+ */
+#define MEMO_SLOTS 65536 /* 2 MiB: 78 packs of 2048 positions of the full shape */
+static const char MEMO_DOMAIN[] = "muser/kvpack/v1/verified-object";
+static pthread_mutex_t g_memo_mu = PTHREAD_MUTEX_INITIALIZER;
+static uint8_t (*g_memo)[32];
+static atomic_int g_memo_on = -1;
+static atomic_ullong g_memo_hits;
+
+static bool memo_on(void) {
+    int on = atomic_load(&g_memo_on);
+    if (on < 0) {
+        const char *e = getenv("MUSER_KV_MEMO");
+        on = !(e && !strcmp(e, "0"));
+        atomic_store(&g_memo_on, on);
+    }
+    return on;
+}
+
+void kv_memo_set(bool on) {
+    atomic_store(&g_memo_on, on);
+    kv_memo_clear();
+}
+
+void kv_memo_clear(void) {
+    pthread_mutex_lock(&g_memo_mu);
+    if (g_memo) memset(g_memo, 0, (size_t)MEMO_SLOTS * 32);
+    pthread_mutex_unlock(&g_memo_mu);
+}
+
+uint64_t kv_memo_hits(void) { return atomic_load(&g_memo_hits); }
+
+/* The memo keys of n objects (their digests as computed, their references'
+ * fields or the writer's own, their state and span) under the identity and
+ * object keys, tenant and family id, through kv_sha256_jobs; ok[i] false
+ * where a state name makes the message too long (never remembered). */
+typedef struct {
+    const uint8_t *dg, *chunk_id, *object_key;
+    uint64_t epoch;
+    uint32_t plain_bytes, object_bytes;
+    const kv_key *state;
+    const kv_span *span;
+} memo_in;
+
+static void memo_keys(const kv_keys *keys, const uint8_t tenant[32], const uint8_t fam[32], const memo_in *in,
+                      int n, uint8_t (*out)[32], bool *ok) {
+    uint8_t head[16][KV_SHA_HEAD];
+    kv_sha_job sj[16];
+    for (int b = 0; b < n; b += 16) {
+        int m = n - b < 16 ? n - b : 16, k = 0;
+        for (int i = 0; i < m; i++) {
+            const memo_in *x = &in[b + i];
+            size_t len = sizeof MEMO_DOMAIN + 7 * 32 + 6 + x->state->len + 28 + 16;
+            ok[b + i] = len <= KV_SHA_HEAD;
+            if (!ok[b + i]) continue;
+            uint8_t *h = head[k];
+            memcpy(h, MEMO_DOMAIN, sizeof MEMO_DOMAIN), h += sizeof MEMO_DOMAIN;
+            const uint8_t *f32[7] = {keys->chunk_identity, keys->object_identity, x->dg, tenant, fam, x->chunk_id,
+                                     x->object_key};
+            for (int q = 0; q < 7; q++) memcpy(h, f32[q], 32), h += 32;
+            wrle(h, x->state->layer, 4), wrle(h + 4, x->state->len, 2), h += 6;
+            if (x->state->len) memcpy(h, x->state->name, x->state->len), h += x->state->len;
+            wrle(h, x->span->token_start, 8), wrle(h + 8, x->span->token_count, 8);
+            wrle(h + 16, x->span->plain_off, 8), wrle(h + 24, x->span->plain_bytes, 4), h += 28;
+            wrle(h, x->epoch, 8), wrle(h + 8, x->plain_bytes, 4), wrle(h + 12, x->object_bytes, 4), h += 16;
+            sj[k] = (kv_sha_job){.head = head[k], .head_n = (size_t)(h - head[k]), .out = out[b + i]};
+            k++;
+        }
+        kv_sha256_jobs(sj, k);
+        OPENSSL_cleanse(head, sizeof head);
+    }
+}
+
+static size_t memo_slot(const uint8_t key[32]) { return (size_t)rdle(key, 4) & (MEMO_SLOTS - 1); }
+
+/* hit[i]: whether key i is remembered (where ok[i]) */
+static void memo_find(uint8_t (*key)[32], const bool *ok, int n, bool *hit) {
+    pthread_mutex_lock(&g_memo_mu);
+    for (int i = 0; i < n; i++) hit[i] = g_memo && ok[i] && !memcmp(g_memo[memo_slot(key[i])], key[i], 32);
+    pthread_mutex_unlock(&g_memo_mu);
+}
+
+static void memo_put(uint8_t (*key)[32], const bool *ok, int n) {
+    pthread_mutex_lock(&g_memo_mu);
+    if (!g_memo) g_memo = calloc(MEMO_SLOTS, 32);
+    for (int i = 0; g_memo && i < n; i++)
+        if (ok[i]) memcpy(g_memo[memo_slot(key[i])], key[i], 32);
+    pthread_mutex_unlock(&g_memo_mu);
 }
 
 /* One object, built in place in three steps around its three hashes:
@@ -268,10 +387,7 @@ static int enc_frame(const uint8_t *plain, size_t n, const kv_family *family, co
     return 0;
 }
 
-static int enc_head(uint8_t *h, size_t n, const uint8_t tenant[32], const uint8_t fam[32], uint64_t epoch,
-                    bool encrypt, const kv_keys *keys, const uint8_t *salt_in, const uint8_t *nonce_in,
-                    enc_state *es, kv_chunk *out, mu_err *err) {
-    const kv_fstate *st = es->st;
+static void enc_salt(bool encrypt, const uint8_t *salt_in, const uint8_t *nonce_in, enc_state *es) {
     memset(es->salt, 0, 16);
     memset(es->nonce, 0, 12);
     if (encrypt) {
@@ -280,8 +396,18 @@ static int enc_head(uint8_t *h, size_t n, const uint8_t tenant[32], const uint8_
         if (nonce_in) memcpy(es->nonce, nonce_in, 12);
         else MU_ASSERT(RAND_bytes(es->nonce, 12) == 1);
     }
-    object_key(keys, tenant, fam, out->chunk_id, epoch, st->codec, st->codec_version, encrypt, es->salt, es->nonce,
-               out->object_key);
+}
+
+/* keys: NULL when enc_salt ran and out->object_key holds the key already */
+static int enc_head(uint8_t *h, size_t n, const uint8_t tenant[32], const uint8_t fam[32], uint64_t epoch,
+                    bool encrypt, const kv_keys *keys, const uint8_t *salt_in, const uint8_t *nonce_in,
+                    enc_state *es, kv_chunk *out, mu_err *err) {
+    const kv_fstate *st = es->st;
+    if (keys) {
+        enc_salt(encrypt, salt_in, nonce_in, es);
+        object_key(keys, tenant, fam, out->chunk_id, epoch, st->codec, st->codec_version, encrypt, es->salt,
+                   es->nonce, out->object_key);
+    }
     es->payload = es->frame_n + (encrypt ? 16 : 0);
     es->obj = (KV_ALIGN + es->payload + KV_ALIGN - 1) / KV_ALIGN * KV_ALIGN;
     if (es->obj > KV_MAX_OBJECT) return kv_fail(err, KV_BOUNDS, "encoded chunk object exceeds bound");
@@ -360,9 +486,22 @@ int kv_chunk_encode_many(const kv_enc_item *it, int n_items, const uint8_t tenan
                                                                           : x->plain};
         }
         if ((rc = kv_chunk_ids(keys->chunk_identity, tenant, fam, cj, m, err))) return rc;
+        /* the object keys, their HMACs together */
+        uint8_t msg[B][OKEY_MSG], okey[B][32];
+        const uint8_t *mp[B];
+        size_t ml[B];
+        for (int i = 0; i < m; i++) {
+            const kv_fstate *st = es[i].st;
+            enc_salt(encrypt, NULL, NULL, &es[i]);
+            okey_msg(msg[i], tenant, fam, it[b + i].out->chunk_id, epoch, st->codec, st->codec_version, encrypt,
+                     es[i].salt, es[i].nonce);
+            mp[i] = msg[i], ml[i] = OKEY_MSG;
+        }
+        kv_hmac_short(keys->object_identity, mp, ml, m, okey);
         for (int i = 0; i < m; i++) {
             const kv_enc_item *x = &it[b + i];
-            if ((rc = enc_head(x->obj->p, x->n, tenant, fam, epoch, encrypt, keys, NULL, NULL, &es[i], x->out, err)))
+            memcpy(x->out->object_key, okey[i], 32);
+            if ((rc = enc_head(x->obj->p, x->n, tenant, fam, epoch, encrypt, NULL, NULL, NULL, &es[i], x->out, err)))
                 return rc;
             sj[i] = (kv_sha_job){.body = x->obj->p, .body_n = KV_ALIGN, .out = x->obj->p + 204};
         }
@@ -373,6 +512,19 @@ int kv_chunk_encode_many(const kv_enc_item *it, int n_items, const uint8_t tenan
             sj[i] = (kv_sha_job){.body = x->obj->p, .body_n = es[i].obj, .out = x->out->digest};
         }
         kv_sha256_jobs(sj, m);
+        if (fam && memo_on()) { /* what this process wrote opens without the checks its bytes decide */
+            memo_in mi[B];
+            uint8_t mk[B][32];
+            bool ok[B];
+            for (int i = 0; i < m; i++) {
+                const kv_enc_item *x = &it[b + i];
+                mi[i] = (memo_in){.dg = x->out->digest, .chunk_id = x->out->chunk_id, .object_key = x->out->object_key,
+                                  .epoch = epoch, .plain_bytes = (uint32_t)x->n, .object_bytes = (uint32_t)es[i].obj,
+                                  .state = x->state, .span = x->span};
+            }
+            memo_keys(keys, tenant, fam, mi, m, mk, ok);
+            memo_put(mk, ok, m);
+        }
     }
     return 0;
 }
@@ -431,7 +583,7 @@ static void header_head(const uint8_t *p, uint8_t out[236]) {
  * header's. */
 static int chunk_post(const uint8_t *p, const kv_ref *ref, const uint8_t tenant[32], const kv_family *family,
                       const kv_key *state, const kv_keys *keys, const uint8_t *fam_in, const uint8_t dg[32],
-                      const uint8_t hdg[32], chunk_head *ch, mu_err *err) {
+                      const uint8_t hdg[32], const uint8_t *okey_in, chunk_head *ch, mu_err *err) {
     if (CRYPTO_memcmp(dg, ref->digest, 32)) return kv_fail(err, KV_AUTH, "chunk object digest mismatch");
     if (CRYPTO_memcmp(hdg, p + 204, 32)) return kv_fail(err, KV_AUTH, "chunk header digest mismatch");
     unsigned version = (unsigned)rdle(p + 22, 2);
@@ -445,7 +597,8 @@ static int chunk_post(const uint8_t *p, const kv_ref *ref, const uint8_t tenant[
         return kv_fail(err, KV_AUTH, "chunk namespace, family, or epoch mismatch");
     const uint8_t *content = p + 112, *okey = p + 144, *salt = p + 176, *nonce = p + 192;
     uint8_t derived[32];
-    object_key(keys, p + 48, ch->fam, content, ref->epoch, ch->codec, version, ch->encrypted, salt, nonce, derived);
+    if (okey_in) memcpy(derived, okey_in, 32); /* derived with the batch's, or remembered */
+    else object_key(keys, p + 48, ch->fam, content, ref->epoch, ch->codec, version, ch->encrypted, salt, nonce, derived);
     if (memcmp(content, ref->chunk_id, 32) || memcmp(okey, ref->object_key, 32) || CRYPTO_memcmp(okey, derived, 32))
         return kv_fail(err, KV_AUTH, "chunk identity or object key mismatch");
     return 0;
@@ -464,7 +617,7 @@ static int chunk_check(const uint8_t *p, size_t n, const kv_ref *ref, const kv_s
     const void *parts[2] = {head, p + 236};
     size_t lens[2] = {236, KV_ALIGN - 236};
     kv_sha256v(parts, lens, 2, hdg);
-    return chunk_post(p, ref, tenant, family, state, keys, fam_in, dg, hdg, ch, err);
+    return chunk_post(p, ref, tenant, family, state, keys, fam_in, dg, hdg, NULL, ch, err);
 }
 
 int kv_chunk_decode(const uint8_t *p, size_t n, const kv_ref *ref, const kv_span *span, const uint8_t tenant[32],
@@ -560,24 +713,60 @@ static int open_batch(kv_dec_item *it, int m, const uint8_t tenant[32], const kv
     enum { B = 16 };
     chunk_head ch[B];
     uint8_t dg[B][32], hdg[B][32], head[B][236];
-    kv_sha_job sj[2 * B] = {0}; /* zeroed: GCC at -O1 cannot see that every job used is set */
+    kv_sha_job sj[B] = {0}; /* zeroed: GCC at -O1 cannot see that every job used is set */
     kv_cid_job cj[B];
-    uint8_t cids[B][32];
-    int rc = 0;
+    uint8_t cids[B][32], mk[B][32];
+    bool known[B] = {0}, mok[B] = {0};
+    const bool memo = fam && memo_on(); /* the key binds the family's id */
+    int rc = 0, nj = 0;
     bool redo = false;
     for (int i = 0; i < m && !redo; i++) redo = chunk_pre(it[i].p, it[i].n, it[i].ref, it[i].span, &ch[i], NULL) != 0;
     if (!redo) {
-        for (int i = 0; i < m; i++) {
-            header_head(it[i].p, head[i]);
-            /* objects together, headers together: a lane idles once its message ends */
-            sj[i] = (kv_sha_job){.body = it[i].p, .body_n = it[i].n, .out = dg[i]};
-            sj[m + i] = (kv_sha_job){.head = head[i], .head_n = 236, .body = it[i].p + 236, .body_n = KV_ALIGN - 236,
-                                     .out = hdg[i]};
+        /* the objects' digests, then the headers' of the objects not remembered (a lane idles once its
+         * message ends: objects together, headers together) */
+        for (int i = 0; i < m; i++) sj[i] = (kv_sha_job){.body = it[i].p, .body_n = it[i].n, .out = dg[i]};
+        kv_sha256_jobs(sj, m);
+        if (memo) {
+            memo_in mi[B];
+            for (int i = 0; i < m; i++) {
+                const kv_ref *r = it[i].ref;
+                mi[i] = (memo_in){.dg = dg[i], .chunk_id = r->chunk_id, .object_key = r->object_key,
+                                  .epoch = r->epoch, .plain_bytes = r->plain_bytes, .object_bytes = r->object_bytes,
+                                  .state = it[i].state, .span = it[i].span};
+            }
+            memo_keys(keys, tenant, fam, mi, m, mk, mok);
+            memo_find(mk, mok, m, known);
+            for (int i = 0; i < m; i++) known[i] = known[i] && !CRYPTO_memcmp(dg[i], it[i].ref->digest, 32);
         }
-        kv_sha256_jobs(sj, 2 * m);
+        for (int i = 0; i < m; i++) {
+            if (known[i]) {
+                memcpy(hdg[i], it[i].p + 204, 32);
+                continue;
+            }
+            header_head(it[i].p, head[i]);
+            sj[nj++] = (kv_sha_job){.head = head[i], .head_n = 236, .body = it[i].p + 236, .body_n = KV_ALIGN - 236,
+                                    .out = hdg[i]};
+        }
+        kv_sha256_jobs(sj, nj);
+        /* the object keys of the objects not remembered, their HMACs together (the same values chunk_post
+         * would derive one by one, compared at the same step) */
+        uint8_t msg[B][OKEY_MSG], okey[B][32];
+        const uint8_t *mp[B], *oin[B];
+        size_t ml[B];
+        int at[B], no = 0;
+        for (int i = 0; i < m; i++) {
+            const uint8_t *p = it[i].p;
+            oin[i] = known[i] ? p + 144 : NULL;
+            if (known[i] || !fam) continue;
+            okey_msg(msg[no], p + 48, fam, p + 112, it[i].ref->epoch, ch[i].codec, (unsigned)rdle(p + 22, 2),
+                     ch[i].encrypted, p + 176, p + 192);
+            mp[no] = msg[no], ml[no] = OKEY_MSG, at[no++] = i;
+        }
+        kv_hmac_short(keys->object_identity, mp, ml, no, okey);
+        for (int k = 0; k < no; k++) oin[at[k]] = okey[k];
         for (int i = 0; i < m && !redo; i++)
-            redo = chunk_post(it[i].p, it[i].ref, tenant, family, it[i].state, keys, fam, dg[i], hdg[i], &ch[i],
-                              NULL) != 0;
+            redo = chunk_post(it[i].p, it[i].ref, tenant, family, it[i].state, keys, fam, dg[i], hdg[i], oin[i],
+                              &ch[i], NULL) != 0;
     }
     if (redo) { /* nothing decrypted yet */
         for (int i = 0; i < m; i++)
@@ -586,6 +775,7 @@ static int open_batch(kv_dec_item *it, int m, const uint8_t tenant[32], const kv
                 return rc;
         return 0;
     }
+    nj = 0;
     for (int i = 0; i < m; i++) {
         if ((rc = open_body(it[i].p, &ch[i], keys, it[i].out, &it[i].plain, err))) {
             for (int j = 0; j < i; j++) {
@@ -594,13 +784,21 @@ static int open_batch(kv_dec_item *it, int m, const uint8_t tenant[32], const kv
             }
             return rc;
         }
-        cj[i] = (kv_cid_job){.state = it[i].state, .span = it[i].span, .plain = it[i].plain, .n = ch[i].plain,
-                             .out = cids[i]};
+        if (known[i]) memcpy(cids[i], it[i].p + 112, 32); /* remembered: the content id these bytes had */
+        else
+            cj[nj++] = (kv_cid_job){.state = it[i].state, .span = it[i].span, .plain = it[i].plain, .n = ch[i].plain,
+                                    .out = cids[i]};
     }
     /* one tenant and family for the batch: chunk_post checked each header's */
-    if ((rc = kv_chunk_ids(keys->chunk_identity, tenant, ch[0].fam, cj, m, err))) return rc;
+    if ((rc = kv_chunk_ids(keys->chunk_identity, tenant, ch[0].fam, cj, nj, err))) return rc;
     for (int i = 0; i < m; i++)
         if (CRYPTO_memcmp(cids[i], it[i].p + 112, 32)) return kv_fail(err, KV_AUTH, "chunk plaintext identity mismatch");
+    if (memo) {
+        int nk = 0;
+        for (int i = 0; i < m; i++) nk += known[i], mok[i] = mok[i] && !known[i];
+        atomic_fetch_add(&g_memo_hits, (unsigned long long)nk);
+        memo_put(mk, mok, m);
+    }
     return 0;
 }
 

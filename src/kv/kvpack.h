@@ -207,6 +207,9 @@ void kv_sha256v(const void *const *parts, const size_t *lens, int n, uint8_t out
 void kv_hkdf(const uint8_t *ikm, size_t ikm_n, const uint8_t *salt, size_t salt_n, const void *info, size_t info_n,
              uint8_t out[32]);
 void kv_hmacv(const uint8_t key[32], const void *const *parts, const size_t *lens, int n, uint8_t out[32]);
+/* HMAC-SHA-256 of n messages of at most KV_SHA_HEAD - 64 bytes each under
+ * one key, through kv_sha256_jobs (kvsha.c): kv_hmacv's values. */
+void kv_hmac_short(const uint8_t key[32], const uint8_t *const *msg, const size_t *len, int n, uint8_t (*out)[32]);
 
 /* Many SHA-256 messages at once (kvsha.c): out = SHA-256(head || body),
  * head at most KV_SHA_HEAD bytes. kv_sha256_jobs hashes 16 at a time in
@@ -318,6 +321,14 @@ typedef struct {
 } kv_dec_item;
 int kv_chunk_open_many(kv_dec_item *it, int n, const uint8_t tenant[32], const kv_family *family, const kv_keys *keys,
                        const uint8_t fam[32], mu_err *err);
+/* Objects verified before (kvobj.c): kv_chunk_open_many skips the header
+ * digest, the object key and the content id of an object whose digest,
+ * reference and context passed every check before in this process, or
+ * that kv_chunk_encode_many made; every comparison, the AEAD and the codec
+ * still run, so the verdict is the one a full check gives. */
+void kv_memo_set(bool on); /* on or off (tests), and forget everything */
+void kv_memo_clear(void);
+uint64_t kv_memo_hits(void); /* objects opened through the memo since the process started */
 
 int kv_pack_encode(const kv_manifest *m, const kv_keys *keys, bool encrypt, const uint8_t *salt,
                    const uint8_t *nonce, kv_buf *out, uint8_t id[32], mu_err *err);

@@ -712,6 +712,56 @@ static void test_open_many(void **state) {
     }
 }
 
+/* The memo of objects verified before: the objects kv_chunk_encode_many
+ * made open through it (every comparison still made), an object whose
+ * context changed (its span, the keys) misses it and gets the full check's
+ * verdict, and with the memo off nothing opens through it. open_compare
+ * holds each verdict to kv_chunk_open's (which never uses the memo). */
+static void test_memo(void **state) {
+    (void)state;
+    for (int enc = 0; enc < 2; enc++) {
+        kv_memo_set(true);
+        batch b;
+        batch_make(&b, enc ? KV_CODEC_LOSSLESS : KV_CODEC_RAW, enc);
+        uint64_t h0 = kv_memo_hits();
+        open_compare(&b, NULL, NULL, 0, false, "memo: intact");
+        assert_int_equal(kv_memo_hits() - h0, BT);
+        /* a span moved: the content id differs, the object must be checked again */
+        batch *m = malloc(sizeof *m);
+        memcpy(m, &b, sizeof *m);
+        m->span[5].token_start++;
+        h0 = kv_memo_hits();
+        open_compare(m, NULL, NULL, 0, false, "memo: span moved");
+        assert_true(kv_memo_hits() - h0 < BT); /* object 5 missed (and the batch failed at it) */
+        /* damage after the memo holds the objects: digests differ, full checks */
+        static const size_t at[] = {20 * 8, 112 * 8, 150 * 8, 204 * 8, 4096 * 8 + 17 * 8, 4096 * 8 + 60 * 8};
+        for (int i = 0; i < 6; i++)
+            for (int ra = 0; ra < 2; ra++) {
+                int o = 7;
+                size_t off = at[i];
+                char what[80];
+                snprintf(what, sizeof what, "memo: object 7 bit %zu%s", off, ra ? ", reauth" : "");
+                open_compare(&b, &o, &off, 1, ra, what);
+            }
+        /* other keys (another root key): no object is known */
+        kv_keys saved = keys;
+        keys.chunk_identity[0] ^= 1;
+        h0 = kv_memo_hits();
+        open_compare(&b, NULL, NULL, 0, false, "memo: other identity key");
+        assert_int_equal(kv_memo_hits(), h0);
+        keys = saved;
+        /* off: nothing through the memo, same verdicts */
+        kv_memo_set(false);
+        h0 = kv_memo_hits();
+        open_compare(&b, NULL, NULL, 0, false, "memo off: intact");
+        open_compare(m, NULL, NULL, 0, false, "memo off: span moved");
+        assert_int_equal(kv_memo_hits(), h0);
+        free(m);
+        batch_free(&b);
+    }
+    kv_memo_set(true);
+}
+
 /* ---- the lossless codec ------------------------------------------------ */
 
 static void test_lossless(void **state) {
@@ -748,6 +798,7 @@ int main(void) {
         cmocka_unit_test(test_damage_encrypted), cmocka_unit_test(test_lossless),
         cmocka_unit_test(test_tail_window),      cmocka_unit_test(test_sha_jobs),
         cmocka_unit_test(test_encode_many),      cmocka_unit_test(test_open_many),
+        cmocka_unit_test(test_memo),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
