@@ -371,10 +371,12 @@ int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_
 /* Forgets every position >= n (rejected drafts, a new prompt). */
 void mu_draft_seq_truncate(mu_draft_seq *q, int n);
 /* Drafts n_draft tokens (1 .. block_size - 1) that follow last, which sits
- * at position pos: one pass over [last, mask x n_draft] at pos .., attending
- * to the injected rows of positions < pos that are present and to the block
- * (both ways unless the file says causal); the drafts are the argmax of
- * rows 1 .. n_draft. Returns the count written to out, or a negative code. */
+ * at position pos: one pass over the whole block [last, mask x (block_size
+ * - 1)] at pos .. (the block the drafter was trained on, whatever n_draft),
+ * attending to the injected rows of positions < pos that are present and to
+ * the block (both ways unless the file says causal); the drafts are the
+ * argmax of rows 1 .. n_draft. Returns the count written to out, or a
+ * negative code. */
 int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err);
 
 /* ---- sampling --------------------------------------------------------- */
