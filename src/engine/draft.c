@@ -61,6 +61,8 @@ struct mu_draft_seq {
     float *vc;        /* [n_layer][n_kv][vstride] (transposed: the attention's V product is a matmul over
                        * positions); absent positions weigh 0 */
     uint8_t *present; /* [n_ctx] */
+    float *hid;       /* [block_size - 1][n_embd]: the last pass's draft rows after the final norm */
+    int n_hid;        /* rows in hid (mu_draft_seq_pass) */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -178,6 +180,39 @@ static int fit(mu_drafter *d, mu_err *err) {
     return 0;
 }
 
+static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (double)t->ne[1] : 0; }
+
+/* A row of a many-row pass costs about this share of a one-row pass: the
+ * multi-row kernels' 0.4 for Q8_0 (docs/speculative.md), plus the
+ * attention and the rest per row. On the bundled model this estimates a
+ * pass at 0.78 + 0.13 n decode steps; measured (verifybench, one thread,
+ * 256 positions) 0.87 + 0.12 n. */
+#define DRAFT_ROW_SHARE 0.5
+
+/* info.cost_pass, cost_row: the drafting pass in the target's decode steps,
+ * from multiply-add counts: every row of the block through the layers but
+ * the last one's q, o and FFN (k/v only), which, with the output matrix,
+ * only the n draft rows need. */
+static void draft_costs(mu_drafter *d) {
+    const mu_dflash_model *m = d->m;
+    const mu_model *t = d->e->m;
+    double tgt = macs(t->output ? t->output : t->tok_embd), blk = 0, row = macs(d->output);
+    for (int il = 0; il < t->info.n_layer; il++) {
+        const mu_layer_w *L = &t->layers[il];
+        tgt += macs(L->wq) + macs(L->wk) + macs(L->wv) + macs(L->wgate) + macs(L->wo) + macs(L->ffn_gate) +
+               macs(L->ffn_up) + macs(L->ffn_down);
+    }
+    for (int il = 0; il < m->n_layer; il++) {
+        const mu_dflash_layer *L = &m->layers[il];
+        const double kv = macs(L->wk) + macs(L->wv),
+                     rest = macs(L->wq) + macs(L->wo) + macs(L->ffn_gate) + macs(L->ffn_up) + macs(L->ffn_down);
+        blk += m->block_size * kv + (il < m->n_layer - 1 ? m->block_size * rest : 0);
+        if (il == m->n_layer - 1) row += rest;
+    }
+    d->info.cost_pass = tgt > 0 ? (float)(DRAFT_ROW_SHARE * blk / tgt) : 0;
+    d->info.cost_row = tgt > 0 ? (float)(DRAFT_ROW_SHARE * row / tgt) : 0;
+}
+
 int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err) {
     if (target->gpu) return mu_fail(err, MU_E_ARG, "drafter: DFlash drafting needs the CPU backend");
     mu_dflash_model *m;
@@ -200,7 +235,8 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->n_feat = m->n_target * I->n_embd;
     d->info = (mu_drafter_info){m->n_layer, m->n_embd, m->n_ff, m->n_head, m->n_head_kv, m->head_dim,
                                 m->block_size, m->n_target, m->target_layers, d->n_feat, m->mask_id,
-                                m->tok_embd != NULL || m->output != NULL};
+                                m->tok_embd != NULL || m->output != NULL, 0, 0};
+    draft_costs(d);
     const size_t R = DRAFT_ROWS, E = (size_t)m->n_embd;
     int widest = d->n_feat;
     if (m->n_ff > widest) widest = m->n_ff;
@@ -268,8 +304,9 @@ int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) 
         q->kc = calloc(rows * (size_t)d->n_kv, sizeof(float));
         q->vc = calloc((size_t)d->m->n_layer * (size_t)d->n_kv * (size_t)q->vstride, sizeof(float));
         q->present = calloc((size_t)n_ctx, 1);
+        q->hid = calloc((size_t)(d->m->block_size - 1) * (size_t)d->m->n_embd, sizeof(float));
     }
-    if (!q || !q->kc || !q->vc || !q->present) {
+    if (!q || !q->kc || !q->vc || !q->present || !q->hid) {
         mu_draft_seq_free(q);
         return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for %d positions", n_ctx);
     }
@@ -284,6 +321,7 @@ void mu_draft_seq_free(mu_draft_seq *q) {
     free(q->kc);
     free(q->vc);
     free(q->present);
+    free(q->hid);
     free(q);
 }
 
@@ -417,7 +455,7 @@ static void job_attn(void *arg, int ith, int nth) {
     }
 }
 
-int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err) {
+int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_err *err) {
     mu_drafter *d = q->d;
     const mu_dflash_model *m = d->m;
     if (n_draft < 1 || n_draft > m->block_size - 1 || n_draft > DRAFT_ROWS - 1)
@@ -471,13 +509,23 @@ int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int3
             for (int i = 0; i < E; i++) x[i] += o[i];
         }
     }
-    /* final norm of rows 1..n_draft, the output matrix, argmax (first of ties) */
+    /* the final norm of rows 1..n_draft, kept for mu_draft_seq_tokens */
     for (int t = 1; t <= n_draft; t++)
-        rms_norm(d->a + (size_t)(t - 1) * E, d->x + (size_t)t * E, m->output_norm->data, E, m->eps);
-    for (int t0 = 0; t0 < n_draft; t0 += DRAFT_LOGIT_ROWS) {
-        const int n = n_draft - t0 < DRAFT_LOGIT_ROWS ? n_draft - t0 : DRAFT_LOGIT_ROWS;
-        matmul(d, d->a + (size_t)t0 * E, n, d->output, d->lg);
-        for (int t = 0; t < n; t++) {
+        rms_norm(q->hid + (size_t)(t - 1) * E, d->x + (size_t)t * E, m->output_norm->data, E, m->eps);
+    q->n_hid = n_draft;
+    return n_draft;
+}
+
+int mu_draft_seq_tokens(mu_draft_seq *q, int from, int n, int32_t *out) {
+    mu_drafter *d = q->d;
+    const int E = d->m->n_embd;
+    if (from < 0 || from >= q->n_hid || n < 1) return 0;
+    if (n > q->n_hid - from) n = q->n_hid - from;
+    /* the output matrix, argmax (first of ties) */
+    for (int t0 = 0; t0 < n; t0 += DRAFT_LOGIT_ROWS) {
+        const int c = n - t0 < DRAFT_LOGIT_ROWS ? n - t0 : DRAFT_LOGIT_ROWS;
+        matmul(d, q->hid + (size_t)(from + t0) * E, c, d->output, d->lg);
+        for (int t = 0; t < c; t++) {
             const float *l = d->lg + (size_t)t * d->n_vocab;
             int best = 0;
             for (int r = 1; r < d->n_vocab; r++)
@@ -485,5 +533,10 @@ int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int3
             out[t0 + t] = best;
         }
     }
-    return n_draft;
+    return n;
+}
+
+int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err) {
+    int rc = mu_draft_seq_pass(q, last, pos, n_draft, err);
+    return rc < 0 ? rc : mu_draft_seq_tokens(q, 0, n_draft, out);
 }
