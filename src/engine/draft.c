@@ -35,6 +35,7 @@
 #define DRAFT_ROWS MU_DFLASH_MAX_BLOCK /* most rows of one pass (a block, or a piece of an injection) */
 #define DRAFT_LOGIT_ROWS 16            /* block rows per pass of the output matrix */
 #define DRAFT_MM_BLOCK 64              /* weight rows per vec_dotn call (in the cache for the row groups) */
+#define DRAFT_PEND 64                  /* positions whose injection waits, to be made rows together */
 #define ATTN_ROWS 4                    /* block rows per attention work item (times the heads of a kv head) */
 #define PAD16(n) (((n) + 15) & ~15)
 
@@ -61,6 +62,8 @@ struct mu_draft_seq {
     float *vc;        /* [n_layer][n_kv][vstride] (transposed: the attention's V product is a matmul over
                        * positions); absent positions weigh 0 */
     uint8_t *present; /* [n_ctx] */
+    float *pend;      /* [DRAFT_PEND][n_feat]: features of positions pend_p0 .. injected, not yet made rows */
+    int pend_p0, n_pend;
     float *hid;       /* [block_size - 1][n_embd]: the last pass's draft rows after the final norm */
     int n_hid;        /* rows in hid (mu_draft_seq_pass) */
 };
@@ -305,8 +308,9 @@ int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) 
         q->vc = calloc((size_t)d->m->n_layer * (size_t)d->n_kv * (size_t)q->vstride, sizeof(float));
         q->present = calloc((size_t)n_ctx, 1);
         q->hid = calloc((size_t)(d->m->block_size - 1) * (size_t)d->m->n_embd, sizeof(float));
+        q->pend = malloc((size_t)DRAFT_PEND * (size_t)d->n_feat * sizeof(float));
     }
-    if (!q || !q->kc || !q->vc || !q->present || !q->hid) {
+    if (!q || !q->kc || !q->vc || !q->present || !q->hid || !q->pend) {
         mu_draft_seq_free(q);
         return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for %d positions", n_ctx);
     }
@@ -322,11 +326,13 @@ void mu_draft_seq_free(mu_draft_seq *q) {
     free(q->vc);
     free(q->present);
     free(q->hid);
+    free(q->pend);
     free(q);
 }
 
 void mu_draft_seq_truncate(mu_draft_seq *q, int n) {
     if (n < 0) n = 0;
+    if (q->n_pend > 0) q->n_pend = n <= q->pend_p0 ? 0 : n - q->pend_p0 < q->n_pend ? n - q->pend_p0 : q->n_pend;
     if (n >= q->n_past) return;
     memset(q->present + n, 0, (size_t)(q->n_past - n));
     q->n_past = n;
@@ -360,11 +366,10 @@ static void qk_post(mu_drafter *d, const mu_dflash_layer *L, int T, int q0, int 
     }
 }
 
-int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_err *err) {
+/* The rows of positions pos0 .. pos0 + n - 1 from their features. */
+static void inject_now(mu_draft_seq *q, int pos0, int n, const float *feat) {
     mu_drafter *d = q->d;
     const mu_dflash_model *m = d->m;
-    if (pos0 < 0 || n < 0 || n > q->n_ctx - pos0)
-        return mu_fail(err, MU_E_ARG, "drafter: positions %d..%d outside the context of %d", pos0, pos0 + n, q->n_ctx);
     const int E = m->n_embd;
     for (int c = 0; c < n; c += DRAFT_ROWS) {
         const int T = n - c < DRAFT_ROWS ? n - c : DRAFT_ROWS, p0 = pos0 + c;
@@ -385,9 +390,34 @@ int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_
         }
         memset(q->present + p0, 1, (size_t)T);
     }
+}
+
+/* The waiting positions' rows, made together (the multi-row dots). */
+static void flush(mu_draft_seq *q) {
+    if (q->n_pend > 0) inject_now(q, q->pend_p0, q->n_pend, q->pend);
+    q->n_pend = 0;
+}
+
+/* Positions of a few at a time (decode steps, verification blocks) wait
+ * in pend until a pass needs them or it fills: one matmul of many rows
+ * costs much less than as many of one row, and a truncation drops the
+ * rejected drafts' features before they cost anything. */
+int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_err *err) {
+    if (pos0 < 0 || n < 0 || n > q->n_ctx - pos0)
+        return mu_fail(err, MU_E_ARG, "drafter: positions %d..%d outside the context of %d", pos0, pos0 + n,
+                       q->n_ctx);
+    if (q->n_pend > 0 && (pos0 != q->pend_p0 + q->n_pend || q->n_pend + n > DRAFT_PEND)) flush(q);
+    if (n > DRAFT_PEND / 2) {
+        inject_now(q, pos0, n, feat);
+    } else if (n > 0) {
+        if (q->n_pend == 0) q->pend_p0 = pos0;
+        memcpy(q->pend + (size_t)q->n_pend * q->d->n_feat, feat, (size_t)n * q->d->n_feat * sizeof(float));
+        q->n_pend += n;
+    }
     if (pos0 + n > q->n_past) q->n_past = pos0 + n;
     return 0;
 }
+
 
 /* ---- the drafting pass -------------------------------------------------- */
 
@@ -456,6 +486,7 @@ static void job_attn(void *arg, int ith, int nth) {
 }
 
 int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_err *err) {
+    flush(q);
     mu_drafter *d = q->d;
     const mu_dflash_model *m = d->m;
     if (n_draft < 1 || n_draft > m->block_size - 1 || n_draft > DRAFT_ROWS - 1)
