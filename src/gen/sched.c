@@ -630,7 +630,7 @@ static void step(mu_sched *s, int i, const float *lg) {
  * 0.4). */
 #define SPEC_P_MIN 0.4
 #define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
-#define SPEC_SHADOW_EVERY 8 /* paused dflash: the first interval between shadow drafts (doubling to 16x) */
+#define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
 #define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */
 
 /* Engine thread: the longest draft length, at most k, whose last token the
@@ -662,9 +662,9 @@ static int draft_pays(mu_job *j, int k) {
     return n;
 }
 
-/* Engine thread, a paused dflash job: at its first paused step, then every
- * probe_every plain steps (SPEC_SHADOW_EVERY, doubling up to 8 times that
- * while drafting stays off; back to the start after it drafted), a shadow
+/* Engine thread, a paused dflash job: after probe_every plain steps
+ * (SPEC_SHADOW_EVERY, doubling up to 8 times that while drafting stays
+ * off; back to the start after it drafted), a shadow
  * draft of up to SPEC_SHADOW_MAX tokens, which the next plain steps check
  * (step()): the drafter's pass (about 1.8 decode steps on the bundled
  * model) without a verification, and every position's rate learns, not
@@ -673,10 +673,10 @@ static void shadow_probe(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     if (j->i_shadow < j->n_shadow) return; /* the last shadow draft is still being checked */
-    if (j->probe_every > 0 && ++j->n_paused < j->probe_every) return;
+    if (j->probe_every == 0) j->probe_every = SPEC_SHADOW_EVERY;
+    if (++j->n_paused < j->probe_every) return;
     j->n_paused = 0;
-    j->probe_every = j->probe_every == 0 ? SPEC_SHADOW_EVERY
-                   : j->probe_every < 8 * SPEC_SHADOW_EVERY ? 2 * j->probe_every : j->probe_every;
+    if (j->probe_every < 8 * SPEC_SHADOW_EVERY) j->probe_every *= 2;
     const int bmax = mu_drafter_get_info(s->o.drafter)->block_size - 1;
     int k = j->draft_max < bmax ? j->draft_max : bmax;
     if (k > SPEC_SHADOW_MAX) k = SPEC_SHADOW_MAX;
