@@ -114,7 +114,8 @@ static void fmm(const mu_kern *k, int n, const float *w, size_t ws, int rows, co
         return;
     }
     for (int t = 0; t < n_t; t++)
-        for (int r = 0; r < rows; r++) y[(size_t)t * ys + r] = k->vec_dot[MU_T_F32](n, w + (size_t)r * ws, x + (size_t)t * xs);
+        for (int r = 0; r < rows; r++)
+            y[(size_t)t * ys + r] = k->vec_dot[MU_T_F32](n, w + (size_t)r * ws, x + (size_t)t * xs);
 }
 
 typedef struct {
@@ -480,7 +481,8 @@ static void job_attn(void *arg, int ith, int nth) {
                 const float *vr = d->v + (size_t)b * d->n_kv + (size_t)g * hd;
                 for (int i = 0; i < hd; i++) o[i] += pr[b] * vr[i];
             }
-            memcpy(d->a + (size_t)(t0 + r / gq) * d->n_q + (size_t)(g * gq + r % gq) * hd, o, (size_t)hd * sizeof(float));
+            memcpy(d->a + (size_t)(t0 + r / gq) * d->n_q + (size_t)(g * gq + r % gq) * hd, o,
+                   (size_t)hd * sizeof(float));
         }
     }
 }

@@ -503,8 +503,8 @@ static void test_sched(void **state) {
         uint64_t seed = (uint64_t)pi + 1;
         for (int i = 0; i < np; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)c.n_vocab);
         /* the 1-draft jobs run longer: their shadow drafts turn drafting back on */
-        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 25 + pi % 9 + (pi % 4 == 2 ? 80 : 0), .ignore_eos = true, .no_text = true,
-                        .logprobs = true, .n_top = 3};
+        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 25 + pi % 9 + (pi % 4 == 2 ? 80 : 0),
+                        .ignore_eos = true, .no_text = true, .logprobs = true, .n_top = 3};
         q.sp.temp = pi % 2 ? 1.5f : 0;
         q.sp.seed = (uint64_t)pi * 7;
         mu_gen_req r = q;
