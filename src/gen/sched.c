@@ -590,7 +590,6 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t want, int r, int32
     return true;
 }
 
-/* Engine thread: one gen step for slot i from logits lg. */
 #define SPEC_DFLASH_WINDOW 32 /* dflash: the rates' counts halve when the first position's reach this */
 
 /* Engine thread: draft position r was checked after an accepted prefix, and
@@ -607,6 +606,8 @@ static void observe(mu_job *j, int r, bool ok) {
         }
 }
 
+/* Engine thread: one gen step for slot i from logits lg (and a dflash
+ * job's shadow draft checked against its token). */
 static void step(mu_sched *s, int i, const float *lg) {
     int32_t id;
     mu_job *j = s->slots[i].job;
@@ -664,11 +665,12 @@ static int draft_pays(mu_job *j, int k) {
 
 /* Engine thread, a paused dflash job: after probe_every plain steps
  * (SPEC_SHADOW_EVERY, doubling up to 8 times that while drafting stays
- * off; back to the start after it drafted), a shadow
- * draft of up to SPEC_SHADOW_MAX tokens, which the next plain steps check
- * (step()): the drafter's pass (about 1.8 decode steps on the bundled
- * model) without a verification, and every position's rate learns, not
- * the first one's alone. */
+ * off; back to the start after it drafted), a shadow draft of up to
+ * SPEC_SHADOW_MAX tokens, which the next plain steps check
+ * (step()): the drafter's pass (about 1.1 decode steps on the bundled
+ * model, its rows through the output matrix as they are checked) without a
+ * verification, and every position's rate learns, not the first one's
+ * alone. */
 static void shadow_probe(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
