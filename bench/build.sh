@@ -2,7 +2,8 @@
 # Builds the benchmark helpers (not part of `make`): membw (memory read
 # bandwidth, bench/membw.c), kernbench (kernel throughput against that
 # bandwidth, bench/kernbench.c) and verifybench (the cost of a speculative
-# verification block, bench/verifybench.c) and kvbench (KV pack writes,
+# verification block, bench/verifybench.c), draftacc (a DFlash drafter's
+# drafts at every position of a sequence, bench/draftacc.c) and kvbench (KV pack writes,
 # restores and the prefix cache, bench/kvbench.c), into $BUILD/bench (default
 # build/bench).
 set -eu
@@ -18,6 +19,11 @@ fi
 if [ -f bench/verifybench.c ]; then
   make -s BUILD="$BUILD" "$BUILD/libmuser.a"
   gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/verifybench" bench/verifybench.c \
+    "$BUILD/libmuser.a" -lm -lutf8proc -ljansson
+fi
+if [ -f bench/draftacc.c ]; then
+  make -s BUILD="$BUILD" "$BUILD/libmuser.a"
+  gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/draftacc" bench/draftacc.c \
     "$BUILD/libmuser.a" -lm -lutf8proc -ljansson
 fi
 if [ -f bench/kvbench.c ]; then

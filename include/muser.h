@@ -353,6 +353,10 @@ typedef struct {
     int n_feat;                /* n_target * the target's n_embd: floats per token of feat */
     int32_t mask_id;
     bool own_head;             /* the file has its own token embedding / output matrix */
+    /* what a drafting pass of n drafts costs, estimated in decode steps of
+     * the target (one thread): cost_pass + n * cost_row, from the
+     * multiply-adds of both and the multi-row kernels' share per row */
+    float cost_pass, cost_row;
 } mu_drafter_info;
 
 /* Opens path and checks it against the target (layers, widths,
@@ -371,11 +375,20 @@ int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_
 /* Forgets every position >= n (rejected drafts, a new prompt). */
 void mu_draft_seq_truncate(mu_draft_seq *q, int n);
 /* Drafts n_draft tokens (1 .. block_size - 1) that follow last, which sits
- * at position pos: one pass over [last, mask x n_draft] at pos .., attending
- * to the injected rows of positions < pos that are present and to the block
- * (both ways unless the file says causal); the drafts are the argmax of
- * rows 1 .. n_draft. Returns the count written to out, or a negative code. */
+ * at position pos: one pass over the whole block [last, mask x (block_size
+ * - 1)] at pos .. (the block the drafter was trained on, whatever n_draft),
+ * attending to the injected rows of positions < pos that are present and to
+ * the block (both ways unless the file says causal); the drafts are the
+ * argmax of rows 1 .. n_draft. Returns the count written to out, or a
+ * negative code. */
 int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err);
+/* The same in two halves: the pass, keeping its n_draft draft rows (before
+ * the output matrix; returns n_draft or a negative code), and the drafts of
+ * kept rows [from, from + n) (0 is the first draft), each row through the
+ * output matrix only when asked: returns the count written (0 when from is
+ * past the kept rows). */
+int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_err *err);
+int mu_draft_seq_tokens(mu_draft_seq *q, int from, int n, int32_t *out);
 
 /* ---- sampling --------------------------------------------------------- */
 

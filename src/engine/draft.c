@@ -3,8 +3,11 @@
  * Owns: binding a drafter file to a target engine (the checks that they
  * fit), per sequence the drafter's K/V rows made from the target's hidden
  * states (the "injection": fc, then the encoder norm, then each layer's
- * k/v projections, k norm and RoPE), and the drafting pass over the block
- * [last token, mask, ...]: embedding, then per layer attention norm, q/k/v,
+ * k/v projections, k norm and RoPE), and the drafting pass over the whole
+ * block [last token, mask x (block_size - 1)] (always the trained block:
+ * its rows attend to each other, so a shorter one drafts worse; the last
+ * layer computes past k/v only the rows that become drafts): embedding,
+ * then per layer attention norm, q/k/v,
  * q/k norms, NeoX RoPE, attention over the injected rows and the block,
  * output projection, optional post norm, residual, SwiGLU FFN, optional
  * post norm, residual; the final norm and the output matrix (the drafter's,
@@ -13,12 +16,14 @@
  * decide what to draft or verify (src/gen/sched.c), or round like llama.cpp
  * bit for bit: a draft only proposes tokens, the target decides every one,
  * so the drafter's numerics cannot change an answer. Its matmuls use the
- * kernel table's one-row dots (activations in each weight's dot type), its
- * norms, RoPE, softmax and SiLU are plain float code.
+ * kernel table's multi-row dots (vec_dotn, activations in each weight's dot
+ * type), its attention the table's float gemm and F16 softmax, its SwiGLU
+ * the table's; norms and RoPE are plain float code.
  * Design: the drafter keeps f32 rows of every position (no ring; drafters
  * are a few layers), with a presence flag per position, so a sequence whose
  * prompt came from elsewhere (a KV pack, a shared prompt) still drafts from
- * what it has. All scratch is sized at open; drafting allocates nothing. */
+ * what it has; V is kept transposed (per channel, over positions). All
+ * scratch is sized at open; drafting allocates nothing. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +34,10 @@
 
 #define DRAFT_ROWS MU_DFLASH_MAX_BLOCK /* most rows of one pass (a block, or a piece of an injection) */
 #define DRAFT_LOGIT_ROWS 16            /* block rows per pass of the output matrix */
+#define DRAFT_MM_BLOCK 64              /* weight rows per vec_dotn call (in the cache for the row groups) */
+#define DRAFT_PEND 64                  /* positions whose injection waits, to be made rows together */
+#define ATTN_ROWS 4                    /* block rows per attention work item (times the heads of a kv head) */
+#define PAD16(n) (((n) + 15) & ~15)
 
 struct mu_drafter {
     mu_engine *e;
@@ -41,15 +50,22 @@ struct mu_drafter {
     uint8_t *qa;
     size_t qa_stride;
     float *lg;      /* [DRAFT_LOGIT_ROWS][n_vocab] logits */
-    float *scores;  /* [n_threads][scores_cap] */
+    float *rc, *rs; /* [DRAFT_ROWS][head_dim / 2]: RoPE's cos and sin of the rows' positions */
+    float *scores;  /* [n_threads][scores_cap]: an attention item's scores, queries and outputs */
     size_t scores_cap;
 };
 
 struct mu_draft_seq {
     mu_drafter *d;
-    int n_ctx, n_past;
-    float *kc, *vc;   /* [n_layer][n_ctx][n_kv]; rows of absent positions are never read */
+    int n_ctx, n_past, vstride;
+    float *kc;        /* [n_layer][n_ctx][n_kv]; rows of absent positions are never read */
+    float *vc;        /* [n_layer][n_kv][vstride] (transposed: the attention's V product is a matmul over
+                       * positions); absent positions weigh 0 */
     uint8_t *present; /* [n_ctx] */
+    float *pend;      /* [DRAFT_PEND][n_feat]: features of positions pend_p0 .. injected, not yet made rows */
+    int pend_p0, n_pend;
+    float *hid;       /* [block_size - 1][n_embd]: the last pass's draft rows after the final norm */
+    int n_hid;        /* rows in hid (mu_draft_seq_pass) */
 };
 
 /* ---- small helpers ------------------------------------------------------ */
@@ -61,18 +77,45 @@ static void rms_norm(float *y, const float *x, const float *w, int n, float eps)
     for (int i = 0; i < n; i++) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
 }
 
-/* NeoX RoPE (rotate_half): pairs (x[i], x[i + hd/2]), theta_i = pos *
+/* RoPE's cos and sin for T rows at positions pos0 ..: theta_i = pos *
  * base^(-2i/hd), advanced by repeated multiplication as ggml's cache does. */
-static void rope_neox(float *x, int hd, int pos, float base) {
-    const float theta_scale = powf(base, -2.0f / (float)hd);
-    float theta = (float)pos;
-    const int h2 = hd / 2;
-    for (int i = 0; i < h2; i++) {
-        const float c = cosf(theta), s = sinf(theta), x0 = x[i], x1 = x[i + h2];
-        x[i] = x0 * c - x1 * s;
-        x[i + h2] = x0 * s + x1 * c;
-        theta *= theta_scale;
+static void rope_table(mu_drafter *d, int T, int pos0) {
+    const int hd = d->m->head_dim, h2 = hd / 2;
+    const float theta_scale = powf(d->m->rope_base, -2.0f / (float)hd);
+    for (int t = 0; t < T; t++) {
+        float theta = (float)(pos0 + t);
+        for (int i = 0; i < h2; i++) {
+            d->rc[t * h2 + i] = cosf(theta);
+            d->rs[t * h2 + i] = sinf(theta);
+            theta *= theta_scale;
+        }
     }
+}
+
+/* NeoX RoPE (rotate_half): pairs (x[i], x[i + hd/2]), row t of the table. */
+static void rope_neox(const mu_drafter *d, float *x, int t) {
+    const int h2 = d->m->head_dim / 2;
+    const float *c = d->rc + (size_t)t * h2, *s = d->rs + (size_t)t * h2;
+    for (int i = 0; i < h2; i++) {
+        const float x0 = x[i], x1 = x[i + h2];
+        x[i] = x0 * c[i] - x1 * s[i];
+        x[i + h2] = x0 * s[i] + x1 * c[i];
+    }
+}
+
+/* y[t * ys + r] = x_t . w_r (floats) for rows r < rows and t < n_t: the
+ * table's float gemm where it has one (whole steps of 16 values), else its
+ * float dot per pair. */
+static void fmm(const mu_kern *k, int n, const float *w, size_t ws, int rows, const float *x, size_t xs, int n_t,
+                float *y, int ys) {
+    if (rows <= 0 || n_t <= 0 || n <= 0) return;
+    if (k->gemm[MU_T_F32]) {
+        k->gemm[MU_T_F32](n, w, ws * sizeof(float), 0, rows, x, xs * sizeof(float), n_t, y, ys);
+        return;
+    }
+    for (int t = 0; t < n_t; t++)
+        for (int r = 0; r < rows; r++)
+            y[(size_t)t * ys + r] = k->vec_dot[MU_T_F32](n, w + (size_t)r * ws, x + (size_t)t * xs);
 }
 
 typedef struct {
@@ -86,14 +129,26 @@ static void job_mm(void *arg, int ith, int nth) {
     mm_job *j = arg;
     const mu_kern *k = j->d->e->kern;
     const int rows = (int)j->w->ne[1], cols = (int)j->w->ne[0];
-    const size_t rb = j->w->bytes / (size_t)rows;
+    const size_t rb = j->w->bytes / (size_t)rows, as = j->d->qa_stride;
+    const uint8_t *wd = j->w->data;
     int lo, hi;
     mu_split(rows, ith, nth, 16, &lo, &hi);
+    mu_vec_dotn_fn dotn = j->T >= 2 ? k->vec_dotn[j->w->type] : NULL;
+    if (dotn) { /* each weight block decoded once for up to MU_DOTN_MAX rows */
+        for (int r0 = lo; r0 < hi; r0 += DRAFT_MM_BLOCK) {
+            const int nr = hi - r0 < DRAFT_MM_BLOCK ? hi - r0 : DRAFT_MM_BLOCK;
+            for (int t = 0; t < j->T; t += MU_DOTN_MAX) {
+                const int na = j->T - t < MU_DOTN_MAX ? j->T - t : MU_DOTN_MAX;
+                dotn(cols, wd + (size_t)r0 * rb, rb, nr, j->d->qa + (size_t)t * as, as, na,
+                     j->y + (size_t)t * rows + r0, (size_t)rows);
+            }
+        }
+        return;
+    }
     mu_vec_dot_fn dot = k->vec_dot[j->w->type];
     for (int r = lo; r < hi; r++) /* a weight row once, against every activation row */
         for (int t = 0; t < j->T; t++)
-            j->y[(size_t)t * rows + r] =
-                dot(cols, (const uint8_t *)j->w->data + (size_t)r * rb, j->d->qa + (size_t)t * j->d->qa_stride);
+            j->y[(size_t)t * rows + r] = dot(cols, wd + (size_t)r * rb, j->d->qa + (size_t)t * as);
 }
 
 /* y = x W^T for T rows of x ([T][cols], f32). */
@@ -129,6 +184,39 @@ static int fit(mu_drafter *d, mu_err *err) {
     return 0;
 }
 
+static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (double)t->ne[1] : 0; }
+
+/* A row of a many-row pass costs about this share of a one-row pass: the
+ * multi-row kernels' 0.4 for Q8_0 (docs/speculative.md), plus the
+ * attention and the rest per row. On the bundled model this estimates a
+ * pass at 0.78 + 0.13 n decode steps; measured (verifybench, one thread,
+ * 256 positions) 0.87 + 0.12 n. */
+#define DRAFT_ROW_SHARE 0.5
+
+/* info.cost_pass, cost_row: the drafting pass in the target's decode steps,
+ * from multiply-add counts: every row of the block through the layers but
+ * the last one's q, o and FFN (k/v only), which, with the output matrix,
+ * only the n draft rows need. */
+static void draft_costs(mu_drafter *d) {
+    const mu_dflash_model *m = d->m;
+    const mu_model *t = d->e->m;
+    double tgt = macs(t->output ? t->output : t->tok_embd), blk = 0, row = macs(d->output);
+    for (int il = 0; il < t->info.n_layer; il++) {
+        const mu_layer_w *L = &t->layers[il];
+        tgt += macs(L->wq) + macs(L->wk) + macs(L->wv) + macs(L->wgate) + macs(L->wo) + macs(L->ffn_gate) +
+               macs(L->ffn_up) + macs(L->ffn_down);
+    }
+    for (int il = 0; il < m->n_layer; il++) {
+        const mu_dflash_layer *L = &m->layers[il];
+        const double kv = macs(L->wk) + macs(L->wv),
+                     rest = macs(L->wq) + macs(L->wo) + macs(L->ffn_gate) + macs(L->ffn_up) + macs(L->ffn_down);
+        blk += m->block_size * kv + (il < m->n_layer - 1 ? m->block_size * rest : 0);
+        if (il == m->n_layer - 1) row += rest;
+    }
+    d->info.cost_pass = tgt > 0 ? (float)(DRAFT_ROW_SHARE * blk / tgt) : 0;
+    d->info.cost_row = tgt > 0 ? (float)(DRAFT_ROW_SHARE * row / tgt) : 0;
+}
+
 int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err) {
     if (target->gpu) return mu_fail(err, MU_E_ARG, "drafter: DFlash drafting needs the CPU backend");
     mu_dflash_model *m;
@@ -151,7 +239,8 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->n_feat = m->n_target * I->n_embd;
     d->info = (mu_drafter_info){m->n_layer, m->n_embd, m->n_ff, m->n_head, m->n_head_kv, m->head_dim,
                                 m->block_size, m->n_target, m->target_layers, d->n_feat, m->mask_id,
-                                m->tok_embd != NULL || m->output != NULL};
+                                m->tok_embd != NULL || m->output != NULL, 0, 0};
+    draft_costs(d);
     const size_t R = DRAFT_ROWS, E = (size_t)m->n_embd;
     int widest = d->n_feat;
     if (m->n_ff > widest) widest = m->n_ff;
@@ -169,7 +258,10 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->f2 = mu_alloc(R * (size_t)m->n_ff, sizeof(float));
     d->qa = mu_alloc(R, d->qa_stride);
     d->lg = mu_alloc((size_t)DRAFT_LOGIT_ROWS * (size_t)d->n_vocab, sizeof(float));
-    if (!d->x || !d->a || !d->g || !d->q || !d->k || !d->v || !d->o || !d->f1 || !d->f2 || !d->qa || !d->lg) {
+    d->rc = mu_alloc(R * (size_t)(m->head_dim / 2), sizeof(float));
+    d->rs = mu_alloc(R * (size_t)(m->head_dim / 2), sizeof(float));
+    if (!d->x || !d->a || !d->g || !d->q || !d->k || !d->v || !d->o || !d->f1 || !d->f2 || !d->qa || !d->lg || !d->rc ||
+        !d->rs) {
         rc = mu_fail(err, MU_E_NOMEM, "drafter: out of memory for scratch");
         goto fail;
     }
@@ -184,6 +276,7 @@ void mu_drafter_free(mu_drafter *d) {
     if (!d) return;
     mu_free(d->x); mu_free(d->a); mu_free(d->g); mu_free(d->q); mu_free(d->k); mu_free(d->v);
     mu_free(d->o); mu_free(d->f1); mu_free(d->f2); mu_free(d->qa); mu_free(d->lg); mu_free(d->scores);
+    mu_free(d->rc); mu_free(d->rs);
     mu_dflash_close(d->m);
     free(d);
 }
@@ -194,8 +287,11 @@ const mu_drafter_info *mu_drafter_get_info(const mu_drafter *d) { return &d->inf
 
 int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) {
     if (n_ctx < 1) return mu_fail(err, MU_E_ARG, "drafter: context must be >= 1: %d", n_ctx);
-    /* the attention's scores: every position plus a block, per thread */
-    const size_t cap = (size_t)n_ctx + DRAFT_ROWS, nth = (size_t)mu_pool_size(d->e->pool);
+    /* an attention item per thread: the scores of its queries over every
+     * position and a block (each part padded to 16), its queries and outputs */
+    const size_t nqr = (size_t)ATTN_ROWS * (size_t)(d->m->n_head / d->m->n_head_kv);
+    const size_t cap = nqr * ((size_t)PAD16(n_ctx) + PAD16(DRAFT_ROWS) + 2 * (size_t)d->m->head_dim),
+                 nth = (size_t)mu_pool_size(d->e->pool);
     if (cap > d->scores_cap) {
         float *sc = mu_alloc(nth * cap, sizeof(float));
         if (!sc) return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for %d positions", n_ctx);
@@ -208,11 +304,14 @@ int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) 
     if (q) {
         /* calloc: pages are committed as positions are injected (a slot's
          * context is rarely full), and presence flags gate every read */
+        q->vstride = PAD16(n_ctx);
         q->kc = calloc(rows * (size_t)d->n_kv, sizeof(float));
-        q->vc = calloc(rows * (size_t)d->n_kv, sizeof(float));
+        q->vc = calloc((size_t)d->m->n_layer * (size_t)d->n_kv * (size_t)q->vstride, sizeof(float));
         q->present = calloc((size_t)n_ctx, 1);
+        q->hid = calloc((size_t)(d->m->block_size - 1) * (size_t)d->m->n_embd, sizeof(float));
+        q->pend = malloc((size_t)DRAFT_PEND * (size_t)d->n_feat * sizeof(float));
     }
-    if (!q || !q->kc || !q->vc || !q->present) {
+    if (!q || !q->kc || !q->vc || !q->present || !q->hid || !q->pend) {
         mu_draft_seq_free(q);
         return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for %d positions", n_ctx);
     }
@@ -227,11 +326,14 @@ void mu_draft_seq_free(mu_draft_seq *q) {
     free(q->kc);
     free(q->vc);
     free(q->present);
+    free(q->hid);
+    free(q->pend);
     free(q);
 }
 
 void mu_draft_seq_truncate(mu_draft_seq *q, int n) {
     if (n < 0) n = 0;
+    if (q->n_pend > 0) q->n_pend = n <= q->pend_p0 ? 0 : n - q->pend_p0 < q->n_pend ? n - q->pend_p0 : q->n_pend;
     if (n >= q->n_past) return;
     memset(q->present + n, 0, (size_t)(q->n_past - n));
     q->n_past = n;
@@ -240,34 +342,35 @@ void mu_draft_seq_truncate(mu_draft_seq *q, int n) {
 static float *krow(mu_draft_seq *q, int il, int pos) {
     return q->kc + ((size_t)il * (size_t)q->n_ctx + (size_t)pos) * (size_t)q->d->n_kv;
 }
-static float *vrow(mu_draft_seq *q, int il, int pos) {
-    return q->vc + ((size_t)il * (size_t)q->n_ctx + (size_t)pos) * (size_t)q->d->n_kv;
+/* channel c of layer il's V, over positions */
+static float *vcol(mu_draft_seq *q, int il, int c) {
+    return q->vc + ((size_t)il * (size_t)q->d->n_kv + (size_t)c) * (size_t)q->vstride;
 }
 
-/* k (and q when given) of T rows: per-head norms, then RoPE at pos0 + t */
-static void qk_post(mu_drafter *d, const mu_dflash_layer *L, int T, int pos0, bool with_q) {
+/* k of T rows and q of rows [q0, q1): per-head norms, then RoPE (the
+ * table's row t) */
+static void qk_post(mu_drafter *d, const mu_dflash_layer *L, int T, int q0, int q1) {
     const mu_dflash_model *m = d->m;
     const int hd = m->head_dim;
     for (int t = 0; t < T; t++) {
-        if (with_q)
+        if (t >= q0 && t < q1)
             for (int h = 0; h < m->n_head; h++) {
                 float *x = d->q + (size_t)t * d->n_q + (size_t)h * hd;
                 rms_norm(x, x, L->q_norm->data, hd, m->eps);
-                rope_neox(x, hd, pos0 + t, m->rope_base);
+                rope_neox(d, x, t);
             }
         for (int h = 0; h < m->n_head_kv; h++) {
             float *x = d->k + (size_t)t * d->n_kv + (size_t)h * hd;
             rms_norm(x, x, L->k_norm->data, hd, m->eps);
-            rope_neox(x, hd, pos0 + t, m->rope_base);
+            rope_neox(d, x, t);
         }
     }
 }
 
-int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_err *err) {
+/* The rows of positions pos0 .. pos0 + n - 1 from their features. */
+static void inject_now(mu_draft_seq *q, int pos0, int n, const float *feat) {
     mu_drafter *d = q->d;
     const mu_dflash_model *m = d->m;
-    if (pos0 < 0 || n < 0 || n > q->n_ctx - pos0)
-        return mu_fail(err, MU_E_ARG, "drafter: positions %d..%d outside the context of %d", pos0, pos0 + n, q->n_ctx);
     const int E = m->n_embd;
     for (int c = 0; c < n; c += DRAFT_ROWS) {
         const int T = n - c < DRAFT_ROWS ? n - c : DRAFT_ROWS, p0 = pos0 + c;
@@ -275,84 +378,117 @@ int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_
         matmul(d, feat + (size_t)c * d->n_feat, T, m->fc, d->g);
         for (int t = 0; t < T; t++)
             rms_norm(d->g + (size_t)t * E, d->g + (size_t)t * E, m->enc_norm->data, E, m->eps);
+        rope_table(d, T, p0);
         for (int il = 0; il < m->n_layer; il++) {
             const mu_dflash_layer *L = &m->layers[il];
             matmul(d, d->g, T, L->wk, d->k);
             matmul(d, d->g, T, L->wv, d->v);
-            qk_post(d, L, T, p0, false);
+            qk_post(d, L, T, 0, 0);
             for (int t = 0; t < T; t++) {
                 memcpy(krow(q, il, p0 + t), d->k + (size_t)t * d->n_kv, (size_t)d->n_kv * sizeof(float));
-                memcpy(vrow(q, il, p0 + t), d->v + (size_t)t * d->n_kv, (size_t)d->n_kv * sizeof(float));
+                for (int ch = 0; ch < d->n_kv; ch++) vcol(q, il, ch)[p0 + t] = d->v[(size_t)t * d->n_kv + ch];
             }
         }
         memset(q->present + p0, 1, (size_t)T);
+    }
+}
+
+/* The waiting positions' rows, made together (the multi-row dots). */
+static void flush(mu_draft_seq *q) {
+    if (q->n_pend > 0) inject_now(q, q->pend_p0, q->n_pend, q->pend);
+    q->n_pend = 0;
+}
+
+/* Positions of a few at a time (decode steps, verification blocks) wait
+ * in pend until a pass needs them or it fills: one matmul of many rows
+ * costs much less than as many of one row, and a truncation drops the
+ * rejected drafts' features before they cost anything. */
+int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_err *err) {
+    if (pos0 < 0 || n < 0 || n > q->n_ctx - pos0)
+        return mu_fail(err, MU_E_ARG, "drafter: positions %d..%d outside the context of %d", pos0, pos0 + n,
+                       q->n_ctx);
+    if (q->n_pend > 0 && (pos0 != q->pend_p0 + q->n_pend || q->n_pend + n > DRAFT_PEND)) flush(q);
+    if (n > DRAFT_PEND / 2) {
+        inject_now(q, pos0, n, feat);
+    } else if (n > 0) {
+        if (q->n_pend == 0) q->pend_p0 = pos0;
+        memcpy(q->pend + (size_t)q->n_pend * q->d->n_feat, feat, (size_t)n * q->d->n_feat * sizeof(float));
+        q->n_pend += n;
     }
     if (pos0 + n > q->n_past) q->n_past = pos0 + n;
     return 0;
 }
 
+
 /* ---- the drafting pass -------------------------------------------------- */
 
 typedef struct {
     mu_draft_seq *q;
-    int il, T, pos;
+    int il, T, pos, r0, nr; /* block rows [r0, r0 + nr) ask */
 } attn_job;
 
-/* Attention of the block's T rows (q, k, v in scratch) over the present
- * injected rows before pos and the block itself, per (row, head), into a. */
+/* Attention of the block's rows [r0, r0 + nr) (q, k, v in scratch) over
+ * the present injected rows before pos and the whole block, into a. One
+ * work item is a kv head and up to ATTN_ROWS block rows: its queries (the
+ * kv head's query heads of those rows) against the context's K rows and
+ * the block's in two float matmuls, masked, a softmax (the table's, to F16
+ * steps: the drafter's numerics are free, docs/speculative.md), then the
+ * products with the context's V (stored transposed: a matmul over the
+ * positions, padded to 16 with zero weights) and the block's. */
 static void job_attn(void *arg, int ith, int nth) {
     attn_job *j = arg;
     mu_draft_seq *q = j->q;
     mu_drafter *d = q->d;
+    const mu_kern *k = d->e->kern;
     const mu_dflash_model *m = d->m;
     const int hd = m->head_dim, gq = m->n_head / m->n_head_kv, n_swa = m->swa[j->il] ? m->n_swa : 0;
-    float *sc = d->scores + (size_t)ith * d->scores_cap;
+    const int n_ctx = j->pos < q->n_past ? j->pos : q->n_past, cp = PAD16(n_ctx), ls = cp + PAD16(j->T);
+    const int n_chunk = (j->nr + ATTN_ROWS - 1) / ATTN_ROWS;
+    float *S = d->scores + (size_t)ith * d->scores_cap, *Q = S + (size_t)ATTN_ROWS * gq * ls,
+          *O = Q + (size_t)ATTN_ROWS * gq * hd;
     int lo, hi;
-    mu_split(j->T * m->n_head, ith, nth, 1, &lo, &hi);
+    mu_split(m->n_head_kv * n_chunk, ith, nth, 1, &lo, &hi);
     for (int w = lo; w < hi; w++) {
-        const int t = w / m->n_head, h = w % m->n_head, g = h / gq, qpos = j->pos + t;
-        const float *qr = d->q + (size_t)t * d->n_q + (size_t)h * hd;
-        const int n_ctx = j->pos < q->n_past ? j->pos : q->n_past;
-        float mx = -INFINITY;
-        /* scores over the cache, then over the block; -inf where masked */
-        for (int p = 0; p < n_ctx + j->T; p++) {
-            const bool blk = p >= n_ctx;
-            const int kpos = blk ? j->pos + (p - n_ctx) : p;
-            bool vis = blk ? (!m->causal || kpos <= qpos) : q->present[p] != 0;
-            if (n_swa > 0 && qpos - kpos >= n_swa) vis = false;
-            float s = -INFINITY;
-            if (vis) {
-                const float *kr = blk ? d->k + (size_t)(p - n_ctx) * d->n_kv + (size_t)g * hd
-                                      : krow(q, j->il, p) + (size_t)g * hd;
-                float acc = 0;
-                for (int i = 0; i < hd; i++) acc += qr[i] * kr[i];
-                s = acc * m->kq_scale;
-                if (s > mx) mx = s;
+        const int g = w / n_chunk, t0 = j->r0 + (w % n_chunk) * ATTN_ROWS;
+        const int tn = j->r0 + j->nr - t0 < ATTN_ROWS ? j->r0 + j->nr - t0 : ATTN_ROWS, n_t = tn * gq;
+        for (int u = 0; u < tn; u++) /* a row's query heads of kv head g are contiguous */
+            memcpy(Q + (size_t)u * gq * hd, d->q + (size_t)(t0 + u) * d->n_q + (size_t)g * gq * hd,
+                   (size_t)gq * hd * sizeof(float));
+        fmm(k, hd, krow(q, j->il, 0) + (size_t)g * hd, (size_t)d->n_kv, n_ctx, Q, (size_t)hd, n_t, S, ls);
+        fmm(k, hd, d->k + (size_t)g * hd, (size_t)d->n_kv, j->T, Q, (size_t)hd, n_t, S + cp, ls);
+        for (int r = 0; r < n_t; r++) {
+            float *sr = S + (size_t)r * ls, mx = -INFINITY;
+            const int qpos = j->pos + t0 + r / gq;
+            for (int p = 0; p < ls; p++) {
+                const bool blk = p >= cp;
+                const int kpos = blk ? j->pos + (p - cp) : p;
+                bool vis = blk ? p - cp < j->T && (!m->causal || kpos <= qpos) : p < n_ctx && q->present[p] != 0;
+                if (n_swa > 0 && qpos - kpos >= n_swa) vis = false;
+                sr[p] = vis ? sr[p] * m->kq_scale : -INFINITY;
+                if (sr[p] > mx) mx = sr[p];
             }
-            sc[p] = s;
+            k->softmax_f16(ls, sr, mx); /* a row always sees itself: mx is finite */
         }
-        float *o = d->a + (size_t)t * d->n_q + (size_t)h * hd;
-        memset(o, 0, (size_t)hd * sizeof(float));
-        double sum = 0;
-        for (int p = 0; p < n_ctx + j->T; p++) {
-            if (sc[p] == -INFINITY) continue;
-            const float e = expf(sc[p] - mx);
-            sum += e;
-            const bool blk = p >= n_ctx;
-            const float *vr = blk ? d->v + (size_t)(p - n_ctx) * d->n_kv + (size_t)g * hd
-                                  : vrow(q, j->il, p) + (size_t)g * hd;
-            for (int i = 0; i < hd; i++) o[i] += e * vr[i];
+        if (n_ctx > 0)
+            fmm(k, cp, vcol(q, j->il, g * hd), (size_t)q->vstride, hd, S, (size_t)ls, n_t, O, hd);
+        else
+            memset(O, 0, (size_t)n_t * hd * sizeof(float));
+        for (int r = 0; r < n_t; r++) {
+            float *o = O + (size_t)r * hd;
+            const float *pr = S + (size_t)r * ls + cp;
+            for (int b = 0; b < j->T; b++) {
+                if (pr[b] == 0) continue;
+                const float *vr = d->v + (size_t)b * d->n_kv + (size_t)g * hd;
+                for (int i = 0; i < hd; i++) o[i] += pr[b] * vr[i];
+            }
+            memcpy(d->a + (size_t)(t0 + r / gq) * d->n_q + (size_t)(g * gq + r % gq) * hd, o,
+                   (size_t)hd * sizeof(float));
         }
-        const float inv = sum > 0 ? (float)(1.0 / sum) : 0.0f;
-        for (int i = 0; i < hd; i++) o[i] *= inv;
     }
 }
 
-static void silu_mul(float *f1, const float *f2, int n) {
-    for (int i = 0; i < n; i++) f1[i] = f1[i] / (1.0f + expf(-f1[i])) * f2[i];
-}
-
-int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err) {
+int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_err *err) {
+    flush(q);
     mu_drafter *d = q->d;
     const mu_dflash_model *m = d->m;
     if (n_draft < 1 || n_draft > m->block_size - 1 || n_draft > DRAFT_ROWS - 1)
@@ -360,7 +496,11 @@ int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int3
     if (pos < 0 || pos > q->n_ctx)
         return mu_fail(err, MU_E_ARG, "drafter: position %d outside the context of %d", pos, q->n_ctx);
     if (last < 0 || last >= d->n_vocab) return mu_fail(err, MU_E_ARG, "drafter: token out of range: %d", last);
-    const int T = 1 + n_draft, E = m->n_embd;
+    /* the whole block the drafter was trained on, whatever n_draft: the
+     * block's rows attend to each other, so a shorter block is another input
+     * (its drafts are much worse: docs/speculative.md); only rows 1 ..
+     * n_draft go through the output matrix */
+    const int T = m->block_size, E = m->n_embd;
     const mu_kern *k = d->e->kern;
     /* x = embedding of [last, mask, ...] (* embedding scale) */
     const size_t rb = d->tok_embd->bytes / (size_t)d->tok_embd->ne[1];
@@ -371,41 +511,54 @@ int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int3
         if (m->emb_scale != 0)
             for (int i = 0; i < E; i++) x[i] *= m->emb_scale;
     }
+    rope_table(d, T, pos);
     for (int il = 0; il < m->n_layer; il++) {
         const mu_dflash_layer *L = &m->layers[il];
+        /* every row's k and v; the last layer needs the rest only for the
+         * rows that become drafts, [1, 1 + n_draft) */
+        const int r0 = il == m->n_layer - 1 ? 1 : 0, nr = il == m->n_layer - 1 ? n_draft : T;
         for (int t = 0; t < T; t++)
             rms_norm(d->a + (size_t)t * E, d->x + (size_t)t * E, L->attn_norm->data, E, m->eps);
-        matmul(d, d->a, T, L->wq, d->q);
+        matmul(d, d->a + (size_t)r0 * E, nr, L->wq, d->q + (size_t)r0 * d->n_q);
         matmul(d, d->a, T, L->wk, d->k);
         matmul(d, d->a, T, L->wv, d->v);
-        qk_post(d, L, T, pos, true);
-        attn_job aj = {q, il, T, pos};
+        qk_post(d, L, T, r0, r0 + nr);
+        attn_job aj = {q, il, T, pos, r0, nr};
         mu_pool_run(d->e->pool, job_attn, &aj);
-        matmul(d, d->a, T, L->wo, d->o);
-        for (int t = 0; t < T; t++) {
+        matmul(d, d->a + (size_t)r0 * d->n_q, nr, L->wo, d->o + (size_t)r0 * E);
+        for (int t = r0; t < r0 + nr; t++) {
             float *o = d->o + (size_t)t * E, *x = d->x + (size_t)t * E;
             if (L->attn_post_norm) rms_norm(o, o, L->attn_post_norm->data, E, m->eps);
             for (int i = 0; i < E; i++) x[i] += o[i];
             rms_norm(d->a + (size_t)t * E, x, L->ffn_norm->data, E, m->eps);
         }
-        matmul(d, d->a, T, L->ffn_gate, d->f1);
-        matmul(d, d->a, T, L->ffn_up, d->f2);
-        for (int t = 0; t < T; t++)
-            silu_mul(d->f1 + (size_t)t * m->n_ff, d->f2 + (size_t)t * m->n_ff, m->n_ff);
-        matmul(d, d->f1, T, L->ffn_down, d->o);
-        for (int t = 0; t < T; t++) {
+        matmul(d, d->a + (size_t)r0 * E, nr, L->ffn_gate, d->f1 + (size_t)r0 * m->n_ff);
+        matmul(d, d->a + (size_t)r0 * E, nr, L->ffn_up, d->f2 + (size_t)r0 * m->n_ff);
+        for (int t = r0; t < r0 + nr; t++) k->swiglu(m->n_ff, d->f1 + (size_t)t * m->n_ff, d->f2 + (size_t)t * m->n_ff);
+        matmul(d, d->f1 + (size_t)r0 * m->n_ff, nr, L->ffn_down, d->o + (size_t)r0 * E);
+        for (int t = r0; t < r0 + nr; t++) {
             float *o = d->o + (size_t)t * E, *x = d->x + (size_t)t * E;
             if (L->ffn_post_norm) rms_norm(o, o, L->ffn_post_norm->data, E, m->eps);
             for (int i = 0; i < E; i++) x[i] += o[i];
         }
     }
-    /* final norm of rows 1..n_draft, the output matrix, argmax (first of ties) */
-    for (int t = 1; t < T; t++)
-        rms_norm(d->a + (size_t)(t - 1) * E, d->x + (size_t)t * E, m->output_norm->data, E, m->eps);
-    for (int t0 = 0; t0 < n_draft; t0 += DRAFT_LOGIT_ROWS) {
-        const int n = n_draft - t0 < DRAFT_LOGIT_ROWS ? n_draft - t0 : DRAFT_LOGIT_ROWS;
-        matmul(d, d->a + (size_t)t0 * E, n, d->output, d->lg);
-        for (int t = 0; t < n; t++) {
+    /* the final norm of rows 1..n_draft, kept for mu_draft_seq_tokens */
+    for (int t = 1; t <= n_draft; t++)
+        rms_norm(q->hid + (size_t)(t - 1) * E, d->x + (size_t)t * E, m->output_norm->data, E, m->eps);
+    q->n_hid = n_draft;
+    return n_draft;
+}
+
+int mu_draft_seq_tokens(mu_draft_seq *q, int from, int n, int32_t *out) {
+    mu_drafter *d = q->d;
+    const int E = d->m->n_embd;
+    if (from < 0 || from >= q->n_hid || n < 1) return 0;
+    if (n > q->n_hid - from) n = q->n_hid - from;
+    /* the output matrix, argmax (first of ties) */
+    for (int t0 = 0; t0 < n; t0 += DRAFT_LOGIT_ROWS) {
+        const int c = n - t0 < DRAFT_LOGIT_ROWS ? n - t0 : DRAFT_LOGIT_ROWS;
+        matmul(d, q->hid + (size_t)(from + t0) * E, c, d->output, d->lg);
+        for (int t = 0; t < c; t++) {
             const float *l = d->lg + (size_t)t * d->n_vocab;
             int best = 0;
             for (int r = 1; r < d->n_vocab; r++)
@@ -413,5 +566,10 @@ int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int3
             out[t0 + t] = best;
         }
     }
-    return n_draft;
+    return n;
+}
+
+int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err) {
+    int rc = mu_draft_seq_pass(q, last, pos, n_draft, err);
+    return rc < 0 ? rc : mu_draft_seq_tokens(q, 0, n_draft, out);
 }

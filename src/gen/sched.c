@@ -106,6 +106,18 @@ struct mu_job {
      * was verified after an accepted prefix and how often it was accepted */
     int pos_n[MU_SPEC_DRAFT_MAX], pos_acc[MU_SPEC_DRAFT_MAX];
     int n_paused;         /* plain steps since the estimate stopped drafting */
+    /* dflash while paused: a shadow draft (made, not verified) compared with
+     * the tokens plain decoding picks next, feeding pos_n / pos_acc like a
+     * verification; probes come every probe_every plain steps, doubling
+     * while the estimate stays paused (draft()) */
+    int n_shadow, i_shadow, probe_every; /* the shadow's rows: the drafter's kept rows */
+    /* dflash: the drafter's kept rows (mu_draft_seq_pass) of the last pass
+     * are row_n; this step's drafts are rows from row_blk; row_next > 0:
+     * every draft and the token after them matched rows < row_next, so the
+     * next step drafts on from row_next without a new pass */
+    int row_n, row_blk, row_next;
+    bool cold;            /* dflash: drafting does not pay (the last verification did not, and no
+                             shadow held all through since); a new job drafts */
     group *grp;
     mu_sched *sched;
     bool queued;          /* in the queue (guarded by sched->mu) */
@@ -578,10 +590,36 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t want, int r, int32
     return true;
 }
 
-/* Engine thread: one gen step for slot i from logits lg. */
+#define SPEC_DFLASH_WINDOW 32 /* dflash: the rates' counts halve when the first position's reach this */
+
+/* Engine thread: draft position r was checked after an accepted prefix, and
+ * accepted or not. A dflash job's rates follow the text: the counts halve
+ * every SPEC_DFLASH_WINDOW checks of the first position (its drafter's
+ * acceptance swings between repetitive stretches and free text). */
+static void observe(mu_job *j, int r, bool ok) {
+    j->pos_n[r]++;
+    j->pos_acc[r] += ok;
+    if (j->spec == MU_SPEC_DFLASH && j->pos_n[0] >= SPEC_DFLASH_WINDOW)
+        for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) {
+            j->pos_n[k] /= 2;
+            j->pos_acc[k] /= 2;
+        }
+}
+
+/* Engine thread: one gen step for slot i from logits lg (and a dflash
+ * job's shadow draft checked against its token). */
 static void step(mu_sched *s, int i, const float *lg) {
     int32_t id;
-    take(s, i, lg, -1, -1, &id);
+    mu_job *j = s->slots[i].job;
+    if (!take(s, i, lg, -1, -1, &id) || j->i_shadow >= j->n_shadow) return;
+    /* a shadow draft's next token (its row through the output matrix now)
+     * against the one plain decoding picked */
+    const int r = j->i_shadow++;
+    int32_t want = -1;
+    mu_draft_seq_tokens(s->slots[i].dq, r, 1, &want);
+    observe(j, r, id == want);
+    if (id != want) j->n_shadow = 0;
+    else if (j->i_shadow == j->n_shadow) j->cold = false; /* the whole shadow held: draft */
 }
 
 /* A drafted token pays for its share of the verification when it is
@@ -593,28 +631,62 @@ static void step(mu_sched *s, int i, const float *lg) {
  * 0.4). */
 #define SPEC_P_MIN 0.4
 #define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
+#define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
+#define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */
 
 /* Engine thread: the longest draft length, at most k, whose last token the
- * job's history says is accepted with probability >= SPEC_P_MIN: the
- * acceptance rate of each position after an accepted prefix, multiplied
- * along; a position's rate starts from the one before it (the first from
- * 0.75) as a prior worth two observations, so a new job drafts 3 tokens.
- * While that is 0 the job decodes plainly and probes with one drafted token
- * now and then, so the estimate can recover. */
-static int draft_pays(mu_job *j, int k) {
+ * job's history says is accepted with probability >= p_min: the acceptance
+ * rate of each position after an accepted prefix, multiplied along; a
+ * position's rate starts from the one before it (the first from 0.75) as a
+ * prior worth two observations, so a new n-gram job drafts 3 tokens. */
+static int draft_len(const mu_job *j, int k, double p_min) {
     double p = 1, q = 0.75;
     int n = 0;
     while (n < k) {
         q = (j->pos_acc[n] + 2 * q) / (j->pos_n[n] + 2.0);
         p *= q;
-        if (p < SPEC_P_MIN) break;
+        if (p < p_min) break;
         n++;
     }
+    return n;
+}
+
+/* Engine thread, an n-gram job: draft_len at SPEC_P_MIN. While that is 0
+ * the job decodes plainly and probes with one drafted token now and then,
+ * so the estimate can recover. */
+static int draft_pays(mu_job *j, int k) {
+    int n = draft_len(j, k, SPEC_P_MIN);
     if (n == 0 && k > 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
         j->n_paused = 0;
         n = 1;
     }
     return n;
+}
+
+/* Engine thread, a paused dflash job: after probe_every plain steps
+ * (SPEC_SHADOW_EVERY, doubling up to 8 times that while drafting stays
+ * off; back to the start after it drafted), a shadow draft of up to
+ * SPEC_SHADOW_MAX tokens, which the next plain steps check
+ * (step()): the drafter's pass (about 1.1 decode steps on the bundled
+ * model, its rows through the output matrix as they are checked) without a
+ * verification, and every position's rate learns, not the first one's
+ * alone. */
+static void shadow_probe(mu_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    if (j->i_shadow < j->n_shadow) return; /* the last shadow draft is still being checked */
+    if (j->probe_every == 0) j->probe_every = SPEC_SHADOW_EVERY;
+    if (++j->n_paused < j->probe_every) return;
+    j->n_paused = 0;
+    if (j->probe_every < 8 * SPEC_SHADOW_EVERY) j->probe_every *= 2;
+    const int bmax = mu_drafter_get_info(s->o.drafter)->block_size - 1;
+    int k = j->draft_max < bmax ? j->draft_max : bmax;
+    if (k > SPEC_SHADOW_MAX) k = SPEC_SHADOW_MAX;
+    mu_err err;
+    const int n = mu_draft_seq_pass(sl->dq, sl->last, mu_session_n_past(sl->sess), k, &err);
+    j->n_shadow = n > 0 ? n : 0;
+    j->i_shadow = 0;
+    j->row_n = j->row_next = 0; /* the kept rows are the shadow's now */
 }
 
 /* Engine thread: drafts for slot i's next step into sl->blk[1..]. Returns
@@ -628,7 +700,22 @@ static int draft_pays(mu_job *j, int k) {
 static int draft(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    int k = j->spec == MU_SPEC_SCRIPT ? j->draft_max : draft_pays(j, j->draft_max);
+    int k = j->draft_max;
+    if (j->spec == MU_SPEC_DFLASH) {
+        /* drafting while its last step paid (or the last shadow draft held
+         * all through), as long as the rates say; paused, shadow drafts */
+        if (j->cold) {
+            j->row_next = 0;
+            shadow_probe(s, i);
+            return -1;
+        }
+        k = draft_len(j, k, SPEC_P_MIN + mu_drafter_get_info(s->o.drafter)->cost_row);
+        if (k < 1) k = 1;
+        j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
+        j->probe_every = SPEC_SHADOW_EVERY;
+    } else if (j->spec != MU_SPEC_SCRIPT) {
+        k = draft_pays(j, k);
+    }
     if (k <= 0) return -1;
     int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1, left = j->max_new - j->n_gen - 1;
     if (k > room) k = room;
@@ -642,9 +729,19 @@ static int draft(mu_sched *s, int i) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
     } else if (j->spec == MU_SPEC_DFLASH) {
         const int bmax = mu_drafter_get_info(s->o.drafter)->block_size - 1;
-        mu_err err;
-        n = mu_draft_seq_draft(sl->dq, sl->last, mu_session_n_past(sl->sess), k < bmax ? k : bmax, sl->blk + 1, &err);
-        if (n < 0) n = 0; /* cannot happen for a block that fits; the step decodes plainly */
+        if (k > bmax) k = bmax;
+        if (j->row_next <= 0 || j->row_next >= j->row_n) {
+            /* a pass keeping rows for the steps after this one too (each row
+             * through the output matrix only when it is drafted) */
+            mu_err err;
+            const int rows = bmax;
+            j->row_n = mu_draft_seq_pass(sl->dq, sl->last, mu_session_n_past(sl->sess), rows, &err);
+            if (j->row_n < 0) j->row_n = 0; /* cannot happen for a block that fits; the step decodes plainly */
+            j->row_next = 0;
+        }
+        j->row_blk = j->row_next;
+        j->row_next = 0;
+        n = mu_draft_seq_tokens(sl->dq, j->row_blk, k, sl->blk + 1);
         if (n == 0 || n < j->draft_min) j->pos_n[0]++;
     }
     return n < j->draft_min ? 0 : n;
@@ -664,12 +761,21 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
     for (int r = 0; r < n_blk; r++) {
         int32_t id, want = r < n_dr ? sl->blk[r + 1] : -1;
         if (!take(s, i, mu_session_logits(sl->sess, r), want, r, &id)) return;
-        if (r < n_dr) {
-            j->pos_n[r]++;
-            j->pos_acc[r] += id == want;
-        }
+        if (r < n_dr) observe(j, r, id == want);
         if (id != want) break;
         acc++;
+    }
+    if (j->spec == MU_SPEC_DFLASH && n_dr > 0) {
+        /* the step paid when its accepted drafts reach what it cost beyond
+         * a decode step, as estimated: the pass (none when it drafted on
+         * from kept rows), each draft's rows and share of the verification */
+        const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
+        j->cold = acc < (j->row_blk == 0 ? di->cost_pass : 0) + (di->cost_row + SPEC_P_MIN) * n_dr;
+        /* every draft held: when the drafter's next kept row is the token the
+         * target picked after them, the next step drafts on from there */
+        int32_t t = -1;
+        if (acc == n_dr && mu_draft_seq_tokens(sl->dq, j->row_blk + n_dr, 1, &t) == 1 && t == sl->last)
+            j->row_next = j->row_blk + n_dr + 1;
     }
     /* keep the last token's and the accepted drafts' rows */
     mu_err err;

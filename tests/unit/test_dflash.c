@@ -335,6 +335,20 @@ static void test_drafter(void **state) {
     assert_int_equal(mu_draft_seq_draft(q, 9, 20, 7, d1, &err), 7);
     assert_int_equal(mu_draft_seq_draft(q2, 9, 20, 7, d2, &err), 7);
     assert_memory_equal(d1, d2, sizeof d1);
+    /* the pass over the whole block whatever the count: the first 3 drafts
+     * are the 7-draft pass's first 3; the two halves give what draft does,
+     * row by row; past the kept rows, nothing */
+    assert_int_equal(mu_draft_seq_draft(q, 9, 20, 3, d2, &err), 3);
+    assert_memory_equal(d1, d2, 3 * sizeof *d1);
+    assert_int_equal(mu_draft_seq_pass(q, 9, 20, 7, &err), 7);
+    for (int r = 0; r < 7; r++) {
+        int32_t t = -1;
+        assert_int_equal(mu_draft_seq_tokens(q, r, 1, &t), 1);
+        assert_int_equal(t, d1[r]);
+    }
+    assert_int_equal(mu_draft_seq_tokens(q, 5, 4, d3), 2);
+    assert_memory_equal(d3, d1 + 5, 2 * sizeof *d1);
+    assert_int_equal(mu_draft_seq_tokens(q, 7, 1, d3), 0);
     /* errors */
     assert_int_equal(mu_draft_seq_draft(q, 9, 20, 8, d1, &err), MU_E_ARG); /* > block_size - 1 */
     assert_int_equal(mu_draft_seq_draft(q, c.n_vocab, 20, 3, d1, &err), MU_E_ARG);
@@ -465,7 +479,8 @@ static void run_trace(mu_sched *s, const mu_gen_req *q, trace *t) {
 static void test_sched(void **state) {
     (void)state;
     mini_cfg c = mini_default();
-    c.n_vocab = 12; /* random drafts are right often enough to exercise acceptance */
+    c.n_vocab = 4; /* random drafts are right often enough to exercise acceptance, drafting on from
+                      * kept rows, and a shadow draft that turns drafting back on */
     c.n_ctx = 1024;
     mu_synth_dflash_opts o;
     mu_synth_dflash_defaults(&o);
@@ -483,17 +498,18 @@ static void test_sched(void **state) {
     static trace ref, t;
     static int32_t p[700];
     int drafted = 0, accepted = 0, steps = 0;
-    for (int pi = 0; pi < 14; pi++) {
+    for (int pi = 0; pi < 32; pi++) {
         int np = 1 + (pi * 37) % 70 + (pi == 4 ? 600 : 0);
         uint64_t seed = (uint64_t)pi + 1;
         for (int i = 0; i < np; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)c.n_vocab);
-        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 25 + pi % 9, .ignore_eos = true, .no_text = true,
-                        .logprobs = true, .n_top = 3};
+        /* the 1-draft jobs run longer: their shadow drafts turn drafting back on */
+        mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 25 + pi % 9 + (pi % 4 == 2 ? 80 : 0),
+                        .ignore_eos = true, .no_text = true, .logprobs = true, .n_top = 3};
         q.sp.temp = pi % 2 ? 1.5f : 0;
         q.sp.seed = (uint64_t)pi * 7;
         mu_gen_req r = q;
         r.spec = MU_SPEC_DFLASH;
-        r.draft_max = pi % 4 == 3 ? 2 : 0; /* 0: the block's 5 */
+        r.draft_max = pi % 4 == 3 ? 2 : pi % 4 == 2 ? 1 : 0; /* 0: the block's 5 */
         if (pi % 3 == 1) {
             /* the second job keeps the first one's prompt (one token evaluated
              * again): after a plain job the drafter has no rows for the kept
@@ -525,7 +541,7 @@ static void test_sched(void **state) {
     run_trace(s, &q, &t);
     assert_int_equal(t.finish, MU_FINISH_CTX);
     if (ref.n != t.n || memcmp(ref.buf, t.buf, ref.n)) fail_msg("context limit: events differ");
-    print_message("dflash (random drafter, 12 tokens): drafted %d, accepted %d, %d steps\n", drafted, accepted, steps);
+    print_message("dflash (random drafter, 4 tokens): drafted %d, accepted %d, %d steps\n", drafted, accepted, steps);
     assert_true(drafted > 0);
     assert_true(accepted > 0);
     mu_sched_free(s);
