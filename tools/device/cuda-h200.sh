@@ -3,9 +3,10 @@
 # from what tools/device/cuda-h200-pack.sh packed (unpack .gpu/cuda.tar.xz
 # at the repository root first). In order, each step skipped when the
 # budget left cannot hold it (summary.txt says so):
-#   1. the full-shape Q4_K_M file (muser gen --preset full, /tmp, in the
-#      background from the start) and, with --compare, llama.cpp's
-#      llama-bench built with GGML_CUDA for sm_90 (background, ~4 minutes)
+#   1. the full-shape file (muser gen --preset full --type TYPE, q4_k_m
+#      unless --type says, /tmp, in the background from the start) and,
+#      with --compare, llama.cpp's llama-bench built with GGML_CUDA for
+#      sm_90 (background, ~4 minutes)
 #   2. the gpu tier (tests/gpu/run.sh) unless --no-tier, and the kernel test
 #      once more per value of --kern-env (e.g. MUSER_CUDA_DEC_U=0)
 #   3. `muser bench --backend cuda` on the full shape at --depths, --reps
@@ -23,7 +24,7 @@
 # $OUT gets at most 8 files: summary.txt (every step's verdict and the
 # bench lines), tier.log, bench.txt, profile.txt, ncu.txt, compare.json,
 # compare.log, lane.tar.xz.
-# usage: bash tools/device/cuda-h200.sh [--budget 560] [--no-tier]
+# usage: bash tools/device/cuda-h200.sh [--budget 560] [--type q4_k_m] [--no-tier]
 #          [--no-bench] [--kern-env VAR=V]... [--ab VAR=V1,V2 | --variants 'A=0;B=1;defaults']
 #          [--depths 512,2048]
 #          [--reps 2] [--profile] [--ncu REGEX] [--compare] [--lane 2048]
@@ -31,12 +32,13 @@ set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUT=${OUT:-/tmp/cuda-h200-out}
-BUDGET=560 TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=()
+BUDGET=560 TYPE=q4_k_m TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=${2:?}; shift 2 ;;
     --no-tier) TIER=0; shift ;;
     --no-bench) BENCH=0; shift ;;
+    --type) TYPE=${2:?}; shift 2 ;;
     --kern-env) KENV+=("${2:?}"); shift 2 ;;
     --ab) AB=${2:?}; shift 2 ;;
     --variants) VARS=${2?}; shift 2 ;;
@@ -59,12 +61,12 @@ note() { echo "cuda-h200: $(el)s: $*" | tee -a "$S" >&2; }
 export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so
 M=$PWD/.gpu/muser
-F=/tmp/full-q4km.gguf
+F=/tmp/full-$TYPE.gguf
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader; nproc
   ldd "$M" | grep "not found"; "$M" --version; command -v ncu nsys; } >>"$S" 2>&1
 
 if [ ! -f "$F" ]; then
-  ( "$M" gen --preset full --type q4_k_m --quant fast --threads 8 -o "$F.tmp" >/tmp/cuda-h200-gen.log 2>&1 &&
+  ( "$M" gen --preset full --type "$TYPE" --quant fast --threads 8 -o "$F.tmp" >/tmp/cuda-h200-gen.log 2>&1 &&
     mv "$F.tmp" "$F"; echo "gen rc $? at $(el)s" >>"$S" ) &
 fi
 LB=/tmp/lc/build/bin/llama-bench
