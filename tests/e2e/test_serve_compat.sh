@@ -143,7 +143,7 @@ expect "lazy fields on chat have no effect (llama.cpp's template sets them): the
 expect "a one-token trigger word not in preserved_tokens -> 400 (as llama.cpp)" 400 "j['error']['message'].startswith(\"field 'grammar_triggers[0]'\") and 'preserved_tokens' in j['error']['message']" \
   POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|message|>"}]}'
 expect "a preserved one-token trigger word becomes a token trigger" 200 "'content' in j" \
-  POST /completion '{"prompt":"x","n_predict":2,"grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|message|>"}],"preserved_tokens":["<|message|>"]}'
+  POST /completion '{"prompt":"x","n_predict":2,"temperature":0,"grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|message|>"}],"preserved_tokens":["<|message|>"]}'
 # <|image_start|>: a control token (not an end token) in the Muse vocabulary
 CTL=$(curl -s "$BASE/tokenize" -H "$J" -d '{"content":"<|image_start|>","parse_special":true}' | python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][0])')
 expect "/completion: a control token's text is not in content" 200 "j['content'] == 'a'" \
@@ -151,8 +151,8 @@ expect "/completion: a control token's text is not in content" 200 "j['content']
 expect "/completion: a preserved control token's text is in content (as llama.cpp)" 200 "j['content'] == '<|image_start|>a'" \
   POST /completion "{\"prompt\":\"x\",\"n_predict\":4,\"grammar\":\"root ::= <[$CTL]> \\\"a\\\"\",\"preserved_tokens\":[\"<|image_start|>\"]}"
 expect "/completion generation_settings: the lazy fields as llama.cpp writes them (a preserved one-token word as its token trigger)" 200 \
-  "(lambda g: g['grammar_lazy'] is True and g['grammar_triggers'] == [{'type': 0, 'value': '<|image_start|>', 'token': $CTL}, {'type': 2, 'value': '(a)'}] and g['preserved_tokens'] == [$CTL])(j['generation_settings'])" \
-  POST /completion '{"prompt":"x","n_predict":2,"grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|image_start|>"},{"type":2,"value":"(a)"}],"preserved_tokens":["<|image_start|>"]}'
+  "(lambda g: g['grammar_lazy'] is True and g['grammar_triggers'] == [{'type': 0, 'value': '<|image_start|>', 'token': $CTL}, {'type': 2, 'value': '(zqzq)'}] and g['preserved_tokens'] == [$CTL])(j['generation_settings'])" \
+  POST /completion '{"prompt":"x","n_predict":2,"temperature":0,"grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[{"type":1,"value":"<|image_start|>"},{"type":2,"value":"(zqzq)"}],"preserved_tokens":["<|image_start|>"]}'
 expect "a lazy grammar with an empty trigger list -> 400" 400 "'no triggers' in j['error']['message']" \
   POST /completion '{"prompt":"x","grammar":"root ::= \"a\"","grammar_lazy":true,"grammar_triggers":[]}'
 expect "a trigger pattern outside the regex dialect -> 400 naming it" 400 "j['error']['message'] == 'grammar: trigger 0: regex: lookbehind and named groups are not supported: at byte 1'" \
