@@ -107,6 +107,7 @@ struct mu_job {
      * was verified after an accepted prefix and how often it was accepted */
     int pos_n[MU_SPEC_DRAFT_MAX], pos_acc[MU_SPEC_DRAFT_MAX];
     int n_paused;         /* plain steps since the estimate stopped drafting */
+    bool probing;         /* n-gram: this step's draft is a probe of a paused estimate */
     /* dflash while paused: a shadow draft (made, not verified) compared with
      * the tokens plain decoding picks next, feeding pos_n / pos_acc like a
      * verification; probes come every probe_every plain steps, doubling
@@ -642,14 +643,17 @@ static double batch_rate(int rows) { return mu_spec_batch_rate(rows); }
  * several). */
 static int draft_pays(mu_job *j, int k, int rows) {
     int n = draft_len(j, k, SPEC_P_MIN);
+    j->probing = false;
     if (n == 0 && k > 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
         j->n_paused = 0;
+        j->probing = true;
         return 1; /* a probe: the estimate cannot recover without one */
     }
     if (n > 0 && rows > 1) {
         n = draft_len(j, n, SPEC_P_MIN * batch_rate(rows));
         if (n == 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
             j->n_paused = 0;
+            j->probing = true;
             return 1; /* a probe: the rates learn only from verified drafts */
         }
         if (n == 0) j->st.n_spec_busy++;
@@ -688,9 +692,10 @@ static void shadow_probe(mu_sched *s, int i) {
  * -1 while the estimate says drafting does not pay: then the step is an
  * ordinary decode item, batched with other jobs' as plain decoding's (so a
  * paused job costs what a plain one does). The block must fit the context
- * and the job's remaining tokens. A step where the drafter finds nothing
- * counts against the first position's estimate. The test hook drafts what
- * it is told and never pauses. */
+ * and the job's remaining tokens. A step where the n-gram drafter finds
+ * nothing decodes plainly and leaves the estimate as it was (it cost
+ * nothing); a dflash pass that drafts nothing counts against the first
+ * position's. The test hook drafts what it is told and never pauses. */
 static int draft(mu_sched *s, int i, int rows) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -733,7 +738,12 @@ static int draft(mu_sched *s, int i, int rows) {
     int n = 0;
     if (j->spec == MU_SPEC_NGRAM) {
         n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
-        if (n == 0 || n < j->draft_min) j->pos_n[0]++; /* a miss */
+        if (n == 0 || n < j->draft_min) {
+            /* a miss costs nothing: the step decodes plainly, the estimate
+             * stays, and a probe that found nothing is the next step's */
+            if (j->probing) j->n_paused = SPEC_PROBE_EVERY - 1;
+            return -1;
+        }
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
     } else if (j->spec == MU_SPEC_DFLASH) {
