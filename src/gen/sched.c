@@ -692,10 +692,10 @@ static void shadow_probe(mu_sched *s, int i) {
  * -1 while the estimate says drafting does not pay: then the step is an
  * ordinary decode item, batched with other jobs' as plain decoding's (so a
  * paused job costs what a plain one does). The block must fit the context
- * and the job's remaining tokens. A step where the n-gram drafter finds
- * nothing decodes plainly and leaves the estimate as it was (it cost
- * nothing); a dflash pass that drafts nothing counts against the first
- * position's. The test hook drafts what it is told and never pauses. */
+ * and the job's remaining tokens. A step where the drafter finds nothing
+ * counts against the first position's estimate, except a paused n-gram
+ * job's probe, which waits for the next step. The test hook drafts what it
+ * is told and never pauses. */
 static int draft(mu_sched *s, int i, int rows) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -739,10 +739,14 @@ static int draft(mu_sched *s, int i, int rows) {
     if (j->spec == MU_SPEC_NGRAM) {
         n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
         if (n == 0 || n < j->draft_min) {
-            /* a miss costs nothing: the step decodes plainly, the estimate
-             * stays, and a probe that found nothing is the next step's */
-            if (j->probing) j->n_paused = SPEC_PROBE_EVERY - 1;
-            return -1;
+            /* a probe that found nothing is the next step's (uncounted: it
+             * learnt nothing); any other miss counts as a rejected first
+             * draft, which keeps drafts short on text that rarely repeats */
+            if (j->probing) {
+                j->n_paused = SPEC_PROBE_EVERY - 1;
+                return -1;
+            }
+            j->pos_n[0]++;
         }
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
