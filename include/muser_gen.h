@@ -255,6 +255,9 @@ typedef struct {
     int n_draft;          /* speculative decoding: tokens drafted and verified */
     int n_draft_accepted; /* of which the target accepted */
     int n_spec_steps;     /* verification steps (forwards with a draft) */
+    int n_spec_busy;      /* decode steps that did not draft because the batch was busy: other
+                             jobs' rows made this job's drafts cost more than they would yield
+                             (docs/speculative.md, "Busy batches") */
     /* per draft position k (0-based): the verification steps that checked
      * draft k (every draft before it was accepted), and of those, the ones
      * that accepted it; n_draft_pos[0] == n_spec_steps and the n_accept_pos

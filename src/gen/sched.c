@@ -47,6 +47,7 @@
 #include "embed.h"
 #include "gen.h"
 #include "ngram.h"
+#include "spec_cost.h"
 
 /* Shared by the jobs of one request (n choices). refs is touched by any
  * thread; everything else only by the engine thread. */
@@ -106,6 +107,7 @@ struct mu_job {
      * was verified after an accepted prefix and how often it was accepted */
     int pos_n[MU_SPEC_DRAFT_MAX], pos_acc[MU_SPEC_DRAFT_MAX];
     int n_paused;         /* plain steps since the estimate stopped drafting */
+    bool probing;         /* n-gram: this step's draft is a probe of a paused estimate */
     /* dflash while paused: a shadow draft (made, not verified) compared with
      * the tokens plain decoding picks next, feeding pos_n / pos_acc like a
      * verification; probes come every probe_every plain steps, doubling
@@ -622,43 +624,39 @@ static void step(mu_sched *s, int i, const float *lg) {
     else if (j->i_shadow == j->n_shadow) j->cold = false; /* the whole shadow held: draft */
 }
 
-/* A drafted token pays for its share of the verification when it is
- * accepted (with every draft before it) more often than it costs: 0.2 to
- * 0.5 of a decode step in a solo block on the CPU, in CPU time, on the
- * bundled model (Q8_0), 0.65 to 0.75 on the 1B Q4_K_M shape
- * (bench/verifybench.c, docs/speculative.md). 0.4 beat 0.5 on every prompt
- * and length of bench/spec-ngram on the bundled model (0.3 did as well as
- * 0.4). */
-#define SPEC_P_MIN 0.4
+#define SPEC_P_MIN MU_SPEC_P_MIN /* spec_cost.h */
 #define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
 #define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
 #define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */
 
-/* Engine thread: the longest draft length, at most k, whose last token the
- * job's history says is accepted with probability >= p_min: the acceptance
- * rate of each position after an accepted prefix, multiplied along; a
- * position's rate starts from the one before it (the first from 0.75) as a
- * prior worth two observations, so a new n-gram job drafts 3 tokens. */
-static int draft_len(const mu_job *j, int k, double p_min) {
-    double p = 1, q = 0.75;
-    int n = 0;
-    while (n < k) {
-        q = (j->pos_acc[n] + 2 * q) / (j->pos_n[n] + 2.0);
-        p *= q;
-        if (p < p_min) break;
-        n++;
-    }
-    return n;
-}
+/* Engine thread: the cost model of spec_cost.h on job j's counts. */
+static int draft_len(const mu_job *j, int k, double p_min) { return mu_spec_draft_len(j->pos_acc, j->pos_n, k, p_min); }
+static double draft_expect(const mu_job *j, int k) { return mu_spec_draft_expect(j->pos_acc, j->pos_n, k); }
+static double batch_rate(int rows) { return mu_spec_batch_rate(rows); }
 
 /* Engine thread, an n-gram job: draft_len at SPEC_P_MIN. While that is 0
  * the job decodes plainly and probes with one drafted token now and then,
- * so the estimate can recover. */
-static int draft_pays(mu_job *j, int k) {
+ * so the estimate can recover. In a busy batch (rows > 1) the drafts are
+ * cut at the busy threshold, and when none pays the step decodes plainly
+ * (n_spec_busy), with a one-token probe every SPEC_PROBE_EVERY such steps
+ * too (a row of about 0.4 decode steps in 16 steps of a batch costing
+ * several). */
+static int draft_pays(mu_job *j, int k, int rows) {
     int n = draft_len(j, k, SPEC_P_MIN);
+    j->probing = false;
     if (n == 0 && k > 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
         j->n_paused = 0;
-        n = 1;
+        j->probing = true;
+        return 1; /* a probe: the estimate cannot recover without one */
+    }
+    if (n > 0 && rows > 1) {
+        n = draft_len(j, n, SPEC_P_MIN * batch_rate(rows));
+        if (n == 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
+            j->n_paused = 0;
+            j->probing = true;
+            return 1; /* a probe: the rates learn only from verified drafts */
+        }
+        if (n == 0) j->st.n_spec_busy++;
     }
     return n;
 }
@@ -695,26 +693,42 @@ static void shadow_probe(mu_sched *s, int i) {
  * ordinary decode item, batched with other jobs' as plain decoding's (so a
  * paused job costs what a plain one does). The block must fit the context
  * and the job's remaining tokens. A step where the drafter finds nothing
- * counts against the first position's estimate. The test hook drafts what
- * it is told and never pauses. */
-static int draft(mu_sched *s, int i) {
+ * counts against the first position's estimate, except a paused n-gram
+ * job's probe, which waits for the next step. The test hook drafts what it
+ * is told and never pauses. */
+static int draft(mu_sched *s, int i, int rows) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     int k = j->draft_max;
     if (j->spec == MU_SPEC_DFLASH) {
         /* drafting while its last step paid (or the last shadow draft held
-         * all through), as long as the rates say; paused, shadow drafts */
+         * all through), as long as the rates say; paused, shadow drafts
+         * (not in a busy batch, where a pass costs the other jobs' tokens) */
+        const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
         if (j->cold) {
             j->row_next = 0;
-            shadow_probe(s, i);
+            if (rows <= 1) shadow_probe(s, i);
             return -1;
         }
-        k = draft_len(j, k, SPEC_P_MIN + mu_drafter_get_info(s->o.drafter)->cost_row);
+        k = draft_len(j, k, SPEC_P_MIN + di->cost_row);
         if (k < 1) k = 1;
+        if (rows > 1) {
+            /* busy: the drafts' expected tokens must beat what their rows and
+             * the pass (none when drafting on from kept rows) would make as
+             * plain rows of this batch */
+            const double r = batch_rate(rows);
+            const bool pass = j->row_next <= 0 || j->row_next >= j->row_n;
+            k = draft_len(j, k, (SPEC_P_MIN + di->cost_row) * r);
+            if (k < 1 || draft_expect(j, k) < r * ((pass ? di->cost_pass : 0) + (SPEC_P_MIN + di->cost_row) * k)) {
+                j->row_next = 0;
+                j->st.n_spec_busy++;
+                return -1;
+            }
+        }
         j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
         j->probe_every = SPEC_SHADOW_EVERY;
     } else if (j->spec != MU_SPEC_SCRIPT) {
-        k = draft_pays(j, k);
+        k = draft_pays(j, k, rows);
     }
     if (k <= 0) return -1;
     int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1, left = j->max_new - j->n_gen - 1;
@@ -724,7 +738,16 @@ static int draft(mu_sched *s, int i) {
     int n = 0;
     if (j->spec == MU_SPEC_NGRAM) {
         n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
-        if (n == 0 || n < j->draft_min) j->pos_n[0]++; /* a miss */
+        if (n == 0 || n < j->draft_min) {
+            /* a probe that found nothing is the next step's (uncounted: it
+             * learnt nothing); any other miss counts as a rejected first
+             * draft, which keeps drafts short on text that rarely repeats */
+            if (j->probing) {
+                j->n_paused = SPEC_PROBE_EVERY - 1;
+                return -1;
+            }
+            j->pos_n[0]++;
+        }
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
     } else if (j->spec == MU_SPEC_DFLASH) {
@@ -734,8 +757,7 @@ static int draft(mu_sched *s, int i) {
             /* a pass keeping rows for the steps after this one too (each row
              * through the output matrix only when it is drafted) */
             mu_err err;
-            const int rows = bmax;
-            j->row_n = mu_draft_seq_pass(sl->dq, sl->last, mu_session_n_past(sl->sess), rows, &err);
+            j->row_n = mu_draft_seq_pass(sl->dq, sl->last, mu_session_n_past(sl->sess), bmax, &err);
             if (j->row_n < 0) j->row_n = 0; /* cannot happen for a block that fits; the step decodes plainly */
             j->row_next = 0;
         }
@@ -1201,12 +1223,22 @@ static void *engine_main(void *arg) {
          * verification blocks of speculating jobs (solo items go last) */
         int n_items = 0, budget = chunk;
         bool stalled = false;
+        /* the batch's plain rows (a decode row per decoding job, the prompt
+         * rows up to the chunk): what drafts must beat (draft_pays) */
+        int n_rows = 0, prompt_rows = 0;
+        for (int i = 0; i < s->o.n_slots; i++) {
+            const slot *sl = &s->slots[i];
+            if (!sl->job || sl->waiting) continue;
+            if (sl->n_fed < sl->job->n_prompt) prompt_rows += sl->job->n_prompt - sl->n_fed;
+            else if (!(s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after)) n_rows++;
+        }
+        n_rows += prompt_rows < chunk ? prompt_rows : chunk;
         for (int i = 0; i < s->o.n_slots; i++) {
             slot *sl = &s->slots[i];
             sl->n_drafted = -1;
             if (!sl->job || sl->waiting || sl->n_fed < sl->job->n_prompt || sl->job->spec == MU_SPEC_NONE) continue;
             if (s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after) continue;
-            sl->n_drafted = draft(s, i);
+            sl->n_drafted = draft(s, i, n_rows);
         }
         for (int pass = 0; pass < 3; pass++) {
             for (int i = 0; i < s->o.n_slots; i++) {

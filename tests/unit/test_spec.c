@@ -22,6 +22,7 @@
 #include "../../include/muser_gen.h"
 #include "../../include/muser_synth.h"
 #include "../../src/gen/ngram.h"
+#include "../../src/gen/spec_cost.h"
 #include "mini_model.h"
 
 static char dir[] = "/tmp/mutest_spec_XXXXXX";
@@ -693,6 +694,88 @@ static void test_sched_shared(void **state) {
     mu_model_close(m);
 }
 
+/* The cost model's decisions (spec_cost.h), by counts: alone the threshold
+ * is MU_SPEC_P_MIN; with other jobs' rows in the forward a draft must beat
+ * the batch's tokens per cost, so middling acceptance stops drafting and
+ * high acceptance keeps it. */
+static void test_spec_cost(void **state) {
+    (void)state;
+    int acc[MU_SPEC_DRAFT_MAX] = {0}, n[MU_SPEC_DRAFT_MAX] = {0};
+    assert_true(mu_spec_batch_rate(1) == 1.0);
+    for (int r = 1; r < 64; r++) assert_true(mu_spec_batch_rate(r + 1) > mu_spec_batch_rate(r));
+    assert_true(mu_spec_batch_rate(64) < 1 / MU_SPEC_P_MIN);
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN), 3); /* the prior: a new job drafts 3 */
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4)), 1);
+    acc[0] = 6, n[0] = 10; /* 60 % of first drafts accepted */
+    assert_true(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN) >= 1);
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(2)), 1);
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4)), 0);
+    for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) acc[k] = 199, n[k] = 200; /* nearly always right */
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4)), 8);
+    /* a full batch leaves a shorter draft: only the nearly sure positions pay */
+    const int full = mu_spec_draft_len(acc, n, 64, MU_SPEC_P_MIN * mu_spec_batch_rate(64));
+    assert_true(full >= 1 && full < mu_spec_draft_len(acc, n, 64, MU_SPEC_P_MIN * mu_spec_batch_rate(4)));
+    assert_true(mu_spec_draft_expect(acc, n, 8) > 7.5 && mu_spec_draft_expect(acc, n, 8) < 8);
+    acc[0] = 0, n[0] = 50; /* never right: drafts nothing, alone or busy */
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN), 0);
+}
+
+/* Four n-gram jobs sharing every batch of the bundled model: the busy rule
+ * turns drafting off for steps where it does not pay (counted), while the
+ * same job alone never counts a busy step. */
+static void test_sched_busy(void **state) {
+    (void)state;
+    mu_model *m;
+    mu_engine *e;
+    mu_err err = {0};
+    if (mu_model_open("models/muser-default.gguf", &m, &err)) skip();
+    mu_engine_opts eo = {.n_threads = 1};
+    assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+    static const char *const texts[4] = {
+        "Rename x to count.\n\ndef f(x):\n    total = 0\n    for i in range(x):\n        total += i * x\n\ndef f(count):\n",
+        "import os\nimport sys\n\ndef main():\n    print(os.listdir(sys.argv[1]))\n\nimport os\nimport sys\n",
+        "ls -la lists all files. ls -la lists all files in long format. The ls command",
+        "The history of the printing press"};
+    int32_t *p[4];
+    int np[4];
+    for (int k = 0; k < 4; k++)
+        assert_int_equal(mu_tokenize(m, texts[k], strlen(texts[k]), mu_model_get_info(m)->add_bos, false, &p[k], &np[k], &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 4, .n_ctx = 512, .hold_until = 4, .queue_max = 4, .spec = MU_SPEC_NGRAM, .draft_max = 8};
+    assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+    mu_job *j[4];
+    int busy = 0, drafted = 0;
+    for (int k = 0; k < 4; k++) {
+        mu_gen_req q = {.prompt = p[k], .n_prompt = np[k], .n_predict = 96, .ignore_eos = true, .no_text = true};
+        assert_int_equal(mu_sched_submit(s, &q, 1, &j[k], &err), 0);
+    }
+    static trace t[4];
+    for (int k = 0; k < 4; k++) {
+        read_trace(j[k], &t[k]);
+        mu_job_free(j[k]);
+        busy += t[k].st.n_spec_busy;
+        drafted += t[k].st.n_draft;
+    }
+    mu_sched_free(s);
+    assert_true(busy > 0);
+    assert_true(drafted > 0); /* the repetitive ones still draft where it pays */
+    so.n_slots = 1, so.hold_until = 0;
+    assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+    for (int k = 0; k < 4; k++) {
+        mu_gen_req q = {.prompt = p[k], .n_prompt = np[k], .n_predict = 96, .ignore_eos = true, .no_text = true};
+        run_trace(s, &q, &t[k]);
+        assert_int_equal(t[k].st.n_spec_busy, 0);
+    }
+    mu_sched_free(s);
+    for (int k = 0; k < 4; k++) {
+        free(t[k].buf);
+        t[k].buf = NULL;
+        free(p[k]);
+    }
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 static void test_sched_args(void **state) {
     (void)state;
     mini_cfg c = mini_default();
@@ -738,6 +821,8 @@ int main(void) {
         cmocka_unit_test(test_sched_turns),
         cmocka_unit_test(test_sched_default),
         cmocka_unit_test(test_sched_shared),
+        cmocka_unit_test(test_spec_cost),
+        cmocka_unit_test(test_sched_busy),
         cmocka_unit_test(test_sched_args),
     };
     if (getenv("MU_T")) cmocka_set_test_filter(getenv("MU_T"));

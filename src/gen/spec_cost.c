@@ -1,0 +1,29 @@
+/* spec_cost.c: the draft-length cost model (spec_cost.h). */
+#include "spec_cost.h"
+
+int mu_spec_draft_len(const int *pos_acc, const int *pos_n, int k, double p_min) {
+    double p = 1, q = 0.75;
+    int n = 0;
+    while (n < k) {
+        q = (pos_acc[n] + 2 * q) / (pos_n[n] + 2.0);
+        p *= q;
+        if (p < p_min) break;
+        n++;
+    }
+    return n;
+}
+
+double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k) {
+    double p = 1, q = 0.75, e = 0;
+    for (int n = 0; n < k; n++) {
+        q = (pos_acc[n] + 2 * q) / (pos_n[n] + 2.0);
+        p *= q;
+        e += p;
+    }
+    return e;
+}
+
+double mu_spec_batch_rate(int rows) {
+    if (rows < 1) rows = 1;
+    return rows / ((1 - MU_SPEC_P_MIN) + MU_SPEC_P_MIN * rows);
+}

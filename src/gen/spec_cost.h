@@ -1,0 +1,35 @@
+/* spec_cost.h: how many drafted tokens pay (speculative decoding's cost
+ * model, docs/speculative.md "The draft length that pays", "Busy batches").
+ * Owns: the acceptance estimate from a job's per-position counts, the draft
+ * length it allows at a threshold, and the busy-batch threshold.
+ * Does not own: drafting or verification (sched.c), the counts themselves
+ * (each job's). Pure functions of counts: no timing. */
+#ifndef MU_GEN_SPEC_COST_H
+#define MU_GEN_SPEC_COST_H
+
+/* A drafted token's verification row, in decode steps of one row on the
+ * CPU (0.2 to 0.5 on the bundled model, bench/verifybench.c): a draft
+ * position pays alone when accepted (with every draft before it) at least
+ * this often. 0.4 beat 0.5 on every prompt and length of bench/spec-ngram
+ * on the bundled model (0.3 did as well as 0.4). */
+#define MU_SPEC_P_MIN 0.4
+
+/* The longest draft length, at most k, whose last token is accepted with
+ * estimated probability >= p_min: the acceptance rate of each position
+ * after an accepted prefix (pos_acc[n] of pos_n[n] checks), multiplied
+ * along; a position's rate starts from the one before it (the first from
+ * 0.75) as a prior worth two observations, so a new job drafts 3 tokens
+ * at MU_SPEC_P_MIN. */
+int mu_spec_draft_len(const int *pos_acc, const int *pos_n, int k, double p_min);
+/* The expected accepted drafts of a k-token draft by the same rates. */
+double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k);
+/* Tokens per cost unit of a forward of `rows` plain rows (one token each),
+ * the cost a decode step of one row: a forward costs about
+ * (1 - MU_SPEC_P_MIN) + MU_SPEC_P_MIN per row (its fixed work, then each
+ * row's dot products; a drafted row costs about what another job's decode
+ * row does). 1 for one row, 1.82 for 4, towards 1 / MU_SPEC_P_MIN. A
+ * draft in that forward pays when its expected tokens per cost beat this:
+ * the threshold of a job alone times this rate (0.73 with 4 rows). */
+double mu_spec_batch_rate(int rows);
+
+#endif
