@@ -12,20 +12,42 @@ step by step; a mismatch is accepted only as a near-tie there
 and the case stops at it. When llama.cpp ended with an end-of-generation
 token (the grammar complete and the model choosing to stop, or nothing else
 allowed), muser must end there too, with the same token.
+
+Seeded cases ("opts" with temp > 0): muser draws with llama.cpp's generator
+and chain and resamples as llama.cpp does when the grammar refuses the drawn
+token (mask, whole chain again, a second draw), so equal logits give equal
+tokens; as in sampler-check.py, the first SAMPLED_MIN steps (or all, when
+the reference ends sooner) must be identical, and a later mismatch stops the
+case with a note (logits equal to rounding may still move a draw that lands
+within rounding of a boundary).
 usage: grammar-check.py MUSER_BIN MODEL.gguf REF.json [--only NAME]
 """
 import json, math, os, subprocess, sys, tempfile
 
 TIE_LOG = 0.02
+SAMPLED_MIN = 16
+FLAGS = {"temp": "--temp", "top_k": "--top-k", "top_p": "--top-p", "min_p": "--min-p", "seed": "--seed"}
 
 
-def run_muser(bin_, model, prompt, n, gbnf):
+def muser_args(opts):
+    if not opts:
+        return ["--temp", "0"]
+    o = {"top_k": 40, "top_p": 0.95, "min_p": 0.05, **opts}  # node-llama-cpp's defaults where left out
+    args = []
+    for k, v in o.items():
+        if k not in FLAGS:
+            raise SystemExit(f"grammar-check: unknown option in the reference: {k}")
+        args += [FLAGS[k], str(v)]
+    return args
+
+
+def run_muser(bin_, model, prompt, n, gbnf, opts):
     with tempfile.NamedTemporaryFile("w", suffix=".gbnf", encoding="utf-8", delete=False) as f:
         f.write(gbnf)
         path = f.name
     try:
         cmd = [bin_, "run", "-m", model, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(n), "--json",
-               "--temp", "0", "--ctx", str(len(prompt) + n), "--grammar-file", path]
+               "--ctx", str(len(prompt) + n), "--grammar-file", path] + muser_args(opts)
         out = subprocess.run(cmd, capture_output=True, text=True)
     finally:
         os.unlink(path)
@@ -42,6 +64,10 @@ def compare(c, ours):
         o = ours[k]
         if o == r["id"]:
             continue
+        if c.get("opts"):
+            if k < SAMPLED_MIN:
+                return False, f"{name}: step {k} (of the first {SAMPLED_MIN}): muser drew {o}, reference {r['id']}"
+            return True, f"{name}: draws part at step {k} ({o} vs {r['id']}), stopped there"
         rprob = dict((i, p) for i, p in r["top"])
         if o in rprob and rprob[o] > 0 and math.log(rprob[r["id"]] / rprob[o]) < TIE_LOG:
             return True, f"{name}: near-tie at step {k} ({o} vs {r['id']}), stopped there"
@@ -59,7 +85,7 @@ def main():
     for c in ref["cases"]:
         if only and c["name"] != only:
             continue
-        ours = run_muser(bin_, model, c["prompt_ids"], len(c["steps"]), c["gbnf"])
+        ours = run_muser(bin_, model, c["prompt_ids"], len(c["steps"]), c["gbnf"], c.get("opts"))
         ok, msg = compare(c, ours)
         print(("ok   " if ok else "FAIL ") + msg)
         ok_all &= ok

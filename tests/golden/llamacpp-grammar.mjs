@@ -20,6 +20,18 @@
 // samples again: for greedy the same token either way). After each token it
 // feeds the grammar every token but end-of-generation ones. So this is
 // llama.cpp's grammar and greedy argmax, as its server applies them.
+//
+// Seeded cases ("sampled": options in muser's CLI names, temp top_k top_p
+// min_p seed; node-llama-cpp's defaults top_k 40, top_p 0.95, min_p 0.05
+// where left out), on the first prompt only, without probabilities: then
+// node-llama-cpp samples as llama.cpp's common_sampler_sample does without
+// grammar-first: the chain (top-k, top-p, min-p, temperature, draw) on the
+// unmasked logits, the drawn token checked against the grammar, and on
+// refusal the grammar's mask on all logits and the whole chain again (the
+// generator drawing a second time). Their steps carry no probabilities.
+// node-llama-cpp's topK 0 is llama.cpp's top-k with k = n_vocab, which sorts
+// the candidates and so moves the draw; llama.cpp's (and muser's) top-k 0
+// leaves them unsorted: a case without truncation says top_k >= n_vocab.
 import {getLlama, LlamaGrammarEvaluationState} from "node-llama-cpp";
 import fs from "node:fs";
 
@@ -63,6 +75,27 @@ for (const g of grammars) {
     if (g.schema) c.schema = g.schema;
     result.cases.push(c);
     console.log(`${c.name}: ${c.ids.length} tokens${eog ? " (ends with end-of-generation)" : ""}: ${JSON.stringify(model.detokenize(c.ids.filter(t => !model.isEogToken(t))))}`);
+    await ctx.dispose();
+  }
+  for (const o of spec.sampled ?? []) {
+    const prompt = [bos, ...spec.prompts[0]];
+    const ctx = await model.createContext({contextSize: spec.ctx ?? 4096, batchSize: 512, flashAttention: false, threads: 2});
+    const seq = ctx.getSequence();
+    const state = new LlamaGrammarEvaluationState({model, grammar: g.grammar});
+    const ids = [];
+    let eog = false;
+    for await (const t of seq.evaluate(prompt, {temperature: o.temp, topK: o.top_k ?? 40, topP: o.top_p ?? 0.95,
+                                                minP: o.min_p ?? 0.05, seed: o.seed, grammarEvaluationState: state,
+                                                yieldEogToken: true})) {
+      ids.push(t);
+      if (model.isEogToken(t)) { eog = true; break; }
+      if (ids.length >= spec.n) break;
+    }
+    const c = {name: `${g.name}/p0/temp${o.temp}-seed${o.seed}`, gbnf: g.gbnf, opts: o, prompt_ids: prompt, ids, eog,
+               steps: ids.map(id => ({id}))};
+    if (g.schema) c.schema = g.schema;
+    result.cases.push(c);
+    console.log(`${c.name}: ${ids.length} tokens${eog ? " (ends with end-of-generation)" : ""}: ${JSON.stringify(model.detokenize(ids.filter(t => !model.isEogToken(t))))}`);
     await ctx.dispose();
   }
 }
