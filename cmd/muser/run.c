@@ -4,12 +4,15 @@
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
  *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]
  *             [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
- *             [--mmproj P --image FILE ...]
+ *             [--mmproj P --image FILE ...] [--grammar GBNF | --grammar-file F]
  * With --image (repeatable; needs --mmproj), each image goes where the text
  * holds the media marker <__media__> (in order), or before the text when it
  * has none; the text is then tokenized as llama.cpp's mtmd does (each piece
  * alone, special tokens parsed) and each image's rows are wrapped in
  * <|image_start|> ... <|image_end|>.
+ * --grammar / --grammar-file (llama.cpp's CLI names): a GBNF grammar over the
+ * whole output, applied as on the server (docs/api.md, "Grammars"); with
+ * --json the reported probabilities stay the model's, unmasked.
  * With --pack, the KV state of a pack directory (muser pack save) is
  * restored first and the prompt is what follows it (docs/kvpack.md).
  * With --prefill auto|remote, the prompt's whole steps before its last token
@@ -47,7 +50,8 @@ static int usage(void) {
             "                 [--kern ref|avx2|avx512|amx|neon] " CLI_BACKEND_USAGE " [--check-tensors]\n"
             "                 [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                 " CLI_LANE_USAGE "\n"
-            "                 [--mmproj P.gguf --image FILE ...]   images at the <__media__> markers (else first)\n%s",
+            "                 [--mmproj P.gguf --image FILE ...]   images at the <__media__> markers (else first)\n"
+            "                 [--grammar GBNF | --grammar-file F]  constrain the output (llama.cpp's GBNF)\n%s",
             cli_sample_usage());
     return 1;
 }
@@ -81,7 +85,7 @@ static int pack_tokens(const char *dir, const uint8_t key[32]) {
 
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL, *pack = NULL,
-               *key_file = NULL;
+               *key_file = NULL, *grammar_text = NULL, *grammar_file = NULL;
     long long n_gen = 64, top = 0, threads = 0, ctx = 0;
     mu_sample_params sp = mu_sample_defaults();
     cli_backend backend = CLI_BACKEND_DEFAULT;
@@ -123,6 +127,8 @@ int cmd_run(int argc, char **argv) {
         else if (!strcmp(a, "--pack")) { NEED(); pack = v; }
         else if (!strcmp(a, "--key-file")) { NEED(); key_file = v; }
         else if (!strcmp(a, "--mmproj")) { NEED(); mmproj = v; }
+        else if (!strcmp(a, "--grammar")) { NEED(); grammar_text = v; }
+        else if (!strcmp(a, "--grammar-file")) { NEED(); grammar_file = v; }
         else if (!strcmp(a, "--image")) {
             NEED();
             if (n_images == 16) return cli_fail("muser run: at most 16 --image");
@@ -141,6 +147,7 @@ int cmd_run(int argc, char **argv) {
     if (n_images && (ids_arg || pack || lane.mode != MU_PREFILL_LOCAL))
         return cli_fail("muser run: --image goes with -p or -f, not with --prompt-ids, --pack or --prefill");
     if (pack && lane.mode != MU_PREFILL_LOCAL) return cli_fail("muser run: --pack and --prefill auto|remote do not go together");
+    if (grammar_text && grammar_file) return cli_fail("muser run: give one of --grammar, --grammar-file");
     pack_src src = {.dir = pack};
     mu_kv_ident *kid = NULL;
     int n_packed = 0;
@@ -167,6 +174,30 @@ int cmd_run(int argc, char **argv) {
     mu_lane *ln = NULL;
     mu_mmproj *proj = NULL;
     mu_mprompt *mp = NULL;
+    mu_grammar *grammar = NULL;
+    char *gfile = NULL;
+    if (grammar_file) {
+        size_t gn;
+        if (cli_read_file(grammar_file, &gfile, &gn)) goto done;
+        char *z = realloc(gfile, gn + 1); /* the grammar is a C string, as llama.cpp reads it */
+        if (!z) {
+            cli_fail("muser run: out of memory");
+            goto done;
+        }
+        gfile = z;
+        gfile[gn] = 0;
+        grammar_text = gfile;
+    }
+    if (grammar_text) {
+        if (!mu_model_tokenizer(m)) {
+            cli_fail("muser run: --grammar needs a model with a tokenizer");
+            goto done;
+        }
+        if (mu_grammar_new(grammar_text, mu_model_tokenizer(m), &grammar, &err)) {
+            cli_fail("muser run: %s", err.msg);
+            goto done;
+        }
+    }
     if (mmproj && mu_mmproj_open(mmproj, m, &proj, &err)) {
         cli_fail("muser run: %s", err.msg);
         goto done;
@@ -254,7 +285,7 @@ int cmd_run(int argc, char **argv) {
         mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
                         .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0,
                         .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
-                        .progress = cli_prefill_wanted(), .media = mp};
+                        .progress = cli_prefill_wanted(), .media = mp, .grammar = grammar};
         if (pack) {
             src.id = kid;
             q.install = install_pack;
@@ -337,6 +368,8 @@ done:
     mu_kv_ident_free(kid);
     mu_kv_key_wipe(src.key);
     mu_mprompt_free(mp);
+    mu_grammar_unref(grammar);
+    free(gfile);
     mu_engine_free(e);
     mu_mmproj_free(proj);
     mu_model_close(m);

@@ -98,6 +98,14 @@ expect_error "bad logit bias" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --logit
 expect_error "logit bias +inf" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --logit-bias 5+inf
 expect_error "bad repeat penalty" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --repeat-penalty 0
 expect_error "bad mirostat" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --mirostat 3
+expect_error "grammar syntax" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 -n 2 --grammar 'root ::= ("a"'
+expect_error "empty grammar" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 -n 2 --grammar-file /dev/null
+expect_error "missing grammar file" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 -n 2 --grammar-file "$tmp/none.gbnf"
+expect_error "two grammars" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 -n 2 --grammar 'root ::= "a"' --grammar-file /dev/null
+# a grammar constrains the text (sampled: the grammar, not the model, decides the shape)
+printf 'root ::= "ab" [0-9]{3} "."\n' >"$tmp/g.gbnf"
+out=$("$bin" run -m "$tmp/m.gguf" --prompt-ids 1,5 -n 12 --seed 3 --grammar-file "$tmp/g.gbnf" 2>&1)
+[[ $out =~ ^ab[0-9]{3}\.$ ]] && ok "--grammar-file constrains the output: $out" || bad "--grammar-file: '$out'"
 expect_error "bad repeat-last-n" "$bin" run -m "$tmp/m.gguf" --prompt-ids 1 --repeat-last-n -2
 out=$("$bin" run -m "$tmp/m.gguf" --prompt-ids 1,2,3 -n 4 --temp 0 --json --logit-bias 7+1000 --repeat-penalty 1.3 --frequency-penalty 0.2 --typical 0.9 --xtc-probability 0 --min-keep 1 2>&1)
 [ "$(echo "$out" | head -1 | python3 -c 'import sys,json; print(json.loads(sys.stdin.readline())["id"])')" = 7 ] &&

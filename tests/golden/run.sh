@@ -58,4 +58,14 @@ for f in ref-sampler/*.json; do
   echo "--- $name (sampler chain)"
   python3 sampler-check.py "$bin" "$work/$name.gguf" "$f" || rc=1
 done
+# grammars: llama.cpp's greedy tokens under GBNF grammars and JSON-schema
+# grammars (ref-grammar/<model>.json, made by make-grammar.sh), compared by
+# grammar-check.py on the models generated above
+for f in ref-grammar/*.json; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f" .json)
+  [ -f "$work/$name.gguf" ] || { echo "FAIL $name (grammars): no $work/$name.gguf"; rc=1; continue; }
+  echo "--- $name (grammars)"
+  python3 grammar-check.py "$bin" "$work/$name.gguf" "$f" || rc=1
+done
 exit $rc
