@@ -1700,7 +1700,7 @@ bool cu_pdl(void) {
 }
 
 /* the ring kernels take w for T tokens */
-static bool dec3_ok(const dtensor *w, int T) {
+static bool ring_ok(const dtensor *w, int T) {
     if (T > DEC_MAX_T || !dec_ring(w->type)) return false;
     const int nb = w->ne0 / 256;
     const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, nb, ring_deep(w->type, nb)) : q6d_smem(T, nb);
@@ -1709,7 +1709,7 @@ static bool dec3_ok(const dtensor *w, int T) {
 
 /* n (<= DEC_GRP) Q4_K or Q6_K matrices of one width in one launch of a
  * ring kernel: eight (Q4_K) or four rows a warp */
-static void dec3_launch(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
+static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
                         int n_batch, float *const *ys, bool logits, float lscale, float cap) {
     dec_grp G = {};
     int end = 0;
@@ -1756,10 +1756,10 @@ void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *a
                  int n_batch, float *const *ys) {
     for (int i = 0; i < n;) {
         int j = i + 1;
-        const bool d3 = dec3_ok(ws[i], T);
-        if ((d3 || dec2_ok(ws[i], T)) && dec_group_ok())
+        const bool rg = ring_ok(ws[i], T);
+        if ((rg || dec2_ok(ws[i], T)) && dec_group_ok())
             while (j < n && j - i < DEC_GRP && ws[j]->type == ws[i]->type && ws[j]->ne0 == ws[i]->ne0) j++;
-        if (j - i > 1 && d3) dec3_launch(st, ws + i, j - i, act, act_stride, T, n_batch, ys + i, false, 0, 0);
+        if (j - i > 1 && rg) ring_launch(st, ws + i, j - i, act, act_stride, T, n_batch, ys + i, false, 0, 0);
         else if (j - i > 1) dec2_launch(st, ws + i, j - i, act, act_stride, T, n_batch, ys + i, false, 0, 0);
         else cu_matmul(st, ws[i], act, act_stride, T, n_batch, ys[i], false, 0, 0);
         i = j;
@@ -1773,10 +1773,10 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     const dim3 gq((rows + MM_WARPS - 1) / MM_WARPS, (T + MM_TILE - 1) / MM_TILE);
     const dim3 gf((rows + MM_WARPS - 1) / MM_WARPS, T);
-    if (dec3_ok(w, T) || dec2_ok(w, T)) {
+    if (ring_ok(w, T) || dec2_ok(w, T)) {
         const dtensor *ws[1] = {w};
         float *ys[1] = {y};
-        if (dec3_ok(w, T)) dec3_launch(st, ws, 1, act, act_stride, T, n_batch, ys, logits, lscale, cap);
+        if (ring_ok(w, T)) ring_launch(st, ws, 1, act, act_stride, T, n_batch, ys, logits, lscale, cap);
         else dec2_launch(st, ws, 1, act, act_stride, T, n_batch, ys, logits, lscale, cap);
         return;
     }
