@@ -27,8 +27,8 @@ __device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2])
 
 /* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
  * into shared tiles: the quantized bytes (SW words per token), the 16
- * bsums (int16) and d. All NTH threads of the block take part. */
-template <int NT, int SW, int NTH = 128>
+ * bsums (int16; BS) and d. All NTH threads of the block take part. */
+template <int NT, int SW, int NTH = 128, bool BS = true>
 __device__ __forceinline__ void stage_q8_K(int *s_q, int16_t *s_bs, float *s_d, const uint8_t *act, size_t stride,
                                            int t0, int T, int b) {
 #pragma unroll
@@ -39,7 +39,7 @@ __device__ __forceinline__ void stage_q8_K(int *s_q, int16_t *s_bs, float *s_d, 
         cp4(s_q + t * SW + wd, ab->qs + 4 * wd, ok);
     }
 #pragma unroll
-    for (int r = 0; r < (NT * 8 + NTH - 1) / NTH; r++) {
+    for (int r = 0; r < (BS ? (NT * 8 + NTH - 1) / NTH : 0); r++) {
         const int i = threadIdx.x + NTH * r, t = i >> 3, wd = i & 7;
         if (t < NT) {
             const bool ok = t0 + t < T;
@@ -197,6 +197,165 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
         }
 }
 
+/* ---- Q4_K prefill, all integers on the tensor cores ----------------------
+ * k_mm_q4K_mma leaves per (row, token) and 64 elements two scale products,
+ * the min part from the bsums and two int-to-float conversions to the
+ * scalar lanes; the conversions run at an eighth of the float rate. Here
+ * the tensor cores take the min part too (the 6-bit min broadcast over its
+ * sub-block's 32 weights, times the activation bytes, is exactly min x the
+ * sub-block's sum), and every accumulator starts at MAGIC_I, the bits of
+ * 1.5 x 2^23: an int32 sum x with |x| < 2^22 added to it is the float
+ * 1.5 x 2^23 + x, so x itself is one exact float subtraction away. The
+ * scale products follow in float with no rounding: (M + s) x sc - M x sc
+ * in one fmaf is the integer s x sc (< 2^24), and the two of them add
+ * exactly, so each chain step gets the CPU's (float)isum and (float)imin.
+ * Bounds: a sub-block sum |s| <= 15 x 127 x 32 < 2^22; a min part
+ * <= 63 x 127 x 64 < 2^22. Tokens past n_batch (the CPU's per-super-block
+ * steps, whose integers can pass 2^24) keep integer sums and convert once
+ * a block; only tiles that hold such tokens (MIXED) carry them. */
+
+#define MAGIC_I 0x4B400000 /* the bits of 12582912.f = 1.5 x 2^23 */
+#define MAGIC_F 12582912.f
+
+/* the int x, from MAGIC_I + x (|x| < 2^22), exactly */
+__device__ __forceinline__ float magic_x(int d) { return __int_as_float(d) - MAGIC_F; }
+
+/* mma with the accumulator started at MAGIC_I */
+__device__ __forceinline__ void mma_s8_m(int c[4], const int a[4], const int b[2]) {
+    c[0] = c[1] = c[2] = c[3] = MAGIC_I;
+    mma_s8(c, a, b);
+}
+
+template <int NN, int WB, bool MIXED, int MINB>
+__global__ void __launch_bounds__(32 * WB, MINB)
+k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
+            int n_batch, float *y, int tile0) {
+    constexpr int NT = 8 * NN;
+    __shared__ int s_q2[2][NT * Q4_SW];
+    __shared__ float s_d2[2][NT];
+    extern __shared__ int4 s_w4[]; /* [2][16 WB][144 bytes] */
+    uint8_t *s_w = (uint8_t *)s_w4;
+    const int rblk = blockIdx.y * 16 * WB;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
+    const int t0 = (tile0 + blockIdx.x) * NT, r0 = rblk + warp * 16;
+    const bool live = r0 < rows; /* no early return: the block shares the tiles */
+    float acc[NN][4], accm[NN][4];
+    int isum[MIXED ? NN : 1][4], imin[MIXED ? NN : 1][4]; /* tokens past n_batch */
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            acc[n][k] = accm[n][k] = 0;
+            if (MIXED) isum[n][k] = imin[n][k] = 0;
+        }
+    stage_q4_K<WB>(s_w, w, w_rb, rblk, rows, 0);
+    stage_q8_K<NT, Q4_SW, 32 * WB, false>(s_q2[0], nullptr, s_d2[0], act, act_stride, t0, T, 0);
+    for (int b = 0; b < nb; b++) {
+        const int cur = b & 1;
+        if (b + 1 < nb) { /* the next tiles load while this one is used */
+            stage_q4_K<WB>(s_w + (cur ^ 1) * 16 * WB * 144, w, w_rb, rblk, rows, b + 1);
+            stage_q8_K<NT, Q4_SW, 32 * WB, false>(s_q2[cur ^ 1], nullptr, s_d2[cur ^ 1], act, act_stride, t0, T,
+                                                  b + 1);
+            cp_wait<1>();
+        } else {
+            cp_wait<0>();
+        }
+        __syncthreads();
+        if (live) {
+            const int *s_q = s_q2[cur];
+            const mu_block_q4_K *pa = (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g) * 144);
+            const mu_block_q4_K *pb = (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g + 8) * 144);
+            int scw[2][3];
+#pragma unroll
+            for (int i = 0; i < 3; i++) {
+                scw[0][i] = ld32(pa->scales + 4 * i);
+                scw[1][i] = ld32(pb->scales + 4 * i);
+            }
+            const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
+            /* the chain factors of this block: held, or made where used
+             * (MINB 2: 128 registers) */
+            float dd[MINB != 2 ? NN : 1][4], dm[MINB != 2 ? NN : 1][4], sd[NN][2];
+#pragma unroll
+            for (int n = 0; n < NN; n++)
+#pragma unroll
+                for (int k = 0; k < 4; k++) {
+                    const float v = s_d2[cur][8 * n + 2 * q + (k & 1)];
+                    if (k < 2) sd[n][k] = v;
+                    if (MINB != 2) {
+                        dd[n][k] = (k >> 1 ? dxb : dxa) * v;
+                        dm[n][k] = (k >> 1 ? mxb : mxa) * v;
+                    }
+                }
+#define DD(n, k) (MINB != 2 ? dd[n][k] : ((k) >> 1 ? dxb : dxa) * sd[n][(k) & 1])
+#define DM(n, k) (MINB != 2 ? dm[n][k] : ((k) >> 1 ? mxb : mxa) * sd[n][(k) & 1])
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int qa0 = ld32(pa->qs + 32 * j + 4 * q), qa1 = ld32(pa->qs + 32 * j + 16 + 4 * q);
+                const int qb0 = ld32(pb->qs + 32 * j + 4 * q), qb1 = ld32(pb->qs + 32 * j + 16 + 4 * q);
+                const int A0[4] = {qa0 & 0x0F0F0F0F, qb0 & 0x0F0F0F0F, qa1 & 0x0F0F0F0F, qb1 & 0x0F0F0F0F};
+                const int A1[4] = {(qa0 >> 4) & 0x0F0F0F0F, (qb0 >> 4) & 0x0F0F0F0F, (qa1 >> 4) & 0x0F0F0F0F,
+                                   (qb1 >> 4) & 0x0F0F0F0F};
+                /* the mins broadcast over their sub-blocks */
+                const int ma0 = min_k4w(2 * j, scw[0]) * 0x01010101, mb0 = min_k4w(2 * j, scw[1]) * 0x01010101;
+                const int ma1 = min_k4w(2 * j + 1, scw[0]) * 0x01010101, mb1 = min_k4w(2 * j + 1, scw[1]) * 0x01010101;
+                const int M0[4] = {ma0, mb0, ma0, mb0}, M1[4] = {ma1, mb1, ma1, mb1};
+                /* the scales as floats (exactly: magic_x), and -M x scale */
+                const int sa0 = scale_k4w(2 * j, scw[0]), sa1 = scale_k4w(2 * j + 1, scw[0]);
+                const int sb0 = scale_k4w(2 * j, scw[1]), sb1 = scale_k4w(2 * j + 1, scw[1]);
+                const float fs0[2] = {magic_x(MAGIC_I + sa0), magic_x(MAGIC_I + sb0)};
+                const float fs1[2] = {magic_x(MAGIC_I + sa1), magic_x(MAGIC_I + sb1)};
+                const float ns0[2] = {-MAGIC_F * fs0[0], -MAGIC_F * fs0[1]};
+                const float ns1[2] = {-MAGIC_F * fs1[0], -MAGIC_F * fs1[1]};
+#pragma unroll
+                for (int n = 0; n < NN; n++) {
+                    const int *bp = s_q + (8 * n + g) * Q4_SW + 16 * j + q; /* sub-block 2j of this column */
+                    const int B0[2] = {bp[0], bp[4]}, B1[2] = {bp[8], bp[12]};
+                    int D0[4], D1[4], Dm[4];
+                    mma_s8_m(D0, A0, B0);
+                    mma_s8_m(D1, A1, B1);
+                    mma_s8_m(Dm, M0, B0);
+                    mma_s8(Dm, M1, B1);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const int h = k >> 1;
+                        if (MIXED && t0 + 8 * n + 2 * q + (k & 1) >= n_batch) {
+                            isum[n][k] += (h ? sb0 : sa0) * (D0[k] - MAGIC_I) + (h ? sb1 : sa1) * (D1[k] - MAGIC_I);
+                            imin[n][k] += Dm[k] - MAGIC_I;
+                            continue;
+                        }
+                        const float p0 = fmaf(__int_as_float(D0[k]), fs0[h], ns0[h]);
+                        const float p1 = fmaf(__int_as_float(D1[k]), fs1[h], ns1[h]);
+                        acc[n][k] = fmaf(p0 + p1, DD(n, k), acc[n][k]);
+                        accm[n][k] = fmaf(magic_x(Dm[k]), DM(n, k), accm[n][k]);
+                    }
+                }
+            }
+            if (MIXED) /* the per-super-block steps of tokens past n_batch */
+#pragma unroll
+                for (int n = 0; n < NN; n++)
+#pragma unroll
+                    for (int k = 0; k < 4; k++) {
+                        const int t = t0 + 8 * n + 2 * q + (k & 1);
+                        if (t < n_batch || t >= T) continue;
+                        acc[n][k] = fmaf((float)isum[n][k], DD(n, k), acc[n][k]);
+                        accm[n][k] = fmaf((float)imin[n][k], DM(n, k), accm[n][k]);
+                        isum[n][k] = imin[n][k] = 0;
+                    }
+#undef DD
+#undef DM
+        }
+        __syncthreads(); /* the tiles of b are free for b + 2 */
+    }
+    if (!live) return;
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
+            if (t < T && r < rows) y[(size_t)t * rows + r] = acc[n][k] - accm[n][k];
+        }
+}
+
 /* ---- Q6_K prefill on int8 tensor cores ----------------------------------
  * The CPU keeps eight lane sums per (row, token): lane m adds, over the 8
  * chunks c of 32 of a super-block, scale(c, m) * (the 4-byte dot of bytes
@@ -205,23 +364,31 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
  * chunk) are the k = 32 of one mma, and its scales go into the weights:
  * w = scale * q6 (|w| <= 8064) is split as 64 * hi + lo with hi and lo
  * int8 (lo in 0..63), two exact mmas give the same integer as the CPU's.
- * A warp: 16 rows x 32 tokens, eight chains each; a thread block: 64 rows. */
+ * A warp: 16 rows x 32 tokens, eight chains each; a thread block: 64 rows.
+ * TC: w = scale * (q6 - 32) (|w| <= 4096) takes the offset in too, so no
+ * bsums correction is left, and the two accumulators start at MAGIC_I:
+ * 64 x hi + lo (|.| <= 4096 x 127 x 32 < 2^24) comes out as a float with
+ * two exact float operations instead of integer work and a conversion. */
 
 #define Q6_TOK 32
 #define Q6_SW 65 /* banks g + 8q + m distinct */
 
-/* w = sc * u for the four bytes u (0..63) of U, as 64 * hi + lo */
-__device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
+/* w = sc * (u - off) for the four bytes u (0..63) of U (off 0 or 32), as
+ * 64 * hi + lo */
+__device__ __forceinline__ void q6_split(int U, int sc, int off, int *hi, int *lo) {
     /* two bytes per 16-bit field, each field biased by 8192 to stay >= 0
-     * (8192 = 64 * 128: lo unchanged, hi + 128) */
-    const int e = (U & 0x00FF00FF) * sc + 0x20002000;
-    const int o = ((U >> 8) & 0x00FF00FF) * sc + 0x20002000;
+     * (8192 = 64 * 128: lo unchanged, hi + 128); a negative sc borrows
+     * across the fields, which the final fields (all in 0..65535) undo */
+    const int bias = (8192 - off * sc) * 0x00010001;
+    const int e = (U & 0x00FF00FF) * sc + bias;
+    const int o = ((U >> 8) & 0x00FF00FF) * sc + bias;
     *lo = (e & 0x003F003F) | ((o & 0x003F003F) << 8);
     *hi = (((e >> 6) & 0x00FF00FF) | (((o >> 6) & 0x00FF00FF) << 8)) ^ (int)0x80808080;
 }
 
 __device__ __forceinline__ int sbyte(const int w[4], int i) { return (int)(int8_t)(w[i >> 2] >> (8 * (i & 3))); }
 
+template <bool TC>
 __global__ void __launch_bounds__(128)
 k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              float *y) {
@@ -240,11 +407,12 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
         for (int n = 0; n < 4; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[m][n][k] = 0;
-    stage_q8_K<Q6_TOK, Q6_SW>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
+    stage_q8_K<Q6_TOK, Q6_SW, 128, !TC>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) {
-            stage_q8_K<Q6_TOK, Q6_SW>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
+            stage_q8_K<Q6_TOK, Q6_SW, 128, !TC>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T,
+                                                b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
@@ -281,13 +449,23 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                 const int ql = (ld32(p->ql + 64 * h + (q & 1) * 32 + 4 * m) >> ((q >> 1) * 4)) & 0x0F0F0F0F;
                 const int qh = (ld32(p->qh + 32 * h + 4 * m) >> (2 * q)) & 0x03030303;
                 const int sc = (int)p->scales[2 * c + (m >= 4)];
-                q6_split(ql | (qh << 4), sc, &Ah[i], &Al[i]);
+                q6_split(ql | (qh << 4), sc, TC ? 32 : 0, &Ah[i], &Al[i]);
             }
 #pragma unroll
             for (int n = 0; n < 4; n++) {
                 const int *bp = s_q + (8 * n + g) * Q6_SW + 8 * q + m;
                 const int B[2] = {bp[0], bp[32]};
-                int Ch[4] = {0, 0, 0, 0}, Cl[4] = {0, 0, 0, 0};
+                int Ch[4], Cl[4];
+                if (TC) {
+                    mma_s8_m(Ch, Ah, B);
+                    mma_s8_m(Cl, Al, B);
+#pragma unroll
+                    for (int k = 0; k < 4; k++) /* 64 x hi exactly, then + lo */
+                        acc[m][n][k] = fmaf(dd[n][k], fmaf(__int_as_float(Ch[k]), 64.f, -64.f * MAGIC_F) + magic_x(Cl[k]),
+                                            acc[m][n][k]);
+                    continue;
+                }
+                Ch[0] = Ch[1] = Ch[2] = Ch[3] = Cl[0] = Cl[1] = Cl[2] = Cl[3] = 0;
                 mma_s8(Ch, Ah, B);
                 mma_s8(Cl, Al, B);
 #pragma unroll
@@ -358,12 +536,49 @@ static bool q4k_wsmem(void) {
     return ok;
 }
 
+/* the prefill kernels with every integer on the tensor cores (default: 1,
+ * Q4_K's tiles eight warps a thread block, one block an SM);
+ * MUSER_CUDA_MMQ_TC=2: two such blocks an SM (128 registers); =3: four
+ * warps a block, three blocks an SM; =0: k_mm_q4K_mma and Q6_K's bsums
+ * correction, to compare */
+static int mmq_tc(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MUSER_CUDA_MMQ_TC");
+        v = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 1;
+    }
+    return v;
+}
+
+/* Q4_K on k_mm_q4K_tc: the token tiles below n_batch, then the rest with
+ * the per-super-block steps (MIXED) */
+template <int WB, int MINB>
+static void q4K_tc_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
+                          size_t act_stride, int T, int n_batch, float *y) {
+    constexpr int NN = 4, NT = 8 * NN, sm = 2 * 16 * WB * 144;
+    static bool big;
+    if (!big) {
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        big = true;
+    }
+    const int tiles = (T + NT - 1) / NT, fast = n_batch / NT, ry = (rows + 16 * WB - 1) / (16 * WB);
+    if (fast > 0)
+        k_mm_q4K_tc<NN, WB, false, MINB><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
+    if (tiles > fast)
+        k_mm_q4K_tc<NN, WB, true, MINB><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
+}
+
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
     if (!mma_ok()) return false;
     const int rows = w->ne1, n = w->ne0;
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     if (w->type == MU_T_Q4_K) {
-        if (q4k_wide()) {
+        if (mmq_tc() && !q4k_wide() && q4k_wsmem()) {
+            if (mmq_tc() == 2) q4K_tc_launch<8, 2>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+            else if (mmq_tc() == 3) q4K_tc_launch<4, 3>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+            else q4K_tc_launch<8, 1>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+        } else if (q4k_wide()) {
             k_mm_q4K_mma<8, 4, false><<<dim3((T + 63) / 64, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         } else if (q4k_wsmem()) {
             const int sm = 2 * 16 * 8 * 144;
@@ -379,7 +594,9 @@ bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t ac
         return true;
     }
     if (w->type == MU_T_Q6_K) {
-        k_mm_q6K_mma<<<dim3((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        const dim3 grid((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64);
+        if (mmq_tc()) k_mm_q6K_mma<true><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        else k_mm_q6K_mma<false><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
         return true;
     }
     return false;

@@ -130,11 +130,13 @@ int main(void) {
     /* the tensor-core prefill kernels: several row and token tiles, ragged
      * edges on both sides */
     const uint32_t big_types[] = {MU_T_Q4_K, MU_T_Q6_K};
-    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300}, {64, 256, 33}};
+    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300}, {64, 256, 33}, {40, 512, 71}};
+    const int n_big = sizeof big / sizeof *big;
     for (size_t ti = 0; ti < 2; ti++)
-        for (size_t bi = 0; bi < sizeof big / sizeof *big; bi++) {
+        for (int bi = 0; bi < n_big; bi++) {
             const uint32_t type = big_types[ti];
             const int rows = big[bi][0], cols = big[bi][1], T = big[bi][2], nb = batch_rows(type, rows, cols, T);
+            const bool extreme = bi == n_big - 1; /* the largest integer sums the formats allow */
             const size_t rb = mu_type_row_bytes(type, cols);
             uint8_t *w = malloc(rb * rows);
             float *row = malloc((size_t)cols * 4), *x = malloc((size_t)T * cols * 4),
@@ -145,13 +147,32 @@ int main(void) {
                 mu_quantize_row(type, row, w + (size_t)r * rb, cols);
             }
             for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = frand() * (i % 13 == 0 ? 5.0f : 0.5f);
+            if (extreme) { /* codes, scales and mins at their largest magnitude, activations all +-127 */
+                for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = (i / cols) % 2 ? -1.0f : 1.0f;
+                for (int r = 0; r < rows; r++)
+                    for (int b = 0; b < cols / 256; b++) {
+                        uint8_t *blk = w + (size_t)r * rb + (size_t)b * mu_type_get(type)->type_bytes;
+                        if (type == MU_T_Q4_K) {
+                            mu_block_q4_K *q = (mu_block_q4_K *)blk;
+                            q->d = q->dmin = 0x2000;
+                            memset(q->scales, 0xFF, sizeof q->scales);
+                            memset(q->qs, r % 2 ? 0xFF : 0x0F, sizeof q->qs);
+                        } else {
+                            mu_block_q6_K *q = (mu_block_q6_K *)blk;
+                            memset(q->ql, 0, sizeof q->ql);
+                            memset(q->qh, 0, sizeof q->qh);
+                            memset(q->scales, r % 2 ? 0x80 : 0x7F, sizeof q->scales);
+                            q->d = 0x2000;
+                        }
+                    }
+            }
             cpu_matmul(k, type, rows, cols, T, nb, w, x, want);
             mu_err err = {0};
             if (mu_gpu_test_matmul(0, type, rows, cols, T, nb, w, x, got, &err)) {
                 printf("FAIL matmul: %s\n", err.msg);
                 return 1;
             }
-            check("matmul (tiles)", type, rows, cols, T, want, got, (size_t)T * rows);
+            check(extreme ? "matmul (tiles, extremes)" : "matmul (tiles)", type, rows, cols, T, want, got, (size_t)T * rows);
             free(w), free(row), free(x), free(want), free(got);
         }
     printf("gpu kernels: %d cases, %d failed\n", n_cases, n_fail);
