@@ -226,8 +226,8 @@ __device__ __forceinline__ void mma_s8_m(int c[4], const int a[4], const int b[2
     mma_s8(c, a, b);
 }
 
-template <int NN, int WB, bool MIXED, int MINB>
-__global__ void __launch_bounds__(32 * WB, MINB)
+template <int NN, int WB, bool MIXED>
+__global__ void __launch_bounds__(32 * WB, 1)
 k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
             int n_batch, float *y, int tile0) {
     constexpr int NT = 8 * NN;
@@ -272,22 +272,15 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                 scw[1][i] = ld32(pb->scales + 4 * i);
             }
             const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
-            /* the chain factors of this block: held, or made where used
-             * (MINB 2: 128 registers) */
-            float dd[MINB != 2 ? NN : 1][4], dm[MINB != 2 ? NN : 1][4], sd[NN][2];
+            float dd[NN][4], dm[NN][4]; /* the chain factors of this block */
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     const float v = s_d2[cur][8 * n + 2 * q + (k & 1)];
-                    if (k < 2) sd[n][k] = v;
-                    if (MINB != 2) {
-                        dd[n][k] = (k >> 1 ? dxb : dxa) * v;
-                        dm[n][k] = (k >> 1 ? mxb : mxa) * v;
-                    }
+                    dd[n][k] = (k >> 1 ? dxb : dxa) * v;
+                    dm[n][k] = (k >> 1 ? mxb : mxa) * v;
                 }
-#define DD(n, k) (MINB != 2 ? dd[n][k] : ((k) >> 1 ? dxb : dxa) * sd[n][(k) & 1])
-#define DM(n, k) (MINB != 2 ? dm[n][k] : ((k) >> 1 ? mxb : mxa) * sd[n][(k) & 1])
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int qa0 = ld32(pa->qs + 32 * j + 4 * q), qa1 = ld32(pa->qs + 32 * j + 16 + 4 * q);
@@ -325,8 +318,8 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                         }
                         const float p0 = fmaf(__int_as_float(D0[k]), fs0[h], ns0[h]);
                         const float p1 = fmaf(__int_as_float(D1[k]), fs1[h], ns1[h]);
-                        acc[n][k] = fmaf(p0 + p1, DD(n, k), acc[n][k]);
-                        accm[n][k] = fmaf(magic_x(Dm[k]), DM(n, k), accm[n][k]);
+                        acc[n][k] = fmaf(p0 + p1, dd[n][k], acc[n][k]);
+                        accm[n][k] = fmaf(magic_x(Dm[k]), dm[n][k], accm[n][k]);
                     }
                 }
             }
@@ -337,12 +330,10 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                     for (int k = 0; k < 4; k++) {
                         const int t = t0 + 8 * n + 2 * q + (k & 1);
                         if (t < n_batch || t >= T) continue;
-                        acc[n][k] = fmaf((float)isum[n][k], DD(n, k), acc[n][k]);
-                        accm[n][k] = fmaf((float)imin[n][k], DM(n, k), accm[n][k]);
+                        acc[n][k] = fmaf((float)isum[n][k], dd[n][k], acc[n][k]);
+                        accm[n][k] = fmaf((float)imin[n][k], dm[n][k], accm[n][k]);
                         isum[n][k] = imin[n][k] = 0;
                     }
-#undef DD
-#undef DM
         }
         __syncthreads(); /* the tiles of b are free for b + 2 */
     }
@@ -365,10 +356,15 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
  * w = scale * q6 (|w| <= 8064) is split as 64 * hi + lo with hi and lo
  * int8 (lo in 0..63), two exact mmas give the same integer as the CPU's.
  * A warp: 16 rows x 32 tokens, eight chains each; a thread block: 64 rows.
- * TC: w = scale * (q6 - 32) (|w| <= 4096) takes the offset in too, so no
- * bsums correction is left, and the two accumulators start at MAGIC_I:
- * 64 x hi + lo (|.| <= 4096 x 127 x 32 < 2^24) comes out as a float with
- * two exact float operations instead of integer work and a conversion. */
+ * The offset part is not lane m's own: the CPU takes, into lane m, 32 x
+ * (scale 2m x bsum 2m + scale 2m+1 x bsum 2m+1), the 16-element sub-blocks
+ * 2m and 2m+1, so each lane's integer is its own only with that term.
+ * TC: that term by a third mma too (the two sub-block scales broadcast
+ * over their 16 elements, times the activations in their natural order);
+ * with hi and the term started at 0 and lo at MAGIC_I, lane m's integer is
+ * 32 x (2 hi - term) + lo, |2 hi - term| < 2^21, and fmaf(2 hi - term, 32,
+ * lo) rounds it once, as the CPU's conversion does, with no conversion
+ * instruction (a quarter of the float rate) and no bsums. */
 
 #define Q6_TOK 32
 #define Q6_SW 65 /* banks g + 8q + m distinct */
@@ -449,20 +445,28 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                 const int ql = (ld32(p->ql + 64 * h + (q & 1) * 32 + 4 * m) >> ((q >> 1) * 4)) & 0x0F0F0F0F;
                 const int qh = (ld32(p->qh + 32 * h + 4 * m) >> (2 * q)) & 0x03030303;
                 const int sc = (int)p->scales[2 * c + (m >= 4)];
-                q6_split(ql | (qh << 4), sc, TC ? 32 : 0, &Ah[i], &Al[i]);
+                q6_split(ql | (qh << 4), sc, 0, &Ah[i], &Al[i]);
             }
+            /* TC: sub-blocks 2m (k < 16) and 2m + 1 of rows a and b, scales broadcast */
+            const int Ao[4] = {(sbyte(swa, 2 * m) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m) & 0xFF) * 0x01010101,
+                               (sbyte(swa, 2 * m + 1) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m + 1) & 0xFF) * 0x01010101};
 #pragma unroll
             for (int n = 0; n < 4; n++) {
                 const int *bp = s_q + (8 * n + g) * Q6_SW + 8 * q + m;
                 const int B[2] = {bp[0], bp[32]};
                 int Ch[4], Cl[4];
                 if (TC) {
-                    mma_s8_m(Ch, Ah, B);
+                    const int *bq = s_q + (8 * n + g) * Q6_SW + 8 * m + q; /* elements 32m.. in order */
+                    const int Bo[2] = {bq[0], bq[4]};
+                    int Co[4] = {0, 0, 0, 0};
+                    Ch[0] = Ch[1] = Ch[2] = Ch[3] = 0;
+                    mma_s8(Ch, Ah, B);
                     mma_s8_m(Cl, Al, B);
+                    mma_s8(Co, Ao, Bo);
 #pragma unroll
-                    for (int k = 0; k < 4; k++) /* 64 x hi exactly, then + lo */
-                        acc[m][n][k] = fmaf(dd[n][k], fmaf(__int_as_float(Ch[k]), 64.f, -64.f * MAGIC_F) + magic_x(Cl[k]),
-                                            acc[m][n][k]);
+                    for (int k = 0; k < 4; k++)
+                        acc[m][n][k] =
+                            fmaf(dd[n][k], fmaf(magic_x(2 * Ch[k] + MAGIC_I - Co[k]), 32.f, magic_x(Cl[k])), acc[m][n][k]);
                     continue;
                 }
                 Ch[0] = Ch[1] = Ch[2] = Ch[3] = Cl[0] = Cl[1] = Cl[2] = Cl[3] = 0;
@@ -536,37 +540,34 @@ static bool q4k_wsmem(void) {
     return ok;
 }
 
-/* the prefill kernels with every integer on the tensor cores (default: 1,
- * Q4_K's tiles eight warps a thread block, one block an SM);
- * MUSER_CUDA_MMQ_TC=2: two such blocks an SM (128 registers); =3: four
- * warps a block, three blocks an SM; =0: k_mm_q4K_mma and Q6_K's bsums
- * correction, to compare */
-static int mmq_tc(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MUSER_CUDA_MMQ_TC");
-        v = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 1;
+/* the prefill kernels with every integer on the tensor cores (default);
+ * MUSER_CUDA_MMQ_TC=0: k_mm_q4K_mma and Q6_K's bsums correction, to
+ * compare */
+static bool mmq_tc(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        const char *v = getenv("MUSER_CUDA_MMQ_TC");
+        ok = !(v && *v == '0');
     }
-    return v;
+    return ok;
 }
 
 /* Q4_K on k_mm_q4K_tc: the token tiles below n_batch, then the rest with
  * the per-super-block steps (MIXED) */
-template <int WB, int MINB>
 static void q4K_tc_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
                           size_t act_stride, int T, int n_batch, float *y) {
-    constexpr int NN = 4, NT = 8 * NN, sm = 2 * 16 * WB * 144;
+    constexpr int NN = 4, WB = 8, NT = 8 * NN, sm = 2 * 16 * WB * 144;
     static bool big;
     if (!big) {
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
         big = true;
     }
     const int tiles = (T + NT - 1) / NT, fast = n_batch / NT, ry = (rows + 16 * WB - 1) / (16 * WB);
     if (fast > 0)
-        k_mm_q4K_tc<NN, WB, false, MINB><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
+        k_mm_q4K_tc<NN, WB, false><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
     if (tiles > fast)
-        k_mm_q4K_tc<NN, WB, true, MINB><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
+        k_mm_q4K_tc<NN, WB, true><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
 }
 
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
@@ -575,9 +576,7 @@ bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t ac
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     if (w->type == MU_T_Q4_K) {
         if (mmq_tc() && !q4k_wide() && q4k_wsmem()) {
-            if (mmq_tc() == 2) q4K_tc_launch<8, 2>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-            else if (mmq_tc() == 3) q4K_tc_launch<4, 3>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-            else q4K_tc_launch<8, 1>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+            q4K_tc_launch(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         } else if (q4k_wide()) {
             k_mm_q4K_mma<8, 4, false><<<dim3((T + 63) / 64, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         } else if (q4k_wsmem()) {

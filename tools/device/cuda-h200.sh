@@ -15,7 +15,8 @@
 #      environment of --variants 'A=0 B=0;A=0;defaults' (';' between
 #      variants; `defaults` sets nothing); --no-bench skips this step
 #   4. --profile: `muser bench --profile` at the first depth; --ncu REGEX:
-#      Nsight Compute on the first launches of the kernels REGEX names
+#      Nsight Compute on six launches of the kernels REGEX names, after
+#      the first --ncu-skip (20) of them
 #      (speed of light, memory, warp stalls; real clocks) in ncu.txt
 #   5. --compare: bench/compare-llamacpp-cuda (muser and llama-bench in a
 #      rotating order, medians) at --depths, --reps
@@ -27,7 +28,7 @@
 # usage: bash tools/device/cuda-h200.sh [--budget 560] [--type q4_k_m] [--no-tier]
 #          [--no-bench] [--kern-env VAR=V]... [--ab VAR=V1,V2 | --variants 'A=0;B=1;defaults']
 #          [--depths 512,2048]
-#          [--reps 2] [--profile] [--ncu REGEX] [--compare] [--lane 2048]
+#          [--reps 2] [--profile] [--ncu REGEX [--ncu-skip 20]] [--compare] [--lane 2048]
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
@@ -46,9 +47,10 @@ while [ $# -gt 0 ]; do
     --reps) REPS=${2:?}; shift 2 ;;
     --profile) PROF=1; shift ;;
     --ncu) NCU=${2:?}; shift 2 ;;
+    --ncu-skip) NCU_SKIP=${2:?}; shift 2 ;;
     --compare) CMP=1; shift ;;
     --lane) LANE=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
     *) echo "cuda-h200: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -115,8 +117,9 @@ if [ $PROF = 1 ] && [ "$(left)" -gt 60 ]; then
   note "profile rc $?"
 fi
 if [ -n "$NCU" ] && [ "$(left)" -gt 90 ]; then
-  timeout "$(( $(left) - 30 ))" ncu --kernel-name "regex:$NCU" --launch-skip 20 --launch-count 6 --clock-control none \
+  timeout "$(( $(left) - 30 ))" ncu --kernel-name "regex:$NCU" --launch-skip "${NCU_SKIP:-20}" --launch-count 6 --clock-control none \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section ComputeWorkloadAnalysis --section InstructionStats \
     "$M" bench -m "$F" --backend cuda --depths "${DEPTHS%%,*}" --gen 4 >"$OUT/ncu.txt" 2>&1
   note "ncu rc $?"
 fi
