@@ -220,11 +220,27 @@ k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
 /* the int x, from MAGIC_I + x (|x| < 2^22), exactly */
 __device__ __forceinline__ float magic_x(int d) { return __int_as_float(d) - MAGIC_F; }
 
-/* mma with the accumulator started at MAGIC_I */
-__device__ __forceinline__ void mma_s8_m(int c[4], const int a[4], const int b[2]) {
-    c[0] = c[1] = c[2] = c[3] = MAGIC_I;
-    mma_s8(c, a, b);
+/* d = a b + c for c the same in all four (no copies of it into d first) */
+__device__ __forceinline__ void mma_s8_c(int d[4], const int a[4], const int b[2], int c) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
 }
+
+/* the 6-bit scales (S) and mins (M) of a Q4_K block, four bytes a word:
+ * sub-blocks 0..3, then 4..7 */
+__device__ __forceinline__ void k4_unpack(const int w[3], int S[2], int M[2]) {
+    S[0] = w[0] & 0x3F3F3F3F;
+    M[0] = w[1] & 0x3F3F3F3F;
+    S[1] = (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030);
+    M[1] = ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030);
+}
+/* byte k of x (a scale, < 2^8), exactly as a float */
+__device__ __forceinline__ float byte_f(int x, int k) {
+    return magic_x((int)__byte_perm((unsigned)x, (unsigned)MAGIC_I, 0x7650 | k));
+}
+/* byte k of x in all four bytes */
+__device__ __forceinline__ int byte_bcast(int x, int k) { return (int)__byte_perm((unsigned)x, 0u, 0x1111 * k); }
 
 template <int NN, int WB, bool MIXED>
 __global__ void __launch_bounds__(32 * WB, 1)
@@ -265,11 +281,16 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
             const int *s_q = s_q2[cur];
             const mu_block_q4_K *pa = (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g) * 144);
             const mu_block_q4_K *pb = (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g + 8) * 144);
-            int scw[2][3];
+            int S[2][2], Mn[2][2]; /* rows a and b */
+            {
+                int scw[2][3];
 #pragma unroll
-            for (int i = 0; i < 3; i++) {
-                scw[0][i] = ld32(pa->scales + 4 * i);
-                scw[1][i] = ld32(pb->scales + 4 * i);
+                for (int i = 0; i < 3; i++) {
+                    scw[0][i] = ld32(pa->scales + 4 * i);
+                    scw[1][i] = ld32(pb->scales + 4 * i);
+                }
+                k4_unpack(scw[0], S[0], Mn[0]);
+                k4_unpack(scw[1], S[1], Mn[1]);
             }
             const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
             float dd[NN][4], dm[NN][4]; /* the chain factors of this block */
@@ -288,15 +309,14 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                 const int A0[4] = {qa0 & 0x0F0F0F0F, qb0 & 0x0F0F0F0F, qa1 & 0x0F0F0F0F, qb1 & 0x0F0F0F0F};
                 const int A1[4] = {(qa0 >> 4) & 0x0F0F0F0F, (qb0 >> 4) & 0x0F0F0F0F, (qa1 >> 4) & 0x0F0F0F0F,
                                    (qb1 >> 4) & 0x0F0F0F0F};
+                const int wi = j >> 1, k0 = 2 * (j & 1), k1 = k0 + 1; /* sub-blocks 2j, 2j + 1 */
                 /* the mins broadcast over their sub-blocks */
-                const int ma0 = min_k4w(2 * j, scw[0]) * 0x01010101, mb0 = min_k4w(2 * j, scw[1]) * 0x01010101;
-                const int ma1 = min_k4w(2 * j + 1, scw[0]) * 0x01010101, mb1 = min_k4w(2 * j + 1, scw[1]) * 0x01010101;
+                const int ma0 = byte_bcast(Mn[0][wi], k0), mb0 = byte_bcast(Mn[1][wi], k0);
+                const int ma1 = byte_bcast(Mn[0][wi], k1), mb1 = byte_bcast(Mn[1][wi], k1);
                 const int M0[4] = {ma0, mb0, ma0, mb0}, M1[4] = {ma1, mb1, ma1, mb1};
-                /* the scales as floats (exactly: magic_x), and -M x scale */
-                const int sa0 = scale_k4w(2 * j, scw[0]), sa1 = scale_k4w(2 * j + 1, scw[0]);
-                const int sb0 = scale_k4w(2 * j, scw[1]), sb1 = scale_k4w(2 * j + 1, scw[1]);
-                const float fs0[2] = {magic_x(MAGIC_I + sa0), magic_x(MAGIC_I + sb0)};
-                const float fs1[2] = {magic_x(MAGIC_I + sa1), magic_x(MAGIC_I + sb1)};
+                /* the scales as floats, and -M x scale (both exact) */
+                const float fs0[2] = {byte_f(S[0][wi], k0), byte_f(S[1][wi], k0)};
+                const float fs1[2] = {byte_f(S[0][wi], k1), byte_f(S[1][wi], k1)};
                 const float ns0[2] = {-MAGIC_F * fs0[0], -MAGIC_F * fs0[1]};
                 const float ns1[2] = {-MAGIC_F * fs1[0], -MAGIC_F * fs1[1]};
 #pragma unroll
@@ -304,15 +324,16 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                     const int *bp = s_q + (8 * n + g) * Q4_SW + 16 * j + q; /* sub-block 2j of this column */
                     const int B0[2] = {bp[0], bp[4]}, B1[2] = {bp[8], bp[12]};
                     int D0[4], D1[4], Dm[4];
-                    mma_s8_m(D0, A0, B0);
-                    mma_s8_m(D1, A1, B1);
-                    mma_s8_m(Dm, M0, B0);
+                    mma_s8_c(D0, A0, B0, MAGIC_I);
+                    mma_s8_c(D1, A1, B1, MAGIC_I);
+                    mma_s8_c(Dm, M0, B0, MAGIC_I);
                     mma_s8(Dm, M1, B1);
 #pragma unroll
                     for (int k = 0; k < 4; k++) {
                         const int h = k >> 1;
                         if (MIXED && t0 + 8 * n + 2 * q + (k & 1) >= n_batch) {
-                            isum[n][k] += (h ? sb0 : sa0) * (D0[k] - MAGIC_I) + (h ? sb1 : sa1) * (D1[k] - MAGIC_I);
+                            const int s0 = (int)fs0[h], s1 = (int)fs1[h]; /* the scales, exact */
+                            isum[n][k] += s0 * (D0[k] - MAGIC_I) + s1 * (D1[k] - MAGIC_I);
                             imin[n][k] += Dm[k] - MAGIC_I;
                             continue;
                         }
@@ -458,11 +479,10 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                 if (TC) {
                     const int *bq = s_q + (8 * n + g) * Q6_SW + 8 * m + q; /* elements 32m.. in order */
                     const int Bo[2] = {bq[0], bq[4]};
-                    int Co[4] = {0, 0, 0, 0};
-                    Ch[0] = Ch[1] = Ch[2] = Ch[3] = 0;
-                    mma_s8(Ch, Ah, B);
-                    mma_s8_m(Cl, Al, B);
-                    mma_s8(Co, Ao, Bo);
+                    int Co[4];
+                    mma_s8_c(Ch, Ah, B, 0);
+                    mma_s8_c(Cl, Al, B, MAGIC_I);
+                    mma_s8_c(Co, Ao, Bo, 0);
 #pragma unroll
                     for (int k = 0; k < 4; k++)
                         acc[m][n][k] =
