@@ -96,6 +96,8 @@ __device__ __forceinline__ int8_t q8_0_conv(float v) {
 
 /* Q8_0: one warp per block of 32. */
 __global__ void k_quant_q8_0(const float *x, int n, dq8_0 *y0, size_t stride) {
+    pdl_wait();
+    pdl_launch(); /* the decode matmul after it may start fetching weights */
     const int t = blockIdx.y, b = blockIdx.x, lane = threadIdx.x;
     const float v = x[(size_t)t * n + (size_t)b * 32 + lane];
     float amax = fabsf(v);
@@ -136,7 +138,7 @@ void cu_quantize(cudaStream_t st, uint32_t dt, const float *x, int T, int n, voi
     const unsigned g = (unsigned)((tot + 255) / 256);
     switch (dt) {
     case MU_T_Q8_K: launch_pdl(k_quant_q8_K, dim3(n / 256, T), dim3(32), 0, st, x, n, (mu_block_q8_K *)y, stride); break;
-    case MU_T_Q8_0: k_quant_q8_0<<<dim3(n / 32, T), 32, 0, st>>>(x, n, (dq8_0 *)y, stride); break;
+    case MU_T_Q8_0: launch_pdl(k_quant_q8_0, dim3(n / 32, T), dim3(32), 0, st, x, n, (dq8_0 *)y, stride); break;
     case MU_T_F16: k_to_f16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
     case MU_T_BF16: k_to_bf16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
     default: k_copy_f32<<<g, 256, 0, st>>>(x, n, (float *)y, stride, T); break;
