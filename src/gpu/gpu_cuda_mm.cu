@@ -1170,15 +1170,13 @@ __device__ __forceinline__ void fp4_codes(unsigned w, int *lo, int *hi) {
 
 /* What x86's sign trick adds to dp4a(c, a) for NVFP4 codes c (fp4_mul):
  * 256 c for each byte where a = -128 and c < 0 (only a non-finite
- * activation quantizes to -128). */
+ * activation quantizes to -128). Branch-free and short: it sits in the
+ * unrolled loop, behind a test that is false for finite activations. */
 __device__ __forceinline__ int fp4_fix(int c, int a) {
-    int f = 0;
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const int ci = (int)(int8_t)(c >> 8 * i), ai = (int)(int8_t)(a >> 8 * i);
-        if (ai == -128 && ci < 0) f += 256 * ci;
-    }
-    return f;
+    const unsigned t = (unsigned)a ^ 0x80808080u;                            /* zero bytes where a = -128 */
+    const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u; /* top bit: t's byte is not zero */
+    const unsigned sel = ~nz & (unsigned)c & 0x80808080u;                    /* top bit: a = -128 and c < 0 */
+    return 256 * __dp4a((int)((unsigned)c & ((sel >> 7) * 0xFFu)), 0x01010101, 0);
 }
 
 /* nvfp4_scale of byte i of w, with rot = (20 - 8 i) mod 32: the byte's
