@@ -852,6 +852,46 @@ static int test_weight(int dev, uint32_t type, int rows, int cols, const void *w
     return rc;
 }
 
+/* The same matmul as a grouped decode launch (cu_matmul_n) over the
+ * weight's rows split into two or three matrices of different row counts
+ * (views of the one upload; rows start 4-byte aligned only, as the decode
+ * kernels allow): each result must equal y, the single launch's, bit for
+ * bit. */
+static int test_grouped(mu_gpu_model *m, const dtensor *dt, const void *qa, size_t stride, int T, int n_batch,
+                        const float *y, mu_err *err) {
+    const int rows = dt->ne1, a = (rows + 1) / 2, b = (rows - a) / 2, parts[3] = {a, b, rows - a - b};
+    dtensor w[3];
+    const dtensor *ws[3];
+    float *ys[3], *dy2 = NULL;
+    int n = 0, off = 0;
+    int rc = dev_alloc(m, (size_t)T * rows * 4, (void **)&dy2, "test", err);
+    if (rc) return rc;
+    for (int i = 0; i < 3; i++) {
+        if (!parts[i]) continue;
+        w[n] = *dt;
+        w[n].d = (uint8_t *)dt->d + (size_t)off * dt->row_bytes;
+        w[n].ne1 = parts[i];
+        ws[n] = &w[n];
+        ys[n] = dy2 + (size_t)T * off; /* [T][parts[i]] */
+        off += parts[i];
+        n++;
+    }
+    cu_matmul_n(0, ws, n, qa, stride, T, n_batch, ys);
+    float *h = (float *)malloc((size_t)T * rows * 4);
+    if (!h) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    cudaError_t e = cudaMemcpy(h, dy2, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) rc = cuda_fail(err, e, "test grouped matmul");
+    off = 0;
+    for (int i = 0; i < n && !rc; off += ws[i]->ne1, i++)
+        for (int t = 0; t < T && !rc; t++)
+            for (int r = 0; r < ws[i]->ne1 && !rc; r++)
+                if (memcmp(&h[(size_t)T * off + (size_t)t * ws[i]->ne1 + r], &y[(size_t)t * rows + off + r], 4))
+                    rc = fail(err, MU_E_STATE, "cuda: grouped launch of %d matrices differs from one launch (token %d, row %d)",
+                              n, t, off + r);
+    free(h);
+    return rc;
+}
+
 static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w, const float *x,
                          float *y, mu_err *err) {
     mu_gpu_model m = {0};
@@ -870,6 +910,7 @@ static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int 
         cudaError_t e = cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) rc = cuda_fail(err, e, "test matmul");
     }
+    if (!rc && rows >= 3 && T <= 4) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, err); /* decode sizes */
     for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
     free(m.allocs);
     return rc;

@@ -96,6 +96,8 @@ __device__ __forceinline__ int8_t q8_0_conv(float v) {
 
 /* Q8_0: one warp per block of 32. */
 __global__ void k_quant_q8_0(const float *x, int n, dq8_0 *y0, size_t stride) {
+    pdl_wait();
+    pdl_launch(); /* the decode matmul after it may start fetching weights */
     const int t = blockIdx.y, b = blockIdx.x, lane = threadIdx.x;
     const float v = x[(size_t)t * n + (size_t)b * 32 + lane];
     float amax = fabsf(v);
@@ -136,7 +138,7 @@ void cu_quantize(cudaStream_t st, uint32_t dt, const float *x, int T, int n, voi
     const unsigned g = (unsigned)((tot + 255) / 256);
     switch (dt) {
     case MU_T_Q8_K: launch_pdl(k_quant_q8_K, dim3(n / 256, T), dim3(32), 0, st, x, n, (mu_block_q8_K *)y, stride); break;
-    case MU_T_Q8_0: k_quant_q8_0<<<dim3(n / 32, T), 32, 0, st>>>(x, n, (dq8_0 *)y, stride); break;
+    case MU_T_Q8_0: launch_pdl(k_quant_q8_0, dim3(n / 32, T), dim3(32), 0, st, x, n, (dq8_0 *)y, stride); break;
     case MU_T_F16: k_to_f16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
     case MU_T_BF16: k_to_bf16<<<g, 256, 0, st>>>(x, n, (uint16_t *)y, stride, T); break;
     default: k_copy_f32<<<g, 256, 0, st>>>(x, n, (float *)y, stride, T); break;
@@ -843,17 +845,40 @@ static size_t q4d_smem(int T, int nb, bool deep) {
     return (size_t)(deep ? 4 : 8) * (deep ? 8 : 4) * Q4D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
 }
 
-/* Q4_K, four lanes a super-block: lane j's 64 elements of group j (the low
- * nibbles of qs[32j .. 32j + 31] are sub-block 2j, the high ones 2j + 1)
- * against the activation's bytes aq (16-byte aligned) and bsums bs of
- * that block: the scale-weighted sum and the min part, exact; the block's
- * d and dmin (halves) in *dd. */
-__device__ __forceinline__ void q4_group(const uint8_t *xb, const int8_t *aq, const int16_t *bs, int j, int *isum,
-                                         int *imin, unsigned *dd) {
+/* Q4_K, four lanes a super-block: lane j's weights of one block in the
+ * ring at xb, read and decoded once for every token: its 32 bytes of qs
+ * (group j: the low nibbles are sub-block 2j, the high ones 2j + 1), the
+ * 6-bit scales and mins of sub-blocks 2j, 2j + 1 as byte pairs
+ * (scale_min_k4) and the block's d and dmin (halves). */
+typedef struct {
+    int4 q0, q1;
+    int sc, mn;
+    unsigned dd;
+} q4_words;
+__device__ __forceinline__ void q4_load(const uint8_t *xb, int j, q4_words *w) {
     const int4 h = *(const int4 *)xb; /* d, dmin | scales 0-3 | 4-7 | 8-11 */
-    const int4 q0 = *(const int4 *)(xb + 16 + 32 * j), q1 = *(const int4 *)(xb + 32 + 32 * j);
+    w->q0 = *(const int4 *)(xb + 16 + 32 * j);
+    w->q1 = *(const int4 *)(xb + 32 + 32 * j);
+    const int sh = 16 * (j & 1);
+    if (j < 2) {
+        w->sc = (h.y >> sh) & 0x3F3F;
+        w->mn = (h.z >> sh) & 0x3F3F;
+    } else {
+        const int c = h.w >> sh;
+        w->sc = (c & 0x0F0F) | (((h.y >> sh) & 0xC0C0) >> 2);
+        w->mn = ((c >> 4) & 0x0F0F) | (((h.z >> sh) & 0xC0C0) >> 2);
+    }
+    w->dd = (unsigned)h.x;
+}
+
+/* Lane j's group j of that block against the activation's bytes aq
+ * (16-byte aligned) and bsums bs of one token: the scale-weighted sum and
+ * the min part, exact. */
+__device__ __forceinline__ void q4_group(const q4_words &w, const int8_t *aq, const int16_t *bs, int j, int *isum,
+                                         int *imin) {
     const int4 a0 = *(const int4 *)(aq + 64 * j), a1 = *(const int4 *)(aq + 64 * j + 16);
     const int4 a2 = *(const int4 *)(aq + 64 * j + 32), a3 = *(const int4 *)(aq + 64 * j + 48);
+    const int4 q0 = w.q0, q1 = w.q1;
     const int M = 0x0F0F0F0F;
     int s0 = __dp4a(q0.x & M, a0.x, 0), s1 = __dp4a((q0.x >> 4) & M, a2.x, 0);
     s0 = __dp4a(q0.y & M, a0.y, s0);
@@ -870,23 +895,10 @@ __device__ __forceinline__ void q4_group(const uint8_t *xb, const int8_t *aq, co
     s1 = __dp4a((q1.z >> 4) & M, a3.z, s1);
     s0 = __dp4a(q1.w & M, a1.w, s0);
     s1 = __dp4a((q1.w >> 4) & M, a3.w, s1);
-    /* the 6-bit scales and mins of sub-blocks 2j, 2j + 1 as byte pairs
-     * (scale_min_k4) */
-    const int sh = 16 * (j & 1);
-    int sc, mn;
-    if (j < 2) {
-        sc = (h.y >> sh) & 0x3F3F;
-        mn = (h.z >> sh) & 0x3F3F;
-    } else {
-        const int c = h.w >> sh;
-        sc = (c & 0x0F0F) | (((h.y >> sh) & 0xC0C0) >> 2);
-        mn = ((c >> 4) & 0x0F0F) | (((h.z >> sh) & 0xC0C0) >> 2);
-    }
     const int2 b = *(const int2 *)(bs + 4 * j);
     const int b01 = (int)(int16_t)b.x + (b.x >> 16), b23 = (int)(int16_t)b.y + (b.y >> 16);
-    *isum = (sc & 0xFF) * s0 + (sc >> 8) * s1;
-    *imin = (mn & 0xFF) * b01 + (mn >> 8) * b23;
-    *dd = (unsigned)h.x;
+    *isum = (w.sc & 0xFF) * s0 + (w.sc >> 8) * s1;
+    *imin = (w.mn & 0xFF) * b01 + (w.mn >> 8) * b23;
 }
 
 template <bool LOGITS, int S> /* S: chunks in a warp's ring */
@@ -960,15 +972,17 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
         for (int e = 0; e < 2; e++) {
             const int b = 2 * i + e;
             if (b >= nb) break;
+            q4_words wq; /* once for every token */
+            q4_load(cs + 144 * e, j, &wq);
+            const float xd = h2f((uint16_t)wq.dd), xm = h2f((uint16_t)(wq.dd >> 16));
 #pragma unroll
             for (int t = 0; t < DEC_MAX_T; t++) {
                 if (t >= T) break;
                 const int tb = t * nb + b;
                 int v0, v1;
-                unsigned dd;
-                q4_group(cs + 144 * e, s_aq + (size_t)tb * 256, s_abs + tb * 16, j, &v0, &v1, &dd);
+                q4_group(wq, s_aq + (size_t)tb * 256, s_abs + tb * 16, j, &v0, &v1);
                 const float ad = s_ad[tb];
-                const float fd = h2f((uint16_t)dd) * ad, fm = h2f((uint16_t)(dd >> 16)) * ad;
+                const float fd = xd * ad, fm = xm * ad;
                 if (t < n_batch) { /* per 64 elements: the chain steps of groups 0..3 */
 #pragma unroll
                     for (int jj = 0; jj < 4; jj++) {
@@ -1102,6 +1116,223 @@ k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, fl
             if (LOGITS) v = logit_post(v, lscale, cap);
             G.y[gi][(size_t)t * G.rows[gi] + row] = v;
         }
+    }
+}
+
+/* ---- Q8_0 and NVFP4 matmul for few tokens (decode), weights through a ring
+ * Both have 36-byte blocks (Q8_0 padded at upload) and the CPU's eight
+ * lane chains a row (kern_ref.c: lane l sums bytes, resp. elements, 4l ..
+ * 4l + 3 of every 32 and folds them with fmaf; hsum8 at the end). A warp
+ * takes eight rows; lane (r, k) = (lane / 4, lane % 4) keeps two of row
+ * r's chains by itself: Q8_0 chains k and k + 4 (qs words k and k + 4 of
+ * a block), NVFP4 chains c and c + 2 with c = (k & 1) + 4 (k >> 1) (the
+ * low and the high nibbles of code word k of the first half and word 4 + k
+ * of the second; both take the scales d[k >> 1] and d[2 + (k >> 1)]). A
+ * block's weight words and scales are read and decoded once for every
+ * token. The rows stream through a ring of S chunks of eight blocks a row
+ * in shared memory as in k_mm_q6K_dec (a row's 288 bytes as the 16-byte
+ * words around them, read at their offset); the activation rows are
+ * staged once per thread block after pdl_wait, each block's words
+ * permuted so that a lane's two are one 8-byte read, its scale as a
+ * float. */
+
+#define Q8D_E 8                   /* blocks a row in a chunk (288 bytes: 16-byte aligned as the row) */
+#define Q8D_ROW 304               /* ring bytes a row of a chunk: 19 words (76 banks: the eight rows' reads spread) */
+#define Q8D_SLOT (8 * Q8D_ROW)
+#define Q8D_PIECES (8 * 19)       /* 16-byte copies a chunk at most */
+
+/* weight blocks of a row of n elements (Q8_0: 32, NVFP4: 64 a block) and
+ * the shared memory of a launch of nw warps */
+static int q8d_nb(uint32_t type, int n) { return n / (type == MU_T_NVFP4 ? 64 : 32); }
+static size_t q8d_smem(uint32_t type, int T, int nb, int nw) {
+    const int nba = type == MU_T_NVFP4 ? 2 * nb : nb; /* activation blocks */
+    return (size_t)nw * 4 * Q8D_SLOT + (size_t)T * nba * 36;
+}
+
+/* The signed codes (c_fp4) of the eight nibbles of an NVFP4 code word w:
+ * *lo those of the low nibbles of its bytes 0..3, *hi those of the high
+ * ones, a byte each. Byte permutes over the table: the positive half
+ * (codes 0..7) and the negative half (8..15) looked up with the three low
+ * bits of each nibble (masked: prmt reads a selector nibble's fourth bit
+ * as "replicate the sign"), then a byte of either chosen by the nibble's
+ * top bit. */
+__device__ __forceinline__ void fp4_codes(unsigned w, int *lo, int *hi) {
+    const unsigned P0 = 0x03020100u, P1 = 0x0C080604u; /* 0 1 2 3 | 4 6 8 12 */
+    const unsigned N0 = 0xFDFEFF00u, N1 = 0xF4F8FAFCu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
+    const unsigned ix = w & 0x77777777u;
+    const unsigned sg = ((w >> 1) & 0x44444444u) | 0x32103210u; /* byte n of the positives, or of the negatives (4 + n) */
+    /* nibbles 0..3 (bytes 0 lo, 0 hi, 1 lo, 1 hi), then 4..7 (bytes 2, 3) */
+    const unsigned a = __byte_perm(__byte_perm(P0, P1, ix), __byte_perm(N0, N1, ix), sg);
+    const unsigned b = __byte_perm(__byte_perm(P0, P1, ix >> 16), __byte_perm(N0, N1, ix >> 16), sg >> 16);
+    *lo = (int)__byte_perm(a, b, 0x6420);
+    *hi = (int)__byte_perm(a, b, 0x7531);
+}
+
+/* What x86's sign trick adds to dp4a(c, a) for NVFP4 codes c (fp4_mul):
+ * 256 c for each byte where a = -128 and c < 0 (only a non-finite
+ * activation quantizes to -128). Branch-free and short: it sits in the
+ * unrolled loop, behind a test that is false for finite activations. */
+__device__ __forceinline__ int fp4_fix(int c, int a) {
+    const unsigned t = (unsigned)a ^ 0x80808080u;                            /* zero bytes where a = -128 */
+    const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u; /* top bit: t's byte is not zero */
+    const unsigned sel = ~nz & (unsigned)c & 0x80808080u;                    /* top bit: a = -128 and c < 0 */
+    return 256 * __dp4a((int)((unsigned)c & ((sel >> 7) * 0xFFu)), 0x01010101, 0);
+}
+
+/* nvfp4_scale of byte i of w, with rot = (20 - 8 i) mod 32: the byte's
+ * seven low bits as a float's exponent and mantissa fields (exponent 0: a
+ * subnormal, m 2^-129), times 2^119, exact (no flush to zero in this
+ * build); the byte 0x7f reads as 0. */
+__device__ __forceinline__ float nvfp4_scale_rot(unsigned w, int rot) {
+    const unsigned t = __funnelshift_l(w, w, rot);
+    const float v = __uint_as_float(t & 0x07F00000u) * 0x1p119f;
+    return (t & 0x0FF00000u) == 0x07F00000u ? 0.f : v;
+}
+
+/* where word q (0..7) of an activation block is staged: lane k's two
+ * words at 2k, 2k + 1 */
+template <int TYPE> __device__ __forceinline__ int q8d_perm(int q) {
+    if constexpr (TYPE == MU_T_NVFP4) return (q & 4) | ((q & 1) << 1) | ((q >> 1) & 1); /* chains c, c + 2 */
+    else return ((q & 3) << 1) | (q >> 2);                                              /* chains k, k + 4 */
+}
+
+template <int TYPE, bool LOGITS, int S> /* S: chunks in a warp's ring */
+__global__ void __launch_bounds__(256)
+k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
+    constexpr bool FP4 = TYPE == MU_T_NVFP4;
+    /* dynamic shared memory: the warps' rings [warps][S][8 rows][304],
+     * then the activation blocks' words [T][nba][8] (permuted) and their
+     * scales [T][nba] */
+    extern __shared__ int4 s_dyn4[];
+    uint8_t *base = (uint8_t *)s_dyn4;
+    const int nw = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 2, k = lane & 3;
+    const int nba = FP4 ? 2 * nb : nb;
+    uint8_t *ring = base + warp * S * Q8D_SLOT;
+    int *s_aq = (int *)(base + nw * S * Q8D_SLOT);
+    float *s_ad = (float *)(s_aq + T * nba * 8);
+    const int R = G.end[G.n - 1];
+    /* this lane's row (rows past the end: the last one, results unused) */
+    const int u = (blockIdx.x * nw + warp) * 8 + r, uu = u < R ? u : R - 1;
+    int gi = 0;
+    while (gi < G.n - 1 && uu >= G.end[gi]) gi++;
+    const int row = uu - (gi ? G.end[gi - 1] : 0);
+    const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
+    /* the copies of chunk 0 this lane makes: piece p = lane + 32 m of the
+     * chunk is row p / 19's word p % 19, counted from the 16-byte word at
+     * or below the row's start (o bytes below); the word holds bytes of a
+     * chunk of len bytes while 16 (p % 19) - o < len */
+    const uint8_t *src[5];
+    int dst[5], wo[5];
+#pragma unroll
+    for (int m = 0; m < 5; m++) {
+        const int p = lane + 32 * m, pr = p / 19 < 8 ? p / 19 : 7, w = p % 19;
+        const uint8_t *rb = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 4 * pr);
+        const int o = (int)((uintptr_t)rb & 15);
+        src[m] = rb - o + 16 * w;
+        dst[m] = pr * Q8D_ROW + 16 * w;
+        wo[m] = p < Q8D_PIECES ? 16 * w - o : 1 << 30;
+    }
+    const int nch = (nb + Q8D_E - 1) / Q8D_E;
+    auto issue = [&](int i) {
+        if (i < nch) {
+            uint8_t *d = ring + (i % S) * Q8D_SLOT;
+            const int len = 36 * (nb - Q8D_E * i < Q8D_E ? nb - Q8D_E * i : Q8D_E);
+#pragma unroll
+            for (int m = 0; m < 5; m++)
+                if (wo[m] < len) cp16(d + dst[m], src[m] + (size_t)i * (36 * Q8D_E));
+        }
+        cp_commit(); /* empty groups past the end keep the count */
+    };
+    for (int i = 0; i < S - 1; i++) issue(i);
+    pdl_wait();
+    pdl_launch();
+    int neg = 0; /* an activation byte of -128 (NVFP4: x86's products differ there) */
+    for (int i = threadIdx.x; i < T * nba * 9; i += blockDim.x) {
+        const int tb = i / 9, q = i % 9; /* token tb / nba, block tb % nba, its word q: d, then 8 of qs */
+        const int v = __ldg((const int *)(act + (size_t)(tb / nba) * act_stride) + (size_t)(tb % nba) * 9 + q);
+        if (q == 0) {
+            s_ad[tb] = h2f((uint16_t)v);
+        } else {
+            s_aq[tb * 8 + q8d_perm<TYPE>(q - 1)] = v;
+            const unsigned z = (unsigned)v ^ 0x80808080u; /* a zero byte where v has -128 */
+            if (FP4 && ((z - 0x01010101u) & ~z & 0x80808080u)) neg = 1;
+        }
+    }
+    neg = __syncthreads_or(neg);
+    const int o_my = (int)((uintptr_t)my & 15);
+    const int rot0 = 20 - 8 * (k >> 1), rot1 = (rot0 - 16) & 31; /* scales d[k >> 1], d[2 + (k >> 1)] */
+    float ca[DEC_MAX_T], cb[DEC_MAX_T]; /* the lane's two chains, per token */
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) ca[t] = cb[t] = 0;
+    for (int i = 0; i < nch; i++) {
+        issue(i + S - 1);
+        cp_wait<S - 1>(); /* chunk i's group is complete */
+        __syncwarp();
+        const uint8_t *cs = ring + (i % S) * Q8D_SLOT + r * Q8D_ROW + o_my;
+#pragma unroll
+        for (int e = 0; e < Q8D_E; e++) {
+            const int b = Q8D_E * i + e;
+            if (b >= nb) break;
+            const int *x = (const int *)(cs + 36 * e); /* word 0: d (Q8_0) or the four scales (NVFP4); 1..8: qs */
+            if constexpr (!FP4) {
+                const float dx = h2f((uint16_t)x[0]);
+                const int wa = x[1 + k], wb = x[5 + k];
+#pragma unroll
+                for (int t = 0; t < DEC_MAX_T; t++) {
+                    if (t >= T) break;
+                    const int2 av = *(const int2 *)(s_aq + (t * nba + b) * 8 + 2 * k);
+                    const float d = dx * s_ad[t * nba + b];
+                    ca[t] = fmaf(d, (float)__dp4a(wa, av.x, 0), ca[t]);
+                    cb[t] = fmaf(d, (float)__dp4a(wb, av.y, 0), cb[t]);
+                }
+            } else {
+                const unsigned dw = (unsigned)x[0];
+                const float s0 = nvfp4_scale_rot(dw, rot0), s1 = nvfp4_scale_rot(dw, rot1);
+                int l0, h0, l1, h1; /* codes of chains c, c + 2 in halves 0, 1 */
+                fp4_codes((unsigned)x[1 + k], &l0, &h0);
+                fp4_codes((unsigned)x[5 + k], &l1, &h1);
+#pragma unroll
+                for (int t = 0; t < DEC_MAX_T; t++) {
+                    if (t >= T) break;
+                    const int *ab = s_aq + (t * nba + 2 * b) * 8 + 2 * k;
+                    const int2 a0 = *(const int2 *)ab, a1 = *(const int2 *)(ab + 8);
+                    const float2 dy = *(const float2 *)(s_ad + t * nba + 2 * b);
+                    int p0 = __dp4a(l0, a0.x, 0), q0 = __dp4a(h0, a0.y, 0);
+                    int p1 = __dp4a(l1, a1.x, 0), q1 = __dp4a(h1, a1.y, 0);
+                    if (neg) {
+                        p0 += fp4_fix(l0, a0.x);
+                        q0 += fp4_fix(h0, a0.y);
+                        p1 += fp4_fix(l1, a1.x);
+                        q1 += fp4_fix(h1, a1.y);
+                    }
+                    const float f0 = s0 * dy.x, f1 = s1 * dy.y;
+                    ca[t] = fmaf(f0, (float)p0, ca[t]);
+                    cb[t] = fmaf(f0, (float)q0, cb[t]);
+                    ca[t] = fmaf(f1, (float)p1, ca[t]);
+                    cb[t] = fmaf(f1, (float)q1, cb[t]);
+                }
+            }
+        }
+        __syncwarp(); /* the ring slot is free again */
+    }
+    cp_wait<0>();
+    /* the row's eight chains in the CPU's lane order; lane k writes token k */
+    float v = 0;
+#pragma unroll
+    for (int t = 0; t < DEC_MAX_T; t++) {
+        if (t >= T) break;
+        float ch[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) {
+            const int sl = FP4 ? (c & 1) + 2 * (c >> 2) : c & 3;
+            const bool second = FP4 ? (c & 2) != 0 : c >= 4;
+            ch[c] = __shfl_sync(0xffffffffu, second ? cb[t] : ca[t], (lane & ~3) + sl);
+        }
+        if (t == k) v = hsum8(ch);
+    }
+    if (u < R && k < T) {
+        if (LOGITS) v = logit_post(v, lscale, cap);
+        G.y[gi][(size_t)k * G.rows[gi] + row] = v;
     }
 }
 
@@ -1299,16 +1530,22 @@ static void dec2_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
 #undef DEC2
 }
 
-/* Q4_K and Q6_K decode matmuls through the weight ring (k_mm_q4K_dec,
- * k_mm_q6K_dec) by default; MUSER_CUDA_DEC_RING=0 runs k_mm_dec2 for them
- * too, =q4 the ring for Q4_K alone, to compare */
+/* Q4_K, Q6_K, Q8_0 and NVFP4 decode matmuls through the weight ring
+ * (k_mm_q4K_dec, k_mm_q6K_dec, k_mm_q8_dec) by default, to compare:
+ * MUSER_CUDA_DEC_RING=0 runs k_mm_dec2 (Q4_K, Q6_K) and k_mm_q (Q8_0,
+ * NVFP4) instead, =k the ring for Q4_K and Q6_K alone, =q4 for Q4_K alone */
 static bool dec_ring(uint32_t t) {
-    static int mode = -1; /* 0 off, 1 on, 2 Q4_K */
+    static int mode = -1; /* 0 off, 1 on, 2 Q4_K, 3 Q4_K and Q6_K */
     if (mode < 0) {
         const char *v = getenv("MUSER_CUDA_DEC_RING");
-        mode = v && !strcmp(v, "0") ? 0 : v && !strcmp(v, "q4") ? 2 : 1;
+        mode = v && !strcmp(v, "0") ? 0 : v && !strcmp(v, "q4") ? 2 : v && !strcmp(v, "k") ? 3 : 1;
     }
-    return t == MU_T_Q4_K ? mode != 0 : t == MU_T_Q6_K && mode == 1;
+    switch (t) {
+    case MU_T_Q4_K: return mode != 0;
+    case MU_T_Q6_K: return mode == 1 || mode == 3;
+    case MU_T_Q8_0: case MU_T_NVFP4: return mode == 1;
+    default: return false;
+    }
 }
 
 bool cu_pdl(void) {
@@ -1323,16 +1560,26 @@ bool cu_pdl(void) {
     return ok;
 }
 
+/* warps a thread block of k_mm_q8_dec: eight, or four where the
+ * activation rows of eight do not fit (FFN down of several tokens); 0:
+ * neither fits */
+static int q8d_warps(uint32_t type, int T, int nb) {
+    const size_t mx = (size_t)dec2_smem_max();
+    return q8d_smem(type, T, nb, 8) <= mx ? 8 : q8d_smem(type, T, nb, 4) <= mx ? 4 : 0;
+}
+
 /* the ring kernels take w for T tokens */
 static bool ring_ok(const dtensor *w, int T) {
     if (T > DEC_MAX_T || !dec_ring(w->type)) return false;
+    if (w->type == MU_T_Q8_0 || w->type == MU_T_NVFP4) return q8d_warps(w->type, T, q8d_nb(w->type, w->ne0)) > 0;
     const int nb = w->ne0 / 256;
     const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, nb, ring_deep(w->type, nb)) : q6d_smem(T, nb);
     return sm <= (size_t)dec2_smem_max();
 }
 
-/* n (<= DEC_GRP) Q4_K or Q6_K matrices of one width in one launch of a
- * ring kernel: eight (Q4_K) or four rows a warp */
+/* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
+ * in one launch of a ring kernel: eight (Q4_K, Q8_0, NVFP4) or four (Q6_K)
+ * rows a warp */
 static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
                         int n_batch, float *const *ys, bool logits, float lscale, float cap) {
     dec_grp G = {};
@@ -1346,7 +1593,6 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
         G.end[i] = end; /* rows, here */
     }
     G.n = n;
-    const int nb = ws[0]->ne0 / 256;
     const uint8_t *a = (const uint8_t *)act;
     static bool big;
     if (!big) {
@@ -1357,9 +1603,25 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
         cudaFuncSetAttribute(k_mm_q4K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
         cudaFuncSetAttribute(k_mm_q6K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
         cudaFuncSetAttribute(k_mm_q6K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_Q8_0, false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_Q8_0, true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_NVFP4, false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_NVFP4, true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
         big = true;
     }
-    if (ws[0]->type == MU_T_Q4_K) {
+    const uint32_t ty = ws[0]->type;
+    if (ty == MU_T_Q8_0 || ty == MU_T_NVFP4) {
+        const int nb = q8d_nb(ty, ws[0]->ne0), nw = q8d_warps(ty, T, nb);
+        const size_t sm = q8d_smem(ty, T, nb, nw);
+        const dim3 grid((unsigned)((end + 8 * nw - 1) / (8 * nw))), block(nw * 32);
+        if (ty == MU_T_Q8_0 && logits) launch_pdl(k_mm_q8_dec<MU_T_Q8_0, true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        else if (ty == MU_T_Q8_0) launch_pdl(k_mm_q8_dec<MU_T_Q8_0, false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        else if (logits) launch_pdl(k_mm_q8_dec<MU_T_NVFP4, true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        else launch_pdl(k_mm_q8_dec<MU_T_NVFP4, false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        return;
+    }
+    const int nb = ws[0]->ne0 / 256;
+    if (ty == MU_T_Q4_K) {
         const bool deep = ring_deep(MU_T_Q4_K, nb);
         const size_t sm = q4d_smem(T, nb, deep);
         const int nw = deep ? 4 : 8;
