@@ -242,8 +242,8 @@ __device__ __forceinline__ float byte_f(int x, int k) {
 /* byte k of x in all four bytes */
 __device__ __forceinline__ int byte_bcast(int x, int k) { return (int)__byte_perm((unsigned)x, 0u, 0x1111 * k); }
 
-template <int NN, int WB, bool MIXED>
-__global__ void __launch_bounds__(32 * WB, 1)
+template <int NN, int WB, bool MIXED, int MINB>
+__global__ void __launch_bounds__(32 * WB, MINB)
 k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
             int n_batch, float *y, int tile0) {
     constexpr int NT = 8 * NN;
@@ -293,15 +293,23 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                 k4_unpack(scw[1], S[1], Mn[1]);
             }
             const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
-            float dd[NN][4], dm[NN][4]; /* the chain factors of this block */
+            /* the chain factors of this block: held, or (MINB > 1, for
+             * the registers) made where used */
+            constexpr bool PRE = MINB == 1 || NN == 2;
+            float dd[PRE ? NN : 1][4], dm[PRE ? NN : 1][4], sd[NN][2];
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     const float v = s_d2[cur][8 * n + 2 * q + (k & 1)];
-                    dd[n][k] = (k >> 1 ? dxb : dxa) * v;
-                    dm[n][k] = (k >> 1 ? mxb : mxa) * v;
+                    if (k < 2) sd[n][k] = v;
+                    if (PRE) {
+                        dd[n][k] = (k >> 1 ? dxb : dxa) * v;
+                        dm[n][k] = (k >> 1 ? mxb : mxa) * v;
+                    }
                 }
+#define DD(n, k) (PRE ? dd[n][k] : ((k) >> 1 ? dxb : dxa) * sd[n][(k) & 1])
+#define DM(n, k) (PRE ? dm[n][k] : ((k) >> 1 ? mxb : mxa) * sd[n][(k) & 1])
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int qa0 = ld32(pa->qs + 32 * j + 4 * q), qa1 = ld32(pa->qs + 32 * j + 16 + 4 * q);
@@ -339,8 +347,8 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                         }
                         const float p0 = fmaf(__int_as_float(D0[k]), fs0[h], ns0[h]);
                         const float p1 = fmaf(__int_as_float(D1[k]), fs1[h], ns1[h]);
-                        acc[n][k] = fmaf(p0 + p1, dd[n][k], acc[n][k]);
-                        accm[n][k] = fmaf(magic_x(Dm[k]), dm[n][k], accm[n][k]);
+                        acc[n][k] = fmaf(p0 + p1, DD(n, k), acc[n][k]);
+                        accm[n][k] = fmaf(magic_x(Dm[k]), DM(n, k), accm[n][k]);
                     }
                 }
             }
@@ -351,10 +359,12 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                     for (int k = 0; k < 4; k++) {
                         const int t = t0 + 8 * n + 2 * q + (k & 1);
                         if (t < n_batch || t >= T) continue;
-                        acc[n][k] = fmaf((float)isum[n][k], dd[n][k], acc[n][k]);
-                        accm[n][k] = fmaf((float)imin[n][k], dm[n][k], accm[n][k]);
+                        acc[n][k] = fmaf((float)isum[n][k], DD(n, k), acc[n][k]);
+                        accm[n][k] = fmaf((float)imin[n][k], DM(n, k), accm[n][k]);
                         isum[n][k] = imin[n][k] = 0;
                     }
+#undef DD
+#undef DM
         }
         __syncthreads(); /* the tiles of b are free for b + 2 */
     }
@@ -405,30 +415,31 @@ __device__ __forceinline__ void q6_split(int U, int sc, int off, int *hi, int *l
 
 __device__ __forceinline__ int sbyte(const int w[4], int i) { return (int)(int8_t)(w[i >> 2] >> (8 * (i & 3))); }
 
-template <bool TC>
-__global__ void __launch_bounds__(128)
+template <bool TC, int NN>
+__global__ void __launch_bounds__(128, NN == 4 ? 2 : 3)
 k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              float *y) {
-    __shared__ int s_q2[2][Q6_TOK * Q6_SW];
-    __shared__ int16_t s_bs2[2][Q6_TOK * 2 * BS_W];
-    __shared__ float s_d2[2][Q6_TOK];
+    constexpr int NT = 8 * NN;
+    __shared__ int s_q2[2][NT * Q6_SW];
+    __shared__ int16_t s_bs2[2][NT * 2 * BS_W];
+    __shared__ float s_d2[2][NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int t0 = blockIdx.x * Q6_TOK, r0 = blockIdx.y * 64 + warp * 16;
+    const int t0 = blockIdx.x * NT, r0 = blockIdx.y * 64 + warp * 16;
     const bool live = r0 < rows;
     const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1);
     const dq6_K *xa = (const dq6_K *)(w + (size_t)ra * w_rb), *xb = (const dq6_K *)(w + (size_t)rb * w_rb);
-    float acc[8][4][4];
+    float acc[8][NN][4];
 #pragma unroll
     for (int m = 0; m < 8; m++)
 #pragma unroll
-        for (int n = 0; n < 4; n++)
+        for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[m][n][k] = 0;
-    stage_q8_K<Q6_TOK, Q6_SW, 128, !TC>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
+    stage_q8_K<NT, Q6_SW, 128, !TC>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) {
-            stage_q8_K<Q6_TOK, Q6_SW, 128, !TC>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T,
+            stage_q8_K<NT, Q6_SW, 128, !TC>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T,
                                                 b + 1);
             cp_wait<1>();
         } else {
@@ -450,9 +461,9 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             swb[i] = ld32(pb->scales + 4 * i);
         }
         const float dxa = h2f(pa->d), dxb = h2f(pb->d);
-        float dd[4][4];
+        float dd[NN][4];
 #pragma unroll
-        for (int n = 0; n < 4; n++)
+        for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) dd[n][k] = s_d[8 * n + 2 * q + (k & 1)] * (k >> 1 ? dxb : dxa);
         /* this thread's chunks: q and q + 4 (sub-chunk q of each half) */
@@ -472,7 +483,7 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
             const int Ao[4] = {(sbyte(swa, 2 * m) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m) & 0xFF) * 0x01010101,
                                (sbyte(swa, 2 * m + 1) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m + 1) & 0xFF) * 0x01010101};
 #pragma unroll
-            for (int n = 0; n < 4; n++) {
+            for (int n = 0; n < NN; n++) {
                 const int *bp = s_q + (8 * n + g) * Q6_SW + 8 * q + m;
                 const int B[2] = {bp[0], bp[32]};
                 int Ch[4], Cl[4];
@@ -507,7 +518,7 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
     }
     if (!live) return;
 #pragma unroll
-    for (int n = 0; n < 4; n++)
+    for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
             const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
@@ -560,34 +571,38 @@ static bool q4k_wsmem(void) {
     return ok;
 }
 
-/* the prefill kernels with every integer on the tensor cores (default);
- * MUSER_CUDA_MMQ_TC=0: k_mm_q4K_mma and Q6_K's bsums correction, to
- * compare */
-static bool mmq_tc(void) {
-    static int ok = -1;
-    if (ok < 0) {
-        const char *v = getenv("MUSER_CUDA_MMQ_TC");
-        ok = !(v && *v == '0');
+/* the prefill kernels with every integer on the tensor cores (default 1:
+ * Q4_K's thread blocks one an SM); MUSER_CUDA_MMQ_TC=2: two an SM (128
+ * registers); =3: two an SM of 16 tokens a warp; =0: k_mm_q4K_mma and
+ * Q6_K's bsums correction, to compare */
+static int mmq_tc(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("MUSER_CUDA_MMQ_TC");
+        v = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 1;
     }
-    return ok;
+    return v;
 }
 
 /* Q4_K on k_mm_q4K_tc: the token tiles below n_batch, then the rest with
  * the per-super-block steps (MIXED) */
+template <int NN, int MINB>
 static void q4K_tc_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
                           size_t act_stride, int T, int n_batch, float *y) {
-    constexpr int NN = 4, WB = 8, NT = 8 * NN, sm = 2 * 16 * WB * 144;
+    constexpr int WB = 8, NT = 8 * NN, sm = 2 * 16 * WB * 144;
     static bool big;
     if (!big) {
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false, MINB>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true, MINB>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
         big = true;
     }
     const int tiles = (T + NT - 1) / NT, fast = n_batch / NT, ry = (rows + 16 * WB - 1) / (16 * WB);
     if (fast > 0)
-        k_mm_q4K_tc<NN, WB, false><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
+        k_mm_q4K_tc<NN, WB, false, MINB><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
     if (tiles > fast)
-        k_mm_q4K_tc<NN, WB, true><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
+        k_mm_q4K_tc<NN, WB, true, MINB><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
 }
 
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
@@ -596,7 +611,9 @@ bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t ac
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     if (w->type == MU_T_Q4_K) {
         if (mmq_tc() && !q4k_wide() && q4k_wsmem()) {
-            q4K_tc_launch(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+            if (mmq_tc() == 2) q4K_tc_launch<4, 2>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+            else if (mmq_tc() == 3) q4K_tc_launch<2, 2>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
+            else q4K_tc_launch<4, 1>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         } else if (q4k_wide()) {
             k_mm_q4K_mma<8, 4, false><<<dim3((T + 63) / 64, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         } else if (q4k_wsmem()) {
@@ -613,9 +630,10 @@ bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t ac
         return true;
     }
     if (w->type == MU_T_Q6_K) {
-        const dim3 grid((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64);
-        if (mmq_tc()) k_mm_q6K_mma<true><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
-        else k_mm_q6K_mma<false><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        const dim3 grid((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), grid2((T + 15) / 16, (rows + 63) / 64);
+        if (mmq_tc() == 3) k_mm_q6K_mma<true, 2><<<grid2, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        else if (mmq_tc()) k_mm_q6K_mma<true, 4><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        else k_mm_q6K_mma<false, 4><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
         return true;
     }
     return false;

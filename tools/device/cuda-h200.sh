@@ -120,6 +120,7 @@ if [ -n "$NCU" ] && [ "$(left)" -gt 90 ]; then
   timeout "$(( $(left) - 30 ))" ncu --kernel-name "regex:$NCU" --launch-skip "${NCU_SKIP:-20}" --launch-count 6 --clock-control none \
     --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
     --section ComputeWorkloadAnalysis --section InstructionStats \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio' \
     "$M" bench -m "$F" --backend cuda --depths "${DEPTHS%%,*}" --gen 4 >"$OUT/ncu.txt" 2>&1
   note "ncu rc $?"
 fi
