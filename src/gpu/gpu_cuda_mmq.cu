@@ -1,218 +1,21 @@
 /* gpu_cuda_mmq.cu: prefill matmuls (more tokens than a decode step) of
- * Q4_K and Q6_K on the int8 tensor cores, with the CPU's chains. */
-#include "mm.cuh"
-
-/* ---- Q4_K prefill on int8 tensor cores ----------------------------------
- * The CPU's Q4_K arithmetic is made of exact integer dot products over
- * sub-blocks of 32 (nibble x Q8_K byte), then float chains per (row, token)
- * in block order. An int8 mma (m16n8k32) computes exactly those sub-block
- * products for 16 rows x 8 tokens at once, so the chains stay the CPU's.
- * Tiles: see k_mm_q4K_mma (16 rows x 32 or 64 tokens per warp). Fragment layouts
- * of mma.m16n8k32.s8 (PTX ISA): A reg i: row g (+8 for odd i), columns
+ * Q4_K and Q6_K on the int8 tensor cores, with the CPU's chains.
+ *
+ * The CPU's arithmetic for these types is exact integer dot products over
+ * sub-blocks, then float chains per (row, token) in block order. An int8
+ * mma (m16n8k32) computes exact integer sums for 16 rows x 8 tokens at
+ * once; here it computes every integer the chains need (the sub-block
+ * sums, Q4_K's min parts, Q6_K's offset term), and every accumulator that
+ * becomes a float starts at MAGIC_I, the bits of 1.5 x 2^23: an int32 sum
+ * x with |x| < 2^22 added to it is the float 1.5 x 2^23 + x, so x itself
+ * is one exact float subtraction away, with no conversion instruction (an
+ * eighth of the float rate on sm_90) and no integer work left to the
+ * scalar lanes but a few byte permutes. Fragment layouts of
+ * mma.m16n8k32.s8 (PTX ISA): A reg i: row g (+8 for odd i), columns
  * 4q..4q+3 (+16 for i >= 2); B reg i: column g, rows 4q..4q+3 (+16 for
  * i = 1); C reg i: row g (+8 for i >= 2), column 2q + (i & 1); g = lane/4,
  * q = lane%4. */
-
-#define Q4_SW 68    /* words per token row of the shared tile: banks 4g + q distinct */
-
-__device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
-
-#define BS_W 9 /* words per token row of the bsums tile (banks 18q distinct) */
-
-/* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
- * into shared tiles: the quantized bytes (SW words per token), the 16
- * bsums (int16; BS) and d. All NTH threads of the block take part. */
-template <int NT, int SW, int NTH = 128, bool BS = true>
-__device__ __forceinline__ void stage_q8_K(int *s_q, int16_t *s_bs, float *s_d, const uint8_t *act, size_t stride,
-                                           int t0, int T, int b) {
-#pragma unroll
-    for (int r = 0; r < NT * 64 / NTH; r++) {
-        const int i = threadIdx.x + NTH * r, t = i >> 6, wd = i & 63;
-        const bool ok = t0 + t < T;
-        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
-        cp4(s_q + t * SW + wd, ab->qs + 4 * wd, ok);
-    }
-#pragma unroll
-    for (int r = 0; r < (BS ? (NT * 8 + NTH - 1) / NTH : 0); r++) {
-        const int i = threadIdx.x + NTH * r, t = i >> 3, wd = i & 7;
-        if (t < NT) {
-            const bool ok = t0 + t < T;
-            const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
-            cp4(s_bs + t * 2 * BS_W + 2 * wd, ab->bsums + 2 * wd, ok);
-        }
-    }
-    if (threadIdx.x < NT) {
-        const bool ok = t0 + (int)threadIdx.x < T;
-        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + threadIdx.x : 0) * stride) + b;
-        cp4(s_d + threadIdx.x, &ab->d, ok);
-    }
-    cp_commit();
-}
-
-/* Starts copying super-block b of the block's 16 WB weight rows (clamped
- * to the last row) into s_w (144 bytes a row); no commit. */
-template <int WB>
-__device__ __forceinline__ void stage_q4_K(uint8_t *s_w, const uint8_t *w, size_t w_rb, int r0, int rows, int b) {
-    for (int i = threadIdx.x; i < 16 * WB * 9; i += 32 * WB) {
-        const int r = i / 9, c = i % 9;
-        const int rr = r0 + r < rows ? r0 + r : rows - 1;
-        cp16(s_w + r * 144 + 16 * c, w + (size_t)rr * w_rb + (size_t)b * 144 + 16 * c);
-    }
-}
-
-/* A warp: 16 rows x 8 NN tokens; a block: WB warps (16 WB rows) sharing
- * the token tile. Grid: x over token tiles, y over row tiles, so the
- * blocks that run together share weight rows (read once from memory, then
- * from L2). WS: the weight blocks come through shared memory too
- * (cp.async, double-buffered with the activations; dynamic shared memory
- * 2 x 144 x 16 WB bytes) instead of straight from global memory. */
-template <int NN, int WB, bool WS>
-__global__ void __launch_bounds__(32 * WB, NN == 4 ? 2 : 1)
-k_mm_q4K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
-             int n_batch, float *y) {
-    constexpr int NT = 8 * NN;
-    __shared__ int s_q2[2][NT * Q4_SW];
-    __shared__ int16_t s_bs2[2][NT * 2 * BS_W];
-    __shared__ float s_d2[2][NT];
-    extern __shared__ int4 s_w4[]; /* WS: [2][16 WB][144 bytes] */
-    uint8_t *s_w = (uint8_t *)s_w4;
-    const int rblk = blockIdx.y * 16 * WB;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int t0 = blockIdx.x * NT, r0 = blockIdx.y * 16 * WB + warp * 16;
-    const bool live = r0 < rows; /* no early return: the block shares the tiles */
-    const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1); /* clamped: results of extra rows unused */
-    const mu_block_q4_K *xa = (const mu_block_q4_K *)(w + (size_t)ra * w_rb);
-    const mu_block_q4_K *xb = (const mu_block_q4_K *)(w + (size_t)rb * w_rb);
-    float acc[NN][4], accm[NN][4];
-#pragma unroll
-    for (int n = 0; n < NN; n++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) acc[n][k] = accm[n][k] = 0;
-    if (WS) stage_q4_K<WB>(s_w, w, w_rb, rblk, rows, 0);
-    stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
-    for (int b = 0; b < nb; b++) {
-        const int cur = b & 1;
-        if (b + 1 < nb) { /* the next tiles load while this one is used */
-            if (WS) stage_q4_K<WB>(s_w + (cur ^ 1) * 16 * WB * 144, w, w_rb, rblk, rows, b + 1);
-            stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
-            cp_wait<1>();
-        } else {
-            cp_wait<0>();
-        }
-        __syncthreads();
-        const int *s_q = s_q2[cur];
-        const int16_t *s_bs = s_bs2[cur];
-        const float *s_d = s_d2[cur];
-        if (!live) {
-            __syncthreads();
-            continue;
-        }
-        /* this super-block of rows a and b: from shared memory or global */
-        const mu_block_q4_K *pa = WS ? (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g) * 144) : xa + b;
-        const mu_block_q4_K *pb = WS ? (const mu_block_q4_K *)(s_w + (cur * 16 * WB + warp * 16 + g + 8) * 144) : xb + b;
-        /* the packed scales of both rows (decoded where used: registers) */
-        int scw[2][3];
-#pragma unroll
-        for (int i = 0; i < 3; i++) {
-            scw[0][i] = ld32(pa->scales + 4 * i);
-            scw[1][i] = ld32(pb->scales + 4 * i);
-        }
-        const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
-        int isum[NN][4];
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) isum[n][k] = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int qa0 = ld32(pa->qs + 32 * j + 4 * q), qa1 = ld32(pa->qs + 32 * j + 16 + 4 * q);
-            const int qb0 = ld32(pb->qs + 32 * j + 4 * q), qb1 = ld32(pb->qs + 32 * j + 16 + 4 * q);
-#pragma unroll
-            for (int hi = 0; hi < 2; hi++) {
-                const int sb = 2 * j + hi, sh = 4 * hi;
-                const int A[4] = {(qa0 >> sh) & 0x0F0F0F0F, (qb0 >> sh) & 0x0F0F0F0F, (qa1 >> sh) & 0x0F0F0F0F,
-                                  (qb1 >> sh) & 0x0F0F0F0F};
-#pragma unroll
-                for (int n = 0; n < NN; n++) {
-                    const int *bp = s_q + (8 * n + g) * Q4_SW + 8 * sb + q; /* this thread's B column */
-                    const int B[2] = {bp[0], bp[4]};
-                    int C[4] = {0, 0, 0, 0};
-                    mma_s8(C, A, B);
-                    const int sca = scale_k4w(sb, scw[0]), scb = scale_k4w(sb, scw[1]);
-                    isum[n][0] += sca * C[0];
-                    isum[n][1] += sca * C[1];
-                    isum[n][2] += scb * C[2];
-                    isum[n][3] += scb * C[3];
-                }
-            }
-            /* the min part of the 64 elements j, and the per-64 chain steps */
-#pragma unroll
-            for (int n = 0; n < NN; n++)
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
-                    if (t >= n_batch) continue; /* t >= T too: n_batch <= T */
-                    const int *sw = scw[k >> 1];
-                    const int16_t *bs = s_bs + tl * 2 * BS_W + 4 * j;
-                    const int im = min_k4w(2 * j, sw) * (bs[0] + bs[1]) + min_k4w(2 * j + 1, sw) * (bs[2] + bs[3]);
-                    const float d = (k >> 1 ? dxb : dxa) * s_d[tl], dm = (k >> 1 ? mxb : mxa) * s_d[tl];
-                    acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
-                    accm[n][k] = fmaf((float)im, dm, accm[n][k]);
-                    isum[n][k] = 0;
-                }
-        }
-        /* the per-super-block chain steps (rows t >= n_batch) */
-#pragma unroll
-        for (int n = 0; n < NN; n++)
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int tl = 8 * n + 2 * q + (k & 1), t = t0 + tl;
-                if (t >= T || t < n_batch) continue;
-                const int *sw = scw[k >> 1];
-                const int16_t *bs = s_bs + tl * 2 * BS_W;
-                int imin = 0; /* the min part of the whole block */
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    imin += min_k4w(2 * j, sw) * (bs[4 * j] + bs[4 * j + 1]) +
-                            min_k4w(2 * j + 1, sw) * (bs[4 * j + 2] + bs[4 * j + 3]);
-                const float d = (k >> 1 ? dxb : dxa) * s_d[tl], dm = (k >> 1 ? mxb : mxa) * s_d[tl];
-                acc[n][k] = fmaf((float)isum[n][k], d, acc[n][k]);
-                accm[n][k] = fmaf((float)imin, dm, accm[n][k]);
-            }
-        __syncthreads(); /* the tiles of b are free for b + 2 */
-    }
-    if (!live) return;
-#pragma unroll
-    for (int n = 0; n < NN; n++)
-#pragma unroll
-        for (int k = 0; k < 4; k++) {
-            const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
-            if (t < T && r < rows) y[(size_t)t * rows + r] = acc[n][k] - accm[n][k];
-        }
-}
-
-/* ---- Q4_K prefill, all integers on the tensor cores ----------------------
- * k_mm_q4K_mma leaves per (row, token) and 64 elements two scale products,
- * the min part from the bsums and two int-to-float conversions to the
- * scalar lanes; the conversions run at an eighth of the float rate. Here
- * the tensor cores take the min part too (the 6-bit min broadcast over its
- * sub-block's 32 weights, times the activation bytes, is exactly min x the
- * sub-block's sum), and every accumulator starts at MAGIC_I, the bits of
- * 1.5 x 2^23: an int32 sum x with |x| < 2^22 added to it is the float
- * 1.5 x 2^23 + x, so x itself is one exact float subtraction away. The
- * scale products follow in float with no rounding: (M + s) x sc - M x sc
- * in one fmaf is the integer s x sc (< 2^24), and the two of them add
- * exactly, so each chain step gets the CPU's (float)isum and (float)imin.
- * Bounds: a sub-block sum |s| <= 15 x 127 x 32 < 2^22; a min part
- * <= 63 x 127 x 64 < 2^22. Tokens past n_batch (the CPU's per-super-block
- * steps, whose integers can pass 2^24) keep integer sums and convert once
- * a block; only tiles that hold such tokens (MIXED) carry them. */
+#include "mm.cuh"
 
 #define MAGIC_I 0x4B400000 /* the bits of 12582912.f = 1.5 x 2^23 */
 #define MAGIC_F 12582912.f
@@ -242,8 +45,68 @@ __device__ __forceinline__ float byte_f(int x, int k) {
 /* byte k of x in all four bytes */
 __device__ __forceinline__ int byte_bcast(int x, int k) { return (int)__byte_perm((unsigned)x, 0u, 0x1111 * k); }
 
-template <int NN, int WB, bool MIXED, int MINB>
-__global__ void __launch_bounds__(32 * WB, MINB)
+/* d = c + a b, the accumulator kept (chained sums) */
+__device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+/* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
+ * into shared tiles: the quantized bytes (SW words per token) and d. All
+ * NTH threads of the block take part. */
+template <int NT, int SW, int NTH = 128>
+__device__ __forceinline__ void stage_q8_K(int *s_q, float *s_d, const uint8_t *act, size_t stride, int t0, int T,
+                                           int b) {
+#pragma unroll
+    for (int r = 0; r < NT * 64 / NTH; r++) {
+        const int i = threadIdx.x + NTH * r, t = i >> 6, wd = i & 63;
+        const bool ok = t0 + t < T;
+        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
+        cp4(s_q + t * SW + wd, ab->qs + 4 * wd, ok);
+    }
+    if (threadIdx.x < NT) {
+        const bool ok = t0 + (int)threadIdx.x < T;
+        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + threadIdx.x : 0) * stride) + b;
+        cp4(s_d + threadIdx.x, &ab->d, ok);
+    }
+    cp_commit();
+}
+
+/* ---- Q4_K --------------------------------------------------------------
+ * Per (row, token) and 64 elements the CPU takes two chain steps:
+ * isum = sc0 s0 + sc1 s1 (6-bit scales, sub-block sums s) by d, and the
+ * min part (6-bit mins times the sub-blocks' activation sums) by dmin.
+ * s0 and s1 come from mmas started at MAGIC_I; (M + s) x sc - M x sc in one
+ * fmaf is the integer s x sc (< 2^24), and the two add exactly, so the
+ * step gets the CPU's (float)isum. The min part is an mma too: the min
+ * broadcast over its sub-block's 32 weights, times the activation bytes,
+ * is min x the sub-block's sum. Bounds: |s| <= 15 x 127 x 32 < 2^22; a
+ * min part <= 63 x 127 x 64 < 2^22. Tokens past n_batch (the CPU's
+ * per-super-block steps, whose integers can pass 2^24) keep integer sums
+ * and convert once a block; only the tiles that hold such tokens (MIXED)
+ * carry them.
+ * A warp: 16 rows x 8 NN tokens; a thread block: WB warps (16 WB rows)
+ * sharing the token tile, weight and activation tiles through shared
+ * memory (cp.async, double-buffered; dynamic shared memory 2 x 144 x 16 WB
+ * bytes). Grid: x over token tiles, y over row tiles, so the blocks that
+ * run together share weight rows (read once from memory, then from L2). */
+
+#define Q4_SW 68 /* words per token row of the shared tile: banks 4g + q distinct */
+
+/* Starts copying super-block b of the block's 16 WB weight rows (clamped
+ * to the last row) into s_w (144 bytes a row); no commit. */
+template <int WB>
+__device__ __forceinline__ void stage_q4_K(uint8_t *s_w, const uint8_t *w, size_t w_rb, int r0, int rows, int b) {
+    for (int i = threadIdx.x; i < 16 * WB * 9; i += 32 * WB) {
+        const int r = i / 9, c = i % 9;
+        const int rr = r0 + r < rows ? r0 + r : rows - 1;
+        cp16(s_w + r * 144 + 16 * c, w + (size_t)rr * w_rb + (size_t)b * 144 + 16 * c);
+    }
+}
+
+template <int NN, int WB, bool MIXED>
+__global__ void __launch_bounds__(32 * WB, 1)
 k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
             int n_batch, float *y, int tile0) {
     constexpr int NT = 8 * NN;
@@ -265,13 +128,12 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
             if (MIXED) isum[n][k] = imin[n][k] = 0;
         }
     stage_q4_K<WB>(s_w, w, w_rb, rblk, rows, 0);
-    stage_q8_K<NT, Q4_SW, 32 * WB, false>(s_q2[0], nullptr, s_d2[0], act, act_stride, t0, T, 0);
+    stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) { /* the next tiles load while this one is used */
             stage_q4_K<WB>(s_w + (cur ^ 1) * 16 * WB * 144, w, w_rb, rblk, rows, b + 1);
-            stage_q8_K<NT, Q4_SW, 32 * WB, false>(s_q2[cur ^ 1], nullptr, s_d2[cur ^ 1], act, act_stride, t0, T,
-                                                  b + 1);
+            stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
@@ -293,23 +155,15 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                 k4_unpack(scw[1], S[1], Mn[1]);
             }
             const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
-            /* the chain factors of this block: held, or (MINB > 1, for
-             * the registers) made where used */
-            constexpr bool PRE = MINB == 1 || NN == 2;
-            float dd[PRE ? NN : 1][4], dm[PRE ? NN : 1][4], sd[NN][2];
+            float dd[NN][4], dm[NN][4]; /* the chain factors of this block */
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     const float v = s_d2[cur][8 * n + 2 * q + (k & 1)];
-                    if (k < 2) sd[n][k] = v;
-                    if (PRE) {
-                        dd[n][k] = (k >> 1 ? dxb : dxa) * v;
-                        dm[n][k] = (k >> 1 ? mxb : mxa) * v;
-                    }
+                    dd[n][k] = (k >> 1 ? dxb : dxa) * v;
+                    dm[n][k] = (k >> 1 ? mxb : mxa) * v;
                 }
-#define DD(n, k) (PRE ? dd[n][k] : ((k) >> 1 ? dxb : dxa) * sd[n][(k) & 1])
-#define DM(n, k) (PRE ? dm[n][k] : ((k) >> 1 ? mxb : mxa) * sd[n][(k) & 1])
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int qa0 = ld32(pa->qs + 32 * j + 4 * q), qa1 = ld32(pa->qs + 32 * j + 16 + 4 * q);
@@ -347,8 +201,8 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                         }
                         const float p0 = fmaf(__int_as_float(D0[k]), fs0[h], ns0[h]);
                         const float p1 = fmaf(__int_as_float(D1[k]), fs1[h], ns1[h]);
-                        acc[n][k] = fmaf(p0 + p1, DD(n, k), acc[n][k]);
-                        accm[n][k] = fmaf(magic_x(Dm[k]), DM(n, k), accm[n][k]);
+                        acc[n][k] = fmaf(p0 + p1, dd[n][k], acc[n][k]);
+                        accm[n][k] = fmaf(magic_x(Dm[k]), dm[n][k], accm[n][k]);
                     }
                 }
             }
@@ -359,12 +213,10 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                     for (int k = 0; k < 4; k++) {
                         const int t = t0 + 8 * n + 2 * q + (k & 1);
                         if (t < n_batch || t >= T) continue;
-                        acc[n][k] = fmaf((float)isum[n][k], DD(n, k), acc[n][k]);
-                        accm[n][k] = fmaf((float)imin[n][k], DM(n, k), accm[n][k]);
+                        acc[n][k] = fmaf((float)isum[n][k], dd[n][k], acc[n][k]);
+                        accm[n][k] = fmaf((float)imin[n][k], dm[n][k], accm[n][k]);
                         isum[n][k] = imin[n][k] = 0;
                     }
-#undef DD
-#undef DM
         }
         __syncthreads(); /* the tiles of b are free for b + 2 */
     }
@@ -378,50 +230,43 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
         }
 }
 
-/* ---- Q6_K prefill on int8 tensor cores ----------------------------------
+/* ---- Q6_K --------------------------------------------------------------
  * The CPU keeps eight lane sums per (row, token): lane m adds, over the 8
  * chunks c of 32 of a super-block, scale(c, m) * (the 4-byte dot of bytes
- * 4m..4m+3 of chunk c), minus its share of the -32 offset; each lane folds
- * its integer into its own float chain. Here lane m's 32 bytes (4 of each
- * chunk) are the k = 32 of one mma, and its scales go into the weights:
- * w = scale * q6 (|w| <= 8064) is split as 64 * hi + lo with hi and lo
- * int8 (lo in 0..63), two exact mmas give the same integer as the CPU's.
- * A warp: 16 rows x 32 tokens, eight chains each; a thread block: 64 rows.
- * The offset part is not lane m's own: the CPU takes, into lane m, 32 x
- * (scale 2m x bsum 2m + scale 2m+1 x bsum 2m+1), the 16-element sub-blocks
- * 2m and 2m+1, so each lane's integer is its own only with that term.
- * TC: that term by a third mma too (the two sub-block scales broadcast
- * over their 16 elements, times the activations in their natural order);
- * with hi and the term started at 0 and lo at MAGIC_I, lane m's integer is
- * 32 x (2 hi - term) + lo, |2 hi - term| < 2^21, and fmaf(2 hi - term, 32,
- * lo) rounds it once, as the CPU's conversion does, with no conversion
- * instruction (a quarter of the float rate) and no bsums. */
+ * 4m..4m+3 of chunk c), minus 32 x (scale 2m x bsum 2m + scale 2m+1 x bsum
+ * 2m+1) (the 16-element sub-blocks 2m and 2m+1: the offset is not lane m's
+ * own); each lane folds its integer into its own float chain. Lane m's 32
+ * bytes (4 of each chunk) are the k = 32 of one mma, with the scales in the
+ * weights: w = scale * q6 (|w| <= 8064) is split as 64 * hi + lo with hi
+ * and lo int8 (lo in 0..63); the offset term is a third mma (the two
+ * sub-block scales broadcast over their 16 elements, times the activations
+ * in their natural order). With hi and the term started at 0 and lo at
+ * MAGIC_I, lane m's integer is 32 x (2 hi - term) + lo, |2 hi - term| <
+ * 2^21, and fmaf(2 hi - term, 32, lo) rounds it once, as the CPU's
+ * conversion does.
+ * A warp: 16 rows x 32 tokens, eight chains each; a thread block: 64 rows. */
 
 #define Q6_TOK 32
 #define Q6_SW 65 /* banks g + 8q + m distinct */
 
-/* w = sc * (u - off) for the four bytes u (0..63) of U (off 0 or 32), as
- * 64 * hi + lo */
-__device__ __forceinline__ void q6_split(int U, int sc, int off, int *hi, int *lo) {
+/* w = sc * u for the four bytes u (0..63) of U, as 64 * hi + lo */
+__device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
     /* two bytes per 16-bit field, each field biased by 8192 to stay >= 0
      * (8192 = 64 * 128: lo unchanged, hi + 128); a negative sc borrows
      * across the fields, which the final fields (all in 0..65535) undo */
-    const int bias = (8192 - off * sc) * 0x00010001;
-    const int e = (U & 0x00FF00FF) * sc + bias;
-    const int o = ((U >> 8) & 0x00FF00FF) * sc + bias;
+    const int e = (U & 0x00FF00FF) * sc + 0x20002000;
+    const int o = ((U >> 8) & 0x00FF00FF) * sc + 0x20002000;
     *lo = (e & 0x003F003F) | ((o & 0x003F003F) << 8);
     *hi = (((e >> 6) & 0x00FF00FF) | (((o >> 6) & 0x00FF00FF) << 8)) ^ (int)0x80808080;
 }
 
 __device__ __forceinline__ int sbyte(const int w[4], int i) { return (int)(int8_t)(w[i >> 2] >> (8 * (i & 3))); }
 
-template <bool TC, int NN>
-__global__ void __launch_bounds__(128, NN == 4 ? 2 : 3)
+__global__ void __launch_bounds__(128)
 k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              float *y) {
-    constexpr int NT = 8 * NN;
+    constexpr int NN = Q6_TOK / 8, NT = Q6_TOK;
     __shared__ int s_q2[2][NT * Q6_SW];
-    __shared__ int16_t s_bs2[2][NT * 2 * BS_W];
     __shared__ float s_d2[2][NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
     const int t0 = blockIdx.x * NT, r0 = blockIdx.y * 64 + warp * 16;
@@ -435,19 +280,17 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[m][n][k] = 0;
-    stage_q8_K<NT, Q6_SW, 128, !TC>(s_q2[0], s_bs2[0], s_d2[0], act, act_stride, t0, T, 0);
+    stage_q8_K<NT, Q6_SW>(s_q2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) {
-            stage_q8_K<NT, Q6_SW, 128, !TC>(s_q2[cur ^ 1], s_bs2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T,
-                                                b + 1);
+            stage_q8_K<NT, Q6_SW>(s_q2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
         }
         __syncthreads();
         const int *s_q = s_q2[cur];
-        const int16_t *s_bs = s_bs2[cur];
         const float *s_d = s_d2[cur];
         if (!live) {
             __syncthreads();
@@ -477,41 +320,25 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                 const int ql = (ld32(p->ql + 64 * h + (q & 1) * 32 + 4 * m) >> ((q >> 1) * 4)) & 0x0F0F0F0F;
                 const int qh = (ld32(p->qh + 32 * h + 4 * m) >> (2 * q)) & 0x03030303;
                 const int sc = (int)p->scales[2 * c + (m >= 4)];
-                q6_split(ql | (qh << 4), sc, 0, &Ah[i], &Al[i]);
+                q6_split(ql | (qh << 4), sc, &Ah[i], &Al[i]);
             }
-            /* TC: sub-blocks 2m (k < 16) and 2m + 1 of rows a and b, scales broadcast */
+            /* the offset term: sub-blocks 2m (k < 16) and 2m + 1 of rows a and b, scales broadcast */
             const int Ao[4] = {(sbyte(swa, 2 * m) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m) & 0xFF) * 0x01010101,
                                (sbyte(swa, 2 * m + 1) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m + 1) & 0xFF) * 0x01010101};
 #pragma unroll
             for (int n = 0; n < NN; n++) {
                 const int *bp = s_q + (8 * n + g) * Q6_SW + 8 * q + m;
                 const int B[2] = {bp[0], bp[32]};
-                int Ch[4], Cl[4];
-                if (TC) {
-                    const int *bq = s_q + (8 * n + g) * Q6_SW + 8 * m + q; /* elements 32m.. in order */
-                    const int Bo[2] = {bq[0], bq[4]};
-                    int Co[4];
-                    mma_s8_c(Ch, Ah, B, 0);
-                    mma_s8_c(Cl, Al, B, MAGIC_I);
-                    mma_s8_c(Co, Ao, Bo, 0);
+                const int *bq = s_q + (8 * n + g) * Q6_SW + 8 * m + q; /* elements 32m.. in order */
+                const int Bo[2] = {bq[0], bq[4]};
+                int Ch[4], Cl[4], Co[4];
+                mma_s8_c(Ch, Ah, B, 0);
+                mma_s8_c(Cl, Al, B, MAGIC_I);
+                mma_s8_c(Co, Ao, Bo, 0);
 #pragma unroll
-                    for (int k = 0; k < 4; k++)
-                        acc[m][n][k] =
-                            fmaf(dd[n][k], fmaf(magic_x(2 * Ch[k] + MAGIC_I - Co[k]), 32.f, magic_x(Cl[k])), acc[m][n][k]);
-                    continue;
-                }
-                Ch[0] = Ch[1] = Ch[2] = Ch[3] = Cl[0] = Cl[1] = Cl[2] = Cl[3] = 0;
-                mma_s8(Ch, Ah, B);
-                mma_s8(Cl, Al, B);
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    const int tl = 8 * n + 2 * q + (k & 1);
-                    const int *sw = (k >> 1) ? swb : swa;
-                    const int16_t *bs = s_bs + tl * 2 * BS_W;
-                    const int corr = bs[2 * m] * sbyte(sw, 2 * m) + bs[2 * m + 1] * sbyte(sw, 2 * m + 1);
-                    const int s = 64 * Ch[k] + Cl[k] - 32 * corr;
-                    acc[m][n][k] = fmaf(dd[n][k], (float)s, acc[m][n][k]);
-                }
+                for (int k = 0; k < 4; k++)
+                    acc[m][n][k] =
+                        fmaf(dd[n][k], fmaf(magic_x(2 * Ch[k] + MAGIC_I - Co[k]), 32.f, magic_x(Cl[k])), acc[m][n][k]);
             }
         }
         __syncthreads();
@@ -531,7 +358,6 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
 
 /* ---- host side ---------------------------------------------------------- */
 
-
 /* int8 mma needs compute capability 8.0; MUSER_CUDA_NO_MMA=1 turns it off
  * (to compare the two paths) */
 static bool mma_ok(void) {
@@ -546,63 +372,22 @@ static bool mma_ok(void) {
     return ok;
 }
 
-
-/* Q4_K's mma tiles: 16 rows x 32 tokens per warp, 8 warps (default), or
- * 16 x 64 per warp, 4 warps (MUSER_CUDA_Q4K_WIDE=1, to compare) */
-static bool q4k_wide(void) {
-    static int ok = -1;
-    if (ok < 0) {
-        const char *v = getenv("MUSER_CUDA_Q4K_WIDE");
-        ok = v && *v == '1';
-    }
-    return ok;
-}
-
-
-/* Q4_K prefill tiles take their weight blocks through shared memory
- * (cp.async), 11-12% faster prefill on the H200 (docs/cuda.md);
- * MUSER_CUDA_Q4K_WSMEM=0 reads them straight from global, to compare */
-static bool q4k_wsmem(void) {
-    static int ok = -1;
-    if (ok < 0) {
-        const char *v = getenv("MUSER_CUDA_Q4K_WSMEM");
-        ok = !(v && *v == '0');
-    }
-    return ok;
-}
-
-/* the prefill kernels with every integer on the tensor cores (default 1:
- * Q4_K's thread blocks one an SM); MUSER_CUDA_MMQ_TC=2: two an SM (128
- * registers); =3: two an SM of 16 tokens a warp; =0: k_mm_q4K_mma and
- * Q6_K's bsums correction, to compare */
-static int mmq_tc(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("MUSER_CUDA_MMQ_TC");
-        v = e && *e >= '0' && *e <= '3' && !e[1] ? *e - '0' : 1;
-    }
-    return v;
-}
-
-/* Q4_K on k_mm_q4K_tc: the token tiles below n_batch, then the rest with
- * the per-super-block steps (MIXED) */
-template <int NN, int MINB>
-static void q4K_tc_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
-                          size_t act_stride, int T, int n_batch, float *y) {
-    constexpr int WB = 8, NT = 8 * NN, sm = 2 * 16 * WB * 144;
+/* Q4_K: the token tiles below n_batch, then the rest with the
+ * per-super-block steps (MIXED) */
+static void q4K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
+                       size_t act_stride, int T, int n_batch, float *y) {
+    constexpr int NN = 4, WB = 8, NT = 8 * NN, sm = 2 * 16 * WB * 144;
     static bool big;
     if (!big) {
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false, MINB>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true, MINB>, cudaFuncAttributePreferredSharedMemoryCarveout, 100);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
         big = true;
     }
     const int tiles = (T + NT - 1) / NT, fast = n_batch / NT, ry = (rows + 16 * WB - 1) / (16 * WB);
     if (fast > 0)
-        k_mm_q4K_tc<NN, WB, false, MINB><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
+        k_mm_q4K_tc<NN, WB, false><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
     if (tiles > fast)
-        k_mm_q4K_tc<NN, WB, true, MINB><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
+        k_mm_q4K_tc<NN, WB, true><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
 }
 
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
@@ -610,30 +395,11 @@ bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t ac
     const int rows = w->ne1, n = w->ne0;
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     if (w->type == MU_T_Q4_K) {
-        if (mmq_tc() && !q4k_wide() && q4k_wsmem()) {
-            if (mmq_tc() == 2) q4K_tc_launch<4, 2>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-            else if (mmq_tc() == 3) q4K_tc_launch<2, 2>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-            else q4K_tc_launch<4, 1>(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-        } else if (q4k_wide()) {
-            k_mm_q4K_mma<8, 4, false><<<dim3((T + 63) / 64, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-        } else if (q4k_wsmem()) {
-            const int sm = 2 * 16 * 8 * 144;
-            static bool big;
-            if (!big) {
-                cudaFuncSetAttribute(k_mm_q4K_mma<4, 8, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
-                big = true;
-            }
-            k_mm_q4K_mma<4, 8, true><<<dim3((T + 31) / 32, (rows + 127) / 128), 256, sm, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-        } else {
-            k_mm_q4K_mma<4, 8, false><<<dim3((T + 31) / 32, (rows + 127) / 128), 256, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
-        }
+        q4K_launch(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         return true;
     }
     if (w->type == MU_T_Q6_K) {
-        const dim3 grid((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), grid2((T + 15) / 16, (rows + 63) / 64);
-        if (mmq_tc() == 3) k_mm_q6K_mma<true, 2><<<grid2, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
-        else if (mmq_tc()) k_mm_q6K_mma<true, 4><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
-        else k_mm_q6K_mma<false, 4><<<grid, 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        k_mm_q6K_mma<<<dim3((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
         return true;
     }
     return false;
