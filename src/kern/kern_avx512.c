@@ -467,11 +467,14 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
  * so a row costs one vpdpbusd, a conversion and an FMA per block (no sign
  * trick per row). Equal to the sign trick's sums for activation codes
  * -127..127, all that the Q8_0 quantizer makes of finite values; a call
- * whose rows hold a -128 takes the sign trick (dotn_q8_0_has_m128). Blocks go in chunks of
- * DOTN_Q8_CH: a row that fits in one keeps its accumulators in registers
- * over all n_w weight rows; longer rows go 16 weight rows at a time, their
- * accumulators kept in memory between chunks (stored and reloaded: the
- * same values). */
+ * whose rows hold a -128 takes the sign trick (dotn_q8_0_has_m128). Weight
+ * rows go in pairs through one zmm (dotn_q8_0_chunk2_avx512: each
+ * vector op does two rows' work), an odd last one alone (this chunk
+ * kernel). Blocks go in chunks of DOTN_Q8_CH: a row that fits in one keeps
+ * its accumulators in registers over all n_w weight rows; longer rows go
+ * 16 weight rows at a time, their accumulators kept in memory between
+ * chunks (stored and reloaded: the same values). From 2 activation rows on
+ * (the sign trick per row only for one, or for rows with a -128). */
 #define DOTN_Q8_CH 64
 #define DOTN_Q8_RG 16
 static inline __attribute__((always_inline)) void dotn_q8_0_chunk_avx512(
@@ -535,9 +538,9 @@ static inline __attribute__((always_inline)) void dotn_q8_0_prep_avx512(const in
         }
     }
 }
-/* Below 4 activation rows the shared work per block (the weight sums, the
- * scale products) outweighs what it saves: the sign trick per row, with the
- * activation scales converted once per call. */
+/* The sign trick per row, with the activation scales converted once per
+ * call: for one activation row (where the prepared path's shared work per
+ * block, the weight sums, saves nothing) and for rows holding a -128. */
 static inline __attribute__((always_inline)) void dotn_q8_0_few_avx512(const int N, int n, const uint8_t *w,
                                                                    size_t ws, int n_w, const uint8_t *a, size_t as,
                                                                    float *out, size_t os) {
@@ -583,7 +586,7 @@ static inline __attribute__((always_inline)) void dotn_q8_0_avx512(const int N, 
                                                                int n_w, const uint8_t *a, size_t as, float *out,
                                                                size_t os) {
     const int nb = n / MU_QK8_0;
-    if (N < 4 || dotn_q8_0_has_m128(N, a, as, nb)) {
+    if (N < 2 || dotn_q8_0_has_m128(N, a, as, nb)) {
         dotn_q8_0_few_avx512(N, n, w, ws, n_w, a, as, out, os);
         return;
     }
