@@ -20,6 +20,8 @@
  *            measured as 64 positions made rows together (the drafter
  *            gathers a few steps' positions before it makes their rows),
  *            per position.
+ * $VERIFYBENCH_MODES (e.g. "01") limits the rounds to those modes (0 decode,
+ * 1 solo, 2 batch), so that a profiler sees one of them.
  * Usage: verifybench MODEL [threads (2)] [depth (256)] [rounds (9)] [K list
  * (1,2,4,8,16)]. Not part of libmuser. */
 #include <stdio.h>
@@ -96,10 +98,12 @@ int main(int argc, char **argv) {
     if (dq && mu_draft_seq_inject(dq, 0, depth, feat, &err)) return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
     /* [mode][k index][round]; mode 0 decode (k ignored), 1 solo, 2 batch */
     static double t[3][MAXK][MAXR], c[3][MAXK][MAXR];
+    const char *modes = getenv("VERIFYBENCH_MODES");
+    if (!modes) modes = "012";
     for (int rd = 0; rd < rounds + 1; rd++) /* round 0 warms up */
         for (int ki = 0; ki < nk; ki++)
             for (int mode = 0; mode < 3; mode++) {
-                if (mode == 0 && ki > 0) continue;
+                if ((mode == 0 && ki > 0) || !strchr(modes, '0' + mode)) continue;
                 mu_batch_item b = {.s = s, .tokens = toks + depth, .n_tokens = mode ? 1 + ks[ki] : 1,
                                    .all_logits = mode != 0, .solo = mode == 1};
                 double t0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
@@ -132,6 +136,7 @@ int main(int argc, char **argv) {
            dec, cdec, I->name, depth, threads, rounds);
     for (int ki = 0; ki < nk; ki++)
         for (int mode = 1; mode < 3; mode++) {
+            if (!strchr(modes, '0' + mode)) continue;
             double ms = median(t[mode][ki], rounds), cms = median(c[mode][ki], rounds);
             printf("{\"mode\": \"%s\", \"k\": %d, \"ms\": %.3f, \"ratio\": %.3f, \"cpu_ms\": %.3f, \"cpu_ratio\": %.3f}\n",
                    mode == 1 ? "solo" : "batch", ks[ki], ms, ms / dec, cms, cms / cdec);

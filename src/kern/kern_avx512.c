@@ -467,11 +467,14 @@ static float vec_dot_q8_0_avx512(int n, const void *w, const void *a) {
  * so a row costs one vpdpbusd, a conversion and an FMA per block (no sign
  * trick per row). Equal to the sign trick's sums for activation codes
  * -127..127, all that the Q8_0 quantizer makes of finite values; a call
- * whose rows hold a -128 takes the sign trick (dotn_q8_0_has_m128). Blocks go in chunks of
- * DOTN_Q8_CH: a row that fits in one keeps its accumulators in registers
- * over all n_w weight rows; longer rows go 16 weight rows at a time, their
- * accumulators kept in memory between chunks (stored and reloaded: the
- * same values). */
+ * whose rows hold a -128 takes the sign trick (dotn_q8_0_has_m128). Weight
+ * rows go in pairs through one zmm (dotn_q8_0_chunk2_avx512: each
+ * vector op does two rows' work), an odd last one alone (this chunk
+ * kernel). Blocks go in chunks of DOTN_Q8_CH: a row that fits in one keeps
+ * its accumulators in registers over all n_w weight rows; longer rows go
+ * 16 weight rows at a time, their accumulators kept in memory between
+ * chunks (stored and reloaded: the same values). From 2 activation rows on
+ * (the sign trick per row only for one, or for rows with a -128). */
 #define DOTN_Q8_CH 64
 #define DOTN_Q8_RG 16
 static inline __attribute__((always_inline)) void dotn_q8_0_chunk_avx512(
@@ -495,6 +498,32 @@ static inline __attribute__((always_inline)) void dotn_q8_0_chunk_avx512(
     }
     for (int j = 0; j < N; j++) acc[j] = ac[j];
 }
+/* The same for two weight rows at once: one zmm holds both rows' block i
+ * (row x0 in the low 256 bits, x1 in the high), against activation row j's
+ * block broadcast to both halves, so one vpdpbusd, one conversion, one
+ * scale product (dx0 | dx1 times dy) and one 16-lane FMA run both rows'
+ * 8-lane chains, each lane's operations exactly those of the one-row
+ * chunk. acc[j]: row x0's accumulator in the low half, x1's in the high. */
+static inline __attribute__((always_inline)) void dotn_q8_0_chunk2_avx512(
+    const int N, const mu_block_q8_0 *x0, const mu_block_q8_0 *x1, int cn,
+    const uint8_t (*u)[DOTN_Q8_CH * MU_QK8_0], const float (*dyT)[MU_DOTN_MAX], __m512 *acc) {
+    const __m512i b128 = _mm512_set1_epi8((char)0x80);
+    __m512 ac[MU_DOTN_MAX];
+    for (int j = 0; j < N; j++) ac[j] = acc[j];
+    for (int i = 0; i < cn; i++) {
+        const __m512i qx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0[i].qs)),
+                                              _mm256_loadu_si256((const __m256i *)x1[i].qs), 1);
+        const __m512i nc = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), b128, qx));
+        const __m512 dx = _mm512_insertf32x8(_mm512_set1_ps(f16_to_f32(x0[i].d)), _mm256_set1_ps(f16_to_f32(x1[i].d)), 1);
+#pragma GCC unroll 16
+        for (int j = 0; j < N; j++) {
+            const __m512i uj = _mm512_broadcast_i64x4(_mm256_load_si256((const __m256i *)(u[j] + i * MU_QK8_0)));
+            const __m512i s = _mm512_dpbusd_epi32(nc, uj, qx);
+            ac[j] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(dyT[i][j])), _mm512_cvtepi32_ps(s), ac[j]);
+        }
+    }
+    for (int j = 0; j < N; j++) acc[j] = ac[j];
+}
 static inline __attribute__((always_inline)) void dotn_q8_0_prep_avx512(const int N, const uint8_t *a, size_t as,
                                                                     int c0, int cn,
                                                                     uint8_t (*u)[DOTN_Q8_CH * MU_QK8_0],
@@ -509,9 +538,9 @@ static inline __attribute__((always_inline)) void dotn_q8_0_prep_avx512(const in
         }
     }
 }
-/* Below 4 activation rows the shared work per block (the weight sums, the
- * scale products) outweighs what it saves: the sign trick per row, with the
- * activation scales converted once per call. */
+/* The sign trick per row, with the activation scales converted once per
+ * call: for one activation row (where the prepared path's shared work per
+ * block, the weight sums, saves nothing) and for rows holding a -128. */
 static inline __attribute__((always_inline)) void dotn_q8_0_few_avx512(const int N, int n, const uint8_t *w,
                                                                    size_t ws, int n_w, const uint8_t *a, size_t as,
                                                                    float *out, size_t os) {
@@ -557,7 +586,7 @@ static inline __attribute__((always_inline)) void dotn_q8_0_avx512(const int N, 
                                                                int n_w, const uint8_t *a, size_t as, float *out,
                                                                size_t os) {
     const int nb = n / MU_QK8_0;
-    if (N < 4 || dotn_q8_0_has_m128(N, a, as, nb)) {
+    if (N < 2 || dotn_q8_0_has_m128(N, a, as, nb)) {
         dotn_q8_0_few_avx512(N, n, w, ws, n_w, a, as, out, os);
         return;
     }
@@ -565,7 +594,18 @@ static inline __attribute__((always_inline)) void dotn_q8_0_avx512(const int N, 
     float dyT[DOTN_Q8_CH][MU_DOTN_MAX] __attribute__((aligned(64)));
     if (nb <= DOTN_Q8_CH) {
         dotn_q8_0_prep_avx512(N, a, as, 0, nb, u, dyT);
-        for (int r = 0; r < n_w; r++) {
+        int r = 0;
+        for (; r + 2 <= n_w; r += 2) {
+            __m512 acc[MU_DOTN_MAX];
+            for (int j = 0; j < N; j++) acc[j] = _mm512_setzero_ps();
+            dotn_q8_0_chunk2_avx512(N, (const mu_block_q8_0 *)(w + (size_t)r * ws),
+                                    (const mu_block_q8_0 *)(w + (size_t)(r + 1) * ws), nb, u, dyT, acc);
+            for (int j = 0; j < N; j++) {
+                out[(size_t)j * os + (size_t)r] = hsum_ps256(_mm512_castps512_ps256(acc[j]));
+                out[(size_t)j * os + (size_t)r + 1] = hsum_ps256(_mm512_extractf32x8_ps(acc[j], 1));
+            }
+        }
+        for (; r < n_w; r++) {
             __m256 acc[MU_DOTN_MAX];
             for (int j = 0; j < N; j++) acc[j] = _mm256_setzero_ps();
             dotn_q8_0_chunk_avx512(N, (const mu_block_q8_0 *)(w + (size_t)r * ws), nb, u, dyT, acc);
@@ -575,17 +615,28 @@ static inline __attribute__((always_inline)) void dotn_q8_0_avx512(const int N, 
     }
     for (int r0 = 0; r0 < n_w; r0 += DOTN_Q8_RG) {
         const int nr = n_w - r0 < DOTN_Q8_RG ? n_w - r0 : DOTN_Q8_RG;
-        __m256 acc[DOTN_Q8_RG][MU_DOTN_MAX];
-        for (int r = 0; r < nr; r++)
-            for (int j = 0; j < N; j++) acc[r][j] = _mm256_setzero_ps();
+        /* pairs of weight rows (acc2), an odd last one alone (acc1) */
+        __m512 acc2[DOTN_Q8_RG / 2][MU_DOTN_MAX];
+        __m256 acc1[MU_DOTN_MAX];
+        for (int r = 0; r < nr / 2; r++)
+            for (int j = 0; j < N; j++) acc2[r][j] = _mm512_setzero_ps();
+        for (int j = 0; j < N; j++) acc1[j] = _mm256_setzero_ps();
         for (int c0 = 0; c0 < nb; c0 += DOTN_Q8_CH) {
             const int cn = nb - c0 < DOTN_Q8_CH ? nb - c0 : DOTN_Q8_CH;
             dotn_q8_0_prep_avx512(N, a, as, c0, cn, u, dyT);
-            for (int r = 0; r < nr; r++)
-                dotn_q8_0_chunk_avx512(N, (const mu_block_q8_0 *)(w + (size_t)(r0 + r) * ws) + c0, cn, u, dyT, acc[r]);
+            for (int r = 0; r < nr / 2; r++)
+                dotn_q8_0_chunk2_avx512(N, (const mu_block_q8_0 *)(w + (size_t)(r0 + 2 * r) * ws) + c0,
+                                        (const mu_block_q8_0 *)(w + (size_t)(r0 + 2 * r + 1) * ws) + c0, cn, u, dyT,
+                                        acc2[r]);
+            if (nr % 2)
+                dotn_q8_0_chunk_avx512(N, (const mu_block_q8_0 *)(w + (size_t)(r0 + nr - 1) * ws) + c0, cn, u, dyT, acc1);
         }
-        for (int r = 0; r < nr; r++)
-            for (int j = 0; j < N; j++) out[(size_t)j * os + (size_t)(r0 + r)] = hsum_ps256(acc[r][j]);
+        for (int r = 0; r < nr / 2; r++)
+            for (int j = 0; j < N; j++) {
+                out[(size_t)j * os + (size_t)(r0 + 2 * r)] = hsum_ps256(_mm512_castps512_ps256(acc2[r][j]));
+                out[(size_t)j * os + (size_t)(r0 + 2 * r + 1)] = hsum_ps256(_mm512_extractf32x8_ps(acc2[r][j], 1));
+            }
+        for (int j = 0; nr % 2 && j < N; j++) out[(size_t)j * os + (size_t)(r0 + nr - 1)] = hsum_ps256(acc1[j]);
     }
 }
 MU_DOTN_ENTRY(vec_dotn_q8_0_avx512, dotn_q8_0_avx512)
