@@ -3,8 +3,10 @@
 # patches) with the full-geometry projector on the CPU, muser against
 # llama.cpp's mtmd in the same run, same thread count, REPS times
 # interleaved (mtmd, muser, mtmd, muser, ...), then the medians.
-#   MTMD_REF=/path/to/mtmd_ref [SIZE=896] [REPS=3] bench/vision/run.sh [THREADS] [OUT]
-# (SIZE: another square side, a multiple of 28, for a quicker run)
+#   MTMD_REF=/path/to/mtmd_ref [SIZE=896] [REPS=3] [MUSER_BASE=/path/to/muser] bench/vision/run.sh [THREADS] [OUT]
+# (SIZE: another square side, a multiple of 28, for a quicker run;
+# MUSER_BASE: another muser binary, e.g. main's, timed and checked the same
+# way in each rep after this tree's, its lines marked "base")
 # mtmd_ref is tools/mtmd_ref/mtmd_ref.c built against libmtmd
 # (tests/data/vision/README.md has the recipe); it times mtmd_encode_chunk
 # alone. muser's time is mu_mprompt_new's (PNG decode + preprocessing +
@@ -52,6 +54,13 @@ open(sys.argv[1], 'wb').write(b'\x89PNG\r\n\x1a\n' + ck(b'IHDR', struct.pack('>I
                               ck(b'IDAT', zlib.compress(raw)) + ck(b'IEND', b''))
 PY
 R=${REPS:-3}
+check_rows() {
+    if cmp -s "$W/muser.emb" "$W/img_${S}x${S}_s1.emb"; then
+        echo "rows: bit-identical to mtmd's ($(stat -c %s "$W/muser.emb") bytes)"
+    else
+        echo "rows: DIFFER from mtmd's ($(stat -c %s "$W/muser.emb" 2>/dev/null || echo 0) vs $(stat -c %s "$W/img_${S}x${S}_s1.emb") bytes)"
+    fi
+}
 {
     echo "# bench/vision/run.sh, $(date -u +%FT%TZ), ${S}x$S, threads $T, reps $R, $(git describe --always --dirty)"
     echo "# cpu:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2-), nproc $(nproc), load $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -63,10 +72,13 @@ R=${REPS:-3}
         rm -f "$W/muser.emb"
         MUSER_IMAGE_TIMING=1 MUSER_IMAGE_DUMP="$W/muser.emb" ./muser run -m "$W/text.gguf" --mmproj "$W/full.gguf" \
             --image "$W/img.png" -p "x" -n 1 --temp 0 --threads "$T" 2>&1 >/dev/null | grep -E "encoded in" || true
-        if cmp -s "$W/muser.emb" "$W/img_${S}x${S}_s1.emb"; then
-            echo "rows: bit-identical to mtmd's ($(stat -c %s "$W/muser.emb") bytes)"
-        else
-            echo "rows: DIFFER from mtmd's ($(stat -c %s "$W/muser.emb" 2>/dev/null || echo 0) vs $(stat -c %s "$W/img_${S}x${S}_s1.emb") bytes)"
+        check_rows
+        if [ -n "${MUSER_BASE:-}" ]; then
+            echo "## rep $k: base muser ($MUSER_BASE, $T threads), load $(cut -d' ' -f1 /proc/loadavg)"
+            rm -f "$W/muser.emb"
+            MUSER_IMAGE_TIMING=1 MUSER_IMAGE_DUMP="$W/muser.emb" "$MUSER_BASE" run -m "$W/text.gguf" --mmproj "$W/full.gguf" \
+                --image "$W/img.png" -p "x" -n 1 --temp 0 --threads "$T" 2>&1 >/dev/null | grep -E "encoded in" | sed 's/^/base /' || true
+            check_rows
         fi
     done
     echo "# load after: $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -75,10 +87,14 @@ python3 - "$OUT" <<'PY' | tee -a "$OUT"
 import re, statistics, sys
 t = open(sys.argv[1]).read()
 m = [tuple(map(float, x)) for x in re.findall(r'\.emb \d+ tokens x \d+, encoded in ([\d.]+) s \(process CPU ([\d.]+) s\)', t)]
-u = [tuple(map(float, x)) for x in re.findall(r'encoded in ([\d.]+) s \(process CPU ([\d.]+) s;', t)]
+u = [tuple(map(float, x)) for x in re.findall(r'^muser run: \d+ image\(s\) encoded in ([\d.]+) s \(process CPU ([\d.]+) s;', t, re.M)]
+b = [tuple(map(float, x)) for x in re.findall(r'^base muser run: \d+ image\(s\) encoded in ([\d.]+) s \(process CPU ([\d.]+) s;', t, re.M)]
 if m and u:
     mw, mc = statistics.median(x[0] for x in m), statistics.median(x[1] for x in m)
     uw, uc = statistics.median(x[0] for x in u), statistics.median(x[1] for x in u)
     print(f"# medians of {len(m)} mtmd and {len(u)} muser runs: mtmd wall {mw:.1f} s, CPU {mc:.1f} s; "
           f"muser wall {uw:.1f} s, CPU {uc:.1f} s; muser/mtmd speed: CPU {mc / uc:.2f}x, wall {mw / uw:.2f}x")
+if m and b:
+    bw, bc = statistics.median(x[0] for x in b), statistics.median(x[1] for x in b)
+    print(f"# base muser, median of {len(b)} runs: wall {bw:.1f} s, CPU {bc:.1f} s; base/mtmd speed: CPU {mc / bc:.2f}x, wall {mw / bw:.2f}x")
 PY

@@ -191,33 +191,39 @@ static void gelu(enc *e, float *x, size_t n) {
 
 /* 2-D RoPE (two ggml_rope_ext calls in "normal" mode, n_dims = hd / 2): the
  * first half of each head rotates by the column, the second by the row;
- * theta = pos * base^(-2i/(hd/2)) advanced by float multiplication. */
+ * theta = pos * base^(-2i/(hd/2)) advanced by float multiplication. The
+ * cos/sin pairs depend on the position alone: cs holds them per position
+ * 1..n_pos (hd / 2 floats each), made once per image. */
 typedef struct {
     float *x;                 /* [n][E] */
     int n, E, hd;
     const int *pw, *ph;       /* 1-based positions per token */
-    float base;
+    const float *cs;          /* [n_pos + 1][hd / 2]: cos, sin of each pair */
 } rope_job;
 
-static void rope_cache(float p, int nd, float ts, float *cs) {
-    float theta = p;
-    for (int i = 0; i < nd; i += 2) {
-        cs[i] = cosf(theta);
-        cs[i + 1] = sinf(theta);
-        theta *= ts;
+static float *rope_table(int n_pos, int hd, float base) {
+    const int nd = hd / 2;
+    const float ts = powf(base, -2.0f / (float)nd);
+    float *cs = malloc((size_t)(n_pos + 1) * nd * sizeof *cs);
+    if (!cs) return NULL;
+    for (int p = 0; p <= n_pos; p++) {
+        float theta = (float)p, *c = cs + (size_t)p * nd;
+        for (int i = 0; i < nd; i += 2) {
+            c[i] = cosf(theta);
+            c[i + 1] = sinf(theta);
+            theta *= ts;
+        }
     }
+    return cs;
 }
 
 static void job_rope(void *arg, int ith, int nth) {
     rope_job *j = arg;
     const int nd = j->hd / 2;
-    const float ts = powf(j->base, -2.0f / (float)nd);
-    float cw[512], ch[512];
     int lo, hi;
     mu_split(j->n, ith, nth, 1, &lo, &hi);
     for (int t = lo; t < hi; t++) {
-        rope_cache((float)j->pw[t], j->hd, ts, cw);
-        rope_cache((float)j->ph[t], j->hd, ts, ch);
+        const float *cw = j->cs + (size_t)j->pw[t] * nd, *ch = j->cs + (size_t)j->ph[t] * nd;
         for (int h = 0; h < j->E / j->hd; h++) {
             float *r = j->x + (size_t)t * j->E + (size_t)h * j->hd;
             for (int half = 0; half < 2; half++) {
@@ -297,8 +303,9 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
     int *wlo = malloc((size_t)n * sizeof *wlo), *whi = malloc((size_t)n * sizeof *whi);
     int *glo = malloc((size_t)n * sizeof *glo), *ghi = malloc((size_t)n * sizeof *ghi);
     e.qa = malloc((size_t)n * e.qa_stride);
+    float *rope_cs = rope_table(gw > gh ? gw : gh, hd, p->rope_base);
     int rc = 0;
-    if (!x || !h || !q || !ao || !big || !k16 || !v16 || !perm || !inv || !pw || !ph || !wlo || !whi || !glo || !ghi ||
+    if (!rope_cs || !x || !h || !q || !ao || !big || !k16 || !v16 || !perm || !inv || !pw || !ph || !wlo || !whi || !glo || !ghi ||
         !e.qa) {
         rc = mu_fail(err, MU_E_NOMEM, "vision: out of memory for an image of %dx%d", nx, ny);
         goto out;
@@ -383,7 +390,7 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
         mm(&e, x, n, L->q_w, L->q_b, q);
         mm(&e, x, n, L->k_w, L->k_b, ao);
         mm(&e, x, n, L->v_w, L->v_b, big);
-        rope_job rj = {q, n, E, hd, pw, ph, p->rope_base};
+        rope_job rj = {q, n, E, hd, pw, ph, rope_cs};
         mu_pool_run(pool, job_rope, &rj);
         rj.x = ao;
         mu_pool_run(pool, job_rope, &rj);
@@ -440,6 +447,6 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
     }
 out:
     free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(perm), free(inv), free(pw), free(ph);
-    free(wlo), free(whi), free(glo), free(ghi), free(e.qa);
+    free(wlo), free(whi), free(glo), free(ghi), free(e.qa), free(rope_cs);
     return rc;
 }

@@ -190,18 +190,25 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
 }
 
 /* ---- the F16 matmul ------------------------------------------------------
- * Register tiles of MR weight rows x MT activation rows (24 accumulators):
- * per step of 16 values, MR weight vectors converted from F16 once and MT
- * activation vectors loaded once feed MR * MT FMAs, each accumulator the
- * reference's chain. Activation rows are taken in blocks of about ACT_L2
- * bytes (they stay in L2 while every weight row of the call passes them), so
- * the weights are read from memory once per block. */
+ * Both forms below use register tiles of MR weight rows x MT activation
+ * rows (24 accumulators), each accumulator the reference's chain (one
+ * 16-lane FMA chain over k, reduced as _mm512_reduce_add_ps, + bias).
+ *
+ * Long rows (n > PANEL_MAX_N, the FFN's down projection and the adapter):
+ * mm_f16_rows. Per step of 16 values, MR weight vectors converted from F16
+ * as loaded and MT activation vectors feed MR * MT FMAs. Activation rows are
+ * taken in blocks of about ACT_L2 bytes (they stay in L2 while every weight
+ * row of the call passes them), so the weights are read from memory once
+ * per block. */
 #define MR 4
 #define MT 6
 #define ACT_L2 (768 << 10)
+#define PANEL_MAX_N 2048
+#define PANEL_KC 512
+#define PANEL_L2 (512 << 10)
 
-AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys, const float *b,
-                const int RN, const int TN) {
+AI void mm_tile_rows(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys,
+                     const float *b, const int RN, const int TN) {
     __m512 acc[MR][MT];
 #pragma GCC unroll 8
     for (int r = 0; r < RN; r++)
@@ -230,21 +237,17 @@ AI void mm_tile(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, fl
 #define MM_T(RN, tn, ...)                                                                                          \
     do {                                                                                                            \
         switch (tn) {                                                                                               \
-        case 6: mm_tile(__VA_ARGS__, RN, 6); break;                                                                 \
-        case 5: mm_tile(__VA_ARGS__, RN, 5); break;                                                                 \
-        case 4: mm_tile(__VA_ARGS__, RN, 4); break;                                                                 \
-        case 3: mm_tile(__VA_ARGS__, RN, 3); break;                                                                 \
-        case 2: mm_tile(__VA_ARGS__, RN, 2); break;                                                                 \
-        default: mm_tile(__VA_ARGS__, RN, 1); break;                                                                \
+        case 6: mm_tile_rows(__VA_ARGS__, RN, 6); break;                                                                 \
+        case 5: mm_tile_rows(__VA_ARGS__, RN, 5); break;                                                                 \
+        case 4: mm_tile_rows(__VA_ARGS__, RN, 4); break;                                                                 \
+        case 3: mm_tile_rows(__VA_ARGS__, RN, 3); break;                                                                 \
+        case 2: mm_tile_rows(__VA_ARGS__, RN, 2); break;                                                                 \
+        default: mm_tile_rows(__VA_ARGS__, RN, 1); break;                                                                \
         }                                                                                                           \
     } while (0)
 
-static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
-                          float *y, size_t ys, const float *bias) {
-    if (n % 16) {
-        mu_vit_mm_f16_ref(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
-        return;
-    }
+static void mm_f16_rows(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
+                        float *y, size_t ys, const float *bias) {
     int tb = (int)(ACT_L2 / ((size_t)n * sizeof(float)));
     tb = tb < MT ? MT : tb / MT * MT;
     for (int t0 = 0; t0 < n_t; t0 += tb) {
@@ -266,6 +269,119 @@ static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, con
             }
         }
     }
+}
+
+/* Rows of at most PANEL_MAX_N values (the encoder's K = 1536 matmuls):
+ * mm_f16_panel, with no conversion in the inner loop.
+ *  - the weight rows in blocks of about PANEL_L2 bytes once converted to
+ *    f32 (panels of MR rows, step-major: the MR vectors of one step side by
+ *    side), converted once per block and kept in L2 while every activation
+ *    tile passes them;
+ *  - per block, one tile of MT activation rows at a time, in slices of
+ *    PANEL_KC values (MT * PANEL_KC floats stay in L1), against every panel
+ *    of the block, which stream from L2.
+ * Between slices a tile's accumulators wait in sv (stored and loaded as
+ * they are, so each chain is unchanged). */
+AI void mm_tile_panel(int k0, int k1, int first, int last, const float *pan, const float *a, size_t as, __m512 *sv,
+                      float *y, size_t ys, const float *b, const int RN, const int TN) {
+    __m512 acc[MR][MT];
+#pragma GCC unroll 16
+    for (int r = 0; r < RN; r++)
+#pragma GCC unroll 16
+        for (int t = 0; t < TN; t++) acc[r][t] = first ? _mm512_setzero_ps() : sv[r * MT + t];
+    pan += (size_t)k0 * MR;
+    for (int i = k0; i < k1; i += 16, pan += MR * 16) {
+        __m512 wv[MR];
+#pragma GCC unroll 16
+        for (int r = 0; r < RN; r++) wv[r] = _mm512_load_ps(pan + r * 16);
+#pragma GCC unroll 16
+        for (int t = 0; t < TN; t++) {
+            const __m512 av = _mm512_loadu_ps(a + (size_t)t * as + i);
+#pragma GCC unroll 16
+            for (int r = 0; r < RN; r++) acc[r][t] = _mm512_fmadd_ps(wv[r], av, acc[r][t]);
+        }
+    }
+    if (!last) {
+#pragma GCC unroll 16
+        for (int r = 0; r < RN; r++)
+#pragma GCC unroll 16
+            for (int t = 0; t < TN; t++) sv[r * MT + t] = acc[r][t];
+        return;
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < TN; t++)
+#pragma GCC unroll 16
+        for (int r = 0; r < RN; r++) {
+            const float v = _mm512_reduce_add_ps(acc[r][t]);
+            y[(size_t)t * ys + r] = b ? v + b[r] : v;
+        }
+}
+
+#define MM_P(RN, tn, ...)                                                                                          \
+    do {                                                                                                            \
+        switch (tn) {                                                                                               \
+        case 6: mm_tile_panel(__VA_ARGS__, RN, 6); break;                                                           \
+        case 5: mm_tile_panel(__VA_ARGS__, RN, 5); break;                                                           \
+        case 4: mm_tile_panel(__VA_ARGS__, RN, 4); break;                                                           \
+        case 3: mm_tile_panel(__VA_ARGS__, RN, 3); break;                                                           \
+        case 2: mm_tile_panel(__VA_ARGS__, RN, 2); break;                                                           \
+        default: mm_tile_panel(__VA_ARGS__, RN, 1); break;                                                          \
+        }                                                                                                           \
+    } while (0)
+
+static void mm_f16_panel(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
+                         float *y, size_t ys, const float *bias) {
+    int rb = (int)(PANEL_L2 / ((size_t)n * sizeof(float)));
+    rb = rb < MR ? MR : rb / MR * MR;
+    if (rb > r1 - r0) rb = (r1 - r0 + MR - 1) / MR * MR;
+    float *pan = aligned_alloc(64, (size_t)rb * n * sizeof *pan);
+    __m512 *sv = n <= PANEL_KC ? NULL : aligned_alloc(64, (size_t)rb * MT * sizeof *sv);
+    if (!pan || (n > PANEL_KC && !sv)) {
+        free(pan), free(sv);
+        mm_f16_rows(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
+        return;
+    }
+    for (int b0 = r0; b0 < r1; b0 += rb) {
+        const int b1 = b0 + rb < r1 ? b0 + rb : r1;
+        for (int r = b0; r < b1; r += MR) {
+            const int nr = b1 - r < MR ? b1 - r : MR;
+            float *p = pan + (size_t)(r - b0) * n;
+            for (int i = 0; i < n; i += 16, p += MR * 16)
+                for (int k = 0; k < nr; k++)
+                    _mm512_store_ps(p + k * 16, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(w + (size_t)(r + k) * ws + i))));
+        }
+        for (int t = 0; t < n_t; t += MT) {
+            const int tn = n_t - t < MT ? n_t - t : MT;
+            const float *at = a + (size_t)t * as;
+            for (int k0 = 0; k0 < n; k0 += PANEL_KC) {
+                const int k1 = k0 + PANEL_KC < n ? k0 + PANEL_KC : n, first = k0 == 0, last = k1 == n;
+                for (int r = b0; r < b1; r += MR) {
+                    const int nr = b1 - r < MR ? b1 - r : MR;
+                    const float *p = pan + (size_t)(r - b0) * n;
+                    const float *br = bias ? bias + r : NULL;
+                    float *yt = y + (size_t)t * ys + r;
+                    __m512 *st = sv ? sv + (size_t)(r - b0) * MT : NULL;
+                    switch (nr) {
+                    case 4: MM_P(4, tn, k0, k1, first, last, p, at, as, st, yt, ys, br); break;
+                    case 3: MM_P(3, tn, k0, k1, first, last, p, at, as, st, yt, ys, br); break;
+                    case 2: MM_P(2, tn, k0, k1, first, last, p, at, as, st, yt, ys, br); break;
+                    default: MM_P(1, tn, k0, k1, first, last, p, at, as, st, yt, ys, br); break;
+                    }
+                }
+            }
+        }
+    }
+    free(pan), free(sv);
+}
+
+static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
+                          float *y, size_t ys, const float *bias) {
+    if (n % 16)
+        mu_vit_mm_f16_ref(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
+    else if (n <= PANEL_MAX_N && n_t > MT)
+        mm_f16_panel(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
+    else
+        mm_f16_rows(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
 }
 
 void mu_vit_fill_avx512(mu_vit_kern *k) {
