@@ -29,6 +29,7 @@
  * order are tested on any AVX-512 machine; only the instructions themselves
  * need AMX hardware. */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -135,21 +136,42 @@ static void emu_dpbssd(int c, int a, int b) {
     }
 }
 
-/* Scratch of the calling thread, kept between calls (a pool thread's
- * buffers live as long as it does): slot k grown to at least `bytes`, 64-byte
- * aligned; NULL when that fails. Allocating per call cost the page faults of
- * fresh memory in every call. */
+/* Scratch of the calling thread, kept between calls and freed when the
+ * thread exits (a pthread key's destructor): slot k grown to at least
+ * `bytes`, 64-byte aligned; NULL when that fails. Allocating per call cost
+ * the page faults of fresh memory in every call. */
 enum { SCR_WB, SCR_META, SCR_A, SCR_AX, SCR_N };
+typedef struct {
+    void *buf[SCR_N];
+    size_t cap[SCR_N];
+} scratch_set;
+static pthread_key_t scr_key;
+static pthread_once_t scr_once = PTHREAD_ONCE_INIT;
+static int scr_key_ok;
+static void scr_free(void *p) {
+    scratch_set *s = p;
+    for (int k = 0; k < SCR_N; k++) free(s->buf[k]);
+    free(s);
+}
+static void scr_init(void) { scr_key_ok = pthread_key_create(&scr_key, scr_free) == 0; }
 static void *scratch(int k, size_t bytes) {
-    static _Thread_local void *buf[SCR_N];
-    static _Thread_local size_t cap[SCR_N];
-    if (bytes > cap[k]) {
-        free(buf[k]);
-        cap[k] = (bytes + 4095) & ~(size_t)4095;
-        buf[k] = aligned_alloc(64, cap[k]);
-        if (!buf[k]) cap[k] = 0;
+    pthread_once(&scr_once, scr_init);
+    if (!scr_key_ok) return NULL;
+    scratch_set *s = pthread_getspecific(scr_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        if (pthread_setspecific(scr_key, s)) {
+            free(s);
+            return NULL;
+        }
     }
-    return buf[k];
+    if (bytes > s->cap[k]) {
+        free(s->buf[k]);
+        s->cap[k] = (bytes + 4095) & ~(size_t)4095;
+        s->buf[k] = aligned_alloc(64, s->cap[k]);
+        if (!s->buf[k]) s->cap[k] = 0;
+    }
+    return s->buf[k];
 }
 
 /* ---- Q4_K ----------------------------------------------------------------
