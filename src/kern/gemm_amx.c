@@ -14,21 +14,27 @@
  * float step runs in AVX-512 in exactly the ref's order. Scales that differ
  * inside such an integer are folded into the weights first (w' = scale *
  * code, split into two int8 tiles: w' = 128 hi + lo). The weights of a
- * group of 32 rows are expanded once per call into the tiles' VNNI layout
- * and reused for every tile of 16 activation rows, whose Q8_K codes are the
- * A tiles (Q4_K: straight from the blocks; Q6_K, Q5_K: permuted so that
- * each ref lane's 32 bytes are one tile row, once per matmul by the
- * engine's quantization pass through the table's prep, or once per call
- * when the caller has no prepared rows). With `sim` set,
+ * group of 32 rows are expanded once per call and reused for every tile of
+ * 16 activation rows. Q4_K: the weights are the A tiles (row-major, as
+ * expanded) and the activations the B tiles (transposed once per call into
+ * the VNNI layout), so C holds a weight row per tile row and the float
+ * steps run along activation rows. Q6_K, Q5_K: the activations are the A
+ * tiles, permuted so that each ref lane's 32 bytes are one tile row (once
+ * per matmul by the engine's quantization pass through the table's prep,
+ * or once per call when the caller has no prepared rows), and the weights
+ * the B tiles in the VNNI layout. Scratch buffers are the calling
+ * thread's, kept between calls (scratch()). With `sim` set,
  * the same code runs its tile instructions through emu_* (bit for bit what
  * the instructions are specified to do), so the layouts and the float
  * order are tested on any AVX-512 machine; only the instructions themselves
  * need AMX hardware. */
 #include <immintrin.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kern.h"
+#include "simd_avx512.h"
 #include "simd_x86.h"
 
 #define AI __attribute__((always_inline)) static inline
@@ -38,10 +44,10 @@ static mu_vec_dot_fn table_dot_q4_K;
 static mu_gemm_fn table_gemm_q4_K, table_gemm_q6_K, table_gemm_q5_K;
 
 /* ---- tiles ---------------------------------------------------------------
- * Registers: tmm0-3 C (16 activation rows x 16 int32), tmm4 A (16
- * activation rows x `ak` bytes), tmm5-6 B (ak / 4 rows x 64 bytes: ak
- * values of 16 weight rows in the VNNI layout, B[k][4 r + e] = w[r][4 k + e]).
- * ak is 64 (Q4_K) or 32 (Q6_K, Q5_K). */
+ * Registers: tmm0-3 C (16 x 16 int32); tmm4 and tmm7 16 rows x `ak` bytes,
+ * tmm5-6 ak / 4 rows x 64 bytes (a B tile: ak values of 16 columns in the
+ * VNNI layout, B[k][4 c + e] = x[c][4 k + e]). ak is 64 (Q4_K: every tile
+ * 16 x 64 bytes) or 32 (Q6_K, Q5_K). */
 typedef struct {
     uint8_t palette, start_row, pad[14];
     uint16_t colsb[16];
@@ -52,7 +58,7 @@ static void cfg_fill(tilecfg *c, int ak) {
     memset(c, 0, sizeof *c);
     c->palette = 1;
     for (int t = 0; t < 4; t++) c->rows[t] = 16, c->colsb[t] = 64;
-    c->rows[4] = 16, c->colsb[4] = (uint16_t)ak;
+    c->rows[4] = c->rows[7] = 16, c->colsb[4] = c->colsb[7] = (uint16_t)ak;
     c->rows[5] = c->rows[6] = (uint8_t)(ak / 4), c->colsb[5] = c->colsb[6] = 64;
 }
 
@@ -71,25 +77,6 @@ static void emu_store(int n, void *p, size_t stride) {
     for (int r = 0; r < emu.cfg.rows[n]; r++) memcpy((uint8_t *)p + r * stride, emu.t[n][r], emu.cfg.colsb[n]);
 }
 static void emu_zero(int n) { memset(emu.t[n], 0, sizeof emu.t[n]); }
-/* TDPBSUD c, a, b: C[m][j] += sum over k < colsb(a) / 4, e < 4 of
- * (int8)A[m][4 k + e] * (uint8)B[k][4 j + e], in int32, wrapping. The sum
- * of one k is VPDPBUSD's (unsigned bytes of B row k against the dword k of
- * A row m broadcast), which is exact: no saturation, and 4 byte products
- * cannot leave int32. Tiles are used whole (rows <= 16, colsb 64 or 32,
- * the config of cfg_fill): the zeros past colsb add nothing. */
-static void emu_dpbsud(int c, int a, int b) {
-    const int M = emu.cfg.rows[c], K = emu.cfg.colsb[a] / 4;
-    for (int m = 0; m < M; m++) {
-        __m512i acc = _mm512_loadu_si512(emu.t[c][m]);
-        for (int k = 0; k < K; k++) {
-            int32_t ad;
-            memcpy(&ad, &emu.t[a][m][4 * k], 4);
-            acc = _mm512_dpbusd_epi32(acc, _mm512_loadu_si512(emu.t[b][k]), _mm512_set1_epi32(ad));
-        }
-        _mm512_storeu_si512(emu.t[c][m], acc);
-    }
-}
-
 /* Tile numbers must be literals (they are part of the instruction). The
  * "memory" clobbers order the tile loads and stores with the C code that
  * writes their sources and reads their results. */
@@ -108,13 +95,6 @@ static void emu_dpbsud(int c, int a, int b) {
         if (sim) emu_zero(n);                                                                                       \
         else __asm__ volatile("tilezero %%tmm" #n ::);                                                              \
     } while (0)
-/* C += A . B, A signed, B unsigned (AT&T operand order: b, a, c) */
-#define T_DPBSUD(sim, c, a, b)                                                                                      \
-    do {                                                                                                            \
-        if (sim) emu_dpbsud(c, a, b);                                                                               \
-        else __asm__ volatile("tdpbsud %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::);                                    \
-    } while (0)
-
 static void tiles_begin(int sim, tilecfg *c, int ak) {
     cfg_fill(c, ak);
     if (sim) emu.cfg = *c;
@@ -124,18 +104,91 @@ static void tiles_end(int sim) {
     if (!sim) __asm__ volatile("tilerelease" ::);
 }
 
+/* C += A . B, both signed (AT&T operand order: b, a, c) */
+#define T_DPBSSD(sim, c, a, b)                                                                                      \
+    do {                                                                                                            \
+        if (sim) emu_dpbssd(c, a, b);                                                                               \
+        else __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::);                                    \
+    } while (0)
+
+/* TDPBSSD c, a, b: C[m][j] += sum over k < colsb(a) / 4, e < 4 of
+ * (int8)A[m][4 k + e] * (int8)B[k][4 j + e], in int32, wrapping. With
+ * B = (B ^ 0x80) - 128 bytewise, each k adds VPDPBUSD of the flipped
+ * (unsigned) B row against the dword k of A row m broadcast (exact: 4 byte
+ * products cannot leave int32) minus 128 times the sum of A's 4 bytes (the
+ * same for every column). Tiles are used whole (the config of cfg_fill): the
+ * zeros past colsb add nothing. */
+static void emu_dpbssd(int c, int a, int b) {
+    const int M = emu.cfg.rows[c], K = emu.cfg.colsb[a] / 4;
+    const __m512i flip = _mm512_set1_epi8((char)0x80);
+    for (int m = 0; m < M; m++) {
+        __m512i acc = _mm512_loadu_si512(emu.t[c][m]);
+        int32_t corr = 0;
+        for (int k = 0; k < K; k++) {
+            int32_t ad;
+            memcpy(&ad, &emu.t[a][m][4 * k], 4);
+            for (int e = 0; e < 4; e++) corr += (int8_t)emu.t[a][m][4 * k + e];
+            acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_loadu_si512(emu.t[b][k]), flip),
+                                      _mm512_set1_epi32(ad));
+        }
+        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32((int32_t)((uint32_t)corr << 7)));
+        _mm512_storeu_si512(emu.t[c][m], acc);
+    }
+}
+
+/* Scratch of the calling thread, kept between calls and freed when the
+ * thread exits (a pthread key's destructor): slot k grown to at least
+ * `bytes`, 64-byte aligned; NULL when that fails. Allocating per call cost
+ * the page faults of fresh memory in every call. */
+enum { SCR_WB, SCR_META, SCR_A, SCR_AX, SCR_N };
+typedef struct {
+    void *buf[SCR_N];
+    size_t cap[SCR_N];
+} scratch_set;
+static pthread_key_t scr_key;
+static pthread_once_t scr_once = PTHREAD_ONCE_INIT;
+static int scr_key_ok;
+static void scr_free(void *p) {
+    scratch_set *s = p;
+    for (int k = 0; k < SCR_N; k++) free(s->buf[k]);
+    free(s);
+}
+static void scr_init(void) { scr_key_ok = pthread_key_create(&scr_key, scr_free) == 0; }
+static void *scratch(int k, size_t bytes) {
+    pthread_once(&scr_once, scr_init);
+    if (!scr_key_ok) return NULL;
+    scratch_set *s = pthread_getspecific(scr_key);
+    if (!s) {
+        if (!(s = calloc(1, sizeof *s))) return NULL;
+        if (pthread_setspecific(scr_key, s)) {
+            free(s);
+            return NULL;
+        }
+    }
+    if (bytes > s->cap[k]) {
+        free(s->buf[k]);
+        s->cap[k] = (bytes + 4095) & ~(size_t)4095;
+        s->buf[k] = aligned_alloc(64, s->cap[k]);
+        if (!s->buf[k]) s->cap[k] = 0;
+    }
+    return s->buf[k];
+}
+
 /* ---- Q4_K ----------------------------------------------------------------
  * The ref forms one integer per 64 values: isum = sc0 s0 + sc1 s1 over
  * sub-blocks 2j, 2j+1. So the weights are expanded as w' = scale * code
- * (<= 945) and split into two tiles, w' = 128 hi + lo (hi 0..7, lo 0..127),
- * and each 64 values take one TDPBSUD per part with the 64 activation bytes
- * of 16 rows loaded straight from the Q8_K blocks: isum = 128 C_hi + C_lo,
- * exact. The mins sum (imin, from the bsums) is computed in float: every
- * product and the sum are integers below 2^24, so exact, equal to the
- * ref's (float)imin. A group is RG = 32 weight rows (two halves of 16);
- * its blocks are expanded once into wb (per super-block i, pair j, half h:
- * B_hi then B_lo, 1 KB each) and meta, then every tile of 16 activation
- * rows runs against it. */
+ * (<= 945) and split w' = 128 hi + lo (hi 0..7, lo 0..127): the A tiles,
+ * 16 weight rows x the 64 values of a pair j, row-major as the expansion
+ * writes them. The activation codes are the B tiles in the VNNI layout
+ * (B[k][4 t + e] = code 4 k + e of activation row t), transposed once per
+ * call by q4k_acopy. TDPBSSD gives C[r][t]; isum = 128 C_hi + C_lo, exact.
+ * The float steps then run along the 16 activation rows of a tile, one zmm
+ * per weight row, in the ref's order per output (see q4k_tile). The mins
+ * sum imin is exact in int32 (vpmaddwd of int16 pairs: every bsum pair fits
+ * int16). A group is RG = 32 weight rows (two halves of 16); its blocks are
+ * expanded once into wb (per super-block i, pair j, half h: A_hi then A_lo,
+ * 1 KB each) and meta, then every tile of 16 activation rows runs against
+ * it. */
 #define RG 32
 #define TT 16
 /* Fewer activation rows than this go to the AVX-512 gemm: the weights'
@@ -144,16 +197,16 @@ static void tiles_end(int sim) {
 #define Q4K_SB (4 * 2 * 2 * 1024)
 
 typedef struct {
-    float mn[8][RG];
+    int32_t mnp[4][RG]; /* the mins of sub-blocks 2j, 2j + 1 as int16 pairs */
     float dx[RG], dm[RG];
 } q4k_meta;
 
-/* Dword k (k < 8) of 32 bytes v goes to row k0 + k of a B tile, column c. */
-static inline void b_scatter(__m256i v, uint8_t *b, int k0, int c) {
-    uint32_t d[8];
-    _mm256_storeu_si256((__m256i *)d, v);
-    for (int k = 0; k < 8; k++) memcpy(b + (k0 + k) * 64 + 4 * c, &d[k], 4);
-}
+/* per tile of activation rows and super-block: d_a and the bsum pairs of
+ * its TT rows (zero past the last row) */
+typedef struct {
+    float d[TT];
+    int32_t bp[4][TT];
+} q4k_aux;
 
 static void q4k_expand(const uint8_t *w, size_t ws, int r, int nr, int nb, uint8_t *wb, q4k_meta *meta) {
     if (nr < RG) { /* the missing rows: zero codes, scales and d */
@@ -169,85 +222,141 @@ static void q4k_expand(const uint8_t *w, size_t ws, int r, int nr, int nb, uint8
             uint32_t u[4];
             k4_scales(x[i].scales, u);
             const uint8_t *sb = (const uint8_t *)u;
-            for (int q = 0; q < 8; q++) meta[i].mn[q][rr] = (float)sb[8 + q];
+            for (int j = 0; j < 4; j++)
+                meta[i].mnp[j][rr] = (int32_t)((uint32_t)sb[8 + 2 * j] | (uint32_t)sb[9 + 2 * j] << 16);
             meta[i].dx[rr] = f16_to_f32(x[i].d);
             meta[i].dm[rr] = f16_to_f32(x[i].dmin);
             for (int j = 0; j < 4; j++) {
+                /* values 0..31 of the pair: sub-block 2j (low nibbles), 32..63: 2j + 1 (high) */
                 const __m256i q = _mm256_loadu_si256((const __m256i *)(x[i].qs + 32 * j));
-                const __m256i code[2] = {_mm256_and_si256(q, m4), _mm256_and_si256(_mm256_srli_epi16(q, 4), m4)};
-                uint8_t *bh = wb + (size_t)i * Q4K_SB + (j * 2 + h) * 2048, *bl = bh + 1024;
-                for (int p = 0; p < 2; p++) { /* sub-block 2j + p: values 32p..32p+31 of the 64 */
-                    const __m512i wp =
-                        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(code[p]), _mm512_set1_epi16(sb[2 * j + p]));
-                    b_scatter(_mm512_cvtepi16_epi8(_mm512_srli_epi16(wp, 7)), bh, 8 * p, c);
-                    b_scatter(_mm512_cvtepi16_epi8(_mm512_and_si512(wp, m7)), bl, 8 * p, c);
-                }
+                const __m512i w0 = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_and_si256(q, m4)),
+                                                      _mm512_set1_epi16(sb[2 * j]));
+                const __m512i w1 = _mm512_mullo_epi16(
+                    _mm512_cvtepu8_epi16(_mm256_and_si256(_mm256_srli_epi16(q, 4), m4)), _mm512_set1_epi16(sb[2 * j + 1]));
+                const __m512i hi = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_srli_epi16(w0, 7))),
+                                                      _mm512_cvtepi16_epi8(_mm512_srli_epi16(w1, 7)), 1);
+                const __m512i lo = _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_and_si512(w0, m7))),
+                                                      _mm512_cvtepi16_epi8(_mm512_and_si512(w1, m7)), 1);
+                uint8_t *o = wb + (size_t)i * Q4K_SB + (size_t)(j * 2 + h) * 2048 + (size_t)c * 64;
+                _mm512_store_si512(o, hi);
+                _mm512_store_si512(o + 1024, lo);
             }
         }
     }
 }
 
-/* One tile of TT activation rows (a: rows `as` bytes apart, all TT present)
- * against a group: y[t][r + rr] for t < nt, rr < nr. */
-AI void q4k_tile(const int sim, int nb, const uint8_t *wb, const q4k_meta *meta, const uint8_t *a, size_t as, int nt,
-                 float *y, int ys, int nr) {
-    int32_t S[4][4][TT][16] __attribute__((aligned(64))); /* pair, (half, hi/lo), row, col */
-    __m512 acc[TT][2], accm[TT][2];
-    for (int t = 0; t < TT; t++)
-        for (int h = 0; h < 2; h++) acc[t][h] = accm[t][h] = _mm512_setzero_ps();
-    for (int i = 0; i < nb; i++) {
-        const uint8_t *ai = a + (size_t)i * sizeof(mu_block_q8_K) + offsetof(mu_block_q8_K, qs);
-        const uint8_t *wi = wb + (size_t)i * Q4K_SB;
-        for (int j = 0; j < 4; j++) {
-            T_ZERO(sim, 0);
-            T_ZERO(sim, 1);
-            T_ZERO(sim, 2);
-            T_ZERO(sim, 3);
-            T_LOAD(sim, 4, ai + 64 * j, as);
-            T_LOAD(sim, 5, wi + (j * 2 + 0) * 2048, 64);
-            T_LOAD(sim, 6, wi + (j * 2 + 0) * 2048 + 1024, 64);
-            T_DPBSUD(sim, 0, 4, 5);
-            T_DPBSUD(sim, 1, 4, 6);
-            T_LOAD(sim, 5, wi + (j * 2 + 1) * 2048, 64);
-            T_LOAD(sim, 6, wi + (j * 2 + 1) * 2048 + 1024, 64);
-            T_DPBSUD(sim, 2, 4, 5);
-            T_DPBSUD(sim, 3, 4, 6);
-            T_STORE(sim, 0, S[j][0], 64);
-            T_STORE(sim, 1, S[j][1], 64);
-            T_STORE(sim, 2, S[j][2], 64);
-            T_STORE(sim, 3, S[j][3], 64);
-        }
-        const q4k_meta *m = &meta[i];
-        for (int t = 0; t < nt; t++) {
-            const mu_block_q8_K *yb = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
-            const __m512 yd = _mm512_set1_ps(yb->d);
-            __m512 b01[4], b23[4];
-            for (int j = 0; j < 4; j++) {
-                b01[j] = _mm512_set1_ps((float)(yb->bsums[4 * j] + yb->bsums[4 * j + 1]));
-                b23[j] = _mm512_set1_ps((float)(yb->bsums[4 * j + 2] + yb->bsums[4 * j + 3]));
-            }
-            for (int h = 0; h < 2; h++) {
-                /* d = f16(d_x) * d_a, dm = f16(dmin_x) * d_a, as the ref */
-                const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(&m->dx[16 * h]), yd);
-                const __m512 dm = _mm512_mul_ps(_mm512_loadu_ps(&m->dm[16 * h]), yd);
-                for (int j = 0; j < 4; j++) {
-                    const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(S[j][2 * h][t]), 7),
-                                                          _mm512_load_si512(S[j][2 * h + 1][t]));
-                    const __m512 mn1 = _mm512_mul_ps(_mm512_loadu_ps(&m->mn[2 * j + 1][16 * h]), b23[j]);
-                    const __m512 imin = _mm512_fmadd_ps(_mm512_loadu_ps(&m->mn[2 * j][16 * h]), b01[j], mn1);
-                    acc[t][h] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, acc[t][h]);
-                    accm[t][h] = _mm512_fmadd_ps(imin, dm, accm[t][h]);
+/* The activation rows [0, nt) as B tiles: per tile of TT rows k,
+ * super-block i and pair j, 1 KB at aq + ((k nb + i) 4 + j) 1024 (rows past
+ * nt zero), and their d and bsum pairs in ax[k nb + i]. */
+static void q4k_acopy(const uint8_t *a, size_t as, int nt, int nb, uint8_t *aq, q4k_aux *ax) {
+    const int ntt = (nt + TT - 1) / TT;
+    for (int k = 0; k < ntt; k++)
+        for (int i = 0; i < nb; i++) {
+            q4k_aux *x = &ax[(size_t)k * nb + i];
+            for (int tt = 0; tt < TT; tt++) {
+                const int t = k * TT + tt;
+                if (t >= nt) {
+                    x->d[tt] = 0;
+                    for (int j = 0; j < 4; j++) x->bp[j][tt] = 0;
+                    continue;
                 }
+                const mu_block_q8_K *yb = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
+                x->d[tt] = yb->d;
+                int32_t bp[4];
+                _mm_storeu_si128((__m128i *)bp, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)yb->bsums),
+                                                               _mm_loadu_si128((const __m128i *)(yb->bsums + 8))));
+                for (int j = 0; j < 4; j++) x->bp[j][tt] = bp[j];
+            }
+            for (int j = 0; j < 4; j++) {
+                __m512i rw[TT], o[TT];
+                for (int tt = 0; tt < TT; tt++) {
+                    const int t = k * TT + tt;
+                    rw[tt] = t < nt ? _mm512_loadu_si512(((const mu_block_q8_K *)(a + (size_t)t * as))[i].qs + 64 * j)
+                                    : _mm512_setzero_si512();
+                }
+                transpose16_epi32(rw, o);
+                uint8_t *b = aq + (((size_t)k * nb + i) * 4 + j) * 1024;
+                for (int e = 0; e < 16; e++) _mm512_store_si512(b + 64 * e, o[e]);
             }
         }
+}
+
+/* The tiles of one step (super-block i, pair j): B (the activations) in
+ * tmm6 on even steps and tmm7 on odd ones, so that a step's B load need not
+ * wait for the previous step's products to have read theirs (tile
+ * registers are not renamed); A_hi, A_lo of each half in tmm4, tmm5. */
+#define Q4K_TILES(NAME, TB)                                                                                        \
+    AI void NAME(const int sim, const uint8_t *aq, const uint8_t *wij, int32_t (*S)[TT][16]) {                    \
+        T_LOAD(sim, TB, aq, 64);                                                                                    \
+        T_ZERO(sim, 0);                                                                                             \
+        T_ZERO(sim, 1);                                                                                             \
+        T_LOAD(sim, 4, wij, 64);                                                                                    \
+        T_LOAD(sim, 5, wij + 1024, 64);                                                                             \
+        T_DPBSSD(sim, 0, 4, TB);                                                                                    \
+        T_DPBSSD(sim, 1, 5, TB);                                                                                    \
+        T_ZERO(sim, 2);                                                                                             \
+        T_ZERO(sim, 3);                                                                                             \
+        T_LOAD(sim, 4, wij + 2048, 64);                                                                             \
+        T_LOAD(sim, 5, wij + 3072, 64);                                                                             \
+        T_DPBSSD(sim, 2, 4, TB);                                                                                    \
+        T_DPBSSD(sim, 3, 5, TB);                                                                                    \
+        T_STORE(sim, 0, S[0], 64);                                                                                  \
+        T_STORE(sim, 1, S[1], 64);                                                                                  \
+        T_STORE(sim, 2, S[2], 64);                                                                                  \
+        T_STORE(sim, 3, S[3], 64);                                                                                  \
     }
-    for (int t = 0; t < nt; t++)
-        for (int h = 0; h < 2; h++) {
-            const int left = nr - 16 * h;
-            if (left <= 0) break;
-            const __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_ps(y + (size_t)t * ys + 16 * h, k, _mm512_sub_ps(acc[t][h], accm[t][h]));
+Q4K_TILES(q4k_tiles_even, 6)
+Q4K_TILES(q4k_tiles_odd, 7)
+
+/* One tile of activation rows (aq, ax: its B tiles and aux; nt rows)
+ * against a group: y[t][rr] for t < nt, rr < nr.
+ * Software-pipelined by steps of 64 values: the tiles of step s
+ * (super-block s / 4, pair s % 4) go into S[s & 1] while the float steps
+ * of step s - 1 read S[(s - 1) & 1], so the tile unit and the vector units
+ * overlap (one step's float work fits the out-of-order window, a whole
+ * super-block's does not). Per output and step, in the ref's order:
+ * acc = fma(isum, d, acc), accm = fma(imin, dm, accm), with d = f16(d_x) *
+ * d_a and dm = f16(dmin_x) * d_a; y = acc - accm. */
+AI void q4k_tile(const int sim, int nb, const uint8_t *wb, const q4k_meta *meta, const uint8_t *aq,
+                 const q4k_aux *ax, int nt, float *y, int ys, int nr) {
+    int32_t S[2][4][TT][16] __attribute__((aligned(64))); /* buffer, (half, hi/lo), weight row, activation row */
+    __m512 acc[RG], accm[RG], dv[RG], dmv[RG];
+    for (int rr = 0; rr < RG; rr++) acc[rr] = accm[rr] = _mm512_setzero_ps();
+    q4k_tiles_even(sim, aq, wb, S[0]);
+    for (int s = 1; s <= 4 * nb; s++) {
+        if (s < 4 * nb) {
+            const uint8_t *wij = wb + (size_t)(s >> 2) * Q4K_SB + (size_t)(s & 3) * 4096;
+            if (s & 1)
+                q4k_tiles_odd(sim, aq + (size_t)s * 1024, wij, S[1]);
+            else
+                q4k_tiles_even(sim, aq + (size_t)s * 1024, wij, S[0]);
         }
+        const int i = (s - 1) >> 2, j = (s - 1) & 3;
+        const int32_t(*C)[TT][16] = S[(s - 1) & 1];
+        const q4k_meta *m = &meta[i];
+        const q4k_aux *x = &ax[i];
+        if (j == 0) {
+            const __m512 yd = _mm512_loadu_ps(x->d);
+            for (int rr = 0; rr < RG; rr++) {
+                dv[rr] = _mm512_mul_ps(_mm512_set1_ps(m->dx[rr]), yd);
+                dmv[rr] = _mm512_mul_ps(_mm512_set1_ps(m->dm[rr]), yd);
+            }
+        }
+        const __m512i bp = _mm512_loadu_si512(x->bp[j]);
+        for (int h = 0; h < 2; h++)
+            for (int r = 0; r < 16; r++) {
+                const int rr = 16 * h + r;
+                const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(C[2 * h][r]), 7),
+                                                      _mm512_load_si512(C[2 * h + 1][r]));
+                const __m512i imin = _mm512_madd_epi16(bp, _mm512_set1_epi32(m->mnp[j][rr]));
+                acc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dv[rr], acc[rr]);
+                accm[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmv[rr], accm[rr]);
+            }
+    }
+    const __mmask16 k = nt >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nt) - 1);
+    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                           _mm512_set1_epi32(ys));
+    for (int rr = 0; rr < nr; rr++) _mm512_mask_i32scatter_ps(y + rr, k, idx, _mm512_sub_ps(acc[rr], accm[rr]), 4);
 }
 
 /* The whole gemm (kern.h mu_gemm_fn) with the Q4_K rule of gemm_avx512.c:
@@ -261,32 +370,28 @@ AI void gemm_q4_K_amx_any(const int sim, int n, const void *w, size_t ws, int r0
         return;
     }
     if (r1 > r0) {
-        uint8_t *wb = aligned_alloc(64, (size_t)nb * Q4K_SB);
-        q4k_meta *meta = aligned_alloc(64, (size_t)nb * sizeof *meta);
-        /* the last, partial tile of activation rows, padded with zero rows */
-        uint8_t *pad = (nb4 % TT) ? calloc(TT, as) : NULL;
-        if (!wb || !meta || (nb4 % TT && !pad)) {
-            free(pad);
-            free(meta);
-            free(wb);
+        const int ntt = (nb4 + TT - 1) / TT;
+        uint8_t *wb = scratch(SCR_WB, (size_t)nb * Q4K_SB);
+        q4k_meta *meta = scratch(SCR_META, (size_t)nb * sizeof *meta);
+        uint8_t *aq = scratch(SCR_A, (size_t)ntt * nb * 4 * 1024);
+        q4k_aux *ax = scratch(SCR_AX, (size_t)ntt * nb * sizeof *ax);
+        if (!wb || !meta || !aq || !ax) {
             table_gemm_q4_K(n, w, ws, r0, r1, a, as, n_t, y, ys);
             return;
         }
-        if (pad) memcpy(pad, A + (size_t)(nb4 - nb4 % TT) * as, (size_t)(nb4 % TT) * as);
+        q4k_acopy(A, as, nb4, nb, aq, ax);
         tilecfg cfg __attribute__((aligned(64)));
         tiles_begin(sim, &cfg, 64);
         for (int r = r0; r < r1; r += RG) {
             const int nr = r1 - r < RG ? r1 - r : RG;
             q4k_expand(w, ws, r, nr, nb, wb, meta);
-            int t = 0;
-            for (; t + TT <= nb4; t += TT)
-                q4k_tile(sim, nb, wb, meta, A + (size_t)t * as, as, TT, y + (size_t)t * ys + r, ys, nr);
-            if (t < nb4) q4k_tile(sim, nb, wb, meta, pad, as, nb4 - t, y + (size_t)t * ys + r, ys, nr);
+            for (int k = 0; k < ntt; k++) {
+                const int nt = nb4 - k * TT < TT ? nb4 - k * TT : TT;
+                q4k_tile(sim, nb, wb, meta, aq + (size_t)k * nb * 4 * 1024, ax + (size_t)k * nb, nt,
+                         y + (size_t)k * TT * ys + r, ys, nr);
+            }
         }
         tiles_end(sim);
-        free(pad);
-        free(meta);
-        free(wb);
     }
     for (int t = nb4; t < n_t; t++)
         for (int r = r0; r < r1; r++)
@@ -431,34 +536,6 @@ static void lane_perm(const uint8_t *a, size_t as, int nt, int nb, uint8_t *p) {
 /* the table's prep for Q6_K and Q5_K (kern.h mu_prep_fn) */
 static void prep_lane(int n, const void *a, void *p) { lane_perm_row(a, n / MU_QK_K, p); }
 
-/* C += A . B, both signed (AT&T operand order: b, a, c) */
-#define T_DPBSSD(sim, c, a, b)                                                                                      \
-    do {                                                                                                            \
-        if (sim) emu_dpbssd(c, a, b);                                                                               \
-        else __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::);                                    \
-    } while (0)
-
-/* TDPBSSD: as emu_dpbsud with B signed too: B = (B ^ 0x80) - 128 bytewise,
- * so each k adds VPDPBUSD of the flipped (unsigned) B row minus 128 times
- * the sum of A's 4 bytes (the same for every column), all in int32. */
-static void emu_dpbssd(int c, int a, int b) {
-    const int M = emu.cfg.rows[c], K = emu.cfg.colsb[a] / 4;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    for (int m = 0; m < M; m++) {
-        __m512i acc = _mm512_loadu_si512(emu.t[c][m]);
-        int32_t corr = 0;
-        for (int k = 0; k < K; k++) {
-            int32_t ad;
-            memcpy(&ad, &emu.t[a][m][4 * k], 4);
-            for (int e = 0; e < 4; e++) corr += (int8_t)emu.t[a][m][4 * k + e];
-            acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_loadu_si512(emu.t[b][k]), flip),
-                                      _mm512_set1_epi32(ad));
-        }
-        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32((int32_t)((uint32_t)corr << 7)));
-        _mm512_storeu_si512(emu.t[c][m], acc);
-    }
-}
-
 /* One tile of TT permuted activation rows p (row t: nb * 256 bytes) against
  * a group; a: the Q8_K rows themselves (d, bsums), nt of them. */
 AI void lane_tile(const int sim, const uint32_t type, int nb, const uint8_t *wb, const lane_meta *meta,
@@ -551,13 +628,10 @@ AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, 
         (type == MU_T_Q6_K ? table_gemm_q6_K : table_gemm_q5_K)(n, w, ws, r0, r1, a, as, n_t, y, ys);
         return;
     }
-    uint8_t *wb = aligned_alloc(64, (size_t)nb * LANE_SB);
-    lane_meta *meta = aligned_alloc(64, (size_t)nb * sizeof *meta);
-    uint8_t *p = pp ? NULL : aligned_alloc(64, (size_t)n_tt * TT * nb * 256);
+    uint8_t *wb = scratch(SCR_WB, (size_t)nb * LANE_SB);
+    lane_meta *meta = scratch(SCR_META, (size_t)nb * sizeof *meta);
+    uint8_t *p = pp ? NULL : scratch(SCR_A, (size_t)n_tt * TT * nb * 256);
     if (!wb || !meta || (!pp && !p)) {
-        free(p);
-        free(meta);
-        free(wb);
         (type == MU_T_Q6_K ? table_gemm_q6_K : table_gemm_q5_K)(n, w, ws, r0, r1, a, as, n_t, y, ys);
         return;
     }
@@ -581,9 +655,6 @@ AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, 
         }
     }
     tiles_end(sim);
-    if (!pp) free(p);
-    free(meta);
-    free(wb);
 }
 
 #define LANE_GEMMS(NAME, TYPE, SIM)                                                                                \

@@ -266,30 +266,6 @@ typedef struct {
     __m512 dx, dmx;   /* per row d and dmin */
 } q4k_vblock;
 
-/* r[k] lane e = X[k][e] (16 x 16 dwords) -> o[e] lane k = X[k][e]. */
-AI void transpose16_epi32(const __m512i r[16], __m512i o[16]) {
-    __m512i c[4][4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; g++) {
-        const __m512i a0 = _mm512_unpacklo_epi32(r[4 * g], r[4 * g + 1]), b0 = _mm512_unpackhi_epi32(r[4 * g], r[4 * g + 1]);
-        const __m512i a1 = _mm512_unpacklo_epi32(r[4 * g + 2], r[4 * g + 3]),
-                      b1 = _mm512_unpackhi_epi32(r[4 * g + 2], r[4 * g + 3]);
-        c[g][0] = _mm512_unpacklo_epi64(a0, a1); /* 128-bit lane L: rows 4g..4g+3 at e = 4L */
-        c[g][1] = _mm512_unpackhi_epi64(a0, a1); /* e = 4L + 1 */
-        c[g][2] = _mm512_unpacklo_epi64(b0, b1);
-        c[g][3] = _mm512_unpackhi_epi64(b0, b1);
-    }
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; j++) {
-        const __m512i u0 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0x44), u1 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0xee);
-        const __m512i u2 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0x44), u3 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0xee);
-        o[j] = _mm512_shuffle_i32x4(u0, u2, 0x88);
-        o[4 + j] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
-        o[8 + j] = _mm512_shuffle_i32x4(u1, u3, 0x88);
-        o[12 + j] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
-    }
-}
-
 /* Block i of rows r..r+15 into the vertical layout: the packed codes by two
  * 16 x 16 dword transposes (dword e = 8p + st of a row holds step st of
  * sub-blocks 2p (low nibbles) and 2p+1 (high)), the header (d, dmin, the 12

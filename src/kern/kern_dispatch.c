@@ -9,8 +9,9 @@
  * exists when CPUID has AMX-TILE and AMX-INT8, the OS enables the tile
  * state in XCR0 and Linux grants this process the tile data
  * (arch_prctl ARCH_REQ_XCOMP_PERM); it is chosen only by name (--kern amx,
- * MUSER_KERN=amx): it passed the parity tiers on an AMX Xeon but was slower
- * there than avx512 (docs/benchmarks.md).
+ * MUSER_KERN=amx): it passes the parity tiers on AMX Xeons (the GPU
+ * machine's, the development machine) but is slower there than avx512
+ * (docs/benchmarks.md, "AMX tiles").
  * "amxsim" is the same table with the tile instructions emulated in C: on
  * any AVX-512 machine, by name only, for tests (slow). */
 #include <pthread.h>

@@ -3,7 +3,8 @@
  * kern_avx512.c's flags (F, BW, VL, DQ, VNNI, BF16).
  * Owns: Q4_K and Q6_K blocks decoded into registers (codes and scales spread
  * for maddubs + vpdpwssd), their integer sums in the ref's lanes, the
- * per-64 step of the Q4_K batch order, the F16 loads. */
+ * per-64 step of the Q4_K batch order, the F16 loads, a 16 x 16 dword
+ * transpose (gemm_avx512.c, gemm_amx.c). */
 #ifndef MU_KERN_SIMD_AVX512_H
 #define MU_KERN_SIMD_AVX512_H
 
@@ -154,5 +155,29 @@ static inline __m256i q6k_sumi(const q6k_dec *o, const mu_block_q8_K *y) {
 
 /* 16 F16 values -> 16 floats */
 static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
+
+/* r[k] lane e = X[k][e] (16 x 16 dwords) -> o[e] lane k = X[k][e]. */
+__attribute__((always_inline)) static inline void transpose16_epi32(const __m512i r[16], __m512i o[16]) {
+    __m512i c[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const __m512i a0 = _mm512_unpacklo_epi32(r[4 * g], r[4 * g + 1]), b0 = _mm512_unpackhi_epi32(r[4 * g], r[4 * g + 1]);
+        const __m512i a1 = _mm512_unpacklo_epi32(r[4 * g + 2], r[4 * g + 3]),
+                      b1 = _mm512_unpackhi_epi32(r[4 * g + 2], r[4 * g + 3]);
+        c[g][0] = _mm512_unpacklo_epi64(a0, a1); /* 128-bit lane L: rows 4g..4g+3 at e = 4L */
+        c[g][1] = _mm512_unpackhi_epi64(a0, a1); /* e = 4L + 1 */
+        c[g][2] = _mm512_unpacklo_epi64(b0, b1);
+        c[g][3] = _mm512_unpackhi_epi64(b0, b1);
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512i u0 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0x44), u1 = _mm512_shuffle_i32x4(c[0][j], c[1][j], 0xee);
+        const __m512i u2 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0x44), u3 = _mm512_shuffle_i32x4(c[2][j], c[3][j], 0xee);
+        o[j] = _mm512_shuffle_i32x4(u0, u2, 0x88);
+        o[4 + j] = _mm512_shuffle_i32x4(u0, u2, 0xdd);
+        o[8 + j] = _mm512_shuffle_i32x4(u1, u3, 0x88);
+        o[12 + j] = _mm512_shuffle_i32x4(u1, u3, 0xdd);
+    }
+}
 
 #endif
