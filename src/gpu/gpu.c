@@ -140,3 +140,8 @@ int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const vo
     int rc = need_device(device, err);
     return rc ? rc : g_plugin->test_get_rows(device, type, rows, cols, w, ids, n, y, err);
 }
+
+int mu_gpu_test_attention(int device, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err) {
+    int rc = need_device(device, err);
+    return rc ? rc : g_plugin->test_attention(device, c, out_prefill, out_rows, err);
+}

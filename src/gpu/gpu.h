@@ -108,6 +108,19 @@ int mu_gpu_test_matmul(int device, uint32_t type, int rows, int cols, int T, int
                        const float *x, float *y, mu_err *err);
 int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                          float *y, mu_err *err);
+/* Kernel tests: one layer's attention over batch rows (every session has
+ * >= 2 tokens in the chunk) on the prefill kernels, into out_prefill, and
+ * on the row kernels, into out_rows ([T][n_head * head_dim] each). */
+typedef struct {
+    int T, n_head, n_head_kv, head_dim, n_swa;
+    bool swa;
+    const float *q, *gate;               /* [T][n_head * head_dim] */
+    const int *pos, *sess;               /* [T] */
+    int n_sess;
+    const int *rows;                     /* [n_sess] cells */
+    const uint16_t *const *k, *const *v; /* [n_sess] -> F16 [rows][n_head_kv * head_dim] */
+} mu_gpu_attn_case;
+int mu_gpu_test_attention(int device, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err);
 
 #ifdef __cplusplus
 }

@@ -936,9 +936,71 @@ static int p_test_get_rows(int dev, uint32_t type, int rows, int cols, const voi
     return rc;
 }
 
+static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err) {
+    CK(cudaSetDevice(dev), "set device");
+    mu_gpu_model m = {0};
+    m.dev = dev;
+    m.allocs = (void **)calloc(16 + 2 * (size_t)(c->n_sess > 0 ? c->n_sess : 0), sizeof(void *));
+    if (!m.allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    const int T = c->T, nq = c->n_head * c->head_dim, n_kv = c->n_head_kv * c->head_dim;
+    uint8_t *batch = (uint8_t *)malloc(T > 0 ? T : 1);
+    cu_kv_layer *kvh = (cu_kv_layer *)calloc(c->n_sess > 0 ? c->n_sess : 1, sizeof(cu_kv_layer));
+    int rc = batch && kvh ? 0 : fail(err, MU_E_NOMEM, "cuda: out of memory");
+    int max_span = 0;
+    for (int i = 0; i < c->n_sess; i++) max_span = c->rows[i] > max_span ? c->rows[i] : max_span;
+    for (int t = 0; t < T && batch; t++) batch[t] = 1;
+    if (!rc && cu_attn_mode(T, batch, c->n_head, c->n_head_kv, c->head_dim) != CU_ATTN_PREFILL)
+        rc = fail(err, MU_E_ARG, "cuda: test attention: not a case of the prefill kernels");
+    float *q = NULL, *gate = NULL, *out = NULL, *scores = NULL, *cs = NULL;
+    int *pos = NULL, *sess = NULL;
+    uint8_t *bd = NULL;
+    cu_kv_layer *kvd = NULL;
+    const size_t qb = (size_t)T * nq * 4, sb = (size_t)T * c->n_head * max_span;
+    if (!rc) rc = dev_alloc(&m, qb, (void **)&q, "test", err);
+    if (!rc) rc = dev_alloc(&m, qb, (void **)&gate, "test", err);
+    if (!rc) rc = dev_alloc(&m, qb, (void **)&out, "test", err);
+    if (!rc) rc = dev_alloc(&m, sb * 4, (void **)&scores, "test", err);
+    if (!rc) rc = dev_alloc(&m, (sb / 16 + 16) * 4, (void **)&cs, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)T * 4, (void **)&pos, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)T * 4, (void **)&sess, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)T, (void **)&bd, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)c->n_sess * sizeof(cu_kv_layer), (void **)&kvd, "test", err);
+    for (int i = 0; i < c->n_sess && !rc; i++) {
+        const size_t b = (size_t)c->rows[i] * n_kv * 2;
+        kvh[i].rows = c->rows[i];
+        rc = dev_alloc(&m, b, (void **)&kvh[i].k, "test", err);
+        if (!rc) rc = dev_alloc(&m, b, (void **)&kvh[i].v, "test", err);
+        if (!rc) cudaMemcpy((void *)kvh[i].k, c->k[i], b, cudaMemcpyHostToDevice);
+        if (!rc) cudaMemcpy((void *)kvh[i].v, c->v[i], b, cudaMemcpyHostToDevice);
+    }
+    if (!rc) {
+        cudaMemcpy(q, c->q, qb, cudaMemcpyHostToDevice);
+        cudaMemcpy(gate, c->gate, qb, cudaMemcpyHostToDevice);
+        cudaMemcpy(pos, c->pos, (size_t)T * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(sess, c->sess, (size_t)T * 4, cudaMemcpyHostToDevice);
+        cudaMemcpy(bd, batch, (size_t)T, cudaMemcpyHostToDevice);
+        cudaMemcpy(kvd, kvh, (size_t)c->n_sess * sizeof(cu_kv_layer), cudaMemcpyHostToDevice);
+        cu_attn_args aa = {T, c->n_head, c->n_head_kv, c->head_dim, c->n_swa, c->swa, q, gate, out, pos, bd, sess, kvd,
+                           max_span, scores, cs, CU_ATTN_PREFILL, NULL};
+        float *dst[2] = {out_prefill, out_rows};
+        for (int pass = 0; pass < 2 && !rc; pass++) {
+            aa.mode = pass ? CU_ATTN_ROWS : CU_ATTN_PREFILL;
+            cudaMemset(out, 0xff, qb); /* NaN: an output a kernel misses shows */
+            cu_attention(0, &aa);
+            cudaError_t e = cudaMemcpy(dst[pass], out, qb, cudaMemcpyDeviceToHost);
+            if (e != cudaSuccess) rc = cuda_fail(err, e, "test attention");
+        }
+    }
+    for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
+    free(m.allocs);
+    free(batch);
+    free(kvh);
+    return rc;
+}
+
 static const mu_gpu_plugin PLUGIN = {
     MU_GPU_PLUGIN_ABI, "cuda", p_count,  p_probe,  p_model_new,     p_model_free,   p_sess_new,
-    p_sess_free,       p_forward, p_kv_get, p_kv_put, p_test_matmul, p_test_get_rows,
+    p_sess_free,       p_forward, p_kv_get, p_kv_put, p_test_matmul, p_test_get_rows, p_test_attention,
 };
 
 extern "C" __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -309,6 +309,226 @@ __global__ void __launch_bounds__(256) k_pv_b(cu_attn_args a) {
     }
 }
 
+/* ---- prefill chunks, register tiles ------------------------------------
+ * The same sums as k_scores_b / k_pv_b with each thread holding a tile of
+ * outputs in registers. The products of two F16 values are exact in
+ * float, so every lane step `acc += k * q` is one fmaf with the same
+ * result (the build's -fmad=false keeps the others unfused).
+ *
+ * k_scores_t: a block scores ST_TOK tokens x 16 query-head slots (one KV
+ * head; slots >= G idle) against ST_CELLS absolute cells. A thread holds 4
+ * rows x 4 cells and computes their 16 lanes one after another, in the
+ * order hsum16 adds them, keeping only the partial sums that tree still
+ * needs (at most five a output): lane l's chain is its 8 products d = l,
+ * l + 16, ..., l + 112, as the CPU's 16-lane accumulator takes them. */
+#define ST_TOK 4
+#define ST_CELLS 64
+#define ST_LD 68 /* floats a row of the [dim][row] smem tiles (bank spread) */
+
+template <int L>
+__device__ __forceinline__ void st_chain(const float (*Qs)[ST_LD], const float (*Ks)[ST_LD], int rg, int cg, float *acc) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 q = *(const float4 *)&Qs[16 * i + L][4 * rg];
+        const float4 k = *(const float4 *)&Ks[16 * i + L][4 * cg];
+        const float qv[4] = {q.x, q.y, q.z, q.w}, kv[4] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[4 * r + c] = fmaf(kv[c], qv[r], i ? acc[4 * r + c] : 0.f);
+    }
+}
+__device__ __forceinline__ void st_add(float *a, const float *b) {
+#pragma unroll
+    for (int o = 0; o < 16; o++) a[o] += b[o];
+}
+/* lanes l and l + 8, added: hsum16's first level */
+template <int L>
+__device__ __forceinline__ void st_pair(const float (*Qs)[ST_LD], const float (*Ks)[ST_LD], int rg, int cg, float *h,
+                                        float *tmp) {
+    st_chain<L>(Qs, Ks, rg, cg, h);
+    st_chain<L + 8>(Qs, Ks, rg, cg, tmp);
+    st_add(h, tmp);
+}
+
+template <int MINB>
+__global__ void __launch_bounds__(256, MINB) k_scores_t(cu_attn_args a) {
+    extern __shared__ float st_sm[];
+    float (*Qs)[ST_LD] = (float (*)[ST_LD])st_sm;               /* [128 dims][4 tokens x 16 slots] */
+    float (*Ks)[ST_LD] = (float (*)[ST_LD])(st_sm + 128 * ST_LD); /* [128 dims][64 cells] */
+    const int G = a.n_head / a.n_head_kv, g = blockIdx.z, t0 = blockIdx.y * ST_TOK, cb = blockIdx.x * ST_CELLS;
+    const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK, n_kv = a.n_head_kv * 128, nq = a.n_head * 128;
+    /* per token: its span, first position, and session (-1: nothing of it in these cells) */
+    __shared__ int lo[ST_TOK], hi[ST_TOK], p0[ST_TOK], ss[ST_TOK];
+    if (threadIdx.x < ST_TOK) {
+        const int k = threadIdx.x;
+        ss[k] = -1;
+        if (k < nt) {
+            const int S = a.sess[t0 + k];
+            row_span(a.pos[t0 + k], a.kv[S].rows, a.swa, a.n_swa, true, &lo[k], &hi[k], &p0[k]);
+            if (cb < hi[k] && cb + ST_CELLS > lo[k]) ss[k] = S;
+        }
+    }
+    __syncthreads();
+    const int rg = threadIdx.x >> 4, cg = threadIdx.x & 15, tk = rg >> 2, h0 = 4 * (rg & 3);
+    /* one pass per session among the block's tokens (a chunk of one session: one pass) */
+    for (int k0 = 0; k0 < nt; k0++) {
+        const int S = ss[k0];
+        bool first = S >= 0;
+        for (int j = 0; j < k0; j++) first = first && ss[j] != S;
+        if (!first) continue;
+        const cu_kv_layer kv = a.kv[S];
+        __syncthreads(); /* the previous pass's reads of the tiles */
+        for (int i = threadIdx.x; i < 64 * 32; i += 256) { /* Q: row r = 16 tk + slot, 4 dims at 4 d4 */
+            const int r = i & 63, d4 = i >> 6, k = r >> 4, hh = r & 15;
+            float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
+            if (ss[k] == S && hh < G) q = *(const float4 *)(a.q + (size_t)(t0 + k) * nq + (size_t)(g * G + hh) * 128 + 4 * d4);
+            Qs[4 * d4 + 0][r] = f16_round(q.x);
+            Qs[4 * d4 + 1][r] = f16_round(q.y);
+            Qs[4 * d4 + 2][r] = f16_round(q.z);
+            Qs[4 * d4 + 3][r] = f16_round(q.w);
+        }
+        for (int i = threadIdx.x; i < 64 * 16; i += 256) { /* K: cell c, 8 dims at 8 d8 */
+            const int c = i & 63, d8 = i >> 6;
+            uint4 w = make_uint4(0, 0, 0, 0);
+            if (cb + c < kv.rows) w = *(const uint4 *)(kv.k + (size_t)(cb + c) * n_kv + (size_t)g * 128 + 8 * d8);
+            const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                Ks[8 * d8 + 2 * j][c] = h2f((uint16_t)(ws[j] & 0xFFFF));
+                Ks[8 * d8 + 2 * j + 1][c] = h2f((uint16_t)(ws[j] >> 16));
+            }
+        }
+        __syncthreads();
+        if (ss[tk] != S || h0 >= G) continue; /* whole half-warps */
+        float A[16], B[16], C[16], D[16], E[16];
+        st_pair<0>(Qs, Ks, rg, cg, A, E);
+        st_pair<4>(Qs, Ks, rg, cg, B, E);
+        st_add(A, B); /* h0 + h4 */
+        st_pair<2>(Qs, Ks, rg, cg, B, E);
+        st_pair<6>(Qs, Ks, rg, cg, C, E);
+        st_add(B, C); /* h2 + h6 */
+        st_add(A, B);
+        st_pair<1>(Qs, Ks, rg, cg, B, E);
+        st_pair<5>(Qs, Ks, rg, cg, C, E);
+        st_add(B, C); /* h1 + h5 */
+        st_pair<3>(Qs, Ks, rg, cg, C, E);
+        st_pair<7>(Qs, Ks, rg, cg, D, E);
+        st_add(C, D); /* h3 + h7 */
+        st_add(B, C);
+        st_add(A, B);
+        const int t = t0 + tk, pos = a.pos[t];
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            if (h0 + r >= G) break;
+            float *out = a.scores + ((size_t)t * a.n_head + (size_t)g * G + h0 + r) * a.max_span;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int cell = cb + 4 * cg + c;
+                if (cell < lo[tk] || cell >= hi[tk]) continue;
+                const int p = pos - ((pos - cell) % kv.rows + kv.rows) % kv.rows;
+                out[cell - lo[tk]] = p < p0[tk] || p < 0 ? -INFINITY : A[4 * r + c] * (1.0f / sqrtf(128.0f));
+            }
+        }
+    }
+}
+#define ST_SMEM (2 * 128 * ST_LD * (int)sizeof(float))
+
+/* k_pv_t: one token, one KV head and 64 of the 128 output values a block.
+ * Thread (l, grp): lane l (cells l, l + 16, ... of the span, the CPU's
+ * accumulator lane, in cell order) for 8 heads x 8 values; the 16 lanes of
+ * an output are then added by shuffles in hsum16's tree (xor 8, 4, 2, 1:
+ * each level adds the pairs hsum16 adds, and a + b == b + a). The next
+ * 64 cells' V and weights are read into registers while these are used. */
+#define PT_CELLS 64
+__global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
+    const int t = blockIdx.x, g = blockIdx.y, dh = blockIdx.z * 64, G = a.n_head / a.n_head_kv;
+    const cu_kv_layer kv = a.kv[a.sess[t]];
+    int c_lo, c_hi, p0;
+    row_span(a.pos[t], kv.rows, a.swa, a.n_swa, true, &c_lo, &c_hi, &p0);
+    const int np = (c_hi - c_lo) / 16 * 16, n_kv = a.n_head_kv * 128;
+    const int l = threadIdx.x & 15, grp = threadIdx.x >> 4, hb = (grp >> 3) * 8, db = (grp & 7) * 8;
+    __shared__ __align__(16) float Vs[PT_CELLS][68];
+    __shared__ __align__(16) float Ws[PT_CELLS][20];
+    const float *w0 = a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span;
+    const uint16_t *v0 = kv.v + (size_t)c_lo * n_kv + (size_t)g * 128 + dh;
+    float acc[8][8];
+#pragma unroll
+    for (int x = 0; x < 8; x++)
+#pragma unroll
+        for (int y = 0; y < 8; y++) acc[x][y] = 0.f;
+    /* thread i fetches V words (cell i / 8 and 32 + i / 8, 8 values at 8 (i % 8))
+     * and weights (head i % 16, cells 4 (i / 16) .. + 3: scalar reads, a
+     * row's span need not be 16-byte aligned) */
+    uint4 pv[2];
+    float pw[4];
+    auto fetch = [&](int c0) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int c = (threadIdx.x >> 3) + 32 * r;
+            pv[r] = c0 + c < np ? *(const uint4 *)(v0 + (size_t)(c0 + c) * n_kv + 8 * (threadIdx.x & 7)) : make_uint4(0, 0, 0, 0);
+        }
+        const int hh = threadIdx.x & 15, c = 4 * (threadIdx.x >> 4);
+#pragma unroll
+        for (int q = 0; q < 4; q++) pw[q] = hh < G && c0 + c < np ? w0[(size_t)hh * a.max_span + c0 + c + q] : 0.f;
+    };
+    if (np > 0) fetch(0);
+    for (int c0 = 0; c0 < np; c0 += PT_CELLS) {
+        __syncthreads();
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int c = (threadIdx.x >> 3) + 32 * r, d = 8 * (threadIdx.x & 7);
+            const uint32_t ws[4] = {pv[r].x, pv[r].y, pv[r].z, pv[r].w};
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                Vs[c][d + 2 * j] = h2f((uint16_t)(ws[j] & 0xFFFF));
+                Vs[c][d + 2 * j + 1] = h2f((uint16_t)(ws[j] >> 16));
+            }
+        }
+        {
+            const int hh = threadIdx.x & 15, c = 4 * (threadIdx.x >> 4);
+#pragma unroll
+            for (int q = 0; q < 4; q++) Ws[c + q][hh] = pw[q];
+        }
+        __syncthreads();
+        const int nc = np - c0 < PT_CELLS ? np - c0 : PT_CELLS; /* a multiple of 16 */
+        if (c0 + PT_CELLS < np) fetch(c0 + PT_CELLS);
+        for (int j = 0; j < nc; j += 16) {
+            const float4 va = *(const float4 *)&Vs[j + l][db], vb = *(const float4 *)&Vs[j + l][db + 4];
+            const float4 wa = *(const float4 *)&Ws[j + l][hb], wb = *(const float4 *)&Ws[j + l][hb + 4];
+            const float vv[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+            const float ww[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+            for (int x = 0; x < 8; x++)
+#pragma unroll
+                for (int y = 0; y < 8; y++) acc[x][y] = fmaf(vv[y], ww[x], acc[x][y]);
+        }
+    }
+#pragma unroll
+    for (int x = 0; x < 8; x++)
+#pragma unroll
+        for (int y = 0; y < 8; y++) {
+            float s = acc[x][y];
+            s += __shfl_xor_sync(0xffffffffu, s, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            acc[x][y] = s;
+        }
+    /* lane l writes head hb + l / 2's values db + 4 (l % 2) .. + 3 */
+    const int x = l >> 1, hh = hb + x;
+    if (hh >= G) return;
+    float r4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int xx = 0; xx < 8; xx++)
+        if (xx == x)
+#pragma unroll
+            for (int y = 0; y < 4; y++) r4[y] = l & 1 ? acc[xx][4 + y] : acc[xx][y];
+    const size_t o = (size_t)t * a.n_head * 128 + (size_t)(g * G + hh) * 128 + dh + db + 4 * (l & 1);
+#pragma unroll
+    for (int y = 0; y < 4; y++) a.out[o + y] = r4[y] * (1.0f / (1.0f + expf_libm(-a.gate[o + y])));
+}
+
 /* ---- decode: lone tokens, ggml_vec_dot_f16's 64 lanes, tiled -----------
  * A few tokens, each alone in its session: the query heads of one KV head
  * share the K rows (k_scores_d), and V's 64 accumulator lanes are split
@@ -459,11 +679,29 @@ static bool tiled_ok(void) {
     return ok;
 }
 
+/* MUSER_CUDA_ATTN_T=0 runs prefill attention on k_scores_b / k_pv_b (to
+ * compare); else on the register-tiled k_scores_t / k_pv_t, whose shared
+ * memory needs the opt-in above 48 KB (set once here, outside any capture) */
+static int regtile_ok(void) {
+    static int ok = -1;
+    if (ok < 0) {
+        const char *v = getenv("MUSER_CUDA_ATTN_T");
+        ok = v && (*v == '0' || *v == '2') ? *v - '0' : 1;
+        if (ok && (cudaFuncSetAttribute(k_scores_t<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) != cudaSuccess ||
+                   cudaFuncSetAttribute(k_scores_t<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) != cudaSuccess))
+            ok = 0;
+    }
+    return ok;
+}
+
 int cu_attn_mode(int T, const uint8_t *batch, int n_head, int n_head_kv, int head_dim) {
     if (head_dim != 128 || n_head % n_head_kv || n_head / n_head_kv > 16 || !tiled_ok()) return CU_ATTN_ROWS;
     int nb = 0;
     for (int t = 0; t < T; t++) nb += batch[t] != 0;
-    if (nb == T) return CU_ATTN_PREFILL;
+    if (nb == T) {
+        regtile_ok(); /* its one-time setup happens here, before any launch */
+        return CU_ATTN_PREFILL;
+    }
     if (nb == 0 && T <= CU_DECODE_MAX_T) return CU_ATTN_DECODE;
     return CU_ATTN_ROWS;
 }
@@ -472,6 +710,14 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     const int R = a->T * a->n_head;
     switch (a->mode) {
     case CU_ATTN_PREFILL:
+        if (regtile_ok()) {
+            const dim3 gs((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv);
+            if (regtile_ok() == 2) k_scores_t<1><<<gs, 256, ST_SMEM, st>>>(*a);
+            else k_scores_t<2><<<gs, 256, ST_SMEM, st>>>(*a);
+            k_softmax<<<R, 256, 0, st>>>(*a);
+            k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
+            break;
+        }
         k_scores_b<<<dim3((a->max_span + SB_CELLS - 1) / SB_CELLS, a->T, a->n_head_kv), 128, 0, st>>>(*a);
         k_softmax<<<R, 256, 0, st>>>(*a);
         k_pv_b<<<dim3(a->T, a->n_head_kv), 256, 0, st>>>(*a);

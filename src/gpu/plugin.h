@@ -7,7 +7,7 @@
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 4
+#define MU_GPU_PLUGIN_ABI 5
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus
@@ -32,6 +32,7 @@ typedef struct {
                        const float *x, float *y, mu_err *err);
     int (*test_get_rows)(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                          float *y, mu_err *err);
+    int (*test_attention)(int device, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

@@ -66,6 +66,64 @@ static void check(const char *what, uint32_t type, int rows, int cols, int T, co
     }
 }
 
+/* Prefill attention (the tiled kernels) against the row kernels, bit for
+ * bit: 4, 8 and 16 query heads a KV head; full and sliding layers, rings
+ * that wrap; one or two sessions in a chunk; token counts that leave
+ * ragged tiles; cells past the positions hold finite garbage (weight 0). */
+static int test_attention(void) {
+    static const struct {
+        int G, T, n_sess, rows, pos0, swa, n_swa;
+    } cases[] = {
+        {16, 67, 1, 4096, 0, 0, 0},      {16, 37, 1, 4096, 1500, 0, 0},  {8, 130, 1, 1024, 300, 0, 0},
+        {4, 9, 1, 512, 17, 0, 0},        {16, 45, 2, 2816, 700, 0, 0},   {16, 61, 1, 96, 200, 1, 40},
+        {8, 50, 1, 2816, 3000, 1, 2048}, {16, 23, 2, 160, 90, 1, 64},    {4, 6, 1, 256, 0, 1, 100},
+        {16, 512, 1, 2048, 1400, 0, 0},
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
+        const int G = cases[ci].G, T = cases[ci].T, ns = cases[ci].n_sess, rows = cases[ci].rows;
+        const int n_head_kv = 2, n_head = G * n_head_kv, hd = 128, nq = n_head * hd, n_kv = n_head_kv * hd;
+        float *q = malloc((size_t)T * nq * 4), *gate = malloc((size_t)T * nq * 4), *o1 = malloc((size_t)T * nq * 4),
+              *o2 = malloc((size_t)T * nq * 4);
+        int *pos = malloc((size_t)T * 4), *sess = malloc((size_t)T * 4), rws[2] = {rows, rows};
+        uint16_t *kk[2], *vv[2];
+        for (int s = 0; s < ns; s++) {
+            kk[s] = malloc((size_t)rows * n_kv * 2);
+            vv[s] = malloc((size_t)rows * n_kv * 2);
+            for (size_t i = 0; i < (size_t)rows * n_kv; i++) {
+                kk[s][i] = mu_f32_to_f16(frand() * (i % 29 == 0 ? 6.0f : 1.5f));
+                vv[s][i] = mu_f32_to_f16(frand() * 2.0f);
+            }
+        }
+        const int t1 = ns == 2 ? T / 2 : T; /* tokens [0, t1) of session 0, the rest of session 1 */
+        for (int t = 0; t < T; t++) {
+            sess[t] = t < t1 ? 0 : 1;
+            pos[t] = t < t1 ? cases[ci].pos0 + t : cases[ci].pos0 / 2 + (t - t1); /* session 1 at another depth */
+        }
+        for (size_t i = 0; i < (size_t)T * nq; i++) {
+            q[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
+            gate[i] = frand() * 4.0f;
+        }
+        mu_gpu_attn_case c = {T, n_head, n_head_kv, hd, cases[ci].n_swa, cases[ci].swa != 0, q, gate, pos, sess, ns, rws,
+                              (const uint16_t *const *)kk, (const uint16_t *const *)vv};
+        mu_err err = {0};
+        if (mu_gpu_test_attention(0, &c, o1, o2, &err)) {
+            printf("FAIL attention: %s\n", err.msg);
+            return 1;
+        }
+        n_cases++;
+        int nd = 0;
+        for (size_t i = 0; i < (size_t)T * nq; i++) nd += memcmp(&o1[i], &o2[i], 4) != 0;
+        if (nd) {
+            n_fail++;
+            printf("FAIL attention case %zu (G %d, T %d, sessions %d, rows %d, swa %d): %d of %d values differ\n", ci, G,
+                   T, ns, rows, cases[ci].swa, nd, T * nq);
+        }
+        for (int s = 0; s < ns; s++) free(kk[s]), free(vv[s]);
+        free(q), free(gate), free(o1), free(o2), free(pos), free(sess);
+    }
+    return 0;
+}
+
 int main(void) {
     if (mu_gpu_count() == 0) {
         printf("skip: %s\n", mu_gpu_why_none());
@@ -181,6 +239,7 @@ int main(void) {
             check(extreme ? "matmul (tiles, extremes)" : "matmul (tiles)", type, rows, cols, T, want, got, (size_t)T * rows);
             free(w), free(row), free(x), free(want), free(got);
         }
+    if (test_attention()) return 1;
     printf("gpu kernels: %d cases, %d failed\n", n_cases, n_fail);
     return n_fail ? 1 : 0;
 }
