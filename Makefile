@@ -125,7 +125,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB)
 
 unit: $(UNIT_BIN)
 
-GPU_TEST_BIN := $(BUILD)/tests/gpu/test_gpu_kern $(BUILD)/tests/gpu/test_gpu_engine
+GPU_TEST_BIN := $(BUILD)/tests/gpu/test_gpu_kern $(BUILD)/tests/gpu/test_gpu_engine $(BUILD)/tests/gpu/test_gpu_stream
 
 test: muser $(CUDA_PLUGIN) $(UNIT_BIN) $(GPU_TEST_BIN)
 	BUILD=$(BUILD) bash tests/run.sh
