@@ -239,10 +239,11 @@ typedef struct {
        the forward's thread as soon as the K and V rows of layer il at positions
        [pos0, pos0 + n) of this item's session are final, so they can be read
        (mu_session_kv_read) and sent while the later layers compute. Layers come in
-       order, every position of the item once per layer. The CPU engine calls it per
-       chunk right after the layer writes its rows; the CUDA engine after the whole
-       forward (every layer of every position at once). It must not run a forward nor
-       change any session; reading the rows changes no result. */
+       order, every position of the item once per layer. Both engines call it per
+       chunk: the CPU right after the layer writes its rows, the CUDA engine once the
+       device has written them (an event per layer), while the device computes the
+       later layers. It must not run a forward nor change any session; reading the
+       rows changes no result. */
     void (*on_layer)(void *user, int il, int pos0, int n);
     void *on_layer_user;
 } mu_batch_item;

@@ -3,7 +3,9 @@
  * mu_engine_new), and a batch's walk in chunks of at most MU_UBATCH tokens
  * exactly as forward.c walks it (the same positions, the same output rows),
  * with the RoPE angles computed here by the CPU's own code so both
- * backends rotate by the same floats.
+ * backends rotate by the same floats, and layer streaming
+ * (mu_batch_item.on_layer) per chunk as forward.c calls it, each layer as
+ * the device writes its rows.
  * Does not: compute anything per layer (src/gpu does). */
 #include <stdlib.h>
 #include <string.h>
@@ -50,9 +52,24 @@ typedef struct {
     bool out[MU_UBATCH];
     float *logits[MU_UBATCH];
     float *embd[MU_UBATCH];
-    int T, n_out, t_solo;
+    const mu_batch_item *item[MU_UBATCH]; /* the token's item when it streams its layers, else NULL */
+    int T, n_out, t_solo, n_layer_tok;
     bool rope, seen_solo;
 } gchunk;
+
+/* mu_gpu_chunk.on_layer: layer il's rows of the chunk are in the cells;
+ * each streaming item hears of its run of positions (forward.c's
+ * layer_final). */
+static void chunk_layer(void *user, int il) {
+    const gchunk *c = user;
+    for (int t = 0; t < c->T;) {
+        const mu_batch_item *it = c->item[t];
+        int u = t + 1;
+        while (u < c->T && c->item[u] == it) u++;
+        if (it) it->on_layer(it->on_layer_user, il, c->pos[t], u - t);
+        t = u;
+    }
+}
 
 static int run(mu_engine *e, gchunk *c, mu_err *err) {
     const mu_model_info *I = &e->m->info;
@@ -70,10 +87,11 @@ static int run(mu_engine *e, gchunk *c, mu_err *err) {
     double *prof = !e->prof_on ? NULL : c->T == 1 ? e->prof.decode_s : e->prof.prefill_s;
     mu_gpu_chunk g = {.T = c->T, .tokens = c->tok, .pos = c->pos, .sess = c->sess, .out = c->out,
                       .n_out = c->n_out, .t_solo = c->t_solo < c->T ? c->t_solo : c->T, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .embd = c->embd,
-                      .prof = prof};
+                      .prof = prof, .on_layer = c->n_layer_tok ? chunk_layer : NULL, .on_layer_user = c,
+                      .stream_stats = &e->gpu_stream};
     int rc = mu_gpu_forward(e->gpu, &g, err);
     if (!rc && prof) ++*(c->T == 1 ? &e->prof.decode_passes : &e->prof.prefill_passes);
-    c->T = c->n_out = 0;
+    c->T = c->n_out = c->n_layer_tok = 0;
     c->t_solo = c->seen_solo ? 0 : MU_UBATCH;
     return rc;
 }
@@ -95,9 +113,11 @@ int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err
         for (int t = 0; t < it->n_tokens && !rc; t++) {
             const bool out = it->embd || it->all_logits || t == it->n_tokens - 1;
             c.tok[c.T] = it->tokens[t];
-            c.pos[c.T] = s->n_past + t;
+            c.pos[c.T] = s->n_past++; /* positions are assigned as tokens enter the chunk (forward.c) */
             c.sess[c.T] = s->gs;
             c.out[c.T] = out;
+            c.item[c.T] = it->on_layer ? it : NULL;
+            c.n_layer_tok += it->on_layer != NULL;
             if (out) {
                 /* an embedding row leaves after the final norm, a logits row after the output matmul */
                 c.embd[c.n_out] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;
@@ -113,11 +133,5 @@ int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err
         for (int i = 0; i < n_items; i++) mu_session_reset(items[i].s);
         return rc;
     }
-    for (int i = 0; i < n_items; i++) items[i].s->n_past += items[i].n_tokens;
-    /* layer streaming (mu_batch_item.on_layer): the device computes a chunk's
-     * layers in one call, so every layer's rows are final only now */
-    for (int i = 0; i < n_items; i++)
-        for (int il = 0; il < I->n_layer && items[i].on_layer; il++)
-            items[i].on_layer(items[i].on_layer_user, il, items[i].s->n_past - items[i].n_tokens, items[i].n_tokens);
     return 0;
 }

@@ -57,6 +57,15 @@ typedef struct {
 typedef struct mu_gpu_model mu_gpu_model;
 typedef struct mu_gpu_sess mu_gpu_sess;
 
+/* What layer streaming did, for tests and benchmarks; counts, no times. */
+typedef struct mu_gpu_stream_stats {
+    long calls;  /* on_layer calls */
+    long open;   /* of them, made before the pass's final synchronization */
+    long busy;   /* of them, made while the device had not yet finished the pass
+                  * (a snapshot: depends on timing, never a test verdict) */
+    long reads;  /* mu_gpu_kv_get calls served inside on_layer, on the second stream */
+} mu_gpu_stream_stats;
+
 /* One chunk of at most 512 tokens of one or more sessions; a session's
  * tokens are consecutive and at consecutive positions. */
 typedef struct {
@@ -74,6 +83,18 @@ typedef struct {
      * the engine's phase order: norms, qkv, rope, attn, wo, ffn_up,
      * ffn_down, logits */
     double *prof;
+    /* Layer streaming: NULL, or called on the calling thread for il = 0 ..
+     * n_layer - 1 in order, each as soon as layer il's K and V rows of the
+     * chunk are in the sessions' cells, while the device computes the later
+     * layers (before the pass's final synchronization). Inside it,
+     * mu_gpu_kv_get reads on a second stream, after the event of the
+     * layer it reads, without waiting for the pass; mu_gpu_kv_put and mu_gpu_forward of
+     * the same model fail (MU_E_STATE). A streaming pass records one event
+     * per layer and never replays a captured graph; passes without it are
+     * unchanged. */
+    void (*on_layer)(void *user, int il);
+    void *on_layer_user;
+    mu_gpu_stream_stats *stream_stats; /* NULL, or counts added in (on_layer) */
 } mu_gpu_chunk;
 
 /* Called with bytes uploaded so far; nonzero stops the upload (MU_E_STATE). */
@@ -97,6 +118,7 @@ void mu_gpu_sess_free(mu_gpu_sess *s);
 int mu_gpu_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err);
 /* K and V rows of cells [cell0, cell0 + n) of layer il, as F16 [n][n_kv]. */
 int mu_gpu_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err);
+/* The reverse; never inside mu_gpu_chunk.on_layer. */
 int mu_gpu_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err);
 
 /* Kernel tests (tests/gpu): one matmul y[T][rows] = W x^T on the device,

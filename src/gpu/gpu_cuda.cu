@@ -2,8 +2,10 @@
  * once, sessions' KV cells, and the forward pass of one chunk, in the
  * order of forward.c's run_chunk.
  * Owns: device memory (weights, scratch for 512 tokens, logits), one
- * stream per model, the pinned staging buffer for a chunk's inputs and
- * outputs, and the elementwise kernels (norms, RoPE, residuals, SwiGLU).
+ * compute stream per model, the pinned staging buffer for a chunk's inputs
+ * and outputs, layer streaming (an event per layer, KV rows read on a
+ * second stream while the pass runs), and the elementwise kernels (norms,
+ * RoPE, residuals, SwiGLU).
  * Matmuls are gpu_cuda_mm.cu, attention gpu_cuda_attn.cu. Exported: the
  * one symbol mu_gpu_plugin_v1 (plugin.h). */
 #include <dlfcn.h>
@@ -91,6 +93,14 @@ struct mu_gpu_model {
     int n_graphs;
     cudaEvent_t ev[1024];  /* phase marks of a profiled pass */
     int ev_ph[1024], n_ev, n_ev_made;
+    /* layer streaming (mu_gpu_chunk.on_layer) */
+    cudaStream_t cp;       /* KV reads while a pass runs */
+    cudaEvent_t *lev;      /* [n_layer]: the layer's KV rows are written */
+    cudaEvent_t done;      /* the streaming pass's last launch */
+    uint16_t *kv_stage;    /* pinned [2][UB][n_kv]: K and V rows read on cp */
+    bool open;             /* inside a streaming pass's on_layer calls */
+    cudaError_t rec_err;   /* the first failed layer event record of the pass */
+    mu_gpu_stream_stats *stats; /* the open pass's counts, or NULL */
 };
 
 static void graphs_clear(mu_gpu_model *m);
@@ -225,7 +235,13 @@ static void p_model_free(mu_gpu_model *m) {
     cudaFreeHost(m->lg_h);
     graphs_clear(m);
     for (int i = 0; i < m->n_ev_made; i++) cudaEventDestroy(m->ev[i]);
+    for (int il = 0; m->lev && il < m->d.n_layer; il++)
+        if (m->lev[il]) cudaEventDestroy(m->lev[il]);
+    if (m->done) cudaEventDestroy(m->done);
+    cudaFreeHost(m->kv_stage);
+    if (m->cp) cudaStreamDestroy(m->cp);
     if (m->st) cudaStreamDestroy(m->st);
+    free(m->lev);
     free(m->allocs);
     free(m->L);
     free(m->swa);
@@ -308,6 +324,14 @@ static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn,
     if (rc) return rc;
     CK(cudaMallocHost((void **)&m->in_h, sizeof(chunk_in)), "pinned inputs");
     CK(cudaMallocHost((void **)&m->kv_h, T * (size_t)d->n_layer * sizeof(cu_kv_layer)), "pinned inputs");
+    /* layer streaming: made here, so a streaming pass allocates nothing
+     * (cudaFreeHost may synchronize the device) */
+    CK(cudaStreamCreateWithFlags(&m->cp, cudaStreamNonBlocking), "stream");
+    m->lev = (cudaEvent_t *)calloc((size_t)d->n_layer, sizeof(cudaEvent_t));
+    if (!m->lev) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    for (int il = 0; il < d->n_layer; il++) CK(cudaEventCreateWithFlags(&m->lev[il], cudaEventDisableTiming), "event");
+    CK(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming), "event");
+    CK(cudaMallocHost((void **)&m->kv_stage, 2 * T * KV * 2), "pinned KV staging");
     return 0;
 }
 
@@ -385,11 +409,34 @@ static int kv_check(mu_gpu_sess *s, int il, int cell0, int n, mu_err *err) {
     return 0;
 }
 
+/* A read inside a streaming pass's on_layer: on the second stream, after
+ * the event of the layer read (its rows of the pass are written and no
+ * later launch of the pass writes them), through the pinned staging, UB
+ * rows at a time; the compute stream runs on. */
+static int kv_get_open(mu_gpu_sess *s, int il, size_t off, int n, uint16_t *k, uint16_t *v, mu_err *err) {
+    mu_gpu_model *m = s->m;
+    const size_t kv = (size_t)m->n_kv;
+    uint16_t *sk = m->kv_stage, *sv = m->kv_stage + (size_t)UB * kv;
+    CK(cudaStreamWaitEvent(m->cp, m->lev[il], 0), "KV read: wait for the layer");
+    for (int r = 0; r < n; r += UB) {
+        const int nr = n - r < UB ? n - r : UB;
+        const size_t at = off + (size_t)r * kv, bytes = (size_t)nr * kv * 2;
+        CK(cudaMemcpyAsync(sk, s->k[il] + at, bytes, cudaMemcpyDeviceToHost, m->cp), "KV read");
+        CK(cudaMemcpyAsync(sv, s->v[il] + at, bytes, cudaMemcpyDeviceToHost, m->cp), "KV read");
+        CK(cudaStreamSynchronize(m->cp), "KV read");
+        memcpy(k + (size_t)r * kv, sk, bytes);
+        memcpy(v + (size_t)r * kv, sv, bytes);
+    }
+    if (m->stats) m->stats->reads++;
+    return 0;
+}
+
 static int p_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
     int rc = kv_check(s, il, cell0, n, err);
     if (rc || !n) return rc;
     const size_t rb = (size_t)s->m->n_kv * 2, off = (size_t)cell0 * s->m->n_kv;
     CK(cudaSetDevice(s->m->dev), "set device");
+    if (s->m->open) return kv_get_open(s, il, off, n, k, v, err);
     CK(cudaStreamSynchronize(s->m->st), "sync");
     CK(cudaMemcpy(k, s->k[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
     CK(cudaMemcpy(v, s->v[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
@@ -397,6 +444,7 @@ static int p_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint1
 }
 
 static int p_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err) {
+    if (s->m->open) return fail(err, MU_E_STATE, "cuda: KV write inside a streaming pass's layer callback");
     int rc = kv_check(s, il, cell0, n, err);
     if (rc || !n) return rc;
     const size_t rb = (size_t)s->m->n_kv * 2, off = (size_t)cell0 * s->m->n_kv;
@@ -643,7 +691,8 @@ static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
 /* Every kernel of one pass over a chunk whose inputs are on the device.
  * Only the arguments decide the launches, so a pass can be captured once
  * as a graph and replayed (graph_launch). */
-static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_solo, int out_solo, bool prof) {
+static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_solo, int out_solo, bool prof,
+                        bool stream) {
     const mu_gpu_model_desc *D = &m->d;
     const int E = D->n_embd, F = D->n_ff, nl = D->n_layer, hd = D->head_dim;
     cudaStream_t st = m->st;
@@ -667,6 +716,10 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         launch_pdl(k_qk, dim3(T, D->n_head + D->n_head_kv), dim3(32), 0, st, m->q, m->k, (const float *)m->v, L->q_norm,
                    L->k_norm, (const float *)m->rope_d, D->n_head, D->n_head_kv, hd, D->eps, m->swa[il],
                    (const int *)m->in_d->pos, (const int *)m->in_d->sess, (const cu_kv_layer *)(m->kv_d + (size_t)il * UB));
+        if (stream) { /* k_qk is the layer's only KV write */
+            cudaError_t e = cudaEventRecord(m->lev[il], st);
+            if (e != cudaSuccess && m->rec_err == cudaSuccess) m->rec_err = e;
+        }
         mark(m, prof, PH_ROPE);
         cu_attn_args aa = {T, D->n_head, D->n_head_kv, hd, D->n_swa, m->swa[il], m->q, m->g, a, m->in_d->pos,
                            m->in_d->batch, m->in_d->sess, m->kv_d + (size_t)il * UB, max_span, m->scores,
@@ -732,7 +785,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     if (m->n_graphs == MAX_GRAPHS) graphs_clear(m);
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal), "graph capture");
-    launch_pass(m, T, n_out, max_span, t_solo, out_solo, false);
+    launch_pass(m, T, n_out, max_span, t_solo, out_solo, false, false);
     CK(cudaStreamEndCapture(m->st, &graph), "graph capture");
     pass_graph *g = &m->graphs[m->n_graphs];
     cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
@@ -749,9 +802,46 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     return 0;
 }
 
+/* Layer streaming: with the whole pass launched, each layer's callback as
+ * soon as its event completes, the device computing on meanwhile. */
+static int stream_layers(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
+    CK(cudaGetLastError(), "kernel launch");
+    CK(m->rec_err, "layer event");
+    CK(cudaEventRecord(m->done, m->st), "pass event");
+    mu_gpu_stream_stats *ss = c->stream_stats;
+    m->stats = ss;
+    m->open = true;
+    for (int il = 0; il < m->d.n_layer; il++) {
+        cudaError_t e = cudaEventSynchronize(m->lev[il]);
+        if (e != cudaSuccess) {
+            m->open = false;
+            m->stats = NULL;
+            return cuda_fail(err, e, "layer event");
+        }
+        if (ss) {
+            ss->calls++;
+            ss->open++; /* by construction: the final synchronization comes after the loop */
+            e = cudaEventQuery(m->done);
+            if (e == cudaErrorNotReady) {
+                ss->busy++;
+                if (cudaPeekAtLastError() == cudaErrorNotReady) cudaGetLastError(); /* a state, not an error */
+            } else if (e != cudaSuccess) {
+                m->open = false;
+                m->stats = NULL;
+                return cuda_fail(err, e, "pass event");
+            }
+        }
+        c->on_layer(c->on_layer_user, il);
+    }
+    m->open = false;
+    m->stats = NULL;
+    return 0;
+}
+
 static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     const mu_gpu_model_desc *D = &m->d;
     const int T = c->T, nl = D->n_layer, hd = D->head_dim;
+    if (m->open) return fail(err, MU_E_STATE, "cuda: forward inside a streaming pass's layer callback");
     if (T <= 0 || T > UB) return fail(err, MU_E_ARG, "cuda: chunk of %d tokens", T);
     CK(cudaSetDevice(m->dev), "set device");
     int rc = ensure_logits(m, c->n_out > 0 ? c->n_out : 1, err);
@@ -798,8 +888,10 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     const int t_solo = c->t_solo < 0 ? 0 : c->t_solo > T ? T : c->t_solo;
     int out_solo = 0;
     for (int t = 0; t < t_solo; t++) out_solo += c->out[t];
-    if (prof || T > GRAPH_MAX_T) {
-        launch_pass(m, T, n_out, (int)max_span, t_solo, out_solo, prof);
+    const bool stream = c->on_layer != NULL;
+    if (prof || stream || T > GRAPH_MAX_T) {
+        m->rec_err = cudaSuccess;
+        launch_pass(m, T, n_out, (int)max_span, t_solo, out_solo, prof, stream);
     } else {
         /* small batches (decode) replay a captured graph: the pass's
          * launches cost more than its kernels there */
@@ -809,6 +901,13 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     if (n_out > 0)
         CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * D->n_vocab * 4, cudaMemcpyDeviceToHost, st),
            "logits download");
+    if (stream) {
+        rc = stream_layers(m, c, err);
+        if (rc) {
+            cudaStreamSynchronize(st); /* nothing of the pass runs on after a failure */
+            return rc;
+        }
+    }
     bool any_embd = false;
     for (int r = 0; c->embd && r < n_out; r++) any_embd |= c->embd[r] != NULL;
     if (any_embd) {

@@ -3,7 +3,7 @@
 # plugin (muser-cuda.so next to muser). Skips, exit 0, without a device.
 #  1. every GPU matmul and row lookup == the CPU reference kernels, bit for bit
 #  2. CPU engine vs CUDA engine on every golden model (logits, batching, KV
-#     rows moved between the backends)
+#     rows moved between the backends; layer streaming, test_gpu_stream)
 #  3. the golden models and the shared fixtures with --backend cuda under
 #     the team's tie-aware rule (tests/golden/compare.py)
 #  4. compute-sanitizer memcheck of a short CUDA run
@@ -30,6 +30,7 @@ while read -r name opts; do
   # shellcheck disable=SC2086
   [ -f "$work/$name.gguf" ] || ./muser gen -o "$work/$name.gguf" $opts --name "$name" >/dev/null 2>&1
   "$build/tests/gpu/test_gpu_engine" "$work/$name.gguf" || rc=1
+  "$build/tests/gpu/test_gpu_stream" "$work/$name.gguf" || rc=1
 done < tests/golden/models.txt
 
 echo "--- golden models, --backend cuda"

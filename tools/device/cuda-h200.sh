@@ -88,9 +88,9 @@ fi
 
 if [ $TIER = 1 ]; then
   cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
-    cp .gpu/test_gpu_kern .gpu/test_gpu_engine build/tests/gpu/
+    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream build/tests/gpu/
   timeout "$(( $(left) > 300 ? 300 : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
-  note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/tier.log") $(grep 'gpu kernels:' "$OUT/tier.log")"
+  note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/tier.log") $(grep 'gpu kernels:' "$OUT/tier.log") $(grep -c '^gpu stream .*: ok' "$OUT/tier.log") stream tests ok"
 fi
 for kv in "${KENV[@]}"; do
   env "$kv" timeout 120 .gpu/test_gpu_kern >/tmp/cuda-h200-kern.log 2>&1

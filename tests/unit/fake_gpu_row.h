@@ -1,0 +1,15 @@
+/* fake_gpu_row.h: the K (kv = 0) and V (kv = 1) values the fake GPU plugin
+ * (fake_gpu_plugin.c) writes for element i of a token's row at a position
+ * and layer; test_gpu_fake.c checks the rows it reads against them. */
+#ifndef MU_TEST_FAKE_GPU_ROW_H
+#define MU_TEST_FAKE_GPU_ROW_H
+
+#include <stdint.h>
+
+static inline uint16_t fake_row(int32_t tok, int pos, int il, int i, int kv) {
+    return (uint16_t)(((uint32_t)tok * 131u + (uint32_t)pos * 7919u + (uint32_t)il * 1009u + (uint32_t)i * 3u +
+                       (uint32_t)kv * 40503u) &
+                      0xffffu);
+}
+
+#endif
