@@ -7,7 +7,7 @@
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 5
+#define MU_GPU_PLUGIN_ABI 6
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus
