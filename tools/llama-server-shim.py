@@ -17,12 +17,16 @@ without --metrics muser gets --no-metrics, without --cors-origins --cors '*'
 one model); --embedding without --pooling adds --pooling mean (the suite's embedding
 models carry a pooling type; the substitute model has none); --ctx-size is llama.cpp's
 total context, split over the slots as llama.cpp does (muser's --ctx is per
-slot) and capped at the model's training context (muser refuses more); --api-key K becomes a mode-0600 key file for --api-key-file. The
+slot) and capped at the model's training context (muser refuses more), or
+whole per slot with --kv-unified (llama.cpp's one pool any sequence may fill);
+--model-draft (-md) is replaced as the model is, by the served model's DFlash
+drafter (--spec dflash), an ngram --spec-type without one is --spec ngram, and
+--spec-draft-n-max / -min are --draft-max / --draft-min; --api-key K becomes a mode-0600 key file for --api-key-file. The
 model flags (--model, --hf-repo, --hf-file, --model-url) are ignored: muser
 serves MUSER_SHIM_MODEL (a Muse Glimmer GGUF), so tests that expect a
-particular model's text fail by design. Everything else (--batch-size,
---jinja, --reranking, --chat-template, ...) has no muser
-equivalent and is dropped (listed on stderr)."""
+particular model's text fail by design. Everything else (--jinja, --reranking,
+--chat-template, --spec-synth-rates, ...) has no muser equivalent and is
+dropped (listed on stderr)."""
 import os
 import re
 import stat

@@ -256,12 +256,12 @@ int mu_http_bind_check(const char *host, bool has_tls, bool has_key, bool *loopb
         if (rc) return rc;
         bool lo = addr_loopback((struct sockaddr *)&ss);
         all_lo = all_lo && lo;
+        if (loopback) *loopback = all_lo;
         if (!lo && (!has_tls || !has_key))
             return mu_fail(err, MU_E_ARG,
                            "http: refusing to bind a non-loopback address without TLS and an API key: %s "
                            "(give --tls-cert, --tls-key and --api-key-file)", h);
     }
-    if (loopback) *loopback = all_lo;
     return 0;
 }
 
