@@ -17,12 +17,16 @@ without --metrics muser gets --no-metrics, without --cors-origins --cors '*'
 one model); --embedding without --pooling adds --pooling mean (the suite's embedding
 models carry a pooling type; the substitute model has none); --ctx-size is llama.cpp's
 total context, split over the slots as llama.cpp does (muser's --ctx is per
-slot) and capped at the model's training context (muser refuses more); --api-key K becomes a mode-0600 key file for --api-key-file. The
+slot) and capped at the model's training context (muser refuses more), or
+whole per slot with --kv-unified (llama.cpp's one pool any sequence may fill);
+--model-draft (-md) is replaced as the model is, by the served model's DFlash
+drafter (--spec dflash), an ngram --spec-type without one is --spec ngram, and
+--spec-draft-n-max / -min are --draft-max / --draft-min; --api-key K becomes a mode-0600 key file for --api-key-file. The
 model flags (--model, --hf-repo, --hf-file, --model-url) are ignored: muser
 serves MUSER_SHIM_MODEL (a Muse Glimmer GGUF), so tests that expect a
-particular model's text fail by design. Everything else (--batch-size,
---jinja, --reranking, --chat-template, ...) has no muser
-equivalent and is dropped (listed on stderr)."""
+particular model's text fail by design. Everything else (--jinja, --reranking,
+--chat-template, --spec-synth-rates, ...) has no muser equivalent and is
+dropped (listed on stderr)."""
 import os
 import re
 import stat
@@ -31,7 +35,7 @@ import sys
 import tempfile
 
 TAKES_VALUE = {
-    "--port", "--host", "--temp", "--seed", "--model", "-m", "--model-url", "--model-draft", "--hf-repo",
+    "--port", "--host", "--temp", "--seed", "--model", "-m", "--model-url", "--model-draft", "-md", "--hf-repo",
     "--hf-file", "--models-dir", "--models-max", "--models-preset", "--cors-origins", "--batch-size", "-b",
     "--ubatch-size", "-ub", "--threads", "-t", "--n-gpu-layers", "-ngl", "--pooling", "--alias", "--tags",
     "--ctx-size", "-c", "--parallel", "-np", "-ctk", "-ctv", "-fa", "--n-predict", "-n", "--slot-save-path",
@@ -65,6 +69,10 @@ def main():
     par = min(int(opts.get("--parallel", opts.get("-np", "1"))), 4)
     out += ["--parallel", str(par)]
     ctx = opts.get("--ctx-size", opts.get("-c"))
+    # --kv-unified: one KV pool of --ctx-size that any one sequence may fill;
+    # muser's slots have their own KV, so each gets the whole --ctx-size
+    # (what a single sequence can use is the same; the slots no longer compete)
+    unified = "--kv-unified" in dropped or "-kvu" in dropped
     if ctx and int(ctx) > 0:
         # llama.cpp runs a context past the model's training length; muser
         # refuses one: cap it at the model's (`muser info`)
@@ -74,7 +82,7 @@ def main():
             train = int(re.search(r"^context\s+(\d+)", info, re.M).group(1))
         except (OSError, AttributeError, ValueError):
             pass
-        out += ["--ctx", str(max(16, min(int(ctx) // par, train)))]
+        out += ["--ctx", str(max(16, min(int(ctx) // (1 if unified else par), train)))]
     th = opts.get("--threads", opts.get("-t"))
     if th:
         out += ["--threads", th]
@@ -100,6 +108,20 @@ def main():
     for flag in ("--batch-size", "-b"):  # prompt tokens per step (all slots)
         if flag in opts:
             out += ["--batch-size", opts[flag]]
+    # speculative decoding: the suite's draft model is replaced as the model
+    # is, by the served model's own DFlash drafter (muser --spec dflash finds
+    # models/muser-default.dflash.gguf); --spec-type without a draft model
+    # and of an ngram type (llama.cpp's ngram-*) is muser's ngram; the draft
+    # bounds carry over
+    spec = opts.get("--spec-type")
+    if "--model-draft" in opts or "-md" in opts:
+        out += ["--spec", "dflash"]
+    elif spec and spec.startswith("ngram"):
+        out += ["--spec", "ngram"]
+    for flag, name in (("--spec-draft-n-max", "--draft-max"), ("--draft-max", "--draft-max"),
+                       ("--spec-draft-n-min", "--draft-min"), ("--draft-min", "--draft-min")):
+        if flag in opts:
+            out += [name, opts[flag]]
     if "--tags" in opts:
         out += ["--tags", opts["--tags"]]
     out.append("--cache-prompt")  # llama-server's requests reuse the slot's prefix unless they say cache_prompt: false
@@ -119,8 +141,10 @@ def main():
     ignored = [k for k in opts if k not in ("--port", "--host", "--parallel", "-np", "--ctx-size", "-c", "--threads",
                                             "-t", "--alias", "--pooling", "--cors-origins", "--api-key", "--seed",
                                             "--temp", "--n-predict", "-n", "--tags", "--batch-size", "-b",
-                                            "--slot-save-path")]
-    dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics")]
+                                            "--slot-save-path", "--model-draft", "-md", "--spec-type",
+                                            "--spec-draft-n-max", "--spec-draft-n-min", "--draft-max",
+                                            "--draft-min")]
+    dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics", "--kv-unified", "-kvu")]
     sys.stderr.write("llama-server-shim: %s (dropped: %s)\n" % (" ".join(out), " ".join(ignored + dropped)))
     sys.stderr.flush()
     os.execvp(out[0], out)

@@ -111,8 +111,9 @@ static void open_url(const char *url) {
     if (posix_spawnp(&pid, "sh", NULL, NULL, argv, environ) == 0) waitpid(pid, NULL, 0);
 }
 
-static bool on_ready(bool tls, const char *host, int port) {
-    char url[512];
+static bool on_ready(bool tls, const char *hosts, int port) {
+    char url[512], host[256];
+    snprintf(host, sizeof host, "%.*s", (int)strcspn(hosts, ","), hosts); /* a --host list: its first address */
     bool v6 = strchr(host, ':') != NULL;
     const char *h = !strcmp(host, "0.0.0.0") ? "127.0.0.1" : !strcmp(host, "::") ? "::1" : host;
     snprintf(url, sizeof url, "%s://%s%s%s:%d/", tls ? "https" : "http", v6 ? "[" : "", h, v6 ? "]" : "", port);

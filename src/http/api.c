@@ -252,29 +252,67 @@ static const jc_field openai_completions[] = {
 };
 
 /* llama.cpp */
+/* /completion's fields after prompt (shared with /infill) */
+#define LLAMA_COMPLETION_FIELDS                                                                                \
+    F_("model", JC_STR | JC_NULL, .max_len = 256),                                                             \
+    F_("n_predict", JC_INT, RANGE(-1, 1048576)),                                                               \
+    F_("max_tokens", JC_INT, RANGE(-1, 1048576)),                                                              \
+    F_("temperature", JC_NUM, RANGE(0, 100)),                                                                  \
+    F_("top_k", JC_INT, RANGE(0, 1000000)),                                                                    \
+    F_("top_p", JC_NUM, RANGE(0, 1)),                                                                          \
+    F_("min_p", JC_NUM, RANGE(0, 1)),                                                                          \
+    F_("seed", JC_INT, RANGE(-1, 9007199254740991.0)),                                                         \
+    F_("stop", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),                                       \
+    F_("stream", JC_BOOL),                                                                                     \
+    F_("n_probs", JC_INT, RANGE(0, 20)),                                                                       \
+    F_("ignore_eos", JC_BOOL),                                                                                 \
+    F_("return_tokens", JC_BOOL),                                                                              \
+    LLAMA_SAMPLER(0),                                                                                          \
+    F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */                                  \
+    LLAMA_EXTENSIONS,                                                                                          \
+    F_("response_fields", JC_ARR, .elem = &response_field_elem, .max_len = 64),                                \
+    F_("n_cmpl", JC_INT, RANGE(1, API_MAX_CHOICES)), /* completions per prompt (alias n) */                    \
+    F_("n", JC_INT, RANGE(1, API_MAX_CHOICES)),                                                                \
+    F_("verbose", JC_BOOL) /* the result is llama.cpp's object already: no effect */
+
 static const jc_field llama_completion[] = {
     F_("prompt", JC_STR | JC_ARR | JC_OBJ, .required = true, .elem = &prompt_elem, .fields = prompt_obj_fields,
        .max_len = 1048576),
+    LLAMA_COMPLETION_FIELDS,
+    END,
+};
+/* /infill: llama.cpp's fill-in-the-middle request (checked, then answered
+   501: the Muse vocabulary has no FIM tokens) */
+static const jc_field infill_extra_fields[] = {
+    F_("text", JC_STR, .required = true),
+    F_("filename", JC_STR, .max_len = 4096),
+    END,
+};
+static const jc_field infill_extra_elem = F_(NULL, JC_OBJ, .fields = infill_extra_fields);
+static const jc_field llama_infill[] = {
+    F_("input_prefix", JC_STR, .required = true, .max_len = 1048576),
+    F_("input_suffix", JC_STR, .required = true, .max_len = 1048576),
+    F_("input_extra", JC_ARR, .elem = &infill_extra_elem, .max_len = 4096),
+    F_("prompt", JC_STR, .max_len = 1048576),
+    LLAMA_COMPLETION_FIELDS,
+    END,
+};
+/* /rerank (and its aliases): Jina's fields (documents, top_n,
+   return_documents) and TEI's (texts, return_text, raw_scores, truncate,
+   truncation_direction), checked before the 501 (no reranking model) */
+static const jc_field rerank_doc_elem = F_(NULL, JC_STR, .max_len = 1048576);
+static const char *const trunc_dirs[] = {"left", "right", "Left", "Right", NULL};
+static const jc_field llama_rerank[] = {
+    F_("query", JC_STR, .required = true, .max_len = 1048576),
+    F_("documents", JC_ARR, .min_len = 1, .elem = &rerank_doc_elem, .max_len = 4096),
+    F_("texts", JC_ARR, .min_len = 1, .elem = &rerank_doc_elem, .max_len = 4096),
     F_("model", JC_STR | JC_NULL, .max_len = 256),
-    F_("n_predict", JC_INT, RANGE(-1, 1048576)),
-    F_("max_tokens", JC_INT, RANGE(-1, 1048576)),
-    F_("temperature", JC_NUM, RANGE(0, 100)),
-    F_("top_k", JC_INT, RANGE(0, 1000000)),
-    F_("top_p", JC_NUM, RANGE(0, 1)),
-    F_("min_p", JC_NUM, RANGE(0, 1)),
-    F_("seed", JC_INT, RANGE(-1, 9007199254740991.0)),
-    F_("stop", JC_ARR, .elem = &stop_elem, .max_len = MU_GEN_MAX_STOPS),
-    F_("stream", JC_BOOL),
-    F_("n_probs", JC_INT, RANGE(0, 20)),
-    F_("ignore_eos", JC_BOOL),
-    F_("return_tokens", JC_BOOL),
-    LLAMA_SAMPLER(0),
-    F_("json_schema", JC_OBJ),   /* structured output; compiled by jsonc.c */
-    LLAMA_EXTENSIONS,
-    F_("response_fields", JC_ARR, .elem = &response_field_elem, .max_len = 64),
-    F_("n_cmpl", JC_INT, RANGE(1, API_MAX_CHOICES)), /* completions per prompt (alias n) */
-    F_("n", JC_INT, RANGE(1, API_MAX_CHOICES)),
-    F_("verbose", JC_BOOL), /* the result is llama.cpp's object already: no effect */
+    F_("top_n", JC_INT, RANGE(0, 4096)),
+    F_("return_documents", JC_BOOL),
+    F_("return_text", JC_BOOL),
+    F_("raw_scores", JC_BOOL),
+    F_("truncate", JC_BOOL),
+    F_("truncation_direction", JC_STR, .one_of = trunc_dirs),
     END,
 };
 static const jc_field llama_tokenize[] = {
@@ -686,6 +724,9 @@ const jc_field *api_schema(const char *path) {
         {"/chat/completions", openai_chat},
         {"/chat/completions/input_tokens", openai_chat}, {"/v1/chat/completions/input_tokens", openai_chat},
         {"/completion", llama_completion},     {"/completions", llama_completion},
+        {"/infill", llama_infill},             {"/rerank", llama_rerank},
+        {"/reranking", llama_rerank},          {"/v1/rerank", llama_rerank},
+        {"/v1/reranking", llama_rerank},
         {"/tokenize", llama_tokenize},         {"/detokenize", llama_detokenize},
         {"/apply-template", llama_apply_template}, {"/api/generate", ollama_generate},
         {"/api/chat", ollama_chat},            {"/api/show", ollama_show},

@@ -324,11 +324,15 @@ static bool has_special(mu_http_app *a, const char *text) {
 
 /* POST /infill: llama.cpp's fill-in-the-middle needs the vocabulary's FIM
  * prefix, suffix and middle tokens. The Muse Glimmer vocabulary has none:
- * then this answers what llama.cpp's server answers for such a model
- * (checked before the body, as there); muser does not build FIM prompts
- * for vocabularies that have them either (501 saying so). */
+ * then this answers what llama.cpp's server answers for such a model (501,
+ * its message); muser does not build FIM prompts for vocabularies that
+ * have them either (501 saying so). The body is checked first (api.c's
+ * table: input_prefix and input_suffix required, input_extra chunks with a
+ * string text and an optional string filename), so a malformed request is
+ * a 400 naming the field whatever the model: llama.cpp checks the model
+ * first, which makes the same mistake a 400 or a 501 by model. */
 void api_llama_infill(mu_http_req *r, const json_t *body) {
-    (void)body;
+    if (!check(r, body)) return;
     mu_http_app *a = mu_http_req_app(r);
     static const char *const pre[] = {"<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<PRE>", NULL};
     static const char *const suf[] = {"<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<SUF>", NULL};
@@ -353,10 +357,17 @@ void api_llama_infill(mu_http_req *r, const json_t *body) {
 /* POST /rerank (and /reranking, /v1/rerank, /v1/reranking): ranking needs
  * a model with a classification head (llama.cpp's rank pooling, started
  * with --reranking); the Muse Glimmer models have none, so this answers
- * what llama.cpp's server answers without --reranking: 501, checked
- * before the body, as there. */
+ * what llama.cpp's server answers without --reranking: 501. The body is
+ * checked first (api.c's table; documents or texts, a non-empty array of
+ * strings, is required), so a malformed request is a 400 naming the field
+ * whatever the model, as with /infill. */
 void api_llama_rerank(mu_http_req *r, const json_t *body) {
-    (void)body;
+    if (!check(r, body)) return;
+    if (!json_object_get(body, "documents") && !json_object_get(body, "texts")) {
+        mu_http_reply_error(r, 400, "rerank: \"documents\" (or TEI's \"texts\") must be a non-empty string array",
+                            "documents");
+        return;
+    }
     mu_http_reply_error(r, 501,
                         "This server does not support reranking: the model has no classification head (rank "
                         "pooling); muser serves no reranking model",

@@ -72,7 +72,8 @@ typedef struct hconn {
 } hconn;
 
 struct mu_http_server {
-    struct MHD_Daemon *d;
+    struct MHD_Daemon *d[MU_HTTP_MAX_HOSTS]; /* one daemon per address of the host list */
+    int nd;
     mu_http_opts o;
     char key[256];
     bool has_key;
@@ -224,17 +225,43 @@ static int resolve(const char *host, int port, struct sockaddr_storage *ss, sock
     return 0;
 }
 
+/* The i-th address of a comma-separated host list ("127.0.0.1,::1") into
+ * buf; false past the last one. An empty item or more than
+ * MU_HTTP_MAX_HOSTS items fail the list's check (host_list_check). */
+static bool host_at(const char *list, int i, char *buf, size_t cap) {
+    const char *p = list;
+    for (int k = 0; k < i; k++) {
+        p = strchr(p, ',');
+        if (!p) return false;
+        p++;
+    }
+    size_t n = strcspn(p, ",");
+    if (n >= cap) n = cap - 1;
+    memcpy(buf, p, n);
+    buf[n] = 0;
+    return true;
+}
+
 int mu_http_bind_check(const char *host, bool has_tls, bool has_key, bool *loopback, mu_err *err) {
-    struct sockaddr_storage ss;
-    socklen_t len;
-    int rc = resolve(host, 0, &ss, &len, err);
-    if (rc) return rc;
-    bool lo = addr_loopback((struct sockaddr *)&ss);
-    if (loopback) *loopback = lo;
-    if (!lo && (!has_tls || !has_key))
-        return mu_fail(err, MU_E_ARG,
-                       "http: refusing to bind a non-loopback address without TLS and an API key: %s "
-                       "(give --tls-cert, --tls-key and --api-key-file)", host);
+    char h[256];
+    int n = 0;
+    bool all_lo = true;
+    for (int i = 0; host_at(host, i, h, sizeof h); i++, n++) {
+        if (!*h || n >= MU_HTTP_MAX_HOSTS)
+            return mu_fail(err, MU_E_ARG, "http: --host takes 1 to %d comma-separated addresses: %s",
+                           MU_HTTP_MAX_HOSTS, host);
+        struct sockaddr_storage ss;
+        socklen_t len;
+        int rc = resolve(h, 0, &ss, &len, err);
+        if (rc) return rc;
+        bool lo = addr_loopback((struct sockaddr *)&ss);
+        all_lo = all_lo && lo;
+        if (loopback) *loopback = all_lo;
+        if (!lo && (!has_tls || !has_key))
+            return mu_fail(err, MU_E_ARG,
+                           "http: refusing to bind a non-loopback address without TLS and an API key: %s "
+                           "(give --tls-cert, --tls-key and --api-key-file)", h);
+    }
     return 0;
 }
 
@@ -1177,7 +1204,9 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     int rc = mu_http_bind_check(s->o.host, tls, s->has_key, &loopback, err);
     struct sockaddr_storage ss;
     socklen_t sl;
-    if (!rc) rc = resolve(s->o.host, o->port, &ss, &sl, err);
+    char h[256];
+    host_at(s->o.host, 0, h, sizeof h);
+    if (!rc) rc = resolve(h, o->port, &ss, &sl, err);
     if (rc) {
         OPENSSL_cleanse(s->key, sizeof s->key);
         mu_http_sessions_free(s->sessions);
@@ -1208,7 +1237,6 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
     pthread_cond_init(&s->ccv, &ca);
     pthread_condattr_destroy(&ca);
     unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME;
-    if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
     if (tls) flags |= MHD_USE_TLS;
     /* MHD's own limit (split among its threads) stays above ours, so the
      * accept loop never stalls: on_connection refuses over our limit */
@@ -1235,19 +1263,35 @@ int mu_http_server_start(const mu_http_opts *o, mu_http_server **out, mu_err *er
         opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, (void *)o->tls_key_pem};
         opts[k++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, (void *)o->tls_cert_pem};
     }
-    s->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
-    if (!s->d) {
+    /* one daemon per address, every one on the port the first bound (the
+     * same when --port is given; the first's when it is 0) */
+    int port = o->port, frc = 0;
+    for (int i = 0; !frc && host_at(s->o.host, i, h, sizeof h); i++) {
+        if (i > 0 && (frc = resolve(h, port, &ss, &sl, err))) break;
+        unsigned fl = flags | (ss.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+        s->d[i] = MHD_start_daemon(fl, 0, NULL, NULL, on_request, s, MHD_OPTION_ARRAY, opts, MHD_OPTION_END);
+        if (!s->d[i]) {
+            frc = mu_fail(err, MU_E_IO, "http: cannot listen on %s port %d (in use, or bad TLS files)", h, port);
+            break;
+        }
+        s->nd = i + 1;
+        if (i == 0) {
+            const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d[0], MHD_DAEMON_INFO_BIND_PORT);
+            if (di) port = di->port;
+        }
+    }
+    if (frc) { /* err says which address failed */
+        for (int i = 0; i < s->nd; i++) MHD_stop_daemon(s->d[i]);
         server_free(s);
-        return mu_fail(err, MU_E_IO, "http: cannot listen on %s port %d (in use, or bad TLS files)", o->host ? o->host : "127.0.0.1", o->port);
+        return frc;
     }
     if (pthread_create(&s->sweeper, NULL, sweeper_main, s)) {
-        MHD_stop_daemon(s->d);
+        for (int i = 0; i < s->nd; i++) MHD_stop_daemon(s->d[i]);
         server_free(s);
         return mu_fail(err, MU_E_NOMEM, "http: cannot start the connection sweeper thread");
     }
     s->sweeper_on = true;
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_BIND_PORT);
-    atomic_store(&s->port, di ? di->port : o->port);
+    atomic_store(&s->port, port);
     *out = s;
     return 0;
 }
@@ -1278,7 +1322,7 @@ void mu_http_server_stop(mu_http_server *s) {
         pthread_mutex_unlock(&r->wmu);
     }
     pthread_mutex_unlock(&s->cmu);
-    MHD_stop_daemon(s->d);
+    for (int i = 0; i < s->nd; i++) MHD_stop_daemon(s->d[i]);
     server_free(s);
 }
 

@@ -24,6 +24,9 @@
 
 typedef enum { MU_PROTO_OPENAI, MU_PROTO_LLAMACPP, MU_PROTO_OLLAMA, MU_PROTO_ANTHROPIC } mu_http_proto;
 
+/* the most addresses one --host list may name ("127.0.0.1,::1") */
+#define MU_HTTP_MAX_HOSTS 4
+
 typedef struct mu_http_server mu_http_server;
 typedef struct mu_http_req mu_http_req;
 
@@ -49,7 +52,7 @@ typedef struct {
 } mu_http_route;
 
 typedef struct {
-    const char *host;            /* default "127.0.0.1" */
+    const char *host;            /* default "127.0.0.1"; "A,B" listens on each (at most MU_HTTP_MAX_HOSTS) */
     int port;                    /* default 4949; 0 = any free port */
     const char *tls_cert_pem;    /* both or neither (PEM text) */
     const char *tls_key_pem;

@@ -8,7 +8,8 @@
 # and /props shapes, /completion stream chunks (a token each, with its
 # text), id_slot with n choices, a forced tool call, Anthropic
 # Messages and OpenAI Responses (plain and streamed, "type" first in every
-# event), X-Api-Key, --any-model, CORS, and the
+# event), X-Api-Key, --any-model, CORS, several --host addresses, /infill's
+# and /rerank's checks before their 501, and the
 # default queue (64 requests wait; the next one is answered 429).
 SERVE_TEST_NAME=test_serve_compat
 source "$(dirname "$0")/serve_lib.sh"
@@ -41,6 +42,17 @@ expect "GET /v1/models: llama.cpp's Ollama-shaped models list with capabilities"
 expect "GET /v1/health" 200 "j['status'] == 'ok'" GET /v1/health ""
 expect "POST /chat/completions/input_tokens counts the prompt" 200 "j['input_tokens'] > 3" POST /chat/completions/input_tokens '{"messages":[{"role":"user","content":"Hi there"}]}'
 expect "POST /rerank -> 501 not_supported_error (no classification head)" 501 "j['error']['type'] == 'not_supported_error'" POST /rerank '{"query":"a","documents":["b"]}'
+expect "POST /rerank: documents [] -> 400 before the 501" 400 "'documents' in j['error']['message']" POST /rerank '{"query":"a","documents":[]}'
+expect "POST /rerank: documents of numbers -> 400" 400 "'documents[0]' in j['error']['message']" POST /v1/rerank '{"query":"a","documents":[1,2,3]}'
+expect "POST /rerank: documents null -> 400" 400 "'documents' in j['error']['message']" POST /reranking '{"query":"a","documents":null}'
+expect "POST /rerank: neither documents nor texts -> 400" 400 "'documents' in j['error']['message']" POST /rerank '{"query":"a"}'
+expect "POST /rerank: TEI's texts -> 501 (checked, no reranking model)" 501 "j['error']['type'] == 'not_supported_error'" POST /v1/reranking '{"query":"a","texts":["b"],"return_text":true}'
+IF='"input_prefix":"int main() {\\n","input_suffix":"}\\n","prompt":"  int n = "'
+expect "POST /infill -> 501 not_supported_error (the vocabulary has no FIM tokens)" 501 "j['error']['type'] == 'not_supported_error' and 'Infill is not supported' in j['error']['message']" POST /infill "{$IF,\"input_extra\":[{\"filename\":\"a.h\",\"text\":\"int f();\"}]}"
+expect "POST /infill: an input_extra chunk without text -> 400 naming it, before the model's 501" 400 "'input_extra[0]' in j['error']['message']" POST /infill "{$IF,\"input_extra\":[{\"filename\":\"ok\"}]}"
+expect "POST /infill: a non-string input_extra filename -> 400" 400 "'filename' in j['error']['message']" POST /infill "{$IF,\"input_extra\":[{\"filename\":123,\"text\":\"abc\"}]}"
+expect "POST /infill: no input_suffix -> 400" 400 "'input_suffix' in j['error']['message']" POST /infill '{"input_prefix":"a"}'
+expect "POST /infill: an unknown field -> 400" 400 "'input_extras' in j['error']['message']" POST /infill "{$IF,\"input_extras\":[]}"
 expect "GET /lora-adapters: none loaded" 200 "j == []" GET /lora-adapters ""
 expect "POST /props -> 501" 501 "j['error']['type'] == 'not_supported_error'" POST /props '{}'
 expect "/completion generation_settings: ignore_eos biases the end-of-generation tokens to -inf (null)" 200 "len(j['generation_settings']['logit_bias']) >= 1 and all(b['bias'] is None for b in j['generation_settings']['logit_bias']) and j['generation_settings']['samplers'][0] == 'penalties'" POST /completion '{"prompt":"Hi","n_predict":2,"ignore_eos":true}'
@@ -330,6 +342,23 @@ grep -qi '^Access-Control-Allow-Origin: http://\[::1\]:5173' "$T/hdr" && ok "COR
 curl -s -o /dev/null -D "$T/hdr" "$BASE/v1/models" -H "Authorization: Bearer k3y-for-compat" -H "Origin: http://localhost.evil.example"
 grep -qi '^Access-Control-Allow-Origin' "$T/hdr" && bad "CORS localhost entry let http://localhost.evil.example in" || ok "CORS 'localhost' entry: http://localhost.evil.example is not local"
 stop_server
+
+# ---- several addresses in one --host (llama-server's "127.0.0.1,::1"):
+# one listener each, on the same port, the same key
+if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+  start_server --parallel 1 --ctx 256 --threads 1 --api-key-file "$T/key" --host "127.0.0.1,::1" || { bad "server start"; exit 1; }
+  for h in 127.0.0.1 '[::1]'; do
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$h:$PORT/health")" = 200 ] && ok "--host 127.0.0.1,::1: /health on $h" || bad "/health on $h"
+    [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$h:$PORT/v1/completions" -H "$J" -d '{}')" = 401 ] && ok "--host list: no key on $h -> 401" || bad "401 on $h"
+    [ "$(curl -s -o "$T/out" -w '%{http_code}' "http://$h:$PORT/v1/completions" -H "$J" -H "Authorization: Bearer k3y-for-compat" -d '{"prompt":"Once","max_tokens":2}')" = 200 ] &&
+      [ "$(py "j['object'] == 'text_completion'")" = True ] && ok "--host list: a completion on $h" || bad "completion on $h: $(head -c 300 "$T/out")"
+  done
+  stop_server
+else ok "--host list: skipped (no IPv6 loopback here)"; fi
+for hl in "127.0.0.1,,::1" "127.0.0.1,::1,127.0.0.2,127.0.0.3,127.0.0.4"; do
+  if "$MUSER" serve -m "$MODEL" --port 0 --host "$hl" >"$T/hl.log" 2>&1; then bad "--host $hl started"
+  else grep -q 'comma-separated addresses' "$T/hl.log" && ok "--host $hl: refused, saying why" || bad "--host $hl: $(cat "$T/hl.log")"; fi
+done
 
 # ---- the default queue: 64 requests wait for the one slot, the next is
 # 429. MUSER_TEST_STALL_AFTER=1 keeps the first job in the slot after one

@@ -84,6 +84,13 @@ up ok
 [ $rc = 0 ] && served && [ "$(stats 'd["requests"]')" = 0 ] && ok "second start: no request to the server" ||
   bad "second start: rc=$rc requests=$(stats 'd["requests"]')"
 
+# 2b. a --host list (llama-server's "127.0.0.1,::1"): the dashboard is the first address's
+if python3 -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+  up ok --host 127.0.0.1,::1
+  [ $rc = 0 ] && served && ok "--host 127.0.0.1,::1: served, the dashboard at the first address" ||
+    bad "--host list: rc=$rc $(cat "$T/out") $(tail -1 "$T/err")"
+fi
+
 # 3. a changed file is hashed again and refused
 python3 -c "import sys; f=open(sys.argv[1],'r+b'); f.seek(100); b=f.read(1); f.seek(100); f.write(bytes([b[0]^1]))" "$M/ok.gguf"
 up ok

@@ -15,7 +15,7 @@ static const char *const paths[] = {
     "/apply-template",      "/api/generate",   "/api/chat",   "/api/show",
     "/v1/embeddings",       "/embedding",      "/api/embed",  "/api/embeddings",
     "/v1/messages",         "/v1/messages/count_tokens",      "/v1/responses",
-    "/v1/sessions/{id}/continue", "/v1/sessions", "/v1/sessions/{id}/save",
+    "/v1/sessions/{id}/continue", "/v1/sessions", "/v1/sessions/{id}/save", "/infill", "/rerank",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {

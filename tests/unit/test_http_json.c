@@ -270,6 +270,17 @@ static void test_policy(void **st) {
     assert_int_equal(mu_http_bind_check("0.0.0.0", false, true, &lo, &err), MU_E_ARG);
     assert_int_equal(mu_http_bind_check("0.0.0.0", true, true, &lo, &err), 0);
     assert_int_equal(mu_http_bind_check("::", false, false, &lo, &err), MU_E_ARG);
+    /* a list (llama-server's "127.0.0.1,::1"): each address checked */
+    assert_int_equal(mu_http_bind_check("127.0.0.1,::1", false, false, &lo, &err), 0);
+    assert_true(lo);
+    assert_int_equal(mu_http_bind_check("127.0.0.1,0.0.0.0", false, false, &lo, &err), MU_E_ARG);
+    assert_false(lo);
+    assert_int_equal(mu_http_bind_check("127.0.0.1,0.0.0.0", true, true, &lo, &err), 0);
+    assert_false(lo);
+    assert_int_equal(mu_http_bind_check("127.0.0.1,,::1", false, false, &lo, &err), MU_E_ARG);
+    assert_int_equal(mu_http_bind_check("127.0.0.1,", false, false, &lo, &err), MU_E_ARG);
+    assert_int_equal(mu_http_bind_check("127.0.0.1,::1,127.0.0.2,127.0.0.3,127.0.0.4", false, false, &lo, &err),
+                     MU_E_ARG);
 
     assert_true(mu_http_key_equal("secret", 6, "secret"));
     assert_false(mu_http_key_equal("secreT", 6, "secret"));
