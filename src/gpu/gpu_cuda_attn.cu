@@ -14,7 +14,7 @@
 #include "cuda.cuh"
 
 /* The span [c_lo, c_hi) of a row (attn.c cell_range). */
-__device__ __forceinline__ void row_span(int pos, int nc, bool swa, int n_swa, bool batch, int *c_lo, int *c_hi,
+__host__ __device__ __forceinline__ void row_span(int pos, int nc, bool swa, int n_swa, bool batch, int *c_lo, int *c_hi,
                                          int *p0) {
     const int u0 = swa && pos - n_swa + 1 > 0 ? pos - n_swa + 1 : 0;
     const int al = batch ? 16 : 64;
@@ -88,7 +88,10 @@ __global__ void k_scores(cu_attn_args a) {
 
 /* Softmax of a row into F16-exact weights: e = expf_ggml(x - max), each
  * 16 cells' sum as hsum16, the chunks added in double in cell order. One
- * block per row. */
+ * block per row. The chunk sums stay in shared memory (SMEM: its size,
+ * max_span / 16 floats, fits) or go to a.chunk_sums; the in-order sum is
+ * one thread's, so small blocks let more rows overlap it. */
+template <bool SMEM>
 __global__ void k_softmax(cu_attn_args a) {
     pdl_wait();
     pdl_launch();
@@ -98,7 +101,8 @@ __global__ void k_softmax(cu_attn_args a) {
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, a.batch[t], &c_lo, &c_hi, &p0);
     const int m = c_hi - c_lo, nch = m / 16;
     float *x = a.scores + (size_t)row * a.max_span;
-    float *cs = a.chunk_sums + (size_t)row * (a.max_span / 16);
+    extern __shared__ float s_cs[];
+    float *cs = SMEM ? s_cs : a.chunk_sums + (size_t)row * (a.max_span / 16);
     __shared__ float s_max[32];
     __shared__ double s_sum;
     float mx = -INFINITY;
@@ -181,139 +185,10 @@ __global__ void k_pv(cu_attn_args a) {
 /* ---- prefill chunks: the same sums, tiled ------------------------------
  * When every row is a batch row (tinyBLAS order: 16 lanes, hsum16) and
  * heads are 128 wide, the query heads of one KV head share each K and V
- * row read from memory: a block works on one token and one KV head. */
-
-#define SB_CELLS 64 /* cells per block of k_scores_b */
-
-/* 128 threads: thread (hp, cg) scores heads 2hp, 2hp + 1 against cells
- * cg, cg + 16, cg + 32, cg + 48 of the block's 64. */
-__global__ void __launch_bounds__(128) k_scores_b(cu_attn_args a) {
-    const int t = blockIdx.y, g = blockIdx.z, G = a.n_head / a.n_head_kv, pos = a.pos[t];
-    const cu_kv_layer kv = a.kv[a.sess[t]];
-    int c_lo, c_hi, p0;
-    row_span(pos, kv.rows, a.swa, a.n_swa, true, &c_lo, &c_hi, &p0);
-    const int cb = c_lo + blockIdx.x * SB_CELLS;
-    if (cb >= c_hi) return; /* the whole block */
-    __shared__ float s_qv[16][132];
-    __shared__ uint32_t s_k[SB_CELLS][65]; /* pairs of halves; banks cg + i distinct */
-    const int n_kv = a.n_head_kv * 128;
-    for (int i = threadIdx.x; i < G * 128; i += blockDim.x)
-        s_qv[i / 128][i % 128] = f16_round(a.q[(size_t)t * a.n_head * 128 + (size_t)g * G * 128 + i]);
-    for (int i = threadIdx.x; i < SB_CELLS * 64; i += blockDim.x) {
-        const int cc = i / 64, wd = i % 64, c = cb + cc;
-        s_k[cc][wd] = c < c_hi ? ((const uint32_t *)(kv.k + (size_t)c * n_kv + (size_t)g * 128))[wd] : 0;
-    }
-    __syncthreads();
-    const int hp = threadIdx.x >> 4, cg = threadIdx.x & 15;
-    if (2 * hp >= G) return;
-    float acc[2][4][16];
-#pragma unroll
-    for (int x = 0; x < 2; x++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int l = 0; l < 16; l++) acc[x][j][l] = 0;
-    const int h1 = 2 * hp + 1 < G ? 2 * hp + 1 : 2 * hp;
-    for (int i = 0; i < 128; i += 16) {
-        float qv[2][16];
-#pragma unroll
-        for (int l = 0; l < 16; l++) {
-            qv[0][l] = s_qv[2 * hp][i + l];
-            qv[1][l] = s_qv[h1][i + l];
-        }
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const uint32_t *kr = &s_k[cg + 16 * j][i / 2];
-#pragma unroll
-            for (int l2 = 0; l2 < 8; l2++) {
-                const uint32_t kw = kr[l2];
-                const float k0 = h2f((uint16_t)(kw & 0xFFFF)), k1 = h2f((uint16_t)(kw >> 16));
-#pragma unroll
-                for (int x = 0; x < 2; x++) {
-                    acc[x][j][2 * l2] += k0 * qv[x][2 * l2];
-                    acc[x][j][2 * l2 + 1] += k1 * qv[x][2 * l2 + 1];
-                }
-            }
-        }
-    }
-#pragma unroll
-    for (int x = 0; x < 2; x++) {
-        const int hh = 2 * hp + x;
-        if (hh >= G) break;
-        float *out = a.scores + ((size_t)t * a.n_head + (size_t)g * G + hh) * a.max_span;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int c = cb + cg + 16 * j;
-            if (c >= c_hi) continue;
-            const int p = pos - ((pos - c) % kv.rows + kv.rows) % kv.rows;
-            out[c - c_lo] = p < p0 || p < 0 ? -INFINITY : hsum16(acc[x][j]) * (1.0f / sqrtf(128.0f));
-        }
-    }
-}
-
-/* 256 threads: thread (half, d) sums, for heads 8 half .. 8 half + 7 and
- * output value d, the 16 lanes (cell index mod 16) in cell order, then
- * hsum16 and the gate, as k_pv's batch rows. */
-__global__ void __launch_bounds__(256) k_pv_b(cu_attn_args a) {
-    const int t = blockIdx.x, g = blockIdx.y, G = a.n_head / a.n_head_kv;
-    const cu_kv_layer kv = a.kv[a.sess[t]];
-    int c_lo, c_hi, p0;
-    row_span(a.pos[t], kv.rows, a.swa, a.n_swa, true, &c_lo, &c_hi, &p0);
-    const int np = (c_hi - c_lo) / 16 * 16, n_kv = a.n_head_kv * 128;
-    const int d = threadIdx.x & 127, hb = (threadIdx.x >> 7) * 8;
-    __shared__ float s_v[16][128];
-    __shared__ float s_w[16][16];
-    const float *w0 = a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span;
-    const uint16_t *v0 = kv.v + (size_t)c_lo * n_kv + (size_t)g * 128;
-    float acc[8][16];
-#pragma unroll
-    for (int x = 0; x < 8; x++)
-#pragma unroll
-        for (int l = 0; l < 16; l++) acc[x][l] = 0;
-    /* the next tile's values are loaded into registers while this one is
-     * used: thread i holds V elements i + 256 r (r < 8) and weight i */
-    uint16_t pv[8];
-    float pw = 0;
-    auto fetch = [&](int c0) {
-#pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int i = threadIdx.x + 256 * r;
-            pv[r] = v0[(size_t)(c0 + i / 128) * n_kv + i % 128];
-        }
-        pw = threadIdx.x / 16 < G ? w0[(size_t)(threadIdx.x / 16) * a.max_span + c0 + threadIdx.x % 16] : 0.f;
-    };
-    if (np > 0) fetch(0);
-    for (int c0 = 0; c0 < np; c0 += 16) {
-        __syncthreads();
-#pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int i = threadIdx.x + 256 * r;
-            s_v[i / 128][i % 128] = h2f(pv[r]);
-        }
-        s_w[threadIdx.x / 16][threadIdx.x % 16] = pw;
-        __syncthreads();
-        if (c0 + 16 < np) fetch(c0 + 16);
-#pragma unroll
-        for (int l = 0; l < 16; l++) {
-            const float vv = s_v[l][d];
-#pragma unroll
-            for (int x = 0; x < 8; x++) acc[x][l] += vv * s_w[hb + x][l];
-        }
-    }
-#pragma unroll
-    for (int x = 0; x < 8; x++) {
-        const int hh = hb + x;
-        if (hh >= G) break;
-        const size_t o = (size_t)t * a.n_head * 128 + (size_t)(g * G + hh) * 128 + d;
-        a.out[o] = hsum16(acc[x]) * (1.0f / (1.0f + expf_libm(-a.gate[o])));
-    }
-}
-
-/* ---- prefill chunks, register tiles ------------------------------------
- * The same sums as k_scores_b / k_pv_b with each thread holding a tile of
- * outputs in registers. The products of two F16 values are exact in
- * float, so every lane step `acc += k * q` is one fmaf with the same
- * result (the build's -fmad=false keeps the others unfused).
+ * row read from memory, and each thread holds a tile of outputs in
+ * registers. The products of two F16 values are exact in float, so every
+ * lane step `acc += k * q` is one fmaf with the same result (the build's
+ * -fmad=false keeps the others unfused).
  *
  * k_scores_t: a block scores ST_TOK tokens x 16 query-head slots (one KV
  * head; slots >= G idle) against ST_CELLS absolute cells. A thread holds 4
@@ -351,8 +226,7 @@ __device__ __forceinline__ void st_pair(const float (*Qs)[ST_LD], const float (*
     st_add(h, tmp);
 }
 
-template <int MINB>
-__global__ void __launch_bounds__(256, MINB) k_scores_t(cu_attn_args a) {
+__global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
     extern __shared__ float st_sm[];
     float (*Qs)[ST_LD] = (float (*)[ST_LD])st_sm;               /* [128 dims][4 tokens x 16 slots] */
     float (*Ks)[ST_LD] = (float (*)[ST_LD])(st_sm + 128 * ST_LD); /* [128 dims][64 cells] */
@@ -669,6 +543,17 @@ __global__ void __launch_bounds__(128) k_pv_comb(cu_attn_args a) {
     a.out[o] = (float)dd * (1.0f / (1.0f + expf_libm(-a.gate[o])));
 }
 
+int cu_attn_cells(int T, const int *pos, const int *sess, const uint8_t *batch, const cu_kv_layer *kv, bool swa,
+                  int n_swa) {
+    int n = 0;
+    for (int t = 0; t < T; t++) {
+        int c_lo, c_hi, p0;
+        row_span(pos[t], kv[sess[t]].rows, swa, n_swa, batch[t], &c_lo, &c_hi, &p0);
+        n = c_hi > n ? c_hi : n;
+    }
+    return n;
+}
+
 /* MUSER_CUDA_NO_TILED_ATTN=1 keeps every pass on the row kernels (to compare) */
 static bool tiled_ok(void) {
     static int ok = -1;
@@ -679,18 +564,12 @@ static bool tiled_ok(void) {
     return ok;
 }
 
-/* MUSER_CUDA_ATTN_T=0 runs prefill attention on k_scores_b / k_pv_b (to
- * compare); else on the register-tiled k_scores_t / k_pv_t, whose shared
- * memory needs the opt-in above 48 KB (set once here, outside any capture) */
-static int regtile_ok(void) {
+/* The prefill kernels' one-time setup: k_scores_t's shared memory needs
+ * the opt-in above 48 KB (without it, prefill runs the row kernels) */
+static bool prefill_ok(void) {
     static int ok = -1;
-    if (ok < 0) {
-        const char *v = getenv("MUSER_CUDA_ATTN_T");
-        ok = v && (*v == '0' || *v == '2') ? *v - '0' : 1;
-        if (ok && (cudaFuncSetAttribute(k_scores_t<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) != cudaSuccess ||
-                   cudaFuncSetAttribute(k_scores_t<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) != cudaSuccess))
-            ok = 0;
-    }
+    if (ok < 0)
+        ok = cudaFuncSetAttribute(k_scores_t, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) == cudaSuccess;
     return ok;
 }
 
@@ -698,33 +577,28 @@ int cu_attn_mode(int T, const uint8_t *batch, int n_head, int n_head_kv, int hea
     if (head_dim != 128 || n_head % n_head_kv || n_head / n_head_kv > 16 || !tiled_ok()) return CU_ATTN_ROWS;
     int nb = 0;
     for (int t = 0; t < T; t++) nb += batch[t] != 0;
-    if (nb == T) {
-        regtile_ok(); /* its one-time setup happens here, before any launch */
-        return CU_ATTN_PREFILL;
-    }
+    if (nb == T) return prefill_ok() ? CU_ATTN_PREFILL : CU_ATTN_ROWS; /* set up here, before any launch */
     if (nb == 0 && T <= CU_DECODE_MAX_T) return CU_ATTN_DECODE;
     return CU_ATTN_ROWS;
 }
 
 void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     const int R = a->T * a->n_head;
+    /* softmax: chunk sums in shared memory up to 48 KB of them */
+    const size_t sm_cs = (size_t)(a->max_span / 16) * sizeof(float);
+    void (*k_sm)(cu_attn_args) = sm_cs <= 48 * 1024 ? k_softmax<true> : k_softmax<false>;
+    const size_t sm_bytes = sm_cs <= 48 * 1024 ? sm_cs : 0;
     switch (a->mode) {
-    case CU_ATTN_PREFILL:
-        if (regtile_ok()) {
-            const dim3 gs((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv);
-            if (regtile_ok() == 2) k_scores_t<1><<<gs, 256, ST_SMEM, st>>>(*a);
-            else k_scores_t<2><<<gs, 256, ST_SMEM, st>>>(*a);
-            k_softmax<<<R, 256, 0, st>>>(*a);
-            k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
-            break;
-        }
-        k_scores_b<<<dim3((a->max_span + SB_CELLS - 1) / SB_CELLS, a->T, a->n_head_kv), 128, 0, st>>>(*a);
-        k_softmax<<<R, 256, 0, st>>>(*a);
-        k_pv_b<<<dim3(a->T, a->n_head_kv), 256, 0, st>>>(*a);
+    case CU_ATTN_PREFILL: {
+        const int nc = a->n_cells > 0 ? a->n_cells : a->max_span; /* cells past every span: no blocks */
+        k_scores_t<<<dim3((nc + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256, ST_SMEM, st>>>(*a);
+        k_sm<<<R, 64, sm_bytes, st>>>(*a);
+        k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
         break;
+    }
     case CU_ATTN_DECODE:
         launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(256), 0, st, *a);
-        launch_pdl(k_softmax, dim3(R), dim3(256), 0, st, *a);
+        launch_pdl(k_sm, dim3(R), dim3(256), sm_bytes, st, *a);
         if (pvd_lanes() == 1) launch_pdl(k_pv_d<1>, dim3(64, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else if (pvd_lanes() == 2) launch_pdl(k_pv_d<2>, dim3(32, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else launch_pdl(k_pv_d<4>, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
@@ -732,7 +606,7 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
         break;
     default:
         k_scores<<<dim3((a->max_span + 127) / 128, R), 128, (size_t)a->head_dim * sizeof(float), st>>>(*a);
-        k_softmax<<<R, 256, 0, st>>>(*a);
+        k_sm<<<R, 64, sm_bytes, st>>>(*a);
         k_pv<<<dim3(R, (a->head_dim + 31) / 32), dim3(32, 32), 0, st>>>(*a);
     }
 }
