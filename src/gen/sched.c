@@ -118,8 +118,9 @@ struct mu_job {
      * every draft and the token after them matched rows < row_next, so the
      * next step drafts on from row_next without a new pass */
     int row_n, row_blk, row_next;
-    bool cold;            /* dflash: drafting does not pay by the rates (dflash_pays) after the last
-                             verification or shadow draft checked; a new job drafts */
+    bool cold;            /* dflash: drafting does not pay: the last verification did not, nor do
+                             the rates (dflash_pays), and no shadow held all through since; a new
+                             job drafts */
     group *grp;
     mu_sched *sched;
     bool queued;          /* in the queue (guarded by sched->mu) */
@@ -631,9 +632,9 @@ static void step(mu_sched *s, int i, const float *lg) {
     mu_draft_seq_tokens(s->slots[i].dq, r, 1, &want);
     observe(j, r, id == want);
     if (id != want) j->n_shadow = 0;
-    /* the shadow checked (to its first miss or its end): draft again when
-     * the rates it taught say drafting pays */
-    if (j->i_shadow >= j->n_shadow) j->cold = !dflash_pays(s, j);
+    /* the shadow checked: draft again when it held all through, or when the
+     * rates it taught (to its first miss) say drafting pays */
+    if (j->i_shadow >= j->n_shadow) j->cold = id != want && !dflash_pays(s, j);
 }
 
 #define SPEC_P_MIN MU_SPEC_P_MIN /* spec_cost.h */
@@ -679,8 +680,8 @@ static int draft_pays(mu_job *j, int k, int rows) {
  * SPEC_SHADOW_MAX tokens, which the next plain steps check
  * (step()): the drafter's pass (info.cost_pass, its rows through the head
  * as they are checked) without a verification; every position's rate
- * learns, not the first one's alone, and drafting resumes when the rates
- * say it pays (dflash_pays). */
+ * learns, not the first one's alone, and drafting resumes when the whole
+ * shadow held or the rates say it pays (dflash_pays). */
 static void shadow_probe(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -800,9 +801,14 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
         acc++;
     }
     if (j->spec == MU_SPEC_DFLASH && n_dr > 0) {
-        /* drafting goes on while the rates, with this step's checks, say it
-         * pays (one rejection early on no longer pauses a job by itself) */
-        j->cold = !dflash_pays(s, j);
+        /* drafting goes on while this step paid (its accepted drafts reach
+         * what it cost beyond a decode step, as estimated: the pass, none
+         * when it drafted on from kept rows, and each draft's rows and share
+         * of the verification) or the rates, with this step's checks, say
+         * drafting pays */
+        const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
+        const bool paid = acc >= (j->row_blk == 0 ? di->cost_pass : 0) + (di->cost_row + SPEC_P_MIN) * n_dr;
+        j->cold = !paid && !dflash_pays(s, j);
         /* every draft held: when the drafter's next kept row is the token the
          * target picked after them, the next step drafts on from there */
         int32_t t = -1;

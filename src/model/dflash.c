@@ -195,7 +195,7 @@ int mu_dflash_bind(mu_gguf *g, mu_dflash_model **out, mu_err *err) {
         for (uint64_t i = 0; i < sl.n; i++) {
             const int64_t v = mu_gguf_arr_i64(&sl, i);
             if (v < 0 || (i > 0 && v <= mu_gguf_arr_i64(&sl, i - 1))) {
-                rc = mu_fail(err, MU_E_MODEL, "dflash: " SHORTLIST_KEY " must increase from 0 up: [%llu] = %lld",
+                rc = mu_fail(err, MU_E_MODEL, "dflash: " SHORTLIST_KEY " must hold increasing ids >= 0: [%llu] = %lld",
                              (unsigned long long)i, (long long)v);
                 goto fail;
             }
