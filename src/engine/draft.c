@@ -28,6 +28,7 @@
  * what it has; V is kept transposed (per channel, over positions). All
  * scratch is sized at open; drafting allocates nothing. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -199,8 +200,10 @@ static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (dou
 /* A row of a many-row pass costs about this share of a one-row pass: the
  * multi-row kernels' 0.4 for Q8_0 (docs/speculative.md), plus the
  * attention and the rest per row. On the bundled model this estimates a
- * pass at 0.78 + 0.13 n decode steps; measured (verifybench, one thread,
- * 256 positions) 0.87 + 0.12 n. */
+ * pass at 0.78 + 0.13 n decode steps with the full head, 0.78 + 0.065 n
+ * with its 2048-id shortlist; measured (verifybench, one thread, 256
+ * positions) 0.87 + 0.12 n on the AMD EPYC (full head), 0.45 + 0.016 n
+ * on the Intel Xeon with the shortlist (docs/speculative.md). */
 #define DRAFT_ROW_SHARE 0.5
 
 /* info.cost_pass, cost_row: the drafting pass in the target's decode steps,
@@ -234,8 +237,8 @@ static void draft_costs(mu_drafter *d) {
  * best token is outside the shortlist becomes the best token inside it, a
  * likely rejection; the target decides every token, so the answer does not
  * change. The shortlist is the file's muser.dflash.shortlist when it has
- * one (tools/train/dflash_shortlist.py: the ids the default model generates
- * most often); MUSER_DRAFT_SHORTLIST=0 turns it off, =K takes the first K
+ * one (tools/train/dflash_shortlist.py: the ids most frequent in the
+ * target's corpus sources); MUSER_DRAFT_SHORTLIST=0 turns it off, =K the first K
  * ids instead (in a byte-level BPE vocabulary, the bundled model's, the ids
  * after the bytes follow the merges' order, most frequent pair first). */
 int mu_drafter_set_shortlist(mu_drafter *d, const int32_t *ids, int n, mu_err *err) {
@@ -293,8 +296,12 @@ static int default_shortlist(mu_drafter *d, mu_err *err) {
     if (!ids) return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for a shortlist of %d", n);
     for (int i = 0; i < n; i++) ids[i] = k > 0 ? i : (int32_t)mu_gguf_arr_i64(&m->shortlist, (uint64_t)i);
     int rc = mu_drafter_set_shortlist(d, ids, n, err);
-    if (rc && k < 0) rc = mu_fail(err, MU_E_MODEL, "drafter: the file's shortlist: %s", err->msg);
     free(ids);
+    if (rc == MU_E_ARG && k < 0) { /* an id past the target's vocabulary */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = mu_fail(err, MU_E_MODEL, "drafter: the file's shortlist (muser.dflash.shortlist): %s", why);
+    }
     return rc;
 }
 
