@@ -358,6 +358,7 @@ typedef struct {
      * the target (one thread): cost_pass + n * cost_row, from the
      * multiply-adds of both and the multi-row kernels' share per row */
     float cost_pass, cost_row;
+    int n_scored;              /* token ids a draft row scores: the shortlist's, or the vocabulary */
 } mu_drafter_info;
 
 /* Opens path and checks it against the target (layers, widths,
@@ -365,6 +366,13 @@ typedef struct {
 int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err);
 void mu_drafter_free(mu_drafter *d);
 const mu_drafter_info *mu_drafter_get_info(const mu_drafter *d);
+/* The draft head scores only ids[0 .. n) (increasing; n = 0 or n >= the
+ * vocabulary: every id): their rows of the output matrix, copied. Drafts
+ * are the best of those; the answer never changes (the target verifies).
+ * Opening sets the file's muser.dflash.shortlist when it has one
+ * (MUSER_DRAFT_SHORTLIST=0: every id; =K: ids 0 .. K - 1; docs/speculative.md
+ * "The shortlist head"). Not while drafting. */
+int mu_drafter_set_shortlist(mu_drafter *d, const int32_t *ids, int n, mu_err *err);
 
 /* One sequence's drafter state: the injected rows of positions [0, n_ctx). */
 typedef struct mu_draft_seq mu_draft_seq;
@@ -390,6 +398,9 @@ int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int3
  * past the kept rows). */
 int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_err *err);
 int mu_draft_seq_tokens(mu_draft_seq *q, int from, int n, int32_t *out);
+/* The head's scores of kept row `row` (info.n_scored floats, in the
+ * shortlist's order); returns the count, 0 past the kept rows. */
+int mu_draft_seq_scores(mu_draft_seq *q, int row, float *out);
 
 /* ---- sampling --------------------------------------------------------- */
 

@@ -10,8 +10,11 @@
  * then per layer attention norm, q/k/v,
  * q/k norms, NeoX RoPE, attention over the injected rows and the block,
  * output projection, optional post norm, residual, SwiGLU FFN, optional
- * post norm, residual; the final norm and the output matrix (the drafter's,
- * else the target's); the drafts are the rows' argmax.
+ * post norm, residual; the final norm and the draft head: the output
+ * matrix (the drafter's, else the target's), by default only its rows of a
+ * shortlist of token ids gathered once at open into a compact matrix (the
+ * same type), "the shortlist head" below; the drafts are the rows' argmax
+ * over the rows scored.
  * Does not: capture the hidden states (forward.c, mu_batch_item.feat),
  * decide what to draft or verify (src/gen/sched.c), or round like llama.cpp
  * bit for bit: a draft only proposes tokens, the target decides every one,
@@ -25,6 +28,7 @@
  * what it has; V is kept transposed (per channel, over positions). All
  * scratch is sized at open; drafting allocates nothing. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -45,11 +49,18 @@ struct mu_drafter {
     mu_drafter_info info;
     const mu_gguf_tensor *tok_embd, *output; /* the drafter's, else the target's */
     int n_vocab, n_q, n_kv, n_feat;
+    /* the draft head: head (output, or the shortlist's rows of it in
+     * head_w), n_head rows, row r scoring token head_ids[r] (NULL: r) */
+    const mu_gguf_tensor *head;
+    mu_gguf_tensor head_t;
+    uint8_t *head_w;
+    int32_t *head_ids;
+    int n_head;
     /* scratch, [DRAFT_ROWS][width] */
     float *x, *a, *q, *k, *v, *o, *f1, *f2, *g;
     uint8_t *qa;
     size_t qa_stride;
-    float *lg;      /* [DRAFT_LOGIT_ROWS][n_vocab] logits */
+    float *lg;      /* [DRAFT_LOGIT_ROWS][n_head] scores */
     float *rc, *rs; /* [DRAFT_ROWS][head_dim / 2]: RoPE's cos and sin of the rows' positions */
     float *scores;  /* [n_threads][scores_cap]: an attention item's scores, queries and outputs */
     size_t scores_cap;
@@ -189,8 +200,10 @@ static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (dou
 /* A row of a many-row pass costs about this share of a one-row pass: the
  * multi-row kernels' 0.4 for Q8_0 (docs/speculative.md), plus the
  * attention and the rest per row. On the bundled model this estimates a
- * pass at 0.78 + 0.13 n decode steps; measured (verifybench, one thread,
- * 256 positions) 0.87 + 0.12 n. */
+ * pass at 0.78 + 0.13 n decode steps with the full head, 0.78 + 0.065 n
+ * with its 2048-id shortlist; measured (verifybench, one thread, 256
+ * positions) 0.87 + 0.12 n on the AMD EPYC (full head), 0.45 + 0.016 n
+ * on the Intel Xeon with the shortlist (docs/speculative.md). */
 #define DRAFT_ROW_SHARE 0.5
 
 /* info.cost_pass, cost_row: the drafting pass in the target's decode steps,
@@ -200,7 +213,7 @@ static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (dou
 static void draft_costs(mu_drafter *d) {
     const mu_dflash_model *m = d->m;
     const mu_model *t = d->e->m;
-    double tgt = macs(t->output ? t->output : t->tok_embd), blk = 0, row = macs(d->output);
+    double tgt = macs(t->output ? t->output : t->tok_embd), blk = 0, row = macs(d->head);
     for (int il = 0; il < t->info.n_layer; il++) {
         const mu_layer_w *L = &t->layers[il];
         tgt += macs(L->wq) + macs(L->wk) + macs(L->wv) + macs(L->wgate) + macs(L->wo) + macs(L->ffn_gate) +
@@ -215,6 +228,81 @@ static void draft_costs(mu_drafter *d) {
     }
     d->info.cost_pass = tgt > 0 ? (float)(DRAFT_ROW_SHARE * blk / tgt) : 0;
     d->info.cost_row = tgt > 0 ? (float)(DRAFT_ROW_SHARE * row / tgt) : 0;
+}
+
+/* ---- the shortlist head --------------------------------------------------
+ * A draft row scores only n_head token ids: their rows of the output matrix,
+ * copied once into head_w (the same quant type, so each score is the full
+ * head's score of that token bit for bit: vec_dotn per row). A draft whose
+ * best token is outside the shortlist becomes the best token inside it, a
+ * likely rejection; the target decides every token, so the answer does not
+ * change. The shortlist is the file's muser.dflash.shortlist when it has
+ * one (tools/train/dflash_shortlist.py: the ids most frequent in the
+ * target's corpus sources); MUSER_DRAFT_SHORTLIST=0 turns it off, =K the first K
+ * ids instead (in a byte-level BPE vocabulary, the bundled model's, the ids
+ * after the bytes follow the merges' order, most frequent pair first). */
+int mu_drafter_set_shortlist(mu_drafter *d, const int32_t *ids, int n, mu_err *err) {
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= d->n_vocab || (i > 0 && ids[i] <= ids[i - 1]))
+            return mu_fail(err, MU_E_ARG, "drafter: shortlist ids must be increasing and in 0..%d: [%d] = %d",
+                           d->n_vocab - 1, i, ids[i]);
+    mu_free(d->head_w);
+    free(d->head_ids);
+    d->head_w = NULL;
+    d->head_ids = NULL;
+    d->head = d->output;
+    d->n_head = d->n_vocab;
+    if (n > 0 && n < d->n_vocab) {
+        const size_t rb = d->output->bytes / (size_t)d->output->ne[1];
+        d->head_w = mu_alloc((size_t)n, rb);
+        d->head_ids = malloc((size_t)n * sizeof *d->head_ids);
+        if (!d->head_w || !d->head_ids) {
+            mu_free(d->head_w);
+            free(d->head_ids);
+            d->head_w = NULL;
+            d->head_ids = NULL;
+            return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for a shortlist of %d", n);
+        }
+        for (int i = 0; i < n; i++)
+            memcpy(d->head_w + (size_t)i * rb, (const uint8_t *)d->output->data + (size_t)ids[i] * rb, rb);
+        memcpy(d->head_ids, ids, (size_t)n * sizeof *ids);
+        d->head_t = *d->output;
+        d->head_t.ne[1] = n;
+        d->head_t.n_elems = (int64_t)n * d->output->ne[0];
+        d->head_t.bytes = (size_t)n * rb;
+        d->head_t.data = d->head_w;
+        d->head = &d->head_t;
+        d->n_head = n;
+    }
+    d->info.n_scored = d->n_head;
+    draft_costs(d);
+    return 0;
+}
+
+/* The head at open: the file's shortlist, or MUSER_DRAFT_SHORTLIST's. */
+static int default_shortlist(mu_drafter *d, mu_err *err) {
+    const char *env = getenv("MUSER_DRAFT_SHORTLIST");
+    const mu_dflash_model *m = d->m;
+    long k = -1;
+    if (env && *env) {
+        char *end;
+        k = strtol(env, &end, 10);
+        if (*end || k < 0 || k > INT32_MAX)
+            return mu_fail(err, MU_E_ARG, "MUSER_DRAFT_SHORTLIST must be a count >= 0: '%s'", env);
+    }
+    if (k == 0 || k >= d->n_vocab || (k < 0 && m->n_shortlist == 0)) return mu_drafter_set_shortlist(d, NULL, 0, err);
+    const int n = k > 0 ? (int)k : m->n_shortlist;
+    int32_t *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for a shortlist of %d", n);
+    for (int i = 0; i < n; i++) ids[i] = k > 0 ? i : (int32_t)mu_gguf_arr_i64(&m->shortlist, (uint64_t)i);
+    int rc = mu_drafter_set_shortlist(d, ids, n, err);
+    free(ids);
+    if (rc == MU_E_ARG && k < 0) { /* an id past the target's vocabulary */
+        char why[sizeof err->msg];
+        snprintf(why, sizeof why, "%s", err->msg);
+        rc = mu_fail(err, MU_E_MODEL, "drafter: the file's shortlist (muser.dflash.shortlist): %s", why);
+    }
+    return rc;
 }
 
 int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err) {
@@ -239,8 +327,8 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->n_feat = m->n_target * I->n_embd;
     d->info = (mu_drafter_info){m->n_layer, m->n_embd, m->n_ff, m->n_head, m->n_head_kv, m->head_dim,
                                 m->block_size, m->n_target, m->target_layers, d->n_feat, m->mask_id,
-                                m->tok_embd != NULL || m->output != NULL, 0, 0};
-    draft_costs(d);
+                                m->tok_embd != NULL || m->output != NULL, 0, 0, 0};
+    if ((rc = default_shortlist(d, err))) goto fail; /* and the costs */
     const size_t R = DRAFT_ROWS, E = (size_t)m->n_embd;
     int widest = d->n_feat;
     if (m->n_ff > widest) widest = m->n_ff;
@@ -276,7 +364,7 @@ void mu_drafter_free(mu_drafter *d) {
     if (!d) return;
     mu_free(d->x); mu_free(d->a); mu_free(d->g); mu_free(d->q); mu_free(d->k); mu_free(d->v);
     mu_free(d->o); mu_free(d->f1); mu_free(d->f2); mu_free(d->qa); mu_free(d->lg); mu_free(d->scores);
-    mu_free(d->rc); mu_free(d->rs);
+    mu_free(d->rc); mu_free(d->rs); mu_free(d->head_w); free(d->head_ids);
     mu_dflash_close(d->m);
     free(d);
 }
@@ -549,24 +637,38 @@ int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_er
     return n_draft;
 }
 
+/* Rows [from, from + c) of the kept rows (c <= DRAFT_LOGIT_ROWS) through
+ * the draft head, into d->lg ([c][n_head]). */
+static void head_rows(mu_draft_seq *q, int from, int c) {
+    mu_drafter *d = q->d;
+    matmul(d, q->hid + (size_t)from * d->m->n_embd, c, d->head, d->lg);
+}
+
 int mu_draft_seq_tokens(mu_draft_seq *q, int from, int n, int32_t *out) {
     mu_drafter *d = q->d;
-    const int E = d->m->n_embd;
     if (from < 0 || from >= q->n_hid || n < 1) return 0;
     if (n > q->n_hid - from) n = q->n_hid - from;
-    /* the output matrix, argmax (first of ties) */
+    /* the head, argmax (first of ties) */
     for (int t0 = 0; t0 < n; t0 += DRAFT_LOGIT_ROWS) {
         const int c = n - t0 < DRAFT_LOGIT_ROWS ? n - t0 : DRAFT_LOGIT_ROWS;
-        matmul(d, q->hid + (size_t)(from + t0) * E, c, d->output, d->lg);
+        head_rows(q, from + t0, c);
         for (int t = 0; t < c; t++) {
-            const float *l = d->lg + (size_t)t * d->n_vocab;
+            const float *l = d->lg + (size_t)t * d->n_head;
             int best = 0;
-            for (int r = 1; r < d->n_vocab; r++)
+            for (int r = 1; r < d->n_head; r++)
                 if (l[r] > l[best]) best = r;
-            out[t0 + t] = best;
+            out[t0 + t] = d->head_ids ? d->head_ids[best] : best;
         }
     }
     return n;
+}
+
+int mu_draft_seq_scores(mu_draft_seq *q, int row, float *out) {
+    mu_drafter *d = q->d;
+    if (row < 0 || row >= q->n_hid) return 0;
+    head_rows(q, row, 1);
+    memcpy(out, d->lg, (size_t)d->n_head * sizeof *out);
+    return d->n_head;
 }
 
 int mu_draft_seq_draft(mu_draft_seq *q, int32_t last, int pos, int n_draft, int32_t *out, mu_err *err) {

@@ -118,8 +118,9 @@ struct mu_job {
      * every draft and the token after them matched rows < row_next, so the
      * next step drafts on from row_next without a new pass */
     int row_n, row_blk, row_next;
-    bool cold;            /* dflash: drafting does not pay (the last verification did not, and no
-                             shadow held all through since); a new job drafts */
+    bool cold;            /* dflash: drafting does not pay: the last verification did not, nor do
+                             the rates (dflash_pays), and no shadow held all through since; a new
+                             job drafts */
     group *grp;
     mu_sched *sched;
     bool queued;          /* in the queue (guarded by sched->mu) */
@@ -608,6 +609,16 @@ static void observe(mu_job *j, int r, bool ok) {
         }
 }
 
+/* Engine thread, a dflash job: whether drafting pays by its rates
+ * (spec_cost.h mu_spec_dflash_len): a pass of the drafter, its drafts' rows
+ * and their verification rows (the drafter's cost estimates, MU_SPEC_P_MIN a
+ * verification row) against the drafts the rates expect accepted. */
+static bool dflash_pays(const mu_sched *s, const mu_job *j) {
+    const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
+    const int bmax = di->block_size - 1, k = j->draft_max < bmax ? j->draft_max : bmax;
+    return mu_spec_dflash_len(j->pos_acc, j->pos_n, k, di->cost_pass, MU_SPEC_P_MIN + di->cost_row) > 0;
+}
+
 /* Engine thread: one gen step for slot i from logits lg (and a dflash
  * job's shadow draft checked against its token). */
 static void step(mu_sched *s, int i, const float *lg) {
@@ -621,7 +632,9 @@ static void step(mu_sched *s, int i, const float *lg) {
     mu_draft_seq_tokens(s->slots[i].dq, r, 1, &want);
     observe(j, r, id == want);
     if (id != want) j->n_shadow = 0;
-    else if (j->i_shadow == j->n_shadow) j->cold = false; /* the whole shadow held: draft */
+    /* the shadow checked: draft again when it held all through, or when the
+     * rates it taught (to its first miss) say drafting pays */
+    if (j->i_shadow >= j->n_shadow) j->cold = id != want && !dflash_pays(s, j);
 }
 
 #define SPEC_P_MIN MU_SPEC_P_MIN /* spec_cost.h */
@@ -665,10 +678,10 @@ static int draft_pays(mu_job *j, int k, int rows) {
  * (SPEC_SHADOW_EVERY, doubling up to 8 times that while drafting stays
  * off; back to the start after it drafted), a shadow draft of up to
  * SPEC_SHADOW_MAX tokens, which the next plain steps check
- * (step()): the drafter's pass (about 1.1 decode steps on the bundled
- * model, its rows through the output matrix as they are checked) without a
- * verification, and every position's rate learns, not the first one's
- * alone. */
+ * (step()): the drafter's pass (info.cost_pass, its rows through the head
+ * as they are checked) without a verification; every position's rate
+ * learns, not the first one's alone, and drafting resumes when the whole
+ * shadow held or the rates say it pays (dflash_pays). */
 static void shadow_probe(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -788,11 +801,14 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
         acc++;
     }
     if (j->spec == MU_SPEC_DFLASH && n_dr > 0) {
-        /* the step paid when its accepted drafts reach what it cost beyond
-         * a decode step, as estimated: the pass (none when it drafted on
-         * from kept rows), each draft's rows and share of the verification */
+        /* drafting goes on while this step paid (its accepted drafts reach
+         * what it cost beyond a decode step, as estimated: the pass, none
+         * when it drafted on from kept rows, and each draft's rows and share
+         * of the verification) or the rates, with this step's checks, say
+         * drafting pays */
         const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
-        j->cold = acc < (j->row_blk == 0 ? di->cost_pass : 0) + (di->cost_row + SPEC_P_MIN) * n_dr;
+        const bool paid = acc >= (j->row_blk == 0 ? di->cost_pass : 0) + (di->cost_row + SPEC_P_MIN) * n_dr;
+        j->cold = !paid && !dflash_pays(s, j);
         /* every draft held: when the drafter's next kept row is the token the
          * target picked after them, the next step drafts on from there */
         int32_t t = -1;

@@ -27,3 +27,8 @@ double mu_spec_batch_rate(int rows) {
     if (rows < 1) rows = 1;
     return rows / ((1 - MU_SPEC_P_MIN) + MU_SPEC_P_MIN * rows);
 }
+
+int mu_spec_dflash_len(const int *pos_acc, const int *pos_n, int k, double cost_pass, double cost_draft) {
+    const int n = mu_spec_draft_len(pos_acc, pos_n, k, cost_draft);
+    return n > 0 && mu_spec_draft_expect(pos_acc, pos_n, n) >= cost_pass + cost_draft * n ? n : 0;
+}

@@ -23,6 +23,14 @@
 int mu_spec_draft_len(const int *pos_acc, const int *pos_n, int k, double p_min);
 /* The expected accepted drafts of a k-token draft by the same rates. */
 double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k);
+/* A DFlash job's draft length by its rates, or 0 when drafting does not
+ * pay: the length draft_len allows at cost_draft (a draft's rows in the
+ * drafter and the verification, in decode steps), kept when its expected
+ * accepted drafts also cover a drafting pass (cost_pass) and the drafts'
+ * cost, else 0. Every draft position up to that length is accepted (with
+ * the drafts before it) at least cost_draft often, so each adds at least
+ * what it costs: no shorter draft pays when that length does not. */
+int mu_spec_dflash_len(const int *pos_acc, const int *pos_n, int k, double cost_pass, double cost_draft);
 /* Tokens per cost unit of a forward of `rows` plain rows (one token each),
  * the cost a decode step of one row: a forward costs about
  * (1 - MU_SPEC_P_MIN) + MU_SPEC_P_MIN per row (its fixed work, then each

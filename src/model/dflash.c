@@ -54,6 +54,8 @@ static int bind(const mu_gguf *g, const char *name, int n_dims, int64_t ne0, int
     return 0;
 }
 
+#define SHORTLIST_KEY "muser.dflash.shortlist"
+
 /* Parts of llama.cpp's dflash family that muser's drafter does not run. */
 static int refuse_unsupported(const mu_gguf *g, mu_err *err) {
     static const char *const keys[][2] = {
@@ -179,6 +181,28 @@ int mu_dflash_bind(mu_gguf *g, mu_dflash_model **out, mu_err *err) {
         goto fail;
     }
     m->mask_id = (int32_t)mid;
+
+    /* muser's own (optional): the draft head's shortlist, increasing token
+     * ids (docs/speculative.md "The shortlist head"; llama.cpp ignores it) */
+    if (mu_gguf_find(g, SHORTLIST_KEY) >= 0) {
+        mu_gguf_arr sl;
+        if ((rc = mu_gguf_get_arr(g, SHORTLIST_KEY, &sl, err))) goto fail;
+        if (sl.type != MU_GGUF_I32 || sl.n < 1 || sl.n > INT32_MAX) {
+            rc = mu_fail(err, MU_E_MODEL, "dflash: " SHORTLIST_KEY " must hold int32 token ids (has %llu of type %u)",
+                         (unsigned long long)sl.n, sl.type);
+            goto fail;
+        }
+        for (uint64_t i = 0; i < sl.n; i++) {
+            const int64_t v = mu_gguf_arr_i64(&sl, i);
+            if (v < 0 || (i > 0 && v <= mu_gguf_arr_i64(&sl, i - 1))) {
+                rc = mu_fail(err, MU_E_MODEL, "dflash: " SHORTLIST_KEY " must hold increasing ids >= 0: [%llu] = %lld",
+                             (unsigned long long)i, (long long)v);
+                goto fail;
+            }
+        }
+        m->shortlist = sl;
+        m->n_shortlist = (int)sl.n;
+    }
 
     /* tensors */
     const int E = m->n_embd, nq = m->n_head * m->head_dim, nkv = m->n_head_kv * m->head_dim;

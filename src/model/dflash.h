@@ -35,6 +35,11 @@ typedef struct {
     bool swa[MU_DFLASH_MAX_LAYERS];
     const mu_gguf_tensor *fc, *enc_norm, *output_norm;
     const mu_gguf_tensor *tok_embd, *output; /* NULL: the target's */
+    /* muser.dflash.shortlist (muser's key, optional): the draft head's token
+     * ids, increasing; n_shortlist 0 when absent. Ids are checked against the
+     * target's vocabulary when a drafter binds (src/engine/draft.c). */
+    mu_gguf_arr shortlist;
+    int n_shortlist;
     mu_dflash_layer layers[MU_DFLASH_MAX_LAYERS];
 } mu_dflash_model;
 

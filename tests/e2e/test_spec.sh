@@ -142,6 +142,20 @@ a=$("$MUSER" run -m "$M" -p "$P" -n 24 --temp 0 --threads 1 --draft "$D" 2>"$T/e
 b=$("$MUSER" run -m "$M" -p "$P" -n 24 --temp 0 --threads 1 2>/dev/null)
 if [ "$a" = "$b" ] && grep -q "^spec dflash: drafted" "$T/err"; then ok "run --draft alone: dflash, same text"
 else bad "run --draft: [$a] vs [$b] ($(cat "$T/err"))"; fi
+# the shortlist head (muser.dflash.shortlist, written by tools/train/dflash_shortlist.py):
+# a drafter with one drafts the same tokens as plain decoding; bad lists are refused by name
+sl() { python3 -c "import sys; sys.path.insert(0, 'tools/train'); import dflash_shortlist as d; d.write_keys(sys.argv[1], sys.argv[2], [int(x) for x in sys.argv[3].split(',')], 'test')" "$D" "$T/sl.gguf" "$1"; }
+sl "$(seq -s, 0 3 8000)"
+plain=$("$MUSER" run -m "$M" -p "$P" -n 40 --temp 0 --json --threads 1 --ignore-eos 2>"$T/err" | ids)
+spec=$("$MUSER" run -m "$M" -p "$P" -n 40 --temp 0 --json --threads 1 --ignore-eos --spec dflash --draft "$T/sl.gguf" 2>>"$T/err" | ids)
+if [ -n "$plain" ] && [ "$plain" = "$spec" ]; then ok "run --spec dflash, a shortlist head of 2667 ids: the tokens of plain decoding"
+else bad "shortlist head: $plain vs $spec ($(cat "$T/err"))"; fi
+for bad_list in "5,9000" "5,5,7"; do
+  sl "$bad_list"
+  if ! "$MUSER" run -m "$M" -p "$P" -n 4 --threads 1 --spec dflash --draft "$T/sl.gguf" >/dev/null 2>"$T/err" &&
+     grep -q "shortlist" "$T/err"; then ok "shortlist [$bad_list] refused: $(head -c 200 "$T/err")"
+  else bad "shortlist [$bad_list]: $(cat "$T/err")"; fi
+done
 cp "$M" "$T/m.gguf" && cp "$D" "$T/m.dflash.gguf"
 if "$MUSER" run -m "$T/m.gguf" -p "$P" -n 8 --temp 0 --threads 1 --spec dflash >/dev/null 2>"$T/err" &&
    grep -q "^spec dflash: drafted" "$T/err"; then ok "run --spec dflash: the model's own drafter (M.dflash.gguf next to M.gguf)"

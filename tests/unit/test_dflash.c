@@ -562,10 +562,144 @@ static void test_sched(void **state) {
     mu_model_close(m);
 }
 
+/* ---- the shortlist head -------------------------------------------------- */
+
+/* The head restricted to a shortlist scores each listed token as the full
+ * head does, bit for bit, and drafts the best listed token (the first of
+ * ties, in id order); a job drafting with it decodes as plain decoding. */
+static void test_shortlist(void **state) {
+    (void)state;
+    mini_cfg c = mini_default();
+    mu_synth_dflash_opts o;
+    mu_synth_dflash_defaults(&o);
+    o.block_size = 8;
+    write_pair(&c, &o);
+    mu_model *m;
+    mu_engine *e;
+    open_target(&c, &m, &e);
+    mu_err err = {0};
+    mu_drafter *d;
+    if (mu_drafter_open(dpath, e, &d, &err)) fail_msg("drafter: %s", err.msg);
+    const mu_drafter_info *di = mu_drafter_get_info(d);
+    assert_int_equal(di->n_scored, c.n_vocab); /* no shortlist in the file: the full head */
+    const float full_row = di->cost_row;
+    mu_draft_seq *q;
+    assert_int_equal(mu_draft_seq_new(d, 128, &q, &err), 0);
+    const int N = 30;
+    float *feat = malloc((size_t)N * di->n_feat * sizeof(float));
+    uint64_t seed = 5;
+    for (int i = 0; i < N * di->n_feat; i++) feat[i] = (float)((int)(rng_next(&seed) % 2001) - 1000) / 500.0f;
+    assert_int_equal(mu_draft_seq_inject(q, 0, N, feat, &err), 0);
+    float full[7][128], part[128];
+    int32_t ids[64], got[7];
+    for (int round = 0; round < 6; round++) {
+        assert_int_equal(mu_drafter_set_shortlist(d, NULL, 0, &err), 0);
+        assert_int_equal(mu_draft_seq_pass(q, (int32_t)(3 + round), N, 7, &err), 7);
+        for (int r = 0; r < 7; r++) assert_int_equal(mu_draft_seq_scores(q, r, full[r]), c.n_vocab);
+        /* an increasing shortlist: every 2nd or 3rd id (64 at most), or one id */
+        int n = 0;
+        for (int t = 0; t < c.n_vocab && n < 64; t++)
+            if (round == 5 ? t == 17 : (t * 7 + round) % (2 + round % 2) == 0) ids[n++] = t;
+        assert_int_equal(mu_drafter_set_shortlist(d, ids, n, &err), 0);
+        assert_int_equal(di->n_scored, n);
+        assert_true(di->cost_row < full_row);
+        assert_int_equal(mu_draft_seq_tokens(q, 0, 7, got), 7); /* the kept rows, the new head */
+        for (int r = 0; r < 7; r++) {
+            assert_int_equal(mu_draft_seq_scores(q, r, part), n);
+            int best = 0;
+            for (int i = 0; i < n; i++) {
+                if (memcmp(&part[i], &full[r][ids[i]], sizeof(float))) /* bit for bit */
+                    fail_msg("round %d row %d: token %d scores %a, the full head %a", round, r, ids[i], part[i],
+                             full[r][ids[i]]);
+                if (full[r][ids[i]] > full[r][ids[best]]) best = i;
+            }
+            assert_int_equal(got[r], ids[best]);
+        }
+    }
+    /* bad lists */
+    int32_t bad[3] = {4, 4, 9};
+    assert_int_equal(mu_drafter_set_shortlist(d, bad, 3, &err), MU_E_ARG);
+    bad[1] = c.n_vocab;
+    assert_int_equal(mu_drafter_set_shortlist(d, bad, 3, &err), MU_E_ARG);
+    bad[0] = -1;
+    assert_int_equal(mu_drafter_set_shortlist(d, bad, 1, &err), MU_E_ARG);
+    /* the head of the last good list still drafts */
+    assert_int_equal(mu_draft_seq_tokens(q, 0, 1, got), 1);
+    /* a scheduler job drafting from a shortlist of every 3rd id gives plain
+     * decoding's events */
+    int n = 0;
+    for (int t = 0; t < c.n_vocab; t += 3) ids[n++] = t;
+    assert_int_equal(mu_drafter_set_shortlist(d, ids, n, &err), 0);
+    mu_sched *s;
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = 128, .drafter = d};
+    assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+    static trace ref, t;
+    int32_t p[20];
+    for (int pi = 0; pi < 6; pi++) {
+        for (int i = 0; i < 20; i++) p[i] = (int32_t)((i * 5 + pi) % c.n_vocab);
+        mu_gen_req rq = {.prompt = p, .n_prompt = 20, .n_predict = 40, .ignore_eos = true, .no_text = true,
+                         .logprobs = true, .n_top = 3};
+        rq.sp.temp = pi % 2 ? 1.2f : 0;
+        rq.sp.seed = (uint64_t)pi;
+        mu_gen_req r = rq;
+        r.spec = MU_SPEC_DFLASH;
+        run_trace(s, &rq, &ref);
+        run_trace(s, &r, &t);
+        if (ref.n != t.n || memcmp(ref.buf, t.buf, ref.n)) fail_msg("prompt %d: events differ from plain decoding", pi);
+    }
+    mu_sched_free(s);
+    free(ref.buf);
+    free(t.buf);
+    ref.buf = t.buf = NULL;
+    free(feat);
+    mu_draft_seq_free(q);
+    mu_drafter_free(d);
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
+/* The bundled drafter carries its shortlist (muser.dflash.shortlist):
+ * 2048 increasing ids, the default head; MUSER_DRAFT_SHORTLIST=0 turns it
+ * off, =K takes the first K ids. */
+static void test_shortlist_file(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_dflash_model *dm;
+    if (mu_dflash_open("models/muser-default.dflash.gguf", &dm, &err)) skip();
+    assert_int_equal(dm->n_shortlist, 2048);
+    for (int i = 1; i < dm->n_shortlist; i++)
+        assert_true(mu_gguf_arr_i64(&dm->shortlist, (uint64_t)i) > mu_gguf_arr_i64(&dm->shortlist, (uint64_t)i - 1));
+    mu_dflash_close(dm);
+    mu_model *m;
+    mu_engine *e;
+    if (mu_model_open("models/muser-default.gguf", &m, &err)) skip();
+    mu_engine_opts eo = {.n_threads = 1};
+    assert_int_equal(mu_engine_new(m, &eo, &e, &err), 0);
+    static const struct {
+        const char *env;
+        int want;
+    } cases[] = {{NULL, 2048}, {"0", 8192}, {"1024", 1024}, {"9000", 8192}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].env) setenv("MUSER_DRAFT_SHORTLIST", cases[i].env, 1);
+        else unsetenv("MUSER_DRAFT_SHORTLIST");
+        mu_drafter *d;
+        if (mu_drafter_open("models/muser-default.dflash.gguf", e, &d, &err)) fail_msg("drafter: %s", err.msg);
+        assert_int_equal(mu_drafter_get_info(d)->n_scored, cases[i].want);
+        mu_drafter_free(d);
+    }
+    setenv("MUSER_DRAFT_SHORTLIST", "x", 1);
+    mu_drafter *d;
+    assert_int_equal(mu_drafter_open("models/muser-default.dflash.gguf", e, &d, &err), MU_E_ARG);
+    unsetenv("MUSER_DRAFT_SHORTLIST");
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_bind), cmocka_unit_test(test_refusals), cmocka_unit_test(test_capture),
         cmocka_unit_test(test_drafter),    cmocka_unit_test(test_reference), cmocka_unit_test(test_sched),
+        cmocka_unit_test(test_shortlist),  cmocka_unit_test(test_shortlist_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -15,6 +15,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <string.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -718,6 +719,26 @@ static void test_spec_cost(void **state) {
     assert_true(mu_spec_draft_expect(acc, n, 8) > 7.5 && mu_spec_draft_expect(acc, n, 8) < 8);
     acc[0] = 0, n[0] = 50; /* never right: drafts nothing, alone or busy */
     assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN), 0);
+
+    /* a DFlash job (mu_spec_dflash_len): a pass of 0.5 step and 0.45 a draft */
+    memset(acc, 0, sizeof acc);
+    memset(n, 0, sizeof n);
+    assert_int_equal(mu_spec_dflash_len(acc, n, 15, 0, 0.45), 2);   /* the prior, no pass to pay */
+    assert_int_equal(mu_spec_dflash_len(acc, n, 15, 0.5, 0.45), 0);  /* the prior does not cover a pass */
+    n[0] = 1; /* one rejected first draft: does not pay */
+    assert_int_equal(mu_spec_dflash_len(acc, n, 15, 0.5, 0.45), 0);
+    for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) acc[k] = 30, n[k] = 32; /* after that, right 94 % of the time */
+    acc[0] = 29;
+    const int nd = mu_spec_dflash_len(acc, n, 15, 0.5, 0.45);
+    assert_true(nd >= 8 && nd <= 15);
+    assert_int_equal(mu_spec_dflash_len(acc, n, 4, 0.5, 0.45), 4); /* capped at k */
+    /* 70 % at every position (the bundled drafter on free text): the draft
+     * length pays (2 positions) but not with a pass of 0.5; a cheaper pass
+     * (0.2) does */
+    for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) acc[k] = 21, n[k] = 30;
+    assert_int_equal(mu_spec_dflash_len(acc, n, 15, 0, 0.45), 2);
+    assert_int_equal(mu_spec_dflash_len(acc, n, 15, 0.5, 0.45), 0);
+    assert_int_equal(mu_spec_dflash_len(acc, n, 15, 0.2, 0.45), 2);
 }
 
 /* Four n-gram jobs sharing every batch of the bundled model: the busy rule
