@@ -744,6 +744,10 @@ static int draft(mu_sched *s, int i, int rows) {
         k = draft_pays(j, k, rows);
     }
     if (k <= 0) return -1;
+    /* the rates may want fewer drafts than --draft-min, under which nothing
+     * is verified: when drafting, draft at least that many (llama.cpp's
+     * drafts are never cut short of it either) */
+    if (k < j->draft_min) k = j->draft_min < j->draft_max ? j->draft_min : j->draft_max;
     int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1, left = j->max_new - j->n_gen - 1;
     if (k > room) k = room;
     if (k > left) k = left;

@@ -530,6 +530,23 @@ static void test_sched(void **state) {
         accepted += t.st.n_draft_accepted;
         steps += t.st.n_spec_steps;
     }
+    /* --draft-min 4: where the rates would draft fewer, a drafting step
+     * drafts 4 (not nothing, which left the rates nothing to learn from) */
+    int steps4 = 0;
+    for (int pi = 0; pi < 6; pi++) {
+        uint64_t seed = (uint64_t)pi + 101;
+        for (int i = 0; i < 30; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)c.n_vocab);
+        mu_gen_req q = {.prompt = p, .n_prompt = 30, .n_predict = 60, .ignore_eos = true, .no_text = true};
+        mu_gen_req r = q;
+        r.spec = MU_SPEC_DFLASH;
+        r.draft_min = 4;
+        run_trace(s, &q, &ref);
+        run_trace(s, &r, &t);
+        if (ref.n != t.n || memcmp(ref.buf, t.buf, ref.n)) fail_msg("draft-min 4, prompt %d: events differ", pi);
+        assert_true(t.st.n_draft >= 4 * t.st.n_spec_steps);
+        steps4 += t.st.n_spec_steps;
+    }
+    assert_true(steps4 > 0);
     /* the context fills inside a block */
     for (int i = 0; i < 40; i++) p[i] = i % c.n_vocab;
     mu_gen_req q = {.prompt = p, .n_prompt = 40, .n_predict = -1, .ignore_eos = true, .no_text = true, .logprobs = true};
