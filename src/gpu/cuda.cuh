@@ -243,7 +243,6 @@ typedef struct {
     float *chunk_sums;     /* [T * n_head][max_span / 16] scratch */
     int mode;              /* CU_ATTN_*: which kernels (cu_attn_mode) */
     float *lanes;          /* [GRAPH_MAX_T * n_head][64][128] scratch (decode) */
-    int n_cells;           /* every row's span lies in cells [0, n_cells) (0: max_span) */
 } cu_attn_args;
 enum { CU_ATTN_ROWS, CU_ATTN_PREFILL, CU_ATTN_DECODE };
 #define CU_DECODE_MAX_T 8 /* the most tokens of a CU_ATTN_DECODE pass */
@@ -252,9 +251,5 @@ enum { CU_ATTN_ROWS, CU_ATTN_PREFILL, CU_ATTN_DECODE };
  * heads per KV head), else ROWS. */
 int cu_attn_mode(int T, const uint8_t *batch, int n_head, int n_head_kv, int head_dim);
 void cu_attention(cudaStream_t st, const cu_attn_args *a);
-/* The cells [0, n) that hold the spans of every token of a chunk for one
- * layer (host arrays: pos, sess, batch [T]; kv [n_sess], rows only). */
-int cu_attn_cells(int T, const int *pos, const int *sess, const uint8_t *batch, const cu_kv_layer *kv, bool swa,
-                  int n_swa);
 
 #endif

@@ -68,7 +68,6 @@ struct mu_gpu_model {
     cudaStream_t st;
     mu_gpu_model_desc d;   /* geometry (pointers into host memory cleared) */
     bool *swa;
-    int *cells;            /* [n_layer] cu_attn_args.n_cells of the chunk being run */
     dlayer *L;
     dtensor tok_embd, output;
     const float *output_norm;
@@ -246,7 +245,6 @@ static void p_model_free(mu_gpu_model *m) {
     free(m->allocs);
     free(m->L);
     free(m->swa);
-    free(m->cells);
     free(m);
 }
 
@@ -261,10 +259,9 @@ static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn,
     m->n_q = d->n_head * d->head_dim;
     m->n_kv = d->n_head_kv * d->head_dim;
     m->swa = (bool *)calloc((size_t)d->n_layer, 1);
-    m->cells = (int *)calloc((size_t)d->n_layer, sizeof(int));
     m->L = (dlayer *)calloc((size_t)d->n_layer, sizeof *m->L);
     m->allocs = (void **)calloc((size_t)d->n_layer * 16 + 64, sizeof(void *));
-    if (!m->swa || !m->cells || !m->L || !m->allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!m->swa || !m->L || !m->allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
     memcpy(m->swa, d->swa_layers, (size_t)d->n_layer);
     uint64_t total = 0, done = 0;
     total += d->tok_embd.bytes + d->output.bytes + d->output_norm.bytes;
@@ -726,7 +723,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         mark(m, prof, PH_ROPE);
         cu_attn_args aa = {T, D->n_head, D->n_head_kv, hd, D->n_swa, m->swa[il], m->q, m->g, a, m->in_d->pos,
                            m->in_d->batch, m->in_d->sess, m->kv_d + (size_t)il * UB, max_span, m->scores,
-                           m->chunk_sums, m->attn_mode, m->lanes, m->cells[il]};
+                           m->chunk_sums, m->attn_mode, m->lanes};
         cu_attention(st, &aa);
         mark(m, prof, PH_ATTN);
         const dtensor *wo = &L->wo;
@@ -878,13 +875,6 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
             L->rows = sl[s]->rows[il];
             if ((size_t)L->rows > max_span) max_span = (size_t)L->rows;
         }
-    /* the cells a layer's rows span: a chunk near the start of a long
-     * context needs few (a captured small batch keeps max_span: its
-     * launches are fixed) */
-    for (int il = 0; il < nl; il++)
-        m->cells[il] = T > GRAPH_MAX_T ? cu_attn_cells(T, in->pos, in->sess, in->batch, m->kv_h + (size_t)il * UB,
-                                                       m->swa[il], D->n_swa)
-                                       : (int)max_span;
     rc = ensure_attn(m, (size_t)T * D->n_head * max_span, err);
     if (rc) return rc;
     CK(cudaMemcpyAsync(m->in_d, in, sizeof *in, cudaMemcpyHostToDevice, m->st), "input upload");
@@ -1090,8 +1080,7 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
         cudaMemcpy(bd, batch, (size_t)T, cudaMemcpyHostToDevice);
         cudaMemcpy(kvd, kvh, (size_t)c->n_sess * sizeof(cu_kv_layer), cudaMemcpyHostToDevice);
         cu_attn_args aa = {T, c->n_head, c->n_head_kv, c->head_dim, c->n_swa, c->swa, q, gate, out, pos, bd, sess, kvd,
-                           max_span, scores, cs, CU_ATTN_PREFILL, NULL,
-                           cu_attn_cells(T, c->pos, c->sess, batch, kvh, c->swa, c->n_swa)};
+                           max_span, scores, cs, CU_ATTN_PREFILL, NULL};
         float *dst[2] = {out_prefill, out_rows};
         for (int pass = 0; pass < 2 && !rc; pass++) {
             aa.mode = pass ? CU_ATTN_ROWS : CU_ATTN_PREFILL;

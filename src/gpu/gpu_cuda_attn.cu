@@ -14,7 +14,7 @@
 #include "cuda.cuh"
 
 /* The span [c_lo, c_hi) of a row (attn.c cell_range). */
-__host__ __device__ __forceinline__ void row_span(int pos, int nc, bool swa, int n_swa, bool batch, int *c_lo, int *c_hi,
+__device__ __forceinline__ void row_span(int pos, int nc, bool swa, int n_swa, bool batch, int *c_lo, int *c_hi,
                                          int *p0) {
     const int u0 = swa && pos - n_swa + 1 > 0 ? pos - n_swa + 1 : 0;
     const int al = batch ? 16 : 64;
@@ -88,10 +88,7 @@ __global__ void k_scores(cu_attn_args a) {
 
 /* Softmax of a row into F16-exact weights: e = expf_ggml(x - max), each
  * 16 cells' sum as hsum16, the chunks added in double in cell order. One
- * block per row. The chunk sums stay in shared memory (SMEM: its size,
- * max_span / 16 floats, fits) or go to a.chunk_sums; the in-order sum is
- * one thread's, so small blocks let more rows overlap it. */
-template <bool SMEM>
+ * block per row. */
 __global__ void k_softmax(cu_attn_args a) {
     pdl_wait();
     pdl_launch();
@@ -101,8 +98,7 @@ __global__ void k_softmax(cu_attn_args a) {
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, a.batch[t], &c_lo, &c_hi, &p0);
     const int m = c_hi - c_lo, nch = m / 16;
     float *x = a.scores + (size_t)row * a.max_span;
-    extern __shared__ float s_cs[];
-    float *cs = SMEM ? s_cs : a.chunk_sums + (size_t)row * (a.max_span / 16);
+    float *cs = a.chunk_sums + (size_t)row * (a.max_span / 16);
     __shared__ float s_max[32];
     __shared__ double s_sum;
     float mx = -INFINITY;
@@ -543,17 +539,6 @@ __global__ void __launch_bounds__(128) k_pv_comb(cu_attn_args a) {
     a.out[o] = (float)dd * (1.0f / (1.0f + expf_libm(-a.gate[o])));
 }
 
-int cu_attn_cells(int T, const int *pos, const int *sess, const uint8_t *batch, const cu_kv_layer *kv, bool swa,
-                  int n_swa) {
-    int n = 0;
-    for (int t = 0; t < T; t++) {
-        int c_lo, c_hi, p0;
-        row_span(pos[t], kv[sess[t]].rows, swa, n_swa, batch[t], &c_lo, &c_hi, &p0);
-        n = c_hi > n ? c_hi : n;
-    }
-    return n;
-}
-
 /* MUSER_CUDA_NO_TILED_ATTN=1 keeps every pass on the row kernels (to compare) */
 static bool tiled_ok(void) {
     static int ok = -1;
@@ -584,21 +569,16 @@ int cu_attn_mode(int T, const uint8_t *batch, int n_head, int n_head_kv, int hea
 
 void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     const int R = a->T * a->n_head;
-    /* softmax: chunk sums in shared memory up to 48 KB of them */
-    const size_t sm_cs = (size_t)(a->max_span / 16) * sizeof(float);
-    void (*k_sm)(cu_attn_args) = sm_cs <= 48 * 1024 ? k_softmax<true> : k_softmax<false>;
-    const size_t sm_bytes = sm_cs <= 48 * 1024 ? sm_cs : 0;
     switch (a->mode) {
-    case CU_ATTN_PREFILL: {
-        const int nc = a->n_cells > 0 ? a->n_cells : a->max_span; /* cells past every span: no blocks */
-        k_scores_t<<<dim3((nc + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256, ST_SMEM, st>>>(*a);
-        k_sm<<<R, 64, sm_bytes, st>>>(*a);
+    case CU_ATTN_PREFILL:
+        k_scores_t<<<dim3((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
+                     ST_SMEM, st>>>(*a);
+        k_softmax<<<R, 256, 0, st>>>(*a);
         k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
         break;
-    }
     case CU_ATTN_DECODE:
         launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(256), 0, st, *a);
-        launch_pdl(k_sm, dim3(R), dim3(256), sm_bytes, st, *a);
+        launch_pdl(k_softmax, dim3(R), dim3(256), 0, st, *a);
         if (pvd_lanes() == 1) launch_pdl(k_pv_d<1>, dim3(64, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else if (pvd_lanes() == 2) launch_pdl(k_pv_d<2>, dim3(32, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else launch_pdl(k_pv_d<4>, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
@@ -606,7 +586,7 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
         break;
     default:
         k_scores<<<dim3((a->max_span + 127) / 128, R), 128, (size_t)a->head_dim * sizeof(float), st>>>(*a);
-        k_sm<<<R, 64, sm_bytes, st>>>(*a);
+        k_softmax<<<R, 256, 0, st>>>(*a);
         k_pv<<<dim3(R, (a->head_dim + 31) / 32), dim3(32, 32), 0, st>>>(*a);
     }
 }
