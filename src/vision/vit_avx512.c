@@ -194,18 +194,17 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
  * rows (24 accumulators), each accumulator the reference's chain (one
  * 16-lane FMA chain over k, reduced as _mm512_reduce_add_ps, + bias).
  *
- * Long rows (n > PANEL_MAX_N, the FFN's down projection and the adapter):
- * mm_f16_rows. Per step of 16 values, MR weight vectors converted from F16
- * as loaded and MT activation vectors feed MR * MT FMAs. Activation rows are
- * taken in blocks of about ACT_L2 bytes (they stay in L2 while every weight
- * row of the call passes them), so the weights are read from memory once
- * per block. */
+ * Calls of at most MT activation rows (and the fallback when the panel
+ * cannot be allocated): mm_f16_rows. Per step of 16 values, MR weight
+ * vectors converted from F16 as loaded and MT activation vectors feed
+ * MR * MT FMAs. Activation rows are taken in blocks of about ACT_L2 bytes
+ * (they stay in L2 while every weight row of the call passes them), so the
+ * weights are read from memory once per block. */
 #define MR 4
 #define MT 6
 #define ACT_L2 (768 << 10)
-#define PANEL_MAX_N 2048
 #define PANEL_KC 512
-#define PANEL_L2 (512 << 10)
+#define PANEL_L2 (1024 << 10)
 
 AI void mm_tile_rows(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys,
                      const float *b, const int RN, const int TN) {
@@ -271,7 +270,7 @@ static void mm_f16_rows(int n, const mu_f16 *w, size_t ws, int r0, int r1, const
     }
 }
 
-/* Rows of at most PANEL_MAX_N values (the encoder's K = 1536 matmuls):
+/* Every other call (n a multiple of 16, more than MT activation rows):
  * mm_f16_panel, with no conversion in the inner loop.
  *  - the weight rows in blocks of about PANEL_L2 bytes once converted to
  *    f32 (panels of MR rows, step-major: the MR vectors of one step side by
@@ -281,7 +280,12 @@ static void mm_f16_rows(int n, const mu_f16 *w, size_t ws, int r0, int r1, const
  *    PANEL_KC values (MT * PANEL_KC floats stay in L1), against every panel
  *    of the block, which stream from L2.
  * Between slices a tile's accumulators wait in sv (stored and loaded as
- * they are, so each chain is unchanged). */
+ * they are, so each chain is unchanged). The activations are read from
+ * L3 or memory once per block, so the block is as large as L2 (2 MB a core
+ * on the machines measured) allows beside them: for the FFN's down
+ * projection (K = 8960) 28 rows instead of the 12 of a 512 KB block, which
+ * took that matmul from about 70 to about 90 GFLOP/s a thread
+ * (bench/results/vision-mmbench-s29.txt). */
 AI void mm_tile_panel(int k0, int k1, int first, int last, const float *pan, const float *a, size_t as, __m512 *sv,
                       float *y, size_t ys, const float *b, const int RN, const int TN) {
     __m512 acc[MR][MT];
@@ -378,7 +382,7 @@ static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, con
                           float *y, size_t ys, const float *bias) {
     if (n % 16)
         mu_vit_mm_f16_ref(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
-    else if (n <= PANEL_MAX_N && n_t > MT)
+    else if (n_t > MT)
         mm_f16_panel(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
     else
         mm_f16_rows(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
