@@ -204,7 +204,8 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
 #define MT 6
 #define ACT_L2 (768 << 10)
 #define PANEL_KC 512
-#define PANEL_L2 (1024 << 10)
+#define PANEL_L2 (512 << 10)
+#define PANEL_L2_LONG (1024 << 10) /* rows over 2048 values */
 
 AI void mm_tile_rows(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys,
                      const float *b, const int RN, const int TN) {
@@ -281,11 +282,11 @@ static void mm_f16_rows(int n, const mu_f16 *w, size_t ws, int r0, int r1, const
  *    of the block, which stream from L2.
  * Between slices a tile's accumulators wait in sv (stored and loaded as
  * they are, so each chain is unchanged). The activations are read from
- * L3 or memory once per block, so the block is as large as L2 (2 MB a core
- * on the machines measured) allows beside them: for the FFN's down
- * projection (K = 8960) 28 rows instead of the 12 of a 512 KB block, which
- * took that matmul from about 70 to about 90 GFLOP/s a thread
- * (bench/results/vision-mmbench-s29.txt). */
+ * L3 or memory once per block, so rows over 2048 values take blocks of
+ * PANEL_L2_LONG: 28 rows of the FFN's down projection (K = 8960) instead
+ * of 12 (bench/results/vision-mmbench-s29.txt: about 70 -> 90 GFLOP/s a
+ * thread in a quiet stretch); the K = 1536 matmuls keep 512 KB blocks
+ * (1 MB showed no gain there in the whole encode). */
 AI void mm_tile_panel(int k0, int k1, int first, int last, const float *pan, const float *a, size_t as, __m512 *sv,
                       float *y, size_t ys, const float *b, const int RN, const int TN) {
     __m512 acc[MR][MT];
@@ -335,7 +336,7 @@ AI void mm_tile_panel(int k0, int k1, int first, int last, const float *pan, con
 
 static void mm_f16_panel(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
                          float *y, size_t ys, const float *bias) {
-    int rb = (int)(PANEL_L2 / ((size_t)n * sizeof(float)));
+    int rb = (int)((n > 2048 ? PANEL_L2_LONG : PANEL_L2) / ((size_t)n * sizeof(float)));
     rb = rb < MR ? MR : rb / MR * MR;
     if (rb > r1 - r0) rb = (r1 - r0 + MR - 1) / MR * MR;
     float *pan = aligned_alloc(64, (size_t)rb * n * sizeof *pan);

@@ -344,7 +344,7 @@ static void test_kernels(void **state) {
      * blocks of 28 rows); at most 6 tokens the row form (16 x 9, 2080 x 7) */
     {
         static const int shape[][4] = {{16, 9, 1, 3}, {48, 37, 7, 11}, {1040, 21, 13, 5}, {4160, 13, 160, 2},
-                                       {1536, 200, 14, 1}, {8960, 61, 9, 3},  {2080, 7, 5, 1}};
+                                       {1536, 200, 14, 1}, {8960, 61, 9, 3}, {2080, 7, 5, 1}};
         const mu_kern *kr = mu_kern_ref();
         for (int s = 0; s < (int)(sizeof shape / sizeof shape[0]); s++) {
             const int n = shape[s][0], rows = shape[s][1], nt = shape[s][2], r0 = shape[s][3];
