@@ -194,18 +194,18 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
  * rows (24 accumulators), each accumulator the reference's chain (one
  * 16-lane FMA chain over k, reduced as _mm512_reduce_add_ps, + bias).
  *
- * Long rows (n > PANEL_MAX_N, the FFN's down projection and the adapter):
- * mm_f16_rows. Per step of 16 values, MR weight vectors converted from F16
- * as loaded and MT activation vectors feed MR * MT FMAs. Activation rows are
- * taken in blocks of about ACT_L2 bytes (they stay in L2 while every weight
- * row of the call passes them), so the weights are read from memory once
- * per block. */
+ * Calls of at most MT activation rows (and the fallback when the panel
+ * cannot be allocated): mm_f16_rows. Per step of 16 values, MR weight
+ * vectors converted from F16 as loaded and MT activation vectors feed
+ * MR * MT FMAs. Activation rows are taken in blocks of about ACT_L2 bytes
+ * (they stay in L2 while every weight row of the call passes them), so the
+ * weights are read from memory once per block. */
 #define MR 4
 #define MT 6
 #define ACT_L2 (768 << 10)
-#define PANEL_MAX_N 2048
 #define PANEL_KC 512
 #define PANEL_L2 (512 << 10)
+#define PANEL_L2_LONG (1024 << 10) /* rows over 2048 values */
 
 AI void mm_tile_rows(int n, const mu_f16 *w, size_t ws, const float *a, size_t as, float *y, size_t ys,
                      const float *b, const int RN, const int TN) {
@@ -271,7 +271,7 @@ static void mm_f16_rows(int n, const mu_f16 *w, size_t ws, int r0, int r1, const
     }
 }
 
-/* Rows of at most PANEL_MAX_N values (the encoder's K = 1536 matmuls):
+/* Every other call (n a multiple of 16, more than MT activation rows):
  * mm_f16_panel, with no conversion in the inner loop.
  *  - the weight rows in blocks of about PANEL_L2 bytes once converted to
  *    f32 (panels of MR rows, step-major: the MR vectors of one step side by
@@ -281,7 +281,12 @@ static void mm_f16_rows(int n, const mu_f16 *w, size_t ws, int r0, int r1, const
  *    PANEL_KC values (MT * PANEL_KC floats stay in L1), against every panel
  *    of the block, which stream from L2.
  * Between slices a tile's accumulators wait in sv (stored and loaded as
- * they are, so each chain is unchanged). */
+ * they are, so each chain is unchanged). The activations are read from
+ * L3 or memory once per block, so rows over 2048 values take blocks of
+ * PANEL_L2_LONG: 28 rows of the FFN's down projection (K = 8960) instead
+ * of 12 (bench/results/vision-mmbench-s29.txt: about 70 -> 90 GFLOP/s a
+ * thread in a quiet stretch); the K = 1536 matmuls keep 512 KB blocks
+ * (1 MB showed no gain there in the whole encode). */
 AI void mm_tile_panel(int k0, int k1, int first, int last, const float *pan, const float *a, size_t as, __m512 *sv,
                       float *y, size_t ys, const float *b, const int RN, const int TN) {
     __m512 acc[MR][MT];
@@ -331,7 +336,7 @@ AI void mm_tile_panel(int k0, int k1, int first, int last, const float *pan, con
 
 static void mm_f16_panel(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
                          float *y, size_t ys, const float *bias) {
-    int rb = (int)(PANEL_L2 / ((size_t)n * sizeof(float)));
+    int rb = (int)((n > 2048 ? PANEL_L2_LONG : PANEL_L2) / ((size_t)n * sizeof(float)));
     rb = rb < MR ? MR : rb / MR * MR;
     if (rb > r1 - r0) rb = (r1 - r0 + MR - 1) / MR * MR;
     float *pan = aligned_alloc(64, (size_t)rb * n * sizeof *pan);
@@ -378,7 +383,7 @@ static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, con
                           float *y, size_t ys, const float *bias) {
     if (n % 16)
         mu_vit_mm_f16_ref(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
-    else if (n <= PANEL_MAX_N && n_t > MT)
+    else if (n_t > MT)
         mm_f16_panel(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
     else
         mm_f16_rows(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);

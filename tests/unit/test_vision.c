@@ -339,13 +339,14 @@ static void test_kernels(void **state) {
      * (vec_dot_batch of the reference kernel table) on every element, and
      * each table equals it on odd row ranges, token counts that cut the
      * register tiles, and enough tokens to pass a token block (n = 4160);
-     * rows up to 2048 long take the panel form: slices of 512 values (1040,
-     * 1536) and several weight blocks (1536 x 200) */
+     * more than 6 tokens take the panel form: slices of 512 values (1040,
+     * 1536, 4160, 8960) and several weight blocks (1536 x 200, 8960 x 61:
+     * blocks of 28 rows); at most 6 tokens the row form (16 x 9, 2080 x 7) */
     {
         static const int shape[][4] = {{16, 9, 1, 3}, {48, 37, 7, 11}, {1040, 21, 13, 5}, {4160, 13, 160, 2},
-                                       {1536, 200, 14, 1}};
+                                       {1536, 200, 14, 1}, {8960, 61, 9, 3}, {2080, 7, 5, 1}};
         const mu_kern *kr = mu_kern_ref();
-        for (int s = 0; s < 5; s++) {
+        for (int s = 0; s < (int)(sizeof shape / sizeof shape[0]); s++) {
             const int n = shape[s][0], rows = shape[s][1], nt = shape[s][2], r0 = shape[s][3];
             mu_f16 *w = malloc((size_t)rows * n * sizeof *w), *a16 = malloc((size_t)nt * n * sizeof *a16);
             float *a = malloc((size_t)nt * n * sizeof *a);
