@@ -194,7 +194,7 @@ __global__ void k_pv(cu_attn_args a) {
  * l + 16, ..., l + 112, as the CPU's 16-lane accumulator takes them. */
 #define ST_TOK 4
 #define ST_CELLS 64
-#define ST_LD 68 /* floats a row of the [dim][row] smem tiles (bank spread) */
+#define ST_LD 68 /* floats a row of the [dim][row] shared tiles (rows stay 16-byte aligned) */
 
 template <int L>
 __device__ __forceinline__ void st_chain(const float (*Qs)[ST_LD], const float (*Ks)[ST_LD], int rg, int cg, float *acc) {
