@@ -130,9 +130,10 @@ int mu_gpu_test_matmul(int device, uint32_t type, int rows, int cols, int T, int
                        const float *x, float *y, mu_err *err);
 int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                          float *y, mu_err *err);
-/* Kernel tests: one layer's attention over batch rows (every session has
- * >= 2 tokens in the chunk) on the prefill kernels, into out_prefill, and
- * on the row kernels, into out_rows ([T][n_head * head_dim] each). */
+/* Kernel tests: one layer's attention on the prefill kernels (every
+ * session has >= 2 tokens in the chunk) or the decode kernels (every token
+ * alone in its session, at most 8), into out_prefill, and on the row
+ * kernels, into out_rows ([T][n_head * head_dim] each). */
 typedef struct {
     int T, n_head, n_head_kv, head_dim, n_swa;
     bool swa;

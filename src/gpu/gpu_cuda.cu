@@ -1047,10 +1047,15 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
     int rc = batch && kvh ? 0 : fail(err, MU_E_NOMEM, "cuda: out of memory");
     int max_span = 0;
     for (int i = 0; i < c->n_sess; i++) max_span = c->rows[i] > max_span ? c->rows[i] : max_span;
-    for (int t = 0; t < T && batch; t++) batch[t] = 1;
-    if (!rc && cu_attn_mode(T, batch, c->n_head, c->n_head_kv, c->head_dim) != CU_ATTN_PREFILL)
-        rc = fail(err, MU_E_ARG, "cuda: test attention: not a case of the prefill kernels");
-    float *q = NULL, *gate = NULL, *out = NULL, *scores = NULL, *cs = NULL;
+    /* as the engine marks them: a token with others of its session in the chunk is a batch row */
+    for (int t = 0; t < T && batch; t++) {
+        batch[t] = 0;
+        for (int u = 0; u < T; u++) batch[t] |= u != t && c->sess[u] == c->sess[t];
+    }
+    const int mode = batch ? cu_attn_mode(T, batch, c->n_head, c->n_head_kv, c->head_dim) : CU_ATTN_ROWS;
+    if (!rc && mode == CU_ATTN_ROWS)
+        rc = fail(err, MU_E_ARG, "cuda: test attention: not a case of the prefill or decode kernels");
+    float *q = NULL, *gate = NULL, *out = NULL, *scores = NULL, *cs = NULL, *lanes = NULL;
     int *pos = NULL, *sess = NULL;
     uint8_t *bd = NULL;
     cu_kv_layer *kvd = NULL;
@@ -1060,6 +1065,8 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
     if (!rc) rc = dev_alloc(&m, qb, (void **)&out, "test", err);
     if (!rc) rc = dev_alloc(&m, sb * 4, (void **)&scores, "test", err);
     if (!rc) rc = dev_alloc(&m, (sb / 16 + 16) * 4, (void **)&cs, "test", err);
+    if (!rc && mode == CU_ATTN_DECODE)
+        rc = dev_alloc(&m, (size_t)T * c->n_head * 64 * 128 * 4, (void **)&lanes, "test", err);
     if (!rc) rc = dev_alloc(&m, (size_t)T * 4, (void **)&pos, "test", err);
     if (!rc) rc = dev_alloc(&m, (size_t)T * 4, (void **)&sess, "test", err);
     if (!rc) rc = dev_alloc(&m, (size_t)T, (void **)&bd, "test", err);
@@ -1080,10 +1087,10 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
         cudaMemcpy(bd, batch, (size_t)T, cudaMemcpyHostToDevice);
         cudaMemcpy(kvd, kvh, (size_t)c->n_sess * sizeof(cu_kv_layer), cudaMemcpyHostToDevice);
         cu_attn_args aa = {T, c->n_head, c->n_head_kv, c->head_dim, c->n_swa, c->swa, q, gate, out, pos, bd, sess, kvd,
-                           max_span, scores, cs, CU_ATTN_PREFILL, NULL};
+                           max_span, scores, cs, mode, lanes};
         float *dst[2] = {out_prefill, out_rows};
         for (int pass = 0; pass < 2 && !rc; pass++) {
-            aa.mode = pass ? CU_ATTN_ROWS : CU_ATTN_PREFILL;
+            aa.mode = pass ? CU_ATTN_ROWS : mode;
             cudaMemset(out, 0xff, qb); /* NaN: an output a kernel misses shows */
             cu_attention(0, &aa);
             cudaError_t e = cudaMemcpy(dst[pass], out, qb, cudaMemcpyDeviceToHost);

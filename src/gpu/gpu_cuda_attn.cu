@@ -88,7 +88,12 @@ __global__ void k_scores(cu_attn_args a) {
 
 /* Softmax of a row into F16-exact weights: e = expf_ggml(x - max), each
  * 16 cells' sum as hsum16, the chunks added in double in cell order. One
- * block per row. */
+ * block per row. SMEM (decode: few rows, so each row's latency shows): the
+ * chunk sums stay in shared memory (SM_CS of them at most, else
+ * a.chunk_sums), so the one thread that adds them in order reads them
+ * there; the sums and their order are the same either way. */
+#define SM_CS 4096
+template <bool SMEM>
 __global__ void k_softmax(cu_attn_args a) {
     pdl_wait();
     pdl_launch();
@@ -98,10 +103,12 @@ __global__ void k_softmax(cu_attn_args a) {
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, a.batch[t], &c_lo, &c_hi, &p0);
     const int m = c_hi - c_lo, nch = m / 16;
     float *x = a.scores + (size_t)row * a.max_span;
-    float *cs = a.chunk_sums + (size_t)row * (a.max_span / 16);
+    __shared__ float s_cs[SMEM ? SM_CS : 1];
+    float *cs = SMEM && nch <= SM_CS ? s_cs : a.chunk_sums + (size_t)row * (a.max_span / 16);
     __shared__ float s_max[32];
     __shared__ double s_sum;
     float mx = -INFINITY;
+#pragma unroll 8
     for (int i = threadIdx.x; i < m; i += blockDim.x) mx = fmaxf(mx, x[i]);
     for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
     if (threadIdx.x % 32 == 0) s_max[threadIdx.x / 32] = mx;
@@ -120,12 +127,13 @@ __global__ void k_softmax(cu_attn_args a) {
     __syncthreads();
     if (threadIdx.x == 0) {
         double sum = 0;
-#pragma unroll 8
+#pragma unroll 16
         for (int k = 0; k < nch; k++) sum += (double)cs[k];
         s_sum = sum;
     }
     __syncthreads();
     const float inv = (float)(1.0 / s_sum);
+#pragma unroll 8
     for (int i = threadIdx.x; i < m; i += blockDim.x) x[i] = f16_round(x[i] * inv);
 }
 
@@ -481,8 +489,30 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
     for (int x = 0; x < 2; x++)
 #pragma unroll
         for (int l = 0; l < L; l++) acc[x][l] = 0;
-#pragma unroll 8
-    for (int c = 0; c < np; c += 64)
+    /* B cells of each lane loaded before they are added: a lane's cells
+     * are one chain, so at depth the loads in flight set the speed */
+    constexpr int B = 16 / L;
+    int c = 0;
+    for (; c + 64 * B <= np; c += 64 * B) {
+        float vv[B][L], w0[B][L], w1[B][L];
+#pragma unroll
+        for (int b = 0; b < B; b++)
+#pragma unroll
+            for (int l = 0; l < L; l++) {
+                const int cc = c + 64 * b + l;
+                vv[b][l] = h2f(__ldg(v + (size_t)cc * n_kv));
+                w0[b][l] = __ldg(w + (size_t)h0 * a.max_span + cc);
+                w1[b][l] = __ldg(w + (size_t)h1 * a.max_span + cc);
+            }
+#pragma unroll
+        for (int b = 0; b < B; b++)
+#pragma unroll
+            for (int l = 0; l < L; l++) {
+                acc[0][l] += vv[b][l] * w0[b][l];
+                acc[1][l] += vv[b][l] * w1[b][l];
+            }
+    }
+    for (; c < np; c += 64)
 #pragma unroll
         for (int l = 0; l < L; l++) {
             const float vv = h2f(v[(size_t)(c + l) * n_kv]);
@@ -539,6 +569,18 @@ __global__ void __launch_bounds__(128) k_pv_comb(cu_attn_args a) {
     a.out[o] = (float)dd * (1.0f / (1.0f + expf_libm(-a.gate[o])));
 }
 
+/* decode's softmax: 1024 threads a row and the chunk sums in shared
+ * memory, or MUSER_CUDA_SM_DEC=0: the prefill form (256 threads, chunk sums
+ * in a.chunk_sums), to compare */
+static bool sm_dec(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("MUSER_CUDA_SM_DEC");
+        on = !(v && *v == '0');
+    }
+    return on;
+}
+
 /* MUSER_CUDA_NO_TILED_ATTN=1 keeps every pass on the row kernels (to compare) */
 static bool tiled_ok(void) {
     static int ok = -1;
@@ -573,12 +615,13 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     case CU_ATTN_PREFILL:
         k_scores_t<<<dim3((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
                      ST_SMEM, st>>>(*a);
-        k_softmax<<<R, 256, 0, st>>>(*a);
+        k_softmax<false><<<R, 256, 0, st>>>(*a);
         k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
         break;
     case CU_ATTN_DECODE:
         launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(256), 0, st, *a);
-        launch_pdl(k_softmax, dim3(R), dim3(256), 0, st, *a);
+        if (sm_dec()) launch_pdl(k_softmax<true>, dim3(R), dim3(1024), 0, st, *a);
+        else launch_pdl(k_softmax<false>, dim3(R), dim3(256), 0, st, *a);
         if (pvd_lanes() == 1) launch_pdl(k_pv_d<1>, dim3(64, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else if (pvd_lanes() == 2) launch_pdl(k_pv_d<2>, dim3(32, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else launch_pdl(k_pv_d<4>, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
@@ -586,7 +629,7 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
         break;
     default:
         k_scores<<<dim3((a->max_span + 127) / 128, R), 128, (size_t)a->head_dim * sizeof(float), st>>>(*a);
-        k_softmax<<<R, 256, 0, st>>>(*a);
+        k_softmax<false><<<R, 256, 0, st>>>(*a);
         k_pv<<<dim3(R, (a->head_dim + 31) / 32), dim3(32, 32), 0, st>>>(*a);
     }
 }

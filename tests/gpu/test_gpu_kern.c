@@ -66,14 +66,21 @@ static void check(const char *what, uint32_t type, int rows, int cols, int T, co
     }
 }
 
-/* Prefill attention (the tiled kernels) against the row kernels, bit for
- * bit: 4, 8 and 16 query heads a KV head; full and sliding layers, rings
- * that wrap; one or two sessions in a chunk; token counts that leave
- * ragged tiles; cells past the positions hold finite garbage (weight 0). */
+/* Prefill attention (the tiled kernels) and decode attention (n_sess ==
+ * T: every token alone in its session, each at its own depth) against the
+ * row kernels, bit for bit: 4, 8 and 16 query heads a KV head; full and
+ * sliding layers, rings that wrap; one or two sessions in a prefill chunk;
+ * token counts that leave ragged tiles; spans of whole and partial
+ * 64-cell groups, shorter and longer than one batch of a decode lane's
+ * loads (16 x 64 cells); cells past the positions hold finite garbage
+ * (weight 0). */
 static int test_attention(void) {
     static const struct {
         int G, T, n_sess, rows, pos0, swa, n_swa;
     } cases[] = {
+        {16, 1, 1, 8448, 8191, 0, 0},    {16, 3, 3, 9000, 5000, 0, 0},   {8, 4, 4, 2304, 2100, 1, 2048},
+        {16, 8, 8, 1100, 1050, 0, 0},    {4, 2, 2, 700, 3000, 1, 512},   {16, 5, 5, 2304, 9000, 1, 2048},
+        {16, 2, 2, 64, 10, 0, 0},
         {16, 67, 1, 4096, 0, 0, 0},      {16, 37, 1, 4096, 1500, 0, 0},  {8, 130, 1, 1024, 300, 0, 0},
         {4, 9, 1, 512, 17, 0, 0},        {16, 45, 2, 2816, 700, 0, 0},   {16, 61, 1, 96, 200, 1, 40},
         {8, 50, 1, 2816, 3000, 1, 2048}, {16, 23, 2, 160, 90, 1, 64},    {4, 6, 1, 256, 0, 1, 100},
@@ -84,12 +91,13 @@ static int test_attention(void) {
         const int n_head_kv = 2, n_head = G * n_head_kv, hd = 128, nq = n_head * hd, n_kv = n_head_kv * hd;
         float *q = malloc((size_t)T * nq * 4), *gate = malloc((size_t)T * nq * 4), *o1 = malloc((size_t)T * nq * 4),
               *o2 = malloc((size_t)T * nq * 4);
-        int *pos = malloc((size_t)T * 4), *sess = malloc((size_t)T * 4), rws[2] = {rows, rows};
-        uint16_t *kk[2], *vv[2];
+        int *pos = malloc((size_t)T * 4), *sess = malloc((size_t)T * 4), rws[8];
+        uint16_t *kk[8], *vv[8];
         for (int s = 0; s < ns; s++) {
-            kk[s] = malloc((size_t)rows * n_kv * 2);
-            vv[s] = malloc((size_t)rows * n_kv * 2);
-            for (size_t i = 0; i < (size_t)rows * n_kv; i++) {
+            rws[s] = ns == T && s % 2 && rows > 1024 ? rows - 64 * s - 8 : rows; /* lone tokens: sessions of other sizes */
+            kk[s] = malloc((size_t)rws[s] * n_kv * 2);
+            vv[s] = malloc((size_t)rws[s] * n_kv * 2);
+            for (size_t i = 0; i < (size_t)rws[s] * n_kv; i++) {
                 kk[s][i] = mu_f32_to_f16(frand() * (i % 29 == 0 ? 6.0f : 1.5f));
                 vv[s][i] = mu_f32_to_f16(frand() * 2.0f);
             }
@@ -98,6 +106,12 @@ static int test_attention(void) {
         for (int t = 0; t < T; t++) {
             sess[t] = t < t1 ? 0 : 1;
             pos[t] = t < t1 ? cases[ci].pos0 + t : cases[ci].pos0 / 2 + (t - t1); /* session 1 at another depth */
+            if (ns == T) { /* decode: token t alone in session t, each at its own depth, inside its cells */
+                sess[t] = t;
+                pos[t] = cases[ci].pos0 - 37 * t;
+                if (!cases[ci].swa && pos[t] >= rws[t]) pos[t] = rws[t] - 1 - 5 * t;
+                if (pos[t] < 0) pos[t] = t;
+            }
         }
         for (size_t i = 0; i < (size_t)T * nq; i++) {
             q[i] = frand() * (i % 7 == 0 ? 3.0f : 1.0f);
