@@ -517,7 +517,9 @@ __global__ void __launch_bounds__(1024) k_rms(const float *x, const float *w, fl
     for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? (xr[i] * sc) * w[i] : xr[i] * sc;
 }
 
-/* h += rms(o, post_eps) * pw; then, with nw, a = rms(h, eps) * nw. */
+/* h += rms(o, post_eps) * pw; then, with nw, a = rms(h, eps) * nw: after
+ * attention the FFN input norm, after the FFN the next layer's input norm
+ * (k_rms's arithmetic, one launch fewer a layer). */
 __global__ void __launch_bounds__(1024) k_post_add(float *o, const float *pw, float *h, float *a, const float *nw, int n, float post_eps,
                            float eps) {
     float *orow = o + (size_t)blockIdx.x * n, *hrow = h + (size_t)blockIdx.x * n;
@@ -705,7 +707,8 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
     for (int il = 0; il < nl; il++) {
         const dlayer *L = &m->L[il];
-        launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, L->attn_norm, a, E, D->eps);
+        if (il == 0) /* later layers' input norm: the previous layer's last k_post_add */
+            launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, L->attn_norm, a, E, D->eps);
         mark(m, prof, PH_NORMS);
         /* gate before v: a Q4_K_M file's v is often Q6_K, and only
          * neighbours of one type share a launch */
@@ -750,7 +753,10 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         const dtensor *wd = &L->ffn_down;
         mm(m, m->f1, Tc, Tc, Tc_solo, 1, &wd, &m->o);
         mark(m, prof, PH_FFN_DOWN);
-        launch_pdl(k_post_add, dim3(Tc), dim3(NT(Tc)), 0, st, m->o, L->post_ffw_norm, h, (float *)NULL, (const float *)NULL, E, D->post_eps, D->eps);
+        /* and the next layer's input norm (the last layer's rows go to the output norm) */
+        const bool next = il + 1 < nl;
+        launch_pdl(k_post_add, dim3(Tc), dim3(NT(Tc)), 0, st, m->o, L->post_ffw_norm, h, next ? a : (float *)NULL,
+                   next ? (const float *)m->L[il + 1].attn_norm : (const float *)NULL, E, D->post_eps, D->eps);
         mark(m, prof, PH_NORMS);
     }
     if (n_out > 0) {

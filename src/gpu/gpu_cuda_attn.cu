@@ -133,8 +133,19 @@ __global__ void k_softmax(cu_attn_args a) {
     }
     __syncthreads();
     const float inv = (float)(1.0 / s_sum);
-#pragma unroll 8
-    for (int i = threadIdx.x; i < m; i += blockDim.x) x[i] = f16_round(x[i] * inv);
+    for (int i0 = threadIdx.x; i0 < m; i0 += 8 * blockDim.x) { /* eight loads in flight, then the stores */
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = i0 + j * (int)blockDim.x;
+            v[j] = i < m ? x[i] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = i0 + j * (int)blockDim.x;
+            if (i < m) x[i] = f16_round(v[j] * inv);
+        }
+    }
 }
 
 /* out[t][h][d] = (weights . V[:, d]) * sigmoid(gate). The CPU's
@@ -428,11 +439,31 @@ __global__ void __launch_bounds__(256) k_scores_d(cu_attn_args a) {
     __shared__ float s_qv[16][132];
     __shared__ uint32_t s_k[SD_CELLS][65];
     const int n_kv = a.n_head_kv * 128;
-    for (int i = threadIdx.x; i < G * 128; i += blockDim.x)
-        s_qv[i / 128][i % 128] = f16_round(a.q[(size_t)t * a.n_head * 128 + (size_t)g * G * 128 + i]);
-    for (int i = threadIdx.x; i < SD_CELLS * 64; i += blockDim.x) {
-        const int cc = i / 64, wd = i % 64, c = cb + cc;
-        s_k[cc][wd] = c < c_hi ? ((const uint32_t *)(kv.k + (size_t)c * n_kv + (size_t)g * 128))[wd] : 0;
+    /* every load of the tiles in flight before the first store (a loop of
+     * load-then-store waits for each load in turn) */
+    constexpr int NQ = 16 * 128 / 256, NK = SD_CELLS * 64 / 256;
+    const float *qg = a.q + (size_t)t * a.n_head * 128 + (size_t)g * G * 128;
+    float qr[NQ];
+    uint32_t kr[NK];
+#pragma unroll
+    for (int j = 0; j < NQ; j++) {
+        const int i = threadIdx.x + 256 * j;
+        qr[j] = i < G * 128 ? __ldg(qg + i) : 0.0f;
+    }
+#pragma unroll
+    for (int j = 0; j < NK; j++) {
+        const int i = threadIdx.x + 256 * j, c = cb + i / 64;
+        kr[j] = c < c_hi ? __ldg((const uint32_t *)(kv.k + (size_t)c * n_kv + (size_t)g * 128) + i % 64) : 0;
+    }
+#pragma unroll
+    for (int j = 0; j < NQ; j++) {
+        const int i = threadIdx.x + 256 * j;
+        if (i < G * 128) s_qv[i / 128][i % 128] = f16_round(qr[j]);
+    }
+#pragma unroll
+    for (int j = 0; j < NK; j++) {
+        const int i = threadIdx.x + 256 * j;
+        s_k[i / 64][i % 64] = kr[j];
     }
     __syncthreads();
     const int hh = threadIdx.x >> 4, cg = threadIdx.x & 15;
