@@ -94,7 +94,7 @@ muser-cuda.so: $(BUILD)/muser-cuda.so
 $(BUILD)/muser-cuda.so: $(CUDA_OBJ)
 	$(NVCC) -shared -cudart static $(CUDA_ARCH) -o $@ $^
 
-$(BUILD)/src/gpu/%.o: src/gpu/%.cu src/gpu/cuda.cuh src/gpu/mm.cuh src/gpu/gpu.h src/gpu/plugin.h src/kern/quant.h
+$(BUILD)/src/gpu/%.o: src/gpu/%.cu src/gpu/cuda.cuh src/gpu/mm.cuh src/gpu/q8k.cuh src/gpu/gpu.h src/gpu/plugin.h src/kern/quant.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 

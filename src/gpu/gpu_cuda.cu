@@ -15,6 +15,7 @@
 
 #include "cuda.cuh"
 #include "plugin.h"
+#include "q8k.cuh"
 
 #define UB 512 /* most tokens per chunk (MU_UBATCH) */
 
@@ -495,8 +496,20 @@ __device__ __forceinline__ float reg_rms_scale(const float v[RK], int n, float e
     return block_rms_finish(sum, n, eps);
 }
 
-/* y[t] = rms(x[t]) * w (w may be NULL); one block per row. */
-__global__ void __launch_bounds__(1024) k_rms(const float *x, const float *w, float *y, int n, float eps) {
+/* With qy (n a multiple of 256): the block's output row yr, once every
+ * thread has stored its part, also as Q8_K blocks into row blockIdx.x of
+ * qy (qstride bytes a row), k_quant_q8_K's arithmetic: the matmul after
+ * the norm then needs no quantization launch of its own. */
+__device__ __forceinline__ void row_q8K(const float *yr, int n, mu_block_q8_K *qy, size_t qstride) {
+    if (!qy) return;
+    __syncthreads();
+    mu_block_q8_K *qr = (mu_block_q8_K *)((uint8_t *)qy + (size_t)blockIdx.x * qstride);
+    for (int b = (int)threadIdx.x >> 5; b < n / 256; b += (int)blockDim.x >> 5) q8K_block_warp(yr + 256 * b, qr + b, threadIdx.x & 31);
+}
+
+/* y[t] = rms(x[t]) * w (w may be NULL); one block per row; qy: row_q8K. */
+__global__ void __launch_bounds__(1024) k_rms(const float *x, const float *w, float *y, int n, float eps,
+                                              mu_block_q8_K *qy, size_t qstride) {
     const float *xr = x + (size_t)blockIdx.x * n;
     float *yr = y + (size_t)blockIdx.x * n;
     if (n <= RK * (int)blockDim.x) {
@@ -509,19 +522,20 @@ __global__ void __launch_bounds__(1024) k_rms(const float *x, const float *w, fl
 #pragma unroll
         for (int k = 0; k < RK; k++)
             if (RK_IDX(k) < n) yr[RK_IDX(k)] = w ? (xv[k] * sc) * wv[k] : xv[k] * sc;
-        return;
+    } else {
+        pdl_wait();
+        pdl_launch();
+        const float sc = block_rms_scale(xr, n, eps);
+        for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? (xr[i] * sc) * w[i] : xr[i] * sc;
     }
-    pdl_wait();
-    pdl_launch();
-    const float sc = block_rms_scale(xr, n, eps);
-    for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = w ? (xr[i] * sc) * w[i] : xr[i] * sc;
+    row_q8K(yr, n, qy, qstride);
 }
 
 /* h += rms(o, post_eps) * pw; then, with nw, a = rms(h, eps) * nw: after
  * attention the FFN input norm, after the FFN the next layer's input norm
- * (k_rms's arithmetic, one launch fewer a layer). */
+ * (k_rms's arithmetic, one launch fewer a layer); qy: row_q8K of a. */
 __global__ void __launch_bounds__(1024) k_post_add(float *o, const float *pw, float *h, float *a, const float *nw, int n, float post_eps,
-                           float eps) {
+                           float eps, mu_block_q8_K *qy, size_t qstride) {
     float *orow = o + (size_t)blockIdx.x * n, *hrow = h + (size_t)blockIdx.x * n;
     if (n <= RK * (int)blockDim.x) {
         float pv[RK], nv[RK], ov[RK], hv[RK];
@@ -543,6 +557,7 @@ __global__ void __launch_bounds__(1024) k_post_add(float *o, const float *pw, fl
 #pragma unroll
         for (int k = 0; k < RK; k++)
             if (RK_IDX(k) < n) arow[RK_IDX(k)] = (hv[k] * sc2) * nv[k];
+        row_q8K(arow, n, qy, qstride);
         return;
     }
     pdl_wait();
@@ -554,6 +569,7 @@ __global__ void __launch_bounds__(1024) k_post_add(float *o, const float *pw, fl
     const float sc2 = block_rms_scale(hrow, n, eps);
     float *arow = a + (size_t)blockIdx.x * n;
     for (int i = threadIdx.x; i < n; i += blockDim.x) arow[i] = (hrow[i] * sc2) * nw[i];
+    row_q8K(arow, n, qy, qstride);
 }
 
 /* q/k head norms, RoPE with the host's angles, and the cache writes: one
@@ -626,7 +642,7 @@ __global__ void k_gather(const float *src, float *dst, const int32_t *idx, int n
  * neighbours of one type, width and batch rounding as one call (a decode
  * step launches them together). */
 static void mm(mu_gpu_model *m, const float *x, int T, int ll_rows, int t_solo, int n, const dtensor *const *ws,
-               float *const *ys) {
+               float *const *ys, bool preq) {
     uint32_t qt[2];
     int nq = 0, slot[4], nb[4];
     MU_ASSERT(n <= 4);
@@ -638,7 +654,8 @@ static void mm(mu_gpu_model *m, const float *x, int T, int ll_rows, int t_solo, 
         if (slot[i] < 0) {
             slot[i] = nq++;
             qt[slot[i]] = dt;
-            cu_quantize(m->st, dt, x, T, ws[i]->ne0, m->qa + (size_t)slot[i] * UB * m->qa_stride, m->qa_stride);
+            if (!(preq && slot[i] == 0 && dt == MU_T_Q8_K)) /* preq: the norm before quantized x (pre_q8K) */
+                cu_quantize(m->st, dt, x, T, ws[i]->ne0, m->qa + (size_t)slot[i] * UB * m->qa_stride, m->qa_stride);
         }
         nb[i] = cu_batch_rows(ws[i], ll_rows);
         if (nb[i] > t_solo) nb[i] = t_solo;
@@ -687,6 +704,13 @@ static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
     return 0;
 }
 
+/* Where a norm kernel may quantize its output rows for the matmuls after
+ * it (row_q8K): into slot 0 of m->qa when the first of them takes Q8_K
+ * activations (mm then skips that quantization); NULL: mm quantizes. */
+static mu_block_q8_K *pre_q8K(const mu_gpu_model *m, const dtensor *first, int n) {
+    return n % 256 == 0 && dev_dot_type(first->type) == MU_T_Q8_K ? (mu_block_q8_K *)m->qa : NULL;
+}
+
 /* threads of a row kernel: few rows (decode) get more threads each */
 #define NT(rows) ((rows) <= GRAPH_MAX_T ? 1024 : 256)
 
@@ -703,18 +727,20 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     float *h = m->h, *a = m->a; /* the last layer's FFN works on gathered rows */
     /* embeddings, unweighted norm */
     cu_get_rows(st, &m->tok_embd, m->in_d->tok, T, h);
-    launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, (const float *)NULL, h, E, D->eps);
+    launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, (const float *)NULL, h, E, D->eps,
+               (mu_block_q8_K *)NULL, (size_t)0);
     int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
     for (int il = 0; il < nl; il++) {
         const dlayer *L = &m->L[il];
         if (il == 0) /* later layers' input norm: the previous layer's last k_post_add */
-            launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, L->attn_norm, a, E, D->eps);
+            launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, L->attn_norm, a, E, D->eps,
+                       pre_q8K(m, &L->wq, E), m->qa_stride);
         mark(m, prof, PH_NORMS);
         /* gate before v: a Q4_K_M file's v is often Q6_K, and only
          * neighbours of one type share a launch */
         const dtensor *w4[4] = {&L->wq, &L->wk, &L->wgate, &L->wv};
         float *y4[4] = {m->q, m->k, m->g, m->v};
-        mm(m, a, T, T, t_solo, 4, w4, y4);
+        mm(m, a, T, T, t_solo, 4, w4, y4, pre_q8K(m, &L->wq, E) != NULL);
         mark(m, prof, PH_QKV);
         launch_pdl(k_qk, dim3(T, D->n_head + D->n_head_kv), dim3(32), 0, st, m->q, m->k, (const float *)m->v, L->q_norm,
                    L->k_norm, (const float *)m->rope_d, D->n_head, D->n_head_kv, hd, D->eps, m->swa[il],
@@ -730,9 +756,12 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         cu_attention(st, &aa);
         mark(m, prof, PH_ATTN);
         const dtensor *wo = &L->wo;
-        mm(m, a, T, T, t_solo, 1, &wo, &m->o);
+        mm(m, a, T, T, t_solo, 1, &wo, &m->o, false);
         mark(m, prof, PH_WO);
-        launch_pdl(k_post_add, dim3(T), dim3(NT(T)), 0, st, m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps);
+        /* the FFN input, quantized here unless the last layer gathers its output rows first */
+        mu_block_q8_K *qf = il == nl - 1 ? NULL : pre_q8K(m, &L->ffn_gate, E);
+        launch_pdl(k_post_add, dim3(T), dim3(NT(T)), 0, st, m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps,
+                   qf, m->qa_stride);
         if (il == nl - 1) {
             /* llama.cpp runs the last FFN on the output rows only */
             if (n_out == 0) break;
@@ -746,22 +775,23 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         mark(m, prof, PH_NORMS);
         const dtensor *w2[2] = {&L->ffn_gate, &L->ffn_up};
         float *y2[2] = {m->f1, m->f2};
-        mm(m, a, Tc, Tc, Tc_solo, 2, w2, y2);
+        mm(m, a, Tc, Tc, Tc_solo, 2, w2, y2, qf != NULL);
         mark(m, prof, PH_FFN_UP);
         launch_pdl(k_swiglu, dim3((unsigned)(((size_t)Tc * F + 255) / 256)), dim3(256), 0, st, m->f1, (const float *)m->f2, F, Tc);
         mark(m, prof, PH_NORMS);
         const dtensor *wd = &L->ffn_down;
-        mm(m, m->f1, Tc, Tc, Tc_solo, 1, &wd, &m->o);
+        mm(m, m->f1, Tc, Tc, Tc_solo, 1, &wd, &m->o, false);
         mark(m, prof, PH_FFN_DOWN);
         /* and the next layer's input norm (the last layer's rows go to the output norm) */
         const bool next = il + 1 < nl;
         launch_pdl(k_post_add, dim3(Tc), dim3(NT(Tc)), 0, st, m->o, L->post_ffw_norm, h, next ? a : (float *)NULL,
-                   next ? (const float *)m->L[il + 1].attn_norm : (const float *)NULL, E, D->post_eps, D->eps);
+                   next ? (const float *)m->L[il + 1].attn_norm : (const float *)NULL, E, D->post_eps, D->eps,
+                   next ? pre_q8K(m, &m->L[il + 1].wq, E) : (mu_block_q8_K *)NULL, m->qa_stride);
         mark(m, prof, PH_NORMS);
     }
     if (n_out > 0) {
         /* the final-norm state in a2 (h2 or h holds the rows): embeddings leave from there */
-        k_rms<<<n_out, NT(n_out), 0, st>>>(h, m->output_norm, m->a2, E, D->eps);
+        k_rms<<<n_out, NT(n_out), 0, st>>>(h, m->output_norm, m->a2, E, D->eps, NULL, 0);
         const uint32_t dt = dev_dot_type(m->output.type);
         cu_quantize(st, dt, m->a2, n_out, E, m->qa, m->qa_stride);
         const int nb = cu_batch_rows(&m->output, n_out);
