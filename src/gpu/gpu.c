@@ -145,3 +145,19 @@ int mu_gpu_test_attention(int device, const mu_gpu_attn_case *c, float *out_pref
     int rc = need_device(device, err);
     return rc ? rc : g_plugin->test_attention(device, c, out_prefill, out_rows, err);
 }
+
+int mu_gpu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err) {
+    int rc = need_device(device, err);
+    if (rc) return rc;
+    if (!g_plugin->vit_new || !g_plugin->vit_free || !g_plugin->vit_encode)
+        return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no vision encoder");
+    return g_plugin->vit_new(device, d, out, err);
+}
+
+void mu_gpu_vit_free(mu_gpu_vit *v) {
+    if (v) g_plugin->vit_free(v);
+}
+
+int mu_gpu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
+    return g_plugin->vit_encode(v, im, err);
+}
