@@ -226,8 +226,8 @@ __global__ void k_rope(const float *x, int n, int E, int hd, const int *pw, cons
     }
 }
 
-#define AQ 64 /* queries per block: one thread each */
-#define AK 32 /* keys per shared tile */
+#define AQ MU_VI_AQ /* queries per block: one thread each */
+#define AK MU_VI_AK /* keys per shared tile */
 
 /* One head (blockIdx.y) of attention for AQ consecutive queries: query i
  * sees keys [lo[i], hi[i]) (global: all n). Scores in F32 from F32 q and
@@ -367,13 +367,15 @@ static int up_mat(mu_gpu_vit *v, const mu_gpu_tensor *t, int rows, int cols, con
     const size_t n = (size_t)rows * cols;
     VCK(cudaMalloc((void **)&out->d, n * sizeof(__half)), name);
     out->rows = rows, out->cols = cols;
+    /* copies on v->st (a non-blocking stream does not wait for the legacy
+     * default stream's copies), so the conversion runs after its copy */
     if (t->type == MU_T_F16) {
-        VCK(cudaMemcpy(out->d, t->data, n * sizeof(__half), cudaMemcpyHostToDevice), name);
+        VCK(cudaMemcpyAsync(out->d, t->data, n * sizeof(__half), cudaMemcpyHostToDevice, v->st), name);
         return 0;
     }
     void *raw = NULL;
     VCK(cudaMalloc(&raw, t->bytes), name);
-    cudaError_t e = cudaMemcpy(raw, t->data, t->bytes, cudaMemcpyHostToDevice);
+    cudaError_t e = cudaMemcpyAsync(raw, t->data, t->bytes, cudaMemcpyHostToDevice, v->st);
     if (e == cudaSuccess) {
         k_to_f16<<<grid_for((int64_t)n, 256), 256, 0, v->st>>>((const uint8_t *)raw, t->type, rows, cols, rb, out->d);
         e = cudaGetLastError();
@@ -385,7 +387,8 @@ static int up_mat(mu_gpu_vit *v, const mu_gpu_tensor *t, int rows, int cols, con
 }
 
 /* A vector of n floats, or NULL when absent and `optional`. */
-static int up_vec(const mu_gpu_tensor *t, int n, bool optional, const char *name, float **out, mu_err *err) {
+static int up_vec(const mu_gpu_vit *v, const mu_gpu_tensor *t, int n, bool optional, const char *name, float **out,
+                  mu_err *err) {
     *out = NULL;
     if (!t->data) return optional ? 0 : vfail(err, MU_E_ARG, "cuda vision: %s is missing", name);
     if (t->type != MU_T_F32)
@@ -393,7 +396,7 @@ static int up_vec(const mu_gpu_tensor *t, int n, bool optional, const char *name
     if (t->ne0 * (t->ne1 > 0 ? t->ne1 : 1) != n || t->bytes != (size_t)n * 4)
         return vfail(err, MU_E_ARG, "cuda vision: %s has %lld values, want %d", name, (long long)t->ne0, n);
     VCK(cudaMalloc((void **)out, (size_t)n * 4), name);
-    VCK(cudaMemcpy(*out, t->data, (size_t)n * 4, cudaMemcpyHostToDevice), name);
+    VCK(cudaMemcpyAsync(*out, t->data, (size_t)n * 4, cudaMemcpyHostToDevice, v->st), name);
     return 0;
 }
 
@@ -431,11 +434,11 @@ static int vit_new(mu_gpu_vit *v, const mu_gpu_vit_desc *d, mu_err *err) {
     if (!v->layers) return vfail(err, MU_E_NOMEM, "cuda vision: out of memory");
     int rc;
     if ((rc = up_mat(v, &d->patch_w, E, K, "v.patch_embd.weight", &v->patch, err)) ||
-        (rc = up_vec(&d->patch_b, E, true, "v.patch_embd.bias", &v->patch_b, err)) ||
-        (rc = up_vec(&d->pre_w, E, true, "v.pre_ln.weight", &v->pre_w, err)) ||
-        (rc = up_vec(&d->pre_b, E, true, "v.pre_ln.bias", &v->pre_b, err)) ||
-        (rc = up_vec(&d->post_w, E, true, "v.post_ln.weight", &v->post_w, err)) ||
-        (rc = up_vec(&d->post_b, E, true, "v.post_ln.bias", &v->post_b, err)) ||
+        (rc = up_vec(v, &d->patch_b, E, true, "v.patch_embd.bias", &v->patch_b, err)) ||
+        (rc = up_vec(v, &d->pre_w, E, true, "v.pre_ln.weight", &v->pre_w, err)) ||
+        (rc = up_vec(v, &d->pre_b, E, true, "v.pre_ln.bias", &v->pre_b, err)) ||
+        (rc = up_vec(v, &d->post_w, E, true, "v.post_ln.weight", &v->post_w, err)) ||
+        (rc = up_vec(v, &d->post_b, E, true, "v.post_ln.bias", &v->post_b, err)) ||
         (rc = up_mat(v, &d->mm[0], M, 4 * E, "mm.0.weight", &v->mm[0], err)) ||
         (rc = up_mat(v, &d->mm[1], M, M, "mm.1.weight", &v->mm[1], err)) ||
         (rc = up_mat(v, &d->mm[2], d->n_out, M, "mm.2.weight", &v->mm[2], err)))
@@ -444,24 +447,25 @@ static int vit_new(mu_gpu_vit *v, const mu_gpu_vit_desc *d, mu_err *err) {
         const mu_gpu_vit_layer *s = &d->layers[il];
         vlayer *l = &v->layers[il];
         l->global = d->global[il];
-        if ((rc = up_vec(&s->ln1_w, E, true, "ln1.weight", &l->ln1_w, err)) ||
-            (rc = up_vec(&s->ln1_b, E, true, "ln1.bias", &l->ln1_b, err)) ||
+        if ((rc = up_vec(v, &s->ln1_w, E, true, "ln1.weight", &l->ln1_w, err)) ||
+            (rc = up_vec(v, &s->ln1_b, E, true, "ln1.bias", &l->ln1_b, err)) ||
             (rc = up_mat(v, &s->q_w, E, E, "attn_q.weight", &l->q, err)) ||
-            (rc = up_vec(&s->q_b, E, true, "attn_q.bias", &l->q_b, err)) ||
+            (rc = up_vec(v, &s->q_b, E, true, "attn_q.bias", &l->q_b, err)) ||
             (rc = up_mat(v, &s->k_w, E, E, "attn_k.weight", &l->k, err)) ||
-            (rc = up_vec(&s->k_b, E, true, "attn_k.bias", &l->k_b, err)) ||
+            (rc = up_vec(v, &s->k_b, E, true, "attn_k.bias", &l->k_b, err)) ||
             (rc = up_mat(v, &s->v_w, E, E, "attn_v.weight", &l->v, err)) ||
-            (rc = up_vec(&s->v_b, E, true, "attn_v.bias", &l->v_b, err)) ||
+            (rc = up_vec(v, &s->v_b, E, true, "attn_v.bias", &l->v_b, err)) ||
             (rc = up_mat(v, &s->o_w, E, E, "attn_out.weight", &l->o, err)) ||
-            (rc = up_vec(&s->o_b, E, true, "attn_out.bias", &l->o_b, err)) ||
-            (rc = up_vec(&s->ln2_w, E, true, "ln2.weight", &l->ln2_w, err)) ||
-            (rc = up_vec(&s->ln2_b, E, true, "ln2.bias", &l->ln2_b, err)) ||
+            (rc = up_vec(v, &s->o_b, E, true, "attn_out.bias", &l->o_b, err)) ||
+            (rc = up_vec(v, &s->ln2_w, E, true, "ln2.weight", &l->ln2_w, err)) ||
+            (rc = up_vec(v, &s->ln2_b, E, true, "ln2.bias", &l->ln2_b, err)) ||
             (rc = up_mat(v, &s->up_w, F, E, "ffn_up.weight", &l->up, err)) ||
-            (rc = up_vec(&s->up_b, F, true, "ffn_up.bias", &l->up_b, err)) ||
+            (rc = up_vec(v, &s->up_b, F, true, "ffn_up.bias", &l->up_b, err)) ||
             (rc = up_mat(v, &s->down_w, E, F, "ffn_down.weight", &l->down, err)) ||
-            (rc = up_vec(&s->down_b, E, true, "ffn_down.bias", &l->down_b, err)))
+            (rc = up_vec(v, &s->down_b, E, true, "ffn_down.bias", &l->down_b, err)))
             return rc;
     }
+    VCK(cudaStreamSynchronize(v->st), "upload");
     return 0;
 }
 

@@ -15,6 +15,10 @@
 #define MU_VI_FN static inline
 #endif
 
+/* attention: queries per block (one thread each), keys per shared tile */
+#define MU_VI_AQ 64
+#define MU_VI_AK 32
+
 /* im2col element e of [n][3 * ps * ps] (token i = e / K, the kernel's
  * [c][ky][kx] order inside): the offset in chw [3][ny][nx] of the pixel it
  * reads, token i being grid patch perm_i = py * gw + px; -1 outside the

@@ -99,5 +99,14 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
  * is not one the device converts; the failure is remembered, later calls
  * fail at once. */
 int mu_vit_encode_gpu(mu_mmproj *p, int device, const float *chw, int nx, int ny, float *out, mu_err *err);
+/* Its two host steps, for mu_vit_encode_gpu and for tests that emulate the
+ * device (tests/unit/test_vit_gpu_emul.c): the weights as src/gpu takes
+ * them (d->layers and d->global malloc'ed), and one image's layout (the
+ * plan's arrays and the permuted position grid, im->pos malloc'ed). */
+int mu_vit_gpu_desc(const mu_mmproj *p, mu_gpu_vit_desc *d, mu_err *err);
+void mu_vit_gpu_desc_free(mu_gpu_vit_desc *d);
+int mu_vit_gpu_image(const mu_mmproj *p, const float *chw, int nx, int ny, float *out, mu_gpu_vit_image *im,
+                     mu_vit_plan *pl, mu_err *err);
+void mu_vit_gpu_image_free(mu_gpu_vit_image *im, mu_vit_plan *pl);
 
 #endif

@@ -16,9 +16,15 @@ static mu_gpu_tensor gt(const mu_gguf_tensor *t) {
     return (mu_gpu_tensor){.data = t->data, .type = t->type, .ne0 = t->ne[0], .ne1 = t->ne[1], .bytes = t->bytes};
 }
 
-static int open_gpu(mu_mmproj *p, int device, mu_err *err) {
+void mu_vit_gpu_desc_free(mu_gpu_vit_desc *d) {
+    free((void *)d->layers), free((void *)d->global);
+    memset(d, 0, sizeof *d);
+}
+
+int mu_vit_gpu_desc(const mu_mmproj *p, mu_gpu_vit_desc *d, mu_err *err) {
     const mu_mmproj_info *I = &p->info;
     const int L = I->n_layer;
+    memset(d, 0, sizeof *d);
     mu_gpu_vit_layer *layers = calloc((size_t)L, sizeof *layers);
     bool *global = calloc((size_t)L, sizeof *global);
     if (!layers || !global) {
@@ -37,16 +43,42 @@ static int open_gpu(mu_mmproj *p, int device, mu_err *err) {
     mu_gpu_tensor patch = gt(p->patch_w);
     patch.ne0 = 3 * I->patch_size * I->patch_size;
     patch.ne1 = I->n_embd;
-    mu_gpu_vit_desc d = {.n_layer = L, .n_embd = I->n_embd, .n_ff = I->n_ff, .n_head = I->n_head,
-                         .head_dim = I->head_dim, .patch_size = I->patch_size, .mm_hidden = p->mm_hidden,
-                         .n_out = I->n_out, .eps = I->eps, .global = global, .patch_w = patch,
-                         .patch_b = gt(p->patch_b), .pre_w = gt(p->pre_w), .pre_b = gt(p->pre_b),
-                         .post_w = gt(p->post_w), .post_b = gt(p->post_b),
-                         .mm = {gt(p->mm[0]), gt(p->mm[1]), gt(p->mm[2])}, .layers = layers};
-    int rc = mu_gpu_vit_new(device, &d, &p->gpu, err);
-    free(layers), free(global);
-    if (!rc) p->gpu_dev = device;
-    return rc;
+    *d = (mu_gpu_vit_desc){.n_layer = L, .n_embd = I->n_embd, .n_ff = I->n_ff, .n_head = I->n_head,
+                           .head_dim = I->head_dim, .patch_size = I->patch_size, .mm_hidden = p->mm_hidden,
+                           .n_out = I->n_out, .eps = I->eps, .global = global, .patch_w = patch,
+                           .patch_b = gt(p->patch_b), .pre_w = gt(p->pre_w), .pre_b = gt(p->pre_b),
+                           .post_w = gt(p->post_w), .post_b = gt(p->post_b),
+                           .mm = {gt(p->mm[0]), gt(p->mm[1]), gt(p->mm[2])}, .layers = layers};
+    return 0;
+}
+
+void mu_vit_gpu_image_free(mu_gpu_vit_image *im, mu_vit_plan *pl) {
+    free((void *)im->pos);
+    mu_vit_plan_free(pl);
+    memset(im, 0, sizeof *im);
+}
+
+int mu_vit_gpu_image(const mu_mmproj *p, const float *chw, int nx, int ny, float *out, mu_gpu_vit_image *im,
+                     mu_vit_plan *pl, mu_err *err) {
+    const mu_mmproj_info *I = &p->info;
+    const int E = I->n_embd;
+    memset(im, 0, sizeof *im);
+    int rc = mu_vit_plan_new(p, nx, ny, pl, err);
+    if (rc) return rc;
+    const int n = pl->n;
+    float *grid = malloc((size_t)n * E * sizeof *grid), *pos = malloc((size_t)n * E * sizeof *pos);
+    if (!grid || !pos) {
+        free(grid), free(pos);
+        mu_vit_plan_free(pl);
+        return mu_fail(err, MU_E_NOMEM, "vision: out of memory for an image of %dx%d", nx, ny);
+    }
+    mu_vit_pos_resize(p->pos->data, I->pos_side, E, pl->gw, pl->gh, grid);
+    for (int i = 0; i < n; i++) memcpy(pos + (size_t)i * E, grid + (size_t)pl->perm[i] * E, (size_t)E * sizeof *pos);
+    free(grid);
+    *im = (mu_gpu_vit_image){.nx = nx, .ny = ny, .chw = chw, .gw = pl->gw, .gh = pl->gh, .perm = pl->perm,
+                             .inv = pl->inv, .pw = pl->pw, .ph = pl->ph, .win_lo = pl->wlo, .win_hi = pl->whi,
+                             .pos = pos, .rope_cs = pl->rope_cs, .n_pos = pl->n_pos, .out = out};
+    return 0;
 }
 
 int mu_vit_encode_gpu(mu_mmproj *p, int device, const float *chw, int nx, int ny, float *out, mu_err *err) {
@@ -57,32 +89,22 @@ int mu_vit_encode_gpu(mu_mmproj *p, int device, const float *chw, int nx, int ny
         return p->gpu_err.code;
     }
     if (!p->gpu) {
-        int rc = open_gpu(p, device, &p->gpu_err);
+        mu_gpu_vit_desc d;
+        int rc = mu_vit_gpu_desc(p, &d, &p->gpu_err);
+        if (!rc) rc = mu_gpu_vit_new(device, &d, &p->gpu, &p->gpu_err);
+        mu_vit_gpu_desc_free(&d);
         if (rc) {
             if (!p->gpu_err.code) p->gpu_err.code = rc;
             if (err) *err = p->gpu_err;
             return rc;
         }
+        p->gpu_dev = device;
     }
-    const mu_mmproj_info *I = &p->info;
-    const int E = I->n_embd;
+    mu_gpu_vit_image im;
     mu_vit_plan pl;
-    int rc = mu_vit_plan_new(p, nx, ny, &pl, err);
+    int rc = mu_vit_gpu_image(p, chw, nx, ny, out, &im, &pl, err);
     if (rc) return rc;
-    const int n = pl.n;
-    float *grid = malloc((size_t)n * E * sizeof *grid), *pos = malloc((size_t)n * E * sizeof *pos);
-    if (!grid || !pos) {
-        rc = mu_fail(err, MU_E_NOMEM, "vision: out of memory for an image of %dx%d", nx, ny);
-        goto out;
-    }
-    mu_vit_pos_resize(p->pos->data, I->pos_side, E, pl.gw, pl.gh, grid);
-    for (int i = 0; i < n; i++) memcpy(pos + (size_t)i * E, grid + (size_t)pl.perm[i] * E, (size_t)E * sizeof *pos);
-    mu_gpu_vit_image im = {.nx = nx, .ny = ny, .chw = chw, .gw = pl.gw, .gh = pl.gh, .perm = pl.perm, .inv = pl.inv,
-                           .pw = pl.pw, .ph = pl.ph, .win_lo = pl.wlo, .win_hi = pl.whi, .pos = pos,
-                           .rope_cs = pl.rope_cs, .n_pos = pl.n_pos, .out = out};
     rc = mu_gpu_vit_encode(p->gpu, &im, err);
-out:
-    free(grid), free(pos);
-    mu_vit_plan_free(&pl);
+    mu_vit_gpu_image_free(&im, &pl);
     return rc;
 }
