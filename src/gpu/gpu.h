@@ -185,6 +185,16 @@ typedef struct mu_gpu_vit mu_gpu_vit;
 int mu_gpu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err);
 void mu_gpu_vit_free(mu_gpu_vit *v);
 int mu_gpu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err);
+/* Kernel tests of the encoder (tests/gpu/test_gpu_vision.c): its matmul,
+ * y[t][r] = a row t . w row r (+ bias[r], GELU, + res[t][r]; each
+ * optional) with a [T][K] and w [N][K] F16 bits, y [T][N]; and its
+ * attention of n_head heads of hd over n rows of E = n_head * hd: q F32,
+ * k and v F16 bits, query i sees keys [lo[i], hi[i]) or all n when global,
+ * out F16 bits. */
+int mu_gpu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                         const float *res, bool gelu, float *y, mu_err *err);
+int mu_gpu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                         const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
 
 #ifdef __cplusplus
 }

@@ -622,3 +622,76 @@ int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
     VCK(cudaStreamSynchronize(st), "encode");
     return 0;
 }
+
+/* ---- kernel tests (gpu.h, mu_gpu_vit_test_*) ------------------------------ */
+
+/* device copies of host arrays, freed together */
+typedef struct {
+    void *p[8];
+    int n;
+} tbufs;
+static void tb_free(tbufs *b) {
+    for (int i = 0; i < b->n; i++) cudaFree(b->p[i]);
+    b->n = 0;
+}
+static int tb_put(tbufs *b, const void *src, size_t bytes, void **out, mu_err *err) {
+    *out = NULL;
+    if (!src) return 0;
+    VCK(cudaMalloc(out, bytes), "test buffer");
+    b->p[b->n++] = *out;
+    VCK(cudaMemcpy(*out, src, bytes, cudaMemcpyHostToDevice), "test upload");
+    return 0;
+}
+
+int cu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                     const float *res, bool gelu, float *y, mu_err *err) {
+    if (T < 1 || N < 1 || K < 1) return vfail(err, MU_E_ARG, "cuda vision: test gemm %dx%dx%d", T, N, K);
+    VCK(cudaSetDevice(device), "set device");
+    tbufs b = {{0}, 0};
+    void *da, *dw, *db, *dr, *dy;
+    const size_t ny = (size_t)T * N * 4;
+    int rc = tb_put(&b, a, (size_t)T * K * 2, &da, err);
+    if (!rc) rc = tb_put(&b, w, (size_t)N * K * 2, &dw, err);
+    if (!rc) rc = tb_put(&b, bias, (size_t)N * 4, &db, err);
+    if (!rc) rc = tb_put(&b, res, ny, &dr, err);
+    if (!rc) rc = tb_put(&b, y, ny, &dy, err); /* y's bytes: the output buffer */
+    if (!rc) {
+        vmat m = {(__half *)dw, N, K};
+        gemm(0, (const __half *)da, T, &m, (const float *)db, (const float *)dr, gelu, (float *)dy, NULL);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaMemcpy(y, dy, ny, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = vcuda_fail(err, e, "test gemm");
+    }
+    tb_free(&b);
+    return rc;
+}
+
+int cu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                     const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err) {
+    if (n < 1 || n_head < 1 || hd < 4 || hd % 4 || hd > 128 || !lo || !hi)
+        return vfail(err, MU_E_ARG, "cuda vision: test attention n %d, %d heads of %d", n, n_head, hd);
+    VCK(cudaSetDevice(device), "set device");
+    const int E = n_head * hd;
+    const size_t nE = (size_t)n * E;
+    tbufs b = {{0}, 0};
+    void *dq, *dk, *dv, *dlo, *dhi, *dout;
+    int rc = tb_put(&b, q, nE * 4, &dq, err);
+    if (!rc) rc = tb_put(&b, k, nE * 2, &dk, err);
+    if (!rc) rc = tb_put(&b, v, nE * 2, &dv, err);
+    if (!rc) rc = tb_put(&b, lo, (size_t)n * 4, &dlo, err);
+    if (!rc) rc = tb_put(&b, hi, (size_t)n * 4, &dhi, err);
+    if (!rc) rc = tb_put(&b, out, nE * 2, &dout, err);
+    if (!rc) {
+        mu_gpu_vit v = {};
+        v.E = E, v.H = n_head, v.hd = hd, v.st = 0;
+        attention(&v, n, (const float *)dq, (const __half *)dk, (const __half *)dv, (const int *)dlo,
+                  (const int *)dhi, global, (__half *)dout);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaMemcpy(out, dout, nE * 2, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = vcuda_fail(err, e, "test attention");
+    }
+    tb_free(&b);
+    return rc;
+}

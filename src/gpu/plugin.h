@@ -37,6 +37,10 @@ typedef struct {
     int (*vit_new)(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err);
     void (*vit_free)(mu_gpu_vit *v);
     int (*vit_encode)(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err);
+    int (*vit_test_gemm)(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                         const float *res, bool gelu, float *y, mu_err *err);
+    int (*vit_test_attn)(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                         const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

@@ -74,6 +74,122 @@ static void compare(const char *what, const float *want, const float *got, size_
            cosv, rel, worst, n);
 }
 
+/* ---- the encoder's kernels alone ------------------------------------------ */
+
+static uint64_t krng = 0x2545f4914f6cdd1dull;
+static float krand(void) {
+    krng ^= krng << 13, krng ^= krng >> 7, krng ^= krng << 17;
+    return (float)((krng >> 11) * 0x1p-53) * 2.0f - 1.0f;
+}
+
+static float gelu_ref(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
+
+/* the matmul against sums in double: within the F32 accumulation's bound */
+static void kernel_gemm(int T, int N, int K, bool bias, bool res, bool gelu) {
+    uint16_t *a = malloc((size_t)T * K * 2), *w = malloc((size_t)N * K * 2);
+    float *b = malloc((size_t)N * 4), *r = malloc((size_t)T * N * 4), *y = calloc((size_t)T * N, 4);
+    for (size_t i = 0; i < (size_t)T * K; i++) a[i] = mu_f32_to_f16(krand());
+    for (size_t i = 0; i < (size_t)N * K; i++) w[i] = mu_f32_to_f16(krand() * 0.1f);
+    for (int i = 0; i < N; i++) b[i] = krand();
+    for (size_t i = 0; i < (size_t)T * N; i++) r[i] = krand();
+    mu_err err = {0};
+    char what[96];
+    snprintf(what, sizeof what, "kernel gemm T %d N %d K %d%s%s%s", T, N, K, bias ? " +bias" : "", gelu ? " gelu" : "",
+             res ? " +res" : "");
+    n_cases++;
+    if (mu_gpu_vit_test_gemm(0, T, N, K, a, w, bias ? b : NULL, res ? r : NULL, gelu, y, &err)) {
+        printf("FAIL %s: %s\n", what, err.msg);
+        n_fail++;
+    } else {
+        double worst = 0;
+        size_t bad = 0;
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < N; n++) {
+                double acc = 0, mag = 0;
+                for (int k = 0; k < K; k++) {
+                    const double p = (double)mu_f16_to_f32(a[(size_t)t * K + k]) * mu_f16_to_f32(w[(size_t)n * K + k]);
+                    acc += p, mag += fabs(p);
+                }
+                float v = (float)acc;
+                if (bias) v = v + b[n], mag += fabs(b[n]);
+                if (gelu) v = gelu_ref(v);
+                if (res) v = v + r[(size_t)t * N + n], mag += fabs(r[(size_t)t * N + n]);
+                const double d = fabs((double)y[(size_t)t * N + n] - v), tol = (K + 4) * 0x1p-23 * mag + 1e-6;
+                if (!(d <= tol)) bad++;
+                if (!(d <= worst)) worst = d;
+            }
+        printf("%s %s: max_abs %.3e%s\n", bad ? "FAIL" : "ok  ", what, worst, bad ? " (beyond the F32 bound)" : "");
+        if (bad) n_fail++;
+    }
+    free(a), free(w), free(b), free(r), free(y);
+}
+
+/* attention against a softmax in double; windows: contiguous runs of the
+ * given lengths (cycled), or global */
+static void kernel_attn(int n, int H, int hd, const int *runs, int n_runs, bool global) {
+    const int E = H * hd;
+    float *q = malloc((size_t)n * E * 4);
+    uint16_t *k = malloc((size_t)n * E * 2), *v = malloc((size_t)n * E * 2), *out = calloc((size_t)n * E, 2);
+    int *lo = malloc((size_t)n * 4), *hi = malloc((size_t)n * 4);
+    for (size_t i = 0; i < (size_t)n * E; i++) q[i] = krand(), k[i] = mu_f32_to_f16(krand()), v[i] = mu_f32_to_f16(krand());
+    for (int i = 0, r = 0; i < n; r++) {
+        const int len = runs[r % n_runs], end = i + len < n ? i + len : n;
+        for (int j = i; j < end; j++) lo[j] = i, hi[j] = end;
+        i = end;
+    }
+    mu_err err = {0};
+    char what[96];
+    snprintf(what, sizeof what, "kernel attention n %d heads %d x %d %s", n, H, hd, global ? "global" : "windowed");
+    n_cases++;
+    if (mu_gpu_vit_test_attn(0, n, H, hd, q, k, v, lo, hi, global, out, &err)) {
+        printf("FAIL %s: %s\n", what, err.msg);
+        n_fail++;
+    } else {
+        double worst = 0, *s = malloc((size_t)n * sizeof *s);
+        for (int h = 0; h < H; h++)
+            for (int i = 0; i < n; i++) {
+                const int a = global ? 0 : lo[i], z = global ? n : hi[i];
+                double m = -INFINITY, l = 0;
+                for (int j = a; j < z; j++) {
+                    double dot = 0;
+                    for (int d = 0; d < hd; d++)
+                        dot += (double)q[(size_t)i * E + h * hd + d] * mu_f16_to_f32(k[(size_t)j * E + h * hd + d]);
+                    s[j] = dot / sqrt((double)hd);
+                    if (s[j] > m) m = s[j];
+                }
+                for (int j = a; j < z; j++) l += s[j] = exp(s[j] - m);
+                for (int d = 0; d < hd; d++) {
+                    double o = 0;
+                    for (int j = a; j < z; j++) o += s[j] * mu_f16_to_f32(v[(size_t)j * E + h * hd + d]);
+                    const double dd = fabs(o / l - mu_f16_to_f32(out[(size_t)i * E + h * hd + d]));
+                    if (!(dd <= worst)) worst = dd;
+                }
+            }
+        free(s);
+        const bool ok = worst <= 2e-3; /* F16 output (|o| <= 1): 2^-11 plus the F32 sums */
+        printf("%s %s: max_abs %.3e\n", ok ? "ok  " : "FAIL", what, worst);
+        if (!ok) n_fail++;
+    }
+    free(q), free(k), free(v), free(out), free(lo), free(hi);
+}
+
+static void kernels(void) {
+    kernel_gemm(1, 1, 1, false, false, false);
+    kernel_gemm(5, 7, 13, true, false, false);
+    kernel_gemm(64, 64, 32, false, false, false);
+    kernel_gemm(65, 130, 588, true, true, false); /* the patch matmul's K: no 16-byte loads */
+    kernel_gemm(100, 96, 1536, true, true, false);
+    kernel_gemm(37, 200, 160, true, false, true);
+    kernel_gemm(130, 72, 8960, true, true, false);
+    static const int w16[] = {16}, odd[] = {50, 70, 80, 3, 1}, one[] = {1};
+    kernel_attn(1, 1, 32, one, 1, true);
+    kernel_attn(100, 2, 32, w16, 1, false);
+    kernel_attn(200, 3, 96, odd, 5, false);
+    kernel_attn(77, 2, 72, odd, 5, false); /* hd 72: padded to 96 inside */
+    kernel_attn(130, 1, 128, one, 1, true);
+    kernel_attn(150, 2, 64, one, 1, false); /* every token alone */
+}
+
 static int gen(const char *path, const char *preset, mu_synth_type type) {
     struct stat st;
     if (stat(path, &st) == 0) return 0;
@@ -224,6 +340,7 @@ int main(int argc, char **argv) {
         printf("FAIL pool: %s\n", err.msg);
         return 1;
     }
+    kernels();
     char path[4096];
     static const struct {
         const char *tag;
