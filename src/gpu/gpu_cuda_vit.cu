@@ -237,8 +237,8 @@ __global__ void k_rope(const float *x, int n, int E, int hd, const int *pw, cons
 template <int HD>
 __global__ void __launch_bounds__(AQ) k_attn(const float *q, const __half *k, const __half *v, int n, int E, int hd,
                                              float scale, const int *lo, const int *hi, int global, __half *out) {
-    __shared__ float Ks[AK][HD];
-    __shared__ float Vs[AK][HD];
+    __shared__ __align__(16) float Ks[AK][HD];
+    __shared__ __align__(16) float Vs[AK][HD];
     __shared__ int range[2];
     const int h = blockIdx.y, i = blockIdx.x * AQ + threadIdx.x;
     const bool valid = i < n;
@@ -278,9 +278,17 @@ __global__ void __launch_bounds__(AQ) k_attn(const float *q, const __half *k, co
         for (int r = 0; r < jn; r++) {
             const int j = j0 + r;
             if (j < my_lo || j >= my_hi) continue;
+            /* 16-byte shared loads (every thread reads the same row: a broadcast) */
+            const float4 *k4 = (const float4 *)Ks[r], *v4 = (const float4 *)Vs[r];
             float s = 0.0f;
 #pragma unroll
-            for (int d = 0; d < HD; d++) s = fmaf(qr[d], Ks[r][d], s);
+            for (int d = 0; d < HD; d += 4) {
+                const float4 kk = k4[d / 4];
+                s = fmaf(qr[d], kk.x, s);
+                s = fmaf(qr[d + 1], kk.y, s);
+                s = fmaf(qr[d + 2], kk.z, s);
+                s = fmaf(qr[d + 3], kk.w, s);
+            }
             s = s * scale;
             if (s > m) {
                 const float corr = expf(m - s); /* 0 on the first key (m = -inf) */
@@ -292,7 +300,13 @@ __global__ void __launch_bounds__(AQ) k_attn(const float *q, const __half *k, co
             const float p = expf(s - m);
             l = l + p;
 #pragma unroll
-            for (int d = 0; d < HD; d++) acc[d] = fmaf(p, Vs[r][d], acc[d]);
+            for (int d = 0; d < HD; d += 4) {
+                const float4 vv = v4[d / 4];
+                acc[d] = fmaf(p, vv.x, acc[d]);
+                acc[d + 1] = fmaf(p, vv.y, acc[d + 1]);
+                acc[d + 2] = fmaf(p, vv.z, acc[d + 2]);
+                acc[d + 3] = fmaf(p, vv.w, acc[d + 3]);
+            }
         }
         __syncthreads();
     }
