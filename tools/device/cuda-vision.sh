@@ -53,6 +53,6 @@ fi
 wait $gen_pid
 timeout 200 "$V" "$W" "$W/g3-q4_k_m.gguf" >"$L/vision.log" 2>&1
 note "test_gpu_vision: rc $?"
-grep -E '^(ok|FAIL|info|bench|gen|gpu vision)' "$L/vision.log" >>"$S"
+grep -E '^(ok|FAIL|info|bench|gen|gpu vision|cpu encoder)' "$L/vision.log" >>"$S"
 tar -cJf "$OUT/vision-logs.tar.xz" -C "$W" logs
 note "done"
