@@ -96,8 +96,8 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
  * mu_mmproj_free); the caller serializes calls (mu_mmproj_lock). Not bit
  * for bit the CPU's: the device sums in another order (docs/vision.md).
  * MU_E_UNSUPPORTED when the plugin has no vision encoder or a weight type
- * is not one the device converts; the failure is remembered, later calls
- * fail at once. */
+ * is not one the device converts (the failure is remembered, later calls
+ * fail at once), or when $MUSER_CUDA_VISION is 0. */
 int mu_vit_encode_gpu(mu_mmproj *p, int device, const float *chw, int nx, int ny, float *out, mu_err *err);
 /* Its two host steps, for mu_vit_encode_gpu and for tests that emulate the
  * device (tests/unit/test_vit_gpu_emul.c): the weights as src/gpu takes

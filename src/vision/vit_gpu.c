@@ -82,6 +82,9 @@ int mu_vit_gpu_image(const mu_mmproj *p, const float *chw, int nx, int ny, float
 }
 
 int mu_vit_encode_gpu(mu_mmproj *p, int device, const float *chw, int nx, int ny, float *out, mu_err *err) {
+    const char *off = getenv("MUSER_CUDA_VISION");
+    if (off && !strcmp(off, "0"))
+        return mu_fail(err, MU_E_UNSUPPORTED, "vision: the CUDA encoder is off (MUSER_CUDA_VISION=0)");
     if (p->gpu && p->gpu_dev != device)
         return mu_fail(err, MU_E_ARG, "vision: the projector is on CUDA device %d, not %d", p->gpu_dev, device);
     if (!p->gpu && p->gpu_err.code) {
