@@ -94,7 +94,7 @@ muser-cuda.so: $(BUILD)/muser-cuda.so
 $(BUILD)/muser-cuda.so: $(CUDA_OBJ)
 	$(NVCC) -shared -cudart static $(CUDA_ARCH) -o $@ $^
 
-$(BUILD)/src/gpu/%.o: src/gpu/%.cu src/gpu/cuda.cuh src/gpu/mm.cuh src/gpu/q8k.cuh src/gpu/gpu.h src/gpu/plugin.h src/kern/quant.h
+$(BUILD)/src/gpu/%.o: src/gpu/%.cu src/gpu/cuda.cuh src/gpu/mm.cuh src/gpu/q8k.cuh src/gpu/gpu.h src/gpu/plugin.h src/kern/quant.h src/gpu/vit_index.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -c -o $@ $<
 
@@ -131,7 +131,8 @@ $(BUILD)/tests/fake-gpu-plugin.so: tests/unit/fake_gpu_plugin.c tests/unit/fake_
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -fPIC -fvisibility=hidden -o $@ $<
 
-GPU_TEST_BIN := $(BUILD)/tests/gpu/test_gpu_kern $(BUILD)/tests/gpu/test_gpu_engine $(BUILD)/tests/gpu/test_gpu_stream
+GPU_TEST_BIN := $(BUILD)/tests/gpu/test_gpu_kern $(BUILD)/tests/gpu/test_gpu_engine $(BUILD)/tests/gpu/test_gpu_stream \
+                $(BUILD)/tests/gpu/test_gpu_vision
 
 test: muser $(CUDA_PLUGIN) $(UNIT_BIN) $(GPU_TEST_BIN)
 	BUILD=$(BUILD) bash tests/run.sh

@@ -79,6 +79,7 @@ struct mu_engine {
     bool prof_on;
     mu_profile prof; /* mu_engine_profile */
     mu_gpu_model *gpu; /* the CUDA backend's copy of the weights; NULL on the CPU */
+    int gpu_dev;       /* its device */
     mu_gpu_stream_stats gpu_stream; /* layer streaming on the GPU so far (counts, for tests) */
     float *rope;       /* GPU: [MU_UBATCH][head_dim] RoPE angles of a chunk */
     mu_thread_work *work; /* [n_threads], the matmuls' work per thread */

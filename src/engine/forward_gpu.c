@@ -41,6 +41,7 @@ int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *
         .output = gt(m->output), .layers = L,
     };
     int rc = mu_gpu_model_new(device, &d, (mu_gpu_progress_fn)fn, user, &e->gpu, err);
+    e->gpu_dev = device;
     free(L);
     return rc;
 }

@@ -60,7 +60,18 @@ int mu_mmproj_encode(const mu_mmproj *p, mu_engine *e, const mu_media *img, floa
     mu_pool *pool = mu_mmproj_lock(pm, mu_engine_n_threads(e), err);
     if (!pool) rc = err ? err->code : MU_E_NOMEM;
     else {
-        rc = mu_vit_encode(p, e->kern, NULL, pool, chw, w, h, out, err);
+        rc = MU_E_UNSUPPORTED;
+        if (e->gpu) { /* --backend cuda: the device encoder, else the CPU's with a notice */
+            mu_err gerr = {0};
+            rc = mu_vit_encode_gpu(pm, e->gpu_dev, chw, w, h, out, &gerr);
+            if (rc == MU_E_UNSUPPORTED && !pm->gpu_noticed) {
+                pm->gpu_noticed = true;
+                fprintf(stderr, "muser: images are encoded on the CPU: %s\n", gerr.msg);
+            } else if (rc && err) {
+                *err = gerr;
+            }
+        }
+        if (rc == MU_E_UNSUPPORTED) rc = mu_vit_encode(p, e->kern, NULL, pool, chw, w, h, out, err);
         mu_mmproj_unlock(pm);
     }
     free(chw);

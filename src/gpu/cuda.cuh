@@ -252,4 +252,13 @@ enum { CU_ATTN_ROWS, CU_ATTN_PREFILL, CU_ATTN_DECODE };
 int cu_attn_mode(int T, const uint8_t *batch, int n_head, int n_head_kv, int head_dim);
 void cu_attention(cudaStream_t st, const cu_attn_args *a);
 
+/* The vision encoder (gpu_cuda_vit.cu): gpu.h's mu_gpu_vit_*. */
+int cu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err);
+void cu_vit_free(mu_gpu_vit *v);
+int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err);
+int cu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                     const float *res, bool gelu, float *y, mu_err *err);
+int cu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                     const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
+
 #endif

@@ -145,3 +145,35 @@ int mu_gpu_test_attention(int device, const mu_gpu_attn_case *c, float *out_pref
     int rc = need_device(device, err);
     return rc ? rc : g_plugin->test_attention(device, c, out_prefill, out_rows, err);
 }
+
+int mu_gpu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err) {
+    int rc = need_device(device, err);
+    if (rc) return rc;
+    if (!g_plugin->vit_new || !g_plugin->vit_free || !g_plugin->vit_encode)
+        return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no vision encoder");
+    return g_plugin->vit_new(device, d, out, err);
+}
+
+void mu_gpu_vit_free(mu_gpu_vit *v) {
+    if (v) g_plugin->vit_free(v);
+}
+
+int mu_gpu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
+    return g_plugin->vit_encode(v, im, err);
+}
+
+int mu_gpu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                         const float *res, bool gelu, float *y, mu_err *err) {
+    int rc = need_device(device, err);
+    if (rc) return rc;
+    if (!g_plugin->vit_test_gemm) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no vision encoder");
+    return g_plugin->vit_test_gemm(device, T, N, K, a, w, bias, res, gelu, y, err);
+}
+
+int mu_gpu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                         const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err) {
+    int rc = need_device(device, err);
+    if (rc) return rc;
+    if (!g_plugin->vit_test_attn) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no vision encoder");
+    return g_plugin->vit_test_attn(device, n, n_head, hd, q, k, v, lo, hi, global, out, err);
+}

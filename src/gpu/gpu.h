@@ -145,6 +145,58 @@ typedef struct {
 } mu_gpu_attn_case;
 int mu_gpu_test_attention(int device, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err);
 
+/* Muse Glimmer's vision encoder on the device (gpu_cuda_vit.cu): the
+ * projector's weights uploaded once (matrices as F16: F16 as they are,
+ * F32, BF16 and Q8_0 converted on the device; vectors F32), then one image
+ * at a time. Matrices are rows of ne0 elements (the patch kernel flattened
+ * to [n_embd][3 * ps * ps], [c][ky][kx] inside a row). Biases and the
+ * pre/post norms may have data == NULL (absent). */
+typedef struct {
+    mu_gpu_tensor ln1_w, ln1_b, q_w, q_b, k_w, k_b, v_w, v_b, o_w, o_b;
+    mu_gpu_tensor ln2_w, ln2_b, up_w, up_b, down_w, down_b;
+} mu_gpu_vit_layer;
+
+typedef struct {
+    int n_layer, n_embd, n_ff, n_head, head_dim, patch_size, mm_hidden, n_out;
+    float eps;
+    const bool *global;                    /* [n_layer]: full attention (else windowed) */
+    mu_gpu_tensor patch_w, patch_b, pre_w, pre_b, post_w, post_b, mm[3];
+    const mu_gpu_vit_layer *layers;        /* [n_layer] */
+} mu_gpu_vit_desc;
+
+/* One image, laid out by the host (src/vision/vit.h, mu_vit_plan): tokens
+ * in the permuted (window) order. */
+typedef struct {
+    int nx, ny;                            /* pixels, multiples of 2 * patch_size */
+    const float *chw;                      /* [3][ny][nx] */
+    int gw, gh;                            /* patch grid; n = gw * gh tokens */
+    const int *perm;                       /* [n] token i is grid patch perm[i] */
+    const int *inv;                        /* [n] the inverse */
+    const int *pw, *ph;                    /* [n] 1-based RoPE positions (column, row) */
+    const int *win_lo, *win_hi;            /* [n] token i's window of keys (windowed layers) */
+    const float *pos;                      /* [n][n_embd] the resized position grid, permuted */
+    const float *rope_cs;                  /* [n_pos + 1][head_dim / 2] cos, sin pairs */
+    int n_pos;
+    float *out;                            /* [(gw / 2) * (gh / 2)][n_out] host rows */
+} mu_gpu_vit_image;
+
+typedef struct mu_gpu_vit mu_gpu_vit;
+/* MU_E_UNSUPPORTED when the plugin has no vision encoder or a weight type
+ * is not one it converts. */
+int mu_gpu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err);
+void mu_gpu_vit_free(mu_gpu_vit *v);
+int mu_gpu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err);
+/* Kernel tests of the encoder (tests/gpu/test_gpu_vision.c): its matmul,
+ * y[t][r] = a row t . w row r (+ bias[r], GELU, + res[t][r]; each
+ * optional) with a [T][K] and w [N][K] F16 bits, y [T][N]; and its
+ * attention of n_head heads of hd over n rows of E = n_head * hd: q F32,
+ * k and v F16 bits, query i sees keys [lo[i], hi[i]) or all n when global,
+ * out F16 bits. */
+int mu_gpu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                         const float *res, bool gelu, float *y, mu_err *err);
+int mu_gpu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                         const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
+
 #ifdef __cplusplus
 }
 #endif

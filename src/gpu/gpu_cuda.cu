@@ -1143,6 +1143,7 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
 static const mu_gpu_plugin PLUGIN = {
     MU_GPU_PLUGIN_ABI, "cuda", p_count,  p_probe,  p_model_new,     p_model_free,   p_sess_new,
     p_sess_free,       p_forward, p_kv_get, p_kv_put, p_test_matmul, p_test_get_rows, p_test_attention,
+    cu_vit_new,        cu_vit_free, cu_vit_encode, cu_vit_test_gemm, cu_vit_test_attn,
 };
 
 extern "C" __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -7,7 +7,7 @@
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 6
+#define MU_GPU_PLUGIN_ABI 7
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus
@@ -33,6 +33,14 @@ typedef struct {
     int (*test_get_rows)(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                          float *y, mu_err *err);
     int (*test_attention)(int device, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err);
+    /* the vision encoder (ABI 7); NULL in a plugin without one */
+    int (*vit_new)(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err);
+    void (*vit_free)(mu_gpu_vit *v);
+    int (*vit_encode)(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err);
+    int (*vit_test_gemm)(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                         const float *res, bool gelu, float *y, mu_err *err);
+    int (*vit_test_attn)(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                         const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

@@ -230,6 +230,7 @@ void mu_mmproj_free(mu_mmproj *p) {
     if (!p) return;
     if (p->g) pthread_mutex_destroy(&p->mu);
     mu_pool_free(p->pool);
+    mu_gpu_vit_free(p->gpu);
     mu_gguf_close(p->g);
     free(p->layers);
     free(p);

@@ -9,6 +9,7 @@
 #include "../../include/muser.h"
 #include "../base/pool.h"
 #include "../gguf/gguf.h"
+#include "../gpu/gpu.h"
 
 typedef struct {
     const mu_gguf_tensor *ln1_w, *ln1_b, *q_w, *q_b, *k_w, *k_b, *v_w, *v_b, *o_w, *o_b;
@@ -29,6 +30,11 @@ struct mu_mmproj {
      * scheduler's thread drives), made on first use; mu serializes images */
     pthread_mutex_t mu;
     mu_pool *pool;
+    /* the encoder on CUDA (vit_gpu.c), made on first use under mu */
+    mu_gpu_vit *gpu;
+    int gpu_dev;
+    mu_err gpu_err;      /* why it could not be made (code 0: not tried or made) */
+    bool gpu_noticed;    /* the CPU fallback was announced (src/engine/mprompt.c) */
 };
 
 /* Locks p's encoder and returns its pool, made with n_threads threads on

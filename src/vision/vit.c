@@ -276,6 +276,50 @@ static void job_f16(void *arg, int ith, int nth) {
         j->k->to_f16((int)(j->n - i < 4096 ? j->n - i : 4096), j->x + i, j->y + i);
 }
 
+/* ---- the token layout --------------------------------------------------- */
+
+void mu_vit_plan_free(mu_vit_plan *pl) {
+    free(pl->perm), free(pl->inv), free(pl->pw), free(pl->ph), free(pl->wlo), free(pl->whi), free(pl->rope_cs);
+    memset(pl, 0, sizeof *pl);
+}
+
+int mu_vit_plan_new(const mu_mmproj *p, int nx, int ny, mu_vit_plan *pl, mu_err *err) {
+    memset(pl, 0, sizeof *pl);
+    const int ps = p->info.patch_size, side = p->info.pos_side;
+    if (nx <= 0 || ny <= 0 || nx % (ps * 2) || ny % (ps * 2))
+        return mu_fail(err, MU_E_ARG, "vision: image of %dx%d pixels is not a whole number of %d-pixel cells", nx, ny, ps * 2);
+    const int gw = nx / ps, gh = ny / ps, n = gw * gh;
+    pl->gw = gw, pl->gh = gh, pl->n = n;
+    pl->n_pos = gw > gh ? gw : gh;
+    int **ints[] = {&pl->perm, &pl->inv, &pl->pw, &pl->ph, &pl->wlo, &pl->whi};
+    bool ok = true;
+    for (int i = 0; i < 6; i++) ok = (*ints[i] = malloc((size_t)n * sizeof(int))) && ok;
+    pl->rope_cs = rope_table(pl->n_pos, p->info.head_dim, p->rope_base);
+    if (!ok || !pl->rope_cs) {
+        mu_vit_plan_free(pl);
+        return mu_fail(err, MU_E_NOMEM, "vision: out of memory for an image of %dx%d", nx, ny);
+    }
+    /* row-major windows of side x side patches, row-major inside each */
+    const int nwh = (gh + side - 1) / side, nww = (gw + side - 1) / side;
+    int m = 0;
+    for (int wy = 0; wy < nwh; wy++)
+        for (int wx = 0; wx < nww; wx++) {
+            const int start = m;
+            for (int yy = 0; yy < side; yy++)
+                for (int xx = 0; xx < side; xx++) {
+                    const int gy = wy * side + yy, gx = wx * side + xx;
+                    if (gy < gh && gx < gw) pl->perm[m++] = gy * gw + gx;
+                }
+            for (int i = start; i < m; i++) pl->wlo[i] = start, pl->whi[i] = m;
+        }
+    for (int i = 0; i < n; i++) {
+        pl->inv[pl->perm[i]] = i;
+        pl->pw[i] = pl->perm[i] % gw + 1;
+        pl->ph[i] = pl->perm[i] / gw + 1;
+    }
+    return 0;
+}
+
 /* ---- the encoder ------------------------------------------------------- */
 
 int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk, mu_pool *pool, const float *chw,
@@ -298,15 +342,17 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
     float *q = malloc((size_t)n * E * sizeof *q), *ao = malloc((size_t)n * E * sizeof *ao);
     float *big = malloc((size_t)n * (F > E ? F : E) * sizeof *big);
     mu_f16 *k16 = malloc((size_t)n * E * sizeof *k16), *v16 = malloc((size_t)n * E * sizeof *v16);
-    int *perm = malloc((size_t)n * sizeof *perm), *inv = malloc((size_t)n * sizeof *inv);
-    int *pw = malloc((size_t)n * sizeof *pw), *ph = malloc((size_t)n * sizeof *ph);
-    int *wlo = malloc((size_t)n * sizeof *wlo), *whi = malloc((size_t)n * sizeof *whi);
     int *glo = malloc((size_t)n * sizeof *glo), *ghi = malloc((size_t)n * sizeof *ghi);
     e.qa = malloc((size_t)n * e.qa_stride);
-    float *rope_cs = rope_table(gw > gh ? gw : gh, hd, p->rope_base);
-    int rc = 0;
-    if (!rope_cs || !x || !h || !q || !ao || !big || !k16 || !v16 || !perm || !inv || !pw || !ph || !wlo || !whi || !glo || !ghi ||
-        !e.qa) {
+    mu_vit_plan pl;
+    int rc = mu_vit_plan_new(p, nx, ny, &pl, err);
+    if (rc) {
+        free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(glo), free(ghi), free(e.qa);
+        return rc;
+    }
+    const int *perm = pl.perm, *inv = pl.inv, *pw = pl.pw, *ph = pl.ph, *wlo = pl.wlo, *whi = pl.whi;
+    const float *rope_cs = pl.rope_cs;
+    if (!x || !h || !q || !ao || !big || !k16 || !v16 || !glo || !ghi || !e.qa) {
         rc = mu_fail(err, MU_E_NOMEM, "vision: out of memory for an image of %dx%d", nx, ny);
         goto out;
     }
@@ -354,29 +400,11 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
         for (size_t i = 0; i < (size_t)n * E; i++) x[i] += h[i];
     }
 
-    /* 2. the window permutation (row-major windows of side x side patches),
-     *    1-based RoPE positions, the window ranges */
-    {
-        const int nwh = (gh + side - 1) / side, nww = (gw + side - 1) / side;
-        int m = 0;
-        for (int wy = 0; wy < nwh; wy++)
-            for (int wx = 0; wx < nww; wx++) {
-                const int start = m;
-                for (int yy = 0; yy < side; yy++)
-                    for (int xx = 0; xx < side; xx++) {
-                        const int gy = wy * side + yy, gx = wx * side + xx;
-                        if (gy < gh && gx < gw) perm[m++] = gy * gw + gx;
-                    }
-                for (int i = start; i < m; i++) wlo[i] = start, whi[i] = m;
-            }
-        for (int i = 0; i < n; i++) {
-            inv[perm[i]] = i;
-            pw[i] = perm[i] % gw + 1;
-            ph[i] = perm[i] / gw + 1;
-            glo[i] = 0;
-            ghi[i] = n;
-            memcpy(h + (size_t)i * E, x + (size_t)perm[i] * E, (size_t)E * sizeof(float));
-        }
+    /* 2. into the permuted order (mu_vit_plan) */
+    for (int i = 0; i < n; i++) {
+        glo[i] = 0;
+        ghi[i] = n;
+        memcpy(h + (size_t)i * E, x + (size_t)perm[i] * E, (size_t)E * sizeof(float));
     }
     /* h: the residual stream in permuted order */
     layer_norm(&e, n, E, h, h, p->pre_w, p->pre_b);
@@ -446,7 +474,7 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
         free(tmp);
     }
 out:
-    free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(perm), free(inv), free(pw), free(ph);
-    free(wlo), free(whi), free(glo), free(ghi), free(e.qa), free(rope_cs);
+    free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(glo), free(ghi), free(e.qa);
+    mu_vit_plan_free(&pl);
     return rc;
 }

@@ -69,11 +69,44 @@ void mu_vit_gelu_erf(int n, float *x);
  * [side][side][E] to [gh][gw][E]. */
 void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float *out);
 
+/* One image's token layout, shared by the CPU and CUDA encoders: tokens in
+ * llama.cpp's permuted order (windows of pos_side x pos_side patches in
+ * row-major window order, row-major inside a window); token i is grid
+ * patch perm[i] (inv is the inverse), at 1-based RoPE positions pw[i]
+ * (column), ph[i] (row), and sees keys [wlo[i], whi[i]) in the windowed
+ * layers. rope_cs: [n_pos + 1][head_dim / 2] the cos, sin pairs of each
+ * position (theta advanced by float products, as ggml's rope). */
+typedef struct {
+    int gw, gh, n, n_pos;
+    int *perm, *inv, *pw, *ph, *wlo, *whi;
+    float *rope_cs;
+} mu_vit_plan;
+int mu_vit_plan_new(const mu_mmproj *p, int nx, int ny, mu_vit_plan *pl, mu_err *err);
+void mu_vit_plan_free(mu_vit_plan *pl);
+
 /* The encoder over one preprocessed image: chw is [3][ny][nx] floats
  * (nx, ny multiples of patch_size * n_merge); out receives
  * [(nx/ps/2) * (ny/ps/2)][n_out] rows in row-major merged-grid order.
  * kern: the matmuls' table; vk: the encoder's own (NULL: the best). */
 int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk, mu_pool *pool, const float *chw,
                   int nx, int ny, float *out, mu_err *err);
+
+/* mu_vit_encode on CUDA device `device` (src/gpu, gpu_cuda_vit.cu): the
+ * weights are uploaded on the first call and kept with p (released by
+ * mu_mmproj_free); the caller serializes calls (mu_mmproj_lock). Not bit
+ * for bit the CPU's: the device sums in another order (docs/vision.md).
+ * MU_E_UNSUPPORTED when the plugin has no vision encoder or a weight type
+ * is not one the device converts (the failure is remembered, later calls
+ * fail at once), or when $MUSER_CUDA_VISION is 0. */
+int mu_vit_encode_gpu(mu_mmproj *p, int device, const float *chw, int nx, int ny, float *out, mu_err *err);
+/* Its two host steps, for mu_vit_encode_gpu and for tests that emulate the
+ * device (tests/unit/test_vit_gpu_emul.c): the weights as src/gpu takes
+ * them (d->layers and d->global malloc'ed), and one image's layout (the
+ * plan's arrays and the permuted position grid, im->pos malloc'ed). */
+int mu_vit_gpu_desc(const mu_mmproj *p, mu_gpu_vit_desc *d, mu_err *err);
+void mu_vit_gpu_desc_free(mu_gpu_vit_desc *d);
+int mu_vit_gpu_image(const mu_mmproj *p, const float *chw, int nx, int ny, float *out, mu_gpu_vit_image *im,
+                     mu_vit_plan *pl, mu_err *err);
+void mu_vit_gpu_image_free(mu_gpu_vit_image *im, mu_vit_plan *pl);
 
 #endif

@@ -6,7 +6,9 @@
 #     rows moved between the backends; layer streaming, test_gpu_stream)
 #  3. the golden models and the shared fixtures with --backend cuda under
 #     the team's tie-aware rule (tests/golden/compare.py)
-#  4. compute-sanitizer memcheck of a short CUDA run
+#  4. the vision encoder on CUDA vs the CPU's (test_gpu_vision: the tiny
+#     projector, and the full one when GPU_VISION_FULL=1)
+#  5. compute-sanitizer memcheck of a short CUDA run
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -32,6 +34,10 @@ while read -r name opts; do
   "$build/tests/gpu/test_gpu_engine" "$work/$name.gguf" || rc=1
   "$build/tests/gpu/test_gpu_stream" "$work/$name.gguf" || rc=1
 done < tests/golden/models.txt
+
+echo "--- vision encoder: CPU vs CUDA"
+# shellcheck disable=SC2046
+"$build/tests/gpu/test_gpu_vision" "$work" "$work/g3-q4_k_m.gguf" $([ "${GPU_VISION_FULL:-0}" = 1 ] || echo --no-full) || rc=1
 
 echo "--- golden models, --backend cuda"
 MUSER_BACKEND=cuda GOLDEN_WORK=$work bash tests/golden/run.sh || rc=1

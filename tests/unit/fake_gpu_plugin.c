@@ -168,6 +168,7 @@ static int f_test_attention(int device, const mu_gpu_attn_case *c, float *out_pr
 static const mu_gpu_plugin PLUGIN = {
     MU_GPU_PLUGIN_ABI, "cuda",     f_count,  f_probe,  f_model_new,   f_model_free,    f_sess_new,
     f_sess_free,       f_forward, f_kv_get, f_kv_put, f_test_matmul, f_test_get_rows, f_test_attention,
+    NULL,              NULL,      NULL,     NULL,     NULL, /* no vision encoder */
 };
 
 __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -5,7 +5,9 @@
  * positions already counted so the callback can read its rows; the rows
  * read there are the plugin's; a read of a layer not yet written, a write
  * or a forward never happens inside a callback (the plugin refuses them);
- * a forward without a callback streams nothing. */
+ * a forward without a callback streams nothing. And images on a CUDA
+ * engine whose plugin has no vision encoder: encoded on the CPU, the same
+ * rows as a CPU engine's, the reason kept with the projector. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,8 +17,11 @@
 #include <cmocka.h>
 
 #include "../../include/muser.h"
+#include "../../include/muser_synth.h"
 #include "../../src/engine/engine.h"
+#include "../../src/vision/mmproj.h"
 #include "fake_gpu_row.h"
+#include "image_gen.h"
 #include "mini_model.h"
 
 static char dir[] = "/tmp/mutest_gpu_fake_XXXXXX";
@@ -144,9 +149,40 @@ static void test_stream_per_chunk(void **state) {
     mu_session_free(b);
 }
 
+static void test_vision_fallback(void **state) {
+    (void)state;
+    char path[512];
+    snprintf(path, sizeof path, "%s/p.gguf", dir);
+    mu_synth_mmproj_opts o;
+    mu_synth_mmproj_defaults(&o);
+    mu_err err = {0};
+    mu_mmproj *p = NULL;
+    mu_engine *ec = NULL;
+    mu_engine_opts oc = {.backend = "cpu"};
+    assert_int_equal(mu_synth_mmproj_write(&o, path, &err), 0);
+    assert_int_equal(mu_mmproj_open(path, NULL, &p, &err), 0);
+    unlink(path);
+    assert_int_equal(mu_engine_new(M, &oc, &ec, &err), 0);
+    ig_buf png = ig_png(100, 61, PNG_COLOR_TYPE_RGB, 8, 0, 3);
+    mu_media img = {png.p, png.n};
+    float *rg = NULL, *rc = NULL;
+    int ng = 0, nc = 0;
+    assert_int_equal(mu_mmproj_encode(p, E, &img, &rg, &ng, NULL, NULL, &err), 0);
+    assert_null(p->gpu);
+    assert_int_equal(p->gpu_err.code, MU_E_UNSUPPORTED);
+    assert_true(p->gpu_noticed);
+    assert_int_equal(mu_mmproj_encode(p, ec, &img, &rc, &nc, NULL, NULL, &err), 0);
+    assert_int_equal(ng, nc);
+    assert_memory_equal(rg, rc, (size_t)ng * p->info.n_out * sizeof(float));
+    free(rg), free(rc), free(png.p);
+    mu_engine_free(ec);
+    mu_mmproj_free(p);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_per_chunk),
+        cmocka_unit_test(test_vision_fallback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -4,7 +4,8 @@
 # git; carry that one file, the carry limit is 64 MiB with the tree):
 #   .gpu/muser, .gpu/muser-cuda.so   muser (stripped) and the CUDA plugin built
 #                                    for sm_90a alone (build/h200)
-#   .gpu/test_gpu_kern, test_gpu_engine, test_gpu_stream   the gpu tier's programs
+#   .gpu/test_gpu_kern, test_gpu_engine, test_gpu_stream, test_gpu_vision
+#                                    the gpu tier's programs
 #   .gpu/lib/                        the shared libraries they link, but glibc's
 #                                    (the GPU machine has no -dev packages)
 #   .gpu/llama-cuda.tar.xz           with --llamacpp SRC: the part of a llama.cpp
@@ -27,16 +28,18 @@ while [ $# -gt 0 ]; do
   esac
 done
 arch="-gencode=arch=compute_90a,code=sm_90a"
-make -s -j2 muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream
+make -s -j2 muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream \
+  build/tests/gpu/test_gpu_vision
 make -s -j2 BUILD=build/h200 build/h200/muser-cuda.so CUDA_ARCH="$arch"
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 G=$S/.gpu
 mkdir -p "$G/lib"
-cp muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream "$G/"
-strip "$G/muser" "$G/test_gpu_kern" "$G/test_gpu_engine" "$G/test_gpu_stream"
+cp muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream \
+  build/tests/gpu/test_gpu_vision "$G/"
+strip "$G/muser" "$G/test_gpu_kern" "$G/test_gpu_engine" "$G/test_gpu_stream" "$G/test_gpu_vision"
 cp build/h200/muser-cuda.so "$G/"
-tools/device/libs.sh "$G/lib" muser build/tests/gpu/test_gpu_kern
+tools/device/libs.sh "$G/lib" muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_vision
 if [ -n "$lsrc" ]; then
   [ -f "$lsrc/CMakeLists.txt" ] || { echo "cuda-h200-pack: no llama.cpp source tree: $lsrc" >&2; exit 1; }
   (cd "$lsrc" && tar -cJf "$G/llama-cuda.tar.xz" \

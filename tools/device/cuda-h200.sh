@@ -88,7 +88,7 @@ fi
 
 if [ $TIER = 1 ]; then
   cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
-    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream build/tests/gpu/
+    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision build/tests/gpu/
   timeout "$(( $(left) > 300 ? 300 : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
   note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/tier.log") $(grep 'gpu kernels:' "$OUT/tier.log") $(grep -c '^gpu stream .*: ok' "$OUT/tier.log") stream tests ok"
 fi

@@ -1,0 +1,711 @@
+/* gpu_cuda_vit.cu: Muse Glimmer's vision encoder on the device (gpu.h,
+ * mu_gpu_vit_*): the projector's weights uploaded once, then one image at a
+ * time through the same steps as src/vision/vit.c.
+ * Owns: the weights on the device (matrices as F16, vectors F32), one
+ * stream, a scratch arena that grows to the largest image seen, and the
+ * kernels: im2col in the permuted token order, an F16 tensor-core GEMM with
+ * F32 accumulation and a fused epilogue (bias, GELU, residual), layer norm,
+ * 2-D RoPE from the host's cos/sin table, windowed/global attention with an
+ * online softmax, and the 2x2 pixel shuffle.
+ * Does not own: the token layout (permutation, RoPE positions, windows,
+ * the resized position grid): the host computes it (src/vision, mu_vit_plan)
+ * so the CPU and the device use the same integers and floats.
+ * Accuracy, not bit parity: the inputs of every matmul are rounded to F16
+ * as the CPU rounds them (ggml's F16 path) and K, V are F16 as on the CPU,
+ * but the sums run in another order, so results differ from the CPU's in
+ * the last bits; tests/gpu/test_gpu_vision.c bounds the difference. */
+#include <mma.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda.cuh"
+#include "vit_index.h"
+
+using namespace nvcuda;
+
+static int vfail(mu_err *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+static int vcuda_fail(mu_err *err, cudaError_t e, const char *what) {
+    return vfail(err, e == cudaErrorMemoryAllocation ? MU_E_NOMEM : MU_E_IO, "cuda vision: %s: %s", what,
+                 cudaGetErrorString(e));
+}
+
+#define VCK(call, what)                                         \
+    do {                                                        \
+        cudaError_t e_ = (call);                                \
+        if (e_ != cudaSuccess) return vcuda_fail(err, e_, what); \
+    } while (0)
+/* after every launch: a bad configuration is reported at once */
+#define VLAUNCHED(what) VCK(cudaGetLastError(), what)
+
+/* ---- kernels ------------------------------------------------------------ */
+
+/* weight rows of `type` -> F16 (n = rows * cols elements; Q8_0: blocks of
+ * 34 bytes read bytewise, so no alignment is assumed) */
+__global__ void k_to_f16(const uint8_t *src, uint32_t type, int64_t rows, int64_t cols, size_t row_bytes,
+                         __half *dst) {
+    const int64_t n = rows * cols;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / cols, c = e % cols;
+        const uint8_t *row = src + (size_t)r * row_bytes;
+        float v;
+        if (type == MU_T_F32) {
+            v = ((const float *)row)[c];
+        } else if (type == MU_T_BF16) {
+            v = bf2f(((const uint16_t *)row)[c]);
+        } else { /* MU_T_Q8_0 */
+            const uint8_t *b = row + (size_t)(c / 32) * 34;
+            const float d = h2f((uint16_t)(b[0] | (b[1] << 8)));
+            v = d * (float)(int8_t)b[2 + c % 32];
+        }
+        dst[e] = __float2half_rn(v);
+    }
+}
+
+/* col[i][(ch * ps + ky) * ps + kx] = chw[ch][py * ps + ky][px * ps + kx] of
+ * grid patch perm[i] = py * gw + px, as F16 (the conv kernel's type) */
+__global__ void k_im2col(const float *chw, int nx, int ny, int ps, int gw, const int *perm, int n, __half *col) {
+    const int K = 3 * ps * ps;
+    const int64_t total = (int64_t)n * K;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t src = mu_vi_im2col_src(e, ps, nx, ny, gw, perm[e / K]);
+        col[e] = __float2half_rn(src >= 0 ? chw[src] : 0.0f);
+    }
+}
+
+#define GB 64        /* GEMM tile: GB activation rows x GB weight rows */
+#define GK 32        /* k step */
+#define GLD (GK + 8) /* shared row of a tile, in halves (80 bytes: keeps 32-byte fragment alignment) */
+#define GCL (GB + 4) /* shared row of the result tile, in floats */
+
+/* 8 halves of row `row` (of `rows`) from column k (of K) into dst, zeros past
+ * either end; one 16-byte load when the row is whole there and aligned */
+__device__ __forceinline__ void gemm_load8(__half *dst, const __half *src, int row, int rows, int K, int k) {
+    if (row < rows && (K & 7) == 0 && k + 8 <= K) {
+        *(uint4 *)dst = *(const uint4 *)(src + (size_t)row * K + k);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; i++) dst[i] = row < rows && k + i < K ? src[(size_t)row * K + k + i] : __float2half_rn(0.0f);
+}
+
+__device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
+
+/* y[t][r] = A row t . W row r (t < T, r < N, rows of K halves), F32 sums;
+ * then + bias[r], GELU, + res[t][r] (each optional; res may be yf), into
+ * yf (F32) or yh (F16). 128 threads: four warps of 32 x 32. */
+__global__ void __launch_bounds__(128) k_gemm(const __half *A, const __half *W, int T, int N, int K, const float *bias,
+                                              const float *res, int gelu, float *yf, __half *yh) {
+    __shared__ __align__(128) __half As[GB][GLD];
+    __shared__ __align__(128) __half Ws[GB][GLD];
+    __shared__ __align__(128) float Cs[GB][GCL];
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int t0 = blockIdx.y * GB, n0 = blockIdx.x * GB;
+    const int wm = (warp / 2) * 32, wn = (warp % 2) * 32;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.0f);
+    for (int k0 = 0; k0 < K; k0 += GK) {
+        for (int c = tid; c < GB * (GK / 8); c += blockDim.x) {
+            const int r = c / (GK / 8), kc = (c % (GK / 8)) * 8;
+            gemm_load8(&As[r][kc], A, t0 + r, T, K, k0 + kc);
+            gemm_load8(&Ws[r][kc], W, n0 + r, N, K, k0 + kc);
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < GK; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __half, wmma::row_major> a[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __half, wmma::col_major> b[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(a[i], &As[wm + i * 16][kk], GLD);
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(b[j], &Ws[wn + j * 16][kk], GLD);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 2; j++)
+            wmma::store_matrix_sync(&Cs[wm + i * 16][wn + j * 16], acc[i][j], GCL, wmma::mem_row_major);
+    __syncthreads();
+    for (int e = tid; e < GB * GB; e += blockDim.x) {
+        const int r = e / GB, c = e % GB, t = t0 + r, nn = n0 + c;
+        if (t >= T || nn >= N) continue;
+        float v = Cs[r][c];
+        if (bias) v = v + bias[nn];
+        if (gelu) v = gelu_erf(v);
+        const size_t o = (size_t)t * N + nn;
+        if (res) v = v + res[o];
+        if (yf) yf[o] = v;
+        else yh[o] = __float2half_rn(v);
+    }
+}
+
+#define LN_THREADS 256
+
+/* the sum of v over the block (LN_THREADS threads); red: 32 doubles */
+__device__ double block_sum(double v, double *red) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    __syncthreads(); /* red is free again (an earlier call's readers are done) */
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    double s = 0;
+    for (int i = 0; i < LN_THREADS / 32; i++) s += red[i];
+    return s;
+}
+
+/* ggml's layer norm of row blockIdx.x (E floats; mu_vit_layer_norm's steps,
+ * its sums in double but in another order), * w, + b (each optional), into
+ * yf (may be x) and/or yh */
+__global__ void __launch_bounds__(LN_THREADS) k_ln(const float *x, int E, const float *w, const float *b, float eps,
+                                                   float *yf, __half *yh) {
+    __shared__ double red[32];
+    const float *xr = x + (size_t)blockIdx.x * E;
+    double s = 0;
+    for (int i = threadIdx.x; i < E; i += LN_THREADS) s += (double)xr[i];
+    const float mean = (float)block_sum(s, red) / (float)E;
+    double v = 0;
+    for (int i = threadIdx.x; i < E; i += LN_THREADS) {
+        const float d = xr[i] - mean;
+        v += (double)(d * d);
+    }
+    const float var = (float)(block_sum(v, red) / E);
+    const float scale = 1.0f / sqrtf(var + eps);
+    __syncthreads(); /* every thread has read its part of x before any writes yf == x */
+    for (int i = threadIdx.x; i < E; i += LN_THREADS) {
+        float y = (xr[i] - mean) * scale;
+        if (w) y = y * w[i];
+        if (b) y = y + b[i];
+        const size_t o = (size_t)blockIdx.x * E + i;
+        if (yf) yf[o] = y;
+        if (yh) yh[o] = __float2half_rn(y);
+    }
+}
+
+/* 2-D RoPE (vit.c's job_rope): per token and head, pairs of the first half
+ * rotate by column pw, of the second by row ph; cs [n_pos + 1][hd / 2].
+ * In place (yf == x) or into yh. One thread per pair. */
+__global__ void k_rope(const float *x, int n, int E, int hd, const int *pw, const int *ph, const float *cs, int n_pos,
+                       float *yf, __half *yh) {
+    const int nd = hd / 2, pairs = E / 2;
+    const int64_t total = (int64_t)n * pairs;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        const int t = (int)(e / pairs);
+        int by_row, i;
+        const size_t o = (size_t)t * E + mu_vi_rope_pair((int)(e % pairs), hd, &by_row, &i);
+        int p = by_row ? ph[t] : pw[t];
+        p = p < 0 ? 0 : p > n_pos ? n_pos : p;
+        const float c = cs[(size_t)p * nd + i], s = cs[(size_t)p * nd + i + 1];
+        const float x0 = x[o], x1 = x[o + 1];
+        const float y0 = fmaf(x0, c, -(x1 * s)), y1 = fmaf(x0, s, x1 * c);
+        if (yf) {
+            yf[o] = y0;
+            yf[o + 1] = y1;
+        } else {
+            yh[o] = __float2half_rn(y0);
+            yh[o + 1] = __float2half_rn(y1);
+        }
+    }
+}
+
+#define AQ MU_VI_AQ /* queries per block: one thread each */
+#define AK MU_VI_AK /* keys per shared tile */
+
+/* One head (blockIdx.y) of attention for AQ consecutive queries: query i
+ * sees keys [lo[i], hi[i]) (global: all n). Scores in F32 from F32 q and
+ * F16 k, an online softmax (running max, rescaled sums), V products in
+ * F32; out F16 (the next matmul's input type). HD: hd rounded up to a
+ * multiple of 32 (padding lanes are zeros). */
+template <int HD>
+__global__ void __launch_bounds__(AQ) k_attn(const float *q, const __half *k, const __half *v, int n, int E, int hd,
+                                             float scale, const int *lo, const int *hi, int global, __half *out) {
+    __shared__ __align__(16) float Ks[AK][HD];
+    __shared__ __align__(16) float Vs[AK][HD];
+    __shared__ int range[2];
+    const int h = blockIdx.y, i = blockIdx.x * AQ + threadIdx.x;
+    const bool valid = i < n;
+    const size_t qo = (size_t)i * E + (size_t)h * hd;
+    float qr[HD], acc[HD];
+#pragma unroll
+    for (int d = 0; d < HD; d++) {
+        qr[d] = valid && d < hd ? q[qo + d] : 0.0f;
+        acc[d] = 0.0f;
+    }
+    int my_lo = n, my_hi = 0;
+    if (valid) {
+        my_lo = global ? 0 : lo[i];
+        my_hi = global ? n : hi[i];
+        my_lo = my_lo < 0 ? 0 : my_lo;
+        my_hi = my_hi > n ? n : my_hi;
+    }
+    if (threadIdx.x == 0) range[0] = n, range[1] = 0;
+    __syncthreads();
+    if (valid && my_lo < my_hi) {
+        atomicMin(&range[0], my_lo);
+        atomicMax(&range[1], my_hi);
+    }
+    __syncthreads();
+    const int b_lo = range[0], b_hi = range[1];
+    float m = -INFINITY, l = 0.0f;
+    for (int j0 = b_lo; j0 < b_hi; j0 += AK) {
+        for (int e = threadIdx.x; e < AK * HD; e += AQ) {
+            const int r = e / HD, d = e % HD, j = j0 + r;
+            const bool ok = j < b_hi && d < hd;
+            const size_t o = (size_t)j * E + (size_t)h * hd + d;
+            Ks[r][d] = ok ? __half2float(k[o]) : 0.0f;
+            Vs[r][d] = ok ? __half2float(v[o]) : 0.0f;
+        }
+        __syncthreads();
+        const int jn = b_hi - j0 < AK ? b_hi - j0 : AK;
+        for (int r = 0; r < jn; r++) {
+            const int j = j0 + r;
+            if (j < my_lo || j >= my_hi) continue;
+            /* 16-byte shared loads (every thread reads the same row: a broadcast) */
+            const float4 *k4 = (const float4 *)Ks[r], *v4 = (const float4 *)Vs[r];
+            float s = 0.0f;
+#pragma unroll
+            for (int d = 0; d < HD; d += 4) {
+                const float4 kk = k4[d / 4];
+                s = fmaf(qr[d], kk.x, s);
+                s = fmaf(qr[d + 1], kk.y, s);
+                s = fmaf(qr[d + 2], kk.z, s);
+                s = fmaf(qr[d + 3], kk.w, s);
+            }
+            s = s * scale;
+            if (s > m) {
+                const float corr = expf(m - s); /* 0 on the first key (m = -inf) */
+                l = l * corr;
+#pragma unroll
+                for (int d = 0; d < HD; d++) acc[d] = acc[d] * corr;
+                m = s;
+            }
+            const float p = expf(s - m);
+            l = l + p;
+#pragma unroll
+            for (int d = 0; d < HD; d += 4) {
+                const float4 vv = v4[d / 4];
+                acc[d] = fmaf(p, vv.x, acc[d]);
+                acc[d + 1] = fmaf(p, vv.y, acc[d + 1]);
+                acc[d + 2] = fmaf(p, vv.z, acc[d + 2]);
+                acc[d + 3] = fmaf(p, vv.w, acc[d + 3]);
+            }
+        }
+        __syncthreads();
+    }
+    if (!valid) return;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+#pragma unroll
+    for (int d = 0; d < HD; d++)
+        if (d < hd) out[qo + d] = __float2half_rn(acc[d] * inv);
+}
+
+/* post-LN rows (permuted order) -> the 2x2 pixel shuffle's rows in grid
+ * order: y[o][c * 4 + s] = x[inv[g]][c], g the s-th patch (ry, rx) of
+ * merged cell o, as F16 (mm.0's input) */
+__global__ void k_shuffle(const float *x, int E, int gw, int n_out, const int *inv, __half *y) {
+    const int64_t total = (int64_t)n_out * 4 * E;
+    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += (int64_t)gridDim.x * blockDim.x) {
+        int c;
+        const int g = mu_vi_shuffle_src(e, E, gw, &c);
+        y[e] = __float2half_rn(x[(size_t)inv[g] * E + c]);
+    }
+}
+
+/* ---- the model ---------------------------------------------------------- */
+
+typedef struct {
+    __half *d;
+    int rows, cols;
+} vmat;
+
+typedef struct {
+    vmat q, k, v, o, up, down;
+    float *ln1_w, *ln1_b, *q_b, *k_b, *v_b, *o_b, *ln2_w, *ln2_b, *up_b, *down_b;
+    bool global;
+} vlayer;
+
+struct mu_gpu_vit {
+    int dev;
+    int L, E, F, H, hd, ps, M, O;
+    float eps;
+    vmat patch, mm[3];
+    float *patch_b, *pre_w, *pre_b, *post_w, *post_b;
+    vlayer *layers;
+    cudaStream_t st;
+    void *arena;
+    size_t arena_cap;
+};
+
+static int grid_for(int64_t n, int threads) {
+    int64_t b = (n + threads - 1) / threads;
+    return (int)(b < 1 ? 1 : b > 65535 * 8 ? 65535 * 8 : b);
+}
+
+/* A matrix of `rows` x `cols` as F16 on the device. */
+static int up_mat(mu_gpu_vit *v, const mu_gpu_tensor *t, int rows, int cols, const char *name, vmat *out,
+                  mu_err *err) {
+    if (!t->data) return vfail(err, MU_E_ARG, "cuda vision: %s is missing", name);
+    if (t->ne0 != cols || t->ne1 != rows)
+        return vfail(err, MU_E_ARG, "cuda vision: %s is %lldx%lld, want %dx%d", name, (long long)t->ne0,
+                     (long long)t->ne1, cols, rows);
+    size_t rb;
+    switch (t->type) {
+    case MU_T_F16: case MU_T_BF16: rb = (size_t)cols * 2; break;
+    case MU_T_F32: rb = (size_t)cols * 4; break;
+    case MU_T_Q8_0:
+        if (cols % 32) return vfail(err, MU_E_ARG, "cuda vision: %s: Q8_0 rows of %d elements", name, cols);
+        rb = (size_t)cols / 32 * 34;
+        break;
+    default: return vfail(err, MU_E_UNSUPPORTED, "cuda vision: %s: weight type %u not supported", name, t->type);
+    }
+    if (t->bytes != rb * (size_t)rows)
+        return vfail(err, MU_E_ARG, "cuda vision: %s holds %zu bytes, want %zu", name, t->bytes, rb * (size_t)rows);
+    const size_t n = (size_t)rows * cols;
+    VCK(cudaMalloc((void **)&out->d, n * sizeof(__half)), name);
+    out->rows = rows, out->cols = cols;
+    /* copies on v->st (a non-blocking stream does not wait for the legacy
+     * default stream's copies), so the conversion runs after its copy */
+    if (t->type == MU_T_F16) {
+        VCK(cudaMemcpyAsync(out->d, t->data, n * sizeof(__half), cudaMemcpyHostToDevice, v->st), name);
+        return 0;
+    }
+    void *raw = NULL;
+    VCK(cudaMalloc(&raw, t->bytes), name);
+    cudaError_t e = cudaMemcpyAsync(raw, t->data, t->bytes, cudaMemcpyHostToDevice, v->st);
+    if (e == cudaSuccess) {
+        k_to_f16<<<grid_for((int64_t)n, 256), 256, 0, v->st>>>((const uint8_t *)raw, t->type, rows, cols, rb, out->d);
+        e = cudaGetLastError();
+    }
+    if (e == cudaSuccess) e = cudaStreamSynchronize(v->st);
+    cudaFree(raw);
+    if (e != cudaSuccess) return vcuda_fail(err, e, name);
+    return 0;
+}
+
+/* A vector of n floats, or NULL when absent and `optional`. */
+static int up_vec(const mu_gpu_vit *v, const mu_gpu_tensor *t, int n, bool optional, const char *name, float **out,
+                  mu_err *err) {
+    *out = NULL;
+    if (!t->data) return optional ? 0 : vfail(err, MU_E_ARG, "cuda vision: %s is missing", name);
+    if (t->type != MU_T_F32)
+        return vfail(err, MU_E_UNSUPPORTED, "cuda vision: %s: type %u (want F32)", name, t->type);
+    if (t->ne0 * (t->ne1 > 0 ? t->ne1 : 1) != n || t->bytes != (size_t)n * 4)
+        return vfail(err, MU_E_ARG, "cuda vision: %s has %lld values, want %d", name, (long long)t->ne0, n);
+    VCK(cudaMalloc((void **)out, (size_t)n * 4), name);
+    VCK(cudaMemcpyAsync(*out, t->data, (size_t)n * 4, cudaMemcpyHostToDevice, v->st), name);
+    return 0;
+}
+
+void cu_vit_free(mu_gpu_vit *v) {
+    if (!v) return;
+    cudaSetDevice(v->dev);
+    if (v->st) cudaStreamSynchronize(v->st);
+    cudaFree(v->patch.d);
+    for (int i = 0; i < 3; i++) cudaFree(v->mm[i].d);
+    cudaFree(v->patch_b), cudaFree(v->pre_w), cudaFree(v->pre_b), cudaFree(v->post_w), cudaFree(v->post_b);
+    if (v->layers)
+        for (int il = 0; il < v->L; il++) {
+            vlayer *l = &v->layers[il];
+            cudaFree(l->q.d), cudaFree(l->k.d), cudaFree(l->v.d), cudaFree(l->o.d), cudaFree(l->up.d);
+            cudaFree(l->down.d);
+            cudaFree(l->ln1_w), cudaFree(l->ln1_b), cudaFree(l->q_b), cudaFree(l->k_b), cudaFree(l->v_b);
+            cudaFree(l->o_b), cudaFree(l->ln2_w), cudaFree(l->ln2_b), cudaFree(l->up_b), cudaFree(l->down_b);
+        }
+    free(v->layers);
+    cudaFree(v->arena);
+    if (v->st) cudaStreamDestroy(v->st);
+    free(v);
+}
+
+static int vit_new(mu_gpu_vit *v, const mu_gpu_vit_desc *d, mu_err *err) {
+    const int E = d->n_embd, F = d->n_ff, M = d->mm_hidden, K = 3 * d->patch_size * d->patch_size;
+    if (d->n_layer < 1 || E < 2 || F < 1 || d->n_head < 1 || d->head_dim * d->n_head != E || d->head_dim % 4 ||
+        d->head_dim > 128 || d->patch_size < 1 || M < 1 || d->n_out < 1 || !d->global || !d->layers)
+        return vfail(err, MU_E_ARG, "cuda vision: unsupported geometry (E %d, heads %d x %d, ff %d)", E, d->n_head,
+                     d->head_dim, F);
+    v->L = d->n_layer, v->E = E, v->F = F, v->H = d->n_head, v->hd = d->head_dim, v->ps = d->patch_size;
+    v->M = M, v->O = d->n_out, v->eps = d->eps;
+    VCK(cudaStreamCreateWithFlags(&v->st, cudaStreamNonBlocking), "stream");
+    v->layers = (vlayer *)calloc((size_t)v->L, sizeof *v->layers);
+    if (!v->layers) return vfail(err, MU_E_NOMEM, "cuda vision: out of memory");
+    int rc;
+    if ((rc = up_mat(v, &d->patch_w, E, K, "v.patch_embd.weight", &v->patch, err)) ||
+        (rc = up_vec(v, &d->patch_b, E, true, "v.patch_embd.bias", &v->patch_b, err)) ||
+        (rc = up_vec(v, &d->pre_w, E, true, "v.pre_ln.weight", &v->pre_w, err)) ||
+        (rc = up_vec(v, &d->pre_b, E, true, "v.pre_ln.bias", &v->pre_b, err)) ||
+        (rc = up_vec(v, &d->post_w, E, true, "v.post_ln.weight", &v->post_w, err)) ||
+        (rc = up_vec(v, &d->post_b, E, true, "v.post_ln.bias", &v->post_b, err)) ||
+        (rc = up_mat(v, &d->mm[0], M, 4 * E, "mm.0.weight", &v->mm[0], err)) ||
+        (rc = up_mat(v, &d->mm[1], M, M, "mm.1.weight", &v->mm[1], err)) ||
+        (rc = up_mat(v, &d->mm[2], d->n_out, M, "mm.2.weight", &v->mm[2], err)))
+        return rc;
+    for (int il = 0; il < v->L; il++) {
+        const mu_gpu_vit_layer *s = &d->layers[il];
+        vlayer *l = &v->layers[il];
+        l->global = d->global[il];
+        if ((rc = up_vec(v, &s->ln1_w, E, true, "ln1.weight", &l->ln1_w, err)) ||
+            (rc = up_vec(v, &s->ln1_b, E, true, "ln1.bias", &l->ln1_b, err)) ||
+            (rc = up_mat(v, &s->q_w, E, E, "attn_q.weight", &l->q, err)) ||
+            (rc = up_vec(v, &s->q_b, E, true, "attn_q.bias", &l->q_b, err)) ||
+            (rc = up_mat(v, &s->k_w, E, E, "attn_k.weight", &l->k, err)) ||
+            (rc = up_vec(v, &s->k_b, E, true, "attn_k.bias", &l->k_b, err)) ||
+            (rc = up_mat(v, &s->v_w, E, E, "attn_v.weight", &l->v, err)) ||
+            (rc = up_vec(v, &s->v_b, E, true, "attn_v.bias", &l->v_b, err)) ||
+            (rc = up_mat(v, &s->o_w, E, E, "attn_out.weight", &l->o, err)) ||
+            (rc = up_vec(v, &s->o_b, E, true, "attn_out.bias", &l->o_b, err)) ||
+            (rc = up_vec(v, &s->ln2_w, E, true, "ln2.weight", &l->ln2_w, err)) ||
+            (rc = up_vec(v, &s->ln2_b, E, true, "ln2.bias", &l->ln2_b, err)) ||
+            (rc = up_mat(v, &s->up_w, F, E, "ffn_up.weight", &l->up, err)) ||
+            (rc = up_vec(v, &s->up_b, F, true, "ffn_up.bias", &l->up_b, err)) ||
+            (rc = up_mat(v, &s->down_w, E, F, "ffn_down.weight", &l->down, err)) ||
+            (rc = up_vec(v, &s->down_b, E, true, "ffn_down.bias", &l->down_b, err)))
+            return rc;
+    }
+    VCK(cudaStreamSynchronize(v->st), "upload");
+    return 0;
+}
+
+int cu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err) {
+    *out = NULL;
+    VCK(cudaSetDevice(device), "set device");
+    mu_gpu_vit *v = (mu_gpu_vit *)calloc(1, sizeof *v);
+    if (!v) return vfail(err, MU_E_NOMEM, "cuda vision: out of memory");
+    v->dev = device;
+    int rc = vit_new(v, d, err);
+    if (rc) {
+        cu_vit_free(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+/* ---- one image ---------------------------------------------------------- */
+
+static void gemm(cudaStream_t st, const __half *A, int T, const vmat *W, const float *bias, const float *res, bool gelu,
+                 float *yf, __half *yh) {
+    const dim3 grid((unsigned)((W->rows + GB - 1) / GB), (unsigned)((T + GB - 1) / GB));
+    k_gemm<<<grid, 128, 0, st>>>(A, W->d, T, W->rows, W->cols, bias, res, gelu ? 1 : 0, yf, yh);
+}
+
+static void layer_norm(const mu_gpu_vit *v, int n, const float *x, const float *w, const float *b, float *yf,
+                       __half *yh) {
+    k_ln<<<n, LN_THREADS, 0, v->st>>>(x, v->E, w, b, v->eps, yf, yh);
+}
+
+static void attention(const mu_gpu_vit *v, int n, const float *q, const __half *k, const __half *vv, const int *lo,
+                      const int *hi, bool global, __half *out) {
+    const dim3 grid((unsigned)((n + AQ - 1) / AQ), (unsigned)v->H);
+    const float scale = 1.0f / sqrtf((float)v->hd);
+    const int g = global ? 1 : 0;
+    if (v->hd <= 32) k_attn<32><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);
+    else if (v->hd <= 64) k_attn<64><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);
+    else if (v->hd <= 96) k_attn<96><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);
+    else k_attn<128><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);
+}
+
+/* carves 256-byte aligned pieces out of the arena (or only counts, base NULL) */
+typedef struct {
+    uint8_t *base;
+    size_t used;
+} carver;
+static void *carve(carver *c, size_t bytes) {
+    c->used = (c->used + 255) & ~(size_t)255;
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += bytes;
+    return p;
+}
+
+typedef struct {
+    float *chw, *pos, *cs, *h, *qf, *kf, *outf;
+    int *perm, *inv, *pw, *ph, *lo, *hi;
+    __half *col, *x16, *k16, *v16, *ao16, *big16, *a1, *a2;
+} vbufs;
+
+static void layout(carver *c, vbufs *b, const mu_gpu_vit *v, const mu_gpu_vit_image *im, int n, int n_out) {
+    const size_t nE = (size_t)n * v->E, K = (size_t)3 * v->ps * v->ps;
+    b->chw = (float *)carve(c, (size_t)3 * im->nx * im->ny * 4);
+    b->pos = (float *)carve(c, nE * 4);
+    b->cs = (float *)carve(c, (size_t)(im->n_pos + 1) * (v->hd / 2) * 4);
+    b->h = (float *)carve(c, nE * 4);
+    b->qf = (float *)carve(c, nE * 4);
+    b->kf = (float *)carve(c, nE * 4);
+    b->outf = (float *)carve(c, (size_t)n_out * v->O * 4);
+    int **ints[] = {&b->perm, &b->inv, &b->pw, &b->ph, &b->lo, &b->hi};
+    for (int i = 0; i < 6; i++) *ints[i] = (int *)carve(c, (size_t)n * 4);
+    b->col = (__half *)carve(c, (size_t)n * K * 2);
+    b->x16 = (__half *)carve(c, nE * 2); /* also the pixel shuffle's n_out x 4E */
+    b->k16 = (__half *)carve(c, nE * 2);
+    b->v16 = (__half *)carve(c, nE * 2);
+    b->ao16 = (__half *)carve(c, nE * 2);
+    b->big16 = (__half *)carve(c, (size_t)n * v->F * 2);
+    b->a1 = (__half *)carve(c, (size_t)n_out * v->M * 2);
+    b->a2 = (__half *)carve(c, (size_t)n_out * v->M * 2);
+}
+
+int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
+    const int ps = v->ps, gw = im->gw, gh = im->gh;
+    if (gw < 2 || gh < 2 || gw % 2 || gh % 2 || gw * ps != im->nx || gh * ps != im->ny || gw > 4096 || gh > 4096 ||
+        im->n_pos < (gw > gh ? gw : gh) || !im->chw || !im->perm || !im->inv || !im->pw || !im->ph || !im->win_lo ||
+        !im->win_hi || !im->pos || !im->rope_cs || !im->out)
+        return vfail(err, MU_E_ARG, "cuda vision: bad image layout (%dx%d pixels, grid %dx%d)", im->nx, im->ny, gw, gh);
+    const int n = gw * gh, n_out = n / 4, E = v->E;
+    VCK(cudaSetDevice(v->dev), "set device");
+    vbufs b;
+    carver c = {NULL, 0};
+    layout(&c, &b, v, im, n, n_out);
+    if (c.used > v->arena_cap) {
+        cudaFree(v->arena);
+        v->arena = NULL, v->arena_cap = 0;
+        VCK(cudaMalloc(&v->arena, c.used), "scratch");
+        v->arena_cap = c.used;
+    }
+    c.base = (uint8_t *)v->arena, c.used = 0;
+    layout(&c, &b, v, im, n, n_out);
+    cudaStream_t st = v->st;
+    const size_t ni = (size_t)n * sizeof(int);
+    VCK(cudaMemcpyAsync(b.chw, im->chw, (size_t)3 * im->nx * im->ny * 4, cudaMemcpyHostToDevice, st), "upload");
+    VCK(cudaMemcpyAsync(b.pos, im->pos, (size_t)n * E * 4, cudaMemcpyHostToDevice, st), "upload");
+    VCK(cudaMemcpyAsync(b.cs, im->rope_cs, (size_t)(im->n_pos + 1) * (v->hd / 2) * 4, cudaMemcpyHostToDevice, st),
+        "upload");
+    VCK(cudaMemcpyAsync(b.perm, im->perm, ni, cudaMemcpyHostToDevice, st), "upload");
+    VCK(cudaMemcpyAsync(b.inv, im->inv, ni, cudaMemcpyHostToDevice, st), "upload");
+    VCK(cudaMemcpyAsync(b.pw, im->pw, ni, cudaMemcpyHostToDevice, st), "upload");
+    VCK(cudaMemcpyAsync(b.ph, im->ph, ni, cudaMemcpyHostToDevice, st), "upload");
+    VCK(cudaMemcpyAsync(b.lo, im->win_lo, ni, cudaMemcpyHostToDevice, st), "upload");
+    VCK(cudaMemcpyAsync(b.hi, im->win_hi, ni, cudaMemcpyHostToDevice, st), "upload");
+
+    /* 1. patchify in the permuted order, + bias, + the position grid */
+    const int K = 3 * ps * ps;
+    k_im2col<<<grid_for((int64_t)n * K, 256), 256, 0, st>>>(b.chw, im->nx, im->ny, ps, gw, b.perm, n, b.col);
+    VLAUNCHED("im2col");
+    gemm(st, b.col, n, &v->patch, v->patch_b, b.pos, false, b.h, NULL);
+    VLAUNCHED("patch matmul");
+    layer_norm(v, n, b.h, v->pre_w, v->pre_b, b.h, NULL);
+    VLAUNCHED("pre norm");
+
+    /* 2. the blocks */
+    const int rope_grid = grid_for((int64_t)n * E / 2, 256);
+    for (int il = 0; il < v->L; il++) {
+        const vlayer *l = &v->layers[il];
+        layer_norm(v, n, b.h, l->ln1_w, l->ln1_b, NULL, b.x16);
+        gemm(st, b.x16, n, &l->q, l->q_b, NULL, false, b.qf, NULL);
+        gemm(st, b.x16, n, &l->k, l->k_b, NULL, false, b.kf, NULL);
+        gemm(st, b.x16, n, &l->v, l->v_b, NULL, false, NULL, b.v16);
+        VLAUNCHED("qkv");
+        k_rope<<<rope_grid, 256, 0, st>>>(b.qf, n, E, v->hd, b.pw, b.ph, b.cs, im->n_pos, b.qf, NULL);
+        k_rope<<<rope_grid, 256, 0, st>>>(b.kf, n, E, v->hd, b.pw, b.ph, b.cs, im->n_pos, NULL, b.k16);
+        VLAUNCHED("rope");
+        attention(v, n, b.qf, b.k16, b.v16, b.lo, b.hi, l->global, b.ao16);
+        VLAUNCHED("attention");
+        gemm(st, b.ao16, n, &l->o, l->o_b, b.h, false, b.h, NULL);
+        layer_norm(v, n, b.h, l->ln2_w, l->ln2_b, NULL, b.x16);
+        gemm(st, b.x16, n, &l->up, l->up_b, NULL, true, NULL, b.big16);
+        gemm(st, b.big16, n, &l->down, l->down_b, b.h, false, b.h, NULL);
+        VLAUNCHED("ffn");
+    }
+    layer_norm(v, n, b.h, v->post_w, v->post_b, b.h, NULL);
+    VLAUNCHED("post norm");
+
+    /* 3. pixel shuffle, the adapter */
+    k_shuffle<<<grid_for((int64_t)n_out * 4 * E, 256), 256, 0, st>>>(b.h, E, gw, n_out, b.inv, b.x16);
+    VLAUNCHED("pixel shuffle");
+    gemm(st, b.x16, n_out, &v->mm[0], NULL, NULL, true, NULL, b.a1);
+    gemm(st, b.a1, n_out, &v->mm[1], NULL, NULL, true, NULL, b.a2);
+    gemm(st, b.a2, n_out, &v->mm[2], NULL, NULL, false, b.outf, NULL);
+    VLAUNCHED("adapter");
+    VCK(cudaMemcpyAsync(im->out, b.outf, (size_t)n_out * v->O * 4, cudaMemcpyDeviceToHost, st), "download");
+    VCK(cudaStreamSynchronize(st), "encode");
+    return 0;
+}
+
+/* ---- kernel tests (gpu.h, mu_gpu_vit_test_*) ------------------------------ */
+
+/* device copies of host arrays, freed together */
+typedef struct {
+    void *p[8];
+    int n;
+} tbufs;
+static void tb_free(tbufs *b) {
+    for (int i = 0; i < b->n; i++) cudaFree(b->p[i]);
+    b->n = 0;
+}
+static int tb_put(tbufs *b, const void *src, size_t bytes, void **out, mu_err *err) {
+    *out = NULL;
+    if (!src) return 0;
+    VCK(cudaMalloc(out, bytes), "test buffer");
+    b->p[b->n++] = *out;
+    VCK(cudaMemcpy(*out, src, bytes, cudaMemcpyHostToDevice), "test upload");
+    return 0;
+}
+
+int cu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
+                     const float *res, bool gelu, float *y, mu_err *err) {
+    if (T < 1 || N < 1 || K < 1) return vfail(err, MU_E_ARG, "cuda vision: test gemm %dx%dx%d", T, N, K);
+    VCK(cudaSetDevice(device), "set device");
+    tbufs b = {{0}, 0};
+    void *da, *dw, *db, *dr, *dy;
+    const size_t ny = (size_t)T * N * 4;
+    int rc = tb_put(&b, a, (size_t)T * K * 2, &da, err);
+    if (!rc) rc = tb_put(&b, w, (size_t)N * K * 2, &dw, err);
+    if (!rc) rc = tb_put(&b, bias, (size_t)N * 4, &db, err);
+    if (!rc) rc = tb_put(&b, res, ny, &dr, err);
+    if (!rc) rc = tb_put(&b, y, ny, &dy, err); /* y's bytes: the output buffer */
+    if (!rc) {
+        vmat m = {(__half *)dw, N, K};
+        gemm(0, (const __half *)da, T, &m, (const float *)db, (const float *)dr, gelu, (float *)dy, NULL);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaMemcpy(y, dy, ny, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = vcuda_fail(err, e, "test gemm");
+    }
+    tb_free(&b);
+    return rc;
+}
+
+int cu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
+                     const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err) {
+    if (n < 1 || n_head < 1 || hd < 4 || hd % 4 || hd > 128 || !lo || !hi)
+        return vfail(err, MU_E_ARG, "cuda vision: test attention n %d, %d heads of %d", n, n_head, hd);
+    VCK(cudaSetDevice(device), "set device");
+    const int E = n_head * hd;
+    const size_t nE = (size_t)n * E;
+    tbufs b = {{0}, 0};
+    void *dq, *dk, *dv, *dlo, *dhi, *dout;
+    int rc = tb_put(&b, q, nE * 4, &dq, err);
+    if (!rc) rc = tb_put(&b, k, nE * 2, &dk, err);
+    if (!rc) rc = tb_put(&b, v, nE * 2, &dv, err);
+    if (!rc) rc = tb_put(&b, lo, (size_t)n * 4, &dlo, err);
+    if (!rc) rc = tb_put(&b, hi, (size_t)n * 4, &dhi, err);
+    if (!rc) rc = tb_put(&b, out, nE * 2, &dout, err);
+    if (!rc) {
+        mu_gpu_vit v = {};
+        v.E = E, v.H = n_head, v.hd = hd, v.st = 0;
+        attention(&v, n, (const float *)dq, (const __half *)dk, (const __half *)dv, (const int *)dlo,
+                  (const int *)dhi, global, (__half *)dout);
+        cudaError_t e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) e = cudaMemcpy(out, dout, nE * 2, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = vcuda_fail(err, e, "test attention");
+    }
+    tb_free(&b);
+    return rc;
+}
