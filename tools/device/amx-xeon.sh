@@ -66,7 +66,7 @@ while [ $# -gt 0 ]; do
     --reps) REPS=${2:?}; shift 2 ;;
     --budget) BUDGET=${2:?}; shift 2 ;;
     --no-model) MODEL=0; shift ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
     *) echo "amx-xeon: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
