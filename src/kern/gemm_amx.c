@@ -184,11 +184,13 @@ static void *scratch(int k, size_t bytes) {
  * call by q4k_acopy. TDPBSSD gives C[r][t]; isum = 128 C_hi + C_lo, exact.
  * The float steps then run along the 16 activation rows of a tile, one zmm
  * per weight row, in the ref's order per output (see q4k_tile). The mins
- * sum imin is exact in int32 (vpmaddwd of int16 pairs: every bsum pair fits
- * int16). A group is RG = 32 weight rows (two halves of 16); its blocks are
- * expanded once into wb (per super-block i, pair j, half h: A_hi then A_lo,
- * 1 KB each) and meta, then every tile of 16 activation rows runs against
- * it. */
+ * sum imin is formed in float from the mins and the sub-block bsums, all
+ * integers, exactly (every product and sum is below 2^24). A group is RG =
+ * 32 weight rows (two halves of 16); its blocks are expanded once into wb
+ * (per super-block i, pair j, half h: A_hi then A_lo, 1 KB each) and meta,
+ * then every tile of 16 activation rows runs against it. The results leave
+ * the registers transposed, 16 consecutive floats of an output row per
+ * store (a scatter of 16 rows, 8 KB apart, cost more than the tiles). */
 #define RG 32
 #define TT 16
 /* Fewer activation rows than this go to the AVX-512 gemm: the weights'
@@ -197,7 +199,7 @@ static void *scratch(int k, size_t bytes) {
 #define Q4K_SB (4 * 2 * 2 * 1024)
 
 typedef struct {
-    int32_t mnp[4][RG]; /* the mins of sub-blocks 2j, 2j + 1 as int16 pairs */
+    float mn[8][RG]; /* the mins of the 8 sub-blocks */
     float dx[RG], dm[RG];
 } q4k_meta;
 
@@ -205,7 +207,7 @@ typedef struct {
  * its TT rows (zero past the last row) */
 typedef struct {
     float d[TT];
-    int32_t bp[4][TT];
+    float b[8][TT]; /* the bsums of the 8 sub-blocks of 32 values */
 } q4k_aux;
 
 static void q4k_expand(const uint8_t *w, size_t ws, int r, int nr, int nb, uint8_t *wb, q4k_meta *meta) {
@@ -222,8 +224,7 @@ static void q4k_expand(const uint8_t *w, size_t ws, int r, int nr, int nb, uint8
             uint32_t u[4];
             k4_scales(x[i].scales, u);
             const uint8_t *sb = (const uint8_t *)u;
-            for (int j = 0; j < 4; j++)
-                meta[i].mnp[j][rr] = (int32_t)((uint32_t)sb[8 + 2 * j] | (uint32_t)sb[9 + 2 * j] << 16);
+            for (int j = 0; j < 8; j++) meta[i].mn[j][rr] = sb[8 + j];
             meta[i].dx[rr] = f16_to_f32(x[i].d);
             meta[i].dm[rr] = f16_to_f32(x[i].dmin);
             for (int j = 0; j < 4; j++) {
@@ -257,15 +258,12 @@ static void q4k_acopy(const uint8_t *a, size_t as, int nt, int nb, uint8_t *aq, 
                 const int t = k * TT + tt;
                 if (t >= nt) {
                     x->d[tt] = 0;
-                    for (int j = 0; j < 4; j++) x->bp[j][tt] = 0;
+                    for (int j = 0; j < 8; j++) x->b[j][tt] = 0;
                     continue;
                 }
                 const mu_block_q8_K *yb = (const mu_block_q8_K *)(a + (size_t)t * as) + i;
                 x->d[tt] = yb->d;
-                int32_t bp[4];
-                _mm_storeu_si128((__m128i *)bp, _mm_hadd_epi16(_mm_loadu_si128((const __m128i *)yb->bsums),
-                                                               _mm_loadu_si128((const __m128i *)(yb->bsums + 8))));
-                for (int j = 0; j < 4; j++) x->bp[j][tt] = bp[j];
+                for (int j = 0; j < 8; j++) x->b[j][tt] = (float)(yb->bsums[2 * j] + yb->bsums[2 * j + 1]);
             }
             for (int j = 0; j < 4; j++) {
                 __m512i rw[TT], o[TT];
@@ -308,55 +306,73 @@ static void q4k_acopy(const uint8_t *a, size_t as, int nt, int nb, uint8_t *aq, 
 Q4K_TILES(q4k_tiles_even, 6)
 Q4K_TILES(q4k_tiles_odd, 7)
 
+/* The tiles of step (super-block i, pair j) into S (j's parity picks
+ * the B register) */
+AI void q4k_step(const int sim, const uint8_t *aq, const uint8_t *wb, int i, int j, int32_t (*S)[TT][16]) {
+    const uint8_t *wij = wb + (size_t)i * Q4K_SB + (size_t)j * 4096, *aij = aq + (size_t)(4 * i + j) * 1024;
+    if (j & 1)
+        q4k_tiles_odd(sim, aij, wij, S);
+    else
+        q4k_tiles_even(sim, aij, wij, S);
+}
+
 /* One tile of activation rows (aq, ax: its B tiles and aux; nt rows)
  * against a group: y[t][rr] for t < nt, rr < nr.
- * Software-pipelined by steps of 64 values: the tiles of step s
- * (super-block s / 4, pair s % 4) go into S[s & 1] while the float steps
- * of step s - 1 read S[(s - 1) & 1], so the tile unit and the vector units
- * overlap (one step's float work fits the out-of-order window, a whole
- * super-block's does not). Per output and step, in the ref's order:
- * acc = fma(isum, d, acc), accm = fma(imin, dm, accm), with d = f16(d_x) *
- * d_a and dm = f16(dmin_x) * d_a; y = acc - accm. */
+ * Software-pipelined by super-blocks: the 4 tile steps of super-block
+ * i + 1 go into S[(i + 1) & 1], one after each 8 weight rows of the float
+ * steps of super-block i (which read S[i & 1]), so the tile unit and the
+ * vector units overlap. The float steps run a weight row at a time over
+ * the super-block's 4 pairs, with that row's sums in registers (loaded and
+ * stored once per super-block, not once per pair). Per output and pair, in
+ * the ref's order: acc = fma(isum, d, acc), accm = fma(imin, dm, accm),
+ * with d = f16(d_x) * d_a and dm = f16(dmin_x) * d_a; y = acc - accm. */
 AI void q4k_tile(const int sim, int nb, const uint8_t *wb, const q4k_meta *meta, const uint8_t *aq,
                  const q4k_aux *ax, int nt, float *y, int ys, int nr) {
-    int32_t S[2][4][TT][16] __attribute__((aligned(64))); /* buffer, (half, hi/lo), weight row, activation row */
-    __m512 acc[RG], accm[RG], dv[RG], dmv[RG];
-    for (int rr = 0; rr < RG; rr++) acc[rr] = accm[rr] = _mm512_setzero_ps();
-    q4k_tiles_even(sim, aq, wb, S[0]);
-    for (int s = 1; s <= 4 * nb; s++) {
-        if (s < 4 * nb) {
-            const uint8_t *wij = wb + (size_t)(s >> 2) * Q4K_SB + (size_t)(s & 3) * 4096;
-            if (s & 1)
-                q4k_tiles_odd(sim, aq + (size_t)s * 1024, wij, S[1]);
-            else
-                q4k_tiles_even(sim, aq + (size_t)s * 1024, wij, S[0]);
-        }
-        const int i = (s - 1) >> 2, j = (s - 1) & 3;
-        const int32_t(*C)[TT][16] = S[(s - 1) & 1];
+    /* buffer, pair, (half, hi/lo), weight row, activation row */
+    int32_t S[2][4][4][TT][16] __attribute__((aligned(64)));
+    __m512 acc[RG], accm[RG];
+    for (int j = 0; j < 4; j++) q4k_step(sim, aq, wb, 0, j, S[0][j]);
+    for (int i = 0; i < nb; i++) {
         const q4k_meta *m = &meta[i];
         const q4k_aux *x = &ax[i];
-        if (j == 0) {
-            const __m512 yd = _mm512_loadu_ps(x->d);
-            for (int rr = 0; rr < RG; rr++) {
-                dv[rr] = _mm512_mul_ps(_mm512_set1_ps(m->dx[rr]), yd);
-                dmv[rr] = _mm512_mul_ps(_mm512_set1_ps(m->dm[rr]), yd);
+        const int32_t(*C)[4][TT][16] = S[i & 1];
+        const __m512 yd = _mm512_loadu_ps(x->d);
+        __m512 bs[8];
+        for (int j = 0; j < 8; j++) bs[j] = _mm512_loadu_ps(x->b[j]);
+        for (int q = 0; q < 4; q++) {
+            if (i + 1 < nb) q4k_step(sim, aq, wb, i + 1, q, S[(i + 1) & 1][q]);
+            for (int r8 = 0; r8 < 8; r8++) {
+                const int rr = 8 * q + r8, h = rr >> 4, r = rr & 15;
+                const __m512 d = _mm512_mul_ps(_mm512_set1_ps(m->dx[rr]), yd);
+                const __m512 dm = _mm512_mul_ps(_mm512_set1_ps(m->dm[rr]), yd);
+                /* the first super-block starts from zero (no array to clear) */
+                __m512 a = i ? acc[rr] : _mm512_setzero_ps(), am = i ? accm[rr] : _mm512_setzero_ps();
+#pragma GCC unroll 4
+                for (int j = 0; j < 4; j++) {
+                    const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(C[j][2 * h][r]), 7),
+                                                          _mm512_load_si512(C[j][2 * h + 1][r]));
+                    /* imin = mn_2j b_2j + mn_2j+1 b_2j+1: integers below 2^24,
+                     * so the float product and the one-rounding FMA are exact */
+                    const __m512 imin = _mm512_fmadd_ps(_mm512_set1_ps(m->mn[2 * j][rr]), bs[2 * j],
+                                                        _mm512_mul_ps(_mm512_set1_ps(m->mn[2 * j + 1][rr]), bs[2 * j + 1]));
+                    a = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, a);
+                    am = _mm512_fmadd_ps(imin, dm, am);
+                }
+                acc[rr] = a;
+                accm[rr] = am;
             }
         }
-        const __m512i bp = _mm512_loadu_si512(x->bp[j]);
-        for (int h = 0; h < 2; h++)
-            for (int r = 0; r < 16; r++) {
-                const int rr = 16 * h + r;
-                const __m512i isum = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(C[2 * h][r]), 7),
-                                                      _mm512_load_si512(C[2 * h + 1][r]));
-                const __m512i imin = _mm512_madd_epi16(bp, _mm512_set1_epi32(m->mnp[j][rr]));
-                acc[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), dv[rr], acc[rr]);
-                accm[rr] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(imin), dmv[rr], accm[rr]);
-            }
     }
-    const __mmask16 k = nt >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nt) - 1);
-    const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                           _mm512_set1_epi32(ys));
-    for (int rr = 0; rr < nr; rr++) _mm512_mask_i32scatter_ps(y + rr, k, idx, _mm512_sub_ps(acc[rr], accm[rr]), 4);
+    /* y[t][16 h + r]: each half's 16 x 16 results transposed in registers,
+     * so that every store is 16 consecutive floats of one output row */
+    for (int h = 0; h < 2 && 16 * h < nr; h++) {
+        const int left = nr - 16 * h;
+        const __mmask16 k = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        __m512i v[16], o[16];
+        for (int r = 0; r < 16; r++) v[r] = _mm512_castps_si512(_mm512_sub_ps(acc[16 * h + r], accm[16 * h + r]));
+        transpose16_epi32(v, o);
+        for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(y + (size_t)t * ys + 16 * h, k, _mm512_castsi512_ps(o[t]));
+    }
 }
 
 /* The whole gemm (kern.h mu_gemm_fn) with the Q4_K rule of gemm_avx512.c:

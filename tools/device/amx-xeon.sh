@@ -15,15 +15,21 @@
 #   kernbench.log        gemm GMAC/s of BASE and KERN on Q4_K, Q6_K, Q5_K at
 #                        the prefill shapes (512 activation rows; n 2048 and
 #                        6144, the 1B shape's n_embd and n_ff), 1 and all threads
-#   sweep.jsonl, sweep.txt  `muser bench` on a 1B-shape Q4_K_M file (made here
-#                        by `muser gen --preset 1b`), threads x {BASE, KERN},
-#                        depths 512 and 2048 (2048 only with --llamacpp,
-#                        whose comparison runs 512), the tables' order rotating with
-#                        the repetition; medians and thread scaling
-#   profile.jsonl        `muser bench --profile` at the most threads, per table
+#   sweep.jsonl, sweep.txt  without --llamacpp: `muser bench` on a 1B-shape
+#                        Q4_K_M file (made here by `muser gen --preset 1b`),
+#                        threads x {BASE, KERN}, depths 512 and 2048, the
+#                        tables' order rotating with the repetition; medians
+#                        and thread scaling
 #   compare.log, compare-cpu.json   with --llamacpp: llama-bench built here
 #                        (GGML_NATIVE: llama.cpp's AMX code on this CPU) against
-#                        muser, bench/compare-llamacpp-cpu
+#                        muser's BASE and KERN (bench/compare-llamacpp-cpu) at
+#                        every --threads, depth 512, llama.cpp with flash
+#                        attention off and on, 16 decode steps
+#   compare2048.log, compare-cpu-2048.json   the same at depth 2048, prefill
+#                        only (llama-bench's decode at depth 2048 prefills the
+#                        depth again) and flash attention on only (llama.cpp's
+#                        faster prefill at every thread count on 2026-12-02)
+#   profile.jsonl        `muser bench --profile` at the most threads, per table
 #   depth8k.log          decode at depth 8192 on every core: muser with the
 #                        split decode attention (src/engine/attn.c) on and
 #                        off, and llama-bench -d 8192 when built
@@ -60,7 +66,7 @@ while [ $# -gt 0 ]; do
     --reps) REPS=${2:?}; shift 2 ;;
     --budget) BUDGET=${2:?}; shift 2 ;;
     --no-model) MODEL=0; shift ;;
-    -h|--help) sed -n '2,46p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,52p' "$0"; exit 0 ;;
     *) echo "amx-xeon: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -216,13 +222,12 @@ for l in sys.stdin:
   done
 }
 rm -f "$OUT/sweep.jsonl"
-# with llama.cpp, compare covers depth 512 (both tables): the sweep takes 2048
-# and it leaves time for the profile, depth8k and the comparison
+# with llama.cpp, the two comparisons cover both tables at depths 512 and
+# 2048 (about 125 s and 165 s on the 16-core Xeon): no sweep
 SWEEP_DEPTHS=512,2048 SWEEP_RESERVE=100
-[ "$LLAMA" = 1 ] && SWEEP_DEPTHS=2048 SWEEP_RESERVE=230
 export -f sweep
 export SWEEP_DEPTHS SWEEP_RESERVE
-[ -f "$M1B" ] && step sweep 90 300 bash -c sweep
+[ -f "$M1B" ] && [ "$LLAMA" = 0 ] && step sweep 90 300 bash -c sweep
 if [ -f "$OUT/sweep.jsonl" ]; then
   python3 - "$OUT/sweep.jsonl" "$BASE" "$KERN" >"$OUT/sweep.txt" <<'EOF'
 import json, statistics, sys
@@ -268,9 +273,12 @@ export -f profile
 [ -f "$M1B" ] && step profile 40 90 bash -c profile
 
 if [ "$LLAMA" = 1 ]; then
-  step compare 120 300 python3 bench/compare-llamacpp-cpu -m "$M1B" --muser "$D/muser" --llama-bench "$LB" \
-    --threads "$THREADS" --depths 512 --gen 16 --reps 2 --kern "$BASE,$KERN" --fa 0,1 --out "$OUT/compare-cpu.json"
+  step compare 100 220 python3 bench/compare-llamacpp-cpu -m "$M1B" --muser "$D/muser" --llama-bench "$LB" \
+    --threads "$THREADS" --depths 512 --gen 16 --reps "$REPS" --kern "$BASE,$KERN" --fa 0,1 --out "$OUT/compare-cpu.json"
   sed -n '/threads | depth/,$p' "$OUT/compare.log" >>"$SUM"
+  step compare2048 120 240 python3 bench/compare-llamacpp-cpu -m "$M1B" --muser "$D/muser" --llama-bench "$LB" \
+    --threads "$THREADS" --depths 2048 --gen 0 --reps "$REPS" --kern "$BASE,$KERN" --fa 1 --out "$OUT/compare-cpu-2048.json"
+  sed -n '/threads | depth/,$p' "$OUT/compare2048.log" >>"$SUM"
 fi
 # decode at depth 8192 on every core: the split decode attention (attn.c)
 # against the same binary with it off, and llama.cpp's decode there
