@@ -555,7 +555,6 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
                     return mu_fail(err, MU_E_ARG, "forward: capture layer out of range: %d (layers %d)",
                                    it->feat_layers[k], I->n_layer);
         }
-        if (it->in_embd && e->gpu) return mu_fail(err, MU_E_ARG, "forward: input rows (images) need the CPU backend");
         if (!it->in_embd && !it->tokens) return mu_fail(err, MU_E_ARG, "forward: item %d has neither tokens nor rows", i);
         for (int t = 0; t < it->n_tokens && !it->in_embd; t++)
             if (it->tokens[t] < 0 || it->tokens[t] >= I->n_vocab)

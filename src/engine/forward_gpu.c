@@ -54,7 +54,8 @@ typedef struct {
     float *logits[MU_UBATCH];
     float *embd[MU_UBATCH];
     const mu_batch_item *item[MU_UBATCH]; /* the token's item when it streams its layers, else NULL */
-    int T, n_out, t_solo, n_layer_tok;
+    const float *in_row[MU_UBATCH];       /* the token's input row (an image row), else NULL */
+    int T, n_out, t_solo, n_layer_tok, n_in_rows;
     bool rope, seen_solo;
 } gchunk;
 
@@ -89,10 +90,10 @@ static int run(mu_engine *e, gchunk *c, mu_err *err) {
     mu_gpu_chunk g = {.T = c->T, .tokens = c->tok, .pos = c->pos, .sess = c->sess, .out = c->out,
                       .n_out = c->n_out, .t_solo = c->t_solo < c->T ? c->t_solo : c->T, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .embd = c->embd,
                       .prof = prof, .on_layer = c->n_layer_tok ? chunk_layer : NULL, .on_layer_user = c,
-                      .stream_stats = &e->gpu_stream};
+                      .stream_stats = &e->gpu_stream, .in_rows = c->n_in_rows ? c->in_row : NULL};
     int rc = mu_gpu_forward(e->gpu, &g, err);
     if (!rc && prof) ++*(c->T == 1 ? &e->prof.decode_passes : &e->prof.prefill_passes);
-    c->T = c->n_out = c->n_layer_tok = 0;
+    c->T = c->n_out = c->n_layer_tok = c->n_in_rows = 0;
     c->t_solo = c->seen_solo ? 0 : MU_UBATCH;
     return rc;
 }
@@ -113,7 +114,9 @@ int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err
         }
         for (int t = 0; t < it->n_tokens && !rc; t++) {
             const bool out = it->embd || it->all_logits || t == it->n_tokens - 1;
-            c.tok[c.T] = it->tokens[t];
+            c.tok[c.T] = it->in_embd ? 0 : it->tokens[t]; /* an image row: token 0's lookup, then replaced (forward.c) */
+            c.in_row[c.T] = it->in_embd ? it->in_embd + (size_t)t * I->n_embd : NULL;
+            c.n_in_rows += it->in_embd != NULL;
             c.pos[c.T] = s->n_past++; /* positions are assigned as tokens enter the chunk (forward.c) */
             c.sess[c.T] = s->gs;
             c.out[c.T] = out;

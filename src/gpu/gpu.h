@@ -95,6 +95,10 @@ typedef struct {
     void (*on_layer)(void *user, int il);
     void *on_layer_user;
     mu_gpu_stream_stats *stream_stats; /* NULL, or counts added in (on_layer) */
+    /* NULL, or [T]: NULL for a token, or a host row of n_embd floats that
+     * takes the place of the token's embedding row (an image row, as
+     * llama.cpp's batch.embd; the unweighted norm follows as for tokens) */
+    const float *const *in_rows;
 } mu_gpu_chunk;
 
 /* Called with bytes uploaded so far; nonzero stops the upload (MU_E_STATE). */

@@ -55,6 +55,7 @@ typedef struct {
     int sess[UB];
     uint8_t batch[UB];
     int32_t out_rows[UB]; /* chunk index of each output token */
+    int32_t in_row[UB];   /* -1, or the token's row in m->rows_d (mu_gpu_chunk.in_rows) */
 } chunk_in;
 
 #define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
@@ -86,6 +87,7 @@ struct mu_gpu_model {
     int attn_mode;  /* CU_ATTN_* of the chunk being run */
     size_t scores_cap;     /* floats */
     chunk_in *in_h, *in_d; /* pinned host / device */
+    float *rows_h, *rows_d; /* input rows (images): pinned staging and device, [UB][n_embd], made on first use */
     cu_kv_layer *kv_h, *kv_d; /* [UB][n_layer] session layer table */
     float *rope_d;
     float *lg_h;           /* pinned logits staging */
@@ -232,6 +234,8 @@ static void p_model_free(mu_gpu_model *m) {
     cudaFree(m->lanes);
     cudaFree(m->lg);
     cudaFreeHost(m->in_h);
+    cudaFreeHost(m->rows_h);
+    cudaFree(m->rows_d);
     cudaFreeHost(m->kv_h);
     cudaFreeHost(m->lg_h);
     graphs_clear(m);
@@ -629,6 +633,13 @@ __global__ void k_swiglu(float *g, const float *u, int n, int T) {
     g[i] = j < (n & ~15) ? x / (1.0f + expf_ggml(-x)) * u[i] : x / (1.0f + expf_libm(-x)) * u[i];
 }
 
+/* The rows of tokens that come as rows (images): h[t] = rows[in_row[t]]. */
+__global__ void k_put_rows(float *h, const float *rows, const int32_t *in_row, int n) {
+    const int r = in_row[blockIdx.x];
+    if (r < 0) return;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) h[(size_t)blockIdx.x * n + i] = rows[(size_t)r * n + i];
+}
+
 /* dst[r] = src[idx[r]] for rows of n floats */
 __global__ void k_gather(const float *src, float *dst, const int32_t *idx, int n) {
     const float *s = src + (size_t)idx[blockIdx.x] * n;
@@ -718,7 +729,7 @@ static mu_block_q8_K *pre_q8K(const mu_gpu_model *m, const dtensor *first, int n
  * Only the arguments decide the launches, so a pass can be captured once
  * as a graph and replayed (graph_launch). */
 static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_solo, int out_solo, bool prof,
-                        bool stream) {
+                        bool stream, bool rows) {
     const mu_gpu_model_desc *D = &m->d;
     const int E = D->n_embd, F = D->n_ff, nl = D->n_layer, hd = D->head_dim;
     cudaStream_t st = m->st;
@@ -727,6 +738,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     float *h = m->h, *a = m->a; /* the last layer's FFN works on gathered rows */
     /* embeddings, unweighted norm */
     cu_get_rows(st, &m->tok_embd, m->in_d->tok, T, h);
+    if (rows) k_put_rows<<<T, 256, 0, st>>>(h, m->rows_d, m->in_d->in_row, E);
     launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, (const float *)NULL, h, E, D->eps,
                (mu_block_q8_K *)NULL, (size_t)0);
     int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
@@ -821,7 +833,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     if (m->n_graphs == MAX_GRAPHS) graphs_clear(m);
     cudaGraph_t graph;
     CK(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal), "graph capture");
-    launch_pass(m, T, n_out, max_span, t_solo, out_solo, false, false);
+    launch_pass(m, T, n_out, max_span, t_solo, out_solo, false, false, false);
     CK(cudaStreamEndCapture(m->st, &graph), "graph capture");
     pass_graph *g = &m->graphs[m->n_graphs];
     cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
@@ -888,14 +900,32 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     int n_sess = 0, n_out = 0;
     mu_gpu_sess *sl[UB];
     size_t max_span = 0;
+    int n_rows = 0;
     for (int t = 0; t < T; t++) {
         in->tok[t] = c->tokens[t];
         in->pos[t] = c->pos[t];
+        in->in_row[t] = c->in_rows && c->in_rows[t] ? n_rows++ : -1;
         if (t == 0 || c->sess[t] != c->sess[t - 1]) sl[n_sess++] = c->sess[t];
         in->sess[t] = n_sess - 1;
         if (c->out[t]) in->out_rows[n_out++] = t;
     }
     if (n_out != c->n_out) return fail(err, MU_E_ARG, "cuda: chunk output count %d != %d", c->n_out, n_out);
+    if (n_rows > 0) { /* input rows: staged in pinned memory, uploaded before the pass */
+        const size_t rb = (size_t)D->n_embd * sizeof(float);
+        if (!m->rows_d) {
+            CK(cudaMalloc((void **)&m->rows_d, (size_t)UB * rb), "input rows");
+            cudaError_t e = cudaMallocHost((void **)&m->rows_h, (size_t)UB * rb);
+            if (e != cudaSuccess) {
+                cudaFree(m->rows_d);
+                m->rows_d = NULL;
+                m->rows_h = NULL;
+                return cuda_fail(err, e, "input rows");
+            }
+        }
+        for (int t = 0; t < T; t++)
+            if (in->in_row[t] >= 0) memcpy(m->rows_h + (size_t)in->in_row[t] * D->n_embd, c->in_rows[t], rb);
+        CK(cudaMemcpyAsync(m->rows_d, m->rows_h, (size_t)n_rows * rb, cudaMemcpyHostToDevice, m->st), "input rows");
+    }
     for (int t = 0; t < T;) {
         int t1 = t + 1;
         while (t1 < T && in->sess[t1] == in->sess[t]) t1++;
@@ -925,9 +955,9 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     int out_solo = 0;
     for (int t = 0; t < t_solo; t++) out_solo += c->out[t];
     const bool stream = c->on_layer != NULL;
-    if (prof || stream || T > GRAPH_MAX_T) {
+    if (prof || stream || n_rows > 0 || T > GRAPH_MAX_T) { /* graphs hold token-only passes */
         m->rec_err = cudaSuccess;
-        launch_pass(m, T, n_out, (int)max_span, t_solo, out_solo, prof, stream);
+        launch_pass(m, T, n_out, (int)max_span, t_solo, out_solo, prof, stream, n_rows > 0);
     } else {
         /* small batches (decode) replay a captured graph: the pass's
          * launches cost more than its kernels there */

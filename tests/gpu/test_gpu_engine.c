@@ -4,7 +4,8 @@
  *     and 24 greedy decode steps: the logits of every step on both;
  *  2. four sessions in one batch (a prefill, then a decode step);
  *  3. KV rows moved GPU -> CPU and CPU -> GPU (mu_session_kv_read/write):
- *     the next logits equal the ones the session computed itself.
+ *     the next logits equal the ones the session computed itself;
+ * and input rows (image rows) between text tokens: logits and cells.
  * The device keeps the CPU's arithmetic, so logits are expected bit-equal;
  * the test prints the largest difference and fails above 1e-3 (libm's expf
  * and tanhf on the device may differ from glibc's in rare last bits).
@@ -219,6 +220,49 @@ int main(int argc, char **argv) {
         mu_session_free(g1);
         free(ec_rows);
         free(eg_rows);
+    }
+    /* input rows (image rows, mu_batch_item.in_embd): text, 40 rows, text,
+     * in one forward and with a lone row after it; logits and the cells of
+     * the rows' positions */
+    {
+        const int E = I->n_embd, n_kv = I->n_head_kv * I->head_dim;
+        float *rows = malloc((size_t)41 * E * 4);
+        for (size_t i = 0; i < (size_t)41 * E; i++) rows[i] = (float)((int)((i * 2654435761u) >> 20 & 1023) - 512) / 256.0f;
+        mu_session *c1, *g1;
+        CK(mu_session_new(ec, 128, &c1, &err));
+        CK(mu_session_new(eg, 128, &g1, &err));
+        mu_batch_item ic[3] = {item(c1, p4[0], 7, false, NULL, false), item(c1, NULL, 40, false, NULL, false),
+                               item(c1, p4[1], 9, false, NULL, false)};
+        mu_batch_item ig[3] = {item(g1, p4[0], 7, false, NULL, false), item(g1, NULL, 40, false, NULL, false),
+                               item(g1, p4[1], 9, false, NULL, false)};
+        ic[1].in_embd = ig[1].in_embd = rows;
+        for (int k = 0; k < 3; k++) { /* one item a forward: a session appears once in a batch */
+            CK(mu_forward(ec, &ic[k], 1, &err));
+            CK(mu_forward(eg, &ig[k], 1, &err));
+        }
+        cmp("after input rows", mu_session_logits(c1, -1), mu_session_logits(g1, -1), V);
+        mu_batch_item lc = item(c1, NULL, 1, false, NULL, false), lg = item(g1, NULL, 1, false, NULL, false);
+        lc.in_embd = lg.in_embd = rows + (size_t)40 * E;
+        CK(mu_forward(ec, &lc, 1, &err));
+        CK(mu_forward(eg, &lg, 1, &err));
+        cmp("a lone input row", mu_session_logits(c1, -1), mu_session_logits(g1, -1), V);
+        uint16_t *kc = malloc((size_t)57 * n_kv * 2), *vc = malloc((size_t)57 * n_kv * 2);
+        uint16_t *kg = malloc((size_t)57 * n_kv * 2), *vg = malloc((size_t)57 * n_kv * 2);
+        for (int il = 0; il < I->n_layer; il++) {
+            const int lo = I->swa_layers[il] && I->n_swa < 57 ? 57 - I->n_swa : 0; /* what a sliding layer holds */
+            CK(mu_session_kv_read(c1, il, lo, 57 - lo, kc, vc, &err));
+            CK(mu_session_kv_read(g1, il, lo, 57 - lo, kg, vg, &err));
+            int nd = 0;
+            for (size_t i = 0; i < (size_t)(57 - lo) * n_kv; i++) nd += (kc[i] != kg[i]) + (vc[i] != vg[i]);
+            if (nd) {
+                fails++;
+                printf("FAIL input rows: layer %d: %d K/V values differ\n", il, nd);
+            }
+        }
+        free(kc); free(vc); free(kg); free(vg);
+        mu_session_free(c1);
+        mu_session_free(g1);
+        free(rows);
     }
     /* 3. KV rows both ways: copy every layer's held rows, then one step */
     mu_session *c2, *g2;

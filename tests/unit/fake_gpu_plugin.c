@@ -3,7 +3,8 @@
  * computes no model: a chunk's K and V rows are a function of (token,
  * position, layer, element) (fake_row), written layer by layer into host
  * cells with the CUDA plugin's cell rule (position p in cell p % rows), and
- * the logits are zeros. What it checks is the engine's GPU side
+ * the logits are zeros; an input row (an image row) counts as the token
+ * fake_row_tok gives it. What it checks is the engine's GPU side
  * (src/engine/forward_gpu.c): chunks, positions, and layer streaming
  * (mu_gpu_chunk.on_layer), including that a read inside a layer's callback
  * never asks for a layer the pass has not written yet and that no write or
@@ -105,9 +106,11 @@ static int f_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         for (int t = 0; t < c->T; t++) {
             mu_gpu_sess *s = c->sess[t];
             const size_t cell = (size_t)(c->pos[t] % s->rows[il]) * m->n_kv;
+            /* an input row stands in as the token fake_row_tok names (its first value) */
+            const int32_t tok = c->in_rows && c->in_rows[t] ? fake_row_tok(c->in_rows[t]) : c->tokens[t];
             for (int i = 0; i < m->n_kv; i++) {
-                s->k[il][cell + i] = fake_row(c->tokens[t], c->pos[t], il, i, 0);
-                s->v[il][cell + i] = fake_row(c->tokens[t], c->pos[t], il, i, 1);
+                s->k[il][cell + i] = fake_row(tok, c->pos[t], il, i, 0);
+                s->v[il][cell + i] = fake_row(tok, c->pos[t], il, i, 1);
             }
         }
         if (!c->on_layer) continue;

@@ -12,4 +12,8 @@ static inline uint16_t fake_row(int32_t tok, int pos, int il, int i, int kv) {
                       0xffffu);
 }
 
+/* The token an input row (mu_gpu_chunk.in_rows) stands for in fake_row:
+ * 100000 + its first value. */
+static inline int32_t fake_row_tok(const float *row) { return 100000 + (int32_t)row[0]; }
+
 #endif

@@ -149,6 +149,45 @@ static void test_stream_per_chunk(void **state) {
     mu_session_free(b);
 }
 
+/* Input rows (image rows) between tokens reach the plugin as rows, at
+ * their positions, in one forward and across chunks; the tokens around
+ * them as tokens. */
+static void test_input_rows(void **state) {
+    (void)state;
+    mu_err err = {0};
+    const int L = mu_model_get_info(M)->n_layer, n_embd = mu_model_get_info(M)->n_embd, ub = E->ubatch;
+    const int n_kv = mu_model_get_info(M)->n_head_kv * mu_model_get_info(M)->head_dim;
+    mu_session *a;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    int32_t p[4], q[3];
+    prompt(p, 4, 3);
+    prompt(q, 3, 4);
+    float *rows = calloc((size_t)11 * n_embd, sizeof *rows);
+    for (int r = 0; r < 11; r++) rows[(size_t)r * n_embd] = (float)(r + 1);
+    mu_batch_item it[3] = {{.s = a, .tokens = p, .n_tokens = 4}, {.s = a, .n_tokens = 11, .in_embd = rows},
+                           {.s = a, .tokens = q, .n_tokens = 3}};
+    E->ubatch = 8; /* 4 + 11 + 3 positions over chunks of 8: rows in the first, second and third */
+    int rc = 0;
+    for (int k = 0; k < 3 && !rc; k++) rc = mu_forward(E, &it[k], 1, &err);
+    E->ubatch = ub;
+    assert_int_equal(rc, 0);
+    assert_int_equal(mu_session_n_past(a), 18);
+    uint16_t *k = malloc((size_t)18 * n_kv * 2), *v = malloc((size_t)18 * n_kv * 2);
+    int bad = 0;
+    for (int il = 0; il < L; il++) {
+        assert_int_equal(mu_session_kv_read(a, il, 0, 18, k, v, &err), 0);
+        for (int pos = 0; pos < 18; pos++) {
+            const int32_t tok = pos < 4 ? p[pos] : pos < 15 ? fake_row_tok(rows + (size_t)(pos - 4) * n_embd) : q[pos - 15];
+            for (int i = 0; i < n_kv; i++)
+                bad += k[(size_t)pos * n_kv + i] != fake_row(tok, pos, il, i, 0) ||
+                       v[(size_t)pos * n_kv + i] != fake_row(tok, pos, il, i, 1);
+        }
+    }
+    assert_int_equal(bad, 0);
+    free(k), free(v), free(rows);
+    mu_session_free(a);
+}
+
 static void test_vision_fallback(void **state) {
     (void)state;
     char path[512];
@@ -182,6 +221,7 @@ static void test_vision_fallback(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_per_chunk),
+        cmocka_unit_test(test_input_rows),
         cmocka_unit_test(test_vision_fallback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
