@@ -715,11 +715,22 @@ static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
     return 0;
 }
 
+/* MUSER_CUDA_FUSE_NORMS=0: every input norm and quantization its own
+ * launch, as before they were fused (to compare; same arithmetic) */
+static bool fuse_norms(void) {
+    static int on = -1;
+    if (on < 0) {
+        const char *v = getenv("MUSER_CUDA_FUSE_NORMS");
+        on = !(v && *v == '0');
+    }
+    return on;
+}
+
 /* Where a norm kernel may quantize its output rows for the matmuls after
  * it (row_q8K): into slot 0 of m->qa when the first of them takes Q8_K
  * activations (mm then skips that quantization); NULL: mm quantizes. */
 static mu_block_q8_K *pre_q8K(const mu_gpu_model *m, const dtensor *first, int n) {
-    return n % 256 == 0 && dev_dot_type(first->type) == MU_T_Q8_K ? (mu_block_q8_K *)m->qa : NULL;
+    return fuse_norms() && n % 256 == 0 && dev_dot_type(first->type) == MU_T_Q8_K ? (mu_block_q8_K *)m->qa : NULL;
 }
 
 /* threads of a row kernel: few rows (decode) get more threads each */
@@ -744,7 +755,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
     for (int il = 0; il < nl; il++) {
         const dlayer *L = &m->L[il];
-        if (il == 0) /* later layers' input norm: the previous layer's last k_post_add */
+        if (il == 0 || !fuse_norms()) /* later layers' input norm: the previous layer's last k_post_add */
             launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, L->attn_norm, a, E, D->eps,
                        pre_q8K(m, &L->wq, E), m->qa_stride);
         mark(m, prof, PH_NORMS);
@@ -795,7 +806,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         mm(m, m->f1, Tc, Tc, Tc_solo, 1, &wd, &m->o, false);
         mark(m, prof, PH_FFN_DOWN);
         /* and the next layer's input norm (the last layer's rows go to the output norm) */
-        const bool next = il + 1 < nl;
+        const bool next = il + 1 < nl && fuse_norms();
         launch_pdl(k_post_add, dim3(Tc), dim3(NT(Tc)), 0, st, m->o, L->post_ffw_norm, h, next ? a : (float *)NULL,
                    next ? (const float *)m->L[il + 1].attn_norm : (const float *)NULL, E, D->post_eps, D->eps,
                    next ? pre_q8K(m, &m->L[il + 1].wq, E) : (mu_block_q8_K *)NULL, m->qa_stride);
