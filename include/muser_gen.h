@@ -113,7 +113,11 @@ int mu_spec_parse(const char *name);  /* -1 for an unknown name */
 typedef struct {
     const int32_t *prompt;  /* copied at submit; BOS included when wanted */
     int n_prompt;
-    int n_predict;          /* most tokens to generate; < 0: until the context is full */
+    int n_predict;          /* most tokens to generate; < 0: until the context is full (with the
+                               scheduler's ctx_shift: until a stop) */
+    int n_keep;             /* ctx_shift: prompt tokens a shift keeps (llama.cpp's n_keep; -1: all,
+                               BOS not counted; the model's BOS is kept on top) */
+    int n_discard;          /* ctx_shift: tokens a shift drops (0: half of those after n_keep) */
     mu_sample_params sp;
     bool ignore_eos;        /* do not stop at end-of-generation tokens */
     const char *const *stops; /* stop strings (copied), matched in the answer text */
@@ -263,6 +267,8 @@ typedef struct {
      * that accepted it; n_draft_pos[0] == n_spec_steps and the n_accept_pos
      * sum to n_draft_accepted */
     int n_draft_pos[MU_SPEC_DRAFT_MAX], n_accept_pos[MU_SPEC_DRAFT_MAX];
+    int n_shift;          /* context shifts the job made (mu_sched_opts.ctx_shift): llama.cpp's
+                             "truncated" */
     char rows_class[32];  /* "" or, when some of the prompt's installed or reused rows were computed
                              by another kernel class (mu_gen_req.install_class), that class: the
                              answer then equals local prefill's under the tie-aware rule, not bit
@@ -308,6 +314,10 @@ typedef struct {
     mu_kv_cache *cache;
     mu_drafter *drafter; /* the DFlash drafter of MU_SPEC_DFLASH jobs (borrowed; outlives the
                             scheduler); NULL: such jobs are refused */
+    bool ctx_shift;    /* llama.cpp's --context-shift: a job whose slot fills shifts its context
+                          (mu_session_shift with the job's n_keep / n_discard) and goes on,
+                          instead of ending with MU_FINISH_CTX; not for image prompts (llama.cpp
+                          turns it off with a projector) */
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */
