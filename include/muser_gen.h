@@ -269,6 +269,7 @@ typedef struct {
     int n_draft_pos[MU_SPEC_DRAFT_MAX], n_accept_pos[MU_SPEC_DRAFT_MAX];
     int n_shift;          /* context shifts the job made (mu_sched_opts.ctx_shift): llama.cpp's
                              "truncated" */
+    int n_discarded;      /* tokens those shifts dropped from the session */
     char rows_class[32];  /* "" or, when some of the prompt's installed or reused rows were computed
                              by another kernel class (mu_gen_req.install_class), that class: the
                              answer then equals local prefill's under the tie-aware rule, not bit

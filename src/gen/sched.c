@@ -741,6 +741,7 @@ static void ctx_shift(mu_sched *s, int i) {
         if (sl->dq) mu_draft_seq_truncate(sl->dq, 0);
     }
     j->st.n_shift++;
+    j->st.n_discarded += n_discard;
 }
 
 /* Engine thread: drafts for slot i's next step into sl->blk[1..]. Returns
