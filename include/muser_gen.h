@@ -115,9 +115,6 @@ typedef struct {
     int n_prompt;
     int n_predict;          /* most tokens to generate; < 0: until the context is full (with the
                                scheduler's ctx_shift: until a stop) */
-    int n_keep;             /* ctx_shift: prompt tokens a shift keeps (llama.cpp's n_keep; -1: all,
-                               BOS not counted; the model's BOS is kept on top) */
-    int n_discard;          /* ctx_shift: tokens a shift drops (0: half of those after n_keep) */
     mu_sample_params sp;
     bool ignore_eos;        /* do not stop at end-of-generation tokens */
     const char *const *stops; /* stop strings (copied), matched in the answer text */
@@ -216,6 +213,10 @@ typedef struct {
     bool media_take;         /* the job takes media: the scheduler frees it (mu_mprompt_free) when
                                the job is freed, also after a cancel mid-prefill; not when
                                mu_sched_submit fails (the caller still owns it) */
+    /* with the scheduler's ctx_shift (llama.cpp's request fields): */
+    int n_keep;             /* prompt tokens a shift keeps (-1: the whole prompt, BOS included);
+                               one more when the model adds BOS */
+    int n_discard;          /* tokens a shift drops (0: half of those after n_keep) */
 } mu_gen_req;
 
 typedef enum {
@@ -267,13 +268,13 @@ typedef struct {
      * that accepted it; n_draft_pos[0] == n_spec_steps and the n_accept_pos
      * sum to n_draft_accepted */
     int n_draft_pos[MU_SPEC_DRAFT_MAX], n_accept_pos[MU_SPEC_DRAFT_MAX];
-    int n_shift;          /* context shifts the job made (mu_sched_opts.ctx_shift): llama.cpp's
-                             "truncated" */
-    int n_discarded;      /* tokens those shifts dropped from the session */
     char rows_class[32];  /* "" or, when some of the prompt's installed or reused rows were computed
                              by another kernel class (mu_gen_req.install_class), that class: the
                              answer then equals local prefill's under the tie-aware rule, not bit
                              for bit */
+    int n_shift;          /* context shifts the job made (mu_sched_opts.ctx_shift): llama.cpp's
+                             "truncated" */
+    int n_discarded;      /* tokens those shifts dropped from the session */
 } mu_gen_stats;
 
 typedef struct {

@@ -262,6 +262,10 @@ int cmd_run(int argc, char **argv) {
         cli_fail("muser run: %s", err.msg);
         goto done;
     }
+    if (shift && strcmp(mu_engine_backend(e), "cpu")) {
+        cli_fail("muser run: --context-shift needs the CPU backend (the CUDA engine keeps position p in cell p)");
+        goto done;
+    }
     if (n_images) {
         if (cli_media_prompt("muser run", e, proj, text, file, images, n_images, I->add_bos, &mp)) goto done;
         n_prompt = mu_mprompt_n(mp);

@@ -228,6 +228,10 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
+    if (ctx_shift && strcmp(mu_engine_backend(e), "cpu")) {
+        cli_fail("muser serve: --context-shift needs the CPU backend (the CUDA engine keeps position p in cell p)");
+        goto done;
+    }
     if (cli_spec_open("muser serve", &spec, e, model)) goto done;
     if (mmproj_path && mu_mmproj_open(mmproj_path, m, &mmproj, &err)) {
         cli_fail("muser serve: %s", err.msg);
