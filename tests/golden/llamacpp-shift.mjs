@@ -9,7 +9,10 @@
 // n_discard) are erased and the later ones move back (llama_memory_seq_rm,
 // then llama_memory_seq_add with -n_discard). Records, per step, the token
 // and the 8 most probable next tokens, and the shifts made (step, n_keep,
-// n_discard). Runs llama.cpp through node-llama-cpp (CPU backend, zen4
+// n_discard). A case with "cont" then evaluates, in one decode, the last
+// token and cont.extra new ones on top of what the sequence holds (what a
+// follow-up request with cache_prompt does on the server) and generates
+// cont.n more tokens, shifting again. Runs llama.cpp through node-llama-cpp (CPU backend, zen4
 // variant, 2 threads, flash attention off, F16 cache).
 //
 //   node llamacpp-shift.mjs MODEL.gguf shift-cases.json OUT.json
@@ -62,31 +65,49 @@ for (const c of spec.cases) {
     return typeof v === "function" ? v.bind(t) : v;
   }});
   const seq = ctx.getSequence();
-  const steps = [], shifts = [];
-  let input = prompt;
-  while (steps.length < c.n) {
-    const nPast = seq.nextTokenIndex;
-    if (steps.length > 0 && nPast + 1 >= c.ctx) {
-      let nKeep = (c.keep < 0 ? prompt.length : c.keep) + 1; // the server: the task's tokens (BOS included), + 1 for add_bos
-      nKeep = Math.min(c.ctx - 4, nKeep);
-      const nLeft = nPast - nKeep;
-      let nDiscard = c.discard ? c.discard : Math.trunc(nLeft / 2);
-      nDiscard = Math.min(Math.max(nDiscard, 0), Math.max(0, nLeft - 1));
-      await seq.eraseContextTokenRanges([{start: nKeep, end: nKeep + nDiscard}]);
-      if (seq.nextTokenIndex !== nPast - nDiscard) throw new Error("erase did not shift");
-      shifts.push({step: steps.length, n_keep: nKeep, n_discard: nDiscard});
+  // greedy steps from `input` (evaluated in one decode), one decode per
+  // token after it, shifting as the server does; taskLen: the request's
+  // prompt length (n_keep -1)
+  async function generate(input, n, taskLen, steps, shifts) {
+    while (steps.length < n) {
+      const nPast = seq.nextTokenIndex;
+      if (steps.length > 0 && nPast + 1 >= c.ctx) {
+        let nKeep = (c.keep < 0 ? taskLen : c.keep) + 1; // the server: the task's tokens (BOS included), + 1 for add_bos
+        nKeep = Math.min(c.ctx - 4, nKeep);
+        const nLeft = nPast - nKeep;
+        let nDiscard = c.discard ? c.discard : Math.trunc(nLeft / 2);
+        nDiscard = Math.min(Math.max(nDiscard, 0), Math.max(0, nLeft - 1));
+        await seq.eraseContextTokenRanges([{start: nKeep, end: nKeep + nDiscard}]);
+        if (seq.nextTokenIndex !== nPast - nDiscard) throw new Error("erase did not shift");
+        shifts.push({step: steps.length, n_keep: nKeep, n_discard: nDiscard});
+      }
+      let got = null;
+      for await (const r of seq.evaluateWithMetadata(input, {probabilities: true}, {temperature: 0, yieldEogToken: true})) {
+        got = r;
+        break;
+      }
+      const top = [...got.probabilities.entries()].sort((a, b) => b[1] - a[1]).slice(0, 8);
+      steps.push({id: got.token, top: top.map(([id, p]) => [id, Number(p.toPrecision(7))])});
+      input = [got.token];
     }
-    let got = null;
-    for await (const r of seq.evaluateWithMetadata(input, {probabilities: true}, {temperature: 0, yieldEogToken: true})) {
-      got = r;
-      break;
-    }
-    const top = [...got.probabilities.entries()].sort((a, b) => b[1] - a[1]).slice(0, 8);
-    steps.push({id: got.token, top: top.map(([id, p]) => [id, Number(p.toPrecision(7))])});
-    input = [got.token];
   }
-  result.cases.push({name: c.name, ctx: c.ctx, keep: c.keep, discard: c.discard ?? 0, prompt_ids: prompt,
-                     shifts, ids: steps.map(s => s.id), steps});
+  const steps = [], shifts = [];
+  await generate(prompt, c.n, prompt.length, steps, shifts);
+  const out = {name: c.name, ctx: c.ctx, keep: c.keep, discard: c.discard ?? 0, prompt_ids: prompt,
+               shifts, ids: steps.map(s => s.id), steps};
+  if (c.cont) {
+    // a follow-up request that extends what the slot holds (the server's
+    // cache_prompt): the sequence's tokens, the last generated token and
+    // c.cont.extra new ones, evaluated in one decode into the shifted cache
+    const kv = seq.contextTokens.slice();
+    const extra = promptIds({seed: c.cont.seed, prompt_len: c.cont.extra, vocab_hi: c.vocab_hi});
+    const input = [steps[steps.length - 1].id, ...extra];
+    if (kv.length + input.length >= c.ctx) throw new Error("the continuation does not fit");
+    const steps2 = [], shifts2 = [];
+    await generate(input, c.cont.n, kv.length + input.length, steps2, shifts2);
+    out.cont = {kv_ids: kv, new_ids: input, shifts: shifts2, ids: steps2.map(s => s.id), steps: steps2};
+  }
+  result.cases.push(out);
   await ctx.dispose();
 }
 fs.writeFileSync(outPath, JSON.stringify(result));
