@@ -727,11 +727,14 @@ static void ctx_shift(mu_sched *s, int i) {
     const int hi = n_left - 1 > 0 ? n_left - 1 : 0;
     n_discard = n_discard < 0 ? 0 : n_discard > hi ? hi : n_discard;
     mu_err err = {0};
+    if (sl->n_hist != n_past) { /* the history must name every position it moves */
+        slot_release(s, i, MU_FINISH_ERROR, "context shift: the slot's token history does not cover its session");
+        return;
+    }
     if (n_discard < 1 || n_keep < 0 || mu_session_shift(sl->sess, n_keep, n_discard, &err)) {
         slot_release(s, i, MU_FINISH_ERROR, n_discard < 1 ? "context shift: nothing to discard" : err.msg);
         return;
     }
-    MU_ASSERT(sl->n_hist == n_past);
     memmove(sl->hist + n_keep, sl->hist + n_keep + n_discard, (size_t)(n_past - n_keep - n_discard) * sizeof *sl->hist);
     replay_cut(sl, 0);
     mu_kv_lineage_cut(sl->lin, n_keep);
