@@ -552,6 +552,8 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
                            it->n_tokens, it->s->n_ctx);
         for (int j = 0; j < n_items; j++)
             if (j != i && items[j].s == it->s) return mu_fail(err, MU_E_ARG, "forward: session appears twice in a batch");
+        if (it->on_layer && it->s->cells)
+            return mu_fail(err, MU_E_STATE, "forward: layer streaming reads rows by position: the session was shifted");
         if (it->feat) {
             if (e->gpu) return mu_fail(err, MU_E_ARG, "forward: hidden-state capture (a drafter) needs the CPU backend");
             if (!it->feat_layers || it->n_feat_layers <= 0)
@@ -561,8 +563,6 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
                     return mu_fail(err, MU_E_ARG, "forward: capture layer out of range: %d (layers %d)",
                                    it->feat_layers[k], I->n_layer);
         }
-        if (it->on_layer && it->s->cells)
-            return mu_fail(err, MU_E_STATE, "forward: layer streaming reads rows by position: the session was shifted");
         if (it->in_embd && e->gpu) return mu_fail(err, MU_E_ARG, "forward: input rows (images) need the CPU backend");
         if (!it->in_embd && !it->tokens) return mu_fail(err, MU_E_ARG, "forward: item %d has neither tokens nor rows", i);
         for (int t = 0; t < it->n_tokens && !it->in_embd; t++)
