@@ -54,6 +54,17 @@ if [ "$(jget "$T/keep" "json.dumps(j['tokens'])")" = "$(cat "$T/run_keep")" ] &&
 else bad "n_keep/n_discard: got $got"; fi
 if [ "$(cat "$T/run_keep")" != "$(cat "$T/run_on")" ]; then ok "n_keep / n_discard change the answer"
 else bad "n_keep / n_discard changed nothing"; fi
+# streamed: the last chunk says truncated, after 400 tokens
+curl -sN "$BASE/completion" -H "$J" \
+  -d "{\"prompt\":[$P],\"n_predict\":400,\"temperature\":0,\"ignore_eos\":true,\"stream\":true,\"cache_prompt\":false}" >"$T/stream"
+got=$(python3 - "$T/stream" <<'EOF2'
+import json, sys
+ev = [json.loads(l[6:]) for l in open(sys.argv[1]) if l.startswith("data: ") and l[6:].strip() != "[DONE]"]
+last = ev[-1]
+print(sum(1 for e in ev if not e.get("stop")), last.get("stop"), last.get("truncated"), last.get("tokens_predicted"))
+EOF2
+)
+[ "$got" = "400 True True 400" ] && ok "shift, streamed: 400 token chunks, the last says truncated" || bad "streamed: got $got"
 # the slot's session is shifted now: saving it by position is refused
 code=$(curl -s -o "$T/save" -w '%{http_code}' "$BASE/slots/0?action=save" -H "$J" -d '{"filename":"x"}')
 if [ "$code" != 200 ] && grep -q "shifted" "$T/save"; then ok "a shifted slot's save is refused ($code, names the shift)"
