@@ -16,7 +16,8 @@
  * empty or, in the ring, outside the window of the sequence's last position)
  * and apply_ubatch (positions older than an overwritten one are purged).
  * The K rows of every cell of a cache with a moved cell are rotated at the
- * next forward, as llama.cpp's K-shift graph does: RoPE of the accumulated
+ * next forward (over the engine's threads, a whole row per unit), as
+ * llama.cpp's K-shift graph does: RoPE of the accumulated
  * shift (0 for the others, which only clears signs of zeros) on every
  * layer, including the full layers that the forward never rotates (the
  * model's rope pattern is all ones in llama.cpp), with the full layers'
@@ -158,29 +159,48 @@ static void rotate_row(const mu_kern *k, mu_f16 *row, int n_head_kv, int hd, con
     }
 }
 
+/* The rotation of cache w over the pool: units are (layer of w, cell),
+ * each row rotated whole by one thread, so the split changes nothing. */
+typedef struct {
+    mu_session *s;
+    int w, n_layers;
+    const int *layers; /* the layers of cache w */
+} rot_job;
+
+static void job_rot(void *arg, int ith, int nth) {
+    const rot_job *j = arg;
+    mu_session *s = j->s;
+    const mu_model_info *I = &s->e->m->info;
+    const mu_cells *c = &s->cells[j->w];
+    const int hd = I->head_dim;
+    const float base = j->w ? I->rope_base_swa : I->rope_base;
+    float buf[ROPE_MAX_HD], cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
+    int lo, hi, last = 0;
+    mu_rope_angles(cs, sn, hd, 0, base);
+    mu_split(j->n_layers * c->n, ith, nth, 1, &lo, &hi);
+    for (int u = lo; u < hi; u++) {
+        const int il = j->layers[u / c->n], i = u % c->n;
+        const int d = c->pos[i] < 0 ? 0 : c->shift[i];
+        if (d != last) {
+            mu_rope_angles(cs, sn, hd, d, base);
+            last = d;
+        }
+        rotate_row(s->e->kern, s->kc[il] + (size_t)i * s->e->n_kv, I->n_head_kv, hd, cs, sn, buf);
+    }
+}
+
 void mu_shift_apply(mu_session *s) {
     if (!s->cells) return;
     const mu_model_info *I = &s->e->m->info;
-    const int hd = I->head_dim;
-    float buf[ROPE_MAX_HD], cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
-    MU_ASSERT(hd <= ROPE_MAX_HD);
+    MU_ASSERT(I->head_dim <= ROPE_MAX_HD);
+    int layers[I->n_layer];
     for (int w = 0; w < 2; w++) {
         mu_cells *c = &s->cells[w];
         if (!c->pending) continue;
-        for (int il = 0; il < I->n_layer; il++) {
-            if (which(s, il) != w) continue;
-            const float base = w ? I->rope_base_swa : I->rope_base;
-            int last = 0;
-            mu_rope_angles(cs, sn, hd, 0, base);
-            for (int i = 0; i < c->n; i++) {
-                const int d = c->pos[i] < 0 ? 0 : c->shift[i];
-                if (d != last) {
-                    mu_rope_angles(cs, sn, hd, d, base);
-                    last = d;
-                }
-                rotate_row(s->e->kern, s->kc[il] + (size_t)i * s->e->n_kv, I->n_head_kv, hd, cs, sn, buf);
-            }
-        }
+        rot_job j = {.s = s, .w = w, .layers = layers};
+        for (int il = 0; il < I->n_layer; il++)
+            if (which(s, il) == w) layers[j.n_layers++] = il;
+        mu_pool_run(s->e->pool, job_rot, &j);
         memset(c->shift, 0, (size_t)c->n * sizeof(int));
         c->pending = false;
     }
