@@ -208,6 +208,19 @@ int mu_session_truncate(mu_session *s, int n, mu_err *err);
  * count and the geometry). */
 bool mu_session_can_truncate(const mu_session *s, int n);
 void mu_session_reset(mu_session *s);
+/* Context shift, as llama.cpp's server does it when a generation fills its
+ * slot (--context-shift): positions [n_keep, n_keep + n_discard) leave the
+ * cache and the later ones move back by n_discard (llama.cpp's seq_rm then
+ * seq_add), so n_past drops by n_discard. From then on the session places
+ * tokens in cells as llama.cpp's KV cache does (cell != position) and the
+ * next forward first rotates the K rows llama.cpp's K-shift rotates: the
+ * tokens that follow are llama.cpp's bit for bit. CPU engine only
+ * (MU_E_STATE on CUDA, and for a session whose rows were installed by
+ * kv_write or state_load). A shifted session refuses kv_read, kv_write,
+ * kv_commit, state_save and layer streaming (MU_E_STATE) until
+ * mu_session_reset, a truncation to 0 or a state_load. */
+int mu_session_shift(mu_session *s, int n_keep, int n_discard, mu_err *err);
+bool mu_session_shifted(const mu_session *s);
 
 /* One session's share of a batch. Tokens are appended at n_past. */
 typedef struct {

@@ -113,7 +113,8 @@ int mu_spec_parse(const char *name);  /* -1 for an unknown name */
 typedef struct {
     const int32_t *prompt;  /* copied at submit; BOS included when wanted */
     int n_prompt;
-    int n_predict;          /* most tokens to generate; < 0: until the context is full */
+    int n_predict;          /* most tokens to generate; < 0: until the context is full (with the
+                               scheduler's ctx_shift: until a stop) */
     mu_sample_params sp;
     bool ignore_eos;        /* do not stop at end-of-generation tokens */
     const char *const *stops; /* stop strings (copied), matched in the answer text */
@@ -212,6 +213,10 @@ typedef struct {
     bool media_take;         /* the job takes media: the scheduler frees it (mu_mprompt_free) when
                                the job is freed, also after a cancel mid-prefill; not when
                                mu_sched_submit fails (the caller still owns it) */
+    /* with the scheduler's ctx_shift (llama.cpp's request fields): */
+    int n_keep;             /* prompt tokens a shift keeps (-1: the whole prompt, BOS included);
+                               one more when the model adds BOS */
+    int n_discard;          /* tokens a shift drops (0: half of those after n_keep) */
 } mu_gen_req;
 
 typedef enum {
@@ -267,6 +272,9 @@ typedef struct {
                              by another kernel class (mu_gen_req.install_class), that class: the
                              answer then equals local prefill's under the tie-aware rule, not bit
                              for bit */
+    int n_shift;          /* context shifts the job made (mu_sched_opts.ctx_shift): llama.cpp's
+                             "truncated" */
+    int n_discarded;      /* tokens those shifts dropped from the session */
 } mu_gen_stats;
 
 typedef struct {
@@ -308,6 +316,10 @@ typedef struct {
     mu_kv_cache *cache;
     mu_drafter *drafter; /* the DFlash drafter of MU_SPEC_DFLASH jobs (borrowed; outlives the
                             scheduler); NULL: such jobs are refused */
+    bool ctx_shift;    /* llama.cpp's --context-shift: a job whose slot fills shifts its context
+                          (mu_session_shift with the job's n_keep / n_discard) and goes on,
+                          instead of ending with MU_FINISH_CTX; not for image prompts (llama.cpp
+                          turns it off with a projector) */
 } mu_sched_opts;
 
 /* The engine must outlive the scheduler. Starts the engine thread. */

@@ -10,7 +10,7 @@ the suite can judge muser's compatibility. Point the suite at it:
 Flag mapping: --port, --host, --threads, --parallel (at most 4), --alias,
 --pooling, --cors-origins (-> --cors), --seed, --temp, --n-predict (request
 defaults), --batch-size (prompt tokens per step), --tags, --slot-save-path, --no-slots and --no-ui carry over
-(--alias a,b,c as three); --cache-prompt is always on (llama-server's cache_prompt default);
+(--alias a,b,c as three), and so do --context-shift / --no-context-shift; --cache-prompt is always on (llama-server's cache_prompt default);
 without --metrics muser gets --no-metrics, without --cors-origins --cors '*'
 (llama-server's defaults: no /metrics, every origin);
 --any-model is always on (llama-server ignores the model name when it serves
@@ -127,7 +127,7 @@ def main():
     out.append("--cache-prompt")  # llama-server's requests reuse the slot's prefix unless they say cache_prompt: false
     if "--slot-save-path" in opts:  # /slots/{id}?action=save|restore files (muser writes KV packs there)
         out += ["--slot-save-path", opts["--slot-save-path"]]
-    for flag in ("--no-slots", "--no-ui"):
+    for flag in ("--no-slots", "--no-ui", "--context-shift", "--no-context-shift"):
         if flag in dropped:
             out.append(flag)
     if "--metrics" not in dropped:
@@ -144,7 +144,8 @@ def main():
                                             "--slot-save-path", "--model-draft", "-md", "--spec-type",
                                             "--spec-draft-n-max", "--spec-draft-n-min", "--draft-max",
                                             "--draft-min")]
-    dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics", "--kv-unified", "-kvu")]
+    dropped = [d for d in dropped if d not in ("--no-slots", "--no-ui", "--slots", "--metrics", "--kv-unified", "-kvu",
+                                               "--context-shift", "--no-context-shift")]
     sys.stderr.write("llama-server-shim: %s (dropped: %s)\n" % (" ".join(out), " ".join(ignored + dropped)))
     sys.stderr.flush()
     os.execvp(out[0], out)

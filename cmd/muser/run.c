@@ -2,6 +2,7 @@
  *   muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N]
  *             [SAMPLING...] (cli_sample_usage: --temp --top-k ... --logit-bias)
  *             [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N] [--kern NAME]
+ *             [--context-shift [--keep N] [--discard N]]
  *             [--check-tensors] [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]
  *             [--prefill local|auto|remote] [--node NAME] [--breaker N:S]
  *             [--mmproj P --image FILE ...] [--grammar GBNF | --grammar-file F]
@@ -13,6 +14,9 @@
  * --grammar / --grammar-file (llama.cpp's CLI names): a GBNF grammar over the
  * whole output, applied as on the server (docs/api.md, "Grammars"); with
  * --json the reported probabilities stay the model's, unmasked.
+ * With --context-shift, a generation that fills the context shifts it as
+ * llama.cpp's server does (--keep / --discard: the request's n_keep /
+ * n_discard; mu_session_shift) and goes on, -n tokens in all.
  * With --pack, the KV state of a pack directory (muser pack save) is
  * restored first and the prompt is what follows it (docs/kvpack.md).
  * With --prefill auto|remote, the prompt's whole steps before its last token
@@ -47,6 +51,7 @@ static int usage(void) {
     fprintf(stderr,
             "usage: muser run [-m MODEL] (--prompt-ids 1,2,3 | -p TEXT | -f FILE) [-n N] [SAMPLING...]\n"
             "                 [--json] [--top K] [--ignore-eos] [--ctx N] [--threads N]\n"
+            "                 [--context-shift [--keep N] [--discard N]]  go on past the context as llama.cpp's server\n"
             "                 [--kern ref|avx2|avx512|amx|neon] " CLI_BACKEND_USAGE " [--check-tensors]\n"
             "                 [--pack DIR [--key-file F]] [--spec none|ngram|dflash] [--draft D.gguf] [--draft-max N] [--draft-min N]\n"
             "                 " CLI_LANE_USAGE "\n"
@@ -86,10 +91,10 @@ static int pack_tokens(const char *dir, const uint8_t key[32]) {
 int cmd_run(int argc, char **argv) {
     const char *model = NULL, *ids_arg = NULL, *text = NULL, *file = NULL, *kern = NULL, *pack = NULL,
                *key_file = NULL, *grammar_text = NULL, *grammar_file = NULL;
-    long long n_gen = 64, top = 0, threads = 0, ctx = 0;
+    long long n_gen = 64, top = 0, threads = 0, ctx = 0, keep = 0, discard = 0;
     mu_sample_params sp = mu_sample_defaults();
     cli_backend backend = CLI_BACKEND_DEFAULT;
-    bool json = false, ignore_eos = false, check = false;
+    bool json = false, ignore_eos = false, check = false, shift = false;
     cli_spec spec = {0};
     bool spec_given = false; /* any --spec option: report the draft counts */
     cli_lane lane = {0};
@@ -135,6 +140,9 @@ int cmd_run(int argc, char **argv) {
             images[n_images++] = v;
         }
         else if (!strcmp(a, "--json")) json = true;
+        else if (!strcmp(a, "--context-shift")) shift = true;
+        else if (!strcmp(a, "--keep")) { NEED(); if (!cli_int(v, -1, 1 << 24, &keep)) return cli_fail("muser run: --keep must be -1 or more: %s", v); }
+        else if (!strcmp(a, "--discard")) { NEED(); if (!cli_int(v, 0, 1 << 24, &discard)) return cli_fail("muser run: --discard must be 0 or more: %s", v); }
         else if (!strcmp(a, "--ignore-eos")) ignore_eos = true;
         else if (!strcmp(a, "--check-tensors")) check = true;
         else return cli_fail("muser run: unknown option '%s' (see muser run --help)", a);
@@ -244,14 +252,18 @@ int cmd_run(int argc, char **argv) {
     /* with a pack, the context that fixes the ring size of its identity */
     int n_ctx = ctx ? (int)ctx : pack ? mu_kv_default_ctx(m) : n_prompt + (int)n_gen;
     if (n_ctx > I->n_ctx_train) n_ctx = I->n_ctx_train;
-    if (n_prompt + (int)n_gen > n_ctx) {
+    if (n_prompt + (int)n_gen > n_ctx && !(shift && n_prompt < n_ctx)) {
         cli_fail("muser run: prompt (%d) + generation (%lld) exceed the context (%d)", n_prompt, n_gen, n_ctx);
         goto done;
     }
     mu_engine_opts eo = cli_engine_opts(&backend, (int)threads, kern);
-    mu_sched_opts so = {.n_slots = 1, .n_ctx = n_ctx};
+    mu_sched_opts so = {.n_slots = 1, .n_ctx = n_ctx, .ctx_shift = shift};
     if (mu_engine_new(m, &eo, &e, &err) || (pack && mu_kv_ident_new(e, model, &kid, &err))) {
         cli_fail("muser run: %s", err.msg);
+        goto done;
+    }
+    if (shift && strcmp(mu_engine_backend(e), "cpu")) {
+        cli_fail("muser run: --context-shift needs the CPU backend (the CUDA engine keeps position p in cell p)");
         goto done;
     }
     if (n_images) {
@@ -285,7 +297,8 @@ int cmd_run(int argc, char **argv) {
         mu_gen_req q = {.prompt = prompt, .n_prompt = n_prompt, .n_predict = (int)n_gen, .sp = sp,
                         .ignore_eos = ignore_eos, .no_text = json, .n_top = json ? (int)top : 0,
                         .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
-                        .progress = cli_prefill_wanted(), .media = mp, .grammar = grammar};
+                        .progress = cli_prefill_wanted(), .media = mp, .grammar = grammar,
+                        .n_keep = (int)keep, .n_discard = (int)discard};
         if (pack) {
             src.id = kid;
             q.install = install_pack;

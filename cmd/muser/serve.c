@@ -10,6 +10,7 @@
  *               [--cache-bytes N] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N] [--key-file F]
  *               [--slot-save-path DIR] [--seed N] [--temp T] [--n-predict N]
  *               [--no-slots] [--no-ui] [--no-metrics] [--tags LIST] [--batch-size N] [--cache-prompt]
+ *               [--context-shift]
  * Owns: options, reading the key and TLS files, wiring model -> engine ->
  * scheduler -> server, and running until SIGINT/SIGTERM. Everything else is
  * in src/http. */
@@ -44,7 +45,7 @@ static int usage(void) {
             "                   [--cache-bytes N[K|M|G]] [--cache-block N] [--pack-dir DIR] [--pack-max-bytes N[K|M|G]] [--key-file F]\n"
             "                   [--slot-save-path DIR]\n"
             "                   [--seed N] [--temp T] [--n-predict N] [--no-slots] [--no-ui] [--no-metrics]\n"
-            "                   [--tags LIST] [--batch-size N] [--cache-prompt]\n"
+            "                   [--tags LIST] [--batch-size N] [--cache-prompt] [--context-shift]\n"
             "Serves the OpenAI, llama.cpp server and Ollama APIs (default 127.0.0.1:4949).\n"
             "A non-loopback --host needs --tls-cert, --tls-key and --api-key-file (mode 0600).\n");
     return 1;
@@ -93,7 +94,7 @@ int cmd_serve(int argc, char **argv) {
     int n_aliases = 0;
     bool any_model = false, no_slots = false, no_ui = false, no_metrics = false;
     long long seed = -1, n_predict = -1, batch = 0;
-    bool cache_prompt = false;
+    bool cache_prompt = false, ctx_shift = false;
     double temp = -1;
     const char *tags = NULL;
     mu_embd_pooling pooling = MU_EMBD_OFF;
@@ -158,6 +159,9 @@ int cmd_serve(int argc, char **argv) {
         else if (!strcmp(a, "--no-slots")) no_slots = true;
         else if (!strcmp(a, "--cache-prompt")) cache_prompt = true;
         else if (!strcmp(a, "--no-cache-prompt")) cache_prompt = false;
+        /* llama.cpp's: off by default; a full slot shifts its context and goes on (docs/api.md) */
+        else if (!strcmp(a, "--context-shift")) ctx_shift = true;
+        else if (!strcmp(a, "--no-context-shift")) ctx_shift = false;
         else if (!strcmp(a, "--slots")) no_slots = false;
         else if (!strcmp(a, "--no-ui")) no_ui = true;
         else if (!strcmp(a, "--batch-size")) { NEED(); if (!cli_int(v, 1, 65536, &batch)) return cli_fail("muser serve: --batch-size must be 1..65536: %s", v); }
@@ -224,6 +228,10 @@ int cmd_serve(int argc, char **argv) {
         cli_fail("muser serve: %s", err.msg);
         goto done;
     }
+    if (ctx_shift && strcmp(mu_engine_backend(e), "cpu")) {
+        cli_fail("muser serve: --context-shift needs the CPU backend (the CUDA engine keeps position p in cell p)");
+        goto done;
+    }
     if (cli_spec_open("muser serve", &spec, e, model)) goto done;
     if (mmproj_path && mu_mmproj_open(mmproj_path, m, &mmproj, &err)) {
         cli_fail("muser serve: %s", err.msg);
@@ -268,7 +276,8 @@ int cmd_serve(int argc, char **argv) {
                         .hold_until = hold ? atoi(hold) : 0, .stall_after = stall ? atoi(stall) : 0,
                         .spec = (mu_spec)spec.spec, .draft_max = spec.draft_max, .draft_min = spec.draft_min,
                         .cache = cache,
-                        .drafter = spec.drafter};
+                        .drafter = spec.drafter,
+                        .ctx_shift = ctx_shift && !mmproj_path}; /* llama.cpp turns it off with a projector */
     if (mu_sched_new(e, &so, &sched, &err)) {
         cli_fail("muser serve: %s", err.msg);
         goto done;

@@ -10,7 +10,9 @@
  * 16 cells' sum reduced in float and the chunks added in double; weights
  * rounded to F16; the V product over the transposed cache with lanes given
  * by the cell index. Those lanes are why the cache is laid out in llama.cpp's
- * cells (session.c) and why a work item covers whole aligned cell chunks:
+ * cells (session.c; after a context shift, shift.c's maps, where every
+ * row sees cells [0, last used] masked by position) and why a work item
+ * covers whole aligned cell chunks:
  * cells outside a token's window are masked (weight 0), which adds exactly
  * nothing, as in llama.cpp, which runs every product over all its cells.
  *
@@ -69,7 +71,16 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     const int u0 = swa && S->tok_pos[it->t0] - I->n_swa + 1 > 0 ? S->tok_pos[it->t0] - I->n_swa + 1 : 0;
     const int al = it->batch ? 16 : 64; /* lanes x accumulators of the V product's order */
     int c_lo, c_hi;
-    cell_range(u0, pos_last, nc, swa, al, &c_lo, &c_hi);
+    /* a shifted session (shift.c): cells hold positions in no fixed order,
+     * so every cell up to the last used one takes part, masked by position */
+    const mu_cells *cm = s->cells ? &s->cells[swa ? 1 : 0] : NULL;
+    if (cm) {
+        c_lo = 0;
+        c_hi = align_up(mu_shift_used_end(s, il), al);
+        if (c_hi > nc) c_hi = nc;
+    } else {
+        cell_range(u0, pos_last, nc, swa, al, &c_lo, &c_hi);
+    }
     const int m = c_hi - c_lo;
     MU_ASSERT((size_t)R * (size_t)m <= S->scores_cap);
 
@@ -78,7 +89,7 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     const mu_f16 *kc = s->kc[il] + (size_t)it->g * hd;
     const int kq_tb = it->batch && hd % 16 == 0;
     int seg[2][2] = {{c_lo, c_hi}, {c_hi, c_hi}};
-    if (c_lo == 0 && c_hi == nc && swa) {
+    if (!cm && c_lo == 0 && c_hi == nc && swa) {
         const int lo = u0 % nc / al * al, hi = align_up(pos_last % nc + 1, al);
         if (hi < lo) {
             seg[0][1] = hi;
@@ -93,7 +104,21 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     /* scale, mask, softmax. A row sees positions [p0, pos]: the cells from
      * p0 % nc on, wrapping at most once (a window is shorter than nc). */
     const float scale = 1.0f / sqrtf((float)hd);
-    for (int r = 0; r < R; r++) {
+    for (int r = 0; cm && r < R; r++) { /* llama.cpp's mask: empty, later, or outside the window */
+        const int pos = S->tok_pos[it->t0 + r / it->nh];
+        float *row = sc + (size_t)r * m, mx = -INFINITY;
+        for (int i = 0; i < m; i++) {
+            const int cp = cm->pos[i];
+            if (cp < 0 || cp > pos || (swa && pos - cp >= I->n_swa)) {
+                row[i] = -INFINITY;
+            } else {
+                row[i] *= scale;
+                mx = row[i] > mx ? row[i] : mx;
+            }
+        }
+        k->softmax_f16(m, row, mx);
+    }
+    for (int r = 0; !cm && r < R; r++) {
         const int pos = S->tok_pos[it->t0 + r / it->nh];
         const int p0 = swa && pos - I->n_swa + 1 > 0 ? pos - I->n_swa + 1 : 0;
         const int f = p0 % nc, len = pos - p0 + 1;
@@ -214,8 +239,9 @@ static bool attn_split(mu_engine *e, int il, int T) {
     int m[MU_LOGIT_ROWS], mmax = 0;
     size_t off[MU_LOGIT_ROWS], tot = 0;
     for (int t = 0; t < T; t++) {
-        if ((t > 0 && S->tok_sess[t - 1] == S->tok_sess[t]) || (t + 1 < T && S->tok_sess[t + 1] == S->tok_sess[t]))
-            return false;
+        if ((t > 0 && S->tok_sess[t - 1] == S->tok_sess[t]) || (t + 1 < T && S->tok_sess[t + 1] == S->tok_sess[t]) ||
+            S->tok_sess[t]->cells)
+            return false; /* several tokens of a sequence, or a shifted session: run_item's way */
         const int nc = S->tok_sess[t]->rows[il], c = (S->tok_pos[t] + 1 + 63) / 64 * 64;
         m[t] = c < nc ? c : nc;
         mmax = m[t] > mmax ? m[t] : mmax;
@@ -246,7 +272,7 @@ void mu_attn_layer(mu_engine *e, int il, int T) {
         while (t1 < T && S->tok_sess[t1] == s) t1++;
         const int seg = t1 - t0;
         /* rows per item: bounded by the scratch and by the cells they span */
-        const int m_max = swa ? s->rows[il] : align_up(S->tok_pos[t1 - 1] + 1, 64);
+        const int m_max = swa || s->cells ? s->rows[il] : align_up(S->tok_pos[t1 - 1] + 1, 64);
         int rows = (int)(S->scores_cap / (size_t)m_max);
         if (rows > MU_ATTN_ROWS) rows = MU_ATTN_ROWS;
         MU_ASSERT(rows >= 1);

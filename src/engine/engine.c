@@ -13,7 +13,7 @@ static void scratch_free(mu_scratch *s) {
     mu_free(s->h); mu_free(s->a); mu_free(s->q); mu_free(s->k); mu_free(s->v); mu_free(s->g);
     mu_free(s->o); mu_free(s->f1); mu_free(s->f2); mu_free(s->qa); mu_free(s->qp); mu_free(s->scores); mu_free(s->attn_q);
     mu_free(s->attn_o); free(s->attn_items); mu_free(s->v16);
-    free(s->tok_sess); free(s->tok_pos); free(s->tok_out); free(s->out_tok); free(s->tok_embd); free(s->tok_item); free(s->tok_in); free(s->tok_idx); mu_free(s->lg);
+    free(s->tok_sess); free(s->tok_pos); free(s->tok_out); free(s->out_tok); free(s->tok_embd); free(s->tok_item); free(s->tok_in); free(s->tok_idx); free(s->tok_cell); mu_free(s->lg);
     memset(s, 0, sizeof *s);
 }
 
@@ -52,9 +52,10 @@ static int scratch_init(mu_engine *e, mu_err *err) {
     s->tok_item = calloc(T, sizeof *s->tok_item);
     s->tok_in = calloc(T, sizeof *s->tok_in);
     s->tok_idx = calloc(T, sizeof *s->tok_idx);
+    s->tok_cell = calloc(2 * (size_t)T, sizeof *s->tok_cell);
     s->lg = mu_alloc((size_t)MU_LOGIT_ROWS * (size_t)I->n_vocab, sizeof(float));
     if (!s->h || !s->a || !s->q || !s->k || !s->v || !s->g || !s->o || !s->f1 || !s->f2 || !s->qa || !s->attn_q || !s->attn_o || !s->attn_items || !s->v16 ||
-        !s->tok_sess || !s->tok_pos || !s->tok_out || !s->out_tok || !s->tok_embd || !s->tok_item || !s->tok_in || !s->tok_idx || !s->lg)
+        !s->tok_sess || !s->tok_pos || !s->tok_out || !s->out_tok || !s->tok_embd || !s->tok_item || !s->tok_in || !s->tok_idx || !s->tok_cell || !s->lg)
         return mu_fail(err, MU_E_NOMEM, "engine: out of memory for scratch buffers");
     return 0;
 }

@@ -16,6 +16,8 @@
 #define MU_SCORES_MAX ((size_t)4 << 20) /* floats of attention scores a thread may hold at long contexts (16 MiB) */
 
 /* An attention work item (attn.c). */
+typedef struct mu_cells mu_cells;
+
 typedef struct {
     int t0, nt;  /* chunk tokens [t0, t0 + nt), one sequence, consecutive positions */
     int g;       /* KV head */
@@ -54,6 +56,7 @@ typedef struct {
     const mu_batch_item **tok_item; /* [T] the token's item when it captures layer inputs (feat) or
                                        streams its layers (on_layer), else NULL */
     int *tok_idx;    /* [T] the token's index in its item */
+    int *tok_cell;   /* [T][2] the token's cell in the full layers' cache and in the sliding ring */
     int n_feat_tok;  /* tokens of the chunk that capture layer inputs */
     int n_layer_tok; /* tokens of the chunk whose item streams its layers (on_layer) */
     int t_solo;      /* chunk tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
@@ -99,7 +102,42 @@ struct mu_session {
     float *logits;      /* [n_logits_cap][n_vocab] */
     int n_logits_cap, n_logits;
     mu_gpu_sess *gs;    /* the cells on the GPU (kc, vt unused) when the engine has one */
+    int hi;             /* the most positions held since the last reset: which ring cells a
+                           truncation emptied (shift.c builds the cell map from it) */
+    bool installed;     /* rows came from outside (kv_write, state_load) since the last reset */
+    mu_cells *cells;    /* [2] after a context shift (shift.c): the full layers' cells and the
+                           sliding ring's, as llama.cpp's allocator placed them; NULL while
+                           position p is in cell p % rows */
 };
+
+/* One KV cache's cells after a context shift (shift.c), as llama.cpp's
+ * llama_kv_cells holds them for one sequence. */
+struct mu_cells {
+    int n;        /* cells */
+    int *pos;     /* [n] position held, -1 when empty */
+    int *shift;   /* [n] rotation owed to the cell's K rows (applied at the next forward) */
+    int head;     /* where the next search starts */
+    int used;     /* cells that hold a position */
+    bool pending; /* some cell moved since the last K rotation */
+};
+
+/* Context shift internals (shift.c). Cell of chunk token t on layer il. */
+static inline int mu_tok_cell(const mu_engine *e, int t, int il) {
+    return e->s.tok_cell[2 * t + (e->m->info.swa_layers[il] ? 1 : 0)];
+}
+/* Places the chunk's tokens [t0, t0 + n) of session s (consecutive
+ * positions) in cells: p % rows, or llama.cpp's find_slot and apply_ubatch
+ * on a shifted session. Called once per session run, before the chunk's
+ * layers. */
+void mu_shift_place(mu_engine *e, mu_session *s, int t0, int n);
+/* Rotates the K rows a shift moved (llama.cpp's K-shift graph) before a
+ * forward reads them. */
+void mu_shift_apply(mu_session *s);
+/* The shifted session's cells [0, *hi) hold every position (used_max_p1). */
+int mu_shift_used_end(const mu_session *s, int il);
+void mu_shift_free(mu_session *s);
+/* Truncation of a shifted session (llama.cpp's seq_rm(n, -1)). */
+int mu_shift_truncate(mu_session *s, int n, bool dry, mu_err *err);
 
 /* Grows the attention scratch for sessions of n_ctx positions. */
 int mu_engine_reserve_ctx(mu_engine *e, int n_ctx, mu_err *err);

@@ -303,7 +303,7 @@ static void job_qk(void *arg, int ith, int nth) {
         }
         /* K into its cell's row, V into its cell's column (session.c) */
         mu_session *s = e->s.tok_sess[t];
-        const size_t nc = (size_t)s->rows[j->il], cell = (size_t)pos % nc;
+        const size_t nc = (size_t)s->rows[j->il], cell = (size_t)mu_tok_cell(e, t, j->il); /* pos % nc unless shifted */
         mu_f16 *vt = s->vt[j->il] + cell, *v16 = e->s.v16 + (size_t)ith * e->n_kv;
         e->kern->to_f16(e->n_kv, k, s->kc[j->il] + cell * e->n_kv);
         e->kern->to_f16(e->n_kv, e->s.v + (size_t)t * e->n_kv, v16);
@@ -434,6 +434,12 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
     ph_clock pc;
     ph_start(&pc, e, T);
     s->t_solo = t_solo;
+    for (int t0 = 0; t0 < T;) { /* each session's run of tokens into its cells (shift.c) */
+        int t1 = t0 + 1;
+        while (t1 < T && s->tok_sess[t1] == s->tok_sess[t0]) t1++;
+        mu_shift_place(e, s->tok_sess[t0], t0, t1 - t0);
+        t0 = t1;
+    }
     embed(e, tokens, T);
     for (int il = 0; il < I->n_layer; il++) {
         const mu_layer_w *L = &e->m->layers[il];
@@ -546,6 +552,8 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
                            it->n_tokens, it->s->n_ctx);
         for (int j = 0; j < n_items; j++)
             if (j != i && items[j].s == it->s) return mu_fail(err, MU_E_ARG, "forward: session appears twice in a batch");
+        if (it->on_layer && it->s->cells)
+            return mu_fail(err, MU_E_STATE, "forward: layer streaming reads rows by position: the session was shifted");
         if (it->feat) {
             if (e->gpu) return mu_fail(err, MU_E_ARG, "forward: hidden-state capture (a drafter) needs the CPU backend");
             if (!it->feat_layers || it->n_feat_layers <= 0)
@@ -567,6 +575,7 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
         items[i].s->n_logits = 0;
     }
     if (e->gpu) return mu_forward_gpu(e, items, n_items, err);
+    for (int i = 0; i < n_items; i++) mu_shift_apply(items[i].s); /* the K rotation a shift owes */
     /* walk the items in chunks of at most MU_UBATCH tokens */
     int32_t chunk_tok[MU_UBATCH];
     e->s.n_feat_tok = e->s.n_layer_tok = 0;

@@ -82,6 +82,7 @@ int mu_session_new(mu_engine *e, int n_ctx, mu_session **out, mu_err *err) {
 void mu_session_free(mu_session *s) {
     if (!s) return;
     if (s->kv_map) munmap(s->kv_map, s->kv_map_bytes);
+    mu_shift_free(s);
     mu_gpu_sess_free(s->gs);
     free(s->rows);
     free(s->kc);
@@ -105,6 +106,9 @@ void mu_session_kv_bytes(const mu_session *s, int n_past, uint64_t *reserved, ui
 }
 
 void mu_session_reset(mu_session *s) {
+    mu_shift_free(s);
+    s->hi = 0;
+    s->installed = false;
     s->n_past = 0;
     s->n_logits = 0;
 }
@@ -117,6 +121,7 @@ static int layer_lo(const mu_session *s, int il) {
 
 bool mu_session_can_truncate(const mu_session *s, int n) {
     if (n < 0 || n > s->n_past) return false;
+    if (s->cells) return mu_shift_truncate((mu_session *)s, n, true, NULL) == 0;
     int need = n - s->e->m->info.n_swa + 1;
     if (need < 0) need = 0;
     for (int il = 0; il < s->e->m->info.n_layer; il++)
@@ -127,6 +132,7 @@ bool mu_session_can_truncate(const mu_session *s, int n) {
 int mu_session_truncate(mu_session *s, int n, mu_err *err) {
     if (n < 0 || n > s->n_past)
         return mu_fail(err, MU_E_ARG, "session: cannot truncate to %d (holds %d positions)", n, s->n_past);
+    if (s->cells) return mu_shift_truncate(s, n, false, err);
     const mu_model_info *I = &s->e->m->info;
     int need = n - I->n_swa + 1; /* the next position's window starts here */
     if (need < 0) need = 0;
@@ -238,8 +244,17 @@ static void cpu_rows(const mu_session *s, int il, int pos0, int n, uint16_t *k, 
     }
 }
 
+/* Rows leave or enter by position only while cell == position. */
+static int check_unshifted(const mu_session *s, mu_err *err) {
+    if (!s->cells) return 0;
+    return mu_fail(err, MU_E_STATE, "session: the context was shifted: its cells no longer follow positions, so "
+                                    "its rows cannot be read or installed by position (reset it first)");
+}
+
 int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
-    int rc = check_rows(s, il, pos0, n, s->n_past, err);
+    int rc = check_unshifted(s, err);
+    if (rc) return rc;
+    rc = check_rows(s, il, pos0, n, s->n_past, err);
     if (rc) return rc;
     if (pos0 < layer_lo(s, il))
         return mu_fail(err, MU_E_STATE, "session: layer %d no longer holds position %d", il, pos0);
@@ -249,8 +264,10 @@ int mu_session_kv_read(const mu_session *s, int il, int pos0, int n, uint16_t *k
 }
 
 int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *k, const uint16_t *v, mu_err *err) {
-    int rc = check_rows(s, il, pos0, n, s->n_ctx, err);
+    int rc = check_unshifted(s, err);
+    if (!rc) rc = check_rows(s, il, pos0, n, s->n_ctx, err);
     if (rc) return rc;
+    s->installed = true;
     if (s->gs) return gpu_rows(s, il, pos0, n, (uint16_t *)k, (uint16_t *)v, true, err);
     cpu_rows(s, il, pos0, n, (uint16_t *)k, (uint16_t *)v, true);
     return 0;
@@ -258,7 +275,11 @@ int mu_session_kv_write(mu_session *s, int il, int pos0, int n, const uint16_t *
 
 int mu_session_kv_commit(mu_session *s, int n, mu_err *err) {
     if (n < 0 || n > s->n_ctx) return mu_fail(err, MU_E_ARG, "session: cannot commit %d positions", n);
+    int rc = check_unshifted(s, err);
+    if (rc) return rc;
     s->n_past = n;
+    s->hi = n > s->hi ? n : s->hi;
+    s->installed = true;
     s->n_logits = 0;
     return 0;
 }
@@ -291,6 +312,8 @@ static uint32_t get32(const uint8_t **p) {
 
 int mu_session_state_save(const mu_session *s, void *buf, size_t cap, size_t *written, mu_err *err) {
     const mu_model_info *I = &s->e->m->info;
+    int rc0 = check_unshifted(s, err);
+    if (rc0) return rc0;
     size_t need = mu_session_state_bytes(s), rb = (size_t)s->e->n_kv;
     if (cap < need) return mu_fail(err, MU_E_ARG, "session: state needs %zu bytes, buffer has %zu", need, cap);
     uint8_t *p = buf;
@@ -342,6 +365,7 @@ int mu_session_state_load(mu_session *s, const void *buf, size_t n, mu_err *err)
         q += bytes;
     }
     if (q != end) return mu_fail(err, MU_E_FORMAT, "session: state: %zu trailing bytes", (size_t)(end - q));
+    mu_shift_free(s); /* the state replaces every cell: back to cell == position */
     for (int il = 0; il < I->n_layer; il++) {
         uint32_t lo = get32(&p), cnt = get32(&p);
         uint32_t want_lo = past > (uint32_t)s->rows[il] ? past - (uint32_t)s->rows[il] : 0;
@@ -355,6 +379,7 @@ int mu_session_state_load(mu_session *s, const void *buf, size_t n, mu_err *err)
         p += 2 * (size_t)cnt * rb * sizeof(mu_f16);
     }
     s->n_past = (int)past;
+    s->hi = (int)past;
     s->n_logits = 0;
     return 0;
 }

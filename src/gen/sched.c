@@ -99,6 +99,8 @@ struct mu_job {
     uint64_t ticket;      /* mu_gen_req.slot_ticket: the slot reserved for it (0: none) */
     int install_keep, install_step; /* mu_gen_req */
     int max_new;          /* most tokens the job may generate */
+    bool ctx_shift;       /* shifts its context when the slot fills (mu_sched_opts.ctx_shift) */
+    int n_keep, n_discard; /* mu_gen_req */
     mu_spec spec;
     int draft_max, draft_min;
     int32_t *script;      /* MU_SPEC_SCRIPT drafts */
@@ -700,6 +702,51 @@ static void shadow_probe(mu_sched *s, int i) {
     j->row_n = j->row_next = 0; /* the kept rows are the shadow's now */
 }
 
+/* Engine thread: slot i's session is full (n_past + 1 >= n_ctx) before its
+ * next token: llama.cpp's server shift (server-context.cpp, pre_decode).
+ * n_keep: the job's (-1: its prompt, BOS included), plus one when the model
+ * adds BOS, at most n_ctx - 4; n_discard: the job's, or half of the tokens
+ * after n_keep, clamped to [0, n_left - 1]. The history loses the same
+ * tokens; the session's rows leave the replay record and the prefix cache
+ * (shift.c: cells no longer follow positions). As llama.cpp, a job sharing
+ * its prompt with other choices ends with an error instead; a DFlash job
+ * drafts no more (the drafter's rows follow positions). */
+static void ctx_shift(mu_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    if (j->grp) {
+        slot_release(s, i, MU_FINISH_ERROR, "context shift cannot be used for shared prompt");
+        return;
+    }
+    const int n_past = mu_session_n_past(sl->sess);
+    int n_keep = j->n_keep < 0 ? j->n_prompt : j->n_keep;
+    if (mu_model_get_info(s->model)->add_bos) n_keep += 1;
+    if (n_keep > s->o.n_ctx - 4) n_keep = s->o.n_ctx - 4;
+    const int n_left = n_past - n_keep;
+    int n_discard = j->n_discard ? j->n_discard : n_left / 2;
+    const int hi = n_left - 1 > 0 ? n_left - 1 : 0;
+    n_discard = n_discard < 0 ? 0 : n_discard > hi ? hi : n_discard;
+    mu_err err = {0};
+    if (sl->n_hist != n_past) { /* the history must name every position it moves */
+        slot_release(s, i, MU_FINISH_ERROR, "context shift: the slot's token history does not cover its session");
+        return;
+    }
+    if (n_discard < 1 || n_keep < 0 || mu_session_shift(sl->sess, n_keep, n_discard, &err)) {
+        slot_release(s, i, MU_FINISH_ERROR, n_discard < 1 ? "context shift: nothing to discard" : err.msg);
+        return;
+    }
+    memmove(sl->hist + n_keep, sl->hist + n_keep + n_discard, (size_t)(n_past - n_keep - n_discard) * sizeof *sl->hist);
+    replay_cut(sl, 0);
+    mu_kv_lineage_cut(sl->lin, n_keep);
+    sl->n_hist = n_past - n_discard;
+    if (j->spec == MU_SPEC_DFLASH) {
+        j->spec = MU_SPEC_NONE;
+        if (sl->dq) mu_draft_seq_truncate(sl->dq, 0);
+    }
+    j->st.n_shift++;
+    j->st.n_discarded += n_discard;
+}
+
 /* Engine thread: drafts for slot i's next step into sl->blk[1..]. Returns
  * the count (the step is a solo block, maybe of the last token alone), or
  * -1 while the estimate says drafting does not pay: then the step is an
@@ -748,7 +795,10 @@ static int draft(mu_sched *s, int i, int rows) {
      * is verified: when drafting, draft at least that many (llama.cpp's
      * drafts are never cut short of it either) */
     if (k < j->draft_min) k = j->draft_min < j->draft_max ? j->draft_min : j->draft_max;
-    int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1, left = j->max_new - j->n_gen - 1;
+    /* with a context shift, a block never takes the session past n_ctx - 1
+     * positions, where plain decoding shifts: the shifts, and so the
+     * tokens, stay plain decoding's */
+    int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1 - (j->ctx_shift ? 1 : 0), left = j->max_new - j->n_gen - 1;
     if (k > room) k = room;
     if (k > left) k = left;
     if (k <= 0) return 0;
@@ -1253,6 +1303,12 @@ static void *engine_main(void *arg) {
             else if (!(s->o.stall_after > 0 && sl->job->n_gen >= s->o.stall_after)) n_rows++;
         }
         n_rows += prompt_rows < chunk ? prompt_rows : chunk;
+        for (int i = 0; i < s->o.n_slots; i++) { /* full slots shift before they feed a token */
+            slot *sl = &s->slots[i];
+            if (sl->job && !sl->waiting && sl->n_fed >= sl->job->n_prompt && sl->job->ctx_shift &&
+                mu_session_n_past(sl->sess) + 1 >= s->o.n_ctx)
+                ctx_shift(s, i);
+        }
         for (int i = 0; i < s->o.n_slots; i++) {
             slot *sl = &s->slots[i];
             sl->n_drafted = -1;
@@ -1392,7 +1448,8 @@ static void *engine_main(void *arg) {
             slot *sl = &s->slots[s->item_slot[k]];
             bool rows = false; /* image rows (negative ids) are not cached yet */
             for (int t = 0; t < sl->n_hist && !rows; t++) rows = sl->hist[t] < 0;
-            if (!s->item_embd[k] && !rows && !sl->rows_class[0] && mu_session_n_past(sl->sess) == sl->n_hist)
+            if (!s->item_embd[k] && !rows && !sl->rows_class[0] && !mu_session_shifted(sl->sess) &&
+                mu_session_n_past(sl->sess) == sl->n_hist)
                 mu_kv_cache_capture(s->o.cache, sl->sess, sl->lin, sl->hist, sl->n_hist);
         }
     }
@@ -1538,9 +1595,14 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         return mu_fail(err, MU_E_ARG, "sched: an install on a live slot keeps 1..%d positions of a reserved slot",
                        r->n_installed - 1);
     int room = s->o.n_ctx - r->n_prompt;
+    const bool shift = s->o.ctx_shift && !r->media && r->embd == MU_EMBD_OFF;
+    if (shift) room = INT32_MAX / 2; /* the context shifts: only n_predict or a stop ends the job */
+    if (r->n_keep < -1 || r->n_discard < 0)
+        return mu_fail(err, MU_E_ARG, "sched: bad context shift parameters (n_keep %d, n_discard %d)", r->n_keep,
+                       r->n_discard);
     int max_new = r->n_predict < 0 || r->n_predict > room ? room : r->n_predict;
     if (max_new < 1) max_new = 1;
-    bool by_ctx = max_new == room && (r->n_predict < 0 || r->n_predict > room);
+    bool by_ctx = !shift && max_new == room && (r->n_predict < 0 || r->n_predict > room);
     mu_job *j = calloc(1, sizeof *j);
     size_t pb;
     if (!j || !mu_mul_ok((size_t)r->n_prompt, sizeof(int32_t), &pb) || !(j->prompt = malloc(pb))) {
@@ -1607,6 +1669,9 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
         }
     }
     j->max_new = max_new;
+    j->ctx_shift = shift;
+    j->n_keep = r->n_keep;
+    j->n_discard = r->n_discard;
     j->spec = r->spec;
     /* DFlash drafts at most a block: block_size - 1 tokens, its default (llama.cpp clamps to it) */
     j->draft_max = r->draft_max > 0 ? r->draft_max

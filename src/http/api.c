@@ -150,7 +150,9 @@ static const jc_field spec_obj_fields[] = {SPEC_FIELDS("type", "n_max", "n_min",
         F_("grammar_lazy", JC_BOOL), F_("grammar_triggers", JC_ARR, .max_len = 1024),                         \
         F_("preserved_tokens", JC_ARR, .elem = &stop_elem, .max_len = 1024),                                   \
         F_("backend_sampling", JC_BOOL), /* no effect: one sampler, on the CPU, either way */                  \
-        F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1))
+        F_("id_slot", JC_INT, RANGE(-1, MU_SCHED_MAX_SLOTS - 1)),                                            \
+        /* the context shift's (muser serve --context-shift; no effect without it, as in llama.cpp) */         \
+        F_("n_keep", JC_INT, RANGE(-1, 1 << 24)), F_("n_discard", JC_INT, RANGE(0, 1 << 24))
 
 static const jc_field json_schema_fields[] = {
     F_("name", JC_STR, .min_len = 1, .max_len = 64), /* OpenAI requires it; llama.cpp does not */

@@ -642,6 +642,8 @@ bool api_extensions(mu_http_req *r, const json_t *body, mu_gen_req *q) {
      * server runs with --cache-prompt, so answers equal `muser run`'s;
      * llama.cpp's default is on) */
     q->keep_prefix = mu_jc_bool(body, "cache_prompt", ((mu_http_app *)mu_http_req_app(r))->cache_prompt);
+    q->n_keep = (int)mu_jc_int(body, "n_keep", 0);
+    q->n_discard = (int)mu_jc_int(body, "n_discard", 0);
     /* llama.cpp's return_progress: prompt-progress chunks, in streams only */
     q->progress = mu_jc_bool(body, "return_progress", false) && mu_jc_bool(body, "stream", false);
     /* llama.cpp's id_slot: the request runs in that slot (waiting for it) */
@@ -832,7 +834,7 @@ static bool collect(api_job *g, const mu_gen_event *ev) {
         return true;
     case MU_EV_FINISH:
         g->finish = ev->finish == MU_FINISH_CTX ? MU_FINISH_LENGTH : ev->finish;
-        g->ctx_full = ev->finish == MU_FINISH_CTX;
+        g->ctx_full = ev->finish == MU_FINISH_CTX || ev->stats.n_shift > 0; /* llama.cpp's "truncated" */
         g->st = ev->stats;
         g->st.n_gen = g->n_ids;
         if (ev->stop_word) snprintf(g->stop_word, sizeof g->stop_word, "%s", ev->stop_word);

@@ -80,7 +80,7 @@ json_t *api_llama_result(mu_http_app *a, api_job *g, int index, const char *cont
                           "tokens_predicted", g->n_ids, "tokens_evaluated", g->st.n_prompt, "generation_settings",
                           settings, "prompt", prompt ? prompt : "", "truncated", g->ctx_full,
                           "stop_type", stop_type(g->finish), "stopping_word", g->stop_word, "tokens_cached",
-                          g->st.n_prompt + g->n_ids, "timings", api_timings(&g->st));
+                          g->st.n_prompt + g->n_ids - g->st.n_discarded, "timings", api_timings(&g->st));
     if (!o) return NULL;
     /* muser's: where timings.cache_n's tokens came from (the reuse ladder);
      * beside timings, whose values clients read as numbers */

@@ -68,4 +68,14 @@ for f in ref-grammar/*.json; do
   echo "--- $name (grammars)"
   python3 grammar-check.py "$bin" "$work/$name.gguf" "$f" || rc=1
 done
+# context shifts: llama.cpp's greedy tokens across its server's shifts
+# (ref-shift/<model>.json, made by make-shift.sh), compared by
+# shift-check.py, bit for bit on the CPU engine
+for f in ref-shift/*.json; do
+  [ -f "$f" ] || continue
+  name=$(basename "$f" .json)
+  [ -f "$work/$name.gguf" ] || { echo "FAIL $name (context shift): no $work/$name.gguf"; rc=1; continue; }
+  echo "--- $name (context shift)"
+  python3 shift-check.py "$bin" "$work/$name.gguf" "$f" || rc=1
+done
 exit $rc

@@ -1,5 +1,5 @@
 /* test_engine.c: sessions and the forward pass on a small generated model:
- * state round trip, truncation, several sessions in one batch, layer
+ * state round trip, truncation, the context shift, several sessions in one batch, layer
  * streaming (on_layer), argument errors, the samplers, and the matmuls'
  * split over threads. */
 #include <setjmp.h>
@@ -118,6 +118,79 @@ static void test_truncate(void **state) {
     assert_int_equal(mu_session_truncate(b, 31, &err), MU_E_ARG);
     mu_session_free(a);
     mu_session_free(b);
+}
+
+static void noop_layer(void *user, int il, int pos0, int n) { (void)user, (void)il, (void)pos0, (void)n; }
+
+/* Context shift (shift.c; its tokens are checked against llama.cpp by the
+ * model tier's shift-check.py): a shifted session refuses every access by
+ * position, a truncation re-places tokens in the cells they had (the same
+ * logits, bit for bit), several tokens in one forward land as one at a time
+ * do (within rounding), a truncation past rows the ring gave up is refused,
+ * and an emptied session is plain again. */
+static void test_shift(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_session *a;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    int32_t ids[70];
+    prompt(ids, 70, 3);
+    feed(a, ids, 60);
+    assert_int_equal(mu_session_shift(a, 1, 0, &err), MU_E_ARG);
+    assert_int_equal(mu_session_shift(a, 40, 21, &err), MU_E_ARG);
+    assert_false(mu_session_shifted(a));
+    assert_int_equal(mu_session_shift(a, 1, 29, &err), 0);
+    assert_true(mu_session_shifted(a));
+    assert_int_equal(mu_session_n_past(a), 31);
+    uint16_t row[2 * 2 * 32];
+    assert_int_equal(mu_session_kv_read(a, 0, 0, 1, row, row + 64, &err), MU_E_STATE);
+    assert_non_null(strstr(err.msg, "shifted"));
+    assert_int_equal(mu_session_kv_write(a, 0, 0, 1, row, row + 64, &err), MU_E_STATE);
+    assert_int_equal(mu_session_kv_commit(a, 31, &err), MU_E_STATE);
+    size_t n = mu_session_state_bytes(a), w;
+    uint8_t *buf = malloc(n);
+    assert_int_equal(mu_session_state_save(a, buf, n, &w, &err), MU_E_STATE);
+    free(buf);
+    mu_batch_item it = {.s = a, .tokens = ids, .n_tokens = 1, .on_layer = noop_layer};
+    assert_int_equal(mu_forward(E, &it, 1, &err), MU_E_STATE);
+    /* five decode steps, twice: truncation frees the cells, the tokens take them again */
+    float *l1 = malloc((size_t)V * sizeof(float));
+    for (int i = 0; i < 5; i++) feed(a, ids + 60 + i, 1);
+    memcpy(l1, mu_session_logits(a, -1), (size_t)V * sizeof(float));
+    assert_true(mu_session_can_truncate(a, 31));
+    assert_int_equal(mu_session_truncate(a, 31, &err), 0);
+    for (int i = 0; i < 5; i++) feed(a, ids + 60 + i, 1);
+    assert_memory_equal(l1, mu_session_logits(a, -1), (size_t)V * sizeof(float));
+    /* a second shift on top; then b, with the same history, takes five
+     * tokens in one forward where a takes them one at a time */
+    mu_session *b;
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    feed(b, ids, 60);
+    assert_int_equal(mu_session_shift(b, 1, 29, &err), 0);
+    for (int i = 0; i < 5; i++) feed(b, ids + 60 + i, 1);
+    assert_int_equal(mu_session_shift(a, 3, 10, &err), 0);
+    assert_int_equal(mu_session_shift(b, 3, 10, &err), 0);
+    assert_int_equal(mu_session_n_past(a), 26);
+    for (int i = 0; i < 5; i++) feed(a, ids + i, 1);
+    mu_batch_item bi = {.s = b, .tokens = ids, .n_tokens = 5, .all_logits = true};
+    assert_int_equal(mu_forward(E, &bi, 1, &err), 0);
+    /* within rounding: one forward of 5 rounds as a batch, and on this
+     * small random model batched and lone rows part by up to ~3e-4 without
+     * any shift too */
+    assert_true(max_rel_diff(mu_session_logits(a, -1), mu_session_logits(b, 4), V) < 1e-3);
+    /* after a shift the ring reuses the first cell outside the window, as
+     * llama.cpp's does: five steps later the rows before them are gone */
+    assert_false(mu_session_can_truncate(a, 26));
+    assert_int_equal(mu_session_truncate(a, 26, &err), MU_E_STATE);
+    assert_int_equal(mu_session_n_past(a), 31);
+    mu_session_free(b);
+    /* emptied: plain again, rows readable by position */
+    assert_int_equal(mu_session_truncate(a, 0, &err), 0);
+    assert_false(mu_session_shifted(a));
+    feed(a, ids, 3);
+    assert_int_equal(mu_session_kv_read(a, 0, 0, 1, row, row + 64, &err), 0);
+    free(l1);
+    mu_session_free(a);
 }
 
 /* Two sessions in one batch compute what each computes alone. */
@@ -428,6 +501,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_state_round_trip),
         cmocka_unit_test(test_truncate),
+        cmocka_unit_test(test_shift),
         cmocka_unit_test(test_batch_of_sessions),
         cmocka_unit_test(test_embd_rows),
         cmocka_unit_test(test_layer_stream),
