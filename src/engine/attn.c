@@ -50,6 +50,30 @@ static void cell_range(int u0, int u1, int nc, bool swa, int al, int *c_lo, int 
     }
 }
 
+/* x[i] *= scale for i < n; returns the largest of max0 and the scaled
+ * values. The maximum is the same in any order (a NaN never wins, as in
+ * the one-at-a-time loop; which zero wins does not change x - max), so 16
+ * running maxima break the chain of dependent compares and let the compiler
+ * use vectors. */
+static float scale_max(float *x, int n, float scale, float max0) {
+    float m[16];
+    for (int l = 0; l < 16; l++) m[l] = max0;
+    int i = 0;
+    for (; i + 16 <= n; i += 16)
+        for (int l = 0; l < 16; l++) {
+            const float v = x[i + l] * scale;
+            x[i + l] = v;
+            m[l] = v > m[l] ? v : m[l];
+        }
+    for (; i < n; i++) {
+        x[i] *= scale;
+        m[0] = x[i] > m[0] ? x[i] : m[0];
+    }
+    float mx = max0;
+    for (int l = 0; l < 16; l++) mx = m[l] > mx ? m[l] : mx;
+    return mx;
+}
+
 static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
     const mu_kern *k = e->kern;
     const mu_model_info *I = &e->m->info;
@@ -131,10 +155,7 @@ static void run_item(mu_engine *e, int il, const mu_attn_item *it, int ith) {
             if (hi <= lo) continue;
             MU_ASSERT(lo >= done && hi <= m);
             for (int i = done; i < lo; i++) row[i] = -INFINITY;
-            for (int i = lo; i < hi; i++) {
-                row[i] *= scale;
-                mx = row[i] > mx ? row[i] : mx;
-            }
+            mx = scale_max(row + lo, hi - lo, scale, mx);
             done = hi;
         }
         for (int i = done; i < m; i++) row[i] = -INFINITY;
@@ -195,10 +216,7 @@ static void job_split(void *arg, int ith, int nth) {
             const int t = u / I->n_head, h = u % I->n_head, pos = S->tok_pos[t], m = j->m[t];
             float *row = S->scores + j->off[t] + (size_t)h * m, mx = -INFINITY;
             const float scale = 1.0f / sqrtf((float)hd);
-            for (int i = 0; i <= pos; i++) {
-                row[i] *= scale;
-                mx = row[i] > mx ? row[i] : mx;
-            }
+            mx = scale_max(row, pos + 1, scale, mx);
             for (int i = pos + 1; i < m; i++) row[i] = -INFINITY;
             k->softmax_f16(m, row, mx);
             continue;

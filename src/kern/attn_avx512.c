@@ -106,10 +106,7 @@ static inline void tile_ggml(int n, const mu_f16 *const a[2], const float *const
  * accumulator is a plain multiply (ggml adds it to +0: the two differ only in
  * the sign of a zero, which the caller's final +0 removes; ggml never yields
  * -0 from F16 data). */
-static inline void dots8_regs(int n, const mu_f16 *a, const float *const b[8], __m512 v[8]) {
-    __m512 x[8];
-    #pragma GCC unroll 8
-    for (int q = 0; q < n / 16; q++) x[q] = f16x16(a + 16 * q);
+static inline void dots8_regs(int n, const __m512 x[8], const float *const b[8], __m512 v[8]) {
     #pragma GCC unroll 8
     for (int j = 0; j < 8; j++) {
         __m512 c[4];
@@ -124,13 +121,14 @@ static inline void dots8_regs(int n, const mu_f16 *a, const float *const b[8], _
 
 /* K.Q of a decode step: half tiles of (one A row, 8 B rows), two per
  * reduction; B rows past nb repeat the last one, an odd last half tile is
- * computed twice, and those results are dropped. */
+ * computed twice, and those results are dropped. With 9-16 B rows (a KV
+ * head's query heads) both halves take the same A row, converted once. */
 static __attribute__((always_inline)) inline void mm_ggml_short(int n, const mu_f16 *A, size_t lda, int na,
                                                                 const float *B, size_t ldb, int nb, float *C,
                                                                 size_t ldc) {
     const int nb8 = (nb + 7) / 8, H = na * nb8;
     for (int h0 = 0; h0 < H; h0 += 2) {
-        __m512 v[16];
+        __m512 v[16], x[8];
         int hh[2], i[2], j0[2];
         #pragma GCC unroll 2
         for (int s = 0; s < 2; s++) {
@@ -143,7 +141,10 @@ static __attribute__((always_inline)) inline void mm_ggml_short(int n, const mu_
             if (i[s] + 16 < na) /* 16 rows ahead */
                 for (int c = 0; c < n * 2; c += 64)
                     _mm_prefetch((const char *)(A + (size_t)(i[s] + 16) * lda) + c, _MM_HINT_T0);
-            dots8_regs(n, A + (size_t)i[s] * lda, b, v + 8 * s);
+            if (s == 0 || i[1] != i[0])
+                #pragma GCC unroll 8
+                for (int q = 0; q < n / 16; q++) x[q] = f16x16(A + (size_t)i[s] * lda + 16 * q);
+            dots8_regs(n, x, b, v + 8 * s);
         }
         float r[16];
         _mm512_storeu_ps(r, _mm512_add_ps(hsum16_x16(v), _mm512_setzero_ps()));
@@ -185,13 +186,16 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
 #define MM_LONG 16384 /* n past which, with A read more than twice, a product is blocked */
 
 /* tinyBLAS accumulators of a 4 x 4 tile (c[4j + i]) over [k0, k0 + kn):
- * A rows at k0 (a[]), B rows of the packed block (b[], from 0) */
-static inline void tile_tb_part(int kn, const mu_f16 *const a[4], const float *const b[4], __m512 *acc) {
+ * A rows at k0 (a[]), B rows of the packed block (b[], from 0), A already
+ * converted to floats (exact: the products and their order are those of
+ * the one-pass tiles) */
+static inline void tile_tb_part_f(int kn, const float *const a[4], const float *const b[4], __m512 *acc) {
     __m512 c[16];
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) c[p] = acc[p];
     for (int k = 0; k < kn; k += 16) {
-        const __m512 a0 = f16x16(a[0] + k), a1 = f16x16(a[1] + k), a2 = f16x16(a[2] + k), a3 = f16x16(a[3] + k);
+        const __m512 a0 = _mm512_loadu_ps(a[0] + k), a1 = _mm512_loadu_ps(a[1] + k), a2 = _mm512_loadu_ps(a[2] + k),
+                     a3 = _mm512_loadu_ps(a[3] + k);
         #pragma GCC unroll 16
         for (int j = 0; j < 4; j++) {
             const __m512 bj = _mm512_loadu_ps(b[j] + k);
@@ -205,7 +209,8 @@ static inline void tile_tb_part(int kn, const mu_f16 *const a[4], const float *c
     for (int p = 0; p < 16; p++) acc[p] = c[p];
 }
 
-/* ggml accumulators of a 2 x 2 tile (c[2j + i][q] at acc[4(2j + i) + q]) */
+/* ggml accumulators of a 2 x 2 tile (c[2j + i][q] at acc[4(2j + i) + q]),
+ * A rows as F16 at k0 */
 static inline void tile_ggml_part(int kn, const mu_f16 *const a[2], const float *const b[2], __m512 *acc) {
     __m512 c[4][4];
     #pragma GCC unroll 16
@@ -241,9 +246,11 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
     const int ti = (na + T - 1) / T, tj = (nb + T - 1) / T;
     __m512 *acc = aligned_alloc(64, (size_t)ti * tj * 16 * sizeof(__m512));
     float *bp = aligned_alloc(64, (size_t)nb * MM_KB * sizeof(float));
-    if (!acc || !bp) {
+    float *ap = aligned_alloc(64, (size_t)T * MM_KB * sizeof(float)); /* a tile's A rows, converted once */
+    if (!acc || !bp || !ap) {
         free(acc);
         free(bp);
+        free(ap);
         return 0;
     }
     memset(acc, 0, (size_t)ti * tj * 16 * sizeof(__m512));
@@ -258,12 +265,22 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
             if (k0 + MM_KB < n)
                 for (int q = 0; q < T; q++)
                     for (int c = 0; c < MM_KB * 2; c += 64) _mm_prefetch((const char *)(a[q] + MM_KB) + c, _MM_HINT_T1);
+            /* tinyBLAS: each tile of B rows would convert these A rows
+             * again; once here, into floats that stay in L1 for all of them
+             * (for the ggml tiles of 2 A rows this measured no faster) */
+            const float *af[4];
+            if (tb)
+                for (int q = 0; q < T; q++) {
+                    float *d = ap + (size_t)q * MM_KB;
+                    for (int c = 0; c < kn; c += 16) _mm512_storeu_ps(d + c, f16x16(a[q] + c));
+                    af[q] = d;
+                }
             for (int jt = 0; jt < tj; jt++) {
                 const float *b[4];
                 for (int q = 0; q < T; q++) b[q] = bp + (size_t)(jt * T + q < nb ? jt * T + q : nb - 1) * MM_KB;
                 __m512 *t = acc + ((size_t)it * tj + jt) * 16;
                 if (tb)
-                    tile_tb_part(kn, a, b, t);
+                    tile_tb_part_f(kn, af, b, t);
                 else
                     tile_ggml_part(kn, a, b, t);
             }
@@ -291,6 +308,7 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
                 np = 0;
             }
         }
+    free(ap);
     free(bp);
     free(acc);
     return 1;
@@ -316,6 +334,10 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
      * Long rows (V.softmax over the cells): each tile of B rows meets every
      * A row, B's tile staying in L2 while A streams. */
     const int a_out = n <= 256;
+    /* K.Q of a prefill item (a_out, many B rows): a tile's A rows meet
+     * every B tile; converted to floats once per A tile (exact) */
+    float abuf[4 * 256] __attribute__((aligned(64)));
+    const int af_ok = a_out && nb > 4;
     for (int o0 = 0; o0 < (a_out ? na : nb); o0 += 4)
         for (int n0 = 0; n0 < (a_out ? nb : na); n0 += 4) {
             const int i0 = a_out ? o0 : n0, j0 = a_out ? n0 : o0;
@@ -326,7 +348,15 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
                 b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;
             }
             __m512 v[16];
-            if (tb)
+            if (tb && af_ok) {
+                const float *af[4] = {abuf, abuf + 256, abuf + 512, abuf + 768};
+                if (n0 == 0)
+                    for (int q = 0; q < 4; q++)
+                        for (int c = 0; c < n; c += 16) _mm512_storeu_ps(abuf + 256 * q + c, f16x16(a[q] + c));
+                #pragma GCC unroll 16
+                for (int p = 0; p < 16; p++) v[p] = _mm512_setzero_ps();
+                tile_tb_part_f(n, af, b, v);
+            } else if (tb)
                 tile_tb(n, a, b, v);
             else
                 #pragma GCC unroll 16
