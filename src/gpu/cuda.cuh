@@ -8,11 +8,40 @@
 
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 
 #include "../kern/quant.h"
 #include "gpu.h"
+
+/* ---- errors (host) -------------------------------------------------------
+ * cu_fail fills err (when given) and returns code; cu_cuda_fail_in names a
+ * CUDA error with the part and what failed ("PART: WHAT: ERROR"), out of
+ * memory as MU_E_NOMEM; cu_cuda_fail is the part "cuda"; CU_CK returns it
+ * from the calling function. */
+static inline int cu_fail(mu_err *err, int code, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+static inline int cu_cuda_fail_in(mu_err *err, cudaError_t e, const char *part, const char *what) {
+    return cu_fail(err, e == cudaErrorMemoryAllocation ? MU_E_NOMEM : MU_E_IO, "%s: %s: %s", part, what,
+                   cudaGetErrorString(e));
+}
+static inline int cu_cuda_fail(mu_err *err, cudaError_t e, const char *what) {
+    return cu_cuda_fail_in(err, e, "cuda", what);
+}
+#define CU_CK(call, what)                                          \
+    do {                                                           \
+        cudaError_t e_ = (call);                                   \
+        if (e_ != cudaSuccess) return cu_cuda_fail(err, e_, what); \
+    } while (0)
 
 /* ---- device block layouts ----------------------------------------------
  * Weights keep their GGUF bytes except the two types whose blocks are not

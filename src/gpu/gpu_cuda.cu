@@ -19,28 +19,6 @@
 
 #define UB 512 /* most tokens per chunk (MU_UBATCH) */
 
-static int fail(mu_err *err, int code, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-static int cuda_fail(mu_err *err, cudaError_t e, const char *what) {
-    return fail(err, e == cudaErrorMemoryAllocation ? MU_E_NOMEM : MU_E_IO, "cuda: %s: %s", what,
-                cudaGetErrorString(e));
-}
-
-#define CK(call, what)                                      \
-    do {                                                    \
-        cudaError_t e_ = (call);                            \
-        if (e_ != cudaSuccess) return cuda_fail(err, e_, what); \
-    } while (0)
-
 /* ---- model ------------------------------------------------------------- */
 
 typedef struct {
@@ -146,14 +124,14 @@ static int p_count(const char **why) {
 
 static int p_probe(int dev, mu_gpu_info *info, mu_err *err) {
     cudaDeviceProp p;
-    CK(cudaGetDeviceProperties(&p, dev), "device properties");
+    CU_CK(cudaGetDeviceProperties(&p, dev), "device properties");
     memset(info, 0, sizeof *info);
     snprintf(info->name, sizeof info->name, "%.127s", p.name);
     info->major = p.major;
     info->minor = p.minor;
-    CK(cudaSetDevice(dev), "set device");
+    CU_CK(cudaSetDevice(dev), "set device");
     size_t fr = 0, tot = 0;
-    CK(cudaMemGetInfo(&fr, &tot), "memory info");
+    CU_CK(cudaMemGetInfo(&fr, &tot), "memory info");
     info->free_bytes = fr;
     info->total_bytes = tot;
     return 0;
@@ -165,10 +143,10 @@ static int dev_alloc(mu_gpu_model *m, size_t n, void **out, const char *what, mu
         cudaGetLastError();
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
-        return fail(err, MU_E_NOMEM, "cuda: out of device memory for %s: need %zu bytes, %zu free of %zu", what, n, fr,
+        return cu_fail(err, MU_E_NOMEM, "cuda: out of device memory for %s: need %zu bytes, %zu free of %zu", what, n, fr,
                     tot);
     }
-    CK(e, what);
+    CU_CK(e, what);
     m->allocs[m->n_allocs++] = *out;
     return 0;
 }
@@ -177,7 +155,7 @@ static int dev_alloc(mu_gpu_model *m, size_t n, void **out, const char *what, mu
 static int upload(mu_gpu_model *m, const mu_gpu_tensor *t, dtensor *out, uint8_t *stage, size_t stage_cap,
                   uint64_t *done, uint64_t total, mu_gpu_progress_fn fn, void *user, mu_err *err) {
     const int be = dev_block_elems(t->type), bb = dev_block_bytes(t->type);
-    if (!bb || t->ne0 % be) return fail(err, MU_E_UNSUPPORTED, "cuda: weight type %u is not supported on the GPU", t->type);
+    if (!bb || t->ne0 % be) return cu_fail(err, MU_E_UNSUPPORTED, "cuda: weight type %u is not supported on the GPU", t->type);
     out->type = t->type;
     out->ne0 = (int)t->ne0;
     out->ne1 = (int)t->ne1;
@@ -207,19 +185,19 @@ static int upload(mu_gpu_model *m, const mu_gpu_tensor *t, dtensor *out, uint8_t
         } else {
             memcpy(stage, src, nb * bb);
         }
-        CK(cudaMemcpy((uint8_t *)out->d + b0 * bb, stage, nb * bb, cudaMemcpyHostToDevice), "weight upload");
+        CU_CK(cudaMemcpy((uint8_t *)out->d + b0 * bb, stage, nb * bb, cudaMemcpyHostToDevice), "weight upload");
         *done += nb * sb;
-        if (fn && fn(user, *done, total)) return fail(err, MU_E_STATE, "cuda: upload stopped");
+        if (fn && fn(user, *done, total)) return cu_fail(err, MU_E_STATE, "cuda: upload stopped");
     }
     return 0;
 }
 
 static int upload_f32(mu_gpu_model *m, const mu_gpu_tensor *t, const float **out, mu_err *err) {
-    if (t->type != MU_T_F32) return fail(err, MU_E_MODEL, "cuda: norm weights must be F32 (type %u)", t->type);
+    if (t->type != MU_T_F32) return cu_fail(err, MU_E_MODEL, "cuda: norm weights must be F32 (type %u)", t->type);
     void *d;
     int rc = dev_alloc(m, t->bytes, &d, "norm weights", err);
     if (rc) return rc;
-    CK(cudaMemcpy(d, t->data, t->bytes, cudaMemcpyHostToDevice), "norm upload");
+    CU_CK(cudaMemcpy(d, t->data, t->bytes, cudaMemcpyHostToDevice), "norm upload");
     *out = (const float *)d;
     return 0;
 }
@@ -255,8 +233,8 @@ static void p_model_free(mu_gpu_model *m) {
 
 static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn, void *user, mu_gpu_model *m,
                      mu_err *err) {
-    CK(cudaSetDevice(dev), "set device");
-    CK(cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking), "stream");
+    CU_CK(cudaSetDevice(dev), "set device");
+    CU_CK(cudaStreamCreateWithFlags(&m->st, cudaStreamNonBlocking), "stream");
     m->dev = dev;
     m->d = *d;
     m->d.layers = NULL;
@@ -266,7 +244,7 @@ static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn,
     m->swa = (bool *)calloc((size_t)d->n_layer, 1);
     m->L = (dlayer *)calloc((size_t)d->n_layer, sizeof *m->L);
     m->allocs = (void **)calloc((size_t)d->n_layer * 16 + 64, sizeof(void *));
-    if (!m->swa || !m->L || !m->allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!m->swa || !m->L || !m->allocs) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
     memcpy(m->swa, d->swa_layers, (size_t)d->n_layer);
     uint64_t total = 0, done = 0;
     total += d->tok_embd.bytes + d->output.bytes + d->output_norm.bytes;
@@ -279,7 +257,7 @@ static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn,
     }
     const size_t stage_cap = (size_t)64 << 20;
     uint8_t *stage = NULL;
-    CK(cudaMallocHost((void **)&stage, stage_cap), "pinned staging");
+    CU_CK(cudaMallocHost((void **)&stage, stage_cap), "pinned staging");
     int rc = 0;
 #define UP(src, dst) \
     if (!rc) rc = upload(m, src, dst, stage, stage_cap, &done, total, fn, user, err)
@@ -309,7 +287,7 @@ static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn,
 #undef UP
     cudaFreeHost(stage);
     if (rc) return rc;
-    if (fn && fn(user, total, total)) return fail(err, MU_E_STATE, "cuda: upload stopped");
+    if (fn && fn(user, total, total)) return cu_fail(err, MU_E_STATE, "cuda: upload stopped");
     /* scratch */
     const size_t T = UB, E = (size_t)d->n_embd, F = (size_t)d->n_ff, Q = (size_t)m->n_q, KV = (size_t)m->n_kv;
     const size_t wide = E > Q ? (E > F ? E : F) : (Q > F ? Q : F);
@@ -327,25 +305,25 @@ static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn,
                 {(void **)&m->rope_d, T * (size_t)d->head_dim * 4}};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && !rc; i++) rc = dev_alloc(m, bufs[i].n, bufs[i].p, "scratch", err);
     if (rc) return rc;
-    CK(cudaMallocHost((void **)&m->in_h, sizeof(chunk_in)), "pinned inputs");
-    CK(cudaMallocHost((void **)&m->kv_h, T * (size_t)d->n_layer * sizeof(cu_kv_layer)), "pinned inputs");
+    CU_CK(cudaMallocHost((void **)&m->in_h, sizeof(chunk_in)), "pinned inputs");
+    CU_CK(cudaMallocHost((void **)&m->kv_h, T * (size_t)d->n_layer * sizeof(cu_kv_layer)), "pinned inputs");
     /* layer streaming: made here, so a streaming pass allocates nothing
      * (cudaFreeHost may synchronize the device) */
-    CK(cudaStreamCreateWithFlags(&m->cp, cudaStreamNonBlocking), "stream");
+    CU_CK(cudaStreamCreateWithFlags(&m->cp, cudaStreamNonBlocking), "stream");
     m->lev = (cudaEvent_t *)calloc((size_t)d->n_layer, sizeof(cudaEvent_t));
-    if (!m->lev) return fail(err, MU_E_NOMEM, "cuda: out of memory");
-    for (int il = 0; il < d->n_layer; il++) CK(cudaEventCreateWithFlags(&m->lev[il], cudaEventDisableTiming), "event");
-    CK(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming), "event");
-    CK(cudaMallocHost((void **)&m->kv_stage, 2 * T * KV * 2), "pinned KV staging");
+    if (!m->lev) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
+    for (int il = 0; il < d->n_layer; il++) CU_CK(cudaEventCreateWithFlags(&m->lev[il], cudaEventDisableTiming), "event");
+    CU_CK(cudaEventCreateWithFlags(&m->done, cudaEventDisableTiming), "event");
+    CU_CK(cudaMallocHost((void **)&m->kv_stage, 2 * T * KV * 2), "pinned KV staging");
     return 0;
 }
 
 static int p_model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn, void *user, mu_gpu_model **out,
                        mu_err *err) {
     if (d->head_dim > 256 || d->head_dim % 2)
-        return fail(err, MU_E_UNSUPPORTED, "cuda: head size %d is not supported (even, at most 256)", d->head_dim);
+        return cu_fail(err, MU_E_UNSUPPORTED, "cuda: head size %d is not supported (even, at most 256)", d->head_dim);
     mu_gpu_model *m = (mu_gpu_model *)calloc(1, sizeof *m);
-    if (!m) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!m) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
     int rc = model_new(dev, d, fn, user, m, err);
     if (rc) {
         p_model_free(m);
@@ -374,12 +352,12 @@ static void p_sess_free(mu_gpu_sess *s) {
 static int p_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_err *err) {
     const int nl = m->d.n_layer;
     mu_gpu_sess *s = (mu_gpu_sess *)calloc(1, sizeof *s);
-    if (!s) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!s) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
     s->m = m;
     s->rows = (int *)calloc((size_t)nl, sizeof(int));
     s->k = (uint16_t **)calloc((size_t)nl, sizeof(uint16_t *));
     s->v = (uint16_t **)calloc((size_t)nl, sizeof(uint16_t *));
-    int rc = (!s->rows || !s->k || !s->v) ? fail(err, MU_E_NOMEM, "cuda: out of memory") : 0;
+    int rc = (!s->rows || !s->k || !s->v) ? cu_fail(err, MU_E_NOMEM, "cuda: out of memory") : 0;
     cudaSetDevice(m->dev);
     size_t total = 0;
     for (int il = 0; il < nl; il++) total += 2 * (size_t)rows[il] * m->n_kv * 2;
@@ -392,7 +370,7 @@ static int p_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_er
             cudaGetLastError();
             size_t fr = 0, tot = 0;
             cudaMemGetInfo(&fr, &tot);
-            rc = fail(err, MU_E_NOMEM, "cuda: out of device memory for a KV cache: need %zu bytes, %zu free", total, fr);
+            rc = cu_fail(err, MU_E_NOMEM, "cuda: out of device memory for a KV cache: need %zu bytes, %zu free", total, fr);
             break;
         }
         /* zeros: cells never written are masked, but must not hold NaN bits
@@ -410,7 +388,7 @@ static int p_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_er
 
 static int kv_check(mu_gpu_sess *s, int il, int cell0, int n, mu_err *err) {
     if (il < 0 || il >= s->m->d.n_layer || cell0 < 0 || n < 0 || cell0 + n > s->rows[il])
-        return fail(err, MU_E_ARG, "cuda: cells %d+%d out of range for layer %d", cell0, n, il);
+        return cu_fail(err, MU_E_ARG, "cuda: cells %d+%d out of range for layer %d", cell0, n, il);
     return 0;
 }
 
@@ -422,13 +400,13 @@ static int kv_get_open(mu_gpu_sess *s, int il, size_t off, int n, uint16_t *k, u
     mu_gpu_model *m = s->m;
     const size_t kv = (size_t)m->n_kv;
     uint16_t *sk = m->kv_stage, *sv = m->kv_stage + (size_t)UB * kv;
-    CK(cudaStreamWaitEvent(m->cp, m->lev[il], 0), "KV read: wait for the layer");
+    CU_CK(cudaStreamWaitEvent(m->cp, m->lev[il], 0), "KV read: wait for the layer");
     for (int r = 0; r < n; r += UB) {
         const int nr = n - r < UB ? n - r : UB;
         const size_t at = off + (size_t)r * kv, bytes = (size_t)nr * kv * 2;
-        CK(cudaMemcpyAsync(sk, s->k[il] + at, bytes, cudaMemcpyDeviceToHost, m->cp), "KV read");
-        CK(cudaMemcpyAsync(sv, s->v[il] + at, bytes, cudaMemcpyDeviceToHost, m->cp), "KV read");
-        CK(cudaStreamSynchronize(m->cp), "KV read");
+        CU_CK(cudaMemcpyAsync(sk, s->k[il] + at, bytes, cudaMemcpyDeviceToHost, m->cp), "KV read");
+        CU_CK(cudaMemcpyAsync(sv, s->v[il] + at, bytes, cudaMemcpyDeviceToHost, m->cp), "KV read");
+        CU_CK(cudaStreamSynchronize(m->cp), "KV read");
         memcpy(k + (size_t)r * kv, sk, bytes);
         memcpy(v + (size_t)r * kv, sv, bytes);
     }
@@ -440,23 +418,23 @@ static int p_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint1
     int rc = kv_check(s, il, cell0, n, err);
     if (rc || !n) return rc;
     const size_t rb = (size_t)s->m->n_kv * 2, off = (size_t)cell0 * s->m->n_kv;
-    CK(cudaSetDevice(s->m->dev), "set device");
+    CU_CK(cudaSetDevice(s->m->dev), "set device");
     if (s->m->open) return kv_get_open(s, il, off, n, k, v, err);
-    CK(cudaStreamSynchronize(s->m->st), "sync");
-    CK(cudaMemcpy(k, s->k[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
-    CK(cudaMemcpy(v, s->v[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
+    CU_CK(cudaStreamSynchronize(s->m->st), "sync");
+    CU_CK(cudaMemcpy(k, s->k[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
+    CU_CK(cudaMemcpy(v, s->v[il] + off, n * rb, cudaMemcpyDeviceToHost), "KV read");
     return 0;
 }
 
 static int p_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err) {
-    if (s->m->open) return fail(err, MU_E_STATE, "cuda: KV write inside a streaming pass's layer callback");
+    if (s->m->open) return cu_fail(err, MU_E_STATE, "cuda: KV write inside a streaming pass's layer callback");
     int rc = kv_check(s, il, cell0, n, err);
     if (rc || !n) return rc;
     const size_t rb = (size_t)s->m->n_kv * 2, off = (size_t)cell0 * s->m->n_kv;
-    CK(cudaSetDevice(s->m->dev), "set device");
-    CK(cudaStreamSynchronize(s->m->st), "sync");
-    CK(cudaMemcpy(s->k[il] + off, k, n * rb, cudaMemcpyHostToDevice), "KV write");
-    CK(cudaMemcpy(s->v[il] + off, v, n * rb, cudaMemcpyHostToDevice), "KV write");
+    CU_CK(cudaSetDevice(s->m->dev), "set device");
+    CU_CK(cudaStreamSynchronize(s->m->st), "sync");
+    CU_CK(cudaMemcpy(s->k[il] + off, k, n * rb, cudaMemcpyHostToDevice), "KV write");
+    CU_CK(cudaMemcpy(s->v[il] + off, v, n * rb, cudaMemcpyHostToDevice), "KV write");
     return 0;
 }
 
@@ -687,11 +665,11 @@ static int ensure_attn(mu_gpu_model *m, size_t need, mu_err *err) {
     cudaFree(m->chunk_sums);
     m->scores = m->chunk_sums = NULL;
     m->scores_cap = 0;
-    CK(cudaMalloc((void **)&m->scores, need * 4), "attention scratch");
-    CK(cudaMalloc((void **)&m->chunk_sums, (need / 16 + 16) * 4), "attention scratch");
+    CU_CK(cudaMalloc((void **)&m->scores, need * 4), "attention scratch");
+    CU_CK(cudaMalloc((void **)&m->chunk_sums, (need / 16 + 16) * 4), "attention scratch");
     m->scores_cap = need;
     if (!m->lanes)
-        CK(cudaMalloc((void **)&m->lanes, (size_t)CU_DECODE_MAX_T * m->d.n_head * 64 * 128 * 4), "attention scratch");
+        CU_CK(cudaMalloc((void **)&m->lanes, (size_t)CU_DECODE_MAX_T * m->d.n_head * 64 * 128 * 4), "attention scratch");
     return 0;
 }
 
@@ -702,14 +680,14 @@ static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
         cudaFree(m->lg);
         m->lg = NULL;
         m->lg_rows = 0;
-        CK(cudaMalloc((void **)&m->lg, (size_t)rows * V * 4), "logits buffer");
+        CU_CK(cudaMalloc((void **)&m->lg, (size_t)rows * V * 4), "logits buffer");
         m->lg_rows = rows;
     }
     if ((size_t)rows * V > m->lg_h_cap) {
         cudaFreeHost(m->lg_h);
         m->lg_h = NULL;
         m->lg_h_cap = 0;
-        CK(cudaMallocHost((void **)&m->lg_h, (size_t)rows * V * 4), "pinned logits");
+        CU_CK(cudaMallocHost((void **)&m->lg_h, (size_t)rows * V * 4), "pinned logits");
         m->lg_h_cap = (size_t)rows * V;
     }
     return 0;
@@ -837,19 +815,19 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         pass_graph *g = &m->graphs[i];
         if (g->T == T && g->n_out == n_out && g->max_span == max_span && g->t_solo == t_solo &&
             g->out_solo == out_solo && g->attn_mode == m->attn_mode) {
-            CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
+            CU_CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
             return 0;
         }
     }
     if (m->n_graphs == MAX_GRAPHS) graphs_clear(m);
     cudaGraph_t graph;
-    CK(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal), "graph capture");
+    CU_CK(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal), "graph capture");
     launch_pass(m, T, n_out, max_span, t_solo, out_solo, false, false, false);
-    CK(cudaStreamEndCapture(m->st, &graph), "graph capture");
+    CU_CK(cudaStreamEndCapture(m->st, &graph), "graph capture");
     pass_graph *g = &m->graphs[m->n_graphs];
     cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
     cudaGraphDestroy(graph);
-    CK(e, "graph instantiate");
+    CU_CK(e, "graph instantiate");
     g->T = T;
     g->n_out = n_out;
     g->max_span = max_span;
@@ -857,16 +835,16 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     g->out_solo = out_solo;
     g->attn_mode = m->attn_mode;
     m->n_graphs++;
-    CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
+    CU_CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
     return 0;
 }
 
 /* Layer streaming: with the whole pass launched, each layer's callback as
  * soon as its event completes, the device computing on meanwhile. */
 static int stream_layers(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
-    CK(cudaGetLastError(), "kernel launch");
-    CK(m->rec_err, "layer event");
-    CK(cudaEventRecord(m->done, m->st), "pass event");
+    CU_CK(cudaGetLastError(), "kernel launch");
+    CU_CK(m->rec_err, "layer event");
+    CU_CK(cudaEventRecord(m->done, m->st), "pass event");
     mu_gpu_stream_stats *ss = c->stream_stats;
     m->stats = ss;
     m->open = true;
@@ -875,7 +853,7 @@ static int stream_layers(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         if (e != cudaSuccess) {
             m->open = false;
             m->stats = NULL;
-            return cuda_fail(err, e, "layer event");
+            return cu_cuda_fail(err, e, "layer event");
         }
         if (ss) {
             ss->calls++;
@@ -887,7 +865,7 @@ static int stream_layers(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
             } else if (e != cudaSuccess) {
                 m->open = false;
                 m->stats = NULL;
-                return cuda_fail(err, e, "pass event");
+                return cu_cuda_fail(err, e, "pass event");
             }
         }
         c->on_layer(c->on_layer_user, il);
@@ -900,14 +878,14 @@ static int stream_layers(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
 static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     const mu_gpu_model_desc *D = &m->d;
     const int T = c->T, nl = D->n_layer, hd = D->head_dim;
-    if (m->open) return fail(err, MU_E_STATE, "cuda: forward inside a streaming pass's layer callback");
-    if (T <= 0 || T > UB) return fail(err, MU_E_ARG, "cuda: chunk of %d tokens", T);
-    CK(cudaSetDevice(m->dev), "set device");
+    if (m->open) return cu_fail(err, MU_E_STATE, "cuda: forward inside a streaming pass's layer callback");
+    if (T <= 0 || T > UB) return cu_fail(err, MU_E_ARG, "cuda: chunk of %d tokens", T);
+    CU_CK(cudaSetDevice(m->dev), "set device");
     int rc = ensure_logits(m, c->n_out > 0 ? c->n_out : 1, err);
     if (rc) return rc;
     /* inputs: tokens, positions, sessions and their layer tables */
     chunk_in *in = m->in_h;
-    CK(cudaStreamSynchronize(m->st), "sync"); /* the pinned inputs are free again */
+    CU_CK(cudaStreamSynchronize(m->st), "sync"); /* the pinned inputs are free again */
     int n_sess = 0, n_out = 0;
     mu_gpu_sess *sl[UB];
     size_t max_span = 0;
@@ -920,22 +898,22 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         in->sess[t] = n_sess - 1;
         if (c->out[t]) in->out_rows[n_out++] = t;
     }
-    if (n_out != c->n_out) return fail(err, MU_E_ARG, "cuda: chunk output count %d != %d", c->n_out, n_out);
+    if (n_out != c->n_out) return cu_fail(err, MU_E_ARG, "cuda: chunk output count %d != %d", c->n_out, n_out);
     if (n_rows > 0) { /* input rows: staged in pinned memory, uploaded before the pass */
         const size_t rb = (size_t)D->n_embd * sizeof(float);
         if (!m->rows_d) {
-            CK(cudaMalloc((void **)&m->rows_d, (size_t)UB * rb), "input rows");
+            CU_CK(cudaMalloc((void **)&m->rows_d, (size_t)UB * rb), "input rows");
             cudaError_t e = cudaMallocHost((void **)&m->rows_h, (size_t)UB * rb);
             if (e != cudaSuccess) {
                 cudaFree(m->rows_d);
                 m->rows_d = NULL;
                 m->rows_h = NULL;
-                return cuda_fail(err, e, "input rows");
+                return cu_cuda_fail(err, e, "input rows");
             }
         }
         for (int t = 0; t < T; t++)
             if (in->in_row[t] >= 0) memcpy(m->rows_h + (size_t)in->in_row[t] * D->n_embd, c->in_rows[t], rb);
-        CK(cudaMemcpyAsync(m->rows_d, m->rows_h, (size_t)n_rows * rb, cudaMemcpyHostToDevice, m->st), "input rows");
+        CU_CK(cudaMemcpyAsync(m->rows_d, m->rows_h, (size_t)n_rows * rb, cudaMemcpyHostToDevice, m->st), "input rows");
     }
     for (int t = 0; t < T;) {
         int t1 = t + 1;
@@ -954,11 +932,11 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         }
     rc = ensure_attn(m, (size_t)T * D->n_head * max_span, err);
     if (rc) return rc;
-    CK(cudaMemcpyAsync(m->in_d, in, sizeof *in, cudaMemcpyHostToDevice, m->st), "input upload");
-    CK(cudaMemcpyAsync(m->kv_d, m->kv_h, (size_t)nl * UB * sizeof(cu_kv_layer), cudaMemcpyHostToDevice, m->st),
+    CU_CK(cudaMemcpyAsync(m->in_d, in, sizeof *in, cudaMemcpyHostToDevice, m->st), "input upload");
+    CU_CK(cudaMemcpyAsync(m->kv_d, m->kv_h, (size_t)nl * UB * sizeof(cu_kv_layer), cudaMemcpyHostToDevice, m->st),
        "input upload");
     if (c->rope)
-        CK(cudaMemcpyAsync(m->rope_d, c->rope, (size_t)T * hd * 4, cudaMemcpyHostToDevice, m->st), "input upload");
+        CU_CK(cudaMemcpyAsync(m->rope_d, c->rope, (size_t)T * hd * 4, cudaMemcpyHostToDevice, m->st), "input upload");
     cudaStream_t st = m->st;
     const bool prof = c->prof != NULL;
     /* solo rows (forward.c): tokens [t_solo, T) and the output rows among them */
@@ -976,7 +954,7 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         if (rc2) return rc2;
     }
     if (n_out > 0)
-        CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * D->n_vocab * 4, cudaMemcpyDeviceToHost, st),
+        CU_CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * D->n_vocab * 4, cudaMemcpyDeviceToHost, st),
            "logits download");
     if (stream) {
         rc = stream_layers(m, c, err);
@@ -988,14 +966,14 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     bool any_embd = false;
     for (int r = 0; c->embd && r < n_out; r++) any_embd |= c->embd[r] != NULL;
     if (any_embd) {
-        CK(cudaStreamSynchronize(st), "forward");
+        CU_CK(cudaStreamSynchronize(st), "forward");
         for (int r = 0; r < n_out; r++)
             if (c->embd[r])
-                CK(cudaMemcpy(c->embd[r], m->a2 + (size_t)r * D->n_embd, (size_t)D->n_embd * 4, cudaMemcpyDeviceToHost),
+                CU_CK(cudaMemcpy(c->embd[r], m->a2 + (size_t)r * D->n_embd, (size_t)D->n_embd * 4, cudaMemcpyDeviceToHost),
                    "embedding download");
     }
-    CK(cudaGetLastError(), "kernel launch");
-    CK(cudaStreamSynchronize(st), "forward");
+    CU_CK(cudaGetLastError(), "kernel launch");
+    CU_CK(cudaStreamSynchronize(st), "forward");
     for (int i = 1; prof && i < m->n_ev; i++) {
         float ms = 0;
         cudaEventElapsedTime(&ms, m->ev[i - 1], m->ev[i]);
@@ -1011,17 +989,17 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
 /* A throwaway model that owns one uploaded weight. */
 static int test_weight(int dev, uint32_t type, int rows, int cols, const void *w, mu_gpu_model *m, dtensor *dt,
                        mu_err *err) {
-    CK(cudaSetDevice(dev), "set device");
+    CU_CK(cudaSetDevice(dev), "set device");
     m->dev = dev;
     m->allocs = (void **)calloc(8, sizeof(void *));
-    if (!m->allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!m->allocs) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
     const int gb = type == MU_T_Q8_0 ? 34 : type == MU_T_Q6_K ? 210 : dev_block_bytes(type); /* GGUF block bytes */
     const int be = dev_block_elems(type);
-    if (!gb || cols % be) return fail(err, MU_E_ARG, "cuda: test weight of type %u, %d columns", type, cols);
+    if (!gb || cols % be) return cu_fail(err, MU_E_ARG, "cuda: test weight of type %u, %d columns", type, cols);
     const size_t bytes = (size_t)(cols / be) * gb * (size_t)rows;
     mu_gpu_tensor t = {w, type, cols, rows, bytes};
     uint8_t *stage = NULL;
-    CK(cudaMallocHost((void **)&stage, (size_t)4 << 20), "pinned staging");
+    CU_CK(cudaMallocHost((void **)&stage, (size_t)4 << 20), "pinned staging");
     uint64_t done = 0;
     int rc = upload(m, &t, dt, stage, (size_t)4 << 20, &done, bytes, NULL, NULL, err);
     cudaFreeHost(stage);
@@ -1054,15 +1032,15 @@ static int test_grouped(mu_gpu_model *m, const dtensor *dt, const void *qa, size
     }
     cu_matmul_n(0, ws, n, qa, stride, T, n_batch, ys);
     float *h = (float *)malloc((size_t)T * rows * 4);
-    if (!h) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!h) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
     cudaError_t e = cudaMemcpy(h, dy2, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
-    if (e != cudaSuccess) rc = cuda_fail(err, e, "test grouped matmul");
+    if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test grouped matmul");
     off = 0;
     for (int i = 0; i < n && !rc; off += ws[i]->ne1, i++)
         for (int t = 0; t < T && !rc; t++)
             for (int r = 0; r < ws[i]->ne1 && !rc; r++)
                 if (memcmp(&h[(size_t)T * off + (size_t)t * ws[i]->ne1 + r], &y[(size_t)t * rows + off + r], 4))
-                    rc = fail(err, MU_E_STATE, "cuda: grouped launch of %d matrices differs from one launch (token %d, row %d)",
+                    rc = cu_fail(err, MU_E_STATE, "cuda: grouped launch of %d matrices differs from one launch (token %d, row %d)",
                               n, t, off + r);
     free(h);
     return rc;
@@ -1084,7 +1062,7 @@ static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int 
         cu_quantize(0, dev_dot_type(type), dx, T, cols, qa, stride);
         cu_matmul(0, &dt, qa, stride, T, n_batch, dy, false, 0, 0);
         cudaError_t e = cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) rc = cuda_fail(err, e, "test matmul");
+        if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test matmul");
     }
     if (!rc && rows >= 3 && T <= 4) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, err); /* decode sizes */
     for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
@@ -1105,7 +1083,7 @@ static int p_test_get_rows(int dev, uint32_t type, int rows, int cols, const voi
         cudaMemcpy(di, ids, (size_t)n * 4, cudaMemcpyHostToDevice);
         cu_get_rows(0, &dt, di, n, dy);
         cudaError_t e = cudaMemcpy(y, dy, (size_t)n * cols * 4, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) rc = cuda_fail(err, e, "test get_rows");
+        if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test get_rows");
     }
     for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
     free(m.allocs);
@@ -1113,15 +1091,15 @@ static int p_test_get_rows(int dev, uint32_t type, int rows, int cols, const voi
 }
 
 static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err) {
-    CK(cudaSetDevice(dev), "set device");
+    CU_CK(cudaSetDevice(dev), "set device");
     mu_gpu_model m = {0};
     m.dev = dev;
     m.allocs = (void **)calloc(16 + 2 * (size_t)(c->n_sess > 0 ? c->n_sess : 0), sizeof(void *));
-    if (!m.allocs) return fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!m.allocs) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
     const int T = c->T, nq = c->n_head * c->head_dim, n_kv = c->n_head_kv * c->head_dim;
     uint8_t *batch = (uint8_t *)malloc(T > 0 ? T : 1);
     cu_kv_layer *kvh = (cu_kv_layer *)calloc(c->n_sess > 0 ? c->n_sess : 1, sizeof(cu_kv_layer));
-    int rc = batch && kvh ? 0 : fail(err, MU_E_NOMEM, "cuda: out of memory");
+    int rc = batch && kvh ? 0 : cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
     int max_span = 0;
     for (int i = 0; i < c->n_sess; i++) max_span = c->rows[i] > max_span ? c->rows[i] : max_span;
     /* as the engine marks them: a token with others of its session in the chunk is a batch row */
@@ -1131,7 +1109,7 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
     }
     const int mode = batch ? cu_attn_mode(T, batch, c->n_head, c->n_head_kv, c->head_dim) : CU_ATTN_ROWS;
     if (!rc && mode == CU_ATTN_ROWS)
-        rc = fail(err, MU_E_ARG, "cuda: test attention: not a case of the prefill or decode kernels");
+        rc = cu_fail(err, MU_E_ARG, "cuda: test attention: not a case of the prefill or decode kernels");
     float *q = NULL, *gate = NULL, *out = NULL, *scores = NULL, *cs = NULL, *lanes = NULL;
     int *pos = NULL, *sess = NULL;
     uint8_t *bd = NULL;
@@ -1171,7 +1149,7 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
             cudaMemset(out, 0xff, qb); /* NaN: an output a kernel misses shows */
             cu_attention(0, &aa);
             cudaError_t e = cudaMemcpy(dst[pass], out, qb, cudaMemcpyDeviceToHost);
-            if (e != cudaSuccess) rc = cuda_fail(err, e, "test attention");
+            if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test attention");
         }
     }
     for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);

@@ -24,26 +24,10 @@
 
 using namespace nvcuda;
 
-static int vfail(mu_err *err, int code, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
-static int vcuda_fail(mu_err *err, cudaError_t e, const char *what) {
-    return vfail(err, e == cudaErrorMemoryAllocation ? MU_E_NOMEM : MU_E_IO, "cuda vision: %s: %s", what,
-                 cudaGetErrorString(e));
-}
-
-#define VCK(call, what)                                         \
-    do {                                                        \
-        cudaError_t e_ = (call);                                \
-        if (e_ != cudaSuccess) return vcuda_fail(err, e_, what); \
+#define VCK(call, what)                                                              \
+    do {                                                                             \
+        cudaError_t e_ = (call);                                                     \
+        if (e_ != cudaSuccess) return cu_cuda_fail_in(err, e_, "cuda vision", what); \
     } while (0)
 /* after every launch: a bad configuration is reported at once */
 #define VLAUNCHED(what) VCK(cudaGetLastError(), what)
@@ -362,22 +346,22 @@ static int grid_for(int64_t n, int threads) {
 /* A matrix of `rows` x `cols` as F16 on the device. */
 static int up_mat(mu_gpu_vit *v, const mu_gpu_tensor *t, int rows, int cols, const char *name, vmat *out,
                   mu_err *err) {
-    if (!t->data) return vfail(err, MU_E_ARG, "cuda vision: %s is missing", name);
+    if (!t->data) return cu_fail(err, MU_E_ARG, "cuda vision: %s is missing", name);
     if (t->ne0 != cols || t->ne1 != rows)
-        return vfail(err, MU_E_ARG, "cuda vision: %s is %lldx%lld, want %dx%d", name, (long long)t->ne0,
+        return cu_fail(err, MU_E_ARG, "cuda vision: %s is %lldx%lld, want %dx%d", name, (long long)t->ne0,
                      (long long)t->ne1, cols, rows);
     size_t rb;
     switch (t->type) {
     case MU_T_F16: case MU_T_BF16: rb = (size_t)cols * 2; break;
     case MU_T_F32: rb = (size_t)cols * 4; break;
     case MU_T_Q8_0:
-        if (cols % 32) return vfail(err, MU_E_ARG, "cuda vision: %s: Q8_0 rows of %d elements", name, cols);
+        if (cols % 32) return cu_fail(err, MU_E_ARG, "cuda vision: %s: Q8_0 rows of %d elements", name, cols);
         rb = (size_t)cols / 32 * 34;
         break;
-    default: return vfail(err, MU_E_UNSUPPORTED, "cuda vision: %s: weight type %u not supported", name, t->type);
+    default: return cu_fail(err, MU_E_UNSUPPORTED, "cuda vision: %s: weight type %u not supported", name, t->type);
     }
     if (t->bytes != rb * (size_t)rows)
-        return vfail(err, MU_E_ARG, "cuda vision: %s holds %zu bytes, want %zu", name, t->bytes, rb * (size_t)rows);
+        return cu_fail(err, MU_E_ARG, "cuda vision: %s holds %zu bytes, want %zu", name, t->bytes, rb * (size_t)rows);
     const size_t n = (size_t)rows * cols;
     VCK(cudaMalloc((void **)&out->d, n * sizeof(__half)), name);
     out->rows = rows, out->cols = cols;
@@ -396,7 +380,7 @@ static int up_mat(mu_gpu_vit *v, const mu_gpu_tensor *t, int rows, int cols, con
     }
     if (e == cudaSuccess) e = cudaStreamSynchronize(v->st);
     cudaFree(raw);
-    if (e != cudaSuccess) return vcuda_fail(err, e, name);
+    if (e != cudaSuccess) return cu_cuda_fail_in(err, e, "cuda vision", name);
     return 0;
 }
 
@@ -404,11 +388,11 @@ static int up_mat(mu_gpu_vit *v, const mu_gpu_tensor *t, int rows, int cols, con
 static int up_vec(const mu_gpu_vit *v, const mu_gpu_tensor *t, int n, bool optional, const char *name, float **out,
                   mu_err *err) {
     *out = NULL;
-    if (!t->data) return optional ? 0 : vfail(err, MU_E_ARG, "cuda vision: %s is missing", name);
+    if (!t->data) return optional ? 0 : cu_fail(err, MU_E_ARG, "cuda vision: %s is missing", name);
     if (t->type != MU_T_F32)
-        return vfail(err, MU_E_UNSUPPORTED, "cuda vision: %s: type %u (want F32)", name, t->type);
+        return cu_fail(err, MU_E_UNSUPPORTED, "cuda vision: %s: type %u (want F32)", name, t->type);
     if (t->ne0 * (t->ne1 > 0 ? t->ne1 : 1) != n || t->bytes != (size_t)n * 4)
-        return vfail(err, MU_E_ARG, "cuda vision: %s has %lld values, want %d", name, (long long)t->ne0, n);
+        return cu_fail(err, MU_E_ARG, "cuda vision: %s has %lld values, want %d", name, (long long)t->ne0, n);
     VCK(cudaMalloc((void **)out, (size_t)n * 4), name);
     VCK(cudaMemcpyAsync(*out, t->data, (size_t)n * 4, cudaMemcpyHostToDevice, v->st), name);
     return 0;
@@ -439,13 +423,13 @@ static int vit_new(mu_gpu_vit *v, const mu_gpu_vit_desc *d, mu_err *err) {
     const int E = d->n_embd, F = d->n_ff, M = d->mm_hidden, K = 3 * d->patch_size * d->patch_size;
     if (d->n_layer < 1 || E < 2 || F < 1 || d->n_head < 1 || d->head_dim * d->n_head != E || d->head_dim % 4 ||
         d->head_dim > 128 || d->patch_size < 1 || M < 1 || d->n_out < 1 || !d->global || !d->layers)
-        return vfail(err, MU_E_ARG, "cuda vision: unsupported geometry (E %d, heads %d x %d, ff %d)", E, d->n_head,
+        return cu_fail(err, MU_E_ARG, "cuda vision: unsupported geometry (E %d, heads %d x %d, ff %d)", E, d->n_head,
                      d->head_dim, F);
     v->L = d->n_layer, v->E = E, v->F = F, v->H = d->n_head, v->hd = d->head_dim, v->ps = d->patch_size;
     v->M = M, v->O = d->n_out, v->eps = d->eps;
     VCK(cudaStreamCreateWithFlags(&v->st, cudaStreamNonBlocking), "stream");
     v->layers = (vlayer *)calloc((size_t)v->L, sizeof *v->layers);
-    if (!v->layers) return vfail(err, MU_E_NOMEM, "cuda vision: out of memory");
+    if (!v->layers) return cu_fail(err, MU_E_NOMEM, "cuda vision: out of memory");
     int rc;
     if ((rc = up_mat(v, &d->patch_w, E, K, "v.patch_embd.weight", &v->patch, err)) ||
         (rc = up_vec(v, &d->patch_b, E, true, "v.patch_embd.bias", &v->patch_b, err)) ||
@@ -487,7 +471,7 @@ int cu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *e
     *out = NULL;
     VCK(cudaSetDevice(device), "set device");
     mu_gpu_vit *v = (mu_gpu_vit *)calloc(1, sizeof *v);
-    if (!v) return vfail(err, MU_E_NOMEM, "cuda vision: out of memory");
+    if (!v) return cu_fail(err, MU_E_NOMEM, "cuda vision: out of memory");
     v->dev = device;
     int rc = vit_new(v, d, err);
     if (rc) {
@@ -566,7 +550,7 @@ int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
     if (gw < 2 || gh < 2 || gw % 2 || gh % 2 || gw * ps != im->nx || gh * ps != im->ny || gw > 4096 || gh > 4096 ||
         im->n_pos < (gw > gh ? gw : gh) || !im->chw || !im->perm || !im->inv || !im->pw || !im->ph || !im->win_lo ||
         !im->win_hi || !im->pos || !im->rope_cs || !im->out)
-        return vfail(err, MU_E_ARG, "cuda vision: bad image layout (%dx%d pixels, grid %dx%d)", im->nx, im->ny, gw, gh);
+        return cu_fail(err, MU_E_ARG, "cuda vision: bad image layout (%dx%d pixels, grid %dx%d)", im->nx, im->ny, gw, gh);
     const int n = gw * gh, n_out = n / 4, E = v->E;
     VCK(cudaSetDevice(v->dev), "set device");
     vbufs b;
@@ -659,7 +643,7 @@ static int tb_put(tbufs *b, const void *src, size_t bytes, void **out, mu_err *e
 
 int cu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const uint16_t *w, const float *bias,
                      const float *res, bool gelu, float *y, mu_err *err) {
-    if (T < 1 || N < 1 || K < 1) return vfail(err, MU_E_ARG, "cuda vision: test gemm %dx%dx%d", T, N, K);
+    if (T < 1 || N < 1 || K < 1) return cu_fail(err, MU_E_ARG, "cuda vision: test gemm %dx%dx%d", T, N, K);
     VCK(cudaSetDevice(device), "set device");
     tbufs b = {{0}, 0};
     void *da, *dw, *db, *dr, *dy;
@@ -675,7 +659,7 @@ int cu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const u
         cudaError_t e = cudaGetLastError();
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e == cudaSuccess) e = cudaMemcpy(y, dy, ny, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) rc = vcuda_fail(err, e, "test gemm");
+        if (e != cudaSuccess) rc = cu_cuda_fail_in(err, e, "cuda vision", "test gemm");
     }
     tb_free(&b);
     return rc;
@@ -684,7 +668,7 @@ int cu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const u
 int cu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
                      const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err) {
     if (n < 1 || n_head < 1 || hd < 4 || hd % 4 || hd > 128 || !lo || !hi)
-        return vfail(err, MU_E_ARG, "cuda vision: test attention n %d, %d heads of %d", n, n_head, hd);
+        return cu_fail(err, MU_E_ARG, "cuda vision: test attention n %d, %d heads of %d", n, n_head, hd);
     VCK(cudaSetDevice(device), "set device");
     const int E = n_head * hd;
     const size_t nE = (size_t)n * E;
@@ -704,7 +688,7 @@ int cu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, cons
         cudaError_t e = cudaGetLastError();
         if (e == cudaSuccess) e = cudaDeviceSynchronize();
         if (e == cudaSuccess) e = cudaMemcpy(out, dout, nE * 2, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) rc = vcuda_fail(err, e, "test attention");
+        if (e != cudaSuccess) rc = cu_cuda_fail_in(err, e, "cuda vision", "test attention");
     }
     tb_free(&b);
     return rc;
