@@ -11,9 +11,18 @@
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "../kern/quant.h"
 #include "gpu.h"
+
+/* A comparison switch (docs/cuda.md, "Switches for comparisons"): the
+ * first character of the environment variable name as a digit, else dflt
+ * (unset, or not a digit). Read once by each caller. */
+static inline int cu_env_digit(const char *name, int dflt) {
+    const char *v = getenv(name);
+    return v && *v >= '0' && *v <= '9' ? *v - '0' : dflt;
+}
 
 /* ---- errors (host) -------------------------------------------------------
  * cu_fail fills err (when given) and returns code; cu_cuda_fail_in names a

@@ -696,11 +696,7 @@ static int ensure_logits(mu_gpu_model *m, int rows, mu_err *err) {
 /* MUSER_CUDA_FUSE_NORMS=0: every input norm and quantization its own
  * launch, as before they were fused (to compare; same arithmetic) */
 static bool fuse_norms(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("MUSER_CUDA_FUSE_NORMS");
-        on = !(v && *v == '0');
-    }
+    static const bool on = cu_env_digit("MUSER_CUDA_FUSE_NORMS", 1) != 0;
     return on;
 }
 

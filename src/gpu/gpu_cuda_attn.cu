@@ -604,21 +604,13 @@ __global__ void __launch_bounds__(128) k_pv_comb(cu_attn_args a) {
  * memory, or MUSER_CUDA_SM_DEC=0: the prefill form (256 threads, chunk sums
  * in a.chunk_sums), to compare */
 static bool sm_dec(void) {
-    static int on = -1;
-    if (on < 0) {
-        const char *v = getenv("MUSER_CUDA_SM_DEC");
-        on = !(v && *v == '0');
-    }
+    static const bool on = cu_env_digit("MUSER_CUDA_SM_DEC", 1) != 0;
     return on;
 }
 
 /* MUSER_CUDA_NO_TILED_ATTN=1 keeps every pass on the row kernels (to compare) */
 static bool tiled_ok(void) {
-    static int ok = -1;
-    if (ok < 0) {
-        const char *no = getenv("MUSER_CUDA_NO_TILED_ATTN");
-        ok = !(no && *no == '1');
-    }
+    static const bool ok = cu_env_digit("MUSER_CUDA_NO_TILED_ATTN", 0) != 1;
     return ok;
 }
 

@@ -1395,11 +1395,7 @@ static int dec_u(uint32_t t) {
 
 /* MUSER_CUDA_NO_GROUP=1: one decode matmul launch per matrix (to compare) */
 static bool dec_group_ok(void) {
-    static int ok = -1;
-    if (ok < 0) {
-        const char *no = getenv("MUSER_CUDA_NO_GROUP");
-        ok = !(no && *no == '1');
-    }
+    static const bool ok = cu_env_digit("MUSER_CUDA_NO_GROUP", 0) != 1;
     return ok;
 }
 
@@ -1495,8 +1491,7 @@ bool cu_pdl(void) {
         int dev = 0, major = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        const char *v = getenv("MUSER_CUDA_PDL");
-        ok = major >= 9 && !(v && *v == '0');
+        ok = major >= 9 && cu_env_digit("MUSER_CUDA_PDL", 1) != 0;
     }
     return ok;
 }

@@ -366,8 +366,7 @@ static bool mma_ok(void) {
         int dev = 0, major = 0;
         cudaGetDevice(&dev);
         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-        const char *no = getenv("MUSER_CUDA_NO_MMA");
-        ok = major >= 8 && !(no && *no == '1');
+        ok = major >= 8 && cu_env_digit("MUSER_CUDA_NO_MMA", 0) != 1;
     }
     return ok;
 }
