@@ -13,7 +13,9 @@
 #      repetitions, each value of --ab VAR=V1,V2,... in turn inside every
 #      repetition (interleaved; no --ab: the defaults alone), or each
 #      environment of --variants 'A=0 B=0;A=0;defaults' (';' between
-#      variants; `defaults` sets nothing); --no-bench skips this step
+#      variants; `defaults` sets nothing), and each --par value (1,4:
+#      `--parallel N`, N slots decoding together) inside those; --no-bench
+#      skips this step
 #   4. --profile: `muser bench --profile` at the first depth; --ncu REGEX:
 #      Nsight Compute on six launches of the kernels REGEX names, after
 #      the first --ncu-skip (20) of them
@@ -27,13 +29,13 @@
 # compare.log, lane.tar.xz.
 # usage: bash tools/device/cuda-h200.sh [--budget 560] [--type q4_k_m] [--no-tier]
 #          [--no-bench] [--kern-env VAR=V]... [--ab VAR=V1,V2 | --variants 'A=0;B=1;defaults']
-#          [--depths 512,2048]
+#          [--depths 512,2048] [--par 1,4]
 #          [--reps 2] [--profile] [--ncu REGEX [--ncu-skip 20]] [--compare] [--lane 2048]
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUT=${OUT:-/tmp/cuda-h200-out}
-BUDGET=560 TYPE=q4_k_m TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=()
+BUDGET=560 TYPE=q4_k_m TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=() PAR=1
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=${2:?}; shift 2 ;;
@@ -44,13 +46,14 @@ while [ $# -gt 0 ]; do
     --ab) AB=${2:?}; shift 2 ;;
     --variants) VARS=${2?}; shift 2 ;;
     --depths) DEPTHS=${2:?}; shift 2 ;;
+    --par) PAR=${2:?}; shift 2 ;;
     --reps) REPS=${2:?}; shift 2 ;;
     --profile) PROF=1; shift ;;
     --ncu) NCU=${2:?}; shift 2 ;;
     --ncu-skip) NCU_SKIP=${2:?}; shift 2 ;;
     --compare) CMP=1; shift ;;
     --lane) LANE=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,28p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "cuda-h200: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -106,10 +109,12 @@ else envs=; fi
 [ -n "$envs" ] || envs=" "
 for rep in $(seq 1 "$((BENCH ? REPS : 0))"); do
   while IFS= read -r e; do
-    if [ "$(left)" -lt 60 ]; then note "bench: stopped at rep $rep ($e): budget"; break 2; fi
-    # shellcheck disable=SC2086
-    env $e timeout 120 "$M" bench -m "$F" --backend cuda --depths "$DEPTHS" --gen 32 2>&1 |
-      grep 'tok/s' | sed "s/^/rep $rep [${e:-defaults}] /" | tee -a "$OUT/bench.txt" >>"$S"
+    for p in $(echo "$PAR" | tr ',' ' '); do
+      if [ "$(left)" -lt 60 ]; then note "bench: stopped at rep $rep ($e, parallel $p): budget"; break 3; fi
+      # shellcheck disable=SC2086
+      env $e timeout 120 "$M" bench -m "$F" --backend cuda --depths "$DEPTHS" --gen 32 --parallel "$p" 2>&1 |
+        grep 'tok/s' | sed "s/^/rep $rep [${e:-defaults}] p$p /" | tee -a "$OUT/bench.txt" >>"$S"
+    done
   done <<<"$envs"
 done
 if [ $PROF = 1 ] && [ "$(left)" -gt 60 ]; then
