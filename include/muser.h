@@ -240,7 +240,8 @@ typedef struct {
     /* hidden states for a drafter (mu_drafter): when feat is set, [n_tokens][n_feat_layers]
        [n_embd] receives, per token, the input of each listed layer (the residual stream
        entering layer il; il = 0 is the normed embedding), llama.cpp's layer inputs.
-       Reading them changes no result. CPU engines only (MU_E_ARG on CUDA). */
+       Reading them changes no result. On CUDA the device copies the rows out with the
+       logits, and such a pass never replays a captured graph. */
     float *feat;
     const int *feat_layers;   /* n_feat_layers ids in [0, n_layer) */
     int n_feat_layers;

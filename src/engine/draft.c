@@ -15,7 +15,8 @@
  * shortlist of token ids gathered once at open into a compact matrix (the
  * same type), "the shortlist head" below; the drafts are the rows' argmax
  * over the rows scored.
- * Does not: capture the hidden states (forward.c, mu_batch_item.feat),
+ * Does not: capture the hidden states (forward.c, mu_batch_item.feat; on
+ * CUDA the device copies them out, forward_gpu.c),
  * decide what to draft or verify (src/gen/sched.c), or round like llama.cpp
  * bit for bit: a draft only proposes tokens, the target decides every one,
  * so the drafter's numerics cannot change an answer. Its matmuls use the
@@ -306,7 +307,6 @@ static int default_shortlist(mu_drafter *d, mu_err *err) {
 }
 
 int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err) {
-    if (target->gpu) return mu_fail(err, MU_E_ARG, "drafter: DFlash drafting needs the CPU backend");
     mu_dflash_model *m;
     int rc = mu_dflash_open(path, &m, err);
     if (rc) return rc;
