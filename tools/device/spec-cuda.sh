@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# spec-cuda.sh: speculative decoding on CUDA (issue 15) in one device call,
+# from what tools/device/cuda-h200-pack.sh packed (unpack .gpu/cuda.tar.xz at
+# the repository root first), on the bundled model (models/, tracked, so it
+# travels with the tree) and its drafter:
+#   1. test_gpu_engine on the bundled model (the CUDA engine against the CPU
+#      engine: logits, cells and the captured hidden states of
+#      mu_batch_item.feat), unless --no-check
+#   2. bench/spec-ngram with --backend cuda: plain greedy, --spec ngram and
+#      --spec dflash one after the other for each prompt of
+#      bench/spec-prompts-dflash.json (the order alternating per repetition),
+#      --reps repetitions (3), medians; it stops with an error if a
+#      speculative run's ids differ from plain greedy's, and starts no
+#      repetition once the budget left cannot hold one
+# $OUT gets at most 4 files: summary.txt (the verdicts, a table per prompt:
+# tokens/s of each mode, the speedups, accepted drafts per step), spec.jsonl
+# (spec-ngram's raw lines and summary), spec.log (its stderr), engine.log.
+# --backend cpu with --muser ./muser runs the same logic on a machine
+# without a GPU (for checking the script; its numbers mean nothing there).
+# usage: OUT=... bash tools/device/spec-cuda.sh [--budget 300] [--reps 3] [--n 128]
+#          [--draft-max 8] [--backend cuda] [--muser .gpu/muser] [--no-check]
+set -u
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+OUT=${OUT:-/tmp/spec-cuda-out}
+BUDGET=300 REPS=3 N=128 DMAX=8 BACKEND=cuda M=$PWD/.gpu/muser CHECK=1
+while [ $# -gt 0 ]; do
+  case $1 in
+    --budget) BUDGET=${2:?}; shift 2 ;;
+    --reps) REPS=${2:?}; shift 2 ;;
+    --n) N=${2:?}; shift 2 ;;
+    --draft-max) DMAX=${2:?}; shift 2 ;;
+    --backend) BACKEND=${2:?}; shift 2 ;;
+    --muser) M=$(realpath "${2:?}"); shift 2 ;;
+    --no-check) CHECK=0; shift ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    *) echo "spec-cuda: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+S=$OUT/summary.txt
+el() { echo $(($(date +%s) - T0)); }
+left() { echo $((BUDGET - $(el))); }
+note() { echo "spec-cuda: $(el)s: $*" | tee -a "$S" >&2; }
+MODEL=$PWD/models/muser-default.gguf
+[ -x "$M" ] || { note "no $M: unpack .gpu/cuda.tar.xz first (or --muser)"; exit 1; }
+[ -f "$MODEL" ] && [ -f models/muser-default.dflash.gguf ] || { note "no bundled model or drafter under models/"; exit 1; }
+if [ -d .gpu/lib ]; then export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
+if [ -f .gpu/muser-cuda.so ]; then export MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so; fi
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null; nproc; uptime
+  "$M" --version; "$M" info 2>&1 | grep '^gpu\|^backend'; } >>"$S" 2>&1
+note "backend $BACKEND, budget ${BUDGET}s, reps $REPS, n $N, draft-max $DMAX"
+
+if [ $CHECK = 1 ]; then
+  E=.gpu/test_gpu_engine
+  [ -x $E ] || E=build/tests/gpu/test_gpu_engine
+  if [ -x $E ]; then
+    timeout "$(( $(left) > 120 ? 120 : $(left) ))" $E "$MODEL" >"$OUT/engine.log" 2>&1
+    note "test_gpu_engine (bundled model): rc $? ($(grep -m1 '^capture rows' "$OUT/engine.log"); $(tail -1 "$OUT/engine.log"))"
+  else
+    note "no test_gpu_engine: check skipped"
+  fi
+fi
+
+# one repetition's runs: 8 prompts x 3 modes; the first repetition's time
+# (minus a margin) is what the time limit leaves for the others
+lim=$(( $(left) - 30 ))
+if [ "$lim" -lt 10 ]; then note "bench: skipped: $(left)s left"; note "done"; exit 0; fi
+timeout "$(( $(left) - 5 ))" python3 bench/spec-ngram "$MODEL" --muser "$M" --backend "$BACKEND" --reps "$REPS" --n "$N" \
+  --draft-max "$DMAX" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
+  --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "dflash=$M:dflash" \
+  >"$OUT/spec.jsonl" 2>"$OUT/spec.log"
+r=$?
+note "spec-ngram rc $r$([ $r = 124 ] && echo ' (timed out: no summary)')$(grep -h 'stopped\|changed the tokens\|failed' "$OUT/spec.jsonl" "$OUT/spec.log" | head -3 | sed 's/^/; /')"
+python3 - "$OUT/spec.jsonl" >>"$S" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"prompt"')]
+by = {}
+for r in rows:
+    by.setdefault(r["prompt"], {})[r["variant"]] = r
+if not by:
+    print("no summary lines")
+    sys.exit(0)
+print("prompt         plain tok/s   ngram tok/s (x)      acc/step   dflash tok/s (x)     acc/step   (medians of %s)"
+      % rows[0]["reps"])
+sp = {"ngram": [], "dflash": []}
+for name, v in by.items():
+    cells = ["%-14s %11.1f" % (name, v["plain"]["tps"])]
+    for m in ("ngram", "dflash"):
+        r = v.get(m)
+        if r:
+            sp[m].append(r["speedup"] or 0)
+            cells.append("%11.1f (%5.2fx) %9.2f" % (r["tps"], r["speedup"] or 0, r["accepted_per_step"]))
+    print("   ".join(cells))
+for m, x in sp.items():
+    if x:
+        print("%s: median speedup %.2fx over %d prompts (min %.2fx, max %.2fx)" % (m, statistics.median(x), len(x), min(x), max(x)))
+EOF
+note "done"
