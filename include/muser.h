@@ -358,7 +358,9 @@ const float *mu_mprompt_embd(const mu_mprompt *mp, int i);
  * target engine: it reads the target's hidden states at its target layers
  * (mu_batch_item.feat), keeps them per sequence as its own KV rows, and
  * drafts a block of tokens in one pass over [last token, mask, mask, ...].
- * Runs on the target engine's CPU threads; lives no longer than it. */
+ * Runs on the target engine's CPU threads (on a CUDA target, whose pool
+ * has one, on a pool of its own of the threads the engine was asked
+ * for); lives no longer than it. */
 typedef struct mu_drafter mu_drafter;
 typedef struct {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;
