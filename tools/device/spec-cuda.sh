@@ -17,23 +17,26 @@
 # (spec-ngram's raw lines and summary), spec.log (its stderr), engine.log.
 # --backend cpu with --muser ./muser runs the same logic on a machine
 # without a GPU (for checking the script; its numbers mean nothing there).
+# --threads: muser run's --threads (4): a CUDA engine keeps one CPU thread,
+# the DFlash drafter (on the CPU) gets a pool of these.
 # usage: OUT=... bash tools/device/spec-cuda.sh [--budget 300] [--reps 3] [--n 128]
-#          [--draft-max 8] [--backend cuda] [--muser .gpu/muser] [--no-check]
+#          [--draft-max 8] [--threads 4] [--backend cuda] [--muser .gpu/muser] [--no-check]
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUT=${OUT:-/tmp/spec-cuda-out}
-BUDGET=300 REPS=3 N=128 DMAX=8 BACKEND=cuda M=$PWD/.gpu/muser CHECK=1
+BUDGET=300 REPS=3 N=128 DMAX=8 THREADS=4 BACKEND=cuda M=$PWD/.gpu/muser CHECK=1
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=${2:?}; shift 2 ;;
     --reps) REPS=${2:?}; shift 2 ;;
     --n) N=${2:?}; shift 2 ;;
     --draft-max) DMAX=${2:?}; shift 2 ;;
+    --threads) THREADS=${2:?}; shift 2 ;;
     --backend) BACKEND=${2:?}; shift 2 ;;
     --muser) M=$(realpath "${2:?}"); shift 2 ;;
     --no-check) CHECK=0; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "spec-cuda: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +52,7 @@ if [ -d .gpu/lib ]; then export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+
 if [ -f .gpu/muser-cuda.so ]; then export MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so; fi
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null; nproc; uptime
   "$M" --version; "$M" info 2>&1 | grep '^gpu\|^backend'; } >>"$S" 2>&1
-note "backend $BACKEND, budget ${BUDGET}s, reps $REPS, n $N, draft-max $DMAX"
+note "backend $BACKEND, budget ${BUDGET}s, reps $REPS, n $N, draft-max $DMAX, threads $THREADS"
 
 if [ $CHECK = 1 ]; then
   E=.gpu/test_gpu_engine
@@ -67,7 +70,7 @@ fi
 lim=$(( $(left) - 30 ))
 if [ "$lim" -lt 10 ]; then note "bench: skipped: $(left)s left"; note "done"; exit 0; fi
 timeout "$(( $(left) - 5 ))" python3 bench/spec-ngram "$MODEL" --muser "$M" --backend "$BACKEND" --reps "$REPS" --n "$N" \
-  --draft-max "$DMAX" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
+  --draft-max "$DMAX" --threads "$THREADS" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
   --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "dflash=$M:dflash" \
   >"$OUT/spec.jsonl" 2>"$OUT/spec.log"
 r=$?
