@@ -37,6 +37,10 @@ while read -r name opts; do
   "$build/tests/gpu/test_gpu_stream" "$work/$name.gguf" || rc=1
 done < tests/golden/models.txt
 
+# captures of few-token passes replayed as graphs (off by default: docs/cuda.md)
+MUSER_CUDA_CAPTURE_GRAPH=1 "$build/tests/gpu/test_gpu_engine" models/muser-default.gguf | sed 's/^/[capture graphs] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+
 echo "--- vision encoder: CPU vs CUDA"
 # shellcheck disable=SC2046
 "$build/tests/gpu/test_gpu_vision" "$work" "$work/g3-q4_k_m.gguf" $([ "${GPU_VISION_FULL:-0}" = 1 ] || echo --no-full) || rc=1
@@ -77,8 +81,10 @@ def main():
   for p in "${spec_prompts[@]}"; do
     plain=$(./muser run -m "$bm" --backend cuda -p "$p" -n 96 --temp 0 --ignore-eos --json 2>"$work/spec.err") ||
       { echo "FAIL spec: plain run: $(tail -2 "$work/spec.err")"; rc=1; continue; }
-    for spec in ngram dflash; do
-      got=$(./muser run -m "$bm" --backend cuda -p "$p" -n 96 --temp 0 --ignore-eos --json --spec $spec 2>"$work/spec.err") ||
+    for spec in ngram dflash dflash-graph; do
+      # dflash-graph: MUSER_CUDA_CAPTURE_GRAPH=1 (captures of few-token passes replayed as graphs)
+      got=$(MUSER_CUDA_CAPTURE_GRAPH=$([ $spec = dflash-graph ] && echo 1 || echo 0) ./muser run -m "$bm" --backend cuda \
+              -p "$p" -n 96 --temp 0 --ignore-eos --json --spec ${spec%-graph} 2>"$work/spec.err") ||
         { echo "FAIL spec $spec: $(tail -2 "$work/spec.err")"; rc=1; continue; }
       verdict=$(python3 -c '
 import json, sys
@@ -92,7 +98,7 @@ print(("ok" if same else "FAIL") + " spec %s: %d ids %s plain; drafted %d, accep
 ' "$plain" "$got" "$spec")
       echo "$verdict (${p%%$'\n'*})"
       case $verdict in ok*) ;; *) rc=1 ;; esac
-      [ $spec = dflash ] && dflash_acc=$((dflash_acc + $(echo "$verdict" | sed -n 's/.*accepted \([0-9]*\) in.*/\1/p')))
+      [ $spec != ngram ] && dflash_acc=$((dflash_acc + $(echo "$verdict" | sed -n 's/.*accepted \([0-9]*\) in.*/\1/p')))
     done
   done
   [ "$dflash_acc" -gt 0 ] || { echo "FAIL spec dflash: no draft accepted in any run"; rc=1; }
@@ -109,14 +115,16 @@ if [ -n "$san" ]; then
   else
     echo "FAIL memcheck:"; tail -20 "$work/memcheck.log"; rc=1
   fi
-  if [ -f models/muser-default.dflash.gguf ]; then
-    if "$san" --tool memcheck --error-exitcode 9 ./muser run -m models/muser-default.gguf -p "import os
+  for cg in 0 1; do # MUSER_CUDA_CAPTURE_GRAPH
+    [ -f models/muser-default.dflash.gguf ] || break
+    if MUSER_CUDA_CAPTURE_GRAPH=$cg "$san" --tool memcheck --error-exitcode 9 ./muser run -m models/muser-default.gguf \
+         -p "import os
 import sys" -n 24 --temp 0 --ignore-eos --spec dflash --backend cuda >/dev/null 2>"$work/memcheck-dflash.log"; then
-      echo "memcheck (--spec dflash): ok"
+      echo "memcheck (--spec dflash, MUSER_CUDA_CAPTURE_GRAPH=$cg): ok"
     else
-      echo "FAIL memcheck (--spec dflash):"; tail -20 "$work/memcheck-dflash.log"; rc=1
+      echo "FAIL memcheck (--spec dflash, MUSER_CUDA_CAPTURE_GRAPH=$cg):"; tail -20 "$work/memcheck-dflash.log"; rc=1
     fi
-  fi
+  done
 else
   echo "memcheck: compute-sanitizer not found, skipped"
 fi

@@ -10,7 +10,8 @@
  * the captured rows and the logits, in a prefill of two sessions, a solo
  * block and lone steps (judged by TOL too: the rows are the residual
  * stream, which the device computes in the CPU's order, so they are
- * expected bit-equal like the cells; the test prints how many differ).
+ * expected bit-equal like the cells; the test prints how many differ;
+ * MUSER_CUDA_CAPTURE_GRAPH=1 runs the lone steps' captures as graphs).
  * The device keeps the CPU's arithmetic, so logits are expected bit-equal;
  * the test prints the largest difference and fails above 1e-3 (libm's expf
  * and tanhf on the device may differ from glibc's in rare last bits).
@@ -268,18 +269,20 @@ int main(int argc, char **argv) {
             cmp(what, mu_session_logits(c1, r), mu_session_logits(g1, r), V);
         }
         cmp("capture: the block's neighbour", mu_session_logits(c2, -1), mu_session_logits(g2, -1), V);
-        /* lone steps of session 2: with capture (no graph), then without (a graph) */
-        for (int k = 0; k < 2; k++) {
+        /* lone steps of session 2: two with capture (directly, or with
+         * MUSER_CUDA_CAPTURE_GRAPH=1 a graph captured, then replayed on new
+         * rows), then one without (a graph) */
+        for (int k = 0; k < 3; k++) {
             t2 = argmax(mu_session_logits(c2, -1), V);
             mu_batch_item lc = item(c2, &t2, 1, false, NULL, false), lg = item(g2, &t2, 1, false, NULL, false);
-            if (k == 0) {
+            if (k < 2) {
                 lc.feat = hc, lg.feat = hg, lc.feat_layers = lg.feat_layers = lb;
                 lc.n_feat_layers = lg.n_feat_layers = 2;
             }
             CK(mu_forward(ec, &lc, 1, &err));
             CK(mu_forward(eg, &lg, 1, &err));
-            if (k == 0) CAP_CMP("capture: a lone step", hc, hg, 2 * E);
-            cmp(k ? "capture: lone step after" : "capture: lone step", mu_session_logits(c2, -1),
+            if (k < 2) CAP_CMP(k ? "capture: a second lone step" : "capture: a lone step", hc, hg, 2 * E);
+            cmp(k == 2 ? "capture: lone step after" : "capture: lone step", mu_session_logits(c2, -1),
                 mu_session_logits(g2, -1), V);
         }
 #undef CAP_CMP

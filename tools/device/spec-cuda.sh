@@ -5,9 +5,12 @@
 # travels with the tree) and its drafter:
 #   1. test_gpu_engine on the bundled model (the CUDA engine against the CPU
 #      engine: logits, cells and the captured hidden states of
-#      mu_batch_item.feat), unless --no-check
-#   2. bench/spec-ngram with --backend cuda: plain greedy, --spec ngram and
-#      --spec dflash one after the other for each prompt of
+#      mu_batch_item.feat), with MUSER_CUDA_CAPTURE_GRAPH=0 and 1, unless
+#      --no-check
+#   2. bench/spec-ngram with --backend cuda: plain greedy, --spec ngram,
+#      --spec dflash and dflash-g (--spec dflash with
+#      MUSER_CUDA_CAPTURE_GRAPH=1: its decode steps replay graphs) one after
+#      the other for each prompt of
 #      bench/spec-prompts-dflash.json (the order alternating per repetition),
 #      --reps repetitions (3), medians; it stops with an error if a
 #      speculative run's ids differ from plain greedy's, and starts no
@@ -36,7 +39,7 @@ while [ $# -gt 0 ]; do
     --backend) BACKEND=${2:?}; shift 2 ;;
     --muser) M=$(realpath "${2:?}"); shift 2 ;;
     --no-check) CHECK=0; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "spec-cuda: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -58,8 +61,11 @@ if [ $CHECK = 1 ]; then
   E=.gpu/test_gpu_engine
   [ -x $E ] || E=build/tests/gpu/test_gpu_engine
   if [ -x $E ]; then
-    timeout "$(( $(left) > 120 ? 120 : $(left) ))" $E "$MODEL" >"$OUT/engine.log" 2>&1
-    note "test_gpu_engine (bundled model): rc $? ($(grep -m1 '^capture rows' "$OUT/engine.log"); $(tail -1 "$OUT/engine.log"))"
+    for cg in 0 1; do
+      MUSER_CUDA_CAPTURE_GRAPH=$cg timeout "$(( $(left) > 60 ? 60 : $(left) ))" $E "$MODEL" >"$OUT/engine$cg.log" 2>&1
+      note "test_gpu_engine (bundled model, MUSER_CUDA_CAPTURE_GRAPH=$cg): rc $? ($(grep -m1 '^capture rows' "$OUT/engine$cg.log"); $(tail -1 "$OUT/engine$cg.log"))"
+    done
+    cat "$OUT/engine1.log" >>"$OUT/engine0.log" && mv "$OUT/engine0.log" "$OUT/engine.log" && rm -f "$OUT/engine1.log"
   else
     note "no test_gpu_engine: check skipped"
   fi
@@ -69,9 +75,14 @@ fi
 # (minus a margin) is what the time limit leaves for the others
 lim=$(( $(left) - 30 ))
 if [ "$lim" -lt 10 ]; then note "bench: skipped: $(left)s left"; note "done"; exit 0; fi
+# dflash-g: the same binary with MUSER_CUDA_CAPTURE_GRAPH=1
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+printf '#!/bin/sh\nMUSER_CUDA_CAPTURE_GRAPH=1 exec "%s" "$@"\n' "$M" >"$W/muser-cg"
+chmod +x "$W/muser-cg"
 timeout "$(( $(left) - 5 ))" python3 bench/spec-ngram "$MODEL" --muser "$M" --backend "$BACKEND" --reps "$REPS" --n "$N" \
   --draft-max "$DMAX" --threads "$THREADS" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
-  --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "dflash=$M:dflash" \
+  --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "dflash=$M:dflash" --variant "dflash-g=$W/muser-cg:dflash" \
   >"$OUT/spec.jsonl" 2>"$OUT/spec.log"
 r=$?
 note "spec-ngram rc $r$([ $r = 124 ] && echo ' (timed out: no summary)')$(grep -h 'stopped\|changed the tokens\|failed' "$OUT/spec.jsonl" "$OUT/spec.log" | head -3 | sed 's/^/; /')"
@@ -84,16 +95,17 @@ for r in rows:
 if not by:
     print("no summary lines")
     sys.exit(0)
-print("prompt         plain tok/s   ngram tok/s (x)      acc/step   dflash tok/s (x)     acc/step   (medians of %s)"
-      % rows[0]["reps"])
-sp = {"ngram": [], "dflash": []}
+modes = [m for m in by[rows[0]["prompt"]] if m != "plain"]
+print("prompt         plain tok/s" + "".join("   %-8s tok/s (x)   acc/step" % m for m in modes)
+      + "   (medians of %s)" % rows[0]["reps"])
+sp = {m: [] for m in modes}
 for name, v in by.items():
     cells = ["%-14s %11.1f" % (name, v["plain"]["tps"])]
-    for m in ("ngram", "dflash"):
+    for m in modes:
         r = v.get(m)
         if r:
             sp[m].append(r["speedup"] or 0)
-            cells.append("%11.1f (%5.2fx) %9.2f" % (r["tps"], r["speedup"] or 0, r["accepted_per_step"]))
+            cells.append("%8.1f (%5.2fx) %9.2f" % (r["tps"], r["speedup"] or 0, r["accepted_per_step"]))
     print("   ".join(cells))
 for m, x in sp.items():
     if x:
