@@ -765,10 +765,10 @@ __global__ void k_cap_rows(const float *h, float *dst, const int32_t *idx, const
 
 /* The chunk's capture rows grouped by layer (rows [cap_off[il],
  * cap_off[il + 1]) copy h rows cap_idx entering layer il), with the
- * indices uploaded on the pass's stream. Buffers grow on demand; no graph
- * holds them (a capturing pass is launched directly). cap_n stays 0 for a
- * chunk without captures, and launch_pass then launches what it did
- * before. */
+ * indices uploaded on the pass's stream. Buffers grow on demand (and the
+ * graphs go: with MUSER_CUDA_CAPTURE_GRAPH=1 a graph may hold them; else
+ * a capturing pass is launched directly). cap_n stays 0 for a chunk
+ * without captures, and launch_pass then launches what it did before. */
 static int cap_prepare(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     const int nl = m->d.n_layer, E = m->d.n_embd;
     m->cap_n = 0;
