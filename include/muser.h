@@ -240,7 +240,8 @@ typedef struct {
     /* hidden states for a drafter (mu_drafter): when feat is set, [n_tokens][n_feat_layers]
        [n_embd] receives, per token, the input of each listed layer (the residual stream
        entering layer il; il = 0 is the normed embedding), llama.cpp's layer inputs.
-       Reading them changes no result. CPU engines only (MU_E_ARG on CUDA). */
+       Reading them changes no result. On CUDA the device copies the rows out with the
+       logits, and such a pass never replays a captured graph. */
     float *feat;
     const int *feat_layers;   /* n_feat_layers ids in [0, n_layer) */
     int n_feat_layers;
@@ -357,7 +358,9 @@ const float *mu_mprompt_embd(const mu_mprompt *mp, int i);
  * target engine: it reads the target's hidden states at its target layers
  * (mu_batch_item.feat), keeps them per sequence as its own KV rows, and
  * drafts a block of tokens in one pass over [last token, mask, mask, ...].
- * Runs on the target engine's CPU threads; lives no longer than it. */
+ * Runs on the target engine's CPU threads (on a CUDA target, whose pool
+ * has one, on a pool of its own of the threads the engine was asked
+ * for); lives no longer than it. */
 typedef struct mu_drafter mu_drafter;
 typedef struct {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;

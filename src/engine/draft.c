@@ -15,7 +15,8 @@
  * shortlist of token ids gathered once at open into a compact matrix (the
  * same type), "the shortlist head" below; the drafts are the rows' argmax
  * over the rows scored.
- * Does not: capture the hidden states (forward.c, mu_batch_item.feat),
+ * Does not: capture the hidden states (forward.c, mu_batch_item.feat; on
+ * CUDA the device copies them out, forward_gpu.c),
  * decide what to draft or verify (src/gen/sched.c), or round like llama.cpp
  * bit for bit: a draft only proposes tokens, the target decides every one,
  * so the drafter's numerics cannot change an answer. Its matmuls use the
@@ -45,6 +46,8 @@
 
 struct mu_drafter {
     mu_engine *e;
+    mu_pool *pool;     /* the target's threads, or own_pool */
+    mu_pool *own_pool; /* on a GPU target (one CPU thread): the threads the target was asked for */
     mu_dflash_model *m;
     mu_drafter_info info;
     const mu_gguf_tensor *tok_embd, *output; /* the drafter's, else the target's */
@@ -169,7 +172,7 @@ static void matmul(mu_drafter *d, const float *x, int T, const mu_gguf_tensor *w
     const uint32_t dt = mu_kern_dot_type(w->type);
     for (int t = 0; t < T; t++) k->quant[dt](x + (size_t)t * cols, d->qa + (size_t)t * d->qa_stride, cols);
     mm_job j = {d, w, T, y};
-    mu_pool_run(d->e->pool, job_mm, &j);
+    mu_pool_run(d->pool, job_mm, &j);
 }
 
 /* ---- open --------------------------------------------------------------- */
@@ -306,7 +309,6 @@ static int default_shortlist(mu_drafter *d, mu_err *err) {
 }
 
 int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err) {
-    if (target->gpu) return mu_fail(err, MU_E_ARG, "drafter: DFlash drafting needs the CPU backend");
     mu_dflash_model *m;
     int rc = mu_dflash_open(path, &m, err);
     if (rc) return rc;
@@ -317,6 +319,9 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     }
     d->e = target;
     d->m = m;
+    d->pool = target->pool;
+    if (target->gpu && (rc = mu_pool_new(target->cpu_threads, &d->own_pool, err))) goto fail;
+    if (d->own_pool) d->pool = d->own_pool;
     if ((rc = fit(d, err))) goto fail;
     const mu_model_info *I = &target->m->info;
     d->tok_embd = m->tok_embd ? m->tok_embd : target->m->tok_embd;
@@ -366,6 +371,7 @@ void mu_drafter_free(mu_drafter *d) {
     mu_free(d->o); mu_free(d->f1); mu_free(d->f2); mu_free(d->qa); mu_free(d->lg); mu_free(d->scores);
     mu_free(d->rc); mu_free(d->rs); mu_free(d->head_w); free(d->head_ids);
     mu_dflash_close(d->m);
+    mu_pool_free(d->own_pool);
     free(d);
 }
 
@@ -379,7 +385,7 @@ int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) 
      * position and a block (each part padded to 16), its queries and outputs */
     const size_t nqr = (size_t)ATTN_ROWS * (size_t)(d->m->n_head / d->m->n_head_kv);
     const size_t cap = nqr * ((size_t)PAD16(n_ctx) + PAD16(DRAFT_ROWS) + 2 * (size_t)d->m->head_dim),
-                 nth = (size_t)mu_pool_size(d->e->pool);
+                 nth = (size_t)mu_pool_size(d->pool);
     if (cap > d->scores_cap) {
         float *sc = mu_alloc(nth * cap, sizeof(float));
         if (!sc) return mu_fail(err, MU_E_NOMEM, "drafter: out of memory for %d positions", n_ctx);
@@ -612,7 +618,7 @@ int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_er
         matmul(d, d->a, T, L->wv, d->v);
         qk_post(d, L, T, r0, r0 + nr);
         attn_job aj = {q, il, T, pos, r0, nr};
-        mu_pool_run(d->e->pool, job_attn, &aj);
+        mu_pool_run(d->pool, job_attn, &aj);
         matmul(d, d->a + (size_t)r0 * d->n_q, nr, L->wo, d->o + (size_t)r0 * E);
         for (int t = r0; t < r0 + nr; t++) {
             float *o = d->o + (size_t)t * E, *x = d->x + (size_t)t * E;

@@ -109,6 +109,7 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
         return rc;
     }
     /* a GPU engine keeps one CPU thread: the device does the work */
+    e->cpu_threads = o.n_threads;
     rc = mu_pool_new(device >= 0 ? 1 : o.n_threads, &e->pool, err);
     if (rc) {
         free(e);

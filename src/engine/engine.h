@@ -83,6 +83,8 @@ struct mu_engine {
     mu_profile prof; /* mu_engine_profile */
     mu_gpu_model *gpu; /* the CUDA backend's copy of the weights; NULL on the CPU */
     int gpu_dev;       /* its device */
+    int cpu_threads;   /* the CPU threads asked for (0: every CPU); a GPU engine's pool has one,
+                        * a DFlash drafter bound to it makes a pool of these (draft.c) */
     mu_gpu_stream_stats gpu_stream; /* layer streaming on the GPU so far (counts, for tests) */
     float *rope;       /* GPU: [MU_UBATCH][head_dim] RoPE angles of a chunk */
     mu_thread_work *work; /* [n_threads], the matmuls' work per thread */

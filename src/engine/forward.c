@@ -555,7 +555,6 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
         if (it->on_layer && it->s->cells)
             return mu_fail(err, MU_E_STATE, "forward: layer streaming reads rows by position: the session was shifted");
         if (it->feat) {
-            if (e->gpu) return mu_fail(err, MU_E_ARG, "forward: hidden-state capture (a drafter) needs the CPU backend");
             if (!it->feat_layers || it->n_feat_layers <= 0)
                 return mu_fail(err, MU_E_ARG, "forward: item %d captures no layers", i);
             for (int k = 0; k < it->n_feat_layers; k++)

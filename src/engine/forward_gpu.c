@@ -5,7 +5,9 @@
  * with the RoPE angles computed here by the CPU's own code so both
  * backends rotate by the same floats, and layer streaming
  * (mu_batch_item.on_layer) per chunk as forward.c calls it, each layer as
- * the device writes its rows.
+ * the device writes its rows, and a drafter's hidden-state capture
+ * (mu_batch_item.feat): each capturing token's block of rows in its item's
+ * feat, where forward.c's capture_feat puts it, filled by the device.
  * Does not: compute anything per layer (src/gpu does). */
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +57,10 @@ typedef struct {
     float *embd[MU_UBATCH];
     const mu_batch_item *item[MU_UBATCH]; /* the token's item when it streams its layers, else NULL */
     const float *in_row[MU_UBATCH];       /* the token's input row (an image row), else NULL */
-    int T, n_out, t_solo, n_layer_tok, n_in_rows;
+    float *feat[MU_UBATCH];               /* the token's capture rows (mu_batch_item.feat), else NULL */
+    const int *feat_layers[MU_UBATCH];
+    int n_feat_layers[MU_UBATCH];
+    int T, n_out, t_solo, n_layer_tok, n_in_rows, n_feat_tok;
     bool rope, seen_solo;
 } gchunk;
 
@@ -90,10 +95,12 @@ static int run(mu_engine *e, gchunk *c, mu_err *err) {
     mu_gpu_chunk g = {.T = c->T, .tokens = c->tok, .pos = c->pos, .sess = c->sess, .out = c->out,
                       .n_out = c->n_out, .t_solo = c->t_solo < c->T ? c->t_solo : c->T, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .embd = c->embd,
                       .prof = prof, .on_layer = c->n_layer_tok ? chunk_layer : NULL, .on_layer_user = c,
-                      .stream_stats = &e->gpu_stream, .in_rows = c->n_in_rows ? c->in_row : NULL};
+                      .stream_stats = &e->gpu_stream, .in_rows = c->n_in_rows ? c->in_row : NULL,
+                      .feat = c->n_feat_tok ? c->feat : NULL, .feat_layers = c->feat_layers,
+                      .n_feat_layers = c->n_feat_layers};
     int rc = mu_gpu_forward(e->gpu, &g, err);
     if (!rc && prof) ++*(c->T == 1 ? &e->prof.decode_passes : &e->prof.prefill_passes);
-    c->T = c->n_out = c->n_layer_tok = c->n_in_rows = 0;
+    c->T = c->n_out = c->n_layer_tok = c->n_in_rows = c->n_feat_tok = 0;
     c->t_solo = c->seen_solo ? 0 : MU_UBATCH;
     return rc;
 }
@@ -122,6 +129,11 @@ int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err
             c.out[c.T] = out;
             c.item[c.T] = it->on_layer ? it : NULL;
             c.n_layer_tok += it->on_layer != NULL;
+            /* token t's rows: feat[t][k] is layer feat_layers[k]'s input (forward.c's capture_feat) */
+            c.feat[c.T] = it->feat ? it->feat + (size_t)t * it->n_feat_layers * I->n_embd : NULL;
+            c.feat_layers[c.T] = it->feat_layers;
+            c.n_feat_layers[c.T] = it->feat ? it->n_feat_layers : 0;
+            c.n_feat_tok += it->feat != NULL;
             if (out) {
                 /* an embedding row leaves after the final norm, a logits row after the output matmul */
                 c.embd[c.n_out] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;

@@ -99,6 +99,15 @@ typedef struct {
      * takes the place of the token's embedding row (an image row, as
      * llama.cpp's batch.embd; the unweighted norm follows as for tokens) */
     const float *const *in_rows;
+    /* Hidden-state capture (a drafter's features, mu_batch_item.feat):
+     * NULL, or [T]: NULL for a token, or a host block of n_feat_layers[t]
+     * rows of n_embd floats, row k the input of layer feat_layers[t][k]
+     * (the residual stream entering it; layer 0: the normed embedding), as
+     * forward.c's capture_feat copies it. A pass with captures never
+     * replays a captured graph. */
+    float *const *feat;
+    const int *const *feat_layers; /* [T] */
+    const int *n_feat_layers;      /* [T] */
 } mu_gpu_chunk;
 
 /* Called with bytes uploaded so far; nonzero stops the upload (MU_E_STATE). */

@@ -40,6 +40,7 @@ typedef struct {
 #define MAX_GRAPHS 32
 typedef struct {
     int T, n_out, max_span, t_solo, out_solo, attn_mode;
+    uint64_t cap_mask; /* the layers the pass captures (cap_prepare), 0: none */
     cudaGraphExec_t exec;
 } pass_graph;
 
@@ -82,9 +83,18 @@ struct mu_gpu_model {
     bool open;             /* inside a streaming pass's on_layer calls */
     cudaError_t rec_err;   /* the first failed layer event record of the pass */
     mu_gpu_stream_stats *stats; /* the open pass's counts, or NULL */
+    /* hidden-state capture (mu_gpu_chunk.feat): cap_prepare */
+    int cap_n, cap_cap;    /* rows of the pass, rows allocated */
+    int *cap_off;          /* [2][n_layer + 1]: each layer's first row, then fill cursors */
+    int *cap_off_d;        /* [n_layer + 1] the first half on the device (k_cap_rows) */
+    uint64_t cap_mask;     /* graph-replayable captures: their layers (MUSER_CUDA_CAPTURE_GRAPH), else 0 */
+    int32_t *cap_idx_h, *cap_idx_d; /* [cap_cap] the row's chunk token: pinned, device */
+    float *cap_h, *cap_d;  /* [cap_cap][n_embd]: pinned, device */
+    float **cap_dst;       /* [cap_cap] the row's host destination */
 };
 
 static void graphs_clear(mu_gpu_model *m);
+static void cap_free(mu_gpu_model *m);
 
 /* Phase marks (mu_gpu_chunk.prof): an event after each phase's launches. */
 enum { PH_NORMS, PH_QKV, PH_ROPE, PH_ATTN, PH_WO, PH_FFN_UP, PH_FFN_DOWN, PH_LOGITS };
@@ -216,6 +226,7 @@ static void p_model_free(mu_gpu_model *m) {
     cudaFree(m->rows_d);
     cudaFreeHost(m->kv_h);
     cudaFreeHost(m->lg_h);
+    cap_free(m);
     graphs_clear(m);
     for (int i = 0; i < m->n_ev_made; i++) cudaEventDestroy(m->ev[i]);
     for (int il = 0; m->lev && il < m->d.n_layer; il++)
@@ -731,6 +742,118 @@ static mu_block_q8_K *pre_q8K(const mu_gpu_model *m, const dtensor *first, int n
 /* threads of a row kernel: few rows (decode) get more threads each */
 #define NT(rows) ((rows) <= GRAPH_MAX_T ? 1024 : 256)
 
+/* ---- hidden-state capture (mu_gpu_chunk.feat) ------------------------- */
+
+static void cap_rows_free(mu_gpu_model *m) {
+    cudaFreeHost(m->cap_idx_h);
+    cudaFree(m->cap_idx_d);
+    cudaFreeHost(m->cap_h);
+    cudaFree(m->cap_d);
+    free(m->cap_dst);
+    m->cap_idx_h = m->cap_idx_d = NULL;
+    m->cap_h = m->cap_d = NULL;
+    m->cap_dst = NULL;
+    m->cap_n = m->cap_cap = 0;
+}
+
+static void cap_free(mu_gpu_model *m) {
+    cap_rows_free(m);
+    free(m->cap_off);
+    cudaFree(m->cap_off_d);
+    m->cap_off = NULL;
+    m->cap_off_d = NULL;
+}
+
+/* MUSER_CUDA_CAPTURE_GRAPH=1: passes of few tokens with captures replay
+ * graphs too (the captures' layers in the key, their rows read from a
+ * table on the device); 0 (default): they launch directly */
+static bool cap_graphs(void) {
+    static const bool on = cu_env_digit("MUSER_CUDA_CAPTURE_GRAPH", 0) != 0;
+    return on;
+}
+
+/* Layer il's capture rows, off[il] .. off[il + 1] of the table on the
+ * device, however many: a graph holds the launch for any rows of the same
+ * layers. */
+__global__ void k_cap_rows(const float *h, float *dst, const int32_t *idx, const int *off, int il, int n) {
+    const int r1 = off[il + 1];
+    for (int r = off[il] + (int)blockIdx.x; r < r1; r += (int)gridDim.x) {
+        const float *src = h + (size_t)idx[r] * n;
+        float *d = dst + (size_t)r * n;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = src[i];
+    }
+}
+
+/* The chunk's capture rows grouped by layer (rows [cap_off[il],
+ * cap_off[il + 1]) copy h rows cap_idx entering layer il), with the
+ * indices uploaded on the pass's stream. Buffers grow on demand (and the
+ * graphs go: with MUSER_CUDA_CAPTURE_GRAPH=1 a graph may hold them; else
+ * a capturing pass is launched directly). cap_n stays 0 for a chunk
+ * without captures, and launch_pass then launches what it did before. */
+static int cap_prepare(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
+    const int nl = m->d.n_layer, E = m->d.n_embd;
+    m->cap_n = 0;
+    m->cap_mask = 0;
+    if (!c->feat) return 0;
+    int n = 0;
+    for (int t = 0; t < c->T; t++) {
+        if (!c->feat[t]) continue;
+        for (int k = 0; k < c->n_feat_layers[t]; k++)
+            if (c->feat_layers[t][k] < 0 || c->feat_layers[t][k] >= nl)
+                return cu_fail(err, MU_E_ARG, "cuda: capture layer out of range: %d (layers %d)", c->feat_layers[t][k], nl);
+        n += c->n_feat_layers[t];
+    }
+    if (n == 0) return 0;
+    if (!m->cap_off && !(m->cap_off = (int *)calloc(2 * ((size_t)nl + 1), sizeof(int))))
+        return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
+    if (!m->cap_off_d) CU_CK(cudaMalloc((void **)&m->cap_off_d, ((size_t)nl + 1) * sizeof(int)), "capture rows");
+    if (n > m->cap_cap) {
+        graphs_clear(m); /* a graph may hold the old buffers */
+        cap_rows_free(m);
+        if (n < 64) n = 64;
+        m->cap_dst = (float **)malloc((size_t)n * sizeof *m->cap_dst);
+        if (!m->cap_dst) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
+        CU_CK(cudaMallocHost((void **)&m->cap_idx_h, (size_t)n * 4), "capture rows");
+        CU_CK(cudaMalloc((void **)&m->cap_idx_d, (size_t)n * 4), "capture rows");
+        CU_CK(cudaMallocHost((void **)&m->cap_h, (size_t)n * E * 4), "capture rows");
+        CU_CK(cudaMalloc((void **)&m->cap_d, (size_t)n * E * 4), "capture rows");
+        m->cap_cap = n;
+    }
+    n = 0;
+    int *off = m->cap_off, *cur = m->cap_off + nl + 1;
+    memset(off, 0, ((size_t)nl + 1) * sizeof *off);
+    for (int t = 0; t < c->T; t++)
+        for (int k = 0; c->feat[t] && k < c->n_feat_layers[t]; k++) off[c->feat_layers[t][k] + 1]++;
+    for (int il = 0; il < nl; il++) off[il + 1] += off[il];
+    memcpy(cur, off, (size_t)nl * sizeof *cur);
+    for (int t = 0; t < c->T; t++)
+        for (int k = 0; c->feat[t] && k < c->n_feat_layers[t]; k++) {
+            const int r = cur[c->feat_layers[t][k]]++;
+            m->cap_idx_h[r] = t;
+            m->cap_dst[r] = c->feat[t] + (size_t)k * E;
+            n++;
+            if (cap_graphs() && nl <= 64) m->cap_mask |= (uint64_t)1 << c->feat_layers[t][k];
+        }
+    CU_CK(cudaMemcpyAsync(m->cap_idx_d, m->cap_idx_h, (size_t)n * 4, cudaMemcpyHostToDevice, m->st), "capture rows");
+    if (m->cap_mask)
+        CU_CK(cudaMemcpyAsync(m->cap_off_d, m->cap_off, ((size_t)nl + 1) * sizeof(int), cudaMemcpyHostToDevice, m->st),
+              "capture rows");
+    m->cap_n = n;
+    return 0;
+}
+
+/* The rows of h entering layer il (launch_pass, before the layer's work:
+ * the previous layer's last k_post_add wrote them; the last layer's
+ * gather of output rows comes after). */
+static void cap_layer(mu_gpu_model *m, cudaStream_t st, int il, int T, const float *h) {
+    const int r0 = m->cap_off[il], n = m->cap_off[il + 1] - r0, E = m->d.n_embd;
+    if (m->cap_mask) { /* the launches depend on the layers alone (a graph's key) */
+        if (m->cap_mask >> il & 1) k_cap_rows<<<T, 256, 0, st>>>(h, m->cap_d, m->cap_idx_d, m->cap_off_d, il, E);
+    } else if (n > 0) {
+        k_gather<<<n, 256, 0, st>>>(h, m->cap_d + (size_t)r0 * E, m->cap_idx_d + r0, E);
+    }
+}
+
 /* Every kernel of one pass over a chunk whose inputs are on the device.
  * Only the arguments decide the launches, so a pass can be captured once
  * as a graph and replayed (graph_launch). */
@@ -750,6 +873,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     int Tc = T, Tc_solo = t_solo; /* rows in use (the last layer's FFN: output rows only) */
     for (int il = 0; il < nl; il++) {
         const dlayer *L = &m->L[il];
+        if (m->cap_n) cap_layer(m, st, il, T, h);
         if (il == 0 || !fuse_norms()) /* later layers' input norm: the previous layer's last k_post_add */
             launch_pdl(k_rms, dim3(T), dim3(NT(T)), 0, st, (const float *)h, L->attn_norm, a, E, D->eps,
                        pre_q8K(m, &L->wq, E), m->qa_stride);
@@ -839,7 +963,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     for (int i = 0; i < m->n_graphs; i++) {
         pass_graph *g = &m->graphs[i];
         if (g->T == T && g->n_out == n_out && g->max_span == max_span && g->t_solo == t_solo &&
-            g->out_solo == out_solo && g->attn_mode == m->attn_mode) {
+            g->out_solo == out_solo && g->attn_mode == m->attn_mode && g->cap_mask == m->cap_mask) {
             CU_CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
             return 0;
         }
@@ -859,6 +983,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     g->t_solo = t_solo;
     g->out_solo = out_solo;
     g->attn_mode = m->attn_mode;
+    g->cap_mask = m->cap_mask;
     m->n_graphs++;
     CU_CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
     return 0;
@@ -969,7 +1094,10 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     int out_solo = 0;
     for (int t = 0; t < t_solo; t++) out_solo += c->out[t];
     const bool stream = c->on_layer != NULL;
-    if (prof || stream || n_rows > 0 || T > GRAPH_MAX_T) { /* graphs hold token-only passes */
+    rc = cap_prepare(m, c, err);
+    if (rc) return rc;
+    /* graphs: token-only passes, captures only with their layers in the key (cap_mask) */
+    if (prof || stream || n_rows > 0 || (m->cap_n > 0 && !m->cap_mask) || T > GRAPH_MAX_T) {
         m->rec_err = cudaSuccess;
         launch_pass(m, T, n_out, (int)max_span, t_solo, out_solo, prof, stream, n_rows > 0);
     } else {
@@ -981,6 +1109,9 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     if (n_out > 0)
         CU_CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * D->n_vocab * 4, cudaMemcpyDeviceToHost, st),
            "logits download");
+    if (m->cap_n > 0)
+        CU_CK(cudaMemcpyAsync(m->cap_h, m->cap_d, (size_t)m->cap_n * D->n_embd * 4, cudaMemcpyDeviceToHost, st),
+           "capture download");
     if (stream) {
         rc = stream_layers(m, c, err);
         if (rc) {
@@ -1006,6 +1137,8 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     }
     for (int r = 0; r < n_out; r++)
         if (c->logits[r]) memcpy(c->logits[r], m->lg_h + (size_t)r * D->n_vocab, (size_t)D->n_vocab * 4);
+    for (int r = 0; r < m->cap_n; r++) memcpy(m->cap_dst[r], m->cap_h + (size_t)r * D->n_embd, (size_t)D->n_embd * 4);
+    m->cap_n = 0;
     return 0;
 }
 

@@ -7,7 +7,7 @@
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 7
+#define MU_GPU_PLUGIN_ABI 8
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus

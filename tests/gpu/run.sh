@@ -8,7 +8,9 @@
 #     the team's tie-aware rule (tests/golden/compare.py)
 #  4. the vision encoder on CUDA vs the CPU's (test_gpu_vision: the tiny
 #     projector, and the full one when GPU_VISION_FULL=1)
-#  5. compute-sanitizer memcheck of a short CUDA run
+#  5. --spec ngram and --spec dflash with --backend cuda on the bundled model:
+#     the ids of plain greedy decoding (dflash: with drafts accepted)
+#  6. compute-sanitizer memcheck of a short CUDA run, plain and with dflash
 set -u
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -35,6 +37,10 @@ while read -r name opts; do
   "$build/tests/gpu/test_gpu_stream" "$work/$name.gguf" || rc=1
 done < tests/golden/models.txt
 
+# captures of few-token passes replayed as graphs (off by default: docs/cuda.md)
+MUSER_CUDA_CAPTURE_GRAPH=1 "$build/tests/gpu/test_gpu_engine" models/muser-default.gguf | sed 's/^/[capture graphs] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+
 echo "--- vision encoder: CPU vs CUDA"
 # shellcheck disable=SC2046
 "$build/tests/gpu/test_gpu_vision" "$work" "$work/g3-q4_k_m.gguf" $([ "${GPU_VISION_FULL:-0}" = 1 ] || echo --no-full) || rc=1
@@ -46,6 +52,60 @@ if [ -d "${SHARED_FIXTURES:-../shared/fixtures}" ]; then
   MUSER_BACKEND=cuda bash tests/golden/run-shared.sh || rc=1
 fi
 
+echo "--- speculative decoding, --backend cuda: the same ids as plain greedy (bundled model)"
+# --spec dflash reads the target's hidden states from the device
+# (mu_gpu_chunk.feat); the drafter runs on the CPU. Runs that never drafted
+# would prove nothing: the dflash runs together must have drafts accepted
+# (one prompt alone may pause drafting after its first step).
+bm=models/muser-default.gguf
+if [ -f "$bm" ] && [ -f models/muser-default.dflash.gguf ]; then
+  spec_prompts=("GREP(1)
+
+NAME
+       grep - print lines that match patterns
+
+SYNOPSIS
+" "import os
+import sys
+
+def main():
+    for name in os.listdir(sys.argv[1]):
+        print(name)
+
+import os
+import sys
+
+def main():
+" "The history of the printing press")
+  dflash_acc=0
+  for p in "${spec_prompts[@]}"; do
+    plain=$(./muser run -m "$bm" --backend cuda -p "$p" -n 96 --temp 0 --ignore-eos --json 2>"$work/spec.err") ||
+      { echo "FAIL spec: plain run: $(tail -2 "$work/spec.err")"; rc=1; continue; }
+    for spec in ngram dflash dflash-graph; do
+      # dflash-graph: MUSER_CUDA_CAPTURE_GRAPH=1 (captures of few-token passes replayed as graphs)
+      got=$(MUSER_CUDA_CAPTURE_GRAPH=$([ $spec = dflash-graph ] && echo 1 || echo 0) ./muser run -m "$bm" --backend cuda \
+              -p "$p" -n 96 --temp 0 --ignore-eos --json --spec ${spec%-graph} 2>"$work/spec.err") ||
+        { echo "FAIL spec $spec: $(tail -2 "$work/spec.err")"; rc=1; continue; }
+      verdict=$(python3 -c '
+import json, sys
+def ids(s): return [json.loads(l)["id"] for l in s.splitlines() if l.startswith("{\"id\"")]
+def tim(s): return [json.loads(l)["timings"] for l in s.splitlines() if "\"timings\"" in l][0]
+a, b, spec = sys.argv[1], sys.argv[2], sys.argv[3]
+t = tim(b)
+same = ids(a) == ids(b) and len(ids(a)) > 0
+print(("ok" if same else "FAIL") + " spec %s: %d ids %s plain; drafted %d, accepted %d in %d steps" % (
+    spec, len(ids(b)), "==" if same else "!=", t.get("draft_n", 0), t.get("draft_n_accepted", 0), t.get("spec_steps", 0)))
+' "$plain" "$got" "$spec")
+      echo "$verdict (${p%%$'\n'*})"
+      case $verdict in ok*) ;; *) rc=1 ;; esac
+      [ $spec != ngram ] && dflash_acc=$((dflash_acc + $(echo "$verdict" | sed -n 's/.*accepted \([0-9]*\) in.*/\1/p')))
+    done
+  done
+  [ "$dflash_acc" -gt 0 ] || { echo "FAIL spec dflash: no draft accepted in any run"; rc=1; }
+else
+  echo "spec: no bundled model or drafter under models/, skipped"
+fi
+
 echo "--- compute-sanitizer memcheck"
 san=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
 if [ -n "$san" ]; then
@@ -55,6 +115,16 @@ if [ -n "$san" ]; then
   else
     echo "FAIL memcheck:"; tail -20 "$work/memcheck.log"; rc=1
   fi
+  for cg in 0 1; do # MUSER_CUDA_CAPTURE_GRAPH
+    [ -f models/muser-default.dflash.gguf ] || break
+    if MUSER_CUDA_CAPTURE_GRAPH=$cg "$san" --tool memcheck --error-exitcode 9 ./muser run -m models/muser-default.gguf \
+         -p "import os
+import sys" -n 24 --temp 0 --ignore-eos --spec dflash --backend cuda >/dev/null 2>"$work/memcheck-dflash.log"; then
+      echo "memcheck (--spec dflash, MUSER_CUDA_CAPTURE_GRAPH=$cg): ok"
+    else
+      echo "FAIL memcheck (--spec dflash, MUSER_CUDA_CAPTURE_GRAPH=$cg):"; tail -20 "$work/memcheck-dflash.log"; rc=1
+    fi
+  done
 else
   echo "memcheck: compute-sanitizer not found, skipped"
 fi

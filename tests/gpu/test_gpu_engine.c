@@ -5,7 +5,13 @@
  *  2. four sessions in one batch (a prefill, then a decode step);
  *  3. KV rows moved GPU -> CPU and CPU -> GPU (mu_session_kv_read/write):
  *     the next logits equal the ones the session computed itself;
- * and input rows (image rows) between text tokens: logits and cells.
+ * and input rows (image rows) between text tokens: logits and cells; and
+ * hidden-state capture (mu_batch_item.feat, a DFlash drafter's features):
+ * the captured rows and the logits, in a prefill of two sessions, a solo
+ * block and lone steps (judged by TOL too: the rows are the residual
+ * stream, which the device computes in the CPU's order, so they are
+ * expected bit-equal like the cells; the test prints how many differ;
+ * MUSER_CUDA_CAPTURE_GRAPH=1 runs the lone steps' captures as graphs).
  * The device keeps the CPU's arithmetic, so logits are expected bit-equal;
  * the test prints the largest difference and fails above 1e-3 (libm's expf
  * and tanhf on the device may differ from glibc's in rare last bits).
@@ -205,6 +211,87 @@ int main(int argc, char **argv) {
         mu_session_free(g1);
         mu_session_free(c2b);
         mu_session_free(g2b);
+    }
+    /* hidden-state capture: several layers in any order (0 is the normed
+     * embedding, n_layer - 1 the last layer's input, before its gather of
+     * output rows), two sessions in a prefill, then a lone token and a solo
+     * block, then lone steps with and without capture (the second replays
+     * a graph) */
+    {
+        const int E = I->n_embd, nl = I->n_layer;
+        const int la[4] = {nl - 1, 0, nl / 2, 1 % nl}, lb[2] = {nl / 2, nl - 1};
+        mu_session *c1, *g1, *c2, *g2;
+        CK(mu_session_new(ec, 128, &c1, &err));
+        CK(mu_session_new(eg, 128, &g1, &err));
+        CK(mu_session_new(ec, 128, &c2, &err));
+        CK(mu_session_new(eg, 128, &g2, &err));
+        float *fc = calloc((size_t)20 * 4 * E, 4), *fg = calloc((size_t)20 * 4 * E, 4);
+        float *hc = calloc((size_t)15 * 2 * E, 4), *hg = calloc((size_t)15 * 2 * E, 4);
+        mu_batch_item pc[2] = {item(c1, p4[0], 20, false, NULL, false), item(c2, p4[3], 15, false, NULL, false)};
+        mu_batch_item pg[2] = {item(g1, p4[0], 20, false, NULL, false), item(g2, p4[3], 15, false, NULL, false)};
+        pc[0].feat = fc, pg[0].feat = fg, pc[0].feat_layers = pg[0].feat_layers = la;
+        pc[0].n_feat_layers = pg[0].n_feat_layers = 4;
+        pc[1].feat = hc, pg[1].feat = hg, pc[1].feat_layers = pg[1].feat_layers = lb;
+        pc[1].n_feat_layers = pg[1].n_feat_layers = 2;
+        CK(mu_forward(ec, pc, 2, &err));
+        CK(mu_forward(eg, pg, 2, &err));
+        size_t nd = 0, nall = 0;
+        double wd = 0;
+#define CAP_CMP(what, a, b, n)                                                                     \
+    do {                                                                                          \
+        cmp(what, a, b, n);                                                                       \
+        for (size_t i_ = 0; i_ < (size_t)(n); i_++) {                                             \
+            double d_ = fabs((double)(a)[i_] - (double)(b)[i_]);                                  \
+            nd += memcmp(&(a)[i_], &(b)[i_], 4) != 0;                                             \
+            if (!(d_ <= wd)) wd = d_;                                                             \
+        }                                                                                         \
+        nall += (size_t)(n);                                                                      \
+    } while (0)
+        CAP_CMP("capture: prefill, session 1 (4 layers)", fc, fg, 20 * 4 * E);
+        CAP_CMP("capture: prefill, session 2 (2 layers)", hc, hg, 15 * 2 * E);
+        cmp("capture: prefill logits 1", mu_session_logits(c1, -1), mu_session_logits(g1, -1), V);
+        cmp("capture: prefill logits 2", mu_session_logits(c2, -1), mu_session_logits(g2, -1), V);
+        /* a lone token of session 2, then session 1's solo block of 6 (verification) */
+        int32_t t2 = argmax(mu_session_logits(c2, -1), V);
+        mu_batch_item sc2[2] = {item(c2, &t2, 1, false, NULL, false), item(c1, p4[1], 6, true, NULL, true)};
+        mu_batch_item sg2[2] = {item(g2, &t2, 1, false, NULL, false), item(g1, p4[1], 6, true, NULL, true)};
+        sc2[0].feat = hc, sg2[0].feat = hg, sc2[0].feat_layers = sg2[0].feat_layers = lb;
+        sc2[0].n_feat_layers = sg2[0].n_feat_layers = 2;
+        sc2[1].feat = fc, sg2[1].feat = fg, sc2[1].feat_layers = sg2[1].feat_layers = la;
+        sc2[1].n_feat_layers = sg2[1].n_feat_layers = 4;
+        CK(mu_forward(ec, sc2, 2, &err));
+        CK(mu_forward(eg, sg2, 2, &err));
+        CAP_CMP("capture: solo block (4 layers)", fc, fg, 6 * 4 * E);
+        CAP_CMP("capture: the block's lone neighbour", hc, hg, 2 * E);
+        for (int r = 0; r < 6; r++) {
+            char what[64];
+            snprintf(what, sizeof what, "capture: solo block row %d", r);
+            cmp(what, mu_session_logits(c1, r), mu_session_logits(g1, r), V);
+        }
+        cmp("capture: the block's neighbour", mu_session_logits(c2, -1), mu_session_logits(g2, -1), V);
+        /* lone steps of session 2: two with capture (directly, or with
+         * MUSER_CUDA_CAPTURE_GRAPH=1 a graph captured, then replayed on new
+         * rows), then one without (a graph) */
+        for (int k = 0; k < 3; k++) {
+            t2 = argmax(mu_session_logits(c2, -1), V);
+            mu_batch_item lc = item(c2, &t2, 1, false, NULL, false), lg = item(g2, &t2, 1, false, NULL, false);
+            if (k < 2) {
+                lc.feat = hc, lg.feat = hg, lc.feat_layers = lg.feat_layers = lb;
+                lc.n_feat_layers = lg.n_feat_layers = 2;
+            }
+            CK(mu_forward(ec, &lc, 1, &err));
+            CK(mu_forward(eg, &lg, 1, &err));
+            if (k < 2) CAP_CMP(k ? "capture: a second lone step" : "capture: a lone step", hc, hg, 2 * E);
+            cmp(k == 2 ? "capture: lone step after" : "capture: lone step", mu_session_logits(c2, -1),
+                mu_session_logits(g2, -1), V);
+        }
+#undef CAP_CMP
+        printf("capture rows: max |d| %g, %zu of %zu values differ\n", wd, nd, nall);
+        free(fc), free(fg), free(hc), free(hg);
+        mu_session_free(c1);
+        mu_session_free(g1);
+        mu_session_free(c2);
+        mu_session_free(g2);
     }
     /* embeddings: the final-norm rows of every token of a prompt */
     {

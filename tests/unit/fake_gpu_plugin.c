@@ -8,7 +8,9 @@
  * (src/engine/forward_gpu.c): chunks, positions, and layer streaming
  * (mu_gpu_chunk.on_layer), including that a read inside a layer's callback
  * never asks for a layer the pass has not written yet and that no write or
- * forward happens there. Test code; the table is plugin.h's. */
+ * forward happens there; hidden-state capture (mu_gpu_chunk.feat): the row
+ * a token asks for entering layer il is fake_feat of (token, position, il).
+ * Test code; the table is plugin.h's. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -102,7 +104,16 @@ static int f_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     for (int t = 1; t < c->T; t++)
         if (c->sess[t] == c->sess[t - 1] && c->pos[t] != c->pos[t - 1] + 1)
             return fail(err, MU_E_ARG, "a session's positions are not consecutive");
+    for (int t = 0; c->feat && t < c->T; t++)
+        for (int k = 0; c->feat[t] && k < c->n_feat_layers[t]; k++)
+            if (c->feat_layers[t][k] < 0 || c->feat_layers[t][k] >= m->n_layer)
+                return fail(err, MU_E_ARG, "capture layer out of range");
     for (int il = 0; il < m->n_layer; il++) {
+        for (int t = 0; c->feat && t < c->T; t++) /* the layer's input, before its work */
+            for (int k = 0; c->feat[t] && k < c->n_feat_layers[t]; k++)
+                if (c->feat_layers[t][k] == il)
+                    for (int i = 0; i < m->n_embd; i++)
+                        c->feat[t][(size_t)k * m->n_embd + i] = fake_feat(c->tokens[t], c->pos[t], il, i);
         for (int t = 0; t < c->T; t++) {
             mu_gpu_sess *s = c->sess[t];
             const size_t cell = (size_t)(c->pos[t] % s->rows[il]) * m->n_kv;

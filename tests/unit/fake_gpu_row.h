@@ -16,4 +16,12 @@ static inline uint16_t fake_row(int32_t tok, int pos, int il, int i, int kv) {
  * 100000 + its first value. */
 static inline int32_t fake_row_tok(const float *row) { return 100000 + (int32_t)row[0]; }
 
+/* Element i of the hidden-state row (mu_gpu_chunk.feat) the fake plugin
+ * captures for a token at a position entering layer il: an integer below
+ * 2^20, exact as a float. */
+static inline float fake_feat(int32_t tok, int pos, int il, int i) {
+    return (float)(((uint32_t)tok * 257u + (uint32_t)pos * 4099u + (uint32_t)il * 65537u + (uint32_t)i * 5u) &
+                   0xfffffu);
+}
+
 #endif

@@ -5,9 +5,13 @@
  * positions already counted so the callback can read its rows; the rows
  * read there are the plugin's; a read of a layer not yet written, a write
  * or a forward never happens inside a callback (the plugin refuses them);
- * a forward without a callback streams nothing. And images on a CUDA
- * engine whose plugin has no vision encoder: encoded on the CPU, the same
- * rows as a CPU engine's, the reason kept with the projector. */
+ * a forward without a callback streams nothing. Hidden-state capture
+ * (mu_batch_item.feat) on a CUDA engine: each capturing token's rows reach
+ * its item's feat at (token, layer slot), across chunks, with neighbours
+ * that capture nothing and solo items; a DFlash drafter opens on the CUDA
+ * engine and drafts from those rows as it does on a CPU engine. And images
+ * on a CUDA engine whose plugin has no vision encoder: encoded on the CPU,
+ * the same rows as a CPU engine's, the reason kept with the projector. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -188,6 +192,133 @@ static void test_input_rows(void **state) {
     mu_session_free(a);
 }
 
+/* Items' feat blocks, checked element by element against fake_feat (the
+ * rows the plugin captures), and the row past each block untouched. */
+static int feat_bad(const mu_batch_item *it, int pos0, int ne) {
+    int bad = 0;
+    for (int t = 0; t < it->n_tokens; t++)
+        for (int k = 0; k < it->n_feat_layers; k++)
+            for (int i = 0; i < ne; i++)
+                bad += it->feat[((size_t)t * it->n_feat_layers + k) * ne + i] !=
+                       fake_feat(it->tokens[t], pos0 + t, it->feat_layers[k], i);
+    for (int i = 0; i < ne; i++) bad += it->feat[(size_t)it->n_tokens * it->n_feat_layers * ne + i] != -1.0f;
+    return bad;
+}
+
+static float *feat_buf(int n_tok, int n_layers, int ne) {
+    const size_t n = ((size_t)n_tok * n_layers + 1) * ne; /* one guard row */
+    float *f = malloc(n * sizeof *f);
+    for (size_t i = 0; f && i < n; i++) f[i] = -1.0f;
+    return f;
+}
+
+static void test_feat_capture(void **state) {
+    (void)state;
+    mu_err err = {0};
+    const int ne = mu_model_get_info(M)->n_embd, L = mu_model_get_info(M)->n_layer, ub = E->ubatch;
+    assert_true(L >= 4);
+    mu_session *a, *b, *c, *d;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &c, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &d, &err), 0);
+    int32_t pa[9], pb[5], pc[2], pd[4];
+    prompt(pa, 9, 1);
+    prompt(pb, 5, 2);
+    prompt(pc, 2, 3);
+    prompt(pd, 4, 4);
+    mu_batch_item pre = {.s = a, .tokens = pa, .n_tokens = 3}; /* a's block starts at position 3 */
+    assert_int_equal(mu_forward(E, &pre, 1, &err), 0);
+    static const int lb[2] = {3, 0}, la[3] = {1, 3, 1}, lc[1] = {0};
+    float *fb = feat_buf(5, 2, ne), *fa = feat_buf(6, 3, ne), *fc = feat_buf(2, 1, ne);
+    assert_true(fb && fa && fc);
+    /* 5 + 4 + 6 + 2 tokens over chunks of 8: b and d, then a's solo block
+     * split 1 | 5, then c (solo) in the third chunk */
+    mu_batch_item it[4] = {
+        {.s = b, .tokens = pb, .n_tokens = 5, .feat = fb, .feat_layers = lb, .n_feat_layers = 2},
+        {.s = d, .tokens = pd, .n_tokens = 4},
+        {.s = a, .tokens = pa + 3, .n_tokens = 6, .all_logits = true, .solo = true, .feat = fa, .feat_layers = la,
+         .n_feat_layers = 3},
+        {.s = c, .tokens = pc, .n_tokens = 2, .solo = true, .feat = fc, .feat_layers = lc, .n_feat_layers = 1},
+    };
+    E->ubatch = 8;
+    int rc = mu_forward(E, it, 4, &err);
+    E->ubatch = ub;
+    assert_int_equal(rc, 0);
+    assert_int_equal(feat_bad(&it[0], 0, ne), 0);
+    assert_int_equal(feat_bad(&it[2], 3, ne), 0);
+    assert_int_equal(feat_bad(&it[3], 0, ne), 0);
+    assert_int_equal(mu_session_n_past(a), 9);
+    /* a layer out of range is still refused before anything runs */
+    static const int bad_layer[1] = {99};
+    mu_batch_item bad = {.s = d, .tokens = pd, .n_tokens = 1, .feat = fb, .feat_layers = bad_layer, .n_feat_layers = 1};
+    assert_int_equal(mu_forward(E, &bad, 1, &err), MU_E_ARG);
+    assert_int_equal(mu_session_n_past(d), 4);
+    free(fa), free(fb), free(fc);
+    mu_session_free(a);
+    mu_session_free(b);
+    mu_session_free(c);
+    mu_session_free(d);
+}
+
+/* A drafter bound to the CUDA engine: features captured by the device
+ * (here the plugin's fake rows) drive it as on a CPU engine. */
+static void test_drafter_on_cuda(void **state) {
+    (void)state;
+    char tpath[600], dpath[600];
+    snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
+    snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
+    mini_cfg mc = mini_default();
+    assert_int_equal(mini_write(tpath, &mc), 0);
+    mu_synth_dflash_opts o;
+    mu_synth_dflash_defaults(&o);
+    o.target = tpath;
+    o.block_size = 4;
+    mu_err err = {0};
+    assert_int_equal(mu_synth_dflash_write(&o, dpath, &err), 0);
+    unlink(tpath);
+    mu_engine *ec = NULL;
+    mu_engine_opts oc = {.backend = "cpu"};
+    assert_int_equal(mu_engine_new(M, &oc, &ec, &err), 0);
+    mu_drafter *dg = NULL, *dc = NULL;
+    if (mu_drafter_open(dpath, E, &dg, &err)) fail_msg("drafter on cuda: %s", err.msg);
+    assert_int_equal(mu_drafter_open(dpath, ec, &dc, &err), 0);
+    unlink(dpath);
+    const mu_drafter_info *di = mu_drafter_get_info(dg);
+    mu_session *s;
+    assert_int_equal(mu_session_new(E, 64, &s, &err), 0);
+    int32_t p[12];
+    prompt(p, 12, 5);
+    float *feat = malloc((size_t)12 * di->n_feat * sizeof *feat);
+    mu_batch_item it = {.s = s, .tokens = p, .n_tokens = 12, .feat = feat, .feat_layers = di->target_layers,
+                        .n_feat_layers = di->n_target};
+    assert_int_equal(mu_forward(E, &it, 1, &err), 0);
+    const int En = mu_model_get_info(M)->n_embd;
+    int bad = 0;
+    for (int t = 0; t < 12; t++)
+        for (int k = 0; k < di->n_target; k++)
+            for (int i = 0; i < En; i++)
+                bad += feat[((size_t)t * di->n_target + k) * En + i] != fake_feat(p[t], t, di->target_layers[k], i);
+    assert_int_equal(bad, 0);
+    mu_draft_seq *qg, *qc;
+    assert_int_equal(mu_draft_seq_new(dg, 64, &qg, &err), 0);
+    assert_int_equal(mu_draft_seq_new(dc, 64, &qc, &err), 0);
+    assert_int_equal(mu_draft_seq_inject(qg, 0, 12, feat, &err), 0);
+    assert_int_equal(mu_draft_seq_inject(qc, 0, 12, feat, &err), 0);
+    int32_t og[8], oc2[8];
+    const int nd = di->block_size - 1;
+    assert_int_equal(mu_draft_seq_draft(qg, 7, 12, nd, og, &err), nd);
+    assert_int_equal(mu_draft_seq_draft(qc, 7, 12, nd, oc2, &err), nd);
+    assert_memory_equal(og, oc2, (size_t)nd * sizeof *og);
+    mu_draft_seq_free(qg);
+    mu_draft_seq_free(qc);
+    mu_drafter_free(dg);
+    mu_drafter_free(dc);
+    mu_session_free(s);
+    mu_engine_free(ec);
+    free(feat);
+}
+
 static void test_vision_fallback(void **state) {
     (void)state;
     char path[512];
@@ -222,6 +353,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_per_chunk),
         cmocka_unit_test(test_input_rows),
+        cmocka_unit_test(test_feat_capture),
+        cmocka_unit_test(test_drafter_on_cuda),
         cmocka_unit_test(test_vision_fallback),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

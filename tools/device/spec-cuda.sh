@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# spec-cuda.sh: speculative decoding on CUDA (issue 15) in one device call,
+# from what tools/device/cuda-h200-pack.sh packed (unpack .gpu/cuda.tar.xz at
+# the repository root first), on the bundled model (models/, tracked, so it
+# travels with the tree) and its drafter:
+#   0. --tier: the gpu tier (tests/gpu/run.sh, as cuda-h200.sh runs it:
+#      kernels, CPU vs CUDA engine on the golden models, goldens with
+#      --backend cuda, --spec ngram/dflash == plain greedy, memcheck), at
+#      most 300 s and never the last 150 s of the budget
+#   1. test_gpu_engine on the bundled model (the CUDA engine against the CPU
+#      engine: logits, cells and the captured hidden states of
+#      mu_batch_item.feat), with MUSER_CUDA_CAPTURE_GRAPH=0 and 1, unless
+#      --no-check
+#   2. bench/spec-ngram with --backend cuda: plain greedy, --spec ngram,
+#      --spec dflash and dflash-g (--spec dflash with
+#      MUSER_CUDA_CAPTURE_GRAPH=1: its decode steps replay graphs) one after
+#      the other for each prompt of
+#      bench/spec-prompts-dflash.json (the order alternating per repetition),
+#      --reps repetitions (3), medians; it stops with an error if a
+#      speculative run's ids differ from plain greedy's, and starts no
+#      repetition once the budget left cannot hold one
+# $OUT gets at most 5 files, named so they can share an $OUT with
+# cuda-h200.sh's: spec-summary.txt (the verdicts, a table per prompt:
+# tokens/s of each mode, the speedups, accepted drafts per step), spec.jsonl
+# (spec-ngram's raw lines and summary), spec.log (its stderr),
+# spec-engine.log, spec-tier.log.
+# --backend cpu with --muser ./muser runs the same logic on a machine
+# without a GPU (for checking the script; its numbers mean nothing there).
+# --threads: muser run's --threads (4): a CUDA engine keeps one CPU thread,
+# the DFlash drafter (on the CPU) gets a pool of these.
+# usage: OUT=... bash tools/device/spec-cuda.sh [--budget 300] [--reps 3] [--n 128]
+#          [--draft-max 8] [--threads 4] [--backend cuda] [--muser .gpu/muser] [--no-check] [--tier]
+set -u
+cd "$(dirname "$0")/../.."
+T0=$(date +%s)
+OUT=${OUT:-/tmp/spec-cuda-out}
+BUDGET=300 REPS=3 N=128 DMAX=8 THREADS=4 BACKEND=cuda M=$PWD/.gpu/muser CHECK=1 TIER=0
+while [ $# -gt 0 ]; do
+  case $1 in
+    --budget) BUDGET=${2:?}; shift 2 ;;
+    --reps) REPS=${2:?}; shift 2 ;;
+    --n) N=${2:?}; shift 2 ;;
+    --draft-max) DMAX=${2:?}; shift 2 ;;
+    --threads) THREADS=${2:?}; shift 2 ;;
+    --backend) BACKEND=${2:?}; shift 2 ;;
+    --muser) M=$(realpath "${2:?}"); shift 2 ;;
+    --no-check) CHECK=0; shift ;;
+    --tier) TIER=1; shift ;;
+    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    *) echo "spec-cuda: unknown argument: $1" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$OUT"
+S=$OUT/spec-summary.txt
+el() { echo $(($(date +%s) - T0)); }
+left() { echo $((BUDGET - $(el))); }
+note() { echo "spec-cuda: $(el)s: $*" | tee -a "$S" >&2; }
+MODEL=$PWD/models/muser-default.gguf
+[ -x "$M" ] || { note "no $M: unpack .gpu/cuda.tar.xz first (or --muser)"; exit 1; }
+[ -f "$MODEL" ] && [ -f models/muser-default.dflash.gguf ] || { note "no bundled model or drafter under models/"; exit 1; }
+if [ -d .gpu/lib ]; then export LD_LIBRARY_PATH=$PWD/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}; fi
+if [ -f .gpu/muser-cuda.so ]; then export MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so; fi
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null; nproc; uptime
+  "$M" --version; "$M" info 2>&1 | grep '^gpu\|^backend'; } >>"$S" 2>&1
+note "backend $BACKEND, budget ${BUDGET}s, reps $REPS, n $N, draft-max $DMAX, threads $THREADS"
+
+if [ $TIER = 1 ]; then
+  cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
+    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision build/tests/gpu/
+  tl=$(( $(left) - 150 )); [ $tl -gt 300 ] && tl=300
+  if [ $tl -gt 30 ]; then
+    timeout $tl bash tests/gpu/run.sh >"$OUT/spec-tier.log" 2>&1
+    note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/spec-tier.log"); $(grep -c '^ok spec' "$OUT/spec-tier.log") spec runs ok, $(grep -c '^FAIL' "$OUT/spec-tier.log") FAIL lines"
+    grep '^FAIL\|^ok spec\|^capture rows\|^\[capture graphs\] capture rows\|^memcheck' "$OUT/spec-tier.log" | head -40 >>"$S"
+  else
+    note "gpu tier: skipped: $(left)s left"
+  fi
+fi
+
+if [ $CHECK = 1 ]; then
+  E=.gpu/test_gpu_engine
+  [ -x $E ] || E=build/tests/gpu/test_gpu_engine
+  if [ -x $E ]; then
+    for cg in 0 1; do
+      MUSER_CUDA_CAPTURE_GRAPH=$cg timeout "$(( $(left) > 60 ? 60 : $(left) ))" $E "$MODEL" >"$OUT/e$cg.tmp" 2>&1
+      note "test_gpu_engine (bundled model, MUSER_CUDA_CAPTURE_GRAPH=$cg): rc $? ($(grep -m1 '^capture rows' "$OUT/e$cg.tmp"); $(tail -1 "$OUT/e$cg.tmp"))"
+      cat "$OUT/e$cg.tmp" >>"$OUT/spec-engine.log"; rm -f "$OUT/e$cg.tmp"
+    done
+  else
+    note "no test_gpu_engine: check skipped"
+  fi
+fi
+
+# one repetition's runs: 8 prompts x 3 modes; the first repetition's time
+# (minus a margin) is what the time limit leaves for the others
+lim=$(( $(left) - 30 ))
+if [ "$lim" -lt 10 ]; then note "bench: skipped: $(left)s left"; note "done"; exit 0; fi
+# dflash-g: the same binary with MUSER_CUDA_CAPTURE_GRAPH=1
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+printf '#!/bin/sh\nMUSER_CUDA_CAPTURE_GRAPH=1 exec "%s" "$@"\n' "$M" >"$W/muser-cg"
+chmod +x "$W/muser-cg"
+timeout "$(( $(left) - 5 ))" python3 bench/spec-ngram "$MODEL" --muser "$M" --backend "$BACKEND" --reps "$REPS" --n "$N" \
+  --draft-max "$DMAX" --threads "$THREADS" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
+  --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "dflash=$M:dflash" --variant "dflash-g=$W/muser-cg:dflash" \
+  >"$OUT/spec.jsonl" 2>"$OUT/spec.log"
+r=$?
+note "spec-ngram rc $r$([ $r = 124 ] && echo ' (timed out: no summary)')$(grep -h 'stopped\|changed the tokens\|failed' "$OUT/spec.jsonl" "$OUT/spec.log" | head -3 | sed 's/^/; /')"
+python3 - "$OUT/spec.jsonl" >>"$S" <<'EOF'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith('{"prompt"')]
+by = {}
+for r in rows:
+    by.setdefault(r["prompt"], {})[r["variant"]] = r
+if not by:
+    print("no summary lines")
+    sys.exit(0)
+modes = [m for m in by[rows[0]["prompt"]] if m != "plain"]
+print("prompt         plain tok/s" + "".join("   %-8s tok/s (x)   acc/step" % m for m in modes)
+      + "   (medians of %s)" % rows[0]["reps"])
+sp = {m: [] for m in modes}
+for name, v in by.items():
+    cells = ["%-14s %11.1f" % (name, v["plain"]["tps"])]
+    for m in modes:
+        r = v.get(m)
+        if r:
+            sp[m].append(r["speedup"] or 0)
+            cells.append("%8.1f (%5.2fx) %9.2f" % (r["tps"], r["speedup"] or 0, r["accepted_per_step"]))
+    print("   ".join(cells))
+for m, x in sp.items():
+    if x:
+        print("%s: median speedup %.2fx over %d prompts (min %.2fx, max %.2fx)" % (m, statistics.median(x), len(x), min(x), max(x)))
+EOF
+note "done"
