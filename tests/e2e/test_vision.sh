@@ -5,7 +5,8 @@
 # on the same generated model, projector and PNGs: an image on the exact
 # token grid, a resized one, two in one prompt, one of more than 512 rows),
 # `chat` with /image answers as `run` does on the same rendered prompt, and
-# bad input is one error line.
+# bad input is one error line. MUSER_BACKEND=cuda (the gpu tier): those
+# greedy runs on the CUDA backend.
 set -u
 cd "$(dirname "$0")/../.."
 MUSER=${MUSER_BIN:-$PWD/muser}
@@ -39,7 +40,7 @@ while IFS=$'\t' read -r name prompt images want; do
   args=()
   for i in $images; do args+=(--image "$T/$i"); done
   got=$("$MUSER" run -m "$T/tiny.gguf" --mmproj "$T/mm.gguf" "${args[@]}" -p "$prompt" -n 24 --temp 0 --json \
-        --threads 2 2>"$T/err" | ids)
+        --threads 2 ${MUSER_BACKEND:+--backend "$MUSER_BACKEND"} 2>"$T/err" | ids)
   if [ "$got" = "$want" ]; then ok "run --image ($name): llama.cpp's greedy tokens"
   else bad "run --image ($name): $got, llama.cpp $want ($(cat "$T/err"))"; fi
 done <tests/data/vision/greedy.tsv

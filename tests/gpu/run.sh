@@ -7,7 +7,9 @@
 #  3. the golden models and the shared fixtures with --backend cuda under
 #     the team's tie-aware rule (tests/golden/compare.py)
 #  4. the vision encoder on CUDA vs the CPU's (test_gpu_vision: the tiny
-#     projector, and the full one when GPU_VISION_FULL=1)
+#     projector, and the full one when GPU_VISION_FULL=1), and
+#     tests/e2e/test_vision.sh with --backend cuda (llama.cpp's greedy
+#     tokens after images)
 #  5. --spec ngram and --spec dflash with --backend cuda on the bundled model:
 #     the ids of plain greedy decoding (dflash: with drafts accepted)
 #  6. compute-sanitizer memcheck of a short CUDA run, plain and with dflash
@@ -44,6 +46,9 @@ MUSER_CUDA_CAPTURE_GRAPH=1 "$build/tests/gpu/test_gpu_engine" models/muser-defau
 echo "--- vision encoder: CPU vs CUDA"
 # shellcheck disable=SC2046
 "$build/tests/gpu/test_gpu_vision" "$work" "$work/g3-q4_k_m.gguf" $([ "${GPU_VISION_FULL:-0}" = 1 ] || echo --no-full) || rc=1
+
+echo "--- images: llama.cpp's greedy tokens after an image, --backend cuda"
+MUSER_BACKEND=cuda bash tests/e2e/test_vision.sh || rc=1
 
 echo "--- golden models, --backend cuda"
 MUSER_BACKEND=cuda GOLDEN_WORK=$work bash tests/golden/run.sh || rc=1

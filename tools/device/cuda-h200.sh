@@ -9,6 +9,8 @@
 #      sm_90 (background, ~4 minutes)
 #   2. the gpu tier (tests/gpu/run.sh) unless --no-tier, and the kernel test
 #      once more per value of --kern-env (e.g. MUSER_CUDA_DEC_U=0)
+#   2b. --spec S: tools/device/spec-cuda.sh --no-check (plain vs ngram vs
+#      dflash on the bundled model, --backend cuda) for at most S seconds
 #   3. `muser bench --backend cuda` on the full shape at --depths, --reps
 #      repetitions, each value of --ab VAR=V1,V2,... in turn inside every
 #      repetition (interleaved; no --ab: the defaults alone), or each
@@ -26,16 +28,17 @@
 #      what is left
 # $OUT gets at most 8 files: summary.txt (every step's verdict and the
 # bench lines), tier.log, bench.txt, profile.txt, ncu.txt, compare.json,
-# compare.log, lane.tar.xz.
+# compare.log, lane.tar.xz (with --spec, spec-cuda.sh's spec-summary.txt,
+# spec.jsonl and spec.log too: use it without --lane).
 # usage: bash tools/device/cuda-h200.sh [--budget 560] [--type q4_k_m] [--no-tier]
 #          [--no-bench] [--kern-env VAR=V]... [--ab VAR=V1,V2 | --variants 'A=0;B=1;defaults']
-#          [--depths 512,2048] [--par 1,4]
+#          [--depths 512,2048] [--par 1,4] [--spec 150]
 #          [--reps 2] [--profile] [--ncu REGEX [--ncu-skip 20]] [--compare] [--lane 2048]
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUT=${OUT:-/tmp/cuda-h200-out}
-BUDGET=560 TYPE=q4_k_m TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=() PAR=1
+BUDGET=560 TYPE=q4_k_m TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=() PAR=1 SPEC=0
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=${2:?}; shift 2 ;;
@@ -47,13 +50,14 @@ while [ $# -gt 0 ]; do
     --variants) VARS=${2?}; shift 2 ;;
     --depths) DEPTHS=${2:?}; shift 2 ;;
     --par) PAR=${2:?}; shift 2 ;;
+    --spec) SPEC=${2:?}; shift 2 ;;
     --reps) REPS=${2:?}; shift 2 ;;
     --profile) PROF=1; shift ;;
     --ncu) NCU=${2:?}; shift 2 ;;
     --ncu-skip) NCU_SKIP=${2:?}; shift 2 ;;
     --compare) CMP=1; shift ;;
     --lane) LANE=${2:?}; shift 2 ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,35p' "$0"; exit 0 ;;
     *) echo "cuda-h200: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -92,8 +96,13 @@ fi
 if [ $TIER = 1 ]; then
   cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
     cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision build/tests/gpu/
-  timeout "$(( $(left) > 300 ? 300 : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
+  timeout "$(( $(left) > 420 ? 420 : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
   note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/tier.log") $(grep 'gpu kernels:' "$OUT/tier.log") $(grep -c '^gpu stream .*: ok' "$OUT/tier.log") stream tests ok"
+fi
+if [ "$SPEC" -gt 0 ] && [ "$(left)" -gt 120 ]; then
+  sb=$(( $(left) - 60 < SPEC ? $(left) - 60 : SPEC ))
+  OUT=$OUT bash tools/device/spec-cuda.sh --no-check --budget "$sb" >/dev/null 2>&1
+  note "spec rc $?: $(grep -c . "$OUT/spec-summary.txt" 2>/dev/null) summary lines"
 fi
 for kv in "${KENV[@]}"; do
   env "$kv" timeout 120 .gpu/test_gpu_kern >/tmp/cuda-h200-kern.log 2>&1
