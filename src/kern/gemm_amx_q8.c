@@ -152,20 +152,25 @@ AI void q8_store(const int sim, int32_t (*S)[Q8_T][16]) {
  * over the blocks in order (starting from 0); y = hsum8 of the 8 lanes. */
 AI void q8_tile(const int sim, int nb, const uint8_t *wq, const q8_meta *meta, const uint8_t *aq, const float *dy,
                 int nt, float *y, int ys, int nr) {
-    int32_t S[2][4][Q8_T][16] __attribute__((aligned(64))); /* buffer, step, row, column */
+    int32_t S[3][4][Q8_T][16] __attribute__((aligned(64))); /* buffer, step, row, column */
     __m512 lane[8][Q8_T];
     __m512 acc[Q8_T];
-    const int nch = 2 * nb; /* chunks of 4 steps */
+    const int nch = 2 * nb; /* chunks of 4 steps, at least 2 */
     q8_products(sim, aq, wq, nb, 0);
     q8_store(sim, S[0]);
+    q8_products(sim, aq, wq, nb, 4);
+    q8_store(sim, S[1]);
     int l = 0, i = 0; /* the float steps' lane and block */
     for (int c = 0; c < nch; c++) {
-        /* the next chunk's products run while this chunk's float steps do */
-        if (c + 1 < nch) q8_products(sim, aq, wq, nb, 4 * (c + 1));
+        /* chunk c + 2's products run while chunk c's float steps do, and
+         * are stored after them: the float steps read sums stored a chunk
+         * earlier (a load right behind the tile store that feeds it waits
+         * for that store to reach the cache) */
+        if (c + 2 < nch) q8_products(sim, aq, wq, nb, 4 * (c + 2));
         for (int q = 0; q < 4; q++) {
             const __m512 sx = _mm512_loadu_ps(meta[i].s[l >= 4]);
             const float *d = dy + 16 * i;
-            const int32_t(*C)[16] = S[c & 1][q];
+            const int32_t(*C)[16] = S[c % 3][q];
 #pragma GCC unroll 16
             for (int t = 0; t < Q8_T; t++) {
                 const __m512 p = _mm512_mul_ps(sx, _mm512_set1_ps(d[t]));
@@ -178,7 +183,7 @@ AI void q8_tile(const int sim, int nb, const uint8_t *wq, const q8_meta *meta, c
                 l++;
             }
         }
-        if (c + 1 < nch) q8_store(sim, S[(c + 1) & 1]);
+        if (c + 2 < nch) q8_store(sim, S[(c + 2) % 3]);
     }
     const __mmask16 k = nr >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << nr) - 1);
     for (int t = 0; t < nt; t++) {
