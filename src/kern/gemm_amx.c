@@ -3,12 +3,13 @@
  * Owns: the Q4_K, Q6_K and Q5_K gemms on AMX int8 tiles in the ref's
  * rounding (Q4_K: the per-64 "repack gemm" order, the last n_t % 4
  * activation rows of a matmul as vec_dot, like every Q4_K gemm; Q6_K, Q5_K:
- * the vec_dot lanes), the tile configuration of the calling thread, and a
- * C model of the tile instructions they use.
+ * the vec_dot lanes), their tile configurations, the per-thread scratch of
+ * every AMX gemm (mu_kern_amx_scratch), and the table's fill (the Q8_0 and
+ * NVFP4 gemms are gemm_amx_q8.c's).
  * Does not: detect AMX or ask Linux for the tile state (kern_dispatch.c),
- * nor own any dot: calls of fewer than AMX_MIN_T activation rows, and rows
- * left to vec_dot, go through the AVX-512 table's gemm and vec_dot, taken at
- * fill time.
+ * nor model the tile instructions (amx_tiles.h), nor own any dot: calls
+ * of fewer than AMX_MIN_T activation rows, and rows left to vec_dot, go
+ * through the AVX-512 table's gemm and vec_dot, taken at fill time.
  * Key design choice: the tiles compute only integers, and only integers the
  * ref forms as one integer, so the int32 tile sums are exact and every
  * float step runs in AVX-512 in exactly the ref's order. Scales that differ
@@ -24,10 +25,10 @@
  * or once per call when the caller has no prepared rows), and the weights
  * the B tiles in the VNNI layout. Scratch buffers are the calling
  * thread's, kept between calls (mu_kern_amx_scratch). With `sim` set,
- * the same code runs its tile instructions through emu_* (bit for bit what
- * the instructions are specified to do), so the layouts and the float
- * order are tested on any AVX-512 machine; only the instructions themselves
- * need AMX hardware. */
+ * the same code runs its tile instructions through amx_tiles.h's emu_*
+ * (bit for bit what the instructions are specified to do), so the layouts
+ * and the float order are tested on any AVX-512 machine; only the
+ * instructions themselves need AMX hardware. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>
