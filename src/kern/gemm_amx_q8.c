@@ -18,9 +18,11 @@
  * one activation row, the scale d = s_x * d_a is one multiply per 16
  * outputs, and the results leave as 16 consecutive floats of an output row.
  * The steps run lane-major (lane l over every block, then lane l + 1), so a
- * lane's 16 accumulators stay in registers; the tiles of the next 4 steps
- * run while the float steps of the last 4 read theirs. Products are plain
- * signed ones (TDPBSSD), which is x86's sign trick (the NVFP4 ref's
+ * lane's 16 accumulators stay in registers; the products of the steps two
+ * chunks of 4 ahead run while the float steps of a chunk read its sums.
+ * Here (docs/benchmarks.md, "AMX tiles") this is as fast as the AVX-512
+ * gemm, no faster: a K = 4 product is 1/16 of a tile's peak. Products are
+ * plain signed ones (TDPBSSD), which is x86's sign trick (the NVFP4 ref's
  * fp4_mul, the AVX-512 table's Q8_0 dots) for every activation code but
  * -128 (only a non-finite activation makes one): calls with one take the
  * AVX-512 gemm, so the table agrees with its own vec_dot everywhere. */
