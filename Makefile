@@ -38,8 +38,8 @@ LDFLAGS := -pthread $(SAN)
 
 # ISA kernel files get their flags and nothing else does.
 ISA_x86_64  := src/kern/kern_avx2.c src/kern/kern_avx512.c src/kern/attn_avx2.c src/kern/attn_avx512.c \
-               src/kern/gemm_avx2.c src/kern/gemm_avx512.c src/kern/gemm_amx.c src/vision/vit_avx512.c \
-               src/kv/kvsha_avx512.c src/engine/rows_avx2.c
+               src/kern/gemm_avx2.c src/kern/gemm_avx512.c src/kern/gemm_amx.c src/kern/gemm_amx_q8.c \
+               src/vision/vit_avx512.c src/kv/kvsha_avx512.c src/engine/rows_avx2.c
 ISA_aarch64 := src/kern/kern_neon.c src/kern/attn_neon.c src/kern/gemm_neon.c
 ISA_ALL     := $(ISA_x86_64) $(ISA_aarch64)
 ISA_SRC     := $(wildcard $(ISA_$(ARCH)))
@@ -52,6 +52,7 @@ FLAGS_src/kv/kvsha_avx512.c := -mavx512f -mavx512bw
 FLAGS_src/engine/rows_avx2.c := -mavx2
 # the tile instructions are inline assembly: no AMX flag needed
 FLAGS_src/kern/gemm_amx.c    := $(FLAGS_src/kern/kern_avx512.c)
+FLAGS_src/kern/gemm_amx_q8.c := $(FLAGS_src/kern/kern_avx512.c)
 FLAGS_src/kern/attn_avx2.c   := $(FLAGS_src/kern/kern_avx2.c)
 FLAGS_src/kern/gemm_avx2.c   := $(FLAGS_src/kern/kern_avx2.c)
 FLAGS_src/kern/attn_neon.c   := $(FLAGS_src/kern/kern_neon.c)

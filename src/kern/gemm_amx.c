@@ -3,12 +3,13 @@
  * Owns: the Q4_K, Q6_K and Q5_K gemms on AMX int8 tiles in the ref's
  * rounding (Q4_K: the per-64 "repack gemm" order, the last n_t % 4
  * activation rows of a matmul as vec_dot, like every Q4_K gemm; Q6_K, Q5_K:
- * the vec_dot lanes), the tile configuration of the calling thread, and a
- * C model of the tile instructions they use.
+ * the vec_dot lanes), their tile configurations, the per-thread scratch of
+ * every AMX gemm (mu_kern_amx_scratch), and the table's fill (the Q8_0 and
+ * NVFP4 gemms are gemm_amx_q8.c's).
  * Does not: detect AMX or ask Linux for the tile state (kern_dispatch.c),
- * nor own any dot: calls of fewer than AMX_MIN_T activation rows, and rows
- * left to vec_dot, go through the AVX-512 table's gemm and vec_dot, taken at
- * fill time.
+ * nor model the tile instructions (amx_tiles.h), nor own any dot: calls
+ * of fewer than AMX_MIN_T activation rows, and rows left to vec_dot, go
+ * through the AVX-512 table's gemm and vec_dot, taken at fill time.
  * Key design choice: the tiles compute only integers, and only integers the
  * ref forms as one integer, so the int32 tile sums are exact and every
  * float step runs in AVX-512 in exactly the ref's order. Scales that differ
@@ -23,11 +24,11 @@
  * per matmul by the engine's quantization pass through the table's prep,
  * or once per call when the caller has no prepared rows), and the weights
  * the B tiles in the VNNI layout. Scratch buffers are the calling
- * thread's, kept between calls (scratch()). With `sim` set,
- * the same code runs its tile instructions through emu_* (bit for bit what
- * the instructions are specified to do), so the layouts and the float
- * order are tested on any AVX-512 machine; only the instructions themselves
- * need AMX hardware. */
+ * thread's, kept between calls (mu_kern_amx_scratch). With `sim` set,
+ * the same code runs its tile instructions through amx_tiles.h's emu_*
+ * (bit for bit what the instructions are specified to do), so the layouts
+ * and the float order are tested on any AVX-512 machine; only the
+ * instructions themselves need AMX hardware. */
 #include <immintrin.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -35,6 +36,7 @@
 
 #include "kern.h"
 #include "simd_avx512.h"
+#include "amx_tiles.h"
 #include "simd_x86.h"
 
 #define AI __attribute__((always_inline)) static inline
@@ -48,12 +50,6 @@ static mu_gemm_fn table_gemm_q4_K, table_gemm_q6_K, table_gemm_q5_K;
  * tmm5-6 ak / 4 rows x 64 bytes (a B tile: ak values of 16 columns in the
  * VNNI layout, B[k][4 c + e] = x[c][4 k + e]). ak is 64 (Q4_K: every tile
  * 16 x 64 bytes) or 32 (Q6_K, Q5_K). */
-typedef struct {
-    uint8_t palette, start_row, pad[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} tilecfg;
-
 static void cfg_fill(tilecfg *c, int ak) {
     memset(c, 0, sizeof *c);
     c->palette = 1;
@@ -62,85 +58,15 @@ static void cfg_fill(tilecfg *c, int ak) {
     c->rows[5] = c->rows[6] = (uint8_t)(ak / 4), c->colsb[5] = c->colsb[6] = 64;
 }
 
-/* The emulated tile file of this thread: rows x colsb bytes per tile as
- * configured (what is past them reads as zero, as in hardware). */
-static _Thread_local struct {
-    tilecfg cfg;
-    uint8_t t[8][16][64];
-} emu;
-
-static void emu_load(int n, const void *p, size_t stride) {
-    memset(emu.t[n], 0, sizeof emu.t[n]);
-    for (int r = 0; r < emu.cfg.rows[n]; r++) memcpy(emu.t[n][r], (const uint8_t *)p + r * stride, emu.cfg.colsb[n]);
-}
-static void emu_store(int n, void *p, size_t stride) {
-    for (int r = 0; r < emu.cfg.rows[n]; r++) memcpy((uint8_t *)p + r * stride, emu.t[n][r], emu.cfg.colsb[n]);
-}
-static void emu_zero(int n) { memset(emu.t[n], 0, sizeof emu.t[n]); }
-/* Tile numbers must be literals (they are part of the instruction). The
- * "memory" clobbers order the tile loads and stores with the C code that
- * writes their sources and reads their results. */
-#define T_LOAD(sim, n, p, s)                                                                                        \
-    do {                                                                                                            \
-        if (sim) emu_load(n, p, s);                                                                                 \
-        else __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #n ::"r"(p), "r"((long)(s)) : "memory");               \
-    } while (0)
-#define T_STORE(sim, n, p, s)                                                                                       \
-    do {                                                                                                            \
-        if (sim) emu_store(n, p, s);                                                                                \
-        else __asm__ volatile("tilestored %%tmm" #n ", (%0,%1,1)" ::"r"(p), "r"((long)(s)) : "memory");           \
-    } while (0)
-#define T_ZERO(sim, n)                                                                                              \
-    do {                                                                                                            \
-        if (sim) emu_zero(n);                                                                                       \
-        else __asm__ volatile("tilezero %%tmm" #n ::);                                                              \
-    } while (0)
 static void tiles_begin(int sim, tilecfg *c, int ak) {
     cfg_fill(c, ak);
-    if (sim) emu.cfg = *c;
-    else __asm__ volatile("ldtilecfg (%0)" ::"r"(c) : "memory");
-}
-static void tiles_end(int sim) {
-    if (!sim) __asm__ volatile("tilerelease" ::);
-}
-
-/* C += A . B, both signed (AT&T operand order: b, a, c) */
-#define T_DPBSSD(sim, c, a, b)                                                                                      \
-    do {                                                                                                            \
-        if (sim) emu_dpbssd(c, a, b);                                                                               \
-        else __asm__ volatile("tdpbssd %%tmm" #b ", %%tmm" #a ", %%tmm" #c ::);                                    \
-    } while (0)
-
-/* TDPBSSD c, a, b: C[m][j] += sum over k < colsb(a) / 4, e < 4 of
- * (int8)A[m][4 k + e] * (int8)B[k][4 j + e], in int32, wrapping. With
- * B = (B ^ 0x80) - 128 bytewise, each k adds VPDPBUSD of the flipped
- * (unsigned) B row against the dword k of A row m broadcast (exact: 4 byte
- * products cannot leave int32) minus 128 times the sum of A's 4 bytes (the
- * same for every column). Tiles are used whole (the config of cfg_fill): the
- * zeros past colsb add nothing. */
-static void emu_dpbssd(int c, int a, int b) {
-    const int M = emu.cfg.rows[c], K = emu.cfg.colsb[a] / 4;
-    const __m512i flip = _mm512_set1_epi8((char)0x80);
-    for (int m = 0; m < M; m++) {
-        __m512i acc = _mm512_loadu_si512(emu.t[c][m]);
-        int32_t corr = 0;
-        for (int k = 0; k < K; k++) {
-            int32_t ad;
-            memcpy(&ad, &emu.t[a][m][4 * k], 4);
-            for (int e = 0; e < 4; e++) corr += (int8_t)emu.t[a][m][4 * k + e];
-            acc = _mm512_dpbusd_epi32(acc, _mm512_xor_si512(_mm512_loadu_si512(emu.t[b][k]), flip),
-                                      _mm512_set1_epi32(ad));
-        }
-        acc = _mm512_sub_epi32(acc, _mm512_set1_epi32((int32_t)((uint32_t)corr << 7)));
-        _mm512_storeu_si512(emu.t[c][m], acc);
-    }
+    tiles_load(sim, c);
 }
 
 /* Scratch of the calling thread, kept between calls and freed when the
  * thread exits (a pthread key's destructor): slot k grown to at least
  * `bytes`, 64-byte aligned; NULL when that fails. Allocating per call cost
  * the page faults of fresh memory in every call. */
-enum { SCR_WB, SCR_META, SCR_A, SCR_AX, SCR_N };
 typedef struct {
     void *buf[SCR_N];
     size_t cap[SCR_N];
@@ -154,7 +80,7 @@ static void scr_free(void *p) {
     free(s);
 }
 static void scr_init(void) { scr_key_ok = pthread_key_create(&scr_key, scr_free) == 0; }
-static void *scratch(int k, size_t bytes) {
+void *mu_kern_amx_scratch(int k, size_t bytes) {
     pthread_once(&scr_once, scr_init);
     if (!scr_key_ok) return NULL;
     scratch_set *s = pthread_getspecific(scr_key);
@@ -387,10 +313,10 @@ AI void gemm_q4_K_amx_any(const int sim, int n, const void *w, size_t ws, int r0
     }
     if (r1 > r0) {
         const int ntt = (nb4 + TT - 1) / TT;
-        uint8_t *wb = scratch(SCR_WB, (size_t)nb * Q4K_SB);
-        q4k_meta *meta = scratch(SCR_META, (size_t)nb * sizeof *meta);
-        uint8_t *aq = scratch(SCR_A, (size_t)ntt * nb * 4 * 1024);
-        q4k_aux *ax = scratch(SCR_AX, (size_t)ntt * nb * sizeof *ax);
+        uint8_t *wb = mu_kern_amx_scratch(SCR_WB, (size_t)nb * Q4K_SB);
+        q4k_meta *meta = mu_kern_amx_scratch(SCR_META, (size_t)nb * sizeof *meta);
+        uint8_t *aq = mu_kern_amx_scratch(SCR_A, (size_t)ntt * nb * 4 * 1024);
+        q4k_aux *ax = mu_kern_amx_scratch(SCR_AX, (size_t)ntt * nb * sizeof *ax);
         if (!wb || !meta || !aq || !ax) {
             table_gemm_q4_K(n, w, ws, r0, r1, a, as, n_t, y, ys);
             return;
@@ -644,9 +570,9 @@ AI void gemm_lane_any(const int sim, const uint32_t type, int n, const void *w, 
         (type == MU_T_Q6_K ? table_gemm_q6_K : table_gemm_q5_K)(n, w, ws, r0, r1, a, as, n_t, y, ys);
         return;
     }
-    uint8_t *wb = scratch(SCR_WB, (size_t)nb * LANE_SB);
-    lane_meta *meta = scratch(SCR_META, (size_t)nb * sizeof *meta);
-    uint8_t *p = pp ? NULL : scratch(SCR_A, (size_t)n_tt * TT * nb * 256);
+    uint8_t *wb = mu_kern_amx_scratch(SCR_WB, (size_t)nb * LANE_SB);
+    lane_meta *meta = mu_kern_amx_scratch(SCR_META, (size_t)nb * sizeof *meta);
+    uint8_t *p = pp ? NULL : mu_kern_amx_scratch(SCR_A, (size_t)n_tt * TT * nb * 256);
     if (!wb || !meta || (!pp && !p)) {
         (type == MU_T_Q6_K ? table_gemm_q6_K : table_gemm_q5_K)(n, w, ws, r0, r1, a, as, n_t, y, ys);
         return;
@@ -700,4 +626,5 @@ void mu_kern_fill_gemm_amx(mu_kern *k, int sim) {
     k->gemm_p[MU_T_Q6_K] = sim ? gemm_p_q6_K_amxsim : gemm_p_q6_K_amx;
     k->gemm_p[MU_T_Q5_K] = sim ? gemm_p_q5_K_amxsim : gemm_p_q5_K_amx;
     k->prep_min_t = AMX_MIN_T;
+    mu_kern_fill_gemm_amx_q8(k, sim);
 }

@@ -164,6 +164,72 @@ static void test_nvfp4_values(void **st) {
     assert_int_equal(mu_kern_dot_type(MU_T_NVFP4), MU_T_Q8_0);
 }
 
+/* The block-of-32 gemms (Q8_0, NVFP4) at the shapes the AMX tiles make
+ * ragged: lengths of an odd number of blocks, weight ranges that start and
+ * end inside a group of 16, activation counts around the tile size and the
+ * AMX threshold (32); and activation code -128 (a NaN's), where NVFP4's
+ * ref takes x86's sign trick and Q8_0's ref the plain product. Every table
+ * with a gemm against the ref's vec_dot, bit for bit, except Q8_0 with
+ * -128: there against the table's own vec_dot (the SIMD tables keep x86's
+ * sign trick there, as llama.cpp does; garbage either way, but a table's
+ * gemm and vec_dot must agree). */
+static int check_gemm_q32(const mu_kern *k) {
+    static const int NQ8[] = {32, 96, 224, 288, 2080}, NFP4[] = {64, 192, 320, 2112};
+    static const int RANGES[][2] = {{0, 37}, {3, 36}, {15, 17}, {0, 1}, {16, 32}, {1, 31}};
+    static const int NTS[] = {31, 32, 33, 47, 48, 49, 64, 70};
+    enum { ROWS = 37, MAXT = 70, YS = ROWS + 3 };
+    const mu_kern *rk = mu_kern_ref();
+    int fails = 0;
+    for (int ti = 0; ti < 2; ti++) {
+        const uint32_t t = ti ? MU_T_NVFP4 : MU_T_Q8_0;
+        if (!k->gemm[t]) continue;
+        const int *ns = ti ? NFP4 : NQ8, nn = ti ? 4 : 5;
+        for (int li = 0; li < nn; li++)
+            for (int m128 = 0; m128 < 2; m128++) {
+                /* the oracle: the ref's vec_dot, or the table's own for Q8_0 with -128 */
+                const mu_vec_dot_fn od = m128 && t == MU_T_Q8_0 ? k->vec_dot[t] : rk->vec_dot[t];
+                const int n = ns[li];
+                const size_t wrow = mu_type_row_bytes(t, n), arow = mu_type_row_bytes(MU_T_Q8_0, n);
+                uint8_t *w = malloc(wrow * ROWS), *a = malloc(arow * MAXT);
+                float *x = malloc((size_t)n * sizeof(float)), *y = malloc((size_t)MAXT * YS * sizeof(float));
+                kc_seed((uint64_t)(91000 + 100 * ti + 10 * li + m128));
+                for (int r = 0; r < ROWS; r++) kc_fill_weights(t, w + r * wrow, n, r % 7 == 6);
+                for (int tt = 0; tt < MAXT; tt++) {
+                    kc_fill_act(x, n, tt % KC_NKINDS);
+                    k->quant[MU_T_Q8_0](x, a + tt * arow, n);
+                    if (m128) /* a -128 in some rows, early and late in the row */
+                        for (int i = tt % 3; i < n / MU_QK8_0; i += 5)
+                            ((mu_block_q8_0 *)(a + tt * arow))[i].qs[(7 * i + tt) % MU_QK8_0] = -128;
+                }
+                for (size_t ni = 0; ni < sizeof NTS / sizeof NTS[0]; ni++) {
+                    const int nt = NTS[ni], r0 = RANGES[ni % 6][0], r1 = RANGES[ni % 6][1];
+                    for (int i = 0; i < MAXT * YS; i++) y[i] = -12345.f;
+                    k->gemm[t](n, w, wrow, r0, r1, a, arow, nt, y, YS);
+                    for (int tt = 0; tt < MAXT; tt++)
+                        for (int r = 0; r < YS; r++) {
+                            const float g = y[tt * YS + r];
+                            const float e = tt < nt && r >= r0 && r < r1
+                                                ? od(n, w + r * wrow, a + tt * arow)
+                                                : -12345.f;
+                            if (!kc_same_bits(g, e)) {
+                                KC_LOG("%s: gemm %s n=%d m128=%d n_t=%d rows [%d,%d) t=%d r=%d: %.9g vs ref %.9g\n",
+                                       k->name, kc_tname(t), n, m128, nt, r0, r1, tt, r, g, e);
+                                fails++;
+                                goto next;
+                            }
+                        }
+                next:;
+                }
+                free(w);
+                free(a);
+                free(x);
+                free(y);
+            }
+    }
+    return fails;
+}
+static void test_gemm_q32(void **st) { (void)st; run_all(check_gemm_q32); }
+
 static void test_select(void **st) {
     (void)st;
     assert_non_null(mu_kern_select("ref"));
@@ -179,7 +245,8 @@ int main(void) {
     fprintf(stderr, "\n");
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
-        cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide), cmocka_unit_test(test_bf16_tiny),
+        cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide), cmocka_unit_test(test_gemm_q32),
+        cmocka_unit_test(test_bf16_tiny),
         cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_vec_dotn),   cmocka_unit_test(test_softmax_swiglu),
         cmocka_unit_test(test_quant_nonfinite), cmocka_unit_test(test_quant_nonfinite_values),
         cmocka_unit_test(test_nvfp4_nonfinite), cmocka_unit_test(test_nvfp4_cancel), cmocka_unit_test(test_nvfp4_values),
