@@ -103,6 +103,42 @@ AI void tile_q8_0(int nb, const mu_block_q8_0 *x, const uint8_t *a, size_t as, f
     for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
 }
 
+/* Q8_0, two weight rows per zmm (row r in lanes 0-7, row r + 1 in 8-15):
+ * the same 8 integer lane sums and the same chain per lane as tile_q8_0,
+ * with one 512-bit dpbusd and one FMA per block for both rows. AVX-512 has
+ * no vpsignb: |x| by vpabsb and y negated where x < 0 by a masked subtract
+ * give the sign trick's bytes (x = 0 zeroes the product either way, and
+ * -128 wraps the same). The activations' d come converted from da (block i,
+ * row t at da[i * GT + t]), so the scale dx * da is one float multiply as in
+ * the ref. */
+AI void tile_q8_0x2(int nb, const mu_block_q8_0 *x0, const mu_block_q8_0 *x1, const uint8_t *a, size_t as,
+                    const float *da, float *y, int ys, const int TN) {
+    __m512 acc[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    for (int i = 0; i < nb; i++) {
+        const __m512i qx = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)x0[i].qs)),
+                                              _mm256_loadu_si256((const __m256i *)x1[i].qs), 1);
+        const __m512i ax = _mm512_abs_epi8(qx);
+        const __mmask64 neg = _mm512_movepi8_mask(qx);
+        const __m512 dx = _mm512_insertf32x8(_mm512_castps256_ps512(_mm256_set1_ps(f16_to_f32(x0[i].d))),
+                                             _mm256_set1_ps(f16_to_f32(x1[i].d)), 1);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + i;
+            const __m512i qa = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b->qs));
+            const __m512i qy = _mm512_mask_sub_epi8(qa, neg, _mm512_setzero_si512(), qa);
+            const __m512i s = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ax, qy);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dx, _mm512_set1_ps(da[i * GT + t])), _mm512_cvtepi32_ps(s), acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+        y[(size_t)t * ys] = hsum_ps256(_mm512_castps512_ps256(acc[t]));
+        y[(size_t)t * ys + 1] = hsum_ps256(_mm512_extractf32x8_ps(acc[t], 1));
+    }
+}
+
 /* NVFP4: the vec_dot order (8 lanes, two FMAs per block: the first half's
  * scales, then the second's); each block's codes decoded once per tile. */
 AI void tile_nvfp4(int nb, const mu_block_nvfp4 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
@@ -584,7 +620,45 @@ static void gemm_q6_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
     }
     if (r4 < r1) gemm_q6_K_b_avx512(n, w, ws, r4, r1, a, as, n_t, y, ys);
 }
-GEMM(q8_0, mu_block_q8_0, n / MU_QK8_0)
+#define tile_q8_0_1 tile_q8_0
+GEMM(q8_0_1, mu_block_q8_0, n / MU_QK8_0)
+
+/* Q8_0: tiles of GT activation rows, their d converted once per tile, the
+ * weight rows two at a time (tile_q8_0x2); an odd last row, and rows longer
+ * than Q8_MAX_NB blocks, one at a time (tile_q8_0). */
+#define Q8_MAX_NB 1024
+static void gemm_q8_0_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
+                             float *y, int ys) {
+    const int nb = n / MU_QK8_0;
+    if (nb > Q8_MAX_NB || r1 - r0 < 2) {
+        gemm_q8_0_1_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);
+        return;
+    }
+    static _Thread_local float da[Q8_MAX_NB * GT];
+    const int r2 = r0 + (r1 - r0) / 2 * 2;
+    for (int t0 = 0; t0 < n_t; t0 += GT) {
+        const int tn = n_t - t0 < GT ? n_t - t0 : GT;
+        const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as;
+        for (int t = 0; t < tn; t++)
+            for (int i = 0; i < nb; i++) da[i * GT + t] = f16_to_f32(((const mu_block_q8_0 *)(at + (size_t)t * as))[i].d);
+        for (int r = r0; r < r2; r += 2) {
+            const mu_block_q8_0 *x0 = (const mu_block_q8_0 *)((const uint8_t *)w + (size_t)r * ws);
+            const mu_block_q8_0 *x1 = (const mu_block_q8_0 *)((const uint8_t *)w + (size_t)(r + 1) * ws);
+            float *yr = y + (size_t)t0 * ys + r;
+            switch (tn) {
+            case 8: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 8); break;
+            case 7: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 7); break;
+            case 6: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 6); break;
+            case 5: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 5); break;
+            case 4: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 4); break;
+            case 3: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 3); break;
+            case 2: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 2); break;
+            default: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 1); break;
+            }
+        }
+    }
+    if (r2 < r1) gemm_q8_0_1_avx512(n, w, ws, r2, r1, a, as, n_t, y, ys);
+}
 GEMM(nvfp4, mu_block_nvfp4, n / MU_QK_NVFP4)
 GEMM(f16_tb, mu_f16, n)
 

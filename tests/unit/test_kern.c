@@ -176,7 +176,7 @@ static void test_nvfp4_values(void **st) {
 static int check_gemm_q32(const mu_kern *k) {
     static const int NQ8[] = {32, 96, 224, 288, 2080}, NFP4[] = {64, 192, 320, 2112};
     static const int RANGES[][2] = {{0, 37}, {3, 36}, {15, 17}, {0, 1}, {16, 32}, {1, 31}};
-    static const int NTS[] = {31, 32, 33, 47, 48, 49, 64, 70};
+    static const int NTS[] = {31, 32, 33, 47, 48, 49, 64, 70, 1, 2, 3, 4, 5, 9, 10, 11};
     enum { ROWS = 37, MAXT = 70, YS = ROWS + 3 };
     const mu_kern *rk = mu_kern_ref();
     int fails = 0;
