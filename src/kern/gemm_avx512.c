@@ -167,6 +167,45 @@ AI void tile_nvfp4(int nb, const mu_block_nvfp4 *x, const uint8_t *a, size_t as,
     for (int t = 0; t < TN; t++) y[(size_t)t * ys] = hsum_ps256(acc[t]);
 }
 
+/* NVFP4, two weight rows per zmm as tile_q8_0x2: the vec_dot order of
+ * tile_nvfp4 (two FMAs per block) in both halves; da holds the d of the
+ * activations' Q8_0 blocks (2i and 2i + 1 for block i). */
+AI void tile_nvfp4x2(int nb, const mu_block_nvfp4 *x0, const mu_block_nvfp4 *x1, const uint8_t *a, size_t as,
+                     const float *da, float *y, int ys, const int TN) {
+    __m512 acc[GT];
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) acc[t] = _mm512_setzero_ps();
+    __m256i c0[2], c1[2];
+    for (int i = 0; i < nb; i++) {
+        nvfp4_codes(&x0[i], c0);
+        nvfp4_codes(&x1[i], c1);
+        const __m512i q0 = _mm512_inserti64x4(_mm512_castsi256_si512(c0[0]), c1[0], 1);
+        const __m512i q1 = _mm512_inserti64x4(_mm512_castsi256_si512(c0[1]), c1[1], 1);
+        const __m512i a0 = _mm512_abs_epi8(q0), a1 = _mm512_abs_epi8(q1);
+        const __mmask64 n0 = _mm512_movepi8_mask(q0), n1 = _mm512_movepi8_mask(q1);
+        const __m128 s40 = nvfp4_scale4(&x0[i]), s41 = nvfp4_scale4(&x1[i]);
+        const __m512 s01 = _mm512_insertf32x8(_mm512_castps256_ps512(nvfp4_expand(s40, 0)), nvfp4_expand(s41, 0), 1);
+        const __m512 s23 = _mm512_insertf32x8(_mm512_castps256_ps512(nvfp4_expand(s40, 1)), nvfp4_expand(s41, 1), 1);
+#pragma GCC unroll 8
+        for (int t = 0; t < TN; t++) {
+            const mu_block_q8_0 *b = (const mu_block_q8_0 *)(a + (size_t)t * as) + 2 * i;
+            const __m512i b0 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[0].qs));
+            const __m512i b1 = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)b[1].qs));
+            const __m512i y0 = _mm512_mask_sub_epi8(b0, n0, _mm512_setzero_si512(), b0);
+            const __m512i y1 = _mm512_mask_sub_epi8(b1, n1, _mm512_setzero_si512(), b1);
+            const __m512 p0 = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), a0, y0));
+            const __m512 p1 = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), a1, y1));
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(s01, _mm512_set1_ps(da[2 * i * GT + t])), p0, acc[t]);
+            acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(s23, _mm512_set1_ps(da[(2 * i + 1) * GT + t])), p1, acc[t]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TN; t++) {
+        y[(size_t)t * ys] = hsum_ps256(_mm512_castps512_ps256(acc[t]));
+        y[(size_t)t * ys + 1] = hsum_ps256(_mm512_extractf32x8_ps(acc[t], 1));
+    }
+}
+
 /* F16: the vec_dot_batch order (tinyBLAS), n % 16 == 0 (see gemm_f16). */
 AI void tile_f16_tb(int n, const mu_f16 *x, const uint8_t *a, size_t as, float *y, int ys, const int TN) {
     __m512 acc[GT];
@@ -622,44 +661,50 @@ static void gemm_q6_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
 }
 #define tile_q8_0_1 tile_q8_0
 GEMM(q8_0_1, mu_block_q8_0, n / MU_QK8_0)
+#define tile_nvfp4_1 tile_nvfp4
+GEMM(nvfp4_1, mu_block_nvfp4, n / MU_QK_NVFP4)
 
-/* Q8_0: tiles of GT activation rows, their d converted once per tile, the
- * weight rows two at a time (tile_q8_0x2); an odd last row, and rows longer
- * than Q8_MAX_NB blocks, one at a time (tile_q8_0). */
+/* Q8_0 and NVFP4: tiles of GT activation rows, their d converted once per
+ * tile into da, the weight rows two at a time (tile_*x2); an odd last row,
+ * and rows of more than Q8_MAX_NB activation blocks, one at a time (the
+ * GEMM above). */
 #define Q8_MAX_NB 1024
-static void gemm_q8_0_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
-                             float *y, int ys) {
-    const int nb = n / MU_QK8_0;
-    if (nb > Q8_MAX_NB || r1 - r0 < 2) {
-        gemm_q8_0_1_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);
-        return;
+#define GEMM_X2(NAME, WT, QK)                                                                                      \
+    static void gemm_##NAME##_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as,     \
+                                     int n_t, float *y, int ys) {                                                   \
+        const int nb = n / (QK), na = n / MU_QK8_0;                                                                 \
+        if (na > Q8_MAX_NB || r1 - r0 < 2) {                                                                        \
+            gemm_##NAME##_1_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);                                            \
+            return;                                                                                                 \
+        }                                                                                                           \
+        static _Thread_local float da[Q8_MAX_NB * GT];                                                              \
+        const int r2 = r0 + (r1 - r0) / 2 * 2;                                                                      \
+        for (int t0 = 0; t0 < n_t; t0 += GT) {                                                                      \
+            const int tn = n_t - t0 < GT ? n_t - t0 : GT;                                                           \
+            const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as;                                               \
+            for (int t = 0; t < tn; t++)                                                                            \
+                for (int i = 0; i < na; i++)                                                                        \
+                    da[i * GT + t] = f16_to_f32(((const mu_block_q8_0 *)(at + (size_t)t * as))[i].d);               \
+            for (int r = r0; r < r2; r += 2) {                                                                      \
+                const WT *x0 = (const WT *)((const uint8_t *)w + (size_t)r * ws);                                   \
+                const WT *x1 = (const WT *)((const uint8_t *)w + (size_t)(r + 1) * ws);                             \
+                float *yr = y + (size_t)t0 * ys + r;                                                                \
+                switch (tn) {                                                                                       \
+                case 8: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 8); break;                                  \
+                case 7: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 7); break;                                  \
+                case 6: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 6); break;                                  \
+                case 5: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 5); break;                                  \
+                case 4: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 4); break;                                  \
+                case 3: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 3); break;                                  \
+                case 2: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 2); break;                                  \
+                default: tile_##NAME##x2(nb, x0, x1, at, as, da, yr, ys, 1); break;                                 \
+                }                                                                                                   \
+            }                                                                                                       \
+        }                                                                                                           \
+        if (r2 < r1) gemm_##NAME##_1_avx512(n, w, ws, r2, r1, a, as, n_t, y, ys);                                   \
     }
-    static _Thread_local float da[Q8_MAX_NB * GT];
-    const int r2 = r0 + (r1 - r0) / 2 * 2;
-    for (int t0 = 0; t0 < n_t; t0 += GT) {
-        const int tn = n_t - t0 < GT ? n_t - t0 : GT;
-        const uint8_t *at = (const uint8_t *)a + (size_t)t0 * as;
-        for (int t = 0; t < tn; t++)
-            for (int i = 0; i < nb; i++) da[i * GT + t] = f16_to_f32(((const mu_block_q8_0 *)(at + (size_t)t * as))[i].d);
-        for (int r = r0; r < r2; r += 2) {
-            const mu_block_q8_0 *x0 = (const mu_block_q8_0 *)((const uint8_t *)w + (size_t)r * ws);
-            const mu_block_q8_0 *x1 = (const mu_block_q8_0 *)((const uint8_t *)w + (size_t)(r + 1) * ws);
-            float *yr = y + (size_t)t0 * ys + r;
-            switch (tn) {
-            case 8: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 8); break;
-            case 7: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 7); break;
-            case 6: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 6); break;
-            case 5: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 5); break;
-            case 4: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 4); break;
-            case 3: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 3); break;
-            case 2: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 2); break;
-            default: tile_q8_0x2(nb, x0, x1, at, as, da, yr, ys, 1); break;
-            }
-        }
-    }
-    if (r2 < r1) gemm_q8_0_1_avx512(n, w, ws, r2, r1, a, as, n_t, y, ys);
-}
-GEMM(nvfp4, mu_block_nvfp4, n / MU_QK_NVFP4)
+GEMM_X2(q8_0, mu_block_q8_0, MU_QK8_0)
+GEMM_X2(nvfp4, mu_block_nvfp4, MU_QK_NVFP4)
 GEMM(f16_tb, mu_f16, n)
 
 /* tinyBLAS handles only n % 16 == 0; otherwise llama.cpp (and the ref) use
