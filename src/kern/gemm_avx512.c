@@ -14,10 +14,10 @@
  * for every activation row, which is what makes prefill compute-bound
  * instead of decode-bound; the integer sums in any (exact) order, every
  * float step in exactly the ref's order. Q4_K runs 16 weight rows
- * "vertically" (interleaved, one row per lane); Q5_K and Q6_K keep two
- * weight rows per zmm (row r in the low 256 bits, row r + 1 in the high), so
- * the ref's 8 integer lanes of each row sit in the two halves without a
- * fold; Q5_K's mins chain (a scalar per output in the ref) runs as a
+ * "vertically" (interleaved, one row per lane); Q5_K, Q6_K, Q8_0 and NVFP4
+ * keep two weight rows per zmm (row r in the low 256 bits, row r + 1 in
+ * the high), so the ref's 8 integer lanes of each row sit in the two halves
+ * without a fold; Q5_K's mins chain (a scalar per output in the ref) runs as a
  * separate pass with 16 activation rows per vector. Where a gemm leaves rows
  * to vec_dot, they go through the table's own vec_dot, taken at fill time. */
 #include <immintrin.h>
