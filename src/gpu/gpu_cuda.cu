@@ -921,7 +921,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         mark(m, prof, PH_FFN_UP);
         const dtensor *wd = &L->ffn_down;
         /* prefill only: at decode sizes the two launches measured faster
-         * (86.8 / 88.6 vs 89.2 / 89.7 tok/s at 512, 2026-12-03) */
+         * (88.5 / 91.0 vs 87.6 / 88.0 tok/s at depth 512, docs/cuda.md) */
         mu_block_q8_K *qd = Tc > GRAPH_MAX_T ? pre_q8K(m, wd, F) : NULL;
         if (qd)
             launch_pdl(k_swiglu_q8K, dim3((unsigned)(((size_t)Tc * (F / 256) + 7) / 8)), dim3(256), 0, st, m->f1,
