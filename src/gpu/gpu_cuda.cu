@@ -611,6 +611,11 @@ __global__ void k_qk(float *q, float *k, const float *v, const float *qn, const 
     }
 }
 
+/* silu(x) * u, with ggml's expf (vec) or libm's */
+__device__ __forceinline__ float silu_mul(float x, float u, bool vec) {
+    return x / (1.0f + (vec ? expf_ggml(-x) : expf_libm(-x))) * u;
+}
+
 /* g = silu(g) * u: ggml's expf on whole groups of 16, libm's on the tail. */
 __global__ void k_swiglu(float *g, const float *u, int n, int T) {
     pdl_wait();
@@ -618,8 +623,7 @@ __global__ void k_swiglu(float *g, const float *u, int n, int T) {
     const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * n) return;
     const int j = (int)(i % n);
-    const float x = g[i];
-    g[i] = j < (n & ~15) ? x / (1.0f + expf_ggml(-x)) * u[i] : x / (1.0f + expf_libm(-x)) * u[i];
+    g[i] = silu_mul(g[i], u[i], j < (n & ~15));
 }
 
 /* k_swiglu for n % 256 == 0, and each 256-value block of the result
@@ -637,8 +641,7 @@ __global__ void __launch_bounds__(256) k_swiglu_q8K(float *g, const float *u, in
     const float *ub = u + (size_t)t * n + 256 * b;
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        const float x = gb[lane + 32 * k];
-        gb[lane + 32 * k] = x / (1.0f + expf_ggml(-x)) * ub[lane + 32 * k];
+        gb[lane + 32 * k] = silu_mul(gb[lane + 32 * k], ub[lane + 32 * k], true);
     }
     q8K_block_warp(gb, (mu_block_q8_K *)((uint8_t *)qy + (size_t)t * qstride) + b, lane);
 }
