@@ -55,6 +55,13 @@ static mu_batch_item item(mu_session *s, const int32_t *tokens, int n, bool all_
     return b;
 }
 
+/* the same capture request on the CPU engine's item c and the GPU engine's g */
+static void want_feat(mu_batch_item *c, mu_batch_item *g, float *fc, float *fg, const int *layers, int n) {
+    c->feat = fc, g->feat = fg;
+    c->feat_layers = g->feat_layers = layers;
+    c->n_feat_layers = g->n_feat_layers = n;
+}
+
 static int argmax(const float *l, int n) {
     int b = 0;
     for (int i = 1; i < n; i++)
@@ -229,10 +236,8 @@ int main(int argc, char **argv) {
         float *hc = calloc((size_t)15 * 2 * E, 4), *hg = calloc((size_t)15 * 2 * E, 4);
         mu_batch_item pc[2] = {item(c1, p4[0], 20, false, NULL, false), item(c2, p4[3], 15, false, NULL, false)};
         mu_batch_item pg[2] = {item(g1, p4[0], 20, false, NULL, false), item(g2, p4[3], 15, false, NULL, false)};
-        pc[0].feat = fc, pg[0].feat = fg, pc[0].feat_layers = pg[0].feat_layers = la;
-        pc[0].n_feat_layers = pg[0].n_feat_layers = 4;
-        pc[1].feat = hc, pg[1].feat = hg, pc[1].feat_layers = pg[1].feat_layers = lb;
-        pc[1].n_feat_layers = pg[1].n_feat_layers = 2;
+        want_feat(&pc[0], &pg[0], fc, fg, la, 4);
+        want_feat(&pc[1], &pg[1], hc, hg, lb, 2);
         CK(mu_forward(ec, pc, 2, &err));
         CK(mu_forward(eg, pg, 2, &err));
         size_t nd = 0, nall = 0;
@@ -255,10 +260,8 @@ int main(int argc, char **argv) {
         int32_t t2 = argmax(mu_session_logits(c2, -1), V);
         mu_batch_item sc2[2] = {item(c2, &t2, 1, false, NULL, false), item(c1, p4[1], 6, true, NULL, true)};
         mu_batch_item sg2[2] = {item(g2, &t2, 1, false, NULL, false), item(g1, p4[1], 6, true, NULL, true)};
-        sc2[0].feat = hc, sg2[0].feat = hg, sc2[0].feat_layers = sg2[0].feat_layers = lb;
-        sc2[0].n_feat_layers = sg2[0].n_feat_layers = 2;
-        sc2[1].feat = fc, sg2[1].feat = fg, sc2[1].feat_layers = sg2[1].feat_layers = la;
-        sc2[1].n_feat_layers = sg2[1].n_feat_layers = 4;
+        want_feat(&sc2[0], &sg2[0], hc, hg, lb, 2);
+        want_feat(&sc2[1], &sg2[1], fc, fg, la, 4);
         CK(mu_forward(ec, sc2, 2, &err));
         CK(mu_forward(eg, sg2, 2, &err));
         CAP_CMP("capture: solo block (4 layers)", fc, fg, 6 * 4 * E);
@@ -275,10 +278,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < 3; k++) {
             t2 = argmax(mu_session_logits(c2, -1), V);
             mu_batch_item lc = item(c2, &t2, 1, false, NULL, false), lg = item(g2, &t2, 1, false, NULL, false);
-            if (k < 2) {
-                lc.feat = hc, lg.feat = hg, lc.feat_layers = lg.feat_layers = lb;
-                lc.n_feat_layers = lg.n_feat_layers = 2;
-            }
+            if (k < 2) want_feat(&lc, &lg, hc, hg, lb, 2);
             CK(mu_forward(ec, &lc, 1, &err));
             CK(mu_forward(eg, &lg, 1, &err));
             if (k < 2) CAP_CMP(k ? "capture: a second lone step" : "capture: a lone step", hc, hg, 2 * E);
