@@ -87,7 +87,7 @@ struct mu_gpu_model {
     int cap_n, cap_cap;    /* rows of the pass, rows allocated */
     int *cap_off;          /* [2][n_layer + 1]: each layer's first row, then fill cursors */
     int *cap_off_d;        /* [n_layer + 1] the first half on the device (k_cap_rows) */
-    uint64_t cap_mask;     /* graph-replayable captures: their layers (MUSER_CUDA_CAPTURE_GRAPH), else 0 */
+    uint64_t cap_mask;     /* graph-replayable captures: their layers (cap_graphs), else 0 */
     int32_t *cap_idx_h, *cap_idx_d; /* [cap_cap] the row's chunk token: pinned, device */
     float *cap_h, *cap_d;  /* [cap_cap][n_embd]: pinned, device */
     float **cap_dst;       /* [cap_cap] the row's host destination */
@@ -627,8 +627,8 @@ __global__ void k_swiglu(float *g, const float *u, int n, int T) {
 }
 
 /* k_swiglu for n % 256 == 0, and each 256-value block of the result
- * quantized to Q8_K into row t of qy (q8K_block_warp: a warp a block, its
- * lanes reading back what they wrote), so the FFN down matmul needs no
+ * quantized to Q8_K into row t of qy (q8K_block_warp_v: a warp a block,
+ * from the lanes' registers), so the FFN down matmul needs no
  * quantization launch of its own. */
 __global__ void __launch_bounds__(256) k_swiglu_q8K(float *g, const float *u, int n, int T, mu_block_q8_K *qy,
                                                     size_t qstride) {
@@ -639,11 +639,13 @@ __global__ void __launch_bounds__(256) k_swiglu_q8K(float *g, const float *u, in
     const int t = wb / nb, b = wb % nb;
     float *gb = g + (size_t)t * n + 256 * b;
     const float *ub = u + (size_t)t * n + 256 * b;
+    float v[8];
 #pragma unroll
     for (int k = 0; k < 8; k++) {
-        gb[lane + 32 * k] = silu_mul(gb[lane + 32 * k], ub[lane + 32 * k], true);
+        v[k] = silu_mul(gb[lane + 32 * k], ub[lane + 32 * k], true);
+        gb[lane + 32 * k] = v[k];
     }
-    q8K_block_warp(gb, (mu_block_q8_K *)((uint8_t *)qy + (size_t)t * qstride) + b, lane);
+    q8K_block_warp_v(v, (mu_block_q8_K *)((uint8_t *)qy + (size_t)t * qstride) + b, lane);
 }
 
 /* The rows of tokens that come as rows (images): h[t] = rows[in_row[t]]. */
@@ -767,11 +769,11 @@ static void cap_free(mu_gpu_model *m) {
     m->cap_off_d = NULL;
 }
 
-/* MUSER_CUDA_CAPTURE_GRAPH=1: passes of few tokens with captures replay
- * graphs too (the captures' layers in the key, their rows read from a
- * table on the device); 0 (default): they launch directly */
+/* Passes of few tokens with captures replay graphs too (the captures'
+ * layers in the key, their rows read from a table on the device);
+ * MUSER_CUDA_CAPTURE_GRAPH=0: they launch directly (to compare) */
 static bool cap_graphs(void) {
-    static const bool on = cu_env_digit("MUSER_CUDA_CAPTURE_GRAPH", 0) != 0;
+    static const bool on = cu_env_digit("MUSER_CUDA_CAPTURE_GRAPH", 1) != 0;
     return on;
 }
 
@@ -790,7 +792,7 @@ __global__ void k_cap_rows(const float *h, float *dst, const int32_t *idx, const
 /* The chunk's capture rows grouped by layer (rows [cap_off[il],
  * cap_off[il + 1]) copy h rows cap_idx entering layer il), with the
  * indices uploaded on the pass's stream. Buffers grow on demand (and the
- * graphs go: with MUSER_CUDA_CAPTURE_GRAPH=1 a graph may hold them; else
+ * graphs go: with cap_graphs() a graph may hold them; else
  * a capturing pass is launched directly). cap_n stays 0 for a chunk
  * without captures, and launch_pass then launches what it did before. */
 static int cap_prepare(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
@@ -924,7 +926,8 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         mark(m, prof, PH_FFN_UP);
         const dtensor *wd = &L->ffn_down;
         /* prefill only: at decode sizes the two launches measured faster
-         * (88.5 / 91.0 vs 87.6 / 88.0 tok/s at depth 512, docs/cuda.md) */
+         * (88.5 / 91.0 vs 87.6 / 88.0 tok/s at depth 512, docs/cuda.md;
+         * no faster either with the quantization from registers) */
         mu_block_q8_K *qd = Tc > GRAPH_MAX_T ? pre_q8K(m, wd, F) : NULL;
         if (qd)
             launch_pdl(k_swiglu_q8K, dim3((unsigned)(((size_t)Tc * (F / 256) + 7) / 8)), dim3(256), 0, st, m->f1,

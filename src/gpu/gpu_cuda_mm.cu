@@ -770,20 +770,17 @@ k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n
  * flight. The first chunks are requested before the kernel waits for the
  * one before it (programmatic dependent launch: weights do not depend on
  * it); the activation rows are staged once per thread block after that
- * wait, split so that each group's 64 bytes are one aligned read. */
+ * wait, by 4-byte cp.async copies (a Q8_K block is 292 bytes: no wider
+ * alignment), all of them in flight at once, split so that each group's
+ * 64 bytes are one aligned read. */
 
 #define Q4D_SLOT (8 * 2 * 144)    /* a chunk: 8 rows x 2 super-blocks */
 #define Q4D_PIECES (Q4D_SLOT / 16) /* 16-byte copies a chunk: 144, 18 a row */
 
-/* Ring depth and warps a thread block (the Q4_K and Q6_K ring kernels):
- * Q4_K rows of more than 32 super-blocks (FFN down: few rows, long) keep
- * seven chunks in flight a warp, in blocks of four warps; the others three,
- * in blocks of eight (the same shared memory a block either way). Deep
- * rings for every launch of fewer than 16 warps an SM measured slower
- * (72.0 vs 78.7 tok/s at 2048, bench/results/cuda-2026-12-02e). */
-static bool ring_deep(uint32_t type, int nb) { return type == MU_T_Q4_K && nb > 32; }
-static size_t q4d_smem(int T, int nb, bool deep) {
-    return (size_t)(deep ? 4 : 8) * (deep ? 8 : 4) * Q4D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+/* Shared memory of a launch of nw warps with rings of S chunks (the
+ * depth and the warps: ring_shape) */
+static size_t q4d_smem(int T, int nb, int nw, int S) {
+    return (size_t)nw * S * Q4D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
 }
 
 /* Q4_K, four lanes a super-block: lane j's weights of one block in the
@@ -891,14 +888,15 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
     pdl_wait();
     pdl_launch();
     {
+        /* asynchronous word copies: all of a thread's in flight at once */
         constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4); /* 73 words: d, 64 of qs, 8 of bsums */
         for (int i = threadIdx.x; i < T * nb * PER; i += blockDim.x) {
             const int tb = i / PER, k = i % PER; /* token tb / nb, block tb % nb */
-            const int v = __ldg((const int *)(act + (size_t)(tb / nb) * act_stride) + (size_t)(tb % nb) * PER + k);
-            if (k == 0) s_a[T * nb * 72 + tb] = v;
-            else if (k <= 64) s_a[tb * 64 + k - 1] = v;
-            else s_a[T * nb * 64 + tb * 8 + k - 65] = v;
+            int *d = k == 0 ? s_a + T * nb * 72 + tb : k <= 64 ? s_a + tb * 64 + k - 1 : s_a + T * nb * 64 + tb * 8 + k - 65;
+            cp4(d, (const int *)(act + (size_t)(tb / nb) * act_stride) + (size_t)(tb % nb) * PER + k, true);
         }
+        cp_commit();
+        cp_wait<0>(); /* and the first weight chunks, needed next anyway */
     }
     __syncthreads();
     float c0[DEC_MAX_T], c1[DEC_MAX_T]; /* the row's sum and min chains */
@@ -966,8 +964,8 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
 #define Q6D_ROW 448                   /* ring bytes a row of a chunk: 2 blocks, 16-byte words */
 #define Q6D_SLOT (4 * Q6D_ROW)
 
-static size_t q6d_smem(int T, int nb) { /* eight warps of four chunks */
-    return (size_t)8 * 4 * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+static size_t q6d_smem(int T, int nb, int nw, int S) { /* nw warps of S chunks */
+    return (size_t)nw * S * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
 }
 
 template <bool LOGITS, int S> /* S: chunks in a warp's ring */
@@ -1017,7 +1015,9 @@ k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, fl
     {
         const int per = nb * (int)(sizeof(mu_block_q8_K) / 4);
         for (int i = threadIdx.x; i < T * per; i += blockDim.x)
-            s_a[i] = __ldg((const int *)(act + (size_t)(i / per) * act_stride) + i % per);
+            cp4(s_a + i, (const int *)(act + (size_t)(i / per) * act_stride) + i % per, true);
+        cp_commit();
+        cp_wait<0>();
     }
     __syncthreads();
     float c[DEC_MAX_T]; /* chain m of the row, per token */
@@ -1188,15 +1188,22 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
     pdl_wait();
     pdl_launch();
     int neg = 0; /* an activation byte of -128 (NVFP4: x86's products differ there) */
+    /* the words by 4-byte cp.async copies (all in flight at once), then
+     * each thread's own once more: the scales to floats, NVFP4's test */
     for (int i = threadIdx.x; i < T * nba * 9; i += blockDim.x) {
         const int tb = i / 9, q = i % 9; /* token tb / nba, block tb % nba, its word q: d, then 8 of qs */
-        const int v = __ldg((const int *)(act + (size_t)(tb / nba) * act_stride) + (size_t)(tb % nba) * 9 + q);
+        int *d = q == 0 ? (int *)s_ad + tb : s_aq + tb * 8 + q8d_perm<TYPE>(q - 1);
+        cp4(d, (const int *)(act + (size_t)(tb / nba) * act_stride) + (size_t)(tb % nba) * 9 + q, true);
+    }
+    cp_commit();
+    cp_wait<0>();
+    for (int i = threadIdx.x; i < T * nba * 9; i += blockDim.x) {
+        const int tb = i / 9, q = i % 9;
         if (q == 0) {
-            s_ad[tb] = h2f((uint16_t)v);
-        } else {
-            s_aq[tb * 8 + q8d_perm<TYPE>(q - 1)] = v;
-            const unsigned z = (unsigned)v ^ 0x80808080u; /* a zero byte where v has -128 */
-            if (FP4 && ((z - 0x01010101u) & ~z & 0x80808080u)) neg = 1;
+            s_ad[tb] = h2f((uint16_t)((const int *)s_ad)[tb]);
+        } else if (FP4) {
+            const unsigned z = (unsigned)s_aq[tb * 8 + q8d_perm<TYPE>(q - 1)] ^ 0x80808080u; /* a zero byte where -128 */
+            if ((z - 0x01010101u) & ~z & 0x80808080u) neg = 1;
         }
     }
     neg = __syncthreads_or(neg);
@@ -1496,21 +1503,67 @@ bool cu_pdl(void) {
     return ok;
 }
 
-/* warps a thread block of k_mm_q8_dec: eight, or four where the
- * activation rows of eight do not fit (FFN down of several tokens); 0:
- * neither fits */
-static int q8d_warps(uint32_t type, int T, int nb) {
+/* Shared memory of a ring launch of w's type and width for T tokens in
+ * blocks of nw warps with rings of S chunks */
+static size_t ring_smem(const dtensor *w, int T, int nw, int S) {
+    switch (w->type) {
+    case MU_T_Q8_0: case MU_T_NVFP4: return q8d_smem(w->type, T, q8d_nb(w->type, w->ne0), nw);
+    case MU_T_Q4_K: return q4d_smem(T, w->ne0 / 256, nw, S);
+    default: return q6d_smem(T, w->ne0 / 256, nw, S);
+    }
+}
+
+/* the ring kernels may ask for dec2_smem_max() bytes (once) */
+static void ring_init(void) {
+    static bool done;
+    if (done) return;
+    const int mx = dec2_smem_max();
+#define RING_ATTR(...) cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, mx)
+    RING_ATTR(k_mm_q4K_dec<false, 4>);
+    RING_ATTR(k_mm_q4K_dec<true, 4>);
+    RING_ATTR(k_mm_q4K_dec<false, 8>);
+    RING_ATTR(k_mm_q4K_dec<true, 8>);
+    RING_ATTR(k_mm_q6K_dec<false, 4>);
+    RING_ATTR(k_mm_q6K_dec<true, 4>);
+    RING_ATTR(k_mm_q8_dec<MU_T_Q8_0, false, 4>);
+    RING_ATTR(k_mm_q8_dec<MU_T_Q8_0, true, 4>);
+    RING_ATTR(k_mm_q8_dec<MU_T_NVFP4, false, 4>);
+    RING_ATTR(k_mm_q8_dec<MU_T_NVFP4, true, 4>);
+#undef RING_ATTR
+    done = true;
+}
+
+/* The shape of a ring launch of w's type and width for T tokens: warps
+ * a thread block (*nw) and chunks a warp's ring (*S). Eight warps of four
+ * chunks; Q4_K rows of more than 32 super-blocks (FFN down: few rows,
+ * long) four warps of eight chunks (seven in flight). Deep rings for every
+ * launch of fewer than 16 warps an SM measured slower (72.0 vs 78.7 tok/s
+ * at 2048, bench/results/cuda-2026-12-02e); deep rings only where the
+ * launch still runs in one wave (q, k, v, gate; wo) no faster at one token
+ * and slower at four, and blocks of fewer warps for those no faster
+ * either (bench/results/cuda-2026-12-03d). Where the block's shared
+ * memory does not fit (several tokens' activation rows), four chunks and
+ * half the warps, as often as needed (FFN down of four tokens: four warps
+ * of four chunks, 166 us a launch against k_mm_dec2's 173 before); false:
+ * not even one warp's fits. MUSER_CUDA_RING_WARPS=N (1, 2, 4): at most N
+ * warps (to run the kernel test on smaller blocks). */
+static bool ring_shape(const dtensor *w, int T, int *nw, int *S) {
+    static const int max_nw = cu_env_digit("MUSER_CUDA_RING_WARPS", 8);
     const size_t mx = (size_t)dec2_smem_max();
-    return q8d_smem(type, T, nb, 8) <= mx ? 8 : q8d_smem(type, T, nb, 4) <= mx ? 4 : 0;
+    ring_init();
+    *S = 8;
+    *nw = 4;
+    if (w->type == MU_T_Q4_K && w->ne0 / 256 > 32 && *nw <= max_nw && ring_smem(w, T, *nw, *S) <= mx) return true;
+    *S = 4;
+    for (*nw = max_nw < 8 ? max_nw : 8; *nw >= 1; *nw /= 2)
+        if (ring_smem(w, T, *nw, *S) <= mx) return true;
+    return false;
 }
 
 /* the ring kernels take w for T tokens */
 static bool ring_ok(const dtensor *w, int T) {
-    if (T > DEC_MAX_T || !dec_ring(w->type)) return false;
-    if (w->type == MU_T_Q8_0 || w->type == MU_T_NVFP4) return q8d_warps(w->type, T, q8d_nb(w->type, w->ne0)) > 0;
-    const int nb = w->ne0 / 256;
-    const size_t sm = w->type == MU_T_Q4_K ? q4d_smem(T, nb, ring_deep(w->type, nb)) : q6d_smem(T, nb);
-    return sm <= (size_t)dec2_smem_max();
+    int nw, S;
+    return T <= DEC_MAX_T && dec_ring(w->type) && ring_shape(w, T, &nw, &S);
 }
 
 /* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
@@ -1530,26 +1583,14 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     }
     G.n = n;
     const uint8_t *a = (const uint8_t *)act;
-    static bool big;
-    if (!big) {
-        const int mx = dec2_smem_max();
-        cudaFuncSetAttribute(k_mm_q4K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q4K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q4K_dec<false, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q4K_dec<true, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q6K_dec<false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q6K_dec<true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_Q8_0, false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_Q8_0, true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_NVFP4, false, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        cudaFuncSetAttribute(k_mm_q8_dec<MU_T_NVFP4, true, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
-        big = true;
-    }
+    int nw = 0, S = 0;
+    if (!ring_shape(ws[0], T, &nw, &S)) return; /* ring_ok said it fits */
     const uint32_t ty = ws[0]->type;
+    const int rpw = ty == MU_T_Q6_K ? 4 : 8; /* rows a warp */
+    const dim3 grid((unsigned)((end + rpw * nw - 1) / (rpw * nw))), block(nw * 32);
+    const size_t sm = ring_smem(ws[0], T, nw, S);
     if (ty == MU_T_Q8_0 || ty == MU_T_NVFP4) {
-        const int nb = q8d_nb(ty, ws[0]->ne0), nw = q8d_warps(ty, T, nb);
-        const size_t sm = q8d_smem(ty, T, nb, nw);
-        const dim3 grid((unsigned)((end + 8 * nw - 1) / (8 * nw))), block(nw * 32);
+        const int nb = q8d_nb(ty, ws[0]->ne0);
         if (ty == MU_T_Q8_0 && logits) launch_pdl(k_mm_q8_dec<MU_T_Q8_0, true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
         else if (ty == MU_T_Q8_0) launch_pdl(k_mm_q8_dec<MU_T_Q8_0, false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
         else if (logits) launch_pdl(k_mm_q8_dec<MU_T_NVFP4, true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
@@ -1558,17 +1599,11 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     }
     const int nb = ws[0]->ne0 / 256;
     if (ty == MU_T_Q4_K) {
-        const bool deep = ring_deep(MU_T_Q4_K, nb);
-        const size_t sm = q4d_smem(T, nb, deep);
-        const int nw = deep ? 4 : 8;
-        const dim3 grid((unsigned)((end + 8 * nw - 1) / (8 * nw))), block(nw * 32);
-        if (deep && logits) launch_pdl(k_mm_q4K_dec<true, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-        else if (deep) launch_pdl(k_mm_q4K_dec<false, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        if (S == 8 && logits) launch_pdl(k_mm_q4K_dec<true, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        else if (S == 8) launch_pdl(k_mm_q4K_dec<false, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
         else if (logits) launch_pdl(k_mm_q4K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
         else launch_pdl(k_mm_q4K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
     } else {
-        const size_t sm = q6d_smem(T, nb);
-        const dim3 grid((unsigned)((end + 31) / 32)), block(256); /* four rows a warp, eight warps */
         if (logits) launch_pdl(k_mm_q6K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
         else launch_pdl(k_mm_q6K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
     }

@@ -12,12 +12,9 @@ __device__ __forceinline__ int nearest_int(float v) {
     return (int)(__float_as_uint(t) & 0x007fffffu) - 0x00400000;
 }
 
-/* One Q8_K block of the 256 floats xb by one warp, as kern_ref.c quantizes
- * it: lane l holds elements l + 32 k in v[k]. */
-__device__ __forceinline__ void q8K_block_warp(const float *xb, mu_block_q8_K *y, int lane) {
-    float v[8];
-#pragma unroll
-    for (int k = 0; k < 8; k++) v[k] = xb[lane + 32 * k];
+/* One Q8_K block of 256 floats by one warp, as kern_ref.c quantizes it:
+ * lane l holds elements l + 32 k in v[k]. */
+__device__ __forceinline__ void q8K_block_warp_v(const float v[8], mu_block_q8_K *y, int lane) {
     /* the first element of largest magnitude; NaN never wins */
     float amax = 0;
     int idx = 0x7fffffff;
@@ -64,6 +61,14 @@ __device__ __forceinline__ void q8K_block_warp(const float *xb, mu_block_q8_K *y
         if ((lane & 15) == 0) y->bsums[2 * k + (lane >> 4)] = (int16_t)s;
     }
     if (lane == 0) y->d = 1.f / iscale;
+}
+
+/* the same for the 256 floats at xb */
+__device__ __forceinline__ void q8K_block_warp(const float *xb, mu_block_q8_K *y, int lane) {
+    float v[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) v[k] = xb[lane + 32 * k];
+    q8K_block_warp_v(v, y, lane);
 }
 
 #endif

@@ -11,7 +11,8 @@
  * block and lone steps (judged by TOL too: the rows are the residual
  * stream, which the device computes in the CPU's order, so they are
  * expected bit-equal like the cells; the test prints how many differ;
- * MUSER_CUDA_CAPTURE_GRAPH=1 runs the lone steps' captures as graphs).
+ * by default the lone steps' captures run as graphs,
+ * MUSER_CUDA_CAPTURE_GRAPH=0 launches them directly).
  * The device keeps the CPU's arithmetic, so logits are expected bit-equal;
  * the test prints the largest difference and fails above 1e-3 (libm's expf
  * and tanhf on the device may differ from glibc's in rare last bits).
@@ -272,9 +273,9 @@ int main(int argc, char **argv) {
             cmp(what, mu_session_logits(c1, r), mu_session_logits(g1, r), V);
         }
         cmp("capture: the block's neighbour", mu_session_logits(c2, -1), mu_session_logits(g2, -1), V);
-        /* lone steps of session 2: two with capture (directly, or with
-         * MUSER_CUDA_CAPTURE_GRAPH=1 a graph captured, then replayed on new
-         * rows), then one without (a graph) */
+        /* lone steps of session 2: two with capture (by default a graph
+         * captured, then replayed on new rows; directly with
+         * MUSER_CUDA_CAPTURE_GRAPH=0), then one without (a graph) */
         for (int k = 0; k < 3; k++) {
             t2 = argmax(mu_session_logits(c2, -1), V);
             mu_batch_item lc = item(c2, &t2, 1, false, NULL, false), lg = item(g2, &t2, 1, false, NULL, false);

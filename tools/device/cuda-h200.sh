@@ -7,7 +7,8 @@
 #      unless --type says, /tmp, in the background from the start) and,
 #      with --compare, llama.cpp's llama-bench built with GGML_CUDA for
 #      sm_90 (background, ~4 minutes)
-#   2. the gpu tier (tests/gpu/run.sh) unless --no-tier, and the kernel test
+#   2. the gpu tier (tests/gpu/run.sh; cut after --tier-cap seconds, 420)
+#      unless --no-tier, and the kernel test
 #      once more per value of --kern-env (e.g. MUSER_CUDA_DEC_U=0)
 #   2b. --spec S: tools/device/spec-cuda.sh --no-check (plain vs ngram vs
 #      dflash on the bundled model, --backend cuda) for at most S seconds
@@ -30,7 +31,7 @@
 # bench lines), tier.log, bench.txt, profile.txt, ncu.txt, compare.json,
 # compare.log, lane.tar.xz (with --spec, spec-cuda.sh's spec-summary.txt,
 # spec.jsonl and spec.log too: use it without --lane).
-# usage: bash tools/device/cuda-h200.sh [--budget 560] [--type q4_k_m] [--no-tier]
+# usage: bash tools/device/cuda-h200.sh [--budget 560] [--type q4_k_m] [--no-tier] [--tier-cap 420]
 #          [--no-bench] [--kern-env VAR=V]... [--ab VAR=V1,V2 | --variants 'A=0;B=1;defaults']
 #          [--depths 512,2048] [--par 1,4] [--spec 150]
 #          [--reps 2] [--profile] [--ncu REGEX [--ncu-skip 20]] [--compare] [--lane 2048]
@@ -38,11 +39,12 @@ set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUT=${OUT:-/tmp/cuda-h200-out}
-BUDGET=560 TYPE=q4_k_m TIER=1 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=() PAR=1 SPEC=0
+BUDGET=560 TYPE=q4_k_m TIER=1 TCAP=420 BENCH=1 AB= VARS= NCU= DEPTHS=512,2048 REPS=2 PROF=0 CMP=0 LANE= KENV=() PAR=1 SPEC=0
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=${2:?}; shift 2 ;;
     --no-tier) TIER=0; shift ;;
+    --tier-cap) TCAP=${2:?}; shift 2 ;;
     --no-bench) BENCH=0; shift ;;
     --type) TYPE=${2:?}; shift 2 ;;
     --kern-env) KENV+=("${2:?}"); shift 2 ;;
@@ -96,7 +98,7 @@ fi
 if [ $TIER = 1 ]; then
   cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
     cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision build/tests/gpu/
-  timeout "$(( $(left) > 420 ? 420 : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
+  timeout "$(( $(left) > TCAP ? TCAP : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
   note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/tier.log") $(grep 'gpu kernels:' "$OUT/tier.log") $(grep -c '^gpu stream .*: ok' "$OUT/tier.log") stream tests ok"
 fi
 if [ "$SPEC" -gt 0 ] && [ "$(left)" -gt 120 ]; then
