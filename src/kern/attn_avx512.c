@@ -6,13 +6,17 @@
  * llama.cpp's graph would) or touch weights.
  * Design: register tiles of 4 A rows x 4 B rows (tinyBLAS order) or 2 x 2
  * with 4 accumulators each (ggml_vec_dot_f16 order); for head-sized n (a
- * decode step's K.Q) one converted A row stays in registers for 8 B rows.
+ * decode step's K.Q) one converted A row stays in registers for 8 B rows;
+ * a prefill item's K.Q keeps each A row's lanes in two half registers, so
+ * that the first level of every reduction is a plain add (tile_tb_halves),
+ * and the blocked ggml product runs its 4 accumulators one after another
+ * in 4 x 4 tiles (tile_ggml_part_f).
  * The 16 lane reductions of a tile run as one transpose tree whose every
  * addition is the scalar hsum16's, so the results are bit-identical to
  * kern_ref.c. The cache rows come from DRAM at depth: they are prefetched
  * ahead in software (the hardware streams alone left the decode attention
  * at half the kernel's in-cache speed), and a product over more than
- * MM_LONG values whose B rows take more than two tiles (the V product at
+ * MM_LONG_* values whose B rows take more than two tiles (the V product at
  * depth: a decode step's heads, a prefill item's rows) runs in blocks of
  * cells with the tiles' accumulators kept in memory between blocks, so
  * that the cache is read once (mm_long). */
@@ -222,18 +226,23 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
 /* ---- long products: blocks of cells ---------------------------------------
  * The V product at depth runs over tens of thousands of cells, and a tile
  * that streams its rows over all of n reads A (the cache) once per tile of
- * B rows, from memory. Past MM_LONG values, n is cut into blocks of MM_KB:
+ * B rows, from memory. Past MM_LONG_* values, n is cut into blocks of MM_KB:
  * a block of B is copied into a contiguous buffer (rows of the scores are
  * a power-of-two-ish stride apart and would evict each other), and every
  * tile runs over the block with its accumulators loaded from and stored
  * back to memory. A is read once, B's block stays in L1/L2, and each
  * accumulator sees the same FMAs in the same order as in one pass. Measured
  * on the 2-core EPYC (loaded, so roughly): a prefill item's V product of 64
- * rows over 33K cells 1.4-2.2x faster, a decode step's of 8 rows about the
- * same; at 8.7K cells the one-pass tiles were 0.8x as fast, hence blocks
- * only past 16K cells, where a KV head's V no longer fits the caches. */
+ * rows over 33K cells 1.4-2.2x faster than the one-pass tiles. On the
+ * 2-vCPU Xeon (bench/attnbench, one thread, medians of interleaved runs,
+ * bench/results/attn32k-issue20-s32-kernels.txt): the tinyBLAS product of
+ * 64 rows as fast either way at 6-8K cells, blocked 1.2x faster at 12K and
+ * 0.85x as fast at 4K; the ggml product of 8 rows (a decode step's), with
+ * its 4 x 4 tiles, blocked 1.1x faster at 2K cells, 1.4x at 4K, 1.7x at 8K. */
 #define MM_KB 512
-#define MM_LONG 16384 /* n past which, with A read more than twice, a product is blocked */
+/* n past which, with A read more than twice, a product is blocked */
+#define MM_LONG_TB 8192
+#define MM_LONG_GGML 2048
 
 /* tinyBLAS accumulators of a 4 x 4 tile (c[4j + i]) over [k0, k0 + kn):
  * A rows at k0 (a[]), B rows of the packed block (b[], from 0), A already
@@ -359,7 +368,7 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
 static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
                           size_t ldc, int tb) {
     /* the one-pass tiles read A once per tile of B rows (4 tinyBLAS, 2 ggml) */
-    if (n > MM_LONG && (tb ? n % 16 : n % 64) == 0 && (nb + (tb ? 3 : 1)) / (tb ? 4 : 2) > 2 &&
+    if (n > (tb ? MM_LONG_TB : MM_LONG_GGML) && (tb ? n % 16 : n % 64) == 0 && (nb + (tb ? 3 : 1)) / (tb ? 4 : 2) > 2 &&
         mm_long(n, A, lda, na, B, ldb, nb, C, ldc, tb))
         return;
     if (!tb && n % 64) {
