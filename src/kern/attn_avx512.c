@@ -234,7 +234,7 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
  * accumulator sees the same FMAs in the same order as in one pass. Measured
  * on the 2-core EPYC (loaded, so roughly): a prefill item's V product of 64
  * rows over 33K cells 1.4-2.2x faster than the one-pass tiles. On the
- * 2-vCPU Xeon (bench/attnbench, one thread, medians of interleaved runs,
+ * 2-vCPU Xeon (bench/attnbench.c, one thread, medians of interleaved runs,
  * bench/results/attn32k-issue20-s32-kernels.txt): the tinyBLAS product of
  * 64 rows as fast either way at 6-8K cells, blocked 1.2x faster at 12K and
  * 0.85x as fast at 4K; the ggml product of 8 rows (a decode step's), with
