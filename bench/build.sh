@@ -3,8 +3,10 @@
 # bandwidth, bench/membw.c), kernbench (kernel throughput against that
 # bandwidth, bench/kernbench.c) and verifybench (the cost of a speculative
 # verification block, bench/verifybench.c), draftacc (a DFlash drafter's
-# drafts at every position of a sequence, bench/draftacc.c) and kvbench (KV pack writes,
-# restores and the prefix cache, bench/kvbench.c), into $BUILD/bench (default
+# drafts at every position of a sequence, bench/draftacc.c), kvbench (KV pack writes,
+# restores and the prefix cache, bench/kvbench.c) and, on x86-64, attnbench (the
+# AVX-512 attention kernels at long depth, bench/attnbench.c; ATTN_SRC=file builds
+# it from another version of src/kern/attn_avx512.c), into $BUILD/bench (default
 # build/bench).
 set -eu
 cd "$(dirname "$0")/.."
@@ -30,5 +32,11 @@ if [ -f bench/kvbench.c ]; then
   make -s BUILD="$BUILD" "$BUILD/libmuser.a"
   gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/kvbench" bench/kvbench.c \
     "$BUILD/libmuser.a" -lm -lutf8proc -ljansson -lssl -lcrypto
+fi
+if [ -f bench/attnbench.c ] && [ "$(uname -m)" = x86_64 ]; then
+  make -s BUILD="$BUILD" "$BUILD/libmuser.a"
+  gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni \
+    -mavx512bf16 -mfma -mf16c -Isrc/kern -DATTN_SRC="\"$(realpath "${ATTN_SRC:-src/kern/attn_avx512.c}")\"" \
+    -o "$BUILD/bench/attnbench" bench/attnbench.c "$BUILD/libmuser.a" -lm
 fi
 echo "built $BUILD/bench"

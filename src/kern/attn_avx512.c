@@ -6,13 +6,17 @@
  * llama.cpp's graph would) or touch weights.
  * Design: register tiles of 4 A rows x 4 B rows (tinyBLAS order) or 2 x 2
  * with 4 accumulators each (ggml_vec_dot_f16 order); for head-sized n (a
- * decode step's K.Q) one converted A row stays in registers for 8 B rows.
+ * decode step's K.Q) one converted A row stays in registers for 8 B rows;
+ * a prefill item's K.Q keeps each A row's lanes in two half registers, so
+ * that the first level of every reduction is a plain add (tile_tb_halves),
+ * and the blocked ggml product runs its 4 accumulators one after another
+ * in 4 x 4 tiles (tile_ggml_part_f).
  * The 16 lane reductions of a tile run as one transpose tree whose every
  * addition is the scalar hsum16's, so the results are bit-identical to
  * kern_ref.c. The cache rows come from DRAM at depth: they are prefetched
  * ahead in software (the hardware streams alone left the decode attention
  * at half the kernel's in-cache speed), and a product over more than
- * MM_LONG values whose B rows take more than two tiles (the V product at
+ * MM_LONG_* values whose B rows take more than two tiles (the V product at
  * depth: a decode step's heads, a prefill item's rows) runs in blocks of
  * cells with the tiles' accumulators kept in memory between blocks, so
  * that the cache is read once (mm_long). */
@@ -26,15 +30,10 @@
 
 static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
-/* hsum16 of v[0..15], as 16 results in v's order: out[p] = hsum16(v[p]).
- * Level by level the additions are hsum16's: lanes i + (i+8), then i + (i+4)
- * of those, then (0+2) and (1+3), then the two. */
-static inline __m512 hsum16_x16(const __m512 v[16]) {
-    __m512 s[8], t[4], u[2];
-    #pragma GCC unroll 16
-    for (int m = 0; m < 8; m++) /* [v(2m) h0..7 | v(2m+1) h0..7] */
-        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+/* hsum16 past its first level: s[m] = [v(2m) h0..7 | v(2m+1) h0..7], the
+ * sums of lanes i + (i+8) of 16 vectors v(p); returns hsum16(v(p)) at p. */
+static inline __m512 hsum16_x16_h(const __m512 s[8]) {
+    __m512 t[4], u[2];
     #pragma GCC unroll 16
     for (int m = 0; m < 4; m++) /* 128-bit lane L: the 4 sums of v(4m + L) */
         t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
@@ -48,6 +47,18 @@ static inline __m512 hsum16_x16(const __m512 v[16]) {
                                    _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return _mm512_permutexvar_ps(idx, r);
+}
+
+/* hsum16 of v[0..15], as 16 results in v's order: out[p] = hsum16(v[p]).
+ * Level by level the additions are hsum16's: lanes i + (i+8), then i + (i+4)
+ * of those, then (0+2) and (1+3), then the two. */
+static inline __m512 hsum16_x16(const __m512 v[16]) {
+    __m512 s[8];
+    #pragma GCC unroll 16
+    for (int m = 0; m < 8; m++) /* [v(2m) h0..7 | v(2m+1) h0..7] */
+        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
+    return hsum16_x16_h(s);
 }
 
 /* ---- mm_f16 ------------------------------------------------------------ */
@@ -70,6 +81,49 @@ static inline void tile_tb(int n, const mu_f16 *const a[4], const float *const b
     }
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) v[p] = c[p];
+}
+
+/* K.Q of a prefill item in tinyBLAS order with half the reduction's
+ * shuffles: 4 A rows x 4 B rows, each register summing one half of the 16
+ * lanes of two A rows (pack_halves' layout) against that half of a B row
+ * broadcast to both. Every lane sums one tinyBLAS lane's products in their
+ * order, and the sum of a pair's two registers is hsum16's first level
+ * (lanes i + (i+8)), which then needs no shuffle. Returns hsum16 of A row
+ * i . B row j at 4j + i, as tile_tb then hsum16_x16 would. */
+static inline void pack_halves(int n, const mu_f16 *const a[4], float *ah) {
+    /* pair p, step t, half h at ah + ((p * n / 16 + t) * 2 + h) * 16:
+     * [row 2p lanes 8h..8h+7 | row 2p+1 lanes 8h..8h+7] as floats */
+    for (int p = 0; p < 2; p++)
+        for (int k = 0; k < n; k += 8) {
+            const __m128i lo = _mm_loadu_si128((const __m128i *)(a[2 * p] + k));
+            const __m128i hi = _mm_loadu_si128((const __m128i *)(a[2 * p + 1] + k));
+            _mm512_storeu_ps(ah + (size_t)p * 2 * n + 2 * k,
+                             _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1)));
+        }
+}
+
+static inline __m512 tile_tb_halves(int n, const float *ah, const float *const b[4]) {
+    __m512 c[16]; /* c[4j + 2p + h] */
+    #pragma GCC unroll 16
+    for (int p = 0; p < 16; p++) c[p] = _mm512_setzero_ps();
+    const float *a1 = ah + 2 * n;
+    for (int k = 0; k < n; k += 16) {
+        const __m512 a00 = _mm512_loadu_ps(ah + 2 * k), a01 = _mm512_loadu_ps(ah + 2 * k + 16),
+                     a10 = _mm512_loadu_ps(a1 + 2 * k), a11 = _mm512_loadu_ps(a1 + 2 * k + 16);
+        #pragma GCC unroll 4
+        for (int j = 0; j < 4; j++) {
+            const __m512 b0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(b[j] + k));
+            const __m512 b1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(b[j] + k + 8));
+            c[4 * j + 0] = _mm512_fmadd_ps(a00, b0, c[4 * j + 0]);
+            c[4 * j + 1] = _mm512_fmadd_ps(a01, b1, c[4 * j + 1]);
+            c[4 * j + 2] = _mm512_fmadd_ps(a10, b0, c[4 * j + 2]);
+            c[4 * j + 3] = _mm512_fmadd_ps(a11, b1, c[4 * j + 3]);
+        }
+    }
+    __m512 s[8]; /* s[2j + p]: A rows 2p and 2p + 1 against B row j */
+    #pragma GCC unroll 8
+    for (int m = 0; m < 8; m++) s[m] = _mm512_add_ps(c[2 * m], c[2 * m + 1]);
+    return hsum16_x16_h(s);
 }
 
 /* ggml_vec_dot_f16 on 2 A rows x 2 B rows, n % 64 == 0: v[2j + i] = the
@@ -172,18 +226,23 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
 /* ---- long products: blocks of cells ---------------------------------------
  * The V product at depth runs over tens of thousands of cells, and a tile
  * that streams its rows over all of n reads A (the cache) once per tile of
- * B rows, from memory. Past MM_LONG values, n is cut into blocks of MM_KB:
+ * B rows, from memory. Past MM_LONG_* values, n is cut into blocks of MM_KB:
  * a block of B is copied into a contiguous buffer (rows of the scores are
  * a power-of-two-ish stride apart and would evict each other), and every
  * tile runs over the block with its accumulators loaded from and stored
  * back to memory. A is read once, B's block stays in L1/L2, and each
  * accumulator sees the same FMAs in the same order as in one pass. Measured
  * on the 2-core EPYC (loaded, so roughly): a prefill item's V product of 64
- * rows over 33K cells 1.4-2.2x faster, a decode step's of 8 rows about the
- * same; at 8.7K cells the one-pass tiles were 0.8x as fast, hence blocks
- * only past 16K cells, where a KV head's V no longer fits the caches. */
+ * rows over 33K cells 1.4-2.2x faster than the one-pass tiles. On the
+ * 2-vCPU Xeon (bench/attnbench.c, one thread, medians of interleaved runs,
+ * bench/results/attn32k-issue20-s32-kernels.txt): the tinyBLAS product of
+ * 64 rows as fast either way at 6-8K cells, blocked 1.2x faster at 12K and
+ * 0.85x as fast at 4K; the ggml product of 8 rows (a decode step's), with
+ * its 4 x 4 tiles, blocked 1.1x faster at 2K cells, 1.4x at 4K, 1.7x at 8K. */
 #define MM_KB 512
-#define MM_LONG 16384 /* n past which, with A read more than twice, a product is blocked */
+/* n past which, with A read more than twice, a product is blocked */
+#define MM_LONG_TB 8192
+#define MM_LONG_GGML 2048
 
 /* tinyBLAS accumulators of a 4 x 4 tile (c[4j + i]) over [k0, k0 + kn):
  * A rows at k0 (a[]), B rows of the packed block (b[], from 0), A already
@@ -209,42 +268,41 @@ static inline void tile_tb_part_f(int kn, const float *const a[4], const float *
     for (int p = 0; p < 16; p++) acc[p] = c[p];
 }
 
-/* ggml accumulators of a 2 x 2 tile (c[2j + i][q] at acc[4(2j + i) + q]),
- * A rows as F16 at k0 */
-static inline void tile_ggml_part(int kn, const mu_f16 *const a[2], const float *const b[2], __m512 *acc) {
-    __m512 c[4][4];
-    #pragma GCC unroll 16
-    for (int p = 0; p < 4; p++)
+/* ggml accumulators of a 4 x 4 tile over [k0, k0 + kn), A rows converted
+ * to floats at k0 (a[]), B rows of the packed block: ggml's accumulator q
+ * of A row i . B row j at acc[16q + 4j + i]. Each accumulator only sees
+ * the steps k = 16q (mod 64), so the four run one after another: 16 live
+ * registers cover 16 pairs instead of 4, and a step loads 8 vectors for 16
+ * FMAs instead of 16; each accumulator's FMAs keep their order. */
+static inline void tile_ggml_part_f(int kn, const float *const a[4], const float *const b[4], __m512 *acc) {
+    for (int q = 0; q < 4; q++) {
+        __m512 c[16];
         #pragma GCC unroll 16
-        for (int q = 0; q < 4; q++) c[p][q] = acc[4 * p + q];
-    for (int k = 0; k < kn; k += 64) {
-        _mm_prefetch((const char *)(a[0] + k + 1024), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a[0] + k + 1056), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a[1] + k + 1024), _MM_HINT_T0);
-        _mm_prefetch((const char *)(a[1] + k + 1056), _MM_HINT_T0);
-        #pragma GCC unroll 16
-        for (int q = 0; q < 4; q++) {
-            const __m512 a0 = f16x16(a[0] + k + 16 * q), a1 = f16x16(a[1] + k + 16 * q);
-            const __m512 b0 = _mm512_loadu_ps(b[0] + k + 16 * q), b1 = _mm512_loadu_ps(b[1] + k + 16 * q);
-            c[0][q] = _mm512_fmadd_ps(a0, b0, c[0][q]);
-            c[1][q] = _mm512_fmadd_ps(a1, b0, c[1][q]);
-            c[2][q] = _mm512_fmadd_ps(a0, b1, c[2][q]);
-            c[3][q] = _mm512_fmadd_ps(a1, b1, c[3][q]);
+        for (int p = 0; p < 16; p++) c[p] = acc[16 * q + p];
+        for (int k = 16 * q; k < kn; k += 64) {
+            const __m512 a0 = _mm512_loadu_ps(a[0] + k), a1 = _mm512_loadu_ps(a[1] + k),
+                         a2 = _mm512_loadu_ps(a[2] + k), a3 = _mm512_loadu_ps(a[3] + k);
+            #pragma GCC unroll 4
+            for (int j = 0; j < 4; j++) {
+                const __m512 bj = _mm512_loadu_ps(b[j] + k);
+                c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
+                c[4 * j + 1] = _mm512_fmadd_ps(a1, bj, c[4 * j + 1]);
+                c[4 * j + 2] = _mm512_fmadd_ps(a2, bj, c[4 * j + 2]);
+                c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
+            }
         }
-    }
-    #pragma GCC unroll 16
-    for (int p = 0; p < 4; p++)
         #pragma GCC unroll 16
-        for (int q = 0; q < 4; q++) acc[4 * p + q] = c[p][q];
+        for (int p = 0; p < 16; p++) acc[16 * q + p] = c[p];
+    }
 }
 
 /* mm_f16 over blocks of n (tb: n % 16 == 0; ggml: n % 64 == 0). Returns 0
  * when its buffers cannot be had (the caller then takes the one-pass tiles). */
 static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
                    size_t ldc, int tb) {
-    const int T = tb ? 4 : 2; /* a tile: T rows of A x T rows of B, 16 accumulators */
+    const int T = 4, W = tb ? 16 : 64; /* a tile: 4 rows of A x 4 rows of B, W accumulators */
     const int ti = (na + T - 1) / T, tj = (nb + T - 1) / T;
-    __m512 *acc = aligned_alloc(64, (size_t)ti * tj * 16 * sizeof(__m512));
+    __m512 *acc = aligned_alloc(64, (size_t)ti * tj * W * sizeof(__m512));
     float *bp = aligned_alloc(64, (size_t)nb * MM_KB * sizeof(float));
     float *ap = aligned_alloc(64, (size_t)T * MM_KB * sizeof(float)); /* a tile's A rows, converted once */
     if (!acc || !bp || !ap) {
@@ -253,7 +311,7 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
         free(ap);
         return 0;
     }
-    memset(acc, 0, (size_t)ti * tj * 16 * sizeof(__m512));
+    memset(acc, 0, (size_t)ti * tj * W * sizeof(__m512));
     for (int k0 = 0; k0 < n; k0 += MM_KB) {
         const int kn = n - k0 < MM_KB ? n - k0 : MM_KB;
         for (int j = 0; j < nb; j++) memcpy(bp + (size_t)j * MM_KB, B + (size_t)j * ldb + k0, (size_t)kn * sizeof(float));
@@ -265,24 +323,22 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
             if (k0 + MM_KB < n)
                 for (int q = 0; q < T; q++)
                     for (int c = 0; c < MM_KB * 2; c += 64) _mm_prefetch((const char *)(a[q] + MM_KB) + c, _MM_HINT_T1);
-            /* tinyBLAS: each tile of B rows would convert these A rows
-             * again; once here, into floats that stay in L1 for all of them
-             * (for the ggml tiles of 2 A rows this measured no faster) */
+            /* each tile of B rows would convert these A rows again; once
+             * here, into floats that stay in L1 for all of them */
             const float *af[4];
-            if (tb)
-                for (int q = 0; q < T; q++) {
-                    float *d = ap + (size_t)q * MM_KB;
-                    for (int c = 0; c < kn; c += 16) _mm512_storeu_ps(d + c, f16x16(a[q] + c));
-                    af[q] = d;
-                }
+            for (int q = 0; q < T; q++) {
+                float *d = ap + (size_t)q * MM_KB;
+                for (int c = 0; c < kn; c += 16) _mm512_storeu_ps(d + c, f16x16(a[q] + c));
+                af[q] = d;
+            }
             for (int jt = 0; jt < tj; jt++) {
                 const float *b[4];
                 for (int q = 0; q < T; q++) b[q] = bp + (size_t)(jt * T + q < nb ? jt * T + q : nb - 1) * MM_KB;
-                __m512 *t = acc + ((size_t)it * tj + jt) * 16;
+                __m512 *t = acc + ((size_t)it * tj + jt) * W;
                 if (tb)
                     tile_tb_part_f(kn, af, b, t);
                 else
-                    tile_ggml_part(kn, a, b, t);
+                    tile_ggml_part_f(kn, af, b, t);
             }
         }
     }
@@ -291,13 +347,8 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
     int pi[16], pj[16], np = 0;
     for (int j = 0; j < nb; j++)
         for (int i = 0; i < na; i++) {
-            const __m512 *t = acc + ((size_t)(i / T) * tj + j / T) * 16;
-            if (tb)
-                v[np] = t[4 * (j % 4) + i % 4];
-            else {
-                const __m512 *c = t + 4 * (2 * (j % 2) + i % 2);
-                v[np] = _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
-            }
+            const __m512 *t = acc + ((size_t)(i / T) * tj + j / T) * W + 4 * (j % 4) + i % 4;
+            v[np] = tb ? t[0] : _mm512_add_ps(_mm512_add_ps(t[0], t[32]), _mm512_add_ps(t[16], t[48]));
             pi[np] = i;
             pj[np] = j;
             if (++np == 16 || (j == nb - 1 && i == na - 1)) {
@@ -317,7 +368,7 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
 static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
                           size_t ldc, int tb) {
     /* the one-pass tiles read A once per tile of B rows (4 tinyBLAS, 2 ggml) */
-    if (n > MM_LONG && (tb ? n % 16 : n % 64) == 0 && (nb + (tb ? 3 : 1)) / (tb ? 4 : 2) > 2 &&
+    if (n > (tb ? MM_LONG_TB : MM_LONG_GGML) && (tb ? n % 16 : n % 64) == 0 && (nb + (tb ? 3 : 1)) / (tb ? 4 : 2) > 2 &&
         mm_long(n, A, lda, na, B, ldb, nb, C, ldc, tb))
         return;
     if (!tb && n % 64) {
@@ -335,7 +386,8 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
      * A row, B's tile staying in L2 while A streams. */
     const int a_out = n <= 256;
     /* K.Q of a prefill item (a_out, many B rows): a tile's A rows meet
-     * every B tile; converted to floats once per A tile (exact) */
+     * every B tile; converted to floats once per A tile, in halves
+     * (tile_tb_halves) */
     float abuf[4 * 256] __attribute__((aligned(64)));
     const int af_ok = a_out && nb > 4;
     for (int o0 = 0; o0 < (a_out ? na : nb); o0 += 4)
@@ -348,15 +400,13 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
                 b[q] = B + (size_t)(j0 + q < nb ? j0 + q : nb - 1) * ldb;
             }
             __m512 v[16];
+            float r[16];
             if (tb && af_ok) {
-                const float *af[4] = {abuf, abuf + 256, abuf + 512, abuf + 768};
-                if (n0 == 0)
-                    for (int q = 0; q < 4; q++)
-                        for (int c = 0; c < n; c += 16) _mm512_storeu_ps(abuf + 256 * q + c, f16x16(a[q] + c));
-                #pragma GCC unroll 16
-                for (int p = 0; p < 16; p++) v[p] = _mm512_setzero_ps();
-                tile_tb_part_f(n, af, b, v);
-            } else if (tb)
+                if (n0 == 0) pack_halves(n, a, abuf);
+                _mm512_storeu_ps(r, tile_tb_halves(n, abuf, b));
+                goto store;
+            }
+            if (tb)
                 tile_tb(n, a, b, v);
             else
                 #pragma GCC unroll 16
@@ -370,8 +420,8 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
                         v[4 * (jj + 1) + ii] = w[2];
                         v[4 * (jj + 1) + ii + 1] = w[3];
                     }
-            float r[16];
             _mm512_storeu_ps(r, hsum16_x16(v));
+        store:
             for (int j = 0; j < 4 && j0 + j < nb; j++)
                 for (int i = 0; i < 4 && i0 + i < na; i++) C[(size_t)(j0 + j) * ldc + i0 + i] = r[4 * j + i];
         }

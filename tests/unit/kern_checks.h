@@ -666,9 +666,12 @@ static int check_mm_f16(const mu_kern *k) {
     static const int NB[] = {1, 2, 4, 7, 8, 13, 9};
     /* then products over many cells (a table's blocked path, e.g.
      * attn_avx512.c's mm_long): n past a block edge, head-sized na, a
-     * decode step's and a prefill item's B rows */
+     * decode step's and a prefill item's B rows, ragged tiles of both;
+     * and a prefill item's K.Q over thousands of cells (n a head's size,
+     * ragged in cells and query rows) */
     static const int LN[][3] = {{16448, 9, 13}, {16640, 128, 8}, {16896, 128, 20}, {16448, 5, 3}, {16576, 3, 2},
-                                {8256, 9, 13}};
+                                {8256, 9, 13}, {16512, 126, 7}, {16448, 66, 6}, {128, 4099, 61}, {64, 2053, 64},
+                                {256, 1027, 9}, {2112, 130, 8}};
     const size_t n_a = sizeof NA / sizeof NA[0], n_short = sizeof NS / sizeof NS[0] * n_a;
     int fails = 0;
     for (size_t si = 0; si < n_short + sizeof LN / sizeof LN[0]; si++)
