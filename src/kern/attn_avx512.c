@@ -244,18 +244,21 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
 #define MM_LONG_TB 8192
 #define MM_LONG_GGML 2048
 
-/* tinyBLAS accumulators of a 4 x 4 tile (c[4j + i]) over [k0, k0 + kn):
- * A rows at k0 (a[]), B rows of the packed block (b[], from 0), A already
- * converted to floats (exact: the products and their order are those of
- * the one-pass tiles) */
-static inline void tile_tb_part_f(int kn, const float *const a[4], const float *const b[4], __m512 *acc) {
+/* The accumulators c[4j + i] (at acc) of a 4 x 4 tile, A row i . B row j,
+ * over the steps k = k0, k0 + step, ... below kn: A rows converted to
+ * floats (exact: the products and their order are the one-pass tiles'),
+ * B rows of the packed block (both from the block's start). Always
+ * inlined: with step and k0 constants, as fast as the loops it replaced
+ * (bench/attnbench, interleaved; called, 5% slower). */
+static inline __attribute__((always_inline)) void tile_f_steps(int k0, int kn, int step, const float *const a[4],
+                                                               const float *const b[4], __m512 *acc) {
     __m512 c[16];
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) c[p] = acc[p];
-    for (int k = 0; k < kn; k += 16) {
+    for (int k = k0; k < kn; k += step) {
         const __m512 a0 = _mm512_loadu_ps(a[0] + k), a1 = _mm512_loadu_ps(a[1] + k), a2 = _mm512_loadu_ps(a[2] + k),
                      a3 = _mm512_loadu_ps(a[3] + k);
-        #pragma GCC unroll 16
+        #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
             const __m512 bj = _mm512_loadu_ps(b[j] + k);
             c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
@@ -268,32 +271,18 @@ static inline void tile_tb_part_f(int kn, const float *const a[4], const float *
     for (int p = 0; p < 16; p++) acc[p] = c[p];
 }
 
-/* ggml accumulators of a 4 x 4 tile over [k0, k0 + kn), A rows converted
- * to floats at k0 (a[]), B rows of the packed block: ggml's accumulator q
- * of A row i . B row j at acc[16q + 4j + i]. Each accumulator only sees
- * the steps k = 16q (mod 64), so the four run one after another: 16 live
- * registers cover 16 pairs instead of 4, and a step loads 8 vectors for 16
- * FMAs instead of 16; each accumulator's FMAs keep their order. */
+/* tinyBLAS: one accumulator a pair, every step of 16 */
+static inline void tile_tb_part_f(int kn, const float *const a[4], const float *const b[4], __m512 *acc) {
+    tile_f_steps(0, kn, 16, a, b, acc);
+}
+
+/* ggml: accumulator q of A row i . B row j at acc[16q + 4j + i]. Each
+ * accumulator only sees the steps k = 16q (mod 64), so the four run one
+ * after another: 16 live registers cover 16 pairs instead of 4, and a step
+ * loads 8 vectors for 16 FMAs instead of 16; each accumulator's FMAs keep
+ * their order. */
 static inline void tile_ggml_part_f(int kn, const float *const a[4], const float *const b[4], __m512 *acc) {
-    for (int q = 0; q < 4; q++) {
-        __m512 c[16];
-        #pragma GCC unroll 16
-        for (int p = 0; p < 16; p++) c[p] = acc[16 * q + p];
-        for (int k = 16 * q; k < kn; k += 64) {
-            const __m512 a0 = _mm512_loadu_ps(a[0] + k), a1 = _mm512_loadu_ps(a[1] + k),
-                         a2 = _mm512_loadu_ps(a[2] + k), a3 = _mm512_loadu_ps(a[3] + k);
-            #pragma GCC unroll 4
-            for (int j = 0; j < 4; j++) {
-                const __m512 bj = _mm512_loadu_ps(b[j] + k);
-                c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
-                c[4 * j + 1] = _mm512_fmadd_ps(a1, bj, c[4 * j + 1]);
-                c[4 * j + 2] = _mm512_fmadd_ps(a2, bj, c[4 * j + 2]);
-                c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
-            }
-        }
-        #pragma GCC unroll 16
-        for (int p = 0; p < 16; p++) acc[16 * q + p] = c[p];
-    }
+    for (int q = 0; q < 4; q++) tile_f_steps(16 * q, kn, 64, a, b, acc + 16 * q);
 }
 
 /* mm_f16 over blocks of n (tb: n % 16 == 0; ggml: n % 64 == 0). Returns 0
