@@ -249,7 +249,7 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
  * floats (exact: the products and their order are the one-pass tiles'),
  * B rows of the packed block (both from the block's start). Always
  * inlined: with step and k0 constants, as fast as the loops it replaced
- * (bench/attnbench, interleaved; called, 5% slower). */
+ * (bench/attnbench.c, interleaved; called, 5% slower). */
 static inline __attribute__((always_inline)) void tile_f_steps(int k0, int kn, int step, const float *const a[4],
                                                                const float *const b[4], __m512 *acc) {
     __m512 c[16];
