@@ -1228,7 +1228,7 @@ static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int 
         cudaError_t e = cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
         if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test matmul");
     }
-    if (!rc && rows >= 3 && T <= 4) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, err); /* decode sizes */
+    if (!rc && rows >= 3 && T <= 8) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, err); /* decode sizes */
     for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
     free(m.allocs);
     return rc;

@@ -777,10 +777,25 @@ k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n
 #define Q4D_SLOT (8 * 2 * 144)    /* a chunk: 8 rows x 2 super-blocks */
 #define Q4D_PIECES (Q4D_SLOT / 16) /* 16-byte copies a chunk: 144, 18 a row */
 
-/* Shared memory of a launch of nw warps with rings of S chunks (the
- * depth and the warps: ring_shape) */
-static size_t q4d_smem(int T, int nb, int nw, int S) {
-    return (size_t)nw * S * Q4D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+/* The activation rows of a ring launch are staged in windows of ws
+ * super-blocks (all nb in one when they fit: ws >= nb), window w in
+ * buffer w & 1: the launch keeps the shared memory of two windows, so
+ * several tokens' long rows (FFN down) leave room for a second thread
+ * block an SM. A window w >= 1 starts with a barrier (every warp is done
+ * with window w - 1), after which the block stages window w + 1 into w -
+ * 1's buffer; its copies join the next ring group, complete S chunks
+ * later, so ws >= 2 S (a window takes ws / 2 chunks). */
+__host__ __device__ __forceinline__ int win_n(int nb, int ws) { return (nb + ws - 1) / ws; }
+
+/* bytes of one Q4_K window buffer: T tokens' ws blocks split into bytes
+ * (rows q4d_tsw words apart), bsums and d */
+__host__ __device__ __forceinline__ int q4d_tsw(int ws) { return ws * 64 + 8; }
+__host__ __device__ __forceinline__ size_t q4d_wbytes(int T, int ws) { return (size_t)T * (q4d_tsw(ws) * 4 + ws * 36); }
+
+/* Shared memory of a launch of nw warps with rings of S chunks and
+ * windows of ws blocks (the depth, the warps, the window: ring_shape) */
+static size_t q4d_smem(int T, int nb, int nw, int S, int ws) {
+    return (size_t)nw * S * Q4D_SLOT + (ws >= nb ? 1 : 2) * q4d_wbytes(T, ws < nb ? ws : nb);
 }
 
 /* Q4_K, four lanes a super-block: lane j's weights of one block in the
@@ -839,26 +854,106 @@ __device__ __forceinline__ void q4_group(const q4_words &w, const int8_t *aq, co
     *imin = (w.mn & 0xFF) * b01 + (w.mn >> 8) * b23;
 }
 
-template <bool LOGITS, int S> /* S: chunks in a warp's ring */
+/* One super-block of the warp's eight rows (slot: the ring's chunk, block
+ * e) on the int8 tensor cores, for up to eight tokens: the same integers
+ * and chain steps as q4_group's lanes. Per sub-block one mma.m16n8k32:
+ * A = the activations (row m: token m, rows 8-15 zero), B = the weights
+ * (column n: the warp's row n), so lane (g, q) receives token g's sums of
+ * rows 2q and 2q + 1 (C regs 0, 1). Lane q's k slots 4q..4q+3 and
+ * 16+4q..16+4q+3 hold the sub-block's bytes 8q..8q+3 and 8q+4..8q+7 (the
+ * same permutation on both sides: an exact integer sum does not depend on
+ * the order), so the weight words are one 8-byte read. aq: token g's 256
+ * bytes of the block, bs its bsums, ad its d; on: g < T; batch: g <
+ * n_batch (the CPU's step per 64 elements; otherwise one a block). */
+__device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *aq, const int16_t *bs, float ad,
+                                             bool on, bool batch, int g, int q, float c0[2], float c1[2]) {
+    const int M4 = 0x0F0F0F0F;
+    const uint8_t *xg = slot + g * 288; /* row g's block: this lane's B */
+    int Sc[2][2], Mn[2][2];             /* rows 2q, 2q + 1: scales and mins, a byte each */
+    float fd[2], fm[2];
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        const int4 hd = *(const int4 *)(slot + (2 * q + h) * 288);
+        const int sw[3] = {hd.y, hd.z, hd.w};
+        k4_unpack(sw, Sc[h], Mn[h]);
+        fd[h] = h2f((uint16_t)hd.x) * ad;
+        fm[h] = h2f((uint16_t)((unsigned)hd.x >> 16)) * ad;
+    }
+    int4 b0 = make_int4(0, 0, 0, 0), b1 = b0; /* bsums 0-7, 8-15 */
+    if (on) {
+        b0 = *(const int4 *)bs;
+        b1 = *(const int4 *)(bs + 8);
+    }
+    const int bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
+    int is[2] = {0, 0}, im[2] = {0, 0}; /* a block's integers (past n_batch) */
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+        const int2 wq = *(const int2 *)(xg + 16 + 32 * jj + 8 * q);
+        const int Blo[2] = {wq.x & M4, wq.y & M4}, Bhi[2] = {(wq.x >> 4) & M4, (wq.y >> 4) & M4};
+        int2 alo = make_int2(0, 0), ahi = alo;
+        if (on) {
+            alo = *(const int2 *)(aq + 64 * jj + 8 * q);
+            ahi = *(const int2 *)(aq + 64 * jj + 32 + 8 * q);
+        }
+        const int Alo[4] = {alo.x, 0, alo.y, 0}, Ahi[4] = {ahi.x, 0, ahi.y, 0};
+        int D0[4], D1[4];
+        mma_s8_c(D0, Alo, Blo, 0); /* sub-block 2 jj */
+        mma_s8_c(D1, Ahi, Bhi, 0); /* 2 jj + 1 */
+        const int b01 = (int)(int16_t)bw[2 * jj] + (bw[2 * jj] >> 16);
+        const int b23 = (int)(int16_t)bw[2 * jj + 1] + (bw[2 * jj + 1] >> 16);
+        const int wi = jj >> 1, k0 = 16 * (jj & 1), k1 = k0 + 8; /* byte shifts of sub-blocks 2jj, 2jj + 1 */
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int isum = ((Sc[h][wi] >> k0) & 0xFF) * D0[h] + ((Sc[h][wi] >> k1) & 0xFF) * D1[h];
+            const int imin = ((Mn[h][wi] >> k0) & 0xFF) * b01 + ((Mn[h][wi] >> k1) & 0xFF) * b23;
+            if (batch) {
+                c0[h] = fmaf((float)isum, fd[h], c0[h]);
+                c1[h] = fmaf((float)imin, fm[h], c1[h]);
+            } else {
+                is[h] += isum;
+                im[h] += imin;
+            }
+        }
+    }
+    if (!batch)
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            c0[h] = fmaf((float)is[h], fd[h], c0[h]);
+            c1[h] = fmaf((float)im[h], fm[h], c1[h]);
+        }
+}
+
+/* matrix gi and its row of row u of a grouped launch (u < the rows) */
+__device__ __forceinline__ int grp_row(const dec_grp &G, int u, int *gi) {
+    int g = 0;
+    while (g < G.n - 1 && u >= G.end[g]) g++;
+    *gi = g;
+    return u - (g ? G.end[g - 1] : 0);
+}
+
+/* MMA: the integers of 2-8 tokens on the int8 tensor cores
+ * (q4_mma_block) instead of dp4a; T <= DEC_MAX_T without. */
+template <bool LOGITS, int S, bool MMA> /* S: chunks in a warp's ring */
 __global__ void __launch_bounds__(256)
-k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n_batch, float lscale, float cap) {
+k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, int T, int n_batch, float lscale,
+             float cap) {
     /* dynamic shared memory: the warps' rings [warps][S][8 rows][2
-     * blocks][144], then the activation rows split: [T][nb][256] bytes,
-     * [T][nb][16] bsums, [T][nb] d */
+     * blocks][144], then one or two window buffers (win_n), each the
+     * activation rows' ws blocks split: [T][q4d_tsw words] of bytes (256 a
+     * block), [T][ws][16] bsums, [T][ws] d */
     extern __shared__ int4 s_dyn4[];
     uint8_t *base = (uint8_t *)s_dyn4;
     const int nw = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 2, j = lane & 3;
+    if (ws > nb) ws = nb;
+    const int tsw = q4d_tsw(ws), nwin = win_n(nb, ws);
     uint8_t *ring = base + warp * S * Q4D_SLOT;
-    int *s_a = (int *)(base + nw * S * Q4D_SLOT);
-    const int8_t *s_aq = (const int8_t *)s_a;
-    const int16_t *s_abs = (const int16_t *)(s_a + T * nb * 64);
-    const float *s_ad = (const float *)(s_a + T * nb * 72);
+    int *s_win = (int *)(base + nw * S * Q4D_SLOT);
+    const int wwords = (int)(q4d_wbytes(T, ws) / 4);
     const int R = G.end[G.n - 1];
     /* this lane's row (rows past the end: the last one, results unused) */
-    const int u = (blockIdx.x * nw + warp) * 8 + r, uu = u < R ? u : R - 1;
-    int gi = 0;
-    while (gi < G.n - 1 && uu >= G.end[gi]) gi++;
-    const int row = uu - (gi ? G.end[gi - 1] : 0);
+    const int u = (blockIdx.x * nw + warp) * 8 + r;
+    int gi;
+    const int row = grp_row(G, u < R ? u : R - 1, &gi);
     const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
     /* the copies of chunk 0 this lane makes: piece p = lane + 32 k of the
      * chunk is row p / 18's 16-byte word p % 18 */
@@ -884,42 +979,67 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
         }
         cp_commit(); /* empty groups past the end keep the count */
     };
+    /* window w's blocks by asynchronous word copies (no commit) */
+    auto stage = [&](int w) {
+        if (w >= nwin) return;
+        constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4); /* 73 words: d, 64 of qs, 8 of bsums */
+        int *bq = s_win + (w & 1) * wwords, *bs = bq + T * tsw, *bd = bs + T * ws * 8;
+        const int b0 = w * ws, cnt = nb - b0 < ws ? nb - b0 : ws;
+        for (int t = 0; t < T; t++) {
+            const int *sa = (const int *)(act + (size_t)t * act_stride) + (size_t)b0 * PER;
+            for (int i = threadIdx.x; i < cnt * PER; i += blockDim.x) {
+                const int bl = i / PER, k = i % PER;
+                int *d = k == 0 ? bd + t * ws + bl : k <= 64 ? bq + t * tsw + bl * 64 + k - 1 : bs + (t * ws + bl) * 8 + k - 65;
+                cp4(d, sa + i, true);
+            }
+        }
+    };
     for (int i = 0; i < S - 1; i++) issue(i);
     pdl_wait();
     pdl_launch();
-    {
-        /* asynchronous word copies: all of a thread's in flight at once */
-        constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4); /* 73 words: d, 64 of qs, 8 of bsums */
-        for (int i = threadIdx.x; i < T * nb * PER; i += blockDim.x) {
-            const int tb = i / PER, k = i % PER; /* token tb / nb, block tb % nb */
-            int *d = k == 0 ? s_a + T * nb * 72 + tb : k <= 64 ? s_a + tb * 64 + k - 1 : s_a + T * nb * 64 + tb * 8 + k - 65;
-            cp4(d, (const int *)(act + (size_t)(tb / nb) * act_stride) + (size_t)(tb % nb) * PER + k, true);
-        }
-        cp_commit();
-        cp_wait<0>(); /* and the first weight chunks, needed next anyway */
-    }
+    stage(0);
+    stage(1);
+    cp_commit();
+    cp_wait<0>(); /* and the first weight chunks, needed next anyway */
     __syncthreads();
-    float c0[DEC_MAX_T], c1[DEC_MAX_T]; /* the row's sum and min chains */
+    /* MMA: lane (g, q) = (r, j) keeps token g's chains of the warp's rows
+     * 2q, 2q + 1 (c0[h], c1[h]); dp4a: lane (r, j) keeps row r's chains of
+     * every token (c0[t], c1[t]) */
+    float c0[DEC_MAX_T], c1[DEC_MAX_T];
 #pragma unroll
     for (int t = 0; t < DEC_MAX_T; t++) c0[t] = c1[t] = 0;
-    for (int i = 0; i < nch; i++) {
+    for (int i = 0, w = 0; i < nch; i++) {
         issue(i + S - 1);
         cp_wait<S - 1>(); /* chunk i's group is complete */
+        if (2 * i == (w + 1) * ws) { /* window w + 1 begins */
+            w++;
+            __syncthreads();
+            stage(w + 1);
+        }
         __syncwarp();
-        const uint8_t *cs = ring + (i % S) * Q4D_SLOT + r * 288;
+        const int *wq = s_win + (w & 1) * wwords;
+        const int8_t *s_aq = (const int8_t *)wq;
+        const int16_t *s_abs = (const int16_t *)(wq + T * tsw);
+        const float *s_ad = (const float *)(wq + T * tsw + T * ws * 8);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
-            const int b = 2 * i + e;
+            const int b = 2 * i + e, bl = b - w * ws;
             if (b >= nb) break;
-            q4_words wq; /* once for every token */
-            q4_load(cs + 144 * e, j, &wq);
-            const float xd = h2f((uint16_t)wq.dd), xm = h2f((uint16_t)(wq.dd >> 16));
+            if constexpr (MMA) {
+                q4_mma_block(ring + (i % S) * Q4D_SLOT + 144 * e, s_aq + r * tsw * 4 + bl * 256,
+                             s_abs + (r * ws + bl) * 16, r < T ? s_ad[r * ws + bl] : 0.f, r < T, r < n_batch, r, j,
+                             c0, c1);
+                continue;
+            }
+            q4_words wv; /* once for every token */
+            q4_load(ring + (i % S) * Q4D_SLOT + r * 288 + 144 * e, j, &wv);
+            const float xd = h2f((uint16_t)wv.dd), xm = h2f((uint16_t)(wv.dd >> 16));
 #pragma unroll
             for (int t = 0; t < DEC_MAX_T; t++) {
                 if (t >= T) break;
-                const int tb = t * nb + b;
+                const int tb = t * ws + bl;
                 int v0, v1;
-                q4_group(wq, s_aq + (size_t)tb * 256, s_abs + tb * 16, j, &v0, &v1);
+                q4_group(wv, s_aq + t * tsw * 4 + bl * 256, s_abs + tb * 16, j, &v0, &v1);
                 const float ad = s_ad[tb];
                 const float fd = xd * ad, fm = xm * ad;
                 if (t < n_batch) { /* per 64 elements: the chain steps of groups 0..3 */
@@ -941,7 +1061,18 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
         __syncwarp(); /* the ring slot is free again */
     }
     cp_wait<0>();
-    if (u < R && j < T) {
+    if constexpr (MMA) {
+#pragma unroll
+        for (int h = 0; h < 2; h++) {
+            const int ur = (blockIdx.x * nw + warp) * 8 + 2 * j + h;
+            if (ur >= R || r >= T) continue;
+            int gr;
+            const int rw = grp_row(G, ur, &gr);
+            float v = c0[h] - c1[h];
+            if (LOGITS) v = logit_post(v, lscale, cap);
+            G.y[gr][(size_t)r * G.rows[gr] + rw] = v;
+        }
+    } else if (u < R && j < T) {
         /* lane j of the row writes token j's result: its chains are the
          * row's (every lane of a row holds the same) */
         float v = 0;
@@ -964,21 +1095,23 @@ k_mm_q4K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, in
 #define Q6D_ROW 448                   /* ring bytes a row of a chunk: 2 blocks, 16-byte words */
 #define Q6D_SLOT (4 * Q6D_ROW)
 
-static size_t q6d_smem(int T, int nb, int nw, int S) { /* nw warps of S chunks */
-    return (size_t)nw * S * Q6D_SLOT + (size_t)T * nb * sizeof(mu_block_q8_K);
+static size_t q6d_smem(int T, int nb, int nw, int S, int ws) { /* nw warps of S chunks, windows of ws blocks */
+    return (size_t)nw * S * Q6D_SLOT + (ws >= nb ? 1 : 2) * (size_t)T * (ws < nb ? ws : nb) * sizeof(mu_block_q8_K);
 }
 
 template <bool LOGITS, int S> /* S: chunks in a warp's ring */
 __global__ void __launch_bounds__(256)
-k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
+k_mm_q6K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
     /* dynamic shared memory: the warps' rings [warps][S][4 rows][448],
-     * then the activation rows [T][nb] */
+     * then one or two window buffers (as k_mm_q4K_dec's) of the
+     * activation rows' blocks [T][ws] */
     extern __shared__ int4 s_dyn4[];
     uint8_t *base = (uint8_t *)s_dyn4;
     const int nw = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 3, m = lane & 7;
+    if (ws > nb) ws = nb;
+    const int nwin = win_n(nb, ws);
     uint8_t *ring = base + warp * S * Q6D_SLOT;
-    int *s_a = (int *)(base + nw * S * Q6D_SLOT);
-    const mu_block_q8_K *s_act = (const mu_block_q8_K *)s_a;
+    mu_block_q8_K *s_win = (mu_block_q8_K *)(base + nw * S * Q6D_SLOT);
     const int R = G.end[G.n - 1];
     const int u = (blockIdx.x * nw + warp) * 4 + r, uu = u < R ? u : R - 1;
     int gi = 0;
@@ -1009,24 +1142,37 @@ k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, fl
         }
         cp_commit(); /* empty groups past the end keep the count */
     };
+    /* window w's blocks by asynchronous word copies (no commit) */
+    auto stage = [&](int w) {
+        if (w >= nwin) return;
+        const int b0 = w * ws, per = (nb - b0 < ws ? nb - b0 : ws) * (int)(sizeof(mu_block_q8_K) / 4);
+        int *d = (int *)(s_win + (w & 1) * T * ws);
+        for (int t = 0; t < T; t++) {
+            const int *sa = (const int *)((const mu_block_q8_K *)(act + (size_t)t * act_stride) + b0);
+            for (int i = threadIdx.x; i < per; i += blockDim.x) cp4(d + t * ws * 73 + i, sa + i, true);
+        }
+    };
     for (int i = 0; i < S - 1; i++) issue(i);
     pdl_wait();
     pdl_launch();
-    {
-        const int per = nb * (int)(sizeof(mu_block_q8_K) / 4);
-        for (int i = threadIdx.x; i < T * per; i += blockDim.x)
-            cp4(s_a + i, (const int *)(act + (size_t)(i / per) * act_stride) + i % per, true);
-        cp_commit();
-        cp_wait<0>();
-    }
+    stage(0);
+    stage(1);
+    cp_commit();
+    cp_wait<0>();
     __syncthreads();
     float c[DEC_MAX_T]; /* chain m of the row, per token */
 #pragma unroll
     for (int t = 0; t < DEC_MAX_T; t++) c[t] = 0;
-    for (int i = 0; i < nch; i++) {
+    for (int i = 0, w = 0; i < nch; i++) {
         issue(i + S - 1);
         cp_wait<S - 1>(); /* chunk i's group is complete */
+        if (2 * i == (w + 1) * ws) { /* window w + 1 begins (k_mm_q4K_dec) */
+            w++;
+            __syncthreads();
+            stage(w + 1);
+        }
         __syncwarp();
+        const mu_block_q8_K *s_act = s_win + (w & 1) * T * ws; /* [T][ws]: block b of token t at t * ws + b - w ws */
         const uint8_t *cs = ring + (i % S) * Q6D_SLOT + r * Q6D_ROW + (((uintptr_t)my + (size_t)i * 424) & 15);
 #pragma unroll
         for (int e = 0; e < 2; e++) {
@@ -1039,7 +1185,7 @@ k_mm_q6K_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, fl
 #pragma unroll
             for (int t = 0; t < DEC_MAX_T; t++) {
                 if (t >= T) break;
-                const mu_block_q8_K *ab = s_act + t * nb + b;
+                const mu_block_q8_K *ab = s_act + t * ws + b - w * ws;
                 c[t] = fmaf(ab->d * dx, (float)dec_q6_K(wv, x, ab, m), c[t]);
             }
         }
@@ -1505,11 +1651,11 @@ bool cu_pdl(void) {
 
 /* Shared memory of a ring launch of w's type and width for T tokens in
  * blocks of nw warps with rings of S chunks */
-static size_t ring_smem(const dtensor *w, int T, int nw, int S) {
+static size_t ring_smem(const dtensor *w, int T, int nw, int S, int ws) {
     switch (w->type) {
     case MU_T_Q8_0: case MU_T_NVFP4: return q8d_smem(w->type, T, q8d_nb(w->type, w->ne0), nw);
-    case MU_T_Q4_K: return q4d_smem(T, w->ne0 / 256, nw, S);
-    default: return q6d_smem(T, w->ne0 / 256, nw, S);
+    case MU_T_Q4_K: return q4d_smem(T, w->ne0 / 256, nw, S, ws);
+    default: return q6d_smem(T, w->ne0 / 256, nw, S, ws);
     }
 }
 
@@ -1519,10 +1665,14 @@ static void ring_init(void) {
     if (done) return;
     const int mx = dec2_smem_max();
 #define RING_ATTR(...) cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, mx)
-    RING_ATTR(k_mm_q4K_dec<false, 4>);
-    RING_ATTR(k_mm_q4K_dec<true, 4>);
-    RING_ATTR(k_mm_q4K_dec<false, 8>);
-    RING_ATTR(k_mm_q4K_dec<true, 8>);
+    RING_ATTR(k_mm_q4K_dec<false, 4, false>);
+    RING_ATTR(k_mm_q4K_dec<true, 4, false>);
+    RING_ATTR(k_mm_q4K_dec<false, 8, false>);
+    RING_ATTR(k_mm_q4K_dec<true, 8, false>);
+    RING_ATTR(k_mm_q4K_dec<false, 4, true>);
+    RING_ATTR(k_mm_q4K_dec<true, 4, true>);
+    RING_ATTR(k_mm_q4K_dec<false, 8, true>);
+    RING_ATTR(k_mm_q4K_dec<true, 8, true>);
     RING_ATTR(k_mm_q6K_dec<false, 4>);
     RING_ATTR(k_mm_q6K_dec<true, 4>);
     RING_ATTR(k_mm_q8_dec<MU_T_Q8_0, false, 4>);
@@ -1534,36 +1684,64 @@ static void ring_init(void) {
 }
 
 /* The shape of a ring launch of w's type and width for T tokens: warps
- * a thread block (*nw) and chunks a warp's ring (*S). Eight warps of four
- * chunks; Q4_K rows of more than 32 super-blocks (FFN down: few rows,
- * long) four warps of eight chunks (seven in flight). Deep rings for every
- * launch of fewer than 16 warps an SM measured slower (72.0 vs 78.7 tok/s
- * at 2048, bench/results/cuda-2026-12-02e); deep rings only where the
- * launch still runs in one wave (q, k, v, gate; wo) no faster at one token
- * and slower at four, and blocks of fewer warps for those no faster
- * either (bench/results/cuda-2026-12-03d). Where the block's shared
- * memory does not fit (several tokens' activation rows), four chunks and
- * half the warps, as often as needed (FFN down of four tokens: four warps
- * of four chunks, 166 us a launch against k_mm_dec2's 173 before); false:
- * not even one warp's fits. MUSER_CUDA_RING_WARPS=N (1, 2, 4): at most N
- * warps (to run the kernel test on smaller blocks). */
-static bool ring_shape(const dtensor *w, int T, int *nw, int *S) {
+ * a thread block (*nw), chunks a warp's ring (*S) and blocks an
+ * activation window (*ws; nb: one window). Eight warps of four chunks;
+ * Q4_K rows of more than 32 super-blocks (FFN down: few rows, long) four
+ * warps of eight chunks (seven in flight). Deep rings for every launch of
+ * fewer than 16 warps an SM measured slower (72.0 vs 78.7 tok/s at 2048,
+ * bench/results/cuda-2026-12-02e); deep rings only where the launch still
+ * runs in one wave (q, k, v, gate; wo) no faster at one token and slower
+ * at four, and blocks of fewer warps for those no faster either
+ * (bench/results/cuda-2026-12-03d). The first shape whose shared memory
+ * leaves room for two thread blocks an SM, with one window or the
+ * largest pair of windows that does (Q4_K, Q6_K: several tokens' long
+ * rows); else the first that fits at all, with half the warps and four
+ * chunks as often as needed; false: not even one warp's fits.
+ * MUSER_CUDA_RING_WARPS=N (1, 2, 4): at most N warps (to run the kernel
+ * test on smaller blocks). */
+static bool ring_shape(const dtensor *w, int T, int *nw, int *S, int *ws) {
     static const int max_nw = cu_env_digit("MUSER_CUDA_RING_WARPS", 8);
+    static size_t half = 0;
+    if (!half) {
+        int dev = 0, sm = 0;
+        cudaGetDevice(&dev);
+        if (cudaDeviceGetAttribute(&sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess) sm = 0;
+        half = sm > 2048 ? (size_t)sm / 2 - 1024 : 1; /* 1 KB an SM keeps per block */
+    }
     const size_t mx = (size_t)dec2_smem_max();
+    const int nb = w->ne0 / 256;
+    const bool win = w->type == MU_T_Q4_K || w->type == MU_T_Q6_K;
     ring_init();
-    *S = 8;
-    *nw = 4;
-    if (w->type == MU_T_Q4_K && w->ne0 / 256 > 32 && *nw <= max_nw && ring_smem(w, T, *nw, *S) <= mx) return true;
-    *S = 4;
-    for (*nw = max_nw < 8 ? max_nw : 8; *nw >= 1; *nw /= 2)
-        if (ring_smem(w, T, *nw, *S) <= mx) return true;
+    for (int pass = 0; pass < 2; pass++) {
+        const size_t budget = pass ? mx : half < mx ? half : mx;
+        for (int k = 0; k < 5; k++) {
+            /* (4, 8) for long Q4_K rows, then (8, 4), (4, 4), (2, 4), (1, 4) */
+            if (k == 0 && !(w->type == MU_T_Q4_K && nb > 32)) continue;
+            *S = k ? 4 : 8;
+            *nw = k ? 16 >> k : 4;
+            if (*nw > max_nw) continue;
+            *ws = nb;
+            if (ring_smem(w, T, *nw, *S, *ws) <= budget) return true;
+            if (!win) continue;
+            for (*ws = (nb - 1) & ~1; *ws >= 2 * *S; *ws -= 2)
+                if (ring_smem(w, T, *nw, *S, *ws) <= budget) return true;
+        }
+    }
     return false;
+}
+
+/* Q4_K's ring kernel computes the integers of T tokens on the tensor
+ * cores (2 <= T <= DEC_MMA_T; MUSER_CUDA_DEC_MMA=0: dp4a, T <= DEC_MAX_T) */
+#define DEC_MMA_T 8
+static bool dec_mma(const dtensor *w, int T) {
+    static const int on = cu_env_digit("MUSER_CUDA_DEC_MMA", 1);
+    return w->type == MU_T_Q4_K && T >= 2 && T <= DEC_MMA_T && on && cu_mma_ok();
 }
 
 /* the ring kernels take w for T tokens */
 static bool ring_ok(const dtensor *w, int T) {
-    int nw, S;
-    return T <= DEC_MAX_T && dec_ring(w->type) && ring_shape(w, T, &nw, &S);
+    int nw, S, ws;
+    return (T <= DEC_MAX_T || dec_mma(w, T)) && dec_ring(w->type) && ring_shape(w, T, &nw, &S, &ws);
 }
 
 /* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
@@ -1583,12 +1761,12 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     }
     G.n = n;
     const uint8_t *a = (const uint8_t *)act;
-    int nw = 0, S = 0;
-    if (!ring_shape(ws[0], T, &nw, &S)) return; /* ring_ok said it fits */
+    int nw = 0, S = 0, wb = 0;
+    if (!ring_shape(ws[0], T, &nw, &S, &wb)) return; /* ring_ok said it fits */
     const uint32_t ty = ws[0]->type;
     const int rpw = ty == MU_T_Q6_K ? 4 : 8; /* rows a warp */
     const dim3 grid((unsigned)((end + rpw * nw - 1) / (rpw * nw))), block(nw * 32);
-    const size_t sm = ring_smem(ws[0], T, nw, S);
+    const size_t sm = ring_smem(ws[0], T, nw, S, wb);
     if (ty == MU_T_Q8_0 || ty == MU_T_NVFP4) {
         const int nb = q8d_nb(ty, ws[0]->ne0);
         if (ty == MU_T_Q8_0 && logits) launch_pdl(k_mm_q8_dec<MU_T_Q8_0, true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
@@ -1599,13 +1777,17 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     }
     const int nb = ws[0]->ne0 / 256;
     if (ty == MU_T_Q4_K) {
-        if (S == 8 && logits) launch_pdl(k_mm_q4K_dec<true, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-        else if (S == 8) launch_pdl(k_mm_q4K_dec<false, 8>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-        else if (logits) launch_pdl(k_mm_q4K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
-        else launch_pdl(k_mm_q4K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, n_batch, lscale, cap);
+        typedef void (*q4k_fn)(dec_grp, int, int, const uint8_t *, size_t, int, int, float, float);
+        /* [mma][S == 8][logits] */
+        static const q4k_fn fns[2][2][2] = {
+            {{k_mm_q4K_dec<false, 4, false>, k_mm_q4K_dec<true, 4, false>},
+             {k_mm_q4K_dec<false, 8, false>, k_mm_q4K_dec<true, 8, false>}},
+            {{k_mm_q4K_dec<false, 4, true>, k_mm_q4K_dec<true, 4, true>},
+             {k_mm_q4K_dec<false, 8, true>, k_mm_q4K_dec<true, 8, true>}}};
+        launch_pdl(fns[dec_mma(ws[0], T)][S == 8][logits], grid, block, sm, st, G, nb, wb, a, act_stride, T, n_batch, lscale, cap);
     } else {
-        if (logits) launch_pdl(k_mm_q6K_dec<true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
-        else launch_pdl(k_mm_q6K_dec<false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        if (logits) launch_pdl(k_mm_q6K_dec<true, 4>, grid, block, sm, st, G, nb, wb, a, act_stride, T, lscale, cap);
+        else launch_pdl(k_mm_q6K_dec<false, 4>, grid, block, sm, st, G, nb, wb, a, act_stride, T, lscale, cap);
     }
 }
 

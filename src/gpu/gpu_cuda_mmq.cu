@@ -23,21 +23,6 @@
 /* the int x, from MAGIC_I + x (|x| < 2^22), exactly */
 __device__ __forceinline__ float magic_x(int d) { return __int_as_float(d) - MAGIC_F; }
 
-/* d = a b + c for c the same in all four (no copies of it into d first) */
-__device__ __forceinline__ void mma_s8_c(int d[4], const int a[4], const int b[2], int c) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
-        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
-}
-
-/* the 6-bit scales (S) and mins (M) of a Q4_K block, four bytes a word:
- * sub-blocks 0..3, then 4..7 */
-__device__ __forceinline__ void k4_unpack(const int w[3], int S[2], int M[2]) {
-    S[0] = w[0] & 0x3F3F3F3F;
-    M[0] = w[1] & 0x3F3F3F3F;
-    S[1] = (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030);
-    M[1] = ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030);
-}
 /* byte k of x (a scale, < 2^8), exactly as a float */
 __device__ __forceinline__ float byte_f(int x, int k) {
     return magic_x((int)__byte_perm((unsigned)x, (unsigned)MAGIC_I, 0x7650 | k));
@@ -360,7 +345,7 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
 
 /* int8 mma needs compute capability 8.0; MUSER_CUDA_NO_MMA=1 turns it off
  * (to compare the two paths) */
-static bool mma_ok(void) {
+bool cu_mma_ok(void) {
     static int ok = -1;
     if (ok < 0) {
         int dev = 0, major = 0;
@@ -390,7 +375,7 @@ static void q4K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, 
 }
 
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
-    if (!mma_ok()) return false;
+    if (!cu_mma_ok()) return false;
     const int rows = w->ne1, n = w->ne0;
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
     if (w->type == MU_T_Q4_K) {

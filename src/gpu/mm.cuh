@@ -20,6 +20,21 @@ __device__ __forceinline__ int min_k4w(int j, const int w[3]) {
     return j < 4 ? ubyte(w, j + 4) & 63 : (ubyte(w, j + 4) >> 4) | ((ubyte(w, j) >> 6) << 4);
 }
 
+/* d = a b + c for c the same in all four (no copies of it into d first) */
+__device__ __forceinline__ void mma_s8_c(int d[4], const int a[4], const int b[2], int c) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
+}
+
+/* the 6-bit scales (S) and mins (M) of a Q4_K block, four bytes a word:
+ * sub-blocks 0..3, then 4..7 */
+__device__ __forceinline__ void k4_unpack(const int w[3], int S[2], int M[2]) {
+    S[0] = w[0] & 0x3F3F3F3F;
+    M[0] = w[1] & 0x3F3F3F3F;
+    S[1] = (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030);
+    M[1] = ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030);
+}
 /* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
  * zeros when !ok (src is not read then). */
 __device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
@@ -38,5 +53,9 @@ template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("c
  * types and sizes that have one (T > the decode kernels' tokens); false:
  * not taken, the caller runs another kernel. */
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y);
+
+/* int8 mma (compute capability 8.0) is there and not switched off
+ * (MUSER_CUDA_NO_MMA=1) */
+bool cu_mma_ok(void);
 
 #endif
