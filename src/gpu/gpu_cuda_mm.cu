@@ -856,35 +856,39 @@ __device__ __forceinline__ void q4_group(const q4_words &w, const int8_t *aq, co
 
 /* One super-block of the warp's eight rows (slot: the ring's chunk, block
  * e) on the int8 tensor cores, for up to eight tokens: the same integers
- * and chain steps as q4_group's lanes. Per sub-block one mma.m16n8k32:
- * A = the activations (row m: token m, rows 8-15 zero), B = the weights
- * (column n: the warp's row n), so lane (g, q) receives token g's sums of
- * rows 2q and 2q + 1 (C regs 0, 1). Lane q's k slots 4q..4q+3 and
- * 16+4q..16+4q+3 hold the sub-block's bytes 8q..8q+3 and 8q+4..8q+7 (the
- * same permutation on both sides: an exact integer sum does not depend on
- * the order), so the weight words are one 8-byte read. aq: token g's 256
- * bytes of the block, bs its bsums, ad its d; on: g < T; batch: g <
- * n_batch (the CPU's step per 64 elements; otherwise one a block). */
-__device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *aq, const int16_t *bs, float ad,
-                                             bool on, bool batch, int g, int q, float c0[2], float c1[2]) {
+ * and chain steps as q4_group's lanes. Per sub-block one
+ * mma.m16n8k32 of the sums: A = the activations (row m: token m, rows
+ * 8-15 zero), B = the weights (column n: the warp's row n), so lane (g, q)
+ * receives token g's sums of rows 2q and 2q + 1 (C regs 0, 1). Lane q's k
+ * slots 4q..4q+3 and 16+4q..16+4q+3 hold the sub-block's bytes 8q..8q+3
+ * and 8q+4..8q+7 (the same permutation on both sides: an exact integer sum
+ * does not depend on the order), so the weight words are one 8-byte read.
+ * The min part of a group is two more, accumulated: B = the sub-block's
+ * 6-bit min in every byte, so the product is min x the activations' sum
+ * (the CPU's min x bsum pair). aq: token g's 256 bytes of the block, ad
+ * its d; on: g < T; batch: g < n_batch (the CPU's step per 64 elements;
+ * otherwise one a block). */
+__device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *aq, float ad, bool on, bool batch,
+                                             int g, int q, float c0[2], float c1[2]) {
     const int M4 = 0x0F0F0F0F;
     const uint8_t *xg = slot + g * 288; /* row g's block: this lane's B */
-    int Sc[2][2], Mn[2][2];             /* rows 2q, 2q + 1: scales and mins, a byte each */
+    int Sc[2][2], Mn[2];                /* rows 2q, 2q + 1: scales, a byte each; row g: mins */
     float fd[2], fm[2];
 #pragma unroll
     for (int h = 0; h < 2; h++) {
         const int4 hd = *(const int4 *)(slot + (2 * q + h) * 288);
         const int sw[3] = {hd.y, hd.z, hd.w};
-        k4_unpack(sw, Sc[h], Mn[h]);
+        int mu[2];
+        k4_unpack(sw, Sc[h], mu);
         fd[h] = h2f((uint16_t)hd.x) * ad;
         fm[h] = h2f((uint16_t)((unsigned)hd.x >> 16)) * ad;
     }
-    int4 b0 = make_int4(0, 0, 0, 0), b1 = b0; /* bsums 0-7, 8-15 */
-    if (on) {
-        b0 = *(const int4 *)bs;
-        b1 = *(const int4 *)(bs + 8);
+    {
+        const int4 hg = *(const int4 *)xg;
+        const int sw[3] = {hg.y, hg.z, hg.w};
+        int su[2];
+        k4_unpack(sw, su, Mn);
     }
-    const int bw[8] = {b0.x, b0.y, b0.z, b0.w, b1.x, b1.y, b1.z, b1.w};
     int is[2] = {0, 0}, im[2] = {0, 0}; /* a block's integers (past n_batch) */
 #pragma unroll
     for (int jj = 0; jj < 4; jj++) {
@@ -896,22 +900,23 @@ __device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *
             ahi = *(const int2 *)(aq + 64 * jj + 32 + 8 * q);
         }
         const int Alo[4] = {alo.x, 0, alo.y, 0}, Ahi[4] = {ahi.x, 0, ahi.y, 0};
-        int D0[4], D1[4];
+        const int wi = jj >> 1, k0 = 2 * (jj & 1), k1 = k0 + 1; /* bytes of sub-blocks 2jj, 2jj + 1 */
+        const int m0 = byte_bcast(Mn[wi], k0), m1 = byte_bcast(Mn[wi], k1);
+        const int Bm0[2] = {m0, m0}, Bm1[2] = {m1, m1};
+        int D0[4], D1[4], Dm[4];
         mma_s8_c(D0, Alo, Blo, 0); /* sub-block 2 jj */
         mma_s8_c(D1, Ahi, Bhi, 0); /* 2 jj + 1 */
-        const int b01 = (int)(int16_t)bw[2 * jj] + (bw[2 * jj] >> 16);
-        const int b23 = (int)(int16_t)bw[2 * jj + 1] + (bw[2 * jj + 1] >> 16);
-        const int wi = jj >> 1, k0 = 16 * (jj & 1), k1 = k0 + 8; /* byte shifts of sub-blocks 2jj, 2jj + 1 */
+        mma_s8_c(Dm, Alo, Bm0, 0); /* the group's min part */
+        mma_s8(Dm, Ahi, Bm1);
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int isum = ((Sc[h][wi] >> k0) & 0xFF) * D0[h] + ((Sc[h][wi] >> k1) & 0xFF) * D1[h];
-            const int imin = ((Mn[h][wi] >> k0) & 0xFF) * b01 + ((Mn[h][wi] >> k1) & 0xFF) * b23;
+            const int isum = ((Sc[h][wi] >> (8 * k0)) & 0xFF) * D0[h] + ((Sc[h][wi] >> (8 * k1)) & 0xFF) * D1[h];
             if (batch) {
                 c0[h] = fmaf((float)isum, fd[h], c0[h]);
-                c1[h] = fmaf((float)imin, fm[h], c1[h]);
+                c1[h] = fmaf((float)Dm[h], fm[h], c1[h]);
             } else {
                 is[h] += isum;
-                im[h] += imin;
+                im[h] += Dm[h];
             }
         }
     }
@@ -1027,8 +1032,7 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
             if (b >= nb) break;
             if constexpr (MMA) {
                 q4_mma_block(ring + (i % S) * Q4D_SLOT + 144 * e, s_aq + r * tsw * 4 + bl * 256,
-                             s_abs + (r * ws + bl) * 16, r < T ? s_ad[r * ws + bl] : 0.f, r < T, r < n_batch, r, j,
-                             c0, c1);
+                             r < T ? s_ad[r * ws + bl] : 0.f, r < T, r < n_batch, r, j, c0, c1);
                 continue;
             }
             q4_words wv; /* once for every token */

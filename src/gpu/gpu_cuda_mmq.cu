@@ -27,15 +27,7 @@ __device__ __forceinline__ float magic_x(int d) { return __int_as_float(d) - MAG
 __device__ __forceinline__ float byte_f(int x, int k) {
     return magic_x((int)__byte_perm((unsigned)x, (unsigned)MAGIC_I, 0x7650 | k));
 }
-/* byte k of x in all four bytes */
-__device__ __forceinline__ int byte_bcast(int x, int k) { return (int)__byte_perm((unsigned)x, 0u, 0x1111 * k); }
 
-/* d = c + a b, the accumulator kept (chained sums) */
-__device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 
 /* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
  * into shared tiles: the quantized bytes (SW words per token) and d. All

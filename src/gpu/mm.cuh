@@ -27,6 +27,13 @@ __device__ __forceinline__ void mma_s8_c(int d[4], const int a[4], const int b[2
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(c));
 }
 
+/* d = c + a b, the accumulator kept (chained sums) */
+__device__ __forceinline__ void mma_s8(int c[4], const int a[4], const int b[2]) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
 /* the 6-bit scales (S) and mins (M) of a Q4_K block, four bytes a word:
  * sub-blocks 0..3, then 4..7 */
 __device__ __forceinline__ void k4_unpack(const int w[3], int S[2], int M[2]) {
@@ -35,6 +42,9 @@ __device__ __forceinline__ void k4_unpack(const int w[3], int S[2], int M[2]) {
     S[1] = (w[2] & 0x0F0F0F0F) | ((w[0] >> 2) & 0x30303030);
     M[1] = ((w[2] >> 4) & 0x0F0F0F0F) | ((w[1] >> 2) & 0x30303030);
 }
+/* byte k of x in all four bytes */
+__device__ __forceinline__ int byte_bcast(int x, int k) { return (int)__byte_perm((unsigned)x, 0u, 0x1111 * k); }
+
 /* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
  * zeros when !ok (src is not read then). */
 __device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
