@@ -865,18 +865,23 @@ __device__ __forceinline__ void q4_group(const q4_words &w, const int8_t *aq, co
  * does not depend on the order), so the weight words are one 8-byte read.
  * The min part of a group is two more, accumulated: B = the sub-block's
  * 6-bit min in every byte, so the product is min x the activations' sum
- * (the CPU's min x bsum pair). aq: token g's 256 bytes of the block, ad
- * its d; on: g < T; batch: g < n_batch (the CPU's step per 64 elements;
- * otherwise one a block). */
+ * (the CPU's min x bsum pair). DUP (at most four tokens): A's rows 4-7
+ * repeat rows 0-3, so lane (g, q) receives token g & 3's sums and keeps
+ * the chains of row 2q + (g >> 2) alone (no lane idle). aq: the lane's
+ * token's 256 bytes of the block, ad its d; on: the token is < T; batch:
+ * it is < n_batch (the CPU's step per 64 elements; otherwise one a
+ * block). The lane's chains: c0[h], c1[h] of row 2q + h (DUP: [0]). */
+template <bool DUP>
 __device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *aq, float ad, bool on, bool batch,
                                              int g, int q, float c0[2], float c1[2]) {
     const int M4 = 0x0F0F0F0F;
+    constexpr int NH = DUP ? 1 : 2;     /* the lane's rows */
     const uint8_t *xg = slot + g * 288; /* row g's block: this lane's B */
-    int Sc[2][2], Mn[2];                /* rows 2q, 2q + 1: scales, a byte each; row g: mins */
-    float fd[2], fm[2];
+    int Sc[NH][2], Mn[2];               /* the lane's rows: scales, a byte each; row g: mins */
+    float fd[NH], fm[NH];
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int4 hd = *(const int4 *)(slot + (2 * q + h) * 288);
+    for (int h = 0; h < NH; h++) {
+        const int4 hd = *(const int4 *)(slot + (2 * q + (DUP ? g >> 2 : h)) * 288);
         const int sw[3] = {hd.y, hd.z, hd.w};
         int mu[2];
         k4_unpack(sw, Sc[h], mu);
@@ -889,7 +894,7 @@ __device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *
         int su[2];
         k4_unpack(sw, su, Mn);
     }
-    int is[2] = {0, 0}, im[2] = {0, 0}; /* a block's integers (past n_batch) */
+    int is[NH] = {}, im[NH] = {}; /* a block's integers (past n_batch) */
 #pragma unroll
     for (int jj = 0; jj < 4; jj++) {
         const int2 wq = *(const int2 *)(xg + 16 + 32 * jj + 8 * q);
@@ -909,20 +914,22 @@ __device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *
         mma_s8_c(Dm, Alo, Bm0, 0); /* the group's min part */
         mma_s8(Dm, Ahi, Bm1);
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
-            const int isum = ((Sc[h][wi] >> (8 * k0)) & 0xFF) * D0[h] + ((Sc[h][wi] >> (8 * k1)) & 0xFF) * D1[h];
+        for (int h = 0; h < NH; h++) {
+            const bool hi = DUP ? g >= 4 : h; /* C reg 1: row 2q + 1 */
+            const int s0 = hi ? D0[1] : D0[0], s1 = hi ? D1[1] : D1[0], sm = hi ? Dm[1] : Dm[0];
+            const int isum = ((Sc[h][wi] >> (8 * k0)) & 0xFF) * s0 + ((Sc[h][wi] >> (8 * k1)) & 0xFF) * s1;
             if (batch) {
                 c0[h] = fmaf((float)isum, fd[h], c0[h]);
-                c1[h] = fmaf((float)Dm[h], fm[h], c1[h]);
+                c1[h] = fmaf((float)sm, fm[h], c1[h]);
             } else {
                 is[h] += isum;
-                im[h] += Dm[h];
+                im[h] += sm;
             }
         }
     }
     if (!batch)
 #pragma unroll
-        for (int h = 0; h < 2; h++) {
+        for (int h = 0; h < NH; h++) {
             c0[h] = fmaf((float)is[h], fd[h], c0[h]);
             c1[h] = fmaf((float)im[h], fm[h], c1[h]);
         }
@@ -1031,8 +1038,11 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
             const int b = 2 * i + e, bl = b - w * ws;
             if (b >= nb) break;
             if constexpr (MMA) {
-                q4_mma_block(ring + (i % S) * Q4D_SLOT + 144 * e, s_aq + r * tsw * 4 + bl * 256,
-                             r < T ? s_ad[r * ws + bl] : 0.f, r < T, r < n_batch, r, j, c0, c1);
+                const uint8_t *slot = ring + (i % S) * Q4D_SLOT + 144 * e;
+                const int t = T <= 4 ? r & 3 : r; /* the lane's token (q4_mma_block) */
+                const float ad = t < T ? s_ad[t * ws + bl] : 0.f;
+                if (T <= 4) q4_mma_block<true>(slot, s_aq + t * tsw * 4 + bl * 256, ad, t < T, t < n_batch, r, j, c0, c1);
+                else q4_mma_block<false>(slot, s_aq + t * tsw * 4 + bl * 256, ad, t < T, t < n_batch, r, j, c0, c1);
                 continue;
             }
             q4_words wv; /* once for every token */
@@ -1068,13 +1078,14 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     if constexpr (MMA) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
-            const int ur = (blockIdx.x * nw + warp) * 8 + 2 * j + h;
-            if (ur >= R || r >= T) continue;
+            if (T <= 4 && h) break;
+            const int t = T <= 4 ? r & 3 : r, ur = (blockIdx.x * nw + warp) * 8 + 2 * j + (T <= 4 ? r >> 2 : h);
+            if (ur >= R || t >= T) continue;
             int gr;
             const int rw = grp_row(G, ur, &gr);
             float v = c0[h] - c1[h];
             if (LOGITS) v = logit_post(v, lscale, cap);
-            G.y[gr][(size_t)r * G.rows[gr] + rw] = v;
+            G.y[gr][(size_t)t * G.rows[gr] + rw] = v;
         }
     } else if (u < R && j < T) {
         /* lane j of the row writes token j's result: its chains are the
