@@ -790,7 +790,9 @@ __host__ __device__ __forceinline__ int win_n(int nb, int ws) { return (nb + ws 
 /* bytes of one Q4_K window buffer: T tokens' ws blocks split into bytes
  * (rows q4d_tsw words apart), bsums and d */
 __host__ __device__ __forceinline__ int q4d_tsw(int ws) { return ws * 64 + 8; }
-__host__ __device__ __forceinline__ size_t q4d_wbytes(int T, int ws) { return (size_t)T * (q4d_tsw(ws) * 4 + ws * 36); }
+__host__ __device__ __forceinline__ size_t q4d_wbytes(int T, int ws) {
+    return ((size_t)T * (q4d_tsw(ws) * 4 + ws * 36) + 15) & ~(size_t)15; /* the second buffer 16-byte aligned */
+}
 
 /* Shared memory of a launch of nw warps with rings of S chunks and
  * windows of ws blocks (the depth, the warps, the window: ring_shape) */
@@ -911,7 +913,7 @@ __device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *
         int D0[4], D1[4], Dm[4];
         mma_s8_c(D0, Alo, Blo, 0); /* sub-block 2 jj */
         mma_s8_c(D1, Ahi, Bhi, 0); /* 2 jj + 1 */
-        mma_s8_c(Dm, Alo, Bm0, 0); /* the group's min part */
+        mma_s8_c(Dm, Alo, Bm0, MAGIC_I); /* the group's min part (< 2^22: a float by magic_x) */
         mma_s8(Dm, Ahi, Bm1);
 #pragma unroll
         for (int h = 0; h < NH; h++) {
@@ -920,10 +922,10 @@ __device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *
             const int isum = ((Sc[h][wi] >> (8 * k0)) & 0xFF) * s0 + ((Sc[h][wi] >> (8 * k1)) & 0xFF) * s1;
             if (batch) {
                 c0[h] = fmaf((float)isum, fd[h], c0[h]);
-                c1[h] = fmaf((float)sm, fm[h], c1[h]);
+                c1[h] = fmaf(magic_x(sm), fm[h], c1[h]);
             } else {
                 is[h] += isum;
-                im[h] += sm;
+                im[h] += sm - MAGIC_I;
             }
         }
     }

@@ -17,11 +17,6 @@
  * q = lane%4. */
 #include "mm.cuh"
 
-#define MAGIC_I 0x4B400000 /* the bits of 12582912.f = 1.5 x 2^23 */
-#define MAGIC_F 12582912.f
-
-/* the int x, from MAGIC_I + x (|x| < 2^22), exactly */
-__device__ __forceinline__ float magic_x(int d) { return __int_as_float(d) - MAGIC_F; }
 
 /* byte k of x (a scale, < 2^8), exactly as a float */
 __device__ __forceinline__ float byte_f(int x, int k) {

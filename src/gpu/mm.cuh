@@ -20,6 +20,12 @@ __device__ __forceinline__ int min_k4w(int j, const int w[3]) {
     return j < 4 ? ubyte(w, j + 4) & 63 : (ubyte(w, j + 4) >> 4) | ((ubyte(w, j) >> 6) << 4);
 }
 
+#define MAGIC_I 0x4B400000 /* the bits of 12582912.f = 1.5 x 2^23 */
+#define MAGIC_F 12582912.f
+
+/* the int x, from MAGIC_I + x (|x| < 2^22), exactly */
+__device__ __forceinline__ float magic_x(int d) { return __int_as_float(d) - MAGIC_F; }
+
 /* d = a b + c for c the same in all four (no copies of it into d first) */
 __device__ __forceinline__ void mma_s8_c(int d[4], const int a[4], const int b[2], int c) {
     asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%10,%10,%10};\n"

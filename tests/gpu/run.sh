@@ -27,6 +27,9 @@ fi
 
 echo "--- kernels"
 "$build/tests/gpu/test_gpu_kern" || rc=1
+# the dp4a decode ring for 2-4 Q4_K tokens (by default the tensor cores take them: docs/cuda.md)
+MUSER_CUDA_DEC_MMA=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[dec dp4a] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
 work=${GOLDEN_WORK:-$root/build/golden}
 mkdir -p "$work"
