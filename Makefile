@@ -39,7 +39,8 @@ LDFLAGS := -pthread $(SAN)
 # ISA kernel files get their flags and nothing else does.
 ISA_x86_64  := src/kern/kern_avx2.c src/kern/kern_avx512.c src/kern/attn_avx2.c src/kern/attn_avx512.c \
                src/kern/gemm_avx2.c src/kern/gemm_avx512.c src/kern/gemm_amx.c src/kern/gemm_amx_q8.c \
-               src/vision/vit_avx512.c src/kv/kvsha_avx512.c src/engine/rows_avx2.c
+               src/vision/vit_avx512.c src/kv/kvsha_avx512.c src/engine/rows_avx2.c \
+               src/engine/logits_avx2.c
 ISA_aarch64 := src/kern/kern_neon.c src/kern/attn_neon.c src/kern/gemm_neon.c
 ISA_ALL     := $(ISA_x86_64) $(ISA_aarch64)
 ISA_SRC     := $(wildcard $(ISA_$(ARCH)))
@@ -50,6 +51,7 @@ FLAGS_src/kern/gemm_avx512.c := $(FLAGS_src/kern/kern_avx512.c)
 FLAGS_src/vision/vit_avx512.c := $(FLAGS_src/kern/kern_avx512.c)
 FLAGS_src/kv/kvsha_avx512.c := -mavx512f -mavx512bw
 FLAGS_src/engine/rows_avx2.c := -mavx2
+FLAGS_src/engine/logits_avx2.c := -mavx2
 # the tile instructions are inline assembly: no AMX flag needed
 FLAGS_src/kern/gemm_amx.c    := $(FLAGS_src/kern/kern_avx512.c)
 FLAGS_src/kern/gemm_amx_q8.c := $(FLAGS_src/kern/kern_avx512.c)

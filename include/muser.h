@@ -482,6 +482,8 @@ int mu_sampler_new_model(const mu_sample_params *p, const mu_model *m, mu_sample
 void mu_sampler_free(mu_sampler *s);
 /* The whole chain over n_vocab logits (not modified). */
 int32_t mu_sampler_sample(mu_sampler *s, const float *logits);
+/* Every one of the n logits finite (no NaN, no infinity). */
+bool mu_logits_finite(const float *logits, int n);
 /* The chain split in two, for callers that mask logits in between
  * (structured output): adjust applies the history stages (logit bias,
  * penalties, DRY) in place; sample_adjusted runs the rest. */

@@ -15,6 +15,7 @@
 #include <float.h>
 #include <limits.h>
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -391,11 +392,46 @@ static int32_t mirostat(mu_sampler *s, arr *a) {
 
 /* ---- the chain --------------------------------------------------------- */
 
-static int argmax(const float *l, int n) {
+int mu_logits_argmax_ref(const float *l, int n) {
     int best = 0;
     for (int i = 1; i < n; i++)
         if (l[i] > l[best]) best = i;
     return best;
+}
+
+bool mu_logits_finite_ref(const float *l, int n) {
+    for (int i = 0; i < n; i++)
+        if (!isfinite(l[i])) return false;
+    return true;
+}
+
+/* the AVX2 scans on CPUs that have AVX2 (logits_avx2.c) */
+static bool scan_avx2(void) {
+#if defined(__x86_64__)
+    static atomic_int have = -1; /* samplers of several threads ask */
+    int h = atomic_load_explicit(&have, memory_order_relaxed);
+    if (h < 0) {
+        h = __builtin_cpu_supports("avx2");
+        atomic_store_explicit(&have, h, memory_order_relaxed);
+    }
+    return h;
+#else
+    return false;
+#endif
+}
+
+int mu_logits_argmax(const float *l, int n) {
+#if defined(__x86_64__)
+    if (scan_avx2()) return mu_logits_argmax_avx2(l, n);
+#endif
+    return mu_logits_argmax_ref(l, n);
+}
+
+bool mu_logits_finite(const float *l, int n) {
+#if defined(__x86_64__)
+    if (scan_avx2()) return mu_logits_finite_avx2(l, n);
+#endif
+    return mu_logits_finite_ref(l, n);
 }
 
 /* top-k straight from the logits: the k best, descending */
@@ -441,7 +477,7 @@ int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *l) {
     bool can_drop = (p->typical_p > 0 && p->typical_p < 1) || p->xtc_probability > 0 || p->dynatemp_range > 0;
     if (p->temp <= 0 && !can_drop) {
         s->n_post = 0;
-        s->post_only = argmax(l, s->n_vocab); /* llama.cpp: the others end at probability 0 */
+        s->post_only = mu_logits_argmax(l, s->n_vocab); /* llama.cpp: the others end at probability 0 */
         return s->post_only;
     }
     bool built = false;

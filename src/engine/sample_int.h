@@ -25,6 +25,18 @@ uint32_t mu_mt_next(mu_mt19937 *m);
 double mu_mt_double(mu_mt19937 *m);
 float mu_mt_float(mu_mt19937 *m);
 
+/* The scans of mu_logits_argmax and mu_logits_finite: the plain loops
+ * (the contract) and their AVX2 forms (logits_avx2.c, x86-64 CPUs with
+ * AVX2; sample_chain.c picks). argmax: the first index i with no l[j] >
+ * l[i] before the first larger value, exactly the loop `best = 0; for i:
+ * if (l[i] > l[best]) best = i` (a NaN in l[0] keeps 0; others never win). */
+int mu_logits_argmax_ref(const float *l, int n);
+bool mu_logits_finite_ref(const float *l, int n);
+int mu_logits_argmax_avx2(const float *l, int n);
+bool mu_logits_finite_avx2(const float *l, int n);
+/* greedy's pick over n logits (the best of the scans the CPU has) */
+int mu_logits_argmax(const float *l, int n);
+
 /* One candidate, as llama_token_data. */
 typedef struct {
     int32_t id;

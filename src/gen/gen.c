@@ -296,11 +296,10 @@ static int32_t grammar_pick(mu_gen *g, const float *logits, const char **why) {
 int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
     /* NaN or infinity in the logits comes from broken weights (or a broken
      * kernel): end with an error, never sample garbage */
-    for (int i = 0; i < g->n_vocab; i++)
-        if (!isfinite(logits[i])) {
-            *why = "engine: the model produced a non-finite logit (broken weights?)";
-            return -1;
-        }
+    if (!mu_logits_finite(logits, g->n_vocab)) {
+        *why = "engine: the model produced a non-finite logit (broken weights?)";
+        return -1;
+    }
     int32_t id;
     g->sampled = true;
     if (g->gm_err[0]) {

@@ -10,6 +10,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -412,8 +413,55 @@ static void test_greedy_and_params(void **state) {
     assert_int_equal(mu_sampler_new(&p, 4, &s, &err), MU_E_ARG);
 }
 
+/* The scans greedy and the finiteness check take: the AVX2 forms (where
+ * the CPU has AVX2) equal the plain loops on rows of every length up to
+ * 70 and a 200K-vocabulary row, with ties between lanes and in the tail,
+ * -0 and +0, -inf rows, NaN first and NaN later, +inf. */
+static uint32_t lcg(uint32_t *x) { return *x = *x * 1664525u + 1013904223u; }
+static void test_logit_scans(void **state) {
+    (void)state;
+    enum { BIG = 201088 };
+    float *l = malloc(BIG * sizeof *l);
+    assert_non_null(l);
+    uint32_t x = 7;
+    int cases = 0;
+    for (int kind = 0; kind < 9; kind++)
+        for (int n = 1; n <= 70 + BIG; n += n < 70 ? 1 : BIG) {
+            for (int i = 0; i < n; i++) /* few distinct values: ties everywhere */
+                l[i] = (float)(int)(lcg(&x) >> 28) - 8.0f;
+            const int at = (int)(lcg(&x) % (uint32_t)n), at2 = (int)(lcg(&x) % (uint32_t)n);
+            switch (kind) {
+            case 0: break;
+            case 1: l[at] = 100.0f, l[at2] = 100.0f; break;   /* the max twice */
+            case 2: for (int i = 0; i < n; i++) l[i] = i % 3 ? 0.0f : -0.0f; break;
+            case 3: for (int i = 0; i < n; i++) l[i] = -INFINITY; l[at] = at2 % 2 ? -INFINITY : -1.0f; break;
+            case 4: l[0] = NAN; break;
+            case 5: l[at] = NAN; l[at2] = 50.0f; break;
+            case 6: l[at] = INFINITY; break;
+            case 7: l[n - 1] = 1e30f; break;                  /* in the tail */
+            case 8: l[at] = -INFINITY; break;
+            }
+            assert_int_equal(mu_logits_argmax(l, n), mu_logits_argmax_ref(l, n));
+            assert_int_equal(mu_logits_finite(l, n), mu_logits_finite_ref(l, n));
+#if defined(__x86_64__)
+            if (__builtin_cpu_supports("avx2")) {
+                assert_int_equal(mu_logits_argmax_avx2(l, n), mu_logits_argmax_ref(l, n));
+                assert_int_equal(mu_logits_finite_avx2(l, n), mu_logits_finite_ref(l, n));
+            }
+#endif
+            cases++;
+        }
+    assert_int_equal(cases, 9 * 71);
+    /* the reference itself: first of ties, NaN never wins after l[0] */
+    const float t[] = {1, NAN, 3, 3, -0.0f, 3};
+    assert_int_equal(mu_logits_argmax_ref(t, 6), 2);
+    assert_false(mu_logits_finite_ref(t, 6));
+    free(l);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_logit_scans),
         cmocka_unit_test(test_generator),   cmocka_unit_test(test_dist_seeded), cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_penalties),   cmocka_unit_test(test_dry),         cmocka_unit_test(test_top_n_sigma),
         cmocka_unit_test(test_typical),     cmocka_unit_test(test_xtc),         cmocka_unit_test(test_min_keep),

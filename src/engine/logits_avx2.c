@@ -1,0 +1,55 @@
+/* logits_avx2.c: the two scans over a step's logits that every token
+ * takes, eight lanes at a time: the finiteness check and greedy's argmax
+ * (a 200K vocabulary is 0.8 MB a row, read once per token per slot).
+ * Owns: the AVX2 scans. Does not own: when they run (sample_chain.c
+ * checks the CPU) or what they must equal (mu_logits_argmax_ref and
+ * mu_logits_finite_ref, which test_sample compares them with). */
+#include <immintrin.h>
+#include <math.h>
+
+#include "sample_int.h"
+
+/* The first index of the largest value, as mu_logits_argmax_ref: lane k
+ * keeps the first index of its own largest value (ordered greater: NaN
+ * never wins, -0 and +0 tie), then the lanes meet (largest value, then
+ * smallest index) and the tail goes on from there. */
+int mu_logits_argmax_avx2(const float *l, int n) {
+    if (n < 16 || isnan(l[0])) return mu_logits_argmax_ref(l, n); /* NaN first: the reference keeps 0 */
+    __m256 bv = _mm256_set1_ps(-INFINITY);
+    __m256i bi = _mm256_set1_epi32(-1), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i step = _mm256_set1_epi32(8);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 v = _mm256_loadu_ps(l + i);
+        const __m256 gt = _mm256_cmp_ps(v, bv, _CMP_GT_OQ);
+        bv = _mm256_blendv_ps(bv, v, gt);
+        bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(idx), gt));
+        idx = _mm256_add_epi32(idx, step);
+    }
+    float vs[8];
+    int is[8];
+    _mm256_storeu_ps(vs, bv);
+    _mm256_storeu_si256((__m256i *)is, bi);
+    int best = -1;
+    for (int k = 0; k < 8; k++)
+        if (is[k] >= 0 && (best < 0 || vs[k] > l[best] || (vs[k] == l[best] && is[k] < best))) best = is[k];
+    if (best < 0) best = 0; /* nothing above -inf so far: l[0] is -inf, the reference's best still */
+    for (; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+/* Every value finite: no lane's exponent field all ones. */
+bool mu_logits_finite_avx2(const float *l, int n) {
+    const __m256i e = _mm256_set1_epi32(0x7f800000);
+    __m256i bad = _mm256_setzero_si256();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256i b = _mm256_loadu_si256((const __m256i *)(l + i));
+        bad = _mm256_or_si256(bad, _mm256_cmpeq_epi32(_mm256_and_si256(b, e), e));
+    }
+    if (!_mm256_testz_si256(bad, bad)) return false;
+    for (; i < n; i++)
+        if (!isfinite(l[i])) return false;
+    return true;
+}
