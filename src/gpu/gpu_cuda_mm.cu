@@ -769,10 +769,12 @@ k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n
  * 16-byte words: a Q4_K row is 144 bytes a block), S - 1 chunks in
  * flight. The first chunks are requested before the kernel waits for the
  * one before it (programmatic dependent launch: weights do not depend on
- * it); the activation rows are staged once per thread block after that
- * wait, by 4-byte cp.async copies (a Q8_K block is 292 bytes: no wider
- * alignment), all of them in flight at once, split so that each group's
- * 64 bytes are one aligned read. */
+ * it); the activation rows are staged by the thread block after that
+ * wait, in windows of super-blocks (below), by 4-byte cp.async copies (a
+ * Q8_K block is 292 bytes: no wider alignment), a window's all in flight
+ * at once, split so that each group's 64 bytes are one aligned read. With
+ * 2-8 tokens the integers come from the int8 tensor cores
+ * (q4_mma_block). */
 
 #define Q4D_SLOT (8 * 2 * 144)    /* a chunk: 8 rows x 2 super-blocks */
 #define Q4D_PIECES (Q4D_SLOT / 16) /* 16-byte copies a chunk: 144, 18 a row */
