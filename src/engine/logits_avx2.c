@@ -1,9 +1,10 @@
-/* logits_avx2.c: the two scans over a step's logits that every token
- * takes, eight lanes at a time: the finiteness check and greedy's argmax
- * (a 200K vocabulary is 0.8 MB a row, read once per token per slot).
+/* logits_avx2.c: the scans over a step's logits that every token takes,
+ * eight lanes at a time: the finiteness check, greedy's argmax and top-k's
+ * search for the next logit above its current k-th (a 200K vocabulary is
+ * 0.8 MB a row, read once per token per slot).
  * Owns: the AVX2 scans. Does not own: when they run (sample_chain.c
- * checks the CPU) or what they must equal (mu_logits_argmax_ref and
- * mu_logits_finite_ref, which test_sample compares them with). */
+ * checks the CPU) or what they must equal (the _ref loops of
+ * sample_chain.c, which test_sample compares them with). */
 #include <immintrin.h>
 #include <math.h>
 
@@ -52,4 +53,17 @@ bool mu_logits_finite_avx2(const float *l, int n) {
     for (; i < n; i++)
         if (!isfinite(l[i])) return false;
     return true;
+}
+
+/* The first index >= i whose value is above thr (ordered: NaN never is),
+ * or n. */
+int mu_logits_next_above_avx2(const float *l, int n, int i, float thr) {
+    const __m256 t = _mm256_set1_ps(thr);
+    for (; i + 8 <= n; i += 8) {
+        const int m = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(l + i), t, _CMP_GT_OQ));
+        if (m) return i + __builtin_ctz((unsigned)m);
+    }
+    for (; i < n; i++)
+        if (l[i] > thr) return i;
+    return n;
 }

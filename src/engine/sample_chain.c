@@ -434,6 +434,18 @@ bool mu_logits_finite(const float *l, int n) {
     return mu_logits_finite_ref(l, n);
 }
 
+int mu_logits_next_above_ref(const float *l, int n, int i, float thr) {
+    while (i < n && !(l[i] > thr)) i++;
+    return i;
+}
+
+int mu_logits_next_above(const float *l, int n, int i, float thr) {
+#if defined(__x86_64__)
+    if (scan_avx2()) return mu_logits_next_above_avx2(l, n, i, thr);
+#endif
+    return mu_logits_next_above_ref(l, n, i, thr);
+}
+
 /* top-k straight from the logits: the k best, descending */
 static void select_top(mu_sampler *s, const float *l, size_t k, arr *a) {
     if (k > 256) {
@@ -444,7 +456,7 @@ static void select_top(mu_sampler *s, const float *l, size_t k, arr *a) {
     size_t m = 0;
     mu_cand *out = s->cand;
     for (int i = 0; i < s->n_vocab; i++) {
-        if (m == k && !(l[i] > out[k - 1].logit)) continue;
+        if (m == k && (i = mu_logits_next_above(l, s->n_vocab, i, out[k - 1].logit)) == s->n_vocab) break;
         size_t j = m < k ? m++ : k - 1;
         while (j > 0 && l[i] > out[j - 1].logit) {
             out[j] = out[j - 1];

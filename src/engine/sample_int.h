@@ -36,6 +36,11 @@ int mu_logits_argmax_avx2(const float *l, int n);
 bool mu_logits_finite_avx2(const float *l, int n);
 /* greedy's pick over n logits (the best of the scans the CPU has) */
 int mu_logits_argmax(const float *l, int n);
+/* next_above: the first index >= i with l[index] > thr, or n (top-k's
+ * skip over the logits that cannot enter its list) */
+int mu_logits_next_above_ref(const float *l, int n, int i, float thr);
+int mu_logits_next_above_avx2(const float *l, int n, int i, float thr);
+int mu_logits_next_above(const float *l, int n, int i, float thr);
 
 /* One candidate, as llama_token_data. */
 typedef struct {

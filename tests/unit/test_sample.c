@@ -413,10 +413,12 @@ static void test_greedy_and_params(void **state) {
     assert_int_equal(mu_sampler_new(&p, 4, &s, &err), MU_E_ARG);
 }
 
-/* The scans greedy and the finiteness check take: the AVX2 forms (where
- * the CPU has AVX2) equal the plain loops on rows of every length up to
- * 70 and a 200K-vocabulary row, with ties between lanes and in the tail,
- * -0 and +0, -inf rows, NaN first and NaN later, +inf. */
+/* The scans greedy, top-k and the finiteness check take: the AVX2 forms
+ * (where the CPU has AVX2) equal the plain loops on rows of every length
+ * up to 70 and a 200K-vocabulary row, with ties between lanes and in the
+ * tail, -0 and +0, -inf rows, NaN first and NaN later, +inf, and top-k's
+ * search from every start against thresholds that are in the row, above
+ * it, -inf and NaN. */
 static uint32_t lcg(uint32_t *x) { return *x = *x * 1664525u + 1013904223u; }
 static void test_logit_scans(void **state) {
     (void)state;
@@ -443,10 +445,18 @@ static void test_logit_scans(void **state) {
             }
             assert_int_equal(mu_logits_argmax(l, n), mu_logits_argmax_ref(l, n));
             assert_int_equal(mu_logits_finite(l, n), mu_logits_finite_ref(l, n));
+            const float thr[] = {l[at], l[at2], 7.0f, 99.0f, -INFINITY, NAN, -0.0f};
+            for (int ti = 0; ti < 7; ti++)
+                for (int from = 0; from < n; from += n < 70 ? 1 : 4099)
+                    assert_int_equal(mu_logits_next_above(l, n, from, thr[ti]), mu_logits_next_above_ref(l, n, from, thr[ti]));
 #if defined(__x86_64__)
             if (__builtin_cpu_supports("avx2")) {
                 assert_int_equal(mu_logits_argmax_avx2(l, n), mu_logits_argmax_ref(l, n));
                 assert_int_equal(mu_logits_finite_avx2(l, n), mu_logits_finite_ref(l, n));
+                for (int ti = 0; ti < 7; ti++)
+                    for (int from = 0; from <= n; from += n < 70 ? 1 : 4099)
+                        assert_int_equal(mu_logits_next_above_avx2(l, n, from, thr[ti]),
+                                         mu_logits_next_above_ref(l, n, from, thr[ti]));
             }
 #endif
             cases++;
