@@ -405,9 +405,9 @@ bool mu_logits_finite_ref(const float *l, int n) {
     return true;
 }
 
+#if defined(__x86_64__)
 /* the AVX2 scans on CPUs that have AVX2 (logits_avx2.c) */
 static bool scan_avx2(void) {
-#if defined(__x86_64__)
     static atomic_int have = -1; /* samplers of several threads ask */
     int h = atomic_load_explicit(&have, memory_order_relaxed);
     if (h < 0) {
@@ -415,10 +415,8 @@ static bool scan_avx2(void) {
         atomic_store_explicit(&have, h, memory_order_relaxed);
     }
     return h;
-#else
-    return false;
-#endif
 }
+#endif
 
 int mu_logits_argmax(const float *l, int n) {
 #if defined(__x86_64__)
