@@ -428,7 +428,7 @@ static void test_logit_scans(void **state) {
     uint32_t x = 7;
     int cases = 0;
     for (int kind = 0; kind < 9; kind++)
-        for (int n = 1; n <= 70 + BIG; n += n < 70 ? 1 : BIG) {
+        for (int n = 1; n <= BIG; n += n < 70 ? 1 : BIG - 70) {
             for (int i = 0; i < n; i++) /* few distinct values: ties everywhere */
                 l[i] = (float)(int)(lcg(&x) >> 28) - 8.0f;
             const int at = (int)(lcg(&x) % (uint32_t)n), at2 = (int)(lcg(&x) % (uint32_t)n);
