@@ -10,29 +10,46 @@
 
 #include "sample_int.h"
 
-/* The first index of the largest value, as mu_logits_argmax_ref: lane k
- * keeps the first index of its own largest value (ordered greater: NaN
- * never wins, -0 and +0 tie), then the lanes meet (largest value, then
+/* One lane's step: keep v where it is greater (ordered: NaN never is). */
+static inline void amax_step(__m256 v, __m256i idx, __m256 *bv, __m256i *bi) {
+    const __m256 gt = _mm256_cmp_ps(v, *bv, _CMP_GT_OQ);
+    *bv = _mm256_blendv_ps(*bv, v, gt);
+    *bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(*bi), _mm256_castsi256_ps(idx), gt));
+}
+
+/* The first index of the largest value, as mu_logits_argmax_ref: each of
+ * 32 lanes (four chains of eight, so the compares do not wait on each
+ * other) keeps the first index of its own largest value (ordered greater:
+ * NaN never wins, -0 and +0 tie), then the lanes meet (largest value, then
  * smallest index) and the tail goes on from there. */
 int mu_logits_argmax_avx2(const float *l, int n) {
     if (n < 16 || isnan(l[0])) return mu_logits_argmax_ref(l, n); /* NaN first: the reference keeps 0 */
-    __m256 bv = _mm256_set1_ps(-INFINITY);
-    __m256i bi = _mm256_set1_epi32(-1), idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256i step = _mm256_set1_epi32(8);
-    int i = 0;
-    for (; i + 8 <= n; i += 8) {
-        const __m256 v = _mm256_loadu_ps(l + i);
-        const __m256 gt = _mm256_cmp_ps(v, bv, _CMP_GT_OQ);
-        bv = _mm256_blendv_ps(bv, v, gt);
-        bi = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(bi), _mm256_castsi256_ps(idx), gt));
-        idx = _mm256_add_epi32(idx, step);
+    __m256 bv[4];
+    __m256i bi[4], idx[4];
+    for (int c = 0; c < 4; c++) {
+        bv[c] = _mm256_set1_ps(-INFINITY);
+        bi[c] = _mm256_set1_epi32(-1);
+        idx[c] = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(8 * c));
     }
-    float vs[8];
-    int is[8];
-    _mm256_storeu_ps(vs, bv);
-    _mm256_storeu_si256((__m256i *)is, bi);
+    const __m256i step4 = _mm256_set1_epi32(32), step = _mm256_set1_epi32(8);
+    int i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int c = 0; c < 4; c++) {
+            amax_step(_mm256_loadu_ps(l + i + 8 * c), idx[c], &bv[c], &bi[c]);
+            idx[c] = _mm256_add_epi32(idx[c], step4);
+        }
+    for (; i + 8 <= n; i += 8) {
+        amax_step(_mm256_loadu_ps(l + i), idx[0], &bv[0], &bi[0]);
+        idx[0] = _mm256_add_epi32(idx[0], step);
+    }
+    float vs[32];
+    int is[32];
+    for (int c = 0; c < 4; c++) {
+        _mm256_storeu_ps(vs + 8 * c, bv[c]);
+        _mm256_storeu_si256((__m256i *)(is + 8 * c), bi[c]);
+    }
     int best = -1;
-    for (int k = 0; k < 8; k++)
+    for (int k = 0; k < 32; k++)
         if (is[k] >= 0 && (best < 0 || vs[k] > l[best] || (vs[k] == l[best] && is[k] < best))) best = is[k];
     if (best < 0) best = 0; /* nothing above -inf so far: l[0] is -inf, the reference's best still */
     for (; i < n; i++)
