@@ -277,6 +277,11 @@ const float *mu_session_logits(const mu_session *s, int i);
 size_t mu_session_state_bytes(const mu_session *s);
 int mu_session_state_save(const mu_session *s, void *buf, size_t cap, size_t *written, mu_err *err);
 int mu_session_state_load(mu_session *s, const void *buf, size_t n, mu_err *err);
+/* dst takes src's positions as a state_save and state_load would give them,
+ * cell for cell (on the device where the engine has one): two sessions of
+ * one engine with the same cells per layer (the same context does it), src
+ * not shifted. MU_E_ARG leaves dst alone; a device failure resets it. */
+int mu_session_copy(mu_session *dst, const mu_session *src, mu_err *err);
 
 /* Raw per-layer rows for external installers (KV packs, the prefill lane):
  * F16 K and V rows of n_head_kv*head_dim each, for positions [pos0, pos0+n). */

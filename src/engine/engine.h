@@ -103,6 +103,7 @@ struct mu_session {
     void *kv_map;       /* one anonymous mapping holding every layer */
     float *logits;      /* [n_logits_cap][n_vocab] */
     int n_logits_cap, n_logits;
+    bool logits_pinned; /* logits is page-locked (mu_gpu_host_alloc): the device writes it directly */
     mu_gpu_sess *gs;    /* the cells on the GPU (kc, vt unused) when the engine has one */
     int hi;             /* the most positions held since the last reset: which ring cells a
                            truncation emptied (shift.c builds the cell map from it) */
@@ -153,6 +154,8 @@ void mu_rows_tr16_avx2(const uint16_t *src, size_t ss, uint16_t *dst, size_t ds)
 
 /* GPU backend (forward_gpu.c): upload the weights, run one batch. */
 int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *user, mu_err *err);
+/* Frees the session's logits rows, page-locked or not (none left). */
+void mu_session_logits_free(mu_session *s);
 int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *err);
 
 /* GPT-J RoPE angles of one position (forward.c): cs[i], sn[i] for i < hd/2. */

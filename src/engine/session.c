@@ -87,8 +87,16 @@ void mu_session_free(mu_session *s) {
     free(s->rows);
     free(s->kc);
     free(s->vt);
-    mu_free(s->logits);
+    mu_session_logits_free(s);
     free(s);
+}
+
+void mu_session_logits_free(mu_session *s) {
+    if (s->logits_pinned) mu_gpu_host_free(s->logits);
+    else mu_free(s->logits);
+    s->logits = NULL;
+    s->logits_pinned = false;
+    s->n_logits_cap = 0;
 }
 
 int mu_session_n_past(const mu_session *s) { return s->n_past; }
@@ -333,6 +341,36 @@ int mu_session_state_save(const mu_session *s, void *buf, size_t cap, size_t *wr
         p += 2 * (size_t)cnt * rb * sizeof(mu_f16);
     }
     *written = (size_t)(p - (uint8_t *)buf);
+    return 0;
+}
+
+int mu_session_copy(mu_session *dst, const mu_session *src, mu_err *err) {
+    if (dst == src || dst->e != src->e) return mu_fail(err, MU_E_ARG, "session: a copy needs two sessions of one engine");
+    int rc = check_unshifted(src, err);
+    if (rc) return rc;
+    if (src->n_past > dst->n_ctx)
+        return mu_fail(err, MU_E_ARG, "session: copy: %d positions, the session's context is %d", src->n_past, dst->n_ctx);
+    const int nl = dst->e->m->info.n_layer;
+    for (int il = 0; il < nl; il++)
+        if (dst->rows[il] != src->rows[il])
+            return mu_fail(err, MU_E_ARG, "session: copy: layer %d has %d cells, the source's %d", il, dst->rows[il],
+                           src->rows[il]);
+    mu_shift_free(dst); /* every cell is replaced: back to cell == position */
+    if (dst->gs) rc = mu_gpu_sess_copy(dst->gs, src->gs, err);
+    else
+        for (int il = 0; il < nl; il++) {
+            const size_t n = (size_t)src->rows[il] * (size_t)src->e->n_kv * sizeof(mu_f16);
+            memcpy(dst->kc[il], src->kc[il], n);
+            memcpy(dst->vt[il], src->vt[il], n);
+        }
+    if (rc) {
+        mu_session_reset(dst);
+        return rc;
+    }
+    dst->n_past = src->n_past;
+    dst->hi = src->n_past;
+    dst->installed = true;
+    dst->n_logits = 0;
     return 0;
 }
 

@@ -53,9 +53,11 @@
  * thread; everything else only by the engine thread. */
 typedef struct {
     atomic_int refs;
+    int n;                /* the request's choices */
     int leader;           /* slot evaluating the prompt, -1 when none */
-    bool ready, failed;   /* state saved / cannot be shared (each job evaluates) */
-    void *state;
+    bool ready, failed;   /* prompt state there to take / cannot be shared (each job evaluates) */
+    int past;             /* the leader's positions after the prompt */
+    void *state;          /* that state as bytes when a member was still queued at ready, else NULL */
     size_t state_n;
     float *logits;        /* [n_vocab] after the prompt */
 } group;
@@ -894,9 +896,19 @@ static void group_join(mu_sched *s, int i) {
     if (!g || g->failed || sl->n_fed > 0) return;
     if (g->ready) {
         mu_err err;
+        /* the leader's session while it holds just the prompt (the step
+         * after group_publish, before the leader's first token is fed): a
+         * copy cell for cell, on the device where there is one; later, the
+         * saved bytes */
+        const int ld = g->leader;
+        const bool live = ld >= 0 && ld != i && s->slots[ld].job && s->slots[ld].job->grp == g &&
+                          mu_session_n_past(s->slots[ld].sess) == g->past;
         mu_session_reset(sl->sess);
         hist_cut(sl, 0);
-        if (mu_session_state_load(sl->sess, g->state, g->state_n, &err)) {
+        int rc = live      ? mu_session_copy(sl->sess, s->slots[ld].sess, &err)
+                 : g->state ? mu_session_state_load(sl->sess, g->state, g->state_n, &err)
+                            : -1;
+        if (rc) {
             g->failed = true; /* evaluate the prompt like a lone job */
             mu_session_reset(sl->sess);
             return;
@@ -916,22 +928,34 @@ static void group_join(mu_sched *s, int i) {
     else if (g->leader != i) sl->waiting = true;
 }
 
-/* Engine thread: the leader of a group finished its prompt; keep its state
- * and logits for the other members. */
+/* Engine thread: the leader of a group finished its prompt; keep its
+ * logits for the other members (and its state as bytes for one that is
+ * still queued). */
 static void group_publish(mu_sched *s, int i, const float *lg) {
     slot *sl = &s->slots[i];
     group *g = sl->job->grp;
     if (!g || g->ready || g->failed || g->leader != i) return;
-    size_t cap = mu_session_state_bytes(sl->sess), n = 0;
-    g->state = malloc(cap ? cap : 1);
     g->logits = malloc((size_t)s->n_vocab * sizeof *g->logits);
-    mu_err err;
-    if (!g->state || !g->logits || mu_session_state_save(sl->sess, g->state, cap, &n, &err)) {
+    if (!g->logits) {
         g->failed = true;
         return;
     }
     memcpy(g->logits, lg, (size_t)s->n_vocab * sizeof *g->logits);
-    g->state_n = n;
+    g->past = mu_session_n_past(sl->sess);
+    /* members in slots copy the leader's session at their next group_join,
+     * before the leader moves on; one still queued takes saved bytes */
+    int in_slots = 0;
+    for (int k = 0; k < s->o.n_slots; k++) in_slots += s->slots[k].job && s->slots[k].job->grp == g;
+    if (in_slots < g->n) {
+        size_t cap = mu_session_state_bytes(sl->sess), n = 0;
+        g->state = malloc(cap ? cap : 1);
+        mu_err err;
+        if (!g->state || mu_session_state_save(sl->sess, g->state, cap, &n, &err)) {
+            g->failed = true;
+            return;
+        }
+        g->state_n = n;
+    }
     g->ready = true;
 }
 
@@ -1798,6 +1822,7 @@ static int submit_jobs(mu_sched *s, const mu_gen_req *r, int n, mu_job **out, mu
         g = calloc(1, sizeof *g);
         if (!g) return mu_fail(err, MU_E_NOMEM, "sched: out of memory");
         atomic_init(&g->refs, n);
+        g->n = n;
         g->leader = -1;
     }
     for (int k = 0; k < n; k++) {

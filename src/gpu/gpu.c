@@ -121,6 +121,16 @@ void mu_gpu_sess_free(mu_gpu_sess *s) {
 
 int mu_gpu_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) { return g_plugin->forward(m, c, err); }
 
+void *mu_gpu_host_alloc(size_t bytes) { return mu_gpu_count() > 0 ? g_plugin->host_alloc(bytes) : NULL; }
+
+void mu_gpu_host_free(void *p) {
+    if (p) g_plugin->host_free(p);
+}
+
+int mu_gpu_sess_copy(mu_gpu_sess *dst, const mu_gpu_sess *src, mu_err *err) {
+    return g_plugin->sess_copy(dst, src, err);
+}
+
 int mu_gpu_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err) {
     return g_plugin->kv_get(s, il, cell0, n, k, v, err);
 }

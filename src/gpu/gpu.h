@@ -129,7 +129,16 @@ void mu_gpu_model_free(mu_gpu_model *m);
 int mu_gpu_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_err *err);
 void mu_gpu_sess_free(mu_gpu_sess *s);
 int mu_gpu_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err);
+/* Page-locked host memory of `bytes` (zeroed), or NULL where there is no
+ * device or the driver refuses. Output rows (mu_gpu_chunk.logits) that lie
+ * in it are written by the device directly, without a staging copy. Free
+ * with mu_gpu_host_free. */
+void *mu_gpu_host_alloc(size_t bytes);
+void mu_gpu_host_free(void *p);
 /* K and V rows of cells [cell0, cell0 + n) of layer il, as F16 [n][n_kv]. */
+/* Every cell of every layer of src into dst, on the device (two sessions
+ * of one model with the same rows per layer). */
+int mu_gpu_sess_copy(mu_gpu_sess *dst, const mu_gpu_sess *src, mu_err *err);
 int mu_gpu_kv_get(mu_gpu_sess *s, int il, int cell0, int n, uint16_t *k, uint16_t *v, mu_err *err);
 /* The reverse; never inside mu_gpu_chunk.on_layer. */
 int mu_gpu_kv_put(mu_gpu_sess *s, int il, int cell0, int n, const uint16_t *k, const uint16_t *v, mu_err *err);

@@ -397,6 +397,24 @@ static int p_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_er
     return 0;
 }
 
+static int p_sess_copy(mu_gpu_sess *dst, const mu_gpu_sess *src, mu_err *err) {
+    mu_gpu_model *m = dst->m;
+    if (src->m != m) return cu_fail(err, MU_E_ARG, "cuda: session copy between two models");
+    if (m->open) return cu_fail(err, MU_E_STATE, "cuda: session copy inside a streaming pass's layer callback");
+    for (int il = 0; il < m->d.n_layer; il++)
+        if (dst->rows[il] != src->rows[il])
+            return cu_fail(err, MU_E_ARG, "cuda: session copy: layer %d has %d cells, the source %d", il, dst->rows[il],
+                           src->rows[il]);
+    CU_CK(cudaSetDevice(m->dev), "set device");
+    for (int il = 0; il < m->d.n_layer; il++) {
+        const size_t n = (size_t)src->rows[il] * m->n_kv * 2;
+        CU_CK(cudaMemcpyAsync(dst->k[il], src->k[il], n, cudaMemcpyDeviceToDevice, m->st), "session copy");
+        CU_CK(cudaMemcpyAsync(dst->v[il], src->v[il], n, cudaMemcpyDeviceToDevice, m->st), "session copy");
+    }
+    CU_CK(cudaStreamSynchronize(m->st), "session copy");
+    return 0;
+}
+
 static int kv_check(mu_gpu_sess *s, int il, int cell0, int n, mu_err *err) {
     if (il < 0 || il >= s->m->d.n_layer || cell0 < 0 || n < 0 || cell0 + n > s->rows[il])
         return cu_fail(err, MU_E_ARG, "cuda: cells %d+%d out of range for layer %d", cell0, n, il);
@@ -962,6 +980,17 @@ static void graphs_clear(mu_gpu_model *m) {
     m->n_graphs = 0;
 }
 
+/* Whether host memory p is page-locked (the device copies into it
+ * directly). */
+static bool host_pinned(const void *p) {
+    cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    return a.type == cudaMemoryTypeHost;
+}
+
 /* Runs the pass from the graph captured for (T, n_out, max_span),
  * capturing it on first use. Scratch that moves (ensure_attn,
  * ensure_logits) clears the graphs. */
@@ -1112,9 +1141,22 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         int rc2 = graph_launch(m, T, n_out, (int)max_span, t_solo, out_solo, err);
         if (rc2) return rc2;
     }
-    if (n_out > 0)
-        CU_CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * D->n_vocab * 4, cudaMemcpyDeviceToHost, st),
-           "logits download");
+    /* logits: rows in page-locked memory straight from the device, a copy
+     * each (consecutive addresses may still be two allocations, which one
+     * copy must not span), the others through lg_h */
+    const size_t lrb = (size_t)D->n_vocab * 4;
+    bool staged[UB];
+    int n_staged = 0;
+    for (int r = 0; r < n_out; r++) {
+        float *dst = c->logits[r];
+        staged[r] = dst && !host_pinned(dst);
+        n_staged += staged[r];
+        if (dst && !staged[r])
+            CU_CK(cudaMemcpyAsync(dst, m->lg + (size_t)r * D->n_vocab, lrb, cudaMemcpyDeviceToHost, st),
+               "logits download");
+    }
+    if (n_staged)
+        CU_CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * lrb, cudaMemcpyDeviceToHost, st), "logits download");
     if (m->cap_n > 0)
         CU_CK(cudaMemcpyAsync(m->cap_h, m->cap_d, (size_t)m->cap_n * D->n_embd * 4, cudaMemcpyDeviceToHost, st),
            "capture download");
@@ -1142,7 +1184,7 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         c->prof[m->ev_ph[i]] += ms * 1e-3;
     }
     for (int r = 0; r < n_out; r++)
-        if (c->logits[r]) memcpy(c->logits[r], m->lg_h + (size_t)r * D->n_vocab, (size_t)D->n_vocab * 4);
+        if (staged[r]) memcpy(c->logits[r], m->lg_h + (size_t)r * D->n_vocab, lrb);
     for (int r = 0; r < m->cap_n; r++) memcpy(m->cap_dst[r], m->cap_h + (size_t)r * D->n_embd, (size_t)D->n_embd * 4);
     m->cap_n = 0;
     return 0;
@@ -1323,10 +1365,24 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
     return rc;
 }
 
+/* Page-locked and portable (any device's copies may use it), zeroed. */
+static void *p_host_alloc(size_t bytes) {
+    void *p = NULL;
+    if (cudaHostAlloc(&p, bytes, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: the caller falls back to pageable memory */
+        return NULL;
+    }
+    memset(p, 0, bytes);
+    return p;
+}
+
+static void p_host_free(void *p) { cudaFreeHost(p); }
+
 static const mu_gpu_plugin PLUGIN = {
     MU_GPU_PLUGIN_ABI, "cuda", p_count,  p_probe,  p_model_new,     p_model_free,   p_sess_new,
     p_sess_free,       p_forward, p_kv_get, p_kv_put, p_test_matmul, p_test_get_rows, p_test_attention,
     cu_vit_new,        cu_vit_free, cu_vit_encode, cu_vit_test_gemm, cu_vit_test_attn,
+    p_sess_copy,       p_host_alloc,  p_host_free,
 };
 
 extern "C" __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -7,7 +7,7 @@
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 8
+#define MU_GPU_PLUGIN_ABI 9
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus
@@ -41,6 +41,10 @@ typedef struct {
                          const float *res, bool gelu, float *y, mu_err *err);
     int (*vit_test_attn)(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
                          const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
+    /* page-locked host memory (ABI 9): NULL when the driver refuses */
+    int (*sess_copy)(mu_gpu_sess *dst, const mu_gpu_sess *src, mu_err *err);
+    void *(*host_alloc)(size_t bytes);
+    void (*host_free)(void *p);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

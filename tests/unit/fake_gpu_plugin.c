@@ -179,10 +179,24 @@ static int f_test_attention(int device, const mu_gpu_attn_case *c, float *out_pr
     return fail(err, MU_E_UNSUPPORTED, "no kernels");
 }
 
+static int f_sess_copy(mu_gpu_sess *dst, const mu_gpu_sess *src, mu_err *err) {
+    if (dst->m != src->m) return fail(err, MU_E_ARG, "session copy between two models");
+    for (int il = 0; il < src->m->n_layer; il++) {
+        if (dst->rows[il] != src->rows[il]) return fail(err, MU_E_ARG, "session copy: different cells");
+        memcpy(dst->k[il], src->k[il], (size_t)src->rows[il] * src->m->n_kv * 2);
+        memcpy(dst->v[il], src->v[il], (size_t)src->rows[il] * src->m->n_kv * 2);
+    }
+    return 0;
+}
+
+static void *f_host_alloc(size_t bytes) { return calloc(1, bytes); }
+static void f_host_free(void *p) { free(p); }
+
 static const mu_gpu_plugin PLUGIN = {
     MU_GPU_PLUGIN_ABI, "cuda",     f_count,  f_probe,  f_model_new,   f_model_free,    f_sess_new,
     f_sess_free,       f_forward, f_kv_get, f_kv_put, f_test_matmul, f_test_get_rows, f_test_attention,
     NULL,              NULL,      NULL,     NULL,     NULL, /* no vision encoder */
+    f_sess_copy,       f_host_alloc,  f_host_free,
 };
 
 __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -55,7 +55,8 @@ static double max_rel_diff(const float *a, const float *b, int n) {
     return md / mx;
 }
 
-/* Saving a session's state and loading it into a new one continues exactly. */
+/* Saving a session's state and loading it into a new one, or copying the
+ * session, continues exactly. */
 static void test_state_round_trip(void **state) {
     (void)state;
     mu_err err = {0};
@@ -93,9 +94,25 @@ static void test_state_round_trip(void **state) {
     buf[0] = 'M';
     assert_int_equal(mu_session_state_load(b, buf, n - 1, &err), MU_E_FORMAT);
     assert_int_equal(mu_session_n_past(b), 20);
+    /* a copy (n choices' members): continues as the source does, past its
+     * ring's wrap (n_swa 5); a context too short for it is refused */
+    mu_session *c, *d;
+    assert_int_equal(mu_session_new(E, 64, &c, &err), 0);
+    assert_int_equal(mu_session_new(E, 16, &d, &err), 0);
+    feed(c, ids, 3); /* cells to overwrite */
+    assert_int_equal(mu_session_copy(c, a, &err), 0);
+    assert_int_equal(mu_session_n_past(c), 20);
+    assert_int_equal(mu_session_copy(d, a, &err), MU_E_ARG);
+    int32_t more[3];
+    prompt(more, 3, 4);
+    feed(a, more, 3);
+    feed(c, more, 3);
+    assert_memory_equal(mu_session_logits(a, -1), mu_session_logits(c, -1), (size_t)V * sizeof(float));
     free(buf);
     mu_session_free(a);
     mu_session_free(b);
+    mu_session_free(c);
+    mu_session_free(d);
 }
 
 /* Truncating and re-feeding gives the same next-token distribution (within
