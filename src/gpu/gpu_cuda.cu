@@ -39,7 +39,7 @@ typedef struct {
 #define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
 #define MAX_GRAPHS 32
 typedef struct {
-    int T, n_out, max_span, t_solo, out_solo, attn_mode;
+    int T, n_out, max_span, swa_span, t_solo, out_solo, attn_mode;
     uint64_t cap_mask; /* the layers the pass captures (cap_prepare), 0: none */
     cudaGraphExec_t exec;
 } pass_graph;
@@ -879,9 +879,11 @@ static void cap_layer(mu_gpu_model *m, cudaStream_t st, int il, int T, const flo
 
 /* Every kernel of one pass over a chunk whose inputs are on the device.
  * Only the arguments decide the launches, so a pass can be captured once
- * as a graph and replayed (graph_launch). */
-static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_solo, int out_solo, bool prof,
-                        bool stream, bool rows) {
+ * as a graph and replayed (graph_launch). max_span, swa_span: the most
+ * cells of the sessions' full, resp. sliding, layers (a layer's attention
+ * is launched for its own kind's: a sliding layer's ring is short). */
+static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int swa_span, int t_solo, int out_solo,
+                        bool prof, bool stream, bool rows) {
     const mu_gpu_model_desc *D = &m->d;
     const int E = D->n_embd, F = D->n_ff, nl = D->n_layer, hd = D->head_dim;
     cudaStream_t st = m->st;
@@ -916,7 +918,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
         }
         mark(m, prof, PH_ROPE);
         cu_attn_args aa = {T, D->n_head, D->n_head_kv, hd, D->n_swa, m->swa[il], m->q, m->g, a, m->in_d->pos,
-                           m->in_d->batch, m->in_d->sess, m->kv_d + (size_t)il * UB, max_span, m->scores,
+                           m->in_d->batch, m->in_d->sess, m->kv_d + (size_t)il * UB, m->swa[il] ? swa_span : max_span, m->scores,
                            m->chunk_sums, m->attn_mode, m->lanes};
         cu_attention(st, &aa);
         mark(m, prof, PH_ATTN);
@@ -991,13 +993,14 @@ static bool host_pinned(const void *p) {
     return a.type == cudaMemoryTypeHost;
 }
 
-/* Runs the pass from the graph captured for (T, n_out, max_span),
+/* Runs the pass from the graph captured for (T, n_out, the spans),
  * capturing it on first use. Scratch that moves (ensure_attn,
  * ensure_logits) clears the graphs. */
-static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_solo, int out_solo, mu_err *err) {
+static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int swa_span, int t_solo, int out_solo,
+                        mu_err *err) {
     for (int i = 0; i < m->n_graphs; i++) {
         pass_graph *g = &m->graphs[i];
-        if (g->T == T && g->n_out == n_out && g->max_span == max_span && g->t_solo == t_solo &&
+        if (g->T == T && g->n_out == n_out && g->max_span == max_span && g->swa_span == swa_span && g->t_solo == t_solo &&
             g->out_solo == out_solo && g->attn_mode == m->attn_mode && g->cap_mask == m->cap_mask) {
             CU_CK(cudaGraphLaunch(g->exec, m->st), "graph launch");
             return 0;
@@ -1006,7 +1009,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     if (m->n_graphs == MAX_GRAPHS) graphs_clear(m);
     cudaGraph_t graph;
     CU_CK(cudaStreamBeginCapture(m->st, cudaStreamCaptureModeThreadLocal), "graph capture");
-    launch_pass(m, T, n_out, max_span, t_solo, out_solo, false, false, false);
+    launch_pass(m, T, n_out, max_span, swa_span, t_solo, out_solo, false, false, false);
     CU_CK(cudaStreamEndCapture(m->st, &graph), "graph capture");
     pass_graph *g = &m->graphs[m->n_graphs];
     cudaError_t e = cudaGraphInstantiate(&g->exec, graph, 0);
@@ -1015,6 +1018,7 @@ static int graph_launch(mu_gpu_model *m, int T, int n_out, int max_span, int t_s
     g->T = T;
     g->n_out = n_out;
     g->max_span = max_span;
+    g->swa_span = swa_span;
     g->t_solo = t_solo;
     g->out_solo = out_solo;
     g->attn_mode = m->attn_mode;
@@ -1074,7 +1078,7 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     int n_sess = 0, n_out = 0;
     mu_gpu_sess *sl[UB];
     size_t max_span = 0;
-    int n_rows = 0;
+    int swa_span = 0, n_rows = 0;
     for (int t = 0; t < T; t++) {
         in->tok[t] = c->tokens[t];
         in->pos[t] = c->pos[t];
@@ -1114,6 +1118,7 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
             L->v = sl[s]->v[il];
             L->rows = sl[s]->rows[il];
             if ((size_t)L->rows > max_span) max_span = (size_t)L->rows;
+            if (m->swa[il] && L->rows > swa_span) swa_span = L->rows;
         }
     rc = ensure_attn(m, (size_t)T * D->n_head * max_span, err);
     if (rc) return rc;
@@ -1134,11 +1139,11 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     /* graphs: token-only passes, captures only with their layers in the key (cap_mask) */
     if (prof || stream || n_rows > 0 || (m->cap_n > 0 && !m->cap_mask) || T > GRAPH_MAX_T) {
         m->rec_err = cudaSuccess;
-        launch_pass(m, T, n_out, (int)max_span, t_solo, out_solo, prof, stream, n_rows > 0);
+        launch_pass(m, T, n_out, (int)max_span, swa_span, t_solo, out_solo, prof, stream, n_rows > 0);
     } else {
         /* small batches (decode) replay a captured graph: the pass's
          * launches cost more than its kernels there */
-        int rc2 = graph_launch(m, T, n_out, (int)max_span, t_solo, out_solo, err);
+        int rc2 = graph_launch(m, T, n_out, (int)max_span, swa_span, t_solo, out_solo, err);
         if (rc2) return rc2;
     }
     /* logits: rows in page-locked memory straight from the device, a copy

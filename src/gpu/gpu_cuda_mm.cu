@@ -939,6 +939,79 @@ __device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *
         }
 }
 
+/* q4_mma_block with the weights as A (MM 2, the default): the same
+ * integers and chain steps, and no register of an mma operand is a
+ * constant (activations as A leave rows 8-15 zero, and the compiler
+ * assembled {x, 0, y, 0} and zeroed accumulators by register moves around
+ * every mma: a fifth of the kernel's instructions). Per sub-block pair jj
+ * (sub-blocks 2jj, 2jj + 1: the low and the high nibbles of the same 32
+ * bytes) A = the warp's row g in rows g (low nibbles) and g + 8 (high), k
+ * slots as in q4_mma_block (lane q: bytes 8q..8q+7), B1 and B2 = the
+ * tokens' activations of sub-block 2jj, resp. 2jj + 1 (column n: token n;
+ * zero past T). D1 = A B1 holds row g's low sums (tokens 2q, 2q + 1) in
+ * regs 0, 1, D2 = A B2 its high sums in regs 2, 3 (the other halves pair
+ * low with high: unused); the min parts likewise with A = the sub-blocks'
+ * mins in every byte. Lane (g, q) keeps row g's chains of tokens 2q and
+ * 2q + 1 (c0[k], c1[k]). aq: token g's 256 bytes of the block (the lane's
+ * B), ad[k]: token 2q + k's d (0 past T), batch[k]: that token is <
+ * n_batch. */
+__device__ __forceinline__ void q4_mma_wa(const uint8_t *slot, const int8_t *aq, bool on, const float ad[2],
+                                          const bool batch[2], int g, int q, float c0[2], float c1[2]) {
+    const int M4 = 0x0F0F0F0F;
+    const uint8_t *xg = slot + g * 288; /* row g's block */
+    int Sc[2], Mn[2];
+    float fd[2], fm[2];
+    {
+        const int4 hd = *(const int4 *)xg;
+        const int sw[3] = {hd.y, hd.z, hd.w};
+        k4_unpack(sw, Sc, Mn);
+        const float xd = h2f((uint16_t)hd.x), xm = h2f((uint16_t)((unsigned)hd.x >> 16));
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            fd[k] = xd * ad[k];
+            fm[k] = xm * ad[k];
+        }
+    }
+    int is[2] = {}, im[2] = {}; /* a block's integers (past n_batch) */
+#pragma unroll
+    for (int jj = 0; jj < 4; jj++) {
+        const int2 wq = *(const int2 *)(xg + 16 + 32 * jj + 8 * q);
+        const int A[4] = {wq.x & M4, (wq.x >> 4) & M4, wq.y & M4, (wq.y >> 4) & M4};
+        int2 blo = make_int2(0, 0), bhi = blo;
+        if (on) {
+            blo = *(const int2 *)(aq + 64 * jj + 8 * q);
+            bhi = *(const int2 *)(aq + 64 * jj + 32 + 8 * q);
+        }
+        const int B1[2] = {blo.x, blo.y}, B2[2] = {bhi.x, bhi.y};
+        const int wi = jj >> 1, k0 = 2 * (jj & 1), k1 = k0 + 1; /* bytes of sub-blocks 2jj, 2jj + 1 */
+        const int mlo = byte_bcast(Mn[wi], k0), mhi = byte_bcast(Mn[wi], k1);
+        const int Am[4] = {mlo, mhi, mlo, mhi};
+        int D1[4], D2[4], Dm1[4], Dm2[4];
+        mma_s8_c(D1, A, B1, 0);
+        mma_s8_c(D2, A, B2, 0);
+        mma_s8_c(Dm1, Am, B1, MAGIC_I); /* the pair's min part (< 2^22: a float by magic_x) */
+        mma_s8_c(Dm2, Am, B2, 0);
+        const int slo = (Sc[wi] >> (8 * k0)) & 0xFF, shi = (Sc[wi] >> (8 * k1)) & 0xFF;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int isum = slo * D1[k] + shi * D2[2 + k], sm = Dm1[k] + Dm2[2 + k];
+            if (batch[k]) {
+                c0[k] = fmaf((float)isum, fd[k], c0[k]);
+                c1[k] = fmaf(magic_x(sm), fm[k], c1[k]);
+            } else {
+                is[k] += isum;
+                im[k] += sm - MAGIC_I;
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 2; k++)
+        if (!batch[k]) {
+            c0[k] = fmaf((float)is[k], fd[k], c0[k]);
+            c1[k] = fmaf((float)im[k], fm[k], c1[k]);
+        }
+}
+
 /* matrix gi and its row of row u of a grouped launch (u < the rows) */
 __device__ __forceinline__ int grp_row(const dec_grp &G, int u, int *gi) {
     int g = 0;
@@ -947,9 +1020,10 @@ __device__ __forceinline__ int grp_row(const dec_grp &G, int u, int *gi) {
     return u - (g ? G.end[g - 1] : 0);
 }
 
-/* MMA: the integers of 2-8 tokens on the int8 tensor cores
- * (q4_mma_block) instead of dp4a; T <= DEC_MAX_T without. */
-template <bool LOGITS, int S, bool MMA> /* S: chunks in a warp's ring */
+/* MM: the integers of 2-8 tokens on the int8 tensor cores, 2: weights as
+ * A (q4_mma_wa), 1: activations as A (q4_mma_block); 0: dp4a, T <=
+ * DEC_MAX_T. */
+template <bool LOGITS, int S, int MM> /* S: chunks in a warp's ring */
 __global__ void __launch_bounds__(256)
 k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, int T, int n_batch, float lscale,
              float cap) {
@@ -1018,9 +1092,10 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     cp_commit();
     cp_wait<0>(); /* and the first weight chunks, needed next anyway */
     __syncthreads();
-    /* MMA: lane (g, q) = (r, j) keeps token g's chains of the warp's rows
-     * 2q, 2q + 1 (c0[h], c1[h]); dp4a: lane (r, j) keeps row r's chains of
-     * every token (c0[t], c1[t]) */
+    /* MM 2: lane (g, q) = (r, j) keeps row g's chains of tokens 2q, 2q + 1
+     * (c0[k], c1[k]); MM 1: token g's chains of the warp's rows 2q, 2q + 1
+     * (c0[h], c1[h]); dp4a: lane (r, j) keeps row r's chains of every token
+     * (c0[t], c1[t]) */
     float c0[DEC_MAX_T], c1[DEC_MAX_T];
 #pragma unroll
     for (int t = 0; t < DEC_MAX_T; t++) c0[t] = c1[t] = 0;
@@ -1041,7 +1116,14 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
         for (int e = 0; e < 2; e++) {
             const int b = 2 * i + e, bl = b - w * ws;
             if (b >= nb) break;
-            if constexpr (MMA) {
+            if constexpr (MM == 2) {
+                const uint8_t *slot = ring + (i % S) * Q4D_SLOT + 144 * e;
+                const float ad[2] = {2 * j < T ? s_ad[2 * j * ws + bl] : 0.f, 2 * j + 1 < T ? s_ad[(2 * j + 1) * ws + bl] : 0.f};
+                const bool bt[2] = {2 * j < n_batch, 2 * j + 1 < n_batch};
+                q4_mma_wa(slot, s_aq + (r < T ? r : 0) * tsw * 4 + bl * 256, r < T, ad, bt, r, j, c0, c1);
+                continue;
+            }
+            if constexpr (MM == 1) {
                 const uint8_t *slot = ring + (i % S) * Q4D_SLOT + 144 * e;
                 const int t = T <= 4 ? r & 3 : r; /* the lane's token (q4_mma_block) */
                 const float ad = t < T ? s_ad[t * ws + bl] : 0.f;
@@ -1079,7 +1161,20 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
         __syncwarp(); /* the ring slot is free again */
     }
     cp_wait<0>();
-    if constexpr (MMA) {
+    if constexpr (MM == 2) {
+        /* lane (g, q) = (r, j): row g's chains of tokens 2q, 2q + 1 */
+        const int ur = (blockIdx.x * nw + warp) * 8 + r;
+#pragma unroll
+        for (int k = 0; k < 2; k++) {
+            const int t = 2 * j + k;
+            if (ur >= R || t >= T) continue;
+            int gr;
+            const int rw = grp_row(G, ur, &gr);
+            float v = c0[k] - c1[k];
+            if (LOGITS) v = logit_post(v, lscale, cap);
+            G.y[gr][(size_t)t * G.rows[gr] + rw] = v;
+        }
+    } else if constexpr (MM == 1) {
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             if (T <= 4 && h) break;
@@ -1684,14 +1779,18 @@ static void ring_init(void) {
     if (done) return;
     const int mx = dec2_smem_max();
 #define RING_ATTR(...) cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, mx)
-    RING_ATTR(k_mm_q4K_dec<false, 4, false>);
-    RING_ATTR(k_mm_q4K_dec<true, 4, false>);
-    RING_ATTR(k_mm_q4K_dec<false, 8, false>);
-    RING_ATTR(k_mm_q4K_dec<true, 8, false>);
-    RING_ATTR(k_mm_q4K_dec<false, 4, true>);
-    RING_ATTR(k_mm_q4K_dec<true, 4, true>);
-    RING_ATTR(k_mm_q4K_dec<false, 8, true>);
-    RING_ATTR(k_mm_q4K_dec<true, 8, true>);
+    RING_ATTR(k_mm_q4K_dec<false, 4, 0>);
+    RING_ATTR(k_mm_q4K_dec<true, 4, 0>);
+    RING_ATTR(k_mm_q4K_dec<false, 8, 0>);
+    RING_ATTR(k_mm_q4K_dec<true, 8, 0>);
+    RING_ATTR(k_mm_q4K_dec<false, 4, 1>);
+    RING_ATTR(k_mm_q4K_dec<true, 4, 1>);
+    RING_ATTR(k_mm_q4K_dec<false, 8, 1>);
+    RING_ATTR(k_mm_q4K_dec<true, 8, 1>);
+    RING_ATTR(k_mm_q4K_dec<false, 4, 2>);
+    RING_ATTR(k_mm_q4K_dec<true, 4, 2>);
+    RING_ATTR(k_mm_q4K_dec<false, 8, 2>);
+    RING_ATTR(k_mm_q4K_dec<true, 8, 2>);
     RING_ATTR(k_mm_q6K_dec<false, 4>);
     RING_ATTR(k_mm_q6K_dec<true, 4>);
     RING_ATTR(k_mm_q8_dec<MU_T_Q8_0, false, 4>);
@@ -1750,17 +1849,19 @@ static bool ring_shape(const dtensor *w, int T, int *nw, int *S, int *ws) {
 }
 
 /* Q4_K's ring kernel computes the integers of T tokens on the tensor
- * cores (2 <= T <= DEC_MMA_T; MUSER_CUDA_DEC_MMA=0: dp4a, T <= DEC_MAX_T) */
+ * cores (2 <= T <= DEC_MMA_T): 2, the weights as A (q4_mma_wa); 1 with
+ * MUSER_CUDA_DEC_MMA=1, the activations as A (q4_mma_block); 0 with
+ * MUSER_CUDA_DEC_MMA=0 or for other T, dp4a (T <= DEC_MAX_T) */
 #define DEC_MMA_T 8
-static bool dec_mma(const dtensor *w, int T) {
-    static const int on = cu_env_digit("MUSER_CUDA_DEC_MMA", 1);
-    return w->type == MU_T_Q4_K && T >= 2 && T <= DEC_MMA_T && on && cu_mma_ok();
+static int dec_mma(const dtensor *w, int T) {
+    static const int mode = cu_env_digit("MUSER_CUDA_DEC_MMA", 2);
+    return w->type == MU_T_Q4_K && T >= 2 && T <= DEC_MMA_T && cu_mma_ok() ? (mode == 1 ? 1 : mode ? 2 : 0) : 0;
 }
 
 /* the ring kernels take w for T tokens */
 static bool ring_ok(const dtensor *w, int T) {
     int nw, S, ws;
-    return (T <= DEC_MAX_T || dec_mma(w, T)) && dec_ring(w->type) && ring_shape(w, T, &nw, &S, &ws);
+    return (T <= DEC_MAX_T || dec_mma(w, T) != 0) && dec_ring(w->type) && ring_shape(w, T, &nw, &S, &ws);
 }
 
 /* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
@@ -1797,12 +1898,11 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     const int nb = ws[0]->ne0 / 256;
     if (ty == MU_T_Q4_K) {
         typedef void (*q4k_fn)(dec_grp, int, int, const uint8_t *, size_t, int, int, float, float);
-        /* [mma][S == 8][logits] */
-        static const q4k_fn fns[2][2][2] = {
-            {{k_mm_q4K_dec<false, 4, false>, k_mm_q4K_dec<true, 4, false>},
-             {k_mm_q4K_dec<false, 8, false>, k_mm_q4K_dec<true, 8, false>}},
-            {{k_mm_q4K_dec<false, 4, true>, k_mm_q4K_dec<true, 4, true>},
-             {k_mm_q4K_dec<false, 8, true>, k_mm_q4K_dec<true, 8, true>}}};
+        /* [dec_mma][S == 8][logits] */
+        static const q4k_fn fns[3][2][2] = {
+            {{k_mm_q4K_dec<false, 4, 0>, k_mm_q4K_dec<true, 4, 0>}, {k_mm_q4K_dec<false, 8, 0>, k_mm_q4K_dec<true, 8, 0>}},
+            {{k_mm_q4K_dec<false, 4, 1>, k_mm_q4K_dec<true, 4, 1>}, {k_mm_q4K_dec<false, 8, 1>, k_mm_q4K_dec<true, 8, 1>}},
+            {{k_mm_q4K_dec<false, 4, 2>, k_mm_q4K_dec<true, 4, 2>}, {k_mm_q4K_dec<false, 8, 2>, k_mm_q4K_dec<true, 8, 2>}}};
         launch_pdl(fns[dec_mma(ws[0], T)][S == 8][logits], grid, block, sm, st, G, nb, wb, a, act_stride, T, n_batch, lscale, cap);
     } else {
         if (logits) launch_pdl(k_mm_q6K_dec<true, 4>, grid, block, sm, st, G, nb, wb, a, act_stride, T, lscale, cap);
