@@ -89,9 +89,10 @@ __global__ void k_scores(cu_attn_args a) {
 /* Softmax of a row into F16-exact weights: e = expf_ggml(x - max), each
  * 16 cells' sum as hsum16, the chunks added in double in cell order. One
  * block per row. SMEM (decode: few rows, so each row's latency shows): the
- * chunk sums stay in shared memory (SM_CS of them at most, else
- * a.chunk_sums), so the one thread that adds them in order reads them
- * there; the sums and their order are the same either way. */
+ * chunk sums stay in shared memory as doubles (SM_CS of them at most, else
+ * floats in a.chunk_sums), so the one thread that adds them in order has
+ * only the additions on its path, sixteen loads ahead of them; the sums
+ * and their order are the same either way. */
 #define SM_CS 4096
 template <bool SMEM>
 __global__ void k_softmax(cu_attn_args a) {
@@ -103,8 +104,9 @@ __global__ void k_softmax(cu_attn_args a) {
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, a.batch[t], &c_lo, &c_hi, &p0);
     const int m = c_hi - c_lo, nch = m / 16;
     float *x = a.scores + (size_t)row * a.max_span;
-    __shared__ float s_cs[SMEM ? SM_CS : 1];
-    float *cs = SMEM && nch <= SM_CS ? s_cs : a.chunk_sums + (size_t)row * (a.max_span / 16);
+    __shared__ double s_cs[SMEM ? SM_CS : 1];
+    const bool in_smem = SMEM && nch <= SM_CS;
+    float *cs = a.chunk_sums + (size_t)row * (a.max_span / 16);
     __shared__ float s_max[32];
     __shared__ double s_sum;
     float mx = -INFINITY;
@@ -122,13 +124,33 @@ __global__ void k_softmax(cu_attn_args a) {
             e[l] = expf_ggml(x[16 * k + l] - mx);
             x[16 * k + l] = e[l];
         }
-        cs[k] = hsum16(e);
+        if (in_smem) s_cs[k] = (double)hsum16(e);
+        else cs[k] = hsum16(e);
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         double sum = 0;
+        int k = 0;
+        if (in_smem) {
+            double v[16];
+            if (nch >= 16)
+#pragma unroll
+                for (int i = 0; i < 16; i++) v[i] = s_cs[i];
+            for (; k + 16 <= nch; k += 16) {
+                double u[16];
+                const int kn = k + 16 + 16 <= nch ? k + 16 : k; /* the next sixteen, loaded before these are added */
+#pragma unroll
+                for (int i = 0; i < 16; i++) u[i] = s_cs[kn + i];
+#pragma unroll
+                for (int i = 0; i < 16; i++) sum += v[i];
+#pragma unroll
+                for (int i = 0; i < 16; i++) v[i] = u[i];
+            }
+            for (; k < nch; k++) sum += s_cs[k];
+        } else {
 #pragma unroll 16
-        for (int k = 0; k < nch; k++) sum += (double)cs[k];
+            for (; k < nch; k++) sum += (double)cs[k];
+        }
         s_sum = sum;
     }
     __syncthreads();
@@ -426,8 +448,15 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
 
 #define SD_CELLS 32 /* cells per block of k_scores_d */
 
-/* 256 threads: thread (hh, cg) scores head hh against cells cg, cg + 16. */
-__global__ void __launch_bounds__(256) k_scores_d(cu_attn_args a) {
+/* Grid (cell blocks, T, KV heads); 128 threads: warp w scores query heads
+ * 4w .. 4w + 3 of the KV head, lane x cell cb + x. A cell's K row is
+ * converted once for its four heads, and the queries are read four at a
+ * time. ggml_vec_dot_f16's order for 128 values: 64 lane sums
+ * acc[j][l] = k[16j + l] q[16j + l] (an FMA on 0) then + k[64 + 16j + l]
+ * q[64 + 16j + l] (the products of two F16 values are exact, so each is
+ * one FMA), then per l (acc0 + acc2) + (acc1 + acc3), then hsum16, whose
+ * first step (l + (l + 8)) is taken as soon as lane l + 8 is done. */
+__global__ void __launch_bounds__(128) k_scores_d(cu_attn_args a) {
     pdl_wait();
     pdl_launch();
     const int t = blockIdx.y, g = blockIdx.z, G = a.n_head / a.n_head_kv, pos = a.pos[t];
@@ -436,66 +465,81 @@ __global__ void __launch_bounds__(256) k_scores_d(cu_attn_args a) {
     row_span(pos, kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
     const int cb = c_lo + blockIdx.x * SD_CELLS;
     if (cb >= c_hi) return;
-    __shared__ float s_qv[16][132];
-    __shared__ uint32_t s_k[SD_CELLS][65];
+    __shared__ float4 s_q[16][32];          /* head, values 4i .. 4i + 3 (rounded to F16) */
+    __shared__ uint4 s_k[SD_CELLS][16 + 1]; /* cell, values 8m .. 8m + 7; padded: no bank conflicts */
     const int n_kv = a.n_head_kv * 128;
-    /* every load of the tiles in flight before the first store (a loop of
-     * load-then-store waits for each load in turn) */
-    constexpr int NQ = 16 * 128 / 256, NK = SD_CELLS * 64 / 256;
-    const float *qg = a.q + (size_t)t * a.n_head * 128 + (size_t)g * G * 128;
-    float qr[NQ];
-    uint32_t kr[NK];
+    /* every load of the tiles in flight before the first store */
+    constexpr int NQ = 16 * 32 / 128, NK = SD_CELLS * 16 / 128;
+    const float4 *qg = (const float4 *)(a.q + (size_t)t * a.n_head * 128 + (size_t)g * G * 128);
+    float4 qr[NQ];
+    uint4 kr[NK];
 #pragma unroll
     for (int j = 0; j < NQ; j++) {
-        const int i = threadIdx.x + 256 * j;
-        qr[j] = i < G * 128 ? __ldg(qg + i) : 0.0f;
+        const int i = threadIdx.x + 128 * j;
+        qr[j] = i < G * 32 ? __ldg(qg + i) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
 #pragma unroll
     for (int j = 0; j < NK; j++) {
-        const int i = threadIdx.x + 256 * j, c = cb + i / 64;
-        kr[j] = c < c_hi ? __ldg((const uint32_t *)(kv.k + (size_t)c * n_kv + (size_t)g * 128) + i % 64) : 0;
+        const int i = threadIdx.x + 128 * j, c = cb + i / 16;
+        kr[j] = c < c_hi ? __ldg((const uint4 *)(kv.k + (size_t)c * n_kv + (size_t)g * 128) + i % 16)
+                         : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
     for (int j = 0; j < NQ; j++) {
-        const int i = threadIdx.x + 256 * j;
-        if (i < G * 128) s_qv[i / 128][i % 128] = f16_round(qr[j]);
+        const int i = threadIdx.x + 128 * j;
+        s_q[i / 32][i % 32] = make_float4(f16_round(qr[j].x), f16_round(qr[j].y), f16_round(qr[j].z), f16_round(qr[j].w));
     }
 #pragma unroll
     for (int j = 0; j < NK; j++) {
-        const int i = threadIdx.x + 256 * j;
-        s_k[i / 64][i % 64] = kr[j];
+        const int i = threadIdx.x + 128 * j;
+        s_k[i / 16][i % 16] = kr[j];
     }
     __syncthreads();
-    const int hh = threadIdx.x >> 4, cg = threadIdx.x & 15;
-    if (hh >= G) return;
-    float *out = a.scores + ((size_t)t * a.n_head + (size_t)g * G + hh) * a.max_span;
-    for (int jj = 0; jj < 2; jj++) {
-        const int cc = cg + 16 * jj, c = cb + cc;
-        if (c >= c_hi) break;
-        float acc[4][16];
+    const int h0 = 4 * (threadIdx.x >> 5), cc = threadIdx.x & 31, c = cb + cc;
+    if (h0 >= G || c >= c_hi) return;
+    float hs[4][8]; /* hsum16's first step: lane l + lane l + 8 */
 #pragma unroll
-        for (int j = 0; j < 4; j++)
+    for (int b = 0; b < 2; b++) {     /* lanes 8b .. 8b + 7 */
 #pragma unroll
-            for (int l = 0; l < 16; l++) acc[j][l] = 0;
+        for (int l4 = 0; l4 < 2; l4++) { /* lanes 8b + 4 l4 .. + 3 */
+            float klo[4][4], khi[4][4];
 #pragma unroll
-        for (int i = 0; i < 128; i += 64)
+            for (int j = 0; j < 4; j++) {
+                const uint4 wl = s_k[cc][2 * j + b], wh = s_k[cc][2 * j + b + 8];
+                const uint32_t l0 = l4 ? wl.z : wl.x, l1 = l4 ? wl.w : wl.y, u0 = l4 ? wh.z : wh.x,
+                               u1 = l4 ? wh.w : wh.y;
+                klo[j][0] = h2f((uint16_t)(l0 & 0xFFFF)), klo[j][1] = h2f((uint16_t)(l0 >> 16));
+                klo[j][2] = h2f((uint16_t)(l1 & 0xFFFF)), klo[j][3] = h2f((uint16_t)(l1 >> 16));
+                khi[j][0] = h2f((uint16_t)(u0 & 0xFFFF)), khi[j][1] = h2f((uint16_t)(u0 >> 16));
+                khi[j][2] = h2f((uint16_t)(u1 & 0xFFFF)), khi[j][3] = h2f((uint16_t)(u1 >> 16));
+            }
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int h = 0; h < 4; h++) {
+                float acc[4][4];
 #pragma unroll
-                for (int l2 = 0; l2 < 8; l2++) {
-                    const uint32_t kw = s_k[cc][(i + 16 * j) / 2 + l2];
-                    acc[j][2 * l2] += h2f((uint16_t)(kw & 0xFFFF)) * s_qv[hh][i + 16 * j + 2 * l2];
-                    acc[j][2 * l2 + 1] += h2f((uint16_t)(kw >> 16)) * s_qv[hh][i + 16 * j + 2 * l2 + 1];
+                for (int j = 0; j < 4; j++) {
+                    const float4 ql = s_q[h0 + h][4 * j + 2 * b + l4], qh = s_q[h0 + h][16 + 4 * j + 2 * b + l4];
+                    acc[j][0] = fmaf(khi[j][0], qh.x, fmaf(klo[j][0], ql.x, 0.0f));
+                    acc[j][1] = fmaf(khi[j][1], qh.y, fmaf(klo[j][1], ql.y, 0.0f));
+                    acc[j][2] = fmaf(khi[j][2], qh.z, fmaf(klo[j][2], ql.z, 0.0f));
+                    acc[j][3] = fmaf(khi[j][3], qh.w, fmaf(klo[j][3], ql.w, 0.0f));
                 }
 #pragma unroll
-        for (int l = 0; l < 16; l++) {
-            acc[0][l] += acc[2][l];
-            acc[1][l] += acc[3][l];
-            acc[0][l] += acc[1][l];
+                for (int x = 0; x < 4; x++) {
+                    const float s = __fadd_rn(__fadd_rn(acc[0][x], acc[2][x]), __fadd_rn(acc[1][x], acc[3][x]));
+                    if (b == 0) hs[h][4 * l4 + x] = s;
+                    else hs[h][4 * l4 + x] = __fadd_rn(hs[h][4 * l4 + x], s);
+                }
+            }
         }
-        const int p = pos - ((pos - c) % kv.rows + kv.rows) % kv.rows;
-        out[c - c_lo] = p < p0 || p < 0 ? -INFINITY : hsum16(acc[0]) * (1.0f / sqrtf(128.0f));
     }
+    const int p = pos - ((pos - c) % kv.rows + kv.rows) % kv.rows;
+    const bool masked = p < p0 || p < 0;
+#pragma unroll
+    for (int h = 0; h < 4; h++)
+        if (h0 + h < G)
+            a.scores[((size_t)t * a.n_head + (size_t)g * G + h0 + h) * a.max_span + (c - c_lo)] =
+                masked ? -INFINITY : hsum8(hs[h]) * (1.0f / sqrtf(128.0f));
 }
 
 /* Grid (64 / L groups of L lanes, 4 groups of 32 values, T x KV heads);
@@ -539,16 +583,16 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
         for (int b = 0; b < B; b++)
 #pragma unroll
             for (int l = 0; l < L; l++) {
-                acc[0][l] += vv[b][l] * w0[b][l];
-                acc[1][l] += vv[b][l] * w1[b][l];
+                acc[0][l] = fmaf(vv[b][l], w0[b][l], acc[0][l]); /* exact products (F16 x F16) */
+                acc[1][l] = fmaf(vv[b][l], w1[b][l], acc[1][l]);
             }
     }
     for (; c < np; c += 64)
 #pragma unroll
         for (int l = 0; l < L; l++) {
             const float vv = h2f(v[(size_t)(c + l) * n_kv]);
-            acc[0][l] += vv * w[(size_t)h0 * a.max_span + c + l];
-            acc[1][l] += vv * w[(size_t)h1 * a.max_span + c + l];
+            acc[0][l] = fmaf(vv, w[(size_t)h0 * a.max_span + c + l], acc[0][l]);
+            acc[1][l] = fmaf(vv, w[(size_t)h1 * a.max_span + c + l], acc[1][l]);
         }
     float *o = a.lanes + ((size_t)t * a.n_head + (size_t)g * G) * 64 * 128 + d;
 #pragma unroll
@@ -566,7 +610,7 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
  * T x KV heads); 256 threads: warp w is lane 4 bx + w / 2 for heads
  * 8 (w & 1) .. 8 (w & 1) + 7 of the KV head, thread x values
  * 64 by + 2x, 64 by + 2x + 1; a lane's cells in order, each product
- * rounded, then added (as k_pv_d). */
+ * added with one fmaf (exact products: the weights are F16 values). */
 __global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
     pdl_wait();
     pdl_launch();
@@ -601,8 +645,8 @@ __global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
             const float v0 = h2f((uint16_t)(vv[b] & 0xFFFF)), v1 = h2f((uint16_t)(vv[b] >> 16));
 #pragma unroll
             for (int h = 0; h < 8; h++) {
-                acc[h][0] = __fadd_rn(acc[h][0], __fmul_rn(v0, ww[b][h]));
-                acc[h][1] = __fadd_rn(acc[h][1], __fmul_rn(v1, ww[b][h]));
+                acc[h][0] = fmaf(v0, ww[b][h], acc[h][0]);
+                acc[h][1] = fmaf(v1, ww[b][h], acc[h][1]);
             }
         }
     }
@@ -612,8 +656,8 @@ __global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
 #pragma unroll
         for (int h = 0; h < 8; h++) {
             const float ww = h < nh ? __ldg(w + (size_t)h * a.max_span + 64 * k) : 0.f;
-            acc[h][0] = __fadd_rn(acc[h][0], __fmul_rn(v0, ww));
-            acc[h][1] = __fadd_rn(acc[h][1], __fmul_rn(v1, ww));
+            acc[h][0] = fmaf(v0, ww, acc[h][0]);
+            acc[h][1] = fmaf(v1, ww, acc[h][1]);
         }
     }
 #pragma unroll
@@ -623,12 +667,100 @@ __global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
                 make_float2(acc[h][0], acc[h][1]);
 }
 
-/* k_pv_dm for passes of several tokens; MUSER_CUDA_PVD_M=0: k_pv_d, to
- * compare */
-static bool pvd_multi(void) {
-    static const bool on = cu_env_digit("MUSER_CUDA_PVD_M", 1) != 0;
-    return on;
+/* Several lone tokens, tiled: the chains of k_pv_dm (lane l of value d
+ * and head h adds the cells l, l + 64, ... in order, one fmaf each), with
+ * the V and weight tiles of PT_KS cell groups staged in shared memory,
+ * the next stage's loads in flight while this one is added. Grid (4 groups
+ * of 16 lanes, 4 groups of 32 values, T x KV heads); 256 threads: thread
+ * (hs, li, vs) keeps the chains of heads 8 hs .. 8 hs + 7, lane
+ * 16 bx + li, values 32 by + 4 vs .. + 3. The groups past the last are
+ * padded with zero weights and values: fmaf(0, 0, acc) is acc (a chain
+ * starts at +0 and never holds -0). */
+#define PT_KS 8
+__global__ void __launch_bounds__(256) k_pv_dt(cu_attn_args a) {
+    pdl_wait();
+    pdl_launch();
+    const int tid = threadIdx.x, vs = tid & 7, li = (tid >> 3) & 15, hs = tid >> 7;
+    const int l0 = blockIdx.x * 16, d0 = blockIdx.y * 32;
+    const int t = blockIdx.z / a.n_head_kv, g = blockIdx.z % a.n_head_kv, G = a.n_head / a.n_head_kv;
+    const cu_kv_layer kv = a.kv[a.sess[t]];
+    int c_lo, c_hi, p0;
+    row_span(a.pos[t], kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
+    const int nk = (c_hi - c_lo) / 64, n_kv = a.n_head_kv * 128;
+    __shared__ uint2 s_v[2][PT_KS][16][8];    /* group, lane, 4 values (F16) */
+    __shared__ float s_w[2][PT_KS][16][16];   /* group, head, lane */
+    const float *wrow = a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span + l0;
+    const uint16_t *vrow = kv.v + (size_t)(c_lo + l0) * n_kv + (size_t)g * 128 + d0;
+    /* this thread's share of a stage: V uint4 i (group i / 64, lane (i / 4) % 16, values 8 (i % 4) ..) and
+     * weights i (group i / 256, head (i / 16) % 16, lane i % 16), i = tid + 256 j */
+    constexpr int NV = PT_KS * 64 / 256, NW = PT_KS * 256 / 256;
+    uint4 rv[NV];
+    float rw[NW];
+    auto load = [&](int k0) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int i = tid + 256 * j, k = k0 + i / 64;
+            rv[j] = k < nk ? __ldg((const uint4 *)(vrow + (size_t)(64 * k + (i / 4) % 16) * n_kv + 8 * (i % 4)))
+                           : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int j = 0; j < NW; j++) {
+            const int i = tid + 256 * j, k = k0 + i / 256, h = (i / 16) % 16;
+            rw[j] = k < nk && h < G ? __ldg(wrow + (size_t)h * a.max_span + 64 * k + i % 16) : 0.0f;
+        }
+    };
+    auto store = [&](int b) {
+#pragma unroll
+        for (int j = 0; j < NV; j++) {
+            const int i = tid + 256 * j;
+            *(uint4 *)&s_v[b][i / 64][(i / 4) % 16][2 * (i % 4)] = rv[j];
+        }
+#pragma unroll
+        for (int j = 0; j < NW; j++) {
+            const int i = tid + 256 * j;
+            s_w[b][i / 256][(i / 16) % 16][i % 16] = rw[j];
+        }
+    };
+    float acc[8][4];
+#pragma unroll
+    for (int h = 0; h < 8; h++) acc[h][0] = acc[h][1] = acc[h][2] = acc[h][3] = 0;
+    load(0);
+    store(0);
+    __syncthreads();
+    for (int k0 = 0, b = 0; k0 < nk; k0 += PT_KS, b ^= 1) {
+        const bool more = k0 + PT_KS < nk;
+        if (more) load(k0 + PT_KS);
+#pragma unroll
+        for (int ks = 0; ks < PT_KS; ks++) {
+            const uint2 vv = s_v[b][ks][li][vs];
+            const float v0 = h2f((uint16_t)(vv.x & 0xFFFF)), v1 = h2f((uint16_t)(vv.x >> 16)),
+                        v2 = h2f((uint16_t)(vv.y & 0xFFFF)), v3 = h2f((uint16_t)(vv.y >> 16));
+#pragma unroll
+            for (int h = 0; h < 8; h++) {
+                const float w = s_w[b][ks][8 * hs + h][li];
+                acc[h][0] = fmaf(v0, w, acc[h][0]);
+                acc[h][1] = fmaf(v1, w, acc[h][1]);
+                acc[h][2] = fmaf(v2, w, acc[h][2]);
+                acc[h][3] = fmaf(v3, w, acc[h][3]);
+            }
+        }
+        if (more) store(b ^ 1);
+        __syncthreads();
+    }
+#pragma unroll
+    for (int h = 0; h < 8; h++)
+        if (8 * hs + h < G)
+            *(float4 *)(a.lanes + (((size_t)t * a.n_head + (size_t)g * G + 8 * hs + h) * 64 + l0 + li) * 128 + d0 +
+                        4 * vs) = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
 }
+
+/* The V pass of several lone tokens: k_pv_dt, or MUSER_CUDA_PVD_M=1:
+ * k_pv_dm, =0: k_pv_d, to compare */
+static int pvd_multi(void) {
+    static const int m = cu_env_digit("MUSER_CUDA_PVD_M", 2);
+    return m;
+}
+
 
 /* lanes a thread of k_pv_d: 1 (64 blocks a KV head: 72.1 vs 65.4 tok/s at
  * depth 8192 with 4, bench/results/cuda-2026-12-02e), or
@@ -714,10 +846,12 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
         k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
         break;
     case CU_ATTN_DECODE:
-        launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(256), 0, st, *a);
+        launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(128), 0, st, *a);
         if (sm_dec()) launch_pdl(k_softmax<true>, dim3(R), dim3(1024), 0, st, *a);
         else launch_pdl(k_softmax<false>, dim3(R), dim3(256), 0, st, *a);
-        if (a->T >= 2 && pvd_multi()) launch_pdl(k_pv_dm, dim3(16, 2, a->T * a->n_head_kv), dim3(256), 0, st, *a);
+        if (a->T >= 2 && pvd_multi() == 2) launch_pdl(k_pv_dt, dim3(4, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
+        else if (a->T >= 2 && pvd_multi() == 1)
+            launch_pdl(k_pv_dm, dim3(16, 2, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else if (pvd_lanes() == 1) launch_pdl(k_pv_d<1>, dim3(64, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else if (pvd_lanes() == 2) launch_pdl(k_pv_d<2>, dim3(32, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else launch_pdl(k_pv_d<4>, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);

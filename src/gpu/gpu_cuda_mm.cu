@@ -774,7 +774,7 @@ k_mm_dec2(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, int n
  * Q8_K block is 292 bytes: no wider alignment), a window's all in flight
  * at once, split so that each group's 64 bytes are one aligned read. With
  * 2-8 tokens the integers come from the int8 tensor cores
- * (q4_mma_block). */
+ * (q4_mma_wa). */
 
 #define Q4D_SLOT (8 * 2 * 144)    /* a chunk: 8 rows x 2 super-blocks */
 #define Q4D_PIECES (Q4D_SLOT / 16) /* 16-byte copies a chunk: 144, 18 a row */
@@ -860,101 +860,26 @@ __device__ __forceinline__ void q4_group(const q4_words &w, const int8_t *aq, co
 
 /* One super-block of the warp's eight rows (slot: the ring's chunk, block
  * e) on the int8 tensor cores, for up to eight tokens: the same integers
- * and chain steps as q4_group's lanes. Per sub-block one
- * mma.m16n8k32 of the sums: A = the activations (row m: token m, rows
- * 8-15 zero), B = the weights (column n: the warp's row n), so lane (g, q)
- * receives token g's sums of rows 2q and 2q + 1 (C regs 0, 1). Lane q's k
- * slots 4q..4q+3 and 16+4q..16+4q+3 hold the sub-block's bytes 8q..8q+3
- * and 8q+4..8q+7 (the same permutation on both sides: an exact integer sum
+ * and chain steps as q4_group's lanes. Per sub-block pair jj (sub-blocks
+ * 2jj, 2jj + 1: the low and the high nibbles of the same 32 bytes) one
+ * mma.m16n8k32 a product: A = the warp's row g in rows g (low nibbles)
+ * and g + 8 (high), B1 and B2 = the tokens' activations of sub-block 2jj,
+ * resp. 2jj + 1 (column n: token n; zero past T). Lane q's k slots
+ * 4q..4q+3 and 16+4q..16+4q+3 hold the sub-block's bytes 8q..8q+3 and
+ * 8q+4..8q+7 (the same permutation on both sides: an exact integer sum
  * does not depend on the order), so the weight words are one 8-byte read.
- * The min part of a group is two more, accumulated: B = the sub-block's
- * 6-bit min in every byte, so the product is min x the activations' sum
- * (the CPU's min x bsum pair). DUP (at most four tokens): A's rows 4-7
- * repeat rows 0-3, so lane (g, q) receives token g & 3's sums and keeps
- * the chains of row 2q + (g >> 2) alone (no lane idle). aq: the lane's
- * token's 256 bytes of the block, ad its d; on: the token is < T; batch:
- * it is < n_batch (the CPU's step per 64 elements; otherwise one a
- * block). The lane's chains: c0[h], c1[h] of row 2q + h (DUP: [0]). */
-template <bool DUP>
-__device__ __forceinline__ void q4_mma_block(const uint8_t *slot, const int8_t *aq, float ad, bool on, bool batch,
-                                             int g, int q, float c0[2], float c1[2]) {
-    const int M4 = 0x0F0F0F0F;
-    constexpr int NH = DUP ? 1 : 2;     /* the lane's rows */
-    const uint8_t *xg = slot + g * 288; /* row g's block: this lane's B */
-    int Sc[NH][2], Mn[2];               /* the lane's rows: scales, a byte each; row g: mins */
-    float fd[NH], fm[NH];
-#pragma unroll
-    for (int h = 0; h < NH; h++) {
-        const int4 hd = *(const int4 *)(slot + (2 * q + (DUP ? g >> 2 : h)) * 288);
-        const int sw[3] = {hd.y, hd.z, hd.w};
-        int mu[2];
-        k4_unpack(sw, Sc[h], mu);
-        fd[h] = h2f((uint16_t)hd.x) * ad;
-        fm[h] = h2f((uint16_t)((unsigned)hd.x >> 16)) * ad;
-    }
-    {
-        const int4 hg = *(const int4 *)xg;
-        const int sw[3] = {hg.y, hg.z, hg.w};
-        int su[2];
-        k4_unpack(sw, su, Mn);
-    }
-    int is[NH] = {}, im[NH] = {}; /* a block's integers (past n_batch) */
-#pragma unroll
-    for (int jj = 0; jj < 4; jj++) {
-        const int2 wq = *(const int2 *)(xg + 16 + 32 * jj + 8 * q);
-        const int Blo[2] = {wq.x & M4, wq.y & M4}, Bhi[2] = {(wq.x >> 4) & M4, (wq.y >> 4) & M4};
-        int2 alo = make_int2(0, 0), ahi = alo;
-        if (on) {
-            alo = *(const int2 *)(aq + 64 * jj + 8 * q);
-            ahi = *(const int2 *)(aq + 64 * jj + 32 + 8 * q);
-        }
-        const int Alo[4] = {alo.x, 0, alo.y, 0}, Ahi[4] = {ahi.x, 0, ahi.y, 0};
-        const int wi = jj >> 1, k0 = 2 * (jj & 1), k1 = k0 + 1; /* bytes of sub-blocks 2jj, 2jj + 1 */
-        const int m0 = byte_bcast(Mn[wi], k0), m1 = byte_bcast(Mn[wi], k1);
-        const int Bm0[2] = {m0, m0}, Bm1[2] = {m1, m1};
-        int D0[4], D1[4], Dm[4];
-        mma_s8_c(D0, Alo, Blo, 0); /* sub-block 2 jj */
-        mma_s8_c(D1, Ahi, Bhi, 0); /* 2 jj + 1 */
-        mma_s8_c(Dm, Alo, Bm0, MAGIC_I); /* the group's min part (< 2^22: a float by magic_x) */
-        mma_s8(Dm, Ahi, Bm1);
-#pragma unroll
-        for (int h = 0; h < NH; h++) {
-            const bool hi = DUP ? g >= 4 : h; /* C reg 1: row 2q + 1 */
-            const int s0 = hi ? D0[1] : D0[0], s1 = hi ? D1[1] : D1[0], sm = hi ? Dm[1] : Dm[0];
-            const int isum = ((Sc[h][wi] >> (8 * k0)) & 0xFF) * s0 + ((Sc[h][wi] >> (8 * k1)) & 0xFF) * s1;
-            if (batch) {
-                c0[h] = fmaf((float)isum, fd[h], c0[h]);
-                c1[h] = fmaf(magic_x(sm), fm[h], c1[h]);
-            } else {
-                is[h] += isum;
-                im[h] += sm - MAGIC_I;
-            }
-        }
-    }
-    if (!batch)
-#pragma unroll
-        for (int h = 0; h < NH; h++) {
-            c0[h] = fmaf((float)is[h], fd[h], c0[h]);
-            c1[h] = fmaf((float)im[h], fm[h], c1[h]);
-        }
-}
-
-/* q4_mma_block with the weights as A (MM 2, the default): the same
- * integers and chain steps, and no register of an mma operand is a
- * constant (activations as A leave rows 8-15 zero, and the compiler
- * assembled {x, 0, y, 0} and zeroed accumulators by register moves around
- * every mma: a fifth of the kernel's instructions). Per sub-block pair jj
- * (sub-blocks 2jj, 2jj + 1: the low and the high nibbles of the same 32
- * bytes) A = the warp's row g in rows g (low nibbles) and g + 8 (high), k
- * slots as in q4_mma_block (lane q: bytes 8q..8q+7), B1 and B2 = the
- * tokens' activations of sub-block 2jj, resp. 2jj + 1 (column n: token n;
- * zero past T). D1 = A B1 holds row g's low sums (tokens 2q, 2q + 1) in
- * regs 0, 1, D2 = A B2 its high sums in regs 2, 3 (the other halves pair
- * low with high: unused); the min parts likewise with A = the sub-blocks'
- * mins in every byte. Lane (g, q) keeps row g's chains of tokens 2q and
- * 2q + 1 (c0[k], c1[k]). aq: token g's 256 bytes of the block (the lane's
- * B), ad[k]: token 2q + k's d (0 past T), batch[k]: that token is <
- * n_batch. */
+ * D1 = A B1 holds row g's low sums (tokens 2q, 2q + 1) in regs 0, 1, D2 =
+ * A B2 its high sums in regs 2, 3 (the other halves pair low with high:
+ * unused); the min parts likewise with A = the sub-blocks' 6-bit mins in
+ * every byte, so the product is min x the activations' sum (the CPU's min
+ * x bsum pair). No register of an operand is a constant: a first form
+ * with the activations as A (rows 8-15 zero) spent a fifth of its
+ * instructions assembling {x, 0, y, 0} and zeroed accumulators, and lost
+ * (2026-12-05: 294 against 310 tok/s at four slots). Lane (g, q) keeps row
+ * g's chains of tokens 2q and 2q + 1 (c0[k], c1[k]). aq: token g's 256
+ * bytes of the block (the lane's B), ad[k]: token 2q + k's d (0 past T),
+ * batch[k]: that token is < n_batch (the CPU's step per 64 elements;
+ * otherwise one a block). */
 __device__ __forceinline__ void q4_mma_wa(const uint8_t *slot, const int8_t *aq, bool on, const float ad[2],
                                           const bool batch[2], int g, int q, float c0[2], float c1[2]) {
     const int M4 = 0x0F0F0F0F;
@@ -1020,10 +945,9 @@ __device__ __forceinline__ int grp_row(const dec_grp &G, int u, int *gi) {
     return u - (g ? G.end[g - 1] : 0);
 }
 
-/* MM: the integers of 2-8 tokens on the int8 tensor cores, 2: weights as
- * A (q4_mma_wa), 1: activations as A (q4_mma_block); 0: dp4a, T <=
- * DEC_MAX_T. */
-template <bool LOGITS, int S, int MM> /* S: chunks in a warp's ring */
+/* MMA: the integers of 2-8 tokens on the int8 tensor cores (q4_mma_wa);
+ * else dp4a, T <= DEC_MAX_T. */
+template <bool LOGITS, int S, bool MMA> /* S: chunks in a warp's ring */
 __global__ void __launch_bounds__(256)
 k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, int T, int n_batch, float lscale,
              float cap) {
@@ -1092,9 +1016,8 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     cp_commit();
     cp_wait<0>(); /* and the first weight chunks, needed next anyway */
     __syncthreads();
-    /* MM 2: lane (g, q) = (r, j) keeps row g's chains of tokens 2q, 2q + 1
-     * (c0[k], c1[k]); MM 1: token g's chains of the warp's rows 2q, 2q + 1
-     * (c0[h], c1[h]); dp4a: lane (r, j) keeps row r's chains of every token
+    /* MMA: lane (g, q) = (r, j) keeps row g's chains of tokens 2q, 2q + 1
+     * (c0[k], c1[k]); dp4a: lane (r, j) keeps row r's chains of every token
      * (c0[t], c1[t]) */
     float c0[DEC_MAX_T], c1[DEC_MAX_T];
 #pragma unroll
@@ -1116,19 +1039,11 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
         for (int e = 0; e < 2; e++) {
             const int b = 2 * i + e, bl = b - w * ws;
             if (b >= nb) break;
-            if constexpr (MM == 2) {
+            if constexpr (MMA) {
                 const uint8_t *slot = ring + (i % S) * Q4D_SLOT + 144 * e;
                 const float ad[2] = {2 * j < T ? s_ad[2 * j * ws + bl] : 0.f, 2 * j + 1 < T ? s_ad[(2 * j + 1) * ws + bl] : 0.f};
                 const bool bt[2] = {2 * j < n_batch, 2 * j + 1 < n_batch};
                 q4_mma_wa(slot, s_aq + (r < T ? r : 0) * tsw * 4 + bl * 256, r < T, ad, bt, r, j, c0, c1);
-                continue;
-            }
-            if constexpr (MM == 1) {
-                const uint8_t *slot = ring + (i % S) * Q4D_SLOT + 144 * e;
-                const int t = T <= 4 ? r & 3 : r; /* the lane's token (q4_mma_block) */
-                const float ad = t < T ? s_ad[t * ws + bl] : 0.f;
-                if (T <= 4) q4_mma_block<true>(slot, s_aq + t * tsw * 4 + bl * 256, ad, t < T, t < n_batch, r, j, c0, c1);
-                else q4_mma_block<false>(slot, s_aq + t * tsw * 4 + bl * 256, ad, t < T, t < n_batch, r, j, c0, c1);
                 continue;
             }
             q4_words wv; /* once for every token */
@@ -1161,40 +1076,23 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
         __syncwarp(); /* the ring slot is free again */
     }
     cp_wait<0>();
-    if constexpr (MM == 2) {
-        /* lane (g, q) = (r, j): row g's chains of tokens 2q, 2q + 1 */
-        const int ur = (blockIdx.x * nw + warp) * 8 + r;
+    /* MMA: lane (g, q) = (r, j) writes row g's tokens 2q, 2q + 1; dp4a: lane
+     * j of the row writes token j (every lane of a row holds its chains) */
+    if (u >= R) return;
+    int gr = gi, rw = row;
+    if constexpr (MMA) rw = grp_row(G, u, &gr); /* found again: keeping gi and row live took 16 more registers */
 #pragma unroll
-        for (int k = 0; k < 2; k++) {
-            const int t = 2 * j + k;
-            if (ur >= R || t >= T) continue;
-            int gr;
-            const int rw = grp_row(G, ur, &gr);
-            float v = c0[k] - c1[k];
-            if (LOGITS) v = logit_post(v, lscale, cap);
-            G.y[gr][(size_t)t * G.rows[gr] + rw] = v;
-        }
-    } else if constexpr (MM == 1) {
-#pragma unroll
-        for (int h = 0; h < 2; h++) {
-            if (T <= 4 && h) break;
-            const int t = T <= 4 ? r & 3 : r, ur = (blockIdx.x * nw + warp) * 8 + 2 * j + (T <= 4 ? r >> 2 : h);
-            if (ur >= R || t >= T) continue;
-            int gr;
-            const int rw = grp_row(G, ur, &gr);
-            float v = c0[h] - c1[h];
-            if (LOGITS) v = logit_post(v, lscale, cap);
-            G.y[gr][(size_t)t * G.rows[gr] + rw] = v;
-        }
-    } else if (u < R && j < T) {
-        /* lane j of the row writes token j's result: its chains are the
-         * row's (every lane of a row holds the same) */
+    for (int k = 0; k < (MMA ? 2 : 1); k++) {
+        const int t = MMA ? 2 * j + k : j;
+        if (t >= T) continue;
         float v = 0;
+        if constexpr (MMA) v = c0[k] - c1[k];
+        else
 #pragma unroll
-        for (int t = 0; t < DEC_MAX_T; t++)
-            if (t == j) v = c0[t] - c1[t];
+            for (int tt = 0; tt < DEC_MAX_T; tt++)
+                if (tt == t) v = c0[tt] - c1[tt];
         if (LOGITS) v = logit_post(v, lscale, cap);
-        G.y[gi][(size_t)j * G.rows[gi] + row] = v;
+        G.y[gr][(size_t)t * G.rows[gr] + rw] = v;
     }
 }
 
@@ -1849,19 +1747,18 @@ static bool ring_shape(const dtensor *w, int T, int *nw, int *S, int *ws) {
 }
 
 /* Q4_K's ring kernel computes the integers of T tokens on the tensor
- * cores (2 <= T <= DEC_MMA_T): 2, the weights as A (q4_mma_wa); 1 with
- * MUSER_CUDA_DEC_MMA=1, the activations as A (q4_mma_block); 0 with
- * MUSER_CUDA_DEC_MMA=0 or for other T, dp4a (T <= DEC_MAX_T) */
+ * cores (2 <= T <= DEC_MMA_T, q4_mma_wa); with MUSER_CUDA_DEC_MMA=0 or
+ * for other T, by dp4a (T <= DEC_MAX_T) */
 #define DEC_MMA_T 8
-static int dec_mma(const dtensor *w, int T) {
-    static const int mode = cu_env_digit("MUSER_CUDA_DEC_MMA", 2);
-    return w->type == MU_T_Q4_K && T >= 2 && T <= DEC_MMA_T && cu_mma_ok() ? (mode == 1 ? 1 : mode ? 2 : 0) : 0;
+static bool dec_mma(const dtensor *w, int T) {
+    static const bool on = cu_env_digit("MUSER_CUDA_DEC_MMA", 1) != 0;
+    return on && w->type == MU_T_Q4_K && T >= 2 && T <= DEC_MMA_T && cu_mma_ok();
 }
 
 /* the ring kernels take w for T tokens */
 static bool ring_ok(const dtensor *w, int T) {
     int nw, S, ws;
-    return (T <= DEC_MAX_T || dec_mma(w, T) != 0) && dec_ring(w->type) && ring_shape(w, T, &nw, &S, &ws);
+    return (T <= DEC_MAX_T || dec_mma(w, T)) && dec_ring(w->type) && ring_shape(w, T, &nw, &S, &ws);
 }
 
 /* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
@@ -1899,10 +1796,11 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     if (ty == MU_T_Q4_K) {
         typedef void (*q4k_fn)(dec_grp, int, int, const uint8_t *, size_t, int, int, float, float);
         /* [dec_mma][S == 8][logits] */
-        static const q4k_fn fns[3][2][2] = {
-            {{k_mm_q4K_dec<false, 4, 0>, k_mm_q4K_dec<true, 4, 0>}, {k_mm_q4K_dec<false, 8, 0>, k_mm_q4K_dec<true, 8, 0>}},
-            {{k_mm_q4K_dec<false, 4, 1>, k_mm_q4K_dec<true, 4, 1>}, {k_mm_q4K_dec<false, 8, 1>, k_mm_q4K_dec<true, 8, 1>}},
-            {{k_mm_q4K_dec<false, 4, 2>, k_mm_q4K_dec<true, 4, 2>}, {k_mm_q4K_dec<false, 8, 2>, k_mm_q4K_dec<true, 8, 2>}}};
+        static const q4k_fn fns[2][2][2] = {
+            {{k_mm_q4K_dec<false, 4, false>, k_mm_q4K_dec<true, 4, false>},
+             {k_mm_q4K_dec<false, 8, false>, k_mm_q4K_dec<true, 8, false>}},
+            {{k_mm_q4K_dec<false, 4, true>, k_mm_q4K_dec<true, 4, true>},
+             {k_mm_q4K_dec<false, 8, true>, k_mm_q4K_dec<true, 8, true>}}};
         launch_pdl(fns[dec_mma(ws[0], T)][S == 8][logits], grid, block, sm, st, G, nb, wb, a, act_stride, T, n_batch, lscale, cap);
     } else {
         if (logits) launch_pdl(k_mm_q6K_dec<true, 4>, grid, block, sm, st, G, nb, wb, a, act_stride, T, lscale, cap);
