@@ -22,6 +22,8 @@
  *            per position.
  * $VERIFYBENCH_MODES (e.g. "01") limits the rounds to those modes (0 decode,
  * 1 solo, 2 batch), so that a profiler sees one of them.
+ * $VERIFYBENCH_BACKEND (cpu, cuda, auto) picks the engine's backend (cpu
+ * when unset); on a GPU only the wall-clock columns mean anything.
  * Usage: verifybench MODEL [threads (2)] [depth (256)] [rounds (9)] [K list
  * (1,2,4,8,16)]. Not part of libmuser. */
 #include <stdio.h>
@@ -70,7 +72,8 @@ int main(int argc, char **argv) {
     mu_engine *e;
     mu_session *s;
     if (mu_model_open(argv[1], &m, &err)) return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
-    mu_engine_opts eo = {.n_threads = threads};
+    const char *backend = getenv("VERIFYBENCH_BACKEND");
+    mu_engine_opts eo = {.n_threads = threads, .backend = backend ? backend : "cpu"};
     const mu_model_info *I = mu_model_get_info(m);
     if (mu_engine_new(m, &eo, &e, &err) || mu_session_new(e, depth + 64 + 8, &s, &err))
         return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
@@ -132,8 +135,8 @@ int main(int argc, char **argv) {
         }
     double dec = median(t[0][0], rounds), cdec = median(c[0][0], rounds);
     printf("{\"mode\": \"decode\", \"k\": 0, \"ms\": %.3f, \"ratio\": 1.0, \"cpu_ms\": %.3f, \"cpu_ratio\": 1.0, "
-           "\"model\": \"%s\", \"depth\": %d, \"threads\": %d, \"rounds\": %d}\n",
-           dec, cdec, I->name, depth, threads, rounds);
+           "\"model\": \"%s\", \"depth\": %d, \"threads\": %d, \"rounds\": %d, \"backend\": \"%s\"}\n",
+           dec, cdec, I->name, depth, threads, rounds, mu_engine_backend(e));
     for (int ki = 0; ki < nk; ki++)
         for (int mode = 1; mode < 3; mode++) {
             if (!strchr(modes, '0' + mode)) continue;
