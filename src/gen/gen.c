@@ -293,10 +293,13 @@ static int32_t grammar_pick(mu_gen *g, const float *logits, const char **why) {
     return mu_sampler_sample(g->smp, g->masked);
 }
 
-int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
+int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) { return mu_gen_pick_best(g, logits, -1, why); }
+
+int32_t mu_gen_pick_best(mu_gen *g, const float *logits, int32_t best, const char **why) {
     /* NaN or infinity in the logits comes from broken weights (or a broken
-     * kernel): end with an error, never sample garbage */
-    if (!mu_logits_finite(logits, g->n_vocab)) {
+     * kernel): end with an error, never sample garbage (best >= 0: the
+     * device found every value finite) */
+    if (best < 0 && !mu_logits_finite(logits, g->n_vocab)) {
         *why = "engine: the model produced a non-finite logit (broken weights?)";
         return -1;
     }
@@ -314,7 +317,7 @@ int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
         id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
         g->sampled = g->r.sp.temp > 0; /* greedy under a schema is an argmax, not a draw */
     }
-    else id = mu_sampler_sample(g->smp, logits);
+    else id = mu_sampler_sample_best(g->smp, logits, best);
     if (id < 0) *why = g->call_phase == CALL_NAME ? "tool call: no token can continue a function name"
                                                   : "structured output: no token can continue the value";
     return id;
