@@ -7,7 +7,8 @@
  * (mu_batch_item.on_layer) per chunk as forward.c calls it, each layer as
  * the device writes its rows, and a drafter's hidden-state capture
  * (mu_batch_item.feat): each capturing token's block of rows in its item's
- * feat, where forward.c's capture_feat puts it, filled by the device.
+ * feat, where forward.c's capture_feat puts it, filled by the device;
+ * each logits row's best (mu_session_logits_best) next to the row.
  * Does not: compute anything per layer (src/gpu does). */
 #include <stdlib.h>
 #include <string.h>
