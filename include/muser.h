@@ -270,6 +270,11 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
 /* Logits of the i-th token of the last forward (i = -1: the last token).
  * Valid until the session's next forward; n_vocab floats. */
 const float *mu_session_logits(const mu_session *s, int i);
+/* What the pass that wrote row i (indexed as mu_session_logits) knows of
+ * it: -1, not known (the CPU backend, $MUSER_LOGITS_BEST=0, or a row with a
+ * NaN or an infinity); else every value of the row is finite and this is
+ * its mu_logits_argmax (computed on the device with the row). */
+int32_t mu_session_logits_best(const mu_session *s, int i);
 
 /* KV state as bytes: exact, position-complete, bound to the model geometry.
  * Layout (docs/kv-state.md): header, then per layer the K and V rows that
@@ -487,6 +492,10 @@ int mu_sampler_new_model(const mu_sample_params *p, const mu_model *m, mu_sample
 void mu_sampler_free(mu_sampler *s);
 /* The whole chain over n_vocab logits (not modified). */
 int32_t mu_sampler_sample(mu_sampler *s, const float *logits);
+/* The same, given best: -1, or the argmax of the finite row logits
+ * (mu_session_logits_best); plain greedy on the unmodified row takes it
+ * without a scan, any other chain ignores it. */
+int32_t mu_sampler_sample_best(mu_sampler *s, const float *logits, int32_t best);
 /* Every one of the n logits finite (no NaN, no infinity). */
 bool mu_logits_finite(const float *logits, int n);
 /* The chain split in two, for callers that mask logits in between

@@ -101,6 +101,8 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
     e->attn_split_min = 4096;
     const char *sm = getenv("MUSER_ATTN_SPLIT_MIN"); /* tests: the split decode attention at any depth */
     if (sm && *sm >= '0' && *sm <= '9') e->attn_split_min = atoi(sm);
+    const char *lb = getenv("MUSER_LOGITS_BEST");
+    e->best_off = lb && strcmp(lb, "0") == 0;
     const char *ub = getenv("MUSER_UBATCH");
     if (ub && atoi(ub) >= 1 && atoi(ub) < MU_UBATCH) e->ubatch = atoi(ub);
     int device = -1, rc = pick_backend(&o, &device, err);

@@ -80,6 +80,7 @@ struct mu_engine {
     int n_q, n_kv;   /* n_head*head_dim, n_head_kv*head_dim */
     int ubatch;      /* chunk size, MU_UBATCH unless $MUSER_UBATCH says less (tests) */
     bool prof_on;
+    bool best_off;   /* $MUSER_LOGITS_BEST=0: mu_session_logits_best answers -1 (A/B comparisons) */
     mu_profile prof; /* mu_engine_profile */
     mu_gpu_model *gpu; /* the CUDA backend's copy of the weights; NULL on the CPU */
     int gpu_dev;       /* its device */
@@ -102,6 +103,8 @@ struct mu_session {
     size_t kv_map_bytes;
     void *kv_map;       /* one anonymous mapping holding every layer */
     float *logits;      /* [n_logits_cap][n_vocab] */
+    int32_t *logits_best; /* [n_logits_cap] row i's argmax when every value is finite, else -1 (not
+                             known): written by the pass that writes row i (the GPU's, or -1) */
     int n_logits_cap, n_logits;
     bool logits_pinned; /* logits is page-locked (mu_gpu_host_alloc): the device writes it directly */
     mu_gpu_sess *gs;    /* the cells on the GPU (kc, vt unused) when the engine has one */

@@ -14,6 +14,7 @@
  * vec_dot_batch), the last layer's FFN runs on the output rows only, SiLU
  * uses ggml's expf, and RoPE the FMAs of its build. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -538,12 +539,17 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
 static int ensure_logits(mu_session *s, int n, mu_err *err) {
     if (n <= s->n_logits_cap) return 0;
     const size_t row = (size_t)s->e->m->info.n_vocab * sizeof(float);
-    float *l = s->e->gpu && n <= PINNED_LOGITS_MAX ? mu_gpu_host_alloc((size_t)n * row) : NULL;
+    int32_t *best = malloc((size_t)n * sizeof *best);
+    float *l = best && s->e->gpu && n <= PINNED_LOGITS_MAX ? mu_gpu_host_alloc((size_t)n * row) : NULL;
     const bool pinned = l != NULL;
-    if (!l) l = mu_alloc((size_t)n, row);
-    if (!l) return mu_fail(err, MU_E_NOMEM, "forward: out of memory for %d rows of logits", n);
+    if (!l && best) l = mu_alloc((size_t)n, row);
+    if (!l) {
+        free(best);
+        return mu_fail(err, MU_E_NOMEM, "forward: out of memory for %d rows of logits", n);
+    }
     mu_session_logits_free(s);
     s->logits = l;
+    s->logits_best = best;
     s->logits_pinned = pinned;
     s->n_logits_cap = n;
     return 0;
@@ -581,6 +587,8 @@ int mu_forward(mu_engine *e, const mu_batch_item *items, int n_items, mu_err *er
         int rc = items[i].embd ? 0 : ensure_logits(items[i].s, items[i].all_logits ? items[i].n_tokens : 1, err);
         if (rc) return rc;
         items[i].s->n_logits = 0;
+        /* -1 (not known) unless the device's pass writes a row's best */
+        if (!items[i].embd) memset(items[i].s->logits_best, 0xff, (size_t)items[i].s->n_logits_cap * sizeof(int32_t));
     }
     if (e->gpu) return mu_forward_gpu(e, items, n_items, err);
     for (int i = 0; i < n_items; i++) mu_shift_apply(items[i].s); /* the K rotation a shift owes */

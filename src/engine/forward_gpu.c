@@ -7,7 +7,8 @@
  * (mu_batch_item.on_layer) per chunk as forward.c calls it, each layer as
  * the device writes its rows, and a drafter's hidden-state capture
  * (mu_batch_item.feat): each capturing token's block of rows in its item's
- * feat, where forward.c's capture_feat puts it, filled by the device.
+ * feat, where forward.c's capture_feat puts it, filled by the device;
+ * each logits row's best (mu_session_logits_best) next to the row.
  * Does not: compute anything per layer (src/gpu does). */
 #include <stdlib.h>
 #include <string.h>
@@ -54,6 +55,7 @@ typedef struct {
     mu_gpu_sess *sess[MU_UBATCH];
     bool out[MU_UBATCH];
     float *logits[MU_UBATCH];
+    int32_t *best[MU_UBATCH];             /* the logits row's best (mu_session_logits_best), else NULL */
     float *embd[MU_UBATCH];
     const mu_batch_item *item[MU_UBATCH]; /* the token's item when it streams its layers, else NULL */
     const float *in_row[MU_UBATCH];       /* the token's input row (an image row), else NULL */
@@ -93,7 +95,7 @@ static int run(mu_engine *e, gchunk *c, mu_err *err) {
     }
     double *prof = !e->prof_on ? NULL : c->T == 1 ? e->prof.decode_s : e->prof.prefill_s;
     mu_gpu_chunk g = {.T = c->T, .tokens = c->tok, .pos = c->pos, .sess = c->sess, .out = c->out,
-                      .n_out = c->n_out, .t_solo = c->t_solo < c->T ? c->t_solo : c->T, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .embd = c->embd,
+                      .n_out = c->n_out, .t_solo = c->t_solo < c->T ? c->t_solo : c->T, .rope = c->rope ? e->rope : NULL, .logits = c->logits, .best = c->best, .embd = c->embd,
                       .prof = prof, .on_layer = c->n_layer_tok ? chunk_layer : NULL, .on_layer_user = c,
                       .stream_stats = &e->gpu_stream, .in_rows = c->n_in_rows ? c->in_row : NULL,
                       .feat = c->n_feat_tok ? c->feat : NULL, .feat_layers = c->feat_layers,
@@ -137,6 +139,7 @@ int mu_forward_gpu(mu_engine *e, const mu_batch_item *items, int n_items, mu_err
             if (out) {
                 /* an embedding row leaves after the final norm, a logits row after the output matmul */
                 c.embd[c.n_out] = it->embd ? it->embd + (size_t)t * I->n_embd : NULL;
+                c.best[c.n_out] = it->embd ? NULL : s->logits_best + s->n_logits;
                 c.logits[c.n_out++] = it->embd ? NULL : s->logits + (size_t)s->n_logits++ * V;
             }
             if (++c.T == e->ubatch) rc = run(e, &c, err);

@@ -473,6 +473,13 @@ static int32_t keep_post(mu_sampler *s, const arr *a, int32_t id) {
     return id;
 }
 
+/* Greedy with nothing after it that can drop the best token: the chain is
+ * the argmax (mu_sampler_sample_adjusted's first case). */
+static bool plain_greedy(const mu_sample_params *p) {
+    const bool can_drop = (p->typical_p > 0 && p->typical_p < 1) || p->xtc_probability > 0 || p->dynatemp_range > 0;
+    return !p->mirostat && p->temp <= 0 && !can_drop;
+}
+
 int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *l) {
     const mu_sample_params *p = &s->p;
     const size_t min_keep = (size_t)p->min_keep;
@@ -484,8 +491,7 @@ int32_t mu_sampler_sample_adjusted(mu_sampler *s, const float *l) {
         return keep_post(s, &a, id);
     }
     /* greedy, and nothing after it can drop the best token */
-    bool can_drop = (p->typical_p > 0 && p->typical_p < 1) || p->xtc_probability > 0 || p->dynatemp_range > 0;
-    if (p->temp <= 0 && !can_drop) {
+    if (plain_greedy(p)) {
         s->n_post = 0;
         s->post_only = mu_logits_argmax(l, s->n_vocab); /* llama.cpp: the others end at probability 0 */
         return s->post_only;
@@ -553,6 +559,14 @@ int mu_sampler_final_probs(const mu_sampler *s, int32_t id, int k, int32_t *ids,
         ids[j] = s->post[i].id;
     }
     return m;
+}
+
+int32_t mu_sampler_sample_best(mu_sampler *s, const float *logits, int32_t best) {
+    if (best < 0 || s->adjusts || !plain_greedy(&s->p)) return mu_sampler_sample(s, logits);
+    MU_ASSERT(best < s->n_vocab);
+    s->n_post = 0;
+    s->post_only = best;
+    return best;
 }
 
 int32_t mu_sampler_sample(mu_sampler *s, const float *logits) {

@@ -94,7 +94,9 @@ void mu_session_free(mu_session *s) {
 void mu_session_logits_free(mu_session *s) {
     if (s->logits_pinned) mu_gpu_host_free(s->logits);
     else mu_free(s->logits);
+    free(s->logits_best);
     s->logits = NULL;
+    s->logits_best = NULL;
     s->logits_pinned = false;
     s->n_logits_cap = 0;
 }
@@ -158,6 +160,12 @@ const float *mu_session_logits(const mu_session *s, int i) {
     if (i < 0) i = s->n_logits - 1;
     if (i < 0 || i >= s->n_logits) return NULL;
     return s->logits + (size_t)i * (size_t)s->e->m->info.n_vocab;
+}
+
+int32_t mu_session_logits_best(const mu_session *s, int i) {
+    if (i < 0) i = s->n_logits - 1;
+    if (i < 0 || i >= s->n_logits || s->e->best_off) return -1;
+    return s->logits_best[i];
 }
 
 /* ---- raw rows ---------------------------------------------------------- */

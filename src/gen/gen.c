@@ -275,8 +275,8 @@ static double mono_s(void) {
     return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-static int32_t grammar_pick(mu_gen *g, const float *logits, const char **why) {
-    int32_t id = mu_sampler_sample(g->smp, logits);
+static int32_t grammar_pick(mu_gen *g, const float *logits, int32_t best, const char **why) {
+    int32_t id = mu_sampler_sample_best(g->smp, logits, best); /* the unmasked row: its best holds */
     double t0 = mono_s();
     bool ok = id >= 0 && mu_gmatch_allows(g->gm, id);
     if (ok) {
@@ -293,10 +293,13 @@ static int32_t grammar_pick(mu_gen *g, const float *logits, const char **why) {
     return mu_sampler_sample(g->smp, g->masked);
 }
 
-int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
+int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) { return mu_gen_pick_best(g, logits, -1, why); }
+
+int32_t mu_gen_pick_best(mu_gen *g, const float *logits, int32_t best, const char **why) {
     /* NaN or infinity in the logits comes from broken weights (or a broken
-     * kernel): end with an error, never sample garbage */
-    if (!mu_logits_finite(logits, g->n_vocab)) {
+     * kernel): end with an error, never sample garbage (best >= 0: the
+     * device found every value finite) */
+    if (best < 0 && !mu_logits_finite(logits, g->n_vocab)) {
         *why = "engine: the model produced a non-finite logit (broken weights?)";
         return -1;
     }
@@ -309,12 +312,12 @@ int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) {
     if (g->n_acc < g->r.n_forced) id = g->forced[g->n_acc], g->sampled = false;
     else if (g->call_phase == CALL_PREFIX || g->call_phase == CALL_BODY) id = g->call_forced[g->call_pos], g->sampled = false;
     else if (g->call_phase == CALL_NAME) id = call_name_pick(g, logits);
-    else if (g->gm) return grammar_pick(g, logits, why);
+    else if (g->gm) return grammar_pick(g, logits, best, why);
     else if (g->cons) {
         id = mu_constrain_pick(g->cons, g->smp, &g->r.sp, logits);
         g->sampled = g->r.sp.temp > 0; /* greedy under a schema is an argmax, not a draw */
     }
-    else id = mu_sampler_sample(g->smp, logits);
+    else id = mu_sampler_sample_best(g->smp, logits, best);
     if (id < 0) *why = g->call_phase == CALL_NAME ? "tool call: no token can continue a function name"
                                                   : "structured output: no token can continue the value";
     return id;

@@ -557,15 +557,15 @@ static void slot_release(mu_sched *s, int i, mu_finish f, const char *why) {
     job_finish(s, j, f, why);
 }
 
-/* Engine thread: picks and accepts one token of slot i from logits lg;
- * *id is the token; want is draft r of the step (-1: no draft), counted as
+/* Engine thread: picks and accepts one token of slot i from logits lg
+ * (best: -1, or lg's mu_session_logits_best); *id is the token; want is draft r of the step (-1: no draft), counted as
  * checked, and as accepted when it equals the token. Returns false when
  * the job ended (the slot is released, the job may be gone). */
-static bool take(mu_sched *s, int i, const float *lg, int32_t want, int r, int32_t *id) {
+static bool take(mu_sched *s, int i, const float *lg, int32_t best, int32_t want, int r, int32_t *id) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     const char *why = NULL;
-    *id = mu_gen_pick(j->gen, lg, &why);
+    *id = mu_gen_pick_best(j->gen, lg, best, &why);
     if (*id < 0) {
         slot_release(s, i, MU_FINISH_ERROR, why);
         return false;
@@ -625,10 +625,10 @@ static bool dflash_pays(const mu_sched *s, const mu_job *j) {
 
 /* Engine thread: one gen step for slot i from logits lg (and a dflash
  * job's shadow draft checked against its token). */
-static void step(mu_sched *s, int i, const float *lg) {
+static void step(mu_sched *s, int i, const float *lg, int32_t best) {
     int32_t id;
     mu_job *j = s->slots[i].job;
-    if (!take(s, i, lg, -1, -1, &id) || j->i_shadow >= j->n_shadow) return;
+    if (!take(s, i, lg, best, -1, -1, &id) || j->i_shadow >= j->n_shadow) return;
     /* a shadow draft's next token (its row through the output matrix now)
      * against the one plain decoding picked */
     const int r = j->i_shadow++;
@@ -851,7 +851,7 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
     int acc = 0;
     for (int r = 0; r < n_blk; r++) {
         int32_t id, want = r < n_dr ? sl->blk[r + 1] : -1;
-        if (!take(s, i, mu_session_logits(sl->sess, r), want, r, &id)) return;
+        if (!take(s, i, mu_session_logits(sl->sess, r), mu_session_logits_best(sl->sess, r), want, r, &id)) return;
         if (r < n_dr) observe(j, r, id == want);
         if (id != want) break;
         acc++;
@@ -921,7 +921,7 @@ static void group_join(mu_sched *s, int i) {
         pthread_mutex_lock(&s->mu);
         s->info[i].n_past = mu_session_n_past(sl->sess);
         pthread_mutex_unlock(&s->mu);
-        step(s, i, g->logits);
+        step(s, i, g->logits, -1); /* a copy of the leader's row: no best kept */
         return;
     }
     if (g->leader < 0) g->leader = i;
@@ -1464,7 +1464,7 @@ static void *engine_main(void *arg) {
             }
             const float *lg = mu_session_logits(sl->sess, -1);
             if (prefilling) group_publish(s, i, lg);
-            step(s, i, lg);
+            step(s, i, lg, mu_session_logits_best(sl->sess, -1));
         }
         /* the prefix cache copies the blocks the sessions completed (the
          * slots' sessions and histories outlive their jobs) */

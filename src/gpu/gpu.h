@@ -78,6 +78,11 @@ typedef struct {
     int t_solo;                   /* tokens [t_solo, T) round as one-token passes (mu_batch_item.solo) */
     const float *rope;            /* [T][head_dim / 2][2] cos, sin of the sliding layers' RoPE */
     float *const *logits;         /* [n_out] host rows of n_vocab, in token order (NULL: not wanted) */
+    /* NULL, or [n_out]: NULL, or where row r's best goes: the first index
+     * of its largest value (ties: the smallest index; -0 equals +0) when
+     * every value of the row is finite, else -1; what the host's
+     * mu_logits_argmax and mu_logits_finite would say of the row */
+    int32_t *const *best;
     float *const *embd;           /* [n_out] host rows of n_embd for the final-norm state, or NULL */
     /* NULL, or seconds per phase added in (device time, CUDA events), in
      * the engine's phase order: norms, qkv, rope, attn, wo, ffn_up,

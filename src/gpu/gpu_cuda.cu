@@ -5,7 +5,7 @@
  * compute stream per model, the pinned staging buffer for a chunk's inputs
  * and outputs, layer streaming (an event per layer, KV rows read on a
  * second stream while the pass runs), and the elementwise kernels (norms,
- * RoPE, residuals, SwiGLU).
+ * RoPE, residuals, SwiGLU) and each logits row's best (k_best).
  * Matmuls are gpu_cuda_mm.cu, attention gpu_cuda_attn.cu. Exported: the
  * one symbol mu_gpu_plugin_v1 (plugin.h). */
 #include <dlfcn.h>
@@ -70,6 +70,7 @@ struct mu_gpu_model {
     cu_kv_layer *kv_h, *kv_d; /* [UB][n_layer] session layer table */
     float *rope_d;
     float *lg_h;           /* pinned logits staging */
+    int32_t *best_d, *best_h; /* [UB] each logits row's best (k_best): device, pinned */
     size_t lg_h_cap;       /* floats */
     pass_graph graphs[MAX_GRAPHS]; /* captured passes of small batches */
     int n_graphs;
@@ -226,6 +227,7 @@ static void p_model_free(mu_gpu_model *m) {
     cudaFree(m->rows_d);
     cudaFreeHost(m->kv_h);
     cudaFreeHost(m->lg_h);
+    cudaFreeHost(m->best_h);
     cap_free(m);
     graphs_clear(m);
     for (int i = 0; i < m->n_ev_made; i++) cudaEventDestroy(m->ev[i]);
@@ -313,10 +315,11 @@ static int model_new(int dev, const mu_gpu_model_desc *d, mu_gpu_progress_fn fn,
                 {(void **)&m->f2, T * F * 4},     {(void **)&m->h2, T * E * 4},
                 {(void **)&m->a2, T * (E > Q ? E : Q) * 4},     {(void **)&m->qa, 2 * T * m->qa_stride},
                 {(void **)&m->in_d, sizeof(chunk_in)}, {(void **)&m->kv_d, T * (size_t)d->n_layer * sizeof(cu_kv_layer)},
-                {(void **)&m->rope_d, T * (size_t)d->head_dim * 4}};
+                {(void **)&m->rope_d, T * (size_t)d->head_dim * 4}, {(void **)&m->best_d, T * 4}};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs && !rc; i++) rc = dev_alloc(m, bufs[i].n, bufs[i].p, "scratch", err);
     if (rc) return rc;
     CU_CK(cudaMallocHost((void **)&m->in_h, sizeof(chunk_in)), "pinned inputs");
+    CU_CK(cudaMallocHost((void **)&m->best_h, T * 4), "pinned outputs");
     CU_CK(cudaMallocHost((void **)&m->kv_h, T * (size_t)d->n_layer * sizeof(cu_kv_layer)), "pinned inputs");
     /* layer streaming: made here, so a streaming pass allocates nothing
      * (cudaFreeHost may synchronize the device) */
@@ -680,6 +683,55 @@ __global__ void k_gather(const float *src, float *dst, const int32_t *idx, int n
     for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
 }
 
+/* One value of a row into a thread's (largest value, its first index) and
+ * non-finite flag; a thread sees its indices in increasing order. */
+__device__ __forceinline__ void best_take(float x, int j, float *v, int *i, bool *bad) {
+    *bad |= !isfinite(x);
+    if (x > *v) *v = x, *i = j;
+}
+
+/* (v, i) takes (v2, i2) when it is larger, or equal at a smaller index:
+ * the reduction keeps the first index of the largest value (-0 == +0). */
+__device__ __forceinline__ void best_join(float v2, int i2, float *v, int *i) {
+    if (v2 > *v || (v2 == *v && i2 < *i)) *v = v2, *i = i2;
+}
+
+/* best[r] for logits rows lg [n_out][n] (mu_gpu_chunk.best): the first
+ * index of row r's largest value when every value is finite, else -1;
+ * mu_logits_argmax on a row mu_logits_finite accepts. One block of 1024
+ * threads a row: float4 loads where the row is 16-byte aligned, then
+ * (max, first index) pairs reduced over warps and the block. */
+__global__ void __launch_bounds__(1024) k_best(const float *lg, int n, int32_t *best) {
+    const float *l = lg + (size_t)blockIdx.x * n;
+    float v = -INFINITY;
+    int i = 0x7fffffff;
+    bool bad = false;
+    const int n4 = (uintptr_t)l % 16 == 0 ? n / 4 : 0;
+#pragma unroll 4
+    for (int q = threadIdx.x; q < n4; q += blockDim.x) {
+        const float4 x = ((const float4 *)l)[q];
+        best_take(x.x, 4 * q, &v, &i, &bad);
+        best_take(x.y, 4 * q + 1, &v, &i, &bad);
+        best_take(x.z, 4 * q + 2, &v, &i, &bad);
+        best_take(x.w, 4 * q + 3, &v, &i, &bad);
+    }
+    for (int j = 4 * n4 + threadIdx.x; j < n; j += blockDim.x) best_take(l[j], j, &v, &i, &bad);
+    const bool any_bad = __syncthreads_or(bad);
+    for (int o = 16; o > 0; o >>= 1)
+        best_join(__shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, i, o), &v, &i);
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+    if (lane == 0) sv[w] = v, si[w] = i;
+    __syncthreads();
+    if (w != 0) return;
+    v = lane < (int)blockDim.x / 32 ? sv[lane] : -INFINITY;
+    i = lane < (int)blockDim.x / 32 ? si[lane] : 0x7fffffff;
+    for (int o = 16; o > 0; o >>= 1)
+        best_join(__shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, i, o), &v, &i);
+    if (lane == 0) best[blockIdx.x] = any_bad ? -1 : i;
+}
+
 /* ---- forward ----------------------------------------------------------- */
 
 /* Quantizes x [T][cols] once per dot type and runs the matmuls on it:
@@ -973,6 +1025,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int swa
         const int nb = cu_batch_rows(&m->output, n_out);
         cu_matmul(st, &m->output, m->qa, m->qa_stride, n_out, nb < out_solo ? nb : out_solo, m->lg, true,
                   D->logit_scale, D->softcap);
+        k_best<<<n_out, 1024, 0, st>>>(m->lg, D->n_vocab, m->best_d);
     }
     mark(m, prof, PH_LOGITS);
 }
@@ -1162,6 +1215,8 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     }
     if (n_staged)
         CU_CK(cudaMemcpyAsync(m->lg_h, m->lg, (size_t)n_out * lrb, cudaMemcpyDeviceToHost, st), "logits download");
+    if (c->best && n_out > 0)
+        CU_CK(cudaMemcpyAsync(m->best_h, m->best_d, (size_t)n_out * 4, cudaMemcpyDeviceToHost, st), "logits download");
     if (m->cap_n > 0)
         CU_CK(cudaMemcpyAsync(m->cap_h, m->cap_d, (size_t)m->cap_n * D->n_embd * 4, cudaMemcpyDeviceToHost, st),
            "capture download");
@@ -1190,6 +1245,8 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     }
     for (int r = 0; r < n_out; r++)
         if (staged[r]) memcpy(c->logits[r], m->lg_h + (size_t)r * D->n_vocab, lrb);
+    for (int r = 0; c->best && r < n_out; r++)
+        if (c->best[r]) *c->best[r] = m->best_h[r];
     for (int r = 0; r < m->cap_n; r++) memcpy(m->cap_dst[r], m->cap_h + (size_t)r * D->n_embd, (size_t)D->n_embd * 4);
     m->cap_n = 0;
     return 0;

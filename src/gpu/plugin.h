@@ -1,13 +1,15 @@
 /* plugin.h: the table the CUDA plugin (muser-cuda.so) exports and gpu.c
  * loads. Pure C; the plugin fills a mu_err itself (it cannot call into the
  * binary that loads it). MU_GPU_PLUGIN_ABI changes whenever this table or
- * a structure of gpu.h changes, so a stale plugin is refused, never called. */
+ * a structure of gpu.h changes, so a stale plugin is refused, never called.
+ * ABI 10: mu_gpu_chunk.best, each logits row's argmax (or -1, not finite)
+ * computed on the device. */
 #ifndef MU_GPU_PLUGIN_H
 #define MU_GPU_PLUGIN_H
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 9
+#define MU_GPU_PLUGIN_ABI 10
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus

@@ -13,6 +13,11 @@
  * expected bit-equal like the cells; the test prints how many differ;
  * by default the lone steps' captures run as graphs,
  * MUSER_CUDA_CAPTURE_GRAPH=0 launches them directly).
+ * Every logits row of every GPU pass: the device's best
+ * (mu_session_logits_best) equals the host's scans of the downloaded row
+ * (its first argmax when every value is finite, else -1), including a row
+ * made non-finite by a NaN in an input row (the only non-finite row the
+ * public API can make: it is NaN throughout).
  * The device keeps the CPU's arithmetic, so logits are expected bit-equal;
  * the test prints the largest difference and fails above 1e-3 (libm's expf
  * and tanhf on the device may differ from glibc's in rare last bits).
@@ -70,6 +75,30 @@ static int argmax(const float *l, int n) {
     return b;
 }
 
+static long best_rows, best_bad;
+
+/* The device's best of each of s's first n rows against the host's scans. */
+static void check_best(mu_session *s, int n, int V) {
+    for (int i = 0; i < n; i++) {
+        const float *l = mu_session_logits(s, i);
+        const int32_t want = mu_logits_finite(l, V) ? argmax(l, V) : -1, got = mu_session_logits_best(s, i);
+        best_rows++;
+        if (got != want) {
+            fails++;
+            if (best_bad++ < 10) printf("FAIL logits row %d: device best %d, the host's scans say %d\n", i, got, want);
+        }
+    }
+}
+
+/* mu_forward on the GPU engine, then check_best of every row it wrote. */
+static int forward_gpu(mu_engine *e, const mu_batch_item *items, int n, mu_err *err) {
+    int rc = mu_forward(e, items, n, err);
+    const int V = mu_model_get_info(mu_engine_model(e))->n_vocab;
+    for (int i = 0; !rc && i < n; i++)
+        if (!items[i].embd) check_best(items[i].s, items[i].all_logits ? items[i].n_tokens : 1, V);
+    return rc;
+}
+
 #define CK(x)                                                  \
     do {                                                       \
         if (x) {                                               \
@@ -107,7 +136,7 @@ int main(int argc, char **argv) {
     /* 1. prefill in one batch (two chunks), then greedy steps */
     mu_batch_item bc = item(sc, prompt, n_prompt, false, NULL, false), bg = item(sg, prompt, n_prompt, false, NULL, false);
     CK(mu_forward(ec, &bc, 1, &err));
-    CK(mu_forward(eg, &bg, 1, &err));
+    CK(forward_gpu(eg, &bg, 1, &err));
     cmp("prefill logits", mu_session_logits(sc, -1), mu_session_logits(sg, -1), V);
     {
         /* the cells themselves: every layer's K and V rows after the prefill */
@@ -136,7 +165,7 @@ int main(int argc, char **argv) {
         bc = item(sc, &tok, 1, false, NULL, false);
         bg = item(sg, &tok, 1, false, NULL, false);
         CK(mu_forward(ec, &bc, 1, &err));
-        CK(mu_forward(eg, &bg, 1, &err));
+        CK(forward_gpu(eg, &bg, 1, &err));
         char what[64];
         snprintf(what, sizeof what, "decode step %d", s);
         cmp(what, mu_session_logits(sc, -1), mu_session_logits(sg, -1), V);
@@ -155,7 +184,7 @@ int main(int argc, char **argv) {
         bg4[j] = item(g4[j], p4[j], 10 + 10 * j, j == 2, NULL, false);
         bc4[j] = item(c4[j], p4[j], 10 + 10 * j, j == 2, NULL, false);
     }
-    CK(mu_forward(eg, bg4, 4, &err));
+    CK(forward_gpu(eg, bg4, 4, &err));
     CK(mu_forward(ec, bc4, 4, &err));
     for (int j = 0; j < 4; j++) {
         char what[64];
@@ -170,7 +199,7 @@ int main(int argc, char **argv) {
         bg4[j] = item(g4[j], &t4[j], 1, false, NULL, false);
         bc4[j] = item(c4[j], &t4[j], 1, false, NULL, false);
     }
-    CK(mu_forward(eg, bg4, 4, &err));
+    CK(forward_gpu(eg, bg4, 4, &err));
     CK(mu_forward(ec, bc4, 4, &err));
     for (int j = 0; j < 4; j++) {
         char what[64];
@@ -190,11 +219,11 @@ int main(int argc, char **argv) {
         mu_batch_item pc[2] = {item(c1, p4[0], 20, false, NULL, false), item(c2b, p4[3], 20, false, NULL, false)};
         mu_batch_item pg[2] = {item(g1, p4[0], 20, false, NULL, false), item(g2b, p4[3], 20, false, NULL, false)};
         CK(mu_forward(ec, pc, 2, &err));
-        CK(mu_forward(eg, pg, 2, &err));
+        CK(forward_gpu(eg, pg, 2, &err));
         mu_batch_item sc2[2] = {item(c2b, p4[2], 1, false, NULL, false), item(c1, p4[1], 6, true, NULL, true)};
         mu_batch_item sg2[2] = {item(g2b, p4[2], 1, false, NULL, false), item(g1, p4[1], 6, true, NULL, true)};
         CK(mu_forward(ec, sc2, 2, &err));
-        CK(mu_forward(eg, sg2, 2, &err));
+        CK(forward_gpu(eg, sg2, 2, &err));
         for (int r = 0; r < 6; r++) {
             char what[64];
             snprintf(what, sizeof what, "solo block row %d", r);
@@ -240,7 +269,7 @@ int main(int argc, char **argv) {
         want_feat(&pc[0], &pg[0], fc, fg, la, 4);
         want_feat(&pc[1], &pg[1], hc, hg, lb, 2);
         CK(mu_forward(ec, pc, 2, &err));
-        CK(mu_forward(eg, pg, 2, &err));
+        CK(forward_gpu(eg, pg, 2, &err));
         size_t nd = 0, nall = 0;
         double wd = 0;
 #define CAP_CMP(what, a, b, n)                                                                     \
@@ -264,7 +293,7 @@ int main(int argc, char **argv) {
         want_feat(&sc2[0], &sg2[0], hc, hg, lb, 2);
         want_feat(&sc2[1], &sg2[1], fc, fg, la, 4);
         CK(mu_forward(ec, sc2, 2, &err));
-        CK(mu_forward(eg, sg2, 2, &err));
+        CK(forward_gpu(eg, sg2, 2, &err));
         CAP_CMP("capture: solo block (4 layers)", fc, fg, 6 * 4 * E);
         CAP_CMP("capture: the block's lone neighbour", hc, hg, 2 * E);
         for (int r = 0; r < 6; r++) {
@@ -281,7 +310,7 @@ int main(int argc, char **argv) {
             mu_batch_item lc = item(c2, &t2, 1, false, NULL, false), lg = item(g2, &t2, 1, false, NULL, false);
             if (k < 2) want_feat(&lc, &lg, hc, hg, lb, 2);
             CK(mu_forward(ec, &lc, 1, &err));
-            CK(mu_forward(eg, &lg, 1, &err));
+            CK(forward_gpu(eg, &lg, 1, &err));
             if (k < 2) CAP_CMP(k ? "capture: a second lone step" : "capture: a lone step", hc, hg, 2 * E);
             cmp(k == 2 ? "capture: lone step after" : "capture: lone step", mu_session_logits(c2, -1),
                 mu_session_logits(g2, -1), V);
@@ -302,7 +331,7 @@ int main(int argc, char **argv) {
         CK(mu_session_new(eg, 128, &g1, &err));
         mu_batch_item be = item(c1, p4[1], 30, false, ec_rows, false), bge = item(g1, p4[1], 30, false, eg_rows, false);
         CK(mu_forward(ec, &be, 1, &err));
-        CK(mu_forward(eg, &bge, 1, &err));
+        CK(forward_gpu(eg, &bge, 1, &err));
         cmp("embedding rows", ec_rows, eg_rows, 30 * I->n_embd);
         mu_session_free(c1);
         mu_session_free(g1);
@@ -326,13 +355,13 @@ int main(int argc, char **argv) {
         ic[1].in_embd = ig[1].in_embd = rows;
         for (int k = 0; k < 3; k++) { /* one item a forward: a session appears once in a batch */
             CK(mu_forward(ec, &ic[k], 1, &err));
-            CK(mu_forward(eg, &ig[k], 1, &err));
+            CK(forward_gpu(eg, &ig[k], 1, &err));
         }
         cmp("after input rows", mu_session_logits(c1, -1), mu_session_logits(g1, -1), V);
         mu_batch_item lc = item(c1, NULL, 1, false, NULL, false), lg = item(g1, NULL, 1, false, NULL, false);
         lc.in_embd = lg.in_embd = rows + (size_t)40 * E;
         CK(mu_forward(ec, &lc, 1, &err));
-        CK(mu_forward(eg, &lg, 1, &err));
+        CK(forward_gpu(eg, &lg, 1, &err));
         cmp("a lone input row", mu_session_logits(c1, -1), mu_session_logits(g1, -1), V);
         uint16_t *kc = malloc((size_t)57 * n_kv * 2), *vc = malloc((size_t)57 * n_kv * 2);
         uint16_t *kg = malloc((size_t)57 * n_kv * 2), *vg = malloc((size_t)57 * n_kv * 2);
@@ -347,6 +376,18 @@ int main(int argc, char **argv) {
                 printf("FAIL input rows: layer %d: %d K/V values differ\n", il, nd);
             }
         }
+        /* a NaN in an input row: every logit NaN, the device's best -1 */
+        float *nan_row = malloc((size_t)E * 4);
+        memcpy(nan_row, rows, (size_t)E * 4);
+        nan_row[E / 2] = NAN;
+        lg.in_embd = nan_row;
+        CK(forward_gpu(eg, &lg, 1, &err));
+        if (mu_logits_finite(mu_session_logits(g1, -1), V) || mu_session_logits_best(g1, -1) != -1) {
+            fails++;
+            printf("FAIL a NaN input row: logits finite %d, device best %d (want -1)\n",
+                   mu_logits_finite(mu_session_logits(g1, -1), V), mu_session_logits_best(g1, -1));
+        }
+        free(nan_row);
         free(kc); free(vc); free(kg); free(vg);
         mu_session_free(c1);
         mu_session_free(g1);
@@ -368,10 +409,11 @@ int main(int argc, char **argv) {
     bg = item(g2, &tok, 1, false, NULL, false);
     mu_batch_item bs = item(sc, &tok, 1, false, NULL, false);
     CK(mu_forward(ec, &bc, 1, &err));
-    CK(mu_forward(eg, &bg, 1, &err));
+    CK(forward_gpu(eg, &bg, 1, &err));
     CK(mu_forward(ec, &bs, 1, &err));
     cmp("GPU rows continued on the CPU", mu_session_logits(sc, -1), mu_session_logits(c2, -1), V);
     cmp("CPU rows continued on the GPU", mu_session_logits(sc, -1), mu_session_logits(g2, -1), V);
+    printf("logits rows' best: %ld rows checked, %ld differ from the host's scans\n", best_rows, best_bad);
     printf("gpu engine (%s, %d positions): max |logit difference| %g, %s\n", argv[1], n_past + 1, worst_all,
            fails ? "FAIL" : "ok");
     free(buf);

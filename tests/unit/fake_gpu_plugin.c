@@ -10,7 +10,13 @@
  * never asks for a layer the pass has not written yet and that no write or
  * forward happens there; hidden-state capture (mu_gpu_chunk.feat): the row
  * a token asks for entering layer il is fake_feat of (token, position, il).
+ * Logits rows are fake_logits of (token, position) in the mode
+ * $MUSER_FAKE_GPU_LOGITS names (0, zeros, when unset), each with its best
+ * (mu_gpu_chunk.best) as the CUDA plugin computes it: a zero row's is 0
+ * without a scan (so host benchmarks see the host's scans saved), any
+ * other row's is scanned here.
  * Test code; the table is plugin.h's. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -98,6 +104,29 @@ static int f_sess_new(mu_gpu_model *m, const int *rows, mu_gpu_sess **out, mu_er
     return 0;
 }
 
+/* mu_gpu_chunk.best of a row: the first index of its largest value when
+ * every value is finite, else -1 (the CUDA plugin's k_best). */
+static int32_t row_best(const float *l, int n) {
+    int32_t b = 0;
+    for (int i = 0; i < n; i++) {
+        if (!isfinite(l[i])) return -1;
+        if (l[i] > l[b]) b = i;
+    }
+    return b;
+}
+
+/* The output row of chunk token t: its logits (fake_logits) and best. */
+static void out_row(const mu_gpu_model *m, const mu_gpu_chunk *c, int t, int r) {
+    const char *env = getenv("MUSER_FAKE_GPU_LOGITS");
+    const int mode = env ? atoi(env) : 0;
+    if (c->logits[r]) {
+        if (mode == 0) memset(c->logits[r], 0, (size_t)m->n_vocab * sizeof(float));
+        else fake_logits(c->tokens[t], c->pos[t], c->logits[r], m->n_vocab, mode);
+    }
+    if (c->best && c->best[r]) *c->best[r] = mode == 0 ? 0 : row_best(c->logits[r], m->n_vocab);
+    if (c->embd && c->embd[r]) memset(c->embd[r], 0, (size_t)m->n_embd * sizeof(float));
+}
+
 static int f_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     if (m->open_layer >= 0) return fail(err, MU_E_STATE, "forward inside a layer callback");
     if (c->T <= 0 || c->T > 512) return fail(err, MU_E_ARG, "bad chunk size");
@@ -132,10 +161,8 @@ static int f_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
         m->open_layer = -1;
         m->stats = NULL;
     }
-    for (int r = 0; r < c->n_out; r++) {
-        if (c->logits[r]) memset(c->logits[r], 0, (size_t)m->n_vocab * sizeof(float));
-        if (c->embd && c->embd[r]) memset(c->embd[r], 0, (size_t)m->n_embd * sizeof(float));
-    }
+    for (int t = 0, r = 0; t < c->T; t++)
+        if (c->out[t]) out_row(m, c, t, r++);
     return 0;
 }
 

@@ -11,7 +11,11 @@
  * that capture nothing and solo items; a DFlash drafter opens on the CUDA
  * engine and drafts from those rows as it does on a CPU engine. And images
  * on a CUDA engine whose plugin has no vision encoder: encoded on the CPU,
- * the same rows as a CPU engine's, the reason kept with the projector. */
+ * the same rows as a CPU engine's, the reason kept with the projector.
+ * Each logits row's best (mu_session_logits_best): the host's argmax of
+ * the row when every value is finite, else -1, over rows with ties, -0
+ * against +0, NaN and infinities; generation with and without it
+ * ($MUSER_LOGITS_BEST=0) gives the same tokens. */
 #include <limits.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,8 +25,10 @@
 #include <cmocka.h>
 
 #include "../../include/muser.h"
+#include "../../include/muser_gen.h"
 #include "../../include/muser_synth.h"
 #include "../../src/engine/engine.h"
+#include "../../src/engine/sample_int.h"
 #include "../../src/vision/mmproj.h"
 #include "fake_gpu_row.h"
 #include "image_gen.h"
@@ -349,6 +355,160 @@ static void test_vision_fallback(void **state) {
     mu_mmproj_free(p);
 }
 
+/* Every row of s's last forward: best as the host's scans say; rows of
+ * token tok[i] at position pos0 + i; counts the shapes (fake_logits_shape). */
+static void check_best(const mu_session *s, const int32_t *tok, int pos0, int n, int mode, int *seen) {
+    const int V = mu_model_get_info(M)->n_vocab;
+    for (int i = 0; i < n; i++) {
+        const float *l = mu_session_logits(s, i);
+        assert_non_null(l);
+        const int32_t want = mu_logits_finite_ref(l, V) ? mu_logits_argmax_ref(l, V) : -1;
+        if (mu_session_logits_best(s, i) != want)
+            fail_msg("row %d (shape %d): best %d, the host's scans say %d", i,
+                     fake_logits_shape(tok[i], pos0 + i, mode), mu_session_logits_best(s, i), want);
+        seen[fake_logits_shape(tok[i], pos0 + i, mode)]++;
+    }
+    assert_int_equal(mu_session_logits_best(s, n), -1); /* no such row */
+}
+
+static void test_logits_best(void **state) {
+    (void)state;
+    mu_err err = {0};
+    setenv("MUSER_FAKE_GPU_LOGITS", "1", 1);
+    mu_session *a, *b, *c;
+    assert_int_equal(mu_session_new(E, 64, &a, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &b, &err), 0);
+    assert_int_equal(mu_session_new(E, 64, &c, &err), 0);
+    int32_t p[40], q[3];
+    prompt(p, 40, 4);
+    prompt(q, 3, 6);
+    int seen[8] = {0};
+    /* a prompt's every row (pageable rows), a chunk split between sessions */
+    const int ub = E->ubatch;
+    E->ubatch = 16;
+    mu_batch_item two[2] = {{.s = a, .tokens = p, .n_tokens = 40, .all_logits = true},
+                            {.s = b, .tokens = q, .n_tokens = 3, .all_logits = true}};
+    int rc = mu_forward(E, two, 2, &err);
+    E->ubatch = ub;
+    assert_int_equal(rc, 0);
+    check_best(a, p, 0, 40, 1, seen);
+    check_best(b, q, 0, 3, 1, seen);
+    assert_int_equal(mu_session_logits_best(a, -1), mu_session_logits_best(a, 39));
+    /* decode steps of three sessions in one chunk */
+    for (int k = 0; k < 8; k++) {
+        int32_t t[3] = {p[k], p[k + 1], q[k % 3]};
+        mu_batch_item three[3] = {{.s = a, .tokens = &t[0], .n_tokens = 1},
+                                  {.s = b, .tokens = &t[1], .n_tokens = 1},
+                                  {.s = c, .tokens = &t[2], .n_tokens = 1}};
+        assert_int_equal(mu_forward(E, three, 3, &err), 0);
+        check_best(a, &t[0], 40 + k, 1, 1, seen);
+        check_best(b, &t[1], 3 + k, 1, 1, seen);
+        check_best(c, &t[2], k, 1, 1, seen);
+    }
+    for (int sh = 0; sh < 8; sh++)
+        if (seen[sh] == 0) fail_msg("no row of shape %d", sh);
+    /* rows gone: nothing known */
+    assert_int_equal(mu_session_copy(c, a, &err), 0);
+    assert_int_equal(mu_session_logits_best(c, -1), -1);
+    assert_int_equal(mu_session_truncate(a, 40, &err), 0);
+    assert_int_equal(mu_session_logits_best(a, -1), -1);
+    /* an embedding pass keeps no best */
+    float embd[64];
+    assert_true(mu_model_get_info(M)->n_embd <= 64);
+    mu_batch_item e1 = {.s = b, .tokens = q, .n_tokens = 1, .embd = embd};
+    assert_int_equal(mu_forward(E, &e1, 1, &err), 0);
+    assert_int_equal(mu_session_logits_best(b, -1), -1);
+    /* a CPU engine's rows, and a CUDA engine with $MUSER_LOGITS_BEST=0 */
+    mu_engine *ec = NULL, *eo = NULL;
+    mu_engine_opts oc = {.backend = "cpu"}, og = {.backend = "cuda"};
+    assert_int_equal(mu_engine_new(M, &oc, &ec, &err), 0);
+    setenv("MUSER_LOGITS_BEST", "0", 1);
+    rc = mu_engine_new(M, &og, &eo, &err);
+    unsetenv("MUSER_LOGITS_BEST");
+    assert_int_equal(rc, 0);
+    mu_engine *es[2] = {ec, eo};
+    for (int k = 0; k < 2; k++) {
+        mu_session *s;
+        assert_int_equal(mu_session_new(es[k], 64, &s, &err), 0);
+        mu_batch_item it = {.s = s, .tokens = p, .n_tokens = 8, .all_logits = true};
+        assert_int_equal(mu_forward(es[k], &it, 1, &err), 0);
+        for (int i = 0; i < 8; i++) assert_int_equal(mu_session_logits_best(s, i), -1);
+        mu_session_free(s);
+    }
+    unsetenv("MUSER_FAKE_GPU_LOGITS");
+    mu_engine_free(ec);
+    mu_engine_free(eo);
+    mu_session_free(a);
+    mu_session_free(b);
+    mu_session_free(c);
+}
+
+/* A job's token ids on sched s (greedy; ends with n_predict tokens). */
+static int gen_ids(mu_sched *s, const mu_gen_req *q, int32_t *ids, int cap) {
+    mu_job *j;
+    mu_err err = {0};
+    if (mu_sched_submit(s, q, 1, &j, &err)) fail_msg("submit: %s", err.msg);
+    int n = 0;
+    mu_gen_event ev;
+    while (mu_job_next(j, &ev, -1) == 1) {
+        if (ev.kind == MU_EV_TOKEN && n < cap) ids[n++] = ev.tok.id;
+        if (ev.kind == MU_EV_FINISH) {
+            if (ev.finish != MU_FINISH_LENGTH) fail_msg("job ended with %d: %s", (int)ev.finish, ev.text ? ev.text : "");
+            break;
+        }
+    }
+    mu_job_free(j);
+    return n;
+}
+
+/* The scheduler's picks with the rows' best and without it: the same
+ * tokens, for plain greedy decoding (the best taken), greedy with a logit
+ * bias (the best must be ignored: the bias changes the argmax), and
+ * scripted drafts (verification rows: each row's own best), on rows whose
+ * argmax moves with token and position (fake_logits mode 2). */
+static void test_best_generation(void **state) {
+    (void)state;
+    mu_err err = {0};
+    setenv("MUSER_FAKE_GPU_LOGITS", "2", 1);
+    mu_engine *eo = NULL;
+    mu_engine_opts og = {.backend = "cuda"};
+    setenv("MUSER_LOGITS_BEST", "0", 1);
+    int rc = mu_engine_new(M, &og, &eo, &err);
+    unsetenv("MUSER_LOGITS_BEST");
+    assert_int_equal(rc, 0);
+    const int V = mu_model_get_info(M)->n_vocab;
+    int32_t p[30], script[80];
+    prompt(p, 30, 2);
+    for (int i = 0; i < 80; i++) script[i] = (int32_t)((i * 13 + 5) % V);
+    const mu_logit_bias bias = {.id = 9, .bias = 1.75f};
+    mu_gen_req rq[3] = {{.prompt = p, .n_prompt = 30, .n_predict = 48, .ignore_eos = true, .no_text = true},
+                        {.prompt = p, .n_prompt = 30, .n_predict = 48, .ignore_eos = true, .no_text = true},
+                        {.prompt = p + 3, .n_prompt = 20, .n_predict = 48, .ignore_eos = true, .no_text = true,
+                         .spec = MU_SPEC_SCRIPT, .draft_max = 4, .spec_script = script, .n_spec_script = 80}};
+    rq[1].sp.logit_bias = &bias;
+    rq[1].sp.n_logit_bias = 1;
+    static int32_t ids[2][3][64];
+    int n[2][3];
+    mu_engine *es[2] = {E, eo};
+    for (int k = 0; k < 2; k++) {
+        mu_sched *s;
+        mu_sched_opts so = {.n_slots = 2, .n_ctx = 128};
+        assert_int_equal(mu_sched_new(es[k], &so, &s, &err), 0);
+        for (int r = 0; r < 3; r++) n[k][r] = gen_ids(s, &rq[r], ids[k][r], 64);
+        mu_sched_free(s);
+    }
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(n[0][r], 48);
+        assert_int_equal(n[1][r], 48);
+        assert_memory_equal(ids[0][r], ids[1][r], 48 * sizeof(int32_t));
+    }
+    int differ = 0; /* the bias changes some picks: the best could not stand in for them */
+    for (int t = 0; t < 48; t++) differ += ids[0][0][t] != ids[0][1][t];
+    assert_true(differ > 0);
+    unsetenv("MUSER_FAKE_GPU_LOGITS");
+    mu_engine_free(eo);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_per_chunk),
@@ -356,6 +516,8 @@ int main(void) {
         cmocka_unit_test(test_feat_capture),
         cmocka_unit_test(test_drafter_on_cuda),
         cmocka_unit_test(test_vision_fallback),
+        cmocka_unit_test(test_logits_best),
+        cmocka_unit_test(test_best_generation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

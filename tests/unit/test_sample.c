@@ -3,7 +3,9 @@
  * libstdc++'s uniform reals and discrete distribution), logit bias,
  * penalties and their window, DRY (repeat lengths, restart sequences,
  * single-token breakers), top-n-sigma, typical-p, XTC, min_keep, dynamic
- * temperature, mirostat 1 and 2, the seeded draw, and parameter checks.
+ * temperature, mirostat 1 and 2, the seeded draw, and parameter checks;
+ * mu_sampler_sample_best: the given best stands in for the argmax of plain
+ * greedy only, every other chain ignores it.
  * Stages that truncate are checked by the set of tokens many seeded draws
  * can reach (deterministic: the generator is seeded). */
 #include <math.h>
@@ -469,8 +471,37 @@ static void test_logit_scans(void **state) {
     free(l);
 }
 
+static void test_sample_best(void **state) {
+    (void)state;
+    const float l[6] = {0.5f, 2.0f, -1.0f, 1.0f, 2.0f, 0.0f};
+    const mu_logit_bias bias = {.id = 3, .bias = 5.0f};
+    mu_sample_params ps[4] = {{.temp = 0}, {.temp = 0, .logit_bias = &bias, .n_logit_bias = 1},
+                              {.temp = 0.8f, .seed = 3}, {.temp = 0, .xtc_probability = 1, .xtc_threshold = 0.1f}};
+    for (int k = 0; k < 4; k++) {
+        mu_sampler *a, *b;
+        mu_err err;
+        assert_int_equal(mu_sampler_new(&ps[k], 6, &a, &err), 0);
+        assert_int_equal(mu_sampler_new(&ps[k], 6, &b, &err), 0);
+        for (int32_t best = -1; best < 6; best++) { /* best 1 is right; the others tell whether it was taken */
+            const int32_t got = mu_sampler_sample_best(a, l, best), want = mu_sampler_sample(b, l);
+            if (k == 0 && best >= 0) assert_int_equal(got, best);
+            else assert_int_equal(got, want);
+            if (got != want) continue; /* a wrong best taken: what it reports is its own */
+            int32_t ia[4], ib[4];
+            float pa[4], pb[4], qa, qb;
+            const int na = mu_sampler_final_probs(a, got, 4, ia, pa, &qa), nb = mu_sampler_final_probs(b, got, 4, ib, pb, &qb);
+            assert_int_equal(na, nb);
+            assert_memory_equal(ia, ib, (size_t)na * sizeof *ia);
+            assert_true(qa == qb);
+        }
+        mu_sampler_free(a);
+        mu_sampler_free(b);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_sample_best),
         cmocka_unit_test(test_logit_scans),
         cmocka_unit_test(test_generator),   cmocka_unit_test(test_dist_seeded), cmocka_unit_test(test_logit_bias),
         cmocka_unit_test(test_penalties),   cmocka_unit_test(test_dry),         cmocka_unit_test(test_top_n_sigma),
