@@ -280,7 +280,7 @@ typedef struct {
     float *scores;         /* [T * n_head][max_span] scratch */
     float *chunk_sums;     /* [T * n_head][max_span / 16] scratch */
     int mode;              /* CU_ATTN_*: which kernels (cu_attn_mode) */
-    float *lanes;          /* [GRAPH_MAX_T * n_head][64][128] scratch (decode) */
+    float *lanes;          /* [CU_DECODE_MAX_T * n_head][64][128] scratch (decode) */
 } cu_attn_args;
 enum { CU_ATTN_ROWS, CU_ATTN_PREFILL, CU_ATTN_DECODE };
 #define CU_DECODE_MAX_T 8 /* the most tokens of a CU_ATTN_DECODE pass */

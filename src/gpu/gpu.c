@@ -156,6 +156,11 @@ int mu_gpu_test_attention(int device, const mu_gpu_attn_case *c, float *out_pref
     return rc ? rc : g_plugin->test_attention(device, c, out_prefill, out_rows, err);
 }
 
+int mu_gpu_test_best(int device, const float *rows, int n_rows, int n, int32_t *best, mu_err *err) {
+    int rc = need_device(device, err);
+    return rc ? rc : g_plugin->test_best(device, rows, n_rows, n, best, err);
+}
+
 int mu_gpu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *err) {
     int rc = need_device(device, err);
     if (rc) return rc;

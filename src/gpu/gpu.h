@@ -171,6 +171,11 @@ typedef struct {
     const uint16_t *const *k, *const *v; /* [n_sess] -> F16 [rows][n_head_kv * head_dim] */
 } mu_gpu_attn_case;
 int mu_gpu_test_attention(int device, const mu_gpu_attn_case *c, float *out_prefill, float *out_rows, mu_err *err);
+/* The best (mu_gpu_chunk.best) of n_rows rows of n floats, rows[r * n + i],
+ * as the device computes it for logits rows (the rows copied to the device
+ * at float offset 1 when n is odd, so a row's start is not always 16-byte
+ * aligned) */
+int mu_gpu_test_best(int device, const float *rows, int n_rows, int n, int32_t *best, mu_err *err);
 
 /* Muse Glimmer's vision encoder on the device (gpu_cuda_vit.cu): the
  * projector's weights uploaded once (matrices as F16: F16 as they are,

@@ -36,7 +36,12 @@ typedef struct {
     int32_t in_row[UB];   /* -1, or the token's row in m->rows_d (mu_gpu_chunk.in_rows) */
 } chunk_in;
 
-#define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
+#define FEW_T 8 /* decode-sized batches: norm rows of 1024 threads, SwiGLU and FFN down's quantization apart */
+/* batches of at most this many tokens replay graphs: decode and speculative
+ * verification blocks (DFlash's up to 16; on the 1B shape a 9-token block
+ * launched kernel by kernel took 6.5 ms against 2.4 for 8 tokens replayed,
+ * 2026-12-05 call 3) */
+#define GRAPH_MAX_T 16
 #define MAX_GRAPHS 32
 typedef struct {
     int T, n_out, max_span, swa_span, t_solo, out_solo, attn_mode;
@@ -815,7 +820,7 @@ static mu_block_q8_K *pre_q8K(const mu_gpu_model *m, const dtensor *first, int n
 }
 
 /* threads of a row kernel: few rows (decode) get more threads each */
-#define NT(rows) ((rows) <= GRAPH_MAX_T ? 1024 : 256)
+#define NT(rows) ((rows) <= FEW_T ? 1024 : 256)
 
 /* ---- hidden-state capture (mu_gpu_chunk.feat) ------------------------- */
 
@@ -1000,7 +1005,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int swa
         /* prefill only: at decode sizes the two launches measured faster
          * (88.5 / 91.0 vs 87.6 / 88.0 tok/s at depth 512, docs/cuda.md;
          * no faster either with the quantization from registers) */
-        mu_block_q8_K *qd = Tc > GRAPH_MAX_T ? pre_q8K(m, wd, F) : NULL;
+        mu_block_q8_K *qd = Tc > FEW_T ? pre_q8K(m, wd, F) : NULL;
         if (qd)
             launch_pdl(k_swiglu_q8K, dim3((unsigned)(((size_t)Tc * (F / 256) + 7) / 8)), dim3(256), 0, st, m->f1,
                        (const float *)m->f2, F, Tc, qd, m->qa_stride);
@@ -1427,6 +1432,28 @@ static int p_test_attention(int dev, const mu_gpu_attn_case *c, float *out_prefi
     return rc;
 }
 
+static int p_test_best(int dev, const float *rows, int n_rows, int n, int32_t *best, mu_err *err) {
+    CU_CK(cudaSetDevice(dev), "set device");
+    mu_gpu_model m = {0};
+    m.dev = dev;
+    m.allocs = (void **)calloc(2, sizeof(void *));
+    if (!m.allocs) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
+    float *dr = NULL;
+    int32_t *db = NULL;
+    const int off = n % 2; /* odd rows: every other row starts off a 16-byte boundary */
+    int rc = dev_alloc(&m, ((size_t)n_rows * n + 1) * 4, (void **)&dr, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)n_rows * 4, (void **)&db, "test", err);
+    if (!rc) {
+        cudaMemcpy(dr + off, rows, (size_t)n_rows * n * 4, cudaMemcpyHostToDevice);
+        k_best<<<n_rows, 1024>>>(dr + off, n, db);
+        cudaError_t e = cudaMemcpy(best, db, (size_t)n_rows * 4, cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test best");
+    }
+    for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
+    free(m.allocs);
+    return rc;
+}
+
 /* Page-locked and portable (any device's copies may use it), zeroed. */
 static void *p_host_alloc(size_t bytes) {
     void *p = NULL;
@@ -1444,7 +1471,7 @@ static const mu_gpu_plugin PLUGIN = {
     MU_GPU_PLUGIN_ABI, "cuda", p_count,  p_probe,  p_model_new,     p_model_free,   p_sess_new,
     p_sess_free,       p_forward, p_kv_get, p_kv_put, p_test_matmul, p_test_get_rows, p_test_attention,
     cu_vit_new,        cu_vit_free, cu_vit_encode, cu_vit_test_gemm, cu_vit_test_attn,
-    p_sess_copy,       p_host_alloc,  p_host_free,
+    p_sess_copy,       p_host_alloc,  p_host_free,   p_test_best,
 };
 
 extern "C" __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

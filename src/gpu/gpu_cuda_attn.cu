@@ -96,12 +96,12 @@ __global__ void k_scores(cu_attn_args a) {
 #define SM_CS 4096
 template <bool SMEM>
 __global__ void k_softmax(cu_attn_args a) {
-    pdl_wait();
-    pdl_launch();
     const int row = blockIdx.x, t = row / a.n_head;
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, a.batch[t], &c_lo, &c_hi, &p0);
+    pdl_wait(); /* after the span: the pass's tables are the host's, not the kernel before's */
+    pdl_launch();
     const int m = c_hi - c_lo, nch = m / 16;
     float *x = a.scores + (size_t)row * a.max_span;
     __shared__ double s_cs[SMEM ? SM_CS : 1];
@@ -117,15 +117,23 @@ __global__ void k_softmax(cu_attn_args a) {
     __syncthreads();
     mx = -INFINITY;
     for (int w = 0; w < (int)blockDim.x / 32; w++) mx = fmaxf(mx, s_max[w]);
-    for (int k = threadIdx.x; k < nch; k += blockDim.x) {
-        float e[16];
-#pragma unroll
-        for (int l = 0; l < 16; l++) {
-            e[l] = expf_ggml(x[16 * k + l] - mx);
-            x[16 * k + l] = e[l];
+    /* a cell a thread; a chunk's 16 values are 16 lanes of a warp, added
+     * by shuffles in hsum16's order (i + (i + 8), then hsum8's steps) */
+    for (int i0 = 0; i0 < 16 * nch; i0 += blockDim.x) {
+        const int i = i0 + threadIdx.x;
+        float e = 0;
+        if (i < 16 * nch) {
+            e = expf_ggml(x[i] - mx);
+            x[i] = e;
         }
-        if (in_smem) s_cs[k] = (double)hsum16(e);
-        else cs[k] = hsum16(e);
+        e += __shfl_down_sync(0xffffffffu, e, 8, 16);
+        e += __shfl_down_sync(0xffffffffu, e, 4, 16);
+        e += __shfl_down_sync(0xffffffffu, e, 2, 16);
+        e += __shfl_down_sync(0xffffffffu, e, 1, 16);
+        if (i % 16 == 0 && i < 16 * nch) {
+            if (in_smem) s_cs[i / 16] = (double)e;
+            else cs[i / 16] = e;
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -457,14 +465,14 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
  * one FMA), then per l (acc0 + acc2) + (acc1 + acc3), then hsum16, whose
  * first step (l + (l + 8)) is taken as soon as lane l + 8 is done. */
 __global__ void __launch_bounds__(128) k_scores_d(cu_attn_args a) {
-    pdl_wait();
-    pdl_launch();
     const int t = blockIdx.y, g = blockIdx.z, G = a.n_head / a.n_head_kv, pos = a.pos[t];
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
     row_span(pos, kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
     const int cb = c_lo + blockIdx.x * SD_CELLS;
     if (cb >= c_hi) return;
+    pdl_wait(); /* after the span (k_softmax) */
+    pdl_launch();
     __shared__ float4 s_q[16][32];          /* head, values 4i .. 4i + 3 (rounded to F16) */
     __shared__ uint4 s_k[SD_CELLS][16 + 1]; /* cell, values 8m .. 8m + 7; padded: no bank conflicts */
     const int n_kv = a.n_head_kv * 128;
@@ -547,8 +555,6 @@ __global__ void __launch_bounds__(128) k_scores_d(cu_attn_args a) {
  * 2hp, 2hp + 1, each lane's cells in order. */
 template <int L>
 __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
-    pdl_wait();
-    pdl_launch();
     const int a0 = blockIdx.x * L, d = blockIdx.y * 32 + (threadIdx.x & 31), hp = threadIdx.x >> 5;
     const int t = blockIdx.z / a.n_head_kv, g = blockIdx.z % a.n_head_kv, G = a.n_head / a.n_head_kv;
     if (2 * hp >= G) return;
@@ -556,6 +562,8 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
+    pdl_wait(); /* after the span (k_softmax) */
+    pdl_launch();
     const int np = (c_hi - c_lo) / 64 * 64, n_kv = a.n_head_kv * 128;
     const float *w = a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span + a0;
     const uint16_t *v = kv.v + (size_t)(c_lo + a0) * n_kv + (size_t)g * 128 + d;
@@ -612,8 +620,6 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
  * 64 by + 2x, 64 by + 2x + 1; a lane's cells in order, each product
  * added with one fmaf (exact products: the weights are F16 values). */
 __global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
-    pdl_wait();
-    pdl_launch();
     const int warp = threadIdx.x >> 5, x = threadIdx.x & 31;
     const int l = blockIdx.x * 4 + (warp >> 1), hb = (warp & 1) * 8, d = blockIdx.y * 64 + 2 * x;
     const int t = blockIdx.z / a.n_head_kv, g = blockIdx.z % a.n_head_kv, G = a.n_head / a.n_head_kv;
@@ -621,6 +627,8 @@ __global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
+    pdl_wait(); /* after the span (k_softmax) */
+    pdl_launch();
     const int nk = (c_hi - c_lo) / 64, n_kv = a.n_head_kv * 128, nh = G - hb < 8 ? G - hb : 8;
     const float *w = a.scores + ((size_t)t * a.n_head + (size_t)g * G + hb) * a.max_span + l;
     const uint32_t *v = (const uint32_t *)(kv.v + (size_t)(c_lo + l) * n_kv + (size_t)g * 128 + d);
@@ -678,14 +686,14 @@ __global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
  * starts at +0 and never holds -0). */
 #define PT_KS 8
 __global__ void __launch_bounds__(256) k_pv_dt(cu_attn_args a) {
-    pdl_wait();
-    pdl_launch();
     const int tid = threadIdx.x, vs = tid & 7, li = (tid >> 3) & 15, hs = tid >> 7;
     const int l0 = blockIdx.x * 16, d0 = blockIdx.y * 32;
     const int t = blockIdx.z / a.n_head_kv, g = blockIdx.z % a.n_head_kv, G = a.n_head / a.n_head_kv;
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
+    pdl_wait(); /* after the span (k_softmax) */
+    pdl_launch();
     const int nk = (c_hi - c_lo) / 64, n_kv = a.n_head_kv * 128;
     __shared__ uint2 s_v[2][PT_KS][16][8];    /* group, lane, 4 values (F16) */
     __shared__ float s_w[2][PT_KS][16][16];   /* group, head, lane */
@@ -777,13 +785,13 @@ static int pvd_lanes(void) {
 /* One block (128 values) per row: the 64 lanes combined as ggml does,
  * the cells past the last 64 added in double, the gate. */
 __global__ void __launch_bounds__(128) k_pv_comb(cu_attn_args a) {
-    pdl_wait();
-    pdl_launch();
     const int row = blockIdx.x, t = row / a.n_head, h = row % a.n_head, d = threadIdx.x;
     const int g = h / (a.n_head / a.n_head_kv), n_kv = a.n_head_kv * 128;
     const cu_kv_layer kv = a.kv[a.sess[t]];
     int c_lo, c_hi, p0;
     row_span(a.pos[t], kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
+    pdl_wait(); /* after the span (k_softmax) */
+    pdl_launch();
     const int m = c_hi - c_lo, np = m / 64 * 64;
     const float *ln = a.lanes + (size_t)row * 64 * 128 + d;
     float l16[16];

@@ -3,7 +3,7 @@
  * binary that loads it). MU_GPU_PLUGIN_ABI changes whenever this table or
  * a structure of gpu.h changes, so a stale plugin is refused, never called.
  * ABI 10: mu_gpu_chunk.best, each logits row's argmax (or -1, not finite)
- * computed on the device. */
+ * computed on the device, and test_best. */
 #ifndef MU_GPU_PLUGIN_H
 #define MU_GPU_PLUGIN_H
 
@@ -47,6 +47,8 @@ typedef struct {
     int (*sess_copy)(mu_gpu_sess *dst, const mu_gpu_sess *src, mu_err *err);
     void *(*host_alloc)(size_t bytes);
     void (*host_free)(void *p);
+    /* k_best on rows given by the host (ABI 10) */
+    int (*test_best)(int device, const float *rows, int n_rows, int n, int32_t *best, mu_err *err);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

@@ -15,9 +15,9 @@
  * MUSER_CUDA_CAPTURE_GRAPH=0 launches them directly).
  * Every logits row of every GPU pass: the device's best
  * (mu_session_logits_best) equals the host's scans of the downloaded row
- * (its first argmax when every value is finite, else -1), including a row
- * made non-finite by a NaN in an input row (the only non-finite row the
- * public API can make: it is NaN throughout).
+ * (its first argmax when every value is finite, else -1), including the
+ * row of an input row with a NaN (its logits come out finite: rows that
+ * are not are test_gpu_kern's).
  * The device keeps the CPU's arithmetic, so logits are expected bit-equal;
  * the test prints the largest difference and fails above 1e-3 (libm's expf
  * and tanhf on the device may differ from glibc's in rare last bits).
@@ -376,17 +376,16 @@ int main(int argc, char **argv) {
                 printf("FAIL input rows: layer %d: %d K/V values differ\n", il, nd);
             }
         }
-        /* a NaN in an input row: every logit NaN, the device's best -1 */
+        /* a NaN in an input row: the activation quantizers pass over NaN
+         * (their largest magnitude ignores it), so the logits come out
+         * finite; forward_gpu checks the row's best
+         * against the host's scans (non-finite rows: test_gpu_kern's
+         * test_best) */
         float *nan_row = malloc((size_t)E * 4);
         memcpy(nan_row, rows, (size_t)E * 4);
         nan_row[E / 2] = NAN;
         lg.in_embd = nan_row;
         CK(forward_gpu(eg, &lg, 1, &err));
-        if (mu_logits_finite(mu_session_logits(g1, -1), V) || mu_session_logits_best(g1, -1) != -1) {
-            fails++;
-            printf("FAIL a NaN input row: logits finite %d, device best %d (want -1)\n",
-                   mu_logits_finite(mu_session_logits(g1, -1), V), mu_session_logits_best(g1, -1));
-        }
         free(nan_row);
         free(kc); free(vc); free(kg); free(vg);
         mu_session_free(c1);

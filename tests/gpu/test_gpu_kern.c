@@ -74,6 +74,67 @@ static void check(const char *what, uint32_t type, int rows, int cols, int T, co
  * 64-cell groups, shorter and longer than one batch of a decode lane's
  * loads (16 x 64 cells); cells past the positions hold finite garbage
  * (weight 0). */
+/* k_best (each logits row's best: mu_gpu_chunk.best) against a plain
+ * scan: the first index of the largest value when every value is finite,
+ * else -1. Rows of a vocabulary's length and short ones, odd lengths (rows
+ * off 16-byte boundaries), ties (the first wins), -0 against +0, the
+ * largest value first or last, a NaN, +inf or -inf anywhere, and rows of
+ * a single repeated value. */
+static int32_t best_ref(const float *l, int n) {
+    int32_t b = 0;
+    for (int i = 0; i < n; i++)
+        if (!isfinite(l[i])) return -1;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[b]) b = i;
+    return b;
+}
+
+static int test_best(void) {
+    static const int lens[] = {202048, 1000, 33, 7, 4097};
+    enum { ROWS = 12 };
+    for (size_t li = 0; li < sizeof lens / sizeof *lens; li++) {
+        const int n = lens[li];
+        float *rows = malloc((size_t)ROWS * n * 4);
+        int32_t got[ROWS];
+        for (int r = 0; r < ROWS; r++) {
+            float *l = rows + (size_t)r * n;
+            for (int i = 0; i < n; i++) l[i] = frand() * 8.0f;
+            const int a = (r * 7919) % n, b = (a + n / 2 + 1) % n, lo = a < b ? a : b, hi = a < b ? b : a;
+            switch (r) {
+            case 1: l[lo] = l[hi] = 30.0f; break;                   /* a tie: the first index */
+            case 2: l[lo] = -0.0f, l[hi] = 0.0f;                     /* -0 == +0, both the largest */
+                for (int i = 0; i < n; i++) if (i != lo && i != hi) l[i] = -fabsf(l[i]) - 1.0f;
+                break;
+            case 3: l[0] = 50.0f; break;
+            case 4: l[n - 1] = 50.0f; break;
+            case 5: l[a] = NAN; break;
+            case 6: l[a] = INFINITY; break;
+            case 7: l[a] = -INFINITY; break;
+            case 8: l[n - 1] = NAN; break;
+            case 9: for (int i = 0; i < n; i++) l[i] = -3.0f; break; /* every value the largest: index 0 */
+            case 10: l[0] = NAN; break;
+            default: break;
+            }
+        }
+        mu_err err = {0};
+        if (mu_gpu_test_best(0, rows, ROWS, n, got, &err)) {
+            printf("FAIL best: %s\n", err.msg);
+            free(rows);
+            return 1;
+        }
+        for (int r = 0; r < ROWS; r++) {
+            n_cases++;
+            const int32_t want = best_ref(rows + (size_t)r * n, n);
+            if (got[r] != want) {
+                n_fail++;
+                printf("FAIL best: row %d of %d values: device %d, want %d\n", r, n, got[r], want);
+            }
+        }
+        free(rows);
+    }
+    return 0;
+}
+
 static int test_attention(void) {
     static const struct {
         int G, T, n_sess, rows, pos0, swa, n_swa;
@@ -254,6 +315,7 @@ int main(void) {
             free(w), free(row), free(x), free(want), free(got);
         }
     if (test_attention()) return 1;
+    if (test_best()) return 1;
     printf("gpu kernels: %d cases, %d failed\n", n_cases, n_fail);
     return n_fail ? 1 : 0;
 }

@@ -216,6 +216,10 @@ static int f_sess_copy(mu_gpu_sess *dst, const mu_gpu_sess *src, mu_err *err) {
     return 0;
 }
 
+static int f_test_best(int device, const float *rows, int n_rows, int n, int32_t *best, mu_err *err) {
+    return fail(err, MU_E_UNSUPPORTED, "no kernels");
+}
+
 static void *f_host_alloc(size_t bytes) { return calloc(1, bytes); }
 static void f_host_free(void *p) { free(p); }
 
@@ -223,7 +227,7 @@ static const mu_gpu_plugin PLUGIN = {
     MU_GPU_PLUGIN_ABI, "cuda",     f_count,  f_probe,  f_model_new,   f_model_free,    f_sess_new,
     f_sess_free,       f_forward, f_kv_get, f_kv_put, f_test_matmul, f_test_get_rows, f_test_attention,
     NULL,              NULL,      NULL,     NULL,     NULL, /* no vision encoder */
-    f_sess_copy,       f_host_alloc,  f_host_free,
+    f_sess_copy,       f_host_alloc,  f_host_free,   f_test_best,
 };
 
 __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }
