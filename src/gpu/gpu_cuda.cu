@@ -36,12 +36,7 @@ typedef struct {
     int32_t in_row[UB];   /* -1, or the token's row in m->rows_d (mu_gpu_chunk.in_rows) */
 } chunk_in;
 
-#define FEW_T 8 /* decode-sized batches: norm rows of 1024 threads, SwiGLU and FFN down's quantization apart */
-/* batches of at most this many tokens replay graphs: decode and speculative
- * verification blocks (DFlash's up to 16; on the 1B shape a 9-token block
- * launched kernel by kernel took 6.5 ms against 2.4 for 8 tokens replayed,
- * 2026-12-05 call 3) */
-#define GRAPH_MAX_T 16
+#define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
 #define MAX_GRAPHS 32
 typedef struct {
     int T, n_out, max_span, swa_span, t_solo, out_solo, attn_mode;
@@ -820,7 +815,7 @@ static mu_block_q8_K *pre_q8K(const mu_gpu_model *m, const dtensor *first, int n
 }
 
 /* threads of a row kernel: few rows (decode) get more threads each */
-#define NT(rows) ((rows) <= FEW_T ? 1024 : 256)
+#define NT(rows) ((rows) <= GRAPH_MAX_T ? 1024 : 256)
 
 /* ---- hidden-state capture (mu_gpu_chunk.feat) ------------------------- */
 
@@ -1005,7 +1000,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int swa
         /* prefill only: at decode sizes the two launches measured faster
          * (88.5 / 91.0 vs 87.6 / 88.0 tok/s at depth 512, docs/cuda.md;
          * no faster either with the quantization from registers) */
-        mu_block_q8_K *qd = Tc > FEW_T ? pre_q8K(m, wd, F) : NULL;
+        mu_block_q8_K *qd = Tc > GRAPH_MAX_T ? pre_q8K(m, wd, F) : NULL;
         if (qd)
             launch_pdl(k_swiglu_q8K, dim3((unsigned)(((size_t)Tc * (F / 256) + 7) / 8)), dim3(256), 0, st, m->f1,
                        (const float *)m->f2, F, Tc, qd, m->qa_stride);
