@@ -610,73 +610,11 @@ __global__ void __launch_bounds__(256) k_pv_d(cu_attn_args a) {
     }
 }
 
-/* Several lone tokens (T >= 2: serve's slots, verification blocks): the
- * lane chains of k_pv_d, each V value loaded once for eight heads (in
- * k_pv_d each of a block's eight warps loads it again for its two heads,
- * and the launch is bound by its instructions: 867 a warp for four tokens
- * at depth 2048). Grid (16 groups of 4 lanes, 2 halves of the 128 values,
- * T x KV heads); 256 threads: warp w is lane 4 bx + w / 2 for heads
- * 8 (w & 1) .. 8 (w & 1) + 7 of the KV head, thread x values
- * 64 by + 2x, 64 by + 2x + 1; a lane's cells in order, each product
- * added with one fmaf (exact products: the weights are F16 values). */
-__global__ void __launch_bounds__(256) k_pv_dm(cu_attn_args a) {
-    const int warp = threadIdx.x >> 5, x = threadIdx.x & 31;
-    const int l = blockIdx.x * 4 + (warp >> 1), hb = (warp & 1) * 8, d = blockIdx.y * 64 + 2 * x;
-    const int t = blockIdx.z / a.n_head_kv, g = blockIdx.z % a.n_head_kv, G = a.n_head / a.n_head_kv;
-    if (hb >= G) return;
-    const cu_kv_layer kv = a.kv[a.sess[t]];
-    int c_lo, c_hi, p0;
-    row_span(a.pos[t], kv.rows, a.swa, a.n_swa, false, &c_lo, &c_hi, &p0);
-    pdl_wait(); /* after the span (k_softmax) */
-    pdl_launch();
-    const int nk = (c_hi - c_lo) / 64, n_kv = a.n_head_kv * 128, nh = G - hb < 8 ? G - hb : 8;
-    const float *w = a.scores + ((size_t)t * a.n_head + (size_t)g * G + hb) * a.max_span + l;
-    const uint32_t *v = (const uint32_t *)(kv.v + (size_t)(c_lo + l) * n_kv + (size_t)g * 128 + d);
-    const size_t vs = (size_t)32 * n_kv; /* 64 cells, in 4-byte words */
-    float acc[8][2];
-#pragma unroll
-    for (int h = 0; h < 8; h++) acc[h][0] = acc[h][1] = 0;
-    /* B cells loaded before they are added (k_pv_d) */
-    constexpr int B = 4;
-    int k = 0;
-    for (; k + B <= nk; k += B) {
-        uint32_t vv[B];
-        float ww[B][8];
-#pragma unroll
-        for (int b = 0; b < B; b++) {
-            vv[b] = __ldg(v + (size_t)(k + b) * vs);
-#pragma unroll
-            for (int h = 0; h < 8; h++) ww[b][h] = h < nh ? __ldg(w + (size_t)h * a.max_span + 64 * (k + b)) : 0.f;
-        }
-#pragma unroll
-        for (int b = 0; b < B; b++) {
-            const float v0 = h2f((uint16_t)(vv[b] & 0xFFFF)), v1 = h2f((uint16_t)(vv[b] >> 16));
-#pragma unroll
-            for (int h = 0; h < 8; h++) {
-                acc[h][0] = fmaf(v0, ww[b][h], acc[h][0]);
-                acc[h][1] = fmaf(v1, ww[b][h], acc[h][1]);
-            }
-        }
-    }
-    for (; k < nk; k++) {
-        const uint32_t vv = __ldg(v + (size_t)k * vs);
-        const float v0 = h2f((uint16_t)(vv & 0xFFFF)), v1 = h2f((uint16_t)(vv >> 16));
-#pragma unroll
-        for (int h = 0; h < 8; h++) {
-            const float ww = h < nh ? __ldg(w + (size_t)h * a.max_span + 64 * k) : 0.f;
-            acc[h][0] = fmaf(v0, ww, acc[h][0]);
-            acc[h][1] = fmaf(v1, ww, acc[h][1]);
-        }
-    }
-#pragma unroll
-    for (int h = 0; h < 8; h++)
-        if (h < nh)
-            *(float2 *)(a.lanes + (((size_t)t * a.n_head + (size_t)g * G + hb + h) * 64 + l) * 128 + d) =
-                make_float2(acc[h][0], acc[h][1]);
-}
-
-/* Several lone tokens, tiled: the chains of k_pv_dm (lane l of value d
- * and head h adds the cells l, l + 64, ... in order, one fmaf each), with
+/* Several lone tokens (T >= 2: serve's slots, verification blocks), tiled:
+ * the lane chains of k_pv_d (lane l of value d and head h adds the cells
+ * l, l + 64, ... in order, one fmaf each), each V value loaded once for
+ * eight heads (in k_pv_d each of a block's eight warps loads it again for
+ * its two heads: 867 instructions a warp for four tokens at depth 2048), with
  * the V and weight tiles of PT_KS cell groups staged in shared memory,
  * the next stage's loads in flight while this one is added. Grid (4 groups
  * of 16 lanes, 4 groups of 32 values, T x KV heads); 256 threads: thread
@@ -762,11 +700,13 @@ __global__ void __launch_bounds__(256) k_pv_dt(cu_attn_args a) {
                         4 * vs) = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
 }
 
-/* The V pass of several lone tokens: k_pv_dt, or MUSER_CUDA_PVD_M=1:
- * k_pv_dm, =0: k_pv_d, to compare */
-static int pvd_multi(void) {
-    static const int m = cu_env_digit("MUSER_CUDA_PVD_M", 2);
-    return m;
+/* The V pass of several lone tokens: k_pv_dt, or MUSER_CUDA_PVD_M=0:
+ * k_pv_d, to compare (k_pv_dm, eight heads a warp without shared tiles,
+ * was between them: 58.0 us a full layer of four tokens at 8192 against
+ * k_pv_dt's 29 and k_pv_d's 72.5; deleted 2026-12-05) */
+static bool pvd_tiled(void) {
+    static const bool on = cu_env_digit("MUSER_CUDA_PVD_M", 1) != 0;
+    return on;
 }
 
 
@@ -857,9 +797,7 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
         launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(128), 0, st, *a);
         if (sm_dec()) launch_pdl(k_softmax<true>, dim3(R), dim3(1024), 0, st, *a);
         else launch_pdl(k_softmax<false>, dim3(R), dim3(256), 0, st, *a);
-        if (a->T >= 2 && pvd_multi() == 2) launch_pdl(k_pv_dt, dim3(4, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
-        else if (a->T >= 2 && pvd_multi() == 1)
-            launch_pdl(k_pv_dm, dim3(16, 2, a->T * a->n_head_kv), dim3(256), 0, st, *a);
+        if (a->T >= 2 && pvd_tiled()) launch_pdl(k_pv_dt, dim3(4, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else if (pvd_lanes() == 1) launch_pdl(k_pv_d<1>, dim3(64, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else if (pvd_lanes() == 2) launch_pdl(k_pv_d<2>, dim3(32, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
         else launch_pdl(k_pv_d<4>, dim3(16, 4, a->T * a->n_head_kv), dim3(256), 0, st, *a);
