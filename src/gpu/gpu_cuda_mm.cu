@@ -1677,18 +1677,14 @@ static void ring_init(void) {
     if (done) return;
     const int mx = dec2_smem_max();
 #define RING_ATTR(...) cudaFuncSetAttribute(__VA_ARGS__, cudaFuncAttributeMaxDynamicSharedMemorySize, mx)
-    RING_ATTR(k_mm_q4K_dec<false, 4, 0>);
-    RING_ATTR(k_mm_q4K_dec<true, 4, 0>);
-    RING_ATTR(k_mm_q4K_dec<false, 8, 0>);
-    RING_ATTR(k_mm_q4K_dec<true, 8, 0>);
-    RING_ATTR(k_mm_q4K_dec<false, 4, 1>);
-    RING_ATTR(k_mm_q4K_dec<true, 4, 1>);
-    RING_ATTR(k_mm_q4K_dec<false, 8, 1>);
-    RING_ATTR(k_mm_q4K_dec<true, 8, 1>);
-    RING_ATTR(k_mm_q4K_dec<false, 4, 2>);
-    RING_ATTR(k_mm_q4K_dec<true, 4, 2>);
-    RING_ATTR(k_mm_q4K_dec<false, 8, 2>);
-    RING_ATTR(k_mm_q4K_dec<true, 8, 2>);
+    RING_ATTR(k_mm_q4K_dec<false, 4, false>);
+    RING_ATTR(k_mm_q4K_dec<true, 4, false>);
+    RING_ATTR(k_mm_q4K_dec<false, 8, false>);
+    RING_ATTR(k_mm_q4K_dec<true, 8, false>);
+    RING_ATTR(k_mm_q4K_dec<false, 4, true>);
+    RING_ATTR(k_mm_q4K_dec<true, 4, true>);
+    RING_ATTR(k_mm_q4K_dec<false, 8, true>);
+    RING_ATTR(k_mm_q4K_dec<true, 8, true>);
     RING_ATTR(k_mm_q6K_dec<false, 4>);
     RING_ATTR(k_mm_q6K_dec<true, 4>);
     RING_ATTR(k_mm_q8_dec<MU_T_Q8_0, false, 4>);
