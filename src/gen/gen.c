@@ -293,9 +293,7 @@ static int32_t grammar_pick(mu_gen *g, const float *logits, int32_t best, const 
     return mu_sampler_sample(g->smp, g->masked);
 }
 
-int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why) { return mu_gen_pick_best(g, logits, -1, why); }
-
-int32_t mu_gen_pick_best(mu_gen *g, const float *logits, int32_t best, const char **why) {
+int32_t mu_gen_pick(mu_gen *g, const float *logits, int32_t best, const char **why) {
     /* NaN or infinity in the logits comes from broken weights (or a broken
      * kernel): end with an error, never sample garbage (best >= 0: the
      * device found every value finite) */

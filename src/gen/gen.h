@@ -27,12 +27,11 @@ void mu_gen_free(mu_gen *g);
 
 /* The next token from the logits: forced, constrained or sampled. -1 when
  * there is none, *why saying why (the job must end with an error): a
- * non-finite logit (broken weights), or structured output allowing no token. */
-int32_t mu_gen_pick(mu_gen *g, const float *logits, const char **why);
-/* The same, given best: -1, or mu_session_logits_best of the row logits
- * (finite, and this its argmax): the finiteness scan is skipped, and plain
- * greedy on the unmodified row takes best without its scan. */
-int32_t mu_gen_pick_best(mu_gen *g, const float *logits, int32_t best, const char **why);
+ * non-finite logit (broken weights), or structured output allowing no token.
+ * best: -1, or mu_session_logits_best of the row logits (finite, and this
+ * its argmax): the finiteness scan is skipped, and plain greedy on the
+ * unmodified row takes best without its scan. */
+int32_t mu_gen_pick(mu_gen *g, const float *logits, int32_t best, const char **why);
 
 /* Accepts id (picked from logits): emits its TOKEN and any TEXT / TOOL_CALL
  * events it releases. Returns MU_FINISH_NONE to go on, or why the job ends

@@ -565,7 +565,7 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t best, int32_t want
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     const char *why = NULL;
-    *id = mu_gen_pick_best(j->gen, lg, best, &why);
+    *id = mu_gen_pick(j->gen, lg, best, &why);
     if (*id < 0) {
         slot_release(s, i, MU_FINISH_ERROR, why);
         return false;

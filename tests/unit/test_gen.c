@@ -1041,15 +1041,15 @@ static void test_sampler_history(void **state) {
     lg[6] = 1.5f;
     lg[7] = 1;
     const char *why = NULL;
-    int32_t id = mu_gen_pick(g, lg, &why);
+    int32_t id = mu_gen_pick(g, lg, -1, &why);
     assert_int_equal(id, 6);
     assert_int_equal(mu_gen_accept(g, id, lg, on_event, NULL), MU_FINISH_NONE);
-    assert_int_equal(mu_gen_pick(g, lg, &why), 7); /* 6 is in the history now */
+    assert_int_equal(mu_gen_pick(g, lg, -1, &why), 7); /* 6 is in the history now */
     mu_gen_free(g);
     /* without the penalty: the plain argmax */
     q.sp.penalty_repeat = 1;
     assert_int_equal(mu_gen_new(M, &q, 8, false, &g, &err), 0);
-    assert_int_equal(mu_gen_pick(g, lg, &why), 5);
+    assert_int_equal(mu_gen_pick(g, lg, -1, &why), 5);
     mu_gen_free(g);
     free(lg);
 }

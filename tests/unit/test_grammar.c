@@ -278,7 +278,7 @@ static void test_rejection_order(void **state) {
             lg[i] = (float)((s >> 40) % 1000) / 100.0f;
         }
         const char *why = NULL;
-        int32_t id = mu_gen_pick(g, lg, &why);
+        int32_t id = mu_gen_pick(g, lg, -1, &why);
         int32_t want = mu_sampler_sample(ref, lg);
         if (!mu_gmatch_allows(m, want)) {
             memcpy(mk, lg, (size_t)V * sizeof *mk);
@@ -351,7 +351,7 @@ static void test_post_sampling_probs(void **state) {
     float *lg = calloc((size_t)V, sizeof *lg);
     lg[10] = 5, lg[11] = 4.5f, lg[12] = 4, lg[13] = 3.9f;
     const char *why = NULL;
-    int32_t id = mu_gen_pick(g, lg, &why);
+    int32_t id = mu_gen_pick(g, lg, -1, &why);
     mu_gen_token t = {0};
     mu_gen_accept(g, id, lg, on_event, &t);
     assert_int_equal(t.n_top, 3); /* top_k 3 left three candidates */
@@ -369,7 +369,7 @@ static void test_post_sampling_probs(void **state) {
     mu_gen_free(g);
     q.sp.temp = 0;
     assert_int_equal(mu_gen_new(D, &q, 4, false, &g, &err), 0);
-    id = mu_gen_pick(g, lg, &why);
+    id = mu_gen_pick(g, lg, -1, &why);
     assert_int_equal(id, 10);
     mu_gen_accept(g, id, lg, on_event, &t);
     assert_int_equal(t.n_top, 1);
