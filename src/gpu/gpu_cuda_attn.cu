@@ -89,10 +89,9 @@ __global__ void k_scores(cu_attn_args a) {
 /* Softmax of a row into F16-exact weights: e = expf_ggml(x - max), each
  * 16 cells' sum as hsum16, the chunks added in double in cell order. One
  * block per row. SMEM (decode: few rows, so each row's latency shows): the
- * chunk sums stay in shared memory as doubles (SM_CS of them at most, else
- * floats in a.chunk_sums), so the one thread that adds them in order has
- * only the additions on its path, sixteen loads ahead of them; the sums
- * and their order are the same either way. */
+ * chunk sums stay in shared memory (SM_CS of them at most, else
+ * a.chunk_sums), so the one thread that adds them in order reads them
+ * there; the sums and their order are the same either way. */
 #define SM_CS 4096
 template <bool SMEM>
 __global__ void k_softmax(cu_attn_args a) {
@@ -104,9 +103,8 @@ __global__ void k_softmax(cu_attn_args a) {
     pdl_launch();
     const int m = c_hi - c_lo, nch = m / 16;
     float *x = a.scores + (size_t)row * a.max_span;
-    __shared__ double s_cs[SMEM ? SM_CS : 1];
-    const bool in_smem = SMEM && nch <= SM_CS;
-    float *cs = a.chunk_sums + (size_t)row * (a.max_span / 16);
+    __shared__ float s_cs[SMEM ? SM_CS : 1];
+    float *cs = SMEM && nch <= SM_CS ? s_cs : a.chunk_sums + (size_t)row * (a.max_span / 16);
     __shared__ float s_max[32];
     __shared__ double s_sum;
     float mx = -INFINITY;
@@ -130,35 +128,13 @@ __global__ void k_softmax(cu_attn_args a) {
         e += __shfl_down_sync(0xffffffffu, e, 4, 16);
         e += __shfl_down_sync(0xffffffffu, e, 2, 16);
         e += __shfl_down_sync(0xffffffffu, e, 1, 16);
-        if (i % 16 == 0 && i < 16 * nch) {
-            if (in_smem) s_cs[i / 16] = (double)e;
-            else cs[i / 16] = e;
-        }
+        if (i % 16 == 0 && i < 16 * nch) cs[i / 16] = e;
     }
     __syncthreads();
     if (threadIdx.x == 0) {
         double sum = 0;
-        int k = 0;
-        if (in_smem) {
-            double v[16];
-            if (nch >= 16)
-#pragma unroll
-                for (int i = 0; i < 16; i++) v[i] = s_cs[i];
-            for (; k + 16 <= nch; k += 16) {
-                double u[16];
-                const int kn = k + 16 + 16 <= nch ? k + 16 : k; /* the next sixteen, loaded before these are added */
-#pragma unroll
-                for (int i = 0; i < 16; i++) u[i] = s_cs[kn + i];
-#pragma unroll
-                for (int i = 0; i < 16; i++) sum += v[i];
-#pragma unroll
-                for (int i = 0; i < 16; i++) v[i] = u[i];
-            }
-            for (; k < nch; k++) sum += s_cs[k];
-        } else {
 #pragma unroll 16
-            for (; k < nch; k++) sum += (double)cs[k];
-        }
+        for (int k = 0; k < nch; k++) sum += (double)cs[k];
         s_sum = sum;
     }
     __syncthreads();
