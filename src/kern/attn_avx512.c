@@ -7,9 +7,8 @@
  * Design: register tiles of 4 A rows x 4 B rows (tinyBLAS order) or 2 x 2
  * with 4 accumulators each (ggml_vec_dot_f16 order); for head-sized n (a
  * decode step's K.Q) one converted A row stays in registers for 8 B rows;
- * a prefill item's K.Q keeps each A row's lanes in two half registers, so
- * that the first level of every reduction is a plain add (tile_tb_halves),
- * and the blocked ggml product runs its 4 accumulators one after another
+ * a prefill item's K.Q converts a tile's 4 cells once for all its query
+ * rows (kq_item), and the blocked ggml product runs its 4 accumulators one after another
  * in 4 x 4 tiles (tile_ggml_part_f).
  * The 16 lane reductions of a tile run as one transpose tree whose every
  * addition is the scalar hsum16's, so the results are bit-identical to
@@ -30,10 +29,15 @@
 
 static inline __m512 f16x16(const mu_f16 *p) { return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)p)); }
 
-/* hsum16 past its first level: s[m] = [v(2m) h0..7 | v(2m+1) h0..7], the
- * sums of lanes i + (i+8) of 16 vectors v(p); returns hsum16(v(p)) at p. */
-static inline __m512 hsum16_x16_h(const __m512 s[8]) {
-    __m512 t[4], u[2];
+/* hsum16 of v[0..15], as 16 results in v's order: out[p] = hsum16(v[p]).
+ * Level by level the additions are hsum16's: lanes i + (i+8), then i + (i+4)
+ * of those, then (0+2) and (1+3), then the two. */
+static inline __m512 hsum16_x16(const __m512 v[16]) {
+    __m512 s[8], t[4], u[2];
+    #pragma GCC unroll 16
+    for (int m = 0; m < 8; m++) /* [v(2m) h0..7 | v(2m+1) h0..7] */
+        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
     #pragma GCC unroll 16
     for (int m = 0; m < 4; m++) /* 128-bit lane L: the 4 sums of v(4m + L) */
         t[m] = _mm512_add_ps(_mm512_shuffle_f32x4(s[2 * m], s[2 * m + 1], 0x88),
@@ -47,18 +51,6 @@ static inline __m512 hsum16_x16_h(const __m512 s[8]) {
                                    _mm512_shuffle_ps(u[0], u[1], _MM_SHUFFLE(3, 1, 3, 1)));
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
     return _mm512_permutexvar_ps(idx, r);
-}
-
-/* hsum16 of v[0..15], as 16 results in v's order: out[p] = hsum16(v[p]).
- * Level by level the additions are hsum16's: lanes i + (i+8), then i + (i+4)
- * of those, then (0+2) and (1+3), then the two. */
-static inline __m512 hsum16_x16(const __m512 v[16]) {
-    __m512 s[8];
-    #pragma GCC unroll 16
-    for (int m = 0; m < 8; m++) /* [v(2m) h0..7 | v(2m+1) h0..7] */
-        s[m] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0x44),
-                             _mm512_shuffle_f32x4(v[2 * m], v[2 * m + 1], 0xEE));
-    return hsum16_x16_h(s);
 }
 
 /* ---- mm_f16 ------------------------------------------------------------ */
@@ -83,47 +75,71 @@ static inline void tile_tb(int n, const mu_f16 *const a[4], const float *const b
     for (int p = 0; p < 16; p++) v[p] = c[p];
 }
 
-/* K.Q of a prefill item in tinyBLAS order with half the reduction's
- * shuffles: 4 A rows x 4 B rows, each register summing one half of the 16
- * lanes of two A rows (pack_halves' layout) against that half of a B row
- * broadcast to both. Every lane sums one tinyBLAS lane's products in their
- * order, and the sum of a pair's two registers is hsum16's first level
- * (lanes i + (i+8)), which then needs no shuffle. Returns hsum16 of A row
- * i . B row j at 4j + i, as tile_tb then hsum16_x16 would. */
-static inline void pack_halves(int n, const mu_f16 *const a[4], float *ah) {
-    /* pair p, step t, half h at ah + ((p * n / 16 + t) * 2 + h) * 16:
-     * [row 2p lanes 8h..8h+7 | row 2p+1 lanes 8h..8h+7] as floats */
-    for (int p = 0; p < 2; p++)
-        for (int k = 0; k < n; k += 8) {
-            const __m128i lo = _mm_loadu_si128((const __m128i *)(a[2 * p] + k));
-            const __m128i hi = _mm_loadu_si128((const __m128i *)(a[2 * p + 1] + k));
-            _mm512_storeu_ps(ah + (size_t)p * 2 * n + 2 * k,
-                             _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1)));
-        }
-}
-
-static inline __m512 tile_tb_halves(int n, const float *ah, const float *const b[4]) {
-    __m512 c[16]; /* c[4j + 2p + h] */
+/* 4 A rows converted to floats (af, rows n apart) x 4 B rows (ldb apart),
+ * tinyBLAS order: v[4j + i] = the accumulator of A row i . B row j. */
+static inline void tile_tb_f(int n, const float *af, const float *b, size_t ldb, __m512 v[16]) {
+    __m512 c[16];
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) c[p] = _mm512_setzero_ps();
-    const float *a1 = ah + 2 * n;
     for (int k = 0; k < n; k += 16) {
-        const __m512 a00 = _mm512_loadu_ps(ah + 2 * k), a01 = _mm512_loadu_ps(ah + 2 * k + 16),
-                     a10 = _mm512_loadu_ps(a1 + 2 * k), a11 = _mm512_loadu_ps(a1 + 2 * k + 16);
+        const __m512 a0 = _mm512_load_ps(af + k), a1 = _mm512_load_ps(af + n + k), a2 = _mm512_load_ps(af + 2 * n + k),
+                     a3 = _mm512_load_ps(af + 3 * n + k);
         #pragma GCC unroll 4
         for (int j = 0; j < 4; j++) {
-            const __m512 b0 = _mm512_broadcast_f32x8(_mm256_loadu_ps(b[j] + k));
-            const __m512 b1 = _mm512_broadcast_f32x8(_mm256_loadu_ps(b[j] + k + 8));
-            c[4 * j + 0] = _mm512_fmadd_ps(a00, b0, c[4 * j + 0]);
-            c[4 * j + 1] = _mm512_fmadd_ps(a01, b1, c[4 * j + 1]);
-            c[4 * j + 2] = _mm512_fmadd_ps(a10, b0, c[4 * j + 2]);
-            c[4 * j + 3] = _mm512_fmadd_ps(a11, b1, c[4 * j + 3]);
+            const __m512 bj = _mm512_loadu_ps(b + j * ldb + k);
+            c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
+            c[4 * j + 1] = _mm512_fmadd_ps(a1, bj, c[4 * j + 1]);
+            c[4 * j + 2] = _mm512_fmadd_ps(a2, bj, c[4 * j + 2]);
+            c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
         }
     }
-    __m512 s[8]; /* s[2j + p]: A rows 2p and 2p + 1 against B row j */
-    #pragma GCC unroll 8
-    for (int m = 0; m < 8; m++) s[m] = _mm512_add_ps(c[2 * m], c[2 * m + 1]);
-    return hsum16_x16_h(s);
+    #pragma GCC unroll 16
+    for (int p = 0; p < 16; p++) v[p] = c[p];
+}
+
+/* K.Q of a prefill item (tinyBLAS order, n % 16 == 0, n <= 256): A the
+ * cache's cells, B more than 4 query rows. A tile's 4 cells are converted
+ * to floats once for every tile of B rows; a whole tile's 16 results leave
+ * as four 4-float stores; the cells two tiles ahead are prefetched (from
+ * DRAM at depth, where the hardware streams alone left a stall per tile). */
+static void kq_item(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
+                    size_t ldc) {
+    float af[4 * 256] __attribute__((aligned(64)));
+    float bt[4 * 256] __attribute__((aligned(64)));
+    for (int i0 = 0; i0 < na; i0 += 4) {
+        for (int q = 0; q < 4; q++) {
+            const mu_f16 *a = A + (size_t)(i0 + q < na ? i0 + q : na - 1) * lda;
+            for (int k = 0; k < n; k += 16) _mm512_store_ps(af + q * n + k, f16x16(a + k));
+        }
+        if (i0 + 11 < na)
+            for (int q = 8; q < 12; q++)
+                for (int c = 0; c < n * 2; c += 64) _mm_prefetch((const char *)(A + (size_t)(i0 + q) * lda) + c, _MM_HINT_T0);
+        const int ni = na - i0 < 4 ? na - i0 : 4;
+        for (int j0 = 0; j0 < nb; j0 += 4) {
+            const int nj = nb - j0 < 4 ? nb - j0 : 4;
+            const float *b = B + (size_t)j0 * ldb;
+            size_t lb = ldb;
+            if (nj < 4) { /* the last rows: those past the end repeat the last one */
+                for (int j = 0; j < 4; j++) memcpy(bt + j * n, B + (size_t)(j0 + (j < nj ? j : nj - 1)) * ldb, (size_t)n * sizeof(float));
+                b = bt, lb = (size_t)n;
+            }
+            __m512 v[16];
+            tile_tb_f(n, af, b, lb, v);
+            const __m512 t = hsum16_x16(v);
+            float *c0 = C + (size_t)j0 * ldc + i0;
+            if (ni == 4 && nj == 4) {
+                _mm_storeu_ps(c0, _mm512_castps512_ps128(t));
+                _mm_storeu_ps(c0 + ldc, _mm512_extractf32x4_ps(t, 1));
+                _mm_storeu_ps(c0 + 2 * ldc, _mm512_extractf32x4_ps(t, 2));
+                _mm_storeu_ps(c0 + 3 * ldc, _mm512_extractf32x4_ps(t, 3));
+            } else {
+                float r[16];
+                _mm512_storeu_ps(r, t);
+                for (int j = 0; j < nj; j++)
+                    for (int i = 0; i < ni; i++) c0[(size_t)j * ldc + i] = r[4 * j + i];
+            }
+        }
+    }
 }
 
 /* ggml_vec_dot_f16 on 2 A rows x 2 B rows, n % 64 == 0: v[2j + i] = the
@@ -374,11 +390,7 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
      * Long rows (V.softmax over the cells): each tile of B rows meets every
      * A row, B's tile staying in L2 while A streams. */
     const int a_out = n <= 256;
-    /* K.Q of a prefill item (a_out, many B rows): a tile's A rows meet
-     * every B tile; converted to floats once per A tile, in halves
-     * (tile_tb_halves) */
-    float abuf[4 * 256] __attribute__((aligned(64)));
-    const int af_ok = a_out && nb > 4;
+    if (tb && a_out && nb > 4 && n % 16 == 0) return kq_item(n, A, lda, na, B, ldb, nb, C, ldc);
     for (int o0 = 0; o0 < (a_out ? na : nb); o0 += 4)
         for (int n0 = 0; n0 < (a_out ? nb : na); n0 += 4) {
             const int i0 = a_out ? o0 : n0, j0 = a_out ? n0 : o0;
@@ -390,11 +402,6 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
             }
             __m512 v[16];
             float r[16];
-            if (tb && af_ok) {
-                if (n0 == 0) pack_halves(n, a, abuf);
-                _mm512_storeu_ps(r, tile_tb_halves(n, abuf, b));
-                goto store;
-            }
             if (tb)
                 tile_tb(n, a, b, v);
             else
@@ -410,7 +417,6 @@ static void mm_f16_avx512(int n, const mu_f16 *A, size_t lda, int na, const floa
                         v[4 * (jj + 1) + ii + 1] = w[3];
                     }
             _mm512_storeu_ps(r, hsum16_x16(v));
-        store:
             for (int j = 0; j < 4 && j0 + j < nb; j++)
                 for (int i = 0; i < 4 && i0 + i < na; i++) C[(size_t)(j0 + j) * ldc + i0 + i] = r[4 * j + i];
         }
