@@ -260,36 +260,41 @@ static float dot_ggml_tail(int n, const mu_f16 *x, const float *y) {
 #define MM_LONG_TB 8192
 #define MM_LONG_GGML 2048
 
-/* The accumulators c[4j + i] (at acc) of a 4 x 4 tile, A row i . B row j,
- * over the steps k = k0, k0 + step, ... below kn: A rows converted to
- * floats (exact: the products and their order are the one-pass tiles'),
- * B rows of the packed block (both from the block's start). Always
- * inlined: with step and k0 constants, as fast as the loops it replaced
- * (bench/attnbench.c, interleaved; called, 5% slower). */
-static inline __attribute__((always_inline)) void tile_f_steps(int k0, int kn, int step, const float *const a[4],
-                                                               const float *const b[4], __m512 *acc) {
-    __m512 c[16];
-    #pragma GCC unroll 16
-    for (int p = 0; p < 16; p++) c[p] = acc[p];
+/* The accumulators c[RA j + i] (at acc) of an RA x RB tile, A row i . B
+ * row j, over the steps k = k0, k0 + step, ... below kn: A rows converted
+ * to floats (exact: the products and their order are the one-pass
+ * tiles'), B rows of the packed block (both from the block's start).
+ * Always inlined: with the shape, step and k0 constants, as fast as the
+ * loops it replaced (bench/attnbench.c, interleaved; called, 5% slower). */
+static inline __attribute__((always_inline)) void tile_f_steps(int k0, int kn, int step, const float *const *a,
+                                                               const float *const *b, __m512 *acc, const int RA,
+                                                               const int RB) {
+    __m512 c[24];
+    #pragma GCC unroll 24
+    for (int p = 0; p < RA * RB; p++) c[p] = acc[p];
     for (int k = k0; k < kn; k += step) {
-        const __m512 a0 = _mm512_loadu_ps(a[0] + k), a1 = _mm512_loadu_ps(a[1] + k), a2 = _mm512_loadu_ps(a[2] + k),
-                     a3 = _mm512_loadu_ps(a[3] + k);
+        __m512 av[8];
+        #pragma GCC unroll 8
+        for (int i = 0; i < RA; i++) av[i] = _mm512_loadu_ps(a[i] + k);
         #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
+        for (int j = 0; j < RB; j++) {
             const __m512 bj = _mm512_loadu_ps(b[j] + k);
-            c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
-            c[4 * j + 1] = _mm512_fmadd_ps(a1, bj, c[4 * j + 1]);
-            c[4 * j + 2] = _mm512_fmadd_ps(a2, bj, c[4 * j + 2]);
-            c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
+            #pragma GCC unroll 8
+            for (int i = 0; i < RA; i++) c[RA * j + i] = _mm512_fmadd_ps(av[i], bj, c[RA * j + i]);
         }
     }
-    #pragma GCC unroll 16
-    for (int p = 0; p < 16; p++) acc[p] = c[p];
+    #pragma GCC unroll 24
+    for (int p = 0; p < RA * RB; p++) acc[p] = c[p];
 }
 
-/* tinyBLAS: one accumulator a pair, every step of 16 */
-static inline void tile_tb_part_f(int kn, const float *const a[4], const float *const b[4], __m512 *acc) {
-    tile_f_steps(0, kn, 16, a, b, acc);
+/* tinyBLAS: one accumulator a pair, every step of 16; 6 A rows x 4 B rows,
+ * so that a step reads 4 vectors of the B rows streaming from L2 for 24
+ * FMAs (4 x 4 tiles: 4 for 16; bench/attnbench.c at 32K cells, the V
+ * product of a prefill item 118-120 -> 127-130 GFLOP/s; 8 x 3 spills) */
+#define LONG_TB_RA 6
+#define LONG_TB_RB 4
+static inline void tile_tb_part_f(int kn, const float *const *a, const float *const *b, __m512 *acc) {
+    tile_f_steps(0, kn, 16, a, b, acc, LONG_TB_RA, LONG_TB_RB);
 }
 
 /* ggml: accumulator q of A row i . B row j at acc[16q + 4j + i]. Each
@@ -297,19 +302,21 @@ static inline void tile_tb_part_f(int kn, const float *const a[4], const float *
  * after another: 16 live registers cover 16 pairs instead of 4, and a step
  * loads 8 vectors for 16 FMAs instead of 16; each accumulator's FMAs keep
  * their order. */
-static inline void tile_ggml_part_f(int kn, const float *const a[4], const float *const b[4], __m512 *acc) {
-    for (int q = 0; q < 4; q++) tile_f_steps(16 * q, kn, 64, a, b, acc + 16 * q);
+static inline void tile_ggml_part_f(int kn, const float *const *a, const float *const *b, __m512 *acc) {
+    for (int q = 0; q < 4; q++) tile_f_steps(16 * q, kn, 64, a, b, acc + 16 * q, 4, 4);
 }
 
 /* mm_f16 over blocks of n (tb: n % 16 == 0; ggml: n % 64 == 0). Returns 0
  * when its buffers cannot be had (the caller then takes the one-pass tiles). */
 static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, size_t ldb, int nb, float *C,
                    size_t ldc, int tb) {
-    const int T = 4, W = tb ? 16 : 64; /* a tile: 4 rows of A x 4 rows of B, W accumulators */
-    const int ti = (na + T - 1) / T, tj = (nb + T - 1) / T;
+    /* a tile: RA rows of A (converted once per block, in L1) x RB rows of B
+     * (the packed block, from L2), W accumulators */
+    const int RA = tb ? LONG_TB_RA : 4, RB = tb ? LONG_TB_RB : 4, W = tb ? RA * RB : 64;
+    const int ti = (na + RA - 1) / RA, tj = (nb + RB - 1) / RB;
     __m512 *acc = aligned_alloc(64, (size_t)ti * tj * W * sizeof(__m512));
     float *bp = aligned_alloc(64, (size_t)nb * MM_KB * sizeof(float));
-    float *ap = aligned_alloc(64, (size_t)T * MM_KB * sizeof(float)); /* a tile's A rows, converted once */
+    float *ap = aligned_alloc(64, (size_t)RA * MM_KB * sizeof(float)); /* a tile's A rows, converted once */
     if (!acc || !bp || !ap) {
         free(acc);
         free(bp);
@@ -321,24 +328,24 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
         const int kn = n - k0 < MM_KB ? n - k0 : MM_KB;
         for (int j = 0; j < nb; j++) memcpy(bp + (size_t)j * MM_KB, B + (size_t)j * ldb + k0, (size_t)kn * sizeof(float));
         for (int it = 0; it < ti; it++) {
-            const mu_f16 *a[4];
-            for (int q = 0; q < T; q++) a[q] = A + (size_t)(it * T + q < na ? it * T + q : na - 1) * lda + k0;
+            const mu_f16 *a[8];
+            for (int q = 0; q < RA; q++) a[q] = A + (size_t)(it * RA + q < na ? it * RA + q : na - 1) * lda + k0;
             /* these rows' next block: short streams, which the hardware
              * prefetchers would not pick up in time */
             if (k0 + MM_KB < n)
-                for (int q = 0; q < T; q++)
+                for (int q = 0; q < RA; q++)
                     for (int c = 0; c < MM_KB * 2; c += 64) _mm_prefetch((const char *)(a[q] + MM_KB) + c, _MM_HINT_T1);
             /* each tile of B rows would convert these A rows again; once
              * here, into floats that stay in L1 for all of them */
-            const float *af[4];
-            for (int q = 0; q < T; q++) {
+            const float *af[8];
+            for (int q = 0; q < RA; q++) {
                 float *d = ap + (size_t)q * MM_KB;
                 for (int c = 0; c < kn; c += 16) _mm512_storeu_ps(d + c, f16x16(a[q] + c));
                 af[q] = d;
             }
             for (int jt = 0; jt < tj; jt++) {
                 const float *b[4];
-                for (int q = 0; q < T; q++) b[q] = bp + (size_t)(jt * T + q < nb ? jt * T + q : nb - 1) * MM_KB;
+                for (int q = 0; q < RB; q++) b[q] = bp + (size_t)(jt * RB + q < nb ? jt * RB + q : nb - 1) * MM_KB;
                 __m512 *t = acc + ((size_t)it * tj + jt) * W;
                 if (tb)
                     tile_tb_part_f(kn, af, b, t);
@@ -352,7 +359,7 @@ static int mm_long(int n, const mu_f16 *A, size_t lda, int na, const float *B, s
     int pi[16], pj[16], np = 0;
     for (int j = 0; j < nb; j++)
         for (int i = 0; i < na; i++) {
-            const __m512 *t = acc + ((size_t)(i / T) * tj + j / T) * W + 4 * (j % 4) + i % 4;
+            const __m512 *t = acc + ((size_t)(i / RA) * tj + j / RB) * W + RA * (j % RB) + i % RA;
             v[np] = tb ? t[0] : _mm512_add_ps(_mm512_add_ps(t[0], t[32]), _mm512_add_ps(t[16], t[48]));
             pi[np] = i;
             pj[np] = j;
