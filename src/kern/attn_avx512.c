@@ -6,10 +6,10 @@
  * llama.cpp's graph would) or touch weights.
  * Design: register tiles of 4 A rows x 4 B rows (tinyBLAS order) or 2 x 2
  * with 4 accumulators each (ggml_vec_dot_f16 order); for head-sized n (a
- * decode step's K.Q) one converted A row stays in registers for 8 B rows;
+ * decode step's K.Q) two converted A rows stay in registers for 8 B rows;
  * a prefill item's K.Q converts a tile's 4 cells once for all its query
- * rows (kq_item), and the blocked ggml product runs its 4 accumulators one after another
- * in 4 x 4 tiles (tile_ggml_part_f).
+ * rows (kq_item), and the blocked ggml product runs its 4 accumulators one
+ * after another in 4 x 4 tiles (tile_ggml_part_f).
  * The 16 lane reductions of a tile run as one transpose tree whose every
  * addition is the scalar hsum16's, so the results are bit-identical to
  * kern_ref.c. The cache rows come from DRAM at depth: they are prefetched
@@ -171,55 +171,61 @@ static inline void tile_ggml(int n, const mu_f16 *const a[2], const float *const
         v[p] = _mm512_add_ps(_mm512_add_ps(c[p][0], c[p][2]), _mm512_add_ps(c[p][1], c[p][3]));
 }
 
-/* ggml_vec_dot_f16 of one A row of n = 64 or 128 (the head sizes) against 8
- * B rows: v[j] = the combined accumulator of row j. The first product of an
- * accumulator is a plain multiply (ggml adds it to +0: the two differ only in
- * the sign of a zero, which the caller's final +0 removes; ggml never yields
- * -0 from F16 data). */
-static inline void dots8_regs(int n, const __m512 x[8], const float *const b[8], __m512 v[8]) {
-    #pragma GCC unroll 8
-    for (int j = 0; j < 8; j++) {
-        __m512 c[4];
-        #pragma GCC unroll 4
-        for (int q = 0; q < 4; q++) c[q] = _mm512_mul_ps(x[q], _mm512_loadu_ps(b[j] + 16 * q));
-        if (n == 128)
-            #pragma GCC unroll 4
-            for (int q = 0; q < 4; q++) c[q] = _mm512_fmadd_ps(x[4 + q], _mm512_loadu_ps(b[j] + 64 + 16 * q), c[q]);
-        v[j] = _mm512_add_ps(_mm512_add_ps(c[0], c[2]), _mm512_add_ps(c[1], c[3]));
-    }
-}
-
-/* K.Q of a decode step: half tiles of (one A row, 8 B rows), two per
- * reduction; B rows past nb repeat the last one, an odd last half tile is
- * computed twice, and those results are dropped. With 9-16 B rows (a KV
- * head's query heads) both halves take the same A row, converted once. */
+/* K.Q of a decode step (n = 64 or 128): blocks of 16 cells x 8 B rows
+ * (query heads; rows past nb repeat the last one and their results are
+ * dropped). Two cells at a time share each B load; the combined
+ * accumulators wait in vs[row][cell] until the block's 16 cells of a row
+ * reduce in one tree, which leaves as one vector store (masked for a short
+ * last block). The first product of an accumulator is a plain multiply
+ * (ggml adds it to +0: the two differ only in the sign of a zero, which the
+ * final +0 removes; ggml never yields -0 from F16 data). */
 static __attribute__((always_inline)) inline void mm_ggml_short(int n, const mu_f16 *A, size_t lda, int na,
                                                                 const float *B, size_t ldb, int nb, float *C,
                                                                 size_t ldc) {
-    const int nb8 = (nb + 7) / 8, H = na * nb8;
-    for (int h0 = 0; h0 < H; h0 += 2) {
-        __m512 v[16], x[8];
-        int hh[2], i[2], j0[2];
-        #pragma GCC unroll 2
-        for (int s = 0; s < 2; s++) {
-            hh[s] = h0 + s < H ? h0 + s : H - 1;
-            i[s] = hh[s] / nb8;
-            j0[s] = hh[s] % nb8 * 8;
-            const float *b[8];
-            #pragma GCC unroll 8
-            for (int j = 0; j < 8; j++) b[j] = B + (size_t)(j0[s] + j < nb ? j0[s] + j : nb - 1) * ldb;
-            if (i[s] + 16 < na) /* 16 rows ahead */
-                for (int c = 0; c < n * 2; c += 64)
-                    _mm_prefetch((const char *)(A + (size_t)(i[s] + 16) * lda) + c, _MM_HINT_T0);
-            if (s == 0 || i[1] != i[0])
+    __m512 vs[8][16];
+    for (int j0 = 0; j0 < nb; j0 += 8) {
+        const float *b[8];
+        #pragma GCC unroll 8
+        for (int j = 0; j < 8; j++) b[j] = B + (size_t)(j0 + j < nb ? j0 + j : nb - 1) * ldb;
+        for (int i0 = 0; i0 < na; i0 += 16) {
+            for (int c = 0; c < 16; c += 2) {
+                const int ia = i0 + c < na ? i0 + c : na - 1, ib = i0 + c + 1 < na ? i0 + c + 1 : na - 1;
+                if (ib + 32 < na) /* 32 rows ahead */
+                    for (int o = 0; o < n * 2; o += 64) {
+                        _mm_prefetch((const char *)(A + (size_t)(ia + 32) * lda) + o, _MM_HINT_T0);
+                        _mm_prefetch((const char *)(A + (size_t)(ib + 32) * lda) + o, _MM_HINT_T0);
+                    }
+                __m512 x0[8], x1[8];
                 #pragma GCC unroll 8
-                for (int q = 0; q < n / 16; q++) x[q] = f16x16(A + (size_t)i[s] * lda + 16 * q);
-            dots8_regs(n, x, b, v + 8 * s);
+                for (int q = 0; q < n / 16; q++) {
+                    x0[q] = f16x16(A + (size_t)ia * lda + 16 * q);
+                    x1[q] = f16x16(A + (size_t)ib * lda + 16 * q);
+                }
+                #pragma GCC unroll 8
+                for (int j = 0; j < 8; j++) {
+                    __m512 c0[4], c1[4];
+                    #pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++) {
+                        const __m512 bq = _mm512_loadu_ps(b[j] + 16 * q);
+                        c0[q] = _mm512_mul_ps(x0[q], bq);
+                        c1[q] = _mm512_mul_ps(x1[q], bq);
+                    }
+                    if (n == 128)
+                        #pragma GCC unroll 4
+                        for (int q = 0; q < 4; q++) {
+                            const __m512 bq = _mm512_loadu_ps(b[j] + 64 + 16 * q);
+                            c0[q] = _mm512_fmadd_ps(x0[4 + q], bq, c0[q]);
+                            c1[q] = _mm512_fmadd_ps(x1[4 + q], bq, c1[q]);
+                        }
+                    vs[j][c] = _mm512_add_ps(_mm512_add_ps(c0[0], c0[2]), _mm512_add_ps(c0[1], c0[3]));
+                    vs[j][c + 1] = _mm512_add_ps(_mm512_add_ps(c1[0], c1[2]), _mm512_add_ps(c1[1], c1[3]));
+                }
+            }
+            const __mmask16 m = na - i0 >= 16 ? 0xFFFF : (__mmask16)((1u << (na - i0)) - 1);
+            for (int j = 0; j < 8 && j0 + j < nb; j++)
+                _mm512_mask_storeu_ps(C + (size_t)(j0 + j) * ldc + i0, m,
+                                      _mm512_add_ps(hsum16_x16(vs[j]), _mm512_setzero_ps()));
         }
-        float r[16];
-        _mm512_storeu_ps(r, _mm512_add_ps(hsum16_x16(v), _mm512_setzero_ps()));
-        for (int s = 0; s < 2 && h0 + s < H; s++)
-            for (int j = 0; j < 8 && j0[s] + j < nb; j++) C[(size_t)(j0[s] + j) * ldc + i[s]] = r[8 * s + j];
     }
 }
 
