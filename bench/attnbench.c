@@ -14,6 +14,9 @@
  * Not part of libmuser: it compiles the attention file it is given, so two
  * versions can be compared side by side (bench/build.sh builds it from the
  * tree's file; `ATTN_SRC=path bench/build.sh` from another).
+ * Cells: a multiple of 16 (softmax_f16's contract: with rows packed at a
+ * ragged length its last chunk takes in the next row's first scores, and
+ * the pre_sm/dec_sm checks differ).
  * Usage: attnbench [cells (default 32768)] [reps (default 7)] [score row
  * padding in floats (default 0)] [phases, comma-separated (default all)]
  *        attnbench check [cells]: every phase against kern_ref.c, bit for bit. */
