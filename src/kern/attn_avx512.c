@@ -299,6 +299,7 @@ static inline __attribute__((always_inline)) void tile_f_steps(int k0, int kn, i
  * product of a prefill item 118-120 -> 127-130 GFLOP/s; 8 x 3 spills) */
 #define LONG_TB_RA 6
 #define LONG_TB_RB 4
+_Static_assert(LONG_TB_RA <= 8 && LONG_TB_RB <= 4 && LONG_TB_RA * LONG_TB_RB <= 24, "mm_long's arrays");
 static inline void tile_tb_part_f(int kn, const float *const *a, const float *const *b, __m512 *acc) {
     tile_f_steps(0, kn, 16, a, b, acc, LONG_TB_RA, LONG_TB_RB);
 }
