@@ -55,43 +55,42 @@ static inline __m512 hsum16_x16(const __m512 v[16]) {
 
 /* ---- mm_f16 ------------------------------------------------------------ */
 
+/* One step of 16 values of a 4 x 4 tinyBLAS tile: c[4j + i] += A row i's
+ * vector a[i] times B row j's at k. */
+static inline __attribute__((always_inline)) void tb_step(const __m512 a[4], const float *const b[4], int k,
+                                                          __m512 c[16]) {
+    #pragma GCC unroll 4
+    for (int j = 0; j < 4; j++) {
+        const __m512 bj = _mm512_loadu_ps(b[j] + k);
+        #pragma GCC unroll 4
+        for (int i = 0; i < 4; i++) c[4 * j + i] = _mm512_fmadd_ps(a[i], bj, c[4 * j + i]);
+    }
+}
+
 /* tinyBLAS: v[4j + i] = the accumulator of A row i . B row j. */
 static inline void tile_tb(int n, const mu_f16 *const a[4], const float *const b[4], __m512 v[16]) {
     __m512 c[16];
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) c[p] = _mm512_setzero_ps();
     for (int k = 0; k < n; k += 16) {
-        const __m512 a0 = f16x16(a[0] + k), a1 = f16x16(a[1] + k), a2 = f16x16(a[2] + k), a3 = f16x16(a[3] + k);
-        #pragma GCC unroll 16
-        for (int j = 0; j < 4; j++) {
-            const __m512 bj = _mm512_loadu_ps(b[j] + k);
-            c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
-            c[4 * j + 1] = _mm512_fmadd_ps(a1, bj, c[4 * j + 1]);
-            c[4 * j + 2] = _mm512_fmadd_ps(a2, bj, c[4 * j + 2]);
-            c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
-        }
+        const __m512 av[4] = {f16x16(a[0] + k), f16x16(a[1] + k), f16x16(a[2] + k), f16x16(a[3] + k)};
+        tb_step(av, b, k, c);
     }
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) v[p] = c[p];
 }
 
-/* 4 A rows converted to floats (af, rows n apart) x 4 B rows (ldb apart),
- * tinyBLAS order: v[4j + i] = the accumulator of A row i . B row j. */
+/* The same with the 4 A rows already converted to floats (af, rows n
+ * apart) and the B rows ldb apart. */
 static inline void tile_tb_f(int n, const float *af, const float *b, size_t ldb, __m512 v[16]) {
+    const float *const br[4] = {b, b + ldb, b + 2 * ldb, b + 3 * ldb};
     __m512 c[16];
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) c[p] = _mm512_setzero_ps();
     for (int k = 0; k < n; k += 16) {
-        const __m512 a0 = _mm512_load_ps(af + k), a1 = _mm512_load_ps(af + n + k), a2 = _mm512_load_ps(af + 2 * n + k),
-                     a3 = _mm512_load_ps(af + 3 * n + k);
-        #pragma GCC unroll 4
-        for (int j = 0; j < 4; j++) {
-            const __m512 bj = _mm512_loadu_ps(b + j * ldb + k);
-            c[4 * j + 0] = _mm512_fmadd_ps(a0, bj, c[4 * j + 0]);
-            c[4 * j + 1] = _mm512_fmadd_ps(a1, bj, c[4 * j + 1]);
-            c[4 * j + 2] = _mm512_fmadd_ps(a2, bj, c[4 * j + 2]);
-            c[4 * j + 3] = _mm512_fmadd_ps(a3, bj, c[4 * j + 3]);
-        }
+        const __m512 av[4] = {_mm512_load_ps(af + k), _mm512_load_ps(af + n + k), _mm512_load_ps(af + 2 * n + k),
+                              _mm512_load_ps(af + 3 * n + k)};
+        tb_step(av, br, k, c);
     }
     #pragma GCC unroll 16
     for (int p = 0; p < 16; p++) v[p] = c[p];
