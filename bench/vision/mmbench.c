@@ -1,14 +1,22 @@
-/* mmbench.c: the vision encoder's F16 matmul (the best table's mm_f16,
- * src/vision/vit.h) alone on one thread, in GFLOP/s, for the full
- * projector's shapes: K = 1536 (q, k, v, o, up) and K = 8960 (down).
+/* mmbench.c: the vision encoder's kernels (the best table of src/vision/vit.h)
+ * alone on one thread, in GFLOP/s, at the full projector's shapes for an
+ * 896x896 image (4096 patches):
+ *   - the F16 matmul, K = 1536 (q, k, v, o, up) and K = 8960 (down), on
+ *     one thread's half of the weight rows;
+ *   - one head of attention (hd 96 of 1536): the 1024 rows of one window
+ *     of 1024 patches, and the 4096 rows of a global layer.
  *   cc -O2 -o /tmp/mmbench bench/vision/mmbench.c build/libmuser.a -lm -lpthread
  *   /tmp/mmbench [REPS]
  * Each shape runs REPS times (default 3), interleaved with the others; the
- * median is printed with the runs. Process CPU time, so a loaded machine
- * slows it less than the wall clock (it still shares caches). */
+ * median is printed with the runs, and a hash of each output (the same for
+ * two builds whose kernels agree bit for bit). Only the kernel call is timed
+ * (process CPU time, so a loaded machine slows it less than the wall clock;
+ * it still shares caches). */
 #define _POSIX_C_SOURCE 200809L
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include "../../src/vision/vit.h"
@@ -24,29 +32,81 @@ static int cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
+static uint64_t hash(const float *p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, p + i, 4);
+        h = (h ^ u) * 1099511628211ull;
+    }
+    return h;
+}
+
+/* The encoder's buffers are 64-byte aligned (mu_alloc); so are these. */
+static void *alloc64(size_t bytes) {
+    void *p = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) exit(1);
+    return p;
+}
+
+enum { N_MM = 2, N_SHAPES = 4 };
+static const int mm_shape[N_MM][3] = {{1536, 768, 4096}, {8960, 768, 4096}}; /* K, weight rows, tokens */
+
+/* One run of shape s: GFLOP/s, and the output's hash in *h. */
+static double run(const mu_vit_kern *vk, int s, uint64_t *h) {
+    if (s < N_MM) {
+        const int n = mm_shape[s][0], rows = mm_shape[s][1], T = mm_shape[s][2];
+        mu_f16 *w = alloc64((size_t)rows * n * sizeof *w);
+        float *a = alloc64((size_t)T * n * sizeof *a), *y = alloc64((size_t)T * rows * sizeof *y);
+        for (size_t i = 0; i < (size_t)rows * n; i++) w[i] = mu_f32_to_f16((float)(i * 7919 % 1023) / 1023.0f - 0.5f);
+        for (size_t i = 0; i < (size_t)T * n; i++) a[i] = mu_f16_to_f32(mu_f32_to_f16((float)(i * 31 % 97) / 97.0f));
+        memset(y, 0, (size_t)T * rows * sizeof *y);
+        const double t0 = cpu_s();
+        vk->mm_f16(n, w, (size_t)n, 0, rows, a, (size_t)n, T, y, (size_t)rows, NULL);
+        const double g = 2.0 * n * rows * T / (cpu_s() - t0) / 1e9;
+        *h = hash(y, (size_t)T * rows);
+        free(w), free(a), free(y);
+        return g;
+    }
+    const bool global = s == N_MM + 1;
+    const int n = 4096, hd = 96, ld = 1536, win = global ? n : 1024, i0 = global ? 0 : 1024,
+              i1 = global ? n : 2048; /* as in the encoder: each window's keys converted once for its rows */
+    float *q = alloc64((size_t)n * ld * sizeof *q), *out = alloc64((size_t)n * ld * sizeof *out);
+    mu_f16 *k = alloc64((size_t)n * ld * sizeof *k), *v = alloc64((size_t)n * ld * sizeof *v);
+    int *lo = alloc64((size_t)n * sizeof *lo), *hi = alloc64((size_t)n * sizeof *hi);
+    for (size_t i = 0; i < (size_t)n * ld; i++) {
+        q[i] = (float)(i * 131 % 1021) / 1021.0f - 0.5f;
+        k[i] = mu_f32_to_f16((float)(i * 7919 % 1023) / 1023.0f - 0.5f);
+        v[i] = mu_f32_to_f16((float)(i * 337 % 1019) / 1019.0f - 0.5f);
+    }
+    memset(out, 0, (size_t)n * ld * sizeof *out);
+    for (int i = 0; i < n; i++) lo[i] = i / win * win, hi[i] = lo[i] + win;
+    const mu_vit_attn_args a = {.n = n, .hd = hd, .ld = ld, .off = 3 * hd, .scale = 0.102f, .q = q, .k = k, .v = v,
+                                .win_lo = lo, .win_hi = hi, .out = out};
+    const double t0 = cpu_s();
+    vk->attn(&a, i0, i1);
+    const double g = 4.0 * hd * win * (i1 - i0) / (cpu_s() - t0) / 1e9;
+    *h = hash(out + (size_t)i0 * ld, (size_t)(i1 - i0) * ld);
+    free(q), free(out), free(k), free(v), free(lo), free(hi);
+    return g;
+}
+
 int main(int argc, char **argv) {
     const int reps = argc > 1 ? atoi(argv[1]) : 3;
-    static const int shape[][3] = {{1536, 768, 1024}, {8960, 768, 256}}; /* K, weight rows (one thread's half), tokens */
     const mu_vit_kern *vk = mu_vit_kern_best();
-    double g[2][64];
+    double g[N_SHAPES][64];
+    uint64_t h[N_SHAPES] = {0};
     for (int k = 0; k < reps && k < 64; k++)
-        for (int s = 0; s < 2; s++) {
-            const int n = shape[s][0], rows = shape[s][1], T = shape[s][2];
-            mu_f16 *w = malloc((size_t)rows * n * sizeof *w);
-            float *a = malloc((size_t)T * n * sizeof *a), *y = malloc((size_t)T * rows * sizeof *y);
-            if (!w || !a || !y) return 1;
-            for (size_t i = 0; i < (size_t)rows * n; i++) w[i] = mu_f32_to_f16((float)(i * 7919 % 1023) / 1023.0f - 0.5f);
-            for (size_t i = 0; i < (size_t)T * n; i++) a[i] = mu_f16_to_f32(mu_f32_to_f16((float)(i * 31 % 97) / 97.0f));
-            const double t0 = cpu_s();
-            vk->mm_f16(n, w, (size_t)n, 0, rows, a, (size_t)n, T, y, (size_t)rows, NULL);
-            g[s][k] = 2.0 * n * rows * T / (cpu_s() - t0) / 1e9;
-            free(w), free(a), free(y);
-        }
-    for (int s = 0; s < 2; s++) {
-        printf("mm_f16 (%s) K %d, %d rows x %d tokens: GFLOP/s", vk->name, shape[s][0], shape[s][1], shape[s][2]);
+        for (int s = 0; s < N_SHAPES; s++) g[s][k] = run(vk, s, &h[s]);
+    for (int s = 0; s < N_SHAPES; s++) {
+        if (s < N_MM)
+            printf("mm_f16 (%s) K %d, %d rows x %d tokens: GFLOP/s", vk->name, mm_shape[s][0], mm_shape[s][1],
+                   mm_shape[s][2]);
+        else
+            printf("attn (%s) hd 96, %s: GFLOP/s", vk->name, s == N_MM ? "one window of 1024" : "global, 4096 rows");
         for (int k = 0; k < reps; k++) printf(" %.1f", g[s][k]);
         qsort(g[s], (size_t)reps, sizeof g[s][0], cmp);
-        printf("; median %.1f\n", g[s][reps / 2]);
+        printf("; median %.1f; output %016llx\n", g[s][reps / 2], (unsigned long long)h[s]);
     }
     return 0;
 }

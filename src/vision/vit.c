@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../base/mem.h"
 #include "../kern/quant.h"
 
 typedef struct {
@@ -343,7 +344,7 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
     float *big = malloc((size_t)n * (F > E ? F : E) * sizeof *big);
     mu_f16 *k16 = malloc((size_t)n * E * sizeof *k16), *v16 = malloc((size_t)n * E * sizeof *v16);
     int *glo = malloc((size_t)n * sizeof *glo), *ghi = malloc((size_t)n * sizeof *ghi);
-    e.qa = malloc((size_t)n * e.qa_stride);
+    e.qa = mu_alloc((size_t)n, e.qa_stride); /* 64-byte rows for the matmul tiles' loads */
     mu_vit_plan pl;
     int rc = mu_vit_plan_new(p, nx, ny, &pl, err);
     if (rc) {

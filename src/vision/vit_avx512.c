@@ -1,9 +1,10 @@
 /* vit_avx512.c: the vision encoder's kernels with AVX-512 (the only file of
  * src/vision compiled with ISA flags).
  * Owns: attention for one head (vit_kern.c's attn_ref, lane for lane): the
- * window's K and V converted once to f32 (K transposed, so 16 keys share a
- * vector), then per query the same FMA chains, ggml's vector expf and the
- * same double sums as the reference.
+ * window's K and V converted once to f32 (K transposed by key tile, so 16
+ * keys share a vector), then per query the same FMA chains, ggml's vector
+ * expf and the same double sums as the reference, in blocks of query rows
+ * that share each tile's loads; and the F16 matmul (below).
  * Does not own: anything with a different rounding than the reference; the
  * unit test compares them bit for bit. */
 #include <immintrin.h>
@@ -16,128 +17,209 @@
 
 #define TILE 64
 
-
-static inline float hsum16(__m512 v) {
-    float a[16];
-    _mm512_storeu_ps(a, v);
-    return mu_hsum16(a);
-}
-
 #define AI __attribute__((always_inline)) static inline
 
-/* Attention of QN query rows that share the window [lo, hi) (QN 1: any hv;
- * QN 4: HV = hv, a constant, so the accumulators are registers): each
- * K^T and V vector loaded once for all QN rows. Every row keeps its own
- * maximum, sum and accumulators, in the reference's order. */
-AI void attn_rows(const mu_vit_attn_args *a, int i, const float *kt, const float *vf, int t_base, int span, int lo,
-                  int hi, const int QN, const int HV) {
-    const int hd = a->hd;
-    const float *q[4];
-    float M[4], S[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < QN; r++) q[r] = a->q + (size_t)(i + r) * a->ld + a->off, M[r] = -INFINITY, S[r] = 0.0f;
-    __m512 acc[4][32];
-#pragma GCC unroll 4
-    for (int r = 0; r < QN; r++)
-#pragma GCC unroll 8
-        for (int c = 0; c < HV; c++) acc[r][c] = _mm512_setzero_ps();
-    const __m512 vscale = _mm512_set1_ps(a->scale), ninf = _mm512_set1_ps(-INFINITY);
+/* The window's keys as the kernels read them (kt): K^T by key tile, each
+ * tile [hd][TILE] contiguous, so a tile's rows stream in order (a layout
+ * with the whole window between rows put every row of a tile in the same L1
+ * sets); V as rows of hd floats (vf). */
+static inline const float *kt_tile(const float *kt, int hd, int t0, int t_base) {
+    return kt + (size_t)(t0 - t_base) * hd;
+}
+
+/* The key-tile masks of window [lo, hi) for the tile at t0: bit l of
+ * live[g] is key t0 + 16 g + l. */
+static inline void tile_live(int t0, int lo, int hi, __mmask16 live[4]) {
+    for (int g = 0; g < 4; g++) {
+        const int j0 = t0 + 16 * g;
+        uint32_t m = 0;
+        for (int l = 0; l < 16; l++) m |= (uint32_t)(j0 + l >= lo && j0 + l < hi) << l;
+        live[g] = (__mmask16)m;
+    }
+}
+
+/* One row's online-softmax step for a key tile, in the reference's order:
+ * s (the 64 scores) scaled, masked, the tile maximum; when it is not -inf
+ * the new maximum, the factor *ms for the row's accumulators when the
+ * maximum grew (*resc), e = expf(s - M) and the double sum into S. Returns
+ * false for a tile with no live key (the row takes nothing from it). */
+AI bool softmax_tile(__m512 s[4], const __mmask16 live[4], __m512 vscale, float *M, float *S, float *e, float *ms,
+                     bool *resc) {
+    const __m512 ninf = _mm512_set1_ps(-INFINITY);
+    __m512 mx = ninf;
+    for (int g = 0; g < 4; g++) {
+        s[g] = _mm512_add_ps(_mm512_mul_ps(s[g], vscale), _mm512_setzero_ps());
+        s[g] = _mm512_mask_blend_ps(live[g], ninf, s[g]);
+        mx = _mm512_max_ps(mx, s[g]);
+    }
+    const float tmax = _mm512_reduce_max_ps(mx);
+    if (tmax == -INFINITY) return false;
+    const float Mnew = fmaxf(*M, tmax);
+    *resc = Mnew > *M;
+    if (*resc) {
+        *ms = expf(*M - Mnew);
+        *S *= *ms;
+    }
+    *M = Mnew;
+    const __m512 vm = _mm512_set1_ps(Mnew);
+    double sum = 0;
+    for (int g = 0; g < 4; g++) {
+        const __m512 ev = mu_expf512(_mm512_sub_ps(s[g], vm));
+        _mm512_storeu_ps(e + 16 * g, ev);
+        sum += (double)_mm512_reduce_add_ps(ev); /* GCC's tree is mu_hsum16's */
+    }
+    *S = (float)((double)*S + sum);
+    return true;
+}
+
+/* One query row (any hv): its accumulators in registers across the tiles. */
+static void attn_one(const mu_vit_attn_args *a, int i, const float *kt, const float *vf, int t_base, int lo, int hi) {
+    const int hd = a->hd, hv = hd / 16;
+    const float *q = a->q + (size_t)i * a->ld + a->off;
+    float M = -INFINITY, S = 0.0f, e[TILE], ms = 1.0f;
+    __m512 acc[32];
+    for (int c = 0; c < hv; c++) acc[c] = _mm512_setzero_ps();
+    const __m512 vscale = _mm512_set1_ps(a->scale);
     for (int t0 = t_base; t0 < hi; t0 += TILE) {
         __mmask16 live[4];
-        for (int g = 0; g < 4; g++) {
-            const int j0 = t0 + 16 * g;
-            uint32_t m = 0;
-            for (int l = 0; l < 16; l++) m |= (uint32_t)(j0 + l >= lo && j0 + l < hi) << l;
-            live[g] = (__mmask16)m;
-        }
-        __m512 s[4][4];
-#pragma GCC unroll 4
-        for (int r = 0; r < QN; r++)
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++) s[r][g] = _mm512_setzero_ps();
-        const float *kb = kt + (t0 - t_base);
+        tile_live(t0, lo, hi, live);
+        __m512 s[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+        const float *kb = kt_tile(kt, hd, t0, t_base);
         for (int d = 0; d < hd; d++) {
-            const float *kr = kb + (size_t)d * span;
-            const __m512 k0 = _mm512_loadu_ps(kr), k1 = _mm512_loadu_ps(kr + 16), k2 = _mm512_loadu_ps(kr + 32),
-                         k3 = _mm512_loadu_ps(kr + 48);
-#pragma GCC unroll 4
-            for (int r = 0; r < QN; r++) {
-                const __m512 qd = _mm512_set1_ps(q[r][d]);
-                s[r][0] = _mm512_fmadd_ps(k0, qd, s[r][0]);
-                s[r][1] = _mm512_fmadd_ps(k1, qd, s[r][1]);
-                s[r][2] = _mm512_fmadd_ps(k2, qd, s[r][2]);
-                s[r][3] = _mm512_fmadd_ps(k3, qd, s[r][3]);
-            }
+            const __m512 qd = _mm512_set1_ps(q[d]);
+            for (int g = 0; g < 4; g++) s[g] = _mm512_fmadd_ps(_mm512_load_ps(kb + d * TILE + 16 * g), qd, s[g]);
         }
-        float e[4][TILE];
-        bool use[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < QN; r++) {
-            __m512 mx = ninf;
-            for (int g = 0; g < 4; g++) {
-                s[r][g] = _mm512_add_ps(_mm512_mul_ps(s[r][g], vscale), _mm512_setzero_ps());
-                s[r][g] = _mm512_mask_blend_ps(live[g], ninf, s[r][g]);
-                mx = _mm512_max_ps(mx, s[r][g]);
-            }
-            const float tmax = _mm512_reduce_max_ps(mx);
-            use[r] = tmax != -INFINITY;
-            if (!use[r]) continue;
-            const float Mnew = fmaxf(M[r], tmax);
-            if (Mnew > M[r]) {
-                const float ms = expf(M[r] - Mnew);
-                const __m512 vms = _mm512_set1_ps(ms);
-#pragma GCC unroll 8
-                for (int c = 0; c < HV; c++) acc[r][c] = _mm512_mul_ps(acc[r][c], vms);
-                S[r] *= ms;
-            }
-            M[r] = Mnew;
-            const __m512 vm = _mm512_set1_ps(Mnew);
-            double sum = 0;
-            for (int g = 0; g < 4; g++) {
-                const __m512 ev = mu_expf512(_mm512_sub_ps(s[r][g], vm));
-                _mm512_storeu_ps(e[r] + 16 * g, ev);
-                sum += (double)hsum16(ev);
-            }
-            S[r] = (float)((double)S[r] + sum);
-        }
+        bool resc = false;
+        if (!softmax_tile(s, live, vscale, &M, &S, e, &ms, &resc)) continue;
+        if (resc)
+            for (int c = 0; c < hv; c++) acc[c] = _mm512_mul_ps(acc[c], _mm512_set1_ps(ms));
         const int j0 = t0 > lo ? t0 : lo, j1 = t0 + TILE < hi ? t0 + TILE : hi;
         for (int j = j0; j < j1; j++) {
             const float *vr = vf + (size_t)(j - t_base) * hd;
-            __m512 w[4];
-#pragma GCC unroll 4
-            for (int r = 0; r < QN; r++) w[r] = _mm512_set1_ps(e[r][j - t0]);
-#pragma GCC unroll 8
-            for (int c = 0; c < HV; c++) {
-                const __m512 v = _mm512_loadu_ps(vr + 16 * c);
-#pragma GCC unroll 4
-                for (int r = 0; r < QN; r++)
-                    if (use[r]) acc[r][c] = _mm512_fmadd_ps(v, w[r], acc[r][c]);
-            }
+            const __m512 w = _mm512_set1_ps(e[j - t0]);
+            for (int c = 0; c < hv; c++) acc[c] = _mm512_fmadd_ps(_mm512_loadu_ps(vr + 16 * c), w, acc[c]);
         }
     }
+    const float inv = S == 0.0f ? 0.0f : 1.0f / S;
+    float *o = a->out + (size_t)i * a->ld + a->off;
+    for (int c = 0; c < hv; c++) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[c], _mm512_set1_ps(inv)));
+}
+
+/* A block of nb query rows (a multiple of 4, at most QB = 32: against 4,
+ * the K and V tiles are read from L2 or L3 an eighth as often; at 4096 keys
+ * a head's K and V, 3 MB as floats, do not fit in L2) that share the
+ * window [lo, hi), HV = hd / 16 a constant. Per key tile, first the scores
+ * and softmax of every group of 4 rows (the tile's K^T, 64 x hd floats,
+ * stays in L1 while the groups pass it), then the V products of every group
+ * (the same for V), each group's accumulators in registers for the tile and
+ * in acc between tiles (stored and loaded as they are). Every row keeps its
+ * own maximum, sum and chains, in the reference's order. */
+#define QB 32
+
+AI void attn_block(const mu_vit_attn_args *a, int i, int nb, const float *kt, const float *vf, int t_base, int lo,
+                   int hi, const int HV) {
+    const int hd = 16 * HV;
+    const float *q[QB];
+    float M[QB], S[QB], ms[QB];
+    bool use[QB], resc[QB];
+    float e[QB][TILE] __attribute__((aligned(64)));
+    float acc[QB][16 * HV] __attribute__((aligned(64)));
+    for (int r = 0; r < nb; r++) {
+        q[r] = a->q + (size_t)(i + r) * a->ld + a->off, M[r] = -INFINITY, S[r] = 0.0f;
+        memset(acc[r], 0, sizeof acc[r]);
+    }
+    const __m512 vscale = _mm512_set1_ps(a->scale);
+    for (int t0 = t_base; t0 < hi; t0 += TILE) {
+        __mmask16 live[4];
+        tile_live(t0, lo, hi, live);
+        const float *kb = kt_tile(kt, hd, t0, t_base);
+        bool any = false;
+        for (int g = 0; g < nb; g += 4) {
+            __m512 s[4][4];
 #pragma GCC unroll 4
-    for (int r = 0; r < QN; r++) {
+            for (int r = 0; r < 4; r++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++) s[r][c] = _mm512_setzero_ps();
+            for (int d = 0; d < hd; d++) {
+                const float *kr = kb + d * TILE;
+                const __m512 k0 = _mm512_load_ps(kr), k1 = _mm512_load_ps(kr + 16), k2 = _mm512_load_ps(kr + 32),
+                             k3 = _mm512_load_ps(kr + 48);
+#pragma GCC unroll 4
+                for (int r = 0; r < 4; r++) {
+                    const __m512 qd = _mm512_set1_ps(q[g + r][d]);
+                    s[r][0] = _mm512_fmadd_ps(k0, qd, s[r][0]);
+                    s[r][1] = _mm512_fmadd_ps(k1, qd, s[r][1]);
+                    s[r][2] = _mm512_fmadd_ps(k2, qd, s[r][2]);
+                    s[r][3] = _mm512_fmadd_ps(k3, qd, s[r][3]);
+                }
+            }
+            for (int r = 0; r < 4; r++) {
+                use[g + r] = softmax_tile(s[r], live, vscale, &M[g + r], &S[g + r], e[g + r], &ms[g + r], &resc[g + r]);
+                any |= use[g + r];
+            }
+        }
+        if (!any) continue;
+        const int j0 = t0 > lo ? t0 : lo, j1 = t0 + TILE < hi ? t0 + TILE : hi;
+        for (int g = 0; g < nb; g += 4) {
+            __m512 ac[4][HV];
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++) {
+                const __m512 f = _mm512_set1_ps(use[g + r] && resc[g + r] ? ms[g + r] : 1.0f);
+                const bool scale = use[g + r] && resc[g + r];
+#pragma GCC unroll 8
+                for (int c = 0; c < HV; c++) {
+                    ac[r][c] = _mm512_load_ps(acc[g + r] + 16 * c);
+                    if (scale) ac[r][c] = _mm512_mul_ps(ac[r][c], f);
+                }
+            }
+            if (use[g] && use[g + 1] && use[g + 2] && use[g + 3]) {
+                for (int j = j0; j < j1; j++) {
+                    const float *vr = vf + (size_t)(j - t_base) * hd;
+                    __m512 w[4];
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++) w[r] = _mm512_set1_ps(e[g + r][j - t0]);
+#pragma GCC unroll 8
+                    for (int c = 0; c < HV; c++) {
+                        const __m512 v = _mm512_load_ps(vr + 16 * c);
+#pragma GCC unroll 4
+                        for (int r = 0; r < 4; r++) ac[r][c] = _mm512_fmadd_ps(v, w[r], ac[r][c]);
+                    }
+                }
+            } else { /* a row with no live key in this tile takes nothing from it */
+                for (int j = j0; j < j1; j++) {
+                    const float *vr = vf + (size_t)(j - t_base) * hd;
+#pragma GCC unroll 4
+                    for (int r = 0; r < 4; r++) {
+                        if (!use[g + r]) continue;
+                        const __m512 w = _mm512_set1_ps(e[g + r][j - t0]);
+#pragma GCC unroll 8
+                        for (int c = 0; c < HV; c++) ac[r][c] = _mm512_fmadd_ps(_mm512_load_ps(vr + 16 * c), w, ac[r][c]);
+                    }
+                }
+            }
+#pragma GCC unroll 4
+            for (int r = 0; r < 4; r++)
+#pragma GCC unroll 8
+                for (int c = 0; c < HV; c++) _mm512_store_ps(acc[g + r] + 16 * c, ac[r][c]);
+        }
+    }
+    for (int r = 0; r < nb; r++) {
         const float inv = S[r] == 0.0f ? 0.0f : 1.0f / S[r];
         float *o = a->out + (size_t)(i + r) * a->ld + a->off;
-#pragma GCC unroll 8
-        for (int c = 0; c < HV; c++) _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(acc[r][c], _mm512_set1_ps(inv)));
+        for (int c = 0; c < HV; c++)
+            _mm512_storeu_ps(o + 16 * c, _mm512_mul_ps(_mm512_load_ps(acc[r] + 16 * c), _mm512_set1_ps(inv)));
     }
 }
 
-static void attn_one(const mu_vit_attn_args *a, int i, const float *kt, const float *vf, int t_base, int span, int lo,
-                     int hi) {
-    attn_rows(a, i, kt, vf, t_base, span, lo, hi, 1, a->hd / 16);
-}
-
-#define ATTN_FOUR(HV)                                                                                               \
-    static void attn_four_##HV(const mu_vit_attn_args *a, int i, const float *kt, const float *vf, int t_base,     \
-                               int span, int lo, int hi) {                                                          \
-        attn_rows(a, i, kt, vf, t_base, span, lo, hi, 4, HV);                                                       \
+#define ATTN_BLOCK(HV)                                                                                              \
+    static void attn_block_##HV(const mu_vit_attn_args *a, int i, int nb, const float *kt, const float *vf,        \
+                                int t_base, int lo, int hi) {                                                       \
+        attn_block(a, i, nb, kt, vf, t_base, lo, hi, HV);                                                           \
     }
-ATTN_FOUR(2)
-ATTN_FOUR(4)
-ATTN_FOUR(6)
-ATTN_FOUR(8)
+ATTN_BLOCK(2)
+ATTN_BLOCK(4)
+ATTN_BLOCK(6)
+ATTN_BLOCK(8)
 
 static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
     const int hd = a->hd, hv = hd / 16;
@@ -145,9 +227,9 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
         mu_vit_attn_ref(a, i0, i1);
         return;
     }
-    void (*four)(const mu_vit_attn_args *, int, const float *, const float *, int, int, int, int) =
-        hv == 2 ? attn_four_2 : hv == 4 ? attn_four_4 : hv == 6 ? attn_four_6 : hv == 8 ? attn_four_8 : NULL;
-    float *kt = NULL, *vf = NULL; /* the window's tiles: K^T [hd][span], V [span][hd] */
+    void (*block)(const mu_vit_attn_args *, int, int, const float *, const float *, int, int, int) =
+        hv == 2 ? attn_block_2 : hv == 4 ? attn_block_4 : hv == 6 ? attn_block_6 : hv == 8 ? attn_block_8 : NULL;
+    float *kt = NULL, *vf = NULL; /* the window's keys: kt (kt_tile), V [span][hd] */
     int c_lo = -1, c_hi = -1, t_base = 0, span = 0;
     for (int i = i0; i < i1;) {
         const int lo = a->win_lo[i], hi = a->win_hi[i];
@@ -161,28 +243,28 @@ static void attn_avx512(const mu_vit_attn_args *a, int i0, int i1) {
             if (!kt || !vf) abort(); /* a few MB at most per thread */
             for (int j = 0; j < span; j++) {
                 const int g = t_base + j;
-                const bool in = g >= lo && g < hi;
-                const mu_f16 *k = a->k + (size_t)g * a->ld + a->off, *v = a->v + (size_t)g * a->ld + a->off;
-                if (in) {
+                float *kc = kt + (size_t)(j / TILE) * TILE * hd + j % TILE; /* key j's column of its tile */
+                if (g >= lo && g < hi) {
+                    const mu_f16 *k = a->k + (size_t)g * a->ld + a->off, *v = a->v + (size_t)g * a->ld + a->off;
                     for (int d = 0; d + 16 <= hd; d += 16) {
-                        const __m512 kv = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + d)));
-                        _mm512_storeu_ps(vf + (size_t)j * hd + d,
-                                         _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + d))));
+                        _mm512_store_ps(vf + (size_t)j * hd + d,
+                                        _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(v + d))));
                         float tmp[16];
-                        _mm512_storeu_ps(tmp, kv);
-                        for (int l = 0; l < 16; l++) kt[(size_t)(d + l) * span + j] = tmp[l];
+                        _mm512_storeu_ps(tmp, _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(k + d))));
+                        for (int l = 0; l < 16; l++) kc[(size_t)(d + l) * TILE] = tmp[l];
                     }
                 } else {
-                    for (int d = 0; d < hd; d++) kt[(size_t)d * span + j] = 0.0f, vf[(size_t)j * hd + d] = 0.0f;
+                    for (int d = 0; d < hd; d++) kc[(size_t)d * TILE] = 0.0f, vf[(size_t)j * hd + d] = 0.0f;
                 }
             }
         }
-        if (four && i + 4 <= i1 && a->win_lo[i + 3] == lo && a->win_hi[i + 3] == hi && a->win_lo[i + 1] == lo &&
-            a->win_hi[i + 1] == hi && a->win_lo[i + 2] == lo && a->win_hi[i + 2] == hi) {
-            four(a, i, kt, vf, t_base, span, lo, hi);
-            i += 4;
+        int run = 1; /* rows from i that share this window, up to a block */
+        while (run < QB && i + run < i1 && a->win_lo[i + run] == lo && a->win_hi[i + run] == hi) run++;
+        if (block && run >= 4) {
+            block(a, i, run / 4 * 4, kt, vf, t_base, lo, hi);
+            i += run / 4 * 4;
         } else {
-            attn_one(a, i, kt, vf, t_base, span, lo, hi);
+            attn_one(a, i, kt, vf, t_base, lo, hi);
             i++;
         }
     }
