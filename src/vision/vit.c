@@ -170,6 +170,7 @@ static void layer_norm(enc *e, int n, int E, float *x, float *y, const mu_gguf_t
 }
 
 typedef struct {
+    const mu_vit_kern *vk;
     float *x;
     size_t n;
 } gelu_job;
@@ -181,12 +182,12 @@ static void job_gelu(void *arg, int ith, int nth) {
     mu_split(blocks, ith, nth, 1, &lo, &hi);
     for (int b = lo; b < hi; b++) {
         size_t a = (size_t)b * 4096, z = a + 4096 < j->n ? a + 4096 : j->n;
-        mu_vit_gelu_erf((int)(z - a), j->x + a);
+        j->vk->gelu((int)(z - a), j->x + a);
     }
 }
 
 static void gelu(enc *e, float *x, size_t n) {
-    gelu_job j = {x, n};
+    gelu_job j = {e->vk, x, n};
     mu_pool_run(e->pool, job_gelu, &j);
 }
 

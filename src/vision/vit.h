@@ -45,6 +45,7 @@ typedef struct {
     const char *name;
     void (*attn)(const mu_vit_attn_args *a, int i0, int i1);
     mu_vit_mm_f16_fn mm_f16;
+    void (*gelu)(int n, float *x); /* mu_vit_gelu_erf, bit for bit (libm's erff) */
 } mu_vit_kern;
 
 const mu_vit_kern *mu_vit_kern_ref(void);

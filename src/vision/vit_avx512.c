@@ -471,8 +471,162 @@ static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, con
         mm_f16_rows(n, w, ws, r0, r1, a, as, n_t, y, ys, bias);
 }
 
+/* ---- exact GELU -----------------------------------------------------------
+ * ggml's gelu_erf calls libm's erff per value. glibc 2.36's erff (x86-64) is
+ * fdlibm's float algorithm: by |x|, x + x*pp(x^2)/qq(x^2) below 0.84375,
+ * +-(erx + pa(s)/qa(s)) with s = |x| - 1 below 1.25, and from there to 6
+ * 1 - r/|x| with r = expf(-z*z - 0.5625) * expf((z - |x|)(z + |x|) + R/S)
+ * (z = |x| with its low 12 bits cleared, R/S two rational fits in 1/x^2,
+ * split at 1/0.35), +-1 beyond; every step a float multiply, add or divide,
+ * none fused. Its expf (the FMA variant that glibc picks on this CPU) works
+ * in double: k = round(x * 32/ln2), r = x * 32/ln2 - k, a 32-entry table of
+ * 2^(i/32) scaled by 2^(k/32), a cubic in r, with fused multiply-adds.
+ * erf16 computes the same, lane for lane, evaluating a branch only when a
+ * lane needs it. gelu_self_check compares it with the libm of the running
+ * process at load time; a libm that differs keeps the reference GELU. */
+static const uint64_t EXP2_T[32] = {
+    0x3ff0000000000000, 0x3fefd9b0d3158574, 0x3fefb5586cf9890f, 0x3fef9301d0125b51, 0x3fef72b83c7d517b,
+    0x3fef54873168b9aa, 0x3fef387a6e756238, 0x3fef1e9df51fdee1, 0x3fef06fe0a31b715, 0x3feef1a7373aa9cb,
+    0x3feedea64c123422, 0x3feece086061892d, 0x3feebfdad5362a27, 0x3feeb42b569d4f82, 0x3feeab07dd485429,
+    0x3feea47eb03a5585, 0x3feea09e667f3bcd, 0x3fee9f75e8ec5f74, 0x3feea11473eb0187, 0x3feea589994cce13,
+    0x3feeace5422aa0db, 0x3feeb737b0cdc5e5, 0x3feec49182a3f090, 0x3feed503b23e255d, 0x3feee89f995ad3ad,
+    0x3feeff76f2fb5e47, 0x3fef199bdd85529c, 0x3fef3720dcef9069, 0x3fef5818dcfba487, 0x3fef7c97337b9b5f,
+    0x3fefa4afa2a490da, 0x3fefd0765b6e4540};
+
+/* expf of 8 floats (as doubles) in the range the erff tail feeds it */
+static inline __m256 expf8(__m256 xf) {
+    const __m512d x = _mm512_cvtps_pd(xf), inv = _mm512_set1_pd(0x1.71547652b82fep+5),
+                  shift = _mm512_set1_pd(0x1.8p+52);
+    const __m512d z = _mm512_fmadd_pd(inv, x, shift);
+    const __m512i ki = _mm512_castpd_si512(z);
+    const __m512d kd = _mm512_sub_pd(z, shift);
+    const __m512d r = _mm512_fmsub_pd(inv, x, kd);
+    const __m512i t = _mm512_add_epi64(_mm512_i64gather_epi64(_mm512_and_si512(ki, _mm512_set1_epi64(31)), EXP2_T, 8),
+                                       _mm512_slli_epi64(ki, 47));
+    const __m512d c = _mm512_fmadd_pd(_mm512_set1_pd(0x1.c6af84b912394p-20), r, _mm512_set1_pd(0x1.ebfce50fac4f3p-13));
+    const __m512d r2 = _mm512_mul_pd(r, r);
+    __m512d y = _mm512_fmadd_pd(_mm512_set1_pd(0x1.62e42ff0c52d6p-6), r, _mm512_set1_pd(1.0));
+    y = _mm512_fmadd_pd(c, r2, y);
+    return _mm512_cvtpd_ps(_mm512_mul_pd(y, _mm512_castsi512_pd(t)));
+}
+
+static inline __m512 expf16(__m512 x) {
+    const __m256 lo = expf8(_mm512_castps512_ps256(x)), hi = expf8(_mm512_extractf32x8_ps(x, 1));
+    return _mm512_insertf32x8(_mm512_castps256_ps512(lo), hi, 1);
+}
+
+#define F(c) _mm512_set1_ps(c)
+static inline __m512 mul(__m512 a, __m512 b) { return _mm512_mul_ps(a, b); }
+static inline __m512 add(__m512 a, __m512 b) { return _mm512_add_ps(a, b); }
+
+/* c[0] + t (c[1] + t (... + t c[n - 1])), a multiply and an add a step */
+static inline __m512 horner(__m512 t, const float *c, int n) {
+    __m512 p = F(c[n - 1]);
+    for (int i = n - 2; i >= 0; i--) p = add(F(c[i]), mul(t, p));
+    return p;
+}
+
+static const float PP[] = {0x1.06eba8p-3f, -0x1.4cd7d6p-2f, -0x1.d2a51ep-6f, -0x1.7a2912p-8f, -0x1.8ead62p-16f},
+                   QQ[] = {1.0f, 0x1.97779cp-2f, 0x1.0a54c6p-4f, 0x1.4d022cp-8f, 0x1.15dc92p-13f, -0x1.09c434p-18f},
+                   PA[] = {-0x1.359b8cp-9f, 0x1.a8d00ap-2f, -0x1.7d2410p-2f, 0x1.45fca8p-2f, -0x1.c63984p-4f,
+                           0x1.22a366p-5f, -0x1.1bf38p-9f},
+                   QA[] = {1.0f, 0x1.b3e662p-4f, 0x1.14af0ap-1f, 0x1.2635cep-4f, 0x1.02660ep-3f, 0x1.bedc26p-7f,
+                           0x1.88b546p-7f},
+                   RA[] = {-0x1.434126p-7f, -0x1.63416ep-1f, -0x1.51e044p+3f, -0x1.f300aep+5f, -0x1.44cb18p+7f,
+                           -0x1.7135cep+7f, -0x1.452656p+6f, -0x1.3a0efcp+3f},
+                   SA[] = {1.0f, 0x1.3a6b9cp+4f, 0x1.1350c6p+7f, 0x1.b290dep+8f, 0x1.42b192p+9f, 0x1.ad0216p+8f,
+                           0x1.b28a3ep+6f, 0x1.a47ef8p+2f, -0x1.eeff2ep-5f},
+                   RB[] = {-0x1.434124p-7f, -0x1.993ba8p-1f, -0x1.1c2096p+4f, -0x1.4145d4p+7f, -0x1.3ec882p+9f,
+                           -0x1.004616p+10f, -0x1.e384eap+8f},
+                   SB[] = {1.0f, 0x1.e568b2p+4f, 0x1.45cae2p+8f, 0x1.802eb2p+10f, 0x1.8ffb76p+11f, 0x1.3f219cp+11f,
+                           0x1.da874ep+8f, -0x1.670e24p+4f};
+#define NC(a) ((int)(sizeof a / sizeof a[0]))
+
+static __m512 erf16(__m512 x) {
+    const __m512i ix = _mm512_and_si512(_mm512_castps_si512(x), _mm512_set1_epi32(0x7fffffff));
+    const __m512 ax = _mm512_castsi512_ps(ix);
+    const __mmask16 neg = _mm512_movepi32_mask(_mm512_castps_si512(x));
+#define BELOW(c) _mm512_cmplt_epi32_mask(ix, _mm512_set1_epi32(c))
+    const __mmask16 finite = BELOW(0x7f800000), tiny = BELOW(0x31800000), b = BELOW(0x3f580000) & ~tiny,
+                    c = BELOW(0x3fa00000) & ~BELOW(0x3f580000), e = BELOW(0x40c00000) & ~BELOW(0x3fa00000),
+                    e1 = e & BELOW(0x4036db6e);
+    __m512 res = _mm512_mask_blend_ps(neg, F(1.0f), F(-1.0f)); /* |x| >= 6 */
+    if (tiny) {
+        const __m512 t0 = add(x, mul(F(0x1.06eba8p-3f), x));
+        const __m512 t1 = mul(F(0x1p-4f), add(mul(F(16.0f), x), mul(F(0x1.06eba8p+1f), x)));
+        res = _mm512_mask_blend_ps(tiny, res, _mm512_mask_blend_ps(BELOW(0x04000000), t0, t1));
+    }
+    if (b) {
+        const __m512 z = mul(x, x);
+        res = _mm512_mask_blend_ps(b, res, add(x, mul(x, _mm512_div_ps(horner(z, PP, NC(PP)), horner(z, QQ, NC(QQ))))));
+    }
+    if (c) {
+        const __m512 s = _mm512_sub_ps(ax, F(1.0f));
+        const __m512 pq = _mm512_div_ps(horner(s, PA, NC(PA)), horner(s, QA, NC(QA)));
+        res = _mm512_mask_blend_ps(c, res, _mm512_mask_blend_ps(neg, add(F(0x1.b0ac16p-1f), pq),
+                                                                 _mm512_sub_ps(F(-0x1.b0ac16p-1f), pq)));
+    }
+    if (e) {
+        const __m512 s = _mm512_div_ps(F(1.0f), mul(x, x));
+        __m512 R = F(0.0f), S = F(1.0f);
+        if (e1) R = horner(s, RA, NC(RA)), S = horner(s, SA, NC(SA));
+        if (e & ~e1)
+            R = _mm512_mask_blend_ps(e1, horner(s, RB, NC(RB)), R), S = _mm512_mask_blend_ps(e1, horner(s, SB, NC(SB)), S);
+        const __m512 z = _mm512_castsi512_ps(_mm512_and_si512(ix, _mm512_set1_epi32((int)0xfffff000)));
+        const __m512 e_a = expf16(_mm512_sub_ps(mul(_mm512_sub_ps(F(0.0f), z), z), F(0x1.2p-1f)));
+        const __m512 e_b = expf16(add(mul(_mm512_sub_ps(z, ax), add(z, ax)), _mm512_div_ps(R, S)));
+        const __m512 r = _mm512_div_ps(mul(e_b, e_a), ax);
+        res = _mm512_mask_blend_ps(e, res, _mm512_mask_blend_ps(neg, _mm512_sub_ps(F(1.0f), r), _mm512_sub_ps(r, F(1.0f))));
+    }
+#undef BELOW
+    if (finite != 0xffff) { /* inf, nan: libm's own */
+        float v[16], o[16];
+        _mm512_storeu_ps(v, x), _mm512_storeu_ps(o, res);
+        for (int l = 0; l < 16; l++)
+            if (!(finite >> l & 1)) o[l] = erff(v[l]);
+        res = _mm512_loadu_ps(o);
+    }
+    return res;
+}
+
+static void gelu_avx512(int n, float *x) {
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        const __m512 v = _mm512_loadu_ps(x + i);
+        _mm512_storeu_ps(x + i, mul(mul(F(0.5f), v), add(F(1.0f), erf16(mul(v, F(0.70710678118654752440084436210484f))))));
+    }
+    if (i < n) mu_vit_gelu_erf(n - i, x + i);
+}
+#undef F
+
+/* erf16 against this process's erff on values from every branch and their
+ * borders (both signs, with and without the last bits) */
+static bool gelu_self_check(void) {
+    static const uint32_t edge[] = {0x00000000, 0x00000001, 0x03ffffff, 0x04000000, 0x317fffff, 0x31800000,
+                                    0x3f57ffff, 0x3f580000, 0x3f9fffff, 0x3fa00000, 0x4036db6d, 0x4036db6e,
+                                    0x40bfffff, 0x40c00000, 0x7f7fffff, 0x7f800000, 0x7fc00000};
+    float in[16], want[16];
+    uint32_t seed = 12345;
+    for (int round = 0; round < 4096; round++) {
+        for (int l = 0; l < 16; l++) {
+            seed = seed * 1664525u + 1013904223u;
+            uint32_t u = round < 3 ? edge[(round * 16 + l) % (sizeof edge / sizeof edge[0])]
+                                   : 0x30000000u + (seed >> 8) % 0x11000000u; /* |x| from 4.7e-10 to 8 */
+            u ^= (seed >> 4 & 1) << 31;
+            memcpy(&in[l], &u, 4);
+            want[l] = erff(in[l]);
+        }
+        float got[16];
+        _mm512_storeu_ps(got, erf16(_mm512_loadu_ps(in)));
+        for (int l = 0; l < 16; l++)
+            if (memcmp(&got[l], &want[l], 4) && !(want[l] != want[l] && got[l] != got[l])) return false;
+    }
+    return true;
+}
+
 void mu_vit_fill_avx512(mu_vit_kern *k) {
     k->name = "avx512";
     k->attn = attn_avx512;
     k->mm_f16 = mm_f16_avx512;
+    if (gelu_self_check()) k->gelu = gelu_avx512;
 }

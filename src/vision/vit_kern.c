@@ -196,7 +196,7 @@ void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float
 
 /* ---- tables ------------------------------------------------------------ */
 
-static const mu_vit_kern REF = {"ref", mu_vit_attn_ref, mu_vit_mm_f16_ref};
+static const mu_vit_kern REF = {"ref", mu_vit_attn_ref, mu_vit_mm_f16_ref, mu_vit_gelu_erf};
 
 const mu_vit_kern *mu_vit_kern_ref(void) { return &REF; }
 
