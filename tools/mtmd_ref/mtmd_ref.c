@@ -5,7 +5,9 @@
  * and mtmd_encode_chunk; writes OUT/img_WxH_sSEED.emb (the output rows,
  * float32 little-endian, n_tokens x n_embd) and prints the token count and
  * the encode's wall time (bench/vision/run.sh reads it). Threads: 2, or
- * $MTMD_THREADS.
+ * $MTMD_THREADS. $MTMD_GPU=1 encodes on llama.cpp's GPU backend (a CUDA
+ * build); $MTMD_REPEAT=N encodes each image N times, a time line each (the
+ * first GPU encode pays the device's warm-up).
  * Images whose sides are multiples of 28 px (and within the token limit)
  * are not resized by mtmd, so the encoder's input is just the normalized
  * pixels. */
@@ -26,11 +28,13 @@ int main(int argc, char **argv) {
     }
     llama_backend_init();
     struct llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
+    const int gpu = getenv("MTMD_GPU") && atoi(getenv("MTMD_GPU")) > 0;
+    const int repeat = getenv("MTMD_REPEAT") && atoi(getenv("MTMD_REPEAT")) > 1 ? atoi(getenv("MTMD_REPEAT")) : 1;
+    mp.n_gpu_layers = gpu ? 999 : 0;
     struct llama_model *model = llama_model_load_from_file(argv[1], mp);
     if (!model) return fprintf(stderr, "mtmd_ref: cannot load %s\n", argv[1]), 1;
     struct mtmd_context_params cp = mtmd_context_params_default();
-    cp.use_gpu = false;
+    cp.use_gpu = gpu;
     cp.n_threads = getenv("MTMD_THREADS") ? atoi(getenv("MTMD_THREADS")) : 2;
     cp.print_timings = false;
     mtmd_context *ctx = mtmd_init_from_file(argv[2], model, cp);
@@ -49,23 +53,26 @@ int main(int argc, char **argv) {
         for (size_t i = 0; i < mtmd_input_chunks_size(chunks); i++) {
             const mtmd_input_chunk *ch = mtmd_input_chunks_get(chunks, i);
             if (mtmd_input_chunk_get_type(ch) != MTMD_INPUT_CHUNK_TYPE_IMAGE) continue;
-            struct timespec t0, t1, c0, c1;
-            clock_gettime(CLOCK_MONOTONIC, &t0);
-            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
-            if (mtmd_encode_chunk(ctx, ch)) return fprintf(stderr, "mtmd_ref: encode failed\n"), 1;
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
-            const size_t nt = mtmd_input_chunk_get_n_tokens(ch);
-            const float *e = mtmd_get_output_embd(ctx);
-            char path[4096];
-            snprintf(path, sizeof path, "%s/img_%dx%d_s%llu.emb", argv[3], w, h, seed);
-            FILE *f = fopen(path, "wb");
-            if (!f || fwrite(e, sizeof(float), nt * (size_t)n_embd, f) != nt * (size_t)n_embd)
-                return fprintf(stderr, "mtmd_ref: cannot write %s\n", path), 1;
-            fclose(f);
-            printf("%s %zu tokens x %d, encoded in %.3f s (process CPU %.3f s)\n", path, nt, n_embd,
-                   (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
-                   (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9);
+            for (int r = 0; r < repeat; r++) {
+                struct timespec t0, t1, c0, c1;
+                clock_gettime(CLOCK_MONOTONIC, &t0);
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c0);
+                if (mtmd_encode_chunk(ctx, ch)) return fprintf(stderr, "mtmd_ref: encode failed\n"), 1;
+                clock_gettime(CLOCK_MONOTONIC, &t1);
+                clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &c1);
+                const size_t nt = mtmd_input_chunk_get_n_tokens(ch);
+                const float *e = mtmd_get_output_embd(ctx);
+                char path[4096];
+                snprintf(path, sizeof path, "%s/img_%dx%d_s%llu.emb", argv[3], w, h, seed);
+                FILE *f = fopen(path, "wb");
+                if (!f || fwrite(e, sizeof(float), nt * (size_t)n_embd, f) != nt * (size_t)n_embd)
+                    return fprintf(stderr, "mtmd_ref: cannot write %s\n", path), 1;
+                fclose(f);
+                printf("%s %zu tokens x %d, encoded in %.3f s (process CPU %.3f s)\n", path, nt, n_embd,
+                       (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+                       (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) / 1e9);
+                fflush(stdout);
+            }
         }
         mtmd_input_chunks_free(chunks);
         mtmd_bitmap_free(bm);
