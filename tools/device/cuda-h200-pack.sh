@@ -9,8 +9,9 @@
 #   .gpu/lib/                        the shared libraries they link, but glibc's
 #                                    (the GPU machine has no -dev packages)
 #   .gpu/llama-cuda.tar.xz           with --llamacpp SRC: the part of a llama.cpp
-#                                    tree llama-bench needs, ggml-cuda included
-#                                    (for cuda-h200.sh --compare)
+#                                    tree llama-bench and libmtmd need, ggml-cuda
+#                                    included (for cuda-h200.sh --compare and
+#                                    cuda-vision-mtmd.sh)
 # Unpacked at the repository root it gives the .gpu/ that bench/lane-h200.sh
 # expects too.
 # usage: tools/device/cuda-h200-pack.sh [--llamacpp SRC_DIR]
@@ -46,7 +47,8 @@ if [ -n "$lsrc" ]; then
     --exclude=ggml/src/ggml-vulkan --exclude=ggml/src/ggml-sycl --exclude=ggml/src/ggml-metal \
     --exclude=ggml/src/ggml-cann --exclude=ggml/src/ggml-opencl --exclude=ggml/src/ggml-musa \
     --exclude=ggml/src/ggml-hip --exclude=ggml/src/ggml-webgpu --exclude=ggml/src/ggml-zdnn \
-    CMakeLists.txt cmake ggml src include common vendor tools/llama-bench tools/CMakeLists.txt)
+    --exclude='tools/mtmd/test-*' --exclude=tools/mtmd/tests --exclude=tools/mtmd/legacy-models \
+    CMakeLists.txt cmake ggml src include common vendor tools/llama-bench tools/mtmd tools/CMakeLists.txt)
 fi
 mkdir -p .gpu
 tar -cJf .gpu/cuda.tar.xz -C "$S" .gpu
