@@ -6,7 +6,7 @@
 # Needs what tools/device/cuda-h200-pack.sh --llamacpp SRC packed
 # (.gpu/cuda.tar.xz, unpacked at the repository root first: .gpu/muser,
 # .gpu/muser-cuda.so, .gpu/test_gpu_vision, .gpu/llama-cuda.tar.xz with
-# tools/mtmd in it).
+# llama.cpp's mtmd sources in it).
 #   1. in the background: llama.cpp's libmtmd with GGML_CUDA for sm_90
 #      (/tmp/lc/build, about as long as cuda-h200.sh's llama-bench build),
 #      and the full projector (muser gen --mmproj --preset full, F16)
