@@ -349,7 +349,7 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
     mu_vit_plan pl;
     int rc = mu_vit_plan_new(p, nx, ny, &pl, err);
     if (rc) {
-        free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(glo), free(ghi), free(e.qa);
+        free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(glo), free(ghi), mu_free(e.qa);
         return rc;
     }
     const int *perm = pl.perm, *inv = pl.inv, *pw = pl.pw, *ph = pl.ph, *wlo = pl.wlo, *whi = pl.whi;
@@ -476,7 +476,7 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
         free(tmp);
     }
 out:
-    free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(glo), free(ghi), free(e.qa);
+    free(x), free(h), free(q), free(ao), free(big), free(k16), free(v16), free(glo), free(ghi), mu_free(e.qa);
     mu_vit_plan_free(&pl);
     return rc;
 }

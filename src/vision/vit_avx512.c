@@ -164,12 +164,11 @@ AI void attn_block(const mu_vit_attn_args *a, int i, int nb, const float *kt, co
             __m512 ac[4][HV];
 #pragma GCC unroll 4
             for (int r = 0; r < 4; r++) {
-                const __m512 f = _mm512_set1_ps(use[g + r] && resc[g + r] ? ms[g + r] : 1.0f);
-                const bool scale = use[g + r] && resc[g + r];
+                const bool scale = use[g + r] && resc[g + r]; /* the maximum grew: the reference's acc *= ms */
 #pragma GCC unroll 8
                 for (int c = 0; c < HV; c++) {
                     ac[r][c] = _mm512_load_ps(acc[g + r] + 16 * c);
-                    if (scale) ac[r][c] = _mm512_mul_ps(ac[r][c], f);
+                    if (scale) ac[r][c] = _mm512_mul_ps(ac[r][c], _mm512_set1_ps(ms[g + r]));
                 }
             }
             if (use[g] && use[g + 1] && use[g + 2] && use[g + 3]) {
@@ -478,9 +477,10 @@ static void mm_f16_avx512(int n, const mu_f16 *w, size_t ws, int r0, int r1, con
  * 1 - r/|x| with r = expf(-z*z - 0.5625) * expf((z - |x|)(z + |x|) + R/S)
  * (z = |x| with its low 12 bits cleared, R/S two rational fits in 1/x^2,
  * split at 1/0.35), +-1 beyond; every step a float multiply, add or divide,
- * none fused. Its expf (the FMA variant that glibc picks on this CPU) works
- * in double: k = round(x * 32/ln2), r = x * 32/ln2 - k, a 32-entry table of
- * 2^(i/32) scaled by 2^(k/32), a cubic in r, with fused multiply-adds.
+ * none fused. Its expf (the FMA variant that glibc picks on CPUs with FMA)
+ * works in double: k = round(x * 32/ln2), r = x * 32/ln2 - k, 2^(k/32) as
+ * the table entry for k mod 32 with k's upper bits added to its exponent,
+ * times a cubic in r, with fused multiply-adds.
  * erf16 computes the same, lane for lane, evaluating a branch only when a
  * lane needs it. gelu_self_check compares it with the libm of the running
  * process at load time; a libm that differs keeps the reference GELU. */
