@@ -4,7 +4,10 @@
  *   - the F16 matmul, K = 1536 (q, k, v, o, up) and K = 8960 (down), on
  *     one thread's half of the weight rows;
  *   - one head of attention (hd 96 of 1536): the 1024 rows of one window
- *     of 1024 patches, and the 4096 rows of a global layer.
+ *     of 1024 patches, and the 4096 rows of a global layer;
+ *   - the exact GELU on 4M values spread to about +-6 (x / sqrt 2 through
+ *     every branch of erff), the table's and the reference's (libm's erff
+ *     per value), in ns a value.
  *   cc -O2 -o /tmp/mmbench bench/vision/mmbench.c build/libmuser.a -lm -lpthread
  *   /tmp/mmbench [REPS]
  * Each shape runs REPS times (default 3), interleaved with the others; the
@@ -49,7 +52,7 @@ static void *alloc64(size_t bytes) {
     return p;
 }
 
-enum { N_MM = 2, N_SHAPES = 4 };
+enum { N_MM = 2, N_ATTN = 2, N_SHAPES = 6 };
 static const int mm_shape[N_MM][3] = {{1536, 768, 4096}, {8960, 768, 4096}}; /* K, weight rows, tokens */
 
 /* One run of shape s: GFLOP/s, and the output's hash in *h. */
@@ -66,6 +69,22 @@ static double run(const mu_vit_kern *vk, int s, uint64_t *h) {
         const double g = 2.0 * n * rows * T / (cpu_s() - t0) / 1e9;
         *h = hash(y, (size_t)T * rows);
         free(w), free(a), free(y);
+        return g;
+    }
+    if (s >= N_MM + N_ATTN) { /* GELU: ns a value, the reference's (s = 5) or the table's (s = 4) */
+        const int n = 1 << 22;
+        float *x = alloc64((size_t)n * sizeof *x);
+        uint32_t seed = 1;
+        for (int i = 0; i < n; i++) {
+            float u = 0;
+            for (int k = 0; k < 4; k++) seed = seed * 1664525u + 1013904223u, u += (float)(seed >> 8) / 16777216.0f - 0.5f;
+            x[i] = 3.0f * u;
+        }
+        const double t0 = cpu_s();
+        (s == N_MM + N_ATTN ? vk->gelu : mu_vit_gelu_erf)(n, x);
+        const double g = (cpu_s() - t0) / n * 1e9;
+        *h = hash(x, (size_t)n);
+        free(x);
         return g;
     }
     const bool global = s == N_MM + 1;
@@ -102,8 +121,10 @@ int main(int argc, char **argv) {
         if (s < N_MM)
             printf("mm_f16 (%s) K %d, %d rows x %d tokens: GFLOP/s", vk->name, mm_shape[s][0], mm_shape[s][1],
                    mm_shape[s][2]);
-        else
+        else if (s < N_MM + N_ATTN)
             printf("attn (%s) hd 96, %s: GFLOP/s", vk->name, s == N_MM ? "one window of 1024" : "global, 4096 rows");
+        else
+            printf("gelu (%s), 4M values: ns a value", s == N_MM + N_ATTN ? vk->name : "ref");
         for (int k = 0; k < reps; k++) printf(" %.1f", g[s][k]);
         qsort(g[s], (size_t)reps, sizeof g[s][0], cmp);
         printf("; median %.1f; output %016llx\n", g[s][reps / 2], (unsigned long long)h[s]);
