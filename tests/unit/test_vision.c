@@ -336,6 +336,32 @@ static void test_kernels(void **state) {
         }
         free(q), free(o0), free(o1), free(k), free(v), free(lo), free(hi);
     }
+    /* a row whose scores all overflow to -inf takes nothing from any key
+     * tile (the reference's skip) while the other rows of its block do:
+     * positive keys, and row 5's query at -3e38 in every lane */
+    {
+        enum { n = 128, hd = 32, ld = 32 };
+        float *q = malloc(n * ld * sizeof *q), *o0 = calloc(n * ld, sizeof *o0), *o1 = calloc(n * ld, sizeof *o1);
+        mu_f16 *k = malloc(n * ld * sizeof *k), *v = malloc(n * ld * sizeof *v);
+        int lo[n], hi[n];
+        for (int i = 0; i < n * ld; i++) {
+            q[i] = frand();
+            k[i] = mu_f32_to_f16(0.5f + fabsf(frand()));
+            v[i] = mu_f32_to_f16(frand());
+        }
+        for (int d = 0; d < hd; d++) q[5 * ld + d] = -3e38f;
+        for (int i = 0; i < n; i++) lo[i] = 0, hi[i] = n;
+        mu_vit_attn_args a = {.n = n, .hd = hd, .ld = ld, .off = 0, .scale = 0.17f, .q = q, .k = k, .v = v,
+                              .win_lo = lo, .win_hi = hi, .out = o0};
+        mu_vit_kern_ref()->attn(&a, 0, n);
+        assert_true(o0[5 * ld] == 0.0f); /* no key taken: S = 0 */
+        for (int t = 0; t < nk; t++) {
+            a.out = o1;
+            ks[t]->attn(&a, 0, n);
+            if (memcmp(o0, o1, n * ld * sizeof *o0)) fail_msg("attn %s differs from ref with a -inf row", ks[t]->name);
+        }
+        free(q), free(o0), free(o1), free(k), free(v);
+    }
     /* the F16 matmul: the reference is the engine's tinyBLAS dot
      * (vec_dot_batch of the reference kernel table) on every element, and
      * each table equals it on odd row ranges, token counts that cut the
