@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda.cuh"
+#include "mm.cuh"
 #include "vit_index.h"
 
 using namespace nvcuda;
@@ -85,6 +85,15 @@ __device__ __forceinline__ void gemm_load8(__half *dst, const __half *src, int r
 
 __device__ __forceinline__ float gelu_erf(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752440f)); }
 
+/* the matmuls' epilogue of output o (column c): + bias, GELU, + residual,
+ * each when asked, in the CPU's order (res may be the output itself) */
+__device__ __forceinline__ float gemm_epi(float v, int c, size_t o, const float *bias, const float *res, int gelu) {
+    if (bias) v = v + bias[c];
+    if (gelu) v = gelu_erf(v);
+    if (res) v = v + res[o];
+    return v;
+}
+
 /* y[t][r] = A row t . W row r (t < T, r < N, rows of K halves), F32 sums;
  * then + bias[r], GELU, + res[t][r] (each optional; res may be yf), into
  * yf (F32) or yh (F16). 128 threads: four warps of 32 x 32. */
@@ -132,14 +141,122 @@ __global__ void __launch_bounds__(128) k_gemm(const __half *A, const __half *W, 
     for (int e = tid; e < GB * GB; e += blockDim.x) {
         const int r = e / GB, c = e % GB, t = t0 + r, nn = n0 + c;
         if (t >= T || nn >= N) continue;
-        float v = Cs[r][c];
-        if (bias) v = v + bias[nn];
-        if (gelu) v = gelu_erf(v);
         const size_t o = (size_t)t * N + nn;
-        if (res) v = v + res[o];
+        const float v = gemm_epi(Cs[r][c], nn, o, bias, res, gelu);
         if (yf) yf[o] = v;
         else yh[o] = __float2half_rn(v);
     }
+}
+
+/* ---- the tensor-core matmul (K % 8 == 0) ---------------------------------
+ * The same product and epilogue as k_gemm, on mma.m16n8k16 (F16 inputs,
+ * F32 sums) with ldmatrix fragments: a block of 256 threads takes 128
+ * activation rows x 128 weight rows, each warp 64 x 32, through a ring of
+ * TC_STAGES k-steps of 32 that cp.async fills (zeros past T, N and K). */
+#define TC_M 128
+#define TC_N 128
+#define TC_K 32
+#define TC_STAGES 4
+#define TC_LD (TC_K + 8) /* halves a shared row: 80 bytes, so ldmatrix's 8 rows hit 8 distinct bank groups */
+#define TC_SMEM (TC_STAGES * (TC_M + TC_N) * TC_LD * (int)sizeof(__half))
+
+__device__ __forceinline__ void ldm_x4(unsigned r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void ldm_x4_t(unsigned r[4], const __half *p) {
+    const unsigned a = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+/* c += a (16 x 16, row-major fragment) . b (16 x 8, "col": b0 k 0-7, b1 k 8-15) */
+__device__ __forceinline__ void mma_f16(float c[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__global__ void __launch_bounds__(256, 2) k_gemm_tc(const __half *A, const __half *W, int T, int N, int K,
+                                                   const float *bias, const float *res, int gelu, float *yf,
+                                                   __half *yh) {
+    extern __shared__ __align__(128) unsigned char tc_smem[];
+    __half *As = (__half *)tc_smem;           /* [TC_STAGES][TC_M][TC_LD] */
+    __half *Ws = As + TC_STAGES * TC_M * TC_LD; /* [TC_STAGES][TC_N][TC_LD] */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int t0 = blockIdx.y * TC_M, n0 = blockIdx.x * TC_N;
+    const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
+    const int nk = (K + TC_K - 1) / TC_K;
+    /* k-step kt into ring slot st: 16-byte pieces, two of A and two of W a thread */
+    auto load = [&](int st, int kt) {
+#pragma unroll
+        for (int c = tid; c < TC_M * (TC_K / 8); c += 256) {
+            const int r = c / (TC_K / 8), kc = (c % (TC_K / 8)) * 8, k = kt * TC_K + kc;
+            const bool oa = t0 + r < T && k < K, ow = n0 + r < N && k < K;
+            cp16z(As + (st * TC_M + r) * TC_LD + kc, oa ? A + (size_t)(t0 + r) * K + k : A, oa);
+            cp16z(Ws + (st * TC_N + r) * TC_LD + kc, ow ? W + (size_t)(n0 + r) * K + k : W, ow);
+        }
+    };
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.0f;
+#pragma unroll
+    for (int st = 0; st < TC_STAGES - 1; st++) {
+        if (st < nk) load(st, st);
+        cp_commit();
+    }
+    for (int kt = 0; kt < nk; kt++) {
+        cp_wait<TC_STAGES - 2>(); /* k-step kt is in */
+        __syncthreads();          /* ... for every thread, and slot (kt - 1) % TC_STAGES is free */
+        if (kt + TC_STAGES - 1 < nk) load((kt + TC_STAGES - 1) % TC_STAGES, kt + TC_STAGES - 1);
+        cp_commit();
+        const __half *as = As + (kt % TC_STAGES) * TC_M * TC_LD, *ws = Ws + (kt % TC_STAGES) * TC_N * TC_LD;
+#pragma unroll
+        for (int kk = 0; kk < TC_K; kk += 16) {
+            unsigned a[4][4], b[4][2];
+#pragma unroll
+            for (int i = 0; i < 4; i++) ldm_x4(a[i], as + (wm + i * 16 + (lane & 15)) * TC_LD + kk + (lane >> 4) * 8);
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                unsigned r[4];
+                ldm_x4(r, ws + (wn + j * 16 + (lane & 7) + (lane >> 4) * 8) * TC_LD + kk + ((lane >> 3) & 1) * 8);
+                b[2 * j][0] = r[0], b[2 * j][1] = r[1], b[2 * j + 1][0] = r[2], b[2 * j + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) mma_f16(acc[i][j], a[i], b[j][0], b[j][1]);
+        }
+    }
+    cp_wait<0>();
+    /* accumulator e of tile (i, j): row g (e < 2) or g + 8, column 2 q + e % 2 */
+    const int g = lane >> 2, q = lane & 3;
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int c = n0 + wn + j * 8 + 2 * q;
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int t = t0 + wm + i * 16 + g + hr * 8;
+                if (t >= T) continue;
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    if (c + e >= N) continue;
+                    const size_t o = (size_t)t * N + c + e;
+                    const float v = gemm_epi(acc[i][j][2 * hr + e], c + e, o, bias, res, gelu);
+                    if (yf) yf[o] = v;
+                    else yh[o] = __float2half_rn(v);
+                }
+            }
+        }
 }
 
 #define LN_THREADS 256
@@ -299,6 +416,169 @@ __global__ void __launch_bounds__(AQ) k_attn(const float *q, const __half *k, co
 #pragma unroll
     for (int d = 0; d < HD; d++)
         if (d < hd) out[qo + d] = __float2half_rn(acc[d] * inv);
+}
+
+/* Attention on mma.m16n8k16, flash style: a block of four warps takes 64
+ * consecutive queries of one head (blockIdx.y), a warp 16 of them, and
+ * walks the block's key span [min lo, max hi) in tiles of 64 keys that
+ * cp.async stages, two tiles in flight; each query's own [lo, hi) masks
+ * its scores. q (F32) and the softmax weights enter the mmas as two F16
+ * terms each, x = hi + lo (hi = x rounded to F16, lo = the rest rounded),
+ * so the products keep about F32's precision where one F16 term would
+ * round q and the weights to 11 bits (the CPU keeps both in F32). An
+ * online softmax in F32 (running maximum, rescaled sums). HD: the head
+ * size, a multiple of 16. */
+#define FA_Q 64
+#define FA_K 64
+template <int HD> constexpr int fa_smem() { return 2 * 2 * FA_K * (HD + 8) * (int)sizeof(__half); }
+
+__device__ __forceinline__ unsigned h2_bits(__half2 h) { return *(unsigned *)&h; }
+/* the pair (x, y) as hi + lo F16 pairs */
+__device__ __forceinline__ void split2(float x, float y, unsigned *hi, unsigned *lo) {
+    const __half2 h = __floats2half2_rn(x, y);
+    *hi = h2_bits(h);
+    *lo = h2_bits(__floats2half2_rn(x - __low2float(h), y - __high2float(h)));
+}
+
+template <int HD>
+__global__ void __launch_bounds__(128) k_attn_tc(const float *q, const __half *k, const __half *v, int n, int E,
+                                                 float scale, const int *lo, const int *hi, int global,
+                                                 __half *out) {
+    constexpr int LD = HD + 8, KC = HD / 16, NT = HD / 8;
+    extern __shared__ __align__(128) unsigned char fa_sm[];
+    __half *Ks = (__half *)fa_sm;    /* [2][FA_K][LD] */
+    __half *Vs = Ks + 2 * FA_K * LD; /* [2][FA_K][LD] */
+    __shared__ int span[2];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, qd = lane & 3;
+    const int h = blockIdx.y, r0 = blockIdx.x * FA_Q + warp * 16 + g; /* this thread's rows r0, r0 + 8 */
+    int rlo[2], rhi[2];
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        const int r = r0 + 8 * e;
+        rlo[e] = r < n ? (global ? 0 : max(lo[r], 0)) : 0;
+        rhi[e] = r < n ? (global ? n : min(hi[r], n)) : 0;
+    }
+    if (tid == 0) span[0] = n, span[1] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < 2; e++)
+        if (rlo[e] < rhi[e]) atomicMin(&span[0], rlo[e]), atomicMax(&span[1], rhi[e]);
+    __syncthreads();
+    const int s_lo = span[0], s_hi = span[1];
+    const int n_tiles = s_hi > s_lo ? (s_hi - s_lo + FA_K - 1) / FA_K : 0;
+
+    /* q's fragments: a0 row r0 columns 2 qd, 2 qd + 1 of chunk c; a1 row
+     * r0 + 8; a2, a3 the same eight columns on */
+    unsigned qh[KC][4], ql[KC][4];
+#pragma unroll
+    for (int c = 0; c < KC; c++)
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            const int r = r0 + 8 * (f & 1), d = c * 16 + 2 * qd + 8 * (f >> 1);
+            float2 x = make_float2(0.0f, 0.0f);
+            if (r < n) x = *(const float2 *)(q + (size_t)r * E + (size_t)h * HD + d);
+            split2(x.x, x.y, &qh[c][f], &ql[c][f]);
+        }
+    auto load = [&](int buf, int j0) {
+        for (int c = tid; c < FA_K * (HD / 8); c += 128) {
+            const int r = c / (HD / 8), dc = (c % (HD / 8)) * 8, j = j0 + r;
+            const bool ok = j < s_hi;
+            const size_t o = (size_t)j * E + (size_t)h * HD + dc;
+            cp16z(Ks + (buf * FA_K + r) * LD + dc, ok ? k + o : k, ok);
+            cp16z(Vs + (buf * FA_K + r) * LD + dc, ok ? v + o : v, ok);
+        }
+    };
+    float o[NT][4];
+#pragma unroll
+    for (int t = 0; t < NT; t++) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    if (n_tiles > 0) load(0, s_lo);
+    cp_commit();
+    for (int t = 0; t < n_tiles; t++) {
+        const int j0 = s_lo + t * FA_K, buf = t & 1;
+        if (t + 1 < n_tiles) load(buf ^ 1, j0 + FA_K);
+        cp_commit();
+        cp_wait<1>();
+        __syncthreads();
+        const __half *ks = Ks + buf * FA_K * LD, *vs = Vs + buf * FA_K * LD;
+        /* scores: tile j of eight keys, s[j][e]: row r0 + 8 (e >> 1), key j0 + 8 j + 2 qd + (e & 1) */
+        float s[FA_K / 8][4];
+#pragma unroll
+        for (int j = 0; j < FA_K / 8; j++) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < KC; c++)
+#pragma unroll
+            for (int j = 0; j < FA_K / 16; j++) {
+                unsigned b[4];
+                ldm_x4(b, ks + (j * 16 + (lane & 7) + (lane >> 4) * 8) * LD + c * 16 + ((lane >> 3) & 1) * 8);
+                mma_f16(s[2 * j], qh[c], b[0], b[1]);
+                mma_f16(s[2 * j], ql[c], b[0], b[1]);
+                mma_f16(s[2 * j + 1], qh[c], b[2], b[3]);
+                mma_f16(s[2 * j + 1], ql[c], b[2], b[3]);
+            }
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < FA_K / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int key = j0 + 8 * j + 2 * qd + (e & 1), r = e >> 1;
+                const float x = key >= rlo[r] && key < rhi[r] ? s[j][e] * scale : -INFINITY;
+                s[j][e] = x;
+                mx[r] = fmaxf(mx[r], x);
+            }
+        float base[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float mn = fmaxf(m[r], mx[r]);
+            base[r] = mn == -INFINITY ? 0.0f : mn; /* no key yet: every weight 0, no inf - inf */
+            const float corr = expf(m[r] - base[r]);
+            m[r] = mn;
+            l[r] = l[r] * corr;
+#pragma unroll
+            for (int d = 0; d < NT; d++) o[d][2 * r] = o[d][2 * r] * corr, o[d][2 * r + 1] = o[d][2 * r + 1] * corr;
+        }
+#pragma unroll
+        for (int j = 0; j < FA_K / 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const float p = expf(s[j][e] - base[e >> 1]);
+                s[j][e] = p;
+                l[e >> 1] = l[e >> 1] + p;
+            }
+        /* o += p . V: the scores' accumulators are the A fragments of keys 16 c.. */
+#pragma unroll
+        for (int c = 0; c < FA_K / 16; c++) {
+            unsigned ph[4], pl[4];
+            split2(s[2 * c][0], s[2 * c][1], &ph[0], &pl[0]);
+            split2(s[2 * c][2], s[2 * c][3], &ph[1], &pl[1]);
+            split2(s[2 * c + 1][0], s[2 * c + 1][1], &ph[2], &pl[2]);
+            split2(s[2 * c + 1][2], s[2 * c + 1][3], &ph[3], &pl[3]);
+#pragma unroll
+            for (int d = 0; d < NT / 2; d++) {
+                unsigned b[4];
+                ldm_x4_t(b, vs + (c * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + d * 16 + (lane >> 4) * 8);
+                mma_f16(o[2 * d], ph, b[0], b[1]);
+                mma_f16(o[2 * d], pl, b[0], b[1]);
+                mma_f16(o[2 * d + 1], ph, b[2], b[3]);
+                mma_f16(o[2 * d + 1], pl, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* the tile's buffer is free for the load two tiles on */
+    }
+    cp_wait<0>();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l[r] = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
+        l[r] = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 2);
+        const int row = r0 + 8 * r;
+        if (row >= n) continue;
+        const float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+        __half *y = out + (size_t)row * E + (size_t)h * HD + 2 * qd;
+#pragma unroll
+        for (int d = 0; d < NT; d++) *(__half2 *)(y + 8 * d) = __floats2half2_rn(o[d][2 * r] * inv, o[d][2 * r + 1] * inv);
+    }
 }
 
 /* post-LN rows (permuted order) -> the 2x2 pixel shuffle's rows in grid
@@ -484,8 +764,22 @@ int cu_vit_new(int device, const mu_gpu_vit_desc *d, mu_gpu_vit **out, mu_err *e
 
 /* ---- one image ---------------------------------------------------------- */
 
+/* the tensor-core kernels (k_gemm_tc, k_attn_tc) unless MUSER_CUDA_VIT_TC=0
+ * (k_gemm and k_attn everywhere, for comparisons); read once */
+static bool vit_tc(void) {
+    static int on = -1;
+    if (on < 0) on = cu_env_digit("MUSER_CUDA_VIT_TC", 1) != 0;
+    return on;
+}
+
 static void gemm(cudaStream_t st, const __half *A, int T, const vmat *W, const float *bias, const float *res, bool gelu,
                  float *yf, __half *yh) {
+    if (vit_tc() && W->cols % 8 == 0) { /* 16-byte rows for cp.async */
+        cudaFuncSetAttribute(k_gemm_tc, cudaFuncAttributeMaxDynamicSharedMemorySize, TC_SMEM);
+        const dim3 grid((unsigned)((W->rows + TC_N - 1) / TC_N), (unsigned)((T + TC_M - 1) / TC_M));
+        k_gemm_tc<<<grid, 256, TC_SMEM, st>>>(A, W->d, T, W->rows, W->cols, bias, res, gelu ? 1 : 0, yf, yh);
+        return;
+    }
     const dim3 grid((unsigned)((W->rows + GB - 1) / GB), (unsigned)((T + GB - 1) / GB));
     k_gemm<<<grid, 128, 0, st>>>(A, W->d, T, W->rows, W->cols, bias, res, gelu ? 1 : 0, yf, yh);
 }
@@ -500,6 +794,20 @@ static void attention(const mu_gpu_vit *v, int n, const float *q, const __half *
     const dim3 grid((unsigned)((n + AQ - 1) / AQ), (unsigned)v->H);
     const float scale = 1.0f / sqrtf((float)v->hd);
     const int g = global ? 1 : 0;
+    if (vit_tc() && v->E % 8 == 0 && (v->hd == 32 || v->hd == 64 || v->hd == 96 || v->hd == 128)) {
+        const dim3 gt((unsigned)((n + FA_Q - 1) / FA_Q), (unsigned)v->H);
+#define FA_LAUNCH(D)                                                                                 \
+    do {                                                                                             \
+        cudaFuncSetAttribute(k_attn_tc<D>, cudaFuncAttributeMaxDynamicSharedMemorySize, fa_smem<D>()); \
+        k_attn_tc<D><<<gt, 128, fa_smem<D>(), v->st>>>(q, k, vv, n, v->E, scale, lo, hi, g, out);    \
+    } while (0)
+        if (v->hd == 32) FA_LAUNCH(32);
+        else if (v->hd == 64) FA_LAUNCH(64);
+        else if (v->hd == 96) FA_LAUNCH(96);
+        else FA_LAUNCH(128);
+#undef FA_LAUNCH
+        return;
+    }
     if (v->hd <= 32) k_attn<32><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);
     else if (v->hd <= 64) k_attn<64><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);
     else if (v->hd <= 96) k_attn<96><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);

@@ -181,13 +181,19 @@ static void kernels(void) {
     kernel_gemm(100, 96, 1536, true, true, false);
     kernel_gemm(37, 200, 160, true, false, true);
     kernel_gemm(130, 72, 8960, true, true, false);
-    static const int w16[] = {16}, odd[] = {50, 70, 80, 3, 1}, one[] = {1};
+    kernel_gemm(300, 520, 1536, true, true, false); /* several tiles each way, ragged in both */
+    kernel_gemm(129, 257, 8, false, false, true);   /* one k-step of 8 */
+    kernel_gemm(256, 128, 4096, false, true, false);
+    static const int w16[] = {16}, odd[] = {50, 70, 80, 3, 1}, one[] = {1}, win[] = {1024, 76}, mix[] = {64, 200, 9};
     kernel_attn(1, 1, 32, one, 1, true);
     kernel_attn(100, 2, 32, w16, 1, false);
     kernel_attn(200, 3, 96, odd, 5, false);
     kernel_attn(77, 2, 72, odd, 5, false); /* hd 72: padded to 96 inside */
     kernel_attn(130, 1, 128, one, 1, true);
     kernel_attn(150, 2, 64, one, 1, false); /* every token alone */
+    kernel_attn(1100, 2, 96, win, 2, false); /* a whole 32 x 32 window, then a cut one */
+    kernel_attn(700, 2, 64, one, 1, true);   /* global over many key tiles */
+    kernel_attn(333, 3, 32, mix, 3, false);  /* windows across query blocks */
 }
 
 static int gen(const char *path, const char *preset, mu_synth_type type) {

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # cuda-vision-mtmd.sh: the vision encoder on CUDA against llama.cpp's mtmd on
 # CUDA (issue 19: the GPU half of its speed item), same machine, same
-# projector, same image, in one device call. Not yet run on a GPU (written
-# 2026-12-05 without a device); expect to mend it on its first call.
+# projector, same image, in one device call (first run: 2026-12-05,
+# bench/results/cuda-2026-12-05b/).
 # Needs what tools/device/cuda-h200-pack.sh --llamacpp SRC packed
 # (.gpu/cuda.tar.xz, unpacked at the repository root first: .gpu/muser,
 # .gpu/muser-cuda.so, .gpu/test_gpu_vision, .gpu/llama-cuda.tar.xz with
@@ -20,7 +20,9 @@
 #      muser's GPU rows with its CPU rows, which equal CPU mtmd's bit for bit)
 # $OUT gets vision-mtmd.txt (every time line and verdict) and
 # vision-mtmd-logs.tar.xz.
-# usage: OUT=... [REPS=2] [BUDGET=540] bash tools/device/cuda-vision-mtmd.sh
+# WAIT_FOR=FILE: the timed runs wait until FILE exists (another job of the
+# call using the GPU meanwhile), or until 150 s of the budget are left.
+# usage: OUT=... [REPS=2] [BUDGET=540] [WAIT_FOR=FILE] bash tools/device/cuda-vision-mtmd.sh
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 T0=$(date +%s)
@@ -64,6 +66,10 @@ gcc -std=c11 -O2 -I/tmp/lc/include -I/tmp/lc/ggml/include -I/tmp/lc/tools/mtmd -
   -L$B/bin -lmtmd -lllama -lggml -lggml-base -Wl,-rpath,$B/bin >"$L/mtmd_ref-build.log" 2>&1 ||
   { note "mtmd_ref build failed: $(head -5 "$L/mtmd_ref-build.log")"; finish 1; }
 note "built; projector and text model ready"
+if [ -n "${WAIT_FOR:-}" ]; then # another job of the same call holds the GPU until it writes this file
+  while [ ! -e "$WAIT_FOR" ] && [ "$(el)" -lt $((BUDGET - 150)) ]; do sleep 2; done
+  note "waited for $WAIT_FOR: $([ -e "$WAIT_FOR" ] && echo there || echo 'not there, going on')"
+fi
 
 mkdir -p "$W/mtmd-rows"
 for ((k = 1; k <= REPS; k++)); do
