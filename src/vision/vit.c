@@ -398,7 +398,7 @@ int mu_vit_encode(const mu_mmproj *p, const mu_kern *kern, const mu_vit_kern *vk
             for (int t = 0; t < n; t++)
                 for (int c = 0; c < E; c++) x[(size_t)t * E + c] += b[c];
         }
-        mu_vit_pos_resize(p->pos->data, side, E, gw, gh, h);
+        mu_vit_pos_resize(vk, p->pos->data, side, E, gw, gh, NULL, 0, h);
         for (size_t i = 0; i < (size_t)n * E; i++) x[i] += h[i];
     }
 

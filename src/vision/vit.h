@@ -41,14 +41,24 @@ typedef struct {
 typedef void (*mu_vit_mm_f16_fn)(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as,
                                  int n_t, float *y, size_t ys, const float *bias);
 
+/* One row of the position grid's bilinear resize: o[e] = a[e] (1 - dx)
+ * (1 - dy) + b[e] dx (1 - dy) + c[e] (1 - dx) dy + d[e] dx dy, left to right,
+ * each product that feeds an add fused (as GCC contracts ggml's
+ * ggml_interpolate), e in [0, E). */
+typedef void (*mu_vit_blend_fn)(int E, const float *a, const float *b, const float *c, const float *d, float dx,
+                                float dy, float *o);
+
 typedef struct {
     const char *name;
     void (*attn)(const mu_vit_attn_args *a, int i0, int i1);
     mu_vit_mm_f16_fn mm_f16;
     void (*gelu)(int n, float *x); /* mu_vit_gelu_erf, bit for bit (libm's erff) */
+    mu_vit_blend_fn blend;         /* mu_vit_blend_ref, bit for bit */
 } mu_vit_kern;
 
 const mu_vit_kern *mu_vit_kern_ref(void);
+void mu_vit_blend_ref(int E, const float *a, const float *b, const float *c, const float *d, float dx, float dy,
+                      float *o);
 void mu_vit_attn_ref(const mu_vit_attn_args *a, int i0, int i1);
 void mu_vit_mm_f16_ref(int n, const mu_f16 *w, size_t ws, int r0, int r1, const float *a, size_t as, int n_t,
                        float *y, size_t ys, const float *bias);
@@ -67,8 +77,11 @@ void mu_vit_layer_norm(int n, const float *x, float *y, const float *w, const fl
 void mu_vit_gelu_erf(int n, float *x);
 /* ggml's bilinear resize (ggml_interpolate, GGML_SCALE_MODE_BILINEAR,
  * half-pixel centres, no corner alignment) of the position grid
- * [side][side][E] to [gh][gw][E]. */
-void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float *out);
+ * [side][side][E] to [gh][gw][E], rows blended by vk (NULL: the best
+ * table). cells: out row k is resized cell cells[k] (of gw * gh, row-major;
+ * the GPU's permuted order), n rows; NULL: every cell in order. */
+void mu_vit_pos_resize(const mu_vit_kern *vk, const float *grid, int side, int E, int gw, int gh, const int *cells,
+                       int n, float *out);
 
 /* One image's token layout, shared by the CPU and CUDA encoders: tokens in
  * llama.cpp's permuted order (windows of pos_side x pos_side patches in

@@ -66,15 +66,12 @@ int mu_vit_gpu_image(const mu_mmproj *p, const float *chw, int nx, int ny, float
     int rc = mu_vit_plan_new(p, nx, ny, pl, err);
     if (rc) return rc;
     const int n = pl->n;
-    float *grid = malloc((size_t)n * E * sizeof *grid), *pos = malloc((size_t)n * E * sizeof *pos);
-    if (!grid || !pos) {
-        free(grid), free(pos);
+    float *pos = malloc((size_t)n * E * sizeof *pos);
+    if (!pos) {
         mu_vit_plan_free(pl);
         return mu_fail(err, MU_E_NOMEM, "vision: out of memory for an image of %dx%d", nx, ny);
     }
-    mu_vit_pos_resize(p->pos->data, I->pos_side, E, pl->gw, pl->gh, grid);
-    for (int i = 0; i < n; i++) memcpy(pos + (size_t)i * E, grid + (size_t)pl->perm[i] * E, (size_t)E * sizeof *pos);
-    free(grid);
+    mu_vit_pos_resize(NULL, p->pos->data, I->pos_side, E, pl->gw, pl->gh, pl->perm, n, pos);
     *im = (mu_gpu_vit_image){.nx = nx, .ny = ny, .chw = chw, .gw = pl->gw, .gh = pl->gh, .perm = pl->perm,
                              .inv = pl->inv, .pw = pl->pw, .ph = pl->ph, .win_lo = pl->wlo, .win_hi = pl->whi,
                              .pos = pos, .rope_cs = pl->rope_cs, .n_pos = pl->n_pos, .out = out};

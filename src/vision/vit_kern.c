@@ -162,41 +162,46 @@ void mu_vit_gelu_erf(int n, float *x) {
     }
 }
 
-void mu_vit_pos_resize(const float *grid, int side, int E, int gw, int gh, float *out) {
-    if (gw == side && gh == side) {
-        memcpy(out, grid, (size_t)side * side * E * sizeof(float));
-        return;
-    }
-    const float sf0 = (float)gw / (float)side, sf1 = (float)gh / (float)side;
-    for (int i1 = 0; i1 < gh; i1++) {
-        const float y = ((float)i1 + 0.5f) / sf1 - 0.5f;
-        int y0 = (int)floorf(y), y1 = y0 + 1;
-        y0 = y0 < 0 ? 0 : y0 > side - 1 ? side - 1 : y0;
-        y1 = y1 < 0 ? 0 : y1 > side - 1 ? side - 1 : y1;
-        float dy = y - (float)y0;
-        dy = dy < 0 ? 0 : dy > 1 ? 1 : dy;
-        for (int i0 = 0; i0 < gw; i0++) {
-            const float x = ((float)i0 + 0.5f) / sf0 - 0.5f;
-            int x0 = (int)floorf(x), x1 = x0 + 1;
-            x0 = x0 < 0 ? 0 : x0 > side - 1 ? side - 1 : x0;
-            x1 = x1 < 0 ? 0 : x1 > side - 1 ? side - 1 : x1;
-            float dx = x - (float)x0;
-            dx = dx < 0 ? 0 : dx > 1 ? 1 : dx;
-            const float *a = grid + ((size_t)y0 * side + x0) * E, *b = grid + ((size_t)y0 * side + x1) * E;
-            const float *c = grid + ((size_t)y1 * side + x0) * E, *d = grid + ((size_t)y1 * side + x1) * E;
-            float *o = out + ((size_t)i1 * gw + i0) * E;
-            /* a(1-dx)(1-dy) + b dx(1-dy) + c(1-dx)dy + d dx dy, left to right,
-             * as GCC contracts it (each product that feeds an add fused) */
-            const float omx = 1 - dx, omy = 1 - dy;
-            for (int e = 0; e < E; e++)
-                o[e] = fmaf(d[e] * dx, dy, fmaf(c[e] * omx, dy, fmaf(a[e] * omx, omy, b[e] * dx * omy)));
+void mu_vit_blend_ref(int E, const float *a, const float *b, const float *c, const float *d, float dx, float dy,
+                      float *o) {
+    const float omx = 1 - dx, omy = 1 - dy;
+    for (int e = 0; e < E; e++) o[e] = fmaf(d[e] * dx, dy, fmaf(c[e] * omx, dy, fmaf(a[e] * omx, omy, b[e] * dx * omy)));
+}
+
+/* the source rows and weight of output coordinate i of g along an axis of side */
+static void resize_axis(int i, int g, int side, int *lo, int *hi, float *w) {
+    const float sf = (float)g / (float)side, x = ((float)i + 0.5f) / sf - 0.5f;
+    int x0 = (int)floorf(x), x1 = x0 + 1;
+    x0 = x0 < 0 ? 0 : x0 > side - 1 ? side - 1 : x0;
+    x1 = x1 < 0 ? 0 : x1 > side - 1 ? side - 1 : x1;
+    float dx = x - (float)x0;
+    *lo = x0, *hi = x1, *w = dx < 0 ? 0 : dx > 1 ? 1 : dx;
+}
+
+void mu_vit_pos_resize(const mu_vit_kern *vk, const float *grid, int side, int E, int gw, int gh, const int *cells,
+                       int n, float *out) {
+    if (!vk) vk = mu_vit_kern_best();
+    if (!cells) n = gw * gh;
+    const bool same = gw == side && gh == side;
+    for (int k = 0; k < n; k++) {
+        const int cell = cells ? cells[k] : k, i1 = cell / gw, i0 = cell % gw;
+        float *o = out + (size_t)k * E;
+        if (same) {
+            memcpy(o, grid + (size_t)cell * E, (size_t)E * sizeof *o);
+            continue;
         }
+        int y0, y1, x0, x1;
+        float dy, dx;
+        resize_axis(i1, gh, side, &y0, &y1, &dy);
+        resize_axis(i0, gw, side, &x0, &x1, &dx);
+        vk->blend(E, grid + ((size_t)y0 * side + x0) * E, grid + ((size_t)y0 * side + x1) * E,
+                  grid + ((size_t)y1 * side + x0) * E, grid + ((size_t)y1 * side + x1) * E, dx, dy, o);
     }
 }
 
 /* ---- tables ------------------------------------------------------------ */
 
-static const mu_vit_kern REF = {"ref", mu_vit_attn_ref, mu_vit_mm_f16_ref, mu_vit_gelu_erf};
+static const mu_vit_kern REF = {"ref", mu_vit_attn_ref, mu_vit_mm_f16_ref, mu_vit_gelu_erf, mu_vit_blend_ref};
 
 const mu_vit_kern *mu_vit_kern_ref(void) { return &REF; }
 

@@ -10,10 +10,11 @@
  *      mu_mmproj_encode on a --backend cuda engine (the route `muser run
  *      --backend cuda --mmproj` takes) against a CPU engine
  *   5. a timing line for the full projector at 448 and 896 (a benchmark
- *      print: medians of 3 after one warm-up, never a verdict)
+ *      print: medians of 3 after one warm-up, never a verdict); --bench:
+ *      those lines alone
  * Per image: cosine >= 0.999 and relative L2 <= 0.01 (issue 19), printed
  * with the largest absolute difference. Exits 77 (skip) without a device.
- * usage: test_gpu_vision WORKDIR [MODEL] [--no-full] */
+ * usage: test_gpu_vision WORKDIR [MODEL] [--no-full | --bench] */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -325,14 +326,15 @@ out:
 
 int main(int argc, char **argv) {
     const char *dir = NULL, *model = NULL;
-    bool full = true;
+    bool full = true, bench = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--no-full")) full = false;
+        else if (!strcmp(argv[i], "--bench")) bench = true;
         else if (!dir) dir = argv[i];
         else model = argv[i];
     }
     if (!dir) {
-        fprintf(stderr, "usage: test_gpu_vision WORKDIR [MODEL] [--no-full]\n");
+        fprintf(stderr, "usage: test_gpu_vision WORKDIR [MODEL] [--no-full | --bench]\n");
         return 2;
     }
     if (mu_gpu_count() == 0) {
@@ -348,8 +350,17 @@ int main(int argc, char **argv) {
     }
     printf("cpu encoder: kernels %s, vision kernels %s, %ld threads\n", mu_kern_select(NULL)->name,
            mu_vit_kern_best()->name, nproc);
-    kernels();
     char path[4096];
+    if (bench) { /* the timing lines alone */
+        snprintf(path, sizeof path, "%s/vision-full-f16.gguf", dir);
+        mu_mmproj *p = gen(path, "full", MU_SYNTH_F16) ? NULL : open_p(path, NULL);
+        const bool opened = p != NULL;
+        if (p) timing(p, 448, 448), timing(p, 896, 896);
+        mu_mmproj_free(p);
+        mu_pool_free(pool);
+        return opened && !n_fail ? 0 : 1;
+    }
+    kernels();
     static const struct {
         const char *tag;
         mu_synth_type type;

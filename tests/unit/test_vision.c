@@ -451,11 +451,31 @@ static void test_kernels(void **state) {
         enum { S = 4, E = 3 };
         float g[S * S * E], o[9 * 7 * E];
         for (int i = 0; i < S * S * E; i++) g[i] = frand();
-        mu_vit_pos_resize(g, S, E, S, S, o);
+        mu_vit_pos_resize(NULL, g, S, E, S, S, NULL, 0, o);
         assert_memory_equal(g, o, sizeof g);
         for (int i = 0; i < S * S * E; i++) g[i] = 0.75f;
-        mu_vit_pos_resize(g, S, E, 9, 7, o);
+        mu_vit_pos_resize(NULL, g, S, E, 9, 7, NULL, 0, o);
         for (int i = 0; i < 9 * 7 * E; i++) assert_true(fabsf(o[i] - 0.75f) < 1e-6f);
+    }
+    /* every table's blend against the reference, bit for bit (row lengths
+     * past and short of the 16-lane steps), and the resize into given cells
+     * against the resize in order */
+    {
+        enum { S = 5, E = 37, GW = 8, GH = 6 };
+        float g[S * S * E], all[GW * GH * E], some[4 * E];
+        for (int i = 0; i < S * S * E; i++) g[i] = frand() * 3.0f;
+        for (int t = 0; t < nk; t++)
+            for (int len = 1; len <= E; len += 6) {
+                float o0[E], o1[E];
+                const float dx = frand() * 0.5f + 0.5f, dy = frand() * 0.5f + 0.5f;
+                mu_vit_blend_ref(len, g, g + E, g + 2 * E, g + 3 * E, dx, dy, o0);
+                ks[t]->blend(len, g, g + E, g + 2 * E, g + 3 * E, dx, dy, o1);
+                if (memcmp(o0, o1, (size_t)len * sizeof *o0)) fail_msg("blend %s differs from ref, E %d", ks[t]->name, len);
+            }
+        mu_vit_pos_resize(mu_vit_kern_ref(), g, S, E, GW, GH, NULL, 0, all);
+        const int cells[4] = {GW * GH - 1, 0, 13, 13};
+        mu_vit_pos_resize(NULL, g, S, E, GW, GH, cells, 4, some);
+        for (int k = 0; k < 4; k++) assert_memory_equal(some + k * E, all + cells[k] * E, E * sizeof(float));
     }
 }
 

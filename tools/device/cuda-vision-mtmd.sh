@@ -13,11 +13,11 @@
 #   2. tools/mtmd_ref built against it (gcc, the tree's source)
 #   3. interleaved, REPS times: mtmd_ref with MTMD_GPU=1 MTMD_REPEAT=4 on the
 #      896x896 test image (the first encode pays the device's warm-up; the
-#      median of the other three is the figure), then test_gpu_vision's
-#      timing of the full projector at 448 and 896 (median of 3 after a
-#      first) with MUSER_CUDA_PLUGIN; the rows of mtmd's GPU encode are kept
-#      for a cosine against muser's (test_gpu_vision's own verdicts compare
-#      muser's GPU rows with its CPU rows, which equal CPU mtmd's bit for bit)
+#      median of the other three is the figure), then test_gpu_vision
+#      --bench: the timing of the full projector at 448 and 896 (median of 3
+#      after a first) with MUSER_CUDA_PLUGIN (its verdicts, muser's GPU rows
+#      against its CPU rows, which equal CPU mtmd's bit for bit, come from a
+#      whole test_gpu_vision run: tools/device/cuda-vision.sh)
 # $OUT gets vision-mtmd.txt (every time line and verdict) and
 # vision-mtmd-logs.tar.xz.
 # WAIT_FOR=FILE: the timed runs wait until FILE exists (another job of the
@@ -80,7 +80,7 @@ for ((k = 1; k <= REPS; k++)); do
   grep "encoded in" "$L/mtmd-$k.log" | sed 's/^/mtmd cuda: /' >>"$S"
   grep -i -m3 "CUDA\|backend" "$L/mtmd-$k.log" >>"$S"
   note "rep $k: muser (CUDA), test_gpu_vision"
-  timeout $((BUDGET - $(el) - 20)) .gpu/test_gpu_vision "$W" >"$L/muser-$k.log" 2>&1 || note "test_gpu_vision rc $?"
+  timeout $((BUDGET - $(el) - 20)) .gpu/test_gpu_vision "$W" --bench >"$L/muser-$k.log" 2>&1 || note "test_gpu_vision rc $?"
   grep -E "^bench|^FAIL" "$L/muser-$k.log" | sed 's/^/muser cuda: /' >>"$S"
 done
 python3 - "$S" <<'PY' | tee -a "$S"
