@@ -3,10 +3,13 @@
  * time through the same steps as src/vision/vit.c.
  * Owns: the weights on the device (matrices as F16, vectors F32), one
  * stream, a scratch arena that grows to the largest image seen, and the
- * kernels: im2col in the permuted token order, an F16 tensor-core GEMM with
- * F32 accumulation and a fused epilogue (bias, GELU, residual), layer norm,
- * 2-D RoPE from the host's cos/sin table, windowed/global attention with an
- * online softmax, and the 2x2 pixel shuffle.
+ * kernels: im2col in the permuted token order, F16 tensor-core GEMMs with
+ * F32 accumulation and a fused epilogue (bias, GELU, residual: k_gemm_tc on
+ * mma.m16n8k16, k_gemm on WMMA where rows are not whole 16-byte pieces),
+ * layer norm, 2-D RoPE from the host's cos/sin table, windowed/global
+ * attention with an online softmax (k_attn_tc on mma.m16n8k16 for head
+ * sizes 32, 64, 96, 128; k_attn, a thread a query row, for others), and the
+ * 2x2 pixel shuffle; MUSER_CUDA_VIT_PROF's phase timer.
  * Does not own: the token layout (permutation, RoPE positions, windows,
  * the resized position grid): the host computes it (src/vision, mu_vit_plan)
  * so the CPU and the device use the same integers and floats.
@@ -595,6 +598,45 @@ __global__ void k_shuffle(const float *x, int E, int gw, int n_out, const int *i
 
 /* ---- the model ---------------------------------------------------------- */
 
+/* MUSER_CUDA_VIT_PROF=1: the device time of each phase of an image (CUDA
+ * events between phases, summed over the layers), on stderr after it */
+enum { VP_UPLOAD, VP_PATCH, VP_NORM, VP_QKV, VP_ROPE, VP_ATTN_W, VP_ATTN_G, VP_O, VP_UP, VP_DOWN, VP_TAIL, VP_N };
+static const char *const VP_NAME[VP_N] = {"upload",   "patch, pre-LN",     "layer norms",        "q, k, v",
+                                          "rope",     "attention windows", "attention global",   "attn out",
+                                          "ffn up",   "ffn down",          "post-LN, shuffle, adapter, download"};
+#define VP_MAX 640
+typedef struct {
+    bool on;
+    int n;
+    cudaEvent_t ev[VP_MAX];
+    unsigned char tag[VP_MAX];
+} vprof;
+/* drops the last image's events (or those of one that failed half way)
+ * and reads the switch */
+static void vp_reset(vprof *p) {
+    for (int i = 0; i < p->n; i++) cudaEventDestroy(p->ev[i]);
+    p->n = 0;
+    p->on = cu_env_digit("MUSER_CUDA_VIT_PROF", 0) == 1;
+}
+static void vp_mark(vprof *p, cudaStream_t st, int tag) {
+    if (!p->on || p->n >= VP_MAX || cudaEventCreate(&p->ev[p->n]) != cudaSuccess) return;
+    cudaEventRecord(p->ev[p->n], st);
+    p->tag[p->n++] = (unsigned char)tag;
+}
+static void vp_report(vprof *p, int n_tok) {
+    if (!p->on || p->n < 2) return;
+    cudaEventSynchronize(p->ev[p->n - 1]);
+    float t[VP_N] = {0}, all = 0;
+    for (int i = 1; i < p->n; i++) {
+        float ms = 0;
+        cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]);
+        t[p->tag[i]] += ms, all += ms;
+    }
+    fprintf(stderr, "cuda vision profile (%d patches): %.2f ms on the device\n", n_tok, all);
+    for (int k = 0; k < VP_N; k++) fprintf(stderr, "  %-36s %8.2f ms\n", VP_NAME[k], t[k]);
+    vp_reset(p);
+}
+
 typedef struct {
     __half *d;
     int rows, cols;
@@ -616,6 +658,7 @@ struct mu_gpu_vit {
     cudaStream_t st;
     void *arena;
     size_t arena_cap;
+    vprof prof; /* encodes of one projector are serialized (mu_mmproj_lock) */
 };
 
 static int grid_for(int64_t n, int threads) {
@@ -682,6 +725,7 @@ void cu_vit_free(mu_gpu_vit *v) {
     if (!v) return;
     cudaSetDevice(v->dev);
     if (v->st) cudaStreamSynchronize(v->st);
+    vp_reset(&v->prof);
     cudaFree(v->patch.d);
     for (int i = 0; i < 3; i++) cudaFree(v->mm[i].d);
     cudaFree(v->patch_b), cudaFree(v->pre_w), cudaFree(v->pre_b), cudaFree(v->post_w), cudaFree(v->post_b);
@@ -814,39 +858,6 @@ static void attention(const mu_gpu_vit *v, int n, const float *q, const __half *
     else k_attn<128><<<grid, AQ, 0, v->st>>>(q, k, vv, n, v->E, v->hd, scale, lo, hi, g, out);
 }
 
-/* MUSER_CUDA_VIT_PROF=1: the device time of each phase of an image (CUDA
- * events between phases, summed over the layers), on stderr after it */
-enum { VP_UPLOAD, VP_PATCH, VP_NORM, VP_QKV, VP_ROPE, VP_ATTN_W, VP_ATTN_G, VP_O, VP_UP, VP_DOWN, VP_TAIL, VP_N };
-static const char *const VP_NAME[VP_N] = {"upload",   "patch, pre-LN",     "layer norms",        "q, k, v",
-                                          "rope",     "attention windows", "attention global",   "attn out",
-                                          "ffn up",   "ffn down",          "post-LN, shuffle, adapter, download"};
-#define VP_MAX 640
-typedef struct {
-    bool on;
-    int n;
-    cudaEvent_t ev[VP_MAX];
-    unsigned char tag[VP_MAX];
-} vprof;
-static void vp_mark(vprof *p, cudaStream_t st, int tag) {
-    if (!p->on || p->n >= VP_MAX || cudaEventCreate(&p->ev[p->n]) != cudaSuccess) return;
-    cudaEventRecord(p->ev[p->n], st);
-    p->tag[p->n++] = (unsigned char)tag;
-}
-static void vp_report(vprof *p, int n_tok) {
-    if (!p->on || p->n < 2) return;
-    cudaEventSynchronize(p->ev[p->n - 1]);
-    float t[VP_N] = {0}, all = 0;
-    for (int i = 1; i < p->n; i++) {
-        float ms = 0;
-        cudaEventElapsedTime(&ms, p->ev[i - 1], p->ev[i]);
-        t[p->tag[i]] += ms, all += ms;
-    }
-    for (int i = 0; i < p->n; i++) cudaEventDestroy(p->ev[i]);
-    fprintf(stderr, "cuda vision profile (%d patches): %.2f ms on the device\n", n_tok, all);
-    for (int k = 0; k < VP_N; k++) fprintf(stderr, "  %-36s %8.2f ms\n", VP_NAME[k], t[k]);
-    p->n = 0;
-}
-
 /* carves 256-byte aligned pieces out of the arena (or only counts, base NULL) */
 typedef struct {
     uint8_t *base;
@@ -906,9 +917,9 @@ int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
     c.base = (uint8_t *)v->arena, c.used = 0;
     layout(&c, &b, v, im, n, n_out);
     cudaStream_t st = v->st;
-    static vprof prof; /* encodes are serialized (mu_mmproj_lock) */
-    prof.on = cu_env_digit("MUSER_CUDA_VIT_PROF", 0) == 1;
-    vp_mark(&prof, st, VP_UPLOAD);
+    vprof *prof = &v->prof;
+    vp_reset(prof);
+    vp_mark(prof, st, VP_UPLOAD);
     const size_t ni = (size_t)n * sizeof(int);
     VCK(cudaMemcpyAsync(b.chw, im->chw, (size_t)3 * im->nx * im->ny * 4, cudaMemcpyHostToDevice, st), "upload");
     VCK(cudaMemcpyAsync(b.pos, im->pos, (size_t)n * E * 4, cudaMemcpyHostToDevice, st), "upload");
@@ -920,7 +931,7 @@ int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
     VCK(cudaMemcpyAsync(b.ph, im->ph, ni, cudaMemcpyHostToDevice, st), "upload");
     VCK(cudaMemcpyAsync(b.lo, im->win_lo, ni, cudaMemcpyHostToDevice, st), "upload");
     VCK(cudaMemcpyAsync(b.hi, im->win_hi, ni, cudaMemcpyHostToDevice, st), "upload");
-    vp_mark(&prof, st, VP_UPLOAD);
+    vp_mark(prof, st, VP_UPLOAD);
 
     /* 1. patchify in the permuted order, + bias, + the position grid */
     const int K = 3 * ps * ps;
@@ -930,35 +941,35 @@ int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
     VLAUNCHED("patch matmul");
     layer_norm(v, n, b.h, v->pre_w, v->pre_b, b.h, NULL);
     VLAUNCHED("pre norm");
-    vp_mark(&prof, st, VP_PATCH);
+    vp_mark(prof, st, VP_PATCH);
 
     /* 2. the blocks */
     const int rope_grid = grid_for((int64_t)n * E / 2, 256);
     for (int il = 0; il < v->L; il++) {
         const vlayer *l = &v->layers[il];
         layer_norm(v, n, b.h, l->ln1_w, l->ln1_b, NULL, b.x16);
-        vp_mark(&prof, st, VP_NORM);
+        vp_mark(prof, st, VP_NORM);
         gemm(st, b.x16, n, &l->q, l->q_b, NULL, false, b.qf, NULL);
         gemm(st, b.x16, n, &l->k, l->k_b, NULL, false, b.kf, NULL);
         gemm(st, b.x16, n, &l->v, l->v_b, NULL, false, NULL, b.v16);
         VLAUNCHED("qkv");
-        vp_mark(&prof, st, VP_QKV);
+        vp_mark(prof, st, VP_QKV);
         k_rope<<<rope_grid, 256, 0, st>>>(b.qf, n, E, v->hd, b.pw, b.ph, b.cs, im->n_pos, b.qf, NULL);
         k_rope<<<rope_grid, 256, 0, st>>>(b.kf, n, E, v->hd, b.pw, b.ph, b.cs, im->n_pos, NULL, b.k16);
         VLAUNCHED("rope");
-        vp_mark(&prof, st, VP_ROPE);
+        vp_mark(prof, st, VP_ROPE);
         attention(v, n, b.qf, b.k16, b.v16, b.lo, b.hi, l->global, b.ao16);
         VLAUNCHED("attention");
-        vp_mark(&prof, st, l->global ? VP_ATTN_G : VP_ATTN_W);
+        vp_mark(prof, st, l->global ? VP_ATTN_G : VP_ATTN_W);
         gemm(st, b.ao16, n, &l->o, l->o_b, b.h, false, b.h, NULL);
-        vp_mark(&prof, st, VP_O);
+        vp_mark(prof, st, VP_O);
         layer_norm(v, n, b.h, l->ln2_w, l->ln2_b, NULL, b.x16);
-        vp_mark(&prof, st, VP_NORM);
+        vp_mark(prof, st, VP_NORM);
         gemm(st, b.x16, n, &l->up, l->up_b, NULL, true, NULL, b.big16);
-        vp_mark(&prof, st, VP_UP);
+        vp_mark(prof, st, VP_UP);
         gemm(st, b.big16, n, &l->down, l->down_b, b.h, false, b.h, NULL);
         VLAUNCHED("ffn");
-        vp_mark(&prof, st, VP_DOWN);
+        vp_mark(prof, st, VP_DOWN);
     }
     layer_norm(v, n, b.h, v->post_w, v->post_b, b.h, NULL);
     VLAUNCHED("post norm");
@@ -971,9 +982,9 @@ int cu_vit_encode(mu_gpu_vit *v, const mu_gpu_vit_image *im, mu_err *err) {
     gemm(st, b.a2, n_out, &v->mm[2], NULL, NULL, false, b.outf, NULL);
     VLAUNCHED("adapter");
     VCK(cudaMemcpyAsync(im->out, b.outf, (size_t)n_out * v->O * 4, cudaMemcpyDeviceToHost, st), "download");
-    vp_mark(&prof, st, VP_TAIL);
+    vp_mark(prof, st, VP_TAIL);
     VCK(cudaStreamSynchronize(st), "encode");
-    vp_report(&prof, n);
+    vp_report(prof, n);
     return 0;
 }
 
