@@ -29,7 +29,8 @@
 #                        only (llama-bench's decode at depth 2048 prefills the
 #                        depth again) and flash attention on only (llama.cpp's
 #                        faster prefill at every thread count on 2026-12-02)
-#   profile.jsonl        `muser bench --profile` at the most threads, per table
+#   profile.jsonl        `muser bench --profile` per table: depth 512 at the
+#                        fewest and the most threads, 2048 at the most
 #   depth8k.log          decode at depth 8192 on every core: muser with the
 #                        split decode attention (src/engine/attn.c) on and
 #                        off, and llama-bench -d 8192 when built
@@ -262,15 +263,18 @@ EOF
   cat "$OUT/sweep.txt" >>"$SUM"
 fi
 
-export TMAX=${THREADS##*,}
-profile() {
-  local k
+export TMAX=${THREADS##*,} TMIN=${THREADS%%,*}
+profile() { # where the time of a prefill token goes at the fewest and the most threads (issue 20's scaling)
+  local k t
   for k in $BASE $KERN; do
+    for t in $TMIN $TMAX; do
+      "$D/muser" bench -m "$M1B" --depths 512 --gen 16 --threads "$t" --kern "$k" --json --profile | grep '^{'
+    done
     "$D/muser" bench -m "$M1B" --depths 2048 --gen 16 --threads "$TMAX" --kern "$k" --json --profile | grep '^{'
   done >"$OUT/profile.jsonl"
 }
 export -f profile
-[ -f "$M1B" ] && step profile 40 90 bash -c profile
+[ -f "$M1B" ] && step profile 60 150 bash -c profile
 
 if [ "$LLAMA" = 1 ]; then
   step compare 100 220 python3 bench/compare-llamacpp-cpu -m "$M1B" --muser "$D/muser" --llama-bench "$LB" \
