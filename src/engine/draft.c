@@ -27,7 +27,13 @@
  * are a few layers), with a presence flag per position, so a sequence whose
  * prompt came from elsewhere (a KV pack, a shared prompt) still drafts from
  * what it has; V is kept transposed (per channel, over positions). All
- * scratch is sized at open; drafting allocates nothing. */
+ * scratch is sized at open; drafting allocates nothing.
+ * On a CUDA target the drafter runs on its device (gpu.h mu_gpu_draft,
+ * src/gpu/gpu_cuda_draft.cu; MUSER_DRAFT_DEVICE=0 keeps it on the CPU):
+ * the device keeps the rows and runs the injection, the pass and the head,
+ * the same steps in the same order; this file still embeds the block's
+ * tokens, computes RoPE's angles and gathers pending positions, so both
+ * take the same inputs. A plugin without a drafter leaves it on the CPU. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,6 +44,7 @@
 #include "engine.h"
 
 #define DRAFT_ROWS MU_DFLASH_MAX_BLOCK /* most rows of one pass (a block, or a piece of an injection) */
+_Static_assert(MU_GPU_DRAFT_ROWS <= DRAFT_ROWS, "a device injection's RoPE rows fit the table");
 #define DRAFT_LOGIT_ROWS 16            /* block rows per pass of the output matrix */
 #define DRAFT_MM_BLOCK 64              /* weight rows per vec_dotn call (in the cache for the row groups) */
 #define DRAFT_PEND 64                  /* positions whose injection waits, to be made rows together */
@@ -46,6 +53,7 @@
 
 struct mu_drafter {
     mu_engine *e;
+    mu_gpu_draft *gd; /* the drafter on the target's device, or NULL (on the CPU) */
     mu_pool *pool;     /* the target's threads, or own_pool */
     mu_pool *own_pool; /* on a GPU target (one CPU thread): the threads the target was asked for */
     mu_dflash_model *m;
@@ -71,6 +79,7 @@ struct mu_drafter {
 
 struct mu_draft_seq {
     mu_drafter *d;
+    mu_gpu_dseq *gq;  /* the rows on the device (d->gd), or NULL; kc, vc, present are then unused */
     int n_ctx, n_past, vstride;
     float *kc;        /* [n_layer][n_ctx][n_kv]; rows of absent positions are never read */
     float *vc;        /* [n_layer][n_kv][vstride] (transposed: the attention's V product is a matmul over
@@ -209,6 +218,25 @@ static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (dou
  * on the Intel Xeon with the shortlist (docs/speculative.md). */
 #define DRAFT_ROW_SHARE 0.5
 
+/* A pass on the device is a few dozen small launches whatever the
+ * multiply-adds: its cost in the target's (device) decode steps is not
+ * theirs to estimate. These are provisional, from launch counts (about 45
+ * launches of a few microseconds for a 2-layer drafter, against a decode
+ * step of 0.45 ms on the bundled model, docs/cuda.md) until the device
+ * measures them; MUSER_DRAFT_COST_PASS and MUSER_DRAFT_COST_ROW replace
+ * either estimate on any backend (they decide how much to draft, never
+ * what is accepted). */
+#define DRAFT_DEV_PASS 0.5
+#define DRAFT_DEV_ROW 0.02
+
+static float env_cost(const char *name, float dflt) {
+    const char *v = getenv(name);
+    if (!v || !*v) return dflt;
+    char *end;
+    const double x = strtod(v, &end);
+    return *end || !(x >= 0) || x > 100 ? dflt : (float)x;
+}
+
 /* info.cost_pass, cost_row: the drafting pass in the target's decode steps,
  * from multiply-add counts: every row of the block through the layers but
  * the last one's q, o and FFN (k/v only), which, with the output matrix,
@@ -231,6 +259,12 @@ static void draft_costs(mu_drafter *d) {
     }
     d->info.cost_pass = tgt > 0 ? (float)(DRAFT_ROW_SHARE * blk / tgt) : 0;
     d->info.cost_row = tgt > 0 ? (float)(DRAFT_ROW_SHARE * row / tgt) : 0;
+    if (d->gd) { /* on the device: see DRAFT_DEV_PASS */
+        d->info.cost_pass = DRAFT_DEV_PASS;
+        d->info.cost_row = DRAFT_DEV_ROW;
+    }
+    d->info.cost_pass = env_cost("MUSER_DRAFT_COST_PASS", d->info.cost_pass);
+    d->info.cost_row = env_cost("MUSER_DRAFT_COST_ROW", d->info.cost_row);
 }
 
 /* ---- the shortlist head --------------------------------------------------
@@ -279,6 +313,10 @@ int mu_drafter_set_shortlist(mu_drafter *d, const int32_t *ids, int n, mu_err *e
     }
     d->info.n_scored = d->n_head;
     draft_costs(d);
+    if (d->gd) {
+        const mu_gpu_tensor h = mu_gpu_tensor_of(d->head);
+        return mu_gpu_draft_set_head(d->gd, &h, err);
+    }
     return 0;
 }
 
@@ -308,6 +346,40 @@ static int default_shortlist(mu_drafter *d, mu_err *err) {
     return rc;
 }
 
+/* The drafter on the target's device, unless MUSER_DRAFT_DEVICE=0 or the
+ * plugin has none (MU_E_UNSUPPORTED: then it stays on the CPU, as before
+ * drafters ran on devices); any other failure is the open's. */
+static int gpu_open(mu_drafter *d, mu_err *err) {
+    const char *env = getenv("MUSER_DRAFT_DEVICE");
+    if (env && !strcmp(env, "0")) return 0;
+    const mu_dflash_model *m = d->m;
+    mu_gpu_draft_layer *L = calloc((size_t)m->n_layer, sizeof *L);
+    if (!L) return mu_fail(err, MU_E_NOMEM, "drafter: out of memory");
+    for (int il = 0; il < m->n_layer; il++) {
+        const mu_dflash_layer *w = &m->layers[il];
+        L[il] = (mu_gpu_draft_layer){mu_gpu_tensor_of(w->attn_norm),      mu_gpu_tensor_of(w->wq),
+                                     mu_gpu_tensor_of(w->wk),             mu_gpu_tensor_of(w->wv),
+                                     mu_gpu_tensor_of(w->wo),             mu_gpu_tensor_of(w->q_norm),
+                                     mu_gpu_tensor_of(w->k_norm),         mu_gpu_tensor_of(w->attn_post_norm),
+                                     mu_gpu_tensor_of(w->ffn_norm),       mu_gpu_tensor_of(w->ffn_gate),
+                                     mu_gpu_tensor_of(w->ffn_up),         mu_gpu_tensor_of(w->ffn_down),
+                                     mu_gpu_tensor_of(w->ffn_post_norm), m->swa[il]};
+    }
+    const mu_gpu_draft_desc desc = {
+        .n_layer = m->n_layer, .n_embd = m->n_embd, .n_ff = m->n_ff, .n_head = m->n_head,
+        .n_head_kv = m->n_head_kv, .head_dim = m->head_dim, .block_size = m->block_size, .n_feat = d->n_feat,
+        .n_swa = m->n_swa, .eps = m->eps, .kq_scale = m->kq_scale, .causal = m->causal,
+        .fc = mu_gpu_tensor_of(m->fc), .enc_norm = mu_gpu_tensor_of(m->enc_norm),
+        .output_norm = mu_gpu_tensor_of(m->output_norm), .layers = L,
+    };
+    mu_err e2 = {0};
+    int rc = mu_gpu_draft_new(d->e->gpu_dev, &desc, &d->gd, &e2);
+    free(L);
+    if (rc == MU_E_UNSUPPORTED) return 0;
+    if (rc && err) *err = e2;
+    return rc;
+}
+
 int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_err *err) {
     mu_dflash_model *m;
     int rc = mu_dflash_open(path, &m, err);
@@ -320,9 +392,10 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->e = target;
     d->m = m;
     d->pool = target->pool;
-    if (target->gpu && (rc = mu_pool_new(target->cpu_threads, &d->own_pool, err))) goto fail;
-    if (d->own_pool) d->pool = d->own_pool;
     if ((rc = fit(d, err))) goto fail;
+    if (target->gpu && (rc = gpu_open(d, err))) goto fail;
+    if (target->gpu && !d->gd && (rc = mu_pool_new(target->cpu_threads, &d->own_pool, err))) goto fail;
+    if (d->own_pool) d->pool = d->own_pool;
     const mu_model_info *I = &target->m->info;
     d->tok_embd = m->tok_embd ? m->tok_embd : target->m->tok_embd;
     d->output = m->output ? m->output : target->m->output;
@@ -372,6 +445,7 @@ void mu_drafter_free(mu_drafter *d) {
     mu_free(d->rc); mu_free(d->rs); mu_free(d->head_w); free(d->head_ids);
     mu_dflash_close(d->m);
     mu_pool_free(d->own_pool);
+    mu_gpu_draft_free(d->gd);
     free(d);
 }
 
@@ -411,12 +485,18 @@ int mu_draft_seq_new(mu_drafter *d, int n_ctx, mu_draft_seq **out, mu_err *err) 
     }
     q->d = d;
     q->n_ctx = n_ctx;
+    int rc = d->gd ? mu_gpu_dseq_new(d->gd, n_ctx, &q->gq, err) : 0;
+    if (rc) {
+        mu_draft_seq_free(q);
+        return rc;
+    }
     *out = q;
     return 0;
 }
 
 void mu_draft_seq_free(mu_draft_seq *q) {
     if (!q) return;
+    mu_gpu_dseq_free(q->gq);
     free(q->kc);
     free(q->vc);
     free(q->present);
@@ -430,6 +510,9 @@ void mu_draft_seq_truncate(mu_draft_seq *q, int n) {
     if (q->n_pend > 0) q->n_pend = n <= q->pend_p0 ? 0 : n - q->pend_p0 < q->n_pend ? n - q->pend_p0 : q->n_pend;
     if (n >= q->n_past) return;
     memset(q->present + n, 0, (size_t)(q->n_past - n));
+    /* a device that fails here fails the next call on the sequence too:
+     * its stream reports the error there */
+    if (q->gq) mu_gpu_dseq_truncate(q->gq, n, q->n_past, NULL);
     q->n_past = n;
 }
 
@@ -461,8 +544,22 @@ static void qk_post(mu_drafter *d, const mu_dflash_layer *L, int T, int q0, int 
     }
 }
 
+/* inject_now on the device: the same steps (gpu_cuda_draft.cu) */
+static int inject_dev(mu_draft_seq *q, int pos0, int n, const float *feat, mu_err *err) {
+    mu_drafter *d = q->d;
+    for (int c = 0; c < n; c += MU_GPU_DRAFT_ROWS) {
+        const int T = n - c < MU_GPU_DRAFT_ROWS ? n - c : MU_GPU_DRAFT_ROWS;
+        rope_table(d, T, pos0 + c);
+        int rc = mu_gpu_dseq_inject(q->gq, pos0 + c, T, feat + (size_t)c * d->n_feat, d->rc, d->rs, err);
+        if (rc) return rc;
+        memset(q->present + pos0 + c, 1, (size_t)T);
+    }
+    return 0;
+}
+
 /* The rows of positions pos0 .. pos0 + n - 1 from their features. */
-static void inject_now(mu_draft_seq *q, int pos0, int n, const float *feat) {
+static int inject_now(mu_draft_seq *q, int pos0, int n, const float *feat, mu_err *err) {
+    if (q->gq) return inject_dev(q, pos0, n, feat, err);
     mu_drafter *d = q->d;
     const mu_dflash_model *m = d->m;
     const int E = m->n_embd;
@@ -485,12 +582,14 @@ static void inject_now(mu_draft_seq *q, int pos0, int n, const float *feat) {
         }
         memset(q->present + p0, 1, (size_t)T);
     }
+    return 0;
 }
 
 /* The waiting positions' rows, made together (the multi-row dots). */
-static void flush(mu_draft_seq *q) {
-    if (q->n_pend > 0) inject_now(q, q->pend_p0, q->n_pend, q->pend);
+static int flush(mu_draft_seq *q, mu_err *err) {
+    const int n = q->n_pend;
     q->n_pend = 0;
+    return n > 0 ? inject_now(q, q->pend_p0, n, q->pend, err) : 0;
 }
 
 /* Positions of a few at a time (decode steps, verification blocks) wait
@@ -501,9 +600,11 @@ int mu_draft_seq_inject(mu_draft_seq *q, int pos0, int n, const float *feat, mu_
     if (pos0 < 0 || n < 0 || n > q->n_ctx - pos0)
         return mu_fail(err, MU_E_ARG, "drafter: positions %d..%d outside the context of %d", pos0, pos0 + n,
                        q->n_ctx);
-    if (q->n_pend > 0 && (pos0 != q->pend_p0 + q->n_pend || q->n_pend + n > DRAFT_PEND)) flush(q);
+    int rc = 0;
+    if (q->n_pend > 0 && (pos0 != q->pend_p0 + q->n_pend || q->n_pend + n > DRAFT_PEND)) rc = flush(q, err);
+    if (rc) return rc;
     if (n > DRAFT_PEND / 2) {
-        inject_now(q, pos0, n, feat);
+        if ((rc = inject_now(q, pos0, n, feat, err))) return rc;
     } else if (n > 0) {
         if (q->n_pend == 0) q->pend_p0 = pos0;
         memcpy(q->pend + (size_t)q->n_pend * q->d->n_feat, feat, (size_t)n * q->d->n_feat * sizeof(float));
@@ -582,7 +683,8 @@ static void job_attn(void *arg, int ith, int nth) {
 }
 
 int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_err *err) {
-    flush(q);
+    int rc = flush(q, err);
+    if (rc) return rc;
     mu_drafter *d = q->d;
     const mu_dflash_model *m = d->m;
     if (n_draft < 1 || n_draft > m->block_size - 1 || n_draft > DRAFT_ROWS - 1)
@@ -606,6 +708,11 @@ int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_er
             for (int i = 0; i < E; i++) x[i] *= m->emb_scale;
     }
     rope_table(d, T, pos);
+    if (q->gq) {
+        rc = mu_gpu_dseq_pass(q->gq, d->x, d->rc, d->rs, pos, pos < q->n_past ? pos : q->n_past, n_draft, err);
+        q->n_hid = rc < 0 ? 0 : n_draft;
+        return rc < 0 ? rc : n_draft;
+    }
     for (int il = 0; il < m->n_layer; il++) {
         const mu_dflash_layer *L = &m->layers[il];
         /* every row's k and v; the last layer needs the rest only for the
@@ -650,10 +757,23 @@ static void head_rows(mu_draft_seq *q, int from, int c) {
     matmul(d, q->hid + (size_t)from * d->m->n_embd, c, d->head, d->lg);
 }
 
+/* mu_draft_seq_tokens on the device: the drafts up to the first row
+ * whose scores are not all finite (the CPU's argmax would pick some id
+ * there; a draft that is not one is no draft). */
+static int tokens_dev(mu_draft_seq *q, int from, int n, int32_t *out) {
+    mu_drafter *d = q->d;
+    int32_t best[DRAFT_ROWS];
+    if (mu_gpu_dseq_head(q->gq, from, n, best, NULL, NULL)) return 0;
+    int i = 0;
+    for (; i < n && best[i] >= 0; i++) out[i] = d->head_ids ? d->head_ids[best[i]] : best[i];
+    return i;
+}
+
 int mu_draft_seq_tokens(mu_draft_seq *q, int from, int n, int32_t *out) {
     mu_drafter *d = q->d;
     if (from < 0 || from >= q->n_hid || n < 1) return 0;
     if (n > q->n_hid - from) n = q->n_hid - from;
+    if (q->gq) return tokens_dev(q, from, n, out);
     /* the head, argmax (first of ties) */
     for (int t0 = 0; t0 < n; t0 += DRAFT_LOGIT_ROWS) {
         const int c = n - t0 < DRAFT_LOGIT_ROWS ? n - t0 : DRAFT_LOGIT_ROWS;
@@ -672,6 +792,10 @@ int mu_draft_seq_tokens(mu_draft_seq *q, int from, int n, int32_t *out) {
 int mu_draft_seq_scores(mu_draft_seq *q, int row, float *out) {
     mu_drafter *d = q->d;
     if (row < 0 || row >= q->n_hid) return 0;
+    if (q->gq) {
+        int32_t best;
+        return mu_gpu_dseq_head(q->gq, row, 1, &best, out, NULL) ? 0 : d->n_head;
+    }
     head_rows(q, row, 1);
     memcpy(out, d->lg, (size_t)d->n_head * sizeof *out);
     return d->n_head;

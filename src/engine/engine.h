@@ -155,6 +155,12 @@ void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const
 void mu_rows_tr16_avx2(const uint16_t *src, size_t ss, uint16_t *dst, size_t ds);
 #endif
 
+/* t as the GPU layer describes a weight (zeroed for NULL: an absent one). */
+static inline mu_gpu_tensor mu_gpu_tensor_of(const mu_gguf_tensor *t) {
+    if (!t) return (mu_gpu_tensor){0};
+    return (mu_gpu_tensor){.data = t->data, .type = t->type, .ne0 = t->ne[0], .ne1 = t->ne[1], .bytes = t->bytes};
+}
+
 /* GPU backend (forward_gpu.c): upload the weights, run one batch. */
 int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *user, mu_err *err);
 /* Frees the session's logits rows, page-locked or not (none left). */

@@ -16,9 +16,6 @@
 #include "../base/mem.h"
 #include "engine.h"
 
-static mu_gpu_tensor gt(const mu_gguf_tensor *t) {
-    return (mu_gpu_tensor){.data = t->data, .type = t->type, .ne0 = t->ne[0], .ne1 = t->ne[1], .bytes = t->bytes};
-}
 
 int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *user, mu_err *err) {
     const mu_model *m = e->m;
@@ -31,17 +28,20 @@ int mu_engine_gpu_open(mu_engine *e, int device, mu_check_progress_fn fn, void *
     }
     for (int il = 0; il < I->n_layer; il++) {
         const mu_layer_w *w = &m->layers[il];
-        L[il] = (mu_gpu_layer){gt(w->attn_norm), gt(w->wq),       gt(w->wk),     gt(w->wv),
-                               gt(w->wgate),     gt(w->q_norm),   gt(w->k_norm), gt(w->wo),
-                               gt(w->post_attn_norm), gt(w->ffn_norm), gt(w->ffn_gate), gt(w->ffn_up),
-                               gt(w->ffn_down),  gt(w->post_ffw_norm)};
+        L[il] = (mu_gpu_layer){mu_gpu_tensor_of(w->attn_norm),      mu_gpu_tensor_of(w->wq),
+                               mu_gpu_tensor_of(w->wk),             mu_gpu_tensor_of(w->wv),
+                               mu_gpu_tensor_of(w->wgate),          mu_gpu_tensor_of(w->q_norm),
+                               mu_gpu_tensor_of(w->k_norm),         mu_gpu_tensor_of(w->wo),
+                               mu_gpu_tensor_of(w->post_attn_norm), mu_gpu_tensor_of(w->ffn_norm),
+                               mu_gpu_tensor_of(w->ffn_gate),       mu_gpu_tensor_of(w->ffn_up),
+                               mu_gpu_tensor_of(w->ffn_down),       mu_gpu_tensor_of(w->post_ffw_norm)};
     }
     mu_gpu_model_desc d = {
         .n_layer = I->n_layer, .n_embd = I->n_embd, .n_ff = I->n_ff, .n_head = I->n_head,
         .n_head_kv = I->n_head_kv, .head_dim = I->head_dim, .n_vocab = I->n_vocab, .n_swa = I->n_swa,
         .eps = I->eps, .post_eps = MU_POST_NORM_EPS, .logit_scale = I->logit_scale, .softcap = I->softcap,
-        .swa_layers = I->swa_layers, .tok_embd = gt(m->tok_embd), .output_norm = gt(m->output_norm),
-        .output = gt(m->output), .layers = L,
+        .swa_layers = I->swa_layers, .tok_embd = mu_gpu_tensor_of(m->tok_embd),
+        .output_norm = mu_gpu_tensor_of(m->output_norm), .output = mu_gpu_tensor_of(m->output), .layers = L,
     };
     int rc = mu_gpu_model_new(device, &d, (mu_gpu_progress_fn)fn, user, &e->gpu, err);
     e->gpu_dev = device;

@@ -613,14 +613,32 @@ static void observe(mu_job *j, int r, bool ok) {
         }
 }
 
+/* A verified draft's cost in decode steps: MU_SPEC_P_MIN, measured on the
+ * CPU; MUSER_SPEC_ROW_COST (0 .. 1) replaces it, for measuring what fits
+ * another backend (a GPU verifies a few tokens for little more than one:
+ * docs/speculative.md, "Not yet"). It decides how much to draft, never what
+ * is accepted. */
+static double g_p_min = MU_SPEC_P_MIN;
+static pthread_once_t g_p_min_once = PTHREAD_ONCE_INIT;
+static void p_min_init(void) {
+    const char *v = getenv("MUSER_SPEC_ROW_COST");
+    char *end = NULL;
+    const double x = v && *v ? strtod(v, &end) : -1;
+    if (end && !*end && x >= 0 && x <= 1) g_p_min = x;
+}
+static double spec_p_min(void) {
+    pthread_once(&g_p_min_once, p_min_init);
+    return g_p_min;
+}
+
 /* Engine thread, a dflash job: whether drafting pays by its rates
  * (spec_cost.h mu_spec_dflash_len): a pass of the drafter, its drafts' rows
- * and their verification rows (the drafter's cost estimates, MU_SPEC_P_MIN a
+ * and their verification rows (the drafter's cost estimates, spec_p_min() a
  * verification row) against the drafts the rates expect accepted. */
 static bool dflash_pays(const mu_sched *s, const mu_job *j) {
     const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
     const int bmax = di->block_size - 1, k = j->draft_max < bmax ? j->draft_max : bmax;
-    return mu_spec_dflash_len(j->pos_acc, j->pos_n, k, di->cost_pass, MU_SPEC_P_MIN + di->cost_row) > 0;
+    return mu_spec_dflash_len(j->pos_acc, j->pos_n, k, di->cost_pass, spec_p_min() + di->cost_row) > 0;
 }
 
 /* Engine thread: one gen step for slot i from logits lg (and a dflash
@@ -641,7 +659,7 @@ static void step(mu_sched *s, int i, const float *lg, int32_t best) {
     if (j->i_shadow >= j->n_shadow) j->cold = id != want && !dflash_pays(s, j);
 }
 
-#define SPEC_P_MIN MU_SPEC_P_MIN /* spec_cost.h */
+#define SPEC_P_MIN spec_p_min() /* spec_cost.h's MU_SPEC_P_MIN, or $MUSER_SPEC_ROW_COST */
 #define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
 #define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
 #define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */

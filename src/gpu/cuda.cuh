@@ -88,6 +88,12 @@ static inline int dev_block_bytes(uint32_t t) {
     default: return 0;
     }
 }
+/* GGUF bytes of one block of weight type t (dev_block_bytes but for the
+ * two padded types). */
+static inline int src_block_bytes(uint32_t t) {
+    return t == MU_T_Q8_0 ? 34 : t == MU_T_Q6_K ? 210 : dev_block_bytes(t);
+}
+
 static inline int dev_block_elems(uint32_t t) {
     switch (t) {
     case MU_T_F32: case MU_T_F16: case MU_T_BF16: return 1;
@@ -256,6 +262,15 @@ void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *a
 /* Rows t < n_batch that the CPU computes with vec_dot_batch, for a matmul
  * of ll_rows activation rows (forward.c, matmul_ex). */
 int cu_batch_rows(const dtensor *w, int ll_rows);
+/* nb blocks of type t from GGUF bytes into the device layout (Q8_0 and Q6_K
+ * padded), on the host: the staging of an upload. */
+void cu_dev_blocks(uint32_t type, const uint8_t *src, size_t nb, uint8_t *stage);
+/* y[t] = rms(x[t]) * w (w NULL: unweighted) for T rows of n floats, the
+ * forward's norm (in place is allowed); g = silu(g) * u, the forward's
+ * SwiGLU; best[r] of logits-like rows [n_rows][n], the forward's k_best. */
+void cu_rms_rows(cudaStream_t st, const float *x, const float *w, float *y, int T, int n, float eps);
+void cu_swiglu(cudaStream_t st, float *g, const float *u, int n, int T);
+void cu_best(cudaStream_t st, const float *lg, int n_rows, int n, int32_t *best);
 /* Dequantized row `row` of w into y (n = w->ne0 floats), for every token. */
 void cu_get_rows(cudaStream_t st, const dtensor *w, const int32_t *rows, int T, float *y);
 
@@ -298,5 +313,18 @@ int cu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, const u
                      const float *res, bool gelu, float *y, mu_err *err);
 int cu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
                      const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
+
+/* The DFlash drafter (gpu_cuda_draft.cu): gpu.h's mu_gpu_draft_* and
+ * mu_gpu_dseq_*. */
+int cu_draft_new(int device, const mu_gpu_draft_desc *d, mu_gpu_draft **out, mu_err *err);
+void cu_draft_free(mu_gpu_draft *d);
+int cu_draft_set_head(mu_gpu_draft *d, const mu_gpu_tensor *head, mu_err *err);
+int cu_dseq_new(mu_gpu_draft *d, int n_ctx, mu_gpu_dseq **out, mu_err *err);
+void cu_dseq_free(mu_gpu_dseq *q);
+int cu_dseq_inject(mu_gpu_dseq *q, int pos0, int n, const float *feat, const float *cs, const float *sn, mu_err *err);
+int cu_dseq_truncate(mu_gpu_dseq *q, int n, int n_past, mu_err *err);
+int cu_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const float *sn, int pos, int n_ctx_rows,
+                 int n_draft, mu_err *err);
+int cu_dseq_head(mu_gpu_dseq *q, int from, int n, int32_t *best, float *scores, mu_err *err);
 
 #endif

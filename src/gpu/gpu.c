@@ -192,3 +192,44 @@ int mu_gpu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, 
     if (!g_plugin->vit_test_attn) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no vision encoder");
     return g_plugin->vit_test_attn(device, n, n_head, hd, q, k, v, lo, hi, global, out, err);
 }
+
+int mu_gpu_draft_new(int device, const mu_gpu_draft_desc *d, mu_gpu_draft **out, mu_err *err) {
+    int rc = need_device(device, err);
+    if (rc) return rc;
+    if (!g_plugin->draft_new) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no drafter");
+    return g_plugin->draft_new(device, d, out, err);
+}
+
+void mu_gpu_draft_free(mu_gpu_draft *d) {
+    if (d) g_plugin->draft_free(d);
+}
+
+int mu_gpu_draft_set_head(mu_gpu_draft *d, const mu_gpu_tensor *head, mu_err *err) {
+    return g_plugin->draft_set_head(d, head, err);
+}
+
+int mu_gpu_dseq_new(mu_gpu_draft *d, int n_ctx, mu_gpu_dseq **out, mu_err *err) {
+    return g_plugin->dseq_new(d, n_ctx, out, err);
+}
+
+void mu_gpu_dseq_free(mu_gpu_dseq *q) {
+    if (q) g_plugin->dseq_free(q);
+}
+
+int mu_gpu_dseq_inject(mu_gpu_dseq *q, int pos0, int n, const float *feat, const float *cs, const float *sn,
+                       mu_err *err) {
+    return g_plugin->dseq_inject(q, pos0, n, feat, cs, sn, err);
+}
+
+int mu_gpu_dseq_truncate(mu_gpu_dseq *q, int n, int n_past, mu_err *err) {
+    return g_plugin->dseq_truncate(q, n, n_past, err);
+}
+
+int mu_gpu_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const float *sn, int pos, int n_ctx_rows,
+                     int n_draft, mu_err *err) {
+    return g_plugin->dseq_pass(q, x0, cs, sn, pos, n_ctx_rows, n_draft, err);
+}
+
+int mu_gpu_dseq_head(mu_gpu_dseq *q, int from, int n, int32_t *best, float *scores, mu_err *err) {
+    return g_plugin->dseq_head(q, from, n, best, scores, err);
+}

@@ -229,6 +229,63 @@ int mu_gpu_vit_test_gemm(int device, int T, int N, int K, const uint16_t *a, con
 int mu_gpu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, const uint16_t *k, const uint16_t *v,
                          const int *lo, const int *hi, bool global, uint16_t *out, mu_err *err);
 
+/* A DFlash drafter on the device (gpu_cuda_draft.cu; src/engine/draft.c
+ * uses it when its target runs on CUDA): the drafter's weights uploaded
+ * once in their own types, its rows of the target's features kept on the
+ * device per sequence, and the drafting pass and the draft head run there.
+ * The matmuls are the target's kernels (the CPU's vec_dot rounding, as the
+ * CPU drafter's multi-row dots); norms, RoPE, attention and SwiGLU are
+ * plain float code in another order than the CPU drafter's: a draft only
+ * proposes tokens, the target decides every one (docs/speculative.md).
+ * Norm vectors are F32 (data NULL: absent, the post norms). */
+typedef struct {
+    mu_gpu_tensor attn_norm, wq, wk, wv, wo, q_norm, k_norm, attn_post_norm;
+    mu_gpu_tensor ffn_norm, ffn_gate, ffn_up, ffn_down, ffn_post_norm;
+    bool swa;                              /* a sliding layer (n_swa) */
+} mu_gpu_draft_layer;
+
+typedef struct {
+    int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim, block_size, n_feat, n_swa;
+    float eps, kq_scale;
+    bool causal;
+    mu_gpu_tensor fc, enc_norm, output_norm;
+    const mu_gpu_draft_layer *layers;      /* [n_layer] */
+} mu_gpu_draft_desc;
+
+typedef struct mu_gpu_draft mu_gpu_draft;
+typedef struct mu_gpu_dseq mu_gpu_dseq;
+
+/* Most rows of one mu_gpu_dseq_inject call. */
+#define MU_GPU_DRAFT_ROWS 64
+
+/* MU_E_UNSUPPORTED when the plugin has no drafter or a weight type is not
+ * one the device runs. The head is set apart (mu_gpu_draft_set_head). */
+int mu_gpu_draft_new(int device, const mu_gpu_draft_desc *d, mu_gpu_draft **out, mu_err *err);
+void mu_gpu_draft_free(mu_gpu_draft *d);
+/* The draft head: `head` rows of n_embd (the shortlist's rows of the
+ * output matrix, or all of it), replacing the one before. */
+int mu_gpu_draft_set_head(mu_gpu_draft *d, const mu_gpu_tensor *head, mu_err *err);
+/* A sequence of n_ctx positions, none present. */
+int mu_gpu_dseq_new(mu_gpu_draft *d, int n_ctx, mu_gpu_dseq **out, mu_err *err);
+void mu_gpu_dseq_free(mu_gpu_dseq *q);
+/* The rows of positions pos0 .. pos0 + n - 1 (n <= MU_GPU_DRAFT_ROWS)
+ * from their features [n][n_feat]; cs, sn [n][head_dim / 2]: RoPE's cos
+ * and sin of each position. They become present. */
+int mu_gpu_dseq_inject(mu_gpu_dseq *q, int pos0, int n, const float *feat, const float *cs, const float *sn,
+                       mu_err *err);
+/* Positions [n, n_past) are no longer present. */
+int mu_gpu_dseq_truncate(mu_gpu_dseq *q, int n, int n_past, mu_err *err);
+/* The pass over the block x0 [block_size][n_embd] (embedded rows) at
+ * positions pos .., cs, sn [block_size][head_dim / 2]; it attends to the
+ * present rows of positions < n_ctx_rows and to the block; rows 1 ..
+ * n_draft are kept after the final norm. */
+int mu_gpu_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const float *sn, int pos, int n_ctx_rows,
+                     int n_draft, mu_err *err);
+/* Kept rows [from, from + n) through the head: best[i] the first index of
+ * row i's largest score (-1: not finite), and with scores, the rows'
+ * scores [n][head rows]. */
+int mu_gpu_dseq_head(mu_gpu_dseq *q, int from, int n, int32_t *best, float *scores, mu_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -175,32 +175,35 @@ static int upload(mu_gpu_model *m, const mu_gpu_tensor *t, dtensor *out, uint8_t
     /* 32 bytes more: the decode ring copies whole 16-byte words around a row's blocks */
     int rc = dev_alloc(m, dev_bytes + 32, &out->d, "weights", err);
     if (rc) return rc;
-    const bool pad = t->type == MU_T_Q8_0 || t->type == MU_T_Q6_K;
-    const int sb = pad ? (t->type == MU_T_Q8_0 ? 34 : 210) : bb; /* source block bytes */
+    const int sb = src_block_bytes(t->type);
     const size_t per = stage_cap / (size_t)bb;
     for (size_t b0 = 0; b0 < nblk; b0 += per) {
         const size_t nb = nblk - b0 < per ? nblk - b0 : per;
-        const uint8_t *src = (const uint8_t *)t->data + b0 * sb;
-        if (pad) {
-            for (size_t i = 0; i < nb; i++) {
-                uint8_t *dst = stage + i * bb;
-                if (t->type == MU_T_Q8_0) {
-                    memcpy(dst, src + i * 34, 2);
-                    dst[2] = dst[3] = 0;
-                    memcpy(dst + 4, src + i * 34 + 2, 32);
-                } else {
-                    memcpy(dst, src + i * 210, 210);
-                    dst[210] = dst[211] = 0;
-                }
-            }
-        } else {
-            memcpy(stage, src, nb * bb);
-        }
+        cu_dev_blocks(t->type, (const uint8_t *)t->data + b0 * sb, nb, stage);
         CU_CK(cudaMemcpy((uint8_t *)out->d + b0 * bb, stage, nb * bb, cudaMemcpyHostToDevice), "weight upload");
         *done += nb * sb;
         if (fn && fn(user, *done, total)) return cu_fail(err, MU_E_STATE, "cuda: upload stopped");
     }
     return 0;
+}
+
+void cu_dev_blocks(uint32_t type, const uint8_t *src, size_t nb, uint8_t *stage) {
+    const int bb = dev_block_bytes(type);
+    if (type == MU_T_Q8_0 || type == MU_T_Q6_K) {
+        for (size_t i = 0; i < nb; i++) {
+            uint8_t *dst = stage + i * bb;
+            if (type == MU_T_Q8_0) {
+                memcpy(dst, src + i * 34, 2);
+                dst[2] = dst[3] = 0;
+                memcpy(dst + 4, src + i * 34 + 2, 32);
+            } else {
+                memcpy(dst, src + i * 210, 210);
+                dst[210] = dst[211] = 0;
+            }
+        }
+    } else {
+        memcpy(stage, src, nb * bb);
+    }
 }
 
 static int upload_f32(mu_gpu_model *m, const mu_gpu_tensor *t, const float **out, mu_err *err) {
@@ -730,6 +733,16 @@ __global__ void __launch_bounds__(1024) k_best(const float *lg, int n, int32_t *
     for (int o = 16; o > 0; o >>= 1)
         best_join(__shfl_down_sync(0xffffffffu, v, o), __shfl_down_sync(0xffffffffu, i, o), &v, &i);
     if (lane == 0) best[blockIdx.x] = any_bad ? -1 : i;
+}
+
+void cu_rms_rows(cudaStream_t st, const float *x, const float *w, float *y, int T, int n, float eps) {
+    if (T > 0) k_rms<<<T, 256, 0, st>>>(x, w, y, n, eps, NULL, 0);
+}
+void cu_swiglu(cudaStream_t st, float *g, const float *u, int n, int T) {
+    if (T > 0) k_swiglu<<<(unsigned)(((size_t)T * n + 255) / 256), 256, 0, st>>>(g, u, n, T);
+}
+void cu_best(cudaStream_t st, const float *lg, int n_rows, int n, int32_t *best) {
+    if (n_rows > 0) k_best<<<n_rows, 1024, 0, st>>>(lg, n, best);
 }
 
 /* ---- forward ----------------------------------------------------------- */
@@ -1467,6 +1480,8 @@ static const mu_gpu_plugin PLUGIN = {
     p_sess_free,       p_forward, p_kv_get, p_kv_put, p_test_matmul, p_test_get_rows, p_test_attention,
     cu_vit_new,        cu_vit_free, cu_vit_encode, cu_vit_test_gemm, cu_vit_test_attn,
     p_sess_copy,       p_host_alloc,  p_host_free,   p_test_best,
+    cu_draft_new,      cu_draft_free, cu_draft_set_head, cu_dseq_new, cu_dseq_free, cu_dseq_inject,
+    cu_dseq_truncate,  cu_dseq_pass,  cu_dseq_head,
 };
 
 extern "C" __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -2,14 +2,14 @@
  * loads. Pure C; the plugin fills a mu_err itself (it cannot call into the
  * binary that loads it). MU_GPU_PLUGIN_ABI changes whenever this table or
  * a structure of gpu.h changes, so a stale plugin is refused, never called.
- * ABI 10: mu_gpu_chunk.best, each logits row's argmax (or -1, not finite)
- * computed on the device, and test_best. */
+ * ABI 11: the DFlash drafter (draft_*, dseq_*; NULL in a plugin without
+ * one). */
 #ifndef MU_GPU_PLUGIN_H
 #define MU_GPU_PLUGIN_H
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 10
+#define MU_GPU_PLUGIN_ABI 11
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus
@@ -49,6 +49,18 @@ typedef struct {
     void (*host_free)(void *p);
     /* k_best on rows given by the host (ABI 10) */
     int (*test_best)(int device, const float *rows, int n_rows, int n, int32_t *best, mu_err *err);
+    /* the DFlash drafter (ABI 11); NULL in a plugin without one */
+    int (*draft_new)(int device, const mu_gpu_draft_desc *d, mu_gpu_draft **out, mu_err *err);
+    void (*draft_free)(mu_gpu_draft *d);
+    int (*draft_set_head)(mu_gpu_draft *d, const mu_gpu_tensor *head, mu_err *err);
+    int (*dseq_new)(mu_gpu_draft *d, int n_ctx, mu_gpu_dseq **out, mu_err *err);
+    void (*dseq_free)(mu_gpu_dseq *q);
+    int (*dseq_inject)(mu_gpu_dseq *q, int pos0, int n, const float *feat, const float *cs, const float *sn,
+                       mu_err *err);
+    int (*dseq_truncate)(mu_gpu_dseq *q, int n, int n_past, mu_err *err);
+    int (*dseq_pass)(mu_gpu_dseq *q, const float *x0, const float *cs, const float *sn, int pos, int n_ctx_rows,
+                     int n_draft, mu_err *err);
+    int (*dseq_head)(mu_gpu_dseq *q, int from, int n, int32_t *best, float *scores, mu_err *err);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

@@ -228,6 +228,7 @@ static const mu_gpu_plugin PLUGIN = {
     f_sess_free,       f_forward, f_kv_get, f_kv_put, f_test_matmul, f_test_get_rows, f_test_attention,
     NULL,              NULL,      NULL,     NULL,     NULL, /* no vision encoder */
     f_sess_copy,       f_host_alloc,  f_host_free,   f_test_best,
+    NULL,              NULL,          NULL,          NULL, NULL, NULL, NULL, NULL, NULL, /* no drafter: the CPU's */
 };
 
 __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }
