@@ -130,12 +130,13 @@ unit: $(UNIT_BIN)
 
 # a stand-in for muser-cuda.so (no CUDA): the engine's GPU side in the unit tier
 $(BUILD)/tests/test_gpu_fake: $(BUILD)/tests/fake-gpu-plugin.so
-$(BUILD)/tests/fake-gpu-plugin.so: tests/unit/fake_gpu_plugin.c tests/unit/fake_gpu_row.h src/gpu/plugin.h src/gpu/gpu.h
+$(BUILD)/tests/fake-gpu-plugin.so: tests/unit/fake_gpu_plugin.c tests/unit/fake_gpu_row.h tests/unit/fake_gpu_draft.h \
+                                   src/gpu/plugin.h src/gpu/gpu.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -fPIC -fvisibility=hidden -o $@ $<
 
 GPU_TEST_BIN := $(BUILD)/tests/gpu/test_gpu_kern $(BUILD)/tests/gpu/test_gpu_engine $(BUILD)/tests/gpu/test_gpu_stream \
-                $(BUILD)/tests/gpu/test_gpu_vision
+                $(BUILD)/tests/gpu/test_gpu_vision $(BUILD)/tests/gpu/test_gpu_draft
 
 test: muser $(CUDA_PLUGIN) $(UNIT_BIN) $(GPU_TEST_BIN)
 	BUILD=$(BUILD) bash tests/run.sh

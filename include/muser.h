@@ -368,9 +368,10 @@ const float *mu_mprompt_embd(const mu_mprompt *mp, int i);
  * target engine: it reads the target's hidden states at its target layers
  * (mu_batch_item.feat), keeps them per sequence as its own KV rows, and
  * drafts a block of tokens in one pass over [last token, mask, mask, ...].
- * Runs on the target engine's CPU threads (on a CUDA target, whose pool
- * has one, on a pool of its own of the threads the engine was asked
- * for); lives no longer than it. */
+ * Runs on the target engine's CPU threads, or on a CUDA target's device
+ * (info.on_device; MUSER_DRAFT_DEVICE=0, or a plugin without a drafter,
+ * keeps it on a pool of its own of the threads the engine was asked for);
+ * lives no longer than it. */
 typedef struct mu_drafter mu_drafter;
 typedef struct {
     int n_layer, n_embd, n_ff, n_head, n_head_kv, head_dim;
@@ -381,10 +382,13 @@ typedef struct {
     int32_t mask_id;
     bool own_head;             /* the file has its own token embedding / output matrix */
     /* what a drafting pass of n drafts costs, estimated in decode steps of
-     * the target (one thread): cost_pass + n * cost_row, from the
-     * multiply-adds of both and the multi-row kernels' share per row */
+     * the target: cost_pass + n * cost_row, on the CPU from the
+     * multiply-adds of both (one thread) and the multi-row kernels' share
+     * per row, on a device provisional constants (docs/speculative.md);
+     * $MUSER_DRAFT_COST_PASS and $MUSER_DRAFT_COST_ROW replace them */
     float cost_pass, cost_row;
     int n_scored;              /* token ids a draft row scores: the shortlist's, or the vocabulary */
+    bool on_device;            /* it runs on its CUDA target's device (else on the CPU) */
 } mu_drafter_info;
 
 /* Opens path and checks it against the target (layers, widths,

@@ -393,9 +393,6 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->m = m;
     d->pool = target->pool;
     if ((rc = fit(d, err))) goto fail;
-    if (target->gpu && (rc = gpu_open(d, err))) goto fail;
-    if (target->gpu && !d->gd && (rc = mu_pool_new(target->cpu_threads, &d->own_pool, err))) goto fail;
-    if (d->own_pool) d->pool = d->own_pool;
     const mu_model_info *I = &target->m->info;
     d->tok_embd = m->tok_embd ? m->tok_embd : target->m->tok_embd;
     d->output = m->output ? m->output : target->m->output;
@@ -405,7 +402,11 @@ int mu_drafter_open(const char *path, mu_engine *target, mu_drafter **out, mu_er
     d->n_feat = m->n_target * I->n_embd;
     d->info = (mu_drafter_info){m->n_layer, m->n_embd, m->n_ff, m->n_head, m->n_head_kv, m->head_dim,
                                 m->block_size, m->n_target, m->target_layers, d->n_feat, m->mask_id,
-                                m->tok_embd != NULL || m->output != NULL, 0, 0, 0};
+                                m->tok_embd != NULL || m->output != NULL, 0, 0, 0, false};
+    if (target->gpu && (rc = gpu_open(d, err))) goto fail;
+    if (target->gpu && !d->gd && (rc = mu_pool_new(target->cpu_threads, &d->own_pool, err))) goto fail;
+    if (d->own_pool) d->pool = d->own_pool;
+    d->info.on_device = d->gd != NULL;
     if ((rc = default_shortlist(d, err))) goto fail; /* and the costs */
     const size_t R = DRAFT_ROWS, E = (size_t)m->n_embd;
     int widest = d->n_feat;

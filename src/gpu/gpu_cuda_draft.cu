@@ -12,11 +12,11 @@
  * cos/sin tables draft.c computes), or gather pending positions (draft.c).
  * Numerics: the matmuls are cu_matmul's with every row rounding as vec_dot
  * (the CPU drafter's multi-row dots give each row those bits too), the
- * norms and SwiGLU the forward's kernels; the head norms, RoPE and the
- * attention (an online softmax in float, each warp a stream of keys, the
- * warps combined at the end) are plain float code in an order of their
- * own, not the CPU drafter's: a draft only proposes tokens, the target
- * decides every one. One stream per drafter; the caller serializes the
+ * norms and SwiGLU the forward's kernels, the softmax the CPU drafter's
+ * (weights rounded to F16); the head norms, RoPE and the attention's dot
+ * products and sums are plain float code in an order of their own, not
+ * the CPU drafter's: a draft only proposes tokens, the target decides
+ * every one. One stream per drafter; the caller serializes the
  * calls on one drafter and its sequences (the engine thread), as for the
  * CPU drafter, whose scratch is shared the same way. */
 #include <stdlib.h>
@@ -101,75 +101,93 @@ __global__ void kd_qk(float *x, int stride, int hd, const float *nw, float eps, 
  * the block's rows (kb, vb; row b at position pos + b), as the CPU drafter
  * masks them: a block row is hidden only when causal and later than the
  * query, any row when a sliding layer's window (n_swa > 0) excludes it.
- * ATTN_WARPS warps take every ATTN_WARPS-th key, each an online softmax
- * with its lanes holding values lane + 32 e; the warps' states are combined
- * at the end. A row always sees itself, so the sum is positive. */
+ * The softmax is the CPU drafter's (the kernel table's softmax_f16): the
+ * row's largest score, ggml's expf of each score minus it, their sum in
+ * double, each weight times the sum's inverse rounded to F16; three passes
+ * over the keys (largest, sum, weighted values), each warp taking every
+ * ATTN_WARPS-th key with its lanes holding values lane + 32 e. Only the
+ * order of the dot products and of the sums differs from the CPU's. A row
+ * always sees itself, so the sum is positive. */
+template <int NE> struct d_keys {
+    const float *kb, *vb, *kc, *vc;
+    const uint8_t *present;
+    int n_kv, n_ctx_rows, pos, t, g, n_swa;
+    bool causal;
+    /* key j's K and V rows, or false when the query does not see it */
+    __device__ __forceinline__ bool row(int j, const float **kr, const float **vr) const {
+        int kpos;
+        if (j < n_ctx_rows) {
+            if (!present[j]) return false;
+            kpos = j;
+            *kr = kc + (size_t)j * n_kv + (size_t)g * NE * 32;
+            *vr = vc + (size_t)j * n_kv + (size_t)g * NE * 32;
+        } else {
+            const int b = j - n_ctx_rows;
+            if (causal && b > t) return false;
+            kpos = pos + b;
+            *kr = kb + (size_t)b * n_kv + (size_t)g * NE * 32;
+            *vr = vb + (size_t)b * n_kv + (size_t)g * NE * 32;
+        }
+        return !(n_swa > 0 && pos + t - kpos >= n_swa);
+    }
+};
+
 template <int NE>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     kd_attn(const float *q, int n_q, const float *kb, const float *vb, int n_kv, const float *kc, const float *vc,
             const uint8_t *present, int n_ctx_rows, int T, int pos, int r0, int gq, float kq_scale, bool causal,
             int n_swa, float *out) {
     constexpr int HD = NE * 32;
-    const int t = r0 + blockIdx.x, h = blockIdx.y, g = h / gq, lane = threadIdx.x % 32, w = threadIdx.x / 32;
-    const int qpos = pos + t;
+    const int t = r0 + blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32, L = n_ctx_rows + T;
+    const d_keys<NE> K = {kb, vb, kc, vc, present, n_kv, n_ctx_rows, pos, t, h / gq, n_swa, causal};
     float qv[NE], acc[NE];
     const float *qr = q + (size_t)t * n_q + (size_t)h * HD;
 #pragma unroll
     for (int e = 0; e < NE; e++) qv[e] = qr[lane + 32 * e], acc[e] = 0;
-    float m = -INFINITY, s = 0;
-    for (int j = w; j < n_ctx_rows + T; j += ATTN_WARPS) { /* j is the same on every lane of a warp */
-        const float *kr, *vr;
-        int kpos;
-        if (j < n_ctx_rows) {
-            if (!present[j]) continue;
-            kpos = j;
-            kr = kc + (size_t)j * n_kv + (size_t)g * HD;
-            vr = vc + (size_t)j * n_kv + (size_t)g * HD;
-        } else {
-            const int b = j - n_ctx_rows;
-            if (causal && b > t) continue;
-            kpos = pos + b;
-            kr = kb + (size_t)b * n_kv + (size_t)g * HD;
-            vr = vb + (size_t)b * n_kv + (size_t)g * HD;
-        }
-        if (n_swa > 0 && qpos - kpos >= n_swa) continue;
+    /* the score of key row kr (the same on every lane) */
+    auto score = [&](const float *kr) {
         float dot = 0;
 #pragma unroll
         for (int e = 0; e < NE; e++) dot += qv[e] * kr[lane + 32 * e];
         for (int o = 16; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-        const float sc = dot * kq_scale;
-        if (sc > m) {
-            const float c = expf(m - sc); /* 0 for the first key */
-            s *= c;
-#pragma unroll
-            for (int e = 0; e < NE; e++) acc[e] *= c;
-            m = sc;
-        }
-        const float p = expf(sc - m);
-        s += p;
+        return dot * kq_scale;
+    };
+    __shared__ float s_m[ATTN_WARPS];
+    __shared__ double s_s[ATTN_WARPS];
+    __shared__ float s_acc[ATTN_WARPS][HD];
+    const float *kr, *vr;
+    float m = -INFINITY; /* j is the same on every lane of a warp */
+    for (int j = w; j < L; j += ATTN_WARPS)
+        if (K.row(j, &kr, &vr)) m = fmaxf(m, score(kr));
+    if (lane == 0) s_m[w] = m;
+    __syncthreads();
+    float M = s_m[0];
+    for (int u = 1; u < ATTN_WARPS; u++) M = fmaxf(M, s_m[u]);
+    double s = 0;
+    for (int j = w; j < L; j += ATTN_WARPS)
+        if (K.row(j, &kr, &vr)) s += (double)expf_ggml(score(kr) - M);
+    if (lane == 0) s_s[w] = s;
+    __syncthreads();
+    double S = 0;
+    for (int u = 0; u < ATTN_WARPS; u++) S += s_s[u];
+    const float inv = (float)(1.0 / S);
+    for (int j = w; j < L; j += ATTN_WARPS) {
+        if (!K.row(j, &kr, &vr)) continue;
+        const float p = f16_round(expf_ggml(score(kr) - M) * inv);
 #pragma unroll
         for (int e = 0; e < NE; e++) acc[e] += p * vr[lane + 32 * e];
     }
-    __shared__ float sm[ATTN_WARPS], ss[ATTN_WARPS], sacc[ATTN_WARPS][HD];
-    if (lane == 0) sm[w] = m, ss[w] = s;
 #pragma unroll
-    for (int e = 0; e < NE; e++) sacc[w][lane + 32 * e] = acc[e];
+    for (int e = 0; e < NE; e++) s_acc[w][lane + 32 * e] = acc[e];
     __syncthreads();
     if (w != 0) return;
-    float M = -INFINITY, S = 0, o[NE];
-    for (int u = 0; u < ATTN_WARPS; u++) M = fmaxf(M, sm[u]);
-#pragma unroll
-    for (int e = 0; e < NE; e++) o[e] = 0;
-    for (int u = 0; u < ATTN_WARPS; u++) {
-        if (sm[u] == -INFINITY) continue; /* a warp that saw no key */
-        const float c = expf(sm[u] - M);
-        S += ss[u] * c;
-#pragma unroll
-        for (int e = 0; e < NE; e++) o[e] += sacc[u][lane + 32 * e] * c;
-    }
     float *orow = out + (size_t)t * n_q + (size_t)h * HD;
 #pragma unroll
-    for (int e = 0; e < NE; e++) orow[lane + 32 * e] = o[e] / S;
+    for (int e = 0; e < NE; e++) {
+        float o = 0;
+        for (int u = 0; u < ATTN_WARPS; u++) o += s_acc[u][lane + 32 * e];
+        orow[lane + 32 * e] = o;
+    }
 }
 
 /* x[i] += o[i] for i < n */

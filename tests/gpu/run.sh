@@ -10,8 +10,10 @@
 #     projector, and the full one when GPU_VISION_FULL=1), and
 #     tests/e2e/test_vision.sh with --backend cuda (llama.cpp's greedy
 #     tokens after images)
-#  5. --spec ngram and --spec dflash with --backend cuda on the bundled model:
-#     the ids of plain greedy decoding (dflash: with drafts accepted)
+#  5. the DFlash drafter on the device against the CPU's (test_gpu_draft), and
+#     --spec ngram and --spec dflash with --backend cuda on the bundled model:
+#     the ids of plain greedy decoding (dflash: with drafts accepted), the
+#     drafter on the device and on the CPU
 #  6. compute-sanitizer memcheck of a short CUDA run, plain and with dflash
 set -u
 cd "$(dirname "$0")/../.."
@@ -49,6 +51,12 @@ done < tests/golden/models.txt
 MUSER_CUDA_CAPTURE_GRAPH=0 "$build/tests/gpu/test_gpu_engine" models/muser-default.gguf | sed 's/^/[capture direct] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
+echo "--- DFlash drafter: CPU vs CUDA (tests/unit/draft_compare.h)"
+"$build/tests/gpu/test_gpu_draft" tests/data/dflash/target.gguf tests/data/dflash/drafter.gguf || rc=1
+if [ -f models/muser-default.dflash.gguf ]; then # Q8_0: draft_compare.h's looser bar
+  "$build/tests/gpu/test_gpu_draft" models/muser-default.gguf models/muser-default.dflash.gguf 5e-2 || rc=1
+fi
+
 echo "--- vision encoder: CPU vs CUDA"
 # shellcheck disable=SC2046
 "$build/tests/gpu/test_gpu_vision" "$work" "$work/g3-q4_k_m.gguf" $([ "${GPU_VISION_FULL:-0}" = 1 ] || echo --no-full) || rc=1
@@ -65,7 +73,8 @@ fi
 
 echo "--- speculative decoding, --backend cuda: the same ids as plain greedy (bundled model)"
 # --spec dflash reads the target's hidden states from the device
-# (mu_gpu_chunk.feat); the drafter runs on the CPU. Runs that never drafted
+# (mu_gpu_chunk.feat); the drafter runs on the device (on the CPU in the
+# dflash-cpu runs). Runs that never drafted
 # would prove nothing: the dflash runs together must have drafts accepted
 # (one prompt alone may pause drafting after its first step).
 bm=models/muser-default.gguf
@@ -92,10 +101,12 @@ def main():
   for p in "${spec_prompts[@]}"; do
     plain=$(./muser run -m "$bm" --backend cuda -p "$p" -n 96 --temp 0 --ignore-eos --json 2>"$work/spec.err") ||
       { echo "FAIL spec: plain run: $(tail -2 "$work/spec.err")"; rc=1; continue; }
-    for spec in ngram dflash dflash-graph; do
-      # dflash-graph: MUSER_CUDA_CAPTURE_GRAPH=1 (captures of few-token passes replayed as graphs)
-      got=$(MUSER_CUDA_CAPTURE_GRAPH=$([ $spec = dflash-graph ] && echo 1 || echo 0) ./muser run -m "$bm" --backend cuda \
-              -p "$p" -n 96 --temp 0 --ignore-eos --json --spec ${spec%-graph} 2>"$work/spec.err") ||
+    for spec in ngram dflash dflash-graph dflash-cpu; do
+      # dflash-graph: MUSER_CUDA_CAPTURE_GRAPH=1 (captures of few-token passes replayed as graphs);
+      # dflash-cpu: the drafter on the CPU (MUSER_DRAFT_DEVICE=0), the others' on the device
+      got=$(MUSER_CUDA_CAPTURE_GRAPH=$([ $spec = dflash-graph ] && echo 1 || echo 0) \
+            MUSER_DRAFT_DEVICE=$([ $spec = dflash-cpu ] && echo 0 || echo 1) ./muser run -m "$bm" --backend cuda \
+              -p "$p" -n 96 --temp 0 --ignore-eos --json --spec ${spec%-*} 2>"$work/spec.err") ||
         { echo "FAIL spec $spec: $(tail -2 "$work/spec.err")"; rc=1; continue; }
       verdict=$(python3 -c '
 import json, sys

@@ -9,7 +9,9 @@
  * (mu_gpu_chunk.on_layer), including that a read inside a layer's callback
  * never asks for a layer the pass has not written yet and that no write or
  * forward happens there; hidden-state capture (mu_gpu_chunk.feat): the row
- * a token asks for entering layer il is fake_feat of (token, position, il).
+ * a token asks for entering layer il is fake_feat of (token, position, il);
+ * a DFlash drafter emulating the CUDA plugin's (fake_gpu_draft.h), with
+ * $MUSER_FAKE_GPU_DRAFTER=1 (without it, drafters stay on the CPU).
  * Logits rows are fake_logits of (token, position) in the mode
  * $MUSER_FAKE_GPU_LOGITS names (0, zeros, when unset), each with its best
  * (mu_gpu_chunk.best) as the CUDA plugin computes it: a zero row's is 0
@@ -22,6 +24,7 @@
 #include <string.h>
 
 #include "../../src/gpu/plugin.h"
+#include "fake_gpu_draft.h"
 #include "fake_gpu_row.h"
 
 struct mu_gpu_model {
@@ -228,7 +231,8 @@ static const mu_gpu_plugin PLUGIN = {
     f_sess_free,       f_forward, f_kv_get, f_kv_put, f_test_matmul, f_test_get_rows, f_test_attention,
     NULL,              NULL,      NULL,     NULL,     NULL, /* no vision encoder */
     f_sess_copy,       f_host_alloc,  f_host_free,   f_test_best,
-    NULL,              NULL,          NULL,          NULL, NULL, NULL, NULL, NULL, NULL, /* no drafter: the CPU's */
+    fd_draft_new,      fd_draft_free, fd_set_head,   fd_dseq_new, fd_dseq_free, fd_dseq_inject,
+    fd_dseq_truncate,  fd_dseq_pass,  fd_dseq_head, /* with $MUSER_FAKE_GPU_DRAFTER=1 (fake_gpu_draft.h) */
 };
 
 __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -9,7 +9,9 @@
  * (mu_batch_item.feat) on a CUDA engine: each capturing token's rows reach
  * its item's feat at (token, layer slot), across chunks, with neighbours
  * that capture nothing and solo items; a DFlash drafter opens on the CUDA
- * engine and drafts from those rows as it does on a CPU engine. And images
+ * engine and drafts from those rows as it does on a CPU engine; the fake's
+ * emulation of the device drafter against the CPU drafter (draft_compare.h).
+ * And images
  * on a CUDA engine whose plugin has no vision encoder: encoded on the CPU,
  * the same rows as a CPU engine's, the reason kept with the projector.
  * Each logits row's best (mu_session_logits_best): the host's argmax of
@@ -28,6 +30,7 @@
 #include "../../include/muser_gen.h"
 #include "../../include/muser_synth.h"
 #include "../../src/engine/engine.h"
+#include "draft_compare.h"
 #include "../../src/engine/sample_int.h"
 #include "../../src/vision/mmproj.h"
 #include "fake_gpu_row.h"
@@ -325,6 +328,43 @@ static void test_drafter_on_cuda(void **state) {
     free(feat);
 }
 
+/* The device drafter's data flow (fake_gpu_draft.h, an emulation of
+ * gpu_cuda_draft.cu) against the CPU drafter: draft_compare.h's cases, for
+ * drafters of F16 and Q8_0 weights, with the target's head and their own. */
+static void test_drafter_emulated(void **state) {
+    (void)state;
+    char tpath[600], dpath[600];
+    snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
+    snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
+    mini_cfg mc = mini_default();
+    assert_int_equal(mini_write(tpath, &mc), 0);
+    mu_engine *ec = NULL;
+    mu_engine_opts oc = {.backend = "cpu"};
+    mu_err err = {0};
+    assert_int_equal(mu_engine_new(M, &oc, &ec, &err), 0);
+    setenv("MUSER_FAKE_GPU_DRAFTER", "1", 1);
+    const mu_synth_type types[2] = {MU_SYNTH_F16, MU_SYNTH_Q8_0};
+    for (int k = 0; k < 4; k++) {
+        mu_synth_dflash_opts o;
+        mu_synth_dflash_defaults(&o);
+        o.target = tpath;
+        o.n_layer = 2;
+        o.block_size = 8;
+        o.type = types[k % 2];
+        o.own_head = k >= 2;
+        o.seed = 3 + k;
+        assert_int_equal(mu_synth_dflash_write(&o, dpath, &err), 0);
+        draft_cmp c;
+        if (draft_compare(ec, E, dpath, o.type == MU_SYNTH_Q8_0 ? 5e-2 : 1e-2, &c, &err))
+            fail_msg("drafter %d: %s", k, err.msg);
+        assert_int_equal(c.fails, 0);
+        unlink(dpath);
+    }
+    unsetenv("MUSER_FAKE_GPU_DRAFTER");
+    unlink(tpath);
+    mu_engine_free(ec);
+}
+
 static void test_vision_fallback(void **state) {
     (void)state;
     char path[512];
@@ -515,6 +555,7 @@ int main(void) {
         cmocka_unit_test(test_input_rows),
         cmocka_unit_test(test_feat_capture),
         cmocka_unit_test(test_drafter_on_cuda),
+        cmocka_unit_test(test_drafter_emulated),
         cmocka_unit_test(test_vision_fallback),
         cmocka_unit_test(test_logits_best),
         cmocka_unit_test(test_best_generation),
