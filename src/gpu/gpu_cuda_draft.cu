@@ -51,6 +51,12 @@ struct mu_gpu_draft {
     uint8_t *qa;
     size_t qa_stride;
     int32_t *best;
+    int *prm;          /* a pass's position and context rows (kd_attn reads them) */
+    /* page-locked staging of a pass's inputs (a captured graph copies from
+     * it): the block's rows, RoPE's tables, prm */
+    float *hx, *hcs, *hsn;
+    int *hprm;
+    bool graphs;       /* passes replay a graph per sequence (MUSER_CUDA_DRAFT_GRAPH=1) */
 };
 
 struct mu_gpu_dseq {
@@ -60,6 +66,7 @@ struct mu_gpu_dseq {
     uint8_t *present;  /* [n_ctx] */
     float *hid;        /* [block - 1][E]: the last pass's draft rows after the final norm */
     int n_hid;
+    cudaGraphExec_t exec; /* the pass, captured at its first run (graphs on) */
 };
 
 /* ---- kernels ------------------------------------------------------------ */
@@ -135,9 +142,10 @@ template <int NE> struct d_keys {
 template <int NE>
 __global__ void __launch_bounds__(ATTN_WARPS * 32)
     kd_attn(const float *q, int n_q, const float *kb, const float *vb, int n_kv, const float *kc, const float *vc,
-            const uint8_t *present, int n_ctx_rows, int T, int pos, int r0, int gq, float kq_scale, bool causal,
-            int n_swa, float *out) {
+            const uint8_t *present, const int *prm, int T, int r0, int gq, float kq_scale, bool causal, int n_swa,
+            float *out) {
     constexpr int HD = NE * 32;
+    const int pos = prm[0], n_ctx_rows = prm[1]; /* the pass's, uploaded before it (a graph replays them) */
     const int t = r0 + blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32, L = n_ctx_rows + T;
     const d_keys<NE> K = {kb, vb, kc, vc, present, n_kv, n_ctx_rows, pos, t, h / gq, n_swa, causal};
     float qv[NE], acc[NE];
@@ -286,10 +294,22 @@ static int d_vector(mu_gpu_draft *d, const mu_gpu_tensor *t, const float **out, 
     return 0;
 }
 
-/* y [T][rows] = x [T][cols] W^T, every row rounding as the CPU's vec_dot */
+/* y [T][rows] = x [T][cols] W^T, every row rounding as the CPU's vec_dot;
+ * d_mm2 runs two matrices over one x (quantized once when their dot types
+ * agree) */
 static void d_mm(mu_gpu_draft *d, const float *x, int T, const dtensor *w, float *y) {
     cu_quantize(d->st, dev_dot_type(w->type), x, T, w->ne0, d->qa, d->qa_stride);
     cu_matmul(d->st, w, d->qa, d->qa_stride, T, 0, y, false, 0, 0);
+}
+static void d_mm2(mu_gpu_draft *d, const float *x, int T, const dtensor *w1, float *y1, const dtensor *w2, float *y2) {
+    if (dev_dot_type(w1->type) != dev_dot_type(w2->type)) {
+        d_mm(d, x, T, w1, y1);
+        d_mm(d, x, T, w2, y2);
+        return;
+    }
+    cu_quantize(d->st, dev_dot_type(w1->type), x, T, w1->ne0, d->qa, d->qa_stride);
+    cu_matmul(d->st, w1, d->qa, d->qa_stride, T, 0, y1, false, 0, 0);
+    cu_matmul(d->st, w2, d->qa, d->qa_stride, T, 0, y2, false, 0, 0);
 }
 
 /* the per-head norm and RoPE of rows [r0, r0 + n) of x (heads of hd) */
@@ -320,6 +340,10 @@ void cu_draft_free(mu_gpu_draft *d) {
     for (int i = 0; i < d->n_allocs; i++) cudaFree(d->allocs[i]);
     cudaFree(d->head_mem);
     cudaFree(d->lg);
+    cudaFreeHost(d->hx);
+    cudaFreeHost(d->hcs);
+    cudaFreeHost(d->hsn);
+    cudaFreeHost(d->hprm);
     if (d->st) cudaStreamDestroy(d->st);
     free(d->allocs);
     free(d->L);
@@ -383,10 +407,16 @@ static int draft_new(int dev, const mu_gpu_draft_desc *D, mu_gpu_draft *d, mu_er
         {(void **)&d->o, R * E * 4},   {(void **)&d->f1, R * F * 4}, {(void **)&d->f2, R * F * 4},
         {(void **)&d->g, R * E * 4},   {(void **)&d->feat, (size_t)DR * d->n_feat * 4},
         {(void **)&d->cs, R * (size_t)(d->hd / 2) * 4}, {(void **)&d->sn, R * (size_t)(d->hd / 2) * 4},
-        {(void **)&d->qa, R * d->qa_stride}, {(void **)&d->best, R * 4},
+        {(void **)&d->qa, R * d->qa_stride}, {(void **)&d->best, R * 4}, {(void **)&d->prm, 2 * sizeof(int)},
     };
     for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++)
         if ((rc = d_alloc(d, sc[i].bytes, sc[i].p, "scratch", err))) return rc;
+    const size_t h2 = (size_t)(d->hd / 2) * sizeof(float);
+    CU_CK(cudaHostAlloc((void **)&d->hx, (size_t)d->block * E * sizeof(float), cudaHostAllocDefault), "pinned staging");
+    CU_CK(cudaHostAlloc((void **)&d->hcs, (size_t)d->block * h2, cudaHostAllocDefault), "pinned staging");
+    CU_CK(cudaHostAlloc((void **)&d->hsn, (size_t)d->block * h2, cudaHostAllocDefault), "pinned staging");
+    CU_CK(cudaHostAlloc((void **)&d->hprm, 2 * sizeof(int), cudaHostAllocDefault), "pinned staging");
+    d->graphs = cu_env_digit("MUSER_CUDA_DRAFT_GRAPH", 0) == 1;
     return 0;
 }
 
@@ -442,6 +472,7 @@ void cu_dseq_free(mu_gpu_dseq *q) {
     if (!q) return;
     cudaSetDevice(q->d->dev);
     cudaStreamSynchronize(q->d->st);
+    if (q->exec) cudaGraphExecDestroy(q->exec);
     cudaFree(q->kc);
     cudaFree(q->vc);
     cudaFree(q->present);
@@ -502,8 +533,7 @@ int cu_dseq_inject(mu_gpu_dseq *q, int pos0, int n, const float *feat, const flo
     const size_t kvb = (size_t)n * d->n_kv * sizeof(float);
     for (int il = 0; il < d->n_layer; il++) {
         const d_layer *L = &d->L[il];
-        d_mm(d, d->g, n, &L->wk, d->k);
-        d_mm(d, d->g, n, &L->wv, d->v);
+        d_mm2(d, d->g, n, &L->wk, d->k, &L->wv, d->v);
         d_qk(d, d->k, d->n_kv, d->n_head_kv, L->k_norm, 0, n);
         const size_t off = ((size_t)il * q->n_ctx + (size_t)pos0) * d->n_kv;
         CU_CK(cudaMemcpyAsync(q->kc + off, d->k, kvb, cudaMemcpyDeviceToDevice, d->st), "drafter K rows");
@@ -514,14 +544,14 @@ int cu_dseq_inject(mu_gpu_dseq *q, int pos0, int n, const float *feat, const flo
     return 0;
 }
 
-static void d_attention(mu_gpu_dseq *q, int il, int pos, int n_ctx_rows, int r0, int nr) {
+static void d_attention(mu_gpu_dseq *q, int il, int r0, int nr) {
     mu_gpu_draft *d = q->d;
     const size_t off = (size_t)il * q->n_ctx * d->n_kv;
     const int gq = d->n_head / d->n_head_kv, swa = d->L[il].swa ? d->n_swa : 0;
     const dim3 grid(nr, d->n_head), block(ATTN_WARPS * 32);
 #define ATTN(NE)                                                                                                  \
     kd_attn<NE><<<grid, block, 0, d->st>>>(d->q, d->n_q, d->k, d->v, d->n_kv, q->kc + off, q->vc + off, q->present, \
-                                           n_ctx_rows, d->block, pos, r0, gq, d->kq_scale, d->causal, swa, d->at)
+                                           d->prm, d->block, r0, gq, d->kq_scale, d->causal, swa, d->at)
     switch (d->hd / 32) {
     case 1: ATTN(1); break;
     case 2: ATTN(2); break;
@@ -529,6 +559,42 @@ static void d_attention(mu_gpu_dseq *q, int il, int pos, int n_ctx_rows, int r0,
     default: ATTN(8); break;
     }
 #undef ATTN
+}
+
+/* The pass from the staged inputs (d->hx, hcs, hsn, hprm): the same
+ * launches whatever its position and draft length, so a graph can replay
+ * it. Every block row goes through the last layer too (the rows are
+ * independent there once k and v are made; the head reads the ones asked
+ * for). */
+static void pass_enqueue(mu_gpu_dseq *q) {
+    mu_gpu_draft *d = q->d;
+    const int T = d->block, E = d->E;
+    const size_t h2 = (size_t)d->hd / 2, Q = (size_t)d->n_q, F = (size_t)d->n_ff;
+    cudaMemcpyAsync(d->x, d->hx, (size_t)T * E * sizeof(float), cudaMemcpyHostToDevice, d->st);
+    cudaMemcpyAsync(d->cs, d->hcs, (size_t)T * h2 * sizeof(float), cudaMemcpyHostToDevice, d->st);
+    cudaMemcpyAsync(d->sn, d->hsn, (size_t)T * h2 * sizeof(float), cudaMemcpyHostToDevice, d->st);
+    cudaMemcpyAsync(d->prm, d->hprm, 2 * sizeof(int), cudaMemcpyHostToDevice, d->st);
+    for (int il = 0; il < d->n_layer; il++) {
+        const d_layer *L = &d->L[il];
+        /* every row's k and v; the last layer's attention, o and FFN only
+         * for the rows that become drafts, [1, T) */
+        const int r0 = il == d->n_layer - 1 ? 1 : 0, nr = T - r0;
+        cu_rms_rows(d->st, d->x, L->attn_norm, d->a, T, E, d->eps);
+        d_mm(d, d->a + (size_t)r0 * E, nr, &L->wq, d->q + r0 * Q);
+        d_mm2(d, d->a, T, &L->wk, d->k, &L->wv, d->v);
+        d_qk(d, d->q, d->n_q, d->n_head, L->q_norm, r0, nr);
+        d_qk(d, d->k, d->n_kv, d->n_head_kv, L->k_norm, 0, T);
+        d_attention(q, il, r0, nr);
+        d_mm(d, d->at + r0 * Q, nr, &L->wo, d->o + (size_t)r0 * E);
+        d_residual(d, L->attn_post, r0, nr);
+        cu_rms_rows(d->st, d->x + (size_t)r0 * E, L->ffn_norm, d->a + (size_t)r0 * E, nr, E, d->eps);
+        d_mm2(d, d->a + (size_t)r0 * E, nr, &L->gate, d->f1 + r0 * F, &L->up, d->f2 + r0 * F);
+        cu_swiglu(d->st, d->f1 + r0 * F, d->f2 + r0 * F, d->n_ff, nr);
+        d_mm(d, d->f1 + r0 * F, nr, &L->down, d->o + (size_t)r0 * E);
+        d_residual(d, L->ffn_post, r0, nr);
+    }
+    /* the final norm of the draft rows, kept for the head */
+    cu_rms_rows(d->st, d->x + E, d->out_norm, q->hid, T - 1, E, d->eps);
 }
 
 int cu_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const float *sn, int pos, int n_ctx_rows,
@@ -541,36 +607,26 @@ int cu_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const float *
         return cu_fail(err, MU_E_ARG, "cuda drafter: position %d with %d context rows (context %d)", pos, n_ctx_rows,
                        q->n_ctx);
     CU_CK(cudaSetDevice(d->dev), "set device");
+    /* the staging may still feed the copies of the pass before */
+    CU_CK(cudaStreamSynchronize(d->st), "drafter stream");
     const size_t h2 = (size_t)d->hd / 2;
-    int rc;
-    if ((rc = d_upload(d, d->x, x0, (size_t)T * E * sizeof(float), err)) ||
-        (rc = d_upload(d, d->cs, cs, (size_t)T * h2 * sizeof(float), err)) ||
-        (rc = d_upload(d, d->sn, sn, (size_t)T * h2 * sizeof(float), err)))
-        return rc;
-    const size_t Q = (size_t)d->n_q, F = (size_t)d->n_ff;
-    for (int il = 0; il < d->n_layer; il++) {
-        const d_layer *L = &d->L[il];
-        /* every row's k and v; the last layer needs the rest only for the
-         * rows that become drafts, [1, 1 + n_draft) */
-        const int r0 = il == d->n_layer - 1 ? 1 : 0, nr = il == d->n_layer - 1 ? n_draft : T;
-        cu_rms_rows(d->st, d->x, L->attn_norm, d->a, T, E, d->eps);
-        d_mm(d, d->a + (size_t)r0 * E, nr, &L->wq, d->q + r0 * Q);
-        d_mm(d, d->a, T, &L->wk, d->k);
-        d_mm(d, d->a, T, &L->wv, d->v);
-        d_qk(d, d->q, d->n_q, d->n_head, L->q_norm, r0, nr);
-        d_qk(d, d->k, d->n_kv, d->n_head_kv, L->k_norm, 0, T);
-        d_attention(q, il, pos, n_ctx_rows, r0, nr);
-        d_mm(d, d->at + r0 * Q, nr, &L->wo, d->o + (size_t)r0 * E);
-        d_residual(d, L->attn_post, r0, nr);
-        cu_rms_rows(d->st, d->x + (size_t)r0 * E, L->ffn_norm, d->a + (size_t)r0 * E, nr, E, d->eps);
-        d_mm(d, d->a + (size_t)r0 * E, nr, &L->gate, d->f1 + r0 * F);
-        d_mm(d, d->a + (size_t)r0 * E, nr, &L->up, d->f2 + r0 * F);
-        cu_swiglu(d->st, d->f1 + r0 * F, d->f2 + r0 * F, d->n_ff, nr);
-        d_mm(d, d->f1 + r0 * F, nr, &L->down, d->o + (size_t)r0 * E);
-        d_residual(d, L->ffn_post, r0, nr);
+    memcpy(d->hx, x0, (size_t)T * E * sizeof(float));
+    memcpy(d->hcs, cs, (size_t)T * h2 * sizeof(float));
+    memcpy(d->hsn, sn, (size_t)T * h2 * sizeof(float));
+    d->hprm[0] = pos;
+    d->hprm[1] = n_ctx_rows;
+    if (d->graphs && !q->exec) { /* capture once per sequence (its rows' addresses are in it) */
+        cudaGraph_t g;
+        CU_CK(cudaStreamBeginCapture(d->st, cudaStreamCaptureModeThreadLocal), "drafter graph capture");
+        pass_enqueue(q);
+        CU_CK(cudaStreamEndCapture(d->st, &g), "drafter graph capture");
+        cudaError_t e = cudaGraphInstantiate(&q->exec, g, 0);
+        cudaGraphDestroy(g);
+        if (e != cudaSuccess) q->exec = NULL;
+        CU_CK(e, "drafter graph instantiate");
     }
-    /* the final norm of rows 1 .. n_draft, kept for the head */
-    cu_rms_rows(d->st, d->x + E, d->out_norm, q->hid, n_draft, E, d->eps);
+    if (q->exec) CU_CK(cudaGraphLaunch(q->exec, d->st), "drafter graph launch");
+    else pass_enqueue(q);
     CU_CK(cudaGetLastError(), "drafter pass");
     q->n_hid = n_draft;
     return n_draft;

@@ -53,6 +53,10 @@ MUSER_CUDA_CAPTURE_GRAPH=0 "$build/tests/gpu/test_gpu_engine" models/muser-defau
 
 echo "--- DFlash drafter: CPU vs CUDA (tests/unit/draft_compare.h)"
 "$build/tests/gpu/test_gpu_draft" tests/data/dflash/target.gguf tests/data/dflash/drafter.gguf || rc=1
+# the passes replayed as graphs (captured per sequence)
+MUSER_CUDA_DRAFT_GRAPH=1 "$build/tests/gpu/test_gpu_draft" tests/data/dflash/target.gguf tests/data/dflash/drafter.gguf |
+  sed 's/^/[draft graph] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 if [ -f models/muser-default.dflash.gguf ]; then # Q8_0: draft_compare.h's looser bar
   "$build/tests/gpu/test_gpu_draft" models/muser-default.gguf models/muser-default.dflash.gguf 5e-2 || rc=1
 fi
@@ -102,9 +106,11 @@ def main():
     plain=$(./muser run -m "$bm" --backend cuda -p "$p" -n 96 --temp 0 --ignore-eos --json 2>"$work/spec.err") ||
       { echo "FAIL spec: plain run: $(tail -2 "$work/spec.err")"; rc=1; continue; }
     for spec in ngram dflash dflash-graph dflash-cpu; do
-      # dflash-graph: MUSER_CUDA_CAPTURE_GRAPH=1 (captures of few-token passes replayed as graphs);
+      # dflash-graph: MUSER_CUDA_CAPTURE_GRAPH=1 (captures of few-token passes replayed as graphs)
+      # and MUSER_CUDA_DRAFT_GRAPH=1 (the drafter's passes too);
       # dflash-cpu: the drafter on the CPU (MUSER_DRAFT_DEVICE=0), the others' on the device
-      got=$(MUSER_CUDA_CAPTURE_GRAPH=$([ $spec = dflash-graph ] && echo 1 || echo 0) \
+      g=$([ $spec = dflash-graph ] && echo 1 || echo 0)
+      got=$(MUSER_CUDA_CAPTURE_GRAPH=$g MUSER_CUDA_DRAFT_GRAPH=$g \
             MUSER_DRAFT_DEVICE=$([ $spec = dflash-cpu ] && echo 0 || echo 1) ./muser run -m "$bm" --backend cuda \
               -p "$p" -n 96 --temp 0 --ignore-eos --json --spec ${spec%-*} 2>"$work/spec.err") ||
         { echo "FAIL spec $spec: $(tail -2 "$work/spec.err")"; rc=1; continue; }

@@ -412,7 +412,7 @@ static int fd_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const 
     const size_t Q = (size_t)d->n_q, F = (size_t)d->n_ff;
     for (int il = 0; il < d->n_layer; il++) {
         const fd_layer *L = &d->L[il];
-        const int r0 = il == d->n_layer - 1 ? 1 : 0, nr = il == d->n_layer - 1 ? n_draft : T;
+        const int r0 = il == d->n_layer - 1 ? 1 : 0, nr = T - r0; /* pass_enqueue: every draft row */
         fd_rms(d->x, L->attn_norm, d->a, T, E, d->eps);
         fd_mm(d, d->a + (size_t)r0 * E, nr, &L->wq, d->q + r0 * Q);
         fd_mm(d, d->a, T, &L->wk, d->k);
@@ -432,7 +432,7 @@ static int fd_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const 
         fd_mm(d, d->f1 + r0 * F, nr, &L->down, d->o + (size_t)r0 * E);
         fd_residual(d, L->ffn_post, r0, nr);
     }
-    fd_rms(d->x + E, d->out_norm, q->hid, n_draft, E, d->eps);
+    fd_rms(d->x + E, d->out_norm, q->hid, T - 1, E, d->eps);
     q->n_hid = n_draft;
     return n_draft;
 }

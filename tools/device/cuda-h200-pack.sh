@@ -4,7 +4,8 @@
 # git; carry that one file, the carry limit is 64 MiB with the tree):
 #   .gpu/muser, .gpu/muser-cuda.so   muser (stripped) and the CUDA plugin built
 #                                    for sm_90a alone (build/h200)
-#   .gpu/test_gpu_kern, test_gpu_engine, test_gpu_stream, test_gpu_vision
+#   .gpu/test_gpu_kern, test_gpu_engine, test_gpu_stream, test_gpu_vision,
+#   test_gpu_draft
 #                                    the gpu tier's programs
 #   .gpu/lib/                        the shared libraries they link, but glibc's
 #                                    (the GPU machine has no -dev packages)
@@ -30,15 +31,15 @@ while [ $# -gt 0 ]; do
 done
 arch="-gencode=arch=compute_90a,code=sm_90a"
 make -s -j2 muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream \
-  build/tests/gpu/test_gpu_vision
+  build/tests/gpu/test_gpu_vision build/tests/gpu/test_gpu_draft
 make -s -j2 BUILD=build/h200 build/h200/muser-cuda.so CUDA_ARCH="$arch"
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 G=$S/.gpu
 mkdir -p "$G/lib"
 cp muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream \
-  build/tests/gpu/test_gpu_vision "$G/"
-strip "$G/muser" "$G/test_gpu_kern" "$G/test_gpu_engine" "$G/test_gpu_stream" "$G/test_gpu_vision"
+  build/tests/gpu/test_gpu_vision build/tests/gpu/test_gpu_draft "$G/"
+strip "$G/muser" "$G/test_gpu_kern" "$G/test_gpu_engine" "$G/test_gpu_stream" "$G/test_gpu_vision" "$G/test_gpu_draft"
 cp build/h200/muser-cuda.so "$G/"
 tools/device/libs.sh "$G/lib" muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_vision
 if [ -n "$lsrc" ]; then

@@ -97,7 +97,7 @@ fi
 
 if [ $TIER = 1 ]; then
   cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
-    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision build/tests/gpu/
+    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision .gpu/test_gpu_draft build/tests/gpu/
   timeout "$(( $(left) > TCAP ? TCAP : $(left) ))" bash tests/gpu/run.sh >"$OUT/tier.log" 2>&1
   note "gpu tier rc $?: $(grep '=== gpu tier' "$OUT/tier.log") $(grep 'gpu kernels:' "$OUT/tier.log") $(grep -c '^gpu stream .*: ok' "$OUT/tier.log") stream tests ok"
 fi

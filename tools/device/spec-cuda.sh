@@ -11,10 +11,12 @@
 #      engine: logits, cells and the captured hidden states of
 #      mu_batch_item.feat), with MUSER_CUDA_CAPTURE_GRAPH=0 and 1, unless
 #      --no-check
-#   2. bench/spec-ngram with --backend cuda: plain greedy, --spec ngram,
-#      --spec dflash and dflash-g (--spec dflash with
-#      MUSER_CUDA_CAPTURE_GRAPH=1: its decode steps replay graphs) one after
-#      the other for each prompt of
+#   2. bench/spec-ngram with --backend cuda: plain greedy, --spec ngram
+#      (ngram-r1: MUSER_SPEC_ROW_COST=0.1), --spec dflash with the drafter
+#      on the CPU (dflash-cpu: MUSER_DRAFT_DEVICE=0) and on the device
+#      (dflash; dflash-r1: MUSER_SPEC_ROW_COST=0.1; dflash-r1g: that and
+#      MUSER_CUDA_DRAFT_GRAPH=1; dflash-15g: that and --draft-max 15) one
+#      after the other for each prompt of
 #      bench/spec-prompts-dflash.json (the order alternating per repetition),
 #      --reps repetitions (3), medians; it stops with an error if a
 #      speculative run's ids differ from plain greedy's, and starts no
@@ -27,7 +29,7 @@
 # --backend cpu with --muser ./muser runs the same logic on a machine
 # without a GPU (for checking the script; its numbers mean nothing there).
 # --threads: muser run's --threads (4): a CUDA engine keeps one CPU thread,
-# the DFlash drafter (on the CPU) gets a pool of these.
+# a DFlash drafter on the CPU (dflash-cpu) gets a pool of these.
 # usage: OUT=... bash tools/device/spec-cuda.sh [--budget 300] [--reps 3] [--n 128]
 #          [--draft-max 8] [--threads 4] [--backend cuda] [--muser .gpu/muser] [--no-check] [--tier]
 set -u
@@ -66,7 +68,7 @@ note "backend $BACKEND, budget ${BUDGET}s, reps $REPS, n $N, draft-max $DMAX, th
 
 if [ $TIER = 1 ]; then
   cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
-    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision build/tests/gpu/
+    cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision .gpu/test_gpu_draft build/tests/gpu/
   tl=$(( $(left) - 150 )); [ $tl -gt 300 ] && tl=300
   if [ $tl -gt 30 ]; then
     timeout $tl bash tests/gpu/run.sh >"$OUT/spec-tier.log" 2>&1
@@ -91,18 +93,35 @@ if [ $CHECK = 1 ]; then
   fi
 fi
 
-# one repetition's runs: 8 prompts x 3 modes; the first repetition's time
+# one repetition's runs: 8 prompts x 8 modes; the first repetition's time
 # (minus a margin) is what the time limit leaves for the others
 lim=$(( $(left) - 30 ))
 if [ "$lim" -lt 10 ]; then note "bench: skipped: $(left)s left"; note "done"; exit 0; fi
-# dflash-g: the same binary with MUSER_CUDA_CAPTURE_GRAPH=1
+# variants: the same binary under wrappers that set the environment (and
+# dflash-15 appends --draft-max 15: the last one given counts)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-printf '#!/bin/sh\nMUSER_CUDA_CAPTURE_GRAPH=1 exec "%s" "$@"\n' "$M" >"$W/muser-cg"
-chmod +x "$W/muser-cg"
+wrap() { # NAME ENV... [-- ARGS...]
+  local name=$1 env="" args=""; shift
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do env="$env $1"; shift; done
+  [ "${1:-}" = -- ] && { shift; args="$*"; }
+  printf '#!/bin/sh\nexec env%s "%s" "$@" %s\n' "$env" "$M" "$args" >"$W/$name"
+  chmod +x "$W/$name"
+}
+# dflash-cpu: the drafter on the CPU (before the device drafter, 2026-12-05);
+# -r1: MUSER_SPEC_ROW_COST=0.1 (a verified draft costs a tenth of a step, not
+# the CPU's 0.4: the policy drafts more; docs/speculative.md)
+# -g: MUSER_CUDA_DRAFT_GRAPH=1 (the drafter's pass replayed as a graph)
+wrap ngram-r1 MUSER_SPEC_ROW_COST=0.1
+wrap dflash-cpu MUSER_DRAFT_DEVICE=0
+wrap dflash-r1 MUSER_SPEC_ROW_COST=0.1
+wrap dflash-r1g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1
+wrap dflash-15g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1 -- --draft-max 15
 timeout "$(( $(left) - 5 ))" python3 bench/spec-ngram "$MODEL" --muser "$M" --backend "$BACKEND" --reps "$REPS" --n "$N" \
   --draft-max "$DMAX" --threads "$THREADS" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
-  --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "dflash=$M:dflash" --variant "dflash-g=$W/muser-cg:dflash" \
+  --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "ngram-r1=$W/ngram-r1:ngram" \
+  --variant "dflash-cpu=$W/dflash-cpu:dflash" --variant "dflash=$M:dflash" --variant "dflash-r1=$W/dflash-r1:dflash" \
+  --variant "dflash-r1g=$W/dflash-r1g:dflash" --variant "dflash-15g=$W/dflash-15g:dflash" \
   >"$OUT/spec.jsonl" 2>"$OUT/spec.log"
 r=$?
 note "spec-ngram rc $r$([ $r = 124 ] && echo ' (timed out: no summary)')$(grep -h 'stopped\|changed the tokens\|failed' "$OUT/spec.jsonl" "$OUT/spec.log" | head -3 | sed 's/^/; /')"
