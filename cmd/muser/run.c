@@ -24,7 +24,8 @@
  * With --json, one line per generated token: {"id": ID, "top": [[id, prob], ...]}
  * (prob = softmax of the final logits, after logit scale and softcap); with
  * any --spec option also a last line {"timings": {...}} with the draft counts
- * (llama.cpp's draft_n, draft_n_accepted; draft_pos_n / draft_pos_accepted: per
+ * (llama.cpp's draft_n, draft_n_accepted; draft_on_device with a DFlash
+ * drafter: it ran on the GPU; draft_pos_n / draft_pos_accepted: per
  * draft position, how often it was checked and accepted; predicted_cpu_ms: the
  * process's CPU time from the first token to the last, what a benchmark on a
  * loaded machine compares). Without --json the totals go to stderr. */
@@ -349,6 +350,7 @@ int cmd_run(int argc, char **argv) {
                 goto done;
             }
             const mu_gen_stats *st = &ev.stats;
+            const bool drafter_dev = spec.drafter && mu_drafter_get_info(spec.drafter)->on_device;
             if (spec_given && json) {
                 printf("{\"timings\": {\"predicted_n\": %d, \"predicted_ms\": %.3f, \"predicted_cpu_ms\": %.3f, "
                        "\"draft_n\": %d, \"draft_n_accepted\": %d, \"spec_steps\": %d",
@@ -361,10 +363,12 @@ int cmd_run(int argc, char **argv) {
                     for (int k = 0; k < np; k++) printf(k ? ",%d" : "%d", w ? st->n_accept_pos[k] : st->n_draft_pos[k]);
                     printf("]");
                 }
+                if (spec.drafter) printf(", \"draft_on_device\": %s", drafter_dev ? "true" : "false");
                 printf("}}\n");
             } else if (spec_given) {
-                fprintf(stderr, "\nspec %s: drafted %d, accepted %d (%.1f%%) in %d verification steps (%.2f per step)\n",
-                        mu_spec_name((mu_spec)spec.spec), st->n_draft, st->n_draft_accepted,
+                fprintf(stderr, "\nspec %s%s: drafted %d, accepted %d (%.1f%%) in %d verification steps (%.2f per step)\n",
+                        mu_spec_name((mu_spec)spec.spec), drafter_dev ? " (the drafter on the GPU)" : "", st->n_draft,
+                        st->n_draft_accepted,
                         st->n_draft ? 100.0 * st->n_draft_accepted / st->n_draft : 0.0, st->n_spec_steps,
                         st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0);
             }
