@@ -346,9 +346,10 @@ static int default_shortlist(mu_drafter *d, mu_err *err) {
     return rc;
 }
 
-/* The drafter on the target's device, unless MUSER_DRAFT_DEVICE=0 or the
- * plugin has none (MU_E_UNSUPPORTED: then it stays on the CPU, as before
- * drafters ran on devices); any other failure is the open's. */
+/* The drafter on the target's device, unless MUSER_DRAFT_DEVICE=0, or the
+ * plugin has none or cannot run this one (MU_E_UNSUPPORTED: a head size or
+ * weight type it lacks): then it stays on the CPU. Any other failure is the
+ * open's. */
 static int gpu_open(mu_drafter *d, mu_err *err) {
     const char *env = getenv("MUSER_DRAFT_DEVICE");
     if (env && !strcmp(env, "0")) return 0;
@@ -511,8 +512,9 @@ void mu_draft_seq_truncate(mu_draft_seq *q, int n) {
     if (q->n_pend > 0) q->n_pend = n <= q->pend_p0 ? 0 : n - q->pend_p0 < q->n_pend ? n - q->pend_p0 : q->n_pend;
     if (n >= q->n_past) return;
     memset(q->present + n, 0, (size_t)(q->n_past - n));
-    /* a device that fails here fails the next call on the sequence too:
-     * its stream reports the error there */
+    /* no error to return here: should the device fail to clear the flags,
+     * the drafts read stale rows (worse drafts, never another answer) and a
+     * broken device fails the next call that can say so */
     if (q->gq) mu_gpu_dseq_truncate(q->gq, n, q->n_past, NULL);
     q->n_past = n;
 }

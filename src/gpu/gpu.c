@@ -196,7 +196,10 @@ int mu_gpu_vit_test_attn(int device, int n, int n_head, int hd, const float *q, 
 int mu_gpu_draft_new(int device, const mu_gpu_draft_desc *d, mu_gpu_draft **out, mu_err *err) {
     int rc = need_device(device, err);
     if (rc) return rc;
-    if (!g_plugin->draft_new) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no drafter");
+    const mu_gpu_plugin *p = g_plugin;
+    if (!p->draft_new || !p->draft_free || !p->draft_set_head || !p->dseq_new || !p->dseq_free || !p->dseq_inject ||
+        !p->dseq_truncate || !p->dseq_pass || !p->dseq_head)
+        return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no drafter");
     return g_plugin->draft_new(device, d, out, err);
 }
 

@@ -11,8 +11,7 @@
  * that capture nothing and solo items; a DFlash drafter opens on the CUDA
  * engine and drafts from those rows as it does on a CPU engine; the fake's
  * emulation of the device drafter against the CPU drafter (draft_compare.h).
- * And images
- * on a CUDA engine whose plugin has no vision encoder: encoded on the CPU,
+ * And images on a CUDA engine whose plugin has no vision encoder: encoded on the CPU,
  * the same rows as a CPU engine's, the reason kept with the projector.
  * Each logits row's best (mu_session_logits_best): the host's argmax of
  * the row when every value is finite, else -1, over rows with ties, -0
@@ -30,9 +29,9 @@
 #include "../../include/muser_gen.h"
 #include "../../include/muser_synth.h"
 #include "../../src/engine/engine.h"
-#include "draft_compare.h"
 #include "../../src/engine/sample_int.h"
 #include "../../src/vision/mmproj.h"
+#include "draft_compare.h"
 #include "fake_gpu_row.h"
 #include "image_gen.h"
 #include "mini_model.h"
