@@ -11,8 +11,9 @@
  * that capture nothing and solo items; a DFlash drafter opens on the CUDA
  * engine and drafts from those rows as it does on a CPU engine; the fake's
  * emulation of the device drafter against the CPU drafter (draft_compare.h).
- * And images on a CUDA engine whose plugin has no vision encoder: encoded on the CPU,
- * the same rows as a CPU engine's, the reason kept with the projector.
+ * And images on a CUDA engine whose plugin has no vision encoder: encoded
+ * on the CPU, the same rows as a CPU engine's, the reason kept with the
+ * projector.
  * Each logits row's best (mu_session_logits_best): the host's argmax of
  * the row when every value is finite, else -1, over rows with ties, -0
  * against +0, NaN and infinities; generation with and without it
