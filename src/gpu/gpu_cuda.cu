@@ -36,7 +36,7 @@ typedef struct {
     int32_t in_row[UB];   /* -1, or the token's row in m->rows_d (mu_gpu_chunk.in_rows) */
 } chunk_in;
 
-#define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs */
+#define GRAPH_MAX_T 8 /* batches of at most this many tokens replay graphs (graph_t) and take the decode kernels */
 #define MAX_GRAPHS 32
 typedef struct {
     int T, n_out, max_span, swa_span, t_solo, out_solo, attn_mode;
@@ -1059,6 +1059,20 @@ static bool host_pinned(const void *p) {
     return a.type == cudaMemoryTypeHost;
 }
 
+/* The most tokens of a pass that replays a graph: GRAPH_MAX_T, or
+ * MUSER_CUDA_GRAPH_T (up to 64: DFlash's verification blocks of up to 16
+ * tokens on a small model, where a pass's launches cost more than its
+ * kernels). The kernels a pass takes do not change with it. */
+static int graph_t(void) {
+    static int t = -1;
+    if (t < 0) {
+        const char *v = getenv("MUSER_CUDA_GRAPH_T");
+        const int x = v ? atoi(v) : 0;
+        t = x >= 1 && x <= 64 ? x : GRAPH_MAX_T;
+    }
+    return t;
+}
+
 /* Runs the pass from the graph captured for (T, n_out, the spans),
  * capturing it on first use. Scratch that moves (ensure_attn,
  * ensure_logits) clears the graphs. */
@@ -1203,7 +1217,7 @@ static int p_forward(mu_gpu_model *m, const mu_gpu_chunk *c, mu_err *err) {
     rc = cap_prepare(m, c, err);
     if (rc) return rc;
     /* graphs: token-only passes, captures only with their layers in the key (cap_mask) */
-    if (prof || stream || n_rows > 0 || (m->cap_n > 0 && !m->cap_mask) || T > GRAPH_MAX_T) {
+    if (prof || stream || n_rows > 0 || (m->cap_n > 0 && !m->cap_mask) || T > graph_t()) {
         m->rec_err = cudaSuccess;
         launch_pass(m, T, n_out, (int)max_span, swa_span, t_solo, out_solo, prof, stream, n_rows > 0);
     } else {

@@ -15,8 +15,9 @@
 #      (ngram-r1: MUSER_SPEC_ROW_COST=0.1), --spec dflash with the drafter
 #      on the CPU (dflash-cpu: MUSER_DRAFT_DEVICE=0) and on the device
 #      (dflash; dflash-r1: MUSER_SPEC_ROW_COST=0.1; dflash-r1g: that and
-#      MUSER_CUDA_DRAFT_GRAPH=1; dflash-15g: that and --draft-max 15) one
-#      after the other for each prompt of
+#      MUSER_CUDA_DRAFT_GRAPH=1; dflash-15g: that, --draft-max 15 and
+#      MUSER_CUDA_GRAPH_T=16, its verification blocks of up to 16 tokens
+#      replaying graphs) one after the other for each prompt of
 #      bench/spec-prompts-dflash.json (the order alternating per repetition),
 #      --reps repetitions (3), medians; it stops with an error if a
 #      speculative run's ids differ from plain greedy's, and starts no
@@ -116,7 +117,7 @@ wrap ngram-r1 MUSER_SPEC_ROW_COST=0.1
 wrap dflash-cpu MUSER_DRAFT_DEVICE=0
 wrap dflash-r1 MUSER_SPEC_ROW_COST=0.1
 wrap dflash-r1g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1
-wrap dflash-15g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1 -- --draft-max 15
+wrap dflash-15g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1 MUSER_CUDA_GRAPH_T=16 -- --draft-max 15
 timeout "$(( $(left) - 5 ))" python3 bench/spec-ngram "$MODEL" --muser "$M" --backend "$BACKEND" --reps "$REPS" --n "$N" \
   --draft-max "$DMAX" --threads "$THREADS" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
   --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "ngram-r1=$W/ngram-r1:ngram" \
