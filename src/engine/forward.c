@@ -23,16 +23,28 @@
 
 /* ---- small vector helpers --------------------------------------------- */
 
-/* y = x / sqrt(mean(x^2) + eps) [* w]; llama.cpp sums the squares in double. */
-static void rms_norm(float *y, const float *x, const float *w, int n, float eps) {
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    const float mean = (float)(sum / n);
-    const float scale = 1.0f / sqrtf(mean + eps);
-    if (w)
-        for (int i = 0; i < n; i++) y[i] = (x[i] * scale) * w[i];
-    else
-        for (int i = 0; i < n; i++) y[i] = x[i] * scale;
+/* y_r = x_r / sqrt(mean(x_r^2) + eps) [* w] for rows r < n_rows of n
+ * floats (row stride `stride` in x and y; y may be x). llama.cpp sums each
+ * row's squares in double, in order: the table's sumsq, which runs rows
+ * side by side (a row's sum is a chain of adds that no SIMD shortens). */
+#define RMS_ROWS 64
+static void rms_rows(const mu_kern *k, float *y, const float *x, const float *w, int n, int n_rows, size_t stride,
+                     float eps) {
+    double sums[RMS_ROWS];
+    for (int r0 = 0; r0 < n_rows; r0 += RMS_ROWS) {
+        const int nr = n_rows - r0 < RMS_ROWS ? n_rows - r0 : RMS_ROWS;
+        k->sumsq(n, x + (size_t)r0 * stride, stride, nr, sums);
+        for (int r = 0; r < nr; r++) {
+            const float *xr = x + (size_t)(r0 + r) * stride;
+            float *yr = y + (size_t)(r0 + r) * stride;
+            const float mean = (float)(sums[r] / n);
+            const float scale = 1.0f / sqrtf(mean + eps);
+            if (w)
+                for (int i = 0; i < n; i++) yr[i] = (xr[i] * scale) * w[i];
+            else
+                for (int i = 0; i < n; i++) yr[i] = xr[i] * scale;
+        }
+    }
 }
 
 /* GPT-J style RoPE on adjacent pairs. The angles of one position, shared
@@ -294,14 +306,10 @@ static void job_qk(void *arg, int ith, int nth) {
         float *k = e->s.k + (size_t)t * e->n_kv;
         float cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
         if (swa) mu_rope_angles(cs, sn, hd, pos, I->rope_base_swa);
-        for (int h = 0; h < I->n_head; h++) {
-            rms_norm(q + h * hd, q + h * hd, qn, hd, I->eps);
-            if (swa) rope(q + h * hd, hd, cs, sn);
-        }
-        for (int h = 0; h < I->n_head_kv; h++) {
-            rms_norm(k + h * hd, k + h * hd, kn, hd, I->eps);
-            if (swa) rope(k + h * hd, hd, cs, sn);
-        }
+        rms_rows(e->kern, q, q, qn, hd, I->n_head, (size_t)hd, I->eps);
+        rms_rows(e->kern, k, k, kn, hd, I->n_head_kv, (size_t)hd, I->eps);
+        for (int h = 0; swa && h < I->n_head; h++) rope(q + h * hd, hd, cs, sn);
+        for (int h = 0; swa && h < I->n_head_kv; h++) rope(k + h * hd, hd, cs, sn);
         /* K into its cell's row, V into its cell's column (session.c) */
         mu_session *s = e->s.tok_sess[t];
         const size_t nc = (size_t)s->rows[j->il], cell = (size_t)mu_tok_cell(e, t, j->il); /* pos % nc unless shifted */
@@ -324,35 +332,30 @@ enum { EW_ATTN_IN, EW_ATTN_OUT, EW_FFN_ACT, EW_FFN_OUT };
 static void job_ew(void *arg, int ith, int nth) {
     ew_job *j = arg;
     mu_engine *e = j->e;
+    const mu_kern *k = e->kern;
     const mu_model_info *I = &e->m->info;
     const mu_layer_w *L = j->il >= 0 ? &e->m->layers[j->il] : NULL;
     const int E = I->n_embd, F = I->n_ff;
     int lo, hi;
     mu_split(j->T, ith, nth, 1, &lo, &hi);
-    for (int t = lo; t < hi; t++) {
-        float *h = e->s.h + (size_t)t * E;
-        switch (j->step) {
-        case EW_ATTN_IN: /* a = rms(h) * attn_norm */
-            rms_norm(e->s.a + (size_t)t * E, h, L->attn_norm->data, E, I->eps);
-            break;
-        case EW_ATTN_OUT: { /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
-            float *o = e->s.o + (size_t)t * E;
-            rms_norm(o, o, L->post_attn_norm->data, E, MU_POST_NORM_EPS);
-            for (int i = 0; i < E; i++) h[i] += o[i];
-            rms_norm(e->s.a + (size_t)t * E, h, L->ffn_norm->data, E, I->eps);
-            break;
-        }
-        case EW_FFN_ACT: { /* f1 = silu(f1) * f2 */
-            e->kern->swiglu(F, e->s.f1 + (size_t)t * F, e->s.f2 + (size_t)t * F);
-            break;
-        }
-        case EW_FFN_OUT: { /* h += rms(o, 1e-8) * post_ffw_norm */
-            float *o = e->s.o + (size_t)t * E;
-            rms_norm(o, o, L->post_ffw_norm->data, E, MU_POST_NORM_EPS);
-            for (int i = 0; i < E; i++) h[i] += o[i];
-            break;
-        }
-        }
+    const int n = hi - lo;
+    float *h = e->s.h + (size_t)lo * E, *a = e->s.a + (size_t)lo * E, *o = e->s.o + (size_t)lo * E;
+    switch (j->step) {
+    case EW_ATTN_IN: /* a = rms(h) * attn_norm */
+        rms_rows(k, a, h, L->attn_norm->data, E, n, (size_t)E, I->eps);
+        break;
+    case EW_ATTN_OUT: /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
+        rms_rows(k, o, o, L->post_attn_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+        for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
+        rms_rows(k, a, h, L->ffn_norm->data, E, n, (size_t)E, I->eps);
+        break;
+    case EW_FFN_ACT: /* f1 = silu(f1) * f2 */
+        for (int t = lo; t < hi; t++) k->swiglu(F, e->s.f1 + (size_t)t * F, e->s.f2 + (size_t)t * F);
+        break;
+    case EW_FFN_OUT: /* h += rms(o, 1e-8) * post_ffw_norm */
+        rms_rows(k, o, o, L->post_ffw_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+        for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
+        break;
     }
 }
 
@@ -399,8 +402,8 @@ static void embed(mu_engine *e, const int32_t *tokens, int T) {
             memcpy(h, e->s.tok_in[t], (size_t)I->n_embd * sizeof(float)); /* an image row (llama.cpp's batch.embd) */
         else
             e->kern->dequant[te->type]((const uint8_t *)te->data + (size_t)tokens[t] * rb, h, I->n_embd);
-        rms_norm(h, h, NULL, I->n_embd, I->eps); /* unweighted norm after the lookup */
     }
+    rms_rows(e->kern, e->s.h, e->s.h, NULL, I->n_embd, T, (size_t)I->n_embd, I->eps); /* unweighted, after the lookup */
 }
 
 /* The layer inputs a drafter reads (mu_batch_item.feat): copies of the
@@ -495,9 +498,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
         n_out += s->tok_out[t] >= 0;
         if (t < s->t_solo) out_solo = n_out;
     }
-    for (int r = 0; r < n_out; r++)
-        rms_norm(s->a + (size_t)r * I->n_embd, s->h + (size_t)r * I->n_embd, e->m->output_norm->data, I->n_embd,
-                 I->eps);
+    rms_rows(e->kern, s->a, s->h, e->m->output_norm->data, I->n_embd, n_out, (size_t)I->n_embd, I->eps);
     /* embedding rows leave here (mu_batch_item.embd); the others are
      * compacted for the output matrix */
     int n_lg = 0;

@@ -478,6 +478,60 @@ static void swiglu_avx512(int n, float *g, const float *u) {
     for (; i < n; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
 }
 
+/* sumsq (kern.h): rows side by side, a row in each lane of a zmm of
+ * doubles, G groups of 8 rows at once (G chains of adds in flight). Each 8 x
+ * 8 block of floats (8 rows, 8 elements) is transposed in registers, so
+ * element i of the group's rows is one ymm; its squares (vmulps, the float
+ * product) widen exactly to doubles and join each lane's sum in element
+ * order: every row's sum is sumsq_ref's chain, bit for bit. Elements past
+ * the last whole 8 continue each row's chain in scalar code. */
+static inline __attribute__((always_inline)) void sumsq_group(int n, const float *x, size_t stride, double *out, const int G) {
+    __m512d acc[4];
+    for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_pd();
+    const int n8 = n & ~7;
+    for (int i = 0; i < n8; i += 8)
+        for (int g = 0; g < G; g++) {
+            const float *b = x + (size_t)(8 * g) * stride + i;
+            __m256 r[8], t[8], u[8];
+            for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(b + (size_t)j * stride);
+            for (int j = 0; j < 8; j += 2) {
+                t[j] = _mm256_unpacklo_ps(r[j], r[j + 1]);
+                t[j + 1] = _mm256_unpackhi_ps(r[j], r[j + 1]);
+            }
+            for (int h = 0; h < 8; h += 4) { /* rows h .. h + 3: elements (0, 4), (1, 5), (2, 6), (3, 7) */
+                u[h] = _mm256_shuffle_ps(t[h], t[h + 2], 0x44);
+                u[h + 1] = _mm256_shuffle_ps(t[h], t[h + 2], 0xee);
+                u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
+                u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xee);
+            }
+            for (int e = 0; e < 8; e++) { /* element i + e of the 8 rows */
+                const __m256 c = _mm256_permute2f128_ps(u[e & 3], u[4 + (e & 3)], e < 4 ? 0x20 : 0x31);
+                acc[g] = _mm512_add_pd(acc[g], _mm512_cvtps_pd(_mm256_mul_ps(c, c)));
+            }
+        }
+    for (int g = 0; g < G; g++) {
+        double s[8];
+        _mm512_storeu_pd(s, acc[g]);
+        for (int j = 0; j < 8; j++) {
+            const float *xr = x + (size_t)(8 * g + j) * stride;
+            for (int i = n8; i < n; i++) s[j] += (double)(xr[i] * xr[i]);
+            out[8 * g + j] = s[j];
+        }
+    }
+}
+
+static void sumsq_avx512(int n, const float *x, size_t stride, int n_rows, double *out) {
+    int r = 0;
+    for (; r + 32 <= n_rows; r += 32) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 4);
+    for (; r + 8 <= n_rows; r += 8) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 1);
+    for (; r < n_rows; r++) { /* a row alone: its chain as the ref's */
+        const float *xr = x + (size_t)r * stride;
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
+        out[r] = sum;
+    }
+}
+
 static void to_f16_avx512(int n, const float *x, mu_f16 *y) {
     int i = 0;
     for (; i + 16 <= n; i += 16)
@@ -500,4 +554,5 @@ void mu_kern_fill_attn_avx512(mu_kern *k) {
     k->mm_f16 = mm_f16_avx512;
     k->softmax_f16 = softmax_f16_avx512;
     k->swiglu = swiglu_avx512;
+    k->sumsq = sumsq_avx512;
 }

@@ -81,6 +81,12 @@ typedef struct mu_kern {
     /* g = silu(g) * u (ggml_vec_swiglu_f32: ggml's vector silu on whole
      * groups of 16, libm's expf on the tail). */
     void (*swiglu)(int n, float *g, const float *u);
+    /* RMS norm's sums of squares of n_rows rows of n floats (row r at x + r
+     * * stride): out[r] = the sum, in order, of (double)(x[i] * x[i]) (the
+     * square in float, added in double), llama.cpp's rms_norm. Each row is
+     * one chain of adds; a SIMD table runs rows side by side in its lanes,
+     * never one row's elements. */
+    void (*sumsq)(int n, const float *x, size_t stride, int n_rows, double *out);
     /* Dots that llama.cpp's x86 CPU backend computes with other rounding
      * in a matmul of two activation rows or more. NULL: same as vec_dot.
      *  F16: llamafile tinyBLAS, one 16-lane FMA accumulator reduced as

@@ -667,6 +667,15 @@ static void round_f16_ref(int n, const float *x, float *y) {
     for (int i = 0; i < n; i++) y[i] = mu_f16_to_f32(mu_f32_to_f16(x[i]));
 }
 
+static void sumsq_ref(int n, const float *x, size_t stride, int n_rows, double *out) {
+    for (int r = 0; r < n_rows; r++) {
+        const float *xr = x + (size_t)r * stride;
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
+        out[r] = sum;
+    }
+}
+
 static void swiglu_ref(int n, float *g, const float *u) {
     const int n16 = n & ~15;
     for (int i = 0; i < n16; i++) g[i] = g[i] / (1.0f + mu_expf_ggml(-g[i])) * u[i];
@@ -702,6 +711,7 @@ static const mu_kern REF = {
     .mm_f16 = mm_f16_ref,
     .softmax_f16 = softmax_f16_ref,
     .swiglu = swiglu_ref,
+    .sumsq = sumsq_ref,
     .to_f16 = to_f16_ref,
     .round_f16 = round_f16_ref,
     .vec_dot_batch = {

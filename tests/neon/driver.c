@@ -21,7 +21,8 @@ int main(void) {
                       {"nvfp4_nonfinite", check_nvfp4_nonfinite}, {"nvfp4_cancel", check_nvfp4_cancel},
                       {"vec_dot", check_vec_dot},   {"gemm", check_gemm},         {"gemm_wide", check_gemm_wide},
                       {"bf16_tiny", check_bf16_tiny},
-                      {"vec_dot2", check_vec_dot2}, {"mm_f16", check_mm_f16},     {"softmax_swiglu", check_softmax_swiglu}};
+                      {"vec_dot2", check_vec_dot2}, {"mm_f16", check_mm_f16},     {"softmax_swiglu", check_softmax_swiglu},
+                      {"sumsq", check_sumsq}};
         for (size_t c = 0; c < sizeof checks / sizeof checks[0]; c++) {
             const int f = checks[c].fn(k);
             printf("%-4s %s %s%s\n", f ? "FAIL" : "ok", k->name, checks[c].name,

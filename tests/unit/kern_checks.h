@@ -7,7 +7,7 @@
  * Bit-exact: quantizers (activation f32 -> dot type), dequantizers, and
  * every dot of every weight type checked (kc_exact: all of KC_WTYPES),
  * whose float order kern_ref.c pins to llama.cpp's (vec_dot, vec_dot2,
- * vec_dot_batch, gemm, mm_f16), softmax_f16, swiglu.
+ * vec_dot_batch, gemm, mm_f16), softmax_f16, swiglu, sumsq.
  * Named tolerances remain for a weight type outside kc_exact (none now):
  * |got - ref| <= tol * sum_i |w_i| * |a_i|, the sum of the magnitudes of
  * the terms, with TOL_DOT_FLOAT for F32, F16 and BF16 and TOL_DOT_QUANT
@@ -728,6 +728,47 @@ static int check_mm_f16(const mu_kern *k) {
                     break;
                 }
         }
+    }
+    return fails;
+}
+
+/* sumsq: bit-identical to the ref for 1 .. 70 rows (the SIMD tables' groups
+ * of 32 and 8 rows and the rows left over), widths around their blocks of 8
+ * elements and a model's 2048 and 4096, a row stride past the width, on
+ * rows whose values span 2^-60 .. 2^20 (their double sums round, so an add
+ * out of order shows: the check makes sure the data does that, by summing
+ * one row backwards). */
+static int check_sumsq(const mu_kern *k) {
+    const mu_kern *ref = mu_kern_ref();
+    static const int NS[] = {1, 7, 8, 9, 64, 100, 128, 2048, 4099};
+    static const int RS[] = {1, 3, 8, 13, 32, 41, 70};
+    int fails = 0, orders = 0;
+    for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
+        for (size_t ri = 0; ri < sizeof RS / sizeof RS[0]; ri++) {
+            const int n = NS[ni], rows = RS[ri];
+            const size_t stride = (size_t)n + 5;
+            float *x = malloc((size_t)rows * stride * sizeof *x);
+            double *a = malloc((size_t)rows * sizeof *a), *b = malloc((size_t)rows * sizeof *b);
+            kc_seed(94000 + 100 * ni + ri);
+            for (size_t i = 0; i < (size_t)rows * stride; i++)
+                x[i] = ldexpf(kc_gauss(), (int)(kc_u32() % 81) - 60);
+            ref->sumsq(n, x, stride, rows, a);
+            k->sumsq(n, x, stride, rows, b);
+            if (memcmp(a, b, (size_t)rows * sizeof *a)) {
+                KC_LOG("%s: sumsq n=%d rows=%d differs from ref\n", k->name, n, rows);
+                fails++;
+            }
+            double back = 0;
+            for (int i = n - 1; i >= 0; i--) back += (double)(x[i] * x[i]);
+            orders += back != a[0];
+            free(x);
+            free(a);
+            free(b);
+        }
+    if (orders < 10) {
+        KC_LOG("%s: sumsq's data rounds the same in any order (%d rows of 63 do not): it cannot see the order\n",
+               k->name, orders);
+        fails++;
     }
     return fails;
 }

@@ -34,6 +34,7 @@ static void test_mm_f16(void **st) { (void)st; run_all(check_mm_f16); }
 static void test_vec_dot2(void **st) { (void)st; run_all(check_vec_dot2); }
 static void test_vec_dotn(void **st) { (void)st; run_all(check_vec_dotn); }
 static void test_softmax_swiglu(void **st) { (void)st; run_all(check_softmax_swiglu); }
+static void test_sumsq(void **st) { (void)st; run_all(check_sumsq); }
 
 static void test_gemm_wide(void **st) { (void)st; run_all(check_gemm_wide); }
 static void test_bf16_tiny(void **st) { (void)st; run_all(check_bf16_tiny); }
@@ -247,7 +248,7 @@ int main(void) {
         cmocka_unit_test(test_complete), cmocka_unit_test(test_quant),  cmocka_unit_test(test_dequant),
         cmocka_unit_test(test_vec_dot),  cmocka_unit_test(test_gemm),           cmocka_unit_test(test_gemm_wide), cmocka_unit_test(test_gemm_q32),
         cmocka_unit_test(test_bf16_tiny),
-        cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_vec_dotn),   cmocka_unit_test(test_softmax_swiglu),
+        cmocka_unit_test(test_mm_f16),   cmocka_unit_test(test_vec_dot2),   cmocka_unit_test(test_vec_dotn),   cmocka_unit_test(test_softmax_swiglu), cmocka_unit_test(test_sumsq),
         cmocka_unit_test(test_quant_nonfinite), cmocka_unit_test(test_quant_nonfinite_values),
         cmocka_unit_test(test_nvfp4_nonfinite), cmocka_unit_test(test_nvfp4_cancel), cmocka_unit_test(test_nvfp4_values),
         cmocka_unit_test(test_select),   cmocka_unit_test(test_checks_catch_errors),
