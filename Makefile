@@ -68,6 +68,10 @@ FLAGS_src/engine/sample.c       := -ffp-contract=off
 FLAGS_src/engine/sample_chain.c := -ffp-contract=off
 # and the image resize's double-precision weights are llama.cpp's to the bit
 FLAGS_src/vision/image.c        := -ffp-contract=off
+# the forward pass's elementwise loops (norms' scaling, residual adds) over
+# rows of a variable width: -O2's very-cheap vectorizer takes only loops
+# whose length it knows; no sum is reassociated either way (no -ffast-math)
+FLAGS_src/engine/forward.c      := -fvect-cost-model=dynamic
 
 LIB_SRC := $(filter-out $(ISA_ALL),$(wildcard src/*/*.c)) $(ISA_SRC)
 CMD_SRC := $(wildcard cmd/muser/*.c)

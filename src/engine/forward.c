@@ -329,6 +329,10 @@ typedef struct {
 
 enum { EW_ATTN_IN, EW_ATTN_OUT, EW_FFN_ACT, EW_FFN_OUT };
 
+/* Rows in blocks of EW_ROWS through every step of a case, so a block's
+ * rows are still in the cache for the next step (two groups of the SIMD
+ * tables' sumsq). */
+#define EW_ROWS 16
 static void job_ew(void *arg, int ith, int nth) {
     ew_job *j = arg;
     mu_engine *e = j->e;
@@ -338,24 +342,26 @@ static void job_ew(void *arg, int ith, int nth) {
     const int E = I->n_embd, F = I->n_ff;
     int lo, hi;
     mu_split(j->T, ith, nth, 1, &lo, &hi);
-    const int n = hi - lo;
-    float *h = e->s.h + (size_t)lo * E, *a = e->s.a + (size_t)lo * E, *o = e->s.o + (size_t)lo * E;
-    switch (j->step) {
-    case EW_ATTN_IN: /* a = rms(h) * attn_norm */
-        rms_rows(k, a, h, L->attn_norm->data, E, n, (size_t)E, I->eps);
-        break;
-    case EW_ATTN_OUT: /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
-        rms_rows(k, o, o, L->post_attn_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
-        for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
-        rms_rows(k, a, h, L->ffn_norm->data, E, n, (size_t)E, I->eps);
-        break;
-    case EW_FFN_ACT: /* f1 = silu(f1) * f2 */
-        for (int t = lo; t < hi; t++) k->swiglu(F, e->s.f1 + (size_t)t * F, e->s.f2 + (size_t)t * F);
-        break;
-    case EW_FFN_OUT: /* h += rms(o, 1e-8) * post_ffw_norm */
-        rms_rows(k, o, o, L->post_ffw_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
-        for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
-        break;
+    for (int t = lo; t < hi; t += EW_ROWS) {
+        const int n = hi - t < EW_ROWS ? hi - t : EW_ROWS;
+        float *h = e->s.h + (size_t)t * E, *a = e->s.a + (size_t)t * E, *o = e->s.o + (size_t)t * E;
+        switch (j->step) {
+        case EW_ATTN_IN: /* a = rms(h) * attn_norm */
+            rms_rows(k, a, h, L->attn_norm->data, E, n, (size_t)E, I->eps);
+            break;
+        case EW_ATTN_OUT: /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
+            rms_rows(k, o, o, L->post_attn_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+            for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
+            rms_rows(k, a, h, L->ffn_norm->data, E, n, (size_t)E, I->eps);
+            break;
+        case EW_FFN_ACT: /* f1 = silu(f1) * f2 */
+            for (int r = t; r < t + n; r++) k->swiglu(F, e->s.f1 + (size_t)r * F, e->s.f2 + (size_t)r * F);
+            break;
+        case EW_FFN_OUT: /* h += rms(o, 1e-8) * post_ffw_norm */
+            rms_rows(k, o, o, L->post_ffw_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+            for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
+            break;
+        }
     }
 }
 
