@@ -213,10 +213,61 @@ static void round_f16_neon(int n, const float *x, float *y) {
     for (; i < n; i++) y[i] = mu_f16_to_f32(mu_f32_to_f16(x[i]));
 }
 
+/* sumsq (kern.h): rows side by side, 4 rows a group (their squares in one
+ * float32x4, widened to two float64x2 chains), two groups at once; each 4
+ * x 4 block transposed in registers, each lane adding its row's squares in
+ * element order: sumsq_ref's chain per row, bit for bit. */
+static inline __attribute__((always_inline)) void sumsq_group_neon(int n, const float *x, size_t stride, double *out,
+                                                                   const int G) {
+    float64x2_t lo[2], hi[2];
+    for (int g = 0; g < G; g++) lo[g] = hi[g] = vdupq_n_f64(0);
+    const int n4 = n & ~3;
+    for (int i = 0; i < n4; i += 4)
+        for (int g = 0; g < G; g++) {
+            const float *b = x + (size_t)(4 * g) * stride + i;
+            const float32x4_t r0 = vld1q_f32(b), r1 = vld1q_f32(b + stride), r2 = vld1q_f32(b + 2 * stride),
+                              r3 = vld1q_f32(b + 3 * stride);
+            const float64x2_t t0 = vreinterpretq_f64_f32(vtrn1q_f32(r0, r1)),
+                              t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1)),
+                              t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3)),
+                              t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
+            const float32x4_t c[4] = {vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)),
+                                      vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3))};
+            for (int e = 0; e < 4; e++) { /* element i + e of the 4 rows */
+                const float32x4_t sq = vmulq_f32(c[e], c[e]);
+                lo[g] = vaddq_f64(lo[g], vcvt_f64_f32(vget_low_f32(sq)));
+                hi[g] = vaddq_f64(hi[g], vcvt_high_f64_f32(sq));
+            }
+        }
+    for (int g = 0; g < G; g++) {
+        double s[4];
+        vst1q_f64(s, lo[g]);
+        vst1q_f64(s + 2, hi[g]);
+        for (int j = 0; j < 4; j++) {
+            const float *xr = x + (size_t)(4 * g + j) * stride;
+            for (int i = n4; i < n; i++) s[j] += (double)(xr[i] * xr[i]);
+            out[4 * g + j] = s[j];
+        }
+    }
+}
+
+static void sumsq_neon(int n, const float *x, size_t stride, int n_rows, double *out) {
+    int r = 0;
+    for (; r + 8 <= n_rows; r += 8) sumsq_group_neon(n, x + (size_t)r * stride, stride, out + r, 2);
+    for (; r + 4 <= n_rows; r += 4) sumsq_group_neon(n, x + (size_t)r * stride, stride, out + r, 1);
+    for (; r < n_rows; r++) { /* a row alone: its chain as the ref's */
+        const float *xr = x + (size_t)r * stride;
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
+        out[r] = sum;
+    }
+}
+
 void mu_kern_fill_attn_neon(mu_kern *k) {
     k->to_f16 = to_f16_neon;
     k->round_f16 = round_f16_neon;
     k->mm_f16 = mm_f16_neon;
     k->softmax_f16 = softmax_f16_neon;
     k->swiglu = swiglu_neon;
+    k->sumsq = sumsq_neon;
 }
