@@ -93,12 +93,6 @@ struct mu_draft_seq {
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static void rms_norm(float *y, const float *x, const float *w, int n, float eps) {
-    double sum = 0;
-    for (int i = 0; i < n; i++) sum += (double)(x[i] * x[i]);
-    const float scale = 1.0f / sqrtf((float)(sum / n) + eps);
-    for (int i = 0; i < n; i++) y[i] = x[i] * scale * (w ? w[i] : 1.0f);
-}
 
 /* RoPE's cos and sin for T rows at positions pos0 ..: theta_i = pos *
  * base^(-2i/hd), advanced by repeated multiplication as ggml's cache does. */
@@ -531,19 +525,15 @@ static float *vcol(mu_draft_seq *q, int il, int c) {
  * table's row t) */
 static void qk_post(mu_drafter *d, const mu_dflash_layer *L, int T, int q0, int q1) {
     const mu_dflash_model *m = d->m;
+    const mu_kern *k = d->e->kern;
     const int hd = m->head_dim;
+    float *q = d->q + (size_t)q0 * d->n_q;
+    if (q1 > q0) mu_rms_rows(k, q, q, L->q_norm->data, hd, (q1 - q0) * m->n_head, (size_t)hd, m->eps);
+    mu_rms_rows(k, d->k, d->k, L->k_norm->data, hd, T * m->n_head_kv, (size_t)hd, m->eps);
     for (int t = 0; t < T; t++) {
-        if (t >= q0 && t < q1)
-            for (int h = 0; h < m->n_head; h++) {
-                float *x = d->q + (size_t)t * d->n_q + (size_t)h * hd;
-                rms_norm(x, x, L->q_norm->data, hd, m->eps);
-                rope_neox(d, x, t);
-            }
-        for (int h = 0; h < m->n_head_kv; h++) {
-            float *x = d->k + (size_t)t * d->n_kv + (size_t)h * hd;
-            rms_norm(x, x, L->k_norm->data, hd, m->eps);
-            rope_neox(d, x, t);
-        }
+        for (int h = 0; t >= q0 && t < q1 && h < m->n_head; h++)
+            rope_neox(d, d->q + (size_t)t * d->n_q + (size_t)h * hd, t);
+        for (int h = 0; h < m->n_head_kv; h++) rope_neox(d, d->k + (size_t)t * d->n_kv + (size_t)h * hd, t);
     }
 }
 
@@ -570,8 +560,7 @@ static int inject_now(mu_draft_seq *q, int pos0, int n, const float *feat, mu_er
         const int T = n - c < DRAFT_ROWS ? n - c : DRAFT_ROWS, p0 = pos0 + c;
         /* g = rms(feat fc^T) * enc_norm: [T][E] */
         matmul(d, feat + (size_t)c * d->n_feat, T, m->fc, d->g);
-        for (int t = 0; t < T; t++)
-            rms_norm(d->g + (size_t)t * E, d->g + (size_t)t * E, m->enc_norm->data, E, m->eps);
+        mu_rms_rows(d->e->kern, d->g, d->g, m->enc_norm->data, E, T, (size_t)E, m->eps);
         rope_table(d, T, p0);
         for (int il = 0; il < m->n_layer; il++) {
             const mu_dflash_layer *L = &m->layers[il];
@@ -721,8 +710,7 @@ int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_er
         /* every row's k and v; the last layer needs the rest only for the
          * rows that become drafts, [1, 1 + n_draft) */
         const int r0 = il == m->n_layer - 1 ? 1 : 0, nr = il == m->n_layer - 1 ? n_draft : T;
-        for (int t = 0; t < T; t++)
-            rms_norm(d->a + (size_t)t * E, d->x + (size_t)t * E, L->attn_norm->data, E, m->eps);
+        mu_rms_rows(k, d->a, d->x, L->attn_norm->data, E, T, (size_t)E, m->eps);
         matmul(d, d->a + (size_t)r0 * E, nr, L->wq, d->q + (size_t)r0 * d->n_q);
         matmul(d, d->a, T, L->wk, d->k);
         matmul(d, d->a, T, L->wv, d->v);
@@ -730,25 +718,19 @@ int mu_draft_seq_pass(mu_draft_seq *q, int32_t last, int pos, int n_draft, mu_er
         attn_job aj = {q, il, T, pos, r0, nr};
         mu_pool_run(d->pool, job_attn, &aj);
         matmul(d, d->a + (size_t)r0 * d->n_q, nr, L->wo, d->o + (size_t)r0 * E);
-        for (int t = r0; t < r0 + nr; t++) {
-            float *o = d->o + (size_t)t * E, *x = d->x + (size_t)t * E;
-            if (L->attn_post_norm) rms_norm(o, o, L->attn_post_norm->data, E, m->eps);
-            for (int i = 0; i < E; i++) x[i] += o[i];
-            rms_norm(d->a + (size_t)t * E, x, L->ffn_norm->data, E, m->eps);
-        }
+        float *o = d->o + (size_t)r0 * E, *x = d->x + (size_t)r0 * E;
+        if (L->attn_post_norm) mu_rms_rows(k, o, o, L->attn_post_norm->data, E, nr, (size_t)E, m->eps);
+        for (size_t i = 0; i < (size_t)nr * E; i++) x[i] += o[i];
+        mu_rms_rows(k, d->a + (size_t)r0 * E, x, L->ffn_norm->data, E, nr, (size_t)E, m->eps);
         matmul(d, d->a + (size_t)r0 * E, nr, L->ffn_gate, d->f1 + (size_t)r0 * m->n_ff);
         matmul(d, d->a + (size_t)r0 * E, nr, L->ffn_up, d->f2 + (size_t)r0 * m->n_ff);
         for (int t = r0; t < r0 + nr; t++) k->swiglu(m->n_ff, d->f1 + (size_t)t * m->n_ff, d->f2 + (size_t)t * m->n_ff);
         matmul(d, d->f1 + (size_t)r0 * m->n_ff, nr, L->ffn_down, d->o + (size_t)r0 * E);
-        for (int t = r0; t < r0 + nr; t++) {
-            float *o = d->o + (size_t)t * E, *x = d->x + (size_t)t * E;
-            if (L->ffn_post_norm) rms_norm(o, o, L->ffn_post_norm->data, E, m->eps);
-            for (int i = 0; i < E; i++) x[i] += o[i];
-        }
+        if (L->ffn_post_norm) mu_rms_rows(k, o, o, L->ffn_post_norm->data, E, nr, (size_t)E, m->eps);
+        for (size_t i = 0; i < (size_t)nr * E; i++) x[i] += o[i];
     }
     /* the final norm of rows 1..n_draft, kept for mu_draft_seq_tokens */
-    for (int t = 1; t <= n_draft; t++)
-        rms_norm(q->hid + (size_t)(t - 1) * E, d->x + (size_t)t * E, m->output_norm->data, E, m->eps);
+    mu_rms_rows(k, q->hid, d->x + E, m->output_norm->data, E, n_draft, (size_t)E, m->eps);
     q->n_hid = n_draft;
     return n_draft;
 }

@@ -155,6 +155,12 @@ void mu_session_row_put(mu_session *s, int il, int pos, const uint16_t *k, const
 void mu_rows_tr16_avx2(const uint16_t *src, size_t ss, uint16_t *dst, size_t ds);
 #endif
 
+/* y_r = x_r / sqrt(mean(x_r^2) + eps) [* w] for rows r < n_rows of n
+ * floats (row stride `stride` in x and y; y may be x): llama.cpp's
+ * rms_norm (forward.c; the drafter's norms too). */
+void mu_rms_rows(const mu_kern *k, float *y, const float *x, const float *w, int n, int n_rows, size_t stride,
+                 float eps);
+
 /* t as the GPU layer describes a weight (zeroed for NULL: an absent one). */
 static inline mu_gpu_tensor mu_gpu_tensor_of(const mu_gguf_tensor *t) {
     if (!t) return (mu_gpu_tensor){0};

@@ -23,13 +23,12 @@
 
 /* ---- small vector helpers --------------------------------------------- */
 
-/* y_r = x_r / sqrt(mean(x_r^2) + eps) [* w] for rows r < n_rows of n
- * floats (row stride `stride` in x and y; y may be x). llama.cpp sums each
- * row's squares in double, in order: the table's sumsq, which runs rows
- * side by side (a row's sum is a chain of adds that no SIMD shortens). */
+/* engine.h: llama.cpp sums each row's squares in double, in order: the
+ * table's sumsq, which runs rows side by side (a row's sum is a chain of
+ * adds that no SIMD shortens). */
 #define RMS_ROWS 64
-static void rms_rows(const mu_kern *k, float *y, const float *x, const float *w, int n, int n_rows, size_t stride,
-                     float eps) {
+void mu_rms_rows(const mu_kern *k, float *y, const float *x, const float *w, int n, int n_rows, size_t stride,
+                 float eps) {
     double sums[RMS_ROWS];
     for (int r0 = 0; r0 < n_rows; r0 += RMS_ROWS) {
         const int nr = n_rows - r0 < RMS_ROWS ? n_rows - r0 : RMS_ROWS;
@@ -306,8 +305,8 @@ static void job_qk(void *arg, int ith, int nth) {
         float *k = e->s.k + (size_t)t * e->n_kv;
         float cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
         if (swa) mu_rope_angles(cs, sn, hd, pos, I->rope_base_swa);
-        rms_rows(e->kern, q, q, qn, hd, I->n_head, (size_t)hd, I->eps);
-        rms_rows(e->kern, k, k, kn, hd, I->n_head_kv, (size_t)hd, I->eps);
+        mu_rms_rows(e->kern, q, q, qn, hd, I->n_head, (size_t)hd, I->eps);
+        mu_rms_rows(e->kern, k, k, kn, hd, I->n_head_kv, (size_t)hd, I->eps);
         for (int h = 0; swa && h < I->n_head; h++) rope(q + h * hd, hd, cs, sn);
         for (int h = 0; swa && h < I->n_head_kv; h++) rope(k + h * hd, hd, cs, sn);
         /* K into its cell's row, V into its cell's column (session.c) */
@@ -347,18 +346,18 @@ static void job_ew(void *arg, int ith, int nth) {
         float *h = e->s.h + (size_t)t * E, *a = e->s.a + (size_t)t * E, *o = e->s.o + (size_t)t * E;
         switch (j->step) {
         case EW_ATTN_IN: /* a = rms(h) * attn_norm */
-            rms_rows(k, a, h, L->attn_norm->data, E, n, (size_t)E, I->eps);
+            mu_rms_rows(k, a, h, L->attn_norm->data, E, n, (size_t)E, I->eps);
             break;
         case EW_ATTN_OUT: /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
-            rms_rows(k, o, o, L->post_attn_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+            mu_rms_rows(k, o, o, L->post_attn_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
             for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
-            rms_rows(k, a, h, L->ffn_norm->data, E, n, (size_t)E, I->eps);
+            mu_rms_rows(k, a, h, L->ffn_norm->data, E, n, (size_t)E, I->eps);
             break;
         case EW_FFN_ACT: /* f1 = silu(f1) * f2 */
             for (int r = t; r < t + n; r++) k->swiglu(F, e->s.f1 + (size_t)r * F, e->s.f2 + (size_t)r * F);
             break;
         case EW_FFN_OUT: /* h += rms(o, 1e-8) * post_ffw_norm */
-            rms_rows(k, o, o, L->post_ffw_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+            mu_rms_rows(k, o, o, L->post_ffw_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
             for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
             break;
         }
@@ -409,7 +408,8 @@ static void embed(mu_engine *e, const int32_t *tokens, int T) {
         else
             e->kern->dequant[te->type]((const uint8_t *)te->data + (size_t)tokens[t] * rb, h, I->n_embd);
     }
-    rms_rows(e->kern, e->s.h, e->s.h, NULL, I->n_embd, T, (size_t)I->n_embd, I->eps); /* unweighted, after the lookup */
+    /* the unweighted norm after the lookup */
+    mu_rms_rows(e->kern, e->s.h, e->s.h, NULL, I->n_embd, T, (size_t)I->n_embd, I->eps);
 }
 
 /* The layer inputs a drafter reads (mu_batch_item.feat): copies of the
@@ -504,7 +504,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
         n_out += s->tok_out[t] >= 0;
         if (t < s->t_solo) out_solo = n_out;
     }
-    rms_rows(e->kern, s->a, s->h, e->m->output_norm->data, I->n_embd, n_out, (size_t)I->n_embd, I->eps);
+    mu_rms_rows(e->kern, s->a, s->h, e->m->output_norm->data, I->n_embd, n_out, (size_t)I->n_embd, I->eps);
     /* embedding rows leave here (mu_batch_item.embd); the others are
      * compacted for the output matrix */
     int n_lg = 0;

@@ -285,7 +285,8 @@ static int d_matrix(mu_gpu_draft *d, const mu_gpu_tensor *t, dtensor *out, mu_er
 static int d_vector(mu_gpu_draft *d, const mu_gpu_tensor *t, const float **out, mu_err *err) {
     *out = NULL;
     if (!t->data) return 0;
-    if (t->type != MU_T_F32) return cu_fail(err, MU_E_MODEL, "cuda drafter: norm weights must be F32 (type %u)", t->type);
+    if (t->type != MU_T_F32)
+        return cu_fail(err, MU_E_MODEL, "cuda drafter: norm weights must be F32 (type %u)", t->type);
     void *p;
     int rc = d_alloc(d, t->bytes, &p, "norm weights", err);
     if (rc) return rc;
@@ -314,7 +315,8 @@ static void d_mm2(mu_gpu_draft *d, const float *x, int T, const dtensor *w1, flo
 
 /* the per-head norm and RoPE of rows [r0, r0 + n) of x (heads of hd) */
 static void d_qk(mu_gpu_draft *d, float *x, int stride, int heads, const float *nw, int r0, int n) {
-    if (n > 0) kd_qk<<<dim3(n, heads), d->hd, d->hd * sizeof(float), d->st>>>(x, stride, d->hd, nw, d->eps, d->cs, d->sn, r0);
+    if (n > 0)
+        kd_qk<<<dim3(n, heads), d->hd, d->hd * sizeof(float), d->st>>>(x, stride, d->hd, nw, d->eps, d->cs, d->sn, r0);
 }
 
 /* x[r] += o[r] for rows [r0, r0 + n), o first through the post norm pw
@@ -397,7 +399,8 @@ static int draft_new(int dev, const mu_gpu_draft_desc *D, mu_gpu_draft *d, mu_er
     if (d->n_ff > widest) widest = d->n_ff;
     if (d->n_q > widest) widest = d->n_q;
     if (d->E > widest) widest = d->E;
-    d->qa_stride = (dev_act_row_bytes(MU_T_F32, widest) + 255) & ~(size_t)255; /* F32 is the widest dot type; as the forward aligns it */
+    /* F32 is the widest dot type; aligned as the forward aligns its rows */
+    d->qa_stride = (dev_act_row_bytes(MU_T_F32, widest) + 255) & ~(size_t)255;
     struct {
         void **p;
         size_t bytes;

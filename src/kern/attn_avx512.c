@@ -485,7 +485,8 @@ static void swiglu_avx512(int n, float *g, const float *u) {
  * product) widen exactly to doubles and join each lane's sum in element
  * order: every row's sum is sumsq_ref's chain, bit for bit. Elements past
  * the last whole 8 continue each row's chain in scalar code. */
-static inline __attribute__((always_inline)) void sumsq_group(int n, const float *x, size_t stride, double *out, const int G) {
+static inline __attribute__((always_inline)) void sumsq_group(int n, const float *x, size_t stride, double *out,
+                                                              const int G) {
     __m512d acc[4];
     for (int g = 0; g < G; g++) acc[g] = _mm512_setzero_pd();
     const int n8 = n & ~7;

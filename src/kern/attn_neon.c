@@ -231,8 +231,9 @@ static inline __attribute__((always_inline)) void sumsq_group_neon(int n, const 
                               t1 = vreinterpretq_f64_f32(vtrn2q_f32(r0, r1)),
                               t2 = vreinterpretq_f64_f32(vtrn1q_f32(r2, r3)),
                               t3 = vreinterpretq_f64_f32(vtrn2q_f32(r2, r3));
-            const float32x4_t c[4] = {vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)),
-                                      vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3))};
+            const float32x4_t c[4] = {
+                vreinterpretq_f32_f64(vtrn1q_f64(t0, t2)), vreinterpretq_f32_f64(vtrn1q_f64(t1, t3)),
+                vreinterpretq_f32_f64(vtrn2q_f64(t0, t2)), vreinterpretq_f32_f64(vtrn2q_f64(t1, t3))};
             for (int e = 0; e < 4; e++) { /* element i + e of the 4 rows */
                 const float32x4_t sq = vmulq_f32(c[e], c[e]);
                 lo[g] = vaddq_f64(lo[g], vcvt_f64_f32(vget_low_f32(sq)));

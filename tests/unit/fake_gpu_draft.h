@@ -405,7 +405,8 @@ static int fd_dseq_pass(mu_gpu_dseq *q, const float *x0, const float *cs, const 
     mu_gpu_draft *d = q->d;
     const int T = d->block, E = d->E;
     if (n_draft < 1 || n_draft > T - 1) return fd_fail(err, MU_E_ARG, "draft length");
-    if (pos < 0 || n_ctx_rows < 0 || n_ctx_rows > pos || n_ctx_rows > q->n_ctx) return fd_fail(err, MU_E_ARG, "position");
+    if (pos < 0 || n_ctx_rows < 0 || n_ctx_rows > pos || n_ctx_rows > q->n_ctx)
+        return fd_fail(err, MU_E_ARG, "position");
     memcpy(d->x, x0, (size_t)T * E * 4);
     memcpy(d->cs, cs, (size_t)T * d->hd / 2 * 4);
     memcpy(d->sn, sn, (size_t)T * d->hd / 2 * 4);
