@@ -238,10 +238,54 @@ static void round_f16_avx2(int n, const float *x, float *y) {
     for (; i < n; i++) y[i] = _cvtsh_ss(_cvtss_sh(x[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
+/* sumsq (kern.h): rows side by side, 4 rows a group in the lanes of a ymm
+ * of doubles, four groups at once; each 4 x 4 block transposed in
+ * registers, each lane adding its row's squares in element order:
+ * sumsq_ref's chain per row, bit for bit. */
+static inline __attribute__((always_inline)) void sumsq_group_avx2(int n, const float *x, size_t stride, double *out,
+                                                                   const int G) {
+    __m256d acc[4];
+    for (int g = 0; g < G; g++) acc[g] = _mm256_setzero_pd();
+    const int n4 = n & ~3;
+    for (int i = 0; i < n4; i += 4)
+        for (int g = 0; g < G; g++) {
+            const float *b = x + (size_t)(4 * g) * stride + i;
+            __m128 r0 = _mm_loadu_ps(b), r1 = _mm_loadu_ps(b + stride), r2 = _mm_loadu_ps(b + 2 * stride),
+                   r3 = _mm_loadu_ps(b + 3 * stride);
+            _MM_TRANSPOSE4_PS(r0, r1, r2, r3); /* r_e: element i + e of the 4 rows */
+            acc[g] = _mm256_add_pd(acc[g], _mm256_cvtps_pd(_mm_mul_ps(r0, r0)));
+            acc[g] = _mm256_add_pd(acc[g], _mm256_cvtps_pd(_mm_mul_ps(r1, r1)));
+            acc[g] = _mm256_add_pd(acc[g], _mm256_cvtps_pd(_mm_mul_ps(r2, r2)));
+            acc[g] = _mm256_add_pd(acc[g], _mm256_cvtps_pd(_mm_mul_ps(r3, r3)));
+        }
+    for (int g = 0; g < G; g++) {
+        double s[4];
+        _mm256_storeu_pd(s, acc[g]);
+        for (int j = 0; j < 4; j++) {
+            const float *xr = x + (size_t)(4 * g + j) * stride;
+            for (int i = n4; i < n; i++) s[j] += (double)(xr[i] * xr[i]);
+            out[4 * g + j] = s[j];
+        }
+    }
+}
+
+static void sumsq_avx2(int n, const float *x, size_t stride, int n_rows, double *out) {
+    int r = 0;
+    for (; r + 16 <= n_rows; r += 16) sumsq_group_avx2(n, x + (size_t)r * stride, stride, out + r, 4);
+    for (; r + 4 <= n_rows; r += 4) sumsq_group_avx2(n, x + (size_t)r * stride, stride, out + r, 1);
+    for (; r < n_rows; r++) { /* a row alone: its chain as the ref's */
+        const float *xr = x + (size_t)r * stride;
+        double sum = 0;
+        for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
+        out[r] = sum;
+    }
+}
+
 void mu_kern_fill_attn_avx2(mu_kern *k) {
     k->to_f16 = to_f16_avx2;
     k->round_f16 = round_f16_avx2;
     k->mm_f16 = mm_f16_avx2;
     k->softmax_f16 = softmax_f16_avx2;
     k->swiglu = swiglu_avx2;
+    k->sumsq = sumsq_avx2;
 }
