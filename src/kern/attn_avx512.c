@@ -505,10 +505,13 @@ static inline __attribute__((always_inline)) void sumsq_group(int n, const float
                 u[h + 2] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0x44);
                 u[h + 3] = _mm256_shuffle_ps(t[h + 1], t[h + 3], 0xee);
             }
-            for (int e = 0; e < 8; e++) { /* element i + e of the 8 rows */
-                const __m256 c = _mm256_permute2f128_ps(u[e & 3], u[4 + (e & 3)], e < 4 ? 0x20 : 0x31);
-                acc[g] = _mm512_add_pd(acc[g], _mm512_cvtps_pd(_mm256_mul_ps(c, c)));
-            }
+            /* c[e]: element i + e of the 8 rows (the immediates must be
+             * constants at every optimization level: no loop here) */
+            const __m256 c[8] = {_mm256_permute2f128_ps(u[0], u[4], 0x20), _mm256_permute2f128_ps(u[1], u[5], 0x20),
+                                 _mm256_permute2f128_ps(u[2], u[6], 0x20), _mm256_permute2f128_ps(u[3], u[7], 0x20),
+                                 _mm256_permute2f128_ps(u[0], u[4], 0x31), _mm256_permute2f128_ps(u[1], u[5], 0x31),
+                                 _mm256_permute2f128_ps(u[2], u[6], 0x31), _mm256_permute2f128_ps(u[3], u[7], 0x31)};
+            for (int e = 0; e < 8; e++) acc[g] = _mm512_add_pd(acc[g], _mm512_cvtps_pd(_mm256_mul_ps(c[e], c[e])));
         }
     for (int g = 0; g < G; g++) {
         double s[8];
