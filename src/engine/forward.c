@@ -329,9 +329,9 @@ typedef struct {
 enum { EW_ATTN_IN, EW_ATTN_OUT, EW_FFN_ACT, EW_FFN_OUT };
 
 /* Rows in blocks of EW_ROWS through every step of a case, so a block's
- * rows are still in the cache for the next step (two groups of the SIMD
- * tables' sumsq). */
-#define EW_ROWS 16
+ * rows are still in the cache for the next step (the AVX-512 sumsq's
+ * widest group). */
+#define EW_ROWS 32
 static void job_ew(void *arg, int ith, int nth) {
     ew_job *j = arg;
     mu_engine *e = j->e;

@@ -479,7 +479,8 @@ static void swiglu_avx512(int n, float *g, const float *u) {
 }
 
 /* sumsq (kern.h): rows side by side, a row in each lane of a zmm of
- * doubles, G groups of 8 rows at once (G chains of adds in flight). Each 8 x
+ * doubles, G groups of 8 rows at once (G chains of adds in flight: 4, 2 or
+ * 1 by the rows left). Each 8 x
  * 8 block of floats (8 rows, 8 elements) is transposed in registers, so
  * element i of the group's rows is one ymm; its squares (vmulps, the float
  * product) widen exactly to doubles and join each lane's sum in element
@@ -527,6 +528,7 @@ static inline __attribute__((always_inline)) void sumsq_group(int n, const float
 static void sumsq_avx512(int n, const float *x, size_t stride, int n_rows, double *out) {
     int r = 0;
     for (; r + 32 <= n_rows; r += 32) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 4);
+    for (; r + 16 <= n_rows; r += 16) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 2);
     for (; r + 8 <= n_rows; r += 8) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 1);
     for (; r < n_rows; r++) { /* a row alone: its chain as the ref's */
         const float *xr = x + (size_t)r * stride;

@@ -733,7 +733,7 @@ static int check_mm_f16(const mu_kern *k) {
 }
 
 /* sumsq: bit-identical to the ref for 1 .. 70 rows (the SIMD tables' groups
- * of 32 and 8 rows and the rows left over), widths around their blocks of 8
+ * of 32, 16, 8 and 4 rows and the rows left over), widths around their blocks of 8
  * elements and a model's 2048 and 4096, a row stride past the width, on
  * rows whose values span 2^-60 .. 2^20 (their double sums round, so an add
  * out of order shows: the check makes sure the data does that, by summing
@@ -741,7 +741,7 @@ static int check_mm_f16(const mu_kern *k) {
 static int check_sumsq(const mu_kern *k) {
     const mu_kern *ref = mu_kern_ref();
     static const int NS[] = {1, 7, 8, 9, 64, 100, 128, 2048, 4099};
-    static const int RS[] = {1, 3, 8, 13, 32, 41, 70};
+    static const int RS[] = {1, 3, 8, 13, 16, 32, 41, 57, 70};
     int fails = 0, orders = 0;
     for (size_t ni = 0; ni < sizeof NS / sizeof NS[0]; ni++)
         for (size_t ri = 0; ri < sizeof RS / sizeof RS[0]; ri++) {
@@ -766,7 +766,7 @@ static int check_sumsq(const mu_kern *k) {
             free(b);
         }
     if (orders < 10) {
-        KC_LOG("%s: sumsq's data rounds the same in any order (%d rows of 63 do not): it cannot see the order\n",
+        KC_LOG("%s: sumsq's data rounds the same in any order (%d rows of 81 do not): it cannot see the order\n",
                k->name, orders);
         fails++;
     }
