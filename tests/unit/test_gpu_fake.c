@@ -484,7 +484,7 @@ static void test_logits_best(void **state) {
 }
 
 /* A job's token ids on sched s (greedy; ends with n_predict tokens). */
-static int gen_ids(mu_sched *s, const mu_gen_req *q, int32_t *ids, int cap) {
+static int gen_ids_stats(mu_sched *s, const mu_gen_req *q, int32_t *ids, int cap, mu_gen_stats *st) {
     mu_job *j;
     mu_err err = {0};
     if (mu_sched_submit(s, q, 1, &j, &err)) fail_msg("submit: %s", err.msg);
@@ -494,12 +494,14 @@ static int gen_ids(mu_sched *s, const mu_gen_req *q, int32_t *ids, int cap) {
         if (ev.kind == MU_EV_TOKEN && n < cap) ids[n++] = ev.tok.id;
         if (ev.kind == MU_EV_FINISH) {
             if (ev.finish != MU_FINISH_LENGTH) fail_msg("job ended with %d: %s", (int)ev.finish, ev.text ? ev.text : "");
+            if (st) *st = ev.stats;
             break;
         }
     }
     mu_job_free(j);
     return n;
 }
+static int gen_ids(mu_sched *s, const mu_gen_req *q, int32_t *ids, int cap) { return gen_ids_stats(s, q, ids, cap, NULL); }
 
 /* The scheduler's picks with the rows' best and without it: the same
  * tokens, for plain greedy decoding (the best taken), greedy with a logit
@@ -549,6 +551,60 @@ static void test_best_generation(void **state) {
     mu_engine_free(eo);
 }
 
+/* The scheduler with the fake plugin's device drafter (fake_gpu_draft.h)
+ * on the fake CUDA engine, whose rows' argmax moves with token and
+ * position: --spec dflash gives plain decoding's tokens, greedy and
+ * sampled with a seed, and it drafted (the drafts come from the device
+ * drafter: info.on_device). */
+static void test_drafter_device_generation(void **state) {
+    (void)state;
+    char tpath[600], dpath[600];
+    snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
+    snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
+    mini_cfg mc = mini_default();
+    assert_int_equal(mini_write(tpath, &mc), 0);
+    mu_synth_dflash_opts o;
+    mu_synth_dflash_defaults(&o);
+    o.target = tpath;
+    o.n_layer = 2;
+    o.block_size = 8;
+    o.type = MU_SYNTH_Q8_0; /* the fake's features (integers up to 2^20) overflow F16 activations */
+    mu_err err = {0};
+    assert_int_equal(mu_synth_dflash_write(&o, dpath, &err), 0);
+    setenv("MUSER_FAKE_GPU_LOGITS", "2", 1);
+    setenv("MUSER_FAKE_GPU_DRAFTER", "1", 1);
+    mu_drafter *dr = NULL;
+    if (mu_drafter_open(dpath, E, &dr, &err)) fail_msg("drafter: %s", err.msg);
+    assert_true(mu_drafter_get_info(dr)->on_device);
+    int32_t p[30];
+    prompt(p, 30, 4);
+    for (int sampled = 0; sampled < 2; sampled++) {
+        mu_gen_req rq = {.prompt = p, .n_prompt = 30, .n_predict = 48, .ignore_eos = true, .no_text = true};
+        if (sampled) {
+            rq.sp.temp = 0.8f;
+            rq.sp.seed = 11;
+        }
+        static int32_t ids[2][64];
+        mu_gen_stats st[2];
+        for (int k = 0; k < 2; k++) {
+            mu_sched *s;
+            mu_sched_opts so = {.n_slots = 1, .n_ctx = 128, .drafter = dr};
+            assert_int_equal(mu_sched_new(E, &so, &s, &err), 0);
+            mu_gen_req q = rq;
+            if (k) q.spec = MU_SPEC_DFLASH, q.draft_max = 7;
+            assert_int_equal(gen_ids_stats(s, &q, ids[k], 64, &st[k]), 48);
+            mu_sched_free(s);
+        }
+        assert_memory_equal(ids[0], ids[1], 48 * sizeof(int32_t));
+        if (st[1].n_draft <= 0) fail_msg("sampled %d: no drafts (steps %d)", sampled, st[1].n_spec_steps);
+    }
+    mu_drafter_free(dr);
+    unsetenv("MUSER_FAKE_GPU_DRAFTER");
+    unsetenv("MUSER_FAKE_GPU_LOGITS");
+    unlink(dpath);
+    unlink(tpath);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_per_chunk),
@@ -559,6 +615,7 @@ int main(void) {
         cmocka_unit_test(test_vision_fallback),
         cmocka_unit_test(test_logits_best),
         cmocka_unit_test(test_best_generation),
+        cmocka_unit_test(test_drafter_device_generation),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
