@@ -46,6 +46,21 @@ static inline int cu_cuda_fail_in(mu_err *err, cudaError_t e, const char *part, 
 static inline int cu_cuda_fail(mu_err *err, cudaError_t e, const char *what) {
     return cu_cuda_fail_in(err, e, "cuda", what);
 }
+/* cudaMalloc of n bytes (at least 1) into *out; out of memory is
+ * MU_E_NOMEM naming what, the bytes needed and the bytes free ("PART: out of
+ * device memory for WHAT: ..."), any other failure cu_cuda_fail_in's. */
+static inline int cu_malloc(size_t n, void **out, const char *part, const char *what, mu_err *err) {
+    cudaError_t e = cudaMalloc(out, n ? n : 1);
+    if (e == cudaSuccess) return 0;
+    cudaGetLastError();
+    *out = NULL;
+    if (e != cudaErrorMemoryAllocation) return cu_cuda_fail_in(err, e, part, what);
+    size_t fr = 0, tot = 0;
+    cudaMemGetInfo(&fr, &tot);
+    return cu_fail(err, MU_E_NOMEM, "%s: out of device memory for %s: need %zu bytes, %zu free of %zu", part, what, n,
+                   fr, tot);
+}
+
 #define CU_CK(call, what)                                          \
     do {                                                           \
         cudaError_t e_ = (call);                                   \

@@ -149,17 +149,9 @@ static int p_probe(int dev, mu_gpu_info *info, mu_err *err) {
 }
 
 static int dev_alloc(mu_gpu_model *m, size_t n, void **out, const char *what, mu_err *err) {
-    cudaError_t e = cudaMalloc(out, n ? n : 1);
-    if (e == cudaErrorMemoryAllocation) {
-        cudaGetLastError();
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        return cu_fail(err, MU_E_NOMEM, "cuda: out of device memory for %s: need %zu bytes, %zu free of %zu", what, n, fr,
-                    tot);
-    }
-    CU_CK(e, what);
-    m->allocs[m->n_allocs++] = *out;
-    return 0;
+    int rc = cu_malloc(n, out, "cuda", what, err);
+    if (!rc) m->allocs[m->n_allocs++] = *out;
+    return rc;
 }
 
 /* Uploads one weight, padding Q8_0 and Q6_K blocks (cuda.cuh). */

@@ -218,19 +218,8 @@ static int d_track(mu_gpu_draft *d, void *p) {
     return 0;
 }
 
-/* cudaMalloc of n bytes; out of memory names the bytes needed and free. */
 static int d_malloc(size_t n, void **out, const char *what, mu_err *err) {
-    cudaError_t e = cudaMalloc(out, n ? n : 1);
-    if (e == cudaSuccess) return 0;
-    cudaGetLastError();
-    *out = NULL;
-    if (e == cudaErrorMemoryAllocation) {
-        size_t fr = 0, tot = 0;
-        cudaMemGetInfo(&fr, &tot);
-        return cu_fail(err, MU_E_NOMEM, "cuda drafter: out of device memory for %s: need %zu bytes, %zu free of %zu",
-                       what, n, fr, tot);
-    }
-    return cu_cuda_fail_in(err, e, "cuda drafter", what);
+    return cu_malloc(n, out, "cuda drafter", what, err);
 }
 
 /* d_malloc, freed with the drafter */

@@ -530,12 +530,7 @@ static void sumsq_avx512(int n, const float *x, size_t stride, int n_rows, doubl
     for (; r + 32 <= n_rows; r += 32) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 4);
     for (; r + 16 <= n_rows; r += 16) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 2);
     for (; r + 8 <= n_rows; r += 8) sumsq_group(n, x + (size_t)r * stride, stride, out + r, 1);
-    for (; r < n_rows; r++) { /* a row alone: its chain as the ref's */
-        const float *xr = x + (size_t)r * stride;
-        double sum = 0;
-        for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
-        out[r] = sum;
-    }
+    if (r < n_rows) mu_kern_ref()->sumsq(n, x + (size_t)r * stride, stride, n_rows - r, out + r); /* rows alone */
 }
 
 static void to_f16_avx512(int n, const float *x, mu_f16 *y) {

@@ -256,12 +256,7 @@ static void sumsq_neon(int n, const float *x, size_t stride, int n_rows, double 
     int r = 0;
     for (; r + 8 <= n_rows; r += 8) sumsq_group_neon(n, x + (size_t)r * stride, stride, out + r, 2);
     for (; r + 4 <= n_rows; r += 4) sumsq_group_neon(n, x + (size_t)r * stride, stride, out + r, 1);
-    for (; r < n_rows; r++) { /* a row alone: its chain as the ref's */
-        const float *xr = x + (size_t)r * stride;
-        double sum = 0;
-        for (int i = 0; i < n; i++) sum += (double)(xr[i] * xr[i]);
-        out[r] = sum;
-    }
+    if (r < n_rows) mu_kern_ref()->sumsq(n, x + (size_t)r * stride, stride, n_rows - r, out + r); /* rows alone */
 }
 
 void mu_kern_fill_attn_neon(mu_kern *k) {

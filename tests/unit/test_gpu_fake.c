@@ -270,22 +270,35 @@ static void test_feat_capture(void **state) {
     mu_session_free(d);
 }
 
-/* A drafter bound to the CUDA engine: features captured by the device
- * (here the plugin's fake rows) drive it as on a CPU engine. */
-static void test_drafter_on_cuda(void **state) {
-    (void)state;
-    char tpath[600], dpath[600];
+/* A random drafter for the mini model (dir/t.gguf is written for it and
+ * removed) at dpath: n_layer, block, matrix type, own head, seed. */
+static void write_drafter(const char *dpath, int n_layer, int block, mu_synth_type type, bool own_head,
+                          uint64_t seed) {
+    char tpath[600];
     snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
-    snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
     mini_cfg mc = mini_default();
     assert_int_equal(mini_write(tpath, &mc), 0);
     mu_synth_dflash_opts o;
     mu_synth_dflash_defaults(&o);
     o.target = tpath;
-    o.block_size = 4;
+    if (n_layer) o.n_layer = n_layer;
+    o.block_size = block;
+    o.type = type;
+    o.own_head = own_head;
+    o.seed = seed;
     mu_err err = {0};
-    assert_int_equal(mu_synth_dflash_write(&o, dpath, &err), 0);
+    if (mu_synth_dflash_write(&o, dpath, &err)) fail_msg("drafter: %s", err.msg);
     unlink(tpath);
+}
+
+/* A drafter bound to the CUDA engine: features captured by the device
+ * (here the plugin's fake rows) drive it as on a CPU engine. */
+static void test_drafter_on_cuda(void **state) {
+    (void)state;
+    char dpath[600];
+    snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
+    write_drafter(dpath, 0, 4, MU_SYNTH_F16, false, 1);
+    mu_err err = {0};
     mu_engine *ec = NULL;
     mu_engine_opts oc = {.backend = "cpu"};
     assert_int_equal(mu_engine_new(M, &oc, &ec, &err), 0);
@@ -333,11 +346,8 @@ static void test_drafter_on_cuda(void **state) {
  * drafters of F16 and Q8_0 weights, with the target's head and their own. */
 static void test_drafter_emulated(void **state) {
     (void)state;
-    char tpath[600], dpath[600];
-    snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
+    char dpath[600];
     snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
-    mini_cfg mc = mini_default();
-    assert_int_equal(mini_write(tpath, &mc), 0);
     mu_engine *ec = NULL;
     mu_engine_opts oc = {.backend = "cpu"};
     mu_err err = {0};
@@ -345,23 +355,14 @@ static void test_drafter_emulated(void **state) {
     setenv("MUSER_FAKE_GPU_DRAFTER", "1", 1);
     const mu_synth_type types[2] = {MU_SYNTH_F16, MU_SYNTH_Q8_0};
     for (int k = 0; k < 4; k++) {
-        mu_synth_dflash_opts o;
-        mu_synth_dflash_defaults(&o);
-        o.target = tpath;
-        o.n_layer = 2;
-        o.block_size = 8;
-        o.type = types[k % 2];
-        o.own_head = k >= 2;
-        o.seed = 3 + k;
-        assert_int_equal(mu_synth_dflash_write(&o, dpath, &err), 0);
+        write_drafter(dpath, 2, 8, types[k % 2], k >= 2, 3 + (uint64_t)k);
         draft_cmp c;
-        if (draft_compare(ec, E, dpath, o.type == MU_SYNTH_Q8_0 ? 5e-2 : 1e-2, &c, &err))
+        if (draft_compare(ec, E, dpath, types[k % 2] == MU_SYNTH_Q8_0 ? 5e-2 : 1e-2, &c, &err))
             fail_msg("drafter %d: %s", k, err.msg);
         assert_int_equal(c.fails, 0);
         unlink(dpath);
     }
     unsetenv("MUSER_FAKE_GPU_DRAFTER");
-    unlink(tpath);
     mu_engine_free(ec);
 }
 
@@ -558,19 +559,11 @@ static void test_best_generation(void **state) {
  * drafter: info.on_device). */
 static void test_drafter_device_generation(void **state) {
     (void)state;
-    char tpath[600], dpath[600];
-    snprintf(tpath, sizeof tpath, "%s/t.gguf", dir);
+    char dpath[600];
     snprintf(dpath, sizeof dpath, "%s/d.gguf", dir);
-    mini_cfg mc = mini_default();
-    assert_int_equal(mini_write(tpath, &mc), 0);
-    mu_synth_dflash_opts o;
-    mu_synth_dflash_defaults(&o);
-    o.target = tpath;
-    o.n_layer = 2;
-    o.block_size = 8;
-    o.type = MU_SYNTH_Q8_0; /* the fake's features (integers up to 2^20) overflow F16 activations */
+    /* Q8_0: the fake's features (integers up to 2^20) overflow F16 activations */
+    write_drafter(dpath, 2, 8, MU_SYNTH_Q8_0, false, 1);
     mu_err err = {0};
-    assert_int_equal(mu_synth_dflash_write(&o, dpath, &err), 0);
     setenv("MUSER_FAKE_GPU_LOGITS", "2", 1);
     setenv("MUSER_FAKE_GPU_DRAFTER", "1", 1);
     mu_drafter *dr = NULL;
@@ -602,7 +595,6 @@ static void test_drafter_device_generation(void **state) {
     unsetenv("MUSER_FAKE_GPU_DRAFTER");
     unsetenv("MUSER_FAKE_GPU_LOGITS");
     unlink(dpath);
-    unlink(tpath);
 }
 
 int main(void) {
