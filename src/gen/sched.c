@@ -212,6 +212,7 @@ struct mu_sched {
     const mu_model *model;
     int n_vocab;
     int n_swa;            /* the sliding window, 0 when no layer slides */
+    double p_min;         /* a verified draft's cost in decode steps (row_cost) */
     mu_sched_opts o;
     slot slots[MU_SCHED_MAX_SLOTS];
     pthread_t thr;
@@ -613,32 +614,27 @@ static void observe(mu_job *j, int r, bool ok) {
         }
 }
 
-/* A verified draft's cost in decode steps: MU_SPEC_P_MIN, measured on the
- * CPU; MUSER_SPEC_ROW_COST (0 .. 1) replaces it, for measuring what fits
- * another backend (a GPU verifies a few tokens for little more than one:
- * docs/speculative.md, "Not yet"). It decides how much to draft, never what
+/* A verified draft's cost in decode steps on engine e: MU_SPEC_P_MIN on
+ * the CPU, MU_SPEC_P_MIN_DEVICE on a GPU (which verifies a few tokens for
+ * little more than one: docs/speculative.md); MUSER_SPEC_ROW_COST (0 .. 1)
+ * replaces either, for measuring. It decides how much to draft, never what
  * is accepted. */
-static double g_p_min = MU_SPEC_P_MIN;
-static pthread_once_t g_p_min_once = PTHREAD_ONCE_INIT;
-static void p_min_init(void) {
+static double row_cost(const mu_engine *e) {
     const char *v = getenv("MUSER_SPEC_ROW_COST");
     char *end = NULL;
     const double x = v && *v ? strtod(v, &end) : -1;
-    if (end && !*end && x >= 0 && x <= 1) g_p_min = x;
-}
-static double spec_p_min(void) {
-    pthread_once(&g_p_min_once, p_min_init);
-    return g_p_min;
+    if (end && !*end && x >= 0 && x <= 1) return x;
+    return strcmp(mu_engine_backend(e), "cpu") ? MU_SPEC_P_MIN_DEVICE : MU_SPEC_P_MIN;
 }
 
 /* Engine thread, a dflash job: whether drafting pays by its rates
  * (spec_cost.h mu_spec_dflash_len): a pass of the drafter, its drafts' rows
- * and their verification rows (the drafter's cost estimates, spec_p_min() a
+ * and their verification rows (the drafter's cost estimates, s->p_min a
  * verification row) against the drafts the rates expect accepted. */
 static bool dflash_pays(const mu_sched *s, const mu_job *j) {
     const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
     const int bmax = di->block_size - 1, k = j->draft_max < bmax ? j->draft_max : bmax;
-    return mu_spec_dflash_len(j->pos_acc, j->pos_n, k, di->cost_pass, spec_p_min() + di->cost_row) > 0;
+    return mu_spec_dflash_len(j->pos_acc, j->pos_n, k, di->cost_pass, s->p_min + di->cost_row) > 0;
 }
 
 /* Engine thread: one gen step for slot i from logits lg (and a dflash
@@ -659,7 +655,6 @@ static void step(mu_sched *s, int i, const float *lg, int32_t best) {
     if (j->i_shadow >= j->n_shadow) j->cold = id != want && !dflash_pays(s, j);
 }
 
-#define SPEC_P_MIN spec_p_min() /* spec_cost.h's MU_SPEC_P_MIN, or $MUSER_SPEC_ROW_COST */
 #define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
 #define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
 #define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */
@@ -667,17 +662,16 @@ static void step(mu_sched *s, int i, const float *lg, int32_t best) {
 /* Engine thread: the cost model of spec_cost.h on job j's counts. */
 static int draft_len(const mu_job *j, int k, double p_min) { return mu_spec_draft_len(j->pos_acc, j->pos_n, k, p_min); }
 static double draft_expect(const mu_job *j, int k) { return mu_spec_draft_expect(j->pos_acc, j->pos_n, k); }
-static double batch_rate(int rows) { return mu_spec_batch_rate(rows); }
 
-/* Engine thread, an n-gram job: draft_len at SPEC_P_MIN. While that is 0
+/* Engine thread, an n-gram job: draft_len at s->p_min. While that is 0
  * the job decodes plainly and probes with one drafted token now and then,
  * so the estimate can recover. In a busy batch (rows > 1) the drafts are
  * cut at the busy threshold, and when none pays the step decodes plainly
  * (n_spec_busy), with a one-token probe every SPEC_PROBE_EVERY such steps
  * too (a row of about 0.4 decode steps in 16 steps of a batch costing
  * several). */
-static int draft_pays(mu_job *j, int k, int rows) {
-    int n = draft_len(j, k, SPEC_P_MIN);
+static int draft_pays(const mu_sched *s, mu_job *j, int k, int rows) {
+    int n = draft_len(j, k, s->p_min);
     j->probing = false;
     if (n == 0 && k > 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
         j->n_paused = 0;
@@ -685,7 +679,7 @@ static int draft_pays(mu_job *j, int k, int rows) {
         return 1; /* a probe: the estimate cannot recover without one */
     }
     if (n > 0 && rows > 1) {
-        n = draft_len(j, n, SPEC_P_MIN * batch_rate(rows));
+        n = draft_len(j, n, s->p_min * mu_spec_batch_rate(rows, s->p_min));
         if (n == 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
             j->n_paused = 0;
             j->probing = true;
@@ -790,16 +784,16 @@ static int draft(mu_sched *s, int i, int rows) {
             if (rows <= 1) shadow_probe(s, i);
             return -1;
         }
-        k = draft_len(j, k, SPEC_P_MIN + di->cost_row);
+        k = draft_len(j, k, s->p_min + di->cost_row);
         if (k < 1) k = 1;
         if (rows > 1) {
             /* busy: the drafts' expected tokens must beat what their rows and
              * the pass (none when drafting on from kept rows) would make as
              * plain rows of this batch */
-            const double r = batch_rate(rows);
+            const double r = mu_spec_batch_rate(rows, s->p_min);
             const bool pass = j->row_next <= 0 || j->row_next >= j->row_n;
-            k = draft_len(j, k, (SPEC_P_MIN + di->cost_row) * r);
-            if (k < 1 || draft_expect(j, k) < r * ((pass ? di->cost_pass : 0) + (SPEC_P_MIN + di->cost_row) * k)) {
+            k = draft_len(j, k, (s->p_min + di->cost_row) * r);
+            if (k < 1 || draft_expect(j, k) < r * ((pass ? di->cost_pass : 0) + (s->p_min + di->cost_row) * k)) {
                 j->row_next = 0;
                 j->st.n_spec_busy++;
                 return -1;
@@ -808,7 +802,7 @@ static int draft(mu_sched *s, int i, int rows) {
         j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
         j->probe_every = SPEC_SHADOW_EVERY;
     } else if (j->spec != MU_SPEC_SCRIPT) {
-        k = draft_pays(j, k, rows);
+        k = draft_pays(s, j, k, rows);
     }
     if (k <= 0) return -1;
     /* the rates may want fewer drafts than --draft-min, under which nothing
@@ -881,7 +875,7 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
          * of the verification) or the rates, with this step's checks, say
          * drafting pays */
         const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
-        const bool paid = acc >= (j->row_blk == 0 ? di->cost_pass : 0) + (di->cost_row + SPEC_P_MIN) * n_dr;
+        const bool paid = acc >= (j->row_blk == 0 ? di->cost_pass : 0) + (di->cost_row + s->p_min) * n_dr;
         j->cold = !paid && !dflash_pays(s, j);
         /* every draft held: when the drafter's next kept row is the token the
          * target picked after them, the next step drafts on from there */
@@ -1557,6 +1551,7 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     for (int il = 0; il < MI->n_layer; il++)
         if (MI->swa_layers[il]) s->n_swa = MI->n_swa;
     s->o = *o;
+    s->p_min = row_cost(e);
     s->hold_until = o->hold_until;
     s->m.n_slots = o->n_slots;
     s->m.n_ctx = o->n_ctx;

@@ -23,9 +23,9 @@ double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k) {
     return e;
 }
 
-double mu_spec_batch_rate(int rows) {
+double mu_spec_batch_rate(int rows, double p_min) {
     if (rows < 1) rows = 1;
-    return rows / ((1 - MU_SPEC_P_MIN) + MU_SPEC_P_MIN * rows);
+    return rows / ((1 - p_min) + p_min * rows);
 }
 
 int mu_spec_dflash_len(const int *pos_acc, const int *pos_n, int k, double cost_pass, double cost_draft) {

@@ -13,6 +13,10 @@
  * this often. 0.4 beat 0.5 on every prompt and length of bench/spec-ngram
  * on the bundled model (0.3 did as well as 0.4). */
 #define MU_SPEC_P_MIN 0.4
+/* The same on a GPU target (CUDA), where a verification block of up to 16
+ * tokens of a small model costs about one decode step and each token a
+ * few hundredths more (bench/results/cuda-2026-12-05c): MU_SPEC_P_MIN_DEVICE_PLACEHOLDER */
+#define MU_SPEC_P_MIN_DEVICE 0.1
 
 /* The longest draft length, at most k, whose last token is accepted with
  * estimated probability >= p_min: the acceptance rate of each position
@@ -32,12 +36,12 @@ double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k);
  * what it costs: no shorter draft pays when that length does not. */
 int mu_spec_dflash_len(const int *pos_acc, const int *pos_n, int k, double cost_pass, double cost_draft);
 /* Tokens per cost unit of a forward of `rows` plain rows (one token each),
- * the cost a decode step of one row: a forward costs about
- * (1 - MU_SPEC_P_MIN) + MU_SPEC_P_MIN per row (its fixed work, then each
- * row's dot products; a drafted row costs about what another job's decode
- * row does). 1 for one row, 1.82 for 4, towards 1 / MU_SPEC_P_MIN. A
+ * the cost a decode step of one row, where a row costs p_min: a forward
+ * costs about (1 - p_min) + p_min per row (its fixed work, then each row's
+ * dot products; a drafted row costs about what another job's decode row
+ * does). 1 for one row; at MU_SPEC_P_MIN 1.82 for 4, towards 1 / p_min. A
  * draft in that forward pays when its expected tokens per cost beat this:
  * the threshold of a job alone times this rate (0.73 with 4 rows). */
-double mu_spec_batch_rate(int rows);
+double mu_spec_batch_rate(int rows, double p_min);
 
 #endif

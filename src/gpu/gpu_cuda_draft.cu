@@ -25,7 +25,6 @@
 #include "cuda.cuh"
 
 #define DR MU_GPU_DRAFT_ROWS
-#define ATTN_WARPS 4
 
 typedef struct {
     dtensor wq, wk, wv, wo, gate, up, down;
@@ -111,11 +110,16 @@ __global__ void kd_qk(float *x, int stride, int hd, const float *nw, float eps, 
  * The softmax is the CPU drafter's (the kernel table's softmax_f16): the
  * row's largest score, ggml's expf of each score minus it, their sum in
  * double, each weight times the sum's inverse rounded to F16; three passes
- * over the keys (largest, sum, weighted values), each warp taking every
- * ATTN_WARPS-th key with its lanes holding values lane + 32 e. Only the
- * order of the dot products and of the sums differs from the CPU's. A row
- * always sees itself, so the sum is positive. */
-template <int NE> struct d_keys {
+ * over the keys (largest, sum, weighted values). A thread computes a key's
+ * whole dot product (the query in shared memory, the key row read as
+ * float4s: every thread's loads are independent, so a block keeps many in
+ * flight); the third pass stages a chunk of weights and value rows in
+ * shared memory, then each thread sums one value element over a share of
+ * the chunk's keys. Only the order of the dot products and of the sums
+ * differs from the CPU's. A row always sees itself, so the sum is
+ * positive. */
+#define ATTN_THREADS 256
+template <int HD> struct d_keys {
     const float *kb, *vb, *kc, *vc;
     const uint8_t *present;
     int n_kv, n_ctx_rows, pos, t, g, n_swa;
@@ -126,75 +130,85 @@ template <int NE> struct d_keys {
         if (j < n_ctx_rows) {
             if (!present[j]) return false;
             kpos = j;
-            *kr = kc + (size_t)j * n_kv + (size_t)g * NE * 32;
-            *vr = vc + (size_t)j * n_kv + (size_t)g * NE * 32;
+            *kr = kc + (size_t)j * n_kv + (size_t)g * HD;
+            *vr = vc + (size_t)j * n_kv + (size_t)g * HD;
         } else {
             const int b = j - n_ctx_rows;
             if (causal && b > t) return false;
             kpos = pos + b;
-            *kr = kb + (size_t)b * n_kv + (size_t)g * NE * 32;
-            *vr = vb + (size_t)b * n_kv + (size_t)g * NE * 32;
+            *kr = kb + (size_t)b * n_kv + (size_t)g * HD;
+            *vr = vb + (size_t)b * n_kv + (size_t)g * HD;
         }
         return !(n_swa > 0 && pos + t - kpos >= n_swa);
     }
 };
 
-template <int NE>
-__global__ void __launch_bounds__(ATTN_WARPS * 32)
+/* the largest v of the block's threads (blockDim ATTN_THREADS) */
+__device__ float d_block_max(float v, float *part) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
+    __syncthreads();
+    float m = part[0];
+    for (int w = 1; w < ATTN_THREADS / 32; w++) m = fmaxf(m, part[w]);
+    return m;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(ATTN_THREADS)
     kd_attn(const float *q, int n_q, const float *kb, const float *vb, int n_kv, const float *kc, const float *vc,
             const uint8_t *present, const int *prm, int T, int r0, int gq, float kq_scale, bool causal, int n_swa,
             float *out) {
-    constexpr int HD = NE * 32;
+    constexpr int G = ATTN_THREADS / HD; /* threads an output element in the third pass */
     const int pos = prm[0], n_ctx_rows = prm[1]; /* the pass's, uploaded before it (a graph replays them) */
-    const int t = r0 + blockIdx.x, h = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32, L = n_ctx_rows + T;
-    const d_keys<NE> K = {kb, vb, kc, vc, present, n_kv, n_ctx_rows, pos, t, h / gq, n_swa, causal};
-    float qv[NE], acc[NE];
-    const float *qr = q + (size_t)t * n_q + (size_t)h * HD;
-#pragma unroll
-    for (int e = 0; e < NE; e++) qv[e] = qr[lane + 32 * e], acc[e] = 0;
-    /* the score of key row kr (the same on every lane) */
+    const int t = r0 + blockIdx.x, h = blockIdx.y, tid = threadIdx.x, L = n_ctx_rows + T;
+    const d_keys<HD> K = {kb, vb, kc, vc, present, n_kv, n_ctx_rows, pos, t, h / gq, n_swa, causal};
+    __shared__ float4 s_q[HD / 4];
+    __shared__ float s_mx[ATTN_THREADS / 32];
+    __shared__ float s_p[ATTN_THREADS];
+    __shared__ const float *s_v[ATTN_THREADS];
+    __shared__ float s_acc[G][HD];
+    if (tid < HD / 4) s_q[tid] = ((const float4 *)(q + (size_t)t * n_q + (size_t)h * HD))[tid];
+    __syncthreads();
     auto score = [&](const float *kr) {
         float dot = 0;
-#pragma unroll
-        for (int e = 0; e < NE; e++) dot += qv[e] * kr[lane + 32 * e];
-        for (int o = 16; o; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+#pragma unroll 16
+        for (int i = 0; i < HD / 4; i++) {
+            const float4 k4 = ((const float4 *)kr)[i], q4 = s_q[i];
+            dot = fmaf(q4.x, k4.x, dot);
+            dot = fmaf(q4.y, k4.y, dot);
+            dot = fmaf(q4.z, k4.z, dot);
+            dot = fmaf(q4.w, k4.w, dot);
+        }
         return dot * kq_scale;
     };
-    __shared__ float s_m[ATTN_WARPS];
-    __shared__ double s_s[ATTN_WARPS];
-    __shared__ float s_acc[ATTN_WARPS][HD];
     const float *kr, *vr;
-    float m = -INFINITY; /* j is the same on every lane of a warp */
-    for (int j = w; j < L; j += ATTN_WARPS)
+    float m = -INFINITY;
+    for (int j = tid; j < L; j += ATTN_THREADS)
         if (K.row(j, &kr, &vr)) m = fmaxf(m, score(kr));
-    if (lane == 0) s_m[w] = m;
-    __syncthreads();
-    float M = s_m[0];
-    for (int u = 1; u < ATTN_WARPS; u++) M = fmaxf(M, s_m[u]);
+    const float M = d_block_max(m, s_mx);
     double s = 0;
-    for (int j = w; j < L; j += ATTN_WARPS)
+    for (int j = tid; j < L; j += ATTN_THREADS)
         if (K.row(j, &kr, &vr)) s += (double)expf_ggml(score(kr) - M);
-    if (lane == 0) s_s[w] = s;
-    __syncthreads();
-    double S = 0;
-    for (int u = 0; u < ATTN_WARPS; u++) S += s_s[u];
-    const float inv = (float)(1.0 / S);
-    for (int j = w; j < L; j += ATTN_WARPS) {
-        if (!K.row(j, &kr, &vr)) continue;
-        const float p = f16_round(expf_ggml(score(kr) - M) * inv);
-#pragma unroll
-        for (int e = 0; e < NE; e++) acc[e] += p * vr[lane + 32 * e];
+    const float inv = (float)(1.0 / d_block_sum(s));
+    const int e = tid % HD, gi = tid / HD;
+    float acc = 0;
+    for (int j0 = 0; j0 < L; j0 += ATTN_THREADS) {
+        const int j = j0 + tid;
+        const bool on = j < L && K.row(j, &kr, &vr);
+        s_p[tid] = on ? f16_round(expf_ggml(score(kr) - M) * inv) : 0;
+        s_v[tid] = on ? vr : NULL;
+        __syncthreads();
+        const int n = L - j0 < ATTN_THREADS ? L - j0 : ATTN_THREADS;
+        for (int u = gi; u < n; u += G)
+            if (s_v[u]) acc = fmaf(s_p[u], s_v[u][e], acc);
+        __syncthreads(); /* the chunk's weights are read before the next chunk's */
     }
-#pragma unroll
-    for (int e = 0; e < NE; e++) s_acc[w][lane + 32 * e] = acc[e];
+    s_acc[gi][e] = acc;
     __syncthreads();
-    if (w != 0) return;
-    float *orow = out + (size_t)t * n_q + (size_t)h * HD;
-#pragma unroll
-    for (int e = 0; e < NE; e++) {
+    if (tid < HD) {
         float o = 0;
-        for (int u = 0; u < ATTN_WARPS; u++) o += s_acc[u][lane + 32 * e];
-        orow[lane + 32 * e] = o;
+        for (int u = 0; u < G; u++) o += s_acc[u][tid];
+        out[(size_t)t * n_q + (size_t)h * HD + tid] = o;
     }
 }
 
@@ -540,15 +554,15 @@ static void d_attention(mu_gpu_dseq *q, int il, int r0, int nr) {
     mu_gpu_draft *d = q->d;
     const size_t off = (size_t)il * q->n_ctx * d->n_kv;
     const int gq = d->n_head / d->n_head_kv, swa = d->L[il].swa ? d->n_swa : 0;
-    const dim3 grid(nr, d->n_head), block(ATTN_WARPS * 32);
-#define ATTN(NE)                                                                                                  \
-    kd_attn<NE><<<grid, block, 0, d->st>>>(d->q, d->n_q, d->k, d->v, d->n_kv, q->kc + off, q->vc + off, q->present, \
+    const dim3 grid(nr, d->n_head), block(ATTN_THREADS);
+#define ATTN(HD)                                                                                                  \
+    kd_attn<HD><<<grid, block, 0, d->st>>>(d->q, d->n_q, d->k, d->v, d->n_kv, q->kc + off, q->vc + off, q->present, \
                                            d->prm, d->block, r0, gq, d->kq_scale, d->causal, swa, d->at)
-    switch (d->hd / 32) {
-    case 1: ATTN(1); break;
-    case 2: ATTN(2); break;
-    case 4: ATTN(4); break;
-    default: ATTN(8); break;
+    switch (d->hd) {
+    case 32: ATTN(32); break;
+    case 64: ATTN(64); break;
+    case 128: ATTN(128); break;
+    default: ATTN(256); break;
     }
 #undef ATTN
 }

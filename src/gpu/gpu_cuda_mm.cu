@@ -1295,7 +1295,7 @@ template <int TYPE> __device__ __forceinline__ int q8d_perm(int q) {
     else return ((q & 3) << 1) | (q >> 2);                                              /* chains k, k + 4 */
 }
 
-template <int TYPE, bool LOGITS, int S> /* S: chunks in a warp's ring */
+template <int TYPE, bool LOGITS, int S, int TM> /* S: chunks in a warp's ring; TM: tokens at most, 4, 8 or 16 */
 __global__ void __launch_bounds__(256)
 k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
     constexpr bool FP4 = TYPE == MU_T_NVFP4;
@@ -1367,9 +1367,9 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
     neg = __syncthreads_or(neg);
     const int o_my = (int)((uintptr_t)my & 15);
     const int rot0 = 20 - 8 * (k >> 1), rot1 = (rot0 - 16) & 31; /* scales d[k >> 1], d[2 + (k >> 1)] */
-    float ca[DEC_MAX_T], cb[DEC_MAX_T]; /* the lane's two chains, per token */
+    float ca[TM], cb[TM]; /* the lane's two chains, per token */
 #pragma unroll
-    for (int t = 0; t < DEC_MAX_T; t++) ca[t] = cb[t] = 0;
+    for (int t = 0; t < TM; t++) ca[t] = cb[t] = 0;
     for (int i = 0; i < nch; i++) {
         issue(i + S - 1);
         cp_wait<S - 1>(); /* chunk i's group is complete */
@@ -1384,7 +1384,7 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
                 const float dx = h2f((uint16_t)x[0]);
                 const int wa = x[1 + k], wb = x[5 + k];
 #pragma unroll
-                for (int t = 0; t < DEC_MAX_T; t++) {
+                for (int t = 0; t < TM; t++) {
                     if (t >= T) break;
                     const int2 av = *(const int2 *)(s_aq + (t * nba + b) * 8 + 2 * k);
                     const float d = dx * s_ad[t * nba + b];
@@ -1398,7 +1398,7 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
                 fp4_codes((unsigned)x[1 + k], &l0, &h0);
                 fp4_codes((unsigned)x[5 + k], &l1, &h1);
 #pragma unroll
-                for (int t = 0; t < DEC_MAX_T; t++) {
+                for (int t = 0; t < TM; t++) {
                     if (t >= T) break;
                     const int *ab = s_aq + (t * nba + 2 * b) * 8 + 2 * k;
                     const int2 a0 = *(const int2 *)ab, a1 = *(const int2 *)(ab + 8);
@@ -1422,10 +1422,11 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
         __syncwarp(); /* the ring slot is free again */
     }
     cp_wait<0>();
-    /* the row's eight chains in the CPU's lane order; lane k writes token k */
-    float v = 0;
+    /* the row's eight chains in the CPU's lane order; lane k writes tokens
+     * k, k + 4, ... */
+    float v[TM / 4] = {};
 #pragma unroll
-    for (int t = 0; t < DEC_MAX_T; t++) {
+    for (int t = 0; t < TM; t++) {
         if (t >= T) break;
         float ch[8];
 #pragma unroll
@@ -1434,11 +1435,12 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
             const bool second = FP4 ? (c & 2) != 0 : c >= 4;
             ch[c] = __shfl_sync(0xffffffffu, second ? cb[t] : ca[t], (lane & ~3) + sl);
         }
-        if (t == k) v = hsum8(ch);
+        if ((t & 3) == k) v[t >> 2] = hsum8(ch);
     }
-    if (u < R && k < T) {
-        if (LOGITS) v = logit_post(v, lscale, cap);
-        G.y[gi][(size_t)k * G.rows[gi] + row] = v;
+#pragma unroll
+    for (int i = 0; i < TM / 4; i++) {
+        const int t = 4 * i + k;
+        if (u < R && t < T) G.y[gi][(size_t)t * G.rows[gi] + row] = LOGITS ? logit_post(v[i], lscale, cap) : v[i];
     }
 }
 
@@ -1671,6 +1673,26 @@ static size_t ring_smem(const dtensor *w, int T, int nw, int S, int ws) {
     }
 }
 
+/* the Q8_0 and NVFP4 ring kernels: [NVFP4][logits][at most 4, 8, 16 tokens] */
+typedef void (*q8d_fn)(dec_grp, int, const uint8_t *, size_t, int, float, float);
+static const q8d_fn q8d_fns[2][2][3] = {
+    {{k_mm_q8_dec<MU_T_Q8_0, false, 4, 4>, k_mm_q8_dec<MU_T_Q8_0, false, 4, 8>, k_mm_q8_dec<MU_T_Q8_0, false, 4, 16>},
+     {k_mm_q8_dec<MU_T_Q8_0, true, 4, 4>, k_mm_q8_dec<MU_T_Q8_0, true, 4, 8>, k_mm_q8_dec<MU_T_Q8_0, true, 4, 16>}},
+    {{k_mm_q8_dec<MU_T_NVFP4, false, 4, 4>, k_mm_q8_dec<MU_T_NVFP4, false, 4, 8>, k_mm_q8_dec<MU_T_NVFP4, false, 4, 16>},
+     {k_mm_q8_dec<MU_T_NVFP4, true, 4, 4>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 8>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 16>}}};
+
+/* the most tokens of a Q8_0 or NVFP4 ring launch: 16, or
+ * MUSER_CUDA_Q8D_T (4 or 8; 4 was the limit before 2026-12-05, when
+ * batches of 5 to 16 tokens took k_mm_q) */
+static int q8d_max_t(void) {
+    static int t = 0;
+    if (!t) {
+        const int v = cu_env_digit("MUSER_CUDA_Q8D_T", 0);
+        t = v == 4 || v == 8 ? v : 16;
+    }
+    return t;
+}
+
 /* the ring kernels may ask for dec2_smem_max() bytes (once) */
 static void ring_init(void) {
     static bool done;
@@ -1687,10 +1709,9 @@ static void ring_init(void) {
     RING_ATTR(k_mm_q4K_dec<true, 8, true>);
     RING_ATTR(k_mm_q6K_dec<false, 4>);
     RING_ATTR(k_mm_q6K_dec<true, 4>);
-    RING_ATTR(k_mm_q8_dec<MU_T_Q8_0, false, 4>);
-    RING_ATTR(k_mm_q8_dec<MU_T_Q8_0, true, 4>);
-    RING_ATTR(k_mm_q8_dec<MU_T_NVFP4, false, 4>);
-    RING_ATTR(k_mm_q8_dec<MU_T_NVFP4, true, 4>);
+    for (int ty = 0; ty < 2; ty++)
+        for (int lg = 0; lg < 2; lg++)
+            for (int tm = 0; tm < 3; tm++) RING_ATTR(q8d_fns[ty][lg][tm]);
 #undef RING_ATTR
     done = true;
 }
@@ -1754,7 +1775,9 @@ static bool dec_mma(const dtensor *w, int T) {
 /* the ring kernels take w for T tokens */
 static bool ring_ok(const dtensor *w, int T) {
     int nw, S, ws;
-    return (T <= DEC_MAX_T || dec_mma(w, T)) && dec_ring(w->type) && ring_shape(w, T, &nw, &S, &ws);
+    const bool q8 = w->type == MU_T_Q8_0 || w->type == MU_T_NVFP4;
+    return (T <= DEC_MAX_T || dec_mma(w, T) || (q8 && T <= q8d_max_t())) && dec_ring(w->type) &&
+           ring_shape(w, T, &nw, &S, &ws);
 }
 
 /* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
@@ -1782,10 +1805,8 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     const size_t sm = ring_smem(ws[0], T, nw, S, wb);
     if (ty == MU_T_Q8_0 || ty == MU_T_NVFP4) {
         const int nb = q8d_nb(ty, ws[0]->ne0);
-        if (ty == MU_T_Q8_0 && logits) launch_pdl(k_mm_q8_dec<MU_T_Q8_0, true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
-        else if (ty == MU_T_Q8_0) launch_pdl(k_mm_q8_dec<MU_T_Q8_0, false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
-        else if (logits) launch_pdl(k_mm_q8_dec<MU_T_NVFP4, true, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
-        else launch_pdl(k_mm_q8_dec<MU_T_NVFP4, false, 4>, grid, block, sm, st, G, nb, a, act_stride, T, lscale, cap);
+        launch_pdl(q8d_fns[ty == MU_T_NVFP4][logits][T > 8 ? 2 : T > 4], grid, block, sm, st, G, nb, a, act_stride, T,
+                   lscale, cap);
         return;
     }
     const int nb = ws[0]->ne0 / 256;

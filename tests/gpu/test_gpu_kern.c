@@ -207,7 +207,7 @@ int main(void) {
     const mu_kern *k = mu_kern_ref();
     const uint32_t types[] = {MU_T_F32, MU_T_F16, MU_T_BF16, MU_T_Q8_0, MU_T_Q4_K, MU_T_Q5_K, MU_T_Q6_K, MU_T_NVFP4};
     const int rows_l[] = {1, 3, 4, 7, 36};
-    const int Ts[] = {1, 2, 3, 4, 5, 6, 8, 9, 17, 67};
+    const int Ts[] = {1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17, 67};
     for (size_t ti = 0; ti < sizeof types / sizeof *types; ti++) {
         const uint32_t type = types[ti];
         const int blk = mu_type_get(type)->blck;

@@ -4,7 +4,9 @@
  * device drafter's data flow and src/engine/draft.c's side of it without
  * a GPU: the same calls, the same rows kept per sequence, the same masks,
  * and the attention as kd_attn computes it (the CPU drafter's softmax with
- * F16 weights, the keys in ATTN_WARPS streams combined at the end). Matmuls round the
+ * F16 weights, each key's dot product in one sequence of fmaf, the sum in
+ * ATTN_THREADS streams, the weighted values in ATTN_THREADS / head_dim
+ * streams combined at the end). Matmuls round the
  * activations to the weight's dot type (Q8_0 blocks, F16, BF16) and sum in
  * float; the CUDA plugin's keep vec_dot's order, which this does not (the
  * comparison with the CPU drafter has a tolerance anyway). Weights: F32,
@@ -21,7 +23,7 @@
 #include "../../src/gpu/gpu.h"
 #include "../../src/kern/quant.h"
 
-#define FD_WARPS 4 /* kd_attn's ATTN_WARPS */
+#define FD_THREADS 256 /* kd_attn's ATTN_THREADS */
 
 typedef struct {
     uint32_t type;
@@ -200,15 +202,17 @@ static float fd_expf_ggml(float x) {
 }
 
 /* kd_attn for rows [r0, r0 + nr) of every head: the visible keys' scores,
- * their largest, ggml's expf of each minus it summed in double, the
- * weights times the inverse rounded to F16, the weighted values; keys in
- * FD_WARPS streams (j, j + FD_WARPS, ...) combined in stream order */
+ * their largest, ggml's expf of each minus it summed in double (keys in
+ * FD_THREADS streams j, j + FD_THREADS, ...), the weights times the
+ * inverse rounded to F16, the weighted values (keys in FD_THREADS / head_dim
+ * streams, combined in stream order) */
 static void fd_attn(mu_gpu_dseq *q, int il, int pos, int n_ctx_rows, int r0, int nr) {
     mu_gpu_draft *d = q->d;
     const int HD = d->hd, gq = d->n_head / d->n_head_kv, n_swa = d->L[il].swa ? d->n_swa : 0, T = d->block;
     const int L = n_ctx_rows + T;
     const float *kc = q->kc + (size_t)il * q->n_ctx * d->n_kv, *vc = q->vc + (size_t)il * q->n_ctx * d->n_kv;
-    float *sc = malloc((size_t)L * sizeof *sc), acc[FD_WARPS][256];
+    float *sc = malloc((size_t)L * sizeof *sc), acc[FD_THREADS / 32][256];
+    const int G = FD_THREADS / HD;
     const float **vrow = malloc((size_t)L * sizeof *vrow);
     if (!sc || !vrow) abort();
     for (int t = r0; t < r0 + nr; t++)
@@ -237,30 +241,30 @@ static void fd_attn(mu_gpu_dseq *q, int il, int pos, int n_ctx_rows, int r0, int
                     continue;
                 }
                 float dot = 0;
-                for (int e = 0; e < HD; e++) dot += qr[e] * kr[e];
+                for (int e = 0; e < HD; e++) dot = fmaf(qr[e], kr[e], dot);
                 sc[j] = dot * d->kq_scale;
                 M = fmaxf(M, sc[j]);
             }
             double S = 0;
-            for (int w = 0; w < FD_WARPS; w++) {
+            for (int w = 0; w < FD_THREADS; w++) {
                 double s = 0;
-                for (int j = w; j < L; j += FD_WARPS)
+                for (int j = w; j < L; j += FD_THREADS)
                     if (vrow[j]) s += (double)fd_expf_ggml(sc[j] - M);
                 S += s;
             }
             const float inv = (float)(1.0 / S);
-            for (int w = 0; w < FD_WARPS; w++) {
+            for (int w = 0; w < G; w++) {
                 for (int e = 0; e < HD; e++) acc[w][e] = 0;
-                for (int j = w; j < L; j += FD_WARPS) {
+                for (int j = w; j < L; j += G) {
                     if (!vrow[j]) continue;
                     const float p = fd_h2f(fd_f2h(fd_expf_ggml(sc[j] - M) * inv));
-                    for (int e = 0; e < HD; e++) acc[w][e] += p * vrow[j][e];
+                    for (int e = 0; e < HD; e++) acc[w][e] = fmaf(p, vrow[j][e], acc[w][e]);
                 }
             }
             float *orow = d->at + (size_t)t * d->n_q + (size_t)h * HD;
             for (int e = 0; e < HD; e++) {
                 float o = 0;
-                for (int w = 0; w < FD_WARPS; w++) o += acc[w][e];
+                for (int w = 0; w < G; w++) o += acc[w][e];
                 orow[e] = o;
             }
         }

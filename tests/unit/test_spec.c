@@ -702,20 +702,25 @@ static void test_sched_shared(void **state) {
 static void test_spec_cost(void **state) {
     (void)state;
     int acc[MU_SPEC_DRAFT_MAX] = {0}, n[MU_SPEC_DRAFT_MAX] = {0};
-    assert_true(mu_spec_batch_rate(1) == 1.0);
-    for (int r = 1; r < 64; r++) assert_true(mu_spec_batch_rate(r + 1) > mu_spec_batch_rate(r));
-    assert_true(mu_spec_batch_rate(64) < 1 / MU_SPEC_P_MIN);
+    assert_true(mu_spec_batch_rate(1, MU_SPEC_P_MIN) == 1.0);
+    for (int r = 1; r < 64; r++)
+        assert_true(mu_spec_batch_rate(r + 1, MU_SPEC_P_MIN) > mu_spec_batch_rate(r, MU_SPEC_P_MIN));
+    assert_true(mu_spec_batch_rate(64, MU_SPEC_P_MIN) < 1 / MU_SPEC_P_MIN);
     assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN), 3); /* the prior: a new job drafts 3 */
-    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4)), 1);
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4, MU_SPEC_P_MIN)), 1);
     acc[0] = 6, n[0] = 10; /* 60 % of first drafts accepted */
     assert_true(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN) >= 1);
-    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(2)), 1);
-    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4)), 0);
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(2, MU_SPEC_P_MIN)), 1);
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4, MU_SPEC_P_MIN)), 0);
     for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) acc[k] = 199, n[k] = 200; /* nearly always right */
-    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4)), 8);
+    assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN * mu_spec_batch_rate(4, MU_SPEC_P_MIN)), 8);
     /* a full batch leaves a shorter draft: only the nearly sure positions pay */
-    const int full = mu_spec_draft_len(acc, n, 64, MU_SPEC_P_MIN * mu_spec_batch_rate(64));
-    assert_true(full >= 1 && full < mu_spec_draft_len(acc, n, 64, MU_SPEC_P_MIN * mu_spec_batch_rate(4)));
+    const int full = mu_spec_draft_len(acc, n, 64, MU_SPEC_P_MIN * mu_spec_batch_rate(64, MU_SPEC_P_MIN));
+    assert_true(full >= 1 &&
+                full < mu_spec_draft_len(acc, n, 64, MU_SPEC_P_MIN * mu_spec_batch_rate(4, MU_SPEC_P_MIN)));
+    /* a GPU's cheaper rows: a busy batch's threshold is lower there */
+    assert_true(MU_SPEC_P_MIN_DEVICE * mu_spec_batch_rate(4, MU_SPEC_P_MIN_DEVICE) <
+                MU_SPEC_P_MIN * mu_spec_batch_rate(4, MU_SPEC_P_MIN));
     assert_true(mu_spec_draft_expect(acc, n, 8) > 7.5 && mu_spec_draft_expect(acc, n, 8) < 8);
     acc[0] = 0, n[0] = 50; /* never right: drafts nothing, alone or busy */
     assert_int_equal(mu_spec_draft_len(acc, n, 8, MU_SPEC_P_MIN), 0);

@@ -29,15 +29,19 @@
 # spec-engine.log, spec-tier.log.
 # --backend cpu with --muser ./muser runs the same logic on a machine
 # without a GPU (for checking the script; its numbers mean nothing there).
+# --variant "NAME SPEC [ENV=VALUE...] [-- ARGS...]" (repeatable): time these
+# (muser run --spec SPEC under that environment, with those arguments
+# appended) after plain greedy instead of the seven above.
 # --threads: muser run's --threads (4): a CUDA engine keeps one CPU thread,
 # a DFlash drafter on the CPU (dflash-cpu) gets a pool of these.
 # usage: OUT=... bash tools/device/spec-cuda.sh [--budget 300] [--reps 3] [--n 128]
 #          [--draft-max 8] [--threads 4] [--backend cuda] [--muser .gpu/muser] [--no-check] [--tier]
+#          [--variant "NAME SPEC [ENV...] [-- ARGS...]"]...
 set -u
 cd "$(dirname "$0")/../.."
 T0=$(date +%s)
 OUT=${OUT:-/tmp/spec-cuda-out}
-BUDGET=300 REPS=3 N=128 DMAX=8 THREADS=4 BACKEND=cuda M=$PWD/.gpu/muser CHECK=1 TIER=0
+BUDGET=300 REPS=3 N=128 DMAX=8 THREADS=4 BACKEND=cuda M=$PWD/.gpu/muser CHECK=1 TIER=0 VARIANTS=()
 while [ $# -gt 0 ]; do
   case $1 in
     --budget) BUDGET=${2:?}; shift 2 ;;
@@ -49,7 +53,8 @@ while [ $# -gt 0 ]; do
     --muser) M=$(realpath "${2:?}"); shift 2 ;;
     --no-check) CHECK=0; shift ;;
     --tier) TIER=1; shift ;;
-    -h|--help) sed -n '2,32p' "$0"; exit 0 ;;
+    --variant) VARIANTS+=("${2:?}"); shift 2 ;;
+    -h|--help) sed -n '2,39p' "$0"; exit 0 ;;
     *) echo "spec-cuda: unknown argument: $1" >&2; exit 2 ;;
   esac
 done
@@ -113,17 +118,27 @@ wrap() { # NAME ENV... [-- ARGS...]
 # -r1: MUSER_SPEC_ROW_COST=0.1 (a verified draft costs a tenth of a step, not
 # the CPU's 0.4: the policy drafts more; docs/speculative.md)
 # -g: MUSER_CUDA_DRAFT_GRAPH=1 (the drafter's pass replayed as a graph)
-wrap ngram-r1 MUSER_SPEC_ROW_COST=0.1
-wrap dflash-cpu MUSER_DRAFT_DEVICE=0
-wrap dflash-r1 MUSER_SPEC_ROW_COST=0.1
-wrap dflash-r1g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1
-wrap dflash-15g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1 MUSER_CUDA_GRAPH_T=16 -- --draft-max 15
+VA=(--variant "plain=$M:none")
+if [ ${#VARIANTS[@]} = 0 ]; then
+  wrap ngram-r1 MUSER_SPEC_ROW_COST=0.1
+  wrap dflash-cpu MUSER_DRAFT_DEVICE=0
+  wrap dflash-r1 MUSER_SPEC_ROW_COST=0.1
+  wrap dflash-r1g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1
+  wrap dflash-15g MUSER_SPEC_ROW_COST=0.1 MUSER_CUDA_DRAFT_GRAPH=1 MUSER_CUDA_GRAPH_T=16 -- --draft-max 15
+  VA+=(--variant "ngram=$M:ngram" --variant "ngram-r1=$W/ngram-r1:ngram" --variant "dflash-cpu=$W/dflash-cpu:dflash"
+       --variant "dflash=$M:dflash" --variant "dflash-r1=$W/dflash-r1:dflash" --variant "dflash-r1g=$W/dflash-r1g:dflash"
+       --variant "dflash-15g=$W/dflash-15g:dflash")
+else
+  for v in "${VARIANTS[@]}"; do # "NAME SPEC [ENV...] [-- ARGS...]"
+    set -- $v
+    name=$1 spec=$2; shift 2
+    wrap "$name" "$@"
+    VA+=(--variant "$name=$W/$name:$spec")
+  done
+fi
 timeout "$(( $(left) - 5 ))" python3 bench/spec-ngram "$MODEL" --muser "$M" --backend "$BACKEND" --reps "$REPS" --n "$N" \
   --draft-max "$DMAX" --threads "$THREADS" --prompts bench/spec-prompts-dflash.json --time-limit "$lim" \
-  --variant "plain=$M:none" --variant "ngram=$M:ngram" --variant "ngram-r1=$W/ngram-r1:ngram" \
-  --variant "dflash-cpu=$W/dflash-cpu:dflash" --variant "dflash=$M:dflash" --variant "dflash-r1=$W/dflash-r1:dflash" \
-  --variant "dflash-r1g=$W/dflash-r1g:dflash" --variant "dflash-15g=$W/dflash-15g:dflash" \
-  >"$OUT/spec.jsonl" 2>"$OUT/spec.log"
+  "${VA[@]}" >"$OUT/spec.jsonl" 2>"$OUT/spec.log"
 r=$?
 note "spec-ngram rc $r$([ $r = 124 ] && echo ' (timed out: no summary)')$(grep -h 'stopped\|changed the tokens\|failed' "$OUT/spec.jsonl" "$OUT/spec.log" | head -3 | sed 's/^/; /')"
 python3 - "$OUT/spec.jsonl" >>"$S" <<'EOF'
