@@ -214,12 +214,13 @@ static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (dou
 
 /* A pass on the device is a few dozen small launches whatever the
  * multiply-adds: its cost in the target's (device) decode steps is not
- * theirs to estimate. These are provisional, from launch counts (about 45
- * launches of a few microseconds for a 2-layer drafter, against a decode
- * step of 0.45 ms on the bundled model, docs/cuda.md) until the device
- * measures them; MUSER_DRAFT_COST_PASS and MUSER_DRAFT_COST_ROW replace
- * either estimate on any backend (they decide how much to draft, never
- * what is accepted). */
+ * theirs to estimate. On an H100 the bundled drafter's pass measured 0.80
+ * to 0.92 of a decode step for 1 to 15 drafts, 108 us of it in each
+ * layer's attention kernel (bench/results/cuda-2026-12-05c calls 1, 2);
+ * 0.5 is what it should cost with the attention rewritten since, not yet
+ * measured. MUSER_DRAFT_COST_PASS and MUSER_DRAFT_COST_ROW replace either
+ * estimate on any backend (they decide how much to draft, never what is
+ * accepted). */
 #define DRAFT_DEV_PASS 0.5
 #define DRAFT_DEV_ROW 0.02
 

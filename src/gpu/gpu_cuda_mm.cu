@@ -1681,14 +1681,16 @@ static const q8d_fn q8d_fns[2][2][3] = {
     {{k_mm_q8_dec<MU_T_NVFP4, false, 4, 4>, k_mm_q8_dec<MU_T_NVFP4, false, 4, 8>, k_mm_q8_dec<MU_T_NVFP4, false, 4, 16>},
      {k_mm_q8_dec<MU_T_NVFP4, true, 4, 4>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 8>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 16>}}};
 
-/* the most tokens of a Q8_0 or NVFP4 ring launch: 16, or
- * MUSER_CUDA_Q8D_T (4 or 8; 4 was the limit before 2026-12-05, when
- * batches of 5 to 16 tokens took k_mm_q) */
+/* the most tokens of a Q8_0 or NVFP4 ring launch: 4 (batches of 5 to 16
+ * tokens take k_mm_q), or MUSER_CUDA_Q8D_T=8 or 16. The kernels for 8 and
+ * 16 (2026-12-05) have not run on a GPU yet: the kernel test and a
+ * benchmark against k_mm_q (the full shape too) decide the default. */
 static int q8d_max_t(void) {
     static int t = 0;
     if (!t) {
-        const int v = cu_env_digit("MUSER_CUDA_Q8D_T", 0);
-        t = v == 4 || v == 8 ? v : 16;
+        const char *v = getenv("MUSER_CUDA_Q8D_T");
+        const int x = v ? atoi(v) : 0;
+        t = x == 8 || x == 16 ? x : 4;
     }
     return t;
 }

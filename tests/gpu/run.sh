@@ -2,6 +2,8 @@
 # The gpu tier (make test-gpu): needs a CUDA device and a build with the
 # plugin (muser-cuda.so next to muser). Skips, exit 0, without a device.
 #  1. every GPU matmul and row lookup == the CPU reference kernels, bit for bit
+#     (and with the switches that select other kernels: dp4a decode, k_pv_d,
+#     the Q8_0 / NVFP4 ring for 16 tokens)
 #  2. CPU engine vs CUDA engine on every golden model (logits, batching, KV
 #     rows moved between the backends; layer streaming, test_gpu_stream)
 #  3. the golden models and the shared fixtures with --backend cuda under
@@ -34,6 +36,9 @@ MUSER_CUDA_DEC_MMA=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[dec dp4a] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # the other V pass for several lone tokens, still selectable: k_pv_d
 MUSER_CUDA_PVD_M=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[pv_d] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+# the Q8_0 / NVFP4 decode ring for 5-16 tokens (opt-in until measured: docs/cuda.md)
+MUSER_CUDA_Q8D_T=16 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q8 ring 16] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
 work=${GOLDEN_WORK:-$root/build/golden}
