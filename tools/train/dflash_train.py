@@ -20,7 +20,8 @@ Data (all made here, from the target GGUF and a corpus):
 3. the target's continuation of every prompt by --gen tokens (PyTorch, KV
    cache, from the GGUF: dflash_model.Target, muser's graph): greedy, and a
    share --sample-frac sampled at --temp (contexts like those of sampled
-   requests);
+   requests); a share --copy-frac of the training prompts (default none)
+   repeat their first tokens at their end, so their continuations copy;
 4. one forward over each whole window: the features (the target layers'
    inputs; kept in bfloat16 on cuda, where the drafter runs under bf16
    autocast anyway, else float32) and the labels (label[p] = the target's greedy token at
@@ -62,7 +63,7 @@ for tools/train/dflash_accept.py); with --mirror DIR also the best drafter
 
 usage: dflash_train.py --corpus PATH... --out DIR [--target T.gguf] [--muser ./muser]
        [--windows 4096] [--prompt 128] [--gen 256] [--block 16] [--layers 2] [--target-layers 1,4,7]
-       [--batch 32] [--blocks 16] [--lr 6e-4] [--steps N | --time-budget S | --deadline UNIX_TIME]
+       [--copy-frac 0] [--batch 32] [--blocks 16] [--lr 6e-4] [--steps N | --time-budget S | --deadline UNIX_TIME]
        [--ckpt-every 60] [--device cuda|cpu] [--smoke]
 --smoke: tiny sizes and a 20-second budget, for a CPU check that the pipeline runs.
 """
@@ -173,22 +174,35 @@ def tokenize(muser, target, docs, bos, jobs=8):
 
 
 def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, layers, seed, until=0,
-                 feat_dtype=torch.float32):
+                 feat_dtype=torch.float32, copy_frac=0.0):
     """n windows: prompts [BOS] + P-1 tokens of the stream at random offsets,
     continued by the target (greedy; every row i with i % k == 0 sampled at
     temp, k = round(1 / sample_frac)), then features and labels from one
-    forward each (in parts of at most 256 windows). Stops after the chunk
-    that passes the unix time until (0: no limit), so fewer windows may come
-    back. -> (toks [m, P+G], feats [m, P+G, n_feat] (feat_dtype; the
-    labels come from the float32 logits), labels [m, P+G], sampled [m]
-    bool), on device."""
+    forward each (in parts of at most 256 windows). With copy_frac, every
+    row i with i % c == c // 2 (c = round(1 / copy_frac)) is a prompt that
+    repeats itself: h = 5/8 of its P-1 tokens from the stream, then the
+    first P-1-h of them again, so the target's continuation mostly copies
+    (as when a user's prompt restates code or text to be continued).
+    Stops after the chunk that passes the unix time until (0: no limit), so
+    fewer windows may come back. -> (toks [m, P+G], feats [m, P+G, n_feat]
+    (feat_dtype; the labels come from the float32 logits), labels [m, P+G],
+    sampled [m] bool), on device."""
     g = torch.Generator().manual_seed(seed)
     hi = len(stream) - P
     if hi <= 0:
         sys.exit("dflash_train: the corpus has %d tokens, fewer than a prompt of %d" % (len(stream), P))
     st = torch.tensor(stream, dtype=torch.long)
     offs = torch.randint(0, hi, (n,), generator=g)
-    prompts = torch.stack([st[o:o + P - 1] for o in offs.tolist()])
+    ce = int(round(1 / copy_frac)) if copy_frac > 0 else 0
+    h = (P - 1) * 5 // 8
+
+    def prompt_at(i, o):
+        if ce and i % ce == ce // 2:
+            a = st[o:o + h]
+            return torch.cat((a, a[:P - 1 - h]))
+        return st[o:o + P - 1]
+
+    prompts = torch.stack([prompt_at(i, o) for i, o in enumerate(offs.tolist())])
     prompts = torch.cat((torch.full((n, 1), target.bos, dtype=torch.long), prompts), 1)
     every = int(round(1 / sample_frac)) if sample_frac > 0 else 0
     temps = torch.tensor([temp if every and i % every == 0 else 0.0 for i in range(n)])
@@ -354,6 +368,8 @@ def main():
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--sample-frac", type=float, default=0.25)
     ap.add_argument("--temp", type=float, default=0.8)
+    ap.add_argument("--copy-frac", type=float, default=0.0,
+                    help="share of training prompts that repeat themselves (make_windows; held-out: none)")
     ap.add_argument("--gen-chunk", type=int, default=1024, help="windows generated at once")
     ap.add_argument("--data-budget", type=float, default=0,
                     help="stop making training windows after the chunk that passes this many seconds (0: all)")
@@ -430,7 +446,8 @@ def main():
     if a.data_budget:
         until = time.time() + a.data_budget
     toks, feats, labels, samp = make_windows(target, stream, a.windows, P, G, a.sample_frac, a.temp, device,
-                                             a.gen_chunk, layers, a.seed, until, feat_dtype=fdt)
+                                             a.gen_chunk, layers, a.seed, until, feat_dtype=fdt,
+                                             copy_frac=a.copy_frac)
     agree = float((toks[~samp.to(device), P:] == labels[~samp.to(device), P:]).float().mean()) if (~samp).any() else 1.0
     log("windows: %d training (%d sampled), %d held-out, %d + %d tokens each; greedy rows' tokens = labels: %.4f" % (
         toks.shape[0], int(samp.sum()), htoks.shape[0], P, G, agree))
