@@ -400,6 +400,8 @@ typedef struct {
     uint64_t n_tokens_max;     /* the longest sequence seen in a slot (prompt + generated) */
     uint64_t n_busy_sum;       /* sessions in each forward call, summed (/ n_forward: slots busy per call) */
     uint64_t n_draft_tokens, n_draft_accepted, n_spec_steps; /* speculative decoding, all jobs */
+    double spec_row_cost;      /* what the drafting policy charges a verified draft, in decode steps
+                                  (0.4 on the CPU, 0.1 on a GPU, or $MUSER_SPEC_ROW_COST) */
     double prompt_s, gen_s;
     /* the prompt and generated tokens of finished jobs: prompt_s and gen_s
      * are added when a job ends, so throughput is these over those (the

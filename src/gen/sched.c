@@ -1551,7 +1551,7 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
     for (int il = 0; il < MI->n_layer; il++)
         if (MI->swa_layers[il]) s->n_swa = MI->n_swa;
     s->o = *o;
-    s->p_min = row_cost(e);
+    s->p_min = s->m.spec_row_cost = row_cost(e);
     s->hold_until = o->hold_until;
     s->m.n_slots = o->n_slots;
     s->m.n_ctx = o->n_ctx;

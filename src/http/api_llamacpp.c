@@ -659,6 +659,8 @@ void api_llama_metrics(mu_http_req *r, const json_t *body) {
             m.n_draft_accepted);
     COUNTER("spec_decode_num_drafts_total", "Speculative: Total speculative decoding verification steps",
             m.n_spec_steps);
+    GAUGE("spec_row_cost", "Speculative: what the drafting policy charges a verified draft, in decode steps.",
+          m.spec_row_cost);
     COUNTER("requests_total", "Generation requests accepted.", m.n_requests);
     COUNTER("requests_rejected_busy_total", "Generation requests answered 429.", m.n_busy_rejects);
     COUNTER("requests_cancelled_total", "Generation requests ended by a cancel (client hang-up, shutdown).",

@@ -31,6 +31,7 @@
 #include "../../include/muser_synth.h"
 #include "../../src/engine/engine.h"
 #include "../../src/engine/sample_int.h"
+#include "../../src/gen/spec_cost.h"
 #include "../../src/vision/mmproj.h"
 #include "draft_compare.h"
 #include "fake_gpu_row.h"
@@ -597,6 +598,34 @@ static void test_drafter_device_generation(void **state) {
     unlink(dpath);
 }
 
+/* The drafting policy charges a verified draft a GPU's cost on the fake
+ * CUDA engine and the CPU's on a CPU engine (mu_sched_metrics and
+ * /metrics report it); $MUSER_SPEC_ROW_COST replaces either. */
+static void test_spec_row_cost(void **state) {
+    (void)state;
+    mu_err err = {0};
+    mu_engine *ec = NULL;
+    mu_engine_opts oc = {.backend = "cpu"};
+    assert_int_equal(mu_engine_new(M, &oc, &ec, &err), 0);
+    mu_engine *es[2] = {E, ec};
+    const double want[2] = {MU_SPEC_P_MIN_DEVICE, MU_SPEC_P_MIN};
+    for (int over = 0; over < 2; over++) {
+        if (over) setenv("MUSER_SPEC_ROW_COST", "0.25", 1);
+        for (int k = 0; k < 2; k++) {
+            mu_sched *s;
+            mu_sched_opts so = {.n_slots = 1, .n_ctx = 64};
+            assert_int_equal(mu_sched_new(es[k], &so, &s, &err), 0);
+            mu_sched_metrics m;
+            mu_sched_get_metrics(s, &m);
+            assert_true(m.spec_row_cost == (over ? 0.25 : want[k]));
+            mu_sched_free(s);
+        }
+    }
+    unsetenv("MUSER_SPEC_ROW_COST");
+    assert_true(MU_SPEC_P_MIN_DEVICE < MU_SPEC_P_MIN);
+    mu_engine_free(ec);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_stream_per_chunk),
@@ -608,6 +637,7 @@ int main(void) {
         cmocka_unit_test(test_logits_best),
         cmocka_unit_test(test_best_generation),
         cmocka_unit_test(test_drafter_device_generation),
+        cmocka_unit_test(test_spec_row_cost),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
