@@ -14,7 +14,7 @@
  * on the bundled model (0.3 did as well as 0.4). */
 #define MU_SPEC_P_MIN 0.4
 /* The same on a GPU target (CUDA): a verification block there costs about
- * a decode step plus 0.04-0.16 a drafted token (bench/verifybench.c on an
+ * a decode step plus 0.03-0.16 a drafted token (bench/verifybench.c on an
  * H100, the bundled model, 1 to 15 drafts: 1.03-2.34 steps, about 0.1 a
  * draft over those lengths; bench/results/cuda-2026-12-05c call 1). */
 #define MU_SPEC_P_MIN_DEVICE 0.1

@@ -211,8 +211,8 @@ static void fd_attn(mu_gpu_dseq *q, int il, int pos, int n_ctx_rows, int r0, int
     const int HD = d->hd, gq = d->n_head / d->n_head_kv, n_swa = d->L[il].swa ? d->n_swa : 0, T = d->block;
     const int L = n_ctx_rows + T;
     const float *kc = q->kc + (size_t)il * q->n_ctx * d->n_kv, *vc = q->vc + (size_t)il * q->n_ctx * d->n_kv;
+    const int G = FD_THREADS / HD; /* at most FD_THREADS / 32: head_dim >= 32 */
     float *sc = malloc((size_t)L * sizeof *sc), acc[FD_THREADS / 32][256];
-    const int G = FD_THREADS / HD;
     const float **vrow = malloc((size_t)L * sizeof *vrow);
     if (!sc || !vrow) abort();
     for (int t = r0; t < r0 + nr; t++)
