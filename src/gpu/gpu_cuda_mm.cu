@@ -1682,9 +1682,9 @@ static const q8d_fn q8d_fns[2][2][3] = {
      {k_mm_q8_dec<MU_T_NVFP4, true, 4, 4>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 8>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 16>}}};
 
 /* the most tokens of a Q8_0 or NVFP4 ring launch: 4 (batches of 5 to 16
- * tokens take k_mm_q), or MUSER_CUDA_Q8D_T=8 or 16. The kernels for 8 and
- * 16 (2026-12-05) have not run on a GPU yet: the kernel test and a
- * benchmark against k_mm_q (the full shape too) decide the default. */
+ * tokens take the other kernels), or MUSER_CUDA_Q8D_T=8 or 16: on the
+ * bundled model faster verifications, a slower DFlash pass (docs/cuda.md);
+ * the full shape not timed yet. */
 static int q8d_max_t(void) {
     static int t = 0;
     if (!t) {

@@ -22,6 +22,9 @@ Data (all made here, from the target GGUF and a corpus):
    share --sample-frac sampled at --temp (contexts like those of sampled
    requests); a share --copy-frac of the training prompts (default none)
    repeat their first tokens at their end, so their continuations copy;
+   with --prompt-min N every other chunk of --gen-chunk windows has a
+   shorter prompt (one length a chunk, log-uniform in [N, --prompt)),
+   continued to the same window length (short requests' positions);
 4. one forward over each whole window: the features (the target layers'
    inputs; kept in bfloat16 on cuda, where the drafter runs under bf16
    autocast anyway, else float32) and the labels (label[p] = the target's greedy token at
@@ -63,7 +66,7 @@ for tools/train/dflash_accept.py); with --mirror DIR also the best drafter
 
 usage: dflash_train.py --corpus PATH... --out DIR [--target T.gguf] [--muser ./muser]
        [--windows 4096] [--prompt 128] [--gen 256] [--block 16] [--layers 2] [--target-layers 1,4,7]
-       [--copy-frac 0] [--batch 32] [--blocks 16] [--lr 6e-4] [--steps N | --time-budget S | --deadline UNIX_TIME]
+       [--copy-frac 0] [--prompt-min 0] [--batch 32] [--blocks 16] [--lr 6e-4] [--steps N | --time-budget S | --deadline UNIX_TIME]
        [--ckpt-every 60] [--device cuda|cpu] [--smoke]
 --smoke: tiny sizes and a 20-second budget, for a CPU check that the pipeline runs.
 """
@@ -174,7 +177,7 @@ def tokenize(muser, target, docs, bos, jobs=8):
 
 
 def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, layers, seed, until=0,
-                 feat_dtype=torch.float32, copy_frac=0.0):
+                 feat_dtype=torch.float32, copy_frac=0.0, prompt_min=0):
     """n windows: prompts [BOS] + P-1 tokens of the stream at random offsets,
     continued by the target (greedy; every row i with i % k == 0 sampled at
     temp, k = round(1 / sample_frac)), then features and labels from one
@@ -183,10 +186,14 @@ def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, laye
     repeats itself: h = 5/8 of its P-1 tokens from the stream, then the
     first P-1-h of them again, so the target's continuation mostly copies
     (as when a user's prompt restates code or text to be continued).
+    With prompt_min, every other chunk's prompts are shorter: [BOS] + p - 1
+    tokens, p drawn once for the chunk, log-uniform in [prompt_min, P), and
+    continued by P + G - p tokens (so short requests' positions and contexts
+    are trained too; the windows keep their length).
     Stops after the chunk that passes the unix time until (0: no limit), so
     fewer windows may come back. -> (toks [m, P+G], feats [m, P+G, n_feat]
     (feat_dtype; the labels come from the float32 logits), labels [m, P+G],
-    sampled [m] bool), on device."""
+    sampled [m] bool, plen [m]: each window's prompt length), on device."""
     g = torch.Generator().manual_seed(seed)
     hi = len(stream) - P
     if hi <= 0:
@@ -194,28 +201,36 @@ def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, laye
     st = torch.tensor(stream, dtype=torch.long)
     offs = torch.randint(0, hi, (n,), generator=g)
     ce = int(round(1 / copy_frac)) if copy_frac > 0 else 0
-    h = (P - 1) * 5 // 8
 
-    def prompt_at(i, o):
+    def prompt_at(i, o, p):
         if ce and i % ce == ce // 2:
+            h = (p - 1) * 5 // 8
             a = st[o:o + h]
-            return torch.cat((a, a[:P - 1 - h]))
-        return st[o:o + P - 1]
+            return torch.cat((a, a[:p - 1 - h]))
+        return st[o:o + p - 1]
 
-    prompts = torch.stack([prompt_at(i, o) for i, o in enumerate(offs.tolist())])
-    prompts = torch.cat((torch.full((n, 1), target.bos, dtype=torch.long), prompts), 1)
+    def chunk_prompt_len(c):
+        if not prompt_min or prompt_min >= P or c % 2 == 0:
+            return P
+        lo, hi = math.log(prompt_min), math.log(P)
+        return min(P - 1, int(math.exp(lo + (hi - lo) * float(torch.rand((), generator=g)))))
     every = int(round(1 / sample_frac)) if sample_frac > 0 else 0
     temps = torch.tensor([temp if every and i % every == 0 else 0.0 for i in range(n)])
     gg = torch.Generator(device=device).manual_seed(seed + 1)
     L = P + G
     toks = torch.empty(n, L, dtype=torch.long, device=device)
     labels = torch.empty(n, L, dtype=torch.long, device=device)
+    plen = torch.full((n,), P, dtype=torch.long)
     feats = None  # allocated at the first forward, once its width is known (no copy of the whole at the end)
     m = 0
     for i in range(0, n, chunk):
-        p = prompts[i:i + chunk].to(device)
+        pc = chunk_prompt_len(i // chunk)
+        k = min(chunk, n - i)
+        p = torch.stack([prompt_at(j, o, pc) for j, o in enumerate(offs[i:i + k].tolist(), i)])
+        p = torch.cat((torch.full((k, 1), target.bos, dtype=torch.long), p), 1).to(device)
+        plen[i:i + k] = pc
         t = temps[i:i + chunk].to(device)
-        w = target.generate(p, G, t if every else None, gg)
+        w = target.generate(p, L - pc, t if every else None, gg)
         for j in range(0, w.shape[0], 256):
             f, lg = target.forward(w[j:j + 256], layers)
             if feats is None:
@@ -227,7 +242,7 @@ def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, laye
             del lg, f
         if until and time.time() > until:
             break
-    return toks[:m], feats[:m], labels[:m], (temps > 0)[:m]
+    return toks[:m], feats[:m], labels[:m], (temps > 0)[:m], plen[:m].to(device)
 
 
 def check_muser(muser, target_path, target, toks, labels, P, n, n_gen, log_rec):
@@ -262,8 +277,11 @@ def check_muser(muser, target_path, target, toks, labels, P, n, n_gen, log_rec):
 # ---------------------------------------------------------------- training
 
 
-def anchors_for(S, nb, P, L, B, g, device):
-    return torch.randint(P, L - B + 1, (S, nb), generator=g).to(device)
+def anchors_for(S, nb, lo, L, B, g, device):
+    """S x nb anchors, row s's uniform in [lo[s], L - B] (lo: prompt lengths)"""
+    lo = lo.cpu()
+    u = torch.rand((S, nb), generator=g)
+    return (lo[:, None] + (u * (L - B + 1 - lo)[:, None]).long()).to(device)
 
 
 def block_tokens(d, toks, anchors, B):
@@ -370,6 +388,8 @@ def main():
     ap.add_argument("--temp", type=float, default=0.8)
     ap.add_argument("--copy-frac", type=float, default=0.0,
                     help="share of training prompts that repeat themselves (make_windows; held-out: none)")
+    ap.add_argument("--prompt-min", type=int, default=0,
+                    help="every other chunk of windows has a shorter prompt, at least this long (0: all --prompt)")
     ap.add_argument("--gen-chunk", type=int, default=1024, help="windows generated at once")
     ap.add_argument("--data-budget", type=float, default=0,
                     help="stop making training windows after the chunk that passes this many seconds (0: all)")
@@ -401,7 +421,7 @@ def main():
     AMP = bool(a.amp)
     if a.smoke:
         a.windows, a.heldout_windows, a.prompt, a.gen, a.block = 8, 2, 24, 24, min(a.block, 8)
-        a.batch, a.blocks, a.max_bytes, a.gen_chunk, a.check_muser = 2, 2, a.max_bytes or 200000, 8, min(a.check_muser, 1)
+        a.batch, a.blocks, a.max_bytes, a.gen_chunk, a.check_muser = 2, 2, a.max_bytes or 200000, 4, min(a.check_muser, 1)
         a.time_budget, a.ckpt_every = a.time_budget or 20, min(a.ckpt_every, 8)
     if not (a.steps or a.time_budget or a.deadline):
         a.steps = 3000
@@ -440,17 +460,18 @@ def main():
     log("corpus: %d documents, %d training tokens, %d held-out tokens" % (len(docs), len(stream), len(hstream)))
     fdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
         a.feat_dtype, torch.bfloat16 if device.type == "cuda" and a.amp else torch.float32)
-    htoks, hfeats, hlabels, _ = make_windows(target, hstream, a.heldout_windows, P, G, 0.0, 0.0, device,
+    htoks, hfeats, hlabels, _, _ = make_windows(target, hstream, a.heldout_windows, P, G, 0.0, 0.0, device,
                                              a.gen_chunk, layers, a.seed + 7, feat_dtype=fdt)
     until = 0
     if a.data_budget:
         until = time.time() + a.data_budget
-    toks, feats, labels, samp = make_windows(target, stream, a.windows, P, G, a.sample_frac, a.temp, device,
-                                             a.gen_chunk, layers, a.seed, until, feat_dtype=fdt,
-                                             copy_frac=a.copy_frac)
+    toks, feats, labels, samp, plen = make_windows(target, stream, a.windows, P, G, a.sample_frac, a.temp, device,
+                                                   a.gen_chunk, layers, a.seed, until, feat_dtype=fdt,
+                                                   copy_frac=a.copy_frac, prompt_min=a.prompt_min)
     agree = float((toks[~samp.to(device), P:] == labels[~samp.to(device), P:]).float().mean()) if (~samp).any() else 1.0
-    log("windows: %d training (%d sampled), %d held-out, %d + %d tokens each; greedy rows' tokens = labels: %.4f" % (
-        toks.shape[0], int(samp.sum()), htoks.shape[0], P, G, agree))
+    log("windows: %d training (%d sampled, %d with prompts shorter than %d), %d held-out, %d + %d tokens each; "
+        "greedy rows' tokens = labels: %.4f" % (toks.shape[0], int(samp.sum()), int((plen < P).sum()), P,
+                                                htoks.shape[0], P, G, agree))
     rec(windows=int(toks.shape[0]), sampled=int(samp.sum()), heldout=int(htoks.shape[0]), label_agree=agree)
     with open(os.path.join(a.out, "heldout-prompts.json"), "w") as f:
         json.dump([htoks[i, :P].tolist() for i in range(htoks.shape[0])], f)
@@ -498,7 +519,9 @@ def main():
                            layers=a.layers, target_layers=layers, params=n_params,
                            seconds=round(time.time() - T0, 1), train_seconds=round(time.time() - t_start, 1),
                            windows=dict(train=int(toks.shape[0]), sampled=int(samp.sum()),
-                                        heldout=int(htoks.shape[0]), prompt=P, gen=G),
+                                        heldout=int(htoks.shape[0]), prompt=P, gen=G,
+                                        short_prompts=int((plen < P).sum()), prompt_min=a.prompt_min,
+                                        copy_frac=a.copy_frac),
                            lr=a.lr, batch=a.batch, blocks=a.blocks, decay=a.decay, check_muser=chk,
                            greedy_rows_token_equals_label=round(agree, 5), device=str(device),
                            torch=torch.__version__, final=final)
@@ -518,7 +541,7 @@ def main():
         for pg in opt.param_groups:
             pg["lr"] = lr_at(fr)
         idx = torch.randint(0, toks.shape[0], (a.batch,), generator=g).to(device)
-        an = anchors_for(a.batch, a.blocks, P, L, B, g, device)
+        an = anchors_for(a.batch, a.blocks, plen[idx], L, B, g, device)
         with autocast(device):
             lg = drafter_logits(d, feats[idx], toks[idx], an, B)
         want = block_labels(labels[idx], an, B)
