@@ -212,8 +212,8 @@ def make_windows(target, stream, n, P, G, sample_frac, temp, device, chunk, laye
     def chunk_prompt_len(c):
         if not prompt_min or prompt_min >= P or c % 2 == 0:
             return P
-        lo, hi = math.log(prompt_min), math.log(P)
-        return min(P - 1, int(math.exp(lo + (hi - lo) * float(torch.rand((), generator=g)))))
+        l0, l1 = math.log(prompt_min), math.log(P)
+        return min(P - 1, int(math.exp(l0 + (l1 - l0) * float(torch.rand((), generator=g)))))
     every = int(round(1 / sample_frac)) if sample_frac > 0 else 0
     temps = torch.tensor([temp if every and i % every == 0 else 0.0 for i in range(n)])
     gg = torch.Generator(device=device).manual_seed(seed + 1)
@@ -461,7 +461,7 @@ def main():
     fdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
         a.feat_dtype, torch.bfloat16 if device.type == "cuda" and a.amp else torch.float32)
     htoks, hfeats, hlabels, _, _ = make_windows(target, hstream, a.heldout_windows, P, G, 0.0, 0.0, device,
-                                             a.gen_chunk, layers, a.seed + 7, feat_dtype=fdt)
+                                                a.gen_chunk, layers, a.seed + 7, feat_dtype=fdt)
     until = 0
     if a.data_budget:
         until = time.time() + a.data_budget
