@@ -67,8 +67,12 @@ for tools/train/dflash_accept.py); with --mirror DIR also the best drafter
 usage: dflash_train.py --corpus PATH... --out DIR [--target T.gguf] [--muser ./muser]
        [--windows 4096] [--prompt 128] [--gen 256] [--block 16] [--layers 2] [--target-layers 1,4,7]
        [--copy-frac 0] [--prompt-min 0] [--batch 32] [--blocks 16] [--lr 6e-4] [--steps N | --time-budget S | --deadline UNIX_TIME]
-       [--ckpt-every 60] [--device cuda|cpu] [--smoke]
+       [--ckpt-every 60] [--device cuda|cpu] [--init D.gguf [--seed N]] [--smoke]
 --smoke: tiny sizes and a 20-second budget, for a CPU check that the pipeline runs.
+--init D.gguf: start from that drafter's weights (dequantized from its GGUF) instead of random ones,
+with its shape; the first held-out evaluation is then D's, so a run writes a drafter only when it
+beats D. With another --seed each run makes other training windows: several device calls of ten
+minutes can train one drafter on more data than one call makes.
 """
 import argparse, json, lzma, math, os, random, shutil, subprocess, sys, tempfile, time
 from concurrent.futures import ThreadPoolExecutor
@@ -79,7 +83,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "convert"))
-from dflash_model import Drafter, Target, new_config  # noqa: E402
+from dflash_model import Drafter, Target, drafter_from_gguf, new_config  # noqa: E402
 import dflash_to_gguf  # noqa: E402
 
 EXTS = (".txt", ".md", ".py", ".c", ".h", ".sh", ".rst", ".json", ".1", ".8", "")
@@ -412,6 +416,8 @@ def main():
     ap.add_argument("--mirror-name", default="drafter.gguf")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--init", help="a dflash GGUF to continue training (its shape replaces --layers, --block, "
+                                   "--target-layers, --ff; a new --seed gives new windows)")
     ap.add_argument("--amp", type=int, default=1, help="bf16 autocast of the drafter on cuda (0: float32)")
     ap.add_argument("--feat-dtype", default="auto", choices=["auto", "float32", "bfloat16"],
                     help="how the features are kept (auto: bfloat16 on cuda with --amp 1, else float32)")
@@ -442,7 +448,19 @@ def main():
 
     target = Target(a.target, device)
     tl = [int(x) for x in a.target_layers.split(",")] if a.target_layers else None
+    init = None
+    if a.init:
+        # continue training a drafter: its shape decides (--layers, --block, --target-layers, --ff ignored)
+        init, tl = drafter_from_gguf(a.init, target)
+        ic = init.cfg
+        a.layers, a.block, a.ff = ic["num_hidden_layers"], ic["block_size"], ic["intermediate_size"]
     cfg = new_config(target, n_layer=a.layers, block_size=a.block, target_layers=tl, n_ff=a.ff or None)
+    if init is not None:
+        for k in ("hidden_size", "num_attention_heads", "num_key_value_heads", "head_dim", "mask_token_id",
+                  "target_layer_ids"):
+            if init.cfg[k] != cfg[k]:
+                sys.exit("dflash_train: --init %s: %s is %s, the target's drafter needs %s" % (
+                    a.init, k, init.cfg[k], cfg[k]))
     layers = [i + 1 for i in cfg["target_layer_ids"]]
     P, G, B, L = a.prompt, a.gen, a.block, a.prompt + a.gen
     log("target %s: %d layers, width %d, vocab %d; drafter: %d layers, block %d, target layers %s, mask %d; device %s" % (
@@ -461,7 +479,7 @@ def main():
     fdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}.get(
         a.feat_dtype, torch.bfloat16 if device.type == "cuda" and a.amp else torch.float32)
     htoks, hfeats, hlabels, _, _ = make_windows(target, hstream, a.heldout_windows, P, G, 0.0, 0.0, device,
-                                                a.gen_chunk, layers, a.seed + 7, feat_dtype=fdt)
+                                                a.gen_chunk, layers, 8, feat_dtype=fdt)  # whatever --seed
     until = 0
     if a.data_budget:
         until = time.time() + a.data_budget
@@ -478,7 +496,12 @@ def main():
     chk = check_muser(a.muser, a.target, target, htoks, hlabels, P, a.check_muser, min(G, 64), rec) \
         if a.check_muser and muser_ok(a.muser) else []
 
-    d = Drafter(cfg, target.tok_embd, target.output).to(device)
+    d = Drafter(cfg, target.tok_embd, target.output)
+    if init is not None:
+        d.load_state_dict(init.state_dict())
+        log("drafter weights from %s (its GGUF types, dequantized)" % a.init)
+        del init
+    d = d.to(device)
     n_params = sum(p.numel() for p in d.parameters())
     log("drafter parameters: %d (without the shared embedding and output)" % n_params)
     opt = torch.optim.AdamW(list(d.parameters()), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
