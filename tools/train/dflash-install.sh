@@ -5,6 +5,8 @@
 # bundled model when no --draft is named), the logs under
 # dflash/ in tools/train/logs/, and the figures into docs/speculative.md
 # between the "dflash-figures" markers (tools/train/dflash_figures.py).
+# A drafter without a shortlist head (what training writes) gets the
+# previous drafter's (tools/train/dflash_shortlist.py --from).
 # usage (repository root): tools/train/dflash-install.sh OUT_DIR
 set -euo pipefail
 S=${1:?usage: tools/train/dflash-install.sh OUT_DIR}
@@ -22,7 +24,13 @@ else # a killed run: what came back
 fi
 cp "$S/summary.json" "$X/train/summary.json" # the mirror is the newest
 [ -f "$X/train/log.jsonl" ] || : >"$X/train/log.jsonl"
+[ -f models/muser-default.dflash.gguf ] && cp models/muser-default.dflash.gguf "$X/previous.gguf"
 cp "$S/muser-default.dflash.gguf" models/muser-default.dflash.gguf
+# the training writes no shortlist head: keep the one the previous drafter shipped with
+if [ -f "$X/previous.gguf" ] && ! grep -q muser.dflash.shortlist models/muser-default.dflash.gguf &&
+    grep -q muser.dflash.shortlist "$X/previous.gguf"; then
+    python3 tools/train/dflash_shortlist.py --draft models/muser-default.dflash.gguf --from "$X/previous.gguf"
+fi
 L=tools/train/logs/dflash
 mkdir -p $L
 cp "$X/train/summary.json" "$X/train/log.jsonl" $L/

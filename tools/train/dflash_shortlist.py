@@ -21,6 +21,10 @@ saying how it was made.
 Usage: tools/train/dflash_shortlist.py --draft D.gguf --model M.gguf
        [--muser ./muser] [--k 2048] [--out D2.gguf (default: D.gguf in place)]
        [--counts FILE.json (writes the counts)]
+   or: tools/train/dflash_shortlist.py --draft D.gguf --from OLD.gguf [--out D2.gguf]
+       (OLD's shortlist and source line, as they are: a retrained drafter
+       keeps the list its predecessor shipped with, whatever man pages this
+       machine has)
 Deterministic for a given model and Debian package set.
 """
 import argparse, glob, json, os, re, struct, subprocess, sys, tempfile
@@ -83,6 +87,30 @@ def gstr(s):
     return struct.pack("<Q", len(e)) + e
 
 
+def read_shortlist(src):
+    """(ids, source) of src's shortlist keys; (None, None) when it has none"""
+    b = open(src, "rb").read()
+    magic, ver, n_t, n_kv = struct.unpack_from("<4sIQQ", b, 0)
+    if magic != b"GGUF" or ver < 2:
+        raise SystemExit(f"{src}: not a GGUF v2+ file")
+    o, ids, source = 24, None, None
+    for _ in range(n_kv):
+        n, = struct.unpack_from("<Q", b, o)
+        key = b[o + 8:o + 8 + n].decode()
+        o += 8 + n
+        t, = struct.unpack_from("<I", b, o)
+        if key == "muser.dflash.shortlist" and t == 9:
+            et, m = struct.unpack_from("<IQ", b, o + 4)
+            if et != 5:
+                raise SystemExit(f"{src}: muser.dflash.shortlist is not an int32 array")
+            ids = list(struct.unpack_from(f"<{m}i", b, o + 16))
+        elif key == "muser.dflash.shortlist_source" and t == 8:
+            m, = struct.unpack_from("<Q", b, o + 4)
+            source = b[o + 12:o + 12 + m].decode()
+        o = skip_value(b, o + 4, t)
+    return ids, source
+
+
 def write_keys(src, dst, ids, source):
     b = open(src, "rb").read()
     magic, ver, n_t, n_kv = struct.unpack_from("<4sIQQ", b, 0)
@@ -121,13 +149,23 @@ def write_keys(src, dst, ids, source):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--draft", required=True)
-    ap.add_argument("--model", required=True)
+    ap.add_argument("--model")
+    ap.add_argument("--from", dest="src", help="copy this drafter's shortlist (and its source line) instead")
     ap.add_argument("--muser", default="./muser")
     ap.add_argument("--k", type=int, default=2048)
     ap.add_argument("--out")
     ap.add_argument("--counts")
     ap.add_argument("--n-vocab", type=int, default=8192)
     a = ap.parse_args()
+    if a.src:
+        ids, source = read_shortlist(a.src)
+        if ids is None:
+            raise SystemExit(f"{a.src}: no muser.dflash.shortlist")
+        write_keys(a.draft, a.out or a.draft, ids, source or "")
+        print(f"{len(ids)} ids from {a.src}: {source}")
+        return
+    if not a.model:
+        ap.error("--model is required (or --from)")
     ts = texts()
     counts = count(a.muser, a.model, ts)
     n_tok = sum(counts.values())
