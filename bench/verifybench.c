@@ -19,9 +19,12 @@
  *   inject   the injection of one position's features (added to every step),
  *            measured as 64 positions made rows together (the drafter
  *            gathers a few steps' positions before it makes their rows),
- *            per position.
+ *            per position;
+ *   capture  a decode step that also captures the drafter's features (what
+ *            each plain step of a --spec dflash job, paused or not, costs
+ *            the target).
  * $VERIFYBENCH_MODES (e.g. "01") limits the rounds to those modes (0 decode,
- * 1 solo, 2 batch), so that a profiler sees one of them.
+ * 1 solo, 2 batch, 3 capture), so that a profiler sees one of them.
  * $VERIFYBENCH_BACKEND (cpu, cuda, auto) picks the engine's backend (cpu
  * when unset); on a GPU only the wall-clock columns mean anything.
  * Usage: verifybench MODEL [threads (2)] [depth (256)] [rounds (9)] [K list
@@ -99,16 +102,24 @@ int main(int argc, char **argv) {
     }
     if (mu_forward(e, &it, 1, &err)) return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
     if (dq && mu_draft_seq_inject(dq, 0, depth, feat, &err)) return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
-    /* [mode][k index][round]; mode 0 decode (k ignored), 1 solo, 2 batch */
-    static double t[3][MAXK][MAXR], c[3][MAXK][MAXR];
+    /* [mode][k index][round]; mode 0 decode (k ignored), 1 solo, 2 batch,
+     * 3 capture (a decode step capturing the features; with a drafter) */
+    static double t[4][MAXK][MAXR], c[4][MAXK][MAXR];
     const char *modes = getenv("VERIFYBENCH_MODES");
-    if (!modes) modes = "012";
+    if (!modes) modes = "0123";
     for (int rd = 0; rd < rounds + 1; rd++) /* round 0 warms up */
         for (int ki = 0; ki < nk; ki++)
-            for (int mode = 0; mode < 3; mode++) {
-                if ((mode == 0 && ki > 0) || !strchr(modes, '0' + mode)) continue;
-                mu_batch_item b = {.s = s, .tokens = toks + depth, .n_tokens = mode ? 1 + ks[ki] : 1,
-                                   .all_logits = mode != 0, .solo = mode == 1};
+            for (int mode = 0; mode < 4; mode++) {
+                if (((mode == 0 || mode == 3) && ki > 0) || !strchr(modes, '0' + mode) || (mode == 3 && !dr))
+                    continue;
+                const int step = mode == 0 || mode == 3;
+                mu_batch_item b = {.s = s, .tokens = toks + depth, .n_tokens = step ? 1 : 1 + ks[ki],
+                                   .all_logits = !step, .solo = mode == 1};
+                if (mode == 3) {
+                    b.feat = feat;
+                    b.feat_layers = it.feat_layers;
+                    b.n_feat_layers = it.n_feat_layers;
+                }
                 double t0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
                 if (mu_forward(e, &b, 1, &err) || mu_session_truncate(s, depth, &err))
                     return fprintf(stderr, "verifybench: %s\n", err.msg), 1;
@@ -144,6 +155,11 @@ int main(int argc, char **argv) {
             printf("{\"mode\": \"%s\", \"k\": %d, \"ms\": %.3f, \"ratio\": %.3f, \"cpu_ms\": %.3f, \"cpu_ratio\": %.3f}\n",
                    mode == 1 ? "solo" : "batch", ks[ki], ms, ms / dec, cms, cms / cdec);
         }
+    if (dr && strchr(modes, '3')) {
+        const double ms = median(t[3][0], rounds), cms = median(c[3][0], rounds);
+        printf("{\"mode\": \"capture\", \"k\": 0, \"ms\": %.3f, \"ratio\": %.3f, \"cpu_ms\": %.3f, \"cpu_ratio\": %.3f}\n",
+               ms, ms / dec, cms, cms / cdec);
+    }
     for (int ki = 0; dr && ki <= nk; ki++) {
         if (ki < nk && ks[ki] > bmax) continue;
         double ms = median(td[ki], rounds), cms = median(cd[ki], rounds);
