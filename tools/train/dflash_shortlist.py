@@ -87,48 +87,48 @@ def gstr(s):
     return struct.pack("<Q", len(e)) + e
 
 
-def read_shortlist(src):
-    """(ids, source) of src's shortlist keys; (None, None) when it has none"""
+def kv_walk(src):
+    """(bytes, header fields, [(key, type, value offset, entry start, entry end)], end of the key/values)"""
     b = open(src, "rb").read()
     magic, ver, n_t, n_kv = struct.unpack_from("<4sIQQ", b, 0)
     if magic != b"GGUF" or ver < 2:
         raise SystemExit(f"{src}: not a GGUF v2+ file")
-    o, ids, source = 24, None, None
-    for _ in range(n_kv):
-        n, = struct.unpack_from("<Q", b, o)
-        key = b[o + 8:o + 8 + n].decode()
-        o += 8 + n
-        t, = struct.unpack_from("<I", b, o)
-        if key == "muser.dflash.shortlist" and t == 9:
-            et, m = struct.unpack_from("<IQ", b, o + 4)
-            if et != 5:
-                raise SystemExit(f"{src}: muser.dflash.shortlist is not an int32 array")
-            ids = list(struct.unpack_from(f"<{m}i", b, o + 16))
-        elif key == "muser.dflash.shortlist_source" and t == 8:
-            m, = struct.unpack_from("<Q", b, o + 4)
-            source = b[o + 12:o + 12 + m].decode()
-        o = skip_value(b, o + 4, t)
-    return ids, source
-
-
-def write_keys(src, dst, ids, source):
-    b = open(src, "rb").read()
-    magic, ver, n_t, n_kv = struct.unpack_from("<4sIQQ", b, 0)
-    if magic != b"GGUF" or ver < 2:
-        raise SystemExit(f"{src}: not a GGUF v2+ file")
-    o = 24
-    kvs, align = [], 32
+    o, kvs = 24, []
     for _ in range(n_kv):
         k0 = o
         n, = struct.unpack_from("<Q", b, o)
         key = b[o + 8:o + 8 + n].decode()
         o += 8 + n
         t, = struct.unpack_from("<I", b, o)
-        if key == "general.alignment":
-            align, = struct.unpack_from("<I", b, o + 4)
         o = skip_value(b, o + 4, t)
+        kvs.append((key, t, k0 + 12 + n, k0, o))
+    return b, (ver, n_t), kvs, o
+
+
+def read_shortlist(src):
+    """(ids, source) of src's shortlist keys; (None, None) when it has none"""
+    b, _, kvs, _ = kv_walk(src)
+    ids = source = None
+    for key, t, v, _, _ in kvs:
+        if key == "muser.dflash.shortlist" and t == 9:
+            et, m = struct.unpack_from("<IQ", b, v)
+            if et != 5:
+                raise SystemExit(f"{src}: muser.dflash.shortlist is not an int32 array")
+            ids = list(struct.unpack_from(f"<{m}i", b, v + 12))
+        elif key == "muser.dflash.shortlist_source" and t == 8:
+            m, = struct.unpack_from("<Q", b, v)
+            source = b[v + 8:v + 8 + m].decode()
+    return ids, source
+
+
+def write_keys(src, dst, ids, source):
+    b, (ver, n_t), entries, o = kv_walk(src)
+    kvs, align = [], 32
+    for key, t, v, k0, k1 in entries:
+        if key == "general.alignment":
+            align, = struct.unpack_from("<I", b, v)
         if not key.startswith("muser.dflash.shortlist"):
-            kvs.append(b[k0:o])
+            kvs.append(b[k0:k1])
     t0 = o
     for _ in range(n_t):
         n, = struct.unpack_from("<Q", b, o)
