@@ -214,15 +214,14 @@ static double macs(const mu_gguf_tensor *t) { return t ? (double)t->ne[0] * (dou
 
 /* A pass on the device is a few dozen small launches whatever the
  * multiply-adds: its cost in the target's (device) decode steps is not
- * theirs to estimate. On an H100 the bundled drafter's pass measured 0.80
- * to 0.92 of a decode step for 1 to 15 drafts, 108 us of it in each
- * layer's attention kernel (bench/results/cuda-2026-12-05c calls 1, 2);
- * 0.5 is what it should cost with the attention rewritten since, not yet
- * measured. A draft adds only its head row there (the pass runs every
- * block row): 1 and 15 drafts cost the same within those runs' noise
- * (0.80-0.92 both), so 0.005 a draft, a guess below what they resolve. MUSER_DRAFT_COST_PASS and MUSER_DRAFT_COST_ROW replace either
- * estimate on any backend (they decide how much to draft, never what is
- * accepted). */
+ * theirs to estimate. On an H100 the bundled drafter's pass measured 0.49
+ * to 0.52 of a decode step for 1 to 15 drafts (bench/results/
+ * cuda-2026-12-05d; 0.80-0.92 before the attention rewrite, -05c). A
+ * draft adds only its head row there (the pass runs every block row): 1
+ * and 15 drafts cost the same within those runs' noise, so 0.005 a draft,
+ * a guess below what they resolve. MUSER_DRAFT_COST_PASS and
+ * MUSER_DRAFT_COST_ROW replace either estimate on any backend (they
+ * decide how much to draft, never what is accepted). */
 #define DRAFT_DEV_PASS 0.5
 #define DRAFT_DEV_ROW 0.005
 
