@@ -37,7 +37,7 @@ MUSER_CUDA_DEC_MMA=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[dec dp4a] /'
 # the other V pass for several lone tokens, still selectable: k_pv_d
 MUSER_CUDA_PVD_M=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[pv_d] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-# the Q8_0 / NVFP4 decode ring for 5-16 tokens (opt-in until measured: docs/cuda.md)
+# the Q8_0 / NVFP4 decode ring for 5-16 tokens (opt-in: docs/cuda.md)
 MUSER_CUDA_Q8D_T=16 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q8 ring 16] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 
