@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the benchmark helpers (not part of `make`): membw (memory read
-# bandwidth, bench/membw.c), kernbench (kernel throughput against that
+# bandwidth, bench/membw.c), on x86-64 corebench (the int8 multiply-add rate
+# the cores reach alone and together, bench/corebench.c), kernbench (kernel throughput against that
 # bandwidth, bench/kernbench.c) and verifybench (the cost of a speculative
 # verification block, bench/verifybench.c), draftacc (a DFlash drafter's
 # drafts at every position of a sequence, bench/draftacc.c), kvbench (KV pack writes,
@@ -13,6 +14,9 @@ cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 mkdir -p "$BUILD/bench"
 gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -mavx2 -o "$BUILD/bench/membw" bench/membw.c
+if [ "$(uname -m)" = x86_64 ]; then
+  gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/corebench" bench/corebench.c
+fi
 if [ -f bench/kernbench.c ]; then
   make -s BUILD="$BUILD" "$BUILD/libmuser.a"
   gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/kernbench" bench/kernbench.c \

@@ -260,6 +260,9 @@ typedef struct {
     int n_draft;          /* speculative decoding: tokens drafted and verified */
     int n_draft_accepted; /* of which the target accepted */
     int n_spec_steps;     /* verification steps (forwards with a draft) */
+    int n_draft_ngram;    /* of n_draft: a dflash job's drafts from n-gram lookups (the drafter's
+                             are the rest; docs/speculative.md, "N-gram lookups in a dflash job") */
+    int n_draft_ngram_accepted; /* of n_draft_accepted: those of them the target accepted */
     int n_spec_busy;      /* decode steps that did not draft because the batch was busy: other
                              jobs' rows made this job's drafts cost more than they would yield
                              (docs/speculative.md, "Busy batches") */

@@ -364,6 +364,9 @@ int cmd_run(int argc, char **argv) {
                     printf("]");
                 }
                 if (spec.drafter) printf(", \"draft_on_device\": %s", drafter_dev ? "true" : "false");
+                if (st->n_draft_ngram)
+                    printf(", \"draft_n_ngram\": %d, \"draft_n_ngram_accepted\": %d", st->n_draft_ngram,
+                           st->n_draft_ngram_accepted);
                 printf("}}\n");
             } else if (spec_given) {
                 fprintf(stderr, "\nspec %s%s: drafted %d, accepted %d (%.1f%%) in %d verification steps (%.2f per step)\n",
@@ -371,6 +374,9 @@ int cmd_run(int argc, char **argv) {
                         st->n_draft_accepted,
                         st->n_draft ? 100.0 * st->n_draft_accepted / st->n_draft : 0.0, st->n_spec_steps,
                         st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0);
+                if (st->n_draft_ngram)
+                    fprintf(stderr, "  of which n-gram lookups: drafted %d, accepted %d\n", st->n_draft_ngram,
+                            st->n_draft_ngram_accepted);
             }
             break;
         }

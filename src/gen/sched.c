@@ -76,6 +76,15 @@ typedef struct {
     size_t text, name, stop_word, err, top_ids, top_probs, top_logprobs;
 } qev;
 
+/* The draft length that pays (draft()): per draft position, how often it
+ * was verified after an accepted prefix and how often it was accepted; and
+ * the pause of an estimate under which none pays. */
+typedef struct {
+    int n[MU_SPEC_DRAFT_MAX], acc[MU_SPEC_DRAFT_MAX];
+    int n_paused;         /* plain steps since the estimate stopped drafting */
+    bool probing;         /* n-gram: this step's draft is a probe of a paused estimate */
+} spec_rates;
+
 struct mu_job {
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -107,13 +116,13 @@ struct mu_job {
     int draft_max, draft_min;
     int32_t *script;      /* MU_SPEC_SCRIPT drafts */
     int n_script;
-    /* the draft length that pays (draft()): per draft position, how often it
-     * was verified after an accepted prefix and how often it was accepted */
-    int pos_n[MU_SPEC_DRAFT_MAX], pos_acc[MU_SPEC_DRAFT_MAX];
-    int n_paused;         /* plain steps since the estimate stopped drafting */
-    bool probing;         /* n-gram: this step's draft is a probe of a paused estimate */
+    spec_rates rt;        /* the rates of the job's drafts (its spec's) */
+    /* dflash: n-gram lookups (ngram's) draft before the drafter while their
+     * own rates say they pay; a step they drafted is blk_ngram */
+    bool use_ngram, blk_ngram;
+    spec_rates ng;
     /* dflash while paused: a shadow draft (made, not verified) compared with
-     * the tokens plain decoding picks next, feeding pos_n / pos_acc like a
+     * the tokens plain decoding picks next, feeding rt like a
      * verification; probes come every probe_every plain steps, doubling
      * while the estimate stays paused (draft()) */
     int n_shadow, i_shadow, probe_every; /* the shadow's rows: the drafter's kept rows */
@@ -172,7 +181,7 @@ typedef struct {
     int32_t last;         /* token to feed next when decoding */
     int32_t *hist;        /* [n_ctx] tokens whose KV the session holds (prefix reuse) */
     int n_hist;
-    mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs; made on first use) */
+    mu_ngram *ng;         /* the n-gram drafter (MU_SPEC_NGRAM jobs, dflash jobs' lookups; made on first use) */
     mu_draft_seq *dq;     /* the DFlash drafter's rows of this slot's positions (with a drafter) */
     float *feat;          /* [rows][n_feat] the target's hidden states of this step's item */
     int32_t blk[1 + MU_SPEC_DRAFT_MAX]; /* last token + drafts fed this step */
@@ -213,6 +222,8 @@ struct mu_sched {
     int n_vocab;
     int n_swa;            /* the sliding window, 0 when no layer slides */
     double p_min;         /* a verified draft's cost in decode steps (row_cost) */
+    bool dflash_ngram;    /* dflash jobs draft from n-gram lookups first (dflash_ngram();
+                             MUSER_DFLASH_NGRAM=0: the drafter alone, to compare) */
     mu_sched_opts o;
     slot slots[MU_SCHED_MAX_SLOTS];
     pthread_t thr;
@@ -582,7 +593,7 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t best, int32_t want
     job_hold(j, false);
     j->n_gen++;
     sl->last = *id;
-    if (j->spec == MU_SPEC_NGRAM) mu_ngram_push(sl->ng, *id);
+    if (j->spec == MU_SPEC_NGRAM || j->use_ngram) mu_ngram_push(sl->ng, *id);
     pthread_mutex_lock(&s->mu);
     if (first) ttft_add(s, (j->t_first - j->t_submit) / 1e3);
     s->m.n_gen_tokens++;
@@ -601,16 +612,19 @@ static bool take(mu_sched *s, int i, const float *lg, int32_t best, int32_t want
 #define SPEC_DFLASH_WINDOW 32 /* dflash: the rates' counts halve when the first position's reach this */
 
 /* Engine thread: draft position r was checked after an accepted prefix, and
- * accepted or not. A dflash job's rates follow the text: the counts halve
- * every SPEC_DFLASH_WINDOW checks of the first position (its drafter's
- * acceptance swings between repetitive stretches and free text). */
+ * accepted or not: into the rates of the drafts' source (a dflash job's
+ * n-gram lookups have their own). A dflash job's drafter rates follow the
+ * text: the counts halve every SPEC_DFLASH_WINDOW checks of the first
+ * position (its drafter's acceptance swings between repetitive stretches
+ * and free text). */
 static void observe(mu_job *j, int r, bool ok) {
-    j->pos_n[r]++;
-    j->pos_acc[r] += ok;
-    if (j->spec == MU_SPEC_DFLASH && j->pos_n[0] >= SPEC_DFLASH_WINDOW)
+    spec_rates *q = j->blk_ngram ? &j->ng : &j->rt;
+    q->n[r]++;
+    q->acc[r] += ok;
+    if (j->spec == MU_SPEC_DFLASH && !j->blk_ngram && q->n[0] >= SPEC_DFLASH_WINDOW)
         for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) {
-            j->pos_n[k] /= 2;
-            j->pos_acc[k] /= 2;
+            q->n[k] /= 2;
+            q->acc[k] /= 2;
         }
 }
 
@@ -634,7 +648,7 @@ static double row_cost(const mu_engine *e) {
 static bool dflash_pays(const mu_sched *s, const mu_job *j) {
     const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
     const int bmax = di->block_size - 1, k = j->draft_max < bmax ? j->draft_max : bmax;
-    return mu_spec_dflash_len(j->pos_acc, j->pos_n, k, di->cost_pass, s->p_min + di->cost_row) > 0;
+    return mu_spec_dflash_len(j->rt.acc, j->rt.n, k, di->cost_pass, s->p_min + di->cost_row) > 0;
 }
 
 /* Engine thread: one gen step for slot i from logits lg (and a dflash
@@ -659,9 +673,9 @@ static void step(mu_sched *s, int i, const float *lg, int32_t best) {
 #define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
 #define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */
 
-/* Engine thread: the cost model of spec_cost.h on job j's counts. */
-static int draft_len(const mu_job *j, int k, double p_min) { return mu_spec_draft_len(j->pos_acc, j->pos_n, k, p_min); }
-static double draft_expect(const mu_job *j, int k) { return mu_spec_draft_expect(j->pos_acc, j->pos_n, k); }
+/* Engine thread: the cost model of spec_cost.h on rates q. */
+static int draft_len(const spec_rates *q, int k, double p_min) { return mu_spec_draft_len(q->acc, q->n, k, p_min); }
+static double draft_expect(const spec_rates *q, int k) { return mu_spec_draft_expect(q->acc, q->n, k); }
 
 /* Engine thread, an n-gram job: draft_len at s->p_min. While that is 0
  * the job decodes plainly and probes with one drafted token now and then,
@@ -670,22 +684,22 @@ static double draft_expect(const mu_job *j, int k) { return mu_spec_draft_expect
  * (n_spec_busy), with a one-token probe every SPEC_PROBE_EVERY such steps
  * too (a row of about 0.4 decode steps in 16 steps of a batch costing
  * several). */
-static int draft_pays(const mu_sched *s, mu_job *j, int k, int rows) {
-    int n = draft_len(j, k, s->p_min);
-    j->probing = false;
-    if (n == 0 && k > 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
-        j->n_paused = 0;
-        j->probing = true;
+static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows) {
+    int n = draft_len(q, k, s->p_min);
+    q->probing = false;
+    if (n == 0 && k > 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
+        q->n_paused = 0;
+        q->probing = true;
         return 1; /* a probe: the estimate cannot recover without one */
     }
     if (n > 0 && rows > 1) {
-        n = draft_len(j, n, s->p_min * mu_spec_batch_rate(rows, s->p_min));
-        if (n == 0 && ++j->n_paused >= SPEC_PROBE_EVERY) {
-            j->n_paused = 0;
-            j->probing = true;
+        n = draft_len(q, n, s->p_min * mu_spec_batch_rate(rows, s->p_min));
+        if (n == 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
+            q->n_paused = 0;
+            q->probing = true;
             return 1; /* a probe: the rates learn only from verified drafts */
         }
-        if (n == 0) j->st.n_spec_busy++;
+        if (n == 0 && q == &j->rt) j->st.n_spec_busy++;
     }
     return n;
 }
@@ -703,8 +717,8 @@ static void shadow_probe(mu_sched *s, int i) {
     mu_job *j = sl->job;
     if (j->i_shadow < j->n_shadow) return; /* the last shadow draft is still being checked */
     if (j->probe_every == 0) j->probe_every = SPEC_SHADOW_EVERY;
-    if (++j->n_paused < j->probe_every) return;
-    j->n_paused = 0;
+    if (++j->rt.n_paused < j->probe_every) return;
+    j->rt.n_paused = 0;
     if (j->probe_every < 8 * SPEC_SHADOW_EVERY) j->probe_every *= 2;
     const int bmax = mu_drafter_get_info(s->o.drafter)->block_size - 1;
     int k = j->draft_max < bmax ? j->draft_max : bmax;
@@ -761,19 +775,60 @@ static void ctx_shift(mu_sched *s, int i) {
     j->st.n_discarded += n_discard;
 }
 
+/* The most drafts slot sl's next block may hold: it must fit the job's
+ * remaining tokens and, with a context shift, never take the session past
+ * n_ctx - 1 positions, where plain decoding shifts (so the shifts, and the
+ * tokens, stay plain decoding's). */
+static int block_room(const mu_sched *s, const slot *sl) {
+    const mu_job *j = sl->job;
+    const int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1 - (j->ctx_shift ? 1 : 0);
+    const int left = j->max_new - j->n_gen - 1;
+    return room < left ? room : left;
+}
+
+/* Engine thread, a dflash job: n-gram lookups (the prompt's and the
+ * output's, as an ngram job's) into sl->blk[1..] while their own rates say
+ * they pay. Returns the count (0: the drafter drafts this step). A lookup
+ * costs no pass, so finding nothing counts against nothing; a probe that
+ * found nothing is the next step's. */
+static int dflash_ngram(mu_sched *s, int i, int rows) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    int k = draft_pays(s, j, &j->ng, j->draft_max, rows);
+    const int room = block_room(s, sl);
+    if (k > room) k = room;
+    if (k <= 0) return 0;
+    if (k < j->draft_min) k = j->draft_min < room ? j->draft_min : room;
+    const int n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
+    if (n == 0 || n < j->draft_min) {
+        if (j->ng.probing) j->ng.n_paused = SPEC_PROBE_EVERY - 1;
+        return 0;
+    }
+    j->blk_ngram = true;
+    j->row_next = 0;                /* the drafter's kept rows follow other tokens now */
+    j->n_shadow = j->i_shadow = 0;  /* and so does a shadow draft */
+    return n;
+}
+
 /* Engine thread: drafts for slot i's next step into sl->blk[1..]. Returns
  * the count (the step is a solo block, maybe of the last token alone), or
  * -1 while the estimate says drafting does not pay: then the step is an
  * ordinary decode item, batched with other jobs' as plain decoding's (so a
  * paused job costs what a plain one does). The block must fit the context
- * and the job's remaining tokens. A step where the drafter finds nothing
- * counts against the first position's estimate, except a paused n-gram
- * job's probe, which waits for the next step. The test hook drafts what it
+ * and the job's remaining tokens (block_room). A step where the drafter
+ * finds nothing counts against the first position's estimate, except a
+ * paused n-gram job's probe, which waits for the next step. A dflash job
+ * takes n-gram lookups first (dflash_ngram). The test hook drafts what it
  * is told and never pauses. */
 static int draft(mu_sched *s, int i, int rows) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
     int k = j->draft_max;
+    j->blk_ngram = false;
+    if (j->use_ngram && j->spec == MU_SPEC_DFLASH) {
+        const int n = dflash_ngram(s, i, rows);
+        if (n > 0) return n;
+    }
     if (j->spec == MU_SPEC_DFLASH) {
         /* drafting while its last step paid (or the last shadow draft held
          * all through), as long as the rates say; paused, shadow drafts
@@ -784,7 +839,7 @@ static int draft(mu_sched *s, int i, int rows) {
             if (rows <= 1) shadow_probe(s, i);
             return -1;
         }
-        k = draft_len(j, k, s->p_min + di->cost_row);
+        k = draft_len(&j->rt, k, s->p_min + di->cost_row);
         if (k < 1) k = 1;
         if (rows > 1) {
             /* busy: the drafts' expected tokens must beat what their rows and
@@ -792,8 +847,8 @@ static int draft(mu_sched *s, int i, int rows) {
              * plain rows of this batch */
             const double r = mu_spec_batch_rate(rows, s->p_min);
             const bool pass = j->row_next <= 0 || j->row_next >= j->row_n;
-            k = draft_len(j, k, (s->p_min + di->cost_row) * r);
-            if (k < 1 || draft_expect(j, k) < r * ((pass ? di->cost_pass : 0) + (s->p_min + di->cost_row) * k)) {
+            k = draft_len(&j->rt, k, (s->p_min + di->cost_row) * r);
+            if (k < 1 || draft_expect(&j->rt, k) < r * ((pass ? di->cost_pass : 0) + (s->p_min + di->cost_row) * k)) {
                 j->row_next = 0;
                 j->st.n_spec_busy++;
                 return -1;
@@ -802,19 +857,15 @@ static int draft(mu_sched *s, int i, int rows) {
         j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
         j->probe_every = SPEC_SHADOW_EVERY;
     } else if (j->spec != MU_SPEC_SCRIPT) {
-        k = draft_pays(s, j, k, rows);
+        k = draft_pays(s, j, &j->rt, k, rows);
     }
     if (k <= 0) return -1;
     /* the rates may want fewer drafts than --draft-min, under which nothing
      * is verified: when drafting, draft at least that many (llama.cpp's
      * drafts are never cut short of it either) */
     if (k < j->draft_min) k = j->draft_min < j->draft_max ? j->draft_min : j->draft_max;
-    /* with a context shift, a block never takes the session past n_ctx - 1
-     * positions, where plain decoding shifts: the shifts, and so the
-     * tokens, stay plain decoding's */
-    int room = s->o.n_ctx - mu_session_n_past(sl->sess) - 1 - (j->ctx_shift ? 1 : 0), left = j->max_new - j->n_gen - 1;
+    const int room = block_room(s, sl);
     if (k > room) k = room;
-    if (k > left) k = left;
     if (k <= 0) return 0;
     int n = 0;
     if (j->spec == MU_SPEC_NGRAM) {
@@ -823,11 +874,11 @@ static int draft(mu_sched *s, int i, int rows) {
             /* a probe that found nothing is the next step's (uncounted: it
              * learnt nothing); any other miss counts as a rejected first
              * draft, which keeps drafts short on text that rarely repeats */
-            if (j->probing) {
-                j->n_paused = SPEC_PROBE_EVERY - 1;
+            if (j->rt.probing) {
+                j->rt.n_paused = SPEC_PROBE_EVERY - 1;
                 return -1;
             }
-            j->pos_n[0]++;
+            j->rt.n[0]++;
         }
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];
@@ -845,7 +896,7 @@ static int draft(mu_sched *s, int i, int rows) {
         j->row_blk = j->row_next;
         j->row_next = 0;
         n = mu_draft_seq_tokens(sl->dq, j->row_blk, k, sl->blk + 1);
-        if (n == 0 || n < j->draft_min) j->pos_n[0]++;
+        if (n == 0 || n < j->draft_min) j->rt.n[0]++;
     }
     return n < j->draft_min ? 0 : n;
 }
@@ -868,7 +919,10 @@ static void verify(mu_sched *s, int i, int n_blk, int p0) {
         if (id != want) break;
         acc++;
     }
-    if (j->spec == MU_SPEC_DFLASH && n_dr > 0) {
+    if (j->blk_ngram) {
+        j->st.n_draft_ngram += n_dr;
+        j->st.n_draft_ngram_accepted += acc;
+    } else if (j->spec == MU_SPEC_DFLASH && n_dr > 0) {
         /* drafting goes on while this step paid (its accepted drafts reach
          * what it cost beyond a decode step, as estimated: the pass, none
          * when it drafted on from kept rows, and each draft's rows and share
@@ -981,13 +1035,15 @@ static int common_prefix(const int32_t *a, int na, const int32_t *b, int nb) {
  * session when the job asks for it (at least one prompt token is evaluated
  * again, for its logits), or install the job's KV state, else start from an
  * empty session. False when the install failed and ended the job. */
-/* The n-gram drafter of a speculating job learns its prompt (then its
- * output, as tokens are accepted). Out of memory: the job decodes plainly. */
+/* The n-gram drafter of an ngram job, and a dflash job's lookups, learn
+ * its prompt (then its output, as tokens are accepted). Out of memory: an
+ * ngram job decodes plainly, a dflash job drafts with its drafter alone. */
 static void spec_learn_prompt(slot *sl, mu_job *j) {
-    if (j->spec != MU_SPEC_NGRAM) return;
+    if (j->spec != MU_SPEC_NGRAM && !j->use_ngram) return;
     if (!sl->ng) sl->ng = mu_ngram_new();
     if (!sl->ng) {
-        j->spec = MU_SPEC_NONE;
+        if (j->spec == MU_SPEC_NGRAM) j->spec = MU_SPEC_NONE;
+        j->use_ngram = false; /* a dflash job drafts with its drafter alone */
         return;
     }
     mu_ngram_reset(sl->ng);
@@ -1552,6 +1608,8 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
         if (MI->swa_layers[il]) s->n_swa = MI->n_swa;
     s->o = *o;
     s->p_min = s->m.spec_row_cost = row_cost(e);
+    const char *dn = getenv("MUSER_DFLASH_NGRAM");
+    s->dflash_ngram = !(dn && !strcmp(dn, "0"));
     s->hold_until = o->hold_until;
     s->m.n_slots = o->n_slots;
     s->m.n_ctx = o->n_ctx;
@@ -1710,6 +1768,7 @@ static int job_build(mu_sched *s, const mu_gen_req *r, mu_job **out, mu_err *err
     j->n_keep = r->n_keep;
     j->n_discard = r->n_discard;
     j->spec = r->spec;
+    j->use_ngram = r->spec == MU_SPEC_DFLASH && s->dflash_ngram;
     /* DFlash drafts at most a block: block_size - 1 tokens, its default (llama.cpp clamps to it) */
     j->draft_max = r->draft_max > 0 ? r->draft_max
                    : r->spec == MU_SPEC_DFLASH ? mu_drafter_get_info(s->o.drafter)->block_size - 1

@@ -174,6 +174,10 @@ json_t *api_timings(const mu_gen_stats *st) {
         json_object_set_new(t, "spec_steps", json_integer(st->n_spec_steps));
         json_object_set_new(t, "spec_accepted_per_step",
                             json_real(st->n_spec_steps ? (double)st->n_draft_accepted / st->n_spec_steps : 0.0));
+        if (st->n_draft_ngram > 0) { /* a dflash job's drafts from n-gram lookups (muser's) */
+            json_object_set_new(t, "draft_n_ngram", json_integer(st->n_draft_ngram));
+            json_object_set_new(t, "draft_n_ngram_accepted", json_integer(st->n_draft_ngram_accepted));
+        }
     }
     if (t && st->n_spec_busy > 0) json_object_set_new(t, "spec_busy_steps", json_integer(st->n_spec_busy));
     return t;
