@@ -579,6 +579,73 @@ static void test_sched(void **state) {
     mu_model_close(m);
 }
 
+/* A dflash job drafts from n-gram lookups first (sched.c dflash_ngram):
+ * on prompts that repeat themselves the lookups draft and are accepted,
+ * the events stay plain decoding's, and MUSER_DFLASH_NGRAM=0 leaves the
+ * drafter alone (no lookup drafts), with the same events. */
+static void test_sched_ngram(void **state) {
+    (void)state;
+    mini_cfg c = mini_default();
+    c.n_vocab = 4; /* greedy decoding falls into cycles the lookups find */
+    c.n_ctx = 512;
+    mu_synth_dflash_opts o;
+    mu_synth_dflash_defaults(&o);
+    o.block_size = 6;
+    write_pair(&c, &o);
+    mu_model *m;
+    mu_engine *e;
+    open_target(&c, &m, &e);
+    mu_err err = {0};
+    mu_drafter *d;
+    if (mu_drafter_open(dpath, e, &d, &err)) fail_msg("drafter: %s", err.msg);
+    static trace ref, t;
+    static int32_t p[256];
+    int ng_drafted[2] = {0, 0}, ng_accepted[2] = {0, 0}, drafted[2] = {0, 0};
+    for (int off = 0; off < 2; off++) {
+        if (off) setenv("MUSER_DFLASH_NGRAM", "0", 1);
+        mu_sched *s;
+        mu_sched_opts so = {.n_slots = 1, .n_ctx = 512, .drafter = d};
+        assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+        unsetenv("MUSER_DFLASH_NGRAM");
+        for (int pi = 0; pi < 8; pi++) {
+            /* a random stretch, then the same stretch again, and again */
+            const int w = 8 + pi * 3, np = 3 * w;
+            uint64_t seed = (uint64_t)pi + 201;
+            for (int i = 0; i < w; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)c.n_vocab);
+            for (int i = w; i < np; i++) p[i] = p[i - w];
+            mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 96, .ignore_eos = true, .no_text = true,
+                            .logprobs = true, .n_top = 3};
+            q.sp.temp = pi % 2 ? 1.0f : 0;
+            q.sp.seed = (uint64_t)pi * 11;
+            mu_gen_req r = q;
+            r.spec = MU_SPEC_DFLASH;
+            run_trace(s, &q, &ref);
+            run_trace(s, &r, &t);
+            if (ref.n != t.n || memcmp(ref.buf, t.buf, ref.n))
+                fail_msg("prompt %d (lookups %s): events differ from plain decoding", pi, off ? "off" : "on");
+            assert_true(t.st.n_draft_ngram <= t.st.n_draft);
+            assert_true(t.st.n_draft_ngram_accepted <= t.st.n_draft_ngram);
+            assert_true(t.st.n_draft_ngram_accepted <= t.st.n_draft_accepted);
+            ng_drafted[off] += t.st.n_draft_ngram;
+            ng_accepted[off] += t.st.n_draft_ngram_accepted;
+            drafted[off] += t.st.n_draft;
+        }
+        mu_sched_free(s);
+    }
+    print_message("dflash with lookups: drafted %d, of which lookups %d (accepted %d); lookups off: drafted %d\n",
+                  drafted[0], ng_drafted[0], ng_accepted[0], drafted[1]);
+    assert_true(ng_drafted[0] > 0);
+    assert_true(ng_accepted[0] > 0);
+    assert_int_equal(ng_drafted[1], 0);
+    assert_true(drafted[1] > 0);
+    free(ref.buf);
+    free(t.buf);
+    ref.buf = t.buf = NULL;
+    mu_drafter_free(d);
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 /* ---- the shortlist head -------------------------------------------------- */
 
 /* The head restricted to a shortlist scores each listed token as the full
@@ -716,7 +783,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_bind), cmocka_unit_test(test_refusals), cmocka_unit_test(test_capture),
         cmocka_unit_test(test_drafter),    cmocka_unit_test(test_reference), cmocka_unit_test(test_sched),
-        cmocka_unit_test(test_shortlist),  cmocka_unit_test(test_shortlist_file),
+        cmocka_unit_test(test_sched_ngram), cmocka_unit_test(test_shortlist),  cmocka_unit_test(test_shortlist_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
