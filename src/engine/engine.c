@@ -99,6 +99,7 @@ int mu_engine_new(mu_model *m, const mu_engine_opts *opts, mu_engine **out, mu_e
     e->n_kv = m->info.n_head_kv * m->info.head_dim;
     e->ubatch = MU_UBATCH;
     e->attn_split_min = 4096;
+    e->mm_hold = -1;
     const char *sm = getenv("MUSER_ATTN_SPLIT_MIN"); /* tests: the split decode attention at any depth */
     if (sm && *sm >= '0' && *sm <= '9') e->attn_split_min = atoi(sm);
     const char *lb = getenv("MUSER_LOGITS_BEST");

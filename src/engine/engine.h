@@ -3,6 +3,7 @@
 #ifndef MU_ENGINE_ENGINE_H
 #define MU_ENGINE_ENGINE_H
 
+#include <stdatomic.h>
 #include "../../include/muser.h"
 #include "../base/pool.h"
 #include "../gpu/gpu.h"
@@ -63,13 +64,18 @@ typedef struct {
     float *lg;       /* [MU_LOGIT_ROWS][n_vocab] raw logits */
 } mu_scratch;
 
+/* Matrices of one matmul job (forward.c: those sharing an input). */
+#define MU_MM_JOB_MAX 4
+
 /* What one pool thread did in the matmuls (forward.c, job_matmul), for
- * tests of the work split: a line of its own, as every thread writes its
- * entry. */
+ * tests of the work split, and the claims on its share of the running
+ * job: a line of its own, as every thread writes its entry. */
 typedef struct {
     uint64_t macs;   /* multiply-adds so far: rows x columns x activation rows */
     int job_blocks;  /* row blocks (MM_BLOCK rows or a last shorter one) of the latest job */
-    char pad[64 - sizeof(uint64_t) - sizeof(int)];
+    int stolen;      /* of them, blocks of other threads' shares */
+    atomic_int claim[MU_MM_JOB_MAX]; /* the next unclaimed block of this thread's share of matrix m */
+    char pad[64 - sizeof(uint64_t) - 2 * sizeof(int) - MU_MM_JOB_MAX * sizeof(atomic_int)];
 } mu_thread_work;
 
 struct mu_engine {
@@ -90,7 +96,8 @@ struct mu_engine {
     float *rope;       /* GPU: [MU_UBATCH][head_dim] RoPE angles of a chunk */
     mu_thread_work *work; /* [n_threads], the matmuls' work per thread */
     int mm_rot;        /* rotation of the next matrix's row split */
-    int mm_skew;       /* most row blocks one thread had above another in one matmul job */
+    int mm_hold;       /* test hook: this pool thread starts its matmuls only once every block
+                        * of the job is claimed (the others take its share); -1: none */
     int attn_split_min; /* cells from which a decode step's full layer splits over the threads (attn.c) */
 };
 

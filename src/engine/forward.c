@@ -14,6 +14,7 @@
  * vec_dot_batch), the last layer's FFN runs on the output rows only, SiLU
  * uses ggml's expf, and RoPE the FMAs of its build. */
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -81,7 +82,7 @@ static void run_per_token(mu_engine *e, int T, mu_pool_fn fn, void *arg) {
         mu_pool_run(e->pool, fn, arg);
 }
 
-#define MAX_MM 4
+#define MAX_MM MU_MM_JOB_MAX
 
 typedef struct {
     const mu_gguf_tensor *w;
@@ -130,102 +131,144 @@ static void job_quant(void *arg, int ith, int nth) {
  * evenly over the threads (so each thread's share of every matrix costs the
  * same, whatever its type), and the slices with one block more go round the
  * threads from matrix to matrix and job to job (mu_split_rot): no thread
- * takes the extra block of every matrix, so a job's threads differ by at
- * most one block in all (engine.h, mu_thread_work, counts it). All matrices
+ * takes the extra block of every matrix. A thread takes its own shares
+ * MM_OWN blocks at a time, in order, then blocks of the others' shares that
+ * nobody has taken yet, one at a time (mu_thread_work.claim): where cores
+ * run at one speed that is the even split, and where some run slower
+ * (another machine's work on their cores, a thread descheduled) the others
+ * finish their shares. Every output row is the same whoever computes it
+ * (mm_rows's arithmetic does not depend on the slice). All matrices
  * sharing an input run in one pool call: one barrier per job, not per
  * matrix. */
 #define MM_BLOCK 16
+#define MM_OWN 4
+
+/* Rows [lo, hi) of matrix m of job j, every activation row. */
+static void mm_rows(mm_job *j, int m, int lo, int hi) {
+    const mu_kern *k = j->e->kern;
+    const mu_gguf_tensor *w = j->mm[m].w;
+    int rows = (int)w->ne[1], cols = (int)w->ne[0];
+    size_t rb = w->bytes / (size_t)rows;
+    const uint8_t *a = qa_slot(j->e, j->mm[m].slot);
+    size_t as = j->e->s.qa_stride;
+    float *y = j->mm[m].y;
+    /* llama.cpp's kernel path, hence rounding, depends on its row count
+     * (see kern.h, vec_dot_batch) */
+    mu_vec_dot_fn dot = k->vec_dot[w->type], dotb = k->vec_dot_batch[w->type];
+    int t_b = 0; /* rows [0, t_b) use dotb */
+    if (dotb && j->ll_rows >= 2) {
+        if (w->type == MU_T_Q4_K)
+            t_b = (j->ll_rows & ~3) - j->ll_row0;
+        else if (cols % 16 == 0 && rows % 4 == 0)
+            t_b = j->T;
+        t_b = t_b < 0 ? 0 : t_b > j->t_solo ? j->t_solo : t_b;
+    }
+    /* the tiled gemm (a matmul of >= 2 rows) must round as dotb, or as dot
+     * where dotb is NULL; it takes the rows up to t_g, vec_dot the rest */
+    int t_g = 0;
+    if (j->ll_rows >= 2 && k->gemm[w->type]) {
+        t_g = dotb ? t_b : j->t_solo;
+        /* a Q4_K gemm call rounds its rows past the last multiple of 4 as
+         * vec_dot (it covers a whole matmul, gemm_q4_K_*); when t_b is cut
+         * short by solo rows, those rows take dotb in the loop below */
+        if (w->type == MU_T_Q4_K) t_g &= ~3;
+        if (t_g > 0 && j->prep && j->mm[m].slot == j->prep_slot && k->prep[w->type] == j->prep && k->gemm_p[w->type])
+            k->gemm_p[w->type](cols, w->data, rb, lo, hi, a, as, j->e->s.qp, t_g, y, rows);
+        else if (t_g > 0)
+            k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
+    }
+    const uint8_t *wd = w->data;
+    mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
+    /* rows [t_n, T) round as vec_dot; two or more of them (a solo
+     * block) go through vec_dotn, each weight block decoded once */
+    const int t_n = t_g > t_b ? t_g : t_b;
+    mu_vec_dotn_fn dotn = j->T - t_n >= 2 ? k->vec_dotn[w->type] : NULL;
+    /* dotn's activation rows in as few groups as possible, of near-equal
+     * counts; one group takes the thread's weight rows in one call (what
+     * a dotn prepares per call is shared by all of them), several go
+     * MM_BLOCK weight rows at a time, so the weights come from memory
+     * once and from the cache for the other groups */
+    const int n_grp = dotn ? (j->T - t_n + MU_DOTN_MAX - 1) / MU_DOTN_MAX : 0;
+    for (int r0 = lo; n_grp && r0 < hi; r0 += n_grp > 1 ? MM_BLOCK : hi - lo) {
+        const int nr = n_grp > 1 && hi - r0 > MM_BLOCK ? MM_BLOCK : hi - r0;
+        for (int t = t_n, g = n_grp; g > 0; g--) {
+            const int na = (j->T - t + g - 1) / g;
+            dotn(cols, wd + (size_t)r0 * rb, rb, nr, a + (size_t)t * as, as, na, y + (size_t)t * rows + r0, rows);
+            t += na;
+        }
+    }
+    for (int r0 = lo; r0 < hi; r0 += MM_BLOCK) {
+        int r1 = r0 + MM_BLOCK < hi ? r0 + MM_BLOCK : hi;
+        for (int t = t_g; t < (dotn ? t_n : j->T); t++) {
+            mu_vec_dot_fn d = t < t_b ? dotb : dot;
+            int r = r0;
+            if (d == dot && dot2) /* the same rounding, two rows per pass */
+                for (; r + 2 <= r1; r += 2) {
+                    float o[2];
+                    dot2(cols, wd + (size_t)r * rb, wd + (size_t)(r + 1) * rb, a + (size_t)t * as, o);
+                    y[(size_t)t * rows + r] = o[0];
+                    y[(size_t)t * rows + r + 1] = o[1];
+                }
+            for (; r < r1; r++) y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, a + (size_t)t * as);
+        }
+    }
+    if (j->logits) {
+        /* logit scale, then cap * tanh(l / cap) (0 = no softcap), each
+         * thread on its own rows */
+        const mu_model_info *I = &j->e->m->info;
+        const float cap = I->softcap, inv_cap = cap > 0 ? 1.0f / cap : 0;
+        for (int t = 0; t < j->T; t++)
+            for (int r = lo; r < hi; r++) {
+                float l = y[(size_t)t * rows + r] * I->logit_scale;
+                if (cap > 0) l = tanhf(l * inv_cap) * cap;
+                y[(size_t)t * rows + r] = l;
+            }
+    }
+}
+
+/* Thread ith takes blocks of thread owner's share of matrix m, `unit` at a
+ * time, until none is left; counts them into *blocks and *macs. */
+static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, int *blocks, uint64_t *macs) {
+    const mu_gguf_tensor *w = j->mm[m].w;
+    const int rows = (int)w->ne[1];
+    int lo, hi;
+    mu_split_rot(rows, owner, nth, MM_BLOCK, j->mm[m].rot, &lo, &hi);
+    const int nb = (hi - lo + MM_BLOCK - 1) / MM_BLOCK;
+    atomic_int *c = &j->e->work[owner].claim[m];
+    for (;;) {
+        if (atomic_load_explicit(c, memory_order_relaxed) >= nb) return;
+        const int b = atomic_fetch_add_explicit(c, unit, memory_order_relaxed);
+        if (b >= nb) return;
+        const int r0 = lo + b * MM_BLOCK, r1 = lo + (b + unit) * MM_BLOCK < hi ? lo + (b + unit) * MM_BLOCK : hi;
+        mm_rows(j, m, r0, r1);
+        const int n = (r1 - r0 + MM_BLOCK - 1) / MM_BLOCK;
+        *blocks += n;
+        if (owner != ith) j->e->work[ith].stolen += n;
+        *macs += (uint64_t)(r1 - r0) * (uint64_t)w->ne[0] * (uint64_t)j->T;
+    }
+}
+
+/* Whether every block of the job is claimed (the test hook mm_hold). */
+static bool mm_all_claimed(mm_job *j, int nth) {
+    for (int m = 0; m < j->n_mm; m++)
+        for (int t = 0; t < nth; t++) {
+            int lo, hi;
+            mu_split_rot((int)j->mm[m].w->ne[1], t, nth, MM_BLOCK, j->mm[m].rot, &lo, &hi);
+            if (atomic_load(&j->e->work[t].claim[m]) < (hi - lo + MM_BLOCK - 1) / MM_BLOCK) return false;
+        }
+    return true;
+}
 
 static void job_matmul(void *arg, int ith, int nth) {
     mm_job *j = arg;
-    const mu_kern *k = j->e->kern;
     uint64_t macs = 0;
     int blocks = 0;
-    for (int m = 0; m < j->n_mm; m++) {
-        const mu_gguf_tensor *w = j->mm[m].w;
-        int rows = (int)w->ne[1], cols = (int)w->ne[0];
-        size_t rb = w->bytes / (size_t)rows;
-        int lo, hi;
-        mu_split_rot(rows, ith, nth, MM_BLOCK, j->mm[m].rot, &lo, &hi);
-        if (lo >= hi) continue;
-        blocks += (hi - lo + MM_BLOCK - 1) / MM_BLOCK;
-        macs += (uint64_t)(hi - lo) * (uint64_t)cols * (uint64_t)j->T;
-        const uint8_t *a = qa_slot(j->e, j->mm[m].slot);
-        size_t as = j->e->s.qa_stride;
-        float *y = j->mm[m].y;
-        /* llama.cpp's kernel path, hence rounding, depends on its row count
-         * (see kern.h, vec_dot_batch) */
-        mu_vec_dot_fn dot = k->vec_dot[w->type], dotb = k->vec_dot_batch[w->type];
-        int t_b = 0; /* rows [0, t_b) use dotb */
-        if (dotb && j->ll_rows >= 2) {
-            if (w->type == MU_T_Q4_K)
-                t_b = (j->ll_rows & ~3) - j->ll_row0;
-            else if (cols % 16 == 0 && rows % 4 == 0)
-                t_b = j->T;
-            t_b = t_b < 0 ? 0 : t_b > j->t_solo ? j->t_solo : t_b;
-        }
-        /* the tiled gemm (a matmul of >= 2 rows) must round as dotb, or as dot
-         * where dotb is NULL; it takes the rows up to t_g, vec_dot the rest */
-        int t_g = 0;
-        if (j->ll_rows >= 2 && k->gemm[w->type]) {
-            t_g = dotb ? t_b : j->t_solo;
-            /* a Q4_K gemm call rounds its rows past the last multiple of 4 as
-             * vec_dot (it covers a whole matmul, gemm_q4_K_*); when t_b is cut
-             * short by solo rows, those rows take dotb in the loop below */
-            if (w->type == MU_T_Q4_K) t_g &= ~3;
-            if (t_g > 0 && j->prep && j->mm[m].slot == j->prep_slot && k->prep[w->type] == j->prep && k->gemm_p[w->type])
-                k->gemm_p[w->type](cols, w->data, rb, lo, hi, a, as, j->e->s.qp, t_g, y, rows);
-            else if (t_g > 0)
-                k->gemm[w->type](cols, w->data, rb, lo, hi, a, as, t_g, y, rows);
-        }
-        const uint8_t *wd = w->data;
-        mu_vec_dot2_fn dot2 = k->vec_dot2[w->type];
-        /* rows [t_n, T) round as vec_dot; two or more of them (a solo
-         * block) go through vec_dotn, each weight block decoded once */
-        const int t_n = t_g > t_b ? t_g : t_b;
-        mu_vec_dotn_fn dotn = j->T - t_n >= 2 ? k->vec_dotn[w->type] : NULL;
-        /* dotn's activation rows in as few groups as possible, of near-equal
-         * counts; one group takes the thread's weight rows in one call (what
-         * a dotn prepares per call is shared by all of them), several go
-         * MM_BLOCK weight rows at a time, so the weights come from memory
-         * once and from the cache for the other groups */
-        const int n_grp = dotn ? (j->T - t_n + MU_DOTN_MAX - 1) / MU_DOTN_MAX : 0;
-        for (int r0 = lo; n_grp && r0 < hi; r0 += n_grp > 1 ? MM_BLOCK : hi - lo) {
-            const int nr = n_grp > 1 && hi - r0 > MM_BLOCK ? MM_BLOCK : hi - r0;
-            for (int t = t_n, g = n_grp; g > 0; g--) {
-                const int na = (j->T - t + g - 1) / g;
-                dotn(cols, wd + (size_t)r0 * rb, rb, nr, a + (size_t)t * as, as, na, y + (size_t)t * rows + r0, rows);
-                t += na;
-            }
-        }
-        for (int r0 = lo; r0 < hi; r0 += MM_BLOCK) {
-            int r1 = r0 + MM_BLOCK < hi ? r0 + MM_BLOCK : hi;
-            for (int t = t_g; t < (dotn ? t_n : j->T); t++) {
-                mu_vec_dot_fn d = t < t_b ? dotb : dot;
-                int r = r0;
-                if (d == dot && dot2) /* the same rounding, two rows per pass */
-                    for (; r + 2 <= r1; r += 2) {
-                        float o[2];
-                        dot2(cols, wd + (size_t)r * rb, wd + (size_t)(r + 1) * rb, a + (size_t)t * as, o);
-                        y[(size_t)t * rows + r] = o[0];
-                        y[(size_t)t * rows + r + 1] = o[1];
-                    }
-                for (; r < r1; r++) y[(size_t)t * rows + r] = d(cols, wd + (size_t)r * rb, a + (size_t)t * as);
-            }
-        }
-        if (j->logits) {
-            /* logit scale, then cap * tanh(l / cap) (0 = no softcap), each
-             * thread on its own rows */
-            const mu_model_info *I = &j->e->m->info;
-            const float cap = I->softcap, inv_cap = cap > 0 ? 1.0f / cap : 0;
-            for (int t = 0; t < j->T; t++)
-                for (int r = lo; r < hi; r++) {
-                    float l = y[(size_t)t * rows + r] * I->logit_scale;
-                    if (cap > 0) l = tanhf(l * inv_cap) * cap;
-                    y[(size_t)t * rows + r] = l;
-                }
-        }
-    }
+    j->e->work[ith].stolen = 0;
+    if (j->e->mm_hold == ith && nth > 1) /* bounded: a split that never takes this share fails the test, not hangs it */
+        for (long n = 0; n < (1L << 22) && !mm_all_claimed(j, nth); n++) sched_yield();
+    for (int m = 0; m < j->n_mm; m++) mm_take(j, m, ith, ith, nth, MM_OWN, &blocks, &macs);
+    for (int d = 1; d < nth; d++)
+        for (int m = 0; m < j->n_mm; m++) mm_take(j, m, (ith + d) % nth, ith, nth, 1, &blocks, &macs);
     mu_thread_work *tw = &j->e->work[ith];
     tw->macs += macs;
     tw->job_blocks = blocks;
@@ -266,14 +309,9 @@ static void matmul_ex(mu_engine *e, const float *x, int T, int ll_rows, int ll_r
             }
         }
     run_per_token(e, T, job_quant, &j);
+    for (int t = 0; t < mu_pool_size(e->pool); t++)
+        for (int m = 0; m < j.n_mm; m++) atomic_store_explicit(&e->work[t].claim[m], 0, memory_order_relaxed);
     mu_pool_run(e->pool, job_matmul, &j);
-    int bmin = e->work[0].job_blocks, bmax = bmin;
-    for (int i = 1; i < mu_pool_size(e->pool); i++) {
-        const int b = e->work[i].job_blocks;
-        bmin = b < bmin ? b : bmin;
-        bmax = b > bmax ? b : bmax;
-    }
-    if (bmax - bmin > e->mm_skew) e->mm_skew = bmax - bmin;
 }
 
 static void matmul(mu_engine *e, const float *x, int T, int t_solo, int n, const mu_gguf_tensor *const *ws,
