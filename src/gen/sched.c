@@ -798,7 +798,10 @@ static int dflash_ngram(mu_sched *s, int i, int rows) {
     const int room = block_room(s, sl);
     if (k > room) k = room;
     if (k <= 0) return 0;
-    if (k < j->draft_min) k = j->draft_min < room ? j->draft_min : room;
+    if (k < j->draft_min) { /* as draft() does: at least --draft-min when drafting */
+        k = j->draft_min < j->draft_max ? j->draft_min : j->draft_max;
+        if (k > room) k = room;
+    }
     const int n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
     if (n == 0 || n < j->draft_min) {
         if (j->ng.probing) j->ng.n_paused = SPEC_PROBE_EVERY - 1;
