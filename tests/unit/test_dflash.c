@@ -474,24 +474,34 @@ static void run_trace(mu_sched *s, const mu_gen_req *q, trace *t) {
     mu_job_free(j);
 }
 
-/* Plain and --spec dflash, alternating in one scheduler (the slot's
- * session and drafter rows carry over between jobs), many prompts. */
-static void test_sched(void **state) {
-    (void)state;
+/* The scheduler tests' pair: a 4-token vocabulary (random drafts are
+ * right often enough to exercise acceptance, drafting on from kept rows
+ * and shadow drafts that turn drafting back on; greedy decoding falls
+ * into cycles n-gram lookups find) and a drafter of block 6. */
+static mu_drafter *open_sched_pair(int n_ctx, mu_model **m, mu_engine **e) {
     mini_cfg c = mini_default();
-    c.n_vocab = 4; /* random drafts are right often enough to exercise acceptance, drafting on from
-                      * kept rows, and a shadow draft that turns drafting back on */
-    c.n_ctx = 1024;
+    c.n_vocab = 4;
+    c.n_ctx = n_ctx;
     mu_synth_dflash_opts o;
     mu_synth_dflash_defaults(&o);
     o.block_size = 6;
     write_pair(&c, &o);
-    mu_model *m;
-    mu_engine *e;
-    open_target(&c, &m, &e);
+    open_target(&c, m, e);
     mu_err err = {0};
     mu_drafter *d;
-    if (mu_drafter_open(dpath, e, &d, &err)) fail_msg("drafter: %s", err.msg);
+    if (mu_drafter_open(dpath, *e, &d, &err)) fail_msg("drafter: %s", err.msg);
+    return d;
+}
+
+/* Plain and --spec dflash, alternating in one scheduler (the slot's
+ * session and drafter rows carry over between jobs), many prompts. */
+static void test_sched(void **state) {
+    (void)state;
+    const int n_vocab = 4;
+    mu_model *m;
+    mu_engine *e;
+    mu_drafter *d = open_sched_pair(1024, &m, &e);
+    mu_err err = {0};
     mu_sched *s;
     mu_sched_opts so = {.n_slots = 1, .n_ctx = 1024, .drafter = d};
     assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
@@ -501,7 +511,7 @@ static void test_sched(void **state) {
     for (int pi = 0; pi < 32; pi++) {
         int np = 1 + (pi * 37) % 70 + (pi == 4 ? 600 : 0);
         uint64_t seed = (uint64_t)pi + 1;
-        for (int i = 0; i < np; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)c.n_vocab);
+        for (int i = 0; i < np; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)n_vocab);
         /* the 1-draft jobs run longer: their shadow drafts turn drafting back on */
         mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 25 + pi % 9 + (pi % 4 == 2 ? 80 : 0),
                         .ignore_eos = true, .no_text = true, .logprobs = true, .n_top = 3};
@@ -535,7 +545,7 @@ static void test_sched(void **state) {
     int steps4 = 0;
     for (int pi = 0; pi < 6; pi++) {
         uint64_t seed = (uint64_t)pi + 101;
-        for (int i = 0; i < 30; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)c.n_vocab);
+        for (int i = 0; i < 30; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)n_vocab);
         mu_gen_req q = {.prompt = p, .n_prompt = 30, .n_predict = 60, .ignore_eos = true, .no_text = true};
         mu_gen_req r = q;
         r.spec = MU_SPEC_DFLASH;
@@ -548,7 +558,7 @@ static void test_sched(void **state) {
     }
     assert_true(steps4 > 0);
     /* the context fills inside a block */
-    for (int i = 0; i < 40; i++) p[i] = i % c.n_vocab;
+    for (int i = 0; i < 40; i++) p[i] = i % n_vocab;
     mu_gen_req q = {.prompt = p, .n_prompt = 40, .n_predict = -1, .ignore_eos = true, .no_text = true, .logprobs = true};
     mu_sched_free(s);
     so.n_ctx = 63;
@@ -585,19 +595,11 @@ static void test_sched(void **state) {
  * drafter alone (no lookup drafts), with the same events. */
 static void test_sched_ngram(void **state) {
     (void)state;
-    mini_cfg c = mini_default();
-    c.n_vocab = 4; /* greedy decoding falls into cycles the lookups find */
-    c.n_ctx = 512;
-    mu_synth_dflash_opts o;
-    mu_synth_dflash_defaults(&o);
-    o.block_size = 6;
-    write_pair(&c, &o);
+    const int n_vocab = 4;
     mu_model *m;
     mu_engine *e;
-    open_target(&c, &m, &e);
+    mu_drafter *d = open_sched_pair(512, &m, &e);
     mu_err err = {0};
-    mu_drafter *d;
-    if (mu_drafter_open(dpath, e, &d, &err)) fail_msg("drafter: %s", err.msg);
     static trace ref, t;
     static int32_t p[256];
     int ng_drafted[2] = {0, 0}, ng_accepted[2] = {0, 0}, drafted[2] = {0, 0};
@@ -611,7 +613,7 @@ static void test_sched_ngram(void **state) {
             /* a random stretch, then the same stretch again, and again */
             const int w = 8 + pi * 3, np = 3 * w;
             uint64_t seed = (uint64_t)pi + 201;
-            for (int i = 0; i < w; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)c.n_vocab);
+            for (int i = 0; i < w; i++) p[i] = (int32_t)(rng_next(&seed) % (uint64_t)n_vocab);
             for (int i = w; i < np; i++) p[i] = p[i - w];
             mu_gen_req q = {.prompt = p, .n_prompt = np, .n_predict = 96, .ignore_eos = true, .no_text = true,
                             .logprobs = true, .n_top = 3};
