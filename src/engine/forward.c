@@ -227,7 +227,8 @@ static void mm_rows(mm_job *j, int m, int lo, int hi) {
 }
 
 /* Thread ith takes blocks of thread owner's share of matrix m, `unit` at a
- * time, until none is left; counts them into *blocks and *macs. */
+ * time (0: all at once), until none is left; counts them into *blocks and
+ * *macs. */
 static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, int *blocks, uint64_t *macs) {
     const mu_gguf_tensor *w = j->mm[m].w;
     const int rows = (int)w->ne[1];
@@ -235,6 +236,7 @@ static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, int
     mu_split_rot(rows, owner, nth, MM_BLOCK, j->mm[m].rot, &lo, &hi);
     const int nb = (hi - lo + MM_BLOCK - 1) / MM_BLOCK;
     atomic_int *c = &j->e->work[owner].claim[m];
+    if (unit <= 0) unit = nb > 0 ? nb : 1;
     for (;;) {
         if (atomic_load_explicit(c, memory_order_relaxed) >= nb) return;
         const int b = atomic_fetch_add_explicit(c, unit, memory_order_relaxed);
@@ -266,7 +268,10 @@ static void job_matmul(void *arg, int ith, int nth) {
     j->e->work[ith].stolen = 0;
     if (j->e->mm_hold == ith && nth > 1) /* bounded: a split that never takes this share fails the test, not hangs it */
         for (long n = 0; n < (1L << 22) && !mm_all_claimed(j, nth); n++) sched_yield();
-    for (int m = 0; m < j->n_mm; m++) mm_take(j, m, ith, ith, nth, MM_OWN, &blocks, &macs);
+    /* alone, a thread takes each share in one call: a call's setup costs
+     * something on small matrices (a few % of a 4-slot batch of the bundled
+     * model) */
+    for (int m = 0; m < j->n_mm; m++) mm_take(j, m, ith, ith, nth, nth > 1 ? MM_OWN : 0, &blocks, &macs);
     for (int d = 1; d < nth; d++)
         for (int m = 0; m < j->n_mm; m++) mm_take(j, m, (ith + d) % nth, ith, nth, 1, &blocks, &macs);
     mu_thread_work *tw = &j->e->work[ith];

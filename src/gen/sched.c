@@ -790,10 +790,14 @@ static int block_room(const mu_sched *s, const slot *sl) {
  * output's, as an ngram job's) into sl->blk[1..] while their own rates say
  * they pay. Returns the count (0: the drafter drafts this step). A lookup
  * costs no pass, so finding nothing counts against nothing; a probe that
- * found nothing is the next step's. */
+ * found nothing is the next step's. Not in a busy batch (rows > 1): there
+ * lookups drafted by ngram's busy rule cost the bundled model 7 % of four
+ * slots' throughput on this CPU (docs/speculative.md, "N-gram lookups
+ * first"), and a dflash job decodes plainly there. */
 static int dflash_ngram(mu_sched *s, int i, int rows) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
+    if (rows > 1) return 0;
     int k = draft_pays(s, j, &j->ng, j->draft_max, rows);
     const int room = block_room(s, sl);
     if (k > room) k = room;
