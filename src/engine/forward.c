@@ -184,7 +184,7 @@ static void mm_rows(mm_job *j, int m, int lo, int hi) {
     const int t_n = t_g > t_b ? t_g : t_b;
     mu_vec_dotn_fn dotn = j->T - t_n >= 2 ? k->vec_dotn[w->type] : NULL;
     /* dotn's activation rows in as few groups as possible, of near-equal
-     * counts; one group takes the thread's weight rows in one call (what
+     * counts; one group takes the call's weight rows at once (what
      * a dotn prepares per call is shared by all of them), several go
      * MM_BLOCK weight rows at a time, so the weights come from memory
      * once and from the cache for the other groups */
