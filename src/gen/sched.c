@@ -119,7 +119,7 @@ struct mu_job {
     spec_rates rt;        /* the rates of the job's drafts (its spec's) */
     /* dflash: n-gram lookups (ngram's) draft before the drafter while their
      * own rates say they pay; a step they drafted is blk_ngram */
-    bool use_ngram, blk_ngram;
+    bool use_ngram, blk_ngram; /* use_ngram: until a context shift ends drafting */
     spec_rates ng;
     /* dflash while paused: a shadow draft (made, not verified) compared with
      * the tokens plain decoding picks next, feeding rt like a
@@ -699,7 +699,7 @@ static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int ro
             q->probing = true;
             return 1; /* a probe: the rates learn only from verified drafts */
         }
-        if (n == 0 && q == &j->rt) j->st.n_spec_busy++;
+        if (n == 0) j->st.n_spec_busy++;
     }
     return n;
 }
@@ -769,6 +769,7 @@ static void ctx_shift(mu_sched *s, int i) {
     sl->n_hist = n_past - n_discard;
     if (j->spec == MU_SPEC_DFLASH) {
         j->spec = MU_SPEC_NONE;
+        j->use_ngram = false;
         if (sl->dq) mu_draft_seq_truncate(sl->dq, 0);
     }
     j->st.n_shift++;
@@ -790,15 +791,15 @@ static int block_room(const mu_sched *s, const slot *sl) {
  * output's, as an ngram job's) into sl->blk[1..] while their own rates say
  * they pay. Returns the count (0: the drafter drafts this step). A lookup
  * costs no pass, so finding nothing counts against nothing; a probe that
- * found nothing is the next step's. Not in a busy batch (rows > 1): there
- * lookups drafted by ngram's busy rule cost the bundled model 7 % of four
- * slots' throughput on this CPU (docs/speculative.md, "N-gram lookups
- * first"), and a dflash job decodes plainly there. */
-static int dflash_ngram(mu_sched *s, int i, int rows) {
+ * found nothing is the next step's. Only for a step that is its batch's
+ * only row (draft()): in busy batches lookups drafted by ngram's busy rule
+ * cost the bundled model 7 % of four slots' throughput on this CPU
+ * (docs/speculative.md, "N-gram lookups first"), and a dflash job decodes
+ * plainly there. */
+static int dflash_ngram(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    if (rows > 1) return 0;
-    int k = draft_pays(s, j, &j->ng, j->draft_max, rows);
+    int k = draft_pays(s, j, &j->ng, j->draft_max, 1);
     const int room = block_room(s, sl);
     if (k > room) k = room;
     if (k <= 0) return 0;
@@ -832,8 +833,8 @@ static int draft(mu_sched *s, int i, int rows) {
     mu_job *j = sl->job;
     int k = j->draft_max;
     j->blk_ngram = false;
-    if (j->use_ngram && j->spec == MU_SPEC_DFLASH) {
-        const int n = dflash_ngram(s, i, rows);
+    if (j->use_ngram && rows <= 1) {
+        const int n = dflash_ngram(s, i);
         if (n > 0) return n;
     }
     if (j->spec == MU_SPEC_DFLASH) {
