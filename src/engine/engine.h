@@ -72,10 +72,9 @@ typedef struct {
  * job: a line of its own, as every thread writes its entry. */
 typedef struct {
     uint64_t macs;   /* multiply-adds so far: rows x columns x activation rows */
-    int job_blocks;  /* row blocks (MM_BLOCK rows or a last shorter one) of the latest job */
-    int stolen;      /* of them, blocks of other threads' shares */
+    int stolen;      /* row blocks of other threads' shares it took in the latest job */
     atomic_int claim[MU_MM_JOB_MAX]; /* the next unclaimed block of this thread's share of matrix m */
-    char pad[64 - sizeof(uint64_t) - 2 * sizeof(int) - MU_MM_JOB_MAX * sizeof(atomic_int)];
+    char pad[64 - sizeof(uint64_t) - sizeof(int) - MU_MM_JOB_MAX * sizeof(atomic_int)];
 } mu_thread_work;
 
 struct mu_engine {

@@ -226,15 +226,18 @@ static void mm_rows(mm_job *j, int m, int lo, int hi) {
     }
 }
 
+/* Thread t's share of matrix m: rows [*lo, *hi); returns its blocks. */
+static int mm_share(const mm_job *j, int m, int t, int nth, int *lo, int *hi) {
+    mu_split_rot((int)j->mm[m].w->ne[1], t, nth, MM_BLOCK, j->mm[m].rot, lo, hi);
+    return (*hi - *lo + MM_BLOCK - 1) / MM_BLOCK;
+}
+
 /* Thread ith takes blocks of thread owner's share of matrix m, `unit` at a
- * time (0: all at once), until none is left; counts them into *blocks and
- * *macs. */
-static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, int *blocks, uint64_t *macs) {
-    const mu_gguf_tensor *w = j->mm[m].w;
-    const int rows = (int)w->ne[1];
+ * time (0: all at once), until none is left; counts its multiply-adds into
+ * *macs (and its stolen blocks). */
+static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, uint64_t *macs) {
     int lo, hi;
-    mu_split_rot(rows, owner, nth, MM_BLOCK, j->mm[m].rot, &lo, &hi);
-    const int nb = (hi - lo + MM_BLOCK - 1) / MM_BLOCK;
+    const int nb = mm_share(j, m, owner, nth, &lo, &hi);
     atomic_int *c = &j->e->work[owner].claim[m];
     if (unit <= 0) unit = nb > 0 ? nb : 1;
     for (;;) {
@@ -243,10 +246,8 @@ static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, int
         if (b >= nb) return;
         const int r0 = lo + b * MM_BLOCK, r1 = lo + (b + unit) * MM_BLOCK < hi ? lo + (b + unit) * MM_BLOCK : hi;
         mm_rows(j, m, r0, r1);
-        const int n = (r1 - r0 + MM_BLOCK - 1) / MM_BLOCK;
-        *blocks += n;
-        if (owner != ith) j->e->work[ith].stolen += n;
-        *macs += (uint64_t)(r1 - r0) * (uint64_t)w->ne[0] * (uint64_t)j->T;
+        if (owner != ith) j->e->work[ith].stolen += (r1 - r0 + MM_BLOCK - 1) / MM_BLOCK;
+        *macs += (uint64_t)(r1 - r0) * (uint64_t)j->mm[m].w->ne[0] * (uint64_t)j->T;
     }
 }
 
@@ -255,8 +256,7 @@ static bool mm_all_claimed(mm_job *j, int nth) {
     for (int m = 0; m < j->n_mm; m++)
         for (int t = 0; t < nth; t++) {
             int lo, hi;
-            mu_split_rot((int)j->mm[m].w->ne[1], t, nth, MM_BLOCK, j->mm[m].rot, &lo, &hi);
-            if (atomic_load(&j->e->work[t].claim[m]) < (hi - lo + MM_BLOCK - 1) / MM_BLOCK) return false;
+            if (atomic_load(&j->e->work[t].claim[m]) < mm_share(j, m, t, nth, &lo, &hi)) return false;
         }
     return true;
 }
@@ -264,19 +264,16 @@ static bool mm_all_claimed(mm_job *j, int nth) {
 static void job_matmul(void *arg, int ith, int nth) {
     mm_job *j = arg;
     uint64_t macs = 0;
-    int blocks = 0;
     j->e->work[ith].stolen = 0;
     if (j->e->mm_hold == ith && nth > 1) /* bounded: a split that never takes this share fails the test, not hangs it */
         for (long n = 0; n < (1L << 22) && !mm_all_claimed(j, nth); n++) sched_yield();
     /* alone, a thread takes each share in one call: a call's setup costs
      * something on small matrices (a few % of a 4-slot batch of the bundled
      * model) */
-    for (int m = 0; m < j->n_mm; m++) mm_take(j, m, ith, ith, nth, nth > 1 ? MM_OWN : 0, &blocks, &macs);
+    for (int m = 0; m < j->n_mm; m++) mm_take(j, m, ith, ith, nth, nth > 1 ? MM_OWN : 0, &macs);
     for (int d = 1; d < nth; d++)
-        for (int m = 0; m < j->n_mm; m++) mm_take(j, m, (ith + d) % nth, ith, nth, 1, &blocks, &macs);
-    mu_thread_work *tw = &j->e->work[ith];
-    tw->macs += macs;
-    tw->job_blocks = blocks;
+        for (int m = 0; m < j->n_mm; m++) mm_take(j, m, (ith + d) % nth, ith, nth, 1, &macs);
+    j->e->work[ith].macs += macs;
 }
 
 /* Y_m = X W_m^T for every m; X is [T][cols] f32. One quantization per dot type.
