@@ -581,6 +581,102 @@ __global__ void __launch_bounds__(1024) k_post_add(float *o, const float *pw, fl
     row_q8K(arow, n, qy, qstride);
 }
 
+/* k_post_add for rows of nw256 whole Q8_K blocks (at most 32): warp w
+ * holds block w's 256 values (lane l: l + 32 k), so the quantization of a
+ * (qy) takes them from registers, and each sum of squares is a warp's
+ * shuffles and one exchange through shared memory: two barriers a row
+ * where k_post_add takes five and reads a back from memory. The sums of
+ * squares are in double, as k_post_add's (another order of the same
+ * terms); the rest is its arithmetic. */
+__device__ __forceinline__ double warp_dsum(double v) {
+    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+/* The binades of the nonzero squares q a lane has seen: the lowest and
+ * highest float exponent fields (a subnormal counts as 1, its ulp's). */
+__device__ __forceinline__ void sq_binades(float q, int *lo, int *hi) {
+    const int e = (int)((__float_as_uint(q) >> 23) & 0xFF);
+    if (q != 0.f) {
+        *lo = min(*lo, e ? e : 1);
+        *hi = max(*hi, e);
+    }
+}
+/* Whether a double sum of n float squares whose binades span the warp's
+ * [lo, hi] is exact in every order: each partial sum is a multiple of the
+ * smallest term's ulp, 2^(lo - 150), below n 2^(hi - 126), so it needs
+ * hi - lo + 24 + log2(n) bits, and a double holds 53. Then a tree adds
+ * them as the CPU's chain in element order does. (Infinities and NaN,
+ * exponent field 255, never pass.) */
+__device__ __forceinline__ bool dsum_exact(int lo, int hi, int n) {
+    for (int o = 16; o; o >>= 1) {
+        lo = min(lo, __shfl_xor_sync(0xffffffffu, lo, o));
+        hi = max(hi, __shfl_xor_sync(0xffffffffu, hi, o));
+    }
+    int lg = 0;
+    while ((1 << lg) < n) lg++;
+    return hi < 255 && (hi < lo || hi - lo + 24 + lg <= 53);
+}
+/* the block's sum of the warps' sums s (every warp gets the same) */
+__device__ __forceinline__ double blocks_dsum(double s, double *part) {
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    if (lane == 0) part[w] = s;
+    __syncthreads();
+    return warp_dsum(lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0);
+}
+__global__ void __launch_bounds__(1024) k_post_add_w(float *o, const float *pw, float *h, float *a, const float *nw, int n,
+                                                     float post_eps, float eps, mu_block_q8_K *qy, size_t qstride) {
+    __shared__ double s_part[2][32];
+    const int w = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const size_t r0 = (size_t)blockIdx.x * n + (size_t)w * 256 + lane;
+    float pv[8], nv[8], ov[8], hv[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        pv[k] = pw[w * 256 + lane + 32 * k];
+        nv[k] = nw ? nw[w * 256 + lane + 32 * k] : 0.f;
+    }
+    pdl_wait();
+    pdl_launch();
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        ov[k] = o[r0 + 32 * k];
+        hv[k] = h[r0 + 32 * k];
+    }
+    double s = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) s += (double)(ov[k] * ov[k]);
+    double tot = blocks_dsum(warp_dsum(s), s_part[0]);
+    const float sc = 1.0f / sqrtf((float)(tot / n) + post_eps);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        hv[k] += (ov[k] * sc) * pv[k];
+        h[r0 + 32 * k] = hv[k];
+    }
+    if (!nw) return;
+    s = 0;
+#pragma unroll
+    for (int k = 0; k < 8; k++) s += (double)(hv[k] * hv[k]);
+    tot = blocks_dsum(warp_dsum(s), s_part[1]);
+    const float sc2 = 1.0f / sqrtf((float)(tot / n) + eps);
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        hv[k] = (hv[k] * sc2) * nv[k];
+        a[r0 + 32 * k] = hv[k];
+    }
+    if (qy) q8K_block_warp_v(hv, (mu_block_q8_K *)((uint8_t *)qy + (size_t)blockIdx.x * qstride) + w, lane);
+}
+
+/* k_post_add_w where the rows are whole Q8_K blocks, at most 32, of a
+ * decode pass; MUSER_CUDA_POST=0: k_post_add always (to compare) */
+static void launch_post_add(cudaStream_t st, int T, float *o, const float *pw, float *h, float *a, const float *nw, int n,
+                            float post_eps, float eps, mu_block_q8_K *qy, size_t qstride) {
+    static const bool on = cu_env_digit("MUSER_CUDA_POST", 1) != 0;
+    if (on && T <= GRAPH_MAX_T && n % 256 == 0 && n / 256 <= 32)
+        launch_pdl(k_post_add_w, dim3(T), dim3(32 * (n / 256)), 0, st, o, pw, h, a, nw, n, post_eps, eps, qy, qstride);
+    else
+        launch_pdl(k_post_add, dim3(T), dim3(T <= GRAPH_MAX_T ? 1024 : 256), 0, st, o, pw, h, a, nw, n, post_eps, eps, qy,
+                   qstride);
+}
+
 /* q/k head norms, RoPE with the host's angles, and the cache writes: one
  * warp per (token, head); a K head's warp writes its K and V cells. */
 __global__ void k_qk(float *q, float *k, const float *v, const float *qn, const float *kn, const float *rope, int n_head,
@@ -592,18 +688,24 @@ __global__ void k_qk(float *q, float *k, const float *v, const float *qn, const 
     const bool isq = hh < n_head;
     float *x = isq ? q + (size_t)t * n_head * hd + (size_t)hh * hd : k + (size_t)t * n_kv + (size_t)(hh - n_head) * hd;
     const float *w = isq ? qn : kn;
-    /* the squares summed in order, as the CPU does (cheap at head size),
-     * from shared memory (loaded by the whole warp) */
-    __shared__ float s_x[512];
-    const float *xs = hd <= 512 ? s_x : x;
-    if (hd <= 512) {
-        for (int i = lane; i < hd; i += 32) s_x[i] = x[i];
-        __syncwarp();
-    }
+    /* the squares summed in double in element order, as the CPU does: by
+     * the lanes and shuffles where no order can round (dsum_exact), else
+     * by lane 0 in order */
     double sum = 0;
-    if (lane == 0)
-        for (int i = 0; i < hd; i++) sum += (double)(xs[i] * xs[i]);
-    sum = __shfl_sync(0xffffffffu, sum, 0);
+    int elo = 255, ehi = 0;
+    for (int i = lane; i < hd; i += 32) {
+        const float q = x[i] * x[i];
+        sum += (double)q;
+        sq_binades(q, &elo, &ehi);
+    }
+    if (dsum_exact(elo, ehi, hd)) {
+        sum = warp_dsum(sum);
+    } else {
+        sum = 0;
+        if (lane == 0)
+            for (int i = 0; i < hd; i++) sum += (double)(x[i] * x[i]);
+        sum = __shfl_sync(0xffffffffu, sum, 0);
+    }
     const float sc = 1.0f / sqrtf((float)(sum / hd) + eps);
     for (int i = lane; i < hd; i += 32) x[i] = (x[i] * sc) * w[i];
     __syncwarp();
@@ -984,7 +1086,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int swa
         mark(m, prof, PH_WO);
         /* the FFN input, quantized here unless the last layer gathers its output rows first */
         mu_block_q8_K *qf = il == nl - 1 ? NULL : pre_q8K(m, &L->ffn_gate, E);
-        launch_pdl(k_post_add, dim3(T), dim3(NT(T)), 0, st, m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps,
+        launch_post_add(st, T, m->o, L->post_attn_norm, h, a, L->ffn_norm, E, D->post_eps, D->eps,
                    qf, m->qa_stride);
         if (il == nl - 1) {
             /* llama.cpp runs the last FFN on the output rows only */
@@ -1017,7 +1119,7 @@ static void launch_pass(mu_gpu_model *m, int T, int n_out, int max_span, int swa
         mark(m, prof, PH_FFN_DOWN);
         /* and the next layer's input norm (the last layer's rows go to the output norm) */
         const bool next = il + 1 < nl && fuse_norms();
-        launch_pdl(k_post_add, dim3(Tc), dim3(NT(Tc)), 0, st, m->o, L->post_ffw_norm, h, next ? a : (float *)NULL,
+        launch_post_add(st, Tc, m->o, L->post_ffw_norm, h, next ? a : (float *)NULL,
                    next ? (const float *)m->L[il + 1].attn_norm : (const float *)NULL, E, D->post_eps, D->eps,
                    next ? pre_q8K(m, &m->L[il + 1].wq, E) : (mu_block_q8_K *)NULL, m->qa_stride);
         mark(m, prof, PH_NORMS);

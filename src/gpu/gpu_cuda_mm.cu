@@ -1096,6 +1096,130 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     }
 }
 
+/* ---- Q4_K, one token, rows split over the warps (few-row launches) ------
+ * A launch of few rows (q, k, gate and v; wo; FFN down: 104-136 thread
+ * blocks of k_mm_q4K_dec, one an SM) leaves eight warps an SM waiting on
+ * their rings: those matmuls read their 48 MB a layer at about 1.2 TB/s
+ * (bench/results/cuda-l2pf-2026-12-05). Here KS warps share eight rows:
+ * warp ks of a row group takes the rows' chunks ks, ks + KS, ... through
+ * its own ring and leaves each super-block's integers (the four lanes'
+ * sums added, exact) and chain factors in shared memory; then one thread a
+ * row takes the CPU's chain over the super-blocks in order, the steps
+ * k_mm_q4K_dec takes for a token past n_batch (one a block), so every
+ * output is the same. The block: RG row groups x KS warps (RG * KS = 8),
+ * rings of D1_S chunks, the token's whole activation row, and [RG][8
+ * rows][nb] x 4 words of integers and factors. KS = 2 (32 rows a block,
+ * two blocks an SM: one wave for those launches on 132 SMs) measured best:
+ * 105.7 tok/s at depth 512 on an H100 against 101.0 with KS = 4 and 101.3
+ * with 8 (with k_post_add_w; 102.5 with k_mm_q4K_dec). */
+#define D1_S 4
+static size_t q4d1_smem(int nb, int rg) {
+    return (size_t)8 * D1_S * Q4D_SLOT + q4d_wbytes(1, nb) + (size_t)rg * 8 * nb * 16;
+}
+template <bool LOGITS>
+__global__ void __launch_bounds__(256)
+k_mm_q4K_d1(dec_grp G, int nb, int KS, const uint8_t *act, float lscale, float cap) {
+    extern __shared__ int4 s_dyn4[];
+    uint8_t *base = (uint8_t *)s_dyn4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 2, j = lane & 3;
+    const int RG = 8 / KS, rg = warp / KS, ks = warp % KS;
+    uint8_t *ring = base + warp * D1_S * Q4D_SLOT;
+    int *s_win = (int *)(base + 8 * D1_S * Q4D_SLOT);
+    const int tsw = q4d_tsw(nb);
+    const int8_t *s_aq = (const int8_t *)s_win;
+    const int16_t *s_abs = (const int16_t *)(s_win + tsw);
+    const float *s_ad = (const float *)(s_win + tsw + nb * 8);
+    int4 *s_sum = (int4 *)(base + 8 * D1_S * Q4D_SLOT + q4d_wbytes(1, nb)); /* [RG][8][nb]: isum, imin, fd, fm */
+    const int R = G.end[G.n - 1];
+    const int u = (blockIdx.x * RG + rg) * 8 + r;
+    int gi;
+    const int row = grp_row(G, u < R ? u : R - 1, &gi);
+    const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
+    const uint8_t *src[5];
+    int dst[5];
+#pragma unroll
+    for (int k = 0; k < 5; k++) {
+        const int p = lane + 32 * k, pr = p / 18 < 8 ? p / 18 : 7, w = p % 18;
+        const uint8_t *rb = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 4 * pr);
+        src[k] = rb + 16 * w;
+        dst[k] = p < Q4D_PIECES ? pr * 288 + 16 * w : -1;
+    }
+    const int nch = (nb + 1) / 2;
+    auto issue = [&](int k) { /* the warp's k-th chunk: chunk ks + k KS of the rows */
+        const int i = ks + k * KS;
+        if (i < nch) {
+            uint8_t *d = ring + (k % D1_S) * Q4D_SLOT;
+            const bool odd = 2 * i + 1 == nb;
+#pragma unroll
+            for (int q = 0; q < 5; q++) {
+                const int w = (lane + 32 * q) % 18;
+                if (dst[q] >= 0 && !(odd && w >= 9)) cp16(d + dst[q], src[q] + (size_t)i * 288);
+            }
+        }
+        cp_commit();
+    };
+    for (int k = 0; k < D1_S - 1; k++) issue(k);
+    pdl_wait();
+    pdl_launch();
+    {
+        constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4);
+        int *bq = s_win, *bs = bq + tsw, *bd = bs + nb * 8;
+        const int *sa = (const int *)act;
+        for (int i = threadIdx.x; i < nb * PER; i += blockDim.x) {
+            const int bl = i / PER, k = i % PER;
+            int *d = k == 0 ? bd + bl : k <= 64 ? bq + bl * 64 + k - 1 : bs + bl * 8 + k - 65;
+            cp4(d, sa + i, true);
+        }
+    }
+    cp_commit();
+    cp_wait<0>();
+    __syncthreads();
+    int4 *mine = s_sum + ((size_t)rg * 8 + r) * nb;
+    for (int k = 0; ks + k * KS < nch; k++) {
+        issue(k + D1_S - 1);
+        cp_wait<D1_S - 1>();
+        __syncwarp();
+        const int i = ks + k * KS;
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int b = 2 * i + e;
+            if (b >= nb) break;
+            q4_words wv;
+            q4_load(ring + (k % D1_S) * Q4D_SLOT + r * 288 + 144 * e, j, &wv);
+            int v0, v1;
+            q4_group(wv, s_aq + b * 256, s_abs + b * 16, j, &v0, &v1);
+            v0 += __shfl_xor_sync(0xffffffffu, v0, 1);
+            v1 += __shfl_xor_sync(0xffffffffu, v1, 1);
+            v0 += __shfl_xor_sync(0xffffffffu, v0, 2);
+            v1 += __shfl_xor_sync(0xffffffffu, v1, 2);
+            if (j == 0) {
+                const float ad = s_ad[b];
+                const float fd = h2f((uint16_t)wv.dd) * ad, fm = h2f((uint16_t)(wv.dd >> 16)) * ad;
+                mine[b] = make_int4(v0, v1, __float_as_int(fd), __float_as_int(fm));
+            }
+        }
+        __syncwarp();
+    }
+    cp_wait<0>();
+    __syncthreads();
+    /* the chains: thread t < RG * 8 takes row t of the block */
+    if ((int)threadIdx.x >= RG * 8) return;
+    const int ur = blockIdx.x * RG * 8 + threadIdx.x;
+    if (ur >= R) return;
+    const int4 *sr = s_sum + (size_t)threadIdx.x * nb;
+    float c0 = 0, c1 = 0;
+    for (int b = 0; b < nb; b++) {
+        const int4 v = sr[b];
+        c0 = fmaf((float)v.x, __int_as_float(v.z), c0);
+        c1 = fmaf((float)v.y, __int_as_float(v.w), c1);
+    }
+    float v = c0 - c1;
+    if (LOGITS) v = logit_post(v, lscale, cap);
+    int gr;
+    const int rw = grp_row(G, ur, &gr);
+    G.y[gr][rw] = v;
+}
+
 /* ---- Q6_K matmul for few tokens (decode), weights through a ring --------
  * As k_mm_q4K_dec, for Q6_K's eight lane sums: a warp takes four rows, lane
  * (r, m) = (lane / 8, lane % 8) computes the CPU's lane sum m of row r's
@@ -1215,6 +1339,97 @@ k_mm_q6K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
             if (LOGITS) v = logit_post(v, lscale, cap);
             G.y[gi][(size_t)t * G.rows[gi] + row] = v;
         }
+    }
+}
+
+/* Q6_K, one token, rows split over the warps: k_mm_q4K_d1's scheme for the
+ * launches of fewer rows than a wave of k_mm_q6K_dec has warps (v: 256
+ * rows, eight thread blocks). KS warps share four rows; each super-block
+ * leaves the eight lane sums of a row (dec_q6_K, exact) and its factor in
+ * shared memory, then lane (r, m) of a row group's first warp takes chain
+ * m of row r in order and the row's hsum8, as k_mm_q6K_dec's lanes do. */
+static size_t q6d1_smem(int nb, int rg) {
+    return (size_t)8 * D1_S * Q6D_SLOT + (size_t)nb * sizeof(mu_block_q8_K) + (size_t)rg * 4 * nb * 36;
+}
+template <bool LOGITS>
+__global__ void __launch_bounds__(256)
+k_mm_q6K_d1(dec_grp G, int nb, int KS, const uint8_t *act, float lscale, float cap) {
+    extern __shared__ int4 s_dyn4[];
+    uint8_t *base = (uint8_t *)s_dyn4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 3, m = lane & 7;
+    const int RG = 8 / KS, rg = warp / KS, ks = warp % KS;
+    uint8_t *ring = base + warp * D1_S * Q6D_SLOT;
+    mu_block_q8_K *s_act = (mu_block_q8_K *)(base + 8 * D1_S * Q6D_SLOT);
+    int *s_sum = (int *)((uint8_t *)s_act + (size_t)nb * sizeof(mu_block_q8_K)); /* [RG][4][nb][9]: lane sums, factor */
+    const int R = G.end[G.n - 1];
+    const int u = (blockIdx.x * RG + rg) * 4 + r;
+    int gi;
+    const int row = grp_row(G, u < R ? u : R - 1, &gi);
+    const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
+    const uint8_t *rb[4];
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int pr = (lane + 32 * k) / 28 < 4 ? (lane + 32 * k) / 28 : 3;
+        rb[k] = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 8 * pr);
+    }
+    const int nch = (nb + 1) / 2;
+    auto issue = [&](int k) { /* the warp's k-th chunk: chunk ks + k KS of the rows (k_mm_q6K_dec's copies) */
+        const int i = ks + k * KS;
+        if (i < nch) {
+            uint8_t *d = ring + (k % D1_S) * Q6D_SLOT;
+            const int len = (2 * i + 1 < nb ? 2 : 1) * 212;
+#pragma unroll
+            for (int q = 0; q < 4; q++) {
+                const int p = lane + 32 * q, w = p % 28;
+                if (p >= 112) break;
+                const uint8_t *sp = rb[q] + (size_t)i * 424;
+                const uint8_t *a0 = (const uint8_t *)((uintptr_t)sp & ~(uintptr_t)15);
+                if (a0 + 16 * w < sp + len) cp16(d + (p / 28) * Q6D_ROW + 16 * w, a0 + 16 * w);
+            }
+        }
+        cp_commit();
+    };
+    for (int k = 0; k < D1_S - 1; k++) issue(k);
+    pdl_wait();
+    pdl_launch();
+    {
+        const int per = nb * (int)(sizeof(mu_block_q8_K) / 4);
+        for (int i = threadIdx.x; i < per; i += blockDim.x) cp4((int *)s_act + i, (const int *)act + i, true);
+    }
+    cp_commit();
+    cp_wait<0>();
+    __syncthreads();
+    int *mine = s_sum + ((size_t)rg * 4 + r) * nb * 9;
+    for (int k = 0; ks + k * KS < nch; k++) {
+        issue(k + D1_S - 1);
+        cp_wait<D1_S - 1>();
+        __syncwarp();
+        const int i = ks + k * KS;
+        const uint8_t *cs = ring + (k % D1_S) * Q6D_SLOT + r * Q6D_ROW + (((uintptr_t)my + (size_t)i * 424) & 15);
+#pragma unroll
+        for (int e = 0; e < 2; e++) {
+            const int b = 2 * i + e;
+            if (b >= nb) break;
+            const dq6_K *x = (const dq6_K *)(cs + 212 * e);
+            dec_words<MU_T_Q6_K> wv;
+            dec_load<MU_T_Q6_K, true>(x, m, &wv);
+            mine[b * 9 + m] = dec_q6_K(wv, x, s_act + b, m);
+            if (m == 0) mine[b * 9 + 8] = __float_as_int(s_act[b].d * h2f(x->d));
+        }
+        __syncwarp();
+    }
+    cp_wait<0>();
+    __syncthreads();
+    if (ks) return;
+    float c = 0; /* chain m of row r */
+    for (int b = 0; b < nb; b++) c = fmaf(__int_as_float(mine[b * 9 + 8]), (float)mine[b * 9 + m], c);
+    float ch[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) ch[k] = __shfl_sync(0xffffffffu, c, (lane & ~7) + k);
+    if (u < R && m == 0) {
+        float v = hsum8(ch);
+        if (LOGITS) v = logit_post(v, lscale, cap);
+        G.y[gi][row] = v;
     }
 }
 
@@ -1782,6 +1997,40 @@ static bool ring_ok(const dtensor *w, int T) {
            ring_shape(w, T, &nw, &S, &ws);
 }
 
+/* The split-K kernels' switches, read once: MUSER_CUDA_D1 (warps a row
+ * group of k_mm_q4K_d1: 2, 4 or 8; 0: every one-token launch on the ring
+ * kernels) and MUSER_CUDA_D1Q6 (2, 4 or 8: k_mm_q6K_d1 with that split
+ * for every one-token Q6_K launch but the output matrix; 0, the default:
+ * only launches of fewer rows than a wave of k_mm_q6K_dec, v, with 8,
+ * whenever MUSER_CUDA_D1 is not 0), and the SMs. */
+static int d1_ks = -1, d1_q6ks, d1_sm;
+static void d1_init(void) {
+    if (d1_ks >= 0) return;
+    const int v = cu_env_digit("MUSER_CUDA_D1", 2), q = cu_env_digit("MUSER_CUDA_D1Q6", 0);
+    d1_ks = v == 0 || v == 2 || v == 4 || v == 8 ? v : 2;
+    d1_q6ks = d1_ks && (q == 2 || q == 4 || q == 8) ? q : 0;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    if (cudaDeviceGetAttribute(&d1_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) d1_sm = 0;
+    const int mx = dec2_smem_max();
+    cudaFuncSetAttribute(k_mm_q4K_d1<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    cudaFuncSetAttribute(k_mm_q4K_d1<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    cudaFuncSetAttribute(k_mm_q6K_d1<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+    cudaFuncSetAttribute(k_mm_q6K_d1<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
+}
+
+/* Warps a row group of the split-K kernel for a one-token launch of
+ * `rows` rows of type ty and nb super-blocks (logits: the output matrix);
+ * 0: the ring kernel takes it. */
+static int d1_split(uint32_t ty, int rows, int nb, bool logits) {
+    d1_init();
+    if (!d1_ks) return 0;
+    if (ty == MU_T_Q4_K) return q4d1_smem(nb, 8 / d1_ks) <= (size_t)dec2_smem_max() ? d1_ks : 0;
+    if (ty != MU_T_Q6_K) return 0;
+    const int ks = d1_q6ks && !logits ? d1_q6ks : d1_sm > 0 && rows < 32 * d1_sm ? 8 : 0;
+    return ks && q6d1_smem(nb, 8 / ks) <= (size_t)dec2_smem_max() ? ks : 0;
+}
+
 /* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
  * in one launch of a ring kernel: eight (Q4_K, Q8_0, NVFP4) or four (Q6_K)
  * rows a warp */
@@ -1812,6 +2061,19 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
         return;
     }
     const int nb = ws[0]->ne0 / 256;
+    const int ks = T == 1 ? d1_split(ty, end, nb, logits) : 0;
+    if (ks && ty == MU_T_Q4_K) { /* 8 / ks row groups of eight rows a block */
+        const unsigned nbk = (unsigned)((end + 64 / ks - 1) / (64 / ks));
+        launch_pdl(logits ? k_mm_q4K_d1<true> : k_mm_q4K_d1<false>, dim3(nbk), dim3(256), q4d1_smem(nb, 8 / ks), st, G,
+                   nb, ks, a, lscale, cap);
+        return;
+    }
+    if (ks) { /* Q6_K: 8 / ks row groups of four rows */
+        const unsigned nbk = (unsigned)((end + 32 / ks - 1) / (32 / ks));
+        launch_pdl(logits ? k_mm_q6K_d1<true> : k_mm_q6K_d1<false>, dim3(nbk), dim3(256), q6d1_smem(nb, 8 / ks), st, G,
+                   nb, ks, a, lscale, cap);
+        return;
+    }
     if (ty == MU_T_Q4_K) {
         typedef void (*q4k_fn)(dec_grp, int, int, const uint8_t *, size_t, int, int, float, float);
         /* [dec_mma][S == 8][logits] */

@@ -3,7 +3,8 @@
 # plugin (muser-cuda.so next to muser). Skips, exit 0, without a device.
 #  1. every GPU matmul and row lookup == the CPU reference kernels, bit for bit
 #     (and with the switches that select other kernels: dp4a decode, k_pv_d,
-#     the Q8_0 / NVFP4 ring for 16 tokens)
+#     one token's Q4_K rows on k_mm_q4K_dec or split 8 ways, the Q8_0 / NVFP4
+#     ring for 16 tokens)
 #  2. CPU engine vs CUDA engine on every golden model (logits, batching, KV
 #     rows moved between the backends; layer streaming, test_gpu_stream)
 #  3. the golden models and the shared fixtures with --backend cuda under
@@ -36,6 +37,11 @@ MUSER_CUDA_DEC_MMA=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[dec dp4a] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # the other V pass for several lone tokens, still selectable: k_pv_d
 MUSER_CUDA_PVD_M=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[pv_d] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+# one token's Q4_K rows: k_mm_q4K_dec (D1=0; by default few rows take k_mm_q4K_d1) and the d1 split of 8 warps
+MUSER_CUDA_D1=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 off] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+MUSER_CUDA_D1=8 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 8] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # the Q8_0 / NVFP4 decode ring for 5-16 tokens (opt-in: docs/cuda.md)
 MUSER_CUDA_Q8D_T=16 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q8 ring 16] /'
