@@ -73,8 +73,9 @@ typedef struct {
 typedef struct {
     uint64_t macs;   /* multiply-adds so far: rows x columns x activation rows */
     int stolen;      /* row blocks of other threads' shares it took in the latest job */
+    int toks;        /* tokens of per-token jobs it took so far (forward.c, tok_claim) */
     atomic_int claim[MU_MM_JOB_MAX]; /* the next unclaimed block of this thread's share of matrix m */
-    char pad[64 - sizeof(uint64_t) - sizeof(int) - MU_MM_JOB_MAX * sizeof(atomic_int)];
+    char pad[64 - sizeof(uint64_t) - 2 * sizeof(int) - MU_MM_JOB_MAX * sizeof(atomic_int)];
 } mu_thread_work;
 
 struct mu_engine {
@@ -96,8 +97,11 @@ struct mu_engine {
     mu_thread_work *work; /* [n_threads], the matmuls' work per thread */
     int mm_rot;        /* rotation of the next matrix's row split */
     int mm_hold;       /* test hook: this pool thread starts its matmuls only once every block
-                        * of the job is claimed (the others take its share); -1: none */
+                        * of the job is claimed (the others take its share), and its per-token
+                        * jobs once every token is; -1: none */
     int attn_split_min; /* cells from which a decode step's full layer splits over the threads (attn.c) */
+    atomic_int tok_next; /* a per-token job's next unclaimed token (forward.c, tok_claim) */
+    int tok_unit;        /* tokens a claim takes */
 };
 
 struct mu_session {

@@ -75,11 +75,36 @@ static void rope(float *x, int hd, const float *cs, const float *sn) {
 
 /* Jobs split by token: a single token (a decode step) runs on the calling
  * thread, without the pool's handshake, as the other threads would idle. */
+/* A per-token job's threads claim tokens from a shared counter, a few at a
+ * time (tok_claim): where some cores run slower (another machine's work on
+ * them, unequal vCPUs) the others take their tokens, as the matmuls'
+ * threads take row blocks (job_matmul). A token's results are the same
+ * whichever thread computes them. */
 static void run_per_token(mu_engine *e, int T, mu_pool_fn fn, void *arg) {
-    if (T == 1)
+    const int nth = T == 1 ? 1 : mu_pool_size(e->pool);
+    atomic_store_explicit(&e->tok_next, 0, memory_order_relaxed);
+    /* about four claims a thread, at most 32 tokens (job_ew's EW_ROWS) */
+    e->tok_unit = nth == 1 ? T : T / (4 * nth) < 1 ? 1 : T / (4 * nth) > 32 ? 32 : T / (4 * nth);
+    if (nth == 1)
         fn(arg, 0, 1);
     else
         mu_pool_run(e->pool, fn, arg);
+}
+
+/* The next tokens [*lo, *hi) of thread ith's job over T tokens; false:
+ * none left. The test hook mm_hold makes its thread claim only once the
+ * others have claimed every token (a bounded wait: a split that never
+ * gives its tokens away fails test_thread_split, it does not hang). */
+static bool tok_claim(mu_engine *e, int ith, int nth, int T, int *lo, int *hi) {
+    if (e->mm_hold == ith && nth > 1)
+        for (long n = 0; n < (1L << 22) && atomic_load(&e->tok_next) < T; n++) sched_yield();
+    if (atomic_load_explicit(&e->tok_next, memory_order_relaxed) >= T) return false;
+    const int t = atomic_fetch_add_explicit(&e->tok_next, e->tok_unit, memory_order_relaxed);
+    if (t >= T) return false;
+    *lo = t;
+    *hi = t + e->tok_unit < T ? t + e->tok_unit : T;
+    e->work[ith].toks += *hi - *lo;
+    return true;
 }
 
 #define MAX_MM MU_MM_JOB_MAX
@@ -118,13 +143,13 @@ static void job_quant(void *arg, int ith, int nth) {
     mm_job *j = arg;
     const mu_kern *k = j->e->kern;
     int lo, hi;
-    mu_split(j->T, ith, nth, 1, &lo, &hi);
-    for (int s = 0; s < j->n_qtype; s++)
-        for (int t = lo; t < hi; t++) {
-            uint8_t *q = qa_slot(j->e, s) + (size_t)t * j->e->s.qa_stride;
-            k->quant[j->qtype[s]](j->x + (size_t)t * j->x_cols, q, j->x_cols);
-            if (j->prep && s == j->prep_slot) j->prep(j->x_cols, q, j->e->s.qp + (size_t)t * j->x_cols);
-        }
+    while (tok_claim(j->e, ith, nth, j->T, &lo, &hi))
+        for (int s = 0; s < j->n_qtype; s++)
+            for (int t = lo; t < hi; t++) {
+                uint8_t *q = qa_slot(j->e, s) + (size_t)t * j->e->s.qa_stride;
+                k->quant[j->qtype[s]](j->x + (size_t)t * j->x_cols, q, j->x_cols);
+                if (j->prep && s == j->prep_slot) j->prep(j->x_cols, q, j->e->s.qp + (size_t)t * j->x_cols);
+            }
 }
 
 /* Rows are split in blocks of MM_BLOCK. Each matrix of a job is split
@@ -338,24 +363,25 @@ static void job_qk(void *arg, int ith, int nth) {
     const int hd = I->head_dim;
     const float *qn = L->q_norm->data, *kn = L->k_norm->data;
     int lo, hi;
-    mu_split(j->T, ith, nth, 1, &lo, &hi);
-    for (int t = lo; t < hi; t++) {
-        const int pos = e->s.tok_pos[t];
-        float *q = e->s.q + (size_t)t * e->n_q;
-        float *k = e->s.k + (size_t)t * e->n_kv;
-        float cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
-        if (swa) mu_rope_angles(cs, sn, hd, pos, I->rope_base_swa);
-        mu_rms_rows(e->kern, q, q, qn, hd, I->n_head, (size_t)hd, I->eps);
-        mu_rms_rows(e->kern, k, k, kn, hd, I->n_head_kv, (size_t)hd, I->eps);
-        for (int h = 0; swa && h < I->n_head; h++) rope(q + h * hd, hd, cs, sn);
-        for (int h = 0; swa && h < I->n_head_kv; h++) rope(k + h * hd, hd, cs, sn);
-        /* K into its cell's row, V into its cell's column (session.c) */
-        mu_session *s = e->s.tok_sess[t];
-        const size_t nc = (size_t)s->rows[j->il], cell = (size_t)mu_tok_cell(e, t, j->il); /* pos % nc unless shifted */
-        mu_f16 *vt = s->vt[j->il] + cell, *v16 = e->s.v16 + (size_t)ith * e->n_kv;
-        e->kern->to_f16(e->n_kv, k, s->kc[j->il] + cell * e->n_kv);
-        e->kern->to_f16(e->n_kv, e->s.v + (size_t)t * e->n_kv, v16);
-        for (int i = 0; i < e->n_kv; i++) vt[(size_t)i * nc] = v16[i];
+    while (tok_claim(e, ith, nth, j->T, &lo, &hi)) {
+        for (int t = lo; t < hi; t++) {
+            const int pos = e->s.tok_pos[t];
+            float *q = e->s.q + (size_t)t * e->n_q;
+            float *k = e->s.k + (size_t)t * e->n_kv;
+            float cs[ROPE_MAX_HD / 2], sn[ROPE_MAX_HD / 2];
+            if (swa) mu_rope_angles(cs, sn, hd, pos, I->rope_base_swa);
+            mu_rms_rows(e->kern, q, q, qn, hd, I->n_head, (size_t)hd, I->eps);
+            mu_rms_rows(e->kern, k, k, kn, hd, I->n_head_kv, (size_t)hd, I->eps);
+            for (int h = 0; swa && h < I->n_head; h++) rope(q + h * hd, hd, cs, sn);
+            for (int h = 0; swa && h < I->n_head_kv; h++) rope(k + h * hd, hd, cs, sn);
+            /* K into its cell's row, V into its cell's column (session.c) */
+            mu_session *s = e->s.tok_sess[t];
+            const size_t nc = (size_t)s->rows[j->il], cell = (size_t)mu_tok_cell(e, t, j->il); /* pos % nc unless shifted */
+            mu_f16 *vt = s->vt[j->il] + cell, *v16 = e->s.v16 + (size_t)ith * e->n_kv;
+            e->kern->to_f16(e->n_kv, k, s->kc[j->il] + cell * e->n_kv);
+            e->kern->to_f16(e->n_kv, e->s.v + (size_t)t * e->n_kv, v16);
+            for (int i = 0; i < e->n_kv; i++) vt[(size_t)i * nc] = v16[i];
+        }
     }
 }
 
@@ -371,7 +397,7 @@ enum { EW_ATTN_IN, EW_ATTN_OUT, EW_FFN_ACT, EW_FFN_OUT };
 /* Rows in blocks of EW_ROWS through every step of a case, so a block's
  * rows are still in the cache for the next step (the AVX-512 sumsq's
  * widest group). */
-#define EW_ROWS 32
+#define EW_ROWS 32 /* run_per_token's claims take at most this many */
 static void job_ew(void *arg, int ith, int nth) {
     ew_job *j = arg;
     mu_engine *e = j->e;
@@ -379,27 +405,29 @@ static void job_ew(void *arg, int ith, int nth) {
     const mu_model_info *I = &e->m->info;
     const mu_layer_w *L = j->il >= 0 ? &e->m->layers[j->il] : NULL;
     const int E = I->n_embd, F = I->n_ff;
+    (void)ith;
     int lo, hi;
-    mu_split(j->T, ith, nth, 1, &lo, &hi);
-    for (int t = lo; t < hi; t += EW_ROWS) {
-        const int n = hi - t < EW_ROWS ? hi - t : EW_ROWS;
-        float *h = e->s.h + (size_t)t * E, *a = e->s.a + (size_t)t * E, *o = e->s.o + (size_t)t * E;
-        switch (j->step) {
-        case EW_ATTN_IN: /* a = rms(h) * attn_norm */
-            mu_rms_rows(k, a, h, L->attn_norm->data, E, n, (size_t)E, I->eps);
-            break;
-        case EW_ATTN_OUT: /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
-            mu_rms_rows(k, o, o, L->post_attn_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
-            for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
-            mu_rms_rows(k, a, h, L->ffn_norm->data, E, n, (size_t)E, I->eps);
-            break;
-        case EW_FFN_ACT: /* f1 = silu(f1) * f2 */
-            for (int r = t; r < t + n; r++) k->swiglu(F, e->s.f1 + (size_t)r * F, e->s.f2 + (size_t)r * F);
-            break;
-        case EW_FFN_OUT: /* h += rms(o, 1e-8) * post_ffw_norm */
-            mu_rms_rows(k, o, o, L->post_ffw_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
-            for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
-            break;
+    while (tok_claim(e, ith, nth, j->T, &lo, &hi)) {
+        for (int t = lo; t < hi; t += EW_ROWS) {
+            const int n = hi - t < EW_ROWS ? hi - t : EW_ROWS;
+            float *h = e->s.h + (size_t)t * E, *a = e->s.a + (size_t)t * E, *o = e->s.o + (size_t)t * E;
+            switch (j->step) {
+            case EW_ATTN_IN: /* a = rms(h) * attn_norm */
+                mu_rms_rows(k, a, h, L->attn_norm->data, E, n, (size_t)E, I->eps);
+                break;
+            case EW_ATTN_OUT: /* h += rms(o, 1e-8) * post_attention_norm; a = rms(h) * ffn_norm */
+                mu_rms_rows(k, o, o, L->post_attn_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+                for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
+                mu_rms_rows(k, a, h, L->ffn_norm->data, E, n, (size_t)E, I->eps);
+                break;
+            case EW_FFN_ACT: /* f1 = silu(f1) * f2 */
+                for (int r = t; r < t + n; r++) k->swiglu(F, e->s.f1 + (size_t)r * F, e->s.f2 + (size_t)r * F);
+                break;
+            case EW_FFN_OUT: /* h += rms(o, 1e-8) * post_ffw_norm */
+                mu_rms_rows(k, o, o, L->post_ffw_norm->data, E, n, (size_t)E, MU_POST_NORM_EPS);
+                for (size_t i = 0; i < (size_t)n * E; i++) h[i] += o[i];
+                break;
+            }
         }
     }
 }

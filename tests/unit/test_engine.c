@@ -457,7 +457,9 @@ static void test_sampling(void **state) {
  * the decode step's full layers take attn.c's three-pass split); also when
  * thread 1 starts each matmul job only after the others have taken every
  * block, its share included (the hook mm_hold: a thread that is slow or
- * descheduled), when it does none of their multiply-adds. */
+ * descheduled), when it does none of their multiply-adds, and each
+ * per-token job (quantization, norms, q/k) only after they have taken
+ * every token, when it takes none. */
 static void test_thread_split(void **state) {
     (void)state;
     const mini_cfg c = mini_default(); /* rows: q, gate 128, k, v, wo, down 64, up 96, vocab 80 */
@@ -494,15 +496,18 @@ static void test_thread_split(void **state) {
         assert_int_equal(mu_forward(e, &it, 1, &err), 0);
         memcpy(got + V, mu_session_logits(s, -1), (size_t)V * sizeof(float));
         uint64_t sum = 0;
-        int stolen = 0;
+        int stolen = 0, toks = 0;
         for (int i = 0; i < nths[k]; i++) {
             sum += e->work[i].macs;
             stolen += e->work[i].stolen;
+            toks += e->work[i].toks;
         }
         assert_int_equal(sum, want);
+        assert_true(toks > 0);
         if (holds[k] >= 0) {
             assert_true(e->work[holds[k]].macs == 0);
             assert_true(stolen > 0); /* of the last job: thread 1's share, taken by the others */
+            assert_int_equal(e->work[holds[k]].toks, 0);
         }
         if (k == 0)
             memcpy(ref, got, 2 * (size_t)V * sizeof(float));
