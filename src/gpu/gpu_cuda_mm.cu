@@ -1096,10 +1096,11 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     }
 }
 
-/* ---- Q4_K, one token, rows split over the warps (few-row launches) ------
- * A launch of few rows (q, k, gate and v; wo; FFN down: 104-136 thread
- * blocks of k_mm_q4K_dec, one an SM) leaves eight warps an SM waiting on
- * their rings: those matmuls read their 48 MB a layer at about 1.2 TB/s
+/* ---- Q4_K, one token, rows split over the warps ----------------------------
+ * k_mm_q4K_dec gives a launch of few rows (q, k, gate and v; wo; FFN down:
+ * 104-136 thread blocks, one an SM) eight warps an SM waiting on their
+ * rings: those matmuls read their 48 MB a layer at about 1.2 TB/s, and
+ * FFN gate and up (624 blocks, two an SM) end in a wave a third full
  * (bench/results/cuda-l2pf-2026-12-05). Here KS warps share eight rows:
  * warp ks of a row group takes the rows' chunks ks, ks + KS, ... through
  * its own ring and leaves each super-block's integers (the four lanes'
@@ -1108,10 +1109,11 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
  * k_mm_q4K_dec takes for a token past n_batch (one a block), so every
  * output is the same. The block: RG row groups x KS warps (RG * KS = 8),
  * rings of D1_S chunks, the token's whole activation row, and [RG][8
- * rows][nb] x 4 words of integers and factors. KS = 2 (32 rows a block,
- * two blocks an SM: one wave for those launches on 132 SMs) measured best:
- * 105.7 tok/s at depth 512 on an H100 against 101.0 with KS = 4 and 101.3
- * with 8 (with k_post_add_w; 102.5 with k_mm_q4K_dec). */
+ * rows][nb] x 4 words of integers and factors. Every one-token Q4_K
+ * launch takes it (d1_split). KS = 2 (32 rows a block) measured best on
+ * the few-row launches: 105.7 tok/s at depth 512 on an H100 against 101.0
+ * with KS = 4 and 101.3 with 8 (with k_post_add_w; 102.5 with
+ * k_mm_q4K_dec); FFN gate and up too: 112.7 against 110.8. */
 #define D1_S 4
 static size_t q4d1_smem(int nb, int rg) {
     return (size_t)8 * D1_S * Q4D_SLOT + q4d_wbytes(1, nb) + (size_t)rg * 8 * nb * 16;

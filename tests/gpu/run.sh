@@ -38,10 +38,13 @@ MUSER_CUDA_DEC_MMA=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[dec dp4a] /'
 # the other V pass for several lone tokens, still selectable: k_pv_d
 MUSER_CUDA_PVD_M=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[pv_d] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-# one token's Q4_K rows: k_mm_q4K_dec (D1=0; by default few rows take k_mm_q4K_d1) and the d1 split of 8 warps
+# one token's Q4_K and Q6_K rows on the ring kernels (D1=0; by default k_mm_q4K_d1 takes every one-token
+# Q4_K launch, k_mm_q6K_d1 the Q6_K ones of few rows), Q4_K split 8 ways, Q6_K 2 ways (four row groups)
 MUSER_CUDA_D1=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 off] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 MUSER_CUDA_D1=8 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 8] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+MUSER_CUDA_D1Q6=2 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 q6 2] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # the Q8_0 / NVFP4 decode ring for 5-16 tokens (opt-in: docs/cuda.md)
 MUSER_CUDA_Q8D_T=16 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q8 ring 16] /'
