@@ -802,6 +802,32 @@ static size_t q4d_smem(int T, int nb, int nw, int S, int ws) {
     return (size_t)nw * S * Q4D_SLOT + (ws >= nb ? 1 : 2) * q4d_wbytes(T, ws < nb ? ws : nb);
 }
 
+/* A Q4_K ring chunk's copies (8 rows x 2 blocks, 18 16-byte words a row):
+ * the lane's pieces p = lane + 32 k are row p / 18's word p % 18; my is
+ * the lane's row (lane 4 r holds row r's), dst -1: no piece. */
+typedef struct {
+    const uint8_t *src[5];
+    int dst[5];
+} q4d_copies;
+__device__ __forceinline__ void q4d_copies_init(q4d_copies *c, const uint8_t *my, int lane) {
+#pragma unroll
+    for (int k = 0; k < 5; k++) {
+        const int p = lane + 32 * k, pr = p / 18 < 8 ? p / 18 : 7, w = p % 18;
+        const uint8_t *rb = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 4 * pr);
+        c->src[k] = rb + 16 * w;
+        c->dst[k] = p < Q4D_PIECES ? pr * 288 + 16 * w : -1;
+    }
+}
+/* chunk i (blocks 2i, 2i + 1 of rows of nb blocks) into the ring slot at d */
+__device__ __forceinline__ void q4d_copy(const q4d_copies &c, uint8_t *d, int i, int nb, int lane) {
+    const bool odd = 2 * i + 1 == nb; /* one block left: its second word group is past the row */
+#pragma unroll
+    for (int k = 0; k < 5; k++) {
+        const int w = (lane + 32 * k) % 18;
+        if (c.dst[k] >= 0 && !(odd && w >= 9)) cp16(d + c.dst[k], c.src[k] + (size_t)i * 288);
+    }
+}
+
 /* Q4_K, four lanes a super-block: lane j's weights of one block in the
  * ring at xb, read and decoded once for every token: its 32 bytes of qs
  * (group j: the low nibbles are sub-block 2j, the high ones 2j + 1), the
@@ -969,28 +995,11 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     int gi;
     const int row = grp_row(G, u < R ? u : R - 1, &gi);
     const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
-    /* the copies of chunk 0 this lane makes: piece p = lane + 32 k of the
-     * chunk is row p / 18's 16-byte word p % 18 */
-    const uint8_t *src[5];
-    int dst[5];
-#pragma unroll
-    for (int k = 0; k < 5; k++) {
-        const int p = lane + 32 * k, pr = p / 18 < 8 ? p / 18 : 7, w = p % 18;
-        const uint8_t *rb = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 4 * pr);
-        src[k] = rb + 16 * w;
-        dst[k] = p < Q4D_PIECES ? pr * 288 + 16 * w : -1;
-    }
+    q4d_copies cps; /* the copies this lane makes of a chunk */
+    q4d_copies_init(&cps, my, lane);
     const int nch = (nb + 1) / 2;
     auto issue = [&](int i) {
-        if (i < nch) {
-            uint8_t *d = ring + (i % S) * Q4D_SLOT;
-            const bool odd = 2 * i + 1 == nb; /* one block left: its second word group is past the row */
-#pragma unroll
-            for (int k = 0; k < 5; k++) {
-                const int w = (lane + 32 * k) % 18;
-                if (dst[k] >= 0 && !(odd && w >= 9)) cp16(d + dst[k], src[k] + (size_t)i * 288);
-            }
-        }
+        if (i < nch) q4d_copy(cps, ring + (i % S) * Q4D_SLOT, i, nb, lane);
         cp_commit(); /* empty groups past the end keep the count */
     };
     /* window w's blocks by asynchronous word copies (no commit) */
@@ -1137,27 +1146,12 @@ k_mm_q4K_d1(dec_grp G, int nb, int KS, const uint8_t *act, float lscale, float c
     int gi;
     const int row = grp_row(G, u < R ? u : R - 1, &gi);
     const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
-    const uint8_t *src[5];
-    int dst[5];
-#pragma unroll
-    for (int k = 0; k < 5; k++) {
-        const int p = lane + 32 * k, pr = p / 18 < 8 ? p / 18 : 7, w = p % 18;
-        const uint8_t *rb = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 4 * pr);
-        src[k] = rb + 16 * w;
-        dst[k] = p < Q4D_PIECES ? pr * 288 + 16 * w : -1;
-    }
+    q4d_copies cps;
+    q4d_copies_init(&cps, my, lane);
     const int nch = (nb + 1) / 2;
     auto issue = [&](int k) { /* the warp's k-th chunk: chunk ks + k KS of the rows */
         const int i = ks + k * KS;
-        if (i < nch) {
-            uint8_t *d = ring + (k % D1_S) * Q4D_SLOT;
-            const bool odd = 2 * i + 1 == nb;
-#pragma unroll
-            for (int q = 0; q < 5; q++) {
-                const int w = (lane + 32 * q) % 18;
-                if (dst[q] >= 0 && !(odd && w >= 9)) cp16(d + dst[q], src[q] + (size_t)i * 288);
-            }
-        }
+        if (i < nch) q4d_copy(cps, ring + (k % D1_S) * Q4D_SLOT, i, nb, lane);
         cp_commit();
     };
     for (int k = 0; k < D1_S - 1; k++) issue(k);
@@ -1237,6 +1231,30 @@ static size_t q6d_smem(int T, int nb, int nw, int S, int ws) { /* nw warps of S 
     return (size_t)nw * S * Q6D_SLOT + (ws >= nb ? 1 : 2) * (size_t)T * (ws < nb ? ws : nb) * sizeof(mu_block_q8_K);
 }
 
+/* A Q6_K ring chunk's copies: rb[k], the row of the lane's piece p = lane
+ * + 32 k (row p / 28's word p % 28, p < 112); my is the lane's row (lane 8
+ * r holds row r's). */
+__device__ __forceinline__ void q6d_rows(const uint8_t *rb[4], const uint8_t *my, int lane) {
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int pr = (lane + 32 * k) / 28 < 4 ? (lane + 32 * k) / 28 : 3;
+        rb[k] = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 8 * pr);
+    }
+}
+/* chunk i (blocks 2i, 2i + 1 of rows of nb blocks) into the ring slot at
+ * d: the 16-byte words around the blocks, each row at Q6D_ROW */
+__device__ __forceinline__ void q6d_copy(const uint8_t *const rb[4], uint8_t *d, int i, int nb, int lane) {
+    const int len = (2 * i + 1 < nb ? 2 : 1) * 212;
+#pragma unroll
+    for (int k = 0; k < 4; k++) {
+        const int p = lane + 32 * k, w = p % 28;
+        if (p >= 112) break;
+        const uint8_t *s = rb[k] + (size_t)i * 424;
+        const uint8_t *a0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+        if (a0 + 16 * w < s + len) cp16(d + (p / 28) * Q6D_ROW + 16 * w, a0 + 16 * w);
+    }
+}
+
 template <bool LOGITS, int S> /* S: chunks in a warp's ring */
 __global__ void __launch_bounds__(256)
 k_mm_q6K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
@@ -1259,25 +1277,10 @@ k_mm_q6K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     /* the rows of the pieces this lane copies: p = lane + 32 k is row
      * p / 28's word p % 28 */
     const uint8_t *rb[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int pr = (lane + 32 * k) / 28 < 4 ? (lane + 32 * k) / 28 : 3;
-        rb[k] = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 8 * pr);
-    }
+    q6d_rows(rb, my, lane);
     const int nch = (nb + 1) / 2;
     auto issue = [&](int i) {
-        if (i < nch) {
-            uint8_t *d = ring + (i % S) * Q6D_SLOT;
-            const int len = (2 * i + 1 < nb ? 2 : 1) * 212;
-#pragma unroll
-            for (int k = 0; k < 4; k++) {
-                const int p = lane + 32 * k, w = p % 28;
-                if (p >= 112) break;
-                const uint8_t *s = rb[k] + (size_t)i * 424;
-                const uint8_t *a0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
-                if (a0 + 16 * w < s + len) cp16(d + (p / 28) * Q6D_ROW + 16 * w, a0 + 16 * w);
-            }
-        }
+        if (i < nch) q6d_copy(rb, ring + (i % S) * Q6D_SLOT, i, nb, lane);
         cp_commit(); /* empty groups past the end keep the count */
     };
     /* window w's blocks by asynchronous word copies (no commit) */
@@ -1369,26 +1372,11 @@ k_mm_q6K_d1(dec_grp G, int nb, int KS, const uint8_t *act, float lscale, float c
     const int row = grp_row(G, u < R ? u : R - 1, &gi);
     const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
     const uint8_t *rb[4];
-#pragma unroll
-    for (int k = 0; k < 4; k++) {
-        const int pr = (lane + 32 * k) / 28 < 4 ? (lane + 32 * k) / 28 : 3;
-        rb[k] = (const uint8_t *)__shfl_sync(0xffffffffu, (unsigned long long)my, 8 * pr);
-    }
+    q6d_rows(rb, my, lane);
     const int nch = (nb + 1) / 2;
-    auto issue = [&](int k) { /* the warp's k-th chunk: chunk ks + k KS of the rows (k_mm_q6K_dec's copies) */
+    auto issue = [&](int k) { /* the warp's k-th chunk: chunk ks + k KS of the rows */
         const int i = ks + k * KS;
-        if (i < nch) {
-            uint8_t *d = ring + (k % D1_S) * Q6D_SLOT;
-            const int len = (2 * i + 1 < nb ? 2 : 1) * 212;
-#pragma unroll
-            for (int q = 0; q < 4; q++) {
-                const int p = lane + 32 * q, w = p % 28;
-                if (p >= 112) break;
-                const uint8_t *sp = rb[q] + (size_t)i * 424;
-                const uint8_t *a0 = (const uint8_t *)((uintptr_t)sp & ~(uintptr_t)15);
-                if (a0 + 16 * w < sp + len) cp16(d + (p / 28) * Q6D_ROW + 16 * w, a0 + 16 * w);
-            }
-        }
+        if (i < nch) q6d_copy(rb, ring + (k % D1_S) * Q6D_SLOT, i, nb, lane);
         cp_commit();
     };
     for (int k = 0; k < D1_S - 1; k++) issue(k);
