@@ -581,13 +581,7 @@ __global__ void __launch_bounds__(1024) k_post_add(float *o, const float *pw, fl
     row_q8K(arow, n, qy, qstride);
 }
 
-/* k_post_add for rows of nw256 whole Q8_K blocks (at most 32): warp w
- * holds block w's 256 values (lane l: l + 32 k), so the quantization of a
- * (qy) takes them from registers, and each sum of squares is a warp's
- * shuffles and one exchange through shared memory: two barriers a row
- * where k_post_add takes five and reads a back from memory. The sums of
- * squares are in double, as k_post_add's (another order of the same
- * terms); the rest is its arithmetic. */
+/* a warp's sum of its lanes' v, the same in every lane (a tree) */
 __device__ __forceinline__ double warp_dsum(double v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -623,6 +617,13 @@ __device__ __forceinline__ double blocks_dsum(double s, double *part) {
     __syncthreads();
     return warp_dsum(lane < (int)(blockDim.x >> 5) ? part[lane] : 0.0);
 }
+/* k_post_add for rows of n / 256 whole Q8_K blocks (at most 32): warp w
+ * holds block w's 256 values (lane l: l + 32 k), so the quantization of a
+ * (qy) takes them from registers, and each sum of squares is a warp's
+ * shuffles and one exchange through shared memory: two barriers a row
+ * where k_post_add takes five and reads a back from memory. The sums of
+ * squares are in double, as k_post_add's (another order of the same
+ * terms); the rest is its arithmetic. */
 __global__ void __launch_bounds__(1024) k_post_add_w(float *o, const float *pw, float *h, float *a, const float *nw, int n,
                                                      float post_eps, float eps, mu_block_q8_K *qy, size_t qstride) {
     __shared__ double s_part[2][32];

@@ -2051,7 +2051,8 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
         return;
     }
     const int nb = ws[0]->ne0 / 256;
-    const int ks = T == 1 ? d1_split(ty, end, nb, logits) : 0;
+    /* one token past n_batch: the split kernels take the chain steps of such a token alone */
+    const int ks = T == 1 && n_batch == 0 ? d1_split(ty, end, nb, logits) : 0;
     if (ks && ty == MU_T_Q4_K) { /* 8 / ks row groups of eight rows a block */
         const unsigned nbk = (unsigned)((end + 64 / ks - 1) / (64 / ks));
         launch_pdl(logits ? k_mm_q4K_d1<true> : k_mm_q4K_d1<false>, dim3(nbk), dim3(256), q4d1_smem(nb, 8 / ks), st, G,
