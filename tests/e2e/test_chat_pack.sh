@@ -36,7 +36,7 @@ r3=$(grep '^\[stats\]' "$T/three" | tail -1 | sed -n 's/.*(\([0-9]*\) reused.*/\
 [ "$(answers "$T/one" | tail -1)" = "$(answers "$T/three" | tail -1)" ] && ok "the answer after /load = the one-process answer" \
   || bad "answers differ: '$(answers "$T/one" | tail -1)' vs '$(answers "$T/three" | tail -1)'"
 f=$(ls "$T/conv.kv"/*.kvchk | head -1)
-printf '\x55' | dd of="$f" bs=1 seek=300 conv=notrunc 2>/dev/null
+python3 tests/e2e/flip_byte.py "$f" 300
 printf '/load %s\n%s\n' "$T/conv" "$T2" | chat >"$T/four"
 grep -q "was not restored" "$T/four" && ok "a damaged pack: a note ($(grep 'not restored' "$T/four" | head -c 120)...)" || bad "damaged: $(head -3 "$T/four")"
 [ "$(answers "$T/one" | tail -1)" = "$(answers "$T/four" | tail -1)" ] || \

@@ -77,7 +77,7 @@ out=$(line pack verify --key-file "$T/k2" "$T/p512")
 echo "$out" | grep -q "readable by others" && ok "key readable by others refused" || bad "key mode: $out"
 cp -r "$T/p512" "$T/bad"
 f=$(ls "$T/bad"/*.kvchk | head -1)
-printf '\x55' | dd of="$f" bs=1 seek=4200 conv=notrunc 2>/dev/null
+python3 tests/e2e/flip_byte.py "$f" 4200
 out=$(line pack verify "$T/bad")
 echo "$out" | grep -q "^muser pack verify: authentication: chunk object digest mismatch" && ok "damaged chunk: $out" || bad "damaged chunk: $out"
 out=$(line run -m "$T/m.gguf" --pack "$T/bad" --prompt-ids "$REST" -n 2 --json)

@@ -93,9 +93,9 @@ greedy_same h hcold && ok "pack store: greedy ids = the cold run (tie-aware)" ||
 # fails to restore (a miss, logged); a damaged manifest is skipped (logged)
 "$MUSER" pack save -m "$MODEL" --prompt-ids "$W,$(ids 20 3)" -o "$T/store/y" --ctx 2048 >/dev/null 2>&1 || bad "pack save y"
 f=$(ls "$T/store/y"/*.kvchk | head -1)
-printf '\x55' | dd of="$f" bs=1 seek=300 conv=notrunc 2>/dev/null
+python3 tests/e2e/flip_byte.py "$f" 300
 cp -r "$T/store/w" "$T/store/z"
-printf '\x55' | dd of="$T/store/z/manifest.kvpk" bs=1 seek=100 conv=notrunc 2>/dev/null
+python3 tests/e2e/flip_byte.py "$T/store/z/manifest.kvpk" 100
 ask k "$W,$(ids 20 3),$REST" true
 jget "$T/k" "len(j['tokens'])" | grep -qx 8 && ok "corrupt store packs: the server still answers ($(src_of k))" || bad "corrupt store: $(head -c 300 "$T/k")"
 ask kcold "$W,$(ids 20 3),$REST" false
@@ -151,7 +151,7 @@ code=$(slot s9 "0?action=restore" '{"filename":"nope"}')
 "$MUSER" pack save -m "$MODEL" --prompt-ids "$W" -o "$T/slots/noids" --ctx 2048 >/dev/null 2>&1
 code=$(slot s10 "0?action=restore" '{"filename":"noids"}')
 [ "$code" = 400 ] && grep -q "no token ids" "$T/s10" && ok "restore of a pack without token ids: 400" || bad "noids: $code $(cat "$T/s10")"
-printf '\x55' | dd of="$T/slots/a/tokens.kvtok" bs=1 seek=60 conv=notrunc 2>/dev/null
+python3 tests/e2e/flip_byte.py "$T/slots/a/tokens.kvtok" 60
 code=$(slot s11 "0?action=restore" '{"filename":"a"}')
 [ "$code" = 400 ] && grep -q "authenticate" "$T/s11" && ok "a damaged token sidecar: 400" || bad "sidecar: $code $(cat "$T/s11")"
 ask sc "$P" true

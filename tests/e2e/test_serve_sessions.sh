@@ -138,7 +138,7 @@ wait $RP
 [ "$(post /v1/sessions/zz/restore '{}' r2)" = 404 ] && ok "restore without a pack: 404" || bad "restore nothing: $(cat "$T/r2")"
 cp -r "$T/store/session-a" "$T/store/session-bad"
 f=$(ls "$T/store/session-bad"/*.kvchk | head -1)
-printf '\x55' | dd of="$f" bs=1 seek=100 conv=notrunc 2>/dev/null
+python3 tests/e2e/flip_byte.py "$f" 100
 [ "$(post /v1/sessions/bad/restore '{}' r3)" = 400 ] && grep -q "verdict" "$T/r3" && ok "a corrupt pack: 400 with its verdict" \
   || bad "corrupt: $(cat "$T/r3")"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/v1/sessions/bad")" = 404 ] && ok "a failed restore makes no session" || bad "bad session made"
