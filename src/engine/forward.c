@@ -74,17 +74,19 @@ static void rope(float *x, int hd, const float *cs, const float *sn) {
 /* ---- parallel jobs ----------------------------------------------------- */
 
 /* Jobs split by token: a single token (a decode step) runs on the calling
- * thread, without the pool's handshake, as the other threads would idle. */
-/* A per-token job's threads claim tokens from a shared counter, a few at a
+ * thread, without the pool's handshake, as the other threads would idle.
+ * Otherwise the threads claim tokens from a shared counter, a few at a
  * time (tok_claim): where some cores run slower (another machine's work on
  * them, unequal vCPUs) the others take their tokens, as the matmuls'
  * threads take row blocks (job_matmul). A token's results are the same
- * whichever thread computes them. */
+ * whichever thread computes them. A claim is about a quarter of a thread's
+ * even share, at most TOK_CLAIM_MAX tokens. */
+#define TOK_CLAIM_MAX 32
 static void run_per_token(mu_engine *e, int T, mu_pool_fn fn, void *arg) {
     const int nth = T == 1 ? 1 : mu_pool_size(e->pool);
+    const int unit = T / (4 * nth);
     atomic_store_explicit(&e->tok_next, 0, memory_order_relaxed);
-    /* about four claims a thread, at most 32 tokens (job_ew's EW_ROWS) */
-    e->tok_unit = nth == 1 ? T : T / (4 * nth) < 1 ? 1 : T / (4 * nth) > 32 ? 32 : T / (4 * nth);
+    e->tok_unit = nth == 1 ? T : unit < 1 ? 1 : unit > TOK_CLAIM_MAX ? TOK_CLAIM_MAX : unit;
     if (nth == 1)
         fn(arg, 0, 1);
     else
@@ -397,7 +399,7 @@ enum { EW_ATTN_IN, EW_ATTN_OUT, EW_FFN_ACT, EW_FFN_OUT };
 /* Rows in blocks of EW_ROWS through every step of a case, so a block's
  * rows are still in the cache for the next step (the AVX-512 sumsq's
  * widest group). */
-#define EW_ROWS 32 /* run_per_token's claims take at most this many */
+#define EW_ROWS 32
 static void job_ew(void *arg, int ith, int nth) {
     ew_job *j = arg;
     mu_engine *e = j->e;
@@ -405,7 +407,6 @@ static void job_ew(void *arg, int ith, int nth) {
     const mu_model_info *I = &e->m->info;
     const mu_layer_w *L = j->il >= 0 ? &e->m->layers[j->il] : NULL;
     const int E = I->n_embd, F = I->n_ff;
-    (void)ith;
     int lo, hi;
     while (tok_claim(e, ith, nth, j->T, &lo, &hi)) {
         for (int t = lo; t < hi; t += EW_ROWS) {

@@ -3,7 +3,7 @@
 # plugin (muser-cuda.so next to muser). Skips, exit 0, without a device.
 #  1. every GPU matmul and row lookup == the CPU reference kernels, bit for bit
 #     (and with the switches that select other kernels: dp4a decode, k_pv_d,
-#     one token's Q4_K rows on k_mm_q4K_dec or split 8 ways, the Q8_0 / NVFP4
+#     one token's Q4_K and Q6_K rows on the ring kernels or split 8 and 2 ways, the Q8_0 / NVFP4
 #     ring for 16 tokens)
 #  2. CPU engine vs CUDA engine on every golden model (logits, batching, KV
 #     rows moved between the backends; layer streaming, test_gpu_stream)
