@@ -1987,18 +1987,18 @@ static bool ring_ok(const dtensor *w, int T) {
            ring_shape(w, T, &nw, &S, &ws);
 }
 
-/* The split-K kernels' switches, read once: MUSER_CUDA_D1 (warps a row
- * group of k_mm_q4K_d1: 2, 4 or 8; 0: every one-token launch on the ring
- * kernels) and MUSER_CUDA_D1Q6 (2, 4 or 8: k_mm_q6K_d1 with that split
- * for every one-token Q6_K launch but the output matrix; 0, the default:
- * only launches of fewer rows than a wave of k_mm_q6K_dec, v, with 8,
- * whenever MUSER_CUDA_D1 is not 0), and the SMs. */
-static int d1_ks = -1, d1_q6ks, d1_sm;
+/* The split-K kernels' switch, read once: MUSER_CUDA_D1 (warps a row group
+ * of k_mm_q4K_d1: 2, 4 or 8; 0: every one-token launch on the ring
+ * kernels; k_mm_q6K_d1 takes, with 8, the one-token Q6_K launches of fewer
+ * rows than a wave of k_mm_q6K_dec, v, whenever it is not 0), and the SMs.
+ * k_mm_q6K_d1 on every one-token Q6_K launch but the output matrix (FFN
+ * down too), split 2 ways, measured slower on an H200: 107.4 against
+ * 117.9 tok/s at depth 512 (bench/results/cuda-prefill-2026-12-06). */
+static int d1_ks = -1, d1_sm;
 static void d1_init(void) {
     if (d1_ks >= 0) return;
-    const int v = cu_env_digit("MUSER_CUDA_D1", 2), q = cu_env_digit("MUSER_CUDA_D1Q6", 0);
+    const int v = cu_env_digit("MUSER_CUDA_D1", 2);
     d1_ks = v == 0 || v == 2 || v == 4 || v == 8 ? v : 2;
-    d1_q6ks = d1_ks && (q == 2 || q == 4 || q == 8) ? q : 0;
     int dev = 0;
     cudaGetDevice(&dev);
     if (cudaDeviceGetAttribute(&d1_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) d1_sm = 0;
@@ -2010,15 +2010,13 @@ static void d1_init(void) {
 }
 
 /* Warps a row group of the split-K kernel for a one-token launch of
- * `rows` rows of type ty and nb super-blocks (logits: the output matrix);
- * 0: the ring kernel takes it. */
-static int d1_split(uint32_t ty, int rows, int nb, bool logits) {
+ * `rows` rows of type ty and nb super-blocks; 0: the ring kernel takes it. */
+static int d1_split(uint32_t ty, int rows, int nb) {
     d1_init();
     if (!d1_ks) return 0;
     if (ty == MU_T_Q4_K) return q4d1_smem(nb, 8 / d1_ks) <= (size_t)dec2_smem_max() ? d1_ks : 0;
     if (ty != MU_T_Q6_K) return 0;
-    const int ks = d1_q6ks && !logits ? d1_q6ks : d1_sm > 0 && rows < 32 * d1_sm ? 8 : 0;
-    return ks && q6d1_smem(nb, 8 / ks) <= (size_t)dec2_smem_max() ? ks : 0;
+    return d1_sm > 0 && rows < 32 * d1_sm && q6d1_smem(nb, 1) <= (size_t)dec2_smem_max() ? 8 : 0;
 }
 
 /* n (<= DEC_GRP) Q4_K, Q6_K, Q8_0 or NVFP4 matrices of one type and width
@@ -2052,7 +2050,7 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     }
     const int nb = ws[0]->ne0 / 256;
     /* one token past n_batch: the split kernels take the chain steps of such a token alone */
-    const int ks = T == 1 && n_batch == 0 ? d1_split(ty, end, nb, logits) : 0;
+    const int ks = T == 1 && n_batch == 0 ? d1_split(ty, end, nb) : 0;
     if (ks && ty == MU_T_Q4_K) { /* 8 / ks row groups of eight rows a block */
         const unsigned nbk = (unsigned)((end + 64 / ks - 1) / (64 / ks));
         launch_pdl(logits ? k_mm_q4K_d1<true> : k_mm_q4K_d1<false>, dim3(nbk), dim3(256), q4d1_smem(nb, 8 / ks), st, G,

@@ -27,28 +27,20 @@ __device__ __forceinline__ float byte_f(int x, int k) {
 /* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
  * into shared tiles: the quantized bytes (SW words per token) and d. All
  * NTH threads of the block take part. */
-template <int NT, int SW, int NTH = 128, bool PERM = false>
+template <int NT, int SW, int NTH = 128>
 __device__ __forceinline__ void stage_q8_K(int *s_q, float *s_d, const uint8_t *act, size_t stride, int t0, int T,
-                                           int b, int *s_bs = nullptr) {
+                                           int b) {
 #pragma unroll
     for (int r = 0; r < NT * 64 / NTH; r++) {
         const int i = threadIdx.x + NTH * r, t = i >> 6, wd = i & 63;
         const bool ok = t0 + t < T;
         const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
-        /* PERM: words 16j + q + 4i (i = 0..3) side by side at 16j + 4q + i, one 16-byte load */
-        const int at = PERM ? (wd & ~15) | (wd & 3) << 2 | (wd >> 2 & 3) : wd;
-        cp4(s_q + t * SW + at, ab->qs + 4 * wd, ok);
+        cp4(s_q + t * SW + wd, ab->qs + 4 * wd, ok);
     }
     if (threadIdx.x < NT) {
         const bool ok = t0 + (int)threadIdx.x < T;
         const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + threadIdx.x : 0) * stride) + b;
         cp4(s_d + threadIdx.x, &ab->d, ok);
-    }
-    if (s_bs && threadIdx.x < NT * 8) { /* the 16-element sums, two a word */
-        const int t = threadIdx.x >> 3, wd = threadIdx.x & 7;
-        const bool ok = t0 + t < T;
-        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
-        cp4(s_bs + t * 8 + wd, ab->bsums + 2 * wd, ok);
     }
     cp_commit();
 }
@@ -85,14 +77,13 @@ __device__ __forceinline__ void stage_q4_K(uint8_t *s_w, const uint8_t *w, size_
     }
 }
 
-template <int NN, int WB, bool MIXED, int MINB = 1, bool DDR = false, bool SMIN = false, bool B128 = false>
-__global__ void __launch_bounds__(32 * WB, MINB)
+template <int NN, int WB, bool MIXED>
+__global__ void __launch_bounds__(32 * WB, 1)
 k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
             int n_batch, float *y, int tile0) {
-    constexpr int NT = 8 * NN, SW = B128 ? 80 : Q4_SW; /* B128: banks of 16-byte loads distinct a quarter warp */
-    __shared__ __align__(16) int s_q2[2][NT * SW];
+    constexpr int NT = 8 * NN;
+    __shared__ int s_q2[2][NT * Q4_SW];
     __shared__ float s_d2[2][NT];
-    __shared__ __align__(16) int s_bs2[SMIN ? 2 : 1][SMIN ? NT * 8 : 1]; /* SMIN: the activations' 16-element sums */
     extern __shared__ int4 s_w4[]; /* [2][16 WB][144 bytes] */
     uint8_t *s_w = (uint8_t *)s_w4;
     const int rblk = blockIdx.y * 16 * WB;
@@ -109,13 +100,12 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
             if (MIXED) isum[n][k] = imin[n][k] = 0;
         }
     stage_q4_K<WB>(s_w, w, w_rb, rblk, rows, 0);
-    stage_q8_K<NT, SW, 32 * WB, B128>(s_q2[0], s_d2[0], act, act_stride, t0, T, 0, SMIN ? s_bs2[0] : nullptr);
+    stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[0], s_d2[0], act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) { /* the next tiles load while this one is used */
             stage_q4_K<WB>(s_w + (cur ^ 1) * 16 * WB * 144, w, w_rb, rblk, rows, b + 1);
-            stage_q8_K<NT, SW, 32 * WB, B128>(s_q2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1,
-                                              SMIN ? s_bs2[cur ^ 1] : nullptr);
+            stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
@@ -137,15 +127,12 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                 k4_unpack(scw[1], S[1], Mn[1]);
             }
             const float dxa = h2f(pa->d), dxb = h2f(pb->d), mxa = h2f(pa->dmin), mxb = h2f(pb->dmin);
-            float dd[DDR ? 1 : NN][4], dm[DDR ? 1 : NN][4]; /* the chain factors of this block */
-            float tv[NN][2];
+            float dd[NN][4], dm[NN][4]; /* the chain factors of this block */
 #pragma unroll
             for (int n = 0; n < NN; n++)
 #pragma unroll
                 for (int k = 0; k < 4; k++) {
                     const float v = s_d2[cur][8 * n + 2 * q + (k & 1)];
-                    if (k < 2) tv[n][k] = v;
-                    if (DDR) continue;
                     dd[n][k] = (k >> 1 ? dxb : dxa) * v;
                     dm[n][k] = (k >> 1 ? mxb : mxa) * v;
                 }
@@ -161,10 +148,6 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                 const int ma0 = byte_bcast(Mn[0][wi], k0), mb0 = byte_bcast(Mn[1][wi], k0);
                 const int ma1 = byte_bcast(Mn[0][wi], k1), mb1 = byte_bcast(Mn[1][wi], k1);
                 const int M0[4] = {ma0, mb0, ma0, mb0}, M1[4] = {ma1, mb1, ma1, mb1};
-                /* SMIN: the mins of rows a and b as bytes (m 2j, m 2j, m 2j+1, m 2j+1), for dp2a */
-                const int sel = k0 | k0 << 4 | k1 << 8 | k1 << 12;
-                const int mp[2] = {(int)__byte_perm((unsigned)Mn[0][wi], 0u, sel),
-                                   (int)__byte_perm((unsigned)Mn[1][wi], 0u, sel)};
                 /* the scales as floats, and -M x scale (both exact) */
                 const float fs0[2] = {byte_f(S[0][wi], k0), byte_f(S[1][wi], k0)};
                 const float fs1[2] = {byte_f(S[0][wi], k1), byte_f(S[1][wi], k1)};
@@ -172,27 +155,13 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                 const float ns1[2] = {-MAGIC_F * fs1[0], -MAGIC_F * fs1[1]};
 #pragma unroll
                 for (int n = 0; n < NN; n++) {
-                    int B0[2], B1[2]; /* sub-blocks 2j and 2j + 1 of this column */
-                    if (B128) {
-                        const int4 v = *(const int4 *)(s_q + (8 * n + g) * SW + 16 * j + 4 * q);
-                        B0[0] = v.x, B0[1] = v.y, B1[0] = v.z, B1[1] = v.w;
-                    } else {
-                        const int *bp = s_q + (8 * n + g) * SW + 16 * j + q;
-                        B0[0] = bp[0], B0[1] = bp[4], B1[0] = bp[8], B1[1] = bp[12];
-                    }
+                    const int *bp = s_q + (8 * n + g) * Q4_SW + 16 * j + q; /* sub-block 2j of this column */
+                    const int B0[2] = {bp[0], bp[4]}, B1[2] = {bp[8], bp[12]};
                     int D0[4], D1[4], Dm[4];
                     mma_s8_c(D0, A0, B0, MAGIC_I);
                     mma_s8_c(D1, A1, B1, MAGIC_I);
-                    if (SMIN) { /* min 2j x (s 4j + s 4j+1) + min 2j+1 x (s 4j+2 + s 4j+3): two dp2a */
-                        const int *bs = s_bs2[SMIN ? cur : 0] + (8 * n + 2 * q) * 8 + 2 * j;
-                        const int2 W[2] = {*(const int2 *)bs, *(const int2 *)(bs + 8)}; /* tokens 2q, 2q + 1 */
-#pragma unroll
-                        for (int k = 0; k < 4; k++)
-                            Dm[k] = __dp2a_hi(W[k & 1].y, mp[k >> 1], __dp2a_lo(W[k & 1].x, mp[k >> 1], MAGIC_I));
-                    } else {
-                        mma_s8_c(Dm, M0, B0, MAGIC_I);
-                        mma_s8(Dm, M1, B1);
-                    }
+                    mma_s8_c(Dm, M0, B0, MAGIC_I);
+                    mma_s8(Dm, M1, B1);
 #pragma unroll
                     for (int k = 0; k < 4; k++) {
                         const int h = k >> 1;
@@ -204,10 +173,8 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                         }
                         const float p0 = fmaf(__int_as_float(D0[k]), fs0[h], ns0[h]);
                         const float p1 = fmaf(__int_as_float(D1[k]), fs1[h], ns1[h]);
-                        const float fd = DDR ? (h ? dxb : dxa) * tv[n][k & 1] : dd[DDR ? 0 : n][k];
-                        const float fm = DDR ? (h ? mxb : mxa) * tv[n][k & 1] : dm[DDR ? 0 : n][k];
-                        acc[n][k] = fmaf(p0 + p1, fd, acc[n][k]);
-                        accm[n][k] = fmaf(magic_x(Dm[k]), fm, accm[n][k]);
+                        acc[n][k] = fmaf(p0 + p1, dd[n][k], acc[n][k]);
+                        accm[n][k] = fmaf(magic_x(Dm[k]), dm[n][k], accm[n][k]);
                     }
                 }
             }
@@ -218,10 +185,8 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
                     for (int k = 0; k < 4; k++) {
                         const int t = t0 + 8 * n + 2 * q + (k & 1);
                         if (t < n_batch || t >= T) continue;
-                        const float fd = DDR ? (k >> 1 ? dxb : dxa) * tv[n][k & 1] : dd[DDR ? 0 : n][k];
-                        const float fm = DDR ? (k >> 1 ? mxb : mxa) * tv[n][k & 1] : dm[DDR ? 0 : n][k];
-                        acc[n][k] = fmaf((float)isum[n][k], fd, acc[n][k]);
-                        accm[n][k] = fmaf((float)imin[n][k], fm, accm[n][k]);
+                        acc[n][k] = fmaf((float)isum[n][k], dd[n][k], acc[n][k]);
+                        accm[n][k] = fmaf((float)imin[n][k], dm[n][k], accm[n][k]);
                         isum[n][k] = imin[n][k] = 0;
                     }
         }
@@ -269,11 +234,10 @@ __device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
 
 __device__ __forceinline__ int sbyte(const int w[4], int i) { return (int)(int8_t)(w[i >> 2] >> (8 * (i & 3))); }
 
-template <int NT, int MINB>
-__global__ void __launch_bounds__(128, MINB)
+__global__ void __launch_bounds__(128)
 k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              float *y) {
-    constexpr int NN = NT / 8;
+    constexpr int NN = Q6_TOK / 8, NT = Q6_TOK;
     __shared__ int s_q2[2][NT * Q6_SW];
     __shared__ float s_d2[2][NT];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
@@ -381,40 +345,20 @@ bool cu_mma_ok(void) {
 
 /* Q4_K: the token tiles below n_batch, then the rest with the
  * per-super-block steps (MIXED) */
-template <int NN, int WB, int MINB, bool DDR, bool SMIN = false, bool B128 = false>
-static void q4K_launch_v(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
-                         size_t act_stride, int T, int n_batch, float *y) {
-    constexpr int NT = 8 * NN, sm = 2 * 16 * WB * 144;
+static void q4K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
+                       size_t act_stride, int T, int n_batch, float *y) {
+    constexpr int NN = 4, WB = 8, NT = 8 * NN, sm = 2 * 16 * WB * 144;
     static bool big;
     if (!big) {
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false, MINB, DDR, SMIN, B128>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
-        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true, MINB, DDR, SMIN, B128>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
+        cudaFuncSetAttribute(k_mm_q4K_tc<NN, WB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, sm);
         big = true;
     }
     const int tiles = (T + NT - 1) / NT, fast = n_batch / NT, ry = (rows + 16 * WB - 1) / (16 * WB);
     if (fast > 0)
-        k_mm_q4K_tc<NN, WB, false, MINB, DDR, SMIN, B128>
-            <<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
+        k_mm_q4K_tc<NN, WB, false><<<dim3(fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, 0);
     if (tiles > fast)
-        k_mm_q4K_tc<NN, WB, true, MINB, DDR, SMIN, B128>
-            <<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
-}
-
-static void q4K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
-                       size_t act_stride, int T, int n_batch, float *y) {
-    static const int v = cu_env_digit("MUSER_CUDA_Q4TC", 0);
-    switch (v) {
-    case 1: q4K_launch_v<4, 8, 2, false>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 2: q4K_launch_v<4, 8, 2, true>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 3: q4K_launch_v<2, 8, 2, false>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 4: q4K_launch_v<4, 4, 4, true>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 5: q4K_launch_v<8, 8, 1, true>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 6: q4K_launch_v<4, 8, 1, false, true>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 7: q4K_launch_v<4, 8, 2, true, true>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 8: q4K_launch_v<8, 8, 1, true, true>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    case 9: q4K_launch_v<4, 8, 1, false, true, true>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y); break;
-    default: q4K_launch_v<4, 8, 1, false>(st, wd, rb, rows, nb, a, act_stride, T, n_batch, y);
-    }
+        k_mm_q4K_tc<NN, WB, true><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
 }
 
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
@@ -426,16 +370,7 @@ bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t ac
         return true;
     }
     if (w->type == MU_T_Q6_K) {
-        static const int v = cu_env_digit("MUSER_CUDA_Q6TC", 0);
-        const dim3 b(128);
-        if (v == 1)
-            k_mm_q6K_mma<16, 2><<<dim3((T + 15) / 16, (rows + 63) / 64), b, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
-        else if (v == 2)
-            k_mm_q6K_mma<16, 3><<<dim3((T + 15) / 16, (rows + 63) / 64), b, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
-        else if (v == 3)
-            k_mm_q6K_mma<16, 4><<<dim3((T + 15) / 16, (rows + 63) / 64), b, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
-        else
-            k_mm_q6K_mma<Q6_TOK, 1><<<dim3((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), b, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        k_mm_q6K_mma<<<dim3((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
         return true;
     }
     return false;
