@@ -1991,9 +1991,7 @@ static bool ring_ok(const dtensor *w, int T) {
  * of k_mm_q4K_d1: 2, 4 or 8; 0: every one-token launch on the ring
  * kernels; k_mm_q6K_d1 takes, with 8, the one-token Q6_K launches of fewer
  * rows than a wave of k_mm_q6K_dec, v, whenever it is not 0), and the SMs.
- * k_mm_q6K_d1 on every one-token Q6_K launch but the output matrix (FFN
- * down too), split 2 ways, measured slower on an H200: 107.4 against
- * 117.9 tok/s at depth 512 (bench/results/cuda-prefill-2026-12-06). */
+ * (FFN down on k_mm_q6K_d1 too measured slower: docs/cuda.md.) */
 static int d1_ks = -1, d1_sm;
 static void d1_init(void) {
     if (d1_ks >= 0) return;
