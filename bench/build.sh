@@ -7,8 +7,9 @@
 # drafts at every position of a sequence, bench/draftacc.c), kvbench (KV pack writes,
 # restores and the prefix cache, bench/kvbench.c) and, on x86-64, attnbench (the
 # AVX-512 attention kernels at long depth, bench/attnbench.c; ATTN_SRC=file builds
-# it from another version of src/kern/attn_avx512.c), into $BUILD/bench (default
-# build/bench).
+# it from another version of src/kern/attn_avx512.c) and gpukernbench (one GPU
+# matmul timed on the device through the CUDA plugin, bench/gpukernbench.c), into
+# $BUILD/bench (default build/bench).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -31,6 +32,11 @@ if [ -f bench/draftacc.c ]; then
   make -s BUILD="$BUILD" "$BUILD/libmuser.a"
   gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/draftacc" bench/draftacc.c \
     "$BUILD/libmuser.a" -lm -lutf8proc -ljansson
+fi
+if [ -f bench/gpukernbench.c ]; then
+  make -s BUILD="$BUILD" "$BUILD/libmuser.a"
+  gcc -std=c11 -O2 -g -Wall -Wextra -D_GNU_SOURCE -pthread -o "$BUILD/bench/gpukernbench" bench/gpukernbench.c \
+    "$BUILD/libmuser.a" -lm -ldl -lutf8proc -ljansson
 fi
 if [ -f bench/kvbench.c ]; then
   make -s BUILD="$BUILD" "$BUILD/libmuser.a"

@@ -145,6 +145,14 @@ int mu_gpu_test_matmul(int device, uint32_t type, int rows, int cols, int T, int
     return rc ? rc : g_plugin->test_matmul(device, type, rows, cols, T, n_batch, w, x, y, err);
 }
 
+int mu_gpu_bench_matmul(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
+                        const float *x, int reps, float *ms, mu_err *err) {
+    int rc = need_device(device, err);
+    if (rc) return rc;
+    if (!g_plugin->bench_matmul) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no timed matmuls");
+    return g_plugin->bench_matmul(device, type, rows, cols, T, n_batch, w, x, reps, ms, err);
+}
+
 int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                          float *y, mu_err *err) {
     int rc = need_device(device, err);

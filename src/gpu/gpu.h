@@ -157,6 +157,11 @@ int mu_gpu_test_matmul(int device, uint32_t type, int rows, int cols, int T, int
                        const float *x, float *y, mu_err *err);
 int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                          float *y, mu_err *err);
+/* Benchmarks (bench/gpukernbench.c): the matmul of mu_gpu_test_matmul
+ * launched reps times after one untimed launch, the activations quantized
+ * once; ms[i]: launch i's time between two CUDA events. */
+int mu_gpu_bench_matmul(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
+                        const float *x, int reps, float *ms, mu_err *err);
 /* Kernel tests: one layer's attention on the prefill kernels (every
  * session has >= 2 tokens in the chunk) or the decode kernels (every token
  * alone in its session, at most 8), into out_prefill, and on the row

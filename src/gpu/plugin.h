@@ -3,13 +3,13 @@
  * binary that loads it). MU_GPU_PLUGIN_ABI changes whenever this table or
  * a structure of gpu.h changes, so a stale plugin is refused, never called.
  * ABI 11: the DFlash drafter (draft_*, dseq_*; NULL in a plugin without
- * one). */
+ * one). ABI 12: bench_matmul. */
 #ifndef MU_GPU_PLUGIN_H
 #define MU_GPU_PLUGIN_H
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 11
+#define MU_GPU_PLUGIN_ABI 12
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus
@@ -61,6 +61,9 @@ typedef struct {
     int (*dseq_pass)(mu_gpu_dseq *q, const float *x0, const float *cs, const float *sn, int pos, int n_ctx_rows,
                      int n_draft, mu_err *err);
     int (*dseq_head)(mu_gpu_dseq *q, int from, int n, int32_t *best, float *scores, mu_err *err);
+    /* timed matmuls for bench/gpukernbench.c (ABI 12); NULL in a plugin without them */
+    int (*bench_matmul)(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
+                        const float *x, int reps, float *ms, mu_err *err);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

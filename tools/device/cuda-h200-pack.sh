@@ -7,6 +7,8 @@
 #   .gpu/test_gpu_kern, test_gpu_engine, test_gpu_stream, test_gpu_vision,
 #   test_gpu_draft
 #                                    the gpu tier's programs
+#   .gpu/gpukernbench                one matmul timed on the device (bench/gpukernbench.c;
+#                                    MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so)
 #   .gpu/lib/                        the shared libraries they link, but glibc's
 #                                    (the GPU machine has no -dev packages)
 #   .gpu/llama-cuda.tar.xz           with --llamacpp SRC: the part of a llama.cpp
@@ -33,13 +35,15 @@ arch="-gencode=arch=compute_90a,code=sm_90a"
 make -s -j2 muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream \
   build/tests/gpu/test_gpu_vision build/tests/gpu/test_gpu_draft
 make -s -j2 BUILD=build/h200 build/h200/muser-cuda.so CUDA_ARCH="$arch"
+BUILD=build bash bench/build.sh
 S=$(mktemp -d)
 trap 'rm -rf "$S"' EXIT
 G=$S/.gpu
 mkdir -p "$G/lib"
 cp muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_engine build/tests/gpu/test_gpu_stream \
-  build/tests/gpu/test_gpu_vision build/tests/gpu/test_gpu_draft "$G/"
-strip "$G/muser" "$G/test_gpu_kern" "$G/test_gpu_engine" "$G/test_gpu_stream" "$G/test_gpu_vision" "$G/test_gpu_draft"
+  build/tests/gpu/test_gpu_vision build/tests/gpu/test_gpu_draft build/bench/gpukernbench "$G/"
+strip "$G/muser" "$G/test_gpu_kern" "$G/test_gpu_engine" "$G/test_gpu_stream" "$G/test_gpu_vision" "$G/test_gpu_draft" \
+  "$G/gpukernbench"
 cp build/h200/muser-cuda.so "$G/"
 tools/device/libs.sh "$G/lib" muser build/tests/gpu/test_gpu_kern build/tests/gpu/test_gpu_vision
 if [ -n "$lsrc" ]; then

@@ -1,0 +1,102 @@
+/* gpukernbench: one GPU matmul of a given type and shape, timed launch by
+ * launch on the device (CUDA events, mu_gpu_bench_matmul), without a model:
+ * a kernel variant selected by an environment switch (docs/cuda.md
+ * "Switches for comparisons") costs a second or two to time instead of a
+ * full-shape `muser bench`. The weight is 64 distinct quantized random rows
+ * repeated (the time does not depend on the values); the activations are
+ * random and quantized on the device as forward's are; n_batch follows the
+ * CPU's rule (Q4_K: T & ~3, F32/F16/BF16: T when the shape allows, else 0)
+ * unless --nbatch says.
+ *
+ * usage: gpukernbench TYPE ROWS COLS T [--reps 20] [--nbatch N]
+ *   TYPE: a type name as GGUF spells it (Q4_K, Q6_K, Q8_0, NVFP4, F16, ...)
+ * prints the median, lowest and highest launch time, multiply-adds a
+ * second and weight bytes a second at the median. Exits 77 without a
+ * device. Full-shape examples: FFN gate+up Q4_K 39936 6656 512; FFN down
+ * Q6_K 6656 19968 512; one decode token: T 1. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "../src/gpu/gpu.h"
+#include "../src/kern/quant.h"
+#include "../src/synth/quantize.h"
+
+static int cmp_float(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float frand(unsigned *s) {
+    *s = *s * 1664525u + 1013904223u;
+    return (float)(*s >> 8) / 16777216.0f * 2.0f - 1.0f;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 5) {
+        fprintf(stderr, "usage: gpukernbench TYPE ROWS COLS T [--reps 20] [--nbatch N]\n");
+        return 2;
+    }
+    uint32_t type = MU_T_COUNT;
+    for (uint32_t t = 0; t < MU_T_COUNT; t++) {
+        const mu_type_info *ti = mu_type_get(t);
+        if (ti->blck && ti->supported && !strcasecmp(ti->name, argv[1])) type = t;
+    }
+    const int rows = atoi(argv[2]), cols = atoi(argv[3]), T = atoi(argv[4]);
+    int reps = 20, nb = -1;
+    for (int i = 5; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--nbatch")) nb = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "gpukernbench: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    const size_t rb = type < MU_T_COUNT ? mu_type_row_bytes(type, cols) : 0;
+    if (!rb || rows < 1 || T < 1 || reps < 1) {
+        fprintf(stderr, "gpukernbench: no type %s, or cols %d not a multiple of its block, or bad sizes\n", argv[1],
+                cols);
+        return 2;
+    }
+    if (mu_gpu_count() == 0) {
+        printf("skip: %s\n", mu_gpu_why_none());
+        return 77;
+    }
+    if (nb < 0) {
+        if (T < 2) nb = 0;
+        else if (type == MU_T_Q4_K) nb = T & ~3;
+        else if (type == MU_T_F32 || type == MU_T_F16 || type == MU_T_BF16) nb = cols % 16 == 0 && rows % 4 == 0 ? T : 0;
+        else nb = 0;
+    }
+    uint8_t *w = malloc(rb * (size_t)rows);
+    float *row = malloc((size_t)cols * 4), *x = malloc((size_t)T * cols * 4), *ms = malloc((size_t)reps * 4);
+    if (!w || !row || !x || !ms) {
+        fprintf(stderr, "gpukernbench: out of memory\n");
+        return 1;
+    }
+    unsigned seed = 12345;
+    const int distinct = rows < 64 ? rows : 64;
+    for (int r = 0; r < distinct; r++) {
+        for (int i = 0; i < cols; i++) row[i] = frand(&seed);
+        mu_quantize_row(type, row, w + (size_t)r * rb, cols);
+    }
+    for (int r = distinct; r < rows; r++) memcpy(w + (size_t)r * rb, w + (size_t)(r % distinct) * rb, rb);
+    for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = frand(&seed);
+    mu_err err = {0};
+    if (mu_gpu_bench_matmul(0, type, rows, cols, T, nb, w, x, reps, ms, &err)) {
+        fprintf(stderr, "gpukernbench: %s\n", err.msg);
+        return 1;
+    }
+    qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
+    const double med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+    printf("%s rows %d cols %d T %d n_batch %d: median %.4f ms (%.4f - %.4f, %d launches), %.1f TMAC/s, "
+           "weights %.0f GB/s\n",
+           mu_type_get(type)->name, rows, cols, T, nb, med, ms[0], ms[reps - 1], reps,
+           (double)rows * cols * T / (med * 1e-3) / 1e12, (double)rb * rows / (med * 1e-3) / 1e9);
+    free(w);
+    free(row);
+    free(x);
+    free(ms);
+    return 0;
+}
