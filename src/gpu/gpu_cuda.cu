@@ -1436,32 +1436,12 @@ static int test_grouped(mu_gpu_model *m, const dtensor *dt, const void *qa, size
     return rc;
 }
 
-static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w, const float *x,
-                         float *y, mu_err *err) {
-    mu_gpu_model m = {0};
-    dtensor dt;
-    int rc = test_weight(dev, type, rows, cols, w, &m, &dt, err);
-    float *dx = NULL, *dy = NULL;
-    void *qa = NULL;
-    const size_t stride = ((size_t)cols * 4 + 255) & ~(size_t)255;
-    if (!rc) rc = dev_alloc(&m, (size_t)T * cols * 4, (void **)&dx, "test", err);
-    if (!rc) rc = dev_alloc(&m, (size_t)T * rows * 4, (void **)&dy, "test", err);
-    if (!rc) rc = dev_alloc(&m, (size_t)T * stride, &qa, "test", err);
-    if (!rc) {
-        cudaMemcpy(dx, x, (size_t)T * cols * 4, cudaMemcpyHostToDevice);
-        cu_quantize(0, dev_dot_type(type), dx, T, cols, qa, stride);
-        cu_matmul(0, &dt, qa, stride, T, n_batch, dy, false, 0, 0);
-        cudaError_t e = cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test matmul");
-    }
-    if (!rc && rows >= 3 && T <= 8) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, err); /* decode sizes */
-    for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
-    free(m.allocs);
-    return rc;
-}
-
-static int p_bench_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
-                          const float *x, int reps, float *ms, mu_err *err) {
+/* One matmul of w on x quantized as forward's activations are. With reps
+ * 0 (the kernel test): y gets the result, and at decode sizes the grouped
+ * launch must give the same. With reps > 0 (benchmarks): one untimed
+ * launch, then reps launches each timed between two events into ms. */
+static int run_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w, const float *x,
+                      float *y, int reps, float *ms, mu_err *err) {
     mu_gpu_model m = {0};
     dtensor dt;
     int rc = test_weight(dev, type, rows, cols, w, &m, &dt, err);
@@ -1469,15 +1449,19 @@ static int p_bench_matmul(int dev, uint32_t type, int rows, int cols, int T, int
     void *qa = NULL;
     const size_t stride = ((size_t)cols * 4 + 255) & ~(size_t)255;
     cudaEvent_t ev[2] = {NULL, NULL};
-    if (!rc) rc = dev_alloc(&m, (size_t)T * cols * 4, (void **)&dx, "bench", err);
-    if (!rc) rc = dev_alloc(&m, (size_t)T * rows * 4, (void **)&dy, "bench", err);
-    if (!rc) rc = dev_alloc(&m, (size_t)T * stride, &qa, "bench", err);
-    if (!rc && (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess))
+    if (!rc) rc = dev_alloc(&m, (size_t)T * cols * 4, (void **)&dx, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)T * rows * 4, (void **)&dy, "test", err);
+    if (!rc) rc = dev_alloc(&m, (size_t)T * stride, &qa, "test", err);
+    if (!rc && reps > 0 && (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess))
         rc = cu_fail(err, MU_E_STATE, "cuda: no events");
     if (!rc) {
         cudaMemcpy(dx, x, (size_t)T * cols * 4, cudaMemcpyHostToDevice);
         cu_quantize(0, dev_dot_type(type), dx, T, cols, qa, stride);
-        cu_matmul(0, &dt, qa, stride, T, n_batch, dy, false, 0, 0); /* untimed: first-launch setup */
+        cu_matmul(0, &dt, qa, stride, T, n_batch, dy, false, 0, 0);
+        if (reps == 0) {
+            cudaError_t e = cudaMemcpy(y, dy, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
+            if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test matmul");
+        }
         for (int i = 0; i < reps && !rc; i++) {
             cudaEventRecord(ev[0], 0);
             cu_matmul(0, &dt, qa, stride, T, n_batch, dy, false, 0, 0);
@@ -1488,11 +1472,23 @@ static int p_bench_matmul(int dev, uint32_t type, int rows, int cols, int T, int
             if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "bench matmul");
         }
     }
+    if (!rc && reps == 0 && rows >= 3 && T <= 8) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, err); /* decode sizes */
     for (int i = 0; i < 2; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);
     for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
     free(m.allocs);
     return rc;
+}
+
+static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w, const float *x,
+                         float *y, mu_err *err) {
+    return run_matmul(dev, type, rows, cols, T, n_batch, w, x, y, 0, NULL, err);
+}
+
+static int p_bench_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
+                          const float *x, int reps, float *ms, mu_err *err) {
+    if (reps < 1) return cu_fail(err, MU_E_ARG, "cuda: bench matmul of %d launches", reps);
+    return run_matmul(dev, type, rows, cols, T, n_batch, w, x, NULL, reps, ms, err);
 }
 
 static int p_test_get_rows(int dev, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
