@@ -4,9 +4,9 @@
  * "Switches for comparisons") costs a second or two to time instead of a
  * full-shape `muser bench`. The weight is 64 distinct quantized random rows
  * repeated (the time does not depend on the values); the activations are
- * random and quantized on the device as forward's are; n_batch follows the
- * CPU's rule (Q4_K: T & ~3, F32/F16/BF16: T when the shape allows, else 0)
- * unless --nbatch says.
+ * random and quantized on the device as forward's are; n_batch is the one
+ * forward takes for T rows (the plugin's cu_batch_rows) unless --nbatch
+ * says.
  *
  * usage: gpukernbench TYPE ROWS COLS T [--reps 20] [--nbatch N]
  *   TYPE: a type name as GGUF spells it (Q4_K, Q6_K, Q8_0, NVFP4, F16, ...)
@@ -63,12 +63,6 @@ int main(int argc, char **argv) {
         printf("skip: %s\n", mu_gpu_why_none());
         return 77;
     }
-    if (nb < 0) {
-        if (T < 2) nb = 0;
-        else if (type == MU_T_Q4_K) nb = T & ~3;
-        else if (type == MU_T_F32 || type == MU_T_F16 || type == MU_T_BF16) nb = cols % 16 == 0 && rows % 4 == 0 ? T : 0;
-        else nb = 0;
-    }
     uint8_t *w = malloc(rb * (size_t)rows);
     float *row = malloc((size_t)cols * 4), *x = malloc((size_t)T * cols * 4), *ms = malloc((size_t)reps * 4);
     if (!w || !row || !x || !ms) {
@@ -90,9 +84,11 @@ int main(int argc, char **argv) {
     }
     qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
     const double med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
-    printf("%s rows %d cols %d T %d n_batch %d: median %.4f ms (%.4f - %.4f, %d launches), %.1f TMAC/s, "
+    char nbs[32] = "forward's";
+    if (nb >= 0) snprintf(nbs, sizeof nbs, "%d", nb);
+    printf("%s rows %d cols %d T %d n_batch %s: median %.4f ms (%.4f - %.4f, %d launches), %.1f TMAC/s, "
            "weights %.0f GB/s\n",
-           mu_type_get(type)->name, rows, cols, T, nb, med, ms[0], ms[reps - 1], reps,
+           mu_type_get(type)->name, rows, cols, T, nbs, med, ms[0], ms[reps - 1], reps,
            (double)rows * cols * T / (med * 1e-3) / 1e12, (double)rb * rows / (med * 1e-3) / 1e9);
     free(w);
     free(row);

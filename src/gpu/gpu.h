@@ -159,7 +159,8 @@ int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const vo
                          float *y, mu_err *err);
 /* Benchmarks (bench/gpukernbench.c): the matmul of mu_gpu_test_matmul
  * launched reps times after one untimed launch, the activations quantized
- * once; ms[i]: launch i's time between two CUDA events. */
+ * once; ms[i]: launch i's time between two CUDA events. n_batch < 0: the
+ * one forward takes for a matmul of T rows. */
 int mu_gpu_bench_matmul(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
                         const float *x, int reps, float *ms, mu_err *err);
 /* Kernel tests: one layer's attention on the prefill kernels (every

@@ -1449,6 +1449,7 @@ static int run_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_b
     void *qa = NULL;
     const size_t stride = ((size_t)cols * 4 + 255) & ~(size_t)255;
     cudaEvent_t ev[2] = {NULL, NULL};
+    if (!rc && n_batch < 0) n_batch = cu_batch_rows(&dt, T); /* as forward's matmul of T rows */
     if (!rc) rc = dev_alloc(&m, (size_t)T * cols * 4, (void **)&dx, "test", err);
     if (!rc) rc = dev_alloc(&m, (size_t)T * rows * 4, (void **)&dy, "test", err);
     if (!rc) rc = dev_alloc(&m, (size_t)T * stride, &qa, "test", err);
@@ -1488,7 +1489,7 @@ static int p_test_matmul(int dev, uint32_t type, int rows, int cols, int T, int 
 static int p_bench_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
                           const float *x, int reps, float *ms, mu_err *err) {
     if (reps < 1) return cu_fail(err, MU_E_ARG, "cuda: bench matmul of %d launches", reps);
-    return run_matmul(dev, type, rows, cols, T, n_batch, w, x, NULL, reps, ms, err);
+    return run_matmul(dev, type, rows, cols, T, n_batch, w, x, NULL, reps, ms, err); /* n_batch < 0: forward's */
 }
 
 static int p_test_get_rows(int dev, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,

@@ -1274,9 +1274,7 @@ k_mm_q6K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     while (gi < G.n - 1 && uu >= G.end[gi]) gi++;
     const int row = uu - (gi ? G.end[gi - 1] : 0);
     const uint8_t *my = G.w[gi] + (size_t)row * G.w_rb[gi];
-    /* the rows of the pieces this lane copies: p = lane + 32 k is row
-     * p / 28's word p % 28 */
-    const uint8_t *rb[4];
+    const uint8_t *rb[4]; /* the rows of the pieces this lane copies */
     q6d_rows(rb, my, lane);
     const int nch = (nb + 1) / 2;
     auto issue = [&](int i) {
