@@ -121,11 +121,14 @@ struct mu_job {
      * own rates say they pay; a step they drafted is blk_ngram */
     bool use_ngram, blk_ngram; /* use_ngram: until a context shift ends drafting */
     spec_rates ng;
-    /* dflash while paused: a shadow draft (made, not verified) compared with
-     * the tokens plain decoding picks next, feeding rt like a
-     * verification; probes come every probe_every plain steps, doubling
-     * while the estimate stays paused (draft()) */
-    int n_shadow, i_shadow, probe_every; /* the shadow's rows: the drafter's kept rows */
+    /* while paused: a shadow draft (made, not verified) compared with the
+     * tokens plain decoding picks next, feeding rt like a verification.
+     * dflash: probes come every probe_every plain steps, doubling while the
+     * estimate stays paused (draft()), and the shadow's tokens are the
+     * drafter's kept rows; ngram: a lookup (no forward) on every plain step
+     * without one in progress, its tokens in shadow */
+    int n_shadow, i_shadow, probe_every;
+    int32_t shadow[MU_SPEC_DRAFT_MAX];
     /* dflash: the drafter's kept rows (mu_draft_seq_pass) of the last pass
      * are row_n; this step's drafts are rows from row_blk; row_next > 0:
      * every draft and the token after them matched rows < row_next, so the
@@ -642,66 +645,82 @@ static double row_cost(const mu_engine *e) {
 }
 
 /* Engine thread, a dflash job: whether drafting pays by its rates
- * (spec_cost.h mu_spec_dflash_len): a pass of the drafter, its drafts' rows
+ * (spec_cost.h mu_spec_block_len): a pass of the drafter, its drafts' rows
  * and their verification rows (the drafter's cost estimates, s->p_min a
  * verification row) against the drafts the rates expect accepted. */
 static bool dflash_pays(const mu_sched *s, const mu_job *j) {
     const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
     const int bmax = di->block_size - 1, k = j->draft_max < bmax ? j->draft_max : bmax;
-    return mu_spec_dflash_len(j->rt.acc, j->rt.n, k, di->cost_pass, s->p_min + di->cost_row) > 0;
+    return mu_spec_block_len(j->rt.acc, j->rt.n, k, di->cost_pass, s->p_min + di->cost_row) > 0;
 }
 
-/* Engine thread: one gen step for slot i from logits lg (and a dflash
- * job's shadow draft checked against its token). */
+/* Engine thread: one gen step for slot i from logits lg (and a shadow
+ * draft's next token checked against its token). */
 static void step(mu_sched *s, int i, const float *lg, int32_t best) {
     int32_t id;
     mu_job *j = s->slots[i].job;
     if (!take(s, i, lg, best, -1, -1, &id) || j->i_shadow >= j->n_shadow) return;
-    /* a shadow draft's next token (its row through the output matrix now)
-     * against the one plain decoding picked */
+    /* a shadow draft's next token (a dflash one's row through the output
+     * matrix now) against the one plain decoding picked */
     const int r = j->i_shadow++;
-    int32_t want = -1;
-    mu_draft_seq_tokens(s->slots[i].dq, r, 1, &want);
+    int32_t want = j->shadow[r];
+    if (j->spec == MU_SPEC_DFLASH) mu_draft_seq_tokens(s->slots[i].dq, r, 1, &want);
     observe(j, r, id == want);
     if (id != want) j->n_shadow = 0;
-    /* the shadow checked: draft again when it held all through, or when the
-     * rates it taught (to its first miss) say drafting pays */
-    if (j->i_shadow >= j->n_shadow) j->cold = id != want && !dflash_pays(s, j);
+    /* a dflash shadow checked: draft again when it held all through, or
+     * when the rates it taught (to its first miss) say drafting pays */
+    if (j->spec == MU_SPEC_DFLASH && j->i_shadow >= j->n_shadow) j->cold = id != want && !dflash_pays(s, j);
 }
 
-#define SPEC_PROBE_EVERY 16 /* paused: one 1-token draft every this many plain steps */
+#define SPEC_PROBE_EVERY 16 /* paused dflash lookups: one 1-token draft every this many plain steps */
 #define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
 #define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */
 
 /* Engine thread: the cost model of spec_cost.h on rates q. */
 static int draft_len(const spec_rates *q, int k, double p_min) { return mu_spec_draft_len(q->acc, q->n, k, p_min); }
-static double draft_expect(const spec_rates *q, int k) { return mu_spec_draft_expect(q->acc, q->n, k); }
 
-/* Engine thread, an n-gram job: draft_len at s->p_min. While that is 0
- * the job decodes plainly and probes with one drafted token now and then,
- * so the estimate can recover. In a busy batch (rows > 1) the drafts are
- * cut at the busy threshold, and when none pays the step decodes plainly
- * (n_spec_busy), with a one-token probe every SPEC_PROBE_EVERY such steps
- * too (a row of about 0.4 decode steps in 16 steps of a batch costing
- * several). */
-static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows) {
+/* Engine thread, n-gram drafts by rates q: draft_len at s->p_min. In a
+ * busy batch (rows > 1) the drafts must also pay for the solo block's own
+ * forward (mu_spec_block_len at the batch's rate), and when none pays the
+ * step decodes plainly (n_spec_busy). While drafting does not pay, an
+ * ngram job learns from shadow drafts (ngram_shadow); with probe, a dflash
+ * job's lookups instead draft one token every SPEC_PROBE_EVERY such steps,
+ * so the estimate can recover. */
+static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows, bool probe) {
     int n = draft_len(q, k, s->p_min);
     q->probing = false;
-    if (n == 0 && k > 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
+    if (probe && n == 0 && k > 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
         q->n_paused = 0;
         q->probing = true;
         return 1; /* a probe: the estimate cannot recover without one */
     }
     if (n > 0 && rows > 1) {
-        n = draft_len(q, n, s->p_min * mu_spec_batch_rate(rows, s->p_min));
-        if (n == 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
+        /* busy: the drafts, and the solo block's own forward, against
+         * what their cost would make as plain rows of this batch */
+        const double r = mu_spec_batch_rate(rows, s->p_min);
+        n = mu_spec_block_len(q->acc, q->n, n, r * mu_spec_solo_fixed(s->p_min), r * s->p_min);
+        if (probe && n == 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
             q->n_paused = 0;
             q->probing = true;
-            return 1; /* a probe: the rates learn only from verified drafts */
+            return 1; /* a probe: the lookups' rates learn only from verified drafts */
         }
         if (n == 0) j->st.n_spec_busy++;
     }
     return n;
+}
+
+/* Engine thread, an ngram job decoding plainly because drafting does not
+ * pay (alone, or in this busy batch): unless one is still being checked, a
+ * shadow draft of up to draft_max tokens, which the next plain steps check
+ * (step()) as a verification would, every position's rate learning. A
+ * lookup costs no forward, so it is made on every such step; one that
+ * finds nothing learns nothing. */
+static void ngram_shadow(mu_sched *s, int i) {
+    slot *sl = &s->slots[i];
+    mu_job *j = sl->job;
+    if (j->i_shadow < j->n_shadow || !sl->ng) return;
+    j->n_shadow = mu_ngram_draft(sl->ng, j->draft_max < MU_SPEC_DRAFT_MAX ? j->draft_max : MU_SPEC_DRAFT_MAX, j->shadow);
+    j->i_shadow = 0;
 }
 
 /* Engine thread, a paused dflash job: after probe_every plain steps
@@ -799,7 +818,7 @@ static int block_room(const mu_sched *s, const slot *sl) {
 static int dflash_ngram(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    int k = draft_pays(s, j, &j->ng, j->draft_max, 1);
+    int k = draft_pays(s, j, &j->ng, j->draft_max, 1, true);
     const int room = block_room(s, sl);
     if (k > room) k = room;
     if (k <= 0) return 0;
@@ -850,13 +869,14 @@ static int draft(mu_sched *s, int i, int rows) {
         k = draft_len(&j->rt, k, s->p_min + di->cost_row);
         if (k < 1) k = 1;
         if (rows > 1) {
-            /* busy: the drafts' expected tokens must beat what their rows and
-             * the pass (none when drafting on from kept rows) would make as
-             * plain rows of this batch */
+            /* busy: the drafts' expected tokens must beat what their rows,
+             * the solo block's own forward and the pass (none when drafting
+             * on from kept rows) would make as plain rows of this batch */
             const double r = mu_spec_batch_rate(rows, s->p_min);
             const bool pass = j->row_next <= 0 || j->row_next >= j->row_n;
-            k = draft_len(&j->rt, k, (s->p_min + di->cost_row) * r);
-            if (k < 1 || draft_expect(&j->rt, k) < r * ((pass ? di->cost_pass : 0) + (s->p_min + di->cost_row) * k)) {
+            const double fixed = (pass ? di->cost_pass : 0) + mu_spec_solo_fixed(s->p_min);
+            k = mu_spec_block_len(j->rt.acc, j->rt.n, k, r * fixed, r * (s->p_min + di->cost_row));
+            if (k < 1) {
                 j->row_next = 0;
                 j->st.n_spec_busy++;
                 return -1;
@@ -865,7 +885,8 @@ static int draft(mu_sched *s, int i, int rows) {
         j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
         j->probe_every = SPEC_SHADOW_EVERY;
     } else if (j->spec != MU_SPEC_SCRIPT) {
-        k = draft_pays(s, j, &j->rt, k, rows);
+        k = draft_pays(s, j, &j->rt, k, rows, false);
+        if (k <= 0) ngram_shadow(s, i);
     }
     if (k <= 0) return -1;
     /* the rates may want fewer drafts than --draft-min, under which nothing
@@ -878,15 +899,14 @@ static int draft(mu_sched *s, int i, int rows) {
     int n = 0;
     if (j->spec == MU_SPEC_NGRAM) {
         n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
+        j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
         if (n == 0 || n < j->draft_min) {
-            /* a probe that found nothing is the next step's (uncounted: it
-             * learnt nothing); any other miss counts as a rejected first
-             * draft, which keeps drafts short on text that rarely repeats */
-            if (j->rt.probing) {
-                j->rt.n_paused = SPEC_PROBE_EVERY - 1;
-                return -1;
-            }
+            /* a miss counts as a rejected first draft, which keeps drafts
+             * short on text that rarely repeats; the step decodes plainly
+             * (a block of the last token alone would be a solo item,
+             * costing a busy batch a forward of its own) */
             j->rt.n[0]++;
+            return -1;
         }
     } else if (j->spec == MU_SPEC_SCRIPT) {
         for (; n < k && j->n_gen + n < j->n_script; n++) sl->blk[1 + n] = j->script[j->n_gen + n];

@@ -23,12 +23,14 @@ double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k) {
     return e;
 }
 
+double mu_spec_solo_fixed(double p_min) { return 1 - p_min; }
+
 double mu_spec_batch_rate(int rows, double p_min) {
     if (rows < 1) rows = 1;
     return rows / ((1 - p_min) + p_min * rows);
 }
 
-int mu_spec_dflash_len(const int *pos_acc, const int *pos_n, int k, double cost_pass, double cost_draft) {
+int mu_spec_block_len(const int *pos_acc, const int *pos_n, int k, double cost_fixed, double cost_draft) {
     const int n = mu_spec_draft_len(pos_acc, pos_n, k, cost_draft);
-    return n > 0 && mu_spec_draft_expect(pos_acc, pos_n, n) >= cost_pass + cost_draft * n ? n : 0;
+    return n > 0 && mu_spec_draft_expect(pos_acc, pos_n, n) >= cost_fixed + cost_draft * n ? n : 0;
 }

@@ -28,21 +28,32 @@
 int mu_spec_draft_len(const int *pos_acc, const int *pos_n, int k, double p_min);
 /* The expected accepted drafts of a k-token draft by the same rates. */
 double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k);
-/* A DFlash job's draft length by its rates, or 0 when drafting does not
- * pay: the length draft_len allows at cost_draft (a draft's rows in the
- * drafter and the verification, in decode steps), kept when its expected
- * accepted drafts also cover a drafting pass (cost_pass) and the drafts'
- * cost, else 0. Every draft position up to that length is accepted (with
- * the drafts before it) at least cost_draft often, so each adds at least
- * what it costs: no shorter draft pays when that length does not. */
-int mu_spec_dflash_len(const int *pos_acc, const int *pos_n, int k, double cost_pass, double cost_draft);
+/* The draft length by the rates of a block with a fixed cost, or 0 when
+ * drafting does not pay: the length draft_len allows at cost_draft (a
+ * draft's own rows, in decode steps), kept when its expected accepted
+ * drafts also cover cost_fixed (a DFlash pass; a verification block's own
+ * forward in a busy batch, mu_spec_solo_fixed) and the drafts' cost, else
+ * 0. Every draft position up to that length is accepted (with the drafts
+ * before it) at least cost_draft often, so each adds at least what it
+ * costs: no shorter draft pays when that length does not. */
+int mu_spec_block_len(const int *pos_acc, const int *pos_n, int k, double cost_fixed, double cost_draft);
+/* What a verification block costs a forward with other jobs' rows besides
+ * its rows, in decode steps: it is a solo item (its rows round as one-row
+ * matmuls, mu_batch_item.solo), which shares no work with the batched rows,
+ * so it adds the fixed work of a forward of its own, 1 - p_min (on the
+ * bundled model, one thread: 3 plain rows and a solo block of 1 + 3 took
+ * 5.17 ms, the 3 rows 2.34 and the block alone 2.81; docs/speculative.md
+ * "Busy batches"). */
+double mu_spec_solo_fixed(double p_min);
 /* Tokens per cost unit of a forward of `rows` plain rows (one token each),
  * the cost a decode step of one row, where a row costs p_min: a forward
  * costs about (1 - p_min) + p_min per row (its fixed work, then each row's
  * dot products; a drafted row costs about what another job's decode row
  * does). 1 for one row; at MU_SPEC_P_MIN 1.82 for 4, towards 1 / p_min. A
  * draft in that forward pays when its expected tokens per cost beat this:
- * the threshold of a job alone times this rate (0.73 with 4 rows). */
+ * each position at the threshold of a job alone times this rate (0.73 with
+ * 4 rows), and the draft's expected tokens the rate times its cost with the
+ * solo block's fixed part (mu_spec_solo_fixed). */
 double mu_spec_batch_rate(int rows, double p_min);
 
 #endif
