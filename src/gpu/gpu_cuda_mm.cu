@@ -842,16 +842,29 @@ __device__ __forceinline__ void q4_load(const uint8_t *xb, int j, q4_words *w) {
     const int4 h = *(const int4 *)xb; /* d, dmin | scales 0-3 | 4-7 | 8-11 */
     w->q0 = *(const int4 *)(xb + 16 + 32 * j);
     w->q1 = *(const int4 *)(xb + 32 + 32 * j);
-    const int sh = 16 * (j & 1);
-    if (j < 2) {
-        w->sc = (h.y >> sh) & 0x3F3F;
-        w->mn = (h.z >> sh) & 0x3F3F;
-    } else {
-        const int c = h.w >> sh;
-        w->sc = (c & 0x0F0F) | (((h.y >> sh) & 0xC0C0) >> 2);
-        w->mn = ((c >> 4) & 0x0F0F) | (((h.z >> sh) & 0xC0C0) >> 2);
-    }
+    /* both forms, then a select: lanes j < 2 and j >= 2 of a warp would
+     * otherwise take the two branches one after the other */
+    const int sh = 16 * (j & 1), y = h.y >> sh, z = h.z >> sh, c = h.w >> sh;
+    const int hi = -(j >> 1); /* all ones for j >= 2 */
+    w->sc = (y & 0x3F3F & ~hi) | (((c & 0x0F0F) | ((y & 0xC0C0) >> 2)) & hi);
+    w->mn = (z & 0x3F3F & ~hi) | ((((c >> 4) & 0x0F0F) | ((z & 0xC0C0) >> 2)) & hi);
     w->dd = (unsigned)h.x;
+}
+
+/* Starts copying cnt Q8_K blocks of one token (sa: 73 words a block: d,
+ * 64 of qs, 8 of bsums) into shared tiles: the qs to bq (64 words a
+ * block), the bsums to bs (8), d to bd (1); a warp a block at a time, so
+ * no thread divides by 73. No commit. */
+__device__ __forceinline__ void q8K_stage_row(int *bq, int *bs, int *bd, const int *sa, int cnt) {
+    constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4);
+    const int lane = threadIdx.x % 32, nw = blockDim.x / 32;
+    for (int bl = threadIdx.x / 32; bl < cnt; bl += nw) {
+        const int *src = sa + bl * PER;
+        cp4(bq + bl * 64 + lane, src + 1 + lane, true);
+        cp4(bq + bl * 64 + 32 + lane, src + 33 + lane, true);
+        if (lane < 8) cp4(bs + bl * 8 + lane, src + 65 + lane, true);
+        else if (lane == 8) cp4(bd + bl, src, true);
+    }
 }
 
 /* Lane j's group j of that block against the activation's bytes aq
@@ -1005,17 +1018,11 @@ k_mm_q4K_dec(dec_grp G, int nb, int ws, const uint8_t *act, size_t act_stride, i
     /* window w's blocks by asynchronous word copies (no commit) */
     auto stage = [&](int w) {
         if (w >= nwin) return;
-        constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4); /* 73 words: d, 64 of qs, 8 of bsums */
         int *bq = s_win + (w & 1) * wwords, *bs = bq + T * tsw, *bd = bs + T * ws * 8;
         const int b0 = w * ws, cnt = nb - b0 < ws ? nb - b0 : ws;
-        for (int t = 0; t < T; t++) {
-            const int *sa = (const int *)(act + (size_t)t * act_stride) + (size_t)b0 * PER;
-            for (int i = threadIdx.x; i < cnt * PER; i += blockDim.x) {
-                const int bl = i / PER, k = i % PER;
-                int *d = k == 0 ? bd + t * ws + bl : k <= 64 ? bq + t * tsw + bl * 64 + k - 1 : bs + (t * ws + bl) * 8 + k - 65;
-                cp4(d, sa + i, true);
-            }
-        }
+        for (int t = 0; t < T; t++)
+            q8K_stage_row(bq + t * tsw, bs + t * ws * 8, bd + t * ws,
+                          (const int *)(act + (size_t)t * act_stride + (size_t)b0 * sizeof(mu_block_q8_K)), cnt);
     };
     for (int i = 0; i < S - 1; i++) issue(i);
     pdl_wait();
@@ -1128,7 +1135,7 @@ static size_t q4d1_smem(int nb, int rg) {
     return (size_t)8 * D1_S * Q4D_SLOT + q4d_wbytes(1, nb) + (size_t)rg * 8 * nb * 16;
 }
 template <bool LOGITS>
-__global__ void __launch_bounds__(256)
+__global__ void __launch_bounds__(256, 2)
 k_mm_q4K_d1(dec_grp G, int nb, int KS, const uint8_t *act, float lscale, float cap) {
     extern __shared__ int4 s_dyn4[];
     uint8_t *base = (uint8_t *)s_dyn4;
@@ -1157,16 +1164,7 @@ k_mm_q4K_d1(dec_grp G, int nb, int KS, const uint8_t *act, float lscale, float c
     for (int k = 0; k < D1_S - 1; k++) issue(k);
     pdl_wait();
     pdl_launch();
-    {
-        constexpr int PER = (int)(sizeof(mu_block_q8_K) / 4);
-        int *bq = s_win, *bs = bq + tsw, *bd = bs + nb * 8;
-        const int *sa = (const int *)act;
-        for (int i = threadIdx.x; i < nb * PER; i += blockDim.x) {
-            const int bl = i / PER, k = i % PER;
-            int *d = k == 0 ? bd + bl : k <= 64 ? bq + bl * 64 + k - 1 : bs + bl * 8 + k - 65;
-            cp4(d, sa + i, true);
-        }
-    }
+    q8K_stage_row(s_win, s_win + tsw, s_win + tsw + nb * 8, (const int *)act, nb);
     cp_commit();
     cp_wait<0>();
     __syncthreads();
@@ -1986,18 +1984,22 @@ static bool ring_ok(const dtensor *w, int T) {
 }
 
 /* The split-K kernels' switch, read once: MUSER_CUDA_D1 (warps a row group
- * of k_mm_q4K_d1: 2, 4 or 8; 0: every one-token launch on the ring
- * kernels; k_mm_q6K_d1 takes, with 8, the one-token Q6_K launches of fewer
- * rows than a wave of k_mm_q6K_dec, v, whenever it is not 0), and the SMs.
- * (FFN down on k_mm_q6K_d1 too measured slower: docs/cuda.md.) */
-static int d1_ks = -1, d1_sm;
+ * of k_mm_q4K_d1: 2, 4 or 8; 1, the default: per launch (d1_split); 0:
+ * every one-token launch on the ring kernels; k_mm_q6K_d1 takes, with 8,
+ * the one-token Q6_K launches of fewer rows than a wave of k_mm_q6K_dec,
+ * v, whenever it is not 0), the SMs and an SM's shared memory. (FFN down
+ * on k_mm_q6K_d1 too measured slower: docs/cuda.md.) */
+static int d1_ks = -1, d1_sm, d1_sm_smem, d1_rsv;
 static void d1_init(void) {
     if (d1_ks >= 0) return;
-    const int v = cu_env_digit("MUSER_CUDA_D1", 2);
-    d1_ks = v == 0 || v == 2 || v == 4 || v == 8 ? v : 2;
+    const int v = cu_env_digit("MUSER_CUDA_D1", 1);
+    d1_ks = v == 0 || v == 2 || v == 4 || v == 8 ? v : 1;
     int dev = 0;
     cudaGetDevice(&dev);
     if (cudaDeviceGetAttribute(&d1_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) d1_sm = 0;
+    if (cudaDeviceGetAttribute(&d1_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
+        d1_sm_smem = 0;
+    if (cudaDeviceGetAttribute(&d1_rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess) d1_rsv = 0;
     const int mx = dec2_smem_max();
     cudaFuncSetAttribute(k_mm_q4K_d1<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
     cudaFuncSetAttribute(k_mm_q4K_d1<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
@@ -2010,7 +2012,16 @@ static void d1_init(void) {
 static int d1_split(uint32_t ty, int rows, int nb) {
     d1_init();
     if (!d1_ks) return 0;
-    if (ty == MU_T_Q4_K) return q4d1_smem(nb, 8 / d1_ks) <= (size_t)dec2_smem_max() ? d1_ks : 0;
+    if (ty == MU_T_Q4_K) {
+        /* per launch: the fewest warps a row group (2, 4, 8) whose block
+         * leaves room for a second one on its SM (FFN down's 78 super-blocks
+         * a row take 136 KB with 2, one block an SM), else 2 */
+        int ks = d1_ks;
+        for (int k = 2; ks == 1 && k <= 8; k *= 2)
+            if (2 * (q4d1_smem(nb, 8 / k) + (size_t)d1_rsv) <= (size_t)d1_sm_smem) ks = k;
+        if (ks == 1) ks = 2;
+        return q4d1_smem(nb, 8 / ks) <= (size_t)dec2_smem_max() ? ks : 0;
+    }
     if (ty != MU_T_Q6_K) return 0;
     return d1_sm > 0 && rows < 32 * d1_sm && q6d1_smem(nb, 1) <= (size_t)dec2_smem_max() ? 8 : 0;
 }
