@@ -225,6 +225,7 @@ struct mu_sched {
     int n_vocab;
     int n_swa;            /* the sliding window, 0 when no layer slides */
     double p_min;         /* a verified draft's cost in decode steps (row_cost) */
+    double solo_fixed;    /* a verification block's own cost in a busy batch (mu_spec_solo_fixed) */
     bool dflash_ngram;    /* dflash jobs draft from n-gram lookups first (dflash_ngram();
                              MUSER_DFLASH_NGRAM=0: the drafter alone, to compare) */
     mu_sched_opts o;
@@ -698,7 +699,7 @@ static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int ro
         /* busy: the drafts, and the solo block's own forward, against
          * what their cost would make as plain rows of this batch */
         const double r = mu_spec_batch_rate(rows, s->p_min);
-        n = mu_spec_block_len(q->acc, q->n, n, r * mu_spec_solo_fixed(s->p_min), r * s->p_min);
+        n = mu_spec_block_len(q->acc, q->n, n, r * s->solo_fixed, r * s->p_min);
         if (probe && n == 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
             q->n_paused = 0;
             q->probing = true;
@@ -874,7 +875,7 @@ static int draft(mu_sched *s, int i, int rows) {
              * on from kept rows) would make as plain rows of this batch */
             const double r = mu_spec_batch_rate(rows, s->p_min);
             const bool pass = j->row_next <= 0 || j->row_next >= j->row_n;
-            const double fixed = (pass ? di->cost_pass : 0) + mu_spec_solo_fixed(s->p_min);
+            const double fixed = (pass ? di->cost_pass : 0) + s->solo_fixed;
             k = mu_spec_block_len(j->rt.acc, j->rt.n, k, r * fixed, r * (s->p_min + di->cost_row));
             if (k < 1) {
                 j->row_next = 0;
@@ -1636,6 +1637,7 @@ int mu_sched_new(mu_engine *e, const mu_sched_opts *o, mu_sched **out, mu_err *e
         if (MI->swa_layers[il]) s->n_swa = MI->n_swa;
     s->o = *o;
     s->p_min = s->m.spec_row_cost = row_cost(e);
+    s->solo_fixed = mu_spec_solo_fixed(s->p_min, strcmp(mu_engine_backend(e), "cpu") != 0);
     const char *dn = getenv("MUSER_DFLASH_NGRAM");
     s->dflash_ngram = !(dn && !strcmp(dn, "0"));
     s->hold_until = o->hold_until;

@@ -23,7 +23,7 @@ double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k) {
     return e;
 }
 
-double mu_spec_solo_fixed(double p_min) { return 1 - p_min; }
+double mu_spec_solo_fixed(double p_min, bool device) { return device ? 0 : 1 - p_min; }
 
 double mu_spec_batch_rate(int rows, double p_min) {
     if (rows < 1) rows = 1;

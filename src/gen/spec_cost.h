@@ -7,6 +7,8 @@
 #ifndef MU_GEN_SPEC_COST_H
 #define MU_GEN_SPEC_COST_H
 
+#include <stdbool.h>
+
 /* A drafted token's verification row, in decode steps of one row on the
  * CPU (0.2 to 0.5 on the bundled model, bench/verifybench.c): a draft
  * position pays alone when accepted (with every draft before it) at least
@@ -38,13 +40,14 @@ double mu_spec_draft_expect(const int *pos_acc, const int *pos_n, int k);
  * costs: no shorter draft pays when that length does not. */
 int mu_spec_block_len(const int *pos_acc, const int *pos_n, int k, double cost_fixed, double cost_draft);
 /* What a verification block costs a forward with other jobs' rows besides
- * its rows, in decode steps: it is a solo item (its rows round as one-row
- * matmuls, mu_batch_item.solo), which shares no work with the batched rows,
- * so it adds the fixed work of a forward of its own, 1 - p_min (on the
- * bundled model, one thread: 3 plain rows and a solo block of 1 + 3 took
- * 5.17 ms, the 3 rows 2.34 and the block alone 2.81; docs/speculative.md
- * "Busy batches"). */
-double mu_spec_solo_fixed(double p_min);
+ * its rows, in decode steps: it is a solo item (mu_batch_item.solo). On the
+ * CPU its rows round as one-row matmuls, a pass over the weights of their
+ * own that shares no work with the batched rows' gemm, so it adds the fixed
+ * work of a forward, 1 - p_min (on the bundled model, one thread: 3 plain
+ * rows and a solo block of 1 + 3 took 5.17 ms, the 3 rows 2.34 and the
+ * block alone 2.81; docs/speculative.md "Busy batches"). On a GPU (device
+ * true) they are tokens past n_batch of the batch's own launches: 0. */
+double mu_spec_solo_fixed(double p_min, bool device);
 /* Tokens per cost unit of a forward of `rows` plain rows (one token each),
  * the cost a decode step of one row, where a row costs p_min: a forward
  * costs about (1 - p_min) + p_min per row (its fixed work, then each row's

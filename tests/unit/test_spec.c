@@ -723,12 +723,13 @@ static void test_spec_cost(void **state) {
      * nearly always right, 8 drafts still pay with 4 rows; right 94 % of the
      * time they do not, though each position alone clears the threshold */
     const double r4 = mu_spec_batch_rate(4, MU_SPEC_P_MIN);
-    assert_true(fabs(mu_spec_solo_fixed(MU_SPEC_P_MIN) - 0.6) < 1e-12);
-    assert_int_equal(mu_spec_block_len(acc, n, 8, r4 * mu_spec_solo_fixed(MU_SPEC_P_MIN), r4 * MU_SPEC_P_MIN), 8);
+    const double fx = mu_spec_solo_fixed(MU_SPEC_P_MIN, false);
+    assert_true(fabs(fx - 0.6) < 1e-12 && mu_spec_solo_fixed(MU_SPEC_P_MIN_DEVICE, true) == 0);
+    assert_int_equal(mu_spec_block_len(acc, n, 8, r4 * fx, r4 * MU_SPEC_P_MIN), 8);
     int acc94[MU_SPEC_DRAFT_MAX], n94[MU_SPEC_DRAFT_MAX];
     for (int k = 0; k < MU_SPEC_DRAFT_MAX; k++) acc94[k] = 188, n94[k] = 200;
     assert_int_equal(mu_spec_draft_len(acc94, n94, 4, MU_SPEC_P_MIN * r4), 4);
-    assert_int_equal(mu_spec_block_len(acc94, n94, 4, r4 * mu_spec_solo_fixed(MU_SPEC_P_MIN), r4 * MU_SPEC_P_MIN), 0);
+    assert_int_equal(mu_spec_block_len(acc94, n94, 4, r4 * fx, r4 * MU_SPEC_P_MIN), 0);
     /* cheaper rows (a GPU's): more rows per cost, 4 / (0.9 + 0.4) at 0.1 */
     assert_true(fabs(mu_spec_batch_rate(4, 0.1) - 4 / 1.3) < 1e-12);
     assert_true(mu_spec_draft_expect(acc, n, 8) > 7.5 && mu_spec_draft_expect(acc, n, 8) < 8);
