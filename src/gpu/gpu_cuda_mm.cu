@@ -1984,16 +1984,17 @@ static bool ring_ok(const dtensor *w, int T) {
 }
 
 /* The split-K kernels' switch, read once: MUSER_CUDA_D1 (warps a row group
- * of k_mm_q4K_d1: 2, 4 or 8; 1, the default: per launch (d1_split); 0:
- * every one-token launch on the ring kernels; k_mm_q6K_d1 takes, with 8,
- * the one-token Q6_K launches of fewer rows than a wave of k_mm_q6K_dec,
- * v, whenever it is not 0), the SMs and an SM's shared memory. (FFN down
- * on k_mm_q6K_d1 too measured slower: docs/cuda.md.) */
+ * of k_mm_q4K_d1: 2, the default, 4 or 8; 1: per launch (d1_split; not yet
+ * run on a device); 0: every one-token launch on the ring kernels;
+ * k_mm_q6K_d1 takes, with 8, the one-token Q6_K launches of fewer rows than
+ * a wave of k_mm_q6K_dec, v, whenever it is not 0), the SMs and an SM's
+ * shared memory. (FFN down on k_mm_q6K_d1 too measured slower:
+ * docs/cuda.md.) */
 static int d1_ks = -1, d1_sm, d1_sm_smem, d1_rsv;
 static void d1_init(void) {
     if (d1_ks >= 0) return;
-    const int v = cu_env_digit("MUSER_CUDA_D1", 1);
-    d1_ks = v == 0 || v == 2 || v == 4 || v == 8 ? v : 1;
+    const int v = cu_env_digit("MUSER_CUDA_D1", 2);
+    d1_ks = v == 0 || v == 1 || v == 2 || v == 4 || v == 8 ? v : 2;
     int dev = 0;
     cudaGetDevice(&dev);
     if (cudaDeviceGetAttribute(&d1_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) d1_sm = 0;
@@ -2013,7 +2014,7 @@ static int d1_split(uint32_t ty, int rows, int nb) {
     d1_init();
     if (!d1_ks) return 0;
     if (ty == MU_T_Q4_K) {
-        /* per launch: the fewest warps a row group (2, 4, 8) whose block
+        /* MUSER_CUDA_D1=1, per launch: the fewest warps a row group (2, 4, 8) whose block
          * leaves room for a second one on its SM (FFN down's 78 super-blocks
          * a row take 136 KB with 2, one block an SM), else 2 */
         int ks = d1_ks;

@@ -45,18 +45,18 @@ while [ ! -f /tmp/gen.done ]; do sleep 2; done
 el gen done
 b() { # name plugin env...
   local n=$1 p=$2; shift 2
-  env MUSER_CUDA_PLUGIN=$p "$@" timeout 60 .gpu/muser bench -m $F --backend cuda --depths 512,2048 --gen 64 2>&1 | grep "tok/s" | sed "s/peak RSS.*//; s/^/$n /" >> $OUT/ab.txt
+  env MUSER_CUDA_PLUGIN=$p "$@" timeout 60 .gpu/muser bench -m $F --backend cuda --depths 512,2048 --gen 32 2>&1 | grep "tok/s" | sed "s/peak RSS.*//; s/^/$n /" >> $OUT/ab.txt
 }
 for r in 1 2 3; do
-  b old $O; b new $N; b new-d1=2 $N MUSER_CUDA_D1=2
+  b old $O; b new $N; b new-d1=2 $N MUSER_CUDA_D1=2; b new-d1=8 $N MUSER_CUDA_D1=8
   el rep $r
-  [ $(left) -lt 200 ] && break
+  [ $r -ge 2 ] && [ $(left) -lt 230 ] && break
 done
-while [ ! -f /tmp/lc.done ] && [ $(left) -gt 130 ]; do sleep 3; done
+while [ ! -f /tmp/lc.done ] && [ $(left) -gt 100 ]; do sleep 3; done
 el "llama.cpp: $(cat /tmp/lc.done 2>/dev/null)"
-if [ -x $LB ] && [ $(left) -gt 120 ]; then
-  timeout $(( $(left) - 10 )) bench/compare-llamacpp-cuda -m $F --muser .gpu/muser --llama-bench $LB --depths 512,2048 \
-    --reps 2 --out $OUT/compare.json > $OUT/compare.log 2>&1
+if [ -x $LB ] && [ $(left) -gt 90 ]; then
+  timeout $(( $(left) - 5 )) bench/compare-llamacpp-cuda -m $F --muser .gpu/muser --llama-bench $LB --depths 512,2048 \
+    --reps 1 --out $OUT/compare.json > $OUT/compare.log 2>&1
   el compare rc $?
 else
   tail -20 /tmp/lc.log >> $OUT/log.txt
