@@ -125,8 +125,8 @@ struct mu_job {
      * tokens plain decoding picks next, feeding rt like a verification.
      * dflash: probes come every probe_every plain steps, doubling while the
      * estimate stays paused (draft()), and the shadow's tokens are the
-     * drafter's kept rows; ngram: a lookup (no forward) on every plain step
-     * without one in progress, its tokens in shadow */
+     * drafter's kept rows; ngram, in a busy batch: a lookup (no forward) on
+     * every plain step without one in progress, its tokens in shadow */
     int n_shadow, i_shadow, probe_every;
     int32_t shadow[MU_SPEC_DRAFT_MAX];
     /* dflash: the drafter's kept rows (mu_draft_seq_pass) of the last pass
@@ -673,24 +673,25 @@ static void step(mu_sched *s, int i, const float *lg, int32_t best) {
     if (j->spec == MU_SPEC_DFLASH && j->i_shadow >= j->n_shadow) j->cold = id != want && !dflash_pays(s, j);
 }
 
-#define SPEC_PROBE_EVERY 16 /* paused dflash lookups: one 1-token draft every this many plain steps */
+#define SPEC_PROBE_EVERY 16 /* paused alone: one 1-token draft every this many plain steps */
 #define SPEC_SHADOW_EVERY 16 /* paused dflash: the first interval between shadow drafts (doubling to 8x) */
 #define SPEC_SHADOW_MAX 8   /* drafts of a shadow draft (rows through the output matrix) */
 
 /* Engine thread: the cost model of spec_cost.h on rates q. */
 static int draft_len(const spec_rates *q, int k, double p_min) { return mu_spec_draft_len(q->acc, q->n, k, p_min); }
 
-/* Engine thread, n-gram drafts by rates q: draft_len at s->p_min. In a
- * busy batch (rows > 1) the drafts must also pay for the solo block's own
- * forward (mu_spec_block_len at the batch's rate), and when none pays the
- * step decodes plainly (n_spec_busy). While drafting does not pay, an
- * ngram job learns from shadow drafts (ngram_shadow); with probe, a dflash
- * job's lookups instead draft one token every SPEC_PROBE_EVERY such steps,
- * so the estimate can recover. */
-static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows, bool probe) {
+/* Engine thread, n-gram drafts by rates q: draft_len at s->p_min. While
+ * that is 0 the job decodes plainly and probes with one drafted token now
+ * and then, so the estimate can recover. In a busy batch (rows > 1) the
+ * drafts must also pay for the solo block's own forward (mu_spec_block_len
+ * at the batch's rate), and when none pays the step decodes plainly
+ * (n_spec_busy): there an ngram job (busy_probe false) learns from shadow
+ * drafts (ngram_shadow), which cost the batch nothing, and a dflash job's
+ * lookups (which draft only alone) would probe as alone. */
+static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows, bool busy_probe) {
     int n = draft_len(q, k, s->p_min);
     q->probing = false;
-    if (probe && n == 0 && k > 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
+    if (n == 0 && k > 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
         q->n_paused = 0;
         q->probing = true;
         return 1; /* a probe: the estimate cannot recover without one */
@@ -700,7 +701,7 @@ static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int ro
          * what their cost would make as plain rows of this batch */
         const double r = mu_spec_batch_rate(rows, s->p_min);
         n = mu_spec_block_len(q->acc, q->n, n, r * s->solo_fixed, r * s->p_min);
-        if (probe && n == 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
+        if (busy_probe && n == 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
             q->n_paused = 0;
             q->probing = true;
             return 1; /* a probe: the lookups' rates learn only from verified drafts */
@@ -711,11 +712,13 @@ static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int ro
 }
 
 /* Engine thread, an ngram job decoding plainly because drafting does not
- * pay (alone, or in this busy batch): unless one is still being checked, a
- * shadow draft of up to draft_max tokens, which the next plain steps check
+ * pay in this busy batch: unless one is still being checked, a shadow
+ * draft of up to draft_max tokens, which the next plain steps check
  * (step()) as a verification would, every position's rate learning. A
  * lookup costs no forward, so it is made on every such step; one that
- * finds nothing learns nothing. */
+ * finds nothing learns nothing. (Alone, a paused job probes instead:
+ * shadows there resumed drafting sooner and lost 2-3 % on py-repeat and
+ * free text, bench/results/spec-slots-2026-12-06b.) */
 static void ngram_shadow(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
@@ -887,7 +890,7 @@ static int draft(mu_sched *s, int i, int rows) {
         j->probe_every = SPEC_SHADOW_EVERY;
     } else if (j->spec != MU_SPEC_SCRIPT) {
         k = draft_pays(s, j, &j->rt, k, rows, false);
-        if (k <= 0) ngram_shadow(s, i);
+        if (k <= 0 && rows > 1) ngram_shadow(s, i);
     }
     if (k <= 0) return -1;
     /* the rates may want fewer drafts than --draft-min, under which nothing
@@ -902,11 +905,14 @@ static int draft(mu_sched *s, int i, int rows) {
         n = mu_ngram_draft(sl->ng, k, sl->blk + 1);
         j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
         if (n == 0 || n < j->draft_min) {
-            /* a miss counts as a rejected first draft, which keeps drafts
-             * short on text that rarely repeats; the step decodes plainly
-             * (a block of the last token alone would be a solo item,
-             * costing a busy batch a forward of its own) */
-            j->rt.n[0]++;
+            /* a probe that found nothing is the next step's (uncounted: it
+             * learnt nothing); any other miss counts as a rejected first
+             * draft, which keeps drafts short on text that rarely repeats.
+             * Either way the step decodes plainly (a block of the last token
+             * alone would be a solo item, costing a busy batch a forward of
+             * its own) */
+            if (j->rt.probing) j->rt.n_paused = SPEC_PROBE_EVERY - 1;
+            else j->rt.n[0]++;
             return -1;
         }
     } else if (j->spec == MU_SPEC_SCRIPT) {
