@@ -685,13 +685,14 @@ static int draft_len(const spec_rates *q, int k, double p_min) { return mu_spec_
  * and then, so the estimate can recover. In a busy batch (rows > 1) the
  * drafts must also pay for the solo block's own forward (mu_spec_block_len
  * at the batch's rate), and when none pays the step decodes plainly
- * (n_spec_busy): there an ngram job (busy_probe false) learns from shadow
- * drafts (ngram_shadow), which cost the batch nothing, and a dflash job's
- * lookups (which draft only alone) would probe as alone. */
+ * (n_spec_busy). In a busy batch an ngram job (busy_probe false) never
+ * probes, a solo block there costing the others' rows: it learns from
+ * shadow drafts instead (ngram_shadow), which cost the batch nothing. A
+ * dflash job's lookups draft only alone. */
 static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows, bool busy_probe) {
     int n = draft_len(q, k, s->p_min);
     q->probing = false;
-    if (n == 0 && k > 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
+    if (n == 0 && k > 0 && (rows <= 1 || busy_probe) && ++q->n_paused >= SPEC_PROBE_EVERY) {
         q->n_paused = 0;
         q->probing = true;
         return 1; /* a probe: the estimate cannot recover without one */
