@@ -1470,7 +1470,9 @@ static void *engine_main(void *arg) {
                 s->item_spec[n_items] = false;
                 s->item_embd[n_items] = sl->job->embd_pool != MU_EMBD_OFF;
                 if (decoding && spec) {
-                    /* while drafting is on, every step rounds solo, drafts or not */
+                    /* a verification block rounds solo (a block of the last token
+                     * alone too: the test hook's, or a dflash pass that drafted
+                     * nothing); an ngram step without drafts is a plain item */
                     sl->blk[0] = sl->last;
                     it->tokens = sl->blk;
                     it->n_tokens = 1 + sl->n_drafted;
