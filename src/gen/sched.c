@@ -681,18 +681,17 @@ static void step(mu_sched *s, int i, const float *lg, int32_t best) {
 static int draft_len(const spec_rates *q, int k, double p_min) { return mu_spec_draft_len(q->acc, q->n, k, p_min); }
 
 /* Engine thread, n-gram drafts by rates q: draft_len at s->p_min. While
- * that is 0 the job decodes plainly and probes with one drafted token now
- * and then, so the estimate can recover. In a busy batch (rows > 1) the
+ * that is 0 a job alone decodes plainly and probes with one drafted token
+ * now and then, so the estimate can recover. In a busy batch (rows > 1) the
  * drafts must also pay for the solo block's own forward (mu_spec_block_len
  * at the batch's rate), and when none pays the step decodes plainly
- * (n_spec_busy). In a busy batch an ngram job (busy_probe false) never
- * probes, a solo block there costing the others' rows: it learns from
- * shadow drafts instead (ngram_shadow), which cost the batch nothing. A
- * dflash job's lookups draft only alone. */
-static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows, bool busy_probe) {
+ * (n_spec_busy); there a job never probes (a solo block would cost the
+ * others' rows) but learns from shadow drafts (ngram_shadow), which cost
+ * the batch nothing. (A dflash job's lookups draft only alone.) */
+static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int rows) {
     int n = draft_len(q, k, s->p_min);
     q->probing = false;
-    if (n == 0 && k > 0 && (rows <= 1 || busy_probe) && ++q->n_paused >= SPEC_PROBE_EVERY) {
+    if (n == 0 && k > 0 && rows <= 1 && ++q->n_paused >= SPEC_PROBE_EVERY) {
         q->n_paused = 0;
         q->probing = true;
         return 1; /* a probe: the estimate cannot recover without one */
@@ -702,11 +701,6 @@ static int draft_pays(const mu_sched *s, mu_job *j, spec_rates *q, int k, int ro
          * what their cost would make as plain rows of this batch */
         const double r = mu_spec_batch_rate(rows, s->p_min);
         n = mu_spec_block_len(q->acc, q->n, n, r * s->solo_fixed, r * s->p_min);
-        if (busy_probe && n == 0 && ++q->n_paused >= SPEC_PROBE_EVERY) {
-            q->n_paused = 0;
-            q->probing = true;
-            return 1; /* a probe: the lookups' rates learn only from verified drafts */
-        }
         if (n == 0) j->st.n_spec_busy++;
     }
     return n;
@@ -823,7 +817,7 @@ static int block_room(const mu_sched *s, const slot *sl) {
 static int dflash_ngram(mu_sched *s, int i) {
     slot *sl = &s->slots[i];
     mu_job *j = sl->job;
-    int k = draft_pays(s, j, &j->ng, j->draft_max, 1, true);
+    int k = draft_pays(s, j, &j->ng, j->draft_max, 1);
     const int room = block_room(s, sl);
     if (k > room) k = room;
     if (k <= 0) return 0;
@@ -890,7 +884,7 @@ static int draft(mu_sched *s, int i, int rows) {
         j->n_shadow = j->i_shadow = 0; /* drafting: verification takes over */
         j->probe_every = SPEC_SHADOW_EVERY;
     } else if (j->spec != MU_SPEC_SCRIPT) {
-        k = draft_pays(s, j, &j->rt, k, rows, false);
+        k = draft_pays(s, j, &j->rt, k, rows);
         if (k <= 0 && rows > 1) ngram_shadow(s, i);
     }
     if (k <= 0) return -1;
