@@ -1984,23 +1984,20 @@ static bool ring_ok(const dtensor *w, int T) {
 }
 
 /* The split-K kernels' switch, read once: MUSER_CUDA_D1 (warps a row group
- * of k_mm_q4K_d1: 2, the default, 4 or 8; 1: per launch (d1_split; not yet
- * run on a device); 0: every one-token launch on the ring kernels;
+ * of k_mm_q4K_d1: 2, the default, 4 or 8; 0: every one-token launch on
+ * the ring kernels;
  * k_mm_q6K_d1 takes, with 8, the one-token Q6_K launches of fewer rows than
  * a wave of k_mm_q6K_dec, v, whenever it is not 0), the SMs and an SM's
  * shared memory. (FFN down on k_mm_q6K_d1 too measured slower:
  * docs/cuda.md.) */
-static int d1_ks = -1, d1_sm, d1_sm_smem, d1_rsv;
+static int d1_ks = -1, d1_sm;
 static void d1_init(void) {
     if (d1_ks >= 0) return;
     const int v = cu_env_digit("MUSER_CUDA_D1", 2);
-    d1_ks = v == 0 || v == 1 || v == 2 || v == 4 || v == 8 ? v : 2;
+    d1_ks = v == 0 || v == 2 || v == 4 || v == 8 ? v : 2;
     int dev = 0;
     cudaGetDevice(&dev);
     if (cudaDeviceGetAttribute(&d1_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) d1_sm = 0;
-    if (cudaDeviceGetAttribute(&d1_sm_smem, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) != cudaSuccess)
-        d1_sm_smem = 0;
-    if (cudaDeviceGetAttribute(&d1_rsv, cudaDevAttrReservedSharedMemoryPerBlock, dev) != cudaSuccess) d1_rsv = 0;
     const int mx = dec2_smem_max();
     cudaFuncSetAttribute(k_mm_q4K_d1<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
     cudaFuncSetAttribute(k_mm_q4K_d1<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, mx);
@@ -2013,16 +2010,7 @@ static void d1_init(void) {
 static int d1_split(uint32_t ty, int rows, int nb) {
     d1_init();
     if (!d1_ks) return 0;
-    if (ty == MU_T_Q4_K) {
-        /* MUSER_CUDA_D1=1, per launch: the fewest warps a row group (2, 4, 8) whose block
-         * leaves room for a second one on its SM (FFN down's 78 super-blocks
-         * a row take 136 KB with 2, one block an SM), else 2 */
-        int ks = d1_ks;
-        for (int k = 2; ks == 1 && k <= 8; k *= 2)
-            if (2 * (q4d1_smem(nb, 8 / k) + (size_t)d1_rsv) <= (size_t)d1_sm_smem) ks = k;
-        if (ks == 1) ks = 2;
-        return q4d1_smem(nb, 8 / ks) <= (size_t)dec2_smem_max() ? ks : 0;
-    }
+    if (ty == MU_T_Q4_K) return q4d1_smem(nb, 8 / d1_ks) <= (size_t)dec2_smem_max() ? d1_ks : 0;
     if (ty != MU_T_Q6_K) return 0;
     return d1_sm > 0 && rows < 32 * d1_sm && q6d1_smem(nb, 1) <= (size_t)dec2_smem_max() ? 8 : 0;
 }

@@ -1,7 +1,7 @@
 # call 2: the one-token Q4_K split kernel with fewer instructions (q4_load without a divergent branch,
 # the activation row staged a warp a block) and the warps a row group chosen per launch
-# (MUSER_CUDA_D1=1, the new default: FFN down's 78 super-blocks a row take 8 warps a row group so that two
-# blocks fit an SM), against main ae71cc8's plugin ("old"): the kernel test, gpukernbench on the one-token
+# (MUSER_CUDA_D1=1: FFN down's 78 super-blocks a row take 8 warps a row group so that two blocks fit an SM;
+# the default stays 2), against main ae71cc8's plugin ("old"): the kernel test, gpukernbench on the one-token
 # shapes (old, new default, new with 2 / 4 / 8), Nsight Compute's counters of the new kernel, muser bench
 # interleaved, and bench/compare-llamacpp-cuda (llama.cpp built in the background from the start).
 set -u
@@ -48,7 +48,7 @@ b() { # name plugin env...
   env MUSER_CUDA_PLUGIN=$p "$@" timeout 60 .gpu/muser bench -m $F --backend cuda --depths 512,2048 --gen 32 2>&1 | grep "tok/s" | sed "s/peak RSS.*//; s/^/$n /" >> $OUT/ab.txt
 }
 for r in 1 2 3; do
-  b old $O; b new $N; b new-d1=2 $N MUSER_CUDA_D1=2; b new-d1=8 $N MUSER_CUDA_D1=8
+  b old $O; b new $N; b new-d1=1 $N MUSER_CUDA_D1=1; b new-d1=8 $N MUSER_CUDA_D1=8
   el rep $r
   [ $r -ge 2 ] && [ $(left) -lt 230 ] && break
 done
