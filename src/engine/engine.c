@@ -41,7 +41,7 @@ static int scratch_init(mu_engine *e, mu_err *err) {
     const size_t nth = (size_t)mu_pool_size(e->pool);
     s->attn_q = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));
     s->attn_o = mu_alloc(nth * MU_ATTN_ROWS * (size_t)I->head_dim, sizeof(float));
-    s->v16 = mu_alloc(nth * (size_t)e->n_kv, sizeof(mu_f16));
+    s->v16 = mu_alloc(T * (size_t)e->n_kv, sizeof(mu_f16));
     s->attn_items_cap = MU_UBATCH * I->n_head;
     s->attn_items = calloc((size_t)s->attn_items_cap, sizeof *s->attn_items);
     s->tok_sess = calloc(T, sizeof *s->tok_sess);

@@ -42,7 +42,7 @@ typedef struct {
     /* attention, per thread: scores [scores_cap], q and output rows
      * [MU_ATTN_ROWS][head_dim]; the work items of one layer */
     float *scores, *attn_q, *attn_o;
-    mu_f16 *v16;     /* [n_threads][n_kv] a V row on its way into the transposed cache */
+    mu_f16 *v16;     /* [T][n_kv] V rows on their way into the transposed cache (job_vt) */
     size_t scores_cap;
     mu_attn_item *attn_items;
     int attn_items_cap;

@@ -159,8 +159,9 @@ static void job_quant(void *arg, int ith, int nth) {
  * same, whatever its type), and the slices with one block more go round the
  * threads from matrix to matrix and job to job (mu_split_rot): no thread
  * takes the extra block of every matrix. A thread takes its own shares
- * MM_OWN blocks at a time, in order, then blocks of the others' shares that
- * nobody has taken yet, one at a time (mu_thread_work.claim): where cores
+ * MM_OWN blocks at a time, in order (the last ones in halves of what is
+ * left, down to one), then blocks of the others' shares that nobody has
+ * taken yet, one at a time (mu_thread_work.claim): where cores
  * run at one speed that is the even split, and where some run slower
  * (another machine's work on their cores, a thread descheduled) the others
  * finish their shares. Every output row is the same whoever computes it
@@ -266,12 +267,18 @@ static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, uin
     int lo, hi;
     const int nb = mm_share(j, m, owner, nth, &lo, &hi);
     atomic_int *c = &j->e->work[owner].claim[m];
+    const bool guided = unit > 1; /* an owner among several threads */
     if (unit <= 0) unit = nb > 0 ? nb : 1;
     for (;;) {
-        if (atomic_load_explicit(c, memory_order_relaxed) >= nb) return;
-        const int b = atomic_fetch_add_explicit(c, unit, memory_order_relaxed);
+        const int seen = atomic_load_explicit(c, memory_order_relaxed);
+        if (seen >= nb) return;
+        /* at most half of what is left, so that the share's last blocks
+         * go one at a time: a slow thread's last claim is one block, not
+         * MM_OWN, when the others are done */
+        const int u = guided && 2 * unit > nb - seen ? ((nb - seen) / 2 > 1 ? (nb - seen) / 2 : 1) : unit;
+        const int b = atomic_fetch_add_explicit(c, u, memory_order_relaxed);
         if (b >= nb) return;
-        const int r0 = lo + b * MM_BLOCK, r1 = lo + (b + unit) * MM_BLOCK < hi ? lo + (b + unit) * MM_BLOCK : hi;
+        const int r0 = lo + b * MM_BLOCK, r1 = lo + (b + u) * MM_BLOCK < hi ? lo + (b + u) * MM_BLOCK : hi;
         mm_rows(j, m, r0, r1);
         if (owner != ith) j->e->work[ith].stolen += (r1 - r0 + MM_BLOCK - 1) / MM_BLOCK;
         *macs += (uint64_t)(r1 - r0) * (uint64_t)j->mm[m].w->ne[0] * (uint64_t)j->T;
@@ -376,14 +383,32 @@ static void job_qk(void *arg, int ith, int nth) {
             mu_rms_rows(e->kern, k, k, kn, hd, I->n_head_kv, (size_t)hd, I->eps);
             for (int h = 0; swa && h < I->n_head; h++) rope(q + h * hd, hd, cs, sn);
             for (int h = 0; swa && h < I->n_head_kv; h++) rope(k + h * hd, hd, cs, sn);
-            /* K into its cell's row, V into its cell's column (session.c) */
+            /* K into its cell's row (session.c); V as F16 into the
+             * staging rows job_vt moves into the cells' columns */
             mu_session *s = e->s.tok_sess[t];
-            const size_t nc = (size_t)s->rows[j->il], cell = (size_t)mu_tok_cell(e, t, j->il); /* pos % nc unless shifted */
-            mu_f16 *vt = s->vt[j->il] + cell, *v16 = e->s.v16 + (size_t)ith * e->n_kv;
+            const size_t cell = (size_t)mu_tok_cell(e, t, j->il); /* pos % rows unless shifted */
             e->kern->to_f16(e->n_kv, k, s->kc[j->il] + cell * e->n_kv);
-            e->kern->to_f16(e->n_kv, e->s.v + (size_t)t * e->n_kv, v16);
-            for (int i = 0; i < e->n_kv; i++) vt[(size_t)i * nc] = v16[i];
+            e->kern->to_f16(e->n_kv, e->s.v + (size_t)t * e->n_kv, e->s.v16 + (size_t)t * e->n_kv);
         }
+    }
+}
+
+/* The V rows job_qk staged, into their cells' columns of the transposed
+ * cache (element i of token t to row i, column cell(t)), split by rows i:
+ * split by tokens, as job_qk is, neighbouring cells of a row (one cache
+ * line holds 32) were written by several threads, and the lines went from
+ * core to core. Copies only; a row's bits are job_qk's. */
+static void job_vt(void *arg, int ith, int nth) {
+    layer_job *j = arg;
+    mu_engine *e = j->e;
+    int lo, hi;
+    mu_split(e->n_kv, ith, nth, 1, &lo, &hi);
+    for (int t = 0; t < j->T; t++) {
+        mu_session *s = e->s.tok_sess[t];
+        const size_t nc = (size_t)s->rows[j->il];
+        mu_f16 *vt = s->vt[j->il] + (size_t)mu_tok_cell(e, t, j->il);
+        const mu_f16 *v16 = e->s.v16 + (size_t)t * e->n_kv;
+        for (int i = lo; i < hi; i++) vt[(size_t)i * nc] = v16[i];
     }
 }
 
@@ -531,6 +556,10 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
         ph_mark(&pc, MU_PH_QKV);
         layer_job lj = {e, il, T};
         run_per_token(e, T, job_qk, &lj);
+        if (T == 1)
+            job_vt(&lj, 0, 1);
+        else
+            mu_pool_run(e->pool, job_vt, &lj);
         if (s->n_layer_tok) layer_final(e, T, il);
         ph_mark(&pc, MU_PH_ROPE);
         mu_attn_layer(e, il, T);
