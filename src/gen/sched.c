@@ -1455,7 +1455,11 @@ static void *engine_main(void *arg) {
                 it->embd = NULL;
                 it->solo = false;
                 it->feat = NULL;
-                if (sl->job->spec == MU_SPEC_DFLASH && sl->dq) {
+                /* a dflash job's positions feed its drafter's rows, except a
+                 * plain step in a busy batch (no drafts there): its capture
+                 * and injection cost the batch (7 % of four busy slots on an
+                 * H100), and the drafter attends to the rows it has */
+                if (sl->job->spec == MU_SPEC_DFLASH && sl->dq && !(decoding && !spec && n_rows > 1)) {
                     const mu_drafter_info *di = mu_drafter_get_info(s->o.drafter);
                     it->feat = sl->feat;
                     it->feat_layers = di->target_layers;
