@@ -448,10 +448,7 @@ static void put(trace *t, const void *p, size_t n) {
     t->n += n;
 }
 
-static void run_trace(mu_sched *s, const mu_gen_req *q, trace *t) {
-    mu_job *j;
-    mu_err err = {0};
-    if (mu_sched_submit(s, q, 1, &j, &err)) fail_msg("submit: %s", err.msg);
+static void read_trace(mu_job *j, trace *t) {
     free(t->buf);
     memset(t, 0, sizeof *t);
     mu_gen_event ev;
@@ -472,6 +469,13 @@ static void run_trace(mu_sched *s, const mu_gen_req *q, trace *t) {
         }
     }
     mu_job_free(j);
+}
+
+static void run_trace(mu_sched *s, const mu_gen_req *q, trace *t) {
+    mu_job *j;
+    mu_err err = {0};
+    if (mu_sched_submit(s, q, 1, &j, &err)) fail_msg("submit: %s", err.msg);
+    read_trace(j, t);
 }
 
 /* The scheduler tests' pair: a 4-token vocabulary (random drafts are
@@ -648,6 +652,60 @@ static void test_sched_ngram(void **state) {
     mu_model_close(m);
 }
 
+/* Two dflash jobs in one batch: the long one's plain steps while the
+ * short one runs are not fed to its drafter (a busy batch), which then
+ * drafts with those positions missing once the job is alone. Its events,
+ * and the short job's, are those of the same two jobs decoding plainly;
+ * it counted busy steps, and it drafted after them. */
+static void test_sched_busy_gap(void **state) {
+    (void)state;
+    const int n_vocab = 4;
+    mu_model *m;
+    mu_engine *e;
+    mu_drafter *d = open_sched_pair(512, &m, &e);
+    mu_err err = {0};
+    static trace ref[2], t[2];
+    static int32_t p[2][40];
+    int busy = 0, drafted = 0;
+    for (int pi = 0; pi < 4; pi++) {
+        uint64_t seed = (uint64_t)pi + 301;
+        for (int k = 0; k < 2; k++)
+            for (int i = 0; i < 40; i++) p[k][i] = (int32_t)(rng_next(&seed) % (uint64_t)n_vocab);
+        for (int spec = 0; spec < 2; spec++) {
+            mu_sched *s;
+            mu_sched_opts so = {.n_slots = 2, .n_ctx = 512, .hold_until = 2, .drafter = d};
+            assert_int_equal(mu_sched_new(e, &so, &s, &err), 0);
+            mu_job *j[2];
+            for (int k = 0; k < 2; k++) {
+                mu_gen_req q = {.prompt = p[k], .n_prompt = 20 + 20 * k, .n_predict = k ? 24 : 140,
+                                .ignore_eos = true, .no_text = true, .logprobs = true, .n_top = 3};
+                q.spec = spec ? MU_SPEC_DFLASH : MU_SPEC_NONE;
+                q.sp.temp = pi % 2 ? 1.0f : 0;
+                q.sp.seed = (uint64_t)pi * 13 + (uint64_t)k;
+                assert_int_equal(mu_sched_submit(s, &q, 1, &j[k], &err), 0);
+            }
+            for (int k = 0; k < 2; k++) read_trace(j[k], spec ? &t[k] : &ref[k]);
+            mu_sched_free(s);
+        }
+        for (int k = 0; k < 2; k++)
+            if (ref[k].n != t[k].n || memcmp(ref[k].buf, t[k].buf, ref[k].n))
+                fail_msg("prompt %d, job %d: events differ from plain decoding", pi, k);
+        busy += t[0].st.n_spec_busy;
+        drafted += t[0].st.n_draft;
+    }
+    print_message("dflash after busy steps: %d busy steps, then %d drafted\n", busy, drafted);
+    assert_true(busy > 0);
+    assert_true(drafted > 0);
+    for (int k = 0; k < 2; k++) {
+        free(ref[k].buf);
+        free(t[k].buf);
+        ref[k].buf = t[k].buf = NULL;
+    }
+    mu_drafter_free(d);
+    mu_engine_free(e);
+    mu_model_close(m);
+}
+
 /* ---- the shortlist head -------------------------------------------------- */
 
 /* The head restricted to a shortlist scores each listed token as the full
@@ -785,7 +843,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_write_bind), cmocka_unit_test(test_refusals), cmocka_unit_test(test_capture),
         cmocka_unit_test(test_drafter),    cmocka_unit_test(test_reference), cmocka_unit_test(test_sched),
-        cmocka_unit_test(test_sched_ngram), cmocka_unit_test(test_shortlist),  cmocka_unit_test(test_shortlist_file),
+        cmocka_unit_test(test_sched_ngram), cmocka_unit_test(test_sched_busy_gap), cmocka_unit_test(test_shortlist),  cmocka_unit_test(test_shortlist_file),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
