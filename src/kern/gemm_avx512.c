@@ -539,7 +539,8 @@ GEMM(q6_K_b, mu_block_q6_K, n / MU_QK_K)
  * activation chunk serves both, and the ref's 8 lanes of each row sit in
  * the halves without a fold. Rows go in fours (two zmm pairs) against
  * register tiles of Q6K_VT activation rows; a pair's blocks are decoded
- * once per token block into q6k_pblock scratch. The 4-byte dots of two
+ * once per call into q6k_pblock scratch, which holds several groups of 4
+ * rows while the token blocks go by. The 4-byte dots of two
  * chunks (vpdpbusd, |dot| <= 4 * 63 * 128 < 2^15) are packed as the two
  * int16 halves of each lane and scaled by one vpdpwssd: three multiplies
  * per 128 products instead of four (vpmaddubsw + vpdpwssd per chunk). */
@@ -622,6 +623,11 @@ AI void q6k_ptile(int nb, const q6k_pblock *pa, const q6k_pblock *pb, const uint
 #define Q6K_VT 4
 #endif
 #define Q6K_P_MAX_NB 96
+/* pair blocks (896 bytes) kept by a thread: 384 KiB, beside a token
+ * block's 192 KiB of activations in L2; at least one group of 4 rows of
+ * Q6K_P_MAX_NB blocks */
+#define Q6K_PB_CACHE 438
+_Static_assert(Q6K_PB_CACHE >= 2 * Q6K_P_MAX_NB, "Q6K_PB_CACHE holds a group of 4 rows");
 static void gemm_q6_K_avx512(int n, const void *w, size_t ws, int r0, int r1, const void *a, size_t as, int n_t,
                              float *y, int ys) {
     const int nb = n / MU_QK_K;
@@ -630,30 +636,42 @@ static void gemm_q6_K_avx512(int n, const void *w, size_t ws, int r0, int r1, co
         gemm_q6_K_b_avx512(n, w, ws, r0, r1, a, as, n_t, y, ys);
         return;
     }
-    static _Thread_local q6k_pblock pb[2][Q6K_P_MAX_NB];
+    /* the decoded pairs of up to Q6K_PB_CACHE / (2 nb) groups of 4 rows,
+     * built once and kept while the token blocks go by (built per token
+     * block, they cost a fifth of the kernel's time at 512 tokens) */
+    static _Thread_local q6k_pblock pbc[Q6K_PB_CACHE];
+    const int g_max = Q6K_PB_CACHE / (2 * nb);
     /* token blocks whose activations stay in L2 while the rows sweep them */
     int tb = (int)((192u << 10) / ((unsigned)nb * sizeof(mu_block_q8_K)));
     tb = tb < 4 * Q6K_VT ? 4 * Q6K_VT : tb / Q6K_VT * Q6K_VT;
-    for (int t0 = 0; t0 < n_t; t0 += tb) {
-        const int t1 = t0 + tb < n_t ? t0 + tb : n_t;
-        for (int r = r0; r < r4; r += 4) {
-            const uint8_t *wr = (const uint8_t *)w + (size_t)r * ws;
+    for (int rg = r0; rg < r4; rg += 4 * g_max) {
+        const int ng = (r4 - rg) / 4 < g_max ? (r4 - rg) / 4 : g_max;
+        for (int g = 0; g < ng; g++) {
+            const uint8_t *wr = (const uint8_t *)w + (size_t)(rg + 4 * g) * ws;
+            q6k_pblock *pa = pbc + (size_t)2 * g * nb, *pb = pa + nb;
             for (int i = 0; i < nb; i++) {
-                q6k_pbuild((const mu_block_q6_K *)wr + i, (const mu_block_q6_K *)(wr + ws) + i, &pb[0][i]);
-                q6k_pbuild((const mu_block_q6_K *)(wr + 2 * ws) + i, (const mu_block_q6_K *)(wr + 3 * ws) + i, &pb[1][i]);
+                q6k_pbuild((const mu_block_q6_K *)wr + i, (const mu_block_q6_K *)(wr + ws) + i, &pa[i]);
+                q6k_pbuild((const mu_block_q6_K *)(wr + 2 * ws) + i, (const mu_block_q6_K *)(wr + 3 * ws) + i, &pb[i]);
             }
-            int t = t0;
-            for (; t + Q6K_VT <= t1; t += Q6K_VT)
-                q6k_ptile(nb, pb[0], pb[1], (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q6K_VT);
-            const uint8_t *at = (const uint8_t *)a + (size_t)t * as;
-            float *yt = y + (size_t)t * ys + r;
-            switch (t1 - t) {
-            case 5: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 5); break;
-            case 4: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 4); break;
-            case 3: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 3); break;
-            case 2: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 2); break;
-            case 1: q6k_ptile(nb, pb[0], pb[1], at, as, yt, ys, 1); break;
-            default: break;
+        }
+        for (int t0 = 0; t0 < n_t; t0 += tb) {
+            const int t1 = t0 + tb < n_t ? t0 + tb : n_t;
+            for (int g = 0; g < ng; g++) {
+                const int r = rg + 4 * g;
+                const q6k_pblock *pa = pbc + (size_t)2 * g * nb, *pb = pa + nb;
+                int t = t0;
+                for (; t + Q6K_VT <= t1; t += Q6K_VT)
+                    q6k_ptile(nb, pa, pb, (const uint8_t *)a + (size_t)t * as, as, y + (size_t)t * ys + r, ys, Q6K_VT);
+                const uint8_t *at = (const uint8_t *)a + (size_t)t * as;
+                float *yt = y + (size_t)t * ys + r;
+                switch (t1 - t) {
+                case 5: q6k_ptile(nb, pa, pb, at, as, yt, ys, 5); break;
+                case 4: q6k_ptile(nb, pa, pb, at, as, yt, ys, 4); break;
+                case 3: q6k_ptile(nb, pa, pb, at, as, yt, ys, 3); break;
+                case 2: q6k_ptile(nb, pa, pb, at, as, yt, ys, 2); break;
+                case 1: q6k_ptile(nb, pa, pb, at, as, yt, ys, 1); break;
+                default: break;
+                }
             }
         }
     }
