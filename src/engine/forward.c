@@ -267,7 +267,7 @@ static void mm_take(mm_job *j, int m, int owner, int ith, int nth, int unit, uin
     int lo, hi;
     const int nb = mm_share(j, m, owner, nth, &lo, &hi);
     atomic_int *c = &j->e->work[owner].claim[m];
-    const bool guided = unit > 1; /* an owner among several threads */
+    const bool guided = unit > 1 && j->T > 1; /* an owner among several threads, in a batch */
     if (unit <= 0) unit = nb > 0 ? nb : 1;
     for (;;) {
         const int seen = atomic_load_explicit(c, memory_order_relaxed);
@@ -398,6 +398,7 @@ static void job_qk(void *arg, int ith, int nth) {
  * split by tokens, as job_qk is, neighbouring cells of a row (one cache
  * line holds 32) were written by several threads, and the lines went from
  * core to core. Copies only; a row's bits are job_qk's. */
+#define VT_POOL_MIN 32
 static void job_vt(void *arg, int ith, int nth) {
     layer_job *j = arg;
     mu_engine *e = j->e;
@@ -556,7 +557,7 @@ static void run_chunk(mu_engine *e, const int32_t *tokens, int T, int t_solo) {
         ph_mark(&pc, MU_PH_QKV);
         layer_job lj = {e, il, T};
         run_per_token(e, T, job_qk, &lj);
-        if (T == 1)
+        if (T < VT_POOL_MIN) /* a few rows: less than a pool handshake */
             job_vt(&lj, 0, 1);
         else
             mu_pool_run(e->pool, job_vt, &lj);
