@@ -159,8 +159,8 @@ static void job_quant(void *arg, int ith, int nth) {
  * same, whatever its type), and the slices with one block more go round the
  * threads from matrix to matrix and job to job (mu_split_rot): no thread
  * takes the extra block of every matrix. A thread takes its own shares
- * MM_OWN blocks at a time, in order (the last ones in halves of what is
- * left, down to one), then blocks of the others' shares that nobody has
+ * MM_OWN blocks at a time, in order (in a batch, the last ones in halves
+ * of what is left, down to one), then blocks of the others' shares that nobody has
  * taken yet, one at a time (mu_thread_work.claim): where cores
  * run at one speed that is the even split, and where some run slower
  * (another machine's work on their cores, a thread descheduled) the others
