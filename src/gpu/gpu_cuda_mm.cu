@@ -1985,11 +1985,9 @@ static bool ring_ok(const dtensor *w, int T) {
 
 /* The split-K kernels' switch, read once: MUSER_CUDA_D1 (warps a row group
  * of k_mm_q4K_d1: 2, the default, 4 or 8; 0: every one-token launch on
- * the ring kernels;
- * k_mm_q6K_d1 takes, with 8, the one-token Q6_K launches of fewer rows than
- * a wave of k_mm_q6K_dec, v, whenever it is not 0), the SMs and an SM's
- * shared memory. (FFN down on k_mm_q6K_d1 too measured slower:
- * docs/cuda.md.) */
+ * the ring kernels; k_mm_q6K_d1 takes, with 8, the one-token Q6_K launches
+ * of fewer rows than a wave of k_mm_q6K_dec, v, whenever it is not 0), and
+ * the SMs. (FFN down on k_mm_q6K_d1 too measured slower: docs/cuda.md.) */
 static int d1_ks = -1, d1_sm;
 static void d1_init(void) {
     if (d1_ks >= 0) return;
