@@ -207,19 +207,30 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
  * chunks c of 32 of a super-block, scale(c, m) * (the 4-byte dot of bytes
  * 4m..4m+3 of chunk c), minus 32 x (scale 2m x bsum 2m + scale 2m+1 x bsum
  * 2m+1) (the 16-element sub-blocks 2m and 2m+1: the offset is not lane m's
- * own); each lane folds its integer into its own float chain. Lane m's 32
- * bytes (4 of each chunk) are the k = 32 of one mma, with the scales in the
- * weights: w = scale * q6 (|w| <= 8064) is split as 64 * hi + lo with hi
- * and lo int8 (lo in 0..63); the offset term is a third mma (the two
- * sub-block scales broadcast over their 16 elements, times the activations
- * in their natural order). With hi and the term started at 0 and lo at
- * MAGIC_I, lane m's integer is 32 x (2 hi - term) + lo, |2 hi - term| <
- * 2^21, and fmaf(2 hi - term, 32, lo) rounds it once, as the CPU's
- * conversion does.
- * A warp: 16 rows x 32 tokens, eight chains each; a thread block: 64 rows. */
+ * own); each lane folds its integer into its own float chain, and the
+ * output is hsum8 of the eight chains. Lane m's 32 bytes (4 of each chunk)
+ * are the k = 32 of one mma, with the scales in the weights: w = scale *
+ * q6 (|w| <= 8064) is split as 64 * hi + lo with hi and lo int8 (lo in
+ * 0..63); the offset term is a third mma (the two sub-block scales
+ * broadcast over their 16 elements, times the activations in their natural
+ * order). With hi started at MAGIC_I / 2, the term at 0 and lo at MAGIC_I,
+ * hi + hi - term is MAGIC_I + 2 hi - term, |2 hi - term| < 2^21, and
+ * fmaf(2 hi - term, 32, lo) rounds lane m's integer 32 x (2 hi - term) + lo
+ * once, as the CPU's conversion does.
+ * A warp takes two of the eight chains, p and p + 4 (the pair hsum8 adds
+ * first), of 16 rows x 8 NN tokens; the four warps p of a row group meet
+ * in shared memory at the end and add (h0 + h2) + (h1 + h3), h_p the sum of
+ * chains p and p + 4, as hsum8 does. A thread block: four row groups (64
+ * rows), 16 warps, sharing the weight and activation tiles through shared
+ * memory (cp.async, double-buffered; a weight row's block as the 16-byte
+ * words around it, at most 14, read at its offset). With all eight chains
+ * in a warp (32 tokens, 128 registers of chains) eight warps ran an SM,
+ * and FFN down took 2.07 ms at 512 tokens against 2.01 now (NN 6; NN 8
+ * spills, 4 reads the weights twice as often: bench/results/cuda-q6mw-2026-12-06). */
 
-#define Q6_TOK 32
-#define Q6_SW 65 /* banks g + 8q + m distinct */
+#define Q6_SW 65      /* words per token row of the activation tile: banks g + 8q + m distinct */
+#define Q6_NN 6       /* 8 Q6_NN tokens a thread block */
+#define Q6W_ROW 224   /* shared bytes a weight row: 14 words of 16 bytes */
 
 /* w = sc * u for the four bytes u (0..63) of U, as 64 * hi + lo */
 __device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
@@ -232,71 +243,85 @@ __device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
     *hi = (((e >> 6) & 0x00FF00FF) | (((o >> 6) & 0x00FF00FF) << 8)) ^ (int)0x80808080;
 }
 
-__device__ __forceinline__ int sbyte(const int w[4], int i) { return (int)(int8_t)(w[i >> 2] >> (8 * (i & 3))); }
+/* Starts copying super-block b of rows r0 .. r0 + 63 (clamped to the last
+ * row) into s_w, each as the 16-byte words that hold its 212 bytes; no
+ * commit. (The device weights end with 32 spare bytes: upload.) */
+__device__ __forceinline__ void stage_q6w(uint8_t *s_w, const uint8_t *w, size_t w_rb, int r0, int rows, int b) {
+    for (int i = threadIdx.x; i < 64 * 14; i += blockDim.x) {
+        const int r = i / 14, c = i % 14;
+        const int rr = r0 + r < rows ? r0 + r : rows - 1;
+        const uint8_t *s = w + (size_t)rr * w_rb + (size_t)b * 212;
+        const uint8_t *a0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+        if (a0 + 16 * c < s + 212) cp16(s_w + r * Q6W_ROW + 16 * c, a0 + 16 * c);
+    }
+}
 
-__global__ void __launch_bounds__(128)
+static size_t q6_smem(void) { return (size_t)2 * 64 * Q6W_ROW + (size_t)2 * 8 * Q6_NN * (Q6_SW + 1) * 4; }
+
+template <int NN>
+__global__ void __launch_bounds__(512, 1)
 k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              float *y) {
-    constexpr int NN = Q6_TOK / 8, NT = Q6_TOK;
-    __shared__ int s_q2[2][NT * Q6_SW];
-    __shared__ float s_d2[2][NT];
+    constexpr int NT = 8 * NN;
+    extern __shared__ int4 s_dyn4[];
+    uint8_t *s_w2 = (uint8_t *)s_dyn4;              /* [2][64][Q6W_ROW] */
+    int *s_q2 = (int *)(s_w2 + 2 * 64 * Q6W_ROW);   /* [2][NT * Q6_SW] */
+    float *s_d2 = (float *)(s_q2 + 2 * NT * Q6_SW); /* [2][NT] */
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane >> 2, q = lane & 3;
-    const int t0 = blockIdx.x * NT, r0 = blockIdx.y * 64 + warp * 16;
-    const bool live = r0 < rows;
-    const int ra = min(r0 + g, rows - 1), rb = min(r0 + g + 8, rows - 1);
-    const dq6_K *xa = (const dq6_K *)(w + (size_t)ra * w_rb), *xb = (const dq6_K *)(w + (size_t)rb * w_rb);
-    float acc[8][NN][4];
+    const int rg = warp >> 2, p = warp & 3;
+    const int t0 = blockIdx.x * NT, rblk = blockIdx.y * 64;
+    const int ra = 16 * rg + g, rb = ra + 8; /* this thread's rows in the block */
+    /* the rows' offsets in their 16-byte words (a block is 212 bytes, 13 words and 4 bytes) */
+    const int oa = (int)((uintptr_t)(w + (size_t)min(rblk + ra, rows - 1) * w_rb) & 15);
+    const int ob = (int)((uintptr_t)(w + (size_t)min(rblk + rb, rows - 1) * w_rb) & 15);
+    float acc[2][NN][4];
 #pragma unroll
-    for (int m = 0; m < 8; m++)
+    for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int n = 0; n < NN; n++)
 #pragma unroll
-            for (int k = 0; k < 4; k++) acc[m][n][k] = 0;
-    stage_q8_K<NT, Q6_SW>(s_q2[0], s_d2[0], act, act_stride, t0, T, 0);
+            for (int k = 0; k < 4; k++) acc[i][n][k] = 0;
+    stage_q6w(s_w2, w, w_rb, rblk, rows, 0);
+    stage_q8_K<NT, Q6_SW, 512>(s_q2, s_d2, act, act_stride, t0, T, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
-        if (b + 1 < nb) {
-            stage_q8_K<NT, Q6_SW>(s_q2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
+        if (b + 1 < nb) { /* the next tiles load while this one is used */
+            stage_q6w(s_w2 + (cur ^ 1) * 64 * Q6W_ROW, w, w_rb, rblk, rows, b + 1);
+            stage_q8_K<NT, Q6_SW, 512>(s_q2 + (cur ^ 1) * NT * Q6_SW, s_d2 + (cur ^ 1) * NT, act, act_stride, t0, T,
+                                       b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
         }
         __syncthreads();
-        const int *s_q = s_q2[cur];
-        const float *s_d = s_d2[cur];
-        if (!live) {
-            __syncthreads();
-            continue;
-        }
-        const dq6_K *pa = xa + b, *pb = xb + b;
-        int swa[4], swb[4]; /* the 16 scales of each row */
-#pragma unroll
-        for (int i = 0; i < 4; i++) {
-            swa[i] = ld32(pa->scales + 4 * i);
-            swb[i] = ld32(pb->scales + 4 * i);
-        }
+        const int *s_q = s_q2 + cur * NT * Q6_SW;
+        const float *s_d = s_d2 + cur * NT;
+        const uint8_t *s_w = s_w2 + cur * 64 * Q6W_ROW;
+        const dq6_K *pa = (const dq6_K *)(s_w + ra * Q6W_ROW + ((oa + 4 * b) & 15));
+        const dq6_K *pb = (const dq6_K *)(s_w + rb * Q6W_ROW + ((ob + 4 * b) & 15));
         const float dxa = h2f(pa->d), dxb = h2f(pb->d);
         float dd[NN][4];
 #pragma unroll
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) dd[n][k] = s_d[8 * n + 2 * q + (k & 1)] * (k >> 1 ? dxb : dxa);
-        /* this thread's chunks: q and q + 4 (sub-chunk q of each half) */
 #pragma unroll
-        for (int m = 0; m < 8; m++) {
+        for (int mi = 0; mi < 2; mi++) {
+            const int m = p + 4 * mi;
+            /* chunks q and q + 4 (sub-chunk q of each half) of rows a and b */
             int Ah[4], Al[4];
 #pragma unroll
             for (int i = 0; i < 4; i++) {
-                const dq6_K *p = (i & 1) ? pb : pa;
+                const dq6_K *x = (i & 1) ? pb : pa;
                 const int h = i >> 1, c = q + 4 * h;
-                const int ql = (ld32(p->ql + 64 * h + (q & 1) * 32 + 4 * m) >> ((q >> 1) * 4)) & 0x0F0F0F0F;
-                const int qh = (ld32(p->qh + 32 * h + 4 * m) >> (2 * q)) & 0x03030303;
-                const int sc = (int)p->scales[2 * c + (m >= 4)];
-                q6_split(ql | (qh << 4), sc, &Ah[i], &Al[i]);
+                const int ql = (ld32(x->ql + 64 * h + (q & 1) * 32 + 4 * m) >> ((q >> 1) * 4)) & 0x0F0F0F0F;
+                const int qh = (ld32(x->qh + 32 * h + 4 * m) >> (2 * q)) & 0x03030303;
+                q6_split(ql | (qh << 4), (int)x->scales[2 * c + mi], &Ah[i], &Al[i]);
             }
             /* the offset term: sub-blocks 2m (k < 16) and 2m + 1 of rows a and b, scales broadcast */
-            const int Ao[4] = {(sbyte(swa, 2 * m) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m) & 0xFF) * 0x01010101,
-                               (sbyte(swa, 2 * m + 1) & 0xFF) * 0x01010101, (sbyte(swb, 2 * m + 1) & 0xFF) * 0x01010101};
+            const int Ao[4] = {(int)(uint8_t)pa->scales[2 * m] * 0x01010101, (int)(uint8_t)pb->scales[2 * m] * 0x01010101,
+                               (int)(uint8_t)pa->scales[2 * m + 1] * 0x01010101,
+                               (int)(uint8_t)pb->scales[2 * m + 1] * 0x01010101};
 #pragma unroll
             for (int n = 0; n < NN; n++) {
                 const int *bp = s_q + (8 * n + g) * Q6_SW + 8 * q + m;
@@ -304,27 +329,48 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
                 const int *bq = s_q + (8 * n + g) * Q6_SW + 8 * m + q; /* elements 32m.. in order */
                 const int Bo[2] = {bq[0], bq[4]};
                 int Ch[4], Cl[4], Co[4];
-                mma_s8_c(Ch, Ah, B, 0);
+                mma_s8_c(Ch, Ah, B, MAGIC_I / 2);
                 mma_s8_c(Cl, Al, B, MAGIC_I);
                 mma_s8_c(Co, Ao, Bo, 0);
 #pragma unroll
                 for (int k = 0; k < 4; k++)
-                    acc[m][n][k] =
-                        fmaf(dd[n][k], fmaf(magic_x(2 * Ch[k] + MAGIC_I - Co[k]), 32.f, magic_x(Cl[k])), acc[m][n][k]);
+                    acc[mi][n][k] =
+                        fmaf(dd[n][k], fmaf(magic_x(Ch[k] + Ch[k] - Co[k]), 32.f, magic_x(Cl[k])), acc[mi][n][k]);
             }
         }
-        __syncthreads();
+        __syncthreads(); /* the tiles of b are free for b + 2 */
     }
-    if (!live) return;
+    /* hsum8's tree over the row group's four warps, in the activation tiles */
+    float *s_h = (float *)s_q2; /* [4 row groups][2][NN][4][32 lanes] */
+    auto hslot = [&](int sl, int n, int k) -> float & { return s_h[(((rg * 2 + sl) * NN + n) * 4 + k) * 32 + lane]; };
+    float hh[NN][4];
 #pragma unroll
     for (int n = 0; n < NN; n++)
 #pragma unroll
         for (int k = 0; k < 4; k++) {
-            const int t = t0 + 8 * n + 2 * q + (k & 1), r = r0 + g + (k >> 1) * 8;
-            float ch[8];
+            hh[n][k] = acc[0][n][k] + acc[1][n][k]; /* h_p */
+            if (p >= 2) hslot(p - 2, n, k) = hh[n][k];
+        }
+    __syncthreads();
 #pragma unroll
-            for (int m = 0; m < 8; m++) ch[m] = acc[m][n][k];
-            if (t < T && r < rows) y[(size_t)t * rows + r] = hsum8(ch);
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (p < 2) hh[n][k] = hh[n][k] + hslot(p, n, k); /* h0 + h2; h1 + h3 */
+    __syncthreads();
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++)
+            if (p == 1) hslot(1, n, k) = hh[n][k];
+    __syncthreads();
+    if (p != 0) return;
+#pragma unroll
+    for (int n = 0; n < NN; n++)
+#pragma unroll
+        for (int k = 0; k < 4; k++) {
+            const int t = t0 + 8 * n + 2 * q + (k & 1), r = rblk + 16 * rg + g + (k >> 1) * 8;
+            if (t < T && r < rows) y[(size_t)t * rows + r] = hh[n][k] + hslot(1, n, k);
         }
 }
 
@@ -361,6 +407,17 @@ static void q4K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, 
         k_mm_q4K_tc<NN, WB, true><<<dim3(tiles - fast, ry), 32 * WB, sm, st>>>(wd, rb, rows, nb, a, act_stride, T, n_batch, y, fast);
 }
 
+static void q6K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
+                       size_t act_stride, int T, float *y) {
+    static bool big;
+    if (!big) {
+        cudaFuncSetAttribute(k_mm_q6K_mma<Q6_NN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q6_smem());
+        big = true;
+    }
+    const dim3 grid((unsigned)((T + 8 * Q6_NN - 1) / (8 * Q6_NN)), (unsigned)((rows + 63) / 64));
+    k_mm_q6K_mma<Q6_NN><<<grid, 512, q6_smem(), st>>>(wd, rb, rows, nb, a, act_stride, T, y);
+}
+
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
     if (!cu_mma_ok()) return false;
     const int rows = w->ne1, n = w->ne0;
@@ -370,7 +427,7 @@ bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t ac
         return true;
     }
     if (w->type == MU_T_Q6_K) {
-        k_mm_q6K_mma<<<dim3((T + Q6_TOK - 1) / Q6_TOK, (rows + 63) / 64), 128, 0, st>>>(wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
+        q6K_launch(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, y);
         return true;
     }
     return false;

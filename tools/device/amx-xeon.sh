@@ -35,6 +35,8 @@
 #                        split decode attention (src/engine/attn.c) on and
 #                        off, and llama-bench -d 8192 when built
 #   summary.txt          one line per step: rc, seconds, verdict
+#   logs.tar.xz          at the end, every file above but summary.txt, machine.txt
+#                        and the compare files (the device tool returns 8 files)
 # Steps that would not fit in the budget are skipped and say so in
 # summary.txt. The llama.cpp build (3-4 minutes on 16 cores) runs in the
 # background while the correctness steps run, and the benchmarks start only
@@ -309,3 +311,8 @@ for l in open(sys.argv[1]):
         print(f"depth {j.get('n_depth')} llama.cpp fa {j.get('flash_attn')}: decode {j.get('avg_ts', 0):.2f} tok/s")
 EOF
 note "total: $(($(date +%s) - T0))s of a ${BUDGET}s budget"
+# The device tool brings back at most 8 files: summary.txt, machine.txt and
+# the comparisons stay as they are, every other log goes into logs.tar.xz.
+(cd "$OUT" && keep='summary.txt machine.txt compare.log compare-cpu.json compare2048.log compare-cpu-2048.json' &&
+  set -- $(ls | grep -vxF -e logs.tar.xz $(printf -- '-e %s ' $keep)) &&
+  [ $# -gt 0 ] && tar -cJf logs.tar.xz "$@" && rm -f "$@")
