@@ -24,26 +24,40 @@ __device__ __forceinline__ float byte_f(int x, int k) {
 }
 
 
-/* Starts copying super-block b of tokens t0 .. t0 + NT - 1 (zeros past T)
- * into shared tiles: the quantized bytes (SW words per token) and d. All
- * NTH threads of the block take part. */
-template <int NT, int SW, int NTH = 128>
-__device__ __forceinline__ void stage_q8_K(int *s_q, float *s_d, const uint8_t *act, size_t stride, int t0, int T,
-                                           int b) {
+/* A thread's copies of the activation tiles: super-block b of tokens t0 ..
+ * t0 + NT - 1 (zeros past T), the quantized bytes (SW words per token) and
+ * d, by NTH threads. What a copy takes from where is the same for every
+ * super-block, so the addresses are formed once (forming them per block
+ * was a fifth of the kernels' instructions). */
+template <int NT, int SW, int NTH>
+struct q8_plan {
+    static constexpr int R = NT * 64 / NTH, DT = NTH / 64; /* copies a thread, tokens between them */
+    const uint8_t *q, *q0, *d; /* word wd of block 0: the thread's first token's, token 0's; its d */
+    size_t step;               /* DT tokens */
+    int n_ok;                  /* copies of tokens below T */
+    bool d_ok;
+    __device__ __forceinline__ q8_plan(const uint8_t *act, size_t stride, int t0, int T) {
+        const int tb = threadIdx.x >> 6, wd = threadIdx.x & 63, left = T - t0 - tb;
+        q0 = act + offsetof(mu_block_q8_K, qs) + 4 * wd;
+        q = q0 + (size_t)(t0 + tb) * stride;
+        step = (size_t)DT * stride;
+        n_ok = left <= 0 ? 0 : (left + DT - 1) / DT < R ? (left + DT - 1) / DT : R;
+        d_ok = (int)threadIdx.x < NT && t0 + (int)threadIdx.x < T;
+        d = act + (size_t)(d_ok ? t0 + threadIdx.x : 0) * stride + offsetof(mu_block_q8_K, d);
+    }
+    /* starts copying super-block b into s_q, s_d; commits */
+    __device__ __forceinline__ void stage(int *s_q, float *s_d, int b) const {
+        const size_t o = (size_t)b * sizeof(mu_block_q8_K);
+        int *dq = s_q + (threadIdx.x >> 6) * SW + (threadIdx.x & 63);
 #pragma unroll
-    for (int r = 0; r < NT * 64 / NTH; r++) {
-        const int i = threadIdx.x + NTH * r, t = i >> 6, wd = i & 63;
-        const bool ok = t0 + t < T;
-        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + t : 0) * stride) + b;
-        cp4(s_q + t * SW + wd, ab->qs + 4 * wd, ok);
+        for (int r = 0; r < R; r++) {
+            const bool ok = r < n_ok; /* else src is not read */
+            cp4(dq + DT * SW * r, (ok ? q + r * step : q0) + o, ok);
+        }
+        if ((int)threadIdx.x < NT) cp4(s_d + threadIdx.x, d + o, d_ok);
+        cp_commit();
     }
-    if (threadIdx.x < NT) {
-        const bool ok = t0 + (int)threadIdx.x < T;
-        const mu_block_q8_K *ab = (const mu_block_q8_K *)(act + (size_t)(ok ? t0 + threadIdx.x : 0) * stride) + b;
-        cp4(s_d + threadIdx.x, &ab->d, ok);
-    }
-    cp_commit();
-}
+};
 
 /* ---- Q4_K --------------------------------------------------------------
  * Per (row, token) and 64 elements the CPU takes two chain steps:
@@ -66,16 +80,30 @@ __device__ __forceinline__ void stage_q8_K(int *s_q, float *s_d, const uint8_t *
 
 #define Q4_SW 68 /* words per token row of the shared tile: banks 4g + q distinct */
 
-/* Starts copying super-block b of the block's 16 WB weight rows (clamped
- * to the last row) into s_w (144 bytes a row); no commit. */
+/* A thread's copies of the weight tile: super-block b of the block's 16 WB
+ * rows (clamped to the last row), 144 bytes a row, as words i = tid + 32
+ * WB k of 16 bytes (row i / 9, word i % 9: at 16 i in the tile); the
+ * sources are formed once. */
 template <int WB>
-__device__ __forceinline__ void stage_q4_K(uint8_t *s_w, const uint8_t *w, size_t w_rb, int r0, int rows, int b) {
-    for (int i = threadIdx.x; i < 16 * WB * 9; i += 32 * WB) {
-        const int r = i / 9, c = i % 9;
-        const int rr = r0 + r < rows ? r0 + r : rows - 1;
-        cp16(s_w + r * 144 + 16 * c, w + (size_t)rr * w_rb + (size_t)b * 144 + 16 * c);
+struct q4w_plan {
+    static constexpr int NTH = 32 * WB, NW = 16 * WB * 9, K = (NW + NTH - 1) / NTH;
+    const uint8_t *src[K]; /* in super-block 0 */
+    __device__ __forceinline__ q4w_plan(const uint8_t *w, size_t w_rb, int r0, int rows) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = min((int)threadIdx.x + NTH * k, NW - 1), r = i / 9, c = i % 9;
+            src[k] = w + (size_t)(r0 + r < rows ? r0 + r : rows - 1) * w_rb + 16 * c;
+        }
     }
-}
+    /* starts copying super-block b into s_w; no commit */
+    __device__ __forceinline__ void stage(uint8_t *s_w, int b) const {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = threadIdx.x + NTH * k;
+            if (k < K - 1 || i < NW) cp16(s_w + 16 * i, src[k] + (size_t)b * 144);
+        }
+    }
+};
 
 template <int NN, int WB, bool MIXED>
 __global__ void __launch_bounds__(32 * WB, 1)
@@ -99,13 +127,15 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
             acc[n][k] = accm[n][k] = 0;
             if (MIXED) isum[n][k] = imin[n][k] = 0;
         }
-    stage_q4_K<WB>(s_w, w, w_rb, rblk, rows, 0);
-    stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[0], s_d2[0], act, act_stride, t0, T, 0);
+    const q4w_plan<WB> wp(w, w_rb, rblk, rows);
+    const q8_plan<NT, Q4_SW, 32 * WB> ap(act, act_stride, t0, T);
+    wp.stage(s_w, 0);
+    ap.stage(s_q2[0], s_d2[0], 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) { /* the next tiles load while this one is used */
-            stage_q4_K<WB>(s_w + (cur ^ 1) * 16 * WB * 144, w, w_rb, rblk, rows, b + 1);
-            stage_q8_K<NT, Q4_SW, 32 * WB>(s_q2[cur ^ 1], s_d2[cur ^ 1], act, act_stride, t0, T, b + 1);
+            wp.stage(s_w + (cur ^ 1) * 16 * WB * 144, b + 1);
+            ap.stage(s_q2[cur ^ 1], s_d2[cur ^ 1], b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
@@ -243,18 +273,34 @@ __device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
     *hi = (((e >> 6) & 0x00FF00FF) | (((o >> 6) & 0x00FF00FF) << 8)) ^ (int)0x80808080;
 }
 
-/* Starts copying super-block b of rows r0 .. r0 + 63 (clamped to the last
- * row) into s_w, each as the 16-byte words that hold its 212 bytes; no
- * commit. (The device weights end with 32 spare bytes: upload.) */
-__device__ __forceinline__ void stage_q6w(uint8_t *s_w, const uint8_t *w, size_t w_rb, int r0, int rows, int b) {
-    for (int i = threadIdx.x; i < 64 * 14; i += blockDim.x) {
-        const int r = i / 14, c = i % 14;
-        const int rr = r0 + r < rows ? r0 + r : rows - 1;
-        const uint8_t *s = w + (size_t)rr * w_rb + (size_t)b * 212;
-        const uint8_t *a0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
-        if (a0 + 16 * c < s + 212) cp16(s_w + r * Q6W_ROW + 16 * c, a0 + 16 * c);
+/* A thread's copies of the weight tile: super-block b of rows r0 .. r0 + 63
+ * (clamped to the last row), each as the 16-byte words that hold its 212
+ * bytes (row i / 14, word i % 14: at 16 i in the tile, for i = tid + 512
+ * k); the rows' addresses are formed once. (The device weights end with 32
+ * spare bytes: upload.) */
+struct q6w_plan {
+    static constexpr int NW = 64 * 14, K = (NW + 511) / 512;
+    const uint8_t *row[K]; /* the row's block 0 */
+    int c[K];
+    __device__ __forceinline__ q6w_plan(const uint8_t *w, size_t w_rb, int r0, int rows) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = min((int)threadIdx.x + 512 * k, NW - 1), r = i / 14;
+            row[k] = w + (size_t)(r0 + r < rows ? r0 + r : rows - 1) * w_rb;
+            c[k] = i % 14;
+        }
     }
-}
+    /* starts copying super-block b into s_w; no commit */
+    __device__ __forceinline__ void stage(uint8_t *s_w, int b) const {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = threadIdx.x + 512 * k;
+            const uint8_t *s = row[k] + (size_t)b * 212;
+            const uint8_t *a0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
+            if ((k < K - 1 || i < NW) && a0 + 16 * c[k] < s + 212) cp16(s_w + 16 * i, a0 + 16 * c[k]);
+        }
+    }
+};
 
 static size_t q6_smem(void) { return (size_t)2 * 64 * Q6W_ROW + (size_t)2 * 8 * Q6_NN * (Q6_SW + 1) * 4; }
 
@@ -281,14 +327,15 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
         for (int n = 0; n < NN; n++)
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[i][n][k] = 0;
-    stage_q6w(s_w2, w, w_rb, rblk, rows, 0);
-    stage_q8_K<NT, Q6_SW, 512>(s_q2, s_d2, act, act_stride, t0, T, 0);
+    const q6w_plan wp(w, w_rb, rblk, rows);
+    const q8_plan<NT, Q6_SW, 512> ap(act, act_stride, t0, T);
+    wp.stage(s_w2, 0);
+    ap.stage(s_q2, s_d2, 0);
     for (int b = 0; b < nb; b++) {
         const int cur = b & 1;
         if (b + 1 < nb) { /* the next tiles load while this one is used */
-            stage_q6w(s_w2 + (cur ^ 1) * 64 * Q6W_ROW, w, w_rb, rblk, rows, b + 1);
-            stage_q8_K<NT, Q6_SW, 512>(s_q2 + (cur ^ 1) * NT * Q6_SW, s_d2 + (cur ^ 1) * NT, act, act_stride, t0, T,
-                                       b + 1);
+            wp.stage(s_w2 + (cur ^ 1) * 64 * Q6W_ROW, b + 1);
+            ap.stage(s_q2 + (cur ^ 1) * NT * Q6_SW, s_d2 + (cur ^ 1) * NT, b + 1);
             cp_wait<1>();
         } else {
             cp_wait<0>();
