@@ -255,12 +255,14 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
  * memory (cp.async, double-buffered; a weight row's block as the 16-byte
  * words around it, at most 14, read at its offset). With all eight chains
  * in a warp (32 tokens, 128 registers of chains) eight warps ran an SM,
- * and FFN down took 2.07 ms at 512 tokens against 2.01 now (NN 6; NN 8
+ * and FFN down took 2.07 ms at 512 tokens against 2.01 with this split
+ * (1.96 once the copies' addresses were formed once a launch; Q6_NN 6: 8
  * spills, 4 reads the weights twice as often: bench/results/cuda-q6mw-2026-12-06). */
 
 #define Q6_SW 65      /* words per token row of the activation tile: banks g + 8q + m distinct */
 #define Q6_NN 6       /* 8 Q6_NN tokens a thread block */
 #define Q6W_ROW 224   /* shared bytes a weight row: 14 words of 16 bytes */
+#define Q6_THREADS 512 /* 16 warps: four row groups of 16 rows x four chain pairs */
 
 /* w = sc * u for the four bytes u (0..63) of U, as 64 * hi + lo */
 __device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
@@ -279,13 +281,13 @@ __device__ __forceinline__ void q6_split(int U, int sc, int *hi, int *lo) {
  * k); the rows' addresses are formed once. (The device weights end with 32
  * spare bytes: upload.) */
 struct q6w_plan {
-    static constexpr int NW = 64 * 14, K = (NW + 511) / 512;
+    static constexpr int NW = 64 * 14, K = (NW + Q6_THREADS - 1) / Q6_THREADS;
     const uint8_t *row[K]; /* the row's block 0 */
     int c[K];
     __device__ __forceinline__ q6w_plan(const uint8_t *w, size_t w_rb, int r0, int rows) {
 #pragma unroll
         for (int k = 0; k < K; k++) {
-            const int i = min((int)threadIdx.x + 512 * k, NW - 1), r = i / 14;
+            const int i = min((int)threadIdx.x + Q6_THREADS * k, NW - 1), r = i / 14;
             row[k] = w + (size_t)(r0 + r < rows ? r0 + r : rows - 1) * w_rb;
             c[k] = i % 14;
         }
@@ -294,7 +296,7 @@ struct q6w_plan {
     __device__ __forceinline__ void stage(uint8_t *s_w, int b) const {
 #pragma unroll
         for (int k = 0; k < K; k++) {
-            const int i = threadIdx.x + 512 * k;
+            const int i = threadIdx.x + Q6_THREADS * k;
             const uint8_t *s = row[k] + (size_t)b * 212;
             const uint8_t *a0 = (const uint8_t *)((uintptr_t)s & ~(uintptr_t)15);
             if ((k < K - 1 || i < NW) && a0 + 16 * c[k] < s + 212) cp16(s_w + 16 * i, a0 + 16 * c[k]);
@@ -304,11 +306,10 @@ struct q6w_plan {
 
 static size_t q6_smem(void) { return (size_t)2 * 64 * Q6W_ROW + (size_t)2 * 8 * Q6_NN * (Q6_SW + 1) * 4; }
 
-template <int NN>
-__global__ void __launch_bounds__(512, 1)
+__global__ void __launch_bounds__(Q6_THREADS, 1)
 k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act, size_t act_stride, int T,
              float *y) {
-    constexpr int NT = 8 * NN;
+    constexpr int NN = Q6_NN, NT = 8 * NN;
     extern __shared__ int4 s_dyn4[];
     uint8_t *s_w2 = (uint8_t *)s_dyn4;              /* [2][64][Q6W_ROW] */
     int *s_q2 = (int *)(s_w2 + 2 * 64 * Q6W_ROW);   /* [2][NT * Q6_SW] */
@@ -328,7 +329,7 @@ k_mm_q6K_mma(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act
 #pragma unroll
             for (int k = 0; k < 4; k++) acc[i][n][k] = 0;
     const q6w_plan wp(w, w_rb, rblk, rows);
-    const q8_plan<NT, Q6_SW, 512> ap(act, act_stride, t0, T);
+    const q8_plan<NT, Q6_SW, Q6_THREADS> ap(act, act_stride, t0, T);
     wp.stage(s_w2, 0);
     ap.stage(s_q2, s_d2, 0);
     for (int b = 0; b < nb; b++) {
@@ -458,11 +459,11 @@ static void q6K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, 
                        size_t act_stride, int T, float *y) {
     static bool big;
     if (!big) {
-        cudaFuncSetAttribute(k_mm_q6K_mma<Q6_NN>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q6_smem());
+        cudaFuncSetAttribute(k_mm_q6K_mma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)q6_smem());
         big = true;
     }
     const dim3 grid((unsigned)((T + 8 * Q6_NN - 1) / (8 * Q6_NN)), (unsigned)((rows + 63) / 64));
-    k_mm_q6K_mma<Q6_NN><<<grid, 512, q6_smem(), st>>>(wd, rb, rows, nb, a, act_stride, T, y);
+    k_mm_q6K_mma<<<grid, Q6_THREADS, q6_smem(), st>>>(wd, rb, rows, nb, a, act_stride, T, y);
 }
 
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
