@@ -63,6 +63,13 @@ static void check(const char *what, uint32_t type, int rows, int cols, int T, co
         n_fail++;
         printf("FAIL %s %s rows %d cols %d T %d: %zu of %zu differ, max |d| %g\n", what, mu_type_get(type)->name, rows,
                cols, T, bad, n, worst);
+        /* MUSER_TEST_VERBOSE=1: the first differences (token t, row r of a matmul's [T][rows]) */
+        const char *v = getenv("MUSER_TEST_VERBOSE");
+        for (size_t i = 0, k = 0; v && *v == '1' && i < n && k < 8; i++)
+            if (memcmp(&want[i], &got[i], 4)) {
+                printf("  [%zu] t %zu r %zu: want %.9g got %.9g\n", i, i / (size_t)rows, i % (size_t)rows, want[i], got[i]);
+                k++;
+            }
     }
 }
 
@@ -269,13 +276,14 @@ int main(void) {
     /* the tensor-core prefill kernels: several row and token tiles, ragged
      * edges on both sides */
     const uint32_t big_types[] = {MU_T_Q4_K, MU_T_Q6_K};
-    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300}, {64, 256, 33}, {40, 512, 71}};
+    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300}, {64, 256, 33}, {129, 1024, 257},
+                          {40, 512, 71}, {40, 512, 131}};
     const int n_big = sizeof big / sizeof *big;
     for (size_t ti = 0; ti < 2; ti++)
         for (int bi = 0; bi < n_big; bi++) {
             const uint32_t type = big_types[ti];
             const int rows = big[bi][0], cols = big[bi][1], T = big[bi][2], nb = batch_rows(type, rows, cols, T);
-            const bool extreme = bi == n_big - 1; /* the largest integer sums the formats allow */
+            const bool extreme = bi >= n_big - 2; /* the largest integer sums the formats allow */
             const size_t rb = mu_type_row_bytes(type, cols);
             uint8_t *w = malloc(rb * rows);
             float *row = malloc((size_t)cols * 4), *x = malloc((size_t)T * cols * 4),
