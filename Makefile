@@ -26,7 +26,7 @@ LDLIBS  := -lm -lpthread -ldl -lutf8proc -ljansson -lmicrohttpd -lssl -lcrypto -
            -lpng -ljpeg -lwebp -lwebpdemux
 
 NVCC      ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
-CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90,code=sm_90 \
+CUDA_ARCH ?= -gencode=arch=compute_80,code=sm_80 -gencode=arch=compute_90a,code=sm_90a \
              -gencode=arch=compute_90,code=compute_90
 # -fmad=false: no product is fused into an add unless the code says fmaf,
 # so the device rounds as the CPU's reference kernels do (src/gpu/cuda.cuh)

@@ -2,7 +2,7 @@
 # The gpu tier (make test-gpu): needs a CUDA device and a build with the
 # plugin (muser-cuda.so next to muser). Skips, exit 0, without a device.
 #  1. every GPU matmul and row lookup == the CPU reference kernels, bit for bit
-#     (and with the switches that select other kernels: dp4a decode, k_pv_d,
+#     (and with the switches that select other kernels: Q4_K prefill on int8 alone, dp4a decode, k_pv_d,
 #     one token's Q4_K and Q6_K rows on the ring kernels, Q4_K's split 8 ways, the Q8_0 / NVFP4
 #     ring for 16 tokens)
 #  2. CPU engine vs CUDA engine on every golden model (logits, batching, KV
@@ -43,6 +43,10 @@ MUSER_CUDA_PVD_M=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[pv_d] /'
 MUSER_CUDA_D1=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 off] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 MUSER_CUDA_D1=8 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 8] /'
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+# Q4_K prefill on the int8 kernel alone (by default tiles of 128 tokens of matrices of 1024 or more rows
+# take the wgmma kernel where the plugin has sm_90a code: docs/cuda.md)
+MUSER_CUDA_Q4_WG=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q4 int8] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # the Q8_0 / NVFP4 decode ring for 5-16 tokens (opt-in: docs/cuda.md)
 MUSER_CUDA_Q8D_T=16 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q8 ring 16] /'

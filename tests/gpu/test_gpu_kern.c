@@ -276,8 +276,10 @@ int main(void) {
     /* the tensor-core prefill kernels: several row and token tiles, ragged
      * edges on both sides */
     const uint32_t big_types[] = {MU_T_Q4_K, MU_T_Q6_K};
-    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300}, {64, 256, 33}, {129, 1024, 257},
-                          {40, 512, 71}, {40, 512, 131}};
+    /* (Q4_K: tiles of 128 tokens below n_batch in matrices of 1024 rows or more take the wgmma kernel where
+     * the plugin has one for the device, the rest the int8 one) */
+    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300},    {64, 256, 33},
+                          {1100, 1024, 257}, {1024, 768, 300}, {40, 512, 71}, {1030, 512, 131}};
     const int n_big = sizeof big / sizeof *big;
     for (size_t ti = 0; ti < 2; ti++)
         for (int bi = 0; bi < n_big; bi++) {
