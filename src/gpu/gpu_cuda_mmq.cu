@@ -296,7 +296,7 @@ __device__ __forceinline__ void q4_frag(unsigned w, __half2 sl, __half2 ol, __ha
 }
 
 /* x's bytes (signed) e0..e3 as f16 (e0, e2), (e1, e3), exactly; over 16
- * with SUB1 */
+ * where sub1 (a sub-block 2j + 1) */
 __device__ __forceinline__ void s8x4_h(int x, bool sub1, unsigned *lo, unsigned *hi) {
     /* 1024 + byte + 128 (64 + (byte + 128) / 16), less 1152 (72) */
     const unsigned E = sub1 ? 0x54545454u : 0x64646464u;
