@@ -80,13 +80,13 @@ struct q8_plan {
 
 #define Q4_SW 68 /* words per token row of the shared tile: banks 4g + q distinct */
 
-/* A thread's copies of the weight tile: super-block b of the block's 16 WB
- * rows (clamped to the last row), 144 bytes a row, as words i = tid + 32
- * WB k of 16 bytes (row i / 9, word i % 9: at 16 i in the tile); the
- * sources are formed once. */
-template <int WB>
+/* A thread's copies of the weight tile: super-block b of the block's RB
+ * rows (clamped to the last row), 144 bytes a row, as words i = tid + NTH
+ * k of 16 bytes (row i / 9, word i % 9: at 16 i in the tile), NTH threads;
+ * the sources are formed once. */
+template <int RB, int NTH>
 struct q4w_plan {
-    static constexpr int NTH = 32 * WB, NW = 16 * WB * 9, K = (NW + NTH - 1) / NTH;
+    static constexpr int NW = RB * 9, K = (NW + NTH - 1) / NTH;
     const uint8_t *src[K]; /* in super-block 0 */
     __device__ __forceinline__ q4w_plan(const uint8_t *w, size_t w_rb, int r0, int rows) {
 #pragma unroll
@@ -127,7 +127,7 @@ k_mm_q4K_tc(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
             acc[n][k] = accm[n][k] = 0;
             if (MIXED) isum[n][k] = imin[n][k] = 0;
         }
-    const q4w_plan<WB> wp(w, w_rb, rblk, rows);
+    const q4w_plan<16 * WB, 32 * WB> wp(w, w_rb, rblk, rows);
     const q8_plan<NT, Q4_SW, 32 * WB> ap(act, act_stride, t0, T);
     wp.stage(s_w, 0);
     ap.stage(s_q2[0], s_d2[0], 0);
@@ -419,20 +419,12 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;
     const int wq = warp & 3, h = warp >> 2; /* rows 16 wq .., tokens 64 h .. */
     const int t0 = blockIdx.x * Q4H_TB, r0 = blockIdx.y * Q4H_RB;
-    /* this thread's copies of the weights (the same every super-block but for its offset) */
-    const uint8_t *wsrc[3];
-#pragma unroll
-    for (int k = 0; k < 3; k++) {
-        const int i = min(tid + 256 * k, Q4H_RB * 9 - 1), r = i / 9;
-        wsrc[k] = w + (size_t)min(r0 + r, rows - 1) * w_rb + 16 * (i % 9);
-    }
+    const q4w_plan<Q4H_RB, 256> wp(w, w_rb, r0, rows);
     const uint8_t *gsrc = stg + (size_t)blockIdx.x * nb * Q4H_STAGE;
     const unsigned aG = (unsigned)__cvta_generic_to_shared(sG), aBar = (unsigned)__cvta_generic_to_shared(sBar);
     auto stage = [&](int b, int buf) {
         if (tid == 0) bulk_copy(aG + buf * Q4H_STAGE, gsrc + (size_t)b * Q4H_STAGE, Q4H_STAGE, aBar + 8 * buf);
-#pragma unroll
-        for (int k = 0; k < 3; k++)
-            if (k < 2 || tid + 512 < Q4H_RB * 9) cp16(sW + buf * (Q4H_SW / 2) + 16 * (tid + 256 * k), wsrc[k] + (size_t)b * 144);
+        wp.stage(sW + buf * (Q4H_SW / 2), b);
         cp_commit();
     };
     if (tid == 0) {
