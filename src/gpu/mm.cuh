@@ -71,6 +71,44 @@ __device__ __forceinline__ void cp16z(void *dst, const void *src, bool ok) {
 __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
+/* byte k of x (a scale, < 2^8), exactly as a float */
+__device__ __forceinline__ float byte_f(int x, int k) {
+    return magic_x((int)__byte_perm((unsigned)x, (unsigned)MAGIC_I, 0x7650 | k));
+}
+
+
+/* A thread's copies of the weight tile: super-block b of the block's RB
+ * rows (clamped to the last row), 144 bytes a row, as words i = tid + NTH
+ * k of 16 bytes (row i / 9, word i % 9: at 16 i in the tile), NTH threads;
+ * the sources are formed once. */
+template <int RB, int NTH>
+struct q4w_plan {
+    static constexpr int NW = RB * 9, K = (NW + NTH - 1) / NTH;
+    const uint8_t *src[K]; /* in super-block 0 */
+    __device__ __forceinline__ q4w_plan(const uint8_t *w, size_t w_rb, int r0, int rows) {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = min((int)threadIdx.x + NTH * k, NW - 1), r = i / 9, c = i % 9;
+            src[k] = w + (size_t)(r0 + r < rows ? r0 + r : rows - 1) * w_rb + 16 * c;
+        }
+    }
+    /* starts copying super-block b into s_w; no commit */
+    __device__ __forceinline__ void stage(uint8_t *s_w, int b) const {
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            const int i = threadIdx.x + NTH * k;
+            if (k < K - 1 || i < NW) cp16(s_w + 16 * i, src[k] + (size_t)b * 144);
+        }
+    }
+};
+
+/* Q4_K prefill on the wgmma kernel (gpu_cuda_mmw.cu) where the plugin has
+ * sm_90a code for the device and MUSER_CUDA_Q4_WG is not 0: its tiles of
+ * 128 tokens below n_batch (T >= 64, 1024 rows or more); returns the
+ * tokens taken, 0: none (the int8 kernel takes the rest). */
+int cu_mm_q4K_wg(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a, size_t act_stride,
+                 int T, int n_batch, float *y);
+
 /* Prefill matmul of w on the int8 tensor cores (gpu_cuda_mmq.cu), for the
  * types and sizes that have one (T > the decode kernels' tokens); false:
  * not taken, the caller runs another kernel. */

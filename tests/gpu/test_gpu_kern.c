@@ -278,8 +278,8 @@ int main(void) {
     const uint32_t big_types[] = {MU_T_Q4_K, MU_T_Q6_K};
     /* (Q4_K: tiles of 128 tokens below n_batch in matrices of 1024 rows or more take the wgmma kernel where
      * the plugin has one for the device, the rest the int8 one) */
-    const int big[][3] = {{130, 512, 150}, {200, 2816, 70}, {65, 768, 300},    {64, 256, 33},
-                          {1100, 1024, 257}, {1024, 768, 300}, {40, 512, 71}, {1030, 512, 131}};
+    const int big[][3] = {{130, 512, 150},   {200, 2816, 70},  {65, 768, 300},  {64, 256, 33},   {1100, 1024, 257},
+                          {1024, 768, 300}, {1090, 2816, 64}, {40, 512, 71},   {1030, 512, 131}};
     const int n_big = sizeof big / sizeof *big;
     for (size_t ti = 0; ti < 2; ti++)
         for (int bi = 0; bi < n_big; bi++) {
@@ -307,9 +307,9 @@ int main(void) {
                             memset(q->scales, 0xFF, sizeof q->scales);
                             memset(q->qs, r % 2 ? 0xFF : 0x0F, sizeof q->qs);
                         } else {
-                            mu_block_q6_K *q = (mu_block_q6_K *)blk;
-                            memset(q->ql, 0, sizeof q->ql);
-                            memset(q->qh, 0, sizeof q->qh);
+                            mu_block_q6_K *q = (mu_block_q6_K *)blk; /* codes 0 and 63 */
+                            memset(q->ql, r % 4 < 2 ? 0 : 0xFF, sizeof q->ql);
+                            memset(q->qh, r % 4 < 2 ? 0 : 0xFF, sizeof q->qh);
                             memset(q->scales, r % 2 ? 0x80 : 0x7F, sizeof q->scales);
                             q->d = 0x2000;
                         }
