@@ -17,7 +17,6 @@
  * q = lane%4. */
 #include "mm.cuh"
 
-
 /* A thread's copies of the activation tiles: super-block b of tokens t0 ..
  * t0 + NT - 1 (zeros past T), the quantized bytes (SW words per token) and
  * d, by NTH threads. What a copy takes from where is the same for every
