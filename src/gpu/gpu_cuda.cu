@@ -231,7 +231,7 @@ static void p_model_free(mu_gpu_model *m) {
     if (m->done) cudaEventDestroy(m->done);
     cudaFreeHost(m->kv_stage);
     if (m->cp) cudaStreamDestroy(m->cp);
-    if (m->st) cu_mm_wg_release(m->st), cudaStreamDestroy(m->st);
+    if (m->st) cudaStreamDestroy(m->st);
     free(m->lev);
     free(m->allocs);
     free(m->L);

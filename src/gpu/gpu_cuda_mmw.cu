@@ -3,8 +3,6 @@
  * CPU's chains on the CUDA cores. The int8 kernel of gpu_cuda_mmq.cu takes
  * what this one does not (other GPUs, small matrices, few tokens, tokens
  * past n_batch). */
-#include <mutex>
-
 #include "mm.cuh"
 
 /* ---- Q4_K on the f16 tensor cores (wgmma, sm_90a) ---------------------------
@@ -343,7 +341,8 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
 /* ---- host side ---------------------------------------------------------- */
 
 /* The plugin's code for this device has wgmma (sm_90a): a probe kernel
- * says so once (and the kernel gets its shared memory). */
+ * says so once; then the kernel's shared memory and a pool that keeps its
+ * scratch between prefill chunks. */
 static bool wg_ok(void) {
     static int on = -1;
     if (on < 0) {
@@ -355,61 +354,18 @@ static bool wg_ok(void) {
             cudaFree(p);
         }
         cudaGetLastError();
-        if (on) cudaFuncSetAttribute(k_mm_q4K_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, Q4H_SMEM);
+        if (on) {
+            cudaFuncSetAttribute(k_mm_q4K_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, Q4H_SMEM);
+            int dev = 0;
+            cudaMemPool_t pool;
+            cudaGetDevice(&dev);
+            if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+                uint64_t keep = UINT64_MAX;
+                cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
+            }
+        }
     }
     return on;
-}
-
-/* The stage blocks' scratch: a buffer a stream, kept between launches
- * (stream order keeps one launch's blocks from the next's) and grown, the
- * stream synchronized first, when a launch needs more; never in a capture.
- * NULL: none (the int8 kernel takes the tokens). */
-#define WG_STREAMS 16
-static struct {
-    cudaStream_t st;
-    uint8_t *p;
-    size_t n;
-} wg_scr[WG_STREAMS];
-static std::mutex wg_mu;
-
-static uint8_t *wg_scratch(cudaStream_t st, size_t bytes) {
-    cudaStreamCaptureStatus cs;
-    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
-        cudaGetLastError();
-        return NULL;
-    }
-    std::lock_guard<std::mutex> lock(wg_mu);
-    int k = -1;
-    for (int i = 0; i < WG_STREAMS && k < 0; i++)
-        if (wg_scr[i].p && wg_scr[i].st == st) k = i;
-    if (k >= 0 && wg_scr[k].n >= bytes) return wg_scr[k].p;
-    if (k >= 0) { /* grow: the stream's launches that read it are done first */
-        if (cudaStreamSynchronize(st) != cudaSuccess) {
-            cudaGetLastError();
-            return NULL;
-        }
-        cudaFree(wg_scr[k].p);
-        wg_scr[k].p = NULL;
-    }
-    for (int i = 0; i < WG_STREAMS && k < 0; i++)
-        if (!wg_scr[i].p) k = i;
-    if (k < 0) return NULL;
-    uint8_t *p = NULL;
-    if (cudaMalloc((void **)&p, bytes) != cudaSuccess) {
-        cudaGetLastError();
-        return NULL;
-    }
-    wg_scr[k].st = st, wg_scr[k].p = p, wg_scr[k].n = bytes;
-    return p;
-}
-
-void cu_mm_wg_release(cudaStream_t st) {
-    std::lock_guard<std::mutex> lock(wg_mu);
-    for (int i = 0; i < WG_STREAMS; i++)
-        if (wg_scr[i].p && wg_scr[i].st == st) {
-            cudaFree(wg_scr[i].p); /* waits for the device */
-            wg_scr[i].p = NULL;
-        }
 }
 
 /* MUSER_CUDA_Q4_WG=0: Q4_K prefill on the int8 kernel alone (k_mm_q4K_tc),
@@ -418,18 +374,23 @@ static bool q4wg_on(void) {
     static const bool on = cu_env_digit("MUSER_CUDA_Q4_WG", 1) != 0;
     return on && wg_ok();
 }
+
 /* The wgmma kernel's tiles of 128 tokens whose tokens are all below n_batch
  * (for T >= 64: more tokens than any captured graph's), the activations'
- * f16 copy in the stream's scratch; returns the tokens taken (0: none,
+ * f16 copy in stream-ordered scratch; returns the tokens taken (0: none,
  * the int8 kernel takes them). */
 int cu_mm_q4K_wg(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
-                       size_t act_stride, int T, int n_batch, float *y) {
+                 size_t act_stride, int T, int n_batch, float *y) {
     const int ht = T < 64 || rows < 1024 || !q4wg_on() ? 0 : n_batch >= T ? (T + Q4H_TB - 1) / Q4H_TB : n_batch / Q4H_TB;
     if (ht == 0) return 0;
     const int Tp = ht * Q4H_TB, Tc = T < Tp ? T : Tp;
-    uint8_t *p = wg_scratch(st, (size_t)ht * nb * Q4H_STAGE);
-    if (!p) return 0;
+    uint8_t *p = NULL;
+    if (cudaMallocAsync((void **)&p, (size_t)ht * nb * Q4H_STAGE, st) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
     k_q8K_h<<<dim3(nb, Tc), 32, 0, st>>>(a, act_stride, nb, p);
     k_mm_q4K_wg<<<dim3(ht, (rows + Q4H_RB - 1) / Q4H_RB), 256, Q4H_SMEM, st>>>(wd, rb, rows, nb, p, T, y);
+    cudaFreeAsync(p, st);
     return Tc;
 }
