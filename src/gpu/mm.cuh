@@ -1,6 +1,7 @@
 /* mm.cuh: device helpers shared by the matmul files (gpu_cuda_mm.cu: the
  * quantization, decode and generic matmuls; gpu_cuda_mmq.cu: prefill on the
- * tensor cores), and the prefill entry point. */
+ * int8 tensor cores; gpu_cuda_mmw.cu: Q4_K prefill on wgmma), and the
+ * prefill entry points. */
 #ifndef MU_GPU_MM_CUH
 #define MU_GPU_MM_CUH
 
