@@ -274,6 +274,13 @@ void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_st
  * decode steps run runs of one type and width as one launch. */
 void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
                  int n_batch, float *const *ys);
+/* frees what the prefill matmuls keep for stream st (gpu_cuda_mmw.cu); call
+ * before the stream is destroyed */
+void cu_mm_wg_release(cudaStream_t st);
+/* on: the prefill matmuls this thread launches until cu_mm_wg_group(false)
+ * take one activation input on one stream (cu_matmul_n), and the wgmma
+ * kernel converts it once for all of them (gpu_cuda_mmw.cu) */
+void cu_mm_wg_group(bool on);
 /* Rows t < n_batch that the CPU computes with vec_dot_batch, for a matmul
  * of ll_rows activation rows (forward.c, matmul_ex). */
 int cu_batch_rows(const dtensor *w, int ll_rows);

@@ -231,7 +231,7 @@ static void p_model_free(mu_gpu_model *m) {
     if (m->done) cudaEventDestroy(m->done);
     cudaFreeHost(m->kv_stage);
     if (m->cp) cudaStreamDestroy(m->cp);
-    if (m->st) cudaStreamDestroy(m->st);
+    if (m->st) cu_mm_wg_release(m->st), cudaStreamDestroy(m->st);
     free(m->lev);
     free(m->allocs);
     free(m->L);
@@ -1396,49 +1396,55 @@ static int test_weight(int dev, uint32_t type, int rows, int cols, const void *w
     return rc;
 }
 
-/* The same matmul as a grouped decode launch (cu_matmul_n) over the
+/* The same matmul as a grouped launch (cu_matmul_n), each result equal to
+ * y, the single launch's, bit for bit. At decode sizes (split): the
  * weight's rows split into two or three matrices of different row counts
  * (views of the one upload; rows start 4-byte aligned only, as the decode
- * kernels allow): each result must equal y, the single launch's, bit for
- * bit. */
+ * kernels allow). At prefill sizes: the whole weight, its first quarter of
+ * rows, the whole again (the wgmma kernel's second launch reads the first's
+ * conversion of the activations, across the launch between). */
 static int test_grouped(mu_gpu_model *m, const dtensor *dt, const void *qa, size_t stride, int T, int n_batch,
-                        const float *y, mu_err *err) {
-    const int rows = dt->ne1, a = (rows + 1) / 2, b = (rows - a) / 2, parts[3] = {a, b, rows - a - b};
+                        const float *y, bool split, mu_err *err) {
+    const int rows = dt->ne1, a = (rows + 1) / 2, b = (rows - a) / 2;
+    const int parts[3] = {split ? a : rows, split ? b : (rows + 3) / 4, split ? rows - a - b : rows};
     dtensor w[3];
     const dtensor *ws[3];
     float *ys[3], *dy2 = NULL;
-    int n = 0, off = 0;
-    int rc = dev_alloc(m, (size_t)T * rows * 4, (void **)&dy2, "test", err);
+    int n = 0, off = 0, roff[3], total = parts[0] + parts[1] + parts[2];
+    int rc = dev_alloc(m, (size_t)T * total * 4, (void **)&dy2, "test", err);
     if (rc) return rc;
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0, yo = 0; i < 3; yo += parts[i], i++) {
         if (!parts[i]) continue;
         w[n] = *dt;
         w[n].d = (uint8_t *)dt->d + (size_t)off * dt->row_bytes;
         w[n].ne1 = parts[i];
         ws[n] = &w[n];
-        ys[n] = dy2 + (size_t)T * off; /* [T][parts[i]] */
-        off += parts[i];
+        ys[n] = dy2 + (size_t)T * yo; /* [T][parts[i]] */
+        roff[n] = off;
+        if (split) off += parts[i];
         n++;
     }
     cu_matmul_n(0, ws, n, qa, stride, T, n_batch, ys);
-    float *h = (float *)malloc((size_t)T * rows * 4);
+    float *h = (float *)malloc((size_t)T * total * 4);
     if (!h) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
-    cudaError_t e = cudaMemcpy(h, dy2, (size_t)T * rows * 4, cudaMemcpyDeviceToHost);
+    cudaError_t e = cudaMemcpy(h, dy2, (size_t)T * total * 4, cudaMemcpyDeviceToHost);
     if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "test grouped matmul");
-    off = 0;
-    for (int i = 0; i < n && !rc; off += ws[i]->ne1, i++)
+    for (int i = 0; i < n && !rc; i++) {
+        const float *hi = h + (ys[i] - dy2);
         for (int t = 0; t < T && !rc; t++)
             for (int r = 0; r < ws[i]->ne1 && !rc; r++)
-                if (memcmp(&h[(size_t)T * off + (size_t)t * ws[i]->ne1 + r], &y[(size_t)t * rows + off + r], 4))
-                    rc = cu_fail(err, MU_E_STATE, "cuda: grouped launch of %d matrices differs from one launch (token %d, row %d)",
-                              n, t, off + r);
+                if (memcmp(&hi[(size_t)t * ws[i]->ne1 + r], &y[(size_t)t * rows + roff[i] + r], 4))
+                    rc = cu_fail(err, MU_E_STATE,
+                                 "cuda: grouped launch of %d matrices differs from one launch (matrix %d, token %d, row %d)", n,
+                                 i, t, roff[i] + r);
+    }
     free(h);
     return rc;
 }
 
 /* One matmul of w on x quantized as forward's activations are. With reps
- * 0 (the kernel test): y gets the result, and at decode sizes the grouped
- * launch must give the same. With reps > 0 (benchmarks): one untimed
+ * 0 (the kernel test): y gets the result, and the grouped launches
+ * (test_grouped) must give the same. With reps > 0 (benchmarks): one untimed
  * launch, then reps launches each timed between two events into ms. */
 static int run_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_batch, const void *w, const float *x,
                       float *y, int reps, float *ms, mu_err *err) {
@@ -1473,7 +1479,7 @@ static int run_matmul(int dev, uint32_t type, int rows, int cols, int T, int n_b
             if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "bench matmul");
         }
     }
-    if (!rc && reps == 0 && rows >= 3 && T <= 8) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, err); /* decode sizes */
+    if (!rc && reps == 0 && rows >= 3) rc = test_grouped(&m, &dt, qa, stride, T, n_batch, y, T <= 8, err);
     for (int i = 0; i < 2; i++)
         if (ev[i]) cudaEventDestroy(ev[i]);
     for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);

@@ -349,7 +349,7 @@ void cu_draft_free(mu_gpu_draft *d) {
     cudaFreeHost(d->hcs);
     cudaFreeHost(d->hsn);
     cudaFreeHost(d->hprm);
-    if (d->st) cudaStreamDestroy(d->st);
+    if (d->st) cu_mm_wg_release(d->st), cudaStreamDestroy(d->st);
     free(d->allocs);
     free(d->L);
     free(d);

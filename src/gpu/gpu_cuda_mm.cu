@@ -2074,6 +2074,7 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
 
 void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *act, size_t act_stride, int T,
                  int n_batch, float *const *ys) {
+    cu_mm_wg_group(true); /* one input for all: converted once for the wgmma kernel */
     for (int i = 0; i < n;) {
         int j = i + 1;
         const bool rg = ring_ok(ws[i], T);
@@ -2084,6 +2085,7 @@ void cu_matmul_n(cudaStream_t st, const dtensor *const *ws, int n, const void *a
         else cu_matmul(st, ws[i], act, act_stride, T, n_batch, ys[i], false, 0, 0);
         i = j;
     }
+    cu_mm_wg_group(false);
 }
 
 void cu_matmul(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y,

@@ -3,6 +3,8 @@
  * CPU's chains on the CUDA cores. The int8 kernel of gpu_cuda_mmq.cu takes
  * what this one does not (other GPUs, small matrices, few tokens, tokens
  * past n_batch). */
+#include <mutex>
+
 #include "mm.cuh"
 
 /* ---- Q4_K on the f16 tensor cores (wgmma, sm_90a) ---------------------------
@@ -13,8 +15,13 @@
  * stay integers below 2^23 (7.7 x 10^6 at the formats' largest values),
  * which the tensor cores' fp32 sums hold exactly in any order: four
  * wgmma.m64n64k16 into fresh accumulators give the step's isum = sc0 s0 +
- * sc1 s1 as the exact float the CPU converts. The min part is two exact
- * float products of the sub-blocks' mins and activation sums. (The int8
+ * sc1 s1 as the exact float the CPU converts. The min part, m0 S0 + m1 S1
+ * (the sub-blocks' 6-bit mins, the tokens' sub-block sums), is one more
+ * wgmma, exact too: the mins enter as 64 m and m (<= 4032), each sum S
+ * (|S| <= 4096) as hi and lo with S = 64 hi + lo, so the chain step takes
+ * two FMAs an output and no other arithmetic (8.7 % faster than the min
+ * part from float products, which also took the shared loads of the sums;
+ * 2026-12-06, bench/results/cuda-wgscratch-2026-12-06). (The int8
  * kernel spends a multiply-add on each sub-block's scale and a subtraction
  * on each conversion: 28 of its 53 instructions a unit.) The high nibbles
  * (sub-block 2j + 1) enter as 16 n, their activations as x / 16 (exact).
@@ -22,18 +29,20 @@
  * (the same order on both sides: an exact sum does not depend on it), so
  * a weight word's nibble pairs need a mask each, no byte permute.
  * Activations: k_q8K_h writes each token's Q8_K block once as f16, with the
- * sub-block sums and d, in the layout a thread block reads, one contiguous
+ * min part's operand and d, in the layout a thread block reads, one contiguous
  * stage block per (128-token tile, super-block), which one thread copies
  * to shared memory with one bulk copy (cp.async.bulk, an mbarrier a
  * buffer; the weights by cp.async).
  * A thread block: 64 rows x 128 tokens, two warpgroups of 64 tokens. Per
  * super-block the block turns its weights into f16 once (sA, which both
  * warpgroups' wgmma read from shared memory, as each reads its half of the
- * token tile), then each warpgroup takes the four steps: four wgmmas, then
- * the chain steps of its (row, token) pairs, accumulator D[4 i + k] being
- * row 16 (warp % 4) + g + 8 (k / 2), token 8 i + 2 q + k % 2 of its half;
- * step j + 1's wgmmas into a second set of accumulators run while step j's
- * chain steps do (2 % faster than one step after the other).
+ * token tile), then each warpgroup takes the four steps: four wgmmas of the
+ * isum into D and the min part's into E, then the chain steps of its (row,
+ * token) pairs, accumulator D[4 i + k] (and E[4 i + k]) being row 16 (warp
+ * % 4) + g + 8 (k / 2), token 8 i + 2 q + k % 2 of its half. (With the min
+ * part from float products, a second set of accumulators let step j + 1's
+ * wgmmas run beside step j's chain steps, 2 % faster; the registers of the
+ * min part's accumulators leave no room for that now.)
  * Shared-memory operands in wgmma's canonical K-major layout without
  * swizzle: 8 x 8 core matrices of 128 contiguous bytes (8 rows of 16). */
 
@@ -83,18 +92,26 @@ __device__ __forceinline__ void s8x4_h(int x, bool sub1, unsigned *lo, unsigned 
 }
 
 /* One thread block's inputs of one super-block, as k_q8K_h writes them and
- * the kernel copies them to shared memory in one bulk copy: the 128
- * tokens' bytes as f16 in fragment order, core matrix (kc, token group tg)
- * at (16 kc + tg) x 128 (kc: the super-block's 8-element chunk; a token's
- * 16 bytes at 16 x its place in the group); the sums of sub-blocks 2j, 2j
- * + 1 [4 j][128][2]; d [128]. */
+ * the kernel copies them to shared memory in one bulk copy: step j's
+ * operand of the min part, 128 tokens x 8 f16 (core matrix (j, token group
+ * tg) at (16 j + tg) x 128): a token's sums of sub-blocks 2j, 2j + 1 as hi,
+ * lo each (lo = S & 63, hi = S >> 6: -64..63), then four zeros; the 128
+ * tokens' bytes as f16 in fragment order, core matrix (kc, tg) at Q4H_STM
+ * + (16 kc + tg) x 128 (kc: the super-block's 8-element chunk; a token's
+ * 16 bytes at 16 x its place in the group); d [128]. */
+#define Q4H_STM (4 * Q4H_TB * 16)
 #define Q4H_STB (Q4H_TB * 512)
-#define Q4H_STS (4 * Q4H_TB * 2 * 4)
-#define Q4H_STAGE (Q4H_STB + Q4H_STS + Q4H_TB * 4)
+#define Q4H_STAGE (Q4H_STM + Q4H_STB + Q4H_TB * 4)
+
+/* x (|x| <= 4096) as f16 (hi, lo): x = 64 hi + lo, hi = x >> 6 (-64..63),
+ * lo = x & 63 */
+__device__ __forceinline__ unsigned hilo_h2(int x) {
+    return h2u(__halves2half2(__int2half_rn(x >> 6), __int2half_rn(x & 63)));
+}
 
 /* Token t's Q8_K block b (act rows act_stride bytes apart) into its stage
  * block: tile t / 128's block b of nb. A warp a block; lane l takes the
- * 8-element chunk l. */
+ * 8-element chunk l; a sub-block's sum is the block's two bsums. */
 __global__ void k_q8K_h(const uint8_t *act, size_t act_stride, int nb, uint8_t *out) {
     const int b = blockIdx.x, t = blockIdx.y, l = threadIdx.x, s = l >> 2, tt = t % Q4H_TB;
     const uint8_t *blk = act + (size_t)t * act_stride + (size_t)b * sizeof(mu_block_q8_K);
@@ -103,12 +120,13 @@ __global__ void k_q8K_h(const uint8_t *act, size_t act_stride, int nb, uint8_t *
     uint4 o;
     s8x4_h(w0, s & 1, &o.x, &o.y);
     s8x4_h(w1, s & 1, &o.z, &o.w);
-    *(uint4 *)(st + (l * 16 + tt / 8) * 128 + (tt % 8) * 16) = o;
-    int sum = __dp4a(w0, 0x01010101, __dp4a(w1, 0x01010101, 0));
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    if ((l & 3) == 0) ((float *)(st + Q4H_STB))[((s >> 1) * Q4H_TB + tt) * 2 + (s & 1)] = (float)sum;
-    if (l == 0) ((float *)(st + Q4H_STB + Q4H_STS))[tt] = __int_as_float(ld32(blk));
+    *(uint4 *)(st + Q4H_STM + (l * 16 + tt / 8) * 128 + (tt % 8) * 16) = o;
+    if ((l & 7) == 0) { /* step j = l / 8: sub-blocks 2j, 2j + 1 */
+        const int16_t *bs = (const int16_t *)(blk + offsetof(mu_block_q8_K, bsums));
+        const int j = l >> 3, s0 = bs[4 * j] + bs[4 * j + 1], s1 = bs[4 * j + 2] + bs[4 * j + 3];
+        *(uint4 *)(st + (16 * j + tt / 8) * 128 + (tt % 8) * 16) = make_uint4(hilo_h2(s0), hilo_h2(s1), 0u, 0u);
+    }
+    if (l == 0) ((float *)(st + Q4H_STM + Q4H_STB))[tt] = __int_as_float(ld32(blk));
 }
 
 /* mbarriers and bulk copies (sm_90) */
@@ -186,16 +204,20 @@ __device__ __forceinline__ uint64_t wg_desc(unsigned a, unsigned lbo, unsigned s
 
 /* shared memory: [2] weights (64 rows x 144); [2] stage blocks (bulk
  * copies of k_q8K_h's); the weights as f16, core matrix (kc, row group rg)
- * at (8 kc + rg) x 128; mins [64][8]; d, dmin [64]; two mbarriers */
+ * at (8 kc + rg) x 128; the mins as step j's operand of the min part (64
+ * rows x 8 f16: 64 m(2j), m(2j), 64 m(2j + 1), m(2j + 1), four zeros; core
+ * matrix (j, rg) at (8 j + rg) x 128), then a column of core matrices of
+ * zeros (the operand's second 8 of k16); d, dmin [64]; two mbarriers */
 #define Q4H_SW (2 * Q4H_RB * 144)
 #define Q4H_SA (Q4H_RB * 512)
-#define Q4H_SMEM (Q4H_SW + 2 * Q4H_STAGE + Q4H_SA + Q4H_RB * 8 * 4 + Q4H_RB * 8 + 16)
+#define Q4H_SM (5 * Q4H_RB * 16)
+#define Q4H_SMEM (Q4H_SW + 2 * Q4H_STAGE + Q4H_SA + Q4H_SM + Q4H_RB * 8 + 16)
 
 __global__ void __launch_bounds__(256, 1)
 k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg, int T, float *y) {
     extern __shared__ int4 s_dyn4[];
-    uint8_t *sW = (uint8_t *)s_dyn4, *sG = sW + Q4H_SW, *sA = sG + 2 * Q4H_STAGE;
-    float *sM = (float *)(sA + Q4H_SA), *sX = sM + Q4H_RB * 8; /* sX: d, dmin of each row */
+    uint8_t *sW = (uint8_t *)s_dyn4, *sG = sW + Q4H_SW, *sA = sG + 2 * Q4H_STAGE, *sM = sA + Q4H_SA;
+    float *sX = (float *)(sM + Q4H_SM); /* d, dmin of each row */
     uint64_t *sBar = (uint64_t *)(sX + Q4H_RB * 2);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, q = lane & 3;
     const int wq = warp & 3, h = warp >> 2; /* rows 16 wq .., tokens 64 h .. */
@@ -208,6 +230,7 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
         wp.stage(sW + buf * (Q4H_SW / 2), b);
         cp_commit();
     };
+    if (tid < Q4H_RB) ((uint4 *)(sM + 4 * Q4H_RB * 16))[tid] = make_uint4(0u, 0u, 0u, 0u); /* the zeros */
     if (tid == 0) {
         mbar_init(aBar);
         mbar_init(aBar + 8);
@@ -216,8 +239,8 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
 #endif
     }
     __syncthreads();
-    const unsigned aA = (unsigned)__cvta_generic_to_shared(sA);
-    float acc[32], accm[32], D[32], E[32]; /* D, E: the isums of steps 0 and 2, 1 and 3 */
+    const unsigned aA = (unsigned)__cvta_generic_to_shared(sA), aM = (unsigned)__cvta_generic_to_shared(sM);
+    float acc[32], accm[32], D[32], E[32]; /* D, E: a step's isums and min parts */
 #pragma unroll
     for (int i = 0; i < 32; i++) {
         acc[i] = accm[i] = D[i] = E[i] = 0;
@@ -250,17 +273,19 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
                 *(uint2 *)(ar + (8 * j + i / 2) * 8 * 128 + (i & 1) * 8) = lo;
                 *(uint2 *)(ar + (8 * j + 4 + i / 2) * 8 * 128 + (i & 1) * 8) = hi;
             }
-            if (tid < Q4H_RB) { /* row tid's mins as floats, its d and dmin */
+            if (tid < Q4H_RB) { /* row tid's mins' operand, its d and dmin */
                 const uint8_t *xr = wt + tid * 144;
                 int mw[3], Sx[2], Mx[2];
 #pragma unroll
                 for (int i = 0; i < 3; i++) mw[i] = ld32(xr + 4 + 4 * i);
                 k4_unpack(mw, Sx, Mx);
-                float4 m0, m1;
-                m0.x = byte_f(Mx[0], 0), m0.y = byte_f(Mx[0], 1), m0.z = byte_f(Mx[0], 2), m0.w = byte_f(Mx[0], 3);
-                m1.x = byte_f(Mx[1], 0), m1.y = byte_f(Mx[1], 1), m1.z = byte_f(Mx[1], 2), m1.w = byte_f(Mx[1], 3);
-                *(float4 *)(sM + tid * 8) = m0;
-                *(float4 *)(sM + tid * 8 + 4) = m1;
+                uint8_t *am = sM + (tid >> 3) * 128 + (tid & 7) * 16;
+#pragma unroll
+                for (int j = 0; j < 4; j++) { /* 64 m and m of sub-blocks 2j, 2j + 1: exact f16 */
+                    const int m0 = (Mx[j >> 1] >> (16 * (j & 1))) & 0xFF, m1 = (Mx[j >> 1] >> (16 * (j & 1) + 8)) & 0xFF;
+                    *(uint4 *)(am + j * Q4H_RB * 16) = make_uint4(h2u(__halves2half2(__int2half_rn(64 * m0), __int2half_rn(m0))),
+                                                                  h2u(__halves2half2(__int2half_rn(64 * m1), __int2half_rn(m1))), 0u, 0u);
+                }
                 const unsigned hd = (unsigned)ld32(xr);
                 *(float2 *)(sX + 2 * tid) = make_float2(h2f((uint16_t)hd), h2f((uint16_t)(hd >> 16)));
             }
@@ -271,7 +296,7 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
 #endif
         __syncthreads();
         const uint8_t *gb = sG + cur * Q4H_STAGE;
-        const float *sd = (const float *)(gb + Q4H_STB + Q4H_STS) + 64 * h;
+        const float *sd = (const float *)(gb + Q4H_STM + Q4H_STB) + 64 * h;
         const float2 xa = *(const float2 *)(sX + 2 * (16 * wq + g)), xb = *(const float2 *)(sX + 2 * (16 * wq + g + 8));
         float dd[32], dm[32]; /* the chain factors of this block: [8-token tile i][4] */
 #pragma unroll
@@ -282,51 +307,38 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
                 dd[4 * i + k] = (k >> 1 ? xb.x : xa.x) * v;
                 dm[4 * i + k] = (k >> 1 ? xb.y : xa.y) * v;
             }
-        const float *ss = (const float *)(gb + Q4H_STB) + (64 * h + 2 * q) * 2;
-        const unsigned bB = aG + cur * Q4H_STAGE + 8 * h * 128;
-        /* step j's four k16 products into Dx (fresh accumulators), committed as one group */
-        auto issue = [&](float *Dx, int j) {
+        /* step j's operands: the weights' k16 steps 4j .. 4j + 3 at aA, the
+         * tokens' at bB; the min part's, the mins' at aM + 1024 j (its second
+         * 8 of k16 the zeros at aM + 4096), the tokens' at bM + 2048 j (its
+         * second 8 any finite values: the bytes' first core matrices, which
+         * meet the zeros) */
+        const unsigned bM = aG + cur * Q4H_STAGE + 8 * h * 128, bB = bM + Q4H_STM;
+        /* step j: its four k16 products into D, its min part into E (fresh
+         * accumulators), committed as one group; then its chain steps */
 #pragma unroll
-            for (int i = 0; i < 32; i++) wg_reg(Dx[i]);
+        for (int j = 0; j < 4; j++) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) wg_reg(D[i]);
+#pragma unroll
+            for (int i = 0; i < 32; i++) wg_reg(E[i]);
             wg_fence();
 #pragma unroll
             for (int st = 0; st < 4; st++) { /* k16 step s: chunks 2s, 2s + 1 */
                 const int s = 4 * j + st;
-                wgmma_h(Dx, wg_desc(aA + 2 * s * 8 * 128, 8 * 128, 128), wg_desc(bB + 2 * s * 16 * 128, 16 * 128, 128), st);
+                wgmma_h(D, wg_desc(aA + 2 * s * 8 * 128, 8 * 128, 128), wg_desc(bB + 2 * s * 16 * 128, 16 * 128, 128), st);
             }
+            wgmma_h(E, wg_desc(aM + j * Q4H_RB * 16, (4 - j) * Q4H_RB * 16, 128),
+                    wg_desc(bM + j * Q4H_TB * 16, Q4H_STM - j * Q4H_TB * 16, 128), 0);
             wg_commit();
-        };
-        /* step j's chain steps from its isums Dx */
-        auto chain = [&](float *Dx, int j) {
+            wg_wait<0>();
 #pragma unroll
-            for (int i = 0; i < 32; i++) wg_reg(Dx[i]);
-            const float2 ma = *(const float2 *)(sM + (16 * wq + g) * 8 + 2 * j); /* rows a, b: sub-blocks 2j, 2j + 1 */
-            const float2 mb = *(const float2 *)(sM + (16 * wq + g + 8) * 8 + 2 * j);
+            for (int i = 0; i < 32; i++) wg_reg(D[i]);
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const float4 bs = *(const float4 *)(ss + j * Q4H_TB * 2 + i * 16); /* tokens 2q, 2q + 1 */
-#pragma unroll
-                for (int k = 0; k < 4; k++) {
-                    /* the min part: exact (< 2^20) */
-                    const float2 m = k >> 1 ? mb : ma;
-                    const float im = fmaf(m.y, k & 1 ? bs.w : bs.y, m.x * (k & 1 ? bs.z : bs.x));
-                    acc[4 * i + k] = fmaf(Dx[4 * i + k], dd[4 * i + k], acc[4 * i + k]);
-                    accm[4 * i + k] = fmaf(im, dm[4 * i + k], accm[4 * i + k]);
-                }
+            for (int i = 0; i < 32; i++) {
+                wg_reg(E[i]);
+                acc[i] = fmaf(D[i], dd[i], acc[i]);
+                accm[i] = fmaf(E[i], dm[i], accm[i]);
             }
-        };
-        /* step j + 1's wgmmas run while step j's chain steps do */
-        issue(D, 0);
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            float *dc = j & 1 ? E : D, *dn = j & 1 ? D : E;
-            if (j < 3) {
-                issue(dn, j + 1);
-                wg_wait<1>(); /* step j's group is done */
-            } else {
-                wg_wait<0>();
-            }
-            chain(dc, j);
         }
     }
 #pragma unroll
@@ -341,8 +353,7 @@ k_mm_q4K_wg(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *stg,
 /* ---- host side ---------------------------------------------------------- */
 
 /* The plugin's code for this device has wgmma (sm_90a): a probe kernel
- * says so once; then the kernel's shared memory and a pool that keeps its
- * scratch between prefill chunks. */
+ * says so once (and the kernel gets its shared memory). */
 static bool wg_ok(void) {
     static int on = -1;
     if (on < 0) {
@@ -354,18 +365,77 @@ static bool wg_ok(void) {
             cudaFree(p);
         }
         cudaGetLastError();
-        if (on) {
-            cudaFuncSetAttribute(k_mm_q4K_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, Q4H_SMEM);
-            int dev = 0;
-            cudaMemPool_t pool;
-            cudaGetDevice(&dev);
-            if (cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
-                uint64_t keep = UINT64_MAX;
-                cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
-            }
-        }
+        if (on) cudaFuncSetAttribute(k_mm_q4K_wg, cudaFuncAttributeMaxDynamicSharedMemorySize, Q4H_SMEM);
     }
     return on;
+}
+
+/* The stage blocks' scratch: a buffer a stream, kept between launches
+ * (stream order keeps one launch's blocks from the next's) and grown, the
+ * stream synchronized first, when a launch needs more; never in a capture.
+ * NULL: none (the int8 kernel takes the tokens). */
+#define WG_STREAMS 16
+static struct {
+    cudaStream_t st;
+    uint8_t *p;
+    size_t n;
+} wg_scr[WG_STREAMS];
+static std::mutex wg_mu;
+
+static uint8_t *wg_scratch(cudaStream_t st, size_t bytes) {
+    cudaStreamCaptureStatus cs;
+    if (cudaStreamIsCapturing(st, &cs) != cudaSuccess || cs != cudaStreamCaptureStatusNone) {
+        cudaGetLastError();
+        return NULL;
+    }
+    std::lock_guard<std::mutex> lock(wg_mu);
+    int k = -1;
+    for (int i = 0; i < WG_STREAMS && k < 0; i++)
+        if (wg_scr[i].p && wg_scr[i].st == st) k = i;
+    if (k >= 0 && wg_scr[k].n >= bytes) return wg_scr[k].p;
+    if (k >= 0) { /* grow: the stream's launches that read it are done first */
+        if (cudaStreamSynchronize(st) != cudaSuccess) {
+            cudaGetLastError();
+            return NULL;
+        }
+        cudaFree(wg_scr[k].p);
+        wg_scr[k].p = NULL;
+    }
+    for (int i = 0; i < WG_STREAMS && k < 0; i++)
+        if (!wg_scr[i].p) k = i;
+    if (k < 0) return NULL;
+    uint8_t *p = NULL;
+    if (cudaMalloc((void **)&p, bytes) != cudaSuccess) {
+        cudaGetLastError();
+        return NULL;
+    }
+    wg_scr[k].st = st, wg_scr[k].p = p, wg_scr[k].n = bytes;
+    return p;
+}
+
+void cu_mm_wg_release(cudaStream_t st) {
+    std::lock_guard<std::mutex> lock(wg_mu);
+    for (int i = 0; i < WG_STREAMS; i++)
+        if (wg_scr[i].p && wg_scr[i].st == st) {
+            cudaFree(wg_scr[i].p); /* waits for the device */
+            wg_scr[i].p = NULL;
+        }
+}
+
+/* The stage blocks this thread's last launch in a group wrote: the next
+ * launch of the group with the same activations, stream and scratch reads
+ * them instead of converting the activations again. */
+static thread_local struct {
+    bool on;
+    cudaStream_t st;
+    const uint8_t *p, *a;
+    size_t stride;
+    int nb, T;
+} wg_grp;
+
+void cu_mm_wg_group(bool on) {
+    wg_grp = {};
+    wg_grp.on = on;
 }
 
 /* MUSER_CUDA_Q4_WG=0: Q4_K prefill on the int8 kernel alone (k_mm_q4K_tc),
@@ -377,20 +447,21 @@ static bool q4wg_on(void) {
 
 /* The wgmma kernel's tiles of 128 tokens whose tokens are all below n_batch
  * (for T >= 64: more tokens than any captured graph's), the activations'
- * f16 copy in stream-ordered scratch; returns the tokens taken (0: none,
+ * f16 copy in the stream's scratch; returns the tokens taken (0: none,
  * the int8 kernel takes them). */
 int cu_mm_q4K_wg(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a,
                  size_t act_stride, int T, int n_batch, float *y) {
     const int ht = T < 64 || rows < 1024 || !q4wg_on() ? 0 : n_batch >= T ? (T + Q4H_TB - 1) / Q4H_TB : n_batch / Q4H_TB;
     if (ht == 0) return 0;
     const int Tp = ht * Q4H_TB, Tc = T < Tp ? T : Tp;
-    uint8_t *p = NULL;
-    if (cudaMallocAsync((void **)&p, (size_t)ht * nb * Q4H_STAGE, st) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
+    uint8_t *p = wg_scratch(st, (size_t)ht * nb * Q4H_STAGE);
+    if (!p) return 0;
+    const bool have = wg_grp.on && wg_grp.st == st && wg_grp.p == p && wg_grp.a == a && wg_grp.stride == act_stride &&
+                      wg_grp.nb == nb && wg_grp.T == Tc;
+    if (!have) {
+        k_q8K_h<<<dim3(nb, Tc), 32, 0, st>>>(a, act_stride, nb, p);
+        if (wg_grp.on) wg_grp.st = st, wg_grp.p = p, wg_grp.a = a, wg_grp.stride = act_stride, wg_grp.nb = nb, wg_grp.T = Tc;
     }
-    k_q8K_h<<<dim3(nb, Tc), 32, 0, st>>>(a, act_stride, nb, p);
     k_mm_q4K_wg<<<dim3(ht, (rows + Q4H_RB - 1) / Q4H_RB), 256, Q4H_SMEM, st>>>(wd, rb, rows, nb, p, T, y);
-    cudaFreeAsync(p, st);
     return Tc;
 }

@@ -739,7 +739,7 @@ void cu_vit_free(mu_gpu_vit *v) {
         }
     free(v->layers);
     cudaFree(v->arena);
-    if (v->st) cudaStreamDestroy(v->st);
+    if (v->st) cu_mm_wg_release(v->st), cudaStreamDestroy(v->st);
     free(v);
 }
 
