@@ -52,6 +52,11 @@ struct q8_plan {
     }
 };
 
+/* byte k of x (a scale, < 2^8), exactly as a float */
+__device__ __forceinline__ float byte_f(int x, int k) {
+    return magic_x((int)__byte_perm((unsigned)x, (unsigned)MAGIC_I, 0x7650 | k));
+}
+
 /* ---- Q4_K --------------------------------------------------------------
  * Per (row, token) and 64 elements the CPU takes two chain steps:
  * isum = sc0 s0 + sc1 s1 (6-bit scales, sub-block sums s) by d, and the

@@ -72,11 +72,6 @@ __device__ __forceinline__ void cp16z(void *dst, const void *src, bool ok) {
 __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
-/* byte k of x (a scale, < 2^8), exactly as a float */
-__device__ __forceinline__ float byte_f(int x, int k) {
-    return magic_x((int)__byte_perm((unsigned)x, (unsigned)MAGIC_I, 0x7650 | k));
-}
-
 /* A thread's copies of the weight tile: super-block b of the block's RB
  * rows (clamped to the last row), 144 bytes a row, as words i = tid + NTH
  * k of 16 bytes (row i / 9, word i % 9: at 16 i in the tile), NTH threads;
