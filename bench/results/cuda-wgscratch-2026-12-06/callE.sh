@@ -5,7 +5,8 @@
 # block (74 KB a super-block) from L2; at gate+up's 1.415 ms that is about 3.8 TB/s of L2 reads for
 # all the blocks, a large share of what the L2 gives. Kernel test with =2, gpukernbench, Nsight
 # Compute's sections (speed of light, memory, compute, warp states) of one gate+up launch of each,
-# `muser bench` interleaved, then the gpu tier (=1) in the time left.
+# `muser bench` interleaved; the prefill attention at 8192 (--profile, Nsight Compute of its
+# three kernels on a late chunk); then the gpu tier (=1) in the time left.
 set -u
 T0=$(date +%s); el() { echo "$(( $(date +%s) - T0 ))s $*" >> $OUT/log.txt; }
 tar -xJf .gpu/cuda.tar.xz
@@ -31,6 +32,13 @@ el ncu done
 while [ ! -f /tmp/gen.done ]; do sleep 2; done
 b() { env $2 timeout 60 .gpu/muser bench -m $F --backend cuda --depths 512,2048 --gen 8 2>&1 | grep "tok/s" | sed "s/peak RSS.*//; s/^/$1 /" >> $OUT/ab.txt; }
 for r in 1 2; do b wg1 MUSER_CUDA_Q4_WG=1; b wg2 MUSER_CUDA_Q4_WG=2; el rep $r; done
+# prefill at depth: the attention's share (--profile at 8192) and its three kernels on a late chunk
+# (Nsight Compute, one launch each, spans of 6-8K cells): 0.64x of llama.cpp there (this session)
+timeout 90 .gpu/muser bench -m $F --backend cuda --depths 8192 --gen 8 --profile 2>&1 | grep 'prefill\|profile' > $OUT/prof8192.txt
+timeout 150 ncu --kernel-name regex:'k_scores_t|k_softmax|k_pv_t' --launch-skip 1900 --launch-count 3 --section SpeedOfLight \
+  --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section WarpStateStats \
+  .gpu/muser bench -m $F --backend cuda --depths 8192 --gen 2 > $OUT/ncu-attn.txt 2>&1
+el attn done
 cp .gpu/muser muser && cp .gpu/muser-cuda.so muser-cuda.so && mkdir -p build/tests/gpu &&
   cp .gpu/test_gpu_kern .gpu/test_gpu_engine .gpu/test_gpu_stream .gpu/test_gpu_vision .gpu/test_gpu_draft build/tests/gpu/
 timeout ${TIER_S:-200} bash tests/gpu/run.sh > /tmp/tier.log 2>&1; echo "tier rc $? (124: cut)" >> $OUT/tests.txt
