@@ -247,12 +247,72 @@ __device__ __forceinline__ void st_pair(const float (*Qs)[ST_LD], const float (*
     st_add(h, tmp);
 }
 
+/* The tiles of one pass: Q of the block's tokens of session S (rounded to
+ * F16; other slots 0), K of cells cb .. cb + 63 (past the cells: 0). Every
+ * load is issued before the first store, so their latencies overlap. */
+__device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_LD], float (*Ks)[ST_LD], const int *ss,
+                                         int S, int t0, int g, int cb, const cu_kv_layer &kv) {
+    const int G = a.n_head / a.n_head_kv, n_kv = a.n_head_kv * 128, nq = a.n_head * 128;
+    float4 q[8];
+    uint4 w[4];
+#pragma unroll
+    for (int n = 0; n < 8; n++) { /* Q: row r = 16 tk + slot, 4 dims at 4 d4 */
+        const int i = threadIdx.x + 256 * n, r = i & 63, d4 = i >> 6, k = r >> 4, hh = r & 15;
+        q[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (ss[k] == S && hh < G) q[n] = *(const float4 *)(a.q + (size_t)(t0 + k) * nq + (size_t)(g * G + hh) * 128 + 4 * d4);
+    }
+#pragma unroll
+    for (int n = 0; n < 4; n++) { /* K: cell c, 8 dims at 8 d8 */
+        const int i = threadIdx.x + 256 * n, c = i & 63, d8 = i >> 6;
+        w[n] = make_uint4(0, 0, 0, 0);
+        if (cb + c < kv.rows) w[n] = *(const uint4 *)(kv.k + (size_t)(cb + c) * n_kv + (size_t)g * 128 + 8 * d8);
+    }
+#pragma unroll
+    for (int n = 0; n < 8; n++) {
+        const int i = threadIdx.x + 256 * n, r = i & 63, d4 = i >> 6;
+        Qs[4 * d4 + 0][r] = f16_round(q[n].x);
+        Qs[4 * d4 + 1][r] = f16_round(q[n].y);
+        Qs[4 * d4 + 2][r] = f16_round(q[n].z);
+        Qs[4 * d4 + 3][r] = f16_round(q[n].w);
+    }
+#pragma unroll
+    for (int n = 0; n < 4; n++) {
+        const int i = threadIdx.x + 256 * n, c = i & 63, d8 = i >> 6;
+        const uint32_t ws[4] = {w[n].x, w[n].y, w[n].z, w[n].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            Ks[8 * d8 + 2 * j][c] = h2f((uint16_t)(ws[j] & 0xFFFF));
+            Ks[8 * d8 + 2 * j + 1][c] = h2f((uint16_t)(ws[j] >> 16));
+        }
+    }
+}
+
+/* A thread's 4 rows x 4 cells: the 16 lanes in hsum16's order */
+__device__ __forceinline__ void st_dots(const float (*Qs)[ST_LD], const float (*Ks)[ST_LD], int rg, int cg, float *A) {
+    float B[16], C[16], D[16], E[16];
+    st_pair<0>(Qs, Ks, rg, cg, A, E);
+    st_pair<4>(Qs, Ks, rg, cg, B, E);
+    st_add(A, B); /* h0 + h4 */
+    st_pair<2>(Qs, Ks, rg, cg, B, E);
+    st_pair<6>(Qs, Ks, rg, cg, C, E);
+    st_add(B, C); /* h2 + h6 */
+    st_add(A, B);
+    st_pair<1>(Qs, Ks, rg, cg, B, E);
+    st_pair<5>(Qs, Ks, rg, cg, C, E);
+    st_add(B, C); /* h1 + h5 */
+    st_pair<3>(Qs, Ks, rg, cg, C, E);
+    st_pair<7>(Qs, Ks, rg, cg, D, E);
+    st_add(C, D); /* h3 + h7 */
+    st_add(B, C);
+    st_add(A, B);
+}
+
 __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
     extern __shared__ float st_sm[];
     float (*Qs)[ST_LD] = (float (*)[ST_LD])st_sm;               /* [128 dims][4 tokens x 16 slots] */
     float (*Ks)[ST_LD] = (float (*)[ST_LD])(st_sm + 128 * ST_LD); /* [128 dims][64 cells] */
     const int G = a.n_head / a.n_head_kv, g = blockIdx.z, t0 = blockIdx.y * ST_TOK, cb = blockIdx.x * ST_CELLS;
-    const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK, n_kv = a.n_head_kv * 128, nq = a.n_head * 128;
+    const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK;
     /* per token: its span, first position, and session (-1: nothing of it in these cells) */
     __shared__ int lo[ST_TOK], hi[ST_TOK], p0[ST_TOK], ss[ST_TOK];
     if (threadIdx.x < ST_TOK) {
@@ -265,7 +325,24 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
         }
     }
     __syncthreads();
-    const int rg = threadIdx.x >> 4, cg = threadIdx.x & 15, tk = rg >> 2, h0 = 4 * (rg & 3);
+    /* Does any token see any of these cells? A sliding layer's span can be
+     * the whole ring, whose cells between the window's ends score -inf
+     * whatever K holds: such a block writes those and computes nothing. */
+    bool seen = false;
+    {
+        const int k = threadIdx.x / ST_CELLS, cell = cb + threadIdx.x % ST_CELLS;
+        if (k < nt && ss[k] >= 0 && cell >= lo[k] && cell < hi[k]) {
+            const int pos = a.pos[t0 + k], nc = a.kv[ss[k]].rows;
+            const int p = pos - ((pos - cell) % nc + nc) % nc;
+            seen = p >= p0[k] && p >= 0;
+        }
+    }
+    const bool live = __syncthreads_or(seen); /* 256 threads: ST_TOK x ST_CELLS cells */
+    /* thread: rows 4 rg .. 4 rg + 3 (token tk, head slots h0 ..), cells 4 cg .. 4 cg + 3;
+     * a warp takes 4 row groups x 8 cell groups, so each of its shared loads
+     * reads at most 128 bytes */
+    const int wp = threadIdx.x >> 5, ln = threadIdx.x & 31;
+    const int rg = (ln >> 3) + 4 * (wp >> 1), cg = (ln & 7) + 8 * (wp & 1), tk = rg >> 2, h0 = 4 * (rg & 3);
     /* one pass per session among the block's tokens (a chunk of one session: one pass) */
     for (int k0 = 0; k0 < nt; k0++) {
         const int S = ss[k0];
@@ -273,45 +350,14 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
         for (int j = 0; j < k0; j++) first = first && ss[j] != S;
         if (!first) continue;
         const cu_kv_layer kv = a.kv[S];
-        __syncthreads(); /* the previous pass's reads of the tiles */
-        for (int i = threadIdx.x; i < 64 * 32; i += 256) { /* Q: row r = 16 tk + slot, 4 dims at 4 d4 */
-            const int r = i & 63, d4 = i >> 6, k = r >> 4, hh = r & 15;
-            float4 q = make_float4(0.f, 0.f, 0.f, 0.f);
-            if (ss[k] == S && hh < G) q = *(const float4 *)(a.q + (size_t)(t0 + k) * nq + (size_t)(g * G + hh) * 128 + 4 * d4);
-            Qs[4 * d4 + 0][r] = f16_round(q.x);
-            Qs[4 * d4 + 1][r] = f16_round(q.y);
-            Qs[4 * d4 + 2][r] = f16_round(q.z);
-            Qs[4 * d4 + 3][r] = f16_round(q.w);
+        if (live) {
+            __syncthreads(); /* the previous pass's reads of the tiles */
+            st_tiles(a, Qs, Ks, ss, S, t0, g, cb, kv);
+            __syncthreads();
         }
-        for (int i = threadIdx.x; i < 64 * 16; i += 256) { /* K: cell c, 8 dims at 8 d8 */
-            const int c = i & 63, d8 = i >> 6;
-            uint4 w = make_uint4(0, 0, 0, 0);
-            if (cb + c < kv.rows) w = *(const uint4 *)(kv.k + (size_t)(cb + c) * n_kv + (size_t)g * 128 + 8 * d8);
-            const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                Ks[8 * d8 + 2 * j][c] = h2f((uint16_t)(ws[j] & 0xFFFF));
-                Ks[8 * d8 + 2 * j + 1][c] = h2f((uint16_t)(ws[j] >> 16));
-            }
-        }
-        __syncthreads();
-        if (ss[tk] != S || h0 >= G) continue; /* whole half-warps */
-        float A[16], B[16], C[16], D[16], E[16];
-        st_pair<0>(Qs, Ks, rg, cg, A, E);
-        st_pair<4>(Qs, Ks, rg, cg, B, E);
-        st_add(A, B); /* h0 + h4 */
-        st_pair<2>(Qs, Ks, rg, cg, B, E);
-        st_pair<6>(Qs, Ks, rg, cg, C, E);
-        st_add(B, C); /* h2 + h6 */
-        st_add(A, B);
-        st_pair<1>(Qs, Ks, rg, cg, B, E);
-        st_pair<5>(Qs, Ks, rg, cg, C, E);
-        st_add(B, C); /* h1 + h5 */
-        st_pair<3>(Qs, Ks, rg, cg, C, E);
-        st_pair<7>(Qs, Ks, rg, cg, D, E);
-        st_add(C, D); /* h3 + h7 */
-        st_add(B, C);
-        st_add(A, B);
+        if (ss[tk] != S || h0 >= G) continue; /* tk: whole warps */
+        float A[16];
+        if (live) st_dots(Qs, Ks, rg, cg, A);
         const int t = t0 + tk, pos = a.pos[t];
 #pragma unroll
         for (int r = 0; r < 4; r++) {
@@ -322,12 +368,86 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
                 const int cell = cb + 4 * cg + c;
                 if (cell < lo[tk] || cell >= hi[tk]) continue;
                 const int p = pos - ((pos - cell) % kv.rows + kv.rows) % kv.rows;
-                out[cell - lo[tk]] = p < p0[tk] || p < 0 ? -INFINITY : A[4 * r + c] * (1.0f / sqrtf(128.0f));
+                out[cell - lo[tk]] = !live || p < p0[tk] || p < 0 ? -INFINITY : A[4 * r + c] * (1.0f / sqrtf(128.0f));
             }
         }
     }
 }
 #define ST_SMEM (2 * 128 * ST_LD * (int)sizeof(float))
+
+/* k_softmax_t: k_softmax's arithmetic for a prefill row, with less traffic.
+ * SM: the row (at most SMT_CELLS cells) is read from memory once into
+ * shared memory, with its chunk sums; otherwise the exponentials go back to
+ * the row in memory as k_softmax writes them. Either way the weights, F16
+ * values, are written as F16 packed at the row's start (weight i in half
+ * i), half the bytes of the floats that k_pv_t reads. In memory the packing
+ * is in place: a segment's loads all happen before its stores (a barrier
+ * between), and its stores reach only halves below its end, read already. */
+#define SMT_CELLS 16384
+#define SMT_THREADS 128
+template <bool SM>
+__global__ void __launch_bounds__(SMT_THREADS) k_softmax_t(cu_attn_args a) {
+    const int row = blockIdx.x, t = row / a.n_head;
+    const cu_kv_layer kv = a.kv[a.sess[t]];
+    int c_lo, c_hi, p0;
+    row_span(a.pos[t], kv.rows, a.swa, a.n_swa, true, &c_lo, &c_hi, &p0);
+    const int m = c_hi - c_lo, nch = m / 16, ne = 16 * nch; /* batch rows: the weights past ne are never read */
+    float *x = a.scores + (size_t)row * a.max_span;
+    uint16_t *xh = (uint16_t *)x;
+    extern __shared__ float smt[];
+    float *e = SM ? smt : x;
+    float *cs = SM ? smt + ((a.max_span + 15) & ~15) : a.chunk_sums + (size_t)row * (a.max_span / 16);
+    __shared__ float s_max[SMT_THREADS / 32];
+    __shared__ double s_sum;
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int i = threadIdx.x; i < m; i += SMT_THREADS) {
+        const float v = x[i];
+        if (SM && i < ne) e[i] = v;
+        mx = fmaxf(mx, v);
+    }
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (threadIdx.x % 32 == 0) s_max[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int w = 0; w < SMT_THREADS / 32; w++) mx = fmaxf(mx, s_max[w]);
+    for (int i0 = 0; i0 < ne; i0 += SMT_THREADS) { /* as k_softmax: a cell a thread, a chunk's sum by shuffles */
+        const int i = i0 + threadIdx.x;
+        float v = 0;
+        if (i < ne) {
+            v = expf_ggml(e[i] - mx);
+            e[i] = v;
+        }
+        v += __shfl_down_sync(0xffffffffu, v, 8, 16);
+        v += __shfl_down_sync(0xffffffffu, v, 4, 16);
+        v += __shfl_down_sync(0xffffffffu, v, 2, 16);
+        v += __shfl_down_sync(0xffffffffu, v, 1, 16);
+        if (i % 16 == 0 && i < ne) cs[i / 16] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0;
+#pragma unroll 16
+        for (int k = 0; k < nch; k++) sum += (double)cs[k];
+        s_sum = sum;
+    }
+    __syncthreads();
+    const float inv = (float)(1.0 / s_sum);
+    for (int i0 = 0; i0 < ne; i0 += 8 * SMT_THREADS) { /* the same trip count in every thread (the barrier) */
+        float v[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = i0 + j * SMT_THREADS + threadIdx.x;
+            v[j] = i < ne ? e[i] : 0.0f;
+        }
+        if (!SM) __syncthreads(); /* every load of the segment before the first store into it */
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int i = i0 + j * SMT_THREADS + threadIdx.x;
+            if (i < ne) xh[i] = f2h(v[j] * inv);
+        }
+    }
+}
 
 /* k_pv_t: one token, one KV head and 64 of the 128 output values a block.
  * Thread (l, grp): lane l (cells l, l + 16, ... of the span, the CPU's
@@ -345,7 +465,8 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
     const int l = threadIdx.x & 15, grp = threadIdx.x >> 4, hb = (grp >> 3) * 8, db = (grp & 7) * 8;
     __shared__ __align__(16) float Vs[PT_CELLS][68];
     __shared__ __align__(16) float Ws[PT_CELLS][20];
-    const float *w0 = a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span;
+    /* the weights: F16, packed at the start of each row (k_softmax_t) */
+    const uint16_t *w0 = (const uint16_t *)(a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span);
     const uint16_t *v0 = kv.v + (size_t)c_lo * n_kv + (size_t)g * 128 + dh;
     float acc[8][8];
 #pragma unroll
@@ -353,8 +474,8 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
 #pragma unroll
         for (int y = 0; y < 8; y++) acc[x][y] = 0.f;
     /* thread i fetches V words (cell i / 8 and 32 + i / 8, 8 values at 8 (i % 8))
-     * and weights (head i % 16, cells 4 (i / 16) .. + 3: scalar reads, a
-     * row's span need not be 16-byte aligned) */
+     * and weights (head i / 16, cells i % 16 + 16 q: a warp's load takes 16
+     * neighbouring weights of each of two heads) */
     uint4 pv[2];
     float pw[4];
     auto fetch = [&](int c0) {
@@ -363,31 +484,47 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
             const int c = (threadIdx.x >> 3) + 32 * r;
             pv[r] = c0 + c < np ? *(const uint4 *)(v0 + (size_t)(c0 + c) * n_kv + 8 * (threadIdx.x & 7)) : make_uint4(0, 0, 0, 0);
         }
-        const int hh = threadIdx.x & 15, c = 4 * (threadIdx.x >> 4);
+        const int hh = threadIdx.x >> 4, c = threadIdx.x & 15;
 #pragma unroll
-        for (int q = 0; q < 4; q++) pw[q] = hh < G && c0 + c < np ? w0[(size_t)hh * a.max_span + c0 + c + q] : 0.f;
+        for (int q = 0; q < 4; q++)
+            pw[q] = hh < G && c0 + c + 16 * q < np ? h2f(w0[(size_t)hh * 2 * a.max_span + c0 + c + 16 * q]) : 0.f;
     };
-    if (np > 0) fetch(0);
-    for (int c0 = 0; c0 < np; c0 += PT_CELLS) {
+    /* A sliding layer's span can be the whole ring (c_lo 0): its cells
+     * pos % nc + 1 .. p0 % nc - 1 hold positions before the window, weight
+     * 0. Tiles wholly among them are skipped: each of their products would
+     * add 0 to the chain (for finite V; a lane's sum is never -0, as it
+     * starts at +0). */
+    int s_lo = np, s_hi = np;
+    if (a.swa && p0 % kv.rows + (a.pos[t] - p0 + 1) > kv.rows) {
+        s_lo = (a.pos[t] % kv.rows + 1 + PT_CELLS - 1) / PT_CELLS * PT_CELLS;
+        s_hi = p0 % kv.rows / PT_CELLS * PT_CELLS;
+    }
+    auto next = [&](int c) { return c >= s_lo && c < s_hi ? s_hi : c; };
+    if (next(0) < np) fetch(next(0));
+    for (int c0 = next(0); c0 < np; c0 = next(c0 + PT_CELLS)) {
         __syncthreads();
 #pragma unroll
         for (int r = 0; r < 2; r++) {
             const int c = (threadIdx.x >> 3) + 32 * r, d = 8 * (threadIdx.x & 7);
             const uint32_t ws[4] = {pv[r].x, pv[r].y, pv[r].z, pv[r].w};
+            float f[8];
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                Vs[c][d + 2 * j] = h2f((uint16_t)(ws[j] & 0xFFFF));
-                Vs[c][d + 2 * j + 1] = h2f((uint16_t)(ws[j] >> 16));
+                f[2 * j] = h2f((uint16_t)(ws[j] & 0xFFFF));
+                f[2 * j + 1] = h2f((uint16_t)(ws[j] >> 16));
             }
+            /* 16-byte stores: a warp's store has no bank conflicts */
+            *(float4 *)&Vs[c][d] = make_float4(f[0], f[1], f[2], f[3]);
+            *(float4 *)&Vs[c][d + 4] = make_float4(f[4], f[5], f[6], f[7]);
         }
         {
-            const int hh = threadIdx.x & 15, c = 4 * (threadIdx.x >> 4);
+            const int hh = threadIdx.x >> 4, c = threadIdx.x & 15;
 #pragma unroll
-            for (int q = 0; q < 4; q++) Ws[c + q][hh] = pw[q];
+            for (int q = 0; q < 4; q++) Ws[c + 16 * q][hh] = pw[q];
         }
         __syncthreads();
         const int nc = np - c0 < PT_CELLS ? np - c0 : PT_CELLS; /* a multiple of 16 */
-        if (c0 + PT_CELLS < np) fetch(c0 + PT_CELLS);
+        if (next(c0 + PT_CELLS) < np) fetch(next(c0 + PT_CELLS));
         for (int j = 0; j < nc; j += 16) {
             const float4 va = *(const float4 *)&Vs[j + l][db], vb = *(const float4 *)&Vs[j + l][db + 4];
             const float4 wa = *(const float4 *)&Ws[j + l][hb], wb = *(const float4 *)&Ws[j + l][hb + 4];
@@ -747,7 +884,9 @@ static bool tiled_ok(void) {
 static bool prefill_ok(void) {
     static int ok = -1;
     if (ok < 0)
-        ok = cudaFuncSetAttribute(k_scores_t, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) == cudaSuccess;
+        ok = cudaFuncSetAttribute(k_scores_t, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) == cudaSuccess &&
+             cudaFuncSetAttribute(k_softmax_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  (SMT_CELLS + SMT_CELLS / 16) * (int)sizeof(float)) == cudaSuccess;
     return ok;
 }
 
@@ -766,7 +905,12 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     case CU_ATTN_PREFILL:
         k_scores_t<<<dim3((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
                      ST_SMEM, st>>>(*a);
-        k_softmax<false><<<R, 256, 0, st>>>(*a);
+        if (a->max_span <= SMT_CELLS) {
+            const int cap = (a->max_span + 15) & ~15;
+            k_softmax_t<true><<<R, SMT_THREADS, (cap + cap / 16) * sizeof(float), st>>>(*a);
+        } else {
+            k_softmax_t<false><<<R, SMT_THREADS, 0, st>>>(*a);
+        }
         k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
         break;
     case CU_ATTN_DECODE:

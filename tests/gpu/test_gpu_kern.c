@@ -153,6 +153,7 @@ static int test_attention(void) {
         {4, 9, 1, 512, 17, 0, 0},        {16, 45, 2, 2816, 700, 0, 0},   {16, 61, 1, 96, 200, 1, 40},
         {8, 50, 1, 2816, 3000, 1, 2048}, {16, 23, 2, 160, 90, 1, 64},    {4, 6, 1, 256, 0, 1, 100},
         {16, 512, 1, 2048, 1400, 0, 0},
+        {16, 20, 2, 17000, 16900, 0, 0}, /* spans past k_softmax_t's shared row: its weights packed in place */
     };
     for (size_t ci = 0; ci < sizeof cases / sizeof *cases; ci++) {
         const int G = cases[ci].G, T = cases[ci].T, ns = cases[ci].n_sess, rows = cases[ci].rows;
