@@ -86,6 +86,51 @@ __global__ void k_scores(cu_attn_args a) {
     *out = s * (1.0f / sqrtf((float)hd));
 }
 
+/* The block's largest mx (s_max: a float a warp). NT: the block's threads
+ * when the kernel fixes them, else 0 (blockDim.x). */
+template <int NT>
+__device__ __forceinline__ float block_max(float mx, float *s_max) {
+    const int nt = NT ? NT : (int)blockDim.x;
+    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    if (threadIdx.x % 32 == 0) s_max[threadIdx.x / 32] = mx;
+    __syncthreads();
+    mx = -INFINITY;
+    for (int w = 0; w < nt / 32; w++) mx = fmaxf(mx, s_max[w]);
+    return mx;
+}
+
+/* e[i] = expf_ggml(e[i] - mx) for i < 16 nch, a cell a thread; chunk k's
+ * 16 values are 16 lanes of a warp, added into cs[k] by shuffles in
+ * hsum16's order (i + (i + 8), then hsum8's steps). Then one thread adds
+ * the chunk sums in double in cell order. Returns 1 / that sum as a float
+ * (every thread of the block calls it). NT as block_max's. */
+template <int NT>
+__device__ __forceinline__ float exp_chunks(float *e, int nch, float mx, float *cs, double *s_sum) {
+    const int nt = NT ? NT : (int)blockDim.x;
+    for (int i0 = 0; i0 < 16 * nch; i0 += nt) {
+        const int i = i0 + threadIdx.x;
+        float v = 0;
+        if (i < 16 * nch) {
+            v = expf_ggml(e[i] - mx);
+            e[i] = v;
+        }
+        v += __shfl_down_sync(0xffffffffu, v, 8, 16);
+        v += __shfl_down_sync(0xffffffffu, v, 4, 16);
+        v += __shfl_down_sync(0xffffffffu, v, 2, 16);
+        v += __shfl_down_sync(0xffffffffu, v, 1, 16);
+        if (i % 16 == 0 && i < 16 * nch) cs[i / 16] = v;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double sum = 0;
+#pragma unroll 16
+        for (int k = 0; k < nch; k++) sum += (double)cs[k];
+        *s_sum = sum;
+    }
+    __syncthreads();
+    return (float)(1.0 / *s_sum);
+}
+
 /* Softmax of a row into F16-exact weights: e = expf_ggml(x - max), each
  * 16 cells' sum as hsum16, the chunks added in double in cell order. One
  * block per row. SMEM (decode: few rows, so each row's latency shows): the
@@ -110,35 +155,8 @@ __global__ void k_softmax(cu_attn_args a) {
     float mx = -INFINITY;
 #pragma unroll 8
     for (int i = threadIdx.x; i < m; i += blockDim.x) mx = fmaxf(mx, x[i]);
-    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (threadIdx.x % 32 == 0) s_max[threadIdx.x / 32] = mx;
-    __syncthreads();
-    mx = -INFINITY;
-    for (int w = 0; w < (int)blockDim.x / 32; w++) mx = fmaxf(mx, s_max[w]);
-    /* a cell a thread; a chunk's 16 values are 16 lanes of a warp, added
-     * by shuffles in hsum16's order (i + (i + 8), then hsum8's steps) */
-    for (int i0 = 0; i0 < 16 * nch; i0 += blockDim.x) {
-        const int i = i0 + threadIdx.x;
-        float e = 0;
-        if (i < 16 * nch) {
-            e = expf_ggml(x[i] - mx);
-            x[i] = e;
-        }
-        e += __shfl_down_sync(0xffffffffu, e, 8, 16);
-        e += __shfl_down_sync(0xffffffffu, e, 4, 16);
-        e += __shfl_down_sync(0xffffffffu, e, 2, 16);
-        e += __shfl_down_sync(0xffffffffu, e, 1, 16);
-        if (i % 16 == 0 && i < 16 * nch) cs[i / 16] = e;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double sum = 0;
-#pragma unroll 16
-        for (int k = 0; k < nch; k++) sum += (double)cs[k];
-        s_sum = sum;
-    }
-    __syncthreads();
-    const float inv = (float)(1.0 / s_sum);
+    mx = block_max<0>(mx, s_max);
+    const float inv = exp_chunks<0>(x, nch, mx, cs, &s_sum);
     for (int i0 = threadIdx.x; i0 < m; i0 += 8 * blockDim.x) { /* eight loads in flight, then the stores */
         float v[8];
 #pragma unroll
@@ -406,33 +424,8 @@ __global__ void __launch_bounds__(SMT_THREADS) k_softmax_t(cu_attn_args a) {
         if (SM && i < ne) e[i] = v;
         mx = fmaxf(mx, v);
     }
-    for (int o = 16; o; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (threadIdx.x % 32 == 0) s_max[threadIdx.x / 32] = mx;
-    __syncthreads();
-    mx = -INFINITY;
-    for (int w = 0; w < SMT_THREADS / 32; w++) mx = fmaxf(mx, s_max[w]);
-    for (int i0 = 0; i0 < ne; i0 += SMT_THREADS) { /* as k_softmax: a cell a thread, a chunk's sum by shuffles */
-        const int i = i0 + threadIdx.x;
-        float v = 0;
-        if (i < ne) {
-            v = expf_ggml(e[i] - mx);
-            e[i] = v;
-        }
-        v += __shfl_down_sync(0xffffffffu, v, 8, 16);
-        v += __shfl_down_sync(0xffffffffu, v, 4, 16);
-        v += __shfl_down_sync(0xffffffffu, v, 2, 16);
-        v += __shfl_down_sync(0xffffffffu, v, 1, 16);
-        if (i % 16 == 0 && i < ne) cs[i / 16] = v;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double sum = 0;
-#pragma unroll 16
-        for (int k = 0; k < nch; k++) sum += (double)cs[k];
-        s_sum = sum;
-    }
-    __syncthreads();
-    const float inv = (float)(1.0 / s_sum);
+    mx = block_max<SMT_THREADS>(mx, s_max);
+    const float inv = exp_chunks<SMT_THREADS>(e, nch, mx, cs, &s_sum); /* as k_softmax */
     for (int i0 = 0; i0 < ne; i0 += 8 * SMT_THREADS) { /* the same trip count in every thread (the barrier) */
         float v[8];
 #pragma unroll
