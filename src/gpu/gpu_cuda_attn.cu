@@ -393,6 +393,146 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
 }
 #define ST_SMEM (2 * 128 * ST_LD * (int)sizeof(float))
 
+/* k_scores_t2 (MUSER_CUDA_SCORES_T=2, to measure against k_scores_t): the
+ * same scores, with each output's lanes split between the two threads of a
+ * pair. hsum16's tree is E + O, E over the even lanes ((h0 + h4) + (h2 +
+ * h6), h_i = lane i + lane i + 8) and O over the odd ones, so a thread
+ * keeps at most four partial sums an output (E's or O's subtree), not
+ * five, leaving registers for loads in flight. Pair (lanes 0-15 and 16-31
+ * of a warp, the lane parity being a runtime offset, so no divergence):
+ * 4 rows x 4 cells, E + O exchanged by one shuffle an output. A block: 4
+ * tokens x 16 head slots x 32 cells. */
+#define ST2_CELLS 32
+#define ST2_LDK 36 /* floats a row of the K tile */
+#define ST2_SMEM ((128 * ST_LD + 128 * ST2_LDK) * (int)sizeof(float))
+__device__ __forceinline__ void st2_chain(const float (*Qs)[ST_LD], const float (*Ks)[ST2_LDK], int lane, int rg, int cg,
+                                          float *acc) {
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+        const float4 q = *(const float4 *)&Qs[16 * i + lane][4 * rg];
+        const float4 k = *(const float4 *)&Ks[16 * i + lane][4 * cg];
+        const float qv[4] = {q.x, q.y, q.z, q.w}, kv[4] = {k.x, k.y, k.z, k.w};
+#pragma unroll
+        for (int r = 0; r < 4; r++)
+#pragma unroll
+            for (int c = 0; c < 4; c++) acc[4 * r + c] = fmaf(kv[c], qv[r], i ? acc[4 * r + c] : 0.f);
+    }
+}
+/* h_lane = lane + lane + 8, hsum16's first level */
+__device__ __forceinline__ void st2_pair(const float (*Qs)[ST_LD], const float (*Ks)[ST2_LDK], int lane, int rg, int cg,
+                                         float *h, float *tmp) {
+    st2_chain(Qs, Ks, lane, rg, cg, h);
+    st2_chain(Qs, Ks, lane + 8, rg, cg, tmp);
+    st_add(h, tmp);
+}
+
+__global__ void __launch_bounds__(256, 2) k_scores_t2(cu_attn_args a) {
+    extern __shared__ float st_sm[];
+    float (*Qs)[ST_LD] = (float (*)[ST_LD])st_sm;                   /* [128 dims][4 tokens x 16 slots] */
+    float (*Ks)[ST2_LDK] = (float (*)[ST2_LDK])(st_sm + 128 * ST_LD); /* [128 dims][32 cells] */
+    const int G = a.n_head / a.n_head_kv, g = blockIdx.z, t0 = blockIdx.y * ST_TOK, cb = blockIdx.x * ST2_CELLS;
+    const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK, n_kv = a.n_head_kv * 128, nq = a.n_head * 128;
+    __shared__ int lo[ST_TOK], hi[ST_TOK], p0[ST_TOK], ss[ST_TOK];
+    if (threadIdx.x < ST_TOK) {
+        const int k = threadIdx.x;
+        ss[k] = -1;
+        if (k < nt) {
+            const int S = a.sess[t0 + k];
+            row_span(a.pos[t0 + k], a.kv[S].rows, a.swa, a.n_swa, true, &lo[k], &hi[k], &p0[k]);
+            if (cb < hi[k] && cb + ST2_CELLS > lo[k]) ss[k] = S;
+        }
+    }
+    __syncthreads();
+    bool seen = false; /* as k_scores_t */
+    if (threadIdx.x < ST_TOK * ST2_CELLS) {
+        const int k = threadIdx.x / ST2_CELLS, cell = cb + threadIdx.x % ST2_CELLS;
+        if (k < nt && ss[k] >= 0 && cell >= lo[k] && cell < hi[k]) {
+            const int pos = a.pos[t0 + k], nc = a.kv[ss[k]].rows;
+            const int p = pos - ((pos - cell) % nc + nc) % nc;
+            seen = p >= p0[k] && p >= 0;
+        }
+    }
+    const bool live = __syncthreads_or(seen);
+    /* warp w: row groups 4 (w / 2) .. + 3 (one token), cell groups 4 (w % 2) .. + 3;
+     * lane: pair (ln % 16), parity ln / 16 (E or O) */
+    const int wp = threadIdx.x >> 5, ln = threadIdx.x & 31, pi = ln & 15, par = ln >> 4;
+    const int rg = (pi >> 2) + 4 * (wp >> 1), cg = (pi & 3) + 4 * (wp & 1), tk = rg >> 2, h0 = 4 * (rg & 3);
+    for (int k0 = 0; k0 < nt; k0++) {
+        const int S = ss[k0];
+        bool first = S >= 0;
+        for (int j = 0; j < k0; j++) first = first && ss[j] != S;
+        if (!first) continue;
+        const cu_kv_layer kv = a.kv[S];
+        if (live) {
+            __syncthreads(); /* the previous pass's reads of the tiles */
+            float4 q[8];
+            uint4 w[2];
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const int i = threadIdx.x + 256 * n, r = i & 63, d4 = i >> 6, k = r >> 4, hh = r & 15;
+                q[n] = make_float4(0.f, 0.f, 0.f, 0.f);
+                if (ss[k] == S && hh < G)
+                    q[n] = *(const float4 *)(a.q + (size_t)(t0 + k) * nq + (size_t)(g * G + hh) * 128 + 4 * d4);
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                const int i = threadIdx.x + 256 * n, c = i & 31, d8 = i >> 5;
+                w[n] = make_uint4(0, 0, 0, 0);
+                if (cb + c < kv.rows) w[n] = *(const uint4 *)(kv.k + (size_t)(cb + c) * n_kv + (size_t)g * 128 + 8 * d8);
+            }
+#pragma unroll
+            for (int n = 0; n < 8; n++) {
+                const int i = threadIdx.x + 256 * n, r = i & 63, d4 = i >> 6;
+                Qs[4 * d4 + 0][r] = f16_round(q[n].x);
+                Qs[4 * d4 + 1][r] = f16_round(q[n].y);
+                Qs[4 * d4 + 2][r] = f16_round(q[n].z);
+                Qs[4 * d4 + 3][r] = f16_round(q[n].w);
+            }
+#pragma unroll
+            for (int n = 0; n < 2; n++) {
+                const int i = threadIdx.x + 256 * n, c = i & 31, d8 = i >> 5;
+                const uint32_t ws[4] = {w[n].x, w[n].y, w[n].z, w[n].w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    Ks[8 * d8 + 2 * j][c] = h2f((uint16_t)(ws[j] & 0xFFFF));
+                    Ks[8 * d8 + 2 * j + 1][c] = h2f((uint16_t)(ws[j] >> 16));
+                }
+            }
+            __syncthreads();
+        }
+        if (ss[tk] != S) continue; /* tk: whole warps */
+        /* every thread computes (idle head slots hold Q = 0): the shuffle takes whole warps */
+        float A[16];
+        if (live) {
+            float B[16], C[16], E[16];
+            st2_pair(Qs, Ks, 0 + par, rg, cg, A, E);
+            st2_pair(Qs, Ks, 4 + par, rg, cg, B, E);
+            st_add(A, B); /* h0 + h4, or h1 + h5 */
+            st2_pair(Qs, Ks, 2 + par, rg, cg, B, E);
+            st2_pair(Qs, Ks, 6 + par, rg, cg, C, E);
+            st_add(B, C); /* h2 + h6, or h3 + h7 */
+            st_add(A, B);
+#pragma unroll
+            for (int o = 0; o < 16; o++) A[o] += __shfl_xor_sync(0xffffffffu, A[o], 16); /* E + O */
+        }
+        const int t = t0 + tk, pos = a.pos[t];
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) { /* the pair's two threads write two rows each */
+            const int r = 2 * par + rr;
+            if (h0 + r >= G) break;
+            float *out = a.scores + ((size_t)t * a.n_head + (size_t)g * G + h0 + r) * a.max_span;
+#pragma unroll
+            for (int c = 0; c < 4; c++) {
+                const int cell = cb + 4 * cg + c;
+                if (cell < lo[tk] || cell >= hi[tk]) continue;
+                const int p = pos - ((pos - cell) % kv.rows + kv.rows) % kv.rows;
+                const float v = par ? A[4 * (2 + rr) + c] : A[4 * rr + c]; /* constant indices: A stays in registers */
+                out[cell - lo[tk]] = !live || p < p0[tk] || p < 0 ? -INFINITY : v * (1.0f / sqrtf(128.0f));
+            }
+        }
+    }
+}
+
 /* k_softmax_t: k_softmax's arithmetic for a prefill row, with less traffic.
  * SM: the row (at most SMT_CELLS cells) is read from memory once into
  * shared memory, with its chunk sums; otherwise the exponentials go back to
@@ -859,8 +999,8 @@ __global__ void __launch_bounds__(128) k_pv_comb(cu_attn_args a) {
 }
 
 /* decode's softmax: 1024 threads a row and the chunk sums in shared
- * memory, or MUSER_CUDA_SM_DEC=0: the prefill form (256 threads, chunk sums
- * in a.chunk_sums), to compare */
+ * memory, or MUSER_CUDA_SM_DEC=0: the row kernels' form (256 threads,
+ * chunk sums in a.chunk_sums), to compare */
 static bool sm_dec(void) {
     static const bool on = cu_env_digit("MUSER_CUDA_SM_DEC", 1) != 0;
     return on;
@@ -872,12 +1012,19 @@ static bool tiled_ok(void) {
     return ok;
 }
 
+/* MUSER_CUDA_SCORES_T=2: k_scores_t2 for the prefill scores */
+static bool scores_t2(void) {
+    static const bool on = cu_env_digit("MUSER_CUDA_SCORES_T", 1) == 2;
+    return on;
+}
+
 /* The prefill kernels' one-time setup: k_scores_t's shared memory needs
  * the opt-in above 48 KB (without it, prefill runs the row kernels) */
 static bool prefill_ok(void) {
     static int ok = -1;
     if (ok < 0)
         ok = cudaFuncSetAttribute(k_scores_t, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) == cudaSuccess &&
+             cudaFuncSetAttribute(k_scores_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, ST2_SMEM) == cudaSuccess &&
              cudaFuncSetAttribute(k_softmax_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (SMT_CELLS + SMT_CELLS / 16) * (int)sizeof(float)) == cudaSuccess;
     return ok;
@@ -896,8 +1043,12 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     const int R = a->T * a->n_head;
     switch (a->mode) {
     case CU_ATTN_PREFILL:
-        k_scores_t<<<dim3((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
-                     ST_SMEM, st>>>(*a);
+        if (scores_t2())
+            k_scores_t2<<<dim3((a->max_span + ST2_CELLS - 1) / ST2_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
+                          ST2_SMEM, st>>>(*a);
+        else
+            k_scores_t<<<dim3((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
+                         ST_SMEM, st>>>(*a);
         if (a->max_span <= SMT_CELLS) {
             const int cap = (a->max_span + 15) & ~15;
             k_softmax_t<true><<<R, SMT_THREADS, (cap + cap / 16) * sizeof(float), st>>>(*a);
