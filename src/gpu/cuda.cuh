@@ -180,6 +180,26 @@ static inline void launch_pdl(void (*k)(P...), dim3 grid, dim3 block, size_t sme
     cudaLaunchKernelEx(&cfg, k, args...);
 }
 
+/* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
+ * zeros when !ok (src is not read then). */
+__device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
+}
+/* 16 bytes, through L2 only (weights streamed once) */
+__device__ __forceinline__ void cp16(void *dst, const void *src) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
+}
+/* 16 bytes, or zeros when !ok (src is not read then, but must be a valid
+ * address) */
+__device__ __forceinline__ void cp16z(void *dst, const void *src, bool ok) {
+    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
+}
+__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
+
 /* ---- scalar arithmetic of the CPU -------------------------------------- */
 
 __device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }

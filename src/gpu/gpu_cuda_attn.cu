@@ -589,6 +589,63 @@ __global__ void __launch_bounds__(SMT_THREADS) k_softmax_t(cu_attn_args a) {
  * each level adds the pairs hsum16 adds, and a + b == b + a). The next
  * 64 cells' V and weights are read into registers while these are used. */
 #define PT_CELLS 64
+/* A sliding layer's span can be the whole ring (c_lo 0): its cells
+ * pos % nc + 1 .. p0 % nc - 1 hold positions before the window, weight 0.
+ * [*s_lo, *s_hi): the tiles wholly among them, skipped: each of their
+ * products would add 0 to the chain (for finite V; a lane's sum is never
+ * -0, as it starts at +0). Empty (np, np) otherwise. */
+__device__ __forceinline__ void pvt_hole(const cu_attn_args &a, const cu_kv_layer &kv, int pos, int p0, int np, int *s_lo,
+                                         int *s_hi) {
+    *s_lo = *s_hi = np;
+    if (a.swa && p0 % kv.rows + (pos - p0 + 1) > kv.rows) {
+        *s_lo = (pos % kv.rows + 1 + PT_CELLS - 1) / PT_CELLS * PT_CELLS;
+        *s_hi = p0 % kv.rows / PT_CELLS * PT_CELLS;
+    }
+}
+
+/* A tile's nc cells (a multiple of 16) into the chains: lane l, 8 heads x 8 values */
+__device__ __forceinline__ void pvt_tile(const float (*Vs)[68], const float (*Ws)[20], int l, int hb, int db, int nc,
+                                         float (*acc)[8]) {
+    for (int j = 0; j < nc; j += 16) {
+        const float4 va = *(const float4 *)&Vs[j + l][db], vb = *(const float4 *)&Vs[j + l][db + 4];
+        const float4 wa = *(const float4 *)&Ws[j + l][hb], wb = *(const float4 *)&Ws[j + l][hb + 4];
+        const float vv[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
+        const float ww[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
+#pragma unroll
+        for (int x = 0; x < 8; x++)
+#pragma unroll
+            for (int y = 0; y < 8; y++) acc[x][y] = fmaf(vv[y], ww[x], acc[x][y]);
+    }
+}
+
+/* The 16 lanes of each output added by shuffles in hsum16's tree, times
+ * the sigmoid gate: lane l writes head hb + l / 2's values db + 4 (l % 2) .. + 3 */
+__device__ __forceinline__ void pvt_out(const cu_attn_args &a, float (*acc)[8], int t, int g, int dh, int G, int l, int hb,
+                                        int db) {
+#pragma unroll
+    for (int x = 0; x < 8; x++)
+#pragma unroll
+        for (int y = 0; y < 8; y++) {
+            float s = acc[x][y];
+            s += __shfl_xor_sync(0xffffffffu, s, 8);
+            s += __shfl_xor_sync(0xffffffffu, s, 4);
+            s += __shfl_xor_sync(0xffffffffu, s, 2);
+            s += __shfl_xor_sync(0xffffffffu, s, 1);
+            acc[x][y] = s;
+        }
+    const int x = l >> 1, hh = hb + x;
+    if (hh >= G) return;
+    float r4[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int xx = 0; xx < 8; xx++)
+        if (xx == x)
+#pragma unroll
+            for (int y = 0; y < 4; y++) r4[y] = l & 1 ? acc[xx][4 + y] : acc[xx][y];
+    const size_t o = (size_t)t * a.n_head * 128 + (size_t)(g * G + hh) * 128 + dh + db + 4 * (l & 1);
+#pragma unroll
+    for (int y = 0; y < 4; y++) a.out[o + y] = r4[y] * (1.0f / (1.0f + expf_libm(-a.gate[o + y])));
+}
+
 __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
     const int t = blockIdx.x, g = blockIdx.y, dh = blockIdx.z * 64, G = a.n_head / a.n_head_kv;
     const cu_kv_layer kv = a.kv[a.sess[t]];
@@ -622,16 +679,8 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
         for (int q = 0; q < 4; q++)
             pw[q] = hh < G && c0 + c + 16 * q < np ? h2f(w0[(size_t)hh * 2 * a.max_span + c0 + c + 16 * q]) : 0.f;
     };
-    /* A sliding layer's span can be the whole ring (c_lo 0): its cells
-     * pos % nc + 1 .. p0 % nc - 1 hold positions before the window, weight
-     * 0. Tiles wholly among them are skipped: each of their products would
-     * add 0 to the chain (for finite V; a lane's sum is never -0, as it
-     * starts at +0). */
-    int s_lo = np, s_hi = np;
-    if (a.swa && p0 % kv.rows + (a.pos[t] - p0 + 1) > kv.rows) {
-        s_lo = (a.pos[t] % kv.rows + 1 + PT_CELLS - 1) / PT_CELLS * PT_CELLS;
-        s_hi = p0 % kv.rows / PT_CELLS * PT_CELLS;
-    }
+    int s_lo, s_hi;
+    pvt_hole(a, kv, a.pos[t], p0, np, &s_lo, &s_hi);
     auto next = [&](int c) { return c >= s_lo && c < s_hi ? s_hi : c; };
     if (next(0) < np) fetch(next(0));
     for (int c0 = next(0); c0 < np; c0 = next(c0 + PT_CELLS)) {
@@ -656,42 +705,101 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
             for (int q = 0; q < 4; q++) Ws[c + 16 * q][hh] = pw[q];
         }
         __syncthreads();
-        const int nc = np - c0 < PT_CELLS ? np - c0 : PT_CELLS; /* a multiple of 16 */
         if (next(c0 + PT_CELLS) < np) fetch(next(c0 + PT_CELLS));
-        for (int j = 0; j < nc; j += 16) {
-            const float4 va = *(const float4 *)&Vs[j + l][db], vb = *(const float4 *)&Vs[j + l][db + 4];
-            const float4 wa = *(const float4 *)&Ws[j + l][hb], wb = *(const float4 *)&Ws[j + l][hb + 4];
-            const float vv[8] = {va.x, va.y, va.z, va.w, vb.x, vb.y, vb.z, vb.w};
-            const float ww[8] = {wa.x, wa.y, wa.z, wa.w, wb.x, wb.y, wb.z, wb.w};
-#pragma unroll
-            for (int x = 0; x < 8; x++)
-#pragma unroll
-                for (int y = 0; y < 8; y++) acc[x][y] = fmaf(vv[y], ww[x], acc[x][y]);
-        }
+        pvt_tile(Vs, Ws, l, hb, db, np - c0 < PT_CELLS ? np - c0 : PT_CELLS, acc);
     }
+    pvt_out(a, acc, t, g, dh, G, l, hb, db);
+}
+
+/* k_pv_t2 (MUSER_CUDA_PV_T=2, to measure against k_pv_t; rows of
+ * max_span % 4 == 0, the 16-byte copies' alignment): k_pv_t's sums, with
+ * V and the weights copied as F16 by cp.async into PV2_STAGES raw buffers,
+ * two tiles ahead of the one in use, instead of through registers (k_pv_t's
+ * warps wait mostly on those loads). A tile is converted to the float tiles
+ * k_pv_t uses, then summed the same way. */
+#define PV2_STAGES 3
+#define PV2_VRAW (PT_CELLS * 64)  /* halves: 64 cells x 64 values */
+#define PV2_WRAW (16 * PT_CELLS)  /* halves: 16 heads x 64 cells */
+#define PV2_SMEM ((PV2_STAGES * (PV2_VRAW + PV2_WRAW)) * 2 + (PT_CELLS * 68 + PT_CELLS * 20) * 4)
+__global__ void __launch_bounds__(256, 2) k_pv_t2(cu_attn_args a) {
+    const int t = blockIdx.x, g = blockIdx.y, dh = blockIdx.z * 64, G = a.n_head / a.n_head_kv;
+    const cu_kv_layer kv = a.kv[a.sess[t]];
+    int c_lo, c_hi, p0;
+    row_span(a.pos[t], kv.rows, a.swa, a.n_swa, true, &c_lo, &c_hi, &p0);
+    const int np = (c_hi - c_lo) / 16 * 16, n_kv = a.n_head_kv * 128;
+    const int l = threadIdx.x & 15, grp = threadIdx.x >> 4, hb = (grp >> 3) * 8, db = (grp & 7) * 8;
+    extern __shared__ __align__(16) uint16_t pv2_sm[];
+    uint16_t *vraw = pv2_sm, *wraw = pv2_sm + PV2_STAGES * PV2_VRAW; /* [stage][cell][64], [stage][head][64 cells] */
+    float (*Vs)[68] = (float (*)[68])(pv2_sm + PV2_STAGES * (PV2_VRAW + PV2_WRAW));
+    float (*Ws)[20] = (float (*)[20])((float *)Vs + PT_CELLS * 68);
+    const uint16_t *w0 = (const uint16_t *)(a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span);
+    const uint16_t *v0 = kv.v + (size_t)c_lo * n_kv + (size_t)g * 128 + dh;
+    float acc[8][8];
 #pragma unroll
     for (int x = 0; x < 8; x++)
 #pragma unroll
-        for (int y = 0; y < 8; y++) {
-            float s = acc[x][y];
-            s += __shfl_xor_sync(0xffffffffu, s, 8);
-            s += __shfl_xor_sync(0xffffffffu, s, 4);
-            s += __shfl_xor_sync(0xffffffffu, s, 2);
-            s += __shfl_xor_sync(0xffffffffu, s, 1);
-            acc[x][y] = s;
+        for (int y = 0; y < 8; y++) acc[x][y] = 0.f;
+    int s_lo, s_hi;
+    pvt_hole(a, kv, a.pos[t], p0, np, &s_lo, &s_hi);
+    auto next = [&](int c) { return c >= s_lo && c < s_hi ? s_hi : c; };
+    /* a tile's copies (every thread commits a group, empty or not, so the
+     * counts agree): V as 512 words of 16 bytes (cell i / 8, values 8 (i % 8)),
+     * two a thread; the weights as 128 words (head i / 8, cells 8 (i % 8) ..),
+     * threads 0-127; past np (or past G heads) zeros */
+    auto issue = [&](int c0, int st) {
+        if (c0 < np) {
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int i = threadIdx.x + 256 * r, c = i >> 3, w = i & 7;
+                const bool ok = c0 + c < np;
+                cp16z(vraw + st * PV2_VRAW + c * 64 + 8 * w, v0 + (size_t)(ok ? c0 + c : 0) * n_kv + 8 * w, ok);
+            }
+            if (threadIdx.x < 128) {
+                const int hh = threadIdx.x >> 3, w = threadIdx.x & 7;
+                const bool ok = hh < G && c0 + 8 * w < np;
+                cp16z(wraw + st * PV2_WRAW + hh * PT_CELLS + 8 * w,
+                      w0 + (ok ? (size_t)hh * 2 * a.max_span + c0 + 8 * w : 0), ok);
+            }
         }
-    /* lane l writes head hb + l / 2's values db + 4 (l % 2) .. + 3 */
-    const int x = l >> 1, hh = hb + x;
-    if (hh >= G) return;
-    float r4[4] = {0.f, 0.f, 0.f, 0.f};
+        cp_commit();
+    };
+    int ci = next(0); /* the next tile to issue */
+    for (int s = 0; s < PV2_STAGES - 1; s++) {
+        issue(ci, s);
+        if (ci < np) ci = next(ci + PT_CELLS);
+    }
+    int st = 0;
+    for (int c0 = next(0); c0 < np; c0 = next(c0 + PT_CELLS)) {
+        cp_wait<PV2_STAGES - 2>(); /* this tile's group has landed (this thread's copies) */
+        __syncthreads();            /* everyone's copies; the last tile's reads of Vs, Ws done */
+        {
+            const uint16_t *vr = vraw + st * PV2_VRAW, *wr = wraw + st * PV2_WRAW;
 #pragma unroll
-    for (int xx = 0; xx < 8; xx++)
-        if (xx == x)
+            for (int r = 0; r < 2; r++) {
+                const int i = threadIdx.x + 256 * r, c = i >> 3, d = 8 * (i & 7);
+                const uint4 u = *(const uint4 *)(vr + c * 64 + d);
+                const uint32_t ws[4] = {u.x, u.y, u.z, u.w};
+                float f[8];
 #pragma unroll
-            for (int y = 0; y < 4; y++) r4[y] = l & 1 ? acc[xx][4 + y] : acc[xx][y];
-    const size_t o = (size_t)t * a.n_head * 128 + (size_t)(g * G + hh) * 128 + dh + db + 4 * (l & 1);
+                for (int j = 0; j < 4; j++) {
+                    f[2 * j] = h2f((uint16_t)(ws[j] & 0xFFFF));
+                    f[2 * j + 1] = h2f((uint16_t)(ws[j] >> 16));
+                }
+                *(float4 *)&Vs[c][d] = make_float4(f[0], f[1], f[2], f[3]);
+                *(float4 *)&Vs[c][d + 4] = make_float4(f[4], f[5], f[6], f[7]);
+            }
+            const int hh = threadIdx.x >> 4, c = threadIdx.x & 15;
 #pragma unroll
-    for (int y = 0; y < 4; y++) a.out[o + y] = r4[y] * (1.0f / (1.0f + expf_libm(-a.gate[o + y])));
+            for (int q = 0; q < 4; q++) Ws[c + 16 * q][hh] = h2f(wr[hh * PT_CELLS + c + 16 * q]);
+        }
+        __syncthreads(); /* the float tiles are whole; the raw stage st is free again */
+        issue(ci, (st + PV2_STAGES - 1) % PV2_STAGES);
+        if (ci < np) ci = next(ci + PT_CELLS);
+        st = (st + 1) % PV2_STAGES;
+        pvt_tile(Vs, Ws, l, hb, db, np - c0 < PT_CELLS ? np - c0 : PT_CELLS, acc);
+    }
+    cp_wait<0>(); /* no copy outlives the block */
+    pvt_out(a, acc, t, g, dh, G, l, hb, db);
 }
 
 /* ---- decode: lone tokens, ggml_vec_dot_f16's 64 lanes, tiled -----------
@@ -1012,6 +1120,12 @@ static bool tiled_ok(void) {
     return ok;
 }
 
+/* MUSER_CUDA_PV_T=2: k_pv_t2 for the prefill V pass (rows of max_span % 4 == 0) */
+static bool pv_t2(void) {
+    static const bool on = cu_env_digit("MUSER_CUDA_PV_T", 1) == 2;
+    return on;
+}
+
 /* MUSER_CUDA_SCORES_T=2: k_scores_t2 for the prefill scores */
 static bool scores_t2(void) {
     static const bool on = cu_env_digit("MUSER_CUDA_SCORES_T", 1) == 2;
@@ -1025,6 +1139,7 @@ static bool prefill_ok(void) {
     if (ok < 0)
         ok = cudaFuncSetAttribute(k_scores_t, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) == cudaSuccess &&
              cudaFuncSetAttribute(k_scores_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, ST2_SMEM) == cudaSuccess &&
+             cudaFuncSetAttribute(k_pv_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, PV2_SMEM) == cudaSuccess &&
              cudaFuncSetAttribute(k_softmax_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (SMT_CELLS + SMT_CELLS / 16) * (int)sizeof(float)) == cudaSuccess;
     return ok;
@@ -1055,7 +1170,8 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
         } else {
             k_softmax_t<false><<<R, SMT_THREADS, 0, st>>>(*a);
         }
-        k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
+        if (pv_t2() && a->max_span % 4 == 0) k_pv_t2<<<dim3(a->T, a->n_head_kv, 2), 256, PV2_SMEM, st>>>(*a);
+        else k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
         break;
     case CU_ATTN_DECODE:
         launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(128), 0, st, *a);

@@ -52,26 +52,6 @@ __device__ __forceinline__ void k4_unpack(const int w[3], int S[2], int M[2]) {
 /* byte k of x in all four bytes */
 __device__ __forceinline__ int byte_bcast(int x, int k) { return (int)__byte_perm((unsigned)x, 0u, 0x1111 * k); }
 
-/* Asynchronous copies to shared memory (cp.async, sm_80+): 4 bytes, or
- * zeros when !ok (src is not read then). */
-__device__ __forceinline__ void cp4(void *dst, const void *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 4 : 0));
-}
-/* 16 bytes, through L2 only (weights streamed once) */
-__device__ __forceinline__ void cp16(void *dst, const void *src) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(d), "l"(src));
-}
-/* 16 bytes, or zeros when !ok (src is not read then, but must be a valid
- * address) */
-__device__ __forceinline__ void cp16z(void *dst, const void *src, bool ok) {
-    const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(ok ? 16 : 0));
-}
-__device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait(void) { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
-
 /* A thread's copies of the weight tile: super-block b of the block's RB
  * rows (clamped to the last row), 144 bytes a row, as words i = tid + NTH
  * k of 16 bytes (row i / 9, word i % 9: at 16 i in the tile), NTH threads;
