@@ -266,13 +266,16 @@ __device__ __forceinline__ void st_pair(const float (*Qs)[ST_LD], const float (*
 }
 
 /* The tiles of one pass: Q of the block's tokens of session S (rounded to
- * F16; other slots 0), K of cells cb .. cb + 63 (past the cells: 0). Every
- * load is issued before the first store, so their latencies overlap. */
-__device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_LD], float (*Ks)[ST_LD], const int *ss,
+ * F16; other slots 0), K of cells cb .. cb + CELLS - 1 (past the cells: 0),
+ * LDK floats a row. Every load is issued before the first store, so their
+ * latencies overlap. */
+template <int CELLS, int LDK> /* CELLS: 64 or 32 */
+__device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_LD], float (*Ks)[LDK], const int *ss,
                                          int S, int t0, int g, int cb, const cu_kv_layer &kv) {
     const int G = a.n_head / a.n_head_kv, n_kv = a.n_head_kv * 128, nq = a.n_head * 128;
+    constexpr int NK = CELLS * 16 / 256; /* 16-byte words of K a thread */
     float4 q[8];
-    uint4 w[4];
+    uint4 w[NK];
 #pragma unroll
     for (int n = 0; n < 8; n++) { /* Q: row r = 16 tk + slot, 4 dims at 4 d4 */
         const int i = threadIdx.x + 256 * n, r = i & 63, d4 = i >> 6, k = r >> 4, hh = r & 15;
@@ -280,8 +283,8 @@ __device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_L
         if (ss[k] == S && hh < G) q[n] = *(const float4 *)(a.q + (size_t)(t0 + k) * nq + (size_t)(g * G + hh) * 128 + 4 * d4);
     }
 #pragma unroll
-    for (int n = 0; n < 4; n++) { /* K: cell c, 8 dims at 8 d8 */
-        const int i = threadIdx.x + 256 * n, c = i & 63, d8 = i >> 6;
+    for (int n = 0; n < NK; n++) { /* K: cell c, 8 dims at 8 d8 */
+        const int i = threadIdx.x + 256 * n, c = i & (CELLS - 1), d8 = i >> (CELLS == 64 ? 6 : 5);
         w[n] = make_uint4(0, 0, 0, 0);
         if (cb + c < kv.rows) w[n] = *(const uint4 *)(kv.k + (size_t)(cb + c) * n_kv + (size_t)g * 128 + 8 * d8);
     }
@@ -294,14 +297,60 @@ __device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_L
         Qs[4 * d4 + 3][r] = f16_round(q[n].w);
     }
 #pragma unroll
-    for (int n = 0; n < 4; n++) {
-        const int i = threadIdx.x + 256 * n, c = i & 63, d8 = i >> 6;
+    for (int n = 0; n < NK; n++) {
+        const int i = threadIdx.x + 256 * n, c = i & (CELLS - 1), d8 = i >> (CELLS == 64 ? 6 : 5);
         const uint32_t ws[4] = {w[n].x, w[n].y, w[n].z, w[n].w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             Ks[8 * d8 + 2 * j][c] = h2f((uint16_t)(ws[j] & 0xFFFF));
             Ks[8 * d8 + 2 * j + 1][c] = h2f((uint16_t)(ws[j] >> 16));
         }
+    }
+}
+
+/* A block's tokens t0 .. t0 + ST_TOK - 1 against cells cb .. cb + CELLS - 1
+ * (256 threads): each token's span [lo, hi), first position p0 and session
+ * ss (-1: none of its span in these cells). Returns whether any token sees
+ * any of the cells: a sliding layer's span can be the whole ring, whose
+ * cells between the window's ends score -inf whatever K holds, and a block
+ * of such cells writes those and computes nothing. */
+template <int CELLS>
+__device__ __forceinline__ bool st_setup(const cu_attn_args &a, int t0, int nt, int cb, int *lo, int *hi, int *p0, int *ss) {
+    if (threadIdx.x < ST_TOK) {
+        const int k = threadIdx.x;
+        ss[k] = -1;
+        if (k < nt) {
+            const int S = a.sess[t0 + k];
+            row_span(a.pos[t0 + k], a.kv[S].rows, a.swa, a.n_swa, true, &lo[k], &hi[k], &p0[k]);
+            if (cb < hi[k] && cb + CELLS > lo[k]) ss[k] = S;
+        }
+    }
+    __syncthreads();
+    bool seen = false;
+    if (ST_TOK * CELLS >= 256 || threadIdx.x < ST_TOK * CELLS) {
+        const int k = threadIdx.x / CELLS, cell = cb + threadIdx.x % CELLS;
+        if (k < nt && ss[k] >= 0 && cell >= lo[k] && cell < hi[k]) {
+            const int pos = a.pos[t0 + k], nc = a.kv[ss[k]].rows;
+            const int p = pos - ((pos - cell) % nc + nc) % nc;
+            seen = p >= p0[k] && p >= 0;
+        }
+    }
+    return __syncthreads_or(seen);
+}
+
+/* One score row's cells cb4 .. cb4 + 3 (those in the token's span): v[c]
+ * scaled, or -inf where the cell holds a position outside the window (and
+ * everywhere when !live). k_scores_t writes its rows with the same loop
+ * inline: through this function ptxas gave it 60 bytes of spills, not 52. */
+__device__ __forceinline__ void st_write(const cu_attn_args &a, size_t row, int cb4, int lo, int hi, int p0, int pos, int nc,
+                                         bool live, const float *v) {
+    float *out = a.scores + row * a.max_span;
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const int cell = cb4 + c;
+        if (cell < lo || cell >= hi) continue;
+        const int p = pos - ((pos - cell) % nc + nc) % nc;
+        out[cell - lo] = !live || p < p0 || p < 0 ? -INFINITY : v[c] * (1.0f / sqrtf(128.0f));
     }
 }
 
@@ -331,31 +380,8 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
     float (*Ks)[ST_LD] = (float (*)[ST_LD])(st_sm + 128 * ST_LD); /* [128 dims][64 cells] */
     const int G = a.n_head / a.n_head_kv, g = blockIdx.z, t0 = blockIdx.y * ST_TOK, cb = blockIdx.x * ST_CELLS;
     const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK;
-    /* per token: its span, first position, and session (-1: nothing of it in these cells) */
     __shared__ int lo[ST_TOK], hi[ST_TOK], p0[ST_TOK], ss[ST_TOK];
-    if (threadIdx.x < ST_TOK) {
-        const int k = threadIdx.x;
-        ss[k] = -1;
-        if (k < nt) {
-            const int S = a.sess[t0 + k];
-            row_span(a.pos[t0 + k], a.kv[S].rows, a.swa, a.n_swa, true, &lo[k], &hi[k], &p0[k]);
-            if (cb < hi[k] && cb + ST_CELLS > lo[k]) ss[k] = S;
-        }
-    }
-    __syncthreads();
-    /* Does any token see any of these cells? A sliding layer's span can be
-     * the whole ring, whose cells between the window's ends score -inf
-     * whatever K holds: such a block writes those and computes nothing. */
-    bool seen = false;
-    {
-        const int k = threadIdx.x / ST_CELLS, cell = cb + threadIdx.x % ST_CELLS;
-        if (k < nt && ss[k] >= 0 && cell >= lo[k] && cell < hi[k]) {
-            const int pos = a.pos[t0 + k], nc = a.kv[ss[k]].rows;
-            const int p = pos - ((pos - cell) % nc + nc) % nc;
-            seen = p >= p0[k] && p >= 0;
-        }
-    }
-    const bool live = __syncthreads_or(seen); /* 256 threads: ST_TOK x ST_CELLS cells */
+    const bool live = st_setup<ST_CELLS>(a, t0, nt, cb, lo, hi, p0, ss);
     /* thread: rows 4 rg .. 4 rg + 3 (token tk, head slots h0 ..), cells 4 cg .. 4 cg + 3;
      * a warp takes 4 row groups x 8 cell groups, so each of its shared loads
      * reads at most 128 bytes */
@@ -370,7 +396,7 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
         const cu_kv_layer kv = a.kv[S];
         if (live) {
             __syncthreads(); /* the previous pass's reads of the tiles */
-            st_tiles(a, Qs, Ks, ss, S, t0, g, cb, kv);
+            st_tiles<ST_CELLS, ST_LD>(a, Qs, Ks, ss, S, t0, g, cb, kv);
             __syncthreads();
         }
         if (ss[tk] != S || h0 >= G) continue; /* tk: whole warps */
@@ -431,28 +457,9 @@ __global__ void __launch_bounds__(256, 2) k_scores_t2(cu_attn_args a) {
     float (*Qs)[ST_LD] = (float (*)[ST_LD])st_sm;                   /* [128 dims][4 tokens x 16 slots] */
     float (*Ks)[ST2_LDK] = (float (*)[ST2_LDK])(st_sm + 128 * ST_LD); /* [128 dims][32 cells] */
     const int G = a.n_head / a.n_head_kv, g = blockIdx.z, t0 = blockIdx.y * ST_TOK, cb = blockIdx.x * ST2_CELLS;
-    const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK, n_kv = a.n_head_kv * 128, nq = a.n_head * 128;
+    const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK;
     __shared__ int lo[ST_TOK], hi[ST_TOK], p0[ST_TOK], ss[ST_TOK];
-    if (threadIdx.x < ST_TOK) {
-        const int k = threadIdx.x;
-        ss[k] = -1;
-        if (k < nt) {
-            const int S = a.sess[t0 + k];
-            row_span(a.pos[t0 + k], a.kv[S].rows, a.swa, a.n_swa, true, &lo[k], &hi[k], &p0[k]);
-            if (cb < hi[k] && cb + ST2_CELLS > lo[k]) ss[k] = S;
-        }
-    }
-    __syncthreads();
-    bool seen = false; /* as k_scores_t */
-    if (threadIdx.x < ST_TOK * ST2_CELLS) {
-        const int k = threadIdx.x / ST2_CELLS, cell = cb + threadIdx.x % ST2_CELLS;
-        if (k < nt && ss[k] >= 0 && cell >= lo[k] && cell < hi[k]) {
-            const int pos = a.pos[t0 + k], nc = a.kv[ss[k]].rows;
-            const int p = pos - ((pos - cell) % nc + nc) % nc;
-            seen = p >= p0[k] && p >= 0;
-        }
-    }
-    const bool live = __syncthreads_or(seen);
+    const bool live = st_setup<ST2_CELLS>(a, t0, nt, cb, lo, hi, p0, ss);
     /* warp w: row groups 4 (w / 2) .. + 3 (one token), cell groups 4 (w % 2) .. + 3;
      * lane: pair (ln % 16), parity ln / 16 (E or O) */
     const int wp = threadIdx.x >> 5, ln = threadIdx.x & 31, pi = ln & 15, par = ln >> 4;
@@ -465,39 +472,7 @@ __global__ void __launch_bounds__(256, 2) k_scores_t2(cu_attn_args a) {
         const cu_kv_layer kv = a.kv[S];
         if (live) {
             __syncthreads(); /* the previous pass's reads of the tiles */
-            float4 q[8];
-            uint4 w[2];
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                const int i = threadIdx.x + 256 * n, r = i & 63, d4 = i >> 6, k = r >> 4, hh = r & 15;
-                q[n] = make_float4(0.f, 0.f, 0.f, 0.f);
-                if (ss[k] == S && hh < G)
-                    q[n] = *(const float4 *)(a.q + (size_t)(t0 + k) * nq + (size_t)(g * G + hh) * 128 + 4 * d4);
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-                const int i = threadIdx.x + 256 * n, c = i & 31, d8 = i >> 5;
-                w[n] = make_uint4(0, 0, 0, 0);
-                if (cb + c < kv.rows) w[n] = *(const uint4 *)(kv.k + (size_t)(cb + c) * n_kv + (size_t)g * 128 + 8 * d8);
-            }
-#pragma unroll
-            for (int n = 0; n < 8; n++) {
-                const int i = threadIdx.x + 256 * n, r = i & 63, d4 = i >> 6;
-                Qs[4 * d4 + 0][r] = f16_round(q[n].x);
-                Qs[4 * d4 + 1][r] = f16_round(q[n].y);
-                Qs[4 * d4 + 2][r] = f16_round(q[n].z);
-                Qs[4 * d4 + 3][r] = f16_round(q[n].w);
-            }
-#pragma unroll
-            for (int n = 0; n < 2; n++) {
-                const int i = threadIdx.x + 256 * n, c = i & 31, d8 = i >> 5;
-                const uint32_t ws[4] = {w[n].x, w[n].y, w[n].z, w[n].w};
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    Ks[8 * d8 + 2 * j][c] = h2f((uint16_t)(ws[j] & 0xFFFF));
-                    Ks[8 * d8 + 2 * j + 1][c] = h2f((uint16_t)(ws[j] >> 16));
-                }
-            }
+            st_tiles<ST2_CELLS, ST2_LDK>(a, Qs, Ks, ss, S, t0, g, cb, kv);
             __syncthreads();
         }
         if (ss[tk] != S) continue; /* tk: whole warps */
@@ -515,20 +490,16 @@ __global__ void __launch_bounds__(256, 2) k_scores_t2(cu_attn_args a) {
 #pragma unroll
             for (int o = 0; o < 16; o++) A[o] += __shfl_xor_sync(0xffffffffu, A[o], 16); /* E + O */
         }
-        const int t = t0 + tk, pos = a.pos[t];
+        const int t = t0 + tk;
 #pragma unroll
         for (int rr = 0; rr < 2; rr++) { /* the pair's two threads write two rows each */
             const int r = 2 * par + rr;
             if (h0 + r >= G) break;
-            float *out = a.scores + ((size_t)t * a.n_head + (size_t)g * G + h0 + r) * a.max_span;
+            float v[4];
 #pragma unroll
-            for (int c = 0; c < 4; c++) {
-                const int cell = cb + 4 * cg + c;
-                if (cell < lo[tk] || cell >= hi[tk]) continue;
-                const int p = pos - ((pos - cell) % kv.rows + kv.rows) % kv.rows;
-                const float v = par ? A[4 * (2 + rr) + c] : A[4 * rr + c]; /* constant indices: A stays in registers */
-                out[cell - lo[tk]] = !live || p < p0[tk] || p < 0 ? -INFINITY : v * (1.0f / sqrtf(128.0f));
-            }
+            for (int c = 0; c < 4; c++) v[c] = par ? A[4 * (2 + rr) + c] : A[4 * rr + c]; /* constant indices: registers */
+            st_write(a, (size_t)t * a.n_head + (size_t)g * G + h0 + r, cb + 4 * cg, lo[tk], hi[tk], p0[tk], a.pos[t], kv.rows,
+                     live, v);
         }
     }
 }
