@@ -497,7 +497,8 @@ __global__ void __launch_bounds__(256, 2) k_scores_t2(cu_attn_args a) {
             if (h0 + r >= G) break;
             float v[4];
 #pragma unroll
-            for (int c = 0; c < 4; c++) v[c] = par ? A[4 * (2 + rr) + c] : A[4 * rr + c]; /* constant indices: registers */
+            for (int c = 0; c < 4; c++) /* constant indices: A stays in registers; A is set only when live */
+                v[c] = !live ? 0.f : par ? A[4 * (2 + rr) + c] : A[4 * rr + c];
             st_write(a, (size_t)t * a.n_head + (size_t)g * G + h0 + r, cb + 4 * cg, lo[tk], hi[tk], p0[tk], a.pos[t], kv.rows,
                      live, v);
         }
@@ -1103,8 +1104,9 @@ static bool scores_t2(void) {
     return on;
 }
 
-/* The prefill kernels' one-time setup: k_scores_t's shared memory needs
- * the opt-in above 48 KB (without it, prefill runs the row kernels) */
+/* The prefill kernels' one-time setup: their dynamic shared memory
+ * (k_scores_t's, k_softmax_t's, the variants') needs the opt-in above
+ * 48 KB (without it, prefill runs the row kernels) */
 static bool prefill_ok(void) {
     static int ok = -1;
     if (ok < 0)
