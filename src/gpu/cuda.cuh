@@ -1,6 +1,6 @@
 /* cuda.cuh: what the CUDA plugin's files share: device block layouts, the
- * CPU's scalar arithmetic as device functions, and the launchers one file
- * offers another. Compiled with -fmad=false: no product is fused into an
+ * CPU's scalar arithmetic as device functions, the cp.async helpers, and
+ * the launchers one file offers another. Compiled with -fmad=false: no product is fused into an
  * add unless the code says fmaf, as in kern_ref.c, whose rounding every
  * device function here follows (see the comments there for the why). */
 #ifndef MU_GPU_CUDA_CUH
