@@ -1,8 +1,9 @@
 /* cuda.cuh: what the CUDA plugin's files share: device block layouts, the
  * CPU's scalar arithmetic as device functions, the cp.async helpers, and
- * the launchers one file offers another. Compiled with -fmad=false: no product is fused into an
- * add unless the code says fmaf, as in kern_ref.c, whose rounding every
- * device function here follows (see the comments there for the why). */
+ * the launchers one file offers another. Compiled with -fmad=false: no
+ * product is fused into an add unless the code says fmaf, as in
+ * kern_ref.c, whose rounding every device function here follows (see the
+ * comments there for the why). */
 #ifndef MU_GPU_CUDA_CUH
 #define MU_GPU_CUDA_CUH
 

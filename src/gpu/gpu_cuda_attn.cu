@@ -1105,14 +1105,16 @@ static bool scores_t2(void) {
 }
 
 /* The prefill kernels' one-time setup: their dynamic shared memory
- * (k_scores_t's, k_softmax_t's, the variants') needs the opt-in above
- * 48 KB (without it, prefill runs the row kernels) */
+ * (k_scores_t's, k_softmax_t's, and a variant's when its switch selects
+ * it) needs the opt-in above 48 KB (without it, prefill runs the row
+ * kernels) */
 static bool prefill_ok(void) {
     static int ok = -1;
     if (ok < 0)
         ok = cudaFuncSetAttribute(k_scores_t, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) == cudaSuccess &&
-             cudaFuncSetAttribute(k_scores_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, ST2_SMEM) == cudaSuccess &&
-             cudaFuncSetAttribute(k_pv_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, PV2_SMEM) == cudaSuccess &&
+             (!scores_t2() ||
+              cudaFuncSetAttribute(k_scores_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, ST2_SMEM) == cudaSuccess) &&
+             (!pv_t2() || cudaFuncSetAttribute(k_pv_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, PV2_SMEM) == cudaSuccess) &&
              cudaFuncSetAttribute(k_softmax_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (SMT_CELLS + SMT_CELLS / 16) * (int)sizeof(float)) == cudaSuccess;
     return ok;
