@@ -13,7 +13,12 @@
  * prints the median, lowest and highest launch time, multiply-adds a
  * second and weight bytes a second at the median. Exits 77 without a
  * device. Full-shape examples: FFN gate+up Q4_K 39936 6656 512; FFN down
- * Q6_K 6656 19968 512; one decode token: T 1. */
+ * Q6_K 6656 19968 512; one decode token: T 1.
+ *
+ * usage: gpukernbench copy MIB [--reps 20]
+ * the physical limit the decode matmuls are judged against: MIB MiB copied
+ * from one device buffer to another (cudaMemcpyAsync), each copy timed;
+ * prints the bytes moved a second (read and written) at the median. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +38,45 @@ static float frand(unsigned *s) {
     return (float)(*s >> 8) / 16777216.0f * 2.0f - 1.0f;
 }
 
+static double median(float *ms, int n) {
+    qsort(ms, (size_t)n, sizeof *ms, cmp_float);
+    return n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]);
+}
+
+static int bench_copy(int argc, char **argv) {
+    const long mib = atol(argv[2]);
+    int reps = 20;
+    if (argc == 5 && !strcmp(argv[3], "--reps")) reps = atoi(argv[4]);
+    else if (argc != 3) {
+        fprintf(stderr, "usage: gpukernbench copy MIB [--reps 20]\n");
+        return 2;
+    }
+    if (mib < 1 || reps < 1) {
+        fprintf(stderr, "gpukernbench: copy of %s MiB, %d times\n", argv[2], reps);
+        return 2;
+    }
+    if (mu_gpu_count() == 0) {
+        printf("skip: %s\n", mu_gpu_why_none());
+        return 77;
+    }
+    float *ms = malloc((size_t)reps * 4);
+    mu_err err = {0};
+    if (!ms || mu_gpu_bench_copy(0, (size_t)mib << 20, reps, ms, &err)) {
+        fprintf(stderr, "gpukernbench: %s\n", ms ? err.msg : "out of memory");
+        return 1;
+    }
+    const double med = median(ms, reps), bytes = (double)((size_t)mib << 20);
+    printf("copy %ld MiB: median %.4f ms (%.4f - %.4f, %d copies), %.0f GB/s moved (read + written)\n", mib, med,
+           ms[0], ms[reps - 1], reps, 2 * bytes / (med * 1e-3) / 1e9);
+    free(ms);
+    return 0;
+}
+
 int main(int argc, char **argv) {
+    if (argc >= 3 && !strcmp(argv[1], "copy")) return bench_copy(argc, argv);
     if (argc < 5) {
-        fprintf(stderr, "usage: gpukernbench TYPE ROWS COLS T [--reps 20] [--nbatch N]\n");
+        fprintf(stderr, "usage: gpukernbench TYPE ROWS COLS T [--reps 20] [--nbatch N]\n"
+                        "       gpukernbench copy MIB [--reps 20]\n");
         return 2;
     }
     uint32_t type = MU_T_COUNT;
@@ -82,8 +123,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "gpukernbench: %s\n", err.msg);
         return 1;
     }
-    qsort(ms, (size_t)reps, sizeof *ms, cmp_float);
-    const double med = reps % 2 ? ms[reps / 2] : 0.5 * (ms[reps / 2 - 1] + ms[reps / 2]);
+    const double med = median(ms, reps);
     char nbs[32] = "forward's";
     if (nb >= 0) snprintf(nbs, sizeof nbs, "%d", nb);
     printf("%s rows %d cols %d T %d n_batch %s: median %.4f ms (%.4f - %.4f, %d launches), %.1f TMAC/s, "

@@ -153,6 +153,13 @@ int mu_gpu_bench_matmul(int device, uint32_t type, int rows, int cols, int T, in
     return g_plugin->bench_matmul(device, type, rows, cols, T, n_batch, w, x, reps, ms, err);
 }
 
+int mu_gpu_bench_copy(int device, size_t bytes, int reps, float *ms, mu_err *err) {
+    int rc = need_device(device, err);
+    if (rc) return rc;
+    if (!g_plugin->bench_copy) return mu_fail(err, MU_E_UNSUPPORTED, "gpu: the CUDA plugin has no timed copies");
+    return g_plugin->bench_copy(device, bytes, reps, ms, err);
+}
+
 int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                          float *y, mu_err *err) {
     int rc = need_device(device, err);

@@ -163,6 +163,9 @@ int mu_gpu_test_get_rows(int device, uint32_t type, int rows, int cols, const vo
  * one forward takes for a matmul of T rows. */
 int mu_gpu_bench_matmul(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
                         const float *x, int reps, float *ms, mu_err *err);
+/* The copy rate (bench/gpukernbench.c copy): one untimed device-to-device
+ * copy of bytes, then reps copies, ms[i] copy i's time between two events. */
+int mu_gpu_bench_copy(int device, size_t bytes, int reps, float *ms, mu_err *err);
 /* Kernel tests: one layer's attention on the prefill kernels (every
  * session has >= 2 tokens in the chunk) or the decode kernels (every token
  * alone in its session, at most 8), into out_prefill, and on the row

@@ -1498,6 +1498,42 @@ static int p_bench_matmul(int dev, uint32_t type, int rows, int cols, int T, int
     return run_matmul(dev, type, rows, cols, T, n_batch, w, x, NULL, reps, ms, err); /* n_batch < 0: forward's */
 }
 
+/* The copy rate, the physical limit the decode matmuls are judged against:
+ * cudaMemcpyAsync of bytes from one device buffer to another, one untimed
+ * copy, then reps copies each timed between two events into ms. */
+static int p_bench_copy(int dev, size_t bytes, int reps, float *ms, mu_err *err) {
+    if (reps < 1 || bytes == 0) return cu_fail(err, MU_E_ARG, "cuda: bench copy of %zu bytes, %d times", bytes, reps);
+    CU_CK(cudaSetDevice(dev), "set device");
+    mu_gpu_model m = {0};
+    m.dev = dev;
+    m.allocs = (void **)calloc(2, sizeof(void *));
+    if (!m.allocs) return cu_fail(err, MU_E_NOMEM, "cuda: out of memory");
+    void *a = NULL, *b = NULL;
+    cudaEvent_t ev[2] = {NULL, NULL};
+    int rc = dev_alloc(&m, bytes, &a, "copy", err);
+    if (!rc) rc = dev_alloc(&m, bytes, &b, "copy", err);
+    if (!rc && (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess))
+        rc = cu_fail(err, MU_E_STATE, "cuda: no events");
+    if (!rc) {
+        cudaMemsetAsync(a, 0x5a, bytes, 0);
+        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0);
+    }
+    for (int i = 0; i < reps && !rc; i++) {
+        cudaEventRecord(ev[0], 0);
+        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, 0);
+        cudaEventRecord(ev[1], 0);
+        cudaError_t e = cudaEventSynchronize(ev[1]);
+        if (e == cudaSuccess) e = cudaGetLastError();
+        if (e == cudaSuccess) e = cudaEventElapsedTime(&ms[i], ev[0], ev[1]);
+        if (e != cudaSuccess) rc = cu_cuda_fail(err, e, "bench copy");
+    }
+    for (int i = 0; i < 2; i++)
+        if (ev[i]) cudaEventDestroy(ev[i]);
+    for (int i = 0; i < m.n_allocs; i++) cudaFree(m.allocs[i]);
+    free(m.allocs);
+    return rc;
+}
+
 static int p_test_get_rows(int dev, uint32_t type, int rows, int cols, const void *w, const int32_t *ids, int n,
                            float *y, mu_err *err) {
     mu_gpu_model m = {0};
@@ -1628,7 +1664,7 @@ static const mu_gpu_plugin PLUGIN = {
     cu_vit_new,        cu_vit_free, cu_vit_encode, cu_vit_test_gemm, cu_vit_test_attn,
     p_sess_copy,       p_host_alloc,  p_host_free,   p_test_best,
     cu_draft_new,      cu_draft_free, cu_draft_set_head, cu_dseq_new, cu_dseq_free, cu_dseq_inject,
-    cu_dseq_truncate,  cu_dseq_pass,  cu_dseq_head,  p_bench_matmul,
+    cu_dseq_truncate,  cu_dseq_pass,  cu_dseq_head,  p_bench_matmul, p_bench_copy,
 };
 
 extern "C" __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }

@@ -419,92 +419,6 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
 }
 #define ST_SMEM (2 * 128 * ST_LD * (int)sizeof(float))
 
-/* k_scores_t2 (MUSER_CUDA_SCORES_T=2, to measure against k_scores_t): the
- * same scores, with each output's lanes split between the two threads of a
- * pair. hsum16's tree is E + O, E over the even lanes ((h0 + h4) + (h2 +
- * h6), h_i = lane i + lane i + 8) and O over the odd ones, so a thread
- * keeps at most four partial sums an output (E's or O's subtree), not
- * five, leaving registers for loads in flight. Pair (lanes 0-15 and 16-31
- * of a warp, the lane parity being a runtime offset, so no divergence):
- * 4 rows x 4 cells, E + O exchanged by one shuffle an output. A block: 4
- * tokens x 16 head slots x 32 cells. */
-#define ST2_CELLS 32
-#define ST2_LDK 36 /* floats a row of the K tile */
-#define ST2_SMEM ((128 * ST_LD + 128 * ST2_LDK) * (int)sizeof(float))
-__device__ __forceinline__ void st2_chain(const float (*Qs)[ST_LD], const float (*Ks)[ST2_LDK], int lane, int rg, int cg,
-                                          float *acc) {
-#pragma unroll
-    for (int i = 0; i < 8; i++) {
-        const float4 q = *(const float4 *)&Qs[16 * i + lane][4 * rg];
-        const float4 k = *(const float4 *)&Ks[16 * i + lane][4 * cg];
-        const float qv[4] = {q.x, q.y, q.z, q.w}, kv[4] = {k.x, k.y, k.z, k.w};
-#pragma unroll
-        for (int r = 0; r < 4; r++)
-#pragma unroll
-            for (int c = 0; c < 4; c++) acc[4 * r + c] = fmaf(kv[c], qv[r], i ? acc[4 * r + c] : 0.f);
-    }
-}
-/* h_lane = lane + lane + 8, hsum16's first level */
-__device__ __forceinline__ void st2_pair(const float (*Qs)[ST_LD], const float (*Ks)[ST2_LDK], int lane, int rg, int cg,
-                                         float *h, float *tmp) {
-    st2_chain(Qs, Ks, lane, rg, cg, h);
-    st2_chain(Qs, Ks, lane + 8, rg, cg, tmp);
-    st_add(h, tmp);
-}
-
-__global__ void __launch_bounds__(256, 2) k_scores_t2(cu_attn_args a) {
-    extern __shared__ float st_sm[];
-    float (*Qs)[ST_LD] = (float (*)[ST_LD])st_sm;                   /* [128 dims][4 tokens x 16 slots] */
-    float (*Ks)[ST2_LDK] = (float (*)[ST2_LDK])(st_sm + 128 * ST_LD); /* [128 dims][32 cells] */
-    const int G = a.n_head / a.n_head_kv, g = blockIdx.z, t0 = blockIdx.y * ST_TOK, cb = blockIdx.x * ST2_CELLS;
-    const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK;
-    __shared__ int lo[ST_TOK], hi[ST_TOK], p0[ST_TOK], ss[ST_TOK];
-    const bool live = st_setup<ST2_CELLS>(a, t0, nt, cb, lo, hi, p0, ss);
-    /* warp w: row groups 4 (w / 2) .. + 3 (one token), cell groups 4 (w % 2) .. + 3;
-     * lane: pair (ln % 16), parity ln / 16 (E or O) */
-    const int wp = threadIdx.x >> 5, ln = threadIdx.x & 31, pi = ln & 15, par = ln >> 4;
-    const int rg = (pi >> 2) + 4 * (wp >> 1), cg = (pi & 3) + 4 * (wp & 1), tk = rg >> 2, h0 = 4 * (rg & 3);
-    for (int k0 = 0; k0 < nt; k0++) {
-        const int S = ss[k0];
-        bool first = S >= 0;
-        for (int j = 0; j < k0; j++) first = first && ss[j] != S;
-        if (!first) continue;
-        const cu_kv_layer kv = a.kv[S];
-        if (live) {
-            __syncthreads(); /* the previous pass's reads of the tiles */
-            st_tiles<ST2_CELLS, ST2_LDK>(a, Qs, Ks, ss, S, t0, g, cb, kv);
-            __syncthreads();
-        }
-        if (ss[tk] != S) continue; /* tk: whole warps */
-        /* every thread computes (idle head slots hold Q = 0): the shuffle takes whole warps */
-        float A[16];
-        if (live) {
-            float B[16], C[16], E[16];
-            st2_pair(Qs, Ks, 0 + par, rg, cg, A, E);
-            st2_pair(Qs, Ks, 4 + par, rg, cg, B, E);
-            st_add(A, B); /* h0 + h4, or h1 + h5 */
-            st2_pair(Qs, Ks, 2 + par, rg, cg, B, E);
-            st2_pair(Qs, Ks, 6 + par, rg, cg, C, E);
-            st_add(B, C); /* h2 + h6, or h3 + h7 */
-            st_add(A, B);
-#pragma unroll
-            for (int o = 0; o < 16; o++) A[o] += __shfl_xor_sync(0xffffffffu, A[o], 16); /* E + O */
-        }
-        const int t = t0 + tk;
-#pragma unroll
-        for (int rr = 0; rr < 2; rr++) { /* the pair's two threads write two rows each */
-            const int r = 2 * par + rr;
-            if (h0 + r >= G) break;
-            float v[4];
-#pragma unroll
-            for (int c = 0; c < 4; c++) /* constant indices: A stays in registers; A is set only when live */
-                v[c] = !live ? 0.f : par ? A[4 * (2 + rr) + c] : A[4 * rr + c];
-            st_write(a, (size_t)t * a.n_head + (size_t)g * G + h0 + r, cb + 4 * cg, lo[tk], hi[tk], p0[tk], a.pos[t], kv.rows,
-                     live, v);
-        }
-    }
-}
-
 /* k_softmax_t: k_softmax's arithmetic for a prefill row, with less traffic.
  * SM: the row (at most SMT_CELLS cells) is read from memory once into
  * shared memory, with its chunk sums; otherwise the exponentials go back to
@@ -680,97 +594,6 @@ __global__ void __launch_bounds__(256, 2) k_pv_t(cu_attn_args a) {
         if (next(c0 + PT_CELLS) < np) fetch(next(c0 + PT_CELLS));
         pvt_tile(Vs, Ws, l, hb, db, np - c0 < PT_CELLS ? np - c0 : PT_CELLS, acc);
     }
-    pvt_out(a, acc, t, g, dh, G, l, hb, db);
-}
-
-/* k_pv_t2 (MUSER_CUDA_PV_T=2, to measure against k_pv_t; rows of
- * max_span % 4 == 0, the 16-byte copies' alignment): k_pv_t's sums, with
- * V and the weights copied as F16 by cp.async into PV2_STAGES raw buffers,
- * two tiles ahead of the one in use, instead of through registers (k_pv_t's
- * warps wait mostly on those loads). A tile is converted to the float tiles
- * k_pv_t uses, then summed the same way. */
-#define PV2_STAGES 3
-#define PV2_VRAW (PT_CELLS * 64)  /* halves: 64 cells x 64 values */
-#define PV2_WRAW (16 * PT_CELLS)  /* halves: 16 heads x 64 cells */
-#define PV2_SMEM ((PV2_STAGES * (PV2_VRAW + PV2_WRAW)) * 2 + (PT_CELLS * 68 + PT_CELLS * 20) * 4)
-__global__ void __launch_bounds__(256, 2) k_pv_t2(cu_attn_args a) {
-    const int t = blockIdx.x, g = blockIdx.y, dh = blockIdx.z * 64, G = a.n_head / a.n_head_kv;
-    const cu_kv_layer kv = a.kv[a.sess[t]];
-    int c_lo, c_hi, p0;
-    row_span(a.pos[t], kv.rows, a.swa, a.n_swa, true, &c_lo, &c_hi, &p0);
-    const int np = (c_hi - c_lo) / 16 * 16, n_kv = a.n_head_kv * 128;
-    const int l = threadIdx.x & 15, grp = threadIdx.x >> 4, hb = (grp >> 3) * 8, db = (grp & 7) * 8;
-    extern __shared__ __align__(16) uint16_t pv2_sm[];
-    uint16_t *vraw = pv2_sm, *wraw = pv2_sm + PV2_STAGES * PV2_VRAW; /* [stage][cell][64], [stage][head][64 cells] */
-    float (*Vs)[68] = (float (*)[68])(pv2_sm + PV2_STAGES * (PV2_VRAW + PV2_WRAW));
-    float (*Ws)[20] = (float (*)[20])((float *)Vs + PT_CELLS * 68);
-    const uint16_t *w0 = (const uint16_t *)(a.scores + ((size_t)t * a.n_head + (size_t)g * G) * a.max_span);
-    const uint16_t *v0 = kv.v + (size_t)c_lo * n_kv + (size_t)g * 128 + dh;
-    float acc[8][8];
-#pragma unroll
-    for (int x = 0; x < 8; x++)
-#pragma unroll
-        for (int y = 0; y < 8; y++) acc[x][y] = 0.f;
-    int s_lo, s_hi;
-    pvt_hole(a, kv, a.pos[t], p0, np, &s_lo, &s_hi);
-    auto next = [&](int c) { return c >= s_lo && c < s_hi ? s_hi : c; };
-    /* a tile's copies (every thread commits a group, empty or not, so the
-     * counts agree): V as 512 words of 16 bytes (cell i / 8, values 8 (i % 8)),
-     * two a thread; the weights as 128 words (head i / 8, cells 8 (i % 8) ..),
-     * threads 0-127; past np (or past G heads) zeros */
-    auto issue = [&](int c0, int st) {
-        if (c0 < np) {
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int i = threadIdx.x + 256 * r, c = i >> 3, w = i & 7;
-                const bool ok = c0 + c < np;
-                cp16z(vraw + st * PV2_VRAW + c * 64 + 8 * w, v0 + (size_t)(ok ? c0 + c : 0) * n_kv + 8 * w, ok);
-            }
-            if (threadIdx.x < 128) {
-                const int hh = threadIdx.x >> 3, w = threadIdx.x & 7;
-                const bool ok = hh < G && c0 + 8 * w < np;
-                cp16z(wraw + st * PV2_WRAW + hh * PT_CELLS + 8 * w,
-                      w0 + (ok ? (size_t)hh * 2 * a.max_span + c0 + 8 * w : 0), ok);
-            }
-        }
-        cp_commit();
-    };
-    int ci = next(0); /* the next tile to issue */
-    for (int s = 0; s < PV2_STAGES - 1; s++) {
-        issue(ci, s);
-        if (ci < np) ci = next(ci + PT_CELLS);
-    }
-    int st = 0;
-    for (int c0 = next(0); c0 < np; c0 = next(c0 + PT_CELLS)) {
-        cp_wait<PV2_STAGES - 2>(); /* this tile's group has landed (this thread's copies) */
-        __syncthreads();            /* everyone's copies; the last tile's reads of Vs, Ws done */
-        {
-            const uint16_t *vr = vraw + st * PV2_VRAW, *wr = wraw + st * PV2_WRAW;
-#pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int i = threadIdx.x + 256 * r, c = i >> 3, d = 8 * (i & 7);
-                const uint4 u = *(const uint4 *)(vr + c * 64 + d);
-                const uint32_t ws[4] = {u.x, u.y, u.z, u.w};
-                float f[8];
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    f[2 * j] = h2f((uint16_t)(ws[j] & 0xFFFF));
-                    f[2 * j + 1] = h2f((uint16_t)(ws[j] >> 16));
-                }
-                *(float4 *)&Vs[c][d] = make_float4(f[0], f[1], f[2], f[3]);
-                *(float4 *)&Vs[c][d + 4] = make_float4(f[4], f[5], f[6], f[7]);
-            }
-            const int hh = threadIdx.x >> 4, c = threadIdx.x & 15;
-#pragma unroll
-            for (int q = 0; q < 4; q++) Ws[c + 16 * q][hh] = h2f(wr[hh * PT_CELLS + c + 16 * q]);
-        }
-        __syncthreads(); /* the float tiles are whole; the raw stage st is free again */
-        issue(ci, (st + PV2_STAGES - 1) % PV2_STAGES);
-        if (ci < np) ci = next(ci + PT_CELLS);
-        st = (st + 1) % PV2_STAGES;
-        pvt_tile(Vs, Ws, l, hb, db, np - c0 < PT_CELLS ? np - c0 : PT_CELLS, acc);
-    }
-    cp_wait<0>(); /* no copy outlives the block */
     pvt_out(a, acc, t, g, dh, G, l, hb, db);
 }
 
@@ -1092,29 +915,13 @@ static bool tiled_ok(void) {
     return ok;
 }
 
-/* MUSER_CUDA_PV_T=2: k_pv_t2 for the prefill V pass (rows of max_span % 4 == 0) */
-static bool pv_t2(void) {
-    static const bool on = cu_env_digit("MUSER_CUDA_PV_T", 1) == 2;
-    return on;
-}
-
-/* MUSER_CUDA_SCORES_T=2: k_scores_t2 for the prefill scores */
-static bool scores_t2(void) {
-    static const bool on = cu_env_digit("MUSER_CUDA_SCORES_T", 1) == 2;
-    return on;
-}
-
 /* The prefill kernels' one-time setup: their dynamic shared memory
- * (k_scores_t's, k_softmax_t's, and a variant's when its switch selects
- * it) needs the opt-in above 48 KB (without it, prefill runs the row
- * kernels) */
+ * (k_scores_t's, k_softmax_t's) needs the opt-in above 48 KB (without it,
+ * prefill runs the row kernels) */
 static bool prefill_ok(void) {
     static int ok = -1;
     if (ok < 0)
         ok = cudaFuncSetAttribute(k_scores_t, cudaFuncAttributeMaxDynamicSharedMemorySize, ST_SMEM) == cudaSuccess &&
-             (!scores_t2() ||
-              cudaFuncSetAttribute(k_scores_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, ST2_SMEM) == cudaSuccess) &&
-             (!pv_t2() || cudaFuncSetAttribute(k_pv_t2, cudaFuncAttributeMaxDynamicSharedMemorySize, PV2_SMEM) == cudaSuccess) &&
              cudaFuncSetAttribute(k_softmax_t<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                   (SMT_CELLS + SMT_CELLS / 16) * (int)sizeof(float)) == cudaSuccess;
     return ok;
@@ -1133,20 +940,15 @@ void cu_attention(cudaStream_t st, const cu_attn_args *a) {
     const int R = a->T * a->n_head;
     switch (a->mode) {
     case CU_ATTN_PREFILL:
-        if (scores_t2())
-            k_scores_t2<<<dim3((a->max_span + ST2_CELLS - 1) / ST2_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
-                          ST2_SMEM, st>>>(*a);
-        else
-            k_scores_t<<<dim3((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
-                         ST_SMEM, st>>>(*a);
+        k_scores_t<<<dim3((a->max_span + ST_CELLS - 1) / ST_CELLS, (a->T + ST_TOK - 1) / ST_TOK, a->n_head_kv), 256,
+                     ST_SMEM, st>>>(*a);
         if (a->max_span <= SMT_CELLS) {
             const int cap = (a->max_span + 15) & ~15;
             k_softmax_t<true><<<R, SMT_THREADS, (cap + cap / 16) * sizeof(float), st>>>(*a);
         } else {
             k_softmax_t<false><<<R, SMT_THREADS, 0, st>>>(*a);
         }
-        if (pv_t2() && a->max_span % 4 == 0) k_pv_t2<<<dim3(a->T, a->n_head_kv, 2), 256, PV2_SMEM, st>>>(*a);
-        else k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
+        k_pv_t<<<dim3(a->T, a->n_head_kv, 2), 256, 0, st>>>(*a);
         break;
     case CU_ATTN_DECODE:
         launch_pdl(k_scores_d, dim3((a->max_span + SD_CELLS - 1) / SD_CELLS, a->T, a->n_head_kv), dim3(128), 0, st, *a);

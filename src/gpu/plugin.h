@@ -3,13 +3,13 @@
  * binary that loads it). MU_GPU_PLUGIN_ABI changes whenever this table or
  * a structure of gpu.h changes, so a stale plugin is refused, never called.
  * ABI 11: the DFlash drafter (draft_*, dseq_*; NULL in a plugin without
- * one). ABI 12: bench_matmul. */
+ * one). ABI 12: bench_matmul. ABI 13: bench_copy. */
 #ifndef MU_GPU_PLUGIN_H
 #define MU_GPU_PLUGIN_H
 
 #include "gpu.h"
 
-#define MU_GPU_PLUGIN_ABI 12
+#define MU_GPU_PLUGIN_ABI 13
 #define MU_GPU_PLUGIN_SYMBOL "mu_gpu_plugin_v1"
 
 #ifdef __cplusplus
@@ -64,6 +64,8 @@ typedef struct {
     /* timed matmuls for bench/gpukernbench.c (ABI 12); NULL in a plugin without them */
     int (*bench_matmul)(int device, uint32_t type, int rows, int cols, int T, int n_batch, const void *w,
                         const float *x, int reps, float *ms, mu_err *err);
+    /* the device-to-device copy rate (ABI 13) */
+    int (*bench_copy)(int device, size_t bytes, int reps, float *ms, mu_err *err);
 } mu_gpu_plugin;
 
 typedef const mu_gpu_plugin *(*mu_gpu_plugin_fn)(void);

@@ -48,12 +48,6 @@ MUSER_CUDA_D1=8 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[d1 8] /'
 # take the wgmma kernel where the plugin has sm_90a code: docs/cuda.md)
 MUSER_CUDA_Q4_WG=0 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q4 int8] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-# the prefill scores with each output's lanes split over two threads (docs/cuda.md)
-MUSER_CUDA_SCORES_T=2 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[scores t2] /'
-[ "${PIPESTATUS[0]}" = 0 ] || rc=1
-# the prefill V pass with V and the weights copied by cp.async, two tiles ahead (docs/cuda.md)
-MUSER_CUDA_PV_T=2 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[pv t2] /'
-[ "${PIPESTATUS[0]}" = 0 ] || rc=1
 # the Q8_0 / NVFP4 decode ring for 5-16 tokens (opt-in: docs/cuda.md)
 MUSER_CUDA_Q8D_T=16 "$build/tests/gpu/test_gpu_kern" | sed 's/^/[q8 ring 16] /'
 [ "${PIPESTATUS[0]}" = 0 ] || rc=1
