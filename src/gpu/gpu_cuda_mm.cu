@@ -191,12 +191,6 @@ __device__ __forceinline__ void res_q6_K(const dq6_K *x, const mu_block_q8_K *a,
  * of the 32 of half h, with x86's sign trick for an activation of -128;
  * f[2h + k] = scale(d[2h + k]) * d_a of block h. */
 __device__ const int8_t c_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
-__device__ __forceinline__ float nvfp4_scale(uint8_t x) {
-    if (x == 0x7f) return 0.f;
-    const uint32_t e = (x >> 3) & 15, m = x & 7;
-    if (!e) return (float)m * 0x1p-10f;
-    return __uint_as_float(((e + 119) << 23) | (m << 20));
-}
 __device__ __forceinline__ int nvfp4_code(const mu_block_nvfp4 *b, int e) {
     const int sb = e / 16, j = e % 16;
     const uint8_t q = b->qs[sb * 8 + (j & 7)];
@@ -1447,36 +1441,6 @@ static int q8d_nb(uint32_t type, int n) { return n / (type == MU_T_NVFP4 ? 64 : 
 static size_t q8d_smem(uint32_t type, int T, int nb, int nw) {
     const int nba = type == MU_T_NVFP4 ? 2 * nb : nb; /* activation blocks */
     return (size_t)nw * 4 * Q8D_SLOT + (size_t)T * nba * 36;
-}
-
-/* The signed codes (c_fp4) of the eight nibbles of an NVFP4 code word w:
- * *lo those of the low nibbles of its bytes 0..3, *hi those of the high
- * ones, a byte each. Byte permutes over the table: the positive half
- * (codes 0..7) and the negative half (8..15) looked up with the three low
- * bits of each nibble (masked: prmt reads a selector nibble's fourth bit
- * as "replicate the sign"), then a byte of either chosen by the nibble's
- * top bit. */
-__device__ __forceinline__ void fp4_codes(unsigned w, int *lo, int *hi) {
-    const unsigned P0 = 0x03020100u, P1 = 0x0C080604u; /* 0 1 2 3 | 4 6 8 12 */
-    const unsigned N0 = 0xFDFEFF00u, N1 = 0xF4F8FAFCu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
-    const unsigned ix = w & 0x77777777u;
-    const unsigned sg = ((w >> 1) & 0x44444444u) | 0x32103210u; /* byte n of the positives, or of the negatives (4 + n) */
-    /* nibbles 0..3 (bytes 0 lo, 0 hi, 1 lo, 1 hi), then 4..7 (bytes 2, 3) */
-    const unsigned a = __byte_perm(__byte_perm(P0, P1, ix), __byte_perm(N0, N1, ix), sg);
-    const unsigned b = __byte_perm(__byte_perm(P0, P1, ix >> 16), __byte_perm(N0, N1, ix >> 16), sg >> 16);
-    *lo = (int)__byte_perm(a, b, 0x6420);
-    *hi = (int)__byte_perm(a, b, 0x7531);
-}
-
-/* What x86's sign trick adds to dp4a(c, a) for NVFP4 codes c (fp4_mul):
- * 256 c for each byte where a = -128 and c < 0 (only a non-finite
- * activation quantizes to -128). Branch-free and short: it sits in the
- * unrolled loop, behind a test that is false for finite activations. */
-__device__ __forceinline__ int fp4_fix(int c, int a) {
-    const unsigned t = (unsigned)a ^ 0x80808080u;                            /* zero bytes where a = -128 */
-    const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u; /* top bit: t's byte is not zero */
-    const unsigned sel = ~nz & (unsigned)c & 0x80808080u;                    /* top bit: a = -128 and c < 0 */
-    return 256 * __dp4a((int)((unsigned)c & ((sel >> 7) * 0xFFu)), 0x01010101, 0);
 }
 
 /* nvfp4_scale of byte i of w, with rot = (20 - 8 i) mod 32: the byte's

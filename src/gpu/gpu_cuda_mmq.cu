@@ -1,5 +1,6 @@
 /* gpu_cuda_mmq.cu: prefill matmuls (more tokens than a decode step) of
- * Q4_K and Q6_K on the int8 tensor cores, with the CPU's chains.
+ * Q4_K and Q6_K on the int8 tensor cores, and of Q8_0 and NVFP4 by dp4a in
+ * tiles, with the CPU's chains.
  *
  * The CPU's arithmetic for these types is exact integer dot products over
  * sub-blocks, then float chains per (row, token) in block order. An int8
@@ -445,10 +446,161 @@ static void q6K_launch(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, 
     k_mm_q6K_mma<<<grid, Q6_THREADS, q6_smem(), st>>>(wd, rb, rows, nb, a, act_stride, T, y);
 }
 
+/* ---- Q8_0 and NVFP4 --------------------------------------------------------
+ * The CPU's dots of these types (kern_ref.c mu_vec_dot_q8_0_ref,
+ * mu_vec_dot_nvfp4_ref) keep eight lane chains a row: per 32 elements,
+ * chain l takes the integer sum s of elements 4l .. 4l + 3 (weight code
+ * times activation byte) as fmaf(f, (float)s, acc_l), f = f16(d_w) x
+ * f16(d_a) (Q8_0) or scale(d[2h + l / 4]) x f16(d_a) (NVFP4, half h of a
+ * block of 64); hsum8 of the chains at the end. A chain step per four
+ * products leaves the tensor cores little to do (an mma's sums span 32
+ * products), so k_mm_q8t takes each four-product sum from one dp4a
+ * started at MAGIC_I (|s| <= 4 x 128 x 128 < 2^22, so one float
+ * subtraction gives (float)s). A thread block: 64 rows x 32 tokens, 256
+ * threads; thread (warp w, lane i): rows 2i, 2i + 1 and tokens 4w .. 4w +
+ * 3 of the tile, all eight chains of those eight outputs. The weight
+ * blocks (36 bytes as uploaded) and activation blocks of KB weight blocks
+ * a step are copied into shared memory by cp.async, two steps in flight;
+ * blocks past the row's end are zeros and take no chain step (a step of
+ * zeros would turn a chain's -0 into +0). NVFP4's codes are decoded once a
+ * step into signed bytes in shared memory (word 2 k + n: the low, n = 0,
+ * or high nibbles of code word k) and its scales into floats; where an
+ * activation byte of the step is -128, fp4_fix adds what x86's sign trick
+ * gives there. Grid: x over token tiles, so the blocks that run together
+ * share weight rows. */
+#define Q8T_ROWS 64
+#define Q8T_TOK 32
+template <int TYPE> struct q8t {
+    static constexpr bool FP4 = TYPE == MU_T_NVFP4;
+    static constexpr int KB = FP4 ? 2 : 4; /* weight blocks a step */
+    static constexpr int AB = FP4 ? 2 : 1; /* activation blocks a weight block */
+    static constexpr int ELEMS = FP4 ? 64 : 32;
+};
+template <int TYPE>
+__global__ void __launch_bounds__(256) k_mm_q8t(const uint8_t *w, size_t w_rb, int rows, int nb, const uint8_t *act,
+                                                size_t act_stride, int T, float *y) {
+    constexpr bool FP4 = q8t<TYPE>::FP4;
+    constexpr int KB = q8t<TYPE>::KB, AB = q8t<TYPE>::AB;
+    __shared__ int s_w[2][KB][Q8T_ROWS][9], s_a[2][KB * AB][Q8T_TOK][9];
+    __shared__ int s_c[FP4 ? KB : 1][FP4 ? Q8T_ROWS : 1][17]; /* NVFP4: the decoded codes */
+    __shared__ float s_s[FP4 ? KB : 1][FP4 ? Q8T_ROWS : 1][4]; /* and scales */
+    const int tid = threadIdx.x, wp = tid >> 5, ln = tid & 31;
+    const int t0 = blockIdx.x * Q8T_TOK, r0 = blockIdx.y * Q8T_ROWS, nst = (nb + KB - 1) / KB;
+    auto issue = [&](int st) {
+        if (st < nst) {
+            for (int i = tid; i < Q8T_ROWS * KB * 9; i += 256) {
+                const int r = i / (KB * 9), kb = i / 9 % KB, j = i % 9, b = st * KB + kb;
+                const bool ok = r0 + r < rows && b < nb;
+                cp4(&s_w[st & 1][kb][r][j], ok ? w + (size_t)(r0 + r) * w_rb + (size_t)b * 36 + 4 * j : w, ok);
+            }
+            for (int i = tid; i < Q8T_TOK * KB * AB * 9; i += 256) {
+                const int t = i / (KB * AB * 9), ka = i / 9 % (KB * AB), j = i % 9, b = st * KB * AB + ka;
+                const bool ok = t0 + t < T && b < nb * AB;
+                cp4(&s_a[st & 1][ka][t][j], ok ? act + (size_t)(t0 + t) * act_stride + (size_t)b * 36 + 4 * j : act,
+                    ok);
+            }
+        }
+        cp_commit(); /* empty groups past the end keep the count */
+    };
+    float acc[2][4][8];
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int t = 0; t < 4; t++)
+#pragma unroll
+            for (int l = 0; l < 8; l++) acc[r][t][l] = 0.f;
+    issue(0);
+    for (int st = 0; st < nst; st++) {
+        issue(st + 1);
+        cp_wait<1>();
+        __syncthreads();
+        const int nk = nb - st * KB < KB ? nb - st * KB : KB; /* blocks of this step */
+        bool neg = false;
+        if constexpr (FP4) {
+            for (int i = tid; i < KB * Q8T_ROWS * 8; i += 256) {
+                const int kb = i / (Q8T_ROWS * 8), r = i / 8 % Q8T_ROWS, k = i % 8;
+                int lo, hi;
+                fp4_codes((unsigned)s_w[st & 1][kb][r][1 + k], &lo, &hi);
+                s_c[kb][r][2 * k] = lo;
+                s_c[kb][r][2 * k + 1] = hi;
+                if (k < 4) s_s[kb][r][k] = nvfp4_scale((uint8_t)(s_w[st & 1][kb][r][0] >> (8 * k)));
+            }
+            int m = 0; /* an activation byte of -128 */
+            for (int i = tid; i < KB * AB * Q8T_TOK * 8; i += 256) {
+                const unsigned z = (unsigned)s_a[st & 1][i / (Q8T_TOK * 8)][i / 8 % Q8T_TOK][1 + i % 8] ^ 0x80808080u;
+                m |= ((z - 0x01010101u) & ~z & 0x80808080u) != 0;
+            }
+            neg = __syncthreads_or(m);
+        }
+        for (int kb = 0; kb < nk; kb++) {
+            const int(*ws)[9] = s_w[st & 1][kb];
+#pragma unroll
+            for (int h = 0; h < AB; h++) {
+                const int(*as)[9] = s_a[st & 1][kb * AB + h];
+                float f[2][4][2]; /* the chain steps' factors: rows, tokens, chains 0-3 / 4-7 */
+#pragma unroll
+                for (int r = 0; r < 2; r++)
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        const float da = h2f((uint16_t)as[4 * wp + t][0]);
+                        if constexpr (FP4) {
+                            f[r][t][0] = s_s[kb][2 * ln + r][2 * h] * da;
+                            f[r][t][1] = s_s[kb][2 * ln + r][2 * h + 1] * da;
+                        } else {
+                            f[r][t][0] = f[r][t][1] = h2f((uint16_t)ws[2 * ln + r][0]) * da;
+                        }
+                    }
+#pragma unroll
+                for (int l = 0; l < 8; l++) {
+                    /* chain l's four codes: Q8_0 word l; NVFP4 code word 4 h + 2 (l / 4) + l % 2, its
+                     * low nibbles for l % 4 < 2, else its high ones */
+                    int c[2];
+#pragma unroll
+                    for (int r = 0; r < 2; r++)
+                        c[r] = FP4 ? s_c[kb][2 * ln + r][2 * (4 * h + 2 * (l >> 2) + (l & 1)) + ((l >> 1) & 1)]
+                                   : ws[2 * ln + r][1 + l];
+#pragma unroll
+                    for (int t = 0; t < 4; t++) {
+                        const int a = as[4 * wp + t][1 + l];
+#pragma unroll
+                        for (int r = 0; r < 2; r++) {
+                            int s = __dp4a(c[r], a, MAGIC_I);
+                            if (FP4 && neg) s += fp4_fix(c[r], a);
+                            acc[r][t][l] = fmaf(f[r][t][l >> 2], magic_x(s), acc[r][t][l]);
+                        }
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* the stage (and NVFP4's decoded step) is free again */
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++)
+#pragma unroll
+        for (int t = 0; t < 4; t++) {
+            const int row = r0 + 2 * ln + r, tok = t0 + 4 * wp + t;
+            if (row < rows && tok < T) y[(size_t)tok * rows + row] = hsum8(acc[r][t]);
+        }
+}
+
+/* Q8_0 and NVFP4 matmuls of more than Q8T_MIN_T tokens take k_mm_q8t;
+ * MUSER_CUDA_Q8_TILE=0: k_mm_q (to compare) */
+#define Q8T_MIN_T 16
+static bool q8_tile(int T) {
+    static const bool on = cu_env_digit("MUSER_CUDA_Q8_TILE", 1) != 0;
+    return on && T > Q8T_MIN_T;
+}
+
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y) {
-    if (!cu_mma_ok()) return false;
     const int rows = w->ne1, n = w->ne0;
     const uint8_t *wd = (const uint8_t *)w->d, *a = (const uint8_t *)act;
+    if ((w->type == MU_T_Q8_0 || w->type == MU_T_NVFP4) && q8_tile(T)) {
+        const dim3 grid((unsigned)((T + Q8T_TOK - 1) / Q8T_TOK), (unsigned)((rows + Q8T_ROWS - 1) / Q8T_ROWS));
+        if (w->type == MU_T_Q8_0) k_mm_q8t<MU_T_Q8_0><<<grid, 256, 0, st>>>(wd, w->row_bytes, rows, n / 32, a, act_stride, T, y);
+        else k_mm_q8t<MU_T_NVFP4><<<grid, 256, 0, st>>>(wd, w->row_bytes, rows, n / 64, a, act_stride, T, y);
+        return true;
+    }
+    if (!cu_mma_ok()) return false;
     if (w->type == MU_T_Q4_K) {
         q4K_launch(st, wd, w->row_bytes, rows, n / 256, a, act_stride, T, n_batch, y);
         return true;

@@ -9,6 +9,45 @@
 
 __device__ __forceinline__ int ld32(const void *p) { return *(const int *)p; }
 
+/* ---- NVFP4 (the CPU's mu_vec_dot_nvfp4_ref) ----------------------------- */
+
+/* a UE4M3 scale byte as a float (the top bit ignored; 0x7f reads as 0) */
+__device__ __forceinline__ float nvfp4_scale(uint8_t x) {
+    if (x == 0x7f) return 0.f;
+    const uint32_t e = (x >> 3) & 15, m = x & 7;
+    if (!e) return (float)m * 0x1p-10f;
+    return __uint_as_float(((e + 119) << 23) | (m << 20));
+}
+/* The signed codes (c_fp4) of the eight nibbles of an NVFP4 code word w:
+ * *lo those of the low nibbles of its bytes 0..3, *hi those of the high
+ * ones, a byte each. Byte permutes over the table: the positive half
+ * (codes 0..7) and the negative half (8..15) looked up with the three low
+ * bits of each nibble (masked: prmt reads a selector nibble's fourth bit
+ * as "replicate the sign"), then a byte of either chosen by the nibble's
+ * top bit. */
+__device__ __forceinline__ void fp4_codes(unsigned w, int *lo, int *hi) {
+    const unsigned P0 = 0x03020100u, P1 = 0x0C080604u; /* 0 1 2 3 | 4 6 8 12 */
+    const unsigned N0 = 0xFDFEFF00u, N1 = 0xF4F8FAFCu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
+    const unsigned ix = w & 0x77777777u;
+    const unsigned sg = ((w >> 1) & 0x44444444u) | 0x32103210u; /* byte n of the positives, or of the negatives (4 + n) */
+    /* nibbles 0..3 (bytes 0 lo, 0 hi, 1 lo, 1 hi), then 4..7 (bytes 2, 3) */
+    const unsigned a = __byte_perm(__byte_perm(P0, P1, ix), __byte_perm(N0, N1, ix), sg);
+    const unsigned b = __byte_perm(__byte_perm(P0, P1, ix >> 16), __byte_perm(N0, N1, ix >> 16), sg >> 16);
+    *lo = (int)__byte_perm(a, b, 0x6420);
+    *hi = (int)__byte_perm(a, b, 0x7531);
+}
+
+/* What x86's sign trick adds to dp4a(c, a) for NVFP4 codes c (fp4_mul):
+ * 256 c for each byte where a = -128 and c < 0 (only a non-finite
+ * activation quantizes to -128). Branch-free and short: it sits in the
+ * unrolled loop, behind a test that is false for finite activations. */
+__device__ __forceinline__ int fp4_fix(int c, int a) {
+    const unsigned t = (unsigned)a ^ 0x80808080u;                            /* zero bytes where a = -128 */
+    const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u; /* top bit: t's byte is not zero */
+    const unsigned sel = ~nz & (unsigned)c & 0x80808080u;                    /* top bit: a = -128 and c < 0 */
+    return 256 * __dp4a((int)((unsigned)c & ((sel >> 7) * 0xFFu)), 0x01010101, 0);
+}
+
 /* scale_min_k4 on the 12 scale bytes held as 3 words */
 __device__ __forceinline__ int ubyte(const int w[3], int i) {
     const int x = i < 4 ? w[0] : i < 8 ? w[1] : w[2]; /* selects: no local memory for a lane-dependent i */
@@ -84,9 +123,9 @@ struct q4w_plan {
 int cu_mm_q4K_wg(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a, size_t act_stride,
                  int T, int n_batch, float *y);
 
-/* Prefill matmul of w on the int8 tensor cores (gpu_cuda_mmq.cu), for the
- * types and sizes that have one (T > the decode kernels' tokens); false:
- * not taken, the caller runs another kernel. */
+/* Prefill matmul of w on the int8 tensor cores (gpu_cuda_mmq.cu; Q8_0 by
+ * dp4a), for the types and sizes that have one (T > the decode kernels'
+ * tokens); false: not taken, the caller runs another kernel. */
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y);
 
 /* int8 mma (compute capability 8.0) is there and not switched off

@@ -244,7 +244,7 @@ int main(void) {
                     /* a NaN activation (Q8_0 dot type): it quantizes to -128,
                      * where NVFP4's x86 products differ from plain ones;
                      * the block's scale stays finite */
-                    if ((T == 2 || T == 9) && (type == MU_T_Q8_0 || type == MU_T_NVFP4)) x[cols + 7] = NAN;
+                    if ((T == 2 || T == 9 || T == 67) && (type == MU_T_Q8_0 || type == MU_T_NVFP4)) x[cols + 7] = NAN;
                     cpu_matmul(k, type, rows, cols, T, nb, w, x, want);
                     mu_err err = {0};
                     if (mu_gpu_test_matmul(0, type, rows, cols, T, nb, w, x, got, &err)) {
@@ -274,15 +274,15 @@ int main(void) {
             }
         }
     }
-    /* the tensor-core prefill kernels: several row and token tiles, ragged
+    /* the prefill kernels (tensor cores; Q8_0 by dp4a): several row and token tiles, ragged
      * edges on both sides */
-    const uint32_t big_types[] = {MU_T_Q4_K, MU_T_Q6_K};
+    const uint32_t big_types[] = {MU_T_Q4_K, MU_T_Q6_K, MU_T_Q8_0, MU_T_NVFP4};
     /* (Q4_K: tiles of 128 tokens below n_batch in matrices of 1024 rows or more take the wgmma kernel where
      * the plugin has one for the device, the rest the int8 one) */
     const int big[][3] = {{130, 512, 150},   {200, 2816, 70},  {65, 768, 300},  {64, 256, 33},   {1100, 1024, 257},
                           {1024, 768, 300}, {1090, 2816, 64}, {40, 512, 71},   {1030, 512, 131}};
     const int n_big = sizeof big / sizeof *big;
-    for (size_t ti = 0; ti < 2; ti++)
+    for (size_t ti = 0; ti < sizeof big_types / sizeof *big_types; ti++)
         for (int bi = 0; bi < n_big; bi++) {
             const uint32_t type = big_types[ti];
             const int rows = big[bi][0], cols = big[bi][1], T = big[bi][2], nb = batch_rows(type, rows, cols, T);
@@ -297,12 +297,21 @@ int main(void) {
                 mu_quantize_row(type, row, w + (size_t)r * rb, cols);
             }
             for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = frand() * (i % 13 == 0 ? 5.0f : 0.5f);
+            if (bi % 2 == 0 && (type == MU_T_Q8_0 || type == MU_T_NVFP4)) x[cols + 7] = NAN; /* an activation byte of -128 */
             if (extreme) { /* codes, scales and mins at their largest magnitude, activations all +-127 */
                 for (size_t i = 0; i < (size_t)T * cols; i++) x[i] = (i / cols) % 2 ? -1.0f : 1.0f;
                 for (int r = 0; r < rows; r++)
-                    for (int b = 0; b < cols / 256; b++) {
+                    for (int b = 0; b < cols / mu_type_get(type)->blck; b++) {
                         uint8_t *blk = w + (size_t)r * rb + (size_t)b * mu_type_get(type)->type_bytes;
-                        if (type == MU_T_Q4_K) {
+                        if (type == MU_T_Q8_0) { /* codes -128 and 127 */
+                            mu_block_q8_0 *q = (mu_block_q8_0 *)blk;
+                            q->d = 0x2000;
+                            memset(q->qs, r % 2 ? 0x80 : 0x7F, sizeof q->qs);
+                        } else if (type == MU_T_NVFP4) { /* codes -12 and 12, the largest finite scale */
+                            mu_block_nvfp4 *q = (mu_block_nvfp4 *)blk;
+                            memset(q->d, 0x7E, sizeof q->d);
+                            memset(q->qs, r % 2 ? 0xFF : 0x77, sizeof q->qs);
+                        } else if (type == MU_T_Q4_K) {
                             mu_block_q4_K *q = (mu_block_q4_K *)blk;
                             q->d = q->dmin = 0x2000;
                             memset(q->scales, 0xFF, sizeof q->scales);
