@@ -502,13 +502,7 @@ __global__ void __launch_bounds__(256) k_mm_q8t(const uint8_t *w, size_t w_rb, i
         }
         cp_commit(); /* empty groups past the end keep the count */
     };
-    float acc[2][4][8];
-#pragma unroll
-    for (int r = 0; r < 2; r++)
-#pragma unroll
-        for (int t = 0; t < 4; t++)
-#pragma unroll
-            for (int l = 0; l < 8; l++) acc[r][t][l] = 0.f;
+    float acc[2][4][8] = {};
     issue(0);
     for (int st = 0; st < nst; st++) {
         issue(st + 1);
