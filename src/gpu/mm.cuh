@@ -18,7 +18,7 @@ __device__ __forceinline__ float nvfp4_scale(uint8_t x) {
     if (!e) return (float)m * 0x1p-10f;
     return __uint_as_float(((e + 119) << 23) | (m << 20));
 }
-/* The signed codes (c_fp4) of the eight nibbles of an NVFP4 code word w:
+/* The signed codes (c_fp4 of gpu_cuda_mm.cu) of the eight nibbles of an NVFP4 code word w:
  * *lo those of the low nibbles of its bytes 0..3, *hi those of the high
  * ones, a byte each. Byte permutes over the table: the positive half
  * (codes 0..7) and the negative half (8..15) looked up with the three low
@@ -123,8 +123,8 @@ struct q4w_plan {
 int cu_mm_q4K_wg(cudaStream_t st, const uint8_t *wd, size_t rb, int rows, int nb, const uint8_t *a, size_t act_stride,
                  int T, int n_batch, float *y);
 
-/* Prefill matmul of w on the int8 tensor cores (gpu_cuda_mmq.cu; Q8_0 by
- * dp4a), for the types and sizes that have one (T > the decode kernels'
+/* Prefill matmul of w on the int8 tensor cores (gpu_cuda_mmq.cu; Q8_0 and
+ * NVFP4 by dp4a), for the types and sizes that have one (T > the decode kernels'
  * tokens); false: not taken, the caller runs another kernel. */
 bool cu_matmul_mma(cudaStream_t st, const dtensor *w, const void *act, size_t act_stride, int T, int n_batch, float *y);
 
