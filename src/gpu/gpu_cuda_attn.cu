@@ -266,14 +266,13 @@ __device__ __forceinline__ void st_pair(const float (*Qs)[ST_LD], const float (*
 }
 
 /* The tiles of one pass: Q of the block's tokens of session S (rounded to
- * F16; other slots 0), K of cells cb .. cb + CELLS - 1 (past the cells: 0),
- * LDK floats a row. Every load is issued before the first store, so their
- * latencies overlap. */
-template <int CELLS, int LDK> /* CELLS: 64 or 32 */
-__device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_LD], float (*Ks)[LDK], const int *ss,
+ * F16; other slots 0), K of cells cb .. cb + ST_CELLS - 1 (past the cells:
+ * 0). Every load is issued before the first store, so their latencies
+ * overlap. */
+__device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_LD], float (*Ks)[ST_LD], const int *ss,
                                          int S, int t0, int g, int cb, const cu_kv_layer &kv) {
     const int G = a.n_head / a.n_head_kv, n_kv = a.n_head_kv * 128, nq = a.n_head * 128;
-    constexpr int NK = CELLS * 16 / 256; /* 16-byte words of K a thread */
+    constexpr int NK = ST_CELLS * 16 / 256; /* 16-byte words of K a thread */
     float4 q[8];
     uint4 w[NK];
 #pragma unroll
@@ -284,7 +283,7 @@ __device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_L
     }
 #pragma unroll
     for (int n = 0; n < NK; n++) { /* K: cell c, 8 dims at 8 d8 */
-        const int i = threadIdx.x + 256 * n, c = i & (CELLS - 1), d8 = i >> (CELLS == 64 ? 6 : 5);
+        const int i = threadIdx.x + 256 * n, c = i & (ST_CELLS - 1), d8 = i >> 6;
         w[n] = make_uint4(0, 0, 0, 0);
         if (cb + c < kv.rows) w[n] = *(const uint4 *)(kv.k + (size_t)(cb + c) * n_kv + (size_t)g * 128 + 8 * d8);
     }
@@ -298,7 +297,7 @@ __device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_L
     }
 #pragma unroll
     for (int n = 0; n < NK; n++) {
-        const int i = threadIdx.x + 256 * n, c = i & (CELLS - 1), d8 = i >> (CELLS == 64 ? 6 : 5);
+        const int i = threadIdx.x + 256 * n, c = i & (ST_CELLS - 1), d8 = i >> 6;
         const uint32_t ws[4] = {w[n].x, w[n].y, w[n].z, w[n].w};
 #pragma unroll
         for (int j = 0; j < 4; j++) {
@@ -308,13 +307,12 @@ __device__ __forceinline__ void st_tiles(const cu_attn_args &a, float (*Qs)[ST_L
     }
 }
 
-/* A block's tokens t0 .. t0 + ST_TOK - 1 against cells cb .. cb + CELLS - 1
+/* A block's tokens t0 .. t0 + ST_TOK - 1 against cells cb .. cb + ST_CELLS - 1
  * (256 threads): each token's span [lo, hi), first position p0 and session
  * ss (-1: none of its span in these cells). Returns whether any token sees
  * any of the cells: a sliding layer's span can be the whole ring, whose
  * cells between the window's ends score -inf whatever K holds, and a block
  * of such cells writes those and computes nothing. */
-template <int CELLS>
 __device__ __forceinline__ bool st_setup(const cu_attn_args &a, int t0, int nt, int cb, int *lo, int *hi, int *p0, int *ss) {
     if (threadIdx.x < ST_TOK) {
         const int k = threadIdx.x;
@@ -322,13 +320,13 @@ __device__ __forceinline__ bool st_setup(const cu_attn_args &a, int t0, int nt, 
         if (k < nt) {
             const int S = a.sess[t0 + k];
             row_span(a.pos[t0 + k], a.kv[S].rows, a.swa, a.n_swa, true, &lo[k], &hi[k], &p0[k]);
-            if (cb < hi[k] && cb + CELLS > lo[k]) ss[k] = S;
+            if (cb < hi[k] && cb + ST_CELLS > lo[k]) ss[k] = S;
         }
     }
     __syncthreads();
     bool seen = false;
-    if (ST_TOK * CELLS >= 256 || threadIdx.x < ST_TOK * CELLS) {
-        const int k = threadIdx.x / CELLS, cell = cb + threadIdx.x % CELLS;
+    if (ST_TOK * ST_CELLS >= 256 || threadIdx.x < ST_TOK * ST_CELLS) {
+        const int k = threadIdx.x / ST_CELLS, cell = cb + threadIdx.x % ST_CELLS;
         if (k < nt && ss[k] >= 0 && cell >= lo[k] && cell < hi[k]) {
             const int pos = a.pos[t0 + k], nc = a.kv[ss[k]].rows;
             const int p = pos - ((pos - cell) % nc + nc) % nc;
@@ -336,22 +334,6 @@ __device__ __forceinline__ bool st_setup(const cu_attn_args &a, int t0, int nt, 
         }
     }
     return __syncthreads_or(seen);
-}
-
-/* One score row's cells cb4 .. cb4 + 3 (those in the token's span): v[c]
- * scaled, or -inf where the cell holds a position outside the window (and
- * everywhere when !live). k_scores_t writes its rows with the same loop
- * inline: through this function ptxas gave it 60 bytes of spills, not 52. */
-__device__ __forceinline__ void st_write(const cu_attn_args &a, size_t row, int cb4, int lo, int hi, int p0, int pos, int nc,
-                                         bool live, const float *v) {
-    float *out = a.scores + row * a.max_span;
-#pragma unroll
-    for (int c = 0; c < 4; c++) {
-        const int cell = cb4 + c;
-        if (cell < lo || cell >= hi) continue;
-        const int p = pos - ((pos - cell) % nc + nc) % nc;
-        out[cell - lo] = !live || p < p0 || p < 0 ? -INFINITY : v[c] * (1.0f / sqrtf(128.0f));
-    }
 }
 
 /* A thread's 4 rows x 4 cells: the 16 lanes in hsum16's order */
@@ -381,7 +363,7 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
     const int G = a.n_head / a.n_head_kv, g = blockIdx.z, t0 = blockIdx.y * ST_TOK, cb = blockIdx.x * ST_CELLS;
     const int nt = a.T - t0 < ST_TOK ? a.T - t0 : ST_TOK;
     __shared__ int lo[ST_TOK], hi[ST_TOK], p0[ST_TOK], ss[ST_TOK];
-    const bool live = st_setup<ST_CELLS>(a, t0, nt, cb, lo, hi, p0, ss);
+    const bool live = st_setup(a, t0, nt, cb, lo, hi, p0, ss);
     /* thread: rows 4 rg .. 4 rg + 3 (token tk, head slots h0 ..), cells 4 cg .. 4 cg + 3;
      * a warp takes 4 row groups x 8 cell groups, so each of its shared loads
      * reads at most 128 bytes */
@@ -396,7 +378,7 @@ __global__ void __launch_bounds__(256, 2) k_scores_t(cu_attn_args a) {
         const cu_kv_layer kv = a.kv[S];
         if (live) {
             __syncthreads(); /* the previous pass's reads of the tiles */
-            st_tiles<ST_CELLS, ST_LD>(a, Qs, Ks, ss, S, t0, g, cb, kv);
+            st_tiles(a, Qs, Ks, ss, S, t0, g, cb, kv);
             __syncthreads();
         }
         if (ss[tk] != S || h0 >= G) continue; /* tk: whole warps */
