@@ -305,8 +305,13 @@ void cu_mm_wg_group(bool on);
 /* Rows t < n_batch that the CPU computes with vec_dot_batch, for a matmul
  * of ll_rows activation rows (forward.c, matmul_ex). */
 int cu_batch_rows(const dtensor *w, int ll_rows);
-/* nb blocks of type t from GGUF bytes into the device layout (Q8_0 and Q6_K
- * padded), on the host: the staging of an upload. */
+/* nb blocks of type t from GGUF bytes into the device layout, on the host:
+ * the staging of an upload. Q8_0 and Q6_K are padded (dq8_0, dq6_K).
+ * NVFP4 keeps its 36 bytes, but a scale byte of 0x7f becomes 0x00 (both
+ * read as 0; 0xff still reads as 240) and code word q (bytes 4q .. 4q + 3
+ * of qs) holds the low nibbles of its bytes in bits 0..15, byte n's at
+ * bits 4n, and their high nibbles in bits 16..31: the codes of one lane
+ * chain in each half (fp4_codes, fp4_mags in mm.cuh). */
 void cu_dev_blocks(uint32_t type, const uint8_t *src, size_t nb, uint8_t *stage);
 /* y[t] = rms(x[t]) * w (w NULL: unweighted) for T rows of n floats, the
  * forward's norm (in place is allowed); g = silu(g) * u, the forward's

@@ -154,7 +154,7 @@ static int dev_alloc(mu_gpu_model *m, size_t n, void **out, const char *what, mu
     return rc;
 }
 
-/* Uploads one weight, padding Q8_0 and Q6_K blocks (cuda.cuh). */
+/* Uploads one weight in the device layout (cu_dev_blocks). */
 static int upload(mu_gpu_model *m, const mu_gpu_tensor *t, dtensor *out, uint8_t *stage, size_t stage_cap,
                   uint64_t *done, uint64_t total, mu_gpu_progress_fn fn, void *user, mu_err *err) {
     const int be = dev_block_elems(t->type), bb = dev_block_bytes(t->type);
@@ -179,9 +179,26 @@ static int upload(mu_gpu_model *m, const mu_gpu_tensor *t, dtensor *out, uint8_t
     return 0;
 }
 
+/* One NVFP4 block in the device layout (cuda.cuh): the scale byte 0x7f
+ * (which reads as 0) made 0x00, each code word's nibbles regrouped, the
+ * low nibbles of its four bytes first, then the high ones. */
+static void nvfp4_dev_block(const uint8_t *src, uint8_t *dst) {
+    for (int i = 0; i < 4; i++) dst[i] = src[i] == 0x7f ? 0 : src[i];
+    for (int q = 0; q < 8; q++) {
+        uint32_t w = 0;
+        for (int n = 0; n < 4; n++) {
+            const uint32_t b = src[4 + 4 * q + n];
+            w |= (b & 0xF) << (4 * n) | (b >> 4) << (16 + 4 * n);
+        }
+        memcpy(dst + 4 + 4 * q, &w, 4);
+    }
+}
+
 void cu_dev_blocks(uint32_t type, const uint8_t *src, size_t nb, uint8_t *stage) {
     const int bb = dev_block_bytes(type);
-    if (type == MU_T_Q8_0 || type == MU_T_Q6_K) {
+    if (type == MU_T_NVFP4) {
+        for (size_t i = 0; i < nb; i++) nvfp4_dev_block(src + i * 36, stage + i * 36);
+    } else if (type == MU_T_Q8_0 || type == MU_T_Q6_K) {
         for (size_t i = 0; i < nb; i++) {
             uint8_t *dst = stage + i * bb;
             if (type == MU_T_Q8_0) {

@@ -191,10 +191,14 @@ __device__ __forceinline__ void res_q6_K(const dq6_K *x, const mu_block_q8_K *a,
  * of the 32 of half h, with x86's sign trick for an activation of -128;
  * f[2h + k] = scale(d[2h + k]) * d_a of block h. */
 __device__ const int8_t c_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+/* element e of a block in the device layout (cu_dev_blocks): GGUF byte
+ * 8 (e / 16) + j % 8 of qs (j = e % 16) is byte j % 4 of code word
+ * 2 (e / 16) + j % 8 / 4; its low nibble (j < 8) at bits 4 (j % 4) of
+ * that word, its high one 16 bits higher */
 __device__ __forceinline__ int nvfp4_code(const mu_block_nvfp4 *b, int e) {
     const int sb = e / 16, j = e % 16;
-    const uint8_t q = b->qs[sb * 8 + (j & 7)];
-    return c_fp4[j < 8 ? q & 0xF : q >> 4];
+    const uint32_t w = (uint32_t)ld32(b->qs + 4 * (2 * sb + (j & 7) / 4));
+    return c_fp4[(w >> (4 * (j & 3) + (j < 8 ? 0 : 16))) & 0xF];
 }
 __device__ __forceinline__ int fp4_mul(int c, int8_t a) {
     return c < 0 ? -c * (int)(int8_t)(uint8_t)(-(int)a) : c * a;
@@ -1420,15 +1424,20 @@ k_mm_q6K_d1(dec_grp G, int nb, int KS, const uint8_t *act, float lscale, float c
  * takes eight rows; lane (r, k) = (lane / 4, lane % 4) keeps two of row
  * r's chains by itself: Q8_0 chains k and k + 4 (qs words k and k + 4 of
  * a block), NVFP4 chains c and c + 2 with c = (k & 1) + 4 (k >> 1) (the
- * low and the high nibbles of code word k of the first half and word 4 + k
- * of the second; both take the scales d[k >> 1] and d[2 + (k >> 1)]). A
- * block's weight words and scales are read and decoded once for every
- * token. The rows stream through a ring of S chunks of eight blocks a row
- * in shared memory as in k_mm_q6K_dec (a row's 288 bytes as the 16-byte
- * words around them, read at their offset); the activation rows are
- * staged once per thread block after pdl_wait, each block's words
- * permuted so that a lane's two are one 8-byte read, its scale as a
- * float. */
+ * low and the high halves of code word k of the first half and word 4 + k
+ * of the second, in the device layout; both take the scales d[k >> 1] and
+ * d[2 + (k >> 1)]). A block's weight words and scales are read and decoded
+ * once for every token. Each four-product sum comes from dp4a started at
+ * MAGIC_I (|s| < 2^22; one float subtraction gives (float)s). NVFP4 takes
+ * two: the positive codes' magnitudes and the negative ones' (fp4_mags,
+ * one byte permute a four), the float difference of the two is the sum;
+ * where an activation byte is -128, fp4_fix_neg gives x86's products.
+ * The rows stream through a ring of S chunks of eight blocks a row in
+ * shared memory as in k_mm_q6K_dec (a row's 288 bytes as the 16-byte
+ * words around them, read at their offset); a whole chunk runs without a
+ * test a block. The activation rows are staged once per thread block
+ * after pdl_wait, each block's words permuted so that a lane's two are
+ * one 8-byte read, its scale as a float. */
 
 #define Q8D_E 8                   /* blocks a row in a chunk (288 bytes: 16-byte aligned as the row) */
 #define Q8D_ROW 304               /* ring bytes a row of a chunk: 19 words (76 banks: the eight rows' reads spread) */
@@ -1443,14 +1452,12 @@ static size_t q8d_smem(uint32_t type, int T, int nb, int nw) {
     return (size_t)nw * 4 * Q8D_SLOT + (size_t)T * nba * 36;
 }
 
-/* nvfp4_scale of byte i of w, with rot = (20 - 8 i) mod 32: the byte's
- * seven low bits as a float's exponent and mantissa fields (exponent 0: a
- * subnormal, m 2^-129), times 2^119, exact (no flush to zero in this
- * build); the byte 0x7f reads as 0. */
+/* nvfp4_scale of byte i of w (device layout: no byte 0x7f), with rot =
+ * (20 - 8 i) mod 32: the byte's seven low bits as a float's exponent and
+ * mantissa fields (exponent 0: a subnormal, m 2^-129), times 2^119, exact
+ * (no flush to zero in this build). */
 __device__ __forceinline__ float nvfp4_scale_rot(unsigned w, int rot) {
-    const unsigned t = __funnelshift_l(w, w, rot);
-    const float v = __uint_as_float(t & 0x07F00000u) * 0x1p119f;
-    return (t & 0x0FF00000u) == 0x07F00000u ? 0.f : v;
+    return __uint_as_float(__funnelshift_l(w, w, rot) & 0x07F00000u) * 0x1p119f;
 }
 
 /* where word q (0..7) of an activation block is staged: lane k's two
@@ -1460,8 +1467,62 @@ template <int TYPE> __device__ __forceinline__ int q8d_perm(int q) {
     else return ((q & 3) << 1) | (q >> 2);                                              /* chains k, k + 4 */
 }
 
-template <int TYPE, bool LOGITS, int S, int TM> /* S: chunks in a warp's ring; TM: tokens at most, 4, 8 or 16 */
-__global__ void __launch_bounds__(256)
+/* One weight block b of the lane's row (xb: its 36 bytes in the ring) into
+ * the lane's two chains of each token (k_mm_q8_dec); neg: some activation
+ * byte is -128 (NVFP4's fix) */
+template <int TYPE, int TM>
+__device__ __forceinline__ void q8d_block(const uint8_t *xb, int b, int k, int rot0, int rot1, const int *s_aq,
+                                          const float *s_ad, int nba, int T, bool neg, float *ca, float *cb) {
+    constexpr bool FP4 = TYPE == MU_T_NVFP4;
+    const int *x = (const int *)xb; /* word 0: d (Q8_0) or the four scales (NVFP4); 1..8: qs */
+    if constexpr (!FP4) {
+        const float dx = h2f((uint16_t)x[0]);
+        const int wa = x[1 + k], wb = x[5 + k];
+#pragma unroll
+        for (int t = 0; t < TM; t++) {
+            if (TM > 1 && t >= T) break;
+            const int2 av = *(const int2 *)(s_aq + (t * nba + b) * 8 + 2 * k);
+            const float d = dx * s_ad[t * nba + b];
+            ca[t] = fmaf(d, magic_x(__dp4a(wa, av.x, MAGIC_I)), ca[t]);
+            cb[t] = fmaf(d, magic_x(__dp4a(wb, av.y, MAGIC_I)), cb[t]);
+        }
+    } else {
+        const unsigned dw = (unsigned)x[0];
+        const float s0 = nvfp4_scale_rot(dw, rot0), s1 = nvfp4_scale_rot(dw, rot1);
+        unsigned pl0, nl0, ph0, nh0, pl1, nl1, ph1, nh1; /* chains c (l), c + 2 (h) in halves 0, 1 */
+        fp4_mags((unsigned)x[1 + k], &pl0, &nl0, &ph0, &nh0);
+        fp4_mags((unsigned)x[5 + k], &pl1, &nl1, &ph1, &nh1);
+#pragma unroll
+        for (int t = 0; t < TM; t++) {
+            if (TM > 1 && t >= T) break;
+            const int *ab = s_aq + (t * nba + 2 * b) * 8 + 2 * k;
+            const int2 a0 = *(const int2 *)ab, a1 = *(const int2 *)(ab + 8);
+            const float2 dy = *(const float2 *)(s_ad + t * nba + 2 * b);
+            /* the sums of the positive and of the negative codes' products, each from MAGIC_I */
+            int yp0 = __dp4a((int)pl0, a0.x, MAGIC_I), yn0 = __dp4a((int)nl0, a0.x, MAGIC_I);
+            int zp0 = __dp4a((int)ph0, a0.y, MAGIC_I), zn0 = __dp4a((int)nh0, a0.y, MAGIC_I);
+            int yp1 = __dp4a((int)pl1, a1.x, MAGIC_I), yn1 = __dp4a((int)nl1, a1.x, MAGIC_I);
+            int zp1 = __dp4a((int)ph1, a1.y, MAGIC_I), zn1 = __dp4a((int)nh1, a1.y, MAGIC_I);
+            if (neg) {
+                yn0 += fp4_fix_neg(nl0, a0.x);
+                zn0 += fp4_fix_neg(nh0, a0.y);
+                yn1 += fp4_fix_neg(nl1, a1.x);
+                zn1 += fp4_fix_neg(nh1, a1.y);
+            }
+            /* both in [2^23, 2^24): their difference is the integer sum, exactly */
+            const float p0 = __int_as_float(yp0) - __int_as_float(yn0), q0 = __int_as_float(zp0) - __int_as_float(zn0);
+            const float p1 = __int_as_float(yp1) - __int_as_float(yn1), q1 = __int_as_float(zp1) - __int_as_float(zn1);
+            const float f0 = s0 * dy.x, f1 = s1 * dy.y;
+            ca[t] = fmaf(f0, p0, ca[t]);
+            cb[t] = fmaf(f0, q0, cb[t]);
+            ca[t] = fmaf(f1, p1, ca[t]);
+            cb[t] = fmaf(f1, q1, cb[t]);
+        }
+    }
+}
+
+template <int TYPE, bool LOGITS, int S, int TM> /* S: chunks in a warp's ring; TM: tokens at most, 1, 4, 8 or 16 */
+__global__ void __launch_bounds__(256, 2) /* two blocks an SM: what their rings leave room for */
 k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, float lscale, float cap) {
     constexpr bool FP4 = TYPE == MU_T_NVFP4;
     /* dynamic shared memory: the warps' rings [warps][S][8 rows][304],
@@ -1540,56 +1601,24 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
         cp_wait<S - 1>(); /* chunk i's group is complete */
         __syncwarp();
         const uint8_t *cs = ring + (i % S) * Q8D_SLOT + r * Q8D_ROW + o_my;
+        const int b0 = Q8D_E * i;
+        if (b0 + Q8D_E <= nb) { /* a whole chunk: no test a block, the -128 fix decided once */
+            if (neg) {
 #pragma unroll
-        for (int e = 0; e < Q8D_E; e++) {
-            const int b = Q8D_E * i + e;
-            if (b >= nb) break;
-            const int *x = (const int *)(cs + 36 * e); /* word 0: d (Q8_0) or the four scales (NVFP4); 1..8: qs */
-            if constexpr (!FP4) {
-                const float dx = h2f((uint16_t)x[0]);
-                const int wa = x[1 + k], wb = x[5 + k];
-#pragma unroll
-                for (int t = 0; t < TM; t++) {
-                    if (t >= T) break;
-                    const int2 av = *(const int2 *)(s_aq + (t * nba + b) * 8 + 2 * k);
-                    const float d = dx * s_ad[t * nba + b];
-                    ca[t] = fmaf(d, (float)__dp4a(wa, av.x, 0), ca[t]);
-                    cb[t] = fmaf(d, (float)__dp4a(wb, av.y, 0), cb[t]);
-                }
+                for (int e = 0; e < Q8D_E; e++) q8d_block<TYPE, TM>(cs + 36 * e, b0 + e, k, rot0, rot1, s_aq, s_ad, nba, T, true, ca, cb);
             } else {
-                const unsigned dw = (unsigned)x[0];
-                const float s0 = nvfp4_scale_rot(dw, rot0), s1 = nvfp4_scale_rot(dw, rot1);
-                int l0, h0, l1, h1; /* codes of chains c, c + 2 in halves 0, 1 */
-                fp4_codes((unsigned)x[1 + k], &l0, &h0);
-                fp4_codes((unsigned)x[5 + k], &l1, &h1);
 #pragma unroll
-                for (int t = 0; t < TM; t++) {
-                    if (t >= T) break;
-                    const int *ab = s_aq + (t * nba + 2 * b) * 8 + 2 * k;
-                    const int2 a0 = *(const int2 *)ab, a1 = *(const int2 *)(ab + 8);
-                    const float2 dy = *(const float2 *)(s_ad + t * nba + 2 * b);
-                    int p0 = __dp4a(l0, a0.x, 0), q0 = __dp4a(h0, a0.y, 0);
-                    int p1 = __dp4a(l1, a1.x, 0), q1 = __dp4a(h1, a1.y, 0);
-                    if (neg) {
-                        p0 += fp4_fix(l0, a0.x);
-                        q0 += fp4_fix(h0, a0.y);
-                        p1 += fp4_fix(l1, a1.x);
-                        q1 += fp4_fix(h1, a1.y);
-                    }
-                    const float f0 = s0 * dy.x, f1 = s1 * dy.y;
-                    ca[t] = fmaf(f0, (float)p0, ca[t]);
-                    cb[t] = fmaf(f0, (float)q0, cb[t]);
-                    ca[t] = fmaf(f1, (float)p1, ca[t]);
-                    cb[t] = fmaf(f1, (float)q1, cb[t]);
-                }
+                for (int e = 0; e < Q8D_E; e++) q8d_block<TYPE, TM>(cs + 36 * e, b0 + e, k, rot0, rot1, s_aq, s_ad, nba, T, false, ca, cb);
             }
+        } else {
+            for (int e = 0; e < nb - b0; e++) q8d_block<TYPE, TM>(cs + 36 * e, b0 + e, k, rot0, rot1, s_aq, s_ad, nba, T, neg, ca, cb);
         }
         __syncwarp(); /* the ring slot is free again */
     }
     cp_wait<0>();
     /* the row's eight chains in the CPU's lane order; lane k writes tokens
      * k, k + 4, ... */
-    float v[TM / 4] = {};
+    float v[(TM + 3) / 4] = {};
 #pragma unroll
     for (int t = 0; t < TM; t++) {
         if (t >= T) break;
@@ -1603,7 +1632,7 @@ k_mm_q8_dec(dec_grp G, int nb, const uint8_t *act, size_t act_stride, int T, flo
         if ((t & 3) == k) v[t >> 2] = hsum8(ch);
     }
 #pragma unroll
-    for (int i = 0; i < TM / 4; i++) {
+    for (int i = 0; i < (TM + 3) / 4; i++) {
         const int t = 4 * i + k;
         if (u < R && t < T) G.y[gi][(size_t)t * G.rows[gi] + row] = LOGITS ? logit_post(v[i], lscale, cap) : v[i];
     }
@@ -1838,13 +1867,13 @@ static size_t ring_smem(const dtensor *w, int T, int nw, int S, int ws) {
     }
 }
 
-/* the Q8_0 and NVFP4 ring kernels: [NVFP4][logits][at most 4, 8, 16 tokens] */
+/* the Q8_0 and NVFP4 ring kernels: [NVFP4][logits][at most 1, 4, 8, 16 tokens] */
 typedef void (*q8d_fn)(dec_grp, int, const uint8_t *, size_t, int, float, float);
-static const q8d_fn q8d_fns[2][2][3] = {
-    {{k_mm_q8_dec<MU_T_Q8_0, false, 4, 4>, k_mm_q8_dec<MU_T_Q8_0, false, 4, 8>, k_mm_q8_dec<MU_T_Q8_0, false, 4, 16>},
-     {k_mm_q8_dec<MU_T_Q8_0, true, 4, 4>, k_mm_q8_dec<MU_T_Q8_0, true, 4, 8>, k_mm_q8_dec<MU_T_Q8_0, true, 4, 16>}},
-    {{k_mm_q8_dec<MU_T_NVFP4, false, 4, 4>, k_mm_q8_dec<MU_T_NVFP4, false, 4, 8>, k_mm_q8_dec<MU_T_NVFP4, false, 4, 16>},
-     {k_mm_q8_dec<MU_T_NVFP4, true, 4, 4>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 8>, k_mm_q8_dec<MU_T_NVFP4, true, 4, 16>}}};
+#define Q8D_FNS(TY, LG) \
+    {k_mm_q8_dec<TY, LG, 4, 1>, k_mm_q8_dec<TY, LG, 4, 4>, k_mm_q8_dec<TY, LG, 4, 8>, k_mm_q8_dec<TY, LG, 4, 16>}
+static const q8d_fn q8d_fns[2][2][4] = {{Q8D_FNS(MU_T_Q8_0, false), Q8D_FNS(MU_T_Q8_0, true)},
+                                        {Q8D_FNS(MU_T_NVFP4, false), Q8D_FNS(MU_T_NVFP4, true)}};
+#undef Q8D_FNS
 
 /* the most tokens of a Q8_0 or NVFP4 ring launch: 4 (batches of 5 to 16
  * tokens take the other kernels), or MUSER_CUDA_Q8D_T=8 or 16: on the
@@ -1878,7 +1907,7 @@ static void ring_init(void) {
     RING_ATTR(k_mm_q6K_dec<true, 4>);
     for (int ty = 0; ty < 2; ty++)
         for (int lg = 0; lg < 2; lg++)
-            for (int tm = 0; tm < 3; tm++) RING_ATTR(q8d_fns[ty][lg][tm]);
+            for (int tm = 0; tm < 4; tm++) RING_ATTR(q8d_fns[ty][lg][tm]);
 #undef RING_ATTR
     done = true;
 }
@@ -1895,8 +1924,9 @@ static void ring_init(void) {
  * (bench/results/cuda-2026-12-03d). The first shape whose shared memory
  * leaves room for two thread blocks an SM, with one window or the
  * largest pair of windows that does (Q4_K, Q6_K: several tokens' long
- * rows); else the first that fits at all, with half the warps and four
- * chunks as often as needed; false: not even one warp's fits.
+ * rows; Q8_0, NVFP4: of four warps or more); else the first that fits at
+ * all, with half the warps and four chunks as often as needed; false: not
+ * even one warp's fits.
  * MUSER_CUDA_RING_WARPS=N (1, 2, 4): at most N warps (to run the kernel
  * test on smaller blocks). */
 static bool ring_shape(const dtensor *w, int T, int *nw, int *S, int *ws) {
@@ -1920,6 +1950,9 @@ static bool ring_shape(const dtensor *w, int T, int *nw, int *S, int *ws) {
             *S = k ? 4 : 8;
             *nw = k ? 16 >> k : 4;
             if (*nw > max_nw) continue;
+            /* Q8_0 / NVFP4 stage the whole activation rows in each block: blocks of
+             * fewer than four warps copy them too often (FFN down at four tokens) */
+            if (!win && !pass && *nw < 4) continue;
             *ws = nb;
             if (ring_smem(w, T, *nw, *S, *ws) <= budget) return true;
             if (!win) continue;
@@ -2002,8 +2035,8 @@ static void ring_launch(cudaStream_t st, const dtensor *const *ws, int n, const 
     const size_t sm = ring_smem(ws[0], T, nw, S, wb);
     if (ty == MU_T_Q8_0 || ty == MU_T_NVFP4) {
         const int nb = q8d_nb(ty, ws[0]->ne0);
-        launch_pdl(q8d_fns[ty == MU_T_NVFP4][logits][T > 8 ? 2 : T > 4], grid, block, sm, st, G, nb, a, act_stride, T,
-                   lscale, cap);
+        launch_pdl(q8d_fns[ty == MU_T_NVFP4][logits][T > 8 ? 3 : T > 4 ? 2 : T > 1], grid, block, sm, st, G, nb, a,
+                   act_stride, T, lscale, cap);
         return;
     }
     const int nb = ws[0]->ne0 / 256;

@@ -18,23 +18,42 @@ __device__ __forceinline__ float nvfp4_scale(uint8_t x) {
     if (!e) return (float)m * 0x1p-10f;
     return __uint_as_float(((e + 119) << 23) | (m << 20));
 }
-/* The signed codes (c_fp4 of gpu_cuda_mm.cu) of the eight nibbles of an NVFP4 code word w:
- * *lo those of the low nibbles of its bytes 0..3, *hi those of the high
- * ones, a byte each. Byte permutes over the table: the positive half
- * (codes 0..7) and the negative half (8..15) looked up with the three low
- * bits of each nibble (masked: prmt reads a selector nibble's fourth bit
- * as "replicate the sign"), then a byte of either chosen by the nibble's
- * top bit. */
+/* prmt.b32 with its whole selector: a selector nibble's fourth bit set
+ * gives the chosen byte's sign in all eight bits, not the byte */
+__device__ __forceinline__ unsigned prmt(unsigned a, unsigned b, unsigned sel) {
+    unsigned d;
+    asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+    return d;
+}
+
+/* The signed codes (c_fp4 of gpu_cuda_mm.cu) of the eight nibbles of an
+ * NVFP4 code word w in the device layout (cu_dev_blocks): *lo those of
+ * bits 0..15 (the low nibbles of the word's four bytes in GGUF), *hi those
+ * of bits 16..31, a byte each. Byte permutes over the table: the positive
+ * half (codes 0..7) and the negative half (8..15) looked up with the three
+ * low bits of each nibble (masked: prmt reads the fourth as "replicate the
+ * sign"), then a byte of either chosen by the nibble's top bit. */
 __device__ __forceinline__ void fp4_codes(unsigned w, int *lo, int *hi) {
     const unsigned P0 = 0x03020100u, P1 = 0x0C080604u; /* 0 1 2 3 | 4 6 8 12 */
     const unsigned N0 = 0xFDFEFF00u, N1 = 0xF4F8FAFCu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
     const unsigned ix = w & 0x77777777u;
     const unsigned sg = ((w >> 1) & 0x44444444u) | 0x32103210u; /* byte n of the positives, or of the negatives (4 + n) */
-    /* nibbles 0..3 (bytes 0 lo, 0 hi, 1 lo, 1 hi), then 4..7 (bytes 2, 3) */
-    const unsigned a = __byte_perm(__byte_perm(P0, P1, ix), __byte_perm(N0, N1, ix), sg);
-    const unsigned b = __byte_perm(__byte_perm(P0, P1, ix >> 16), __byte_perm(N0, N1, ix >> 16), sg >> 16);
-    *lo = (int)__byte_perm(a, b, 0x6420);
-    *hi = (int)__byte_perm(a, b, 0x7531);
+    *lo = (int)prmt(prmt(P0, P1, ix), prmt(N0, N1, ix), sg);
+    *hi = (int)prmt(prmt(P0, P1, ix >> 16), prmt(N0, N1, ix >> 16), sg >> 16);
+}
+
+/* The magnitudes of those codes split by sign, a byte each: *pl, *ph |c|
+ * where c >= 0 (the nibble's top bit clear), else 0; *nl, *nh |c| where
+ * the top bit is set, else 0 (lo: bits 0..15, hi: 16..31). One permute a
+ * four: where the selector's fourth bit is set, prmt gives the sign of a
+ * byte of the positive table, 0. */
+__device__ __forceinline__ void fp4_mags(unsigned w, unsigned *pl, unsigned *nl, unsigned *ph, unsigned *nh) {
+    const unsigned P0 = 0x03020100u, P1 = 0x0C080604u; /* 0 1 2 3 | 4 6 8 12 */
+    const unsigned wx = w ^ 0x88888888u;
+    *pl = prmt(P0, P1, w);
+    *nl = prmt(P0, P1, wx);
+    *ph = prmt(P0, P1, w >> 16);
+    *nh = prmt(P0, P1, wx >> 16);
 }
 
 /* What x86's sign trick adds to dp4a(c, a) for NVFP4 codes c (fp4_mul):
@@ -46,6 +65,13 @@ __device__ __forceinline__ int fp4_fix(int c, int a) {
     const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u; /* top bit: t's byte is not zero */
     const unsigned sel = ~nz & (unsigned)c & 0x80808080u;                    /* top bit: a = -128 and c < 0 */
     return 256 * __dp4a((int)((unsigned)c & ((sel >> 7) * 0xFFu)), 0x01010101, 0);
+}
+/* The same for magnitudes n of negative codes (fp4_mags), where dp4a(n, a)
+ * is subtracted: 256 n for each byte where a = -128, to add to that dp4a. */
+__device__ __forceinline__ int fp4_fix_neg(unsigned n, int a) {
+    const unsigned t = (unsigned)a ^ 0x80808080u;
+    const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u;
+    return 256 * __dp4a((int)(n & (((~nz & 0x80808080u) >> 7) * 0xFFu)), 0x01010101, 0);
 }
 
 /* scale_min_k4 on the 12 scale bytes held as 3 words */

@@ -1,0 +1,1 @@
+tar -xJf .gpu/cuda.tar.xz; export LD_LIBRARY_PATH=$PWD/.gpu/lib MUSER_CUDA_PLUGIN=$PWD/.gpu/muser-cuda.so; nvidia-smi --query-gpu=name,clocks.max.sm,clocks.max.mem --format=csv,noheader; for r in 1 2 3; do .gpu/gpukernbench copy 4096 --reps 20; .gpu/gpukernbench copy 1024 --reps 20; done
