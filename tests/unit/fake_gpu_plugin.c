@@ -233,7 +233,7 @@ static const mu_gpu_plugin PLUGIN = {
     f_sess_copy,       f_host_alloc,  f_host_free,   f_test_best,
     fd_draft_new,      fd_draft_free, fd_set_head,   fd_dseq_new, fd_dseq_free, fd_dseq_inject,
     fd_dseq_truncate,  fd_dseq_pass,  fd_dseq_head, /* with $MUSER_FAKE_GPU_DRAFTER=1 (fake_gpu_draft.h) */
-    NULL, /* no timed matmuls */
+    NULL, NULL, /* no timed matmuls or copies */
 };
 
 __attribute__((visibility("default"))) const mu_gpu_plugin *mu_gpu_plugin_v1(void) { return &PLUGIN; }
