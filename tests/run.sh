@@ -40,6 +40,12 @@ tier_unit() {
     echo "--- $(basename "$t")"
     "$t" || rc=1
   done
+  # the Q8_0 / NVFP4 decode ring's lane arithmetic, taken from the CUDA source, on the host
+  # (linked with build/libmuser.a: the plain build's tier only)
+  if [ "$BUILD" = build ]; then
+    echo "--- cuda-emu (k_mm_q8_dec's lanes against kern_ref.c)"
+    bash tools/cuda-emu/run.sh || rc=1
+  fi
   return $rc
 }
 

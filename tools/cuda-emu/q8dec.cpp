@@ -1,10 +1,13 @@
 /* q8dec.cpp: k_mm_q8_dec's per-lane arithmetic (gpu_cuda_mm.cu) run on
  * the host against kern_ref.c's Q8_0 and NVFP4 dots, bit for bit, on
- * random rows with activation bytes of -128; byte permutes with PTX's
- * generic prmt semantics (a selector nibble's fourth bit replicates the
- * sign). The device functions are taken from the source by run.sh; the
- * lane loop below mirrors the kernel's and must follow it when that
- * changes. No GPU needed: the GPU's own check is tests/gpu/test_gpu_kern.c. */
+ * random rows (NVFP4: any bytes, so scales 0x7f and 0xff too, uploaded
+ * through nvfp4_dev_block) with activation bytes of -128; byte permutes
+ * with PTX's generic prmt semantics (a selector nibble's fourth bit
+ * replicates the sign). run.sh takes the device functions from the source
+ * (q8d_block: one block of a lane's chains, and what it calls); the
+ * staging and the end's hsum8 below mirror the kernel's and must follow it
+ * when that changes. No GPU needed: the GPU's own check is
+ * tests/gpu/test_gpu_kern.c. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,7 +19,7 @@ extern "C" {
 #define __device__
 #define __forceinline__ inline
 
-static unsigned __byte_perm(unsigned x, unsigned y, unsigned s) { /* PTX prmt generic: bit 3 = sign replicate */
+static unsigned prmt(unsigned x, unsigned y, unsigned s) { /* PTX prmt generic: bit 3 = sign replicate */
     uint64_t in = ((uint64_t)y << 32) | x;
     unsigned r = 0;
     for (int n = 0; n < 4; n++) {
@@ -38,6 +41,17 @@ static float __uint_as_float(unsigned u) {
     memcpy(&f, &u, 4);
     return f;
 }
+static float __int_as_float(int u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+struct int2 {
+    int x, y;
+};
+struct float2 {
+    float x, y;
+};
 static int __dp4a(int a, int b, int c) {
     for (int i = 0; i < 4; i++)
         c += (int)(int8_t)(a >> 8 * i) * (int)(int8_t)(b >> 8 * i);
@@ -56,7 +70,8 @@ static uint32_t rnd() {
     rng ^= rng << 17;
     return (uint32_t)rng;
 }
-/* the kernel's lane work for one row: lane k's chains, then hsum8 in order */
+/* the kernel's lane work for one row of nb blocks in the device layout,
+ * one token: lane k's chains, then hsum8 in the kernel's order */
 template <int TYPE> float emu_row(const uint8_t *w36, int nb, const dq8_0 *act, int neg) {
     const bool FP4 = TYPE == MU_T_NVFP4;
     const int nba = FP4 ? 2 * nb : nb;
@@ -75,40 +90,8 @@ template <int TYPE> float emu_row(const uint8_t *w36, int nb, const dq8_0 *act, 
     for (int k = 0; k < 4; k++) {
         const int rot0 = 20 - 8 * (k >> 1), rot1 = (rot0 - 16) & 31;
         ca[k] = cb[k] = 0;
-        for (int b = 0; b < nb; b++) {
-            int x[9];
-            memcpy(x, w36 + 36 * b, 36);
-            if (!FP4) {
-                const float dx = h2f((uint16_t)x[0]);
-                const int wa = x[1 + k], wb = x[5 + k];
-                const int *av = s_aq + b * 8 + 2 * k;
-                const float d = dx * s_ad[b];
-                ca[k] = fmaf(d, (float)__dp4a(wa, av[0], 0), ca[k]);
-                cb[k] = fmaf(d, (float)__dp4a(wb, av[1], 0), cb[k]);
-            } else {
-                const unsigned dw = (unsigned)x[0];
-                const float s0 = nvfp4_scale_rot(dw, rot0), s1 = nvfp4_scale_rot(dw, rot1);
-                int l0, h0, l1, h1;
-                fp4_codes((unsigned)x[1 + k], &l0, &h0);
-                fp4_codes((unsigned)x[5 + k], &l1, &h1);
-                const int *ab = s_aq + (2 * b) * 8 + 2 * k;
-                const int *a1 = ab + 8;
-                const float *dy = s_ad + 2 * b;
-                int p0 = __dp4a(l0, ab[0], 0), q0 = __dp4a(h0, ab[1], 0), p1 = __dp4a(l1, a1[0], 0),
-                    q1 = __dp4a(h1, a1[1], 0);
-                if (neg) {
-                    p0 += fp4_fix(l0, ab[0]);
-                    q0 += fp4_fix(h0, ab[1]);
-                    p1 += fp4_fix(l1, a1[0]);
-                    q1 += fp4_fix(h1, a1[1]);
-                }
-                const float f0 = s0 * dy[0], f1 = s1 * dy[1];
-                ca[k] = fmaf(f0, (float)p0, ca[k]);
-                cb[k] = fmaf(f0, (float)q0, cb[k]);
-                ca[k] = fmaf(f1, (float)p1, ca[k]);
-                cb[k] = fmaf(f1, (float)q1, cb[k]);
-            }
-        }
+        for (int b = 0; b < nb; b++)
+            q8d_block<TYPE, 1>(w36 + 36 * b, b, k, rot0, rot1, s_aq, s_ad, nba, 1, neg != 0, &ca[k], &cb[k]);
     }
     float ch[8];
     for (int c = 0; c < 8; c++) {
@@ -124,8 +107,8 @@ template <int TYPE> float emu_row(const uint8_t *w36, int nb, const dq8_0 *act, 
 int main() {
     int bad = 0;
     for (int x = 0; x < 256; x++)
-        for (int i = 0; i < 4; i++) {
-            unsigned w = (rnd() & ~(0xFFu << 8 * i)) | ((unsigned)x << 8 * i);
+        for (int i = 0; i < 4; i++) { /* byte x as uploaded: 0x7f made 0x00 */
+            unsigned w = (rnd() & ~(0xFFu << 8 * i)) | ((unsigned)(x == 0x7f ? 0 : x) << 8 * i);
             float a = nvfp4_scale_rot(w, (20 - 8 * i) & 31), b = mu_nvfp4_scale((uint8_t)x);
             if (memcmp(&a, &b, 4)) {
                 if (bad++ < 5)
@@ -138,9 +121,11 @@ int main() {
     for (int it = 0; it < 4000; it++) {
         const int nb = 1 + rnd() % 20;
         /* NVFP4: nb blocks of 36 bytes; Q8_0: nb blocks of 34 (CPU) / 36 (device) */
-        uint8_t w[36 * 20], wq[34 * 20], wd[36 * 20];
+        uint8_t w[36 * 20], wn[36 * 20], wq[34 * 20], wd[36 * 20];
         for (int i = 0; i < 36 * nb; i++)
             w[i] = rnd();
+        for (int b = 0; b < nb; b++)
+            nvfp4_dev_block(w + 36 * b, wn + 36 * b);
         for (int b = 0; b < nb; b++) {
             uint16_t d = (uint16_t)(rnd() & 0x3FFF);
             memcpy(wq + 34 * b, &d, 2);
@@ -171,7 +156,7 @@ int main() {
             memcpy(ac + 34 * b, &a[b].d, 2);
             memcpy(ac + 34 * b + 2, a[b].qs, 32);
         }
-        float g = emu_row<MU_T_NVFP4>(w, nb, a, neg), c = K->vec_dot[MU_T_NVFP4](64 * nb, w, ac);
+        float g = emu_row<MU_T_NVFP4>(wn, nb, a, neg), c = K->vec_dot[MU_T_NVFP4](64 * nb, w, ac);
         if (memcmp(&g, &c, 4)) {
             if (badf++ < 5)
                 printf("nvfp4 nb %d: %a vs %a\n", nb, g, c);
