@@ -56,22 +56,25 @@ __device__ __forceinline__ void fp4_mags(unsigned w, unsigned *pl, unsigned *nl,
     *nh = prmt(P0, P1, wx >> 16);
 }
 
-/* What x86's sign trick adds to dp4a(c, a) for NVFP4 codes c (fp4_mul):
- * 256 c for each byte where a = -128 and c < 0 (only a non-finite
- * activation quantizes to -128). Branch-free and short: it sits in the
- * unrolled loop, behind a test that is false for finite activations. */
-__device__ __forceinline__ int fp4_fix(int c, int a) {
+/* The top bit of each byte of a that is -128 (only a non-finite
+ * activation quantizes to -128), else 0 */
+__device__ __forceinline__ unsigned is_m128(int a) {
     const unsigned t = (unsigned)a ^ 0x80808080u;                            /* zero bytes where a = -128 */
     const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u; /* top bit: t's byte is not zero */
-    const unsigned sel = ~nz & (unsigned)c & 0x80808080u;                    /* top bit: a = -128 and c < 0 */
+    return ~nz & 0x80808080u;
+}
+/* What x86's sign trick adds to dp4a(c, a) for NVFP4 codes c (fp4_mul):
+ * 256 c for each byte where a = -128 and c < 0. Branch-free and short: it
+ * sits in the unrolled loop, behind a test that is false for finite
+ * activations. */
+__device__ __forceinline__ int fp4_fix(int c, int a) {
+    const unsigned sel = is_m128(a) & (unsigned)c; /* top bit: a = -128 and c < 0 */
     return 256 * __dp4a((int)((unsigned)c & ((sel >> 7) * 0xFFu)), 0x01010101, 0);
 }
 /* The same for magnitudes n of negative codes (fp4_mags), where dp4a(n, a)
  * is subtracted: 256 n for each byte where a = -128, to add to that dp4a. */
 __device__ __forceinline__ int fp4_fix_neg(unsigned n, int a) {
-    const unsigned t = (unsigned)a ^ 0x80808080u;
-    const unsigned nz = (((t & 0x7F7F7F7Fu) + 0x7F7F7F7Fu) | t) & 0x80808080u;
-    return 256 * __dp4a((int)(n & (((~nz & 0x80808080u) >> 7) * 0xFFu)), 0x01010101, 0);
+    return 256 * __dp4a((int)(n & ((is_m128(a) >> 7) * 0xFFu)), 0x01010101, 0);
 }
 
 /* scale_min_k4 on the 12 scale bytes held as 3 words */

@@ -11,6 +11,7 @@ import sys
 want = [('src/gpu/mm.cuh', '#define MAGIC_I'), ('src/gpu/mm.cuh', '#define MAGIC_F'),
         ('src/gpu/mm.cuh', '__device__ __forceinline__ float magic_x('),
         ('src/gpu/mm.cuh', '__device__ __forceinline__ void fp4_mags('),
+        ('src/gpu/mm.cuh', '__device__ __forceinline__ unsigned is_m128('),
         ('src/gpu/mm.cuh', '__device__ __forceinline__ int fp4_fix_neg('),
         ('src/gpu/gpu_cuda_mm.cu', '__device__ __forceinline__ float nvfp4_scale_rot('),
         ('src/gpu/gpu_cuda_mm.cu', 'template <int TYPE> __device__ __forceinline__ int q8d_perm('),
