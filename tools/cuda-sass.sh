@@ -3,7 +3,7 @@
 # a GPU or CUDA's own disassembler (the nvcc package here has none):
 #   bash tools/cuda-sass.sh src/gpu/gpu_cuda_mm.cu > mm.sass
 # nvcc compiles the file to a cubin as the Makefile does (-O3 -fmad=false,
-# sm_90a; ptxas's register and spill lines go to stderr); Debian's
+# sm_90a; errors, warnings and ptxas's register and spill lines go to stderr); Debian's
 # nvidia-cuda-toolkit 11.8 (non-free) supplies nvdisasm, fetched once with
 # `apt-get download` and unpacked under /tmp (not installed). nvdisasm 11.8
 # reads sm_90 code but not the ELF header CUDA 13 writes (ABI version 8), so
@@ -27,7 +27,7 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 T=$(mktemp -d)
 trap 'rm -rf "$T"' EXIT
 "$NVCC" -O3 -std=c++17 -fmad=false -Iinclude -Isrc -cubin -gencode=arch=compute_90a,code=sm_90a -Xptxas -v \
-  -o "$T/x.cubin" "$src" 2> >(grep -E 'Compiling entry|registers|spill' >&2)
+  -o "$T/x.cubin" "$src" 2> >(grep -v '^ptxas info *: Function properties' >&2 || true)
 python3 - "$T/x.cubin" <<'PY'
 import struct, sys
 d = bytearray(open(sys.argv[1], 'rb').read())
